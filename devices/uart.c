@@ -1,0 +1,276 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * A 16550A UART, enough for Linux's 8250 driver to probe it, use its FIFO
+ * and run the console tty on interrupts. Transmission is instant: THR is
+ * always empty again by the time the guest looks.
+ */
+#include <errno.h>
+#include <linux/serial_reg.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "devices/uart.h"
+
+#define UART_IIR_FIFO_BITS	0xc0	/* 16550A with FIFO enabled */
+#define UART_MSR_LINES		0xf0	/* DCD, RI, DSR, CTS */
+
+struct uart {
+	pthread_mutex_t lock;
+	int out_fd;
+	int space_fd;
+	struct irq_line irq;
+
+	uint8_t ier, fcr, lcr, mcr, msr, scr, dll, dlm;
+	bool thr_ipending;	/* THR-empty interrupt not yet acknowledged */
+	bool rx_open;		/* host input may be shown to the guest */
+
+	uint8_t rx[UART_RX_BUF];	/* ring of host input */
+	size_t rx_head, rx_len;
+	int irq_level;
+};
+
+struct uart *uart__create(int out_fd, int space_fd, const struct irq_line *irq)
+{
+	struct uart *u = calloc(1, sizeof(*u));
+
+	if (!u)
+		return NULL;
+	pthread_mutex_init(&u->lock, NULL);
+	u->out_fd = out_fd;
+	u->space_fd = space_fd;
+	if (irq)
+		u->irq = *irq;
+	u->msr = UART_MSR_DCD | UART_MSR_DSR | UART_MSR_CTS;
+	u->mcr = UART_MCR_OUT2;
+	return u;
+}
+
+void uart__destroy(struct uart *u)
+{
+	if (!u)
+		return;
+	pthread_mutex_destroy(&u->lock);
+	free(u);
+}
+
+/* Data is visible only once the guest driver listens for it. */
+static bool rx_ready(const struct uart *u)
+{
+	if (u->mcr & UART_MCR_LOOP)
+		return u->rx_len > 0;
+	return u->rx_open && u->rx_len > 0 && (u->ier & UART_IER_RDI);
+}
+
+static uint8_t iir(const struct uart *u)
+{
+	uint8_t fifo = (u->fcr & UART_FCR_ENABLE_FIFO) ? UART_IIR_FIFO_BITS : 0;
+
+	if ((u->ier & UART_IER_RDI) && rx_ready(u))
+		return fifo | UART_IIR_RDI;
+	if ((u->ier & UART_IER_THRI) && u->thr_ipending)
+		return fifo | UART_IIR_THRI;
+	if ((u->ier & UART_IER_MSI) && (u->msr & UART_MSR_ANY_DELTA))
+		return fifo | UART_IIR_MSI;
+	return fifo | UART_IIR_NO_INT;
+}
+
+static void update_irq(struct uart *u)
+{
+	int level = !(iir(u) & UART_IIR_NO_INT);
+
+	if (level == u->irq_level)
+		return;
+	u->irq_level = level;
+	irq_line__set(&u->irq, level);
+}
+
+static void rx_push(struct uart *u, uint8_t c)
+{
+	if (u->rx_len == UART_RX_BUF)
+		return;		/* overrun: the byte is lost, as on hardware */
+	u->rx[(u->rx_head + u->rx_len) % UART_RX_BUF] = c;
+	u->rx_len++;
+}
+
+static uint8_t rx_pop(struct uart *u)
+{
+	uint8_t c;
+
+	if (!rx_ready(u))
+		return 0;
+	c = u->rx[u->rx_head];
+	u->rx_head = (u->rx_head + 1) % UART_RX_BUF;
+	u->rx_len--;
+	if (!u->rx_len && u->space_fd >= 0) {
+		uint64_t one = 1;
+
+		/* Wake the host side to refill; a full counter is harmless. */
+		if (write(u->space_fd, &one, sizeof(one)) < 0)
+			(void)0;
+	}
+	return c;
+}
+
+static void tx(struct uart *u, uint8_t c)
+{
+	if (u->mcr & UART_MCR_LOOP) {
+		rx_push(u, c);
+	} else if (u->out_fd >= 0) {
+		/*
+		 * A blocked reader on the host side stalls this vCPU, which
+		 * is the backpressure we want. An error (reader gone) drops
+		 * the byte: the guest must keep running.
+		 */
+		while (write(u->out_fd, &c, 1) < 0 && errno == EINTR)
+			;
+	}
+	u->thr_ipending = true;
+}
+
+/* In loopback the modem inputs reflect the modem outputs (16550 spec). */
+static uint8_t msr(const struct uart *u)
+{
+	uint8_t m = u->msr & ~UART_MSR_LINES;
+
+	if (!(u->mcr & UART_MCR_LOOP))
+		return u->msr;
+	if (u->mcr & UART_MCR_OUT2)
+		m |= UART_MSR_DCD;
+	if (u->mcr & UART_MCR_OUT1)
+		m |= UART_MSR_RI;
+	if (u->mcr & UART_MCR_DTR)
+		m |= UART_MSR_DSR;
+	if (u->mcr & UART_MCR_RTS)
+		m |= UART_MSR_CTS;
+	return m;
+}
+
+static void uart_write(struct uart *u, uint16_t off, uint8_t v)
+{
+	bool dlab = u->lcr & UART_LCR_DLAB;
+
+	switch (off) {
+	case UART_TX:
+		if (dlab)
+			u->dll = v;
+		else
+			tx(u, v);
+		break;
+	case UART_IER:
+		if (dlab) {
+			u->dlm = v;
+			break;
+		}
+		/* Enabling THRI with THR empty raises it at once. */
+		if (!(u->ier & UART_IER_THRI) && (v & UART_IER_THRI))
+			u->thr_ipending = true;
+		u->ier = v & 0x0f;
+		break;
+	case UART_FCR:
+		u->fcr = v & (UART_FCR_ENABLE_FIFO | UART_FCR_TRIGGER_MASK);
+		break;
+	case UART_LCR:
+		u->lcr = v;
+		break;
+	case UART_MCR:
+		u->mcr = v & 0x1f;
+		break;
+	case UART_LSR:
+	case UART_MSR:
+		break;		/* read-only on a 16550A */
+	case UART_SCR:
+		u->scr = v;
+		break;
+	}
+}
+
+static uint8_t uart_read(struct uart *u, uint16_t off)
+{
+	bool dlab = u->lcr & UART_LCR_DLAB;
+	uint8_t v = 0;
+
+	switch (off) {
+	case UART_RX:
+		v = dlab ? u->dll : rx_pop(u);
+		break;
+	case UART_IER:
+		v = dlab ? u->dlm : u->ier;
+		break;
+	case UART_IIR:
+		v = iir(u);
+		/* Reading IIR acknowledges a THR-empty interrupt. */
+		if ((v & UART_IIR_ID) == UART_IIR_THRI)
+			u->thr_ipending = false;
+		break;
+	case UART_LCR:
+		v = u->lcr;
+		break;
+	case UART_MCR:
+		v = u->mcr;
+		break;
+	case UART_LSR:
+		v = UART_LSR_THRE | UART_LSR_TEMT;
+		if (rx_ready(u))
+			v |= UART_LSR_DR;
+		break;
+	case UART_MSR:
+		v = msr(u);
+		u->msr &= ~UART_MSR_ANY_DELTA;
+		break;
+	case UART_SCR:
+		v = u->scr;
+		break;
+	}
+	return v;
+}
+
+void uart__io(void *opaque, uint16_t offset, uint8_t *data, unsigned int size,
+	      bool is_write)
+{
+	struct uart *u = opaque;
+
+	/* The 8250 is a byte device; wider accesses touch only byte 0. */
+	if (!is_write)
+		memset(data, 0, size);
+	if (offset >= UART_NR_REGS || !size)
+		return;
+	pthread_mutex_lock(&u->lock);
+	if (is_write)
+		uart_write(u, offset, data[0]);
+	else
+		data[0] = uart_read(u, offset);
+	update_irq(u);
+	pthread_mutex_unlock(&u->lock);
+}
+
+size_t uart__receive(struct uart *u, const uint8_t *buf, size_t n)
+{
+	size_t i;
+
+	pthread_mutex_lock(&u->lock);
+	for (i = 0; i < n && u->rx_len < UART_RX_BUF; i++)
+		rx_push(u, buf[i]);
+	update_irq(u);
+	pthread_mutex_unlock(&u->lock);
+	return i;
+}
+
+size_t uart__rx_space(struct uart *u)
+{
+	size_t space;
+
+	pthread_mutex_lock(&u->lock);
+	space = UART_RX_BUF - u->rx_len;
+	pthread_mutex_unlock(&u->lock);
+	return space;
+}
+
+void uart__set_rx_open(struct uart *u, bool open)
+{
+	pthread_mutex_lock(&u->lock);
+	u->rx_open = open;
+	update_irq(u);
+	pthread_mutex_unlock(&u->lock);
+}

@@ -1,0 +1,34 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+#ifndef KILN_UART_H
+#define KILN_UART_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "devices/irq.h"
+#include "vmm/log.h"
+
+#define UART_COM1_BASE	0x3f8
+#define UART_COM1_IRQ	4
+#define UART_NR_REGS	8
+#define UART_RX_BUF	4096	/* host input held for the guest, bytes */
+
+struct uart;
+
+/* Transmitted bytes go to out_fd; space_fd (eventfd, may be -1) is written
+ * whenever the guest drains the receive buffer, so the host can send more. */
+struct uart *uart__create(int out_fd, int space_fd, const struct irq_line *irq);
+void uart__destroy(struct uart *u);
+
+/* Port I/O from a vCPU: offset 0..7 from the base, one byte. */
+void uart__io(void *opaque, uint16_t offset, uint8_t *data, unsigned int size,
+	      bool is_write);
+
+/* Host input: queue up to n bytes, returns how many were taken. */
+size_t uart__receive(struct uart *u, const uint8_t *buf, size_t n);
+size_t uart__rx_space(struct uart *u);
+/* Until the guest says it is ready, host input is held back. */
+void uart__set_rx_open(struct uart *u, bool open);
+
+#endif

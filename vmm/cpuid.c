@@ -1,0 +1,101 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Per-vCPU CPUID: what KVM supports, with the topology filled in so Linux
+ * sees nr_cpus cores in one package, one thread each, APIC ID = vCPU index.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+
+#include "vmm/vm.h"
+
+#define CPUID_LEAF_FEATURES	0x1
+#define CPUID_LEAF_CACHE	0x4
+#define CPUID_LEAF_TOPOLOGY	0xb
+#define CPUID_LEAF_TOPOLOGY_V2	0x1f
+#define CPUID_LEAF_AMD_SIZE	0x80000008
+
+#define CPUID_1_ECX_HYPERVISOR	(1U << 31)
+#define CPUID_1_EDX_HTT		(1U << 28)
+#define CPUID_B_LEVEL_SMT	1
+#define CPUID_B_LEVEL_CORE	2
+#define CPUID_TOPOLOGY_SUBLEAVES 3	/* SMT, core, terminator */
+
+static unsigned int order_base_2(unsigned int n)
+{
+	unsigned int o = 0;
+
+	while ((1U << o) < n)
+		o++;
+	return o;
+}
+
+static void set_topology(struct kvm_cpuid_entry2 *e, unsigned int id,
+			 unsigned int nr_cpus)
+{
+	unsigned int sub = e->index;
+
+	e->edx = id;	/* x2APIC ID */
+	if (sub == 0) {
+		e->eax = 0;
+		e->ebx = 1;
+		e->ecx = (CPUID_B_LEVEL_SMT << 8) | sub;
+	} else if (sub == 1) {
+		e->eax = order_base_2(nr_cpus);
+		e->ebx = nr_cpus;
+		e->ecx = (CPUID_B_LEVEL_CORE << 8) | sub;
+	} else {
+		e->eax = 0;
+		e->ebx = 0;
+		e->ecx = sub;
+	}
+}
+
+static void patch_entry(struct kvm_cpuid_entry2 *e, unsigned int id,
+			unsigned int nr_cpus)
+{
+	switch (e->function) {
+	case CPUID_LEAF_FEATURES:
+		e->ebx = (e->ebx & 0x0000ffff) | (id << 24) |
+			 ((nr_cpus & 0xff) << 16);
+		e->ecx |= CPUID_1_ECX_HYPERVISOR;
+		if (nr_cpus > 1)
+			e->edx |= CPUID_1_EDX_HTT;
+		break;
+	case CPUID_LEAF_CACHE:
+		/* Cores per package - 1 in EAX[31:26]; caches per core. */
+		e->eax = (e->eax & 0x03ffffff) | ((nr_cpus - 1) << 26);
+		e->eax &= ~(0xfffU << 14);
+		break;
+	case CPUID_LEAF_TOPOLOGY:
+	case CPUID_LEAF_TOPOLOGY_V2:
+		set_topology(e, id, nr_cpus);
+		break;
+	case CPUID_LEAF_AMD_SIZE:
+		/* NC (cores - 1) and ApicIdCoreIdSize. */
+		e->ecx = (e->ecx & ~0xf0ffU) | (nr_cpus - 1) |
+			 (order_base_2(nr_cpus) << 12);
+		break;
+	}
+}
+
+int cpuid__setup(int vcpu_fd, const struct kvm_cpuid2 *supported,
+		 unsigned int id, unsigned int nr_cpus)
+{
+	size_t size = sizeof(*supported) +
+		      supported->nent * sizeof(supported->entries[0]);
+	struct kvm_cpuid2 *c = malloc(size);
+	unsigned int i;
+	int ret = 0;
+
+	if (!c)
+		return -ENOMEM;
+	memcpy(c, supported, size);
+	for (i = 0; i < c->nent; i++)
+		patch_entry(&c->entries[i], id, nr_cpus);
+	if (ioctl(vcpu_fd, KVM_SET_CPUID2, c) < 0)
+		ret = -errno;
+	free(c);
+	return ret;
+}

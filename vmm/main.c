@@ -1,0 +1,184 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * vmm: the command line. `vmm run` boots a VM, runs one command in it and
+ * exits with that command's status.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vmm/config.h"
+#include "vmm/vm.h"
+
+#define KILN_VERSION "0.1.0"
+
+static const char usage[] =
+"usage: vmm run --kernel PATH [--initrd PATH] [--cmdline STR] [--cpus N]\n"
+"               [--memory MiB] [--verbose] [-- COMMAND ARGS...]\n"
+"       vmm run --config FILE.json [options] [-- COMMAND ARGS...]\n"
+"       vmm --help | --version\n"
+"\n"
+"Boots a Linux microVM on KVM, runs COMMAND in it and exits with its status.\n"
+"\n"
+"  --kernel PATH     ELF vmlinux or bzImage (x86-64, 64-bit boot protocol)\n"
+"  --initrd PATH     initramfs (cpio) to load with the kernel\n"
+"  --cmdline STR     appended to the default kernel command line\n"
+"  --cpus N          vCPUs, 1 to 64 (default 1)\n"
+"  --memory MiB      guest memory in MiB (default 256)\n"
+"  --config FILE     JSON settings: kernel, initrd, cmdline, cpus, memoryMiB,\n"
+"                    command; options after it override it\n"
+"  -v, --verbose     debug messages on stderr\n"
+"\n"
+"Exit status: COMMAND's status (128+N if signal N killed it); 123 if the\n"
+"guest crashed or reset before reporting one; 125 if the vmm failed or its\n"
+"input was bad.\n";
+
+enum {
+	OPT_KERNEL = 'k',
+	OPT_INITRD = 'i',
+	OPT_CMDLINE = 'c',
+	OPT_CPUS = 'n',
+	OPT_MEMORY = 'm',
+	OPT_CONFIG = 'f',
+	OPT_VERBOSE = 'v',
+	OPT_HELP = 'h',
+};
+
+static const struct option run_options[] = {
+	{ "kernel",  required_argument, NULL, OPT_KERNEL },
+	{ "initrd",  required_argument, NULL, OPT_INITRD },
+	{ "cmdline", required_argument, NULL, OPT_CMDLINE },
+	{ "cpus",    required_argument, NULL, OPT_CPUS },
+	{ "memory",  required_argument, NULL, OPT_MEMORY },
+	{ "config",  required_argument, NULL, OPT_CONFIG },
+	{ "verbose", no_argument,       NULL, OPT_VERBOSE },
+	{ "help",    no_argument,       NULL, OPT_HELP },
+	{ NULL, 0, NULL, 0 },
+};
+
+static int set_string(char **field, const char *value)
+{
+	free(*field);
+	*field = strdup(value);
+	return *field ? 0 : -ENOMEM;
+}
+
+static int set_number(const char *opt, const char *value, uint64_t *out)
+{
+	int ret = config__parse_uint(value, UINT32_MAX, out);
+
+	if (ret == -EINVAL)
+		pr_err("--%s %s: not a decimal number", opt, value);
+	else if (ret)
+		pr_err("--%s %s: out of range", opt, value);
+	return ret;
+}
+
+static int apply_option(struct vm_config *cfg, int opt, const char *arg)
+{
+	char err[CONFIG_ERR_LEN];
+	uint64_t n;
+	int ret;
+
+	switch (opt) {
+	case OPT_KERNEL:
+		return set_string(&cfg->kernel_path, arg);
+	case OPT_INITRD:
+		return set_string(&cfg->initrd_path, arg);
+	case OPT_CMDLINE:
+		return set_string(&cfg->cmdline, arg);
+	case OPT_CPUS:
+		ret = set_number("cpus", arg, &n);
+		if (!ret)
+			cfg->nr_cpus = n;
+		return ret;
+	case OPT_MEMORY:
+		return set_number("memory", arg, &cfg->mem_mib);
+	case OPT_CONFIG:
+		ret = config__load_json(cfg, arg, err, sizeof(err));
+		if (ret)
+			pr_err("%s: %s", arg, err);
+		return ret;
+	case OPT_VERBOSE:
+		cfg->verbose = true;
+		log__set_verbose(true);
+		return 0;
+	default:
+		fputs(usage, stderr);
+		return -EINVAL;
+	}
+}
+
+static int parse_run(struct vm_config *cfg, int argc, char **argv)
+{
+	int opt, ret;
+
+	optind = 1;
+	while ((opt = getopt_long(argc, argv, "+hv", run_options, NULL)) != -1) {
+		if (opt == OPT_HELP) {
+			fputs(usage, stdout);
+			exit(0);
+		}
+		ret = apply_option(cfg, opt, optarg);
+		if (ret)
+			return ret;
+	}
+	if (optind < argc && strcmp(argv[optind - 1], "--")) {
+		pr_err("unexpected argument '%s' (put the guest command after --)",
+		       argv[optind]);
+		return -EINVAL;
+	}
+	if (optind < argc)
+		return config__set_argv(cfg, argv + optind, argc - optind);
+	return 0;
+}
+
+static int cmd_run(int argc, char **argv)
+{
+	char err[CONFIG_ERR_LEN];
+	struct vm_config cfg;
+	struct vm *vm;
+	int ret;
+
+	config__init(&cfg);
+	ret = parse_run(&cfg, argc, argv);
+	if (ret)
+		goto out;
+	ret = config__validate(&cfg, err, sizeof(err));
+	if (ret) {
+		pr_err("%s", err);
+		goto out;
+	}
+	ret = vm__create(&vm, &cfg);
+	if (ret)
+		goto out;
+	ret = vm__run(vm);
+	vm__destroy(vm);
+	config__free(&cfg);
+	return ret;
+out:
+	config__free(&cfg);
+	return VMM_EXIT_VMM_ERROR;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		fputs(usage, stderr);
+		return VMM_EXIT_VMM_ERROR;
+	}
+	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+		fputs(usage, stdout);
+		return 0;
+	}
+	if (!strcmp(argv[1], "--version")) {
+		printf("vmm (Kiln) %s\n", KILN_VERSION);
+		return 0;
+	}
+	if (!strcmp(argv[1], "run"))
+		return cmd_run(argc - 1, argv + 1);
+	pr_err("unknown command '%s' (try vmm --help)", argv[1]);
+	return VMM_EXIT_VMM_ERROR;
+}

@@ -1,0 +1,331 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * vCPUs: one thread each, running KVM_RUN and dispatching exits. A vCPU is
+ * told to stop through kvm_run->immediate_exit plus a signal, never killed.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "vmm/vm.h"
+
+/* MSR numbers (SDM vol. 4) and their boot values. */
+#define MSR_IA32_TSC			0x00000010
+#define MSR_IA32_SYSENTER_CS		0x00000174
+#define MSR_IA32_SYSENTER_ESP		0x00000175
+#define MSR_IA32_SYSENTER_EIP		0x00000176
+#define MSR_IA32_MISC_ENABLE		0x000001a0
+#define MSR_MTRR_DEF_TYPE		0x000002ff
+#define MSR_STAR			0xc0000081
+#define MSR_LSTAR			0xc0000082
+#define MSR_CSTAR			0xc0000083
+#define MSR_SYSCALL_MASK		0xc0000084
+#define MSR_KERNEL_GS_BASE		0xc0000102
+#define MISC_ENABLE_FAST_STRING		(1ULL << 0)
+#define MTRR_DEF_TYPE_ENABLE		(1ULL << 11)
+#define MTRR_TYPE_WRBACK		6ULL
+
+#define FPU_DEFAULT_FCW			0x37f	/* FNINIT state */
+#define FPU_DEFAULT_MXCSR		0x1f80	/* all exceptions masked */
+
+#define APIC_LVT0			0x350
+#define APIC_LVT1			0x360
+#define APIC_DM_EXTINT			0x700
+#define APIC_DM_NMI			0x400
+#define APIC_DM_MASK			0x700
+
+#define VCPU_KICK_SIGNAL		SIGUSR1
+
+struct vcpu {
+	struct vm *vm;
+	unsigned int id;
+	int fd;
+	struct kvm_run *run;
+	pthread_t thread;
+	bool started;
+};
+
+static int setup_msrs(struct vcpu *v)
+{
+	static const struct { uint32_t index; uint64_t data; } boot_msrs[] = {
+		{ MSR_IA32_SYSENTER_CS, 0 },
+		{ MSR_IA32_SYSENTER_ESP, 0 },
+		{ MSR_IA32_SYSENTER_EIP, 0 },
+		{ MSR_STAR, 0 },
+		{ MSR_CSTAR, 0 },
+		{ MSR_KERNEL_GS_BASE, 0 },
+		{ MSR_SYSCALL_MASK, 0 },
+		{ MSR_LSTAR, 0 },
+		{ MSR_IA32_TSC, 0 },
+		{ MSR_IA32_MISC_ENABLE, MISC_ENABLE_FAST_STRING },
+		{ MSR_MTRR_DEF_TYPE, MTRR_DEF_TYPE_ENABLE | MTRR_TYPE_WRBACK },
+	};
+	struct {
+		struct kvm_msrs hdr;
+		struct kvm_msr_entry e[ARRAY_SIZE(boot_msrs)];
+	} m;
+	unsigned int i;
+	int ret;
+
+	memset(&m, 0, sizeof(m));
+	m.hdr.nmsrs = ARRAY_SIZE(boot_msrs);
+	for (i = 0; i < ARRAY_SIZE(boot_msrs); i++) {
+		m.e[i].index = boot_msrs[i].index;
+		m.e[i].data = boot_msrs[i].data;
+	}
+	/* KVM_SET_MSRS returns how many it set; all of them or bust. */
+	ret = ioctl(v->fd, KVM_SET_MSRS, &m);
+	if (ret < 0)
+		return -errno;
+	return ret == (int)ARRAY_SIZE(boot_msrs) ? 0 : -EINVAL;
+}
+
+static int setup_fpu(struct vcpu *v)
+{
+	struct kvm_fpu fpu = { .fcw = FPU_DEFAULT_FCW,
+			       .mxcsr = FPU_DEFAULT_MXCSR };
+
+	return ioctl(v->fd, KVM_SET_FPU, &fpu) < 0 ? -errno : 0;
+}
+
+static void set_lvt(struct kvm_lapic_state *l, unsigned int reg,
+		    uint32_t mode)
+{
+	uint32_t val;
+
+	memcpy(&val, &l->regs[reg], sizeof(val));
+	val = (val & ~APIC_DM_MASK) | mode;
+	memcpy(&l->regs[reg], &val, sizeof(val));
+}
+
+/* LINT0 takes the 8259's ExtINT, LINT1 NMI: what the MP table declares. */
+static int setup_lapic(struct vcpu *v)
+{
+	struct kvm_lapic_state l;
+
+	if (ioctl(v->fd, KVM_GET_LAPIC, &l) < 0)
+		return -errno;
+	set_lvt(&l, APIC_LVT0, APIC_DM_EXTINT);
+	set_lvt(&l, APIC_LVT1, APIC_DM_NMI);
+	return ioctl(v->fd, KVM_SET_LAPIC, &l) < 0 ? -errno : 0;
+}
+
+/* Only the boot vCPU starts in long mode; the others wait for SIPI. */
+static int setup_boot_regs(struct vcpu *v, uint64_t entry)
+{
+	struct kvm_sregs sregs;
+	struct kvm_regs regs;
+
+	if (ioctl(v->fd, KVM_GET_SREGS, &sregs) < 0)
+		return -errno;
+	pagetable__boot_sregs(&sregs);
+	if (ioctl(v->fd, KVM_SET_SREGS, &sregs) < 0)
+		return -errno;
+	pagetable__boot_regs(&regs, entry);
+	return ioctl(v->fd, KVM_SET_REGS, &regs) < 0 ? -errno : 0;
+}
+
+int vcpu__create(struct vm *vm, unsigned int id, struct vcpu **out)
+{
+	struct vcpu *v = calloc(1, sizeof(*v));
+	int ret;
+
+	if (!v)
+		return -ENOMEM;
+	v->vm = vm;
+	v->id = id;
+	v->fd = ioctl(vm->vm_fd, KVM_CREATE_VCPU, id);
+	if (v->fd < 0) {
+		ret = -errno;
+		goto out_free;
+	}
+	v->run = mmap(NULL, vm->vcpu_mmap_size, PROT_READ | PROT_WRITE,
+		      MAP_SHARED, v->fd, 0);
+	if (v->run == MAP_FAILED) {
+		ret = -errno;
+		v->run = NULL;
+		goto out_destroy;
+	}
+	ret = cpuid__setup(v->fd, vm->cpuid, id, vm->nr_vcpus);
+	if (!ret)
+		ret = setup_msrs(v);
+	if (!ret)
+		ret = setup_fpu(v);
+	if (!ret)
+		ret = setup_lapic(v);
+	if (!ret && id == 0)
+		ret = setup_boot_regs(v, vm->boot_entry);
+	if (ret)
+		goto out_destroy;
+	*out = v;
+	return 0;
+
+out_destroy:
+	vcpu__destroy(v);
+	return ret;
+out_free:
+	free(v);
+	return ret;
+}
+
+void vcpu__destroy(struct vcpu *v)
+{
+	if (!v)
+		return;
+	if (v->run)
+		munmap(v->run, v->vm->vcpu_mmap_size);
+	if (v->fd >= 0)
+		close(v->fd);
+	free(v);
+}
+
+static void handle_io(struct vcpu *v)
+{
+	struct kvm_run *run = v->run;
+	uint8_t *data = (uint8_t *)run + run->io.data_offset;
+	bool out = run->io.direction == KVM_EXIT_IO_OUT;
+	uint32_t i;
+
+	/* count > 1 is a rep ins/outs; KVM bounds it to the run page. */
+	for (i = 0; i < run->io.count; i++) {
+		ioport__access(&v->vm->io, run->io.port, data, run->io.size,
+			       out);
+		data += run->io.size;
+	}
+}
+
+static void handle_mmio(struct vcpu *v)
+{
+	struct kvm_run *run = v->run;
+
+	/* No MMIO device yet: reads see all ones, writes vanish. */
+	if (!run->mmio.is_write)
+		memset(run->mmio.data, 0xff, sizeof(run->mmio.data));
+	pr_debug("vcpu%u: unclaimed MMIO %s at 0x%llx", v->id,
+		 run->mmio.is_write ? "write" : "read",
+		 (unsigned long long)run->mmio.phys_addr);
+}
+
+static void handle_system_event(struct vcpu *v)
+{
+	switch (v->run->system_event.type) {
+	case KVM_SYSTEM_EVENT_CRASH:
+		vm__stop(v->vm, VM_STOP_GUEST_RESET, 0, "guest crashed");
+		break;
+	default:
+		vm__stop(v->vm, VM_STOP_GUEST_RESET, 0,
+			 "guest requested a reset or shutdown");
+		break;
+	}
+}
+
+/* Returns false when the vCPU must stop. */
+static bool handle_exit(struct vcpu *v)
+{
+	struct kvm_run *run = v->run;
+
+	switch (run->exit_reason) {
+	case KVM_EXIT_IO:
+		handle_io(v);
+		return true;
+	case KVM_EXIT_MMIO:
+		handle_mmio(v);
+		return true;
+	case KVM_EXIT_SHUTDOWN:
+		vm__stop(v->vm, VM_STOP_GUEST_RESET, 0,
+			 "guest triple-faulted");
+		return false;
+	case KVM_EXIT_SYSTEM_EVENT:
+		handle_system_event(v);
+		return false;
+	case KVM_EXIT_HLT:
+		vm__stop(v->vm, VM_STOP_GUEST_RESET, 0,
+			 "guest halted with interrupts off");
+		return false;
+	case KVM_EXIT_FAIL_ENTRY:
+		pr_err("vcpu%u: KVM entry failed, hardware reason 0x%llx",
+		       v->id, (unsigned long long)
+		       run->fail_entry.hardware_entry_failure_reason);
+		break;
+	case KVM_EXIT_INTERNAL_ERROR:
+		pr_err("vcpu%u: KVM internal error, suberror %u", v->id,
+		       run->internal.suberror);
+		break;
+	default:
+		pr_err("vcpu%u: unhandled KVM exit reason %u", v->id,
+		       run->exit_reason);
+		break;
+	}
+	vm__stop(v->vm, VM_STOP_ERROR, 0, "vCPU failed");
+	return false;
+}
+
+static void *vcpu_thread(void *arg)
+{
+	struct vcpu *v = arg;
+	sigset_t kick;
+
+	sigemptyset(&kick);
+	sigaddset(&kick, VCPU_KICK_SIGNAL);
+	pthread_sigmask(SIG_UNBLOCK, &kick, NULL);
+
+	while (!atomic_load(&v->vm->stopping)) {
+		if (ioctl(v->fd, KVM_RUN, 0) < 0) {
+			if (errno == EINTR || errno == EAGAIN) {
+				v->run->immediate_exit = 0;
+				continue;
+			}
+			pr_err("vcpu%u: KVM_RUN: %s", v->id, strerror(errno));
+			vm__stop(v->vm, VM_STOP_ERROR, 0, "KVM_RUN failed");
+			break;
+		}
+		if (!handle_exit(v))
+			break;
+	}
+	return NULL;
+}
+
+static void kick_handler(int sig)
+{
+	(void)sig;	/* only here to make KVM_RUN return -EINTR */
+}
+
+int vcpu__start(struct vcpu *v)
+{
+	struct sigaction sa = { .sa_handler = kick_handler };
+	int ret;
+
+	sigemptyset(&sa.sa_mask);
+	if (sigaction(VCPU_KICK_SIGNAL, &sa, NULL) < 0)
+		return -errno;
+	ret = pthread_create(&v->thread, NULL, vcpu_thread, v);
+	if (ret)
+		return -ret;
+	v->started = true;
+	return 0;
+}
+
+/*
+ * immediate_exit first, then the signal: a vCPU about to enter KVM_RUN sees
+ * the flag, one inside it is interrupted by the signal. Either way it
+ * returns -EINTR and finds vm->stopping set.
+ */
+void vcpu__kick(struct vcpu *v)
+{
+	if (!v || !v->started)
+		return;
+	v->run->immediate_exit = 1;
+	pthread_kill(v->thread, VCPU_KICK_SIGNAL);
+}
+
+void vcpu__join(struct vcpu *v)
+{
+	if (!v || !v->started)
+		return;
+	pthread_join(v->thread, NULL);
+	v->started = false;
+}

@@ -1,0 +1,671 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The VM builder and lifecycle. vm__create runs an explicit table of steps,
+ * undoing the ones done in reverse when one fails; vm__destroy runs every
+ * undo. Each step reports its own failure, once, naming what failed.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <liburing.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "devices/console.h"
+#include "devices/uart.h"
+#include "vmm/vm.h"
+
+/* Above RAM and the devices, below 4 GiB: what KVM needs on Intel. */
+#define KVM_TSS_ADDR		0xfffbd000ULL
+#define KVM_IDENTITY_MAP_ADDR	0xfffbc000ULL
+
+#define KILN_CMDLINE_DEFAULT \
+	"console=ttyS0 reboot=k panic=-1 quiet 8250.nr_uarts=1 " \
+	"i8042.noaux i8042.nokbd"
+#define KILN_CMDLINE_RAW	" kiln.console=raw"
+
+#define MEM_SLOT_LOW		0
+#define MEM_SLOT_HIGH		1
+#define RING_ENTRIES		8
+#define STDIN_CHUNK		4096
+
+/* ---- step: image ------------------------------------------------------ */
+
+static int build_cmdline(struct vm *vm)
+{
+	const char *user = vm->cfg->cmdline;
+	size_t len = sizeof(KILN_CMDLINE_DEFAULT) + sizeof(KILN_CMDLINE_RAW) +
+		     (user ? strlen(user) + 1 : 0);
+
+	vm->cmdline = malloc(len);
+	if (!vm->cmdline)
+		return -ENOMEM;
+	snprintf(vm->cmdline, len, "%s%s%s%s", KILN_CMDLINE_DEFAULT,
+		 isatty(STDIN_FILENO) ? "" : KILN_CMDLINE_RAW,
+		 user ? " " : "", user ? user : "");
+	return 0;
+}
+
+static int open_initrd(struct vm *vm)
+{
+	const char *path = vm->cfg->initrd_path;
+	struct stat st;
+	int ret;
+
+	if (!path)
+		return 0;
+	vm->initrd_fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (vm->initrd_fd < 0 || fstat(vm->initrd_fd, &st) < 0) {
+		ret = -errno;
+		pr_err("%s: %s", path, strerror(errno));
+		return ret;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		pr_err("%s: %s", path, S_ISDIR(st.st_mode) ?
+		       "is a directory" : "not a regular file");
+		return -EINVAL;
+	}
+	vm->initrd_file_size = st.st_size;
+	return 0;
+}
+
+static uint64_t initrd_total(const struct vm *vm)
+{
+	uint64_t pad = (4 - vm->initrd_file_size % 4) % 4;
+
+	if (!vm->initrd_file_size && !vm->argv_cpio_len)
+		return 0;
+	return vm->initrd_file_size + pad + vm->argv_cpio_len;
+}
+
+static int image_init(struct vm *vm)
+{
+	const struct vm_config *cfg = vm->cfg;
+	const char *why;
+	int ret;
+
+	ret = kernel__open(&vm->kernel, cfg->kernel_path, &why);
+	if (ret) {
+		pr_err("%s: %s", cfg->kernel_path, why);
+		return ret;
+	}
+	ret = open_initrd(vm);
+	if (ret)
+		return ret;
+	if (cfg->argv) {
+		ret = initrd__argv_archive(cfg->argv, &vm->argv_cpio,
+					   &vm->argv_cpio_len);
+		if (ret) {
+			pr_err("command: %s", strerror(-ret));
+			return ret;
+		}
+	}
+	ret = build_cmdline(vm);
+	if (ret)
+		return ret;
+	ret = boot__plan(&vm->plan, &vm->kernel, vm->ram_size,
+			 initrd_total(vm), strlen(vm->cmdline), &why);
+	if (ret) {
+		/* Name the file the limit was hit with. */
+		pr_err("%s: %s (%llu MiB of memory)",
+		       ret == -E2BIG ? "--cmdline" :
+		       (vm->kernel.load_end > vm->plan.low_ram ||
+			!cfg->initrd_path) ? cfg->kernel_path :
+		       cfg->initrd_path, why,
+		       (unsigned long long)cfg->mem_mib);
+		return ret;
+	}
+	vm->boot_entry = vm->kernel.entry;
+	return 0;
+}
+
+static void image_exit(struct vm *vm)
+{
+	kernel__close(&vm->kernel);
+	if (vm->initrd_fd >= 0)
+		close(vm->initrd_fd);
+	vm->initrd_fd = -1;
+	free(vm->argv_cpio);
+	vm->argv_cpio = NULL;
+	free(vm->cmdline);
+	vm->cmdline = NULL;
+}
+
+/* ---- step: kvm ---------------------------------------------------------- */
+
+static int kvm_init(struct vm *vm)
+{
+	const char *why;
+	int ret;
+
+	kvm__warn_if_software();
+	ret = kvm__open(&vm->kvm_fd, &why);
+	if (ret) {
+		pr_err("/dev/kvm: %s", why);
+		return ret;
+	}
+	vm->vcpu_mmap_size = ioctl(vm->kvm_fd, KVM_GET_VCPU_MMAP_SIZE, 0);
+	if (vm->vcpu_mmap_size < (int)sizeof(struct kvm_run)) {
+		pr_err("/dev/kvm: KVM_GET_VCPU_MMAP_SIZE: %s", strerror(errno));
+		return -EINVAL;
+	}
+	ret = kvm__supported_cpuid(vm->kvm_fd, &vm->cpuid);
+	if (ret) {
+		pr_err("/dev/kvm: KVM_GET_SUPPORTED_CPUID: %s", strerror(-ret));
+		return ret;
+	}
+	vm->vm_fd = ioctl(vm->kvm_fd, KVM_CREATE_VM, 0);
+	if (vm->vm_fd < 0) {
+		ret = -errno;
+		pr_err("/dev/kvm: KVM_CREATE_VM: %s", strerror(errno));
+		return ret;
+	}
+	if (ioctl(vm->vm_fd, KVM_SET_TSS_ADDR, KVM_TSS_ADDR) < 0 ||
+	    ioctl(vm->vm_fd, KVM_SET_IDENTITY_MAP_ADDR,
+		  &(uint64_t){ KVM_IDENTITY_MAP_ADDR }) < 0) {
+		ret = -errno;
+		pr_err("/dev/kvm: setting the TSS/identity map: %s",
+		       strerror(errno));
+		return ret;
+	}
+	return 0;
+}
+
+static void kvm_exit(struct vm *vm)
+{
+	if (vm->vm_fd >= 0)
+		close(vm->vm_fd);
+	if (vm->kvm_fd >= 0)
+		close(vm->kvm_fd);
+	vm->vm_fd = vm->kvm_fd = -1;
+	free(vm->cpuid);
+	vm->cpuid = NULL;
+}
+
+/* ---- step: memory ------------------------------------------------------- */
+
+static int set_slot(struct vm *vm, uint32_t slot, uint64_t gpa, uint64_t size,
+		    void *host)
+{
+	struct kvm_userspace_memory_region r = {
+		.slot = slot,
+		.guest_phys_addr = gpa,
+		.memory_size = size,
+		.userspace_addr = (uintptr_t)host,
+	};
+
+	return ioctl(vm->vm_fd, KVM_SET_USER_MEMORY_REGION, &r) < 0 ?
+	       -errno : 0;
+}
+
+static int memory_init(struct vm *vm)
+{
+	int ret;
+
+	/* Only touched pages cost host memory: that is the density story. */
+	vm->ram = mmap(NULL, vm->ram_size, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (vm->ram == MAP_FAILED) {
+		vm->ram = NULL;
+		ret = -errno;
+		pr_err("guest memory (%llu MiB): %s",
+		       (unsigned long long)vm->cfg->mem_mib, strerror(errno));
+		return ret;
+	}
+	madvise(vm->ram, vm->ram_size, MADV_DONTFORK);
+	ret = set_slot(vm, MEM_SLOT_LOW, 0, vm->plan.low_ram, vm->ram);
+	if (!ret && vm->plan.high_ram)
+		ret = set_slot(vm, MEM_SLOT_HIGH, MMIO_GAP_END,
+			       vm->plan.high_ram, vm->ram + vm->plan.low_ram);
+	if (ret)
+		pr_err("KVM_SET_USER_MEMORY_REGION: %s", strerror(-ret));
+	return ret;
+}
+
+static void memory_exit(struct vm *vm)
+{
+	if (vm->ram)
+		munmap(vm->ram, vm->ram_size);
+	vm->ram = NULL;
+}
+
+/* ---- step: irqchip ------------------------------------------------------ */
+
+static int irqchip_init(struct vm *vm)
+{
+	struct kvm_pit_config pit = { .flags = KVM_PIT_SPEAKER_DUMMY };
+	int ret;
+
+	if (ioctl(vm->vm_fd, KVM_CREATE_IRQCHIP, 0) < 0 ||
+	    ioctl(vm->vm_fd, KVM_CREATE_PIT2, &pit) < 0) {
+		ret = -errno;
+		pr_err("/dev/kvm: creating the in-kernel irqchip and PIT: %s",
+		       strerror(errno));
+		return ret;
+	}
+	return 0;
+}
+
+void vm__irq_line(void *opaque, unsigned int gsi, int level)
+{
+	struct vm *vm = opaque;
+	struct kvm_irq_level irq = { .irq = gsi, .level = level };
+
+	if (ioctl(vm->vm_fd, KVM_IRQ_LINE, &irq) < 0)
+		pr_debug("KVM_IRQ_LINE %u: %s", gsi, strerror(errno));
+}
+
+/* ---- step: devices ------------------------------------------------------ */
+
+static void sys_ready(void *opaque)
+{
+	struct vm *vm = opaque;
+	uint64_t one = 1;
+
+	console__guest_ready(vm->console);
+	if (write(vm->event_fd, &one, sizeof(one)) < 0)
+		pr_debug("event_fd: %s", strerror(errno));
+}
+
+static void sys_exit(void *opaque, uint32_t status)
+{
+	vm__stop(opaque, VM_STOP_GUEST_EXIT, status, NULL);
+}
+
+static void sys_reset(void *opaque)
+{
+	vm__stop(opaque, VM_STOP_GUEST_RESET, 0, "guest reset the machine");
+}
+
+static const struct exit_dev_ops sys_ops = {
+	.ready = sys_ready,
+	.exit = sys_exit,
+};
+
+static int devices_init(struct vm *vm)
+{
+	struct irq_line com1 = { .set = vm__irq_line, .opaque = vm,
+				 .gsi = UART_COM1_IRQ };
+	int ret;
+
+	vm->event_fd = eventfd(0, EFD_CLOEXEC);
+	vm->space_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (vm->event_fd < 0 || vm->space_fd < 0) {
+		ret = -errno;
+		pr_err("eventfd: %s", strerror(errno));
+		return ret;
+	}
+	vm->uart = uart__create(STDOUT_FILENO, vm->space_fd, &com1);
+	if (!vm->uart)
+		return -ENOMEM;
+	vm->console = console__create(STDIN_FILENO, vm->uart);
+	if (!vm->console)
+		return -ENOMEM;
+	vm->i8042 = (struct i8042){ .reset = sys_reset, .opaque = vm };
+	vm->exit_dev = (struct exit_dev){ .ops = &sys_ops, .opaque = vm };
+
+	ret = ioport__register(&vm->io, UART_COM1_BASE, UART_NR_REGS,
+			       uart__io, vm->uart);
+	if (!ret)
+		ret = ioport__register(&vm->io, I8042_DATA_PORT,
+				       I8042_COMMAND_PORT - I8042_DATA_PORT + 1,
+				       i8042__io, &vm->i8042);
+	if (!ret)
+		ret = ioport__register(&vm->io, KILN_SYS_BASE, KILN_SYS_LEN,
+				       exit_dev__io, &vm->exit_dev);
+	if (ret)
+		pr_err("registering port I/O: %s", strerror(-ret));
+	return ret;
+}
+
+static void devices_exit(struct vm *vm)
+{
+	console__destroy(vm->console);
+	vm->console = NULL;
+	uart__destroy(vm->uart);
+	vm->uart = NULL;
+	if (vm->event_fd >= 0)
+		close(vm->event_fd);
+	if (vm->space_fd >= 0)
+		close(vm->space_fd);
+	vm->event_fd = vm->space_fd = -1;
+	vm->io.nr = 0;
+}
+
+/* ---- step: boot --------------------------------------------------------- */
+
+static int load_initrd(struct vm *vm)
+{
+	uint8_t *dst = vm->ram + vm->plan.initrd_addr;
+	uint64_t done = 0;
+	ssize_t n;
+
+	while (done < vm->initrd_file_size) {
+		n = pread(vm->initrd_fd, dst + done,
+			  vm->initrd_file_size - done, done);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			pr_err("%s: %s", vm->cfg->initrd_path,
+			       n < 0 ? strerror(errno) : "file shrank");
+			return n < 0 ? -errno : -EIO;
+		}
+		done += n;
+	}
+	done += (4 - done % 4) % 4;	/* newc archives start 4-aligned */
+	if (vm->argv_cpio_len)
+		memcpy(dst + done, vm->argv_cpio, vm->argv_cpio_len);
+	return 0;
+}
+
+static int boot_init(struct vm *vm)
+{
+	struct boot_mem m = { .ram = vm->ram, .low_ram = vm->plan.low_ram,
+			      .high_ram = vm->plan.high_ram };
+	int ret;
+
+	ret = kernel__load(&vm->kernel, &m);
+	if (!ret && vm->plan.initrd_size)
+		ret = load_initrd(vm);
+	if (ret)
+		return ret;
+	bootparams__setup(&m, &vm->kernel, &vm->plan, vm->cmdline);
+	pagetable__setup(&m);
+	ret = mptable__setup(&m, vm->nr_vcpus, MPTABLE_NR_IRQS);
+	if (ret)
+		pr_err("MP table: %s", strerror(-ret));
+	return ret;
+}
+
+/* ---- step: vcpus -------------------------------------------------------- */
+
+static int vcpus_init(struct vm *vm)
+{
+	unsigned int i;
+	int ret;
+
+	vm->vcpus = calloc(vm->nr_vcpus, sizeof(*vm->vcpus));
+	if (!vm->vcpus)
+		return -ENOMEM;
+	for (i = 0; i < vm->nr_vcpus; i++) {
+		ret = vcpu__create(vm, i, &vm->vcpus[i]);
+		if (ret) {
+			pr_err("vcpu%u: %s", i, strerror(-ret));
+			return ret;
+		}
+	}
+	return 0;
+}
+
+static void vcpus_exit(struct vm *vm)
+{
+	unsigned int i;
+
+	for (i = 0; vm->vcpus && i < vm->nr_vcpus; i++)
+		vcpu__destroy(vm->vcpus[i]);
+	free(vm->vcpus);
+	vm->vcpus = NULL;
+}
+
+/* ---- the builder -------------------------------------------------------- */
+
+static const struct {
+	const char *name;
+	int (*init)(struct vm *vm);
+	void (*exit)(struct vm *vm);
+} vm_steps[] = {
+	{ "image",   image_init,   image_exit },
+	{ "kvm",     kvm_init,     kvm_exit },
+	{ "memory",  memory_init,  memory_exit },
+	{ "irqchip", irqchip_init, NULL },	/* goes with the VM fd */
+	{ "devices", devices_init, devices_exit },
+	{ "boot",    boot_init,    NULL },	/* lives in guest memory */
+	{ "vcpus",   vcpus_init,   vcpus_exit },
+};
+
+static void vm_unwind(struct vm *vm, unsigned int done)
+{
+	while (done--)
+		if (vm_steps[done].exit)
+			vm_steps[done].exit(vm);
+}
+
+int vm__create(struct vm **out, const struct vm_config *cfg)
+{
+	struct vm *vm = calloc(1, sizeof(*vm));
+	unsigned int i;
+	int ret;
+
+	if (!vm)
+		return -ENOMEM;
+	vm->cfg = cfg;
+	vm->kvm_fd = vm->vm_fd = vm->initrd_fd = -1;
+	vm->event_fd = vm->space_fd = -1;
+	vm->nr_vcpus = cfg->nr_cpus;
+	vm->ram_size = cfg->mem_mib << 20;
+	pthread_mutex_init(&vm->stop_lock, NULL);
+
+	for (i = 0; i < ARRAY_SIZE(vm_steps); i++) {
+		ret = vm_steps[i].init(vm);
+		if (ret) {
+			pr_debug("build step %s failed: %d", vm_steps[i].name,
+				 ret);
+			vm_unwind(vm, i + 1);
+			pthread_mutex_destroy(&vm->stop_lock);
+			free(vm);
+			return ret;
+		}
+	}
+	*out = vm;
+	return 0;
+}
+
+void vm__destroy(struct vm *vm)
+{
+	if (!vm)
+		return;
+	vm_unwind(vm, ARRAY_SIZE(vm_steps));
+	pthread_mutex_destroy(&vm->stop_lock);
+	free(vm);
+}
+
+/* ---- running ------------------------------------------------------------ */
+
+void vm__stop(struct vm *vm, enum vm_stop_reason reason, int status,
+	      const char *detail)
+{
+	uint64_t one = 1;
+
+	pthread_mutex_lock(&vm->stop_lock);
+	if (vm->stop_reason == VM_STOP_NONE) {
+		vm->stop_reason = reason;
+		vm->stop_status = status;
+		vm->stop_detail = detail;
+	}
+	pthread_mutex_unlock(&vm->stop_lock);
+	atomic_store(&vm->stopping, 1);
+	if (write(vm->event_fd, &one, sizeof(one)) < 0)
+		pr_debug("event_fd: %s", strerror(errno));
+}
+
+enum loop_event {
+	EV_WAKE = 1,
+	EV_SIGNAL,
+	EV_STDIN,
+	EV_SPACE,
+};
+
+struct loop {
+	struct io_uring ring;
+	int sig_fd;
+	uint64_t wake_buf, space_buf;
+	struct signalfd_siginfo si;
+	uint8_t in_buf[STDIN_CHUNK];
+	bool stdin_armed, space_armed;
+};
+
+static void arm_read(struct loop *l, int fd, void *buf, size_t len,
+		     enum loop_event ev)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&l->ring);
+
+	/* The ring is sized for every read we keep in flight at once. */
+	io_uring_prep_read(sqe, fd, buf, len, 0);
+	io_uring_sqe_set_data64(sqe, ev);
+}
+
+static void maybe_arm_stdin(struct vm *vm, struct loop *l)
+{
+	size_t room;
+
+	if (l->stdin_armed)
+		return;
+	room = console__input_room(vm->console);
+	if (room) {
+		arm_read(l, STDIN_FILENO, l->in_buf,
+			 room < sizeof(l->in_buf) ? room : sizeof(l->in_buf),
+			 EV_STDIN);
+		l->stdin_armed = true;
+	} else if (!l->space_armed) {
+		arm_read(l, vm->space_fd, &l->space_buf,
+			 sizeof(l->space_buf), EV_SPACE);
+		l->space_armed = true;
+	}
+}
+
+static void handle_cqe(struct vm *vm, struct loop *l,
+		       const struct io_uring_cqe *cqe)
+{
+	switch (io_uring_cqe_get_data64(cqe)) {
+	case EV_WAKE:
+		arm_read(l, vm->event_fd, &l->wake_buf, sizeof(l->wake_buf),
+			 EV_WAKE);
+		break;
+	case EV_SIGNAL:
+		if (cqe->res == sizeof(l->si))
+			vm__stop(vm, VM_STOP_SIGNAL, l->si.ssi_signo, NULL);
+		else
+			arm_read(l, l->sig_fd, &l->si, sizeof(l->si),
+				 EV_SIGNAL);
+		break;
+	case EV_STDIN:
+		l->stdin_armed = false;
+		if (cqe->res == -EAGAIN || cqe->res == -EINTR)
+			break;
+		/* An error on stdin is its end, for the guest. */
+		console__input(vm->console, l->in_buf,
+			       cqe->res > 0 ? cqe->res : 0);
+		break;
+	case EV_SPACE:
+		l->space_armed = false;
+		break;
+	}
+}
+
+static int main_loop(struct vm *vm, int sig_fd)
+{
+	struct io_uring_cqe *cqe;
+	struct loop *l;
+	int ret;
+
+	l = calloc(1, sizeof(*l));
+	if (!l)
+		return -ENOMEM;
+	ret = io_uring_queue_init(RING_ENTRIES, &l->ring, 0);
+	if (ret) {
+		pr_err("io_uring_queue_init: %s", strerror(-ret));
+		free(l);
+		return ret;
+	}
+	l->sig_fd = sig_fd;
+	arm_read(l, vm->event_fd, &l->wake_buf, sizeof(l->wake_buf), EV_WAKE);
+	arm_read(l, sig_fd, &l->si, sizeof(l->si), EV_SIGNAL);
+
+	while (!atomic_load(&vm->stopping)) {
+		maybe_arm_stdin(vm, l);
+		ret = io_uring_submit_and_wait(&l->ring, 1);
+		if (ret < 0 && ret != -EINTR) {
+			pr_err("io_uring_submit_and_wait: %s", strerror(-ret));
+			vm__stop(vm, VM_STOP_ERROR, 0, "event loop failed");
+			break;
+		}
+		while (io_uring_peek_cqe(&l->ring, &cqe) == 0) {
+			handle_cqe(vm, l, cqe);
+			io_uring_cqe_seen(&l->ring, cqe);
+		}
+	}
+	io_uring_queue_exit(&l->ring);
+	free(l);
+	return 0;
+}
+
+static int exit_code(const struct vm *vm)
+{
+	switch (vm->stop_reason) {
+	case VM_STOP_GUEST_EXIT:
+		return vm->stop_status;
+	case VM_STOP_GUEST_RESET:
+		pr_err("%s before reporting a status (panic, triple fault "
+		       "or reboot)", vm->stop_detail);
+		return VMM_EXIT_GUEST_CRASH;
+	case VM_STOP_SIGNAL:
+		pr_err("stopped by signal %d (%s)", vm->stop_status,
+		       strsignal(vm->stop_status));
+		return 128 + vm->stop_status;
+	default:
+		return VMM_EXIT_VMM_ERROR;
+	}
+}
+
+int vm__run(struct vm *vm)
+{
+	sigset_t mask, old;
+	unsigned int i;
+	int sig_fd, ret;
+
+	/* Host signals arrive through the ring; vCPUs take only kicks. */
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGHUP);
+	sigaddset(&mask, SIGQUIT);
+	sigaddset(&mask, SIGUSR1);
+	pthread_sigmask(SIG_BLOCK, &mask, &old);
+	signal(SIGPIPE, SIG_IGN);
+	sigdelset(&mask, SIGUSR1);
+	sig_fd = signalfd(-1, &mask, SFD_CLOEXEC);
+	if (sig_fd < 0) {
+		ret = -errno;
+		pr_err("signalfd: %s", strerror(errno));
+		goto out_mask;
+	}
+
+	for (i = 0; i < vm->nr_vcpus; i++) {
+		ret = vcpu__start(vm->vcpus[i]);
+		if (ret) {
+			pr_err("vcpu%u: starting its thread: %s", i,
+			       strerror(-ret));
+			vm__stop(vm, VM_STOP_ERROR, 0, "vCPU start failed");
+			break;
+		}
+	}
+	if (!atomic_load(&vm->stopping))
+		main_loop(vm, sig_fd);
+
+	for (i = 0; i < vm->nr_vcpus; i++)
+		vcpu__kick(vm->vcpus[i]);
+	for (i = 0; i < vm->nr_vcpus; i++)
+		vcpu__join(vm->vcpus[i]);
+	close(sig_fd);
+	ret = exit_code(vm);
+out_mask:
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return ret < 0 ? VMM_EXIT_VMM_ERROR : ret;
+}

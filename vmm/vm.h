@@ -1,0 +1,104 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+#ifndef KILN_VM_H
+#define KILN_VM_H
+
+#include <linux/kvm.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "bootloader/boot.h"
+#include "devices/exit-dev.h"
+#include "devices/i8042.h"
+#include "vmm/config.h"
+#include "vmm/ioport.h"
+#include "vmm/log.h"
+
+/*
+ * Exit codes of `vmm run` besides the command's own status (0..255, or
+ * 128+N when a signal killed it). Documented in Documentation/cli.md.
+ */
+#define VMM_EXIT_GUEST_CRASH	123	/* reset, panic or triple fault */
+#define VMM_EXIT_VMM_ERROR	125	/* bad input or a monitor failure */
+
+enum vm_stop_reason {
+	VM_STOP_NONE,
+	VM_STOP_GUEST_EXIT,	/* status reported through the exit device */
+	VM_STOP_GUEST_RESET,	/* reset or triple fault, no status */
+	VM_STOP_ERROR,		/* KVM or the monitor failed */
+	VM_STOP_SIGNAL,		/* the host asked us to stop */
+};
+
+struct vcpu;
+struct uart;
+struct console;
+
+struct vm {
+	const struct vm_config *cfg;
+
+	int kvm_fd;
+	int vm_fd;
+	int vcpu_mmap_size;
+	struct kvm_cpuid2 *cpuid;	/* what KVM supports, patched per vCPU */
+
+	/* What to boot, opened and checked before KVM is touched. */
+	struct kernel_image kernel;
+	int initrd_fd;			/* -1: no initrd file */
+	uint64_t initrd_file_size;	/* bytes */
+	uint8_t *argv_cpio;		/* appended archive with the command */
+	size_t argv_cpio_len;
+	char *cmdline;			/* the complete kernel command line */
+
+	uint8_t *ram;			/* one host mapping for all guest RAM */
+	uint64_t ram_size;		/* bytes */
+	struct boot_plan plan;
+	uint64_t boot_entry;		/* guest-physical 64-bit entry */
+
+	struct ioport_bus io;
+	struct uart *uart;
+	struct console *console;
+	struct i8042 i8042;
+	struct exit_dev exit_dev;
+
+	unsigned int nr_vcpus;
+	struct vcpu **vcpus;
+
+	int event_fd;			/* vCPU threads wake the main loop */
+	int space_fd;			/* the UART has room for host input */
+	atomic_int stopping;		/* set once; vCPUs leave KVM_RUN */
+	enum vm_stop_reason stop_reason;
+	int stop_status;		/* status or signal number */
+	const char *stop_detail;
+	pthread_mutex_t stop_lock;
+};
+
+/* Builds everything; errors are reported here, with what failed. */
+int __must_check vm__create(struct vm **out, const struct vm_config *cfg);
+void vm__destroy(struct vm *vm);
+/* Runs the guest to completion; returns the process exit code. */
+int vm__run(struct vm *vm);
+
+/* Called from any thread: first caller's reason wins. */
+void vm__stop(struct vm *vm, enum vm_stop_reason reason, int status,
+	      const char *detail);
+void vm__irq_line(void *opaque, unsigned int gsi, int level);
+
+/* vmm/kvm.c: /dev/kvm and capability checks. */
+int __must_check kvm__open(int *kvm_fd, const char **why);
+void kvm__warn_if_software(void);
+int __must_check kvm__supported_cpuid(int kvm_fd, struct kvm_cpuid2 **out);
+
+/* vmm/vcpu.c */
+int __must_check vcpu__create(struct vm *vm, unsigned int id,
+			      struct vcpu **out);
+void vcpu__destroy(struct vcpu *v);
+int __must_check vcpu__start(struct vcpu *v);
+void vcpu__kick(struct vcpu *v);
+void vcpu__join(struct vcpu *v);
+
+/* vmm/cpuid.c */
+int __must_check cpuid__setup(int vcpu_fd, const struct kvm_cpuid2 *supported,
+			      unsigned int id, unsigned int nr_cpus);
+
+#endif
