@@ -21,7 +21,7 @@ int kernel__open(struct kernel_image *k, const char *path, const char **why)
 	memset(k, 0, sizeof(*k));
 	k->path = path;
 
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0) {
 		ret = -errno;
 		*why = strerror(errno);

@@ -48,8 +48,10 @@ int config__parse_uint(const char *s, uint64_t max, uint64_t *out)
 		return -EINVAL;
 	errno = 0;
 	v = strtoull(s, &end, 10);
-	if (errno || *end)
+	if (*end)
 		return -EINVAL;
+	if (errno)
+		return -ERANGE;
 	if (v > max)
 		return -ERANGE;
 	*out = v;

@@ -61,7 +61,7 @@ static int open_initrd(struct vm *vm)
 
 	if (!path)
 		return 0;
-	vm->initrd_fd = open(path, O_RDONLY | O_CLOEXEC);
+	vm->initrd_fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (vm->initrd_fd < 0 || fstat(vm->initrd_fd, &st) < 0) {
 		ret = -errno;
 		pr_err("%s: %s", path, strerror(errno));

@@ -1,0 +1,335 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * `vmm run` bad input: every case gives one line on stderr naming the file
+ * or option and the reason, and exit status 125, before KVM is touched (so
+ * these run on any host). KILN_VMM names the binary (default build/vmm).
+ */
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "selftests/kselftest.h"
+#include "selftests/fake_kernel.h"
+
+#define VMM_EXIT_VMM_ERROR 125
+#define ERR_MAX 4096
+
+struct result {
+	int status;
+	char err[ERR_MAX];
+};
+
+static const char *vmm_path(void)
+{
+	const char *p = getenv("KILN_VMM");
+
+	return p ? p : "build/vmm";
+}
+
+/* Run vmm with argv (argv[0] ignored), stdin from /dev/null. */
+static void run_vmm(const char *const argv[], const char *uid,
+		    struct result *r)
+{
+	int pipefd[2], status;
+	size_t len = 0;
+	ssize_t n;
+	pid_t pid;
+
+	memset(r, 0, sizeof(*r));
+	if (pipe(pipefd))
+		abort();
+	pid = fork();
+	if (pid == 0) {
+		const char *args[64];
+		int i = 0, j = 1, fd = open("/dev/null", O_RDWR);
+
+		dup2(fd, 0);
+		dup2(fd, 1);
+		dup2(pipefd[1], 2);
+		if (uid) {
+			args[i++] = "setpriv";
+			args[i++] = uid;
+			args[i++] = "--regid=65534";
+			args[i++] = "--clear-groups";
+		}
+		args[i++] = vmm_path();
+		while (argv[j] && i < 63)
+			args[i++] = argv[j++];
+		args[i] = NULL;
+		execvp(args[0], (char *const *)args);
+		_exit(127);
+	}
+	close(pipefd[1]);
+	while ((n = read(pipefd[0], r->err + len, ERR_MAX - 1 - len)) > 0)
+		len += n;
+	close(pipefd[0]);
+	waitpid(pid, &status, 0);
+	r->status = WIFEXITED(status) ? WEXITSTATUS(status) :
+		    128 + WTERMSIG(status);
+}
+
+static int lines(const char *s)
+{
+	int n = 0;
+
+	for (; *s; s++)
+		n += *s == '\n';
+	return n;
+}
+
+#define EXPECT_BAD_INPUT(r, needle) do {				\
+	EXPECT_EQ(VMM_EXIT_VMM_ERROR, (r)->status);			\
+	EXPECT_EQ(1, lines((r)->err)) TH_LOG("stderr: %s", (r)->err);	\
+	EXPECT_TRUE(strstr((r)->err, needle) != NULL)			\
+		TH_LOG("want '%s' in: %s", needle, (r)->err);		\
+} while (0)
+
+FIXTURE(files) {
+	char dir[64];
+	char kernel[96];	/* a valid fake ELF vmlinux */
+	char text[96];		/* not a kernel */
+	char big[96];		/* ELF that needs 80 MiB */
+	char initrd[96];	/* 40 MiB, sparse */
+	char fifo[96];
+	char secret[96];	/* mode 0600, owned by root */
+	char json[96];
+};
+
+static void write_file(const char *path, const void *buf, size_t len)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+	if (fd < 0 || write(fd, buf, len) != (ssize_t)len)
+		abort();
+	close(fd);
+}
+
+FIXTURE_SETUP(files)
+{
+	struct fake_elf f;
+	int fd;
+
+	strcpy(self->dir, "/tmp/kiln-cli-XXXXXX");
+	ASSERT_TRUE(mkdtemp(self->dir) != NULL);
+	snprintf(self->kernel, 96, "%s/vmlinux", self->dir);
+	snprintf(self->text, 96, "%s/notes.txt", self->dir);
+	snprintf(self->big, 96, "%s/big-vmlinux", self->dir);
+	snprintf(self->initrd, 96, "%s/initrd", self->dir);
+	snprintf(self->fifo, 96, "%s/fifo", self->dir);
+	snprintf(self->secret, 96, "%s/secret", self->dir);
+	snprintf(self->json, 96, "%s/vm.json", self->dir);
+
+	make_elf(&f);
+	write_file(self->kernel, &f, sizeof(f));
+	write_file(self->text, "hello\n", 6);
+	f.ph[1].p_memsz = 80ULL << 20;
+	write_file(self->big, &f, sizeof(f));
+	fd = open(self->initrd, O_WRONLY | O_CREAT, 0644);
+	ASSERT_EQ(0, ftruncate(fd, 40 << 20));
+	close(fd);
+	ASSERT_EQ(0, mkfifo(self->fifo, 0644));
+	make_elf(&f);
+	write_file(self->secret, &f, sizeof(f));
+	ASSERT_EQ(0, chmod(self->secret, 0600));
+}
+
+FIXTURE_TEARDOWN(files)
+{
+	char cmd[128];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", self->dir);
+	if (system(cmd))
+		TH_LOG("could not remove %s", self->dir);
+}
+
+TEST_F(files, missing_kernel)
+{
+	char path[128];
+	struct result r;
+
+	snprintf(path, sizeof(path), "%s/nope", self->dir);
+	run_vmm((const char *[]){ "", "run", "--kernel", path, NULL }, NULL, &r);
+	EXPECT_BAD_INPUT(&r, "No such file or directory");
+	EXPECT_TRUE(strstr(r.err, path) != NULL);
+}
+
+TEST_F(files, missing_initrd)
+{
+	char path[128];
+	struct result r;
+
+	snprintf(path, sizeof(path), "%s/nope.cpio", self->dir);
+	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel, "--initrd",
+			    path, NULL }, NULL, &r);
+	EXPECT_BAD_INPUT(&r, "nope.cpio: No such file or directory");
+}
+
+TEST_F(files, unreadable_kernel)
+{
+	struct result r;
+
+	if (geteuid() != 0)
+		SKIP(return, "needs root to drop to another user");
+	run_vmm((const char *[]){ "", "run", "--kernel", self->secret, NULL },
+		"--reuid=65534", &r);
+	EXPECT_BAD_INPUT(&r, "Permission denied");
+}
+
+TEST_F(files, directory_and_fifo)
+{
+	struct result r;
+
+	run_vmm((const char *[]){ "", "run", "--kernel", self->dir, NULL }, NULL,
+		&r);
+	EXPECT_BAD_INPUT(&r, "is a directory");
+	/* A FIFO must be refused, not block the vmm forever. */
+	run_vmm((const char *[]){ "", "run", "--kernel", self->fifo, NULL }, NULL,
+		&r);
+	EXPECT_BAD_INPUT(&r, "not a regular file");
+	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel, "--initrd",
+			    self->fifo, NULL }, NULL, &r);
+	EXPECT_BAD_INPUT(&r, "not a regular file");
+}
+
+TEST_F(files, not_a_kernel)
+{
+	struct result r;
+
+	run_vmm((const char *[]){ "", "run", "--kernel", self->text, NULL }, NULL,
+		&r);
+	EXPECT_BAD_INPUT(&r, "notes.txt: not an ELF64 x86-64 vmlinux or bzImage");
+	run_vmm((const char *[]){ "", "run", "--kernel", "/bin/sh", NULL }, NULL,
+		&r);
+	EXPECT_BAD_INPUT(&r, "/bin/sh: ELF file is not an executable kernel");
+}
+
+TEST_F(files, kernel_too_big_for_memory)
+{
+	struct result r;
+
+	run_vmm((const char *[]){ "", "run", "--kernel", self->big, "--memory",
+			    "64", NULL }, NULL, &r);
+	EXPECT_BAD_INPUT(&r, "kernel does not fit in guest memory");
+	EXPECT_TRUE(strstr(r.err, self->big) != NULL);
+}
+
+TEST_F(files, initrd_too_big_for_memory)
+{
+	struct result r;
+
+	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel, "--initrd",
+			    self->initrd, "--memory", "48", NULL }, NULL, &r);
+	EXPECT_BAD_INPUT(&r, "initrd does not fit");
+	EXPECT_TRUE(strstr(r.err, self->initrd) != NULL);
+}
+
+TEST_F(files, cmdline_over_limit)
+{
+	char *cmd = malloc(3000);
+	struct result r;
+
+	memset(cmd, 'a', 2999);
+	cmd[2999] = 0;
+	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel,
+			    "--cmdline", cmd, NULL }, NULL, &r);
+	EXPECT_BAD_INPUT(&r, "command line longer than the boot protocol");
+	free(cmd);
+}
+
+TEST_F(files, cpu_counts)
+{
+	struct result r;
+
+	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel, "--cpus",
+			    "0", NULL }, NULL, &r);
+	EXPECT_BAD_INPUT(&r, "cpus 0: must be between 1 and 64");
+	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel, "--cpus",
+			    "65", NULL }, NULL, &r);
+	EXPECT_BAD_INPUT(&r, "cpus 65: must be between 1 and 64");
+	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel, "--cpus",
+			    "99999999999999999999", NULL }, NULL, &r);
+	EXPECT_BAD_INPUT(&r, "out of range");
+	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel, "--cpus",
+			    "-1", NULL }, NULL, &r);
+	EXPECT_BAD_INPUT(&r, "not a decimal number");
+}
+
+TEST_F(files, memory_sizes)
+{
+	struct result r;
+
+	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel, "--memory",
+			    "0", NULL }, NULL, &r);
+	EXPECT_BAD_INPUT(&r, "memory 0 MiB: must be between");
+	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel, "--memory",
+			    "4000000", NULL }, NULL, &r);
+	EXPECT_BAD_INPUT(&r, "memory 4000000 MiB: must be between");
+	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel, "--memory",
+			    "12abc", NULL }, NULL, &r);
+	EXPECT_BAD_INPUT(&r, "--memory 12abc: not a decimal number");
+}
+
+TEST_F(files, json_config_errors)
+{
+	char doc[512];
+	struct result r;
+
+	snprintf(doc, sizeof(doc), "{\"kernel\": \"%s\", \"cpu\": 2}",
+		 self->kernel);
+	write_file(self->json, doc, strlen(doc));
+	run_vmm((const char *[]){ "", "run", "--config", self->json, NULL }, NULL,
+		&r);
+	EXPECT_BAD_INPUT(&r, "unknown key \"cpu\"");
+
+	snprintf(doc, sizeof(doc), "{\"kernel\": \"%s\", \"cpus\": \"2\"}",
+		 self->kernel);
+	write_file(self->json, doc, strlen(doc));
+	run_vmm((const char *[]){ "", "run", "--config", self->json, NULL }, NULL,
+		&r);
+	EXPECT_BAD_INPUT(&r, "\"cpus\" must be an integer");
+
+	write_file(self->json, "{\"kernel\": ", 11);
+	run_vmm((const char *[]){ "", "run", "--config", self->json, NULL }, NULL,
+		&r);
+	EXPECT_BAD_INPUT(&r, "vm.json: line 1");
+
+	snprintf(doc, sizeof(doc), "{\"kernel\": \"%s\", \"cpus\": 0}",
+		 self->kernel);
+	write_file(self->json, doc, strlen(doc));
+	run_vmm((const char *[]){ "", "run", "--config", self->json, NULL }, NULL,
+		&r);
+	EXPECT_BAD_INPUT(&r, "cpus 0: must be between 1 and 64");
+
+	snprintf(doc, sizeof(doc), "{\"kernel\": \"%s\", \"command\": []}",
+		 self->kernel);
+	write_file(self->json, doc, strlen(doc));
+	run_vmm((const char *[]){ "", "run", "--config", self->json, NULL }, NULL,
+		&r);
+	EXPECT_BAD_INPUT(&r, "\"command\" must be a non-empty array");
+}
+
+TEST(usage_errors)
+{
+	struct result r;
+
+	run_vmm((const char *[]){ "", "run", NULL }, NULL, &r);
+	EXPECT_BAD_INPUT(&r, "no kernel given");
+	run_vmm((const char *[]){ "", "frobnicate", NULL }, NULL, &r);
+	EXPECT_BAD_INPUT(&r, "unknown command 'frobnicate'");
+	run_vmm((const char *[]){ "", "run", "--kernel", "x", "stray", NULL }, NULL,
+		&r);
+	EXPECT_BAD_INPUT(&r, "unexpected argument 'stray'");
+}
+
+TEST(help_and_version)
+{
+	struct result r;
+
+	run_vmm((const char *[]){ "", "--help", NULL }, NULL, &r);
+	EXPECT_EQ(0, r.status);
+	run_vmm((const char *[]){ "", "--version", NULL }, NULL, &r);
+	EXPECT_EQ(0, r.status);
+}
+
+TEST_HARNESS_MAIN
