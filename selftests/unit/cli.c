@@ -6,19 +6,13 @@
  */
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "selftests/kselftest.h"
 #include "selftests/fake_kernel.h"
+#include "selftests/spawn.h"
 
 #define VMM_EXIT_VMM_ERROR 125
-#define ERR_MAX 4096
-
-struct result {
-	int status;
-	char err[ERR_MAX];
-};
 
 static const char *vmm_path(void)
 {
@@ -27,60 +21,30 @@ static const char *vmm_path(void)
 	return p ? p : "build/vmm";
 }
 
-/* Run vmm with argv (argv[0] ignored), stdin from /dev/null. */
+/* Run vmm with argv (argv[0] ignored), as user uid when given. */
 static void run_vmm(const char *const argv[], const char *uid,
-		    struct result *r)
+		    struct spawn_result *r)
 {
-	int pipefd[2], status;
-	size_t len = 0;
-	ssize_t n;
-	pid_t pid;
+	const char *args[64];
+	int i = 0, j = 1;
 
-	memset(r, 0, sizeof(*r));
-	if (pipe(pipefd))
-		abort();
-	pid = fork();
-	if (pid == 0) {
-		const char *args[64];
-		int i = 0, j = 1, fd = open("/dev/null", O_RDWR);
-
-		dup2(fd, 0);
-		dup2(fd, 1);
-		dup2(pipefd[1], 2);
-		if (uid) {
-			args[i++] = "setpriv";
-			args[i++] = uid;
-			args[i++] = "--regid=65534";
-			args[i++] = "--clear-groups";
-		}
-		args[i++] = vmm_path();
-		while (argv[j] && i < 63)
-			args[i++] = argv[j++];
-		args[i] = NULL;
-		execvp(args[0], (char *const *)args);
-		_exit(127);
+	if (uid) {
+		args[i++] = "setpriv";
+		args[i++] = uid;
+		args[i++] = "--regid=65534";
+		args[i++] = "--clear-groups";
 	}
-	close(pipefd[1]);
-	while ((n = read(pipefd[0], r->err + len, ERR_MAX - 1 - len)) > 0)
-		len += n;
-	close(pipefd[0]);
-	waitpid(pid, &status, 0);
-	r->status = WIFEXITED(status) ? WEXITSTATUS(status) :
-		    128 + WTERMSIG(status);
-}
-
-static int lines(const char *s)
-{
-	int n = 0;
-
-	for (; *s; s++)
-		n += *s == '\n';
-	return n;
+	args[i++] = vmm_path();
+	while (argv[j] && i < 63)
+		args[i++] = argv[j++];
+	args[i] = NULL;
+	if (spawn__run(args, NULL, r))
+		abort();
 }
 
 #define EXPECT_BAD_INPUT(r, needle) do {				\
 	EXPECT_EQ(VMM_EXIT_VMM_ERROR, (r)->status);			\
-	EXPECT_EQ(1, lines((r)->err)) TH_LOG("stderr: %s", (r)->err);	\
+	EXPECT_EQ(1, spawn__count_lines((r)->err)) TH_LOG("stderr: %s", (r)->err);	\
 	EXPECT_TRUE(strstr((r)->err, needle) != NULL)			\
 		TH_LOG("want '%s' in: %s", needle, (r)->err);		\
 } while (0)
@@ -146,7 +110,7 @@ FIXTURE_TEARDOWN(files)
 TEST_F(files, missing_kernel)
 {
 	char path[128];
-	struct result r;
+	struct spawn_result r;
 
 	snprintf(path, sizeof(path), "%s/nope", self->dir);
 	run_vmm((const char *[]){ "", "run", "--kernel", path, NULL }, NULL, &r);
@@ -157,7 +121,7 @@ TEST_F(files, missing_kernel)
 TEST_F(files, missing_initrd)
 {
 	char path[128];
-	struct result r;
+	struct spawn_result r;
 
 	snprintf(path, sizeof(path), "%s/nope.cpio", self->dir);
 	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel, "--initrd",
@@ -167,7 +131,7 @@ TEST_F(files, missing_initrd)
 
 TEST_F(files, unreadable_kernel)
 {
-	struct result r;
+	struct spawn_result r;
 
 	if (geteuid() != 0)
 		SKIP(return, "needs root to drop to another user");
@@ -178,7 +142,7 @@ TEST_F(files, unreadable_kernel)
 
 TEST_F(files, directory_and_fifo)
 {
-	struct result r;
+	struct spawn_result r;
 
 	run_vmm((const char *[]){ "", "run", "--kernel", self->dir, NULL }, NULL,
 		&r);
@@ -194,7 +158,7 @@ TEST_F(files, directory_and_fifo)
 
 TEST_F(files, not_a_kernel)
 {
-	struct result r;
+	struct spawn_result r;
 
 	run_vmm((const char *[]){ "", "run", "--kernel", self->text, NULL }, NULL,
 		&r);
@@ -206,7 +170,7 @@ TEST_F(files, not_a_kernel)
 
 TEST_F(files, kernel_too_big_for_memory)
 {
-	struct result r;
+	struct spawn_result r;
 
 	run_vmm((const char *[]){ "", "run", "--kernel", self->big, "--memory",
 			    "64", NULL }, NULL, &r);
@@ -216,7 +180,7 @@ TEST_F(files, kernel_too_big_for_memory)
 
 TEST_F(files, initrd_too_big_for_memory)
 {
-	struct result r;
+	struct spawn_result r;
 
 	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel, "--initrd",
 			    self->initrd, "--memory", "48", NULL }, NULL, &r);
@@ -227,7 +191,7 @@ TEST_F(files, initrd_too_big_for_memory)
 TEST_F(files, cmdline_over_limit)
 {
 	char *cmd = malloc(3000);
-	struct result r;
+	struct spawn_result r;
 
 	memset(cmd, 'a', 2999);
 	cmd[2999] = 0;
@@ -239,7 +203,7 @@ TEST_F(files, cmdline_over_limit)
 
 TEST_F(files, cpu_counts)
 {
-	struct result r;
+	struct spawn_result r;
 
 	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel, "--cpus",
 			    "0", NULL }, NULL, &r);
@@ -257,7 +221,7 @@ TEST_F(files, cpu_counts)
 
 TEST_F(files, memory_sizes)
 {
-	struct result r;
+	struct spawn_result r;
 
 	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel, "--memory",
 			    "0", NULL }, NULL, &r);
@@ -273,7 +237,7 @@ TEST_F(files, memory_sizes)
 TEST_F(files, json_config_errors)
 {
 	char doc[512];
-	struct result r;
+	struct spawn_result r;
 
 	snprintf(doc, sizeof(doc), "{\"kernel\": \"%s\", \"cpu\": 2}",
 		 self->kernel);
@@ -311,7 +275,7 @@ TEST_F(files, json_config_errors)
 
 TEST(usage_errors)
 {
-	struct result r;
+	struct spawn_result r;
 
 	run_vmm((const char *[]){ "", "run", NULL }, NULL, &r);
 	EXPECT_BAD_INPUT(&r, "no kernel given");
@@ -324,7 +288,7 @@ TEST(usage_errors)
 
 TEST(help_and_version)
 {
-	struct result r;
+	struct spawn_result r;
 
 	run_vmm((const char *[]){ "", "--help", NULL }, NULL, &r);
 	EXPECT_EQ(0, r.status);

@@ -1,0 +1,43 @@
+#!/bin/bash
+# selftests/run_kvm.sh [O] - run every KVM selftest, one after the other.
+#
+# Runs $O/selftests/kvm_* and every executable selftests/kvm/*.sh (given
+# O as argument), each a TAP-producing suite. Meant to run where KVM
+# exists, normally as "tools/vmtest selftests/run_kvm.sh O" from
+# run_all.sh, which parses the output (markers: see lib.sh).
+# Exit status: 0 when every suite exited 0 (pass) or 4 (all skipped).
+set -u
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 125
+# shellcheck source=selftests/lib.sh
+. selftests/lib.sh
+
+O=${1:-build}
+status=0 found=0
+
+if [ ! -c /dev/kvm ]; then
+	echo "# kiln-error: run_kvm.sh: no /dev/kvm on $(uname -n):" \
+		"the KVM tests would only skip"
+	status=1
+fi
+
+for t in "$O"/selftests/kvm_* selftests/kvm/*.sh; do
+	if [ ! -f "$t" ] || [ ! -x "$t" ]; then
+		continue
+	fi
+	found=$((found + 1))
+	rc=0
+	case $t in
+	*.sh) run_suite "$t" "$t" "$O" || rc=$? ;;
+	*) run_suite "$t" "$t" || rc=$? ;;
+	esac
+	[ "$rc" -eq 0 ] || [ "$rc" -eq 4 ] || status=1
+done
+
+if [ "$found" -eq 0 ]; then
+	echo "# kiln-error: run_kvm.sh: no KVM selftests in $O/selftests" \
+		"(run make selftests)"
+	status=1
+fi
+echo "# kiln-run_kvm: done"
+exit "$status"

@@ -1,0 +1,421 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * harness_selftest - tests of selftests/kselftest.h itself.
+ *
+ * The behaviour that cannot be checked from inside a passing test (a
+ * failing EXPECT, an ASSERT that stops, a crash, a timeout, the exit
+ * status and the TAP text) is checked end to end: the "sample_" tests are
+ * TEST_MANUAL, so they never run by default, and the real tests re-run this
+ * binary with "-t sample_..." and inspect its output and exit status.
+ */
+#include <fcntl.h>
+#include <limits.h>
+
+#include "selftests/kselftest.h"
+
+#define SAMPLE_OUT_MAX	8192
+
+struct sample_run {
+	int status;		/* exit status, or 128 + signal */
+	char out[SAMPLE_OUT_MAX];
+};
+
+/*
+ * Run this binary with "-t @name" (and KILN_TEST_TIMEOUT=@timeout_env
+ * when given), collecting its stdout and stderr. Returns 0 or -errno.
+ */
+static int run_sample(const char *name, const char *timeout_env,
+		      struct sample_run *run)
+{
+	size_t len = 0;
+	int pipefd[2], status;
+	ssize_t n;
+	pid_t pid;
+
+	memset(run, 0, sizeof(*run));
+	if (pipe2(pipefd, O_CLOEXEC))
+		return -errno;
+	fflush(stdout);
+	pid = fork();
+	if (pid < 0) {
+		close(pipefd[0]);
+		close(pipefd[1]);
+		return -errno;
+	}
+	if (pid == 0) {
+		dup2(pipefd[1], STDOUT_FILENO);
+		dup2(pipefd[1], STDERR_FILENO);
+		if (timeout_env)
+			setenv(KSFT_TIMEOUT_ENV, timeout_env, 1);
+		else
+			unsetenv(KSFT_TIMEOUT_ENV);
+		execl("/proc/self/exe", "harness_selftest", "-t", name,
+		      (char *)NULL);
+		_exit(127);
+	}
+	close(pipefd[1]);
+	while ((n = read(pipefd[0], run->out + len,
+			 sizeof(run->out) - 1 - len)) != 0) {
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			break;
+		len += n;
+		if (len == sizeof(run->out) - 1)
+			break;
+	}
+	close(pipefd[0]);
+	if (waitpid(pid, &status, 0) != pid)
+		return -errno;
+	run->status = WIFEXITED(status) ? WEXITSTATUS(status) :
+					  128 + WTERMSIG(status);
+	return 0;
+}
+
+/* ---- samples: run only through run_sample() ------------------------ */
+
+enum { sample_expect_line = __LINE__ + 5 };
+TEST_MANUAL(sample_expect_continues)
+{
+	int three = 3;
+
+	EXPECT_EQ(three, 4);
+	printf("# reached the line after EXPECT\n");
+}
+
+enum { sample_assert_line = __LINE__ + 5 };
+TEST_MANUAL(sample_assert_stops)
+{
+	unsigned long zero = 0;
+
+	ASSERT_GT(-1, zero) TH_LOG("extra message %d", 42);
+	printf("# reached the line after ASSERT\n");
+}
+
+TEST_MANUAL(sample_skip)
+{
+	SKIP(return, "because %d", 42);
+	printf("# reached the line after SKIP\n");
+}
+
+TEST_MANUAL(sample_crash)
+{
+	raise(SIGSEGV);
+}
+
+TEST_MANUAL(sample_exit_nonzero)
+{
+	exit(3);
+}
+
+TEST_MANUAL_TIMEOUT(sample_timeout, 1)
+{
+	pause();
+}
+
+/* No explicit timeout: KILN_TEST_TIMEOUT decides. */
+TEST_MANUAL(sample_sleep_3s)
+{
+	sleep(3);
+}
+
+TEST_MANUAL(sample_multiline_log)
+{
+	TH_LOG("first\nnot ok 9 fake");
+}
+
+TEST_MANUAL(sample_streq)
+{
+	const char *word = "kiln";
+
+	EXPECT_STREQ("kilns", word);
+	EXPECT_STRNE("kiln", word);
+	EXPECT_STREQ("two\nlines", word);
+}
+
+FIXTURE(sample_fx) {
+	int value;
+};
+
+FIXTURE_SETUP(sample_fx)
+{
+	self->value = 7;
+	printf("# setup ran\n");
+}
+
+FIXTURE_TEARDOWN(sample_fx)
+{
+	printf("# teardown ran, value %d\n", self->value);
+}
+
+TEST_F_MANUAL(sample_fx, assert_then_teardown)
+{
+	self->value = 8;
+	ASSERT_EQ(0, self->value);
+	self->value = 9;
+}
+
+FIXTURE(sample_skipfx) {
+	int unused;
+};
+
+FIXTURE_SETUP(sample_skipfx)
+{
+	SKIP(return, "setup cannot run here");
+}
+
+FIXTURE_TEARDOWN(sample_skipfx)
+{
+	printf("# skip teardown ran\n");
+}
+
+TEST_F_MANUAL(sample_skipfx, body)
+{
+	printf("# skipped body ran\n");
+}
+
+/* ---- the real tests ------------------------------------------------- */
+
+TEST(comparisons_pass)
+{
+	int minus_one = -1;
+	unsigned int big = UINT_MAX;
+	size_t four = 4;
+	char c = 'k';
+	const char *s = "kiln";
+
+	ASSERT_EQ(4, four);
+	ASSERT_NE(minus_one, big);	/* by value, not after conversion */
+	ASSERT_LT(minus_one, big);
+	ASSERT_LE(four, 4);
+	ASSERT_GT(big, minus_one);
+	ASSERT_GE(0, minus_one);
+	ASSERT_EQ('k', c);
+	ASSERT_EQ(NULL, (void *)0);
+	ASSERT_NE(NULL, s);
+	ASSERT_TRUE(four == 4);
+	ASSERT_FALSE(four == 5);
+	ASSERT_STREQ("kiln", s);
+	ASSERT_STRNE("kilns", s);
+	EXPECT_EQ(INT64_MIN, (int64_t)INT64_MIN);
+	EXPECT_LT(INT64_MIN, UINT64_MAX);
+	EXPECT_TRUE(s);
+}
+
+TEST(dangling_else_safe)
+{
+	int taken = 0;
+
+	if (taken)
+		ASSERT_EQ(0, 1);
+	else
+		taken = 1;
+	ASSERT_EQ(1, taken);
+}
+
+TEST(args_evaluated_once)
+{
+	int calls = 0;
+
+	ASSERT_EQ(1, ++calls);
+	EXPECT_EQ(1, calls);
+}
+
+FIXTURE(counter) {
+	int value;
+	bool setup_done;
+};
+
+FIXTURE_SETUP(counter)
+{
+	self->value = 41;
+	self->setup_done = true;
+}
+
+FIXTURE_TEARDOWN(counter)
+{
+}
+
+TEST_F(counter, setup_runs_first)
+{
+	ASSERT_TRUE(self->setup_done);
+	self->value++;
+	ASSERT_EQ(42, self->value);
+}
+
+TEST_F(counter, fresh_per_test)
+{
+	/* The previous test's increment happened in another process. */
+	ASSERT_EQ(41, self->value);
+}
+
+TEST(expect_continues)
+{
+	struct sample_run run;
+	char diag[128];
+
+	ASSERT_EQ(0, run_sample("sample_expect_continues", NULL, &run));
+	EXPECT_EQ(KSFT_FAIL, run.status);
+	EXPECT_NE(NULL, strstr(run.out, "TAP version 13\n1..1\n"));
+	EXPECT_NE(NULL, strstr(run.out, "# reached the line after EXPECT"));
+	EXPECT_NE(NULL, strstr(run.out, "\nnot ok 1 sample_expect_continues\n"));
+	snprintf(diag, sizeof(diag),
+		 "# selftests/unit/harness_selftest.c:%d: Expected three (3) == 4 (4)\n",
+		 sample_expect_line);
+	EXPECT_NE(NULL, strstr(run.out, diag)) TH_LOG("output:\n%s", run.out);
+	EXPECT_NE(NULL, strstr(run.out, "# Totals: pass:0 fail:1 skip:0\n"));
+}
+
+TEST(assert_stops)
+{
+	struct sample_run run;
+	char diag[128];
+
+	ASSERT_EQ(0, run_sample("sample_assert_stops", NULL, &run));
+	EXPECT_EQ(KSFT_FAIL, run.status);
+	EXPECT_EQ(NULL, strstr(run.out, "reached the line after ASSERT"));
+	/* By value -1 > 0ul is false, though C's conversion makes it true. */
+	snprintf(diag, sizeof(diag),
+		 "harness_selftest.c:%d: Expected -1 (-1) > zero (0)\n",
+		 sample_assert_line);
+	EXPECT_NE(NULL, strstr(run.out, diag)) TH_LOG("output:\n%s", run.out);
+	EXPECT_NE(NULL, strstr(run.out, "extra message 42"));
+	EXPECT_NE(NULL, strstr(run.out, "\nnot ok 1 sample_assert_stops\n"));
+}
+
+TEST(skip_reported)
+{
+	struct sample_run run;
+
+	ASSERT_EQ(0, run_sample("sample_skip", NULL, &run));
+	EXPECT_EQ(KSFT_SKIP, run.status);
+	EXPECT_NE(NULL, strstr(run.out, "\nok 1 sample_skip # SKIP because 42\n"));
+	EXPECT_EQ(NULL, strstr(run.out, "reached the line after SKIP"));
+	EXPECT_NE(NULL, strstr(run.out, "# Totals: pass:0 fail:0 skip:1\n"));
+}
+
+TEST(crash_fails)
+{
+	struct sample_run run;
+
+	ASSERT_EQ(0, run_sample("sample_crash", NULL, &run));
+	EXPECT_EQ(KSFT_FAIL, run.status);
+	EXPECT_NE(NULL, strstr(run.out, "killed by signal 11"));
+	EXPECT_NE(NULL, strstr(run.out, "\nnot ok 1 sample_crash\n"));
+}
+
+TEST(exit_status_fails)
+{
+	struct sample_run run;
+
+	ASSERT_EQ(0, run_sample("sample_exit_nonzero", NULL, &run));
+	EXPECT_EQ(KSFT_FAIL, run.status);
+	EXPECT_NE(NULL, strstr(run.out, "exited with status 3"));
+	EXPECT_NE(NULL, strstr(run.out, "\nnot ok 1 sample_exit_nonzero\n"));
+}
+
+TEST(timeout_kills)
+{
+	struct sample_run run;
+	time_t start = time(NULL);
+
+	ASSERT_EQ(0, run_sample("sample_timeout", NULL, &run));
+	EXPECT_EQ(KSFT_FAIL, run.status);
+	EXPECT_NE(NULL, strstr(run.out, "\nnot ok 1 sample_timeout # TIMEOUT"))
+		TH_LOG("output:\n%s", run.out);
+	EXPECT_GE(5, time(NULL) - start);
+}
+
+TEST(timeout_env_override)
+{
+	struct sample_run run;
+
+	/* The default (30 s) lets it finish... */
+	ASSERT_EQ(0, run_sample("sample_sleep_3s", NULL, &run));
+	EXPECT_EQ(KSFT_PASS, run.status);
+	EXPECT_NE(NULL, strstr(run.out, "\nok 1 sample_sleep_3s\n"));
+	/* ...one second from the environment does not. */
+	ASSERT_EQ(0, run_sample("sample_sleep_3s", "1", &run));
+	EXPECT_EQ(KSFT_FAIL, run.status);
+	EXPECT_NE(NULL, strstr(run.out,
+			       "not ok 1 sample_sleep_3s # TIMEOUT after 1 s"));
+}
+
+TEST(log_lines_stay_comments)
+{
+	struct sample_run run;
+
+	ASSERT_EQ(0, run_sample("sample_multiline_log", NULL, &run));
+	EXPECT_EQ(KSFT_PASS, run.status);
+	EXPECT_NE(NULL, strstr(run.out, ": first\n# not ok 9 fake\n"))
+		TH_LOG("output:\n%s", run.out);
+	EXPECT_EQ(NULL, strstr(run.out, "\nnot ok"));
+}
+
+TEST(string_diagnostics)
+{
+	struct sample_run run;
+
+	ASSERT_EQ(0, run_sample("sample_streq", NULL, &run));
+	EXPECT_EQ(KSFT_FAIL, run.status);
+	EXPECT_NE(NULL, strstr(run.out,
+			       "Expected \"kilns\" \"kilns\" == word \"kiln\""));
+	EXPECT_NE(NULL, strstr(run.out,
+			       "Expected \"kiln\" \"kiln\" != word \"kiln\""));
+	/* Escaped, so the diagnostic stays one "# " line. */
+	EXPECT_NE(NULL, strstr(run.out, "\"two\\nlines\" == word \"kiln\"\n"))
+		TH_LOG("output:\n%s", run.out);
+}
+
+TEST(teardown_after_assert)
+{
+	struct sample_run run;
+	char *setup, *teardown;
+
+	ASSERT_EQ(0, run_sample("sample_fx.assert_then_teardown", NULL, &run));
+	EXPECT_EQ(KSFT_FAIL, run.status);
+	setup = strstr(run.out, "# setup ran\n");
+	teardown = strstr(run.out, "# teardown ran, value 8\n");
+	ASSERT_NE(NULL, setup) TH_LOG("output:\n%s", run.out);
+	ASSERT_NE(NULL, teardown) TH_LOG("output:\n%s", run.out);
+	EXPECT_LT(setup, teardown);
+	EXPECT_NE(NULL, strstr(run.out,
+			       "\nnot ok 1 sample_fx.assert_then_teardown\n"));
+}
+
+TEST(skip_in_setup)
+{
+	struct sample_run run;
+
+	ASSERT_EQ(0, run_sample("sample_skipfx.body", NULL, &run));
+	EXPECT_EQ(KSFT_SKIP, run.status);
+	EXPECT_EQ(NULL, strstr(run.out, "skipped body ran"));
+	EXPECT_NE(NULL, strstr(run.out, "skip teardown ran"));
+	EXPECT_NE(NULL, strstr(run.out,
+			       "ok 1 sample_skipfx.body # SKIP setup cannot run here\n"));
+}
+
+TEST(unknown_test_name)
+{
+	struct sample_run run;
+
+	ASSERT_EQ(0, run_sample("no_such_test", NULL, &run));
+	EXPECT_EQ(KSFT_FAIL, run.status);
+	EXPECT_NE(NULL, strstr(run.out, "no test named 'no_such_test'"));
+}
+
+TEST(manual_tests_not_planned)
+{
+	struct __test_metadata *t;
+	unsigned int manual = 0, last_line = 0;
+
+	/* The list is in declaration order and holds the samples too. */
+	for (t = __ksft_tests; t; t = t->next) {
+		EXPECT_LE(last_line, t->line);
+		last_line = t->line;
+		manual += t->manual;
+	}
+	EXPECT_EQ(11, manual);
+}
+
+TEST_HARNESS_MAIN
