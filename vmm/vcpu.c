@@ -14,7 +14,6 @@
 #include "vmm/vm.h"
 
 /* MSR numbers (SDM vol. 4) and their boot values. */
-#define MSR_IA32_TSC			0x00000010
 #define MSR_IA32_SYSENTER_CS		0x00000174
 #define MSR_IA32_SYSENTER_ESP		0x00000175
 #define MSR_IA32_SYSENTER_EIP		0x00000176
@@ -60,10 +59,14 @@ static int setup_msrs(struct vcpu *v)
 		{ MSR_KERNEL_GS_BASE, 0 },
 		{ MSR_SYSCALL_MASK, 0 },
 		{ MSR_LSTAR, 0 },
-		{ MSR_IA32_TSC, 0 },
 		{ MSR_IA32_MISC_ENABLE, MISC_ENABLE_FAST_STRING },
 		{ MSR_MTRR_DEF_TYPE, MTRR_DEF_TYPE_ENABLE | MTRR_TYPE_WRBACK },
 	};
+	/*
+	 * No MSR_IA32_TSC: KVM starts every vCPU's TSC in sync, and a write
+	 * from here, late on a slow host, would make the guest see the TSCs
+	 * drift apart and drop the TSC as a clocksource.
+	 */
 	struct {
 		struct kvm_msrs hdr;
 		struct kvm_msr_entry e[ARRAY_SIZE(boot_msrs)];
