@@ -22,6 +22,7 @@ obj-y += vmm/vcpu.o
 obj-y += vmm/cpuid.o
 obj-y += vmm/ioport.o
 obj-y += vmm/log.o
+obj-y += vmm/seccomp.o
 obj-y += devices/uart.o
 obj-y += devices/i8042.o
 obj-y += devices/exit-dev.o

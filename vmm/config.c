@@ -19,6 +19,7 @@ void config__init(struct vm_config *c)
 	memset(c, 0, sizeof(*c));
 	c->nr_cpus = CONFIG_DEFAULT_CPUS;
 	c->mem_mib = CONFIG_DEFAULT_MEM_MIB;
+	c->seccomp = true;
 }
 
 static void free_argv(char **argv)

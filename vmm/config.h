@@ -22,6 +22,7 @@ struct vm_config {
 	uint64_t mem_mib;		/* MiB */
 	char **argv;			/* command for the guest; NULL: none */
 	bool verbose;
+	bool seccomp;			/* filter the running monitor */
 };
 
 #define CONFIG_ERR_LEN 256

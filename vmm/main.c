@@ -16,7 +16,7 @@
 
 static const char usage[] =
 "usage: vmm run --kernel PATH [--initrd PATH] [--cmdline STR] [--cpus N]\n"
-"               [--memory MiB] [--verbose] [-- COMMAND ARGS...]\n"
+"               [--memory MiB] [--no-seccomp] [--verbose] [-- COMMAND ARGS...]\n"
 "       vmm run --config FILE.json [options] [-- COMMAND ARGS...]\n"
 "       vmm --help | --version\n"
 "\n"
@@ -29,6 +29,7 @@ static const char usage[] =
 "  --memory MiB      guest memory in MiB (default 256)\n"
 "  --config FILE     JSON settings: kernel, initrd, cmdline, cpus, memoryMiB,\n"
 "                    command; options after it override it\n"
+"  --no-seccomp      do not filter the monitor's syscalls (debugging)\n"
 "  -v, --verbose     debug messages on stderr\n"
 "\n"
 "Exit status: COMMAND's status (128+N if signal N killed it); 123 if the\n"
@@ -44,6 +45,7 @@ enum {
 	OPT_CONFIG = 'f',
 	OPT_VERBOSE = 'v',
 	OPT_HELP = 'h',
+	OPT_NO_SECCOMP = 0x100,
 };
 
 static const struct option run_options[] = {
@@ -54,6 +56,7 @@ static const struct option run_options[] = {
 	{ "memory",  required_argument, NULL, OPT_MEMORY },
 	{ "config",  required_argument, NULL, OPT_CONFIG },
 	{ "verbose", no_argument,       NULL, OPT_VERBOSE },
+	{ "no-seccomp", no_argument,    NULL, OPT_NO_SECCOMP },
 	{ "help",    no_argument,       NULL, OPT_HELP },
 	{ NULL, 0, NULL, 0 },
 };
@@ -101,6 +104,9 @@ static int apply_option(struct vm_config *cfg, int opt, const char *arg)
 		if (ret)
 			pr_err("%s: %s", arg, err);
 		return ret;
+	case OPT_NO_SECCOMP:
+		cfg->seccomp = false;
+		return 0;
 	case OPT_VERBOSE:
 		cfg->verbose = true;
 		log__set_verbose(true);

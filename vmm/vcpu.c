@@ -297,14 +297,18 @@ static void kick_handler(int sig)
 	(void)sig;	/* only here to make KVM_RUN return -EINTR */
 }
 
-int vcpu__start(struct vcpu *v)
+int vcpu__setup_kick(void)
 {
 	struct sigaction sa = { .sa_handler = kick_handler };
-	int ret;
 
 	sigemptyset(&sa.sa_mask);
-	if (sigaction(VCPU_KICK_SIGNAL, &sa, NULL) < 0)
-		return -errno;
+	return sigaction(VCPU_KICK_SIGNAL, &sa, NULL) < 0 ? -errno : 0;
+}
+
+int vcpu__start(struct vcpu *v)
+{
+	int ret;
+
 	ret = pthread_create(&v->thread, NULL, vcpu_thread, v);
 	if (ret)
 		return -ret;

@@ -20,6 +20,7 @@
 
 #include "devices/console.h"
 #include "devices/uart.h"
+#include "vmm/seccomp.h"
 #include "vmm/vm.h"
 
 /* Above RAM and the devices, below 4 GiB: what KVM needs on Intel. */
@@ -585,13 +586,11 @@ static void handle_cqe(struct vm *vm, struct loop *l,
 	}
 }
 
-static int main_loop(struct vm *vm, int sig_fd)
+static int loop_init(struct loop **out, int sig_fd)
 {
-	struct io_uring_cqe *cqe;
-	struct loop *l;
+	struct loop *l = calloc(1, sizeof(*l));
 	int ret;
 
-	l = calloc(1, sizeof(*l));
 	if (!l)
 		return -ENOMEM;
 	ret = io_uring_queue_init(RING_ENTRIES, &l->ring, 0);
@@ -601,8 +600,25 @@ static int main_loop(struct vm *vm, int sig_fd)
 		return ret;
 	}
 	l->sig_fd = sig_fd;
+	*out = l;
+	return 0;
+}
+
+static void loop_exit(struct loop *l)
+{
+	if (!l)
+		return;
+	io_uring_queue_exit(&l->ring);
+	free(l);
+}
+
+static void main_loop(struct vm *vm, struct loop *l)
+{
+	struct io_uring_cqe *cqe;
+	int ret;
+
 	arm_read(l, vm->event_fd, &l->wake_buf, sizeof(l->wake_buf), EV_WAKE);
-	arm_read(l, sig_fd, &l->si, sizeof(l->si), EV_SIGNAL);
+	arm_read(l, l->sig_fd, &l->si, sizeof(l->si), EV_SIGNAL);
 
 	while (!atomic_load(&vm->stopping)) {
 		maybe_arm_stdin(vm, l);
@@ -617,9 +633,6 @@ static int main_loop(struct vm *vm, int sig_fd)
 			io_uring_cqe_seen(&l->ring, cqe);
 		}
 	}
-	io_uring_queue_exit(&l->ring);
-	free(l);
-	return 0;
 }
 
 static int exit_code(const struct vm *vm)
@@ -640,8 +653,30 @@ static int exit_code(const struct vm *vm)
 	}
 }
 
+/* Everything that needs syscalls the running monitor may not make. */
+static int prepare_run(struct vm *vm, int sig_fd, struct loop **l)
+{
+	int ret;
+
+	ret = vcpu__setup_kick();
+	if (ret) {
+		pr_err("installing the vCPU kick handler: %s", strerror(-ret));
+		return ret;
+	}
+	ret = loop_init(l, sig_fd);
+	if (ret)
+		return ret;
+	if (!vm->cfg->seccomp)
+		return 0;
+	ret = seccomp__install();
+	if (ret)
+		pr_err("installing the seccomp filter: %s", strerror(-ret));
+	return ret;
+}
+
 int vm__run(struct vm *vm)
 {
+	struct loop *l = NULL;
 	sigset_t mask, old;
 	unsigned int i;
 	int sig_fd, ret;
@@ -662,6 +697,9 @@ int vm__run(struct vm *vm)
 		pr_err("signalfd: %s", strerror(errno));
 		goto out_mask;
 	}
+	ret = prepare_run(vm, sig_fd, &l);
+	if (ret)
+		goto out_loop;
 
 	for (i = 0; i < vm->nr_vcpus; i++) {
 		ret = vcpu__start(vm->vcpus[i]);
@@ -673,14 +711,16 @@ int vm__run(struct vm *vm)
 		}
 	}
 	if (!atomic_load(&vm->stopping))
-		main_loop(vm, sig_fd);
+		main_loop(vm, l);
 
 	for (i = 0; i < vm->nr_vcpus; i++)
 		vcpu__kick(vm->vcpus[i]);
 	for (i = 0; i < vm->nr_vcpus; i++)
 		vcpu__join(vm->vcpus[i]);
-	close(sig_fd);
 	ret = exit_code(vm);
+out_loop:
+	loop_exit(l);
+	close(sig_fd);
 out_mask:
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	return ret < 0 ? VMM_EXIT_VMM_ERROR : ret;

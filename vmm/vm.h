@@ -93,6 +93,7 @@ int __must_check kvm__supported_cpuid(int kvm_fd, struct kvm_cpuid2 **out);
 int __must_check vcpu__create(struct vm *vm, unsigned int id,
 			      struct vcpu **out);
 void vcpu__destroy(struct vcpu *v);
+int __must_check vcpu__setup_kick(void);
 int __must_check vcpu__start(struct vcpu *v);
 void vcpu__kick(struct vcpu *v);
 void vcpu__join(struct vcpu *v);

@@ -1,0 +1,51 @@
+// SPDX-License-Identifier: GPL-2.0
+#include <errno.h>
+#include <linux/kvm.h>
+#include <seccomp.h>
+#include <sys/ioctl.h>
+
+#include "vmm/seccomp.h"
+
+/* What the vCPU threads and the event loop do, and how they end. */
+static const int allowed[] = {
+	/* vCPU exits, console, eventfds and the ring */
+	SCMP_SYS(read), SCMP_SYS(write), SCMP_SYS(pread64),
+	SCMP_SYS(io_uring_setup), SCMP_SYS(io_uring_enter),
+	SCMP_SYS(io_uring_register),
+	/* threads: creation, kicks, joins, exits */
+	SCMP_SYS(clone), SCMP_SYS(clone3), SCMP_SYS(set_robust_list),
+	SCMP_SYS(rseq), SCMP_SYS(futex), SCMP_SYS(tgkill), SCMP_SYS(gettid),
+	SCMP_SYS(getpid), SCMP_SYS(rt_sigprocmask), SCMP_SYS(rt_sigreturn),
+	SCMP_SYS(rt_sigaction),	/* glibc sets SIGCANCEL up on first thread */
+	SCMP_SYS(sched_yield), SCMP_SYS(exit), SCMP_SYS(exit_group),
+	/* memory: malloc, thread stacks, tear-down */
+	SCMP_SYS(brk), SCMP_SYS(mmap), SCMP_SYS(munmap), SCMP_SYS(mprotect),
+	SCMP_SYS(madvise),
+	/* tear-down */
+	SCMP_SYS(close),
+	SCMP_SYS(clock_gettime), SCMP_SYS(clock_nanosleep),
+};
+
+/* ioctls allowed once running: the vCPU loop, IRQs, restoring the tty. */
+static const unsigned long allowed_ioctls[] = {
+	KVM_RUN, KVM_IRQ_LINE, TCGETS, TCSETS, TCSETSW,
+};
+
+int seccomp__install(void)
+{
+	scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_KILL_PROCESS);
+	unsigned int i;
+	int ret = 0;
+
+	if (!ctx)
+		return -ENOMEM;
+	for (i = 0; !ret && i < ARRAY_SIZE(allowed); i++)
+		ret = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, allowed[i], 0);
+	for (i = 0; !ret && i < ARRAY_SIZE(allowed_ioctls); i++)
+		ret = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(ioctl), 1,
+				       SCMP_A1(SCMP_CMP_EQ, allowed_ioctls[i]));
+	if (!ret)
+		ret = seccomp_load(ctx);
+	seccomp_release(ctx);
+	return ret;	/* libseccomp returns -errno already */
+}

@@ -1,0 +1,14 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+#ifndef KILN_SECCOMP_H
+#define KILN_SECCOMP_H
+
+#include "vmm/log.h"
+
+/*
+ * Once the VM is built, the monitor needs only a few dozen syscalls to run
+ * it. Installed just before the first vCPU thread starts (and so inherited
+ * by all of them); anything else kills the process.
+ */
+int __must_check seccomp__install(void);
+
+#endif
