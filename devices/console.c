@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 #include <termios.h>
 #include <unistd.h>
 
@@ -60,6 +61,11 @@ void console__guest_ready(struct console *c)
 	uart__set_rx_open(c->uart, true);
 }
 
+bool console__wants_input(struct console *c)
+{
+	return atomic_load(&c->ready) && !c->eof;
+}
+
 size_t console__input_room(struct console *c)
 {
 	if (!atomic_load(&c->ready) || c->eof)
@@ -69,7 +75,8 @@ size_t console__input_room(struct console *c)
 
 void console__input(struct console *c, const uint8_t *buf, size_t n)
 {
-	static const uint8_t eof[2] = { CONSOLE_EOF_CHAR, CONSOLE_EOF_CHAR };
+	uint8_t eof[CONSOLE_EOF_REPEAT + 1];
+	size_t count = CONSOLE_EOF_REPEAT;
 
 	if (n) {
 		/* input_room() bounded n: the UART takes all of it. */
@@ -80,6 +87,14 @@ void console__input(struct console *c, const uint8_t *buf, size_t n)
 	c->eof = true;
 	if (c->host_tty)
 		return;
-	/* One VEOF ends input on an empty line; a partial needs two. */
-	uart__receive(c->uart, eof, c->last == '\n' ? 1 : 2);
+	/*
+	 * A tty has no lasting end of file: each VEOF on an empty line ends
+	 * one read. Queue several, so that `wc -l; cat` both see the end,
+	 * plus one to push out a last line without a newline. Whatever does
+	 * not fit is dropped: readers past that point wait, as on a tty.
+	 */
+	if (c->last != '\n')
+		count++;
+	memset(eof, CONSOLE_EOF_CHAR, count);
+	uart__receive(c->uart, eof, count);
 }

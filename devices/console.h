@@ -16,6 +16,7 @@
  * of input is passed on as the tty's EOF character.
  */
 #define CONSOLE_EOF_CHAR	0x04	/* VEOF, ^D */
+#define CONSOLE_EOF_REPEAT	8	/* readers that see the end of stdin */
 
 struct console;
 
@@ -25,7 +26,9 @@ void console__destroy(struct console *c);
 bool console__host_is_tty(const struct console *c);
 /* The guest init has configured its tty: host input may flow. */
 void console__guest_ready(struct console *c);
-/* Bytes of host input the console can take now (0: do not read). */
+/* Ready for host input and not at its end yet. */
+bool console__wants_input(struct console *c);
+/* Bytes of host input the console can take now (0: wait for room). */
 size_t console__input_room(struct console *c);
 /* Hand over what was read; n == 0 means end of input. */
 void console__input(struct console *c, const uint8_t *buf, size_t n);

@@ -286,6 +286,7 @@ static void sys_ready(void *opaque)
 	struct vm *vm = opaque;
 	uint64_t one = 1;
 
+	pr_debug("guest init is ready for console input");
 	console__guest_ready(vm->console);
 	if (write(vm->event_fd, &one, sizeof(one)) < 0)
 		pr_debug("event_fd: %s", strerror(errno));
@@ -313,7 +314,7 @@ static int devices_init(struct vm *vm)
 	int ret;
 
 	vm->event_fd = eventfd(0, EFD_CLOEXEC);
-	vm->space_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	vm->space_fd = eventfd(0, EFD_CLOEXEC);
 	if (vm->event_fd < 0 || vm->space_fd < 0) {
 		ret = -errno;
 		pr_err("eventfd: %s", strerror(errno));
@@ -533,8 +534,11 @@ static void arm_read(struct loop *l, int fd, void *buf, size_t len,
 {
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&l->ring);
 
-	/* The ring is sized for every read we keep in flight at once. */
-	io_uring_prep_read(sqe, fd, buf, len, 0);
+	/*
+	 * The ring is sized for every read we keep in flight at once. Offset
+	 * -1: read at the file position, so a regular file on stdin advances.
+	 */
+	io_uring_prep_read(sqe, fd, buf, len, -1);
 	io_uring_sqe_set_data64(sqe, ev);
 }
 
@@ -542,7 +546,7 @@ static void maybe_arm_stdin(struct vm *vm, struct loop *l)
 {
 	size_t room;
 
-	if (l->stdin_armed)
+	if (l->stdin_armed || !console__wants_input(vm->console))
 		return;
 	room = console__input_room(vm->console);
 	if (room) {
@@ -560,6 +564,8 @@ static void maybe_arm_stdin(struct vm *vm, struct loop *l)
 static void handle_cqe(struct vm *vm, struct loop *l,
 		       const struct io_uring_cqe *cqe)
 {
+	pr_debug("event %llu: %d", (unsigned long long)
+		 io_uring_cqe_get_data64(cqe), cqe->res);
 	switch (io_uring_cqe_get_data64(cqe)) {
 	case EV_WAKE:
 		arm_read(l, vm->event_fd, &l->wake_buf, sizeof(l->wake_buf),
