@@ -94,7 +94,7 @@ test: deps
 bench: deps
 	$(Q)$(MAKE) all
 	$(Q)$(MAKE) -f guest/guest.mk O=$(O)
-	$(Q)tools/vmtest tools/bench-boot $(O)
+	$(Q)tools/bench-boot $(O)
 
 clean:
 	$(Q)rm -rf $(O)

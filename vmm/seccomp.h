@@ -7,7 +7,8 @@
 /*
  * Once the VM is built, the monitor needs only a few dozen syscalls to run
  * it. Installed just before the first vCPU thread starts (and so inherited
- * by all of them); anything else kills the process.
+ * by all of them); anything else ends the process with a message naming
+ * the system call (SIGSYS is caught for that) and status 125.
  */
 int __must_check seccomp__install(void);
 

@@ -397,9 +397,13 @@ static int boot_init(struct vm *vm)
 	bootparams__setup(&m, &vm->kernel, &vm->plan, vm->cmdline);
 	pagetable__setup(&m);
 	ret = mptable__setup(&m, vm->nr_vcpus, MPTABLE_NR_IRQS);
-	if (ret)
+	if (ret) {
 		pr_err("MP table: %s", strerror(-ret));
-	return ret;
+		return ret;
+	}
+	/* The files are in guest memory now: stop paying for them. */
+	image_exit(vm);
+	return 0;
 }
 
 /* ---- step: vcpus -------------------------------------------------------- */

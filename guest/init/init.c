@@ -39,6 +39,8 @@
 
 /* Status when init itself, not the command, failed (as env(1) does). */
 #define STATUS_INIT_FAILED	125
+/* The guest asked to power off, halt or reboot: a clean end. */
+#define STATUS_SHUTDOWN		0
 
 #define ARRAY_SIZE(a)	(sizeof(a) / sizeof((a)[0]))
 
@@ -48,7 +50,31 @@
 struct kiln_params {
 	char term[64];
 	bool raw_console;
+	bool bootmark;		/* kiln.bootmark: say when init starts */
 };
+
+/*
+ * busybox's poweroff, halt and reboot (without -f) signal PID 1 rather than
+ * calling reboot(2): SIGUSR2, SIGUSR1 and SIGTERM. Any of them ends the VM.
+ */
+static volatile sig_atomic_t shutdown_requested;
+
+static void on_shutdown_signal(int sig)
+{
+	shutdown_requested = sig;
+}
+
+static void catch_shutdown_signals(void)
+{
+	static const int sigs[] = { SIGUSR1, SIGUSR2, SIGTERM };
+	struct sigaction sa = { .sa_handler = on_shutdown_signal };
+	size_t i;
+
+	/* No SA_RESTART: wait() must return so the request is seen. */
+	sigemptyset(&sa.sa_mask);
+	for (i = 0; i < ARRAY_SIZE(sigs); i++)
+		sigaction(sigs[i], &sa, NULL);
+}
 
 struct mount_point {
 	const char *source;
@@ -153,6 +179,7 @@ static void parse_param(struct kiln_params *p, const char *tok, size_t len)
 {
 	static const char term[] = "kiln.term=";
 	static const char raw[] = "kiln.console=raw";
+	static const char mark[] = "kiln.bootmark";
 
 	if (len > sizeof(term) - 1 && !strncmp(tok, term, sizeof(term) - 1)) {
 		tok += sizeof(term) - 1;
@@ -163,6 +190,8 @@ static void parse_param(struct kiln_params *p, const char *tok, size_t len)
 		p->term[len] = '\0';
 	} else if (len == sizeof(raw) - 1 && !strncmp(tok, raw, len)) {
 		p->raw_console = true;
+	} else if (len == sizeof(mark) - 1 && !strncmp(tok, mark, len)) {
+		p->bootmark = true;
 	}
 }
 
@@ -342,6 +371,8 @@ static int wait_command(pid_t child)
 	int st;
 
 	for (;;) {
+		if (shutdown_requested)
+			return STATUS_SHUTDOWN;
 		pid = wait(&st);
 		if (pid == child)
 			return wait_status(st);
@@ -385,6 +416,9 @@ int main(int argc, char **argv)
 
 	mount_all();
 	parse_cmdline(&params);
+	if (params.bootmark)
+		dprintf(STDERR_FILENO, "kiln-init: boot mark\n");
+	catch_shutdown_signals();
 	setup_env(&params);
 	cmd = command_argv(argc, argv);
 

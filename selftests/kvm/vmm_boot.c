@@ -163,6 +163,35 @@ TEST_TIMEOUT(guest_panic, BOOT_TIMEOUT)
 	EXPECT_TRUE(strstr(r.err, "before reporting a status") != NULL);
 }
 
+/* busybox poweroff/halt/reboot signal PID 1: a clean end, status 0. */
+TEST_TIMEOUT(guest_poweroff, BOOT_TIMEOUT)
+{
+	struct spawn_result r;
+
+	BOOT(NULL, NULL, ARGS("sh", "-c", "poweroff; sleep 100"), NULL, &r);
+	EXPECT_EQ(0, r.status);
+	EXPECT_EQ(0, (int)r.err_len);
+}
+
+TEST_TIMEOUT(guest_reboot_request, BOOT_TIMEOUT)
+{
+	struct spawn_result r;
+
+	BOOT(NULL, ARGS("--cpus", "2"), ARGS("sh", "-c", "reboot; sleep 100"),
+	     NULL, &r);
+	EXPECT_EQ(0, r.status);
+}
+
+/* reboot -f goes through the i8042 reset line: no status was reported. */
+TEST_TIMEOUT(guest_forced_reboot, BOOT_TIMEOUT)
+{
+	struct spawn_result r;
+
+	BOOT(NULL, NULL, ARGS("reboot", "-f"), NULL, &r);
+	EXPECT_EQ(VMM_EXIT_GUEST_CRASH, r.status);
+	EXPECT_TRUE(strstr(r.err, "guest reset the machine") != NULL);
+}
+
 TEST_TIMEOUT(stdin_reaches_the_command, BOOT_TIMEOUT)
 {
 	char path[] = "/tmp/kiln-stdin-XXXXXX";
@@ -173,11 +202,11 @@ TEST_TIMEOUT(stdin_reaches_the_command, BOOT_TIMEOUT)
 	ASSERT_GE(fd, 0);
 	ASSERT_EQ((ssize_t)sizeof(text) - 1, write(fd, text, sizeof(text) - 1));
 	close(fd);
-	BOOT(NULL, NULL, ARGS("sh", "-c", "wc -l; cat"), path, &r);
+	BOOT(NULL, NULL, ARGS("sh", "-c", "wc -l; cat; wc -c"), path, &r);
 	unlink(path);
 	EXPECT_EQ(0, r.status);
-	/* Three lines counted, nothing echoed, EOF seen (we got here). */
-	EXPECT_STREQ("3\n", r.out);
+	/* Three lines counted, nothing echoed, every reader sees the end. */
+	EXPECT_STREQ("3\n0\n", r.out);
 }
 
 TEST_TIMEOUT(bzimage_boots, BOOT_TIMEOUT)
