@@ -15,49 +15,23 @@ void log__set_verbose(bool verbose)
 	log_verbose = verbose;
 }
 
-static void vlog(const char *level, const char *fmt, va_list ap)
+static const char *const log_prefix[] = {
+	[LOG_ERR] = "",
+	[LOG_WARN] = "warning: ",
+	[LOG_INFO] = "",
+	[LOG_DEBUG] = "debug: ",
+};
+
+void log__print(enum log_level level, const char *fmt, ...)
 {
 	char line[1024];
-
-	vsnprintf(line, sizeof(line), fmt, ap);
-	/* One fprintf per line so vCPU threads never interleave halves. */
-	fprintf(stderr, "vmm: %s%s\n", level, line);
-}
-
-void pr_err(const char *fmt, ...)
-{
 	va_list ap;
 
-	va_start(ap, fmt);
-	vlog("", fmt, ap);
-	va_end(ap);
-}
-
-void pr_warn(const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vlog("warning: ", fmt, ap);
-	va_end(ap);
-}
-
-void pr_info(const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vlog("", fmt, ap);
-	va_end(ap);
-}
-
-void pr_debug(const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!log_verbose)
+	if (level == LOG_DEBUG && !log_verbose)
 		return;
 	va_start(ap, fmt);
-	vlog("debug: ", fmt, ap);
+	vsnprintf(line, sizeof(line), fmt, ap);
 	va_end(ap);
+	/* One fprintf per line so vCPU threads never interleave halves. */
+	fprintf(stderr, "vmm: %s%s\n", log_prefix[level], line);
 }

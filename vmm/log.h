@@ -8,10 +8,20 @@
  * Messages go to stderr, one line each, prefixed with "vmm: ". Errors are
  * reported once, at the edge that gives up, with the object they concern.
  */
-void pr_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-void pr_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-void pr_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-void pr_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+enum log_level {
+	LOG_ERR,
+	LOG_WARN,
+	LOG_INFO,
+	LOG_DEBUG,		/* printed only with --verbose */
+};
+
+void log__print(enum log_level level, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+#define pr_err(...)	log__print(LOG_ERR, __VA_ARGS__)
+#define pr_warn(...)	log__print(LOG_WARN, __VA_ARGS__)
+#define pr_info(...)	log__print(LOG_INFO, __VA_ARGS__)
+#define pr_debug(...)	log__print(LOG_DEBUG, __VA_ARGS__)
 
 void log__set_verbose(bool verbose);
 
