@@ -273,6 +273,36 @@ TEST_F(files, json_config_errors)
 	EXPECT_BAD_INPUT(&r, "\"command\" must be a non-empty array");
 }
 
+static bool host_has_hw_virt(void)
+{
+	char line[4096];
+	bool found = false;
+	FILE *f = fopen("/proc/cpuinfo", "re");
+
+	while (f && !found && fgets(line, sizeof(line), f))
+		found = !strncmp(line, "flags", 5) &&
+			(strstr(line, " vmx") || strstr(line, " svm"));
+	if (f)
+		fclose(f);
+	return found;
+}
+
+/* On a software-only KVM (kvm_pvm) vmm says so, once, and points on. */
+TEST_F(files, software_kvm_warning)
+{
+	struct spawn_result r;
+	const char *w;
+
+	if (access("/sys/module/kvm_pvm", F_OK) || host_has_hw_virt())
+		SKIP(return, "host KVM is not the software kvm_pvm backend");
+	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel, "--",
+				  "true", NULL }, NULL, &r);
+	w = strstr(r.err, "software PVM backend");
+	ASSERT_TRUE(w != NULL) TH_LOG("stderr: %s", r.err);
+	EXPECT_TRUE(strstr(w, "use tools/vmtest") != NULL);
+	EXPECT_TRUE(strstr(w + 1, "software PVM backend") == NULL);
+}
+
 TEST(usage_errors)
 {
 	struct spawn_result r;
