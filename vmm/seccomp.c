@@ -29,9 +29,13 @@ static const int allowed[] = {
 	SCMP_SYS(clock_gettime), SCMP_SYS(clock_nanosleep),
 };
 
-/* ioctls allowed once running: the vCPU loop, IRQs, restoring the tty. */
+/*
+ * ioctls allowed once running: the vCPU loop, IRQs, the halt probe, and
+ * restoring the tty.
+ */
 static const unsigned long allowed_ioctls[] = {
-	KVM_RUN, KVM_IRQ_LINE, TCGETS, TCSETS, TCSETSW,
+	KVM_RUN, KVM_IRQ_LINE, KVM_GET_MP_STATE, KVM_GET_REGS,
+	TCGETS, TCSETS, TCSETSW,
 };
 
 #define SECCOMP_EXIT_STATUS 125	/* VMM_EXIT_VMM_ERROR */

@@ -10,6 +10,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#include <asm/processor-flags.h>
 
 #include "vmm/vm.h"
 
@@ -46,6 +47,7 @@ struct vcpu {
 	struct kvm_run *run;
 	pthread_t thread;
 	bool started;
+	atomic_uint dead_round;	/* last probe round that found it dead */
 };
 
 static int setup_msrs(struct vcpu *v)
@@ -267,6 +269,37 @@ static bool handle_exit(struct vcpu *v)
 	return false;
 }
 
+bool vcpu__dead_in(const struct vcpu *v, unsigned int round)
+{
+	return atomic_load(&v->dead_round) == round;
+}
+
+/*
+ * HLT with interrupts disabled can only be left by NMI, INIT or SMI: that
+ * is how Linux stops a CPU for halt and power off when it has no firmware
+ * to ask. A vCPU sitting idle in HLT has IF set.
+ */
+static void probe_halt(struct vcpu *v)
+{
+	unsigned int round = atomic_load(&v->vm->probe_round);
+	struct kvm_mp_state mp;
+	struct kvm_regs regs;
+	unsigned int i;
+
+	if (!round || atomic_load(&v->dead_round) == round)
+		return;
+	if (ioctl(v->fd, KVM_GET_MP_STATE, &mp) < 0 ||
+	    mp.mp_state != KVM_MP_STATE_HALTED ||
+	    ioctl(v->fd, KVM_GET_REGS, &regs) < 0 ||
+	    (regs.rflags & X86_EFLAGS_IF))
+		return;
+	atomic_store(&v->dead_round, round);
+	for (i = 0; i < v->vm->nr_vcpus; i++)
+		if (!vcpu__dead_in(v->vm->vcpus[i], round))
+			return;
+	vm__stop(v->vm, VM_STOP_GUEST_HALT, 0, NULL);
+}
+
 static void *vcpu_thread(void *arg)
 {
 	struct vcpu *v = arg;
@@ -280,6 +313,7 @@ static void *vcpu_thread(void *arg)
 		if (ioctl(v->fd, KVM_RUN, 0) < 0) {
 			if (errno == EINTR || errno == EAGAIN) {
 				v->run->immediate_exit = 0;
+				probe_halt(v);
 				continue;
 			}
 			pr_err("vcpu%u: KVM_RUN: %s", v->id, strerror(errno));

@@ -522,13 +522,17 @@ enum loop_event {
 	EV_SIGNAL,
 	EV_STDIN,
 	EV_SPACE,
+	EV_PROBE,
 };
+
+#define HALT_PROBE_NS	1000000000LL	/* once a second */
 
 struct loop {
 	struct io_uring ring;
 	int sig_fd;
 	uint64_t wake_buf, space_buf;
 	struct signalfd_siginfo si;
+	struct __kernel_timespec probe_ts;
 	uint8_t in_buf[STDIN_CHUNK];
 	bool stdin_armed, space_armed;
 };
@@ -565,6 +569,27 @@ static void maybe_arm_stdin(struct vm *vm, struct loop *l)
 	}
 }
 
+static void arm_probe(struct loop *l)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&l->ring);
+
+	l->probe_ts.tv_sec = HALT_PROBE_NS / 1000000000LL;
+	l->probe_ts.tv_nsec = HALT_PROBE_NS % 1000000000LL;
+	io_uring_prep_timeout(sqe, &l->probe_ts, 0, 0);
+	io_uring_sqe_set_data64(sqe, EV_PROBE);
+}
+
+/* See struct vm: start a round, let every vCPU look at itself. */
+static void probe_vcpus(struct vm *vm)
+{
+	unsigned int i;
+
+	if (atomic_fetch_add(&vm->probe_round, 1) + 1 == 0)
+		atomic_store(&vm->probe_round, 1);	/* 0 means "none" */
+	for (i = 0; i < vm->nr_vcpus; i++)
+		vcpu__kick(vm->vcpus[i]);
+}
+
 static void handle_cqe(struct vm *vm, struct loop *l,
 		       const struct io_uring_cqe *cqe)
 {
@@ -592,6 +617,10 @@ static void handle_cqe(struct vm *vm, struct loop *l,
 		break;
 	case EV_SPACE:
 		l->space_armed = false;
+		break;
+	case EV_PROBE:
+		probe_vcpus(vm);
+		arm_probe(l);
 		break;
 	}
 }
@@ -629,6 +658,7 @@ static void main_loop(struct vm *vm, struct loop *l)
 
 	arm_read(l, vm->event_fd, &l->wake_buf, sizeof(l->wake_buf), EV_WAKE);
 	arm_read(l, l->sig_fd, &l->si, sizeof(l->si), EV_SIGNAL);
+	arm_probe(l);
 
 	while (!atomic_load(&vm->stopping)) {
 		maybe_arm_stdin(vm, l);
@@ -650,6 +680,10 @@ static int exit_code(const struct vm *vm)
 	switch (vm->stop_reason) {
 	case VM_STOP_GUEST_EXIT:
 		return vm->stop_status;
+	case VM_STOP_GUEST_HALT:
+		/* The guest powered off or halted without ACPI: clean. */
+		pr_debug("guest halted every vCPU: powered off");
+		return 0;
 	case VM_STOP_GUEST_RESET:
 		pr_err("%s before reporting a status (panic, triple fault "
 		       "or reboot)", vm->stop_detail);

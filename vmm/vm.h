@@ -26,6 +26,7 @@ enum vm_stop_reason {
 	VM_STOP_NONE,
 	VM_STOP_GUEST_EXIT,	/* status reported through the exit device */
 	VM_STOP_GUEST_RESET,	/* reset or triple fault, no status */
+	VM_STOP_GUEST_HALT,	/* every vCPU halted for good: power off */
 	VM_STOP_ERROR,		/* KVM or the monitor failed */
 	VM_STOP_SIGNAL,		/* the host asked us to stop */
 };
@@ -64,6 +65,14 @@ struct vm {
 	unsigned int nr_vcpus;
 	struct vcpu **vcpus;
 
+	/*
+	 * Halt probes: without ACPI a guest powers off by halting every CPU
+	 * with interrupts off. Once a second the main loop bumps probe_round
+	 * and kicks the vCPUs; each records the round in which it found
+	 * itself in that state. All records equal to the round: powered off.
+	 */
+	atomic_uint probe_round;
+
 	int event_fd;			/* vCPU threads wake the main loop */
 	int space_fd;			/* the UART has room for host input */
 	atomic_int stopping;		/* set once; vCPUs leave KVM_RUN */
@@ -96,6 +105,8 @@ void vcpu__destroy(struct vcpu *v);
 int __must_check vcpu__setup_kick(void);
 int __must_check vcpu__start(struct vcpu *v);
 void vcpu__kick(struct vcpu *v);
+/* Has this vCPU been found halted for good in round `round`? */
+bool vcpu__dead_in(const struct vcpu *v, unsigned int round);
 void vcpu__join(struct vcpu *v);
 
 /* vmm/cpuid.c */

@@ -182,6 +182,30 @@ TEST_TIMEOUT(guest_reboot_request, BOOT_TIMEOUT)
 	EXPECT_EQ(0, r.status);
 }
 
+/*
+ * poweroff -f and halt -f halt every CPU with interrupts off (no ACPI):
+ * the vmm's halt probe ends the VM, cleanly.
+ */
+TEST_TIMEOUT(guest_forced_poweroff, BOOT_TIMEOUT)
+{
+	struct spawn_result r;
+
+	BOOT(NULL, ARGS("--cpus", "2"), ARGS("poweroff", "-f"), NULL, &r);
+	EXPECT_EQ(0, r.status);
+	BOOT(NULL, NULL, ARGS("halt", "-f"), NULL, &r);
+	EXPECT_EQ(0, r.status);
+}
+
+/* An idle guest (all vCPUs in HLT, interrupts on) is not powered off. */
+TEST_TIMEOUT(idle_guest_keeps_running, BOOT_TIMEOUT)
+{
+	struct spawn_result r;
+
+	BOOT(NULL, ARGS("--cpus", "2"), ARGS("sh", "-c", "sleep 4; exit 5"),
+	     NULL, &r);
+	EXPECT_EQ(5, r.status);
+}
+
 /* reboot -f goes through the i8042 reset line: no status was reported. */
 TEST_TIMEOUT(guest_forced_reboot, BOOT_TIMEOUT)
 {
