@@ -11,6 +11,7 @@
 O          ?= build
 KILN_CACHE ?= $(HOME)/.cache/kiln
 export KILN_CACHE
+MAKEFLAGS += --no-print-directory
 
 include Kbuild.mk
 
