@@ -56,6 +56,7 @@ UNIT_OBJS := $(addprefix $(O)/obj/,$(unit-obj-y))
 
 .PHONY: all deps guest run test bench clean selftests check-deps
 all: $(O)/vmm
+	@:
 
 $(O)/vmm: $(VMM_OBJS)
 	$(quiet) LD $@
@@ -74,6 +75,7 @@ $(O)/selftests/kvm_%: selftests/kvm/%.c selftests/kselftest.h selftests/kvm/kvm_
 	$(Q)$(CC) $(KILN_CFLAGS) $(CFLAGS) -fno-stack-protector $(HARDEN_LD) -o $@ $< $(KILN_LDLIBS)
 
 selftests: $(unit-tests) $(kvm-tests) $(O)/vmm
+	@:
 
 deps:
 	$(Q)tools/install-deps
