@@ -109,6 +109,29 @@ TEST_TIMEOUT(nproc_four, BOOT_TIMEOUT)
 	EXPECT_STREQ("4\n", r.out);
 }
 
+TEST_TIMEOUT(nproc_eight, BOOT_TIMEOUT)
+{
+	struct spawn_result r;
+
+	BOOT(NULL, ARGS("--cpus", "8"), ARGS("nproc"), NULL, &r);
+	EXPECT_EQ(0, r.status);
+	EXPECT_STREQ("8\n", r.out);
+}
+
+/* CPUID topology: one package of N cores, APIC ID = vCPU index. */
+TEST_TIMEOUT(cpu_topology, BOOT_TIMEOUT)
+{
+	struct spawn_result r;
+
+	BOOT(NULL, ARGS("--cpus", "4"),
+	     ARGS("sh", "-c", "grep -E '^(apicid|cpu cores|physical id)' "
+		  "/proc/cpuinfo | tr -d '\\t' | sort | uniq -c | "
+		  "tr -s ' ' | tr '\\n' ';'"), NULL, &r);
+	EXPECT_EQ(0, r.status);
+	EXPECT_STREQ(" 1 apicid: 0; 1 apicid: 1; 1 apicid: 2; 1 apicid: 3;"
+		     " 4 cpu cores: 4; 4 physical id: 0;", r.out);
+}
+
 TEST_TIMEOUT(arguments_survive_verbatim, BOOT_TIMEOUT)
 {
 	struct spawn_result r;
