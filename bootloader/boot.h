@@ -17,36 +17,36 @@
 #include "vmm/log.h"
 
 /* Guest-physical layout of the boot structures, all in the first 1 MiB. */
-#define BOOT_GDT_ADDR		0x500ULL
-#define BOOT_IDT_ADDR		0x520ULL
-#define BOOT_ZERO_PAGE_ADDR	0x7000ULL
-#define BOOT_STACK_TOP		0x8ff0ULL
-#define BOOT_PML4_ADDR		0x9000ULL
-#define BOOT_PDPT_ADDR		0xa000ULL
-#define BOOT_PD_ADDR		0xb000ULL	/* 4 pages: 0xb000-0xefff */
-#define BOOT_PD_PAGES		4		/* 4 x 1 GiB identity map */
-#define BOOT_CMDLINE_ADDR	0x20000ULL
-#define BOOT_CMDLINE_MAX	4096ULL		/* room reserved at the address */
-#define BOOT_EBDA_START		0x9fc00ULL	/* MP table lives here */
-#define BOOT_HIMEM_START	0x100000ULL	/* 1 MiB: protected-mode kernel */
+#define BOOT_GDT_ADDR	    0x500ULL
+#define BOOT_IDT_ADDR	    0x520ULL
+#define BOOT_ZERO_PAGE_ADDR 0x7000ULL
+#define BOOT_STACK_TOP	    0x8ff0ULL
+#define BOOT_PML4_ADDR	    0x9000ULL
+#define BOOT_PDPT_ADDR	    0xa000ULL
+#define BOOT_PD_ADDR	    0xb000ULL /* 4 pages: 0xb000-0xefff */
+#define BOOT_PD_PAGES	    4	      /* 4 x 1 GiB identity map */
+#define BOOT_CMDLINE_ADDR   0x20000ULL
+#define BOOT_CMDLINE_MAX    4096ULL	/* room reserved at the address */
+#define BOOT_EBDA_START	    0x9fc00ULL	/* MP table lives here */
+#define BOOT_HIMEM_START    0x100000ULL /* 1 MiB: protected-mode kernel */
 
 /* The 32-bit MMIO hole devices live in; RAM resumes above 4 GiB. */
-#define MMIO_GAP_START		0xc0000000ULL
-#define MMIO_GAP_END		0x100000000ULL
+#define MMIO_GAP_START 0xc0000000ULL
+#define MMIO_GAP_END   0x100000000ULL
 
 /* GDT selectors the 64-bit boot protocol requires (__BOOT_CS, __BOOT_DS). */
-#define BOOT_GDT_NULL		0
-#define BOOT_GDT_CODE		2
-#define BOOT_GDT_DATA		3
-#define BOOT_GDT_TSS		4
-#define BOOT_GDT_ENTRIES	5
+#define BOOT_GDT_NULL	 0
+#define BOOT_GDT_CODE	 2
+#define BOOT_GDT_DATA	 3
+#define BOOT_GDT_TSS	 4
+#define BOOT_GDT_ENTRIES 5
 
 /* The x86 COMMAND_LINE_SIZE: what an ELF vmlinux (no setup header) takes. */
-#define BOOT_ELF_CMDLINE_SIZE	2048U
+#define BOOT_ELF_CMDLINE_SIZE 2048U
 /* initrd_addr_max the kernel advertises since protocol 2.03 (boot.rst). */
 #define BOOT_INITRD_ADDR_MAX_DEFAULT 0x7fffffffULL
 
-#define KILN_MAX_CPUS		64U	/* APIC IDs 0..63, IOAPIC takes the next */
+#define KILN_MAX_CPUS 64U /* APIC IDs 0..63, IOAPIC takes the next */
 
 enum kernel_format {
 	KERNEL_FORMAT_ELF,
@@ -56,24 +56,24 @@ enum kernel_format {
 /* A kernel file, mapped read-only and parsed; loaded later. */
 struct kernel_image {
 	const char *path;
-	const uint8_t *data;		/* read-only mapping of the file */
-	size_t size;			/* bytes */
+	const uint8_t *data; /* read-only mapping of the file */
+	size_t size;	     /* bytes */
 	enum kernel_format format;
-	struct setup_header hdr;	/* bzImage: as found in the file */
-	size_t hdr_len;			/* bzImage: setup header bytes to copy */
-	uint64_t entry;			/* guest-physical 64-bit entry point */
-	uint64_t load_start;		/* lowest guest-physical byte written */
-	uint64_t load_end;		/* highest byte the kernel needs + 1 */
-	uint32_t cmdline_size;		/* max command line bytes, without NUL */
-	uint64_t initrd_addr_max;	/* highest byte an initrd may occupy */
+	struct setup_header hdr;  /* bzImage: as found in the file */
+	size_t hdr_len;		  /* bzImage: setup header bytes to copy */
+	uint64_t entry;		  /* guest-physical 64-bit entry point */
+	uint64_t load_start;	  /* lowest guest-physical byte written */
+	uint64_t load_end;	  /* highest byte the kernel needs + 1 */
+	uint32_t cmdline_size;	  /* max command line bytes, without NUL */
+	uint64_t initrd_addr_max; /* highest byte an initrd may occupy */
 };
 
 /* Where things go, decided before any guest memory exists. */
 struct boot_plan {
-	uint64_t low_ram;		/* RAM bytes below the MMIO gap */
-	uint64_t high_ram;		/* RAM bytes from 4 GiB up */
-	uint64_t initrd_addr;		/* 0 when there is no initrd */
-	uint64_t initrd_size;		/* bytes, including appended archives */
+	uint64_t low_ram;     /* RAM bytes below the MMIO gap */
+	uint64_t high_ram;    /* RAM bytes from 4 GiB up */
+	uint64_t initrd_addr; /* 0 when there is no initrd */
+	uint64_t initrd_size; /* bytes, including appended archives */
 };
 
 /* Guest RAM as the loader sees it: guest-physical 0..low_ram. */
@@ -116,9 +116,9 @@ void pagetable__boot_regs(struct kvm_regs *regs, uint64_t entry);
 /* mptable.c */
 int __must_check mptable__setup(const struct boot_mem *m, unsigned int ncpus,
 				unsigned int nr_irqs);
-#define MPTABLE_IOAPIC_ADDR	0xfec00000U
-#define MPTABLE_LAPIC_ADDR	0xfee00000U
-#define MPTABLE_NR_IRQS		24U	/* pins on KVM's in-kernel IOAPIC */
+#define MPTABLE_IOAPIC_ADDR 0xfec00000U
+#define MPTABLE_LAPIC_ADDR  0xfee00000U
+#define MPTABLE_NR_IRQS	    24U /* pins on KVM's in-kernel IOAPIC */
 
 /* initrd.c */
 int __must_check initrd__argv_archive(char *const argv[], uint8_t **out,

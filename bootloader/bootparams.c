@@ -7,10 +7,10 @@
 
 #include "bootloader/boot.h"
 
-#define BOOT_LOADER_UNDEFINED	0xff	/* type_of_loader: "other" */
-#define BOOT_FLAG		0xaa55
-#define BOOT_HDRS_MAGIC		0x53726448	/* "HdrS" */
-#define BOOT_KERNEL_ALIGN	0x1000000	/* 16 MiB, like the kernel's */
+#define BOOT_LOADER_UNDEFINED 0xff /* type_of_loader: "other" */
+#define BOOT_FLAG	      0xaa55
+#define BOOT_HDRS_MAGIC	      0x53726448 /* "HdrS" */
+#define BOOT_KERNEL_ALIGN     0x1000000	 /* 16 MiB, like the kernel's */
 
 static unsigned int e820_add(struct boot_e820_entry *t, unsigned int n,
 			     unsigned int max, uint64_t addr, uint64_t size,
@@ -46,8 +46,8 @@ unsigned int e820__build(struct boot_e820_entry *t, unsigned int max,
 void bootparams__setup(const struct boot_mem *m, const struct kernel_image *k,
 		       const struct boot_plan *p, const char *cmdline)
 {
-	struct boot_params *bp = (struct boot_params *)
-		(m->ram + BOOT_ZERO_PAGE_ADDR);
+	struct boot_params *bp =
+		(struct boot_params *)(m->ram + BOOT_ZERO_PAGE_ADDR);
 	size_t len = strlen(cmdline);
 
 	memset(bp, 0, sizeof(*bp));
@@ -71,7 +71,7 @@ void bootparams__setup(const struct boot_mem *m, const struct kernel_image *k,
 		bp->hdr.ramdisk_size = (uint32_t)p->initrd_size;
 	}
 
-	bp->e820_entries = e820__build(bp->e820_table,
-				       E820_MAX_ENTRIES_ZEROPAGE,
-				       p->low_ram, p->high_ram);
+	bp->e820_entries =
+		e820__build(bp->e820_table, E820_MAX_ENTRIES_ZEROPAGE,
+			    p->low_ram, p->high_ram);
 }

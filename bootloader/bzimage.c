@@ -10,14 +10,14 @@
 
 #include "bootloader/boot.h"
 
-#define BZ_SETUP_HEADER_OFF	0x1f1	/* struct setup_header in the file */
-#define BZ_JUMP_LEN_OFF		0x201	/* header length = 0x202 + this byte */
-#define BZ_BOOT_FLAG		0xaa55
-#define BZ_HDRS_MAGIC		0x53726448	/* "HdrS" */
-#define BZ_MIN_VERSION		0x020c	/* 2.12: xloadflags, 64-bit entry */
-#define BZ_SECTOR		512
-#define BZ_DEFAULT_SETUP_SECTS	4	/* setup_sects == 0 means 4 */
-#define BZ_ENTRY64_OFF		0x200	/* startup_64 from the load address */
+#define BZ_SETUP_HEADER_OFF    0x1f1 /* struct setup_header in the file */
+#define BZ_JUMP_LEN_OFF	       0x201 /* header length = 0x202 + this byte */
+#define BZ_BOOT_FLAG	       0xaa55
+#define BZ_HDRS_MAGIC	       0x53726448 /* "HdrS" */
+#define BZ_MIN_VERSION	       0x020c	  /* 2.12: xloadflags, 64-bit entry */
+#define BZ_SECTOR	       512
+#define BZ_DEFAULT_SETUP_SECTS 4     /* setup_sects == 0 means 4 */
+#define BZ_ENTRY64_OFF	       0x200 /* startup_64 from the load address */
 
 bool bzimage__is_bzimage(const uint8_t *data, size_t size)
 {
@@ -32,7 +32,8 @@ bool bzimage__is_bzimage(const uint8_t *data, size_t size)
 static int check_header(const struct setup_header *h, const char **why)
 {
 	if (h->version < BZ_MIN_VERSION) {
-		*why = "bzImage boot protocol older than 2.12 (no 64-bit entry)";
+		*why = "bzImage boot protocol older than 2.12 (no 64-bit "
+		       "entry)";
 		return -ENOEXEC;
 	}
 	if (!(h->xloadflags & XLF_KERNEL_64)) {
@@ -72,14 +73,17 @@ int bzimage__parse(struct kernel_image *k, const char **why)
 		return ret;
 
 	setup_size = ((size_t)(k->hdr.setup_sects ? k->hdr.setup_sects :
-			       BZ_DEFAULT_SETUP_SECTS) + 1) * BZ_SECTOR;
+						    BZ_DEFAULT_SETUP_SECTS) +
+		      1) *
+		     BZ_SECTOR;
 	if (setup_size >= k->size) {
 		*why = "bzImage is truncated (setup sectors past end of file)";
 		return -ENOEXEC;
 	}
 	payload = k->size - setup_size;
 	if (payload >= MMIO_GAP_START - BOOT_HIMEM_START) {
-		*why = "bzImage payload is larger than the 32-bit address space";
+		*why = "bzImage payload is larger than the 32-bit address "
+		       "space";
 		return -ENOEXEC;
 	}
 
@@ -99,15 +103,19 @@ int bzimage__parse(struct kernel_image *k, const char **why)
 	k->load_end = end;
 	/* Never more than the room reserved at BOOT_CMDLINE_ADDR. */
 	k->cmdline_size = k->hdr.cmdline_size < BOOT_CMDLINE_MAX ?
-			  k->hdr.cmdline_size : BOOT_CMDLINE_MAX - 1;
+				  k->hdr.cmdline_size :
+				  BOOT_CMDLINE_MAX - 1;
 	k->initrd_addr_max = k->hdr.initrd_addr_max;
 	return 0;
 }
 
 void bzimage__load(const struct kernel_image *k, const struct boot_mem *m)
 {
-	size_t setup_size = ((size_t)(k->hdr.setup_sects ? k->hdr.setup_sects :
-				      BZ_DEFAULT_SETUP_SECTS) + 1) * BZ_SECTOR;
+	size_t setup_size =
+		((size_t)(k->hdr.setup_sects ? k->hdr.setup_sects :
+					       BZ_DEFAULT_SETUP_SECTS) +
+		 1) *
+		BZ_SECTOR;
 
 	memcpy(m->ram + BOOT_HIMEM_START, k->data + setup_size,
 	       k->size - setup_size);

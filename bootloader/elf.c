@@ -23,8 +23,7 @@ static int check_ehdr(const Elf64_Ehdr *eh, size_t size, const char **why)
 		*why = "ELF file is not 64-bit (need an ELF64 x86-64 vmlinux)";
 		return -ENOEXEC;
 	}
-	if (eh->e_ident[EI_DATA] != ELFDATA2LSB ||
-	    eh->e_machine != EM_X86_64) {
+	if (eh->e_ident[EI_DATA] != ELFDATA2LSB || eh->e_machine != EM_X86_64) {
 		*why = "ELF file is not for x86-64";
 		return -ENOEXEC;
 	}
@@ -55,8 +54,7 @@ static int check_load(const Elf64_Phdr *ph, size_t size, const char **why)
 		*why = "ELF segment file size exceeds its memory size";
 		return -ENOEXEC;
 	}
-	if (ph->p_paddr < BOOT_HIMEM_START ||
-	    ph->p_memsz > MMIO_GAP_START ||
+	if (ph->p_paddr < BOOT_HIMEM_START || ph->p_memsz > MMIO_GAP_START ||
 	    ph->p_paddr > MMIO_GAP_START - ph->p_memsz) {
 		*why = "ELF segment is not loadable between 1 MiB and 3 GiB";
 		return -ENOEXEC;
@@ -80,8 +78,9 @@ int elf__parse(struct kernel_image *k, const char **why)
 		return ret;
 
 	for (i = 0; i < eh->e_phnum; i++) {
-		const Elf64_Phdr *ph = (const Elf64_Phdr *)
-			(k->data + eh->e_phoff + i * sizeof(*ph));
+		const Elf64_Phdr *ph =
+			(const Elf64_Phdr *)(k->data + eh->e_phoff +
+					     i * sizeof(*ph));
 
 		if (ph->p_type != PT_LOAD)
 			continue;
@@ -119,8 +118,9 @@ void elf__load(const struct kernel_image *k, const struct boot_mem *m)
 
 	/* Bounds were proven by elf__parse and kernel__load. */
 	for (i = 0; i < eh->e_phnum; i++) {
-		const Elf64_Phdr *ph = (const Elf64_Phdr *)
-			(k->data + eh->e_phoff + i * sizeof(*ph));
+		const Elf64_Phdr *ph =
+			(const Elf64_Phdr *)(k->data + eh->e_phoff +
+					     i * sizeof(*ph));
 
 		if (ph->p_type != PT_LOAD)
 			continue;

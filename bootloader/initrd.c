@@ -13,11 +13,11 @@
 
 #include "bootloader/boot.h"
 
-#define CPIO_NEWC_MAGIC		"070701"
-#define CPIO_HDR_LEN		110
-#define CPIO_ALIGN		4
-#define CPIO_TRAILER		"TRAILER!!!"
-#define KILN_ARGV_MAX		(1U << 20)	/* 1 MiB of arguments */
+#define CPIO_NEWC_MAGIC "070701"
+#define CPIO_HDR_LEN	110
+#define CPIO_ALIGN	4
+#define CPIO_TRAILER	"TRAILER!!!"
+#define KILN_ARGV_MAX	(1U << 20) /* 1 MiB of arguments */
 
 struct cpio_buf {
 	uint8_t *data;
@@ -38,9 +38,8 @@ static void cpio_entry(struct cpio_buf *b, const char *name, unsigned int mode,
 	/* Sizes are bounded by KILN_ARGV_MAX: 8 hex digits suffice. */
 	snprintf(hdr, sizeof(hdr),
 		 "%s%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X",
-		 CPIO_NEWC_MAGIC, ino, mode, 0, 0, 1, 0,
-		 (unsigned int)body_len, 0, 0, 0, 0, (unsigned int)name_len,
-		 0);
+		 CPIO_NEWC_MAGIC, ino, mode, 0, 0, 1, 0, (unsigned int)body_len,
+		 0, 0, 0, 0, (unsigned int)name_len, 0);
 	memcpy(b->data + b->len, hdr, CPIO_HDR_LEN);
 	b->len += CPIO_HDR_LEN;
 	memcpy(b->data + b->len, name, name_len);

@@ -94,7 +94,8 @@ int boot__plan(struct boot_plan *p, const struct kernel_image *k,
 	p->high_ram = mem_bytes - p->low_ram;
 
 	if (cmdline_len > k->cmdline_size) {
-		*why = "kernel command line longer than the boot protocol allows";
+		*why = "kernel command line longer than the boot protocol "
+		       "allows";
 		return -E2BIG;
 	}
 	if (k->load_end > p->low_ram) {

@@ -11,7 +11,7 @@
 
 #define MPF_SIGNATURE		"_MP_"
 #define MPC_SIGNATURE		"PCMP"
-#define MP_SPEC_REV		4	/* 1.4 */
+#define MP_SPEC_REV		4 /* 1.4 */
 #define MP_PROCESSOR		0
 #define MP_BUS			1
 #define MP_IOAPIC		2
@@ -23,18 +23,18 @@
 #define MP_IRQ_INT		0
 #define MP_IRQ_NMI		1
 #define MP_IRQ_EXTINT		3
-#define MP_IRQ_DEFAULT_POLARITY	0	/* conforms to the bus: ISA edge/high */
+#define MP_IRQ_DEFAULT_POLARITY 0 /* conforms to the bus: ISA edge/high */
 #define MP_BUS_ISA_ID		0
 #define MP_LAPIC_VERSION	0x14
 #define MP_IOAPIC_VERSION	0x11
 #define MP_ALL_LAPICS		0xff
-#define MP_CPU_SIGNATURE	0x600	/* family 6 */
-#define MP_CPU_FEATURES		0x201	/* FPU | APIC */
+#define MP_CPU_SIGNATURE	0x600 /* family 6 */
+#define MP_CPU_FEATURES		0x201 /* FPU | APIC */
 
 struct mpf_intel {
 	char signature[4];
 	uint32_t physptr;
-	uint8_t length;		/* in 16-byte units */
+	uint8_t length; /* in 16-byte units */
 	uint8_t specification;
 	uint8_t checksum;
 	uint8_t feature[5];
@@ -163,9 +163,11 @@ int mptable__setup(const struct boot_mem *m, unsigned int ncpus,
 	struct mpf_intel *mpf = (struct mpf_intel *)base;
 	uint8_t *table = base + sizeof(*mpf);
 	struct mpc_table *mpc = (struct mpc_table *)table;
-	struct mpc_bus bus = { .type = MP_BUS, .busid = MP_BUS_ISA_ID,
+	struct mpc_bus bus = { .type = MP_BUS,
+			       .busid = MP_BUS_ISA_ID,
 			       .bustype = "ISA   " };
-	struct mpc_ioapic io = { .type = MP_IOAPIC, .apicid = ncpus,
+	struct mpc_ioapic io = { .type = MP_IOAPIC,
+				 .apicid = ncpus,
 				 .apicver = MP_IOAPIC_VERSION,
 				 .flags = MP_IOAPIC_USABLE,
 				 .apicaddr = MPTABLE_IOAPIC_ADDR };

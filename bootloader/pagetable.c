@@ -9,42 +9,52 @@
 
 #include "bootloader/boot.h"
 
-#define PTE_PRESENT	(1ULL << 0)
-#define PTE_RW		(1ULL << 1)
-#define PTE_PS		(1ULL << 7)	/* 2 MiB page in a PD entry */
-#define PT_ENTRIES	512
-#define PAGE_2M		(2ULL << 20)
+#define PTE_PRESENT (1ULL << 0)
+#define PTE_RW	    (1ULL << 1)
+#define PTE_PS	    (1ULL << 7) /* 2 MiB page in a PD entry */
+#define PT_ENTRIES  512
+#define PAGE_2M	    (2ULL << 20)
 
-#define EFER_LME	(1ULL << 8)	/* long mode enable */
-#define EFER_LMA	(1ULL << 10)	/* long mode active */
+#define EFER_LME (1ULL << 8)  /* long mode enable */
+#define EFER_LMA (1ULL << 10) /* long mode active */
 
 /* Descriptor access bytes (SDM vol. 3, 3.4.5). */
-#define SEG_TYPE_CODE_XRA	0xb	/* execute/read, accessed */
-#define SEG_TYPE_DATA_RWA	0x3	/* read/write, accessed */
-#define SEG_TYPE_TSS_BUSY	0xb	/* 64-bit TSS, busy */
+#define SEG_TYPE_CODE_XRA 0xb /* execute/read, accessed */
+#define SEG_TYPE_DATA_RWA 0x3 /* read/write, accessed */
+#define SEG_TYPE_TSS_BUSY 0xb /* 64-bit TSS, busy */
 
 struct seg_desc {
 	uint64_t base;
-	uint32_t limit;		/* in 4 KiB units when g is set */
+	uint32_t limit; /* in 4 KiB units when g is set */
 	uint8_t type, s, dpl, present, avl, l, db, g;
 };
 
 static const struct seg_desc boot_gdt[BOOT_GDT_ENTRIES] = {
-	[BOOT_GDT_CODE] = { .limit = 0xfffff, .type = SEG_TYPE_CODE_XRA,
-			    .s = 1, .present = 1, .l = 1, .g = 1 },
-	[BOOT_GDT_DATA] = { .limit = 0xfffff, .type = SEG_TYPE_DATA_RWA,
-			    .s = 1, .present = 1, .db = 1, .g = 1 },
-	[BOOT_GDT_TSS]  = { .limit = 0xfffff, .type = SEG_TYPE_TSS_BUSY,
-			    .present = 1, .g = 1 },
+	[BOOT_GDT_CODE] = { .limit = 0xfffff,
+			    .type = SEG_TYPE_CODE_XRA,
+			    .s = 1,
+			    .present = 1,
+			    .l = 1,
+			    .g = 1 },
+	[BOOT_GDT_DATA] = { .limit = 0xfffff,
+			    .type = SEG_TYPE_DATA_RWA,
+			    .s = 1,
+			    .present = 1,
+			    .db = 1,
+			    .g = 1 },
+	[BOOT_GDT_TSS] = { .limit = 0xfffff,
+			   .type = SEG_TYPE_TSS_BUSY,
+			   .present = 1,
+			   .g = 1 },
 };
 
 static uint64_t gdt_entry(const struct seg_desc *d)
 {
 	if (!d->present)
 		return 0;
-	return ((d->base & 0xff000000ULL) << 32) |
-	       ((uint64_t)d->g << 55) | ((uint64_t)d->db << 54) |
-	       ((uint64_t)d->l << 53) | ((uint64_t)d->avl << 52) |
+	return ((d->base & 0xff000000ULL) << 32) | ((uint64_t)d->g << 55) |
+	       ((uint64_t)d->db << 54) | ((uint64_t)d->l << 53) |
+	       ((uint64_t)d->avl << 52) |
 	       (((uint64_t)d->limit & 0xf0000) << 32) |
 	       ((uint64_t)d->present << 47) | ((uint64_t)d->dpl << 45) |
 	       ((uint64_t)d->s << 44) | ((uint64_t)d->type << 40) |
@@ -116,5 +126,5 @@ void pagetable__boot_regs(struct kvm_regs *r, uint64_t entry)
 	r->rip = entry;
 	r->rsp = BOOT_STACK_TOP;
 	r->rbp = BOOT_STACK_TOP;
-	r->rsi = BOOT_ZERO_PAGE_ADDR;	/* boot.rst: %rsi holds boot_params */
+	r->rsi = BOOT_ZERO_PAGE_ADDR; /* boot.rst: %rsi holds boot_params */
 }

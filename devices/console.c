@@ -14,7 +14,7 @@ struct console {
 	struct termios saved;
 	atomic_bool ready;
 	bool eof;
-	uint8_t last;		/* last byte sent, to close a partial line */
+	uint8_t last; /* last byte sent, to close a partial line */
 };
 
 struct console *console__create(int in_fd, struct uart *uart)

@@ -15,8 +15,8 @@
  * otherwise the guest is asked for a raw tty (kiln.console=raw) and end
  * of input is passed on as the tty's EOF character.
  */
-#define CONSOLE_EOF_CHAR	0x04	/* VEOF, ^D */
-#define CONSOLE_EOF_REPEAT	8	/* readers that see the end of stdin */
+#define CONSOLE_EOF_CHAR   0x04 /* VEOF, ^D */
+#define CONSOLE_EOF_REPEAT 8	/* readers that see the end of stdin */
 
 struct console;
 

@@ -22,8 +22,8 @@ void exit_dev__io(void *opaque, uint16_t offset, uint8_t *data,
 		/* Only a full 32-bit write counts; garbage is clamped. */
 		if (size != sizeof(v))
 			break;
-		d->ops->exit(d->opaque, v > KILN_STATUS_MAX ?
-				KILN_STATUS_MAX : v);
+		d->ops->exit(d->opaque,
+			     v > KILN_STATUS_MAX ? KILN_STATUS_MAX : v);
 		break;
 	}
 }

@@ -13,11 +13,11 @@
  *   0x501 KILN_SYS_EXIT   outl: the command's final status (0..255: exit
  *                         code, 128+N: killed by signal N); ends the VM.
  */
-#define KILN_SYS_BASE		0x500
-#define KILN_SYS_READY		0	/* offset from the base */
-#define KILN_SYS_EXIT		1
-#define KILN_SYS_LEN		2
-#define KILN_STATUS_MAX		255
+#define KILN_SYS_BASE	0x500
+#define KILN_SYS_READY	0 /* offset from the base */
+#define KILN_SYS_EXIT	1
+#define KILN_SYS_LEN	2
+#define KILN_STATUS_MAX 255
 
 struct exit_dev_ops {
 	void (*ready)(void *opaque);

@@ -13,8 +13,8 @@
 
 #include "devices/uart.h"
 
-#define UART_IIR_FIFO_BITS	0xc0	/* 16550A with FIFO enabled */
-#define UART_MSR_LINES		0xf0	/* DCD, RI, DSR, CTS */
+#define UART_IIR_FIFO_BITS 0xc0 /* 16550A with FIFO enabled */
+#define UART_MSR_LINES	   0xf0 /* DCD, RI, DSR, CTS */
 
 struct uart {
 	pthread_mutex_t lock;
@@ -23,10 +23,10 @@ struct uart {
 	struct irq_line irq;
 
 	uint8_t ier, fcr, lcr, mcr, msr, scr, dll, dlm;
-	bool thr_ipending;	/* THR-empty interrupt not yet acknowledged */
-	bool rx_open;		/* host input may be shown to the guest */
+	bool thr_ipending; /* THR-empty interrupt not yet acknowledged */
+	bool rx_open;	   /* host input may be shown to the guest */
 
-	uint8_t rx[UART_RX_BUF];	/* ring of host input */
+	uint8_t rx[UART_RX_BUF]; /* ring of host input */
 	size_t rx_head, rx_len;
 	int irq_level;
 };
@@ -89,7 +89,7 @@ static void update_irq(struct uart *u)
 static void rx_push(struct uart *u, uint8_t c)
 {
 	if (u->rx_len == UART_RX_BUF)
-		return;		/* overrun: the byte is lost, as on hardware */
+		return; /* overrun: the byte is lost, as on hardware */
 	u->rx[(u->rx_head + u->rx_len) % UART_RX_BUF] = c;
 	u->rx_len++;
 }
@@ -179,7 +179,7 @@ static void uart_write(struct uart *u, uint16_t off, uint8_t v)
 		break;
 	case UART_LSR:
 	case UART_MSR:
-		break;		/* read-only on a 16550A */
+		break; /* read-only on a 16550A */
 	case UART_SCR:
 		u->scr = v;
 		break;

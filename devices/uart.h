@@ -9,10 +9,10 @@
 #include "devices/irq.h"
 #include "vmm/log.h"
 
-#define UART_COM1_BASE	0x3f8
-#define UART_COM1_IRQ	4
-#define UART_NR_REGS	8
-#define UART_RX_BUF	4096	/* host input held for the guest, bytes */
+#define UART_COM1_BASE 0x3f8
+#define UART_COM1_IRQ  4
+#define UART_NR_REGS   8
+#define UART_RX_BUF    4096 /* host input held for the guest, bytes */
 
 struct uart;
 

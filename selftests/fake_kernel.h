@@ -13,9 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ELF_PADDR 0x1000000ULL
+#define ELF_PADDR  0x1000000ULL
 #define ELF_FILESZ 0x2000
-#define ELF_MEMSZ 0x5000
+#define ELF_MEMSZ  0x5000
 
 struct fake_elf {
 	Elf64_Ehdr eh;
@@ -46,7 +46,7 @@ static inline void make_elf(struct fake_elf *f)
 	memset(f->body, 0xab, sizeof(f->body));
 }
 
-#define BZ_SIZE (64 * 1024)
+#define BZ_SIZE	       (64 * 1024)
 #define BZ_SETUP_SECTS 4
 
 static inline uint8_t *make_bzimage(void)
@@ -64,7 +64,7 @@ static inline uint8_t *make_bzimage(void)
 	h->init_size = 0x800000;
 	h->cmdline_size = 2047;
 	h->initrd_addr_max = 0x7fffffff;
-	b[0x201] = 0x6a;	/* jump: header runs to 0x26c */
+	b[0x201] = 0x6a; /* jump: header runs to 0x26c */
 	memset(b + (BZ_SETUP_SECTS + 1) * 512, 0xcd,
 	       BZ_SIZE - (BZ_SETUP_SECTS + 1) * 512);
 	return b;

@@ -58,16 +58,16 @@
 #include <sys/types.h>
 #include <sys/wait.h>
 
-#define KSFT_PASS	0
-#define KSFT_FAIL	1
-#define KSFT_SKIP	4
+#define KSFT_PASS 0
+#define KSFT_FAIL 1
+#define KSFT_SKIP 4
 
-#define KSFT_DEFAULT_TIMEOUT	30	/* seconds */
-#define KSFT_TIMEOUT_ENV	"KILN_TEST_TIMEOUT"
-#define KSFT_REASON_MAX		256
+#define KSFT_DEFAULT_TIMEOUT 30 /* seconds */
+#define KSFT_TIMEOUT_ENV     "KILN_TEST_TIMEOUT"
+#define KSFT_REASON_MAX	     256
 
-#define __ksft_unused		__attribute__((unused))
-#define __ksft_printf(a, b)	__attribute__((format(printf, a, b)))
+#define __ksft_unused	    __attribute__((unused))
+#define __ksft_printf(a, b) __attribute__((format(printf, a, b)))
 
 /* Shared (MAP_SHARED) between the runner and the forked test process. */
 struct __test_result {
@@ -79,12 +79,12 @@ struct __test_result {
 struct __test_metadata {
 	const char *name;
 	void (*fn)(struct __test_metadata *);
-	int line;		/* declaration line: the run order */
-	unsigned int timeout;	/* seconds, 0: the default */
-	bool manual;		/* only run when selected with -t */
+	int line;	      /* declaration line: the run order */
+	unsigned int timeout; /* seconds, 0: the default */
+	bool manual;	      /* only run when selected with -t */
 	/* Set in the test process only. */
 	struct __test_result *result;
-	jmp_buf env;		/* where ASSERT_*() and SKIP helpers land */
+	jmp_buf env; /* where ASSERT_*() and SKIP helpers land */
 	bool setup_done;
 	bool teardown_started;
 	struct __test_metadata *next;
@@ -106,53 +106,54 @@ static inline void __ksft_register(struct __test_metadata *t)
 
 /* ---- declaring tests ---------------------------------------------- */
 
-#define __KSFT_REGISTER(id, test_name, wrapper, secs, is_manual)	\
-	static struct __test_metadata __ksft_meta_##id = {		\
-		.name = test_name,					\
-		.fn = wrapper,						\
-		.line = __LINE__,					\
-		.timeout = (secs),					\
-		.manual = (is_manual),					\
-	};								\
-	static void __attribute__((constructor)) __ksft_reg_##id(void)	\
-	{								\
-		__ksft_register(&__ksft_meta_##id);			\
+#define __KSFT_REGISTER(id, test_name, wrapper, secs, is_manual)       \
+	static struct __test_metadata __ksft_meta_##id = {             \
+		.name = test_name,                                     \
+		.fn = wrapper,                                         \
+		.line = __LINE__,                                      \
+		.timeout = (secs),                                     \
+		.manual = (is_manual),                                 \
+	};                                                             \
+	static void __attribute__((constructor)) __ksft_reg_##id(void) \
+	{                                                              \
+		__ksft_register(&__ksft_meta_##id);                    \
 	}
 
-#define __TEST_IMPL(name, secs, is_manual)				\
-	static void __test_##name(struct __test_metadata *_metadata);	\
+#define __TEST_IMPL(name, secs, is_manual)                              \
+	static void __test_##name(struct __test_metadata *_metadata);   \
 	static void __wrapper_##name(struct __test_metadata *_metadata) \
-	{								\
-		if (setjmp(_metadata->env) == 0)			\
-			__test_##name(_metadata);			\
-	}								\
+	{                                                               \
+		if (setjmp(_metadata->env) == 0)                        \
+			__test_##name(_metadata);                       \
+	}                                                               \
 	__KSFT_REGISTER(name, #name, __wrapper_##name, secs, is_manual) \
-	static void __test_##name(struct __test_metadata __ksft_unused *_metadata)
+	static void __test_##name(                                      \
+		struct __test_metadata __ksft_unused *_metadata)
 
 #define TEST(name)			__TEST_IMPL(name, 0, false)
 #define TEST_TIMEOUT(name, secs)	__TEST_IMPL(name, secs, false)
 #define TEST_MANUAL(name)		__TEST_IMPL(name, 0, true)
-#define TEST_MANUAL_TIMEOUT(name, secs)	__TEST_IMPL(name, secs, true)
+#define TEST_MANUAL_TIMEOUT(name, secs) __TEST_IMPL(name, secs, true)
 
-#define FIXTURE_DATA(fx)	struct __fixture_##fx
+#define FIXTURE_DATA(fx) struct __fixture_##fx
 
 /* FIXTURE(fx) { members }; both SETUP and TEARDOWN must then be defined. */
-#define FIXTURE(fx)							\
-	FIXTURE_DATA(fx);						\
-	static void __fixture_##fx##_setup(struct __test_metadata *,	\
-					   FIXTURE_DATA(fx) *);		\
+#define FIXTURE(fx)                                                     \
+	FIXTURE_DATA(fx);                                               \
+	static void __fixture_##fx##_setup(struct __test_metadata *,    \
+					   FIXTURE_DATA(fx) *);         \
 	static void __fixture_##fx##_teardown(struct __test_metadata *, \
-					      FIXTURE_DATA(fx) *);	\
+					      FIXTURE_DATA(fx) *);      \
 	FIXTURE_DATA(fx)
 
-#define FIXTURE_SETUP(fx)						\
-	static void __fixture_##fx##_setup(				\
-		struct __test_metadata __ksft_unused *_metadata,	\
+#define FIXTURE_SETUP(fx)                                        \
+	static void __fixture_##fx##_setup(                      \
+		struct __test_metadata __ksft_unused *_metadata, \
 		FIXTURE_DATA(fx) __ksft_unused *self)
 
-#define FIXTURE_TEARDOWN(fx)						\
-	static void __fixture_##fx##_teardown(				\
-		struct __test_metadata __ksft_unused *_metadata,	\
+#define FIXTURE_TEARDOWN(fx)                                     \
+	static void __fixture_##fx##_teardown(                   \
+		struct __test_metadata __ksft_unused *_metadata, \
 		FIXTURE_DATA(fx) __ksft_unused *self)
 
 /*
@@ -160,35 +161,34 @@ static inline void __ksft_register(struct __test_metadata *t)
  * which automatic variables would not survive reliably. Each test runs in
  * a fresh process, so it starts zeroed every time.
  */
-#define __TEST_F_IMPL(fx, name, secs, is_manual)			\
-	static void __test_##fx##_##name(struct __test_metadata *,	\
-					 FIXTURE_DATA(fx) *);		\
+#define __TEST_F_IMPL(fx, name, secs, is_manual)                               \
+	static void __test_##fx##_##name(struct __test_metadata *,             \
+					 FIXTURE_DATA(fx) *);                  \
 	static void __wrapper_##fx##_##name(struct __test_metadata *_metadata) \
-	{								\
-		static FIXTURE_DATA(fx) data;				\
-									\
-		if (setjmp(_metadata->env) == 0) {			\
-			__fixture_##fx##_setup(_metadata, &data);	\
-			_metadata->setup_done = true;			\
-			if (!__ksft_stopped(_metadata))			\
-				__test_##fx##_##name(_metadata, &data);	\
-		}							\
-		if (_metadata->setup_done &&				\
-		    !_metadata->teardown_started) {			\
-			_metadata->teardown_started = true;		\
-			if (setjmp(_metadata->env) == 0)		\
-				__fixture_##fx##_teardown(_metadata, &data); \
-		}							\
-	}								\
-	__KSFT_REGISTER(fx##_##name, #fx "." #name,			\
-			__wrapper_##fx##_##name, secs, is_manual)	\
-	static void __test_##fx##_##name(				\
-		struct __test_metadata __ksft_unused *_metadata,	\
+	{                                                                      \
+		static FIXTURE_DATA(fx) data;                                  \
+                                                                               \
+		if (setjmp(_metadata->env) == 0) {                             \
+			__fixture_##fx##_setup(_metadata, &data);              \
+			_metadata->setup_done = true;                          \
+			if (!__ksft_stopped(_metadata))                        \
+				__test_##fx##_##name(_metadata, &data);        \
+		}                                                              \
+		if (_metadata->setup_done && !_metadata->teardown_started) {   \
+			_metadata->teardown_started = true;                    \
+			if (setjmp(_metadata->env) == 0)                       \
+				__fixture_##fx##_teardown(_metadata, &data);   \
+		}                                                              \
+	}                                                                      \
+	__KSFT_REGISTER(fx##_##name, #fx "." #name, __wrapper_##fx##_##name,   \
+			secs, is_manual)                                       \
+	static void __test_##fx##_##name(                                      \
+		struct __test_metadata __ksft_unused *_metadata,               \
 		FIXTURE_DATA(fx) __ksft_unused *self)
 
-#define TEST_F(fx, name)		__TEST_F_IMPL(fx, name, 0, false)
-#define TEST_F_TIMEOUT(fx, name, secs)	__TEST_F_IMPL(fx, name, secs, false)
-#define TEST_F_MANUAL(fx, name)		__TEST_F_IMPL(fx, name, 0, true)
+#define TEST_F(fx, name)	       __TEST_F_IMPL(fx, name, 0, false)
+#define TEST_F_TIMEOUT(fx, name, secs) __TEST_F_IMPL(fx, name, secs, false)
+#define TEST_F_MANUAL(fx, name)	       __TEST_F_IMPL(fx, name, 0, true)
 
 /* ---- reporting from inside a test --------------------------------- */
 
@@ -198,8 +198,8 @@ static inline bool __ksft_stopped(const struct __test_metadata *m)
 }
 
 /* Every line of the message becomes a "# " TAP diagnostic line. */
-static inline __ksft_printf(3, 4) void
-__ksft_log(const char *file, int line, const char *fmt, ...)
+static inline __ksft_printf(3, 4) void __ksft_log(const char *file, int line,
+						  const char *fmt, ...)
 {
 	char *msg = NULL, *p, *nl;
 	va_list ap;
@@ -235,8 +235,8 @@ static inline void __ksft_vskip(struct __test_metadata *m, const char *fmt,
 			*c = ' ';
 }
 
-static inline __ksft_printf(2, 3) void
-__ksft_skip(struct __test_metadata *m, const char *fmt, ...)
+static inline __ksft_printf(2, 3) void __ksft_skip(struct __test_metadata *m,
+						   const char *fmt, ...)
 {
 	va_list ap;
 
@@ -246,10 +246,10 @@ __ksft_skip(struct __test_metadata *m, const char *fmt, ...)
 }
 
 /* SKIP(return, "no %s", "thing"): record why, then leave. */
-#define SKIP(statement, fmt, ...)					\
-	do {								\
-		__ksft_skip(_metadata, fmt, ##__VA_ARGS__);		\
-		statement;						\
+#define SKIP(statement, fmt, ...)                           \
+	do {                                                \
+		__ksft_skip(_metadata, fmt, ##__VA_ARGS__); \
+		statement;                                  \
 	} while (0)
 
 /*
@@ -266,8 +266,8 @@ static inline __attribute__((noreturn)) void __ksft_leave(int status)
 	_exit(status);
 }
 
-static inline __ksft_printf(1, 2) __attribute__((noreturn)) void
-ksft_test_skip(const char *fmt, ...)
+static inline __ksft_printf(1, 2)
+	__attribute__((noreturn)) void ksft_test_skip(const char *fmt, ...)
 {
 	va_list ap;
 
@@ -292,16 +292,22 @@ static inline __attribute__((noreturn)) void ksft_test_fail(void)
 
 /* ---- assertions --------------------------------------------------- */
 
-enum __ksft_op { KSFT_OP_EQ, KSFT_OP_NE, KSFT_OP_LT, KSFT_OP_LE,
-		 KSFT_OP_GT, KSFT_OP_GE };
+enum __ksft_op {
+	KSFT_OP_EQ,
+	KSFT_OP_NE,
+	KSFT_OP_LT,
+	KSFT_OP_LE,
+	KSFT_OP_GT,
+	KSFT_OP_GE
+};
 
 enum __ksft_kind { KSFT_UNSIGNED, KSFT_SIGNED, KSFT_POINTER };
 
 /* 5 is GCC's pointer_type_class. */
-#define __ksft_kind(x)							\
-	(__builtin_classify_type(x) == 5 ? KSFT_POINTER :		\
-	 ((__typeof__(x))-1 < (__typeof__(x))1) ? KSFT_SIGNED :		\
-	 KSFT_UNSIGNED)
+#define __ksft_kind(x)                                           \
+	(__builtin_classify_type(x) == 5	? KSFT_POINTER : \
+	 ((__typeof__(x))-1 < (__typeof__(x))1) ? KSFT_SIGNED :  \
+						  KSFT_UNSIGNED)
 
 /* Compare by mathematical value: -1 < 0u, unlike the C conversion. */
 static inline int __ksft_compare(enum __ksft_kind ak, uintmax_t a,
@@ -326,23 +332,35 @@ static inline void __ksft_print_value(enum __ksft_kind k, uintmax_t v)
 		printf("%ju", v);
 }
 
-static inline int __ksft_cmp_check(struct __test_metadata *m,
-				   const char *file, int line,
-				   const char *exp_str, const char *op_str,
-				   const char *seen_str, enum __ksft_op op,
-				   enum __ksft_kind ek, uintmax_t exp,
-				   enum __ksft_kind sk, uintmax_t seen)
+static inline int __ksft_cmp_check(struct __test_metadata *m, const char *file,
+				   int line, const char *exp_str,
+				   const char *op_str, const char *seen_str,
+				   enum __ksft_op op, enum __ksft_kind ek,
+				   uintmax_t exp, enum __ksft_kind sk,
+				   uintmax_t seen)
 {
 	int c = __ksft_compare(ek, exp, sk, seen);
 	bool ok;
 
 	switch (op) {
-	case KSFT_OP_EQ: ok = c == 0; break;
-	case KSFT_OP_NE: ok = c != 0; break;
-	case KSFT_OP_LT: ok = c < 0; break;
-	case KSFT_OP_LE: ok = c <= 0; break;
-	case KSFT_OP_GT: ok = c > 0; break;
-	default:	 ok = c >= 0; break;
+	case KSFT_OP_EQ:
+		ok = c == 0;
+		break;
+	case KSFT_OP_NE:
+		ok = c != 0;
+		break;
+	case KSFT_OP_LT:
+		ok = c < 0;
+		break;
+	case KSFT_OP_LE:
+		ok = c <= 0;
+		break;
+	case KSFT_OP_GT:
+		ok = c > 0;
+		break;
+	default:
+		ok = c >= 0;
+		break;
 	}
 	if (ok)
 		return 0;
@@ -356,9 +374,9 @@ static inline int __ksft_cmp_check(struct __test_metadata *m,
 	return 1;
 }
 
-static inline int __ksft_bool_check(struct __test_metadata *m,
-				    const char *file, int line,
-				    const char *str, bool value, bool want)
+static inline int __ksft_bool_check(struct __test_metadata *m, const char *file,
+				    int line, const char *str, bool value,
+				    bool want)
 {
 	if (value == want)
 		return 0;
@@ -392,10 +410,10 @@ static inline void __ksft_print_str(const char *str)
 	putchar('"');
 }
 
-static inline int __ksft_str_check(struct __test_metadata *m,
-				   const char *file, int line,
-				   const char *exp_str, const char *seen_str,
-				   const char *exp, const char *seen, bool eq)
+static inline int __ksft_str_check(struct __test_metadata *m, const char *file,
+				   int line, const char *exp_str,
+				   const char *seen_str, const char *exp,
+				   const char *seen, bool eq)
 {
 	bool same = exp && seen ? !strcmp(exp, seen) : exp == seen;
 
@@ -425,30 +443,32 @@ static inline int __ksft_check_end(struct __test_metadata *m, bool is_assert)
  * The statement after the macro (often just ";") runs once, on failure
  * only; end() then longjmps out for an ASSERT.
  */
-#define __KSFT_LOOP(check, is_assert)					\
-	for (int __ksft_trigger = (check); __ksft_trigger;		\
+#define __KSFT_LOOP(check, is_assert)                      \
+	for (int __ksft_trigger = (check); __ksft_trigger; \
 	     __ksft_trigger = __ksft_check_end(_metadata, is_assert))
 
-#define __KSFT_CMP(expected, seen, op, op_str, is_assert)		\
-	__KSFT_LOOP(({							\
-		__typeof__(expected) __ksft_exp = (expected);		\
-		__typeof__(seen) __ksft_seen = (seen);			\
-		__ksft_cmp_check(_metadata, __FILE__, __LINE__,		\
-				 #expected, op_str, #seen, op,		\
-				 __ksft_kind(__ksft_exp),		\
-				 (uintmax_t)__ksft_exp,			\
-				 __ksft_kind(__ksft_seen),		\
-				 (uintmax_t)__ksft_seen);		\
-	}), is_assert)
+#define __KSFT_CMP(expected, seen, op, op_str, is_assert)                   \
+	__KSFT_LOOP(({                                                      \
+			    __typeof__(expected) __ksft_exp = (expected);   \
+			    __typeof__(seen) __ksft_seen = (seen);          \
+			    __ksft_cmp_check(_metadata, __FILE__, __LINE__, \
+					     #expected, op_str, #seen, op,  \
+					     __ksft_kind(__ksft_exp),       \
+					     (uintmax_t)__ksft_exp,         \
+					     __ksft_kind(__ksft_seen),      \
+					     (uintmax_t)__ksft_seen);       \
+		    }),                                                     \
+		    is_assert)
 
-#define __KSFT_BOOL(expr, want, is_assert)				\
-	__KSFT_LOOP(__ksft_bool_check(_metadata, __FILE__, __LINE__,	\
-				      #expr, !!(expr), want), is_assert)
+#define __KSFT_BOOL(expr, want, is_assert)                                  \
+	__KSFT_LOOP(__ksft_bool_check(_metadata, __FILE__, __LINE__, #expr, \
+				      !!(expr), want),                      \
+		    is_assert)
 
-#define __KSFT_STR(expected, seen, eq, is_assert)			\
-	__KSFT_LOOP(__ksft_str_check(_metadata, __FILE__, __LINE__,	\
-				     #expected, #seen, (expected),	\
-				     (seen), eq), is_assert)
+#define __KSFT_STR(expected, seen, eq, is_assert)                              \
+	__KSFT_LOOP(__ksft_str_check(_metadata, __FILE__, __LINE__, #expected, \
+				     #seen, (expected), (seen), eq),           \
+		    is_assert)
 
 #define ASSERT_EQ(expected, seen) \
 	__KSFT_CMP(expected, seen, KSFT_OP_EQ, "==", true)
@@ -462,10 +482,10 @@ static inline int __ksft_check_end(struct __test_metadata *m, bool is_assert)
 	__KSFT_CMP(expected, seen, KSFT_OP_GT, ">", true)
 #define ASSERT_GE(expected, seen) \
 	__KSFT_CMP(expected, seen, KSFT_OP_GE, ">=", true)
-#define ASSERT_TRUE(expr)		__KSFT_BOOL(expr, true, true)
-#define ASSERT_FALSE(expr)		__KSFT_BOOL(expr, false, true)
-#define ASSERT_STREQ(expected, seen)	__KSFT_STR(expected, seen, true, true)
-#define ASSERT_STRNE(expected, seen)	__KSFT_STR(expected, seen, false, true)
+#define ASSERT_TRUE(expr)	     __KSFT_BOOL(expr, true, true)
+#define ASSERT_FALSE(expr)	     __KSFT_BOOL(expr, false, true)
+#define ASSERT_STREQ(expected, seen) __KSFT_STR(expected, seen, true, true)
+#define ASSERT_STRNE(expected, seen) __KSFT_STR(expected, seen, false, true)
 
 #define EXPECT_EQ(expected, seen) \
 	__KSFT_CMP(expected, seen, KSFT_OP_EQ, "==", false)
@@ -479,10 +499,10 @@ static inline int __ksft_check_end(struct __test_metadata *m, bool is_assert)
 	__KSFT_CMP(expected, seen, KSFT_OP_GT, ">", false)
 #define EXPECT_GE(expected, seen) \
 	__KSFT_CMP(expected, seen, KSFT_OP_GE, ">=", false)
-#define EXPECT_TRUE(expr)		__KSFT_BOOL(expr, true, false)
-#define EXPECT_FALSE(expr)		__KSFT_BOOL(expr, false, false)
-#define EXPECT_STREQ(expected, seen)	__KSFT_STR(expected, seen, true, false)
-#define EXPECT_STRNE(expected, seen)	__KSFT_STR(expected, seen, false, false)
+#define EXPECT_TRUE(expr)	     __KSFT_BOOL(expr, true, false)
+#define EXPECT_FALSE(expr)	     __KSFT_BOOL(expr, false, false)
+#define EXPECT_STREQ(expected, seen) __KSFT_STR(expected, seen, true, false)
+#define EXPECT_STRNE(expected, seen) __KSFT_STR(expected, seen, false, false)
 
 /* ---- the runner ---------------------------------------------------- */
 
@@ -588,11 +608,12 @@ static inline void __ksft_run_one(struct __test_metadata *t, unsigned int nr,
 		totals->fail++;
 		goto out;
 	}
-	setpgid(pid, pid);	/* also done by the child: whoever is first */
+	setpgid(pid, pid); /* also done by the child: whoever is first */
 	if (!__ksft_wait(pid, secs, &status)) {
 		kill(-pid, SIGKILL);
 		waitpid(pid, &status, 0);
-		printf("not ok %u %s # TIMEOUT after %u s\n", nr, t->name, secs);
+		printf("not ok %u %s # TIMEOUT after %u s\n", nr, t->name,
+		       secs);
 		totals->fail++;
 		goto out;
 	}
@@ -644,8 +665,10 @@ static inline bool __ksft_selected(const struct __test_metadata *t,
 
 static inline void __ksft_usage(const char *prog)
 {
-	fprintf(stderr, "usage: %s [-l] [-t TEST]...\n"
-		"  -t TEST  run only TEST (repeatable; also runs manual tests)\n"
+	fprintf(stderr,
+		"usage: %s [-l] [-t TEST]...\n"
+		"  -t TEST  run only TEST (repeatable; also runs manual "
+		"tests)\n"
 		"  -l       list the tests\n"
 		"  %s=SECS  default per-test timeout (%d s)\n",
 		prog, KSFT_TIMEOUT_ENV, KSFT_DEFAULT_TIMEOUT);
@@ -729,10 +752,10 @@ static inline int __ksft_main(int argc, char **argv)
 	return ret;
 }
 
-#define TEST_HARNESS_MAIN						\
-	int main(int argc, char **argv)					\
-	{								\
-		return __ksft_main(argc, argv);				\
+#define TEST_HARNESS_MAIN                       \
+	int main(int argc, char **argv)         \
+	{                                       \
+		return __ksft_main(argc, argv); \
 	}
 
 #endif /* KILN_SELFTESTS_KSELFTEST_H */

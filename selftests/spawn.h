@@ -17,8 +17,8 @@
 #define SPAWN_OUT_MAX (64 * 1024)
 
 struct spawn_result {
-	int status;			/* exit status, or 128 + signal */
-	char out[SPAWN_OUT_MAX];	/* NUL-terminated, truncated if long */
+	int status;		 /* exit status, or 128 + signal */
+	char out[SPAWN_OUT_MAX]; /* NUL-terminated, truncated if long */
 	char err[SPAWN_OUT_MAX];
 	size_t out_len, err_len;
 };
@@ -84,7 +84,7 @@ static inline int spawn__run(const char *const argv[], const char *stdin_path,
 	if (waitpid(pid, &status, 0) < 0)
 		return -errno;
 	r->status = WIFEXITED(status) ? WEXITSTATUS(status) :
-		    128 + WTERMSIG(status);
+					128 + WTERMSIG(status);
 	return 0;
 }
 

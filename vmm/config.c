@@ -90,7 +90,7 @@ static int errf(char *err, size_t len, int ret, const char *fmt, ...)
 }
 
 static int get_string(json_t *v, const char *key, char **out, char *err,
-		       size_t len)
+		      size_t len)
 {
 	if (!json_is_string(v))
 		return errf(err, len, -EINVAL, "\"%s\" must be a string", key);
@@ -100,7 +100,7 @@ static int get_string(json_t *v, const char *key, char **out, char *err,
 }
 
 static int get_uint(json_t *v, const char *key, uint64_t max, uint64_t *out,
-		     char *err, size_t len)
+		    char *err, size_t len)
 {
 	if (!json_is_integer(v) || json_integer_value(v) < 0 ||
 	    (uint64_t)json_integer_value(v) > max)
@@ -139,8 +139,8 @@ static int get_command(struct vm_config *c, json_t *v, char *err, size_t len)
 	return ret;
 }
 
-static int get_key(struct vm_config *c, const char *key, json_t *v,
-		    char *err, size_t len)
+static int get_key(struct vm_config *c, const char *key, json_t *v, char *err,
+		   size_t len)
 {
 	uint64_t n;
 	int ret;
@@ -183,7 +183,8 @@ int config__load_json(struct vm_config *c, const char *path, char *err,
 		json_decref(root);
 		return errf(err, len, -EINVAL, "top level must be an object");
 	}
-	json_object_foreach(root, key, v) {
+	json_object_foreach(root, key, v)
+	{
 		ret = get_key(c, key, v, err, len);
 		if (ret)
 			break;
@@ -216,7 +217,8 @@ int config__validate(const struct vm_config *c, char *err, size_t len)
 			    KILN_MAX_CPUS);
 	if (c->mem_mib < CONFIG_MIN_MEM_MIB || c->mem_mib > max_mib)
 		return errf(err, len, -EINVAL,
-			    "memory %llu MiB: must be between %u and %llu MiB (the host's RAM)",
+			    "memory %llu MiB: must be between %u and %llu MiB "
+			    "(the host's RAM)",
 			    (unsigned long long)c->mem_mib, CONFIG_MIN_MEM_MIB,
 			    (unsigned long long)max_mib);
 	return 0;

@@ -10,17 +10,17 @@
 
 #include "vmm/vm.h"
 
-#define CPUID_LEAF_FEATURES	0x1
-#define CPUID_LEAF_CACHE	0x4
-#define CPUID_LEAF_TOPOLOGY	0xb
-#define CPUID_LEAF_TOPOLOGY_V2	0x1f
-#define CPUID_LEAF_AMD_SIZE	0x80000008
+#define CPUID_LEAF_FEATURES    0x1
+#define CPUID_LEAF_CACHE       0x4
+#define CPUID_LEAF_TOPOLOGY    0xb
+#define CPUID_LEAF_TOPOLOGY_V2 0x1f
+#define CPUID_LEAF_AMD_SIZE    0x80000008
 
-#define CPUID_1_ECX_HYPERVISOR	(1U << 31)
-#define CPUID_1_EDX_HTT		(1U << 28)
-#define CPUID_B_LEVEL_SMT	1
-#define CPUID_B_LEVEL_CORE	2
-#define CPUID_TOPOLOGY_SUBLEAVES 3	/* SMT, core, terminator */
+#define CPUID_1_ECX_HYPERVISOR	 (1U << 31)
+#define CPUID_1_EDX_HTT		 (1U << 28)
+#define CPUID_B_LEVEL_SMT	 1
+#define CPUID_B_LEVEL_CORE	 2
+#define CPUID_TOPOLOGY_SUBLEAVES 3 /* SMT, core, terminator */
 
 static unsigned int order_base_2(unsigned int n)
 {
@@ -36,7 +36,7 @@ static void set_topology(struct kvm_cpuid_entry2 *e, unsigned int id,
 {
 	unsigned int sub = e->index;
 
-	e->edx = id;	/* x2APIC ID */
+	e->edx = id; /* x2APIC ID */
 	if (sub == 0) {
 		e->eax = 0;
 		e->ebx = 1;

@@ -20,13 +20,16 @@ int ioport__register(struct ioport_bus *bus, uint16_t base, uint16_t len,
 	if (bus->nr == IOPORT_MAX_RANGES)
 		return -ENOSPC;
 	bus->ranges[bus->nr++] = (struct ioport_range){
-		.base = base, .len = len, .fn = fn, .opaque = opaque,
+		.base = base,
+		.len = len,
+		.fn = fn,
+		.opaque = opaque,
 	};
 	return 0;
 }
 
-bool ioport__access(const struct ioport_bus *bus, uint16_t port,
-		    uint8_t *data, unsigned int size, bool is_write)
+bool ioport__access(const struct ioport_bus *bus, uint16_t port, uint8_t *data,
+		    unsigned int size, bool is_write)
 {
 	unsigned int i;
 

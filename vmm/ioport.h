@@ -32,7 +32,7 @@ struct ioport_bus {
 int __must_check ioport__register(struct ioport_bus *bus, uint16_t base,
 				  uint16_t len, ioport_fn *fn, void *opaque);
 /* Returns false when no device claims the port (reads then see 0xff). */
-bool ioport__access(const struct ioport_bus *bus, uint16_t port,
-		    uint8_t *data, unsigned int size, bool is_write);
+bool ioport__access(const struct ioport_bus *bus, uint16_t port, uint8_t *data,
+		    unsigned int size, bool is_write);
 
 #endif

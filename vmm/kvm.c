@@ -12,9 +12,9 @@
 
 #include "vmm/vm.h"
 
-#define KVM_DEV			"/dev/kvm"
-#define KVM_EXPECTED_API	12
-#define CPUID_MAX_ENTRIES	1024
+#define KVM_DEV		  "/dev/kvm"
+#define KVM_EXPECTED_API  12
+#define CPUID_MAX_ENTRIES 1024
 
 static const struct {
 	long cap;
@@ -38,8 +38,9 @@ int kvm__open(int *kvm_fd, const char **why)
 	if (fd < 0) {
 		ret = -errno;
 		snprintf(msg, sizeof(msg), "%s%s", strerror(errno),
-			 errno == ENOENT ?
-			 " (no KVM on this host; run under tools/vmtest)" : "");
+			 errno == ENOENT ? " (no KVM on this host; run under "
+					   "tools/vmtest)" :
+					   "");
 		*why = msg;
 		return ret;
 	}
@@ -68,7 +69,7 @@ static bool cpu_has_hw_virt(void)
 	FILE *f = fopen("/proc/cpuinfo", "re");
 
 	if (!f)
-		return true;	/* cannot tell: do not cry wolf */
+		return true; /* cannot tell: do not cry wolf */
 	while (!found && fgets(line, sizeof(line), f)) {
 		if (strncmp(line, "flags", 5))
 			continue;

@@ -12,20 +12,20 @@ enum log_level {
 	LOG_ERR,
 	LOG_WARN,
 	LOG_INFO,
-	LOG_DEBUG,		/* printed only with --verbose */
+	LOG_DEBUG, /* printed only with --verbose */
 };
 
 void log__print(enum log_level level, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
-#define pr_err(...)	log__print(LOG_ERR, __VA_ARGS__)
-#define pr_warn(...)	log__print(LOG_WARN, __VA_ARGS__)
-#define pr_info(...)	log__print(LOG_INFO, __VA_ARGS__)
-#define pr_debug(...)	log__print(LOG_DEBUG, __VA_ARGS__)
+#define pr_err(...)   log__print(LOG_ERR, __VA_ARGS__)
+#define pr_warn(...)  log__print(LOG_WARN, __VA_ARGS__)
+#define pr_info(...)  log__print(LOG_INFO, __VA_ARGS__)
+#define pr_debug(...) log__print(LOG_DEBUG, __VA_ARGS__)
 
 void log__set_verbose(bool verbose);
 
-#define __must_check __attribute__((warn_unused_result))
+#define __must_check  __attribute__((warn_unused_result))
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
 #endif

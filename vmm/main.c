@@ -15,26 +15,33 @@
 #define KILN_VERSION "0.1.0"
 
 static const char usage[] =
-"usage: vmm run --kernel PATH [--initrd PATH] [--cmdline STR] [--cpus N]\n"
-"               [--memory MiB] [--no-seccomp] [--verbose] [-- COMMAND ARGS...]\n"
-"       vmm run --config FILE.json [options] [-- COMMAND ARGS...]\n"
-"       vmm --help | --version\n"
-"\n"
-"Boots a Linux microVM on KVM, runs COMMAND in it and exits with its status.\n"
-"\n"
-"  --kernel PATH     ELF vmlinux or bzImage (x86-64, 64-bit boot protocol)\n"
-"  --initrd PATH     initramfs (cpio) to load with the kernel\n"
-"  --cmdline STR     appended to the default kernel command line\n"
-"  --cpus N          vCPUs, 1 to 64 (default 1)\n"
-"  --memory MiB      guest memory in MiB (default 256)\n"
-"  --config FILE     JSON settings: kernel, initrd, cmdline, cpus, memoryMiB,\n"
-"                    command; options after it override it\n"
-"  --no-seccomp      do not filter the monitor's syscalls (debugging)\n"
-"  -v, --verbose     debug messages on stderr\n"
-"\n"
-"Exit status: COMMAND's status (128+N if signal N killed it); 123 if the\n"
-"guest crashed or reset before reporting one; 125 if the vmm failed or its\n"
-"input was bad.\n";
+	"usage: vmm run --kernel PATH [--initrd PATH] [--cmdline STR] [--cpus "
+	"N]\n"
+	"               [--memory MiB] [--no-seccomp] [--verbose] [-- COMMAND "
+	"ARGS...]\n"
+	"       vmm run --config FILE.json [options] [-- COMMAND ARGS...]\n"
+	"       vmm --help | --version\n"
+	"\n"
+	"Boots a Linux microVM on KVM, runs COMMAND in it and exits with its "
+	"status.\n"
+	"\n"
+	"  --kernel PATH     ELF vmlinux or bzImage (x86-64, 64-bit boot "
+	"protocol)\n"
+	"  --initrd PATH     initramfs (cpio) to load with the kernel\n"
+	"  --cmdline STR     appended to the default kernel command line\n"
+	"  --cpus N          vCPUs, 1 to 64 (default 1)\n"
+	"  --memory MiB      guest memory in MiB (default 256)\n"
+	"  --config FILE     JSON settings: kernel, initrd, cmdline, cpus, "
+	"memoryMiB,\n"
+	"                    command; options after it override it\n"
+	"  --no-seccomp      do not filter the monitor's syscalls (debugging)\n"
+	"  -v, --verbose     debug messages on stderr\n"
+	"\n"
+	"Exit status: COMMAND's status (128+N if signal N killed it); 123 if "
+	"the\n"
+	"guest crashed or reset before reporting one; 125 if the vmm failed or "
+	"its\n"
+	"input was bad.\n";
 
 enum {
 	OPT_KERNEL = 'k',
@@ -49,15 +56,15 @@ enum {
 };
 
 static const struct option run_options[] = {
-	{ "kernel",  required_argument, NULL, OPT_KERNEL },
-	{ "initrd",  required_argument, NULL, OPT_INITRD },
+	{ "kernel", required_argument, NULL, OPT_KERNEL },
+	{ "initrd", required_argument, NULL, OPT_INITRD },
 	{ "cmdline", required_argument, NULL, OPT_CMDLINE },
-	{ "cpus",    required_argument, NULL, OPT_CPUS },
-	{ "memory",  required_argument, NULL, OPT_MEMORY },
-	{ "config",  required_argument, NULL, OPT_CONFIG },
-	{ "verbose", no_argument,       NULL, OPT_VERBOSE },
-	{ "no-seccomp", no_argument,    NULL, OPT_NO_SECCOMP },
-	{ "help",    no_argument,       NULL, OPT_HELP },
+	{ "cpus", required_argument, NULL, OPT_CPUS },
+	{ "memory", required_argument, NULL, OPT_MEMORY },
+	{ "config", required_argument, NULL, OPT_CONFIG },
+	{ "verbose", no_argument, NULL, OPT_VERBOSE },
+	{ "no-seccomp", no_argument, NULL, OPT_NO_SECCOMP },
+	{ "help", no_argument, NULL, OPT_HELP },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -122,7 +129,8 @@ static int parse_run(struct vm_config *cfg, int argc, char **argv)
 	int opt, ret;
 
 	optind = 1;
-	while ((opt = getopt_long(argc, argv, "+hv", run_options, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "+hv", run_options, NULL)) !=
+	       -1) {
 		if (opt == OPT_HELP) {
 			fputs(usage, stdout);
 			exit(0);
@@ -132,7 +140,8 @@ static int parse_run(struct vm_config *cfg, int argc, char **argv)
 			return ret;
 	}
 	if (optind < argc && strcmp(argv[optind - 1], "--")) {
-		pr_err("unexpected argument '%s' (put the guest command after --)",
+		pr_err("unexpected argument '%s' (put the guest command after "
+		       "--)",
 		       argv[optind]);
 		return -EINVAL;
 	}

@@ -12,21 +12,37 @@
 /* What the vCPU threads and the event loop do, and how they end. */
 static const int allowed[] = {
 	/* vCPU exits, console, eventfds and the ring */
-	SCMP_SYS(read), SCMP_SYS(write), SCMP_SYS(pread64),
-	SCMP_SYS(io_uring_setup), SCMP_SYS(io_uring_enter),
+	SCMP_SYS(read),
+	SCMP_SYS(write),
+	SCMP_SYS(pread64),
+	SCMP_SYS(io_uring_setup),
+	SCMP_SYS(io_uring_enter),
 	SCMP_SYS(io_uring_register),
 	/* threads: creation, kicks, joins, exits */
-	SCMP_SYS(clone), SCMP_SYS(clone3), SCMP_SYS(set_robust_list),
-	SCMP_SYS(rseq), SCMP_SYS(futex), SCMP_SYS(tgkill), SCMP_SYS(gettid),
-	SCMP_SYS(getpid), SCMP_SYS(rt_sigprocmask), SCMP_SYS(rt_sigreturn),
-	SCMP_SYS(rt_sigaction),	/* glibc sets SIGCANCEL up on first thread */
-	SCMP_SYS(sched_yield), SCMP_SYS(exit), SCMP_SYS(exit_group),
+	SCMP_SYS(clone),
+	SCMP_SYS(clone3),
+	SCMP_SYS(set_robust_list),
+	SCMP_SYS(rseq),
+	SCMP_SYS(futex),
+	SCMP_SYS(tgkill),
+	SCMP_SYS(gettid),
+	SCMP_SYS(getpid),
+	SCMP_SYS(rt_sigprocmask),
+	SCMP_SYS(rt_sigreturn),
+	SCMP_SYS(rt_sigaction), /* glibc sets SIGCANCEL up on first thread */
+	SCMP_SYS(sched_yield),
+	SCMP_SYS(exit),
+	SCMP_SYS(exit_group),
 	/* memory: malloc, thread stacks, tear-down */
-	SCMP_SYS(brk), SCMP_SYS(mmap), SCMP_SYS(munmap), SCMP_SYS(mprotect),
+	SCMP_SYS(brk),
+	SCMP_SYS(mmap),
+	SCMP_SYS(munmap),
+	SCMP_SYS(mprotect),
 	SCMP_SYS(madvise),
 	/* tear-down */
 	SCMP_SYS(close),
-	SCMP_SYS(clock_gettime), SCMP_SYS(clock_nanosleep),
+	SCMP_SYS(clock_gettime),
+	SCMP_SYS(clock_nanosleep),
 };
 
 /*
@@ -35,10 +51,10 @@ static const int allowed[] = {
  */
 static const unsigned long allowed_ioctls[] = {
 	KVM_RUN, KVM_IRQ_LINE, KVM_GET_MP_STATE, KVM_GET_REGS,
-	TCGETS, TCSETS, TCSETSW,
+	TCGETS,	 TCSETS,       TCSETSW,
 };
 
-#define SECCOMP_EXIT_STATUS 125	/* VMM_EXIT_VMM_ERROR */
+#define SECCOMP_EXIT_STATUS 125 /* VMM_EXIT_VMM_ERROR */
 
 /*
  * A blocked syscall is a monitor bug or an attack in progress: say which
@@ -80,5 +96,5 @@ int seccomp__install(void)
 	if (!ret)
 		ret = seccomp_load(ctx);
 	seccomp_release(ctx);
-	return ret;	/* libseccomp returns -errno already */
+	return ret; /* libseccomp returns -errno already */
 }

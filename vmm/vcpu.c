@@ -15,30 +15,30 @@
 #include "vmm/vm.h"
 
 /* MSR numbers (SDM vol. 4) and their boot values. */
-#define MSR_IA32_SYSENTER_CS		0x00000174
-#define MSR_IA32_SYSENTER_ESP		0x00000175
-#define MSR_IA32_SYSENTER_EIP		0x00000176
-#define MSR_IA32_MISC_ENABLE		0x000001a0
-#define MSR_MTRR_DEF_TYPE		0x000002ff
-#define MSR_STAR			0xc0000081
-#define MSR_LSTAR			0xc0000082
-#define MSR_CSTAR			0xc0000083
-#define MSR_SYSCALL_MASK		0xc0000084
-#define MSR_KERNEL_GS_BASE		0xc0000102
-#define MISC_ENABLE_FAST_STRING		(1ULL << 0)
-#define MTRR_DEF_TYPE_ENABLE		(1ULL << 11)
-#define MTRR_TYPE_WRBACK		6ULL
+#define MSR_IA32_SYSENTER_CS	0x00000174
+#define MSR_IA32_SYSENTER_ESP	0x00000175
+#define MSR_IA32_SYSENTER_EIP	0x00000176
+#define MSR_IA32_MISC_ENABLE	0x000001a0
+#define MSR_MTRR_DEF_TYPE	0x000002ff
+#define MSR_STAR		0xc0000081
+#define MSR_LSTAR		0xc0000082
+#define MSR_CSTAR		0xc0000083
+#define MSR_SYSCALL_MASK	0xc0000084
+#define MSR_KERNEL_GS_BASE	0xc0000102
+#define MISC_ENABLE_FAST_STRING (1ULL << 0)
+#define MTRR_DEF_TYPE_ENABLE	(1ULL << 11)
+#define MTRR_TYPE_WRBACK	6ULL
 
-#define FPU_DEFAULT_FCW			0x37f	/* FNINIT state */
-#define FPU_DEFAULT_MXCSR		0x1f80	/* all exceptions masked */
+#define FPU_DEFAULT_FCW	  0x37f	 /* FNINIT state */
+#define FPU_DEFAULT_MXCSR 0x1f80 /* all exceptions masked */
 
-#define APIC_LVT0			0x350
-#define APIC_LVT1			0x360
-#define APIC_DM_EXTINT			0x700
-#define APIC_DM_NMI			0x400
-#define APIC_DM_MASK			0x700
+#define APIC_LVT0      0x350
+#define APIC_LVT1      0x360
+#define APIC_DM_EXTINT 0x700
+#define APIC_DM_NMI    0x400
+#define APIC_DM_MASK   0x700
 
-#define VCPU_KICK_SIGNAL		SIGUSR1
+#define VCPU_KICK_SIGNAL SIGUSR1
 
 struct vcpu {
 	struct vm *vm;
@@ -47,12 +47,15 @@ struct vcpu {
 	struct kvm_run *run;
 	pthread_t thread;
 	bool started;
-	atomic_uint dead_round;	/* last probe round that found it dead */
+	atomic_uint dead_round; /* last probe round that found it dead */
 };
 
 static int setup_msrs(struct vcpu *v)
 {
-	static const struct { uint32_t index; uint64_t data; } boot_msrs[] = {
+	static const struct {
+		uint32_t index;
+		uint64_t data;
+	} boot_msrs[] = {
 		{ MSR_IA32_SYSENTER_CS, 0 },
 		{ MSR_IA32_SYSENTER_ESP, 0 },
 		{ MSR_IA32_SYSENTER_EIP, 0 },
@@ -97,8 +100,7 @@ static int setup_fpu(struct vcpu *v)
 	return ioctl(v->fd, KVM_SET_FPU, &fpu) < 0 ? -errno : 0;
 }
 
-static void set_lvt(struct kvm_lapic_state *l, unsigned int reg,
-		    uint32_t mode)
+static void set_lvt(struct kvm_lapic_state *l, unsigned int reg, uint32_t mode)
 {
 	uint32_t val;
 
@@ -241,8 +243,7 @@ static bool handle_exit(struct vcpu *v)
 		handle_mmio(v);
 		return true;
 	case KVM_EXIT_SHUTDOWN:
-		vm__stop(v->vm, VM_STOP_GUEST_RESET, 0,
-			 "guest triple-faulted");
+		vm__stop(v->vm, VM_STOP_GUEST_RESET, 0, "guest triple-faulted");
 		return false;
 	case KVM_EXIT_SYSTEM_EVENT:
 		handle_system_event(v);
@@ -253,8 +254,9 @@ static bool handle_exit(struct vcpu *v)
 		return false;
 	case KVM_EXIT_FAIL_ENTRY:
 		pr_err("vcpu%u: KVM entry failed, hardware reason 0x%llx",
-		       v->id, (unsigned long long)
-		       run->fail_entry.hardware_entry_failure_reason);
+		       v->id,
+		       (unsigned long long)
+			       run->fail_entry.hardware_entry_failure_reason);
 		break;
 	case KVM_EXIT_INTERNAL_ERROR:
 		pr_err("vcpu%u: KVM internal error, suberror %u", v->id,
@@ -328,7 +330,7 @@ static void *vcpu_thread(void *arg)
 
 static void kick_handler(int sig)
 {
-	(void)sig;	/* only here to make KVM_RUN return -EINTR */
+	(void)sig; /* only here to make KVM_RUN return -EINTR */
 }
 
 int vcpu__setup_kick(void)

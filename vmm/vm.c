@@ -24,18 +24,18 @@
 #include "vmm/vm.h"
 
 /* Above RAM and the devices, below 4 GiB: what KVM needs on Intel. */
-#define KVM_TSS_ADDR		0xfffbd000ULL
-#define KVM_IDENTITY_MAP_ADDR	0xfffbc000ULL
+#define KVM_TSS_ADDR	      0xfffbd000ULL
+#define KVM_IDENTITY_MAP_ADDR 0xfffbc000ULL
 
-#define KILN_CMDLINE_DEFAULT \
+#define KILN_CMDLINE_DEFAULT                                     \
 	"console=ttyS0 reboot=k panic=-1 quiet 8250.nr_uarts=1 " \
 	"i8042.noaux i8042.nokbd"
-#define KILN_CMDLINE_RAW	" kiln.console=raw"
+#define KILN_CMDLINE_RAW " kiln.console=raw"
 
-#define MEM_SLOT_LOW		0
-#define MEM_SLOT_HIGH		1
-#define RING_ENTRIES		8
-#define STDIN_CHUNK		4096
+#define MEM_SLOT_LOW  0
+#define MEM_SLOT_HIGH 1
+#define RING_ENTRIES  8
+#define STDIN_CHUNK   4096
 
 /* ---- step: image ------------------------------------------------------ */
 
@@ -49,8 +49,8 @@ static int build_cmdline(struct vm *vm)
 	if (!vm->cmdline)
 		return -ENOMEM;
 	snprintf(vm->cmdline, len, "%s%s%s%s", KILN_CMDLINE_DEFAULT,
-		 isatty(STDIN_FILENO) ? "" : KILN_CMDLINE_RAW,
-		 user ? " " : "", user ? user : "");
+		 isatty(STDIN_FILENO) ? "" : KILN_CMDLINE_RAW, user ? " " : "",
+		 user ? user : "");
 	return 0;
 }
 
@@ -69,8 +69,9 @@ static int open_initrd(struct vm *vm)
 		return ret;
 	}
 	if (!S_ISREG(st.st_mode)) {
-		pr_err("%s: %s", path, S_ISDIR(st.st_mode) ?
-		       "is a directory" : "not a regular file");
+		pr_err("%s: %s", path,
+		       S_ISDIR(st.st_mode) ? "is a directory" :
+					     "not a regular file");
 		return -EINVAL;
 	}
 	vm->initrd_file_size = st.st_size;
@@ -84,6 +85,16 @@ static uint64_t initrd_total(const struct vm *vm)
 	if (!vm->initrd_file_size && !vm->argv_cpio_len)
 		return 0;
 	return vm->initrd_file_size + pad + vm->argv_cpio_len;
+}
+
+/* Name what a failed boot plan could not fit. */
+static const char *plan_culprit(const struct vm *vm, int err)
+{
+	if (err == -E2BIG)
+		return "--cmdline";
+	if (vm->kernel.load_end > vm->plan.low_ram || !vm->cfg->initrd_path)
+		return vm->cfg->kernel_path;
+	return vm->cfg->initrd_path;
 }
 
 static int image_init(struct vm *vm)
@@ -111,16 +122,11 @@ static int image_init(struct vm *vm)
 	ret = build_cmdline(vm);
 	if (ret)
 		return ret;
-	ret = boot__plan(&vm->plan, &vm->kernel, vm->ram_size,
-			 initrd_total(vm), strlen(vm->cmdline), &why);
+	ret = boot__plan(&vm->plan, &vm->kernel, vm->ram_size, initrd_total(vm),
+			 strlen(vm->cmdline), &why);
 	if (ret) {
-		/* Name the file the limit was hit with. */
-		pr_err("%s: %s (%llu MiB of memory)",
-		       ret == -E2BIG ? "--cmdline" :
-		       (vm->kernel.load_end > vm->plan.low_ram ||
-			!cfg->initrd_path) ? cfg->kernel_path :
-		       cfg->initrd_path, why,
-		       (unsigned long long)cfg->mem_mib);
+		pr_err("%s: %s (%llu MiB of memory)", plan_culprit(vm, ret),
+		       why, (unsigned long long)cfg->mem_mib);
 		return ret;
 	}
 	vm->boot_entry = vm->kernel.entry;
@@ -218,8 +224,8 @@ static int set_slot(struct vm *vm, uint32_t slot, uint64_t gpa, uint64_t size,
 		.userspace_addr = (uintptr_t)host,
 	};
 
-	return ioctl(vm->vm_fd, KVM_SET_USER_MEMORY_REGION, &r) < 0 ?
-	       -errno : 0;
+	return ioctl(vm->vm_fd, KVM_SET_USER_MEMORY_REGION, &r) < 0 ? -errno :
+								      0;
 }
 
 static int memory_init(struct vm *vm)
@@ -309,7 +315,8 @@ static const struct exit_dev_ops sys_ops = {
 
 static int devices_init(struct vm *vm)
 {
-	struct irq_line com1 = { .set = vm__irq_line, .opaque = vm,
+	struct irq_line com1 = { .set = vm__irq_line,
+				 .opaque = vm,
 				 .gsi = UART_COM1_IRQ };
 	int ret;
 
@@ -329,8 +336,8 @@ static int devices_init(struct vm *vm)
 	vm->i8042 = (struct i8042){ .reset = sys_reset, .opaque = vm };
 	vm->exit_dev = (struct exit_dev){ .ops = &sys_ops, .opaque = vm };
 
-	ret = ioport__register(&vm->io, UART_COM1_BASE, UART_NR_REGS,
-			       uart__io, vm->uart);
+	ret = ioport__register(&vm->io, UART_COM1_BASE, UART_NR_REGS, uart__io,
+			       vm->uart);
 	if (!ret)
 		ret = ioport__register(&vm->io, I8042_DATA_PORT,
 				       I8042_COMMAND_PORT - I8042_DATA_PORT + 1,
@@ -377,7 +384,7 @@ static int load_initrd(struct vm *vm)
 		}
 		done += n;
 	}
-	done += (4 - done % 4) % 4;	/* newc archives start 4-aligned */
+	done += (4 - done % 4) % 4; /* newc archives start 4-aligned */
 	if (vm->argv_cpio_len)
 		memcpy(dst + done, vm->argv_cpio, vm->argv_cpio_len);
 	return 0;
@@ -385,7 +392,8 @@ static int load_initrd(struct vm *vm)
 
 static int boot_init(struct vm *vm)
 {
-	struct boot_mem m = { .ram = vm->ram, .low_ram = vm->plan.low_ram,
+	struct boot_mem m = { .ram = vm->ram,
+			      .low_ram = vm->plan.low_ram,
 			      .high_ram = vm->plan.high_ram };
 	int ret;
 
@@ -443,13 +451,13 @@ static const struct {
 	int (*init)(struct vm *vm);
 	void (*exit)(struct vm *vm);
 } vm_steps[] = {
-	{ "image",   image_init,   image_exit },
-	{ "kvm",     kvm_init,     kvm_exit },
-	{ "memory",  memory_init,  memory_exit },
-	{ "irqchip", irqchip_init, NULL },	/* goes with the VM fd */
+	{ "image", image_init, image_exit },
+	{ "kvm", kvm_init, kvm_exit },
+	{ "memory", memory_init, memory_exit },
+	{ "irqchip", irqchip_init, NULL }, /* goes with the VM fd */
 	{ "devices", devices_init, devices_exit },
-	{ "boot",    boot_init,    NULL },	/* lives in guest memory */
-	{ "vcpus",   vcpus_init,   vcpus_exit },
+	{ "boot", boot_init, NULL }, /* lives in guest memory */
+	{ "vcpus", vcpus_init, vcpus_exit },
 };
 
 static void vm_unwind(struct vm *vm, unsigned int done)
@@ -525,7 +533,7 @@ enum loop_event {
 	EV_PROBE,
 };
 
-#define HALT_PROBE_NS	1000000000LL	/* once a second */
+#define HALT_PROBE_NS 1000000000LL /* once a second */
 
 struct loop {
 	struct io_uring ring;
@@ -563,8 +571,8 @@ static void maybe_arm_stdin(struct vm *vm, struct loop *l)
 			 EV_STDIN);
 		l->stdin_armed = true;
 	} else if (!l->space_armed) {
-		arm_read(l, vm->space_fd, &l->space_buf,
-			 sizeof(l->space_buf), EV_SPACE);
+		arm_read(l, vm->space_fd, &l->space_buf, sizeof(l->space_buf),
+			 EV_SPACE);
 		l->space_armed = true;
 	}
 }
@@ -585,7 +593,7 @@ static void probe_vcpus(struct vm *vm)
 	unsigned int i;
 
 	if (atomic_fetch_add(&vm->probe_round, 1) + 1 == 0)
-		atomic_store(&vm->probe_round, 1);	/* 0 means "none" */
+		atomic_store(&vm->probe_round, 1); /* 0 means "none" */
 	for (i = 0; i < vm->nr_vcpus; i++)
 		vcpu__kick(vm->vcpus[i]);
 }
@@ -593,8 +601,8 @@ static void probe_vcpus(struct vm *vm)
 static void handle_cqe(struct vm *vm, struct loop *l,
 		       const struct io_uring_cqe *cqe)
 {
-	pr_debug("event %llu: %d", (unsigned long long)
-		 io_uring_cqe_get_data64(cqe), cqe->res);
+	pr_debug("event %llu: %d",
+		 (unsigned long long)io_uring_cqe_get_data64(cqe), cqe->res);
 	switch (io_uring_cqe_get_data64(cqe)) {
 	case EV_WAKE:
 		arm_read(l, vm->event_fd, &l->wake_buf, sizeof(l->wake_buf),
@@ -686,7 +694,8 @@ static int exit_code(const struct vm *vm)
 		return 0;
 	case VM_STOP_GUEST_RESET:
 		pr_err("%s before reporting a status (panic, triple fault "
-		       "or reboot)", vm->stop_detail);
+		       "or reboot)",
+		       vm->stop_detail);
 		return VMM_EXIT_GUEST_CRASH;
 	case VM_STOP_SIGNAL:
 		pr_err("stopped by signal %d (%s)", vm->stop_status,

@@ -19,16 +19,16 @@
  * Exit codes of `vmm run` besides the command's own status (0..255, or
  * 128+N when a signal killed it). Documented in Documentation/cli.md.
  */
-#define VMM_EXIT_GUEST_CRASH	123	/* reset, panic or triple fault */
-#define VMM_EXIT_VMM_ERROR	125	/* bad input or a monitor failure */
+#define VMM_EXIT_GUEST_CRASH 123 /* reset, panic or triple fault */
+#define VMM_EXIT_VMM_ERROR   125 /* bad input or a monitor failure */
 
 enum vm_stop_reason {
 	VM_STOP_NONE,
-	VM_STOP_GUEST_EXIT,	/* status reported through the exit device */
-	VM_STOP_GUEST_RESET,	/* reset or triple fault, no status */
-	VM_STOP_GUEST_HALT,	/* every vCPU halted for good: power off */
-	VM_STOP_ERROR,		/* KVM or the monitor failed */
-	VM_STOP_SIGNAL,		/* the host asked us to stop */
+	VM_STOP_GUEST_EXIT,  /* status reported through the exit device */
+	VM_STOP_GUEST_RESET, /* reset or triple fault, no status */
+	VM_STOP_GUEST_HALT,  /* every vCPU halted for good: power off */
+	VM_STOP_ERROR,	     /* KVM or the monitor failed */
+	VM_STOP_SIGNAL,	     /* the host asked us to stop */
 };
 
 struct vcpu;
@@ -41,20 +41,20 @@ struct vm {
 	int kvm_fd;
 	int vm_fd;
 	int vcpu_mmap_size;
-	struct kvm_cpuid2 *cpuid;	/* what KVM supports, patched per vCPU */
+	struct kvm_cpuid2 *cpuid; /* what KVM supports, patched per vCPU */
 
 	/* What to boot, opened and checked before KVM is touched. */
 	struct kernel_image kernel;
-	int initrd_fd;			/* -1: no initrd file */
-	uint64_t initrd_file_size;	/* bytes */
-	uint8_t *argv_cpio;		/* appended archive with the command */
+	int initrd_fd;		   /* -1: no initrd file */
+	uint64_t initrd_file_size; /* bytes */
+	uint8_t *argv_cpio;	   /* appended archive with the command */
 	size_t argv_cpio_len;
-	char *cmdline;			/* the complete kernel command line */
+	char *cmdline; /* the complete kernel command line */
 
-	uint8_t *ram;			/* one host mapping for all guest RAM */
-	uint64_t ram_size;		/* bytes */
+	uint8_t *ram;	   /* one host mapping for all guest RAM */
+	uint64_t ram_size; /* bytes */
 	struct boot_plan plan;
-	uint64_t boot_entry;		/* guest-physical 64-bit entry */
+	uint64_t boot_entry; /* guest-physical 64-bit entry */
 
 	struct ioport_bus io;
 	struct uart *uart;
@@ -73,11 +73,11 @@ struct vm {
 	 */
 	atomic_uint probe_round;
 
-	int event_fd;			/* vCPU threads wake the main loop */
-	int space_fd;			/* the UART has room for host input */
-	atomic_int stopping;		/* set once; vCPUs leave KVM_RUN */
+	int event_fd;	     /* vCPU threads wake the main loop */
+	int space_fd;	     /* the UART has room for host input */
+	atomic_int stopping; /* set once; vCPUs leave KVM_RUN */
 	enum vm_stop_reason stop_reason;
-	int stop_status;		/* status or signal number */
+	int stop_status; /* status or signal number */
 	const char *stop_detail;
 	pthread_mutex_t stop_lock;
 };

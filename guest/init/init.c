@@ -29,28 +29,29 @@
  * console is set up and host input may flow; a 32-bit write of the status
  * to EXIT ends the VM.
  */
-#define KILN_READY_PORT		0x500
-#define KILN_EXIT_PORT		0x501
-#define KILN_EXIT_PORT_LEN	4
+#define KILN_READY_PORT	   0x500
+#define KILN_EXIT_PORT	   0x501
+#define KILN_EXIT_PORT_LEN 4
 
-#define KILN_ARGV_FILE		"/kiln/argv"
+#define KILN_ARGV_FILE "/kiln/argv"
 /* /kiln/argv is written by the host; a bound keeps a bad one from OOMing. */
-#define KILN_ARGV_MAX		(1 << 20)
+#define KILN_ARGV_MAX (1 << 20)
 
 /* Status when init itself, not the command, failed (as env(1) does). */
-#define STATUS_INIT_FAILED	125
+#define STATUS_INIT_FAILED 125
 /* The guest asked to power off, halt or reboot: a clean end. */
-#define STATUS_SHUTDOWN		0
+#define STATUS_SHUTDOWN 0
 
-#define ARRAY_SIZE(a)	(sizeof(a) / sizeof((a)[0]))
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
-#define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#define DEFAULT_PATH \
+	"/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 /* kiln.* parameters from the kernel command line. */
 struct kiln_params {
 	char term[64];
 	bool raw_console;
-	bool bootmark;		/* kiln.bootmark: say when init starts */
+	bool bootmark; /* kiln.bootmark: say when init starts */
 };
 
 /*
@@ -252,7 +253,7 @@ static char **load_argv_file(void)
 		goto out_free;
 	for (i = 0, j = 0; j < argc; i += strlen(buf + i) + 1)
 		argv[j++] = buf + i;
-	return argv;	/* buf stays allocated: argv points into it */
+	return argv; /* buf stays allocated: argv points into it */
 out_free:
 	free(buf);
 	return NULL;

@@ -49,43 +49,42 @@
 
 /* ---- shared by guest and host --------------------------------------- */
 
-#define UCALL_PIO_PORT		0x0510	/* unclaimed: no device in a test VM */
-#define UCALL_MAX_ARGS		4
+#define UCALL_PIO_PORT 0x0510 /* unclaimed: no device in a test VM */
+#define UCALL_MAX_ARGS 4
 
 enum ucall_cmd {
-	UCALL_NONE,		/* the exit was not a ucall */
+	UCALL_NONE, /* the exit was not a ucall */
 	UCALL_SYNC,
 	UCALL_DONE,
 	UCALL_ABORT,
-	UCALL_EXCEPTION,	/* args: vector, error code, rip, cr2 */
+	UCALL_EXCEPTION, /* args: vector, error code, rip, cr2 */
 };
 
 /* Lives on the guest stack; the host copies it out of guest memory. */
 struct ucall {
 	uint64_t cmd;
 	uint64_t line;
-	uint64_t file;		/* guest virtual address of __FILE__ */
-	uint64_t expr;		/* guest virtual address of the message */
+	uint64_t file; /* guest virtual address of __FILE__ */
+	uint64_t expr; /* guest virtual address of the message */
 	uint64_t nargs;
 	uint64_t args[UCALL_MAX_ARGS];
 };
 
-#define GUEST_MEM_SIZE		(64ULL << 20)
-#define GUEST_GDT_GPA		0x1000ULL
-#define GUEST_TSS_GPA		0x2000ULL
-#define GUEST_PML4_GPA		0x3000ULL
-#define GUEST_PDPT_GPA		0x4000ULL
-#define GUEST_PD_GPA		0x5000ULL
-#define GUEST_IDT_GPA		0x6000ULL
-#define GUEST_IDT_VECTORS	32	/* the CPU exceptions */
-#define GUEST_IMAGE_GPA		0x200000ULL
-#define GUEST_IMAGE_MAX		((16ULL << 20) - GUEST_IMAGE_GPA)
-#define GUEST_HEAP_GPA		(16ULL << 20)
-#define GUEST_STACK_SIZE	0x10000ULL
-#define KVM_TEST_MAX_VCPUS	16
-#define GUEST_HEAP_END		(GUEST_MEM_SIZE - \
-				 KVM_TEST_MAX_VCPUS * GUEST_STACK_SIZE)
-#define GUEST_PAGE_SIZE		0x1000ULL
+#define GUEST_MEM_SIZE	   (64ULL << 20)
+#define GUEST_GDT_GPA	   0x1000ULL
+#define GUEST_TSS_GPA	   0x2000ULL
+#define GUEST_PML4_GPA	   0x3000ULL
+#define GUEST_PDPT_GPA	   0x4000ULL
+#define GUEST_PD_GPA	   0x5000ULL
+#define GUEST_IDT_GPA	   0x6000ULL
+#define GUEST_IDT_VECTORS  32 /* the CPU exceptions */
+#define GUEST_IMAGE_GPA	   0x200000ULL
+#define GUEST_IMAGE_MAX	   ((16ULL << 20) - GUEST_IMAGE_GPA)
+#define GUEST_HEAP_GPA	   (16ULL << 20)
+#define GUEST_STACK_SIZE   0x10000ULL
+#define KVM_TEST_MAX_VCPUS 16
+#define GUEST_HEAP_END	   (GUEST_MEM_SIZE - KVM_TEST_MAX_VCPUS * GUEST_STACK_SIZE)
+#define GUEST_PAGE_SIZE	   0x1000ULL
 
 /* ---- guest side ------------------------------------------------------ */
 
@@ -94,8 +93,8 @@ struct ucall {
  * idiom recognition off so GCC cannot turn a loop into a memset/memcpy
  * call, which would go through the PLT to the host's libc.
  */
-#define __guest_code							\
-	__attribute__((section("guest_text"), noinline, used,		\
+#define __guest_code                                          \
+	__attribute__((section("guest_text"), noinline, used, \
 		       optimize("no-tree-loop-distribute-patterns")))
 
 static inline __attribute__((always_inline)) void
@@ -119,7 +118,8 @@ guest_ucall(uint64_t cmd, const char *file, uint64_t line, const char *expr,
 	 * the exit: the host reads the struct while the vCPU is stopped.
 	 */
 	asm volatile("outl %0, %w1"
-		     : : "a"((uint32_t)(uintptr_t)&uc), "Nd"(UCALL_PIO_PORT)
+		     :
+		     : "a"((uint32_t)(uintptr_t)&uc), "Nd"(UCALL_PIO_PORT)
 		     : "memory");
 }
 
@@ -130,38 +130,38 @@ static inline __attribute__((always_inline, noreturn)) void guest_halt(void)
 		asm volatile("hlt" : : : "memory");
 }
 
-#define GUEST_SYNC(arg)							\
+#define GUEST_SYNC(arg) \
 	guest_ucall(UCALL_SYNC, __FILE__, __LINE__, "", 1, (arg), 0, 0, 0)
-#define GUEST_SYNC2(a0, a1)						\
+#define GUEST_SYNC2(a0, a1) \
 	guest_ucall(UCALL_SYNC, __FILE__, __LINE__, "", 2, (a0), (a1), 0, 0)
-#define GUEST_DONE()							\
+#define GUEST_DONE() \
 	guest_ucall(UCALL_DONE, __FILE__, __LINE__, "", 0, 0, 0, 0, 0)
 
-#define GUEST_FAIL(msg)							\
-	do {								\
-		guest_ucall(UCALL_ABORT, __FILE__, __LINE__, msg,	\
-			    0, 0, 0, 0, 0);				\
-		guest_halt();						\
+#define GUEST_FAIL(msg)                                                       \
+	do {                                                                  \
+		guest_ucall(UCALL_ABORT, __FILE__, __LINE__, msg, 0, 0, 0, 0, \
+			    0);                                               \
+		guest_halt();                                                 \
 	} while (0)
 
-#define GUEST_ASSERT(cond)						\
-	do {								\
-		if (!(cond)) {						\
-			guest_ucall(UCALL_ABORT, __FILE__, __LINE__,	\
-				    #cond, 0, 0, 0, 0, 0);		\
-			guest_halt();					\
-		}							\
+#define GUEST_ASSERT(cond)                                                     \
+	do {                                                                   \
+		if (!(cond)) {                                                 \
+			guest_ucall(UCALL_ABORT, __FILE__, __LINE__, #cond, 0, \
+				    0, 0, 0, 0);                               \
+			guest_halt();                                          \
+		}                                                              \
 	} while (0)
 
-#define GUEST_ASSERT_EQ(a, b)						\
-	do {								\
-		uint64_t __ga = (a), __gb = (b);			\
-									\
-		if (__ga != __gb) {					\
-			guest_ucall(UCALL_ABORT, __FILE__, __LINE__,	\
-				    #a " == " #b, 2, __ga, __gb, 0, 0);	\
-			guest_halt();					\
-		}							\
+#define GUEST_ASSERT_EQ(a, b)                                           \
+	do {                                                            \
+		uint64_t __ga = (a), __gb = (b);                        \
+                                                                        \
+		if (__ga != __gb) {                                     \
+			guest_ucall(UCALL_ABORT, __FILE__, __LINE__,    \
+				    #a " == " #b, 2, __ga, __gb, 0, 0); \
+			guest_halt();                                   \
+		}                                                       \
 	} while (0)
 
 /*
@@ -229,11 +229,11 @@ struct kvm_vcpu {
 struct kvm_vm {
 	int kvm_fd;
 	int fd;
-	size_t run_size;		/* mmap size of struct kvm_run */
-	uint8_t *mem;			/* guest physical 0 */
-	uint64_t mem_size;		/* bytes */
-	uint64_t heap_next;		/* next free GPA for vm_vaddr_alloc */
-	uintptr_t image_base;		/* host load address of this binary */
+	size_t run_size;      /* mmap size of struct kvm_run */
+	uint8_t *mem;	      /* guest physical 0 */
+	uint64_t mem_size;    /* bytes */
+	uint64_t heap_next;   /* next free GPA for vm_vaddr_alloc */
+	uintptr_t image_base; /* host load address of this binary */
 	unsigned int nr_vcpus;
 	struct kvm_vcpu *vcpus[KVM_TEST_MAX_VCPUS];
 };
@@ -241,9 +241,11 @@ struct kvm_vm {
 extern const char __start_guest_text[] __attribute__((weak));
 extern const char __stop_guest_text[] __attribute__((weak));
 
-static inline __ksft_printf(4, 5) __attribute__((noreturn)) void
-__test_assert_fail(const char *file, int line, const char *cond,
-		   const char *fmt, ...)
+static inline __ksft_printf(4, 5)
+	__attribute__((noreturn)) void __test_assert_fail(const char *file,
+							  int line,
+							  const char *cond,
+							  const char *fmt, ...)
 {
 	char *msg = NULL, *p, *nl;
 	va_list ap;
@@ -265,49 +267,62 @@ __test_assert_fail(const char *file, int line, const char *cond,
  * Fails the running test (its teardown still runs) when !cond. The
  * message should carry strerror(errno) itself where errno matters.
  */
-#define TEST_ASSERT(cond, fmt, ...)					\
-	do {								\
-		if (!(cond))						\
-			__test_assert_fail(__FILE__, __LINE__, #cond,	\
-					   fmt, ##__VA_ARGS__);		\
+#define TEST_ASSERT(cond, fmt, ...)                                        \
+	do {                                                               \
+		if (!(cond))                                               \
+			__test_assert_fail(__FILE__, __LINE__, #cond, fmt, \
+					   ##__VA_ARGS__);                 \
 	} while (0)
 
-#define __kvm_ioctl(kvm_fd, cmd, arg)	ioctl(kvm_fd, cmd, arg)
-#define __vm_ioctl(vm, cmd, arg)	ioctl((vm)->fd, cmd, arg)
-#define __vcpu_ioctl(vcpu, cmd, arg)	ioctl((vcpu)->fd, cmd, arg)
+#define __kvm_ioctl(kvm_fd, cmd, arg) ioctl(kvm_fd, cmd, arg)
+#define __vm_ioctl(vm, cmd, arg)      ioctl((vm)->fd, cmd, arg)
+#define __vcpu_ioctl(vcpu, cmd, arg)  ioctl((vcpu)->fd, cmd, arg)
 
-#define __KVM_IOCTL_CHECKED(fd, cmd, arg, what)				\
-	({								\
-		int __ret = ioctl(fd, cmd, arg);			\
-									\
-		TEST_ASSERT(__ret >= 0, "%s(%s) failed, rc: %d: %s",	\
-			    what, #cmd, __ret, strerror(errno));	\
-		__ret;							\
+#define __KVM_IOCTL_CHECKED(fd, cmd, arg, what)                            \
+	({                                                                 \
+		int __ret = ioctl(fd, cmd, arg);                           \
+                                                                           \
+		TEST_ASSERT(__ret >= 0, "%s(%s) failed, rc: %d: %s", what, \
+			    #cmd, __ret, strerror(errno));                 \
+		__ret;                                                     \
 	})
 
-#define kvm_ioctl(kvm_fd, cmd, arg)					\
+#define kvm_ioctl(kvm_fd, cmd, arg) \
 	__KVM_IOCTL_CHECKED(kvm_fd, cmd, arg, "kvm ioctl")
-#define vm_ioctl(vm, cmd, arg)						\
+#define vm_ioctl(vm, cmd, arg) \
 	__KVM_IOCTL_CHECKED((vm)->fd, cmd, arg, "vm ioctl")
-#define vcpu_ioctl(vcpu, cmd, arg)					\
+#define vcpu_ioctl(vcpu, cmd, arg) \
 	__KVM_IOCTL_CHECKED((vcpu)->fd, cmd, arg, "vcpu ioctl")
 
 static inline const char *exit_reason_str(uint32_t reason)
 {
 	switch (reason) {
-	case KVM_EXIT_UNKNOWN:		return "UNKNOWN";
-	case KVM_EXIT_EXCEPTION:	return "EXCEPTION";
-	case KVM_EXIT_IO:		return "IO";
-	case KVM_EXIT_HYPERCALL:	return "HYPERCALL";
-	case KVM_EXIT_DEBUG:		return "DEBUG";
-	case KVM_EXIT_HLT:		return "HLT";
-	case KVM_EXIT_MMIO:		return "MMIO";
-	case KVM_EXIT_SHUTDOWN:		return "SHUTDOWN";
-	case KVM_EXIT_FAIL_ENTRY:	return "FAIL_ENTRY";
-	case KVM_EXIT_INTR:		return "INTR";
-	case KVM_EXIT_INTERNAL_ERROR:	return "INTERNAL_ERROR";
-	case KVM_EXIT_SYSTEM_EVENT:	return "SYSTEM_EVENT";
-	default:			return "other";
+	case KVM_EXIT_UNKNOWN:
+		return "UNKNOWN";
+	case KVM_EXIT_EXCEPTION:
+		return "EXCEPTION";
+	case KVM_EXIT_IO:
+		return "IO";
+	case KVM_EXIT_HYPERCALL:
+		return "HYPERCALL";
+	case KVM_EXIT_DEBUG:
+		return "DEBUG";
+	case KVM_EXIT_HLT:
+		return "HLT";
+	case KVM_EXIT_MMIO:
+		return "MMIO";
+	case KVM_EXIT_SHUTDOWN:
+		return "SHUTDOWN";
+	case KVM_EXIT_FAIL_ENTRY:
+		return "FAIL_ENTRY";
+	case KVM_EXIT_INTR:
+		return "INTR";
+	case KVM_EXIT_INTERNAL_ERROR:
+		return "INTERNAL_ERROR";
+	case KVM_EXIT_SYSTEM_EVENT:
+		return "SYSTEM_EVENT";
+	default:
+		return "other";
 	}
 }
 
@@ -433,11 +448,11 @@ static inline void vm_setup_page_tables(struct kvm_vm *vm)
 		pd[i] = ((uint64_t)i << 21) | present | writable | huge;
 }
 
-#define GDT_CODE64_SEL		0x08
-#define GDT_DATA_SEL		0x10
-#define GDT_TSS_SEL		0x18
-#define GDT_ENTRIES		5	/* the TSS descriptor takes two */
-#define TSS_LIMIT		0x67
+#define GDT_CODE64_SEL 0x08
+#define GDT_DATA_SEL   0x10
+#define GDT_TSS_SEL    0x18
+#define GDT_ENTRIES    5 /* the TSS descriptor takes two */
+#define TSS_LIMIT      0x67
 
 /* The same descriptors the vCPUs get through KVM_SET_SREGS. */
 static inline void vm_setup_gdt(struct kvm_vm *vm)
@@ -446,11 +461,11 @@ static inline void vm_setup_gdt(struct kvm_vm *vm)
 	uint64_t base = GUEST_TSS_GPA;
 
 	gdt[0] = 0;
-	gdt[1] = 0x00af9b000000ffffULL;	/* code: P, DPL 0, L, exec/read */
-	gdt[2] = 0x00cf93000000ffffULL;	/* data: P, DPL 0, D/B, G, r/w */
+	gdt[1] = 0x00af9b000000ffffULL; /* code: P, DPL 0, L, exec/read */
+	gdt[2] = 0x00cf93000000ffffULL; /* data: P, DPL 0, D/B, G, r/w */
 	gdt[3] = TSS_LIMIT | (base & 0xffffff) << 16 |
-		 0xbULL << 40 |			/* busy 64-bit TSS */
-		 1ULL << 47 |			/* present */
+		 0xbULL << 40 | /* busy 64-bit TSS */
+		 1ULL << 47 |	/* present */
 		 ((base >> 24) & 0xff) << 56;
 	gdt[4] = base >> 32;
 }
@@ -464,9 +479,8 @@ static inline void vm_setup_idt(struct kvm_vm *vm)
 
 	for (v = 0; v < GUEST_IDT_VECTORS; v++) {
 		stub = addr_hva2gva_image(vm, guest_exc_stubs) + 16 * v;
-		idt[2 * v] = (stub & 0xffff) |
-			     (uint64_t)GDT_CODE64_SEL << 16 |
-			     0x8eULL << 40 |	/* present, DPL 0, int gate */
+		idt[2 * v] = (stub & 0xffff) | (uint64_t)GDT_CODE64_SEL << 16 |
+			     0x8eULL << 40 | /* present, DPL 0, int gate */
 			     ((stub >> 16) & 0xffff) << 48;
 		idt[2 * v + 1] = stub >> 32;
 	}
@@ -489,8 +503,8 @@ static inline struct kvm_vm *vm_create(void)
 		ksft_test_skip("/dev/kvm: %s", strerror(err));
 	}
 	ret = __kvm_ioctl(vm->kvm_fd, KVM_GET_API_VERSION, 0);
-	TEST_ASSERT(ret == KVM_API_VERSION, "KVM API version %d, want %d",
-		    ret, KVM_API_VERSION);
+	TEST_ASSERT(ret == KVM_API_VERSION, "KVM API version %d, want %d", ret,
+		    KVM_API_VERSION);
 	vm->fd = kvm_ioctl(vm->kvm_fd, KVM_CREATE_VM, 0);
 	vm->run_size = kvm_ioctl(vm->kvm_fd, KVM_GET_VCPU_MMAP_SIZE, 0);
 	TEST_ASSERT(vm->run_size >= sizeof(struct kvm_run),
@@ -522,7 +536,7 @@ static inline void vcpu_set_cpuid(struct kvm_vcpu *vcpu)
 
 	for (;;) {
 		cpuid = calloc(1, sizeof(*cpuid) +
-				  nent * sizeof(cpuid->entries[0]));
+					  nent * sizeof(cpuid->entries[0]));
 		TEST_ASSERT(cpuid, "out of memory");
 		cpuid->nent = nent;
 		if (!__kvm_ioctl(vcpu->vm->kvm_fd, KVM_GET_SUPPORTED_CPUID,
@@ -542,18 +556,36 @@ static inline void vcpu_set_cpuid(struct kvm_vcpu *vcpu)
 static inline void vcpu_setup_long_mode(struct kvm_vcpu *vcpu)
 {
 	struct kvm_segment code = {
-		.base = 0, .limit = 0xffffffff, .selector = GDT_CODE64_SEL,
-		.type = 0xb, .present = 1, .dpl = 0, .db = 0, .s = 1,
-		.l = 1, .g = 1,
+		.base = 0,
+		.limit = 0xffffffff,
+		.selector = GDT_CODE64_SEL,
+		.type = 0xb,
+		.present = 1,
+		.dpl = 0,
+		.db = 0,
+		.s = 1,
+		.l = 1,
+		.g = 1,
 	};
 	struct kvm_segment data = {
-		.base = 0, .limit = 0xffffffff, .selector = GDT_DATA_SEL,
-		.type = 0x3, .present = 1, .dpl = 0, .db = 1, .s = 1,
-		.l = 0, .g = 1,
+		.base = 0,
+		.limit = 0xffffffff,
+		.selector = GDT_DATA_SEL,
+		.type = 0x3,
+		.present = 1,
+		.dpl = 0,
+		.db = 1,
+		.s = 1,
+		.l = 0,
+		.g = 1,
 	};
 	struct kvm_segment tss = {
-		.base = GUEST_TSS_GPA, .limit = TSS_LIMIT,
-		.selector = GDT_TSS_SEL, .type = 0xb, .present = 1, .s = 0,
+		.base = GUEST_TSS_GPA,
+		.limit = TSS_LIMIT,
+		.selector = GDT_TSS_SEL,
+		.type = 0xb,
+		.present = 1,
+		.s = 0,
 	};
 	struct kvm_sregs sregs;
 
@@ -570,14 +602,14 @@ static inline void vcpu_setup_long_mode(struct kvm_vcpu *vcpu)
 	sregs.idt.base = GUEST_IDT_GPA;
 	sregs.idt.limit = GUEST_IDT_VECTORS * 16 - 1;
 	sregs.cr3 = GUEST_PML4_GPA;
-	sregs.cr4 = 0x20 |	/* PAE */
-		    0x200 |	/* OSFXSR: GCC may use SSE in guest code */
-		    0x400;	/* OSXMMEXCPT */
-	sregs.cr0 = 0x80000000 |	/* PG */
-		    0x10000 |		/* WP */
-		    0x20 | 0x10 |	/* NE, ET */
-		    0x2 | 0x1;		/* MP, PE */
-	sregs.efer = 0x100 | 0x400;	/* LME, LMA */
+	sregs.cr4 = 0x20 |	    /* PAE */
+		    0x200 |	    /* OSFXSR: GCC may use SSE in guest code */
+		    0x400;	    /* OSXMMEXCPT */
+	sregs.cr0 = 0x80000000 |    /* PG */
+		    0x10000 |	    /* WP */
+		    0x20 | 0x10 |   /* NE, ET */
+		    0x2 | 0x1;	    /* MP, PE */
+	sregs.efer = 0x100 | 0x400; /* LME, LMA */
 	vcpu_ioctl(vcpu, KVM_SET_SREGS, &sregs);
 }
 
@@ -596,7 +628,7 @@ static inline struct kvm_vcpu *vm_vcpu_add(struct kvm_vm *vm,
 
 	TEST_ASSERT(vm->nr_vcpus < KVM_TEST_MAX_VCPUS, "too many vCPUs");
 	TEST_ASSERT(__start_guest_text && fn >= (uintptr_t)__start_guest_text &&
-		    fn < (uintptr_t)__stop_guest_text,
+			    fn < (uintptr_t)__stop_guest_text,
 		    "guest entry %p is not marked __guest_code", guest_code);
 	vcpu = calloc(1, sizeof(*vcpu));
 	TEST_ASSERT(vcpu, "out of memory");
@@ -604,8 +636,8 @@ static inline struct kvm_vcpu *vm_vcpu_add(struct kvm_vm *vm,
 	vcpu->id = vm->nr_vcpus;
 	vcpu->fd = vm_ioctl(vm, KVM_CREATE_VCPU, (unsigned long)vcpu->id);
 	vm->vcpus[vm->nr_vcpus++] = vcpu;
-	vcpu->run = mmap(NULL, vm->run_size, PROT_READ | PROT_WRITE,
-			 MAP_SHARED, vcpu->fd, 0);
+	vcpu->run = mmap(NULL, vm->run_size, PROT_READ | PROT_WRITE, MAP_SHARED,
+			 vcpu->fd, 0);
 	TEST_ASSERT(vcpu->run != MAP_FAILED, "mmap of kvm_run: %s",
 		    strerror(errno));
 
@@ -618,7 +650,7 @@ static inline struct kvm_vcpu *vm_vcpu_add(struct kvm_vm *vm,
 	ret_addr = addr_gva2hva(vm, regs.rsp);
 	*ret_addr = addr_hva2gva_image(vm, (const void *)guest_code_returned);
 	regs.rip = addr_hva2gva_image(vm, (const void *)fn);
-	regs.rflags = 0x2;	/* reserved bit 1; interrupts off */
+	regs.rflags = 0x2; /* reserved bit 1; interrupts off */
 	vcpu_ioctl(vcpu, KVM_SET_REGS, &regs);
 	return vcpu;
 }
@@ -636,8 +668,8 @@ static inline struct kvm_vm *vm_create_with_one_vcpu(struct kvm_vcpu **vcpu,
 static inline void vcpu_args_set(struct kvm_vcpu *vcpu, unsigned int n, ...)
 {
 	struct kvm_regs regs;
-	__u64 *slot[] = { &regs.rdi, &regs.rsi, &regs.rdx, &regs.rcx,
-			  &regs.r8, &regs.r9 };
+	__u64 *slot[] = { &regs.rdi, &regs.rsi, &regs.rdx,
+			  &regs.rcx, &regs.r8,	&regs.r9 };
 	unsigned int i;
 	va_list ap;
 
@@ -680,10 +712,9 @@ static inline uint64_t get_ucall(struct kvm_vcpu *vcpu, struct ucall *uc)
 	uint32_t gva;
 
 	memset(uc, 0, sizeof(*uc));
-	if (run->exit_reason != KVM_EXIT_IO ||
-	    run->io.port != UCALL_PIO_PORT ||
-	    run->io.direction != KVM_EXIT_IO_OUT ||
-	    run->io.size != 4 || run->io.count != 1)
+	if (run->exit_reason != KVM_EXIT_IO || run->io.port != UCALL_PIO_PORT ||
+	    run->io.direction != KVM_EXIT_IO_OUT || run->io.size != 4 ||
+	    run->io.count != 1)
 		return UCALL_NONE;
 	TEST_ASSERT(run->io.data_offset <= vcpu->vm->run_size - 4,
 		    "io.data_offset %llu outside kvm_run",
@@ -698,8 +729,8 @@ static inline uint64_t get_ucall(struct kvm_vcpu *vcpu, struct ucall *uc)
 }
 
 /* One line describing why the vCPU stopped, for failure messages. */
-static inline const char *vcpu_describe_exit(struct kvm_vcpu *vcpu,
-					     char *buf, size_t len)
+static inline const char *vcpu_describe_exit(struct kvm_vcpu *vcpu, char *buf,
+					     size_t len)
 {
 	struct kvm_run *run = vcpu->run;
 	struct kvm_regs regs;
@@ -734,9 +765,8 @@ static inline const char *vcpu_describe_exit(struct kvm_vcpu *vcpu,
 }
 
 /* Text of a ucall: "SYNC(1, 2)", "DONE", "ABORT file:line: expr ...". */
-static inline const char *ucall_describe(struct kvm_vm *vm,
-					 const struct ucall *uc,
-					 char *buf, size_t len)
+static inline const char *
+ucall_describe(struct kvm_vm *vm, const struct ucall *uc, char *buf, size_t len)
 {
 	char file[128], expr[128];
 
@@ -758,13 +788,15 @@ static inline const char *ucall_describe(struct kvm_vm *vm,
 		guest_strncpy(vm, expr, sizeof(expr), uc->expr);
 		if (uc->nargs >= 2)
 			snprintf(buf, len,
-				 "guest assertion failed at %s:%llu: %s (%#llx vs %#llx)",
+				 "guest assertion failed at %s:%llu: %s (%#llx "
+				 "vs %#llx)",
 				 file, (unsigned long long)uc->line, expr,
 				 (unsigned long long)uc->args[0],
 				 (unsigned long long)uc->args[1]);
 		else
-			snprintf(buf, len, "guest assertion failed at %s:%llu: %s",
-				 file, (unsigned long long)uc->line, expr);
+			snprintf(buf, len,
+				 "guest assertion failed at %s:%llu: %s", file,
+				 (unsigned long long)uc->line, expr);
 		break;
 	case UCALL_EXCEPTION:
 		snprintf(buf, len,
@@ -789,16 +821,16 @@ static inline const char *ucall_describe(struct kvm_vm *vm,
  * fails the test, as does a failed guest assertion or a guest exception
  * unless @abort_ok.
  */
-static inline uint64_t __vcpu_run_ucall(struct kvm_vcpu *vcpu,
-					struct ucall *uc, bool abort_ok)
+static inline uint64_t __vcpu_run_ucall(struct kvm_vcpu *vcpu, struct ucall *uc,
+					bool abort_ok)
 {
 	char buf[512];
 	uint64_t cmd;
 
 	vcpu_run(vcpu);
 	cmd = get_ucall(vcpu, uc);
-	TEST_ASSERT(cmd != UCALL_NONE, "vCPU %u: unexpected exit: %s",
-		    vcpu->id, vcpu_describe_exit(vcpu, buf, sizeof(buf)));
+	TEST_ASSERT(cmd != UCALL_NONE, "vCPU %u: unexpected exit: %s", vcpu->id,
+		    vcpu_describe_exit(vcpu, buf, sizeof(buf)));
 	TEST_ASSERT((cmd != UCALL_ABORT && cmd != UCALL_EXCEPTION) || abort_ok,
 		    "vCPU %u: %s", vcpu->id,
 		    ucall_describe(vcpu->vm, uc, buf, sizeof(buf)));

@@ -11,10 +11,11 @@
 #include "selftests/kselftest.h"
 #include "selftests/kvm/kvm_util.h"
 
-#define NR_WORDS	1000
-#define NR_VCPUS	4
+#define NR_WORDS 1000
+#define NR_VCPUS 4
 
-FIXTURE(vm) {
+FIXTURE(vm)
+{
 	struct kvm_vm *vm;
 	struct kvm_vcpu *vcpu;
 	struct ucall uc;
@@ -88,14 +89,22 @@ static uint64_t __guest_code guest_classify(uint64_t x)
 {
 	/* Dense enough for GCC to emit a jump table in .rodata. */
 	switch (x) {
-	case 0: return 100;
-	case 1: return 101;
-	case 2: return 107;
-	case 3: return 131;
-	case 4: return 149;
-	case 5: return 163;
-	case 6: return 173;
-	default: return 0;
+	case 0:
+		return 100;
+	case 1:
+		return 101;
+	case 2:
+		return 107;
+	case 3:
+		return 131;
+	case 4:
+		return 149;
+	case 5:
+		return 163;
+	case 6:
+		return 173;
+	default:
+		return 0;
 	}
 }
 
@@ -113,8 +122,9 @@ static void __guest_code guest_rodata(void)
 
 TEST_F(vm, guest_reads_rodata)
 {
-	static const uint64_t classes[] = { 100, 101, 107, 131, 149, 163,
-					    173, 0 };
+	static const uint64_t classes[] = {
+		100, 101, 107, 131, 149, 163, 173, 0
+	};
 	unsigned int i;
 
 	self->vcpu = vm_vcpu_add(self->vm, guest_rodata);
@@ -173,8 +183,8 @@ static void __guest_code guest_assert_eq_fails(uint64_t x)
 
 TEST_F(vm, guest_assert_eq_values)
 {
-	self->vcpu = vm_vcpu_add(self->vm,
-				 (void (*)(void))guest_assert_eq_fails);
+	self->vcpu =
+		vm_vcpu_add(self->vm, (void (*)(void))guest_assert_eq_fails);
 	vcpu_args_set(self->vcpu, 1, 0x99ULL);
 	ASSERT_EQ(UCALL_ABORT, __vcpu_run_ucall(self->vcpu, &self->uc, true));
 	EXPECT_EQ(guest_assert_eq_line, self->uc.line);
@@ -184,7 +194,7 @@ TEST_F(vm, guest_assert_eq_values)
 	EXPECT_NE(NULL, strstr(ucall_describe(self->vm, &self->uc, self->buf,
 					      sizeof(self->buf)),
 			       "x + 1 == 0x1234 (0x9a vs 0x1234)"))
-		TH_LOG("%s", self->buf);
+	TH_LOG("%s", self->buf);
 }
 
 /* A guest entry function that returns is a failure, not a silent hang. */
@@ -201,11 +211,11 @@ TEST_F(vm, guest_return_reported)
 	EXPECT_NE(NULL, strstr(ucall_describe(self->vm, &self->uc, self->buf,
 					      sizeof(self->buf)),
 			       "guest entry function returned"))
-		TH_LOG("%s", self->buf);
+	TH_LOG("%s", self->buf);
 }
 
 /* A guest exception is reported with its vector, rip and cr2. */
-#define UNMAPPED_GVA	(3ULL << 30)	/* beyond the 1 GiB identity map */
+#define UNMAPPED_GVA (3ULL << 30) /* beyond the 1 GiB identity map */
 
 static void __guest_code guest_page_fault(void)
 {
@@ -217,9 +227,9 @@ TEST_F(vm, guest_exception_reported)
 	self->vcpu = vm_vcpu_add(self->vm, guest_page_fault);
 	ASSERT_EQ(UCALL_EXCEPTION,
 		  __vcpu_run_ucall(self->vcpu, &self->uc, true));
-	EXPECT_EQ(14, self->uc.args[0]);		/* #PF */
-	EXPECT_EQ(0, self->uc.args[1]);			/* read, not present */
-	EXPECT_EQ(UNMAPPED_GVA, self->uc.args[3]);	/* cr2 */
+	EXPECT_EQ(14, self->uc.args[0]);	   /* #PF */
+	EXPECT_EQ(0, self->uc.args[1]);		   /* read, not present */
+	EXPECT_EQ(UNMAPPED_GVA, self->uc.args[3]); /* cr2 */
 	/* The faulting instruction is in the guest function. */
 	EXPECT_LE(addr_hva2gva_image(self->vm, (const void *)guest_page_fault),
 		  self->uc.args[2]);
@@ -244,7 +254,7 @@ struct vcpu_thread {
 	int err;
 	uint64_t cmds[2];
 	struct ucall uc;
-	struct ucall sync;	/* the first ucall, expected SYNC(id, slot) */
+	struct ucall sync; /* the first ucall, expected SYNC(id, slot) */
 };
 
 /* No TEST_ASSERT here: only the test's main thread may fail the test. */
@@ -278,12 +288,12 @@ TEST_F(vm, vcpus_report_ids)
 			  KVM_CAP_MAX_VCPUS);
 	if (max > 0 && max < NR_VCPUS)
 		SKIP(return, "KVM allows %d vCPUs, the test needs %d", max,
-		     NR_VCPUS);
+			   NR_VCPUS);
 	slots_gva = vm_vaddr_alloc(self->vm, NR_VCPUS * sizeof(*slots));
 	slots = addr_gva2hva(self->vm, slots_gva);
 	for (i = 0; i < NR_VCPUS; i++) {
-		threads[i].vcpu = vm_vcpu_add(self->vm,
-					      (void (*)(void))guest_report_id);
+		threads[i].vcpu =
+			vm_vcpu_add(self->vm, (void (*)(void))guest_report_id);
 		vcpu_args_set(threads[i].vcpu, 2, (uint64_t)i, slots_gva);
 	}
 	for (i = 0; i < NR_VCPUS; i++)
@@ -295,12 +305,12 @@ TEST_F(vm, vcpus_report_ids)
 	for (i = 0; i < NR_VCPUS; i++) {
 		struct vcpu_thread *t = &threads[i];
 
-		ASSERT_EQ(0, t->err) TH_LOG("vCPU %u: KVM_RUN: %s", i,
-					     strerror(-t->err));
+		ASSERT_EQ(0, t->err)
+		TH_LOG("vCPU %u: KVM_RUN: %s", i, strerror(-t->err));
 		ASSERT_EQ(UCALL_SYNC, t->cmds[0])
-			TH_LOG("vCPU %u: %s", i,
-			       vcpu_describe_exit(t->vcpu, self->buf,
-						  sizeof(self->buf)));
+		TH_LOG("vCPU %u: %s", i,
+		       vcpu_describe_exit(t->vcpu, self->buf,
+					  sizeof(self->buf)));
 		sync_args[i][0] = t->sync.args[0];
 		sync_args[i][1] = t->sync.args[1];
 		EXPECT_EQ(UCALL_DONE, t->cmds[1]);

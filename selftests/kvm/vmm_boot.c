@@ -10,7 +10,7 @@
 #include "selftests/kselftest.h"
 #include "selftests/spawn.h"
 
-#define BOOT_TIMEOUT 300	/* seconds; nested virtualisation is slow */
+#define BOOT_TIMEOUT	     300 /* seconds; nested virtualisation is slow */
 #define VMM_EXIT_GUEST_CRASH 123
 
 static const char *env_or(const char *name, const char *def)
@@ -50,7 +50,8 @@ static int boot(struct __test_metadata *_metadata, const char *kernel,
 
 	guest_paths(&g);
 	if (access("/dev/kvm", R_OK | W_OK))
-		SKIP(return -1, "no usable /dev/kvm (run through tools/vmtest)");
+		SKIP(return -1,
+			    "no usable /dev/kvm (run through tools/vmtest)");
 	ASSERT_EQ(0, stat(g.initrd, &st)) TH_LOG("no guest: run make guest");
 	argv[i++] = g.vmm;
 	argv[i++] = "run";
@@ -73,10 +74,10 @@ static int boot(struct __test_metadata *_metadata, const char *kernel,
 	return 0;
 }
 
-#define BOOT(kernel, opts, cmd, in, r)					\
-	do {								\
-		if (boot(_metadata, kernel, opts, cmd, in, r))		\
-			return;						\
+#define BOOT(kernel, opts, cmd, in, r)                         \
+	do {                                                   \
+		if (boot(_metadata, kernel, opts, cmd, in, r)) \
+			return;                                \
 	} while (0)
 
 #define ARGS(...) ((const char *const[]){ __VA_ARGS__, NULL })
@@ -124,12 +125,15 @@ TEST_TIMEOUT(cpu_topology, BOOT_TIMEOUT)
 	struct spawn_result r;
 
 	BOOT(NULL, ARGS("--cpus", "4"),
-	     ARGS("sh", "-c", "grep -E '^(apicid|cpu cores|physical id)' "
+	     ARGS("sh", "-c",
+		  "grep -E '^(apicid|cpu cores|physical id)' "
 		  "/proc/cpuinfo | tr -d '\\t' | sort | uniq -c | "
-		  "tr -s ' ' | tr '\\n' ';'"), NULL, &r);
+		  "tr -s ' ' | tr '\\n' ';'"),
+	     NULL, &r);
 	EXPECT_EQ(0, r.status);
 	EXPECT_STREQ(" 1 apicid: 0; 1 apicid: 1; 1 apicid: 2; 1 apicid: 3;"
-		     " 4 cpu cores: 4; 4 physical id: 0;", r.out);
+		     " 4 cpu cores: 4; 4 physical id: 0;",
+		     r.out);
 }
 
 TEST_TIMEOUT(arguments_survive_verbatim, BOOT_TIMEOUT)
@@ -180,8 +184,8 @@ TEST_TIMEOUT(guest_panic, BOOT_TIMEOUT)
 {
 	struct spawn_result r;
 
-	BOOT(NULL, NULL, ARGS("sh", "-c", "echo c > /proc/sysrq-trigger"),
-	     NULL, &r);
+	BOOT(NULL, NULL, ARGS("sh", "-c", "echo c > /proc/sysrq-trigger"), NULL,
+	     &r);
 	EXPECT_EQ(VMM_EXIT_GUEST_CRASH, r.status);
 	EXPECT_TRUE(strstr(r.err, "before reporting a status") != NULL);
 }
@@ -293,7 +297,8 @@ TEST_TIMEOUT(json_config, BOOT_TIMEOUT)
 	snprintf(doc, sizeof(doc),
 		 "{\"kernel\": \"%s\", \"initrd\": \"%s\", \"cpus\": 2,"
 		 " \"memoryMiB\": 192, \"command\": [\"sh\", \"-c\","
-		 " \"nproc; exit 3\"]}", g.vmlinux, g.initrd);
+		 " \"nproc; exit 3\"]}",
+		 g.vmlinux, g.initrd);
 	ASSERT_EQ((ssize_t)strlen(doc), write(fd, doc, strlen(doc)));
 	close(fd);
 	snprintf(opt, sizeof(opt), "%s", path);

@@ -15,7 +15,7 @@
 #include "selftests/kselftest.h"
 #include "selftests/fake_kernel.h"
 
-#define MiB (1ULL << 20)
+#define MiB	 (1ULL << 20)
 #define TEST_RAM (64 * MiB)
 static int parse(const void *buf, size_t len, struct kernel_image *k,
 		 const char **why)
@@ -76,22 +76,46 @@ TEST(elf_corrupt)
 
 		make_elf(&f);
 		switch (i) {
-		case 0: f.eh.e_ident[EI_CLASS] = ELFCLASS32; break;
-		case 1: f.eh.e_machine = EM_AARCH64; break;
-		case 2: f.eh.e_type = ET_DYN; break;
-		case 3: f.eh.e_phoff = sizeof(f) - 8; break;
-		case 4: f.eh.e_phnum = 0xffff; break;
-		case 5: f.ph[1].p_filesz = sizeof(f); break;
-		case 6: f.ph[1].p_filesz = ELF_MEMSZ + 1;
-			f.ph[1].p_offset = 0; break;
-		case 7: f.ph[1].p_paddr = 0x1000; break;
-		case 8: f.eh.e_entry = 0x100; break;
-		case 9: f.ph[1].p_type = PT_NOTE; break;
-		case 10: len = 20; break;
-		case 11: f.ph[1].p_paddr = UINT64_MAX - 0x1000; break;
+		case 0:
+			f.eh.e_ident[EI_CLASS] = ELFCLASS32;
+			break;
+		case 1:
+			f.eh.e_machine = EM_AARCH64;
+			break;
+		case 2:
+			f.eh.e_type = ET_DYN;
+			break;
+		case 3:
+			f.eh.e_phoff = sizeof(f) - 8;
+			break;
+		case 4:
+			f.eh.e_phnum = 0xffff;
+			break;
+		case 5:
+			f.ph[1].p_filesz = sizeof(f);
+			break;
+		case 6:
+			f.ph[1].p_filesz = ELF_MEMSZ + 1;
+			f.ph[1].p_offset = 0;
+			break;
+		case 7:
+			f.ph[1].p_paddr = 0x1000;
+			break;
+		case 8:
+			f.eh.e_entry = 0x100;
+			break;
+		case 9:
+			f.ph[1].p_type = PT_NOTE;
+			break;
+		case 10:
+			len = 20;
+			break;
+		case 11:
+			f.ph[1].p_paddr = UINT64_MAX - 0x1000;
+			break;
 		}
 		EXPECT_EQ(-ENOEXEC, parse(&f, len, &k, &why))
-			TH_LOG("corruption %d accepted", i);
+		TH_LOG("corruption %d accepted", i);
 		EXPECT_TRUE(why != NULL);
 	}
 }
@@ -146,15 +170,27 @@ TEST(bzimage_corrupt)
 		int want = -ENOEXEC;
 
 		switch (i) {
-		case 0: h->version = 0x0204; break;
-		case 1: h->xloadflags = 0; break;
-		case 2: h->loadflags = 0; break;
-		case 3: h->setup_sects = 200; break;
-		case 4: h->init_size = 0xfffffff0; break;
-		case 5: h->pref_address = 0; break;
+		case 0:
+			h->version = 0x0204;
+			break;
+		case 1:
+			h->xloadflags = 0;
+			break;
+		case 2:
+			h->loadflags = 0;
+			break;
+		case 3:
+			h->setup_sects = 200;
+			break;
+		case 4:
+			h->init_size = 0xfffffff0;
+			break;
+		case 5:
+			h->pref_address = 0;
+			break;
 		}
 		EXPECT_EQ(want, parse(b, len, &k, &why))
-			TH_LOG("corruption %d accepted", i);
+		TH_LOG("corruption %d accepted", i);
 		EXPECT_TRUE(why != NULL);
 		free(b);
 	}
@@ -202,10 +238,10 @@ TEST(plan_rejects_what_does_not_fit)
 	ASSERT_EQ(0, parse(&f, sizeof(f), &k, &why));
 	EXPECT_EQ(-EFBIG, boot__plan(&p, &k, TEST_RAM, TEST_RAM, 0, &why));
 	EXPECT_EQ(-EFBIG, boot__plan(&p, &k, 16 * MiB, 0, 0, &why));
-	EXPECT_EQ(-E2BIG, boot__plan(&p, &k, TEST_RAM, 0,
-				     BOOT_ELF_CMDLINE_SIZE, &why));
-	EXPECT_EQ(0, boot__plan(&p, &k, TEST_RAM, 0,
-				BOOT_ELF_CMDLINE_SIZE - 1, &why));
+	EXPECT_EQ(-E2BIG,
+		  boot__plan(&p, &k, TEST_RAM, 0, BOOT_ELF_CMDLINE_SIZE, &why));
+	EXPECT_EQ(0, boot__plan(&p, &k, TEST_RAM, 0, BOOT_ELF_CMDLINE_SIZE - 1,
+				&why));
 }
 
 TEST(plan_splits_ram_around_the_mmio_gap)
@@ -396,7 +432,7 @@ TEST(mptable_lists_every_cpu)
 	for (e = mpc + 44; e < mpc + len;) {
 		switch (e[0]) {
 		case 0:
-			EXPECT_EQ(cpus, e[1]);	/* APIC ID = index */
+			EXPECT_EQ(cpus, e[1]); /* APIC ID = index */
 			EXPECT_EQ(cpus == 0, !!(e[3] & 2));
 			cpus++;
 			e += 20;
@@ -432,7 +468,6 @@ TEST(argv_archive)
 	uint8_t *a;
 	size_t len;
 	const uint8_t *hit;
-
 
 	ASSERT_EQ(0, initrd__argv_archive(argv, &a, &len));
 	EXPECT_EQ(0U, len % 4);

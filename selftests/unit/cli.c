@@ -42,21 +42,24 @@ static void run_vmm(const char *const argv[], const char *uid,
 		abort();
 }
 
-#define EXPECT_BAD_INPUT(r, needle) do {				\
-	EXPECT_EQ(VMM_EXIT_VMM_ERROR, (r)->status);			\
-	EXPECT_EQ(1, spawn__count_lines((r)->err)) TH_LOG("stderr: %s", (r)->err);	\
-	EXPECT_TRUE(strstr((r)->err, needle) != NULL)			\
-		TH_LOG("want '%s' in: %s", needle, (r)->err);		\
-} while (0)
+#define EXPECT_BAD_INPUT(r, needle)                           \
+	do {                                                  \
+		EXPECT_EQ(VMM_EXIT_VMM_ERROR, (r)->status);   \
+		EXPECT_EQ(1, spawn__count_lines((r)->err))    \
+		TH_LOG("stderr: %s", (r)->err);               \
+		EXPECT_TRUE(strstr((r)->err, needle) != NULL) \
+		TH_LOG("want '%s' in: %s", needle, (r)->err); \
+	} while (0)
 
-FIXTURE(files) {
+FIXTURE(files)
+{
 	char dir[64];
-	char kernel[96];	/* a valid fake ELF vmlinux */
-	char text[96];		/* not a kernel */
-	char big[96];		/* ELF that needs 80 MiB */
-	char initrd[96];	/* 40 MiB, sparse */
+	char kernel[96]; /* a valid fake ELF vmlinux */
+	char text[96];	 /* not a kernel */
+	char big[96];	 /* ELF that needs 80 MiB */
+	char initrd[96]; /* 40 MiB, sparse */
 	char fifo[96];
-	char secret[96];	/* mode 0600, owned by root */
+	char secret[96]; /* mode 0600, owned by root */
 	char json[96];
 };
 
@@ -113,7 +116,8 @@ TEST_F(files, missing_kernel)
 	struct spawn_result r;
 
 	snprintf(path, sizeof(path), "%s/nope", self->dir);
-	run_vmm((const char *[]){ "", "run", "--kernel", path, NULL }, NULL, &r);
+	run_vmm((const char *[]){ "", "run", "--kernel", path, NULL }, NULL,
+		&r);
 	EXPECT_BAD_INPUT(&r, "No such file or directory");
 	EXPECT_TRUE(strstr(r.err, path) != NULL);
 }
@@ -124,8 +128,9 @@ TEST_F(files, missing_initrd)
 	struct spawn_result r;
 
 	snprintf(path, sizeof(path), "%s/nope.cpio", self->dir);
-	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel, "--initrd",
-			    path, NULL }, NULL, &r);
+	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel,
+				  "--initrd", path, NULL },
+		NULL, &r);
 	EXPECT_BAD_INPUT(&r, "nope.cpio: No such file or directory");
 }
 
@@ -144,15 +149,16 @@ TEST_F(files, directory_and_fifo)
 {
 	struct spawn_result r;
 
-	run_vmm((const char *[]){ "", "run", "--kernel", self->dir, NULL }, NULL,
-		&r);
+	run_vmm((const char *[]){ "", "run", "--kernel", self->dir, NULL },
+		NULL, &r);
 	EXPECT_BAD_INPUT(&r, "is a directory");
 	/* A FIFO must be refused, not block the vmm forever. */
-	run_vmm((const char *[]){ "", "run", "--kernel", self->fifo, NULL }, NULL,
-		&r);
+	run_vmm((const char *[]){ "", "run", "--kernel", self->fifo, NULL },
+		NULL, &r);
 	EXPECT_BAD_INPUT(&r, "not a regular file");
-	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel, "--initrd",
-			    self->fifo, NULL }, NULL, &r);
+	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel,
+				  "--initrd", self->fifo, NULL },
+		NULL, &r);
 	EXPECT_BAD_INPUT(&r, "not a regular file");
 }
 
@@ -160,11 +166,12 @@ TEST_F(files, not_a_kernel)
 {
 	struct spawn_result r;
 
-	run_vmm((const char *[]){ "", "run", "--kernel", self->text, NULL }, NULL,
-		&r);
-	EXPECT_BAD_INPUT(&r, "notes.txt: not an ELF64 x86-64 vmlinux or bzImage");
-	run_vmm((const char *[]){ "", "run", "--kernel", "/bin/sh", NULL }, NULL,
-		&r);
+	run_vmm((const char *[]){ "", "run", "--kernel", self->text, NULL },
+		NULL, &r);
+	EXPECT_BAD_INPUT(&r,
+			 "notes.txt: not an ELF64 x86-64 vmlinux or bzImage");
+	run_vmm((const char *[]){ "", "run", "--kernel", "/bin/sh", NULL },
+		NULL, &r);
 	EXPECT_BAD_INPUT(&r, "/bin/sh: ELF file is not an executable kernel");
 }
 
@@ -173,7 +180,8 @@ TEST_F(files, kernel_too_big_for_memory)
 	struct spawn_result r;
 
 	run_vmm((const char *[]){ "", "run", "--kernel", self->big, "--memory",
-			    "64", NULL }, NULL, &r);
+				  "64", NULL },
+		NULL, &r);
 	EXPECT_BAD_INPUT(&r, "kernel does not fit in guest memory");
 	EXPECT_TRUE(strstr(r.err, self->big) != NULL);
 }
@@ -182,8 +190,10 @@ TEST_F(files, initrd_too_big_for_memory)
 {
 	struct spawn_result r;
 
-	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel, "--initrd",
-			    self->initrd, "--memory", "48", NULL }, NULL, &r);
+	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel,
+				  "--initrd", self->initrd, "--memory", "48",
+				  NULL },
+		NULL, &r);
 	EXPECT_BAD_INPUT(&r, "initrd does not fit");
 	EXPECT_TRUE(strstr(r.err, self->initrd) != NULL);
 }
@@ -196,7 +206,8 @@ TEST_F(files, cmdline_over_limit)
 	memset(cmd, 'a', 2999);
 	cmd[2999] = 0;
 	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel,
-			    "--cmdline", cmd, NULL }, NULL, &r);
+				  "--cmdline", cmd, NULL },
+		NULL, &r);
 	EXPECT_BAD_INPUT(&r, "command line longer than the boot protocol");
 	free(cmd);
 }
@@ -206,16 +217,20 @@ TEST_F(files, cpu_counts)
 	struct spawn_result r;
 
 	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel, "--cpus",
-			    "0", NULL }, NULL, &r);
+				  "0", NULL },
+		NULL, &r);
 	EXPECT_BAD_INPUT(&r, "cpus 0: must be between 1 and 64");
 	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel, "--cpus",
-			    "65", NULL }, NULL, &r);
+				  "65", NULL },
+		NULL, &r);
 	EXPECT_BAD_INPUT(&r, "cpus 65: must be between 1 and 64");
 	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel, "--cpus",
-			    "99999999999999999999", NULL }, NULL, &r);
+				  "99999999999999999999", NULL },
+		NULL, &r);
 	EXPECT_BAD_INPUT(&r, "out of range");
 	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel, "--cpus",
-			    "-1", NULL }, NULL, &r);
+				  "-1", NULL },
+		NULL, &r);
 	EXPECT_BAD_INPUT(&r, "not a decimal number");
 }
 
@@ -223,14 +238,17 @@ TEST_F(files, memory_sizes)
 {
 	struct spawn_result r;
 
-	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel, "--memory",
-			    "0", NULL }, NULL, &r);
+	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel,
+				  "--memory", "0", NULL },
+		NULL, &r);
 	EXPECT_BAD_INPUT(&r, "memory 0 MiB: must be between");
-	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel, "--memory",
-			    "4000000", NULL }, NULL, &r);
+	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel,
+				  "--memory", "4000000", NULL },
+		NULL, &r);
 	EXPECT_BAD_INPUT(&r, "memory 4000000 MiB: must be between");
-	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel, "--memory",
-			    "12abc", NULL }, NULL, &r);
+	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel,
+				  "--memory", "12abc", NULL },
+		NULL, &r);
 	EXPECT_BAD_INPUT(&r, "--memory 12abc: not a decimal number");
 }
 
@@ -242,34 +260,34 @@ TEST_F(files, json_config_errors)
 	snprintf(doc, sizeof(doc), "{\"kernel\": \"%s\", \"cpu\": 2}",
 		 self->kernel);
 	write_file(self->json, doc, strlen(doc));
-	run_vmm((const char *[]){ "", "run", "--config", self->json, NULL }, NULL,
-		&r);
+	run_vmm((const char *[]){ "", "run", "--config", self->json, NULL },
+		NULL, &r);
 	EXPECT_BAD_INPUT(&r, "unknown key \"cpu\"");
 
 	snprintf(doc, sizeof(doc), "{\"kernel\": \"%s\", \"cpus\": \"2\"}",
 		 self->kernel);
 	write_file(self->json, doc, strlen(doc));
-	run_vmm((const char *[]){ "", "run", "--config", self->json, NULL }, NULL,
-		&r);
+	run_vmm((const char *[]){ "", "run", "--config", self->json, NULL },
+		NULL, &r);
 	EXPECT_BAD_INPUT(&r, "\"cpus\" must be an integer");
 
 	write_file(self->json, "{\"kernel\": ", 11);
-	run_vmm((const char *[]){ "", "run", "--config", self->json, NULL }, NULL,
-		&r);
+	run_vmm((const char *[]){ "", "run", "--config", self->json, NULL },
+		NULL, &r);
 	EXPECT_BAD_INPUT(&r, "vm.json: line 1");
 
 	snprintf(doc, sizeof(doc), "{\"kernel\": \"%s\", \"cpus\": 0}",
 		 self->kernel);
 	write_file(self->json, doc, strlen(doc));
-	run_vmm((const char *[]){ "", "run", "--config", self->json, NULL }, NULL,
-		&r);
+	run_vmm((const char *[]){ "", "run", "--config", self->json, NULL },
+		NULL, &r);
 	EXPECT_BAD_INPUT(&r, "cpus 0: must be between 1 and 64");
 
 	snprintf(doc, sizeof(doc), "{\"kernel\": \"%s\", \"command\": []}",
 		 self->kernel);
 	write_file(self->json, doc, strlen(doc));
-	run_vmm((const char *[]){ "", "run", "--config", self->json, NULL }, NULL,
-		&r);
+	run_vmm((const char *[]){ "", "run", "--config", self->json, NULL },
+		NULL, &r);
 	EXPECT_BAD_INPUT(&r, "\"command\" must be a non-empty array");
 }
 
@@ -296,7 +314,8 @@ TEST_F(files, software_kvm_warning)
 	if (access("/sys/module/kvm_pvm", F_OK) || host_has_hw_virt())
 		SKIP(return, "host KVM is not the software kvm_pvm backend");
 	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel, "--",
-				  "true", NULL }, NULL, &r);
+				  "true", NULL },
+		NULL, &r);
 	w = strstr(r.err, "software PVM backend");
 	ASSERT_TRUE(w != NULL) TH_LOG("stderr: %s", r.err);
 	EXPECT_TRUE(strstr(w, "use tools/vmtest") != NULL);
@@ -311,8 +330,8 @@ TEST(usage_errors)
 	EXPECT_BAD_INPUT(&r, "no kernel given");
 	run_vmm((const char *[]){ "", "frobnicate", NULL }, NULL, &r);
 	EXPECT_BAD_INPUT(&r, "unknown command 'frobnicate'");
-	run_vmm((const char *[]){ "", "run", "--kernel", "x", "stray", NULL }, NULL,
-		&r);
+	run_vmm((const char *[]){ "", "run", "--kernel", "x", "stray", NULL },
+		NULL, &r);
 	EXPECT_BAD_INPUT(&r, "unexpected argument 'stray'");
 }
 

@@ -13,10 +13,10 @@
 
 #include "selftests/kselftest.h"
 
-#define SAMPLE_OUT_MAX	8192
+#define SAMPLE_OUT_MAX 8192
 
 struct sample_run {
-	int status;		/* exit status, or 128 + signal */
+	int status; /* exit status, or 128 + signal */
 	char out[SAMPLE_OUT_MAX];
 };
 
@@ -133,7 +133,8 @@ TEST_MANUAL(sample_streq)
 	EXPECT_STREQ("two\nlines", word);
 }
 
-FIXTURE(sample_fx) {
+FIXTURE(sample_fx)
+{
 	int value;
 };
 
@@ -155,7 +156,8 @@ TEST_F_MANUAL(sample_fx, assert_then_teardown)
 	self->value = 9;
 }
 
-FIXTURE(sample_skipfx) {
+FIXTURE(sample_skipfx)
+{
 	int unused;
 };
 
@@ -185,7 +187,7 @@ TEST(comparisons_pass)
 	const char *s = "kiln";
 
 	ASSERT_EQ(4, four);
-	ASSERT_NE(minus_one, big);	/* by value, not after conversion */
+	ASSERT_NE(minus_one, big); /* by value, not after conversion */
 	ASSERT_LT(minus_one, big);
 	ASSERT_LE(four, 4);
 	ASSERT_GT(big, minus_one);
@@ -221,7 +223,8 @@ TEST(args_evaluated_once)
 	EXPECT_EQ(1, calls);
 }
 
-FIXTURE(counter) {
+FIXTURE(counter)
+{
 	int value;
 	bool setup_done;
 };
@@ -258,9 +261,11 @@ TEST(expect_continues)
 	EXPECT_EQ(KSFT_FAIL, run.status);
 	EXPECT_NE(NULL, strstr(run.out, "TAP version 13\n1..1\n"));
 	EXPECT_NE(NULL, strstr(run.out, "# reached the line after EXPECT"));
-	EXPECT_NE(NULL, strstr(run.out, "\nnot ok 1 sample_expect_continues\n"));
+	EXPECT_NE(NULL,
+		  strstr(run.out, "\nnot ok 1 sample_expect_continues\n"));
 	snprintf(diag, sizeof(diag),
-		 "# selftests/unit/harness_selftest.c:%d: Expected three (3) == 4 (4)\n",
+		 "# selftests/unit/harness_selftest.c:%d: Expected three (3) "
+		 "== 4 (4)\n",
 		 sample_expect_line);
 	EXPECT_NE(NULL, strstr(run.out, diag)) TH_LOG("output:\n%s", run.out);
 	EXPECT_NE(NULL, strstr(run.out, "# Totals: pass:0 fail:1 skip:0\n"));
@@ -289,7 +294,8 @@ TEST(skip_reported)
 
 	ASSERT_EQ(0, run_sample("sample_skip", NULL, &run));
 	EXPECT_EQ(KSFT_SKIP, run.status);
-	EXPECT_NE(NULL, strstr(run.out, "\nok 1 sample_skip # SKIP because 42\n"));
+	EXPECT_NE(NULL,
+		  strstr(run.out, "\nok 1 sample_skip # SKIP because 42\n"));
 	EXPECT_EQ(NULL, strstr(run.out, "reached the line after SKIP"));
 	EXPECT_NE(NULL, strstr(run.out, "# Totals: pass:0 fail:0 skip:1\n"));
 }
@@ -322,7 +328,7 @@ TEST(timeout_kills)
 	ASSERT_EQ(0, run_sample("sample_timeout", NULL, &run));
 	EXPECT_EQ(KSFT_FAIL, run.status);
 	EXPECT_NE(NULL, strstr(run.out, "\nnot ok 1 sample_timeout # TIMEOUT"))
-		TH_LOG("output:\n%s", run.out);
+	TH_LOG("output:\n%s", run.out);
 	EXPECT_GE(5, time(NULL) - start);
 }
 
@@ -348,7 +354,7 @@ TEST(log_lines_stay_comments)
 	ASSERT_EQ(0, run_sample("sample_multiline_log", NULL, &run));
 	EXPECT_EQ(KSFT_PASS, run.status);
 	EXPECT_NE(NULL, strstr(run.out, ": first\n# not ok 9 fake\n"))
-		TH_LOG("output:\n%s", run.out);
+	TH_LOG("output:\n%s", run.out);
 	EXPECT_EQ(NULL, strstr(run.out, "\nnot ok"));
 }
 
@@ -358,13 +364,14 @@ TEST(string_diagnostics)
 
 	ASSERT_EQ(0, run_sample("sample_streq", NULL, &run));
 	EXPECT_EQ(KSFT_FAIL, run.status);
-	EXPECT_NE(NULL, strstr(run.out,
-			       "Expected \"kilns\" \"kilns\" == word \"kiln\""));
+	EXPECT_NE(NULL,
+		  strstr(run.out,
+			 "Expected \"kilns\" \"kilns\" == word \"kiln\""));
 	EXPECT_NE(NULL, strstr(run.out,
 			       "Expected \"kiln\" \"kiln\" != word \"kiln\""));
 	/* Escaped, so the diagnostic stays one "# " line. */
 	EXPECT_NE(NULL, strstr(run.out, "\"two\\nlines\" == word \"kiln\"\n"))
-		TH_LOG("output:\n%s", run.out);
+	TH_LOG("output:\n%s", run.out);
 }
 
 TEST(teardown_after_assert)
@@ -391,8 +398,8 @@ TEST(skip_in_setup)
 	EXPECT_EQ(KSFT_SKIP, run.status);
 	EXPECT_EQ(NULL, strstr(run.out, "skipped body ran"));
 	EXPECT_NE(NULL, strstr(run.out, "skip teardown ran"));
-	EXPECT_NE(NULL, strstr(run.out,
-			       "ok 1 sample_skipfx.body # SKIP setup cannot run here\n"));
+	EXPECT_NE(NULL, strstr(run.out, "ok 1 sample_skipfx.body # SKIP setup "
+					"cannot run here\n"));
 }
 
 TEST(unknown_test_name)

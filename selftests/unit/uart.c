@@ -23,7 +23,8 @@ static void record_irq(void *opaque, unsigned int gsi, int level)
 	l->level = level;
 }
 
-FIXTURE(uart) {
+FIXTURE(uart)
+{
 	struct uart *u;
 	int out[2];
 	struct irq_log irq;
@@ -31,7 +32,8 @@ FIXTURE(uart) {
 
 FIXTURE_SETUP(uart)
 {
-	struct irq_line line = { .set = record_irq, .opaque = &self->irq,
+	struct irq_line line = { .set = record_irq,
+				 .opaque = &self->irq,
 				 .gsi = UART_COM1_IRQ };
 
 	ASSERT_EQ(0, pipe(self->out));
@@ -139,8 +141,8 @@ TEST_F(uart, receive_is_bounded)
 {
 	static uint8_t big[UART_RX_BUF + 100];
 
-	EXPECT_EQ((size_t)UART_RX_BUF, uart__receive(self->u, big,
-						     sizeof(big)));
+	EXPECT_EQ((size_t)UART_RX_BUF,
+		  uart__receive(self->u, big, sizeof(big)));
 	EXPECT_EQ(0U, uart__rx_space(self->u));
 	EXPECT_EQ(0U, uart__receive(self->u, big, 1));
 }
