@@ -28,6 +28,8 @@ obj-y += devices/uart.o
 obj-y += devices/i8042.o
 obj-y += devices/exit-dev.o
 obj-y += devices/console.o
+obj-y += devices/virtio/guest-mem.o
+obj-y += devices/virtio/queue.o
 obj-y += bootloader/loader.o
 obj-y += bootloader/elf.o
 obj-y += bootloader/bzimage.o
@@ -47,6 +49,8 @@ unit-obj-y += bootloader/initrd.o
 unit-obj-y += vmm/config.o
 unit-obj-y += vmm/log.o
 unit-obj-y += devices/uart.o
+unit-obj-y += devices/virtio/guest-mem.o
+unit-obj-y += devices/virtio/queue.o
 
 unit-tests   := $(patsubst selftests/unit/%.c,$(O)/selftests/%,$(wildcard selftests/unit/*.c))
 kvm-tests    := $(patsubst selftests/kvm/%.c,$(O)/selftests/kvm_%,$(wildcard selftests/kvm/*.c))

@@ -1,0 +1,138 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+#ifndef KILN_VIRTIO_QUEUE_H
+#define KILN_VIRTIO_QUEUE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "devices/virtio/guest-mem.h"
+#include "vmm/log.h"
+
+/*
+ * The device side of a split virtqueue (virtio 1.1, section 2.6), hardened
+ * against a hostile driver: every index, length and address the guest
+ * writes is checked before use, every loop it can influence is bounded,
+ * and the first violation stops the queue ("broken"): it is logged once,
+ * and every later pop or push fails until the device is reset.
+ *
+ * One thread at a time per queue: the device serialises pop, push and the
+ * notification calls; the guest runs concurrently on other CPUs.
+ */
+
+#define VIRTQUEUE_MAX_SIZE 32768 /* the spec's maximum Queue Size */
+
+/*
+ * Segments one chain may have, readable and writable together: IOV_MAX, so
+ * a chain always fits a single preadv/pwritev. A device advertises a lower
+ * limit to the driver (virtio-blk seg_max, ...) and a driver that goes past
+ * this one is broken.
+ */
+#define VQ_CHAIN_MAX_IOV 1024
+
+/* Default cap on a chain's total bytes: 2.6.5 forbids chains over 2^32. */
+#define VQ_CHAIN_MAX_BYTES (1ULL << 32)
+
+/*
+ * A popped chain: iov[0 .. nr_out) are readable (driver to device),
+ * iov[nr_out .. nr_out + nr_in) writable (device to driver). Every
+ * segment is nonempty and lies inside guest memory.
+ */
+struct vq_chain {
+	uint16_t head; /* pass back to virtqueue__push() */
+	unsigned int nr_out;
+	unsigned int nr_in;
+	uint64_t out_len; /* bytes in the readable segments */
+	uint64_t in_len;  /* bytes in the writable segments */
+	struct iovec iov[VQ_CHAIN_MAX_IOV];
+};
+
+struct virtqueue {
+	const char *name; /* for the log: "virtio-blk0 rq0" */
+	const struct guest_mem *mem;
+
+	/* As configured by the driver, checked by virtqueue__configure(). */
+	uint16_t size; /* power of 2, 0 while not configured */
+	uint64_t desc_gpa;
+	uint64_t avail_gpa;
+	uint64_t used_gpa;
+	bool event_idx; /* VIRTIO_RING_F_EVENT_IDX negotiated */
+	uint64_t max_chain_bytes;
+
+	/* Host views of the three areas, valid while ready. */
+	uint8_t *desc;
+	uint8_t *avail;
+	uint8_t *used;
+
+	/* Device state, never read back from guest memory. */
+	uint16_t last_avail_idx; /* next avail entry to pop */
+	uint16_t used_idx;	 /* what we last published in used->idx */
+	uint16_t signalled_used; /* used_idx when we last decided */
+	bool signalled_used_valid;
+
+	bool ready;
+	bool broken;
+	bool warned; /* survives resets: one message per queue */
+};
+
+/* Once, when the device is created: name must outlive the queue. */
+void virtqueue__init(struct virtqueue *q, const char *name);
+
+/*
+ * The driver set the queue up (QueueReady): check size (power of 2,
+ * 1..32768), alignment (16/2/4 bytes) and that all three areas lie in
+ * guest memory. -EINVAL otherwise, and the queue is broken until reset.
+ */
+int __must_check virtqueue__configure(struct virtqueue *q,
+				      const struct guest_mem *mem,
+				      uint16_t size, uint64_t desc_gpa,
+				      uint64_t avail_gpa, uint64_t used_gpa,
+				      bool event_idx);
+
+/* Device reset: back to unconfigured, not broken. */
+void virtqueue__reset(struct virtqueue *q);
+
+/* Lower the per-chain byte cap (a device's own request size limit). */
+void virtqueue__set_max_chain_bytes(struct virtqueue *q, uint64_t max);
+
+/*
+ * Take the next available chain: 1 with *chain filled, 0 when the ring is
+ * empty, -EIO when the queue is (now) broken, -ENODEV when not configured.
+ */
+int __must_check virtqueue__pop(struct virtqueue *q, struct vq_chain *chain);
+
+/*
+ * Return chain head to the driver with len bytes written into its
+ * writable part, and publish it. -EIO on a broken queue, -EINVAL for a
+ * head that is out of range or more pushes than pops (device bugs).
+ */
+int __must_check virtqueue__push(struct virtqueue *q, uint16_t head,
+				 uint32_t len);
+
+/*
+ * After one or more pushes: does the driver want an interrupt now? Honours
+ * VRING_AVAIL_F_NO_INTERRUPT, or used_event with VIRTIO_RING_F_EVENT_IDX.
+ */
+bool virtqueue__should_notify(struct virtqueue *q);
+
+/*
+ * Ask the driver not to notify us (suppress) while we are busy popping,
+ * or to notify again (!suppress). With event indexes, !suppress asks for a
+ * kick on the next buffer (avail_event = last_avail_idx) and suppress is
+ * a no-op (the driver only kicks when it crosses avail_event anyway).
+ * After !suppress the caller must pop once more: a buffer made available
+ * just before the driver saw the request would otherwise sit unnoticed.
+ */
+void virtqueue__set_notify_suppression(struct virtqueue *q, bool suppress);
+
+static inline bool virtqueue__is_broken(const struct virtqueue *q)
+{
+	return q->broken;
+}
+
+static inline bool virtqueue__is_ready(const struct virtqueue *q)
+{
+	return q->ready;
+}
+
+#endif
