@@ -3,7 +3,7 @@
 
 #include "devices/exit-dev.h"
 
-void exit_dev__io(void *opaque, uint16_t offset, uint8_t *data,
+void exit_dev__io(void *opaque, uint64_t offset, uint8_t *data,
 		  unsigned int size, bool is_write)
 {
 	struct exit_dev *d = opaque;

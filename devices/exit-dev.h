@@ -29,7 +29,7 @@ struct exit_dev {
 	void *opaque;
 };
 
-void exit_dev__io(void *opaque, uint16_t offset, uint8_t *data,
+void exit_dev__io(void *opaque, uint64_t offset, uint8_t *data,
 		  unsigned int size, bool is_write);
 
 #endif

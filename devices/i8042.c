@@ -4,7 +4,7 @@
 #include "devices/i8042.h"
 
 /* Registered over 0x60..0x64; the offset tells data from command. */
-void i8042__io(void *opaque, uint16_t offset, uint8_t *data, unsigned int size,
+void i8042__io(void *opaque, uint64_t offset, uint8_t *data, unsigned int size,
 	       bool is_write)
 {
 	struct i8042 *k = opaque;

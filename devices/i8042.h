@@ -18,7 +18,7 @@ struct i8042 {
 	void *opaque;
 };
 
-void i8042__io(void *opaque, uint16_t offset, uint8_t *data, unsigned int size,
+void i8042__io(void *opaque, uint64_t offset, uint8_t *data, unsigned int size,
 	       bool is_write);
 
 #endif

@@ -226,7 +226,7 @@ static uint8_t uart_read(struct uart *u, uint16_t off)
 	return v;
 }
 
-void uart__io(void *opaque, uint16_t offset, uint8_t *data, unsigned int size,
+void uart__io(void *opaque, uint64_t offset, uint8_t *data, unsigned int size,
 	      bool is_write)
 {
 	struct uart *u = opaque;

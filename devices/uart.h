@@ -22,7 +22,7 @@ struct uart *uart__create(int out_fd, int space_fd, const struct irq_line *irq);
 void uart__destroy(struct uart *u);
 
 /* Port I/O from a vCPU: offset 0..7 from the base, one byte. */
-void uart__io(void *opaque, uint16_t offset, uint8_t *data, unsigned int size,
+void uart__io(void *opaque, uint64_t offset, uint8_t *data, unsigned int size,
 	      bool is_write);
 
 /* Host input: queue up to n bytes, returns how many were taken. */

@@ -199,8 +199,7 @@ static void handle_io(struct vcpu *v)
 
 	/* count > 1 is a rep ins/outs; KVM bounds it to the run page. */
 	for (i = 0; i < run->io.count; i++) {
-		ioport__access(&v->vm->io, run->io.port, data, run->io.size,
-			       out);
+		bus__access(&v->vm->pio, run->io.port, data, run->io.size, out);
 		data += run->io.size;
 	}
 }
@@ -208,13 +207,16 @@ static void handle_io(struct vcpu *v)
 static void handle_mmio(struct vcpu *v)
 {
 	struct kvm_run *run = v->run;
+	unsigned int len = run->mmio.len;
 
-	/* No MMIO device yet: reads see all ones, writes vanish. */
-	if (!run->mmio.is_write)
-		memset(run->mmio.data, 0xff, sizeof(run->mmio.data));
-	pr_debug("vcpu%u: unclaimed MMIO %s at 0x%llx", v->id,
-		 run->mmio.is_write ? "write" : "read",
-		 (unsigned long long)run->mmio.phys_addr);
+	/* KVM never reports more than the 8 data bytes; be sure anyway. */
+	if (len > sizeof(run->mmio.data))
+		len = sizeof(run->mmio.data);
+	if (!bus__access(&v->vm->mmio, run->mmio.phys_addr, run->mmio.data, len,
+			 run->mmio.is_write))
+		pr_debug("vcpu%u: unclaimed MMIO %s at 0x%llx", v->id,
+			 run->mmio.is_write ? "write" : "read",
+			 (unsigned long long)run->mmio.phys_addr);
 }
 
 static void handle_system_event(struct vcpu *v)

@@ -32,6 +32,7 @@
 	"i8042.noaux i8042.nokbd"
 #define KILN_CMDLINE_RAW " kiln.console=raw"
 
+#define PIO_LIMIT     0x10000 /* x86 has 64 KiB of I/O ports */
 #define MEM_SLOT_LOW  0
 #define MEM_SLOT_HIGH 1
 #define RING_ENTRIES  8
@@ -336,15 +337,15 @@ static int devices_init(struct vm *vm)
 	vm->i8042 = (struct i8042){ .reset = sys_reset, .opaque = vm };
 	vm->exit_dev = (struct exit_dev){ .ops = &sys_ops, .opaque = vm };
 
-	ret = ioport__register(&vm->io, UART_COM1_BASE, UART_NR_REGS, uart__io,
-			       vm->uart);
+	ret = bus__register(&vm->pio, UART_COM1_BASE, UART_NR_REGS, uart__io,
+			    vm->uart);
 	if (!ret)
-		ret = ioport__register(&vm->io, I8042_DATA_PORT,
-				       I8042_COMMAND_PORT - I8042_DATA_PORT + 1,
-				       i8042__io, &vm->i8042);
+		ret = bus__register(&vm->pio, I8042_DATA_PORT,
+				    I8042_COMMAND_PORT - I8042_DATA_PORT + 1,
+				    i8042__io, &vm->i8042);
 	if (!ret)
-		ret = ioport__register(&vm->io, KILN_SYS_BASE, KILN_SYS_LEN,
-				       exit_dev__io, &vm->exit_dev);
+		ret = bus__register(&vm->pio, KILN_SYS_BASE, KILN_SYS_LEN,
+				    exit_dev__io, &vm->exit_dev);
 	if (ret)
 		pr_err("registering port I/O: %s", strerror(-ret));
 	return ret;
@@ -361,7 +362,8 @@ static void devices_exit(struct vm *vm)
 	if (vm->space_fd >= 0)
 		close(vm->space_fd);
 	vm->event_fd = vm->space_fd = -1;
-	vm->io.nr = 0;
+	bus__init(&vm->pio, "pio", PIO_LIMIT);
+	bus__init(&vm->mmio, "mmio", MMIO_GAP_END);
 }
 
 /* ---- step: boot --------------------------------------------------------- */
@@ -479,6 +481,8 @@ int vm__create(struct vm **out, const struct vm_config *cfg)
 	vm->kvm_fd = vm->vm_fd = vm->initrd_fd = -1;
 	vm->event_fd = vm->space_fd = -1;
 	vm->nr_vcpus = cfg->nr_cpus;
+	bus__init(&vm->pio, "pio", PIO_LIMIT);
+	bus__init(&vm->mmio, "mmio", MMIO_GAP_END);
 	vm->ram_size = cfg->mem_mib << 20;
 	pthread_mutex_init(&vm->stop_lock, NULL);
 

@@ -12,7 +12,7 @@
 #include "devices/exit-dev.h"
 #include "devices/i8042.h"
 #include "vmm/config.h"
-#include "vmm/ioport.h"
+#include "vmm/bus.h"
 #include "vmm/log.h"
 
 /*
@@ -56,7 +56,8 @@ struct vm {
 	struct boot_plan plan;
 	uint64_t boot_entry; /* guest-physical 64-bit entry */
 
-	struct ioport_bus io;
+	struct bus pio;	 /* port I/O, 64 KiB */
+	struct bus mmio; /* the 3-4 GiB gap */
 	struct uart *uart;
 	struct console *console;
 	struct i8042 i8042;
