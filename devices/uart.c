@@ -17,9 +17,11 @@
 #define UART_MSR_LINES	   0xf0 /* DCD, RI, DSR, CTS */
 
 struct uart {
-	pthread_mutex_t lock;
+	pthread_mutex_t lock;	 /* registers and the receive buffer */
+	pthread_mutex_t tx_lock; /* order of transmitted bytes */
 	int out_fd;
 	int space_fd;
+	const atomic_int *stopping;
 	struct irq_line irq;
 
 	uint8_t ier, fcr, lcr, mcr, msr, scr, dll, dlm;
@@ -31,15 +33,18 @@ struct uart {
 	int irq_level;
 };
 
-struct uart *uart__create(int out_fd, int space_fd, const struct irq_line *irq)
+struct uart *uart__create(int out_fd, int space_fd, const struct irq_line *irq,
+			  const atomic_int *stopping)
 {
 	struct uart *u = calloc(1, sizeof(*u));
 
 	if (!u)
 		return NULL;
 	pthread_mutex_init(&u->lock, NULL);
+	pthread_mutex_init(&u->tx_lock, NULL);
 	u->out_fd = out_fd;
 	u->space_fd = space_fd;
+	u->stopping = stopping;
 	if (irq)
 		u->irq = *irq;
 	u->msr = UART_MSR_DCD | UART_MSR_DSR | UART_MSR_CTS;
@@ -52,6 +57,7 @@ void uart__destroy(struct uart *u)
 	if (!u)
 		return;
 	pthread_mutex_destroy(&u->lock);
+	pthread_mutex_destroy(&u->tx_lock);
 	free(u);
 }
 
@@ -113,20 +119,33 @@ static uint8_t rx_pop(struct uart *u)
 	return c;
 }
 
-static void tx(struct uart *u, uint8_t c)
+/* A kick (EINTR) while blocked on a slow reader: go on unless stopping. */
+static bool keep_trying(const struct uart *u)
 {
+	return errno == EINTR && !(u->stopping && atomic_load(u->stopping));
+}
+
+/*
+ * Called without the lock: a blocked reader on the host side stalls this
+ * vCPU, which is the backpressure we want, but must not stall the main
+ * loop's receive path too. An error (reader gone) drops the byte: the guest
+ * must keep running.
+ */
+static void tx_out(struct uart *u, uint8_t c)
+{
+	while (write(u->out_fd, &c, 1) < 0 && keep_trying(u))
+		;
+}
+
+/* Under the lock: returns true when c must go out through tx_out(). */
+static bool tx(struct uart *u, uint8_t c)
+{
+	u->thr_ipending = true;
 	if (u->mcr & UART_MCR_LOOP) {
 		rx_push(u, c);
-	} else if (u->out_fd >= 0) {
-		/*
-		 * A blocked reader on the host side stalls this vCPU, which
-		 * is the backpressure we want. An error (reader gone) drops
-		 * the byte: the guest must keep running.
-		 */
-		while (write(u->out_fd, &c, 1) < 0 && errno == EINTR)
-			;
+		return false;
 	}
-	u->thr_ipending = true;
+	return u->out_fd >= 0;
 }
 
 /* In loopback the modem inputs reflect the modem outputs (16550 spec). */
@@ -147,16 +166,16 @@ static uint8_t msr(const struct uart *u)
 	return m;
 }
 
-static void uart_write(struct uart *u, uint16_t off, uint8_t v)
+/* Returns true when v was transmitted and must be sent out. */
+static bool uart_write(struct uart *u, uint16_t off, uint8_t v)
 {
 	bool dlab = u->lcr & UART_LCR_DLAB;
 
 	switch (off) {
 	case UART_TX:
-		if (dlab)
-			u->dll = v;
-		else
-			tx(u, v);
+		if (!dlab)
+			return tx(u, v);
+		u->dll = v;
 		break;
 	case UART_IER:
 		if (dlab) {
@@ -184,6 +203,7 @@ static void uart_write(struct uart *u, uint16_t off, uint8_t v)
 		u->scr = v;
 		break;
 	}
+	return false;
 }
 
 static uint8_t uart_read(struct uart *u, uint16_t off)
@@ -230,19 +250,35 @@ void uart__io(void *opaque, uint64_t offset, uint8_t *data, unsigned int size,
 	      bool is_write)
 {
 	struct uart *u = opaque;
+	bool send;
 
 	/* The 8250 is a byte device; wider accesses touch only byte 0. */
 	if (!is_write)
 		memset(data, 0, size);
 	if (offset >= UART_NR_REGS || !size)
 		return;
-	pthread_mutex_lock(&u->lock);
-	if (is_write)
-		uart_write(u, offset, data[0]);
-	else
+	if (!is_write) {
+		pthread_mutex_lock(&u->lock);
 		data[0] = uart_read(u, offset);
+		update_irq(u);
+		pthread_mutex_unlock(&u->lock);
+		return;
+	}
+	/*
+	 * tx_lock keeps transmitted bytes in order across vCPUs while the
+	 * slow part, the write to the host, runs outside the register lock
+	 * that the main loop's receive path also takes. Order: tx_lock, lock.
+	 */
+	if (offset == UART_TX)
+		pthread_mutex_lock(&u->tx_lock);
+	pthread_mutex_lock(&u->lock);
+	send = uart_write(u, offset, data[0]);
 	update_irq(u);
 	pthread_mutex_unlock(&u->lock);
+	if (send)
+		tx_out(u, data[0]);
+	if (offset == UART_TX)
+		pthread_mutex_unlock(&u->tx_lock);
 }
 
 size_t uart__receive(struct uart *u, const uint8_t *buf, size_t n)

@@ -2,6 +2,7 @@
 #ifndef KILN_UART_H
 #define KILN_UART_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -16,9 +17,14 @@
 
 struct uart;
 
-/* Transmitted bytes go to out_fd; space_fd (eventfd, may be -1) is written
- * whenever the guest drains the receive buffer, so the host can send more. */
-struct uart *uart__create(int out_fd, int space_fd, const struct irq_line *irq);
+/*
+ * Transmitted bytes go to out_fd; space_fd (eventfd, may be -1) is written
+ * whenever the guest drains the receive buffer, so the host can send more.
+ * stopping (may be NULL) tells a transmit blocked on a slow reader to give
+ * up once the VM is going away.
+ */
+struct uart *uart__create(int out_fd, int space_fd, const struct irq_line *irq,
+			  const atomic_int *stopping);
 void uart__destroy(struct uart *u);
 
 /* Port I/O from a vCPU: offset 0..7 from the base, one byte. */

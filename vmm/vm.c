@@ -328,7 +328,8 @@ static int devices_init(struct vm *vm)
 		pr_err("eventfd: %s", strerror(errno));
 		return ret;
 	}
-	vm->uart = uart__create(STDOUT_FILENO, vm->space_fd, &com1);
+	vm->uart =
+		uart__create(STDOUT_FILENO, vm->space_fd, &com1, &vm->stopping);
 	if (!vm->uart)
 		return -ENOMEM;
 	vm->console = console__create(STDIN_FILENO, vm->uart);

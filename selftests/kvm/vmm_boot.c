@@ -4,7 +4,9 @@
  * command and returns its status. KILN_VMM names the vmm (build/vmm) and
  * KILN_GUEST_DIR the guest build (build/guest).
  */
+#include <signal.h>
 #include <stdio.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 
 #include "selftests/kselftest.h"
@@ -306,6 +308,81 @@ TEST_TIMEOUT(json_config, BOOT_TIMEOUT)
 	unlink(path);
 	EXPECT_EQ(3, r.status);
 	EXPECT_STREQ("2\n", r.out);
+}
+
+static pid_t start_vmm_stdout(const char *const cmd[], int out_fd)
+{
+	struct guest g;
+	const char *argv[32];
+	pid_t pid;
+	int i = 0, j;
+
+	guest_paths(&g);
+	argv[i++] = g.vmm;
+	argv[i++] = "run";
+	argv[i++] = "--kernel";
+	argv[i++] = g.vmlinux;
+	argv[i++] = "--initrd";
+	argv[i++] = g.initrd;
+	argv[i++] = "--";
+	for (j = 0; cmd[j] && i < 31; j++)
+		argv[i++] = cmd[j];
+	argv[i] = NULL;
+	pid = fork();
+	if (pid == 0) {
+		int null = open("/dev/null", O_RDWR);
+
+		dup2(null, 0);
+		dup2(out_fd, 1);
+		dup2(null, 2);
+		execvp(argv[0], (char *const *)argv);
+		_exit(127);
+	}
+	return pid;
+}
+
+static int wait_exit(pid_t pid, int secs)
+{
+	int status, i;
+
+	for (i = 0; i < secs * 10; i++) {
+		if (waitpid(pid, &status, WNOHANG) == pid)
+			return WIFEXITED(status) ? WEXITSTATUS(status) :
+						   128 + WTERMSIG(status);
+		usleep(100000);
+	}
+	kill(pid, SIGKILL);
+	waitpid(pid, &status, 0);
+	return -1;
+}
+
+/*
+ * Whoever reads the console stops reading: the guest's writes block the
+ * vCPU (backpressure), but SIGTERM must still stop the VM promptly.
+ */
+TEST_TIMEOUT(sigterm_with_stuck_stdout_reader, BOOT_TIMEOUT)
+{
+	int out[2], queued = 0, i;
+	pid_t pid;
+
+	if (access("/dev/kvm", R_OK | W_OK))
+		SKIP(return, "no usable /dev/kvm (run through tools/vmtest)");
+	ASSERT_EQ(0, pipe(out));
+	/* A one-page pipe fills fast even at serial-console speed. */
+	ASSERT_GT(fcntl(out[1], F_SETPIPE_SZ, 4096), 0);
+	pid = start_vmm_stdout(ARGS("sh", "-c", "while :; do echo stuck; done"),
+			       out[1]);
+	ASSERT_GT(pid, 0);
+	close(out[1]);
+	for (i = 0; i < 1200 && queued < 4096; i++) {
+		usleep(100000);
+		ASSERT_EQ(0, ioctl(out[0], FIONREAD, &queued));
+	}
+	ASSERT_GE(queued, 4096) TH_LOG("the guest never filled the pipe");
+	usleep(500000);
+	kill(pid, SIGTERM);
+	EXPECT_EQ(128 + SIGTERM, wait_exit(pid, 30));
+	close(out[0]);
 }
 
 TEST_HARNESS_MAIN

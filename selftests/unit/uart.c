@@ -38,7 +38,7 @@ FIXTURE_SETUP(uart)
 
 	ASSERT_EQ(0, pipe(self->out));
 	memset(&self->irq, 0, sizeof(self->irq));
-	self->u = uart__create(self->out[1], -1, &line);
+	self->u = uart__create(self->out[1], -1, &line, NULL);
 	ASSERT_TRUE(self->u != NULL);
 }
 

@@ -1,0 +1,190 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+#ifndef KILN_VIRTIO_DEVICE_H
+#define KILN_VIRTIO_DEVICE_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "devices/irq.h"
+#include "devices/virtio/guest-mem.h"
+#include "devices/virtio/queue.h"
+#include "vmm/log.h"
+
+/*
+ * The device side of virtio 1.x, whatever the transport: device status,
+ * feature negotiation, the queues, the config space and the interrupt
+ * status. A device is a private struct embedding struct virtio_device and
+ * an array of struct virtio_queue, with its callbacks in one static const
+ * struct virtio_device_ops; it never sees how the driver reaches it (the
+ * transport, devices/virtio/mmio.h today, decodes registers and calls in).
+ *
+ *	struct rng {
+ *		struct virtio_device vdev;
+ *		struct virtio_queue vqs[1];
+ *	};
+ *	static const struct virtio_device_ops rng_ops = {
+ *		.queue_notify = rng__queue_notify,
+ *		.reset = rng__reset,
+ *	};
+ *
+ * Locking: the transport serialises every register access of a device
+ * with its lock, and calls every op with that lock held. A device thread
+ * that touches the queues outside an op (say, an I/O completion pushing a
+ * used buffer) takes virtio_device__lock() around it, so a reset never
+ * runs under its feet. The interrupt status has a lock of its own, so
+ * virtio_device__notify_*() may be called with or without the device lock.
+ * Ops must not call back into the transport or virtio_device__queue_notify.
+ */
+
+/* Interrupt status bits: the same values on every transport. */
+#define VIRTIO_ISR_QUEUE  0x1 /* a used buffer notification */
+#define VIRTIO_ISR_CONFIG 0x2 /* the config space (or status) changed */
+
+/*
+ * Largest device config space: what fits the MMIO window after its 0x100
+ * bytes of registers; far above any device's (virtio-blk: 60 bytes).
+ */
+#define VIRTIO_CONFIG_MAX_SIZE 0xf00
+
+/*
+ * Transport feature bits (28..41) the core implements; a device may offer
+ * these and its own device-specific bits, nothing else. Notably not
+ * ACCESS_PLATFORM (there is no IOMMU), RING_PACKED (split rings only) or
+ * NOTIFICATION_DATA (a notify carries only the queue index).
+ */
+#define VIRTIO_CORE_FEATURES                                    \
+	((1ULL << 28 /* VIRTIO_RING_F_INDIRECT_DESC */) |        \
+	 (1ULL << 29 /* VIRTIO_RING_F_EVENT_IDX */) |            \
+	 (1ULL << 32 /* VIRTIO_F_VERSION_1, required */))
+
+struct virtio_device;
+
+/*
+ * Everything but queue_notify is optional. Offsets and lengths given to
+ * the config ops are already checked: [offset, offset + len) lies inside
+ * the device's config_size, and len is 1, 2, 4 or 8. Config space is
+ * little-endian (virtio 1.x), data is the driver's bytes as they are.
+ */
+struct virtio_device_ops {
+	void (*config_read)(struct virtio_device *dev, unsigned int offset,
+			    void *data, unsigned int len);
+	void (*config_write)(struct virtio_device *dev, unsigned int offset,
+			     const void *data, unsigned int len);
+	/* The driver made buffers available on a ready queue. */
+	void (*queue_notify)(struct virtio_device *dev, unsigned int index);
+	/*
+	 * The driver reset the device: stop using the queues (they are reset
+	 * right after this returns) and forget requests in flight.
+	 */
+	void (*reset)(struct virtio_device *dev);
+	/*
+	 * DRIVER_OK after FEATURES_OK: the features are final and the queues
+	 * the driver wants are ready. Nonzero (-errno) sets NEEDS_RESET.
+	 */
+	int (*activate)(struct virtio_device *dev);
+};
+
+/*
+ * One queue: the ring itself, the device's limit, and what the driver has
+ * written so far (applied when it sets the queue ready).
+ */
+struct virtio_queue {
+	struct virtqueue vq;
+	char name[48]; /* "virtio-blk0 q0", for the log */
+	uint16_t max_size; /* power of 2, 1..VIRTQUEUE_MAX_SIZE */
+	uint32_t size;	   /* as written: checked at ready time */
+	uint64_t desc_gpa;
+	uint64_t driver_gpa; /* the available ring */
+	uint64_t device_gpa; /* the used ring */
+};
+
+struct virtio_device_params {
+	const char *name;    /* "virtio-blk0"; outlives the device */
+	uint32_t device_id;  /* VIRTIO_ID_* from linux/virtio_ids.h */
+	uint64_t features;   /* offered; must include VIRTIO_F_VERSION_1 */
+	uint32_t config_size; /* bytes, <= VIRTIO_CONFIG_MAX_SIZE */
+	const struct virtio_device_ops *ops;
+	struct virtio_queue *queues; /* the device's array */
+	unsigned int nr_queues;	     /* 1 .. 65535 */
+	uint16_t queue_max_size;     /* every queue's, power of 2 */
+	const struct guest_mem *mem;
+	struct irq_line irq;
+};
+
+struct virtio_device {
+	/* Fixed by virtio_device__init(). */
+	const char *name;
+	uint32_t device_id;
+	uint64_t device_features;
+	uint32_t config_size;
+	const struct virtio_device_ops *ops;
+	struct virtio_queue *queues;
+	unsigned int nr_queues;
+	const struct guest_mem *mem;
+	struct irq_line irq;
+
+	pthread_mutex_t lock; /* everything below but the interrupt state */
+	uint8_t status;	      /* VIRTIO_CONFIG_S_*; atomic loads elsewhere */
+	uint64_t driver_features; /* as written by the driver */
+	uint64_t features;	  /* negotiated: set at FEATURES_OK */
+	/* The driver's selections, for transports that have them. */
+	uint32_t device_features_sel;
+	uint32_t driver_features_sel;
+	uint32_t queue_sel;
+	bool warned; /* one message per device, for its whole life */
+
+	uint32_t config_generation; /* atomic */
+
+	pthread_mutex_t irq_lock;
+	uint32_t isr; /* VIRTIO_ISR_*: the line is high iff nonzero */
+};
+
+/*
+ * Set dev up from p: -EINVAL for a device without VIRTIO_F_VERSION_1 or
+ * with transport features the core does not implement, no queues, a queue
+ * size that is not a power of 2 in 1..32768, a config space over
+ * VIRTIO_CONFIG_MAX_SIZE or no queue_notify op. Undone by
+ * virtio_device__exit(), which also accepts a device whose init failed.
+ */
+int __must_check virtio_device__init(struct virtio_device *dev,
+				     const struct virtio_device_params *p);
+void virtio_device__exit(struct virtio_device *dev);
+
+/* Before the guest runs: a smaller limit for one queue (power of 2). */
+int __must_check virtio_device__set_queue_max(struct virtio_device *dev,
+					      unsigned int index,
+					      uint16_t max_size);
+
+/* The ring of queue index, NULL when out of range. */
+struct virtqueue *virtio_device__queue(struct virtio_device *dev,
+				       unsigned int index);
+
+/* Was feature bit negotiated (FEATURES_OK accepted with it)? */
+bool virtio_device__has_feature(const struct virtio_device *dev,
+				unsigned int bit);
+
+/* Around queue work done outside an op (see Locking above). */
+void virtio_device__lock(struct virtio_device *dev);
+void virtio_device__unlock(struct virtio_device *dev);
+
+/*
+ * After pushing used buffers on queue index: interrupt the driver if it
+ * wants one (virtqueue__should_notify) and the device is live (DRIVER_OK).
+ * True when it did.
+ */
+bool virtio_device__notify_queue(struct virtio_device *dev,
+				 unsigned int index);
+
+/* The device changed its config space: new generation, interrupt. */
+void virtio_device__notify_config(struct virtio_device *dev);
+
+/*
+ * The driver kicked queue index (from a register write or, later, an
+ * ioeventfd): calls ops->queue_notify if the device is live and the queue
+ * ready, else does nothing. Any index is safe. Takes the device lock.
+ */
+void virtio_device__queue_notify(struct virtio_device *dev,
+				 unsigned int index);
+
+#endif
