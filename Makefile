@@ -30,6 +30,7 @@ obj-y += devices/exit-dev.o
 obj-y += devices/console.o
 obj-y += devices/virtio/guest-mem.o
 obj-y += devices/virtio/queue.o
+obj-y += devices/virtio/mmio.o
 obj-y += bootloader/loader.o
 obj-y += bootloader/elf.o
 obj-y += bootloader/bzimage.o
@@ -52,6 +53,7 @@ unit-obj-y += vmm/bus.o
 unit-obj-y += devices/uart.o
 unit-obj-y += devices/virtio/guest-mem.o
 unit-obj-y += devices/virtio/queue.o
+unit-obj-y += devices/virtio/mmio.o
 
 unit-tests   := $(patsubst selftests/unit/%.c,$(O)/selftests/%,$(wildcard selftests/unit/*.c))
 kvm-tests    := $(patsubst selftests/kvm/%.c,$(O)/selftests/kvm_%,$(wildcard selftests/kvm/*.c))

@@ -53,9 +53,9 @@
  * ACCESS_PLATFORM (there is no IOMMU), RING_PACKED (split rings only) or
  * NOTIFICATION_DATA (a notify carries only the queue index).
  */
-#define VIRTIO_CORE_FEATURES                                    \
-	((1ULL << 28 /* VIRTIO_RING_F_INDIRECT_DESC */) |        \
-	 (1ULL << 29 /* VIRTIO_RING_F_EVENT_IDX */) |            \
+#define VIRTIO_CORE_FEATURES                              \
+	((1ULL << 28 /* VIRTIO_RING_F_INDIRECT_DESC */) | \
+	 (1ULL << 29 /* VIRTIO_RING_F_EVENT_IDX */) |     \
 	 (1ULL << 32 /* VIRTIO_F_VERSION_1, required */))
 
 struct virtio_device;
@@ -63,8 +63,9 @@ struct virtio_device;
 /*
  * Everything but queue_notify is optional. Offsets and lengths given to
  * the config ops are already checked: [offset, offset + len) lies inside
- * the device's config_size, and len is 1, 2, 4 or 8. Config space is
- * little-endian (virtio 1.x), data is the driver's bytes as they are.
+ * the device's config_size and len is 1 to 8 (a read running past the end
+ * is cut short there; the driver sees zeros beyond). Config space is
+ * little-endian (virtio 1.x): data holds the driver's bytes as they are.
  */
 struct virtio_device_ops {
 	void (*config_read)(struct virtio_device *dev, unsigned int offset,
@@ -91,7 +92,7 @@ struct virtio_device_ops {
  */
 struct virtio_queue {
 	struct virtqueue vq;
-	char name[48]; /* "virtio-blk0 q0", for the log */
+	char name[48];	   /* "virtio-blk0 q0", for the log */
 	uint16_t max_size; /* power of 2, 1..VIRTQUEUE_MAX_SIZE */
 	uint32_t size;	   /* as written: checked at ready time */
 	uint64_t desc_gpa;
@@ -100,9 +101,9 @@ struct virtio_queue {
 };
 
 struct virtio_device_params {
-	const char *name;    /* "virtio-blk0"; outlives the device */
-	uint32_t device_id;  /* VIRTIO_ID_* from linux/virtio_ids.h */
-	uint64_t features;   /* offered; must include VIRTIO_F_VERSION_1 */
+	const char *name;     /* "virtio-blk0"; outlives the device */
+	uint32_t device_id;   /* VIRTIO_ID_* from linux/virtio_ids.h */
+	uint64_t features;    /* offered; must include VIRTIO_F_VERSION_1 */
 	uint32_t config_size; /* bytes, <= VIRTIO_CONFIG_MAX_SIZE */
 	const struct virtio_device_ops *ops;
 	struct virtio_queue *queues; /* the device's array */
@@ -173,8 +174,16 @@ void virtio_device__unlock(struct virtio_device *dev);
  * wants one (virtqueue__should_notify) and the device is live (DRIVER_OK).
  * True when it did.
  */
-bool virtio_device__notify_queue(struct virtio_device *dev,
-				 unsigned int index);
+bool virtio_device__notify_queue(struct virtio_device *dev, unsigned int index);
+
+/*
+ * The device cannot go on until the driver resets it (2.1.1): set
+ * NEEDS_RESET and raise a config interrupt; queue notifies stop. Called
+ * with the device lock held (from an op, or under virtio_device__lock()).
+ * The core does it itself when a queue_notify op leaves its queue broken
+ * (a hostile ring) and when a queue cannot be set up.
+ */
+void virtio_device__set_needs_reset(struct virtio_device *dev);
 
 /* The device changed its config space: new generation, interrupt. */
 void virtio_device__notify_config(struct virtio_device *dev);
@@ -184,7 +193,6 @@ void virtio_device__notify_config(struct virtio_device *dev);
  * ioeventfd): calls ops->queue_notify if the device is live and the queue
  * ready, else does nothing. Any index is safe. Takes the device lock.
  */
-void virtio_device__queue_notify(struct virtio_device *dev,
-				 unsigned int index);
+void virtio_device__queue_notify(struct virtio_device *dev, unsigned int index);
 
 #endif

@@ -2,6 +2,7 @@
 #ifndef KILN_VIRTIO_MMIO_H
 #define KILN_VIRTIO_MMIO_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -33,6 +34,13 @@ void virtio_mmio__read(struct virtio_device *dev, uint64_t offset, void *data,
 		       unsigned int len);
 void virtio_mmio__write(struct virtio_device *dev, uint64_t offset,
 			const void *data, unsigned int len);
+
+/*
+ * The same, in the shape of an MMIO bus handler (vmm/bus.h bus_fn), with
+ * the struct virtio_device as opaque.
+ */
+void virtio_mmio__io(void *opaque, uint64_t offset, uint8_t *data,
+		     unsigned int size, bool is_write);
 
 /*
  * The kernel parameter that declares the device:
