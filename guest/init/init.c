@@ -304,6 +304,23 @@ static int open_tty(void)
 	return fd < 0 ? -errno : fd;
 }
 
+/*
+ * The command may exit with output still in the serial driver's transmit
+ * buffer; init holds the same tty open (as /dev/console), so the last
+ * close does not wait for it. Wait here, or the end of the output is lost
+ * when the status write stops the VM.
+ */
+static void drain_console(void)
+{
+	int fd = open_tty();
+
+	if (fd < 0)
+		return;
+	if (tcdrain(fd) < 0)
+		warn_errno("cannot drain", "the console", errno);
+	close(fd);
+}
+
 /* In the child: a new session with the serial port as controlling tty. */
 static void setup_child_tty(bool raw)
 {
@@ -435,5 +452,6 @@ int main(int argc, char **argv)
 
 	kill_leftovers();
 	sync();
+	drain_console();
 	power_off(status);
 }
