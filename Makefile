@@ -3,6 +3,7 @@
 #   make          build build/vmm
 #   make deps     install the Debian 12 packages Kiln needs (idempotent)
 #   make guest    build the guest kernel and initramfs (cached outside the tree)
+#   make image    build the debian-12-agent root image (cached outside the tree)
 #   make run      deps + build + guest, then boot a VM and run `uname -a` in it
 #   make test     deps + build + guest, then every selftest (unit + KVM)
 #   make bench    boot benchmark against QEMU microvm
@@ -61,7 +62,7 @@ kvm-tests    := $(patsubst selftests/kvm/%.c,$(O)/selftests/kvm_%,$(wildcard sel
 VMM_OBJS  := $(addprefix $(O)/obj/,$(obj-y))
 UNIT_OBJS := $(addprefix $(O)/obj/,$(unit-obj-y))
 
-.PHONY: all deps guest run test bench clean selftests check-deps
+.PHONY: all deps guest image run test bench clean selftests check-deps
 all: $(O)/vmm
 	@:
 
@@ -89,6 +90,10 @@ deps:
 
 guest: deps
 	$(Q)$(MAKE) -f guest/guest.mk O=$(O)
+
+# Prints its own "IMAGE" line, and only when it has to build.
+image: deps
+	$(Q)guest/images/build-debian.sh $(O)
 
 run: deps
 	$(Q)$(MAKE) all
