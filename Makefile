@@ -70,7 +70,7 @@ $(O)/vmm: $(VMM_OBJS)
 	$(quiet) LD $@
 	$(Q)$(CC) $(HARDEN_LD) -o $@ $^ $(KILN_LDLIBS)
 
-$(O)/selftests/%: selftests/unit/%.c $(UNIT_OBJS) selftests/kselftest.h selftests/fake_kernel.h selftests/spawn.h
+$(O)/selftests/%: selftests/unit/%.c $(UNIT_OBJS) selftests/kselftest.h selftests/fake_kernel.h selftests/spawn.h selftests/testutil.h
 	$(quiet) CC $<
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CC) $(KILN_CFLAGS) $(CFLAGS) $(HARDEN_LD) -o $@ $< $(UNIT_OBJS) $(KILN_LDLIBS)

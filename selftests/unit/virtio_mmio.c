@@ -23,6 +23,7 @@
 #include "devices/virtio/guest-mem.h"
 #include "devices/virtio/mmio.h"
 #include "selftests/kselftest.h"
+#include "selftests/testutil.h"
 
 #define RAM_SIZE    (1024 * 1024)
 #define GUARD_SIZE  4096
@@ -1126,34 +1127,18 @@ TEST_F(mmio, config_generation)
 TEST_F(mmio, warns_once)
 {
 	struct fake_dev *f = &self->f;
+	struct stderr_capture cap = { .saved = -1 };
 	char buf[4096];
-	FILE *log = tmpfile();
-	int saved, lines = 0;
-	size_t n;
-	char *p;
 
-	ASSERT_TRUE(log != NULL);
-	fflush(stderr);
-	saved = dup(2);
-	ASSERT_LE(0, saved);
-	ASSERT_LE(0, dup2(fileno(log), 2));
+	ASSERT_EQ(0, stderr_capture__begin(&cap));
 	rd(f, VIRTIO_MMIO_MAGIC_VALUE, 2);
 	wr32(f, VIRTIO_MMIO_QUEUE_NOTIFY, 9);
 	wr32(f, VIRTIO_MMIO_STATUS, 0x30);
 	negotiate(f, FEAT(9));
-	fflush(stderr);
-	dup2(saved, 2);
-	close(saved);
-
-	rewind(log);
-	n = fread(buf, 1, sizeof(buf) - 1, log);
-	buf[n] = '\0';
-	for (p = buf; (p = strchr(p, '\n')); p++)
-		lines++;
-	EXPECT_EQ(1, lines) TH_LOG("log: %s", buf);
+	EXPECT_EQ(1, stderr_capture__end(&cap, buf, sizeof(buf)))
+	TH_LOG("log: %s", buf);
 	EXPECT_TRUE(strstr(buf, "virtio-test0") != NULL) TH_LOG("log: %s", buf);
 	EXPECT_TRUE(strstr(buf, "2-byte read") != NULL) TH_LOG("log: %s", buf);
-	fclose(log);
 }
 
 /* ---- fuzz --------------------------------------------------------- */
@@ -1162,11 +1147,7 @@ static uint64_t rng_state;
 
 static uint64_t rnd(void)
 {
-	/* xorshift64*: deterministic, good enough to shake a device. */
-	rng_state ^= rng_state >> 12;
-	rng_state ^= rng_state << 25;
-	rng_state ^= rng_state >> 27;
-	return rng_state * 0x2545f4914f6cdd1dULL;
+	return prng__next(&rng_state);
 }
 
 static const uint32_t fuzz_regs[] = {

@@ -17,6 +17,7 @@
 #include "devices/virtio/guest-mem.h"
 #include "devices/virtio/queue.h"
 #include "selftests/kselftest.h"
+#include "selftests/testutil.h"
 
 #define RAM_SIZE   (1024 * 1024)
 #define GUARD_SIZE 4096
@@ -821,31 +822,22 @@ TEST_F(vq, broken_until_reset)
 TEST_F(vq, warns_once)
 {
 	struct fake_guest *g = &self->g;
-	char buf[4096], *p;
-	FILE *log = tmpfile();
-	int lines = 0, i;
-	size_t n;
+	struct stderr_capture cap = { .saved = -1 };
+	char buf[4096];
+	int i;
 
-	ASSERT_TRUE(log != NULL);
-	fflush(stderr);
-	ASSERT_LE(0, dup2(fileno(log), STDERR_FILENO));
+	ASSERT_EQ(0, stderr_capture__begin(&cap));
 	for (i = 0; i < 5; i++) {
 		ASSERT_EQ(0, ring_setup(g, 16, false));
 		publish(g, 16);
 		EXPECT_EQ(-EIO, virtqueue__pop(&g->q, &g->chain));
 		EXPECT_EQ(-EIO, virtqueue__pop(&g->q, &g->chain));
 	}
-	fflush(stderr);
-	rewind(log);
-	n = fread(buf, 1, sizeof(buf) - 1, log);
-	buf[n] = '\0';
-	for (p = buf; (p = strchr(p, '\n')); p++)
-		lines++;
-	EXPECT_EQ(1, lines) TH_LOG("log: %s", buf);
+	EXPECT_EQ(1, stderr_capture__end(&cap, buf, sizeof(buf)))
+	TH_LOG("log: %s", buf);
 	EXPECT_TRUE(strstr(buf, "test-vq") != NULL) TH_LOG("log: %s", buf);
 	EXPECT_TRUE(strstr(buf, "index 16 out of 16") != NULL)
 	TH_LOG("log: %s", buf);
-	fclose(log);
 }
 
 /* ---- fuzz --------------------------------------------------------- */
@@ -854,11 +846,7 @@ static uint64_t rng_state;
 
 static uint64_t rnd(void)
 {
-	/* xorshift64*: deterministic, good enough to shake a ring. */
-	rng_state ^= rng_state >> 12;
-	rng_state ^= rng_state << 25;
-	rng_state ^= rng_state >> 27;
-	return rng_state * 0x2545f4914f6cdd1dULL;
+	return prng__next(&rng_state);
 }
 
 static uint64_t fuzz_addr(void)
