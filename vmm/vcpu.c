@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 #include <asm/processor-flags.h>
 
@@ -47,7 +48,8 @@ struct vcpu {
 	struct kvm_run *run;
 	pthread_t thread;
 	bool started;
-	atomic_uint dead_round; /* last probe round that found it dead */
+	atomic_uint dead_round;	 /* last probe round that found it dead */
+	unsigned int parked_gen; /* last pause it parked for (pause_lock) */
 };
 
 static int setup_msrs(struct vcpu *v)
@@ -279,29 +281,103 @@ bool vcpu__dead_in(const struct vcpu *v, unsigned int round)
 }
 
 /*
- * HLT with interrupts disabled can only be left by NMI, INIT or SMI: that
- * is how Linux stops a CPU for halt and power off when it has no firmware
- * to ask. A vCPU sitting idle in HLT has IF set.
+ * HLT with interrupts disabled can only be left by NMI, INIT, SMI or a
+ * paravirtual kick: that is how Linux stops a CPU for halt and power off
+ * when it has no firmware to ask. A vCPU sitting idle in HLT has IF set.
  */
-static void probe_halt(struct vcpu *v)
+static bool halted_for_good(struct vcpu *v)
 {
-	unsigned int round = atomic_load(&v->vm->probe_round);
 	struct kvm_mp_state mp;
 	struct kvm_regs regs;
+
+	return !ioctl(v->fd, KVM_GET_MP_STATE, &mp) &&
+	       mp.mp_state == KVM_MP_STATE_HALTED &&
+	       !ioctl(v->fd, KVM_GET_REGS, &regs) &&
+	       !(regs.rflags & X86_EFLAGS_IF);
+}
+
+static void probe_halt(struct vcpu *v)
+{
+	struct vm *vm = v->vm;
+	unsigned int round = atomic_load(&vm->probe_round);
+	uint64_t one = 1;
 	unsigned int i;
 
-	if (!round || atomic_load(&v->dead_round) == round)
-		return;
-	if (ioctl(v->fd, KVM_GET_MP_STATE, &mp) < 0 ||
-	    mp.mp_state != KVM_MP_STATE_HALTED ||
-	    ioctl(v->fd, KVM_GET_REGS, &regs) < 0 ||
-	    (regs.rflags & X86_EFLAGS_IF))
+	if (!round || atomic_load(&v->dead_round) == round ||
+	    !halted_for_good(v))
 		return;
 	atomic_store(&v->dead_round, round);
-	for (i = 0; i < v->vm->nr_vcpus; i++)
-		if (!vcpu__dead_in(v->vm->vcpus[i], round))
+	for (i = 0; i < vm->nr_vcpus; i++)
+		if (!vcpu__dead_in(vm->vcpus[i], round))
 			return;
-	vm__stop(v->vm, VM_STOP_GUEST_HALT, 0, NULL);
+	/* A suspicion only: the main loop confirms on a snapshot. */
+	atomic_store(&vm->halt_suspect, round);
+	if (write(vm->event_fd, &one, sizeof(one)) < 0)
+		pr_debug("event_fd: %s", strerror(errno));
+}
+
+/* Park for the pause generation gen: report, then wait to be let go. */
+static void park(struct vcpu *v, unsigned int gen)
+{
+	struct vm *vm = v->vm;
+	bool dead = halted_for_good(v);
+
+	pthread_mutex_lock(&vm->pause_lock);
+	if (atomic_load(&vm->pause_gen) == gen && v->parked_gen != gen) {
+		v->parked_gen = gen;
+		vm->paused++;
+		vm->paused_dead += dead;
+		pthread_cond_broadcast(&vm->pause_cv);
+		while (atomic_load(&vm->pause_gen) == gen &&
+		       !atomic_load(&vm->stopping))
+			pthread_cond_wait(&vm->pause_cv, &vm->pause_lock);
+	}
+	pthread_mutex_unlock(&vm->pause_lock);
+}
+
+static void kicked(struct vcpu *v)
+{
+	unsigned int gen = atomic_load(&v->vm->pause_gen);
+
+	if (gen & 1)
+		park(v, gen);
+	else
+		probe_halt(v);
+}
+
+static void deadline_in(struct timespec *ts, unsigned int ms)
+{
+	clock_gettime(CLOCK_MONOTONIC, ts);
+	ts->tv_nsec += (long)(ms % 1000) * 1000000L;
+	ts->tv_sec += ms / 1000 + ts->tv_nsec / 1000000000L;
+	ts->tv_nsec %= 1000000000L;
+}
+
+bool vcpu__snapshot_all_dead(struct vm *vm, unsigned int timeout_ms)
+{
+	struct timespec deadline;
+	unsigned int i;
+	bool all_dead;
+
+	pthread_mutex_lock(&vm->pause_lock);
+	atomic_fetch_add(&vm->pause_gen, 1); /* odd: pause requested */
+	vm->paused = vm->paused_dead = 0;
+	pthread_mutex_unlock(&vm->pause_lock);
+	for (i = 0; i < vm->nr_vcpus; i++)
+		vcpu__kick(vm->vcpus[i]);
+
+	deadline_in(&deadline, timeout_ms);
+	pthread_mutex_lock(&vm->pause_lock);
+	while (vm->paused < vm->nr_vcpus &&
+	       pthread_cond_timedwait(&vm->pause_cv, &vm->pause_lock,
+				      &deadline) != ETIMEDOUT)
+		;
+	all_dead =
+		vm->paused == vm->nr_vcpus && vm->paused_dead == vm->nr_vcpus;
+	atomic_fetch_add(&vm->pause_gen, 1); /* even: let them go */
+	pthread_cond_broadcast(&vm->pause_cv);
+	pthread_mutex_unlock(&vm->pause_lock);
+	return all_dead;
 }
 
 static void *vcpu_thread(void *arg)
@@ -317,7 +393,7 @@ static void *vcpu_thread(void *arg)
 		if (ioctl(v->fd, KVM_RUN, 0) < 0) {
 			if (errno == EINTR || errno == EAGAIN) {
 				v->run->immediate_exit = 0;
-				probe_halt(v);
+				kicked(v);
 				continue;
 			}
 			pr_err("vcpu%u: KVM_RUN: %s", v->id, strerror(errno));

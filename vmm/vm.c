@@ -470,6 +470,23 @@ static void vm_unwind(struct vm *vm, unsigned int done)
 			vm_steps[done].exit(vm);
 }
 
+static void pause_init(struct vm *vm)
+{
+	pthread_condattr_t attr;
+
+	pthread_mutex_init(&vm->pause_lock, NULL);
+	pthread_condattr_init(&attr);
+	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+	pthread_cond_init(&vm->pause_cv, &attr);
+	pthread_condattr_destroy(&attr);
+}
+
+static void pause_exit(struct vm *vm)
+{
+	pthread_cond_destroy(&vm->pause_cv);
+	pthread_mutex_destroy(&vm->pause_lock);
+}
+
 int vm__create(struct vm **out, const struct vm_config *cfg)
 {
 	struct vm *vm = calloc(1, sizeof(*vm));
@@ -486,6 +503,7 @@ int vm__create(struct vm **out, const struct vm_config *cfg)
 	bus__init(&vm->mmio, "mmio", MMIO_GAP_END);
 	vm->ram_size = cfg->mem_mib << 20;
 	pthread_mutex_init(&vm->stop_lock, NULL);
+	pause_init(vm);
 
 	for (i = 0; i < ARRAY_SIZE(vm_steps); i++) {
 		ret = vm_steps[i].init(vm);
@@ -494,6 +512,7 @@ int vm__create(struct vm **out, const struct vm_config *cfg)
 				 ret);
 			vm_unwind(vm, i + 1);
 			pthread_mutex_destroy(&vm->stop_lock);
+			pause_exit(vm);
 			free(vm);
 			return ret;
 		}
@@ -508,6 +527,7 @@ void vm__destroy(struct vm *vm)
 		return;
 	vm_unwind(vm, ARRAY_SIZE(vm_steps));
 	pthread_mutex_destroy(&vm->stop_lock);
+	pause_exit(vm);
 	free(vm);
 }
 
@@ -538,7 +558,8 @@ enum loop_event {
 	EV_PROBE,
 };
 
-#define HALT_PROBE_NS 1000000000LL /* once a second */
+#define HALT_PROBE_NS	 1000000000LL /* once a second */
+#define HALT_SNAPSHOT_MS 200	      /* for every vCPU to park */
 
 struct loop {
 	struct io_uring ring;
@@ -603,6 +624,16 @@ static void probe_vcpus(struct vm *vm)
 		vcpu__kick(vm->vcpus[i]);
 }
 
+/* A probe round saw every vCPU dead: believe it only on a snapshot. */
+static void confirm_halt(struct vm *vm)
+{
+	if (!atomic_exchange(&vm->halt_suspect, 0) ||
+	    atomic_load(&vm->stopping))
+		return;
+	if (vcpu__snapshot_all_dead(vm, HALT_SNAPSHOT_MS))
+		vm__stop(vm, VM_STOP_GUEST_HALT, 0, NULL);
+}
+
 static void handle_cqe(struct vm *vm, struct loop *l,
 		       const struct io_uring_cqe *cqe)
 {
@@ -612,6 +643,7 @@ static void handle_cqe(struct vm *vm, struct loop *l,
 	case EV_WAKE:
 		arm_read(l, vm->event_fd, &l->wake_buf, sizeof(l->wake_buf),
 			 EV_WAKE);
+		confirm_halt(vm);
 		break;
 	case EV_SIGNAL:
 		if (cqe->res == sizeof(l->si))

@@ -70,9 +70,21 @@ struct vm {
 	 * Halt probes: without ACPI a guest powers off by halting every CPU
 	 * with interrupts off. Once a second the main loop bumps probe_round
 	 * and kicks the vCPUs; each records the round in which it found
-	 * itself in that state. All records equal to the round: powered off.
+	 * itself in that state. A vCPU also halts with interrupts off for a
+	 * moment while it waits for a paravirtual spinlock, so a round in
+	 * which every vCPU was seen dead, each at its own moment, is only a
+	 * suspicion: the main loop then pauses every vCPU at once and
+	 * decides on that consistent snapshot (vcpu__snapshot_all_dead).
 	 */
 	atomic_uint probe_round;
+	atomic_uint halt_suspect; /* round that looked all-dead, 0: none */
+
+	/* Pausing all vCPUs for a snapshot; counters under pause_lock. */
+	pthread_mutex_t pause_lock;
+	pthread_cond_t pause_cv;
+	atomic_uint pause_gen;	  /* odd while a pause is requested */
+	unsigned int paused;	  /* vCPUs parked in this pause */
+	unsigned int paused_dead; /* of them, halted with IF clear */
 
 	int event_fd;	     /* vCPU threads wake the main loop */
 	int space_fd;	     /* the UART has room for host input */
@@ -108,6 +120,13 @@ int __must_check vcpu__start(struct vcpu *v);
 void vcpu__kick(struct vcpu *v);
 /* Has this vCPU been found halted for good in round `round`? */
 bool vcpu__dead_in(const struct vcpu *v, unsigned int round);
+/*
+ * Park every vCPU outside KVM_RUN, look at all of them at that one moment,
+ * let them go. True only if every vCPU is halted with interrupts off: then
+ * nothing in the guest can ever wake them. Waits at most timeout_ms for
+ * the vCPUs to park (one blocked on the host counts as alive).
+ */
+bool vcpu__snapshot_all_dead(struct vm *vm, unsigned int timeout_ms);
 void vcpu__join(struct vcpu *v);
 
 /* vmm/cpuid.c */

@@ -235,6 +235,24 @@ TEST_TIMEOUT(idle_guest_keeps_running, BOOT_TIMEOUT)
 	EXPECT_EQ(5, r.status);
 }
 
+/*
+ * Lock contention makes vCPUs halt with interrupts off for a moment (PV
+ * spinlocks); the halt probe must not take that for a power off.
+ */
+TEST_TIMEOUT(busy_smp_guest_is_not_powered_off, BOOT_TIMEOUT)
+{
+	struct spawn_result r;
+
+	BOOT(NULL, ARGS("--cpus", "4"),
+	     ARGS("sh", "-c",
+		  "for i in 1 2 3 4 5 6; do (while :; do cat /proc/cpuinfo "
+		  "/proc/interrupts >/dev/null; done) & done; sleep 6; "
+		  "echo done; exit 3"),
+	     NULL, &r);
+	EXPECT_EQ(3, r.status);
+	EXPECT_STREQ("done\n", r.out);
+}
+
 /* reboot -f goes through the i8042 reset line: no status was reported. */
 TEST_TIMEOUT(guest_forced_reboot, BOOT_TIMEOUT)
 {
