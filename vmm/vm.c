@@ -727,7 +727,7 @@ static int exit_code(const struct vm *vm)
 		return vm->stop_status;
 	case VM_STOP_GUEST_HALT:
 		/* The guest powered off or halted without ACPI: clean. */
-		pr_debug("guest halted every vCPU: powered off");
+		pr_info("guest halted every vCPU with interrupts off: powered off");
 		return 0;
 	case VM_STOP_GUEST_RESET:
 		pr_err("%s before reporting a status (panic, triple fault "

@@ -318,6 +318,17 @@ static void drain_console(void)
 		return;
 	if (tcdrain(fd) < 0)
 		warn_errno("cannot drain", "the console", errno);
+	/*
+	 * Belt and braces: tcdrain() has been seen to return with bytes
+	 * still queued (4 vCPUs, nested harness). Wait up to 1 s more.
+	 */
+	for (int i = 0; i < 100; i++) {
+		int queued = 0;
+
+		if (ioctl(fd, TIOCOUTQ, &queued) < 0 || !queued)
+			break;
+		usleep(10000);
+	}
 	close(fd);
 }
 
