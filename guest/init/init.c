@@ -318,38 +318,53 @@ static void drain_console(void)
 		return;
 	if (tcdrain(fd) < 0)
 		warn_errno("cannot drain", "the console", errno);
-	/*
-	 * Belt and braces: tcdrain() has been seen to return with bytes
-	 * still queued (4 vCPUs, nested harness). Wait up to 1 s more.
-	 */
-	for (int i = 0; i < 100; i++) {
-		int queued = 0;
-
-		if (ioctl(fd, TIOCOUTQ, &queued) < 0 || !queued)
-			break;
-		usleep(10000);
-	}
 	close(fd);
 }
 
-/* In the child: a new session with the serial port as controlling tty. */
-static void setup_child_tty(bool raw)
+/*
+ * init leads the console's session so that the command is never a session
+ * leader: when a session leader exits, the kernel hangs its controlling
+ * tty up (disassociate_ctty) and that flushes the serial driver's transmit
+ * buffer, losing the end of the command's output. SIGTTOU stays ignored in
+ * init so that tcsetpgrp() and tcdrain() from the background work.
+ */
+static void take_console(void)
 {
 	int fd;
 
-	setsid();
+	signal(SIGTTOU, SIG_IGN);
+	if (setsid() < 0)
+		warn_errno("cannot start a session for", "console", errno);
 	fd = open_tty();
 	if (fd < 0) {
 		warn_errno("cannot open", "/dev/ttyS0", -fd);
 		return;
 	}
+	if (ioctl(fd, TIOCSCTTY, 0))
+		warn_errno("cannot set controlling tty", "console", errno);
+	close(fd);
+}
+
+/* In the child: its own process group, in the console's foreground. */
+static void setup_child_tty(bool raw)
+{
+	int fd;
+
+	if (setpgid(0, 0))
+		warn_errno("cannot create process group for", "command", errno);
+	fd = open_tty();
+	if (fd < 0) {
+		warn_errno("cannot open", "/dev/ttyS0", -fd);
+		return;
+	}
+	if (tcsetpgrp(fd, getpid()))
+		warn_errno("cannot set foreground group of", "console", errno);
+	signal(SIGTTOU, SIG_DFL);
 	for (int i = 0; i < 3; i++)
 		if (dup2(fd, i) < 0)
 			warn_errno("cannot dup", "console", errno);
 	if (fd > 2)
 		close(fd);
-	if (ioctl(STDIN_FILENO, TIOCSCTTY, 0))
-		warn_errno("cannot set controlling tty", "console", errno);
 	if (raw)
 		make_tty_raw(STDIN_FILENO);
 }
@@ -450,10 +465,13 @@ int main(int argc, char **argv)
 	catch_shutdown_signals();
 	setup_env(&params);
 	cmd = command_argv(argc, argv);
+	take_console();
 
 	pid = fork();
 	if (pid == 0)
 		exec_command(cmd, &params);
+	if (pid > 0)
+		setpgid(pid, pid); /* either side may win the race */
 	if (pid < 0) {
 		warn_errno("cannot fork for", cmd[0], errno);
 		status = STATUS_INIT_FAILED;
