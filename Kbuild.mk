@@ -3,7 +3,7 @@
 
 CC      ?= gcc
 O       ?= build
-PKGS    := liburing jansson libseccomp
+PKGS    := liburing jansson libseccomp wolfssl
 
 WARNINGS := -Wall -Wextra -Wformat=2 -Wformat-security -Wshadow \
 	-Wstrict-prototypes -Wmissing-prototypes -Wold-style-definition \

@@ -32,6 +32,9 @@ obj-y += devices/console.o
 obj-y += devices/virtio/guest-mem.o
 obj-y += devices/virtio/queue.o
 obj-y += devices/virtio/mmio.o
+obj-y += devices/virtio/blk.o
+obj-y += devices/block/disk.o
+obj-y += vmm/rootfs.o
 obj-y += bootloader/loader.o
 obj-y += bootloader/elf.o
 obj-y += bootloader/bzimage.o
@@ -55,6 +58,9 @@ unit-obj-y += devices/uart.o
 unit-obj-y += devices/virtio/guest-mem.o
 unit-obj-y += devices/virtio/queue.o
 unit-obj-y += devices/virtio/mmio.o
+unit-obj-y += devices/virtio/blk.o
+unit-obj-y += devices/block/disk.o
+unit-obj-y += vmm/rootfs.o
 
 unit-tests   := $(patsubst selftests/unit/%.c,$(O)/selftests/%,$(wildcard selftests/unit/*.c))
 kvm-tests    := $(patsubst selftests/kvm/%.c,$(O)/selftests/kvm_%,$(wildcard selftests/kvm/*.c))
@@ -77,7 +83,7 @@ $(O)/selftests/%: selftests/unit/%.c $(UNIT_OBJS) selftests/kselftest.h selftest
 
 # KVM selftests carry freestanding guest code: built without the stack
 # protector so the guest functions need no TLS canary.
-$(O)/selftests/kvm_%: selftests/kvm/%.c selftests/kselftest.h selftests/kvm/kvm_util.h selftests/spawn.h
+$(O)/selftests/kvm_%: selftests/kvm/%.c selftests/kselftest.h selftests/kvm/kvm_util.h selftests/kvm/vmm_util.h selftests/spawn.h
 	$(quiet) CC $<
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CC) $(KILN_CFLAGS) $(CFLAGS) -fno-stack-protector $(HARDEN_LD) -o $@ $< $(KILN_LDLIBS)

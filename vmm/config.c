@@ -13,6 +13,7 @@
 
 #include "bootloader/boot.h"
 #include "vmm/config.h"
+#include "vmm/rootfs.h"
 
 void config__init(struct vm_config *c)
 {
@@ -37,6 +38,8 @@ void config__free(struct vm_config *c)
 	free(c->initrd_path);
 	free(c->cmdline);
 	free_argv(c->argv);
+	free(c->rootfs.descriptor);
+	free(c->rootfs.state_path);
 	memset(c, 0, sizeof(*c));
 }
 
@@ -57,6 +60,61 @@ int config__parse_uint(const char *s, uint64_t max, uint64_t *out)
 		return -ERANGE;
 	*out = v;
 	return 0;
+}
+
+static const struct {
+	const char *suffix;
+	unsigned int shift;
+} size_suffixes[] = {
+	{ "", 0 },   { "K", 10 },   { "KiB", 10 }, { "M", 20 },	  { "MiB", 20 },
+	{ "G", 30 }, { "GiB", 30 }, { "T", 40 },   { "TiB", 40 },
+};
+
+int config__parse_size(const char *s, uint64_t max, uint64_t *out)
+{
+	unsigned long long v;
+	size_t i;
+	char *end;
+
+	if (!s || *s < '0' || *s > '9')
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	for (i = 0; i < ARRAY_SIZE(size_suffixes); i++)
+		if (!strcmp(end, size_suffixes[i].suffix))
+			break;
+	if (i == ARRAY_SIZE(size_suffixes))
+		return -EINVAL;
+	if (errno || v > max >> size_suffixes[i].shift)
+		return -ERANGE;
+	*out = (uint64_t)v << size_suffixes[i].shift;
+	return 0;
+}
+
+static const char *const rootfs_mode_names[] = {
+	[ROOTFS_EPHEMERAL] = "ephemeral",
+	[ROOTFS_READONLY] = "readonly",
+	[ROOTFS_PERSISTENT] = "persistent",
+};
+
+int config__parse_rootfs_mode(const char *s, enum rootfs_mode *out)
+{
+	size_t i;
+
+	for (i = 0; i < ARRAY_SIZE(rootfs_mode_names); i++) {
+		if (!strcmp(s, rootfs_mode_names[i])) {
+			*out = i;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
+const char *config__rootfs_mode_name(enum rootfs_mode mode)
+{
+	if ((size_t)mode < ARRAY_SIZE(rootfs_mode_names))
+		return rootfs_mode_names[mode];
+	return "?";
 }
 
 int config__set_argv(struct vm_config *c, char *const argv[], int argc)
@@ -139,6 +197,92 @@ static int get_command(struct vm_config *c, json_t *v, char *err, size_t len)
 	return ret;
 }
 
+static int get_bool(json_t *v, const char *key, bool *out, char *err,
+		    size_t len)
+{
+	if (!json_is_boolean(v))
+		return errf(err, len, -EINVAL, "\"%s\" must be true or false",
+			    key);
+	*out = json_is_true(v);
+	return 0;
+}
+
+/* An integer, or a string with a size suffix ("64MiB"). */
+static int get_size(json_t *v, const char *key, uint64_t *out, char *err,
+		    size_t len)
+{
+	if (json_is_integer(v) && json_integer_value(v) >= 0) {
+		*out = json_integer_value(v);
+		return 0;
+	}
+	if (json_is_string(v) &&
+	    !config__parse_size(json_string_value(v), INT64_MAX, out))
+		return 0;
+	return errf(err, len, -EINVAL,
+		    "\"%s\" must be a byte count (an integer, or a string "
+		    "such as \"64MiB\")",
+		    key);
+}
+
+static int get_rootfs_key(struct rootfs_config *r, const char *key, json_t *v,
+			  char *err, size_t len)
+{
+	char name[64];
+
+	snprintf(name, sizeof(name), "rootfs.%s", key);
+	if (!strcmp(key, "image"))
+		return get_string(v, name, &r->descriptor, err, len);
+	if (!strcmp(key, "mode")) {
+		if (!json_is_string(v) ||
+		    config__parse_rootfs_mode(json_string_value(v), &r->mode))
+			return errf(err, len, -EINVAL,
+				    "\"%s\" must be \"ephemeral\", "
+				    "\"readonly\" or \"persistent\"",
+				    name);
+		return 0;
+	}
+	if (!strcmp(key, "statePath"))
+		return get_string(v, name, &r->state_path, err, len);
+	if (!strcmp(key, "maxDirtyBytes")) {
+		r->max_dirty_set = true;
+		return get_size(v, name, &r->max_dirty_bytes, err, len);
+	}
+	if (!strcmp(key, "direct"))
+		return get_bool(v, name, &r->direct, err, len);
+	if (!strcmp(key, "verify")) {
+		if (json_is_string(v) && !strcmp(json_string_value(v), "full"))
+			r->verify_full = true;
+		else if (json_is_string(v) &&
+			 !strcmp(json_string_value(v), "cached"))
+			r->verify_full = false;
+		else
+			return errf(err, len, -EINVAL,
+				    "\"%s\" must be \"cached\" or \"full\"",
+				    name);
+		return 0;
+	}
+	return errf(err, len, -EINVAL, "unknown key \"%s\"", name);
+}
+
+static int get_rootfs(struct vm_config *c, json_t *obj, char *err, size_t len)
+{
+	const char *key;
+	json_t *v;
+	int ret;
+
+	if (!json_is_object(obj))
+		return errf(err, len, -EINVAL,
+			    "\"rootfs\" must be an object (\"image\", "
+			    "\"mode\", ...)");
+	json_object_foreach(obj, key, v)
+	{
+		ret = get_rootfs_key(&c->rootfs, key, v, err, len);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
 static int get_key(struct vm_config *c, const char *key, json_t *v, char *err,
 		   size_t len)
 {
@@ -161,6 +305,8 @@ static int get_key(struct vm_config *c, const char *key, json_t *v, char *err,
 	}
 	if (!strcmp(key, "memoryMiB"))
 		return get_uint(v, key, UINT32_MAX, &c->mem_mib, err, len);
+	if (!strcmp(key, "rootfs"))
+		return get_rootfs(c, v, err, len);
 	return errf(err, len, -EINVAL, "unknown key \"%s\"", key);
 }
 
@@ -202,7 +348,61 @@ static uint64_t host_mem_mib(void)
 	return (uint64_t)si.totalram * si.mem_unit >> 20;
 }
 
-int config__validate(const struct vm_config *c, char *err, size_t len)
+/*
+ * The root disk's settings against each other, then its descriptor (parsed
+ * here so a bad one is refused before anything is built; the image itself
+ * is hashed when the disk is opened).
+ */
+static int validate_rootfs(struct rootfs_config *r, char *err, size_t len)
+{
+	const char *mode = config__rootfs_mode_name(r->mode);
+	struct rootfs_image img;
+	int ret;
+
+	if (!r->descriptor) {
+		if (r->mode != ROOTFS_EPHEMERAL || r->state_path ||
+		    r->max_dirty_set || r->direct || r->verify_full)
+			return errf(err, len, -EINVAL,
+				    "rootfs options given without a root image "
+				    "(--rootfs DESCRIPTOR.json or "
+				    "\"rootfs\": {\"image\": ...})");
+		return 0;
+	}
+	if (!*r->descriptor)
+		return errf(err, len, -EINVAL,
+			    "rootfs image descriptor: empty path");
+	if (r->mode == ROOTFS_PERSISTENT && !r->state_path)
+		return errf(err, len, -EINVAL,
+			    "rootfs mode persistent needs a state file "
+			    "(--rootfs-mode persistent:/abs/path or "
+			    "\"statePath\")");
+	if (r->mode != ROOTFS_PERSISTENT && r->state_path)
+		return errf(err, len, -EINVAL,
+			    "rootfs state file \"%s\": only the persistent "
+			    "mode keeps one (mode is %s)",
+			    r->state_path, mode);
+	if (r->state_path && r->state_path[0] != '/')
+		return errf(err, len, -EINVAL,
+			    "rootfs state file \"%s\": must be an absolute "
+			    "path",
+			    r->state_path);
+	if (r->mode == ROOTFS_READONLY && r->max_dirty_set)
+		return errf(err, len, -EINVAL,
+			    "--max-dirty-bytes/\"maxDirtyBytes\": only for a "
+			    "writable root (mode is readonly)");
+	if (!r->max_dirty_set)
+		r->max_dirty_bytes = r->mode == ROOTFS_EPHEMERAL ?
+					     CONFIG_DEFAULT_MAX_DIRTY_BYTES :
+					     0;
+
+	ret = rootfs__load(&img, r->descriptor, err, len);
+	if (!ret && r->state_path)
+		ret = rootfs__check_state_path(&img, r->state_path, err, len);
+	rootfs__free(&img);
+	return ret;
+}
+
+int config__validate(struct vm_config *c, char *err, size_t len)
 {
 	uint64_t max_mib = host_mem_mib();
 
@@ -221,5 +421,5 @@ int config__validate(const struct vm_config *c, char *err, size_t len)
 			    "(the host's RAM)",
 			    (unsigned long long)c->mem_mib, CONFIG_MIN_MEM_MIB,
 			    (unsigned long long)max_mib);
-	return 0;
+	return validate_rootfs(&c->rootfs, err, len);
 }

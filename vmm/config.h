@@ -13,6 +13,25 @@
 #define CONFIG_MIN_MEM_MIB     16U	  /* a kernel and an initramfs */
 #define CONFIG_MAX_MEM_MIB     (1U << 20) /* 1 TiB */
 
+/* The guest's root disk (Documentation/rootfs.md). */
+enum rootfs_mode {
+	ROOTFS_EPHEMERAL, /* default: changes in memory for one boot */
+	ROOTFS_READONLY,
+	ROOTFS_PERSISTENT, /* changes kept in state_path */
+};
+
+#define CONFIG_DEFAULT_MAX_DIRTY_BYTES (64ULL << 20) /* ephemeral */
+
+struct rootfs_config {
+	char *descriptor; /* image descriptor JSON; NULL: no root disk */
+	enum rootfs_mode mode;
+	char *state_path;	  /* ROOTFS_PERSISTENT: absolute path */
+	uint64_t max_dirty_bytes; /* bytes; 0: no limit */
+	bool max_dirty_set;	  /* given explicitly (else mode's default) */
+	bool direct;		  /* O_DIRECT on the image and state file */
+	bool verify_full;	  /* hash the image even if the cache vouches */
+};
+
 /* Everything `vmm run` needs, validated before anything is built. */
 struct vm_config {
 	char *kernel_path;
@@ -21,11 +40,13 @@ struct vm_config {
 	unsigned int nr_cpus; /* 1..KILN_MAX_CPUS */
 	uint64_t mem_mib;     /* MiB */
 	char **argv;	      /* command for the guest; NULL: none */
+	struct rootfs_config rootfs;
 	bool verbose;
 	bool seccomp; /* filter the running monitor */
 };
 
-#define CONFIG_ERR_LEN 256
+/* Room for a path, a field and two digests (rootfs verification). */
+#define CONFIG_ERR_LEN 512
 
 void config__init(struct vm_config *c);
 void config__free(struct vm_config *c);
@@ -34,10 +55,25 @@ int __must_check config__load_json(struct vm_config *c, const char *path,
 				   char *err, size_t errlen);
 int __must_check config__set_argv(struct vm_config *c, char *const argv[],
 				  int argc);
-/* Checks ranges against each other and the host; err as above. */
-int __must_check config__validate(const struct vm_config *c, char *err,
+/*
+ * Checks ranges against each other and the host, and the root image's
+ * descriptor (parsed, not hashed: see rootfs__verify). Fills in the
+ * defaults that depend on other settings (rootfs.max_dirty_bytes).
+ * err as above.
+ */
+int __must_check config__validate(struct vm_config *c, char *err,
 				  size_t errlen);
 /* Parse a decimal count with no sign, junk or overflow. */
 int __must_check config__parse_uint(const char *s, uint64_t max, uint64_t *out);
+/*
+ * Parse a byte count: decimal, optionally followed by K, M, G or T (powers
+ * of 1024, also spelled KiB, MiB, GiB, TiB). -EINVAL for junk, -ERANGE
+ * above max.
+ */
+int __must_check config__parse_size(const char *s, uint64_t max, uint64_t *out);
+/* "ephemeral", "readonly" or "persistent" to the mode; -EINVAL otherwise. */
+int __must_check config__parse_rootfs_mode(const char *s,
+					   enum rootfs_mode *out);
+const char *config__rootfs_mode_name(enum rootfs_mode mode);
 
 #endif

@@ -17,8 +17,9 @@
 static const char usage[] =
 	"usage: vmm run --kernel PATH [--initrd PATH] [--cmdline STR] [--cpus "
 	"N]\n"
-	"               [--memory MiB] [--no-seccomp] [--verbose] [-- COMMAND "
-	"ARGS...]\n"
+	"               [--memory MiB] [--rootfs DESC [--rootfs-mode M] "
+	"...]\n"
+	"               [--no-seccomp] [--verbose] [-- COMMAND ARGS...]\n"
 	"       vmm run --config FILE.json [options] [-- COMMAND ARGS...]\n"
 	"       vmm --help | --version\n"
 	"\n"
@@ -31,9 +32,25 @@ static const char usage[] =
 	"  --cmdline STR     appended to the default kernel command line\n"
 	"  --cpus N          vCPUs, 1 to 64 (default 1)\n"
 	"  --memory MiB      guest memory in MiB (default 256)\n"
+	"  --rootfs DESC     root disk from an image descriptor (JSON): a raw "
+	"image,\n"
+	"                    checked against its size and sha256 digest before "
+	"boot\n"
+	"  --rootfs-mode M   ephemeral (default: changes in memory for one "
+	"boot),\n"
+	"                    readonly, or persistent:/abs/state/file\n"
+	"  --max-dirty-bytes N\n"
+	"                    cap on changed bytes, K/M/G/KiB/MiB/GiB suffixes, "
+	"0: no\n"
+	"                    cap (default 64MiB ephemeral, none persistent)\n"
+	"  --rootfs-direct   O_DIRECT on the image and the state file\n"
+	"  --rootfs-verify full|cached\n"
+	"                    full: hash the image even when the verification "
+	"cache\n"
+	"                    vouches for it (default cached)\n"
 	"  --config FILE     JSON settings: kernel, initrd, cmdline, cpus, "
 	"memoryMiB,\n"
-	"                    command; options after it override it\n"
+	"                    command, rootfs; options after it override it\n"
 	"  --no-seccomp      do not filter the monitor's syscalls (debugging)\n"
 	"  -v, --verbose     debug messages on stderr\n"
 	"\n"
@@ -53,6 +70,11 @@ enum {
 	OPT_VERBOSE = 'v',
 	OPT_HELP = 'h',
 	OPT_NO_SECCOMP = 0x100,
+	OPT_ROOTFS,
+	OPT_ROOTFS_MODE,
+	OPT_MAX_DIRTY,
+	OPT_ROOTFS_DIRECT,
+	OPT_ROOTFS_VERIFY,
 };
 
 static const struct option run_options[] = {
@@ -64,6 +86,11 @@ static const struct option run_options[] = {
 	{ "config", required_argument, NULL, OPT_CONFIG },
 	{ "verbose", no_argument, NULL, OPT_VERBOSE },
 	{ "no-seccomp", no_argument, NULL, OPT_NO_SECCOMP },
+	{ "rootfs", required_argument, NULL, OPT_ROOTFS },
+	{ "rootfs-mode", required_argument, NULL, OPT_ROOTFS_MODE },
+	{ "max-dirty-bytes", required_argument, NULL, OPT_MAX_DIRTY },
+	{ "rootfs-direct", no_argument, NULL, OPT_ROOTFS_DIRECT },
+	{ "rootfs-verify", required_argument, NULL, OPT_ROOTFS_VERIFY },
 	{ "help", no_argument, NULL, OPT_HELP },
 	{ NULL, 0, NULL, 0 },
 };
@@ -83,6 +110,54 @@ static int set_number(const char *opt, const char *value, uint64_t *out)
 		pr_err("--%s %s: not a decimal number", opt, value);
 	else if (ret)
 		pr_err("--%s %s: out of range", opt, value);
+	return ret;
+}
+
+/* ephemeral | readonly | persistent:/abs/state/file */
+static int set_rootfs_mode(struct rootfs_config *r, const char *arg)
+{
+	static const char persistent[] = "persistent:";
+	const size_t plen = sizeof(persistent) - 1;
+
+	if (!strncmp(arg, persistent, plen)) {
+		if (!arg[plen]) {
+			pr_err("--rootfs-mode %s: give the state file: "
+			       "persistent:/abs/path",
+			       arg);
+			return -EINVAL;
+		}
+		r->mode = ROOTFS_PERSISTENT;
+		return set_string(&r->state_path, arg + plen);
+	}
+	if (!strcmp(arg, "persistent")) {
+		pr_err("--rootfs-mode persistent: give the state file: "
+		       "persistent:/abs/path");
+		return -EINVAL;
+	}
+	if (config__parse_rootfs_mode(arg, &r->mode)) {
+		pr_err("--rootfs-mode %s: must be ephemeral, readonly or "
+		       "persistent:/abs/path",
+		       arg);
+		return -EINVAL;
+	}
+	/* Overrides a persistent mode from --config, state file included. */
+	free(r->state_path);
+	r->state_path = NULL;
+	return 0;
+}
+
+static int set_max_dirty(struct rootfs_config *r, const char *arg)
+{
+	int ret = config__parse_size(arg, INT64_MAX, &r->max_dirty_bytes);
+
+	if (ret == -EINVAL)
+		pr_err("--max-dirty-bytes %s: not a byte count (digits, "
+		       "optionally K, M, G, KiB, MiB or GiB)",
+		       arg);
+	else if (ret)
+		pr_err("--max-dirty-bytes %s: out of range", arg);
+	else
+		r->max_dirty_set = true;
 	return ret;
 }
 
@@ -111,6 +186,22 @@ static int apply_option(struct vm_config *cfg, int opt, const char *arg)
 		if (ret)
 			pr_err("%s: %s", arg, err);
 		return ret;
+	case OPT_ROOTFS:
+		return set_string(&cfg->rootfs.descriptor, arg);
+	case OPT_ROOTFS_MODE:
+		return set_rootfs_mode(&cfg->rootfs, arg);
+	case OPT_MAX_DIRTY:
+		return set_max_dirty(&cfg->rootfs, arg);
+	case OPT_ROOTFS_DIRECT:
+		cfg->rootfs.direct = true;
+		return 0;
+	case OPT_ROOTFS_VERIFY:
+		if (!strcmp(arg, "full") || !strcmp(arg, "cached")) {
+			cfg->rootfs.verify_full = !strcmp(arg, "full");
+			return 0;
+		}
+		pr_err("--rootfs-verify %s: must be full or cached", arg);
+		return -EINVAL;
 	case OPT_NO_SECCOMP:
 		cfg->seccomp = false;
 		return 0;

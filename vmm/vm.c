@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/virtio_mmio.h>
 #include <liburing.h>
 #include <signal.h>
 #include <stdio.h>
@@ -18,8 +19,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "devices/block/disk.h"
 #include "devices/console.h"
 #include "devices/uart.h"
+#include "devices/virtio/blk.h"
+#include "devices/virtio/mmio.h"
 #include "vmm/seccomp.h"
 #include "vmm/vm.h"
 
@@ -40,18 +44,46 @@
 
 /* ---- step: image ------------------------------------------------------ */
 
+/* The root disk's part: the device's declaration and the init's root. */
+static int root_cmdline(const struct vm *vm, char *buf, size_t len)
+{
+	const struct rootfs_config *r = &vm->cfg->rootfs;
+	int n, m;
+
+	if (!r->descriptor) {
+		buf[0] = '\0';
+		return 0;
+	}
+	buf[0] = ' ';
+	n = virtio_mmio__cmdline(VIRTIO_MMIO_BASE, VIRTIO_MMIO_WINDOW_SIZE,
+				 VIRTIO_FIRST_GSI, buf + 1, len - 1);
+	if (n < 0)
+		return n;
+	m = snprintf(buf + 1 + n, len - 1 - n,
+		     " kiln.root=vda kiln.rootflags=%s",
+		     r->mode == ROOTFS_READONLY ? "ro" : "rw");
+	return m < 0 || (size_t)m >= len - 1 - n ? -ENOSPC : 0;
+}
+
 static int build_cmdline(struct vm *vm)
 {
 	const char *user = vm->cfg->cmdline;
-	size_t len = sizeof(KILN_CMDLINE_DEFAULT) + sizeof(KILN_CMDLINE_RAW) +
-		     (user ? strlen(user) + 1 : 0);
+	char root[160];
+	size_t len;
+	int ret;
 
+	ret = root_cmdline(vm, root, sizeof(root));
+	if (ret)
+		return ret;
+	len = sizeof(KILN_CMDLINE_DEFAULT) + sizeof(KILN_CMDLINE_RAW) +
+	      strlen(root) + (user ? strlen(user) + 1 : 0);
 	vm->cmdline = malloc(len);
 	if (!vm->cmdline)
 		return -ENOMEM;
-	snprintf(vm->cmdline, len, "%s%s%s%s", KILN_CMDLINE_DEFAULT,
-		 isatty(STDIN_FILENO) ? "" : KILN_CMDLINE_RAW, user ? " " : "",
-		 user ? user : "");
+	/* The user's words come last: the kernel and init take the last. */
+	snprintf(vm->cmdline, len, "%s%s%s%s%s", KILN_CMDLINE_DEFAULT,
+		 isatty(STDIN_FILENO) ? "" : KILN_CMDLINE_RAW, root,
+		 user ? " " : "", user ? user : "");
 	return 0;
 }
 
@@ -144,6 +176,57 @@ static void image_exit(struct vm *vm)
 	vm->argv_cpio = NULL;
 	free(vm->cmdline);
 	vm->cmdline = NULL;
+}
+
+/* ---- step: disk --------------------------------------------------------- */
+
+static const enum disk_mode disk_modes[] = {
+	[ROOTFS_EPHEMERAL] = DISK_EPHEMERAL,
+	[ROOTFS_READONLY] = DISK_READONLY,
+	[ROOTFS_PERSISTENT] = DISK_PERSISTENT,
+};
+
+/*
+ * The root image is checked (descriptor, size, digest) and its writable
+ * layer opened before KVM is touched: a bad image costs no VM.
+ */
+static int disk_init(struct vm *vm)
+{
+	const struct rootfs_config *r = &vm->cfg->rootfs;
+	struct disk_params p;
+	char err[CONFIG_ERR_LEN];
+	int ret;
+
+	if (!r->descriptor)
+		return 0;
+	/* config__validate has checked the descriptor and the state path. */
+	ret = rootfs__load(&vm->rootfs, r->descriptor, err, sizeof(err));
+	if (!ret)
+		ret = r->verify_full ?
+			      rootfs__verify_full(&vm->rootfs, err,
+						  sizeof(err)) :
+			      rootfs__verify(&vm->rootfs, err, sizeof(err));
+	if (ret) {
+		pr_err("%s", err);
+		return ret;
+	}
+	p = (struct disk_params){
+		.base_path = vm->rootfs.path,
+		.base_size = vm->rootfs.size_bytes,
+		.base_digest = vm->rootfs.digest,
+		.mode = disk_modes[r->mode],
+		.state_path = r->state_path,
+		.max_dirty_bytes = r->max_dirty_bytes,
+		.direct = r->direct,
+	};
+	return disk__open(&vm->disk, &p); /* reports its own errors */
+}
+
+static void disk_exit(struct vm *vm)
+{
+	disk__close(vm->disk);
+	vm->disk = NULL;
+	rootfs__free(&vm->rootfs);
 }
 
 /* ---- step: kvm ---------------------------------------------------------- */
@@ -248,8 +331,15 @@ static int memory_init(struct vm *vm)
 	if (!ret && vm->plan.high_ram)
 		ret = set_slot(vm, MEM_SLOT_HIGH, MMIO_GAP_END,
 			       vm->plan.high_ram, vm->ram + vm->plan.low_ram);
-	if (ret)
+	if (ret) {
 		pr_err("KVM_SET_USER_MEMORY_REGION: %s", strerror(-ret));
+		return ret;
+	}
+	guest_mem__init(&vm->mem);
+	ret = guest_mem__add(&vm->mem, 0, vm->plan.low_ram, vm->ram);
+	if (!ret && vm->plan.high_ram)
+		ret = guest_mem__add(&vm->mem, MMIO_GAP_END, vm->plan.high_ram,
+				     vm->ram + vm->plan.low_ram);
 	return ret;
 }
 
@@ -314,6 +404,92 @@ static const struct exit_dev_ops sys_ops = {
 	.exit = sys_exit,
 };
 
+/*
+ * A virtio interrupt through an irqfd: the core raises the line when its
+ * interrupt status becomes nonzero and lowers it on the driver's ack. The
+ * pin is edge-triggered (ISA), so a raise is one injection and a lower
+ * needs nothing.
+ */
+static void irqfd_line(void *opaque, unsigned int gsi, int level)
+{
+	uint64_t one = 1;
+
+	if (level && write(*(int *)opaque, &one, sizeof(one)) < 0)
+		pr_debug("irqfd %u: %s", gsi, strerror(errno));
+}
+
+static int bind_irqfd(struct vm *vm, int *fd, unsigned int gsi)
+{
+	struct kvm_irqfd irqfd = { .gsi = gsi };
+
+	*fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (*fd < 0)
+		return -errno;
+	irqfd.fd = *fd;
+	return ioctl(vm->vm_fd, KVM_IRQFD, &irqfd) < 0 ? -errno : 0;
+}
+
+/* Each queue's kick_fd, signalled by KVM on a write of its index. */
+static int bind_ioeventfds(struct vm *vm, struct virtio_device *dev,
+			   uint64_t base)
+{
+	for (unsigned int i = 0; i < dev->nr_queues; i++) {
+		struct kvm_ioeventfd e = {
+			.datamatch = i,
+			.addr = base + VIRTIO_MMIO_QUEUE_NOTIFY,
+			.len = 4,
+			.fd = dev->queues[i].kick_fd,
+			.flags = KVM_IOEVENTFD_FLAG_DATAMATCH,
+		};
+
+		if (e.fd >= 0 && ioctl(vm->vm_fd, KVM_IOEVENTFD, &e) < 0)
+			return -errno;
+	}
+	return 0;
+}
+
+static int blk_init(struct vm *vm)
+{
+	struct virtio_blk_params p = {
+		.name = "virtio-blk0",
+		.disk = vm->disk,
+		.serial = vm->rootfs.name,
+		.nr_queues = vm->nr_vcpus < VIRTIO_BLK_MAX_QUEUES ?
+				     vm->nr_vcpus :
+				     VIRTIO_BLK_MAX_QUEUES,
+		.mem = &vm->mem,
+		.irq = { .set = irqfd_line,
+			 .opaque = &vm->blk_irq_fd,
+			 .gsi = VIRTIO_FIRST_GSI },
+	};
+	struct virtio_device *dev;
+	int ret;
+
+	if (!vm->disk)
+		return 0;
+	ret = bind_irqfd(vm, &vm->blk_irq_fd, VIRTIO_FIRST_GSI);
+	if (ret) {
+		pr_err("virtio-blk0: KVM_IRQFD: %s", strerror(-ret));
+		return ret;
+	}
+	ret = virtio_blk__create(&vm->blk, &p);
+	if (ret) {
+		pr_err("virtio-blk0: %s", strerror(-ret));
+		return ret;
+	}
+	dev = virtio_blk__device(vm->blk);
+	ret = bind_ioeventfds(vm, dev, VIRTIO_MMIO_BASE);
+	if (ret) {
+		pr_err("virtio-blk0: KVM_IOEVENTFD: %s", strerror(-ret));
+		return ret;
+	}
+	ret = bus__register(&vm->mmio, VIRTIO_MMIO_BASE,
+			    VIRTIO_MMIO_WINDOW_SIZE, virtio_mmio__io, dev);
+	if (ret)
+		pr_err("virtio-blk0: registering MMIO: %s", strerror(-ret));
+	return ret;
+}
+
 static int devices_init(struct vm *vm)
 {
 	struct irq_line com1 = { .set = vm__irq_line,
@@ -347,13 +523,20 @@ static int devices_init(struct vm *vm)
 	if (!ret)
 		ret = bus__register(&vm->pio, KILN_SYS_BASE, KILN_SYS_LEN,
 				    exit_dev__io, &vm->exit_dev);
-	if (ret)
+	if (ret) {
 		pr_err("registering port I/O: %s", strerror(-ret));
-	return ret;
+		return ret;
+	}
+	return blk_init(vm);
 }
 
 static void devices_exit(struct vm *vm)
 {
+	virtio_blk__destroy(vm->blk);
+	vm->blk = NULL;
+	if (vm->blk_irq_fd >= 0)
+		close(vm->blk_irq_fd);
+	vm->blk_irq_fd = -1;
 	console__destroy(vm->console);
 	vm->console = NULL;
 	uart__destroy(vm->uart);
@@ -455,6 +638,7 @@ static const struct {
 	void (*exit)(struct vm *vm);
 } vm_steps[] = {
 	{ "image", image_init, image_exit },
+	{ "disk", disk_init, disk_exit },
 	{ "kvm", kvm_init, kvm_exit },
 	{ "memory", memory_init, memory_exit },
 	{ "irqchip", irqchip_init, NULL }, /* goes with the VM fd */
@@ -497,7 +681,7 @@ int vm__create(struct vm **out, const struct vm_config *cfg)
 		return -ENOMEM;
 	vm->cfg = cfg;
 	vm->kvm_fd = vm->vm_fd = vm->initrd_fd = -1;
-	vm->event_fd = vm->space_fd = -1;
+	vm->event_fd = vm->space_fd = vm->blk_irq_fd = -1;
 	vm->nr_vcpus = cfg->nr_cpus;
 	bus__init(&vm->pio, "pio", PIO_LIMIT);
 	bus__init(&vm->mmio, "mmio", MMIO_GAP_END);
@@ -727,7 +911,8 @@ static int exit_code(const struct vm *vm)
 		return vm->stop_status;
 	case VM_STOP_GUEST_HALT:
 		/* The guest powered off or halted without ACPI: clean. */
-		pr_info("guest halted every vCPU with interrupts off: powered off");
+		pr_info("guest halted every vCPU with interrupts off: powered "
+			"off");
 		return 0;
 	case VM_STOP_GUEST_RESET:
 		pr_err("%s before reporting a status (panic, triple fault "
@@ -764,6 +949,19 @@ static int prepare_run(struct vm *vm, int sig_fd, struct loop **l)
 	return ret;
 }
 
+/* Device threads start under the filter, and before any vCPU. */
+static int start_devices(struct vm *vm)
+{
+	int ret;
+
+	if (!vm->blk)
+		return 0;
+	ret = virtio_blk__start(vm->blk);
+	if (ret)
+		pr_err("virtio-blk0: starting its thread: %s", strerror(-ret));
+	return ret;
+}
+
 int vm__run(struct vm *vm)
 {
 	struct loop *l = NULL;
@@ -788,6 +986,8 @@ int vm__run(struct vm *vm)
 		goto out_mask;
 	}
 	ret = prepare_run(vm, sig_fd, &l);
+	if (!ret)
+		ret = start_devices(vm);
 	if (ret)
 		goto out_loop;
 

@@ -10,10 +10,12 @@
 
 #include "bootloader/boot.h"
 #include "devices/exit-dev.h"
+#include "devices/virtio/guest-mem.h"
 #include "devices/i8042.h"
 #include "vmm/config.h"
 #include "vmm/bus.h"
 #include "vmm/log.h"
+#include "vmm/rootfs.h"
 
 /*
  * Exit codes of `vmm run` besides the command's own status (0..255, or
@@ -34,6 +36,16 @@ enum vm_stop_reason {
 struct vcpu;
 struct uart;
 struct console;
+struct disk;
+struct virtio_blk;
+
+/*
+ * Where virtio-mmio devices live: windows from VIRTIO_MMIO_BASE up, each
+ * with an edge-triggered ISA interrupt from VIRTIO_FIRST_GSI (the UART
+ * has 4; 5 and up are free on our board).
+ */
+#define VIRTIO_MMIO_BASE 0xd0000000ULL
+#define VIRTIO_FIRST_GSI 5U
 
 struct vm {
 	const struct vm_config *cfg;
@@ -51,8 +63,9 @@ struct vm {
 	size_t argv_cpio_len;
 	char *cmdline; /* the complete kernel command line */
 
-	uint8_t *ram;	   /* one host mapping for all guest RAM */
-	uint64_t ram_size; /* bytes */
+	uint8_t *ram;	      /* one host mapping for all guest RAM */
+	uint64_t ram_size;    /* bytes */
+	struct guest_mem mem; /* what devices see of it */
 	struct boot_plan plan;
 	uint64_t boot_entry; /* guest-physical 64-bit entry */
 
@@ -62,6 +75,12 @@ struct vm {
 	struct console *console;
 	struct i8042 i8042;
 	struct exit_dev exit_dev;
+
+	/* The root disk (--rootfs): checked image, writable layer, device. */
+	struct rootfs_image rootfs;
+	struct disk *disk;
+	struct virtio_blk *blk;
+	int blk_irq_fd; /* irqfd of its interrupt */
 
 	unsigned int nr_vcpus;
 	struct vcpu **vcpus;

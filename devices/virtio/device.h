@@ -98,6 +98,13 @@ struct virtio_queue {
 	uint64_t desc_gpa;
 	uint64_t driver_gpa; /* the available ring */
 	uint64_t device_gpa; /* the used ring */
+	/*
+	 * The device's wakeup for this queue (an eventfd), or -1. The VM
+	 * binds it to the transport's notify register (an ioeventfd), so a
+	 * guest kick reaches the device's event loop without a VM exit to
+	 * user space; queue_notify covers kicks that still come that way.
+	 */
+	int kick_fd;
 };
 
 struct virtio_device_params {
@@ -164,6 +171,13 @@ struct virtqueue *virtio_device__queue(struct virtio_device *dev,
 /* Was feature bit negotiated (FEATURES_OK accepted with it)? */
 bool virtio_device__has_feature(const struct virtio_device *dev,
 				unsigned int bit);
+
+/*
+ * DRIVER_OK and neither NEEDS_RESET nor FAILED: the device may consume
+ * buffers. For event loops woken by an ioeventfd, which bypasses the
+ * transport's own check. Call with the device lock held.
+ */
+bool virtio_device__is_live(const struct virtio_device *dev);
 
 /* Around queue work done outside an op (see Locking above). */
 void virtio_device__lock(struct virtio_device *dev);

@@ -113,6 +113,7 @@ int virtio_device__init(struct virtio_device *dev,
 		virtqueue__init(&q->vq, q->name);
 		q->max_size = p->queue_max_size;
 		q->size = q->max_size;
+		q->kick_fd = -1;
 	}
 	pthread_mutex_init(&dev->lock, NULL);
 	pthread_mutex_init(&dev->irq_lock, NULL);
@@ -218,6 +219,11 @@ static uint32_t isr_get(struct virtio_device *dev)
 	isr = dev->isr;
 	pthread_mutex_unlock(&dev->irq_lock);
 	return isr;
+}
+
+bool virtio_device__is_live(const struct virtio_device *dev)
+{
+	return status_live(status_get(dev));
 }
 
 bool virtio_device__notify_queue(struct virtio_device *dev, unsigned int index)

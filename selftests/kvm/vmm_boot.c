@@ -10,79 +10,7 @@
 #include <sys/stat.h>
 
 #include "selftests/kselftest.h"
-#include "selftests/spawn.h"
-
-#define BOOT_TIMEOUT	     300 /* seconds; nested virtualisation is slow */
-#define VMM_EXIT_GUEST_CRASH 123
-
-static const char *env_or(const char *name, const char *def)
-{
-	const char *v = getenv(name);
-
-	return v ? v : def;
-}
-
-struct guest {
-	char vmm[256], vmlinux[256], bzimage[256], initrd[256];
-};
-
-static void guest_paths(struct guest *g)
-{
-	const char *dir = env_or("KILN_GUEST_DIR", "build/guest");
-
-	snprintf(g->vmm, sizeof(g->vmm), "%s", env_or("KILN_VMM", "build/vmm"));
-	snprintf(g->vmlinux, sizeof(g->vmlinux), "%s/vmlinux", dir);
-	snprintf(g->bzimage, sizeof(g->bzimage), "%s/bzImage", dir);
-	snprintf(g->initrd, sizeof(g->initrd), "%s/initramfs.cpio", dir);
-}
-
-/*
- * vmm run --kernel K --initrd I [extra options...] -- cmd...; opts and cmd
- * are NULL-terminated. The guest is a precondition, not a skip: without
- * it the test fails and says why.
- */
-static int boot(struct __test_metadata *_metadata, const char *kernel,
-		const char *const opts[], const char *const cmd[],
-		const char *stdin_path, struct spawn_result *r)
-{
-	struct guest g;
-	const char *argv[64];
-	struct stat st;
-	int i = 0, j;
-
-	guest_paths(&g);
-	if (access("/dev/kvm", R_OK | W_OK))
-		SKIP(return -1,
-			    "no usable /dev/kvm (run through tools/vmtest)");
-	ASSERT_EQ(0, stat(g.initrd, &st)) TH_LOG("no guest: run make guest");
-	argv[i++] = g.vmm;
-	argv[i++] = "run";
-	argv[i++] = "--kernel";
-	argv[i++] = kernel ? kernel : g.vmlinux;
-	argv[i++] = "--initrd";
-	argv[i++] = g.initrd;
-	for (j = 0; opts && opts[j] && i < 40; j++)
-		argv[i++] = opts[j];
-	if (cmd) {
-		argv[i++] = "--";
-		for (j = 0; cmd[j] && i < 63; j++)
-			argv[i++] = cmd[j];
-	}
-	argv[i] = NULL;
-	ASSERT_EQ(0, spawn__run(argv, stdin_path, r));
-	TH_LOG("exit %d, stdout: %.300s", r->status, r->out);
-	if (r->err_len)
-		TH_LOG("stderr: %.600s", r->err);
-	return 0;
-}
-
-#define BOOT(kernel, opts, cmd, in, r)                         \
-	do {                                                   \
-		if (boot(_metadata, kernel, opts, cmd, in, r)) \
-			return;                                \
-	} while (0)
-
-#define ARGS(...) ((const char *const[]){ __VA_ARGS__, NULL })
+#include "selftests/kvm/vmm_util.h"
 
 TEST_TIMEOUT(uname_one_vcpu, BOOT_TIMEOUT)
 {
@@ -348,52 +276,6 @@ TEST_TIMEOUT(json_config, BOOT_TIMEOUT)
 	unlink(path);
 	EXPECT_EQ(3, r.status);
 	EXPECT_STREQ("2\n", r.out);
-}
-
-static pid_t start_vmm_stdout(const char *const cmd[], int out_fd)
-{
-	struct guest g;
-	const char *argv[32];
-	pid_t pid;
-	int i = 0, j;
-
-	guest_paths(&g);
-	argv[i++] = g.vmm;
-	argv[i++] = "run";
-	argv[i++] = "--kernel";
-	argv[i++] = g.vmlinux;
-	argv[i++] = "--initrd";
-	argv[i++] = g.initrd;
-	argv[i++] = "--";
-	for (j = 0; cmd[j] && i < 31; j++)
-		argv[i++] = cmd[j];
-	argv[i] = NULL;
-	pid = fork();
-	if (pid == 0) {
-		int null = open("/dev/null", O_RDWR);
-
-		dup2(null, 0);
-		dup2(out_fd, 1);
-		dup2(null, 2);
-		execvp(argv[0], (char *const *)argv);
-		_exit(127);
-	}
-	return pid;
-}
-
-static int wait_exit(pid_t pid, int secs)
-{
-	int status, i;
-
-	for (i = 0; i < secs * 10; i++) {
-		if (waitpid(pid, &status, WNOHANG) == pid)
-			return WIFEXITED(status) ? WEXITSTATUS(status) :
-						   128 + WTERMSIG(status);
-		usleep(100000);
-	}
-	kill(pid, SIGKILL);
-	waitpid(pid, &status, 0);
-	return -1;
 }
 
 /*

@@ -61,6 +61,8 @@ FIXTURE(files)
 	char fifo[96];
 	char secret[96]; /* mode 0600, owned by root */
 	char json[96];
+	char rootimg[96];  /* 4 KiB of zeros */
+	char rootdesc[96]; /* its descriptor */
 };
 
 static void write_file(const char *path, const void *buf, size_t len)
@@ -72,9 +74,28 @@ static void write_file(const char *path, const void *buf, size_t len)
 	close(fd);
 }
 
+/* SHA-256 of 4096 zero bytes. */
+#define ZERO_BLOCK_DIGEST \
+	"sha256:"         \
+	"ad7facb2586fc6e966c004d7d1d16b024f5805ff7cb47c7a85dabd8b48892ca7"
+
+static void write_descriptor(const char *path, const char *name,
+			     const char *image, const char *digest)
+{
+	char doc[512];
+
+	snprintf(doc, sizeof(doc),
+		 "{\"name\": \"%s\", \"path\": \"%s\", \"format\": \"raw\", "
+		 "\"architecture\": \"x86_64\", \"digest\": \"%s\", "
+		 "\"sizeBytes\": 4096}",
+		 name, image, digest);
+	write_file(path, doc, strlen(doc));
+}
+
 FIXTURE_SETUP(files)
 {
 	struct fake_elf f;
+	char path[128];
 	int fd;
 
 	strcpy(self->dir, "/tmp/kiln-cli-XXXXXX");
@@ -86,6 +107,8 @@ FIXTURE_SETUP(files)
 	snprintf(self->fifo, 96, "%s/fifo", self->dir);
 	snprintf(self->secret, 96, "%s/secret", self->dir);
 	snprintf(self->json, 96, "%s/vm.json", self->dir);
+	snprintf(self->rootimg, 96, "%s/root.raw", self->dir);
+	snprintf(self->rootdesc, 96, "%s/root.json", self->dir);
 
 	make_elf(&f);
 	write_file(self->kernel, &f, sizeof(f));
@@ -99,6 +122,14 @@ FIXTURE_SETUP(files)
 	make_elf(&f);
 	write_file(self->secret, &f, sizeof(f));
 	ASSERT_EQ(0, chmod(self->secret, 0600));
+	fd = open(self->rootimg, O_WRONLY | O_CREAT, 0644);
+	ASSERT_EQ(0, ftruncate(fd, 4096));
+	close(fd);
+	write_descriptor(self->rootdesc, "test-root-1", self->rootimg,
+			 ZERO_BLOCK_DIGEST);
+	/* Keep verification cache entries for these files out of ~/.cache. */
+	snprintf(path, sizeof(path), "%s/cache", self->dir);
+	ASSERT_EQ(0, setenv("KILN_CACHE", path, 1));
 }
 
 FIXTURE_TEARDOWN(files)
@@ -289,6 +320,171 @@ TEST_F(files, json_config_errors)
 	run_vmm((const char *[]){ "", "run", "--config", self->json, NULL },
 		NULL, &r);
 	EXPECT_BAD_INPUT(&r, "\"command\" must be a non-empty array");
+}
+
+TEST_F(files, rootfs_options)
+{
+	char state[128];
+	struct spawn_result r;
+
+	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel,
+				  "--rootfs", self->rootdesc, "--rootfs-mode",
+				  "bogus", NULL },
+		NULL, &r);
+	EXPECT_BAD_INPUT(&r, "--rootfs-mode bogus: must be ephemeral, "
+			     "readonly or persistent:/abs/path");
+	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel,
+				  "--rootfs", self->rootdesc, "--rootfs-mode",
+				  "persistent", NULL },
+		NULL, &r);
+	EXPECT_BAD_INPUT(&r, "give the state file: persistent:/abs/path");
+	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel,
+				  "--rootfs", self->rootdesc, "--rootfs-mode",
+				  "persistent:state.delta", NULL },
+		NULL, &r);
+	EXPECT_BAD_INPUT(&r, "\"state.delta\": must be an absolute path");
+	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel,
+				  "--rootfs", self->rootdesc, "--rootfs-mode",
+				  "readonly", "--max-dirty-bytes", "1M", NULL },
+		NULL, &r);
+	EXPECT_BAD_INPUT(&r, "only for a writable root (mode is readonly)");
+	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel,
+				  "--rootfs", self->rootdesc,
+				  "--max-dirty-bytes", "12X", NULL },
+		NULL, &r);
+	EXPECT_BAD_INPUT(&r, "--max-dirty-bytes 12X: not a byte count");
+	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel,
+				  "--rootfs", self->rootdesc,
+				  "--max-dirty-bytes", "99999999999T", NULL },
+		NULL, &r);
+	EXPECT_BAD_INPUT(&r, "--max-dirty-bytes 99999999999T: out of range");
+	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel,
+				  "--rootfs-mode", "readonly", NULL },
+		NULL, &r);
+	EXPECT_BAD_INPUT(&r, "rootfs options given without a root image");
+	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel,
+				  "--rootfs", self->rootdesc, "--rootfs-verify",
+				  "sometimes", NULL },
+		NULL, &r);
+	EXPECT_BAD_INPUT(&r, "--rootfs-verify sometimes: must be full or "
+			     "cached");
+	/* The base image is never written: not as a state file either. */
+	snprintf(state, sizeof(state), "persistent:%s", self->rootimg);
+	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel,
+				  "--rootfs", self->rootdesc, "--rootfs-mode",
+				  state, NULL },
+		NULL, &r);
+	EXPECT_BAD_INPUT(&r, "is the base image");
+}
+
+TEST_F(files, rootfs_descriptors)
+{
+	char path[128];
+	struct spawn_result r;
+
+	snprintf(path, sizeof(path), "%s/nope.json", self->dir);
+	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel,
+				  "--rootfs", path, NULL },
+		NULL, &r);
+	EXPECT_BAD_INPUT(&r, "nope.json: No such file or directory");
+
+	write_descriptor(self->rootdesc, "debian:latest", self->rootimg,
+			 ZERO_BLOCK_DIGEST);
+	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel,
+				  "--rootfs", self->rootdesc, NULL },
+		NULL, &r);
+	EXPECT_BAD_INPUT(&r, "name \"debian:latest\": \"latest\" is a "
+			     "moving alias");
+	EXPECT_TRUE(strstr(r.err, self->rootdesc) != NULL);
+
+	write_descriptor(self->rootdesc, "test-root-1", self->rootimg,
+			 "sha256:0000");
+	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel,
+				  "--rootfs", self->rootdesc, NULL },
+		NULL, &r);
+	EXPECT_BAD_INPUT(&r, "digest \"sha256:0000\": must be");
+}
+
+TEST_F(files, rootfs_json_errors)
+{
+	static const struct {
+		const char *rootfs; /* the "rootfs" value; DESC: descriptor */
+		const char *needle;
+	} cases[] = {
+		{ "\"DESC\"", "\"rootfs\" must be an object" },
+		{ "{\"image\": \"DESC\", \"mode\": \"temp\"}",
+		  "\"rootfs.mode\" must be \"ephemeral\", \"readonly\" or "
+		  "\"persistent\"" },
+		{ "{\"image\": \"DESC\", \"size\": 1}",
+		  "unknown key \"rootfs.size\"" },
+		{ "{\"image\": \"DESC\", \"maxDirtyBytes\": \"lots\"}",
+		  "\"rootfs.maxDirtyBytes\" must be a byte count" },
+		{ "{\"image\": \"DESC\", \"maxDirtyBytes\": -1}",
+		  "\"rootfs.maxDirtyBytes\" must be a byte count" },
+		{ "{\"image\": \"DESC\", \"direct\": \"yes\"}",
+		  "\"rootfs.direct\" must be true or false" },
+		{ "{\"image\": \"DESC\", \"verify\": \"never\"}",
+		  "\"rootfs.verify\" must be \"cached\" or \"full\"" },
+		{ "{\"image\": \"DESC\", \"statePath\": 5}",
+		  "\"rootfs.statePath\" must be a string" },
+		{ "{\"image\": \"DESC\", \"mode\": \"persistent\"}",
+		  "rootfs mode persistent needs a state file" },
+		{ "{\"image\": \"DESC\", \"statePath\": \"/tmp/x\"}",
+		  "only the persistent mode keeps one (mode is ephemeral)" },
+		{ "{\"image\": \"DESC\", \"mode\": \"readonly\", "
+		  "\"maxDirtyBytes\": \"1MiB\"}",
+		  "only for a writable root" },
+		{ "{\"mode\": \"readonly\"}",
+		  "rootfs options given without a root image" },
+	};
+	char doc[1024], val[512];
+	struct spawn_result r;
+	size_t i;
+
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const char *d = strstr(cases[i].rootfs, "DESC");
+
+		if (d)
+			snprintf(val, sizeof(val), "%.*s%s%s",
+				 (int)(d - cases[i].rootfs), cases[i].rootfs,
+				 self->rootdesc, d + 4);
+		else
+			snprintf(val, sizeof(val), "%s", cases[i].rootfs);
+		snprintf(doc, sizeof(doc),
+			 "{\"kernel\": \"%s\", \"rootfs\": %s}", self->kernel,
+			 val);
+		write_file(self->json, doc, strlen(doc));
+		run_vmm((const char *[]){ "", "run", "--config", self->json,
+					  NULL },
+			NULL, &r);
+		EXPECT_BAD_INPUT(&r, cases[i].needle);
+	}
+}
+
+/*
+ * A good rootfs section passes validation: the run then stops at the next
+ * check (a kernel too big for the memory). An option after --config
+ * overrides the file's mode, state file included.
+ */
+TEST_F(files, rootfs_json_override)
+{
+	char doc[1024];
+	struct spawn_result r;
+
+	snprintf(doc, sizeof(doc),
+		 "{\"kernel\": \"%s\", \"memoryMiB\": 64, \"rootfs\": "
+		 "{\"image\": \"%s\", \"mode\": \"persistent\", "
+		 "\"statePath\": \"%s/state\", \"maxDirtyBytes\": \"1GiB\", "
+		 "\"direct\": false, \"verify\": \"full\"}}",
+		 self->big, self->rootdesc, self->dir);
+	write_file(self->json, doc, strlen(doc));
+	run_vmm((const char *[]){ "", "run", "--config", self->json, NULL },
+		NULL, &r);
+	EXPECT_BAD_INPUT(&r, "kernel does not fit in guest memory");
+	run_vmm((const char *[]){ "", "run", "--config", self->json,
+				  "--rootfs-mode", "ephemeral", NULL },
+		NULL, &r);
+	EXPECT_BAD_INPUT(&r, "kernel does not fit in guest memory");
 }
 
 static bool host_has_hw_virt(void)

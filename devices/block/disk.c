@@ -1,0 +1,738 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * A root disk: a read-only base image plus a writable delta (a memfd for an
+ * ephemeral disk, a state file for a persistent one). Format and crash
+ * rules: Documentation/rootfs.md, "Writable layer (delta) format".
+ *
+ * The map of the delta is mmap'ed MAP_SHARED, so every map store lands in
+ * the page cache at once and survives the monitor being killed. The only
+ * ordering rule is that a block is marked DISK_BLOCK_DATA after its data
+ * write completed (disk__end_write), never before: a killed monitor then
+ * leaves a map that names only blocks whose data is in the file.
+ *
+ * Open does all the checking and reports its own errors once; the data
+ * path functions only answer with -errno (the block device logs, rate
+ * limited, since a guest can make them fail at will).
+ */
+#include <endian.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <linux/fs.h>
+#include <sys/file.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+
+#include "devices/block/disk.h"
+
+/* ---- the delta header (all fields little-endian) ------------------- */
+
+#define DELTA_MAGIC	  "KILNDLT1"
+#define DELTA_MAGIC_LEN	  8
+#define DELTA_VERSION	  1
+#define DELTA_HEADER_SIZE 4096U
+#define DELTA_DATA_ALIGN  (1024U * 1024U) /* data_offset is a MiB multiple */
+
+#define HDR_MAGIC	0   /* char[8] "KILNDLT1" */
+#define HDR_VERSION	8   /* le32 */
+#define HDR_HEADER_SIZE 12  /* le32, bytes */
+#define HDR_BLOCK_SIZE	16  /* le32, bytes */
+#define HDR_CHECKSUM	20  /* le32, CRC-32C of the header, this field 0 */
+#define HDR_BASE_SIZE	24  /* le64, bytes */
+#define HDR_MAP_OFFSET	32  /* le64, bytes from the start of the file */
+#define HDR_MAP_SIZE	40  /* le64, bytes: one per block */
+#define HDR_DATA_OFFSET 48  /* le64, bytes, a multiple of 1 MiB */
+#define HDR_DIGEST	56  /* char[256], NUL-padded */
+#define HDR_DIGEST_SIZE 256 /* the digest is at most 255 characters */
+#define HDR_FIELDS_END	(HDR_DIGEST + HDR_DIGEST_SIZE) /* zeros follow */
+
+struct disk {
+	enum disk_mode mode;
+	uint64_t size;	    /* bytes */
+	uint64_t nr_blocks; /* size / DISK_BLOCK_SIZE */
+	int base_fd;
+	dev_t base_dev; /* to refuse the base as its own state file */
+	ino_t base_ino;
+	int delta_fd; /* -1 when read-only */
+	uint64_t map_offset, data_offset;
+	void *map_mem; /* the mapping: page aligned, covers the map */
+	size_t map_mem_len;
+	uint8_t *map;		  /* nr_blocks bytes of enum disk_block_state */
+	uint64_t dirty_blocks;	  /* map bytes that are DISK_BLOCK_DATA */
+	uint64_t reserved_blocks; /* begun writes that may add to it */
+	uint64_t limit_blocks;	  /* max dirty blocks, UINT64_MAX: none */
+};
+
+static void put_le32(uint8_t *p, uint32_t v)
+{
+	v = htole32(v);
+	memcpy(p, &v, sizeof(v));
+}
+
+static void put_le64(uint8_t *p, uint64_t v)
+{
+	v = htole64(v);
+	memcpy(p, &v, sizeof(v));
+}
+
+static uint32_t get_le32(const uint8_t *p)
+{
+	uint32_t v;
+
+	memcpy(&v, p, sizeof(v));
+	return le32toh(v);
+}
+
+static uint64_t get_le64(const uint8_t *p)
+{
+	uint64_t v;
+
+	memcpy(&v, p, sizeof(v));
+	return le64toh(v);
+}
+
+/* CRC-32C (Castagnoli), bitwise: it runs once per open on 4 KiB. */
+static uint32_t crc32c(const uint8_t *p, size_t len)
+{
+	uint32_t crc = ~0U;
+	int bit;
+
+	while (len--) {
+		crc ^= *p++;
+		for (bit = 0; bit < 8; bit++)
+			crc = (crc >> 1) ^ (0x82f63b78U & -(crc & 1));
+	}
+	return ~crc;
+}
+
+static uint32_t header_checksum(const uint8_t *hdr)
+{
+	uint8_t copy[DELTA_HEADER_SIZE];
+
+	memcpy(copy, hdr, sizeof(copy));
+	put_le32(copy + HDR_CHECKSUM, 0);
+	return crc32c(copy, sizeof(copy));
+}
+
+static void header_build(const struct disk *d, const char *digest, uint8_t *hdr)
+{
+	memset(hdr, 0, DELTA_HEADER_SIZE);
+	memcpy(hdr + HDR_MAGIC, DELTA_MAGIC, DELTA_MAGIC_LEN);
+	put_le32(hdr + HDR_VERSION, DELTA_VERSION);
+	put_le32(hdr + HDR_HEADER_SIZE, DELTA_HEADER_SIZE);
+	put_le32(hdr + HDR_BLOCK_SIZE, DISK_BLOCK_SIZE);
+	put_le64(hdr + HDR_BASE_SIZE, d->size);
+	put_le64(hdr + HDR_MAP_OFFSET, d->map_offset);
+	put_le64(hdr + HDR_MAP_SIZE, d->nr_blocks);
+	put_le64(hdr + HDR_DATA_OFFSET, d->data_offset);
+	if (digest)
+		memcpy(hdr + HDR_DIGEST, digest, strlen(digest));
+	put_le32(hdr + HDR_CHECKSUM, header_checksum(hdr));
+}
+
+/*
+ * An existing state file's header must describe exactly this base; the
+ * message names the field that differs. The layout fields follow from the base size, so
+ * they can only differ in a damaged file.
+ */
+static int header_check(const struct disk *d, const struct disk_params *p,
+			const uint8_t *hdr)
+{
+	const char *path = p->state_path;
+	const char *digest = (const char *)hdr + HDR_DIGEST;
+	uint32_t v;
+
+	if (memcmp(hdr + HDR_MAGIC, DELTA_MAGIC, DELTA_MAGIC_LEN)) {
+		pr_err("state file %s is not a Kiln state file (bad magic)",
+		       path);
+		return -EINVAL;
+	}
+	v = get_le32(hdr + HDR_VERSION);
+	if (v != DELTA_VERSION) {
+		pr_err("state file %s has format version %u, this monitor "
+		       "reads version %u",
+		       path, v, DELTA_VERSION);
+		return -EINVAL;
+	}
+	if (get_le32(hdr + HDR_CHECKSUM) != header_checksum(hdr)) {
+		pr_err("state file %s: header checksum mismatch (damaged file)",
+		       path);
+		return -EINVAL;
+	}
+	v = get_le32(hdr + HDR_BLOCK_SIZE);
+	if (v != DISK_BLOCK_SIZE) {
+		pr_err("state file %s has block size %u, not %u", path, v,
+		       DISK_BLOCK_SIZE);
+		return -EINVAL;
+	}
+	if (memchr(digest, '\0', HDR_DIGEST_SIZE) == NULL) {
+		pr_err("state file %s: base digest field is not terminated "
+		       "(damaged file)",
+		       path);
+		return -EINVAL;
+	}
+	if (strcmp(digest, p->base_digest)) {
+		pr_err("state file %s was made for base image %s not %s", path,
+		       digest, p->base_digest);
+		return -EINVAL;
+	}
+	if (get_le64(hdr + HDR_BASE_SIZE) != d->size) {
+		pr_err("state file %s was made for a base image of %" PRIu64
+		       " bytes, not %" PRIu64,
+		       path, get_le64(hdr + HDR_BASE_SIZE), d->size);
+		return -EINVAL;
+	}
+	if (get_le32(hdr + HDR_HEADER_SIZE) != DELTA_HEADER_SIZE ||
+	    get_le64(hdr + HDR_MAP_OFFSET) != d->map_offset ||
+	    get_le64(hdr + HDR_MAP_SIZE) != d->nr_blocks ||
+	    get_le64(hdr + HDR_DATA_OFFSET) != d->data_offset) {
+		pr_err("state file %s: map or data layout does not match its "
+		       "base size (damaged file)",
+		       path);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* ---- open ------------------------------------------------------------ */
+
+static uint64_t delta_file_size(const struct disk *d)
+{
+	return d->data_offset + d->size;
+}
+
+/* open() with O_DIRECT fails with EINVAL where the filesystem lacks it. */
+static const char *direct_hint(const struct disk_params *p, int err)
+{
+	return p->direct && err == -EINVAL ?
+		       " (is direct I/O supported on that filesystem?)" :
+		       "";
+}
+
+static int base_open(struct disk *d, const struct disk_params *p)
+{
+	const char *path = p->base_path;
+	uint64_t size;
+	struct stat st;
+	int ret;
+
+	d->base_fd =
+		open(path, O_RDONLY | O_CLOEXEC | (p->direct ? O_DIRECT : 0));
+	if (d->base_fd < 0) {
+		ret = -errno;
+		pr_err("base image %s: %s%s", path, strerror(-ret),
+		       direct_hint(p, ret));
+		return ret;
+	}
+	if (fstat(d->base_fd, &st)) {
+		ret = -errno;
+		pr_err("base image %s: fstat: %s", path, strerror(-ret));
+		return ret;
+	}
+	d->base_dev = st.st_dev;
+	d->base_ino = st.st_ino;
+	if (S_ISREG(st.st_mode)) {
+		size = st.st_size;
+	} else if (S_ISBLK(st.st_mode)) {
+		if (ioctl(d->base_fd, BLKGETSIZE64, &size)) {
+			ret = -errno;
+			pr_err("base image %s: BLKGETSIZE64: %s", path,
+			       strerror(-ret));
+			return ret;
+		}
+	} else {
+		pr_err("base image %s is not a regular file or block device",
+		       path);
+		return -EINVAL;
+	}
+	if (size != p->base_size) {
+		pr_err("base image %s is %" PRIu64
+		       " bytes, its descriptor says %" PRIu64,
+		       path, size, p->base_size);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* Maps the map; the file must already be delta_file_size() long. */
+static int map_delta(struct disk *d, const char *what)
+{
+	uint64_t page = sysconf(_SC_PAGESIZE);
+	uint64_t start = d->map_offset & ~(page - 1);
+
+	d->map_mem_len = d->map_offset + d->nr_blocks - start;
+	d->map_mem = mmap(NULL, d->map_mem_len, PROT_READ | PROT_WRITE,
+			  MAP_SHARED, d->delta_fd, start);
+	if (d->map_mem == MAP_FAILED) {
+		int ret = -errno;
+
+		d->map_mem = NULL;
+		pr_err("%s: mmap of the block map: %s", what, strerror(-ret));
+		return ret;
+	}
+	d->map = (uint8_t *)d->map_mem + (d->map_offset - start);
+	return 0;
+}
+
+/* One pwrite for the whole header, then the size: see rootfs.md. */
+static int delta_init(struct disk *d, const char *digest, const char *what)
+{
+	uint8_t *hdr;
+	ssize_t n;
+	int ret;
+
+	/* Aligned for an O_DIRECT state file. */
+	hdr = aligned_alloc(DELTA_HEADER_SIZE, DELTA_HEADER_SIZE);
+	if (!hdr) {
+		pr_err("%s: %s", what, strerror(ENOMEM));
+		return -ENOMEM;
+	}
+	header_build(d, digest, hdr);
+	n = pwrite(d->delta_fd, hdr, DELTA_HEADER_SIZE, 0);
+	ret = n == DELTA_HEADER_SIZE ? 0 : n < 0 ? -errno : -EIO;
+	free(hdr);
+	if (ret) {
+		pr_err("%s: writing the header: %s", what, strerror(-ret));
+		return ret;
+	}
+	if (ftruncate(d->delta_fd, delta_file_size(d))) {
+		ret = -errno;
+		pr_err("%s: ftruncate to %" PRIu64 " bytes: %s", what,
+		       delta_file_size(d), strerror(-ret));
+		return ret;
+	}
+	return 0;
+}
+
+static int ephemeral_open(struct disk *d, const struct disk_params *p)
+{
+	const char *what = "ephemeral writable layer";
+	int ret;
+
+	d->delta_fd = memfd_create("kiln-ephemeral", MFD_CLOEXEC);
+	if (d->delta_fd < 0) {
+		ret = -errno;
+		pr_err("%s: memfd_create: %s", what, strerror(-ret));
+		return ret;
+	}
+	ret = delta_init(d, p->base_digest, what);
+	if (ret)
+		return ret;
+	return map_delta(d, what);
+}
+
+static int state_lock(struct disk *d, const char *path)
+{
+	int ret;
+
+	if (!flock(d->delta_fd, LOCK_EX | LOCK_NB))
+		return 0;
+	ret = -errno;
+	if (ret == -EWOULDBLOCK) {
+		pr_err("%s: state file is in use by another VM", path);
+		return -EBUSY;
+	}
+	pr_err("state file %s: flock: %s", path, strerror(-ret));
+	return ret;
+}
+
+static int state_read_header(struct disk *d, const struct disk_params *p)
+{
+	uint8_t *hdr;
+	ssize_t n;
+	int ret;
+
+	hdr = aligned_alloc(DELTA_HEADER_SIZE, DELTA_HEADER_SIZE);
+	if (!hdr) {
+		pr_err("state file %s: %s", p->state_path, strerror(ENOMEM));
+		return -ENOMEM;
+	}
+	n = pread(d->delta_fd, hdr, DELTA_HEADER_SIZE, 0);
+	if (n != DELTA_HEADER_SIZE) {
+		ret = n < 0 ? -errno : -EINVAL;
+		if (n < 0)
+			pr_err("state file %s: reading the header: %s",
+			       p->state_path, strerror(-ret));
+		else
+			pr_err("state file %s: header truncated (%zd of %u "
+			       "bytes)",
+			       p->state_path, n, DELTA_HEADER_SIZE);
+		free(hdr);
+		return ret;
+	}
+	ret = header_check(d, p, hdr);
+	free(hdr);
+	return ret;
+}
+
+/* Counts the DATA blocks; any byte that is not a block state is damage. */
+static int map_scan(struct disk *d, const char *path)
+{
+	uint64_t i;
+
+	for (i = 0; i < d->nr_blocks; i++) {
+		switch (d->map[i]) {
+		case DISK_BLOCK_DATA:
+			d->dirty_blocks++;
+			break;
+		case DISK_BLOCK_BASE:
+		case DISK_BLOCK_ZERO:
+			break;
+		default:
+			pr_err("state file %s: block map entry %" PRIu64
+			       " is %u, not a block state (damaged file)",
+			       path, i, d->map[i]);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+static int persistent_open(struct disk *d, const struct disk_params *p)
+{
+	const char *path = p->state_path;
+	struct stat st;
+	int ret;
+
+	d->delta_fd = open(
+		path, O_RDWR | O_CREAT | O_CLOEXEC | (p->direct ? O_DIRECT : 0),
+		0600);
+	if (d->delta_fd < 0) {
+		ret = -errno;
+		pr_err("state file %s: %s%s", path, strerror(-ret),
+		       direct_hint(p, ret));
+		return ret;
+	}
+	ret = state_lock(d, path);
+	if (ret)
+		return ret;
+	if (fstat(d->delta_fd, &st)) {
+		ret = -errno;
+		pr_err("state file %s: fstat: %s", path, strerror(-ret));
+		return ret;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		pr_err("state file %s is not a regular file", path);
+		return -EINVAL;
+	}
+	if (st.st_dev == d->base_dev && st.st_ino == d->base_ino) {
+		pr_err("state file %s is the base image itself", path);
+		return -EINVAL;
+	}
+
+	/*
+	 * Empty: new, or left by a run killed before its header was written.
+	 * A run killed between the header and the ftruncate leaves a file
+	 * that is only short: its missing tail reads as zeros, which is an
+	 * all-BASE map and an empty data area, so growing it is the repair.
+	 */
+	if (st.st_size == 0) {
+		ret = delta_init(d, p->base_digest, path);
+		if (ret)
+			return ret;
+	} else {
+		ret = state_read_header(d, p);
+		if (ret)
+			return ret;
+		if ((uint64_t)st.st_size > delta_file_size(d)) {
+			pr_err("state file %s is %" PRIu64
+			       " bytes, more than the %" PRIu64
+			       " its header allows (damaged file)",
+			       path, (uint64_t)st.st_size, delta_file_size(d));
+			return -EINVAL;
+		}
+		if ((uint64_t)st.st_size < delta_file_size(d) &&
+		    ftruncate(d->delta_fd, delta_file_size(d))) {
+			ret = -errno;
+			pr_err("state file %s: ftruncate to %" PRIu64
+			       " bytes: %s",
+			       path, delta_file_size(d), strerror(-ret));
+			return ret;
+		}
+	}
+	ret = map_delta(d, path);
+	if (ret)
+		return ret;
+	ret = map_scan(d, path);
+	if (ret)
+		return ret;
+	if (d->dirty_blocks > d->limit_blocks)
+		pr_warn("state file %s already holds %" PRIu64
+			" bytes, over its limit of %" PRIu64
+			": writes to new blocks will fail",
+			path, d->dirty_blocks * DISK_BLOCK_SIZE,
+			p->max_dirty_bytes);
+	return 0;
+}
+
+static int params_check(const struct disk_params *p)
+{
+	if (!p->base_path) {
+		pr_err("root disk: no base image path");
+		return -EINVAL;
+	}
+	if (!p->base_size || p->base_size % DISK_BLOCK_SIZE) {
+		pr_err("base image %s: size %" PRIu64
+		       " is not a nonzero multiple of %u bytes",
+		       p->base_path, p->base_size, DISK_BLOCK_SIZE);
+		return -EINVAL;
+	}
+	if (p->base_digest && strlen(p->base_digest) >= HDR_DIGEST_SIZE) {
+		pr_err("base image %s: digest longer than %u characters",
+		       p->base_path, HDR_DIGEST_SIZE - 1);
+		return -EINVAL;
+	}
+	switch (p->mode) {
+	case DISK_READONLY:
+	case DISK_EPHEMERAL:
+		return 0;
+	case DISK_PERSISTENT:
+		break;
+	default:
+		pr_err("base image %s: unknown disk mode %d", p->base_path,
+		       p->mode);
+		return -EINVAL;
+	}
+	if (!p->state_path || p->state_path[0] != '/') {
+		pr_err("state file %s: the path must be absolute",
+		       p->state_path ? p->state_path : "(none)");
+		return -EINVAL;
+	}
+	if (!p->base_digest || !p->base_digest[0]) {
+		pr_err("state file %s: no base image digest to record",
+		       p->state_path);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+int disk__open(struct disk **out, const struct disk_params *p)
+{
+	struct disk *d;
+	int ret;
+
+	*out = NULL;
+	ret = params_check(p);
+	if (ret)
+		return ret;
+	d = calloc(1, sizeof(*d));
+	if (!d) {
+		pr_err("base image %s: %s", p->base_path, strerror(ENOMEM));
+		return -ENOMEM;
+	}
+	d->base_fd = -1;
+	d->delta_fd = -1;
+	d->mode = p->mode;
+	d->size = p->base_size;
+	d->nr_blocks = p->base_size / DISK_BLOCK_SIZE;
+	d->map_offset = DELTA_HEADER_SIZE;
+	d->data_offset = (d->map_offset + d->nr_blocks + DELTA_DATA_ALIGN - 1) /
+			 DELTA_DATA_ALIGN * DELTA_DATA_ALIGN;
+	d->limit_blocks = p->max_dirty_bytes ?
+				  p->max_dirty_bytes / DISK_BLOCK_SIZE :
+				  UINT64_MAX;
+
+	ret = base_open(d, p);
+	if (ret)
+		goto out_close;
+	switch (p->mode) {
+	case DISK_READONLY:
+		break;
+	case DISK_EPHEMERAL:
+		ret = ephemeral_open(d, p);
+		break;
+	case DISK_PERSISTENT:
+		ret = persistent_open(d, p);
+		break;
+	}
+	if (ret)
+		goto out_close;
+	*out = d;
+	return 0;
+
+out_close:
+	disk__close(d);
+	return ret;
+}
+
+/* Any half-built disk: every resource is checked before release. */
+void disk__close(struct disk *d)
+{
+	if (!d)
+		return;
+	if (d->map_mem)
+		munmap(d->map_mem, d->map_mem_len);
+	/* Closing the last fd of the file description drops the flock. */
+	if (d->delta_fd >= 0)
+		close(d->delta_fd);
+	if (d->base_fd >= 0)
+		close(d->base_fd);
+	free(d);
+}
+
+/* ---- queries ---------------------------------------------------------- */
+
+uint64_t disk__size(const struct disk *d)
+{
+	return d->size;
+}
+
+bool disk__read_only(const struct disk *d)
+{
+	return d->mode == DISK_READONLY;
+}
+
+int disk__sync_fd(const struct disk *d)
+{
+	return d->mode == DISK_PERSISTENT ? d->delta_fd : -1;
+}
+
+uint64_t disk__dirty_bytes(const struct disk *d)
+{
+	return d->dirty_blocks * DISK_BLOCK_SIZE;
+}
+
+/* ---- the data path: offsets and lengths come from the guest ---------- */
+
+/* Aligned, nonempty and inside the disk, written so nothing can wrap. */
+static bool range_ok(const struct disk *d, uint64_t offset, uint64_t len)
+{
+	return len && !(offset % DISK_BLOCK_SIZE) && !(len % DISK_BLOCK_SIZE) &&
+	       offset <= d->size && len <= d->size - offset;
+}
+
+static enum disk_block_state block_state(const struct disk *d, uint64_t blk)
+{
+	return d->mode == DISK_READONLY ? DISK_BLOCK_BASE : d->map[blk];
+}
+
+/* Where block blk reads from: its extent of length DISK_BLOCK_SIZE. */
+static struct disk_extent block_source(const struct disk *d, uint64_t blk)
+{
+	uint64_t off = blk * DISK_BLOCK_SIZE;
+
+	switch (block_state(d, blk)) {
+	case DISK_BLOCK_DATA:
+		return (struct disk_extent){ d->delta_fd, d->data_offset + off,
+					     DISK_BLOCK_SIZE };
+	case DISK_BLOCK_ZERO:
+		return (struct disk_extent){ -1, 0, DISK_BLOCK_SIZE };
+	default:
+		return (struct disk_extent){ d->base_fd, off, DISK_BLOCK_SIZE };
+	}
+}
+
+/* Does next continue last: same fd, and (for files) the next offset? */
+static bool extent_continues(const struct disk_extent *last,
+			     const struct disk_extent *next)
+{
+	if (last->fd != next->fd)
+		return false;
+	return last->fd < 0 || last->offset + last->len == next->offset;
+}
+
+int disk__map_read(const struct disk *d, uint64_t offset, uint64_t len,
+		   struct disk_extent *ext, unsigned int max)
+{
+	uint64_t blk, first, end;
+	unsigned int n = 0;
+
+	if (!range_ok(d, offset, len))
+		return -EINVAL;
+	first = offset / DISK_BLOCK_SIZE;
+	end = first + len / DISK_BLOCK_SIZE;
+	/* Bounded by the disk size: range_ok checked end <= nr_blocks. */
+	for (blk = first; blk < end; blk++) {
+		struct disk_extent e = block_source(d, blk);
+
+		if (n && extent_continues(&ext[n - 1], &e)) {
+			ext[n - 1].len += e.len;
+			continue;
+		}
+		if (n == max)
+			return -E2BIG;
+		ext[n++] = e;
+	}
+	return n;
+}
+
+int disk__begin_write(struct disk *d, uint64_t offset, uint64_t len,
+		      struct disk_extent *ext, uint64_t *reserved)
+{
+	uint64_t blk, first, end, fresh = 0;
+
+	*reserved = 0;
+	if (d->mode == DISK_READONLY)
+		return -EROFS;
+	if (!range_ok(d, offset, len))
+		return -EINVAL;
+	first = offset / DISK_BLOCK_SIZE;
+	end = first + len / DISK_BLOCK_SIZE;
+	for (blk = first; blk < end; blk++)
+		fresh += d->map[blk] != DISK_BLOCK_DATA;
+	/* Each term is at most nr_blocks times the writes in flight. */
+	if (d->dirty_blocks + d->reserved_blocks + fresh > d->limit_blocks)
+		return -ENOSPC;
+	d->reserved_blocks += fresh;
+	*reserved = fresh;
+	*ext = (struct disk_extent){ d->delta_fd, d->data_offset + offset,
+				     len };
+	return 0;
+}
+
+void disk__end_write(struct disk *d, uint64_t offset, uint64_t len,
+		     uint64_t reserved, bool ok)
+{
+	uint64_t blk, first, end;
+
+	/* A caller bug must not wrap the counter into a permanent -ENOSPC. */
+	d->reserved_blocks -=
+		reserved < d->reserved_blocks ? reserved : d->reserved_blocks;
+	if (!ok || d->mode == DISK_READONLY || !range_ok(d, offset, len))
+		return;
+	first = offset / DISK_BLOCK_SIZE;
+	end = first + len / DISK_BLOCK_SIZE;
+	/*
+	 * The data write has completed (the caller saw its completion), so
+	 * the map may now name it. A plain store into the MAP_SHARED page is
+	 * in the page cache at once: no barrier or msync is needed for a
+	 * killed process, and fdatasync on disk__sync_fd writes it back.
+	 */
+	for (blk = first; blk < end; blk++) {
+		if (d->map[blk] == DISK_BLOCK_DATA)
+			continue;
+		d->map[blk] = DISK_BLOCK_DATA;
+		d->dirty_blocks++;
+	}
+}
+
+int disk__begin_zero(struct disk *d, uint64_t offset, uint64_t len,
+		     struct disk_extent *ext)
+{
+	if (d->mode == DISK_READONLY)
+		return -EROFS;
+	if (!range_ok(d, offset, len))
+		return -EINVAL;
+	*ext = (struct disk_extent){ d->delta_fd, d->data_offset + offset,
+				     len };
+	return 0;
+}
+
+void disk__end_zero(struct disk *d, uint64_t offset, uint64_t len, bool ok)
+{
+	uint64_t blk, first, end;
+
+	if (!ok || d->mode == DISK_READONLY || !range_ok(d, offset, len))
+		return;
+	first = offset / DISK_BLOCK_SIZE;
+	end = first + len / DISK_BLOCK_SIZE;
+	for (blk = first; blk < end; blk++) {
+		if (d->map[blk] == DISK_BLOCK_DATA)
+			d->dirty_blocks--;
+		d->map[blk] = DISK_BLOCK_ZERO;
+	}
+}

@@ -1,0 +1,118 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+#ifndef KILN_DISK_H
+#define KILN_DISK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "vmm/log.h"
+
+/*
+ * A root disk: a read-only base image shared by many VMs through the page
+ * cache, plus this VM's writable layer.
+ *
+ * The writable layer is a "delta": a header, a map with one byte per
+ * DISK_BLOCK_SIZE block of the base (DISK_BLOCK_BASE: read the base;
+ * DISK_BLOCK_DATA: read the delta; DISK_BLOCK_ZERO: reads as zeros) and a
+ * sparse data area where block n lives at data_offset + n * block size
+ * (the same offset as in the base, so a write is one I/O whatever it
+ * spans). The map is mapped MAP_SHARED, so a map store is in the page
+ * cache at once: a monitor killed with SIGKILL leaves a state file whose
+ * map only names blocks whose data write completed. Format and crash
+ * rules: Documentation/rootfs.md.
+ *
+ * The disk does no I/O in the data path itself: the block device asks it
+ * where to read or write (disk__map_read, disk__begin_write), does the
+ * I/O on its io_uring, then reports back (disk__end_write, ...). It is
+ * used from one thread only (the block device's event loop).
+ */
+
+#define DISK_BLOCK_SIZE 4096U /* bytes; requests must be aligned to it */
+
+enum disk_mode {
+	DISK_READONLY,	 /* no writable layer: writes are refused */
+	DISK_EPHEMERAL,	 /* delta in a memfd, gone when the VM ends */
+	DISK_PERSISTENT, /* delta in a state file, kept and reused */
+};
+
+enum disk_block_state {
+	DISK_BLOCK_BASE = 0,
+	DISK_BLOCK_DATA = 1,
+	DISK_BLOCK_ZERO = 2,
+};
+
+struct disk_params {
+	const char *base_path;	 /* opened O_RDONLY, never written */
+	uint64_t base_size;	 /* bytes, a multiple of DISK_BLOCK_SIZE */
+	const char *base_digest; /* "sha256:<64 hex>": recorded in the state */
+	enum disk_mode mode;
+	const char *state_path;	  /* DISK_PERSISTENT: absolute path */
+	uint64_t max_dirty_bytes; /* 0: no limit */
+	bool direct;		  /* O_DIRECT on the base and the state file */
+};
+
+/* Where a piece of a request is: in a file, or zeros (fd == -1). */
+struct disk_extent {
+	int fd;		 /* -1: zeros, no I/O */
+	uint64_t offset; /* in fd */
+	uint64_t len;	 /* bytes */
+};
+
+struct disk;
+
+/*
+ * Opens the base and the writable layer. Persistent: creates the state
+ * file (0600) or reuses it after checking its header against the base
+ * (size, digest, block size), and holds an exclusive lock on it until
+ * disk__close (-EBUSY when another process has it). Reports its own
+ * errors once with pr_err, naming the file and the reason, and returns
+ * -errno.
+ */
+int __must_check disk__open(struct disk **out, const struct disk_params *p);
+void disk__close(struct disk *d); /* NULL is fine */
+
+uint64_t disk__size(const struct disk *d); /* bytes, the base's */
+bool disk__read_only(const struct disk *d);
+/* The fd to fdatasync on a flush, -1 when there is nothing to sync. */
+int disk__sync_fd(const struct disk *d);
+/* Bytes in DISK_BLOCK_DATA blocks right now. */
+uint64_t disk__dirty_bytes(const struct disk *d);
+
+/*
+ * Splits the read of [offset, offset + len) into at most max extents,
+ * merging neighbouring blocks with the same source. Returns the number
+ * of extents, -EINVAL when the range is not block aligned or runs past
+ * the end, -E2BIG when max extents are not enough.
+ */
+int __must_check disk__map_read(const struct disk *d, uint64_t offset,
+				uint64_t len, struct disk_extent *ext,
+				unsigned int max);
+
+/*
+ * Before writing [offset, offset + len): one extent to write to (the
+ * delta file). Reserves the blocks that would become dirty against
+ * max_dirty_bytes: -ENOSPC past it, -EROFS on a read-only disk, -EINVAL
+ * for an unaligned or out-of-range request. *reserved receives what to
+ * hand back to disk__end_write.
+ */
+int __must_check disk__begin_write(struct disk *d, uint64_t offset,
+				   uint64_t len, struct disk_extent *ext,
+				   uint64_t *reserved);
+/*
+ * After the write: on success the blocks become DISK_BLOCK_DATA (map
+ * store after the data, never before); either way the reservation ends.
+ */
+void disk__end_write(struct disk *d, uint64_t offset, uint64_t len,
+		     uint64_t reserved, bool ok);
+
+/*
+ * Discard and write-zeroes of [offset, offset + len): the extent of the
+ * delta to punch a hole in (fallocate PUNCH_HOLE|KEEP_SIZE), then
+ * disk__end_zero marks the blocks DISK_BLOCK_ZERO. Same errors as
+ * disk__begin_write but never -ENOSPC (zero blocks take no room).
+ */
+int __must_check disk__begin_zero(struct disk *d, uint64_t offset,
+				  uint64_t len, struct disk_extent *ext);
+void disk__end_zero(struct disk *d, uint64_t offset, uint64_t len, bool ok);
+
+#endif

@@ -1,0 +1,938 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * virtio-blk on io_uring (see blk.h).
+ *
+ * One event loop thread per device owns an io_uring. It reads each
+ * queue's kick eventfd through the ring, pops requests, asks the disk
+ * where their data lives and submits the I/O; completions push used
+ * buffers. Everything guest-visible happens under the device lock, so a
+ * reset from a vCPU thread never runs in the middle of it.
+ *
+ * Memory is bounded whatever the driver does: each queue has a fixed pool
+ * of request slots (a queue with none free stops popping until one is
+ * back), a read is done in windows of at most BLK_WINDOW_OPS extents, and
+ * the completion ring is sized for every operation that can be in flight,
+ * so it never overflows.
+ */
+#include <endian.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <liburing.h>
+#include <linux/falloc.h>
+#include <linux/virtio_blk.h>
+#include <linux/virtio_config.h>
+#include <linux/virtio_ids.h>
+#include <linux/virtio_ring.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "devices/virtio/blk.h"
+
+#define BLK_QUEUE_SIZE	     128U	/* entries per queue, request slots */
+#define BLK_SEG_MAX	     126U	/* data segments; + header + status */
+#define BLK_SIZE_MAX	     (1U << 20) /* bytes in one segment */
+#define BLK_WINDOW_OPS	     8U		/* reads: extents in flight */
+#define BLK_WINDOW_BYTES     (1ULL << 20)
+#define BLK_ZERO_MAX_SECTORS (1U << 21) /* 1 GiB per discard/zeroes */
+#define BLK_SQ_ENTRIES	     256U
+#define SECTOR_SHIFT	     9 /* virtio-blk sectors are 512 bytes */
+#define SECTORS_PER_BLOCK    (DISK_BLOCK_SIZE >> SECTOR_SHIFT)
+
+/* What rides in a CQE's user_data besides a struct blk_op pointer. */
+#define TAG_MASK 0x3UL
+#define TAG_OP	 0x0UL
+#define TAG_KICK 0x1UL /* a struct blk_queue */
+#define TAG_STOP 0x2UL
+
+#define FEAT(bit) (1ULL << (bit))
+
+enum op_kind { OP_READ, OP_WRITE, OP_FLUSH, OP_ZERO };
+
+struct blk_req;
+
+struct blk_op {
+	struct blk_req *req;
+	enum op_kind kind;
+	int fd;
+	uint64_t offset;
+	uint64_t len;	   /* bytes still to transfer, or to punch */
+	struct iovec *iov; /* OP_READ/OP_WRITE: within the request */
+	unsigned int iovcnt;
+};
+
+struct blk_req {
+	struct blk_queue *q;
+	struct blk_req *next_free;
+	uint16_t head;
+	uint32_t gen; /* the device's at pop time */
+	uint32_t type;
+	uint64_t offset; /* bytes */
+	uint64_t len;	 /* data bytes */
+	uint8_t *status; /* the last writable byte, in guest memory */
+	uint32_t used_len;
+	bool failed;
+	unsigned int pending; /* ops in flight */
+	uint64_t done;	      /* reads: bytes of finished windows */
+	uint64_t window;      /* reads: bytes of the window in flight */
+	uint64_t reserved;    /* writes: the disk's reservation */
+	unsigned int nr_data;
+	struct iovec data[BLK_SEG_MAX];
+	struct blk_op ops[BLK_WINDOW_OPS];
+	struct iovec slice[BLK_SEG_MAX + BLK_WINDOW_OPS];
+};
+
+struct blk_queue {
+	struct virtio_blk *b;
+	unsigned int index;
+	uint64_t kick_buf;
+	struct blk_req *reqs; /* BLK_QUEUE_SIZE slots */
+	struct blk_req *free;
+	bool starved; /* stopped popping for want of a slot */
+	bool pushed;  /* used buffers since the last notification */
+};
+
+struct virtio_blk {
+	struct virtio_device vdev;
+	struct virtio_queue vqs[VIRTIO_BLK_MAX_QUEUES];
+	struct blk_queue queues[VIRTIO_BLK_MAX_QUEUES];
+	struct virtio_blk_config config;
+	struct disk *disk;
+	char serial[VIRTIO_BLK_ID_BYTES];
+	unsigned int nr_queues;
+	bool vdev_ok;
+	uint32_t gen; /* bumped by a reset, under the device lock */
+
+	struct io_uring ring;
+	bool ring_ok;
+	int stop_fd;
+	uint64_t stop_buf;
+	bool stopping;
+	pthread_t thread;
+	bool started;
+	bool warned;	       /* one message for the device's life */
+	struct vq_chain chain; /* pop scratch, event loop only */
+};
+
+static struct virtio_blk *to_blk(struct virtio_device *dev)
+{
+	return (struct virtio_blk *)dev; /* vdev is the first member */
+}
+
+static __attribute__((format(printf, 2, 3))) void blk_warn(struct virtio_blk *b,
+							   const char *fmt, ...)
+{
+	char why[160];
+	va_list ap;
+
+	if (b->warned)
+		return;
+	b->warned = true;
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	pr_warn("%s: %s; request failed (further errors not logged)",
+		b->vdev.name, why);
+}
+
+/* ---- iovec helpers ---------------------------------------------------- */
+
+/* Copies up to len bytes from offset skip of the segments into buf. */
+static size_t iov_to_buf(const struct iovec *iov, unsigned int n, uint64_t skip,
+			 void *buf, size_t len)
+{
+	size_t done = 0;
+
+	for (unsigned int i = 0; i < n && done < len; i++) {
+		size_t take;
+
+		if (skip >= iov[i].iov_len) {
+			skip -= iov[i].iov_len;
+			continue;
+		}
+		take = iov[i].iov_len - skip;
+		if (take > len - done)
+			take = len - done;
+		memcpy((uint8_t *)buf + done, (uint8_t *)iov[i].iov_base + skip,
+		       take);
+		done += take;
+		skip = 0;
+	}
+	return done;
+}
+
+static size_t buf_to_iov(const struct iovec *iov, unsigned int n,
+			 const void *buf, size_t len)
+{
+	size_t done = 0;
+
+	for (unsigned int i = 0; i < n && done < len; i++) {
+		size_t take = iov[i].iov_len;
+
+		if (take > len - done)
+			take = len - done;
+		memcpy(iov[i].iov_base, (const uint8_t *)buf + done, take);
+		done += take;
+	}
+	return done;
+}
+
+/*
+ * dst receives the segments that cover [skip, skip + len) of src. Returns
+ * how many, or -1 when that takes more than max or src is too short.
+ */
+static int iov_sub(const struct iovec *src, unsigned int n, uint64_t skip,
+		   uint64_t len, struct iovec *dst, unsigned int max)
+{
+	unsigned int out = 0;
+
+	for (unsigned int i = 0; i < n && len; i++) {
+		uint64_t take;
+
+		if (skip >= src[i].iov_len) {
+			skip -= src[i].iov_len;
+			continue;
+		}
+		if (out == max)
+			return -1;
+		take = src[i].iov_len - skip;
+		if (take > len)
+			take = len;
+		dst[out].iov_base = (uint8_t *)src[i].iov_base + skip;
+		dst[out].iov_len = take;
+		out++;
+		len -= take;
+		skip = 0;
+	}
+	return len ? -1 : (int)out;
+}
+
+/* Drops the first bytes of a segment list, in place. */
+static void iov_advance(struct iovec **iov, unsigned int *n, uint64_t bytes)
+{
+	while (*n && bytes >= (*iov)->iov_len) {
+		bytes -= (*iov)->iov_len;
+		(*iov)++;
+		(*n)--;
+	}
+	if (*n && bytes) {
+		(*iov)->iov_base = (uint8_t *)(*iov)->iov_base + bytes;
+		(*iov)->iov_len -= bytes;
+	}
+}
+
+/* ---- submission -------------------------------------------------------- */
+
+static struct io_uring_sqe *get_sqe(struct virtio_blk *b)
+{
+	struct io_uring_sqe *sqe;
+
+	/*
+	 * The completion ring holds every operation that can be in flight
+	 * (virtio_blk__create), so making room in the submission ring only
+	 * takes a submit.
+	 */
+	while (!(sqe = io_uring_get_sqe(&b->ring)))
+		io_uring_submit(&b->ring);
+	return sqe;
+}
+
+static void op_submit(struct virtio_blk *b, struct blk_op *op)
+{
+	struct io_uring_sqe *sqe = get_sqe(b);
+
+	switch (op->kind) {
+	case OP_READ:
+		io_uring_prep_readv(sqe, op->fd, op->iov, op->iovcnt,
+				    op->offset);
+		break;
+	case OP_WRITE:
+		io_uring_prep_writev(sqe, op->fd, op->iov, op->iovcnt,
+				     op->offset);
+		break;
+	case OP_FLUSH:
+		io_uring_prep_fsync(sqe, op->fd, IORING_FSYNC_DATASYNC);
+		break;
+	case OP_ZERO:
+		io_uring_prep_fallocate(
+			sqe, op->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+			op->offset, op->len);
+		break;
+	}
+	io_uring_sqe_set_data(sqe, op); /* TAG_OP: an aligned pointer */
+}
+
+static void arm_kick(struct blk_queue *q)
+{
+	struct io_uring_sqe *sqe = get_sqe(q->b);
+
+	io_uring_prep_read(sqe, q->b->vqs[q->index].kick_fd, &q->kick_buf,
+			   sizeof(q->kick_buf), 0);
+	io_uring_sqe_set_data64(sqe, (uintptr_t)q | TAG_KICK);
+}
+
+static void arm_stop(struct virtio_blk *b)
+{
+	struct io_uring_sqe *sqe = get_sqe(b);
+
+	io_uring_prep_read(sqe, b->stop_fd, &b->stop_buf, sizeof(b->stop_buf),
+			   0);
+	io_uring_sqe_set_data64(sqe, TAG_STOP);
+}
+
+static struct blk_op *new_op(struct blk_req *req, enum op_kind kind, int fd,
+			     uint64_t offset, uint64_t len)
+{
+	struct blk_op *op = &req->ops[req->pending++];
+
+	*op = (struct blk_op){
+		.req = req, .kind = kind, .fd = fd, .offset = offset, .len = len
+	};
+	return op;
+}
+
+/* ---- requests ---------------------------------------------------------- */
+
+/* Called with the device lock held, like everything below. */
+static void req_complete(struct blk_req *req, uint8_t status)
+{
+	struct blk_queue *q = req->q;
+	struct virtio_blk *b = q->b;
+
+	/* A reset since the pop: the buffers are no longer the device's. */
+	if (req->gen == b->gen) {
+		*req->status = status;
+		if (virtqueue__push(&b->vqs[q->index].vq, req->head,
+				    req->used_len) == 0)
+			q->pushed = true;
+	}
+	req->next_free = q->free;
+	q->free = req;
+}
+
+static void read_window(struct blk_req *req);
+
+/* Every op of the request's current stage has completed. */
+static void req_stage_done(struct blk_req *req)
+{
+	struct virtio_blk *b = req->q->b;
+
+	switch (req->type) {
+	case VIRTIO_BLK_T_IN:
+		if (req->failed)
+			break;
+		req->done += req->window;
+		if (req->done < req->len) {
+			read_window(req);
+			return;
+		}
+		req->used_len = req->len + 1;
+		break;
+	case VIRTIO_BLK_T_OUT:
+		disk__end_write(b->disk, req->offset, req->len, req->reserved,
+				!req->failed);
+		break;
+	case VIRTIO_BLK_T_DISCARD:
+	case VIRTIO_BLK_T_WRITE_ZEROES:
+		disk__end_zero(b->disk, req->offset, req->len, !req->failed);
+		break;
+	}
+	req_complete(req, req->failed ? VIRTIO_BLK_S_IOERR : VIRTIO_BLK_S_OK);
+}
+
+/*
+ * The next piece of a read: as much of the rest as the disk describes in
+ * BLK_WINDOW_OPS extents (at least one block). Zero extents are filled
+ * here; the others go to the ring. Loops instead of recursing when a
+ * window needs no I/O at all.
+ */
+static void read_window(struct blk_req *req)
+{
+	struct virtio_blk *b = req->q->b;
+	struct disk_extent ext[BLK_WINDOW_OPS];
+	unsigned int used;
+	uint64_t pos;
+	int n;
+
+	while (req->done < req->len) {
+		uint64_t win = req->len - req->done;
+
+		if (win > BLK_WINDOW_BYTES)
+			win = BLK_WINDOW_BYTES;
+		for (;;) {
+			n = disk__map_read(b->disk, req->offset + req->done,
+					   win, ext, BLK_WINDOW_OPS);
+			if (n != -E2BIG || win <= DISK_BLOCK_SIZE)
+				break;
+			win = (win / 2) & ~(uint64_t)(DISK_BLOCK_SIZE - 1);
+			if (!win)
+				win = DISK_BLOCK_SIZE;
+		}
+		if (n <= 0) {
+			blk_warn(b,
+				 "read of %" PRIu64 " bytes at %" PRIu64 ": %s",
+				 req->len, req->offset,
+				 strerror(n ? -n : EINVAL));
+			req_complete(req, VIRTIO_BLK_S_IOERR);
+			return;
+		}
+		req->window = win;
+		pos = req->done;
+		used = 0;
+		for (int i = 0; i < n; i++) {
+			struct iovec *iov = req->slice + used;
+			int cnt = iov_sub(req->data, req->nr_data, pos,
+					  ext[i].len, iov,
+					  ARRAY_SIZE(req->slice) - used);
+
+			if (cnt < 0) { /* cannot happen: slice has room */
+				req->failed = true;
+				break;
+			}
+			if (ext[i].fd < 0) {
+				for (int j = 0; j < cnt; j++)
+					memset(iov[j].iov_base, 0,
+					       iov[j].iov_len);
+			} else {
+				struct blk_op *op =
+					new_op(req, OP_READ, ext[i].fd,
+					       ext[i].offset, ext[i].len);
+
+				op->iov = iov;
+				op->iovcnt = cnt;
+				op_submit(b, op);
+			}
+			used += cnt;
+			pos += ext[i].len;
+		}
+		if (req->pending)
+			return;
+		if (req->failed) {
+			req_complete(req, VIRTIO_BLK_S_IOERR);
+			return;
+		}
+		req->done += win;
+	}
+	req->used_len = req->len + 1;
+	req_complete(req, VIRTIO_BLK_S_OK);
+}
+
+/* The sector of a request as a byte offset; false when it overflows. */
+static bool sector_offset(uint64_t sector, uint64_t *offset)
+{
+	if (sector > UINT64_MAX >> SECTOR_SHIFT)
+		return false;
+	*offset = sector << SECTOR_SHIFT;
+	return true;
+}
+
+static void start_write(struct blk_req *req)
+{
+	struct virtio_blk *b = req->q->b;
+	struct disk_extent ext;
+	struct blk_op *op;
+	int ret;
+
+	ret = disk__begin_write(b->disk, req->offset, req->len, &ext,
+				&req->reserved);
+	if (ret) {
+		if (ret == -ENOSPC)
+			blk_warn(b,
+				 "write of %" PRIu64 " bytes refused: "
+				 "the writable layer is at its size limit",
+				 req->len);
+		else
+			blk_warn(b,
+				 "write of %" PRIu64 " bytes at %" PRIu64
+				 ": %s",
+				 req->len, req->offset, strerror(-ret));
+		req_complete(req, VIRTIO_BLK_S_IOERR);
+		return;
+	}
+	op = new_op(req, OP_WRITE, ext.fd, ext.offset, req->len);
+	op->iov = req->data;
+	op->iovcnt = req->nr_data;
+	op_submit(b, op);
+}
+
+/* Discard and write-zeroes: one segment (max_*_seg is 1). */
+static void start_zero(struct blk_req *req, const struct vq_chain *c)
+{
+	struct virtio_blk *b = req->q->b;
+	struct virtio_blk_discard_write_zeroes seg;
+	uint32_t flags, allowed;
+	struct disk_extent ext;
+	int ret;
+
+	if (c->out_len - sizeof(struct virtio_blk_outhdr) != sizeof(seg) ||
+	    iov_to_buf(c->iov, c->nr_out, sizeof(struct virtio_blk_outhdr),
+		       &seg, sizeof(seg)) != sizeof(seg)) {
+		blk_warn(b,
+			 "discard/write-zeroes with %" PRIu64
+			 " bytes of segments",
+			 c->out_len - sizeof(struct virtio_blk_outhdr));
+		req_complete(req, VIRTIO_BLK_S_IOERR);
+		return;
+	}
+	flags = le32toh(seg.flags);
+	allowed = req->type == VIRTIO_BLK_T_WRITE_ZEROES ?
+			  VIRTIO_BLK_WRITE_ZEROES_FLAG_UNMAP :
+			  0;
+	if (flags & ~allowed) {
+		req_complete(req, VIRTIO_BLK_S_UNSUPP);
+		return;
+	}
+	if (le32toh(seg.num_sectors) > BLK_ZERO_MAX_SECTORS ||
+	    !sector_offset(le64toh(seg.sector), &req->offset)) {
+		req_complete(req, VIRTIO_BLK_S_IOERR);
+		return;
+	}
+	req->len = (uint64_t)le32toh(seg.num_sectors) << SECTOR_SHIFT;
+	if (!req->len) {
+		req_complete(req, VIRTIO_BLK_S_OK);
+		return;
+	}
+	ret = disk__begin_zero(b->disk, req->offset, req->len, &ext);
+	if (ret) {
+		blk_warn(b, "zeroing %" PRIu64 " bytes at %" PRIu64 ": %s",
+			 req->len, req->offset, strerror(-ret));
+		req_complete(req, VIRTIO_BLK_S_IOERR);
+		return;
+	}
+	op_submit(b, new_op(req, OP_ZERO, ext.fd, ext.offset, ext.len));
+}
+
+static void start_get_id(struct blk_req *req, const struct vq_chain *c)
+{
+	struct virtio_blk *b = req->q->b;
+	const struct iovec *in = c->iov + c->nr_out;
+	uint64_t room = c->in_len - 1;
+	size_t n = room < sizeof(b->serial) ? room : sizeof(b->serial);
+
+	req->used_len = buf_to_iov(in, c->nr_in, b->serial, n) + 1;
+	req_complete(req, VIRTIO_BLK_S_OK);
+}
+
+/* A popped chain: parse it and start its request. */
+static void start_request(struct blk_queue *q, const struct vq_chain *c)
+{
+	struct virtio_blk *b = q->b;
+	struct blk_req *req = q->free;
+	const struct iovec *last;
+	struct virtio_blk_outhdr hdr;
+	uint64_t data_len;
+	int n;
+
+	q->free = req->next_free;
+	*req = (struct blk_req){
+		.q = q, .head = c->head, .gen = b->gen, .used_len = 1
+	};
+
+	/* Without a header and a status byte there is no way to answer. */
+	if (c->out_len < sizeof(hdr) || !c->in_len ||
+	    iov_to_buf(c->iov, c->nr_out, 0, &hdr, sizeof(hdr)) !=
+		    sizeof(hdr)) {
+		blk_warn(b, "request without header or status byte");
+		if (virtqueue__push(&b->vqs[q->index].vq, c->head, 0) == 0)
+			q->pushed = true;
+		req->next_free = q->free;
+		q->free = req;
+		return;
+	}
+	last = &c->iov[c->nr_out + c->nr_in - 1];
+	req->status = (uint8_t *)last->iov_base + last->iov_len - 1;
+	req->type = le32toh(hdr.type);
+
+	switch (req->type) {
+	case VIRTIO_BLK_T_IN:
+	case VIRTIO_BLK_T_OUT:
+		break;
+	case VIRTIO_BLK_T_FLUSH: {
+		int fd = disk__sync_fd(b->disk);
+
+		if (fd < 0)
+			req_complete(req, VIRTIO_BLK_S_OK);
+		else
+			op_submit(b, new_op(req, OP_FLUSH, fd, 0, 0));
+		return;
+	}
+	case VIRTIO_BLK_T_GET_ID:
+		start_get_id(req, c);
+		return;
+	case VIRTIO_BLK_T_DISCARD:
+	case VIRTIO_BLK_T_WRITE_ZEROES:
+		start_zero(req, c);
+		return;
+	default:
+		req_complete(req, VIRTIO_BLK_S_UNSUPP);
+		return;
+	}
+
+	if (!sector_offset(le64toh(hdr.sector), &req->offset)) {
+		req_complete(req, VIRTIO_BLK_S_IOERR);
+		return;
+	}
+	if (req->type == VIRTIO_BLK_T_IN) {
+		data_len = c->in_len - 1;
+		n = iov_sub(c->iov + c->nr_out, c->nr_in, 0, data_len,
+			    req->data, ARRAY_SIZE(req->data));
+	} else {
+		data_len = c->out_len - sizeof(hdr);
+		n = iov_sub(c->iov, c->nr_out, sizeof(hdr), data_len, req->data,
+			    ARRAY_SIZE(req->data));
+	}
+	if (n < 0) {
+		blk_warn(b, "request with more than %u data segments",
+			 BLK_SEG_MAX);
+		req_complete(req, VIRTIO_BLK_S_IOERR);
+		return;
+	}
+	req->nr_data = n;
+	req->len = data_len;
+	if (!data_len) {
+		req_complete(req, VIRTIO_BLK_S_OK);
+		return;
+	}
+	if (req->type == VIRTIO_BLK_T_IN)
+		read_window(req);
+	else
+		start_write(req);
+}
+
+static void process_queue(struct blk_queue *q)
+{
+	struct virtio_blk *b = q->b;
+	struct virtqueue *vq = &b->vqs[q->index].vq;
+	bool asked = false;
+	int ret = 0;
+
+	if (!virtio_device__is_live(&b->vdev) || !virtqueue__is_ready(vq))
+		return;
+	virtqueue__set_notify_suppression(vq, true);
+	for (;;) {
+		if (!q->free) {
+			/* A completion frees a slot and comes back here. */
+			q->starved = true;
+			return;
+		}
+		ret = virtqueue__pop(vq, &b->chain);
+		if (ret == 1) {
+			start_request(q, &b->chain);
+			continue;
+		}
+		if (ret < 0 || asked)
+			break;
+		/* Empty: ask for kicks again, then look once more. */
+		virtqueue__set_notify_suppression(vq, false);
+		asked = true;
+	}
+	/* A broken ring: the core logged it; the driver must reset us. */
+	if (ret == -EIO)
+		virtio_device__set_needs_reset(&b->vdev);
+}
+
+/* ---- completions and the loop ------------------------------------------ */
+
+static void op_done(struct virtio_blk *b, struct blk_op *op, int res)
+{
+	struct blk_req *req = op->req;
+
+	if (res == -EINTR || res == -EAGAIN) {
+		op_submit(b, op);
+		return;
+	}
+	if (res < 0) {
+		blk_warn(b, "I/O error at %" PRIu64 ": %s", op->offset,
+			 strerror(-res));
+		req->failed = true;
+	} else if ((op->kind == OP_READ || op->kind == OP_WRITE) &&
+		   (uint64_t)res < op->len) {
+		if (!res) {
+			blk_warn(b, "short %s at %" PRIu64,
+				 op->kind == OP_READ ? "read" : "write",
+				 op->offset);
+			req->failed = true;
+		} else {
+			/* Short I/O: go on from where it stopped. */
+			iov_advance(&op->iov, &op->iovcnt, res);
+			op->offset += res;
+			op->len -= res;
+			op_submit(b, op);
+			return;
+		}
+	}
+	if (--req->pending)
+		return;
+	req_stage_done(req);
+}
+
+static void handle_cqe(struct virtio_blk *b, const struct io_uring_cqe *cqe)
+{
+	uint64_t data = io_uring_cqe_get_data64(cqe);
+	struct blk_queue *q;
+
+	switch (data & TAG_MASK) {
+	case TAG_OP:
+		op_done(b, (struct blk_op *)(uintptr_t)data, cqe->res);
+		break;
+	case TAG_KICK:
+		q = (struct blk_queue *)(uintptr_t)(data & ~TAG_MASK);
+		if (cqe->res < 0 && cqe->res != -EINTR && cqe->res != -EAGAIN) {
+			pr_err("%s: queue %u: kick eventfd: %s", b->vdev.name,
+			       q->index, strerror(-cqe->res));
+			b->stopping = true;
+			break;
+		}
+		arm_kick(q);
+		process_queue(q);
+		break;
+	case TAG_STOP:
+		b->stopping = true;
+		break;
+	}
+}
+
+static void *blk_thread(void *arg)
+{
+	struct virtio_blk *b = arg;
+	struct io_uring_cqe *cqe;
+	unsigned int head, seen;
+	sigset_t all;
+	int ret;
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, NULL);
+
+	virtio_device__lock(&b->vdev);
+	arm_stop(b);
+	for (unsigned int i = 0; i < b->nr_queues; i++)
+		arm_kick(&b->queues[i]);
+	virtio_device__unlock(&b->vdev);
+
+	while (!b->stopping) {
+		ret = io_uring_submit_and_wait(&b->ring, 1);
+		if (ret < 0 && ret != -EINTR) {
+			pr_err("%s: io_uring: %s", b->vdev.name,
+			       strerror(-ret));
+			break;
+		}
+		virtio_device__lock(&b->vdev);
+		seen = 0;
+		io_uring_for_each_cqe(&b->ring, head, cqe)
+		{
+			handle_cqe(b, cqe);
+			seen++;
+		}
+		io_uring_cq_advance(&b->ring, seen);
+		for (unsigned int i = 0; i < b->nr_queues; i++) {
+			struct blk_queue *q = &b->queues[i];
+
+			if (q->starved && q->free) {
+				q->starved = false;
+				process_queue(q);
+			}
+			if (q->pushed) {
+				q->pushed = false;
+				virtio_device__notify_queue(&b->vdev, i);
+			}
+		}
+		virtio_device__unlock(&b->vdev);
+	}
+	return NULL;
+}
+
+/* ---- device ops -------------------------------------------------------- */
+
+static void blk_config_read(struct virtio_device *dev, unsigned int offset,
+			    void *data, unsigned int len)
+{
+	memcpy(data, (uint8_t *)&to_blk(dev)->config + offset, len);
+}
+
+/* A kick that came through the transport: wake the loop the same way. */
+static void blk_queue_notify(struct virtio_device *dev, unsigned int index)
+{
+	uint64_t one = 1;
+
+	if (write(dev->queues[index].kick_fd, &one, sizeof(one)) < 0)
+		pr_debug("%s: kick: %s", dev->name, strerror(errno));
+}
+
+/* Requests in flight finish on their own and are then dropped (gen). */
+static void blk_reset(struct virtio_device *dev)
+{
+	struct virtio_blk *b = to_blk(dev);
+
+	b->gen++;
+	for (unsigned int i = 0; i < b->nr_queues; i++)
+		b->queues[i].pushed = false;
+}
+
+static const struct virtio_device_ops blk_ops = {
+	.config_read = blk_config_read,
+	.queue_notify = blk_queue_notify,
+	.reset = blk_reset,
+};
+
+static void fill_config(struct virtio_blk *b)
+{
+	struct virtio_blk_config *c = &b->config;
+
+	c->capacity = htole64(disk__size(b->disk) >> SECTOR_SHIFT);
+	c->size_max = htole32(BLK_SIZE_MAX);
+	c->seg_max = htole32(BLK_SEG_MAX);
+	c->blk_size = htole32(DISK_BLOCK_SIZE);
+	c->min_io_size = htole16(1); /* in logical blocks */
+	c->num_queues = htole16(b->nr_queues);
+	c->max_discard_sectors = htole32(BLK_ZERO_MAX_SECTORS);
+	c->max_discard_seg = htole32(1);
+	c->discard_sector_alignment = htole32(SECTORS_PER_BLOCK);
+	c->max_write_zeroes_sectors = htole32(BLK_ZERO_MAX_SECTORS);
+	c->max_write_zeroes_seg = htole32(1);
+	c->write_zeroes_may_unmap = 1;
+}
+
+static uint64_t blk_features(const struct virtio_blk *b)
+{
+	uint64_t f = FEAT(VIRTIO_F_VERSION_1) | FEAT(VIRTIO_RING_F_EVENT_IDX) |
+		     FEAT(VIRTIO_RING_F_INDIRECT_DESC) |
+		     FEAT(VIRTIO_BLK_F_SIZE_MAX) | FEAT(VIRTIO_BLK_F_SEG_MAX) |
+		     FEAT(VIRTIO_BLK_F_BLK_SIZE) | FEAT(VIRTIO_BLK_F_FLUSH) |
+		     FEAT(VIRTIO_BLK_F_TOPOLOGY) | FEAT(VIRTIO_BLK_F_MQ);
+
+	if (disk__read_only(b->disk))
+		return f | FEAT(VIRTIO_BLK_F_RO);
+	return f | FEAT(VIRTIO_BLK_F_DISCARD) | FEAT(VIRTIO_BLK_F_WRITE_ZEROES);
+}
+
+/* Every op that can be in flight, plus the kicks and the stop. */
+static unsigned int cq_entries(unsigned int nr_queues)
+{
+	unsigned int need = nr_queues * BLK_QUEUE_SIZE * BLK_WINDOW_OPS +
+			    nr_queues + 1,
+		     n = BLK_SQ_ENTRIES;
+
+	while (n < need)
+		n <<= 1;
+	return n;
+}
+
+int virtio_blk__create(struct virtio_blk **out,
+		       const struct virtio_blk_params *p)
+{
+	struct io_uring_params up = { .flags = IORING_SETUP_CQSIZE };
+	struct virtio_device_params vp;
+	struct virtio_blk *b;
+	int ret;
+
+	if (!p->disk || !p->nr_queues || p->nr_queues > VIRTIO_BLK_MAX_QUEUES)
+		return -EINVAL;
+	b = calloc(1, sizeof(*b));
+	if (!b)
+		return -ENOMEM;
+	b->stop_fd = -1;
+	b->disk = p->disk;
+	b->nr_queues = p->nr_queues;
+	if (p->serial)
+		memcpy(b->serial, p->serial,
+		       strnlen(p->serial, sizeof(b->serial)));
+	fill_config(b);
+
+	vp = (struct virtio_device_params){
+		.name = p->name ? p->name : "virtio-blk",
+		.device_id = VIRTIO_ID_BLOCK,
+		.features = blk_features(b),
+		.config_size = sizeof(b->config),
+		.ops = &blk_ops,
+		.queues = b->vqs,
+		.nr_queues = b->nr_queues,
+		.queue_max_size = BLK_QUEUE_SIZE,
+		.mem = p->mem,
+		.irq = p->irq,
+	};
+	ret = virtio_device__init(&b->vdev, &vp);
+	if (ret)
+		goto out_destroy;
+	b->vdev_ok = true;
+
+	for (unsigned int i = 0; i < b->nr_queues; i++) {
+		struct blk_queue *q = &b->queues[i];
+
+		q->b = b;
+		q->index = i;
+		/* Slots are touched only when used: a lazily backed pool. */
+		q->reqs = calloc(BLK_QUEUE_SIZE, sizeof(*q->reqs));
+		b->vqs[i].kick_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+		if (!q->reqs || b->vqs[i].kick_fd < 0) {
+			ret = q->reqs ? -errno : -ENOMEM;
+			goto out_destroy;
+		}
+		for (unsigned int j = BLK_QUEUE_SIZE; j--;) {
+			q->reqs[j].next_free = q->free;
+			q->free = &q->reqs[j];
+		}
+	}
+	b->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (b->stop_fd < 0) {
+		ret = -errno;
+		goto out_destroy;
+	}
+	up.cq_entries = cq_entries(b->nr_queues);
+	ret = io_uring_queue_init_params(BLK_SQ_ENTRIES, &b->ring, &up);
+	if (ret)
+		goto out_destroy;
+	b->ring_ok = true;
+	*out = b;
+	return 0;
+
+out_destroy:
+	virtio_blk__destroy(b);
+	return ret;
+}
+
+struct virtio_device *virtio_blk__device(struct virtio_blk *b)
+{
+	return &b->vdev;
+}
+
+int virtio_blk__start(struct virtio_blk *b)
+{
+	int ret = pthread_create(&b->thread, NULL, blk_thread, b);
+
+	if (ret)
+		return -ret;
+	b->started = true;
+	return 0;
+}
+
+void virtio_blk__destroy(struct virtio_blk *b)
+{
+	uint64_t one = 1;
+
+	if (!b)
+		return;
+	if (b->started) {
+		if (write(b->stop_fd, &one, sizeof(one)) < 0)
+			pr_debug("%s: stop: %s", b->vdev.name, strerror(errno));
+		pthread_join(b->thread, NULL);
+	}
+	/* Waits for I/O in flight: it may still write into guest memory. */
+	if (b->ring_ok)
+		io_uring_queue_exit(&b->ring);
+	if (b->stop_fd >= 0)
+		close(b->stop_fd);
+	for (unsigned int i = 0; i < b->nr_queues; i++) {
+		free(b->queues[i].reqs);
+		if (b->vdev_ok && b->vqs[i].kick_fd >= 0)
+			close(b->vqs[i].kick_fd);
+	}
+	if (b->vdev_ok)
+		virtio_device__exit(&b->vdev);
+	free(b);
+}

@@ -1,0 +1,161 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Running the vmm from KVM selftests: the guest build's paths, one boot
+ * to completion (BOOT), and a boot in the background (vmm_start). KILN_VMM
+ * names the vmm (build/vmm), KILN_GUEST_DIR the guest build (build/guest)
+ * and KILN_IMAGES_DIR the image descriptors (build/images).
+ */
+#ifndef KILN_SELFTESTS_VMM_UTIL_H
+#define KILN_SELFTESTS_VMM_UTIL_H
+
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "selftests/kselftest.h"
+#include "selftests/spawn.h"
+
+#define BOOT_TIMEOUT	     300 /* seconds; nested virtualisation is slow */
+#define VMM_EXIT_GUEST_CRASH 123
+#define VMM_EXIT_VMM_ERROR   125
+
+static inline const char *env_or(const char *name, const char *def)
+{
+	const char *v = getenv(name);
+
+	return v ? v : def;
+}
+
+struct guest {
+	char vmm[256], vmlinux[256], bzimage[256], initrd[256], images[256];
+};
+
+static inline void guest_paths(struct guest *g)
+{
+	const char *dir = env_or("KILN_GUEST_DIR", "build/guest");
+
+	snprintf(g->vmm, sizeof(g->vmm), "%s", env_or("KILN_VMM", "build/vmm"));
+	snprintf(g->vmlinux, sizeof(g->vmlinux), "%s/vmlinux", dir);
+	snprintf(g->bzimage, sizeof(g->bzimage), "%s/bzImage", dir);
+	snprintf(g->initrd, sizeof(g->initrd), "%s/initramfs.cpio", dir);
+	snprintf(g->images, sizeof(g->images), "%s",
+		 env_or("KILN_IMAGES_DIR", "build/images"));
+}
+
+/* How a test boots: all optional, NULL-terminated lists. */
+struct boot_spec {
+	const char *kernel; /* default: vmlinux */
+	const char *initrd; /* default: the guest's initramfs */
+	const char *const *opts;
+	const char *const *cmd;
+	const char *stdin_path;
+};
+
+/* argv for `vmm run --kernel K --initrd I opts... -- cmd...`. */
+static inline void boot_argv(const struct guest *g, const struct boot_spec *s,
+			     const char *argv[64])
+{
+	int i = 0, j;
+
+	argv[i++] = g->vmm;
+	argv[i++] = "run";
+	argv[i++] = "--kernel";
+	argv[i++] = s->kernel ? s->kernel : g->vmlinux;
+	argv[i++] = "--initrd";
+	argv[i++] = s->initrd ? s->initrd : g->initrd;
+	for (j = 0; s->opts && s->opts[j] && i < 40; j++)
+		argv[i++] = s->opts[j];
+	if (s->cmd) {
+		argv[i++] = "--";
+		for (j = 0; s->cmd[j] && i < 63; j++)
+			argv[i++] = s->cmd[j];
+	}
+	argv[i] = NULL;
+}
+
+/*
+ * Boots to completion. The guest is a precondition, not a skip: without
+ * it the test fails and says why. Returns -1 when the test is over.
+ */
+static inline int boot_spec(struct __test_metadata *_metadata,
+			    const struct boot_spec *s, struct spawn_result *r)
+{
+	const char *argv[64];
+	struct guest g;
+	struct stat st;
+
+	guest_paths(&g);
+	if (access("/dev/kvm", R_OK | W_OK))
+		SKIP(return -1,
+			    "no usable /dev/kvm (run through tools/vmtest)");
+	ASSERT_EQ(0, stat(g.initrd, &st)) TH_LOG("no guest: run make guest");
+	boot_argv(&g, s, argv);
+	ASSERT_EQ(0, spawn__run(argv, s->stdin_path, r));
+	TH_LOG("exit %d, stdout: %.300s", r->status, r->out);
+	if (r->err_len)
+		TH_LOG("stderr: %.600s", r->err);
+	return 0;
+}
+
+#define BOOT_SPEC(spec, r)                         \
+	do {                                       \
+		if (boot_spec(_metadata, spec, r)) \
+			return;                    \
+	} while (0)
+
+#define BOOT(kernel_, opts_, cmd_, in_, r)                    \
+	BOOT_SPEC((&(struct boot_spec){ .kernel = kernel_,    \
+					.opts = opts_,        \
+					.cmd = cmd_,          \
+					.stdin_path = in_ }), \
+		  r)
+
+#define ARGS(...) ((const char *const[]){ __VA_ARGS__, NULL })
+
+/* Boots in the background, stdout to out_fd, stdin and stderr nowhere. */
+static inline pid_t vmm_start(const struct boot_spec *s, int out_fd)
+{
+	const char *argv[64];
+	struct guest g;
+	pid_t pid;
+
+	guest_paths(&g);
+	boot_argv(&g, s, argv);
+	pid = fork();
+	if (pid == 0) {
+		int null = open("/dev/null", O_RDWR);
+
+		dup2(null, 0);
+		dup2(out_fd, 1);
+		dup2(null, 2);
+		execvp(argv[0], (char *const *)argv);
+		_exit(127);
+	}
+	return pid;
+}
+
+static inline pid_t start_vmm_stdout(const char *const cmd[], int out_fd)
+{
+	return vmm_start(&(struct boot_spec){ .cmd = cmd }, out_fd);
+}
+
+/* The exit code (128+N for signal N), or -1 after killing it at secs. */
+static inline int wait_exit(pid_t pid, int secs)
+{
+	int status, i;
+
+	for (i = 0; i < secs * 10; i++) {
+		if (waitpid(pid, &status, WNOHANG) == pid)
+			return WIFEXITED(status) ? WEXITSTATUS(status) :
+						   128 + WTERMSIG(status);
+		usleep(100000);
+	}
+	kill(pid, SIGKILL);
+	waitpid(pid, &status, 0);
+	return -1;
+}
+
+#endif

@@ -1,0 +1,722 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Root image descriptors: parse one (jansson), then check the base file it
+ * names against its size and SHA-256 digest (wolfSSL) before the guest
+ * boots. Hashing a few hundred MiB is slow on a nested or emulated host, so
+ * a good hash is remembered in a small verification cache keyed by the
+ * file's identity and timestamps (Documentation/rootfs.md).
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <wolfssl/options.h>
+#include <wolfssl/wolfcrypt/error-crypt.h>
+#include <wolfssl/wolfcrypt/sha256.h>
+
+#include "vmm/rootfs.h"
+
+#define DESCRIPTOR_MAX (64U << 10) /* bytes: a descriptor is ~300 */
+#define HASH_CHUNK     (1U << 20)  /* bytes per read while hashing */
+#define CACHE_KEY_MAX  512U
+
+static int errf(char *err, size_t len, int ret, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+static int errf(char *err, size_t len, int ret, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(err, len, fmt, ap);
+	va_end(ap);
+	return ret;
+}
+
+void rootfs__free(struct rootfs_image *img)
+{
+	free(img->name);
+	free(img->path);
+	free(img->format);
+	free(img->architecture);
+	free(img->digest);
+	free(img->descriptor);
+	memset(img, 0, sizeof(*img));
+}
+
+/* ---- the descriptor ------------------------------------------------ */
+
+/*
+ * Words that name whatever is newest rather than one build. A name is
+ * refused when any of its words (runs of letters and digits, so the tag
+ * after ':' counts too) is one of these, whatever the case.
+ */
+static const char *const moving_aliases[] = {
+	"latest", "stable",  "current", "edge",	    "nightly", "head",
+	"newest", "rolling", "testing", "unstable", "sid",
+};
+
+static const char *moving_word(const char *name)
+{
+	const char *p = name, *start;
+	size_t i, n;
+
+	while (*p) {
+		while (*p && !isalnum((unsigned char)*p))
+			p++;
+		start = p;
+		while (isalnum((unsigned char)*p))
+			p++;
+		n = p - start;
+		for (i = 0; n && i < ARRAY_SIZE(moving_aliases); i++)
+			if (strlen(moving_aliases[i]) == n &&
+			    !strncasecmp(start, moving_aliases[i], n))
+				return moving_aliases[i];
+	}
+	return NULL;
+}
+
+static bool name_char_ok(char c)
+{
+	return isalnum((unsigned char)c) || strchr("._+:/@-", c);
+}
+
+static int check_name(const char *desc, const char *name, char *err, size_t len)
+{
+	const char *alias;
+	size_t i, n = strlen(name);
+
+	if (!n || n > ROOTFS_NAME_MAX)
+		return errf(err, len, -EINVAL,
+			    "%s: name: must be 1 to %u characters", desc,
+			    ROOTFS_NAME_MAX);
+	if (!isalnum((unsigned char)name[0]))
+		return errf(
+			err, len, -EINVAL,
+			"%s: name \"%s\": must start with a letter or digit",
+			desc, name);
+	for (i = 0; i < n; i++)
+		if (!name_char_ok(name[i]))
+			return errf(err, len, -EINVAL,
+				    "%s: name \"%s\": only letters, digits and "
+				    "._+:/@- are allowed",
+				    desc, name);
+	alias = moving_word(name);
+	if (alias)
+		return errf(err, len, -EINVAL,
+			    "%s: name \"%s\": \"%s\" is a moving alias; name "
+			    "one fixed image",
+			    desc, name, alias);
+	return 0;
+}
+
+static bool digest_ok(const char *d)
+{
+	const size_t plen = strlen(ROOTFS_DIGEST_PREFIX);
+	size_t i;
+
+	if (strlen(d) != ROOTFS_DIGEST_LEN ||
+	    strncmp(d, ROOTFS_DIGEST_PREFIX, plen))
+		return false;
+	for (i = plen; d[i]; i++)
+		if (!isdigit((unsigned char)d[i]) && (d[i] < 'a' || d[i] > 'f'))
+			return false;
+	return true;
+}
+
+/* A relative path is relative to the descriptor's directory. */
+static char *resolve_path(const char *desc, const char *path)
+{
+	const char *slash = strrchr(desc, '/');
+	char *out;
+	int dirlen;
+
+	if (path[0] == '/' || !slash)
+		return strdup(path);
+	dirlen = slash == desc ? 1 : (int)(slash - desc);
+	if (asprintf(&out, "%.*s/%s", dirlen, desc, path) < 0)
+		return NULL;
+	/* "/" + "/x" would give "//x": harmless, but keep it tidy. */
+	if (dirlen == 1 && desc[0] == '/')
+		memmove(out + 1, out + 2, strlen(out + 2) + 1);
+	return out;
+}
+
+enum field {
+	F_NAME,
+	F_PATH,
+	F_FORMAT,
+	F_ARCH,
+	F_DIGEST,
+	F_SIZE,
+	NR_FIELDS,
+};
+
+static const char *const field_names[NR_FIELDS] = {
+	[F_NAME] = "name",     [F_PATH] = "path",
+	[F_FORMAT] = "format", [F_ARCH] = "architecture",
+	[F_DIGEST] = "digest", [F_SIZE] = "sizeBytes",
+};
+
+static int get_str(const char *desc, json_t *v, enum field f, char **out,
+		   char *err, size_t len)
+{
+	const char *s;
+
+	if (!json_is_string(v))
+		return errf(err, len, -EINVAL, "%s: %s: must be a string", desc,
+			    field_names[f]);
+	s = json_string_value(v);
+	if (!*s || strlen(s) != json_string_length(v))
+		return errf(err, len, -EINVAL,
+			    "%s: %s: must be a non-empty string without NUL",
+			    desc, field_names[f]);
+	*out = strdup(s);
+	return *out ? 0 : -ENOMEM;
+}
+
+static int get_size(const char *desc, json_t *v, uint64_t *out, char *err,
+		    size_t len)
+{
+	json_int_t n;
+
+	if (!json_is_integer(v) || json_integer_value(v) <= 0)
+		return errf(err, len, -EINVAL,
+			    "%s: sizeBytes: must be a positive integer", desc);
+	n = json_integer_value(v);
+	if (n % ROOTFS_BLOCK_SIZE)
+		return errf(err, len, -EINVAL,
+			    "%s: sizeBytes: %lld is not a multiple of %u (the "
+			    "disk block size)",
+			    desc, (long long)n, ROOTFS_BLOCK_SIZE);
+	*out = n;
+	return 0;
+}
+
+static int parse_fields(struct rootfs_image *img, json_t *root, char *err,
+			size_t len)
+{
+	const char *desc = img->descriptor;
+	json_t *v[NR_FIELDS] = { NULL };
+	char *path = NULL;
+	const char *key;
+	json_t *val;
+	int f, ret;
+
+	json_object_foreach(root, key, val)
+	{
+		for (f = 0; f < NR_FIELDS; f++)
+			if (!strcmp(key, field_names[f]))
+				break;
+		if (f == NR_FIELDS)
+			return errf(err, len, -EINVAL, "%s: unknown key \"%s\"",
+				    desc, key);
+		v[f] = val;
+	}
+	for (f = 0; f < NR_FIELDS; f++)
+		if (!v[f])
+			return errf(err, len, -EINVAL,
+				    "%s: %s: missing (every field is required)",
+				    desc, field_names[f]);
+
+	ret = get_str(desc, v[F_NAME], F_NAME, &img->name, err, len);
+	if (!ret)
+		ret = check_name(desc, img->name, err, len);
+	if (!ret)
+		ret = get_str(desc, v[F_FORMAT], F_FORMAT, &img->format, err,
+			      len);
+	if (!ret && strcmp(img->format, "raw"))
+		ret = errf(err, len, -EINVAL,
+			   "%s: format \"%s\": only \"raw\" is supported", desc,
+			   img->format);
+	if (!ret)
+		ret = get_str(desc, v[F_ARCH], F_ARCH, &img->architecture, err,
+			      len);
+	if (!ret && !strcmp(img->architecture, "amd64")) {
+		free(img->architecture);
+		img->architecture = strdup("x86_64");
+		if (!img->architecture)
+			ret = -ENOMEM;
+	}
+	if (!ret && strcmp(img->architecture, "x86_64"))
+		ret = errf(err, len, -EINVAL,
+			   "%s: architecture \"%s\": this host runs only "
+			   "\"x86_64\" guests",
+			   desc, img->architecture);
+	if (!ret)
+		ret = get_str(desc, v[F_DIGEST], F_DIGEST, &img->digest, err,
+			      len);
+	if (!ret && !digest_ok(img->digest))
+		ret = errf(err, len, -EINVAL,
+			   "%s: digest \"%.80s\": must be \"sha256:\" and 64 "
+			   "lowercase hex digits",
+			   desc, img->digest);
+	if (!ret)
+		ret = get_size(desc, v[F_SIZE], &img->size_bytes, err, len);
+	if (!ret)
+		ret = get_str(desc, v[F_PATH], F_PATH, &path, err, len);
+	if (!ret) {
+		img->path = resolve_path(desc, path);
+		if (!img->path)
+			ret = -ENOMEM;
+	}
+	free(path);
+	if (ret == -ENOMEM)
+		errf(err, len, ret, "%s: %s", desc, strerror(-ret));
+	return ret;
+}
+
+int rootfs__load(struct rootfs_image *img, const char *descriptor_path,
+		 char *err, size_t len)
+{
+	const char *desc = descriptor_path;
+	json_error_t jerr;
+	struct stat st;
+	json_t *root;
+	int fd, ret;
+
+	memset(img, 0, sizeof(*img));
+	img->descriptor = strdup(desc);
+	if (!img->descriptor)
+		return errf(err, len, -ENOMEM, "%s: %s", desc,
+			    strerror(ENOMEM));
+	/* O_NONBLOCK: a FIFO must be refused, not wait for a writer. */
+	fd = open(desc, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (fd < 0)
+		return errf(err, len, -errno, "%s: %s", desc, strerror(errno));
+	if (fstat(fd, &st)) {
+		ret = errf(err, len, -errno, "%s: %s", desc, strerror(errno));
+		goto out_close;
+	}
+	if (S_ISDIR(st.st_mode) || !S_ISREG(st.st_mode)) {
+		ret = errf(err, len, S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL,
+			   "%s: %s", desc,
+			   S_ISDIR(st.st_mode) ? "is a directory" :
+						 "not a regular file");
+		goto out_close;
+	}
+	if (st.st_size > DESCRIPTOR_MAX) {
+		ret = errf(err, len, -EFBIG,
+			   "%s: %lld bytes: too large for an image descriptor",
+			   desc, (long long)st.st_size);
+		goto out_close;
+	}
+	root = json_loadfd(fd, JSON_REJECT_DUPLICATES, &jerr);
+	if (!root) {
+		ret = errf(err, len, -EINVAL, "%s: line %d column %d: %s", desc,
+			   jerr.line, jerr.column, jerr.text);
+		goto out_close;
+	}
+	if (json_is_object(root))
+		ret = parse_fields(img, root, err, len);
+	else
+		ret = errf(err, len, -EINVAL, "%s: top level must be an object",
+			   desc);
+	json_decref(root);
+out_close:
+	close(fd);
+	return ret;
+}
+
+/* ---- hashing --------------------------------------------------------- */
+
+/* wolfSSL returns its own negative codes: turn them into -errno. */
+static int wolf_errno(int ret)
+{
+	switch (ret) {
+	case 0:
+		return 0;
+	case MEMORY_E:
+		return -ENOMEM;
+	case BAD_FUNC_ARG:
+		return -EINVAL;
+	default:
+		return -EIO;
+	}
+}
+
+static void to_hex(const unsigned char *in, size_t n, char *out)
+{
+	static const char hex[] = "0123456789abcdef";
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		out[2 * i] = hex[in[i] >> 4];
+		out[2 * i + 1] = hex[in[i] & 15];
+	}
+	out[2 * n] = '\0';
+}
+
+/* SHA-256 of a small buffer as 64 hex digits. */
+static int sha256_hex(const void *buf, size_t n, char out[65])
+{
+	unsigned char md[WC_SHA256_DIGEST_SIZE];
+	wc_Sha256 sha;
+	int ret;
+
+	ret = wc_InitSha256(&sha);
+	if (ret)
+		return wolf_errno(ret);
+	ret = wc_Sha256Update(&sha, buf, n);
+	if (!ret)
+		ret = wc_Sha256Final(&sha, md);
+	wc_Sha256Free(&sha);
+	if (ret)
+		return wolf_errno(ret);
+	to_hex(md, sizeof(md), out);
+	return 0;
+}
+
+/*
+ * Hash the first size bytes of fd into "sha256:<hex>". The file was
+ * checked to be exactly that size; one that shrinks meanwhile is an error.
+ */
+static int hash_file(const struct rootfs_image *img, int fd, uint64_t size,
+		     char out[ROOTFS_DIGEST_LEN + 1], char *err, size_t len)
+{
+	unsigned char md[WC_SHA256_DIGEST_SIZE];
+	uint64_t off = 0;
+	wc_Sha256 sha;
+	ssize_t n;
+	void *buf;
+	int ret;
+
+	buf = malloc(HASH_CHUNK);
+	if (!buf)
+		return errf(err, len, -ENOMEM, "%s: hashing: %s", img->path,
+			    strerror(ENOMEM));
+	ret = wc_InitSha256(&sha);
+	if (ret) {
+		free(buf);
+		return errf(err, len, wolf_errno(ret), "%s: sha256: %s",
+			    img->path, wc_GetErrorString(ret));
+	}
+	posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+	while (off < size) {
+		size_t want = size - off < HASH_CHUNK ? size - off : HASH_CHUNK;
+
+		n = pread(fd, buf, want, off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			ret = errf(err, len, -errno, "%s: reading: %s",
+				   img->path, strerror(errno));
+			goto out;
+		}
+		if (n == 0) {
+			ret = errf(err, len, -EIO,
+				   "%s: ended at %llu bytes while being hashed",
+				   img->path, (unsigned long long)off);
+			goto out;
+		}
+		ret = wc_Sha256Update(&sha, buf, n);
+		if (ret) {
+			ret = errf(err, len, wolf_errno(ret), "%s: sha256: %s",
+				   img->path, wc_GetErrorString(ret));
+			goto out;
+		}
+		off += n;
+	}
+	ret = wc_Sha256Final(&sha, md);
+	if (ret) {
+		ret = errf(err, len, wolf_errno(ret), "%s: sha256: %s",
+			   img->path, wc_GetErrorString(ret));
+		goto out;
+	}
+	memcpy(out, ROOTFS_DIGEST_PREFIX, strlen(ROOTFS_DIGEST_PREFIX));
+	to_hex(md, sizeof(md), out + strlen(ROOTFS_DIGEST_PREFIX));
+out:
+	wc_Sha256Free(&sha);
+	free(buf);
+	return ret;
+}
+
+/* ---- the verification cache ------------------------------------------ */
+
+/*
+ * An entry vouches that the file with this identity (device, inode), size
+ * and modification and change times, to the nanosecond, had this digest.
+ * Any write to a file moves its ctime, which no unprivileged call can set
+ * back, so an entry can never vouch for content it did not hash.
+ */
+static int cache_key(const struct stat *st, const char *digest, char *key,
+		     size_t len)
+{
+	int n = snprintf(key, len,
+			 "kiln rootfs verified v1\n"
+			 "dev %llu\nino %llu\nsize %lld\n"
+			 "mtime %lld.%09ld\nctime %lld.%09ld\n"
+			 "digest %s\n",
+			 (unsigned long long)st->st_dev,
+			 (unsigned long long)st->st_ino, (long long)st->st_size,
+			 (long long)st->st_mtim.tv_sec, st->st_mtim.tv_nsec,
+			 (long long)st->st_ctim.tv_sec, st->st_ctim.tv_nsec,
+			 digest);
+
+	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : n;
+}
+
+/* ${KILN_CACHE:-$HOME/.cache/kiln}/verified; NULL when there is none. */
+static char *cache_dir(void)
+{
+	const char *base = getenv("KILN_CACHE");
+	const char *home = getenv("HOME");
+	char *dir;
+	int n;
+
+	if (base && *base)
+		n = asprintf(&dir, "%s/verified", base);
+	else if (home && *home)
+		n = asprintf(&dir, "%s/.cache/kiln/verified", home);
+	else
+		return NULL;
+	return n < 0 ? NULL : dir;
+}
+
+/* The entry's file name: the key's own SHA-256. */
+static char *cache_entry(const char *dir, const char *key, size_t keylen)
+{
+	char hex[65], *path;
+
+	if (sha256_hex(key, keylen, hex))
+		return NULL;
+	if (asprintf(&path, "%s/%s", dir, hex) < 0)
+		return NULL;
+	return path;
+}
+
+/*
+ * A hit needs the entry to hold exactly the key, and to be ours and not
+ * writable by anyone else: an entry someone else could plant is ignored.
+ */
+static bool cache_lookup(const char *entry, const char *key, size_t keylen)
+{
+	char buf[CACHE_KEY_MAX];
+	struct stat st;
+	bool hit = false;
+	ssize_t n;
+	int fd;
+
+	fd = open(entry, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	if (fd < 0)
+		return false;
+	if (!fstat(fd, &st) && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
+	    !(st.st_mode & 022)) {
+		n = read(fd, buf, sizeof(buf));
+		hit = n == (ssize_t)keylen && !memcmp(buf, key, keylen);
+	}
+	close(fd);
+	return hit;
+}
+
+/* mkdir -p, new directories private to the user. */
+static int mkdir_p(const char *dir)
+{
+	char *p, *tmp = strdup(dir);
+	int ret = 0;
+
+	if (!tmp)
+		return -ENOMEM;
+	for (p = strchr(tmp + 1, '/'); p && !ret; p = strchr(p + 1, '/')) {
+		*p = '\0';
+		if (mkdir(tmp, 0700) && errno != EEXIST)
+			ret = -errno;
+		*p = '/';
+	}
+	if (!ret && mkdir(tmp, 0700) && errno != EEXIST)
+		ret = -errno;
+	free(tmp);
+	return ret;
+}
+
+/* Write the entry whole (a temporary file renamed over it), or not at all. */
+static int cache_store(const char *dir, const char *entry, const char *key,
+		       size_t keylen)
+{
+	char *tmp;
+	int fd, ret;
+
+	ret = mkdir_p(dir);
+	if (ret)
+		return ret;
+	if (asprintf(&tmp, "%s/.tmp-XXXXXX", dir) < 0)
+		return -ENOMEM;
+	fd = mkostemp(tmp, O_CLOEXEC);
+	if (fd < 0) {
+		ret = -errno;
+		goto out_free;
+	}
+	errno = 0;
+	if (write(fd, key, keylen) != (ssize_t)keylen)
+		ret = errno ? -errno : -EIO;
+	if (close(fd) && !ret)
+		ret = -errno;
+	if (!ret && rename(tmp, entry))
+		ret = -errno;
+	if (ret)
+		unlink(tmp);
+out_free:
+	free(tmp);
+	return ret;
+}
+
+/* ---- verification ---------------------------------------------------- */
+
+static bool same_file_state(const struct stat *a, const struct stat *b)
+{
+	return a->st_dev == b->st_dev && a->st_ino == b->st_ino &&
+	       a->st_size == b->st_size &&
+	       a->st_mtim.tv_sec == b->st_mtim.tv_sec &&
+	       a->st_mtim.tv_nsec == b->st_mtim.tv_nsec &&
+	       a->st_ctim.tv_sec == b->st_ctim.tv_sec &&
+	       a->st_ctim.tv_nsec == b->st_ctim.tv_nsec;
+}
+
+/*
+ * File times come from a clock that ticks coarsely (a jiffy; a second or
+ * two on some file systems), so a file changed twice within one tick keeps
+ * the same ctime. Like git's "racily clean" index entries, a file whose
+ * ctime is that close to now is hashed but not cached: any change after
+ * this moment then gets a later ctime. A ctime with nanoseconds is from a
+ * fine-grained file system, where a tick is at most 10 ms (HZ=100).
+ */
+#define RACY_FINE_NS   (100LL * 1000 * 1000)	  /* 100 ms */
+#define RACY_COARSE_NS (2LL * 1000 * 1000 * 1000) /* 2 s (FAT: 2 s) */
+
+static bool changed_too_recently(const struct stat *st)
+{
+	struct timespec now;
+	long long age;
+
+	if (clock_gettime(CLOCK_REALTIME, &now))
+		return true;
+	age = (now.tv_sec - (long long)st->st_ctim.tv_sec) * 1000000000LL +
+	      (now.tv_nsec - st->st_ctim.tv_nsec);
+	return age < (st->st_ctim.tv_nsec ? RACY_FINE_NS : RACY_COARSE_NS);
+}
+
+static int verify(const struct rootfs_image *img, bool use_cache, char *err,
+		  size_t len)
+{
+	const char *desc = img->descriptor ? img->descriptor : img->path;
+	char actual[ROOTFS_DIGEST_LEN + 1], key[CACHE_KEY_MAX];
+	char *dir = NULL, *entry = NULL;
+	struct stat st, after;
+	int fd, ret, keylen;
+
+	/* O_NONBLOCK: a FIFO must be refused, not wait for a writer. */
+	fd = open(img->path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (fd < 0)
+		return errf(err, len, -errno, "%s: path \"%s\": %s", desc,
+			    img->path, strerror(errno));
+	if (fstat(fd, &st)) {
+		ret = errf(err, len, -errno, "%s: path \"%s\": %s", desc,
+			   img->path, strerror(errno));
+		goto out;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		ret = errf(err, len, -EINVAL,
+			   "%s: path \"%s\": not a regular file", desc,
+			   img->path);
+		goto out;
+	}
+	if ((uint64_t)st.st_size != img->size_bytes) {
+		ret = errf(err, len, -EINVAL,
+			   "%s: sizeBytes: the descriptor says %llu, \"%s\" "
+			   "has %lld bytes",
+			   desc, (unsigned long long)img->size_bytes, img->path,
+			   (long long)st.st_size);
+		goto out;
+	}
+
+	keylen = cache_key(&st, img->digest, key, sizeof(key));
+	dir = keylen > 0 ? cache_dir() : NULL;
+	entry = dir ? cache_entry(dir, key, keylen) : NULL;
+	if (!entry)
+		pr_debug("%s: no verification cache (set KILN_CACHE or HOME)",
+			 img->path);
+	if (use_cache && entry && cache_lookup(entry, key, keylen)) {
+		pr_debug("%s: digest vouched for by the verification cache "
+			 "(%s)",
+			 img->path, entry);
+		ret = 0;
+		goto out;
+	}
+
+	ret = hash_file(img, fd, img->size_bytes, actual, err, len);
+	if (ret)
+		goto out;
+	if (strcmp(actual, img->digest)) {
+		ret = errf(err, len, -EINVAL,
+			   "%s: digest: expected %s, \"%s\" has %s", desc,
+			   img->digest, img->path, actual);
+		goto out;
+	}
+	/* What was hashed must still be what is there. */
+	if (fstat(fd, &after) || !same_file_state(&st, &after)) {
+		ret = errf(err, len, -EBUSY,
+			   "%s: path \"%s\": changed while being verified",
+			   desc, img->path);
+		goto out;
+	}
+	pr_debug("%s: hashed %llu bytes, digest matches", img->path,
+		 (unsigned long long)img->size_bytes);
+	if (entry && changed_too_recently(&after)) {
+		pr_debug("%s: changed too recently to be cached", img->path);
+	} else if (entry) {
+		int cret = cache_store(dir, entry, key, keylen);
+
+		/* Only costs a hash next time: warn, and boot anyway. */
+		if (cret)
+			pr_warn("verification cache %s: %s (the image will be "
+				"hashed again next time)",
+				dir, strerror(-cret));
+	}
+out:
+	free(entry);
+	free(dir);
+	close(fd);
+	return ret;
+}
+
+int rootfs__verify(const struct rootfs_image *img, char *err, size_t len)
+{
+	return verify(img, true, err, len);
+}
+
+int rootfs__verify_full(const struct rootfs_image *img, char *err, size_t len)
+{
+	return verify(img, false, err, len);
+}
+
+int rootfs__check_state_path(const struct rootfs_image *img,
+			     const char *state_path, char *err, size_t len)
+{
+	const char *const other[] = { img->path, img->descriptor };
+	const char *const what[] = { "the base image", "the image descriptor" };
+	struct stat s, o;
+	bool have_state = !stat(state_path, &s);
+	size_t i;
+
+	for (i = 0; i < ARRAY_SIZE(other); i++) {
+		if (!other[i])
+			continue;
+		if (!strcmp(state_path, other[i]) ||
+		    (have_state && !stat(other[i], &o) &&
+		     s.st_dev == o.st_dev && s.st_ino == o.st_ino))
+			return errf(err, len, -EINVAL,
+				    "rootfs state file \"%s\": is %s (\"%s\"), "
+				    "which is never written",
+				    state_path, what[i], other[i]);
+	}
+	return 0;
+}
