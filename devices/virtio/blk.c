@@ -107,7 +107,10 @@ struct virtio_blk {
 	char serial[VIRTIO_BLK_ID_BYTES];
 	unsigned int nr_queues;
 	bool vdev_ok;
-	uint32_t gen; /* bumped by a reset, under the device lock */
+	uint32_t gen;	     /* bumped by a reset, under the device lock */
+	unsigned int busy;   /* request slots taken, all queues */
+	pthread_cond_t idle; /* busy fell to 0, with the device lock */
+	bool idle_ok;
 
 	struct io_uring ring;
 	bool ring_ok;
@@ -300,6 +303,25 @@ static struct blk_op *new_op(struct blk_req *req, enum op_kind kind, int fd,
 /* ---- requests ---------------------------------------------------------- */
 
 /* Called with the device lock held, like everything below. */
+static struct blk_req *req_alloc(struct blk_queue *q)
+{
+	struct blk_req *req = q->free;
+
+	q->free = req->next_free;
+	q->b->busy++;
+	return req;
+}
+
+static void req_free(struct blk_req *req)
+{
+	struct blk_queue *q = req->q;
+
+	req->next_free = q->free;
+	q->free = req;
+	if (!--q->b->busy)
+		pthread_cond_broadcast(&q->b->idle);
+}
+
 static void req_complete(struct blk_req *req, uint8_t status)
 {
 	struct blk_queue *q = req->q;
@@ -312,8 +334,7 @@ static void req_complete(struct blk_req *req, uint8_t status)
 				    req->used_len) == 0)
 			q->pushed = true;
 	}
-	req->next_free = q->free;
-	q->free = req;
+	req_free(req);
 }
 
 static void read_window(struct blk_req *req);
@@ -325,7 +346,8 @@ static void req_stage_done(struct blk_req *req)
 
 	switch (req->type) {
 	case VIRTIO_BLK_T_IN:
-		if (req->failed)
+		/* After a reset, no further windows into the old buffers. */
+		if (req->failed || req->gen != b->gen)
 			break;
 		req->done += req->window;
 		if (req->done < req->len) {
@@ -523,13 +545,12 @@ static void start_get_id(struct blk_req *req, const struct vq_chain *c)
 static void start_request(struct blk_queue *q, const struct vq_chain *c)
 {
 	struct virtio_blk *b = q->b;
-	struct blk_req *req = q->free;
+	struct blk_req *req = req_alloc(q);
 	const struct iovec *last;
 	struct virtio_blk_outhdr hdr;
 	uint64_t data_len;
 	int n;
 
-	q->free = req->next_free;
 	*req = (struct blk_req){
 		.q = q, .head = c->head, .gen = b->gen, .used_len = 1
 	};
@@ -541,8 +562,7 @@ static void start_request(struct blk_queue *q, const struct vq_chain *c)
 		blk_warn(b, "request without header or status byte");
 		if (virtqueue__push(&b->vqs[q->index].vq, c->head, 0) == 0)
 			q->pushed = true;
-		req->next_free = q->free;
-		q->free = req;
+		req_free(req);
 		return;
 	}
 	last = &c->iov[c->nr_out + c->nr_in - 1];
@@ -624,6 +644,13 @@ static void process_queue(struct blk_queue *q)
 		ret = virtqueue__pop(vq, &b->chain);
 		if (ret == 1) {
 			start_request(q, &b->chain);
+			/*
+			 * Found after asking: the request is stale now (with
+			 * EVENT_IDX, avail_event lags the chain we took), so
+			 * ask again when the ring is next empty, or the driver
+			 * skips the kick for its next buffer and we idle.
+			 */
+			asked = false;
 			continue;
 		}
 		if (ret < 0 || asked)
@@ -707,6 +734,8 @@ static void *blk_thread(void *arg)
 	int ret;
 
 	sigfillset(&all);
+	/* Not SIGSYS: the seccomp trap must reach its handler and say why. */
+	sigdelset(&all, SIGSYS);
 	pthread_sigmask(SIG_BLOCK, &all, NULL);
 
 	virtio_device__lock(&b->vdev);
@@ -764,12 +793,22 @@ static void blk_queue_notify(struct virtio_device *dev, unsigned int index)
 		pr_debug("%s: kick: %s", dev->name, strerror(errno));
 }
 
-/* Requests in flight finish on their own and are then dropped (gen). */
+/*
+ * Called with the device lock held and the status already 0. I/O in
+ * flight may still write into buffers the driver takes back once it reads
+ * the status as 0 (2.1.1: the device must not touch them after a reset),
+ * so wait for it here: the condition variable releases the device lock,
+ * letting the event loop finish the requests (into the void: gen) and no
+ * read starts another window. Only a driver that resets with I/O in
+ * flight ever waits, for as long as that I/O takes.
+ */
 static void blk_reset(struct virtio_device *dev)
 {
 	struct virtio_blk *b = to_blk(dev);
 
 	b->gen++;
+	while (b->busy)
+		pthread_cond_wait(&b->idle, &dev->lock);
 	for (unsigned int i = 0; i < b->nr_queues; i++)
 		b->queues[i].pushed = false;
 }
@@ -838,6 +877,8 @@ int virtio_blk__create(struct virtio_blk **out,
 		return -ENOMEM;
 	b->stop_fd = -1;
 	b->disk = p->disk;
+	pthread_cond_init(&b->idle, NULL);
+	b->idle_ok = true;
 	b->nr_queues = p->nr_queues;
 	if (p->serial)
 		memcpy(b->serial, p->serial,
@@ -934,5 +975,7 @@ void virtio_blk__destroy(struct virtio_blk *b)
 	}
 	if (b->vdev_ok)
 		virtio_device__exit(&b->vdev);
+	if (b->idle_ok)
+		pthread_cond_destroy(&b->idle);
 	free(b);
 }
