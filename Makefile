@@ -5,8 +5,9 @@
 #   make guest    build the guest kernel and initramfs (cached outside the tree)
 #   make image    build the debian-12-agent root image (cached outside the tree)
 #   make run      deps + build + guest, then boot a VM and run `uname -a` in it
-#   make test     deps + build + guest, then every selftest (unit + KVM)
+#   make test     deps + build + guest + image, then every selftest (unit + KVM)
 #   make bench    boot benchmark against QEMU microvm
+#   make bench-blk  block I/O benchmark (fio on the bench image) against QEMU microvm
 #   V=1           show full commands
 
 O          ?= build
@@ -25,6 +26,9 @@ obj-y += vmm/cpuid.o
 obj-y += vmm/bus.o
 obj-y += vmm/log.o
 obj-y += vmm/seccomp.o
+obj-y += vmm/api.o
+obj-y += vmm/api-base64.o
+obj-y += guest/agent/tlv.o
 obj-y += devices/uart.o
 obj-y += devices/i8042.o
 obj-y += devices/exit-dev.o
@@ -33,8 +37,10 @@ obj-y += devices/virtio/guest-mem.o
 obj-y += devices/virtio/queue.o
 obj-y += devices/virtio/mmio.o
 obj-y += devices/virtio/blk.o
+obj-y += devices/virtio/vsock.o
 obj-y += devices/block/disk.o
 obj-y += vmm/rootfs.o
+obj-y += vmm/control.o
 obj-y += bootloader/loader.o
 obj-y += bootloader/elf.o
 obj-y += bootloader/bzimage.o
@@ -59,22 +65,35 @@ unit-obj-y += devices/virtio/guest-mem.o
 unit-obj-y += devices/virtio/queue.o
 unit-obj-y += devices/virtio/mmio.o
 unit-obj-y += devices/virtio/blk.o
+unit-obj-y += devices/virtio/vsock.o
 unit-obj-y += devices/block/disk.o
 unit-obj-y += vmm/rootfs.o
+unit-obj-y += vmm/api.o
+unit-obj-y += vmm/api-base64.o
+unit-obj-y += guest/agent/tlv.o
+
+# vmmctl, the control socket's client: shares only the base64 code.
+vmmctl-obj-y += tools/vmmctl.o
+vmmctl-obj-y += vmm/api-base64.o
 
 unit-tests   := $(patsubst selftests/unit/%.c,$(O)/selftests/%,$(wildcard selftests/unit/*.c))
 kvm-tests    := $(patsubst selftests/kvm/%.c,$(O)/selftests/kvm_%,$(wildcard selftests/kvm/*.c))
 
 VMM_OBJS  := $(addprefix $(O)/obj/,$(obj-y))
 UNIT_OBJS := $(addprefix $(O)/obj/,$(unit-obj-y))
+VMMCTL_OBJS := $(addprefix $(O)/obj/,$(vmmctl-obj-y))
 
 .PHONY: all deps guest image run test bench clean selftests check-deps
-all: $(O)/vmm
+all: $(O)/vmm $(O)/vmmctl
 	@:
 
 $(O)/vmm: $(VMM_OBJS)
 	$(quiet) LD $@
 	$(Q)$(CC) $(HARDEN_LD) -o $@ $^ $(KILN_LDLIBS)
+
+$(O)/vmmctl: $(VMMCTL_OBJS)
+	$(quiet) LD $@
+	$(Q)$(CC) $(HARDEN_LD) -o $@ $^ $(shell pkg-config --libs jansson)
 
 $(O)/selftests/%: selftests/unit/%.c $(UNIT_OBJS) selftests/kselftest.h selftests/fake_kernel.h selftests/spawn.h selftests/testutil.h
 	$(quiet) CC $<
@@ -90,6 +109,47 @@ $(O)/selftests/kvm_%: selftests/kvm/%.c selftests/kselftest.h selftests/kvm/kvm_
 
 selftests: $(unit-tests) $(kvm-tests) $(O)/vmm
 	@:
+
+# The guest side of the vsock KVM test: a static program, packed as an
+# extra initramfs archive (cat initramfs.cpio vsock-peer.cpio) with
+# /bin/vsock-peer. Deterministic like the guest's own archives.
+$(O)/selftests/vsock-peer: selftests/helpers/vsock-peer.c
+	$(quiet) CC $<
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) -std=gnu11 $(WARNINGS) -Werror -O2 -D_GNU_SOURCE -static \
+		-o $@ $<
+
+$(O)/selftests/vsock-peer.cpio: $(O)/selftests/vsock-peer
+	$(quiet) CPIO $@
+	$(Q)rm -rf $@.root && mkdir -p $@.root/bin
+	$(Q)install -m 0755 $< $@.root/bin/vsock-peer
+	$(Q)touch -h -d @0 $@.root/bin $@.root/bin/vsock-peer
+	$(Q)(cd $@.root && printf 'bin\nbin/vsock-peer\n' | \
+		cpio --quiet -o -H newc --owner=0:0 --reproducible) >$@.tmp
+	$(Q)rm -rf $@.root && mv $@.tmp $@
+
+selftests: $(O)/selftests/vsock-peer.cpio
+
+# The guest agent built as a host program on a Unix socket (--unix PATH),
+# which selftests/unit/agent.c runs; the guest links the same sources
+# into init (guest/guest.mk).
+agent-host-obj-y += guest/agent/host.o
+agent-host-obj-y += guest/agent/agent.o
+agent-host-obj-y += guest/agent/conn.o
+agent-host-obj-y += guest/agent/proc.o
+agent-host-obj-y += guest/agent/fs.o
+agent-host-obj-y += guest/agent/facts.o
+agent-host-obj-y += guest/agent/tlv.o
+AGENT_HOST_OBJS := $(addprefix $(O)/obj/,$(agent-host-obj-y))
+
+$(O)/guest/kiln-agent-host: $(AGENT_HOST_OBJS)
+	$(quiet) LD $@
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) $(HARDEN_LD) -o $@ $^
+
+selftests: $(O)/guest/kiln-agent-host
+$(O)/selftests/agent: selftests/agent_client.h
+-include $(AGENT_HOST_OBJS:.o=.d)
 
 deps:
 	$(Q)tools/install-deps
@@ -110,6 +170,7 @@ run: deps
 test: deps
 	$(Q)$(MAKE) all selftests
 	$(Q)$(MAKE) -f guest/guest.mk O=$(O)
+	$(Q)guest/images/build-debian.sh $(O)
 	$(Q)selftests/run_all.sh $(O)
 
 bench: deps
@@ -117,7 +178,17 @@ bench: deps
 	$(Q)$(MAKE) -f guest/guest.mk O=$(O)
 	$(Q)tools/bench-boot $(O)
 
+# The bench image (debian-12-bench: the agent image plus fio) is cached
+# outside the tree like the agent image; the script prints its own line.
+.PHONY: bench-blk
+bench-blk: deps
+	$(Q)$(MAKE) all
+	$(Q)$(MAKE) -f guest/guest.mk O=$(O)
+	$(Q)guest/images/build-debian.sh $(O) bench
+	$(Q)tools/bench-blk $(O)
+
 clean:
 	$(Q)rm -rf $(O)
 
 -include $(VMM_OBJS:.o=.d)
+-include $(VMMCTL_OBJS:.o=.d)

@@ -2,10 +2,12 @@
 #
 #   make -f guest/guest.mk O=build      from the top directory
 #
-# Produces $(O)/guest/{init,initramfs.cpio,vmlinux,bzImage}. The kernel is
-# built by guest/build-kernel.sh into ${KILN_CACHE:-~/.cache/kiln}, keyed by
-# its inputs; it runs on every make because only it can tell whether the
-# linux-source package changed, and on a cache hit it only refreshes links.
+# Produces $(O)/guest/{init,initramfs.cpio,e2fsck.cpio,vmlinux,bzImage} and
+# $(O)/images/kiln-test.json. The kernel is built by guest/build-kernel.sh
+# into ${KILN_CACHE:-~/.cache/kiln}, keyed by its inputs; it runs on every
+# make because only it can tell whether the linux-source package changed,
+# and on a cache hit it only refreshes links. The test image works the same
+# way (guest/images/build-test-image.sh), for the same reason.
 
 O ?= build
 G := $(O)/guest
@@ -13,26 +15,60 @@ G := $(O)/guest
 # Shared warning list and quiet/V=1 machinery.
 include Kbuild.mk
 
-# init is PID 1 in an initramfs with no libc: static, no PIE.
-GUEST_CFLAGS := -std=gnu11 $(WARNINGS) -Werror -O2 -D_GNU_SOURCE -static
+# init is PID 1 in an initramfs with no libc: static, no PIE. It carries
+# the guest agent (guest/agent/, shared with the vmm and with the host
+# build kiln-agent-host), whose headers are included from the top.
+GUEST_CFLAGS := -std=gnu11 $(WARNINGS) -Werror -O2 -D_GNU_SOURCE -static -I.
+
+init-obj-y += guest/init/init.o
+init-obj-y += guest/agent/agent.o
+init-obj-y += guest/agent/conn.o
+init-obj-y += guest/agent/proc.o
+init-obj-y += guest/agent/fs.o
+init-obj-y += guest/agent/facts.o
+init-obj-y += guest/agent/tlv.o
+INIT_OBJS := $(addprefix $(G)/obj/,$(init-obj-y))
 
 BUSYBOX ?= /bin/busybox
 export BUSYBOX
+# Debian's e2fsck-static: needs no libraries in the initramfs.
+E2FSCK ?= /sbin/e2fsck.static
 
-.PHONY: all kernel
-all: $(G)/init $(G)/initramfs.cpio kernel
+.PHONY: all kernel test-image
+all: $(G)/init $(G)/initramfs.cpio $(G)/e2fsck.cpio kernel test-image
 
-$(G)/init: guest/init/init.c guest/guest.mk
-	$(quiet) CC guest/init/init.c
-	$(Q)mkdir -p $(G)
-	$(Q)$(CC) $(GUEST_CFLAGS) -MMD -MP -o $@ $<
+$(G)/obj/%.o: %.c guest/guest.mk
+	$(quiet) CC $<
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) $(GUEST_CFLAGS) -MMD -MP -c -o $@ $<
+
+$(G)/init: $(INIT_OBJS)
+	$(quiet) LD $@
+	$(Q)$(CC) $(GUEST_CFLAGS) -o $@ $^
 
 $(G)/initramfs.cpio: $(G)/init guest/mkinitramfs.sh $(BUSYBOX)
 	$(quiet) CPIO $@
 	$(Q)guest/mkinitramfs.sh $(G)/init $@
 
+# A second archive with /sbin/e2fsck, for tests that check a root disk
+# from the initramfs (kiln.root=none): cat initramfs.cpio e2fsck.cpio.
+# Deterministic like initramfs.cpio: sorted, owner 0:0, mtime 0.
+$(G)/e2fsck.cpio: $(E2FSCK) guest/guest.mk
+	$(quiet) CPIO $@
+	$(Q)rm -rf $@.root && mkdir -p $@.root/sbin
+	$(Q)install -m 0755 $(E2FSCK) $@.root/sbin/e2fsck
+	$(Q)touch -h -d @0 $@.root/sbin $@.root/sbin/e2fsck
+	$(Q)(cd $@.root && printf 'sbin\nsbin/e2fsck\n' | \
+		cpio --quiet -o -H newc --owner=0:0 --reproducible) >$@.tmp
+	$(Q)rm -rf $@.root && mv $@.tmp $@
+
 # Prints its own "KERNEL" line, and only when it has to build.
 kernel:
 	$(Q)guest/build-kernel.sh $(G)
 
--include $(G)/init.d
+# kiln-test.ext4 in the cache, $(O)/images/kiln-test.json here; prints its
+# own "IMAGE" line, and only when it has to build.
+test-image:
+	$(Q)guest/images/build-test-image.sh $(O)
+
+-include $(INIT_OBJS:.o=.d)

@@ -20,6 +20,7 @@ void config__init(struct vm_config *c)
 	memset(c, 0, sizeof(*c));
 	c->nr_cpus = CONFIG_DEFAULT_CPUS;
 	c->mem_mib = CONFIG_DEFAULT_MEM_MIB;
+	c->vsock.cid = CONFIG_DEFAULT_VSOCK_CID;
 	c->seccomp = true;
 }
 
@@ -40,6 +41,9 @@ void config__free(struct vm_config *c)
 	free_argv(c->argv);
 	free(c->rootfs.descriptor);
 	free(c->rootfs.state_path);
+	free(c->vsock.socket_path);
+	free(c->control_socket);
+	free(c->pid_file);
 	memset(c, 0, sizeof(*c));
 }
 
@@ -283,6 +287,36 @@ static int get_rootfs(struct vm_config *c, json_t *obj, char *err, size_t len)
 	return 0;
 }
 
+static int get_vsock(struct vsock_config *vs, json_t *obj, char *err,
+		     size_t len)
+{
+	const char *key;
+	json_t *v;
+	int ret;
+
+	if (!json_is_object(obj))
+		return errf(err, len, -EINVAL,
+			    "\"vsock\" must be an object (\"socket\", "
+			    "\"cid\")");
+	json_object_foreach(obj, key, v)
+	{
+		if (!strcmp(key, "socket")) {
+			ret = get_string(v, "vsock.socket", &vs->socket_path,
+					 err, len);
+		} else if (!strcmp(key, "cid")) {
+			ret = get_uint(v, "vsock.cid", UINT32_MAX, &vs->cid,
+				       err, len);
+			vs->cid_set = true;
+		} else {
+			ret = errf(err, len, -EINVAL,
+				   "unknown key \"vsock.%s\"", key);
+		}
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
 static int get_key(struct vm_config *c, const char *key, json_t *v, char *err,
 		   size_t len)
 {
@@ -307,6 +341,10 @@ static int get_key(struct vm_config *c, const char *key, json_t *v, char *err,
 		return get_uint(v, key, UINT32_MAX, &c->mem_mib, err, len);
 	if (!strcmp(key, "rootfs"))
 		return get_rootfs(c, v, err, len);
+	if (!strcmp(key, "vsock"))
+		return get_vsock(&c->vsock, v, err, len);
+	if (!strcmp(key, "controlSocket"))
+		return get_string(v, key, &c->control_socket, err, len);
 	return errf(err, len, -EINVAL, "unknown key \"%s\"", key);
 }
 
@@ -402,9 +440,66 @@ static int validate_rootfs(struct rootfs_config *r, char *err, size_t len)
 	return ret;
 }
 
+/* A relative path is fine: it is bound in the monitor's directory. */
+static int validate_vsock(const struct vsock_config *vs, char *err, size_t len)
+{
+	if (!vs->socket_path) {
+		if (vs->cid_set)
+			return errf(err, len, -EINVAL,
+				    "vsock CID given without a socket "
+				    "(--vsock-socket PATH or \"vsock\": "
+				    "{\"socket\": ...})");
+		return 0;
+	}
+	if (!*vs->socket_path)
+		return errf(err, len, -EINVAL, "vsock socket: empty path");
+	if (strlen(vs->socket_path) > CONFIG_VSOCK_PATH_MAX)
+		return errf(err, len, -ENAMETOOLONG,
+			    "vsock socket \"%s\": longer than %u bytes (a "
+			    "Unix socket path, plus \"_PORT\" for guest "
+			    "connections)",
+			    vs->socket_path, CONFIG_VSOCK_PATH_MAX);
+	if (vs->cid < CONFIG_DEFAULT_VSOCK_CID ||
+	    vs->cid > CONFIG_MAX_VSOCK_CID)
+		return errf(err, len, -EINVAL,
+			    "vsock CID %llu: must be between %u and %llu "
+			    "(0-2 are reserved, %llu is \"any\")",
+			    (unsigned long long)vs->cid,
+			    CONFIG_DEFAULT_VSOCK_CID,
+			    (unsigned long long)CONFIG_MAX_VSOCK_CID,
+			    (unsigned long long)CONFIG_MAX_VSOCK_CID + 1);
+	return 0;
+}
+
+/* The control API and `vmm start`'s own options. */
+static int validate_control(const struct vm_config *c, char *err, size_t len)
+{
+	if (c->control_socket && !c->control_socket[0])
+		return errf(err, len, -EINVAL, "control socket: empty path");
+	if (c->control_socket &&
+	    strlen(c->control_socket) >= CONFIG_VSOCK_PATH_MAX)
+		return errf(err, len, -ENAMETOOLONG,
+			    "control socket %s: longer than %u bytes",
+			    c->control_socket, CONFIG_VSOCK_PATH_MAX - 1);
+	if (c->start && !c->control_socket)
+		return errf(err, len, -EINVAL,
+			    "vmm start needs --control-socket PATH (or "
+			    "\"controlSocket\")");
+	if (c->start && c->argv)
+		return errf(err, len, -EINVAL,
+			    "vmm start takes no command: run commands through "
+			    "the control socket (or use vmm run)");
+	if (c->detach && !c->start)
+		return errf(err, len, -EINVAL, "--detach is for vmm start");
+	if (c->pid_file && !c->detach)
+		return errf(err, len, -EINVAL, "--pid-file needs --detach");
+	return 0;
+}
+
 int config__validate(struct vm_config *c, char *err, size_t len)
 {
 	uint64_t max_mib = host_mem_mib();
+	int ret;
 
 	if (max_mib > CONFIG_MAX_MEM_MIB)
 		max_mib = CONFIG_MAX_MEM_MIB;
@@ -421,5 +516,11 @@ int config__validate(struct vm_config *c, char *err, size_t len)
 			    "(the host's RAM)",
 			    (unsigned long long)c->mem_mib, CONFIG_MIN_MEM_MIB,
 			    (unsigned long long)max_mib);
+	ret = validate_vsock(&c->vsock, err, len);
+	if (ret)
+		return ret;
+	ret = validate_control(c, err, len);
+	if (ret)
+		return ret;
 	return validate_rootfs(&c->rootfs, err, len);
 }

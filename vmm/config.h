@@ -32,6 +32,21 @@ struct rootfs_config {
 	bool verify_full;	  /* hash the image even if the cache vouches */
 };
 
+/*
+ * virtio-vsock (Documentation/cli.md): the guest's CID and the host side,
+ * Unix sockets. The path leaves room in a sockaddr_un (108 bytes) for the
+ * "_PORT" of guest-initiated connections.
+ */
+#define CONFIG_DEFAULT_VSOCK_CID 3U
+#define CONFIG_MAX_VSOCK_CID	 0xfffffffeULL /* U32_MAX: VMADDR_CID_ANY */
+#define CONFIG_VSOCK_PATH_MAX	 96U	       /* bytes */
+
+struct vsock_config {
+	char *socket_path; /* listening socket; NULL: no vsock device */
+	uint64_t cid;	   /* CONFIG_DEFAULT_VSOCK_CID..CONFIG_MAX_VSOCK_CID */
+	bool cid_set;	   /* given explicitly */
+};
+
 /* Everything `vmm run` needs, validated before anything is built. */
 struct vm_config {
 	char *kernel_path;
@@ -41,6 +56,11 @@ struct vm_config {
 	uint64_t mem_mib;     /* MiB */
 	char **argv;	      /* command for the guest; NULL: none */
 	struct rootfs_config rootfs;
+	struct vsock_config vsock;
+	char *control_socket; /* JSON-RPC control API (api.md); NULL: none */
+	bool start;	/* `vmm start`: serve until shutdown, no command */
+	bool detach;	/* start: return once the guest agent is ready */
+	char *pid_file; /* start --detach: the VM's pid goes here */
 	bool verbose;
 	bool seccomp; /* filter the running monitor */
 };

@@ -5,6 +5,10 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <unistd.h>
+#include <sys/wait.h>
+#include <signal.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,8 +23,11 @@ static const char usage[] =
 	"N]\n"
 	"               [--memory MiB] [--rootfs DESC [--rootfs-mode M] "
 	"...]\n"
+	"               [--vsock-socket PATH [--vsock-cid N]]\n"
 	"               [--no-seccomp] [--verbose] [-- COMMAND ARGS...]\n"
 	"       vmm run --config FILE.json [options] [-- COMMAND ARGS...]\n"
+	"       vmm start --control-socket PATH [--detach [--pid-file PATH]] "
+	"[options]\n"
 	"       vmm --help | --version\n"
 	"\n"
 	"Boots a Linux microVM on KVM, runs COMMAND in it and exits with its "
@@ -48,9 +55,29 @@ static const char usage[] =
 	"                    full: hash the image even when the verification "
 	"cache\n"
 	"                    vouches for it (default cached)\n"
+	"  --vsock-socket PATH\n"
+	"                    virtio-vsock, host side on Unix sockets: host "
+	"processes\n"
+	"                    connect to PATH and write \"CONNECT <port>\\n\"; "
+	"guest\n"
+	"                    connections to CID 2 port P go to PATH_P\n"
+	"  --vsock-cid N     the guest's vsock CID, 3 to 4294967294 (default "
+	"3)\n"
+	"  --control-socket PATH\n"
+	"                    serve the JSON-RPC control API there (exec, "
+	"spawn, "
+	"pty,\n"
+	"                    files, facts: Documentation/api.md); the guest "
+	"agent "
+	"runs\n"
+	"  --detach          start: return once the guest agent answers, the "
+	"VM "
+	"runs on\n"
+	"  --pid-file PATH   start --detach: write the VM process's pid there\n"
 	"  --config FILE     JSON settings: kernel, initrd, cmdline, cpus, "
 	"memoryMiB,\n"
-	"                    command, rootfs; options after it override it\n"
+	"                    command, rootfs, vsock; options after it override "
+	"it\n"
 	"  --no-seccomp      do not filter the monitor's syscalls (debugging)\n"
 	"  -v, --verbose     debug messages on stderr\n"
 	"\n"
@@ -75,6 +102,11 @@ enum {
 	OPT_MAX_DIRTY,
 	OPT_ROOTFS_DIRECT,
 	OPT_ROOTFS_VERIFY,
+	OPT_VSOCK_SOCKET,
+	OPT_VSOCK_CID,
+	OPT_CONTROL_SOCKET,
+	OPT_DETACH,
+	OPT_PID_FILE,
 };
 
 static const struct option run_options[] = {
@@ -91,6 +123,11 @@ static const struct option run_options[] = {
 	{ "max-dirty-bytes", required_argument, NULL, OPT_MAX_DIRTY },
 	{ "rootfs-direct", no_argument, NULL, OPT_ROOTFS_DIRECT },
 	{ "rootfs-verify", required_argument, NULL, OPT_ROOTFS_VERIFY },
+	{ "vsock-socket", required_argument, NULL, OPT_VSOCK_SOCKET },
+	{ "vsock-cid", required_argument, NULL, OPT_VSOCK_CID },
+	{ "control-socket", required_argument, NULL, OPT_CONTROL_SOCKET },
+	{ "detach", no_argument, NULL, OPT_DETACH },
+	{ "pid-file", required_argument, NULL, OPT_PID_FILE },
 	{ "help", no_argument, NULL, OPT_HELP },
 	{ NULL, 0, NULL, 0 },
 };
@@ -202,6 +239,20 @@ static int apply_option(struct vm_config *cfg, int opt, const char *arg)
 		}
 		pr_err("--rootfs-verify %s: must be full or cached", arg);
 		return -EINVAL;
+	case OPT_VSOCK_SOCKET:
+		return set_string(&cfg->vsock.socket_path, arg);
+	case OPT_VSOCK_CID:
+		ret = set_number("vsock-cid", arg, &cfg->vsock.cid);
+		if (!ret)
+			cfg->vsock.cid_set = true;
+		return ret;
+	case OPT_CONTROL_SOCKET:
+		return set_string(&cfg->control_socket, arg);
+	case OPT_DETACH:
+		cfg->detach = true;
+		return 0;
+	case OPT_PID_FILE:
+		return set_string(&cfg->pid_file, arg);
 	case OPT_NO_SECCOMP:
 		cfg->seccomp = false;
 		return 0;
@@ -241,14 +292,62 @@ static int parse_run(struct vm_config *cfg, int argc, char **argv)
 	return 0;
 }
 
-static int cmd_run(int argc, char **argv)
+/*
+ * start --detach: the VM runs in a child in its own session; the parent
+ * waits for one byte the child writes once the guest agent answers (or
+ * for the pipe to close: the start failed, and the child said why) and
+ * exits. Returns in the child with *ready_fd set; exits in the parent.
+ */
+static int detach(const struct vm_config *cfg, int *ready_fd)
+{
+	int pipefd[2], status;
+	char byte;
+	pid_t pid;
+	FILE *f;
+
+	if (pipe2(pipefd, O_CLOEXEC) < 0) {
+		pr_err("pipe: %s", strerror(errno));
+		return -errno;
+	}
+	pid = fork();
+	if (pid < 0) {
+		pr_err("fork: %s", strerror(errno));
+		return -errno;
+	}
+	if (pid == 0) {
+		close(pipefd[0]);
+		setsid();
+		*ready_fd = pipefd[1];
+		return 0;
+	}
+	close(pipefd[1]);
+	if (cfg->pid_file) {
+		f = fopen(cfg->pid_file, "w");
+		if (!f || fprintf(f, "%d\n", (int)pid) < 0 || fclose(f)) {
+			pr_err("%s: %s", cfg->pid_file, strerror(errno));
+			kill(pid, SIGTERM);
+			exit(VMM_EXIT_VMM_ERROR);
+		}
+	}
+	if (read(pipefd[0], &byte, 1) == 1)
+		exit(0);
+	if (cfg->pid_file)
+		unlink(cfg->pid_file);
+	if (waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+	    WEXITSTATUS(status))
+		exit(WEXITSTATUS(status));
+	exit(VMM_EXIT_VMM_ERROR);
+}
+
+static int cmd_run(int argc, char **argv, bool start)
 {
 	char err[CONFIG_ERR_LEN];
 	struct vm_config cfg;
+	int ret, ready_fd = -1;
 	struct vm *vm;
-	int ret;
 
 	config__init(&cfg);
+	cfg.start = start;
 	ret = parse_run(&cfg, argc, argv);
 	if (ret)
 		goto out;
@@ -257,14 +356,19 @@ static int cmd_run(int argc, char **argv)
 		pr_err("%s", err);
 		goto out;
 	}
+	if (cfg.detach && detach(&cfg, &ready_fd))
+		goto out;
 	ret = vm__create(&vm, &cfg);
 	if (ret)
 		goto out;
+	vm->ready_fd = ready_fd;
 	ret = vm__run(vm);
 	vm__destroy(vm);
 	config__free(&cfg);
 	return ret;
 out:
+	if (ready_fd >= 0)
+		close(ready_fd);
 	config__free(&cfg);
 	return VMM_EXIT_VMM_ERROR;
 }
@@ -284,7 +388,9 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (!strcmp(argv[1], "run"))
-		return cmd_run(argc - 1, argv + 1);
+		return cmd_run(argc - 1, argv + 1, false);
+	if (!strcmp(argv[1], "start"))
+		return cmd_run(argc - 1, argv + 1, true);
 	pr_err("unknown command '%s' (try vmm --help)", argv[1]);
 	return VMM_EXIT_VMM_ERROR;
 }

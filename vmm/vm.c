@@ -15,6 +15,7 @@
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -24,6 +25,7 @@
 #include "devices/uart.h"
 #include "devices/virtio/blk.h"
 #include "devices/virtio/mmio.h"
+#include "devices/virtio/vsock.h"
 #include "vmm/seccomp.h"
 #include "vmm/vm.h"
 
@@ -44,31 +46,63 @@
 
 /* ---- step: image ------------------------------------------------------ */
 
-/* The root disk's part: the device's declaration and the init's root. */
+_Static_assert(VSOCK_MAX_GUEST_CID == CONFIG_MAX_VSOCK_CID &&
+		       VSOCK_DEFAULT_GUEST_CID == CONFIG_DEFAULT_VSOCK_CID,
+	       "vsock CID range");
+
+static uint64_t virtio_base(unsigned int slot)
+{
+	return VIRTIO_MMIO_BASE + (uint64_t)slot * VIRTIO_MMIO_WINDOW_SIZE;
+}
+
+/* " virtio_mmio.device=4K@<slot's window>:<slot's GSI>" at buf + *at. */
+static int declare_virtio(unsigned int slot, char *buf, size_t len, size_t *at)
+{
+	int n;
+
+	if (len - *at < 2)
+		return -ENOSPC;
+	buf[(*at)++] = ' ';
+	n = virtio_mmio__cmdline(virtio_base(slot), VIRTIO_MMIO_WINDOW_SIZE,
+				 VIRTIO_FIRST_GSI + slot, buf + *at, len - *at);
+	if (n < 0)
+		return n;
+	*at += n;
+	return 0;
+}
+
+/*
+ * Each present virtio device's declaration, then the root disk's part
+ * for the init.
+ */
 static int root_cmdline(const struct vm *vm, char *buf, size_t len)
 {
 	const struct rootfs_config *r = &vm->cfg->rootfs;
-	int n, m;
+	size_t at = 0;
+	int ret = 0, m;
 
-	if (!r->descriptor) {
-		buf[0] = '\0';
-		return 0;
+	buf[0] = '\0';
+	if (r->descriptor)
+		ret = declare_virtio(VIRTIO_SLOT_BLK, buf, len, &at);
+	if (!ret && (vm->cfg->vsock.socket_path || vm__has_agent(vm)))
+		ret = declare_virtio(VIRTIO_SLOT_VSOCK, buf, len, &at);
+	if (!ret && vm__has_agent(vm)) {
+		m = snprintf(buf + at, len - at, " kiln.agent=on");
+		if (m < 0 || (size_t)m >= len - at)
+			return -ENOSPC;
+		at += m;
 	}
-	buf[0] = ' ';
-	n = virtio_mmio__cmdline(VIRTIO_MMIO_BASE, VIRTIO_MMIO_WINDOW_SIZE,
-				 VIRTIO_FIRST_GSI, buf + 1, len - 1);
-	if (n < 0)
-		return n;
-	m = snprintf(buf + 1 + n, len - 1 - n,
-		     " kiln.root=vda kiln.rootflags=%s",
+	if (ret || !r->descriptor)
+		return ret;
+	m = snprintf(buf + at, len - at, " kiln.root=vda kiln.rootflags=%s",
 		     r->mode == ROOTFS_READONLY ? "ro" : "rw");
-	return m < 0 || (size_t)m >= len - 1 - n ? -ENOSPC : 0;
+	return m < 0 || (size_t)m >= len - at ? -ENOSPC : 0;
 }
 
 static int build_cmdline(struct vm *vm)
 {
 	const char *user = vm->cfg->cmdline;
-	char root[160];
+	char root[256];
 	size_t len;
 	int ret;
 
@@ -490,6 +524,74 @@ static int blk_init(struct vm *vm)
 	return ret;
 }
 
+/*
+ * Each vsock connection is an fd: make room for the device's limit on top
+ * of what we hold, as far as the hard limit allows (beyond it, socket()
+ * and accept4() fail and those connections are refused).
+ */
+static void vsock_fd_room(void)
+{
+	struct rlimit rl;
+	rlim_t want;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl))
+		return;
+	want = rl.rlim_cur + 2 * VSOCK_MAX_CONNS;
+	if (rl.rlim_max != RLIM_INFINITY && want > rl.rlim_max)
+		want = rl.rlim_max;
+	if (want > rl.rlim_cur) {
+		rl.rlim_cur = want;
+		if (setrlimit(RLIMIT_NOFILE, &rl))
+			pr_debug("RLIMIT_NOFILE: %s", strerror(errno));
+	}
+}
+
+static int vsock_init(struct vm *vm)
+{
+	const struct vsock_config *c = &vm->cfg->vsock;
+	const unsigned int gsi = VIRTIO_FIRST_GSI + VIRTIO_SLOT_VSOCK;
+	const uint64_t base = virtio_base(VIRTIO_SLOT_VSOCK);
+	struct vsock_params p = {
+		.name = "virtio-vsock0",
+		.guest_cid = c->cid,
+		.uds_path = c->socket_path,
+		.mem = &vm->mem,
+		.irq = { .set = irqfd_line,
+			 .opaque = &vm->vsock_irq_fd,
+			 .gsi = gsi },
+	};
+	struct virtio_device *dev;
+	int ret;
+
+	/* The control API reaches the agent through it, socket or not. */
+	if (!c->socket_path && !vm__has_agent(vm))
+		return 0;
+	vsock_fd_room();
+	ret = bind_irqfd(vm, &vm->vsock_irq_fd, gsi);
+	if (ret) {
+		pr_err("virtio-vsock0: KVM_IRQFD: %s", strerror(-ret));
+		return ret;
+	}
+	ret = vsock__create(&vm->vsock, &p);
+	if (ret) {
+		pr_err("virtio-vsock0: %s: %s", c->socket_path,
+		       ret == -EEXIST ? "exists and is not a socket" :
+					strerror(-ret));
+		return ret;
+	}
+	dev = vsock__device(vm->vsock);
+	ret = bind_ioeventfds(vm, dev, base);
+	if (ret) {
+		pr_err("virtio-vsock0: KVM_IOEVENTFD: %s", strerror(-ret));
+		return ret;
+	}
+	ret = bus__register(&vm->mmio, base, VIRTIO_MMIO_WINDOW_SIZE,
+			    virtio_mmio__io, dev);
+	if (ret)
+		pr_err("virtio-vsock0: registering MMIO: %s", strerror(-ret));
+	return ret;
+}
+
 static int devices_init(struct vm *vm)
 {
 	struct irq_line com1 = { .set = vm__irq_line,
@@ -527,11 +629,19 @@ static int devices_init(struct vm *vm)
 		pr_err("registering port I/O: %s", strerror(-ret));
 		return ret;
 	}
-	return blk_init(vm);
+	ret = blk_init(vm);
+	if (!ret)
+		ret = vsock_init(vm);
+	return ret;
 }
 
 static void devices_exit(struct vm *vm)
 {
+	vsock__destroy(vm->vsock);
+	vm->vsock = NULL;
+	if (vm->vsock_irq_fd >= 0)
+		close(vm->vsock_irq_fd);
+	vm->vsock_irq_fd = -1;
 	virtio_blk__destroy(vm->blk);
 	vm->blk = NULL;
 	if (vm->blk_irq_fd >= 0)
@@ -643,6 +753,7 @@ static const struct {
 	{ "memory", memory_init, memory_exit },
 	{ "irqchip", irqchip_init, NULL }, /* goes with the VM fd */
 	{ "devices", devices_init, devices_exit },
+	{ "control", control__init, control__exit },
 	{ "boot", boot_init, NULL }, /* lives in guest memory */
 	{ "vcpus", vcpus_init, vcpus_exit },
 };
@@ -681,7 +792,8 @@ int vm__create(struct vm **out, const struct vm_config *cfg)
 		return -ENOMEM;
 	vm->cfg = cfg;
 	vm->kvm_fd = vm->vm_fd = vm->initrd_fd = -1;
-	vm->event_fd = vm->space_fd = vm->blk_irq_fd = -1;
+	vm->event_fd = vm->space_fd = vm->blk_irq_fd = vm->vsock_irq_fd = -1;
+	vm->ready_fd = vm->null_fd = -1;
 	vm->nr_vcpus = cfg->nr_cpus;
 	bus__init(&vm->pio, "pio", PIO_LIMIT);
 	bus__init(&vm->mmio, "mmio", MMIO_GAP_END);
@@ -818,6 +930,19 @@ static void confirm_halt(struct vm *vm)
 		vm__stop(vm, VM_STOP_GUEST_HALT, 0, NULL);
 }
 
+/* vm.shutdown asked the guest to power off: give it so long. */
+static void shutdown_overdue(struct vm *vm)
+{
+	long long deadline = atomic_load(&vm->shutdown_deadline);
+	struct timespec now;
+
+	if (!deadline)
+		return;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	if (now.tv_sec >= deadline)
+		vm__stop(vm, VM_STOP_SHUTDOWN, 0, NULL);
+}
+
 static void handle_cqe(struct vm *vm, struct loop *l,
 		       const struct io_uring_cqe *cqe)
 {
@@ -850,6 +975,7 @@ static void handle_cqe(struct vm *vm, struct loop *l,
 	case EV_PROBE:
 		probe_vcpus(vm);
 		arm_probe(l);
+		shutdown_overdue(vm);
 		break;
 	}
 }
@@ -923,6 +1049,9 @@ static int exit_code(const struct vm *vm)
 		pr_err("stopped by signal %d (%s)", vm->stop_status,
 		       strsignal(vm->stop_status));
 		return 128 + vm->stop_status;
+	case VM_STOP_SHUTDOWN:
+		pr_warn("vm.shutdown: the guest did not power off; stopped it");
+		return 0;
 	default:
 		return VMM_EXIT_VMM_ERROR;
 	}
@@ -954,12 +1083,23 @@ static int start_devices(struct vm *vm)
 {
 	int ret;
 
-	if (!vm->blk)
-		return 0;
-	ret = virtio_blk__start(vm->blk);
-	if (ret)
-		pr_err("virtio-blk0: starting its thread: %s", strerror(-ret));
-	return ret;
+	if (vm->blk) {
+		ret = virtio_blk__start(vm->blk);
+		if (ret) {
+			pr_err("virtio-blk0: starting its thread: %s",
+			       strerror(-ret));
+			return ret;
+		}
+	}
+	if (vm->vsock) {
+		ret = vsock__start(vm->vsock);
+		if (ret) {
+			pr_err("virtio-vsock0: starting its thread: %s",
+			       strerror(-ret));
+			return ret;
+		}
+	}
+	return control__start(vm);
 }
 
 int vm__run(struct vm *vm)

@@ -31,6 +31,7 @@ enum vm_stop_reason {
 	VM_STOP_GUEST_HALT,  /* every vCPU halted for good: power off */
 	VM_STOP_ERROR,	     /* KVM or the monitor failed */
 	VM_STOP_SIGNAL,	     /* the host asked us to stop */
+	VM_STOP_SHUTDOWN,    /* vm.shutdown, and the guest did not power off */
 };
 
 struct vcpu;
@@ -38,14 +39,19 @@ struct uart;
 struct console;
 struct disk;
 struct virtio_blk;
+struct api;
+struct vsock;
 
 /*
  * Where virtio-mmio devices live: windows from VIRTIO_MMIO_BASE up, each
  * with an edge-triggered ISA interrupt from VIRTIO_FIRST_GSI (the UART
- * has 4; 5 and up are free on our board).
+ * has 4; 5 and up are free on our board). Each device has a fixed slot,
+ * whether or not the others are present: 0 virtio-blk, 1 virtio-vsock.
  */
-#define VIRTIO_MMIO_BASE 0xd0000000ULL
-#define VIRTIO_FIRST_GSI 5U
+#define VIRTIO_MMIO_BASE  0xd0000000ULL
+#define VIRTIO_FIRST_GSI  5U
+#define VIRTIO_SLOT_BLK	  0U
+#define VIRTIO_SLOT_VSOCK 1U
 
 struct vm {
 	const struct vm_config *cfg;
@@ -81,6 +87,16 @@ struct vm {
 	struct disk *disk;
 	struct virtio_blk *blk;
 	int blk_irq_fd; /* irqfd of its interrupt */
+
+	/* virtio-vsock (--vsock-socket): the device, its interrupt. */
+	struct vsock *vsock;
+	int vsock_irq_fd;
+
+	/* The control socket (--control-socket, vmm/control.c). */
+	struct api *api;
+	int ready_fd; /* start --detach: the parent waits on it */
+	int null_fd;  /* /dev/null, for after a detach */
+	atomic_llong shutdown_deadline; /* CLOCK_MONOTONIC s; 0: none */
 
 	unsigned int nr_vcpus;
 	struct vcpu **vcpus;
@@ -147,6 +163,17 @@ bool vcpu__dead_in(const struct vcpu *v, unsigned int round);
  */
 bool vcpu__snapshot_all_dead(struct vm *vm, unsigned int timeout_ms);
 void vcpu__join(struct vcpu *v);
+
+/* vmm/control.c: the control API, a build step and its start. */
+int __must_check control__init(struct vm *vm);
+int __must_check control__start(struct vm *vm);
+void control__exit(struct vm *vm);
+
+/* The guest agent runs (kiln.agent=on): there is a control socket. */
+static inline bool vm__has_agent(const struct vm *vm)
+{
+	return vm->cfg->control_socket;
+}
 
 /* vmm/cpuid.c */
 int __must_check cpuid__setup(int vcpu_fd, const struct kvm_cpuid2 *supported,

@@ -1,25 +1,28 @@
 #!/bin/bash
-# guest/images/build-debian.sh [OUTDIR] - build the debian-12-agent root
+# guest/images/build-debian.sh [OUTDIR [VARIANT]] - build a Debian 12 root
 # image, cached.
 #
-# The image is a raw ext4 file built from Debian packages only:
+# VARIANT is `agent` (the default) or `bench`; the image is
+# debian-12-VARIANT, a raw ext4 file built from Debian packages only:
 # `debootstrap --variant=minbase bookworm` plus the packages listed in
-# guest/images/debian-12-agent.packages, packed with `mkfs.ext4 -d` (no
+# guest/images/debian-12-agent.packages and, for another variant, those in
+# guest/images/debian-12-VARIANT.packages, packed with `mkfs.ext4 -d` (no
 # loop mount). It lives outside the checkout, in
 #
-#   ${KILN_CACHE:-$HOME/.cache/kiln}/images/debian-12-agent-<key>.ext4
+#   ${KILN_CACHE:-$HOME/.cache/kiln}/images/debian-12-VARIANT-<key>.ext4
 #
-# where <key> hashes every input: the package list, this script,
-# mke2fs.conf, the suite, the mirrors, SOURCE_DATE_EPOCH and the
-# debootstrap and e2fsprogs versions. A second call with the same inputs
-# only copies two small JSON files to OUTDIR/images/:
+# where <key> hashes every input: the package lists, this script,
+# ext4-image.sh, mke2fs.conf, the variant, the suite, the mirrors,
+# SOURCE_DATE_EPOCH and the debootstrap and e2fsprogs versions. A second
+# call with the same inputs only copies two small JSON files to
+# OUTDIR/images/:
 #
-#   debian-12-agent.json        descriptor: path, format, digest, size
-#   debian-12-agent.facts.json  what the image holds, as typed triples
+#   debian-12-VARIANT.json        descriptor: path, format, digest, size
+#   debian-12-VARIANT.facts.json  what the image holds, as typed triples
 #
 # Documentation/images.md describes both. The mirror is the one apt already
 # uses for the suite (KILN_DEBIAN_MIRROR overrides it). Full logs go to
-# <cache>/images/debian-12-agent-<key>.log; only one line reaches the
+# <cache>/images/debian-12-VARIANT-<key>.log; only one line reaches the
 # terminal unless something fails. Needs root (debootstrap chroots).
 set -euo pipefail
 umask 022
@@ -27,11 +30,28 @@ umask 022
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 self=$here/$(basename "${BASH_SOURCE[0]}")
 out=${1:-build}
-name=debian-12-agent
+variant=${2:-agent}
+name=debian-12-$variant
 suite=bookworm
 arch=amd64
-pkglist=$here/$name.packages
 mkeconf=$here/mke2fs.conf
+lib=$here/ext4-image.sh
+# shellcheck source=SCRIPTDIR/ext4-image.sh
+. "$lib"
+# Every variant is agent plus its own list. Free space in the file system
+# (MiB, before the 25 % margin): bench has room for fio's test files.
+# Sparse, so unused room costs no disk.
+pkglists=("$here/debian-12-agent.packages")
+free_mib=64
+case $variant in
+agent) ;;
+bench)
+	pkglists+=("$here/$name.packages")
+	free_mib=512 ;;
+*)
+	echo "usage: build-debian.sh [OUTDIR [agent|bench]]" >&2
+	exit 2 ;;
+esac
 # Fixed build time (2025-01-01T00:00:00Z): every timestamp in the image,
 # and the file system's own, is this. Part of the key.
 epoch=1735689600
@@ -100,12 +120,13 @@ fi
 security=${KILN_DEBIAN_SECURITY:-$(apt_mirror "$suite-security")}
 security=${security%/}
 
-mapfile -t pkgarr < <(sed -e 's/#.*//' -e 's/[[:space:]]//g' -e '/^$/d' "$pkglist")
+mapfile -t pkgarr < <(sed -e 's/#.*//' -e 's/[[:space:]]//g' -e '/^$/d' "${pkglists[@]}")
 pkgs=$(IFS=,; echo "${pkgarr[*]}")
 tool_versions=$(dpkg-query -W -f='${Package} ${Version}\n' debootstrap e2fsprogs 2>/dev/null || true)
 
 key=$({
-	cat "$pkglist" "$self" "$mkeconf"
+	cat "${pkglists[@]}" "$self" "$lib" "$mkeconf"
+	echo "variant=$variant free=$free_mib"
 	echo "suite=$suite arch=$arch mirror=$mirror security=$security"
 	echo "SOURCE_DATE_EPOCH=$epoch"
 	echo "$tool_versions"
@@ -214,10 +235,10 @@ configure() {
 	ff02::2	ip6-allrouters
 	EOF
 	cat >"$root/etc/resolv.conf" <<-'EOF'
-	# Placeholder from Kiln's debian-12-agent image. The root file system
-	# is read-only: whoever gives the guest a network puts the real file
-	# over this one (bind mount or overlay). Without a nameserver line
-	# the resolver asks 127.0.0.1; names in /etc/hosts always resolve.
+	# Placeholder from Kiln's image. Whoever gives the guest a network
+	# writes the real file here (or, on a read-only root, mounts one
+	# over it). Without a nameserver line the resolver asks 127.0.0.1;
+	# names in /etc/hosts always resolve.
 	options timeout:2 attempts:2
 	EOF
 	{
@@ -251,7 +272,7 @@ step "configure" configure
 # PATH), not assumed from the package list.
 probe=(bash sh dash env ls cat cp mv rm mkdir ln chmod chown find xargs
 	grep sed awk sort head tail tr cut wc tee date sleep tar gzip xz zstd
-	curl wget git python3 pip3 perl ps top kill pgrep free ip ss ping
+	curl wget git python3 pip3 perl ps top kill pgrep free ip ss ping fio
 	apt apt-get apt-cache dpkg dpkg-query update-ca-certificates openssl
 	mount umount hostname id su sudo which less vi nano ssh sshd systemctl)
 # shellcheck disable=SC2016 # expanded by the image's bash
@@ -314,65 +335,22 @@ with open(dest, "w") as f:
     f.write("\n")
 EOF
 
-# Every timestamp to the fixed epoch (files, links, directories).
-step "timestamps" find "$root" -xdev -exec touch -h -d "@$epoch" {} +
-
-# Size: used space plus 25% plus 64 MiB, rounded up to MiB; inodes: the
-# file count plus 25% plus 4096.
+# Size: used space plus 25% plus $free_mib MiB, rounded up to MiB; inodes:
+# the file count plus 25% plus 4096.
 used_kib=$(du -sxk "$root" | cut -f1)
 nfiles=$(find "$root" -xdev | wc -l)
-size_mib=$(((used_kib * 5 / 4 + 64 * 1024 + 1023) / 1024))
+size_mib=$(((used_kib * 5 / 4 + free_mib * 1024 + 1023) / 1024))
 ninodes=$((nfiles + nfiles / 4 + 4096))
-# A fixed UUID and directory hash seed, derived from the key.
-uuid=$(echo "kiln-image-uuid $key" | sha256sum |
-	sed -E 's/^(.{8})(.{4}).(.{3}).(.{3})(.{12}).*/\1-\2-4\3-8\4-\5/')
-seed=$(echo "kiln-image-hash-seed $key" | sha256sum |
-	sed -E 's/^(.{8})(.{4}).(.{3}).(.{3})(.{12}).*/\1-\2-4\3-8\4-\5/')
 echo "used ${used_kib} KiB, $nfiles files -> ${size_mib} MiB, $ninodes inodes" >>"$log"
 
-fsenv=(env MKE2FS_CONFIG="$mkeconf" E2FSPROGS_FAKE_TIME="$epoch" LC_ALL=C TZ=UTC)
-rm -f "$tmp/image"
-step "mkfs.ext4" "${fsenv[@]}" mkfs.ext4 -q -F -t ext4 -T default -L kiln-root \
-	-U "$uuid" -N "$ninodes" -m 0 \
-	-E "root_owner=0:0,hash_seed=$seed,nodiscard" \
-	-d "$root" "$tmp/image" "${size_mib}M"
-
-# mkfs copies ctime (and atime) from the source tree, and ctime cannot be
-# set from user space: stamp both in the image, inode by inode.
-step "debugfs script" "$py" - "$root" "$tmp/debugfs.cmds" "$epoch" <<-'EOF'
-import os, sys
-root, dest, epoch = sys.argv[1:]
-with open(dest, "w") as out:
-    for d, dirs, files in os.walk(root):
-        for n in [""] + dirs + files:
-            p = os.path.join(d, n)[len(root):] or "/"
-            if '"' in p or "\n" in p:
-                sys.exit("cannot name %r in debugfs" % p)
-            for field in ("atime", "ctime"):
-                out.write('sif "%s" %s @%s\n' % (p, field, epoch))
-EOF
-# debugfs echoes every command on stdout and reports errors on stderr,
-# with an exit status of 0 either way: anything but its banner is an error.
-echo "== debugfs ($(wc -l <"$tmp/debugfs.cmds") commands)" >>"$log"
-"${fsenv[@]}" debugfs -w -f "$tmp/debugfs.cmds" "$tmp/image" \
-	>/dev/null 2>"$tmp/debugfs.err" || fail "debugfs"
-if grep -v '^debugfs [0-9]' "$tmp/debugfs.err" >>"$log"; then
-	fail "debugfs (timestamps)"
-fi
-step "e2fsck" "${fsenv[@]}" e2fsck -fn "$tmp/image"
+# Fixed times, UUID and hash seed (ext4-image.sh), then e2fsck -fn.
+step "ext4" ext4_pack "$root" "$tmp/image" "$size_mib" "$ninodes" \
+	kiln-root "$key" "$epoch"
 
 digest=$(sha256sum "$tmp/image" | cut -d' ' -f1)
 bytes=$(stat -c %s "$tmp/image")
 mv "$tmp/image" "$img"
-step "descriptor" "$py" - "$base.json" "$name" "$img" "$digest" "$bytes" <<-'EOF'
-import json, sys
-dest, name, path, digest, size = sys.argv[1:]
-with open(dest, "w") as f:
-    json.dump({"name": name, "path": path, "format": "raw",
-               "architecture": "x86_64", "digest": "sha256:" + digest,
-               "sizeBytes": int(size)}, f, indent=2)
-    f.write("\n")
-EOF
+step "descriptor" ext4_descriptor "$base.json" "$name" "$img" "$digest" "$bytes"
 
 echo "built in $(($(date +%s) - start)) s: $bytes bytes, sha256 $digest" >>"$log"
 echo "$digest" >"$stamp"

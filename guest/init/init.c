@@ -1,15 +1,23 @@
 /*
  * guest/init/init.c - PID 1 of the Kiln guest.
  *
- * Mounts the basic file systems, runs one command on the serial console,
+ * Mounts the basic file systems, switches to a root disk if the command
+ * line names one (kiln.root), runs one command on the serial console,
  * reaps everything until that command ends, and hands its exit status to
  * the monitor through the exit device (Documentation/guest.md). Silent on
  * success: the command's output is the only thing the host should see.
  *
+ * With kiln.agent=on it also serves the guest agent (guest/agent/,
+ * Documentation/agent-protocol.md) on vsock, from a child process it
+ * restarts should it die; with the agent on and no command, the VM runs
+ * until it is asked to power off.
+ *
  * Built static (gcc -static) so the initramfs needs no libc.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -19,10 +27,17 @@
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/reboot.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <sys/wait.h>
 #include <termios.h>
+#include <time.h>
 #include <unistd.h>
+#include <linux/vm_sockets.h>
+
+#include "guest/agent/agent.h"
+#include "guest/agent/protocol.h"
 
 /*
  * Kiln's system device (devices/exit-dev.h): a byte to READY says the
@@ -47,11 +62,36 @@
 #define DEFAULT_PATH \
 	"/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-/* kiln.* parameters from the kernel command line. */
+/* Where the root disk is mounted before it becomes /. */
+#define NEWROOT "/newroot"
+/* How long the root disk may take to appear in /dev, and how often to look. */
+#define ROOT_WAIT_MS 5000
+#define ROOT_POLL_MS 10
+
+/* ext4's superblock starts 1024 bytes in; its magic is at offset 0x38. */
+#define EXT4_MAGIC_OFFSET (1024 + 0x38)
+#define EXT4_MAGIC	  0xef53
+
+/* Connections the host may open before the agent accepts them. */
+#define AGENT_BACKLOG 64
+/* A dying agent is restarted at most once per this long (5 a second). */
+#define AGENT_RESTART_MS 200
+
+/* kiln.* parameters from the kernel command line; the last one wins. */
 struct kiln_params {
 	char term[64];
+	char root[32]; /* kiln.root: device in /dev; "" or "none": initramfs */
+	char rootflags[8]; /* kiln.rootflags: "ro" or "rw" */
 	bool raw_console;
 	bool bootmark; /* kiln.bootmark: say when init starts */
+	bool agent;    /* kiln.agent=on: serve the guest agent on vsock */
+};
+
+/* The guest agent: its listening socket and the process serving it. */
+struct agent_server {
+	int listen_fd; /* -1: no agent */
+	pid_t pid;     /* 0 while none runs */
+	struct timespec started;
 };
 
 /*
@@ -65,16 +105,25 @@ static void on_shutdown_signal(int sig)
 	shutdown_requested = sig;
 }
 
+/* Only there so that SIGCHLD ends sigsuspend() (wait_command). */
+static void on_sigchld(int sig)
+{
+}
+
 static void catch_shutdown_signals(void)
 {
 	static const int sigs[] = { SIGUSR1, SIGUSR2, SIGTERM };
 	struct sigaction sa = { .sa_handler = on_shutdown_signal };
+	struct sigaction chld = { .sa_handler = on_sigchld,
+				  .sa_flags = SA_NOCLDSTOP };
 	size_t i;
 
-	/* No SA_RESTART: wait() must return so the request is seen. */
+	/* No SA_RESTART: a blocking call must return so the request is seen. */
 	sigemptyset(&sa.sa_mask);
 	for (i = 0; i < ARRAY_SIZE(sigs); i++)
 		sigaction(sigs[i], &sa, NULL);
+	sigemptyset(&chld.sa_mask);
+	sigaction(SIGCHLD, &chld, NULL);
 }
 
 struct mount_point {
@@ -85,6 +134,7 @@ struct mount_point {
 	const char *data;
 };
 
+/* Each is mounted only where nothing is yet; /dev/pts rides with /dev. */
 static const struct mount_point mounts[] = {
 	{ "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL },
 	{ "sysfs", "/sys", "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL },
@@ -100,8 +150,22 @@ static void warn_errno(const char *what, const char *name, int err)
 	fprintf(stderr, "kiln-init: %s %s: %s\n", what, name, strerror(err));
 }
 
+/* True if @path is the root of a mount (statx knows since Linux 5.8). */
+static bool is_mount_point(const char *path)
+{
+	struct statx stx;
+
+	if (statx(AT_FDCWD, path, AT_SYMLINK_NOFOLLOW, 0, &stx))
+		return false;
+	return stx.stx_attributes_mask & stx.stx_attributes &
+	       STATX_ATTR_MOUNT_ROOT;
+}
+
 static int mount_one(const struct mount_point *m)
 {
+	/* After a switch to a root disk most are there already. */
+	if (is_mount_point(m->target))
+		return 0;
 	if (mkdir(m->target, 0755) && errno != EEXIST)
 		return -errno;
 	if (mount(m->source, m->target, m->type, m->flags, m->data)) {
@@ -176,23 +240,51 @@ out_close:
 	return buf;
 }
 
+/* Copies a parameter's value; one too long for @size is cut short. */
+static void set_value(char *dst, size_t size, const char *val, size_t len)
+{
+	if (len >= size)
+		len = size - 1;
+	memcpy(dst, val, len);
+	dst[len] = '\0';
+}
+
+static bool word_is(const char *tok, size_t len, const char *word)
+{
+	return len == strlen(word) && !strncmp(tok, word, len);
+}
+
+/* Is @tok "@key=VALUE"? Then @val and @vlen get VALUE. */
+static bool param_value(const char *tok, size_t len, const char *key,
+			const char **val, size_t *vlen)
+{
+	size_t klen = strlen(key);
+
+	if (len <= klen || strncmp(tok, key, klen) || tok[klen] != '=')
+		return false;
+	*val = tok + klen + 1;
+	*vlen = len - klen - 1;
+	return true;
+}
+
 static void parse_param(struct kiln_params *p, const char *tok, size_t len)
 {
-	static const char term[] = "kiln.term=";
-	static const char raw[] = "kiln.console=raw";
-	static const char mark[] = "kiln.bootmark";
+	const char *val;
+	size_t n;
 
-	if (len > sizeof(term) - 1 && !strncmp(tok, term, sizeof(term) - 1)) {
-		tok += sizeof(term) - 1;
-		len -= sizeof(term) - 1;
-		if (len >= sizeof(p->term))
-			len = sizeof(p->term) - 1;
-		memcpy(p->term, tok, len);
-		p->term[len] = '\0';
-	} else if (len == sizeof(raw) - 1 && !strncmp(tok, raw, len)) {
-		p->raw_console = true;
-	} else if (len == sizeof(mark) - 1 && !strncmp(tok, mark, len)) {
+	if (param_value(tok, len, "kiln.term", &val, &n)) {
+		if (n)
+			set_value(p->term, sizeof(p->term), val, n);
+	} else if (param_value(tok, len, "kiln.console", &val, &n)) {
+		p->raw_console = word_is(val, n, "raw");
+	} else if (word_is(tok, len, "kiln.bootmark")) {
 		p->bootmark = true;
+	} else if (param_value(tok, len, "kiln.root", &val, &n)) {
+		set_value(p->root, sizeof(p->root), val, n);
+	} else if (param_value(tok, len, "kiln.rootflags", &val, &n)) {
+		set_value(p->rootflags, sizeof(p->rootflags), val, n);
+	} else if (param_value(tok, len, "kiln.agent", &val, &n)) {
+		p->agent = word_is(val, n, "on");
 	}
 }
 
@@ -206,8 +298,7 @@ static void parse_cmdline(struct kiln_params *p)
 	size_t len, n;
 	char *buf, *s;
 
-	strcpy(p->term, "linux");
-	p->raw_console = false;
+	*p = (struct kiln_params){ .term = "linux", .rootflags = "rw" };
 	buf = read_file("/proc/cmdline", 4096, &len);
 	if (!buf)
 		return;
@@ -259,10 +350,9 @@ out_free:
 	return NULL;
 }
 
+/* The command to run, or NULL when neither the host nor argv gives one. */
 static char **command_argv(int argc, char **argv)
 {
-	static char sh[] = "/bin/sh";
-	static char *shell[] = { sh, NULL };
 	char **file_argv;
 
 	file_argv = load_argv_file();
@@ -270,6 +360,15 @@ static char **command_argv(int argc, char **argv)
 		return file_argv;
 	if (argc > 1)
 		return argv + 1;
+	return NULL;
+}
+
+/* Without a command (and without the agent), a shell on the console. */
+static char **default_shell(void)
+{
+	static char sh[] = "/bin/sh";
+	static char *shell[] = { sh, NULL };
+
 	return shell;
 }
 
@@ -409,22 +508,150 @@ static int wait_status(int st)
 }
 
 /* PID 1 inherits every orphan: reap them all while waiting for @child. */
-static int wait_command(pid_t child)
+static int64_t ms_since(const struct timespec *t)
 {
-	pid_t pid;
-	int st;
+	struct timespec now;
 
-	for (;;) {
-		if (shutdown_requested)
-			return STATUS_SHUTDOWN;
-		pid = wait(&st);
-		if (pid == child)
-			return wait_status(st);
-		if (pid < 0 && errno != EINTR) {
-			warn_errno("cannot wait for", "command", errno);
-			return STATUS_INIT_FAILED;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (int64_t)(now.tv_sec - t->tv_sec) * 1000 +
+	       (now.tv_nsec - t->tv_nsec) / 1000000;
+}
+
+/*
+ * The agent's socket: vsock, any CID (the host connects to ours), port
+ * KILN_AGENT_PORT. Made once and kept by init across agent restarts, so
+ * connections made meanwhile wait in the backlog.
+ */
+static int agent_listen(void)
+{
+	struct sockaddr_vm addr = {
+		.svm_family = AF_VSOCK,
+		.svm_cid = VMADDR_CID_ANY,
+		.svm_port = KILN_AGENT_PORT,
+	};
+	int fd, err;
+
+	fd = socket(AF_VSOCK, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) ||
+	    listen(fd, AGENT_BACKLOG)) {
+		err = errno;
+		close(fd);
+		return -err;
+	}
+	return fd;
+}
+
+/* The agent process: init's signal settings undone, a session of its own. */
+static void __attribute__((noreturn)) agent_child(int listen_fd)
+{
+	static const int sigs[] = { SIGUSR1, SIGUSR2, SIGTERM, SIGTTOU };
+	sigset_t none;
+	size_t i;
+
+	for (i = 0; i < ARRAY_SIZE(sigs); i++)
+		signal(sigs[i], SIG_DFL);
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	/* Out of the console's session: its signals are the command's. */
+	setsid();
+	/* agent__serve() returns only on a fatal error, which it printed. */
+	_exit(agent__serve(listen_fd, 1) ? 1 : 0);
+}
+
+/*
+ * Starts the agent if it should run and does not. A restart comes at the
+ * earliest AGENT_RESTART_MS after the previous start, so an agent that
+ * dies at once costs a few forks a second, not a busy PID 1.
+ */
+static void agent_start(struct agent_server *a)
+{
+	struct timespec wait = { 0 };
+	int64_t since;
+	pid_t pid;
+
+	if (a->listen_fd < 0 || a->pid > 0)
+		return;
+	if (a->started.tv_sec || a->started.tv_nsec) {
+		since = ms_since(&a->started);
+		if (since >= 0 && since < AGENT_RESTART_MS) {
+			wait.tv_nsec = (AGENT_RESTART_MS - since) * 1000000L;
+			nanosleep(&wait, NULL);
 		}
 	}
+	clock_gettime(CLOCK_MONOTONIC, &a->started);
+	pid = fork();
+	if (pid == 0)
+		agent_child(a->listen_fd);
+	if (pid < 0)
+		warn_errno("cannot fork for", "the agent", errno);
+	else
+		a->pid = pid;
+}
+
+/* kiln.agent=on: listen, then start the agent; false without a socket. */
+static bool agent_setup(struct agent_server *a)
+{
+	int fd = agent_listen();
+
+	if (fd < 0) {
+		fprintf(stderr,
+			"kiln-init: cannot listen on vsock port %u: %s\n",
+			KILN_AGENT_PORT, strerror(-fd));
+		return false;
+	}
+	a->listen_fd = fd;
+	agent_start(a);
+	return true;
+}
+
+/*
+ * PID 1 inherits every orphan: reap them all while waiting for @child
+ * (0: no command; then only a power-off request ends the wait), and
+ * restart the agent whenever it dies. The signals that matter are
+ * blocked except inside sigsuspend(), so none slips in between the check
+ * of shutdown_requested and the sleep.
+ */
+static int wait_command(pid_t child, struct agent_server *agent)
+{
+	sigset_t block, old;
+	int st, status;
+	pid_t pid;
+
+	sigemptyset(&block);
+	sigaddset(&block, SIGCHLD);
+	sigaddset(&block, SIGUSR1);
+	sigaddset(&block, SIGUSR2);
+	sigaddset(&block, SIGTERM);
+	sigprocmask(SIG_BLOCK, &block, &old);
+	for (;;) {
+		if (shutdown_requested) {
+			status = STATUS_SHUTDOWN;
+			break;
+		}
+		agent_start(agent);
+		while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
+			if (pid == child) {
+				status = wait_status(st);
+				goto out;
+			}
+			if (pid == agent->pid)
+				agent->pid = 0;
+		}
+		/* ECHILD: no command, and the agent is between two lives. */
+		if (pid < 0 && (errno != ECHILD || child > 0)) {
+			warn_errno("cannot wait for", "command", errno);
+			status = STATUS_INIT_FAILED;
+			break;
+		}
+		if (!agent->pid && agent->listen_fd >= 0)
+			continue;
+		sigsuspend(&old);
+	}
+out:
+	sigprocmask(SIG_SETMASK, &old, NULL);
+	return status;
 }
 
 static void kill_leftovers(void)
@@ -451,8 +678,250 @@ static void __attribute__((noreturn)) power_off(int status)
 	_exit(status);
 }
 
+/* The initramfs is ramfs or tmpfs (tmpfs unless root= is given). */
+static bool is_ram_fs(const struct statfs *sfs)
+{
+	return sfs->f_type == RAMFS_MAGIC || sfs->f_type == TMPFS_MAGIC;
+}
+
+/*
+ * A root disk is remounted read-only before the end, with every process
+ * gone: that flushes the journal and marks the file system clean, so the
+ * next mount has nothing to recover and e2fsck -n finds nothing.
+ */
+static void remount_root_ro(void)
+{
+	struct statfs sfs;
+
+	if (statfs("/", &sfs) || is_ram_fs(&sfs))
+		return;
+	if (mount(NULL, "/", NULL, MS_REMOUNT | MS_RDONLY, NULL))
+		warn_errno("cannot remount read-only", "/", errno);
+}
+
+static void __attribute__((noreturn)) end_vm(int status)
+{
+	kill_leftovers();
+	sync();
+	remount_root_ro();
+	drain_console();
+	power_off(status);
+}
+
+static bool root_wanted(const struct kiln_params *p)
+{
+	return p->root[0] && strcmp(p->root, "none");
+}
+
+/* A plain name in /dev ("vda"): no path, nothing hidden. */
+static bool valid_dev_name(const char *name)
+{
+	return name[0] && name[0] != '.' && !strchr(name, '/');
+}
+
+/*
+ * virtio-blk probes during the kernel's initcalls, so the node is usually
+ * there when init starts; poll a while in case a probe runs late. Each
+ * function below returns NULL on success, else why it failed.
+ */
+static const char *wait_for_device(const char *dev)
+{
+	struct timespec tick = { .tv_nsec = ROOT_POLL_MS * 1000000L };
+	struct stat st;
+	int i;
+
+	for (i = 0; i < ROOT_WAIT_MS / ROOT_POLL_MS; i++) {
+		if (!stat(dev, &st)) {
+			if (!S_ISBLK(st.st_mode))
+				return "not a block device";
+			return NULL;
+		}
+		if (errno != ENOENT)
+			return strerror(errno);
+		nanosleep(&tick, NULL);
+	}
+	return "no such device (waited 5 s)"; /* ROOT_WAIT_MS */
+}
+
+/* The magic first: mount(2) says only EINVAL for "not ext4". */
+static const char *check_ext4(const char *dev)
+{
+	unsigned char magic[2];
+	ssize_t n;
+	int fd, err;
+
+	fd = open(dev, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return strerror(errno);
+	n = pread(fd, magic, sizeof(magic), EXT4_MAGIC_OFFSET);
+	err = errno;
+	close(fd);
+	if (n < 0)
+		return strerror(err);
+	if (n != sizeof(magic) || (magic[0] | magic[1] << 8) != EXT4_MAGIC)
+		return "no ext4 file system on it";
+	return NULL;
+}
+
+static const char *mount_root(const char *dev, bool ro)
+{
+	if (mkdir(NEWROOT, 0755) && errno != EEXIST)
+		return strerror(errno);
+	if (!mount(dev, NEWROOT, "ext4", ro ? MS_RDONLY : 0, NULL))
+		return NULL;
+	/* Linux refuses a read-write mount of a read-only disk... */
+	if (!ro && (errno == EACCES || errno == EROFS))
+		return "the disk is read-only (and kiln.rootflags=rw)";
+	/* ...and a read-only one that needs its journal replayed. */
+	if (ro && errno == EROFS)
+		return "its journal needs recovery and the disk is read-only";
+	return strerror(errno);
+}
+
+static const char *prepare_root(const char *dev, const struct kiln_params *p)
+{
+	bool ro = !strcmp(p->rootflags, "ro");
+	const char *why;
+
+	if (!ro && strcmp(p->rootflags, "rw"))
+		return "kiln.rootflags is neither ro nor rw";
+	if (!valid_dev_name(p->root))
+		return "not a device name";
+	why = wait_for_device(dev);
+	if (why)
+		return why;
+	why = check_ext4(dev);
+	if (why)
+		return why;
+	return mount_root(dev, ro);
+}
+
+/*
+ * The early mounts move into the new root (as util-linux switch_root
+ * does); /dev/pts goes along with /dev. One the new root has no directory
+ * for is dropped, and mount_all() makes a fresh one later if it can.
+ */
+static void move_mounts(void)
+{
+	char target[64];
+	const char *path;
+	size_t i;
+
+	for (i = 0; i < ARRAY_SIZE(mounts); i++) {
+		path = mounts[i].target;
+		if (strchr(path + 1, '/'))
+			continue;
+		snprintf(target, sizeof(target), NEWROOT "%s", path);
+		if (!mount(path, target, NULL, MS_MOVE, NULL))
+			continue;
+		if (errno != ENOENT)
+			warn_errno("cannot move", path, errno);
+		umount2(path, MNT_DETACH);
+	}
+}
+
+/* Empties the directory @dfd, and closes it, without leaving device @dev. */
+static void remove_tree(int dfd, dev_t dev)
+{
+	const int dir_flags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+	struct dirent *d;
+	struct stat st;
+	DIR *dir;
+	int fd;
+
+	dir = fdopendir(dfd);
+	if (!dir) {
+		close(dfd);
+		return;
+	}
+	while ((d = readdir(dir))) {
+		if (!strcmp(d->d_name, ".") || !strcmp(d->d_name, ".."))
+			continue;
+		if (fstatat(dfd, d->d_name, &st, AT_SYMLINK_NOFOLLOW) ||
+		    st.st_dev != dev)
+			continue; /* a mount point: not ours to empty */
+		if (S_ISDIR(st.st_mode)) {
+			fd = openat(dfd, d->d_name, dir_flags);
+			if (fd >= 0)
+				remove_tree(fd, dev);
+		}
+		unlinkat(dfd, d->d_name,
+			 S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0);
+	}
+	closedir(dir);
+}
+
+/*
+ * Gives the initramfs's memory back by deleting its files, as busybox's
+ * switch_root does; only on ramfs or tmpfs, never on a disk (should init
+ * ever run from one). Closes @dfd.
+ */
+static void free_initramfs(int dfd)
+{
+	struct statfs sfs;
+	struct stat st;
+
+	if (fstatfs(dfd, &sfs) || fstat(dfd, &st) || !is_ram_fs(&sfs)) {
+		close(dfd);
+		return;
+	}
+	remove_tree(dfd, st.st_dev);
+}
+
+/*
+ * Makes NEWROOT the root: move it over /, chroot into it, then empty the
+ * initramfs, which only the descriptor kept here still reaches. PID 1
+ * stays this program; the image's own init is never run.
+ */
+static const char *switch_root(void)
+{
+	int old, err;
+
+	move_mounts();
+	if (chdir(NEWROOT))
+		return strerror(errno);
+	old = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (old < 0)
+		return strerror(errno);
+	if (mount(".", "/", NULL, MS_MOVE, NULL) || chroot(".") || chdir("/")) {
+		err = errno;
+		close(old);
+		return strerror(err);
+	}
+	free_initramfs(old);
+	return NULL;
+}
+
+/*
+ * kiln.root=NAME: mount /dev/NAME (ext4) and make it the root. A root that
+ * cannot be had ends the VM with STATUS_INIT_FAILED: running the command
+ * in the initramfs instead would only fail later, less clearly.
+ */
+static void enter_root(const struct kiln_params *p)
+{
+	const char *why;
+	char dev[64];
+
+	snprintf(dev, sizeof(dev), "/dev/%s", p->root);
+	why = prepare_root(dev, p);
+	if (why) {
+		fprintf(stderr, "kiln-init: cannot mount root %s: %s\n", dev,
+			why);
+		end_vm(STATUS_INIT_FAILED);
+	}
+	why = switch_root();
+	if (why) {
+		fprintf(stderr, "kiln-init: cannot switch to root %s: %s\n",
+			dev, why);
+		end_vm(STATUS_INIT_FAILED);
+	}
+	/* Whatever did not move: e.g. /run, if the image has no such dir. */
+	mount_all();
+}
+
 int main(int argc, char **argv)
 {
+	struct agent_server agent = { .listen_fd = -1 };
 	struct kiln_params params;
 	char **cmd;
 	int status;
@@ -464,8 +933,26 @@ int main(int argc, char **argv)
 		dprintf(STDERR_FILENO, "kiln-init: boot mark\n");
 	catch_shutdown_signals();
 	setup_env(&params);
+	/* Before a switch: /kiln/argv is in the initramfs. */
 	cmd = command_argv(argc, argv);
+	if (root_wanted(&params))
+		enter_root(&params);
 	take_console();
+	/*
+	 * After the switch, so the agent's commands run in the real root.
+	 * Without its socket (no vsock device) a command still runs; with
+	 * none to run either, there is nothing to do.
+	 */
+	if (params.agent && !agent_setup(&agent) && !cmd)
+		end_vm(STATUS_INIT_FAILED);
+	if (!cmd && !params.agent)
+		cmd = default_shell();
+
+	/* vmm start: no command, the VM serves the agent until power-off. */
+	if (!cmd) {
+		signal_ready();
+		end_vm(wait_command(0, &agent));
+	}
 
 	pid = fork();
 	if (pid == 0)
@@ -476,11 +963,8 @@ int main(int argc, char **argv)
 		warn_errno("cannot fork for", cmd[0], errno);
 		status = STATUS_INIT_FAILED;
 	} else {
-		status = wait_command(pid);
+		status = wait_command(pid, &agent);
 	}
 
-	kill_leftovers();
-	sync();
-	drain_console();
-	power_off(status);
+	end_vm(status);
 }

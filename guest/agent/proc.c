@@ -1,0 +1,1094 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * PROC_START: run a command and relay it over the connection.
+ *
+ * The command runs in a new session (setsid), so its process group and
+ * session id are its pid; stdin/stdout/stderr are pipes, or one pseudo
+ * terminal that is also its controlling terminal. One poll() loop then
+ * moves bytes both ways and never blocks:
+ *
+ *  - host -> stdin: a PROC_STDIN frame is written to the (non-blocking)
+ *    pipe at once; what the pipe does not take is kept in a buffer of its
+ *    own, and while it waits the connection is still read, so signals and
+ *    resizes get through. A second PROC_STDIN frame arriving then is left
+ *    in the receive buffer and the connection is not read any further
+ *    until the first is written: at most two frames of stdin are held.
+ *  - stdout/stderr -> host: frames go into a small queue sent as the
+ *    socket takes them (vsock credit is the host's back-pressure); the
+ *    pipes are read only while less than KILN_DATA_CHUNK is queued, so a
+ *    host that stops reading stops the command, not the agent.
+ *
+ * The timeout, a host that goes away before the command ends, and a
+ * malformed frame all kill the command's process group and session.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/pidfd.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <termios.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "guest/agent/proc.h"
+
+/* Output is read from the pipes only while less than this is queued. */
+#define OUT_HIGH KILN_DATA_CHUNK
+/* After the command exits, how long its output may stay open. */
+#define EXIT_GRACE_MS 100
+#define DEFAULT_ROWS  24
+#define DEFAULT_COLS  80
+/* Passes over /proc to kill a session that keeps forking. */
+#define KILL_PASSES 16
+
+struct proc_req {
+	char **argv; /* NULL-terminated, at least one */
+	char **envp; /* NULL: the agent's own environment */
+	char *cwd;   /* NULL: the agent's */
+	uint64_t timeout_ms;
+	bool pty;
+	struct winsize ws;
+};
+
+/* What the child writes to the status pipe when it cannot exec. */
+enum exec_stage { STAGE_SETUP, STAGE_CWD, STAGE_EXEC };
+
+struct exec_failure {
+	int stage;
+	int err;
+};
+
+/* Frames waiting for the socket; data[head..tail) is unsent. */
+struct outq {
+	uint8_t *data;
+	size_t head, tail, cap;
+};
+
+struct proc {
+	struct conn *c;
+	pid_t pid;  /* also its process group and session */
+	int pidfd;  /* readable once it exits; -1 after */
+	int in_fd;  /* stdin: pipe, or a dup of the pty master; -1: closed */
+	int out_fd; /* stdout, or a dup of the pty master; -1 at its end */
+	int err_fd; /* stderr; -1 with a pty */
+	/*
+	 * The pty master, held to the end: its last close hangs the
+	 * terminal up, which would SIGHUP a command that merely closed its
+	 * fds 0-2 before exiting (cat does).
+	 */
+	int master;
+	bool pty;
+	uint8_t veof; /* the terminal's EOF character (^D) */
+	bool veof_sent;
+
+	/* stdin the pipe has not taken yet: pend_len bytes of pend_buf */
+	uint8_t *pend_buf; /* KILN_FRAME_MAX */
+	size_t pend_len;
+	bool pend_eof;
+	bool pending;
+	/* a second PROC_STDIN frame, left in the receive buffer */
+	struct frame parked;
+	bool has_parked;
+
+	struct outq out;
+	bool stderr_first; /* alternates, so neither stream starves */
+
+	int64_t deadline;  /* the timeout, ms on CLOCK_MONOTONIC; 0: none */
+	int64_t grace_end; /* EXIT_GRACE_MS after the exit */
+	bool exited;
+	bool timed_out;
+	int status;
+};
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- the request --------------------------------------------------- */
+
+static void free_strv(char **v)
+{
+	if (!v)
+		return;
+	for (char **s = v; *s; s++)
+		free(*s);
+	free(v);
+}
+
+static void req_free(struct proc_req *r)
+{
+	free_strv(r->argv);
+	free_strv(r->envp);
+	free(r->cwd);
+}
+
+/* A C string of wire bytes: -EINVAL if they hold a NUL. */
+static int dup_bytes(const uint8_t *v, uint32_t len, char **out)
+{
+	if (memchr(v, '\0', len))
+		return -EINVAL;
+	*out = strndup((const char *)v, len);
+	return *out ? 0 : -ENOMEM;
+}
+
+static int count_tags(const struct frame *f, uint16_t want, size_t *n)
+{
+	struct kiln_tlv_iter it;
+	const uint8_t *val;
+	uint16_t tag;
+	uint32_t len;
+	int ret;
+
+	*n = 0;
+	kiln_tlv__iter(&it, f->data, f->len);
+	while ((ret = kiln_tlv__next(&it, &tag, &val, &len)) > 0)
+		*n += tag == want;
+	return ret;
+}
+
+static int parse_u16(const uint8_t *val, uint32_t len, unsigned short *out)
+{
+	uint64_t v;
+
+	if (kiln_tlv__u64(val, len, &v))
+		return -EPROTO;
+	if (v > 0xffff)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+static int parse_req(const struct frame *f, struct proc_req *r,
+		     const char **why)
+{
+	size_t nargs, nenv, ia = 0, ie = 0;
+	struct kiln_tlv_iter it;
+	const uint8_t *val;
+	uint64_t v;
+	uint16_t tag;
+	uint32_t len;
+	int ret;
+
+	*r = (struct proc_req){ .ws = { .ws_row = DEFAULT_ROWS,
+					.ws_col = DEFAULT_COLS } };
+	*why = "malformed PROC_START";
+	if (count_tags(f, KILN_T_ARG, &nargs) < 0 ||
+	    count_tags(f, KILN_T_ENV, &nenv) < 0)
+		return -EPROTO;
+	if (!nargs) {
+		*why = "PROC_START without T_ARG";
+		return -EPROTO;
+	}
+	r->argv = calloc(nargs + 1, sizeof(*r->argv));
+	if (nenv)
+		r->envp = calloc(nenv + 1, sizeof(*r->envp));
+	if (!r->argv || (nenv && !r->envp))
+		return -ENOMEM;
+
+	kiln_tlv__iter(&it, f->data, f->len);
+	while (kiln_tlv__next(&it, &tag, &val, &len) > 0) {
+		ret = 0;
+		switch (tag) {
+		case KILN_T_ARG:
+			*why = "an argument holds a NUL byte";
+			ret = dup_bytes(val, len, &r->argv[ia++]);
+			break;
+		case KILN_T_ENV:
+			*why = "an environment entry holds a NUL byte";
+			ret = dup_bytes(val, len, &r->envp[ie++]);
+			break;
+		case KILN_T_CWD:
+			*why = "the working directory holds a NUL byte";
+			free(r->cwd);
+			ret = dup_bytes(val, len, &r->cwd);
+			break;
+		case KILN_T_TIMEOUT_MS:
+			*why = "malformed T_TIMEOUT_MS";
+			ret = kiln_tlv__u64(val, len, &r->timeout_ms);
+			break;
+		case KILN_T_PTY:
+			*why = "malformed T_PTY";
+			ret = kiln_tlv__u64(val, len, &v);
+			r->pty = v != 0;
+			break;
+		case KILN_T_ROWS:
+			*why = "T_ROWS is not a terminal size";
+			ret = parse_u16(val, len, &r->ws.ws_row);
+			break;
+		case KILN_T_COLS:
+			*why = "T_COLS is not a terminal size";
+			ret = parse_u16(val, len, &r->ws.ws_col);
+			break;
+		}
+		if (ret)
+			return ret;
+	}
+	*why = NULL;
+	return 0;
+}
+
+/* ---- starting the command ----------------------------------------- */
+
+static bool env_has_path(char **envp)
+{
+	for (; *envp; envp++)
+		if (!strncmp(*envp, "PATH=", 5))
+			return true;
+	return false;
+}
+
+/*
+ * In the child, until exec: its own session and group, fds 0-2, the
+ * directory, default signal handling. A failure goes up the status pipe.
+ */
+static void __attribute__((noreturn))
+exec_child(const struct proc_req *r, const int fds[3], const char *slave,
+	   int status_fd)
+{
+	struct exec_failure fail = { .stage = STAGE_SETUP };
+	int tty_fds[3];
+	sigset_t none;
+	int tty, i;
+
+	/* The agent ignores SIGPIPE, init ignores SIGTTOU: none of that. */
+	for (i = 1; i < NSIG; i++)
+		signal(i, SIG_DFL);
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	if (setsid() < 0)
+		goto fail;
+	if (slave) {
+		tty = open(slave, O_RDWR | O_NOCTTY | O_CLOEXEC);
+		if (tty < 0 || ioctl(tty, TIOCSCTTY, 0))
+			goto fail;
+		tty_fds[0] = tty_fds[1] = tty_fds[2] = tty;
+		fds = tty_fds;
+	}
+	/* The agent keeps 0-2 open, so none of fds[] is below 3. */
+	for (i = 0; i < 3; i++)
+		if (dup2(fds[i], i) < 0)
+			goto fail;
+	fail.stage = STAGE_CWD;
+	if (r->cwd && chdir(r->cwd))
+		goto fail;
+	fail.stage = STAGE_EXEC;
+	if (!r->envp) {
+		execvp(r->argv[0], r->argv);
+	} else {
+		/*
+		 * execvpe() searches the caller's PATH: the command's own if
+		 * it has one, else the agent's.
+		 */
+		if (env_has_path(r->envp))
+			environ = r->envp;
+		execvpe(r->argv[0], r->argv, r->envp);
+	}
+fail:
+	fail.err = errno;
+	if (write(status_fd, &fail, sizeof(fail)) < 0)
+		_exit(126);
+	_exit(127);
+}
+
+static int set_nonblock(int fd)
+{
+	int fl = fcntl(fd, F_GETFL);
+
+	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK))
+		return -errno;
+	return 0;
+}
+
+static void close_fd(int *fd)
+{
+	if (*fd >= 0)
+		close(*fd);
+	*fd = -1;
+}
+
+/* A pseudo terminal: the master in @master, the slave's name in @name. */
+static int open_pty(const struct proc_req *r, int *master, char *name,
+		    size_t size, uint8_t *veof)
+{
+	struct termios t;
+	int fd, err;
+
+	fd = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (grantpt(fd) || unlockpt(fd) || ptsname_r(fd, name, size) ||
+	    ioctl(fd, TIOCSWINSZ, &r->ws)) {
+		err = errno;
+		close(fd);
+		return -err;
+	}
+	/* On a master, TCGETS reads the slave's settings. */
+	*veof = tcgetattr(fd, &t) ? 4 : t.c_cc[VEOF];
+	*master = fd;
+	return 0;
+}
+
+/* Both ends of the pipes: [0] read, [1] write; -1 when unused. */
+struct stdio_pipes {
+	int in[2], out[2], err[2];
+};
+
+static void close_pipes(struct stdio_pipes *sp)
+{
+	for (int i = 0; i < 2; i++) {
+		close_fd(&sp->in[i]);
+		close_fd(&sp->out[i]);
+		close_fd(&sp->err[i]);
+	}
+}
+
+static int open_pipes(struct stdio_pipes *sp)
+{
+	if (pipe2(sp->in, O_CLOEXEC) || pipe2(sp->out, O_CLOEXEC) ||
+	    pipe2(sp->err, O_CLOEXEC))
+		return -errno;
+	return 0;
+}
+
+static const char *stage_what(int stage)
+{
+	switch (stage) {
+	case STAGE_CWD:
+		return "cannot change to the working directory";
+	case STAGE_EXEC:
+		return "cannot execute";
+	default:
+		return "cannot set up the process";
+	}
+}
+
+/*
+ * Forks and execs; on success fills @p's fds and pid and returns 0. On
+ * failure the ERROR has been sent and a negative value is returned.
+ */
+static int spawn(struct proc *p, const struct proc_req *r)
+{
+	struct stdio_pipes sp = { { -1, -1 }, { -1, -1 }, { -1, -1 } };
+	int status[2] = { -1, -1 }, master = -1, fds[3], err;
+	struct exec_failure fail;
+	char slave[64];
+	ssize_t n;
+	pid_t pid;
+
+	err = r->pty ? open_pty(r, &master, slave, sizeof(slave), &p->veof) :
+		       open_pipes(&sp);
+	if (err) {
+		conn__error(p->c, -err, "cannot create the %s: %s",
+			    r->pty ? "terminal" : "pipes", strerror(-err));
+		goto out_close;
+	}
+	if (pipe2(status, O_CLOEXEC)) {
+		err = -errno;
+		conn__error(p->c, -err, "cannot create a pipe: %s",
+			    strerror(-err));
+		goto out_close;
+	}
+	fds[0] = sp.in[0];
+	fds[1] = sp.out[1];
+	fds[2] = sp.err[1];
+	pid = fork();
+	if (pid == 0)
+		exec_child(r, fds, r->pty ? slave : NULL, status[1]);
+	if (pid < 0) {
+		err = -errno;
+		conn__error(p->c, -err, "cannot fork: %s", strerror(-err));
+		goto out_close;
+	}
+	close_fd(&status[1]);
+	do
+		n = read(status[0], &fail, sizeof(fail));
+	while (n < 0 && errno == EINTR);
+	if (n == sizeof(fail)) {
+		waitpid(pid, NULL, 0);
+		err = -fail.err;
+		conn__error(p->c, fail.err, "%s %s: %s", stage_what(fail.stage),
+			    fail.stage == STAGE_CWD ? r->cwd : r->argv[0],
+			    strerror(fail.err));
+		goto out_close;
+	}
+
+	p->pid = pid;
+	p->pidfd = pidfd_open(pid, 0);
+	if (p->pty) {
+		p->master = master;
+		p->out_fd = fcntl(master, F_DUPFD_CLOEXEC, 3);
+		p->in_fd = fcntl(master, F_DUPFD_CLOEXEC, 3);
+		master = -1;
+	} else {
+		p->in_fd = sp.in[1];
+		p->out_fd = sp.out[0];
+		p->err_fd = sp.err[0];
+		sp.in[1] = sp.out[0] = sp.err[0] = -1;
+	}
+	if (p->pidfd < 0 || p->in_fd < 0 || p->out_fd < 0 ||
+	    set_nonblock(p->in_fd) || set_nonblock(p->out_fd) ||
+	    (p->err_fd >= 0 && set_nonblock(p->err_fd))) {
+		err = -errno;
+		kill(-pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		conn__error(p->c, -err, "cannot watch the process: %s",
+			    strerror(-err));
+		goto out_close;
+	}
+	err = 0;
+out_close:
+	close_pipes(&sp);
+	close_fd(&status[0]);
+	close_fd(&status[1]);
+	close_fd(&master);
+	return err;
+}
+
+/* ---- killing ------------------------------------------------------- */
+
+/*
+ * The session id of process @pid (a /proc entry name) from its stat file,
+ * or -1; zombies count as gone (-1): they only wait to be reaped.
+ */
+static pid_t live_session_of(const char *pid)
+{
+	char path[64], buf[512], *s, state;
+	int sid = -1, fd;
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "/proc/%s/stat", pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	buf[n] = '\0';
+	/* The name (field 2) may hold anything, ")" included. */
+	s = strrchr(buf, ')');
+	if (!s || sscanf(s + 1, " %c %*d %*d %d", &state, &sid) != 2)
+		return -1;
+	return state == 'Z' || state == 'X' ? -1 : sid;
+}
+
+/* SIGKILLs every live process of session @sid; returns how many. */
+static int kill_session_once(pid_t sid)
+{
+	struct dirent *d;
+	int found = 0;
+	DIR *dir;
+
+	dir = opendir("/proc");
+	if (!dir)
+		return 0;
+	while ((d = readdir(dir))) {
+		if (d->d_name[0] < '1' || d->d_name[0] > '9')
+			continue;
+		if (live_session_of(d->d_name) != sid)
+			continue;
+		if (!kill(atoi(d->d_name), SIGKILL))
+			found++;
+	}
+	closedir(dir);
+	return found;
+}
+
+/*
+ * The process group first (one system call, atomic against its forks),
+ * then anything of the session in other groups, such as the jobs of an
+ * interactive shell, until a pass over /proc finds no one left alive.
+ * Bounded: a process stuck in the kernel (D state) stays "alive".
+ */
+static void kill_command(struct proc *p)
+{
+	struct timespec tick = { .tv_nsec = 1000 * 1000 };
+
+	kill(-p->pid, SIGKILL);
+	for (int i = 0; i < KILL_PASSES; i++) {
+		if (!kill_session_once(p->pid))
+			break;
+		nanosleep(&tick, NULL);
+	}
+}
+
+/* ---- the output queue ---------------------------------------------- */
+
+static size_t outq_len(const struct outq *q)
+{
+	return q->tail - q->head;
+}
+
+static int outq_reserve(struct outq *q, size_t n)
+{
+	size_t cap;
+	uint8_t *d;
+
+	if (q->head == q->tail)
+		q->head = q->tail = 0;
+	if (q->tail + n <= q->cap)
+		return 0;
+	if (q->head) {
+		memmove(q->data, q->data + q->head, q->tail - q->head);
+		q->tail -= q->head;
+		q->head = 0;
+		if (q->tail + n <= q->cap)
+			return 0;
+	}
+	cap = q->cap ? q->cap :
+		       4 * (KILN_DATA_CHUNK + sizeof(struct kiln_frame));
+	while (cap < q->tail + n)
+		cap *= 2;
+	d = realloc(q->data, cap);
+	if (!d)
+		return -ENOMEM;
+	q->data = d;
+	q->cap = cap;
+	return 0;
+}
+
+static int outq_frame(struct outq *q, uint16_t type, const void *p, size_t len)
+{
+	struct kiln_frame hdr;
+	int ret;
+
+	ret = outq_reserve(q, sizeof(hdr) + len);
+	if (ret)
+		return ret;
+	kiln_frame__pack(&hdr, type, 0, len);
+	memcpy(q->data + q->tail, &hdr, sizeof(hdr));
+	if (len)
+		memcpy(q->data + q->tail + sizeof(hdr), p, len);
+	q->tail += sizeof(hdr) + len;
+	return 0;
+}
+
+/* Sends what the socket takes now; -errno once the host is gone. */
+static int outq_send(struct outq *q, int fd)
+{
+	ssize_t n;
+
+	while (outq_len(q)) {
+		n = send(fd, q->data + q->head, outq_len(q),
+			 MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n > 0) {
+			q->head += n;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return 0;
+		return n < 0 ? -errno : -EPIPE;
+	}
+	q->head = q->tail = 0;
+	return 0;
+}
+
+/*
+ * One read of the command's output into a frame. End of file, and EIO
+ * (a pty master once no slave is open), close the stream.
+ */
+static void read_output(struct proc *p, int *fd, uint16_t type, size_t max)
+{
+	struct kiln_frame hdr;
+	struct outq *q = &p->out;
+	ssize_t n;
+
+	if (outq_reserve(q, sizeof(hdr) + max))
+		return; /* out of memory: try again on the next round */
+	do
+		n = read(*fd, q->data + q->tail + sizeof(hdr), max);
+	while (n < 0 && errno == EINTR);
+	if (n > 0) {
+		kiln_frame__pack(&hdr, type, 0, n);
+		memcpy(q->data + q->tail, &hdr, sizeof(hdr));
+		q->tail += sizeof(hdr) + n;
+		return;
+	}
+	if (n < 0 && errno == EAGAIN)
+		return;
+	close_fd(fd);
+}
+
+/*
+ * The grace period is over and something still holds the output open:
+ * take what is in it now (the command's last words), then let go.
+ */
+static void drain_output(struct proc *p, int *fd, uint16_t type)
+{
+	int avail;
+
+	if (*fd < 0)
+		return;
+	if (!ioctl(*fd, FIONREAD, &avail)) {
+		while (avail > 0 && *fd >= 0) {
+			size_t before = outq_len(&p->out);
+
+			read_output(p, fd, type,
+				    avail < (int)KILN_DATA_CHUNK ?
+					    (size_t)avail :
+					    KILN_DATA_CHUNK);
+			if (outq_len(&p->out) == before)
+				break;
+			avail -= outq_len(&p->out) - before -
+				 sizeof(struct kiln_frame);
+		}
+	}
+	close_fd(fd);
+}
+
+static void read_outputs(struct proc *p, const struct pollfd *po,
+			 const struct pollfd *pe)
+{
+	bool out_ready = po->revents && p->out_fd >= 0;
+	bool err_ready = pe->revents && p->err_fd >= 0;
+
+	if (err_ready && p->stderr_first)
+		read_output(p, &p->err_fd, KILN_MSG_PROC_STDERR,
+			    KILN_DATA_CHUNK);
+	if (out_ready && outq_len(&p->out) < OUT_HIGH)
+		read_output(p, &p->out_fd, KILN_MSG_PROC_STDOUT,
+			    KILN_DATA_CHUNK);
+	if (err_ready && !p->stderr_first && outq_len(&p->out) < OUT_HIGH)
+		read_output(p, &p->err_fd, KILN_MSG_PROC_STDERR,
+			    KILN_DATA_CHUNK);
+	p->stderr_first = !p->stderr_first;
+}
+
+/* ---- stdin --------------------------------------------------------- */
+
+static void stdin_close(struct proc *p)
+{
+	close_fd(&p->in_fd);
+	p->pending = false;
+	p->has_parked = false; /* dropped: there is nowhere to write it */
+}
+
+static void stdin_write(struct proc *p, const uint8_t *data, size_t len,
+			bool eof);
+
+/*
+ * After the last chunk: a pipe is closed; a terminal gets its EOF
+ * character (the pty stays open: closing the master would hang it up).
+ */
+static void stdin_chunk_done(struct proc *p, bool eof)
+{
+	if (!eof)
+		return;
+	if (p->pty && !p->veof_sent) {
+		p->veof_sent = true;
+		stdin_write(p, &p->veof, 1, true);
+		return;
+	}
+	stdin_close(p);
+}
+
+static void stdin_write(struct proc *p, const uint8_t *data, size_t len,
+			bool eof)
+{
+	ssize_t n;
+
+	while (len) {
+		n = write(p->in_fd, data, len);
+		if (n > 0) {
+			data += n;
+			len -= n;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EAGAIN)
+			break;
+		/* EPIPE: nobody reads stdin any more; drop the rest. */
+		stdin_close(p);
+		return;
+	}
+	if (len) {
+		memmove(p->pend_buf, data, len);
+		p->pend_len = len;
+		p->pend_eof = eof;
+		p->pending = true;
+		return;
+	}
+	stdin_chunk_done(p, eof);
+}
+
+/* A PROC_STDIN frame from the host. */
+static void stdin_frame(struct proc *p, const struct frame *f)
+{
+	if (p->in_fd < 0)
+		return; /* closed: stdin after its end is dropped */
+	if (p->pending) {
+		p->parked = *f;
+		p->has_parked = true;
+		return;
+	}
+	stdin_write(p, f->data, f->len, f->flags & KILN_F_EOF);
+}
+
+/* The pipe has room again. */
+static void stdin_flush(struct proc *p)
+{
+	struct frame f;
+
+	if (!p->pending)
+		return;
+	p->pending = false;
+	stdin_write(p, p->pend_buf, p->pend_len, p->pend_eof);
+	if (p->pending || !p->has_parked)
+		return;
+	f = p->parked;
+	p->has_parked = false;
+	stdin_frame(p, &f);
+}
+
+/* ---- frames from the host ------------------------------------------ */
+
+static int frame_u64(const struct frame *f, uint16_t want, uint64_t *out)
+{
+	struct kiln_tlv_iter it;
+	const uint8_t *val;
+	bool found = false;
+	uint16_t tag;
+	uint32_t len;
+	int ret;
+
+	kiln_tlv__iter(&it, f->data, f->len);
+	while ((ret = kiln_tlv__next(&it, &tag, &val, &len)) > 0) {
+		if (tag != want)
+			continue;
+		if (kiln_tlv__u64(val, len, out))
+			return -EPROTO;
+		found = true;
+	}
+	if (ret < 0 || !found)
+		return -EPROTO;
+	return 0;
+}
+
+static int signal_frame(struct proc *p, const struct frame *f, const char **why)
+{
+	uint64_t sig;
+
+	*why = "PROC_SIGNAL without a valid T_SIGNAL";
+	if (frame_u64(f, KILN_T_SIGNAL, &sig))
+		return -EPROTO;
+	*why = "no such signal";
+	if (sig < 1 || sig >= NSIG)
+		return -EINVAL;
+	/* ESRCH: the group is gone already; nothing to tell. */
+	kill(-p->pid, sig);
+	return 0;
+}
+
+/* TIOCSWINSZ on the master: the kernel sends SIGWINCH to the foreground. */
+static int resize_frame(struct proc *p, const struct frame *f, const char **why)
+{
+	uint64_t rows, cols;
+	struct winsize ws;
+
+	*why = "PROC_RESIZE without valid T_ROWS and T_COLS";
+	if (frame_u64(f, KILN_T_ROWS, &rows) ||
+	    frame_u64(f, KILN_T_COLS, &cols))
+		return -EPROTO;
+	*why = "not a terminal size";
+	if (rows > 0xffff || cols > 0xffff)
+		return -EINVAL;
+	if (p->master < 0)
+		return 0; /* no terminal: nothing to resize */
+	ws = (struct winsize){ .ws_row = rows, .ws_col = cols };
+	ioctl(p->master, TIOCSWINSZ, &ws);
+	return 0;
+}
+
+static int handle_frame(struct proc *p, const struct frame *f, const char **why)
+{
+	switch (f->type) {
+	case KILN_MSG_PROC_STDIN:
+		stdin_frame(p, f);
+		return 0;
+	case KILN_MSG_PROC_SIGNAL:
+		return signal_frame(p, f, why);
+	case KILN_MSG_PROC_RESIZE:
+		return resize_frame(p, f, why);
+	default:
+		*why = "not a message for a running process";
+		return -EPROTO;
+	}
+}
+
+/*
+ * Reads frames while there are any and stdin has room for them. Returns
+ * 0, -ECONNRESET (or another -errno) when the host is gone, or the error
+ * of a frame that is not acceptable (with @why).
+ */
+static int read_frames(struct proc *p, const char **why)
+{
+	struct frame f;
+	int ret;
+
+	*why = NULL;
+	while (!p->has_parked) {
+		ret = conn__recv_some(p->c, &f);
+		if (ret <= 0)
+			return ret;
+		ret = handle_frame(p, &f, why);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+/* ---- the loop ------------------------------------------------------- */
+
+static void reap(struct proc *p)
+{
+	int st;
+
+	if (waitpid(p->pid, &st, WNOHANG) != p->pid)
+		return;
+	p->exited = true;
+	p->status = st;
+	close_fd(&p->pidfd);
+	p->grace_end = now_ms() + EXIT_GRACE_MS;
+	/* stdin was the command's: whatever is left goes nowhere. */
+	stdin_close(p);
+}
+
+static int poll_timeout(const struct proc *p)
+{
+	int64_t until, left;
+
+	if (p->exited)
+		until = p->grace_end;
+	else if (p->deadline && !p->timed_out)
+		until = p->deadline;
+	else
+		return -1;
+	left = until - now_ms();
+	return left < 0 ? 0 : left > 60000 ? 60000 : (int)left;
+}
+
+/* The host left (or reset): the command must not outlive the request. */
+static void host_gone(struct proc *p)
+{
+	if (!p->exited) {
+		kill_command(p);
+		waitpid(p->pid, NULL, 0);
+	}
+}
+
+/* An ERROR after whatever output is queued: the connection's last word. */
+static void queue_error(struct proc *p, int err, const char *why)
+{
+	struct kiln_buf b;
+
+	kiln_buf__init(&b);
+	if (!conn__error_payload(&b, err, why))
+		outq_frame(&p->out, KILN_MSG_ERROR, b.data, b.len);
+	kiln_buf__free(&b);
+}
+
+enum { PFD_SOCK, PFD_PID, PFD_OUT, PFD_ERR, PFD_IN, NR_PFD };
+
+/*
+ * Runs until the command has exited and its output ended (or its grace
+ * period did). Returns 0, or negative when the connection is over
+ * (the host left, or a bad frame: then the ERROR is queued).
+ */
+static int relay(struct proc *p)
+{
+	struct pollfd pfd[NR_PFD];
+	bool room, want_in;
+	const char *why;
+	int ret, n;
+
+	for (;;) {
+		if (!p->exited && p->deadline && !p->timed_out &&
+		    now_ms() >= p->deadline) {
+			p->timed_out = true;
+			kill_command(p);
+		}
+		if (p->exited && now_ms() >= p->grace_end) {
+			drain_output(p, &p->out_fd, KILN_MSG_PROC_STDOUT);
+			drain_output(p, &p->err_fd, KILN_MSG_PROC_STDERR);
+		}
+		if (p->exited && p->out_fd < 0 && p->err_fd < 0)
+			return 0;
+
+		room = outq_len(&p->out) < OUT_HIGH;
+		want_in = !p->has_parked;
+		/*
+		 * POLLRDHUP even when not reading: a vsock peer that closes
+		 * with data still unread here raises only that.
+		 */
+		pfd[PFD_SOCK] = (struct pollfd){
+			.fd = p->c->fd,
+			.events = POLLRDHUP | (want_in ? POLLIN : 0) |
+				  (outq_len(&p->out) ? POLLOUT : 0),
+		};
+		pfd[PFD_PID] =
+			(struct pollfd){ .fd = p->pidfd, .events = POLLIN };
+		pfd[PFD_OUT] = (struct pollfd){ .fd = room ? p->out_fd : -1,
+						.events = POLLIN };
+		pfd[PFD_ERR] = (struct pollfd){ .fd = room ? p->err_fd : -1,
+						.events = POLLIN };
+		pfd[PFD_IN] = (struct pollfd){
+			.fd = p->pending ? p->in_fd : -1,
+			.events = POLLOUT,
+		};
+		n = poll(pfd, NR_PFD, poll_timeout(p));
+		if (n < 0 && errno != EINTR) {
+			ret = -errno; /* not expected: give up the request */
+			goto out_gone;
+		}
+		if (n <= 0)
+			continue;
+
+		if (pfd[PFD_SOCK].revents & (POLLOUT | POLLERR | POLLHUP)) {
+			ret = outq_send(&p->out, p->c->fd);
+			if (ret)
+				goto out_gone;
+		}
+		if (pfd[PFD_SOCK].revents & (POLLERR | POLLHUP | POLLRDHUP) &&
+		    !want_in) {
+			/* Not reading, yet hung up: the host is gone. */
+			ret = -ECONNRESET;
+			goto out_gone;
+		}
+		if (pfd[PFD_SOCK].revents &
+			    (POLLIN | POLLERR | POLLHUP | POLLRDHUP) &&
+		    want_in) {
+			ret = read_frames(p, &why);
+			if (ret == -EPROTO || ret == -EINVAL)
+				goto out_bad_frame;
+			if (ret)
+				goto out_gone;
+		}
+		if (pfd[PFD_PID].revents)
+			reap(p);
+		if (pfd[PFD_IN].revents)
+			stdin_flush(p);
+		read_outputs(p, &pfd[PFD_OUT], &pfd[PFD_ERR]);
+	}
+
+out_bad_frame:
+	/* The connection ends with the ERROR: as if the host had left. */
+	host_gone(p);
+	queue_error(p, -ret, why);
+	return ret;
+out_gone:
+	host_gone(p);
+	return ret;
+}
+
+/*
+ * Sends the rest of the queue, reading (and dropping) whatever the host
+ * still sends meanwhile so that a host blocked writing stdin cannot
+ * deadlock against us.
+ */
+static void flush_out(struct proc *p)
+{
+	struct pollfd pfd = { .fd = p->c->fd, .events = POLLIN | POLLOUT };
+	ssize_t n;
+
+	while (outq_len(&p->out)) {
+		if (poll(&pfd, 1, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			return;
+		}
+		if (pfd.revents & POLLIN) {
+			n = recv(p->c->fd, p->c->in, KILN_FRAME_MAX,
+				 MSG_DONTWAIT);
+			if (n == 0 ||
+			    (n < 0 && errno != EAGAIN && errno != EINTR))
+				return;
+		}
+		if (pfd.revents & (POLLOUT | POLLERR | POLLHUP) &&
+		    outq_send(&p->out, p->c->fd))
+			return;
+	}
+}
+
+static int exit_payload(const struct proc *p, struct kiln_buf *b)
+{
+	int st = p->status, code, ret;
+
+	code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+	if (p->timed_out)
+		code = 124;
+	ret = kiln_tlv__put_u64(b, KILN_T_EXIT_CODE, code);
+	if (!ret && WIFSIGNALED(st))
+		ret = kiln_tlv__put_u64(b, KILN_T_SIGNAL, WTERMSIG(st));
+	if (!ret)
+		ret = kiln_tlv__put_u64(b, KILN_T_TIMED_OUT, p->timed_out);
+	return ret;
+}
+
+void proc__start(struct conn *c, const struct frame *f)
+{
+	struct proc p = { .c = c,
+			  .pidfd = -1,
+			  .in_fd = -1,
+			  .out_fd = -1,
+			  .err_fd = -1,
+			  .master = -1 };
+	struct proc_req r;
+	const char *why;
+	struct kiln_buf b;
+	int ret;
+
+	kiln_buf__init(&b);
+	ret = parse_req(f, &r, &why);
+	if (ret) {
+		conn__error(c, -ret, "%s", why ? why : strerror(-ret));
+		goto out;
+	}
+	p.pty = r.pty;
+	p.pend_buf = malloc(KILN_FRAME_MAX);
+	if (!p.pend_buf) {
+		conn__error(c, ENOMEM, NULL);
+		goto out;
+	}
+	if (spawn(&p, &r))
+		goto out;
+	if (r.timeout_ms)
+		p.deadline = now_ms() + (int64_t)(r.timeout_ms > INT32_MAX ?
+							  INT32_MAX :
+							  r.timeout_ms);
+
+	if (kiln_tlv__put_u64(&b, KILN_T_PID, p.pid) ||
+	    outq_frame(&p.out, KILN_MSG_PROC_STARTED, b.data, b.len)) {
+		host_gone(&p);
+		goto out;
+	}
+	if (relay(&p) == 0) {
+		kiln_buf__reset(&b);
+		if (!exit_payload(&p, &b))
+			outq_frame(&p.out, KILN_MSG_PROC_EXIT, b.data, b.len);
+	}
+	flush_out(&p);
+out:
+	close_fd(&p.in_fd);
+	close_fd(&p.out_fd);
+	close_fd(&p.err_fd);
+	close_fd(&p.master); /* last: the hangup waits for the exit */
+	close_fd(&p.pidfd);
+	free(p.pend_buf);
+	free(p.out.data);
+	kiln_buf__free(&b);
+	req_free(&r);
+}

@@ -1,0 +1,169 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+#ifndef KILN_AGENT_PROTOCOL_H
+#define KILN_AGENT_PROTOCOL_H
+
+/*
+ * The guest agent's wire protocol, version 1: shared by the guest init
+ * (the agent side) and the vmm (the host side). The full description,
+ * with examples, is Documentation/agent-protocol.md; this header is the
+ * normative list of numbers.
+ *
+ * Transport: vsock stream connections from the host to KILN_AGENT_PORT in
+ * the guest. One connection carries one request: the agent greets with
+ * HELLO, the host sends one request message, the two exchange that
+ * request's stream messages, the agent ends with RESULT, PROC_EXIT or
+ * ERROR and both sides close. Concurrency is concurrent connections; flow
+ * control is vsock's own credit (a side that stops reading stops the
+ * other's writes), so the protocol needs no window of its own.
+ *
+ * Every message is a frame: struct kiln_frame (little-endian) then len
+ * bytes of payload. Process data messages (PROC_STDIN/STDOUT/STDERR,
+ * FS_DATA) carry raw bytes; all others carry a sequence of TLV fields
+ * (struct kiln_tlv then len bytes of value, no padding). Integers are 8
+ * bytes little-endian (signed where noted); strings and paths are raw
+ * bytes without a terminating NUL (paths may be any bytes but NUL). A
+ * field may repeat where noted (lists keep their order). Unknown fields
+ * are ignored; an unknown message type is answered with ERROR EPROTO.
+ */
+
+#include <stdint.h>
+
+#define KILN_AGENT_PORT	   1024U
+#define KILN_AGENT_VERSION 1U
+#define KILN_FRAME_MAX	   (256U * 1024) /* payload bytes, either way */
+#define KILN_DATA_CHUNK	   (64U * 1024)	 /* data frames are at most this */
+
+struct kiln_frame {
+	uint32_t len;	/* payload bytes, <= KILN_FRAME_MAX */
+	uint16_t type;	/* enum kiln_msg */
+	uint16_t flags; /* KILN_F_* */
+} __attribute__((packed));
+
+#define KILN_F_EOF 0x1 /* PROC_STDIN: stdin ends (after this payload) */
+
+struct kiln_tlv {
+	uint16_t tag; /* enum kiln_tag */
+	uint16_t reserved;
+	uint32_t len; /* value bytes that follow */
+} __attribute__((packed));
+
+enum kiln_msg {
+	/* agent -> host, first on every connection */
+	KILN_MSG_HELLO = 1, /* T_VERSION, T_FEATURES */
+	/* agent -> host: the request failed; the connection ends */
+	KILN_MSG_ERROR = 2, /* T_ERRNO, T_ERRNAME, T_MESSAGE */
+	/* agent -> host: the request succeeded; the connection ends */
+	KILN_MSG_RESULT = 3, /* fields per request */
+
+	/*
+	 * Processes. PROC_START: T_ARG (repeated, at least one), T_ENV
+	 * (repeated "K=V"; the agent's own environment otherwise), T_CWD,
+	 * T_TIMEOUT_MS (0: none), T_PTY (1: a terminal of T_ROWS x T_COLS
+	 * on stdin/out/err; stderr then comes as STDOUT). The process runs
+	 * in a new session and process group. Answered by PROC_STARTED
+	 * (T_PID) or ERROR (ENOENT: no such command, EACCES, ...).
+	 */
+	KILN_MSG_PROC_START = 16,
+	KILN_MSG_PROC_STARTED = 17,
+	KILN_MSG_PROC_STDIN = 18,  /* host -> agent: bytes; KILN_F_EOF */
+	KILN_MSG_PROC_STDOUT = 19, /* agent -> host: bytes */
+	KILN_MSG_PROC_STDERR = 20, /* agent -> host: bytes */
+	KILN_MSG_PROC_SIGNAL = 21, /* host -> agent: T_SIGNAL, to the group */
+	KILN_MSG_PROC_RESIZE = 22, /* host -> agent: T_ROWS, T_COLS (pty) */
+	/*
+	 * agent -> host, last: T_EXIT_CODE (the status; 128 + N when signal
+	 * N killed it; 124 when T_TIMED_OUT), T_SIGNAL (when one killed
+	 * it), T_TIMED_OUT (1 when the timeout killed the group). Sent once
+	 * the process has exited and its output has ended, or 100 ms after
+	 * it exited while something else still holds the output open.
+	 */
+	KILN_MSG_PROC_EXIT = 23,
+
+	/*
+	 * Files. Paths are absolute guest paths. Each answers RESULT or
+	 * ERROR (T_ERRNO + T_ERRNAME such as "ENOENT").
+	 *  FS_STAT    T_PATH: lstat; RESULT = the stat fields below.
+	 *  FS_READDIR T_PATH: RESULT = T_ENTRY (repeated; each a nested TLV
+	 *             list: T_NAME + the stat fields), "." and ".." left out.
+	 *             A directory too big for one frame sends RESULT frames
+	 *             with T_MORE = 1 before the last.
+	 *  FS_READ    T_PATH [T_OFFSET, T_LENGTH]: FS_DATA frames, then
+	 *             RESULT (T_SIZE: bytes sent).
+	 *  FS_WRITE   T_PATH [T_MODE, T_CREATE_PARENTS]: create or truncate;
+	 *             then host -> agent FS_DATA frames, the last with
+	 *             KILN_F_EOF; RESULT (T_SIZE: bytes written).
+	 *  FS_MKDIR   T_PATH [T_MODE, T_RECURSIVE]: RESULT.
+	 *  FS_REMOVE  T_PATH [T_RECURSIVE, T_FORCE]: RESULT.
+	 *  FS_RENAME  T_PATH, T_PATH2: rename(2), no parent creation.
+	 */
+	KILN_MSG_FS_STAT = 32,
+	KILN_MSG_FS_READDIR = 33,
+	KILN_MSG_FS_READ = 34,
+	KILN_MSG_FS_WRITE = 35,
+	KILN_MSG_FS_MKDIR = 36,
+	KILN_MSG_FS_REMOVE = 37,
+	KILN_MSG_FS_RENAME = 38,
+	KILN_MSG_FS_DATA = 39, /* raw bytes, either way */
+
+	/* FACTS: RESULT = T_FACT (repeated; nested T_TOPIC, T_RELATION,
+	 * T_VALUE: the guest's {source: "guest", topic, relation, value}). */
+	KILN_MSG_FACTS = 48,
+	/*
+	 * POWEROFF: the guest's init syncs, unmounts what it can and ends
+	 * the VM with status 0 (as busybox poweroff). RESULT first; then
+	 * the VM goes away. ERROR ENOTSUP where the agent is not in a VM.
+	 */
+	KILN_MSG_POWEROFF = 49,
+};
+
+enum kiln_tag {
+	KILN_T_VERSION = 1,  /* u64 */
+	KILN_T_FEATURES = 2, /* u64, bits: none defined in version 1 */
+	KILN_T_ERRNO = 3,    /* u64: the guest's errno value */
+	KILN_T_ERRNAME = 4,  /* string: "ENOENT" */
+	KILN_T_MESSAGE = 5,  /* string: human-readable detail */
+
+	KILN_T_ARG = 16,	/* bytes, repeated */
+	KILN_T_ENV = 17,	/* bytes "K=V", repeated */
+	KILN_T_CWD = 18,	/* path */
+	KILN_T_TIMEOUT_MS = 19, /* u64 */
+	KILN_T_PTY = 20,	/* u64: 0 or 1 */
+	KILN_T_ROWS = 21,	/* u64 */
+	KILN_T_COLS = 22,	/* u64 */
+	KILN_T_PID = 23,	/* u64 */
+	KILN_T_EXIT_CODE = 24,	/* u64 */
+	KILN_T_SIGNAL = 25,	/* u64 */
+	KILN_T_TIMED_OUT = 26,	/* u64: 0 or 1 */
+
+	KILN_T_PATH = 32,	    /* path */
+	KILN_T_PATH2 = 33,	    /* path */
+	KILN_T_OFFSET = 34,	    /* u64 */
+	KILN_T_LENGTH = 35,	    /* u64 */
+	KILN_T_RECURSIVE = 36,	    /* u64: 0 or 1 */
+	KILN_T_FORCE = 37,	    /* u64: 0 or 1 */
+	KILN_T_CREATE_PARENTS = 38, /* u64: 0 or 1 */
+	KILN_T_MODE = 39,	    /* u64: st_mode (type and permissions) */
+	KILN_T_TYPE = 40,	    /* u64: enum kiln_file_type */
+	KILN_T_SIZE = 41,	    /* u64 */
+	KILN_T_MTIME_NS = 42,	    /* u64: ns since the epoch */
+	KILN_T_LINK_TARGET = 43,    /* bytes: a symlink's target */
+	KILN_T_NAME = 44,	    /* bytes: a directory entry's name */
+	KILN_T_ENTRY = 45,	    /* nested TLV list */
+	KILN_T_UID = 46,	    /* u64 */
+	KILN_T_GID = 47,	    /* u64 */
+	KILN_T_MORE = 48,	    /* u64: 1 = more RESULT frames follow */
+
+	KILN_T_FACT = 64,     /* nested TLV list */
+	KILN_T_TOPIC = 65,    /* string */
+	KILN_T_RELATION = 66, /* string */
+	KILN_T_VALUE = 67,    /* string */
+};
+
+enum kiln_file_type {
+	KILN_FILE_REGULAR = 1,
+	KILN_FILE_DIRECTORY = 2,
+	KILN_FILE_SYMLINK = 3,
+	KILN_FILE_OTHER = 4,
+};
+
+#endif

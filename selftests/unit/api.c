@@ -1,0 +1,1758 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The control API (vmm/api.c) on a temporary socket, in this process,
+ * against the real guest agent built for the host (kiln-agent-host on a
+ * Unix socket: KILN_AGENT_HOST names it, default
+ * build/guest/kiln-agent-host), and against fake agents for the error
+ * paths. A missing kiln-agent-host is a failure, not a skip: these tests
+ * are the API's only end-to-end check. The vmmctl smoke test runs
+ * KILN_VMMCTL (default build/vmmctl).
+ */
+#include <dirent.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <jansson.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+
+#include "selftests/kselftest.h"
+#include "selftests/spawn.h"
+#include "guest/agent/tlv.h"
+#include "vmm/api-base64.h"
+#include "vmm/api.h"
+
+#define WAIT_MS 10000 /* for any one answer */
+
+static const char *agent_host_path(void)
+{
+	const char *p = getenv("KILN_AGENT_HOST");
+
+	return p ? p : "build/guest/kiln-agent-host";
+}
+
+static const char *vmmctl_path(void)
+{
+	const char *p = getenv("KILN_VMMCTL");
+
+	return p ? p : "build/vmmctl";
+}
+
+static uint64_t ms_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(unsigned int ms)
+{
+	struct timespec ts = { .tv_sec = ms / 1000,
+			       .tv_nsec = (ms % 1000) * 1000000L };
+
+	nanosleep(&ts, NULL);
+}
+
+static int unix_connect(const char *path, bool nonblock)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(
+		AF_UNIX,
+		SOCK_STREAM | SOCK_CLOEXEC | (nonblock ? SOCK_NONBLOCK : 0), 0);
+
+	if (fd < 0)
+		return -errno;
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		int err = -errno;
+
+		close(fd);
+		return err;
+	}
+	return fd;
+}
+
+static int rm_one(const char *p, const struct stat *st, int flag,
+		  struct FTW *ftw)
+{
+	remove(p);
+	return 0;
+}
+
+static void rm_tree(const char *dir)
+{
+	nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* Peak resident memory of this process, KiB. */
+static long vm_hwm_kib(void)
+{
+	char line[128];
+	long kib = -1;
+	FILE *f = fopen("/proc/self/status", "r");
+
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmHWM: %ld kB", &kib) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return kib;
+}
+
+/* ---- a test client ------------------------------------------------------- */
+
+struct tc {
+	int fd;
+	char *buf;
+	size_t len, cap;
+};
+
+static int tc_open(struct tc *t, const char *path)
+{
+	memset(t, 0, sizeof(*t));
+	t->fd = unix_connect(path, false);
+	return t->fd < 0 ? t->fd : 0;
+}
+
+static void tc_close(struct tc *t)
+{
+	if (t->fd >= 0)
+		close(t->fd);
+	free(t->buf);
+	memset(t, 0, sizeof(*t));
+	t->fd = -1;
+}
+
+static int tc_send_raw(struct tc *t, const void *p, size_t n)
+{
+	const char *c = p;
+	ssize_t w;
+
+	while (n) {
+		w = send(t->fd, c, n, MSG_NOSIGNAL);
+		if (w < 0)
+			return -errno;
+		c += w;
+		n -= w;
+	}
+	return 0;
+}
+
+/* A request line from a JSON value (stolen). */
+static int tc_send(struct tc *t, json_t *msg)
+{
+	char *s = json_dumps(msg, JSON_COMPACT);
+	int ret;
+
+	json_decref(msg);
+	if (!s)
+		return -ENOMEM;
+	ret = tc_send_raw(t, s, strlen(s));
+	ret = ret ?: tc_send_raw(t, "\n", 1);
+	free(s);
+	return ret;
+}
+
+static int tc_request(struct tc *t, json_int_t id, const char *method,
+		      json_t *params)
+{
+	return tc_send(t, json_pack("{s:s, s:I, s:s, s:o}", "jsonrpc", "2.0",
+				    "id", id, "method", method, "params",
+				    params ? params : json_object()));
+}
+
+/*
+ * The next message, waiting at most timeout_ms; NULL on timeout, EOF
+ * (*eof set) or junk.
+ */
+static json_t *tc_recv(struct tc *t, int timeout_ms, bool *eof)
+{
+	uint64_t end = ms_now() + timeout_ms;
+	char *nl;
+	json_t *msg;
+
+	if (eof)
+		*eof = false;
+	for (;;) {
+		struct pollfd p = { .fd = t->fd, .events = POLLIN };
+		int64_t left = (int64_t)(end - ms_now());
+		ssize_t n;
+
+		nl = t->len ? memchr(t->buf, '\n', t->len) : NULL;
+		if (nl) {
+			msg = json_loadb(t->buf, nl - t->buf, 0, NULL);
+			t->len -= nl + 1 - t->buf;
+			memmove(t->buf, nl + 1, t->len);
+			return msg;
+		}
+		if (left <= 0 || poll(&p, 1, left) <= 0)
+			return NULL;
+		if (t->cap - t->len < 65536) {
+			t->cap = t->cap ? t->cap * 2 : 1 << 20;
+			t->buf = realloc(t->buf, t->cap);
+			if (!t->buf)
+				return NULL;
+		}
+		n = recv(t->fd, t->buf + t->len, 65536, 0);
+		if (n <= 0) {
+			if (eof)
+				*eof = true;
+			return NULL;
+		}
+		t->len += n;
+	}
+}
+
+static bool msg_has_id(json_t *msg, json_int_t id)
+{
+	json_t *v = json_object_get(msg, "id");
+
+	return json_is_integer(v) && json_integer_value(v) == id;
+}
+
+/* The answer to id; notifications before it are dropped. */
+static json_t *tc_wait(struct tc *t, json_int_t id)
+{
+	uint64_t end = ms_now() + WAIT_MS;
+	json_t *msg;
+
+	while (ms_now() < end) {
+		msg = tc_recv(t, end - ms_now(), NULL);
+		if (!msg)
+			return NULL;
+		if (msg_has_id(msg, id))
+			return msg;
+		json_decref(msg);
+	}
+	return NULL;
+}
+
+static json_t *tc_call(struct tc *t, json_int_t id, const char *method,
+		       json_t *params)
+{
+	if (tc_request(t, id, method, params))
+		return NULL;
+	return tc_wait(t, id);
+}
+
+static json_int_t err_code(json_t *msg)
+{
+	return json_integer_value(
+		json_object_get(json_object_get(msg, "error"), "code"));
+}
+
+static const char *err_errno(json_t *msg)
+{
+	return json_string_value(json_object_get(
+		json_object_get(json_object_get(msg, "error"), "data"),
+		"errno"));
+}
+
+static json_t *result(json_t *msg)
+{
+	return json_object_get(msg, "result");
+}
+
+static json_int_t res_int(json_t *msg, const char *key)
+{
+	return json_integer_value(json_object_get(result(msg), key));
+}
+
+/* A base64 field as a NUL-terminated string (malloc'ed). */
+static char *b64_str(json_t *obj, const char *key, size_t *len)
+{
+	json_t *v = json_object_get(obj, key);
+	char *out;
+	ssize_t n;
+
+	if (!json_is_string(v))
+		return NULL;
+	out = malloc(base64__decoded_max(json_string_length(v)) + 1);
+	n = base64__decode(json_string_value(v), json_string_length(v),
+			   (uint8_t *)out);
+	if (n < 0) {
+		free(out);
+		return NULL;
+	}
+	out[n] = '\0';
+	if (len)
+		*len = n;
+	return out;
+}
+
+static json_t *b64_json(const void *p, size_t n)
+{
+	char *s = malloc(base64__encoded_len(n) + 1);
+	json_t *j;
+
+	base64__encode(p, n, s);
+	j = json_string(s);
+	free(s);
+	return j;
+}
+
+/* ---- the server under test ----------------------------------------------- */
+
+struct server {
+	char dir[64];
+	char api_sock[96];
+	char agent_sock[96];
+	pid_t agent;
+	struct api *api;
+	atomic_int shutdowns;
+};
+
+static int open_agent(void *opaque)
+{
+	struct server *s = opaque;
+
+	return unix_connect(s->agent_sock, true);
+}
+
+static void on_shutdown(void *opaque)
+{
+	struct server *s = opaque;
+
+	atomic_fetch_add(&s->shutdowns, 1);
+}
+
+static void on_status(void *opaque, json_t *st)
+{
+	json_object_set_new(st, "test", json_true());
+}
+
+static int server_dir(struct server *s)
+{
+	snprintf(s->dir, sizeof(s->dir), "/tmp/kiln-api.XXXXXX");
+	if (!mkdtemp(s->dir))
+		return -errno;
+	snprintf(s->api_sock, sizeof(s->api_sock), "%s/api.sock", s->dir);
+	snprintf(s->agent_sock, sizeof(s->agent_sock), "%s/agent.sock", s->dir);
+	return 0;
+}
+
+static int server_start_api(struct server *s, unsigned int agent_timeout_ms)
+{
+	json_t *facts =
+		json_pack("[{s:s, s:s, s:s, s:s}]", "source", "config", "topic",
+			  "os", "relation", "distribution", "value", "test");
+	struct api_params p = {
+		.socket_path = s->api_sock,
+		.open_agent = open_agent,
+		.config_facts = facts,
+		.shutdown = on_shutdown,
+		.status = on_status,
+		.opaque = s,
+		.agent_timeout_ms = agent_timeout_ms,
+	};
+	int ret = api__create(&s->api, &p);
+
+	json_decref(facts);
+	if (!ret)
+		ret = api__start(s->api);
+	return ret;
+}
+
+/* kiln-agent-host on agent_sock; waits until it listens. */
+static int start_agent(struct server *s)
+{
+	const char *bin = agent_host_path();
+	uint64_t end;
+	int fd;
+
+	s->agent = fork();
+	if (s->agent < 0)
+		return -errno;
+	if (s->agent == 0) {
+		execl(bin, bin, "--unix", s->agent_sock, "--die-with-parent",
+		      (char *)NULL);
+		_exit(127);
+	}
+	for (end = ms_now() + 5000; ms_now() < end; sleep_ms(10)) {
+		fd = unix_connect(s->agent_sock, false);
+		if (fd >= 0) {
+			close(fd);
+			return 0;
+		}
+		if (waitpid(s->agent, NULL, WNOHANG) == s->agent) {
+			s->agent = 0;
+			return -ENOEXEC;
+		}
+	}
+	return -ETIMEDOUT;
+}
+
+static void stop_agent(struct server *s)
+{
+	if (s->agent <= 0)
+		return;
+	kill(s->agent, SIGKILL);
+	waitpid(s->agent, NULL, 0);
+	s->agent = 0;
+}
+
+static void server_stop(struct server *s)
+{
+	api__destroy(s->api);
+	s->api = NULL;
+	stop_agent(s);
+	if (s->dir[0])
+		rm_tree(s->dir);
+}
+
+FIXTURE(srv)
+{
+	struct server s;
+	struct tc t;
+};
+
+FIXTURE_SETUP(srv)
+{
+	const char *bin = agent_host_path();
+
+	self->t.fd = -1;
+	ASSERT_EQ(0, access(bin, X_OK))
+	TH_LOG("%s is not built: the API tests need the guest agent built "
+	       "for the host (make selftests builds it; KILN_AGENT_HOST "
+	       "names another)",
+	       bin);
+	ASSERT_EQ(0, server_dir(&self->s));
+	ASSERT_EQ(0, start_agent(&self->s))
+	TH_LOG("%s --unix %s did not start listening", bin, self->s.agent_sock);
+	ASSERT_EQ(0, server_start_api(&self->s, 3000));
+	ASSERT_EQ(0, tc_open(&self->t, self->s.api_sock));
+}
+
+FIXTURE_TEARDOWN(srv)
+{
+	tc_close(&self->t);
+	server_stop(&self->s);
+}
+
+/* Still serving: vm.status answers and a command runs. */
+#define EXPECT_SERVING(path)                                                 \
+	do {                                                                 \
+		struct tc __t;                                               \
+		json_t *__m;                                                 \
+		ASSERT_EQ(0, tc_open(&__t, path));                           \
+		__m = tc_call(&__t, 900, "vm.status", NULL);                 \
+		ASSERT_TRUE(__m != NULL);                                    \
+		EXPECT_STREQ("running", json_string_value(json_object_get(   \
+						result(__m), "state")));     \
+		json_decref(__m);                                            \
+		__m = tc_call(&__t, 901, "exec",                             \
+			      json_pack("{s:[s, s, s]}", "argv", "sh", "-c", \
+					"exit 5"));                          \
+		ASSERT_TRUE(__m != NULL);                                    \
+		EXPECT_EQ(5, res_int(__m, "exitCode"));                      \
+		json_decref(__m);                                            \
+		tc_close(&__t);                                              \
+	} while (0)
+
+TEST_F(srv, status_and_unknown_method)
+{
+	json_t *m = tc_call(&self->t, 1, "vm.status", NULL);
+
+	ASSERT_TRUE(m != NULL);
+	EXPECT_STREQ("running",
+		     json_string_value(json_object_get(result(m), "state")));
+	EXPECT_TRUE(json_is_true(json_object_get(result(m), "test")));
+	json_decref(m);
+	m = tc_call(&self->t, 2, "no.such.method", NULL);
+	ASSERT_TRUE(m != NULL);
+	EXPECT_EQ(API_E_NO_METHOD, err_code(m));
+	json_decref(m);
+}
+
+TEST_F(srv, malformed_json)
+{
+	static const char *const bad[] = {
+		"{not json\n",
+		"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"vm.status\"\n",
+		"\"\\u0000\"\n",
+	};
+	json_t *m;
+	size_t i;
+
+	for (i = 0; i < ARRAY_SIZE(bad); i++) {
+		ASSERT_EQ(0, tc_send_raw(&self->t, bad[i], strlen(bad[i])));
+		m = tc_recv(&self->t, WAIT_MS, NULL);
+		ASSERT_TRUE(m != NULL);
+		EXPECT_EQ(API_E_PARSE, err_code(m));
+		EXPECT_TRUE(json_is_null(json_object_get(m, "id")));
+		json_decref(m);
+	}
+	/* The same connection goes on. */
+	m = tc_call(&self->t, 3, "vm.status", NULL);
+	ASSERT_TRUE(m != NULL);
+	EXPECT_TRUE(result(m) != NULL);
+	json_decref(m);
+}
+
+TEST_F(srv, invalid_requests)
+{
+	static const struct {
+		const char *line;
+		int code;
+	} cases[] = {
+		{ "[1,2]", API_E_INVALID_REQUEST },
+		{ "42", API_E_INVALID_REQUEST },
+		{ "{\"id\":1,\"method\":\"vm.status\"}",
+		  API_E_INVALID_REQUEST },
+		{ "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":7}",
+		  API_E_INVALID_REQUEST },
+		{ "{\"jsonrpc\":\"2.0\",\"id\":{},\"method\":\"vm.status\"}",
+		  API_E_INVALID_REQUEST },
+		{ "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"exec\","
+		  "\"params\":[\"ls\"]}",
+		  API_E_INVALID_PARAMS },
+		{ "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"exec\","
+		  "\"params\":{\"argv\":\"ls\"}}",
+		  API_E_INVALID_PARAMS },
+		{ "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"exec\","
+		  "\"params\":{\"argv\":[]}}",
+		  API_E_INVALID_PARAMS },
+		{ "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"exec\","
+		  "\"params\":{\"argv\":[\"ls\", 3]}}",
+		  API_E_INVALID_PARAMS },
+		{ "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"exec\","
+		  "\"params\":{\"argv\":[\"ls\"],\"timeoutMs\":-1}}",
+		  API_E_INVALID_PARAMS },
+		{ "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"exec\","
+		  "\"params\":{\"argv\":[\"cat\"],\"stdin\":\"not base64!\"}}",
+		  API_E_INVALID_PARAMS },
+		{ "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"exec\","
+		  "\"params\":{\"argv\":[\"ls\"],\"env\":[\"NOEQUALS\"]}}",
+		  API_E_INVALID_PARAMS },
+		{ "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"fs.stat\","
+		  "\"params\":{\"path\":5}}",
+		  API_E_INVALID_PARAMS },
+		{ "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"fs.stat\","
+		  "\"params\":{\"path\":\"relative\"}}",
+		  API_E_INVALID_PARAMS },
+		{ "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"fs.mkdir\","
+		  "\"params\":{\"path\":\"/x\",\"recursive\":\"yes\"}}",
+		  API_E_INVALID_PARAMS },
+		{ "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"spawn.write\","
+		  "\"params\":{\"stream\":12345,\"data\":\"\"}}",
+		  API_E_INVALID_PARAMS },
+		{ "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"spawn.kill\","
+		  "\"params\":{\"stream\":\"x\"}}",
+		  API_E_INVALID_PARAMS },
+		{ "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"cancel\"}",
+		  API_E_INVALID_PARAMS },
+	};
+	json_t *m;
+	size_t i;
+
+	for (i = 0; i < ARRAY_SIZE(cases); i++) {
+		ASSERT_EQ(0, tc_send_raw(&self->t, cases[i].line,
+					 strlen(cases[i].line)));
+		ASSERT_EQ(0, tc_send_raw(&self->t, "\n", 1));
+		m = tc_recv(&self->t, WAIT_MS, NULL);
+		ASSERT_TRUE(m != NULL) TH_LOG("no answer to %s", cases[i].line);
+		EXPECT_EQ(cases[i].code, err_code(m))
+		TH_LOG("%s", cases[i].line);
+		json_decref(m);
+	}
+	EXPECT_SERVING(self->s.api_sock);
+}
+
+TEST_F(srv, oversized_message)
+{
+	size_t n = API_MAX_MESSAGE + 4096;
+	char *big = malloc(n);
+	bool eof = false;
+	json_t *m;
+
+	ASSERT_TRUE(big != NULL);
+	memset(big, ' ', n);
+	big[0] = '{';
+	/* The server may close before it read it all: ignore EPIPE. */
+	tc_send_raw(&self->t, big, n);
+	free(big);
+	m = tc_recv(&self->t, WAIT_MS, NULL);
+	ASSERT_TRUE(m != NULL);
+	EXPECT_EQ(API_E_INVALID_REQUEST, err_code(m));
+	json_decref(m);
+	m = tc_recv(&self->t, WAIT_MS, &eof);
+	EXPECT_TRUE(m == NULL);
+	EXPECT_TRUE(eof) TH_LOG("the connection should be closed");
+	json_decref(m);
+	EXPECT_SERVING(self->s.api_sock);
+}
+
+TEST_F(srv, exec_round_trip)
+{
+	json_t *m;
+	char *out, *err;
+
+	m = tc_call(&self->t, 1, "exec",
+		    json_pack("{s:[s, s, s], s:o, s:[s], s:s}", "argv", "sh",
+			      "-c",
+			      "cat; echo \"$KILN_X\" >&2; pwd >&2; exit 3",
+			      "stdin", b64_json("hello\n", 6), "env",
+			      "KILN_X=from-env", "cwd", "/tmp"));
+	ASSERT_TRUE(m != NULL);
+	ASSERT_TRUE(result(m) != NULL) TH_LOG("error %lld", err_code(m));
+	EXPECT_EQ(3, res_int(m, "exitCode"));
+	EXPECT_FALSE(json_is_true(json_object_get(result(m), "timedOut")));
+	out = b64_str(result(m), "stdout", NULL);
+	err = b64_str(result(m), "stderr", NULL);
+	EXPECT_STREQ("hello\n", out);
+	EXPECT_STREQ("from-env\n/tmp\n", err);
+	free(out);
+	free(err);
+	json_decref(m);
+
+	/* No such command: the guest's errno. */
+	m = tc_call(&self->t, 2, "exec",
+		    json_pack("{s:[s]}", "argv", "/no/such/command"));
+	ASSERT_TRUE(m != NULL);
+	EXPECT_EQ(API_E_ERRNO, err_code(m));
+	EXPECT_STREQ("ENOENT", err_errno(m));
+	json_decref(m);
+}
+
+TEST_F(srv, exec_timeout)
+{
+	uint64_t t0 = ms_now();
+	json_t *m;
+
+	m = tc_call(&self->t, 1, "exec",
+		    json_pack("{s:[s, s], s:i}", "argv", "sleep", "20",
+			      "timeoutMs", 300));
+	ASSERT_TRUE(m != NULL);
+	EXPECT_EQ(124, res_int(m, "exitCode"));
+	EXPECT_TRUE(json_is_true(json_object_get(result(m), "timedOut")));
+	EXPECT_GT(5000, ms_now() - t0);
+	json_decref(m);
+}
+
+static pid_t read_pid(const char *path)
+{
+	uint64_t end = ms_now() + WAIT_MS;
+	FILE *f;
+	int pid;
+
+	while (ms_now() < end) {
+		f = fopen(path, "r");
+		if (f) {
+			int n = fscanf(f, "%d", &pid);
+
+			fclose(f);
+			if (n == 1)
+				return pid;
+		}
+		sleep_ms(20);
+	}
+	return -1;
+}
+
+static bool wait_dead(pid_t pid, unsigned int ms)
+{
+	uint64_t end = ms_now() + ms;
+	char path[64], st[256];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	while (ms_now() < end) {
+		f = fopen(path, "r");
+		if (!f)
+			return true;
+		/* A zombie is dead too. */
+		if (fgets(st, sizeof(st), f) && strstr(st, ") Z ")) {
+			fclose(f);
+			return true;
+		}
+		fclose(f);
+		sleep_ms(20);
+	}
+	return false;
+}
+
+static char *pid_script(struct server *s, const char *name, char *pidfile,
+			size_t len, const char *then)
+{
+	char *script;
+
+	snprintf(pidfile, len, "%s/%s", s->dir, name);
+	if (asprintf(&script, "echo $$ > %s; exec %s", pidfile, then) < 0)
+		return NULL;
+	return script;
+}
+
+TEST_F(srv, cancel)
+{
+	char pidfile[128], *script;
+	json_t *m, *a;
+	pid_t pid;
+	int i;
+
+	script = pid_script(&self->s, "sleeper", pidfile, sizeof(pidfile),
+			    "sleep 30");
+	ASSERT_EQ(0, tc_request(&self->t, 7, "exec",
+				json_pack("{s:[s, s, s]}", "argv", "sh", "-c",
+					  script)));
+	free(script);
+	pid = read_pid(pidfile);
+	ASSERT_LT(0, pid);
+	ASSERT_EQ(0, tc_request(&self->t, 8, "cancel",
+				json_pack("{s:i}", "id", 7)));
+	/* Both answers, in either order. */
+	for (i = 0, m = a = NULL; i < 2; i++) {
+		json_t *x = tc_recv(&self->t, WAIT_MS, NULL);
+
+		ASSERT_TRUE(x != NULL);
+		if (msg_has_id(x, 7))
+			a = x;
+		else if (msg_has_id(x, 8))
+			m = x;
+		else
+			json_decref(x);
+	}
+	ASSERT_TRUE(m != NULL);
+	ASSERT_TRUE(a != NULL);
+	EXPECT_TRUE(json_is_true(json_object_get(result(m), "cancelled")));
+	EXPECT_EQ(API_E_ABORTED, err_code(a));
+	json_decref(m);
+	json_decref(a);
+	EXPECT_TRUE(wait_dead(pid, 3000)) TH_LOG("pid %d still runs", pid);
+	/* Nothing to cancel any more. */
+	m = tc_call(&self->t, 9, "cancel", json_pack("{s:i}", "id", 7));
+	ASSERT_TRUE(m != NULL);
+	EXPECT_FALSE(json_is_true(json_object_get(result(m), "cancelled")));
+	json_decref(m);
+	EXPECT_SERVING(self->s.api_sock);
+}
+
+TEST_F_TIMEOUT(srv, concurrent_execs, 60)
+{
+	enum { N = 50 };
+	bool seen[N] = { false };
+	char cmd[64], *out;
+	json_t *m;
+	int i, got = 0;
+
+	for (i = 0; i < N; i++) {
+		snprintf(cmd, sizeof(cmd), "sleep 0.2; echo %d", i);
+		ASSERT_EQ(0, tc_request(&self->t, 100 + i, "exec",
+					json_pack("{s:[s, s, s]}", "argv", "sh",
+						  "-c", cmd)));
+	}
+	while (got < N) {
+		json_int_t id;
+
+		m = tc_recv(&self->t, 30000, NULL);
+		ASSERT_TRUE(m != NULL) TH_LOG("%d of %d answers", got, N);
+		id = json_integer_value(json_object_get(m, "id")) - 100;
+		ASSERT_TRUE(id >= 0 && id < N);
+		ASSERT_FALSE(seen[id]);
+		ASSERT_TRUE(result(m) != NULL)
+		TH_LOG("exec %lld: error %lld", (long long)id, err_code(m));
+		out = b64_str(result(m), "stdout", NULL);
+		snprintf(cmd, sizeof(cmd), "%lld\n", (long long)id);
+		EXPECT_STREQ(cmd, out);
+		free(out);
+		seen[id] = true;
+		got++;
+		json_decref(m);
+	}
+}
+
+/*
+ * stream.* of one stream until its exit (the exit params) or until stdout
+ * has until in it (NULL); stdout in out.
+ */
+static json_t *collect_stream(struct tc *t, json_int_t stream, char *out,
+			      size_t cap, const char *until)
+{
+	uint64_t end = ms_now() + WAIT_MS;
+	size_t len = 0, n;
+	json_t *m, *p;
+	const char *method;
+	char *d;
+
+	out[0] = '\0';
+	while (ms_now() < end) {
+		m = tc_recv(t, end - ms_now(), NULL);
+		if (!m)
+			return NULL;
+		method = json_string_value(json_object_get(m, "method"));
+		p = json_object_get(m, "params");
+		if (!method || json_integer_value(json_object_get(
+				       p, "stream")) != stream) {
+			json_decref(m);
+			continue;
+		}
+		if (!strcmp(method, "stream.exit")) {
+			json_incref(p);
+			json_decref(m);
+			return p;
+		}
+		if (!strcmp(method, "stream.stdout")) {
+			d = b64_str(p, "data", &n);
+			if (d && len + n < cap) {
+				memcpy(out + len, d, n);
+				len += n;
+				out[len] = '\0';
+			}
+			free(d);
+		}
+		json_decref(m);
+		if (until && strstr(out, until))
+			return NULL;
+	}
+	return NULL;
+}
+
+TEST_F(srv, spawn_streams)
+{
+	char out[4096];
+	json_int_t stream;
+	json_t *m, *ex;
+
+	m = tc_call(&self->t, 1, "spawn",
+		    json_pack("{s:[s, s, s]}", "argv", "sh", "-c",
+			      "tr a-z A-Z; echo done"));
+	ASSERT_TRUE(m != NULL);
+	stream = res_int(m, "stream");
+	ASSERT_LT(0, stream);
+	EXPECT_LT(0, res_int(m, "pid"));
+	json_decref(m);
+	m = tc_call(&self->t, 2, "spawn.write",
+		    json_pack("{s:I, s:o}", "stream", stream, "data",
+			      b64_json("abc\n", 4)));
+	ASSERT_TRUE(m != NULL);
+	EXPECT_TRUE(result(m) != NULL);
+	json_decref(m);
+	ASSERT_EQ(0, tc_request(&self->t, 3, "spawn.closeStdin",
+				json_pack("{s:I}", "stream", stream)));
+	ex = collect_stream(&self->t, stream, out, sizeof(out), NULL);
+	ASSERT_TRUE(ex != NULL);
+	EXPECT_STREQ("ABC\ndone\n", out);
+	EXPECT_EQ(0, json_integer_value(json_object_get(ex, "exitCode")));
+	json_decref(ex);
+
+	/* kill(signal) */
+	m = tc_call(&self->t, 4, "spawn",
+		    json_pack("{s:[s, s]}", "argv", "sleep", "30"));
+	ASSERT_TRUE(m != NULL);
+	stream = res_int(m, "stream");
+	json_decref(m);
+	ASSERT_EQ(0, tc_request(&self->t, 5, "spawn.kill",
+				json_pack("{s:I, s:s}", "stream", stream,
+					  "signal", "TERM")));
+	ex = collect_stream(&self->t, stream, out, sizeof(out), NULL);
+	ASSERT_TRUE(ex != NULL);
+	EXPECT_EQ(SIGTERM, json_integer_value(json_object_get(ex, "signal")));
+	EXPECT_EQ(128 + SIGTERM,
+		  json_integer_value(json_object_get(ex, "exitCode")));
+	json_decref(ex);
+	/* The stream is gone. */
+	m = tc_call(&self->t, 6, "spawn.kill",
+		    json_pack("{s:I}", "stream", stream));
+	ASSERT_TRUE(m != NULL);
+	EXPECT_EQ(API_E_INVALID_PARAMS, err_code(m));
+	json_decref(m);
+}
+
+TEST_F(srv, pty_resize)
+{
+	char out[4096];
+	json_int_t stream;
+	json_t *m, *ex;
+
+	m = tc_call(&self->t, 1, "pty.open",
+		    json_pack("{s:[s, s, s], s:i, s:i}", "argv", "sh", "-c",
+			      "stty size; read x; stty size; echo got-$x",
+			      "rows", 30, "cols", 100));
+	ASSERT_TRUE(m != NULL);
+	ASSERT_TRUE(result(m) != NULL) TH_LOG("error %lld", err_code(m));
+	stream = res_int(m, "stream");
+	json_decref(m);
+	/* Resize once the first size is out. */
+	ex = collect_stream(&self->t, stream, out, sizeof(out), "30 100");
+	ASSERT_TRUE(ex == NULL);
+	EXPECT_TRUE(strstr(out, "30 100") != NULL) TH_LOG("output: %s", out);
+	m = tc_call(&self->t, 2, "pty.resize",
+		    json_pack("{s:I, s:i, s:i}", "stream", stream, "rows", 40,
+			      "cols", 120));
+	ASSERT_TRUE(m != NULL);
+	EXPECT_TRUE(result(m) != NULL);
+	json_decref(m);
+	m = tc_call(&self->t, 3, "pty.write",
+		    json_pack("{s:I, s:o}", "stream", stream, "data",
+			      b64_json("hi\n", 3)));
+	ASSERT_TRUE(m != NULL);
+	json_decref(m);
+	ex = collect_stream(&self->t, stream, out, sizeof(out), NULL);
+	ASSERT_TRUE(ex != NULL);
+	EXPECT_TRUE(strstr(out, "40 120") != NULL) TH_LOG("output: %s", out);
+	EXPECT_TRUE(strstr(out, "got-hi") != NULL) TH_LOG("output: %s", out);
+	EXPECT_EQ(0, json_integer_value(json_object_get(ex, "exitCode")));
+	json_decref(ex);
+}
+
+static json_t *fs_call(struct tc *t, json_int_t id, const char *method,
+		       const char *path)
+{
+	return tc_call(t, id, method, json_pack("{s:s}", "path", path));
+}
+
+TEST_F(srv, fs_ops)
+{
+	char a[160], f[192], g[192], *data;
+	json_t *m, *e;
+	size_t n;
+
+	snprintf(a, sizeof(a), "%s/a", self->s.dir);
+	snprintf(f, sizeof(f), "%s/a/b/c/f", self->s.dir);
+	snprintf(g, sizeof(g), "%s/a/b/c/g", self->s.dir);
+
+	m = tc_call(&self->t, 1, "fs.writeFile",
+		    json_pack("{s:s, s:o, s:b, s:s}", "path", f, "data",
+			      b64_json("hello", 5), "createParents", 1, "mode",
+			      "0640"));
+	ASSERT_TRUE(m != NULL);
+	ASSERT_TRUE(result(m) != NULL) TH_LOG("error %lld", err_code(m));
+	EXPECT_EQ(5, res_int(m, "size"));
+	json_decref(m);
+
+	m = fs_call(&self->t, 2, "fs.stat", f);
+	ASSERT_TRUE(m != NULL);
+	EXPECT_STREQ("file",
+		     json_string_value(json_object_get(result(m), "type")));
+	EXPECT_EQ(5, res_int(m, "size"));
+	EXPECT_EQ(0640, res_int(m, "mode") & 07777);
+	json_decref(m);
+
+	m = tc_call(&self->t, 3, "fs.readFile",
+		    json_pack("{s:s, s:i, s:i}", "path", f, "offset", 1,
+			      "length", 3));
+	ASSERT_TRUE(m != NULL);
+	data = b64_str(result(m), "data", &n);
+	EXPECT_STREQ("ell", data);
+	free(data);
+	json_decref(m);
+
+	m = tc_call(&self->t, 4, "fs.rename",
+		    json_pack("{s:s, s:s}", "from", f, "to", g));
+	ASSERT_TRUE(m != NULL);
+	EXPECT_TRUE(result(m) != NULL);
+	json_decref(m);
+	m = fs_call(&self->t, 5, "fs.stat", f);
+	ASSERT_TRUE(m != NULL);
+	EXPECT_EQ(API_E_ERRNO, err_code(m));
+	EXPECT_STREQ("ENOENT", err_errno(m));
+	json_decref(m);
+
+	/* A name that is not UTF-8, and a symlink. */
+	snprintf(f, sizeof(f), "%s/a/b/c/bad\xff", self->s.dir);
+	m = tc_call(&self->t, 6, "fs.writeFile",
+		    json_pack("{s:o, s:s}", "pathBytes", b64_json(f, strlen(f)),
+			      "data", ""));
+	ASSERT_TRUE(m != NULL);
+	ASSERT_TRUE(result(m) != NULL) TH_LOG("error %lld", err_code(m));
+	json_decref(m);
+	snprintf(f, sizeof(f), "%s/a/b/c/link", self->s.dir);
+	ASSERT_EQ(0, symlink("g", f));
+
+	snprintf(f, sizeof(f), "%s/a/b/c", self->s.dir);
+	m = fs_call(&self->t, 7, "fs.readDir", f);
+	ASSERT_TRUE(m != NULL);
+	ASSERT_EQ(3, json_array_size(json_object_get(result(m), "entries")));
+	json_array_foreach(json_object_get(result(m), "entries"), n, e)
+	{
+		const char *name =
+			json_string_value(json_object_get(e, "name"));
+
+		if (!strcmp(name, "g")) {
+			EXPECT_EQ(5, json_integer_value(
+					     json_object_get(e, "size")));
+		} else if (!strcmp(name, "link")) {
+			EXPECT_STREQ(
+				"symlink",
+				json_string_value(json_object_get(e, "type")));
+			EXPECT_STREQ("g", json_string_value(json_object_get(
+						  e, "linkTarget")));
+		} else {
+			data = b64_str(e, "nameBytes", NULL);
+			EXPECT_STREQ("bad\xff", data);
+			EXPECT_STREQ("bad\xef\xbf\xbd", name);
+			free(data);
+		}
+	}
+	json_decref(m);
+
+	/* mkdir -p, remove -r, remove -f of nothing. */
+	snprintf(f, sizeof(f), "%s/x/y/z", self->s.dir);
+	m = tc_call(&self->t, 8, "fs.mkdir",
+		    json_pack("{s:s, s:b}", "path", f, "recursive", 1));
+	ASSERT_TRUE(m != NULL);
+	EXPECT_TRUE(result(m) != NULL);
+	json_decref(m);
+	m = fs_call(&self->t, 9, "fs.mkdir", f);
+	ASSERT_TRUE(m != NULL);
+	EXPECT_STREQ("EEXIST", err_errno(m));
+	json_decref(m);
+	m = fs_call(&self->t, 10, "fs.remove", a);
+	ASSERT_TRUE(m != NULL);
+	EXPECT_EQ(API_E_ERRNO, err_code(m)); /* not empty */
+	json_decref(m);
+	m = tc_call(&self->t, 11, "fs.remove",
+		    json_pack("{s:s, s:b}", "path", a, "recursive", 1));
+	ASSERT_TRUE(m != NULL);
+	EXPECT_TRUE(result(m) != NULL);
+	json_decref(m);
+	EXPECT_NE(0, access(a, F_OK));
+	m = tc_call(&self->t, 12, "fs.remove",
+		    json_pack("{s:s, s:b}", "path", a, "force", 1));
+	ASSERT_TRUE(m != NULL);
+	EXPECT_TRUE(result(m) != NULL);
+	json_decref(m);
+}
+
+TEST_F(srv, upload_errors_and_cancel)
+{
+	char path[160];
+	json_int_t stream;
+	json_t *m;
+
+	/* No parent, no createParents: the guest's ENOENT reaches fs.close. */
+	snprintf(path, sizeof(path), "%s/no/such/dir/f", self->s.dir);
+	m = tc_call(&self->t, 1, "fs.writeFile",
+		    json_pack("{s:s, s:b}", "path", path, "stream", 1));
+	ASSERT_TRUE(m != NULL);
+	stream = res_int(m, "stream");
+	ASSERT_LT(0, stream);
+	json_decref(m);
+	m = tc_call(&self->t, 2, "fs.write",
+		    json_pack("{s:I, s:o}", "stream", stream, "data",
+			      b64_json("abc", 3)));
+	ASSERT_TRUE(m != NULL);
+	if (!result(m))
+		EXPECT_STREQ("ENOENT", err_errno(m));
+	json_decref(m);
+	m = tc_call(&self->t, 3, "fs.close",
+		    json_pack("{s:I}", "stream", stream));
+	ASSERT_TRUE(m != NULL);
+	EXPECT_EQ(API_E_ERRNO, err_code(m));
+	EXPECT_STREQ("ENOENT", err_errno(m));
+	json_decref(m);
+	m = tc_call(&self->t, 4, "fs.close",
+		    json_pack("{s:I}", "stream", stream));
+	ASSERT_TRUE(m != NULL);
+	EXPECT_EQ(API_E_INVALID_PARAMS, err_code(m)); /* gone */
+	json_decref(m);
+
+	/* An upload cancelled half way. */
+	snprintf(path, sizeof(path), "%s/half", self->s.dir);
+	m = tc_call(&self->t, 5, "fs.writeFile",
+		    json_pack("{s:s, s:b}", "path", path, "stream", 1));
+	ASSERT_TRUE(m != NULL);
+	stream = res_int(m, "stream");
+	json_decref(m);
+	m = tc_call(&self->t, 6, "fs.write",
+		    json_pack("{s:I, s:o}", "stream", stream, "data",
+			      b64_json("abc", 3)));
+	ASSERT_TRUE(m != NULL);
+	EXPECT_TRUE(result(m) != NULL);
+	json_decref(m);
+	m = tc_call(&self->t, 7, "cancel",
+		    json_pack("{s:I}", "stream", stream));
+	ASSERT_TRUE(m != NULL);
+	EXPECT_TRUE(json_is_true(json_object_get(result(m), "cancelled")));
+	json_decref(m);
+	m = tc_call(&self->t, 8, "fs.write",
+		    json_pack("{s:I, s:s}", "stream", stream, "data", ""));
+	ASSERT_TRUE(m != NULL);
+	EXPECT_EQ(API_E_INVALID_PARAMS, err_code(m));
+	json_decref(m);
+	m = tc_call(&self->t, 9, "vm.status", NULL);
+	ASSERT_TRUE(m != NULL);
+	EXPECT_EQ(0, res_int(m, "streams"));
+	json_decref(m);
+}
+
+/* The content of the big file: byte at pos, random-access. */
+static uint8_t big_byte(uint64_t pos)
+{
+	uint64_t z = (pos >> 3) + 0x9e3779b97f4a7c15ULL;
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	z ^= z >> 31;
+	return z >> ((pos & 7) * 8);
+}
+
+TEST_F_TIMEOUT(srv, big_file_bounded_memory, 120)
+{
+	const uint64_t size = 96ULL << 20, chunk = 48 * 1024;
+	long hwm0 = vm_hwm_kib(), hwm1;
+	uint64_t sent = 0, got = 0, off;
+	uint8_t *buf = malloc(chunk);
+	char path[128], *data;
+	int in_flight = 0;
+	json_int_t stream;
+	json_t *m, *p;
+	size_t n, i;
+
+	ASSERT_TRUE(buf != NULL);
+	snprintf(path, sizeof(path), "%s/big", self->s.dir);
+	m = tc_call(&self->t, 1, "fs.writeFile",
+		    json_pack("{s:s, s:b}", "path", path, "stream", 1));
+	ASSERT_TRUE(m != NULL);
+	stream = res_int(m, "stream");
+	ASSERT_LT(0, stream);
+	json_decref(m);
+	/* Four writes ahead of their answers, as vmmctl cp does. */
+	while (sent < size || in_flight) {
+		while (sent < size && in_flight < 4) {
+			for (i = 0; i < chunk; i++)
+				buf[i] = big_byte(sent + i);
+			ASSERT_EQ(0,
+				  tc_request(&self->t, 2, "fs.write",
+					     json_pack("{s:I, s:o}", "stream",
+						       stream, "data",
+						       b64_json(buf, chunk))));
+			sent += chunk;
+			in_flight++;
+		}
+		m = tc_recv(&self->t, WAIT_MS, NULL);
+		ASSERT_TRUE(m != NULL);
+		ASSERT_TRUE(result(m) != NULL)
+		TH_LOG("error %lld", err_code(m));
+		in_flight--;
+		json_decref(m);
+	}
+	m = tc_call(&self->t, 3, "fs.close",
+		    json_pack("{s:I}", "stream", stream));
+	ASSERT_TRUE(m != NULL);
+	ASSERT_EQ(size, res_int(m, "size")) TH_LOG("error %lld", err_code(m));
+	json_decref(m);
+
+	ASSERT_EQ(0, tc_request(&self->t, 4, "fs.readFile",
+				json_pack("{s:s, s:b}", "path", path, "stream",
+					  1)));
+	for (;;) {
+		m = tc_recv(&self->t, WAIT_MS, NULL);
+		ASSERT_TRUE(m != NULL);
+		if (msg_has_id(m, 4))
+			break;
+		p = json_object_get(m, "params");
+		ASSERT_STREQ("fs.chunk",
+			     json_string_value(json_object_get(m, "method")));
+		off = json_integer_value(json_object_get(p, "offset"));
+		ASSERT_EQ(got, off);
+		data = b64_str(p, "data", &n);
+		ASSERT_TRUE(data != NULL);
+		for (i = 0; i < n; i++)
+			if ((uint8_t)data[i] != big_byte(off + i))
+				break;
+		ASSERT_EQ(n, i)
+		TH_LOG("content differs at %llu",
+		       (unsigned long long)(off + i));
+		free(data);
+		got += n;
+		json_decref(m);
+	}
+	ASSERT_EQ(size, res_int(m, "size")) TH_LOG("error %lld", err_code(m));
+	ASSERT_EQ(size, got);
+	json_decref(m);
+	/* Without stream, a file this big is refused, not buffered. */
+	m = fs_call(&self->t, 5, "fs.readFile", path);
+	ASSERT_TRUE(m != NULL);
+	EXPECT_EQ(API_E_LIMIT, err_code(m));
+	json_decref(m);
+	hwm1 = vm_hwm_kib();
+	EXPECT_GT(32 * 1024, hwm1 - hwm0)
+	TH_LOG("peak memory grew by %ld KiB moving a %llu MiB file",
+	       hwm1 - hwm0, (unsigned long long)(size >> 20));
+	free(buf);
+}
+
+TEST_F(srv, client_disconnect_mid_stream)
+{
+	char pidfile[128], pidfile2[128], *script;
+	json_t *m;
+	pid_t pid, pid2;
+	struct tc b;
+
+	/* A chatty process whose client never reads, then goes. */
+	script = pid_script(&self->s, "yes", pidfile, sizeof(pidfile),
+			    "yes kiln");
+	m = tc_call(&self->t, 1, "spawn",
+		    json_pack("{s:[s, s, s]}", "argv", "sh", "-c", script));
+	free(script);
+	ASSERT_TRUE(m != NULL);
+	json_decref(m);
+	script = pid_script(&self->s, "sleep", pidfile2, sizeof(pidfile2),
+			    "sleep 30");
+	ASSERT_EQ(0, tc_request(&self->t, 2, "exec",
+				json_pack("{s:[s, s, s]}", "argv", "sh", "-c",
+					  script)));
+	free(script);
+	pid = read_pid(pidfile);
+	pid2 = read_pid(pidfile2);
+	ASSERT_LT(0, pid);
+	ASSERT_LT(0, pid2);
+	sleep_ms(500); /* let the unread output pile up to the bound */
+	/* Another client is served meanwhile. */
+	ASSERT_EQ(0, tc_open(&b, self->s.api_sock));
+	m = tc_call(&b, 1, "vm.status", NULL);
+	ASSERT_TRUE(m != NULL);
+	EXPECT_EQ(1, res_int(m, "streams"));
+	json_decref(m);
+	tc_close(&b);
+	tc_close(&self->t);
+	EXPECT_TRUE(wait_dead(pid, 5000)) TH_LOG("spawned pid %d lives", pid);
+	EXPECT_TRUE(wait_dead(pid2, 5000)) TH_LOG("exec'd pid %d lives", pid2);
+	EXPECT_SERVING(self->s.api_sock);
+}
+
+TEST_F(srv, facts_and_shutdown)
+{
+	json_t *m, *facts;
+
+	m = tc_call(&self->t, 1, "vm.facts", NULL);
+	ASSERT_TRUE(m != NULL);
+	facts = json_object_get(result(m), "facts");
+	ASSERT_LT(1, json_array_size(facts));
+	EXPECT_STREQ("config", json_string_value(json_object_get(
+				       json_array_get(facts, 0), "source")));
+	EXPECT_STREQ("guest", json_string_value(json_object_get(
+				      json_array_get(facts, 1), "source")));
+	json_decref(m);
+	m = tc_call(&self->t, 2, "facts", NULL);
+	ASSERT_TRUE(m != NULL);
+	EXPECT_LT(0, json_array_size(json_object_get(result(m), "facts")));
+	json_decref(m);
+
+	m = tc_call(&self->t, 3, "vm.shutdown", NULL);
+	ASSERT_TRUE(m != NULL);
+	EXPECT_TRUE(result(m) != NULL);
+	json_decref(m);
+	for (int i = 0; i < 100 && !atomic_load(&self->s.shutdowns); i++)
+		sleep_ms(10);
+	EXPECT_EQ(1, atomic_load(&self->s.shutdowns));
+}
+
+static pid_t parent_of(pid_t pid)
+{
+	char path[64];
+	int ppid = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	if (fscanf(f, "%*d (%*[^)]) %*c %d", &ppid) != 1)
+		ppid = -1;
+	fclose(f);
+	return ppid;
+}
+
+TEST_F(srv, agent_dies_mid_request)
+{
+	char pidfile[128], *script;
+	pid_t pid, ppid;
+	json_t *m;
+
+	script = pid_script(&self->s, "victim", pidfile, sizeof(pidfile),
+			    "sleep 30");
+	ASSERT_EQ(0, tc_request(&self->t, 1, "exec",
+				json_pack("{s:[s, s, s]}", "argv", "sh", "-c",
+					  script)));
+	free(script);
+	pid = read_pid(pidfile);
+	ASSERT_LT(0, pid);
+	/* The agent's connection process is the command's parent. */
+	ppid = parent_of(pid);
+	ASSERT_LT(1, ppid);
+	kill(ppid, SIGKILL);
+	m = tc_wait(&self->t, 1);
+	ASSERT_TRUE(m != NULL);
+	EXPECT_EQ(API_E_AGENT, err_code(m));
+	json_decref(m);
+	kill(pid, SIGKILL);
+	/* The whole agent gone: requests fail cleanly, the API serves on. */
+	stop_agent(&self->s);
+	m = tc_call(&self->t, 2, "fs.stat", json_pack("{s:s}", "path", "/"));
+	ASSERT_TRUE(m != NULL);
+	EXPECT_EQ(API_E_AGENT, err_code(m));
+	json_decref(m);
+	m = tc_call(&self->t, 3, "vm.facts", NULL);
+	ASSERT_TRUE(m != NULL);
+	EXPECT_EQ(1, json_array_size(json_object_get(result(m), "facts")));
+	EXPECT_TRUE(json_object_get(result(m), "guestError") != NULL);
+	json_decref(m);
+	/* And the agent back: served again. */
+	ASSERT_EQ(0, start_agent(&self->s));
+	EXPECT_SERVING(self->s.api_sock);
+}
+
+TEST_F(srv, vmmctl_smoke)
+{
+	const char *ctl = vmmctl_path();
+	char dir[160], file[192], back[192];
+	struct spawn_result *r = malloc(sizeof(*r));
+
+	ASSERT_TRUE(r != NULL);
+	ASSERT_EQ(0, access(ctl, X_OK)) TH_LOG("%s is not built", ctl);
+	{
+		const char *argv[] = { ctl,  "exec", self->s.api_sock,	 "--",
+				       "sh", "-c",   "echo out; exit 3", NULL };
+
+		ASSERT_EQ(0, spawn__run(argv, NULL, r));
+		EXPECT_EQ(3, r->status);
+		EXPECT_STREQ("out\n", r->out);
+	}
+	{
+		const char *argv[] = {
+			ctl,  "exec",  "--timeout-ms", "200", self->s.api_sock,
+			"--", "sleep", "20",	       NULL
+		};
+
+		ASSERT_EQ(0, spawn__run(argv, NULL, r));
+		EXPECT_EQ(124, r->status);
+	}
+	snprintf(dir, sizeof(dir), "%s/d", self->s.dir);
+	ASSERT_EQ(0, mkdir(dir, 0755));
+	snprintf(file, sizeof(file), "%s/one", dir);
+	ASSERT_EQ(0, mkdir(file, 0755));
+	snprintf(file, sizeof(file), "%s/two", dir);
+	{
+		const char *argv[] = {
+			ctl, "fs", "mkdir", "-p", self->s.api_sock, file, NULL
+		};
+
+		ASSERT_EQ(0, spawn__run(argv, NULL, r));
+		EXPECT_EQ(0, r->status) TH_LOG("%s", r->err);
+	}
+	{
+		const char *argv[] = { ctl, "fs", "ls", self->s.api_sock,
+				       dir, NULL };
+
+		ASSERT_EQ(0, spawn__run(argv, NULL, r));
+		EXPECT_EQ(0, r->status);
+		EXPECT_STREQ("one\ntwo\n", r->out);
+	}
+	{
+		const char *argv[] = {
+			ctl, "fs", "ls", self->s.api_sock, "/no/such/dir", NULL
+		};
+
+		ASSERT_EQ(0, spawn__run(argv, NULL, r));
+		EXPECT_EQ(1, r->status);
+		EXPECT_TRUE(strstr(r->err, "ENOENT") != NULL);
+	}
+	/* cp both ways: this test binary is a file of a fair size. */
+	snprintf(file, sizeof(file), ":%s/copy", dir);
+	snprintf(back, sizeof(back), "%s/back", self->s.dir);
+	{
+		const char *argv[] = { ctl,  "cp", self->s.api_sock,
+				       NULL, file, NULL };
+		char exe[PATH_MAX];
+		ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+
+		ASSERT_LT(0, n);
+		exe[n] = '\0';
+		argv[3] = exe;
+		ASSERT_EQ(0, spawn__run(argv, NULL, r));
+		EXPECT_EQ(0, r->status) TH_LOG("%s", r->err);
+		argv[3] = file;
+		argv[4] = back;
+		ASSERT_EQ(0, spawn__run(argv, NULL, r));
+		EXPECT_EQ(0, r->status) TH_LOG("%s", r->err);
+		{
+			const char *cmp[] = { "cmp", exe, back, NULL };
+
+			ASSERT_EQ(0, spawn__run(cmp, NULL, r));
+			EXPECT_EQ(0, r->status) TH_LOG("%s", r->out);
+		}
+	}
+	free(r);
+}
+
+/*
+ * A stand-in for the vsock device's host socket (Firecracker's
+ * convention): "CONNECT <port>\n" answered by "OK <hostport>\n", then
+ * the bytes go to and from the agent; another port is refused by closing.
+ */
+static void pump_bytes(int a, int b)
+{
+	struct pollfd p[2] = { { .fd = a, .events = POLLIN },
+			       { .fd = b, .events = POLLIN } };
+	char buf[65536];
+	ssize_t n;
+	int i;
+
+	for (;;) {
+		if (poll(p, 2, -1) < 0)
+			return;
+		for (i = 0; i < 2; i++) {
+			if (!p[i].revents)
+				continue;
+			n = read(p[i].fd, buf, sizeof(buf));
+			if (n <= 0)
+				return;
+			if (write(p[!i].fd, buf, n) != n)
+				return;
+		}
+	}
+}
+
+static void __attribute__((noreturn))
+vsock_proxy(const char *path, const char *agent)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int lfd = socket(AF_UNIX, SOCK_STREAM, 0), fd, up;
+	char line[64];
+	size_t n;
+
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	if (bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) || listen(lfd, 64))
+		_exit(1);
+	signal(SIGCHLD, SIG_IGN);
+	signal(SIGPIPE, SIG_IGN);
+	for (;;) {
+		fd = accept(lfd, NULL, NULL);
+		if (fd < 0)
+			continue;
+		if (fork()) {
+			close(fd);
+			continue;
+		}
+		for (n = 0; n < sizeof(line) - 1; n++)
+			if (read(fd, line + n, 1) != 1 || line[n] == '\n')
+				break;
+		line[n] = '\0';
+		if (strcmp(line, "CONNECT 1024"))
+			_exit(0);
+		up = unix_connect(agent, false);
+		if (up < 0)
+			_exit(0);
+		if (write(fd, "OK 1073741824\n", 14) != 14)
+			_exit(0);
+		pump_bytes(fd, up);
+		_exit(0);
+	}
+}
+
+FIXTURE(vsock)
+{
+	struct server s;
+	struct tc t;
+	char proxy_sock[96];
+	pid_t proxy;
+};
+
+static int open_proxy(void *opaque)
+{
+	return unix_connect(opaque, true);
+}
+
+static int vsock_api(FIXTURE_DATA(vsock) * self, unsigned int port)
+{
+	struct api_params p = {
+		.socket_path = self->s.api_sock,
+		.open_agent = open_proxy,
+		.opaque = self->proxy_sock,
+		.vsock_port = port,
+		.agent_timeout_ms = 500,
+	};
+	int ret = api__create(&self->s.api, &p);
+
+	if (!ret)
+		ret = api__start(self->s.api);
+	return ret ?: tc_open(&self->t, self->s.api_sock);
+}
+
+FIXTURE_SETUP(vsock)
+{
+	const char *bin = agent_host_path();
+	uint64_t end = ms_now() + 5000;
+	int fd;
+
+	self->t.fd = -1;
+	ASSERT_EQ(0, access(bin, X_OK))
+	TH_LOG("%s is not built (make selftests builds it)", bin);
+	ASSERT_EQ(0, server_dir(&self->s));
+	ASSERT_EQ(0, start_agent(&self->s));
+	snprintf(self->proxy_sock, sizeof(self->proxy_sock), "%s/vsock.sock",
+		 self->s.dir);
+	self->proxy = fork();
+	ASSERT_LE(0, self->proxy);
+	if (!self->proxy)
+		vsock_proxy(self->proxy_sock, self->s.agent_sock);
+	while ((fd = unix_connect(self->proxy_sock, false)) < 0 &&
+	       ms_now() < end)
+		sleep_ms(10);
+	ASSERT_LE(0, fd);
+	close(fd);
+}
+
+FIXTURE_TEARDOWN(vsock)
+{
+	tc_close(&self->t);
+	if (self->proxy > 0) {
+		kill(self->proxy, SIGKILL);
+		waitpid(self->proxy, NULL, 0);
+	}
+	server_stop(&self->s);
+}
+
+TEST_F(vsock, connect_handshake)
+{
+	json_t *m;
+	char *out;
+
+	ASSERT_EQ(0, vsock_api(self, KILN_AGENT_PORT));
+	m = tc_call(&self->t, 1, "exec",
+		    json_pack("{s:[s, s, s]}", "argv", "sh", "-c",
+			      "echo through-vsock"));
+	ASSERT_TRUE(m != NULL);
+	ASSERT_TRUE(result(m) != NULL) TH_LOG("error %lld", err_code(m));
+	out = b64_str(result(m), "stdout", NULL);
+	EXPECT_STREQ("through-vsock\n", out);
+	free(out);
+	json_decref(m);
+}
+
+TEST_F(vsock, connect_refused)
+{
+	json_t *m;
+
+	ASSERT_EQ(0, vsock_api(self, 1025)); /* nobody listens there */
+	m = tc_call(&self->t, 1, "exec", json_pack("{s:[s]}", "argv", "true"));
+	ASSERT_TRUE(m != NULL);
+	EXPECT_EQ(API_E_AGENT, err_code(m));
+	json_decref(m);
+}
+
+/* ---- fake agents, for what the real one does not do ---------------------- */
+
+enum fake_mode {
+	FAKE_DIE_AFTER_REQUEST, /* HELLO, read the request, close */
+	FAKE_GARBAGE,		/* a frame header announcing 4 GiB */
+	FAKE_SILENT,		/* accept, say nothing */
+	FAKE_OLD_VERSION,	/* HELLO with version 99 */
+};
+
+static void fake_hello(int fd, uint64_t version)
+{
+	struct kiln_frame f;
+	struct kiln_buf b;
+
+	kiln_buf__init(&b);
+	if (kiln_tlv__put_u64(&b, KILN_T_VERSION, version))
+		_exit(1);
+	kiln_frame__pack(&f, KILN_MSG_HELLO, 0, b.len);
+	if (write(fd, &f, sizeof(f)) != sizeof(f) ||
+	    write(fd, b.data, b.len) != (ssize_t)b.len)
+		_exit(0);
+	kiln_buf__free(&b);
+}
+
+static void __attribute__((noreturn))
+fake_agent(const char *path, enum fake_mode mode)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int lfd = socket(AF_UNIX, SOCK_STREAM, 0), fd;
+	static const uint8_t junk[8] = { 0xff, 0xff, 0xff, 0xff, 1, 0, 0, 0 };
+	char buf[4096];
+
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	if (bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) || listen(lfd, 64))
+		_exit(1);
+	signal(SIGPIPE, SIG_IGN);
+	for (;;) {
+		fd = accept(lfd, NULL, NULL);
+		if (fd < 0)
+			continue;
+		switch (mode) {
+		case FAKE_DIE_AFTER_REQUEST:
+			fake_hello(fd, KILN_AGENT_VERSION);
+			if (read(fd, buf, sizeof(buf)) < 0)
+				(void)0;
+			close(fd);
+			break;
+		case FAKE_GARBAGE:
+			if (write(fd, junk, sizeof(junk)) < 0)
+				(void)0;
+			close(fd);
+			break;
+		case FAKE_SILENT:
+			/* Kept open: the API gives up on its own. */
+			break;
+		case FAKE_OLD_VERSION:
+			fake_hello(fd, 99);
+			close(fd);
+			break;
+		}
+	}
+}
+
+FIXTURE(fake)
+{
+	struct server s;
+	struct tc t;
+};
+
+FIXTURE_SETUP(fake)
+{
+	self->t.fd = -1;
+	ASSERT_EQ(0, server_dir(&self->s));
+	ASSERT_EQ(0, server_start_api(&self->s, 500));
+	ASSERT_EQ(0, tc_open(&self->t, self->s.api_sock));
+}
+
+FIXTURE_TEARDOWN(fake)
+{
+	tc_close(&self->t);
+	server_stop(&self->s);
+}
+
+static void run_fake(struct server *s, enum fake_mode mode)
+{
+	uint64_t end = ms_now() + 5000;
+	int fd;
+
+	s->agent = fork();
+	if (s->agent == 0)
+		fake_agent(s->agent_sock, mode);
+	while (ms_now() < end) {
+		fd = unix_connect(s->agent_sock, false);
+		if (fd >= 0) {
+			close(fd);
+			return;
+		}
+		sleep_ms(10);
+	}
+}
+
+/* Each request fails with API_E_AGENT; the API answers the next one. */
+static void expect_agent_errors(struct __test_metadata *_metadata, struct tc *t)
+{
+	uint64_t t0 = ms_now();
+	json_t *m;
+
+	m = tc_call(t, 1, "exec", json_pack("{s:[s]}", "argv", "true"));
+	ASSERT_TRUE(m != NULL);
+	EXPECT_EQ(API_E_AGENT, err_code(m));
+	json_decref(m);
+	m = tc_call(t, 2, "fs.readDir", json_pack("{s:s}", "path", "/"));
+	ASSERT_TRUE(m != NULL);
+	EXPECT_EQ(API_E_AGENT, err_code(m));
+	json_decref(m);
+	m = tc_call(t, 3, "spawn", json_pack("{s:[s]}", "argv", "true"));
+	ASSERT_TRUE(m != NULL);
+	EXPECT_EQ(API_E_AGENT, err_code(m));
+	json_decref(m);
+	EXPECT_GT(5000, ms_now() - t0);
+	m = tc_call(t, 4, "vm.status", NULL);
+	ASSERT_TRUE(m != NULL);
+	EXPECT_STREQ("running",
+		     json_string_value(json_object_get(result(m), "state")));
+	EXPECT_EQ(0, res_int(m, "requests"));
+	EXPECT_EQ(0, res_int(m, "streams"));
+	json_decref(m);
+}
+
+TEST_F(fake, agent_absent)
+{
+	expect_agent_errors(_metadata, &self->t);
+}
+
+TEST_F(fake, agent_dies_after_request)
+{
+	run_fake(&self->s, FAKE_DIE_AFTER_REQUEST);
+	expect_agent_errors(_metadata, &self->t);
+}
+
+TEST_F(fake, agent_sends_garbage)
+{
+	run_fake(&self->s, FAKE_GARBAGE);
+	expect_agent_errors(_metadata, &self->t);
+}
+
+TEST_F(fake, agent_silent)
+{
+	run_fake(&self->s, FAKE_SILENT);
+	expect_agent_errors(_metadata, &self->t);
+}
+
+TEST_F(fake, agent_wrong_version)
+{
+	run_fake(&self->s, FAKE_OLD_VERSION);
+	expect_agent_errors(_metadata, &self->t);
+}
+
+TEST_F(fake, too_many_clients)
+{
+	struct tc extra[API_MAX_CLIENTS];
+	json_int_t clients = 0;
+	bool eof;
+	json_t *m;
+	int i, j;
+
+	/* The fixture's client is one. */
+	for (i = 0; i < (int)API_MAX_CLIENTS - 1; i++)
+		ASSERT_EQ(0, tc_open(&extra[i], self->s.api_sock));
+	/* The server accepts them in batches: until it has them all. */
+	for (j = 0; j < 100; j++) {
+		m = tc_call(&extra[0], 1, "vm.status", NULL);
+		ASSERT_TRUE(m != NULL);
+		clients = res_int(m, "clients");
+		json_decref(m);
+		if (clients == API_MAX_CLIENTS)
+			break;
+		sleep_ms(20);
+	}
+	ASSERT_EQ(API_MAX_CLIENTS, clients);
+	ASSERT_EQ(0, tc_open(&extra[i], self->s.api_sock));
+	m = tc_recv(&extra[i], WAIT_MS, &eof);
+	ASSERT_TRUE(m != NULL);
+	EXPECT_EQ(API_E_LIMIT, err_code(m));
+	json_decref(m);
+	tc_close(&extra[i]);
+	for (i = 0; i < (int)API_MAX_CLIENTS - 1; i++)
+		tc_close(&extra[i]);
+	m = tc_call(&self->t, 2, "vm.status", NULL);
+	ASSERT_TRUE(m != NULL);
+	EXPECT_TRUE(result(m) != NULL);
+	json_decref(m);
+}
+
+TEST(base64_round_trip)
+{
+	static const char *const cases[] = { "",     "f",     "fo",    "foo",
+					     "foob", "fooba", "foobar" };
+	static const char *const enc[] = {
+		"", "Zg==", "Zm8=", "Zm9v", "Zm9vYg==", "Zm9vYmE=", "Zm9vYmFy"
+	};
+	uint8_t out[16];
+	char e[16];
+	size_t i;
+
+	for (i = 0; i < ARRAY_SIZE(cases); i++) {
+		base64__encode(cases[i], strlen(cases[i]), e);
+		EXPECT_STREQ(enc[i], e);
+		EXPECT_EQ((ssize_t)strlen(cases[i]),
+			  base64__decode(enc[i], strlen(enc[i]), out));
+		EXPECT_EQ(0, memcmp(out, cases[i], strlen(cases[i])));
+	}
+	EXPECT_EQ(-EINVAL, base64__decode("Zg=", 3, out));
+	EXPECT_EQ(-EINVAL, base64__decode("Zh==", 4, out)); /* not canonical */
+	EXPECT_EQ(-EINVAL, base64__decode("Z===", 4, out));
+	EXPECT_EQ(-EINVAL, base64__decode("Zg==Zg==", 8, out));
+	EXPECT_EQ(-EINVAL, base64__decode("Zm9v\n", 5, out));
+}
+
+TEST_HARNESS_MAIN

@@ -1,0 +1,2047 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * virtio-vsock and its event loop, driven through the MMIO registers the
+ * way Linux's virtio_mmio and vmw_vsock_virtio_transport drivers do, with
+ * the host side on real Unix sockets in a fresh directory under /tmp.
+ *
+ * The fake driver keeps 64 receive buffers (a 44-byte header descriptor
+ * and a 4 KiB data descriptor each, as Linux 6.1 posts them) and sends
+ * packets as a header descriptor and a payload descriptor. It kicks only
+ * when the device asks for it (EVENT_IDX or NO_NOTIFY, as virtqueue_kick
+ * does), so a device that forgets to ask for a kick before it idles hangs
+ * the test. Guest memory is malloc'ed between guard bytes that must
+ * survive every test, hostile ones included.
+ */
+#include <dirent.h>
+#include <endian.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#define VIRTIO_RING_NO_LEGACY
+#include <linux/virtio_config.h>
+#include <linux/virtio_ids.h>
+#include <linux/virtio_mmio.h>
+#include <linux/virtio_ring.h>
+#include <linux/virtio_vsock.h>
+
+#include "devices/virtio/device.h"
+#include "devices/virtio/guest-mem.h"
+#include "devices/virtio/mmio.h"
+#include "devices/virtio/vsock.h"
+#include "vmm/config.h"
+#include "selftests/kselftest.h"
+#include "selftests/testutil.h"
+
+#define HDR	  ((uint32_t)sizeof(struct virtio_vsock_hdr))
+#define QSIZE	  128 /* every queue, as the fake driver sets them up */
+#define DEV_QSIZE 256 /* what vsock.c offers */
+#define NQ	  3
+#define RXQ	  0
+#define TXQ	  1
+#define EVQ	  2
+
+#define RAM_SIZE   (16 << 20)
+#define GUARD_SIZE 4096
+#define GUARD_BYTE 0xa5
+
+/* Guest memory layout. */
+#define DESC_GPA(q)  (0x10000 + (q)*0x4000)
+#define AVAIL_GPA(q) (DESC_GPA(q) + 0x1000)
+#define USED_GPA(q)  (DESC_GPA(q) + 0x2000)
+#define NR_RX	     (QSIZE / 2) /* two descriptors each */
+#define RX_DATA	     4096	 /* payload room of a receive buffer */
+#define RX_GPA(b)    (0x100000 + (uint64_t)(b)*0x2000)
+#define TX_SLOT	     0x11000 /* a header and up to 64 KiB + 4 KiB */
+#define TX_GPA(h)    (0x200000 + (uint64_t)(h)*TX_SLOT)
+#define EV_GPA	     0xb00000
+#define JUNK_GPA     0xc00000
+
+#define TIMEOUT_MS 5000
+#define QUIET_MS   300 /* "nothing more comes" */
+#define GUEST_CID  3
+#define HOST_CID   2
+#define GBUF	   (256U * 1024) /* the fake guest's default buf_alloc */
+
+#define FEAT(bit) (1ULL << (bit))
+
+#define ST_ACK	     VIRTIO_CONFIG_S_ACKNOWLEDGE
+#define ST_DRIVER    VIRTIO_CONFIG_S_DRIVER
+#define ST_FEATURES  VIRTIO_CONFIG_S_FEATURES_OK
+#define ST_DRIVER_OK VIRTIO_CONFIG_S_DRIVER_OK
+#define ST_NEEDS_RST VIRTIO_CONFIG_S_NEEDS_RESET
+#define ST_LIVE	     (ST_ACK | ST_DRIVER | ST_FEATURES | ST_DRIVER_OK)
+
+#define OP_REQUEST  VIRTIO_VSOCK_OP_REQUEST
+#define OP_RESPONSE VIRTIO_VSOCK_OP_RESPONSE
+#define OP_RST	    VIRTIO_VSOCK_OP_RST
+#define OP_SHUTDOWN VIRTIO_VSOCK_OP_SHUTDOWN
+#define OP_RW	    VIRTIO_VSOCK_OP_RW
+#define OP_CREDIT   VIRTIO_VSOCK_OP_CREDIT_UPDATE
+#define OP_CREQ	    VIRTIO_VSOCK_OP_CREDIT_REQUEST
+#define SHUT_RCV    VIRTIO_VSOCK_SHUTDOWN_RCV
+#define SHUT_SEND   VIRTIO_VSOCK_SHUTDOWN_SEND
+
+/* A packet header, decoded (what the fake guest sends and sees). */
+struct hdr {
+	uint64_t src_cid, dst_cid;
+	uint32_t src_port, dst_port;
+	uint32_t len;
+	uint16_t type, op;
+	uint32_t flags, buf_alloc, fwd_cnt;
+};
+
+/* A packet the device put in a receive buffer. */
+struct rpkt {
+	struct hdr h;
+	uint32_t used_len;
+	uint8_t data[RX_DATA];
+};
+
+#define RXPK_MAX 64
+
+struct drvq {
+	uint16_t size;
+	uint16_t avail_idx, last_used, kicked;
+	uint16_t nr_free;
+	uint16_t free[QSIZE];
+	uint16_t ndesc[QSIZE]; /* by head */
+	uint16_t descs[QSIZE][2];
+};
+
+struct tdev {
+	char dir[64];
+	char uds[128];
+	struct vsock *vs;
+	struct virtio_device *vdev;
+	uint8_t *block; /* guard, RAM, guard */
+	uint8_t *ram;
+	struct guest_mem mem;
+	uint64_t features;
+	struct drvq q[NQ];
+	bool rx_posted[NR_RX];
+	bool refill;		 /* give receive buffers back once read */
+	bool no_fill;		 /* bring_up posts no receive buffers */
+	bool sink;		 /* count packets, keep none */
+	bool bad_used;		 /* a used entry that names nothing we posted */
+	unsigned int empty_used; /* receive buffers given back unused */
+	unsigned int lost;	 /* packets past RXPK_MAX, not kept */
+	unsigned long op_count[16];
+	struct hdr seen[16]; /* sink: REQUESTs, RESPONSEs, RSTs */
+	unsigned int nr_seen;
+	struct rpkt rxpk[RXPK_MAX];
+	unsigned int rx_head, rx_nr;
+};
+
+/* ---- helpers ---------------------------------------------------------- */
+
+static long now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
+}
+
+static void nap(void)
+{
+	usleep(500);
+}
+
+static uint8_t pat(uint64_t off, uint32_t seed)
+{
+	uint64_t w = ((off >> 3) + 1) * 0x9e3779b97f4a7c15ULL;
+
+	w ^= (seed + 1) * 0xbf58476d1ce4e5b9ULL;
+	return (uint8_t)(w >> ((off & 7) * 8));
+}
+
+static void fill_pat(uint8_t *buf, size_t len, uint64_t off, uint32_t seed)
+{
+	for (size_t i = 0; i < len; i++)
+		buf[i] = pat(off + i, seed);
+}
+
+static size_t check_pat(const uint8_t *buf, size_t len, uint64_t off,
+			uint32_t seed)
+{
+	size_t bad = 0;
+
+	for (size_t i = 0; i < len; i++)
+		bad += buf[i] != pat(off + i, seed);
+	return bad;
+}
+
+static bool guards_intact(const struct tdev *t)
+{
+	for (size_t i = 0; i < GUARD_SIZE; i++)
+		if (t->block[i] != GUARD_BYTE ||
+		    t->block[GUARD_SIZE + RAM_SIZE + i] != GUARD_BYTE)
+			return false;
+	return true;
+}
+
+static uint16_t load16(const struct tdev *t, uint64_t gpa)
+{
+	return le16toh(__atomic_load_n((const uint16_t *)(t->ram + gpa),
+				       __ATOMIC_ACQUIRE));
+}
+
+static void store16(struct tdev *t, uint64_t gpa, uint16_t v)
+{
+	__atomic_store_n((uint16_t *)(t->ram + gpa), htole16(v),
+			 __ATOMIC_RELEASE);
+}
+
+static uint32_t get32(const struct tdev *t, uint64_t gpa)
+{
+	uint32_t v;
+
+	memcpy(&v, t->ram + gpa, sizeof(v));
+	return le32toh(v);
+}
+
+/* ---- the fake driver: registers ---------------------------------------- */
+
+static void irq_set(void *opaque, unsigned int gsi, int level)
+{
+}
+
+static uint32_t rd32(struct tdev *t, uint64_t off)
+{
+	uint32_t v = 0xdeadbeef;
+
+	virtio_mmio__read(t->vdev, off, &v, sizeof(v));
+	return le32toh(v);
+}
+
+static void wr32(struct tdev *t, uint64_t off, uint32_t v)
+{
+	v = htole32(v);
+	virtio_mmio__write(t->vdev, off, &v, sizeof(v));
+}
+
+static uint32_t status(struct tdev *t)
+{
+	return rd32(t, VIRTIO_MMIO_STATUS);
+}
+
+static void add_status(struct tdev *t, uint32_t bits)
+{
+	wr32(t, VIRTIO_MMIO_STATUS, status(t) | bits);
+}
+
+static uint64_t device_features(struct tdev *t)
+{
+	uint64_t v;
+
+	wr32(t, VIRTIO_MMIO_DEVICE_FEATURES_SEL, 1);
+	v = (uint64_t)rd32(t, VIRTIO_MMIO_DEVICE_FEATURES) << 32;
+	wr32(t, VIRTIO_MMIO_DEVICE_FEATURES_SEL, 0);
+	return v | rd32(t, VIRTIO_MMIO_DEVICE_FEATURES);
+}
+
+static void put_desc(struct tdev *t, unsigned int q, uint16_t i, uint64_t addr,
+		     uint32_t len, uint16_t flags, uint16_t next)
+{
+	struct vring_desc d = {
+		.addr = htole64(addr),
+		.len = htole32(len),
+		.flags = htole16(flags),
+		.next = htole16(next),
+	};
+
+	memcpy(t->ram + DESC_GPA(q) + (uint64_t)i * sizeof(d), &d, sizeof(d));
+}
+
+/* virtqueue_kick(): notify only when the device asked for it. */
+static void kick(struct tdev *t, unsigned int q)
+{
+	struct drvq *dq = &t->q[q];
+	uint16_t old = dq->kicked, cur = dq->avail_idx;
+	bool need;
+
+	dq->kicked = cur;
+	/* virtio_mb: our avail->idx before we read the device's wishes. */
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (t->features & FEAT(VIRTIO_RING_F_EVENT_IDX))
+		need = vring_need_event(
+			load16(t, USED_GPA(q) + 4 + 8 * dq->size), cur, old);
+	else
+		need = !(load16(t, USED_GPA(q)) & VRING_USED_F_NO_NOTIFY);
+	if (need)
+		wr32(t, VIRTIO_MMIO_QUEUE_NOTIFY, q);
+}
+
+static void publish(struct tdev *t, unsigned int q, uint16_t head)
+{
+	struct drvq *dq = &t->q[q];
+
+	store16(t, AVAIL_GPA(q) + 4 + 2 * (dq->avail_idx % dq->size), head);
+	/* virtio_wmb: the entry before the index. */
+	dq->avail_idx++;
+	store16(t, AVAIL_GPA(q) + 2, dq->avail_idx);
+}
+
+/* Receive buffer b: header descriptor 2b, data descriptor 2b + 1. */
+static void rx_post(struct tdev *t, unsigned int b)
+{
+	uint16_t d = 2 * b;
+
+	memset(t->ram + RX_GPA(b), 0xee, HDR + RX_DATA);
+	put_desc(t, RXQ, d, RX_GPA(b), HDR,
+		 VRING_DESC_F_WRITE | VRING_DESC_F_NEXT, d + 1);
+	put_desc(t, RXQ, d + 1, RX_GPA(b) + HDR, RX_DATA, VRING_DESC_F_WRITE,
+		 0);
+	t->rx_posted[b] = true;
+	publish(t, RXQ, d);
+}
+
+static void rx_fill(struct tdev *t)
+{
+	bool any = false;
+
+	for (unsigned int b = 0; b < NR_RX; b++) {
+		if (!t->rx_posted[b]) {
+			rx_post(t, b);
+			any = true;
+		}
+	}
+	if (any)
+		kick(t, RXQ);
+}
+
+static void setup_queue(struct tdev *t, unsigned int q)
+{
+	struct drvq *dq = &t->q[q];
+
+	wr32(t, VIRTIO_MMIO_QUEUE_SEL, q);
+	wr32(t, VIRTIO_MMIO_QUEUE_NUM, QSIZE);
+	wr32(t, VIRTIO_MMIO_QUEUE_DESC_LOW, DESC_GPA(q));
+	wr32(t, VIRTIO_MMIO_QUEUE_DESC_HIGH, 0);
+	wr32(t, VIRTIO_MMIO_QUEUE_AVAIL_LOW, AVAIL_GPA(q));
+	wr32(t, VIRTIO_MMIO_QUEUE_AVAIL_HIGH, 0);
+	wr32(t, VIRTIO_MMIO_QUEUE_USED_LOW, USED_GPA(q));
+	wr32(t, VIRTIO_MMIO_QUEUE_USED_HIGH, 0);
+	wr32(t, VIRTIO_MMIO_QUEUE_READY, 1);
+	dq->size = QSIZE;
+	for (unsigned int i = 0; i < QSIZE; i++)
+		dq->free[i] = QSIZE - 1 - i;
+	dq->nr_free = QSIZE;
+}
+
+/*
+ * virtio_vsock_probe(): reset, features, the three queues, DRIVER_OK,
+ * then the receive and event buffers. Forgets everything the fake
+ * driver had. Returns the status read back.
+ */
+static uint32_t bring_up_with(struct tdev *t, uint64_t features)
+{
+	wr32(t, VIRTIO_MMIO_STATUS, 0);
+	memset(t->q, 0, sizeof(t->q));
+	memset(t->rx_posted, 0, sizeof(t->rx_posted));
+	t->rx_head = t->rx_nr = 0;
+	for (unsigned int q = 0; q < NQ; q++)
+		memset(t->ram + DESC_GPA(q), 0, 0x4000);
+	add_status(t, ST_ACK);
+	add_status(t, ST_DRIVER);
+	wr32(t, VIRTIO_MMIO_DRIVER_FEATURES_SEL, 1);
+	wr32(t, VIRTIO_MMIO_DRIVER_FEATURES, features >> 32);
+	wr32(t, VIRTIO_MMIO_DRIVER_FEATURES_SEL, 0);
+	wr32(t, VIRTIO_MMIO_DRIVER_FEATURES, (uint32_t)features);
+	add_status(t, ST_FEATURES);
+	if (!(status(t) & ST_FEATURES))
+		return status(t);
+	t->features = features;
+	for (unsigned int q = 0; q < NQ; q++)
+		setup_queue(t, q);
+	add_status(t, ST_DRIVER_OK);
+	if (!t->no_fill)
+		rx_fill(t);
+	/* Event buffers, as Linux posts them; the device never uses them. */
+	for (unsigned int i = 0; i < 8; i++) {
+		put_desc(t, EVQ, i, EV_GPA + 8 * i, 4, VRING_DESC_F_WRITE, 0);
+		publish(t, EVQ, i);
+	}
+	kick(t, EVQ);
+	return status(t);
+}
+
+static uint32_t bring_up(struct tdev *t)
+{
+	return bring_up_with(t, device_features(t));
+}
+
+/* ---- the fake driver: packets ------------------------------------------ */
+
+static void decode(const struct virtio_vsock_hdr *le, struct hdr *h)
+{
+	h->src_cid = le64toh(le->src_cid);
+	h->dst_cid = le64toh(le->dst_cid);
+	h->src_port = le32toh(le->src_port);
+	h->dst_port = le32toh(le->dst_port);
+	h->len = le32toh(le->len);
+	h->type = le16toh(le->type);
+	h->op = le16toh(le->op);
+	h->flags = le32toh(le->flags);
+	h->buf_alloc = le32toh(le->buf_alloc);
+	h->fwd_cnt = le32toh(le->fwd_cnt);
+}
+
+static void encode(const struct hdr *h, struct virtio_vsock_hdr *le)
+{
+	le->src_cid = htole64(h->src_cid);
+	le->dst_cid = htole64(h->dst_cid);
+	le->src_port = htole32(h->src_port);
+	le->dst_port = htole32(h->dst_port);
+	le->len = htole32(h->len);
+	le->type = htole16(h->type);
+	le->op = htole16(h->op);
+	le->flags = htole32(h->flags);
+	le->buf_alloc = htole32(h->buf_alloc);
+	le->fwd_cnt = htole32(h->fwd_cnt);
+}
+
+/* What the fake guest sends from its port gport to host port hport. */
+static struct hdr gh(uint16_t op, uint32_t gport, uint32_t hport)
+{
+	return (struct hdr){
+		.src_cid = GUEST_CID,
+		.dst_cid = HOST_CID,
+		.src_port = gport,
+		.dst_port = hport,
+		.type = VIRTIO_VSOCK_TYPE_STREAM,
+		.op = op,
+		.buf_alloc = GBUF,
+	};
+}
+
+/* Collect what the device used on the rx queue; refill if asked to. */
+static void rx_poll(struct tdev *t)
+{
+	struct drvq *dq = &t->q[RXQ];
+	bool refilled = false;
+
+	while (dq->size && dq->last_used != load16(t, USED_GPA(RXQ) + 2)) {
+		uint64_t e = USED_GPA(RXQ) + 4 + 8 * (dq->last_used % dq->size);
+		uint32_t id = get32(t, e), len = get32(t, e + 4);
+		unsigned int b = id / 2;
+		struct virtio_vsock_hdr le;
+		struct rpkt *p;
+
+		dq->last_used++;
+		if (id % 2 || b >= NR_RX || !t->rx_posted[b]) {
+			t->bad_used = true;
+			continue;
+		}
+		t->rx_posted[b] = false;
+		memcpy(&le, t->ram + RX_GPA(b), sizeof(le));
+		if (len < HDR) {
+			t->empty_used++;
+		} else if (t->sink) {
+			t->op_count[le16toh(le.op) & 15]++;
+			if ((le16toh(le.op) == OP_REQUEST ||
+			     le16toh(le.op) == OP_RESPONSE ||
+			     le16toh(le.op) == OP_RST) &&
+			    t->nr_seen < 16)
+				decode(&le, &t->seen[t->nr_seen++]);
+		} else if (t->rx_nr < RXPK_MAX) {
+			p = &t->rxpk[(t->rx_head + t->rx_nr++) % RXPK_MAX];
+			decode(&le, &p->h);
+			p->used_len = len;
+			memcpy(p->data, t->ram + RX_GPA(b) + HDR,
+			       p->h.len < RX_DATA ? p->h.len : RX_DATA);
+		} else {
+			t->lost++;
+		}
+		if (t->refill) {
+			rx_post(t, b);
+			refilled = true;
+		}
+	}
+	if (refilled)
+		kick(t, RXQ);
+}
+
+/* The next packet for the guest, within ms; false if none came. */
+static bool rx_next(struct tdev *t, struct rpkt *out, long ms)
+{
+	long end = now_ms() + ms;
+
+	for (;;) {
+		rx_poll(t);
+		if (t->rx_nr) {
+			*out = t->rxpk[t->rx_head];
+			t->rx_head = (t->rx_head + 1) % RXPK_MAX;
+			t->rx_nr--;
+			return true;
+		}
+		if (now_ms() >= end)
+			return false;
+		nap();
+	}
+}
+
+/* Reclaim finished tx chains; true when none is outstanding. */
+static bool tx_reap(struct tdev *t)
+{
+	struct drvq *dq = &t->q[TXQ];
+
+	while (dq->last_used != load16(t, USED_GPA(TXQ) + 2)) {
+		uint64_t e = USED_GPA(TXQ) + 4 + 8 * (dq->last_used % dq->size);
+		uint32_t id = get32(t, e);
+
+		dq->last_used++;
+		if (id >= QSIZE || !dq->ndesc[id]) {
+			t->bad_used = true;
+			continue;
+		}
+		for (unsigned int i = 0; i < dq->ndesc[id]; i++)
+			dq->free[dq->nr_free++] = dq->descs[id][i];
+		dq->ndesc[id] = 0;
+	}
+	return dq->nr_free == dq->size;
+}
+
+/* Until every tx chain is back (receiving meanwhile); false on timeout. */
+static bool tx_wait(struct tdev *t)
+{
+	long end = now_ms() + TIMEOUT_MS;
+
+	while (!tx_reap(t)) {
+		if (now_ms() >= end)
+			return false;
+		rx_poll(t);
+		nap();
+	}
+	return true;
+}
+
+/*
+ * Sends raw bytes as a tx chain: one descriptor of len bytes, or two
+ * split at split (the header and the payload, as Linux sends them).
+ */
+static bool tx_raw(struct tdev *t, const void *bytes, uint32_t len,
+		   uint32_t split, bool wait)
+{
+	struct drvq *dq = &t->q[TXQ];
+	uint16_t head, second;
+
+	if (dq->nr_free < 2 && !tx_wait(t))
+		return false;
+	head = dq->free[--dq->nr_free];
+	memcpy(t->ram + TX_GPA(head), bytes, len);
+	dq->descs[head][0] = head;
+	dq->ndesc[head] = 1;
+	if (split && split < len) {
+		second = dq->free[--dq->nr_free];
+		dq->descs[head][1] = second;
+		dq->ndesc[head] = 2;
+		put_desc(t, TXQ, head, TX_GPA(head), split, VRING_DESC_F_NEXT,
+			 second);
+		put_desc(t, TXQ, second, TX_GPA(head) + split, len - split, 0,
+			 0);
+	} else {
+		put_desc(t, TXQ, head, TX_GPA(head), len, 0, 0);
+	}
+	publish(t, TXQ, head);
+	kick(t, TXQ);
+	return !wait || tx_wait(t);
+}
+
+static uint8_t txbuf[HDR + TX_SLOT];
+
+/* A packet with h.len set to len, the payload behind the header. */
+static bool tx_pkt(struct tdev *t, struct hdr h, const void *payload,
+		   uint32_t len)
+{
+	h.len = len;
+	encode(&h, (struct virtio_vsock_hdr *)txbuf);
+	if (len)
+		memcpy(txbuf + HDR, payload, len);
+	return tx_raw(t, txbuf, HDR + len, HDR, true);
+}
+
+/* A header-only packet, not waited for. */
+static void tx_raw_hdr(struct tdev *t, struct hdr h)
+{
+	struct virtio_vsock_hdr le;
+
+	encode(&h, &le);
+	tx_raw(t, &le, HDR, 0, false);
+}
+
+static bool tx_op(struct tdev *t, uint16_t op, uint32_t gport, uint32_t hport)
+{
+	return tx_pkt(t, gh(op, gport, hport), NULL, 0);
+}
+
+/* ---- the host side ------------------------------------------------------ */
+
+static int unix_connect(const char *path)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	struct timeval tv = { .tv_sec = TIMEOUT_MS / 1000 };
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		return -1;
+	snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
+	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
+		close(fd);
+		return -1;
+	}
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	return fd;
+}
+
+static int unix_listen(const char *path, int backlog)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		return -1;
+	snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
+	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 ||
+	    listen(fd, backlog) < 0) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+static bool write_all(int fd, const void *buf, size_t len)
+{
+	const uint8_t *p = buf;
+
+	while (len) {
+		ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+
+		if (n <= 0) {
+			if (n < 0 && errno == EINTR)
+				continue;
+			return false;
+		}
+		p += n;
+		len -= n;
+	}
+	return true;
+}
+
+static bool write_str(int fd, const char *s)
+{
+	return write_all(fd, s, strlen(s));
+}
+
+/* Reads until len bytes or ms pass; returns what it got. */
+static size_t read_upto(int fd, void *buf, size_t len, long ms)
+{
+	long end = now_ms() + ms;
+	size_t got = 0;
+
+	while (got < len) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		long left = end - now_ms();
+		ssize_t n;
+
+		if (left <= 0 || poll(&p, 1, left) <= 0)
+			break;
+		n = recv(fd, (uint8_t *)buf + got, len - got, MSG_DONTWAIT);
+		if (n <= 0) {
+			if (n < 0 && (errno == EAGAIN || errno == EINTR))
+				continue;
+			break;
+		}
+		got += n;
+	}
+	return got;
+}
+
+/* A line ending in '\n', byte by byte; "" on EOF or timeout. */
+static void read_line(int fd, char *buf, size_t len)
+{
+	size_t n = 0;
+
+	while (n + 1 < len && read_upto(fd, buf + n, 1, TIMEOUT_MS) == 1) {
+		if (buf[n++] == '\n')
+			break;
+	}
+	buf[n] = 0;
+}
+
+/* The peer closed (EOF or reset) within ms, with no data before it. */
+static bool closed_within(int fd, long ms)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	char c;
+
+	if (poll(&p, 1, ms) <= 0)
+		return false;
+	return recv(fd, &c, 1, MSG_DONTWAIT) <= 0;
+}
+
+/* ---- connections ------------------------------------------------------------ */
+
+/* The next packet must be op (skipping credit updates); false if not. */
+static bool expect_op(struct tdev *t, struct rpkt *p, uint16_t op)
+{
+	while (rx_next(t, p, TIMEOUT_MS)) {
+		if (p->h.op == op)
+			return true;
+		if (p->h.op != OP_CREDIT)
+			return false;
+	}
+	return false;
+}
+
+/*
+ * A host client asking for guest port gport; the guest (fake) sees the
+ * REQUEST and answers with buf_alloc. Fills *hport; returns the fd.
+ */
+static int host_open(struct __test_metadata *_metadata, struct tdev *t,
+		     uint32_t gport, uint32_t buf_alloc, uint32_t *hport)
+{
+	char line[64], want[64];
+	struct rpkt p;
+	struct hdr h;
+	int fd;
+
+	fd = unix_connect(t->uds);
+	EXPECT_LE(0, fd);
+	if (fd < 0)
+		return -1;
+	snprintf(line, sizeof(line), "CONNECT %u\n", gport);
+	EXPECT_TRUE(write_str(fd, line));
+	EXPECT_TRUE(expect_op(t, &p, OP_REQUEST));
+	EXPECT_EQ(HOST_CID, p.h.src_cid);
+	EXPECT_EQ(GUEST_CID, p.h.dst_cid);
+	EXPECT_EQ(gport, p.h.dst_port);
+	EXPECT_LE(VSOCK_HOST_PORT_BASE, p.h.src_port);
+	EXPECT_EQ(VIRTIO_VSOCK_TYPE_STREAM, p.h.type);
+	EXPECT_EQ(VSOCK_BUF_ALLOC, p.h.buf_alloc);
+	EXPECT_EQ(0, p.h.len);
+	EXPECT_EQ(HDR, p.used_len);
+	*hport = p.h.src_port;
+	h = gh(OP_RESPONSE, gport, *hport);
+	h.buf_alloc = buf_alloc;
+	EXPECT_TRUE(tx_pkt(t, h, NULL, 0));
+	read_line(fd, line, sizeof(line));
+	snprintf(want, sizeof(want), "OK %u\n", *hport);
+	EXPECT_STREQ(want, line);
+	return fd;
+}
+
+/* Payload for the guest on (gport, hport): collects len bytes. */
+static size_t guest_read(struct tdev *t, uint32_t gport, uint32_t hport,
+			 uint8_t *buf, size_t len, long ms)
+{
+	struct rpkt p;
+	size_t got = 0;
+
+	while (got < len && rx_next(t, &p, ms)) {
+		if (p.h.op != OP_RW || p.h.dst_port != gport ||
+		    p.h.src_port != hport)
+			continue;
+		if (p.h.len > len - got || p.used_len != HDR + p.h.len)
+			break;
+		memcpy(buf + got, p.data, p.h.len);
+		got += p.h.len;
+	}
+	return got;
+}
+
+/* ---- the fixture --------------------------------------------------------------- */
+
+static int tdev_create(struct tdev *t, bool start)
+{
+	struct vsock_params p = {
+		.name = "virtio-vsock0",
+		.guest_cid = GUEST_CID,
+		.uds_path = t->uds,
+		.mem = &t->mem,
+		.irq = { .set = irq_set, .opaque = t, .gsi = 6 },
+	};
+	int ret;
+
+	ret = vsock__create(&t->vs, &p);
+	if (ret)
+		return ret;
+	t->vdev = vsock__device(t->vs);
+	return start ? vsock__start(t->vs) : 0;
+}
+
+FIXTURE(vsock)
+{
+	struct tdev t;
+};
+
+FIXTURE_SETUP(vsock)
+{
+	struct tdev *t = &self->t;
+
+	strcpy(t->dir, "/tmp/kiln-vsock-XXXXXX");
+	ASSERT_NE(NULL, mkdtemp(t->dir));
+	snprintf(t->uds, sizeof(t->uds), "%s/v.sock", t->dir);
+	t->block = aligned_alloc(4096, GUARD_SIZE + RAM_SIZE + GUARD_SIZE);
+	ASSERT_NE(NULL, t->block);
+	memset(t->block, GUARD_BYTE, GUARD_SIZE + RAM_SIZE + GUARD_SIZE);
+	t->ram = t->block + GUARD_SIZE;
+	memset(t->ram, 0, RAM_SIZE);
+	guest_mem__init(&t->mem);
+	ASSERT_EQ(0, guest_mem__add(&t->mem, 0, RAM_SIZE, t->ram));
+	t->refill = true;
+	ASSERT_EQ(0, tdev_create(t, true));
+}
+
+FIXTURE_TEARDOWN(vsock)
+{
+	struct tdev *t = &self->t;
+	struct dirent *e;
+	DIR *dir;
+
+	/* The device's thread goes first: it may still use guest memory. */
+	vsock__destroy(t->vs);
+	t->vs = NULL;
+	EXPECT_TRUE(guards_intact(t));
+	EXPECT_FALSE(t->bad_used);
+	EXPECT_EQ(0, t->lost);
+	free(t->block);
+	dir = opendir(t->dir);
+	if (!dir)
+		return;
+	while ((e = readdir(dir)))
+		if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+			unlinkat(dirfd(dir), e->d_name, 0);
+	closedir(dir);
+	rmdir(t->dir);
+}
+
+/* ---- tests: the device ----------------------------------------------------- */
+
+TEST_F(vsock, identity_config_and_features)
+{
+	struct tdev *t = &self->t;
+	uint64_t f = device_features(t), cid = 0;
+
+	EXPECT_EQ(0x74726976, rd32(t, VIRTIO_MMIO_MAGIC_VALUE));
+	EXPECT_EQ(2, rd32(t, VIRTIO_MMIO_VERSION));
+	EXPECT_EQ(VIRTIO_ID_VSOCK, rd32(t, VIRTIO_MMIO_DEVICE_ID));
+	EXPECT_EQ(FEAT(VIRTIO_F_VERSION_1) | FEAT(VIRTIO_RING_F_EVENT_IDX) |
+			  FEAT(VIRTIO_RING_F_INDIRECT_DESC),
+		  f);
+	virtio_mmio__read(t->vdev, VIRTIO_MMIO_CONFIG, &cid, 8);
+	EXPECT_EQ(GUEST_CID, le64toh(cid));
+	for (unsigned int q = 0; q < 4; q++) {
+		wr32(t, VIRTIO_MMIO_QUEUE_SEL, q);
+		EXPECT_EQ(q < NQ ? DEV_QSIZE : 0,
+			  rd32(t, VIRTIO_MMIO_QUEUE_NUM_MAX));
+	}
+	EXPECT_EQ(ST_LIVE, bring_up(t));
+}
+
+TEST(create_checks_its_parameters)
+{
+	struct guest_mem mem;
+	static uint8_t ram[4096];
+	char dir[] = "/tmp/kiln-vsock-XXXXXX", path[200], other[200];
+	struct vsock_params p = { .guest_cid = 3, .mem = &mem };
+	struct vsock *v = NULL;
+	int fd;
+
+	guest_mem__init(&mem);
+	ASSERT_EQ(0, guest_mem__add(&mem, 0, sizeof(ram), ram));
+	ASSERT_NE(NULL, mkdtemp(dir));
+
+	p.guest_cid = 2;
+	EXPECT_EQ(-EINVAL, vsock__create(&v, &p));
+	p.guest_cid = 0xffffffffULL;
+	EXPECT_EQ(-EINVAL, vsock__create(&v, &p));
+	p.guest_cid = 3;
+	p.uds_path = "";
+	EXPECT_EQ(-EINVAL, vsock__create(&v, &p));
+	memset(path, 'a', sizeof(path) - 1);
+	path[0] = '/';
+	path[100] = 0;
+	p.uds_path = path;
+	EXPECT_EQ(-ENAMETOOLONG, vsock__create(&v, &p));
+
+	/* No listener at all: fine, attach_stream still works. */
+	p.uds_path = NULL;
+	ASSERT_EQ(0, vsock__create(&v, &p));
+	vsock__destroy(v);
+
+	/* A regular file is not replaced; a live listener is not taken. */
+	snprintf(path, sizeof(path), "%s/file", dir);
+	fd = open(path, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+	ASSERT_LE(0, fd);
+	close(fd);
+	p.uds_path = path;
+	EXPECT_EQ(-EEXIST, vsock__create(&v, &p));
+	snprintf(other, sizeof(other), "%s/live.sock", dir);
+	fd = unix_listen(other, 1);
+	ASSERT_LE(0, fd);
+	p.uds_path = other;
+	EXPECT_EQ(-EADDRINUSE, vsock__create(&v, &p));
+	/* A stale socket file (nobody listening) is replaced. */
+	close(fd);
+	ASSERT_EQ(0, vsock__create(&v, &p));
+	fd = unix_connect(other);
+	EXPECT_LE(0, fd);
+	close(fd);
+	vsock__destroy(v);
+	unlink(path);
+	unlink(other);
+	rmdir(dir);
+}
+
+/* ---- tests: host-initiated ------------------------------------------------ */
+
+TEST_F(vsock, host_connect_echo_and_close)
+{
+	struct tdev *t = &self->t;
+	uint8_t buf[64];
+	uint32_t hport;
+	struct rpkt p;
+	struct hdr h;
+	int fd;
+
+	ASSERT_EQ(ST_LIVE, bring_up(t));
+	fd = host_open(_metadata, t, 1234, GBUF, &hport);
+	ASSERT_LE(0, fd);
+
+	ASSERT_TRUE(write_str(fd, "hello"));
+	ASSERT_EQ(5, guest_read(t, 1234, hport, buf, 5, TIMEOUT_MS));
+	EXPECT_EQ(0, memcmp(buf, "hello", 5));
+
+	h = gh(OP_RW, 1234, hport);
+	ASSERT_TRUE(tx_pkt(t, h, "world!", 6));
+	ASSERT_EQ(6, read_upto(fd, buf, 6, TIMEOUT_MS));
+	EXPECT_EQ(0, memcmp(buf, "world!", 6));
+
+	/* Host half-close: the guest hears SHUTDOWN(SEND), can still send. */
+	ASSERT_EQ(0, shutdown(fd, SHUT_WR));
+	ASSERT_TRUE(expect_op(t, &p, OP_SHUTDOWN));
+	EXPECT_EQ(SHUT_SEND, p.h.flags);
+	ASSERT_TRUE(tx_pkt(t, h, "more", 4));
+	ASSERT_EQ(4, read_upto(fd, buf, 4, TIMEOUT_MS));
+
+	/* The guest closes: the device resets its side, the host sees EOF. */
+	h = gh(OP_SHUTDOWN, 1234, hport);
+	h.flags = SHUT_RCV | SHUT_SEND;
+	ASSERT_TRUE(tx_pkt(t, h, NULL, 0));
+	ASSERT_TRUE(expect_op(t, &p, OP_RST));
+	EXPECT_EQ(1234, p.h.dst_port);
+	EXPECT_EQ(hport, p.h.src_port);
+	EXPECT_TRUE(closed_within(fd, TIMEOUT_MS));
+	close(fd);
+
+	/* The pair is gone: more data is answered with RST. */
+	ASSERT_TRUE(tx_pkt(t, gh(OP_RW, 1234, hport), "x", 1));
+	ASSERT_TRUE(expect_op(t, &p, OP_RST));
+}
+
+TEST_F(vsock, host_connect_refused_and_host_close)
+{
+	struct tdev *t = &self->t;
+	uint32_t hport;
+	struct rpkt p;
+	int fd, fd2;
+
+	ASSERT_EQ(ST_LIVE, bring_up(t));
+	fd = unix_connect(t->uds);
+	ASSERT_LE(0, fd);
+	ASSERT_TRUE(write_str(fd, "CONNECT 99\n"));
+	ASSERT_TRUE(expect_op(t, &p, OP_REQUEST));
+	ASSERT_TRUE(tx_op(t, OP_RST, 99, p.h.src_port));
+	EXPECT_TRUE(closed_within(fd, TIMEOUT_MS));
+	close(fd);
+
+	/* The host closes an established connection: SHUTDOWN both ways. */
+	fd2 = host_open(_metadata, t, 100, GBUF, &hport);
+	ASSERT_LE(0, fd2);
+	ASSERT_TRUE(write_str(fd2, "bye"));
+	close(fd2);
+	ASSERT_TRUE(expect_op(t, &p, OP_RW));
+	EXPECT_EQ(3, p.h.len);
+	/* SEND first if the read saw the end before the hang-up edge. */
+	ASSERT_TRUE(expect_op(t, &p, OP_SHUTDOWN));
+	if (p.h.flags == SHUT_SEND)
+		ASSERT_TRUE(expect_op(t, &p, OP_SHUTDOWN));
+	EXPECT_EQ(SHUT_RCV | SHUT_SEND, p.h.flags);
+	/* The guest's RST ends it; nothing comes back. */
+	ASSERT_TRUE(tx_op(t, OP_RST, 100, hport));
+	EXPECT_FALSE(rx_next(t, &p, QUIET_MS));
+}
+
+TEST_F(vsock, bytes_after_the_connect_line_reach_the_guest)
+{
+	struct tdev *t = &self->t;
+	char line[64];
+	uint8_t buf[16];
+	struct rpkt p;
+	int fd;
+
+	ASSERT_EQ(ST_LIVE, bring_up(t));
+	fd = unix_connect(t->uds);
+	ASSERT_LE(0, fd);
+	ASSERT_TRUE(write_str(fd, "CONNECT 7\nearly bytes"));
+	ASSERT_TRUE(expect_op(t, &p, OP_REQUEST));
+	ASSERT_TRUE(tx_op(t, OP_RESPONSE, 7, p.h.src_port));
+	read_line(fd, line, sizeof(line));
+	EXPECT_EQ(0, strncmp(line, "OK ", 3));
+	ASSERT_EQ(11, guest_read(t, 7, p.h.src_port, buf, 11, TIMEOUT_MS));
+	EXPECT_EQ(0, memcmp(buf, "early bytes", 11));
+	close(fd);
+}
+
+TEST_F(vsock, malformed_connect_lines_close_the_client)
+{
+	static const char *const bad[] = {
+		"HELLO 1\n",
+		"CONNECT\n",
+		"CONNECT \n",
+		"CONNECT x\n",
+		"CONNECT -1\n",
+		"CONNECT  5\n",
+		"CONNECT 5 \n",
+		"connect 5\n",
+		"CONNECT 4294967295\n",
+		"CONNECT 12345678901\n",
+		"CONNECT 5\r\n",
+		"CONNECT 000000000000000000000000005\n", /* over 32 bytes */
+	};
+	struct tdev *t = &self->t;
+	char big[48];
+	uint32_t hport;
+	struct rpkt p;
+	int fd;
+
+	ASSERT_EQ(ST_LIVE, bring_up(t));
+	for (unsigned int i = 0; i < ARRAY_SIZE(bad); i++) {
+		fd = unix_connect(t->uds);
+		ASSERT_LE(0, fd);
+		ASSERT_TRUE(write_str(fd, bad[i]));
+		EXPECT_TRUE(closed_within(fd, TIMEOUT_MS))
+		TH_LOG("line %u: %s", i, bad[i]);
+		close(fd);
+	}
+	/* 40 bytes and no newline: closed at 32, whatever comes later. */
+	memset(big, 'C', sizeof(big));
+	fd = unix_connect(t->uds);
+	ASSERT_LE(0, fd);
+	ASSERT_TRUE(write_all(fd, big, 40));
+	EXPECT_TRUE(closed_within(fd, TIMEOUT_MS));
+	close(fd);
+	/* A client that goes away mid-line. */
+	fd = unix_connect(t->uds);
+	ASSERT_LE(0, fd);
+	ASSERT_TRUE(write_str(fd, "CONNECT 5"));
+	close(fd);
+
+	EXPECT_FALSE(rx_next(t, &p, QUIET_MS));
+	/* Largest valid port; the device still serves. */
+	fd = host_open(_metadata, t, 4294967294U, GBUF, &hport);
+	ASSERT_LE(0, fd);
+	close(fd);
+}
+
+TEST_F_TIMEOUT(vsock, silent_client_times_out, 20)
+{
+	struct tdev *t = &self->t;
+	long start = now_ms();
+	int fd;
+
+	ASSERT_EQ(ST_LIVE, bring_up(t));
+	fd = unix_connect(t->uds);
+	ASSERT_LE(0, fd);
+	ASSERT_TRUE(write_str(fd, "CONN"));
+	EXPECT_TRUE(closed_within(fd, VSOCK_HANDSHAKE_MS + 3000));
+	EXPECT_LE(VSOCK_HANDSHAKE_MS - 100, now_ms() - start);
+	close(fd);
+}
+
+TEST_F_TIMEOUT(vsock, guest_that_never_answers_times_out, 20)
+{
+	struct tdev *t = &self->t;
+	struct rpkt p;
+	int fd;
+
+	ASSERT_EQ(ST_LIVE, bring_up(t));
+	fd = unix_connect(t->uds);
+	ASSERT_LE(0, fd);
+	ASSERT_TRUE(write_str(fd, "CONNECT 5\n"));
+	ASSERT_TRUE(expect_op(t, &p, OP_REQUEST));
+	EXPECT_TRUE(closed_within(fd, 8000));
+	ASSERT_TRUE(expect_op(t, &p, OP_RST));
+	EXPECT_EQ(5, p.h.dst_port);
+	close(fd);
+}
+
+/* ---- tests: credit -------------------------------------------------------------- */
+
+/* Gathers RW payload until nothing comes for QUIET_MS. */
+static size_t guest_drain(struct tdev *t, uint32_t gport, uint32_t hport,
+			  uint8_t *buf, size_t len)
+{
+	return guest_read(t, gport, hport, buf, len, QUIET_MS);
+}
+
+TEST_F(vsock, device_respects_guest_credit)
+{
+	struct tdev *t = &self->t;
+	static uint8_t out[20000], in[20000];
+	uint32_t hport;
+	size_t got;
+	struct hdr h;
+	int fd;
+
+	ASSERT_EQ(ST_LIVE, bring_up(t));
+	fd = host_open(_metadata, t, 50, 8192, &hport);
+	ASSERT_LE(0, fd);
+	fill_pat(out, sizeof(out), 0, 1);
+	ASSERT_TRUE(write_all(fd, out, sizeof(out)));
+
+	/* 8192 bytes of credit: exactly that much, then silence. */
+	got = guest_drain(t, 50, hport, in, sizeof(in));
+	EXPECT_EQ(8192, got);
+
+	/* The guest read it all: another 8192. */
+	h = gh(OP_CREDIT, 50, hport);
+	h.buf_alloc = 8192;
+	h.fwd_cnt = 8192;
+	ASSERT_TRUE(tx_pkt(t, h, NULL, 0));
+	got += guest_drain(t, 50, hport, in + got, sizeof(in) - got);
+	EXPECT_EQ(16384, got);
+
+	/* A larger buf_alloc is credit too: the rest. */
+	h.fwd_cnt = 16384;
+	h.buf_alloc = 1 << 20;
+	ASSERT_TRUE(tx_pkt(t, h, NULL, 0));
+	got += guest_drain(t, 50, hport, in + got, sizeof(in) - got);
+	EXPECT_EQ(sizeof(out), got);
+	EXPECT_EQ(0, check_pat(in, got, 0, 1));
+	close(fd);
+}
+
+TEST_F(vsock, empty_receive_ring_applies_backpressure)
+{
+	struct tdev *t = &self->t;
+	static uint8_t out[320 * 1024], in[320 * 1024];
+	uint32_t hport;
+	struct rpkt p;
+	size_t got = 0;
+	int fd;
+
+	ASSERT_EQ(ST_LIVE, bring_up(t));
+	fd = host_open(_metadata, t, 51, 1 << 20, &hport);
+	ASSERT_LE(0, fd);
+	/* Take every buffer away: read them all, post none. */
+	t->refill = false;
+	fill_pat(out, sizeof(out), 0, 2);
+	ASSERT_TRUE(write_all(fd, out, sizeof(out)));
+	for (unsigned int i = 0; i < NR_RX; i++) {
+		ASSERT_TRUE(rx_next(t, &p, TIMEOUT_MS));
+		ASSERT_EQ(OP_RW, p.h.op);
+		memcpy(in + got, p.data, p.h.len);
+		got += p.h.len;
+	}
+	/* Every buffer used; the rest of the data waits in the socket. */
+	EXPECT_FALSE(rx_next(t, &p, QUIET_MS));
+	EXPECT_GT(sizeof(out), got);
+	t->refill = true;
+	rx_fill(t);
+	got += guest_drain(t, 51, hport, in + got, sizeof(in) - got);
+	EXPECT_EQ(sizeof(out), got);
+	EXPECT_EQ(0, check_pat(in, got, 0, 2));
+	close(fd);
+}
+
+/*
+ * The guest sends as far as its credit goes while the host reads
+ * nothing: no RST. Then the host reads it all, and the guest is told.
+ */
+TEST_F(vsock, guest_within_credit_is_never_reset)
+{
+	struct tdev *t = &self->t;
+	static uint8_t chunk[64 * 1024], in[4 << 20];
+	uint32_t hport, fwd = 0, sent = 0, credit;
+	struct rpkt p;
+	size_t got;
+	struct hdr h;
+	int fd;
+
+	ASSERT_EQ(ST_LIVE, bring_up(t));
+	fd = host_open(_metadata, t, 52, GBUF, &hport);
+	ASSERT_LE(0, fd);
+	h = gh(OP_RW, 52, hport);
+	for (;;) {
+		while (rx_next(t, &p, 50)) {
+			ASSERT_NE(OP_RST, p.h.op);
+			fwd = p.h.fwd_cnt;
+			EXPECT_EQ(VSOCK_BUF_ALLOC, p.h.buf_alloc);
+		}
+		credit = VSOCK_BUF_ALLOC - (sent - fwd);
+		if (!credit)
+			break;
+		if (credit > sizeof(chunk))
+			credit = sizeof(chunk);
+		fill_pat(chunk, credit, sent, 3);
+		ASSERT_TRUE(tx_pkt(t, h, chunk, credit));
+		sent += credit;
+		ASSERT_GT(sizeof(in), sent);
+	}
+	/* Full: the host's socket and the device's buffer. */
+	TH_LOG("%u bytes sent before the credit ran out", sent);
+	EXPECT_LE(VSOCK_BUF_ALLOC, sent);
+	got = read_upto(fd, in, sent, TIMEOUT_MS);
+	EXPECT_EQ(sent, got);
+	EXPECT_EQ(0, check_pat(in, got, 0, 3));
+	/* Unasked, the device gives back at least half the credit... */
+	while (sent - fwd > VSOCK_BUF_ALLOC / 2 && rx_next(t, &p, TIMEOUT_MS))
+		fwd = p.h.fwd_cnt;
+	EXPECT_GE(VSOCK_BUF_ALLOC / 2, sent - fwd);
+	/* ...and all of it when asked. */
+	ASSERT_TRUE(tx_op(t, OP_CREQ, 52, hport));
+	ASSERT_TRUE(expect_op(t, &p, OP_CREDIT) || p.h.op == OP_CREDIT);
+	EXPECT_EQ(sent, p.h.fwd_cnt);
+	close(fd);
+}
+
+TEST_F(vsock, guest_overrunning_credit_is_reset_once_logged)
+{
+	struct tdev *t = &self->t;
+	static uint8_t chunk[64 * 1024];
+	struct stderr_capture cap = { .saved = -1 };
+	char log[4096];
+	uint32_t hport;
+	bool rst = false;
+	struct rpkt p;
+	int fd, lines;
+
+	ASSERT_EQ(ST_LIVE, bring_up(t));
+	fd = host_open(_metadata, t, 53, GBUF, &hport);
+	ASSERT_LE(0, fd);
+	ASSERT_EQ(0, stderr_capture__begin(&cap));
+	/* 4 MiB, ignoring every credit update: reset long before the end. */
+	for (int i = 0; i < 64 && !rst; i++) {
+		ASSERT_TRUE(
+			tx_pkt(t, gh(OP_RW, 53, hport), chunk, sizeof(chunk)));
+		while (rx_next(t, &p, 10))
+			rst |= p.h.op == OP_RST;
+	}
+	while (!rst && rx_next(t, &p, QUIET_MS))
+		rst |= p.h.op == OP_RST;
+	/* More of the same: answered with RST, no second message. */
+	ASSERT_TRUE(tx_pkt(t, gh(OP_RW, 53, hport), chunk, sizeof(chunk)));
+	lines = stderr_capture__end(&cap, log, sizeof(log));
+	EXPECT_TRUE(rst);
+	EXPECT_EQ(1, lines) TH_LOG("%s", log);
+	EXPECT_NE(NULL, strstr(log, "credit"));
+	EXPECT_TRUE(expect_op(t, &p, OP_RST));
+	/* The host sees the connection end (after what was forwarded). */
+	for (;;) {
+		ssize_t n = read_upto(fd, chunk, sizeof(chunk), TIMEOUT_MS);
+
+		if (!n)
+			break;
+	}
+	EXPECT_TRUE(closed_within(fd, 100));
+	close(fd);
+}
+
+struct slow_reader {
+	int fd;
+	size_t want, got;
+	size_t bad;
+};
+
+/* 16 KiB every 10 ms: a host process much slower than the guest. */
+static void *slow_reader_thread(void *arg)
+{
+	static uint8_t buf[16 * 1024];
+	struct slow_reader *r = arg;
+
+	while (r->got < r->want) {
+		size_t n = read_upto(r->fd, buf, sizeof(buf), TIMEOUT_MS);
+
+		if (!n)
+			break;
+		r->bad += check_pat(buf, n, r->got, 4);
+		r->got += n;
+		usleep(10000);
+	}
+	return NULL;
+}
+
+static long cpu_ms(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return ru.ru_utime.tv_sec * 1000L + ru.ru_utime.tv_usec / 1000 +
+	       ru.ru_stime.tv_sec * 1000L + ru.ru_stime.tv_usec / 1000;
+}
+
+/*
+ * The host shut its write side, then reads slowly: the device waits for
+ * room to write (the case a one-shot io_uring POLLOUT would spin on,
+ * POLLRDHUP being always reported) without burning the CPU, and the
+ * guest, keeping to its credit, gets everything through.
+ */
+TEST_F(vsock, half_closed_slow_host_reader_does_not_spin)
+{
+	struct tdev *t = &self->t;
+	static uint8_t chunk[32 * 1024];
+	struct slow_reader rd = { .want = 1 << 20 };
+	uint32_t hport, fwd = 0, sent = 0, credit;
+	long wall, cpu, end;
+	pthread_t th;
+	struct rpkt p;
+
+	ASSERT_EQ(ST_LIVE, bring_up(t));
+	rd.fd = host_open(_metadata, t, 80, GBUF, &hport);
+	ASSERT_LE(0, rd.fd);
+	ASSERT_EQ(0, shutdown(rd.fd, SHUT_WR));
+	ASSERT_TRUE(expect_op(t, &p, OP_SHUTDOWN));
+	EXPECT_EQ(SHUT_SEND, p.h.flags);
+	ASSERT_EQ(0, pthread_create(&th, NULL, slow_reader_thread, &rd));
+	wall = now_ms();
+	cpu = cpu_ms();
+	end = wall + 4 * TIMEOUT_MS;
+	while (sent < rd.want && now_ms() < end) {
+		while (rx_next(t, &p, sent - fwd >= VSOCK_BUF_ALLOC ? 20 : 0)) {
+			ASSERT_EQ(OP_CREDIT, p.h.op);
+			fwd = p.h.fwd_cnt;
+		}
+		credit = VSOCK_BUF_ALLOC - (sent - fwd);
+		if (credit > sizeof(chunk))
+			credit = sizeof(chunk);
+		if (credit > rd.want - sent)
+			credit = rd.want - sent;
+		if (!credit)
+			continue;
+		fill_pat(chunk, credit, sent, 4);
+		ASSERT_TRUE(tx_pkt(t, gh(OP_RW, 80, hport), chunk, credit));
+		sent += credit;
+	}
+	pthread_join(th, NULL);
+	wall = now_ms() - wall;
+	cpu = cpu_ms() - cpu;
+	TH_LOG("%zu bytes in %ld ms, %ld ms of CPU", rd.got, wall, cpu);
+	EXPECT_EQ(rd.want, rd.got);
+	EXPECT_EQ(0, rd.bad);
+	EXPECT_GT(wall / 2, cpu);
+	close(rd.fd);
+}
+
+/* The "vsock" section of the JSON config and its validation. */
+static int load_config(struct vm_config *c, const char *dir, const char *doc,
+		       char *err, size_t len)
+{
+	char path[200];
+	FILE *f;
+	int ret;
+
+	snprintf(path, sizeof(path), "%s/vm.json", dir);
+	f = fopen(path, "w");
+	if (!f)
+		return -errno;
+	fputs(doc, f);
+	fclose(f);
+	config__init(c);
+	c->kernel_path = strdup("vmlinux");
+	ret = config__load_json(c, path, err, len);
+	if (!ret)
+		ret = config__validate(c, err, len);
+	return ret;
+}
+
+TEST_F(vsock, config_section)
+{
+	static const struct {
+		const char *doc, *err; /* err NULL: valid */
+		uint64_t cid;
+	} cases[] = {
+		{ "{}", NULL, 0 },
+		{ "{\"vsock\": {\"socket\": \"v.sock\"}}", NULL, 3 },
+		{ "{\"vsock\": {\"socket\": \"/run/v\", \"cid\": 42}}", NULL,
+		  42 },
+		{ "{\"vsock\": {\"socket\": \"v\", \"cid\": 4294967294}}", NULL,
+		  4294967294ULL },
+		{ "{\"vsock\": {\"socket\": \"v\", \"port\": 1}}",
+		  "unknown key \"vsock.port\"" },
+		{ "{\"vsock\": \"v.sock\"}", "\"vsock\" must be an object" },
+		{ "{\"vsock\": {\"socket\": 3}}", "\"vsock.socket\" must be" },
+		{ "{\"vsock\": {\"socket\": \"v\", \"cid\": \"3\"}}",
+		  "\"vsock.cid\" must be an integer" },
+		{ "{\"vsock\": {\"socket\": \"v\", \"cid\": 2}}",
+		  "vsock CID 2" },
+		{ "{\"vsock\": {\"socket\": \"v\", \"cid\": 4294967295}}",
+		  "vsock CID 4294967295" },
+		{ "{\"vsock\": {\"socket\": \"v\", \"cid\": -1}}",
+		  "\"vsock.cid\" must be an integer" },
+		{ "{\"vsock\": {\"cid\": 5}}", "without a socket" },
+		{ "{\"vsock\": {\"socket\": \"\"}}", "empty path" },
+		{ "{\"vsock\": {\"socket\": "
+		  "\"/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+		  "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+		  "\"}}",
+		  "longer than 96 bytes" },
+	};
+	char err[CONFIG_ERR_LEN];
+	struct vm_config c;
+
+	for (unsigned int i = 0; i < ARRAY_SIZE(cases); i++) {
+		int ret;
+
+		err[0] = 0;
+		ret = load_config(&c, self->t.dir, cases[i].doc, err,
+				  sizeof(err));
+		if (!cases[i].err) {
+			EXPECT_EQ(0, ret) TH_LOG("%s: %s", cases[i].doc, err);
+			if (cases[i].cid)
+				EXPECT_EQ(cases[i].cid, c.vsock.cid);
+			else
+				EXPECT_EQ(NULL, c.vsock.socket_path);
+		} else {
+			EXPECT_NE(0, ret) TH_LOG("%s", cases[i].doc);
+			EXPECT_NE(NULL, strstr(err, cases[i].err))
+			TH_LOG("%s: %s", cases[i].doc, err);
+		}
+		config__free(&c);
+	}
+}
+
+TEST_F(vsock, credit_request_is_answered)
+{
+	struct tdev *t = &self->t;
+	uint32_t hport;
+	struct rpkt p;
+	int fd;
+
+	ASSERT_EQ(ST_LIVE, bring_up(t));
+	fd = host_open(_metadata, t, 54, GBUF, &hport);
+	ASSERT_LE(0, fd);
+	ASSERT_TRUE(tx_op(t, OP_CREQ, 54, hport));
+	ASSERT_TRUE(rx_next(t, &p, TIMEOUT_MS));
+	EXPECT_EQ(OP_CREDIT, p.h.op);
+	EXPECT_EQ(VSOCK_BUF_ALLOC, p.h.buf_alloc);
+	EXPECT_EQ(0, p.h.fwd_cnt);
+	EXPECT_EQ(hport, p.h.src_port);
+	EXPECT_EQ(54, p.h.dst_port);
+	close(fd);
+}
+
+/* ---- tests: guest-initiated ------------------------------------------------- */
+
+TEST_F(vsock, guest_connects_to_host_socket)
+{
+	struct tdev *t = &self->t;
+	char path[200];
+	uint8_t buf[64];
+	struct rpkt p;
+	struct hdr h;
+	int lfd, fd;
+
+	snprintf(path, sizeof(path), "%s_1234", t->uds);
+	lfd = unix_listen(path, 4);
+	ASSERT_LE(0, lfd);
+	ASSERT_EQ(ST_LIVE, bring_up(t));
+
+	ASSERT_TRUE(tx_op(t, OP_REQUEST, 5555, 1234));
+	ASSERT_TRUE(rx_next(t, &p, TIMEOUT_MS));
+	EXPECT_EQ(OP_RESPONSE, p.h.op);
+	EXPECT_EQ(HOST_CID, p.h.src_cid);
+	EXPECT_EQ(1234, p.h.src_port);
+	EXPECT_EQ(5555, p.h.dst_port);
+	fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+	ASSERT_LE(0, fd);
+
+	ASSERT_TRUE(tx_pkt(t, gh(OP_RW, 5555, 1234), "ping", 4));
+	ASSERT_EQ(4, read_upto(fd, buf, 4, TIMEOUT_MS));
+	EXPECT_EQ(0, memcmp(buf, "ping", 4));
+	ASSERT_TRUE(write_str(fd, "pong"));
+	ASSERT_EQ(4, guest_read(t, 5555, 1234, buf, 4, TIMEOUT_MS));
+	EXPECT_EQ(0, memcmp(buf, "pong", 4));
+
+	/* Guest half-close: the host reads EOF and can still write. */
+	h = gh(OP_SHUTDOWN, 5555, 1234);
+	h.flags = SHUT_SEND;
+	ASSERT_TRUE(tx_pkt(t, h, NULL, 0));
+	EXPECT_TRUE(closed_within(fd, TIMEOUT_MS));
+	ASSERT_TRUE(write_str(fd, "late"));
+	ASSERT_EQ(4, guest_read(t, 5555, 1234, buf, 4, TIMEOUT_MS));
+	EXPECT_EQ(0, memcmp(buf, "late", 4));
+	close(fd);
+	ASSERT_TRUE(expect_op(t, &p, OP_SHUTDOWN));
+	ASSERT_TRUE(tx_op(t, OP_RST, 5555, 1234));
+
+	/* Nobody listens on port 4321: refused. */
+	ASSERT_TRUE(tx_op(t, OP_REQUEST, 5556, 4321));
+	ASSERT_TRUE(rx_next(t, &p, TIMEOUT_MS));
+	EXPECT_EQ(OP_RST, p.h.op);
+	EXPECT_EQ(4321, p.h.src_port);
+	EXPECT_EQ(5556, p.h.dst_port);
+	EXPECT_EQ(HOST_CID, p.h.src_cid);
+	close(lfd);
+}
+
+TEST_F_TIMEOUT(vsock, request_flood_beyond_the_limit_is_reset, 60)
+{
+	struct tdev *t = &self->t;
+	const unsigned int n = VSOCK_MAX_CONNS + 76;
+	struct rlimit rl;
+	char path[200];
+	int lfd;
+
+	ASSERT_EQ(0, getrlimit(RLIMIT_NOFILE, &rl));
+	if (rl.rlim_max < 2 * VSOCK_MAX_CONNS + 64)
+		SKIP(return, "RLIMIT_NOFILE hard limit %lu is too low",
+			   (unsigned long)rl.rlim_max);
+	rl.rlim_cur = rl.rlim_max;
+	ASSERT_EQ(0, setrlimit(RLIMIT_NOFILE, &rl));
+	snprintf(path, sizeof(path), "%s_7", t->uds);
+	lfd = unix_listen(path, n);
+	ASSERT_LE(0, lfd);
+	ASSERT_EQ(ST_LIVE, bring_up(t));
+	t->sink = true;
+	for (unsigned int i = 0; i < n; i++) {
+		struct hdr h = gh(OP_REQUEST, 10000 + i, 7);
+
+		encode(&h, (struct virtio_vsock_hdr *)txbuf);
+		ASSERT_TRUE(tx_raw(t, txbuf, HDR, 0, false));
+	}
+	ASSERT_TRUE(tx_wait(t));
+	for (long end = now_ms() + TIMEOUT_MS;
+	     t->op_count[OP_RESPONSE] + t->op_count[OP_RST] < n &&
+	     now_ms() < end;)
+		rx_poll(t), nap();
+	EXPECT_EQ(VSOCK_MAX_CONNS, t->op_count[OP_RESPONSE]);
+	EXPECT_EQ(n - VSOCK_MAX_CONNS, t->op_count[OP_RST]);
+	close(lfd);
+}
+
+/* ---- tests: attach_stream ------------------------------------------------------ */
+
+struct attach_arg {
+	struct vsock *vs;
+	int fd;
+	int ret;
+};
+
+static void *attach_thread(void *p)
+{
+	struct attach_arg *a = p;
+
+	a->ret = vsock__attach_stream(a->vs, a->fd);
+	return NULL;
+}
+
+TEST_F(vsock, attach_stream_from_another_thread)
+{
+	struct tdev *t = &self->t;
+	struct attach_arg a = { .vs = t->vs };
+	char line[64], want[64];
+	uint8_t buf[8];
+	pthread_t th;
+	struct rpkt p;
+	int sv[2];
+
+	ASSERT_EQ(ST_LIVE, bring_up(t));
+	ASSERT_EQ(0, socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv));
+	a.fd = sv[0];
+	ASSERT_EQ(0, pthread_create(&th, NULL, attach_thread, &a));
+	pthread_join(th, NULL);
+	ASSERT_EQ(0, a.ret);
+	ASSERT_TRUE(write_str(sv[1], "CONNECT 77\n"));
+	ASSERT_TRUE(expect_op(t, &p, OP_REQUEST));
+	EXPECT_EQ(77, p.h.dst_port);
+	ASSERT_TRUE(tx_op(t, OP_RESPONSE, 77, p.h.src_port));
+	read_line(sv[1], line, sizeof(line));
+	snprintf(want, sizeof(want), "OK %u\n", p.h.src_port);
+	EXPECT_STREQ(want, line);
+	ASSERT_TRUE(tx_pkt(t, gh(OP_RW, 77, p.h.src_port), "abc", 3));
+	ASSERT_EQ(3, read_upto(sv[1], buf, 3, TIMEOUT_MS));
+	ASSERT_TRUE(write_str(sv[1], "xyz"));
+	ASSERT_EQ(3, guest_read(t, 77, p.h.src_port, buf, 3, TIMEOUT_MS));
+	EXPECT_EQ(0, memcmp(buf, "xyz", 3));
+	/* A malformed line on an attached stream closes it too. */
+	ASSERT_EQ(0, socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv));
+	ASSERT_EQ(0, vsock__attach_stream(t->vs, sv[0]));
+	ASSERT_TRUE(write_str(sv[1], "CONNECT nope\n"));
+	EXPECT_TRUE(closed_within(sv[1], TIMEOUT_MS));
+	close(sv[1]);
+	EXPECT_EQ(-EBADF, vsock__attach_stream(t->vs, -1));
+}
+
+TEST_F(vsock, attach_before_start_and_connect_before_driver)
+{
+	struct tdev *t = &self->t;
+	char line[64];
+	struct rpkt p;
+	int sv[2], fd;
+
+	vsock__destroy(t->vs);
+	ASSERT_EQ(0, tdev_create(t, false));
+	ASSERT_EQ(0, socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv));
+	ASSERT_EQ(0, vsock__attach_stream(t->vs, sv[0]));
+	ASSERT_TRUE(write_str(sv[1], "CONNECT 8\n"));
+	ASSERT_EQ(0, vsock__start(t->vs));
+	/* A host client before the driver is there: waits for it. */
+	fd = unix_connect(t->uds);
+	ASSERT_LE(0, fd);
+	ASSERT_TRUE(write_str(fd, "CONNECT 9\n"));
+	usleep(100000);
+	ASSERT_EQ(ST_LIVE, bring_up(t));
+	for (int i = 0; i < 2; i++) {
+		ASSERT_TRUE(expect_op(t, &p, OP_REQUEST));
+		ASSERT_TRUE(p.h.dst_port == 8 || p.h.dst_port == 9);
+		ASSERT_TRUE(tx_op(t, OP_RESPONSE, p.h.dst_port, p.h.src_port));
+	}
+	read_line(sv[1], line, sizeof(line));
+	EXPECT_EQ(0, strncmp(line, "OK ", 3));
+	read_line(fd, line, sizeof(line));
+	EXPECT_EQ(0, strncmp(line, "OK ", 3));
+	close(sv[1]);
+	close(fd);
+}
+
+/* ---- tests: resets and tear-down --------------------------------------------- */
+
+TEST_F(vsock, driver_reset_drops_known_connections)
+{
+	struct tdev *t = &self->t;
+	uint32_t hport;
+	char line[64];
+	struct rpkt p;
+	int fd, waiting, lfd, gfd;
+	char path[200];
+
+	snprintf(path, sizeof(path), "%s_3000", t->uds);
+	lfd = unix_listen(path, 4);
+	ASSERT_LE(0, lfd);
+	ASSERT_EQ(ST_LIVE, bring_up(t));
+	fd = host_open(_metadata, t, 60, GBUF, &hport);
+	ASSERT_LE(0, fd);
+	ASSERT_TRUE(tx_op(t, OP_REQUEST, 6000, 3000));
+	ASSERT_TRUE(expect_op(t, &p, OP_RESPONSE));
+	gfd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+	ASSERT_LE(0, gfd);
+	waiting = unix_connect(t->uds); /* no line yet */
+	ASSERT_LE(0, waiting);
+
+	ASSERT_EQ(ST_LIVE, bring_up(t)); /* reset first */
+	EXPECT_TRUE(closed_within(fd, TIMEOUT_MS));
+	EXPECT_TRUE(closed_within(gfd, TIMEOUT_MS));
+	EXPECT_FALSE(rx_next(t, &p, QUIET_MS));
+	/* The client that never said anything is still there. */
+	ASSERT_TRUE(write_str(waiting, "CONNECT 61\n"));
+	ASSERT_TRUE(expect_op(t, &p, OP_REQUEST));
+	ASSERT_TRUE(tx_op(t, OP_RESPONSE, 61, p.h.src_port));
+	read_line(waiting, line, sizeof(line));
+	EXPECT_EQ(0, strncmp(line, "OK ", 3));
+	close(fd);
+	close(gfd);
+	close(waiting);
+	close(lfd);
+}
+
+TEST_F(vsock, destroy_with_connections_open)
+{
+	struct tdev *t = &self->t;
+	static uint8_t chunk[64 * 1024];
+	uint32_t hport[2];
+	int fd[2], sv[2], lfd, gfd, idle;
+	char path[200];
+	struct rpkt p;
+
+	snprintf(path, sizeof(path), "%s_3001", t->uds);
+	lfd = unix_listen(path, 4);
+	ASSERT_LE(0, lfd);
+	ASSERT_EQ(ST_LIVE, bring_up(t));
+	for (int i = 0; i < 2; i++) {
+		fd[i] = host_open(_metadata, t, 70 + i, GBUF, &hport[i]);
+		ASSERT_LE(0, fd[i]);
+	}
+	/* Bytes the host does not read: some end up buffered. */
+	for (int i = 0; i < 5; i++)
+		ASSERT_TRUE(tx_pkt(t, gh(OP_RW, 70, hport[0]), chunk,
+				   sizeof(chunk)));
+	ASSERT_TRUE(tx_op(t, OP_REQUEST, 7000, 3001));
+	ASSERT_TRUE(expect_op(t, &p, OP_RESPONSE));
+	gfd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+	ASSERT_LE(0, gfd);
+	idle = unix_connect(t->uds);
+	ASSERT_LE(0, idle);
+	ASSERT_EQ(0, socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv));
+	ASSERT_EQ(0, vsock__attach_stream(t->vs, sv[0]));
+
+	vsock__destroy(t->vs);
+	t->vs = NULL;
+	EXPECT_TRUE(closed_within(fd[1], TIMEOUT_MS));
+	EXPECT_TRUE(closed_within(gfd, TIMEOUT_MS));
+	EXPECT_TRUE(closed_within(idle, TIMEOUT_MS));
+	EXPECT_TRUE(closed_within(sv[1], TIMEOUT_MS));
+	EXPECT_EQ(-1, unix_connect(t->uds));
+	close(fd[0]);
+	close(fd[1]);
+	close(gfd);
+	close(idle);
+	close(sv[1]);
+	close(lfd);
+}
+
+/* ---- tests: a hostile driver ---------------------------------------------------- */
+
+TEST_F(vsock, hostile_packets_are_dropped_or_reset)
+{
+	struct tdev *t = &self->t;
+	struct stderr_capture cap = { .saved = -1 };
+	char log[4096];
+	uint8_t raw[HDR + 16];
+	uint32_t hport;
+	struct rpkt p;
+	struct hdr h;
+	int fd, lines;
+
+	ASSERT_EQ(ST_LIVE, bring_up(t));
+	ASSERT_EQ(0, stderr_capture__begin(&cap));
+
+	/* Shorter than a header: dropped. */
+	memset(raw, 0x41, sizeof(raw));
+	ASSERT_TRUE(tx_raw(t, raw, HDR - 4, 0, true));
+	EXPECT_FALSE(rx_next(t, &p, QUIET_MS));
+	/* A length past the buffer: reset. */
+	h = gh(OP_RW, 1, 2);
+	h.len = 1000;
+	encode(&h, (struct virtio_vsock_hdr *)raw);
+	ASSERT_TRUE(tx_raw(t, raw, HDR + 16, HDR, true));
+	ASSERT_TRUE(expect_op(t, &p, OP_RST));
+	/* Not from the guest's CID: dropped. */
+	h = gh(OP_REQUEST, 1, 2);
+	h.src_cid = 42;
+	ASSERT_TRUE(tx_pkt(t, h, NULL, 0));
+	EXPECT_FALSE(rx_next(t, &p, QUIET_MS));
+	/* To another CID: refused by that CID. */
+	h = gh(OP_REQUEST, 1, 2);
+	h.dst_cid = 7;
+	ASSERT_TRUE(tx_pkt(t, h, NULL, 0));
+	ASSERT_TRUE(rx_next(t, &p, TIMEOUT_MS));
+	EXPECT_EQ(OP_RST, p.h.op);
+	EXPECT_EQ(7, p.h.src_cid);
+	/* Seqpacket: refused. */
+	h = gh(OP_REQUEST, 1, 2);
+	h.type = VIRTIO_VSOCK_TYPE_SEQPACKET;
+	ASSERT_TRUE(tx_pkt(t, h, NULL, 0));
+	ASSERT_TRUE(expect_op(t, &p, OP_RST));
+	/* Unknown ops and data without a connection: reset. */
+	ASSERT_TRUE(tx_op(t, 42, 1, 2));
+	ASSERT_TRUE(expect_op(t, &p, OP_RST));
+	ASSERT_TRUE(tx_op(t, 0, 1, 2));
+	ASSERT_TRUE(expect_op(t, &p, OP_RST));
+	ASSERT_TRUE(tx_pkt(t, gh(OP_RW, 1, 2), "x", 1));
+	ASSERT_TRUE(expect_op(t, &p, OP_RST));
+	/* An RST for nothing is not answered. */
+	ASSERT_TRUE(tx_op(t, OP_RST, 1, 2));
+	EXPECT_FALSE(rx_next(t, &p, QUIET_MS));
+
+	/* On a live connection: data before RESPONSE, a bogus RESPONSE. */
+	fd = unix_connect(t->uds);
+	ASSERT_LE(0, fd);
+	ASSERT_TRUE(write_str(fd, "CONNECT 11\n"));
+	ASSERT_TRUE(expect_op(t, &p, OP_REQUEST));
+	ASSERT_TRUE(tx_pkt(t, gh(OP_RW, 11, p.h.src_port), "x", 1));
+	ASSERT_TRUE(expect_op(t, &p, OP_RST));
+	EXPECT_TRUE(closed_within(fd, TIMEOUT_MS));
+	close(fd);
+	fd = host_open(_metadata, t, 12, GBUF, &hport);
+	ASSERT_LE(0, fd);
+	ASSERT_TRUE(tx_op(t, OP_RESPONSE, 12, hport));
+	ASSERT_TRUE(expect_op(t, &p, OP_RST));
+	EXPECT_TRUE(closed_within(fd, TIMEOUT_MS));
+	close(fd);
+	/* Data after the guest's own SHUTDOWN(SEND). */
+	fd = host_open(_metadata, t, 13, GBUF, &hport);
+	ASSERT_LE(0, fd);
+	h = gh(OP_SHUTDOWN, 13, hport);
+	h.flags = SHUT_SEND;
+	ASSERT_TRUE(tx_pkt(t, h, NULL, 0));
+	ASSERT_TRUE(tx_pkt(t, gh(OP_RW, 13, hport), "x", 1));
+	ASSERT_TRUE(expect_op(t, &p, OP_RST));
+	close(fd);
+
+	lines = stderr_capture__end(&cap, log, sizeof(log));
+	EXPECT_EQ(1, lines) TH_LOG("%s", log);
+	EXPECT_EQ(ST_LIVE, status(t));
+	/* Still serving. */
+	fd = host_open(_metadata, t, 14, GBUF, &hport);
+	ASSERT_LE(0, fd);
+	close(fd);
+}
+
+TEST_F(vsock, hostile_buffers)
+{
+	struct tdev *t = &self->t;
+	struct drvq *dq = &t->q[TXQ];
+	uint16_t head;
+	uint32_t hport;
+	struct rpkt p;
+	int fd;
+
+	/* A receive buffer too short for a header comes back empty. */
+	t->refill = false;
+	t->no_fill = true;
+	ASSERT_EQ(ST_LIVE, bring_up(t));
+	t->no_fill = false;
+	fd = unix_connect(t->uds);
+	ASSERT_LE(0, fd);
+	put_desc(t, RXQ, 0, RX_GPA(0), 20, VRING_DESC_F_WRITE, 0);
+	t->rx_posted[0] = true;
+	publish(t, RXQ, 0);
+	rx_post(t, 1);
+	kick(t, RXQ);
+	ASSERT_TRUE(write_str(fd, "CONNECT 15\n"));
+	ASSERT_TRUE(expect_op(t, &p, OP_REQUEST));
+	EXPECT_EQ(1, t->empty_used);
+	t->refill = true;
+	rx_fill(t);
+	ASSERT_TRUE(tx_op(t, OP_RESPONSE, 15, p.h.src_port));
+	close(fd);
+
+	/* A packet whose buffer lies outside guest memory breaks the ring. */
+	head = dq->free[--dq->nr_free];
+	dq->descs[head][0] = head;
+	dq->ndesc[head] = 1;
+	put_desc(t, TXQ, head, RAM_SIZE - 8, 64, 0, 0);
+	publish(t, TXQ, head);
+	kick(t, TXQ);
+	for (long end = now_ms() + TIMEOUT_MS;
+	     !(status(t) & ST_NEEDS_RST) && now_ms() < end;)
+		nap();
+	EXPECT_TRUE(status(t) & ST_NEEDS_RST);
+	/* The driver resets and carries on. */
+	ASSERT_EQ(ST_LIVE, bring_up(t));
+	fd = host_open(_metadata, t, 16, GBUF, &hport);
+	ASSERT_LE(0, fd);
+	close(fd);
+}
+
+/* Pairs the fuzzer has seen the device name: where its packets go. */
+struct pairs {
+	uint32_t g[16], h[16];
+	unsigned int n, next;
+};
+
+static void pairs_note(struct tdev *t, struct pairs *pr, uint64_t r)
+{
+	for (unsigned int i = 0; i < t->nr_seen; i++) {
+		/* Forget a pair the device reset. */
+		if (t->seen[i].op == OP_RST) {
+			for (unsigned int j = 0; j < pr->n; j++)
+				if (pr->g[j] == t->seen[i].dst_port &&
+				    pr->h[j] == t->seen[i].src_port)
+					pr->h[j] = 0;
+			continue;
+		}
+		/* Mostly accept what the host asks for. */
+		if (t->seen[i].op == OP_REQUEST && (r >> i) % 8)
+			tx_raw_hdr(t, gh(OP_RESPONSE, t->seen[i].dst_port,
+					 t->seen[i].src_port));
+		pr->g[pr->next] = t->seen[i].dst_port;
+		pr->h[pr->next] = t->seen[i].src_port;
+		pr->next = (pr->next + 1) % 16;
+		if (pr->n < 16)
+			pr->n++;
+	}
+	t->nr_seen = 0;
+}
+
+static const uint16_t fuzz_ops[32] = {
+	OP_RW,	   OP_RW,	OP_RW,	 OP_RW,	  OP_RW,       OP_RW,
+	OP_RW,	   OP_RW,	OP_RW,	 OP_RW,	  OP_RW,       OP_RW,
+	OP_RW,	   OP_RW,	OP_RW,	 OP_RW,	  OP_RW,       OP_RW,
+	OP_RW,	   OP_RW,	OP_RW,	 OP_RW,	  OP_CREDIT,   OP_CREDIT,
+	OP_CREDIT, OP_CREDIT,	OP_CREQ, OP_CREQ, OP_SHUTDOWN, OP_REQUEST,
+	OP_RST,	   OP_RESPONSE,
+};
+
+/*
+ * A fixed-seed storm: headers mostly well-formed and aimed at the pairs
+ * the device named (REQUESTs it sent, RESPONSEs it gave), the rest
+ * random (ops, types, CIDs, lengths past their buffers, packets shorter
+ * than a header), random splits; host clients coming, writing, reading
+ * and going; receive buffers withheld; driver resets. The device must
+ * neither crash nor write outside guest memory, nor break the ring, and
+ * must still serve a clean connection afterwards.
+ */
+TEST_F_TIMEOUT(vsock, fuzz, 120)
+{
+	struct tdev *t = &self->t;
+	static uint8_t pkt[HDR + 8192];
+	const char *env = getenv("KILN_VSOCK_FUZZ_SEED");
+	uint64_t seed = env ? strtoull(env, NULL, 0) | 1 : 0x5eed0fba5eULL;
+	int hosts[16], acc[16], lfd, nh = 0, na = 0;
+	struct pairs pr = { 0 };
+	char path[200];
+	uint32_t hport;
+	struct rpkt p;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s_2", t->uds);
+	lfd = unix_listen(path, 64);
+	ASSERT_LE(0, lfd);
+	ASSERT_EQ(0, fcntl(lfd, F_SETFL, O_NONBLOCK));
+	ASSERT_EQ(ST_LIVE, bring_up(t));
+	t->sink = true;
+	for (int i = 0; i < 6000; i++) {
+		uint64_t r = prng__next(&seed), r2 = prng__next(&seed);
+		/* Rare faults: each six bits of r3 zero one time in 64. */
+		uint64_t r3 = prng__next(&seed);
+		unsigned int k = pr.n ? r2 % pr.n : 0;
+		bool aimed = pr.n && (r2 & 0x700) && pr.h[k];
+		struct hdr h = {
+			.src_cid = r3 & 0x3f ? GUEST_CID : r & 7,
+			.dst_cid = r3 & 0xfc0 ? HOST_CID : (r >> 3) & 7,
+			.src_port = aimed ? pr.g[k] : (r >> 12) & 3,
+			.dst_port = aimed ? pr.h[k] : 2,
+			.type = r3 & 0x3f000 ? 1 : (r >> 16) & 3,
+			.op = r & 0xf00000 ? fuzz_ops[(r >> 24) & 31] :
+					     (r >> 24) % 12,
+			.flags = (r >> 28) & 3,
+			/* Mostly a MiB of credit; now and then anything. */
+			.buf_alloc =
+				r2 & 0x30000 ? 1 << 20 : (uint32_t)(r2 >> 32),
+			.fwd_cnt = r2 & 0xc0000 ? 0 : (uint32_t)(r2 >> 40),
+		};
+		uint32_t len;
+		int cfd;
+
+		/* Elsewhere, mostly a new connection to "<uds>_2". */
+		if (!aimed && (r2 & 0x800))
+			h.op = OP_REQUEST;
+		len = h.op == OP_RW ? (r >> 32) & 0x1fff : 0;
+		uint32_t room = len;
+
+		if (!(r3 & 0xfc0000))
+			len = (r2 >> 8) & 0xffff; /* past its buffer */
+		h.len = len;
+		encode(&h, (struct virtio_vsock_hdr *)pkt);
+		fill_pat(pkt + HDR, room, i, 9);
+		/* Buffers back after a while: the tx queue waits for them. */
+		if (!t->refill && (!(r2 & 0xf) || t->q[TXQ].nr_free < 2)) {
+			t->refill = true;
+			rx_fill(t);
+		}
+		/* Now and then, shorter than a header. */
+		ASSERT_TRUE(tx_raw(
+			t, pkt, r2 & 0xfc0 ? HDR + room : 1 + r2 % (HDR - 1),
+			(r2 >> 48) % (HDR + 8), (r2 & 0xf0000000) == 0));
+		switch ((r >> 56) & 15) {
+		case 0:
+		case 1:
+			if (nh == 16)
+				break;
+			hosts[nh] = unix_connect(t->uds);
+			if (hosts[nh] < 0)
+				break;
+			if (r2 & 0x80000)
+				snprintf((char *)pkt, 32, "CONNECT %u\n",
+					 (unsigned int)(r2 >> 60));
+			else
+				snprintf((char *)pkt, 32, "CONNEC%u",
+					 (unsigned int)r2);
+			write_str(hosts[nh++], (char *)pkt);
+			break;
+		case 2:
+			if (nh)
+				close(hosts[--nh]);
+			break;
+		case 3:
+		case 4:
+			if (nh)
+				send(hosts[r2 % nh], pkt, room,
+				     MSG_DONTWAIT | MSG_NOSIGNAL);
+			if (na)
+				send(acc[r2 % na], pkt, room,
+				     MSG_DONTWAIT | MSG_NOSIGNAL);
+			break;
+		case 5:
+		case 6:
+			for (int j = 0; j < nh; j++)
+				while (recv(hosts[j], pkt, 8192, MSG_DONTWAIT) >
+				       0)
+					;
+			for (int j = 0; j < na; j++)
+				while (recv(acc[j], pkt, 8192, MSG_DONTWAIT) >
+				       0)
+					;
+			break;
+		case 7:
+			t->refill = false;
+			break;
+		case 8:
+			if (!(r2 & 0xf0)) {
+				t->refill = true;
+				ASSERT_TRUE(tx_wait(t));
+				ASSERT_EQ(ST_LIVE, bring_up(t));
+			}
+			break;
+		case 9:
+			if (na)
+				close(acc[--na]);
+			break;
+		}
+		/* The host end of guest connections: the oldest go first. */
+		while ((cfd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC)) >= 0) {
+			if (na == 16) {
+				close(acc[0]);
+				memmove(acc, acc + 1, sizeof(acc[0]) * --na);
+			}
+			acc[na++] = cfd;
+		}
+		ASSERT_FALSE(status(t) & ST_NEEDS_RST);
+		rx_poll(t);
+		pairs_note(t, &pr, r2);
+	}
+	t->refill = true;
+	rx_fill(t);
+	EXPECT_TRUE(tx_wait(t)) TH_LOG("status %#x", status(t));
+	EXPECT_TRUE(guards_intact(t));
+	while (nh)
+		close(hosts[--nh]);
+	while (na)
+		close(acc[--na]);
+	TH_LOG("ops seen: request %lu response %lu rst %lu shutdown %lu "
+	       "rw %lu credit %lu",
+	       t->op_count[OP_REQUEST], t->op_count[OP_RESPONSE],
+	       t->op_count[OP_RST], t->op_count[OP_SHUTDOWN],
+	       t->op_count[OP_RW], t->op_count[OP_CREDIT]);
+	EXPECT_LT(0, t->op_count[OP_RW]);
+	EXPECT_LT(0, t->op_count[OP_SHUTDOWN]);
+
+	/* After all that: a clean reset, a clean connection. */
+	t->sink = false;
+	ASSERT_EQ(ST_LIVE, bring_up(t));
+	while (rx_next(t, &p, QUIET_MS))
+		;
+	fd = host_open(_metadata, t, 3, GBUF, &hport);
+	ASSERT_LE(0, fd);
+	ASSERT_TRUE(write_str(fd, "after"));
+	ASSERT_EQ(5, guest_read(t, 3, hport, pkt, 5, TIMEOUT_MS));
+	close(fd);
+	close(lfd);
+}
+
+TEST_HARNESS_MAIN

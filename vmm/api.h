@@ -1,0 +1,92 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+#ifndef KILN_API_H
+#define KILN_API_H
+
+/*
+ * The control API: JSON-RPC 2.0 over a Unix stream socket, one JSON text
+ * per line, served by one event loop thread of its own (poll, every
+ * descriptor nonblocking). Each request that needs the guest opens its
+ * own connection to the guest agent (guest/agent/protocol.h: one request
+ * per connection) through the open_agent callback, so the API does not
+ * know whether the agent is a vsock port in a VM or a Unix socket in a
+ * test. Methods, streams, errors and limits: Documentation/api.md.
+ */
+
+#include <jansson.h>
+#include <stdbool.h>
+
+#include "vmm/log.h"
+
+#define API_MAX_MESSAGE	    (1U << 20)	 /* bytes in one request line */
+#define API_MAX_CLIENTS	    64U		 /* connected clients */
+#define API_MAX_CALLS	    256U	 /* agent connections, all clients */
+#define API_MAX_STREAMS	    64U		 /* spawn, pty and upload streams */
+#define API_OUT_HIGH	    (1U << 20)	 /* client's unsent bytes: throttle */
+#define API_AGENT_OUT_HIGH  (256U << 10) /* unsent bytes to one agent conn */
+#define API_EXEC_OUTPUT_MAX (1U << 20)	 /* exec: stdout, stderr each */
+#define API_READ_INLINE_MAX (1U << 20)	 /* fs.readFile without stream */
+#define API_READDIR_MAX	    100000U	 /* entries in one fs.readDir */
+
+/* JSON-RPC error codes: the standard ones, then Kiln's own. */
+#define API_E_PARSE	      -32700
+#define API_E_INVALID_REQUEST -32600
+#define API_E_NO_METHOD	      -32601
+#define API_E_INVALID_PARAMS  -32602
+#define API_E_INTERNAL	      -32603
+#define API_E_ERRNO	      -32000 /* the guest said no: data.errno */
+#define API_E_TIMEOUT	      -32001 /* no answer from the agent in time */
+#define API_E_ABORTED	      -32002 /* cancelled by the client */
+#define API_E_AGENT	      -32003 /* agent unreachable or lost */
+#define API_E_LIMIT	      -32004 /* a limit above was reached */
+
+struct api_params {
+	const char *socket_path; /* created here (an old socket replaced) */
+	/*
+	 * A new connected stream to the guest agent, nonblocking or not
+	 * (the API makes it nonblocking): the fd, or -errno. Called on the
+	 * API thread, once per request; it must not block for long.
+	 */
+	int (*open_agent)(void *opaque);
+	/*
+	 * Nonzero: the stream is a vsock device's host socket: the API
+	 * writes "CONNECT <vsock_port>\n" and wants "OK <port>\n" back
+	 * before the agent's HELLO. Zero: the agent greets at once.
+	 */
+	unsigned int vsock_port;
+	/* vm.facts: the config facts, an array (copied); NULL: none. */
+	const json_t *config_facts;
+	/* vm.shutdown, after its answer went out; NULL: not offered. */
+	void (*shutdown)(void *opaque);
+	/* vm.status: add fields to the object; NULL: only the API's own. */
+	void (*status)(void *opaque, json_t *status);
+	/*
+	 * Called once, on the API thread, when the agent first greets.
+	 * Non-NULL: the API also probes the agent from api__start on (one
+	 * empty connection every 200 ms) until it answers.
+	 */
+	void (*agent_ready)(void *opaque);
+	void *opaque; /* for every callback */
+	/*
+	 * How long a request keeps trying to reach the agent (open, CONNECT,
+	 * HELLO, retried every 100 ms) before it fails with API_E_AGENT; in
+	 * ms, 0: 10000.
+	 */
+	unsigned int agent_timeout_ms;
+};
+
+struct api;
+
+/* Binds and listens on the socket; no thread yet. */
+int __must_check api__create(struct api **out, const struct api_params *p);
+/*
+ * Starts the event loop thread. Call it once the thread may run: it
+ * inherits the caller's seccomp filter.
+ */
+int __must_check api__start(struct api *api);
+/*
+ * Stops and joins the thread, closes every client and agent connection
+ * (the agent kills what they ran) and removes the socket; NULL ok.
+ */
+void api__destroy(struct api *api);
+
+#endif
