@@ -40,6 +40,7 @@ static const int allowed[] = {
 	SCMP_SYS(munmap),
 	SCMP_SYS(mprotect),
 	SCMP_SYS(madvise),
+	SCMP_SYS(mremap), /* realloc of a large (mmapped) block */
 	/*
 	 * The control API thread (vmm/api.c): its poll loop, clients
 	 * accepted on the listening socket, nonblocking socket I/O with
