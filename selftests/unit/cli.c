@@ -541,4 +541,32 @@ TEST(help_and_version)
 	EXPECT_EQ(0, r.status);
 }
 
+/* vmm start and the control socket: refused before anything is built. */
+TEST_F(files, start_bad_input)
+{
+	struct spawn_result r;
+
+	run_vmm((const char *[]){ "", "start", "--kernel", self->kernel, NULL },
+		NULL, &r);
+	EXPECT_BAD_INPUT(&r, "vmm start needs --control-socket");
+	run_vmm((const char *[]){ "", "start", "--kernel", self->kernel,
+				  "--control-socket", "/tmp/x.sock", "--",
+				  "true", NULL },
+		NULL, &r);
+	EXPECT_BAD_INPUT(&r, "vmm start takes no command");
+	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel,
+				  "--detach", NULL },
+		NULL, &r);
+	EXPECT_BAD_INPUT(&r, "--detach is for vmm start");
+	run_vmm((const char *[]){ "", "start", "--kernel", self->kernel,
+				  "--control-socket", "/tmp/x.sock",
+				  "--pid-file", "/tmp/x.pid", NULL },
+		NULL, &r);
+	EXPECT_BAD_INPUT(&r, "--pid-file needs --detach");
+	run_vmm((const char *[]){ "", "start", "--kernel", self->kernel,
+				  "--control-socket", "", NULL },
+		NULL, &r);
+	EXPECT_BAD_INPUT(&r, "control socket: empty path");
+}
+
 TEST_HARNESS_MAIN
