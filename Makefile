@@ -8,6 +8,7 @@
 #   make test     deps + build + guest + image, then every selftest (unit + KVM)
 #   make bench    boot benchmark against QEMU microvm
 #   make bench-blk  block I/O benchmark (fio on the bench image) against QEMU microvm
+#   make bench-agent  guest agent benchmark: exec round trip, stdout streaming, boot to agent ready
 #   V=1           show full commands
 
 O          ?= build
@@ -112,14 +113,16 @@ selftests: $(unit-tests) $(kvm-tests) $(O)/vmm
 
 # The guest side of the vsock KVM test: a static program, packed as an
 # extra initramfs archive (cat initramfs.cpio vsock-peer.cpio) with
-# /bin/vsock-peer. Deterministic like the guest's own archives.
-$(O)/selftests/vsock-peer: selftests/helpers/vsock-peer.c
+# /bin/vsock-peer. Deterministic like the guest's own archives. Helpers
+# live in selftests/helpers/, where run_all.sh does not take them for
+# suites.
+$(O)/selftests/helpers/vsock-peer: selftests/helpers/vsock-peer.c
 	$(quiet) CC $<
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CC) -std=gnu11 $(WARNINGS) -Werror -O2 -D_GNU_SOURCE -static \
 		-o $@ $<
 
-$(O)/selftests/vsock-peer.cpio: $(O)/selftests/vsock-peer
+$(O)/selftests/helpers/vsock-peer.cpio: $(O)/selftests/helpers/vsock-peer
 	$(quiet) CPIO $@
 	$(Q)rm -rf $@.root && mkdir -p $@.root/bin
 	$(Q)install -m 0755 $< $@.root/bin/vsock-peer
@@ -128,7 +131,7 @@ $(O)/selftests/vsock-peer.cpio: $(O)/selftests/vsock-peer
 		cpio --quiet -o -H newc --owner=0:0 --reproducible) >$@.tmp
 	$(Q)rm -rf $@.root && mv $@.tmp $@
 
-selftests: $(O)/selftests/vsock-peer.cpio
+selftests: $(O)/selftests/helpers/vsock-peer.cpio
 
 # The guest agent built as a host program on a Unix socket (--unix PATH),
 # which selftests/unit/agent.c runs; the guest links the same sources
@@ -186,6 +189,14 @@ bench-blk: deps
 	$(Q)$(MAKE) -f guest/guest.mk O=$(O)
 	$(Q)guest/images/build-debian.sh $(O) bench
 	$(Q)tools/bench-blk $(O)
+
+# Boots the kiln-test image (built by the guest step) with vmm start and
+# times the guest agent through the control socket.
+.PHONY: bench-agent
+bench-agent: deps
+	$(Q)$(MAKE) all
+	$(Q)$(MAKE) -f guest/guest.mk O=$(O)
+	$(Q)tools/bench-agent $(O)
 
 clean:
 	$(Q)rm -rf $(O)

@@ -56,6 +56,9 @@ static void start_argv(struct vmctl *c, const struct guest *g, bool detach,
 	argv[i++] = c->image;
 	argv[i++] = "--cpus";
 	argv[i++] = "2";
+	/* Room in the ephemeral layer for the 64 MiB file test. */
+	argv[i++] = "--max-dirty-bytes";
+	argv[i++] = "256M";
 	argv[i++] = "--control-socket";
 	argv[i++] = c->sock;
 	if (detach) {
@@ -170,22 +173,25 @@ TEST_TIMEOUT(exec_files_and_shutdown, BOOT_TIMEOUT)
 	CTL(&c, &r, "exec", c.sock, "--", "/no/such/command");
 	EXPECT_EQ(127, r.status);
 
-	/* A 4 MiB file both ways, byte for byte. */
+	/*
+	 * A 64 MiB file both ways, byte for byte (streamed in chunks), on
+	 * the guest's tmpfs: the test image has 32 MiB of disk.
+	 */
 	snprintf(src, sizeof(src), "%s/src.bin", c.dir);
 	snprintf(back, sizeof(back), "%s/back.bin", c.dir);
-	snprintf(cmd, sizeof(cmd), "head -c 4194304 /dev/urandom > '%s'", src);
+	snprintf(cmd, sizeof(cmd), "head -c 67108864 /dev/urandom > '%s'", src);
 	ASSERT_EQ(0, system(cmd));
-	CTL(&c, &r, "cp", c.sock, src, ":/root/blob");
+	CTL(&c, &r, "cp", c.sock, src, ":/tmp/blob");
 	ASSERT_EQ(0, r.status);
-	CTL(&c, &r, "exec", c.sock, "--", "sh", "-c", "wc -c < /root/blob");
-	EXPECT_STREQ("4194304\n", r.out);
-	CTL(&c, &r, "cp", c.sock, ":/root/blob", back);
+	CTL(&c, &r, "exec", c.sock, "--", "sh", "-c", "wc -c < /tmp/blob");
+	EXPECT_STREQ("67108864\n", r.out);
+	CTL(&c, &r, "cp", c.sock, ":/tmp/blob", back);
 	ASSERT_EQ(0, r.status);
 	snprintf(cmd, sizeof(cmd), "cmp -s '%s' '%s'", src, back);
 	EXPECT_EQ(0, system(cmd));
 
 	/* fs: listing, a missing path's errno. */
-	CTL(&c, &r, "fs", "ls", c.sock, "/root");
+	CTL(&c, &r, "fs", "ls", c.sock, "/tmp");
 	EXPECT_EQ(0, r.status);
 	EXPECT_NE(NULL, strstr(r.out, "blob"));
 	CTL(&c, &r, "fs", "stat", c.sock, "/no/such/file");

@@ -53,10 +53,10 @@ static void peer_cpio(const struct guest *g, char *out, size_t len)
 	if (env)
 		snprintf(out, len, "%s", env);
 	else if (slash)
-		snprintf(out, len, "%.*s/selftests/vsock-peer.cpio",
+		snprintf(out, len, "%.*s/selftests/helpers/vsock-peer.cpio",
 			 (int)(slash - g->vmm), g->vmm);
 	else
-		snprintf(out, len, "selftests/vsock-peer.cpio");
+		snprintf(out, len, "selftests/helpers/vsock-peer.cpio");
 }
 
 static void scratch_init(struct __test_metadata *_metadata, struct scratch *s)
