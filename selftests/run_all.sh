@@ -42,7 +42,7 @@ host_suites() {
 
 # Seconds one harness run may take: the KVM suites take minutes; each
 # suite and test inside has its own, shorter timeout.
-: "${KILN_HARNESS_TIMEOUT:=2400}"
+: "${KILN_HARNESS_TIMEOUT:=1200}"
 
 # One run of the KVM suite in the harness; the harness's exit status.
 harness_run() {
