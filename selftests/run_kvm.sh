@@ -32,6 +32,14 @@ for t in "$O"/selftests/kvm_* selftests/kvm/*.sh; do
 	*) run_suite "$t" "$t" || rc=$? ;;
 	esac
 	[ "$rc" -eq 0 ] || [ "$rc" -eq 4 ] || status=1
+	# A vmm a suite left behind starves the harness's CPUs (suspected
+	# cause of whole-harness stalls): report it as a failure, stop it.
+	left=$(pgrep -d ' ' -x vmm || true)
+	if [ -n "$left" ]; then
+		echo "# kiln-error: $t left vmm processes running: $left"
+		kill -9 $left 2>/dev/null || true
+		status=1
+	fi
 done
 
 if [ "$found" -eq 0 ]; then
