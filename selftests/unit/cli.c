@@ -509,9 +509,16 @@ TEST_F(files, software_kvm_warning)
 
 	if (access("/sys/module/kvm_pvm", F_OK) || host_has_hw_virt())
 		SKIP(return, "host KVM is not the software kvm_pvm backend");
-	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel, "--",
-				  "true", NULL },
-		NULL, &r);
+	/*
+	 * The warning comes before the guest runs; what the fake kernel's
+	 * garbage code then does under the emulator is not ours to test,
+	 * so the run is cut short.
+	 */
+	ASSERT_EQ(0, spawn__run((const char *[]){ "timeout", "-k", "5", "5",
+						  vmm_path(), "run", "--kernel",
+						  self->kernel, "--", "true",
+						  NULL },
+				NULL, &r));
 	w = strstr(r.err, "software PVM backend");
 	ASSERT_TRUE(w != NULL) TH_LOG("stderr: %s", r.err);
 	EXPECT_TRUE(strstr(w, "use tools/vmtest") != NULL);
