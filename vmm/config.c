@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/sysinfo.h>
+#include <unistd.h>
 
 #include "bootloader/boot.h"
 #include "vmm/config.h"
@@ -496,6 +497,32 @@ static int validate_control(const struct vm_config *c, char *err, size_t len)
 	return 0;
 }
 
+/*
+ * No --initrd: the Kiln guest's initramfs next to the kernel, if there is
+ * one (build/guest/ has both), so that `--kernel K --rootfs D` boots the
+ * image through our init, which mounts it and runs the command.
+ */
+static int default_initrd(struct vm_config *c)
+{
+	const char *slash;
+	char *path;
+	int n;
+
+	if (c->initrd_path || !c->kernel_path)
+		return 0;
+	slash = strrchr(c->kernel_path, '/');
+	n = slash ? (int)(slash - c->kernel_path + 1) : 0;
+	if (asprintf(&path, "%.*s%s", n, c->kernel_path,
+		     CONFIG_DEFAULT_INITRD) < 0)
+		return -ENOMEM;
+	if (access(path, R_OK)) {
+		free(path);
+		return 0;
+	}
+	c->initrd_path = path;
+	return 0;
+}
+
 int config__validate(struct vm_config *c, char *err, size_t len)
 {
 	uint64_t max_mib = host_mem_mib();
@@ -506,6 +533,9 @@ int config__validate(struct vm_config *c, char *err, size_t len)
 	if (!c->kernel_path)
 		return errf(err, len, -EINVAL,
 			    "no kernel given (--kernel PATH or \"kernel\")");
+	ret = default_initrd(c);
+	if (ret)
+		return ret;
 	if (c->nr_cpus < 1 || c->nr_cpus > KILN_MAX_CPUS)
 		return errf(err, len, -EINVAL,
 			    "cpus %u: must be between 1 and %u", c->nr_cpus,

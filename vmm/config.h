@@ -12,6 +12,8 @@
 #define CONFIG_DEFAULT_MEM_MIB 256U
 #define CONFIG_MIN_MEM_MIB     16U	  /* a kernel and an initramfs */
 #define CONFIG_MAX_MEM_MIB     (1U << 20) /* 1 TiB */
+/* Taken from the kernel's directory when no initrd is given. */
+#define CONFIG_DEFAULT_INITRD "initramfs.cpio"
 
 /* The guest's root disk (Documentation/rootfs.md). */
 enum rootfs_mode {

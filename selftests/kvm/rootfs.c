@@ -99,9 +99,14 @@ TEST_TIMEOUT(debian_agent_image_boots, BOOT_TIMEOUT)
 	struct scratch s;
 
 	scratch_init(_metadata, &s, DEBIAN_IMAGE);
-	BOOT(NULL, ARGS("--rootfs", s.rootfs),
-	     ARGS("sh", "-c", "cat /etc/os-release; bash -c 'echo bash ok'"),
-	     NULL, &r);
+	/* As the README has it: no --initrd, the one next to the kernel. */
+	BOOT_SPEC((&(struct boot_spec){
+			  .initrd = "",
+			  .opts = ARGS("--rootfs", s.rootfs),
+			  .cmd = ARGS("sh", "-c",
+				      "cat /etc/os-release; bash -c 'echo bash "
+				      "ok'") }),
+		  &r);
 	EXPECT_EQ(0, r.status);
 	EXPECT_NE(NULL, strstr(r.out, "PRETTY_NAME=\"Debian GNU/Linux 12 "
 				      "(bookworm)\""));

@@ -48,7 +48,7 @@ static inline void guest_paths(struct guest *g)
 /* How a test boots: all optional, NULL-terminated lists. */
 struct boot_spec {
 	const char *kernel; /* default: vmlinux */
-	const char *initrd; /* default: the guest's initramfs */
+	const char *initrd; /* default: the guest's initramfs; "": no --initrd */
 	const char *const *opts;
 	const char *const *cmd;
 	const char *stdin_path;
@@ -64,8 +64,11 @@ static inline void boot_argv(const struct guest *g, const struct boot_spec *s,
 	argv[i++] = "run";
 	argv[i++] = "--kernel";
 	argv[i++] = s->kernel ? s->kernel : g->vmlinux;
-	argv[i++] = "--initrd";
-	argv[i++] = s->initrd ? s->initrd : g->initrd;
+	/* "" for none: the vmm's default (the kernel's initramfs.cpio). */
+	if (!s->initrd || s->initrd[0]) {
+		argv[i++] = "--initrd";
+		argv[i++] = s->initrd ? s->initrd : g->initrd;
+	}
 	for (j = 0; s->opts && s->opts[j] && i < 40; j++)
 		argv[i++] = s->opts[j];
 	if (s->cmd) {
