@@ -96,14 +96,14 @@ $(O)/vmmctl: $(VMMCTL_OBJS)
 	$(quiet) LD $@
 	$(Q)$(CC) $(HARDEN_LD) -o $@ $^ $(shell pkg-config --libs jansson)
 
-$(O)/selftests/%: selftests/unit/%.c $(UNIT_OBJS) selftests/kselftest.h selftests/fake_kernel.h selftests/spawn.h selftests/testutil.h
+$(O)/selftests/%: selftests/unit/%.c $(UNIT_OBJS) selftests/kselftest.h selftests/fake_kernel.h selftests/spawn.h selftests/testutil.h selftests/jsonrpc_client.h
 	$(quiet) CC $<
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CC) $(KILN_CFLAGS) $(CFLAGS) $(HARDEN_LD) -o $@ $< $(UNIT_OBJS) $(KILN_LDLIBS)
 
 # KVM selftests carry freestanding guest code: built without the stack
 # protector so the guest functions need no TLS canary.
-$(O)/selftests/kvm_%: selftests/kvm/%.c selftests/kselftest.h selftests/kvm/kvm_util.h selftests/kvm/vmm_util.h selftests/spawn.h
+$(O)/selftests/kvm_%: selftests/kvm/%.c selftests/kselftest.h selftests/kvm/kvm_util.h selftests/kvm/vmm_util.h selftests/spawn.h selftests/jsonrpc_client.h
 	$(quiet) CC $<
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CC) $(KILN_CFLAGS) $(CFLAGS) -fno-stack-protector $(HARDEN_LD) -o $@ $< $(KILN_LDLIBS)

@@ -2,15 +2,23 @@
 /*
  * The control socket end to end on KVM: `vmm start` boots the test image
  * with the guest agent, build/vmmctl drives it (exec, timeouts, files,
- * concurrency, facts) and vm.shutdown powers the guest off cleanly.
+ * concurrency, facts) and vm.shutdown powers the guest off cleanly; the
+ * api_* tests speak JSON-RPC to the socket themselves
+ * (selftests/jsonrpc_client.h) for what vmmctl does not reach: every fs
+ * method and its errno cases, byte ranges, names that are not UTF-8,
+ * cancel, terminals, 50 requests at once and bad input. Each test boots
+ * one VM (slow under the nested harness) and checks many things in it.
  * KILN_VMMCTL names the client (build/vmmctl).
  */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
+#include "selftests/jsonrpc_client.h"
 #include "selftests/kselftest.h"
 #include "selftests/kvm/vmm_util.h"
+#include "vmm/api.h"
 
 struct vmctl {
 	char dir[64];
@@ -213,7 +221,7 @@ TEST_TIMEOUT(exec_files_and_shutdown, BOOT_TIMEOUT)
 
 TEST_TIMEOUT(concurrent_execs, BOOT_TIMEOUT)
 {
-	enum { N = 20 };
+	enum { N = 50 };
 	pid_t pids[N];
 	struct spawn_result r;
 	struct vmctl c;
@@ -268,6 +276,1132 @@ TEST_TIMEOUT(detached_start, BOOT_TIMEOUT)
 		usleep(100000);
 	EXPECT_FALSE(alive(pid));
 	vm_cleanup(&c);
+}
+
+/* ---- JSON-RPC on the control socket -------------------------------------- */
+
+/*
+ * For any one answer: the guest under the nested harness is slow, and a
+ * few answers wait on many guest processes at once.
+ */
+#define API_WAIT_MS 60000
+#define GDIR	    "/tmp/kiln-api" /* the guest's scratch directory */
+
+/* Request ids: unique within a test (each test is one process). */
+static json_int_t last_id;
+
+static void api_open(struct __test_metadata *_metadata, struct vmctl *c,
+		     struct tc *t)
+{
+	ASSERT_EQ(0, tc_open(t, c->sock)) TH_LOG("connect %s", c->sock);
+	t->wait_ms = API_WAIT_MS;
+}
+
+/* Compact JSON of v for a log line (malloc'ed, never NULL). */
+static char *dump(const json_t *v)
+{
+	char *s = v ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+
+	return s ? s : strdup("(none)");
+}
+
+/* method(params) answered with a result: the answer, to json_decref. */
+static json_t *api_ok(struct __test_metadata *_metadata, struct tc *t,
+		      const char *method, json_t *params)
+{
+	char *what = dump(params);
+	json_t *m = tc_call(t, ++last_id, method, params);
+	char *got = dump(m);
+
+	ASSERT_TRUE(m != NULL) TH_LOG("%s %s: no answer", method, what);
+	ASSERT_TRUE(result(m) != NULL)
+	TH_LOG("%s %s: %s", method, what, got);
+	free(what);
+	free(got);
+	return m;
+}
+
+/* method(params) refused by the guest with errno name (value). */
+static void api_refused(struct __test_metadata *_metadata, struct tc *t,
+			const char *method, json_t *params, const char *name,
+			int value)
+{
+	char *what = dump(params);
+	json_t *m = tc_call(t, ++last_id, method, params);
+	char *got = dump(m);
+
+	ASSERT_TRUE(m != NULL) TH_LOG("%s %s: no answer", method, what);
+	EXPECT_EQ(API_E_ERRNO, err_code(m))
+	TH_LOG("%s %s: %s", method, what, got);
+	EXPECT_STREQ(name, err_errno(m)) TH_LOG("%s %s: %s", method, what, got);
+	EXPECT_EQ(value,
+		  json_integer_value(json_object_get(
+			  json_object_get(json_object_get(m, "error"), "data"),
+			  "errnoValue")))
+	TH_LOG("%s %s: %s", method, what, got);
+	free(what);
+	free(got);
+	json_decref(m);
+}
+
+#define REFUSED(t, method, params, err) \
+	api_refused(_metadata, t, method, params, #err, err)
+
+/* An error answer with code (and the request's id echoed). */
+static void api_error(struct __test_metadata *_metadata, struct tc *t,
+		      const char *method, json_t *params, json_int_t code)
+{
+	char *what = dump(params);
+	json_int_t id = ++last_id;
+	json_t *m = tc_call(t, id, method, params);
+	char *got = dump(m);
+
+	ASSERT_TRUE(m != NULL) TH_LOG("%s %s: no answer", method, what);
+	EXPECT_EQ(code, err_code(m)) TH_LOG("%s %s: %s", method, what, got);
+	EXPECT_TRUE(msg_has_id(m, id)) TH_LOG("%s", got);
+	free(what);
+	free(got);
+	json_decref(m);
+}
+
+/* sh -c script in the guest via exec: the exit code, stdout in *out. */
+static int guest_sh(struct __test_metadata *_metadata, struct tc *t,
+		    const char *script, char **out)
+{
+	json_t *m =
+		api_ok(_metadata, t, "exec",
+		       json_pack("{s:[s, s, s]}", "argv", "sh", "-c", script));
+	int code = res_int(m, "exitCode");
+	char *err = b64_str(result(m), "stderr", NULL);
+
+	if (err && err[0])
+		TH_LOG("%s: stderr %.300s", script, err);
+	free(err);
+	*out = b64_str(result(m), "stdout", NULL);
+	json_decref(m);
+	ASSERT_TRUE(*out != NULL) TH_LOG("%s: bad stdout", script);
+	return code;
+}
+
+/* The guest's stdout of script, which must exit 0 (malloc'ed). */
+static char *guest_out(struct __test_metadata *_metadata, struct tc *t,
+		       const char *script)
+{
+	char *out;
+
+	EXPECT_EQ(0, guest_sh(_metadata, t, script, &out)) TH_LOG("%s", script);
+	return out;
+}
+
+/* True once guest pid is gone (polled in the guest for up to 10 s). */
+static bool guest_pid_dead(struct __test_metadata *_metadata, struct tc *t,
+			   long pid)
+{
+	char script[200], *out;
+	int code;
+
+	snprintf(script, sizeof(script),
+		 "i=0; while kill -0 %ld 2>/dev/null; do i=$((i+1)); "
+		 "[ $i -gt 100 ] && exit 1; sleep 0.1; done",
+		 pid);
+	code = guest_sh(_metadata, t, script, &out);
+	free(out);
+	return code == 0;
+}
+
+/* The pid a guest command wrote to file (waits up to 30 s for it). */
+static long guest_pid_file(struct __test_metadata *_metadata, struct tc *t,
+			   const char *file)
+{
+	char script[200], *out;
+	long pid = -1;
+
+	snprintf(script, sizeof(script),
+		 "i=0; until [ -s %s ]; do i=$((i+1)); [ $i -gt 300 ] && "
+		 "exit 1; sleep 0.1; done; cat %s",
+		 file, file);
+	if (!guest_sh(_metadata, t, script, &out))
+		pid = strtol(out, NULL, 10);
+	free(out);
+	return pid;
+}
+
+/* fs.readFile of [offset, offset + length) inline; -1: absent. */
+static json_t *read_range(long long offset, long long length)
+{
+	json_t *p = json_pack("{s:s}", "path", GDIR "/f");
+
+	if (offset >= 0)
+		json_object_set_new(p, "offset", json_integer(offset));
+	if (length >= 0)
+		json_object_set_new(p, "length", json_integer(length));
+	return p;
+}
+
+/* The entry called name (exact bytes: nameBytes when there is one). */
+static json_t *dir_entry(json_t *entries, const char *name)
+{
+	json_t *e;
+	size_t i;
+
+	json_array_foreach(entries, i, e)
+	{
+		char *raw = b64_str(e, "nameBytes", NULL);
+		const char *n =
+			raw ? raw :
+			      json_string_value(json_object_get(e, "name"));
+		bool match = n && !strcmp(n, name);
+
+		free(raw);
+		if (match)
+			return e;
+	}
+	return NULL;
+}
+
+static const char *str_of(json_t *obj, const char *key)
+{
+	return json_string_value(json_object_get(obj, key));
+}
+
+/* `seq 1 40000` as the guest prints it, in buf; its length. */
+static size_t seq_text(char *buf, size_t cap)
+{
+	size_t len = 0;
+
+	for (int i = 1; i <= 40000 && len < cap; i++)
+		len += snprintf(buf + len, cap - len, "%d\n", i);
+	return len;
+}
+
+/*
+ * fs.readFile with stream of [offset, offset + length) of path: the
+ * chunks, in order, each at its offset and at most 64 KiB, into buf;
+ * the result's size in *size. Returns the bytes received.
+ */
+static size_t read_streamed(struct __test_metadata *_metadata, struct tc *t,
+			    const char *path, long long offset,
+			    long long length, char *buf, size_t cap,
+			    json_int_t *size)
+{
+	json_int_t id = ++last_id;
+	json_t *p = json_pack("{s:s, s:b, s:I}", "path", path, "stream", 1,
+			      "offset", (json_int_t)offset);
+	size_t got = 0, n;
+	json_t *m, *c;
+	char *data;
+
+	if (length >= 0)
+		json_object_set_new(p, "length", json_integer(length));
+	ASSERT_EQ(0, tc_request(t, id, "fs.readFile", p));
+	for (;;) {
+		m = tc_recv(t, API_WAIT_MS, NULL);
+		ASSERT_TRUE(m != NULL) TH_LOG("%zu bytes, then nothing", got);
+		if (msg_has_id(m, id))
+			break;
+		c = json_object_get(m, "params");
+		ASSERT_STREQ("fs.chunk", str_of(m, "method"));
+		ASSERT_EQ(id, json_integer_value(json_object_get(c, "id")));
+		EXPECT_EQ(offset + (long long)got,
+			  json_integer_value(json_object_get(c, "offset")));
+		data = b64_str(c, "data", &n);
+		ASSERT_TRUE(data != NULL);
+		EXPECT_GE(65536, n);
+		ASSERT_GE(cap, got + n);
+		memcpy(buf + got, data, n);
+		got += n;
+		free(data);
+		json_decref(m);
+	}
+	ASSERT_TRUE(result(m) != NULL) TH_LOG("error %lld", err_code(m));
+	*size = res_int(m, "size");
+	json_decref(m);
+	return got;
+}
+
+static void vm_shutdown(struct __test_metadata *_metadata, struct vmctl *c)
+{
+	struct spawn_result r;
+
+	CTL(c, &r, "shutdown", c->sock);
+	EXPECT_EQ(0, r.status);
+	EXPECT_EQ(0, wait_exit(c->vmm, 60));
+	c->vmm = 0;
+	vm_cleanup(c);
+}
+
+/*
+ * Every fs method on the real guest: results checked against what the
+ * guest's own tools see, each errno case, ranges, and names that are not
+ * UTF-8 made on either side.
+ */
+TEST_TIMEOUT(api_fs, BOOT_TIMEOUT)
+{
+	static const char data[] = "0123456789abcdef";
+	static const struct {
+		long long offset, length;
+		const char *want;
+	} ranges[] = {
+		{ -1, -1, "0123456789abcdef" },
+		{ 4, 5, "45678" },
+		{ 10, -1, "abcdef" },
+		{ 0, 0, "" },
+		{ 15, 100, "f" },
+		{ 16, -1, "" },
+		{ 1000, 4, "" },
+	};
+	static const char bad[] = GDIR "/bad\xff\xfex";
+	static const char moved[] = GDIR "/moved\xfe";
+	static const char made[] = GDIR "/api\xff";
+	size_t seq_len, n, i;
+	char want[128];
+	json_int_t size;
+	char *seq, *buf, *out;
+	json_t *m, *e, *entries;
+	struct vmctl c;
+	struct tc t;
+
+	if (access("/dev/kvm", R_OK | W_OK))
+		SKIP(return, "no usable /dev/kvm (run through tools/vmtest)");
+	ASSERT_TRUE(vm_start(_metadata, &c, false));
+	api_open(_metadata, &c, &t);
+
+	/* fs.mkdir: new, existing, no parent; -p twice, over a file. */
+	json_decref(api_ok(_metadata, &t, "fs.mkdir",
+			   json_pack("{s:s}", "path", GDIR)));
+	REFUSED(&t, "fs.mkdir", json_pack("{s:s}", "path", GDIR), EEXIST);
+	REFUSED(&t, "fs.mkdir", json_pack("{s:s}", "path", GDIR "/x/y"),
+		ENOENT);
+	for (i = 0; i < 2; i++)
+		json_decref(api_ok(_metadata, &t, "fs.mkdir",
+				   json_pack("{s:s, s:b}", "path", GDIR "/d/e",
+					     "recursive", 1)));
+
+	/* fs.writeFile with a mode; the guest's stat agrees with fs.stat. */
+	m = api_ok(_metadata, &t, "fs.writeFile",
+		   json_pack("{s:s, s:o, s:s}", "path", GDIR "/f", "data",
+			     b64_json(data, 16), "mode", "0640"));
+	EXPECT_EQ(16, res_int(m, "size"));
+	json_decref(m);
+	out = guest_out(_metadata, &t, "stat -c '%s %a %u %g %Y' " GDIR "/f");
+	m = api_ok(_metadata, &t, "fs.stat",
+		   json_pack("{s:s}", "path", GDIR "/f"));
+	EXPECT_STREQ("file", str_of(result(m), "type"));
+	EXPECT_EQ(S_IFREG | 0640, res_int(m, "mode"));
+	snprintf(want, sizeof(want), "%lld %llo %lld %lld %lld\n",
+		 (long long)res_int(m, "size"),
+		 (unsigned long long)res_int(m, "mode") & 07777,
+		 (long long)res_int(m, "uid"), (long long)res_int(m, "gid"),
+		 (long long)res_int(m, "mtimeNs") / 1000000000);
+	EXPECT_STREQ(want, out);
+	EXPECT_EQ(16, res_int(m, "size"));
+	EXPECT_EQ(0, res_int(m, "uid"));
+	EXPECT_EQ(0, res_int(m, "gid"));
+	free(out);
+	json_decref(m);
+	m = api_ok(_metadata, &t, "fs.stat",
+		   json_pack("{s:s}", "path", GDIR "/d"));
+	EXPECT_STREQ("directory", str_of(result(m), "type"));
+	EXPECT_TRUE(S_ISDIR(res_int(m, "mode")));
+	json_decref(m);
+	REFUSED(&t, "fs.stat", json_pack("{s:s}", "path", GDIR "/nope"),
+		ENOENT);
+	REFUSED(&t, "fs.stat", json_pack("{s:s}", "path", GDIR "/f/x"),
+		ENOTDIR);
+	REFUSED(&t, "fs.mkdir",
+		json_pack("{s:s, s:b}", "path", GDIR "/f", "recursive", 1),
+		EEXIST);
+	REFUSED(&t, "fs.mkdir",
+		json_pack("{s:s, s:b}", "path", GDIR "/f/sub", "recursive", 1),
+		ENOTDIR);
+
+	/* fs.readFile: ranges, past the end, and what cannot be read. */
+	for (i = 0; i < ARRAY_SIZE(ranges); i++) {
+		m = api_ok(_metadata, &t, "fs.readFile",
+			   read_range(ranges[i].offset, ranges[i].length));
+		out = b64_str(result(m), "data", &n);
+		EXPECT_STREQ(ranges[i].want, out)
+		TH_LOG("offset %lld length %lld", ranges[i].offset,
+		       ranges[i].length);
+		EXPECT_EQ(strlen(ranges[i].want), res_int(m, "size"));
+		free(out);
+		json_decref(m);
+	}
+	REFUSED(&t, "fs.readFile", json_pack("{s:s}", "path", GDIR "/nope"),
+		ENOENT);
+	REFUSED(&t, "fs.readFile", json_pack("{s:s}", "path", GDIR), EISDIR);
+	REFUSED(&t, "fs.readFile", json_pack("{s:s}", "path", GDIR "/f/x"),
+		ENOTDIR);
+
+	/* Ranges across 64 KiB chunks, inline and streamed. */
+	seq = malloc(300000);
+	buf = malloc(300000);
+	ASSERT_TRUE(seq && buf);
+	seq_len = seq_text(seq, 300000);
+	free(guest_out(_metadata, &t, "seq 1 40000 > " GDIR "/seq"));
+	m = api_ok(_metadata, &t, "fs.readFile",
+		   json_pack("{s:s}", "path", GDIR "/seq"));
+	out = b64_str(result(m), "data", &n);
+	EXPECT_EQ(seq_len, n);
+	EXPECT_TRUE(out && n == seq_len && !memcmp(seq, out, n));
+	free(out);
+	json_decref(m);
+	m = api_ok(_metadata, &t, "fs.readFile",
+		   json_pack("{s:s, s:i, s:i}", "path", GDIR "/seq", "offset",
+			     65530, "length", 20));
+	out = b64_str(result(m), "data", &n);
+	EXPECT_EQ(20, n);
+	EXPECT_TRUE(out && n == 20 && !memcmp(seq + 65530, out, n));
+	free(out);
+	json_decref(m);
+	n = read_streamed(_metadata, &t, GDIR "/seq", 70000, 100000, buf,
+			  300000, &size);
+	EXPECT_EQ(100000, n);
+	EXPECT_EQ(100000, size);
+	EXPECT_EQ(0, memcmp(seq + 70000, buf, 100000));
+	n = read_streamed(_metadata, &t, GDIR "/seq", 200000, -1, buf, 300000,
+			  &size);
+	EXPECT_EQ(seq_len - 200000, n);
+	EXPECT_EQ(seq_len - 200000, size);
+	EXPECT_EQ(0, memcmp(seq + 200000, buf, seq_len - 200000));
+	free(seq);
+	free(buf);
+
+	/* fs.readDir: exactly what is there, with fs.stat's fields. */
+	m = api_ok(_metadata, &t, "fs.readDir",
+		   json_pack("{s:s}", "path", GDIR));
+	entries = json_object_get(result(m), "entries");
+	EXPECT_EQ(3, json_array_size(entries)) TH_LOG("%s", dump(entries));
+	e = dir_entry(entries, "f");
+	ASSERT_TRUE(e != NULL);
+	EXPECT_STREQ("file", str_of(e, "type"));
+	EXPECT_EQ(16, json_integer_value(json_object_get(e, "size")));
+	EXPECT_EQ(S_IFREG | 0640,
+		  json_integer_value(json_object_get(e, "mode")));
+	EXPECT_TRUE(json_object_get(e, "nameBytes") == NULL);
+	e = dir_entry(entries, "d");
+	ASSERT_TRUE(e != NULL);
+	EXPECT_STREQ("directory", str_of(e, "type"));
+	e = dir_entry(entries, "seq");
+	ASSERT_TRUE(e != NULL);
+	EXPECT_EQ(seq_len, json_integer_value(json_object_get(e, "size")));
+	json_decref(m);
+	REFUSED(&t, "fs.readDir", json_pack("{s:s}", "path", GDIR "/f"),
+		ENOTDIR);
+	REFUSED(&t, "fs.readDir", json_pack("{s:s}", "path", GDIR "/nope"),
+		ENOENT);
+
+	/* fs.writeFile refused, then with its parents created. */
+	REFUSED(&t, "fs.writeFile",
+		json_pack("{s:s, s:s}", "path", GDIR "/d", "data", ""), EISDIR);
+	REFUSED(&t, "fs.writeFile",
+		json_pack("{s:s, s:s}", "path", GDIR "/no/f", "data", ""),
+		ENOENT);
+	REFUSED(&t, "fs.writeFile",
+		json_pack("{s:s, s:s}", "path", GDIR "/f/x", "data", ""),
+		ENOTDIR);
+	json_decref(api_ok(_metadata, &t, "fs.writeFile",
+			   json_pack("{s:s, s:o, s:b}", "path", GDIR "/p/q/r",
+				     "data", b64_json("xyz", 3),
+				     "createParents", 1)));
+	out = guest_out(_metadata, &t, "cat " GDIR "/p/q/r");
+	EXPECT_STREQ("xyz", out);
+	free(out);
+
+	/* A streamed upload in two writes; one whose parent is missing. */
+	m = api_ok(_metadata, &t, "fs.writeFile",
+		   json_pack("{s:s, s:b}", "path", GDIR "/up", "stream", 1));
+	size = res_int(m, "stream");
+	json_decref(m);
+	json_decref(api_ok(_metadata, &t, "fs.write",
+			   json_pack("{s:I, s:o}", "stream", size, "data",
+				     b64_json("first,", 6))));
+	json_decref(api_ok(_metadata, &t, "fs.write",
+			   json_pack("{s:I, s:o}", "stream", size, "data",
+				     b64_json("second", 6))));
+	m = api_ok(_metadata, &t, "fs.close",
+		   json_pack("{s:I}", "stream", size));
+	EXPECT_EQ(12, res_int(m, "size"));
+	json_decref(m);
+	out = guest_out(_metadata, &t, "cat " GDIR "/up");
+	EXPECT_STREQ("first,second", out);
+	free(out);
+	m = api_ok(_metadata, &t, "fs.writeFile",
+		   json_pack("{s:s, s:b}", "path", GDIR "/no/up", "stream", 1));
+	size = res_int(m, "stream");
+	json_decref(m);
+	/* The write may be answered before the guest's open failed. */
+	m = tc_call(&t, ++last_id, "fs.write",
+		    json_pack("{s:I, s:o}", "stream", size, "data",
+			      b64_json("abc", 3)));
+	ASSERT_TRUE(m != NULL);
+	if (!result(m))
+		EXPECT_STREQ("ENOENT", err_errno(m));
+	json_decref(m);
+	REFUSED(&t, "fs.close", json_pack("{s:I}", "stream", size), ENOENT);
+
+	/* fs.rename, and its refusals. */
+	json_decref(api_ok(
+		_metadata, &t, "fs.rename",
+		json_pack("{s:s, s:s}", "from", GDIR "/f", "to", GDIR "/g")));
+	REFUSED(&t, "fs.stat", json_pack("{s:s}", "path", GDIR "/f"), ENOENT);
+	m = api_ok(_metadata, &t, "fs.stat",
+		   json_pack("{s:s}", "path", GDIR "/g"));
+	EXPECT_EQ(16, res_int(m, "size"));
+	json_decref(m);
+	REFUSED(&t, "fs.rename",
+		json_pack("{s:s, s:s}", "from", GDIR "/nope", "to", GDIR "/x"),
+		ENOENT);
+	REFUSED(&t, "fs.rename",
+		json_pack("{s:s, s:s}", "from", GDIR "/g", "to", GDIR "/d"),
+		EISDIR);
+	REFUSED(&t, "fs.rename",
+		json_pack("{s:s, s:s}", "from", GDIR "/d", "to", GDIR "/g"),
+		ENOTDIR);
+
+	/* fs.remove: not empty, missing, forced, recursive, the root. */
+	REFUSED(&t, "fs.remove", json_pack("{s:s}", "path", GDIR "/d"),
+		ENOTEMPTY);
+	REFUSED(&t, "fs.remove", json_pack("{s:s}", "path", GDIR "/nope"),
+		ENOENT);
+	json_decref(api_ok(
+		_metadata, &t, "fs.remove",
+		json_pack("{s:s, s:b}", "path", GDIR "/nope", "force", 1)));
+	json_decref(api_ok(
+		_metadata, &t, "fs.remove",
+		json_pack("{s:s, s:b}", "path", GDIR "/d", "recursive", 1)));
+	json_decref(api_ok(_metadata, &t, "fs.remove",
+			   json_pack("{s:s}", "path", GDIR "/g")));
+	REFUSED(&t, "fs.remove", json_pack("{s:s}", "path", "/"), EBUSY);
+	out = guest_out(_metadata, &t,
+			"cd " GDIR " && for f in *; do echo $f; done");
+	EXPECT_STREQ("p\nseq\nup\n", out);
+	free(out);
+
+	/*
+	 * Names that are not UTF-8, made in the guest: a file, a symlink to
+	 * such a name, and a UTF-8 one for contrast. readDir reports each
+	 * bad byte as U+FFFD plus the exact bytes; the bytes address them.
+	 */
+	free(guest_out(_metadata, &t,
+		       "cd " GDIR " && rm -r p seq up && "
+		       "printf raw-bytes > \"$(printf 'bad\\377\\376x')\" && "
+		       "ln -s \"$(printf 'tgt\\377')\" blink && "
+		       "mkdir caf\xc3\xa9"));
+	m = api_ok(_metadata, &t, "fs.readDir",
+		   json_pack("{s:s}", "path", GDIR));
+	entries = json_object_get(result(m), "entries");
+	EXPECT_EQ(3, json_array_size(entries)) TH_LOG("%s", dump(entries));
+	e = dir_entry(entries, "bad\xff\xfex");
+	ASSERT_TRUE(e != NULL) TH_LOG("%s", dump(entries));
+	EXPECT_STREQ("bad\xef\xbf\xbd\xef\xbf\xbdx", str_of(e, "name"));
+	EXPECT_STREQ("file", str_of(e, "type"));
+	EXPECT_EQ(9, json_integer_value(json_object_get(e, "size")));
+	e = dir_entry(entries, "blink");
+	ASSERT_TRUE(e != NULL);
+	EXPECT_TRUE(json_object_get(e, "nameBytes") == NULL);
+	EXPECT_STREQ("symlink", str_of(e, "type"));
+	EXPECT_STREQ("tgt\xef\xbf\xbd", str_of(e, "linkTarget"));
+	out = b64_str(e, "linkTargetBytes", NULL);
+	EXPECT_STREQ("tgt\xff", out);
+	free(out);
+	e = dir_entry(entries, "caf\xc3\xa9");
+	ASSERT_TRUE(e != NULL);
+	EXPECT_STREQ("caf\xc3\xa9", str_of(e, "name"));
+	EXPECT_TRUE(json_object_get(e, "nameBytes") == NULL);
+	EXPECT_STREQ("directory", str_of(e, "type"));
+	json_decref(m);
+
+	m = api_ok(_metadata, &t, "fs.stat",
+		   json_pack("{s:o}", "pathBytes", b64_json(bad, strlen(bad))));
+	EXPECT_EQ(9, res_int(m, "size"));
+	json_decref(m);
+	m = api_ok(_metadata, &t, "fs.readFile",
+		   json_pack("{s:o}", "pathBytes", b64_json(bad, strlen(bad))));
+	out = b64_str(result(m), "data", NULL);
+	EXPECT_STREQ("raw-bytes", out);
+	free(out);
+	json_decref(m);
+	json_decref(api_ok(_metadata, &t, "fs.rename",
+			   json_pack("{s:o, s:o}", "fromBytes",
+				     b64_json(bad, strlen(bad)), "toBytes",
+				     b64_json(moved, strlen(moved)))));
+	REFUSED(&t, "fs.stat",
+		json_pack("{s:o}", "pathBytes", b64_json(bad, strlen(bad))),
+		ENOENT);
+	/* And one made through the API, seen by the guest's shell. */
+	json_decref(api_ok(_metadata, &t, "fs.writeFile",
+			   json_pack("{s:o, s:o}", "pathBytes",
+				     b64_json(made, strlen(made)), "data",
+				     b64_json("from-api", 8))));
+	out = guest_out(_metadata, &t, "cat \"$(printf '" GDIR "/api\\377')\"");
+	EXPECT_STREQ("from-api", out);
+	free(out);
+	out = guest_out(_metadata, &t,
+			"cd " GDIR " && for f in *; do echo \"$f\"; done");
+	EXPECT_STREQ("api\xff\nblink\ncaf\xc3\xa9\nmoved\xfe\n", out);
+	free(out);
+	json_decref(api_ok(_metadata, &t, "fs.remove",
+			   json_pack("{s:o}", "pathBytes",
+				     b64_json(moved, strlen(moved)))));
+	json_decref(api_ok(
+		_metadata, &t, "fs.remove",
+		json_pack("{s:o}", "pathBytes", b64_json(made, strlen(made)))));
+	out = guest_out(_metadata, &t,
+			"cd " GDIR " && for f in *; do echo \"$f\"; done");
+	EXPECT_STREQ("blink\ncaf\xc3\xa9\n", out);
+	free(out);
+
+	EXPECT_SERVING(c.sock);
+	tc_close(&t);
+	vm_shutdown(_metadata, &c);
+}
+
+/*
+ * True once vm.status has no request (agent connection) and no stream
+ * open (polled for up to 10 s: the server closes them as it gets to it).
+ */
+static bool api_idle(struct __test_metadata *_metadata, struct tc *t)
+{
+	json_int_t requests = -1, streams = -1;
+	json_t *m;
+
+	for (int i = 0; i < 100; i++) {
+		m = api_ok(_metadata, t, "vm.status", NULL);
+		requests = res_int(m, "requests");
+		streams = res_int(m, "streams");
+		json_decref(m);
+		if (!requests && !streams)
+			return true;
+		sleep_ms(100);
+	}
+	TH_LOG("still %lld requests, %lld streams", (long long)requests,
+	       (long long)streams);
+	return false;
+}
+
+/*
+ * The answers to ids a and b, in whichever order they come; what else
+ * comes meanwhile (chunks, stream output) is dropped.
+ */
+static void wait_both(struct __test_metadata *_metadata, struct tc *t,
+		      json_int_t a, json_t **ma, json_int_t b, json_t **mb)
+{
+	json_t *m;
+
+	*ma = *mb = NULL;
+	while (!*ma || !*mb) {
+		m = tc_recv(t, API_WAIT_MS, NULL);
+		ASSERT_TRUE(m != NULL)
+		TH_LOG("answers to %lld: %s, %lld: %s", (long long)a,
+		       *ma ? "in" : "missing", (long long)b,
+		       *mb ? "in" : "missing");
+		if (msg_has_id(m, a) && !*ma)
+			*ma = m;
+		else if (msg_has_id(m, b) && !*mb)
+			*mb = m;
+		else
+			json_decref(m);
+	}
+}
+
+/*
+ * Commands on the real guest: exec's streams, status, signal and
+ * timeout (the whole group killed), cancel of an exec, a spawn and a
+ * download with the VM still usable after, a terminal's size through
+ * resize, and 50 execs in flight at once on one connection.
+ */
+TEST_TIMEOUT(api_exec_cancel_pty, BOOT_TIMEOUT)
+{
+	enum { N = 50 };
+	bool seen[N] = { false };
+	json_int_t id, cid, stream;
+	char script[400], want[32], *out, *err;
+	json_t *m, *a, *ex;
+	char pty[8192];
+	struct vmctl c;
+	struct tc t, t2;
+	uint64_t t0;
+	long pid;
+	int i;
+
+	if (access("/dev/kvm", R_OK | W_OK))
+		SKIP(return, "no usable /dev/kvm (run through tools/vmtest)");
+	ASSERT_TRUE(vm_start(_metadata, &c, false));
+	api_open(_metadata, &c, &t);
+	api_open(_metadata, &c, &t2);
+
+	/* stdin, env (replacing the agent's), cwd; stdout, stderr, status. */
+	m = api_ok(_metadata, &t, "exec",
+		   json_pack("{s:[s, s, s], s:o, s:[s], s:s}", "argv", "sh",
+			     "-c",
+			     "cat; echo \"$KILN_X\" >&2; pwd >&2; "
+			     "echo \"${HOME-unset}\" >&2; exit 3",
+			     "stdin", b64_json("hello\n", 6), "env",
+			     "KILN_X=from-env", "cwd", "/proc"));
+	EXPECT_EQ(3, res_int(m, "exitCode"));
+	EXPECT_TRUE(json_is_false(json_object_get(result(m), "timedOut")));
+	EXPECT_LT(1, res_int(m, "pid"));
+	out = b64_str(result(m), "stdout", NULL);
+	err = b64_str(result(m), "stderr", NULL);
+	EXPECT_STREQ("hello\n", out);
+	EXPECT_STREQ("from-env\n/proc\nunset\n", err);
+	free(out);
+	free(err);
+	json_decref(m);
+	REFUSED(&t, "exec", json_pack("{s:[s]}", "argv", "/no/such/command"),
+		ENOENT);
+	m = api_ok(_metadata, &t, "exec",
+		   json_pack("{s:[s, s, s]}", "argv", "sh", "-c",
+			     "kill -KILL $$"));
+	EXPECT_EQ(128 + SIGKILL, res_int(m, "exitCode"));
+	EXPECT_EQ(SIGKILL, res_int(m, "signal"));
+	json_decref(m);
+
+	/* The timeout: 124, and the background grandchild dies too. */
+	t0 = ms_now();
+	m = api_ok(_metadata, &t, "exec",
+		   json_pack("{s:[s, s, s], s:i}", "argv", "sh", "-c",
+			     "sleep 600 & echo $! > /tmp/gc; sleep 600",
+			     "timeoutMs", 1000));
+	EXPECT_EQ(124, res_int(m, "exitCode"));
+	EXPECT_TRUE(json_is_true(json_object_get(result(m), "timedOut")));
+	EXPECT_GT(30000, ms_now() - t0);
+	json_decref(m);
+	pid = guest_pid_file(_metadata, &t, "/tmp/gc");
+	ASSERT_LT(1, pid);
+	EXPECT_TRUE(guest_pid_dead(_metadata, &t, pid)) TH_LOG("pid %ld", pid);
+
+	/* cancel of a running exec; the other connection watches. */
+	id = ++last_id;
+	ASSERT_EQ(0, tc_request(&t, id, "exec",
+				json_pack("{s:[s, s, s]}", "argv", "sh", "-c",
+					  "echo $$ > /tmp/victim; "
+					  "exec sleep 600")));
+	pid = guest_pid_file(_metadata, &t2, "/tmp/victim");
+	ASSERT_LT(1, pid);
+	cid = ++last_id;
+	ASSERT_EQ(0,
+		  tc_request(&t, cid, "cancel", json_pack("{s:I}", "id", id)));
+	wait_both(_metadata, &t, id, &a, cid, &m);
+	EXPECT_EQ(API_E_ABORTED, err_code(a));
+	EXPECT_TRUE(json_is_true(json_object_get(result(m), "cancelled")));
+	json_decref(a);
+	json_decref(m);
+	EXPECT_TRUE(guest_pid_dead(_metadata, &t, pid)) TH_LOG("pid %ld", pid);
+	m = api_ok(_metadata, &t, "cancel", json_pack("{s:I}", "id", id));
+	EXPECT_TRUE(json_is_false(json_object_get(result(m), "cancelled")));
+	json_decref(m);
+	out = guest_out(_metadata, &t, "echo after-cancel");
+	EXPECT_STREQ("after-cancel\n", out);
+	free(out);
+
+	/* cancel of a spawned stream: it ends with its stream.exit. */
+	m = api_ok(_metadata, &t, "spawn",
+		   json_pack("{s:[s, s]}", "argv", "sleep", "600"));
+	stream = res_int(m, "stream");
+	pid = res_int(m, "pid");
+	ASSERT_LT(0, stream);
+	json_decref(m);
+	cid = ++last_id;
+	ASSERT_EQ(0, tc_request(&t, cid, "cancel",
+				json_pack("{s:I}", "stream", stream)));
+	for (a = ex = NULL; !a || !ex;) {
+		m = tc_recv(&t, API_WAIT_MS, NULL);
+		ASSERT_TRUE(m != NULL)
+		TH_LOG("cancel answer %s, exit %s", a ? "in" : "missing",
+		       ex ? "in" : "missing");
+		if (msg_has_id(m, cid))
+			a = m;
+		else if (!strcmp(str_of(m, "method") ?: "", "stream.exit") &&
+			 json_integer_value(json_object_get(
+				 json_object_get(m, "params"), "stream")) ==
+				 stream)
+			ex = m;
+		else
+			json_decref(m);
+	}
+	EXPECT_TRUE(json_is_true(json_object_get(result(a), "cancelled")));
+	EXPECT_EQ(SIGKILL, json_integer_value(json_object_get(
+				   json_object_get(ex, "params"), "signal")))
+	TH_LOG("%s", dump(ex));
+	json_decref(a);
+	json_decref(ex);
+	EXPECT_TRUE(guest_pid_dead(_metadata, &t, pid)) TH_LOG("pid %ld", pid);
+
+	/* cancel of a streamed download (of an endless file) under way. */
+	id = ++last_id;
+	ASSERT_EQ(0, tc_request(&t, id, "fs.readFile",
+				json_pack("{s:s, s:b}", "path", "/dev/zero",
+					  "stream", 1)));
+	for (i = 0; i < 3; i++) {
+		m = tc_recv(&t, API_WAIT_MS, NULL);
+		ASSERT_TRUE(m != NULL);
+		EXPECT_STREQ("fs.chunk", str_of(m, "method"))
+		TH_LOG("%s", dump(m));
+		json_decref(m);
+	}
+	cid = ++last_id;
+	ASSERT_EQ(0,
+		  tc_request(&t, cid, "cancel", json_pack("{s:I}", "id", id)));
+	wait_both(_metadata, &t, id, &a, cid, &m);
+	EXPECT_EQ(API_E_ABORTED, err_code(a));
+	EXPECT_TRUE(json_is_true(json_object_get(result(m), "cancelled")));
+	json_decref(a);
+	json_decref(m);
+	EXPECT_TRUE(api_idle(_metadata, &t));
+
+	/*
+	 * A terminal of 30 x 100: its size, input, then a resize that both
+	 * `stty size` and the shell's SIGWINCH trap see.
+	 */
+	m = api_ok(_metadata, &t, "pty.open",
+		   json_pack("{s:[s, s, s], s:i, s:i, s:i}", "argv", "sh", "-c",
+			     "tty; stty size; read x; echo got-$x; "
+			     "trap 'stty size; exit 7' WINCH; echo ready; "
+			     "while :; do sleep 0.1; done",
+			     "rows", 30, "cols", 100, "timeoutMs", 120000));
+	stream = res_int(m, "stream");
+	ASSERT_LT(0, stream);
+	json_decref(m);
+	EXPECT_TRUE(collect_stream(&t, stream, pty, sizeof(pty), "30 100") ==
+		    NULL);
+	EXPECT_TRUE(strstr(pty, "/dev/pts/") != NULL) TH_LOG("%s", pty);
+	ASSERT_TRUE(strstr(pty, "30 100") != NULL) TH_LOG("%s", pty);
+	json_decref(api_ok(_metadata, &t, "pty.write",
+			   json_pack("{s:I, s:o}", "stream", stream, "data",
+				     b64_json("hi\n", 3))));
+	EXPECT_TRUE(collect_stream(&t, stream, pty, sizeof(pty), "ready") ==
+		    NULL);
+	EXPECT_TRUE(strstr(pty, "got-hi") != NULL) TH_LOG("%s", pty);
+	ASSERT_TRUE(strstr(pty, "ready") != NULL) TH_LOG("%s", pty);
+	json_decref(api_ok(_metadata, &t, "pty.resize",
+			   json_pack("{s:I, s:i, s:i}", "stream", stream,
+				     "rows", 40, "cols", 120)));
+	ex = collect_stream(&t, stream, pty, sizeof(pty), NULL);
+	ASSERT_TRUE(ex != NULL) TH_LOG("no stream.exit; output %s", pty);
+	EXPECT_TRUE(strstr(pty, "40 120") != NULL) TH_LOG("%s", pty);
+	EXPECT_EQ(7, json_integer_value(json_object_get(ex, "exitCode")));
+	json_decref(ex);
+	/* pty.resize wants a terminal. */
+	m = api_ok(_metadata, &t, "spawn",
+		   json_pack("{s:[s, s]}", "argv", "sleep", "600"));
+	stream = res_int(m, "stream");
+	json_decref(m);
+	api_error(_metadata, &t, "pty.resize",
+		  json_pack("{s:I, s:i, s:i}", "stream", stream, "rows", 40,
+			    "cols", 120),
+		  API_E_INVALID_PARAMS);
+	json_decref(api_ok(
+		_metadata, &t, "spawn.kill",
+		json_pack("{s:I, s:s}", "stream", stream, "signal", "KILL")));
+	ex = collect_stream(&t, stream, pty, sizeof(pty), NULL);
+	ASSERT_TRUE(ex != NULL);
+	json_decref(ex);
+
+	/*
+	 * 50 execs in flight on one connection, each waiting until all 50
+	 * have started (a barrier in the guest: none answers before every
+	 * one runs), then answering with its number.
+	 */
+	free(guest_out(_metadata, &t, "rm -rf /tmp/b; mkdir /tmp/b"));
+	for (i = 0; i < N; i++) {
+		snprintf(script, sizeof(script),
+			 "touch /tmp/b/%d; i=0; "
+			 "while set -- /tmp/b/*; [ $# -lt %d ]; do "
+			 "i=$((i+1)); [ $i -gt 400 ] && exit 1; sleep 0.3; "
+			 "done; echo %d",
+			 i, N, i);
+		ASSERT_EQ(0, tc_request(&t, 1000 + i, "exec",
+					json_pack("{s:[s, s, s]}", "argv", "sh",
+						  "-c", script)));
+	}
+	for (int got = 0; got < N; got++) {
+		m = tc_recv(&t, 2 * API_WAIT_MS, NULL);
+		ASSERT_TRUE(m != NULL) TH_LOG("%d of %d answers", got, N);
+		id = json_integer_value(json_object_get(m, "id")) - 1000;
+		ASSERT_TRUE(id >= 0 && id < N) TH_LOG("%s", dump(m));
+		ASSERT_FALSE(seen[id]);
+		seen[id] = true;
+		ASSERT_TRUE(result(m) != NULL) TH_LOG("%s", dump(m));
+		EXPECT_EQ(0, res_int(m, "exitCode"))
+		TH_LOG("exec %lld", (long long)id);
+		out = b64_str(result(m), "stdout", NULL);
+		snprintf(want, sizeof(want), "%lld\n", (long long)id);
+		EXPECT_STREQ(want, out);
+		free(out);
+		json_decref(m);
+	}
+	EXPECT_TRUE(api_idle(_metadata, &t));
+
+	EXPECT_SERVING(c.sock);
+	tc_close(&t2);
+	tc_close(&t);
+	vm_shutdown(_metadata, &c);
+}
+
+/* line (no newline) sent raw: the one answer, to json_decref. */
+static json_t *raw_call(struct __test_metadata *_metadata, struct tc *t,
+			const char *line)
+{
+	json_t *m;
+
+	ASSERT_EQ(0, tc_send_raw(t, line, strlen(line)));
+	ASSERT_EQ(0, tc_send_raw(t, "\n", 1));
+	m = tc_recv(t, API_WAIT_MS, NULL);
+	ASSERT_TRUE(m != NULL) TH_LOG("no answer to %s", line);
+	return m;
+}
+
+/*
+ * Bad input on the real VM's socket: lines that are not JSON, requests
+ * that are not JSON-RPC, unknown methods, parameters of the wrong type,
+ * a line over 1 MiB, a half line, and a client that goes away with
+ * commands, a download and an upload under way. Each gets its error
+ * (or nothing, for a notification); the connection, a new connection
+ * and the guest go on serving.
+ */
+TEST_TIMEOUT(api_bad_inputs, BOOT_TIMEOUT)
+{
+	static const char *const not_json[] = {
+		"{not json",
+		"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"vm.status\"",
+		"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"vm.status\"}}",
+		"\"\\u0000\"",
+		"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"vm.st\xff\"}",
+		"{\"jsonrpc\":\"2.0\",\"jsonrpc\":\"2.0\",\"id\":1,"
+		"\"method\":\"vm.status\"}",
+	};
+	static const char *const not_rpc[] = {
+		"[1,2]",
+		"[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"vm.status\"}]",
+		"42",
+		"null",
+		"{\"id\":1,\"method\":\"vm.status\"}",
+		"{\"jsonrpc\":\"1.0\",\"id\":1,\"method\":\"vm.status\"}",
+		"{\"jsonrpc\":2,\"id\":1,\"method\":\"vm.status\"}",
+		"{\"jsonrpc\":\"2.0\",\"id\":1}",
+		"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":7}",
+		"{\"jsonrpc\":\"2.0\",\"id\":{},\"method\":\"vm.status\"}",
+		"{\"jsonrpc\":\"2.0\",\"id\":[1],\"method\":\"vm.status\"}",
+		"{\"jsonrpc\":\"2.0\",\"id\":1.5,\"method\":\"vm.status\"}",
+	};
+	/* Each -32602, with the request's id. */
+	static const struct {
+		const char *method, *params;
+	} bad_params[] = {
+		{ "exec", "[\"ls\"]" },
+		{ "exec", "{}" },
+		{ "exec", "{\"argv\":\"ls\"}" },
+		{ "exec", "{\"argv\":[]}" },
+		{ "exec", "{\"argv\":[\"ls\",3]}" },
+		{ "exec", "{\"argv\":[\"ls\"],\"timeoutMs\":-1}" },
+		{ "exec", "{\"argv\":[\"ls\"],\"timeoutMs\":\"5\"}" },
+		{ "exec", "{\"argv\":[\"cat\"],\"stdin\":\"not base64!\"}" },
+		{ "exec", "{\"argv\":[\"ls\"],\"env\":[\"NOEQUALS\"]}" },
+		{ "exec", "{\"argv\":[\"ls\"],\"env\":{\"A\":1}}" },
+		{ "exec", "{\"argv\":[\"ls\"],\"cwd\":5}" },
+		{ "spawn", "{\"argv\":[\"ls\"],\"stdin\":\"yes\"}" },
+		{ "pty.open", "{\"argv\":[\"sh\"],\"rows\":\"x\"}" },
+		{ "pty.open", "{\"argv\":[\"sh\"],\"cols\":-3}" },
+		{ "fs.stat", "{}" },
+		{ "fs.stat", "{\"path\":5}" },
+		{ "fs.stat", "{\"path\":\"relative\"}" },
+		{ "fs.stat", "{\"pathBytes\":\"!!\"}" },
+		{ "fs.stat", "{\"pathBytes\":\"L2EAYg==\"}" }, /* "/a\0b" */
+		{ "fs.readDir", "{\"path\":[\"/\"]}" },
+		{ "fs.readFile", "{\"path\":\"/etc/hostname\",\"offset\":-1}" },
+		{ "fs.readFile",
+		  "{\"path\":\"/etc/hostname\",\"length\":\"x\"}" },
+		{ "fs.readFile",
+		  "{\"path\":\"/etc/hostname\",\"length\":2097152}" },
+		{ "fs.readFile", "{\"path\":\"/etc/hostname\",\"stream\":1}" },
+		{ "fs.writeFile", "{\"path\":\"/tmp/x\",\"data\":7}" },
+		{ "fs.writeFile",
+		  "{\"path\":\"/tmp/x\",\"data\":\"\",\"mode\":\"abc\"}" },
+		{ "fs.writeFile",
+		  "{\"path\":\"/tmp/x\",\"data\":\"\",\"mode\":65536}" },
+		{ "fs.mkdir", "{\"path\":\"/x\",\"recursive\":\"yes\"}" },
+		{ "fs.remove", "{\"path\":\"/x\",\"force\":0}" },
+		{ "fs.rename", "{\"from\":\"/tmp\"}" },
+		{ "fs.write", "{\"stream\":12345,\"data\":\"\"}" },
+		{ "fs.close", "{\"stream\":\"x\"}" },
+		{ "spawn.write", "{\"stream\":12345,\"data\":\"\"}" },
+		{ "spawn.kill", "{\"stream\":\"x\"}" },
+		{ "pty.resize", "{\"stream\":12345,\"rows\":1,\"cols\":1}" },
+		{ "cancel", "{}" },
+		{ "cancel", "{\"stream\":\"x\"}" },
+	};
+	size_t big = API_MAX_MESSAGE + 4096, i;
+	struct tc t, b;
+	json_t *m, *a;
+	char line[512], *s, *out;
+	const char *lit;
+	long pid_yes, pid_sleep;
+	struct vmctl c;
+	json_int_t id;
+	bool eof;
+
+	if (access("/dev/kvm", R_OK | W_OK))
+		SKIP(return, "no usable /dev/kvm (run through tools/vmtest)");
+	ASSERT_TRUE(vm_start(_metadata, &c, false));
+	api_open(_metadata, &c, &t);
+
+	for (i = 0; i < ARRAY_SIZE(not_json); i++) {
+		m = raw_call(_metadata, &t, not_json[i]);
+		EXPECT_EQ(API_E_PARSE, err_code(m)) TH_LOG("%s", not_json[i]);
+		EXPECT_TRUE(json_is_null(json_object_get(m, "id")));
+		json_decref(m);
+	}
+	for (i = 0; i < ARRAY_SIZE(not_rpc); i++) {
+		m = raw_call(_metadata, &t, not_rpc[i]);
+		EXPECT_EQ(API_E_INVALID_REQUEST, err_code(m))
+		TH_LOG("%s", not_rpc[i]);
+		json_decref(m);
+	}
+	/* Unknown methods: with a string id, a null id, and none at all. */
+	m = raw_call(
+		_metadata, &t,
+		"{\"jsonrpc\":\"2.0\",\"id\":\"s-1\",\"method\":\"no.such\"}");
+	EXPECT_EQ(API_E_NO_METHOD, err_code(m));
+	EXPECT_STREQ("s-1", str_of(m, "id"));
+	json_decref(m);
+	m = raw_call(
+		_metadata, &t,
+		"{\"jsonrpc\":\"2.0\",\"id\":null,\"method\":\"no.such\"}");
+	EXPECT_EQ(API_E_NO_METHOD, err_code(m));
+	EXPECT_TRUE(json_is_null(json_object_get(m, "id")));
+	json_decref(m);
+	/* A notification is not answered: the next answer is vm.status's. */
+	lit = "{\"jsonrpc\":\"2.0\",\"method\":\"no.such\"}\n"
+	      "{\"jsonrpc\":\"2.0\",\"method\":\"exec\",\"params\":{}}\n";
+	ASSERT_EQ(0, tc_send_raw(&t, lit, strlen(lit)));
+	id = ++last_id;
+	ASSERT_EQ(0, tc_request(&t, id, "vm.status", NULL));
+	m = tc_recv(&t, API_WAIT_MS, NULL);
+	ASSERT_TRUE(m != NULL);
+	EXPECT_TRUE(msg_has_id(m, id)) TH_LOG("%s", dump(m));
+	json_decref(m);
+
+	for (i = 0; i < ARRAY_SIZE(bad_params); i++) {
+		id = ++last_id;
+		snprintf(line, sizeof(line),
+			 "{\"jsonrpc\":\"2.0\",\"id\":%lld,\"method\":\"%s\","
+			 "\"params\":%s}",
+			 (long long)id, bad_params[i].method,
+			 bad_params[i].params);
+		m = raw_call(_metadata, &t, line);
+		EXPECT_EQ(API_E_INVALID_PARAMS, err_code(m))
+		TH_LOG("%s: %s", line, dump(m));
+		EXPECT_TRUE(msg_has_id(m, id)) TH_LOG("%s", dump(m));
+		json_decref(m);
+	}
+	/* The same connection still serves, the guest too. */
+	EXPECT_SERVING(c.sock);
+	out = guest_out(_metadata, &t, "echo same-connection");
+	EXPECT_STREQ("same-connection\n", out);
+	free(out);
+
+	/* A request just under the 1 MiB line limit is taken whole. */
+	{
+		size_t n = 700 * 1024;
+		char *data = malloc(n);
+
+		ASSERT_TRUE(data != NULL);
+		for (i = 0; i < n; i++)
+			data[i] = 'a' + i % 26;
+		m = api_ok(_metadata, &t, "fs.writeFile",
+			   json_pack("{s:s, s:o}", "path", "/tmp/near-limit",
+				     "data", b64_json(data, n)));
+		EXPECT_EQ(n, res_int(m, "size"));
+		json_decref(m);
+		free(data);
+		out = guest_out(_metadata, &t, "wc -c < /tmp/near-limit");
+		EXPECT_EQ(n, strtoul(out, NULL, 10));
+		free(out);
+	}
+	/* A line over it: -32600 (id null) and the connection closed. */
+	api_open(_metadata, &c, &b);
+	s = malloc(big);
+	ASSERT_TRUE(s != NULL);
+	memset(s, ' ', big);
+	s[0] = '{';
+	tc_send_raw(&b, s, big); /* may close before it read it all: EPIPE */
+	free(s);
+	m = tc_recv(&b, API_WAIT_MS, NULL);
+	ASSERT_TRUE(m != NULL);
+	EXPECT_EQ(API_E_INVALID_REQUEST, err_code(m));
+	EXPECT_TRUE(json_is_null(json_object_get(m, "id")));
+	json_decref(m);
+	m = tc_recv(&b, API_WAIT_MS, &eof);
+	EXPECT_TRUE(m == NULL);
+	EXPECT_TRUE(eof) TH_LOG("the connection should be closed");
+	json_decref(m);
+	tc_close(&b);
+	/* Half a request, then gone. */
+	api_open(_metadata, &c, &b);
+	lit = "{\"jsonrpc\":\"2.0\",\"id\":1,\"meth";
+	ASSERT_EQ(0, tc_send_raw(&b, lit, strlen(lit)));
+	tc_close(&b);
+
+	/*
+	 * A client that goes away mid-stream, reading nothing: an upload
+	 * half sent, a command running, a download and a chatty spawn.
+	 */
+	api_open(_metadata, &c, &b);
+	free(guest_out(_metadata, &t, "rm -f /tmp/yes.pid /tmp/sleep.pid"));
+	m = api_ok(_metadata, &b, "fs.writeFile",
+		   json_pack("{s:s, s:b}", "path", "/tmp/half", "stream", 1));
+	id = res_int(m, "stream");
+	json_decref(m);
+	json_decref(api_ok(_metadata, &b, "fs.write",
+			   json_pack("{s:I, s:o}", "stream", id, "data",
+				     b64_json("half", 4))));
+	ASSERT_EQ(0, tc_request(&b, ++last_id, "exec",
+				json_pack("{s:[s, s, s]}", "argv", "sh", "-c",
+					  "echo $$ > /tmp/sleep.pid; "
+					  "exec sleep 600")));
+	ASSERT_EQ(0, tc_request(&b, ++last_id, "fs.readFile",
+				json_pack("{s:s, s:b}", "path", "/dev/zero",
+					  "stream", 1)));
+	m = api_ok(_metadata, &b, "spawn",
+		   json_pack("{s:[s, s, s]}", "argv", "sh", "-c",
+			     "echo $$ > /tmp/yes.pid; exec yes kiln"));
+	json_decref(m);
+	pid_sleep = guest_pid_file(_metadata, &t, "/tmp/sleep.pid");
+	pid_yes = guest_pid_file(_metadata, &t, "/tmp/yes.pid");
+	ASSERT_LT(1, pid_sleep);
+	ASSERT_LT(1, pid_yes);
+	sleep_ms(1000); /* let the unread output pile up to the bound */
+	m = api_ok(_metadata, &t, "vm.status", NULL);
+	EXPECT_EQ(2, res_int(m, "clients"));
+	EXPECT_EQ(2, res_int(m, "streams"));  /* the upload, the spawn */
+	EXPECT_EQ(4, res_int(m, "requests")); /* and the exec, the download */
+	json_decref(m);
+	tc_close(&b);
+	EXPECT_TRUE(api_idle(_metadata, &t));
+	EXPECT_TRUE(guest_pid_dead(_metadata, &t, pid_sleep))
+	TH_LOG("pid %ld", pid_sleep);
+	EXPECT_TRUE(guest_pid_dead(_metadata, &t, pid_yes))
+	TH_LOG("pid %ld", pid_yes);
+
+	/* Everyone served still: a new connection, then this one. */
+	EXPECT_SERVING(c.sock);
+	for (i = 0; i < 100; i++) {
+		m = api_ok(_metadata, &t, "vm.status", NULL);
+		id = res_int(m, "clients");
+		json_decref(m);
+		if (id == 1)
+			break;
+		sleep_ms(100);
+	}
+	EXPECT_EQ(1, id) TH_LOG("clients left behind");
+	a = api_ok(_metadata, &t, "exec",
+		   json_pack("{s:[s, s, s]}", "argv", "sh", "-c", "exit 9"));
+	EXPECT_EQ(9, res_int(a, "exitCode"));
+	json_decref(a);
+	tc_close(&t);
+	vm_shutdown(_metadata, &c);
 }
 
 TEST_HARNESS_MAIN

@@ -19,13 +19,14 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 
+#include "selftests/jsonrpc_client.h"
 #include "selftests/kselftest.h"
 #include "selftests/spawn.h"
 #include "guest/agent/tlv.h"
 #include "vmm/api-base64.h"
 #include "vmm/api.h"
 
-#define WAIT_MS 10000 /* for any one answer */
+#define WAIT_MS TC_WAIT_MS /* for any one answer */
 
 static const char *agent_host_path(void)
 {
@@ -39,41 +40,6 @@ static const char *vmmctl_path(void)
 	const char *p = getenv("KILN_VMMCTL");
 
 	return p ? p : "build/vmmctl";
-}
-
-static uint64_t ms_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(unsigned int ms)
-{
-	struct timespec ts = { .tv_sec = ms / 1000,
-			       .tv_nsec = (ms % 1000) * 1000000L };
-
-	nanosleep(&ts, NULL);
-}
-
-static int unix_connect(const char *path, bool nonblock)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fd = socket(
-		AF_UNIX,
-		SOCK_STREAM | SOCK_CLOEXEC | (nonblock ? SOCK_NONBLOCK : 0), 0);
-
-	if (fd < 0)
-		return -errno;
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		int err = -errno;
-
-		close(fd);
-		return err;
-	}
-	return fd;
 }
 
 static int rm_one(const char *p, const struct stat *st, int flag,
@@ -101,198 +67,6 @@ static long vm_hwm_kib(void)
 	if (f)
 		fclose(f);
 	return kib;
-}
-
-/* ---- a test client ------------------------------------------------------- */
-
-struct tc {
-	int fd;
-	char *buf;
-	size_t len, cap;
-};
-
-static int tc_open(struct tc *t, const char *path)
-{
-	memset(t, 0, sizeof(*t));
-	t->fd = unix_connect(path, false);
-	return t->fd < 0 ? t->fd : 0;
-}
-
-static void tc_close(struct tc *t)
-{
-	if (t->fd >= 0)
-		close(t->fd);
-	free(t->buf);
-	memset(t, 0, sizeof(*t));
-	t->fd = -1;
-}
-
-static int tc_send_raw(struct tc *t, const void *p, size_t n)
-{
-	const char *c = p;
-	ssize_t w;
-
-	while (n) {
-		w = send(t->fd, c, n, MSG_NOSIGNAL);
-		if (w < 0)
-			return -errno;
-		c += w;
-		n -= w;
-	}
-	return 0;
-}
-
-/* A request line from a JSON value (stolen). */
-static int tc_send(struct tc *t, json_t *msg)
-{
-	char *s = json_dumps(msg, JSON_COMPACT);
-	int ret;
-
-	json_decref(msg);
-	if (!s)
-		return -ENOMEM;
-	ret = tc_send_raw(t, s, strlen(s));
-	ret = ret ?: tc_send_raw(t, "\n", 1);
-	free(s);
-	return ret;
-}
-
-static int tc_request(struct tc *t, json_int_t id, const char *method,
-		      json_t *params)
-{
-	return tc_send(t, json_pack("{s:s, s:I, s:s, s:o}", "jsonrpc", "2.0",
-				    "id", id, "method", method, "params",
-				    params ? params : json_object()));
-}
-
-/*
- * The next message, waiting at most timeout_ms; NULL on timeout, EOF
- * (*eof set) or junk.
- */
-static json_t *tc_recv(struct tc *t, int timeout_ms, bool *eof)
-{
-	uint64_t end = ms_now() + timeout_ms;
-	char *nl;
-	json_t *msg;
-
-	if (eof)
-		*eof = false;
-	for (;;) {
-		struct pollfd p = { .fd = t->fd, .events = POLLIN };
-		int64_t left = (int64_t)(end - ms_now());
-		ssize_t n;
-
-		nl = t->len ? memchr(t->buf, '\n', t->len) : NULL;
-		if (nl) {
-			msg = json_loadb(t->buf, nl - t->buf, 0, NULL);
-			t->len -= nl + 1 - t->buf;
-			memmove(t->buf, nl + 1, t->len);
-			return msg;
-		}
-		if (left <= 0 || poll(&p, 1, left) <= 0)
-			return NULL;
-		if (t->cap - t->len < 65536) {
-			t->cap = t->cap ? t->cap * 2 : 1 << 20;
-			t->buf = realloc(t->buf, t->cap);
-			if (!t->buf)
-				return NULL;
-		}
-		n = recv(t->fd, t->buf + t->len, 65536, 0);
-		if (n <= 0) {
-			if (eof)
-				*eof = true;
-			return NULL;
-		}
-		t->len += n;
-	}
-}
-
-static bool msg_has_id(json_t *msg, json_int_t id)
-{
-	json_t *v = json_object_get(msg, "id");
-
-	return json_is_integer(v) && json_integer_value(v) == id;
-}
-
-/* The answer to id; notifications before it are dropped. */
-static json_t *tc_wait(struct tc *t, json_int_t id)
-{
-	uint64_t end = ms_now() + WAIT_MS;
-	json_t *msg;
-
-	while (ms_now() < end) {
-		msg = tc_recv(t, end - ms_now(), NULL);
-		if (!msg)
-			return NULL;
-		if (msg_has_id(msg, id))
-			return msg;
-		json_decref(msg);
-	}
-	return NULL;
-}
-
-static json_t *tc_call(struct tc *t, json_int_t id, const char *method,
-		       json_t *params)
-{
-	if (tc_request(t, id, method, params))
-		return NULL;
-	return tc_wait(t, id);
-}
-
-static json_int_t err_code(json_t *msg)
-{
-	return json_integer_value(
-		json_object_get(json_object_get(msg, "error"), "code"));
-}
-
-static const char *err_errno(json_t *msg)
-{
-	return json_string_value(json_object_get(
-		json_object_get(json_object_get(msg, "error"), "data"),
-		"errno"));
-}
-
-static json_t *result(json_t *msg)
-{
-	return json_object_get(msg, "result");
-}
-
-static json_int_t res_int(json_t *msg, const char *key)
-{
-	return json_integer_value(json_object_get(result(msg), key));
-}
-
-/* A base64 field as a NUL-terminated string (malloc'ed). */
-static char *b64_str(json_t *obj, const char *key, size_t *len)
-{
-	json_t *v = json_object_get(obj, key);
-	char *out;
-	ssize_t n;
-
-	if (!json_is_string(v))
-		return NULL;
-	out = malloc(base64__decoded_max(json_string_length(v)) + 1);
-	n = base64__decode(json_string_value(v), json_string_length(v),
-			   (uint8_t *)out);
-	if (n < 0) {
-		free(out);
-		return NULL;
-	}
-	out[n] = '\0';
-	if (len)
-		*len = n;
-	return out;
-}
-
-static json_t *b64_json(const void *p, size_t n)
-{
-	char *s = malloc(base64__encoded_len(n) + 1);
-	json_t *j;
-
-	base64__encode(p, n, s);
-	j = json_string(s);
-	free(s);
-	return j;
 }
 
 /* ---- the server under test ----------------------------------------------- */
@@ -432,26 +206,6 @@ FIXTURE_TEARDOWN(srv)
 	tc_close(&self->t);
 	server_stop(&self->s);
 }
-
-/* Still serving: vm.status answers and a command runs. */
-#define EXPECT_SERVING(path)                                                 \
-	do {                                                                 \
-		struct tc __t;                                               \
-		json_t *__m;                                                 \
-		ASSERT_EQ(0, tc_open(&__t, path));                           \
-		__m = tc_call(&__t, 900, "vm.status", NULL);                 \
-		ASSERT_TRUE(__m != NULL);                                    \
-		EXPECT_STREQ("running", json_string_value(json_object_get(   \
-						result(__m), "state")));     \
-		json_decref(__m);                                            \
-		__m = tc_call(&__t, 901, "exec",                             \
-			      json_pack("{s:[s, s, s]}", "argv", "sh", "-c", \
-					"exit 5"));                          \
-		ASSERT_TRUE(__m != NULL);                                    \
-		EXPECT_EQ(5, res_int(__m, "exitCode"));                      \
-		json_decref(__m);                                            \
-		tc_close(&__t);                                              \
-	} while (0)
 
 TEST_F(srv, status_and_unknown_method)
 {
@@ -764,52 +518,6 @@ TEST_F_TIMEOUT(srv, concurrent_execs, 60)
 	}
 }
 
-/*
- * stream.* of one stream until its exit (the exit params) or until stdout
- * has until in it (NULL); stdout in out.
- */
-static json_t *collect_stream(struct tc *t, json_int_t stream, char *out,
-			      size_t cap, const char *until)
-{
-	uint64_t end = ms_now() + WAIT_MS;
-	size_t len = 0, n;
-	json_t *m, *p;
-	const char *method;
-	char *d;
-
-	out[0] = '\0';
-	while (ms_now() < end) {
-		m = tc_recv(t, end - ms_now(), NULL);
-		if (!m)
-			return NULL;
-		method = json_string_value(json_object_get(m, "method"));
-		p = json_object_get(m, "params");
-		if (!method || json_integer_value(json_object_get(
-				       p, "stream")) != stream) {
-			json_decref(m);
-			continue;
-		}
-		if (!strcmp(method, "stream.exit")) {
-			json_incref(p);
-			json_decref(m);
-			return p;
-		}
-		if (!strcmp(method, "stream.stdout")) {
-			d = b64_str(p, "data", &n);
-			if (d && len + n < cap) {
-				memcpy(out + len, d, n);
-				len += n;
-				out[len] = '\0';
-			}
-			free(d);
-		}
-		json_decref(m);
-		if (until && strstr(out, until))
-			return NULL;
-	}
-	return NULL;
-}
-
 TEST_F(srv, spawn_streams)
 {
 	char out[4096];
@@ -896,12 +604,6 @@ TEST_F(srv, pty_resize)
 	EXPECT_TRUE(strstr(out, "got-hi") != NULL) TH_LOG("output: %s", out);
 	EXPECT_EQ(0, json_integer_value(json_object_get(ex, "exitCode")));
 	json_decref(ex);
-}
-
-static json_t *fs_call(struct tc *t, json_int_t id, const char *method,
-		       const char *path)
-{
-	return tc_call(t, id, method, json_pack("{s:s}", "path", path));
 }
 
 TEST_F(srv, fs_ops)
