@@ -39,9 +39,15 @@ obj-y += devices/virtio/queue.o
 obj-y += devices/virtio/mmio.o
 obj-y += devices/virtio/blk.o
 obj-y += devices/virtio/vsock.o
+obj-y += devices/virtio/fs.o
+obj-y += devices/fs/fuse.o
 obj-y += devices/block/disk.o
+obj-y += devices/fs/virtual.o
+obj-y += devices/fs/memfs.o
+obj-y += devices/fs/passthrough.o
 obj-y += vmm/rootfs.o
 obj-y += vmm/control.o
+obj-y += vmm/mounts.o
 obj-y += bootloader/loader.o
 obj-y += bootloader/elf.o
 obj-y += bootloader/bzimage.o
@@ -67,8 +73,14 @@ unit-obj-y += devices/virtio/queue.o
 unit-obj-y += devices/virtio/mmio.o
 unit-obj-y += devices/virtio/blk.o
 unit-obj-y += devices/virtio/vsock.o
+unit-obj-y += devices/virtio/fs.o
+unit-obj-y += devices/fs/fuse.o
 unit-obj-y += devices/block/disk.o
+unit-obj-y += devices/fs/virtual.o
+unit-obj-y += devices/fs/memfs.o
+unit-obj-y += devices/fs/passthrough.o
 unit-obj-y += vmm/rootfs.o
+unit-obj-y += vmm/mounts.o
 unit-obj-y += vmm/api.o
 unit-obj-y += vmm/api-base64.o
 unit-obj-y += guest/agent/tlv.o
@@ -85,7 +97,7 @@ UNIT_OBJS := $(addprefix $(O)/obj/,$(unit-obj-y))
 VMMCTL_OBJS := $(addprefix $(O)/obj/,$(vmmctl-obj-y))
 
 .PHONY: all deps guest image run test bench clean selftests check-deps
-all: $(O)/vmm $(O)/vmmctl
+all: $(O)/vmm $(O)/vmmctl $(O)/tools/fs-example-server
 	@:
 
 $(O)/vmm: $(VMM_OBJS)
@@ -95,6 +107,15 @@ $(O)/vmm: $(VMM_OBJS)
 $(O)/vmmctl: $(VMMCTL_OBJS)
 	$(quiet) LD $@
 	$(Q)$(CC) $(HARDEN_LD) -o $@ $^ $(shell pkg-config --libs jansson)
+
+# The example server for virtual mounts (Documentation/virtual-fs.md),
+# which selftests/unit/fs_virtual.c runs.
+$(O)/tools/fs-example-server: tools/fs-example-server.c
+	$(quiet) CC $<
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) $(KILN_CFLAGS) $(CFLAGS) $(HARDEN_LD) -o $@ $<
+
+$(O)/selftests/fs_virtual: $(O)/tools/fs-example-server
 
 $(O)/selftests/%: selftests/unit/%.c $(UNIT_OBJS) selftests/kselftest.h selftests/fake_kernel.h selftests/spawn.h selftests/testutil.h selftests/jsonrpc_client.h
 	$(quiet) CC $<
@@ -111,27 +132,27 @@ $(O)/selftests/kvm_%: selftests/kvm/%.c selftests/kselftest.h selftests/kvm/kvm_
 selftests: $(unit-tests) $(kvm-tests) $(O)/vmm
 	@:
 
-# The guest side of the vsock KVM test: a static program, packed as an
-# extra initramfs archive (cat initramfs.cpio vsock-peer.cpio) with
-# /bin/vsock-peer. Deterministic like the guest's own archives. Helpers
-# live in selftests/helpers/, where run_all.sh does not take them for
-# suites.
-$(O)/selftests/helpers/vsock-peer: selftests/helpers/vsock-peer.c
+# The guest sides of KVM tests (vsock-peer, fs-probe): static programs,
+# each packed as an extra initramfs archive (cat initramfs.cpio X.cpio)
+# with /bin/X. Deterministic like the guest's own archives. Helpers live
+# in selftests/helpers/, where run_all.sh does not take them for suites.
+$(O)/selftests/helpers/%: selftests/helpers/%.c
 	$(quiet) CC $<
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CC) -std=gnu11 $(WARNINGS) -Werror -O2 -D_GNU_SOURCE -static \
 		-o $@ $<
 
-$(O)/selftests/helpers/vsock-peer.cpio: $(O)/selftests/helpers/vsock-peer
+.PRECIOUS: $(O)/selftests/helpers/%
+$(O)/selftests/helpers/%.cpio: $(O)/selftests/helpers/%
 	$(quiet) CPIO $@
 	$(Q)rm -rf $@.root && mkdir -p $@.root/bin
-	$(Q)install -m 0755 $< $@.root/bin/vsock-peer
-	$(Q)touch -h -d @0 $@.root/bin $@.root/bin/vsock-peer
-	$(Q)(cd $@.root && printf 'bin\nbin/vsock-peer\n' | \
+	$(Q)install -m 0755 $< $@.root/bin/$*
+	$(Q)touch -h -d @0 $@.root/bin $@.root/bin/$*
+	$(Q)(cd $@.root && printf 'bin\nbin/$*\n' | \
 		cpio --quiet -o -H newc --owner=0:0 --reproducible) >$@.tmp
 	$(Q)rm -rf $@.root && mv $@.tmp $@
 
-selftests: $(O)/selftests/helpers/vsock-peer.cpio
+selftests: $(O)/selftests/helpers/vsock-peer.cpio $(O)/selftests/helpers/fs-probe.cpio
 
 # The guest agent built as a host program on a Unix socket (--unix PATH),
 # which selftests/unit/agent.c runs; the guest links the same sources

@@ -121,7 +121,12 @@ int __must_check mptable__setup(const struct boot_mem *m, unsigned int ncpus,
 #define MPTABLE_NR_IRQS	    24U /* pins on KVM's in-kernel IOAPIC */
 
 /* initrd.c */
-int __must_check initrd__argv_archive(char *const argv[], uint8_t **out,
+/*
+ * The archive appended to the initrd: /kiln/argv from argv (none when
+ * NULL) and /kiln/mounts holding mounts (none when mounts_len is 0).
+ */
+int __must_check initrd__kiln_archive(char *const argv[], const void *mounts,
+				      size_t mounts_len, uint8_t **out,
 				      size_t *out_len);
 
 #endif

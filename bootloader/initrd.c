@@ -4,6 +4,8 @@
  * /kiln/argv, each argument NUL-terminated. The kernel unpacks concatenated
  * newc archives (Documentation/driver-api/early-userspace/buffer-format.rst),
  * so any argument bytes survive, with no command-line quoting or limit.
+ * The virtio-fs mounts ride along the same way as /kiln/mounts (tag, guest
+ * path and "ro"/"rw", each NUL-terminated, per mount).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -53,38 +55,45 @@ static void cpio_entry(struct cpio_buf *b, const char *name, unsigned int mode,
 	b->len += cpio_pad(b->len);
 }
 
-/* Leading pad so the archive starts 4-byte aligned after any initrd. */
-int initrd__argv_archive(char *const argv[], uint8_t **out, size_t *out_len)
+int initrd__kiln_archive(char *const argv[], const void *mounts,
+			 size_t mounts_len, uint8_t **out, size_t *out_len)
 {
 	struct cpio_buf b = { 0 };
 	size_t body_len = 0, off = 0;
 	char *body;
 	int i;
 
-	for (i = 0; argv[i]; i++) {
+	for (i = 0; argv && argv[i]; i++) {
 		body_len += strlen(argv[i]) + 1;
 		if (body_len > KILN_ARGV_MAX)
 			return -E2BIG;
 	}
+	if (mounts_len > KILN_ARGV_MAX)
+		return -E2BIG;
 	body = malloc(body_len ? body_len : 1);
 	if (!body)
 		return -ENOMEM;
-	for (i = 0; argv[i]; i++) {
+	for (i = 0; argv && argv[i]; i++) {
 		size_t n = strlen(argv[i]) + 1;
 
 		memcpy(body + off, argv[i], n);
 		off += n;
 	}
 
-	/* Three headers, three short names, the body, and padding. */
-	b.cap = 3 * (CPIO_HDR_LEN + 16 + CPIO_ALIGN * 2) + body_len;
+	/* Four headers, four short names, the bodies, and padding. */
+	b.cap = 4 * (CPIO_HDR_LEN + 16 + CPIO_ALIGN * 2) + body_len +
+		mounts_len;
 	b.data = malloc(b.cap);
 	if (!b.data) {
 		free(body);
 		return -ENOMEM;
 	}
 	cpio_entry(&b, "kiln", S_IFDIR | 0755, NULL, 0, 1);
-	cpio_entry(&b, "kiln/argv", S_IFREG | 0444, body, body_len, 2);
+	if (argv)
+		cpio_entry(&b, "kiln/argv", S_IFREG | 0444, body, body_len, 2);
+	if (mounts_len)
+		cpio_entry(&b, "kiln/mounts", S_IFREG | 0444, mounts,
+			   mounts_len, 3);
 	cpio_entry(&b, CPIO_TRAILER, 0, NULL, 0, 0);
 	free(body);
 

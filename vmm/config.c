@@ -42,6 +42,7 @@ void config__free(struct vm_config *c)
 	free_argv(c->argv);
 	free(c->rootfs.descriptor);
 	free(c->rootfs.state_path);
+	mounts__free(&c->mounts);
 	free(c->vsock.socket_path);
 	free(c->control_socket);
 	free(c->pid_file);
@@ -344,6 +345,8 @@ static int get_key(struct vm_config *c, const char *key, json_t *v, char *err,
 		return get_rootfs(c, v, err, len);
 	if (!strcmp(key, "vsock"))
 		return get_vsock(&c->vsock, v, err, len);
+	if (!strcmp(key, "mounts"))
+		return mounts__parse_json(&c->mounts, v, err, len);
 	if (!strcmp(key, "controlSocket"))
 		return get_string(v, key, &c->control_socket, err, len);
 	return errf(err, len, -EINVAL, "unknown key \"%s\"", key);
@@ -550,6 +553,9 @@ int config__validate(struct vm_config *c, char *err, size_t len)
 	if (ret)
 		return ret;
 	ret = validate_control(c, err, len);
+	if (ret)
+		return ret;
+	ret = mounts__validate(&c->mounts, err, len);
 	if (ret)
 		return ret;
 	return validate_rootfs(&c->rootfs, err, len);

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "vmm/log.h"
+#include "vmm/mounts.h"
 
 #define CONFIG_DEFAULT_CPUS    1U
 #define CONFIG_DEFAULT_MEM_MIB 256U
@@ -59,6 +60,7 @@ struct vm_config {
 	char **argv;	      /* command for the guest; NULL: none */
 	struct rootfs_config rootfs;
 	struct vsock_config vsock;
+	struct mounts_config mounts; /* virtio-fs (Documentation/virtio-fs.md) */
 	char *control_socket; /* JSON-RPC control API (api.md); NULL: none */
 	bool start;	/* `vmm start`: serve until shutdown, no command */
 	bool detach;	/* start: return once the guest agent is ready */

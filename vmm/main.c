@@ -23,7 +23,8 @@ static const char usage[] =
 	"N]\n"
 	"               [--memory MiB] [--rootfs DESC [--rootfs-mode M] "
 	"...]\n"
-	"               [--vsock-socket PATH [--vsock-cid N]]\n"
+	"               [--vsock-socket PATH [--vsock-cid N]] [--mount "
+	"SPEC]...\n"
 	"               [--no-seccomp] [--verbose] [-- COMMAND ARGS...]\n"
 	"       vmm run --config FILE.json [options] [-- COMMAND ARGS...]\n"
 	"       vmm start --control-socket PATH [--detach [--pid-file PATH]] "
@@ -63,6 +64,17 @@ static const char usage[] =
 	"                    connections to CID 2 port P go to PATH_P\n"
 	"  --vsock-cid N     the guest's vsock CID, 3 to 4294967294 (default "
 	"3)\n"
+	"  --mount GUEST_PATH=bind:DIR[:ro|:rw]\n"
+	"  --mount GUEST_PATH=memory[:MAXBYTES]\n"
+	"  --mount GUEST_PATH=virtual:SOCKET\n"
+	"                    virtio-fs: a host directory (confined beneath "
+	"DIR),\n"
+	"                    an in-memory file system, or one served by a "
+	"process\n"
+	"                    on SOCKET; mounted at GUEST_PATH before the "
+	"command runs\n"
+	"                    (masks and seeded files: --config, "
+	"Documentation/virtio-fs.md)\n"
 	"  --control-socket PATH\n"
 	"                    serve the JSON-RPC control API there (exec, "
 	"spawn, "
@@ -76,7 +88,7 @@ static const char usage[] =
 	"  --pid-file PATH   start --detach: write the VM process's pid there\n"
 	"  --config FILE     JSON settings: kernel, initrd, cmdline, cpus, "
 	"memoryMiB,\n"
-	"                    command, rootfs, vsock; options after it override "
+	"                    command, rootfs, vsock, mounts; options after it override "
 	"it\n"
 	"  --no-seccomp      do not filter the monitor's syscalls (debugging)\n"
 	"  -v, --verbose     debug messages on stderr\n"
@@ -107,6 +119,7 @@ enum {
 	OPT_CONTROL_SOCKET,
 	OPT_DETACH,
 	OPT_PID_FILE,
+	OPT_MOUNT,
 };
 
 static const struct option run_options[] = {
@@ -128,6 +141,7 @@ static const struct option run_options[] = {
 	{ "control-socket", required_argument, NULL, OPT_CONTROL_SOCKET },
 	{ "detach", no_argument, NULL, OPT_DETACH },
 	{ "pid-file", required_argument, NULL, OPT_PID_FILE },
+	{ "mount", required_argument, NULL, OPT_MOUNT },
 	{ "help", no_argument, NULL, OPT_HELP },
 	{ NULL, 0, NULL, 0 },
 };
@@ -253,6 +267,11 @@ static int apply_option(struct vm_config *cfg, int opt, const char *arg)
 		return 0;
 	case OPT_PID_FILE:
 		return set_string(&cfg->pid_file, arg);
+	case OPT_MOUNT:
+		ret = mounts__parse_cli(&cfg->mounts, arg, err, sizeof(err));
+		if (ret && ret != -ENOMEM)
+			pr_err("%s", err);
+		return ret;
 	case OPT_NO_SECCOMP:
 		cfg->seccomp = false;
 		return 0;

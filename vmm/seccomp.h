@@ -2,6 +2,8 @@
 #ifndef KILN_SECCOMP_H
 #define KILN_SECCOMP_H
 
+#include <stdbool.h>
+
 #include "vmm/log.h"
 
 /*
@@ -10,6 +12,15 @@
  * by all of them); anything else ends the process with a message naming
  * the system call (SIGSYS is caught for that) and status 125.
  */
-int __must_check seccomp__install(void);
+struct seccomp_needs {
+	/*
+	 * virtio-fs bind mounts: the *at() family beneath the shared
+	 * directories (devices/fs/passthrough.c). Only then is any of it
+	 * allowed; a VM without binds keeps the list above.
+	 */
+	bool fs_bind;
+};
+
+int __must_check seccomp__install(const struct seccomp_needs *needs);
 
 #endif

@@ -23,9 +23,12 @@
 #include "devices/block/disk.h"
 #include "devices/console.h"
 #include "devices/uart.h"
+#include "devices/fs/backend.h"
 #include "devices/virtio/blk.h"
+#include "devices/virtio/fs.h"
 #include "devices/virtio/mmio.h"
 #include "devices/virtio/vsock.h"
+#include "vmm/mounts.h"
 #include "vmm/seccomp.h"
 #include "vmm/vm.h"
 
@@ -86,6 +89,8 @@ static int root_cmdline(const struct vm *vm, char *buf, size_t len)
 		ret = declare_virtio(VIRTIO_SLOT_BLK, buf, len, &at);
 	if (!ret && (vm->cfg->vsock.socket_path || vm__has_agent(vm)))
 		ret = declare_virtio(VIRTIO_SLOT_VSOCK, buf, len, &at);
+	for (unsigned int i = 0; !ret && i < vm->cfg->mounts.nr; i++)
+		ret = declare_virtio(VIRTIO_SLOT_FS0 + i, buf, len, &at);
 	if (!ret && vm__has_agent(vm)) {
 		m = snprintf(buf + at, len - at, " kiln.agent=on");
 		if (m < 0 || (size_t)m >= len - at)
@@ -102,7 +107,7 @@ static int root_cmdline(const struct vm *vm, char *buf, size_t len)
 static int build_cmdline(struct vm *vm)
 {
 	const char *user = vm->cfg->cmdline;
-	char root[256];
+	char root[1024];
 	size_t len;
 	int ret;
 
@@ -178,11 +183,19 @@ static int image_init(struct vm *vm)
 	ret = open_initrd(vm);
 	if (ret)
 		return ret;
-	if (cfg->argv) {
-		ret = initrd__argv_archive(cfg->argv, &vm->argv_cpio,
-					   &vm->argv_cpio_len);
+	if (cfg->argv || cfg->mounts.nr) {
+		uint8_t *mounts = NULL;
+		size_t mounts_len = 0;
+
+		ret = mounts__manifest(&cfg->mounts, &mounts, &mounts_len);
+		if (!ret)
+			ret = initrd__kiln_archive(cfg->argv, mounts, mounts_len,
+						   &vm->argv_cpio,
+						   &vm->argv_cpio_len);
+		free(mounts);
 		if (ret) {
-			pr_err("command: %s", strerror(-ret));
+			pr_err("command and mounts archive: %s",
+			       strerror(-ret));
 			return ret;
 		}
 	}
@@ -210,6 +223,36 @@ static void image_exit(struct vm *vm)
 	vm->argv_cpio = NULL;
 	free(vm->cmdline);
 	vm->cmdline = NULL;
+}
+
+/* ---- step: mounts ------------------------------------------------------- */
+
+/*
+ * Each mount's host side (a directory opened, a server connected) before
+ * KVM is touched, like the disk: bad input fails here, once, by name.
+ */
+static int mounts_init(struct vm *vm)
+{
+	unsigned int i;
+	int ret;
+
+	for (i = 0; i < vm->cfg->mounts.nr; i++) {
+		/* The backend reports its own errors, naming the mount. */
+		ret = mounts__create_backend(&vm->cfg->mounts.m[i], i,
+					     &vm->fs_backend[i]);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+/* The backends no device took over (the build stopped before). */
+static void mounts_exit(struct vm *vm)
+{
+	for (unsigned int i = 0; i < MOUNTS_MAX; i++) {
+		fs_backend__destroy(vm->fs_backend[i]);
+		vm->fs_backend[i] = NULL;
+	}
 }
 
 /* ---- step: disk --------------------------------------------------------- */
@@ -592,6 +635,76 @@ static int vsock_init(struct vm *vm)
 	return ret;
 }
 
+/*
+ * How long the guest may cache names and attributes of a mount. Short: a
+ * bind's host side can change under it (the orchestrator edits the
+ * workspace), and a second is what virtiofsd's "auto" cache mode gives.
+ */
+#define VM_FS_ATTR_TIMEOUT_MS 1000U
+
+/* Mount index's virtio-fs device: its backend, slot and interrupt. */
+static int fs_init_one(struct vm *vm, unsigned int index)
+{
+	const struct mount_config *m = &vm->cfg->mounts.m[index];
+	const unsigned int slot = VIRTIO_SLOT_FS0 + index;
+	const unsigned int gsi = VIRTIO_FIRST_GSI + slot;
+	const uint64_t base = virtio_base(slot);
+	char *name = vm->fs_names[index], tag[16];
+	struct virtio_fs_params p = {
+		.name = vm->fs_names[index],
+		.tag = tag,
+		.nr_queues = vm->nr_vcpus < VIRTIO_FS_MAX_QUEUES ?
+				     vm->nr_vcpus :
+				     VIRTIO_FS_MAX_QUEUES,
+		.attr_timeout_ms = VM_FS_ATTR_TIMEOUT_MS,
+		.mem = &vm->mem,
+		.irq = { .set = irqfd_line,
+			 .opaque = &vm->fs_irq_fd[index],
+			 .gsi = gsi },
+	};
+	struct virtio_device *dev;
+	int ret;
+
+	snprintf(name, sizeof(vm->fs_names[index]), "virtio-fs%u", index);
+	mounts__tag(index, tag, sizeof(tag));
+	p.backend = vm->fs_backend[index];
+	ret = bind_irqfd(vm, &vm->fs_irq_fd[index], gsi);
+	if (ret) {
+		pr_err("%s: KVM_IRQFD: %s", name, strerror(-ret));
+		return ret;
+	}
+	ret = virtio_fs__create(&vm->fs[index], &p);
+	if (ret) {
+		pr_err("%s (%s): %s", name, m->guest_path, strerror(-ret));
+		return ret;
+	}
+	vm->fs_backend[index] = NULL; /* the device's from now on */
+	dev = virtio_fs__device(vm->fs[index]);
+	ret = bind_ioeventfds(vm, dev, base);
+	if (ret) {
+		pr_err("%s: KVM_IOEVENTFD: %s", name, strerror(-ret));
+		return ret;
+	}
+	ret = bus__register(&vm->mmio, base, VIRTIO_MMIO_WINDOW_SIZE,
+			    virtio_mmio__io, dev);
+	if (ret)
+		pr_err("%s: registering MMIO: %s", name, strerror(-ret));
+	return ret;
+}
+
+static int fs_init(struct vm *vm)
+{
+	unsigned int i;
+	int ret;
+
+	for (i = 0; i < vm->cfg->mounts.nr; i++) {
+		ret = fs_init_one(vm, i);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
 static int devices_init(struct vm *vm)
 {
 	struct irq_line com1 = { .set = vm__irq_line,
@@ -632,11 +745,20 @@ static int devices_init(struct vm *vm)
 	ret = blk_init(vm);
 	if (!ret)
 		ret = vsock_init(vm);
+	if (!ret)
+		ret = fs_init(vm);
 	return ret;
 }
 
 static void devices_exit(struct vm *vm)
 {
+	for (unsigned int i = 0; i < MOUNTS_MAX; i++) {
+		virtio_fs__destroy(vm->fs[i]);
+		vm->fs[i] = NULL;
+		if (vm->fs_irq_fd[i] >= 0)
+			close(vm->fs_irq_fd[i]);
+		vm->fs_irq_fd[i] = -1;
+	}
 	vsock__destroy(vm->vsock);
 	vm->vsock = NULL;
 	if (vm->vsock_irq_fd >= 0)
@@ -749,6 +871,7 @@ static const struct {
 } vm_steps[] = {
 	{ "image", image_init, image_exit },
 	{ "disk", disk_init, disk_exit },
+	{ "mounts", mounts_init, mounts_exit },
 	{ "kvm", kvm_init, kvm_exit },
 	{ "memory", memory_init, memory_exit },
 	{ "irqchip", irqchip_init, NULL }, /* goes with the VM fd */
@@ -793,6 +916,8 @@ int vm__create(struct vm **out, const struct vm_config *cfg)
 	vm->cfg = cfg;
 	vm->kvm_fd = vm->vm_fd = vm->initrd_fd = -1;
 	vm->event_fd = vm->space_fd = vm->blk_irq_fd = vm->vsock_irq_fd = -1;
+	for (i = 0; i < MOUNTS_MAX; i++)
+		vm->fs_irq_fd[i] = -1;
 	vm->ready_fd = vm->null_fd = -1;
 	vm->nr_vcpus = cfg->nr_cpus;
 	bus__init(&vm->pio, "pio", PIO_LIMIT);
@@ -1060,6 +1185,8 @@ static int exit_code(const struct vm *vm)
 /* Everything that needs syscalls the running monitor may not make. */
 static int prepare_run(struct vm *vm, int sig_fd, struct loop **l)
 {
+	struct seccomp_needs needs = { 0 };
+	unsigned int i;
 	int ret;
 
 	ret = vcpu__setup_kick();
@@ -1072,7 +1199,9 @@ static int prepare_run(struct vm *vm, int sig_fd, struct loop **l)
 		return ret;
 	if (!vm->cfg->seccomp)
 		return 0;
-	ret = seccomp__install();
+	for (i = 0; i < vm->cfg->mounts.nr; i++)
+		needs.fs_bind |= vm->cfg->mounts.m[i].type == MOUNT_BIND;
+	ret = seccomp__install(&needs);
 	if (ret)
 		pr_err("installing the seccomp filter: %s", strerror(-ret));
 	return ret;
@@ -1095,6 +1224,14 @@ static int start_devices(struct vm *vm)
 		ret = vsock__start(vm->vsock);
 		if (ret) {
 			pr_err("virtio-vsock0: starting its thread: %s",
+			       strerror(-ret));
+			return ret;
+		}
+	}
+	for (unsigned int i = 0; i < MOUNTS_MAX && vm->fs[i]; i++) {
+		ret = virtio_fs__start(vm->fs[i]);
+		if (ret) {
+			pr_err("%s: starting its thread: %s", vm->fs_names[i],
 			       strerror(-ret));
 			return ret;
 		}

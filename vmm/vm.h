@@ -41,17 +41,21 @@ struct disk;
 struct virtio_blk;
 struct api;
 struct vsock;
+struct virtio_fs;
+struct fs_backend;
 
 /*
  * Where virtio-mmio devices live: windows from VIRTIO_MMIO_BASE up, each
  * with an edge-triggered ISA interrupt from VIRTIO_FIRST_GSI (the UART
  * has 4; 5 and up are free on our board). Each device has a fixed slot,
- * whether or not the others are present: 0 virtio-blk, 1 virtio-vsock.
+ * whether or not the others are present: 0 virtio-blk, 1 virtio-vsock,
+ * 2 and up one virtio-fs device per mount (vmm/mounts.h).
  */
 #define VIRTIO_MMIO_BASE  0xd0000000ULL
 #define VIRTIO_FIRST_GSI  5U
 #define VIRTIO_SLOT_BLK	  0U
 #define VIRTIO_SLOT_VSOCK 1U
+#define VIRTIO_SLOT_FS0	  2U
 
 struct vm {
 	const struct vm_config *cfg;
@@ -91,6 +95,12 @@ struct vm {
 	/* virtio-vsock (--vsock-socket): the device, its interrupt. */
 	struct vsock *vsock;
 	int vsock_irq_fd;
+
+	/* virtio-fs (--mount): one device per mount, slot 2 + index. */
+	struct fs_backend *fs_backend[MOUNTS_MAX]; /* until a device has it */
+	struct virtio_fs *fs[MOUNTS_MAX];
+	int fs_irq_fd[MOUNTS_MAX];
+	char fs_names[MOUNTS_MAX][16]; /* "virtio-fs0" */
 
 	/* The control socket (--control-socket, vmm/control.c). */
 	struct api *api;

@@ -38,6 +38,7 @@
 
 #include "guest/agent/agent.h"
 #include "guest/agent/protocol.h"
+#include "guest/init/mounts.h"
 
 /*
  * Kiln's system device (devices/exit-dev.h): a byte to READY says the
@@ -922,6 +923,7 @@ static void enter_root(const struct kiln_params *p)
 int main(int argc, char **argv)
 {
 	struct agent_server agent = { .listen_fd = -1 };
+	struct init_mounts *fs_mounts;
 	struct kiln_params params;
 	char **cmd;
 	int status;
@@ -935,8 +937,12 @@ int main(int argc, char **argv)
 	setup_env(&params);
 	/* Before a switch: /kiln/argv is in the initramfs. */
 	cmd = command_argv(argc, argv);
+	fs_mounts = init_mounts__load();
 	if (root_wanted(&params))
 		enter_root(&params);
+	/* In the final root, before anything runs that may use them. */
+	if (init_mounts__mount(fs_mounts))
+		end_vm(STATUS_INIT_FAILED);
 	take_console();
 	/*
 	 * After the switch, so the agent's commands run in the real root.

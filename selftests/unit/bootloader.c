@@ -469,14 +469,32 @@ TEST(argv_archive)
 	size_t len;
 	const uint8_t *hit;
 
-	ASSERT_EQ(0, initrd__argv_archive(argv, &a, &len));
+	ASSERT_EQ(0, initrd__kiln_archive(argv, NULL, 0, &a, &len));
 	EXPECT_EQ(0U, len % 4);
 	EXPECT_EQ(0, memcmp(a, "070701", 6));
 	hit = memmem(a, len, "kiln/argv", 10);
 	ASSERT_TRUE(hit != NULL);
 	EXPECT_TRUE(memmem(a, len, body, sizeof(body) - 1) != NULL);
 	EXPECT_TRUE(memmem(a, len, "TRAILER!!!", 11) != NULL);
+	EXPECT_TRUE(memmem(a, len, "kiln/mounts", 11) == NULL);
 	free(a);
+}
+
+TEST(mounts_archive_without_a_command)
+{
+	static const char mounts[] = "kiln0\0/workspace\0rw\0";
+	uint8_t *a;
+	size_t len;
+
+	ASSERT_EQ(0, initrd__kiln_archive(NULL, mounts, sizeof(mounts) - 1, &a,
+					  &len));
+	EXPECT_EQ(0U, len % 4);
+	EXPECT_TRUE(memmem(a, len, "kiln/argv", 9) == NULL);
+	EXPECT_TRUE(memmem(a, len, "kiln/mounts", 12) != NULL);
+	EXPECT_TRUE(memmem(a, len, mounts, sizeof(mounts) - 1) != NULL);
+	free(a);
+	EXPECT_EQ(-E2BIG, initrd__kiln_archive(NULL, mounts, 2U << 20, &a,
+					      &len));
 }
 
 TEST(argv_archive_too_large)
@@ -489,7 +507,7 @@ TEST(argv_archive_too_large)
 	ASSERT_TRUE(big != NULL);
 	memset(big, 'x', (2 << 20) - 1);
 	big[(2 << 20) - 1] = 0;
-	EXPECT_EQ(-E2BIG, initrd__argv_archive(argv, &a, &len));
+	EXPECT_EQ(-E2BIG, initrd__kiln_archive(argv, NULL, 0, &a, &len));
 	free(big);
 }
 

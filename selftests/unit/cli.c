@@ -576,4 +576,68 @@ TEST_F(files, start_bad_input)
 	EXPECT_BAD_INPUT(&r, "control socket: empty path");
 }
 
+static void write_str(const char *path, const char *text)
+{
+	write_file(path, text, strlen(text));
+}
+
+/* --mount and "mounts": refused with the mount named, before KVM. */
+TEST_F(files, mount_bad_input)
+{
+	char missing[160], nosock[160], spec[200];
+	struct spawn_result r;
+
+#define RUN_MOUNT(...)                                                      \
+	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel,      \
+				  __VA_ARGS__, "--", "true", NULL },        \
+		NULL, &r)
+	RUN_MOUNT("--mount", "nothing");
+	EXPECT_BAD_INPUT(&r, "--mount nothing: expected GUEST_PATH=");
+	RUN_MOUNT("--mount", "rel=bind:/tmp:rw");
+	EXPECT_BAD_INPUT(&r, "mount \"rel\": guest path must be an absolute");
+	RUN_MOUNT("--mount", "/=bind:/tmp:rw");
+	EXPECT_BAD_INPUT(&r, "guest path cannot be /");
+	RUN_MOUNT("--mount", "/w/../x=bind:/tmp:rw");
+	EXPECT_BAD_INPUT(&r, "has a . or .. component");
+	RUN_MOUNT("--mount", "/w=bind:relative/dir");
+	EXPECT_BAD_INPUT(&r, "bind source \"relative/dir\" must be an "
+			     "absolute path");
+	RUN_MOUNT("--mount", "/w=memory:lots");
+	EXPECT_BAD_INPUT(&r, "memory size \"lots\" is not a byte count");
+	RUN_MOUNT("--mount", "/w=nfs:server");
+	EXPECT_BAD_INPUT(&r, "--mount /w=nfs:server: unknown source");
+	RUN_MOUNT("--mount", "/w=bind:/tmp", "--mount", "/w/=memory");
+	EXPECT_BAD_INPUT(&r, "mount /w: given twice");
+
+	/* Host sides that are not there: named by the backend. */
+	snprintf(missing, sizeof(missing), "%s/no-such-dir", self->dir);
+	snprintf(spec, sizeof(spec), "/w=bind:%s", missing);
+	RUN_MOUNT("--mount", spec);
+	EXPECT_BAD_INPUT(&r, missing);
+	snprintf(spec, sizeof(spec), "/w=bind:%s", self->text);
+	RUN_MOUNT("--mount", spec);
+	EXPECT_BAD_INPUT(&r, self->text);
+	snprintf(nosock, sizeof(nosock), "%s/no.sock", self->dir);
+	snprintf(spec, sizeof(spec), "/v=virtual:%s", nosock);
+	RUN_MOUNT("--mount", spec);
+	EXPECT_BAD_INPUT(&r, nosock);
+
+	/* JSON: unknown keys and types, by their full name. */
+	write_str(self->json, "{\"mounts\": {\"/w\": {\"bind\": {\"sorce\": \"/tmp\"}}}}");
+	RUN_MOUNT("--config", self->json);
+	EXPECT_BAD_INPUT(&r, "unknown key \"mounts[\"/w\"].bind.sorce\"");
+	write_str(self->json, "{\"mounts\": {\"/w\": {\"bind\": {\"source\": \"/tmp\", "
+		   "\"mask\": {\"paths\": [\"/x\"]}}}}}");
+	RUN_MOUNT("--config", self->json);
+	EXPECT_BAD_INPUT(&r, "needs mask.storage");
+	write_str(self->json, "{\"mounts\": {\"/m\": {\"memory\": {\"files\": "
+		   "{\"rel\": \"x\"}}}}}");
+	RUN_MOUNT("--config", self->json);
+	EXPECT_BAD_INPUT(&r, "memory file \"rel\" must be an absolute path");
+	write_str(self->json, "{\"mounts\": [\"/w\"]}");
+	RUN_MOUNT("--config", self->json);
+	EXPECT_BAD_INPUT(&r, "\"mounts\" must be an object");
+#undef RUN_MOUNT
+}
+
 TEST_HARNESS_MAIN

@@ -1,0 +1,47 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+#ifndef KILN_FS_PASSTHROUGH_H
+#define KILN_FS_PASSTHROUGH_H
+
+#include <stdbool.h>
+
+#include "devices/fs/backend.h"
+#include "vmm/log.h"
+
+/*
+ * The `bind` mount source: a host directory served to the guest, every
+ * name resolved one component at a time beneath it (openat2 with
+ * RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS, O_NOFOLLOW)
+ * so that nothing the guest sends, and no symlink a host process races in,
+ * reaches outside `source`. Design, guarantees and the ownership mapping:
+ * Documentation/virtio-fs.md ("bind").
+ *
+ * Masks: each mask path is absent from the guest's view of a read-only
+ * bind; in a read-write bind it is served from the same path beneath
+ * mask_storage instead, so nothing the guest does under it touches source.
+ */
+struct fs_bind_params {
+	const char *name;   /* for the log, e.g. "bind:/workspace"; copied */
+	const char *source; /* absolute host directory */
+	bool read_only;	    /* access "ro" */
+	/* absolute paths inside the bind ("/node_modules", "/.env") */
+	const char *const *mask_paths;
+	unsigned int nr_mask_paths;
+	/*
+	 * Absolute host directory: required iff !read_only and
+	 * nr_mask_paths > 0, NULL otherwise. Neither inside source nor
+	 * containing it.
+	 */
+	const char *mask_storage;
+};
+
+/*
+ * Checks p completely (each problem logged once, naming the path and why)
+ * and opens source and mask_storage: call it before the seccomp filter is
+ * installed. Afterwards the backend only uses *at() calls relative to
+ * the descriptors it holds. Answers 0 and *out, or -errno (*out NULL).
+ * Freed with fs_backend__destroy().
+ */
+int __must_check passthrough__create(struct fs_backend **out,
+				     const struct fs_bind_params *p);
+
+#endif
