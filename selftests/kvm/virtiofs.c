@@ -100,8 +100,8 @@ static void fsx_init(struct __test_metadata *_metadata, struct fsx *s)
 	ASSERT_EQ(0, mkdir(s->storage, 0755));
 	put_file(_metadata, s->outside, "secret", SECRET "\n");
 	probe_cpio(&g, probe, sizeof(probe));
-	ASSERT_EQ(0, access(probe, R_OK)) TH_LOG("%s missing: make selftests",
-						 probe);
+	ASSERT_EQ(0, access(probe, R_OK))
+	TH_LOG("%s missing: make selftests", probe);
 	snprintf(cmd, sizeof(cmd), "cat '%s' '%s' > '%s'", g.initrd, probe,
 		 s->initrd);
 	ASSERT_EQ(0, system(cmd));
@@ -234,11 +234,14 @@ TEST_TIMEOUT(bind_escapes_fail, BOOT_TIMEOUT)
 	rc.s = &s;
 	ASSERT_EQ(0, pthread_create(&t, NULL, race_symlinks, &rc));
 	FS_BOOT(&s, ARGS("--mount", s.opt),
-		"cat /w/abs /w/rel /w/../outside/secret /w/dir/../../outside/secret;"
+		"cat /w/abs /w/rel /w/../outside/secret "
+		"/w/dir/../../outside/secret;"
 		"ls -la /w/..; ln -s / /w/up; ls /w/up/; cat /w/up/secret;"
-		"ln -s ../../../.. /w/dots; ls /w/dots/; cat /w/dots/outside/secret;"
+		"ln -s ../../../.. /w/dots; ls /w/dots/; cat "
+		"/w/dots/outside/secret;"
 		"ln /w/dir/inside /tmp/hl; mv /w/dir/inside /escaped;"
-		"for i in $(seq 300); do cat /w/dir/secret /w/dir/inside; ls /w/dir;"
+		"for i in $(seq 300); do cat /w/dir/secret /w/dir/inside; ls "
+		"/w/dir;"
 		" echo x > /w/dir/new-$i; done 2>/dev/null | sort | uniq -c;"
 		"echo done",
 		&r);
@@ -306,8 +309,8 @@ TEST_TIMEOUT(bind_readonly_refuses_every_change, BOOT_TIMEOUT)
 	fsx_fini(&s);
 }
 
-static void write_config(struct __test_metadata *_metadata,
-			 const struct fsx *s, const char *mounts)
+static void write_config(struct __test_metadata *_metadata, const struct fsx *s,
+			 const char *mounts)
 {
 	FILE *f = fopen(s->config, "w");
 
@@ -357,7 +360,8 @@ TEST_TIMEOUT(bind_masks, BOOT_TIMEOUT * 2)
 	FS_BOOT(&s, ARGS("--config", s.config),
 		"set -e; cat /w/.env 2>/dev/null || echo no-env;"
 		"echo LOCAL=1 > /w/.env; cat /w/.env;"
-		"mkdir -p /w/node_modules/pkg; echo dep > /w/node_modules/pkg/i.js;"
+		"mkdir -p /w/node_modules/pkg; echo dep > "
+		"/w/node_modules/pkg/i.js;"
 		"ls /w/node_modules; echo edited > /w/app.js; echo done",
 		&r);
 	EXPECT_EQ(0, r.status);
@@ -392,7 +396,8 @@ TEST_TIMEOUT(memory_seed_and_limit, BOOT_TIMEOUT)
 		     "\"maxBytes\": \"1M\"}}}");
 	FS_BOOT(&s, ARGS("--config", s.config),
 		"cat /m/seed.txt /m/etc/conf/a.ini;"
-		"dd if=/dev/zero of=/m/big bs=64k count=32 2>&1 | grep -o 'No space.*';"
+		"dd if=/dev/zero of=/m/big bs=64k count=32 2>&1 | grep -o 'No "
+		"space.*';"
 		"rm /m/big; echo again > /m/after; cat /m/after;"
 		"ln /m/after /m/hl; mv /m/hl /m/seed.txt; cat /m/seed.txt;"
 		"echo links $(stat -c %h /m/after)",
@@ -463,7 +468,8 @@ TEST_TIMEOUT(virtual_server_serves_times_out_and_dies, BOOT_TIMEOUT * 3)
 	EXPECT_NE(NULL, strstr(r.out, "done"));
 
 	/* Answers slower than the timeout: EIO, and the VM goes on. */
-	srv = start_server(&s, ARGS("--delay-after", "20", "--delay-ms", "3000"));
+	srv = start_server(&s,
+			   ARGS("--delay-after", "20", "--delay-ms", "3000"));
 	snprintf(json, sizeof(json),
 		 "{\"/v\": {\"virtual\": {\"socket\": \"%s\", "
 		 "\"timeoutMs\": 500}}}",
@@ -512,6 +518,58 @@ TEST_TIMEOUT(eight_concurrent_writers, BOOT_TIMEOUT)
 		ASSERT_EQ(0, stat(path, &st));
 		EXPECT_EQ(4096 * 1024, st.st_size);
 	}
+	fsx_fini(&s);
+}
+
+/* The "done when": a real image builds a project in a bind. */
+TEST_TIMEOUT(debian_builds_a_project_in_a_bind, BOOT_TIMEOUT)
+{
+	char desc[300], cmd[600], buf[256];
+	struct spawn_result r;
+	struct guest g;
+	struct fsx s;
+	FILE *p;
+
+	fsx_init(_metadata, &s);
+	guest_paths(&g);
+	snprintf(desc, sizeof(desc), "%s/debian-12-agent.json", g.images);
+	ASSERT_EQ(0, access(desc, R_OK)) TH_LOG("%s missing: make image", desc);
+	put_file(_metadata, s.src, "calc.py",
+		 "def add(a, b):\n    return a + b\n");
+	put_file(
+		_metadata, s.src, "test_calc.py",
+		"import calc\nassert calc.add(2, 3) == 5\nprint('tests ok')\n");
+	snprintf(s.opt, sizeof(s.opt), "/workspace=bind:%s:rw", s.src);
+	BOOT_SPEC((&(struct boot_spec){
+			  .initrd = "",
+			  .opts = ARGS("--cpus", "2", "--rootfs", desc,
+				       "--mount", s.opt),
+			  .cmd = ARGS("bash", "-c",
+				      "set -e; cd /workspace; git init -q;"
+				      "git config user.email ci@kiln;"
+				      "git config user.name ci;"
+				      "python3 -m compileall -q .;"
+				      "python3 test_calc.py; git add -A;"
+				      "git commit -q -m 'built in the guest';"
+				      "git --no-pager log --format=%s;"
+				      "tar czf dist.tgz calc.py; echo done") }),
+		  &r);
+	EXPECT_EQ(0, r.status);
+	EXPECT_NE(NULL, strstr(r.out, "tests ok"));
+	EXPECT_NE(NULL, strstr(r.out, "built in the guest"));
+	EXPECT_NE(NULL, strstr(r.out, "done"));
+	/* The host has the repository, the bytecode and the archive. */
+	snprintf(cmd, sizeof(cmd),
+		 "git -C '%s' --no-pager log --format=%%s && "
+		 "ls '%s/__pycache__' && tar tzf '%s/dist.tgz'",
+		 s.src, s.src, s.src);
+	p = popen(cmd, "r");
+	ASSERT_NE(NULL, p);
+	buf[fread(buf, 1, sizeof(buf) - 1, p)] = '\0';
+	EXPECT_EQ(0, pclose(p));
+	EXPECT_NE(NULL, strstr(buf, "built in the guest"));
+	EXPECT_NE(NULL, strstr(buf, "calc.cpython-311.pyc"));
+	EXPECT_NE(NULL, strstr(buf, "calc.py\n"));
 	fsx_fini(&s);
 }
 
