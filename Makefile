@@ -8,6 +8,7 @@
 #   make test     deps + build + guest + image, then every selftest (unit + KVM)
 #   make bench    boot benchmark against QEMU microvm
 #   make bench-blk  block I/O benchmark (fio on the bench image) against QEMU microvm
+#   make bench-fs   virtio-fs benchmark (metadata, sequential MB/s) against QEMU microvm + virtiofsd
 #   make bench-agent  guest agent benchmark: exec round trip, stdout streaming, boot to agent ready
 #   V=1           show full commands
 
@@ -132,27 +133,44 @@ $(O)/selftests/kvm_%: selftests/kvm/%.c selftests/kselftest.h selftests/kvm/kvm_
 selftests: $(unit-tests) $(kvm-tests) $(O)/vmm
 	@:
 
-# The guest sides of KVM tests (vsock-peer, fs-probe): static programs,
-# each packed as an extra initramfs archive (cat initramfs.cpio X.cpio)
-# with /bin/X. Deterministic like the guest's own archives. Helpers live
-# in selftests/helpers/, where run_all.sh does not take them for suites.
-$(O)/selftests/helpers/%: selftests/helpers/%.c
+# The guest sides of KVM tests (vsock-peer, fs-probe) and of bench-fs:
+# static programs, each packed as an extra initramfs archive (cat
+# initramfs.cpio X.cpio) with /bin/X. Deterministic like the guest's own
+# archives. Helpers live in selftests/helpers/, where run_all.sh does not
+# take them for suites.
+define static_cc
 	$(quiet) CC $<
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CC) -std=gnu11 $(WARNINGS) -Werror -O2 -D_GNU_SOURCE -static \
 		-o $@ $<
+endef
+
+define bin_cpio
+	$(quiet) CPIO $@
+	$(Q)rm -rf $@.root && mkdir -p $@.root/bin
+	$(Q)install -m 0755 $< $@.root/bin/$(notdir $<)
+	$(Q)touch -h -d @0 $@.root/bin $@.root/bin/$(notdir $<)
+	$(Q)(cd $@.root && printf 'bin\nbin/$(notdir $<)\n' | \
+		cpio --quiet -o -H newc --owner=0:0 --reproducible) >$@.tmp
+	$(Q)rm -rf $@.root && mv $@.tmp $@
+endef
+
+$(O)/selftests/helpers/%: selftests/helpers/%.c
+	$(static_cc)
 
 .PRECIOUS: $(O)/selftests/helpers/%
 $(O)/selftests/helpers/%.cpio: $(O)/selftests/helpers/%
-	$(quiet) CPIO $@
-	$(Q)rm -rf $@.root && mkdir -p $@.root/bin
-	$(Q)install -m 0755 $< $@.root/bin/$*
-	$(Q)touch -h -d @0 $@.root/bin $@.root/bin/$*
-	$(Q)(cd $@.root && printf 'bin\nbin/$*\n' | \
-		cpio --quiet -o -H newc --owner=0:0 --reproducible) >$@.tmp
-	$(Q)rm -rf $@.root && mv $@.tmp $@
+	$(bin_cpio)
 
 selftests: $(O)/selftests/helpers/vsock-peer.cpio $(O)/selftests/helpers/fs-probe.cpio
+
+# The guest side of the virtio-fs benchmark (tools/bench-fs), built and
+# packed like the helpers above, as /bin/bench-fs-guest.
+$(O)/tools/bench-fs-guest: tools/bench-fs-guest.c
+	$(static_cc)
+
+$(O)/tools/bench-fs-guest.cpio: $(O)/tools/bench-fs-guest
+	$(bin_cpio)
 
 # The guest agent built as a host program on a Unix socket (--unix PATH),
 # which selftests/unit/agent.c runs; the guest links the same sources
@@ -210,6 +228,14 @@ bench-blk: deps
 	$(Q)$(MAKE) -f guest/guest.mk O=$(O)
 	$(Q)guest/images/build-debian.sh $(O) bench
 	$(Q)tools/bench-blk $(O)
+
+# virtio-fs: the guest program rides in an extra initramfs archive; QEMU's
+# side needs /usr/lib/qemu/virtiofsd (Debian's qemu-system-common).
+.PHONY: bench-fs
+bench-fs: deps
+	$(Q)$(MAKE) all $(O)/tools/bench-fs-guest.cpio
+	$(Q)$(MAKE) -f guest/guest.mk O=$(O)
+	$(Q)tools/bench-fs $(O)
 
 # Boots the kiln-test image (built by the guest step) with vmm start and
 # times the guest agent through the control socket.
