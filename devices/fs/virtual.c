@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "devices/fs/virtual.h"
+#include "vmm/worker.h"
 
 /*
  * At most this many requests are at the server, unanswered, at once; the
@@ -403,12 +404,8 @@ static void *relay_thread(void *arg)
 	struct virtual_fs *v = arg;
 	struct pollfd pfd[2];
 	uint64_t count;
-	sigset_t all;
 
-	sigfillset(&all);
-	/* Not SIGSYS: the seccomp trap must reach its handler and say why. */
-	sigdelset(&all, SIGSYS);
-	pthread_sigmask(SIG_BLOCK, &all, NULL);
+	worker__block_signals();
 
 	for (;;) {
 		struct vreq *done = NULL;

@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "devices/virtio/blk.h"
+#include "vmm/worker.h"
 
 #define BLK_QUEUE_SIZE	     128U	/* entries per queue, request slots */
 #define BLK_SEG_MAX	     126U	/* data segments; + header + status */
@@ -114,11 +115,8 @@ struct virtio_blk {
 
 	struct io_uring ring;
 	bool ring_ok;
-	int stop_fd;
-	uint64_t stop_buf;
+	struct worker worker;
 	bool stopping;
-	pthread_t thread;
-	bool started;
 	bool warned;	       /* one message for the device's life */
 	struct vq_chain chain; /* pop scratch, event loop only */
 };
@@ -284,8 +282,8 @@ static void arm_stop(struct virtio_blk *b)
 {
 	struct io_uring_sqe *sqe = get_sqe(b);
 
-	io_uring_prep_read(sqe, b->stop_fd, &b->stop_buf, sizeof(b->stop_buf),
-			   0);
+	io_uring_prep_read(sqe, b->worker.stop_fd, &b->worker.stop_buf,
+			   sizeof(b->worker.stop_buf), 0);
 	io_uring_sqe_set_data64(sqe, TAG_STOP);
 }
 
@@ -730,14 +728,9 @@ static void *blk_thread(void *arg)
 	struct virtio_blk *b = arg;
 	struct io_uring_cqe *cqe;
 	unsigned int head, seen;
-	sigset_t all;
 	int ret;
 
-	sigfillset(&all);
-	/* Not SIGSYS: the seccomp trap must reach its handler and say why. */
-	sigdelset(&all, SIGSYS);
-	pthread_sigmask(SIG_BLOCK, &all, NULL);
-
+	worker__block_signals();
 	virtio_device__lock(&b->vdev);
 	arm_stop(b);
 	for (unsigned int i = 0; i < b->nr_queues; i++)
@@ -784,15 +777,6 @@ static void blk_config_read(struct virtio_device *dev, unsigned int offset,
 	memcpy(data, (uint8_t *)&to_blk(dev)->config + offset, len);
 }
 
-/* A kick that came through the transport: wake the loop the same way. */
-static void blk_queue_notify(struct virtio_device *dev, unsigned int index)
-{
-	uint64_t one = 1;
-
-	if (write(dev->queues[index].kick_fd, &one, sizeof(one)) < 0)
-		pr_debug("%s: kick: %s", dev->name, strerror(errno));
-}
-
 /*
  * Called with the device lock held and the status already 0. I/O in
  * flight may still write into buffers the driver takes back once it reads
@@ -815,7 +799,7 @@ static void blk_reset(struct virtio_device *dev)
 
 static const struct virtio_device_ops blk_ops = {
 	.config_read = blk_config_read,
-	.queue_notify = blk_queue_notify,
+	.queue_notify = virtio_device__kick_eventfd,
 	.reset = blk_reset,
 };
 
@@ -875,7 +859,7 @@ int virtio_blk__create(struct virtio_blk **out,
 	b = calloc(1, sizeof(*b));
 	if (!b)
 		return -ENOMEM;
-	b->stop_fd = -1;
+	worker__init(&b->worker);
 	b->disk = p->disk;
 	pthread_cond_init(&b->idle, NULL);
 	b->idle_ok = true;
@@ -919,11 +903,9 @@ int virtio_blk__create(struct virtio_blk **out,
 			q->free = &q->reqs[j];
 		}
 	}
-	b->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (b->stop_fd < 0) {
-		ret = -errno;
+	ret = worker__open(&b->worker);
+	if (ret)
 		goto out_destroy;
-	}
 	up.cq_entries = cq_entries(b->nr_queues);
 	ret = io_uring_queue_init_params(BLK_SQ_ENTRIES, &b->ring, &up);
 	if (ret)
@@ -944,30 +926,17 @@ struct virtio_device *virtio_blk__device(struct virtio_blk *b)
 
 int virtio_blk__start(struct virtio_blk *b)
 {
-	int ret = pthread_create(&b->thread, NULL, blk_thread, b);
-
-	if (ret)
-		return -ret;
-	b->started = true;
-	return 0;
+	return worker__start(&b->worker, blk_thread, b);
 }
 
 void virtio_blk__destroy(struct virtio_blk *b)
 {
-	uint64_t one = 1;
-
 	if (!b)
 		return;
-	if (b->started) {
-		if (write(b->stop_fd, &one, sizeof(one)) < 0)
-			pr_debug("%s: stop: %s", b->vdev.name, strerror(errno));
-		pthread_join(b->thread, NULL);
-	}
+	worker__exit(&b->worker, b->vdev.name);
 	/* Waits for I/O in flight: it may still write into guest memory. */
 	if (b->ring_ok)
 		io_uring_queue_exit(&b->ring);
-	if (b->stop_fd >= 0)
-		close(b->stop_fd);
 	for (unsigned int i = 0; i < b->nr_queues; i++) {
 		free(b->queues[i].reqs);
 		if (b->vdev_ok && b->vqs[i].kick_fd >= 0)

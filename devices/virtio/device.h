@@ -209,4 +209,11 @@ void virtio_device__notify_config(struct virtio_device *dev);
  */
 void virtio_device__queue_notify(struct virtio_device *dev, unsigned int index);
 
+/*
+ * A queue_notify op for devices served by their own thread: adds one to
+ * the queue's kick_fd, the eventfd that thread waits on (and that KVM
+ * writes to directly when it is bound as an ioeventfd).
+ */
+void virtio_device__kick_eventfd(struct virtio_device *dev, unsigned int index);
+
 #endif

@@ -50,6 +50,7 @@
 
 #include "devices/fs/fuse.h"
 #include "devices/virtio/fs.h"
+#include "vmm/worker.h"
 
 #define FS_QUEUE_SIZE  128U /* entries per queue */
 #define FS_QUEUE_SLOTS 64U  /* requests in flight per queue */
@@ -104,13 +105,10 @@ struct virtio_fs {
 
 	struct io_uring ring;
 	bool ring_ok;
-	int stop_fd;
-	uint64_t stop_buf;
+	struct worker worker;
 	int wake_fd; /* a slot came back off the loop */
 	uint64_t wake_buf;
 	bool stopping;
-	pthread_t thread;
-	bool started;
 	bool joined; /* under the device lock */
 };
 
@@ -156,10 +154,7 @@ static void slot_free(struct fs_slot *slot)
 
 static void wake_loop(struct virtio_fs *f)
 {
-	uint64_t one = 1;
-
-	if (write(f->wake_fd, &one, sizeof(one)) < 0)
-		pr_debug("%s: wake: %s", f->vdev.name, strerror(errno));
+	worker__wake(f->wake_fd, f->vdev.name, "wake");
 }
 
 /* ---- what the FUSE server calls ----------------------------------------- */
@@ -201,7 +196,8 @@ static void fs_req_done(struct fuse_req *req, const void *reply, uint32_t len)
 	bool off_loop;
 
 	virtio_device__lock(&f->vdev);
-	off_loop = f->joined || !pthread_equal(pthread_self(), f->thread);
+	off_loop =
+		f->joined || !pthread_equal(pthread_self(), f->worker.thread);
 	/* A reset since the pop: the buffers are no longer the device's. */
 	if (slot->gen == f->gen) {
 		if (reply)
@@ -389,15 +385,10 @@ static void *fs_thread(void *arg)
 	struct io_uring_cqe *cqe;
 	unsigned int head, seen;
 	bool more = false;
-	sigset_t all;
 	int ret;
 
-	sigfillset(&all);
-	/* Not SIGSYS: the seccomp trap must reach its handler and say why. */
-	sigdelset(&all, SIGSYS);
-	pthread_sigmask(SIG_BLOCK, &all, NULL);
-
-	arm_read(f, f->stop_fd, &f->stop_buf, TAG_STOP);
+	worker__block_signals();
+	arm_read(f, f->worker.stop_fd, &f->worker.stop_buf, TAG_STOP);
 	arm_read(f, f->wake_fd, &f->wake_buf, TAG_WAKE);
 	for (unsigned int i = 0; i < f->nr_vqs; i++)
 		arm_kick(&f->queues[i]);
@@ -433,15 +424,6 @@ static void fs_config_read(struct virtio_device *dev, unsigned int offset,
 	memcpy(data, (uint8_t *)&to_fs(dev)->config + offset, len);
 }
 
-/* A kick that came through the transport: wake the loop the same way. */
-static void fs_queue_notify(struct virtio_device *dev, unsigned int index)
-{
-	uint64_t one = 1;
-
-	if (write(dev->queues[index].kick_fd, &one, sizeof(one)) < 0)
-		pr_debug("%s: kick: %s", dev->name, strerror(errno));
-}
-
 /*
  * Called with the device lock held and the status already 0. Requests on
  * the loop and I/O on the ring may still write into buffers the driver
@@ -464,7 +446,7 @@ static void fs_reset(struct virtio_device *dev)
 
 static const struct virtio_device_ops fs_ops = {
 	.config_read = fs_config_read,
-	.queue_notify = fs_queue_notify,
+	.queue_notify = virtio_device__kick_eventfd,
 	.reset = fs_reset,
 };
 
@@ -497,7 +479,7 @@ int virtio_fs__create(struct virtio_fs **out, const struct virtio_fs_params *p)
 	f = calloc(1, sizeof(*f));
 	if (!f)
 		return -ENOMEM;
-	f->stop_fd = -1;
+	worker__init(&f->worker);
 	f->wake_fd = -1;
 	pthread_cond_init(&f->idle, NULL);
 	f->idle_ok = true;
@@ -542,9 +524,11 @@ int virtio_fs__create(struct virtio_fs **out, const struct virtio_fs_params *p)
 			q->free = &q->slots[j];
 		}
 	}
-	f->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	ret = worker__open(&f->worker);
+	if (ret)
+		goto out_destroy;
 	f->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (f->stop_fd < 0 || f->wake_fd < 0) {
+	if (f->wake_fd < 0) {
 		ret = -errno;
 		goto out_destroy;
 	}
@@ -580,25 +564,14 @@ struct virtio_device *virtio_fs__device(struct virtio_fs *f)
 
 int virtio_fs__start(struct virtio_fs *f)
 {
-	int ret = pthread_create(&f->thread, NULL, fs_thread, f);
-
-	if (ret)
-		return -ret;
-	f->started = true;
-	return 0;
+	return worker__start(&f->worker, fs_thread, f);
 }
 
 void virtio_fs__destroy(struct virtio_fs *f)
 {
-	uint64_t one = 1;
-
 	if (!f)
 		return;
-	if (f->started) {
-		if (write(f->stop_fd, &one, sizeof(one)) < 0)
-			pr_debug("%s: stop: %s", f->vdev.name, strerror(errno));
-		pthread_join(f->thread, NULL);
-	}
+	worker__exit(&f->worker, f->vdev.name);
 	/* Waits for I/O in flight: it may still write into guest memory. */
 	if (f->ring_ok)
 		io_uring_queue_exit(&f->ring);
@@ -625,8 +598,6 @@ void virtio_fs__destroy(struct virtio_fs *f)
 			close(f->vqs[i].kick_fd);
 	}
 	fuse_server__destroy(f->server);
-	if (f->stop_fd >= 0)
-		close(f->stop_fd);
 	if (f->wake_fd >= 0)
 		close(f->wake_fd);
 	if (f->vdev_ok)

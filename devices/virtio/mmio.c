@@ -24,6 +24,7 @@
 #include <linux/virtio_ring.h>
 
 #include "devices/virtio/mmio.h"
+#include "vmm/worker.h"
 
 _Static_assert(VIRTIO_ISR_QUEUE == VIRTIO_MMIO_INT_VRING, "ISR bit");
 _Static_assert(VIRTIO_ISR_CONFIG == VIRTIO_MMIO_INT_CONFIG, "ISR bit");
@@ -300,6 +301,11 @@ void virtio_device__queue_notify(struct virtio_device *dev, unsigned int index)
 	pthread_mutex_lock(&dev->lock);
 	queue_notify_locked(dev, index);
 	pthread_mutex_unlock(&dev->lock);
+}
+
+void virtio_device__kick_eventfd(struct virtio_device *dev, unsigned int index)
+{
+	worker__wake(dev->queues[index].kick_fd, dev->name, "kick");
 }
 
 /*

@@ -57,6 +57,7 @@
 #include <unistd.h>
 
 #include "devices/virtio/vsock.h"
+#include "vmm/worker.h"
 
 #define VSOCK_QUEUE_SIZE 256U
 #define RXQ		 0U /* device to driver */
@@ -199,12 +200,10 @@ struct vsock {
 	int listen_fd;
 	int ep_fd;
 	int wake_fd;
-	int stop_fd;
 
 	struct io_uring ring;
 	bool ring_ok;
-	pthread_t thread;
-	bool started;
+	struct worker worker;
 
 	/* Streams handed over by other threads: their own lock. */
 	pthread_mutex_t attach_lock;
@@ -221,7 +220,7 @@ struct vsock {
 	bool wake, tick, tx_kick, tx_more, tx_stalled;
 	bool ep_armed, ep_ready, tick_armed, listen_ready, listen_retry;
 	bool pushed_rx, pushed_tx;
-	uint64_t kick_buf[2], wake_buf, stop_buf;
+	uint64_t kick_buf[2], wake_buf;
 	struct __kernel_timespec tick_ts;
 
 	struct list conns; /* every live connection, any state */
@@ -1556,16 +1555,11 @@ static void *vsock_thread(void *arg)
 	struct vsock *v = arg;
 	struct io_uring_cqe *cqe;
 	unsigned int head, seen;
-	sigset_t all;
 	int ret;
 
-	sigfillset(&all);
-	/* Not SIGSYS: the seccomp trap must reach its handler and say why. */
-	sigdelset(&all, SIGSYS);
-	pthread_sigmask(SIG_BLOCK, &all, NULL);
-
+	worker__block_signals();
 	virtio_device__lock(&v->vdev);
-	arm_read(v, v->stop_fd, &v->stop_buf, EV_STOP);
+	arm_read(v, v->worker.stop_fd, &v->worker.stop_buf, EV_STOP);
 	arm_read(v, v->wake_fd, &v->wake_buf, EV_WAKE);
 	arm_read(v, v->vqs[RXQ].kick_fd, &v->kick_buf[0], EV_RX_KICK);
 	arm_read(v, v->vqs[TXQ].kick_fd, &v->kick_buf[1], EV_TX_KICK);
@@ -1613,12 +1607,8 @@ static void vsock_config_read(struct virtio_device *dev, unsigned int offset,
 /* A kick that came through the transport: wake the loop the same way. */
 static void vsock_queue_notify(struct virtio_device *dev, unsigned int index)
 {
-	uint64_t one = 1;
-
-	if (index == EVQ) /* buffers for events we never send */
-		return;
-	if (write(dev->queues[index].kick_fd, &one, sizeof(one)) < 0)
-		pr_debug("%s: kick: %s", dev->name, strerror(errno));
+	if (index != EVQ) /* EVQ: buffers for events we never send */
+		virtio_device__kick_eventfd(dev, index);
 }
 
 /*
@@ -1629,13 +1619,11 @@ static void vsock_queue_notify(struct virtio_device *dev, unsigned int index)
 static void vsock_reset(struct virtio_device *dev)
 {
 	struct vsock *v = to_vsock(dev);
-	uint64_t one = 1;
 
 	v->reset_pending = true;
 	v->rx_held = false;
 	v->pushed_rx = v->pushed_tx = false;
-	if (write(v->wake_fd, &one, sizeof(one)) < 0)
-		pr_debug("%s: wake: %s", dev->name, strerror(errno));
+	worker__wake(v->wake_fd, dev->name, "wake");
 }
 
 static const struct virtio_device_ops vsock_ops = {
@@ -1715,7 +1703,8 @@ int vsock__create(struct vsock **out, const struct vsock_params *p)
 	v = calloc(1, sizeof(*v));
 	if (!v)
 		return -ENOMEM;
-	v->listen_fd = v->ep_fd = v->wake_fd = v->stop_fd = -1;
+	v->listen_fd = v->ep_fd = v->wake_fd = -1;
+	worker__init(&v->worker);
 	v->guest_cid = p->guest_cid;
 	v->config.guest_cid = htole64(p->guest_cid);
 	v->next_port = VSOCK_HOST_PORT_BASE;
@@ -1755,10 +1744,9 @@ int vsock__create(struct vsock **out, const struct vsock_params *p)
 	v->vqs[RXQ].kick_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	v->vqs[TXQ].kick_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	v->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	v->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	v->ep_fd = epoll_create1(EPOLL_CLOEXEC);
 	if (v->vqs[RXQ].kick_fd < 0 || v->vqs[TXQ].kick_fd < 0 ||
-	    v->wake_fd < 0 || v->stop_fd < 0 || v->ep_fd < 0) {
+	    v->wake_fd < 0 || v->ep_fd < 0) {
 		ret = -errno;
 		goto out_destroy;
 	}
@@ -1775,6 +1763,9 @@ int vsock__create(struct vsock **out, const struct vsock_params *p)
 	if (ret)
 		goto out_destroy;
 	v->ring_ok = true;
+	ret = worker__open(&v->worker);
+	if (ret)
+		goto out_destroy;
 	*out = v;
 	return 0;
 
@@ -1790,18 +1781,11 @@ struct virtio_device *vsock__device(struct vsock *v)
 
 int vsock__start(struct vsock *v)
 {
-	int ret = pthread_create(&v->thread, NULL, vsock_thread, v);
-
-	if (ret)
-		return -ret;
-	v->started = true;
-	return 0;
+	return worker__start(&v->worker, vsock_thread, v);
 }
 
 int vsock__attach_stream(struct vsock *v, int fd)
 {
-	uint64_t one = 1;
-
 	if (fd < 0)
 		return -EBADF;
 	pthread_mutex_lock(&v->attach_lock);
@@ -1812,8 +1796,7 @@ int vsock__attach_stream(struct vsock *v, int fd)
 	}
 	v->attach[v->nr_attach++] = fd;
 	pthread_mutex_unlock(&v->attach_lock);
-	if (write(v->wake_fd, &one, sizeof(one)) < 0)
-		pr_debug("%s: wake: %s", v->vdev.name, strerror(errno));
+	worker__wake(v->wake_fd, v->vdev.name, "wake");
 	return 0;
 }
 
@@ -1825,15 +1808,9 @@ static void close_fd(int fd)
 
 void vsock__destroy(struct vsock *v)
 {
-	uint64_t one = 1;
-
 	if (!v)
 		return;
-	if (v->started) {
-		if (write(v->stop_fd, &one, sizeof(one)) < 0)
-			pr_debug("%s: stop: %s", v->vdev.name, strerror(errno));
-		pthread_join(v->thread, NULL);
-	}
+	worker__exit(&v->worker, v->vdev.name);
 	if (v->ring_ok)
 		io_uring_queue_exit(&v->ring);
 	/* The thread is gone: the lists are ours. */
@@ -1854,7 +1831,6 @@ void vsock__destroy(struct vsock *v)
 	close_fd(v->listen_fd);
 	close_fd(v->ep_fd);
 	close_fd(v->wake_fd);
-	close_fd(v->stop_fd);
 	if (v->vdev_ok) {
 		close_fd(v->vqs[RXQ].kick_fd);
 		close_fd(v->vqs[TXQ].kick_fd);
