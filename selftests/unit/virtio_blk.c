@@ -39,6 +39,7 @@
 #include "devices/virtio/mmio.h"
 #include "selftests/kselftest.h"
 #include "selftests/testutil.h"
+#include "selftests/virtio_driver.h"
 
 #define BS	  DISK_BLOCK_SIZE
 #define NR_BLOCKS 512
@@ -56,8 +57,6 @@
 #define ZERO_MAX_SECTS (1U << 21)
 
 #define RAM_SIZE   (8 << 20)
-#define GUARD_SIZE 4096
-#define GUARD_BYTE 0xa5
 #define MAX_QUEUES 2
 
 /*
@@ -96,14 +95,6 @@
 
 #define CFG(field) \
 	(VIRTIO_MMIO_CONFIG + offsetof(struct virtio_blk_config, field))
-
-/* The interrupt line: the device's thread sets it, the test waits on it. */
-struct irq_rec {
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	int level;
-	unsigned int raises;
-};
 
 /* One piece of a request's data, in guest memory. */
 struct tseg {
@@ -153,13 +144,8 @@ struct tdev {
 	char state[128];
 	struct disk *disk;
 	struct virtio_blk *blk;
-	struct virtio_device *vdev;
+	struct vdrv d;
 	unsigned int nr_queues;
-	uint8_t *block; /* guard, RAM, guard */
-	uint8_t *ram;
-	struct guest_mem mem;
-	struct irq_rec irq;
-	uint64_t features; /* negotiated */
 	struct drvq q[MAX_QUEUES];
 	unsigned int bad_used;	       /* used entries that name no request */
 	unsigned long kicks, no_kicks; /* what the device asked for */
@@ -241,109 +227,15 @@ static void model_set(uint64_t *model, uint64_t block, uint64_t n,
 
 /* ---- guest memory and the interrupt line ---------------------------- */
 
-static void irq_set(void *opaque, unsigned int gsi, int level)
-{
-	struct irq_rec *r = opaque;
-
-	pthread_mutex_lock(&r->lock);
-	r->raises += level && !r->level;
-	r->level = level;
-	pthread_cond_broadcast(&r->cond);
-	pthread_mutex_unlock(&r->lock);
-}
-
-static unsigned int irq_raises(struct tdev *t)
-{
-	unsigned int n;
-
-	pthread_mutex_lock(&t->irq.lock);
-	n = t->irq.raises;
-	pthread_mutex_unlock(&t->irq.lock);
-	return n;
-}
-
-static bool guards_intact(const struct tdev *t)
-{
-	size_t i;
-
-	for (i = 0; i < GUARD_SIZE; i++)
-		if (t->block[i] != GUARD_BYTE ||
-		    t->block[GUARD_SIZE + RAM_SIZE + i] != GUARD_BYTE)
-			return false;
-	return true;
-}
-
-static uint16_t load16(const struct tdev *t, uint64_t gpa)
-{
-	return le16toh(__atomic_load_n((const uint16_t *)(t->ram + gpa),
-				       __ATOMIC_ACQUIRE));
-}
-
-static void store16(struct tdev *t, uint64_t gpa, uint16_t v)
-{
-	__atomic_store_n((uint16_t *)(t->ram + gpa), htole16(v),
-			 __ATOMIC_RELEASE);
-}
-
-static uint32_t get32(const struct tdev *t, uint64_t gpa)
-{
-	uint32_t v;
-
-	memcpy(&v, t->ram + gpa, sizeof(v));
-	return le32toh(v);
-}
-
-static long now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
-}
-
 /* ---- the fake driver: registers ------------------------------------- */
-
-static uint32_t rd32(struct tdev *t, uint64_t off)
-{
-	uint32_t v = 0xdeadbeef;
-
-	virtio_mmio__read(t->vdev, off, &v, sizeof(v));
-	return le32toh(v);
-}
-
-static void wr32(struct tdev *t, uint64_t off, uint32_t v)
-{
-	v = htole32(v);
-	virtio_mmio__write(t->vdev, off, &v, sizeof(v));
-}
 
 /* A config space read of len bytes, as a little-endian number. */
 static uint64_t rd(struct tdev *t, uint64_t off, unsigned int len)
 {
 	uint64_t v = 0;
 
-	virtio_mmio__read(t->vdev, off, &v, len);
+	virtio_mmio__read(t->d.vdev, off, &v, len);
 	return le64toh(v);
-}
-
-static uint32_t status(struct tdev *t)
-{
-	return rd32(t, VIRTIO_MMIO_STATUS);
-}
-
-static void add_status(struct tdev *t, uint32_t bits)
-{
-	wr32(t, VIRTIO_MMIO_STATUS, status(t) | bits);
-}
-
-static uint64_t device_features(struct tdev *t)
-{
-	uint64_t v;
-
-	wr32(t, VIRTIO_MMIO_DEVICE_FEATURES_SEL, 1);
-	v = (uint64_t)rd32(t, VIRTIO_MMIO_DEVICE_FEATURES) << 32;
-	wr32(t, VIRTIO_MMIO_DEVICE_FEATURES_SEL, 0);
-	return v | rd32(t, VIRTIO_MMIO_DEVICE_FEATURES);
 }
 
 static void setup_queue(struct tdev *t, unsigned int q, uint16_t size)
@@ -351,16 +243,8 @@ static void setup_queue(struct tdev *t, unsigned int q, uint16_t size)
 	struct drvq *dq = &t->q[q];
 	unsigned int i;
 
-	wr32(t, VIRTIO_MMIO_QUEUE_SEL, q);
-	wr32(t, VIRTIO_MMIO_QUEUE_NUM, size);
-	wr32(t, VIRTIO_MMIO_QUEUE_DESC_LOW, DESC_GPA(q));
-	wr32(t, VIRTIO_MMIO_QUEUE_DESC_HIGH, 0);
-	wr32(t, VIRTIO_MMIO_QUEUE_AVAIL_LOW, AVAIL_GPA(q));
-	wr32(t, VIRTIO_MMIO_QUEUE_AVAIL_HIGH, 0);
-	wr32(t, VIRTIO_MMIO_QUEUE_USED_LOW, USED_GPA(q));
-	wr32(t, VIRTIO_MMIO_QUEUE_USED_HIGH, 0);
-	wr32(t, VIRTIO_MMIO_QUEUE_READY, 1);
-
+	vdrv_setup_queue(&t->d, q, size, DESC_GPA(q), AVAIL_GPA(q),
+			 USED_GPA(q));
 	dq->size = size;
 	/* Popped from the end: heads come out 0, 1, 2, ... at first. */
 	for (i = 0; i < size; i++)
@@ -377,107 +261,43 @@ static uint32_t bring_up_with(struct tdev *t, uint64_t features, uint16_t qsize)
 {
 	unsigned int q;
 
-	wr32(t, VIRTIO_MMIO_STATUS, 0);
+	vdrv_wr32(&t->d, VIRTIO_MMIO_STATUS, 0);
 	memset(t->q, 0, sizeof(t->q));
 	for (q = 0; q < MAX_QUEUES; q++)
-		memset(t->ram + DESC_GPA(q), 0, 0x8000);
-	add_status(t, ST_ACK);
-	add_status(t, ST_DRIVER);
-	wr32(t, VIRTIO_MMIO_DRIVER_FEATURES_SEL, 1);
-	wr32(t, VIRTIO_MMIO_DRIVER_FEATURES, features >> 32);
-	wr32(t, VIRTIO_MMIO_DRIVER_FEATURES_SEL, 0);
-	wr32(t, VIRTIO_MMIO_DRIVER_FEATURES, (uint32_t)features);
-	add_status(t, ST_FEATURES);
-	if (!(status(t) & ST_FEATURES))
-		return status(t);
-	t->features = features;
+		memset(t->d.ram + DESC_GPA(q), 0, 0x8000);
+	if (!vdrv_negotiate(&t->d, features))
+		return vdrv_status(&t->d);
 	for (q = 0; q < t->nr_queues; q++)
 		setup_queue(t, q, qsize);
-	add_status(t, ST_DRIVER_OK);
-	return status(t);
+	vdrv_add_status(&t->d, ST_DRIVER_OK);
+	return vdrv_status(&t->d);
 }
 
 /* As Linux: take every feature offered, queues as large as allowed. */
 static uint32_t bring_up(struct tdev *t)
 {
-	return bring_up_with(t, device_features(t), QSIZE);
+	return bring_up_with(t, vdrv_device_features(&t->d), QSIZE);
 }
 
 /* The QueueNotify write, whether the device asked for it or not. */
 static void notify(struct tdev *t, unsigned int q)
 {
-	wr32(t, VIRTIO_MMIO_QUEUE_NOTIFY, q);
+	vdrv_wr32(&t->d, VIRTIO_MMIO_QUEUE_NOTIFY, q);
 }
 
-/*
- * virtqueue_kick(): notify only when the device asked for it, through
- * avail_event (EVENT_IDX) or VRING_USED_F_NO_NOTIFY. A device that
- * forgets to ask again before it idles loses the request.
- */
+/* virtqueue_kick(): notify only when the device asked for it. */
 static void kick(struct tdev *t, unsigned int q)
 {
 	struct drvq *dq = &t->q[q];
-	uint16_t old = dq->kicked, cur = dq->avail_idx;
-	bool need;
+	uint16_t old = dq->kicked;
 
-	dq->kicked = cur;
-	/* virtio_mb: our avail->idx before we read the device's wishes. */
-	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	if (t->features & FEAT(VIRTIO_RING_F_EVENT_IDX))
-		need = vring_need_event(
-			load16(t, USED_GPA(q) + 4 + 8 * dq->size), cur, old);
-	else
-		need = !(load16(t, USED_GPA(q)) & VRING_USED_F_NO_NOTIFY);
-	if (need) {
+	dq->kicked = dq->avail_idx;
+	if (vdrv_need_kick(&t->d, USED_GPA(q), dq->size, old, dq->avail_idx)) {
 		t->kicks++;
 		notify(t, q);
 	} else {
 		t->no_kicks++;
 	}
-}
-
-/*
- * Waits until ms from now for an interrupt and acknowledges it, as
- * vm_interrupt() would. The line stays high until acknowledged, so an
- * interrupt raised before the wait is not lost.
- */
-static void irq_wait(struct tdev *t, long ms)
-{
-	struct timespec ts;
-	int level;
-
-	if (ms <= 0)
-		return;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	ts.tv_sec += ms / 1000;
-	ts.tv_nsec += ms % 1000 * 1000000L;
-	ts.tv_sec += ts.tv_nsec / 1000000000L;
-	ts.tv_nsec %= 1000000000L;
-	pthread_mutex_lock(&t->irq.lock);
-	while (!t->irq.level)
-		if (pthread_cond_timedwait(&t->irq.cond, &t->irq.lock, &ts))
-			break;
-	level = t->irq.level;
-	pthread_mutex_unlock(&t->irq.lock);
-	if (level)
-		wr32(t, VIRTIO_MMIO_INTERRUPT_ACK,
-		     rd32(t, VIRTIO_MMIO_INTERRUPT_STATUS));
-}
-
-/*
- * Waits for the device to set bits in its status; false on timeout. Only
- * woken by interrupts: NEEDS_RESET must come with a config interrupt.
- */
-static bool wait_status(struct tdev *t, uint32_t bits)
-{
-	long deadline = now_ms() + TIMEOUT_MS;
-
-	while ((status(t) & bits) != bits) {
-		if (now_ms() >= deadline)
-			return false;
-		irq_wait(t, deadline - now_ms());
-	}
-	return true;
 }
 
 /* ---- the fake driver: requests -------------------------------------- */
@@ -533,7 +353,7 @@ static void zero_req(struct tdev *t, struct treq *r, uint32_t type,
 	};
 
 	req_init(r, type, 0);
-	memcpy(t->ram + gpa, &seg, sizeof(seg));
+	memcpy(t->d.ram + gpa, &seg, sizeof(seg));
 	req_data(r, gpa, sizeof(seg), 1, false);
 }
 
@@ -556,7 +376,7 @@ static void fill_data(struct tdev *t, const struct treq *r, uint64_t off,
 
 	for (i = 0; i < r->nr_segs; i++)
 		for (k = 0; k < r->segs[i].len; k++)
-			t->ram[r->segs[i].gpa + k] = pat(off++, seed);
+			t->d.ram[r->segs[i].gpa + k] = pat(off++, seed);
 }
 
 /* Bytes of the data that differ from the model's disk from off. */
@@ -571,7 +391,7 @@ static uint64_t check_data(const struct tdev *t, const struct treq *r,
 		for (k = 0; k < r->segs[i].len; k++, off++) {
 			uint64_t seed = model ? model[off / BS] : 0;
 
-			bad += t->ram[r->segs[i].gpa + k] != pat(off, seed);
+			bad += t->d.ram[r->segs[i].gpa + k] != pat(off, seed);
 		}
 	}
 	return bad;
@@ -582,7 +402,7 @@ static void fill_segs(struct tdev *t, const struct treq *r, uint8_t byte)
 	unsigned int i;
 
 	for (i = 0; i < r->nr_segs; i++)
-		memset(t->ram + r->segs[i].gpa, byte, r->segs[i].len);
+		memset(t->d.ram + r->segs[i].gpa, byte, r->segs[i].len);
 }
 
 /* Bytes of the data that are not byte. */
@@ -595,7 +415,7 @@ static uint64_t segs_not(const struct tdev *t, const struct treq *r,
 
 	for (i = 0; i < r->nr_segs; i++)
 		for (k = 0; k < r->segs[i].len; k++)
-			bad += t->ram[r->segs[i].gpa + k] != byte;
+			bad += t->d.ram[r->segs[i].gpa + k] != byte;
 	return bad;
 }
 
@@ -614,8 +434,8 @@ static void fill_gaps(struct tdev *t, const struct treq *r)
 
 	for (i = 0; i < r->nr_segs; i++)
 		if (has_gap(r, i))
-			memset(t->ram + r->segs[i].gpa + r->segs[i].len, CANARY,
-			       GAP);
+			memset(t->d.ram + r->segs[i].gpa + r->segs[i].len,
+			       CANARY, GAP);
 }
 
 static unsigned int gaps_hit(const struct tdev *t, const struct treq *r)
@@ -627,7 +447,7 @@ static unsigned int gaps_hit(const struct tdev *t, const struct treq *r)
 			continue;
 		k = i == r->nr_segs - 1 && r->status_in_data; /* status */
 		for (; k < GAP; k++)
-			bad += t->ram[r->segs[i].gpa + r->segs[i].len + k] !=
+			bad += t->d.ram[r->segs[i].gpa + r->segs[i].len + k] !=
 			       CANARY;
 	}
 	return bad;
@@ -646,11 +466,11 @@ static unsigned int build_chain(struct tdev *t, struct treq *r, uint64_t slot,
 	unsigned int i, n = 0;
 	uint32_t split = r->hdr_split;
 
-	memset(t->ram + slot, 0, SLOT_STATUS);
-	memcpy(t->ram + slot, &hdr, sizeof(hdr));
+	memset(t->d.ram + slot, 0, SLOT_STATUS);
+	memcpy(t->d.ram + slot, &hdr, sizeof(hdr));
 	if (merged) {
 		/* One descriptor: the header, the first data right after. */
-		memcpy(t->ram + r->segs[0].gpa - sizeof(hdr), &hdr,
+		memcpy(t->d.ram + r->segs[0].gpa - sizeof(hdr), &hdr,
 		       sizeof(hdr));
 		d[n++] = (struct vring_desc){
 			.addr = r->segs[0].gpa - sizeof(hdr),
@@ -682,7 +502,7 @@ static unsigned int build_chain(struct tdev *t, struct treq *r, uint64_t slot,
 					      .len = 1,
 					      .flags = VRING_DESC_F_WRITE };
 	}
-	t->ram[r->status_gpa] = STATUS_UNSET;
+	t->d.ram[r->status_gpa] = STATUS_UNSET;
 	return n;
 }
 
@@ -695,7 +515,7 @@ static void put_desc(struct tdev *t, uint64_t gpa, const struct vring_desc *d)
 		.next = htole16(d->next),
 	};
 
-	memcpy(t->ram + gpa, &le, sizeof(le));
+	memcpy(t->d.ram + gpa, &le, sizeof(le));
 }
 
 /* Makes head available on queue q (virtqueue_add + kick_prepare). */
@@ -703,12 +523,13 @@ static void publish(struct tdev *t, unsigned int q, uint16_t head)
 {
 	struct drvq *dq = &t->q[q];
 
-	store16(t, AVAIL_GPA(q) + 4 + 2 * (dq->avail_idx & (dq->size - 1)),
-		head);
+	vdrv_store16(&t->d,
+		     AVAIL_GPA(q) + 4 + 2 * (dq->avail_idx & (dq->size - 1)),
+		     head);
 	dq->avail_idx++;
 	/* The entry and its descriptors before the index (virtio_wmb). */
 	__atomic_thread_fence(__ATOMIC_RELEASE);
-	store16(t, AVAIL_GPA(q) + 2, dq->avail_idx);
+	vdrv_store16(&t->d, AVAIL_GPA(q) + 2, dq->avail_idx);
 }
 
 /*
@@ -780,11 +601,12 @@ static unsigned int reap(struct tdev *t, unsigned int q)
 	if (!dq->size)
 		return 0;
 	/* load16 is an acquire: the entries are read after the index. */
-	while ((used = load16(t, USED_GPA(q) + 2)) != dq->last_used) {
+	while ((used = vdrv_load16(&t->d, USED_GPA(q) + 2)) != dq->last_used) {
 		while (dq->last_used != used) {
 			uint64_t elem = USED_GPA(q) + 4 +
 					8 * (dq->last_used & (dq->size - 1));
-			uint32_t id = get32(t, elem), len = get32(t, elem + 4);
+			uint32_t id = vdrv_get32(&t->d, elem),
+				 len = vdrv_get32(&t->d, elem + 4);
 			struct treq *r = id < dq->size ? dq->req[id] : NULL;
 
 			dq->last_used++;
@@ -794,7 +616,7 @@ static unsigned int reap(struct tdev *t, unsigned int q)
 				continue;
 			}
 			r->used_len = len;
-			r->status = t->ram[r->status_gpa];
+			r->status = t->d.ram[r->status_gpa];
 			r->done = true;
 			dq->req[id] = NULL;
 			for (uint16_t i = id, k = 0; k < dq->ndesc[id]; k++) {
@@ -803,7 +625,8 @@ static unsigned int reap(struct tdev *t, unsigned int q)
 			}
 		}
 		/* EVENT_IDX: interrupt us for the next one (used_event). */
-		store16(t, AVAIL_GPA(q) + 4 + 2 * dq->size, dq->last_used);
+		vdrv_store16(&t->d, AVAIL_GPA(q) + 4 + 2 * dq->size,
+			     dq->last_used);
 		/*
 		 * virtio_mb: used_event before we look at used->idx again.
 		 * The device may have pushed and read the old used_event
@@ -838,15 +661,15 @@ static bool all_done(struct treq *r, unsigned int n)
  */
 static bool wait_done(struct tdev *t, struct treq *r, unsigned int n)
 {
-	long deadline = now_ms() + TIMEOUT_MS;
+	long deadline = vdrv_now_ms() + TIMEOUT_MS;
 
 	for (;;) {
 		reap_all(t);
 		if (all_done(r, n))
 			return true;
-		if (now_ms() >= deadline)
+		if (vdrv_now_ms() >= deadline)
 			return false;
-		irq_wait(t, deadline - now_ms());
+		vdrv_irq_wait(&t->d, deadline - vdrv_now_ms());
 	}
 }
 
@@ -891,8 +714,8 @@ static int tdev_open(struct tdev *t, const struct topts *o)
 		.name = "virtio-blk-test",
 		.serial = o->serial ? o->serial : SERIAL,
 		.nr_queues = o->nr_queues ? o->nr_queues : 1,
-		.mem = &t->mem,
-		.irq = { .set = irq_set, .opaque = &t->irq, .gsi = 7 },
+		.mem = &t->d.mem,
+		.irq = { .set = vdrv_irq_set, .opaque = &t->d.irq, .gsi = 7 },
 	};
 	int ret;
 
@@ -903,7 +726,7 @@ static int tdev_open(struct tdev *t, const struct topts *o)
 	ret = virtio_blk__create(&t->blk, &bp);
 	if (ret)
 		return ret;
-	t->vdev = virtio_blk__device(t->blk);
+	t->d.vdev = virtio_blk__device(t->blk);
 	t->nr_queues = bp.nr_queues;
 	return virtio_blk__start(t->blk);
 }
@@ -912,7 +735,7 @@ static void tdev_close(struct tdev *t)
 {
 	virtio_blk__destroy(t->blk);
 	t->blk = NULL;
-	t->vdev = NULL;
+	t->d.vdev = NULL;
 	disk__close(t->disk);
 	t->disk = NULL;
 }
@@ -925,27 +748,13 @@ FIXTURE(blk)
 FIXTURE_SETUP(blk)
 {
 	struct tdev *t = &self->t;
-	pthread_condattr_t ca;
 
 	strcpy(t->dir, "/tmp/kiln-vblk-XXXXXX");
 	ASSERT_NE(NULL, mkdtemp(t->dir));
 	snprintf(t->base, sizeof(t->base), "%s/base.img", t->dir);
 	snprintf(t->state, sizeof(t->state), "%s/state", t->dir);
 	ASSERT_EQ(0, write_base(t->base));
-
-	t->block = aligned_alloc(4096, GUARD_SIZE + RAM_SIZE + GUARD_SIZE);
-	ASSERT_NE(NULL, t->block);
-	memset(t->block, GUARD_BYTE, GUARD_SIZE + RAM_SIZE + GUARD_SIZE);
-	t->ram = t->block + GUARD_SIZE;
-	memset(t->ram, 0, RAM_SIZE);
-	guest_mem__init(&t->mem);
-	ASSERT_EQ(0, guest_mem__add(&t->mem, 0, RAM_SIZE, t->ram));
-
-	pthread_mutex_init(&t->irq.lock, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&t->irq.cond, &ca);
-	pthread_condattr_destroy(&ca);
+	ASSERT_EQ(0, vdrv_init(&t->d, RAM_SIZE));
 }
 
 FIXTURE_TEARDOWN(blk)
@@ -956,8 +765,7 @@ FIXTURE_TEARDOWN(blk)
 
 	/* The device's thread goes first: it may still use guest memory. */
 	tdev_close(t);
-	free(t->block);
-	t->block = NULL;
+	vdrv_exit(&t->d);
 	dir = opendir(t->dir);
 	if (!dir)
 		return;
@@ -990,7 +798,7 @@ TEST_F(blk, create_rejects)
 	};
 	struct virtio_blk_params bp = {
 		.nr_queues = 1,
-		.mem = &t->mem,
+		.mem = &t->d.mem,
 	};
 	struct virtio_blk *b = NULL;
 
@@ -1006,12 +814,12 @@ TEST_F(blk, create_rejects)
 	EXPECT_NE(0, virtio_blk__create(&b, &bp));
 
 	/* The most queues; destroyed without ever starting; NULL. */
-	bp.mem = &t->mem;
+	bp.mem = &t->d.mem;
 	bp.nr_queues = VIRTIO_BLK_MAX_QUEUES;
 	ASSERT_EQ(0, virtio_blk__create(&b, &bp));
-	t->vdev = virtio_blk__device(b);
+	t->d.vdev = virtio_blk__device(b);
 	EXPECT_EQ(VIRTIO_BLK_MAX_QUEUES, rd(t, CFG(num_queues), 2));
-	t->vdev = NULL;
+	t->d.vdev = NULL;
 	virtio_blk__destroy(b);
 	virtio_blk__destroy(NULL);
 }
@@ -1023,11 +831,11 @@ TEST_F(blk, config_writable)
 
 	ASSERT_EQ(0, tdev_open(t, &(struct topts){ .mode = DISK_EPHEMERAL,
 						   .nr_queues = 2 }));
-	EXPECT_EQ(0x74726976, rd32(t, VIRTIO_MMIO_MAGIC_VALUE));
-	EXPECT_EQ(2, rd32(t, VIRTIO_MMIO_VERSION));
-	EXPECT_EQ(VIRTIO_ID_BLOCK, rd32(t, VIRTIO_MMIO_DEVICE_ID));
+	EXPECT_EQ(0x74726976, vdrv_rd32(&t->d, VIRTIO_MMIO_MAGIC_VALUE));
+	EXPECT_EQ(2, vdrv_rd32(&t->d, VIRTIO_MMIO_VERSION));
+	EXPECT_EQ(VIRTIO_ID_BLOCK, vdrv_rd32(&t->d, VIRTIO_MMIO_DEVICE_ID));
 
-	f = device_features(t);
+	f = vdrv_device_features(&t->d);
 	EXPECT_TRUE(f & FEAT(VIRTIO_F_VERSION_1));
 	EXPECT_TRUE(f & FEAT(VIRTIO_RING_F_INDIRECT_DESC));
 	EXPECT_TRUE(f & FEAT(VIRTIO_RING_F_EVENT_IDX));
@@ -1060,12 +868,13 @@ TEST_F(blk, config_writable)
 	EXPECT_EQ(0, rd(t, VIRTIO_MMIO_CONFIG + 0x200, 4));
 
 	/* Two queues of QSIZE, no third. */
-	wr32(t, VIRTIO_MMIO_QUEUE_SEL, 1);
-	EXPECT_EQ(QSIZE, rd32(t, VIRTIO_MMIO_QUEUE_NUM_MAX));
-	wr32(t, VIRTIO_MMIO_QUEUE_SEL, 2);
-	EXPECT_EQ(0, rd32(t, VIRTIO_MMIO_QUEUE_NUM_MAX));
+	vdrv_wr32(&t->d, VIRTIO_MMIO_QUEUE_SEL, 1);
+	EXPECT_EQ(QSIZE, vdrv_rd32(&t->d, VIRTIO_MMIO_QUEUE_NUM_MAX));
+	vdrv_wr32(&t->d, VIRTIO_MMIO_QUEUE_SEL, 2);
+	EXPECT_EQ(0, vdrv_rd32(&t->d, VIRTIO_MMIO_QUEUE_NUM_MAX));
 	ASSERT_EQ(ST_LIVE, bring_up(t));
-	EXPECT_TRUE(virtio_device__has_feature(t->vdev, VIRTIO_BLK_F_DISCARD));
+	EXPECT_TRUE(
+		virtio_device__has_feature(t->d.vdev, VIRTIO_BLK_F_DISCARD));
 }
 
 TEST_F(blk, config_readonly)
@@ -1075,15 +884,15 @@ TEST_F(blk, config_readonly)
 	uint64_t f;
 
 	ASSERT_EQ(0, tdev_open(t, &(struct topts){ .mode = DISK_READONLY }));
-	f = device_features(t);
+	f = vdrv_device_features(&t->d);
 	EXPECT_TRUE(f & FEAT(VIRTIO_BLK_F_RO));
 	EXPECT_FALSE(f & FEAT(VIRTIO_BLK_F_DISCARD));
 	EXPECT_FALSE(f & FEAT(VIRTIO_BLK_F_WRITE_ZEROES));
 	EXPECT_TRUE(f & FEAT(VIRTIO_F_VERSION_1));
 	EXPECT_EQ(CAPACITY, rd(t, CFG(capacity), 8));
 	EXPECT_EQ(1, rd(t, CFG(num_queues), 2));
-	wr32(t, VIRTIO_MMIO_QUEUE_SEL, 1);
-	EXPECT_EQ(0, rd32(t, VIRTIO_MMIO_QUEUE_NUM_MAX));
+	vdrv_wr32(&t->d, VIRTIO_MMIO_QUEUE_SEL, 1);
+	EXPECT_EQ(0, vdrv_rd32(&t->d, VIRTIO_MMIO_QUEUE_NUM_MAX));
 
 	/* A driver asking for what was not offered is refused. */
 	EXPECT_EQ(ST_ACK | ST_DRIVER,
@@ -1111,7 +920,7 @@ TEST_F(blk, read_base)
 	EXPECT_EQ(BS + 1, r->used_len);
 	EXPECT_EQ(0, check_data(t, r, 0, NULL));
 	EXPECT_EQ(0, t->bad_used);
-	raises = irq_raises(t);
+	raises = vdrv_irq_raises(&t->d);
 	EXPECT_LT(0, raises);
 
 	/* Eight blocks in seven uneven, scattered segments. */
@@ -1160,8 +969,8 @@ TEST_F(blk, read_base)
 	EXPECT_EQ(1, r->used_len);
 
 	EXPECT_EQ(0, t->bad_used);
-	EXPECT_EQ(0, status(t) & ST_NEEDS_RST);
-	EXPECT_TRUE(guards_intact(t));
+	EXPECT_EQ(0, vdrv_status(&t->d) & ST_NEEDS_RST);
+	EXPECT_TRUE(vdrv_guards_intact(&t->d));
 	EXPECT_TRUE(base_unchanged(t));
 }
 
@@ -1250,7 +1059,7 @@ TEST_F(blk, write_read_back)
 	EXPECT_EQ(DISK_SIZE, disk__dirty_bytes(t->disk));
 
 	EXPECT_EQ(0, t->bad_used);
-	EXPECT_TRUE(guards_intact(t));
+	EXPECT_TRUE(vdrv_guards_intact(&t->d));
 	EXPECT_TRUE(base_unchanged(t));
 }
 
@@ -1310,23 +1119,23 @@ TEST_F(blk, flush_get_id_unsupported)
 	fill_segs(t, r, 0xcc);
 	ASSERT_EQ(VIRTIO_BLK_S_OK, run(t, 0, r));
 	EXPECT_EQ(VIRTIO_BLK_ID_BYTES + 1, r->used_len);
-	EXPECT_EQ(0, memcmp(t->ram + DATA_GPA, SERIAL, VIRTIO_BLK_ID_BYTES));
+	EXPECT_EQ(0, memcmp(t->d.ram + DATA_GPA, SERIAL, VIRTIO_BLK_ID_BYTES));
 	for (i = VIRTIO_BLK_ID_BYTES; i < 64; i++)
-		EXPECT_EQ(0xcc, t->ram[DATA_GPA + i]) TH_LOG("byte %u", i);
+		EXPECT_EQ(0xcc, t->d.ram[DATA_GPA + i]) TH_LOG("byte %u", i);
 
 	/* A short buffer gets what fits; three segments are fine. */
 	req_init(r, VIRTIO_BLK_T_GET_ID, 0);
 	req_data(r, DATA_GPA, 8, 1, false);
-	memset(t->ram + DATA_GPA, 0xcc, 64);
+	memset(t->d.ram + DATA_GPA, 0xcc, 64);
 	ASSERT_EQ(VIRTIO_BLK_S_OK, run(t, 0, r));
 	EXPECT_EQ(9, r->used_len);
-	EXPECT_EQ(0, memcmp(t->ram + DATA_GPA, SERIAL, 8));
-	EXPECT_EQ(0xcc, t->ram[DATA_GPA + 8]);
+	EXPECT_EQ(0, memcmp(t->d.ram + DATA_GPA, SERIAL, 8));
+	EXPECT_EQ(0xcc, t->d.ram[DATA_GPA + 8]);
 	req_init(r, VIRTIO_BLK_T_GET_ID, 0);
 	req_data(r, DATA_GPA, VIRTIO_BLK_ID_BYTES, 3, true);
 	ASSERT_EQ(VIRTIO_BLK_S_OK, run(t, 0, r));
 	EXPECT_EQ(VIRTIO_BLK_ID_BYTES + 1, r->used_len);
-	EXPECT_EQ(0, memcmp(t->ram + DATA_GPA, SERIAL, r->segs[0].len));
+	EXPECT_EQ(0, memcmp(t->d.ram + DATA_GPA, SERIAL, r->segs[0].len));
 
 	for (i = 0; i < ARRAY_SIZE(bad_types); i++) {
 		req_init(r, bad_types[i], 0);
@@ -1346,10 +1155,10 @@ TEST_F(blk, flush_get_id_unsupported)
 	fill_segs(t, r, 0xcc);
 	ASSERT_EQ(VIRTIO_BLK_S_OK, run(t, 0, r));
 	EXPECT_EQ(VIRTIO_BLK_ID_BYTES + 1, r->used_len);
-	EXPECT_EQ(0, memcmp(t->ram + DATA_GPA, "abc", 3));
+	EXPECT_EQ(0, memcmp(t->d.ram + DATA_GPA, "abc", 3));
 	for (i = 3; i < VIRTIO_BLK_ID_BYTES; i++)
-		EXPECT_EQ(0, t->ram[DATA_GPA + i]);
-	EXPECT_EQ(0xcc, t->ram[DATA_GPA + VIRTIO_BLK_ID_BYTES]);
+		EXPECT_EQ(0, t->d.ram[DATA_GPA + i]);
+	EXPECT_EQ(0xcc, t->d.ram[DATA_GPA + VIRTIO_BLK_ID_BYTES]);
 }
 
 TEST_F(blk, discard_write_zeroes)
@@ -1518,7 +1327,7 @@ TEST_F(blk, large_disk)
 		uint64_t off = (5ULL << 30) + i;
 		uint8_t want = i >= BS && i < 3 * BS ? pat(off, 31) : 0;
 
-		if (t->ram[DATA_GPA + i] != want)
+		if (t->d.ram[DATA_GPA + i] != want)
 			break;
 	}
 	EXPECT_EQ(4 * BS, i);
@@ -1625,7 +1434,7 @@ TEST_F(blk, invalid_requests)
 	}
 	/* Two segments (max_discard_seg is 1), or half of one. */
 	zero_req(t, r, VIRTIO_BLK_T_DISCARD, DATA_GPA, 0, SPB, 0);
-	memcpy(t->ram + DATA_GPA + 16, t->ram + DATA_GPA, 16);
+	memcpy(t->d.ram + DATA_GPA + 16, t->d.ram + DATA_GPA, 16);
 	req_data(r, DATA_GPA, 32, 2, false);
 	EXPECT_EQ(VIRTIO_BLK_S_IOERR, run(t, 0, r));
 	req_data(r, DATA_GPA, 8, 1, false);
@@ -1640,9 +1449,9 @@ TEST_F(blk, invalid_requests)
 	EXPECT_EQ(0, check_data(t, r, 0, NULL));
 	rw_req(r, VIRTIO_BLK_T_OUT, NR_BLOCKS - 1, 1, DATA_GPA, 1, false);
 	ASSERT_EQ(VIRTIO_BLK_S_OK, run(t, 0, r));
-	EXPECT_EQ(0, status(t) & ST_NEEDS_RST);
+	EXPECT_EQ(0, vdrv_status(&t->d) & ST_NEEDS_RST);
 	EXPECT_EQ(0, t->bad_used);
-	EXPECT_TRUE(guards_intact(t));
+	EXPECT_TRUE(vdrv_guards_intact(&t->d));
 	EXPECT_TRUE(base_unchanged(t));
 }
 
@@ -1688,7 +1497,7 @@ TEST_F(blk, malformed_chains)
 	EXPECT_EQ(0, r->used_len);
 
 	/* The queue is fine: a write and a read. */
-	EXPECT_EQ(0, status(t) & ST_NEEDS_RST);
+	EXPECT_EQ(0, vdrv_status(&t->d) & ST_NEEDS_RST);
 	rw_req(r, VIRTIO_BLK_T_OUT, 1, 1, DATA_GPA, 1, false);
 	r->hdr_split = 15; /* 15 + 1 is a header too */
 	fill_data(t, r, BS, 4);
@@ -1699,7 +1508,7 @@ TEST_F(blk, malformed_chains)
 	ASSERT_EQ(VIRTIO_BLK_S_OK, run(t, 0, r));
 	EXPECT_EQ(0, check_data(t, r, 0, disk_model));
 	EXPECT_EQ(0, t->bad_used);
-	EXPECT_TRUE(guards_intact(t));
+	EXPECT_TRUE(vdrv_guards_intact(&t->d));
 }
 
 TEST_F(blk, segment_limit)
@@ -1740,23 +1549,10 @@ TEST_F(blk, segment_limit)
 	ASSERT_EQ(VIRTIO_BLK_S_OK, run(t, 0, r));
 	EXPECT_EQ(0, check_data(t, r, 2 * BS, disk_model));
 	EXPECT_EQ(QSIZE, t->q[0].nr_free);
-	EXPECT_EQ(0, status(t) & ST_NEEDS_RST);
+	EXPECT_EQ(0, vdrv_status(&t->d) & ST_NEEDS_RST);
 }
 
 /* ---- hostile rings -------------------------------------------------- */
-
-/*
- * The device gave up on the ring: NEEDS_RESET and a config interrupt,
- * nothing returned, no byte outside RAM touched.
- */
-static void expect_broken(struct __test_metadata *_metadata, struct tdev *t,
-			  const char *what)
-{
-	ASSERT_TRUE(wait_status(t, ST_NEEDS_RST)) TH_LOG("%s", what);
-	EXPECT_EQ(ST_LIVE | ST_NEEDS_RST, status(t)) TH_LOG("%s", what);
-	EXPECT_EQ(0, load16(t, USED_GPA(0) + 2)) TH_LOG("%s", what);
-	EXPECT_TRUE(guards_intact(t)) TH_LOG("%s", what);
-}
 
 /* After a reset, the device is as good as new. */
 static void expect_recovers(struct __test_metadata *_metadata, struct tdev *t)
@@ -1767,9 +1563,9 @@ static void expect_recovers(struct __test_metadata *_metadata, struct tdev *t)
 	rw_req(r, VIRTIO_BLK_T_IN, 9, 2, DATA_GPA, 3, false);
 	ASSERT_EQ(VIRTIO_BLK_S_OK, run(t, 0, r));
 	EXPECT_EQ(0, check_data(t, r, 9 * BS, NULL));
-	EXPECT_EQ(1, load16(t, USED_GPA(0) + 2));
+	EXPECT_EQ(1, vdrv_load16(&t->d, USED_GPA(0) + 2));
 	EXPECT_EQ(0, t->bad_used);
-	EXPECT_TRUE(guards_intact(t));
+	EXPECT_TRUE(vdrv_guards_intact(&t->d));
 }
 
 TEST_F(blk, hostile_buffers_outside_ram)
@@ -1809,7 +1605,7 @@ TEST_F(blk, hostile_buffers_outside_ram)
 					 2);
 				raw_desc(t, 0, 2, bad[i].gpa, bad[i].len,
 					 VRING_DESC_F_WRITE, 0);
-				memset(t->ram + JUNK_GPA, 0, 16); /* T_IN */
+				memset(t->d.ram + JUNK_GPA, 0, 16); /* T_IN */
 				publish(t, 0, 0);
 			}
 			notify(t, 0);
@@ -1817,7 +1613,8 @@ TEST_F(blk, hostile_buffers_outside_ram)
 				 where == 2 ? "status" :
 				 where	    ? "write data" :
 					      "read data");
-			expect_broken(_metadata, t, what);
+			vdrv_expect_broken(_metadata, &t->d, USED_GPA(0),
+					   TIMEOUT_MS, what);
 		}
 	}
 	/* The header, and an indirect table, outside RAM. */
@@ -1826,12 +1623,13 @@ TEST_F(blk, hostile_buffers_outside_ram)
 	raw_desc(t, 0, 1, DATA_GPA, 1, VRING_DESC_F_WRITE, 0);
 	publish(t, 0, 0);
 	notify(t, 0);
-	expect_broken(_metadata, t, "header");
+	vdrv_expect_broken(_metadata, &t->d, USED_GPA(0), TIMEOUT_MS, "header");
 	ASSERT_EQ(ST_LIVE, bring_up(t));
 	raw_desc(t, 0, 5, RAM_SIZE - 32, 64, VRING_DESC_F_INDIRECT, 0);
 	publish(t, 0, 5);
 	notify(t, 0);
-	expect_broken(_metadata, t, "indirect table");
+	vdrv_expect_broken(_metadata, &t->d, USED_GPA(0), TIMEOUT_MS,
+			   "indirect table");
 
 	/* Broken, it ignores kicks until the reset. */
 	ASSERT_EQ(0, disk__dirty_bytes(t->disk));
@@ -1860,7 +1658,8 @@ TEST_F(blk, hostile_loops)
 	raw_desc(t, 0, 1, JUNK_GPA + 16, 16, VRING_DESC_F_NEXT, 0);
 	publish(t, 0, 0);
 	notify(t, 0);
-	expect_broken(_metadata, t, "direct loop");
+	vdrv_expect_broken(_metadata, &t->d, USED_GPA(0), TIMEOUT_MS,
+			   "direct loop");
 
 	/* A descriptor that is its own next, writable. */
 	ASSERT_EQ(ST_LIVE, bring_up(t));
@@ -1869,7 +1668,8 @@ TEST_F(blk, hostile_loops)
 		 0);
 	publish(t, 0, 3);
 	notify(t, 0);
-	expect_broken(_metadata, t, "self loop");
+	vdrv_expect_broken(_metadata, &t->d, USED_GPA(0), TIMEOUT_MS,
+			   "self loop");
 
 	/* A loop inside an indirect table. */
 	ASSERT_EQ(ST_LIVE, bring_up(t));
@@ -1882,14 +1682,16 @@ TEST_F(blk, hostile_loops)
 	raw_desc(t, 0, 7, table, 4 * 16, VRING_DESC_F_INDIRECT, 0);
 	publish(t, 0, 7);
 	notify(t, 0);
-	expect_broken(_metadata, t, "indirect loop");
+	vdrv_expect_broken(_metadata, &t->d, USED_GPA(0), TIMEOUT_MS,
+			   "indirect loop");
 
 	/* A next out of the ring. */
 	ASSERT_EQ(ST_LIVE, bring_up(t));
 	raw_desc(t, 0, 0, JUNK_GPA, 16, VRING_DESC_F_NEXT, QSIZE);
 	publish(t, 0, 0);
 	notify(t, 0);
-	expect_broken(_metadata, t, "next out of range");
+	vdrv_expect_broken(_metadata, &t->d, USED_GPA(0), TIMEOUT_MS,
+			   "next out of range");
 	expect_recovers(_metadata, t);
 }
 
@@ -1906,17 +1708,19 @@ TEST_F(blk, hostile_avail_idx)
 		rw_req(r, VIRTIO_BLK_T_IN, 0, 1, DATA_GPA, 1, false);
 		ASSERT_EQ(VIRTIO_BLK_S_OK, run(t, 0, r));
 		/* From 1, by more than the queue size. */
-		store16(t, AVAIL_GPA(0) + 2, 1 + jumps[i]);
+		vdrv_store16(&t->d, AVAIL_GPA(0) + 2, 1 + jumps[i]);
 		notify(t, 0);
-		ASSERT_TRUE(wait_status(t, ST_NEEDS_RST)) TH_LOG("%u", i);
-		EXPECT_EQ(1, load16(t, USED_GPA(0) + 2));
-		EXPECT_TRUE(guards_intact(t));
+		ASSERT_TRUE(vdrv_wait_status(&t->d, ST_NEEDS_RST, TIMEOUT_MS))
+		TH_LOG("%u", i);
+		EXPECT_EQ(1, vdrv_load16(&t->d, USED_GPA(0) + 2));
+		EXPECT_TRUE(vdrv_guards_intact(&t->d));
 	}
 	/* A head out of range in the avail ring. */
 	ASSERT_EQ(ST_LIVE, bring_up(t));
 	publish(t, 0, QSIZE + 3);
 	notify(t, 0);
-	expect_broken(_metadata, t, "head out of range");
+	vdrv_expect_broken(_metadata, &t->d, USED_GPA(0), TIMEOUT_MS,
+			   "head out of range");
 	expect_recovers(_metadata, t);
 }
 
@@ -1994,11 +1798,11 @@ static void stream(struct __test_metadata *_metadata, struct tdev *t,
 	static bool busy[MAX_QUEUES][QSIZE];
 	uint64_t data = DATA_GPA + q * QSIZE * BS;
 	unsigned int sent = 0, done = 0, i;
-	long deadline = now_ms() + 4 * TIMEOUT_MS;
+	long deadline = vdrv_now_ms() + 4 * TIMEOUT_MS;
 
 	memset(busy[q], 0, sizeof(busy[q]));
 	while (done < n) {
-		ASSERT_GT(deadline, now_ms()) TH_LOG("%u of %u", done, n);
+		ASSERT_GT(deadline, vdrv_now_ms()) TH_LOG("%u of %u", done, n);
 		for (i = 0; i < QSIZE && sent < n; i++) {
 			struct treq *r = &ring[q][i];
 			uint64_t blk = type == VIRTIO_BLK_T_IN ?
@@ -2019,7 +1823,7 @@ static void stream(struct __test_metadata *_metadata, struct tdev *t,
 		kick(t, q);
 		if (!reap(t, q)) {
 			/* Nothing back yet: wait for the device to say so. */
-			irq_wait(t, deadline - now_ms());
+			vdrv_irq_wait(&t->d, deadline - vdrv_now_ms());
 			continue;
 		}
 		for (i = 0; i < QSIZE; i++) {
@@ -2089,12 +1893,12 @@ TEST_F(blk, many_in_flight)
 	stream(_metadata, t, 0, 300, VIRTIO_BLK_T_OUT, 100, 77, &rng);
 	stream(_metadata, t, 0, 300, VIRTIO_BLK_T_IN, 0, 0, &rng);
 	/* And through a ring of 8, whose indexes wrap many times. */
-	ASSERT_EQ(ST_LIVE, bring_up_with(t, device_features(t), 8));
+	ASSERT_EQ(ST_LIVE, bring_up_with(t, vdrv_device_features(&t->d), 8));
 	stream(_metadata, t, 0, 400, VIRTIO_BLK_T_IN, 0, 0, &rng);
 
 	EXPECT_EQ(0, t->bad_used);
-	EXPECT_EQ(0, status(t) & ST_NEEDS_RST);
-	EXPECT_TRUE(guards_intact(t));
+	EXPECT_EQ(0, vdrv_status(&t->d) & ST_NEEDS_RST);
+	EXPECT_TRUE(vdrv_guards_intact(&t->d));
 	EXPECT_TRUE(base_unchanged(t));
 }
 
@@ -2122,8 +1926,8 @@ TEST_F(blk, two_queues)
 		EXPECT_EQ(VIRTIO_BLK_S_OK, r[i].status);
 		model_set(disk_model, i, 1, 500 + i);
 	}
-	EXPECT_EQ(QSIZE, load16(t, USED_GPA(0) + 2));
-	EXPECT_EQ(QSIZE, load16(t, USED_GPA(1) + 2));
+	EXPECT_EQ(QSIZE, vdrv_load16(&t->d, USED_GPA(0) + 2));
+	EXPECT_EQ(QSIZE, vdrv_load16(&t->d, USED_GPA(1) + 2));
 
 	/* Read everything back, crossed: queue 1 reads what 0 wrote. */
 	for (i = 0; i < 2 * QSIZE; i++) {
@@ -2140,7 +1944,7 @@ TEST_F(blk, two_queues)
 	}
 	stream(_metadata, t, 1, 200, VIRTIO_BLK_T_IN, 0, 0, &rng);
 	EXPECT_EQ(0, t->bad_used);
-	EXPECT_TRUE(guards_intact(t));
+	EXPECT_TRUE(vdrv_guards_intact(&t->d));
 }
 
 /*
@@ -2156,7 +1960,7 @@ static void kick_race(struct __test_metadata *_metadata, struct tdev *t,
 	static struct treq ring[QSIZE];
 	static bool busy[QSIZE];
 	unsigned long sent = 0, done = 0;
-	long stuck = now_ms() + 1000;
+	long stuck = vdrv_now_ms() + 1000;
 	unsigned int i;
 
 	memset(busy, 0, sizeof(busy));
@@ -2178,11 +1982,12 @@ static void kick_race(struct __test_metadata *_metadata, struct tdev *t,
 			break;
 		}
 		if (!reap(t, 0)) {
-			ASSERT_GT(stuck, now_ms())
+			ASSERT_GT(stuck, vdrv_now_ms())
 			TH_LOG("no progress: %lu of %lu done, %lu sent; device "
 			       "avail_event %u",
 			       done, n, sent,
-			       load16(t, USED_GPA(0) + 4 + 8 * t->q[0].size));
+			       vdrv_load16(&t->d,
+					   USED_GPA(0) + 4 + 8 * t->q[0].size));
 			/*
 			 * All sent: sleep until an interrupt. Out of
 			 * descriptors: spin, and publish again the moment
@@ -2191,10 +1996,10 @@ static void kick_race(struct __test_metadata *_metadata, struct tdev *t,
 			 * here makes the race too rare to see).
 			 */
 			if (sent == n)
-				irq_wait(t, stuck - now_ms());
+				vdrv_irq_wait(&t->d, stuck - vdrv_now_ms());
 			continue;
 		}
-		stuck = now_ms() + 1000;
+		stuck = vdrv_now_ms() + 1000;
 		for (i = 0; i < QSIZE; i++) {
 			if (!busy[i] || !ring[i].done)
 				continue;
@@ -2211,7 +2016,7 @@ TEST_F(blk, kick_race)
 	uint64_t f;
 
 	OPEN(.mode = DISK_READONLY);
-	f = device_features(t);
+	f = vdrv_device_features(&t->d);
 	kick_race(_metadata, t, 80000);
 	/* And with VRING_USED_F_NO_NOTIFY instead of avail_event. */
 	ASSERT_EQ(ST_LIVE,
@@ -2245,8 +2050,8 @@ TEST_F(blk, reset_with_io_in_flight)
 		send_all(_metadata, t, cycle % 2, r, QSIZE);
 		if (cycle >= 3) /* and some of it reaped first */
 			usleep(200);
-		wr32(t, VIRTIO_MMIO_STATUS, 0);
-		EXPECT_EQ(0, status(t));
+		vdrv_wr32(&t->d, VIRTIO_MMIO_STATUS, 0);
+		EXPECT_EQ(0, vdrv_status(&t->d));
 
 		ASSERT_EQ(ST_LIVE, bring_up(t));
 		rw_req(good, VIRTIO_BLK_T_IN, 3 + cycle, 1, DATA_GPA, 2, false);
@@ -2256,17 +2061,18 @@ TEST_F(blk, reset_with_io_in_flight)
 		 * Exactly one used entry on the new ring, ours: the data may
 		 * come from the base or from an old write of this cycle.
 		 */
-		EXPECT_EQ(1, load16(t, USED_GPA(cycle % 2) + 2));
-		EXPECT_EQ(good->head, get32(t, USED_GPA(cycle % 2) + 4));
+		EXPECT_EQ(1, vdrv_load16(&t->d, USED_GPA(cycle % 2) + 2));
+		EXPECT_EQ(good->head,
+			  vdrv_get32(&t->d, USED_GPA(cycle % 2) + 4));
 		EXPECT_EQ(BS + 1, good->used_len);
 	}
 	/* Let the old ones finish: still nothing on the rings. */
 	usleep(100 * 1000);
-	EXPECT_EQ(1, load16(t, USED_GPA(1) + 2));
-	EXPECT_EQ(0, load16(t, USED_GPA(0) + 2));
+	EXPECT_EQ(1, vdrv_load16(&t->d, USED_GPA(1) + 2));
+	EXPECT_EQ(0, vdrv_load16(&t->d, USED_GPA(0) + 2));
 	reap_all(t);
 	EXPECT_EQ(0, t->bad_used);
-	EXPECT_TRUE(guards_intact(t));
+	EXPECT_TRUE(vdrv_guards_intact(&t->d));
 	EXPECT_TRUE(base_unchanged(t));
 }
 
@@ -2294,13 +2100,13 @@ TEST_F(blk, no_dma_after_reset)
 		}
 		send_all(_metadata, t, 0, r, 64);
 		usleep(100);
-		wr32(t, VIRTIO_MMIO_STATUS, 0);
-		ASSERT_EQ(0, status(t));
+		vdrv_wr32(&t->d, VIRTIO_MMIO_STATUS, 0);
+		ASSERT_EQ(0, vdrv_status(&t->d));
 		/* The driver takes its buffers back. */
-		memset(t->ram + JUNK_GPA, 0x77, DISK_SIZE);
+		memset(t->d.ram + JUNK_GPA, 0x77, DISK_SIZE);
 		usleep(50 * 1000);
 		for (k = 0; k < DISK_SIZE; k++)
-			if (t->ram[JUNK_GPA + k] != 0x77)
+			if (t->d.ram[JUNK_GPA + k] != 0x77)
 				break;
 		hit += k < DISK_SIZE;
 	}
@@ -2328,17 +2134,17 @@ TEST_F(blk, destroy_with_io_in_flight)
 		send_all(_metadata, t, 1, r + QSIZE, QSIZE);
 		if (round >= 2)
 			usleep(300);
-		start = now_ms();
+		start = vdrv_now_ms();
 		tdev_close(t);
-		EXPECT_GT(2000, now_ms() - start);
+		EXPECT_GT(2000, vdrv_now_ms() - start);
 		/* Once destroy returned, nothing writes guest memory. */
-		memset(t->ram + JUNK_GPA, 0x77, JUNK_SIZE);
+		memset(t->d.ram + JUNK_GPA, 0x77, JUNK_SIZE);
 		usleep(20 * 1000);
 		for (i = 0; i < JUNK_SIZE; i++)
-			if (t->ram[JUNK_GPA + i] != 0x77)
+			if (t->d.ram[JUNK_GPA + i] != 0x77)
 				break;
 		EXPECT_EQ(JUNK_SIZE, i) TH_LOG("round %u", round);
-		EXPECT_TRUE(guards_intact(t));
+		EXPECT_TRUE(vdrv_guards_intact(&t->d));
 		unlink(t->state);
 	}
 	EXPECT_TRUE(base_unchanged(t));
@@ -2400,7 +2206,7 @@ static void fuzz_req(struct tdev *t, struct treq *r, uint64_t gpa)
 				    (uint32_t)rnd() % (rnd() % 2 ? 16 : ~0U);
 	uint32_t len = fuzz_len();
 	unsigned int nr_segs;
-	bool indirect = (t->features & FEAT(VIRTIO_RING_F_INDIRECT_DESC)) &&
+	bool indirect = (t->d.features & FEAT(VIRTIO_RING_F_INDIRECT_DESC)) &&
 			rnd() % 3 == 0;
 
 	if (type == VIRTIO_BLK_T_DISCARD || type == VIRTIO_BLK_T_WRITE_ZEROES) {
@@ -2477,7 +2283,8 @@ static const char *fuzz_check(struct tdev *t, struct treq *r,
 	if (r->no_status && !own_status) {
 		/* The last byte of the data is the status byte. */
 		WANT(r->used_len >= 1);
-		WANT(t->ram[last->gpa + last->len - 1] <= VIRTIO_BLK_S_UNSUPP);
+		WANT(t->d.ram[last->gpa + last->len - 1] <=
+		     VIRTIO_BLK_S_UNSUPP);
 		return NULL;
 	}
 	WANT(r->status <= VIRTIO_BLK_S_UNSUPP);
@@ -2512,7 +2319,7 @@ static const char *fuzz_check(struct tdev *t, struct treq *r,
 		WANT(r->status == VIRTIO_BLK_S_OK);
 		WANT(r->used_len == (len < 20 ? len : 20) + 1);
 		WANT(!memcmp(
-			t->ram + r->segs[0].gpa, SERIAL,
+			t->d.ram + r->segs[0].gpa, SERIAL,
 			r->nr_segs ?
 				(r->segs[0].len < 20 ? r->segs[0].len : 20) :
 				0));
@@ -2558,8 +2365,8 @@ static void fuzz_hostile(struct tdev *t, unsigned int q)
 	}
 	switch (rnd() % 4) {
 	case 0:
-		store16(t, AVAIL_GPA(q) + 2,
-			t->q[q].avail_idx + size + 1 + rnd() % 0x1000);
+		vdrv_store16(&t->d, AVAIL_GPA(q) + 2,
+			     t->q[q].avail_idx + size + 1 + rnd() % 0x1000);
 		break;
 	case 1:
 		publish(t, q, rnd());
@@ -2573,7 +2380,7 @@ static void fuzz_hostile(struct tdev *t, unsigned int q)
 /* Random features and queue sizes; mostly what Linux would pick. */
 static void fuzz_bring_up(struct __test_metadata *_metadata, struct tdev *t)
 {
-	uint64_t f = device_features(t);
+	uint64_t f = vdrv_device_features(&t->d);
 
 	if (rnd() % 2)
 		f &= ~FEAT(VIRTIO_RING_F_EVENT_IDX);
@@ -2590,12 +2397,12 @@ TEST_F_TIMEOUT(blk, fuzz, 120)
 	struct fuzz_stats st = { 0 };
 	unsigned long iter;
 	unsigned int i, n, q;
-	long start = now_ms(), deadline;
+	long start = vdrv_now_ms(), deadline;
 
 	rng_state = 0x6b696c6e2d626c6bULL; /* "kiln-blk" */
 	OPEN(.mode = DISK_READONLY, .nr_queues = 2);
 
-	for (iter = 0; iter < 20000 && now_ms() - start < 10000; iter++) {
+	for (iter = 0; iter < 20000 && vdrv_now_ms() - start < 10000; iter++) {
 		unsigned int op = rnd() % 100;
 
 		q = rnd() % t->nr_queues;
@@ -2603,14 +2410,15 @@ TEST_F_TIMEOUT(blk, fuzz, 120)
 			/* Break a ring: nothing of ours is in flight. */
 			fuzz_hostile(t, q);
 			/* Either it is a chain after all, or the end. */
-			deadline = now_ms() + 200;
-			while (!(status(t) & ST_NEEDS_RST) &&
-			       load16(t, USED_GPA(q) + 2) ==
+			deadline = vdrv_now_ms() + 200;
+			while (!(vdrv_status(&t->d) & ST_NEEDS_RST) &&
+			       vdrv_load16(&t->d, USED_GPA(q) + 2) ==
 				       t->q[q].last_used &&
-			       now_ms() < deadline)
-				irq_wait(t, deadline - now_ms());
-			st.broken += !!(status(t) & ST_NEEDS_RST);
-			ASSERT_TRUE(guards_intact(t)) TH_LOG("iter %lu", iter);
+			       vdrv_now_ms() < deadline)
+				vdrv_irq_wait(&t->d, deadline - vdrv_now_ms());
+			st.broken += !!(vdrv_status(&t->d) & ST_NEEDS_RST);
+			ASSERT_TRUE(vdrv_guards_intact(&t->d))
+			TH_LOG("iter %lu", iter);
 			fuzz_bring_up(_metadata, t);
 			st.resets++;
 			continue;
@@ -2640,7 +2448,8 @@ TEST_F_TIMEOUT(blk, fuzz, 120)
 		ASSERT_TRUE(wait_done(t, r, n))
 		{
 			TH_LOG("iter %lu: q %u status %#x used %u avail %u",
-			       iter, q, status(t), load16(t, USED_GPA(q) + 2),
+			       iter, q, vdrv_status(&t->d),
+			       vdrv_load16(&t->d, USED_GPA(q) + 2),
 			       t->q[q].avail_idx);
 			for (i = 0; i < n; i++)
 				TH_LOG("req %u head %u done %d type %#x sector "
@@ -2670,17 +2479,19 @@ TEST_F_TIMEOUT(blk, fuzz, 120)
 			       r[i].status, r[i].used_len);
 		}
 		st.sent += n;
-		ASSERT_EQ(0, status(t) & ST_NEEDS_RST) TH_LOG("iter %lu", iter);
+		ASSERT_EQ(0, vdrv_status(&t->d) & ST_NEEDS_RST)
+		TH_LOG("iter %lu", iter);
 		ASSERT_EQ(0, t->bad_used);
 		if (iter % 256 == 0)
-			ASSERT_TRUE(guards_intact(t)) TH_LOG("iter %lu", iter);
+			ASSERT_TRUE(vdrv_guards_intact(&t->d))
+		TH_LOG("iter %lu", iter);
 	}
 	printf("# fuzz: %lu iterations in %ld ms, %lu requests, %lu good "
 	       "reads, %lu IOERR, %lu UNSUPP, %lu dropped, %lu rings broken "
 	       "of %lu, %lu resets under I/O\n",
-	       iter, now_ms() - start, st.sent, st.ok_reads, st.errors,
+	       iter, vdrv_now_ms() - start, st.sent, st.ok_reads, st.errors,
 	       st.unsupp, st.dropped, st.broken, st.resets, st.inflight_resets);
-	EXPECT_TRUE(guards_intact(t));
+	EXPECT_TRUE(vdrv_guards_intact(&t->d));
 	EXPECT_TRUE(base_unchanged(t));
 	/* The fuzz must reach deep enough, or it tests nothing. */
 	EXPECT_LT(1000, st.ok_reads);

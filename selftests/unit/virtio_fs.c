@@ -38,6 +38,7 @@
 #include "devices/virtio/mmio.h"
 #include "selftests/kselftest.h"
 #include "selftests/testutil.h"
+#include "selftests/virtio_driver.h"
 
 #define QSIZE	   128 /* what fs.c offers */
 #define SLOTS	   64  /* request slots per queue */
@@ -46,11 +47,9 @@
 #define TIMEOUT_MS 5000
 #define ATTR_MS	   2500
 
-#define RAM_SIZE   (8 << 20)
-#define GUARD_SIZE 4096
-#define GUARD_BYTE 0xa5
-#define CANARY	   0x5a
-#define GAP	   64
+#define RAM_SIZE (8 << 20)
+#define CANARY	 0x5a
+#define GAP	 64
 
 /*
  * Guest memory: the rings of each queue, per-head request and reply
@@ -611,12 +610,6 @@ static struct fs_forward_req *tfwd_take(struct tfwd *w)
 
 /* ---- guest memory, interrupts and registers -------------------------- */
 
-struct irq_rec {
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	int level;
-};
-
 struct tseg {
 	uint64_t gpa;
 	uint32_t len;
@@ -648,115 +641,22 @@ struct drvq {
 
 struct tdev {
 	struct virtio_fs *fs;
-	struct virtio_device *vdev;
+	struct vdrv d;
 	struct tfs *tfs; /* owned by the device */
 	struct tfwd *tfwd;
 	bool destroyed;
 	unsigned int nr_vqs;
-	uint8_t *block;
-	uint8_t *ram;
-	struct guest_mem mem;
-	struct irq_rec irq;
-	uint64_t features;
 	uint64_t unique;
 	struct drvq q[MAX_QUEUES];
 	unsigned int bad_used;
 };
 
-static void irq_set(void *opaque, unsigned int gsi, int level)
-{
-	struct irq_rec *r = opaque;
-
-	pthread_mutex_lock(&r->lock);
-	r->level = level;
-	pthread_cond_broadcast(&r->cond);
-	pthread_mutex_unlock(&r->lock);
-}
-
-static bool guards_intact(const struct tdev *t)
-{
-	for (size_t i = 0; i < GUARD_SIZE; i++)
-		if (t->block[i] != GUARD_BYTE ||
-		    t->block[GUARD_SIZE + RAM_SIZE + i] != GUARD_BYTE)
-			return false;
-	return true;
-}
-
-static uint16_t load16(const struct tdev *t, uint64_t gpa)
-{
-	return le16toh(__atomic_load_n((const uint16_t *)(t->ram + gpa),
-				       __ATOMIC_ACQUIRE));
-}
-
-static void store16(struct tdev *t, uint64_t gpa, uint16_t v)
-{
-	__atomic_store_n((uint16_t *)(t->ram + gpa), htole16(v),
-			 __ATOMIC_RELEASE);
-}
-
-static uint32_t get32(const struct tdev *t, uint64_t gpa)
-{
-	uint32_t v;
-
-	memcpy(&v, t->ram + gpa, sizeof(v));
-	return le32toh(v);
-}
-
-static long now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
-}
-
-static uint32_t rd32(struct tdev *t, uint64_t off)
-{
-	uint32_t v = 0xdeadbeef;
-
-	virtio_mmio__read(t->vdev, off, &v, sizeof(v));
-	return le32toh(v);
-}
-
-static void wr32(struct tdev *t, uint64_t off, uint32_t v)
-{
-	v = htole32(v);
-	virtio_mmio__write(t->vdev, off, &v, sizeof(v));
-}
-
-static uint32_t status(struct tdev *t)
-{
-	return rd32(t, VIRTIO_MMIO_STATUS);
-}
-
-static void add_status(struct tdev *t, uint32_t bits)
-{
-	wr32(t, VIRTIO_MMIO_STATUS, status(t) | bits);
-}
-
-static uint64_t device_features(struct tdev *t)
-{
-	uint64_t v;
-
-	wr32(t, VIRTIO_MMIO_DEVICE_FEATURES_SEL, 1);
-	v = (uint64_t)rd32(t, VIRTIO_MMIO_DEVICE_FEATURES) << 32;
-	wr32(t, VIRTIO_MMIO_DEVICE_FEATURES_SEL, 0);
-	return v | rd32(t, VIRTIO_MMIO_DEVICE_FEATURES);
-}
-
 static void setup_queue(struct tdev *t, unsigned int q)
 {
 	struct drvq *dq = &t->q[q];
 
-	wr32(t, VIRTIO_MMIO_QUEUE_SEL, q);
-	wr32(t, VIRTIO_MMIO_QUEUE_NUM, QSIZE);
-	wr32(t, VIRTIO_MMIO_QUEUE_DESC_LOW, DESC_GPA(q));
-	wr32(t, VIRTIO_MMIO_QUEUE_DESC_HIGH, 0);
-	wr32(t, VIRTIO_MMIO_QUEUE_AVAIL_LOW, AVAIL_GPA(q));
-	wr32(t, VIRTIO_MMIO_QUEUE_AVAIL_HIGH, 0);
-	wr32(t, VIRTIO_MMIO_QUEUE_USED_LOW, USED_GPA(q));
-	wr32(t, VIRTIO_MMIO_QUEUE_USED_HIGH, 0);
-	wr32(t, VIRTIO_MMIO_QUEUE_READY, 1);
+	vdrv_setup_queue(&t->d, q, QSIZE, DESC_GPA(q), AVAIL_GPA(q),
+			 USED_GPA(q));
 	dq->size = QSIZE;
 	for (unsigned int i = 0; i < QSIZE; i++)
 		dq->free[i] = QSIZE - 1 - i;
@@ -766,78 +666,32 @@ static void setup_queue(struct tdev *t, unsigned int q)
 /* virtio_dev_probe(): reset, every feature offered, all queues, DRIVER_OK. */
 static uint32_t bring_up(struct tdev *t)
 {
-	uint64_t features;
-
-	wr32(t, VIRTIO_MMIO_STATUS, 0);
+	vdrv_wr32(&t->d, VIRTIO_MMIO_STATUS, 0);
 	memset(t->q, 0, sizeof(t->q));
 	for (unsigned int q = 0; q < MAX_QUEUES; q++)
-		memset(t->ram + DESC_GPA(q), 0, 0x8000);
-	add_status(t, ST_ACK);
-	add_status(t, ST_DRIVER);
-	features = device_features(t);
-	wr32(t, VIRTIO_MMIO_DRIVER_FEATURES_SEL, 1);
-	wr32(t, VIRTIO_MMIO_DRIVER_FEATURES, features >> 32);
-	wr32(t, VIRTIO_MMIO_DRIVER_FEATURES_SEL, 0);
-	wr32(t, VIRTIO_MMIO_DRIVER_FEATURES, (uint32_t)features);
-	add_status(t, ST_FEATURES);
-	t->features = features;
+		memset(t->d.ram + DESC_GPA(q), 0, 0x8000);
+	if (!vdrv_negotiate(&t->d, vdrv_device_features(&t->d)))
+		return vdrv_status(&t->d);
 	for (unsigned int q = 0; q < t->nr_vqs; q++)
 		setup_queue(t, q);
-	add_status(t, ST_DRIVER_OK);
-	return status(t);
+	vdrv_add_status(&t->d, ST_DRIVER_OK);
+	return vdrv_status(&t->d);
 }
 
 static void notify(struct tdev *t, unsigned int q)
 {
-	wr32(t, VIRTIO_MMIO_QUEUE_NOTIFY, q);
+	vdrv_wr32(&t->d, VIRTIO_MMIO_QUEUE_NOTIFY, q);
 }
 
-/* virtqueue_kick(): only when the device asks for it (EVENT_IDX). */
+/* virtqueue_kick(): only when the device asks for it. */
 static void kick(struct tdev *t, unsigned int q)
 {
 	struct drvq *dq = &t->q[q];
-	uint16_t old = dq->kicked, cur = dq->avail_idx;
+	uint16_t old = dq->kicked;
 
-	dq->kicked = cur;
-	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	if (vring_need_event(load16(t, USED_GPA(q) + 4 + 8 * dq->size), cur,
-			     old))
+	dq->kicked = dq->avail_idx;
+	if (vdrv_need_kick(&t->d, USED_GPA(q), dq->size, old, dq->avail_idx))
 		notify(t, q);
-}
-
-static void irq_wait(struct tdev *t, long ms)
-{
-	struct timespec ts;
-	int level;
-
-	if (ms <= 0)
-		return;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	ts.tv_sec += ms / 1000;
-	ts.tv_nsec += ms % 1000 * 1000000L;
-	ts.tv_sec += ts.tv_nsec / 1000000000L;
-	ts.tv_nsec %= 1000000000L;
-	pthread_mutex_lock(&t->irq.lock);
-	while (!t->irq.level)
-		if (pthread_cond_timedwait(&t->irq.cond, &t->irq.lock, &ts))
-			break;
-	level = t->irq.level;
-	pthread_mutex_unlock(&t->irq.lock);
-	if (level)
-		wr32(t, VIRTIO_MMIO_INTERRUPT_ACK,
-		     rd32(t, VIRTIO_MMIO_INTERRUPT_STATUS));
-}
-
-static bool wait_status(struct tdev *t, uint32_t bits)
-{
-	long deadline = now_ms() + TIMEOUT_MS;
-
-	while ((status(t) & bits) != bits) {
-		if (now_ms() >= deadline)
-			return false;
-		irq_wait(t, deadline - now_ms());
-	}
-	return true;
 }
 
 static void put_desc(struct tdev *t, uint64_t gpa, uint64_t addr, uint32_t len,
@@ -850,7 +704,7 @@ static void put_desc(struct tdev *t, uint64_t gpa, uint64_t addr, uint32_t len,
 		.next = htole16(next),
 	};
 
-	memcpy(t->ram + gpa, &le, sizeof(le));
+	memcpy(t->d.ram + gpa, &le, sizeof(le));
 }
 
 static void raw_desc(struct tdev *t, unsigned int q, uint16_t i, uint64_t addr,
@@ -864,11 +718,12 @@ static void publish(struct tdev *t, unsigned int q, uint16_t head)
 {
 	struct drvq *dq = &t->q[q];
 
-	store16(t, AVAIL_GPA(q) + 4 + 2 * (dq->avail_idx & (dq->size - 1)),
-		head);
+	vdrv_store16(&t->d,
+		     AVAIL_GPA(q) + 4 + 2 * (dq->avail_idx & (dq->size - 1)),
+		     head);
 	dq->avail_idx++;
 	__atomic_thread_fence(__ATOMIC_RELEASE);
-	store16(t, AVAIL_GPA(q) + 2, dq->avail_idx);
+	vdrv_store16(&t->d, AVAIL_GPA(q) + 2, dq->avail_idx);
 }
 
 /* Lays r out on queue q and makes it available (no kick). */
@@ -920,11 +775,12 @@ static unsigned int reap(struct tdev *t, unsigned int q)
 
 	if (!dq->size)
 		return 0;
-	while ((used = load16(t, USED_GPA(q) + 2)) != dq->last_used) {
+	while ((used = vdrv_load16(&t->d, USED_GPA(q) + 2)) != dq->last_used) {
 		while (dq->last_used != used) {
 			uint64_t elem = USED_GPA(q) + 4 +
 					8 * (dq->last_used & (dq->size - 1));
-			uint32_t id = get32(t, elem), len = get32(t, elem + 4);
+			uint32_t id = vdrv_get32(&t->d, elem),
+				 len = vdrv_get32(&t->d, elem + 4);
 			struct treq *r = id < dq->size ? dq->req[id] : NULL;
 
 			dq->last_used++;
@@ -941,7 +797,8 @@ static unsigned int reap(struct tdev *t, unsigned int q)
 				i = dq->link[i];
 			}
 		}
-		store16(t, AVAIL_GPA(q) + 4 + 2 * dq->size, dq->last_used);
+		vdrv_store16(&t->d, AVAIL_GPA(q) + 4 + 2 * dq->size,
+			     dq->last_used);
 		__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	}
 	return n;
@@ -950,7 +807,7 @@ static unsigned int reap(struct tdev *t, unsigned int q)
 static bool wait_done(struct tdev *t, unsigned int q, struct treq *r,
 		      unsigned int n)
 {
-	long deadline = now_ms() + TIMEOUT_MS;
+	long deadline = vdrv_now_ms() + TIMEOUT_MS;
 
 	for (;;) {
 		unsigned int i;
@@ -960,9 +817,9 @@ static bool wait_done(struct tdev *t, unsigned int q, struct treq *r,
 			;
 		if (i == n)
 			return true;
-		if (now_ms() >= deadline)
+		if (vdrv_now_ms() >= deadline)
 			return false;
-		irq_wait(t, deadline - now_ms());
+		vdrv_irq_wait(&t->d, deadline - vdrv_now_ms());
 	}
 }
 
@@ -1055,10 +912,10 @@ static int start_raw(struct tdev *t, const uint8_t *buf, size_t mlen,
 	for (unsigned int i = 0; i < outs; i++) {
 		uint64_t s = mlen * i / outs, e = mlen * (i + 1) / outs;
 
-		memcpy(t->ram + at, big + s, e - s);
+		memcpy(t->d.ram + at, big + s, e - s);
 		at += e - s + GAP;
 	}
-	memset(t->ram + REP_GPA, CANARY, span < BIG ? span : BIG);
+	memset(t->d.ram + REP_GPA, CANARY, span < BIG ? span : BIG);
 	memset(r, 0, sizeof(*r));
 	r->indirect = l->indirect;
 	add_segs(r, REQ_GPA, (uint32_t)mlen, outs, false);
@@ -1091,7 +948,7 @@ static int finish_raw(struct __test_metadata *_metadata, struct tdev *t,
 		if (!r->seg[i].w)
 			continue;
 		for (uint32_t k = 0; k < r->seg[i].len; k++, got++) {
-			uint8_t b = t->ram[r->seg[i].gpa + k];
+			uint8_t b = t->d.ram[r->seg[i].gpa + k];
 
 			if (got < OUT_HDR)
 				((uint8_t *)&rep.h)[got] = b;
@@ -1104,9 +961,9 @@ static int finish_raw(struct __test_metadata *_metadata, struct tdev *t,
 		}
 		for (uint32_t k = 0; k < GAP; k++)
 			EXPECT_EQ(CANARY,
-				  t->ram[r->seg[i].gpa + r->seg[i].len + k]);
+				  t->d.ram[r->seg[i].gpa + r->seg[i].len + k]);
 	}
-	EXPECT_TRUE(guards_intact(t));
+	EXPECT_TRUE(vdrv_guards_intact(&t->d));
 	if (!r->used_len)
 		return 1;
 	EXPECT_LE(OUT_HDR, r->used_len);
@@ -1208,8 +1065,8 @@ static int tdev_open(struct tdev *t, enum tkind kind, unsigned int nr_queues)
 		.tag = TAG,
 		.nr_queues = nr_queues,
 		.attr_timeout_ms = ATTR_MS,
-		.mem = &t->mem,
-		.irq = { .set = irq_set, .opaque = &t->irq, .gsi = 5 },
+		.mem = &t->d.mem,
+		.irq = { .set = vdrv_irq_set, .opaque = &t->d.irq, .gsi = 5 },
 	};
 	int ret;
 
@@ -1235,7 +1092,7 @@ static int tdev_open(struct tdev *t, enum tkind kind, unsigned int nr_queues)
 		t->tfwd = NULL;
 		return ret;
 	}
-	t->vdev = virtio_fs__device(t->fs);
+	t->d.vdev = virtio_fs__device(t->fs);
 	t->nr_vqs = nr_queues + 1;
 	return virtio_fs__start(t->fs);
 }
@@ -1248,20 +1105,8 @@ FIXTURE(vfs)
 FIXTURE_SETUP(vfs)
 {
 	struct tdev *t = &self->t;
-	pthread_condattr_t ca;
 
-	t->block = aligned_alloc(4096, GUARD_SIZE + RAM_SIZE + GUARD_SIZE);
-	ASSERT_NE(NULL, t->block);
-	memset(t->block, GUARD_BYTE, GUARD_SIZE + RAM_SIZE + GUARD_SIZE);
-	t->ram = t->block + GUARD_SIZE;
-	memset(t->ram, 0, RAM_SIZE);
-	guest_mem__init(&t->mem);
-	ASSERT_EQ(0, guest_mem__add(&t->mem, 0, RAM_SIZE, t->ram));
-	pthread_mutex_init(&t->irq.lock, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&t->irq.cond, &ca);
-	pthread_condattr_destroy(&ca);
+	ASSERT_EQ(0, vdrv_init(&t->d, RAM_SIZE));
 }
 
 FIXTURE_TEARDOWN(vfs)
@@ -1270,7 +1115,7 @@ FIXTURE_TEARDOWN(vfs)
 
 	/* The device's thread goes first: it may still use guest memory. */
 	virtio_fs__destroy(t->fs);
-	free(t->block);
+	vdrv_exit(&t->d);
 }
 
 #define OPEN(kind)                                                             \
@@ -1286,9 +1131,10 @@ TEST_F(vfs, create_rejects)
 {
 	struct tdev *t = &self->t;
 	struct tfs *b = tfs_new(false, &t->destroyed);
-	struct virtio_fs_params p = {
-		.tag = TAG, .backend = &b->base, .nr_queues = 1, .mem = &t->mem
-	};
+	struct virtio_fs_params p = { .tag = TAG,
+				      .backend = &b->base,
+				      .nr_queues = 1,
+				      .mem = &t->d.mem };
 	struct virtio_fs *f = NULL;
 
 	ASSERT_NE(NULL, b);
@@ -1311,7 +1157,7 @@ TEST_F(vfs, create_rejects)
 	EXPECT_EQ(-EINVAL, virtio_fs__create(&f, &p));
 	/* Failures left the backend to us. */
 	EXPECT_FALSE(t->destroyed);
-	p.mem = &t->mem;
+	p.mem = &t->d.mem;
 	p.nr_queues = VIRTIO_FS_MAX_QUEUES;
 	ASSERT_EQ(0, virtio_fs__create(&f, &p));
 	ASSERT_EQ(0, virtio_fs__start(f));
@@ -1327,26 +1173,26 @@ TEST_F(vfs, config_and_features)
 	uint64_t f;
 
 	ASSERT_EQ(0, tdev_open(t, T_TFS, 2));
-	EXPECT_EQ(VIRTIO_ID_FS, rd32(t, VIRTIO_MMIO_DEVICE_ID));
+	EXPECT_EQ(VIRTIO_ID_FS, vdrv_rd32(&t->d, VIRTIO_MMIO_DEVICE_ID));
 	for (unsigned int i = 0; i < sizeof(tag); i += 4) {
-		uint32_t v = rd32(t, VIRTIO_MMIO_CONFIG + i);
+		uint32_t v = vdrv_rd32(&t->d, VIRTIO_MMIO_CONFIG + i);
 
 		memcpy(tag + i, &v, 4);
 	}
 	EXPECT_EQ(0, memcmp(tag, TAG, strlen(TAG)));
 	for (size_t i = strlen(TAG); i < sizeof(tag); i++)
 		EXPECT_EQ(0, tag[i]);
-	EXPECT_EQ(2,
-		  rd32(t, VIRTIO_MMIO_CONFIG + offsetof(struct virtio_fs_config,
-							num_request_queues)));
-	f = device_features(t);
+	EXPECT_EQ(2, vdrv_rd32(&t->d, VIRTIO_MMIO_CONFIG +
+					      offsetof(struct virtio_fs_config,
+						       num_request_queues)));
+	f = vdrv_device_features(&t->d);
 	EXPECT_TRUE(f & FEAT(VIRTIO_F_VERSION_1));
 	EXPECT_FALSE(f & FEAT(0)); /* VIRTIO_FS_F_NOTIFICATION */
 	/* Three queues: hiprio and two request queues; no fourth. */
-	wr32(t, VIRTIO_MMIO_QUEUE_SEL, 2);
-	EXPECT_EQ(QSIZE, rd32(t, VIRTIO_MMIO_QUEUE_NUM_MAX));
-	wr32(t, VIRTIO_MMIO_QUEUE_SEL, 3);
-	EXPECT_EQ(0, rd32(t, VIRTIO_MMIO_QUEUE_NUM_MAX));
+	vdrv_wr32(&t->d, VIRTIO_MMIO_QUEUE_SEL, 2);
+	EXPECT_EQ(QSIZE, vdrv_rd32(&t->d, VIRTIO_MMIO_QUEUE_NUM_MAX));
+	vdrv_wr32(&t->d, VIRTIO_MMIO_QUEUE_SEL, 3);
+	EXPECT_EQ(0, vdrv_rd32(&t->d, VIRTIO_MMIO_QUEUE_NUM_MAX));
 }
 
 TEST_F(vfs, init_negotiation)
@@ -2131,13 +1977,13 @@ TEST_F(vfs, forward_limits_and_reset)
 	req = tfwd_take(t->tfwd);
 	ASSERT_NE(NULL, req);
 	ASSERT_EQ(ST_LIVE, bring_up(t)); /* does not wait for the relay */
-	memset(t->ram + REP_GPA, CANARY, 256);
+	memset(t->d.ram + REP_GPA, CANARY, 256);
 	fwd_reply(req, 0, &ao, sizeof(ao));
 	usleep(20 * 1000);
-	EXPECT_EQ(0, load16(t, USED_GPA(1) + 2));
+	EXPECT_EQ(0, vdrv_load16(&t->d, USED_GPA(1) + 2));
 	for (unsigned int i = 0; i < 256; i++)
-		ASSERT_EQ(CANARY, t->ram[REP_GPA + i]);
-	EXPECT_TRUE(guards_intact(t));
+		ASSERT_EQ(CANARY, t->d.ram[REP_GPA + i]);
+	EXPECT_TRUE(vdrv_guards_intact(&t->d));
 	/* The new session works; a request left pending fails at destroy. */
 	fwd_init(_metadata, t);
 	fwd_start(_metadata, t, FUSE_GETATTR, N_ROOT, &ga, sizeof(ga), &l);
@@ -2279,21 +2125,12 @@ TEST_F(vfs, hostile_requests)
 	EXPECT_EQ(-ENOENT, CALL(FUSE_LOOKUP, N_ROOT, name, FS_NAME_MAX + 1));
 	EXPECT_EQ(FS_NAME_MAX, strlen(t->tfs->name));
 	/* The device is still live and well. */
-	EXPECT_EQ(ST_LIVE, status(t));
+	EXPECT_EQ(ST_LIVE, vdrv_status(&t->d));
 	EXPECT_EQ(0, CALL(FUSE_GETATTR, N_ROOT, &ga, sizeof(ga)));
 	EXPECT_EQ(0, t->bad_used);
 }
 
 /* ---- hostile rings ------------------------------------------------------ */
-
-static void expect_broken(struct __test_metadata *_metadata, struct tdev *t,
-			  const char *what)
-{
-	ASSERT_TRUE(wait_status(t, ST_NEEDS_RST)) TH_LOG("%s", what);
-	EXPECT_EQ(ST_LIVE | ST_NEEDS_RST, status(t)) TH_LOG("%s", what);
-	EXPECT_EQ(0, load16(t, USED_GPA(1) + 2)) TH_LOG("%s", what);
-	EXPECT_TRUE(guards_intact(t)) TH_LOG("%s", what);
-}
 
 /* After a reset and a new INIT, the device is as good as new. */
 static void expect_recovers(struct __test_metadata *_metadata, struct tdev *t)
@@ -2305,7 +2142,7 @@ static void expect_recovers(struct __test_metadata *_metadata, struct tdev *t)
 	ASSERT_EQ(0, CALL(FUSE_GETATTR, N_DATA, &ga, sizeof(ga)));
 	EXPECT_EQ(DATA_SIZE, ((struct fuse_attr_out *)rep.body)->attr.size);
 	EXPECT_EQ(0, t->bad_used);
-	EXPECT_TRUE(guards_intact(t));
+	EXPECT_TRUE(vdrv_guards_intact(&t->d));
 }
 
 TEST_F(vfs, hostile_rings)
@@ -2328,7 +2165,7 @@ TEST_F(vfs, hostile_rings)
 	for (unsigned int i = 0; i < ARRAY_SIZE(bad); i++) {
 		for (unsigned int w = 0; w < 2; w++) {
 			ASSERT_EQ(ST_LIVE, bring_up(t));
-			memcpy(t->ram + REQ_GPA, hdr, n);
+			memcpy(t->d.ram + REQ_GPA, hdr, n);
 			/* As the request, or as the reply buffer. */
 			if (w) {
 				raw_desc(t, 1, 0, REQ_GPA, (uint32_t)n,
@@ -2343,7 +2180,8 @@ TEST_F(vfs, hostile_rings)
 			}
 			publish(t, 1, 0);
 			notify(t, 1);
-			expect_broken(_metadata, t, "outside RAM");
+			vdrv_expect_broken(_metadata, &t->d, USED_GPA(1),
+					   TIMEOUT_MS, "outside RAM");
 		}
 	}
 	/* Loops: direct, self, indirect; a next out of the ring. */
@@ -2352,12 +2190,14 @@ TEST_F(vfs, hostile_rings)
 	raw_desc(t, 1, 1, REQ_GPA + 16, 16, VRING_DESC_F_NEXT, 0);
 	publish(t, 1, 0);
 	notify(t, 1);
-	expect_broken(_metadata, t, "direct loop");
+	vdrv_expect_broken(_metadata, &t->d, USED_GPA(1), TIMEOUT_MS,
+			   "direct loop");
 	ASSERT_EQ(ST_LIVE, bring_up(t));
 	raw_desc(t, 1, 3, REQ_GPA, 64, VRING_DESC_F_NEXT, 3);
 	publish(t, 1, 3);
 	notify(t, 1);
-	expect_broken(_metadata, t, "self loop");
+	vdrv_expect_broken(_metadata, &t->d, USED_GPA(1), TIMEOUT_MS,
+			   "self loop");
 	ASSERT_EQ(ST_LIVE, bring_up(t));
 	for (uint16_t i = 0; i < 4; i++)
 		put_desc(t, TABLE_GPA + i * 16, REQ_GPA, 16, VRING_DESC_F_NEXT,
@@ -2365,27 +2205,31 @@ TEST_F(vfs, hostile_rings)
 	raw_desc(t, 1, 7, TABLE_GPA, 64, VRING_DESC_F_INDIRECT, 0);
 	publish(t, 1, 7);
 	notify(t, 1);
-	expect_broken(_metadata, t, "indirect loop");
+	vdrv_expect_broken(_metadata, &t->d, USED_GPA(1), TIMEOUT_MS,
+			   "indirect loop");
 	ASSERT_EQ(ST_LIVE, bring_up(t));
 	raw_desc(t, 1, 0, REQ_GPA, 16, VRING_DESC_F_NEXT, QSIZE);
 	publish(t, 1, 0);
 	notify(t, 1);
-	expect_broken(_metadata, t, "next out of range");
+	vdrv_expect_broken(_metadata, &t->d, USED_GPA(1), TIMEOUT_MS,
+			   "next out of range");
 	/* A head out of range; avail idx running away. */
 	ASSERT_EQ(ST_LIVE, bring_up(t));
 	publish(t, 1, QSIZE + 3);
 	notify(t, 1);
-	expect_broken(_metadata, t, "head out of range");
+	vdrv_expect_broken(_metadata, &t->d, USED_GPA(1), TIMEOUT_MS,
+			   "head out of range");
 	ASSERT_EQ(ST_LIVE, bring_up(t));
-	store16(t, AVAIL_GPA(1) + 2, QSIZE + 1);
+	vdrv_store16(&t->d, AVAIL_GPA(1) + 2, QSIZE + 1);
 	notify(t, 1);
-	expect_broken(_metadata, t, "avail idx");
+	vdrv_expect_broken(_metadata, &t->d, USED_GPA(1), TIMEOUT_MS,
+			   "avail idx");
 	/* The hiprio queue breaks the same way. */
 	ASSERT_EQ(ST_LIVE, bring_up(t));
 	raw_desc(t, 0, 0, RAM_SIZE - 4, 64, 0, 0);
 	publish(t, 0, 0);
 	notify(t, 0);
-	ASSERT_TRUE(wait_status(t, ST_NEEDS_RST));
+	ASSERT_TRUE(vdrv_wait_status(&t->d, ST_NEEDS_RST, TIMEOUT_MS));
 	expect_recovers(_metadata, t);
 }
 
@@ -2403,8 +2247,8 @@ static void burst(struct __test_metadata *_metadata, struct tdev *t,
 		size_t len = msg(t, buf, FUSE_GETATTR, i % 2 ? N_DATA : N_HELLO,
 				 &ga, sizeof(ga));
 
-		memcpy(t->ram + HREQ_GPA(i), buf, len);
-		memset(t->ram + HREP_GPA(i), CANARY, 0x400);
+		memcpy(t->d.ram + HREQ_GPA(i), buf, len);
+		memset(t->d.ram + HREP_GPA(i), CANARY, 0x400);
 		memset(r, 0, sizeof(*r));
 		r->seg[0] = (struct tseg){ HREQ_GPA(i), (uint32_t)len, false };
 		r->seg[1] = (struct tseg){ HREP_GPA(i), 256, true };
@@ -2424,12 +2268,12 @@ static void burst_check(struct __test_metadata *_metadata, struct tdev *t,
 		struct fuse_out_header oh;
 		struct fuse_attr_out a;
 
-		memcpy(&oh, t->ram + HREP_GPA(i), sizeof(oh));
-		memcpy(&a, t->ram + HREP_GPA(i) + OUT_HDR, sizeof(a));
+		memcpy(&oh, t->d.ram + HREP_GPA(i), sizeof(oh));
+		memcpy(&a, t->d.ram + HREP_GPA(i) + OUT_HDR, sizeof(a));
 		EXPECT_EQ(OUT_HDR + sizeof(a), reqs[i].used_len);
 		EXPECT_EQ(0, oh.error);
 		EXPECT_EQ(i % 2 ? DATA_SIZE : strlen(HELLO), a.attr.size);
-		EXPECT_EQ(CANARY, t->ram[HREP_GPA(i) + OUT_HDR + sizeof(a)]);
+		EXPECT_EQ(CANARY, t->d.ram[HREP_GPA(i) + OUT_HDR + sizeof(a)]);
 	}
 }
 
@@ -2445,7 +2289,7 @@ TEST_F(vfs, many_in_flight)
 	ASSERT_TRUE(wait_done(t, 2, reqs + 2 * SLOTS - 8, 60));
 	burst_check(_metadata, t, 0, 2 * SLOTS - 8 + 60);
 	EXPECT_EQ(0, t->bad_used);
-	EXPECT_TRUE(guards_intact(t));
+	EXPECT_TRUE(vdrv_guards_intact(&t->d));
 }
 
 /* ---- fuzz ------------------------------------------------------------------ */
@@ -2552,7 +2396,8 @@ TEST_F_TIMEOUT(vfs, fuzz, 120)
 		ret = send_raw(_metadata, t, buf, n, &l);
 		ASSERT_NE(-ETIMEDOUT, ret) TH_LOG("iteration %u op %u", it, op);
 		ASSERT_NE(-ENOSPC, ret) TH_LOG("iteration %u", it);
-		ASSERT_EQ(ST_LIVE, status(t)) TH_LOG("iteration %u", it);
+		ASSERT_EQ(ST_LIVE, vdrv_status(&t->d))
+		TH_LOG("iteration %u", it);
 		if (_metadata->result->failed)
 			break;
 		/* Keep the session up: INIT again when it was lost. */
@@ -2561,7 +2406,7 @@ TEST_F_TIMEOUT(vfs, fuzz, 120)
 					     NULL));
 	}
 	EXPECT_EQ(0, t->bad_used);
-	EXPECT_TRUE(guards_intact(t));
+	EXPECT_TRUE(vdrv_guards_intact(&t->d));
 }
 
 TEST_HARNESS_MAIN

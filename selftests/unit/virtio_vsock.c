@@ -42,6 +42,7 @@
 #include "vmm/config.h"
 #include "selftests/kselftest.h"
 #include "selftests/testutil.h"
+#include "selftests/virtio_driver.h"
 
 #define HDR	  ((uint32_t)sizeof(struct virtio_vsock_hdr))
 #define QSIZE	  128 /* every queue, as the fake driver sets them up */
@@ -51,9 +52,7 @@
 #define TXQ	  1
 #define EVQ	  2
 
-#define RAM_SIZE   (16 << 20)
-#define GUARD_SIZE 4096
-#define GUARD_BYTE 0xa5
+#define RAM_SIZE (16 << 20)
 
 /* Guest memory layout. */
 #define DESC_GPA(q)  (0x10000 + (q)*0x4000)
@@ -123,11 +122,7 @@ struct tdev {
 	char dir[64];
 	char uds[128];
 	struct vsock *vs;
-	struct virtio_device *vdev;
-	uint8_t *block; /* guard, RAM, guard */
-	uint8_t *ram;
-	struct guest_mem mem;
-	uint64_t features;
+	struct vdrv d;
 	struct drvq q[NQ];
 	bool rx_posted[NR_RX];
 	bool refill;		 /* give receive buffers back once read */
@@ -144,14 +139,6 @@ struct tdev {
 };
 
 /* ---- helpers ---------------------------------------------------------- */
-
-static long now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
-}
 
 static void nap(void)
 {
@@ -182,74 +169,7 @@ static size_t check_pat(const uint8_t *buf, size_t len, uint64_t off,
 	return bad;
 }
 
-static bool guards_intact(const struct tdev *t)
-{
-	for (size_t i = 0; i < GUARD_SIZE; i++)
-		if (t->block[i] != GUARD_BYTE ||
-		    t->block[GUARD_SIZE + RAM_SIZE + i] != GUARD_BYTE)
-			return false;
-	return true;
-}
-
-static uint16_t load16(const struct tdev *t, uint64_t gpa)
-{
-	return le16toh(__atomic_load_n((const uint16_t *)(t->ram + gpa),
-				       __ATOMIC_ACQUIRE));
-}
-
-static void store16(struct tdev *t, uint64_t gpa, uint16_t v)
-{
-	__atomic_store_n((uint16_t *)(t->ram + gpa), htole16(v),
-			 __ATOMIC_RELEASE);
-}
-
-static uint32_t get32(const struct tdev *t, uint64_t gpa)
-{
-	uint32_t v;
-
-	memcpy(&v, t->ram + gpa, sizeof(v));
-	return le32toh(v);
-}
-
 /* ---- the fake driver: registers ---------------------------------------- */
-
-static void irq_set(void *opaque, unsigned int gsi, int level)
-{
-}
-
-static uint32_t rd32(struct tdev *t, uint64_t off)
-{
-	uint32_t v = 0xdeadbeef;
-
-	virtio_mmio__read(t->vdev, off, &v, sizeof(v));
-	return le32toh(v);
-}
-
-static void wr32(struct tdev *t, uint64_t off, uint32_t v)
-{
-	v = htole32(v);
-	virtio_mmio__write(t->vdev, off, &v, sizeof(v));
-}
-
-static uint32_t status(struct tdev *t)
-{
-	return rd32(t, VIRTIO_MMIO_STATUS);
-}
-
-static void add_status(struct tdev *t, uint32_t bits)
-{
-	wr32(t, VIRTIO_MMIO_STATUS, status(t) | bits);
-}
-
-static uint64_t device_features(struct tdev *t)
-{
-	uint64_t v;
-
-	wr32(t, VIRTIO_MMIO_DEVICE_FEATURES_SEL, 1);
-	v = (uint64_t)rd32(t, VIRTIO_MMIO_DEVICE_FEATURES) << 32;
-	wr32(t, VIRTIO_MMIO_DEVICE_FEATURES_SEL, 0);
-	return v | rd32(t, VIRTIO_MMIO_DEVICE_FEATURES);
-}
 
 static void put_desc(struct tdev *t, unsigned int q, uint16_t i, uint64_t addr,
 		     uint32_t len, uint16_t flags, uint16_t next)
@@ -261,36 +181,29 @@ static void put_desc(struct tdev *t, unsigned int q, uint16_t i, uint64_t addr,
 		.next = htole16(next),
 	};
 
-	memcpy(t->ram + DESC_GPA(q) + (uint64_t)i * sizeof(d), &d, sizeof(d));
+	memcpy(t->d.ram + DESC_GPA(q) + (uint64_t)i * sizeof(d), &d, sizeof(d));
 }
 
 /* virtqueue_kick(): notify only when the device asked for it. */
 static void kick(struct tdev *t, unsigned int q)
 {
 	struct drvq *dq = &t->q[q];
-	uint16_t old = dq->kicked, cur = dq->avail_idx;
-	bool need;
+	uint16_t old = dq->kicked;
 
-	dq->kicked = cur;
-	/* virtio_mb: our avail->idx before we read the device's wishes. */
-	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	if (t->features & FEAT(VIRTIO_RING_F_EVENT_IDX))
-		need = vring_need_event(
-			load16(t, USED_GPA(q) + 4 + 8 * dq->size), cur, old);
-	else
-		need = !(load16(t, USED_GPA(q)) & VRING_USED_F_NO_NOTIFY);
-	if (need)
-		wr32(t, VIRTIO_MMIO_QUEUE_NOTIFY, q);
+	dq->kicked = dq->avail_idx;
+	if (vdrv_need_kick(&t->d, USED_GPA(q), dq->size, old, dq->avail_idx))
+		vdrv_wr32(&t->d, VIRTIO_MMIO_QUEUE_NOTIFY, q);
 }
 
 static void publish(struct tdev *t, unsigned int q, uint16_t head)
 {
 	struct drvq *dq = &t->q[q];
 
-	store16(t, AVAIL_GPA(q) + 4 + 2 * (dq->avail_idx % dq->size), head);
+	vdrv_store16(&t->d, AVAIL_GPA(q) + 4 + 2 * (dq->avail_idx % dq->size),
+		     head);
 	/* virtio_wmb: the entry before the index. */
 	dq->avail_idx++;
-	store16(t, AVAIL_GPA(q) + 2, dq->avail_idx);
+	vdrv_store16(&t->d, AVAIL_GPA(q) + 2, dq->avail_idx);
 }
 
 /* Receive buffer b: header descriptor 2b, data descriptor 2b + 1. */
@@ -298,7 +211,7 @@ static void rx_post(struct tdev *t, unsigned int b)
 {
 	uint16_t d = 2 * b;
 
-	memset(t->ram + RX_GPA(b), 0xee, HDR + RX_DATA);
+	memset(t->d.ram + RX_GPA(b), 0xee, HDR + RX_DATA);
 	put_desc(t, RXQ, d, RX_GPA(b), HDR,
 		 VRING_DESC_F_WRITE | VRING_DESC_F_NEXT, d + 1);
 	put_desc(t, RXQ, d + 1, RX_GPA(b) + HDR, RX_DATA, VRING_DESC_F_WRITE,
@@ -325,15 +238,8 @@ static void setup_queue(struct tdev *t, unsigned int q)
 {
 	struct drvq *dq = &t->q[q];
 
-	wr32(t, VIRTIO_MMIO_QUEUE_SEL, q);
-	wr32(t, VIRTIO_MMIO_QUEUE_NUM, QSIZE);
-	wr32(t, VIRTIO_MMIO_QUEUE_DESC_LOW, DESC_GPA(q));
-	wr32(t, VIRTIO_MMIO_QUEUE_DESC_HIGH, 0);
-	wr32(t, VIRTIO_MMIO_QUEUE_AVAIL_LOW, AVAIL_GPA(q));
-	wr32(t, VIRTIO_MMIO_QUEUE_AVAIL_HIGH, 0);
-	wr32(t, VIRTIO_MMIO_QUEUE_USED_LOW, USED_GPA(q));
-	wr32(t, VIRTIO_MMIO_QUEUE_USED_HIGH, 0);
-	wr32(t, VIRTIO_MMIO_QUEUE_READY, 1);
+	vdrv_setup_queue(&t->d, q, QSIZE, DESC_GPA(q), AVAIL_GPA(q),
+			 USED_GPA(q));
 	dq->size = QSIZE;
 	for (unsigned int i = 0; i < QSIZE; i++)
 		dq->free[i] = QSIZE - 1 - i;
@@ -347,25 +253,17 @@ static void setup_queue(struct tdev *t, unsigned int q)
  */
 static uint32_t bring_up_with(struct tdev *t, uint64_t features)
 {
-	wr32(t, VIRTIO_MMIO_STATUS, 0);
+	vdrv_wr32(&t->d, VIRTIO_MMIO_STATUS, 0);
 	memset(t->q, 0, sizeof(t->q));
 	memset(t->rx_posted, 0, sizeof(t->rx_posted));
 	t->rx_head = t->rx_nr = 0;
 	for (unsigned int q = 0; q < NQ; q++)
-		memset(t->ram + DESC_GPA(q), 0, 0x4000);
-	add_status(t, ST_ACK);
-	add_status(t, ST_DRIVER);
-	wr32(t, VIRTIO_MMIO_DRIVER_FEATURES_SEL, 1);
-	wr32(t, VIRTIO_MMIO_DRIVER_FEATURES, features >> 32);
-	wr32(t, VIRTIO_MMIO_DRIVER_FEATURES_SEL, 0);
-	wr32(t, VIRTIO_MMIO_DRIVER_FEATURES, (uint32_t)features);
-	add_status(t, ST_FEATURES);
-	if (!(status(t) & ST_FEATURES))
-		return status(t);
-	t->features = features;
+		memset(t->d.ram + DESC_GPA(q), 0, 0x4000);
+	if (!vdrv_negotiate(&t->d, features))
+		return vdrv_status(&t->d);
 	for (unsigned int q = 0; q < NQ; q++)
 		setup_queue(t, q);
-	add_status(t, ST_DRIVER_OK);
+	vdrv_add_status(&t->d, ST_DRIVER_OK);
 	if (!t->no_fill)
 		rx_fill(t);
 	/* Event buffers, as Linux posts them; the device never uses them. */
@@ -374,12 +272,12 @@ static uint32_t bring_up_with(struct tdev *t, uint64_t features)
 		publish(t, EVQ, i);
 	}
 	kick(t, EVQ);
-	return status(t);
+	return vdrv_status(&t->d);
 }
 
 static uint32_t bring_up(struct tdev *t)
 {
-	return bring_up_with(t, device_features(t));
+	return bring_up_with(t, vdrv_device_features(&t->d));
 }
 
 /* ---- the fake driver: packets ------------------------------------------ */
@@ -432,9 +330,11 @@ static void rx_poll(struct tdev *t)
 	struct drvq *dq = &t->q[RXQ];
 	bool refilled = false;
 
-	while (dq->size && dq->last_used != load16(t, USED_GPA(RXQ) + 2)) {
+	while (dq->size &&
+	       dq->last_used != vdrv_load16(&t->d, USED_GPA(RXQ) + 2)) {
 		uint64_t e = USED_GPA(RXQ) + 4 + 8 * (dq->last_used % dq->size);
-		uint32_t id = get32(t, e), len = get32(t, e + 4);
+		uint32_t id = vdrv_get32(&t->d, e),
+			 len = vdrv_get32(&t->d, e + 4);
 		unsigned int b = id / 2;
 		struct virtio_vsock_hdr le;
 		struct rpkt *p;
@@ -445,7 +345,7 @@ static void rx_poll(struct tdev *t)
 			continue;
 		}
 		t->rx_posted[b] = false;
-		memcpy(&le, t->ram + RX_GPA(b), sizeof(le));
+		memcpy(&le, t->d.ram + RX_GPA(b), sizeof(le));
 		if (len < HDR) {
 			t->empty_used++;
 		} else if (t->sink) {
@@ -459,7 +359,7 @@ static void rx_poll(struct tdev *t)
 			p = &t->rxpk[(t->rx_head + t->rx_nr++) % RXPK_MAX];
 			decode(&le, &p->h);
 			p->used_len = len;
-			memcpy(p->data, t->ram + RX_GPA(b) + HDR,
+			memcpy(p->data, t->d.ram + RX_GPA(b) + HDR,
 			       p->h.len < RX_DATA ? p->h.len : RX_DATA);
 		} else {
 			t->lost++;
@@ -476,7 +376,7 @@ static void rx_poll(struct tdev *t)
 /* The next packet for the guest, within ms; false if none came. */
 static bool rx_next(struct tdev *t, struct rpkt *out, long ms)
 {
-	long end = now_ms() + ms;
+	long end = vdrv_now_ms() + ms;
 
 	for (;;) {
 		rx_poll(t);
@@ -486,7 +386,7 @@ static bool rx_next(struct tdev *t, struct rpkt *out, long ms)
 			t->rx_nr--;
 			return true;
 		}
-		if (now_ms() >= end)
+		if (vdrv_now_ms() >= end)
 			return false;
 		nap();
 	}
@@ -497,9 +397,9 @@ static bool tx_reap(struct tdev *t)
 {
 	struct drvq *dq = &t->q[TXQ];
 
-	while (dq->last_used != load16(t, USED_GPA(TXQ) + 2)) {
+	while (dq->last_used != vdrv_load16(&t->d, USED_GPA(TXQ) + 2)) {
 		uint64_t e = USED_GPA(TXQ) + 4 + 8 * (dq->last_used % dq->size);
-		uint32_t id = get32(t, e);
+		uint32_t id = vdrv_get32(&t->d, e);
 
 		dq->last_used++;
 		if (id >= QSIZE || !dq->ndesc[id]) {
@@ -516,10 +416,10 @@ static bool tx_reap(struct tdev *t)
 /* Until every tx chain is back (receiving meanwhile); false on timeout. */
 static bool tx_wait(struct tdev *t)
 {
-	long end = now_ms() + TIMEOUT_MS;
+	long end = vdrv_now_ms() + TIMEOUT_MS;
 
 	while (!tx_reap(t)) {
-		if (now_ms() >= end)
+		if (vdrv_now_ms() >= end)
 			return false;
 		rx_poll(t);
 		nap();
@@ -540,7 +440,7 @@ static bool tx_raw(struct tdev *t, const void *bytes, uint32_t len,
 	if (dq->nr_free < 2 && !tx_wait(t))
 		return false;
 	head = dq->free[--dq->nr_free];
-	memcpy(t->ram + TX_GPA(head), bytes, len);
+	memcpy(t->d.ram + TX_GPA(head), bytes, len);
 	dq->descs[head][0] = head;
 	dq->ndesc[head] = 1;
 	if (split && split < len) {
@@ -648,12 +548,12 @@ static bool write_str(int fd, const char *s)
 /* Reads until len bytes or ms pass; returns what it got. */
 static size_t read_upto(int fd, void *buf, size_t len, long ms)
 {
-	long end = now_ms() + ms;
+	long end = vdrv_now_ms() + ms;
 	size_t got = 0;
 
 	while (got < len) {
 		struct pollfd p = { .fd = fd, .events = POLLIN };
-		long left = end - now_ms();
+		long left = end - vdrv_now_ms();
 		ssize_t n;
 
 		if (left <= 0 || poll(&p, 1, left) <= 0)
@@ -770,15 +670,15 @@ static int tdev_create(struct tdev *t, bool start)
 		.name = "virtio-vsock0",
 		.guest_cid = GUEST_CID,
 		.uds_path = t->uds,
-		.mem = &t->mem,
-		.irq = { .set = irq_set, .opaque = t, .gsi = 6 },
+		.mem = &t->d.mem,
+		.irq = { .set = vdrv_irq_set, .opaque = &t->d.irq, .gsi = 6 },
 	};
 	int ret;
 
 	ret = vsock__create(&t->vs, &p);
 	if (ret)
 		return ret;
-	t->vdev = vsock__device(t->vs);
+	t->d.vdev = vsock__device(t->vs);
 	return start ? vsock__start(t->vs) : 0;
 }
 
@@ -794,13 +694,7 @@ FIXTURE_SETUP(vsock)
 	strcpy(t->dir, "/tmp/kiln-vsock-XXXXXX");
 	ASSERT_NE(NULL, mkdtemp(t->dir));
 	snprintf(t->uds, sizeof(t->uds), "%s/v.sock", t->dir);
-	t->block = aligned_alloc(4096, GUARD_SIZE + RAM_SIZE + GUARD_SIZE);
-	ASSERT_NE(NULL, t->block);
-	memset(t->block, GUARD_BYTE, GUARD_SIZE + RAM_SIZE + GUARD_SIZE);
-	t->ram = t->block + GUARD_SIZE;
-	memset(t->ram, 0, RAM_SIZE);
-	guest_mem__init(&t->mem);
-	ASSERT_EQ(0, guest_mem__add(&t->mem, 0, RAM_SIZE, t->ram));
+	ASSERT_EQ(0, vdrv_init(&t->d, RAM_SIZE));
 	t->refill = true;
 	ASSERT_EQ(0, tdev_create(t, true));
 }
@@ -814,10 +708,10 @@ FIXTURE_TEARDOWN(vsock)
 	/* The device's thread goes first: it may still use guest memory. */
 	vsock__destroy(t->vs);
 	t->vs = NULL;
-	EXPECT_TRUE(guards_intact(t));
+	EXPECT_TRUE(vdrv_guards_intact(&t->d));
 	EXPECT_FALSE(t->bad_used);
 	EXPECT_EQ(0, t->lost);
-	free(t->block);
+	vdrv_exit(&t->d);
 	dir = opendir(t->dir);
 	if (!dir)
 		return;
@@ -833,20 +727,20 @@ FIXTURE_TEARDOWN(vsock)
 TEST_F(vsock, identity_config_and_features)
 {
 	struct tdev *t = &self->t;
-	uint64_t f = device_features(t), cid = 0;
+	uint64_t f = vdrv_device_features(&t->d), cid = 0;
 
-	EXPECT_EQ(0x74726976, rd32(t, VIRTIO_MMIO_MAGIC_VALUE));
-	EXPECT_EQ(2, rd32(t, VIRTIO_MMIO_VERSION));
-	EXPECT_EQ(VIRTIO_ID_VSOCK, rd32(t, VIRTIO_MMIO_DEVICE_ID));
+	EXPECT_EQ(0x74726976, vdrv_rd32(&t->d, VIRTIO_MMIO_MAGIC_VALUE));
+	EXPECT_EQ(2, vdrv_rd32(&t->d, VIRTIO_MMIO_VERSION));
+	EXPECT_EQ(VIRTIO_ID_VSOCK, vdrv_rd32(&t->d, VIRTIO_MMIO_DEVICE_ID));
 	EXPECT_EQ(FEAT(VIRTIO_F_VERSION_1) | FEAT(VIRTIO_RING_F_EVENT_IDX) |
 			  FEAT(VIRTIO_RING_F_INDIRECT_DESC),
 		  f);
-	virtio_mmio__read(t->vdev, VIRTIO_MMIO_CONFIG, &cid, 8);
+	virtio_mmio__read(t->d.vdev, VIRTIO_MMIO_CONFIG, &cid, 8);
 	EXPECT_EQ(GUEST_CID, le64toh(cid));
 	for (unsigned int q = 0; q < 4; q++) {
-		wr32(t, VIRTIO_MMIO_QUEUE_SEL, q);
+		vdrv_wr32(&t->d, VIRTIO_MMIO_QUEUE_SEL, q);
 		EXPECT_EQ(q < NQ ? DEV_QSIZE : 0,
-			  rd32(t, VIRTIO_MMIO_QUEUE_NUM_MAX));
+			  vdrv_rd32(&t->d, VIRTIO_MMIO_QUEUE_NUM_MAX));
 	}
 	EXPECT_EQ(ST_LIVE, bring_up(t));
 }
@@ -1060,7 +954,7 @@ TEST_F(vsock, malformed_connect_lines_close_the_client)
 TEST_F_TIMEOUT(vsock, silent_client_times_out, 20)
 {
 	struct tdev *t = &self->t;
-	long start = now_ms();
+	long start = vdrv_now_ms();
 	int fd;
 
 	ASSERT_EQ(ST_LIVE, bring_up(t));
@@ -1068,7 +962,7 @@ TEST_F_TIMEOUT(vsock, silent_client_times_out, 20)
 	ASSERT_LE(0, fd);
 	ASSERT_TRUE(write_str(fd, "CONN"));
 	EXPECT_TRUE(closed_within(fd, VSOCK_HANDSHAKE_MS + 3000));
-	EXPECT_LE(VSOCK_HANDSHAKE_MS - 100, now_ms() - start);
+	EXPECT_LE(VSOCK_HANDSHAKE_MS - 100, vdrv_now_ms() - start);
 	close(fd);
 }
 
@@ -1317,10 +1211,10 @@ TEST_F(vsock, half_closed_slow_host_reader_does_not_spin)
 	ASSERT_TRUE(expect_op(t, &p, OP_SHUTDOWN));
 	EXPECT_EQ(SHUT_SEND, p.h.flags);
 	ASSERT_EQ(0, pthread_create(&th, NULL, slow_reader_thread, &rd));
-	wall = now_ms();
+	wall = vdrv_now_ms();
 	cpu = cpu_ms();
 	end = wall + 4 * TIMEOUT_MS;
-	while (sent < rd.want && now_ms() < end) {
+	while (sent < rd.want && vdrv_now_ms() < end) {
 		while (rx_next(t, &p, sent - fwd >= VSOCK_BUF_ALLOC ? 20 : 0)) {
 			ASSERT_EQ(OP_CREDIT, p.h.op);
 			fwd = p.h.fwd_cnt;
@@ -1337,7 +1231,7 @@ TEST_F(vsock, half_closed_slow_host_reader_does_not_spin)
 		sent += credit;
 	}
 	pthread_join(th, NULL);
-	wall = now_ms() - wall;
+	wall = vdrv_now_ms() - wall;
 	cpu = cpu_ms() - cpu;
 	TH_LOG("%zu bytes in %ld ms, %ld ms of CPU", rd.got, wall, cpu);
 	EXPECT_EQ(rd.want, rd.got);
@@ -1524,9 +1418,9 @@ TEST_F_TIMEOUT(vsock, request_flood_beyond_the_limit_is_reset, 60)
 		ASSERT_TRUE(tx_raw(t, txbuf, HDR, 0, false));
 	}
 	ASSERT_TRUE(tx_wait(t));
-	for (long end = now_ms() + TIMEOUT_MS;
+	for (long end = vdrv_now_ms() + TIMEOUT_MS;
 	     t->op_count[OP_RESPONSE] + t->op_count[OP_RST] < n &&
-	     now_ms() < end;)
+	     vdrv_now_ms() < end;)
 		rx_poll(t), nap();
 	EXPECT_EQ(VSOCK_MAX_CONNS, t->op_count[OP_RESPONSE]);
 	EXPECT_EQ(n - VSOCK_MAX_CONNS, t->op_count[OP_RST]);
@@ -1784,7 +1678,7 @@ TEST_F(vsock, hostile_packets_are_dropped_or_reset)
 
 	lines = stderr_capture__end(&cap, log, sizeof(log));
 	EXPECT_EQ(1, lines) TH_LOG("%s", log);
-	EXPECT_EQ(ST_LIVE, status(t));
+	EXPECT_EQ(ST_LIVE, vdrv_status(&t->d));
 	/* Still serving. */
 	fd = host_open(_metadata, t, 14, GBUF, &hport);
 	ASSERT_LE(0, fd);
@@ -1827,10 +1721,10 @@ TEST_F(vsock, hostile_buffers)
 	put_desc(t, TXQ, head, RAM_SIZE - 8, 64, 0, 0);
 	publish(t, TXQ, head);
 	kick(t, TXQ);
-	for (long end = now_ms() + TIMEOUT_MS;
-	     !(status(t) & ST_NEEDS_RST) && now_ms() < end;)
+	for (long end = vdrv_now_ms() + TIMEOUT_MS;
+	     !(vdrv_status(&t->d) & ST_NEEDS_RST) && vdrv_now_ms() < end;)
 		nap();
-	EXPECT_TRUE(status(t) & ST_NEEDS_RST);
+	EXPECT_TRUE(vdrv_status(&t->d) & ST_NEEDS_RST);
 	/* The driver resets and carries on. */
 	ASSERT_EQ(ST_LIVE, bring_up(t));
 	fd = host_open(_metadata, t, 16, GBUF, &hport);
@@ -2011,14 +1905,14 @@ TEST_F_TIMEOUT(vsock, fuzz, 120)
 			}
 			acc[na++] = cfd;
 		}
-		ASSERT_FALSE(status(t) & ST_NEEDS_RST);
+		ASSERT_FALSE(vdrv_status(&t->d) & ST_NEEDS_RST);
 		rx_poll(t);
 		pairs_note(t, &pr, r2);
 	}
 	t->refill = true;
 	rx_fill(t);
-	EXPECT_TRUE(tx_wait(t)) TH_LOG("status %#x", status(t));
-	EXPECT_TRUE(guards_intact(t));
+	EXPECT_TRUE(tx_wait(t)) TH_LOG("status %#x", vdrv_status(&t->d));
+	EXPECT_TRUE(vdrv_guards_intact(&t->d));
 	while (nh)
 		close(hosts[--nh]);
 	while (na)
