@@ -15,6 +15,11 @@ void log__set_verbose(bool verbose)
 	log_verbose = verbose;
 }
 
+bool log__debug_enabled(void)
+{
+	return log_verbose;
+}
+
 static const char *const log_prefix[] = {
 	[LOG_ERR] = "",
 	[LOG_WARN] = "warning: ",

@@ -24,6 +24,7 @@ void log__print(enum log_level level, const char *fmt, ...)
 #define pr_debug(...) log__print(LOG_DEBUG, __VA_ARGS__)
 
 void log__set_verbose(bool verbose);
+bool log__debug_enabled(void);
 
 #define __must_check  __attribute__((warn_unused_result))
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))

@@ -234,6 +234,29 @@ static void handle_system_event(struct vcpu *v)
 	}
 }
 
+/* With --verbose: where the vCPU was when it stopped the machine. */
+static void debug_where(struct vcpu *v, const char *what)
+{
+	struct kvm_sregs sregs;
+	struct kvm_regs regs;
+
+	if (!log__debug_enabled())
+		return;
+	if (ioctl(v->fd, KVM_GET_REGS, &regs) < 0 ||
+	    ioctl(v->fd, KVM_GET_SREGS, &sregs) < 0) {
+		pr_debug("vcpu%u: %s, registers unreadable: %s", v->id, what,
+			 strerror(errno));
+		return;
+	}
+	pr_debug("vcpu%u: %s at cs:rip 0x%x:0x%llx rsp 0x%llx rflags 0x%llx "
+		 "cr0 0x%llx cr2 0x%llx cr3 0x%llx cr4 0x%llx efer 0x%llx",
+		 v->id, what, sregs.cs.selector, (unsigned long long)regs.rip,
+		 (unsigned long long)regs.rsp, (unsigned long long)regs.rflags,
+		 (unsigned long long)sregs.cr0, (unsigned long long)sregs.cr2,
+		 (unsigned long long)sregs.cr3, (unsigned long long)sregs.cr4,
+		 (unsigned long long)sregs.efer);
+}
+
 /* Returns false when the vCPU must stop. */
 static bool handle_exit(struct vcpu *v)
 {
@@ -247,6 +270,7 @@ static bool handle_exit(struct vcpu *v)
 		handle_mmio(v);
 		return true;
 	case KVM_EXIT_SHUTDOWN:
+		debug_where(v, "shutdown (triple fault)");
 		vm__stop(v->vm, VM_STOP_GUEST_RESET, 0, "guest triple-faulted");
 		return false;
 	case KVM_EXIT_SYSTEM_EVENT:
