@@ -792,13 +792,55 @@ static int data_fd(struct fuse_call *c, uint64_t fh, bool write)
 	return b->ops->io_fd(b, c->h.nodeid, fh, write);
 }
 
-static int do_read(struct fuse_call *c)
+/*
+ * READ or WRITE of size bytes at offset, its checks done and req->io_iov
+ * set: straight between the host fd and guest memory on the ring when the
+ * backend has one for fh, else through the backend's read or write op.
+ */
+static int data_io(struct fuse_call *c, bool write, uint64_t fh,
+		   uint64_t offset, uint32_t size)
 {
 	struct fs_backend *b = c->s->b;
 	struct fuse_req *req = c->req;
-	struct fuse_read_in in;
+	int fd = data_fd(c, fh, write);
 	ssize_t n;
-	int ret, fd;
+
+	if (fd >= 0) {
+		req->write = write;
+		req->fd = fd;
+		req->offset = offset;
+		req->done = 0;
+		req->left = size;
+		submit_io(c->s, req);
+		return REPLIED;
+	}
+	if (fd != -ENOTSUP)
+		return fd;
+	if (write ? !HAS(c, write) : !HAS(c, read))
+		return -ENOSYS;
+	if (write)
+		n = b->ops->write(b, c->h.nodeid, fh, req->io_iov,
+				  (int)req->io_cnt, offset);
+	else
+		n = b->ops->read(b, c->h.nodeid, fh, req->io_iov,
+				 (int)req->io_cnt, offset);
+	if (n < 0)
+		return (int)n;
+	if ((uint64_t)n > size)
+		return -EIO;
+	req->done = (uint64_t)n;
+	if (write)
+		finish_write(req);
+	else
+		finish_read(req);
+	return REPLIED;
+}
+
+static int do_read(struct fuse_call *c)
+{
+	struct fuse_req *req = c->req;
+	struct fuse_read_in in;
+	int ret;
 
 	ret = take_arg(c, &in, sizeof(in));
 	if (ret)
@@ -818,38 +860,14 @@ static int do_read(struct fuse_call *c)
 	req->io_iov =
 		iov_narrow(req->in, req->nr_in, OUT_HDR, in.size, &req->io_cnt);
 
-	fd = data_fd(c, in.fh, false);
-	if (fd >= 0) {
-		req->write = false;
-		req->fd = fd;
-		req->offset = in.offset;
-		req->done = 0;
-		req->left = in.size;
-		submit_io(c->s, req);
-		return REPLIED;
-	}
-	if (fd != -ENOTSUP)
-		return fd;
-	if (!HAS(c, read))
-		return -ENOSYS;
-	n = b->ops->read(b, c->h.nodeid, in.fh, req->io_iov, (int)req->io_cnt,
-			 in.offset);
-	if (n < 0)
-		return (int)n;
-	if ((uint64_t)n > in.size)
-		return -EIO;
-	req->done = (uint64_t)n;
-	finish_read(req);
-	return REPLIED;
+	return data_io(c, false, in.fh, in.offset, in.size);
 }
 
 static int do_write(struct fuse_call *c)
 {
-	struct fs_backend *b = c->s->b;
 	struct fuse_req *req = c->req;
 	struct fuse_write_in in;
-	ssize_t n;
-	int ret, fd;
+	int ret;
 
 	ret = take_arg(c, &in, sizeof(in));
 	if (ret)
@@ -868,28 +886,7 @@ static int do_write(struct fuse_call *c)
 	req->io_iov = iov_narrow(req->out, req->nr_out, IN_HDR + sizeof(in),
 				 in.size, &req->io_cnt);
 
-	fd = data_fd(c, in.fh, true);
-	if (fd >= 0) {
-		req->write = true;
-		req->fd = fd;
-		req->offset = in.offset;
-		req->left = in.size;
-		submit_io(c->s, req);
-		return REPLIED;
-	}
-	if (fd != -ENOTSUP)
-		return fd;
-	if (!HAS(c, write))
-		return -ENOSYS;
-	n = b->ops->write(b, c->h.nodeid, in.fh, req->io_iov, (int)req->io_cnt,
-			  in.offset);
-	if (n < 0)
-		return (int)n;
-	if ((uint64_t)n > in.size)
-		return -EIO;
-	req->done = (uint64_t)n;
-	finish_write(req);
-	return REPLIED;
+	return data_io(c, true, in.fh, in.offset, in.size);
 }
 
 static int do_statfs(struct fuse_call *c)
