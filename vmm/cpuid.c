@@ -16,6 +16,7 @@
 #define CPUID_LEAF_TOPOLOGY_V2 0x1f
 #define CPUID_LEAF_AMD_SIZE    0x80000008
 
+#define CPUID_1_ECX_TSC_DEADLINE (1U << 24)
 #define CPUID_1_ECX_HYPERVISOR	 (1U << 31)
 #define CPUID_1_EDX_HTT		 (1U << 28)
 #define CPUID_B_LEVEL_SMT	 1
@@ -78,6 +79,24 @@ static void patch_entry(struct kvm_cpuid_entry2 *e, unsigned int id,
 			 (order_base_2(nr_cpus) << 12);
 		break;
 	}
+}
+
+/*
+ * What KVM emulates but leaves out of KVM_GET_SUPPORTED_CPUID because it
+ * depends on the VM's set-up (api.rst, KVM_GET_SUPPORTED_CPUID): the
+ * TSC-deadline timer, with the in-kernel LAPIC we always create. Arming
+ * it is one WRMSR; without it Linux programs the LAPIC timer through
+ * MMIO writes that KVM must decode and emulate, at every idle entry.
+ */
+void cpuid__add_emulated(int kvm_fd, struct kvm_cpuid2 *c)
+{
+	unsigned int i;
+
+	if (ioctl(kvm_fd, KVM_CHECK_EXTENSION, KVM_CAP_TSC_DEADLINE_TIMER) <= 0)
+		return;
+	for (i = 0; i < c->nent; i++)
+		if (c->entries[i].function == CPUID_LEAF_FEATURES)
+			c->entries[i].ecx |= CPUID_1_ECX_TSC_DEADLINE;
 }
 
 int cpuid__setup(int vcpu_fd, const struct kvm_cpuid2 *supported,

@@ -111,6 +111,7 @@ int kvm__supported_cpuid(int kvm_fd, struct kvm_cpuid2 **out)
 			return -err;
 		nent *= 2;
 	}
+	cpuid__add_emulated(kvm_fd, c);
 	*out = c;
 	return 0;
 }

@@ -186,6 +186,8 @@ static inline bool vm__has_agent(const struct vm *vm)
 }
 
 /* vmm/cpuid.c */
+/* Adds what KVM emulates but does not list as supported (TSC deadline). */
+void cpuid__add_emulated(int kvm_fd, struct kvm_cpuid2 *c);
 int __must_check cpuid__setup(int vcpu_fd, const struct kvm_cpuid2 *supported,
 			      unsigned int id, unsigned int nr_cpus);
 

@@ -4,10 +4,12 @@
  * command and returns its status. KILN_VMM names the vmm (build/vmm) and
  * KILN_GUEST_DIR the guest build (build/guest).
  */
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <linux/kvm.h>
 
 #include "selftests/kselftest.h"
 #include "selftests/kvm/vmm_util.h"
@@ -64,6 +66,29 @@ TEST_TIMEOUT(cpu_topology, BOOT_TIMEOUT)
 	EXPECT_STREQ(" 1 apicid: 0; 1 apicid: 1; 1 apicid: 2; 1 apicid: 3;"
 		     " 4 cpu cores: 4; 4 physical id: 0;",
 		     r.out);
+}
+
+/*
+ * The TSC-deadline timer, on every vCPU, whenever KVM can emulate it (it
+ * is never in KVM_GET_SUPPORTED_CPUID): Linux then arms its timer with one
+ * WRMSR instead of LAPIC MMIO writes.
+ */
+TEST_TIMEOUT(tsc_deadline_timer, BOOT_TIMEOUT)
+{
+	struct spawn_result r;
+	int kvm = open("/dev/kvm", O_RDWR | O_CLOEXEC);
+	int cap;
+
+	ASSERT_LE(0, kvm);
+	cap = ioctl(kvm, KVM_CHECK_EXTENSION, KVM_CAP_TSC_DEADLINE_TIMER);
+	close(kvm);
+	BOOT(NULL, ARGS("--cpus", "2"),
+	     ARGS("sh", "-c",
+		  "grep -c '^flags.* tsc_deadline_timer' "
+		  "/proc/cpuinfo; true"),
+	     NULL, &r);
+	EXPECT_EQ(0, r.status);
+	EXPECT_STREQ(cap > 0 ? "2\n" : "0\n", r.out);
 }
 
 /*
