@@ -80,7 +80,7 @@ kvm_suite() {
 }
 
 pass=0 fail=0 skip=0
-failures=()
+failures=() flakes=()
 # The suite being read: name, plan (-1: none yet), tests seen, failures.
 cur='' plan=-1 seen=0 sfail=0
 # The harness run: failure count when it started, run_kvm.sh finished;
@@ -146,6 +146,9 @@ parse() {
 			failures=("${failures[@]:0:$nfail_mark}")
 			cur='' plan=-1 seen=0 sfail=0
 			;;
+		*"kiln-harness-flake: "*)
+			flakes+=("${cur:-?}: ${line#*kiln-harness-flake: }")
+			;;
 		"# kiln-run_kvm: done")
 			kvm_done=1
 			;;
@@ -197,6 +200,11 @@ harness_end() {
 
 parse < <(host_suites; kvm_suite)
 
+# Boots the harness broke and a test booted again (selftests/kvm/vmm_util.h):
+# counted and named, so a rising number is seen.
+for f in "${flakes[@]}"; do
+	echo "# HARNESS FLAKE, booted again: $f"
+done
 for f in "${failures[@]}"; do
 	echo "# FAILED: $f"
 done

@@ -11,6 +11,8 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -80,6 +82,22 @@ static inline void boot_argv(const struct guest *g, const struct boot_spec *s,
 }
 
 /*
+ * Inside the nested harness (tools/vmtest: KVM on QEMU's emulated SVM) a
+ * vCPU of ours now and then triple-faults while idle, on the delivery of
+ * a timer interrupt that the same halted vCPU took 16 ms earlier (traced:
+ * Documentation/harness.md), in about 3 of 100 four-vCPU boots; the
+ * harness kernel itself has panicked on a corrupted stack meanwhile. A
+ * boot that died that way before its command printed anything is booted
+ * again, once, and says so; never outside the harness, never twice.
+ */
+static inline bool harness_flake(const struct spawn_result *r)
+{
+	return getenv("KILN_IN_HARNESS") && r->status == VMM_EXIT_GUEST_CRASH &&
+	       !r->out_len && r->err_len &&
+	       strstr(r->err, "guest triple-faulted");
+}
+
+/*
  * Boots to completion. The guest is a precondition, not a skip: without
  * it the test fails and says why. Returns -1 when the test is over.
  */
@@ -97,6 +115,10 @@ static inline int boot_spec(struct __test_metadata *_metadata,
 	ASSERT_EQ(0, stat(g.initrd, &st)) TH_LOG("no guest: run make guest");
 	boot_argv(&g, s, argv);
 	ASSERT_EQ(0, spawn__run(argv, s->stdin_path, r));
+	if (harness_flake(r)) {
+		TH_LOG("kiln-harness-flake: %.200s; booting once more", r->err);
+		ASSERT_EQ(0, spawn__run(argv, s->stdin_path, r));
+	}
 	TH_LOG("exit %d, stdout: %.300s", r->status, r->out);
 	if (r->err_len)
 		TH_LOG("stderr: %.600s", r->err);

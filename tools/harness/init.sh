@@ -42,10 +42,22 @@ load_modules() {
 	done <"$1"
 }
 
+# No transparent huge pages in the harness kernel. With them ("always",
+# Debian's default) khugepaged collapses the nested guests' memory under
+# them: a bench-fs run wedged the whole harness with khugepaged blocked
+# in the kernel log, and a loop of four-vCPU boots with them on stalled
+# at its fifth boot. See Documentation/harness.md.
+no_thp() {
+	local f=/sys/kernel/mm/transparent_hugepage/enabled
+	[ -w $f ] || return 0
+	echo never >$f || log "could not turn off transparent huge pages"
+}
+
 setup_base() {
 	mount -t proc proc /proc
 	mount -t sysfs sysfs /sys
 	mount -t devtmpfs devtmpfs /dev
+	no_thp
 	load_modules /etc/modules || fail "loading /etc/modules"
 	# KVM takes a while to insert under TCG: overlap it with the mounts.
 	load_modules /etc/modules.kvm &
