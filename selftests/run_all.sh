@@ -200,10 +200,11 @@ harness_end() {
 
 parse < <(host_suites; kvm_suite)
 
-# Boots the harness broke and a test booted again (selftests/kvm/vmm_util.h):
-# counted and named, so a rising number is seen.
+# Tests the harness broke and that ran once more (ksft_blame_environment
+# in selftests/kselftest.h, called by selftests/kvm/vmm_util.h): named, so
+# a rising number is seen.
 for f in "${flakes[@]}"; do
-	echo "# HARNESS FLAKE, booted again: $f"
+	echo "# HARNESS FLAKE, test run again: $f"
 done
 for f in "${failures[@]}"; do
 	echo "# FAILED: $f"

@@ -100,6 +100,7 @@ static bool vm_start(struct __test_metadata *_metadata, struct vmctl *c,
 		if (spawn__run(argv, NULL, &r))
 			return false;
 		TH_LOG("start --detach: exit %d, err %.300s", r.status, r.err);
+		check_harness_flake(&r);
 		return r.status == 0;
 	}
 	c->vmm = fork();

@@ -124,6 +124,32 @@ TEST_MANUAL(sample_multiline_log)
 	TH_LOG("first\nnot ok 9 fake");
 }
 
+/*
+ * Blames the environment, then fails while the count in the file that
+ * KILN_SAMPLE_COUNTER names is below KILN_SAMPLE_FAILS; counts each run.
+ */
+TEST_MANUAL(sample_environment)
+{
+	const char *path = getenv("KILN_SAMPLE_COUNTER");
+	int fails = atoi(getenv("KILN_SAMPLE_FAILS") ?: "0");
+	int runs = 0;
+	FILE *f;
+
+	ASSERT_NE(NULL, path);
+	f = fopen(path, "r");
+	if (f) {
+		if (fscanf(f, "%d", &runs) != 1)
+			runs = 0;
+		fclose(f);
+	}
+	f = fopen(path, "w");
+	ASSERT_NE(NULL, f);
+	fprintf(f, "%d\n", runs + 1);
+	fclose(f);
+	ksft_blame_environment("the sample's machine misbehaved");
+	EXPECT_LE(fails, runs);
+}
+
 TEST_MANUAL(sample_streq)
 {
 	const char *word = "kiln";
@@ -422,7 +448,75 @@ TEST(manual_tests_not_planned)
 		last_line = t->line;
 		manual += t->manual;
 	}
-	EXPECT_EQ(11, manual);
+	EXPECT_EQ(12, manual);
+}
+
+/* Runs sample_environment with its first @fails runs failing. */
+static int run_environment_sample(int fails, struct sample_run *run, int *runs)
+{
+	char path[] = "/tmp/kiln-ksft-env-XXXXXX", n[16];
+	int fd = mkstemp(path), ret;
+	FILE *f;
+
+	if (fd < 0)
+		return -errno;
+	close(fd);
+	snprintf(n, sizeof(n), "%d", fails);
+	setenv("KILN_SAMPLE_COUNTER", path, 1);
+	setenv("KILN_SAMPLE_FAILS", n, 1);
+	ret = run_sample("sample_environment", NULL, run);
+	*runs = -1;
+	f = fopen(path, "r");
+	if (f) {
+		if (fscanf(f, "%d", runs) != 1)
+			*runs = -1;
+		fclose(f);
+	}
+	unlink(path);
+	return ret;
+}
+
+/* A failure after ksft_blame_environment(): one more run, and it counts. */
+TEST(environment_failure_runs_again)
+{
+	struct sample_run run;
+	int runs;
+
+	ASSERT_EQ(0, run_environment_sample(1, &run, &runs));
+	EXPECT_EQ(2, runs);
+	EXPECT_EQ(KSFT_PASS, run.status) TH_LOG("output:\n%s", run.out);
+	EXPECT_NE(NULL, strstr(run.out, "# kiln-harness-flake: "
+					"sample_environment: the sample's "
+					"machine misbehaved; running it once "
+					"more\n"));
+	EXPECT_NE(NULL, strstr(run.out, "\nok 1 sample_environment\n"));
+	EXPECT_EQ(NULL, strstr(run.out, "not ok"));
+	EXPECT_NE(NULL, strstr(run.out, "# Totals: pass:1 fail:0 skip:0\n"));
+}
+
+/* Never twice: a second failure is the test's. */
+TEST(environment_failure_twice_fails)
+{
+	struct sample_run run;
+	int runs;
+
+	ASSERT_EQ(0, run_environment_sample(5, &run, &runs));
+	EXPECT_EQ(2, runs);
+	EXPECT_EQ(KSFT_FAIL, run.status);
+	EXPECT_NE(NULL, strstr(run.out, "\nnot ok 1 sample_environment\n"));
+	EXPECT_NE(NULL, strstr(run.out, "# Totals: pass:0 fail:1 skip:0\n"));
+}
+
+/* Blaming the environment changes nothing about a pass. */
+TEST(environment_blamed_pass_runs_once)
+{
+	struct sample_run run;
+	int runs;
+
+	ASSERT_EQ(0, run_environment_sample(0, &run, &runs));
+	EXPECT_EQ(1, runs);
+	EXPECT_EQ(KSFT_PASS, run.status);
+	EXPECT_EQ(NULL, strstr(run.out, "kiln-harness-flake"));
 }
 
 TEST_HARNESS_MAIN
