@@ -125,28 +125,6 @@ static void settle(const struct opts *o)
 		;
 }
 
-/* mkdir -p, 0755. */
-static int make_dirs(const char *path)
-{
-	char buf[4096];
-	size_t i, n = strlen(path);
-
-	if (n >= sizeof(buf)) {
-		errno = ENAMETOOLONG;
-		return -1;
-	}
-	memcpy(buf, path, n + 1);
-	for (i = 1; i <= n; i++) {
-		if (buf[i] != '/' && buf[i] != '\0')
-			continue;
-		buf[i] = '\0';
-		if (mkdir(buf, 0755) && errno != EEXIST)
-			return -1;
-		buf[i] = path[i];
-	}
-	return 0;
-}
-
 /*
  * The init mounts /kiln/mounts before the command runs; an init from
  * before that (or a run without the manifest) leaves it to us.
@@ -158,7 +136,8 @@ static int ensure_mount(const struct opts *o)
 
 	if (statfs(o->dir, &sf) || sf.f_type != FUSE_SUPER_MAGIC) {
 		by = "self";
-		if (make_dirs(o->dir))
+		/* One level, as the init makes it: /bench by default. */
+		if (mkdir(o->dir, 0755) && errno != EEXIST)
 			return fail("mkdir", o->dir);
 		if (mount(o->tag, o->dir, "virtiofs", MS_NOSUID | MS_NODEV,
 			  NULL))
