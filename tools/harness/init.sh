@@ -6,6 +6,9 @@
 #                     run.sh (what to run), and receives status
 #   vmtest.mode=run|shell
 #   vmtest.modroot=DIR  holds lib/modules/<kver> of the harness kernel
+#   vmtest.beat=SECS  touch DIR/heartbeat every SECS seconds while the
+#                     command runs, so tools/vmtest can tell a harness
+#                     that stopped making progress (0: no heartbeat)
 # Loads the modules from /etc/modules and /etc/modules.kvm, mounts the host's root (virtiofs tag
 # "hostroot") with fresh /proc, /sys, /dev, chroots into it and runs
 # DIR/run.sh with bash. In run mode stdout/stderr go to the virtio serial
@@ -16,7 +19,7 @@
 /bin/busybox --install -s /bin
 export PATH=/bin HOME=/
 R=/newroot
-modopts= kvm_pid=
+modopts= kvm_pid= beat_pid=
 
 log() { echo "vmtest-init: $*" >/dev/kmsg; }
 
@@ -99,6 +102,16 @@ port() {
 	fail "no virtio serial port named $1"
 }
 
+# Touch $1/heartbeat every $2 seconds, in the background. It stops when
+# this harness kernel stops scheduling, or the shared root stops
+# answering: what tools/vmtest's watchdog looks for.
+start_heartbeat() {
+	local f=$R$1/heartbeat secs=$2
+	[ -n "$secs" ] && [ "$secs" != 0 ] || return 0
+	(while touch "$f"; do sleep "$secs"; done) &
+	beat_pid=$!
+}
+
 run() {
 	local dir=$1 mode=$2 rc
 	[ -f "$R$dir/run.sh" ] || fail "no $dir/run.sh on the shared root"
@@ -111,6 +124,7 @@ run() {
 		"$@" </dev/null >"$(port kiln.stdout)" 2>"$(port kiln.stderr)"
 	fi
 	rc=$?
+	[ -z "$beat_pid" ] || kill "$beat_pid"
 	echo "$rc" >"$R$dir/status.tmp" && mv "$R$dir/status.tmp" "$R$dir/status"
 	log "command exited with status $rc"
 }
@@ -124,6 +138,7 @@ main() {
 	setup_root
 	wait $kvm_pid || fail "loading /etc/modules.kvm"
 	log "harness ready"
+	start_heartbeat "$dir" "$(arg beat)"
 	run "$dir" "${mode:-run}"
 	sync
 	poweroff -f
