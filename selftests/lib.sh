@@ -8,6 +8,8 @@
 #   # kiln-error: MESSAGE          something that counts as one failure
 #   # kiln-harness: CMD            run_all.sh starts the KVM suite
 #   # kiln-harness-exit: NAME RC   ...and it ended with exit status RC
+#   # kiln-harness-retry: WHY      the harness stalled: the suites it did
+#                                  not finish run again (run_all.sh)
 #   # kiln-run_kvm: done           run_kvm.sh reached its end
 
 # A suite that hangs past its own per-test timeouts is killed: seconds.
@@ -21,4 +23,14 @@ run_suite() {
 	timeout -k 10 "$KILN_SUITE_TIMEOUT" "$@" 2>&1 </dev/null || rc=$?
 	echo "# kiln-selftest-exit: $name $rc"
 	return "$rc"
+}
+
+# kvm_suites O: the KVM suites, one path a line, in the order they run:
+# $O/selftests/kvm_* and every selftests/kvm/*.sh (which get O as argument).
+kvm_suites() {
+	local t
+	for t in "$1"/selftests/kvm_* selftests/kvm/*.sh; do
+		[ -f "$t" ] && [ -x "$t" ] && echo "$t"
+	done
+	return 0
 }

@@ -2,10 +2,12 @@
 # selftests/run_all.sh [O] - run every Kiln selftest and summarise.
 #
 # 1. Every host-side test binary $O/selftests/* (not kvm_*), on the host.
-# 2. The KVM suite, once: "tools/vmtest selftests/run_kvm.sh O", so the
-#    harness VM boots a single time (vmtest runs it directly when the host
-#    has hardware KVM). Without tools/vmtest it runs directly if /dev/kvm
-#    exists; otherwise that is a failure, never a silent skip.
+# 2. The KVM suites: "tools/vmtest selftests/run_kvm.sh O SUITE...", so
+#    the harness VM boots a single time (vmtest runs it directly when the
+#    host has hardware KVM); again, for the suites not finished, only if
+#    the harness stalled (kvm_suite). Without tools/vmtest they run
+#    directly if /dev/kvm exists; otherwise that is a failure, never a
+#    silent skip.
 #
 # Each suite's TAP is streamed under a "# kiln-selftest: NAME" header (the
 # markers are listed in lib.sh). The TAP lines are counted across all
@@ -41,51 +43,100 @@ host_suites() {
 }
 
 # Seconds one harness run may take: the KVM suites take minutes; each
-# suite and test inside has its own, shorter timeout.
-: "${KILN_HARNESS_TIMEOUT:=1200}"
+# suite and test inside has its own, shorter timeout, and vmtest's
+# watchdog ends a harness that stops making progress long before this.
+: "${KILN_HARNESS_TIMEOUT:=1800}"
+# Harness runs at most, the first included (see kvm_suite).
+: "${KILN_HARNESS_ATTEMPTS:=3}"
+# The harness command; a test of this script names a fake one.
+: "${KILN_VMTEST:=tools/vmtest}"
 
-# One run of the KVM suite in the harness; the harness's exit status.
+# One harness run of the KVM suites "$@" (all of them when none are
+# given), its output also saved in file $log; the harness's exit status.
 harness_run() {
-	local rc=0
+	local rc
 
-	echo "# kiln-harness: tools/vmtest selftests/run_kvm.sh $O"
-	tools/vmtest --timeout "$KILN_HARNESS_TIMEOUT" selftests/run_kvm.sh \
-		"$O" 2>&1 </dev/null || rc=$?
-	echo "# kiln-harness-exit: tools/vmtest $rc"
+	echo "# kiln-harness: $KILN_VMTEST selftests/run_kvm.sh $O${1:+ ($# suites)}"
+	"$KILN_VMTEST" --timeout "$KILN_HARNESS_TIMEOUT" selftests/run_kvm.sh \
+		"$O" "$@" 2>&1 </dev/null | tee "$log"
+	rc=${PIPESTATUS[0]}
+	echo "# kiln-harness-exit: $KILN_VMTEST $rc"
 	return "$rc"
 }
 
-# The harness VM (nested SVM under TCG) has been seen to stall outright,
-# no timeout inside it firing, while the same suites pass on the next
-# boot. Such a stall ends as vmtest's own timeout (124): the suite runs
-# once more, said so in the output, and only the second run counts. A
-# test that fails is never retried.
-kvm_suite() {
-	local rc=0
+# The suites of "$@" that the run saved in $log did not finish, in order.
+unfinished() {
+	local t
+	for t in "$@"; do
+		awk -v p="# kiln-selftest-exit: $t " \
+			'index($0, p) == 1 { done = 1 } END { exit !done }' "$log" ||
+			echo "$t"
+	done
+}
 
-	if [ -x tools/vmtest ]; then
-		harness_run || rc=$?
-		if [ "$rc" -eq 124 ]; then
-			echo "# kiln-harness-retry: the harness VM made no progress" \
-				"for ${KILN_HARNESS_TIMEOUT}s; running the KVM suite once more"
-			harness_run || true
-		fi
+# The harness VM (nested SVM under TCG) has been seen to stall outright:
+# no timeout inside it fires, while the same suites pass on the next
+# boot. vmtest's watchdog (or its timeout) ends such a run with 124. The
+# suites it did not finish then run again in a fresh harness, the one
+# cut off from its start, said so in the output; only that run of them
+# counts. At most KILN_HARNESS_ATTEMPTS runs. A test that fails is never
+# retried here (see ksft_blame_environment for what is).
+kvm_suite() {
+	local rc=0 attempt=1 log suites
+
+	if [ -x "$KILN_VMTEST" ]; then
+		log=$(mktemp /tmp/kiln-harness.XXXXXX) || {
+			echo "# kiln-error: mktemp for the harness log failed"
+			return
+		}
+		trap 'rm -f "$log"' EXIT
+		mapfile -t suites < <(kvm_suites "$O")
+		while :; do
+			rc=0
+			harness_run "${suites[@]}" || rc=$?
+			[ "$rc" -eq 124 ] || break
+			mapfile -t suites < <(unfinished "${suites[@]}")
+			[ "${#suites[@]}" -gt 0 ] || break
+			[ "$attempt" -lt "$KILN_HARNESS_ATTEMPTS" ] || break
+			attempt=$((attempt + 1))
+			echo "# kiln-harness-retry: the harness VM stalled or timed out in ${suites[0]};" \
+				"the ${#suites[@]} suites it did not finish run again" \
+				"(run $attempt of at most $KILN_HARNESS_ATTEMPTS)"
+		done
+		rm -f "$log"
 	elif [ -c /dev/kvm ]; then
 		echo "# kiln-harness: selftests/run_kvm.sh $O (no tools/vmtest, host KVM)"
 		selftests/run_kvm.sh "$O" 2>&1 </dev/null || rc=$?
 		echo "# kiln-harness-exit: selftests/run_kvm.sh $rc"
 	else
-		echo "# kiln-error: KVM suite not run: no /dev/kvm and no tools/vmtest"
+		echo "# kiln-error: KVM suite not run: no /dev/kvm and no $KILN_VMTEST"
 	fi
 }
 
 pass=0 fail=0 skip=0
-failures=() flakes=()
+failures=() flakes=() retries=()
 # The suite being read: name, plan (-1: none yet), tests seen, failures.
 cur='' plan=-1 seen=0 sfail=0
-# The harness run: failure count when it started, run_kvm.sh finished;
-# the counts to go back to should it be retried.
-harness_mark=0 kvm_done=0 pass_mark=0 skip_mark=0 nfail_mark=0
+# The harness run: failure count when it started, run_kvm.sh finished.
+harness_mark=0 kvm_done=0
+# The counts when the suite being read started, and when the harness
+# ended: what a retry goes back to (it runs the cut-off suite again).
+suite_mark=() exit_mark=()
+
+# mark NAME: set array NAME to the counts now, for restore.
+mark() {
+	local -n m=$1
+	# shellcheck disable=SC2034 # m is the caller's array
+	m=("$pass" "$skip" "$fail" "${#failures[@]}" "${#flakes[@]}")
+}
+
+# restore PASS SKIP FAIL NFAILURES NFLAKES: back to counts mark took.
+restore() {
+	local n=$4 k=$5
+	pass=$1 skip=$2 fail=$3
+	failures=("${failures[@]:0:$n}")
+	flakes=("${flakes[@]:0:$k}")
+}
 
 failed() {
 	fail=$((fail + 1))
@@ -130,6 +181,7 @@ parse() {
 				suite_end 0
 			fi
 			cur=${line#"# kiln-selftest: "}
+			mark suite_mark
 			;;
 		"# kiln-selftest-exit: "*)
 			[ -n "$cur" ] && suite_end "${line##* }"
@@ -139,12 +191,10 @@ parse() {
 			;;
 		"# kiln-harness: "*)
 			harness_mark=$fail kvm_done=0
-			pass_mark=$pass skip_mark=$skip nfail_mark=${#failures[@]}
 			;;
 		"# kiln-harness-retry: "*)
-			pass=$pass_mark skip=$skip_mark fail=$harness_mark
-			failures=("${failures[@]:0:$nfail_mark}")
-			cur='' plan=-1 seen=0 sfail=0
+			restore "${exit_mark[@]}"
+			retries+=("${line#"# kiln-harness-retry: "}")
 			;;
 		*"kiln-harness-flake: "*)
 			flakes+=("${cur:-?}: ${line#*kiln-harness-flake: }")
@@ -153,6 +203,11 @@ parse() {
 			kvm_done=1
 			;;
 		"# kiln-harness-exit: "*)
+			if [ -n "$cur" ]; then
+				exit_mark=("${suite_mark[@]}")
+			else
+				mark exit_mark
+			fi
 			harness_end "${line#"# kiln-harness-exit: "}"
 			;;
 		"ok "*)
@@ -200,6 +255,10 @@ harness_end() {
 
 parse < <(host_suites; kvm_suite)
 
+# Harness runs that stalled, and what ran again after them.
+for r in "${retries[@]}"; do
+	echo "# HARNESS STALL, suites run again: $r"
+done
 # Tests the harness broke and that ran once more (ksft_blame_environment
 # in selftests/kselftest.h, called by selftests/kvm/vmm_util.h): named, so
 # a rising number is seen.

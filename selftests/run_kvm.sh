@@ -1,8 +1,11 @@
 #!/bin/bash
-# selftests/run_kvm.sh [O] - run every KVM selftest, one after the other.
+# selftests/run_kvm.sh [O [SUITE...]] - run the KVM selftests, one after
+# the other.
 #
 # Runs $O/selftests/kvm_* and every executable selftests/kvm/*.sh (given
-# O as argument), each a TAP-producing suite. Meant to run where KVM
+# O as argument), each a TAP-producing suite; with SUITEs (paths as
+# kvm_suites in lib.sh prints them), only those, in that order: how
+# run_all.sh resumes after a harness stall. Meant to run where KVM
 # exists, normally as "tools/vmtest selftests/run_kvm.sh O" from
 # run_all.sh, which parses the output (markers: see lib.sh).
 # Exit status: 0 when every suite exited 0 (pass) or 4 (all skipped).
@@ -13,16 +16,27 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 125
 . selftests/lib.sh
 
 O=${1:-build}
+[ $# -eq 0 ] || shift
+# The device the suites need; a test of run_all.sh itself names another.
+: "${KILN_KVM_DEVICE:=/dev/kvm}"
 status=0 found=0
 
-if [ ! -c /dev/kvm ]; then
-	echo "# kiln-error: run_kvm.sh: no /dev/kvm on $(uname -n):" \
+if [ $# -gt 0 ]; then
+	suites=("$@")
+else
+	mapfile -t suites < <(kvm_suites "$O")
+fi
+
+if [ ! -c "$KILN_KVM_DEVICE" ]; then
+	echo "# kiln-error: run_kvm.sh: no $KILN_KVM_DEVICE on $(uname -n):" \
 		"the KVM tests would only skip"
 	status=1
 fi
 
-for t in "$O"/selftests/kvm_* selftests/kvm/*.sh; do
+for t in "${suites[@]}"; do
 	if [ ! -f "$t" ] || [ ! -x "$t" ]; then
+		echo "# kiln-error: run_kvm.sh: no KVM suite $t"
+		status=1
 		continue
 	fi
 	found=$((found + 1))

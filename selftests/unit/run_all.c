@@ -1,0 +1,220 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * run_all - tests of selftests/run_all.sh's resuming after a harness stall.
+ *
+ * Each test makes a fake build tree: one host suite and three KVM suites
+ * (kvm_a, kvm_b, kvm_c, shell scripts printing TAP and noting each run),
+ * and a fake vmtest that runs its command in a process group of its own.
+ * kvm_b "stalls" a given number of times: it prints part of its TAP, then
+ * kills that process group, as the watchdog's kill of a stalled harness
+ * VM would end run_kvm.sh, and the fake vmtest exits 124. The real
+ * run_all.sh and run_kvm.sh run on it; KILN_KVM_DEVICE=/dev/null stands
+ * in for /dev/kvm.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "selftests/kselftest.h"
+#include "selftests/spawn.h"
+
+struct tree {
+	char dir[64];
+	char o[96];
+	char vmtest[96];
+	char runs[96];
+};
+
+static int write_script(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+
+	if (!f)
+		return -errno;
+	fputs(text, f);
+	if (fclose(f))
+		return -errno;
+	return chmod(path, 0755) ? -errno : 0;
+}
+
+/*
+ * A KVM suite: notes its name in $T/runs, prints two results. kvm_a's
+ * second fails. kvm_b stalls while $T/stalls holds a number above 0.
+ */
+static const char kvm_suite[] =
+	"#!/bin/bash\n"
+	"T=${KILN_FAKE_TREE:?}\n"
+	"n=${0##*/}\n"
+	"echo \"$n\" >>\"$T/runs\"\n"
+	"echo 1..2\n"
+	"echo 'ok 1 first'\n"
+	"if [ \"$n\" = kvm_b ] && [ \"$(cat \"$T/stalls\")\" -gt 0 ]; then\n"
+	"	echo $(($(cat \"$T/stalls\") - 1)) >\"$T/stalls\"\n"
+	"	touch \"$T/stalled\"\n"
+	"	kill -KILL -- -\"$(cat \"$T/runner.pid\")\"\n"
+	"	exit 0\n"
+	"fi\n"
+	"if [ \"$n\" = kvm_a ]; then echo 'not ok 2 second'; exit 1; fi\n"
+	"echo 'ok 2 second'\n";
+
+static const char host_suite[] = "#!/bin/bash\n"
+				 "echo 1..1\n"
+				 "echo 'ok 1 host'\n";
+
+/* vmtest --timeout N CMD...: CMD in its own group; 124 if it stalled. */
+static const char fake_vmtest[] =
+	"#!/bin/bash\n"
+	"T=${KILN_FAKE_TREE:?}\n"
+	"[ \"$1\" = --timeout ] && shift 2\n"
+	"setsid \"$@\" &\n"
+	"echo $! >\"$T/runner.pid\"\n"
+	"wait $!\n"
+	"rc=$?\n"
+	"if [ -e \"$T/stalled\" ]; then rm \"$T/stalled\"; exit 124; fi\n"
+	"exit $rc\n";
+
+static int tree_make(struct tree *t, int stalls)
+{
+	char path[160];
+	const char *names[] = { "kvm_a", "kvm_b", "kvm_c" };
+	FILE *f;
+	int ret;
+
+	snprintf(t->dir, sizeof(t->dir), "/tmp/kiln-run_all-XXXXXX");
+	if (!mkdtemp(t->dir))
+		return -errno;
+	snprintf(t->o, sizeof(t->o), "%s/o", t->dir);
+	snprintf(t->vmtest, sizeof(t->vmtest), "%s/vmtest", t->dir);
+	snprintf(t->runs, sizeof(t->runs), "%s/runs", t->dir);
+	snprintf(path, sizeof(path), "%s/selftests", t->o);
+	if (mkdir(t->o, 0755) || mkdir(path, 0755))
+		return -errno;
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		snprintf(path, sizeof(path), "%s/selftests/%s", t->o, names[i]);
+		ret = write_script(path, kvm_suite);
+		if (ret)
+			return ret;
+	}
+	snprintf(path, sizeof(path), "%s/selftests/host_ok", t->o);
+	ret = write_script(path, host_suite);
+	if (!ret)
+		ret = write_script(t->vmtest, fake_vmtest);
+	if (ret)
+		return ret;
+	snprintf(path, sizeof(path), "%s/stalls", t->dir);
+	f = fopen(path, "w");
+	if (!f)
+		return -errno;
+	fprintf(f, "%d\n", stalls);
+	return fclose(f) ? -errno : 0;
+}
+
+static void tree_remove(struct tree *t)
+{
+	char cmd[128];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", t->dir);
+	if (system(cmd))
+		fprintf(stderr, "# cannot remove %s\n", t->dir);
+}
+
+/* run_all.sh on the tree; @runs gets the suites' runs, one line each. */
+static int run_all(struct tree *t, struct spawn_result *r, char *runs,
+		   size_t len)
+{
+	const char *argv[] = { "selftests/run_all.sh", t->o, NULL };
+	size_t n = 0;
+	FILE *f;
+	int ret;
+
+	setenv("KILN_FAKE_TREE", t->dir, 1);
+	setenv("KILN_VMTEST", t->vmtest, 1);
+	setenv("KILN_KVM_DEVICE", "/dev/null", 1);
+	setenv("KILN_HARNESS_ATTEMPTS", "3", 1);
+	ret = spawn__run(argv, NULL, r);
+	if (ret)
+		return ret;
+	f = fopen(t->runs, "r");
+	if (f) {
+		n = fread(runs, 1, len - 1, f);
+		fclose(f);
+	}
+	runs[n] = '\0';
+	return 0;
+}
+
+static char *suite(struct tree *t, const char *name, char *buf, size_t len)
+{
+	snprintf(buf, len, "%s/selftests/%s", t->o, name);
+	return buf;
+}
+
+/*
+ * A stall in kvm_b: kvm_a's results stand (its failure too, not run
+ * again), kvm_b's half is dropped and it runs again from its start,
+ * then kvm_c; the stall is named above the summary.
+ */
+TEST(stall_resumes_at_the_cut_off_suite)
+{
+	char runs[256], name[160];
+	struct spawn_result r;
+	struct tree t;
+
+	ASSERT_EQ(0, tree_make(&t, 1));
+	ASSERT_EQ(0, run_all(&t, &r, runs, sizeof(runs)));
+	TH_LOG("exit %d, output:\n%s", r.status, r.out);
+	EXPECT_EQ(1, r.status);
+	EXPECT_STREQ("kvm_a\nkvm_b\nkvm_b\nkvm_c\n", runs);
+	EXPECT_NE(NULL, strstr(r.out, "\n6 passed, 1 failed\n"));
+	EXPECT_NE(NULL, strstr(r.out, "# FAILED: "));
+	EXPECT_NE(NULL, strstr(r.out, "kvm_a: 2 second\n"));
+	EXPECT_EQ(NULL, strstr(r.out, "timed out (exit 124)"));
+	EXPECT_EQ(NULL, strstr(r.out, "cut off"));
+	EXPECT_NE(NULL,
+		  strstr(r.out, "# HARNESS STALL, suites run again: "
+				"the harness VM stalled or timed out in "));
+	EXPECT_NE(NULL, strstr(r.out, suite(&t, "kvm_b", name, sizeof(name))));
+	EXPECT_NE(NULL, strstr(r.out, "the 2 suites it did not finish"));
+	tree_remove(&t);
+}
+
+/* A harness that stalls every time: three runs, then it fails. */
+TEST(stall_every_time_fails_after_three_runs)
+{
+	char runs[256];
+	struct spawn_result r;
+	struct tree t;
+
+	ASSERT_EQ(0, tree_make(&t, 99));
+	ASSERT_EQ(0, run_all(&t, &r, runs, sizeof(runs)));
+	TH_LOG("exit %d, output:\n%s", r.status, r.out);
+	EXPECT_EQ(1, r.status);
+	EXPECT_STREQ("kvm_a\nkvm_b\nkvm_b\nkvm_b\n", runs);
+	EXPECT_NE(NULL, strstr(r.out, "(run 3 of at most 3)"));
+	EXPECT_EQ(NULL, strstr(r.out, "(run 4"));
+	EXPECT_NE(NULL, strstr(r.out, "kvm_b: cut off (the harness ended "
+				      "mid-suite)\n"));
+	EXPECT_NE(NULL, strstr(r.out, "timed out (exit 124)\n"));
+	/* host 1, kvm_a 1 and the last run's half of kvm_b; three failures. */
+	EXPECT_NE(NULL, strstr(r.out, "\n3 passed, 3 failed\n"));
+	tree_remove(&t);
+}
+
+/* No stall: one run, nothing said about stalls. */
+TEST(no_stall_runs_once)
+{
+	char runs[256];
+	struct spawn_result r;
+	struct tree t;
+
+	ASSERT_EQ(0, tree_make(&t, 0));
+	ASSERT_EQ(0, run_all(&t, &r, runs, sizeof(runs)));
+	TH_LOG("exit %d, output:\n%s", r.status, r.out);
+	EXPECT_EQ(1, r.status);
+	EXPECT_STREQ("kvm_a\nkvm_b\nkvm_c\n", runs);
+	EXPECT_EQ(NULL, strstr(r.out, "HARNESS STALL"));
+	EXPECT_NE(NULL, strstr(r.out, "\n6 passed, 1 failed\n"));
+	tree_remove(&t);
+}
+
+TEST_HARNESS_MAIN
