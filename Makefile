@@ -127,7 +127,7 @@ $(O)/selftests/%: selftests/unit/%.c $(UNIT_OBJS) selftests/kselftest.h selftest
 
 # KVM selftests carry freestanding guest code: built without the stack
 # protector so the guest functions need no TLS canary.
-$(O)/selftests/kvm_%: selftests/kvm/%.c selftests/kselftest.h selftests/kvm/kvm_util.h selftests/kvm/vmm_util.h selftests/spawn.h selftests/jsonrpc_client.h
+$(O)/selftests/kvm_%: selftests/kvm/%.c selftests/kselftest.h selftests/kvm/harness_watch.h selftests/kvm/kvm_util.h selftests/kvm/vmm_util.h selftests/spawn.h selftests/jsonrpc_client.h
 	$(quiet) CC $<
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CC) $(KILN_CFLAGS) $(CFLAGS) -fno-stack-protector $(HARDEN_LD) -o $@ $< $(KILN_LDLIBS)

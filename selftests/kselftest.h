@@ -105,6 +105,26 @@ static struct __test_metadata *__ksft_current __ksft_unused;
  */
 static inline void ksft_blame_environment(const char *why) __ksft_unused;
 
+/*
+ * A watch on the machine under the tests (selftests/kvm/harness_watch.h:
+ * the nested harness's kernel log). The runner calls start() before each
+ * run of a test and, when a first run failed or timed out without
+ * ksft_blame_environment(), check(): true, with why, if the machine
+ * misbehaved meanwhile; the test then runs once more, as if blamed.
+ */
+struct ksft_environment_watch {
+	void (*start)(void);
+	bool (*check)(char *why, size_t len);
+};
+
+static const struct ksft_environment_watch *__ksft_watch __ksft_unused;
+
+static inline void __ksft_unused
+ksft_watch_environment(const struct ksft_environment_watch *w)
+{
+	__ksft_watch = w;
+}
+
 static inline void __ksft_register(struct __test_metadata *t)
 {
 	struct __test_metadata **p = &__ksft_tests;
@@ -610,19 +630,22 @@ static inline void __ksft_run_one(struct __test_metadata *t, unsigned int nr,
 				  struct __ksft_totals *totals)
 {
 	unsigned int secs = t->timeout ? t->timeout : default_timeout;
-	bool again = false;
+	bool again = false, timed_out;
 	sigset_t chld, oldmask;
 	int status = 0;
 	pid_t pid;
 
 rerun:
 	memset(res, 0, sizeof(*res));
+	timed_out = false;
 	sigemptyset(&chld);
 	sigaddset(&chld, SIGCHLD);
 	sigprocmask(SIG_BLOCK, &chld, &oldmask);
 	printf("# RUN %s\n", t->name);
 	fflush(stdout);
 	fflush(stderr);
+	if (__ksft_watch)
+		__ksft_watch->start();
 	pid = fork();
 	if (pid == 0)
 		__ksft_child(t, res, &oldmask);
@@ -636,15 +659,15 @@ rerun:
 	if (!__ksft_wait(pid, secs, &status)) {
 		kill(-pid, SIGKILL);
 		waitpid(pid, &status, 0);
-		printf("not ok %u %s # TIMEOUT after %u s\n", nr, t->name,
-		       secs);
-		totals->fail++;
-		goto out;
+		timed_out = true;
+		res->failed = 1;
 	}
 	/* Reap anything the test left behind in its process group. */
 	kill(-pid, SIGKILL);
 
-	if (WIFSIGNALED(status)) {
+	if (timed_out) {
+		printf("# %s: timed out after %u s\n", t->name, secs);
+	} else if (WIFSIGNALED(status)) {
 		printf("# %s: killed by signal %d (%s)\n", t->name,
 		       WTERMSIG(status), strsignal(WTERMSIG(status)));
 		res->failed = 1;
@@ -657,6 +680,10 @@ rerun:
 		res->failed = 1;
 	}
 
+	if (res->failed && !res->environment && !again && __ksft_watch &&
+	    __ksft_watch->check(res->environment_why,
+				sizeof(res->environment_why)))
+		res->environment = 1;
 	if (res->failed && res->environment && !again) {
 		res->environment_why[sizeof(res->environment_why) - 1] = '\0';
 		printf("# kiln-harness-flake: %s: %s; running it once more\n",
@@ -666,7 +693,11 @@ rerun:
 		again = true;
 		goto rerun;
 	}
-	if (res->failed) {
+	if (timed_out) {
+		printf("not ok %u %s # TIMEOUT after %u s\n", nr, t->name,
+		       secs);
+		totals->fail++;
+	} else if (res->failed) {
 		printf("not ok %u %s\n", nr, t->name);
 		totals->fail++;
 	} else if (res->skipped) {

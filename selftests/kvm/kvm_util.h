@@ -46,6 +46,7 @@
 #include <linux/kvm.h>
 
 #include "selftests/kselftest.h"
+#include "selftests/kvm/harness_watch.h"
 
 /* ---- shared by guest and host --------------------------------------- */
 

@@ -125,10 +125,10 @@ TEST_MANUAL(sample_multiline_log)
 }
 
 /*
- * Blames the environment, then fails while the count in the file that
- * KILN_SAMPLE_COUNTER names is below KILN_SAMPLE_FAILS; counts each run.
+ * Counts a run in the file KILN_SAMPLE_COUNTER names; true while the
+ * runs before it are fewer than KILN_SAMPLE_FAILS: this run is to fail.
  */
-TEST_MANUAL(sample_environment)
+static bool sample_counted_run_fails(struct __test_metadata *_metadata)
 {
 	const char *path = getenv("KILN_SAMPLE_COUNTER");
 	int fails = atoi(getenv("KILN_SAMPLE_FAILS") ?: "0");
@@ -146,8 +146,48 @@ TEST_MANUAL(sample_environment)
 	ASSERT_NE(NULL, f);
 	fprintf(f, "%d\n", runs + 1);
 	fclose(f);
+	return runs < fails;
+}
+
+/* Blames the environment, then fails while it is to (see above). */
+TEST_MANUAL(sample_environment)
+{
+	bool fail = sample_counted_run_fails(_metadata);
+
 	ksft_blame_environment("the sample's machine misbehaved");
-	EXPECT_LE(fails, runs);
+	EXPECT_FALSE(fail);
+}
+
+/* Times out while it is to fail, blaming nothing itself. */
+TEST_MANUAL_TIMEOUT(sample_watched, 1)
+{
+	if (sample_counted_run_fails(_metadata))
+		sleep(3);
+}
+
+/* The environment watch of these samples: KILN_SAMPLE_WATCH=blame. */
+static void sample_watch_start(void)
+{
+}
+
+static bool sample_watch_check(char *why, size_t len)
+{
+	const char *w = getenv("KILN_SAMPLE_WATCH");
+
+	if (!w || strcmp(w, "blame"))
+		return false;
+	snprintf(why, len, "the sample watch saw trouble");
+	return true;
+}
+
+static const struct ksft_environment_watch sample_watch = {
+	.start = sample_watch_start,
+	.check = sample_watch_check,
+};
+
+__attribute__((constructor)) static void sample_watch_init(void)
+{
+	ksft_watch_environment(&sample_watch);
 }
 
 TEST_MANUAL(sample_streq)
@@ -448,11 +488,12 @@ TEST(manual_tests_not_planned)
 		last_line = t->line;
 		manual += t->manual;
 	}
-	EXPECT_EQ(12, manual);
+	EXPECT_EQ(13, manual);
 }
 
-/* Runs sample_environment with its first @fails runs failing. */
-static int run_environment_sample(int fails, struct sample_run *run, int *runs)
+/* Runs sample @name with its first @fails runs failing. */
+static int run_counted_sample(const char *name, int fails,
+			      struct sample_run *run, int *runs)
 {
 	char path[] = "/tmp/kiln-ksft-env-XXXXXX", n[16];
 	int fd = mkstemp(path), ret;
@@ -464,7 +505,7 @@ static int run_environment_sample(int fails, struct sample_run *run, int *runs)
 	snprintf(n, sizeof(n), "%d", fails);
 	setenv("KILN_SAMPLE_COUNTER", path, 1);
 	setenv("KILN_SAMPLE_FAILS", n, 1);
-	ret = run_sample("sample_environment", NULL, run);
+	ret = run_sample(name, NULL, run);
 	*runs = -1;
 	f = fopen(path, "r");
 	if (f) {
@@ -500,8 +541,8 @@ TEST(environment_blamed)
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		const char *at;
 
-		ASSERT_EQ(0,
-			  run_environment_sample(cases[i].fails, &run, &runs));
+		ASSERT_EQ(0, run_counted_sample("sample_environment",
+						cases[i].fails, &run, &runs));
 		EXPECT_EQ(cases[i].runs, runs) TH_LOG("case %zu", i);
 		EXPECT_EQ(cases[i].status, run.status)
 		TH_LOG("case %zu, output:\n%s", i, run.out);
@@ -514,6 +555,45 @@ TEST(environment_blamed)
 				       "ok 1 sample_environment"))
 		TH_LOG("case %zu", i);
 	}
+}
+
+/*
+ * A test that failed without blaming anything: when the environment
+ * watch then says the machine misbehaved, it runs once more, even after
+ * a timeout; when the watch says nothing, it does not.
+ */
+TEST(environment_watched)
+{
+	static const struct {
+		const char *watch;
+		int fails, runs, status;
+		const char *tap;
+		bool again;
+	} cases[] = {
+		{ "blame", 1, 2, KSFT_PASS, "\nok 1 sample_watched\n", true },
+		{ "blame", 5, 2, KSFT_FAIL,
+		  "\nnot ok 1 sample_watched # TIMEOUT after 1 s\n", true },
+		{ "quiet", 1, 1, KSFT_FAIL,
+		  "\nnot ok 1 sample_watched # TIMEOUT after 1 s\n", false },
+	};
+	const char *again = "# kiln-harness-flake: sample_watched: the sample "
+			    "watch saw trouble; running it once more\n";
+	struct sample_run run;
+	int runs;
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		setenv("KILN_SAMPLE_WATCH", cases[i].watch, 1);
+		ASSERT_EQ(0, run_counted_sample("sample_watched",
+						cases[i].fails, &run, &runs));
+		EXPECT_EQ(cases[i].runs, runs) TH_LOG("case %zu", i);
+		EXPECT_EQ(cases[i].status, run.status)
+		TH_LOG("case %zu, output:\n%s", i, run.out);
+		EXPECT_EQ(cases[i].again, strstr(run.out, again) != NULL)
+		TH_LOG("case %zu", i);
+		EXPECT_NE(NULL, strstr(run.out, cases[i].tap))
+		TH_LOG("case %zu, output:\n%s", i, run.out);
+	}
+	unsetenv("KILN_SAMPLE_WATCH");
 }
 
 TEST_HARNESS_MAIN
