@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 
 #include "selftests/jsonrpc_client.h"
 #include "selftests/kselftest.h"
@@ -24,6 +25,7 @@ struct vmctl {
 	char dir[64];
 	char sock[128];
 	char pidfile[128];
+	char log[128]; /* a foreground vmm's stdout and stderr */
 	char image[300];
 	char vmmctl[256];
 	pid_t vmm; /* foreground start; 0 when detached */
@@ -77,12 +79,19 @@ static void start_argv(struct vmctl *c, const struct guest *g, bool detach,
 	argv[i] = NULL;
 }
 
-/* Boots; true once the agent answers vm.status with "agent": "ready". */
+/* Seconds a foreground start may take until the agent is ready. */
+#define READY_TIMEOUT (BOOT_TIMEOUT * 3 / 4)
+
+/*
+ * Boots; true once the agent answers vm.status with "agent": "ready".
+ * Otherwise the vmm's output goes into the TAP log.
+ */
 static bool vm_start(struct __test_metadata *_metadata, struct vmctl *c,
 		     bool detach)
 {
 	const char *argv[32];
 	struct spawn_result r;
+	struct timespec t0, now;
 	struct guest g;
 
 	guest_paths(&g);
@@ -91,6 +100,7 @@ static bool vm_start(struct __test_metadata *_metadata, struct vmctl *c,
 		return false;
 	snprintf(c->sock, sizeof(c->sock), "%s/ctl.sock", c->dir);
 	snprintf(c->pidfile, sizeof(c->pidfile), "%s/vm.pid", c->dir);
+	snprintf(c->log, sizeof(c->log), "%s/vmm.log", c->dir);
 	snprintf(c->image, sizeof(c->image), "%s/kiln-test.json", g.images);
 	snprintf(c->vmmctl, sizeof(c->vmmctl), "%s",
 		 env_or("KILN_VMMCTL", "build/vmmctl"));
@@ -103,25 +113,25 @@ static bool vm_start(struct __test_metadata *_metadata, struct vmctl *c,
 		check_harness_flake(&r);
 		return r.status == 0;
 	}
-	c->vmm = fork();
-	if (c->vmm == 0) {
-		int null = open("/dev/null", O_RDWR);
-
-		dup2(null, 0);
-		dup2(null, 1);
-		execvp(argv[0], (char *const *)argv);
-		_exit(127);
-	}
-	for (int i = 0; i < 1200; i++) {
+	c->vmm = spawn_logged(argv, c->log);
+	if (c->vmm < 0)
+		return false;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do {
 		if (!ctl_run(c, ARGS("status", c->sock), &r) && !r.status &&
 		    strstr(r.out, "\"agent\": \"ready\""))
 			return true;
 		if (waitpid(c->vmm, NULL, WNOHANG) == c->vmm) {
 			c->vmm = 0;
+			TH_LOG("the vmm exited before its agent was ready");
+			vmm_log_show(_metadata, c->log);
 			return false;
 		}
 		usleep(100000);
-	}
+		clock_gettime(CLOCK_MONOTONIC, &now);
+	} while (now.tv_sec - t0.tv_sec < READY_TIMEOUT);
+	TH_LOG("no ready agent after %d s", READY_TIMEOUT);
+	vmm_log_show(_metadata, c->log);
 	return false;
 }
 

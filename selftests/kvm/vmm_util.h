@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "selftests/kselftest.h"
+#include "selftests/kvm/harness_watch.h"
 #include "selftests/spawn.h"
 
 #define BOOT_TIMEOUT	     300 /* seconds; nested virtualisation is slow */
@@ -91,12 +92,17 @@ static inline void boot_argv(const struct guest *g, const struct boot_spec *s,
  * more from the start (ksft_blame_environment), never more, never outside
  * the harness.
  */
-static inline void check_harness_flake(const struct spawn_result *r)
+static inline void check_harness_flake_text(const char *err)
 {
-	if (getenv("KILN_IN_HARNESS") && r->status == VMM_EXIT_GUEST_CRASH &&
-	    r->err_len && strstr(r->err, "guest triple-faulted"))
+	if (getenv("KILN_IN_HARNESS") && strstr(err, "guest triple-faulted"))
 		ksft_blame_environment(
 			"a guest vCPU triple-faulted in the nested harness");
+}
+
+static inline void check_harness_flake(const struct spawn_result *r)
+{
+	if (r->status == VMM_EXIT_GUEST_CRASH && r->err_len)
+		check_harness_flake_text(r->err);
 }
 
 /*
@@ -164,6 +170,50 @@ static inline pid_t vmm_start(const struct boot_spec *s, int out_fd)
 static inline pid_t start_vmm_stdout(const char *const cmd[], int out_fd)
 {
 	return vmm_start(&(struct boot_spec){ .cmd = cmd }, out_fd);
+}
+
+/* argv in the background: stdin /dev/null, stdout and stderr to @log. */
+static inline pid_t spawn_logged(const char *const argv[], const char *log)
+{
+	pid_t pid = fork();
+
+	if (pid == 0) {
+		int null = open("/dev/null", O_RDONLY);
+		int out = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+		dup2(null, 0);
+		dup2(out, 1);
+		dup2(out, 2);
+		execvp(argv[0], (char *const *)argv);
+		_exit(127);
+	}
+	return pid;
+}
+
+/*
+ * The end of a vmm's output file (spawn_logged) into the TAP log, for a
+ * test that failed; a triple fault said there blames the harness
+ * (check_harness_flake).
+ */
+static inline void vmm_log_show(struct __test_metadata *_metadata,
+				const char *path)
+{
+	char buf[2048];
+	FILE *f = fopen(path, "r");
+	size_t n;
+
+	if (!f)
+		return;
+	fseek(f, 0, SEEK_END);
+	if (ftell(f) > (long)sizeof(buf) - 1)
+		fseek(f, -(long)sizeof(buf) + 1, SEEK_END);
+	else
+		fseek(f, 0, SEEK_SET);
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	buf[n] = 0;
+	fclose(f);
+	TH_LOG("vmm output (end):\n%s", buf);
+	check_harness_flake_text(buf);
 }
 
 /* The exit code (128+N for signal N), or -1 after killing it at secs. */

@@ -92,47 +92,15 @@ static void scratch_fini(struct scratch *s)
 		fprintf(stderr, "# cannot remove %s\n", s->dir);
 }
 
-/* The end of the vmm's output, into the TAP log. */
-static void show_log(struct __test_metadata *_metadata, const char *path)
-{
-	char buf[2048];
-	FILE *f = fopen(path, "r");
-	size_t n;
-
-	if (!f)
-		return;
-	fseek(f, 0, SEEK_END);
-	if (ftell(f) > (long)sizeof(buf) - 1)
-		fseek(f, -(long)sizeof(buf) + 1, SEEK_END);
-	else
-		fseek(f, 0, SEEK_SET);
-	n = fread(buf, 1, sizeof(buf) - 1, f);
-	buf[n] = 0;
-	fclose(f);
-	TH_LOG("vmm output (end):\n%s", buf);
-}
-
 /* `vmm run` in the background, stdout and stderr to log. */
 static pid_t start_vmm(const struct boot_spec *spec, const char *log)
 {
 	const char *argv[64];
 	struct guest g;
-	pid_t pid;
 
 	guest_paths(&g);
 	boot_argv(&g, spec, argv);
-	pid = fork();
-	if (pid == 0) {
-		int null = open("/dev/null", O_RDONLY);
-		int out = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-
-		dup2(null, 0);
-		dup2(out, 1);
-		dup2(out, 2);
-		execvp(argv[0], (char *const *)argv);
-		_exit(127);
-	}
-	return pid;
+	return spawn_logged(argv, log);
 }
 
 static int unix_connect(const char *path)
@@ -335,7 +303,7 @@ TEST_TIMEOUT(host_to_guest_echo, BOOT_TIMEOUT)
 	}
 	EXPECT_EQ(0, wait_exit(pid, 120));
 	if (_metadata->result->failed)
-		show_log(_metadata, s.log);
+		vmm_log_show(_metadata, s.log);
 	scratch_fini(&s);
 }
 
@@ -431,7 +399,7 @@ TEST_TIMEOUT(both_ways_at_once_with_a_configured_cid, BOOT_TIMEOUT)
 		EXPECT_NE(NULL, strstr(out, "echoed 4194304 bytes"));
 	}
 	if (_metadata->result->failed)
-		show_log(_metadata, s.log);
+		vmm_log_show(_metadata, s.log);
 	scratch_fini(&s);
 }
 
