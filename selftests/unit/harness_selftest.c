@@ -518,80 +518,58 @@ static int run_counted_sample(const char *name, int fails,
 }
 
 /*
- * After ksft_blame_environment(): a failure runs once more and that run
- * counts; never a third time; a pass is left as it is.
+ * After ksft_blame_environment() (sample_environment), or when the
+ * environment watch says the machine misbehaved (sample_watched, which
+ * times out): a failure runs once more and that run counts; never a
+ * third time; a pass is left as it is; a quiet watch runs nothing again.
  */
 TEST(environment_blamed)
 {
 	static const struct {
+		const char *sample, *watch, *why;
 		int fails, runs, status;
 		const char *tap;
-		bool again;
 	} cases[] = {
-		{ 1, 2, KSFT_PASS, "\nok 1 sample_environment\n", true },
-		{ 5, 2, KSFT_FAIL, "\nnot ok 1 sample_environment\n", true },
-		{ 0, 1, KSFT_PASS, "\nok 1 sample_environment\n", false },
+		{ "sample_environment", "quiet",
+		  "the sample's machine misbehaved", 1, 2, KSFT_PASS,
+		  "\nok 1 sample_environment\n" },
+		{ "sample_environment", "quiet",
+		  "the sample's machine misbehaved", 5, 2, KSFT_FAIL,
+		  "\nnot ok 1 sample_environment\n" },
+		{ "sample_environment", "quiet", NULL, 0, 1, KSFT_PASS,
+		  "\nok 1 sample_environment\n" },
+		{ "sample_watched", "blame", "the sample watch saw trouble", 1,
+		  2, KSFT_PASS, "\nok 1 sample_watched\n" },
+		{ "sample_watched", "blame", "the sample watch saw trouble", 5,
+		  2, KSFT_FAIL,
+		  "\nnot ok 1 sample_watched # TIMEOUT after 1 s\n" },
+		{ "sample_watched", "quiet", NULL, 1, 1, KSFT_FAIL,
+		  "\nnot ok 1 sample_watched # TIMEOUT after 1 s\n" },
 	};
-	const char *again = "# kiln-harness-flake: sample_environment: the "
-			    "sample's machine misbehaved; running it once "
-			    "more\n";
 	struct sample_run run;
+	char again[256], ok[64];
 	int runs;
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		const char *at;
 
-		ASSERT_EQ(0, run_counted_sample("sample_environment",
-						cases[i].fails, &run, &runs));
-		EXPECT_EQ(cases[i].runs, runs) TH_LOG("case %zu", i);
-		EXPECT_EQ(cases[i].status, run.status)
-		TH_LOG("case %zu, output:\n%s", i, run.out);
-		EXPECT_EQ(cases[i].again, strstr(run.out, again) != NULL)
-		TH_LOG("case %zu", i);
-		at = strstr(run.out, cases[i].tap);
-		ASSERT_NE(NULL, at) TH_LOG("case %zu", i);
-		/* One result line however many runs. */
-		EXPECT_EQ(NULL, strstr(at + strlen(cases[i].tap),
-				       "ok 1 sample_environment"))
-		TH_LOG("case %zu", i);
-	}
-}
-
-/*
- * A test that failed without blaming anything: when the environment
- * watch then says the machine misbehaved, it runs once more, even after
- * a timeout; when the watch says nothing, it does not.
- */
-TEST(environment_watched)
-{
-	static const struct {
-		const char *watch;
-		int fails, runs, status;
-		const char *tap;
-		bool again;
-	} cases[] = {
-		{ "blame", 1, 2, KSFT_PASS, "\nok 1 sample_watched\n", true },
-		{ "blame", 5, 2, KSFT_FAIL,
-		  "\nnot ok 1 sample_watched # TIMEOUT after 1 s\n", true },
-		{ "quiet", 1, 1, KSFT_FAIL,
-		  "\nnot ok 1 sample_watched # TIMEOUT after 1 s\n", false },
-	};
-	const char *again = "# kiln-harness-flake: sample_watched: the sample "
-			    "watch saw trouble; running it once more\n";
-	struct sample_run run;
-	int runs;
-
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		snprintf(again, sizeof(again),
+			 "# kiln-harness-flake: %s: %s; running it once more\n",
+			 cases[i].sample, cases[i].why ?: "");
+		snprintf(ok, sizeof(ok), "ok 1 %s", cases[i].sample);
 		setenv("KILN_SAMPLE_WATCH", cases[i].watch, 1);
-		ASSERT_EQ(0, run_counted_sample("sample_watched",
-						cases[i].fails, &run, &runs));
+		ASSERT_EQ(0, run_counted_sample(cases[i].sample, cases[i].fails,
+						&run, &runs));
 		EXPECT_EQ(cases[i].runs, runs) TH_LOG("case %zu", i);
 		EXPECT_EQ(cases[i].status, run.status)
 		TH_LOG("case %zu, output:\n%s", i, run.out);
-		EXPECT_EQ(cases[i].again, strstr(run.out, again) != NULL)
-		TH_LOG("case %zu", i);
-		EXPECT_NE(NULL, strstr(run.out, cases[i].tap))
+		EXPECT_EQ(cases[i].why != NULL, strstr(run.out, again) != NULL)
 		TH_LOG("case %zu, output:\n%s", i, run.out);
+		at = strstr(run.out, cases[i].tap);
+		ASSERT_NE(NULL, at) TH_LOG("case %zu, output:\n%s", i, run.out);
+		/* One result line however many runs. */
+		EXPECT_EQ(NULL, strstr(at + strlen(cases[i].tap), ok))
+		TH_LOG("case %zu", i);
 	}
 	unsetenv("KILN_SAMPLE_WATCH");
 }

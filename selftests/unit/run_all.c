@@ -73,11 +73,10 @@ static const char fake_vmtest[] =
 	"if [ -e \"$T/stalled\" ]; then rm \"$T/stalled\"; exit 124; fi\n"
 	"exit $rc\n";
 
-static int tree_make(struct tree *t, int stalls)
+static int tree_make(struct tree *t)
 {
 	char path[160];
 	const char *names[] = { "kvm_a", "kvm_b", "kvm_c" };
-	FILE *f;
 	int ret;
 
 	snprintf(t->dir, sizeof(t->dir), "/tmp/kiln-run_all-XXXXXX");
@@ -99,14 +98,7 @@ static int tree_make(struct tree *t, int stalls)
 	ret = write_script(path, host_suite);
 	if (!ret)
 		ret = write_script(t->vmtest, fake_vmtest);
-	if (ret)
-		return ret;
-	snprintf(path, sizeof(path), "%s/stalls", t->dir);
-	f = fopen(path, "w");
-	if (!f)
-		return -errno;
-	fprintf(f, "%d\n", stalls);
-	return fclose(f) ? -errno : 0;
+	return ret;
 }
 
 static void tree_remove(struct tree *t)
@@ -118,29 +110,51 @@ static void tree_remove(struct tree *t)
 		fprintf(stderr, "# cannot remove %s\n", t->dir);
 }
 
-/* run_all.sh on the tree; @runs gets the suites' runs, one line each. */
-static int run_all(struct tree *t, struct spawn_result *r, char *runs,
-		   size_t len)
+FIXTURE(tree)
 {
-	const char *argv[] = { "selftests/run_all.sh", t->o, NULL };
+	struct tree t;
+	struct spawn_result r; /* of run_all.sh */
+	char runs[256];	       /* the suites' runs, a line each */
+};
+
+FIXTURE_SETUP(tree)
+{
+	ASSERT_EQ(0, tree_make(&self->t));
+}
+
+FIXTURE_TEARDOWN(tree)
+{
+	if (_metadata->result->failed)
+		TH_LOG("run_all.sh: exit %d, output:\n%s", self->r.status,
+		       self->r.out);
+	tree_remove(&self->t);
+}
+
+/* run_all.sh on the tree, kvm_b stalling its first @stalls runs. */
+static void run_stalling(struct __test_metadata *_metadata,
+			 FIXTURE_DATA(tree) * self, int stalls)
+{
+	const char *argv[] = { "selftests/run_all.sh", self->t.o, NULL };
+	char path[160];
 	size_t n = 0;
 	FILE *f;
-	int ret;
 
-	setenv("KILN_FAKE_TREE", t->dir, 1);
-	setenv("KILN_VMTEST", t->vmtest, 1);
+	snprintf(path, sizeof(path), "%s/stalls", self->t.dir);
+	f = fopen(path, "w");
+	ASSERT_NE(NULL, f);
+	fprintf(f, "%d\n", stalls);
+	fclose(f);
+	setenv("KILN_FAKE_TREE", self->t.dir, 1);
+	setenv("KILN_VMTEST", self->t.vmtest, 1);
 	setenv("KILN_KVM_DEVICE", "/dev/null", 1);
 	setenv("KILN_HARNESS_ATTEMPTS", "3", 1);
-	ret = spawn__run(argv, NULL, r);
-	if (ret)
-		return ret;
-	f = fopen(t->runs, "r");
+	ASSERT_EQ(0, spawn__run(argv, NULL, &self->r));
+	f = fopen(self->t.runs, "r");
 	if (f) {
-		n = fread(runs, 1, len - 1, f);
+		n = fread(self->runs, 1, sizeof(self->runs) - 1, f);
 		fclose(f);
 	}
-	runs[n] = '\0';
-	return 0;
+	self->runs[n] = '\0';
 }
 
 static char *suite(struct tree *t, const char *name, char *buf, size_t len)
@@ -154,67 +168,51 @@ static char *suite(struct tree *t, const char *name, char *buf, size_t len)
  * again), kvm_b's half is dropped and it runs again from its start,
  * then kvm_c; the stall is named above the summary.
  */
-TEST(stall_resumes_at_the_cut_off_suite)
+TEST_F(tree, stall_resumes_at_the_cut_off_suite)
 {
-	char runs[256], name[160];
-	struct spawn_result r;
-	struct tree t;
+	const char *out = self->r.out;
+	char name[160];
 
-	ASSERT_EQ(0, tree_make(&t, 1));
-	ASSERT_EQ(0, run_all(&t, &r, runs, sizeof(runs)));
-	TH_LOG("exit %d, output:\n%s", r.status, r.out);
-	EXPECT_EQ(1, r.status);
-	EXPECT_STREQ("kvm_a\nkvm_b\nkvm_b\nkvm_c\n", runs);
-	EXPECT_NE(NULL, strstr(r.out, "\n6 passed, 1 failed\n"));
-	EXPECT_NE(NULL, strstr(r.out, "# FAILED: "));
-	EXPECT_NE(NULL, strstr(r.out, "kvm_a: 2 second\n"));
-	EXPECT_EQ(NULL, strstr(r.out, "timed out (exit 124)"));
-	EXPECT_EQ(NULL, strstr(r.out, "cut off"));
+	run_stalling(_metadata, self, 1);
+	EXPECT_EQ(1, self->r.status);
+	EXPECT_STREQ("kvm_a\nkvm_b\nkvm_b\nkvm_c\n", self->runs);
+	EXPECT_NE(NULL, strstr(out, "\n6 passed, 1 failed\n"));
+	EXPECT_NE(NULL, strstr(out, "# FAILED: "));
+	EXPECT_NE(NULL, strstr(out, "kvm_a: 2 second\n"));
+	EXPECT_EQ(NULL, strstr(out, "timed out (exit 124)"));
+	EXPECT_EQ(NULL, strstr(out, "cut off"));
+	EXPECT_NE(NULL, strstr(out, "# HARNESS STALL, suites run again: "
+				    "the harness VM stalled or timed out in "));
 	EXPECT_NE(NULL,
-		  strstr(r.out, "# HARNESS STALL, suites run again: "
-				"the harness VM stalled or timed out in "));
-	EXPECT_NE(NULL, strstr(r.out, suite(&t, "kvm_b", name, sizeof(name))));
-	EXPECT_NE(NULL, strstr(r.out, "the 2 suites it did not finish"));
-	tree_remove(&t);
+		  strstr(out, suite(&self->t, "kvm_b", name, sizeof(name))));
+	EXPECT_NE(NULL, strstr(out, "the 2 suites it did not finish"));
 }
 
 /* A harness that stalls every time: three runs, then it fails. */
-TEST(stall_every_time_fails_after_three_runs)
+TEST_F(tree, stall_every_time_fails_after_three_runs)
 {
-	char runs[256];
-	struct spawn_result r;
-	struct tree t;
+	const char *out = self->r.out;
 
-	ASSERT_EQ(0, tree_make(&t, 99));
-	ASSERT_EQ(0, run_all(&t, &r, runs, sizeof(runs)));
-	TH_LOG("exit %d, output:\n%s", r.status, r.out);
-	EXPECT_EQ(1, r.status);
-	EXPECT_STREQ("kvm_a\nkvm_b\nkvm_b\nkvm_b\n", runs);
-	EXPECT_NE(NULL, strstr(r.out, "(run 3 of at most 3)"));
-	EXPECT_EQ(NULL, strstr(r.out, "(run 4"));
-	EXPECT_NE(NULL, strstr(r.out, "kvm_b: cut off (the harness ended "
-				      "mid-suite)\n"));
-	EXPECT_NE(NULL, strstr(r.out, "timed out (exit 124)\n"));
+	run_stalling(_metadata, self, 99);
+	EXPECT_EQ(1, self->r.status);
+	EXPECT_STREQ("kvm_a\nkvm_b\nkvm_b\nkvm_b\n", self->runs);
+	EXPECT_NE(NULL, strstr(out, "(run 3 of at most 3)"));
+	EXPECT_EQ(NULL, strstr(out, "(run 4"));
+	EXPECT_NE(NULL, strstr(out, "kvm_b: cut off (the harness ended "
+				    "mid-suite)\n"));
+	EXPECT_NE(NULL, strstr(out, "timed out (exit 124)\n"));
 	/* host 1, kvm_a 1 and the last run's half of kvm_b; three failures. */
-	EXPECT_NE(NULL, strstr(r.out, "\n3 passed, 3 failed\n"));
-	tree_remove(&t);
+	EXPECT_NE(NULL, strstr(out, "\n3 passed, 3 failed\n"));
 }
 
 /* No stall: one run, nothing said about stalls. */
-TEST(no_stall_runs_once)
+TEST_F(tree, no_stall_runs_once)
 {
-	char runs[256];
-	struct spawn_result r;
-	struct tree t;
-
-	ASSERT_EQ(0, tree_make(&t, 0));
-	ASSERT_EQ(0, run_all(&t, &r, runs, sizeof(runs)));
-	TH_LOG("exit %d, output:\n%s", r.status, r.out);
-	EXPECT_EQ(1, r.status);
-	EXPECT_STREQ("kvm_a\nkvm_b\nkvm_c\n", runs);
-	EXPECT_EQ(NULL, strstr(r.out, "HARNESS STALL"));
-	EXPECT_NE(NULL, strstr(r.out, "\n6 passed, 1 failed\n"));
-	tree_remove(&t);
+	run_stalling(_metadata, self, 0);
+	EXPECT_EQ(1, self->r.status);
+	EXPECT_STREQ("kvm_a\nkvm_b\nkvm_c\n", self->runs);
+	EXPECT_EQ(NULL, strstr(self->r.out, "HARNESS STALL"));
+	EXPECT_NE(NULL, strstr(self->r.out, "\n6 passed, 1 failed\n"));
 }
 
 TEST_HARNESS_MAIN
