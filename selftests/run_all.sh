@@ -47,7 +47,7 @@ host_suites() {
 # watchdog ends a harness that stops making progress long before this.
 : "${KILN_HARNESS_TIMEOUT:=1800}"
 # Harness runs at most, the first included (see kvm_suite).
-: "${KILN_HARNESS_ATTEMPTS:=3}"
+: "${KILN_HARNESS_ATTEMPTS:=4}"
 # The harness command; a test of this script names a fake one.
 : "${KILN_VMTEST:=tools/vmtest}"
 
@@ -74,10 +74,11 @@ unfinished() {
 	done
 }
 
-# The harness VM (nested SVM under TCG) has been seen to stall outright:
-# no timeout inside it fires, while the same suites pass on the next
-# boot. vmtest's watchdog (or its timeout) ends such a run with 124. The
-# suites it did not finish then run again in a fresh harness, the one
+# The harness VM (nested SVM under TCG) has been seen to stall outright
+# (no timeout inside it fires) and its kernel to crash, while the same
+# suites pass on the next boot. vmtest's watchdog (or its timeout) ends
+# a stalled run with 124, a crashed one ends with 125. The suites it did
+# not finish then run again in a fresh harness, the one
 # cut off from its start, said so in the output; only that run of them
 # counts. At most KILN_HARNESS_ATTEMPTS runs. A test that fails is never
 # retried here (see ksft_blame_environment for what is).
@@ -94,12 +95,13 @@ kvm_suite() {
 		while :; do
 			rc=0
 			harness_run "${suites[@]}" || rc=$?
-			[ "$rc" -eq 124 ] || break
+			[ "$rc" -eq 124 ] || [ "$rc" -eq 125 ] || break
 			mapfile -t suites < <(unfinished "${suites[@]}")
 			[ "${#suites[@]}" -gt 0 ] || break
 			[ "$attempt" -lt "$KILN_HARNESS_ATTEMPTS" ] || break
 			attempt=$((attempt + 1))
-			echo "# kiln-harness-retry: the harness VM stalled or timed out in ${suites[0]};" \
+			echo "# kiln-harness-retry: the harness VM stalled, timed out" \
+				"or failed (exit $rc) in ${suites[0]};" \
 				"the ${#suites[@]} suites it did not finish run again" \
 				"(run $attempt of at most $KILN_HARNESS_ATTEMPTS)"
 		done

@@ -61,7 +61,10 @@ static const char host_suite[] = "#!/bin/bash\n"
 				 "echo 1..1\n"
 				 "echo 'ok 1 host'\n";
 
-/* vmtest --timeout N CMD...: CMD in its own group; 124 if it stalled. */
+/*
+ * vmtest --timeout N CMD...: CMD in its own group; if it "stalled", the
+ * status in $T/rc: 124 as after a stall, 125 as after a harness crash.
+ */
 static const char fake_vmtest[] =
 	"#!/bin/bash\n"
 	"T=${KILN_FAKE_TREE:?}\n"
@@ -70,7 +73,8 @@ static const char fake_vmtest[] =
 	"echo $! >\"$T/runner.pid\"\n"
 	"wait $!\n"
 	"rc=$?\n"
-	"if [ -e \"$T/stalled\" ]; then rm \"$T/stalled\"; exit 124; fi\n"
+	"if [ -e \"$T/stalled\" ]; then rm \"$T/stalled\"; exit \"$(cat "
+	"\"$T/rc\")\"; fi\n"
 	"exit $rc\n";
 
 static int tree_make(struct tree *t)
@@ -130,9 +134,12 @@ FIXTURE_TEARDOWN(tree)
 	tree_remove(&self->t);
 }
 
-/* run_all.sh on the tree, kvm_b stalling its first @stalls runs. */
+/*
+ * run_all.sh on the tree, kvm_b stalling its first @stalls runs, the
+ * fake vmtest then exiting @rc.
+ */
 static void run_stalling(struct __test_metadata *_metadata,
-			 FIXTURE_DATA(tree) * self, int stalls)
+			 FIXTURE_DATA(tree) * self, int stalls, int rc)
 {
 	const char *argv[] = { "selftests/run_all.sh", self->t.o, NULL };
 	char path[160];
@@ -143,6 +150,11 @@ static void run_stalling(struct __test_metadata *_metadata,
 	f = fopen(path, "w");
 	ASSERT_NE(NULL, f);
 	fprintf(f, "%d\n", stalls);
+	fclose(f);
+	snprintf(path, sizeof(path), "%s/rc", self->t.dir);
+	f = fopen(path, "w");
+	ASSERT_NE(NULL, f);
+	fprintf(f, "%d\n", rc);
 	fclose(f);
 	setenv("KILN_FAKE_TREE", self->t.dir, 1);
 	setenv("KILN_VMTEST", self->t.vmtest, 1);
@@ -173,7 +185,7 @@ TEST_F(tree, stall_resumes_at_the_cut_off_suite)
 	const char *out = self->r.out;
 	char name[160];
 
-	run_stalling(_metadata, self, 1);
+	run_stalling(_metadata, self, 1, 124);
 	EXPECT_EQ(1, self->r.status);
 	EXPECT_STREQ("kvm_a\nkvm_b\nkvm_b\nkvm_c\n", self->runs);
 	EXPECT_NE(NULL, strstr(out, "\n6 passed, 1 failed\n"));
@@ -182,7 +194,8 @@ TEST_F(tree, stall_resumes_at_the_cut_off_suite)
 	EXPECT_EQ(NULL, strstr(out, "timed out (exit 124)"));
 	EXPECT_EQ(NULL, strstr(out, "cut off"));
 	EXPECT_NE(NULL, strstr(out, "# HARNESS STALL, suites run again: "
-				    "the harness VM stalled or timed out in "));
+				    "the harness VM stalled, timed out or "
+				    "failed (exit 124) in "));
 	EXPECT_NE(NULL,
 		  strstr(out, suite(&self->t, "kvm_b", name, sizeof(name))));
 	EXPECT_NE(NULL, strstr(out, "the 2 suites it did not finish"));
@@ -193,7 +206,7 @@ TEST_F(tree, stall_every_time_fails_after_three_runs)
 {
 	const char *out = self->r.out;
 
-	run_stalling(_metadata, self, 99);
+	run_stalling(_metadata, self, 99, 124);
 	EXPECT_EQ(1, self->r.status);
 	EXPECT_STREQ("kvm_a\nkvm_b\nkvm_b\nkvm_b\n", self->runs);
 	EXPECT_NE(NULL, strstr(out, "(run 3 of at most 3)"));
@@ -205,10 +218,21 @@ TEST_F(tree, stall_every_time_fails_after_three_runs)
 	EXPECT_NE(NULL, strstr(out, "\n3 passed, 3 failed\n"));
 }
 
+/* A harness kernel that crashed (vmtest 125) resumes as after a stall. */
+TEST_F(tree, crash_resumes_like_a_stall)
+{
+	run_stalling(_metadata, self, 1, 125);
+	EXPECT_EQ(1, self->r.status);
+	EXPECT_STREQ("kvm_a\nkvm_b\nkvm_b\nkvm_c\n", self->runs);
+	EXPECT_NE(NULL, strstr(self->r.out, "\n6 passed, 1 failed\n"));
+	EXPECT_EQ(NULL, strstr(self->r.out, "the harness failed (exit 125)"));
+	EXPECT_NE(NULL, strstr(self->r.out, "or failed (exit 125) in "));
+}
+
 /* No stall: one run, nothing said about stalls. */
 TEST_F(tree, no_stall_runs_once)
 {
-	run_stalling(_metadata, self, 0);
+	run_stalling(_metadata, self, 0, 124);
 	EXPECT_EQ(1, self->r.status);
 	EXPECT_STREQ("kvm_a\nkvm_b\nkvm_c\n", self->runs);
 	EXPECT_EQ(NULL, strstr(self->r.out, "HARNESS STALL"));
