@@ -51,6 +51,9 @@ host_suites() {
 # The harness command; a test of this script names a fake one.
 : "${KILN_VMTEST:=tools/vmtest}"
 
+# The output of the last harness run (kvm_suite makes the file).
+log=
+
 # One harness run of the KVM suites "$@" (all of them when none are
 # given), its output also saved in file $log; the harness's exit status.
 harness_run() {
@@ -83,7 +86,7 @@ unfinished() {
 # counts. At most KILN_HARNESS_ATTEMPTS runs. A test that fails is never
 # retried here (see ksft_blame_environment for what is).
 kvm_suite() {
-	local rc=0 attempt=1 log suites
+	local rc=0 attempt=1 suites
 
 	if [ -x "$KILN_VMTEST" ]; then
 		log=$(mktemp /tmp/kiln-harness.XXXXXX) || {

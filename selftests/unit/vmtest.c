@@ -1,0 +1,72 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * vmtest - tests of tools/vmtest's handling of a harness VM gone wrong,
+ * on the real harness: one whose heartbeat stops (the command hides the
+ * heartbeat file under a bind mount of /dev/null) is killed and reported
+ * as a stall (124), and one whose kernel crashes (sysrq) is reported as
+ * a harness failure (125) with the crash from its console. Where the
+ * host has hardware KVM, vmtest runs commands directly and has no
+ * harness VM to test: the tests skip there.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "selftests/kselftest.h"
+#include "selftests/spawn.h"
+
+/* vmtest's own exit statuses (tools/vmtest). */
+#define VMTEST_TIMEOUT 124
+#define VMTEST_FAILED  125
+
+static bool host_has_hw_kvm(void)
+{
+	return !access("/dev/kvm", F_OK) &&
+	       (!access("/sys/module/kvm_intel", F_OK) ||
+		!access("/sys/module/kvm_amd", F_OK));
+}
+
+/* The harness's temp dir is on its kernel command line. */
+#define HARNESS_DIR "$(sed 's/.*vmtest.dir=\\([^ ]*\\).*/\\1/' /proc/cmdline)"
+
+TEST_TIMEOUT(stalled_harness_is_killed, 240)
+{
+	const char *argv[] = { "tools/vmtest", "bash", "-c",
+			       "mount --bind /dev/null " HARNESS_DIR
+			       "/heartbeat && sleep 600; echo survived",
+			       NULL };
+	struct spawn_result r;
+
+	if (host_has_hw_kvm())
+		SKIP(return, "hardware KVM: vmtest starts no harness VM here");
+	setenv("KILN_VMTEST_STALL", "15", 1);
+	ASSERT_EQ(0, spawn__run(argv, NULL, &r));
+	EXPECT_EQ(VMTEST_TIMEOUT, r.status);
+	EXPECT_EQ(NULL, strstr(r.out, "survived"));
+	EXPECT_NE(NULL, strstr(r.err, "vmtest: the harness VM stalled: no "
+				      "heartbeat from the harness for 15s"));
+	if (_metadata->result->failed)
+		TH_LOG("exit %d, stdout %.200s, stderr %.2000s", r.status,
+		       r.out, r.err);
+}
+
+TEST_TIMEOUT(crashed_harness_is_reported_with_its_oops, 240)
+{
+	const char *argv[] = { "tools/vmtest", "bash", "-c",
+			       "echo c > /proc/sysrq-trigger; sleep 600",
+			       NULL };
+	struct spawn_result r;
+
+	if (host_has_hw_kvm())
+		SKIP(return, "hardware KVM: vmtest starts no harness VM here");
+	ASSERT_EQ(0, spawn__run(argv, NULL, &r));
+	EXPECT_EQ(VMTEST_FAILED, r.status);
+	EXPECT_NE(NULL, strstr(r.err, "vmtest: harness console: "));
+	EXPECT_NE(NULL, strstr(r.err, "Kernel panic"));
+	EXPECT_NE(NULL, strstr(r.err, "harness VM ended without reporting "
+				      "a status"));
+	if (_metadata->result->failed)
+		TH_LOG("exit %d, stderr %.2000s", r.status, r.err);
+}
+
+TEST_HARNESS_MAIN
