@@ -102,14 +102,23 @@ port() {
 	fail "no virtio serial port named $1"
 }
 
-# Touch $1/heartbeat every $2 seconds, in the background. It stops when
-# this harness kernel stops scheduling, or the shared root stops
-# answering: what tools/vmtest's watchdog looks for.
+# Every $2 seconds, in the background, write the uptime to $1/heartbeat
+# on the shared root, and as "vmtest-beat UPTIME" to the console. The
+# file stops changing when this harness kernel stops scheduling or the
+# shared root stops answering: what tools/vmtest's watchdog looks for;
+# the console's beats tell which of the two it was.
 start_heartbeat() {
 	local f=$R$1/heartbeat secs=$2
 	[ -n "$secs" ] && [ "$secs" != 0 ] || return 0
-	(while touch "$f"; do sleep "$secs"; done) &
+	# This boot's function addresses (KASLR, modules), for tools/vmtest
+	# to name where a stalled harness's CPUs are: 2 MB, under a second.
+	grep ' [tT] ' /proc/kallsyms >"$R$1/ksyms" &
+	(while cut -d' ' -f1 /proc/uptime >"$f"; do sleep "$secs"; done) &
 	beat_pid=$!
+	(while echo "vmtest-beat $(cut -d' ' -f1 /proc/uptime)" >/dev/ttyS0; do
+		sleep "$secs"
+	done) &
+	beat_pid="$beat_pid $!"
 }
 
 run() {
@@ -124,7 +133,7 @@ run() {
 		"$@" </dev/null >"$(port kiln.stdout)" 2>"$(port kiln.stderr)"
 	fi
 	rc=$?
-	[ -z "$beat_pid" ] || kill "$beat_pid"
+	[ -z "$beat_pid" ] || kill $beat_pid
 	echo "$rc" >"$R$dir/status.tmp" && mv "$R$dir/status.tmp" "$R$dir/status"
 	log "command exited with status $rc"
 }
