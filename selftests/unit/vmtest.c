@@ -3,7 +3,7 @@
  * vmtest - tests of tools/vmtest's handling of a harness VM gone wrong,
  * on the real harness: one whose heartbeat stops (the command hides the
  * heartbeat file under a bind mount of /dev/null) is killed and reported
- * as a stall (124), and one whose kernel crashes (sysrq) is reported as
+ * as a stall (124) with where it was, and one whose kernel crashes (sysrq) is reported as
  * a harness failure (125) with the crash from its console. Where the
  * host has hardware KVM, vmtest runs commands directly and has no
  * harness VM to test: the tests skip there.
@@ -45,6 +45,11 @@ TEST_TIMEOUT(stalled_harness_is_killed, 240)
 	EXPECT_EQ(NULL, strstr(r.out, "survived"));
 	EXPECT_NE(NULL, strstr(r.err, "vmtest: the harness VM stalled: no "
 				      "heartbeat from the harness for 15s"));
+	/* The report: the console beat on past the file; each CPU's place. */
+	EXPECT_NE(NULL, strstr(r.err, "vmtest: last beats at harness uptime "));
+	EXPECT_NE(NULL, strstr(r.err, " s (console)\n"));
+	EXPECT_NE(NULL, strstr(r.err, "vmtest: harness 0: at "));
+	EXPECT_NE(NULL, strstr(r.err, "vmtest: harness 1: at "));
 	if (_metadata->result->failed)
 		TH_LOG("exit %d, stdout %.200s, stderr %.2000s", r.status,
 		       r.out, r.err);

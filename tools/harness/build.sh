@@ -10,8 +10,8 @@
 #                  the kernel's full module tree (depmod'ed), so modprobe
 #                  works inside the harness (see init.sh)
 #   kver, pkg      kernel release and "<package> <version>"
-# The key is the kernel package and version plus a hash of this script and
-# init.sh, so editing either rebuilds. A cache hit costs no apt calls: the
+# The key is the kernel package and version plus a hash of this script,
+# init.sh and kvm-hold.c, so editing any of them rebuilds. A cache hit costs no apt calls: the
 # package resolution is memoised against the apt lists' timestamps.
 set -euo pipefail
 
@@ -106,6 +106,8 @@ make_initramfs() {
 		die "no /bin/busybox (install busybox-static)"
 	cp "$here/init.sh" "$tree/init"
 	chmod 755 "$tree/init"
+	gcc -std=gnu11 -O2 -Wall -Werror -static -o "$tree/bin/kvm-hold" \
+		"$here/kvm-hold.c" || die "building kvm-hold failed"
 	: >"$tree/etc/modules"
 	: >"$tree/etc/modules.kvm"
 	add_modules "$tree" "$kx" "$tree/etc/modules" "$kver" "${boot_mods[@]}"
@@ -160,7 +162,8 @@ main() {
 	local line pkg ver hash dir
 	line=$(cached_pkg)
 	read -r pkg ver <<<"$line"
-	hash=$(cat "$here/build.sh" "$here/init.sh" | sha256sum | cut -c1-12)
+	hash=$(cat "$here/build.sh" "$here/init.sh" "$here/kvm-hold.c" |
+		sha256sum | cut -c1-12)
 	dir="$root/harness-${pkg#linux-image-}-$ver-$hash"
 	if [ ! -f "$dir/pkg" ]; then
 		exec {lock}>"$root/.harness.lock"
