@@ -107,13 +107,16 @@ static inline void ksft_blame_environment(const char *why) __ksft_unused;
 
 /*
  * A watch on the machine under the tests (selftests/kvm/harness_watch.h:
- * the nested harness's kernel log). The runner calls start() before each
- * run of a test and, when a first run failed or timed out without
- * ksft_blame_environment(), check(): true, with why, if the machine
- * misbehaved meanwhile; the test then runs once more, as if blamed.
+ * the nested harness's kernel log and its stuck guests). The runner calls
+ * start() before each run of a test; timed_out() (if set) when a first
+ * run times out, before its process group @pgid is killed; and, when a
+ * first run failed or timed out without ksft_blame_environment(),
+ * check(). Each returns true, with why, if the machine misbehaved; the
+ * test then runs once more, as if blamed.
  */
 struct ksft_environment_watch {
 	void (*start)(void);
+	bool (*timed_out)(pid_t pgid, char *why, size_t len);
 	bool (*check)(char *why, size_t len);
 };
 
@@ -657,6 +660,10 @@ rerun:
 	}
 	setpgid(pid, pid); /* also done by the child: whoever is first */
 	if (!__ksft_wait(pid, secs, &status)) {
+		if (!again && __ksft_watch && __ksft_watch->timed_out &&
+		    __ksft_watch->timed_out(pid, res->environment_why,
+					    sizeof(res->environment_why)))
+			res->environment = 1;
 		kill(-pid, SIGKILL);
 		waitpid(pid, &status, 0);
 		timed_out = true;

@@ -13,7 +13,7 @@
 #   # kiln-run_kvm: done           run_kvm.sh reached its end
 
 # A suite that hangs past its own per-test timeouts is killed: seconds.
-: "${KILN_SUITE_TIMEOUT:=1200}"
+: "${KILN_SUITE_TIMEOUT:=1500}"
 
 # run_suite NAME CMD [ARGS...]: run one TAP-producing suite, stderr merged.
 run_suite() {

@@ -45,7 +45,7 @@ host_suites() {
 # Seconds one harness run may take: the KVM suites take minutes; each
 # suite and test inside has its own, shorter timeout, and vmtest's
 # watchdog ends a harness that stops making progress long before this.
-: "${KILN_HARNESS_TIMEOUT:=1800}"
+: "${KILN_HARNESS_TIMEOUT:=2400}"
 # Harness runs at most, the first included (see kvm_suite).
 : "${KILN_HARNESS_ATTEMPTS:=4}"
 # The harness command; a test of this script names a fake one.

@@ -13,9 +13,20 @@
  * them is the kernel's own report of a CPU or task making no progress:
  * the harness's nested SVM under TCG has been seen to lock its CPUs up
  * for minutes (Documentation/harness.md).
+ *
+ * A test that times out is looked at before it is killed: each thread of
+ * each vmm in its process group, with its state, kernel wait channel and
+ * time in its guest over HARNESS_SPIN_SECS, goes into the log. A vCPU
+ * thread that ran its guest all along (state R, guest time at least
+ * HARNESS_SPIN_PCT of the time; only vCPU threads have guest time) with
+ * the test still stuck at its timeout is how a nested guest stuck on its
+ * CPU looks under the harness's emulated SVM (seen with the vmm's own
+ * threads idle): the test runs once more.
  */
+#include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -26,6 +37,11 @@
 /* At most this many records read, and printed, per failed test. */
 #define HARNESS_KMSG_READ_MAX  10000
 #define HARNESS_KMSG_PRINT_MAX 16
+
+/* Sampling a timed-out test's vmm threads. */
+#define HARNESS_SPIN_SECS   2
+#define HARNESS_SPIN_PCT    80
+#define HARNESS_THREADS_MAX 64
 
 /* The kernel's own words for a CPU or task stuck (watchdog, RCU, hung task). */
 static const char *const harness_stall_words[] = {
@@ -92,8 +108,145 @@ static bool harness_watch__check(char *why, size_t len)
 	return stalled;
 }
 
+struct harness_task {
+	pid_t pid, tid;
+	long guest; /* guest_time, in ticks, at the first look */
+};
+
+/* Field numbers in /proc/PID/stat (proc(5)), counted from 1. */
+#define STAT_STATE	3
+#define STAT_PGRP	5
+#define STAT_GUEST_TIME 43
+
+/*
+ * From /proc/@path/stat: state, process group, guest time (time a vCPU
+ * thread spent running its guest, in ticks) and the command. The command
+ * (in parentheses) may hold spaces: fields count from its ')'.
+ */
+static bool harness_stat(const char *path, char *state, pid_t *pgrp,
+			 long *guest, char *comm, size_t comm_len)
+{
+	char buf[1024], *open_paren, *close_paren, *field, *save;
+	FILE *f = fopen(path, "r");
+	int nr = STAT_STATE, got = 0;
+	size_t n;
+
+	if (!f)
+		return false;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	open_paren = strchr(buf, '(');
+	close_paren = strrchr(buf, ')');
+	if (!open_paren || !close_paren || close_paren < open_paren)
+		return false;
+	snprintf(comm, comm_len, "%.*s", (int)(close_paren - open_paren - 1),
+		 open_paren + 1);
+	for (field = strtok_r(close_paren + 1, " ", &save); field;
+	     field = strtok_r(NULL, " ", &save), nr++) {
+		if (nr == STAT_STATE)
+			*state = field[0], got++;
+		else if (nr == STAT_PGRP)
+			*pgrp = atoi(field), got++;
+		else if (nr == STAT_GUEST_TIME)
+			*guest = atol(field), got++;
+	}
+	return got == 3;
+}
+
+/* The threads of the vmm processes in process group @pgid, at most @max. */
+static int harness_vmm_threads(pid_t pgid, struct harness_task *t, int max)
+{
+	char path[96], comm[64], state;
+	struct dirent *p, *q;
+	DIR *procs, *tasks;
+	long guest;
+	pid_t pg;
+	int n = 0;
+
+	procs = opendir("/proc");
+	if (!procs)
+		return 0;
+	while ((p = readdir(procs)) && n < max) {
+		pid_t pid = atoi(p->d_name);
+
+		snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+		if (pid <= 0 ||
+		    !harness_stat(path, &state, &pg, &guest, comm,
+				  sizeof(comm)) ||
+		    pg != pgid || strcmp(comm, "vmm"))
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+		tasks = opendir(path);
+		while (tasks && (q = readdir(tasks)) && n < max) {
+			pid_t tid = atoi(q->d_name);
+
+			snprintf(path, sizeof(path), "/proc/%d/task/%d/stat",
+				 (int)pid, (int)tid);
+			if (tid > 0 && harness_stat(path, &state, &pg, &guest,
+						    comm, sizeof(comm)))
+				t[n++] = (struct harness_task){ pid, tid,
+								guest };
+		}
+		if (tasks)
+			closedir(tasks);
+	}
+	closedir(procs);
+	return n;
+}
+
+static bool harness_watch__timed_out(pid_t pgid, char *why, size_t len)
+{
+	struct harness_task t[HARNESS_THREADS_MAX];
+	long hz = sysconf(_SC_CLK_TCK), guest;
+	char path[96], comm[64], wchan[64], state;
+	int n = harness_vmm_threads(pgid, t, HARNESS_THREADS_MAX);
+	bool spun = false;
+	FILE *f;
+	pid_t pg;
+
+	if (!n)
+		return false;
+	sleep(HARNESS_SPIN_SECS);
+	for (int i = 0; i < n; i++) {
+		int pct;
+
+		snprintf(path, sizeof(path), "/proc/%d/task/%d/stat",
+			 (int)t[i].pid, (int)t[i].tid);
+		if (!harness_stat(path, &state, &pg, &guest, comm,
+				  sizeof(comm)))
+			continue;
+		wchan[0] = '\0';
+		snprintf(path, sizeof(path), "/proc/%d/task/%d/wchan",
+			 (int)t[i].pid, (int)t[i].tid);
+		f = fopen(path, "r");
+		if (f) {
+			if (!fgets(wchan, sizeof(wchan), f))
+				wchan[0] = '\0';
+			fclose(f);
+		}
+		pct = (int)((guest - t[i].guest) * 100 /
+			    (hz * HARNESS_SPIN_SECS));
+		printf("# harness watch: vmm %d thread %d: state %c, wait %s, "
+		       "in its guest %d%% of %d s\n",
+		       (int)t[i].pid, (int)t[i].tid, state,
+		       wchan[0] ? wchan : "-", pct, HARNESS_SPIN_SECS);
+		if (!spun && state == 'R' && pct >= HARNESS_SPIN_PCT) {
+			snprintf(
+				why, len,
+				"vmm thread %d ran its guest non-stop (%d%% of "
+				"the time) with the test stuck at its timeout",
+				(int)t[i].tid, pct);
+			spun = true;
+		}
+	}
+	fflush(stdout);
+	return spun;
+}
+
 static const struct ksft_environment_watch harness_watch = {
 	.start = harness_watch__start,
+	.timed_out = harness_watch__timed_out,
 	.check = harness_watch__check,
 };
 

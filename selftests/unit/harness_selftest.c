@@ -180,8 +180,20 @@ static bool sample_watch_check(char *why, size_t len)
 	return true;
 }
 
+/* KILN_SAMPLE_WATCH=stuck: the timed-out test's processes were stuck. */
+static bool sample_watch_timed_out(pid_t pgid, char *why, size_t len)
+{
+	const char *w = getenv("KILN_SAMPLE_WATCH");
+
+	if (!w || strcmp(w, "stuck") || kill(-pgid, 0))
+		return false;
+	snprintf(why, len, "the sample watch saw it stuck");
+	return true;
+}
+
 static const struct ksft_environment_watch sample_watch = {
 	.start = sample_watch_start,
+	.timed_out = sample_watch_timed_out,
 	.check = sample_watch_check,
 };
 
@@ -520,7 +532,8 @@ static int run_counted_sample(const char *name, int fails,
 /*
  * After ksft_blame_environment() (sample_environment), or when the
  * environment watch says the machine misbehaved (sample_watched, which
- * times out): a failure runs once more and that run counts; never a
+ * times out: after it, or while its processes still run, before they are
+ * killed, "stuck"): a failure runs once more and that run counts; never a
  * third time; a pass is left as it is; a quiet watch runs nothing again.
  */
 TEST(environment_blamed)
@@ -545,6 +558,8 @@ TEST(environment_blamed)
 		  "\nnot ok 1 sample_watched # TIMEOUT after 1 s\n" },
 		{ "sample_watched", "quiet", NULL, 1, 1, KSFT_FAIL,
 		  "\nnot ok 1 sample_watched # TIMEOUT after 1 s\n" },
+		{ "sample_watched", "stuck", "the sample watch saw it stuck", 1,
+		  2, KSFT_PASS, "\nok 1 sample_watched\n" },
 	};
 	struct sample_run run;
 	char again[256], ok[64];
