@@ -6,7 +6,7 @@
 #                     run.sh (what to run), and receives status
 #   vmtest.mode=run|shell
 #   vmtest.modroot=DIR  holds lib/modules/<kver> of the harness kernel
-#   vmtest.beat=SECS  touch DIR/heartbeat every SECS seconds while the
+#   vmtest.beat=SECS  write the uptime to DIR/heartbeat (and the console) every SECS s while the
 #                     command runs, so tools/vmtest can tell a harness
 #                     that stopped making progress (0: no heartbeat)
 # Loads the modules from /etc/modules and /etc/modules.kvm, mounts the host's root (virtiofs tag
