@@ -16,9 +16,18 @@ HARDEN   := -fstack-protector-strong -D_FORTIFY_SOURCE=2 -fPIE \
 HARDEN_LD := -pie -Wl,-z,relro -Wl,-z,now -Wl,-z,noexecstack
 
 CFLAGS   ?= -O2 -g
+# A package pkg-config cannot find is named, and stops the build of anything
+# that compiles (objects depend on pkg-check); `make deps` installs them.
+# Goals that only install or clean (deps, clean) never need it.
+PKG_MISSING := $(strip $(foreach p,$(PKGS),$(if $(shell pkg-config --exists $(p) && echo y),,$(p))))
 KILN_CFLAGS := -std=gnu11 $(WARNINGS) -Werror $(HARDEN) -D_GNU_SOURCE \
-	-I. -I$(O)/include $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-KILN_LDLIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread
+	-I. -I$(O)/include \
+	$(if $(PKG_MISSING),,$(shell pkg-config --cflags $(PKGS)))
+KILN_LDLIBS := $(if $(PKG_MISSING),,$(shell pkg-config --libs $(PKGS))) -lpthread
+
+.PHONY: pkg-check
+pkg-check:
+	$(if $(PKG_MISSING),$(error pkg-config finds no $(PKG_MISSING) (Debian's -dev package missing?): run 'make deps'))
 
 ifeq ($(V),1)
 Q :=
@@ -28,7 +37,7 @@ Q := @
 quiet = @printf '  %-6s %s\n'
 endif
 
-$(O)/obj/%.o: %.c
+$(O)/obj/%.o: %.c | pkg-check
 	$(quiet) CC $<
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CC) $(KILN_CFLAGS) $(CFLAGS) -MMD -MP -c -o $@ $<

@@ -19,84 +19,57 @@ MAKEFLAGS += --no-print-directory
 
 include Kbuild.mk
 
+# Objects that need no KVM: the vmm links them, and so do the unit tests.
+core-obj-y += lib/log.o
+core-obj-y += lib/worker.o
+core-obj-y += lib/base64.o
+core-obj-y += proto/tlv.o
+core-obj-y += bootloader/loader.o
+core-obj-y += bootloader/elf.o
+core-obj-y += bootloader/bzimage.o
+core-obj-y += bootloader/bootparams.o
+core-obj-y += bootloader/pagetable.o
+core-obj-y += bootloader/mptable.o
+core-obj-y += bootloader/initrd.o
+core-obj-y += devices/uart.o
+core-obj-y += devices/virtio/guest-mem.o
+core-obj-y += devices/virtio/queue.o
+core-obj-y += devices/virtio/mmio.o
+core-obj-y += devices/virtio/blk.o
+core-obj-y += devices/virtio/vsock.o
+core-obj-y += devices/virtio/fs.o
+core-obj-y += devices/block/disk.o
+core-obj-y += devices/fs/fuse.o
+core-obj-y += devices/fs/virtual.o
+core-obj-y += devices/fs/memfs.o
+core-obj-y += devices/fs/passthrough.o
+core-obj-y += vmm/config.o
+core-obj-y += vmm/bus.o
+core-obj-y += vmm/rootfs.o
+core-obj-y += vmm/mounts.o
+core-obj-y += vmm/api.o
+
+# The rest of the vmm: KVM, the builder, the CLI, seccomp, the control socket.
 obj-y += vmm/main.o
-obj-y += vmm/config.o
 obj-y += vmm/kvm.o
 obj-y += vmm/vm.o
 obj-y += vmm/vcpu.o
 obj-y += vmm/cpuid.o
-obj-y += vmm/bus.o
-obj-y += vmm/log.o
-obj-y += vmm/worker.o
 obj-y += vmm/seccomp.o
-obj-y += vmm/api.o
-obj-y += vmm/api-base64.o
-obj-y += guest/agent/tlv.o
-obj-y += devices/uart.o
+obj-y += vmm/control.o
 obj-y += devices/i8042.o
 obj-y += devices/exit-dev.o
 obj-y += devices/console.o
-obj-y += devices/virtio/guest-mem.o
-obj-y += devices/virtio/queue.o
-obj-y += devices/virtio/mmio.o
-obj-y += devices/virtio/blk.o
-obj-y += devices/virtio/vsock.o
-obj-y += devices/virtio/fs.o
-obj-y += devices/fs/fuse.o
-obj-y += devices/block/disk.o
-obj-y += devices/fs/virtual.o
-obj-y += devices/fs/memfs.o
-obj-y += devices/fs/passthrough.o
-obj-y += vmm/rootfs.o
-obj-y += vmm/control.o
-obj-y += vmm/mounts.o
-obj-y += bootloader/loader.o
-obj-y += bootloader/elf.o
-obj-y += bootloader/bzimage.o
-obj-y += bootloader/bootparams.o
-obj-y += bootloader/pagetable.o
-obj-y += bootloader/mptable.o
-obj-y += bootloader/initrd.o
-
-# Objects the unit tests link against: everything that needs no KVM.
-unit-obj-y += bootloader/loader.o
-unit-obj-y += bootloader/elf.o
-unit-obj-y += bootloader/bzimage.o
-unit-obj-y += bootloader/bootparams.o
-unit-obj-y += bootloader/pagetable.o
-unit-obj-y += bootloader/mptable.o
-unit-obj-y += bootloader/initrd.o
-unit-obj-y += vmm/config.o
-unit-obj-y += vmm/log.o
-unit-obj-y += vmm/worker.o
-unit-obj-y += vmm/bus.o
-unit-obj-y += devices/uart.o
-unit-obj-y += devices/virtio/guest-mem.o
-unit-obj-y += devices/virtio/queue.o
-unit-obj-y += devices/virtio/mmio.o
-unit-obj-y += devices/virtio/blk.o
-unit-obj-y += devices/virtio/vsock.o
-unit-obj-y += devices/virtio/fs.o
-unit-obj-y += devices/fs/fuse.o
-unit-obj-y += devices/block/disk.o
-unit-obj-y += devices/fs/virtual.o
-unit-obj-y += devices/fs/memfs.o
-unit-obj-y += devices/fs/passthrough.o
-unit-obj-y += vmm/rootfs.o
-unit-obj-y += vmm/mounts.o
-unit-obj-y += vmm/api.o
-unit-obj-y += vmm/api-base64.o
-unit-obj-y += guest/agent/tlv.o
 
 # vmmctl, the control socket's client: shares only the base64 code.
 vmmctl-obj-y += tools/vmmctl.o
-vmmctl-obj-y += vmm/api-base64.o
+vmmctl-obj-y += lib/base64.o
 
 unit-tests   := $(patsubst selftests/unit/%.c,$(O)/selftests/%,$(wildcard selftests/unit/*.c))
 kvm-tests    := $(patsubst selftests/kvm/%.c,$(O)/selftests/kvm_%,$(wildcard selftests/kvm/*.c))
 
-VMM_OBJS  := $(addprefix $(O)/obj/,$(obj-y))
-UNIT_OBJS := $(addprefix $(O)/obj/,$(unit-obj-y))
+UNIT_OBJS := $(addprefix $(O)/obj/,$(core-obj-y))
+VMM_OBJS  := $(UNIT_OBJS) $(addprefix $(O)/obj/,$(obj-y))
 VMMCTL_OBJS := $(addprefix $(O)/obj/,$(vmmctl-obj-y))
 
 .PHONY: all deps guest image run test bench clean selftests check-deps
@@ -113,24 +86,29 @@ $(O)/vmmctl: $(VMMCTL_OBJS)
 
 # The example server for virtual mounts (Documentation/virtual-fs.md),
 # which selftests/unit/fs_virtual.c runs.
-$(O)/tools/fs-example-server: tools/fs-example-server.c
+$(O)/tools/fs-example-server: tools/fs-example-server.c | pkg-check
 	$(quiet) CC $<
 	$(Q)mkdir -p $(dir $@)
-	$(Q)$(CC) $(KILN_CFLAGS) $(CFLAGS) $(HARDEN_LD) -o $@ $<
+	$(Q)$(CC) $(KILN_CFLAGS) $(CFLAGS) $(HARDEN_LD) -MMD -MP -MF $@.d \
+		-o $@ $<
 
 $(O)/selftests/fs_virtual: $(O)/tools/fs-example-server
 
-$(O)/selftests/%: selftests/unit/%.c $(UNIT_OBJS) selftests/kselftest.h selftests/fake_kernel.h selftests/spawn.h selftests/testutil.h selftests/jsonrpc_client.h
+# Test binaries are compiled and linked in one step; -MMD still gives each
+# its header list ($@.d), so touching a header rebuilds the tests using it.
+$(O)/selftests/%: selftests/unit/%.c $(UNIT_OBJS) | pkg-check
 	$(quiet) CC $<
 	$(Q)mkdir -p $(dir $@)
-	$(Q)$(CC) $(KILN_CFLAGS) $(CFLAGS) $(HARDEN_LD) -o $@ $< $(UNIT_OBJS) $(KILN_LDLIBS)
+	$(Q)$(CC) $(KILN_CFLAGS) $(CFLAGS) $(HARDEN_LD) -MMD -MP -MF $@.d \
+		-o $@ $< $(UNIT_OBJS) $(KILN_LDLIBS)
 
 # KVM selftests carry freestanding guest code: built without the stack
 # protector so the guest functions need no TLS canary.
-$(O)/selftests/kvm_%: selftests/kvm/%.c selftests/kselftest.h selftests/kvm/harness_watch.h selftests/kvm/kvm_util.h selftests/kvm/vmm_util.h selftests/spawn.h selftests/jsonrpc_client.h
+$(O)/selftests/kvm_%: selftests/kvm/%.c | pkg-check
 	$(quiet) CC $<
 	$(Q)mkdir -p $(dir $@)
-	$(Q)$(CC) $(KILN_CFLAGS) $(CFLAGS) -fno-stack-protector $(HARDEN_LD) -o $@ $< $(KILN_LDLIBS)
+	$(Q)$(CC) $(KILN_CFLAGS) $(CFLAGS) -fno-stack-protector $(HARDEN_LD) \
+		-MMD -MP -MF $@.d -o $@ $< $(KILN_LDLIBS)
 
 selftests: $(unit-tests) $(kvm-tests) $(O)/vmm
 	@:
@@ -144,7 +122,7 @@ define static_cc
 	$(quiet) CC $<
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CC) -std=gnu11 $(WARNINGS) -Werror -O2 -D_GNU_SOURCE -static \
-		-o $@ $<
+		-MMD -MP -MF $@.d -o $@ $<
 endef
 
 define bin_cpio
@@ -183,7 +161,7 @@ agent-host-obj-y += guest/agent/conn.o
 agent-host-obj-y += guest/agent/proc.o
 agent-host-obj-y += guest/agent/fs.o
 agent-host-obj-y += guest/agent/facts.o
-agent-host-obj-y += guest/agent/tlv.o
+agent-host-obj-y += proto/tlv.o
 AGENT_HOST_OBJS := $(addprefix $(O)/obj/,$(agent-host-obj-y))
 
 $(O)/guest/kiln-agent-host: $(AGENT_HOST_OBJS)
@@ -192,7 +170,6 @@ $(O)/guest/kiln-agent-host: $(AGENT_HOST_OBJS)
 	$(Q)$(CC) $(HARDEN_LD) -o $@ $^
 
 selftests: $(O)/guest/kiln-agent-host
-$(O)/selftests/agent: selftests/agent_client.h
 -include $(AGENT_HOST_OBJS:.o=.d)
 
 deps:
@@ -252,3 +229,4 @@ clean:
 
 -include $(VMM_OBJS:.o=.d)
 -include $(VMMCTL_OBJS:.o=.d)
+-include $(wildcard $(O)/selftests/*.d $(O)/selftests/helpers/*.d $(O)/tools/*.d)

@@ -14,7 +14,8 @@
 #include <asm/bootparam.h>
 #include <linux/kvm.h>
 
-#include "vmm/log.h"
+#include "lib/compiler.h"
+#include "lib/log.h"
 
 /* Guest-physical layout of the boot structures, all in the first 1 MiB. */
 #define BOOT_GDT_ADDR	    0x500ULL

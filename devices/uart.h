@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #include "devices/irq.h"
-#include "vmm/log.h"
+#include "lib/log.h"
 
 #define UART_COM1_BASE 0x3f8
 #define UART_COM1_IRQ  4

@@ -4,11 +4,11 @@
 
 /*
  * A small blocking client of the guest agent protocol
- * (guest/agent/protocol.h, Documentation/agent-protocol.md) for tests:
+ * (proto/agent.h, Documentation/agent-protocol.md) for tests:
  * frames in and out of a connected stream socket, field look-ups in a
  * received message, and one whole PROC_START exchange that feeds stdin
  * while it reads output (as any host must, or a command that echoes its
- * input would stall both sides). Header-only; needs guest/agent/tlv.o.
+ * input would stall both sides). Header-only; needs proto/tlv.o.
  */
 #include <endian.h>
 #include <errno.h>
@@ -21,7 +21,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "guest/agent/tlv.h"
+#include "proto/tlv.h"
 
 /* A received frame; data holds KILN_FRAME_MAX bytes, owned by the msg. */
 struct agent_msg {

@@ -11,7 +11,7 @@
  * reads with tc_recv). Field look-ups for errors, results and base64.
  *
  * Header-only; needs jansson. The base64 here is the test's own, not
- * the server's (vmm/api-base64.c), and as strict: what the server sends
+ * the server's (lib/base64.c), and as strict: what the server sends
  * must be canonical, padded and unbroken.
  */
 #include <errno.h>

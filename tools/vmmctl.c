@@ -26,7 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "vmm/api-base64.h"
+#include "lib/base64.h"
 
 /* Exit statuses of vmmctl itself (exec and shell pass the command's). */
 #define EXIT_FAILED 1	/* the guest refused: ENOENT, EACCES... */

@@ -35,8 +35,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "guest/agent/tlv.h"
-#include "vmm/api-base64.h"
+#include "lib/compiler.h"
+#include "proto/tlv.h"
+#include "lib/base64.h"
 #include "vmm/api.h"
 
 #define API_CLIENT_CALLS     64U   /* requests in flight per client */

@@ -6,7 +6,7 @@
  * The control API: JSON-RPC 2.0 over a Unix stream socket, one JSON text
  * per line, served by one event loop thread of its own (poll, every
  * descriptor nonblocking). Each request that needs the guest opens its
- * own connection to the guest agent (guest/agent/protocol.h: one request
+ * own connection to the guest agent (proto/agent.h: one request
  * per connection) through the open_agent callback, so the API does not
  * know whether the agent is a vsock port in a VM or a Unix socket in a
  * test. Methods, streams, errors and limits: Documentation/api.md.
@@ -15,7 +15,8 @@
 #include <jansson.h>
 #include <stdbool.h>
 
-#include "vmm/log.h"
+#include "lib/compiler.h"
+#include "lib/log.h"
 
 #define API_MAX_MESSAGE	    (1U << 20)	 /* bytes in one request line */
 #define API_MAX_CLIENTS	    64U		 /* connected clients */

@@ -5,7 +5,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "vmm/log.h"
+#include "lib/compiler.h"
+#include "lib/log.h"
 
 /*
  * An address bus: devices claim [base, base + len) with one handler. The VM

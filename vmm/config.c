@@ -12,6 +12,7 @@
 #include <sys/sysinfo.h>
 #include <unistd.h>
 
+#include "lib/compiler.h"
 #include "bootloader/boot.h"
 #include "vmm/config.h"
 #include "vmm/rootfs.h"

@@ -6,7 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "vmm/log.h"
+#include "lib/compiler.h"
+#include "lib/log.h"
 #include "vmm/mounts.h"
 
 #define CONFIG_DEFAULT_CPUS    1U

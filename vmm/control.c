@@ -22,8 +22,8 @@
 #include <unistd.h>
 
 #include "devices/virtio/vsock.h"
-#include "guest/agent/protocol.h"
-#include "guest/agent/tlv.h"
+#include "proto/agent.h"
+#include "proto/tlv.h"
 #include "vmm/api.h"
 #include "vmm/vm.h"
 

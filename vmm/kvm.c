@@ -10,6 +10,7 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include "lib/compiler.h"
 #include "vmm/vm.h"
 
 #define KVM_DEV		  "/dev/kvm"

@@ -6,7 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "vmm/log.h"
+#include "lib/compiler.h"
+#include "lib/log.h"
 
 /*
  * The guest's virtio-fs mounts (Documentation/virtio-fs.md): each maps an

@@ -23,6 +23,7 @@
 #include <wolfssl/wolfcrypt/error-crypt.h>
 #include <wolfssl/wolfcrypt/sha256.h>
 
+#include "lib/compiler.h"
 #include "vmm/rootfs.h"
 
 #define DESCRIPTOR_MAX (64U << 10) /* bytes: a descriptor is ~300 */

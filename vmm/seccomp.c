@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "lib/compiler.h"
 #include "vmm/seccomp.h"
 
 /* What the vCPU threads and the event loop do, and how they end. */

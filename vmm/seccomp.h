@@ -4,7 +4,8 @@
 
 #include <stdbool.h>
 
-#include "vmm/log.h"
+#include "lib/compiler.h"
+#include "lib/log.h"
 
 /*
  * Once the VM is built, the monitor needs only a few dozen syscalls to run

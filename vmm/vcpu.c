@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include <asm/processor-flags.h>
 
+#include "lib/compiler.h"
 #include "vmm/vm.h"
 
 /* MSR numbers (SDM vol. 4) and their boot values. */

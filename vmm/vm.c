@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "lib/compiler.h"
 #include "devices/block/disk.h"
 #include "devices/console.h"
 #include "devices/uart.h"

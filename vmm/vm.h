@@ -8,13 +8,14 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "lib/compiler.h"
 #include "bootloader/boot.h"
 #include "devices/exit-dev.h"
 #include "devices/virtio/guest-mem.h"
 #include "devices/i8042.h"
 #include "vmm/config.h"
 #include "vmm/bus.h"
-#include "vmm/log.h"
+#include "lib/log.h"
 #include "vmm/rootfs.h"
 
 /*

@@ -9,7 +9,7 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
-#include "vmm/log.h"
+#include "lib/log.h"
 
 /*
  * The file systems virtio-fs serves. The FUSE server (devices/fs/fuse.c)

@@ -31,6 +31,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "lib/compiler.h"
 #include "devices/fs/fuse.h"
 
 #define IN_HDR	sizeof(struct fuse_in_header)

@@ -7,8 +7,9 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
+#include "lib/compiler.h"
 #include "devices/fs/backend.h"
-#include "vmm/log.h"
+#include "lib/log.h"
 
 /*
  * The FUSE protocol server of virtio-fs (protocol 7.x, linux/fuse.h). It

@@ -5,8 +5,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "lib/compiler.h"
 #include "devices/fs/backend.h"
-#include "vmm/log.h"
+#include "lib/log.h"
 
 /*
  * The `memory` mount source: an in-RAM POSIX file system (regular files,

@@ -4,8 +4,9 @@
 
 #include <stdbool.h>
 
+#include "lib/compiler.h"
 #include "devices/fs/backend.h"
-#include "vmm/log.h"
+#include "lib/log.h"
 
 /*
  * The `bind` mount source: a host directory served to the guest, every

@@ -38,8 +38,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "lib/compiler.h"
 #include "devices/fs/virtual.h"
-#include "vmm/worker.h"
+#include "lib/worker.h"
 
 /*
  * At most this many requests are at the server, unanswered, at once; the

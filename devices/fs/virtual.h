@@ -2,6 +2,7 @@
 #ifndef KILN_FS_VIRTUAL_H
 #define KILN_FS_VIRTUAL_H
 
+#include "lib/compiler.h"
 #include "devices/fs/backend.h"
 
 /*

@@ -33,8 +33,9 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "lib/compiler.h"
 #include "devices/virtio/blk.h"
-#include "vmm/worker.h"
+#include "lib/worker.h"
 
 #define BLK_QUEUE_SIZE	     128U	/* entries per queue, request slots */
 #define BLK_SEG_MAX	     126U	/* data segments; + header + status */

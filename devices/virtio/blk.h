@@ -5,11 +5,12 @@
 #include <linux/virtio_blk.h> /* VIRTIO_BLK_ID_BYTES: GET_ID answer */
 #include <stdint.h>
 
+#include "lib/compiler.h"
 #include "devices/block/disk.h"
 #include "devices/irq.h"
 #include "devices/virtio/device.h"
 #include "devices/virtio/guest-mem.h"
-#include "vmm/log.h"
+#include "lib/log.h"
 
 /*
  * virtio-blk (virtio 1.1, section 5.2) over a struct disk: read, write,

@@ -6,10 +6,11 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "lib/compiler.h"
 #include "devices/irq.h"
 #include "devices/virtio/guest-mem.h"
 #include "devices/virtio/queue.h"
-#include "vmm/log.h"
+#include "lib/log.h"
 
 /*
  * The device side of virtio 1.x, whatever the transport: device status,

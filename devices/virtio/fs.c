@@ -50,7 +50,7 @@
 
 #include "devices/fs/fuse.h"
 #include "devices/virtio/fs.h"
-#include "vmm/worker.h"
+#include "lib/worker.h"
 
 #define FS_QUEUE_SIZE  128U /* entries per queue */
 #define FS_QUEUE_SLOTS 64U  /* requests in flight per queue */

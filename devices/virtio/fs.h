@@ -2,11 +2,12 @@
 #ifndef KILN_VIRTIO_FS_H
 #define KILN_VIRTIO_FS_H
 
+#include "lib/compiler.h"
 #include "devices/fs/backend.h"
 #include "devices/irq.h"
 #include "devices/virtio/device.h"
 #include "devices/virtio/guest-mem.h"
-#include "vmm/log.h"
+#include "lib/log.h"
 
 /*
  * virtio-fs (virtio 1.2, section 5.11): a FUSE file system the guest

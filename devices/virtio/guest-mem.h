@@ -4,7 +4,8 @@
 
 #include <stdint.h>
 
-#include "vmm/log.h"
+#include "lib/compiler.h"
+#include "lib/log.h"
 
 /*
  * What the virtio core sees of guest RAM: up to two guest-physical ranges,

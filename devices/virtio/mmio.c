@@ -23,8 +23,9 @@
 #define VIRTIO_RING_NO_LEGACY
 #include <linux/virtio_ring.h>
 
+#include "lib/compiler.h"
 #include "devices/virtio/mmio.h"
-#include "vmm/worker.h"
+#include "lib/worker.h"
 
 _Static_assert(VIRTIO_ISR_QUEUE == VIRTIO_MMIO_INT_VRING, "ISR bit");
 _Static_assert(VIRTIO_ISR_CONFIG == VIRTIO_MMIO_INT_CONFIG, "ISR bit");

@@ -6,8 +6,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "lib/compiler.h"
 #include "devices/virtio/device.h"
-#include "vmm/log.h"
+#include "lib/log.h"
 
 /*
  * The virtio-mmio transport, version 2 (virtio 1.1, section 4.2.2): a

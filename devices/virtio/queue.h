@@ -6,8 +6,9 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
+#include "lib/compiler.h"
 #include "devices/virtio/guest-mem.h"
-#include "vmm/log.h"
+#include "lib/log.h"
 
 /*
  * The device side of a split virtqueue (virtio 1.1, section 2.6), hardened

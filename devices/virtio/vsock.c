@@ -57,7 +57,7 @@
 #include <unistd.h>
 
 #include "devices/virtio/vsock.h"
-#include "vmm/worker.h"
+#include "lib/worker.h"
 
 #define VSOCK_QUEUE_SIZE 256U
 #define RXQ		 0U /* device to driver */

@@ -4,10 +4,11 @@
 
 #include <stdint.h>
 
+#include "lib/compiler.h"
 #include "devices/irq.h"
 #include "devices/virtio/device.h"
 #include "devices/virtio/guest-mem.h"
-#include "vmm/log.h"
+#include "lib/log.h"
 
 /*
  * virtio-vsock (virtio 1.1, section 5.10), stream sockets only, with the

@@ -6,7 +6,7 @@
 
 /*
  * The guest agent (Documentation/agent-protocol.md): serves the protocol
- * of guest/agent/protocol.h on a listening stream socket, vsock in the
+ * of proto/agent.h on a listening stream socket, vsock in the
  * guest (init), a Unix socket on a host (kiln-agent-host, for the tests).
  * Each connection is served by a child process of its own.
  */

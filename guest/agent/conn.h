@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "guest/agent/tlv.h"
+#include "proto/tlv.h"
 
 struct conn {
 	int fd;

@@ -37,7 +37,7 @@
 #include <linux/vm_sockets.h>
 
 #include "guest/agent/agent.h"
-#include "guest/agent/protocol.h"
+#include "proto/agent.h"
 #include "guest/init/mounts.h"
 
 /*

@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <time.h>
 
+#include "lib/compiler.h"
 #include "selftests/jsonrpc_client.h"
 #include "selftests/kselftest.h"
 #include "selftests/kvm/vmm_util.h"

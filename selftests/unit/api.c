@@ -19,11 +19,12 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 
+#include "lib/compiler.h"
 #include "selftests/jsonrpc_client.h"
 #include "selftests/kselftest.h"
 #include "selftests/spawn.h"
-#include "guest/agent/tlv.h"
-#include "vmm/api-base64.h"
+#include "proto/tlv.h"
+#include "lib/base64.h"
 #include "vmm/api.h"
 
 #define WAIT_MS TC_WAIT_MS /* for any one answer */

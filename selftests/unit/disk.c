@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include "lib/compiler.h"
 #include "devices/block/disk.h"
 #include "selftests/kselftest.h"
 #include "selftests/testutil.h"

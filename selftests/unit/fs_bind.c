@@ -33,6 +33,7 @@
 #include <sys/uio.h>
 #include <sys/wait.h>
 
+#include "lib/compiler.h"
 #include "devices/fs/passthrough.h"
 #include "selftests/kselftest.h"
 #include "selftests/testutil.h"

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "lib/compiler.h"
 #include "devices/fs/memfs.h"
 #include "selftests/kselftest.h"
 #include "selftests/testutil.h"

@@ -28,6 +28,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 
+#include "lib/compiler.h"
 #include "devices/fs/virtual.h"
 #include "selftests/kselftest.h"
 #include "selftests/testutil.h"

@@ -14,6 +14,7 @@
 #include <wolfssl/options.h>
 #include <wolfssl/wolfcrypt/sha256.h>
 
+#include "lib/compiler.h"
 #include "selftests/kselftest.h"
 #include "selftests/testutil.h"
 #include "vmm/config.h"

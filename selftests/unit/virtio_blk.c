@@ -32,6 +32,7 @@
 #include <linux/virtio_mmio.h>
 #include <linux/virtio_ring.h>
 
+#include "lib/compiler.h"
 #include "devices/block/disk.h"
 #include "devices/virtio/blk.h"
 #include "devices/virtio/device.h"

@@ -30,6 +30,7 @@
 #include <linux/virtio_mmio.h>
 #include <linux/virtio_ring.h>
 
+#include "lib/compiler.h"
 #include "devices/fs/backend.h"
 #include "devices/fs/fuse.h"
 #include "devices/virtio/device.h"

@@ -19,6 +19,7 @@
 #define VIRTIO_RING_NO_LEGACY
 #include <linux/virtio_ring.h>
 
+#include "lib/compiler.h"
 #include "devices/virtio/device.h"
 #include "devices/virtio/guest-mem.h"
 #include "devices/virtio/mmio.h"

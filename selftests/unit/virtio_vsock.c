@@ -35,6 +35,7 @@
 #include <linux/virtio_ring.h>
 #include <linux/virtio_vsock.h>
 
+#include "lib/compiler.h"
 #include "devices/virtio/device.h"
 #include "devices/virtio/guest-mem.h"
 #include "devices/virtio/mmio.h"

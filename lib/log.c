@@ -2,7 +2,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-#include "vmm/log.h"
+#include "lib/log.h"
 
 /*
  * The one piece of process-wide state: whether debug lines are printed. It

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
-/* Base64 for the control API and vmmctl (see api-base64.h). */
+/* Base64 for the control API and vmmctl (see base64.h). */
 #include <errno.h>
 #include <stdbool.h>
 
-#include "vmm/api-base64.h"
+#include "lib/base64.h"
 
 static const char alphabet[] =
 	"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";

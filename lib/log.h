@@ -26,7 +26,4 @@ void log__print(enum log_level level, const char *fmt, ...)
 void log__set_verbose(bool verbose);
 bool log__debug_enabled(void);
 
-#define __must_check  __attribute__((warn_unused_result))
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
-
 #endif

@@ -3,7 +3,7 @@
 #define KILN_AGENT_TLV_H
 
 /*
- * Building and walking the TLV payloads of guest/agent/protocol.h. Plain
+ * Building and walking the TLV payloads of proto/agent.h. Plain
  * C with no dependencies: linked into the static guest init and into the
  * vmm. Every value read from the wire is bounds-checked here; a payload
  * that does not parse is -EPROTO, never a read past its end.
@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "guest/agent/protocol.h"
+#include "proto/agent.h"
 
 /* A payload being built: at most KILN_FRAME_MAX bytes. */
 struct kiln_buf {

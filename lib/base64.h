@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0 */
-#ifndef KILN_API_BASE64_H
-#define KILN_API_BASE64_H
+#ifndef KILN_LIB_BASE64_H
+#define KILN_LIB_BASE64_H
 
 /*
  * Standard base64 (RFC 4648, "+/" alphabet, "=" padding), which is how

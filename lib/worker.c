@@ -6,8 +6,8 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "vmm/log.h"
-#include "vmm/worker.h"
+#include "lib/log.h"
+#include "lib/worker.h"
 
 void worker__init(struct worker *w)
 {

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "guest/agent/tlv.h"
+#include "proto/tlv.h"
 
 void kiln_buf__init(struct kiln_buf *b)
 {

@@ -1,0 +1,103 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * layers - tools/check-layers, the one-way include rule between folders.
+ *
+ * The real tree must pass; small fake trees show that each kind of back
+ * edge (a device including vmm/, the bootloader including devices/, lib/
+ * including anything above it, the host including guest/) is caught and
+ * named with its file and line, and that allowed edges are not.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+
+#include "lib/compiler.h"
+#include "selftests/kselftest.h"
+#include "selftests/spawn.h"
+
+/* Writes root/rel, making its folders: paths here are short and ours. */
+static int put(const char *root, const char *rel, const char *text)
+{
+	char cmd[320], path[256];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", root, rel);
+	snprintf(cmd, sizeof(cmd), "mkdir -p \"$(dirname '%s')\"", path);
+	if (system(cmd))
+		return -1;
+	f = fopen(path, "w");
+	if (!f)
+		return -errno;
+	fputs(text, f);
+	return fclose(f) ? -errno : 0;
+}
+
+static int check(const char *tree, struct spawn_result *r)
+{
+	const char *argv[] = { "tools/check-layers", tree, NULL };
+
+	return spawn__run(argv, NULL, r);
+}
+
+TEST(real_tree_has_no_back_edge)
+{
+	static struct spawn_result r;
+
+	ASSERT_EQ(0, check(".", &r));
+	EXPECT_STREQ("", r.err);
+	EXPECT_EQ(0, r.status);
+}
+
+static const struct {
+	const char *file, *text, *want; /* want NULL: allowed */
+} cases[] = {
+	{ "devices/virtio/x.c", "#include \"vmm/vm.h\"\n",
+	  "devices/virtio/x.c:1: devices/ may not include vmm/vm.h" },
+	{ "devices/x.h", "\n#include <stdio.h>\n#include \"guest/agent/a.h\"\n",
+	  "devices/x.h:3: devices/ may not include guest/agent/a.h" },
+	{ "bootloader/b.c", "#include \"devices/uart.h\"\n",
+	  "bootloader/b.c:1: bootloader/ may not include devices/uart.h" },
+	{ "lib/l.c", "#  include \"proto/tlv.h\"\n",
+	  "lib/l.c:1: lib/ may not include proto/tlv.h" },
+	{ "vmm/v.c", "#include \"guest/init/mounts.h\"\n",
+	  "vmm/v.c:1: vmm/ may not include guest/init/mounts.h" },
+	{ "tools/t.c", "#include \"guest/agent/fs.h\"\n",
+	  "tools/t.c:1: tools/ may not include guest/agent/fs.h" },
+	{ "devices/ok.c",
+	  "#include \"lib/log.h\"\n#include \"proto/agent.h\"\n"
+	  "#include \"devices/virtio/queue.h\"\n#include \"local.h\"\n",
+	  NULL },
+	{ "vmm/ok.c", "#include \"devices/uart.h\"\n#include \"proto/tlv.h\"\n",
+	  NULL },
+	{ "guest/ok.c", "#include \"proto/agent.h\"\n", NULL },
+};
+
+TEST(each_back_edge_is_named)
+{
+	static struct spawn_result r;
+	char root[] = "/tmp/kiln-layers.XXXXXX";
+	char cmd[128];
+	size_t i;
+
+	ASSERT_TRUE(mkdtemp(root) != NULL);
+	for (i = 0; i < ARRAY_SIZE(cases); i++) {
+		char sub[160];
+
+		/* One fake tree per case, so each verdict is its own. */
+		snprintf(sub, sizeof(sub), "%s/%zu", root, i);
+		ASSERT_EQ(0, put(sub, cases[i].file, cases[i].text));
+		ASSERT_EQ(0, check(sub, &r));
+		if (cases[i].want) {
+			EXPECT_EQ(1, r.status);
+			EXPECT_TRUE(strstr(r.err, cases[i].want) != NULL);
+			EXPECT_EQ(1, spawn__count_lines(r.err));
+		} else {
+			EXPECT_EQ(0, r.status);
+			EXPECT_STREQ("", r.err);
+		}
+	}
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
+	EXPECT_EQ(0, system(cmd));
+}
+
+TEST_HARNESS_MAIN
