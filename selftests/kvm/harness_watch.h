@@ -15,13 +15,18 @@
  * for minutes (Documentation/harness.md).
  *
  * A test that times out is looked at before it is killed: each thread of
- * each vmm in its process group, with its state, kernel wait channel and
- * time in its guest over HARNESS_SPIN_SECS, goes into the log. A vCPU
- * thread that ran its guest all along (state R, guest time at least
- * HARNESS_SPIN_PCT of the time; only vCPU threads have guest time) with
- * the test still stuck at its timeout is how a nested guest stuck on its
- * CPU looks under the harness's emulated SVM (seen with the vmm's own
- * threads idle): the test runs once more.
+ * each vmm in its process group is looked at HARNESS_SPIN_LOOKS times
+ * over HARNESS_SPIN_SECS, and its state, kernel wait channel, how many
+ * looks found it runnable and its guest time go into the log. A vCPU
+ * thread (one that has run a guest: only vCPU threads have guest time)
+ * found runnable (state R) at every look, with the test still stuck at
+ * its timeout, is a guest that never halts: how a nested guest stuck on
+ * its CPU looks under the harness's emulated SVM (seen with the vmm's
+ * own threads idle, and QEMU's own guests hang there too:
+ * Documentation/harness.md). The test runs once more. The verdict rests
+ * on states, not on shares of CPU time: a busy machine slows a spinning
+ * vCPU thread but never puts it to sleep, and a halted vCPU sleeps in
+ * the kernel (halt polling is off) however idle the machine is.
  */
 #include <dirent.h>
 #include <fcntl.h>
@@ -40,7 +45,7 @@
 
 /* Sampling a timed-out test's vmm threads. */
 #define HARNESS_SPIN_SECS   2
-#define HARNESS_SPIN_PCT    80
+#define HARNESS_SPIN_LOOKS  20
 #define HARNESS_THREADS_MAX 64
 
 /* The kernel's own words for a CPU or task stuck (watchdog, RCU, hung task). */
@@ -198,19 +203,30 @@ static int harness_vmm_threads(pid_t pgid, struct harness_task *t, int max)
 static bool harness_watch__timed_out(pid_t pgid, char *why, size_t len)
 {
 	struct harness_task t[HARNESS_THREADS_MAX];
-	long hz = sysconf(_SC_CLK_TCK), guest;
-	char path[96], comm[64], wchan[64], state;
 	int n = harness_vmm_threads(pgid, t, HARNESS_THREADS_MAX);
+	int runnable[HARNESS_THREADS_MAX] = { 0 };
+	int looked[HARNESS_THREADS_MAX] = { 0 };
+	char path[96], comm[64], wchan[64], state = '?';
 	bool spun = false;
+	long guest = 0;
 	FILE *f;
 	pid_t pg;
 
 	if (!n)
 		return false;
-	sleep(HARNESS_SPIN_SECS);
+	for (int look = 0; look < HARNESS_SPIN_LOOKS; look++) {
+		usleep(HARNESS_SPIN_SECS * 1000000 / HARNESS_SPIN_LOOKS);
+		for (int i = 0; i < n; i++) {
+			snprintf(path, sizeof(path), "/proc/%d/task/%d/stat",
+				 (int)t[i].pid, (int)t[i].tid);
+			if (!harness_stat(path, &state, &pg, &guest, comm,
+					  sizeof(comm)))
+				continue;
+			looked[i]++;
+			runnable[i] += state == 'R';
+		}
+	}
 	for (int i = 0; i < n; i++) {
-		int pct;
-
 		snprintf(path, sizeof(path), "/proc/%d/task/%d/stat",
 			 (int)t[i].pid, (int)t[i].tid);
 		if (!harness_stat(path, &state, &pg, &guest, comm,
@@ -225,18 +241,19 @@ static bool harness_watch__timed_out(pid_t pgid, char *why, size_t len)
 				wchan[0] = '\0';
 			fclose(f);
 		}
-		pct = (int)((guest - t[i].guest) * 100 /
-			    (hz * HARNESS_SPIN_SECS));
 		printf("# harness watch: vmm %d thread %d: state %c, wait %s, "
-		       "in its guest %d%% of %d s\n",
+		       "runnable at %d of %d looks in %d s, guest time %ld "
+		       "ticks (+%ld)\n",
 		       (int)t[i].pid, (int)t[i].tid, state,
-		       wchan[0] ? wchan : "-", pct, HARNESS_SPIN_SECS);
-		if (!spun && state == 'R' && pct >= HARNESS_SPIN_PCT) {
-			snprintf(
-				why, len,
-				"vmm thread %d ran its guest non-stop (%d%% of "
-				"the time) with the test stuck at its timeout",
-				(int)t[i].tid, pct);
+		       wchan[0] ? wchan : "-", runnable[i], looked[i],
+		       HARNESS_SPIN_SECS, guest, guest - t[i].guest);
+		if (!spun && guest > 0 && looked[i] == HARNESS_SPIN_LOOKS &&
+		    runnable[i] == looked[i]) {
+			snprintf(why, len,
+				 "vmm thread %d ran its guest non-stop (runnable "
+				 "at each of %d looks) with the test stuck at "
+				 "its timeout",
+				 (int)t[i].tid, looked[i]);
 			spun = true;
 		}
 	}
