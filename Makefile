@@ -6,7 +6,7 @@
 #   make image    build the debian-12-agent root image (cached outside the tree)
 #   make run      deps + build + guest, then boot a VM and run `uname -a` in it
 #   make test     deps + build + guest + image, then every selftest (unit + KVM)
-#   make bench    boot benchmark against QEMU microvm
+#   make bench    boot benchmark against QEMU microvm (PVH and qboot), 1 and 4 vCPUs
 #   make bench-blk  block I/O benchmark (fio on the bench image) against QEMU microvm
 #   make bench-fs   virtio-fs benchmark (metadata, sequential MB/s) against QEMU microvm + virtiofsd
 #   make bench-agent  guest agent benchmark: exec round trip, stdout streaming, boot to agent ready
@@ -197,7 +197,7 @@ test: deps
 bench: deps
 	$(Q)$(MAKE) all
 	$(Q)$(MAKE) -f guest/guest.mk O=$(O)
-	$(Q)tools/bench-boot $(O)
+	$(Q)tools/bench-boot --cpus 1,4 $(O)
 
 # The bench image (debian-12-bench: the agent image plus fio) is cached
 # outside the tree like the agent image; the script prints its own line.
