@@ -25,9 +25,12 @@ KILN_CFLAGS := -std=gnu11 $(WARNINGS) -Werror $(HARDEN) -D_GNU_SOURCE \
 	$(if $(PKG_MISSING),,$(shell pkg-config --cflags $(PKGS)))
 KILN_LDLIBS := $(if $(PKG_MISSING),,$(shell pkg-config --libs $(PKGS))) -lpthread
 
+# Defined here, but not the includer's default goal (make's first target).
+kiln_default_goal := $(.DEFAULT_GOAL)
 .PHONY: pkg-check
 pkg-check:
 	$(if $(PKG_MISSING),$(error pkg-config finds no $(PKG_MISSING) (Debian's -dev package missing?): run 'make deps'))
+.DEFAULT_GOAL := $(kiln_default_goal)
 
 ifeq ($(V),1)
 Q :=
