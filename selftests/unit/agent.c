@@ -872,8 +872,8 @@ TEST_F(agent, fifty_concurrent_execs)
 	const char *envp[N][2];
 	int fds[N], fd;
 
-	snprintf(script, sizeof(script),
-		 "read x < %s/go.$KILN_N; echo $KILN_N", self->dir);
+	snprintf(script, sizeof(script), "read x < %s/go.$KILN_N; echo $KILN_N",
+		 self->dir);
 	o.argv = ARGV("sh", "-c", script);
 	for (int i = 0; i < N; i++) {
 		snprintf(fifo, sizeof(fifo), "%s/go.%d", self->dir, i);

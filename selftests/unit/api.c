@@ -378,8 +378,7 @@ TEST_F(srv, exec_round_trip)
  * only this process holds open for writing, and never writes. "For
  * ever", without a process left behind when a hanging test is killed.
  */
-static const char *forever(struct __test_metadata *_metadata,
-			   struct server *s)
+static const char *forever(struct __test_metadata *_metadata, struct server *s)
 {
 	static char path[sizeof(s->dir) + 16];
 
@@ -1383,7 +1382,8 @@ static void expect_agent_errors(struct __test_metadata *_metadata, struct tc *t)
 		ASSERT_TRUE(m != NULL);
 		EXPECT_EQ(API_E_AGENT, err_code(m));
 		json_decref(m);
-		m = tc_call(t, 3, "spawn", json_pack("{s:[s]}", "argv", "true"));
+		m = tc_call(t, 3, "spawn",
+			    json_pack("{s:[s]}", "argv", "true"));
 		ASSERT_TRUE(m != NULL);
 		EXPECT_EQ(API_E_AGENT, err_code(m));
 		json_decref(m);

@@ -35,6 +35,12 @@
 
 #define WAIT_MS	     5000U /* for what must happen */
 #define QUIET_MS     200U  /* to see that nothing more comes */
+#define ROOM_DEFAULT 4096U
+#define MANY	     1000U
+#define MAX_SENT     256U /* VIRTUAL_FS_MAX_SENT in virtual.c */
+#define HELLO	     "hello from the orchestrator\n"
+#define REPLY_HDR    sizeof(struct fuse_out_header)
+
 /*
  * The backend's timeout where a test is not about it: a day, so that a
  * timeout can never pass for what the test is about (a reply, a server
@@ -43,11 +49,6 @@
  */
 #define NO_TIMEOUT_MS (24U * 3600 * 1000)
 #define NO_TIMEOUT    "86400000" /* the same, for the server's --delay-ms */
-#define ROOM_DEFAULT 4096U
-#define MANY	     1000U
-#define MAX_SENT     256U /* VIRTUAL_FS_MAX_SENT in virtual.c */
-#define HELLO	     "hello from the orchestrator\n"
-#define REPLY_HDR    sizeof(struct fuse_out_header)
 
 /* ---- requests and their completions ----------------------------------- */
 

@@ -409,8 +409,9 @@ TEST(timeout_kills)
 	 */
 	ASSERT_EQ(0, run_sample("sample_timeout", NULL, &run));
 	EXPECT_EQ(KSFT_FAIL, run.status);
-	EXPECT_NE(NULL, strstr(run.out,
-			       "\nnot ok 1 sample_timeout # TIMEOUT after 1 s\n"))
+	EXPECT_NE(NULL,
+		  strstr(run.out,
+			 "\nnot ok 1 sample_timeout # TIMEOUT after 1 s\n"))
 	TH_LOG("output:\n%s", run.out);
 }
 

@@ -1998,8 +1998,9 @@ static void kick_race(struct __test_metadata *_metadata, struct tdev *t,
 				       "done, %lu sent; device avail_event "
 				       "%u\n",
 				       TIMEOUT_MS, done, n, sent,
-				       vdrv_load16(&t->d, USED_GPA(0) + 4 +
-								  8 * t->q[0].size));
+				       vdrv_load16(&t->d,
+						   USED_GPA(0) + 4 +
+							   8 * t->q[0].size));
 				fflush(stdout);
 				told = true;
 			}
