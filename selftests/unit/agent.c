@@ -21,6 +21,7 @@
 
 #include "selftests/agent_client.h"
 #include "selftests/kselftest.h"
+#include "selftests/testutil.h"
 
 #define ARGV(...) ((const char *const[]){ __VA_ARGS__, NULL })
 #define MiB	  (1024 * 1024)
@@ -210,24 +211,14 @@ static bool wait_gone(pid_t pid)
 	return true;
 }
 
-/*
- * A shell command that runs until this test process ends: cat of a FIFO
- * that only this process holds open for writing, and never writes. It
- * stands for "for ever" where a wrong agent would wait for it, without
- * leaving a process behind when the test is killed for hanging.
- */
+/* A shell command that runs until this test process ends. */
 static const char *forever(struct __test_metadata *_metadata,
 			   FIXTURE_DATA(agent) * self)
 {
 	static char cmd[PATH_MAX + 8];
 	char path[PATH_MAX];
 
-	snprintf(path, sizeof(path), "%s/forever", self->dir);
-	if (access(path, F_OK)) {
-		ASSERT_EQ(0, mkfifo(path, 0600));
-		/* Kept open (O_RDWR: no wait for a reader) until exit. */
-		ASSERT_LE(0, open(path, O_RDWR | O_CLOEXEC));
-	}
+	ASSERT_EQ(0, forever_fifo(self->dir, path, sizeof(path)));
 	snprintf(cmd, sizeof(cmd), "cat %s", path);
 	return cmd;
 }

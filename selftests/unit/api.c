@@ -23,6 +23,7 @@
 #include "selftests/jsonrpc_client.h"
 #include "selftests/kselftest.h"
 #include "selftests/spawn.h"
+#include "selftests/testutil.h"
 #include "proto/tlv.h"
 #include "lib/base64.h"
 #include "vmm/api.h"
@@ -374,31 +375,18 @@ TEST_F(srv, exec_round_trip)
 }
 
 /*
- * A command that runs until this test process ends: cat of a FIFO that
- * only this process holds open for writing, and never writes. "For
- * ever", without a process left behind when a hanging test is killed.
+ * The command (cat of selftests/testutil.h's FIFO) runs until this test
+ * ends otherwise: only the timeout can end it.
  */
-static const char *forever(struct __test_metadata *_metadata, struct server *s)
-{
-	static char path[sizeof(s->dir) + 16];
-
-	snprintf(path, sizeof(path), "%s/forever", s->dir);
-	if (access(path, F_OK)) {
-		ASSERT_EQ(0, mkfifo(path, 0600));
-		/* Kept open (O_RDWR: no wait for a reader) until exit. */
-		ASSERT_LE(0, open(path, O_RDWR | O_CLOEXEC));
-	}
-	return path;
-}
-
-/* The command runs for ever otherwise: only the timeout can end it. */
 TEST_F(srv, exec_timeout)
 {
+	char path[sizeof(self->s.dir) + 16];
 	json_t *m;
 
+	ASSERT_EQ(0, forever_fifo(self->s.dir, path, sizeof(path)));
 	m = tc_call(&self->t, 1, "exec",
-		    json_pack("{s:[s, s], s:i}", "argv", "cat",
-			      forever(_metadata, &self->s), "timeoutMs", 300));
+		    json_pack("{s:[s, s], s:i}", "argv", "cat", path,
+			      "timeoutMs", 300));
 	ASSERT_TRUE(m != NULL);
 	EXPECT_EQ(124, res_int(m, "exitCode"));
 	EXPECT_TRUE(json_is_true(json_object_get(result(m), "timedOut")));
