@@ -2,12 +2,17 @@
 #ifndef KILN_SELFTESTS_TESTUTIL_H
 #define KILN_SELFTESTS_TESTUTIL_H
 
-/* Small helpers the unit tests share: a PRNG and capturing stderr. */
+/*
+ * Small helpers the unit tests share: a PRNG, capturing stderr, and a
+ * file to read "for ever".
+ */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/stat.h>
 
 /* xorshift64*: deterministic for a seed, good enough to shake a device. */
 static inline uint64_t prng__next(uint64_t *state)
@@ -55,6 +60,27 @@ static inline int stderr_capture__end(struct stderr_capture *c, char *buf,
 	for (p = buf; (p = strchr(p, '\n')); p++)
 		lines++;
 	return lines;
+}
+
+/*
+ * dir/forever, a FIFO that only this process holds open for writing and
+ * never writes: a command reading it (cat) runs until this process ends.
+ * It stands for "for ever" where the code under test must not wait for
+ * it, without leaving a process behind when a hanging test is killed.
+ * The path goes to path (len bytes); 0 or -errno.
+ */
+static inline int forever_fifo(const char *dir, char *path, size_t len)
+{
+	if ((size_t)snprintf(path, len, "%s/forever", dir) >= len)
+		return -ENAMETOOLONG;
+	if (!access(path, F_OK))
+		return 0;
+	if (mkfifo(path, 0600))
+		return -errno;
+	/* Kept open (O_RDWR: no wait for a reader) until exit. */
+	if (open(path, O_RDWR | O_CLOEXEC) < 0)
+		return -errno;
+	return 0;
 }
 
 #endif

@@ -933,7 +933,6 @@ TEST_TIMEOUT(api_exec_cancel_pty, BOOT_TIMEOUT)
 	char pty[8192];
 	struct vmctl c;
 	struct tc t, t2;
-	uint64_t t0;
 	long pid;
 	int i;
 
@@ -970,15 +969,17 @@ TEST_TIMEOUT(api_exec_cancel_pty, BOOT_TIMEOUT)
 	EXPECT_EQ(SIGKILL, res_int(m, "signal"));
 	json_decref(m);
 
-	/* The timeout: 124, and the background grandchild dies too. */
-	t0 = ms_now();
+	/*
+	 * The timeout: 124, and the background grandchild dies too. The
+	 * command would run 600 s, longer than any answer is waited for, so
+	 * only the timeout can answer 124 + timedOut in time.
+	 */
 	m = api_ok(_metadata, &t, "exec",
 		   json_pack("{s:[s, s, s], s:i}", "argv", "sh", "-c",
 			     "sleep 600 & echo $! > /tmp/gc; sleep 600",
 			     "timeoutMs", 1000));
 	EXPECT_EQ(124, res_int(m, "exitCode"));
 	EXPECT_TRUE(json_is_true(json_object_get(result(m), "timedOut")));
-	EXPECT_GT(30000, ms_now() - t0);
 	json_decref(m);
 	pid = guest_pid_file(_metadata, &t, "/tmp/gc");
 	ASSERT_LT(1, pid);

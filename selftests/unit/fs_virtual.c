@@ -34,14 +34,21 @@
 #include "selftests/testutil.h"
 
 #define WAIT_MS	     5000U /* for what must happen */
-#define PROMPT_MS    1000U /* "promptly": well under any timeout used */
 #define QUIET_MS     200U  /* to see that nothing more comes */
-#define FAKE_TIMEOUT 10000U
 #define ROOM_DEFAULT 4096U
 #define MANY	     1000U
 #define MAX_SENT     256U /* VIRTUAL_FS_MAX_SENT in virtual.c */
 #define HELLO	     "hello from the orchestrator\n"
 #define REPLY_HDR    sizeof(struct fuse_out_header)
+
+/*
+ * The backend's timeout where a test is not about it: a day, so that a
+ * timeout can never pass for what the test is about (a reply, a server
+ * gone, a destroy), however slow the machine; a backend that waits for
+ * it instead hangs the test until its own timeout fails it.
+ */
+#define NO_TIMEOUT_MS (24U * 3600 * 1000)
+#define NO_TIMEOUT    "86400000" /* the same, for the server's --delay-ms */
 
 /* ---- requests and their completions ----------------------------------- */
 
@@ -389,7 +396,7 @@ TEST_F(fake, request_arrives_as_sent)
 	struct treq *t;
 	ssize_t n;
 
-	fake_connect(_metadata, self, FAKE_TIMEOUT);
+	fake_connect(_metadata, self, NO_TIMEOUT_MS);
 	t = treq_new(FUSE_WRITE, 5, 77, &wi, sizeof(wi), data, sizeof(data),
 		     ROOM_DEFAULT);
 	ASSERT_NE(NULL, t);
@@ -417,7 +424,7 @@ TEST_F(fake, replies_out_of_order)
 	struct treq *t[3];
 	uint64_t tag;
 
-	fake_connect(_metadata, self, FAKE_TIMEOUT);
+	fake_connect(_metadata, self, NO_TIMEOUT_MS);
 	for (int i = 0; i < 3; i++) {
 		t[i] = forward_simple(_metadata, self, FUSE_GETATTR, 100 + i);
 		ASSERT_NE(NULL, t[i]);
@@ -456,9 +463,9 @@ TEST_F(fake, timeout_then_late_reply_dropped)
 	ASSERT_NE(NULL, a);
 	fake_recv(_metadata, self, NULL);
 	ASSERT_TRUE(wait_done(1, WAIT_MS));
+	/* Not before the timeout; the log below names the 150 ms. */
 	took = ms_now() - start;
 	EXPECT_LE(150, took);
-	EXPECT_GT(150 + PROMPT_MS, took);
 	EXPECT_EQ(1, a->done);
 	EXPECT_TRUE(a->null_reply);
 	EXPECT_EQ(-EIO, a->len);
@@ -490,7 +497,7 @@ TEST_F(fake, invalid_packets_dropped_and_logged_once)
 	char log[4096], *p;
 	int lines = 0;
 
-	fake_connect(_metadata, self, FAKE_TIMEOUT);
+	fake_connect(_metadata, self, NO_TIMEOUT_MS);
 	a = forward_simple(_metadata, self, FUSE_GETATTR, 10);
 	ASSERT_NE(NULL, a);
 	ASSERT_EQ(10, fake_recv(_metadata, self, NULL).unique);
@@ -527,22 +534,23 @@ TEST_F(fake, wrong_replies_to_pending_requests_are_eio)
 {
 	struct treq *t[3];
 	uint8_t big[ROOM_DEFAULT];
-	uint64_t start, tag = 0;
+	uint64_t tag = 0;
 
-	fake_connect(_metadata, self, FAKE_TIMEOUT);
+	fake_connect(_metadata, self, NO_TIMEOUT_MS);
 	for (int i = 0; i < 3; i++) {
 		t[i] = forward_simple(_metadata, self, FUSE_GETATTR, 20 + i);
 		ASSERT_NE(NULL, t[i]);
 		fake_recv(_metadata, self, NULL);
 	}
 	memset(big, 0, sizeof(big));
-	start = ms_now();
-	/* A positive error; an error with a payload; more than the room. */
+	/*
+	 * A positive error; an error with a payload; more than the room.
+	 * Only the replies can complete them: NO_TIMEOUT_MS is never reached.
+	 */
 	ASSERT_EQ(0, send_reply(self->cfd, 20, 5, NULL, 0));
 	ASSERT_EQ(0, send_reply(self->cfd, 21, -ENOENT, &tag, sizeof(tag)));
 	ASSERT_EQ(0, send_reply(self->cfd, 22, 0, big, sizeof(big)));
 	ASSERT_TRUE(wait_done(3, WAIT_MS));
-	EXPECT_GT(PROMPT_MS, ms_now() - start);
 	for (int i = 0; i < 3; i++) {
 		EXPECT_EQ(1, t[i]->done);
 		EXPECT_TRUE(t[i]->null_reply);
@@ -555,7 +563,7 @@ TEST_F(fake, error_replies_pass_through)
 {
 	struct treq *t;
 
-	fake_connect(_metadata, self, FAKE_TIMEOUT);
+	fake_connect(_metadata, self, NO_TIMEOUT_MS);
 	t = forward_simple(_metadata, self, FUSE_LOOKUP, 30);
 	ASSERT_NE(NULL, t);
 	fake_recv(_metadata, self, NULL);
@@ -576,7 +584,7 @@ TEST_F(fake, forgets_complete_without_reply)
 	struct treq *f, *bt, *g;
 	ssize_t n;
 
-	fake_connect(_metadata, self, FAKE_TIMEOUT);
+	fake_connect(_metadata, self, NO_TIMEOUT_MS);
 	f = treq_new(FUSE_FORGET, 5, 40, &fi, sizeof(fi), NULL, 0, 0);
 	bt = treq_new(FUSE_BATCH_FORGET, 0, 41, &bf, sizeof(bf), NULL, 0, 0);
 	ASSERT_NE(NULL, f);
@@ -612,7 +620,7 @@ TEST_F(fake, malformed_request_refused)
 {
 	struct treq *t;
 
-	fake_connect(_metadata, self, FAKE_TIMEOUT);
+	fake_connect(_metadata, self, NO_TIMEOUT_MS);
 	t = forward_simple(_metadata, self, FUSE_GETATTR, 50);
 	ASSERT_NE(NULL, t);
 	fake_recv(_metadata, self, NULL);
@@ -650,21 +658,19 @@ TEST_F(fake, server_death_fails_everything)
 {
 	struct stderr_capture cap = { 0 };
 	struct treq *t[5], *late;
-	uint64_t start;
 	char log[2048];
 
-	fake_connect(_metadata, self, FAKE_TIMEOUT);
+	fake_connect(_metadata, self, NO_TIMEOUT_MS);
 	for (int i = 0; i < 5; i++) {
 		t[i] = forward_simple(_metadata, self, FUSE_GETATTR, 60 + i);
 		ASSERT_NE(NULL, t[i]);
 		fake_recv(_metadata, self, NULL);
 	}
+	/* Only the close can complete them: NO_TIMEOUT_MS is never reached. */
 	ASSERT_EQ(0, stderr_capture__begin(&cap));
-	start = ms_now();
 	close(self->cfd);
 	self->cfd = -1;
 	ASSERT_TRUE(wait_done(5, WAIT_MS));
-	EXPECT_GT(PROMPT_MS, ms_now() - start);
 	for (int i = 0; i < 5; i++) {
 		EXPECT_EQ(1, done_of(t[i]));
 		EXPECT_EQ(-EIO, t[i]->len);
@@ -672,11 +678,9 @@ TEST_F(fake, server_death_fails_everything)
 	}
 	/* Later requests fail at once, forever. */
 	for (int i = 0; i < 3; i++) {
-		start = ms_now();
 		late = forward_simple(_metadata, self, FUSE_GETATTR, 70 + i);
 		ASSERT_NE(NULL, late);
 		ASSERT_TRUE(wait_done(6 + i, WAIT_MS));
-		EXPECT_GT(PROMPT_MS, ms_now() - start);
 		EXPECT_EQ(1, done_of(late));
 		EXPECT_EQ(-EIO, late->len);
 		treq_free(late);
@@ -690,23 +694,22 @@ TEST_F(fake, full_socket_queues_in_order)
 	enum { N = 64, SIZE = 64 * 1024 };
 	struct fuse_write_in wi = { .size = SIZE };
 	struct treq *t[N];
-	uint64_t start, took, worst = 0;
 	uint8_t *data = calloc(1, SIZE);
 
 	ASSERT_NE(NULL, data);
-	fake_connect(_metadata, self, FAKE_TIMEOUT);
-	/* 4 MiB: more than any send buffer holds. forward() never waits. */
+	fake_connect(_metadata, self, NO_TIMEOUT_MS);
+	/*
+	 * 4 MiB: more than any send buffer holds. forward() never waits:
+	 * nothing reads until all are forwarded, so one that waited for
+	 * room would wait for ever (the test's timeout).
+	 */
 	for (int i = 0; i < N; i++) {
 		wi.offset = (uint64_t)i * SIZE;
 		t[i] = treq_new(FUSE_WRITE, 2, 1000 + i, &wi, sizeof(wi), data,
 				SIZE, ROOM_DEFAULT);
 		ASSERT_NE(NULL, t[i]);
-		start = ms_now();
 		ASSERT_EQ(0, self->b->ops->forward(self->b, &t[i]->req));
-		took = ms_now() - start;
-		worst = took > worst ? took : worst;
 	}
-	EXPECT_GT(PROMPT_MS, worst);
 	/* They come out whole and in order; each is answered at once. */
 	for (int i = 0; i < N; i++) {
 		struct fuse_write_out wo = { .size = SIZE };
@@ -735,7 +738,7 @@ TEST_F(fake, at_most_256_at_the_server)
 	unsigned int got = 0;
 	ssize_t n;
 
-	fake_connect(_metadata, self, FAKE_TIMEOUT);
+	fake_connect(_metadata, self, NO_TIMEOUT_MS);
 	for (int i = 0; i < N; i++) {
 		t[i] = forward_simple(_metadata, self, FUSE_GETATTR, 2000 + i);
 		ASSERT_NE(NULL, t[i]);
@@ -810,7 +813,7 @@ TEST_F_TIMEOUT(fake, thousand_concurrent, 60)
 	pthread_t th;
 	uint64_t tag;
 
-	fake_connect(_metadata, self, FAKE_TIMEOUT);
+	fake_connect(_metadata, self, NO_TIMEOUT_MS);
 	ea.fd = self->cfd;
 	ASSERT_EQ(0, pthread_create(&th, NULL, echo_thread, &ea));
 	for (unsigned int i = 0; i < MANY; i++) {
@@ -843,10 +846,10 @@ TEST_F(fake, queued_requests_time_out_too)
 		t[i] = forward_simple(_metadata, self, FUSE_GETATTR, 3000 + i);
 		ASSERT_NE(NULL, t[i]);
 	}
+	/* Nothing else completes them: the server reads nothing. */
 	ASSERT_TRUE(wait_done(N, WAIT_MS));
 	took = ms_now() - start;
 	EXPECT_LE(200, took);
-	EXPECT_GT(200 + PROMPT_MS, took);
 	for (int i = 0; i < N; i++) {
 		EXPECT_EQ(1, t[i]->done);
 		EXPECT_EQ(-EIO, t[i]->len);
@@ -858,19 +861,17 @@ TEST_F(fake, destroy_completes_pending)
 {
 	enum { N = MAX_SENT + 10 };
 	struct treq *t[N];
-	uint64_t start;
 
 	/* Sent ones, and queued ones beyond the cap. */
-	fake_connect(_metadata, self, FAKE_TIMEOUT);
+	fake_connect(_metadata, self, NO_TIMEOUT_MS);
 	for (int i = 0; i < N; i++) {
 		t[i] = forward_simple(_metadata, self, FUSE_GETATTR, 80 + i);
 		ASSERT_NE(NULL, t[i]);
 	}
 	fake_recv(_metadata, self, NULL);
-	start = ms_now();
+	/* A destroy that waited for their timeout would never return. */
 	fs_backend__destroy(self->b);
 	self->b = NULL;
-	EXPECT_GT(PROMPT_MS, ms_now() - start);
 	/* Completed before destroy returned, each once. */
 	for (int i = 0; i < N; i++) {
 		EXPECT_EQ(1, done_of(t[i]));
@@ -908,7 +909,7 @@ TEST_F(fake, largest_request_and_reply)
 	ASSERT_NE(NULL, data);
 	for (size_t i = 0; i < FS_FORWARD_MAX; i++)
 		data[i] = (uint8_t)(i * 7);
-	fake_connect(_metadata, self, FAKE_TIMEOUT);
+	fake_connect(_metadata, self, NO_TIMEOUT_MS);
 	/* The backend asks for the same send buffer: same clamp. */
 	fits = can_send_max(self->cfd);
 	w = treq_new(FUSE_WRITE, 2, 90, &wi, sizeof(wi), data, dlen,
@@ -1161,7 +1162,7 @@ TEST_F(example, init_lookup_read)
 	char buf[256];
 
 	start_server(_metadata, self, NULL, NULL);
-	example_connect(_metadata, self, 0);
+	example_connect(_metadata, self, NO_TIMEOUT_MS);
 	ASSERT_EQ((int)sizeof(init), do_init(_metadata, self, &init));
 	EXPECT_EQ(FUSE_KERNEL_VERSION, init.major);
 	EXPECT_EQ(FUSE_KERNEL_MINOR_VERSION, init.minor);
@@ -1222,7 +1223,7 @@ TEST_F(example, readdir_readlink_subdir)
 	int n;
 
 	start_server(_metadata, self, NULL, NULL);
-	example_connect(_metadata, self, 0);
+	example_connect(_metadata, self, NO_TIMEOUT_MS);
 	ASSERT_LT(0, do_init(_metadata, self, NULL));
 	ASSERT_EQ((int)sizeof(oo),
 		  call_ok(_metadata, self, FUSE_OPENDIR, FUSE_ROOT_ID, &oi,
@@ -1292,7 +1293,7 @@ TEST_F(example, create_write_truncate_remove)
 	char buf[64];
 
 	start_server(_metadata, self, NULL, NULL);
-	example_connect(_metadata, self, 0);
+	example_connect(_metadata, self, NO_TIMEOUT_MS);
 	ASSERT_LT(0, do_init(_metadata, self, NULL));
 	ASSERT_EQ((int)sizeof(co),
 		  call_ok(_metadata, self, FUSE_CREATE, FUSE_ROOT_ID, &ci,
@@ -1355,7 +1356,14 @@ TEST_F(example, delay_turns_into_eio)
 	struct treq *t;
 	uint64_t start, took;
 
-	start_server(_metadata, self, "--delay-ms", "1000");
+	/*
+	 * The server answers after a day: the EIO can only be the backend's
+	 * timeout, however slow the machine (with a delay of a second, a
+	 * relay thread kept off the CPU that long would see the answer and
+	 * the deadline at once). A late answer dropped is
+	 * fake.timeout_then_late_reply_dropped, where the test sends it.
+	 */
+	start_server(_metadata, self, "--delay-ms", NO_TIMEOUT);
 	example_connect(_metadata, self, 150);
 	start = ms_now();
 	t = call(_metadata, self, FUSE_INIT, 0, &in, sizeof(in), NULL, 0, 0);
@@ -1363,10 +1371,7 @@ TEST_F(example, delay_turns_into_eio)
 	ASSERT_NE(NULL, t);
 	EXPECT_EQ(-EIO, t->len);
 	EXPECT_LE(150, took);
-	EXPECT_GT(1000, took);
 	treq_free(t);
-	/* The late answer comes and is dropped: nothing completes twice. */
-	sleep_ms(1100);
 	pthread_mutex_lock(&done_lock);
 	EXPECT_EQ(1, nr_done);
 	pthread_mutex_unlock(&done_lock);
@@ -1375,23 +1380,21 @@ TEST_F(example, delay_turns_into_eio)
 TEST_F(example, server_death_is_eio)
 {
 	struct fuse_entry_out e;
-	uint64_t start;
 	int status;
 
 	start_server(_metadata, self, "--die-after", "2");
-	example_connect(_metadata, self, 0);
+	example_connect(_metadata, self, NO_TIMEOUT_MS);
 	ASSERT_LT(0, do_init(_metadata, self, NULL));
 	ASSERT_LT(0, lookup(_metadata, self, FUSE_ROOT_ID, "hello.txt", &e));
-	/* The third request kills it: EIO well before the 5 s timeout. */
-	start = ms_now();
+	/*
+	 * The third request kills it: EIO from the server's death, as the
+	 * timeout is never reached (call() gives up first, and fails).
+	 */
 	EXPECT_EQ(-EIO, lookup(_metadata, self, FUSE_ROOT_ID, "dir", &e));
-	EXPECT_GT(PROMPT_MS, ms_now() - start);
 	ASSERT_EQ(self->pid, waitpid(self->pid, &status, 0));
 	self->pid = 0;
 	EXPECT_TRUE(WIFEXITED(status));
-	start = ms_now();
 	EXPECT_EQ(-EIO, lookup(_metadata, self, FUSE_ROOT_ID, "dir", &e));
-	EXPECT_GT(PROMPT_MS, ms_now() - start);
 }
 
 TEST_F(example, once_exits_after_its_connection)
@@ -1399,7 +1402,7 @@ TEST_F(example, once_exits_after_its_connection)
 	int status;
 
 	start_server(_metadata, self, "--once", NULL);
-	example_connect(_metadata, self, 0);
+	example_connect(_metadata, self, NO_TIMEOUT_MS);
 	ASSERT_LT(0, do_init(_metadata, self, NULL));
 	fs_backend__destroy(self->b);
 	self->b = NULL;

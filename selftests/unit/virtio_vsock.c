@@ -583,6 +583,7 @@ static void read_line(int fd, char *buf, size_t len)
 }
 
 /* The peer closed (EOF or reset) within ms, with no data before it. */
+/* ms < 0: however long it takes. */
 static bool closed_within(int fd, long ms)
 {
 	struct pollfd p = { .fd = fd, .events = POLLIN };
@@ -962,7 +963,11 @@ TEST_F_TIMEOUT(vsock, silent_client_times_out, 20)
 	fd = unix_connect(t->uds);
 	ASSERT_LE(0, fd);
 	ASSERT_TRUE(write_str(fd, "CONN"));
-	EXPECT_TRUE(closed_within(fd, VSOCK_HANDSHAKE_MS + 3000));
+	/*
+	 * Not before the handshake time; after it, however late: a device
+	 * that never gives up hangs until the test's timeout.
+	 */
+	EXPECT_TRUE(closed_within(fd, -1));
 	EXPECT_LE(VSOCK_HANDSHAKE_MS - 100, vdrv_now_ms() - start);
 	close(fd);
 }
@@ -978,7 +983,8 @@ TEST_F_TIMEOUT(vsock, guest_that_never_answers_times_out, 20)
 	ASSERT_LE(0, fd);
 	ASSERT_TRUE(write_str(fd, "CONNECT 5\n"));
 	ASSERT_TRUE(expect_op(t, &p, OP_REQUEST));
-	EXPECT_TRUE(closed_within(fd, 8000));
+	/* However late: a device that never gives up hangs (the timeout). */
+	EXPECT_TRUE(closed_within(fd, -1));
 	ASSERT_TRUE(expect_op(t, &p, OP_RST));
 	EXPECT_EQ(5, p.h.dst_port);
 	close(fd);
@@ -1201,7 +1207,7 @@ TEST_F(vsock, half_closed_slow_host_reader_does_not_spin)
 	static uint8_t chunk[32 * 1024];
 	struct slow_reader rd = { .want = 1 << 20 };
 	uint32_t hport, fwd = 0, sent = 0, credit;
-	long wall, cpu, end;
+	long wall, cpu;
 	pthread_t th;
 	struct rpkt p;
 
@@ -1214,8 +1220,8 @@ TEST_F(vsock, half_closed_slow_host_reader_does_not_spin)
 	ASSERT_EQ(0, pthread_create(&th, NULL, slow_reader_thread, &rd));
 	wall = vdrv_now_ms();
 	cpu = cpu_ms();
-	end = wall + 4 * TIMEOUT_MS;
-	while (sent < rd.want && vdrv_now_ms() < end) {
+	/* However long it takes: a transfer that stalls hits the timeout. */
+	while (sent < rd.want) {
 		while (rx_next(t, &p, sent - fwd >= VSOCK_BUF_ALLOC ? 20 : 0)) {
 			ASSERT_EQ(OP_CREDIT, p.h.op);
 			fwd = p.h.fwd_cnt;
