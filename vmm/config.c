@@ -5,7 +5,6 @@
  */
 #include <errno.h>
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +12,7 @@
 #include <unistd.h>
 
 #include "lib/compiler.h"
+#include "lib/errf.h"
 #include "bootloader/boot.h"
 #include "vmm/config.h"
 #include "vmm/rootfs.h"
@@ -142,16 +142,6 @@ int config__set_argv(struct vm_config *c, char *const argv[], int argc)
 	free_argv(c->argv);
 	c->argv = v;
 	return 0;
-}
-
-static int errf(char *err, size_t len, int ret, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(err, len, fmt, ap);
-	va_end(ap);
-	return ret;
 }
 
 static int get_string(json_t *v, const char *key, char **out, char *err,
