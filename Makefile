@@ -45,6 +45,7 @@ core-obj-y += devices/fs/virtual.o
 core-obj-y += devices/fs/memfs.o
 core-obj-y += devices/fs/passthrough.o
 core-obj-y += vmm/config.o
+core-obj-y += vmm/options.o
 core-obj-y += vmm/bus.o
 core-obj-y += vmm/rootfs.o
 core-obj-y += vmm/mounts.o
