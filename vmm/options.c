@@ -428,8 +428,9 @@ static const struct option_desc options[] = {
 /* ---- values: from text or JSON, by kind, then stored ------------------ */
 
 /*
- * "a or b", "a, b or c": words taken from a NULL-terminated list, or (list
- * NULL) from the '|'-separated text alt; each in quote marks.
+ * "a or b", "a, b or c", each word in quote marks: the words of the
+ * '|'-separated text alt (--help's "full|cached"), or with alt NULL those
+ * of the NULL-terminated list.
  */
 static void or_list(char *buf, size_t len, const char *const *list,
 		    const char *alt, const char *quote)
@@ -439,14 +440,14 @@ static void or_list(char *buf, size_t len, const char *const *list,
 	char copy[128];
 	char *p, *save;
 
-	if (list) {
-		while (list[n] && n < ARRAY_SIZE(words))
-			words[n] = list[n], n++;
-	} else {
+	if (alt) {
 		snprintf(copy, sizeof(copy), "%s", alt);
 		for (p = strtok_r(copy, "|", &save); p && n < ARRAY_SIZE(words);
 		     p = strtok_r(NULL, "|", &save))
 			words[n++] = p;
+	} else {
+		for (; list[n] && n < ARRAY_SIZE(words); n++)
+			words[n] = list[n];
 	}
 	buf[0] = 0;
 	for (i = 0; i < n && at < len; i++) {
@@ -498,7 +499,7 @@ static int from_text(const struct option_desc *o, const char *arg,
 			v->choice = i;
 			return 0;
 		}
-		or_list(choices, sizeof(choices), NULL, o->arg, "");
+		or_list(choices, sizeof(choices), o->choices, o->arg, "");
 		return errf(err, len, -EINVAL, "--%s %s: must be %s", o->flag,
 			    arg, choices);
 	case OPTION_JSON:
