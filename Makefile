@@ -23,6 +23,7 @@ include Kbuild.mk
 core-obj-y += lib/log.o
 core-obj-y += lib/worker.o
 core-obj-y += lib/base64.o
+core-obj-y += lib/errf.o
 core-obj-y += proto/tlv.o
 core-obj-y += bootloader/loader.o
 core-obj-y += bootloader/elf.o
@@ -44,6 +45,7 @@ core-obj-y += devices/fs/virtual.o
 core-obj-y += devices/fs/memfs.o
 core-obj-y += devices/fs/passthrough.o
 core-obj-y += vmm/config.o
+core-obj-y += vmm/options.o
 core-obj-y += vmm/bus.o
 core-obj-y += vmm/rootfs.o
 core-obj-y += vmm/mounts.o

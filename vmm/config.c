@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * The VM's configuration: one plain struct, filled from the command line or a
- * JSON document (parsed by jansson), validated completely before use.
+ * JSON document (parsed by jansson) through the option table (options.c),
+ * validated completely before use.
  */
 #include <errno.h>
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,8 +13,10 @@
 #include <unistd.h>
 
 #include "lib/compiler.h"
+#include "lib/errf.h"
 #include "bootloader/boot.h"
 #include "vmm/config.h"
+#include "vmm/options.h"
 #include "vmm/rootfs.h"
 
 void config__init(struct vm_config *c)
@@ -98,29 +100,17 @@ int config__parse_size(const char *s, uint64_t max, uint64_t *out)
 	return 0;
 }
 
-static const char *const rootfs_mode_names[] = {
+const char *const config__rootfs_modes[] = {
 	[ROOTFS_EPHEMERAL] = "ephemeral",
 	[ROOTFS_READONLY] = "readonly",
 	[ROOTFS_PERSISTENT] = "persistent",
+	NULL,
 };
-
-int config__parse_rootfs_mode(const char *s, enum rootfs_mode *out)
-{
-	size_t i;
-
-	for (i = 0; i < ARRAY_SIZE(rootfs_mode_names); i++) {
-		if (!strcmp(s, rootfs_mode_names[i])) {
-			*out = i;
-			return 0;
-		}
-	}
-	return -EINVAL;
-}
 
 const char *config__rootfs_mode_name(enum rootfs_mode mode)
 {
-	if ((size_t)mode < ARRAY_SIZE(rootfs_mode_names))
-		return rootfs_mode_names[mode];
+	if ((size_t)mode < ARRAY_SIZE(config__rootfs_modes) - 1)
+		return config__rootfs_modes[mode];
 	return "?";
 }
 
@@ -144,222 +134,12 @@ int config__set_argv(struct vm_config *c, char *const argv[], int argc)
 	return 0;
 }
 
-static int errf(char *err, size_t len, int ret, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(err, len, fmt, ap);
-	va_end(ap);
-	return ret;
-}
-
-static int get_string(json_t *v, const char *key, char **out, char *err,
-		      size_t len)
-{
-	if (!json_is_string(v))
-		return errf(err, len, -EINVAL, "\"%s\" must be a string", key);
-	free(*out);
-	*out = strdup(json_string_value(v));
-	return *out ? 0 : -ENOMEM;
-}
-
-static int get_uint(json_t *v, const char *key, uint64_t max, uint64_t *out,
-		    char *err, size_t len)
-{
-	if (!json_is_integer(v) || json_integer_value(v) < 0 ||
-	    (uint64_t)json_integer_value(v) > max)
-		return errf(err, len, -EINVAL,
-			    "\"%s\" must be an integer from 0 to %llu", key,
-			    (unsigned long long)max);
-	*out = json_integer_value(v);
-	return 0;
-}
-
-static int get_command(struct vm_config *c, json_t *v, char *err, size_t len)
-{
-	size_t i, n;
-	char **argv;
-	int ret;
-
-	if (!json_is_array(v) || !json_array_size(v))
-		return errf(err, len, -EINVAL,
-			    "\"command\" must be a non-empty array of strings");
-	n = json_array_size(v);
-	argv = calloc(n + 1, sizeof(*argv));
-	if (!argv)
-		return -ENOMEM;
-	for (i = 0; i < n; i++) {
-		json_t *a = json_array_get(v, i);
-
-		if (!json_is_string(a)) {
-			free(argv);
-			return errf(err, len, -EINVAL,
-				    "\"command\"[%zu] must be a string", i);
-		}
-		argv[i] = (char *)json_string_value(a);
-	}
-	ret = config__set_argv(c, argv, n);
-	free(argv);
-	return ret;
-}
-
-static int get_bool(json_t *v, const char *key, bool *out, char *err,
-		    size_t len)
-{
-	if (!json_is_boolean(v))
-		return errf(err, len, -EINVAL, "\"%s\" must be true or false",
-			    key);
-	*out = json_is_true(v);
-	return 0;
-}
-
-/* An integer, or a string with a size suffix ("64MiB"). */
-static int get_size(json_t *v, const char *key, uint64_t *out, char *err,
-		    size_t len)
-{
-	if (json_is_integer(v) && json_integer_value(v) >= 0) {
-		*out = json_integer_value(v);
-		return 0;
-	}
-	if (json_is_string(v) &&
-	    !config__parse_size(json_string_value(v), INT64_MAX, out))
-		return 0;
-	return errf(err, len, -EINVAL,
-		    "\"%s\" must be a byte count (an integer, or a string "
-		    "such as \"64MiB\")",
-		    key);
-}
-
-static int get_rootfs_key(struct rootfs_config *r, const char *key, json_t *v,
-			  char *err, size_t len)
-{
-	char name[64];
-
-	snprintf(name, sizeof(name), "rootfs.%s", key);
-	if (!strcmp(key, "image"))
-		return get_string(v, name, &r->descriptor, err, len);
-	if (!strcmp(key, "mode")) {
-		if (!json_is_string(v) ||
-		    config__parse_rootfs_mode(json_string_value(v), &r->mode))
-			return errf(err, len, -EINVAL,
-				    "\"%s\" must be \"ephemeral\", "
-				    "\"readonly\" or \"persistent\"",
-				    name);
-		return 0;
-	}
-	if (!strcmp(key, "statePath"))
-		return get_string(v, name, &r->state_path, err, len);
-	if (!strcmp(key, "maxDirtyBytes")) {
-		r->max_dirty_set = true;
-		return get_size(v, name, &r->max_dirty_bytes, err, len);
-	}
-	if (!strcmp(key, "direct"))
-		return get_bool(v, name, &r->direct, err, len);
-	if (!strcmp(key, "verify")) {
-		if (json_is_string(v) && !strcmp(json_string_value(v), "full"))
-			r->verify_full = true;
-		else if (json_is_string(v) &&
-			 !strcmp(json_string_value(v), "cached"))
-			r->verify_full = false;
-		else
-			return errf(err, len, -EINVAL,
-				    "\"%s\" must be \"cached\" or \"full\"",
-				    name);
-		return 0;
-	}
-	return errf(err, len, -EINVAL, "unknown key \"%s\"", name);
-}
-
-static int get_rootfs(struct vm_config *c, json_t *obj, char *err, size_t len)
-{
-	const char *key;
-	json_t *v;
-	int ret;
-
-	if (!json_is_object(obj))
-		return errf(err, len, -EINVAL,
-			    "\"rootfs\" must be an object (\"image\", "
-			    "\"mode\", ...)");
-	json_object_foreach(obj, key, v)
-	{
-		ret = get_rootfs_key(&c->rootfs, key, v, err, len);
-		if (ret)
-			return ret;
-	}
-	return 0;
-}
-
-static int get_vsock(struct vsock_config *vs, json_t *obj, char *err,
-		     size_t len)
-{
-	const char *key;
-	json_t *v;
-	int ret;
-
-	if (!json_is_object(obj))
-		return errf(err, len, -EINVAL,
-			    "\"vsock\" must be an object (\"socket\", "
-			    "\"cid\")");
-	json_object_foreach(obj, key, v)
-	{
-		if (!strcmp(key, "socket")) {
-			ret = get_string(v, "vsock.socket", &vs->socket_path,
-					 err, len);
-		} else if (!strcmp(key, "cid")) {
-			ret = get_uint(v, "vsock.cid", UINT32_MAX, &vs->cid,
-				       err, len);
-			vs->cid_set = true;
-		} else {
-			ret = errf(err, len, -EINVAL,
-				   "unknown key \"vsock.%s\"", key);
-		}
-		if (ret)
-			return ret;
-	}
-	return 0;
-}
-
-static int get_key(struct vm_config *c, const char *key, json_t *v, char *err,
-		   size_t len)
-{
-	uint64_t n;
-	int ret;
-
-	if (!strcmp(key, "kernel"))
-		return get_string(v, key, &c->kernel_path, err, len);
-	if (!strcmp(key, "initrd"))
-		return get_string(v, key, &c->initrd_path, err, len);
-	if (!strcmp(key, "cmdline"))
-		return get_string(v, key, &c->cmdline, err, len);
-	if (!strcmp(key, "command"))
-		return get_command(c, v, err, len);
-	if (!strcmp(key, "cpus")) {
-		ret = get_uint(v, key, UINT32_MAX, &n, err, len);
-		if (!ret)
-			c->nr_cpus = n;
-		return ret;
-	}
-	if (!strcmp(key, "memoryMiB"))
-		return get_uint(v, key, UINT32_MAX, &c->mem_mib, err, len);
-	if (!strcmp(key, "rootfs"))
-		return get_rootfs(c, v, err, len);
-	if (!strcmp(key, "vsock"))
-		return get_vsock(&c->vsock, v, err, len);
-	if (!strcmp(key, "mounts"))
-		return mounts__parse_json(&c->mounts, v, err, len);
-	if (!strcmp(key, "controlSocket"))
-		return get_string(v, key, &c->control_socket, err, len);
-	return errf(err, len, -EINVAL, "unknown key \"%s\"", key);
-}
-
 int config__load_json(struct vm_config *c, const char *path, char *err,
 		      size_t len)
 {
 	json_error_t jerr;
-	const char *key;
-	json_t *root, *v;
-	int ret = 0;
+	json_t *root;
+	int ret;
 
 	root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
 	if (!root) {
@@ -372,12 +152,7 @@ int config__load_json(struct vm_config *c, const char *path, char *err,
 		json_decref(root);
 		return errf(err, len, -EINVAL, "top level must be an object");
 	}
-	json_object_foreach(root, key, v)
-	{
-		ret = get_key(c, key, v, err, len);
-		if (ret)
-			break;
-	}
+	ret = options__apply_json(c, root, err, len);
 	json_decref(root);
 	return ret;
 }

@@ -96,9 +96,8 @@ int __must_check config__parse_uint(const char *s, uint64_t max, uint64_t *out);
  * above max.
  */
 int __must_check config__parse_size(const char *s, uint64_t max, uint64_t *out);
-/* "ephemeral", "readonly" or "persistent" to the mode; -EINVAL otherwise. */
-int __must_check config__parse_rootfs_mode(const char *s,
-					   enum rootfs_mode *out);
+/* The modes' names ("ephemeral", ...) by enum rootfs_mode, NULL-terminated. */
+extern const char *const config__rootfs_modes[];
 const char *config__rootfs_mode_name(enum rootfs_mode mode);
 
 #endif

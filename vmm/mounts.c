@@ -5,7 +5,6 @@
  */
 #include <errno.h>
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,19 +14,9 @@
 #include "devices/fs/memfs.h"
 #include "devices/fs/passthrough.h"
 #include "devices/fs/virtual.h"
+#include "lib/errf.h"
 #include "vmm/config.h"
 #include "vmm/mounts.h"
-
-static __attribute__((format(printf, 4, 5))) int
-errf(char *err, size_t len, int ret, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(err, len, fmt, ap);
-	va_end(ap);
-	return ret;
-}
 
 static void mount_free(struct mount_config *m)
 {

@@ -10,7 +10,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,24 +23,12 @@
 #include <wolfssl/wolfcrypt/sha256.h>
 
 #include "lib/compiler.h"
+#include "lib/errf.h"
 #include "vmm/rootfs.h"
 
 #define DESCRIPTOR_MAX (64U << 10) /* bytes: a descriptor is ~300 */
 #define HASH_CHUNK     (1U << 20)  /* bytes per read while hashing */
 #define CACHE_KEY_MAX  512U
-
-static int errf(char *err, size_t len, int ret, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
-static int errf(char *err, size_t len, int ret, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(err, len, fmt, ap);
-	va_end(ap);
-	return ret;
-}
 
 void rootfs__free(struct rootfs_image *img)
 {

@@ -1,0 +1,877 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The option table: every setting of `vmm run` / `vmm start` written once,
+ * with its command-line flag, its JSON key, its --help text, the kind of
+ * value it takes and, where storing it is more than a plain assignment, the
+ * one function that applies it. Text from the command line and values from
+ * a JSON document are converted by the kind (with the kind's error
+ * message), so each value is parsed in one place whichever way it came.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lib/compiler.h"
+#include "lib/errf.h"
+#include "lib/log.h"
+#include "vmm/config.h"
+#include "vmm/mounts.h"
+#include "vmm/options.h"
+
+enum option_kind {
+	OPTION_STRING, /* text as given; JSON: a string */
+	OPTION_UINT,   /* decimal count up to max; JSON: an integer */
+	OPTION_SIZE,   /* byte count (config__parse_size) up to max; JSON:
+			* an integer, or a string with a suffix */
+	OPTION_FLAG,   /* command line: no argument, true; JSON: a boolean */
+	OPTION_CHOICE, /* one of choices[], as its index; JSON: a string */
+	OPTION_JSON,   /* JSON only: the value as it is, for apply to walk */
+};
+
+/* A value converted by its option's kind. */
+union option_value {
+	const char *s;	     /* OPTION_STRING */
+	uint64_t u;	     /* OPTION_UINT, OPTION_SIZE */
+	bool b;		     /* OPTION_FLAG */
+	unsigned int choice; /* OPTION_CHOICE: index into choices[] */
+	json_t *json;	     /* OPTION_JSON */
+};
+
+struct option_desc {
+	const char *flag; /* --flag; NULL: JSON only */
+	char short_flag;  /* -x as well; 0: none */
+	/* --help's name for the argument, one line per form; NULL: none */
+	const char *arg;
+	/* JSON key; "section.key" inside an object; NULL: command line only */
+	const char *key;
+	const char *help; /* --help lines; NULL: not listed */
+	enum option_kind kind;
+	uint64_t max;		    /* OPTION_UINT, OPTION_SIZE */
+	const char *const *choices; /* OPTION_CHOICE, NULL-terminated */
+	/*
+	 * Stores the value; err receives "what: why". NULL: the value is
+	 * assigned to the vm_config field at offset (FIELD()).
+	 */
+	int (*apply)(struct vm_config *c, const union option_value *v,
+		     char *err, size_t len);
+	size_t offset;
+};
+
+/* Zero, or a build error when e is true (the kernel's BUILD_BUG_ON_ZERO). */
+#define BUILD_BUG_ON_ZERO(e) ((int)sizeof(struct { int : (-!!(e)); }))
+/* The vm_config member a plain option is stored in, its type checked. */
+#define FIELD(member, type)                                      \
+	offsetof(struct vm_config, member) +                     \
+		BUILD_BUG_ON_ZERO(!__builtin_types_compatible_p( \
+			typeof(((struct vm_config *)0)->member), type))
+
+#define STRING_FIELD(member) \
+	.kind = OPTION_STRING, .offset = FIELD(member, char *)
+#define FLAG_FIELD(member) .kind = OPTION_FLAG, .offset = FIELD(member, bool)
+#define UINT_FIELD(member, limit) \
+	.kind = OPTION_UINT, .max = (limit), .offset = FIELD(member, uint64_t)
+
+/* A command-line error buffer holds what a log line holds (lib/log.c). */
+#define OPTIONS_ERR_LEN 1024
+/* Where --help starts an option's description. */
+#define HELP_COLUMN 20
+/* getopt_long's value for table entry i (above any short option). */
+#define OPTION_VAL_BASE 0x100
+
+enum { VERIFY_CACHED, VERIFY_FULL };
+static const char *const verify_names[] = {
+	[VERIFY_CACHED] = "cached",
+	[VERIFY_FULL] = "full",
+	NULL,
+};
+
+static int choice_index(const char *const *choices, const char *s)
+{
+	int i;
+
+	for (i = 0; choices[i]; i++)
+		if (!strcmp(s, choices[i]))
+			return i;
+	return -1;
+}
+
+static int replace_string(char **field, const char *value)
+{
+	free(*field);
+	*field = strdup(value);
+	return *field ? 0 : -ENOMEM;
+}
+
+/* ---- the options' own apply functions -------------------------------- */
+
+static int apply_cpus(struct vm_config *c, const union option_value *v,
+		      char *err, size_t len)
+{
+	c->nr_cpus = v->u; /* at most UINT32_MAX: the entry's max */
+	return 0;
+}
+
+/* --rootfs-mode ephemeral | readonly | persistent:/abs/state/file */
+static int apply_rootfs_mode_arg(struct vm_config *c,
+				 const union option_value *v, char *err,
+				 size_t len)
+{
+	static const char persistent[] = "persistent:";
+	const size_t plen = sizeof(persistent) - 1;
+	struct rootfs_config *r = &c->rootfs;
+	const char *arg = v->s;
+	int mode = choice_index(config__rootfs_modes, arg);
+
+	if (mode == ROOTFS_PERSISTENT || !strcmp(arg, persistent))
+		return errf(err, len, -EINVAL,
+			    "--rootfs-mode %s: give the state file: "
+			    "persistent:/abs/path",
+			    arg);
+	if (!strncmp(arg, persistent, plen)) {
+		r->mode = ROOTFS_PERSISTENT;
+		return replace_string(&r->state_path, arg + plen);
+	}
+	if (mode < 0)
+		return errf(err, len, -EINVAL,
+			    "--rootfs-mode %s: must be ephemeral, readonly or "
+			    "persistent:/abs/path",
+			    arg);
+	r->mode = mode;
+	/* Overrides a persistent mode from --config, state file included. */
+	free(r->state_path);
+	r->state_path = NULL;
+	return 0;
+}
+
+static int apply_rootfs_mode(struct vm_config *c, const union option_value *v,
+			     char *err, size_t len)
+{
+	c->rootfs.mode = v->choice;
+	return 0;
+}
+
+static int apply_max_dirty(struct vm_config *c, const union option_value *v,
+			   char *err, size_t len)
+{
+	c->rootfs.max_dirty_bytes = v->u;
+	c->rootfs.max_dirty_set = true;
+	return 0;
+}
+
+static int apply_rootfs_verify(struct vm_config *c, const union option_value *v,
+			       char *err, size_t len)
+{
+	c->rootfs.verify_full = v->choice == VERIFY_FULL;
+	return 0;
+}
+
+static int apply_vsock_cid(struct vm_config *c, const union option_value *v,
+			   char *err, size_t len)
+{
+	c->vsock.cid = v->u;
+	c->vsock.cid_set = true;
+	return 0;
+}
+
+static int apply_mount(struct vm_config *c, const union option_value *v,
+		       char *err, size_t len)
+{
+	return mounts__parse_cli(&c->mounts, v->s, err, len);
+}
+
+static int apply_mounts(struct vm_config *c, const union option_value *v,
+			char *err, size_t len)
+{
+	return mounts__parse_json(&c->mounts, v->json, err, len);
+}
+
+static int apply_command(struct vm_config *c, const union option_value *v,
+			 char *err, size_t len)
+{
+	json_t *a, *arr = v->json;
+	size_t i, n;
+	char **argv;
+	int ret;
+
+	if (!json_is_array(arr) || !json_array_size(arr))
+		return errf(err, len, -EINVAL,
+			    "\"command\" must be a non-empty array of strings");
+	n = json_array_size(arr);
+	argv = calloc(n + 1, sizeof(*argv));
+	if (!argv)
+		return -ENOMEM;
+	json_array_foreach(arr, i, a)
+	{
+		if (!json_is_string(a)) {
+			free(argv);
+			return errf(err, len, -EINVAL,
+				    "\"command\"[%zu] must be a string", i);
+		}
+		argv[i] = (char *)json_string_value(a);
+	}
+	ret = config__set_argv(c, argv, n);
+	free(argv);
+	return ret;
+}
+
+static int apply_config_file(struct vm_config *c, const union option_value *v,
+			     char *err, size_t len)
+{
+	char why[CONFIG_ERR_LEN] = "";
+	int ret;
+
+	ret = config__load_json(c, v->s, why, sizeof(why));
+	if (ret && !why[0])
+		snprintf(why, sizeof(why), "%s", strerror(-ret));
+	if (ret)
+		return errf(err, len, ret, "%s: %s", v->s, why);
+	return 0;
+}
+
+static int apply_no_seccomp(struct vm_config *c, const union option_value *v,
+			    char *err, size_t len)
+{
+	c->seccomp = false;
+	return 0;
+}
+
+static int apply_verbose(struct vm_config *c, const union option_value *v,
+			 char *err, size_t len)
+{
+	c->verbose = true;
+	log__set_verbose(true);
+	return 0;
+}
+
+/*
+ * In --help order. A JSON section's keys are listed in the order its
+ * "must be an object" message names them.
+ */
+static const struct option_desc options[] = {
+	{
+		.flag = "kernel",
+		.arg = "PATH",
+		.key = "kernel",
+		.help = "ELF vmlinux or bzImage (x86-64, 64-bit boot protocol)",
+		STRING_FIELD(kernel_path),
+	},
+	{
+		.flag = "initrd",
+		.arg = "PATH",
+		.key = "initrd",
+		.help = "initramfs (cpio) to load with the kernel",
+		STRING_FIELD(initrd_path),
+	},
+	{
+		.flag = "cmdline",
+		.arg = "STR",
+		.key = "cmdline",
+		.help = "appended to the default kernel command line",
+		STRING_FIELD(cmdline),
+	},
+	{
+		.flag = "cpus",
+		.arg = "N",
+		.key = "cpus",
+		.help = "vCPUs, 1 to 64 (default 1)",
+		.kind = OPTION_UINT,
+		.max = UINT32_MAX,
+		.apply = apply_cpus,
+	},
+	{
+		.flag = "memory",
+		.arg = "MiB",
+		.key = "memoryMiB",
+		.help = "guest memory in MiB (default 256)",
+		UINT_FIELD(mem_mib, UINT32_MAX),
+	},
+	{
+		.flag = "rootfs",
+		.arg = "DESC",
+		.key = "rootfs.image",
+		.help = "root disk from an image descriptor (JSON): a raw image,\n"
+			"checked against its size and sha256 digest before boot",
+		STRING_FIELD(rootfs.descriptor),
+	},
+	{
+		.flag = "rootfs-mode",
+		.arg = "M",
+		.help = "ephemeral (default: changes in memory for one boot),\n"
+			"readonly, or persistent:/abs/state/file",
+		.kind = OPTION_STRING,
+		.apply = apply_rootfs_mode_arg,
+	},
+	{
+		.key = "rootfs.mode",
+		.kind = OPTION_CHOICE,
+		.choices = config__rootfs_modes,
+		.apply = apply_rootfs_mode,
+	},
+	{
+		.key = "rootfs.statePath",
+		STRING_FIELD(rootfs.state_path),
+	},
+	{
+		.flag = "max-dirty-bytes",
+		.arg = "N",
+		.key = "rootfs.maxDirtyBytes",
+		.help = "cap on changed bytes, K/M/G/KiB/MiB/GiB suffixes, 0: no\n"
+			"cap (default 64MiB ephemeral, none persistent)",
+		.kind = OPTION_SIZE,
+		.max = INT64_MAX,
+		.apply = apply_max_dirty,
+	},
+	{
+		.flag = "rootfs-direct",
+		.key = "rootfs.direct",
+		.help = "O_DIRECT on the image and the state file",
+		FLAG_FIELD(rootfs.direct),
+	},
+	{
+		/* The command line's error names the choices as --help does. */
+		.flag = "rootfs-verify",
+		.arg = "full|cached",
+		.key = "rootfs.verify",
+		.help = "full: hash the image even when the verification cache\n"
+			"vouches for it (default cached)",
+		.kind = OPTION_CHOICE,
+		.choices = verify_names,
+		.apply = apply_rootfs_verify,
+	},
+	{
+		.flag = "vsock-socket",
+		.arg = "PATH",
+		.key = "vsock.socket",
+		.help = "virtio-vsock, host side on Unix sockets: host processes\n"
+			"connect to PATH and write \"CONNECT <port>\\n\"; guest\n"
+			"connections to CID 2 port P go to PATH_P",
+		STRING_FIELD(vsock.socket_path),
+	},
+	{
+		.flag = "vsock-cid",
+		.arg = "N",
+		.key = "vsock.cid",
+		.help = "the guest's vsock CID, 3 to 4294967294 (default 3)",
+		.kind = OPTION_UINT,
+		.max = UINT32_MAX,
+		.apply = apply_vsock_cid,
+	},
+	{
+		.flag = "mount",
+		.arg = "GUEST_PATH=bind:DIR[:ro|:rw]\n"
+		       "GUEST_PATH=memory[:MAXBYTES]\n"
+		       "GUEST_PATH=virtual:SOCKET",
+		.help = "virtio-fs: a host directory (confined beneath DIR),\n"
+			"an in-memory file system, or one served by a process\n"
+			"on SOCKET; mounted at GUEST_PATH before the command runs\n"
+			"(masks and seeded files: --config, Documentation/virtio-fs.md)",
+		.kind = OPTION_STRING,
+		.apply = apply_mount,
+	},
+	{
+		.key = "mounts",
+		.kind = OPTION_JSON,
+		.apply = apply_mounts,
+	},
+	{
+		.key = "command",
+		.kind = OPTION_JSON,
+		.apply = apply_command,
+	},
+	{
+		.flag = "control-socket",
+		.arg = "PATH",
+		.key = "controlSocket",
+		.help = "serve the JSON-RPC control API there (exec, spawn, pty,\n"
+			"files, facts: Documentation/api.md); the guest agent runs",
+		STRING_FIELD(control_socket),
+	},
+	{
+		.flag = "detach",
+		.help = "start: return once the guest agent answers, the VM runs on",
+		FLAG_FIELD(detach),
+	},
+	{
+		.flag = "pid-file",
+		.arg = "PATH",
+		.help = "start --detach: write the VM process's pid there",
+		STRING_FIELD(pid_file),
+	},
+	{
+		.flag = "config",
+		.arg = "FILE",
+		.help = "JSON settings: kernel, initrd, cmdline, cpus, memoryMiB,\n"
+			"command, rootfs, vsock, mounts; options after it override it",
+		.kind = OPTION_STRING,
+		.apply = apply_config_file,
+	},
+	{
+		.flag = "no-seccomp",
+		.help = "do not filter the monitor's syscalls (debugging)",
+		.kind = OPTION_FLAG,
+		.apply = apply_no_seccomp,
+	},
+	{
+		.flag = "verbose",
+		.short_flag = 'v',
+		.help = "debug messages on stderr",
+		.kind = OPTION_FLAG,
+		.apply = apply_verbose,
+	},
+};
+
+/* ---- values: from text or JSON, by kind, then stored ------------------ */
+
+/*
+ * "a or b", "a, b or c", each word in quote marks: the words of the
+ * '|'-separated text alt (--help's "full|cached"), or with alt NULL those
+ * of the NULL-terminated list.
+ */
+static void or_list(char *buf, size_t len, const char *const *list,
+		    const char *alt, const char *quote)
+{
+	const char *words[16];
+	size_t n = 0, i, at = 0;
+	char copy[128];
+	char *p, *save;
+
+	if (alt) {
+		snprintf(copy, sizeof(copy), "%s", alt);
+		for (p = strtok_r(copy, "|", &save); p && n < ARRAY_SIZE(words);
+		     p = strtok_r(NULL, "|", &save))
+			words[n++] = p;
+	} else {
+		for (; list[n] && n < ARRAY_SIZE(words); n++)
+			words[n] = list[n];
+	}
+	buf[0] = 0;
+	for (i = 0; i < n && at < len; i++) {
+		const char *sep = i == 0 ? "" : i + 1 < n ? ", " : " or ";
+
+		at += snprintf(buf + at, len - at, "%s%s%s%s", sep, quote,
+			       words[i], quote);
+	}
+}
+
+/* --flag TEXT (TEXT NULL for a flag that takes none). */
+static int from_text(const struct option_desc *o, const char *arg,
+		     union option_value *v, char *err, size_t len)
+{
+	char choices[256];
+	int ret, i;
+
+	switch (o->kind) {
+	case OPTION_STRING:
+		v->s = arg;
+		return 0;
+	case OPTION_FLAG:
+		v->b = true;
+		return 0;
+	case OPTION_UINT:
+		ret = config__parse_uint(arg, o->max, &v->u);
+		if (ret == -EINVAL)
+			return errf(err, len, ret,
+				    "--%s %s: not a decimal number", o->flag,
+				    arg);
+		if (ret)
+			return errf(err, len, ret, "--%s %s: out of range",
+				    o->flag, arg);
+		return 0;
+	case OPTION_SIZE:
+		ret = config__parse_size(arg, o->max, &v->u);
+		if (ret == -EINVAL)
+			return errf(err, len, ret,
+				    "--%s %s: not a byte count (digits, "
+				    "optionally K, M, G, KiB, MiB or GiB)",
+				    o->flag, arg);
+		if (ret)
+			return errf(err, len, ret, "--%s %s: out of range",
+				    o->flag, arg);
+		return 0;
+	case OPTION_CHOICE:
+		i = choice_index(o->choices, arg);
+		if (i >= 0) {
+			v->choice = i;
+			return 0;
+		}
+		or_list(choices, sizeof(choices), o->choices, o->arg, "");
+		return errf(err, len, -EINVAL, "--%s %s: must be %s", o->flag,
+			    arg, choices);
+	case OPTION_JSON:
+		break;
+	}
+	return errf(err, len, -EINVAL, "--%s: not a command-line option",
+		    o->flag);
+}
+
+/* "key": JSON. */
+static int from_json(const struct option_desc *o, json_t *j,
+		     union option_value *v, char *err, size_t len)
+{
+	char choices[256];
+	json_int_t n = json_is_integer(j) ? json_integer_value(j) : -1;
+	int i;
+
+	switch (o->kind) {
+	case OPTION_STRING:
+		if (!json_is_string(j))
+			return errf(err, len, -EINVAL,
+				    "\"%s\" must be a string", o->key);
+		v->s = json_string_value(j);
+		return 0;
+	case OPTION_FLAG:
+		if (!json_is_boolean(j))
+			return errf(err, len, -EINVAL,
+				    "\"%s\" must be true or false", o->key);
+		v->b = json_is_true(j);
+		return 0;
+	case OPTION_UINT:
+		if (n < 0 || (uint64_t)n > o->max)
+			return errf(err, len, -EINVAL,
+				    "\"%s\" must be an integer from 0 to %llu",
+				    o->key, (unsigned long long)o->max);
+		v->u = n;
+		return 0;
+	case OPTION_SIZE:
+		if (n >= 0 && (uint64_t)n <= o->max) {
+			v->u = n;
+			return 0;
+		}
+		if (json_is_string(j) &&
+		    !config__parse_size(json_string_value(j), o->max, &v->u))
+			return 0;
+		return errf(err, len, -EINVAL,
+			    "\"%s\" must be a byte count (an integer, or a "
+			    "string such as \"64MiB\")",
+			    o->key);
+	case OPTION_CHOICE:
+		i = json_is_string(j) ?
+			    choice_index(o->choices, json_string_value(j)) :
+			    -1;
+		if (i >= 0) {
+			v->choice = i;
+			return 0;
+		}
+		or_list(choices, sizeof(choices), o->choices, NULL, "\"");
+		return errf(err, len, -EINVAL, "\"%s\" must be %s", o->key,
+			    choices);
+	case OPTION_JSON:
+		v->json = j;
+		return 0;
+	}
+	return -EINVAL;
+}
+
+static int store(struct vm_config *c, const struct option_desc *o,
+		 const union option_value *v, char *err, size_t len)
+{
+	void *field = (char *)c + o->offset;
+
+	if (o->apply)
+		return o->apply(c, v, err, len);
+	switch (o->kind) {
+	case OPTION_STRING:
+		return replace_string(field, v->s);
+	case OPTION_UINT:
+	case OPTION_SIZE:
+		*(uint64_t *)field = v->u;
+		return 0;
+	case OPTION_FLAG:
+		*(bool *)field = v->b;
+		return 0;
+	case OPTION_CHOICE:
+	case OPTION_JSON:
+		break;
+	}
+	return -EINVAL; /* a table entry without its apply function */
+}
+
+/* ---- the command line ------------------------------------------------ */
+
+static const char usage_head[] =
+	"usage: vmm run --kernel PATH [--initrd PATH] [--cmdline STR] [--cpus N]\n"
+	"               [--memory MiB] [--rootfs DESC [--rootfs-mode M] ...]\n"
+	"               [--vsock-socket PATH [--vsock-cid N]] [--mount SPEC]...\n"
+	"               [--no-seccomp] [--verbose] [-- COMMAND ARGS...]\n"
+	"       vmm run --config FILE.json [options] [-- COMMAND ARGS...]\n"
+	"       vmm start --control-socket PATH [--detach [--pid-file PATH]] [options]\n"
+	"       vmm --help | --version\n"
+	"\n"
+	"Boots a Linux microVM on KVM, runs COMMAND in it and exits with its status.\n"
+	"\n";
+
+static const char usage_tail[] =
+	"\n"
+	"Exit status: COMMAND's status (128+N if signal N killed it); 123 if the\n"
+	"guest crashed or reset before reporting one; 125 if the vmm failed or its\n"
+	"input was bad.\n";
+
+/* The line *s starts with (length in *n); *s moves past it. NULL: no more. */
+static const char *next_line(const char **s, int *n)
+{
+	const char *line = *s, *nl;
+
+	if (!line)
+		return NULL;
+	nl = strchrnul(line, '\n');
+	*n = nl - line;
+	*s = *nl ? nl + 1 : NULL;
+	return line;
+}
+
+/*
+ * "  --flag ARG" (one line per form of the argument), then the help from
+ * HELP_COLUMN: on the same line when the flag leaves room, else below.
+ */
+static void print_option(FILE *f, const struct option_desc *o)
+{
+	const char *arg = o->arg, *help = o->help, *line;
+	int col = 0, n;
+
+	do {
+		if (col)
+			fputc('\n', f);
+		col = o->short_flag ? fprintf(f, "  -%c, --%s", o->short_flag,
+					      o->flag) :
+				      fprintf(f, "  --%s", o->flag);
+		line = next_line(&arg, &n);
+		if (line)
+			col += fprintf(f, " %.*s", n, line);
+	} while (arg);
+	if (col + 2 <= HELP_COLUMN)
+		fprintf(f, "%*s", HELP_COLUMN - col, "");
+	else
+		fprintf(f, "\n%*s", HELP_COLUMN, "");
+	while ((line = next_line(&help, &n))) {
+		fprintf(f, "%.*s\n", n, line);
+		if (help)
+			fprintf(f, "%*s", HELP_COLUMN, "");
+	}
+}
+
+void options__usage(FILE *f)
+{
+	size_t i;
+
+	fputs(usage_head, f);
+	for (i = 0; i < ARRAY_SIZE(options); i++)
+		if (options[i].flag && options[i].help)
+			print_option(f, &options[i]);
+	fputs(usage_tail, f);
+}
+
+/* getopt_long's table, from ours: val is OPTION_VAL_BASE + the index. */
+static void long_options(struct option *lo)
+{
+	size_t i, n = 0;
+
+	for (i = 0; i < ARRAY_SIZE(options); i++) {
+		if (!options[i].flag)
+			continue;
+		lo[n++] = (struct option){
+			.name = options[i].flag,
+			.has_arg = options[i].kind == OPTION_FLAG ?
+					   no_argument :
+					   required_argument,
+			.val = OPTION_VAL_BASE + i,
+		};
+	}
+	lo[n++] = (struct option){ .name = "help", .val = 'h' };
+	lo[n] = (struct option){ 0 };
+}
+
+/* "+h" and each short flag: stop at the first non-option (the command). */
+static void short_options(char *s, size_t len)
+{
+	size_t i, n = 0;
+
+	s[n++] = '+';
+	s[n++] = 'h';
+	for (i = 0; i < ARRAY_SIZE(options) && n + 1 < len; i++)
+		if (options[i].short_flag)
+			s[n++] = options[i].short_flag;
+	s[n] = 0;
+}
+
+static const struct option_desc *option_for_val(int val)
+{
+	size_t i;
+
+	if (val >= OPTION_VAL_BASE &&
+	    (size_t)(val - OPTION_VAL_BASE) < ARRAY_SIZE(options))
+		return &options[val - OPTION_VAL_BASE];
+	for (i = 0; i < ARRAY_SIZE(options); i++)
+		if (options[i].short_flag && options[i].short_flag == val)
+			return &options[i];
+	return NULL;
+}
+
+static int apply_arg(struct vm_config *c, const struct option_desc *o,
+		     const char *arg)
+{
+	char err[OPTIONS_ERR_LEN] = "";
+	union option_value v;
+	int ret;
+
+	ret = from_text(o, arg, &v, err, sizeof(err));
+	if (!ret)
+		ret = store(c, o, &v, err, sizeof(err));
+	if (ret && !err[0])
+		errf(err, sizeof(err), ret, "--%s: %s", o->flag,
+		     strerror(-ret));
+	if (ret)
+		pr_err("%s", err);
+	return ret;
+}
+
+int options__parse_argv(struct vm_config *c, int argc, char **argv)
+{
+	struct option lo[ARRAY_SIZE(options) + 2];
+	const struct option_desc *o;
+	char so[16];
+	int opt, ret;
+
+	long_options(lo);
+	short_options(so, sizeof(so));
+	optind = 1;
+	while ((opt = getopt_long(argc, argv, so, lo, NULL)) != -1) {
+		if (opt == 'h') {
+			options__usage(stdout);
+			return OPTIONS_HELP;
+		}
+		o = option_for_val(opt);
+		if (!o) {
+			/* getopt said what was wrong; the usage says more. */
+			options__usage(stderr);
+			return -EINVAL;
+		}
+		ret = apply_arg(c, o, optarg);
+		if (ret)
+			return ret;
+	}
+	if (optind < argc && strcmp(argv[optind - 1], "--")) {
+		pr_err("unexpected argument '%s' (put the guest command after "
+		       "--)",
+		       argv[optind]);
+		return -EINVAL;
+	}
+	if (optind < argc)
+		return config__set_argv(c, argv + optind, argc - optind);
+	return 0;
+}
+
+/* ---- JSON ------------------------------------------------------------ */
+
+/* The entry for key, top level (section NULL) or inside section. */
+static const struct option_desc *option_for_key(const char *section,
+						const char *key)
+{
+	size_t i, n = section ? strlen(section) : 0;
+	const char *k;
+
+	for (i = 0; i < ARRAY_SIZE(options); i++) {
+		k = options[i].key;
+		if (!k)
+			continue;
+		if (section && (strncmp(k, section, n) || k[n] != '.'))
+			continue;
+		if (section)
+			k += n + 1;
+		else if (strchr(k, '.'))
+			continue;
+		if (!strcmp(k, key))
+			return &options[i];
+	}
+	return NULL;
+}
+
+/*
+ * Whether key is a section (the table has "key.x" entries); hint gets its
+ * first two keys, "..." when there are more: ("image", "mode", ...).
+ */
+static bool is_section(const char *key, char *hint, size_t len)
+{
+	size_t i, n = strlen(key), at = 0;
+	unsigned int found = 0;
+
+	hint[0] = 0;
+	for (i = 0; i < ARRAY_SIZE(options); i++) {
+		const char *k = options[i].key;
+
+		if (!k || strncmp(k, key, n) || k[n] != '.')
+			continue;
+		if (found < 2 && at < len)
+			at += snprintf(hint + at, len - at, "%s\"%s\"",
+				       found ? ", " : "", k + n + 1);
+		else if (found == 2 && at < len)
+			at += snprintf(hint + at, len - at, ", ...");
+		found++;
+	}
+	return found;
+}
+
+static int apply_value(struct vm_config *c, const struct option_desc *o,
+		       json_t *j, char *err, size_t len)
+{
+	union option_value v;
+	int ret;
+
+	ret = from_json(o, j, &v, err, len);
+	if (!ret)
+		ret = store(c, o, &v, err, len);
+	return ret;
+}
+
+static int apply_section(struct vm_config *c, const char *section, json_t *obj,
+			 const char *hint, char *err, size_t len)
+{
+	const struct option_desc *o;
+	const char *key;
+	json_t *v;
+	int ret;
+
+	if (!json_is_object(obj))
+		return errf(err, len, -EINVAL, "\"%s\" must be an object (%s)",
+			    section, hint);
+	json_object_foreach(obj, key, v)
+	{
+		o = option_for_key(section, key);
+		if (!o)
+			return errf(err, len, -EINVAL, "unknown key \"%s.%s\"",
+				    section, key);
+		ret = apply_value(c, o, v, err, len);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+int options__apply_json(struct vm_config *c, void *json_obj, char *err,
+			size_t len)
+{
+	const struct option_desc *o;
+	const char *key;
+	char hint[128];
+	json_t *v;
+	int ret;
+
+	json_object_foreach((json_t *)json_obj, key, v)
+	{
+		o = option_for_key(NULL, key);
+		if (o)
+			ret = apply_value(c, o, v, err, len);
+		else if (is_section(key, hint, sizeof(hint)))
+			ret = apply_section(c, key, v, hint, err, len);
+		else
+			ret = errf(err, len, -EINVAL, "unknown key \"%s\"",
+				   key);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
