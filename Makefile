@@ -23,6 +23,7 @@ include Kbuild.mk
 core-obj-y += lib/log.o
 core-obj-y += lib/worker.o
 core-obj-y += lib/base64.o
+core-obj-y += lib/bytequeue.o
 core-obj-y += proto/tlv.o
 core-obj-y += bootloader/loader.o
 core-obj-y += bootloader/elf.o

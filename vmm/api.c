@@ -35,6 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "lib/bytequeue.h"
 #include "lib/compiler.h"
 #include "proto/tlv.h"
 #include "lib/base64.h"
@@ -49,71 +50,6 @@
 #define API_EXEC_GRACE_MS    5000  /* past timeoutMs: the agent is stuck */
 #define API_CONNECT_LINE_MAX 64	   /* "OK <port>\n" from a vsock device */
 #define API_STUFFED	     (4 * API_AGENT_OUT_HIGH)
-
-/* ---- byte queues --------------------------------------------------------- */
-
-struct bq {
-	uint8_t *data;
-	size_t head; /* first byte still queued */
-	size_t len;  /* bytes queued */
-	size_t cap;
-};
-
-static void bq_free(struct bq *q)
-{
-	free(q->data);
-	memset(q, 0, sizeof(*q));
-}
-
-static int bq_reserve(struct bq *q, size_t more)
-{
-	size_t cap;
-	uint8_t *p;
-
-	if (q->head && q->head + q->len + more > q->cap) {
-		memmove(q->data, q->data + q->head, q->len);
-		q->head = 0;
-	}
-	if (q->len + more <= q->cap)
-		return 0;
-	cap = q->cap ? q->cap : 4096;
-	while (cap < q->len + more)
-		cap *= 2;
-	p = realloc(q->data, cap);
-	if (!p)
-		return -ENOMEM;
-	q->data = p;
-	q->cap = cap;
-	return 0;
-}
-
-static int bq_append(struct bq *q, const void *p, size_t n)
-{
-	int ret = bq_reserve(q, n);
-
-	if (ret)
-		return ret;
-	memcpy(q->data + q->head + q->len, p, n);
-	q->len += n;
-	return 0;
-}
-
-static uint8_t *bq_peek(const struct bq *q)
-{
-	return q->data + q->head;
-}
-
-static void bq_consume(struct bq *q, size_t n)
-{
-	q->head += n;
-	q->len -= n;
-	if (q->len)
-		return;
-	q->head = 0;
-	/* A burst is over: give a big buffer back. */
-	if (q->cap > 4 * API_READ_CHUNK)
-		bq_free(q);
-}
 
 /* ---- objects ------------------------------------------------------------- */
 
@@ -146,7 +82,7 @@ struct api;
 struct client {
 	struct api *api;
 	int fd;
-	struct bq in, out;
+	struct bytequeue in, out;
 	size_t scanned; /* bytes of in already searched for '\n' */
 	unsigned int nr_calls;
 	bool read_eof;	     /* half-closed: answer, then close */
@@ -165,11 +101,11 @@ struct call {
 	int fd;
 	int last_err; /* why the agent could not be reached */
 	bool dead;
-	bool replied;	 /* the request's answer went out */
-	bool out_broken; /* the agent stopped reading: drop writes */
-	bool done_frame; /* the last message arrived */
-	struct bq ain;	 /* from the agent: a partial frame */
-	struct bq aout;	 /* to the agent */
+	bool replied;	       /* the request's answer went out */
+	bool out_broken;       /* the agent stopped reading: drop writes */
+	bool done_frame;       /* the last message arrived */
+	struct bytequeue ain;  /* from the agent: a partial frame */
+	struct bytequeue aout; /* to the agent */
 	struct kiln_buf req;
 	uint16_t req_type;
 	uint64_t connect_deadline, retry_at, deadline; /* ms, 0: none */
@@ -189,7 +125,7 @@ struct call {
 	bool timed_out;	     /* exec: the host's backstop killed it */
 	uint8_t *stdin_data; /* exec: written once started */
 	size_t stdin_len;
-	struct bq out_acc, err_acc; /* exec output */
+	struct bytequeue out_acc, err_acc; /* exec output */
 	bool out_trunc, err_trunc;
 
 	/* files */
@@ -368,8 +304,8 @@ static void client_send(struct client *c, json_t *msg)
 	}
 	s = json_dumps(msg, JSON_COMPACT);
 	json_decref(msg);
-	if (!s || bq_append(&c->out, s, strlen(s)) ||
-	    bq_append(&c->out, "\n", 1)) {
+	if (!s || bytequeue__append(&c->out, s, strlen(s)) ||
+	    bytequeue__append(&c->out, "\n", 1)) {
 		pr_err("api: client %d: out of memory, dropping it", c->fd);
 		client_kill(c);
 	}
@@ -439,12 +375,12 @@ static void agent_send(struct call *k, uint16_t type, uint16_t flags,
 	if (k->out_broken || k->fd < 0)
 		return;
 	kiln_frame__pack(&f, type, flags, len);
-	if (bq_append(&k->aout, &f, sizeof(f)) ||
-	    (len && bq_append(&k->aout, payload, len))) {
+	if (bytequeue__append(&k->aout, &f, sizeof(f)) ||
+	    (len && bytequeue__append(&k->aout, payload, len))) {
 		/* Half a frame would desynchronise the stream: drop it all. */
 		pr_err("api: out of memory for an agent message");
 		k->out_broken = true;
-		bq_free(&k->aout);
+		bytequeue__free(&k->aout);
 	}
 }
 
@@ -571,8 +507,8 @@ static void call_close_fd(struct call *k)
 	if (k->fd >= 0)
 		close(k->fd);
 	k->fd = -1;
-	bq_free(&k->ain);
-	bq_free(&k->aout);
+	bytequeue__free(&k->ain);
+	bytequeue__free(&k->aout);
 }
 
 /* Finished: no more agent traffic; freed by reap(). */
@@ -693,10 +629,12 @@ static json_t *exit_params(struct call *k, const uint8_t *p, size_t len)
 static json_t *exec_result(struct call *k, json_t *res)
 {
 	json_object_set_new(res, "pid", json_integer(k->pid));
-	json_object_set_new(res, "stdout",
-			    json_base64(bq_peek(&k->out_acc), k->out_acc.len));
-	json_object_set_new(res, "stderr",
-			    json_base64(bq_peek(&k->err_acc), k->err_acc.len));
+	json_object_set_new(
+		res, "stdout",
+		json_base64(bytequeue__peek(&k->out_acc), k->out_acc.len));
+	json_object_set_new(
+		res, "stderr",
+		json_base64(bytequeue__peek(&k->err_acc), k->err_acc.len));
 	if (k->out_trunc)
 		json_object_set_new(res, "stdoutTruncated", json_true());
 	if (k->err_trunc)
@@ -704,7 +642,8 @@ static json_t *exec_result(struct call *k, json_t *res)
 	return res;
 }
 
-static void accumulate(struct bq *q, bool *trunc, const uint8_t *p, size_t len)
+static void accumulate(struct bytequeue *q, bool *trunc, const uint8_t *p,
+		       size_t len)
 {
 	size_t room = API_EXEC_OUTPUT_MAX - q->len;
 
@@ -712,7 +651,7 @@ static void accumulate(struct bq *q, bool *trunc, const uint8_t *p, size_t len)
 		*trunc = true;
 		len = room;
 	}
-	if (len && bq_append(q, p, len))
+	if (len && bytequeue__append(q, p, len))
 		*trunc = true;
 }
 
@@ -964,7 +903,7 @@ static void read_data(struct call *k, const uint8_t *p, size_t len)
 				 (json_int_t)(k->offset + k->bytes), "data",
 				 json_base64(p, len)));
 	} else if (k->out_acc.len + len > API_READ_INLINE_MAX ||
-		   bq_append(&k->out_acc, p, len)) {
+		   bytequeue__append(&k->out_acc, p, len)) {
 		call_fail(k, API_E_LIMIT,
 			  json_pack("{s:I}", "limit",
 				    (json_int_t)API_READ_INLINE_MAX),
@@ -1006,9 +945,10 @@ static void fs_frame(struct call *k, uint16_t type, uint16_t flags,
 		res = json_pack("{s:I}", "size",
 				(json_int_t)result_size(p, len, k->bytes));
 		if (res && !k->streamed)
-			json_object_set_new(res, "data",
-					    json_base64(bq_peek(&k->out_acc),
-							k->out_acc.len));
+			json_object_set_new(
+				res, "data",
+				json_base64(bytequeue__peek(&k->out_acc),
+					    k->out_acc.len));
 		break;
 	case CALL_WRITE:
 		res = json_pack("{s:I}", "size",
@@ -1071,7 +1011,7 @@ static void agent_try_open(struct call *k, uint64_t now)
 	if (!api->p.vsock_port)
 		return;
 	n = snprintf(line, sizeof(line), "CONNECT %u\n", api->p.vsock_port);
-	if (bq_append(&k->aout, line, n)) {
+	if (bytequeue__append(&k->aout, line, n)) {
 		agent_retry(k, -ENOMEM, now);
 		return;
 	}
@@ -1127,7 +1067,7 @@ static void agent_hello(struct call *k, const uint8_t *p, size_t len)
 /* "OK <port>\n" from a vsock device's host socket. */
 static bool agent_connect_line(struct call *k, uint64_t now)
 {
-	uint8_t *p = bq_peek(&k->ain);
+	uint8_t *p = bytequeue__peek(&k->ain);
 	uint8_t *nl = memchr(p, '\n', k->ain.len);
 
 	if (!nl) {
@@ -1139,7 +1079,7 @@ static bool agent_connect_line(struct call *k, uint64_t now)
 		agent_retry(k, -ECONNREFUSED, now);
 		return false;
 	}
-	bq_consume(&k->ain, nl - p + 1);
+	bytequeue__consume(&k->ain, nl - p + 1);
 	k->st = AG_HELLO;
 	return true;
 }
@@ -1160,14 +1100,14 @@ static void agent_input(struct call *k, uint64_t now)
 		}
 		if (k->ain.len < sizeof(f))
 			return;
-		memcpy(&f, bq_peek(&k->ain), sizeof(f));
+		memcpy(&f, bytequeue__peek(&k->ain), sizeof(f));
 		if (kiln_frame__unpack(&f, &type, &flags, &len)) {
 			call_lost(k, "agent protocol error: frame too large");
 			return;
 		}
 		if (k->ain.len < sizeof(f) + len)
 			return;
-		payload = bq_peek(&k->ain) + sizeof(f);
+		payload = bytequeue__peek(&k->ain) + sizeof(f);
 		if (k->st == AG_HELLO) {
 			if (type == KILN_MSG_HELLO)
 				agent_hello(k, payload, len);
@@ -1180,7 +1120,7 @@ static void agent_input(struct call *k, uint64_t now)
 		}
 		if (k->dead || k->fd < 0)
 			return;
-		bq_consume(&k->ain, sizeof(f) + len);
+		bytequeue__consume(&k->ain, sizeof(f) + len);
 	}
 }
 
@@ -1201,11 +1141,11 @@ static void agent_readable(struct call *k, uint64_t now)
 {
 	ssize_t n;
 
-	if (bq_reserve(&k->ain, API_READ_CHUNK)) {
+	if (bytequeue__reserve(&k->ain, API_READ_CHUNK)) {
 		call_lost(k, "out of memory");
 		return;
 	}
-	n = recv(k->fd, k->ain.data + k->ain.head + k->ain.len, API_READ_CHUNK,
+	n = recv(k->fd, bytequeue__space(&k->ain), API_READ_CHUNK,
 		 MSG_DONTWAIT);
 	if (n < 0 && (errno == EAGAIN || errno == EINTR))
 		return;
@@ -1213,13 +1153,13 @@ static void agent_readable(struct call *k, uint64_t now)
 		agent_eof(k, n < 0 ? -errno : 0, now);
 		return;
 	}
-	k->ain.len += n;
+	bytequeue__commit(&k->ain, n);
 	agent_input(k, now);
 }
 
 static void agent_writable(struct call *k, uint64_t now)
 {
-	ssize_t n = send(k->fd, bq_peek(&k->aout), k->aout.len,
+	ssize_t n = send(k->fd, bytequeue__peek(&k->aout), k->aout.len,
 			 MSG_NOSIGNAL | MSG_DONTWAIT);
 
 	if (n < 0 && (errno == EAGAIN || errno == EINTR))
@@ -1231,14 +1171,14 @@ static void agent_writable(struct call *k, uint64_t now)
 		}
 		/* What the agent said before it went comes in still. */
 		k->out_broken = true;
-		bq_free(&k->aout);
+		bytequeue__free(&k->aout);
 		if (k->pending)
 			flush_pending(k, API_E_AGENT,
 				      "the guest stopped reading this stream",
 				      NULL);
 		return;
 	}
-	bq_consume(&k->aout, n);
+	bytequeue__consume(&k->aout, n);
 	if (k->pending && k->aout.len <= API_AGENT_OUT_HIGH)
 		flush_pending(k, 0, NULL, NULL);
 }
@@ -2221,7 +2161,7 @@ static void client_pump(struct api *api, struct client *c)
 	size_t len;
 
 	while (!c->dead && !c->closing && c->in.len && !client_throttled(c)) {
-		p = bq_peek(&c->in);
+		p = bytequeue__peek(&c->in);
 		nl = memchr(p + c->scanned, '\n', c->in.len - c->scanned);
 		len = nl ? (size_t)(nl - p) : c->in.len;
 		if (len > API_MAX_MESSAGE) {
@@ -2229,7 +2169,7 @@ static void client_pump(struct api *api, struct client *c)
 				    "message larger than %u bytes",
 				    API_MAX_MESSAGE);
 			c->closing = true;
-			bq_free(&c->in);
+			bytequeue__free(&c->in);
 			return;
 		}
 		if (!nl && !c->read_eof) {
@@ -2240,7 +2180,7 @@ static void client_pump(struct api *api, struct client *c)
 		handle_message(api, c, (const char *)p, len);
 		if (c->dead)
 			return;
-		bq_consume(&c->in, nl ? len + 1 : len);
+		bytequeue__consume(&c->in, nl ? len + 1 : len);
 		c->scanned = 0;
 	}
 }
@@ -2255,12 +2195,11 @@ static void client_readable(struct client *c)
 {
 	ssize_t n;
 
-	if (bq_reserve(&c->in, API_READ_CHUNK)) {
+	if (bytequeue__reserve(&c->in, API_READ_CHUNK)) {
 		client_kill(c);
 		return;
 	}
-	n = recv(c->fd, c->in.data + c->in.head + c->in.len, API_READ_CHUNK,
-		 MSG_DONTWAIT);
+	n = recv(c->fd, bytequeue__space(&c->in), API_READ_CHUNK, MSG_DONTWAIT);
 	if (n < 0 && (errno == EAGAIN || errno == EINTR))
 		return;
 	if (n < 0) {
@@ -2269,12 +2208,12 @@ static void client_readable(struct client *c)
 	}
 	if (!n)
 		c->read_eof = true;
-	c->in.len += n;
+	bytequeue__commit(&c->in, n);
 }
 
 static void client_writable(struct client *c)
 {
-	ssize_t n = send(c->fd, bq_peek(&c->out), c->out.len,
+	ssize_t n = send(c->fd, bytequeue__peek(&c->out), c->out.len,
 			 MSG_NOSIGNAL | MSG_DONTWAIT);
 
 	if (n < 0 && (errno == EAGAIN || errno == EINTR))
@@ -2283,7 +2222,7 @@ static void client_writable(struct client *c)
 		client_kill(c);
 		return;
 	}
-	bq_consume(&c->out, n);
+	bytequeue__consume(&c->out, n);
 	if (!c->out.len && c->shutdown_after)
 		do_shutdown(c->api);
 }
@@ -2338,8 +2277,8 @@ static void call_free(struct api *api, struct call *k)
 		k->client->nr_calls--;
 	call_close_fd(k);
 	kiln_buf__free(&k->req);
-	bq_free(&k->out_acc);
-	bq_free(&k->err_acc);
+	bytequeue__free(&k->out_acc);
+	bytequeue__free(&k->err_acc);
 	json_decref(k->id);
 	json_decref(k->pending);
 	json_decref(k->close_id);
@@ -2366,8 +2305,8 @@ static void reap(struct api *api)
 	for (cp = &api->clients; (c = *cp);) {
 		if (c->dead) {
 			*cp = c->next;
-			bq_free(&c->in);
-			bq_free(&c->out);
+			bytequeue__free(&c->in);
+			bytequeue__free(&c->out);
 			api->nr_clients--;
 			free(c);
 		} else {
