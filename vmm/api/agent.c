@@ -87,6 +87,7 @@ static void agent_retry(struct call *k, int err, uint64_t now)
 	call_done(k);
 }
 
+/* One attempt to reach the agent; a failure schedules the next. */
 void agent_try_open(struct call *k, uint64_t now)
 {
 	struct api *api = k->api;

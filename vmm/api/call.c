@@ -15,6 +15,10 @@
 
 #define API_CLIENT_CALLS 64U /* requests in flight per client */
 
+/*
+ * A call for request r, counted against the limits (NULL, answered with
+ * API_E_LIMIT or out of memory, when over); stream: it gets a number.
+ */
 struct call *call_new(struct rpc *r, enum call_kind kind, bool stream)
 {
 	struct api *api = r->api;
@@ -172,6 +176,7 @@ void call_fail(struct call *k, int code, json_t *data, const char *why)
 	client_reply_error(k->client, k->id, code, data, "%s", why);
 }
 
+/* Drops the agent connection and what was queued on it. */
 void call_close_fd(struct call *k)
 {
 	if (k->fd >= 0)
@@ -383,6 +388,7 @@ void call_tick(struct call *k, uint64_t now)
 	call_done(k);
 }
 
+/* When call_tick() has something to do for k, in ms; 0: never. */
 uint64_t call_next_timer(const struct call *k)
 {
 	uint64_t t = 0;
@@ -397,6 +403,7 @@ uint64_t call_next_timer(const struct call *k)
 	return t;
 }
 
+/* Frees a dead call (reap()), uncounting it. */
 void call_free(struct api *api, struct call *k)
 {
 	api->nr_calls--;

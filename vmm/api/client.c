@@ -231,6 +231,7 @@ void client_pump(struct api *api, struct client *c)
 	}
 }
 
+/* Read while it is open, every line so far is handled, not throttled. */
 bool client_wants_input(const struct client *c)
 {
 	return !c->read_eof && !c->closing && c->in.len <= API_MAX_MESSAGE &&
@@ -282,6 +283,7 @@ void client_maybe_close(struct client *c)
 		client_kill(c);
 }
 
+/* Up to 16 new clients a round; past API_MAX_CLIENTS, turned away. */
 void client_accept(struct api *api)
 {
 	static const char busy[] =

@@ -76,6 +76,7 @@ json_t *api_json_lossy(const uint8_t *p, size_t n)
 	return j;
 }
 
+/* A C string, as lossy as any guest bytes. */
 json_t *api_json_str(const char *s)
 {
 	return api_json_lossy((const uint8_t *)s, strlen(s));

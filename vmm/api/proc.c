@@ -15,6 +15,7 @@
 #define API_KILL_GRACE_MS 2000 /* killed group: wait for its exit */
 #define API_EXEC_GRACE_MS 5000 /* past timeoutMs: the agent is stuck */
 
+/* Signals the process; past API_KILL_GRACE_MS call_tick() gives up. */
 void proc_kill(struct call *k, int sig, uint64_t now)
 {
 	agent_send_u64(k, KILN_MSG_PROC_SIGNAL, KILN_T_SIGNAL, sig);
@@ -47,6 +48,7 @@ static json_t *exit_params(struct call *k, const uint8_t *p, size_t len)
 	return o;
 }
 
+/* exec's answer: res plus the pid and the output collected. */
 json_t *proc_exec_result(struct call *k, json_t *res)
 {
 	json_object_set_new(res, "pid", json_integer(k->pid));
