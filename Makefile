@@ -24,6 +24,7 @@ core-obj-y += lib/log.o
 core-obj-y += lib/worker.o
 core-obj-y += lib/base64.o
 core-obj-y += lib/errf.o
+core-obj-y += lib/bytequeue.o
 core-obj-y += proto/tlv.o
 core-obj-y += bootloader/loader.o
 core-obj-y += bootloader/elf.o
@@ -49,7 +50,15 @@ core-obj-y += vmm/options.o
 core-obj-y += vmm/bus.o
 core-obj-y += vmm/rootfs.o
 core-obj-y += vmm/mounts.o
-core-obj-y += vmm/api.o
+core-obj-y += vmm/api/server.o
+core-obj-y += vmm/api/client.o
+core-obj-y += vmm/api/params.o
+core-obj-y += vmm/api/call.o
+core-obj-y += vmm/api/agent.o
+core-obj-y += vmm/api/json.o
+core-obj-y += vmm/api/proc.o
+core-obj-y += vmm/api/fs.o
+core-obj-y += vmm/api/vm.o
 
 # The rest of the vmm: KVM, the builder, the CLI, seccomp, the control socket.
 obj-y += vmm/main.o

@@ -1,0 +1,58 @@
+// SPDX-License-Identifier: GPL-2.0
+/* A growable FIFO of bytes (see bytequeue.h). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lib/bytequeue.h"
+
+void bytequeue__free(struct bytequeue *q)
+{
+	free(q->data);
+	memset(q, 0, sizeof(*q));
+}
+
+int bytequeue__reserve(struct bytequeue *q, size_t more)
+{
+	size_t cap;
+	uint8_t *p;
+
+	if (q->head && q->head + q->len + more > q->cap) {
+		memmove(q->data, q->data + q->head, q->len);
+		q->head = 0;
+	}
+	if (q->len + more <= q->cap)
+		return 0;
+	cap = q->cap ? q->cap : 4096;
+	while (cap < q->len + more)
+		cap *= 2;
+	p = realloc(q->data, cap);
+	if (!p)
+		return -ENOMEM;
+	q->data = p;
+	q->cap = cap;
+	return 0;
+}
+
+int bytequeue__append(struct bytequeue *q, const void *p, size_t n)
+{
+	int ret = bytequeue__reserve(q, n);
+
+	if (ret)
+		return ret;
+	memcpy(bytequeue__space(q), p, n);
+	q->len += n;
+	return 0;
+}
+
+void bytequeue__consume(struct bytequeue *q, size_t n)
+{
+	q->head += n;
+	q->len -= n;
+	if (q->len)
+		return;
+	q->head = 0;
+	/* A burst is over: give a big buffer back. */
+	if (q->cap > BYTEQUEUE_KEEP_MAX)
+		bytequeue__free(q);
+}

@@ -1,0 +1,55 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+#ifndef KILN_LIB_BYTEQUEUE_H
+#define KILN_LIB_BYTEQUEUE_H
+
+/*
+ * A growable FIFO of bytes: appended at the tail, consumed from the head,
+ * for a nonblocking socket's unsent or partly parsed bytes. The queued
+ * bytes are always contiguous (bytequeue__peek), so a whole line or frame
+ * can be parsed in place. A zeroed struct is an empty queue.
+ */
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lib/compiler.h"
+
+/* Emptied, a queue whose buffer grew beyond this gives it back. */
+#define BYTEQUEUE_KEEP_MAX (256U << 10)
+
+struct bytequeue {
+	uint8_t *data;
+	size_t head; /* first byte still queued */
+	size_t len;  /* bytes queued */
+	size_t cap;
+};
+
+/* Frees the buffer; the queue is empty and usable again. */
+void bytequeue__free(struct bytequeue *q);
+/* Room for `more` bytes after the queued ones: 0 or -ENOMEM. */
+int __must_check bytequeue__reserve(struct bytequeue *q, size_t more);
+/* Appends n bytes (all or nothing): 0 or -ENOMEM. */
+int __must_check bytequeue__append(struct bytequeue *q, const void *p,
+				   size_t n);
+/* Drops the first n queued bytes (n <= len). */
+void bytequeue__consume(struct bytequeue *q, size_t n);
+
+/* The first queued byte. */
+static inline uint8_t *bytequeue__peek(const struct bytequeue *q)
+{
+	return q->data + q->head;
+}
+
+/* Where bytes reserved with bytequeue__reserve go, e.g. for recv(). */
+static inline uint8_t *bytequeue__space(const struct bytequeue *q)
+{
+	return q->data + q->head + q->len;
+}
+
+/* n bytes written at bytequeue__space are now queued. */
+static inline void bytequeue__commit(struct bytequeue *q, size_t n)
+{
+	q->len += n;
+}
+
+#endif

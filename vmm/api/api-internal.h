@@ -1,0 +1,246 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+#ifndef KILN_VMM_API_INTERNAL_H
+#define KILN_VMM_API_INTERNAL_H
+
+/*
+ * What the parts of the control API share (the public side is vmm/api.h):
+ * the objects, and the functions one part calls in another.
+ *
+ *   server.c  the socket, the poll loop, create/start/destroy
+ *   client.c  clients: request lines in, answers out, method dispatch
+ *   params.c  request parameters
+ *   call.c    calls: one request's life on its agent connection
+ *   agent.c   agent connections: reaching the agent, frames both ways
+ *   json.c    bytes from the guest as JSON strings
+ *   proc.c    exec, spawn, pty and their streams
+ *   fs.c      fs.* (files in the guest)
+ *   vm.c      facts and vm.*
+ *
+ * Everything runs on the API thread; nothing here locks.
+ */
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lib/bytequeue.h"
+#include "proto/tlv.h"
+#include "vmm/api.h"
+
+#define API_READ_CHUNK 65536 /* one read() from a socket */
+
+enum call_kind {
+	CALL_PROBE,
+	CALL_EXEC,
+	CALL_SPAWN,
+	CALL_PTY,
+	CALL_STAT,
+	CALL_READDIR,
+	CALL_READ,
+	CALL_WRITE,
+	CALL_MKDIR,
+	CALL_REMOVE,
+	CALL_RENAME,
+	CALL_FACTS,
+	CALL_VM_FACTS,
+};
+
+enum agent_state {
+	AG_WAIT,    /* not connected: (re)try at retry_at */
+	AG_CONNECT, /* vsock: CONNECT sent, waiting for "OK" */
+	AG_HELLO,   /* waiting for the agent's HELLO */
+	AG_ACTIVE,  /* request sent */
+	AG_CLOSED,
+};
+
+struct client {
+	struct api *api;
+	int fd;
+	struct bytequeue in, out;
+	size_t scanned; /* bytes of in already searched for '\n' */
+	unsigned int nr_calls;
+	bool read_eof;	     /* half-closed: answer, then close */
+	bool closing;	     /* flush out, then close (protocol error) */
+	bool shutdown_after; /* vm.shutdown once out is flushed */
+	bool dead;
+	struct client *next;
+};
+
+struct call {
+	struct api *api;
+	struct client *client; /* NULL once the client is gone */
+	json_t *id;	       /* request id; NULL: a notification */
+	enum call_kind kind;
+	enum agent_state st;
+	int fd;
+	int last_err; /* why the agent could not be reached */
+	bool dead;
+	bool replied;	       /* the request's answer went out */
+	bool out_broken;       /* the agent stopped reading: drop writes */
+	bool done_frame;       /* the last message arrived */
+	struct bytequeue ain;  /* from the agent: a partial frame */
+	struct bytequeue aout; /* to the agent */
+	struct kiln_buf req;
+	uint16_t req_type;
+	uint64_t connect_deadline, retry_at, deadline; /* ms, 0: none */
+
+	/* streams: spawn, pty, fs.writeFile with stream */
+	uint64_t stream;
+	json_t *pending;  /* ids of write calls waiting for room */
+	json_t *close_id; /* fs.close waiting for the RESULT */
+	bool has_close_id;
+	json_t *error; /* an upload's failure, for later writes */
+	bool parked;   /* failed upload kept for its fs.write/fs.close */
+
+	/* processes */
+	int64_t pid;
+	bool started, stdin_closed, killing;
+	bool cancelled;	     /* answer with API_E_ABORTED */
+	bool timed_out;	     /* exec: the host's backstop killed it */
+	uint8_t *stdin_data; /* exec: written once started */
+	size_t stdin_len;
+	struct bytequeue out_acc, err_acc; /* exec output */
+	bool out_trunc, err_trunc;
+
+	/* files */
+	bool streamed;	 /* fs.readFile: chunks as notifications */
+	uint64_t offset; /* fs.readFile: where the data starts */
+	uint64_t bytes;	 /* data bytes seen */
+	json_t *entries; /* fs.readDir, facts */
+	uint8_t *upload; /* fs.writeFile in one call */
+	size_t upload_len;
+
+	struct call *next;
+};
+
+enum ref_kind { REF_WAKE, REF_LISTEN, REF_CLIENT, REF_CALL };
+
+struct pref {
+	enum ref_kind kind;
+	void *ptr;
+	bool reading; /* POLLIN was asked for */
+};
+
+struct api {
+	struct api_params p;
+	char *path;
+	json_t *config_facts;
+	int listen_fd, wake_fd;
+	pthread_t thread;
+	bool started;
+	atomic_bool stop;
+	bool agent_ready, shutdown_called;
+	unsigned int agent_timeout_ms;
+
+	struct client *clients;
+	unsigned int nr_clients;
+	struct call *calls;
+	unsigned int nr_calls, nr_streams;
+	uint64_t next_stream;
+
+	struct pollfd *pfds;
+	struct pref *refs;
+	size_t pfd_cap;
+	uint8_t rbuf[API_READ_CHUNK];
+};
+
+struct rpc {
+	struct api *api;
+	struct client *c;
+	json_t *id; /* NULL: a notification */
+	json_t *params;
+};
+
+/* One method: its name in the request and its handler. */
+struct api_method {
+	const char *name;
+	void (*fn)(struct rpc *r);
+};
+
+/* Each group's methods, ended by an empty entry; client.c dispatches. */
+extern const struct api_method proc_methods[];
+extern const struct api_method fs_methods[];
+extern const struct api_method vm_methods[];
+extern const struct api_method call_methods[];
+
+/* server.c */
+uint64_t api_now_ms(void);
+
+/* json.c: bytes from the guest, each invalid byte (and NUL) as U+FFFD */
+json_t *api_json_lossy(const uint8_t *p, size_t n);
+json_t *api_json_str(const char *s);
+json_t *api_json_base64(const void *p, size_t n);
+void api_json_guest_bytes(json_t *obj, const char *key, const uint8_t *p,
+			  size_t n);
+
+/* client.c: answers to c (NULL or dead: dropped); json_t args are stolen */
+void client_reply(struct client *c, json_t *id, json_t *result);
+void client_reply_error(struct client *c, json_t *id, int code, json_t *data,
+			const char *fmt, ...)
+	__attribute__((format(printf, 5, 6)));
+void client_notify(struct client *c, const char *method, json_t *params);
+void client_kill(struct client *c);
+void client_pump(struct api *api, struct client *c);
+bool client_wants_input(const struct client *c);
+void client_readable(struct client *c);
+void client_writable(struct client *c);
+void client_maybe_close(struct client *c);
+void client_accept(struct api *api);
+
+/* params.c: false once the request has been answered with the error */
+bool param_error(struct rpc *r, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+bool param_str(struct rpc *r, const char *key, bool required, const char **s,
+	       size_t *len);
+bool param_uint(struct rpc *r, const char *key, uint64_t max, uint64_t *out);
+bool param_bool(struct rpc *r, const char *key, bool *out);
+bool param_b64(struct rpc *r, const char *key, uint8_t **out, size_t *len);
+
+/* call.c */
+struct call *call_new(struct rpc *r, enum call_kind kind, bool stream);
+void call_start(struct call *k, uint16_t type, struct kiln_buf *b);
+bool call_is_proc(const struct call *k);
+void call_flush_pending(struct call *k, int code, const char *why,
+			json_t *data);
+void call_reply(struct call *k, json_t *result);
+void call_fail(struct call *k, int code, json_t *data, const char *why);
+void call_close_fd(struct call *k);
+void call_done(struct call *k);
+void call_lost(struct call *k, const char *why);
+void call_errno(struct call *k, const uint8_t *p, size_t len);
+void call_abort(struct call *k, bool cancelled);
+void call_list_result(struct call *k, const uint8_t *p, size_t len,
+		      uint16_t tag, json_t *(*entry)(const uint8_t *, size_t),
+		      const char *key);
+struct call *call_find_stream(struct rpc *r, unsigned int kinds);
+void call_write_done(struct call *k, json_t *id);
+void call_tick(struct call *k, uint64_t now);
+uint64_t call_next_timer(const struct call *k);
+void call_free(struct api *api, struct call *k);
+
+/* agent.c */
+void agent_send(struct call *k, uint16_t type, uint16_t flags,
+		const void *payload, size_t len);
+void agent_send_data(struct call *k, uint16_t type, const uint8_t *p,
+		     size_t len, bool eof);
+void agent_send_u64(struct call *k, uint16_t type, uint16_t tag, uint64_t v);
+void agent_try_open(struct call *k, uint64_t now);
+void agent_readable(struct call *k, uint64_t now);
+void agent_writable(struct call *k, uint64_t now);
+
+/* The agent's frames for a call of each group, once it said HELLO. */
+void proc_frame(struct call *k, uint16_t type, uint16_t flags, const uint8_t *p,
+		size_t len);
+void fs_frame(struct call *k, uint16_t type, uint16_t flags, const uint8_t *p,
+	      size_t len);
+void facts_frame(struct call *k, uint16_t type, uint16_t flags,
+		 const uint8_t *p, size_t len);
+
+/* proc.c */
+void proc_kill(struct call *k, int sig, uint64_t now);
+json_t *proc_exec_result(struct call *k, json_t *res);
+
+#endif

@@ -1,0 +1,315 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Control API clients: request lines in (bounded, throttled while the
+ * client does not keep up), answers and notifications out, and the
+ * dispatch of each request to its method.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "vmm/api/api-internal.h"
+
+#define API_STUFFED (4 * API_AGENT_OUT_HIGH)
+
+/* Queue one message (stolen) on the client's socket. */
+static void client_send(struct client *c, json_t *msg)
+{
+	char *s;
+
+	if (!c || c->dead || !msg) {
+		json_decref(msg);
+		return;
+	}
+	s = json_dumps(msg, JSON_COMPACT);
+	json_decref(msg);
+	if (!s || bytequeue__append(&c->out, s, strlen(s)) ||
+	    bytequeue__append(&c->out, "\n", 1)) {
+		pr_err("api: client %d: out of memory, dropping it", c->fd);
+		client_kill(c);
+	}
+	free(s);
+}
+
+void client_reply(struct client *c, json_t *id, json_t *result)
+{
+	if (!id) { /* a notification gets no answer */
+		json_decref(result);
+		return;
+	}
+	client_send(c, json_pack("{s:s, s:O, s:o}", "jsonrpc", "2.0", "id", id,
+				 "result", result ? result : json_object()));
+}
+
+void client_reply_error(struct client *c, json_t *id, int code, json_t *data,
+			const char *fmt, ...)
+{
+	json_t *err, *null = NULL;
+	char msg[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (!id && code != API_E_PARSE && code != API_E_INVALID_REQUEST) {
+		json_decref(data);
+		return;
+	}
+	err = json_pack("{s:i, s:o}", "code", code, "message",
+			api_json_str(msg));
+	if (err && data)
+		json_object_set_new(err, "data", data);
+	else
+		json_decref(data);
+	if (!id)
+		id = null = json_null();
+	client_send(c, json_pack("{s:s, s:O, s:o}", "jsonrpc", "2.0", "id", id,
+				 "error", err));
+	json_decref(null);
+}
+
+void client_notify(struct client *c, const char *method, json_t *params)
+{
+	if (!c) {
+		json_decref(params);
+		return;
+	}
+	client_send(c, json_pack("{s:s, s:s, s:o}", "jsonrpc", "2.0", "method",
+				 method, "params", params));
+}
+
+/* Every method the API offers, group by group. */
+static const struct api_method *const method_groups[] = {
+	proc_methods,
+	fs_methods,
+	vm_methods,
+	call_methods,
+};
+
+static void handle_message(struct api *api, struct client *c, const char *line,
+			   size_t len)
+{
+	json_t *msg, *id, *v, *params, *empty = NULL;
+	struct rpc r = { .api = api, .c = c };
+	json_error_t jerr;
+	const struct api_method *m;
+	const char *method;
+	size_t i;
+
+	msg = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY,
+			 &jerr);
+	if (!msg) {
+		client_reply_error(c, NULL, API_E_PARSE, NULL,
+				   "parse error: %s", jerr.text);
+		return;
+	}
+	if (!json_is_object(msg)) {
+		client_reply_error(c, NULL, API_E_INVALID_REQUEST, NULL,
+				   json_is_array(msg) ?
+					   "batches are not supported" :
+					   "a request is a JSON object");
+		goto out;
+	}
+	id = json_object_get(msg, "id");
+	if (id && !json_is_string(id) && !json_is_integer(id) &&
+	    !json_is_null(id)) {
+		client_reply_error(c, NULL, API_E_INVALID_REQUEST, NULL,
+				   "id: expected a string, an integer or null");
+		goto out;
+	}
+	r.id = id;
+	v = json_object_get(msg, "jsonrpc");
+	if (!json_is_string(v) || strcmp(json_string_value(v), "2.0")) {
+		client_reply_error(c, id ? id : NULL, API_E_INVALID_REQUEST,
+				   NULL, "jsonrpc: expected \"2.0\"");
+		goto out;
+	}
+	v = json_object_get(msg, "method");
+	if (!json_is_string(v)) {
+		client_reply_error(c, id, API_E_INVALID_REQUEST, NULL,
+				   "method: expected a string");
+		goto out;
+	}
+	method = json_string_value(v);
+	params = json_object_get(msg, "params");
+	if (params && !json_is_object(params)) {
+		client_reply_error(
+			c, id, API_E_INVALID_PARAMS, NULL,
+			"params: expected an object (named parameters)");
+		goto out;
+	}
+	r.params = params ? params : (empty = json_object());
+	for (i = 0; i < ARRAY_SIZE(method_groups); i++) {
+		for (m = method_groups[i]; m->name; m++) {
+			if (!strcmp(method, m->name)) {
+				m->fn(&r);
+				goto out;
+			}
+		}
+	}
+	client_reply_error(c, id, API_E_NO_METHOD, NULL, "%s: no such method",
+			   method);
+out:
+	json_decref(empty);
+	json_decref(msg);
+}
+
+static void do_shutdown(struct api *api)
+{
+	if (api->shutdown_called)
+		return;
+	api->shutdown_called = true;
+	api->p.shutdown(api->p.opaque);
+}
+
+/* Gone: its calls run on without it (processes are killed). */
+void client_kill(struct client *c)
+{
+	struct call *k;
+
+	if (c->dead)
+		return;
+	c->dead = true;
+	close(c->fd);
+	c->fd = -1;
+	for (k = c->api->calls; k; k = k->next) {
+		if (k->client != c)
+			continue;
+		k->client = NULL;
+		c->nr_calls--;
+		if (!k->dead && !k->killing)
+			call_abort(k, false);
+	}
+	if (c->shutdown_after)
+		do_shutdown(c->api);
+}
+
+static bool client_throttled(const struct client *c)
+{
+	const struct call *k;
+
+	if (c->out.len > API_OUT_HIGH)
+		return true;
+	for (k = c->api->calls; k; k = k->next)
+		if (k->client == c && k->aout.len > API_STUFFED)
+			return true;
+	return false;
+}
+
+/* Handle the whole lines received, as long as the client keeps up. */
+void client_pump(struct api *api, struct client *c)
+{
+	uint8_t *p, *nl;
+	size_t len;
+
+	while (!c->dead && !c->closing && c->in.len && !client_throttled(c)) {
+		p = bytequeue__peek(&c->in);
+		nl = memchr(p + c->scanned, '\n', c->in.len - c->scanned);
+		len = nl ? (size_t)(nl - p) : c->in.len;
+		if (len > API_MAX_MESSAGE) {
+			client_reply_error(c, NULL, API_E_INVALID_REQUEST, NULL,
+					   "message larger than %u bytes",
+					   API_MAX_MESSAGE);
+			c->closing = true;
+			bytequeue__free(&c->in);
+			return;
+		}
+		if (!nl && !c->read_eof) {
+			c->scanned = c->in.len;
+			return;
+		}
+		/* A last message may come without its newline. */
+		handle_message(api, c, (const char *)p, len);
+		if (c->dead)
+			return;
+		bytequeue__consume(&c->in, nl ? len + 1 : len);
+		c->scanned = 0;
+	}
+}
+
+/* Read while it is open, every line so far is handled, not throttled. */
+bool client_wants_input(const struct client *c)
+{
+	return !c->read_eof && !c->closing && c->in.len <= API_MAX_MESSAGE &&
+	       c->scanned == c->in.len && !client_throttled(c);
+}
+
+void client_readable(struct client *c)
+{
+	ssize_t n;
+
+	if (bytequeue__reserve(&c->in, API_READ_CHUNK)) {
+		client_kill(c);
+		return;
+	}
+	n = recv(c->fd, bytequeue__space(&c->in), API_READ_CHUNK, MSG_DONTWAIT);
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		return;
+	if (n < 0) {
+		client_kill(c);
+		return;
+	}
+	if (!n)
+		c->read_eof = true;
+	bytequeue__commit(&c->in, n);
+}
+
+void client_writable(struct client *c)
+{
+	ssize_t n = send(c->fd, bytequeue__peek(&c->out), c->out.len,
+			 MSG_NOSIGNAL | MSG_DONTWAIT);
+
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		return;
+	if (n < 0) {
+		client_kill(c);
+		return;
+	}
+	bytequeue__consume(&c->out, n);
+	if (!c->out.len && c->shutdown_after)
+		do_shutdown(c->api);
+}
+
+/* Done with a client that closed its side or broke the protocol. */
+void client_maybe_close(struct client *c)
+{
+	if (c->dead || c->out.len)
+		return;
+	if (c->closing || (c->read_eof && !c->in.len && !c->nr_calls))
+		client_kill(c);
+}
+
+/* Up to 16 new clients a round; past API_MAX_CLIENTS, turned away. */
+void client_accept(struct api *api)
+{
+	static const char busy[] =
+		"{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32004,"
+		"\"message\":\"too many clients\"}}\n";
+	struct client *c;
+	int fd, i;
+
+	for (i = 0; i < 16; i++) {
+		fd = accept4(api->listen_fd, NULL, NULL,
+			     SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0)
+			return;
+		c = api->nr_clients < API_MAX_CLIENTS ? calloc(1, sizeof(*c)) :
+							NULL;
+		if (!c) {
+			if (send(fd, busy, sizeof(busy) - 1,
+				 MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
+				(void)0; /* it is being turned away anyway */
+			close(fd);
+			continue;
+		}
+		c->api = api;
+		c->fd = fd;
+		c->next = api->clients;
+		api->clients = c;
+		api->nr_clients++;
+	}
+}

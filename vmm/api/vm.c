@@ -1,0 +1,99 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Control API facts and the VM: facts, vm.facts, vm.status,
+ * vm.shutdown.
+ */
+#include "vmm/api/api-internal.h"
+
+/* A T_FACT field: topic, relation, value. */
+static json_t *fact_json(const uint8_t *p, size_t len)
+{
+	json_t *o = json_pack("{s:s}", "source", "guest");
+	struct kiln_tlv_iter it;
+	const uint8_t *val;
+	uint32_t vlen;
+	uint16_t tag;
+
+	kiln_tlv__iter(&it, p, len);
+	while (o && kiln_tlv__next(&it, &tag, &val, &vlen) == 1) {
+		if (tag == KILN_T_TOPIC)
+			json_object_set_new(o, "topic",
+					    api_json_lossy(val, vlen));
+		else if (tag == KILN_T_RELATION)
+			json_object_set_new(o, "relation",
+					    api_json_lossy(val, vlen));
+		else if (tag == KILN_T_VALUE)
+			json_object_set_new(o, "value",
+					    api_json_lossy(val, vlen));
+	}
+	return o;
+}
+
+/* facts and vm.facts: the guest's facts come in RESULT frames. */
+void facts_frame(struct call *k, uint16_t type, uint16_t flags,
+		 const uint8_t *p, size_t len)
+{
+	if (type == KILN_MSG_ERROR) {
+		call_errno(k, p, len);
+		return;
+	}
+	if (type != KILN_MSG_RESULT) {
+		call_lost(k, "agent protocol error: unexpected message");
+		return;
+	}
+	call_list_result(k, p, len, KILN_T_FACT, fact_json, "facts");
+}
+
+static void m_facts(struct rpc *r)
+{
+	struct kiln_buf b;
+	struct call *k = call_new(r, CALL_FACTS, false);
+
+	kiln_buf__init(&b);
+	if (k)
+		call_start(k, KILN_MSG_FACTS, &b);
+}
+
+static void m_vm_facts(struct rpc *r)
+{
+	struct kiln_buf b;
+	struct call *k = call_new(r, CALL_VM_FACTS, false);
+
+	kiln_buf__init(&b);
+	if (k)
+		call_start(k, KILN_MSG_FACTS, &b);
+}
+
+static void m_vm_status(struct rpc *r)
+{
+	struct api *api = r->api;
+	json_t *res;
+
+	res = json_pack("{s:s, s:s, s:I, s:I, s:I}", "state", "running",
+			"agent", api->agent_ready ? "ready" : "unknown",
+			"clients", (json_int_t)api->nr_clients, "requests",
+			(json_int_t)api->nr_calls, "streams",
+			(json_int_t)api->nr_streams);
+	if (res && api->p.status)
+		api->p.status(api->p.opaque, res);
+	client_reply(r->c, r->id, res);
+}
+
+static void m_vm_shutdown(struct rpc *r)
+{
+	if (!r->api->p.shutdown) {
+		client_reply_error(r->c, r->id, API_E_NO_METHOD, NULL,
+				   "vm.shutdown is not offered here");
+		return;
+	}
+	client_reply(r->c, r->id, NULL);
+	r->c->shutdown_after = true;
+}
+
+const struct api_method vm_methods[] = {
+	{ "facts", m_facts },
+	{ "vm.facts", m_vm_facts },
+	{ "vm.status", m_vm_status },
+	{ "vm.shutdown", m_vm_shutdown },
+	{ NULL, NULL },
+};
