@@ -23,6 +23,9 @@ include Kbuild.mk
 core-obj-y += lib/log.o
 core-obj-y += lib/worker.o
 core-obj-y += lib/base64.o
+core-obj-y += lib/hashtable.o
+core-obj-y += lib/radix.o
+core-obj-y += lib/siphash.o
 core-obj-y += proto/tlv.o
 core-obj-y += bootloader/loader.o
 core-obj-y += bootloader/elf.o
