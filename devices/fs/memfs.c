@@ -37,6 +37,9 @@
 #include <unistd.h>
 
 #include "devices/fs/memfs.h"
+#include "lib/hashtable.h"
+#include "lib/radix.h"
+#include "lib/siphash.h"
 
 #define container_of(ptr, type, member) \
 	((type *)((char *)(ptr)-offsetof(type, member)))
@@ -62,36 +65,8 @@
 #define DIR_SLOTS_MIN	8U
 #define DIR_COMPACT_MIN 32U /* tombstones before a directory is compacted */
 
-#define RADIX_BITS   6U
-#define RADIX_FANOUT (1U << RADIX_BITS)
-#define RADIX_MASK   (RADIX_FANOUT - 1)
-/* 9 levels of 6 bits cover a chunk index below 2^54 > 2^63 / 2^12. */
-#define RADIX_MAX_HEIGHT 9U
-#define RADIX_NONE	 UINT64_MAX
-
-#define TABLE_MIN_BUCKETS 64U
-
-/* ---- hash tables ---------------------------------------------------- */
-
-/* Intrusive chained table keyed by a 64-bit id (node ids, handles). */
-struct id_link {
-	struct id_link *next;
-	uint64_t id;
-};
-
-struct id_table {
-	struct id_link **bucket;
-	size_t mask; /* buckets - 1, a power of two minus one */
-	size_t count;
-};
-
-struct memfs_dirent;
-
-struct dent_table {
-	struct memfs_dirent **bucket;
-	size_t mask;
-	size_t count;
-};
+#define TABLE_MIN_BITS	  6U /* buckets: 64 */
+#define TABLE_MIN_BUCKETS (1U << TABLE_MIN_BITS)
 
 /* ---- objects -------------------------------------------------------- */
 
@@ -104,23 +79,16 @@ struct memfs_slot {
 struct memfs_inode;
 
 struct memfs_dirent {
-	struct memfs_dirent *hnext; /* in memfs.dents */
+	struct hlink hlink; /* in memfs.dents, key: name_hash() */
 	struct memfs_inode *dir;
 	struct memfs_inode *inode;
-	uint64_t hash;
 	uint64_t cookie;
 	size_t namelen;
 	char name[]; /* NUL-terminated */
 };
 
-struct radix_node {
-	void *slot[RADIX_FANOUT]; /* child nodes, or chunks at the bottom */
-	unsigned int count;	  /* slots in use */
-};
-
 struct memfs_data {
-	void *root;	     /* a radix_node, NULL when empty */
-	unsigned int height; /* levels; indices below 2^(6 * height) */
+	struct radix_tree chunks; /* chunk index -> MEMFS_CHUNK_SIZE bytes */
 	uint64_t nr_chunks;
 };
 
@@ -133,7 +101,7 @@ struct memfs_dir {
 };
 
 struct memfs_inode {
-	struct id_link link; /* id: the node id */
+	struct hlink link; /* key: the node id */
 	uint32_t mode;
 	uint32_t uid;
 	uint32_t gid;
@@ -151,7 +119,7 @@ struct memfs_inode {
 };
 
 struct memfs_handle {
-	struct id_link link; /* id: the fh */
+	struct hlink link; /* key: the fh */
 	struct memfs_inode *inode;
 	uint32_t flags; /* the guest's open flags */
 	bool dir;
@@ -166,10 +134,11 @@ struct memfs {
 	uint64_t next_fh;
 	uint64_t next_cookie;
 	uint64_t nr_inodes;
-	uint64_t key[2]; /* SipHash key for entry names */
-	struct id_table inodes;
-	struct id_table handles;
-	struct dent_table dents;
+	uint8_t key[SIPHASH__KEY_LEN]; /* for entry names */
+	struct hashtable inodes;
+	struct hashtable handles;
+	struct hashtable dents;
+	struct radix_alloc chunk_nodes; /* files' radix nodes, charged */
 	struct memfs_inode *root;
 };
 
@@ -177,7 +146,6 @@ struct memfs {
 #define INODE_COST	     sizeof(struct memfs_inode)
 #define DIRENT_COST(namelen) (sizeof(struct memfs_dirent) + (namelen) + 1)
 #define CHUNK_COST	     MEMFS_CHUNK_SIZE
-#define NODE_COST	     sizeof(struct radix_node)
 
 static inline struct memfs *to_memfs(struct fs_backend *b)
 {
@@ -238,70 +206,6 @@ static void touch_dir(struct memfs_inode *dir, struct timespec t)
 	dir->ctime = t;
 }
 
-/* ---- SipHash-2-4 ---------------------------------------------------- */
-
-static inline uint64_t rotl64(uint64_t x, unsigned int r)
-{
-	return (x << r) | (x >> (64 - r));
-}
-
-#define SIPROUND                     \
-	do {                         \
-		v0 += v1;            \
-		v1 = rotl64(v1, 13); \
-		v1 ^= v0;            \
-		v0 = rotl64(v0, 32); \
-		v2 += v3;            \
-		v3 = rotl64(v3, 16); \
-		v3 ^= v2;            \
-		v0 += v3;            \
-		v3 = rotl64(v3, 21); \
-		v3 ^= v0;            \
-		v2 += v1;            \
-		v1 = rotl64(v1, 17); \
-		v1 ^= v2;            \
-		v2 = rotl64(v2, 32); \
-	} while (0)
-
-static uint64_t load_le64(const uint8_t *p, size_t n)
-{
-	uint64_t v = 0;
-	size_t i;
-
-	for (i = 0; i < n; i++)
-		v |= (uint64_t)p[i] << (8 * i);
-	return v;
-}
-
-static uint64_t siphash(const uint64_t key[2], const uint8_t *msg, size_t len)
-{
-	uint64_t v0 = key[0] ^ 0x736f6d6570736575ULL;
-	uint64_t v1 = key[1] ^ 0x646f72616e646f6dULL;
-	uint64_t v2 = key[0] ^ 0x6c7967656e657261ULL;
-	uint64_t v3 = key[1] ^ 0x7465646279746573ULL;
-	uint64_t m;
-	size_t i;
-
-	for (i = 0; i + 8 <= len; i += 8) {
-		m = load_le64(msg + i, 8);
-		v3 ^= m;
-		SIPROUND;
-		SIPROUND;
-		v0 ^= m;
-	}
-	m = load_le64(msg + i, len - i) | (uint64_t)len << 56;
-	v3 ^= m;
-	SIPROUND;
-	SIPROUND;
-	v0 ^= m;
-	v2 ^= 0xff;
-	SIPROUND;
-	SIPROUND;
-	SIPROUND;
-	SIPROUND;
-	return v0 ^ v1 ^ v2 ^ v3;
-}
-
 static uint64_t name_hash(const struct memfs *fs, uint64_t dir_id,
 			  const char *name, size_t len)
 {
@@ -309,157 +213,64 @@ static uint64_t name_hash(const struct memfs *fs, uint64_t dir_id,
 
 	memcpy(buf, &dir_id, sizeof(dir_id));
 	memcpy(buf + sizeof(dir_id), name, len);
-	return siphash(fs->key, buf, sizeof(dir_id) + len);
+	return siphash__24(fs->key, buf, sizeof(dir_id) + len);
 }
 
-/* ---- id tables ------------------------------------------------------ */
+/* ---- tables --------------------------------------------------------- */
 
 /*
  * The bucket arrays of the inode and entry tables are charged (fs set);
  * the handle table's is not (fs NULL): handles are bounded by count.
+ * A table doubles when it holds as many entries as buckets and halves
+ * below one entry in eight buckets, so it follows what is held now.
  * Growing is best effort: without the room or the memory, chains just get
- * longer. The arrays shrink as well, so they follow what is held now.
+ * longer.
  */
-static int id_table_init(struct id_table *t)
+static void table_resize(struct memfs *fs, struct hashtable *t,
+			 unsigned int bits)
 {
-	t->bucket = calloc(TABLE_MIN_BUCKETS, sizeof(*t->bucket));
-	if (!t->bucket)
-		return -ENOMEM;
-	t->mask = TABLE_MIN_BUCKETS - 1;
-	t->count = 0;
-	return 0;
-}
+	size_t old = hashtable__buckets(t), n = (size_t)1 << bits;
 
-static struct id_link *id_table_find(const struct id_table *t, uint64_t id)
-{
-	struct id_link *l;
-
-	for (l = t->bucket[id & t->mask]; l; l = l->next)
-		if (l->id == id)
-			return l;
-	return NULL;
-}
-
-/* Charges (or gives back) the change from old to n buckets. */
-static bool buckets_charge(struct memfs *fs, size_t old, size_t n)
-{
-	if (!fs)
-		return true;
-	if (n > old)
-		return !charge(fs, (n - old) * sizeof(void *));
-	uncharge(fs, (old - n) * sizeof(void *));
-	return true;
-}
-
-/* Rehashes into n buckets (a power of two). */
-static void id_table_resize(struct memfs *fs, struct id_table *t, size_t n)
-{
-	struct id_link **nb, *l, *next;
-	size_t i, old = t->mask + 1;
-
-	if (n > old && !buckets_charge(fs, old, n))
+	if (fs && n > old && charge(fs, (n - old) * sizeof(void *)))
 		return;
-	nb = calloc(n, sizeof(*nb));
-	if (!nb) {
-		if (n > old)
-			buckets_charge(fs, n, old);
+	if (hashtable__resize(t, bits)) {
+		if (fs && n > old)
+			uncharge(fs, (n - old) * sizeof(void *));
 		return;
 	}
-	for (i = 0; i < old; i++) {
-		for (l = t->bucket[i]; l; l = next) {
-			next = l->next;
-			l->next = nb[l->id & (n - 1)];
-			nb[l->id & (n - 1)] = l;
-		}
-	}
-	free(t->bucket);
-	t->bucket = nb;
-	t->mask = n - 1;
-	if (n < old)
-		buckets_charge(fs, old, n);
+	if (fs && n < old)
+		uncharge(fs, (old - n) * sizeof(void *));
 }
 
-static void id_table_insert(struct memfs *fs, struct id_table *t,
-			    struct id_link *l)
+static void table_insert(struct memfs *fs, struct hashtable *t, struct hlink *l,
+			 uint64_t key)
 {
-	struct id_link **b;
-
-	if (t->count > t->mask)
-		id_table_resize(fs, t, (t->mask + 1) * 2);
-	b = &t->bucket[l->id & t->mask];
-	l->next = *b;
-	*b = l;
-	t->count++;
+	if (t->count >= hashtable__buckets(t))
+		table_resize(fs, t, t->bits + 1);
+	hashtable__add(t, l, key);
 }
 
-static void id_table_remove(struct memfs *fs, struct id_table *t,
-			    struct id_link *l)
+static void table_remove(struct memfs *fs, struct hashtable *t, struct hlink *l)
 {
-	struct id_link **p;
-
-	for (p = &t->bucket[l->id & t->mask]; *p; p = &(*p)->next) {
-		if (*p == l) {
-			*p = l->next;
-			t->count--;
-			break;
-		}
-	}
-	if (t->mask + 1 > TABLE_MIN_BUCKETS && t->count < (t->mask + 1) / 8)
-		id_table_resize(fs, t, (t->mask + 1) / 2);
-}
-
-/* ---- entry table ---------------------------------------------------- */
-
-static int dent_table_init(struct dent_table *t)
-{
-	t->bucket = calloc(TABLE_MIN_BUCKETS, sizeof(*t->bucket));
-	if (!t->bucket)
-		return -ENOMEM;
-	t->mask = TABLE_MIN_BUCKETS - 1;
-	t->count = 0;
-	return 0;
-}
-
-/* As id_table_resize(), always charged. */
-static void dent_table_resize(struct memfs *fs, size_t n)
-{
-	struct dent_table *t = &fs->dents;
-	struct memfs_dirent **nb, *d, *next;
-	size_t i, old = t->mask + 1;
-
-	if (n > old && !buckets_charge(fs, old, n))
-		return;
-	nb = calloc(n, sizeof(*nb));
-	if (!nb) {
-		if (n > old)
-			buckets_charge(fs, n, old);
-		return;
-	}
-	for (i = 0; i < old; i++) {
-		for (d = t->bucket[i]; d; d = next) {
-			next = d->hnext;
-			d->hnext = nb[d->hash & (n - 1)];
-			nb[d->hash & (n - 1)] = d;
-		}
-	}
-	free(t->bucket);
-	t->bucket = nb;
-	t->mask = n - 1;
-	if (n < old)
-		buckets_charge(fs, old, n);
+	hashtable__del(t, l);
+	if (t->bits > TABLE_MIN_BITS && t->count < hashtable__buckets(t) / 8)
+		table_resize(fs, t, t->bits - 1);
 }
 
 static struct memfs_dirent *dent_find(const struct memfs *fs,
 				      const struct memfs_inode *dir,
 				      const char *name, size_t len)
 {
-	uint64_t h = name_hash(fs, dir->link.id, name, len);
+	uint64_t h = name_hash(fs, dir->link.key, name, len);
 	struct memfs_dirent *d;
+	struct hlink *l;
 
-	for (d = fs->dents.bucket[h & fs->dents.mask]; d; d = d->hnext)
-		if (d->hash == h && d->dir == dir && d->namelen == len &&
+	for (l = hashtable__first(&fs->dents, h); l; l = hashtable__next(l)) {
+		d = hashtable__entry(l, struct memfs_dirent, hlink);
+		if (d->dir == dir && d->namelen == len &&
 		    !memcmp(d->name, name, len))
 			return d;
+	}
 	return NULL;
 }
 
@@ -550,15 +361,9 @@ static void dir_trim(struct memfs *fs, struct memfs_dir *md)
 static void dent_attach(struct memfs *fs, struct memfs_dirent *d)
 {
 	struct memfs_dir *md = &d->dir->u.dir;
-	struct memfs_dirent **b;
 
-	if (fs->dents.count > fs->dents.mask)
-		dent_table_resize(fs, (fs->dents.mask + 1) * 2);
-	d->hash = name_hash(fs, d->dir->link.id, d->name, d->namelen);
-	b = &fs->dents.bucket[d->hash & fs->dents.mask];
-	d->hnext = *b;
-	*b = d;
-	fs->dents.count++;
+	table_insert(fs, &fs->dents, &d->hlink,
+		     name_hash(fs, d->dir->link.key, d->name, d->namelen));
 
 	d->cookie = fs->next_cookie++;
 	md->slots[md->nr].cookie = d->cookie;
@@ -570,20 +375,9 @@ static void dent_attach(struct memfs *fs, struct memfs_dirent *d)
 static void dent_detach(struct memfs *fs, struct memfs_dirent *d)
 {
 	struct memfs_dir *md = &d->dir->u.dir;
-	struct memfs_dirent **p;
 	size_t i;
 
-	for (p = &fs->dents.bucket[d->hash & fs->dents.mask]; *p;
-	     p = &(*p)->hnext) {
-		if (*p == d) {
-			*p = d->hnext;
-			fs->dents.count--;
-			break;
-		}
-	}
-	if (fs->dents.mask + 1 > TABLE_MIN_BUCKETS &&
-	    fs->dents.count < (fs->dents.mask + 1) / 8)
-		dent_table_resize(fs, (fs->dents.mask + 1) / 2);
+	table_remove(fs, &fs->dents, &d->hlink);
 	i = dir_search(md, d->cookie - 1);
 	if (i < md->nr && md->slots[i].d == d) {
 		md->slots[i].d = NULL;
@@ -610,210 +404,45 @@ static struct memfs_dirent *dent_alloc(struct memfs_inode *dir,
 
 /* ---- file data: a radix tree of chunks ------------------------------ */
 
-static unsigned int radix_height_for(uint64_t idx)
+/* The tree's nodes are charged like everything else the guest makes. */
+static int chunk_node_alloc(void *ctx, size_t size, void **node)
 {
-	unsigned int h = 1;
+	struct memfs *fs = ctx;
 
-	while (h < RADIX_MAX_HEIGHT && (idx >> (RADIX_BITS * h)))
-		h++;
-	return h;
-}
-
-static bool radix_covers(const struct memfs_data *fd, uint64_t idx)
-{
-	return fd->height && (fd->height >= RADIX_MAX_HEIGHT ||
-			      !(idx >> (RADIX_BITS * fd->height)));
-}
-
-static unsigned int radix_slot(uint64_t idx, unsigned int level)
-{
-	return (idx >> (RADIX_BITS * level)) & RADIX_MASK;
-}
-
-static uint8_t *radix_lookup(const struct memfs_data *fd, uint64_t idx)
-{
-	struct radix_node *n = fd->root;
-	unsigned int level;
-
-	if (!radix_covers(fd, idx))
-		return NULL;
-	for (level = fd->height - 1; n; level--) {
-		if (!level)
-			return n->slot[radix_slot(idx, 0)];
-		n = n->slot[radix_slot(idx, level)];
-	}
-	return NULL;
-}
-
-/*
- * Takes chunk idx out of the tree (answers it, or NULL if absent) and
- * frees the nodes its path leaves empty, so a failed insert is undone by
- * the same walk.
- */
-static uint8_t *radix_remove(struct memfs *fs, struct memfs_data *fd,
-			     uint64_t idx)
-{
-	struct radix_node *path[RADIX_MAX_HEIGHT], *n = fd->root;
-	unsigned int level, low;
-	uint8_t *chunk = NULL;
-
-	if (!radix_covers(fd, idx))
-		return NULL;
-	low = fd->height - 1;
-	/* Walk down as far as the path exists; path[level] is the node. */
-	for (level = fd->height - 1;; level--) {
-		path[level] = n;
-		low = level;
-		if (!level)
-			break;
-		n = n->slot[radix_slot(idx, level)];
-		if (!n)
-			break;
-	}
-	if (!low && path[0]->slot[radix_slot(idx, 0)]) {
-		chunk = path[0]->slot[radix_slot(idx, 0)];
-		path[0]->slot[radix_slot(idx, 0)] = NULL;
-		path[0]->count--;
-	}
-	for (level = low; level < fd->height && !path[level]->count; level++) {
-		free(path[level]);
-		uncharge(fs, NODE_COST);
-		if (level == fd->height - 1) {
-			fd->root = NULL;
-			fd->height = 0;
-			break;
-		}
-		path[level + 1]->slot[radix_slot(idx, level + 1)] = NULL;
-		path[level + 1]->count--;
-	}
-	return chunk;
-}
-
-static int radix_new_node(struct memfs *fs, struct radix_node **out)
-{
-	if (charge(fs, NODE_COST))
+	if (charge(fs, size))
 		return -ENOSPC;
-	*out = calloc(1, sizeof(**out));
-	if (!*out) {
-		uncharge(fs, NODE_COST);
+	*node = calloc(1, size);
+	if (!*node) {
+		uncharge(fs, size);
 		return -ENOMEM;
 	}
 	return 0;
 }
 
-/* Puts chunk at idx (absent); the nodes it needs are charged. */
-static int radix_insert(struct memfs *fs, struct memfs_data *fd, uint64_t idx,
-			uint8_t *chunk)
+static void chunk_node_free(void *ctx, void *node, size_t size)
 {
-	unsigned int need = radix_height_for(idx), level;
-	struct radix_node *n, *child;
-	int err;
-
-	if (!fd->root) {
-		err = radix_new_node(fs, &n);
-		if (err)
-			return err;
-		fd->root = n;
-		fd->height = need;
-	}
-	while (fd->height < need) {
-		err = radix_new_node(fs, &n);
-		if (err)
-			return err;
-		n->slot[0] = fd->root;
-		n->count = 1;
-		fd->root = n;
-		fd->height++;
-	}
-	n = fd->root;
-	for (level = fd->height - 1; level; level--) {
-		child = n->slot[radix_slot(idx, level)];
-		if (!child) {
-			err = radix_new_node(fs, &child);
-			if (err) {
-				radix_remove(fs, fd, idx);
-				return err;
-			}
-			n->slot[radix_slot(idx, level)] = child;
-			n->count++;
-		}
-		n = child;
-	}
-	n->slot[radix_slot(idx, 0)] = chunk;
-	n->count++;
-	return 0;
+	free(node);
+	uncharge(ctx, size);
 }
 
-/* Below n (at level, covering from base), the first chunk >= from. */
-static bool radix_next_in(const struct radix_node *n, unsigned int level,
-			  uint64_t base, uint64_t from, uint64_t *found)
+static void chunk_free(void *ctx, void *chunk)
 {
-	unsigned int shift = RADIX_BITS * level, i;
-	uint64_t child_base;
-
-	i = from > base ? (unsigned int)((from - base) >> shift) : 0;
-	for (; i < RADIX_FANOUT; i++) {
-		if (!n->slot[i])
-			continue;
-		child_base = base + ((uint64_t)i << shift);
-		if (!level) {
-			*found = child_base;
-			return true;
-		}
-		if (radix_next_in(n->slot[i], level - 1, child_base,
-				  from > child_base ? from : child_base, found))
-			return true;
-	}
-	return false;
-}
-
-/* The first allocated chunk index >= from, or RADIX_NONE. */
-static uint64_t radix_next(const struct memfs_data *fd, uint64_t from)
-{
-	uint64_t found;
-
-	if (!radix_covers(fd, from))
-		return RADIX_NONE;
-	if (radix_next_in(fd->root, fd->height - 1, 0, from, &found))
-		return found;
-	return RADIX_NONE;
-}
-
-static void radix_free_in(struct memfs *fs, struct radix_node *n,
-			  unsigned int level)
-{
-	unsigned int i;
-
-	for (i = 0; i < RADIX_FANOUT; i++) {
-		if (!n->slot[i])
-			continue;
-		if (level) {
-			radix_free_in(fs, n->slot[i], level - 1);
-		} else {
-			free(n->slot[i]);
-			uncharge(fs, CHUNK_COST);
-		}
-	}
-	free(n);
-	uncharge(fs, NODE_COST);
+	free(chunk);
+	uncharge(ctx, CHUNK_COST);
 }
 
 static void data_free(struct memfs *fs, struct memfs_data *fd)
 {
-	if (fd->root)
-		radix_free_in(fs, fd->root, fd->height - 1);
-	fd->root = NULL;
-	fd->height = 0;
+	radix__destroy(&fd->chunks, &fs->chunk_nodes, chunk_free);
 	fd->nr_chunks = 0;
 }
 
 static void chunk_drop(struct memfs *fs, struct memfs_data *fd, uint64_t idx)
 {
-	uint8_t *c = radix_remove(fs, fd, idx);
+	uint8_t *c = radix__delete(&fd->chunks, idx, &fs->chunk_nodes);
 
 	if (c) {
-		free(c);
-		uncharge(fs, CHUNK_COST);
+		chunk_free(fs, c);
 		fd->nr_chunks--;
 	}
 }
@@ -824,15 +453,16 @@ static void chunks_drop_range(struct memfs *fs, struct memfs_data *fd,
 {
 	uint64_t idx;
 
-	for (idx = radix_next(fd, first); idx != RADIX_NONE && idx < end;
-	     idx = radix_next(fd, idx + 1))
+	for (idx = radix__next(&fd->chunks, first);
+	     idx != RADIX_NONE && idx < end;
+	     idx = radix__next(&fd->chunks, idx + 1))
 		chunk_drop(fs, fd, idx);
 }
 
 static int chunk_get(struct memfs *fs, struct memfs_data *fd, uint64_t idx,
 		     uint8_t **out)
 {
-	uint8_t *c = radix_lookup(fd, idx);
+	uint8_t *c = radix__lookup(&fd->chunks, idx);
 	int err;
 
 	if (c) {
@@ -846,7 +476,7 @@ static int chunk_get(struct memfs *fs, struct memfs_data *fd, uint64_t idx,
 		uncharge(fs, CHUNK_COST);
 		return -ENOMEM;
 	}
-	err = radix_insert(fs, fd, idx, c);
+	err = radix__insert(&fd->chunks, idx, c, &fs->chunk_nodes);
 	if (err) {
 		free(c);
 		uncharge(fs, CHUNK_COST);
@@ -861,7 +491,7 @@ static int chunk_get(struct memfs *fs, struct memfs_data *fd, uint64_t idx,
 static void chunk_zero(struct memfs_data *fd, uint64_t idx, uint64_t from,
 		       uint64_t to)
 {
-	uint8_t *c = radix_lookup(fd, idx);
+	uint8_t *c = radix__lookup(&fd->chunks, idx);
 
 	if (c && to > from)
 		memset(c + from, 0, to - from);
@@ -897,7 +527,8 @@ static uint64_t data_read(struct memfs_inode *ino, uint8_t *p, size_t len,
 		in = off & MEMFS_CHUNK_MASK;
 		n = min_u64(min_u64(MEMFS_CHUNK_SIZE - in, len - done),
 			    ino->size - off);
-		c = radix_lookup(&ino->u.data, off >> MEMFS_CHUNK_SHIFT);
+		c = radix__lookup(&ino->u.data.chunks,
+				  off >> MEMFS_CHUNK_SHIFT);
 		if (c)
 			memcpy(p + done, c + in, n);
 		else
@@ -945,9 +576,9 @@ out:
 
 static struct memfs_inode *inode_get(const struct memfs *fs, uint64_t id)
 {
-	struct id_link *l = id_table_find(&fs->inodes, id);
+	struct hlink *l = hashtable__first(&fs->inodes, id);
 
-	return l ? container_of(l, struct memfs_inode, link) : NULL;
+	return l ? hashtable__entry(l, struct memfs_inode, link) : NULL;
 }
 
 static int dir_get(const struct memfs *fs, uint64_t id,
@@ -965,7 +596,7 @@ static int dir_get(const struct memfs *fs, uint64_t id,
 
 static void inode_free(struct memfs *fs, struct memfs_inode *ino)
 {
-	id_table_remove(fs, &fs->inodes, &ino->link);
+	table_remove(fs, &fs->inodes, &ino->link);
 	if (S_ISREG(ino->mode)) {
 		data_free(fs, &ino->u.data);
 	} else if (S_ISLNK(ino->mode)) {
@@ -990,7 +621,7 @@ static void inode_put(struct memfs *fs, struct memfs_inode *ino)
 static void fill_attr(const struct memfs_inode *ino, struct fuse_attr *a)
 {
 	memset(a, 0, sizeof(*a));
-	a->ino = ino->link.id;
+	a->ino = ino->link.key;
 	a->mode = ino->mode;
 	a->nlink = ino->nlink;
 	a->uid = ino->uid;
@@ -1018,7 +649,7 @@ static void fill_entry(struct memfs_inode *ino, struct fs_entry *out)
 {
 	ino->nlookup++;
 	memset(out, 0, sizeof(*out));
-	out->nodeid = ino->link.id;
+	out->nodeid = ino->link.key;
 	out->generation = 0; /* ids are never reused */
 	fill_attr(ino, &out->attr);
 }
@@ -1091,7 +722,7 @@ static int make_node(struct memfs *fs, const struct fs_ctx *ctx,
 	}
 
 	t = now();
-	ino->link.id = fs->next_id++;
+	ino->link.key = fs->next_id++;
 	ino->mode = mode;
 	ino->uid = ctx->uid;
 	ino->gid = ctx->gid;
@@ -1108,7 +739,7 @@ static int make_node(struct memfs *fs, const struct fs_ctx *ctx,
 		ino->u.dir.parent = dir;
 		dir->nlink++;
 	}
-	id_table_insert(fs, &fs->inodes, &ino->link);
+	table_insert(fs, &fs->inodes, &ino->link, ino->link.key);
 	fs->nr_inodes++;
 	dent_attach(fs, d);
 	touch_dir(dir, t);
@@ -1172,28 +803,28 @@ static void handle_attach(struct memfs *fs, struct memfs_handle *h,
 			  struct memfs_inode *ino, uint32_t flags, bool dir,
 			  uint64_t *fh)
 {
-	h->link.id = fs->next_fh++;
+	h->link.key = fs->next_fh++;
 	h->inode = ino;
 	h->flags = flags;
 	h->dir = dir;
 	ino->nopen++;
-	id_table_insert(NULL, &fs->handles, &h->link);
-	*fh = h->link.id;
+	table_insert(NULL, &fs->handles, &h->link, h->link.key);
+	*fh = h->link.key;
 }
 
 static int handle_get(const struct memfs *fs, uint64_t nodeid, uint64_t fh,
 		      bool dir, struct memfs_handle **out)
 {
 	struct memfs_handle *h;
-	struct id_link *l;
+	struct hlink *l;
 
 	if (!inode_get(fs, nodeid))
 		return -ESTALE;
-	l = id_table_find(&fs->handles, fh);
+	l = hashtable__first(&fs->handles, fh);
 	if (!l)
 		return -EBADF;
-	h = container_of(l, struct memfs_handle, link);
-	if (h->inode->link.id != nodeid || h->dir != dir)
+	h = hashtable__entry(l, struct memfs_handle, link);
+	if (h->inode->link.key != nodeid || h->dir != dir)
 		return -EBADF;
 	*out = h;
 	return 0;
@@ -1210,7 +841,7 @@ static int handle_release(struct memfs *fs, uint64_t nodeid, uint64_t fh,
 	if (err)
 		return err;
 	ino = h->inode;
-	id_table_remove(NULL, &fs->handles, &h->link);
+	table_remove(NULL, &fs->handles, &h->link);
 	free(h);
 	ino->nopen--;
 	inode_put(fs, ino);
@@ -1891,10 +1522,10 @@ static int memfs_readdir(struct fs_backend *b, uint64_t nodeid, uint64_t fh,
 	if (!md->parent)
 		return -ENOENT; /* removed, as getdents(2) on Linux */
 	if (offset < COOKIE_DOT &&
-	    !fs_dirbuf__add(out, ".", 1, dir->link.id, DT_DIR, COOKIE_DOT))
+	    !fs_dirbuf__add(out, ".", 1, dir->link.key, DT_DIR, COOKIE_DOT))
 		return 0;
 	if (offset < COOKIE_DOTDOT &&
-	    !fs_dirbuf__add(out, "..", 2, md->parent->link.id, DT_DIR,
+	    !fs_dirbuf__add(out, "..", 2, md->parent->link.key, DT_DIR,
 			    COOKIE_DOTDOT))
 		return 0;
 	for (i = dir_search(md,
@@ -1903,8 +1534,9 @@ static int memfs_readdir(struct fs_backend *b, uint64_t nodeid, uint64_t fh,
 		d = md->slots[i].d;
 		if (!d)
 			continue;
-		if (!fs_dirbuf__add(out, d->name, d->namelen, d->inode->link.id,
-				    dt_type(d->inode->mode), d->cookie))
+		if (!fs_dirbuf__add(out, d->name, d->namelen,
+				    d->inode->link.key, dt_type(d->inode->mode),
+				    d->cookie))
 			break;
 	}
 	touch_atime(dir);
@@ -1960,8 +1592,9 @@ static int alloc_range(struct memfs *fs, struct memfs_data *fd, uint64_t first,
 	 * nothing behind; a shortfall in tree nodes on the way leaves the
 	 * chunks made so far, allocated and charged.
 	 */
-	for (idx = radix_next(fd, first); idx != RADIX_NONE && idx <= last;
-	     idx = radix_next(fd, idx + 1))
+	for (idx = radix__next(&fd->chunks, first);
+	     idx != RADIX_NONE && idx <= last;
+	     idx = radix__next(&fd->chunks, idx + 1))
 		missing--;
 	if (missing > (fs->max_bytes - fs->used) / CHUNK_COST)
 		return -ENOSPC;
@@ -2056,7 +1689,7 @@ static int64_t memfs_lseek(struct fs_backend *b, uint64_t nodeid, uint64_t fh,
 		return -ENXIO;
 	idx = offset >> MEMFS_CHUNK_SHIFT;
 	if (whence == SEEK_DATA) {
-		idx = radix_next(fd, idx);
+		idx = radix__next(&fd->chunks, idx);
 		if (idx == RADIX_NONE || idx << MEMFS_CHUNK_SHIFT >= size)
 			return -ENXIO;
 		return (int64_t)(idx << MEMFS_CHUNK_SHIFT > offset ?
@@ -2064,7 +1697,8 @@ static int64_t memfs_lseek(struct fs_backend *b, uint64_t nodeid, uint64_t fh,
 					 offset);
 	}
 	/* SEEK_HOLE: the end of the run of chunks from offset on. */
-	while (idx << MEMFS_CHUNK_SHIFT < size && radix_lookup(fd, idx))
+	while (idx << MEMFS_CHUNK_SHIFT < size &&
+	       radix__lookup(&fd->chunks, idx))
 		idx++;
 	if (idx << MEMFS_CHUNK_SHIFT <= offset)
 		return (int64_t)offset;
@@ -2074,45 +1708,28 @@ static int64_t memfs_lseek(struct fs_backend *b, uint64_t nodeid, uint64_t fh,
 static void memfs_destroy(struct fs_backend *b)
 {
 	struct memfs *fs = to_memfs(b);
-	struct memfs_dirent *d, *dnext;
-	struct id_link *l, *next;
+	struct memfs_inode *ino;
+	struct hlink *l, *next;
 	size_t i;
 
-	if (fs->dents.bucket) {
-		for (i = 0; i <= fs->dents.mask; i++)
-			for (d = fs->dents.bucket[i]; d; d = dnext) {
-				dnext = d->hnext;
-				free(d);
-			}
+	hashtable__for_each_safe(&fs->dents, i, l, next)
+		free(hashtable__entry(l, struct memfs_dirent, hlink));
+	hashtable__for_each_safe(&fs->handles, i, l, next)
+		free(hashtable__entry(l, struct memfs_handle, link));
+	hashtable__for_each_safe(&fs->inodes, i, l, next)
+	{
+		ino = hashtable__entry(l, struct memfs_inode, link);
+		if (S_ISREG(ino->mode))
+			data_free(fs, &ino->u.data);
+		else if (S_ISLNK(ino->mode))
+			free(ino->u.target);
+		else if (S_ISDIR(ino->mode))
+			free(ino->u.dir.slots);
+		free(ino);
 	}
-	if (fs->handles.bucket) {
-		for (i = 0; i <= fs->handles.mask; i++)
-			for (l = fs->handles.bucket[i]; l; l = next) {
-				next = l->next;
-				free(container_of(l, struct memfs_handle,
-						  link));
-			}
-	}
-	if (fs->inodes.bucket) {
-		for (i = 0; i <= fs->inodes.mask; i++) {
-			for (l = fs->inodes.bucket[i]; l; l = next) {
-				struct memfs_inode *ino = container_of(
-					l, struct memfs_inode, link);
-
-				next = l->next;
-				if (S_ISREG(ino->mode))
-					data_free(fs, &ino->u.data);
-				else if (S_ISLNK(ino->mode))
-					free(ino->u.target);
-				else if (S_ISDIR(ino->mode))
-					free(ino->u.dir.slots);
-				free(ino);
-			}
-		}
-	}
-	free(fs->dents.bucket);
-	free(fs->handles.bucket);
-	free(fs->inodes.bucket);
+	hashtable__exit(&fs->dents);
+	hashtable__exit(&fs->handles);
+	hashtable__exit(&fs->inodes);
 	free(fs->name);
 	free(fs);
 }
@@ -2232,6 +1849,7 @@ static int seed_file(struct memfs *fs, const struct memfs_file *f)
 
 static void seed_key(struct memfs *fs)
 {
+	uint64_t k[2];
 	struct timespec t;
 
 	if (getrandom(fs->key, sizeof(fs->key), GRND_NONBLOCK) ==
@@ -2239,8 +1857,9 @@ static void seed_key(struct memfs *fs)
 		return;
 	/* No entropy yet: still a per-instance key, if a guessable one. */
 	clock_gettime(CLOCK_MONOTONIC, &t);
-	fs->key[0] = (uint64_t)t.tv_nsec ^ (uint64_t)(uintptr_t)fs;
-	fs->key[1] = (uint64_t)t.tv_sec ^ ((uint64_t)getpid() << 32);
+	k[0] = (uint64_t)t.tv_nsec ^ (uint64_t)(uintptr_t)fs;
+	k[1] = (uint64_t)t.tv_sec ^ ((uint64_t)getpid() << 32);
+	memcpy(fs->key, k, sizeof(fs->key));
 }
 
 int memfs__create(struct fs_backend **out, const struct memfs_params *p)
@@ -2266,11 +1885,14 @@ int memfs__create(struct fs_backend **out, const struct memfs_params *p)
 	fs->next_fh = 1;
 	fs->next_cookie = COOKIE_FIRST;
 	seed_key(fs);
-	err = id_table_init(&fs->inodes);
+	fs->chunk_nodes.node_alloc = chunk_node_alloc;
+	fs->chunk_nodes.node_free = chunk_node_free;
+	fs->chunk_nodes.ctx = fs;
+	err = hashtable__init(&fs->inodes, TABLE_MIN_BITS);
 	if (!err)
-		err = id_table_init(&fs->handles);
+		err = hashtable__init(&fs->handles, TABLE_MIN_BITS);
 	if (!err)
-		err = dent_table_init(&fs->dents);
+		err = hashtable__init(&fs->dents, TABLE_MIN_BITS);
 	if (err)
 		goto out_destroy;
 
@@ -2287,12 +1909,12 @@ int memfs__create(struct fs_backend **out, const struct memfs_params *p)
 		goto out_destroy;
 	}
 	t = now();
-	root->link.id = FUSE_ROOT_ID;
+	root->link.key = FUSE_ROOT_ID;
 	root->mode = S_IFDIR | 0755;
 	root->nlink = 2;
 	root->atime = root->mtime = root->ctime = t;
 	root->u.dir.parent = root;
-	id_table_insert(fs, &fs->inodes, &root->link);
+	table_insert(fs, &fs->inodes, &root->link, root->link.key);
 	fs->nr_inodes = 1;
 	fs->root = root;
 

@@ -45,6 +45,7 @@
 #include <sys/sysmacros.h>
 
 #include "devices/fs/passthrough.h"
+#include "lib/hashtable.h"
 
 /* How every guest name is resolved: one component, never a symlink. */
 #define PT_RESOLVE \
@@ -79,98 +80,6 @@
 #define PT_HASH_MIN_BITS  6U
 #define PT_HASH_MAX_BITS  26U
 
-#define pt_entry(ptr, type, member) \
-	((type *)((char *)(ptr)-offsetof(type, member)))
-
-/* ---- a chained hash table of 64-bit keys, entries embedded ---------- */
-
-struct pt_link {
-	struct pt_link *next;
-	uint64_t key;
-};
-
-struct pt_hash {
-	struct pt_link **slot;
-	unsigned int bits;
-	size_t count;
-};
-
-static size_t hash_index(const struct pt_hash *h, uint64_t key)
-{
-	return (size_t)((key * 0x9e3779b97f4a7c15ULL) >> (64 - h->bits));
-}
-
-static int hash_init(struct pt_hash *h)
-{
-	h->bits = PT_HASH_MIN_BITS;
-	h->count = 0;
-	h->slot = calloc(1UL << h->bits, sizeof(*h->slot));
-	return h->slot ? 0 : -ENOMEM;
-}
-
-/* At two entries a slot the table doubles; a failed grow only costs time. */
-static void hash_grow(struct pt_hash *h)
-{
-	size_t n = 1UL << h->bits, i, idx;
-	struct pt_link **old = h->slot, **slot, *l, *next;
-
-	if (h->count < 2 * n || h->bits >= PT_HASH_MAX_BITS)
-		return;
-	slot = calloc(2 * n, sizeof(*slot));
-	if (!slot)
-		return;
-	h->slot = slot;
-	h->bits++;
-	for (i = 0; i < n; i++) {
-		for (l = old[i]; l; l = next) {
-			next = l->next;
-			idx = hash_index(h, l->key);
-			l->next = slot[idx];
-			slot[idx] = l;
-		}
-	}
-	free(old);
-}
-
-static void hash_add(struct pt_hash *h, struct pt_link *l, uint64_t key)
-{
-	size_t idx = hash_index(h, key);
-
-	l->key = key;
-	l->next = h->slot[idx];
-	h->slot[idx] = l;
-	h->count++;
-	hash_grow(h);
-}
-
-static struct pt_link *hash_first(const struct pt_hash *h, uint64_t key)
-{
-	struct pt_link *l = h->slot[hash_index(h, key)];
-
-	while (l && l->key != key)
-		l = l->next;
-	return l;
-}
-
-static struct pt_link *hash_next(const struct pt_link *l)
-{
-	uint64_t key = l->key;
-
-	for (l = l->next; l && l->key != key; l = l->next)
-		;
-	return (struct pt_link *)l;
-}
-
-static void hash_del(struct pt_hash *h, struct pt_link *l)
-{
-	struct pt_link **p = &h->slot[hash_index(h, l->key)];
-
-	while (*p != l)
-		p = &(*p)->next;
-	*p = l->next;
-	h->count--;
-}
-
 /* ---- objects ------------------------------------------------------- */
 
 enum pt_tree {
@@ -189,8 +98,8 @@ struct pt_mask {
 };
 
 struct pt_node {
-	struct pt_link by_id;  /* key: id */
-	struct pt_link by_ino; /* key: ino_key(dev, ino) */
+	struct hlink by_id;  /* key: id */
+	struct hlink by_ino; /* key: ino_key(dev, ino) */
 	uint64_t id;
 	dev_t dev;
 	ino_t ino;
@@ -216,7 +125,7 @@ struct pt_node {
 };
 
 struct pt_handle {
-	struct pt_link link; /* key: fh */
+	struct hlink link; /* key: fh */
 	uint64_t nodeid;
 	int fd;
 	int flags; /* the open flags, O_ACCMODE among them */
@@ -232,7 +141,7 @@ struct pt_backend {
 	dev_t storage_dev;
 	ino_t storage_ino;
 	struct pt_mask *masks; /* NULL without mask paths */
-	struct pt_hash by_id, by_ino, handles;
+	struct hashtable by_id, by_ino, handles;
 	uint64_t next_id, next_fh;
 	size_t nr_fds, max_fds; /* descriptors held in nodes and handles */
 	bool fds_warned;
@@ -249,9 +158,18 @@ struct pt_where {
 	bool mask_root;		    /* the name is a mask path: in storage */
 };
 
+/* At two entries a bucket a table doubles; a failed grow only costs time. */
+static void hash_add(struct hashtable *h, struct hlink *l, uint64_t key)
+{
+	hashtable__add(h, l, key);
+	if (h->count >= 2 * hashtable__buckets(h) && h->bits < PT_HASH_MAX_BITS)
+		hashtable__resize(h, h->bits + 1);
+}
+
 static struct pt_backend *to_pt(struct fs_backend *fs)
 {
-	return pt_entry(fs, struct pt_backend, fs);
+	return (struct pt_backend *)((char *)fs -
+				     offsetof(struct pt_backend, fs));
 }
 
 /* ---- system call helpers ------------------------------------------- */
@@ -610,9 +528,9 @@ static bool mask_ancestor(const struct pt_where *w)
 
 static struct pt_node *node_get(struct pt_backend *b, uint64_t id)
 {
-	struct pt_link *l = hash_first(&b->by_id, id);
+	struct hlink *l = hashtable__first(&b->by_id, id);
 
-	return l ? pt_entry(l, struct pt_node, by_id) : NULL;
+	return l ? hashtable__entry(l, struct pt_node, by_id) : NULL;
 }
 
 static int dir_get(struct pt_backend *b, uint64_t id, struct pt_node **np)
@@ -629,12 +547,12 @@ static int dir_get(struct pt_backend *b, uint64_t id, struct pt_node **np)
 
 static struct pt_node *node_find(struct pt_backend *b, dev_t dev, ino_t ino)
 {
-	struct pt_link *l;
+	struct hlink *l;
 	struct pt_node *n;
 
-	for (l = hash_first(&b->by_ino, ino_key(dev, ino)); l;
-	     l = hash_next(l)) {
-		n = pt_entry(l, struct pt_node, by_ino);
+	for (l = hashtable__first(&b->by_ino, ino_key(dev, ino)); l;
+	     l = hashtable__next(l)) {
+		n = hashtable__entry(l, struct pt_node, by_ino);
 		if (n->dev == dev && n->ino == ino)
 			return n;
 	}
@@ -643,8 +561,8 @@ static struct pt_node *node_find(struct pt_backend *b, dev_t dev, ino_t ino)
 
 static void node_free(struct pt_backend *b, struct pt_node *n)
 {
-	hash_del(&b->by_id, &n->by_id);
-	hash_del(&b->by_ino, &n->by_ino);
+	hashtable__del(&b->by_id, &n->by_id);
+	hashtable__del(&b->by_ino, &n->by_ino);
 	close(n->fd);
 	b->nr_fds--;
 	free(n->name);
@@ -982,8 +900,10 @@ static int handle_new(struct pt_backend *b, uint64_t nodeid, int fd, int flags,
 static struct pt_handle *handle_get(struct pt_backend *b, uint64_t nodeid,
 				    uint64_t fh, bool dir)
 {
-	struct pt_link *l = hash_first(&b->handles, fh);
-	struct pt_handle *h = l ? pt_entry(l, struct pt_handle, link) : NULL;
+	struct hlink *l = hashtable__first(&b->handles, fh);
+	struct pt_handle *h;
+
+	h = l ? hashtable__entry(l, struct pt_handle, link) : NULL;
 
 	if (!h || h->nodeid != nodeid || h->dir != dir)
 		return NULL;
@@ -992,7 +912,7 @@ static struct pt_handle *handle_get(struct pt_backend *b, uint64_t nodeid,
 
 static void handle_free(struct pt_backend *b, struct pt_handle *h)
 {
-	hash_del(&b->handles, &h->link);
+	hashtable__del(&b->handles, &h->link);
 	close(h->fd);
 	b->nr_fds--;
 	free(h->dents);
@@ -1902,25 +1822,17 @@ static int pt_fsyncdir(struct fs_backend *fs, uint64_t nodeid, uint64_t fh,
 static void pt_destroy(struct fs_backend *fs)
 {
 	struct pt_backend *b = to_pt(fs);
-	struct pt_link *l, *next;
+	struct hlink *l, *next;
 	size_t i;
 
-	for (i = 0; b->handles.slot && i < (1UL << b->handles.bits); i++) {
-		for (l = b->handles.slot[i]; l; l = next) {
-			next = l->next;
-			handle_free(b, pt_entry(l, struct pt_handle, link));
-		}
-	}
+	hashtable__for_each_safe(&b->handles, i, l, next)
+		handle_free(b, hashtable__entry(l, struct pt_handle, link));
 	/* Every node at once: parents need not outlive children here. */
-	for (i = 0; b->by_id.slot && i < (1UL << b->by_id.bits); i++) {
-		for (l = b->by_id.slot[i]; l; l = next) {
-			next = l->next;
-			node_free(b, pt_entry(l, struct pt_node, by_id));
-		}
-	}
-	free(b->handles.slot);
-	free(b->by_id.slot);
-	free(b->by_ino.slot);
+	hashtable__for_each_safe(&b->by_id, i, l, next)
+		node_free(b, hashtable__entry(l, struct pt_node, by_id));
+	hashtable__exit(&b->handles);
+	hashtable__exit(&b->by_id);
+	hashtable__exit(&b->by_ino);
 	mask_free(b->masks);
 	if (b->storage_fd >= 0)
 		close(b->storage_fd);
@@ -2148,11 +2060,11 @@ int passthrough__create(struct fs_backend **out, const struct fs_bind_params *p)
 		return -ENOMEM;
 	}
 	b->fs.name = b->name;
-	ret = hash_init(&b->by_id);
+	ret = hashtable__init(&b->by_id, PT_HASH_MIN_BITS);
 	if (!ret)
-		ret = hash_init(&b->by_ino);
+		ret = hashtable__init(&b->by_ino, PT_HASH_MIN_BITS);
 	if (!ret)
-		ret = hash_init(&b->handles);
+		ret = hashtable__init(&b->handles, PT_HASH_MIN_BITS);
 	if (!ret)
 		ret = create_masks(b, p);
 	if (!ret)
