@@ -20,1212 +20,22 @@
  * bounded by count instead. The charge is the memory held up to malloc's
  * own overhead.
  *
- * All ops run on the device's one event loop thread: no locking.
+ * All ops run on the device's one event loop thread: no locking. This
+ * file holds the ops on names, attributes, handles and directories, and
+ * create and destroy; the map of the others is in memfs-internal.h.
  */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <linux/falloc.h>
-#include <linux/fs.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "devices/fs/memfs.h"
-
-#define container_of(ptr, type, member) \
-	((type *)((char *)(ptr)-offsetof(type, member)))
-
-#define MEMFS_CHUNK_SHIFT 12U
-#define MEMFS_CHUNK_SIZE  (1ULL << MEMFS_CHUNK_SHIFT) /* bytes */
-#define MEMFS_CHUNK_MASK  (MEMFS_CHUNK_SIZE - 1)
-#define MEMFS_BLOCK_SIZE  4096U /* statfs f_bsize, st_blksize */
-#define MEMFS_SECTOR	  512U	/* st_blocks unit */
-/* The guest kernel's limit for FUSE files (MAX_LFS_FILESIZE). */
-#define MEMFS_MAX_FILE_SIZE ((uint64_t)INT64_MAX)
-#define MEMFS_MAX_HANDLES   65536U
-#define MEMFS_LINK_MAX	    (UINT32_MAX - 1)
-/* tmpfs's BOGO_DIRENT_SIZE: a directory's st_size per entry. */
-#define MEMFS_DIRENT_BOGO 20U
-#define NSEC_PER_SEC	  1000000000L
-#define RELATIME_SECS	  (24 * 60 * 60) /* relatime: atime at least daily */
-
-/* readdir offsets: "." is 1, ".." is 2, entries' cookies start above. */
-#define COOKIE_DOT	1U
-#define COOKIE_DOTDOT	2U
-#define COOKIE_FIRST	3U
-#define DIR_SLOTS_MIN	8U
-#define DIR_COMPACT_MIN 32U /* tombstones before a directory is compacted */
-
-#define RADIX_BITS   6U
-#define RADIX_FANOUT (1U << RADIX_BITS)
-#define RADIX_MASK   (RADIX_FANOUT - 1)
-/* 9 levels of 6 bits cover a chunk index below 2^54 > 2^63 / 2^12. */
-#define RADIX_MAX_HEIGHT 9U
-#define RADIX_NONE	 UINT64_MAX
-
-#define TABLE_MIN_BUCKETS 64U
-
-/* ---- hash tables ---------------------------------------------------- */
-
-/* Intrusive chained table keyed by a 64-bit id (node ids, handles). */
-struct id_link {
-	struct id_link *next;
-	uint64_t id;
-};
-
-struct id_table {
-	struct id_link **bucket;
-	size_t mask; /* buckets - 1, a power of two minus one */
-	size_t count;
-};
-
-struct memfs_dirent;
-
-struct dent_table {
-	struct memfs_dirent **bucket;
-	size_t mask;
-	size_t count;
-};
-
-/* ---- objects -------------------------------------------------------- */
-
-/* An entry's place in its directory's readdir order. */
-struct memfs_slot {
-	uint64_t cookie;
-	struct memfs_dirent *d; /* NULL: a removed entry's tombstone */
-};
-
-struct memfs_inode;
-
-struct memfs_dirent {
-	struct memfs_dirent *hnext; /* in memfs.dents */
-	struct memfs_inode *dir;
-	struct memfs_inode *inode;
-	uint64_t hash;
-	uint64_t cookie;
-	size_t namelen;
-	char name[]; /* NUL-terminated */
-};
-
-struct radix_node {
-	void *slot[RADIX_FANOUT]; /* child nodes, or chunks at the bottom */
-	unsigned int count;	  /* slots in use */
-};
-
-struct memfs_data {
-	void *root;	     /* a radix_node, NULL when empty */
-	unsigned int height; /* levels; indices below 2^(6 * height) */
-	uint64_t nr_chunks;
-};
-
-struct memfs_dir {
-	struct memfs_inode *parent; /* NULL once removed; root: itself */
-	struct memfs_slot *slots;   /* ascending cookies */
-	size_t nr;		    /* slots used, tombstones included */
-	size_t cap;
-	size_t live; /* entries */
-};
-
-struct memfs_inode {
-	struct id_link link; /* id: the node id */
-	uint32_t mode;
-	uint32_t uid;
-	uint32_t gid;
-	uint32_t rdev;
-	uint32_t nlink;
-	uint32_t nopen; /* open handles */
-	uint64_t nlookup;
-	uint64_t size;
-	struct timespec atime, mtime, ctime;
-	union {
-		struct memfs_data data; /* S_IFREG */
-		struct memfs_dir dir;	/* S_IFDIR */
-		char *target;		/* S_IFLNK */
-	} u;
-};
-
-struct memfs_handle {
-	struct id_link link; /* id: the fh */
-	struct memfs_inode *inode;
-	uint32_t flags; /* the guest's open flags */
-	bool dir;
-};
-
-struct memfs {
-	struct fs_backend b;
-	char *name;
-	uint64_t max_bytes;
-	uint64_t used; /* bytes charged, <= max_bytes */
-	uint64_t next_id;
-	uint64_t next_fh;
-	uint64_t next_cookie;
-	uint64_t nr_inodes;
-	uint64_t key[2]; /* SipHash key for entry names */
-	struct id_table inodes;
-	struct id_table handles;
-	struct dent_table dents;
-	struct memfs_inode *root;
-};
-
-/* What the accounting charges for each object. */
-#define INODE_COST	     sizeof(struct memfs_inode)
-#define DIRENT_COST(namelen) (sizeof(struct memfs_dirent) + (namelen) + 1)
-#define CHUNK_COST	     MEMFS_CHUNK_SIZE
-#define NODE_COST	     sizeof(struct radix_node)
-
-static inline struct memfs *to_memfs(struct fs_backend *b)
-{
-	return container_of(b, struct memfs, b);
-}
-
-static uint64_t min_u64(uint64_t a, uint64_t b)
-{
-	return a < b ? a : b;
-}
-
-/* ---- accounting, time ----------------------------------------------- */
-
-static int charge(struct memfs *fs, uint64_t bytes)
-{
-	if (bytes > fs->max_bytes - fs->used)
-		return -ENOSPC;
-	fs->used += bytes;
-	return 0;
-}
-
-static void uncharge(struct memfs *fs, uint64_t bytes)
-{
-	fs->used -= bytes;
-}
-
-static struct timespec now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return ts;
-}
-
-static int ts_cmp(const struct timespec *a, const struct timespec *b)
-{
-	if (a->tv_sec != b->tv_sec)
-		return a->tv_sec < b->tv_sec ? -1 : 1;
-	if (a->tv_nsec != b->tv_nsec)
-		return a->tv_nsec < b->tv_nsec ? -1 : 1;
-	return 0;
-}
-
-/* relatime, as Linux mounts by default. */
-static void touch_atime(struct memfs_inode *ino)
-{
-	struct timespec t = now();
-
-	if (ts_cmp(&ino->atime, &ino->mtime) <= 0 ||
-	    ts_cmp(&ino->atime, &ino->ctime) <= 0 ||
-	    t.tv_sec - ino->atime.tv_sec >= RELATIME_SECS)
-		ino->atime = t;
-}
-
-static void touch_dir(struct memfs_inode *dir, struct timespec t)
-{
-	dir->mtime = t;
-	dir->ctime = t;
-}
-
-/* ---- SipHash-2-4 ---------------------------------------------------- */
-
-static inline uint64_t rotl64(uint64_t x, unsigned int r)
-{
-	return (x << r) | (x >> (64 - r));
-}
-
-#define SIPROUND                     \
-	do {                         \
-		v0 += v1;            \
-		v1 = rotl64(v1, 13); \
-		v1 ^= v0;            \
-		v0 = rotl64(v0, 32); \
-		v2 += v3;            \
-		v3 = rotl64(v3, 16); \
-		v3 ^= v2;            \
-		v0 += v3;            \
-		v3 = rotl64(v3, 21); \
-		v3 ^= v0;            \
-		v2 += v1;            \
-		v1 = rotl64(v1, 17); \
-		v1 ^= v2;            \
-		v2 = rotl64(v2, 32); \
-	} while (0)
-
-static uint64_t load_le64(const uint8_t *p, size_t n)
-{
-	uint64_t v = 0;
-	size_t i;
-
-	for (i = 0; i < n; i++)
-		v |= (uint64_t)p[i] << (8 * i);
-	return v;
-}
-
-static uint64_t siphash(const uint64_t key[2], const uint8_t *msg, size_t len)
-{
-	uint64_t v0 = key[0] ^ 0x736f6d6570736575ULL;
-	uint64_t v1 = key[1] ^ 0x646f72616e646f6dULL;
-	uint64_t v2 = key[0] ^ 0x6c7967656e657261ULL;
-	uint64_t v3 = key[1] ^ 0x7465646279746573ULL;
-	uint64_t m;
-	size_t i;
-
-	for (i = 0; i + 8 <= len; i += 8) {
-		m = load_le64(msg + i, 8);
-		v3 ^= m;
-		SIPROUND;
-		SIPROUND;
-		v0 ^= m;
-	}
-	m = load_le64(msg + i, len - i) | (uint64_t)len << 56;
-	v3 ^= m;
-	SIPROUND;
-	SIPROUND;
-	v0 ^= m;
-	v2 ^= 0xff;
-	SIPROUND;
-	SIPROUND;
-	SIPROUND;
-	SIPROUND;
-	return v0 ^ v1 ^ v2 ^ v3;
-}
-
-static uint64_t name_hash(const struct memfs *fs, uint64_t dir_id,
-			  const char *name, size_t len)
-{
-	uint8_t buf[sizeof(uint64_t) + FS_NAME_MAX];
-
-	memcpy(buf, &dir_id, sizeof(dir_id));
-	memcpy(buf + sizeof(dir_id), name, len);
-	return siphash(fs->key, buf, sizeof(dir_id) + len);
-}
-
-/* ---- id tables ------------------------------------------------------ */
-
-/*
- * The bucket arrays of the inode and entry tables are charged (fs set);
- * the handle table's is not (fs NULL): handles are bounded by count.
- * Growing is best effort: without the room or the memory, chains just get
- * longer. The arrays shrink as well, so they follow what is held now.
- */
-static int id_table_init(struct id_table *t)
-{
-	t->bucket = calloc(TABLE_MIN_BUCKETS, sizeof(*t->bucket));
-	if (!t->bucket)
-		return -ENOMEM;
-	t->mask = TABLE_MIN_BUCKETS - 1;
-	t->count = 0;
-	return 0;
-}
-
-static struct id_link *id_table_find(const struct id_table *t, uint64_t id)
-{
-	struct id_link *l;
-
-	for (l = t->bucket[id & t->mask]; l; l = l->next)
-		if (l->id == id)
-			return l;
-	return NULL;
-}
-
-/* Charges (or gives back) the change from old to n buckets. */
-static bool buckets_charge(struct memfs *fs, size_t old, size_t n)
-{
-	if (!fs)
-		return true;
-	if (n > old)
-		return !charge(fs, (n - old) * sizeof(void *));
-	uncharge(fs, (old - n) * sizeof(void *));
-	return true;
-}
-
-/* Rehashes into n buckets (a power of two). */
-static void id_table_resize(struct memfs *fs, struct id_table *t, size_t n)
-{
-	struct id_link **nb, *l, *next;
-	size_t i, old = t->mask + 1;
-
-	if (n > old && !buckets_charge(fs, old, n))
-		return;
-	nb = calloc(n, sizeof(*nb));
-	if (!nb) {
-		if (n > old)
-			buckets_charge(fs, n, old);
-		return;
-	}
-	for (i = 0; i < old; i++) {
-		for (l = t->bucket[i]; l; l = next) {
-			next = l->next;
-			l->next = nb[l->id & (n - 1)];
-			nb[l->id & (n - 1)] = l;
-		}
-	}
-	free(t->bucket);
-	t->bucket = nb;
-	t->mask = n - 1;
-	if (n < old)
-		buckets_charge(fs, old, n);
-}
-
-static void id_table_insert(struct memfs *fs, struct id_table *t,
-			    struct id_link *l)
-{
-	struct id_link **b;
-
-	if (t->count > t->mask)
-		id_table_resize(fs, t, (t->mask + 1) * 2);
-	b = &t->bucket[l->id & t->mask];
-	l->next = *b;
-	*b = l;
-	t->count++;
-}
-
-static void id_table_remove(struct memfs *fs, struct id_table *t,
-			    struct id_link *l)
-{
-	struct id_link **p;
-
-	for (p = &t->bucket[l->id & t->mask]; *p; p = &(*p)->next) {
-		if (*p == l) {
-			*p = l->next;
-			t->count--;
-			break;
-		}
-	}
-	if (t->mask + 1 > TABLE_MIN_BUCKETS && t->count < (t->mask + 1) / 8)
-		id_table_resize(fs, t, (t->mask + 1) / 2);
-}
-
-/* ---- entry table ---------------------------------------------------- */
-
-static int dent_table_init(struct dent_table *t)
-{
-	t->bucket = calloc(TABLE_MIN_BUCKETS, sizeof(*t->bucket));
-	if (!t->bucket)
-		return -ENOMEM;
-	t->mask = TABLE_MIN_BUCKETS - 1;
-	t->count = 0;
-	return 0;
-}
-
-/* As id_table_resize(), always charged. */
-static void dent_table_resize(struct memfs *fs, size_t n)
-{
-	struct dent_table *t = &fs->dents;
-	struct memfs_dirent **nb, *d, *next;
-	size_t i, old = t->mask + 1;
-
-	if (n > old && !buckets_charge(fs, old, n))
-		return;
-	nb = calloc(n, sizeof(*nb));
-	if (!nb) {
-		if (n > old)
-			buckets_charge(fs, n, old);
-		return;
-	}
-	for (i = 0; i < old; i++) {
-		for (d = t->bucket[i]; d; d = next) {
-			next = d->hnext;
-			d->hnext = nb[d->hash & (n - 1)];
-			nb[d->hash & (n - 1)] = d;
-		}
-	}
-	free(t->bucket);
-	t->bucket = nb;
-	t->mask = n - 1;
-	if (n < old)
-		buckets_charge(fs, old, n);
-}
-
-static struct memfs_dirent *dent_find(const struct memfs *fs,
-				      const struct memfs_inode *dir,
-				      const char *name, size_t len)
-{
-	uint64_t h = name_hash(fs, dir->link.id, name, len);
-	struct memfs_dirent *d;
-
-	for (d = fs->dents.bucket[h & fs->dents.mask]; d; d = d->hnext)
-		if (d->hash == h && d->dir == dir && d->namelen == len &&
-		    !memcmp(d->name, name, len))
-			return d;
-	return NULL;
-}
-
-/* ---- directory slots ------------------------------------------------ */
-
-/*
- * Each directory's slot array is charged as it is: room for one more
- * entry is made (and charged) before anything changes, so attaching one
- * cannot fail.
- */
-static int dir_reserve(struct memfs *fs, struct memfs_inode *dir)
-{
-	struct memfs_dir *md = &dir->u.dir;
-	struct memfs_slot *s;
-	size_t cap;
-
-	if (md->nr < md->cap)
-		return 0;
-	/* Double, or near a full max_bytes grow by the one slot needed. */
-	cap = md->cap ? md->cap * 2 : DIR_SLOTS_MIN;
-	if (charge(fs, (cap - md->cap) * sizeof(*s))) {
-		cap = md->cap + 1;
-		if (charge(fs, sizeof(*s)))
-			return -ENOSPC;
-	}
-	s = reallocarray(md->slots, cap, sizeof(*s));
-	if (!s) {
-		uncharge(fs, (cap - md->cap) * sizeof(*s));
-		return -ENOMEM;
-	}
-	md->slots = s;
-	md->cap = cap;
-	return 0;
-}
-
-/* The first slot whose cookie is above `cookie`. */
-static size_t dir_search(const struct memfs_dir *md, uint64_t cookie)
-{
-	size_t lo = 0, hi = md->nr, mid;
-
-	while (lo < hi) {
-		mid = lo + (hi - lo) / 2;
-		if (md->slots[mid].cookie <= cookie)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo;
-}
-
-/*
- * After a removal: tombstones go once they outnumber the entries, and the
- * array shrinks to at most twice what it holds (an empty directory holds
- * no array at all). Cookies stay, so offsets the guest holds stay valid.
- */
-static void dir_trim(struct memfs *fs, struct memfs_dir *md)
-{
-	struct memfs_slot *s;
-	size_t i, n = 0, cap;
-
-	while (md->nr && !md->slots[md->nr - 1].d)
-		md->nr--;
-	if (md->nr - md->live >= DIR_COMPACT_MIN &&
-	    md->nr - md->live > md->live) {
-		for (i = 0; i < md->nr; i++)
-			if (md->slots[i].d)
-				md->slots[n++] = md->slots[i];
-		md->nr = n;
-	}
-	if (!md->nr) {
-		free(md->slots);
-		uncharge(fs, md->cap * sizeof(*s));
-		md->slots = NULL;
-		md->cap = 0;
-		return;
-	}
-	cap = 2 * (md->nr > DIR_SLOTS_MIN ? md->nr : DIR_SLOTS_MIN);
-	if (md->cap <= 2 * cap)
-		return;
-	s = reallocarray(md->slots, cap, sizeof(*s));
-	if (!s)
-		return;
-	uncharge(fs, (md->cap - cap) * sizeof(*s));
-	md->slots = s;
-	md->cap = cap;
-}
-
-static void dent_attach(struct memfs *fs, struct memfs_dirent *d)
-{
-	struct memfs_dir *md = &d->dir->u.dir;
-	struct memfs_dirent **b;
-
-	if (fs->dents.count > fs->dents.mask)
-		dent_table_resize(fs, (fs->dents.mask + 1) * 2);
-	d->hash = name_hash(fs, d->dir->link.id, d->name, d->namelen);
-	b = &fs->dents.bucket[d->hash & fs->dents.mask];
-	d->hnext = *b;
-	*b = d;
-	fs->dents.count++;
-
-	d->cookie = fs->next_cookie++;
-	md->slots[md->nr].cookie = d->cookie;
-	md->slots[md->nr].d = d;
-	md->nr++;
-	md->live++;
-}
-
-static void dent_detach(struct memfs *fs, struct memfs_dirent *d)
-{
-	struct memfs_dir *md = &d->dir->u.dir;
-	struct memfs_dirent **p;
-	size_t i;
-
-	for (p = &fs->dents.bucket[d->hash & fs->dents.mask]; *p;
-	     p = &(*p)->hnext) {
-		if (*p == d) {
-			*p = d->hnext;
-			fs->dents.count--;
-			break;
-		}
-	}
-	if (fs->dents.mask + 1 > TABLE_MIN_BUCKETS &&
-	    fs->dents.count < (fs->dents.mask + 1) / 8)
-		dent_table_resize(fs, (fs->dents.mask + 1) / 2);
-	i = dir_search(md, d->cookie - 1);
-	if (i < md->nr && md->slots[i].d == d) {
-		md->slots[i].d = NULL;
-		md->live--;
-	}
-	dir_trim(fs, md);
-}
-
-static struct memfs_dirent *dent_alloc(struct memfs_inode *dir,
-				       const char *name, size_t len,
-				       struct memfs_inode *inode)
-{
-	struct memfs_dirent *d = malloc(sizeof(*d) + len + 1);
-
-	if (!d)
-		return NULL;
-	d->dir = dir;
-	d->inode = inode;
-	d->namelen = len;
-	memcpy(d->name, name, len);
-	d->name[len] = '\0';
-	return d;
-}
-
-/* ---- file data: a radix tree of chunks ------------------------------ */
-
-static unsigned int radix_height_for(uint64_t idx)
-{
-	unsigned int h = 1;
-
-	while (h < RADIX_MAX_HEIGHT && (idx >> (RADIX_BITS * h)))
-		h++;
-	return h;
-}
-
-static bool radix_covers(const struct memfs_data *fd, uint64_t idx)
-{
-	return fd->height && (fd->height >= RADIX_MAX_HEIGHT ||
-			      !(idx >> (RADIX_BITS * fd->height)));
-}
-
-static unsigned int radix_slot(uint64_t idx, unsigned int level)
-{
-	return (idx >> (RADIX_BITS * level)) & RADIX_MASK;
-}
-
-static uint8_t *radix_lookup(const struct memfs_data *fd, uint64_t idx)
-{
-	struct radix_node *n = fd->root;
-	unsigned int level;
-
-	if (!radix_covers(fd, idx))
-		return NULL;
-	for (level = fd->height - 1; n; level--) {
-		if (!level)
-			return n->slot[radix_slot(idx, 0)];
-		n = n->slot[radix_slot(idx, level)];
-	}
-	return NULL;
-}
-
-/*
- * Takes chunk idx out of the tree (answers it, or NULL if absent) and
- * frees the nodes its path leaves empty, so a failed insert is undone by
- * the same walk.
- */
-static uint8_t *radix_remove(struct memfs *fs, struct memfs_data *fd,
-			     uint64_t idx)
-{
-	struct radix_node *path[RADIX_MAX_HEIGHT], *n = fd->root;
-	unsigned int level, low;
-	uint8_t *chunk = NULL;
-
-	if (!radix_covers(fd, idx))
-		return NULL;
-	low = fd->height - 1;
-	/* Walk down as far as the path exists; path[level] is the node. */
-	for (level = fd->height - 1;; level--) {
-		path[level] = n;
-		low = level;
-		if (!level)
-			break;
-		n = n->slot[radix_slot(idx, level)];
-		if (!n)
-			break;
-	}
-	if (!low && path[0]->slot[radix_slot(idx, 0)]) {
-		chunk = path[0]->slot[radix_slot(idx, 0)];
-		path[0]->slot[radix_slot(idx, 0)] = NULL;
-		path[0]->count--;
-	}
-	for (level = low; level < fd->height && !path[level]->count; level++) {
-		free(path[level]);
-		uncharge(fs, NODE_COST);
-		if (level == fd->height - 1) {
-			fd->root = NULL;
-			fd->height = 0;
-			break;
-		}
-		path[level + 1]->slot[radix_slot(idx, level + 1)] = NULL;
-		path[level + 1]->count--;
-	}
-	return chunk;
-}
-
-static int radix_new_node(struct memfs *fs, struct radix_node **out)
-{
-	if (charge(fs, NODE_COST))
-		return -ENOSPC;
-	*out = calloc(1, sizeof(**out));
-	if (!*out) {
-		uncharge(fs, NODE_COST);
-		return -ENOMEM;
-	}
-	return 0;
-}
-
-/* Puts chunk at idx (absent); the nodes it needs are charged. */
-static int radix_insert(struct memfs *fs, struct memfs_data *fd, uint64_t idx,
-			uint8_t *chunk)
-{
-	unsigned int need = radix_height_for(idx), level;
-	struct radix_node *n, *child;
-	int err;
-
-	if (!fd->root) {
-		err = radix_new_node(fs, &n);
-		if (err)
-			return err;
-		fd->root = n;
-		fd->height = need;
-	}
-	while (fd->height < need) {
-		err = radix_new_node(fs, &n);
-		if (err)
-			return err;
-		n->slot[0] = fd->root;
-		n->count = 1;
-		fd->root = n;
-		fd->height++;
-	}
-	n = fd->root;
-	for (level = fd->height - 1; level; level--) {
-		child = n->slot[radix_slot(idx, level)];
-		if (!child) {
-			err = radix_new_node(fs, &child);
-			if (err) {
-				radix_remove(fs, fd, idx);
-				return err;
-			}
-			n->slot[radix_slot(idx, level)] = child;
-			n->count++;
-		}
-		n = child;
-	}
-	n->slot[radix_slot(idx, 0)] = chunk;
-	n->count++;
-	return 0;
-}
-
-/* Below n (at level, covering from base), the first chunk >= from. */
-static bool radix_next_in(const struct radix_node *n, unsigned int level,
-			  uint64_t base, uint64_t from, uint64_t *found)
-{
-	unsigned int shift = RADIX_BITS * level, i;
-	uint64_t child_base;
-
-	i = from > base ? (unsigned int)((from - base) >> shift) : 0;
-	for (; i < RADIX_FANOUT; i++) {
-		if (!n->slot[i])
-			continue;
-		child_base = base + ((uint64_t)i << shift);
-		if (!level) {
-			*found = child_base;
-			return true;
-		}
-		if (radix_next_in(n->slot[i], level - 1, child_base,
-				  from > child_base ? from : child_base, found))
-			return true;
-	}
-	return false;
-}
-
-/* The first allocated chunk index >= from, or RADIX_NONE. */
-static uint64_t radix_next(const struct memfs_data *fd, uint64_t from)
-{
-	uint64_t found;
-
-	if (!radix_covers(fd, from))
-		return RADIX_NONE;
-	if (radix_next_in(fd->root, fd->height - 1, 0, from, &found))
-		return found;
-	return RADIX_NONE;
-}
-
-static void radix_free_in(struct memfs *fs, struct radix_node *n,
-			  unsigned int level)
-{
-	unsigned int i;
-
-	for (i = 0; i < RADIX_FANOUT; i++) {
-		if (!n->slot[i])
-			continue;
-		if (level) {
-			radix_free_in(fs, n->slot[i], level - 1);
-		} else {
-			free(n->slot[i]);
-			uncharge(fs, CHUNK_COST);
-		}
-	}
-	free(n);
-	uncharge(fs, NODE_COST);
-}
-
-static void data_free(struct memfs *fs, struct memfs_data *fd)
-{
-	if (fd->root)
-		radix_free_in(fs, fd->root, fd->height - 1);
-	fd->root = NULL;
-	fd->height = 0;
-	fd->nr_chunks = 0;
-}
-
-static void chunk_drop(struct memfs *fs, struct memfs_data *fd, uint64_t idx)
-{
-	uint8_t *c = radix_remove(fs, fd, idx);
-
-	if (c) {
-		free(c);
-		uncharge(fs, CHUNK_COST);
-		fd->nr_chunks--;
-	}
-}
-
-/* Frees the chunks in [first, end) (chunk indices). */
-static void chunks_drop_range(struct memfs *fs, struct memfs_data *fd,
-			      uint64_t first, uint64_t end)
-{
-	uint64_t idx;
-
-	for (idx = radix_next(fd, first); idx != RADIX_NONE && idx < end;
-	     idx = radix_next(fd, idx + 1))
-		chunk_drop(fs, fd, idx);
-}
-
-static int chunk_get(struct memfs *fs, struct memfs_data *fd, uint64_t idx,
-		     uint8_t **out)
-{
-	uint8_t *c = radix_lookup(fd, idx);
-	int err;
-
-	if (c) {
-		*out = c;
-		return 0;
-	}
-	if (charge(fs, CHUNK_COST))
-		return -ENOSPC;
-	c = calloc(1, MEMFS_CHUNK_SIZE);
-	if (!c) {
-		uncharge(fs, CHUNK_COST);
-		return -ENOMEM;
-	}
-	err = radix_insert(fs, fd, idx, c);
-	if (err) {
-		free(c);
-		uncharge(fs, CHUNK_COST);
-		return err;
-	}
-	fd->nr_chunks++;
-	*out = c;
-	return 0;
-}
-
-/* Zeroes [from, to) inside one chunk, if it is allocated. */
-static void chunk_zero(struct memfs_data *fd, uint64_t idx, uint64_t from,
-		       uint64_t to)
-{
-	uint8_t *c = radix_lookup(fd, idx);
-
-	if (c && to > from)
-		memset(c + from, 0, to - from);
-}
-
-/*
- * Bytes past st_size are always zero in allocated chunks, so growing a
- * file (truncate up, a write past the end) shows zeroes there.
- */
-static void data_truncate(struct memfs *fs, struct memfs_inode *ino,
-			  uint64_t size)
-{
-	struct memfs_data *fd = &ino->u.data;
-
-	if (size < ino->size) {
-		chunks_drop_range(
-			fs, fd, (size + MEMFS_CHUNK_MASK) >> MEMFS_CHUNK_SHIFT,
-			RADIX_NONE);
-		if (size & MEMFS_CHUNK_MASK)
-			chunk_zero(fd, size >> MEMFS_CHUNK_SHIFT,
-				   size & MEMFS_CHUNK_MASK, MEMFS_CHUNK_SIZE);
-	}
-	ino->size = size;
-}
-
-static uint64_t data_read(struct memfs_inode *ino, uint8_t *p, size_t len,
-			  uint64_t off)
-{
-	uint64_t done = 0, in, n;
-	uint8_t *c;
-
-	while (done < len && off < ino->size) {
-		in = off & MEMFS_CHUNK_MASK;
-		n = min_u64(min_u64(MEMFS_CHUNK_SIZE - in, len - done),
-			    ino->size - off);
-		c = radix_lookup(&ino->u.data, off >> MEMFS_CHUNK_SHIFT);
-		if (c)
-			memcpy(p + done, c + in, n);
-		else
-			memset(p + done, 0, n);
-		done += n;
-		off += n;
-	}
-	return done;
-}
-
-/*
- * Writes what fits: answers the bytes written (possibly short, at a chunk
- * boundary, when max_bytes runs out) or -errno when nothing was.
- */
-static int64_t data_write(struct memfs *fs, struct memfs_inode *ino,
-			  const uint8_t *p, size_t len, uint64_t off)
-{
-	uint64_t done = 0, in, n;
-	uint8_t *c;
-	int err;
-
-	while (done < len) {
-		if (off >= MEMFS_MAX_FILE_SIZE) {
-			err = -EFBIG;
-			goto out;
-		}
-		in = off & MEMFS_CHUNK_MASK;
-		n = min_u64(min_u64(MEMFS_CHUNK_SIZE - in, len - done),
-			    MEMFS_MAX_FILE_SIZE - off);
-		err = chunk_get(fs, &ino->u.data, off >> MEMFS_CHUNK_SHIFT, &c);
-		if (err)
-			goto out;
-		memcpy(c + in, p + done, n);
-		done += n;
-		off += n;
-	}
-	err = 0;
-out:
-	if (done && off > ino->size)
-		ino->size = off;
-	return done ? (int64_t)done : err;
-}
-
-/* ---- inodes --------------------------------------------------------- */
-
-static struct memfs_inode *inode_get(const struct memfs *fs, uint64_t id)
-{
-	struct id_link *l = id_table_find(&fs->inodes, id);
-
-	return l ? container_of(l, struct memfs_inode, link) : NULL;
-}
-
-static int dir_get(const struct memfs *fs, uint64_t id,
-		   struct memfs_inode **out)
-{
-	struct memfs_inode *dir = inode_get(fs, id);
-
-	if (!dir)
-		return -ESTALE;
-	if (!S_ISDIR(dir->mode))
-		return -ENOTDIR;
-	*out = dir;
-	return 0;
-}
-
-static void inode_free(struct memfs *fs, struct memfs_inode *ino)
-{
-	id_table_remove(fs, &fs->inodes, &ino->link);
-	if (S_ISREG(ino->mode)) {
-		data_free(fs, &ino->u.data);
-	} else if (S_ISLNK(ino->mode)) {
-		uncharge(fs, ino->size + 1);
-		free(ino->u.target);
-	} else if (S_ISDIR(ino->mode)) {
-		free(ino->u.dir.slots);
-		uncharge(fs, ino->u.dir.cap * sizeof(struct memfs_slot));
-	}
-	uncharge(fs, INODE_COST);
-	fs->nr_inodes--;
-	free(ino);
-}
-
-/* The inode goes when nothing names it: no link, lookup or handle. */
-static void inode_put(struct memfs *fs, struct memfs_inode *ino)
-{
-	if (ino != fs->root && !ino->nlink && !ino->nlookup && !ino->nopen)
-		inode_free(fs, ino);
-}
-
-static void fill_attr(const struct memfs_inode *ino, struct fuse_attr *a)
-{
-	memset(a, 0, sizeof(*a));
-	a->ino = ino->link.id;
-	a->mode = ino->mode;
-	a->nlink = ino->nlink;
-	a->uid = ino->uid;
-	a->gid = ino->gid;
-	a->rdev = ino->rdev;
-	a->blksize = MEMFS_BLOCK_SIZE;
-	if (S_ISDIR(ino->mode)) {
-		a->size = (ino->u.dir.live + 2) * MEMFS_DIRENT_BOGO;
-	} else {
-		a->size = ino->size;
-		if (S_ISREG(ino->mode))
-			a->blocks = ino->u.data.nr_chunks *
-				    (MEMFS_CHUNK_SIZE / MEMFS_SECTOR);
-	}
-	a->atime = (uint64_t)ino->atime.tv_sec;
-	a->atimensec = (uint32_t)ino->atime.tv_nsec;
-	a->mtime = (uint64_t)ino->mtime.tv_sec;
-	a->mtimensec = (uint32_t)ino->mtime.tv_nsec;
-	a->ctime = (uint64_t)ino->ctime.tv_sec;
-	a->ctimensec = (uint32_t)ino->ctime.tv_nsec;
-}
-
-/* An entry for the guest: it now holds one more lookup. */
-static void fill_entry(struct memfs_inode *ino, struct fs_entry *out)
-{
-	ino->nlookup++;
-	memset(out, 0, sizeof(*out));
-	out->nodeid = ino->link.id;
-	out->generation = 0; /* ids are never reused */
-	fill_attr(ino, &out->attr);
-}
-
-/* The server checks names; checked again since ids and names are cheap. */
-static int name_check(const char *name, size_t *len)
-{
-	size_t n = strnlen(name, FS_NAME_MAX + 1);
-
-	if (n > FS_NAME_MAX)
-		return -ENAMETOOLONG;
-	if (!n || memchr(name, '/', n) || !strcmp(name, ".") ||
-	    !strcmp(name, ".."))
-		return -EINVAL;
-	*len = n;
-	return 0;
-}
-
-/*
- * Creates `name` in dir with the given type and permission bits (umask
- * already applied), owned by ctx; a symlink gets target. The new inode
- * holds no lookup yet: fill_entry() counts the one the guest gets.
- */
-static int make_node(struct memfs *fs, const struct fs_ctx *ctx,
-		     struct memfs_inode *dir, const char *name, uint32_t mode,
-		     uint32_t rdev, const char *target,
-		     struct memfs_inode **out)
-{
-	size_t len, tlen = 0;
-	struct memfs_dirent *d;
-	struct memfs_inode *ino;
-	struct timespec t;
-	uint64_t cost;
-	int err;
-
-	err = name_check(name, &len);
-	if (err)
-		return err;
-	if (!dir->nlink)
-		return -ENOENT; /* removed: no new entries */
-	if (dent_find(fs, dir, name, len))
-		return -EEXIST;
-	if (S_ISDIR(mode) && dir->nlink >= MEMFS_LINK_MAX)
-		return -EMLINK;
-	if (target) {
-		tlen = strnlen(target, FS_PATH_MAX + 1);
-		if (!tlen)
-			return -ENOENT;
-		if (tlen > FS_PATH_MAX)
-			return -ENAMETOOLONG;
-	}
-	cost = INODE_COST + DIRENT_COST(len) + (target ? tlen + 1 : 0);
-	if (charge(fs, cost))
-		return -ENOSPC;
-	err = dir_reserve(fs, dir);
-	if (err)
-		goto out_uncharge;
-	err = -ENOMEM;
-	ino = calloc(1, sizeof(*ino));
-	if (!ino)
-		goto out_uncharge;
-	d = dent_alloc(dir, name, len, ino);
-	if (!d)
-		goto out_free_inode;
-	if (target) {
-		ino->u.target = strndup(target, tlen);
-		if (!ino->u.target)
-			goto out_free_dirent;
-		ino->size = tlen;
-	}
-
-	t = now();
-	ino->link.id = fs->next_id++;
-	ino->mode = mode;
-	ino->uid = ctx->uid;
-	ino->gid = ctx->gid;
-	/* BSD group semantics under a set-group-ID directory, as Linux. */
-	if (dir->mode & S_ISGID) {
-		ino->gid = dir->gid;
-		if (S_ISDIR(mode))
-			ino->mode |= S_ISGID;
-	}
-	ino->rdev = rdev;
-	ino->nlink = S_ISDIR(mode) ? 2 : 1;
-	ino->atime = ino->mtime = ino->ctime = t;
-	if (S_ISDIR(mode)) {
-		ino->u.dir.parent = dir;
-		dir->nlink++;
-	}
-	id_table_insert(fs, &fs->inodes, &ino->link);
-	fs->nr_inodes++;
-	dent_attach(fs, d);
-	touch_dir(dir, t);
-	*out = ino;
-	return 0;
-
-out_free_dirent:
-	free(d);
-out_free_inode:
-	free(ino);
-out_uncharge:
-	uncharge(fs, cost);
-	return err;
-}
-
-/* Removes an entry; the caller puts the inode once done with it. */
-static void drop_entry(struct memfs *fs, struct memfs_dirent *d,
-		       struct timespec t)
-{
-	struct memfs_inode *dir = d->dir, *ino = d->inode;
-
-	dent_detach(fs, d);
-	uncharge(fs, DIRENT_COST(d->namelen));
-	free(d);
-	if (S_ISDIR(ino->mode)) {
-		ino->nlink = 0;
-		ino->u.dir.parent = NULL;
-		dir->nlink--;
-	} else {
-		ino->nlink--;
-	}
-	ino->ctime = t;
-	touch_dir(dir, t);
-}
-
-/* Is node ancestor itself or beneath it? */
-static bool in_subtree(const struct memfs *fs, const struct memfs_inode *node,
-		       const struct memfs_inode *ancestor)
-{
-	while (node) {
-		if (node == ancestor)
-			return true;
-		if (node == fs->root)
-			return false;
-		node = node->u.dir.parent;
-	}
-	return false;
-}
-
-/* ---- handles -------------------------------------------------------- */
-
-static int handle_new(struct memfs *fs, struct memfs_handle **out)
-{
-	if (fs->handles.count >= MEMFS_MAX_HANDLES)
-		return -ENFILE;
-	*out = calloc(1, sizeof(**out));
-	return *out ? 0 : -ENOMEM;
-}
-
-static void handle_attach(struct memfs *fs, struct memfs_handle *h,
-			  struct memfs_inode *ino, uint32_t flags, bool dir,
-			  uint64_t *fh)
-{
-	h->link.id = fs->next_fh++;
-	h->inode = ino;
-	h->flags = flags;
-	h->dir = dir;
-	ino->nopen++;
-	id_table_insert(NULL, &fs->handles, &h->link);
-	*fh = h->link.id;
-}
-
-static int handle_get(const struct memfs *fs, uint64_t nodeid, uint64_t fh,
-		      bool dir, struct memfs_handle **out)
-{
-	struct memfs_handle *h;
-	struct id_link *l;
-
-	if (!inode_get(fs, nodeid))
-		return -ESTALE;
-	l = id_table_find(&fs->handles, fh);
-	if (!l)
-		return -EBADF;
-	h = container_of(l, struct memfs_handle, link);
-	if (h->inode->link.id != nodeid || h->dir != dir)
-		return -EBADF;
-	*out = h;
-	return 0;
-}
-
-static int handle_release(struct memfs *fs, uint64_t nodeid, uint64_t fh,
-			  bool dir)
-{
-	struct memfs_handle *h;
-	struct memfs_inode *ino;
-	int err;
-
-	err = handle_get(fs, nodeid, fh, dir, &h);
-	if (err)
-		return err;
-	ino = h->inode;
-	id_table_remove(NULL, &fs->handles, &h->link);
-	free(h);
-	ino->nopen--;
-	inode_put(fs, ino);
-	return 0;
-}
-
-static bool can_read(uint32_t flags)
-{
-	return (flags & O_ACCMODE) == O_RDONLY || (flags & O_ACCMODE) == O_RDWR;
-}
-
-static bool can_write(uint32_t flags)
-{
-	return (flags & O_ACCMODE) == O_WRONLY || (flags & O_ACCMODE) == O_RDWR;
-}
+#include "devices/fs/memfs-internal.h"
 
 /* ---- ops ------------------------------------------------------------ */
 
@@ -1238,28 +48,28 @@ static int memfs_lookup(struct fs_backend *b, uint64_t parent, const char *name,
 	size_t len;
 	int err;
 
-	err = dir_get(fs, parent, &dir);
+	err = memfs_dir_get(fs, parent, &dir);
 	if (err)
 		return err;
 	/* "." and ".." only come from the guest's NFS export paths. */
 	if (!strcmp(name, ".")) {
-		fill_entry(dir, out);
+		memfs_fill_entry(dir, out);
 		return 0;
 	}
 	if (!strcmp(name, "..")) {
 		if (!dir->u.dir.parent)
 			return -ENOENT;
-		fill_entry(dir->u.dir.parent, out);
+		memfs_fill_entry(dir->u.dir.parent, out);
 		return 0;
 	}
-	err = name_check(name, &len);
+	err = memfs_name_check(name, &len);
 	if (err)
 		return err;
-	d = dent_find(fs, dir, name, len);
+	d = memfs_dent_find(fs, dir, name, len);
 	if (!d)
 		return -ENOENT;
 	ino = d->inode;
-	fill_entry(ino, out);
+	memfs_fill_entry(ino, out);
 	return 0;
 }
 
@@ -1267,22 +77,22 @@ static void memfs_forget(struct fs_backend *b, uint64_t nodeid,
 			 uint64_t nlookup)
 {
 	struct memfs *fs = to_memfs(b);
-	struct memfs_inode *ino = inode_get(fs, nodeid);
+	struct memfs_inode *ino = memfs_inode_get(fs, nodeid);
 
 	if (!ino)
 		return;
 	ino->nlookup -= min_u64(nlookup, ino->nlookup);
-	inode_put(fs, ino);
+	memfs_inode_put(fs, ino);
 }
 
 static int memfs_getattr(struct fs_backend *b, uint64_t nodeid,
 			 struct fuse_attr *out)
 {
-	struct memfs_inode *ino = inode_get(to_memfs(b), nodeid);
+	struct memfs_inode *ino = memfs_inode_get(to_memfs(b), nodeid);
 
 	if (!ino)
 		return -ESTALE;
-	fill_attr(ino, out);
+	memfs_fill_attr(ino, out);
 	return 0;
 }
 
@@ -1300,8 +110,8 @@ static int memfs_setattr(struct fs_backend *b, const struct fs_ctx *ctx,
 			 struct fuse_attr *out)
 {
 	struct memfs *fs = to_memfs(b);
-	struct memfs_inode *ino = inode_get(fs, nodeid);
-	struct timespec t = now(), atime, mtime, ctime = t;
+	struct memfs_inode *ino = memfs_inode_get(fs, nodeid);
+	struct timespec t = memfs_now(), atime, mtime, ctime = t;
 	uint32_t valid = in->valid;
 	bool mtime_set = false;
 
@@ -1346,7 +156,7 @@ static int memfs_setattr(struct fs_backend *b, const struct fs_ctx *ctx,
 			ino->mode &= ~S_ISGID;
 	}
 	if ((valid & FATTR_SIZE) && in->size != ino->size) {
-		data_truncate(fs, ino, in->size);
+		memfs_data_truncate(fs, ino, in->size);
 		if (!mtime_set)
 			mtime = t;
 	}
@@ -1356,14 +166,14 @@ static int memfs_setattr(struct fs_backend *b, const struct fs_ctx *ctx,
 	    (FATTR_MODE | FATTR_UID | FATTR_GID | FATTR_SIZE | FATTR_ATIME |
 	     FATTR_MTIME | FATTR_CTIME | FATTR_KILL_SUIDGID))
 		ino->ctime = ctime;
-	fill_attr(ino, out);
+	memfs_fill_attr(ino, out);
 	return 0;
 }
 
 static ssize_t memfs_readlink(struct fs_backend *b, uint64_t nodeid, char *buf,
 			      size_t size)
 {
-	struct memfs_inode *ino = inode_get(to_memfs(b), nodeid);
+	struct memfs_inode *ino = memfs_inode_get(to_memfs(b), nodeid);
 	size_t n;
 
 	if (!ino)
@@ -1384,10 +194,10 @@ static int create_node(struct fs_backend *b, const struct fs_ctx *ctx,
 	struct memfs_inode *dir;
 	int err;
 
-	err = dir_get(fs, parent, &dir);
+	err = memfs_dir_get(fs, parent, &dir);
 	if (err)
 		return err;
-	return make_node(fs, ctx, dir, name, mode, rdev, target, ino);
+	return memfs_make_node(fs, ctx, dir, name, mode, rdev, target, ino);
 }
 
 static int memfs_mknod(struct fs_backend *b, const struct fs_ctx *ctx,
@@ -1416,7 +226,7 @@ static int memfs_mknod(struct fs_backend *b, const struct fs_ctx *ctx,
 			  0, NULL, &ino);
 	if (err)
 		return err;
-	fill_entry(ino, out);
+	memfs_fill_entry(ino, out);
 	return 0;
 }
 
@@ -1431,7 +241,7 @@ static int memfs_mkdir(struct fs_backend *b, const struct fs_ctx *ctx,
 			  S_IFDIR | (mode & ~umask & 07777), 0, NULL, &ino);
 	if (err)
 		return err;
-	fill_entry(ino, out);
+	memfs_fill_entry(ino, out);
 	return 0;
 }
 
@@ -1446,7 +256,7 @@ static int memfs_symlink(struct fs_backend *b, const struct fs_ctx *ctx,
 			  &ino);
 	if (err)
 		return err;
-	fill_entry(ino, out);
+	memfs_fill_entry(ino, out);
 	return 0;
 }
 
@@ -1457,13 +267,13 @@ static int find_entry(struct memfs *fs, uint64_t parent, const char *name,
 	size_t len;
 	int err;
 
-	err = dir_get(fs, parent, &dir);
+	err = memfs_dir_get(fs, parent, &dir);
 	if (err)
 		return err;
-	err = name_check(name, &len);
+	err = memfs_name_check(name, &len);
 	if (err)
 		return err;
-	*out = dent_find(fs, dir, name, len);
+	*out = memfs_dent_find(fs, dir, name, len);
 	return *out ? 0 : -ENOENT;
 }
 
@@ -1480,8 +290,8 @@ static int memfs_unlink(struct fs_backend *b, uint64_t parent, const char *name)
 	ino = d->inode;
 	if (S_ISDIR(ino->mode))
 		return -EISDIR;
-	drop_entry(fs, d, now());
-	inode_put(fs, ino);
+	memfs_drop_entry(fs, d, memfs_now());
+	memfs_inode_put(fs, ino);
 	return 0;
 }
 
@@ -1500,8 +310,8 @@ static int memfs_rmdir(struct fs_backend *b, uint64_t parent, const char *name)
 		return -ENOTDIR;
 	if (ino->u.dir.live)
 		return -ENOTEMPTY;
-	drop_entry(fs, d, now());
-	inode_put(fs, ino);
+	memfs_drop_entry(fs, d, memfs_now());
+	memfs_inode_put(fs, ino);
 	return 0;
 }
 
@@ -1514,9 +324,9 @@ static int rename_exchange(struct memfs *fs, struct memfs_dirent *od,
 
 	if (a == b)
 		return 0;
-	if (S_ISDIR(a->mode) && in_subtree(fs, ndir, a))
+	if (S_ISDIR(a->mode) && memfs_in_subtree(fs, ndir, a))
 		return -EINVAL;
-	if (S_ISDIR(b->mode) && in_subtree(fs, odir, b))
+	if (S_ISDIR(b->mode) && memfs_in_subtree(fs, odir, b))
 		return -EINVAL;
 	od->inode = b;
 	nd->inode = a;
@@ -1532,11 +342,11 @@ static int rename_exchange(struct memfs *fs, struct memfs_dirent *od,
 			odir->nlink++;
 		}
 	}
-	t = now();
+	t = memfs_now();
 	a->ctime = t;
 	b->ctime = t;
-	touch_dir(odir, t);
-	touch_dir(ndir, t);
+	memfs_touch_dir(odir, t);
+	memfs_touch_dir(ndir, t);
 	return 0;
 }
 
@@ -1558,17 +368,17 @@ static int memfs_rename(struct fs_backend *b, uint64_t parent, const char *name,
 	err = find_entry(fs, parent, name, &od);
 	if (err)
 		return err;
-	err = dir_get(fs, newparent, &ndir);
+	err = memfs_dir_get(fs, newparent, &ndir);
 	if (err)
 		return err;
-	err = name_check(newname, &newlen);
+	err = memfs_name_check(newname, &newlen);
 	if (err)
 		return err;
 	if (!ndir->nlink)
 		return -ENOENT;
 	odir = od->dir;
 	src = od->inode;
-	nd = dent_find(fs, ndir, newname, newlen);
+	nd = memfs_dent_find(fs, ndir, newname, newlen);
 	if (flags & RENAME_EXCHANGE) {
 		if (!nd)
 			return -ENOENT;
@@ -1588,7 +398,7 @@ static int memfs_rename(struct fs_backend *b, uint64_t parent, const char *name,
 		if (S_ISDIR(dst->mode) && dst->u.dir.live)
 			return -ENOTEMPTY;
 	}
-	if (S_ISDIR(src->mode) && in_subtree(fs, ndir, src))
+	if (S_ISDIR(src->mode) && memfs_in_subtree(fs, ndir, src))
 		return -EINVAL;
 	if (S_ISDIR(src->mode) && odir != ndir && !dst &&
 	    ndir->nlink >= MEMFS_LINK_MAX)
@@ -1600,10 +410,10 @@ static int memfs_rename(struct fs_backend *b, uint64_t parent, const char *name,
 		DIRENT_COST(od->namelen) + (nd ? DIRENT_COST(nd->namelen) : 0);
 	if (cost > release && cost - release > fs->max_bytes - fs->used)
 		return -ENOSPC;
-	err = dir_reserve(fs, ndir);
+	err = memfs_dir_reserve(fs, ndir);
 	if (err)
 		return err;
-	moved = dent_alloc(ndir, newname, newlen, src);
+	moved = memfs_dent_alloc(ndir, newname, newlen, src);
 	if (!moved)
 		return -ENOMEM;
 
@@ -1611,13 +421,13 @@ static int memfs_rename(struct fs_backend *b, uint64_t parent, const char *name,
 	 * The new entry goes in first, into the slot reserved for it: taking
 	 * the old ones out may shrink or free ndir's slot array.
 	 */
-	t = now();
+	t = memfs_now();
 	fs->used += cost;
-	dent_attach(fs, moved);
+	memfs_dent_attach(fs, moved);
 	if (nd)
-		drop_entry(fs, nd, t);
-	dent_detach(fs, od);
-	uncharge(fs, DIRENT_COST(od->namelen));
+		memfs_drop_entry(fs, nd, t);
+	memfs_dent_detach(fs, od);
+	memfs_uncharge(fs, DIRENT_COST(od->namelen));
 	free(od);
 	if (S_ISDIR(src->mode) && odir != ndir) {
 		src->u.dir.parent = ndir;
@@ -1625,10 +435,10 @@ static int memfs_rename(struct fs_backend *b, uint64_t parent, const char *name,
 		ndir->nlink++;
 	}
 	src->ctime = t;
-	touch_dir(odir, t);
-	touch_dir(ndir, t);
+	memfs_touch_dir(odir, t);
+	memfs_touch_dir(ndir, t);
 	if (dst)
-		inode_put(fs, dst);
+		memfs_inode_put(fs, dst);
 	return 0;
 }
 
@@ -1636,7 +446,7 @@ static int memfs_link(struct fs_backend *b, uint64_t nodeid, uint64_t newparent,
 		      const char *newname, struct fs_entry *out)
 {
 	struct memfs *fs = to_memfs(b);
-	struct memfs_inode *ino = inode_get(fs, nodeid), *dir;
+	struct memfs_inode *ino = memfs_inode_get(fs, nodeid), *dir;
 	struct memfs_dirent *d;
 	struct timespec t;
 	size_t len;
@@ -1646,40 +456,40 @@ static int memfs_link(struct fs_backend *b, uint64_t nodeid, uint64_t newparent,
 		return -ESTALE;
 	if (S_ISDIR(ino->mode))
 		return -EPERM;
-	err = dir_get(fs, newparent, &dir);
+	err = memfs_dir_get(fs, newparent, &dir);
 	if (err)
 		return err;
-	err = name_check(newname, &len);
+	err = memfs_name_check(newname, &len);
 	if (err)
 		return err;
 	if (!dir->nlink)
 		return -ENOENT;
-	if (dent_find(fs, dir, newname, len))
+	if (memfs_dent_find(fs, dir, newname, len))
 		return -EEXIST;
 	if (!ino->nlink)
 		return -ENOENT; /* unlinked: cannot come back */
 	if (ino->nlink >= MEMFS_LINK_MAX)
 		return -EMLINK;
-	if (charge(fs, DIRENT_COST(len)))
+	if (memfs_charge(fs, DIRENT_COST(len)))
 		return -ENOSPC;
-	err = dir_reserve(fs, dir);
+	err = memfs_dir_reserve(fs, dir);
 	if (err)
 		goto out_uncharge;
-	d = dent_alloc(dir, newname, len, ino);
+	d = memfs_dent_alloc(dir, newname, len, ino);
 	if (!d) {
 		err = -ENOMEM;
 		goto out_uncharge;
 	}
-	dent_attach(fs, d);
+	memfs_dent_attach(fs, d);
 	ino->nlink++;
-	t = now();
+	t = memfs_now();
 	ino->ctime = t;
-	touch_dir(dir, t);
-	fill_entry(ino, out);
+	memfs_touch_dir(dir, t);
+	memfs_fill_entry(ino, out);
 	return 0;
 
 out_uncharge:
-	uncharge(fs, DIRENT_COST(len));
+	memfs_uncharge(fs, DIRENT_COST(len));
 	return err;
 }
 
@@ -1698,7 +508,7 @@ static int memfs_open(struct fs_backend *b, uint64_t nodeid, uint32_t flags,
 		      uint64_t *fh, uint32_t *open_flags)
 {
 	struct memfs *fs = to_memfs(b);
-	struct memfs_inode *ino = inode_get(fs, nodeid);
+	struct memfs_inode *ino = memfs_inode_get(fs, nodeid);
 	struct memfs_handle *h;
 	struct timespec t;
 	int err;
@@ -1708,17 +518,17 @@ static int memfs_open(struct fs_backend *b, uint64_t nodeid, uint32_t flags,
 	err = open_check(ino);
 	if (err)
 		return err;
-	err = handle_new(fs, &h);
+	err = memfs_handle_new(fs, &h);
 	if (err)
 		return err;
 	/* FUSE_ATOMIC_O_TRUNC: the truncation comes with the open. */
-	if ((flags & O_TRUNC) && can_write(flags)) {
-		data_truncate(fs, ino, 0);
-		t = now();
+	if ((flags & O_TRUNC) && memfs_can_write(flags)) {
+		memfs_data_truncate(fs, ino, 0);
+		t = memfs_now();
 		ino->mtime = t;
 		ino->ctime = t;
 	}
-	handle_attach(fs, h, ino, flags, false, fh);
+	memfs_handle_attach(fs, h, ino, flags, false, fh);
 	*open_flags = 0;
 	return 0;
 }
@@ -1733,7 +543,7 @@ static int memfs_create(struct fs_backend *b, const struct fs_ctx *ctx,
 	struct memfs_inode *ino;
 	int err;
 
-	err = handle_new(fs, &h);
+	err = memfs_handle_new(fs, &h);
 	if (err)
 		return err;
 	err = create_node(b, ctx, parent, name,
@@ -1742,20 +552,10 @@ static int memfs_create(struct fs_backend *b, const struct fs_ctx *ctx,
 		free(h);
 		return err;
 	}
-	handle_attach(fs, h, ino, flags, false, fh);
-	fill_entry(ino, out);
+	memfs_handle_attach(fs, h, ino, flags, false, fh);
+	memfs_fill_entry(ino, out);
 	*open_flags = 0;
 	return 0;
-}
-
-static int file_handle(struct memfs *fs, uint64_t nodeid, uint64_t fh,
-		       struct memfs_handle **h)
-{
-	int err = handle_get(fs, nodeid, fh, false, h);
-
-	if (err)
-		return err;
-	return S_ISREG((*h)->inode->mode) ? 0 : -EBADF;
 }
 
 static ssize_t memfs_read(struct fs_backend *b, uint64_t nodeid, uint64_t fh,
@@ -1766,24 +566,24 @@ static ssize_t memfs_read(struct fs_backend *b, uint64_t nodeid, uint64_t fh,
 	uint64_t done = 0, n;
 	int err, i;
 
-	err = file_handle(fs, nodeid, fh, &h);
+	err = memfs_file_handle(fs, nodeid, fh, &h);
 	if (err)
 		return err;
-	if (!can_read(h->flags))
+	if (!memfs_can_read(h->flags))
 		return -EBADF;
 	if (iovcnt < 0)
 		return -EINVAL;
 	if (offset >= h->inode->size)
 		return 0;
 	for (i = 0; i < iovcnt && done < SSIZE_MAX; i++) {
-		n = data_read(h->inode, iov[i].iov_base,
-			      min_u64(iov[i].iov_len, SSIZE_MAX - done),
-			      offset + done);
+		n = memfs_data_read(h->inode, iov[i].iov_base,
+				    min_u64(iov[i].iov_len, SSIZE_MAX - done),
+				    offset + done);
 		done += n;
 		if (n < iov[i].iov_len)
 			break;
 	}
-	touch_atime(h->inode);
+	memfs_touch_atime(h->inode);
 	return (ssize_t)done;
 }
 
@@ -1798,10 +598,10 @@ static ssize_t memfs_write(struct fs_backend *b, uint64_t nodeid, uint64_t fh,
 	int64_t n = 0;
 	int err, i;
 
-	err = file_handle(fs, nodeid, fh, &h);
+	err = memfs_file_handle(fs, nodeid, fh, &h);
 	if (err)
 		return err;
-	if (!can_write(h->flags))
+	if (!memfs_can_write(h->flags))
 		return -EBADF;
 	if (iovcnt < 0)
 		return -EINVAL;
@@ -1813,9 +613,9 @@ static ssize_t memfs_write(struct fs_backend *b, uint64_t nodeid, uint64_t fh,
 			n = -EFBIG;
 			break;
 		}
-		n = data_write(fs, ino, iov[i].iov_base,
-			       min_u64(iov[i].iov_len, SSIZE_MAX - done),
-			       offset + done);
+		n = memfs_data_write(fs, ino, iov[i].iov_base,
+				     min_u64(iov[i].iov_len, SSIZE_MAX - done),
+				     offset + done);
 		if (n < 0)
 			break;
 		done += (uint64_t)n;
@@ -1824,7 +624,7 @@ static ssize_t memfs_write(struct fs_backend *b, uint64_t nodeid, uint64_t fh,
 	}
 	if (!done)
 		return n < 0 ? n : 0;
-	t = now();
+	t = memfs_now();
 	ino->mtime = t;
 	ino->ctime = t;
 	return (ssize_t)done;
@@ -1834,12 +634,12 @@ static int memfs_flush(struct fs_backend *b, uint64_t nodeid, uint64_t fh)
 {
 	struct memfs_handle *h;
 
-	return file_handle(to_memfs(b), nodeid, fh, &h);
+	return memfs_file_handle(to_memfs(b), nodeid, fh, &h);
 }
 
 static int memfs_release(struct fs_backend *b, uint64_t nodeid, uint64_t fh)
 {
-	return handle_release(to_memfs(b), nodeid, fh, false);
+	return memfs_handle_release(to_memfs(b), nodeid, fh, false);
 }
 
 static int memfs_fsync(struct fs_backend *b, uint64_t nodeid, uint64_t fh,
@@ -1847,7 +647,7 @@ static int memfs_fsync(struct fs_backend *b, uint64_t nodeid, uint64_t fh,
 {
 	struct memfs_handle *h;
 
-	return file_handle(to_memfs(b), nodeid, fh, &h);
+	return memfs_file_handle(to_memfs(b), nodeid, fh, &h);
 }
 
 static int memfs_opendir(struct fs_backend *b, uint64_t nodeid, uint64_t *fh)
@@ -1857,13 +657,13 @@ static int memfs_opendir(struct fs_backend *b, uint64_t nodeid, uint64_t *fh)
 	struct memfs_inode *dir;
 	int err;
 
-	err = dir_get(fs, nodeid, &dir);
+	err = memfs_dir_get(fs, nodeid, &dir);
 	if (err)
 		return err;
-	err = handle_new(fs, &h);
+	err = memfs_handle_new(fs, &h);
 	if (err)
 		return err;
-	handle_attach(fs, h, dir, O_RDONLY, true, fh);
+	memfs_handle_attach(fs, h, dir, O_RDONLY, true, fh);
 	return 0;
 }
 
@@ -1883,7 +683,7 @@ static int memfs_readdir(struct fs_backend *b, uint64_t nodeid, uint64_t fh,
 	size_t i;
 	int err;
 
-	err = handle_get(fs, nodeid, fh, true, &h);
+	err = memfs_handle_get(fs, nodeid, fh, true, &h);
 	if (err)
 		return err;
 	dir = h->inode;
@@ -1891,29 +691,30 @@ static int memfs_readdir(struct fs_backend *b, uint64_t nodeid, uint64_t fh,
 	if (!md->parent)
 		return -ENOENT; /* removed, as getdents(2) on Linux */
 	if (offset < COOKIE_DOT &&
-	    !fs_dirbuf__add(out, ".", 1, dir->link.id, DT_DIR, COOKIE_DOT))
+	    !fs_dirbuf__add(out, ".", 1, dir->link.key, DT_DIR, COOKIE_DOT))
 		return 0;
 	if (offset < COOKIE_DOTDOT &&
-	    !fs_dirbuf__add(out, "..", 2, md->parent->link.id, DT_DIR,
+	    !fs_dirbuf__add(out, "..", 2, md->parent->link.key, DT_DIR,
 			    COOKIE_DOTDOT))
 		return 0;
-	for (i = dir_search(md,
-			    offset > COOKIE_DOTDOT ? offset : COOKIE_DOTDOT);
+	for (i = memfs_dir_search(md, offset > COOKIE_DOTDOT ? offset :
+							       COOKIE_DOTDOT);
 	     i < md->nr; i++) {
 		d = md->slots[i].d;
 		if (!d)
 			continue;
-		if (!fs_dirbuf__add(out, d->name, d->namelen, d->inode->link.id,
-				    dt_type(d->inode->mode), d->cookie))
+		if (!fs_dirbuf__add(out, d->name, d->namelen,
+				    d->inode->link.key, dt_type(d->inode->mode),
+				    d->cookie))
 			break;
 	}
-	touch_atime(dir);
+	memfs_touch_atime(dir);
 	return 0;
 }
 
 static int memfs_releasedir(struct fs_backend *b, uint64_t nodeid, uint64_t fh)
 {
-	return handle_release(to_memfs(b), nodeid, fh, true);
+	return memfs_handle_release(to_memfs(b), nodeid, fh, true);
 }
 
 static int memfs_fsyncdir(struct fs_backend *b, uint64_t nodeid, uint64_t fh,
@@ -1921,7 +722,7 @@ static int memfs_fsyncdir(struct fs_backend *b, uint64_t nodeid, uint64_t fh,
 {
 	struct memfs_handle *h;
 
-	return handle_get(to_memfs(b), nodeid, fh, true, &h);
+	return memfs_handle_get(to_memfs(b), nodeid, fh, true, &h);
 }
 
 /* What creating one more (short-named) file charges. */
@@ -1933,7 +734,7 @@ static int memfs_statfs(struct fs_backend *b, uint64_t nodeid,
 	struct memfs *fs = to_memfs(b);
 	uint64_t avail = fs->max_bytes - fs->used;
 
-	if (!inode_get(fs, nodeid))
+	if (!memfs_inode_get(fs, nodeid))
 		return -ESTALE;
 	memset(out, 0, sizeof(*out));
 	out->bsize = MEMFS_BLOCK_SIZE;
@@ -1947,172 +748,31 @@ static int memfs_statfs(struct fs_backend *b, uint64_t nodeid,
 	return 0;
 }
 
-/* Allocates every chunk of [first, last] (chunk indices). */
-static int alloc_range(struct memfs *fs, struct memfs_data *fd, uint64_t first,
-		       uint64_t last)
-{
-	uint64_t idx, missing = last - first + 1;
-	uint8_t *c;
-	int err;
-
-	/*
-	 * Refuse up front what cannot fit, so the common ENOSPC leaves
-	 * nothing behind; a shortfall in tree nodes on the way leaves the
-	 * chunks made so far, allocated and charged.
-	 */
-	for (idx = radix_next(fd, first); idx != RADIX_NONE && idx <= last;
-	     idx = radix_next(fd, idx + 1))
-		missing--;
-	if (missing > (fs->max_bytes - fs->used) / CHUNK_COST)
-		return -ENOSPC;
-	for (idx = first; idx <= last; idx++) {
-		err = chunk_get(fs, fd, idx, &c);
-		if (err)
-			return err;
-	}
-	return 0;
-}
-
-static void punch_range(struct memfs *fs, struct memfs_inode *ino, uint64_t off,
-			uint64_t end)
-{
-	struct memfs_data *fd = &ino->u.data;
-	uint64_t head = off >> MEMFS_CHUNK_SHIFT,
-		 tail = end >> MEMFS_CHUNK_SHIFT;
-
-	if (head == tail) {
-		chunk_zero(fd, head, off & MEMFS_CHUNK_MASK,
-			   end & MEMFS_CHUNK_MASK);
-		return;
-	}
-	if (off & MEMFS_CHUNK_MASK) {
-		chunk_zero(fd, head, off & MEMFS_CHUNK_MASK, MEMFS_CHUNK_SIZE);
-		head++;
-	}
-	if (end & MEMFS_CHUNK_MASK)
-		chunk_zero(fd, tail, 0, end & MEMFS_CHUNK_MASK);
-	chunks_drop_range(fs, fd, head, tail);
-}
-
-static int memfs_fallocate(struct fs_backend *b, uint64_t nodeid, uint64_t fh,
-			   uint64_t offset, uint64_t length, uint32_t mode)
-{
-	struct memfs *fs = to_memfs(b);
-	struct memfs_inode *ino;
-	struct memfs_handle *h;
-	struct timespec t;
-	uint64_t end;
-	int err;
-
-	err = file_handle(fs, nodeid, fh, &h);
-	if (err)
-		return err;
-	if (!can_write(h->flags))
-		return -EBADF;
-	if (mode & ~(FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE))
-		return -EOPNOTSUPP;
-	if ((mode & FALLOC_FL_PUNCH_HOLE) && !(mode & FALLOC_FL_KEEP_SIZE))
-		return -EOPNOTSUPP;
-	if (!length)
-		return -EINVAL;
-	if (offset > MEMFS_MAX_FILE_SIZE ||
-	    length > MEMFS_MAX_FILE_SIZE - offset)
-		return -EFBIG;
-	ino = h->inode;
-	end = offset + length;
-	if (mode & FALLOC_FL_PUNCH_HOLE) {
-		punch_range(fs, ino, offset, end);
-	} else {
-		err = alloc_range(fs, &ino->u.data, offset >> MEMFS_CHUNK_SHIFT,
-				  (end - 1) >> MEMFS_CHUNK_SHIFT);
-		if (err)
-			return err;
-		if (!(mode & FALLOC_FL_KEEP_SIZE) && end > ino->size)
-			ino->size = end;
-	}
-	t = now();
-	ino->mtime = t;
-	ino->ctime = t;
-	return 0;
-}
-
-static int64_t memfs_lseek(struct fs_backend *b, uint64_t nodeid, uint64_t fh,
-			   uint64_t offset, uint32_t whence)
-{
-	struct memfs *fs = to_memfs(b);
-	struct memfs_handle *h;
-	struct memfs_data *fd;
-	uint64_t idx, size;
-	int err;
-
-	err = file_handle(fs, nodeid, fh, &h);
-	if (err)
-		return err;
-	if (whence != SEEK_DATA && whence != SEEK_HOLE)
-		return -EINVAL;
-	fd = &h->inode->u.data;
-	size = h->inode->size;
-	if (offset >= size)
-		return -ENXIO;
-	idx = offset >> MEMFS_CHUNK_SHIFT;
-	if (whence == SEEK_DATA) {
-		idx = radix_next(fd, idx);
-		if (idx == RADIX_NONE || idx << MEMFS_CHUNK_SHIFT >= size)
-			return -ENXIO;
-		return (int64_t)(idx << MEMFS_CHUNK_SHIFT > offset ?
-					 idx << MEMFS_CHUNK_SHIFT :
-					 offset);
-	}
-	/* SEEK_HOLE: the end of the run of chunks from offset on. */
-	while (idx << MEMFS_CHUNK_SHIFT < size && radix_lookup(fd, idx))
-		idx++;
-	if (idx << MEMFS_CHUNK_SHIFT <= offset)
-		return (int64_t)offset;
-	return (int64_t)min_u64(idx << MEMFS_CHUNK_SHIFT, size);
-}
-
 static void memfs_destroy(struct fs_backend *b)
 {
 	struct memfs *fs = to_memfs(b);
-	struct memfs_dirent *d, *dnext;
-	struct id_link *l, *next;
+	struct memfs_inode *ino;
+	struct hlink *l, *next;
 	size_t i;
 
-	if (fs->dents.bucket) {
-		for (i = 0; i <= fs->dents.mask; i++)
-			for (d = fs->dents.bucket[i]; d; d = dnext) {
-				dnext = d->hnext;
-				free(d);
-			}
+	hashtable__for_each_safe(&fs->dents, i, l, next)
+		free(hashtable__entry(l, struct memfs_dirent, hlink));
+	hashtable__for_each_safe(&fs->handles, i, l, next)
+		free(hashtable__entry(l, struct memfs_handle, link));
+	hashtable__for_each_safe(&fs->inodes, i, l, next)
+	{
+		ino = hashtable__entry(l, struct memfs_inode, link);
+		if (S_ISREG(ino->mode))
+			memfs_data_free(fs, &ino->u.data);
+		else if (S_ISLNK(ino->mode))
+			free(ino->u.target);
+		else if (S_ISDIR(ino->mode))
+			free(ino->u.dir.slots);
+		free(ino);
 	}
-	if (fs->handles.bucket) {
-		for (i = 0; i <= fs->handles.mask; i++)
-			for (l = fs->handles.bucket[i]; l; l = next) {
-				next = l->next;
-				free(container_of(l, struct memfs_handle,
-						  link));
-			}
-	}
-	if (fs->inodes.bucket) {
-		for (i = 0; i <= fs->inodes.mask; i++) {
-			for (l = fs->inodes.bucket[i]; l; l = next) {
-				struct memfs_inode *ino = container_of(
-					l, struct memfs_inode, link);
-
-				next = l->next;
-				if (S_ISREG(ino->mode))
-					data_free(fs, &ino->u.data);
-				else if (S_ISLNK(ino->mode))
-					free(ino->u.target);
-				else if (S_ISDIR(ino->mode))
-					free(ino->u.dir.slots);
-				free(ino);
-			}
-		}
-	}
-	free(fs->dents.bucket);
-	free(fs->handles.bucket);
-	free(fs->inodes.bucket);
+	hashtable__exit(&fs->dents);
+	hashtable__exit(&fs->handles);
+	hashtable__exit(&fs->inodes);
 	free(fs->name);
 	free(fs);
 }
@@ -2196,7 +856,7 @@ static int seed_file(struct memfs *fs, const struct memfs_file *f)
 					 "\".\" or \"..\" path component");
 		memcpy(name, p, len);
 		name[len] = '\0';
-		d = dent_find(fs, cur, name, len);
+		d = memfs_dent_find(fs, cur, name, len);
 		if (d && !last) {
 			if (!S_ISDIR(d->inode->mode))
 				return seed_fail(
@@ -2211,9 +871,9 @@ static int seed_file(struct memfs *fs, const struct memfs_file *f)
 				S_ISDIR(d->inode->mode) ?
 					"also a parent of another seed file" :
 					"duplicate path");
-		err = make_node(fs, &seed_owner, cur, name,
-				last ? S_IFREG | 0644 : S_IFDIR | 0755, 0, NULL,
-				&ino);
+		err = memfs_make_node(fs, &seed_owner, cur, name,
+				      last ? S_IFREG | 0644 : S_IFDIR | 0755, 0,
+				      NULL, &ino);
 		if (err == -ENOSPC)
 			return seed_nospc(fs, path);
 		if (err)
@@ -2224,7 +884,7 @@ static int seed_file(struct memfs *fs, const struct memfs_file *f)
 	}
 	if (!f->len)
 		return 0;
-	n = data_write(fs, ino, f->data, f->len, 0);
+	n = memfs_data_write(fs, ino, f->data, f->len, 0);
 	if (n == -ENOSPC || (n >= 0 && (size_t)n < f->len))
 		return seed_nospc(fs, path);
 	return n < 0 ? (int)n : 0;
@@ -2232,6 +892,7 @@ static int seed_file(struct memfs *fs, const struct memfs_file *f)
 
 static void seed_key(struct memfs *fs)
 {
+	uint64_t k[2];
 	struct timespec t;
 
 	if (getrandom(fs->key, sizeof(fs->key), GRND_NONBLOCK) ==
@@ -2239,8 +900,9 @@ static void seed_key(struct memfs *fs)
 		return;
 	/* No entropy yet: still a per-instance key, if a guessable one. */
 	clock_gettime(CLOCK_MONOTONIC, &t);
-	fs->key[0] = (uint64_t)t.tv_nsec ^ (uint64_t)(uintptr_t)fs;
-	fs->key[1] = (uint64_t)t.tv_sec ^ ((uint64_t)getpid() << 32);
+	k[0] = (uint64_t)t.tv_nsec ^ (uint64_t)(uintptr_t)fs;
+	k[1] = (uint64_t)t.tv_sec ^ ((uint64_t)getpid() << 32);
+	memcpy(fs->key, k, sizeof(fs->key));
 }
 
 int memfs__create(struct fs_backend **out, const struct memfs_params *p)
@@ -2266,16 +928,18 @@ int memfs__create(struct fs_backend **out, const struct memfs_params *p)
 	fs->next_fh = 1;
 	fs->next_cookie = COOKIE_FIRST;
 	seed_key(fs);
-	err = id_table_init(&fs->inodes);
+	memfs_data_setup(fs);
+	err = hashtable__init(&fs->inodes, TABLE_MIN_BITS);
 	if (!err)
-		err = id_table_init(&fs->handles);
+		err = hashtable__init(&fs->handles, TABLE_MIN_BITS);
 	if (!err)
-		err = dent_table_init(&fs->dents);
+		err = hashtable__init(&fs->dents, TABLE_MIN_BITS);
 	if (err)
 		goto out_destroy;
 
 	/* The root and the two charged tables' first buckets. */
-	if (charge(fs, INODE_COST + 2 * TABLE_MIN_BUCKETS * sizeof(void *))) {
+	if (memfs_charge(fs,
+			 INODE_COST + 2 * TABLE_MIN_BUCKETS * sizeof(void *))) {
 		pr_err("%s: maxBytes %llu is too small for the root",
 		       fs->b.name, (unsigned long long)fs->max_bytes);
 		err = -ENOSPC;
@@ -2286,13 +950,13 @@ int memfs__create(struct fs_backend **out, const struct memfs_params *p)
 		err = -ENOMEM;
 		goto out_destroy;
 	}
-	t = now();
-	root->link.id = FUSE_ROOT_ID;
+	t = memfs_now();
+	root->link.key = FUSE_ROOT_ID;
 	root->mode = S_IFDIR | 0755;
 	root->nlink = 2;
 	root->atime = root->mtime = root->ctime = t;
 	root->u.dir.parent = root;
-	id_table_insert(fs, &fs->inodes, &root->link);
+	memfs_table_insert(fs, &fs->inodes, &root->link, root->link.key);
 	fs->nr_inodes = 1;
 	fs->root = root;
 
