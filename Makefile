@@ -23,6 +23,8 @@ include Kbuild.mk
 core-obj-y += lib/log.o
 core-obj-y += lib/worker.o
 core-obj-y += lib/base64.o
+core-obj-y += lib/iovec.o
+core-obj-y += lib/warn.o
 core-obj-y += proto/tlv.o
 core-obj-y += bootloader/loader.o
 core-obj-y += bootloader/elf.o

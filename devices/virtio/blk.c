@@ -35,6 +35,8 @@
 
 #include "lib/compiler.h"
 #include "devices/virtio/blk.h"
+#include "lib/iovec.h"
+#include "lib/warn.h"
 #include "lib/worker.h"
 
 #define BLK_QUEUE_SIZE	     128U	/* entries per queue, request slots */
@@ -127,107 +129,10 @@ static struct virtio_blk *to_blk(struct virtio_device *dev)
 	return (struct virtio_blk *)dev; /* vdev is the first member */
 }
 
-static __attribute__((format(printf, 2, 3))) void blk_warn(struct virtio_blk *b,
-							   const char *fmt, ...)
-{
-	char why[160];
-	va_list ap;
-
-	if (b->warned)
-		return;
-	b->warned = true;
-	va_start(ap, fmt);
-	vsnprintf(why, sizeof(why), fmt, ap);
-	va_end(ap);
-	pr_warn("%s: %s; request failed (further errors not logged)",
-		b->vdev.name, why);
-}
-
-/* ---- iovec helpers ---------------------------------------------------- */
-
-/* Copies up to len bytes from offset skip of the segments into buf. */
-static size_t iov_to_buf(const struct iovec *iov, unsigned int n, uint64_t skip,
-			 void *buf, size_t len)
-{
-	size_t done = 0;
-
-	for (unsigned int i = 0; i < n && done < len; i++) {
-		size_t take;
-
-		if (skip >= iov[i].iov_len) {
-			skip -= iov[i].iov_len;
-			continue;
-		}
-		take = iov[i].iov_len - skip;
-		if (take > len - done)
-			take = len - done;
-		memcpy((uint8_t *)buf + done, (uint8_t *)iov[i].iov_base + skip,
-		       take);
-		done += take;
-		skip = 0;
-	}
-	return done;
-}
-
-static size_t buf_to_iov(const struct iovec *iov, unsigned int n,
-			 const void *buf, size_t len)
-{
-	size_t done = 0;
-
-	for (unsigned int i = 0; i < n && done < len; i++) {
-		size_t take = iov[i].iov_len;
-
-		if (take > len - done)
-			take = len - done;
-		memcpy(iov[i].iov_base, (const uint8_t *)buf + done, take);
-		done += take;
-	}
-	return done;
-}
-
-/*
- * dst receives the segments that cover [skip, skip + len) of src. Returns
- * how many, or -1 when that takes more than max or src is too short.
- */
-static int iov_sub(const struct iovec *src, unsigned int n, uint64_t skip,
-		   uint64_t len, struct iovec *dst, unsigned int max)
-{
-	unsigned int out = 0;
-
-	for (unsigned int i = 0; i < n && len; i++) {
-		uint64_t take;
-
-		if (skip >= src[i].iov_len) {
-			skip -= src[i].iov_len;
-			continue;
-		}
-		if (out == max)
-			return -1;
-		take = src[i].iov_len - skip;
-		if (take > len)
-			take = len;
-		dst[out].iov_base = (uint8_t *)src[i].iov_base + skip;
-		dst[out].iov_len = take;
-		out++;
-		len -= take;
-		skip = 0;
-	}
-	return len ? -1 : (int)out;
-}
-
-/* Drops the first bytes of a segment list, in place. */
-static void iov_advance(struct iovec **iov, unsigned int *n, uint64_t bytes)
-{
-	while (*n && bytes >= (*iov)->iov_len) {
-		bytes -= (*iov)->iov_len;
-		(*iov)++;
-		(*n)--;
-	}
-	if (*n && bytes) {
-		(*iov)->iov_base = (uint8_t *)(*iov)->iov_base + bytes;
-		(*iov)->iov_len -= bytes;
-	}
-}
+/* One message for the device's life: a driver that loops cannot flood. */
+#define blk_warn(b, ...)                                                   \
+	warn__once(&(b)->warned, (b)->vdev.name,                           \
+		   "; request failed (further errors not logged)", __VA_ARGS__)
 
 /* ---- submission -------------------------------------------------------- */
 
@@ -408,7 +313,7 @@ static void read_window(struct blk_req *req)
 		used = 0;
 		for (int i = 0; i < n; i++) {
 			struct iovec *iov = req->slice + used;
-			int cnt = iov_sub(req->data, req->nr_data, pos,
+			int cnt = iov__sub(req->data, req->nr_data, pos,
 					  ext[i].len, iov,
 					  ARRAY_SIZE(req->slice) - used);
 
@@ -492,7 +397,7 @@ static void start_zero(struct blk_req *req, const struct vq_chain *c)
 	int ret;
 
 	if (c->out_len - sizeof(struct virtio_blk_outhdr) != sizeof(seg) ||
-	    iov_to_buf(c->iov, c->nr_out, sizeof(struct virtio_blk_outhdr),
+	    iov__to_buf(c->iov, c->nr_out, sizeof(struct virtio_blk_outhdr),
 		       &seg, sizeof(seg)) != sizeof(seg)) {
 		blk_warn(b,
 			 "discard/write-zeroes with %" PRIu64
@@ -536,7 +441,7 @@ static void start_get_id(struct blk_req *req, const struct vq_chain *c)
 	uint64_t room = c->in_len - 1;
 	size_t n = room < sizeof(b->serial) ? room : sizeof(b->serial);
 
-	req->used_len = buf_to_iov(in, c->nr_in, b->serial, n) + 1;
+	req->used_len = iov__from_buf(in, c->nr_in, 0, b->serial, n) + 1;
 	req_complete(req, VIRTIO_BLK_S_OK);
 }
 
@@ -556,7 +461,7 @@ static void start_request(struct blk_queue *q, const struct vq_chain *c)
 
 	/* Without a header and a status byte there is no way to answer. */
 	if (c->out_len < sizeof(hdr) || !c->in_len ||
-	    iov_to_buf(c->iov, c->nr_out, 0, &hdr, sizeof(hdr)) !=
+	    iov__to_buf(c->iov, c->nr_out, 0, &hdr, sizeof(hdr)) !=
 		    sizeof(hdr)) {
 		blk_warn(b, "request without header or status byte");
 		if (virtqueue__push(&b->vqs[q->index].vq, c->head, 0) == 0)
@@ -599,11 +504,11 @@ static void start_request(struct blk_queue *q, const struct vq_chain *c)
 	}
 	if (req->type == VIRTIO_BLK_T_IN) {
 		data_len = c->in_len - 1;
-		n = iov_sub(c->iov + c->nr_out, c->nr_in, 0, data_len,
+		n = iov__sub(c->iov + c->nr_out, c->nr_in, 0, data_len,
 			    req->data, ARRAY_SIZE(req->data));
 	} else {
 		data_len = c->out_len - sizeof(hdr);
-		n = iov_sub(c->iov, c->nr_out, sizeof(hdr), data_len, req->data,
+		n = iov__sub(c->iov, c->nr_out, sizeof(hdr), data_len, req->data,
 			    ARRAY_SIZE(req->data));
 	}
 	if (n < 0) {
@@ -686,7 +591,7 @@ static void op_done(struct virtio_blk *b, struct blk_op *op, int res)
 			req->failed = true;
 		} else {
 			/* Short I/O: go on from where it stopped. */
-			iov_advance(&op->iov, &op->iovcnt, res);
+			iov__advance(&op->iov, &op->iovcnt, res);
 			op->offset += res;
 			op->len -= res;
 			op_submit(b, op);

@@ -50,6 +50,7 @@
 
 #include "devices/fs/fuse.h"
 #include "devices/virtio/fs.h"
+#include "lib/iovec.h"
 #include "lib/worker.h"
 
 #define FS_QUEUE_SIZE  128U /* entries per queue */
@@ -170,23 +171,6 @@ static void fs_req_park(struct fuse_req *req)
 	virtio_device__unlock(&f->vdev);
 }
 
-static size_t copy_reply(const struct fuse_req *req, const void *reply,
-			 uint32_t len)
-{
-	size_t done = 0;
-
-	for (unsigned int i = 0; i < req->nr_in && done < len; i++) {
-		size_t take = req->in[i].iov_len;
-
-		if (take > len - done)
-			take = len - done;
-		memcpy(req->in[i].iov_base, (const uint8_t *)reply + done,
-		       take);
-		done += take;
-	}
-	return done;
-}
-
 static void fs_req_done(struct fuse_req *req, const void *reply, uint32_t len)
 {
 	struct fs_slot *slot = to_slot(req);
@@ -201,7 +185,8 @@ static void fs_req_done(struct fuse_req *req, const void *reply, uint32_t len)
 	/* A reset since the pop: the buffers are no longer the device's. */
 	if (slot->gen == f->gen) {
 		if (reply)
-			len = (uint32_t)copy_reply(req, reply, len);
+			len = (uint32_t)iov__from_buf(req->in, req->nr_in, 0,
+						     reply, len);
 		if (virtqueue__push(vq, slot->chain.head, len) == 0)
 			q->pushed = true;
 	}

@@ -57,6 +57,9 @@
 #include <unistd.h>
 
 #include "devices/virtio/vsock.h"
+#include "lib/iovec.h"
+#include "lib/list.h"
+#include "lib/warn.h"
 #include "lib/worker.h"
 
 #define VSOCK_QUEUE_SIZE 256U
@@ -96,41 +99,6 @@ enum loop_event {
 /* epoll data: a struct vsock_conn pointer, or this for the listener. */
 #define EP_LISTEN 1ULL
 
-/* ---- a minimal intrusive list ------------------------------------------ */
-
-struct list {
-	struct list *next, *prev;
-};
-
-static void list_init(struct list *l)
-{
-	l->next = l->prev = l;
-}
-
-static bool list_empty(const struct list *l)
-{
-	return l->next == l;
-}
-
-static void list_add_tail(struct list *n, struct list *head)
-{
-	n->prev = head->prev;
-	n->next = head;
-	head->prev->next = n;
-	head->prev = n;
-}
-
-/* Unlinks n and leaves it empty: list_empty(n) says "not on a list". */
-static void list_del(struct list *n)
-{
-	n->prev->next = n->next;
-	n->next->prev = n->prev;
-	list_init(n);
-}
-
-#define list_entry(ptr, type, member) \
-	((type *)((char *)(ptr)-offsetof(type, member)))
-
 /* ---- connections --------------------------------------------------------- */
 
 enum conn_state {
@@ -148,9 +116,9 @@ enum conn_state {
 #define PEND_CREDIT   0x10U
 
 struct vsock_conn {
-	struct list node;   /* v->conns, then v->dead */
-	struct list hnode;  /* a hash bucket, while the guest may name it */
-	struct list rxnode; /* v->rxq, while it has something for the guest */
+	struct list_head node;   /* v->conns, then v->dead */
+	struct list_head hnode;  /* a hash bucket, while the guest may name it */
+	struct list_head rxnode; /* v->rxq, while it has something for the guest */
 	int fd;
 	enum conn_state state;
 	bool guest_knows;	/* REQUEST delivered, or the guest sent one */
@@ -223,10 +191,10 @@ struct vsock {
 	uint64_t kick_buf[2], wake_buf;
 	struct __kernel_timespec tick_ts;
 
-	struct list conns; /* every live connection, any state */
-	struct list dead;  /* closed, freed at the end of the iteration */
-	struct list rxq;   /* connections with something for the guest */
-	struct list buckets[HASH_BUCKETS];
+	struct list_head conns; /* every live connection, any state */
+	struct list_head dead;  /* closed, freed at the end of the iteration */
+	struct list_head rxq;   /* connections with something for the guest */
+	struct list_head buckets[HASH_BUCKETS];
 	unsigned int nr_conns; /* on conns and dead */
 	uint32_t next_port;
 
@@ -245,20 +213,9 @@ static struct vsock *to_vsock(struct virtio_device *dev)
 }
 
 /* The guest broke a rule: said once for the device's whole life. */
-static __attribute__((format(printf, 2, 3))) void
-vsock_warn(struct vsock *v, const char *fmt, ...)
-{
-	char why[160];
-	va_list ap;
-
-	if (v->warned)
-		return;
-	v->warned = true;
-	va_start(ap, fmt);
-	vsnprintf(why, sizeof(why), fmt, ap);
-	va_end(ap);
-	pr_warn("%s: %s (further errors not logged)", v->vdev.name, why);
-}
+#define vsock_warn(v, ...)                              \
+	warn__once(&(v)->warned, (v)->vdev.name,        \
+		   " (further errors not logged)", __VA_ARGS__)
 
 static uint64_t now_ms(void)
 {
@@ -273,65 +230,17 @@ static bool would_block(int err)
 	return err == EAGAIN || err == EWOULDBLOCK;
 }
 
-/* ---- iovec helpers ----------------------------------------------------- */
-
-static size_t iov_to_buf(const struct iovec *iov, unsigned int n, void *buf,
-			 size_t len)
-{
-	size_t done = 0;
-
-	for (unsigned int i = 0; i < n && done < len; i++) {
-		size_t take = iov[i].iov_len < len - done ? iov[i].iov_len :
-							    len - done;
-
-		memcpy((uint8_t *)buf + done, iov[i].iov_base, take);
-		done += take;
-	}
-	return done;
-}
-
-static size_t buf_to_iov(const struct iovec *iov, unsigned int n,
-			 const void *buf, size_t len)
-{
-	size_t done = 0;
-
-	for (unsigned int i = 0; i < n && done < len; i++) {
-		size_t take = iov[i].iov_len < len - done ? iov[i].iov_len :
-							    len - done;
-
-		memcpy(iov[i].iov_base, (const uint8_t *)buf + done, take);
-		done += take;
-	}
-	return done;
-}
-
 /*
- * dst receives the segments covering [skip, skip + len) of src; returns
- * how many. src is a chain's (at most VQ_CHAIN_MAX_IOV segments) and dst
- * as large, and the callers checked that src holds skip + len bytes.
+ * v->iov receives the segments of the payload, len bytes behind the
+ * header in segs (a chain's part, so they fit); returns how many. The
+ * callers checked that the chain holds them.
  */
-static unsigned int iov_sub(const struct iovec *src, unsigned int n,
-			    uint64_t skip, uint64_t len, struct iovec *dst)
+static unsigned int payload(struct vsock *v, const struct iovec *segs,
+			    unsigned int n, uint64_t len)
 {
-	unsigned int out = 0;
+	int ret = iov__sub(segs, n, HDR_LEN, len, v->iov, ARRAY_SIZE(v->iov));
 
-	for (unsigned int i = 0; i < n && len; i++) {
-		uint64_t take;
-
-		if (skip >= src[i].iov_len) {
-			skip -= src[i].iov_len;
-			continue;
-		}
-		take = src[i].iov_len - skip;
-		if (take > len)
-			take = len;
-		dst[out].iov_base = (uint8_t *)src[i].iov_base + skip;
-		dst[out].iov_len = take;
-		out++;
-		len -= take;
-		skip = 0;
-	}
-	return out;
+	return ret < 0 ? 0 : (unsigned int)ret; /* not reached: checked */
 }
 
 static ssize_t send_iov(int fd, struct iovec *iov, unsigned int n)
@@ -399,7 +308,7 @@ static void set_deadline(struct vsock *v, struct vsock_conn *c, uint64_t ms)
 
 /* ---- connection bookkeeping ---------------------------------------------- */
 
-static struct list *bucket(struct vsock *v, uint32_t local, uint32_t peer)
+static struct list_head *bucket(struct vsock *v, uint32_t local, uint32_t peer)
 {
 	uint32_t h = (local * 0x9e3779b1U) ^ (peer * 0x85ebca77U);
 
@@ -408,14 +317,12 @@ static struct list *bucket(struct vsock *v, uint32_t local, uint32_t peer)
 
 static struct vsock_conn *lookup(struct vsock *v, uint32_t local, uint32_t peer)
 {
-	struct list *head = bucket(v, local, peer);
+	struct list_head *head = bucket(v, local, peer);
+	struct vsock_conn *c;
 
-	for (struct list *l = head->next; l != head; l = l->next) {
-		struct vsock_conn *c = list_entry(l, struct vsock_conn, hnode);
-
+	list_for_each_entry(c, head, struct vsock_conn, hnode)
 		if (c->local_port == local && c->peer_port == peer)
 			return c;
-	}
 	return NULL;
 }
 
@@ -534,7 +441,7 @@ static void free_dead(struct vsock *v)
 {
 	while (!list_empty(&v->dead)) {
 		struct vsock_conn *c =
-			list_entry(v->dead.next, struct vsock_conn, node);
+			list_first_entry(&v->dead, struct vsock_conn, node);
 
 		list_del(&c->node);
 		free(c);
@@ -612,7 +519,7 @@ static void rx_complete(struct vsock *v, const struct virtio_vsock_hdr *h,
 {
 	struct vq_chain *ch = &v->rx_chain;
 
-	buf_to_iov(ch->iov + ch->nr_out, ch->nr_in, h, sizeof(*h));
+	iov__from_buf(ch->iov + ch->nr_out, ch->nr_in, 0, h, sizeof(*h));
 	v->rx_held = false;
 	if (virtqueue__push(&v->vqs[RXQ].vq, ch->head, HDR_LEN + len) == 0)
 		v->pushed_rx = true;
@@ -665,7 +572,7 @@ static bool conn_read(struct vsock *v, struct vsock_conn *c)
 		c->pend |= PEND_CREDIT;
 		return false;
 	}
-	n = iov_sub(ch->iov + ch->nr_out, ch->nr_in, HDR_LEN, max, v->iov);
+	n = payload(v, ch->iov + ch->nr_out, ch->nr_in, max);
 	r = recv_iov(c->fd, v->iov, n, 0);
 	if (r > 0) {
 		c->tx_cnt += r;
@@ -752,7 +659,7 @@ static void pump_rx(struct vsock *v)
 			send_reply(v);
 			continue;
 		}
-		c = list_entry(v->rxq.next, struct vsock_conn, rxnode);
+		c = list_first_entry(&v->rxq, struct vsock_conn, rxnode);
 		list_del(&c->rxnode);
 		conn_send(v, c);
 		if (c->state != CONN_CLOSED || c->pend)
@@ -868,6 +775,7 @@ static void guest_data(struct vsock *v, struct vsock_conn *c,
 		       const struct vq_chain *ch, uint32_t len)
 {
 	uint32_t buffered = c->rx_cnt - c->fwd_cnt;
+	struct iovec *rest;
 	uint64_t done = 0;
 	unsigned int n;
 	ssize_t r;
@@ -889,7 +797,7 @@ static void guest_data(struct vsock *v, struct vsock_conn *c,
 	if (!len)
 		return;
 	c->rx_cnt += len;
-	n = iov_sub(ch->iov, ch->nr_out, HDR_LEN, len, v->iov);
+	n = payload(v, ch->iov, ch->nr_out, len);
 	if (!c->buf_len && c->writable) {
 		r = send_iov(c->fd, v->iov, n);
 		if (r < 0 && would_block(errno)) {
@@ -902,21 +810,11 @@ static void guest_data(struct vsock *v, struct vsock_conn *c,
 			c->fwd_cnt += r;
 		}
 	}
-	for (unsigned int i = 0; i < n && done; i++) {
-		uint64_t seg = v->iov[i].iov_len;
-
-		if (done >= seg) {
-			done -= seg;
-			v->iov[i].iov_len = 0;
-			continue;
-		}
-		v->iov[i].iov_base = (uint8_t *)v->iov[i].iov_base + done;
-		v->iov[i].iov_len -= done;
-		done = 0;
-	}
+	/* What the socket did not take goes behind the buffered bytes. */
+	rest = v->iov;
+	iov__advance(&rest, &n, done);
 	for (unsigned int i = 0; i < n; i++) {
-		if (v->iov[i].iov_len &&
-		    buf_put(c, v->iov[i].iov_base, v->iov[i].iov_len)) {
+		if (buf_put(c, rest[i].iov_base, rest[i].iov_len)) {
 			pr_err("%s: out of memory", v->vdev.name);
 			conn_kill(v, c, true);
 			return;
@@ -1113,7 +1011,7 @@ static void handle_tx(struct vsock *v, const struct vq_chain *ch)
 			   ch->out_len);
 		return;
 	}
-	iov_to_buf(ch->iov, ch->nr_out, &h, sizeof(h));
+	iov__to_buf(ch->iov, ch->nr_out, 0, &h, sizeof(h));
 	decode_hdr(&h, &p);
 	/* Not the guest's own address: nothing to answer to. */
 	if (p.src_cid != v->guest_cid) {
@@ -1301,11 +1199,9 @@ static void add_client(struct vsock *v, int fd)
 
 static void host_warn(struct vsock *v, const char *what, int err)
 {
-	if (v->host_warned)
-		return;
-	v->host_warned = true;
-	pr_warn("%s: %s: %s (further errors not logged)", v->vdev.name, what,
-		strerror(err));
+	warn__once(&v->host_warned, v->vdev.name,
+		   " (further errors not logged)", "%s: %s", what,
+		   strerror(err));
 }
 
 static void accept_clients(struct vsock *v)
@@ -1412,17 +1308,14 @@ static void handle_events(struct vsock *v)
 static void check_deadlines(struct vsock *v)
 {
 	uint64_t now = now_ms();
+	struct vsock_conn *c, *next;
 	bool any = false;
-	struct list *l, *next;
 
 	if (v->listen_retry) {
 		v->listen_retry = false;
 		v->listen_ready = true;
 	}
-	for (l = v->conns.next; l != &v->conns; l = next) {
-		struct vsock_conn *c = list_entry(l, struct vsock_conn, node);
-
-		next = l->next;
+	list_for_each_entry_safe(c, next, &v->conns, struct vsock_conn, node) {
 		if (!c->deadline)
 			continue;
 		if (now < c->deadline) {
@@ -1443,15 +1336,12 @@ static void check_deadlines(struct vsock *v)
  */
 static void teardown(struct vsock *v)
 {
-	struct list *l, *next;
+	struct vsock_conn *c, *next;
 
 	v->reset_pending = false;
 	v->nr_replies = 0;
 	v->tx_more = v->tx_stalled = false;
-	for (l = v->conns.next; l != &v->conns; l = next) {
-		struct vsock_conn *c = list_entry(l, struct vsock_conn, node);
-
-		next = l->next;
+	list_for_each_entry_safe(c, next, &v->conns, struct vsock_conn, node) {
 		if (c->state == CONN_CLOSED) {
 			c->pend = 0;
 			conn_bury(v, c);
@@ -1816,7 +1706,7 @@ void vsock__destroy(struct vsock *v)
 	/* The thread is gone: the lists are ours. */
 	while (!list_empty(&v->conns)) {
 		struct vsock_conn *c =
-			list_entry(v->conns.next, struct vsock_conn, node);
+			list_first_entry(&v->conns, struct vsock_conn, node);
 
 		list_del(&c->node);
 		close_fd(c->fd);
