@@ -533,35 +533,22 @@ static void process_queue(struct blk_queue *q)
 {
 	struct virtio_blk *b = q->b;
 	struct virtqueue *vq = &b->vqs[q->index].vq;
-	bool asked = false;
-	int ret = 0;
+	struct vq_drain d;
+	int ret;
 
 	if (!virtio_device__is_live(&b->vdev) || !virtqueue__is_ready(vq))
 		return;
-	virtqueue__set_notify_suppression(vq, true);
+	virtqueue__drain_start(&d, vq);
 	for (;;) {
 		if (!q->free) {
 			/* A completion frees a slot and comes back here. */
 			q->starved = true;
 			return;
 		}
-		ret = virtqueue__pop(vq, &b->chain);
-		if (ret == 1) {
-			start_request(q, &b->chain);
-			/*
-			 * Found after asking: the request is stale now (with
-			 * EVENT_IDX, avail_event lags the chain we took), so
-			 * ask again when the ring is next empty, or the driver
-			 * skips the kick for its next buffer and we idle.
-			 */
-			asked = false;
-			continue;
-		}
-		if (ret < 0 || asked)
+		ret = virtqueue__pop_or_rearm(&d, &b->chain);
+		if (ret != 1)
 			break;
-		/* Empty: ask for kicks again, then look once more. */
-		virtqueue__set_notify_suppression(vq, false);
-		asked = true;
+		start_request(q, &b->chain);
 	}
 	/* A broken ring: the core logged it; the driver must reset us. */
 	if (ret == -EIO)

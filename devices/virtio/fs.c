@@ -242,8 +242,8 @@ static void process_queue(struct fs_queue *q)
 	struct virtio_fs *f = q->f;
 	struct virtqueue *vq = &f->vqs[q->index].vq;
 	struct fs_slot *batch[FS_QUEUE_SLOTS];
+	struct vq_drain d;
 	unsigned int n = 0;
-	bool asked = false;
 	int ret = 0;
 
 	virtio_device__lock(&f->vdev);
@@ -251,7 +251,7 @@ static void process_queue(struct fs_queue *q)
 		virtio_device__unlock(&f->vdev);
 		return;
 	}
-	virtqueue__set_notify_suppression(vq, true);
+	virtqueue__drain_start(&d, vq);
 	for (;;) {
 		struct fs_slot *slot;
 
@@ -261,20 +261,13 @@ static void process_queue(struct fs_queue *q)
 			break;
 		}
 		slot = slot_alloc(q);
-		ret = virtqueue__pop(vq, &slot->chain);
-		if (ret == 1) {
-			slot->gen = f->gen;
-			batch[n++] = slot;
-			/* As in blk.c: ask again once the ring is empty. */
-			asked = false;
-			continue;
-		}
-		slot_free(slot);
-		if (ret < 0 || asked)
+		ret = virtqueue__pop_or_rearm(&d, &slot->chain);
+		if (ret != 1) {
+			slot_free(slot);
 			break;
-		/* Empty: ask for kicks again, then look once more. */
-		virtqueue__set_notify_suppression(vq, false);
-		asked = true;
+		}
+		slot->gen = f->gen;
+		batch[n++] = slot;
 	}
 	/* A broken ring: the core logged it; the driver must reset us. */
 	if (ret == -EIO)

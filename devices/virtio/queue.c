@@ -484,3 +484,28 @@ void virtqueue__set_notify_suppression(struct virtqueue *q, bool suppress)
 	 */
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 }
+
+void virtqueue__drain_start(struct vq_drain *d, struct virtqueue *q)
+{
+	d->q = q;
+	d->asked = false;
+	virtqueue__set_notify_suppression(q, true);
+}
+
+int virtqueue__pop_or_rearm(struct vq_drain *d, struct vq_chain *chain)
+{
+	int ret;
+
+	for (;;) {
+		ret = virtqueue__pop(d->q, chain);
+		if (ret == 1) {
+			d->asked = false;
+			return 1;
+		}
+		if (ret < 0 || d->asked)
+			return ret;
+		/* Empty: ask for kicks again, then look once more. */
+		virtqueue__set_notify_suppression(d->q, false);
+		d->asked = true;
+	}
+}

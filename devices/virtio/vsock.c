@@ -1052,13 +1052,13 @@ static void process_tx(struct vsock *v)
 {
 	struct virtqueue *vq = &v->vqs[TXQ].vq;
 	unsigned int budget = TX_BUDGET;
-	bool asked = false;
-	int ret = 0;
+	struct vq_drain d;
+	int ret;
 
 	v->tx_more = false;
 	if (!queue_live(v, TXQ))
 		return;
-	virtqueue__set_notify_suppression(vq, true);
+	virtqueue__drain_start(&d, vq);
 	for (;;) {
 		/* Each packet may need a reply: resumed as replies go. */
 		if (v->nr_replies == REPLY_MAX) {
@@ -1069,19 +1069,12 @@ static void process_tx(struct vsock *v)
 			v->tx_more = v->more = true;
 			return;
 		}
-		ret = virtqueue__pop(vq, &v->tx_chain);
-		if (ret == 1) {
-			handle_tx(v, &v->tx_chain);
-			if (virtqueue__push(vq, v->tx_chain.head, 0) == 0)
-				v->pushed_tx = true;
-			/* See blk.c: ask again when next empty. */
-			asked = false;
-			continue;
-		}
-		if (ret < 0 || asked)
+		ret = virtqueue__pop_or_rearm(&d, &v->tx_chain);
+		if (ret != 1)
 			break;
-		virtqueue__set_notify_suppression(vq, false);
-		asked = true;
+		handle_tx(v, &v->tx_chain);
+		if (virtqueue__push(vq, v->tx_chain.head, 0) == 0)
+			v->pushed_tx = true;
 	}
 	if (ret == -EIO)
 		virtio_device__set_needs_reset(&v->vdev);
