@@ -25,6 +25,7 @@ core-obj-y += lib/worker.o
 core-obj-y += lib/base64.o
 core-obj-y += lib/iovec.o
 core-obj-y += lib/warn.o
+core-obj-y += lib/evloop.o
 core-obj-y += proto/tlv.o
 core-obj-y += bootloader/loader.o
 core-obj-y += bootloader/elf.o

@@ -37,7 +37,7 @@
 #include "devices/virtio/blk.h"
 #include "lib/iovec.h"
 #include "lib/warn.h"
-#include "lib/worker.h"
+#include "lib/evloop.h"
 
 #define BLK_QUEUE_SIZE	     128U	/* entries per queue, request slots */
 #define BLK_SEG_MAX	     126U	/* data segments; + header + status */
@@ -49,11 +49,8 @@
 #define SECTOR_SHIFT	     9 /* virtio-blk sectors are 512 bytes */
 #define SECTORS_PER_BLOCK    (DISK_BLOCK_SIZE >> SECTOR_SHIFT)
 
-/* What rides in a CQE's user_data besides a struct blk_op pointer. */
-#define TAG_MASK 0x3UL
-#define TAG_OP	 0x0UL
-#define TAG_KICK 0x1UL /* a struct blk_queue */
-#define TAG_STOP 0x2UL
+/* An I/O completion's user_data: a struct blk_op pointer and this. */
+#define TAG_OP 0x1UL
 
 #define FEAT(bit) (1ULL << (bit))
 
@@ -95,6 +92,7 @@ struct blk_req {
 struct blk_queue {
 	struct virtio_blk *b;
 	unsigned int index;
+	struct ev_source kick;
 	uint64_t kick_buf;
 	struct blk_req *reqs; /* BLK_QUEUE_SIZE slots */
 	struct blk_req *free;
@@ -116,10 +114,7 @@ struct virtio_blk {
 	pthread_cond_t idle; /* busy fell to 0, with the device lock */
 	bool idle_ok;
 
-	struct io_uring ring;
-	bool ring_ok;
-	struct worker worker;
-	bool stopping;
+	struct evloop loop;
 	bool warned;	       /* one message for the device's life */
 	struct vq_chain chain; /* pop scratch, event loop only */
 };
@@ -136,23 +131,10 @@ static struct virtio_blk *to_blk(struct virtio_device *dev)
 
 /* ---- submission -------------------------------------------------------- */
 
-static struct io_uring_sqe *get_sqe(struct virtio_blk *b)
-{
-	struct io_uring_sqe *sqe;
-
-	/*
-	 * The completion ring holds every operation that can be in flight
-	 * (virtio_blk__create), so making room in the submission ring only
-	 * takes a submit.
-	 */
-	while (!(sqe = io_uring_get_sqe(&b->ring)))
-		io_uring_submit(&b->ring);
-	return sqe;
-}
-
 static void op_submit(struct virtio_blk *b, struct blk_op *op)
 {
-	struct io_uring_sqe *sqe = get_sqe(b);
+	/* The completion ring holds every op in flight: see cq_entries. */
+	struct io_uring_sqe *sqe = evloop__get_sqe(&b->loop);
 
 	switch (op->kind) {
 	case OP_READ:
@@ -172,25 +154,13 @@ static void op_submit(struct virtio_blk *b, struct blk_op *op)
 			op->offset, op->len);
 		break;
 	}
-	io_uring_sqe_set_data(sqe, op); /* TAG_OP: an aligned pointer */
+	io_uring_sqe_set_data64(sqe, (uintptr_t)op | TAG_OP);
 }
 
 static void arm_kick(struct blk_queue *q)
 {
-	struct io_uring_sqe *sqe = get_sqe(q->b);
-
-	io_uring_prep_read(sqe, q->b->vqs[q->index].kick_fd, &q->kick_buf,
-			   sizeof(q->kick_buf), 0);
-	io_uring_sqe_set_data64(sqe, (uintptr_t)q | TAG_KICK);
-}
-
-static void arm_stop(struct virtio_blk *b)
-{
-	struct io_uring_sqe *sqe = get_sqe(b);
-
-	io_uring_prep_read(sqe, b->worker.stop_fd, &b->worker.stop_buf,
-			   sizeof(b->worker.stop_buf), 0);
-	io_uring_sqe_set_data64(sqe, TAG_STOP);
+	evloop__read_eventfd(&q->b->loop, &q->kick,
+			     q->b->vqs[q->index].kick_fd, &q->kick_buf);
 }
 
 static struct blk_op *new_op(struct blk_req *req, enum op_kind kind, int fd,
@@ -590,77 +560,58 @@ static void op_done(struct virtio_blk *b, struct blk_op *op, int res)
 	req_stage_done(req);
 }
 
-static void handle_cqe(struct virtio_blk *b, const struct io_uring_cqe *cqe)
+/* The loop's handlers run with the device lock held: begin, end. */
+static void io_done(void *arg, void *ptr, int res)
 {
-	uint64_t data = io_uring_cqe_get_data64(cqe);
-	struct blk_queue *q;
-
-	switch (data & TAG_MASK) {
-	case TAG_OP:
-		op_done(b, (struct blk_op *)(uintptr_t)data, cqe->res);
-		break;
-	case TAG_KICK:
-		q = (struct blk_queue *)(uintptr_t)(data & ~TAG_MASK);
-		if (cqe->res < 0 && cqe->res != -EINTR && cqe->res != -EAGAIN) {
-			pr_err("%s: queue %u: kick eventfd: %s", b->vdev.name,
-			       q->index, strerror(-cqe->res));
-			b->stopping = true;
-			break;
-		}
-		arm_kick(q);
-		process_queue(q);
-		break;
-	case TAG_STOP:
-		b->stopping = true;
-		break;
-	}
+	op_done(arg, ptr, res);
 }
 
-static void *blk_thread(void *arg)
+static void kick_done(void *arg, int res)
+{
+	struct blk_queue *q = arg;
+	struct virtio_blk *b = q->b;
+
+	if (res < 0 && res != -EINTR && res != -EAGAIN) {
+		pr_err("%s: queue %u: kick eventfd: %s", b->vdev.name,
+		       q->index, strerror(-res));
+		evloop__stop(&b->loop);
+		return;
+	}
+	arm_kick(q);
+	process_queue(q);
+}
+
+static void loop_begin(void *arg)
 {
 	struct virtio_blk *b = arg;
-	struct io_uring_cqe *cqe;
-	unsigned int head, seen;
-	int ret;
 
-	worker__block_signals();
 	virtio_device__lock(&b->vdev);
-	arm_stop(b);
-	for (unsigned int i = 0; i < b->nr_queues; i++)
-		arm_kick(&b->queues[i]);
-	virtio_device__unlock(&b->vdev);
-
-	while (!b->stopping) {
-		ret = io_uring_submit_and_wait(&b->ring, 1);
-		if (ret < 0 && ret != -EINTR) {
-			pr_err("%s: io_uring: %s", b->vdev.name,
-			       strerror(-ret));
-			break;
-		}
-		virtio_device__lock(&b->vdev);
-		seen = 0;
-		io_uring_for_each_cqe(&b->ring, head, cqe)
-		{
-			handle_cqe(b, cqe);
-			seen++;
-		}
-		io_uring_cq_advance(&b->ring, seen);
-		for (unsigned int i = 0; i < b->nr_queues; i++) {
-			struct blk_queue *q = &b->queues[i];
-
-			if (q->starved && q->free) {
-				q->starved = false;
-				process_queue(q);
-			}
-			if (q->pushed) {
-				q->pushed = false;
-				virtio_device__notify_queue(&b->vdev, i);
-			}
-		}
-		virtio_device__unlock(&b->vdev);
-	}
-	return NULL;
 }
+
+static bool loop_end(void *arg)
+{
+	struct virtio_blk *b = arg;
+
+	for (unsigned int i = 0; i < b->nr_queues; i++) {
+		struct blk_queue *q = &b->queues[i];
+
+		if (q->starved && q->free) {
+			q->starved = false;
+			process_queue(q);
+		}
+		if (q->pushed) {
+			q->pushed = false;
+			virtio_device__notify_queue(&b->vdev, i);
+		}
+	}
+	virtio_device__unlock(&b->vdev);
+	return false;
+}
+
+static const struct evloop_ops blk_loop_ops = {
+	.begin = loop_begin,
+	.end = loop_end,
+};
 
 /* ---- device ops -------------------------------------------------------- */
 
@@ -742,7 +693,14 @@ static unsigned int cq_entries(unsigned int nr_queues)
 int virtio_blk__create(struct virtio_blk **out,
 		       const struct virtio_blk_params *p)
 {
-	struct io_uring_params up = { .flags = IORING_SETUP_CQSIZE };
+	static const uint8_t opcodes[] = { IORING_OP_READV, IORING_OP_WRITEV,
+					   IORING_OP_FSYNC,
+					   IORING_OP_FALLOCATE };
+	struct evloop_params lp = {
+		.sq_entries = BLK_SQ_ENTRIES,
+		.opcodes = opcodes,
+		.nr_opcodes = ARRAY_SIZE(opcodes),
+	};
 	struct virtio_device_params vp;
 	struct virtio_blk *b;
 	int ret;
@@ -752,7 +710,6 @@ int virtio_blk__create(struct virtio_blk **out,
 	b = calloc(1, sizeof(*b));
 	if (!b)
 		return -ENOMEM;
-	worker__init(&b->worker);
 	b->disk = p->disk;
 	pthread_cond_init(&b->idle, NULL);
 	b->idle_ok = true;
@@ -778,12 +735,14 @@ int virtio_blk__create(struct virtio_blk **out,
 	if (ret)
 		goto out_destroy;
 	b->vdev_ok = true;
+	evloop__init(&b->loop, b->vdev.name);
 
 	for (unsigned int i = 0; i < b->nr_queues; i++) {
 		struct blk_queue *q = &b->queues[i];
 
 		q->b = b;
 		q->index = i;
+		q->kick = (struct ev_source){ .fn = kick_done, .arg = q };
 		/* Slots are touched only when used: a lazily backed pool. */
 		q->reqs = calloc(BLK_QUEUE_SIZE, sizeof(*q->reqs));
 		b->vqs[i].kick_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -796,14 +755,11 @@ int virtio_blk__create(struct virtio_blk **out,
 			q->free = &q->reqs[j];
 		}
 	}
-	ret = worker__open(&b->worker);
+	lp.cq_entries = cq_entries(b->nr_queues);
+	ret = evloop__open(&b->loop, &lp);
 	if (ret)
 		goto out_destroy;
-	up.cq_entries = cq_entries(b->nr_queues);
-	ret = io_uring_queue_init_params(BLK_SQ_ENTRIES, &b->ring, &up);
-	if (ret)
-		goto out_destroy;
-	b->ring_ok = true;
+	evloop__set_tag_handler(&b->loop, TAG_OP, io_done, b);
 	*out = b;
 	return 0;
 
@@ -819,17 +775,17 @@ struct virtio_device *virtio_blk__device(struct virtio_blk *b)
 
 int virtio_blk__start(struct virtio_blk *b)
 {
-	return worker__start(&b->worker, blk_thread, b);
+	for (unsigned int i = 0; i < b->nr_queues; i++)
+		arm_kick(&b->queues[i]);
+	return evloop__start(&b->loop, &blk_loop_ops, b);
 }
 
 void virtio_blk__destroy(struct virtio_blk *b)
 {
 	if (!b)
 		return;
-	worker__exit(&b->worker, b->vdev.name);
-	/* Waits for I/O in flight: it may still write into guest memory. */
-	if (b->ring_ok)
-		io_uring_queue_exit(&b->ring);
+	if (b->vdev_ok)
+		evloop__exit(&b->loop);
 	for (unsigned int i = 0; i < b->nr_queues; i++) {
 		free(b->queues[i].reqs);
 		if (b->vdev_ok && b->vqs[i].kick_fd >= 0)
