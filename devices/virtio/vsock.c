@@ -60,7 +60,7 @@
 #include "lib/iovec.h"
 #include "lib/list.h"
 #include "lib/warn.h"
-#include "lib/worker.h"
+#include "lib/evloop.h"
 
 #define VSOCK_QUEUE_SIZE 256U
 #define RXQ		 0U /* device to driver */
@@ -85,16 +85,6 @@
 #define HDR_LEN	  sizeof(struct virtio_vsock_hdr) /* 44 bytes */
 #define SHUT_BOTH (VIRTIO_VSOCK_SHUTDOWN_RCV | VIRTIO_VSOCK_SHUTDOWN_SEND)
 #define FEAT(bit) (1ULL << (bit))
-
-/* What rides in a CQE's user_data. */
-enum loop_event {
-	EV_RX_KICK = 1,
-	EV_TX_KICK,
-	EV_WAKE,
-	EV_STOP,
-	EV_EPOLL,
-	EV_TICK,
-};
 
 /* epoll data: a struct vsock_conn pointer, or this for the listener. */
 #define EP_LISTEN 1ULL
@@ -169,9 +159,8 @@ struct vsock {
 	int ep_fd;
 	int wake_fd;
 
-	struct io_uring ring;
-	bool ring_ok;
-	struct worker worker;
+	struct evloop loop;
+	struct ev_source rx_kick_src, tx_kick_src, wake_src, ep_src, tick_src;
 
 	/* Streams handed over by other threads: their own lock. */
 	pthread_mutex_t attach_lock;
@@ -183,7 +172,6 @@ struct vsock {
 	bool warned;	  /* one message about the guest, for its life */
 	bool host_warned; /* one about the host side */
 	bool reset_pending;
-	bool stopping;
 	bool more; /* work left: poll the ring, do not wait */
 	bool wake, tick, tx_kick, tx_more, tx_stalled;
 	bool ep_armed, ep_ready, tick_armed, listen_ready, listen_retry;
@@ -259,44 +247,18 @@ static ssize_t recv_iov(int fd, struct iovec *iov, unsigned int n, int flags)
 
 /* ---- the ring ---------------------------------------------------------- */
 
-static struct io_uring_sqe *get_sqe(struct vsock *v)
-{
-	struct io_uring_sqe *sqe;
-
-	/* At most six operations are ever in flight: a submit makes room. */
-	while (!(sqe = io_uring_get_sqe(&v->ring)))
-		io_uring_submit(&v->ring);
-	return sqe;
-}
-
-static void arm_read(struct vsock *v, int fd, uint64_t *buf, enum loop_event ev)
-{
-	struct io_uring_sqe *sqe = get_sqe(v);
-
-	io_uring_prep_read(sqe, fd, buf, sizeof(*buf), 0);
-	io_uring_sqe_set_data64(sqe, ev);
-}
-
 static void arm_epoll(struct vsock *v)
 {
-	struct io_uring_sqe *sqe = get_sqe(v);
-
-	io_uring_prep_poll_add(sqe, v->ep_fd, POLLIN);
-	io_uring_sqe_set_data64(sqe, EV_EPOLL);
+	evloop__poll(&v->loop, &v->ep_src, v->ep_fd, POLLIN);
 	v->ep_armed = true;
 }
 
 static void arm_tick(struct vsock *v)
 {
-	struct io_uring_sqe *sqe;
-
 	if (v->tick_armed)
 		return;
-	sqe = get_sqe(v);
-	v->tick_ts.tv_sec = TICK_MS / 1000;
-	v->tick_ts.tv_nsec = (TICK_MS % 1000) * 1000000L;
-	io_uring_prep_timeout(sqe, &v->tick_ts, 0, 0);
-	io_uring_sqe_set_data64(sqe, EV_TICK);
+	evloop__timeout(&v->loop, &v->tick_src, &v->tick_ts,
+			TICK_MS * 1000000ULL);
 	v->tick_armed = true;
 }
 
@@ -1281,7 +1243,7 @@ static void handle_events(struct vsock *v)
 	n = epoll_wait(v->ep_fd, ev, EP_BATCH, 0);
 	if (n < 0 && errno != EINTR) {
 		pr_err("%s: epoll_wait: %s", v->vdev.name, strerror(errno));
-		v->stopping = true;
+		evloop__stop(&v->loop);
 		return;
 	}
 	for (int i = 0; i < n; i++) {
@@ -1349,50 +1311,84 @@ static void teardown(struct vsock *v)
 
 /* ---- the loop ------------------------------------------------------------ */
 
-static void handle_cqe(struct vsock *v, const struct io_uring_cqe *cqe)
+/* The loop's handlers run with the device lock held: begin, end. */
+static bool eventfd_ok(struct vsock *v, int res)
 {
-	uint64_t ev = io_uring_cqe_get_data64(cqe);
-	int res = cqe->res;
-
-	switch (ev) {
-	case EV_RX_KICK:
-	case EV_TX_KICK:
-	case EV_WAKE:
-		if (res < 0 && res != -EINTR && res != -EAGAIN) {
-			pr_err("%s: eventfd: %s", v->vdev.name, strerror(-res));
-			v->stopping = true;
-			break;
-		}
-		/* New receive buffers: the pump runs every round anyway. */
-		if (ev == EV_RX_KICK) {
-			arm_read(v, v->vqs[RXQ].kick_fd, &v->kick_buf[0], ev);
-		} else if (ev == EV_TX_KICK) {
-			arm_read(v, v->vqs[TXQ].kick_fd, &v->kick_buf[1], ev);
-			v->tx_kick = true;
-		} else {
-			arm_read(v, v->wake_fd, &v->wake_buf, ev);
-			v->wake = true;
-		}
-		break;
-	case EV_STOP:
-		v->stopping = true;
-		break;
-	case EV_EPOLL:
-		v->ep_armed = false;
-		/* A poll that cannot be armed would fail again at once. */
-		if (res < 0 && res != -EINTR && res != -EAGAIN) {
-			pr_err("%s: polling the sockets: %s", v->vdev.name,
-			       strerror(-res));
-			v->stopping = true;
-			break;
-		}
-		v->ep_ready = true;
-		break;
-	case EV_TICK:
-		v->tick_armed = false;
-		v->tick = true;
-		break;
+	if (res < 0 && res != -EINTR && res != -EAGAIN) {
+		pr_err("%s: eventfd: %s", v->vdev.name, strerror(-res));
+		evloop__stop(&v->loop);
+		return false;
 	}
+	return true;
+}
+
+static void arm_rx_kick(struct vsock *v)
+{
+	evloop__read_eventfd(&v->loop, &v->rx_kick_src, v->vqs[RXQ].kick_fd,
+			     &v->kick_buf[0]);
+}
+
+static void arm_tx_kick(struct vsock *v)
+{
+	evloop__read_eventfd(&v->loop, &v->tx_kick_src, v->vqs[TXQ].kick_fd,
+			     &v->kick_buf[1]);
+}
+
+static void arm_wake(struct vsock *v)
+{
+	evloop__read_eventfd(&v->loop, &v->wake_src, v->wake_fd, &v->wake_buf);
+}
+
+/* New receive buffers: the pump runs every round anyway. */
+static void rx_kick_done(void *arg, int res)
+{
+	struct vsock *v = arg;
+
+	if (eventfd_ok(v, res))
+		arm_rx_kick(v);
+}
+
+static void tx_kick_done(void *arg, int res)
+{
+	struct vsock *v = arg;
+
+	if (!eventfd_ok(v, res))
+		return;
+	arm_tx_kick(v);
+	v->tx_kick = true;
+}
+
+static void wake_done(void *arg, int res)
+{
+	struct vsock *v = arg;
+
+	if (!eventfd_ok(v, res))
+		return;
+	arm_wake(v);
+	v->wake = true;
+}
+
+static void epoll_done(void *arg, int res)
+{
+	struct vsock *v = arg;
+
+	v->ep_armed = false;
+	/* A poll that cannot be armed would fail again at once. */
+	if (res < 0 && res != -EINTR && res != -EAGAIN) {
+		pr_err("%s: polling the sockets: %s", v->vdev.name,
+		       strerror(-res));
+		evloop__stop(&v->loop);
+		return;
+	}
+	v->ep_ready = true;
+}
+
+static void tick_done(void *arg, int res)
+{
+	struct vsock *v = arg;
+
+	v->tick_armed = false;
+	v->tick = true;
 }
 
 /* One round, under the device lock, after the completions. */
@@ -1433,51 +1429,30 @@ static void run_once(struct vsock *v)
 	}
 }
 
-static void *vsock_thread(void *arg)
+static void loop_begin(void *arg)
 {
 	struct vsock *v = arg;
-	struct io_uring_cqe *cqe;
-	unsigned int head, seen;
-	int ret;
 
-	worker__block_signals();
 	virtio_device__lock(&v->vdev);
-	arm_read(v, v->worker.stop_fd, &v->worker.stop_buf, EV_STOP);
-	arm_read(v, v->wake_fd, &v->wake_buf, EV_WAKE);
-	arm_read(v, v->vqs[RXQ].kick_fd, &v->kick_buf[0], EV_RX_KICK);
-	arm_read(v, v->vqs[TXQ].kick_fd, &v->kick_buf[1], EV_TX_KICK);
-	arm_epoll(v);
-	/* Streams attached before the start, kicks before the thread. */
-	v->wake = v->tx_kick = true;
-	run_once(v);
-	virtio_device__unlock(&v->vdev);
-
-	while (!v->stopping) {
-		if (v->more) {
-			v->more = false;
-			ret = io_uring_submit(&v->ring);
-		} else {
-			ret = io_uring_submit_and_wait(&v->ring, 1);
-		}
-		if (ret < 0 && ret != -EINTR) {
-			pr_err("%s: io_uring: %s", v->vdev.name,
-			       strerror(-ret));
-			break;
-		}
-		virtio_device__lock(&v->vdev);
-		seen = 0;
-		io_uring_for_each_cqe(&v->ring, head, cqe)
-		{
-			handle_cqe(v, cqe);
-			seen++;
-		}
-		io_uring_cq_advance(&v->ring, seen);
-		if (!v->stopping)
-			run_once(v);
-		virtio_device__unlock(&v->vdev);
-	}
-	return NULL;
 }
+
+static bool loop_end(void *arg)
+{
+	struct vsock *v = arg;
+	bool more;
+
+	if (!v->loop.stopping)
+		run_once(v);
+	more = v->more;
+	v->more = false;
+	virtio_device__unlock(&v->vdev);
+	return more;
+}
+
+static const struct evloop_ops vsock_loop_ops = {
+	.begin = loop_begin,
+	.end = loop_end,
+};
 
 /* ---- device ops ------------------------------------------------------------ */
 
@@ -1571,6 +1546,14 @@ int vsock__create(struct vsock **out, const struct vsock_params *p)
 {
 	struct epoll_event ev = { .events = EPOLLIN | EPOLLET,
 				  .data.u64 = EP_LISTEN };
+	static const uint8_t opcodes[] = { IORING_OP_POLL_ADD,
+					   IORING_OP_TIMEOUT };
+	/* At most six operations are ever in flight. */
+	const struct evloop_params lp = {
+		.sq_entries = SQ_ENTRIES,
+		.opcodes = opcodes,
+		.nr_opcodes = ARRAY_SIZE(opcodes),
+	};
 	struct virtio_device_params vp;
 	struct vsock *v;
 	int ret;
@@ -1587,7 +1570,6 @@ int vsock__create(struct vsock **out, const struct vsock_params *p)
 	if (!v)
 		return -ENOMEM;
 	v->listen_fd = v->ep_fd = v->wake_fd = -1;
-	worker__init(&v->worker);
 	v->guest_cid = p->guest_cid;
 	v->config.guest_cid = htole64(p->guest_cid);
 	v->next_port = VSOCK_HOST_PORT_BASE;
@@ -1617,6 +1599,12 @@ int vsock__create(struct vsock **out, const struct vsock_params *p)
 	if (ret)
 		goto out_destroy;
 	v->vdev_ok = true;
+	evloop__init(&v->loop, v->vdev.name);
+	v->rx_kick_src = (struct ev_source){ .fn = rx_kick_done, .arg = v };
+	v->tx_kick_src = (struct ev_source){ .fn = tx_kick_done, .arg = v };
+	v->wake_src = (struct ev_source){ .fn = wake_done, .arg = v };
+	v->ep_src = (struct ev_source){ .fn = epoll_done, .arg = v };
+	v->tick_src = (struct ev_source){ .fn = tick_done, .arg = v };
 	ret = pthread_mutex_init(&v->attach_lock, NULL);
 	if (ret) {
 		ret = -ret;
@@ -1642,11 +1630,7 @@ int vsock__create(struct vsock **out, const struct vsock_params *p)
 			goto out_destroy;
 		}
 	}
-	ret = io_uring_queue_init(SQ_ENTRIES, &v->ring, 0);
-	if (ret)
-		goto out_destroy;
-	v->ring_ok = true;
-	ret = worker__open(&v->worker);
+	ret = evloop__open(&v->loop, &lp);
 	if (ret)
 		goto out_destroy;
 	*out = v;
@@ -1664,7 +1648,17 @@ struct virtio_device *vsock__device(struct vsock *v)
 
 int vsock__start(struct vsock *v)
 {
-	return worker__start(&v->worker, vsock_thread, v);
+	arm_wake(v);
+	arm_rx_kick(v);
+	arm_tx_kick(v);
+	arm_epoll(v);
+	/*
+	 * Streams attached before the start, kicks before the thread: the
+	 * first round takes them (the wake makes sure there is one).
+	 */
+	v->tx_kick = true;
+	worker__wake(v->wake_fd, v->vdev.name, "wake");
+	return evloop__start(&v->loop, &vsock_loop_ops, v);
 }
 
 int vsock__attach_stream(struct vsock *v, int fd)
@@ -1693,9 +1687,8 @@ void vsock__destroy(struct vsock *v)
 {
 	if (!v)
 		return;
-	worker__exit(&v->worker, v->vdev.name);
-	if (v->ring_ok)
-		io_uring_queue_exit(&v->ring);
+	if (v->vdev_ok)
+		evloop__exit(&v->loop);
 	/* The thread is gone: the lists are ours. */
 	while (!list_empty(&v->conns)) {
 		struct vsock_conn *c =
