@@ -40,6 +40,7 @@ core-obj-y += devices/virtio/queue.o
 core-obj-y += devices/virtio/mmio.o
 core-obj-y += devices/virtio/blk.o
 core-obj-y += devices/virtio/vsock.o
+core-obj-y += devices/virtio/vsock-conn.o
 core-obj-y += devices/virtio/fs.o
 core-obj-y += devices/block/disk.o
 core-obj-y += devices/fs/fuse.o
