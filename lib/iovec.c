@@ -1,16 +1,19 @@
 // SPDX-License-Identifier: GPL-2.0
 /* Segment list helpers (see iovec.h). */
 #include <errno.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "lib/iovec.h"
 
-size_t iov__to_buf(const struct iovec *iov, unsigned int n, uint64_t skip,
-		   void *buf, size_t len)
+/* The one walk behind both copies: to_buf says which way. */
+static size_t copy(const struct iovec *iov, unsigned int n, uint64_t skip,
+		   uint8_t *buf, size_t len, bool to_buf)
 {
 	size_t done = 0;
 
 	for (unsigned int i = 0; i < n && done < len; i++) {
+		uint8_t *seg = iov[i].iov_base;
 		size_t take;
 
 		if (skip >= iov[i].iov_len) {
@@ -20,35 +23,27 @@ size_t iov__to_buf(const struct iovec *iov, unsigned int n, uint64_t skip,
 		take = iov[i].iov_len - skip;
 		if (take > len - done)
 			take = len - done;
-		memcpy((uint8_t *)buf + done, (uint8_t *)iov[i].iov_base + skip,
-		       take);
+		if (to_buf)
+			memcpy(buf + done, seg + skip, take);
+		else
+			memcpy(seg + skip, buf + done, take);
 		done += take;
 		skip = 0;
 	}
 	return done;
 }
 
+size_t iov__to_buf(const struct iovec *iov, unsigned int n, uint64_t skip,
+		   void *buf, size_t len)
+{
+	return copy(iov, n, skip, buf, len, true);
+}
+
 size_t iov__from_buf(const struct iovec *iov, unsigned int n, uint64_t skip,
 		     const void *buf, size_t len)
 {
-	size_t done = 0;
-
-	for (unsigned int i = 0; i < n && done < len; i++) {
-		size_t take;
-
-		if (skip >= iov[i].iov_len) {
-			skip -= iov[i].iov_len;
-			continue;
-		}
-		take = iov[i].iov_len - skip;
-		if (take > len - done)
-			take = len - done;
-		memcpy((uint8_t *)iov[i].iov_base + skip,
-		       (const uint8_t *)buf + done, take);
-		done += take;
-		skip = 0;
-	}
-	return done;
+	/* Only read through buf: the cast drops nothing copy() keeps. */
+	return copy(iov, n, skip, (uint8_t *)buf, len, false);
 }
 
 int iov__sub(const struct iovec *src, unsigned int n, uint64_t skip,
