@@ -63,16 +63,16 @@ static inline void list_del(struct list_head *n)
 	list_entry((head)->next, type, member)
 
 /* Each entry in order; pos may be unlinked or freed inside. */
-#define list_for_each_entry_safe(pos, tmp, head, type, member)           \
-	for (pos = list_entry((head)->next, type, member),               \
-	    tmp = list_entry(pos->member.next, type, member);            \
-	     &pos->member != (head);                                     \
+#define list_for_each_entry_safe(pos, tmp, head, type, member) \
+	for (pos = list_entry((head)->next, type, member),     \
+	    tmp = list_entry(pos->member.next, type, member);  \
+	     &pos->member != (head);                           \
 	     pos = tmp, tmp = list_entry(tmp->member.next, type, member))
 
 /* Each entry in order; the list does not change inside. */
-#define list_for_each_entry(pos, head, type, member)                      \
-	for (pos = list_entry((head)->next, type, member);                \
-	     &pos->member != (head);                                      \
+#define list_for_each_entry(pos, head, type, member)       \
+	for (pos = list_entry((head)->next, type, member); \
+	     &pos->member != (head);                       \
 	     pos = list_entry(pos->member.next, type, member))
 
 #endif

@@ -746,8 +746,8 @@ static int do_read(struct fuse_call *c)
 	if (ret <= 0)
 		return -EINVAL; /* cannot happen: has_room, 1-byte segments */
 	req->nr_hdr = (unsigned int)ret;
-	req->io_iov =
-		iov__narrow(req->in, req->nr_in, OUT_HDR, in.size, &req->io_cnt);
+	req->io_iov = iov__narrow(req->in, req->nr_in, OUT_HDR, in.size,
+				  &req->io_cnt);
 
 	return data_io(c, false, in.fh, in.offset, in.size);
 }
@@ -773,7 +773,7 @@ static int do_write(struct fuse_call *c)
 		return REPLIED;
 	}
 	req->io_iov = iov__narrow(req->out, req->nr_out, IN_HDR + sizeof(in),
-				 in.size, &req->io_cnt);
+				  in.size, &req->io_cnt);
 
 	return data_io(c, true, in.fh, in.offset, in.size);
 }

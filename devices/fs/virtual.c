@@ -63,12 +63,12 @@
 
 struct vreq {
 	struct fs_forward_req *req;
-	uint64_t deadline;	  /* CLOCK_MONOTONIC, ns */
-	struct list_head node;	  /* the pending list, then a done list */
-	struct vreq *hnext;	  /* the hash chain, while sent */
-	bool no_reply;		  /* FORGET, BATCH_FORGET, INTERRUPT */
-	bool sent;		  /* at the server (and in the hash) */
-	int err;		  /* on the done list: what it completes with */
+	uint64_t deadline;     /* CLOCK_MONOTONIC, ns */
+	struct list_head node; /* the pending list, then a done list */
+	struct vreq *hnext;    /* the hash chain, while sent */
+	bool no_reply;	       /* FORGET, BATCH_FORGET, INTERRUPT */
+	bool sent;	       /* at the server (and in the hash) */
+	int err;	       /* on the done list: what it completes with */
 };
 
 struct virtual_fs {
@@ -227,7 +227,8 @@ static void server_gone(struct virtual_fs *v, int err, struct list_head *done)
 	else
 		pr_err("%s: server on %s closed the connection: EIO",
 		       v->base.name, v->path);
-	list_for_each_entry_safe(e, next, &v->pending, struct vreq, node) {
+	list_for_each_entry_safe(e, next, &v->pending, struct vreq, node)
+	{
 		list_del(&e->node);
 		push_done(done, e, -EIO);
 	}
@@ -558,7 +559,8 @@ static void virtual_destroy(struct fs_backend *b)
 		pthread_join(v->thread, NULL);
 	}
 	/* The thread is gone: what is still pending fails here. */
-	list_for_each_entry_safe(e, next, &v->pending, struct vreq, node) {
+	list_for_each_entry_safe(e, next, &v->pending, struct vreq, node)
+	{
 		list_del(&e->node);
 		push_done(&done, e, -EIO);
 	}

@@ -125,9 +125,10 @@ static struct virtio_blk *to_blk(struct virtio_device *dev)
 }
 
 /* One message for the device's life: a driver that loops cannot flood. */
-#define blk_warn(b, ...)                                                   \
-	warn__once(&(b)->warned, (b)->vdev.name,                           \
-		   "; request failed (further errors not logged)", __VA_ARGS__)
+#define blk_warn(b, ...)                                           \
+	warn__once(&(b)->warned, (b)->vdev.name,                   \
+		   "; request failed (further errors not logged)", \
+		   __VA_ARGS__)
 
 /* ---- submission -------------------------------------------------------- */
 
@@ -159,8 +160,8 @@ static void op_submit(struct virtio_blk *b, struct blk_op *op)
 
 static void arm_kick(struct blk_queue *q)
 {
-	evloop__read_eventfd(&q->b->loop, &q->kick,
-			     q->b->vqs[q->index].kick_fd, &q->kick_buf);
+	evloop__read_eventfd(&q->b->loop, &q->kick, q->b->vqs[q->index].kick_fd,
+			     &q->kick_buf);
 }
 
 static struct blk_op *new_op(struct blk_req *req, enum op_kind kind, int fd,
@@ -284,8 +285,8 @@ static void read_window(struct blk_req *req)
 		for (int i = 0; i < n; i++) {
 			struct iovec *iov = req->slice + used;
 			int cnt = iov__sub(req->data, req->nr_data, pos,
-					  ext[i].len, iov,
-					  ARRAY_SIZE(req->slice) - used);
+					   ext[i].len, iov,
+					   ARRAY_SIZE(req->slice) - used);
 
 			if (cnt < 0) { /* cannot happen: slice has room */
 				req->failed = true;
@@ -368,7 +369,7 @@ static void start_zero(struct blk_req *req, const struct vq_chain *c)
 
 	if (c->out_len - sizeof(struct virtio_blk_outhdr) != sizeof(seg) ||
 	    iov__to_buf(c->iov, c->nr_out, sizeof(struct virtio_blk_outhdr),
-		       &seg, sizeof(seg)) != sizeof(seg)) {
+			&seg, sizeof(seg)) != sizeof(seg)) {
 		blk_warn(b,
 			 "discard/write-zeroes with %" PRIu64
 			 " bytes of segments",
@@ -475,11 +476,11 @@ static void start_request(struct blk_queue *q, const struct vq_chain *c)
 	if (req->type == VIRTIO_BLK_T_IN) {
 		data_len = c->in_len - 1;
 		n = iov__sub(c->iov + c->nr_out, c->nr_in, 0, data_len,
-			    req->data, ARRAY_SIZE(req->data));
+			     req->data, ARRAY_SIZE(req->data));
 	} else {
 		data_len = c->out_len - sizeof(hdr);
-		n = iov__sub(c->iov, c->nr_out, sizeof(hdr), data_len, req->data,
-			    ARRAY_SIZE(req->data));
+		n = iov__sub(c->iov, c->nr_out, sizeof(hdr), data_len,
+			     req->data, ARRAY_SIZE(req->data));
 	}
 	if (n < 0) {
 		blk_warn(b, "request with more than %u data segments",
@@ -572,8 +573,8 @@ static void kick_done(void *arg, int res)
 	struct virtio_blk *b = q->b;
 
 	if (res < 0 && res != -EINTR && res != -EAGAIN) {
-		pr_err("%s: queue %u: kick eventfd: %s", b->vdev.name,
-		       q->index, strerror(-res));
+		pr_err("%s: queue %u: kick eventfd: %s", b->vdev.name, q->index,
+		       strerror(-res));
 		evloop__stop(&b->loop);
 		return;
 	}

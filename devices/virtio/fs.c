@@ -175,14 +175,13 @@ static void fs_req_done(struct fuse_req *req, const void *reply, uint32_t len)
 	bool off_loop;
 
 	virtio_device__lock(&f->vdev);
-	off_loop =
-		f->joined ||
-		!pthread_equal(pthread_self(), f->loop.worker.thread);
+	off_loop = f->joined ||
+		   !pthread_equal(pthread_self(), f->loop.worker.thread);
 	/* A reset since the pop: the buffers are no longer the device's. */
 	if (slot->gen == f->gen) {
 		if (reply)
 			len = (uint32_t)iov__from_buf(req->in, req->nr_in, 0,
-						     reply, len);
+						      reply, len);
 		if (virtqueue__push(vq, slot->chain.head, len) == 0)
 			q->pushed = true;
 	}

@@ -97,9 +97,9 @@ static struct vsock_conn *lookup(struct vsock *v, uint32_t local, uint32_t peer)
 	struct list_head *head = bucket(v, local, peer);
 	struct vsock_conn *c;
 
-	list_for_each_entry(c, head, struct vsock_conn, hnode)
-		if (c->local_port == local && c->peer_port == peer)
-			return c;
+	list_for_each_entry(c, head, struct vsock_conn,
+			    hnode) if (c->local_port == local &&
+				       c->peer_port == peer) return c;
 	return NULL;
 }
 
@@ -1085,7 +1085,8 @@ static void check_deadlines(struct vsock *v)
 		v->listen_retry = false;
 		v->listen_ready = true;
 	}
-	list_for_each_entry_safe(c, next, &v->conns, struct vsock_conn, node) {
+	list_for_each_entry_safe(c, next, &v->conns, struct vsock_conn, node)
+	{
 		if (!c->deadline)
 			continue;
 		if (now < c->deadline) {
@@ -1111,7 +1112,8 @@ static void teardown(struct vsock *v)
 	v->reset_pending = false;
 	v->nr_replies = 0;
 	v->tx_more = v->tx_stalled = false;
-	list_for_each_entry_safe(c, next, &v->conns, struct vsock_conn, node) {
+	list_for_each_entry_safe(c, next, &v->conns, struct vsock_conn, node)
+	{
 		if (c->state == CONN_CLOSED) {
 			c->pend = 0;
 			conn_bury(v, c);

@@ -64,9 +64,9 @@ enum conn_state {
 #define PEND_CREDIT   0x10U
 
 struct vsock_conn {
-	struct list_head node;   /* v->conns, then v->dead */
-	struct list_head hnode;  /* a hash bucket, while the guest may name it */
-	struct list_head rxnode; /* v->rxq, while it has something for the guest */
+	struct list_head node;	/* v->conns, then v->dead */
+	struct list_head hnode; /* a hash bucket, while the guest may name it */
+	struct list_head rxnode; /* v->rxq, while it owes the guest a packet */
 	int fd;
 	enum conn_state state;
 	bool guest_knows;	/* REQUEST delivered, or the guest sent one */
@@ -138,8 +138,8 @@ struct vsock {
 	struct __kernel_timespec tick_ts;
 
 	struct list_head conns; /* every live connection, any state */
-	struct list_head dead;  /* closed, freed at the end of the iteration */
-	struct list_head rxq;   /* connections with something for the guest */
+	struct list_head dead;	/* closed, freed at the end of the iteration */
+	struct list_head rxq;	/* connections with something for the guest */
 	struct list_head buckets[HASH_BUCKETS];
 	unsigned int nr_conns; /* on conns and dead */
 	uint32_t next_port;
@@ -153,10 +153,9 @@ struct vsock {
 	struct iovec iov[VQ_CHAIN_MAX_IOV]; /* payload part of a chain */
 };
 
-
 /* The guest broke a rule: said once for the device's whole life. */
-#define vsock_warn(v, ...)                              \
-	warn__once(&(v)->warned, (v)->vdev.name,        \
+#define vsock_warn(v, ...)                       \
+	warn__once(&(v)->warned, (v)->vdev.name, \
 		   " (further errors not logged)", __VA_ARGS__)
 
 /* vsock-conn.c */
