@@ -33,6 +33,7 @@
 
 #include "lib/compiler.h"
 #include "devices/fs/fuse.h"
+#include "lib/iovec.h"
 
 #define IN_HDR	sizeof(struct fuse_in_header)
 #define OUT_HDR sizeof(struct fuse_out_header)
@@ -120,119 +121,6 @@ srv_warn(struct fuse_server *s, const char *fmt, ...)
 		why);
 }
 
-/* ---- iovecs ------------------------------------------------------------ */
-
-/* Copies up to len bytes from offset skip of the segments into buf. */
-static size_t iov_to_buf(const struct iovec *iov, unsigned int n, uint64_t skip,
-			 void *buf, size_t len)
-{
-	size_t done = 0;
-
-	for (unsigned int i = 0; i < n && done < len; i++) {
-		size_t take;
-
-		if (skip >= iov[i].iov_len) {
-			skip -= iov[i].iov_len;
-			continue;
-		}
-		take = iov[i].iov_len - skip;
-		if (take > len - done)
-			take = len - done;
-		memcpy((uint8_t *)buf + done, (uint8_t *)iov[i].iov_base + skip,
-		       take);
-		done += take;
-		skip = 0;
-	}
-	return done;
-}
-
-/* Copies up to len bytes of buf into the segments from offset skip. */
-static size_t buf_to_iov(const struct iovec *iov, unsigned int n, uint64_t skip,
-			 const void *buf, size_t len)
-{
-	size_t done = 0;
-
-	for (unsigned int i = 0; i < n && done < len; i++) {
-		size_t take;
-
-		if (skip >= iov[i].iov_len) {
-			skip -= iov[i].iov_len;
-			continue;
-		}
-		take = iov[i].iov_len - skip;
-		if (take > len - done)
-			take = len - done;
-		memcpy((uint8_t *)iov[i].iov_base + skip,
-		       (const uint8_t *)buf + done, take);
-		done += take;
-		skip = 0;
-	}
-	return done;
-}
-
-/*
- * dst receives the segments that cover [0, len) of src; their count, or
- * -1 when that takes more than max or src is too short.
- */
-static int iov_head(const struct iovec *src, unsigned int n, uint64_t len,
-		    struct iovec *dst, unsigned int max)
-{
-	unsigned int out = 0;
-
-	for (unsigned int i = 0; i < n && len; i++) {
-		uint64_t take = src[i].iov_len < len ? src[i].iov_len : len;
-
-		if (out == max)
-			return -1;
-		dst[out].iov_base = src[i].iov_base;
-		dst[out].iov_len = take;
-		out++;
-		len -= take;
-	}
-	return len ? -1 : (int)out;
-}
-
-/*
- * Narrows iov[0 .. n) to its bytes [skip, skip + len), in place (the
- * caller made sure they are there): returns the first segment, *cnt the
- * count (0 for len 0).
- */
-static struct iovec *iov_narrow(struct iovec *iov, unsigned int n,
-				uint64_t skip, uint64_t len, unsigned int *cnt)
-{
-	unsigned int i = 0, j;
-
-	*cnt = 0;
-	while (i < n && skip >= iov[i].iov_len) {
-		skip -= iov[i].iov_len;
-		i++;
-	}
-	if (!len || i == n)
-		return iov + i;
-	iov[i].iov_base = (uint8_t *)iov[i].iov_base + skip;
-	iov[i].iov_len -= skip;
-	for (j = i; j + 1 < n && len > iov[j].iov_len; j++)
-		len -= iov[j].iov_len;
-	if (len < iov[j].iov_len)
-		iov[j].iov_len = len;
-	*cnt = j - i + 1;
-	return iov + i;
-}
-
-/* Drops the first bytes of a segment list, in place. */
-static void iov_advance(struct iovec **iov, unsigned int *n, uint64_t bytes)
-{
-	while (*n && bytes >= (*iov)->iov_len) {
-		bytes -= (*iov)->iov_len;
-		(*iov)++;
-		(*n)--;
-	}
-	if (*n && bytes) {
-		(*iov)->iov_base = (uint8_t *)(*iov)->iov_base + bytes;
-		(*iov)->iov_len -= bytes;
-	}
-}
-
 /* ---- replies ------------------------------------------------------------ */
 
 static bool has_room(const struct fuse_req *req, size_t body)
@@ -265,11 +153,11 @@ static void send_reply(struct fuse_req *req, int error, const void *body,
 		len = 0;
 	}
 	if (req->nr_hdr) {
-		buf_to_iov(req->hdr_iov, req->nr_hdr, 0, &oh, OUT_HDR);
+		iov__from_buf(req->hdr_iov, req->nr_hdr, 0, &oh, OUT_HDR);
 	} else {
-		buf_to_iov(req->in, req->nr_in, 0, &oh, OUT_HDR);
+		iov__from_buf(req->in, req->nr_in, 0, &oh, OUT_HDR);
 		if (body && len)
-			buf_to_iov(req->in, req->nr_in, OUT_HDR, body, len);
+			iov__from_buf(req->in, req->nr_in, OUT_HDR, body, len);
 	}
 	req->ops->done(req, NULL, oh.len);
 }
@@ -853,13 +741,13 @@ static int do_read(struct fuse_call *c)
 		reply_ok(req, NULL, 0);
 		return REPLIED;
 	}
-	ret = iov_head(req->in, req->nr_in, OUT_HDR, req->hdr_iov,
+	ret = iov__sub(req->in, req->nr_in, 0, OUT_HDR, req->hdr_iov,
 		       ARRAY_SIZE(req->hdr_iov));
 	if (ret <= 0)
 		return -EINVAL; /* cannot happen: has_room, 1-byte segments */
 	req->nr_hdr = (unsigned int)ret;
-	req->io_iov =
-		iov_narrow(req->in, req->nr_in, OUT_HDR, in.size, &req->io_cnt);
+	req->io_iov = iov__narrow(req->in, req->nr_in, OUT_HDR, in.size,
+				  &req->io_cnt);
 
 	return data_io(c, false, in.fh, in.offset, in.size);
 }
@@ -884,8 +772,8 @@ static int do_write(struct fuse_call *c)
 		finish_write(req);
 		return REPLIED;
 	}
-	req->io_iov = iov_narrow(req->out, req->nr_out, IN_HDR + sizeof(in),
-				 in.size, &req->io_cnt);
+	req->io_iov = iov__narrow(req->out, req->nr_out, IN_HDR + sizeof(in),
+				  in.size, &req->io_cnt);
 
 	return data_io(c, true, in.fh, in.offset, in.size);
 }
@@ -1266,7 +1154,7 @@ static void do_forward(struct fuse_call *c)
 		reply_err(req, -ENOMEM);
 		return;
 	}
-	iov_to_buf(req->out, req->nr_out, 0, req->msg, c->h.len);
+	iov__to_buf(req->out, req->nr_out, 0, req->msg, c->h.len);
 	c->a = (const uint8_t *)req->msg + IN_HDR;
 	ret = ro_check(c, find_op(c->h.opcode));
 	if (ret) {
@@ -1306,7 +1194,7 @@ void fuse_server__handle(struct fuse_server *s, struct fuse_req *req)
 	req->nr_hdr = 0;
 	req->msg = NULL;
 	if (req->out_len < IN_HDR ||
-	    iov_to_buf(req->out, req->nr_out, 0, &c.h, IN_HDR) != IN_HDR) {
+	    iov__to_buf(req->out, req->nr_out, 0, &c.h, IN_HDR) != IN_HDR) {
 		srv_warn(s, "request of %" PRIu64 " bytes, without a header",
 			 req->out_len);
 		reply_err(req, -EINVAL);
@@ -1380,7 +1268,7 @@ void fuse_server__handle(struct fuse_server *s, struct fuse_req *req)
 		return;
 	}
 	memcpy(s->args, &c.h, IN_HDR);
-	iov_to_buf(req->out, req->nr_out, IN_HDR, s->args + IN_HDR, need);
+	iov__to_buf(req->out, req->nr_out, IN_HDR, s->args + IN_HDR, need);
 	c.a = s->args + IN_HDR;
 	/* WRITE: alen still counts the data, which stays in guest memory. */
 	if (!op->data)
@@ -1418,7 +1306,7 @@ void fuse_server__io_complete(struct fuse_server *s, struct fuse_req *req,
 	}
 	if (req->left && res > 0) {
 		/* Short write: go on from where it stopped. */
-		iov_advance(&req->io_iov, &req->io_cnt, (uint64_t)res);
+		iov__advance(&req->io_iov, &req->io_cnt, (uint64_t)res);
 		req->offset += (uint64_t)res;
 		submit_io(s, req);
 		return;

@@ -40,6 +40,8 @@
 
 #include "lib/compiler.h"
 #include "devices/fs/virtual.h"
+#include "lib/list.h"
+#include "lib/warn.h"
 #include "lib/worker.h"
 
 /*
@@ -61,12 +63,12 @@
 
 struct vreq {
 	struct fs_forward_req *req;
-	uint64_t deadline;	  /* CLOCK_MONOTONIC, ns */
-	struct vreq *prev, *next; /* the pending list; next: the done list */
-	struct vreq *hnext;	  /* the hash chain, while sent */
-	bool no_reply;		  /* FORGET, BATCH_FORGET, INTERRUPT */
-	bool sent;		  /* at the server (and in the hash) */
-	int err;		  /* on the done list: what it completes with */
+	uint64_t deadline;     /* CLOCK_MONOTONIC, ns */
+	struct list_head node; /* the pending list, then a done list */
+	struct vreq *hnext;    /* the hash chain, while sent */
+	bool no_reply;	       /* FORGET, BATCH_FORGET, INTERRUPT */
+	bool sent;	       /* at the server (and in the hash) */
+	int err;	       /* on the done list: what it completes with */
 };
 
 struct virtual_fs {
@@ -82,8 +84,8 @@ struct virtual_fs {
 	pthread_mutex_t lock;
 
 	/* Under lock. */
-	struct vreq *head, *tail;
-	struct vreq *unsent;
+	struct list_head pending;
+	struct vreq *unsent; /* the first on pending not sent, or NULL */
 	struct vreq *hash[VIRTUAL_FS_HASH_SIZE];
 	unsigned int nr_sent;
 	bool dead;
@@ -122,22 +124,23 @@ static void finish(struct fs_forward_req *req, bool no_reply, int err)
 	req->complete(req, NULL, no_reply ? 0 : err);
 }
 
-static void finish_list(struct vreq *done)
+/* Completes and frees what is on done, the last pushed first. */
+static void finish_list(struct list_head *done)
 {
-	struct vreq *e;
+	while (!list_empty(done)) {
+		struct vreq *e = list_first_entry(done, struct vreq, node);
 
-	while ((e = done)) {
-		done = e->next;
+		list_del(&e->node);
 		finish(e->req, e->no_reply, e->err);
 		free(e);
 	}
 }
 
-static void push_done(struct vreq **done, struct vreq *e, int err)
+/* e is on no list. */
+static void push_done(struct list_head *done, struct vreq *e, int err)
 {
 	e->err = err;
-	e->next = *done;
-	*done = e;
+	list_add(&e->node, done);
 }
 
 /* ---- the pending list and the hash, under lock ----------------------- */
@@ -178,40 +181,42 @@ static struct vreq *hash_find(struct virtual_fs *v, uint64_t unique)
 	return e;
 }
 
-static void list_add_tail(struct virtual_fs *v, struct vreq *e)
+/* The request after e on the pending list, or NULL. */
+static struct vreq *pending_next(struct virtual_fs *v, struct vreq *e)
 {
-	e->next = NULL;
-	e->prev = v->tail;
-	if (v->tail)
-		v->tail->next = e;
-	else
-		v->head = e;
-	v->tail = e;
+	if (e->node.next == &v->pending)
+		return NULL;
+	return list_entry(e->node.next, struct vreq, node);
+}
+
+static struct vreq *pending_first(struct virtual_fs *v)
+{
+	if (list_empty(&v->pending))
+		return NULL;
+	return list_first_entry(&v->pending, struct vreq, node);
+}
+
+static void pending_add(struct virtual_fs *v, struct vreq *e)
+{
+	list_add_tail(&e->node, &v->pending);
 	if (!v->unsent)
 		v->unsent = e;
 }
 
 /* Takes e off the pending list (and the hash, if it was sent). */
-static void list_del(struct virtual_fs *v, struct vreq *e)
+static void pending_del(struct virtual_fs *v, struct vreq *e)
 {
 	if (v->unsent == e)
-		v->unsent = e->next;
-	if (e->prev)
-		e->prev->next = e->next;
-	else
-		v->head = e->next;
-	if (e->next)
-		e->next->prev = e->prev;
-	else
-		v->tail = e->prev;
+		v->unsent = pending_next(v, e);
+	list_del(&e->node);
 	if (e->sent)
 		hash_del(v, e);
 }
 
 /* The server went away: everything pending fails. */
-static void server_gone(struct virtual_fs *v, int err, struct vreq **done)
+static void server_gone(struct virtual_fs *v, int err, struct list_head *done)
 {
-	struct vreq *e;
+	struct vreq *e, *next;
 
 	if (v->dead)
 		return;
@@ -222,11 +227,12 @@ static void server_gone(struct virtual_fs *v, int err, struct vreq **done)
 	else
 		pr_err("%s: server on %s closed the connection: EIO",
 		       v->base.name, v->path);
-	while ((e = v->head)) {
-		v->head = e->next;
+	list_for_each_entry_safe(e, next, &v->pending, struct vreq, node)
+	{
+		list_del(&e->node);
 		push_done(done, e, -EIO);
 	}
-	v->tail = v->unsent = NULL;
+	v->unsent = NULL;
 	memset(v->hash, 0, sizeof(v->hash));
 	v->nr_sent = 0;
 }
@@ -243,7 +249,7 @@ static bool can_send(const struct virtual_fs *v)
  * relay thread waits for POLLOUT) or the cap is reached. SOCK_SEQPACKET
  * sends a packet whole or not at all.
  */
-static void flush_sends(struct virtual_fs *v, struct vreq **done)
+static void flush_sends(struct virtual_fs *v, struct list_head *done)
 {
 	while (can_send(v)) {
 		struct vreq *e = v->unsent;
@@ -256,11 +262,10 @@ static void flush_sends(struct virtual_fs *v, struct vreq **done)
 			return;
 		if (n < 0 && errno == EMSGSIZE) {
 			/* Larger than the socket's send buffer allows. */
-			if (!v->warned_msgsize)
-				pr_warn("%s: %zu-byte request > SO_SNDBUF: EIO",
-					v->base.name, e->req->len);
-			v->warned_msgsize = true;
-			list_del(v, e);
+			warn__once(&v->warned_msgsize, v->base.name, "",
+				   "%zu-byte request > SO_SNDBUF: EIO",
+				   e->req->len);
+			pending_del(v, e);
 			push_done(done, e, -EIO);
 			continue;
 		}
@@ -268,9 +273,9 @@ static void flush_sends(struct virtual_fs *v, struct vreq **done)
 			server_gone(v, errno, done);
 			return;
 		}
-		v->unsent = e->next;
+		v->unsent = pending_next(v, e);
 		if (e->no_reply) {
-			list_del(v, e);
+			pending_del(v, e);
 			push_done(done, e, 0);
 		} else {
 			e->sent = true;
@@ -280,17 +285,16 @@ static void flush_sends(struct virtual_fs *v, struct vreq **done)
 }
 
 /* Fails, with -EIO, the requests whose deadline has passed. */
-static void expire(struct virtual_fs *v, uint64_t now, struct vreq **done)
+static void expire(struct virtual_fs *v, uint64_t now, struct list_head *done)
 {
 	struct vreq *e;
 
-	while ((e = v->head) && e->deadline <= now) {
-		list_del(v, e);
-		if (!e->no_reply && !v->warned_timeout)
-			pr_warn("%s: opcode %u unanswered after %u ms: EIO",
-				v->base.name, e->req->opcode, v->timeout_ms);
+	while ((e = pending_first(v)) && e->deadline <= now) {
+		pending_del(v, e);
 		if (!e->no_reply)
-			v->warned_timeout = true;
+			warn__once(&v->warned_timeout, v->base.name, "",
+				   "opcode %u unanswered after %u ms: EIO",
+				   e->req->opcode, v->timeout_ms);
 		push_done(done, e, -EIO);
 	}
 }
@@ -301,11 +305,8 @@ static void expire(struct virtual_fs *v, uint64_t now, struct vreq **done)
 static void bad_reply(struct virtual_fs *v, const char *what,
 		      unsigned long long value)
 {
-	if (v->warned_invalid)
-		return;
-	v->warned_invalid = true;
-	pr_warn("%s: invalid reply from %s: %s (%llu)", v->base.name, v->path,
-		what, value);
+	warn__once(&v->warned_invalid, v->base.name, "",
+		   "invalid reply from %s: %s (%llu)", v->path, what, value);
 }
 
 /* One packet of n bytes in rbuf (n may exceed the buffer: MSG_TRUNC). */
@@ -330,7 +331,7 @@ static void handle_packet(struct virtual_fs *v, size_t n)
 	pthread_mutex_lock(&v->lock);
 	e = hash_find(v, oh.unique);
 	if (e)
-		list_del(v, e);
+		pending_del(v, e);
 	pthread_mutex_unlock(&v->lock);
 	if (!e) {
 		/* A late reply (the request timed out), or nobody's. */
@@ -357,11 +358,12 @@ static void handle_packet(struct virtual_fs *v, size_t n)
 /* Reads what the socket holds, a batch at most. */
 static void receive(struct virtual_fs *v)
 {
-	struct vreq *done = NULL;
+	struct list_head done;
 	unsigned int i;
 	ssize_t n;
 	int err = 0;
 
+	list_init(&done);
 	for (i = 0; i < VIRTUAL_FS_RECV_BATCH; i++) {
 		n = recv(v->sock, v->rbuf, FS_FORWARD_MAX,
 			 MSG_DONTWAIT | MSG_TRUNC);
@@ -384,19 +386,21 @@ static void receive(struct virtual_fs *v)
 	pthread_mutex_lock(&v->lock);
 	server_gone(v, err, &done);
 	pthread_mutex_unlock(&v->lock);
-	finish_list(done);
+	finish_list(&done);
 }
 
 static int poll_timeout(const struct virtual_fs *v, uint64_t now)
 {
+	const struct vreq *first;
 	uint64_t ms;
 
-	if (!v->head)
+	if (list_empty(&v->pending))
 		return -1;
-	if (v->head->deadline <= now)
+	first = list_first_entry(&v->pending, struct vreq, node);
+	if (first->deadline <= now)
 		return 0;
 	/* Rounded up: waking before the deadline would spin. */
-	ms = (v->head->deadline - now + NSEC_PER_MSEC - 1) / NSEC_PER_MSEC;
+	ms = (first->deadline - now + NSEC_PER_MSEC - 1) / NSEC_PER_MSEC;
 	return ms > INT_MAX ? INT_MAX : (int)ms;
 }
 
@@ -409,10 +413,11 @@ static void *relay_thread(void *arg)
 	worker__block_signals();
 
 	for (;;) {
-		struct vreq *done = NULL;
+		struct list_head done;
 		bool completed;
 		int timeout;
 
+		list_init(&done);
 		pthread_mutex_lock(&v->lock);
 		if (v->stopping) {
 			pthread_mutex_unlock(&v->lock);
@@ -427,9 +432,8 @@ static void *relay_thread(void *arg)
 			.events = POLLIN | (can_send(v) ? POLLOUT : 0),
 		};
 		pthread_mutex_unlock(&v->lock);
-		completed = done;
-		finish_list(done);
-		done = NULL;
+		completed = !list_empty(&done);
+		finish_list(&done);
 		if (completed)
 			timeout = 0; /* completions take time: look again */
 
@@ -441,7 +445,7 @@ static void *relay_thread(void *arg)
 			pthread_mutex_lock(&v->lock);
 			server_gone(v, errno, &done);
 			pthread_mutex_unlock(&v->lock);
-			finish_list(done);
+			finish_list(&done);
 			break;
 		}
 		if (pfd[0].revents & POLLIN) {
@@ -486,8 +490,9 @@ static int virtual_forward(struct fs_backend *b, struct fs_forward_req *req)
 {
 	struct virtual_fs *v = to_vfs(b);
 	bool no_reply = opcode_has_no_reply(req->opcode);
-	struct vreq *done = NULL, *e;
+	struct list_head done;
 	struct fuse_in_header ih;
+	struct vreq *e;
 	bool was_empty, wake;
 
 	/*
@@ -523,8 +528,9 @@ static int virtual_forward(struct fs_backend *b, struct fs_forward_req *req)
 		finish(req, no_reply, -EIO);
 		return 0;
 	}
-	was_empty = !v->head;
-	list_add_tail(v, e);
+	was_empty = list_empty(&v->pending);
+	pending_add(v, e);
+	list_init(&done);
 	flush_sends(v, &done);
 	/*
 	 * The thread must see a new earliest deadline, a request left to
@@ -534,15 +540,17 @@ static int virtual_forward(struct fs_backend *b, struct fs_forward_req *req)
 	pthread_mutex_unlock(&v->lock);
 	if (wake)
 		wake_relay(v);
-	finish_list(done);
+	finish_list(&done);
 	return 0;
 }
 
 static void virtual_destroy(struct fs_backend *b)
 {
 	struct virtual_fs *v = to_vfs(b);
-	struct vreq *done = NULL, *e;
+	struct list_head done;
+	struct vreq *e, *next;
 
+	list_init(&done);
 	if (v->started) {
 		pthread_mutex_lock(&v->lock);
 		v->stopping = true;
@@ -551,11 +559,12 @@ static void virtual_destroy(struct fs_backend *b)
 		pthread_join(v->thread, NULL);
 	}
 	/* The thread is gone: what is still pending fails here. */
-	while ((e = v->head)) {
-		v->head = e->next;
+	list_for_each_entry_safe(e, next, &v->pending, struct vreq, node)
+	{
+		list_del(&e->node);
 		push_done(&done, e, -EIO);
 	}
-	finish_list(done);
+	finish_list(&done);
 	if (v->sock >= 0)
 		close(v->sock);
 	if (v->wake >= 0)
@@ -628,6 +637,7 @@ int virtual_fs__create(struct fs_backend **out,
 		return -ENOMEM;
 	v->sock = -1;
 	v->wake = -1;
+	list_init(&v->pending);
 	v->base.ops = &virtual_ops;
 	v->base.name = strdup(p->name ? p->name : "virtual");
 	v->path = strdup(p->socket);

@@ -35,7 +35,9 @@
 
 #include "lib/compiler.h"
 #include "devices/virtio/blk.h"
-#include "lib/worker.h"
+#include "lib/iovec.h"
+#include "lib/warn.h"
+#include "lib/evloop.h"
 
 #define BLK_QUEUE_SIZE	     128U	/* entries per queue, request slots */
 #define BLK_SEG_MAX	     126U	/* data segments; + header + status */
@@ -47,11 +49,8 @@
 #define SECTOR_SHIFT	     9 /* virtio-blk sectors are 512 bytes */
 #define SECTORS_PER_BLOCK    (DISK_BLOCK_SIZE >> SECTOR_SHIFT)
 
-/* What rides in a CQE's user_data besides a struct blk_op pointer. */
-#define TAG_MASK 0x3UL
-#define TAG_OP	 0x0UL
-#define TAG_KICK 0x1UL /* a struct blk_queue */
-#define TAG_STOP 0x2UL
+/* An I/O completion's user_data: a struct blk_op pointer and this. */
+#define TAG_OP 0x1UL
 
 #define FEAT(bit) (1ULL << (bit))
 
@@ -93,6 +92,7 @@ struct blk_req {
 struct blk_queue {
 	struct virtio_blk *b;
 	unsigned int index;
+	struct ev_source kick;
 	uint64_t kick_buf;
 	struct blk_req *reqs; /* BLK_QUEUE_SIZE slots */
 	struct blk_req *free;
@@ -114,10 +114,7 @@ struct virtio_blk {
 	pthread_cond_t idle; /* busy fell to 0, with the device lock */
 	bool idle_ok;
 
-	struct io_uring ring;
-	bool ring_ok;
-	struct worker worker;
-	bool stopping;
+	struct evloop loop;
 	bool warned;	       /* one message for the device's life */
 	struct vq_chain chain; /* pop scratch, event loop only */
 };
@@ -127,127 +124,18 @@ static struct virtio_blk *to_blk(struct virtio_device *dev)
 	return (struct virtio_blk *)dev; /* vdev is the first member */
 }
 
-static __attribute__((format(printf, 2, 3))) void blk_warn(struct virtio_blk *b,
-							   const char *fmt, ...)
-{
-	char why[160];
-	va_list ap;
-
-	if (b->warned)
-		return;
-	b->warned = true;
-	va_start(ap, fmt);
-	vsnprintf(why, sizeof(why), fmt, ap);
-	va_end(ap);
-	pr_warn("%s: %s; request failed (further errors not logged)",
-		b->vdev.name, why);
-}
-
-/* ---- iovec helpers ---------------------------------------------------- */
-
-/* Copies up to len bytes from offset skip of the segments into buf. */
-static size_t iov_to_buf(const struct iovec *iov, unsigned int n, uint64_t skip,
-			 void *buf, size_t len)
-{
-	size_t done = 0;
-
-	for (unsigned int i = 0; i < n && done < len; i++) {
-		size_t take;
-
-		if (skip >= iov[i].iov_len) {
-			skip -= iov[i].iov_len;
-			continue;
-		}
-		take = iov[i].iov_len - skip;
-		if (take > len - done)
-			take = len - done;
-		memcpy((uint8_t *)buf + done, (uint8_t *)iov[i].iov_base + skip,
-		       take);
-		done += take;
-		skip = 0;
-	}
-	return done;
-}
-
-static size_t buf_to_iov(const struct iovec *iov, unsigned int n,
-			 const void *buf, size_t len)
-{
-	size_t done = 0;
-
-	for (unsigned int i = 0; i < n && done < len; i++) {
-		size_t take = iov[i].iov_len;
-
-		if (take > len - done)
-			take = len - done;
-		memcpy(iov[i].iov_base, (const uint8_t *)buf + done, take);
-		done += take;
-	}
-	return done;
-}
-
-/*
- * dst receives the segments that cover [skip, skip + len) of src. Returns
- * how many, or -1 when that takes more than max or src is too short.
- */
-static int iov_sub(const struct iovec *src, unsigned int n, uint64_t skip,
-		   uint64_t len, struct iovec *dst, unsigned int max)
-{
-	unsigned int out = 0;
-
-	for (unsigned int i = 0; i < n && len; i++) {
-		uint64_t take;
-
-		if (skip >= src[i].iov_len) {
-			skip -= src[i].iov_len;
-			continue;
-		}
-		if (out == max)
-			return -1;
-		take = src[i].iov_len - skip;
-		if (take > len)
-			take = len;
-		dst[out].iov_base = (uint8_t *)src[i].iov_base + skip;
-		dst[out].iov_len = take;
-		out++;
-		len -= take;
-		skip = 0;
-	}
-	return len ? -1 : (int)out;
-}
-
-/* Drops the first bytes of a segment list, in place. */
-static void iov_advance(struct iovec **iov, unsigned int *n, uint64_t bytes)
-{
-	while (*n && bytes >= (*iov)->iov_len) {
-		bytes -= (*iov)->iov_len;
-		(*iov)++;
-		(*n)--;
-	}
-	if (*n && bytes) {
-		(*iov)->iov_base = (uint8_t *)(*iov)->iov_base + bytes;
-		(*iov)->iov_len -= bytes;
-	}
-}
+/* One message for the device's life: a driver that loops cannot flood. */
+#define blk_warn(b, ...)                                           \
+	warn__once(&(b)->warned, (b)->vdev.name,                   \
+		   "; request failed (further errors not logged)", \
+		   __VA_ARGS__)
 
 /* ---- submission -------------------------------------------------------- */
 
-static struct io_uring_sqe *get_sqe(struct virtio_blk *b)
-{
-	struct io_uring_sqe *sqe;
-
-	/*
-	 * The completion ring holds every operation that can be in flight
-	 * (virtio_blk__create), so making room in the submission ring only
-	 * takes a submit.
-	 */
-	while (!(sqe = io_uring_get_sqe(&b->ring)))
-		io_uring_submit(&b->ring);
-	return sqe;
-}
-
 static void op_submit(struct virtio_blk *b, struct blk_op *op)
 {
-	struct io_uring_sqe *sqe = get_sqe(b);
+	/* The completion ring holds every op in flight: see cq_entries. */
+	struct io_uring_sqe *sqe = evloop__get_sqe(&b->loop);
 
 	switch (op->kind) {
 	case OP_READ:
@@ -267,25 +155,13 @@ static void op_submit(struct virtio_blk *b, struct blk_op *op)
 			op->offset, op->len);
 		break;
 	}
-	io_uring_sqe_set_data(sqe, op); /* TAG_OP: an aligned pointer */
+	io_uring_sqe_set_data64(sqe, (uintptr_t)op | TAG_OP);
 }
 
 static void arm_kick(struct blk_queue *q)
 {
-	struct io_uring_sqe *sqe = get_sqe(q->b);
-
-	io_uring_prep_read(sqe, q->b->vqs[q->index].kick_fd, &q->kick_buf,
-			   sizeof(q->kick_buf), 0);
-	io_uring_sqe_set_data64(sqe, (uintptr_t)q | TAG_KICK);
-}
-
-static void arm_stop(struct virtio_blk *b)
-{
-	struct io_uring_sqe *sqe = get_sqe(b);
-
-	io_uring_prep_read(sqe, b->worker.stop_fd, &b->worker.stop_buf,
-			   sizeof(b->worker.stop_buf), 0);
-	io_uring_sqe_set_data64(sqe, TAG_STOP);
+	evloop__read_eventfd(&q->b->loop, &q->kick, q->b->vqs[q->index].kick_fd,
+			     &q->kick_buf);
 }
 
 static struct blk_op *new_op(struct blk_req *req, enum op_kind kind, int fd,
@@ -408,9 +284,9 @@ static void read_window(struct blk_req *req)
 		used = 0;
 		for (int i = 0; i < n; i++) {
 			struct iovec *iov = req->slice + used;
-			int cnt = iov_sub(req->data, req->nr_data, pos,
-					  ext[i].len, iov,
-					  ARRAY_SIZE(req->slice) - used);
+			int cnt = iov__sub(req->data, req->nr_data, pos,
+					   ext[i].len, iov,
+					   ARRAY_SIZE(req->slice) - used);
 
 			if (cnt < 0) { /* cannot happen: slice has room */
 				req->failed = true;
@@ -492,8 +368,8 @@ static void start_zero(struct blk_req *req, const struct vq_chain *c)
 	int ret;
 
 	if (c->out_len - sizeof(struct virtio_blk_outhdr) != sizeof(seg) ||
-	    iov_to_buf(c->iov, c->nr_out, sizeof(struct virtio_blk_outhdr),
-		       &seg, sizeof(seg)) != sizeof(seg)) {
+	    iov__to_buf(c->iov, c->nr_out, sizeof(struct virtio_blk_outhdr),
+			&seg, sizeof(seg)) != sizeof(seg)) {
 		blk_warn(b,
 			 "discard/write-zeroes with %" PRIu64
 			 " bytes of segments",
@@ -536,7 +412,7 @@ static void start_get_id(struct blk_req *req, const struct vq_chain *c)
 	uint64_t room = c->in_len - 1;
 	size_t n = room < sizeof(b->serial) ? room : sizeof(b->serial);
 
-	req->used_len = buf_to_iov(in, c->nr_in, b->serial, n) + 1;
+	req->used_len = iov__from_buf(in, c->nr_in, 0, b->serial, n) + 1;
 	req_complete(req, VIRTIO_BLK_S_OK);
 }
 
@@ -556,7 +432,7 @@ static void start_request(struct blk_queue *q, const struct vq_chain *c)
 
 	/* Without a header and a status byte there is no way to answer. */
 	if (c->out_len < sizeof(hdr) || !c->in_len ||
-	    iov_to_buf(c->iov, c->nr_out, 0, &hdr, sizeof(hdr)) !=
+	    iov__to_buf(c->iov, c->nr_out, 0, &hdr, sizeof(hdr)) !=
 		    sizeof(hdr)) {
 		blk_warn(b, "request without header or status byte");
 		if (virtqueue__push(&b->vqs[q->index].vq, c->head, 0) == 0)
@@ -599,12 +475,12 @@ static void start_request(struct blk_queue *q, const struct vq_chain *c)
 	}
 	if (req->type == VIRTIO_BLK_T_IN) {
 		data_len = c->in_len - 1;
-		n = iov_sub(c->iov + c->nr_out, c->nr_in, 0, data_len,
-			    req->data, ARRAY_SIZE(req->data));
+		n = iov__sub(c->iov + c->nr_out, c->nr_in, 0, data_len,
+			     req->data, ARRAY_SIZE(req->data));
 	} else {
 		data_len = c->out_len - sizeof(hdr);
-		n = iov_sub(c->iov, c->nr_out, sizeof(hdr), data_len, req->data,
-			    ARRAY_SIZE(req->data));
+		n = iov__sub(c->iov, c->nr_out, sizeof(hdr), data_len,
+			     req->data, ARRAY_SIZE(req->data));
 	}
 	if (n < 0) {
 		blk_warn(b, "request with more than %u data segments",
@@ -628,35 +504,22 @@ static void process_queue(struct blk_queue *q)
 {
 	struct virtio_blk *b = q->b;
 	struct virtqueue *vq = &b->vqs[q->index].vq;
-	bool asked = false;
-	int ret = 0;
+	struct vq_drain d;
+	int ret;
 
 	if (!virtio_device__is_live(&b->vdev) || !virtqueue__is_ready(vq))
 		return;
-	virtqueue__set_notify_suppression(vq, true);
+	virtqueue__drain_start(&d, vq);
 	for (;;) {
 		if (!q->free) {
 			/* A completion frees a slot and comes back here. */
 			q->starved = true;
 			return;
 		}
-		ret = virtqueue__pop(vq, &b->chain);
-		if (ret == 1) {
-			start_request(q, &b->chain);
-			/*
-			 * Found after asking: the request is stale now (with
-			 * EVENT_IDX, avail_event lags the chain we took), so
-			 * ask again when the ring is next empty, or the driver
-			 * skips the kick for its next buffer and we idle.
-			 */
-			asked = false;
-			continue;
-		}
-		if (ret < 0 || asked)
+		ret = virtqueue__pop_or_rearm(&d, &b->chain);
+		if (ret != 1)
 			break;
-		/* Empty: ask for kicks again, then look once more. */
-		virtqueue__set_notify_suppression(vq, false);
-		asked = true;
+		start_request(q, &b->chain);
 	}
 	/* A broken ring: the core logged it; the driver must reset us. */
 	if (ret == -EIO)
@@ -686,7 +549,7 @@ static void op_done(struct virtio_blk *b, struct blk_op *op, int res)
 			req->failed = true;
 		} else {
 			/* Short I/O: go on from where it stopped. */
-			iov_advance(&op->iov, &op->iovcnt, res);
+			iov__advance(&op->iov, &op->iovcnt, res);
 			op->offset += res;
 			op->len -= res;
 			op_submit(b, op);
@@ -698,77 +561,58 @@ static void op_done(struct virtio_blk *b, struct blk_op *op, int res)
 	req_stage_done(req);
 }
 
-static void handle_cqe(struct virtio_blk *b, const struct io_uring_cqe *cqe)
+/* The loop's handlers run with the device lock held: begin, end. */
+static void io_done(void *arg, void *ptr, int res)
 {
-	uint64_t data = io_uring_cqe_get_data64(cqe);
-	struct blk_queue *q;
-
-	switch (data & TAG_MASK) {
-	case TAG_OP:
-		op_done(b, (struct blk_op *)(uintptr_t)data, cqe->res);
-		break;
-	case TAG_KICK:
-		q = (struct blk_queue *)(uintptr_t)(data & ~TAG_MASK);
-		if (cqe->res < 0 && cqe->res != -EINTR && cqe->res != -EAGAIN) {
-			pr_err("%s: queue %u: kick eventfd: %s", b->vdev.name,
-			       q->index, strerror(-cqe->res));
-			b->stopping = true;
-			break;
-		}
-		arm_kick(q);
-		process_queue(q);
-		break;
-	case TAG_STOP:
-		b->stopping = true;
-		break;
-	}
+	op_done(arg, ptr, res);
 }
 
-static void *blk_thread(void *arg)
+static void kick_done(void *arg, int res)
+{
+	struct blk_queue *q = arg;
+	struct virtio_blk *b = q->b;
+
+	if (res < 0 && res != -EINTR && res != -EAGAIN) {
+		pr_err("%s: queue %u: kick eventfd: %s", b->vdev.name, q->index,
+		       strerror(-res));
+		evloop__stop(&b->loop);
+		return;
+	}
+	arm_kick(q);
+	process_queue(q);
+}
+
+static void loop_begin(void *arg)
 {
 	struct virtio_blk *b = arg;
-	struct io_uring_cqe *cqe;
-	unsigned int head, seen;
-	int ret;
 
-	worker__block_signals();
 	virtio_device__lock(&b->vdev);
-	arm_stop(b);
-	for (unsigned int i = 0; i < b->nr_queues; i++)
-		arm_kick(&b->queues[i]);
-	virtio_device__unlock(&b->vdev);
-
-	while (!b->stopping) {
-		ret = io_uring_submit_and_wait(&b->ring, 1);
-		if (ret < 0 && ret != -EINTR) {
-			pr_err("%s: io_uring: %s", b->vdev.name,
-			       strerror(-ret));
-			break;
-		}
-		virtio_device__lock(&b->vdev);
-		seen = 0;
-		io_uring_for_each_cqe(&b->ring, head, cqe)
-		{
-			handle_cqe(b, cqe);
-			seen++;
-		}
-		io_uring_cq_advance(&b->ring, seen);
-		for (unsigned int i = 0; i < b->nr_queues; i++) {
-			struct blk_queue *q = &b->queues[i];
-
-			if (q->starved && q->free) {
-				q->starved = false;
-				process_queue(q);
-			}
-			if (q->pushed) {
-				q->pushed = false;
-				virtio_device__notify_queue(&b->vdev, i);
-			}
-		}
-		virtio_device__unlock(&b->vdev);
-	}
-	return NULL;
 }
+
+static bool loop_end(void *arg)
+{
+	struct virtio_blk *b = arg;
+
+	for (unsigned int i = 0; i < b->nr_queues; i++) {
+		struct blk_queue *q = &b->queues[i];
+
+		if (q->starved && q->free) {
+			q->starved = false;
+			process_queue(q);
+		}
+		if (q->pushed) {
+			q->pushed = false;
+			virtio_device__notify_queue(&b->vdev, i);
+		}
+	}
+	virtio_device__unlock(&b->vdev);
+	return false;
+}
+
+static const struct evloop_ops blk_loop_ops = {
+	.begin = loop_begin,
+	.end = loop_end,
+};
 
 /* ---- device ops -------------------------------------------------------- */
 
@@ -850,7 +694,14 @@ static unsigned int cq_entries(unsigned int nr_queues)
 int virtio_blk__create(struct virtio_blk **out,
 		       const struct virtio_blk_params *p)
 {
-	struct io_uring_params up = { .flags = IORING_SETUP_CQSIZE };
+	static const uint8_t opcodes[] = { IORING_OP_READV, IORING_OP_WRITEV,
+					   IORING_OP_FSYNC,
+					   IORING_OP_FALLOCATE };
+	struct evloop_params lp = {
+		.sq_entries = BLK_SQ_ENTRIES,
+		.opcodes = opcodes,
+		.nr_opcodes = ARRAY_SIZE(opcodes),
+	};
 	struct virtio_device_params vp;
 	struct virtio_blk *b;
 	int ret;
@@ -860,7 +711,6 @@ int virtio_blk__create(struct virtio_blk **out,
 	b = calloc(1, sizeof(*b));
 	if (!b)
 		return -ENOMEM;
-	worker__init(&b->worker);
 	b->disk = p->disk;
 	pthread_cond_init(&b->idle, NULL);
 	b->idle_ok = true;
@@ -886,12 +736,14 @@ int virtio_blk__create(struct virtio_blk **out,
 	if (ret)
 		goto out_destroy;
 	b->vdev_ok = true;
+	evloop__init(&b->loop, b->vdev.name);
 
 	for (unsigned int i = 0; i < b->nr_queues; i++) {
 		struct blk_queue *q = &b->queues[i];
 
 		q->b = b;
 		q->index = i;
+		q->kick = (struct ev_source){ .fn = kick_done, .arg = q };
 		/* Slots are touched only when used: a lazily backed pool. */
 		q->reqs = calloc(BLK_QUEUE_SIZE, sizeof(*q->reqs));
 		b->vqs[i].kick_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -904,14 +756,11 @@ int virtio_blk__create(struct virtio_blk **out,
 			q->free = &q->reqs[j];
 		}
 	}
-	ret = worker__open(&b->worker);
+	lp.cq_entries = cq_entries(b->nr_queues);
+	ret = evloop__open(&b->loop, &lp);
 	if (ret)
 		goto out_destroy;
-	up.cq_entries = cq_entries(b->nr_queues);
-	ret = io_uring_queue_init_params(BLK_SQ_ENTRIES, &b->ring, &up);
-	if (ret)
-		goto out_destroy;
-	b->ring_ok = true;
+	evloop__set_tag_handler(&b->loop, TAG_OP, io_done, b);
 	*out = b;
 	return 0;
 
@@ -927,17 +776,17 @@ struct virtio_device *virtio_blk__device(struct virtio_blk *b)
 
 int virtio_blk__start(struct virtio_blk *b)
 {
-	return worker__start(&b->worker, blk_thread, b);
+	for (unsigned int i = 0; i < b->nr_queues; i++)
+		arm_kick(&b->queues[i]);
+	return evloop__start(&b->loop, &blk_loop_ops, b);
 }
 
 void virtio_blk__destroy(struct virtio_blk *b)
 {
 	if (!b)
 		return;
-	worker__exit(&b->worker, b->vdev.name);
-	/* Waits for I/O in flight: it may still write into guest memory. */
-	if (b->ring_ok)
-		io_uring_queue_exit(&b->ring);
+	if (b->vdev_ok)
+		evloop__exit(&b->loop);
 	for (unsigned int i = 0; i < b->nr_queues; i++) {
 		free(b->queues[i].reqs);
 		if (b->vdev_ok && b->vqs[i].kick_fd >= 0)

@@ -50,7 +50,8 @@
 
 #include "devices/fs/fuse.h"
 #include "devices/virtio/fs.h"
-#include "lib/worker.h"
+#include "lib/iovec.h"
+#include "lib/evloop.h"
 
 #define FS_QUEUE_SIZE  128U /* entries per queue */
 #define FS_QUEUE_SLOTS 64U  /* requests in flight per queue */
@@ -58,12 +59,8 @@
 #define FS_HIPRIO      0U /* queue 0: FORGET and INTERRUPT */
 #define FS_TAG_MAX     sizeof(((struct virtio_fs_config *)0)->tag)
 
-/* What rides in a CQE's user_data besides an 8-byte aligned pointer. */
-#define TAG_MASK 0x7UL
-#define TAG_KICK 0x1UL /* a struct fs_queue */
-#define TAG_STOP 0x2UL
-#define TAG_IO	 0x3UL /* a struct fuse_req: the FUSE server's I/O */
-#define TAG_WAKE 0x4UL
+/* The FUSE server's I/O completions: a struct fuse_req and this tag. */
+#define TAG_IO 0x3UL
 
 #define FEAT(bit) (1ULL << (bit))
 
@@ -82,6 +79,7 @@ struct fs_slot {
 struct fs_queue {
 	struct virtio_fs *f;
 	unsigned int index;
+	struct ev_source kick;
 	uint64_t kick_buf;
 	struct fs_slot *slots; /* FS_QUEUE_SLOTS */
 	struct fs_slot *free;
@@ -103,12 +101,10 @@ struct virtio_fs {
 	pthread_cond_t idle; /* busy fell to 0, with the device lock */
 	bool idle_ok;
 
-	struct io_uring ring;
-	bool ring_ok;
-	struct worker worker;
+	struct evloop loop;
+	struct ev_source wake;
 	int wake_fd; /* a slot came back off the loop */
 	uint64_t wake_buf;
-	bool stopping;
 	bool joined; /* under the device lock */
 };
 
@@ -170,23 +166,6 @@ static void fs_req_park(struct fuse_req *req)
 	virtio_device__unlock(&f->vdev);
 }
 
-static size_t copy_reply(const struct fuse_req *req, const void *reply,
-			 uint32_t len)
-{
-	size_t done = 0;
-
-	for (unsigned int i = 0; i < req->nr_in && done < len; i++) {
-		size_t take = req->in[i].iov_len;
-
-		if (take > len - done)
-			take = len - done;
-		memcpy(req->in[i].iov_base, (const uint8_t *)reply + done,
-		       take);
-		done += take;
-	}
-	return done;
-}
-
 static void fs_req_done(struct fuse_req *req, const void *reply, uint32_t len)
 {
 	struct fs_slot *slot = to_slot(req);
@@ -196,12 +175,13 @@ static void fs_req_done(struct fuse_req *req, const void *reply, uint32_t len)
 	bool off_loop;
 
 	virtio_device__lock(&f->vdev);
-	off_loop =
-		f->joined || !pthread_equal(pthread_self(), f->worker.thread);
+	off_loop = f->joined ||
+		   !pthread_equal(pthread_self(), f->loop.worker.thread);
 	/* A reset since the pop: the buffers are no longer the device's. */
 	if (slot->gen == f->gen) {
 		if (reply)
-			len = (uint32_t)copy_reply(req, reply, len);
+			len = (uint32_t)iov__from_buf(req->in, req->nr_in, 0,
+						      reply, len);
 		if (virtqueue__push(vq, slot->chain.head, len) == 0)
 			q->pushed = true;
 	}
@@ -224,28 +204,10 @@ static const struct fuse_req_ops fs_req_ops = {
 
 /* ---- the loop ----------------------------------------------------------- */
 
-static struct io_uring_sqe *get_sqe(struct virtio_fs *f)
-{
-	struct io_uring_sqe *sqe;
-
-	/* The completion ring holds everything in flight: see create. */
-	while (!(sqe = io_uring_get_sqe(&f->ring)))
-		io_uring_submit(&f->ring);
-	return sqe;
-}
-
-static void arm_read(struct virtio_fs *f, int fd, uint64_t *buf, uint64_t data)
-{
-	struct io_uring_sqe *sqe = get_sqe(f);
-
-	io_uring_prep_read(sqe, fd, buf, sizeof(*buf), 0);
-	io_uring_sqe_set_data64(sqe, data);
-}
-
 static void arm_kick(struct fs_queue *q)
 {
-	arm_read(q->f, q->f->vqs[q->index].kick_fd, &q->kick_buf,
-		 (uintptr_t)q | TAG_KICK);
+	evloop__read_eventfd(&q->f->loop, &q->kick, q->f->vqs[q->index].kick_fd,
+			     &q->kick_buf);
 }
 
 /*
@@ -257,8 +219,8 @@ static void process_queue(struct fs_queue *q)
 	struct virtio_fs *f = q->f;
 	struct virtqueue *vq = &f->vqs[q->index].vq;
 	struct fs_slot *batch[FS_QUEUE_SLOTS];
+	struct vq_drain d;
 	unsigned int n = 0;
-	bool asked = false;
 	int ret = 0;
 
 	virtio_device__lock(&f->vdev);
@@ -266,7 +228,7 @@ static void process_queue(struct fs_queue *q)
 		virtio_device__unlock(&f->vdev);
 		return;
 	}
-	virtqueue__set_notify_suppression(vq, true);
+	virtqueue__drain_start(&d, vq);
 	for (;;) {
 		struct fs_slot *slot;
 
@@ -276,20 +238,13 @@ static void process_queue(struct fs_queue *q)
 			break;
 		}
 		slot = slot_alloc(q);
-		ret = virtqueue__pop(vq, &slot->chain);
-		if (ret == 1) {
-			slot->gen = f->gen;
-			batch[n++] = slot;
-			/* As in blk.c: ask again once the ring is empty. */
-			asked = false;
-			continue;
-		}
-		slot_free(slot);
-		if (ret < 0 || asked)
+		ret = virtqueue__pop_or_rearm(&d, &slot->chain);
+		if (ret != 1) {
+			slot_free(slot);
 			break;
-		/* Empty: ask for kicks again, then look once more. */
-		virtqueue__set_notify_suppression(vq, false);
-		asked = true;
+		}
+		slot->gen = f->gen;
+		batch[n++] = slot;
 	}
 	/* A broken ring: the core logged it; the driver must reset us. */
 	if (ret == -EIO)
@@ -312,35 +267,34 @@ static void process_queue(struct fs_queue *q)
 	}
 }
 
-static void handle_cqe(struct virtio_fs *f, const struct io_uring_cqe *cqe)
+static void io_done(void *arg, void *ptr, int res)
 {
-	uint64_t data = io_uring_cqe_get_data64(cqe);
-	void *ptr = (void *)(uintptr_t)(data & ~TAG_MASK);
-	struct fs_queue *q;
+	struct virtio_fs *f = arg;
 
-	switch (data & TAG_MASK) {
-	case TAG_IO:
-		fuse_server__io_complete(f->server, ptr, cqe->res);
-		break;
-	case TAG_KICK:
-		q = ptr;
-		if (cqe->res < 0 && cqe->res != -EINTR && cqe->res != -EAGAIN) {
-			pr_err("%s: queue %u: kick eventfd: %s", f->vdev.name,
-			       q->index, strerror(-cqe->res));
-			f->stopping = true;
-			break;
-		}
-		arm_kick(q);
-		process_queue(q);
-		break;
-	case TAG_WAKE:
-		/* The queues that wait for slots are looked at below. */
-		arm_read(f, f->wake_fd, &f->wake_buf, TAG_WAKE);
-		break;
-	case TAG_STOP:
-		f->stopping = true;
-		break;
+	fuse_server__io_complete(f->server, ptr, res);
+}
+
+static void kick_done(void *arg, int res)
+{
+	struct fs_queue *q = arg;
+	struct virtio_fs *f = q->f;
+
+	if (res < 0 && res != -EINTR && res != -EAGAIN) {
+		pr_err("%s: queue %u: kick eventfd: %s", f->vdev.name, q->index,
+		       strerror(-res));
+		evloop__stop(&f->loop);
+		return;
 	}
+	arm_kick(q);
+	process_queue(q);
+}
+
+/* The queues that wait for slots are looked at after the round. */
+static void wake_done(void *arg, int res)
+{
+	struct virtio_fs *f = arg;
+
+	evloop__read_eventfd(&f->loop, &f->wake, f->wake_fd, &f->wake_buf);
 }
 
 /*
@@ -348,8 +302,9 @@ static void handle_cqe(struct virtio_fs *f, const struct io_uring_cqe *cqe)
  * one pop again, and the driver hears of what was pushed. True when some
  * queue still has work and a free slot (do not sleep).
  */
-static bool service_queues(struct virtio_fs *f)
+static bool service_queues(void *arg)
 {
+	struct virtio_fs *f = arg;
 	bool more = false;
 
 	for (unsigned int i = 0; i < f->nr_vqs; i++) {
@@ -379,42 +334,10 @@ static bool service_queues(struct virtio_fs *f)
 	return more;
 }
 
-static void *fs_thread(void *arg)
-{
-	struct virtio_fs *f = arg;
-	struct io_uring_cqe *cqe;
-	unsigned int head, seen;
-	bool more = false;
-	int ret;
-
-	worker__block_signals();
-	arm_read(f, f->worker.stop_fd, &f->worker.stop_buf, TAG_STOP);
-	arm_read(f, f->wake_fd, &f->wake_buf, TAG_WAKE);
-	for (unsigned int i = 0; i < f->nr_vqs; i++)
-		arm_kick(&f->queues[i]);
-
-	while (!f->stopping) {
-		if (more)
-			ret = io_uring_submit(&f->ring);
-		else
-			ret = io_uring_submit_and_wait(&f->ring, 1);
-		if (ret < 0 && ret != -EINTR && ret != -EAGAIN &&
-		    ret != -EBUSY) {
-			pr_err("%s: io_uring: %s", f->vdev.name,
-			       strerror(-ret));
-			break;
-		}
-		seen = 0;
-		io_uring_for_each_cqe(&f->ring, head, cqe)
-		{
-			handle_cqe(f, cqe);
-			seen++;
-		}
-		io_uring_cq_advance(&f->ring, seen);
-		more = service_queues(f);
-	}
-	return NULL;
-}
+/* No begin: the device lock is taken around ring work only. */
+static const struct evloop_ops fs_loop_ops = {
+	.end = service_queues,
+};
 
 /* ---- device ops --------------------------------------------------------- */
 
@@ -463,7 +386,12 @@ static unsigned int cq_entries(unsigned int nr_vqs)
 
 int virtio_fs__create(struct virtio_fs **out, const struct virtio_fs_params *p)
 {
-	struct io_uring_params up = { .flags = IORING_SETUP_CQSIZE };
+	static const uint8_t opcodes[] = { IORING_OP_READV, IORING_OP_WRITEV };
+	struct evloop_params lp = {
+		.sq_entries = FS_SQ_ENTRIES,
+		.opcodes = opcodes,
+		.nr_opcodes = ARRAY_SIZE(opcodes),
+	};
 	struct fuse_server_params sp;
 	struct virtio_device_params vp;
 	struct virtio_fs *f;
@@ -479,7 +407,6 @@ int virtio_fs__create(struct virtio_fs **out, const struct virtio_fs_params *p)
 	f = calloc(1, sizeof(*f));
 	if (!f)
 		return -ENOMEM;
-	worker__init(&f->worker);
 	f->wake_fd = -1;
 	pthread_cond_init(&f->idle, NULL);
 	f->idle_ok = true;
@@ -505,12 +432,15 @@ int virtio_fs__create(struct virtio_fs **out, const struct virtio_fs_params *p)
 	if (ret)
 		goto out_destroy;
 	f->vdev_ok = true;
+	evloop__init(&f->loop, f->vdev.name);
+	f->wake = (struct ev_source){ .fn = wake_done, .arg = f };
 
 	for (unsigned int i = 0; i < f->nr_vqs; i++) {
 		struct fs_queue *q = &f->queues[i];
 
 		q->f = f;
 		q->index = i;
+		q->kick = (struct ev_source){ .fn = kick_done, .arg = q };
 		/* Slots are touched only when used: a lazily backed pool. */
 		q->slots = calloc(FS_QUEUE_SLOTS, sizeof(*q->slots));
 		f->vqs[i].kick_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -524,25 +454,22 @@ int virtio_fs__create(struct virtio_fs **out, const struct virtio_fs_params *p)
 			q->free = &q->slots[j];
 		}
 	}
-	ret = worker__open(&f->worker);
-	if (ret)
-		goto out_destroy;
 	f->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (f->wake_fd < 0) {
 		ret = -errno;
 		goto out_destroy;
 	}
-	up.cq_entries = cq_entries(f->nr_vqs);
-	ret = io_uring_queue_init_params(FS_SQ_ENTRIES, &f->ring, &up);
+	lp.cq_entries = cq_entries(f->nr_vqs);
+	ret = evloop__open(&f->loop, &lp);
 	if (ret)
 		goto out_destroy;
-	f->ring_ok = true;
+	evloop__set_tag_handler(&f->loop, TAG_IO, io_done, f);
 
 	sp = (struct fuse_server_params){
 		.name = f->vdev.name,
 		.backend = p->backend,
 		.attr_timeout_ms = p->attr_timeout_ms,
-		.ring = &f->ring,
+		.ring = evloop__ring(&f->loop),
 		.io_tag = TAG_IO,
 	};
 	ret = fuse_server__create(&f->server, &sp);
@@ -564,17 +491,18 @@ struct virtio_device *virtio_fs__device(struct virtio_fs *f)
 
 int virtio_fs__start(struct virtio_fs *f)
 {
-	return worker__start(&f->worker, fs_thread, f);
+	evloop__read_eventfd(&f->loop, &f->wake, f->wake_fd, &f->wake_buf);
+	for (unsigned int i = 0; i < f->nr_vqs; i++)
+		arm_kick(&f->queues[i]);
+	return evloop__start(&f->loop, &fs_loop_ops, f);
 }
 
 void virtio_fs__destroy(struct virtio_fs *f)
 {
 	if (!f)
 		return;
-	worker__exit(&f->worker, f->vdev.name);
-	/* Waits for I/O in flight: it may still write into guest memory. */
-	if (f->ring_ok)
-		io_uring_queue_exit(&f->ring);
+	if (f->vdev_ok)
+		evloop__exit(&f->loop);
 	/*
 	 * Forwarded requests may still be answered while the backend goes
 	 * (its destroy may fail them): they reach no guest buffer now.

@@ -23,6 +23,7 @@
 #include <linux/virtio_ring.h>
 
 #include "devices/virtio/queue.h"
+#include "lib/warn.h"
 
 /* Entries an indirect table may hold: more could never fit a chain. */
 #define VQ_INDIRECT_MAX VQ_CHAIN_MAX_IOV
@@ -127,18 +128,13 @@ static uint8_t *avail_event(const struct virtqueue *q)
 static __attribute__((format(printf, 2, 3))) int vq_break(struct virtqueue *q,
 							  const char *fmt, ...)
 {
-	char why[160];
 	va_list ap;
 
 	q->broken = true;
-	if (q->warned)
-		return -EIO;
-	q->warned = true;
 	va_start(ap, fmt);
-	vsnprintf(why, sizeof(why), fmt, ap);
+	warn__vonce(&q->warned, q->name ? q->name : "virtqueue",
+		    "; queue stopped until device reset", fmt, ap);
 	va_end(ap);
-	pr_warn("%s: %s; queue stopped until device reset",
-		q->name ? q->name : "virtqueue", why);
 	return -EIO;
 }
 
@@ -487,4 +483,29 @@ void virtqueue__set_notify_suppression(struct virtqueue *q, bool suppress)
 	 * while we read the old avail->idx and go idle: a lost wakeup.
 	 */
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
+
+void virtqueue__drain_start(struct vq_drain *d, struct virtqueue *q)
+{
+	d->q = q;
+	d->asked = false;
+	virtqueue__set_notify_suppression(q, true);
+}
+
+int virtqueue__pop_or_rearm(struct vq_drain *d, struct vq_chain *chain)
+{
+	int ret;
+
+	for (;;) {
+		ret = virtqueue__pop(d->q, chain);
+		if (ret == 1) {
+			d->asked = false;
+			return 1;
+		}
+		if (ret < 0 || d->asked)
+			return ret;
+		/* Empty: ask for kicks again, then look once more. */
+		virtqueue__set_notify_suppression(d->q, false);
+		d->asked = true;
+	}
 }

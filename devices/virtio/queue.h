@@ -126,6 +126,39 @@ bool virtqueue__should_notify(struct virtqueue *q);
  */
 void virtqueue__set_notify_suppression(struct virtqueue *q, bool suppress);
 
+/*
+ * Draining a queue, as every device does when kicked: notifications off
+ * while popping, and once the ring looks empty, on again and one more
+ * look, or a buffer made available in between sits unnoticed.
+ *
+ *	struct vq_drain d;
+ *
+ *	virtqueue__drain_start(&d, vq);
+ *	while (have_room && (ret = virtqueue__pop_or_rearm(&d, c)) == 1)
+ *		handle(c);
+ *	if (ret == -EIO)	the queue broke: set NEEDS_RESET
+ *
+ * The caller may stop early (no slot for the next chain): the queue then
+ * stays quiet until it drains again, which it must do when the slot is
+ * back. Found after asking, a chain makes the request stale (with
+ * EVENT_IDX, avail_event lags the chain taken), so the next empty ring
+ * asks again, or the driver skips the kick for its next buffer and the
+ * device idles.
+ */
+struct vq_drain {
+	struct virtqueue *q;
+	bool asked; /* notifications on since the last chain */
+};
+
+void virtqueue__drain_start(struct vq_drain *d, struct virtqueue *q);
+
+/*
+ * 1 with *chain filled; 0 when the ring is empty and kicks are asked for
+ * again; -EIO or -ENODEV as virtqueue__pop().
+ */
+int __must_check virtqueue__pop_or_rearm(struct vq_drain *d,
+					 struct vq_chain *chain);
+
 static inline bool virtqueue__is_broken(const struct virtqueue *q)
 {
 	return q->broken;

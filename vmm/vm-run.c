@@ -1,0 +1,385 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Running the VM that vm__create built: the device threads and the vCPUs
+ * start under the seccomp filter, the main thread runs its event loop
+ * (host signals, stdin for the console, halt probes, vCPU wakeups) until
+ * something stops the VM, then everything is joined and the stop reason
+ * becomes the exit code.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "devices/console.h"
+#include "devices/virtio/blk.h"
+#include "devices/virtio/fs.h"
+#include "devices/virtio/vsock.h"
+#include "lib/compiler.h"
+#include "lib/evloop.h"
+#include "vmm/seccomp.h"
+#include "vmm/vm.h"
+
+#define RING_ENTRIES 8
+#define STDIN_CHUNK  4096
+
+/* ---- running ------------------------------------------------------------ */
+
+void vm__stop(struct vm *vm, enum vm_stop_reason reason, int status,
+	      const char *detail)
+{
+	uint64_t one = 1;
+
+	pthread_mutex_lock(&vm->stop_lock);
+	if (vm->stop_reason == VM_STOP_NONE) {
+		vm->stop_reason = reason;
+		vm->stop_status = status;
+		vm->stop_detail = detail;
+	}
+	pthread_mutex_unlock(&vm->stop_lock);
+	atomic_store(&vm->stopping, 1);
+	if (write(vm->event_fd, &one, sizeof(one)) < 0)
+		pr_debug("event_fd: %s", strerror(errno));
+}
+
+#define HALT_PROBE_NS	 1000000000LL /* once a second */
+#define HALT_SNAPSHOT_MS 200	      /* for every vCPU to park */
+
+/* The main thread's event loop: its sources and their buffers. */
+struct loop {
+	struct evloop ev;
+	struct vm *vm;
+	int sig_fd;
+	struct ev_source wake, signal, input, space, probe;
+	uint64_t wake_buf, space_buf;
+	struct signalfd_siginfo si;
+	struct __kernel_timespec probe_ts;
+	uint8_t in_buf[STDIN_CHUNK];
+	bool stdin_armed, space_armed;
+};
+
+/*
+ * The ring is sized for every read we keep in flight at once. Offset -1:
+ * read at the file position, so a regular file on stdin advances.
+ */
+static void arm_read(struct loop *l, struct ev_source *src, int fd, void *buf,
+		     size_t len)
+{
+	evloop__read(&l->ev, src, fd, buf, len, (uint64_t)-1);
+}
+
+static void maybe_arm_stdin(struct vm *vm, struct loop *l)
+{
+	size_t room;
+
+	if (l->stdin_armed || !console__wants_input(vm->console))
+		return;
+	room = console__input_room(vm->console);
+	if (room) {
+		arm_read(l, &l->input, STDIN_FILENO, l->in_buf,
+			 room < sizeof(l->in_buf) ? room : sizeof(l->in_buf));
+		l->stdin_armed = true;
+	} else if (!l->space_armed) {
+		arm_read(l, &l->space, vm->space_fd, &l->space_buf,
+			 sizeof(l->space_buf));
+		l->space_armed = true;
+	}
+}
+
+static void arm_probe(struct loop *l)
+{
+	evloop__timeout(&l->ev, &l->probe, &l->probe_ts, HALT_PROBE_NS);
+}
+
+/* See struct vm: start a round, let every vCPU look at itself. */
+static void probe_vcpus(struct vm *vm)
+{
+	unsigned int i;
+
+	if (atomic_fetch_add(&vm->probe_round, 1) + 1 == 0)
+		atomic_store(&vm->probe_round, 1); /* 0 means "none" */
+	for (i = 0; i < vm->nr_vcpus; i++)
+		vcpu__kick(vm->vcpus[i]);
+}
+
+/* A probe round saw every vCPU dead: believe it only on a snapshot. */
+static void confirm_halt(struct vm *vm)
+{
+	if (!atomic_exchange(&vm->halt_suspect, 0) ||
+	    atomic_load(&vm->stopping))
+		return;
+	if (vcpu__snapshot_all_dead(vm, HALT_SNAPSHOT_MS))
+		vm__stop(vm, VM_STOP_GUEST_HALT, 0, NULL);
+}
+
+/* vm.shutdown asked the guest to power off: give it so long. */
+static void shutdown_overdue(struct vm *vm)
+{
+	long long deadline = atomic_load(&vm->shutdown_deadline);
+	struct timespec now;
+
+	if (!deadline)
+		return;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	if (now.tv_sec >= deadline)
+		vm__stop(vm, VM_STOP_SHUTDOWN, 0, NULL);
+}
+
+static void wake_done(void *arg, int res)
+{
+	struct loop *l = arg;
+
+	pr_debug("event wake: %d", res);
+	arm_read(l, &l->wake, l->vm->event_fd, &l->wake_buf,
+		 sizeof(l->wake_buf));
+	confirm_halt(l->vm);
+}
+
+static void signal_done(void *arg, int res)
+{
+	struct loop *l = arg;
+
+	pr_debug("event signal: %d", res);
+	if (res == sizeof(l->si))
+		vm__stop(l->vm, VM_STOP_SIGNAL, l->si.ssi_signo, NULL);
+	else
+		arm_read(l, &l->signal, l->sig_fd, &l->si, sizeof(l->si));
+}
+
+static void input_done(void *arg, int res)
+{
+	struct loop *l = arg;
+
+	pr_debug("event stdin: %d", res);
+	l->stdin_armed = false;
+	if (res == -EAGAIN || res == -EINTR)
+		return;
+	/* An error on stdin is its end, for the guest. */
+	console__input(l->vm->console, l->in_buf, res > 0 ? res : 0);
+}
+
+static void space_done(void *arg, int res)
+{
+	struct loop *l = arg;
+
+	pr_debug("event space: %d", res);
+	l->space_armed = false;
+}
+
+static void probe_done(void *arg, int res)
+{
+	struct loop *l = arg;
+
+	pr_debug("event probe: %d", res);
+	probe_vcpus(l->vm);
+	arm_probe(l);
+	shutdown_overdue(l->vm);
+}
+
+/* After each round: stop once asked to, or see to host input. */
+static bool loop_end(void *arg)
+{
+	struct loop *l = arg;
+
+	if (atomic_load(&l->vm->stopping))
+		evloop__stop(&l->ev);
+	else
+		maybe_arm_stdin(l->vm, l);
+	return false;
+}
+
+static const struct evloop_ops main_loop_ops = {
+	.end = loop_end,
+};
+
+static int loop_init(struct loop **out, struct vm *vm, int sig_fd)
+{
+	static const uint8_t opcodes[] = { IORING_OP_TIMEOUT };
+	static const struct evloop_params lp = {
+		.sq_entries = RING_ENTRIES,
+		.opcodes = opcodes,
+		.nr_opcodes = ARRAY_SIZE(opcodes),
+	};
+	struct loop *l = calloc(1, sizeof(*l));
+	int ret;
+
+	if (!l)
+		return -ENOMEM;
+	evloop__init(&l->ev, "main loop");
+	ret = evloop__open(&l->ev, &lp);
+	if (ret) {
+		pr_err("io_uring_queue_init: %s", strerror(-ret));
+		evloop__exit(&l->ev);
+		free(l);
+		return ret;
+	}
+	l->vm = vm;
+	l->sig_fd = sig_fd;
+	l->wake = (struct ev_source){ .fn = wake_done, .arg = l };
+	l->signal = (struct ev_source){ .fn = signal_done, .arg = l };
+	l->input = (struct ev_source){ .fn = input_done, .arg = l };
+	l->space = (struct ev_source){ .fn = space_done, .arg = l };
+	l->probe = (struct ev_source){ .fn = probe_done, .arg = l };
+	*out = l;
+	return 0;
+}
+
+static void loop_exit(struct loop *l)
+{
+	if (!l)
+		return;
+	evloop__exit(&l->ev);
+	free(l);
+}
+
+static void main_loop(struct vm *vm, struct loop *l)
+{
+	arm_read(l, &l->wake, vm->event_fd, &l->wake_buf, sizeof(l->wake_buf));
+	arm_read(l, &l->signal, l->sig_fd, &l->si, sizeof(l->si));
+	arm_probe(l);
+	maybe_arm_stdin(vm, l);
+	if (evloop__run(&l->ev, &main_loop_ops, l))
+		vm__stop(vm, VM_STOP_ERROR, 0, "event loop failed");
+}
+
+static int exit_code(const struct vm *vm)
+{
+	switch (vm->stop_reason) {
+	case VM_STOP_GUEST_EXIT:
+		return vm->stop_status;
+	case VM_STOP_GUEST_HALT:
+		/* The guest powered off or halted without ACPI: clean. */
+		pr_info("guest halted every vCPU with interrupts off: powered "
+			"off");
+		return 0;
+	case VM_STOP_GUEST_RESET:
+		pr_err("%s before reporting a status (panic, triple fault "
+		       "or reboot)",
+		       vm->stop_detail);
+		return VMM_EXIT_GUEST_CRASH;
+	case VM_STOP_SIGNAL:
+		pr_err("stopped by signal %d (%s)", vm->stop_status,
+		       strsignal(vm->stop_status));
+		return 128 + vm->stop_status;
+	case VM_STOP_SHUTDOWN:
+		pr_warn("vm.shutdown: the guest did not power off; stopped it");
+		return 0;
+	default:
+		return VMM_EXIT_VMM_ERROR;
+	}
+}
+
+/* Everything that needs syscalls the running monitor may not make. */
+static int prepare_run(struct vm *vm, int sig_fd, struct loop **l)
+{
+	struct seccomp_needs needs = { 0 };
+	unsigned int i;
+	int ret;
+
+	ret = vcpu__setup_kick();
+	if (ret) {
+		pr_err("installing the vCPU kick handler: %s", strerror(-ret));
+		return ret;
+	}
+	ret = loop_init(l, vm, sig_fd);
+	if (ret)
+		return ret;
+	if (!vm->cfg->seccomp)
+		return 0;
+	for (i = 0; i < vm->cfg->mounts.nr; i++)
+		needs.fs_bind |= vm->cfg->mounts.m[i].type == MOUNT_BIND;
+	ret = seccomp__install(&needs);
+	if (ret)
+		pr_err("installing the seccomp filter: %s", strerror(-ret));
+	return ret;
+}
+
+/* Device threads start under the filter, and before any vCPU. */
+static int start_devices(struct vm *vm)
+{
+	int ret;
+
+	if (vm->blk) {
+		ret = virtio_blk__start(vm->blk);
+		if (ret) {
+			pr_err("virtio-blk0: starting its thread: %s",
+			       strerror(-ret));
+			return ret;
+		}
+	}
+	if (vm->vsock) {
+		ret = vsock__start(vm->vsock);
+		if (ret) {
+			pr_err("virtio-vsock0: starting its thread: %s",
+			       strerror(-ret));
+			return ret;
+		}
+	}
+	for (unsigned int i = 0; i < MOUNTS_MAX && vm->fs[i]; i++) {
+		ret = virtio_fs__start(vm->fs[i]);
+		if (ret) {
+			pr_err("%s: starting its thread: %s", vm->fs_names[i],
+			       strerror(-ret));
+			return ret;
+		}
+	}
+	return control__start(vm);
+}
+
+int vm__run(struct vm *vm)
+{
+	struct loop *l = NULL;
+	sigset_t mask, old;
+	unsigned int i;
+	int sig_fd, ret;
+
+	/* Host signals arrive through the ring; vCPUs take only kicks. */
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGHUP);
+	sigaddset(&mask, SIGQUIT);
+	sigaddset(&mask, SIGUSR1);
+	pthread_sigmask(SIG_BLOCK, &mask, &old);
+	signal(SIGPIPE, SIG_IGN);
+	sigdelset(&mask, SIGUSR1);
+	sig_fd = signalfd(-1, &mask, SFD_CLOEXEC);
+	if (sig_fd < 0) {
+		ret = -errno;
+		pr_err("signalfd: %s", strerror(errno));
+		goto out_mask;
+	}
+	ret = prepare_run(vm, sig_fd, &l);
+	if (!ret)
+		ret = start_devices(vm);
+	if (ret)
+		goto out_loop;
+
+	for (i = 0; i < vm->nr_vcpus; i++) {
+		ret = vcpu__start(vm->vcpus[i]);
+		if (ret) {
+			pr_err("vcpu%u: starting its thread: %s", i,
+			       strerror(-ret));
+			vm__stop(vm, VM_STOP_ERROR, 0, "vCPU start failed");
+			break;
+		}
+	}
+	if (!atomic_load(&vm->stopping))
+		main_loop(vm, l);
+
+	for (i = 0; i < vm->nr_vcpus; i++)
+		vcpu__kick(vm->vcpus[i]);
+	for (i = 0; i < vm->nr_vcpus; i++)
+		vcpu__join(vm->vcpus[i]);
+	ret = exit_code(vm);
+out_loop:
+	loop_exit(l);
+	close(sig_fd);
+out_mask:
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return ret < 0 ? VMM_EXIT_VMM_ERROR : ret;
+}
