@@ -34,6 +34,7 @@ core-obj-y += bootloader/initrd.o
 core-obj-y += devices/uart.o
 core-obj-y += devices/virtio/guest-mem.o
 core-obj-y += devices/virtio/queue.o
+core-obj-y += devices/virtio/device.o
 core-obj-y += devices/virtio/mmio.o
 core-obj-y += devices/virtio/blk.o
 core-obj-y += devices/virtio/vsock.o
