@@ -54,6 +54,7 @@ core-obj-y += vmm/api.o
 obj-y += vmm/main.o
 obj-y += vmm/kvm.o
 obj-y += vmm/vm.o
+obj-y += vmm/virtio-attach.o
 obj-y += vmm/vcpu.o
 obj-y += vmm/cpuid.o
 obj-y += vmm/seccomp.o
