@@ -35,6 +35,21 @@ int bus__register(struct bus *bus, uint64_t base, uint64_t len, bus_fn *fn,
 	return 0;
 }
 
+int bus__unregister(struct bus *bus, uint64_t base)
+{
+	unsigned int i;
+
+	for (i = 0; i < bus->nr; i++) {
+		if (bus->ranges[i].base != base)
+			continue;
+		memmove(&bus->ranges[i], &bus->ranges[i + 1],
+			(bus->nr - i - 1) * sizeof(bus->ranges[i]));
+		bus->nr--;
+		return 0;
+	}
+	return -ENOENT;
+}
+
 bool bus__access(const struct bus *bus, uint64_t addr, uint8_t *data,
 		 unsigned int size, bool is_write)
 {

@@ -35,6 +35,8 @@ struct bus {
 void bus__init(struct bus *bus, const char *name, uint64_t limit);
 int __must_check bus__register(struct bus *bus, uint64_t base, uint64_t len,
 			       bus_fn *fn, void *opaque);
+/* Frees the range claimed at base: -ENOENT when none starts there. */
+int bus__unregister(struct bus *bus, uint64_t base);
 /*
  * Returns false when no device claims the address: reads then see all
  * ones (a floating bus), writes vanish. An access that straddles the end

@@ -322,7 +322,8 @@ static int start_devices(struct vm *vm)
 	for (unsigned int i = 0; i < MOUNTS_MAX && vm->fs[i]; i++) {
 		ret = virtio_fs__start(vm->fs[i]);
 		if (ret) {
-			pr_err("%s: starting its thread: %s", vm->fs_names[i],
+			pr_err("%s: starting its thread: %s",
+			       vm__virtio_name(vm, VIRTIO_SLOT_FS0 + i),
 			       strerror(-ret));
 			return ret;
 		}

@@ -6,7 +6,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/virtio_mmio.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,7 +24,6 @@
 #include "devices/fs/backend.h"
 #include "devices/virtio/blk.h"
 #include "devices/virtio/fs.h"
-#include "devices/virtio/mmio.h"
 #include "devices/virtio/vsock.h"
 #include "vmm/mounts.h"
 #include "vmm/seccomp.h"
@@ -44,50 +42,54 @@
 #define MEM_SLOT_LOW  0
 #define MEM_SLOT_HIGH 1
 
+/* ---- step: slots ------------------------------------------------------ */
+
+/* The control API reaches the agent through vsock, socket or not. */
+static bool has_vsock(const struct vm *vm)
+{
+	return vm->cfg->vsock.socket_path || vm__has_agent(vm);
+}
+
+/*
+ * A virtio-mmio slot for each device the config asks for, before anything
+ * is built: the kernel command line declares them. Undone by
+ * vm__release_virtio.
+ */
+static int slots_init(struct vm *vm)
+{
+	char name[24]; /* "virtio-fs7" */
+	int ret = 0;
+
+	if (vm->cfg->rootfs.descriptor)
+		ret = vm__reserve_virtio(vm, VIRTIO_SLOT_BLK, "virtio-blk0");
+	if (!ret && has_vsock(vm))
+		ret = vm__reserve_virtio(vm, VIRTIO_SLOT_VSOCK,
+					 "virtio-vsock0");
+	for (unsigned int i = 0; !ret && i < vm->cfg->mounts.nr; i++) {
+		snprintf(name, sizeof(name), "virtio-fs%u", i);
+		ret = vm__reserve_virtio(vm, VIRTIO_SLOT_FS0 + i, name);
+	}
+	return ret;
+}
+
 /* ---- step: image ------------------------------------------------------ */
 
 _Static_assert(VSOCK_MAX_GUEST_CID == CONFIG_MAX_VSOCK_CID &&
 		       VSOCK_DEFAULT_GUEST_CID == CONFIG_DEFAULT_VSOCK_CID,
 	       "vsock CID range");
 
-static uint64_t virtio_base(unsigned int slot)
-{
-	return VIRTIO_MMIO_BASE + (uint64_t)slot * VIRTIO_MMIO_WINDOW_SIZE;
-}
-
-/* " virtio_mmio.device=4K@<slot's window>:<slot's GSI>" at buf + *at. */
-static int declare_virtio(unsigned int slot, char *buf, size_t len, size_t *at)
-{
-	int n;
-
-	if (len - *at < 2)
-		return -ENOSPC;
-	buf[(*at)++] = ' ';
-	n = virtio_mmio__cmdline(virtio_base(slot), VIRTIO_MMIO_WINDOW_SIZE,
-				 VIRTIO_FIRST_GSI + slot, buf + *at, len - *at);
-	if (n < 0)
-		return n;
-	*at += n;
-	return 0;
-}
-
 /*
- * Each present virtio device's declaration, then the root disk's part
+ * Each reserved virtio slot's declaration, then the root disk's part
  * for the init.
  */
 static int root_cmdline(const struct vm *vm, char *buf, size_t len)
 {
 	const struct rootfs_config *r = &vm->cfg->rootfs;
 	size_t at = 0;
-	int ret = 0, m;
+	int ret, m;
 
 	buf[0] = '\0';
-	if (r->descriptor)
-		ret = declare_virtio(VIRTIO_SLOT_BLK, buf, len, &at);
-	if (!ret && (vm->cfg->vsock.socket_path || vm__has_agent(vm)))
-		ret = declare_virtio(VIRTIO_SLOT_VSOCK, buf, len, &at);
-	for (unsigned int i = 0; !ret && i < vm->cfg->mounts.nr; i++)
-		ret = declare_virtio(VIRTIO_SLOT_FS0 + i, buf, len, &at);
+	ret = vm__virtio_cmdline(vm, buf, len, &at);
 	if (!ret && vm__has_agent(vm)) {
 		m = snprintf(buf + at, len - at, " kiln.agent=on");
 		if (m < 0 || (size_t)m >= len - at)
@@ -478,90 +480,29 @@ static const struct exit_dev_ops sys_ops = {
 	.exit = sys_exit,
 };
 
-/*
- * A virtio interrupt through an irqfd: the core raises the line when its
- * interrupt status becomes nonzero and lowers it on the driver's ack. The
- * pin is edge-triggered (ISA), so a raise is one injection and a lower
- * needs nothing.
- */
-static void irqfd_line(void *opaque, unsigned int gsi, int level)
-{
-	uint64_t one = 1;
-
-	if (level && write(*(int *)opaque, &one, sizeof(one)) < 0)
-		pr_debug("irqfd %u: %s", gsi, strerror(errno));
-}
-
-static int bind_irqfd(struct vm *vm, int *fd, unsigned int gsi)
-{
-	struct kvm_irqfd irqfd = { .gsi = gsi };
-
-	*fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (*fd < 0)
-		return -errno;
-	irqfd.fd = *fd;
-	return ioctl(vm->vm_fd, KVM_IRQFD, &irqfd) < 0 ? -errno : 0;
-}
-
-/* Each queue's kick_fd, signalled by KVM on a write of its index. */
-static int bind_ioeventfds(struct vm *vm, struct virtio_device *dev,
-			   uint64_t base)
-{
-	for (unsigned int i = 0; i < dev->nr_queues; i++) {
-		struct kvm_ioeventfd e = {
-			.datamatch = i,
-			.addr = base + VIRTIO_MMIO_QUEUE_NOTIFY,
-			.len = 4,
-			.fd = dev->queues[i].kick_fd,
-			.flags = KVM_IOEVENTFD_FLAG_DATAMATCH,
-		};
-
-		if (e.fd >= 0 && ioctl(vm->vm_fd, KVM_IOEVENTFD, &e) < 0)
-			return -errno;
-	}
-	return 0;
-}
-
 static int blk_init(struct vm *vm)
 {
 	struct virtio_blk_params p = {
-		.name = "virtio-blk0",
+		.name = vm__virtio_name(vm, VIRTIO_SLOT_BLK),
 		.disk = vm->disk,
 		.serial = vm->rootfs.name,
 		.nr_queues = vm->nr_vcpus < VIRTIO_BLK_MAX_QUEUES ?
 				     vm->nr_vcpus :
 				     VIRTIO_BLK_MAX_QUEUES,
 		.mem = &vm->mem,
-		.irq = { .set = irqfd_line,
-			 .opaque = &vm->blk_irq_fd,
-			 .gsi = VIRTIO_FIRST_GSI },
+		.irq = vm__virtio_irq(vm, VIRTIO_SLOT_BLK),
 	};
-	struct virtio_device *dev;
 	int ret;
 
 	if (!vm->disk)
 		return 0;
-	ret = bind_irqfd(vm, &vm->blk_irq_fd, VIRTIO_FIRST_GSI);
-	if (ret) {
-		pr_err("virtio-blk0: KVM_IRQFD: %s", strerror(-ret));
-		return ret;
-	}
 	ret = virtio_blk__create(&vm->blk, &p);
 	if (ret) {
-		pr_err("virtio-blk0: %s", strerror(-ret));
+		pr_err("%s: %s", p.name, strerror(-ret));
 		return ret;
 	}
-	dev = virtio_blk__device(vm->blk);
-	ret = bind_ioeventfds(vm, dev, VIRTIO_MMIO_BASE);
-	if (ret) {
-		pr_err("virtio-blk0: KVM_IOEVENTFD: %s", strerror(-ret));
-		return ret;
-	}
-	ret = bus__register(&vm->mmio, VIRTIO_MMIO_BASE,
-			    VIRTIO_MMIO_WINDOW_SIZE, virtio_mmio__io, dev);
-	if (ret)
-		pr_err("virtio-blk0: registering MMIO: %s", strerror(-ret));
-	return ret;
+	return vm__attach_virtio(vm, VIRTIO_SLOT_BLK,
+				 virtio_blk__device(vm->blk));
 }
 
 /*
@@ -589,47 +530,27 @@ static void vsock_fd_room(void)
 static int vsock_init(struct vm *vm)
 {
 	const struct vsock_config *c = &vm->cfg->vsock;
-	const unsigned int gsi = VIRTIO_FIRST_GSI + VIRTIO_SLOT_VSOCK;
-	const uint64_t base = virtio_base(VIRTIO_SLOT_VSOCK);
 	struct vsock_params p = {
-		.name = "virtio-vsock0",
+		.name = vm__virtio_name(vm, VIRTIO_SLOT_VSOCK),
 		.guest_cid = c->cid,
 		.uds_path = c->socket_path,
 		.mem = &vm->mem,
-		.irq = { .set = irqfd_line,
-			 .opaque = &vm->vsock_irq_fd,
-			 .gsi = gsi },
+		.irq = vm__virtio_irq(vm, VIRTIO_SLOT_VSOCK),
 	};
-	struct virtio_device *dev;
 	int ret;
 
-	/* The control API reaches the agent through it, socket or not. */
-	if (!c->socket_path && !vm__has_agent(vm))
+	if (!has_vsock(vm))
 		return 0;
 	vsock_fd_room();
-	ret = bind_irqfd(vm, &vm->vsock_irq_fd, gsi);
-	if (ret) {
-		pr_err("virtio-vsock0: KVM_IRQFD: %s", strerror(-ret));
-		return ret;
-	}
 	ret = vsock__create(&vm->vsock, &p);
 	if (ret) {
-		pr_err("virtio-vsock0: %s: %s", c->socket_path,
+		pr_err("%s: %s: %s", p.name, c->socket_path,
 		       ret == -EEXIST ? "exists and is not a socket" :
 					strerror(-ret));
 		return ret;
 	}
-	dev = vsock__device(vm->vsock);
-	ret = bind_ioeventfds(vm, dev, base);
-	if (ret) {
-		pr_err("virtio-vsock0: KVM_IOEVENTFD: %s", strerror(-ret));
-		return ret;
-	}
-	ret = bus__register(&vm->mmio, base, VIRTIO_MMIO_WINDOW_SIZE,
-			    virtio_mmio__io, dev);
-	if (ret)
-		pr_err("virtio-vsock0: registering MMIO: %s", strerror(-ret));
-	return ret;
+	return vm__attach_virtio(vm, VIRTIO_SLOT_VSOCK,
+				 vsock__device(vm->vsock));
 }
 
 /*
@@ -639,54 +560,33 @@ static int vsock_init(struct vm *vm)
  */
 #define VM_FS_ATTR_TIMEOUT_MS 1000U
 
-/* Mount index's virtio-fs device: its backend, slot and interrupt. */
+/* Mount index's virtio-fs device, with its backend, in its slot. */
 static int fs_init_one(struct vm *vm, unsigned int index)
 {
 	const struct mount_config *m = &vm->cfg->mounts.m[index];
 	const unsigned int slot = VIRTIO_SLOT_FS0 + index;
-	const unsigned int gsi = VIRTIO_FIRST_GSI + slot;
-	const uint64_t base = virtio_base(slot);
-	char *name = vm->fs_names[index], tag[16];
+	char tag[16];
 	struct virtio_fs_params p = {
-		.name = vm->fs_names[index],
+		.name = vm__virtio_name(vm, slot),
 		.tag = tag,
 		.nr_queues = vm->nr_vcpus < VIRTIO_FS_MAX_QUEUES ?
 				     vm->nr_vcpus :
 				     VIRTIO_FS_MAX_QUEUES,
 		.attr_timeout_ms = VM_FS_ATTR_TIMEOUT_MS,
 		.mem = &vm->mem,
-		.irq = { .set = irqfd_line,
-			 .opaque = &vm->fs_irq_fd[index],
-			 .gsi = gsi },
+		.irq = vm__virtio_irq(vm, slot),
 	};
-	struct virtio_device *dev;
 	int ret;
 
-	snprintf(name, sizeof(vm->fs_names[index]), "virtio-fs%u", index);
 	mounts__tag(index, tag, sizeof(tag));
 	p.backend = vm->fs_backend[index];
-	ret = bind_irqfd(vm, &vm->fs_irq_fd[index], gsi);
-	if (ret) {
-		pr_err("%s: KVM_IRQFD: %s", name, strerror(-ret));
-		return ret;
-	}
 	ret = virtio_fs__create(&vm->fs[index], &p);
 	if (ret) {
-		pr_err("%s (%s): %s", name, m->guest_path, strerror(-ret));
+		pr_err("%s (%s): %s", p.name, m->guest_path, strerror(-ret));
 		return ret;
 	}
 	vm->fs_backend[index] = NULL; /* the device's from now on */
-	dev = virtio_fs__device(vm->fs[index]);
-	ret = bind_ioeventfds(vm, dev, base);
-	if (ret) {
-		pr_err("%s: KVM_IOEVENTFD: %s", name, strerror(-ret));
-		return ret;
-	}
-	ret = bus__register(&vm->mmio, base, VIRTIO_MMIO_WINDOW_SIZE,
-			    virtio_mmio__io, dev);
-	if (ret)
-		pr_err("%s: registering MMIO: %s", name, strerror(-ret));
-	return ret;
+	return vm__attach_virtio(vm, slot, virtio_fs__device(vm->fs[index]));
 }
 
 static int fs_init(struct vm *vm)
@@ -749,23 +649,16 @@ static int devices_init(struct vm *vm)
 
 static void devices_exit(struct vm *vm)
 {
+	/* While the devices' kick fds are open: KVM names them by fd. */
+	vm__detach_virtio(vm);
 	for (unsigned int i = 0; i < MOUNTS_MAX; i++) {
 		virtio_fs__destroy(vm->fs[i]);
 		vm->fs[i] = NULL;
-		if (vm->fs_irq_fd[i] >= 0)
-			close(vm->fs_irq_fd[i]);
-		vm->fs_irq_fd[i] = -1;
 	}
 	vsock__destroy(vm->vsock);
 	vm->vsock = NULL;
-	if (vm->vsock_irq_fd >= 0)
-		close(vm->vsock_irq_fd);
-	vm->vsock_irq_fd = -1;
 	virtio_blk__destroy(vm->blk);
 	vm->blk = NULL;
-	if (vm->blk_irq_fd >= 0)
-		close(vm->blk_irq_fd);
-	vm->blk_irq_fd = -1;
 	console__destroy(vm->console);
 	vm->console = NULL;
 	uart__destroy(vm->uart);
@@ -866,6 +759,7 @@ static const struct {
 	int (*init)(struct vm *vm);
 	void (*exit)(struct vm *vm);
 } vm_steps[] = {
+	{ "slots", slots_init, vm__release_virtio },
 	{ "image", image_init, image_exit },
 	{ "disk", disk_init, disk_exit },
 	{ "mounts", mounts_init, mounts_exit },
@@ -912,9 +806,7 @@ int vm__create(struct vm **out, const struct vm_config *cfg)
 		return -ENOMEM;
 	vm->cfg = cfg;
 	vm->kvm_fd = vm->vm_fd = vm->initrd_fd = -1;
-	vm->event_fd = vm->space_fd = vm->blk_irq_fd = vm->vsock_irq_fd = -1;
-	for (i = 0; i < MOUNTS_MAX; i++)
-		vm->fs_irq_fd[i] = -1;
+	vm->event_fd = vm->space_fd = -1;
 	vm->ready_fd = vm->null_fd = -1;
 	vm->nr_vcpus = cfg->nr_cpus;
 	bus__init(&vm->pio, "pio", PIO_LIMIT);

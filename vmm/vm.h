@@ -17,6 +17,7 @@
 #include "vmm/bus.h"
 #include "lib/log.h"
 #include "vmm/rootfs.h"
+#include "vmm/virtio-attach.h"
 
 /*
  * Exit codes of `vmm run` besides the command's own status (0..255, or
@@ -45,19 +46,6 @@ struct vsock;
 struct virtio_fs;
 struct fs_backend;
 
-/*
- * Where virtio-mmio devices live: windows from VIRTIO_MMIO_BASE up, each
- * with an edge-triggered ISA interrupt from VIRTIO_FIRST_GSI (the UART
- * has 4; 5 and up are free on our board). Each device has a fixed slot,
- * whether or not the others are present: 0 virtio-blk, 1 virtio-vsock,
- * 2 and up one virtio-fs device per mount (vmm/mounts.h).
- */
-#define VIRTIO_MMIO_BASE  0xd0000000ULL
-#define VIRTIO_FIRST_GSI  5U
-#define VIRTIO_SLOT_BLK	  0U
-#define VIRTIO_SLOT_VSOCK 1U
-#define VIRTIO_SLOT_FS0	  2U
-
 struct vm {
 	const struct vm_config *cfg;
 
@@ -82,6 +70,8 @@ struct vm {
 
 	struct bus pio;	 /* port I/O, 64 KiB */
 	struct bus mmio; /* the 3-4 GiB gap */
+	/* virtio-mmio devices, by slot (vmm/virtio-attach.h). */
+	struct virtio_slot virtio[VIRTIO_MMIO_SLOTS];
 	struct uart *uart;
 	struct console *console;
 	struct i8042 i8042;
@@ -91,17 +81,13 @@ struct vm {
 	struct rootfs_image rootfs;
 	struct disk *disk;
 	struct virtio_blk *blk;
-	int blk_irq_fd; /* irqfd of its interrupt */
 
-	/* virtio-vsock (--vsock-socket): the device, its interrupt. */
+	/* virtio-vsock (--vsock-socket, or the agent's control socket). */
 	struct vsock *vsock;
-	int vsock_irq_fd;
 
 	/* virtio-fs (--mount): one device per mount, slot 2 + index. */
 	struct fs_backend *fs_backend[MOUNTS_MAX]; /* until a device has it */
 	struct virtio_fs *fs[MOUNTS_MAX];
-	int fs_irq_fd[MOUNTS_MAX];
-	char fs_names[MOUNTS_MAX][16]; /* "virtio-fs0" */
 
 	/* The control socket (--control-socket, vmm/control.c). */
 	struct api *api;

@@ -746,9 +746,8 @@ int virtio_blk__create(struct virtio_blk **out,
 		q->kick = (struct ev_source){ .fn = kick_done, .arg = q };
 		/* Slots are touched only when used: a lazily backed pool. */
 		q->reqs = calloc(BLK_QUEUE_SIZE, sizeof(*q->reqs));
-		b->vqs[i].kick_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-		if (!q->reqs || b->vqs[i].kick_fd < 0) {
-			ret = q->reqs ? -errno : -ENOMEM;
+		if (!q->reqs) {
+			ret = -ENOMEM;
 			goto out_destroy;
 		}
 		for (unsigned int j = BLK_QUEUE_SIZE; j--;) {
@@ -785,13 +784,11 @@ void virtio_blk__destroy(struct virtio_blk *b)
 {
 	if (!b)
 		return;
+	/* Waits for I/O in flight: it may still write into guest memory. */
 	if (b->vdev_ok)
 		evloop__exit(&b->loop);
-	for (unsigned int i = 0; i < b->nr_queues; i++) {
+	for (unsigned int i = 0; i < b->nr_queues; i++)
 		free(b->queues[i].reqs);
-		if (b->vdev_ok && b->vqs[i].kick_fd >= 0)
-			close(b->vqs[i].kick_fd);
-	}
 	if (b->vdev_ok)
 		virtio_device__exit(&b->vdev);
 	if (b->idle_ok)

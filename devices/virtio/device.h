@@ -18,7 +18,8 @@
  * status. A device is a private struct embedding struct virtio_device and
  * an array of struct virtio_queue, with its callbacks in one static const
  * struct virtio_device_ops; it never sees how the driver reaches it (the
- * transport, devices/virtio/mmio.h today, decodes registers and calls in).
+ * transport, devices/virtio/mmio.h today, decodes registers and calls the
+ * transport side below).
  *
  *	struct rng {
  *		struct virtio_device vdev;
@@ -100,10 +101,11 @@ struct virtio_queue {
 	uint64_t driver_gpa; /* the available ring */
 	uint64_t device_gpa; /* the used ring */
 	/*
-	 * The device's wakeup for this queue (an eventfd), or -1. The VM
-	 * binds it to the transport's notify register (an ioeventfd), so a
-	 * guest kick reaches the device's event loop without a VM exit to
-	 * user space; queue_notify covers kicks that still come that way.
+	 * The device's wakeup for this queue: an eventfd the core opens at
+	 * init and closes at exit. The VM binds it to the transport's
+	 * notify register (an ioeventfd), so a guest kick reaches the
+	 * device's event loop without a VM exit to user space; queue_notify
+	 * covers kicks that still come that way.
 	 */
 	int kick_fd;
 };
@@ -150,10 +152,11 @@ struct virtio_device {
 };
 
 /*
- * Set dev up from p: -EINVAL for a device without VIRTIO_F_VERSION_1 or
- * with transport features the core does not implement, no queues, a queue
- * size that is not a power of 2 in 1..32768, a config space over
- * VIRTIO_CONFIG_MAX_SIZE or no queue_notify op. Undone by
+ * Set dev up from p, each queue with its kick_fd: -EINVAL for a device
+ * without VIRTIO_F_VERSION_1 or with transport features the core does not
+ * implement, no queues, a queue size that is not a power of 2 in
+ * 1..32768, a config space over VIRTIO_CONFIG_MAX_SIZE or no queue_notify
+ * op; -errno when an eventfd cannot be had. Undone by
  * virtio_device__exit(), which also accepts a device whose init failed.
  */
 int __must_check virtio_device__init(struct virtio_device *dev,
@@ -216,5 +219,52 @@ void virtio_device__queue_notify(struct virtio_device *dev, unsigned int index);
  * writes to directly when it is bound as an ioeventfd).
  */
 void virtio_device__kick_eventfd(struct virtio_device *dev, unsigned int index);
+
+/*
+ * ---- The transport's side ----
+ *
+ * What a transport calls as it decodes the driver's accesses, each with
+ * the device lock held. Values are the driver's, unchecked: the core
+ * checks them, ignores what breaks a rule and logs the first such error
+ * of the device.
+ */
+
+/* The driver broke a rule: logged once for the device's whole life. */
+__attribute__((format(printf, 2, 3))) void
+virtio_device__warn(struct virtio_device *dev, const char *fmt, ...);
+
+/* Device status (VIRTIO_CONFIG_S_*), and the driver's write of it. */
+uint8_t virtio_device__status(const struct virtio_device *dev);
+void virtio_device__write_status(struct virtio_device *dev, uint32_t val);
+
+/* The 32-bit halves selected by device/driver_features_sel (0 or 1). */
+uint32_t virtio_device__device_features(const struct virtio_device *dev);
+void virtio_device__write_driver_features(struct virtio_device *dev,
+					  uint32_t val);
+
+/*
+ * Queue q ready (1) with the size and ring addresses written so far, or
+ * taken back (0).
+ */
+void virtio_device__write_queue_ready(struct virtio_device *dev,
+				      struct virtio_queue *q, uint32_t val);
+
+/* A kick through a register: virtio_device__queue_notify, lock held. */
+void virtio_device__queue_notify_locked(struct virtio_device *dev,
+					uint32_t index);
+
+/* Interrupt status (VIRTIO_ISR_*), and the driver's acknowledgement. */
+uint32_t virtio_device__isr(struct virtio_device *dev);
+void virtio_device__ack_isr(struct virtio_device *dev, uint32_t bits);
+
+/*
+ * Config space at offset: 1, 2, 4 or 8 bytes, naturally aligned, else
+ * ignored (a read leaves data alone). Bytes past the device's config
+ * space read as nothing; a write must fit inside it whole.
+ */
+void virtio_device__read_config(struct virtio_device *dev, uint64_t offset,
+				void *data, unsigned int len);
+void virtio_device__write_config(struct virtio_device *dev, uint64_t offset,
+				 const void *data, unsigned int len);
 
 #endif

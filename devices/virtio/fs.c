@@ -443,9 +443,8 @@ int virtio_fs__create(struct virtio_fs **out, const struct virtio_fs_params *p)
 		q->kick = (struct ev_source){ .fn = kick_done, .arg = q };
 		/* Slots are touched only when used: a lazily backed pool. */
 		q->slots = calloc(FS_QUEUE_SLOTS, sizeof(*q->slots));
-		f->vqs[i].kick_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-		if (!q->slots || f->vqs[i].kick_fd < 0) {
-			ret = q->slots ? -errno : -ENOMEM;
+		if (!q->slots) {
+			ret = -ENOMEM;
 			goto out_destroy;
 		}
 		for (unsigned int j = FS_QUEUE_SLOTS; j--;) {
@@ -522,8 +521,6 @@ void virtio_fs__destroy(struct virtio_fs *f)
 				fuse_server__abandon(f->server,
 						     &q->slots[j].req);
 		free(q->slots);
-		if (f->vdev_ok && f->vqs[i].kick_fd >= 0)
-			close(f->vqs[i].kick_fd);
 	}
 	fuse_server__destroy(f->server);
 	if (f->wake_fd >= 0)

@@ -319,12 +319,9 @@ int vsock__create(struct vsock **out, const struct vsock_params *p)
 	}
 	v->attach_lock_ok = true;
 
-	v->vqs[RXQ].kick_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	v->vqs[TXQ].kick_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	v->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	v->ep_fd = epoll_create1(EPOLL_CLOEXEC);
-	if (v->vqs[RXQ].kick_fd < 0 || v->vqs[TXQ].kick_fd < 0 ||
-	    v->wake_fd < 0 || v->ep_fd < 0) {
+	if (v->wake_fd < 0 || v->ep_fd < 0) {
 		ret = -errno;
 		goto out_destroy;
 	}
@@ -405,10 +402,7 @@ void vsock__destroy(struct vsock *v)
 	close_fd(v->listen_fd);
 	close_fd(v->ep_fd);
 	close_fd(v->wake_fd);
-	if (v->vdev_ok) {
-		close_fd(v->vqs[RXQ].kick_fd);
-		close_fd(v->vqs[TXQ].kick_fd);
+	if (v->vdev_ok)
 		virtio_device__exit(&v->vdev);
-	}
 	free(v);
 }

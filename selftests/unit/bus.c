@@ -75,4 +75,24 @@ TEST(dispatch_and_floating_bus)
 	EXPECT_EQ(2U, p.calls);
 }
 
+TEST(unregister)
+{
+	struct probe p = { 0 }, q = { 0 };
+	uint8_t data[4] = { 0 };
+	struct bus b;
+
+	bus__init(&b, "mmio", 1ULL << 32);
+	ASSERT_EQ(0, bus__register(&b, 0xd0000000, 0x1000, record, &p));
+	ASSERT_EQ(0, bus__register(&b, 0xd0001000, 0x1000, record, &q));
+	EXPECT_EQ(-ENOENT, bus__unregister(&b, 0xd0000800));
+	EXPECT_EQ(0, bus__unregister(&b, 0xd0000000));
+	EXPECT_EQ(-ENOENT, bus__unregister(&b, 0xd0000000));
+	/* The range is free again; the other one still answers. */
+	EXPECT_FALSE(bus__access(&b, 0xd0000010, data, 4, false));
+	EXPECT_TRUE(bus__access(&b, 0xd0001010, data, 4, false));
+	EXPECT_EQ(0U, p.calls);
+	EXPECT_EQ(1U, q.calls);
+	EXPECT_EQ(0, bus__register(&b, 0xd0000000, 0x1000, record, &p));
+}
+
 TEST_HARNESS_MAIN
