@@ -159,14 +159,12 @@ static int set_ioeventfd(struct vm *vm, unsigned int slot,
 	return ioctl(vm->vm_fd, KVM_IOEVENTFD, &e) < 0 ? -errno : 0;
 }
 
-/* Undoes what attach did, in reverse; best effort, the VM fd goes next. */
-static void detach(struct vm *vm, unsigned int slot, bool irqfd, bool bus)
+/* Undoes what a failed attach did, in reverse, before any filter. */
+static void detach(struct vm *vm, unsigned int slot, bool irqfd)
 {
 	struct virtio_slot *s = &vm->virtio[slot];
 	int ret;
 
-	if (bus)
-		bus__unregister(&vm->mmio, slot_base(slot));
 	while (s->nr_kicks) {
 		ret = set_ioeventfd(vm, slot, s->dev, --s->nr_kicks, false);
 		if (ret)
@@ -199,7 +197,7 @@ int vm__attach_virtio(struct vm *vm, unsigned int slot,
 	ret = set_irqfd(vm, slot, true);
 	if (ret) {
 		pr_err("%s: KVM_IRQFD: %s", s->name, strerror(-ret));
-		detach(vm, slot, false, false);
+		detach(vm, slot, false);
 		return ret;
 	}
 	for (; s->nr_kicks < dev->nr_queues; s->nr_kicks++) {
@@ -207,7 +205,7 @@ int vm__attach_virtio(struct vm *vm, unsigned int slot,
 		if (ret) {
 			pr_err("%s: KVM_IOEVENTFD: %s", s->name,
 			       strerror(-ret));
-			detach(vm, slot, true, false);
+			detach(vm, slot, true);
 			return ret;
 		}
 	}
@@ -215,15 +213,23 @@ int vm__attach_virtio(struct vm *vm, unsigned int slot,
 			    virtio_mmio__io, dev);
 	if (ret) {
 		pr_err("%s: registering MMIO: %s", s->name, strerror(-ret));
-		detach(vm, slot, true, false);
+		detach(vm, slot, true);
 		return ret;
 	}
 	return 0;
 }
 
+/*
+ * The KVM bindings go with the VM fd (the kvm step's undo): after a run
+ * the seccomp filter forbids the ioctls that would undo them one by one.
+ */
 void vm__detach_virtio(struct vm *vm)
 {
-	for (unsigned int i = VIRTIO_MMIO_SLOTS; i--;)
-		if (vm->virtio[i].dev)
-			detach(vm, i, true, true);
+	for (unsigned int i = VIRTIO_MMIO_SLOTS; i--;) {
+		if (!vm->virtio[i].dev)
+			continue;
+		bus__unregister(&vm->mmio, slot_base(i));
+		vm->virtio[i].nr_kicks = 0;
+		vm->virtio[i].dev = NULL;
+	}
 }

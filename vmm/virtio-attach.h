@@ -79,7 +79,10 @@ int __must_check vm__virtio_cmdline(const struct vm *vm, char *buf, size_t len,
  */
 int __must_check vm__attach_virtio(struct vm *vm, unsigned int slot,
 				   struct virtio_device *dev);
-/* Undoes every attach; the devices' fds must still be open. */
+/*
+ * Takes every device off the MMIO bus, before the devices go; their KVM
+ * bindings go with the VM fd.
+ */
 void vm__detach_virtio(struct vm *vm);
 
 #endif

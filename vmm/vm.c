@@ -649,7 +649,6 @@ static int devices_init(struct vm *vm)
 
 static void devices_exit(struct vm *vm)
 {
-	/* While the devices' kick fds are open: KVM names them by fd. */
 	vm__detach_virtio(vm);
 	for (unsigned int i = 0; i < MOUNTS_MAX; i++) {
 		virtio_fs__destroy(vm->fs[i]);
