@@ -200,37 +200,42 @@ static int harness_vmm_threads(pid_t pgid, struct harness_task *t, int max)
 	return n;
 }
 
+/* A thread's state and guest time now; false if it is gone. */
+static bool harness_task_stat(const struct harness_task *t, char *state,
+			      long *guest)
+{
+	char path[96], comm[64];
+	pid_t pg;
+
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", (int)t->pid,
+		 (int)t->tid);
+	return harness_stat(path, state, &pg, guest, comm, sizeof(comm));
+}
+
 static bool harness_watch__timed_out(pid_t pgid, char *why, size_t len)
 {
 	struct harness_task t[HARNESS_THREADS_MAX];
 	int n = harness_vmm_threads(pgid, t, HARNESS_THREADS_MAX);
 	int runnable[HARNESS_THREADS_MAX] = { 0 };
 	int looked[HARNESS_THREADS_MAX] = { 0 };
-	char path[96], comm[64], wchan[64], state = '?';
+	char path[96], wchan[64], state = '?';
 	bool spun = false;
 	long guest = 0;
 	FILE *f;
-	pid_t pg;
 
 	if (!n)
 		return false;
 	for (int look = 0; look < HARNESS_SPIN_LOOKS; look++) {
 		usleep(HARNESS_SPIN_SECS * 1000000 / HARNESS_SPIN_LOOKS);
 		for (int i = 0; i < n; i++) {
-			snprintf(path, sizeof(path), "/proc/%d/task/%d/stat",
-				 (int)t[i].pid, (int)t[i].tid);
-			if (!harness_stat(path, &state, &pg, &guest, comm,
-					  sizeof(comm)))
+			if (!harness_task_stat(&t[i], &state, &guest))
 				continue;
 			looked[i]++;
 			runnable[i] += state == 'R';
 		}
 	}
 	for (int i = 0; i < n; i++) {
-		snprintf(path, sizeof(path), "/proc/%d/task/%d/stat",
-			 (int)t[i].pid, (int)t[i].tid);
-		if (!harness_stat(path, &state, &pg, &guest, comm,
-				  sizeof(comm)))
+		if (!harness_task_stat(&t[i], &state, &guest))
 			continue;
 		wchan[0] = '\0';
 		snprintf(path, sizeof(path), "/proc/%d/task/%d/wchan",
