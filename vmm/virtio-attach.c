@@ -233,3 +233,10 @@ void vm__detach_virtio(struct vm *vm)
 		vm->virtio[i].dev = NULL;
 	}
 }
+
+void vm__report_virtio(struct vm *vm)
+{
+	for (unsigned int i = 0; i < VIRTIO_MMIO_SLOTS; i++)
+		if (vm->virtio[i].dev)
+			virtio_device__report(vm->virtio[i].dev);
+}

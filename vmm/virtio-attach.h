@@ -85,4 +85,7 @@ int __must_check vm__attach_virtio(struct vm *vm, unsigned int slot,
  */
 void vm__detach_virtio(struct vm *vm);
 
+/* Every attached device's state into the log (SIGUSR2: vm-run.c). */
+void vm__report_virtio(struct vm *vm);
+
 #endif

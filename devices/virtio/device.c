@@ -268,6 +268,29 @@ bool virtio_device__is_live(const struct virtio_device *dev)
 	return status_live(status_get(dev));
 }
 
+void virtio_device__report(struct virtio_device *dev)
+{
+	bool locked = pthread_mutex_trylock(&dev->lock) == 0;
+	char line[256];
+
+	if (dev->ops->describe)
+		dev->ops->describe(dev, line, sizeof(line));
+	else
+		line[0] = '\0';
+	/* isr is read bare: irq_lock may be what the device is stuck on. */
+	pr_info("%s: status %#x features %#" PRIx64 " isr %#x%s%s%s", dev->name,
+		status_get(dev), dev->features,
+		__atomic_load_n(&dev->isr, __ATOMIC_RELAXED),
+		locked ? "" : " (device lock held elsewhere)",
+		line[0] ? " | " : "", line);
+	for (unsigned int i = 0; i < dev->nr_queues; i++) {
+		virtqueue__describe(&dev->queues[i].vq, line, sizeof(line));
+		pr_info("%s", line);
+	}
+	if (locked)
+		pthread_mutex_unlock(&dev->lock);
+}
+
 bool virtio_device__notify_queue(struct virtio_device *dev, unsigned int index)
 {
 	/* 3.1.2: no used buffer notification before DRIVER_OK. */

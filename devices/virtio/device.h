@@ -86,6 +86,12 @@ struct virtio_device_ops {
 	 * the driver wants are ready. Nonzero (-errno) sets NEEDS_RESET.
 	 */
 	int (*activate)(struct virtio_device *dev);
+	/*
+	 * For a stuck-device report: one line on the device's own state
+	 * (requests in flight, what its loop waits for), snprintf-style.
+	 * Called without the device lock; must not block.
+	 */
+	int (*describe)(struct virtio_device *dev, char *buf, size_t len);
 };
 
 /*
@@ -186,6 +192,14 @@ bool virtio_device__is_live(const struct virtio_device *dev);
 /* Around queue work done outside an op (see Locking above). */
 void virtio_device__lock(struct virtio_device *dev);
 void virtio_device__unlock(struct virtio_device *dev);
+
+/*
+ * Log the device's state, a line for it and one per queue (see
+ * virtqueue__describe), at info level: what an operator or a timed-out
+ * test looks at to see which side of a ring is waiting. Reads without
+ * blocking on any lock, so a device stuck holding one is still shown.
+ */
+void virtio_device__report(struct virtio_device *dev);
 
 /*
  * After pushing used buffers on queue index: interrupt the driver if it

@@ -43,6 +43,7 @@
 #include <linux/virtio_ring.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -367,8 +368,31 @@ static void fs_reset(struct virtio_device *dev)
 		f->queues[i].pushed = false;
 }
 
+/* Read bare (see virtio_device_ops): a picture, maybe a torn one. */
+static int fs_describe(struct virtio_device *dev, char *buf, size_t len)
+{
+	struct virtio_fs *f = to_fs(dev);
+	size_t at;
+
+	at = (size_t)snprintf(buf, len, "gen %u busy %u", f->gen, f->busy);
+	for (unsigned int i = 0; i < f->nr_vqs && at < len; i++) {
+		const struct fs_queue *q = &f->queues[i];
+		unsigned int nfree = 0;
+
+		for (const struct fs_slot *s = q->free;
+		     s && nfree < FS_QUEUE_SLOTS; s = s->next_free)
+			nfree++;
+		at += (size_t)snprintf(buf + at, len - at,
+				       "; q%u free slots %u%s%s", i, nfree,
+				       q->starved ? " starved" : "",
+				       q->pushed ? " pushed" : "");
+	}
+	return (int)at;
+}
+
 static const struct virtio_device_ops fs_ops = {
 	.config_read = fs_config_read,
+	.describe = fs_describe,
 	.queue_notify = virtio_device__kick_eventfd,
 	.reset = fs_reset,
 };

@@ -485,6 +485,32 @@ void virtqueue__set_notify_suppression(struct virtqueue *q, bool suppress)
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 }
 
+/* ---- describing a queue ------------------------------------------ */
+
+int virtqueue__describe(const struct virtqueue *q, char *buf, size_t len)
+{
+	if (!q->ready)
+		return snprintf(buf, len, "%s: not ready", q->name);
+	/*
+	 * The driver's fields are read once each, without a lock: a picture
+	 * of the moment, for a reader who wants to see which side is waiting
+	 * (avail idx past taken: a kick we did not see; used idx past
+	 * used_event with the interrupt status set: an interrupt the driver
+	 * did not take).
+	 */
+	return snprintf(buf, len,
+			"%s: size %u%s avail idx %u flags %#x taken %u | used "
+			"idx %u flags %#x signalled %u%s | used_event %u "
+			"avail_event %u",
+			q->name, q->size, q->broken ? " BROKEN" : "",
+			load16(avail_idx(q)), load16(avail_flags(q)),
+			q->last_avail_idx, q->used_idx, load16(used_flags(q)),
+			q->signalled_used,
+			q->signalled_used_valid ? "" : " (none yet)",
+			q->event_idx ? load16(used_event(q)) : 0,
+			q->event_idx ? load16(avail_event(q)) : 0);
+}
+
 void virtqueue__drain_start(struct vq_drain *d, struct virtqueue *q)
 {
 	d->q = q;

@@ -159,6 +159,12 @@ void virtqueue__drain_start(struct vq_drain *d, struct virtqueue *q);
 int __must_check virtqueue__pop_or_rearm(struct vq_drain *d,
 					 struct vq_chain *chain);
 
+/*
+ * One line on the state of q and of the driver's side of its ring, for a
+ * stuck-device report: snprintf's return. Takes no lock.
+ */
+int virtqueue__describe(const struct virtqueue *q, char *buf, size_t len);
+
 static inline bool virtqueue__is_broken(const struct virtqueue *q)
 {
 	return q->broken;

@@ -4,7 +4,8 @@
  * real harness: the "sample_" tests are TEST_MANUAL, and the real tests
  * run this binary with "-t sample_..." and read its TAP. A test whose
  * guest spins on its vCPU past the timeout is run once more, one whose
- * guest sleeps is not; a failure after the harness kernel logged a soft
+ * guest sleeps is not (and the state of its devices is shown, from the
+ * vmm's SIGUSR2 report); a failure after the harness kernel logged a soft
  * lockup is run once more, one after a quiet log is not. The watch is
  * only on inside the harness (KILN_IN_HARNESS): elsewhere these skip.
  */
@@ -28,7 +29,9 @@ TEST_MANUAL_TIMEOUT(sample_sleeping_guest, SAMPLE_TIMEOUT)
 {
 	struct spawn_result r;
 
-	BOOT(NULL, NULL, ARGS("sleep", "600"), NULL, &r);
+	/* A virtio-fs device: the watch shows its rings (SIGUSR2). */
+	BOOT(NULL, ARGS("--mount", "/m=memory"), ARGS("sleep", "600"), NULL,
+	     &r);
 }
 
 /* Fails after logging @msg to the harness kernel (KILN_SAMPLE_KMSG). */
@@ -98,6 +101,11 @@ TEST_TIMEOUT(sleeping_guest_at_timeout_is_not_blamed, 4 * SAMPLE_TIMEOUT)
 	EXPECT_NE(NULL, strstr(r.out, "# harness watch: vmm "));
 	EXPECT_NE(NULL, strstr(r.out, "not ok 1 sample_sleeping_guest # "
 				      "TIMEOUT"));
+	/* And the state of its devices, from the vmm itself. */
+	EXPECT_NE(NULL, strstr(r.out, "# vmm state: "));
+	EXPECT_NE(NULL, strstr(r.out, ": virtio-fs0: status "));
+	EXPECT_NE(NULL, strstr(r.out, " busy "));
+	EXPECT_NE(NULL, strstr(r.out, ": virtio-fs0 q1: "));
 	if (_metadata->result->failed)
 		TH_LOG("exit %d, output:\n%s", r.status, r.out);
 }

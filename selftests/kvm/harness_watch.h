@@ -30,6 +30,8 @@
  */
 #include <dirent.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +49,8 @@
 #define HARNESS_SPIN_SECS   2
 #define HARNESS_SPIN_LOOKS  20
 #define HARNESS_THREADS_MAX 64
+/* Waiting for a stuck vmm's report of its devices (SIGUSR2). */
+#define HARNESS_REPORT_SECS 2
 
 /* The kernel's own words for a CPU or task stuck (watchdog, RCU, hung task). */
 static const char *const harness_stall_words[] = {
@@ -212,6 +216,47 @@ static bool harness_task_stat(const struct harness_task *t, char *state,
 	return harness_stat(path, state, &pg, guest, comm, sizeof(comm));
 }
 
+/*
+ * The state of a stuck vmm's devices: SIGUSR2 makes it log each virtio
+ * device and ring (vmm/vm-run.c). Its stderr is a pipe the test reads, so
+ * the test is stopped first (it is killed next anyway) and the pipe is
+ * read from here, through /proc, for up to HARNESS_REPORT_SECS; the lines
+ * from the report's first on are printed as "# vmm state: ...".
+ */
+static void harness_vmm_report(pid_t pgid, pid_t vmm)
+{
+	char path[64], buf[16384], *line, *end;
+	struct pollfd p = { .events = POLLIN };
+	size_t got = 0;
+	bool on = false;
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd/2", (int)vmm);
+	p.fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	if (p.fd < 0)
+		return;
+	kill(pgid, SIGSTOP);
+	kill(vmm, SIGUSR2);
+	while (got < sizeof(buf) - 1 &&
+	       poll(&p, 1, HARNESS_REPORT_SECS * 1000) == 1) {
+		n = read(p.fd, buf + got, sizeof(buf) - 1 - got);
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+	}
+	close(p.fd);
+	buf[got] = '\0';
+	for (line = buf; line && *line; line = end) {
+		end = strchr(line, '\n');
+		if (end)
+			*end++ = '\0';
+		on = on || strstr(line, "SIGUSR2:");
+		if (on)
+			printf("# vmm state: %d: %s\n", (int)vmm, line);
+	}
+	fflush(stdout);
+}
+
 static bool harness_watch__timed_out(pid_t pgid, char *why, size_t len)
 {
 	struct harness_task t[HARNESS_THREADS_MAX];
@@ -263,6 +308,9 @@ static bool harness_watch__timed_out(pid_t pgid, char *why, size_t len)
 		}
 	}
 	fflush(stdout);
+	for (int i = 0; i < n; i++)
+		if (t[i].tid == t[i].pid)
+			harness_vmm_report(pgid, t[i].pid);
 	return spun;
 }
 
