@@ -233,8 +233,10 @@ static bool status_live(uint8_t status)
 static void isr_raise(struct virtio_device *dev, uint32_t bits)
 {
 	pthread_mutex_lock(&dev->irq_lock);
-	if (!dev->isr)
+	if (!dev->isr) {
 		irq_line__set(&dev->irq, 1);
+		dev->irq_raises++;
+	}
 	dev->isr |= bits;
 	pthread_mutex_unlock(&dev->irq_lock);
 }
@@ -242,8 +244,10 @@ static void isr_raise(struct virtio_device *dev, uint32_t bits)
 void virtio_device__ack_isr(struct virtio_device *dev, uint32_t bits)
 {
 	pthread_mutex_lock(&dev->irq_lock);
-	if (dev->isr && !(dev->isr & ~bits))
+	if (dev->isr && !(dev->isr & ~bits)) {
 		irq_line__set(&dev->irq, 0);
+		dev->irq_lowers++;
+	}
 	dev->isr &= ~bits;
 	pthread_mutex_unlock(&dev->irq_lock);
 }
@@ -278,9 +282,11 @@ void virtio_device__report(struct virtio_device *dev)
 	else
 		line[0] = '\0';
 	/* isr is read bare: irq_lock may be what the device is stuck on. */
-	pr_info("%s: status %#x features %#" PRIx64 " isr %#x%s%s%s", dev->name,
-		status_get(dev), dev->features,
-		__atomic_load_n(&dev->isr, __ATOMIC_RELAXED),
+	pr_info("%s: status %#x features %#" PRIx64 " isr %#x (line raised %"
+		PRIu64 ", lowered %" PRIu64 ")%s%s%s",
+		dev->name, status_get(dev), dev->features,
+		__atomic_load_n(&dev->isr, __ATOMIC_RELAXED), dev->irq_raises,
+		dev->irq_lowers,
 		locked ? "" : " (device lock held elsewhere)",
 		line[0] ? " | " : "", line);
 	for (unsigned int i = 0; i < dev->nr_queues; i++) {

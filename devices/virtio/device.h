@@ -155,6 +155,7 @@ struct virtio_device {
 
 	pthread_mutex_t irq_lock;
 	uint32_t isr; /* VIRTIO_ISR_*: the line is high iff nonzero */
+	uint64_t irq_raises, irq_lowers; /* line changes, for the report */
 };
 
 /*

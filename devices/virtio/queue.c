@@ -457,11 +457,17 @@ bool virtqueue__should_notify(struct virtqueue *q)
 	q->signalled_used = q->used_idx;
 	q->signalled_used_valid = true;
 	/* The first decision has no "old": notify, to be safe. */
-	if (!valid)
+	if (!valid) {
+		q->notified_used = q->used_idx;
 		return true;
+	}
 	event = load16(used_event(q));
+	q->seen_used_event = event;
 	/* 2.6.7: interrupt when used->idx moved past used_event. */
-	return vring_need_event(event, q->used_idx, old);
+	if (!vring_need_event(event, q->used_idx, old))
+		return false;
+	q->notified_used = q->used_idx;
+	return true;
 }
 
 void virtqueue__set_notify_suppression(struct virtqueue *q, bool suppress)
@@ -500,14 +506,16 @@ int virtqueue__describe(const struct virtqueue *q, char *buf, size_t len)
 	 */
 	return snprintf(buf, len,
 			"%s: size %u%s avail idx %u flags %#x taken %u | used "
-			"idx %u flags %#x signalled %u%s | used_event %u "
-			"avail_event %u",
+			"idx %u flags %#x signalled %u%s notified %u | "
+			"used_event %u (last read %u) avail_event %u",
 			q->name, q->size, q->broken ? " BROKEN" : "",
 			load16(avail_idx(q)), load16(avail_flags(q)),
 			q->last_avail_idx, q->used_idx, load16(used_flags(q)),
 			q->signalled_used,
 			q->signalled_used_valid ? "" : " (none yet)",
+			q->notified_used,
 			q->event_idx ? load16(used_event(q)) : 0,
+			q->seen_used_event,
 			q->event_idx ? load16(avail_event(q)) : 0);
 }
 

@@ -70,6 +70,9 @@ struct virtqueue {
 	uint16_t used_idx;	 /* what we last published in used->idx */
 	uint16_t signalled_used; /* used_idx when we last decided */
 	bool signalled_used_valid;
+	/* For virtqueue__describe: the last decision's inputs and outcome. */
+	uint16_t seen_used_event; /* used_event it read */
+	uint16_t notified_used;	  /* used_idx at the last notification */
 
 	bool ready;
 	bool broken;

@@ -51,6 +51,7 @@
 #define HARNESS_THREADS_MAX 64
 /* Waiting for a stuck vmm's report of its devices (SIGUSR2). */
 #define HARNESS_REPORT_SECS 2
+#define HARNESS_CONSOLE_LINES 20
 
 /* The kernel's own words for a CPU or task stuck (watchdog, RCU, hung task). */
 static const char *const harness_stall_words[] = {
@@ -223,6 +224,35 @@ static bool harness_task_stat(const struct harness_task *t, char *state,
  * read from here, through /proc, for up to HARNESS_REPORT_SECS; the lines
  * from the report's first on are printed as "# vmm state: ...".
  */
+/* The last lines the guest wrote to its console and the test did not read. */
+static void harness_console_tail(pid_t vmm)
+{
+	char path[64], buf[8192], *p;
+	ssize_t n, got = 0;
+	int fd, lines = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd/1", (int)vmm);
+	fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	/* Keep the last buffer's worth. */
+	while ((n = read(fd, buf, sizeof(buf) - 1)) > 0)
+		got = n;
+	close(fd);
+	if (got <= 0)
+		return;
+	buf[got] = '\0';
+	for (p = buf + got; p > buf && lines <= HARNESS_CONSOLE_LINES; p--)
+		lines += p[-1] == '\n';
+	for (char *line = p, *end; line && *line; line = end) {
+		end = strchr(line, '\n');
+		if (end)
+			*end++ = '\0';
+		if (*line)
+			printf("# guest console: %d: %s\n", (int)vmm, line);
+	}
+}
+
 static void harness_vmm_report(pid_t pgid, pid_t vmm)
 {
 	char path[64], buf[16384], *line, *end;
@@ -236,6 +266,7 @@ static void harness_vmm_report(pid_t pgid, pid_t vmm)
 	if (p.fd < 0)
 		return;
 	kill(pgid, SIGSTOP);
+	harness_console_tail(vmm);
 	kill(vmm, SIGUSR2);
 	while (got < sizeof(buf) - 1 &&
 	       poll(&p, 1, HARNESS_REPORT_SECS * 1000) == 1) {
