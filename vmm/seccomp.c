@@ -121,11 +121,14 @@ static const int allowed_fs_bind[] = {
 
 /*
  * ioctls allowed once running: the vCPU loop, IRQs, the halt probe, the
- * registers --verbose reports on a triple fault, and restoring the tty.
+ * registers --verbose reports on a triple fault and SIGUSR2's report
+ * (with KVM_TRANSLATE, read-only, to find the guest's stack), and
+ * restoring the tty.
  */
 static const unsigned long allowed_ioctls[] = {
 	KVM_RUN,       KVM_IRQ_LINE, KVM_GET_MP_STATE, KVM_GET_REGS,
-	KVM_GET_SREGS, TCGETS,	     TCSETS,	       TCSETSW,
+	KVM_GET_SREGS, KVM_TRANSLATE, TCGETS,	       TCSETS,
+	TCSETSW,
 };
 
 #define SECCOMP_NR_FCHMODAT2 452 /* x86-64 */

@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -51,6 +52,7 @@ struct vcpu {
 	bool started;
 	atomic_uint dead_round;	 /* last probe round that found it dead */
 	unsigned int parked_gen; /* last pause it parked for (pause_lock) */
+	unsigned int report_gen; /* last report it logged */
 };
 
 static int setup_msrs(struct vcpu *v)
@@ -360,9 +362,101 @@ static void park(struct vcpu *v, unsigned int gen)
 	pthread_mutex_unlock(&vm->pause_lock);
 }
 
+static const char *mp_state_name(uint32_t state)
+{
+	switch (state) {
+	case KVM_MP_STATE_RUNNABLE:
+		return "runnable";
+	case KVM_MP_STATE_UNINITIALIZED:
+		return "waiting for INIT/SIPI";
+	case KVM_MP_STATE_INIT_RECEIVED:
+		return "INIT received";
+	case KVM_MP_STATE_HALTED:
+		return "halted";
+	case KVM_MP_STATE_SIPI_RECEIVED:
+		return "SIPI received";
+	default:
+		return "?";
+	}
+}
+
+/*
+ * The kernel text addresses among the first REPORT_STACK_WORDS words at
+ * rsp, translated through the vCPU's own page tables (KVM_TRANSLATE).
+ */
+#define REPORT_STACK_WORDS 128
+#define REPORT_STACK_SHOWN 24
+#define GUEST_KERNEL_TEXT  0xffffffff80000000ULL /* x86-64 __START_KERNEL_map */
+
+static size_t stack_text(struct vcpu *v, uint64_t rsp, char *buf, size_t len)
+{
+	size_t at = 0;
+	int shown = 0;
+
+	buf[0] = '\0';
+	for (unsigned int i = 0;
+	     i < REPORT_STACK_WORDS && shown < REPORT_STACK_SHOWN; i++) {
+		struct kvm_translation tr = {
+			.linear_address = rsp + 8ULL * i,
+		};
+		const void *p;
+		uint64_t word;
+
+		if (ioctl(v->fd, KVM_TRANSLATE, &tr) < 0 || !tr.valid)
+			break;
+		p = guest_mem__ptr(&v->vm->mem, tr.physical_address,
+				   sizeof(word));
+		if (!p)
+			break;
+		memcpy(&word, p, sizeof(word));
+		if (word < GUEST_KERNEL_TEXT || at >= len)
+			continue;
+		at += (size_t)snprintf(buf + at, len - at, " %#llx",
+				       (unsigned long long)word);
+		shown++;
+	}
+	return at;
+}
+
+static void report(struct vcpu *v)
+{
+	struct kvm_mp_state mp = { .mp_state = UINT32_MAX };
+	struct kvm_sregs sregs;
+	struct kvm_regs regs;
+	char stack[REPORT_STACK_SHOWN * 20 + 1];
+
+	if (ioctl(v->fd, KVM_GET_MP_STATE, &mp) < 0 ||
+	    ioctl(v->fd, KVM_GET_REGS, &regs) < 0 ||
+	    ioctl(v->fd, KVM_GET_SREGS, &sregs) < 0) {
+		pr_info("vcpu%u: registers unreadable: %s", v->id,
+			strerror(errno));
+		return;
+	}
+	stack_text(v, regs.rsp, stack, sizeof(stack));
+	pr_info("vcpu%u: %s, rip %#llx rsp %#llx rflags %#llx cr3 %#llx; "
+		"text on the stack:%s",
+		v->id, mp_state_name(mp.mp_state),
+		(unsigned long long)regs.rip, (unsigned long long)regs.rsp,
+		(unsigned long long)regs.rflags,
+		(unsigned long long)sregs.cr3, stack[0] ? stack : " none");
+}
+
+void vcpu__report_all(struct vm *vm)
+{
+	atomic_fetch_add(&vm->report_gen, 1);
+	for (unsigned int i = 0; i < vm->nr_vcpus; i++)
+		vcpu__kick(vm->vcpus[i]);
+}
+
 static void kicked(struct vcpu *v)
 {
 	unsigned int gen = atomic_load(&v->vm->pause_gen);
+	unsigned int report_gen = atomic_load(&v->vm->report_gen);
+
+	if (v->report_gen != report_gen) {
+		v->report_gen = report_gen;
+		report(v);
+	}
 
 	if (gen & 1)
 		park(v, gen);

@@ -150,8 +150,9 @@ static void signal_done(void *arg, int res)
 	}
 	/* SIGUSR2: what each device and its rings look like right now. */
 	if (res == sizeof(l->si)) {
-		pr_info("SIGUSR2: the state of the virtio devices");
+		pr_info("SIGUSR2: the state of the virtio devices and vCPUs");
 		vm__report_virtio(l->vm);
+		vcpu__report_all(l->vm);
 	}
 	arm_read(l, &l->signal, l->sig_fd, &l->si, sizeof(l->si));
 }

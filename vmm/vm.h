@@ -110,6 +110,8 @@ struct vm {
 	 */
 	atomic_uint probe_round;
 	atomic_uint halt_suspect; /* round that looked all-dead, 0: none */
+	/* SIGUSR2: each vCPU logs where it is once per bump (vcpu__report_all). */
+	atomic_uint report_gen;
 
 	/* Pausing all vCPUs for a snapshot; counters under pause_lock. */
 	pthread_mutex_t pause_lock;
@@ -159,6 +161,12 @@ bool vcpu__dead_in(const struct vcpu *v, unsigned int round);
  * the vCPUs to park (one blocked on the host counts as alive).
  */
 bool vcpu__snapshot_all_dead(struct vm *vm, unsigned int timeout_ms);
+/*
+ * Ask every vCPU to log, from its own thread, where its guest is: mp
+ * state, rip, rsp, rflags, cr3, and the kernel text addresses found on
+ * its stack (a poor man's backtrace to read against the guest's System.map).
+ */
+void vcpu__report_all(struct vm *vm);
 void vcpu__join(struct vcpu *v);
 
 /* vmm/control.c: the control API, a build step and its start. */
