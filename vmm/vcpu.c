@@ -53,6 +53,7 @@ struct vcpu {
 	atomic_uint dead_round;	 /* last probe round that found it dead */
 	unsigned int parked_gen; /* last pause it parked for (pause_lock) */
 	unsigned int report_gen; /* last report it logged */
+	long long cpu_ns;	 /* its thread's CPU time at the last look */
 };
 
 static int setup_msrs(struct vcpu *v)
@@ -439,6 +440,33 @@ static void report(struct vcpu *v)
 		(unsigned long long)regs.rip, (unsigned long long)regs.rsp,
 		(unsigned long long)regs.rflags,
 		(unsigned long long)sregs.cr3, stack[0] ? stack : " none");
+}
+
+/* The thread's CPU time in ns, or -1 (not started, or gone). */
+static long long thread_cpu_ns(const struct vcpu *v)
+{
+	struct timespec ts;
+	clockid_t cid;
+
+	if (!v->started || pthread_getcpuclockid(v->thread, &cid) ||
+	    clock_gettime(cid, &ts))
+		return -1;
+	return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+bool vcpu__all_quiet(struct vm *vm, long long busy_ns)
+{
+	bool quiet = true;
+
+	for (unsigned int i = 0; i < vm->nr_vcpus; i++) {
+		struct vcpu *v = vm->vcpus[i];
+		long long now = thread_cpu_ns(v);
+
+		if (now < 0 || !v->cpu_ns || now - v->cpu_ns > busy_ns)
+			quiet = false;
+		v->cpu_ns = now > 0 ? now : 0;
+	}
+	return quiet;
 }
 
 void vcpu__report_all(struct vm *vm)

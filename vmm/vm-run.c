@@ -47,6 +47,8 @@ void vm__stop(struct vm *vm, enum vm_stop_reason reason, int status,
 }
 
 #define HALT_PROBE_NS	 1000000000LL /* once a second */
+/* A vCPU thread that ran more than this since the last round is working. */
+#define HALT_PROBE_BUSY_NS (HALT_PROBE_NS / 10)
 #define HALT_SNAPSHOT_MS 200	      /* for every vCPU to park */
 
 /* The main thread's event loop: its sources and their buffers. */
@@ -95,10 +97,18 @@ static void arm_probe(struct loop *l)
 	evloop__timeout(&l->ev, &l->probe, &l->probe_ts, HALT_PROBE_NS);
 }
 
-/* See struct vm: start a round, let every vCPU look at itself. */
+/*
+ * See struct vm: start a round, let every vCPU look at itself. Only when
+ * every vCPU thread was quiet since the last round: halted for good, a
+ * vCPU costs no CPU time, while a kick of a working one is an exit from
+ * the guest at an arbitrary point, for nothing.
+ */
 static void probe_vcpus(struct vm *vm)
 {
 	unsigned int i;
+
+	if (!vcpu__all_quiet(vm, HALT_PROBE_BUSY_NS))
+		return;
 
 	if (atomic_fetch_add(&vm->probe_round, 1) + 1 == 0)
 		atomic_store(&vm->probe_round, 1); /* 0 means "none" */

@@ -162,6 +162,12 @@ bool vcpu__dead_in(const struct vcpu *v, unsigned int round);
  */
 bool vcpu__snapshot_all_dead(struct vm *vm, unsigned int timeout_ms);
 /*
+ * Did every vCPU thread use at most busy_ns of CPU (its guest's time
+ * included) since the last call? The first call has nothing to compare
+ * with and says no. Main loop only.
+ */
+bool vcpu__all_quiet(struct vm *vm, long long busy_ns);
+/*
  * Ask every vCPU to log, from its own thread, where its guest is: mp
  * state, rip, rsp, rflags, cr3, and the kernel text addresses found on
  * its stack (a poor man's backtrace to read against the guest's System.map).

@@ -1255,6 +1255,29 @@ TEST_F(vfs, init_negotiation)
 
 /* ---- the ops ------------------------------------------------------------ */
 
+/* SIGUSR2's report: the device line with its slots, a line per queue. */
+TEST_F(vfs, report_names_slots_and_rings)
+{
+	struct tdev *t = &self->t;
+	struct stderr_capture cap = { .saved = -1 };
+	char log[4096];
+
+	OPEN(T_TFS);
+	ASSERT_EQ(0, CALL(FUSE_LOOKUP, N_ROOT, "hello", 6));
+	ASSERT_EQ(0, stderr_capture__begin(&cap));
+	virtio_device__report(t->d.vdev);
+	EXPECT_EQ(1 + 3, stderr_capture__end(&cap, log, sizeof(log)));
+	EXPECT_NE(NULL, strstr(log, "virtio-fs-test: status 0xf ")) TH_LOG("%s", log);
+	EXPECT_NE(NULL, strstr(log, "busy 0; q0 free slots 64; q1 free "
+				    "slots 64; q2 free slots 64"))
+	TH_LOG("%s", log);
+	/* INIT and the LOOKUP went through q1, and came back. */
+	EXPECT_NE(NULL, strstr(log, "virtio-fs-test q1: size "))
+	TH_LOG("%s", log);
+	EXPECT_NE(NULL, strstr(log, "avail idx 2 flags 0 taken 2 | used idx 2"))
+	TH_LOG("%s", log);
+}
+
 TEST_F(vfs, lookup_getattr)
 {
 	struct tdev *t = &self->t;
