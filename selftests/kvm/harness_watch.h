@@ -32,6 +32,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -253,18 +254,74 @@ static void harness_console_tail(pid_t vmm)
 	}
 }
 
-static void harness_vmm_report(pid_t pgid, pid_t vmm)
+/*
+ * One line of a vmm's report, judged: does it show a part that still
+ * owes the guest something? *vcpus counts the vCPU lines (each must say
+ * halted). A device must have its interrupt line low (status 0) with as
+ * many lowers as raises (the driver read and acknowledged every one) and
+ * no request in hand ("busy 0" where the device says); a ready queue
+ * must have taken every buffer made available (no kick missed), used
+ * every one it took, decided on each, and told the driver of a used
+ * index past its used_event, unless the driver saw them all (used_event
+ * at used idx).
+ */
+static bool harness_line_settled(const char *line, int *vcpus)
+{
+	unsigned int a, t, u, sig, nt, ev, rd, ae, sz, fl, uf;
+	unsigned long long raised, lowered;
+	const char *q;
+
+	if ((q = strstr(line, ": vcpu")) && strchr(q + 6, ':')) {
+		(*vcpus)++;
+		return strstr(line, ": halted, ") != NULL;
+	}
+	if ((q = strstr(line, " isr "))) {
+		if (sscanf(q, " isr %x (line raised %llu, lowered %llu)", &a,
+			   &raised, &lowered) != 3)
+			return false;
+		if (a || raised != lowered)
+			return false;
+		q = strstr(line, " busy ");
+		return !q || (sscanf(q, " busy %u", &a) == 1 && !a);
+	}
+	if ((q = strstr(line, ": size "))) {
+		char bare[512];
+		char *none;
+
+		/* A queue never decided on: "signalled 0 (none yet)". */
+		snprintf(bare, sizeof(bare), "%s", q);
+		none = strstr(bare, " (none yet)");
+		if (none)
+			memmove(none, none + 11, strlen(none + 11) + 1);
+		q = bare;
+		if (sscanf(q,
+			   ": size %u avail idx %u flags %x taken %u | used "
+			   "idx %u flags %x signalled %u notified %u | "
+			   "used_event %u (last read %u) avail_event %u",
+			   &sz, &a, &fl, &t, &u, &uf, &sig, &nt, &ev, &rd,
+			   &ae) != 11)
+			return false;
+		if (a != t || u != t || u != sig)
+			return false;
+		return u == ev ||
+		       (uint16_t)(nt - ev - 1) < (uint16_t)(u - ev);
+	}
+	return strstr(line, ": not ready") || strstr(line, "SIGUSR2:");
+}
+
+static bool harness_vmm_report(pid_t pgid, pid_t vmm)
 {
 	char path[64], buf[16384], *line, *end;
 	struct pollfd p = { .events = POLLIN };
+	bool on = false, settled = true;
 	size_t got = 0;
-	bool on = false;
+	int vcpus = 0;
 	ssize_t n;
 
 	snprintf(path, sizeof(path), "/proc/%d/fd/2", (int)vmm);
 	p.fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
 	if (p.fd < 0)
-		return;
+		return false;
 	kill(pgid, SIGSTOP);
 	harness_console_tail(vmm);
 	kill(vmm, SIGUSR2);
@@ -282,10 +339,13 @@ static void harness_vmm_report(pid_t pgid, pid_t vmm)
 		if (end)
 			*end++ = '\0';
 		on = on || strstr(line, "SIGUSR2:");
-		if (on)
-			printf("# vmm state: %d: %s\n", (int)vmm, line);
+		if (!on || !*line)
+			continue;
+		printf("# vmm state: %d: %s\n", (int)vmm, line);
+		settled = harness_line_settled(line, &vcpus) && settled;
 	}
 	fflush(stdout);
+	return on && vcpus > 0 && settled;
 }
 
 static bool harness_watch__timed_out(pid_t pgid, char *why, size_t len)
@@ -339,9 +399,18 @@ static bool harness_watch__timed_out(pid_t pgid, char *why, size_t len)
 		}
 	}
 	fflush(stdout);
-	for (int i = 0; i < n; i++)
-		if (t[i].tid == t[i].pid)
-			harness_vmm_report(pgid, t[i].pid);
+	for (int i = 0; i < n; i++) {
+		if (t[i].tid != t[i].pid || !harness_vmm_report(pgid, t[i].pid) ||
+		    spun)
+			continue;
+		snprintf(why, len,
+			 "vmm %d stopped with every vCPU halted and every virtio "
+			 "ring settled (all buffers taken and used, the driver "
+			 "told of each, every interrupt acknowledged): a "
+			 "wakeup lost inside the nested guest",
+			 (int)t[i].pid);
+		spun = true;
+	}
 	return spun;
 }
 

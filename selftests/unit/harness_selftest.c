@@ -12,6 +12,7 @@
 #include <limits.h>
 
 #include "selftests/kselftest.h"
+#include "selftests/kvm/harness_watch.h"
 
 #define SAMPLE_OUT_MAX 8192
 
@@ -592,6 +593,82 @@ TEST(environment_blamed)
 		TH_LOG("case %zu", i);
 	}
 	unsetenv("KILN_SAMPLE_WATCH");
+}
+
+/*
+ * The watch's reading of a stuck vmm's report (harness_line_settled):
+ * only a guest that every device has served in full is blamed. The lines
+ * are from real timeouts in the harness (2026-12-01), and edits of them.
+ */
+TEST(report_settled_lines)
+{
+	static const char dev[] =
+		"vmm: virtio-fs0: status 0xf features 0x130000000 isr 0 (line "
+		"raised 27, lowered 27) | gen 1 busy 0; q0 free slots 64";
+	static const char q_idle[] =
+		"vmm: virtio-fs0 q1: size 128 avail idx 73 flags 0 taken 73 | "
+		"used idx 73 flags 0 signalled 73 notified 68 | used_event 66 "
+		"(last read 66) avail_event 73";
+	static const struct {
+		const char *line;
+		bool settled;
+		int vcpus;
+	} cases[] = {
+		{ dev, true, 0 },
+		{ q_idle, true, 0 },
+		{ "vmm: virtio-fs0 q0: size 128 avail idx 0 flags 0 taken 0 | "
+		  "used idx 0 flags 0 signalled 0 (none yet) notified 0 | "
+		  "used_event 0 (last read 0) avail_event 0",
+		  true, 0 },
+		{ "vmm: virtio-fs0 q3: not ready", true, 0 },
+		{ "vmm: vcpu0: halted, rip 0xffffffff813b0b03 rsp "
+		  "0xffffffff81a03ed0 rflags 0x246 cr3 0x8b4000; text on the "
+		  "stack: none",
+		  true, 1 },
+		/* A vCPU still running the guest. */
+		{ "vmm: vcpu1: runnable, rip 0xffffffffc062adcc rsp "
+		  "0xffffce934141ba30 rflags 0x10246 cr3 0x102362000; text on "
+		  "the stack: none",
+		  false, 1 },
+		/* Four buffers made available and not taken: a lost kick. */
+		{ "vmm: virtio-fs0 q1: size 128 avail idx 1801 flags 0 taken "
+		  "1797 | used idx 1797 flags 0 signalled 1797 notified 1796 | "
+		  "used_event 1797 (last read 1794) avail_event 1797",
+		  false, 0 },
+		/* The line is up and the driver never acknowledged it. */
+		{ "vmm: virtio-fs0: status 0xf features 0x130000000 isr 0x1 "
+		  "(line raised 44, lowered 43) | gen 1 busy 0",
+		  false, 0 },
+		/* A request still in the device's hands. */
+		{ "vmm: virtio-fs0: status 0xf features 0x130000000 isr 0 (line "
+		  "raised 3, lowered 3) | gen 1 busy 1",
+		  false, 0 },
+		/* Used past used_event, and the driver never told. */
+		{ "vmm: virtio-fs0 q1: size 128 avail idx 73 flags 0 taken 73 | "
+		  "used idx 73 flags 0 signalled 73 notified 68 | used_event 70 "
+		  "(last read 66) avail_event 73",
+		  false, 0 },
+		/* Taken and not used yet. */
+		{ "vmm: virtio-fs0 q1: size 128 avail idx 73 flags 0 taken 73 | "
+		  "used idx 72 flags 0 signalled 72 notified 72 | used_event 72 "
+		  "(last read 72) avail_event 73",
+		  false, 0 },
+		/* Across the 16-bit wrap: notified 3 is past used_event 65534. */
+		{ "vmm: virtio-fs0 q1: size 128 avail idx 5 flags 0 taken 5 | "
+		  "used idx 5 flags 0 signalled 5 notified 3 | used_event 65534 "
+		  "(last read 65534) avail_event 5",
+		  true, 0 },
+		{ "vmm: something else entirely", false, 0 },
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		int vcpus = 0;
+
+		EXPECT_EQ(cases[i].settled,
+			  harness_line_settled(cases[i].line, &vcpus))
+		TH_LOG("case %zu: %s", i, cases[i].line);
+		EXPECT_EQ(cases[i].vcpus, vcpus) TH_LOG("case %zu", i);
+	}
 }
 
 TEST_HARNESS_MAIN
