@@ -263,9 +263,12 @@ static void harness_console_tail(pid_t vmm)
  * must have taken every buffer made available (no kick missed), used
  * every one it took, decided on each, and told the driver of a used
  * index past its used_event, unless the driver saw them all (used_event
- * at used idx).
+ * at used idx). *unread is set by a queue whose driver was told of used
+ * buffers it has not read: a guest sitting on completions it was
+ * interrupted for, not one waiting for something else (a sleep, the
+ * host's input).
  */
-static bool harness_line_settled(const char *line, int *vcpus)
+static bool harness_line_settled(const char *line, int *vcpus, bool *unread)
 {
 	unsigned int a, t, u, sig, nt, ev, rd, ae, sz, fl, uf;
 	unsigned long long raised, lowered;
@@ -303,8 +306,11 @@ static bool harness_line_settled(const char *line, int *vcpus)
 			return false;
 		if (a != t || u != t || u != sig)
 			return false;
-		return u == ev ||
-		       (uint16_t)(nt - ev - 1) < (uint16_t)(u - ev);
+		if (u == ev)
+			return true;
+		/* Told of used entries it has not read: the guest's move. */
+		*unread = true;
+		return (uint16_t)(nt - ev - 1) < (uint16_t)(u - ev);
 	}
 	return strstr(line, ": not ready") || strstr(line, "SIGUSR2:");
 }
@@ -313,7 +319,7 @@ static bool harness_vmm_report(pid_t pgid, pid_t vmm)
 {
 	char path[64], buf[16384], *line, *end;
 	struct pollfd p = { .events = POLLIN };
-	bool on = false, settled = true;
+	bool on = false, settled = true, unread = false;
 	size_t got = 0;
 	int vcpus = 0;
 	ssize_t n;
@@ -342,10 +348,10 @@ static bool harness_vmm_report(pid_t pgid, pid_t vmm)
 		if (!on || !*line)
 			continue;
 		printf("# vmm state: %d: %s\n", (int)vmm, line);
-		settled = harness_line_settled(line, &vcpus) && settled;
+		settled = harness_line_settled(line, &vcpus, &unread) && settled;
 	}
 	fflush(stdout);
-	return on && vcpus > 0 && settled;
+	return on && vcpus > 0 && settled && unread;
 }
 
 static bool harness_watch__timed_out(pid_t pgid, char *why, size_t len)
@@ -406,7 +412,8 @@ static bool harness_watch__timed_out(pid_t pgid, char *why, size_t len)
 		snprintf(why, len,
 			 "vmm %d stopped with every vCPU halted and every virtio "
 			 "ring settled (all buffers taken and used, the driver "
-			 "told of each, every interrupt acknowledged): a "
+			 "told of each, every interrupt acknowledged) and "
+			 "completions the guest was told of left unread: a "
 			 "wakeup lost inside the nested guest",
 			 (int)t[i].pid);
 		spun = true;

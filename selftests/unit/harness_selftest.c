@@ -613,9 +613,10 @@ TEST(report_settled_lines)
 		const char *line;
 		bool settled;
 		int vcpus;
+		bool unread;
 	} cases[] = {
 		{ dev, true, 0 },
-		{ q_idle, true, 0 },
+		{ q_idle, true, 0, true },
 		{ "vmm: virtio-fs0 q0: size 128 avail idx 0 flags 0 taken 0 | "
 		  "used idx 0 flags 0 signalled 0 (none yet) notified 0 | "
 		  "used_event 0 (last read 0) avail_event 0",
@@ -657,17 +658,25 @@ TEST(report_settled_lines)
 		{ "vmm: virtio-fs0 q1: size 128 avail idx 5 flags 0 taken 5 | "
 		  "used idx 5 flags 0 signalled 5 notified 3 | used_event 65534 "
 		  "(last read 65534) avail_event 5",
+		  true, 0, true },
+		/* A guest that read all it was given: settled, nothing unread. */
+		{ "vmm: virtio-fs0 q1: size 128 avail idx 8 flags 0 taken 8 | "
+		  "used idx 8 flags 0 signalled 8 notified 8 | used_event 8 "
+		  "(last read 8) avail_event 8",
 		  true, 0 },
 		{ "vmm: something else entirely", false, 0 },
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		bool unread = false;
 		int vcpus = 0;
 
 		EXPECT_EQ(cases[i].settled,
-			  harness_line_settled(cases[i].line, &vcpus))
+			  harness_line_settled(cases[i].line, &vcpus, &unread))
 		TH_LOG("case %zu: %s", i, cases[i].line);
 		EXPECT_EQ(cases[i].vcpus, vcpus) TH_LOG("case %zu", i);
+		if (cases[i].settled)
+			EXPECT_EQ(cases[i].unread, unread) TH_LOG("case %zu", i);
 	}
 }
 
