@@ -505,6 +505,16 @@ TEST_TIMEOUT(virtual_server_serves_times_out_and_dies, BOOT_TIMEOUT * 3)
 	fsx_fini(&s);
 }
 
+/*
+ * 512 KiB each (128 writes of 4 KiB, an fsync, 128 reads): the writers
+ * still overlap. Each nested-guest request is a chance for the harness
+ * to lose a wakeup: with 4 MiB each this test's guest stopped in 4 of 10
+ * runs under QEMU with virtiofsd and 1 of 10 under vmm (tools/fs-census,
+ * Documentation/harness.md), so the volume lives in fs-census.
+ */
+#define WRITER_KIB     512
+#define WRITER_KIB_STR "512"
+
 TEST_TIMEOUT(eight_concurrent_writers, BOOT_TIMEOUT)
 {
 	struct spawn_result r;
@@ -515,14 +525,14 @@ TEST_TIMEOUT(eight_concurrent_writers, BOOT_TIMEOUT)
 	fsx_init(_metadata, &s);
 	snprintf(s.opt, sizeof(s.opt), "/w=bind:%s:rw", s.src);
 	FS_BOOT(&s, ARGS("--cpus", "2", "--mount", s.opt),
-		"fs-probe writers /w 8 4096", &r);
+		"fs-probe writers /w 8 " WRITER_KIB_STR, &r);
 	EXPECT_EQ(0, r.status);
 	EXPECT_NE(NULL, strstr(r.out, "writers ok"));
 	for (int i = 0; i < 8; i++) {
 		snprintf(name, sizeof(name), "w%d", i);
 		snprintf(path, sizeof(path), "%s/%s", s.src, name);
 		ASSERT_EQ(0, stat(path, &st));
-		EXPECT_EQ(4096 * 1024, st.st_size);
+		EXPECT_EQ(WRITER_KIB * 1024, st.st_size);
 	}
 	fsx_fini(&s);
 }
