@@ -45,11 +45,23 @@ static int ctl_run(struct vmctl *c, const char *const args[],
 	return spawn__run(argv, NULL, r);
 }
 
+/*
+ * A foreground vmm that went away mid-test: the end of its own log (and a
+ * triple fault there blames the harness, as at start).
+ */
+static void ctl_vm_gone(struct __test_metadata *_metadata,
+			const struct vmctl *c, const struct spawn_result *r)
+{
+	if (c->vmm > 0 && r->err_len && strstr(r->err, "the VM went away"))
+		vmm_log_show(_metadata, c->log);
+}
+
 #define CTL(c, r, ...)                                                         \
 	do {                                                                   \
 		ASSERT_EQ(0, ctl_run(c, ARGS(__VA_ARGS__), r));                \
 		TH_LOG("vmmctl: exit %d, out %.200s, err %.200s", (r)->status, \
 		       (r)->out, (r)->err);                                    \
+		ctl_vm_gone(_metadata, c, r);                                  \
 	} while (0)
 
 static void start_argv(struct vmctl *c, const struct guest *g, bool detach,
