@@ -253,6 +253,7 @@ int control__init(struct vm *vm)
 		.shutdown = shutdown_cb,
 		.status = status_cb,
 		.agent_ready = agent_ready_cb,
+		.agent_timeout_ms = (unsigned int)vm->cfg->agent_timeout_ms,
 		.opaque = vm,
 	};
 	int ret;

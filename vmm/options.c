@@ -76,6 +76,8 @@ struct option_desc {
 #define UINT_FIELD(member, limit) \
 	.kind = OPTION_UINT, .max = (limit), .offset = FIELD(member, uint64_t)
 
+/* --agent-timeout-ms: an hour (the API keeps it in an unsigned int). */
+#define AGENT_TIMEOUT_MAX_MS (3600U * 1000U)
 /* A command-line error buffer holds what a log line holds (lib/log.c). */
 #define OPTIONS_ERR_LEN 1024
 /* Where --help starts an option's description. */
@@ -390,6 +392,15 @@ static const struct option_desc options[] = {
 		.help = "serve the JSON-RPC control API there (exec, spawn, pty,\n"
 			"files, facts: Documentation/api.md); the guest agent runs",
 		STRING_FIELD(control_socket),
+	},
+	{
+		.flag = "agent-timeout-ms",
+		.arg = "MS",
+		.key = "agentTimeoutMs",
+		.help = "how long a control call waits for the guest agent to\n"
+			"accept its connection (default 10000; a busy host's guest\n"
+			"may need more)",
+		UINT_FIELD(agent_timeout_ms, AGENT_TIMEOUT_MAX_MS),
 	},
 	{
 		.flag = "detach",

@@ -275,10 +275,10 @@ bool virtio_device__is_live(const struct virtio_device *dev)
 void virtio_device__report(struct virtio_device *dev)
 {
 	bool locked = pthread_mutex_trylock(&dev->lock) == 0;
-	char line[256];
+	char line[768];
 
 	if (dev->ops->describe)
-		dev->ops->describe(dev, line, sizeof(line));
+		dev->ops->describe(dev, locked, line, sizeof(line));
 	else
 		line[0] = '\0';
 	/* isr is read bare: irq_lock may be what the device is stuck on. */

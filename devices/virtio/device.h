@@ -89,9 +89,11 @@ struct virtio_device_ops {
 	/*
 	 * For a stuck-device report: one line on the device's own state
 	 * (requests in flight, what its loop waits for), snprintf-style.
-	 * Called without the device lock; must not block.
+	 * Must not block: the report holds the device lock only if it was
+	 * free (locked); without it, read nothing that may be freed.
 	 */
-	int (*describe)(struct virtio_device *dev, char *buf, size_t len);
+	int (*describe)(struct virtio_device *dev, bool locked, char *buf,
+			size_t len);
 };
 
 /*

@@ -369,7 +369,8 @@ static void fs_reset(struct virtio_device *dev)
 }
 
 /* Read bare (see virtio_device_ops): a picture, maybe a torn one. */
-static int fs_describe(struct virtio_device *dev, char *buf, size_t len)
+static int fs_describe(struct virtio_device *dev, bool locked, char *buf,
+		       size_t len)
 {
 	struct virtio_fs *f = to_fs(dev);
 	size_t at;

@@ -40,6 +40,7 @@
 #include <linux/virtio_ring.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -191,8 +192,62 @@ static void vsock_reset(struct virtio_device *dev)
 	worker__wake(v->wake_fd, dev->name, "wake");
 }
 
+/* Connections named in a report; the rest are only counted. */
+#define DESCRIBE_CONNS 8U
+
+static const char *const conn_state_names[] = {
+	[CONN_HANDSHAKE] = "handshake",
+	[CONN_CONNECTING] = "connecting",
+	[CONN_ESTABLISHED] = "established",
+	[CONN_CLOSED] = "closed",
+};
+
+/*
+ * The loop's flags, and its connections when the report holds the device
+ * lock (it only tries: a busy loop says so instead). Each
+ * connection: state, host port:guest port, what it owes the guest (pend),
+ * whether the guest knows it, bytes each way and its deadline's distance.
+ */
+static int vsock_describe(struct virtio_device *dev, bool locked, char *buf,
+			  size_t len)
+{
+	struct vsock *v = to_vsock(dev);
+	const struct vsock_conn *c;
+	unsigned int n = 0, nrx = 0;
+	size_t at;
+
+	at = (size_t)snprintf(
+		buf, len,
+		"replies %u%s%s%s%s%s", v->nr_replies, v->rx_held ? " rx-held" : "",
+		v->tx_stalled ? " tx-stalled" : "", v->more ? " more" : "",
+		v->reset_pending ? " reset-pending" : "",
+		v->tick_armed ? " tick" : "");
+	if (!locked) {
+		at += (size_t)snprintf(buf + at, at < len ? len - at : 0,
+				       "; loop busy, connections not read");
+		return (int)at;
+	}
+	list_for_each_entry(c, &v->rxq, struct vsock_conn, rxnode)
+		nrx++;
+	at += (size_t)snprintf(buf + at, at < len ? len - at : 0,
+			       "; conns %u owing %u", v->nr_conns, nrx);
+	list_for_each_entry(c, &v->conns, struct vsock_conn, node) {
+		if (n++ == DESCRIBE_CONNS || at >= len)
+			break;
+		at += (size_t)snprintf(
+			buf + at, len - at,
+			"; %s %u:%u pend %#x%s to-guest %u from-guest %u%s",
+			conn_state_names[c->state], c->local_port,
+			c->peer_port, c->pend,
+			c->guest_knows ? " known" : "", c->tx_cnt, c->rx_cnt,
+			c->deadline ? " deadline" : "");
+	}
+	return (int)(at < len ? at : len - 1);
+}
+
 static const struct virtio_device_ops vsock_ops = {
 	.config_read = vsock_config_read,
+	.describe = vsock_describe,
 	.queue_notify = vsock_queue_notify,
 	.reset = vsock_reset,
 };

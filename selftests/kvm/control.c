@@ -64,6 +64,85 @@ static void ctl_vm_gone(struct __test_metadata *_metadata,
 		ctl_vm_gone(_metadata, c, r);                                  \
 	} while (0)
 
+/*
+ * How long the vmm's control calls wait for the agent to accept (its
+ * default is 10 s): below the client's own wait (API_WAIT_MS), so a guest
+ * the nested harness leaves unscheduled for seconds still answers, while
+ * a connection the agent never takes still fails, with a report
+ * (ctl_report).
+ */
+#define AGENT_TIMEOUT_MS "45000"
+
+/* The VM of the test running now, for ctl_report; NULL: none. */
+static struct vmctl *vm_current;
+
+/* The report's vCPU lines: "vcpu<N>: " after the log prefix. */
+static int report_vcpu_lines(const char *text)
+{
+	const char *p = text;
+	int n = 0;
+
+	while ((p = strstr(p, ": vcpu"))) {
+		p += 6;
+		if (*p >= '0' && *p <= '9')
+			n++;
+	}
+	return n;
+}
+
+/*
+ * A control call that found no agent, or no answer: ask the foreground
+ * vmm for its state (kill -USR2: its devices, queues and vCPUs), show it
+ * and the log's end (the guest console) in the TAP. A report that shows
+ * the harness's lost wakeup (harness_line_settled) blames the harness,
+ * as the watch would at a timeout; anything else, a vsock connection
+ * stuck in a state of ours included, is a failure.
+ */
+static void ctl_report(struct __test_metadata *_metadata)
+{
+	const struct vmctl *c = vm_current;
+	char buf[16384], *line, *end;
+	bool settled = true, unread = false;
+	struct stat st;
+	long from;
+	size_t n = 0;
+	int vcpus = 0, tries;
+	FILE *f;
+
+	if (!c || c->vmm <= 0 || stat(c->log, &st))
+		return;
+	from = (long)st.st_size;
+	kill(c->vmm, SIGUSR2);
+	for (tries = 0; tries < HARNESS_REPORT_SECS * 10; tries++) {
+		usleep(100000);
+		f = fopen(c->log, "r");
+		if (!f)
+			return;
+		fseek(f, from, SEEK_SET);
+		n = fread(buf, 1, sizeof(buf) - 1, f);
+		fclose(f);
+		buf[n] = '\0';
+		if (report_vcpu_lines(buf) >= 2) /* start_argv's --cpus */
+			break;
+	}
+	vmm_log_show(_metadata, c->log);
+	for (line = buf; line && *line; line = end) {
+		end = strchr(line, '\n');
+		if (end)
+			*end++ = '\0';
+		if (!*line)
+			continue;
+		TH_LOG("vmm state: %s", line);
+		settled = harness_line_settled(line, &vcpus, &unread) &&
+			  settled;
+	}
+	if (vcpus > 0 && settled && unread)
+		ksft_blame_environment(
+			"every vCPU halted and every virtio ring settled with "
+			"completions the guest was told of left unread: a "
+			"wakeup lost inside the nested guest");
+}
+
 static void start_argv(struct vmctl *c, const struct guest *g, bool detach,
 		       const char *argv[32])
 {
@@ -84,6 +163,8 @@ static void start_argv(struct vmctl *c, const struct guest *g, bool detach,
 	argv[i++] = "256M";
 	argv[i++] = "--control-socket";
 	argv[i++] = c->sock;
+	argv[i++] = "--agent-timeout-ms";
+	argv[i++] = AGENT_TIMEOUT_MS;
 	if (detach) {
 		argv[i++] = "--detach";
 		argv[i++] = "--pid-file";
@@ -119,6 +200,7 @@ static bool vm_start(struct __test_metadata *_metadata, struct vmctl *c,
 		 env_or("KILN_VMMCTL", "build/vmmctl"));
 	start_argv(c, &g, detach, argv);
 	c->vmm = 0;
+	vm_current = c;
 	if (detach) {
 		if (spawn__run(argv, NULL, &r))
 			return false;
@@ -171,6 +253,7 @@ static void vm_cleanup(struct vmctl *c)
 {
 	char cmd[128];
 
+	vm_current = NULL;
 	if (c->vmm > 0) {
 		kill(c->vmm, SIGKILL);
 		waitpid(c->vmm, NULL, 0);
@@ -337,6 +420,8 @@ static json_t *api_ok(struct __test_metadata *_metadata, struct tc *t,
 	json_t *m = tc_call(t, ++last_id, method, params);
 	char *got = dump(m);
 
+	if (!m || err_code(m) == API_E_AGENT)
+		ctl_report(_metadata);
 	ASSERT_TRUE(m != NULL) TH_LOG("%s %s: no answer", method, what);
 	ASSERT_TRUE(result(m) != NULL)
 	TH_LOG("%s %s: %s", method, what, got);

@@ -848,6 +848,36 @@ TEST_F(vsock, host_connect_echo_and_close)
 	ASSERT_TRUE(expect_op(t, &p, OP_RST));
 }
 
+/* kill -USR2's report names each connection, its state and its bytes. */
+TEST_F(vsock, report_names_connections)
+{
+	struct tdev *t = &self->t;
+	struct stderr_capture cap = { .saved = -1 };
+	char log[4096], want[128];
+	uint8_t buf[8];
+	uint32_t hport;
+	int fd;
+
+	ASSERT_EQ(ST_LIVE, bring_up(t));
+	fd = host_open(_metadata, t, 1234, GBUF, &hport);
+	ASSERT_LE(0, fd);
+	ASSERT_TRUE(write_str(fd, "hello"));
+	ASSERT_EQ(5, guest_read(t, 1234, hport, buf, 5, TIMEOUT_MS));
+	ASSERT_TRUE(tx_pkt(t, gh(OP_RW, 1234, hport), "world!", 6));
+	ASSERT_EQ(6, read_upto(fd, buf, 6, TIMEOUT_MS));
+	ASSERT_EQ(0, stderr_capture__begin(&cap));
+	virtio_device__report(vsock__device(t->vs));
+	/* The device, then its three queues. */
+	EXPECT_EQ(1 + 3, stderr_capture__end(&cap, log, sizeof(log)));
+	EXPECT_NE(NULL, strstr(log, "replies 0")) TH_LOG("%s", log);
+	EXPECT_NE(NULL, strstr(log, "; conns 1 owing 0; ")) TH_LOG("%s", log);
+	snprintf(want, sizeof(want),
+		 "; established %u:1234 pend 0 known to-guest 5 from-guest 6",
+		 hport);
+	EXPECT_NE(NULL, strstr(log, want)) TH_LOG("%s", log);
+	close(fd);
+}
+
 TEST_F(vsock, host_connect_refused_and_host_close)
 {
 	struct tdev *t = &self->t;
