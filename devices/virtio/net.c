@@ -1,0 +1,365 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * virtio-net on a tap (see net.h). This file is the device: its loop,
+ * ops and setup; net-io.c moves the frames.
+ *
+ * One event loop thread per device owns an io_uring. The ring reads the
+ * rx and tx queues' kick eventfds and the stop eventfd, and carries the
+ * tap I/O: writes of the guest's frames, one read (or, when the tap has
+ * nothing, one poll) for frames to the guest. Everything guest-visible
+ * happens under the device lock, so a reset from a vCPU thread never
+ * runs in the middle of it; a reset waits for reads and writes in flight
+ * (they touch guest memory), which on a nonblocking tap complete at once.
+ */
+#include <endian.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <linux/if_tun.h>
+#include <linux/virtio_config.h>
+#include <linux/virtio_ids.h>
+#include <linux/virtio_ring.h>
+#include <net/if.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+
+#include "devices/virtio/net-internal.h"
+
+/* The offloads a tap may be told about (TUNSETOFFLOAD). */
+#define TAP_OFFLOADS (TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6 | TUN_F_TSO_ECN)
+/* What the tap must be: frames with the virtio header, no extra header. */
+#define TAP_FLAGS (IFF_TAP | IFF_NO_PI | IFF_VNET_HDR)
+
+static struct virtio_net *to_net(struct virtio_device *dev)
+{
+	return (struct virtio_net *)dev; /* vdev is the first member */
+}
+
+/* ---- the loop ------------------------------------------------------------ */
+
+static void arm_kick(struct virtio_net *n, unsigned int index)
+{
+	evloop__read_eventfd(&n->loop,
+			     index == RXQ ? &n->rx_kick_src : &n->tx_kick_src,
+			     n->vqs[index].kick_fd, &n->kick_buf[index]);
+}
+
+/* The loop's handlers run with the device lock held: begin, end. */
+static bool kick_ok(struct virtio_net *n, unsigned int index, int res)
+{
+	if (res < 0 && res != -EINTR && res != -EAGAIN) {
+		pr_err("%s: queue %u: kick eventfd: %s", n->vdev.name, index,
+		       strerror(-res));
+		evloop__stop(&n->loop);
+		return false;
+	}
+	arm_kick(n, index);
+	return true;
+}
+
+/* New receive buffers: the pump runs every round anyway. */
+static void rx_kick_done(void *arg, int res)
+{
+	kick_ok(arg, RXQ, res);
+}
+
+static void tx_kick_done(void *arg, int res)
+{
+	struct virtio_net *n = arg;
+
+	if (kick_ok(n, TXQ, res))
+		n->tx_pending = true;
+}
+
+static void loop_begin(void *arg)
+{
+	struct virtio_net *n = arg;
+
+	virtio_device__lock(&n->vdev);
+}
+
+static bool loop_end(void *arg)
+{
+	struct virtio_net *n = arg;
+	bool more;
+
+	if (!n->loop.stopping) {
+		virtio_net__tx_pump(n);
+		virtio_net__rx_pump(n);
+	}
+	if (n->tx_pushed) {
+		n->tx_pushed = false;
+		virtio_device__notify_queue(&n->vdev, TXQ);
+	}
+	if (n->rx_pushed) {
+		n->rx_pushed = false;
+		virtio_device__notify_queue(&n->vdev, RXQ);
+	}
+	more = n->more;
+	n->more = false;
+	virtio_device__unlock(&n->vdev);
+	return more;
+}
+
+static const struct evloop_ops net_loop_ops = {
+	.begin = loop_begin,
+	.end = loop_end,
+};
+
+/* ---- device ops ------------------------------------------------------------ */
+
+static void net_config_read(struct virtio_device *dev, unsigned int offset,
+			    void *data, unsigned int len)
+{
+	memcpy(data, (uint8_t *)&to_net(dev)->config + offset, len);
+}
+
+/* The offloads for frames to the guest: what its driver accepted. */
+static unsigned int guest_offloads(const struct virtio_device *dev)
+{
+	unsigned int off;
+
+	if (!virtio_device__has_feature(dev, VIRTIO_NET_F_GUEST_CSUM))
+		return 0; /* TSO needs it too (5.1.3.1) */
+	off = TUN_F_CSUM;
+	if (virtio_device__has_feature(dev, VIRTIO_NET_F_GUEST_TSO4))
+		off |= TUN_F_TSO4;
+	if (virtio_device__has_feature(dev, VIRTIO_NET_F_GUEST_TSO6))
+		off |= TUN_F_TSO6;
+	if ((off & (TUN_F_TSO4 | TUN_F_TSO6)) &&
+	    virtio_device__has_feature(dev, VIRTIO_NET_F_GUEST_ECN))
+		off |= TUN_F_TSO_ECN;
+	return off;
+}
+
+/*
+ * DRIVER_OK: the tap may now hand over what the driver can take. Runs on
+ * the vCPU thread: the seccomp filter must allow this ioctl there.
+ */
+static int net_activate(struct virtio_device *dev)
+{
+	struct virtio_net *n = to_net(dev);
+
+	if (ioctl(n->tap_fd, TUNSETOFFLOAD, guest_offloads(dev)) < 0)
+		return -errno;
+	return 0;
+}
+
+/*
+ * Called with the device lock held and the status already 0. Reads and
+ * writes in flight use buffers the driver takes back once it reads the
+ * status as 0 (2.1.1), so wait for them: the condition variable releases
+ * the device lock, the loop completes them into the void (gen). On a
+ * nonblocking tap they take no time.
+ */
+static void net_reset(struct virtio_device *dev)
+{
+	struct virtio_net *n = to_net(dev);
+
+	n->gen++;
+	while (n->busy)
+		pthread_cond_wait(&n->idle, &dev->lock);
+	virtio_net__drop_buffers(n);
+	n->tx_pending = false;
+	n->tx_pushed = false;
+}
+
+/*
+ * Read bare when the report could not take the lock (see
+ * virtio_device_ops): counters may be a round behind, nothing is freed.
+ */
+static int net_describe(struct virtio_device *dev, bool locked, char *buf,
+			size_t len)
+{
+	const struct virtio_net *n = to_net(dev);
+	const struct net_stats *s = &n->stats;
+
+	return snprintf(
+		buf, len,
+		"rx frames %" PRIu64 " bytes %" PRIu64 " dropped %" PRIu64
+		" bad-buffers %" PRIu64 " held %u%s%s%s%s; tx frames %" PRIu64
+		" bytes %" PRIu64 " dropped %" PRIu64 " tap-errors %" PRIu64
+		" budget-stops %" PRIu64 "; in flight %u",
+		s->rx_frames, s->rx_bytes, s->rx_dropped, s->rx_bad, n->nr_held,
+		n->rx_waiting ? " waiting-for-buffers" : "",
+		n->rx_reading ? " reading" : "",
+		n->rx_polling ? " polling" : "", n->tap_dead ? " tap-dead" : "",
+		s->tx_frames, s->tx_bytes, s->tx_dropped, s->tx_errors,
+		s->tx_budget_stops, n->busy);
+}
+
+static const struct virtio_device_ops net_ops = {
+	.activate = net_activate,
+	.config_read = net_config_read,
+	.describe = net_describe,
+	.queue_notify = virtio_device__kick_eventfd,
+	.reset = net_reset,
+};
+
+/* ---- setup and tear-down ------------------------------------------------- */
+
+static uint64_t net_features(unsigned int tap_offloads)
+{
+	uint64_t f = FEAT(VIRTIO_F_VERSION_1) | FEAT(VIRTIO_RING_F_EVENT_IDX) |
+		     FEAT(VIRTIO_RING_F_INDIRECT_DESC) |
+		     FEAT(VIRTIO_NET_F_MAC) | FEAT(VIRTIO_NET_F_STATUS) |
+		     FEAT(VIRTIO_NET_F_MRG_RXBUF);
+
+	/* 5.1.3.1: TSO needs CSUM, ECN needs TSO; the tap has the same. */
+	if (!(tap_offloads & TUN_F_CSUM))
+		return f;
+	f |= FEAT(VIRTIO_NET_F_CSUM) | FEAT(VIRTIO_NET_F_GUEST_CSUM);
+	if (tap_offloads & TUN_F_TSO4)
+		f |= FEAT(VIRTIO_NET_F_HOST_TSO4) |
+		     FEAT(VIRTIO_NET_F_GUEST_TSO4);
+	if (tap_offloads & TUN_F_TSO6)
+		f |= FEAT(VIRTIO_NET_F_HOST_TSO6) |
+		     FEAT(VIRTIO_NET_F_GUEST_TSO6);
+	if ((tap_offloads & TUN_F_TSO_ECN) &&
+	    (tap_offloads & (TUN_F_TSO4 | TUN_F_TSO6)))
+		f |= FEAT(VIRTIO_NET_F_HOST_ECN) | FEAT(VIRTIO_NET_F_GUEST_ECN);
+	return f;
+}
+
+static bool mac_ok(const uint8_t *mac)
+{
+	static const uint8_t zero[VIRTIO_NET_MAC_LEN];
+
+	/* The I/G bit: a group address cannot be a station's. */
+	return !(mac[0] & 1) && memcmp(mac, zero, sizeof(zero));
+}
+
+/*
+ * fd is a tap the way we need it; made nonblocking (reads say EAGAIN,
+ * not wait) and with its offloads off until a driver accepts some.
+ */
+static int tap_check(int fd)
+{
+	struct ifreq ifr = { 0 };
+	int hdr_len = 0, fl;
+
+	if (fd < 0)
+		return -EBADF;
+	if (ioctl(fd, TUNGETIFF, &ifr) < 0 ||
+	    (ifr.ifr_flags & TAP_FLAGS) != TAP_FLAGS ||
+	    ioctl(fd, TUNGETVNETHDRSZ, &hdr_len) < 0 || hdr_len != HDR_LEN)
+		return -EINVAL;
+	fl = fcntl(fd, F_GETFL);
+	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+		return -errno;
+	if (ioctl(fd, TUNSETOFFLOAD, 0) < 0)
+		return -errno;
+	return 0;
+}
+
+int virtio_net__create(struct virtio_net **out,
+		       const struct virtio_net_params *p)
+{
+	static const uint8_t opcodes[] = { IORING_OP_READV, IORING_OP_WRITEV,
+					   IORING_OP_POLL_ADD };
+	/* Two kicks, the stop, a read or a poll, and every write. */
+	const struct evloop_params lp = {
+		.sq_entries = SQ_ENTRIES,
+		.opcodes = opcodes,
+		.nr_opcodes = ARRAY_SIZE(opcodes),
+	};
+	struct virtio_device_params vp;
+	struct virtio_net *n;
+	int ret;
+
+	if (!mac_ok(p->mac) || (p->tap_offloads & ~TAP_OFFLOADS))
+		return -EINVAL;
+	ret = tap_check(p->tap_fd);
+	if (ret)
+		return ret;
+	n = calloc(1, sizeof(*n));
+	if (!n)
+		return -ENOMEM;
+	n->tap_fd = p->tap_fd;
+	n->tap_offloads = p->tap_offloads;
+	memcpy(n->config.mac, p->mac, sizeof(n->config.mac));
+	n->config.status = htole16(VIRTIO_NET_S_LINK_UP);
+	ret = -pthread_cond_init(&n->idle, NULL);
+	if (ret)
+		goto out_destroy;
+	n->idle_ok = true;
+	/* Touched only when used: a lazily backed pool. */
+	n->held = calloc(RX_HELD_MAX, sizeof(*n->held));
+	n->slots = calloc(TX_SLOTS, sizeof(*n->slots));
+	n->rx_tail = malloc(RX_FRAME_MAX);
+	if (!n->held || !n->slots || !n->rx_tail) {
+		ret = -ENOMEM;
+		goto out_destroy;
+	}
+	virtio_net__init_slots(n);
+
+	vp = (struct virtio_device_params){
+		.name = p->name ? p->name : "virtio-net",
+		.device_id = VIRTIO_ID_NET,
+		.features = net_features(p->tap_offloads),
+		/* mac and status: the rest needs features we do not offer */
+		.config_size =
+			offsetof(struct virtio_net_config, max_virtqueue_pairs),
+		.ops = &net_ops,
+		.queues = n->vqs,
+		.nr_queues = NR_QUEUES,
+		.queue_max_size = NET_QUEUE_SIZE,
+		.mem = p->mem,
+		.irq = p->irq,
+	};
+	ret = virtio_device__init(&n->vdev, &vp);
+	if (ret)
+		goto out_destroy;
+	n->vdev_ok = true;
+	evloop__init(&n->loop, n->vdev.name);
+	n->rx_kick_src = (struct ev_source){ .fn = rx_kick_done, .arg = n };
+	n->tx_kick_src = (struct ev_source){ .fn = tx_kick_done, .arg = n };
+	n->poll_src =
+		(struct ev_source){ .fn = virtio_net__poll_done, .arg = n };
+	n->read_src =
+		(struct ev_source){ .fn = virtio_net__read_done, .arg = n };
+	ret = evloop__open(&n->loop, &lp);
+	if (ret)
+		goto out_destroy;
+	evloop__set_tag_handler(&n->loop, TAG_TX, virtio_net__write_done, n);
+	*out = n;
+	return 0;
+
+out_destroy:
+	virtio_net__destroy(n);
+	return ret;
+}
+
+struct virtio_device *virtio_net__device(struct virtio_net *n)
+{
+	return &n->vdev;
+}
+
+int virtio_net__start(struct virtio_net *n)
+{
+	arm_kick(n, RXQ);
+	arm_kick(n, TXQ);
+	/* Kicks before the thread: the first round takes them. */
+	n->tx_pending = true;
+	return evloop__start(&n->loop, &net_loop_ops, n);
+}
+
+void virtio_net__destroy(struct virtio_net *n)
+{
+	if (!n)
+		return;
+	/* Waits for I/O in flight: it may still write into guest memory. */
+	if (n->vdev_ok)
+		evloop__exit(&n->loop);
+	if (n->vdev_ok)
+		virtio_device__exit(&n->vdev);
+	free(n->rx_tail);
+	free(n->slots);
+	free(n->held);
+	if (n->idle_ok)
+		pthread_cond_destroy(&n->idle);
+	free(n);
+}
