@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/uio.h>
 
 #include "devices/virtio/net-internal.h"
 
@@ -233,6 +234,23 @@ static bool mac_ok(const uint8_t *mac)
 }
 
 /*
+ * Reads and writes carry RWF_NOWAIT (net-io.c). A tun that does not
+ * support it (no FMODE_NOWAIT: older kernels) would refuse every one with
+ * EOPNOTSUPP: better said at create than seen as a dead device. An empty
+ * tap says EAGAIN; a frame queued before there is any guest is read (too
+ * short a buffer: EINVAL) and dropped.
+ */
+static int tap_probe_nowait(int fd)
+{
+	uint8_t byte;
+	struct iovec iov = { .iov_base = &byte, .iov_len = sizeof(byte) };
+
+	if (preadv2(fd, &iov, 1, -1, RWF_NOWAIT) < 0 && errno == EOPNOTSUPP)
+		return -EOPNOTSUPP;
+	return 0;
+}
+
+/*
  * fd is a tap the way we need it; made nonblocking (reads say EAGAIN,
  * not wait) and with its offloads off until a driver accepts some.
  */
@@ -252,7 +270,7 @@ static int tap_check(int fd)
 		return -errno;
 	if (ioctl(fd, TUNSETOFFLOAD, 0) < 0)
 		return -errno;
-	return 0;
+	return tap_probe_nowait(fd);
 }
 
 int virtio_net__create(struct virtio_net **out,

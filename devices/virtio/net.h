@@ -57,7 +57,9 @@ struct virtio_net;
 /*
  * Sets the device up; its queues' kick_fd are eventfds, ready to bind.
  * -EBADF for no fd, -EINVAL for an fd that is not such a tap, a multicast
- * or zero MAC, or offloads that are not TUN_F_CSUM/TSO4/TSO6/TSO_ECN.
+ * or zero MAC, or offloads that are not TUN_F_CSUM/TSO4/TSO6/TSO_ECN;
+ * -EOPNOTSUPP for a tap that cannot do nonblocking I/O per request
+ * (RWF_NOWAIT).
  */
 int __must_check virtio_net__create(struct virtio_net **out,
 				    const struct virtio_net_params *p);
