@@ -66,6 +66,7 @@ core-obj-y += vmm/bus.o
 core-obj-y += vmm/rootfs.o
 core-obj-y += vmm/mounts.o
 core-obj-y += vmm/tap.o
+core-obj-y += vmm/netcfg.o
 core-obj-y += vmm/api/server.o
 core-obj-y += vmm/api/client.o
 core-obj-y += vmm/api/params.o

@@ -46,6 +46,7 @@ void config__free(struct vm_config *c)
 	free(c->rootfs.descriptor);
 	free(c->rootfs.state_path);
 	mounts__free(&c->mounts);
+	netcfg__free(&c->net);
 	free(c->vsock.socket_path);
 	free(c->control_socket);
 	free(c->pid_file);
@@ -332,6 +333,9 @@ int config__validate(struct vm_config *c, char *err, size_t len)
 	if (ret)
 		return ret;
 	ret = mounts__validate(&c->mounts, err, len);
+	if (ret)
+		return ret;
+	ret = netcfg__validate(&c->net, err, len);
 	if (ret)
 		return ret;
 	return validate_rootfs(&c->rootfs, err, len);

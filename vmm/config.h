@@ -9,6 +9,7 @@
 #include "lib/compiler.h"
 #include "lib/log.h"
 #include "vmm/mounts.h"
+#include "vmm/netcfg.h"
 
 #define CONFIG_DEFAULT_CPUS    1U
 #define CONFIG_DEFAULT_MEM_MIB 256U
@@ -62,6 +63,7 @@ struct vm_config {
 	struct rootfs_config rootfs;
 	struct vsock_config vsock;
 	struct mounts_config mounts; /* virtio-fs (Documentation/virtio-fs.md) */
+	struct net_config net;	     /* virtio-net (Documentation/network.md) */
 	char *control_socket; /* JSON-RPC control API (api.md); NULL: none */
 	uint64_t agent_timeout_ms; /* a call's wait for the agent; 0: default */
 	bool start;	/* `vmm start`: serve until shutdown, no command */

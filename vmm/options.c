@@ -21,6 +21,7 @@
 #include "lib/log.h"
 #include "vmm/config.h"
 #include "vmm/mounts.h"
+#include "vmm/netcfg.h"
 #include "vmm/options.h"
 
 enum option_kind {
@@ -31,6 +32,9 @@ enum option_kind {
 	OPTION_FLAG,   /* command line: no argument, true; JSON: a boolean */
 	OPTION_CHOICE, /* one of choices[], as its index; JSON: a string */
 	OPTION_JSON,   /* JSON only: the value as it is, for apply to walk */
+	OPTION_IPV4,   /* "A.B.C.D"; JSON: a string */
+	OPTION_CIDR,   /* "A.B.C.D/N"; JSON: a string */
+	OPTION_MAC,    /* "xx:xx:xx:xx:xx:xx"; JSON: a string */
 };
 
 /* A value converted by its option's kind. */
@@ -40,6 +44,11 @@ union option_value {
 	bool b;		     /* OPTION_FLAG */
 	unsigned int choice; /* OPTION_CHOICE: index into choices[] */
 	json_t *json;	     /* OPTION_JSON */
+	struct {
+		uint32_t addr;	     /* network byte order */
+		unsigned int prefix; /* OPTION_CIDR: bits */
+	} ip;			     /* OPTION_IPV4, OPTION_CIDR */
+	uint8_t mac[NET_MAC_LEN];    /* OPTION_MAC */
 };
 
 struct option_desc {
@@ -190,6 +199,70 @@ static int apply_mounts(struct vm_config *c, const union option_value *v,
 			char *err, size_t len)
 {
 	return mounts__parse_json(&c->mounts, v->json, err, len);
+}
+
+/* --net auto | netns:PATH | tap-fd:N | none */
+static int apply_net_arg(struct vm_config *c, const union option_value *v,
+			 char *err, size_t len)
+{
+	return netcfg__parse_arg(&c->net, v->s, err, len);
+}
+
+/* "net": {"mode": ...}: the path or fd come as keys of their own. */
+static int apply_net_mode(struct vm_config *c, const union option_value *v,
+			  char *err, size_t len)
+{
+	c->net.mode = v->choice;
+	return 0;
+}
+
+static int apply_net_tap_fd(struct vm_config *c, const union option_value *v,
+			    char *err, size_t len)
+{
+	c->net.tap_fd = v->u;
+	c->net.tap_fd_set = true;
+	return 0;
+}
+
+static int apply_net_address(struct vm_config *c, const union option_value *v,
+			     char *err, size_t len)
+{
+	c->net.address = v->ip.addr;
+	c->net.prefix = v->ip.prefix;
+	c->net.address_set = true;
+	return 0;
+}
+
+static int apply_net_gateway(struct vm_config *c, const union option_value *v,
+			     char *err, size_t len)
+{
+	c->net.gateway = v->ip.addr;
+	c->net.gateway_set = true;
+	return 0;
+}
+
+static int apply_net_dns(struct vm_config *c, const union option_value *v,
+			 char *err, size_t len)
+{
+	c->net.dns = v->ip.addr;
+	c->net.dns_set = true;
+	return 0;
+}
+
+static int apply_net_mtu(struct vm_config *c, const union option_value *v,
+			 char *err, size_t len)
+{
+	c->net.mtu = v->u;
+	c->net.mtu_set = true;
+	return 0;
+}
+
+static int apply_net_mac(struct vm_config *c, const union option_value *v,
+			 char *err, size_t len)
+{
+	memcpy(c->net.mac, v->mac, sizeof(c->net.mac));
+	c->net.mac_set = true;
+	return 0;
 }
 
 static int apply_command(struct vm_config *c, const union option_value *v,
@@ -381,6 +454,74 @@ static const struct option_desc options[] = {
 		.apply = apply_mounts,
 	},
 	{
+		.flag = "net",
+		.arg = "auto|netns:PATH|tap-fd:N",
+		.help = "virtio-net on a tap: auto (a network namespace of the\n"
+			"VM's own with the tap kiln0, the gateway's address on its\n"
+			"host side), netns:PATH (the same in that namespace) or\n"
+			"tap-fd:N (an open IFF_TAP|IFF_VNET_HDR tap); none: no\n"
+			"network (the default)",
+		.kind = OPTION_STRING,
+		.apply = apply_net_arg,
+	},
+	{
+		.key = "net.mode",
+		.kind = OPTION_CHOICE,
+		.choices = netcfg__modes,
+		.apply = apply_net_mode,
+	},
+	{
+		.key = "net.netns",
+		STRING_FIELD(net.netns_path),
+	},
+	{
+		.key = "net.tapFd",
+		.kind = OPTION_UINT,
+		.max = NET_MAX_TAP_FD,
+		.apply = apply_net_tap_fd,
+	},
+	{
+		.flag = "net-address",
+		.arg = "A.B.C.D/N",
+		.key = "net.address",
+		.help = "the guest's address and prefix (default 10.0.2.15/24)",
+		.kind = OPTION_CIDR,
+		.apply = apply_net_address,
+	},
+	{
+		.flag = "net-gateway",
+		.arg = "A.B.C.D",
+		.key = "net.gateway",
+		.help = "the guest's default route (default 10.0.2.2)",
+		.kind = OPTION_IPV4,
+		.apply = apply_net_gateway,
+	},
+	{
+		.flag = "net-dns",
+		.arg = "A.B.C.D",
+		.key = "net.dns",
+		.help = "the guest's DNS server (default the gateway)",
+		.kind = OPTION_IPV4,
+		.apply = apply_net_dns,
+	},
+	{
+		.flag = "net-mtu",
+		.arg = "BYTES",
+		.key = "net.mtu",
+		.help = "the link's MTU, 68 to 65535 (default 1500)",
+		.kind = OPTION_UINT,
+		.max = UINT32_MAX,
+		.apply = apply_net_mtu,
+	},
+	{
+		.flag = "net-mac",
+		.arg = "XX:XX:XX:XX:XX:XX",
+		.key = "net.mac",
+		.help = "the guest's MAC (default 02:4b:4c and 3 random bytes)",
+		.kind = OPTION_MAC,
+		.apply = apply_net_mac,
+	},
+	{
 		.key = "command",
 		.kind = OPTION_JSON,
 		.apply = apply_command,
@@ -417,7 +558,8 @@ static const struct option_desc options[] = {
 		.flag = "config",
 		.arg = "FILE",
 		.help = "JSON settings: kernel, initrd, cmdline, cpus, memoryMiB,\n"
-			"command, rootfs, vsock, mounts; options after it override it",
+			"command, rootfs, vsock, mounts, net; options after it\n"
+			"override it",
 		.kind = OPTION_STRING,
 		.apply = apply_config_file,
 	},
@@ -469,6 +611,38 @@ static void or_list(char *buf, size_t len, const char *const *list,
 	}
 }
 
+/* What a text kind's value looks like, for its error message. */
+static const char *kind_form(enum option_kind kind)
+{
+	switch (kind) {
+	case OPTION_IPV4:
+		return "an IPv4 address (A.B.C.D)";
+	case OPTION_CIDR:
+		return "an IPv4 address with a prefix length (A.B.C.D/N)";
+	case OPTION_MAC:
+		return "a MAC address (xx:xx:xx:xx:xx:xx)";
+	default:
+		return "valid";
+	}
+}
+
+/* The text kinds, the same from the command line and from JSON. */
+static int from_string(const struct option_desc *o, const char *s,
+		       union option_value *v)
+{
+	switch (o->kind) {
+	case OPTION_IPV4:
+		v->ip.prefix = 0;
+		return netcfg__parse_ipv4(s, &v->ip.addr);
+	case OPTION_CIDR:
+		return netcfg__parse_cidr(s, &v->ip.addr, &v->ip.prefix);
+	case OPTION_MAC:
+		return netcfg__parse_mac(s, v->mac);
+	default:
+		return -EINVAL;
+	}
+}
+
 /* --flag TEXT (TEXT NULL for a flag that takes none). */
 static int from_text(const struct option_desc *o, const char *arg,
 		     union option_value *v, char *err, size_t len)
@@ -513,6 +687,13 @@ static int from_text(const struct option_desc *o, const char *arg,
 		or_list(choices, sizeof(choices), o->choices, o->arg, "");
 		return errf(err, len, -EINVAL, "--%s %s: must be %s", o->flag,
 			    arg, choices);
+	case OPTION_IPV4:
+	case OPTION_CIDR:
+	case OPTION_MAC:
+		if (!from_string(o, arg, v))
+			return 0;
+		return errf(err, len, -EINVAL, "--%s %s: not %s", o->flag, arg,
+			    kind_form(o->kind));
 	case OPTION_JSON:
 		break;
 	}
@@ -574,6 +755,13 @@ static int from_json(const struct option_desc *o, json_t *j,
 	case OPTION_JSON:
 		v->json = j;
 		return 0;
+	case OPTION_IPV4:
+	case OPTION_CIDR:
+	case OPTION_MAC:
+		if (json_is_string(j) && !from_string(o, json_string_value(j), v))
+			return 0;
+		return errf(err, len, -EINVAL, "\"%s\" must be %s as a string",
+			    o->key, kind_form(o->kind));
 	}
 	return -EINVAL;
 }
@@ -597,6 +785,9 @@ static int store(struct vm_config *c, const struct option_desc *o,
 		return 0;
 	case OPTION_CHOICE:
 	case OPTION_JSON:
+	case OPTION_IPV4:
+	case OPTION_CIDR:
+	case OPTION_MAC:
 		break;
 	}
 	return -EINVAL; /* a table entry without its apply function */
@@ -608,6 +799,7 @@ static const char usage_head[] =
 	"usage: vmm run --kernel PATH [--initrd PATH] [--cmdline STR] [--cpus N]\n"
 	"               [--memory MiB] [--rootfs DESC [--rootfs-mode M] ...]\n"
 	"               [--vsock-socket PATH [--vsock-cid N]] [--mount SPEC]...\n"
+	"               [--net auto|netns:PATH|tap-fd:N [--net-address A.B.C.D/N] ...]\n"
 	"               [--no-seccomp] [--verbose] [-- COMMAND ARGS...]\n"
 	"       vmm run --config FILE.json [options] [-- COMMAND ARGS...]\n"
 	"       vmm start --control-socket PATH [--detach [--pid-file PATH]] [options]\n"

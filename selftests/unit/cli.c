@@ -640,4 +640,43 @@ TEST_F(files, mount_bad_input)
 #undef RUN_MOUNT
 }
 
+/* --net and "net": one line naming the option or key, before KVM. */
+TEST_F(files, net_bad_input)
+{
+	struct spawn_result r;
+
+#define RUN_NET(...)                                                   \
+	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel, \
+				  __VA_ARGS__, "--", "true", NULL },   \
+		NULL, &r)
+	RUN_NET("--net", "bridge");
+	EXPECT_BAD_INPUT(&r, "--net bridge: must be auto, netns:/path, "
+			     "tap-fd:N or none");
+	RUN_NET("--net", "tap-fd:1");
+	EXPECT_BAD_INPUT(&r, "net tap fd 1: must be 3 or more");
+	RUN_NET("--net-mtu", "1500");
+	EXPECT_BAD_INPUT(&r, "net options given without a network");
+	RUN_NET("--net", "auto", "--net-address", "10.0.2.15");
+	EXPECT_BAD_INPUT(&r, "--net-address 10.0.2.15: not an IPv4 address "
+			     "with a prefix length");
+	RUN_NET("--net", "auto", "--net-gateway", "10.1.0.1");
+	EXPECT_BAD_INPUT(&r, "net gateway 10.1.0.1 (--net-gateway, "
+			     "\"net.gateway\"): must be another host");
+	RUN_NET("--net", "auto", "--net-mac", "01:00:5e:00:00:01");
+	EXPECT_BAD_INPUT(&r, "must be a nonzero unicast address");
+	RUN_NET("--net", "auto", "--net-mtu", "70000");
+	EXPECT_BAD_INPUT(&r, "net MTU 70000 (--net-mtu, \"net.mtu\")");
+
+	write_str(self->json, "{\"net\": {\"mode\": \"auto\", \"mtu\": 20}}");
+	RUN_NET("--config", self->json);
+	EXPECT_BAD_INPUT(&r, "net MTU 20 (--net-mtu, \"net.mtu\")");
+	write_str(self->json, "{\"net\": {\"mode\": \"netns\"}}");
+	RUN_NET("--config", self->json);
+	EXPECT_BAD_INPUT(&r, "net mode netns needs the namespace's path");
+	write_str(self->json, "{\"net\": {\"mode\": \"auto\", \"dns\": 53}}");
+	RUN_NET("--config", self->json);
+	EXPECT_BAD_INPUT(&r, "\"net.dns\" must be an IPv4 address");
+#undef RUN_NET
+}
+
 TEST_HARNESS_MAIN
