@@ -67,6 +67,7 @@ core-obj-y += vmm/rootfs.o
 core-obj-y += vmm/mounts.o
 core-obj-y += vmm/tap.o
 core-obj-y += vmm/netcfg.o
+core-obj-y += vmm/netns.o
 core-obj-y += vmm/api/server.o
 core-obj-y += vmm/api/client.o
 core-obj-y += vmm/api/params.o

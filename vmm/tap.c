@@ -12,7 +12,8 @@
 #include "lib/errf.h"
 #include "vmm/tap.h"
 
-#define TUN_PATH "/dev/net/tun"
+#define TUN_PATH	"/dev/net/tun"
+#define TAP_FLAGS	(IFF_TAP | IFF_NO_PI | IFF_VNET_HDR)
 
 /*
  * Each offload on top of the ones before it: the tap takes TSO only with
@@ -70,7 +71,7 @@ out_close:
 static int tap_setup(struct tap *t, const struct tap_params *p, char *err,
 		     size_t errlen)
 {
-	struct ifreq ifr = { .ifr_flags = IFF_TAP | IFF_NO_PI | IFF_VNET_HDR };
+	struct ifreq ifr = { .ifr_flags = TAP_FLAGS };
 	int hdr_len = sizeof(struct virtio_net_hdr_v1);
 	const char *name = p->name ? p->name : "";
 
@@ -110,6 +111,39 @@ int tap__open(struct tap *t, const struct tap_params *p, char *err,
 	if (ret)
 		tap__close(t);
 	return ret;
+}
+
+int tap__adopt(struct tap *t, int fd, char *err, size_t errlen)
+{
+	int hdr_len = sizeof(struct virtio_net_hdr_v1);
+	struct ifreq ifr = { 0 };
+
+	memset(t, 0, sizeof(*t));
+	t->fd = -1;
+	if (fcntl(fd, F_GETFD) < 0)
+		return errf(err, errlen, -errno, "tap fd %d: %s", fd,
+			    strerror(errno));
+	if (ioctl(fd, TUNGETIFF, &ifr) < 0)
+		return errf(err, errlen, -EINVAL, "tap fd %d: not a tap (%s)",
+			    fd, strerror(errno));
+	memcpy(t->name, ifr.ifr_name, sizeof(t->name));
+	t->name[sizeof(t->name) - 1] = '\0';
+	if ((ifr.ifr_flags & (TAP_FLAGS | IFF_TUN)) != TAP_FLAGS)
+		return errf(err, errlen, -EINVAL,
+			    "tap fd %d (%s): must be IFF_TAP with IFF_NO_PI "
+			    "and IFF_VNET_HDR",
+			    fd, t->name);
+	if (ioctl(fd, TUNSETVNETHDRSZ, &hdr_len) < 0)
+		return errf(err, errlen, -errno,
+			    "tap fd %d (%s): TUNSETVNETHDRSZ %d: %s", fd,
+			    t->name, hdr_len, strerror(errno));
+	t->offloads = probe_offloads(fd);
+	if (ioctl(fd, TUNSETOFFLOAD, 0) < 0)
+		return errf(err, errlen, -errno,
+			    "tap fd %d (%s): TUNSETOFFLOAD: %s", fd, t->name,
+			    strerror(errno));
+	t->fd = fd;
+	return 0;
 }
 
 void tap__close(struct tap *t)

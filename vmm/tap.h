@@ -42,6 +42,15 @@ struct tap {
  */
 int __must_check tap__open(struct tap *t, const struct tap_params *p, char *err,
 			   size_t errlen);
+/*
+ * Takes an open tap from elsewhere (an orchestrator's, --net tap-fd:N):
+ * checks it is IFF_TAP | IFF_NO_PI | IFF_VNET_HDR, sets the 12-byte
+ * header, finds its offloads (and leaves them off); its address, MTU and
+ * link state stay as they are. 0 with t->fd = fd, or -errno with "what:
+ * why" in err and fd left as it was, the caller's: -EBADF for a closed
+ * fd, -EINVAL for one that is not such a tap.
+ */
+int __must_check tap__adopt(struct tap *t, int fd, char *err, size_t errlen);
 /* Closes the fd (the interface goes with it); a closed tap is fine. */
 void tap__close(struct tap *t);
 

@@ -1,0 +1,304 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * --net auto's and netns:PATH's host side (vmm/netns.c), and tap-fd:N's
+ * check (tap__adopt): the namespace made or entered on a thread while the
+ * caller stays where it was, the tap kiln0 in it with the gateway's
+ * address and MTU, lo up, the route local 0.0.0.0/0 dev lo in table
+ * local, looked at from inside the namespace with ioctls and an
+ * rtnetlink dump, and shown to work: a datagram to an address nobody has
+ * is delivered to a socket of the namespace. Root only (a skip
+ * otherwise); every namespace is the test's own, nothing leaves them.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/if_tun.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
+#include <net/if.h>
+#include <poll.h>
+#include <sched.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "selftests/kselftest.h"
+#include "vmm/netcfg.h"
+#include "vmm/netns.h"
+#include "vmm/tap.h"
+
+#define GATEWAY	     "10.0.2.2"
+#define PREFIX	     24
+#define TEST_MTU     1400
+#define NOBODY_ADDR  "198.51.100.7" /* TEST-NET-2: nobody's */
+#define TEST_PORT    5300
+#define DUMP_BUF     16384
+#define POLL_MS	     2000
+#define ERR_LEN	     256
+
+static bool can_unshare(struct __test_metadata *_metadata)
+{
+	if (geteuid())
+		SKIP(return false, "needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN)");
+	if (access("/dev/net/tun", R_OK | W_OK))
+		SKIP(return false, "/dev/net/tun: %s", strerror(errno));
+	return true;
+}
+
+static ino_t ns_inode(int fd)
+{
+	struct stat st;
+
+	return fd >= 0 && !fstat(fd, &st) ? st.st_ino : 0;
+}
+
+static ino_t my_ns(void)
+{
+	int fd = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+	ino_t ino = ns_inode(fd);
+
+	close(fd);
+	return ino;
+}
+
+static short if_flags(int sock, const char *name)
+{
+	struct ifreq ifr = { 0 };
+
+	snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", name);
+	return ioctl(sock, SIOCGIFFLAGS, &ifr) ? 0 : ifr.ifr_flags;
+}
+
+/* Is "local 0.0.0.0/0 dev lo" in table local? An rtnetlink dump. */
+static bool has_local_default(unsigned int lo)
+{
+	struct {
+		struct nlmsghdr h;
+		struct rtmsg rt;
+	} req = {
+		.h = { .nlmsg_len = sizeof(req),
+		       .nlmsg_type = RTM_GETROUTE,
+		       .nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP },
+		.rt = { .rtm_family = AF_INET },
+	};
+	static uint8_t buf[DUMP_BUF];
+	bool found = false, done = false;
+	int sock;
+	ssize_t n;
+
+	sock = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+	if (sock < 0 || send(sock, &req, sizeof(req), 0) < 0)
+		return false;
+	while (!done && (n = recv(sock, buf, sizeof(buf), 0)) > 0) {
+		struct nlmsghdr *h = (struct nlmsghdr *)buf;
+
+		for (; NLMSG_OK(h, (size_t)n); h = NLMSG_NEXT(h, n)) {
+			struct rtmsg *rt = NLMSG_DATA(h);
+			struct rtattr *a = RTM_RTA(rt);
+			int len = RTM_PAYLOAD(h);
+			uint32_t table = rt->rtm_table, oif = 0;
+
+			if (h->nlmsg_type == NLMSG_DONE ||
+			    h->nlmsg_type == NLMSG_ERROR) {
+				done = true;
+				break;
+			}
+			for (; RTA_OK(a, len); a = RTA_NEXT(a, len)) {
+				if (a->rta_type == RTA_TABLE)
+					memcpy(&table, RTA_DATA(a), 4);
+				if (a->rta_type == RTA_OIF)
+					memcpy(&oif, RTA_DATA(a), 4);
+			}
+			if (rt->rtm_dst_len == 0 && rt->rtm_type == RTN_LOCAL &&
+			    table == RT_TABLE_LOCAL && oif == lo)
+				found = true;
+		}
+	}
+	close(sock);
+	return found;
+}
+
+/*
+ * Inside the namespace of ns_fd (this test process moves there): what
+ * netns__create_tap promised, and the route at work.
+ */
+static void check_inside(struct __test_metadata *_metadata, int ns_fd)
+{
+	struct sockaddr_in to = { .sin_family = AF_INET,
+				  .sin_port = htons(TEST_PORT) };
+	struct sockaddr_in any = to;
+	struct ifreq ifr = { 0 };
+	char buf[8] = "", a[INET_ADDRSTRLEN];
+	int sock, rx, tx;
+	struct pollfd p;
+
+	ASSERT_EQ(0, setns(ns_fd, CLONE_NEWNET)) TH_LOG("%s", strerror(errno));
+	sock = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	ASSERT_LE(0, sock);
+	EXPECT_TRUE(if_flags(sock, "lo") & IFF_UP);
+	EXPECT_TRUE(if_flags(sock, NET_TAP_NAME) & IFF_UP);
+
+	snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), NET_TAP_NAME);
+	ASSERT_EQ(0, ioctl(sock, SIOCGIFMTU, &ifr));
+	EXPECT_EQ(TEST_MTU, ifr.ifr_mtu);
+	ASSERT_EQ(0, ioctl(sock, SIOCGIFADDR, &ifr));
+	inet_ntop(AF_INET, &((struct sockaddr_in *)&ifr.ifr_addr)->sin_addr,
+		  a, sizeof(a));
+	EXPECT_STREQ(GATEWAY, a);
+	ASSERT_EQ(0, ioctl(sock, SIOCGIFNETMASK, &ifr));
+	inet_ntop(AF_INET, &((struct sockaddr_in *)&ifr.ifr_addr)->sin_addr,
+		  a, sizeof(a));
+	EXPECT_STREQ("255.255.255.0", a);
+	close(sock);
+
+	EXPECT_TRUE(has_local_default(if_nametoindex("lo")));
+
+	/* Any destination is local here: a datagram to nobody arrives. */
+	rx = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	tx = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	ASSERT_LE(0, rx);
+	ASSERT_LE(0, tx);
+	any.sin_addr.s_addr = htonl(INADDR_ANY);
+	ASSERT_EQ(0, bind(rx, (struct sockaddr *)&any, sizeof(any)));
+	inet_pton(AF_INET, NOBODY_ADDR, &to.sin_addr);
+	ASSERT_EQ(4, sendto(tx, "ping", 4, 0, (struct sockaddr *)&to,
+			    sizeof(to)))
+	TH_LOG("sendto %s: %s", NOBODY_ADDR, strerror(errno));
+	p = (struct pollfd){ .fd = rx, .events = POLLIN };
+	ASSERT_EQ(1, poll(&p, 1, POLL_MS));
+	EXPECT_EQ(4, recv(rx, buf, sizeof(buf), 0));
+	EXPECT_STREQ("ping", buf);
+	close(rx);
+	close(tx);
+}
+
+static const struct netns_params *params(const char *path)
+{
+	static struct netns_params p;
+
+	p = (struct netns_params){ .path = path,
+				   .tap_name = NET_TAP_NAME,
+				   .mtu = TEST_MTU,
+				   .prefix = PREFIX };
+	inet_pton(AF_INET, GATEWAY, &p.host_addr);
+	return &p;
+}
+
+TEST(auto_makes_a_namespace_with_the_tap)
+{
+	char err[ERR_LEN] = "";
+	ino_t before = my_ns();
+	struct tap tap;
+	int ns_fd = -1;
+
+	if (!can_unshare(_metadata))
+		return;
+	ASSERT_EQ(0, netns__create_tap(params(NULL), &ns_fd, &tap, err,
+				       sizeof(err)))
+	TH_LOG("%s", err);
+	/* The caller never left its namespace; the tap is elsewhere. */
+	EXPECT_EQ(before, my_ns());
+	EXPECT_NE(before, ns_inode(ns_fd));
+	EXPECT_EQ(0, if_nametoindex(NET_TAP_NAME));
+	EXPECT_STREQ(NET_TAP_NAME, tap.name);
+	EXPECT_LE(0, tap.fd);
+	EXPECT_TRUE(fcntl(ns_fd, F_GETFD) & FD_CLOEXEC);
+	check_inside(_metadata, ns_fd);
+	tap__close(&tap);
+	close(ns_fd);
+}
+
+/* An orchestrator's namespace, named by a file (here /proc/self/fd/N). */
+TEST(netns_path_enters_the_given_namespace)
+{
+	char err[ERR_LEN] = "", path[64];
+	int orig, given, ns_fd = -1;
+	struct tap tap;
+
+	if (!can_unshare(_metadata))
+		return;
+	orig = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+	ASSERT_LE(0, orig);
+	ASSERT_EQ(0, unshare(CLONE_NEWNET));
+	given = open("/proc/thread-self/ns/net", O_RDONLY);
+	ASSERT_LE(0, given);
+	ASSERT_EQ(0, setns(orig, CLONE_NEWNET));
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", given);
+
+	ASSERT_EQ(0, netns__create_tap(params(path), &ns_fd, &tap, err,
+				       sizeof(err)))
+	TH_LOG("%s", err);
+	EXPECT_EQ(ns_inode(orig), my_ns());
+	EXPECT_EQ(ns_inode(given), ns_inode(ns_fd));
+	check_inside(_metadata, ns_fd);
+	tap__close(&tap);
+	close(ns_fd);
+	close(given);
+	close(orig);
+}
+
+TEST(netns_path_refused)
+{
+	char err[ERR_LEN] = "";
+	struct tap tap;
+	int ns_fd = -1;
+
+	if (!can_unshare(_metadata))
+		return;
+	EXPECT_EQ(-ENOENT, netns__create_tap(params("/no/such/netns"), &ns_fd,
+					     &tap, err, sizeof(err)));
+	EXPECT_STREQ("net namespace /no/such/netns: No such file or directory",
+		     err);
+	EXPECT_EQ(-EINVAL, netns__create_tap(params("/proc/self/ns/uts"),
+					     &ns_fd, &tap, err, sizeof(err)));
+	EXPECT_STREQ("net namespace /proc/self/ns/uts: not a network namespace",
+		     err);
+	EXPECT_EQ(-1, ns_fd);
+}
+
+/* tap-fd:N: a tap of the right kind is taken, anything else refused. */
+TEST(tap_fd_adopted_or_refused)
+{
+	char err[ERR_LEN] = "";
+	struct tap made, taken;
+	struct ifreq ifr = { 0 };
+	int pipefd[2], plain;
+
+	if (!can_unshare(_metadata))
+		return;
+	ASSERT_EQ(0, unshare(CLONE_NEWNET));
+	ASSERT_EQ(0, tap__open(&made, &(struct tap_params){ .name = "orch0" },
+			       err, sizeof(err)))
+	TH_LOG("%s", err);
+	ASSERT_EQ(0, tap__adopt(&taken, made.fd, err, sizeof(err)))
+	TH_LOG("%s", err);
+	EXPECT_EQ(made.fd, taken.fd);
+	EXPECT_STREQ("orch0", taken.name);
+	EXPECT_EQ(made.offloads, taken.offloads);
+
+	ASSERT_EQ(0, pipe(pipefd));
+	EXPECT_EQ(-EINVAL, tap__adopt(&taken, pipefd[0], err, sizeof(err)));
+	EXPECT_TRUE(strstr(err, ": not a tap (") != NULL) TH_LOG("%s", err);
+	EXPECT_EQ(-1, taken.fd);
+	close(pipefd[0]);
+	EXPECT_EQ(-EBADF, tap__adopt(&taken, pipefd[0], err, sizeof(err)));
+	close(pipefd[1]);
+
+	/* No IFF_VNET_HDR: the device could not pass headers through. */
+	plain = open("/dev/net/tun", O_RDWR | O_CLOEXEC);
+	ASSERT_LE(0, plain);
+	ifr.ifr_flags = IFF_TAP | IFF_NO_PI;
+	snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "plain0");
+	ASSERT_EQ(0, ioctl(plain, TUNSETIFF, &ifr));
+	EXPECT_EQ(-EINVAL, tap__adopt(&taken, plain, err, sizeof(err)));
+	EXPECT_TRUE(strstr(err, "(plain0): must be IFF_TAP with IFF_NO_PI "
+				"and IFF_VNET_HDR") != NULL)
+	TH_LOG("%s", err);
+	close(plain);
+	tap__close(&made);
+}
+
+TEST_HARNESS_MAIN
