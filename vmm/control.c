@@ -212,6 +212,31 @@ static void add_fact(json_t *facts, const char *topic, const char *relation,
 }
 
 /*
+ * The network as the guest sees it (topic "net"): mode, its address and
+ * prefix, gateway, DNS server, MTU, MAC, and the tap's name on the host.
+ */
+static void net_facts(const struct vm *vm, json_t *facts)
+{
+	const struct net_config *n = &vm->cfg->net;
+	char a[NET_ADDR_STRLEN], cidr[NET_CIDR_STRLEN], m[NET_MAC_STRLEN];
+
+	add_fact(facts, "net", "mode", json_string(netcfg__mode_name(n->mode)));
+	if (n->mode == NET_NONE)
+		return;
+	netcfg__format_ipv4(n->address, a);
+	snprintf(cidr, sizeof(cidr), "%s/%u", a, n->prefix);
+	add_fact(facts, "net", "address", json_string(cidr));
+	netcfg__format_ipv4(n->gateway, a);
+	add_fact(facts, "net", "gateway", json_string(a));
+	netcfg__format_ipv4(n->dns, a);
+	add_fact(facts, "net", "dns", json_string(a));
+	add_fact(facts, "net", "mtu", json_integer(n->mtu));
+	netcfg__format_mac(n->mac, m);
+	add_fact(facts, "net", "mac", json_string(m));
+	add_fact(facts, "net", "tap", json_string(vm->tap.name));
+}
+
+/*
  * vm.facts' config part: the VM's settings, then what the image's
  * builder recorded next to its descriptor (NAME.facts.json).
  */
@@ -227,6 +252,7 @@ static json_t *config_facts(const struct vm *vm)
 	add_fact(facts, "vm", "cpus", json_integer(c->nr_cpus));
 	add_fact(facts, "vm", "memoryMiB", json_integer(c->mem_mib));
 	add_fact(facts, "vm", "kernel", json_string(c->kernel_path));
+	net_facts(vm, facts);
 	if (!c->rootfs.descriptor)
 		return facts;
 	add_fact(facts, "rootfs", "image", json_string(vm->rootfs.name));

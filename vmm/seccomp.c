@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 #include <errno.h>
+#include <linux/if_tun.h>
 #include <linux/kvm.h>
 #include <seccomp.h>
 #include <signal.h>
@@ -183,6 +184,9 @@ int seccomp__install(const struct seccomp_needs *needs)
 	for (i = 0; !ret && i < ARRAY_SIZE(allowed_ioctls); i++)
 		ret = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(ioctl), 1,
 				       SCMP_A1(SCMP_CMP_EQ, allowed_ioctls[i]));
+	if (!ret && needs->net)
+		ret = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(ioctl), 1,
+				       SCMP_A1(SCMP_CMP_EQ, TUNSETOFFLOAD));
 	/* virtio-vsock's guest connections: Unix sockets, nothing else. */
 	if (!ret)
 		ret = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(socket), 1,

@@ -20,6 +20,12 @@ struct seccomp_needs {
 	 * allowed; a VM without binds keeps the list above.
 	 */
 	bool fs_bind;
+	/*
+	 * virtio-net: its activation, on the vCPU thread that writes
+	 * DRIVER_OK, tells the tap the driver's offloads (TUNSETOFFLOAD).
+	 * Everything else it does goes through its io_uring.
+	 */
+	bool net;
 };
 
 int __must_check seccomp__install(const struct seccomp_needs *needs);

@@ -21,8 +21,9 @@
 #include "vmm/virtio-attach.h"
 #include "vmm/vm.h"
 
-_Static_assert(VIRTIO_SLOT_FS0 + MOUNTS_MAX <= VIRTIO_MMIO_SLOTS,
+_Static_assert(VIRTIO_SLOT_FS0 + MOUNTS_MAX <= VIRTIO_SLOT_NET,
 	       "a slot for every mount");
+_Static_assert(VIRTIO_SLOT_NET < VIRTIO_MMIO_SLOTS, "a slot for virtio-net");
 _Static_assert(VIRTIO_FIRST_GSI + VIRTIO_MMIO_SLOTS <= MPTABLE_NR_IRQS,
 	       "a GSI on the IOAPIC for every slot");
 _Static_assert(VIRTIO_MMIO_BASE >= MMIO_GAP_START &&

@@ -12,7 +12,7 @@
  * with an edge-triggered ISA interrupt from VIRTIO_FIRST_GSI (the UART
  * has 4; 5 and up are free on our board). Each device has a fixed slot,
  * whether or not the others are present: 0 virtio-blk, 1 virtio-vsock,
- * 2 and up one virtio-fs device per mount (vmm/mounts.h).
+ * 2 to 9 one virtio-fs device per mount (vmm/mounts.h), 10 virtio-net.
  */
 #define VIRTIO_MMIO_BASE  0xd0000000ULL
 #define VIRTIO_FIRST_GSI  5U
@@ -20,6 +20,7 @@
 #define VIRTIO_SLOT_BLK	  0U
 #define VIRTIO_SLOT_VSOCK 1U
 #define VIRTIO_SLOT_FS0	  2U
+#define VIRTIO_SLOT_NET	  10U
 
 struct vm;
 struct virtio_device;

@@ -18,6 +18,7 @@
 #include "devices/console.h"
 #include "devices/virtio/blk.h"
 #include "devices/virtio/fs.h"
+#include "devices/virtio/net.h"
 #include "devices/virtio/vsock.h"
 #include "lib/compiler.h"
 #include "lib/evloop.h"
@@ -309,6 +310,7 @@ static int prepare_run(struct vm *vm, int sig_fd, struct loop **l)
 		return 0;
 	for (i = 0; i < vm->cfg->mounts.nr; i++)
 		needs.fs_bind |= vm->cfg->mounts.m[i].type == MOUNT_BIND;
+	needs.net = vm->net != NULL;
 	ret = seccomp__install(&needs);
 	if (ret)
 		pr_err("installing the seccomp filter: %s", strerror(-ret));
@@ -341,6 +343,15 @@ static int start_devices(struct vm *vm)
 		if (ret) {
 			pr_err("%s: starting its thread: %s",
 			       vm__virtio_name(vm, VIRTIO_SLOT_FS0 + i),
+			       strerror(-ret));
+			return ret;
+		}
+	}
+	if (vm->net) {
+		ret = virtio_net__start(vm->net);
+		if (ret) {
+			pr_err("%s: starting its thread: %s",
+			       vm__virtio_name(vm, VIRTIO_SLOT_NET),
 			       strerror(-ret));
 			return ret;
 		}

@@ -24,8 +24,10 @@
 #include "devices/fs/backend.h"
 #include "devices/virtio/blk.h"
 #include "devices/virtio/fs.h"
+#include "devices/virtio/net.h"
 #include "devices/virtio/vsock.h"
 #include "vmm/mounts.h"
+#include "vmm/netns.h"
 #include "vmm/seccomp.h"
 #include "vmm/vm.h"
 
@@ -69,6 +71,8 @@ static int slots_init(struct vm *vm)
 		snprintf(name, sizeof(name), "virtio-fs%u", i);
 		ret = vm__reserve_virtio(vm, VIRTIO_SLOT_FS0 + i, name);
 	}
+	if (!ret && vm->cfg->net.mode != NET_NONE)
+		ret = vm__reserve_virtio(vm, VIRTIO_SLOT_NET, "virtio-net0");
 	return ret;
 }
 
@@ -79,8 +83,8 @@ _Static_assert(VSOCK_MAX_GUEST_CID == CONFIG_MAX_VSOCK_CID &&
 	       "vsock CID range");
 
 /*
- * Each reserved virtio slot's declaration, then the root disk's part
- * for the init.
+ * Each reserved virtio slot's declaration, then the network's and the
+ * root disk's parts for the init.
  */
 static int root_cmdline(const struct vm *vm, char *buf, size_t len)
 {
@@ -90,6 +94,10 @@ static int root_cmdline(const struct vm *vm, char *buf, size_t len)
 
 	buf[0] = '\0';
 	ret = vm__virtio_cmdline(vm, buf, len, &at);
+	if (!ret) {
+		ret = netcfg__cmdline(&vm->cfg->net, buf + at, len - at);
+		at += strlen(buf + at);
+	}
 	if (!ret && vm__has_agent(vm)) {
 		m = snprintf(buf + at, len - at, " kiln.agent=on");
 		if (m < 0 || (size_t)m >= len - at)
@@ -252,6 +260,53 @@ static void mounts_exit(struct vm *vm)
 		fs_backend__destroy(vm->fs_backend[i]);
 		vm->fs_backend[i] = NULL;
 	}
+}
+
+/* ---- step: net ---------------------------------------------------------- */
+
+/*
+ * The tap, before KVM is touched: a namespace that cannot be made or
+ * entered, or an fd that is not a tap, fails here, once.
+ */
+static int net_init(struct vm *vm)
+{
+	const struct net_config *n = &vm->cfg->net;
+	struct netns_params p = {
+		.path = n->netns_path, /* NULL for auto: a new one */
+		.tap_name = NET_TAP_NAME,
+		.mtu = (unsigned int)n->mtu,
+		.host_addr = n->gateway,
+		.prefix = n->prefix,
+	};
+	char err[CONFIG_ERR_LEN];
+	int ret;
+
+	switch (n->mode) {
+	case NET_NONE:
+		return 0;
+	case NET_TAP_FD:
+		/* The fd is the VM's from here on. */
+		ret = tap__adopt(&vm->tap, (int)n->tap_fd, err, sizeof(err));
+		if (ret)
+			pr_err("net %s", err);
+		return ret;
+	case NET_AUTO:
+	case NET_NETNS:
+		break;
+	}
+	ret = netns__create_tap(&p, &vm->netns_fd, &vm->tap, err, sizeof(err));
+	if (ret)
+		pr_err("%s", err);
+	return ret;
+}
+
+/* After the device is gone (the devices step is undone first). */
+static void net_exit(struct vm *vm)
+{
+	tap__close(&vm->tap);
+	if (vm->netns_fd >= 0)
+		close(vm->netns_fd);
+	vm->netns_fd = -1;
 }
 
 /* ---- step: disk --------------------------------------------------------- */
@@ -602,6 +657,34 @@ static int fs_init(struct vm *vm)
 	return 0;
 }
 
+static int net_device_init(struct vm *vm)
+{
+	struct virtio_net_params p = {
+		.name = vm__virtio_name(vm, VIRTIO_SLOT_NET),
+		.tap_fd = vm->tap.fd,
+		.tap_offloads = vm->tap.offloads,
+		.mem = &vm->mem,
+		.irq = vm__virtio_irq(vm, VIRTIO_SLOT_NET),
+	};
+	int ret;
+
+	if (vm->tap.fd < 0)
+		return 0;
+	_Static_assert(sizeof(p.mac) == sizeof(vm->cfg->net.mac), "MAC");
+	memcpy(p.mac, vm->cfg->net.mac, sizeof(p.mac));
+	ret = virtio_net__create(&vm->net, &p);
+	if (ret) {
+		pr_err("%s (tap %s): %s", p.name, vm->tap.name,
+		       ret == -EOPNOTSUPP ?
+			       "the tap cannot do nonblocking reads "
+			       "(RWF_NOWAIT)" :
+			       strerror(-ret));
+		return ret;
+	}
+	return vm__attach_virtio(vm, VIRTIO_SLOT_NET,
+				 virtio_net__device(vm->net));
+}
+
 static int devices_init(struct vm *vm)
 {
 	struct irq_line com1 = { .set = vm__irq_line,
@@ -644,12 +727,16 @@ static int devices_init(struct vm *vm)
 		ret = vsock_init(vm);
 	if (!ret)
 		ret = fs_init(vm);
+	if (!ret)
+		ret = net_device_init(vm);
 	return ret;
 }
 
 static void devices_exit(struct vm *vm)
 {
 	vm__detach_virtio(vm);
+	virtio_net__destroy(vm->net);
+	vm->net = NULL;
 	for (unsigned int i = 0; i < MOUNTS_MAX; i++) {
 		virtio_fs__destroy(vm->fs[i]);
 		vm->fs[i] = NULL;
@@ -762,6 +849,7 @@ static const struct {
 	{ "image", image_init, image_exit },
 	{ "disk", disk_init, disk_exit },
 	{ "mounts", mounts_init, mounts_exit },
+	{ "net", net_init, net_exit },
 	{ "kvm", kvm_init, kvm_exit },
 	{ "memory", memory_init, memory_exit },
 	{ "irqchip", irqchip_init, NULL }, /* goes with the VM fd */
@@ -807,6 +895,7 @@ int vm__create(struct vm **out, const struct vm_config *cfg)
 	vm->kvm_fd = vm->vm_fd = vm->initrd_fd = -1;
 	vm->event_fd = vm->space_fd = -1;
 	vm->ready_fd = vm->null_fd = -1;
+	vm->tap.fd = vm->netns_fd = -1;
 	vm->nr_vcpus = cfg->nr_cpus;
 	bus__init(&vm->pio, "pio", PIO_LIMIT);
 	bus__init(&vm->mmio, "mmio", MMIO_GAP_END);

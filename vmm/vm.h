@@ -17,6 +17,7 @@
 #include "vmm/bus.h"
 #include "lib/log.h"
 #include "vmm/rootfs.h"
+#include "vmm/tap.h"
 #include "vmm/virtio-attach.h"
 
 /*
@@ -45,6 +46,7 @@ struct api;
 struct vsock;
 struct virtio_fs;
 struct fs_backend;
+struct virtio_net;
 
 struct vm {
 	const struct vm_config *cfg;
@@ -88,6 +90,15 @@ struct vm {
 	/* virtio-fs (--mount): one device per mount, slot 2 + index. */
 	struct fs_backend *fs_backend[MOUNTS_MAX]; /* until a device has it */
 	struct virtio_fs *fs[MOUNTS_MAX];
+
+	/*
+	 * virtio-net (--net): the tap, in the VM's network namespace (auto,
+	 * netns:PATH) or the orchestrator's (tap-fd:N); both fds are the
+	 * VM's, closed after the device is gone.
+	 */
+	struct tap tap;
+	int netns_fd; /* -1: tap-fd mode, or no network */
+	struct virtio_net *net;
 
 	/* The control socket (--control-socket, vmm/control.c). */
 	struct api *api;

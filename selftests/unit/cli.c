@@ -666,6 +666,11 @@ TEST_F(files, net_bad_input)
 	EXPECT_BAD_INPUT(&r, "must be a nonzero unicast address");
 	RUN_NET("--net", "auto", "--net-mtu", "70000");
 	EXPECT_BAD_INPUT(&r, "net MTU 70000 (--net-mtu, \"net.mtu\")");
+	/* A tap-fd that is not open: refused before KVM (net step). */
+	RUN_NET("--net", "tap-fd:77");
+	EXPECT_BAD_INPUT(&r, "net tap fd 77: Bad file descriptor");
+	RUN_NET("--net", "netns:/no/such/netns");
+	EXPECT_BAD_INPUT(&r, "net namespace /no/such/netns: No such file");
 
 	write_str(self->json, "{\"net\": {\"mode\": \"auto\", \"mtu\": 20}}");
 	RUN_NET("--config", self->json);
