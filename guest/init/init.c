@@ -39,6 +39,7 @@
 #include "guest/agent/agent.h"
 #include "proto/agent.h"
 #include "guest/init/mounts.h"
+#include "guest/init/net.h"
 
 /*
  * Kiln's system device (devices/exit-dev.h): a byte to READY says the
@@ -86,6 +87,9 @@ struct kiln_params {
 	bool raw_console;
 	bool bootmark; /* kiln.bootmark: say when init starts */
 	bool agent;    /* kiln.agent=on: serve the guest agent on vsock */
+	bool net;      /* kiln.net= was given */
+	bool net_bad;  /* ...and could not be parsed */
+	struct init_net net_cfg;
 };
 
 /* The guest agent: its listening socket and the process serving it. */
@@ -286,6 +290,9 @@ static void parse_param(struct kiln_params *p, const char *tok, size_t len)
 		set_value(p->rootflags, sizeof(p->rootflags), val, n);
 	} else if (param_value(tok, len, "kiln.agent", &val, &n)) {
 		p->agent = word_is(val, n, "on");
+	} else if (param_value(tok, len, "kiln.net", &val, &n)) {
+		p->net = true;
+		p->net_bad = init_net__parse(val, n, &p->net_cfg) != 0;
 	}
 }
 
@@ -920,6 +927,27 @@ static void enter_root(const struct kiln_params *p)
 	mount_all();
 }
 
+/*
+ * lo always; with kiln.net, eth0 and the resolver, in the final root and
+ * before anything runs that may use them. A network the host asked for
+ * and the guest cannot have ends the VM, as a missing root does.
+ */
+static void setup_network(const struct kiln_params *p)
+{
+	init_net__lo_up();
+	if (!p->net)
+		return;
+	if (p->net_bad) {
+		fprintf(stderr, "kiln-init: kiln.net: expected "
+				"ADDRESS/PREFIX,GATEWAY,MTU,DNS\n");
+		end_vm(STATUS_INIT_FAILED);
+	}
+	if (init_net__configure(&p->net_cfg))
+		end_vm(STATUS_INIT_FAILED);
+	/* Without a resolver only names fail: the command still runs. */
+	init_net__resolv_conf(&p->net_cfg);
+}
+
 int main(int argc, char **argv)
 {
 	struct agent_server agent = { .listen_fd = -1 };
@@ -943,6 +971,7 @@ int main(int argc, char **argv)
 	/* In the final root, before anything runs that may use them. */
 	if (init_mounts__mount(fs_mounts))
 		end_vm(STATUS_INIT_FAILED);
+	setup_network(&params);
 	take_console();
 	/*
 	 * After the switch, so the agent's commands run in the real root.

@@ -1,0 +1,41 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+#ifndef KILN_INIT_NET_H
+#define KILN_INIT_NET_H
+
+#include <netinet/in.h>
+#include <stddef.h>
+
+/*
+ * The guest's network (Documentation/network.md): lo always, and with
+ * kiln.net=ADDRESS/PREFIX,GATEWAY,MTU,DNS from the host (vmm/netcfg.c)
+ * the virtio-net interface eth0 and the resolver.
+ */
+#define INIT_NET_IFNAME	     "eth0"
+#define INIT_NET_RESOLV_CONF "/etc/resolv.conf"
+/* The file a read-only or persistent root's resolv.conf is bound to. */
+#define INIT_NET_RESOLV_RUN  "/run/kiln/resolv.conf"
+
+struct init_net {
+	struct in_addr address, gateway, dns;
+	unsigned int prefix; /* bits, 1..30 */
+	unsigned int mtu;    /* bytes, 68..65535 */
+};
+
+/* kiln.net's value (len bytes, not terminated): 0, or -EINVAL. */
+int init_net__parse(const char *val, size_t len, struct init_net *n);
+/* lo up (the kernel gives it 127.0.0.1/8); a failure is only reported. */
+void init_net__lo_up(void);
+/*
+ * eth0: waits for it to appear, then MTU, address, link up and the
+ * default route via the gateway. 0, or -errno, reported on stderr.
+ */
+int init_net__configure(const struct init_net *n);
+/*
+ * "nameserver DNS" as /etc/resolv.conf of the root in use: a file bound
+ * over the root's own when it has one (so a read-only root works and a
+ * persistent one is not changed), else a new file. 0, or -errno,
+ * reported on stderr.
+ */
+int init_net__resolv_conf(const struct init_net *n);
+
+#endif

@@ -1,0 +1,194 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The guest init's network (guest/init/net.c, built into this test as it
+ * is into the init): kiln.net's parser, what vmm/netcfg.c writes read
+ * back, and the configuration itself run against a tap named eth0 in a
+ * network namespace of the test's own, and resolv.conf in a mount
+ * namespace of its own with a tmpfs on /run (root only: a skip
+ * otherwise). Nothing outside those namespaces is touched.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "guest/init/net.c"
+
+#include "selftests/kselftest.h"
+#include "vmm/config.h"
+#include "vmm/netcfg.h"
+#include "vmm/tap.h"
+
+#define PARAM(s) (s), strlen(s)
+#define BUF_LEN	 4096
+
+static const char *ip(struct in_addr a, char buf[INET_ADDRSTRLEN])
+{
+	return inet_ntop(AF_INET, &a, buf, INET_ADDRSTRLEN);
+}
+
+TEST(parses_what_the_vmm_writes)
+{
+	char line[NET_CMDLINE_MAX], err[CONFIG_ERR_LEN], b[INET_ADDRSTRLEN];
+	struct net_config c = { .mode = NET_AUTO };
+	struct init_net n;
+	const char *val;
+
+	ASSERT_EQ(0, netcfg__validate(&c, err, sizeof(err))) TH_LOG("%s", err);
+	ASSERT_EQ(0, netcfg__cmdline(&c, line, sizeof(line)));
+	val = strchr(line, '=') + 1;
+	ASSERT_EQ(0, init_net__parse(PARAM(val), &n));
+	EXPECT_STREQ("10.0.2.15", ip(n.address, b));
+	EXPECT_EQ(24, n.prefix);
+	EXPECT_STREQ("10.0.2.2", ip(n.gateway, b));
+	EXPECT_EQ(1500, n.mtu);
+	EXPECT_STREQ("10.0.2.2", ip(n.dns, b));
+
+	/* Only len bytes count: the rest of the command line is not ours. */
+	ASSERT_EQ(0, init_net__parse("192.168.9.3/28,192.168.9.1,9000,"
+				     "192.0.2.53 quiet",
+				     strlen("192.168.9.3/28,192.168.9.1,9000,"
+					    "192.0.2.53"),
+				     &n));
+	EXPECT_STREQ("192.0.2.53", ip(n.dns, b));
+	EXPECT_EQ(28, n.prefix);
+	EXPECT_EQ(9000, n.mtu);
+}
+
+TEST(refuses_the_malformed)
+{
+	static const char *const bad[] = {
+		"",
+		"10.0.2.15/24",
+		"10.0.2.15/24,10.0.2.2,1500",
+		"10.0.2.15/24,10.0.2.2,1500,10.0.2.2,",
+		"10.0.2.15/24,10.0.2.2,1500,10.0.2.2,x",
+		"10.0.2.15,10.0.2.2,1500,10.0.2.2",
+		"10.0.2.15/0,10.0.2.2,1500,10.0.2.2",
+		"10.0.2.15/31,10.0.2.2,1500,10.0.2.2",
+		"10.0.2.15/x,10.0.2.2,1500,10.0.2.2",
+		"10.0.2.15/24,10.0.2,1500,10.0.2.2",
+		"10.0.2.15/24,10.0.2.2,67,10.0.2.2",
+		"10.0.2.15/24,10.0.2.2,65536,10.0.2.2",
+		"10.0.2.15/24,10.0.2.2,-1,10.0.2.2",
+		"10.0.2.15/24,10.0.2.2,1500,dns.example",
+		"10.0.2.15/24,,1500,10.0.2.2",
+		"100000000000000000000.0.2.15/24,10.0.2.2,1500,10.0.2.2",
+	};
+	struct init_net n = { .mtu = 7 };
+
+	for (size_t i = 0; i < ARRAY_SIZE(bad); i++)
+		EXPECT_EQ(-EINVAL, init_net__parse(PARAM(bad[i]), &n))
+		TH_LOG("accepted '%s'", bad[i]);
+	EXPECT_EQ(7, n.mtu); /* untouched */
+}
+
+/* "Iface Destination Gateway Flags ..." lines of /proc/net/route. */
+static bool has_default_via(const char *dev, struct in_addr gw)
+{
+	char line[256], ifname[IFNAMSIZ + 1];
+	unsigned int dst, via, flags;
+	bool found = false;
+	FILE *f = fopen("/proc/net/route", "r");
+
+	if (!f)
+		return false;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "%16s %x %x %x", ifname, &dst, &via,
+			   &flags) == 4 &&
+		    !strcmp(ifname, dev) && dst == 0 && via == gw.s_addr &&
+		    (flags & RTF_GATEWAY))
+			found = true;
+	fclose(f);
+	return found;
+}
+
+TEST(configures_eth0_and_lo)
+{
+	char err[256] = "", b[INET_ADDRSTRLEN];
+	struct init_net n;
+	struct ifreq ifr;
+	struct tap tap;
+	int sock;
+
+	if (geteuid() || access("/dev/net/tun", R_OK | W_OK))
+		SKIP(return, "needs root and /dev/net/tun");
+	ASSERT_EQ(0, unshare(CLONE_NEWNET)) TH_LOG("%s", strerror(errno));
+	/* A tap stands in for the virtio-net interface. */
+	ASSERT_EQ(0, tap__open(&tap,
+			       &(struct tap_params){ .name = INIT_NET_IFNAME },
+			       err, sizeof(err)))
+	TH_LOG("%s", err);
+	ASSERT_EQ(0, init_net__parse(PARAM("10.0.2.15/24,10.0.2.2,1280,"
+					   "10.0.2.3"),
+				     &n));
+	init_net__lo_up();
+	ASSERT_EQ(0, init_net__configure(&n));
+
+	sock = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	ASSERT_LE(0, sock);
+	ifr_for(&ifr, "lo");
+	ASSERT_EQ(0, ioctl(sock, SIOCGIFFLAGS, &ifr));
+	EXPECT_TRUE(ifr.ifr_flags & IFF_UP);
+	ifr_for(&ifr, INIT_NET_IFNAME);
+	ASSERT_EQ(0, ioctl(sock, SIOCGIFFLAGS, &ifr));
+	EXPECT_TRUE(ifr.ifr_flags & IFF_UP);
+	ASSERT_EQ(0, ioctl(sock, SIOCGIFMTU, &ifr));
+	EXPECT_EQ(1280, ifr.ifr_mtu);
+	ASSERT_EQ(0, ioctl(sock, SIOCGIFADDR, &ifr));
+	EXPECT_STREQ("10.0.2.15",
+		     ip(((struct sockaddr_in *)&ifr.ifr_addr)->sin_addr, b));
+	ASSERT_EQ(0, ioctl(sock, SIOCGIFNETMASK, &ifr));
+	EXPECT_STREQ("255.255.255.0",
+		     ip(((struct sockaddr_in *)&ifr.ifr_addr)->sin_addr, b));
+	close(sock);
+	EXPECT_TRUE(has_default_via(INIT_NET_IFNAME, n.gateway));
+	tap__close(&tap);
+}
+
+static void read_text(const char *path, char *buf, size_t len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n = fd < 0 ? -1 : read(fd, buf, len - 1);
+
+	buf[n > 0 ? n : 0] = '\0';
+	if (fd >= 0)
+		close(fd);
+}
+
+/*
+ * The root's own /etc/resolv.conf (the host's, here) is bound over, not
+ * written: in a mount namespace of the test's own, with /run a tmpfs.
+ */
+TEST(resolv_conf_bound_over_the_roots)
+{
+	char before[BUF_LEN], now[BUF_LEN];
+	struct init_net n;
+
+	if (geteuid())
+		SKIP(return, "needs root (mount namespace)");
+	if (access(INIT_NET_RESOLV_CONF, F_OK))
+		SKIP(return, "no " INIT_NET_RESOLV_CONF " to bind over");
+	ASSERT_EQ(0, unshare(CLONE_NEWNS)) TH_LOG("%s", strerror(errno));
+	ASSERT_EQ(0, mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL));
+	ASSERT_EQ(0, mount("tmpfs", "/run", "tmpfs", 0, "mode=0755"));
+	read_text(INIT_NET_RESOLV_CONF, before, sizeof(before));
+	ASSERT_EQ(0, init_net__parse(PARAM("10.0.2.15/24,10.0.2.2,1500,"
+					   "192.0.2.53"),
+				     &n));
+	ASSERT_EQ(0, init_net__resolv_conf(&n));
+	read_text(INIT_NET_RESOLV_CONF, now, sizeof(now));
+	EXPECT_STREQ("nameserver 192.0.2.53\n", now);
+	/* Undone, the root's own file is as it was. */
+	ASSERT_EQ(0, umount(INIT_NET_RESOLV_CONF));
+	read_text(INIT_NET_RESOLV_CONF, now, sizeof(now));
+	EXPECT_STREQ(before, now);
+}
+
+TEST_HARNESS_MAIN
