@@ -63,7 +63,8 @@ struct vm_config {
 	struct rootfs_config rootfs;
 	struct vsock_config vsock;
 	struct mounts_config mounts; /* virtio-fs (Documentation/virtio-fs.md) */
-	struct net_config net;	     /* virtio-net (Documentation/network.md) */
+	/* virtio-net (Documentation/network.md) */
+	struct net_config net;
 	char *control_socket; /* JSON-RPC control API (api.md); NULL: none */
 	uint64_t agent_timeout_ms; /* a call's wait for the agent; 0: default */
 	bool start;	/* `vmm start`: serve until shutdown, no command */

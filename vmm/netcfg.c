@@ -305,8 +305,8 @@ int netcfg__validate(struct net_config *n, char *err, size_t len)
 			    NET_MAX_MTU);
 	if (!n->mac_set)
 		random_mac(n->mac);
-	if ((n->mac[0] & 1) || !memcmp(n->mac, (uint8_t[NET_MAC_LEN]){ 0 },
-				       NET_MAC_LEN)) {
+	if ((n->mac[0] & 1) ||
+	    !memcmp(n->mac, (uint8_t[NET_MAC_LEN]){ 0 }, NET_MAC_LEN)) {
 		char m[NET_MAC_STRLEN];
 
 		netcfg__format_mac(n->mac, m);

@@ -23,20 +23,20 @@ enum net_mode {
 	NET_TAP_FD, /* the orchestrator's tap, already open as tap_fd */
 };
 
-#define NET_MAC_LEN	  6U
-#define NET_DEFAULT_MTU	  1500U
-#define NET_MIN_MTU	  68U	 /* the least IPv4 needs (RFC 791) */
-#define NET_MAX_MTU	  65535U /* a tap's limit, and virtio-net's */
-#define NET_MIN_PREFIX	  1U
-#define NET_MAX_PREFIX	  30U /* room for the guest and the gateway */
-#define NET_MIN_TAP_FD	  3U  /* 0-2: stdin, stdout, stderr */
-#define NET_MAX_TAP_FD	  0x7fffffffU
-#define NET_TAP_NAME	  "kiln0" /* the tap in auto and netns modes */
-#define NET_ADDR_STRLEN	  16U	  /* "255.255.255.255" */
-#define NET_CIDR_STRLEN	  19U	  /* "255.255.255.255/32" */
-#define NET_MAC_STRLEN	  18U	  /* "02:4b:4c:00:00:00" */
+#define NET_MAC_LEN	6U
+#define NET_DEFAULT_MTU 1500U
+#define NET_MIN_MTU	68U    /* the least IPv4 needs (RFC 791) */
+#define NET_MAX_MTU	65535U /* a tap's limit, and virtio-net's */
+#define NET_MIN_PREFIX	1U
+#define NET_MAX_PREFIX	30U /* room for the guest and the gateway */
+#define NET_MIN_TAP_FD	3U  /* 0-2: stdin, stdout, stderr */
+#define NET_MAX_TAP_FD	0x7fffffffU
+#define NET_TAP_NAME	"kiln0" /* the tap in auto and netns modes */
+#define NET_ADDR_STRLEN 16U	/* "255.255.255.255" */
+#define NET_CIDR_STRLEN 19U	/* "255.255.255.255/32" */
+#define NET_MAC_STRLEN	18U	/* "02:4b:4c:00:00:00" */
 /* kiln.net=ADDRESS/PREFIX,GATEWAY,MTU,DNS */
-#define NET_CMDLINE_MAX	  64U
+#define NET_CMDLINE_MAX 64U
 
 /* All addresses in network byte order, as in struct in_addr. */
 struct net_config {
@@ -44,11 +44,11 @@ struct net_config {
 	char *netns_path; /* NET_NETNS: a network namespace file */
 	uint64_t tap_fd;  /* NET_TAP_FD: NET_MIN_TAP_FD..NET_MAX_TAP_FD */
 	bool tap_fd_set;
-	uint32_t address; /* the guest's (eth0) */
+	uint32_t address;    /* the guest's (eth0) */
 	unsigned int prefix; /* bits, NET_MIN_PREFIX..NET_MAX_PREFIX */
-	uint32_t gateway; /* the tap's host side in auto and netns modes */
-	uint32_t dns;	  /* the guest's resolver (/etc/resolv.conf) */
-	uint64_t mtu;	  /* bytes, both sides of the link */
+	uint32_t gateway;    /* the tap's host side in auto and netns modes */
+	uint32_t dns;	     /* the guest's resolver (/etc/resolv.conf) */
+	uint64_t mtu;	     /* bytes, both sides of the link */
 	uint8_t mac[NET_MAC_LEN]; /* the guest's: unicast, nonzero */
 	bool address_set, gateway_set, dns_set, mtu_set, mac_set;
 };

@@ -20,8 +20,8 @@
 #include "lib/errf.h"
 #include "vmm/netns.h"
 
-#define THREAD_NS_PATH "/proc/thread-self/ns/net"
-#define NETLINK_MSG_MAX	256U  /* one request: a header and a few attributes */
+#define THREAD_NS_PATH	"/proc/thread-self/ns/net"
+#define NETLINK_MSG_MAX 256U  /* one request: a header and a few attributes */
 #define NETLINK_ACK_MAX 1024U /* an error with the request echoed */
 
 /* ---- rtnetlink ---------------------------------------------------------- */
@@ -172,7 +172,8 @@ static int configure(struct netns_job *j)
 	tap = if_nametoindex(j->tap.name);
 	if (!lo || !tap)
 		return errf(j->err, j->errlen, -ENODEV,
-			    "net: %s: no such interface", lo ? j->tap.name : "lo");
+			    "net: %s: no such interface",
+			    lo ? j->tap.name : "lo");
 	sock = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
 	if (sock < 0)
 		return errf(j->err, j->errlen, -errno, "net: rtnetlink: %s",
@@ -211,12 +212,15 @@ static void *netns_thread(void *arg)
 	return NULL;
 }
 
-int netns__create_tap(const struct netns_params *p, int *ns_fd,
-		      struct tap *tap, char *err, size_t errlen)
+int netns__create_tap(const struct netns_params *p, int *ns_fd, struct tap *tap,
+		      char *err, size_t errlen)
 {
 	struct netns_job j = {
-		.p = p, .ns_fd = -1, .tap = { .fd = -1 },
-		.err = err, .errlen = errlen,
+		.p = p,
+		.ns_fd = -1,
+		.tap = { .fd = -1 },
+		.err = err,
+		.errlen = errlen,
 	};
 	pthread_t t;
 	int ret;

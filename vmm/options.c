@@ -758,7 +758,8 @@ static int from_json(const struct option_desc *o, json_t *j,
 	case OPTION_IPV4:
 	case OPTION_CIDR:
 	case OPTION_MAC:
-		if (json_is_string(j) && !from_string(o, json_string_value(j), v))
+		if (json_is_string(j) &&
+		    !from_string(o, json_string_value(j), v))
 			return 0;
 		return errf(err, len, -EINVAL, "\"%s\" must be %s as a string",
 			    o->key, kind_form(o->kind));

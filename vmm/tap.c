@@ -12,8 +12,8 @@
 #include "lib/errf.h"
 #include "vmm/tap.h"
 
-#define TUN_PATH	"/dev/net/tun"
-#define TAP_FLAGS	(IFF_TAP | IFF_NO_PI | IFF_VNET_HDR)
+#define TUN_PATH  "/dev/net/tun"
+#define TAP_FLAGS (IFF_TAP | IFF_NO_PI | IFF_VNET_HDR)
 
 /*
  * Each offload on top of the ones before it: the tap takes TSO only with

@@ -22,17 +22,17 @@
 
 #include "guest/init/net.h"
 
-#define NET_FIELDS	  4	 /* address/prefix, gateway, MTU, DNS */
-#define NET_FIELD_MAX	  20	 /* "255.255.255.255/30" and a NUL */
-#define NET_MIN_PREFIX	  1U
-#define NET_MAX_PREFIX	  30U
-#define NET_MIN_MTU	  68U
-#define NET_MAX_MTU	  65535U
+#define NET_FIELDS     4  /* address/prefix, gateway, MTU, DNS */
+#define NET_FIELD_MAX  20 /* "255.255.255.255/30" and a NUL */
+#define NET_MIN_PREFIX 1U
+#define NET_MAX_PREFIX 30U
+#define NET_MIN_MTU    68U
+#define NET_MAX_MTU    65535U
 /* virtio-net probes during the kernel's initcalls, like virtio-blk. */
-#define NET_WAIT_MS	  5000
-#define NET_POLL_MS	  10
-#define RESOLV_LINE_MAX	  64
-#define RESOLV_DIR	  "/run/kiln"
+#define NET_WAIT_MS	5000
+#define NET_POLL_MS	10
+#define RESOLV_LINE_MAX 64
+#define RESOLV_DIR	"/run/kiln"
 
 static void warn_net(const char *what, int err)
 {
@@ -152,8 +152,7 @@ static void set_sin(struct sockaddr *sa, struct in_addr a)
 }
 
 /* MTU, address and mask, up. Each step names itself in *what. */
-static int configure_link(int sock, const struct init_net *n,
-			  const char **what)
+static int configure_link(int sock, const struct init_net *n, const char **what)
 {
 	struct in_addr mask = { .s_addr = htonl(~0U << (32 - n->prefix)) };
 	struct ifreq ifr;

@@ -13,7 +13,7 @@
 #define INIT_NET_IFNAME	     "eth0"
 #define INIT_NET_RESOLV_CONF "/etc/resolv.conf"
 /* The file a read-only or persistent root's resolv.conf is bound to. */
-#define INIT_NET_RESOLV_RUN  "/run/kiln/resolv.conf"
+#define INIT_NET_RESOLV_RUN "/run/kiln/resolv.conf"
 
 struct init_net {
 	struct in_addr address, gateway, dns;

@@ -48,7 +48,7 @@ static const char probe[] =
 	"arping -c 1 -w 10 -I eth0 10.0.2.2 >/dev/null && echo gateway answers";
 
 static const char expected[] = "0x9\n" /* IFF_UP | IFF_LOOPBACK */
-			       GUEST_MTU "\n" GUEST_MAC "\n"
+	GUEST_MTU "\n" GUEST_MAC "\n"
 			       "inet 10.0.2.15/24\n"
 			       "default eth0 0202000A\n"
 			       "nameserver " GUEST_DNS "\n"
@@ -138,8 +138,8 @@ TEST_TIMEOUT(net_tap_fd_from_the_orchestrator, BOOT_TIMEOUT)
 	ASSERT_LE(0, fd) TH_LOG("the orchestrator's tap: %s", strerror(errno));
 	snprintf(mode, sizeof(mode), "tap-fd:%d", fd);
 	BOOT(NULL,
-	     ARGS("--net", mode, "--net-mtu", GUEST_MTU, "--net-mac",
-		  GUEST_MAC, "--net-dns", GUEST_DNS),
+	     ARGS("--net", mode, "--net-mtu", GUEST_MTU, "--net-mac", GUEST_MAC,
+		  "--net-dns", GUEST_DNS),
 	     ARGS("sh", "-c", probe), NULL, &r);
 	EXPECT_EQ(0, r.status);
 	EXPECT_STREQ(expected, r.out);
@@ -211,7 +211,7 @@ TEST_TIMEOUT(facts_report_the_network, BOOT_TIMEOUT)
 	squeeze(r.out); /* vmmctl indents: no spaces, no lines */
 	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
 		EXPECT_TRUE(strstr(r.out, want[i]) != NULL)
-		TH_LOG("want %s in %.2000s", want[i], r.out);
+	TH_LOG("want %s in %.2000s", want[i], r.out);
 
 	ASSERT_EQ(0, spawn__run(ARGS(vmmctl, "shutdown", sock), NULL, &r));
 	EXPECT_EQ(0, wait_exit(vmm, 60));

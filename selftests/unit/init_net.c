@@ -85,7 +85,7 @@ TEST(refuses_the_malformed)
 
 	for (size_t i = 0; i < ARRAY_SIZE(bad); i++)
 		EXPECT_EQ(-EINVAL, init_net__parse(PARAM(bad[i]), &n))
-		TH_LOG("accepted '%s'", bad[i]);
+	TH_LOG("accepted '%s'", bad[i]);
 	EXPECT_EQ(7, n.mtu); /* untouched */
 }
 
@@ -100,8 +100,8 @@ static bool has_default_via(const char *dev, struct in_addr gw)
 	if (!f)
 		return false;
 	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "%16s %x %x %x", ifname, &dst, &via,
-			   &flags) == 4 &&
+		if (sscanf(line, "%16s %x %x %x", ifname, &dst, &via, &flags) ==
+			    4 &&
 		    !strcmp(ifname, dev) && dst == 0 && via == gw.s_addr &&
 		    (flags & RTF_GATEWAY))
 			found = true;

@@ -121,13 +121,13 @@ TEST(every_setting)
 	char err[CONFIG_ERR_LEN], line[NET_CMDLINE_MAX], m[NET_MAC_STRLEN];
 	struct vm_config c;
 
-	ASSERT_EQ(0, parse(&c,
-			   ARGS("--net", "auto", "--net-address",
-				"192.168.7.2/28", "--net-gateway",
-				"192.168.7.14", "--net-dns", "192.0.2.53",
-				"--net-mtu", "9000", "--net-mac",
-				"02:00:5E:10:00:01"),
-			   err, sizeof(err)))
+	ASSERT_EQ(0,
+		  parse(&c,
+			ARGS("--net", "auto", "--net-address", "192.168.7.2/28",
+			     "--net-gateway", "192.168.7.14", "--net-dns",
+			     "192.0.2.53", "--net-mtu", "9000", "--net-mac",
+			     "02:00:5E:10:00:01"),
+			err, sizeof(err)))
 	TH_LOG("%s", err);
 	ASSERT_EQ(0, netcfg__cmdline(&c.net, line, sizeof(line)));
 	EXPECT_STREQ(" kiln.net=192.168.7.2/28,192.168.7.14,9000,192.0.2.53",
@@ -183,12 +183,13 @@ TEST(json_forms)
 	char err[CONFIG_ERR_LEN], line[NET_CMDLINE_MAX], m[NET_MAC_STRLEN];
 	struct vm_config c;
 
-	ASSERT_EQ(0, parse_json(&c,
-				"{\"net\": {\"mode\": \"auto\", \"address\": "
-				"\"10.9.0.2/16\", \"gateway\": \"10.9.0.1\", "
-				"\"mtu\": 1400, \"mac\": \"02:aa:bb:cc:dd:ee\", "
-				"\"dns\": \"10.9.0.53\"}}",
-				NULL, err, sizeof(err)))
+	ASSERT_EQ(0,
+		  parse_json(&c,
+			     "{\"net\": {\"mode\": \"auto\", \"address\": "
+			     "\"10.9.0.2/16\", \"gateway\": \"10.9.0.1\", "
+			     "\"mtu\": 1400, \"mac\": \"02:aa:bb:cc:dd:ee\", "
+			     "\"dns\": \"10.9.0.53\"}}",
+			     NULL, err, sizeof(err)))
 	TH_LOG("%s", err);
 	EXPECT_EQ(NET_AUTO, c.net.mode);
 	ASSERT_EQ(0, netcfg__cmdline(&c.net, line, sizeof(line)));
@@ -205,9 +206,10 @@ TEST(json_forms)
 	EXPECT_STREQ("/run/netns/a", c.net.netns_path);
 	config__free(&c);
 
-	ASSERT_EQ(0, parse_json(&c,
-				"{\"net\": {\"mode\": \"tap-fd\", \"tapFd\": 9}}",
-				NULL, err, sizeof(err)))
+	ASSERT_EQ(0,
+		  parse_json(&c,
+			     "{\"net\": {\"mode\": \"tap-fd\", \"tapFd\": 9}}",
+			     NULL, err, sizeof(err)))
 	TH_LOG("%s", err);
 	EXPECT_EQ(NET_TAP_FD, c.net.mode);
 	EXPECT_EQ(9, c.net.tap_fd);
@@ -233,60 +235,45 @@ struct refused {
 };
 
 static const struct refused refused[] = {
-	{ ARGS("--net", "bridge"),
-	  NULL,
+	{ ARGS("--net", "bridge"), NULL,
 	  "--net bridge: must be auto, netns:/path, tap-fd:N or none" },
 	{ ARGS("--net", "netns:"), NULL, "give the namespace's path" },
-	{ ARGS("--net", "tap-fd:x"), NULL, "--net tap-fd:x: give the tap's fd" },
+	{ ARGS("--net", "tap-fd:x"), NULL,
+	  "--net tap-fd:x: give the tap's fd" },
 	{ ARGS("--net", "tap-fd:2"), NULL, "net tap fd 2: must be 3 or more" },
-	{ ARGS("--net-address", "10.0.2.15/24"),
-	  NULL,
+	{ ARGS("--net-address", "10.0.2.15/24"), NULL,
 	  "net options given without a network" },
-	{ ARGS("--net", "auto", "--net-address", "10.0.2.15"),
-	  NULL,
+	{ ARGS("--net", "auto", "--net-address", "10.0.2.15"), NULL,
 	  "--net-address 10.0.2.15: not an IPv4 address with a prefix" },
-	{ ARGS("--net", "auto", "--net-address", "10.0.2.15/31"),
-	  NULL,
+	{ ARGS("--net", "auto", "--net-address", "10.0.2.15/31"), NULL,
 	  "the prefix must be 1 to 30" },
-	{ ARGS("--net", "auto", "--net-address", "10.0.2.0/24"),
-	  NULL,
+	{ ARGS("--net", "auto", "--net-address", "10.0.2.0/24"), NULL,
 	  "net address 10.0.2.0/24 (--net-address, \"net.address\"): not a "
 	  "host address" },
-	{ ARGS("--net", "auto", "--net-address", "127.0.0.2/8"),
-	  NULL,
+	{ ARGS("--net", "auto", "--net-address", "127.0.0.2/8"), NULL,
 	  "not a host address" },
-	{ ARGS("--net", "auto", "--net-address", "192.168.1.5/24"),
-	  NULL,
+	{ ARGS("--net", "auto", "--net-address", "192.168.1.5/24"), NULL,
 	  "net gateway 10.0.2.2 (the default) (--net-gateway, "
 	  "\"net.gateway\"): must be another host of the guest's subnet "
 	  "192.168.1.5/24" },
-	{ ARGS("--net", "auto", "--net-gateway", "10.0.2.15"),
-	  NULL,
+	{ ARGS("--net", "auto", "--net-gateway", "10.0.2.15"), NULL,
 	  "must be another host" },
-	{ ARGS("--net", "auto", "--net-gateway", "10.0.2.255"),
-	  NULL,
+	{ ARGS("--net", "auto", "--net-gateway", "10.0.2.255"), NULL,
 	  "must be another host" },
-	{ ARGS("--net", "auto", "--net-gateway", "10.0.2.256"),
-	  NULL,
+	{ ARGS("--net", "auto", "--net-gateway", "10.0.2.256"), NULL,
 	  "--net-gateway 10.0.2.256: not an IPv4 address (A.B.C.D)" },
-	{ ARGS("--net", "auto", "--net-dns", "224.0.0.1"),
-	  NULL,
+	{ ARGS("--net", "auto", "--net-dns", "224.0.0.1"), NULL,
 	  "net DNS server 224.0.0.1 (--net-dns, \"net.dns\"): not a unicast" },
-	{ ARGS("--net", "auto", "--net-mtu", "67"),
-	  NULL,
+	{ ARGS("--net", "auto", "--net-mtu", "67"), NULL,
 	  "net MTU 67 (--net-mtu, \"net.mtu\"): must be 68 to 65535" },
-	{ ARGS("--net", "auto", "--net-mtu", "65536"),
-	  NULL,
+	{ ARGS("--net", "auto", "--net-mtu", "65536"), NULL,
 	  "must be 68 to 65535" },
-	{ ARGS("--net", "auto", "--net-mac", "03:00:00:00:00:01"),
-	  NULL,
+	{ ARGS("--net", "auto", "--net-mac", "03:00:00:00:00:01"), NULL,
 	  "net MAC 03:00:00:00:00:01 (--net-mac, \"net.mac\"): must be a "
 	  "nonzero unicast" },
-	{ ARGS("--net", "auto", "--net-mac", "00:00:00:00:00:00"),
-	  NULL,
+	{ ARGS("--net", "auto", "--net-mac", "00:00:00:00:00:00"), NULL,
 	  "nonzero unicast" },
-	{ ARGS("--net", "auto", "--net-mac", "02:00:00:00:00"),
-	  NULL,
+	{ ARGS("--net", "auto", "--net-mac", "02:00:00:00:00"), NULL,
 	  "--net-mac 02:00:00:00:00: not a MAC address" },
 	{ NULL, "{\"net\": {\"mode\": \"bridge\"}}",
 	  "\"net.mode\" must be \"none\", \"auto\", \"netns\" or \"tap-fd\"" },

@@ -30,14 +30,14 @@
 #include "vmm/netns.h"
 #include "vmm/tap.h"
 
-#define GATEWAY	     "10.0.2.2"
-#define PREFIX	     24
-#define TEST_MTU     1400
-#define NOBODY_ADDR  "198.51.100.7" /* TEST-NET-2: nobody's */
-#define TEST_PORT    5300
-#define DUMP_BUF     16384
-#define POLL_MS	     2000
-#define ERR_LEN	     256
+#define GATEWAY	    "10.0.2.2"
+#define PREFIX	    24
+#define TEST_MTU    1400
+#define NOBODY_ADDR "198.51.100.7" /* TEST-NET-2: nobody's */
+#define TEST_PORT   5300
+#define DUMP_BUF    16384
+#define POLL_MS	    2000
+#define ERR_LEN	    256
 
 static bool can_unshare(struct __test_metadata *_metadata)
 {
@@ -145,12 +145,12 @@ static void check_inside(struct __test_metadata *_metadata, int ns_fd)
 	ASSERT_EQ(0, ioctl(sock, SIOCGIFMTU, &ifr));
 	EXPECT_EQ(TEST_MTU, ifr.ifr_mtu);
 	ASSERT_EQ(0, ioctl(sock, SIOCGIFADDR, &ifr));
-	inet_ntop(AF_INET, &((struct sockaddr_in *)&ifr.ifr_addr)->sin_addr,
-		  a, sizeof(a));
+	inet_ntop(AF_INET, &((struct sockaddr_in *)&ifr.ifr_addr)->sin_addr, a,
+		  sizeof(a));
 	EXPECT_STREQ(GATEWAY, a);
 	ASSERT_EQ(0, ioctl(sock, SIOCGIFNETMASK, &ifr));
-	inet_ntop(AF_INET, &((struct sockaddr_in *)&ifr.ifr_addr)->sin_addr,
-		  a, sizeof(a));
+	inet_ntop(AF_INET, &((struct sockaddr_in *)&ifr.ifr_addr)->sin_addr, a,
+		  sizeof(a));
 	EXPECT_STREQ("255.255.255.0", a);
 	close(sock);
 
@@ -164,8 +164,8 @@ static void check_inside(struct __test_metadata *_metadata, int ns_fd)
 	any.sin_addr.s_addr = htonl(INADDR_ANY);
 	ASSERT_EQ(0, bind(rx, (struct sockaddr *)&any, sizeof(any)));
 	inet_pton(AF_INET, NOBODY_ADDR, &to.sin_addr);
-	ASSERT_EQ(4, sendto(tx, "ping", 4, 0, (struct sockaddr *)&to,
-			    sizeof(to)))
+	ASSERT_EQ(4,
+		  sendto(tx, "ping", 4, 0, (struct sockaddr *)&to, sizeof(to)))
 	TH_LOG("sendto %s: %s", NOBODY_ADDR, strerror(errno));
 	p = (struct pollfd){ .fd = rx, .events = POLLIN };
 	ASSERT_EQ(1, poll(&p, 1, POLL_MS));
