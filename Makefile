@@ -90,6 +90,9 @@ obj-y += devices/i8042.o
 obj-y += devices/exit-dev.o
 obj-y += devices/console.o
 
+# The egress program (ebpf/, Documentation/network.md).
+bpf-prog-y += egress
+
 # vmmctl, the control socket's client: shares only the base64 code.
 vmmctl-obj-y += tools/vmmctl.o
 vmmctl-obj-y += lib/base64.o
@@ -100,9 +103,10 @@ kvm-tests    := $(patsubst selftests/kvm/%.c,$(O)/selftests/kvm_%,$(wildcard sel
 UNIT_OBJS := $(addprefix $(O)/obj/,$(core-obj-y))
 VMM_OBJS  := $(UNIT_OBJS) $(addprefix $(O)/obj/,$(obj-y))
 VMMCTL_OBJS := $(addprefix $(O)/obj/,$(vmmctl-obj-y))
+BPF_SKELS := $(patsubst %,$(O)/include/ebpf/%.skel.h,$(bpf-prog-y))
 
 .PHONY: all deps guest image run test bench clean selftests check-deps
-all: $(O)/vmm $(O)/vmmctl $(O)/tools/fs-example-server
+all: $(O)/vmm $(O)/vmmctl $(O)/tools/fs-example-server $(BPF_SKELS)
 	@:
 
 $(O)/vmm: $(VMM_OBJS)
@@ -258,4 +262,5 @@ clean:
 
 -include $(VMM_OBJS:.o=.d)
 -include $(VMMCTL_OBJS:.o=.d)
+-include $(patsubst %,$(O)/ebpf/%.bpf.d,$(bpf-prog-y))
 -include $(wildcard $(O)/selftests/*.d $(O)/selftests/helpers/*.d $(O)/tools/*.d)
