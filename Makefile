@@ -90,7 +90,9 @@ obj-y += devices/i8042.o
 obj-y += devices/exit-dev.o
 obj-y += devices/console.o
 
-# The egress program (ebpf/, Documentation/network.md).
+# The egress program and its loader (ebpf/, Documentation/network.md):
+# linked, with libbpf, only into what uses them.
+ebpf-obj-y += ebpf/loader.o
 bpf-prog-y += egress
 
 # vmmctl, the control socket's client: shares only the base64 code.
@@ -103,11 +105,15 @@ kvm-tests    := $(patsubst selftests/kvm/%.c,$(O)/selftests/kvm_%,$(wildcard sel
 UNIT_OBJS := $(addprefix $(O)/obj/,$(core-obj-y))
 VMM_OBJS  := $(UNIT_OBJS) $(addprefix $(O)/obj/,$(obj-y))
 VMMCTL_OBJS := $(addprefix $(O)/obj/,$(vmmctl-obj-y))
+EBPF_OBJS := $(addprefix $(O)/obj/,$(ebpf-obj-y))
 BPF_SKELS := $(patsubst %,$(O)/include/ebpf/%.skel.h,$(bpf-prog-y))
 
 .PHONY: all deps guest image run test bench clean selftests check-deps
-all: $(O)/vmm $(O)/vmmctl $(O)/tools/fs-example-server $(BPF_SKELS)
+all: $(O)/vmm $(O)/vmmctl $(O)/tools/fs-example-server $(EBPF_OBJS)
 	@:
+
+# The loader includes the skeletons; -MMD records that only once built.
+$(EBPF_OBJS): $(BPF_SKELS)
 
 $(O)/vmm: $(VMM_OBJS)
 	$(quiet) LD $@
@@ -262,5 +268,5 @@ clean:
 
 -include $(VMM_OBJS:.o=.d)
 -include $(VMMCTL_OBJS:.o=.d)
--include $(patsubst %,$(O)/ebpf/%.bpf.d,$(bpf-prog-y))
+-include $(EBPF_OBJS:.o=.d) $(patsubst %,$(O)/ebpf/%.bpf.d,$(bpf-prog-y))
 -include $(wildcard $(O)/selftests/*.d $(O)/selftests/helpers/*.d $(O)/tools/*.d)
