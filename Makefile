@@ -133,13 +133,19 @@ $(O)/tools/fs-example-server: tools/fs-example-server.c | pkg-check
 
 $(O)/selftests/fs_virtual: $(O)/tools/fs-example-server
 
+# Tests of ebpf/ link its objects and libbpf on top of the core.
+ebpf-tests := $(filter $(O)/selftests/ebpf_%,$(unit-tests))
+$(ebpf-tests): $(EBPF_OBJS)
+$(ebpf-tests): TEST_OBJS = $(EBPF_OBJS)
+$(ebpf-tests): TEST_LDLIBS = $(BPF_LDLIBS)
+
 # Test binaries are compiled and linked in one step; -MMD still gives each
 # its header list ($@.d), so touching a header rebuilds the tests using it.
 $(O)/selftests/%: selftests/unit/%.c $(UNIT_OBJS) | pkg-check
 	$(quiet) CC $<
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CC) $(KILN_CFLAGS) $(CFLAGS) $(HARDEN_LD) -MMD -MP -MF $@.d \
-		-o $@ $< $(UNIT_OBJS) $(KILN_LDLIBS)
+		-o $@ $< $(UNIT_OBJS) $(TEST_OBJS) $(KILN_LDLIBS) $(TEST_LDLIBS)
 
 # KVM selftests carry freestanding guest code: built without the stack
 # protector so the guest functions need no TLS canary.
