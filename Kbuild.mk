@@ -4,6 +4,8 @@
 CC      ?= gcc
 O       ?= build
 PKGS    := liburing jansson libseccomp wolfssl
+# Linked only into what uses ebpf/ (BPF_LDLIBS), not into everything.
+BPF_PKGS := libbpf
 
 WARNINGS := -Wall -Wextra -Wformat=2 -Wformat-security -Wshadow \
 	-Wstrict-prototypes -Wmissing-prototypes -Wold-style-definition \
@@ -19,17 +21,32 @@ CFLAGS   ?= -O2 -g
 # A package pkg-config cannot find is named, and stops the build of anything
 # that compiles (objects depend on pkg-check); `make deps` installs them.
 # Goals that only install or clean (deps, clean) never need it.
-PKG_MISSING := $(strip $(foreach p,$(PKGS),$(if $(shell pkg-config --exists $(p) && echo y),,$(p))))
+PKG_MISSING := $(strip $(foreach p,$(PKGS) $(BPF_PKGS),$(if $(shell pkg-config --exists $(p) && echo y),,$(p))))
 KILN_CFLAGS := -std=gnu11 $(WARNINGS) -Werror $(HARDEN) -D_GNU_SOURCE \
 	-I. -I$(O)/include \
 	$(if $(PKG_MISSING),,$(shell pkg-config --cflags $(PKGS)))
 KILN_LDLIBS := $(if $(PKG_MISSING),,$(shell pkg-config --libs $(PKGS))) -lpthread
+BPF_LDLIBS  := $(if $(PKG_MISSING),,$(shell pkg-config --libs $(BPF_PKGS)))
+
+# BPF programs (ebpf/*.bpf.c): Debian's clang for the BPF target, then
+# bpftool turns each object into a skeleton header, $(O)/include/ebpf/
+# X.skel.h, which the loader includes. The uapi headers' <asm/...> live
+# in the multiarch folder, which clang does not search for -target bpf.
+CLANG   ?= clang
+BPFTOOL ?= $(firstword $(shell command -v bpftool) /usr/sbin/bpftool)
+# Programs are global functions without prototypes, by nature.
+BPF_WARNINGS := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wpointer-arith \
+	-Wundef -Wvla -Wimplicit-fallthrough -Wno-unused-parameter
+BPF_CFLAGS := -O2 -g -target bpf $(BPF_WARNINGS) -Werror \
+	-idirafter /usr/include/$(shell $(CC) -dumpmachine)
+TOOLS_MISSING := $(strip $(foreach t,$(CLANG) $(BPFTOOL),$(if $(shell command -v $(t)),,$(t))))
 
 # Defined here, but not the includer's default goal (make's first target).
 kiln_default_goal := $(.DEFAULT_GOAL)
 .PHONY: pkg-check
 pkg-check:
 	$(if $(PKG_MISSING),$(error pkg-config finds no $(PKG_MISSING) (Debian's -dev package missing?): run 'make deps'))
+	$(if $(TOOLS_MISSING),$(error no $(TOOLS_MISSING) (Debian's clang, bpftool): run 'make deps'))
 .DEFAULT_GOAL := $(kiln_default_goal)
 
 ifeq ($(V),1)
@@ -44,3 +61,16 @@ $(O)/obj/%.o: %.c | pkg-check
 	$(quiet) CC $<
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CC) $(KILN_CFLAGS) $(CFLAGS) -MMD -MP -c -o $@ $<
+
+# Kept: the skeleton's input, and what bpftool or llvm-objdump look at.
+.PRECIOUS: $(O)/ebpf/%.bpf.o
+$(O)/ebpf/%.bpf.o: ebpf/%.bpf.c | pkg-check
+	$(quiet) CLANG $<
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CLANG) $(BPF_CFLAGS) -MMD -MP -c -o $@ $<
+
+$(O)/include/ebpf/%.skel.h: $(O)/ebpf/%.bpf.o
+	$(quiet) GEN $@
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(BPFTOOL) gen skeleton $< name $(subst -,_,$*)_bpf >$@.tmp
+	$(Q)mv $@.tmp $@

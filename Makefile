@@ -92,6 +92,11 @@ obj-y += devices/i8042.o
 obj-y += devices/exit-dev.o
 obj-y += devices/console.o
 
+# The egress program and its loader (ebpf/, Documentation/network.md):
+# linked, with libbpf, only into what uses them.
+ebpf-obj-y += ebpf/loader.o
+bpf-prog-y += egress
+
 # vmmctl, the control socket's client: shares only the base64 code.
 vmmctl-obj-y += tools/vmmctl.o
 vmmctl-obj-y += lib/base64.o
@@ -102,10 +107,15 @@ kvm-tests    := $(patsubst selftests/kvm/%.c,$(O)/selftests/kvm_%,$(wildcard sel
 UNIT_OBJS := $(addprefix $(O)/obj/,$(core-obj-y))
 VMM_OBJS  := $(UNIT_OBJS) $(addprefix $(O)/obj/,$(obj-y))
 VMMCTL_OBJS := $(addprefix $(O)/obj/,$(vmmctl-obj-y))
+EBPF_OBJS := $(addprefix $(O)/obj/,$(ebpf-obj-y))
+BPF_SKELS := $(patsubst %,$(O)/include/ebpf/%.skel.h,$(bpf-prog-y))
 
 .PHONY: all deps guest image run test bench clean selftests check-deps
-all: $(O)/vmm $(O)/vmmctl $(O)/tools/fs-example-server
+all: $(O)/vmm $(O)/vmmctl $(O)/tools/fs-example-server $(EBPF_OBJS)
 	@:
+
+# The loader includes the skeletons; -MMD records that only once built.
+$(EBPF_OBJS): $(BPF_SKELS)
 
 $(O)/vmm: $(VMM_OBJS)
 	$(quiet) LD $@
@@ -125,13 +135,19 @@ $(O)/tools/fs-example-server: tools/fs-example-server.c | pkg-check
 
 $(O)/selftests/fs_virtual: $(O)/tools/fs-example-server
 
+# Tests of ebpf/ link its objects and libbpf on top of the core.
+ebpf-tests := $(filter $(O)/selftests/ebpf_%,$(unit-tests))
+$(ebpf-tests): $(EBPF_OBJS)
+$(ebpf-tests): TEST_OBJS = $(EBPF_OBJS)
+$(ebpf-tests): TEST_LDLIBS = $(BPF_LDLIBS)
+
 # Test binaries are compiled and linked in one step; -MMD still gives each
 # its header list ($@.d), so touching a header rebuilds the tests using it.
 $(O)/selftests/%: selftests/unit/%.c $(UNIT_OBJS) | pkg-check
 	$(quiet) CC $<
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CC) $(KILN_CFLAGS) $(CFLAGS) $(HARDEN_LD) -MMD -MP -MF $@.d \
-		-o $@ $< $(UNIT_OBJS) $(KILN_LDLIBS)
+		-o $@ $< $(UNIT_OBJS) $(TEST_OBJS) $(KILN_LDLIBS) $(TEST_LDLIBS)
 
 # KVM selftests carry freestanding guest code: built without the stack
 # protector so the guest functions need no TLS canary.
@@ -260,4 +276,5 @@ clean:
 
 -include $(VMM_OBJS:.o=.d)
 -include $(VMMCTL_OBJS:.o=.d)
+-include $(EBPF_OBJS:.o=.d) $(patsubst %,$(O)/ebpf/%.bpf.d,$(bpf-prog-y))
 -include $(wildcard $(O)/selftests/*.d $(O)/selftests/helpers/*.d $(O)/tools/*.d)

@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/fib_rules.h>
 #include <linux/netlink.h>
 #include <linux/nsfs.h>
 #include <linux/rtnetlink.h>
@@ -103,22 +104,46 @@ static int add_address(int sock, unsigned int ifindex, uint32_t addr,
 	return nl_talk(sock, &r);
 }
 
-/* local 0.0.0.0/0 dev lo table local */
+/*
+ * The table of the guest's packets: "local 0.0.0.0/0 dev lo" in it makes
+ * every destination local for what comes in from the tap, and only for
+ * that (add_steer_rule): in table local it would make the guest's own
+ * address local too, and the replies to it would go into lo.
+ */
+/* NETNS_STEER_PREF: before the main table's rule (32766). */
+/* local 0.0.0.0/0 dev lo table NETNS_STEER_TABLE */
 static int add_local_default(int sock, unsigned int lo)
 {
 	struct rtmsg rt = { .rtm_family = AF_INET,
 			    .rtm_dst_len = 0,
-			    .rtm_table = RT_TABLE_LOCAL,
+			    .rtm_table = RT_TABLE_UNSPEC, /* RTA_TABLE says */
 			    .rtm_protocol = RTPROT_BOOT,
 			    .rtm_scope = RT_SCOPE_HOST,
 			    .rtm_type = RTN_LOCAL };
-	uint32_t table = RT_TABLE_LOCAL, oif = lo;
+	uint32_t table = NETNS_STEER_TABLE, oif = lo;
 	struct nl_request r;
 
 	nl_init(&r, RTM_NEWROUTE, NLM_F_CREATE | NLM_F_REPLACE, &rt,
 		sizeof(rt));
 	nl_attr(&r, RTA_TABLE, &table, sizeof(table));
 	nl_attr(&r, RTA_OIF, &oif, sizeof(oif));
+	return nl_talk(sock, &r);
+}
+
+/* pref NETNS_STEER_PREF iif TAP lookup NETNS_STEER_TABLE */
+static int add_steer_rule(int sock, const char *tap)
+{
+	struct fib_rule_hdr frh = { .family = AF_INET,
+				    .table = RT_TABLE_UNSPEC,
+				    .action = FR_ACT_TO_TBL };
+	uint32_t table = NETNS_STEER_TABLE, pref = NETNS_STEER_PREF;
+	struct nl_request r;
+
+	/* Without NLM_F_EXCL, the same rule already there is no error. */
+	nl_init(&r, RTM_NEWRULE, NLM_F_CREATE, &frh, sizeof(frh));
+	nl_attr(&r, FRA_PRIORITY, &pref, sizeof(pref));
+	nl_attr(&r, FRA_TABLE, &table, sizeof(table));
+	nl_attr(&r, FRA_IFNAME, tap, strlen(tap) + 1);
 	return nl_talk(sock, &r);
 }
 
@@ -161,7 +186,7 @@ static int enter(struct netns_job *j)
 	return 0;
 }
 
-/* The gateway's address on the tap, lo up, the local default route. */
+/* The gateway's address on the tap, lo up, the guest's local route. */
 static int configure(struct netns_job *j)
 {
 	unsigned int lo, tap;
@@ -185,8 +210,12 @@ static int configure(struct netns_job *j)
 		ret = add_address(sock, tap, j->p->host_addr, j->p->prefix);
 	}
 	if (!ret) {
-		what = "the route local 0.0.0.0/0 dev lo table local";
+		what = "the route local 0.0.0.0/0 dev lo table 100";
 		ret = add_local_default(sock, lo);
+	}
+	if (!ret) {
+		what = "the rule iif <tap> lookup 100";
+		ret = add_steer_rule(sock, j->tap.name);
 	}
 	close(sock);
 	if (ret)

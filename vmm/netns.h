@@ -15,11 +15,13 @@
  * an fd of it, opens the tap there (vmm/tap.c) and configures it over
  * rtnetlink: the gateway's address on the tap, lo up, and
  *
- *	local 0.0.0.0/0 dev lo table local
+ *	local 0.0.0.0/0 dev lo table 100
+ *	pref 100 iif <tap> lookup 100
  *
- * so that every destination is local in the namespace: the eBPF program
- * on the tap steers the guest's flows to the vmm's own sockets there, and
- * nothing is ever forwarded. The thread is joined before this returns;
+ * so that every destination is local for what the guest sends (and only
+ * for that: the replies to the guest take the main table): the eBPF
+ * program on the tap steers the guest's flows to the vmm's own sockets
+ * there, and nothing is ever forwarded. The thread is joined before this returns;
  * the vmm's other threads never leave the host's namespace, where its
  * proxy opens upstream connections. Needs CAP_SYS_ADMIN (unshare, setns)
  * and CAP_NET_ADMIN in the namespace.
@@ -29,6 +31,10 @@
  *	tap__close(&tap);  after the device is gone
  *	close(ns_fd);      the namespace goes when nothing else holds it
  */
+
+/* The routing table of the guest's packets, and its rule's priority. */
+#define NETNS_STEER_TABLE 100U
+#define NETNS_STEER_PREF  100U
 
 struct netns_params {
 	const char *path;     /* a namespace file; NULL: a new namespace */

@@ -4,8 +4,9 @@
  *
  * The real tree must pass; small fake trees show that each kind of back
  * edge (a device including vmm/, the bootloader including devices/, lib/
- * including anything above it, the host including guest/) is caught and
- * named with its file and line, and that allowed edges are not.
+ * including anything above it, ebpf/ including devices/, the host
+ * including guest/) is caught and named with its file and line, and that
+ * allowed edges are not.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,6 +64,11 @@ static const struct {
 	  "vmm/v.c:1: vmm/ may not include guest/init/mounts.h" },
 	{ "tools/t.c", "#include \"guest/agent/fs.h\"\n",
 	  "tools/t.c:1: tools/ may not include guest/agent/fs.h" },
+	{ "ebpf/e.c", "#include \"devices/virtio/net.h\"\n",
+	  "ebpf/e.c:1: ebpf/ may not include devices/virtio/net.h" },
+	{ "ebpf/ok.c", "#include \"lib/log.h\"\n#include \"ebpf/egress.h\"\n",
+	  NULL },
+	{ "vmm/ebpf.c", "#include \"ebpf/loader.h\"\n", NULL },
 	{ "devices/ok.c",
 	  "#include \"lib/log.h\"\n#include \"proto/agent.h\"\n"
 	  "#include \"devices/virtio/queue.h\"\n#include \"local.h\"\n",

@@ -3,16 +3,22 @@
  * --net auto's and netns:PATH's host side (vmm/netns.c), and tap-fd:N's
  * check (tap__adopt): the namespace made or entered on a thread while the
  * caller stays where it was, the tap kiln0 in it with the gateway's
- * address and MTU, lo up, the route local 0.0.0.0/0 dev lo in table
- * local, looked at from inside the namespace with ioctls and an
- * rtnetlink dump, and shown to work: a datagram to an address nobody has
- * is delivered to a socket of the namespace. Root only (a skip
+ * address and MTU, lo up, the route local 0.0.0.0/0 dev lo in table 100
+ * and the rule that sends what comes in from the tap there, looked at
+ * from inside the namespace with ioctls and rtnetlink dumps, and shown to
+ * work: a datagram the guest sends (written into the tap) to an address
+ * nobody has is delivered to a socket of the namespace, while the
+ * namespace's own datagram to it finds no route. Root only (a skip
  * otherwise); every namespace is the test's own, nothing leaves them.
  */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/fib_rules.h>
+#include <linux/if_ether.h>
 #include <linux/if_tun.h>
+#include <linux/ip.h>
+#include <linux/udp.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
 #include <net/if.h>
@@ -31,6 +37,7 @@
 #include "vmm/tap.h"
 
 #define GATEWAY	    "10.0.2.2"
+#define GUEST	    "10.0.2.15"
 #define PREFIX	    24
 #define TEST_MTU    1400
 #define NOBODY_ADDR "198.51.100.7" /* TEST-NET-2: nobody's */
@@ -72,7 +79,7 @@ static short if_flags(int sock, const char *name)
 	return ioctl(sock, SIOCGIFFLAGS, &ifr) ? 0 : ifr.ifr_flags;
 }
 
-/* Is "local 0.0.0.0/0 dev lo" in table local? An rtnetlink dump. */
+/* Is "local 0.0.0.0/0 dev lo" in the steering table? A dump. */
 static bool has_local_default(unsigned int lo)
 {
 	struct {
@@ -113,7 +120,7 @@ static bool has_local_default(unsigned int lo)
 					memcpy(&oif, RTA_DATA(a), 4);
 			}
 			if (rt->rtm_dst_len == 0 && rt->rtm_type == RTN_LOCAL &&
-			    table == RT_TABLE_LOCAL && oif == lo)
+			    table == NETNS_STEER_TABLE && oif == lo)
 				found = true;
 		}
 	}
@@ -121,11 +128,112 @@ static bool has_local_default(unsigned int lo)
 	return found;
 }
 
+/* Is "pref 100 iif <tap> lookup 100" there? A dump of the rules. */
+static bool has_steer_rule(const char *tap)
+{
+	struct {
+		struct nlmsghdr h;
+		struct fib_rule_hdr frh;
+	} req = {
+		.h = { .nlmsg_len = sizeof(req),
+		       .nlmsg_type = RTM_GETRULE,
+		       .nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP },
+		.frh = { .family = AF_INET },
+	};
+	static uint8_t buf[DUMP_BUF];
+	bool found = false, done = false;
+	int sock;
+	ssize_t n;
+
+	sock = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+	if (sock < 0 || send(sock, &req, sizeof(req), 0) < 0)
+		return false;
+	while (!done && (n = recv(sock, buf, sizeof(buf), 0)) > 0) {
+		struct nlmsghdr *h = (struct nlmsghdr *)buf;
+
+		for (; NLMSG_OK(h, (size_t)n); h = NLMSG_NEXT(h, n)) {
+			struct fib_rule_hdr *frh = NLMSG_DATA(h);
+			struct rtattr *a = (struct rtattr *)(frh + 1);
+			int len = (int)h->nlmsg_len -
+				  (int)NLMSG_LENGTH(sizeof(*frh));
+			uint32_t table = frh->table, pref = 0;
+			const char *iif = "";
+
+			if (h->nlmsg_type == NLMSG_DONE ||
+			    h->nlmsg_type == NLMSG_ERROR) {
+				done = true;
+				break;
+			}
+			for (; RTA_OK(a, len); a = RTA_NEXT(a, len)) {
+				if (a->rta_type == FRA_TABLE)
+					memcpy(&table, RTA_DATA(a), 4);
+				if (a->rta_type == FRA_PRIORITY)
+					memcpy(&pref, RTA_DATA(a), 4);
+				if (a->rta_type == FRA_IFNAME)
+					iif = RTA_DATA(a);
+			}
+			if (table == NETNS_STEER_TABLE &&
+			    pref == NETNS_STEER_PREF && !strcmp(iif, tap) &&
+			    frh->action == FR_ACT_TO_TBL)
+				found = true;
+		}
+	}
+	close(sock);
+	return found;
+}
+
+/* RFC 1071's sum over an IPv4 header. */
+static uint16_t ip_checksum(const void *p, size_t len)
+{
+	const uint8_t *b = p;
+	uint32_t sum = 0;
+
+	for (size_t i = 0; i + 1 < len; i += 2)
+		sum += (uint32_t)b[i] << 8 | b[i + 1];
+	while (sum >> 16)
+		sum = (sum & 0xffff) + (sum >> 16);
+	return htons((uint16_t)~sum);
+}
+
+/*
+ * A UDP datagram "from the guest" (10.0.2.15) to NOBODY_ADDR:TEST_PORT,
+ * written into the tap as the device would: a zero virtio-net header,
+ * then the frame, to the tap's own MAC.
+ */
+static bool guest_sends(int tap_fd, const uint8_t mac[ETH_ALEN])
+{
+	struct __attribute__((packed)) {
+		uint8_t vnet[12];
+		struct ethhdr eth;
+		struct iphdr ip;
+		struct udphdr udp;
+		char data[4];
+	} f = { 0 };
+
+	memcpy(f.eth.h_dest, mac, ETH_ALEN);
+	memcpy(f.eth.h_source, "\x02\x4b\x4c\x00\x00\x01", ETH_ALEN);
+	f.eth.h_proto = htons(ETH_P_IP);
+	f.ip.version = 4;
+	f.ip.ihl = 5;
+	f.ip.tot_len = htons(sizeof(f) - sizeof(f.vnet) - sizeof(f.eth));
+	f.ip.ttl = 64;
+	f.ip.protocol = IPPROTO_UDP;
+	inet_pton(AF_INET, GUEST, &f.ip.saddr);
+	inet_pton(AF_INET, NOBODY_ADDR, &f.ip.daddr);
+	f.ip.check = ip_checksum(&f.ip, sizeof(f.ip));
+	f.udp.source = htons(TEST_PORT + 1);
+	f.udp.dest = htons(TEST_PORT);
+	f.udp.len = htons(sizeof(f.udp) + sizeof(f.data));
+	memcpy(f.data, "ping", 4); /* UDP checksum 0: none */
+	return write(tap_fd, &f, sizeof(f)) == (ssize_t)sizeof(f);
+}
+
 /*
  * Inside the namespace of ns_fd (this test process moves there): what
  * netns__create_tap promised, and the route at work.
  */
-static void check_inside(struct __test_metadata *_metadata, int ns_fd)
+static void check_inside(struct __test_metadata *_metadata, int ns_fd,
+			 int tap_fd)
 {
 	struct sockaddr_in to = { .sin_family = AF_INET,
 				  .sin_port = htons(TEST_PORT) };
@@ -155,24 +263,34 @@ static void check_inside(struct __test_metadata *_metadata, int ns_fd)
 	close(sock);
 
 	EXPECT_TRUE(has_local_default(if_nametoindex("lo")));
+	EXPECT_TRUE(has_steer_rule(NET_TAP_NAME));
 
-	/* Any destination is local here: a datagram to nobody arrives. */
-	rx = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	/* The namespace's own traffic is not made local, nor sent out. */
 	tx = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	ASSERT_LE(0, rx);
 	ASSERT_LE(0, tx);
+	inet_pton(AF_INET, NOBODY_ADDR, &to.sin_addr);
+	EXPECT_EQ(-1,
+		  sendto(tx, "ping", 4, 0, (struct sockaddr *)&to, sizeof(to)));
+	EXPECT_EQ(ENETUNREACH, errno);
+	close(tx);
+
+	/* What comes in from the tap is local, whatever its destination. */
+	rx = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	ASSERT_LE(0, rx);
 	any.sin_addr.s_addr = htonl(INADDR_ANY);
 	ASSERT_EQ(0, bind(rx, (struct sockaddr *)&any, sizeof(any)));
-	inet_pton(AF_INET, NOBODY_ADDR, &to.sin_addr);
-	ASSERT_EQ(4,
-		  sendto(tx, "ping", 4, 0, (struct sockaddr *)&to, sizeof(to)))
-	TH_LOG("sendto %s: %s", NOBODY_ADDR, strerror(errno));
+	sock = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	ASSERT_LE(0, sock);
+	snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), NET_TAP_NAME);
+	ASSERT_EQ(0, ioctl(sock, SIOCGIFHWADDR, &ifr));
+	close(sock);
+	ASSERT_TRUE(guest_sends(tap_fd, (uint8_t *)ifr.ifr_hwaddr.sa_data))
+	TH_LOG("write to the tap: %s", strerror(errno));
 	p = (struct pollfd){ .fd = rx, .events = POLLIN };
 	ASSERT_EQ(1, poll(&p, 1, POLL_MS));
 	EXPECT_EQ(4, recv(rx, buf, sizeof(buf), 0));
 	EXPECT_STREQ("ping", buf);
 	close(rx);
-	close(tx);
 }
 
 static const struct netns_params *params(const char *path)
@@ -206,7 +324,7 @@ TEST(auto_makes_a_namespace_with_the_tap)
 	EXPECT_STREQ(NET_TAP_NAME, tap.name);
 	EXPECT_LE(0, tap.fd);
 	EXPECT_TRUE(fcntl(ns_fd, F_GETFD) & FD_CLOEXEC);
-	check_inside(_metadata, ns_fd);
+	check_inside(_metadata, ns_fd, tap.fd);
 	tap__close(&tap);
 	close(ns_fd);
 }
@@ -233,7 +351,7 @@ TEST(netns_path_enters_the_given_namespace)
 	TH_LOG("%s", err);
 	EXPECT_EQ(ns_inode(orig), my_ns());
 	EXPECT_EQ(ns_inode(given), ns_inode(ns_fd));
-	check_inside(_metadata, ns_fd);
+	check_inside(_metadata, ns_fd, tap.fd);
 	tap__close(&tap);
 	close(ns_fd);
 	close(given);
