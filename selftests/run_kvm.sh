@@ -27,6 +27,14 @@ else
 	mapfile -t suites < <(kvm_suites "$O")
 fi
 
+# The network tests make taps: a host loads tun when /dev/net/tun is
+# first opened (its static node, made by systemd); a harness VM, whose
+# busybox init makes no static nodes, has to load it by name.
+if [ ! -c /dev/net/tun ] && [ "$(id -u)" -eq 0 ]; then
+	modprobe tun 2>/dev/null ||
+		echo "# kiln-error: run_kvm.sh: no /dev/net/tun and no tun module"
+fi
+
 if [ ! -c "$KILN_KVM_DEVICE" ]; then
 	echo "# kiln-error: run_kvm.sh: no $KILN_KVM_DEVICE on $(uname -n):" \
 		"the KVM tests would only skip"

@@ -107,6 +107,9 @@ struct virtio_net {
 	bool host_warned; /* one about the tap */
 	bool more;	  /* work left: poll the ring, do not wait */
 
+	/* RWF_NOWAIT where the tap takes it, else 0 (net.c: tap_takes_nowait) */
+	int rw_flags;
+
 	/* Receive. */
 	bool rx_reading; /* a read of the tap in flight */
 	bool rx_polling; /* a poll of the tap in flight */

@@ -18,9 +18,11 @@
  * the frame straight into guest memory, and what does not fit into a
  * tail of our own, so that a frame too large for the buffers is seen
  * whole and dropped (the tap would cut it short without a word). Reads
- * and writes carry RWF_NOWAIT: io_uring would otherwise park a read of
- * an empty tap (O_NONBLOCK or not, it polls files that support NOWAIT),
- * and a reset could not wait for it. EAGAIN arms one IORING_OP_POLL_ADD
+ * and writes carry RWF_NOWAIT where the tap takes it: io_uring would
+ * otherwise park a read of an empty tap (O_NONBLOCK or not, it polls
+ * files that support NOWAIT), and a reset could not wait for it. A tap
+ * without NOWAIT support (Linux 6.1) gets no flag: io_uring then does
+ * the O_NONBLOCK read inline, EAGAIN included. EAGAIN arms one IORING_OP_POLL_ADD
  * for POLLIN, and the read goes out again when it fires; nothing is
  * polled while the guest has no buffers, so the loop never spins and
  * never blocks. One read is in flight at a time: one frame per round.
@@ -178,7 +180,7 @@ static void rx_read(struct virtio_net *n)
 	n->busy++;
 	sqe = evloop__get_sqe(&n->loop);
 	io_uring_prep_readv(sqe, n->tap_fd, n->rx_iov, nr, 0);
-	sqe->rw_flags = RWF_NOWAIT;
+	sqe->rw_flags = n->rw_flags;
 	io_uring_sqe_set_data(sqe, &n->read_src);
 }
 
@@ -431,7 +433,7 @@ static void tx_start(struct virtio_net *n, const struct vq_chain *c)
 	n->busy++;
 	sqe = evloop__get_sqe(&n->loop);
 	io_uring_prep_writev(sqe, n->tap_fd, s->iov, s->nr_iov, 0);
-	sqe->rw_flags = RWF_NOWAIT;
+	sqe->rw_flags = n->rw_flags;
 	io_uring_sqe_set_data64(sqe, (uintptr_t)s | TAG_TX);
 }
 

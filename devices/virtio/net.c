@@ -234,20 +234,20 @@ static bool mac_ok(const uint8_t *mac)
 }
 
 /*
- * Reads and writes carry RWF_NOWAIT (net-io.c). A tun that does not
- * support it (no FMODE_NOWAIT: older kernels) would refuse every one with
- * EOPNOTSUPP: better said at create than seen as a dead device. An empty
- * tap says EAGAIN; a frame queued before there is any guest is read (too
- * short a buffer: EINVAL) and dropped.
+ * Does the tap take RWF_NOWAIT (net-io.c)? A tun without FMODE_NOWAIT
+ * (Linux 6.1, Debian 12's) refuses it with EOPNOTSUPP; there io_uring
+ * itself treats the O_NONBLOCK fd as nowait, and an empty tap says
+ * EAGAIN all the same. An empty tap says EAGAIN here; a frame queued
+ * before there is any guest is read (too short a buffer: EINVAL) and
+ * dropped.
  */
-static int tap_probe_nowait(int fd)
+static bool tap_takes_nowait(int fd)
 {
 	uint8_t byte;
 	struct iovec iov = { .iov_base = &byte, .iov_len = sizeof(byte) };
 
-	if (preadv2(fd, &iov, 1, -1, RWF_NOWAIT) < 0 && errno == EOPNOTSUPP)
-		return -EOPNOTSUPP;
-	return 0;
+	return preadv2(fd, &iov, 1, -1, RWF_NOWAIT) >= 0 ||
+	       errno != EOPNOTSUPP;
 }
 
 /*
@@ -270,7 +270,7 @@ static int tap_check(int fd)
 		return -errno;
 	if (ioctl(fd, TUNSETOFFLOAD, 0) < 0)
 		return -errno;
-	return tap_probe_nowait(fd);
+	return 0;
 }
 
 int virtio_net__create(struct virtio_net **out,
@@ -297,6 +297,7 @@ int virtio_net__create(struct virtio_net **out,
 	if (!n)
 		return -ENOMEM;
 	n->tap_fd = p->tap_fd;
+	n->rw_flags = tap_takes_nowait(p->tap_fd) ? RWF_NOWAIT : 0;
 	n->tap_offloads = p->tap_offloads;
 	memcpy(n->config.mac, p->mac, sizeof(n->config.mac));
 	n->config.status = htole16(VIRTIO_NET_S_LINK_UP);
