@@ -83,4 +83,28 @@ static inline int forever_fifo(const char *dir, char *path, size_t len)
 	return 0;
 }
 
+/*
+ * IPv6 off in this network namespace (for interfaces made from now on):
+ * no router or neighbour solicitations, no MLD, so a test's capture of a
+ * tap or veth sees only what the test sent. Best effort.
+ */
+static inline void test_quiet_ipv6(void)
+{
+	static const char *const paths[] = {
+		"/proc/sys/net/ipv6/conf/all/disable_ipv6",
+		"/proc/sys/net/ipv6/conf/default/disable_ipv6",
+	};
+
+	for (unsigned int i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
+		int fd = open(paths[i], O_WRONLY | O_CLOEXEC);
+
+		if (fd < 0)
+			continue;
+		if (write(fd, "1", 1) != 1) {
+			/* Nothing to do: it only keeps the captures quiet. */
+		}
+		close(fd);
+	}
+}
+
 #endif

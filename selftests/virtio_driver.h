@@ -226,6 +226,46 @@ static inline bool vdrv_need_kick(struct vdrv *d, uint64_t used, uint16_t size,
 	return !(vdrv_load16(d, used) & VRING_USED_F_NO_NOTIFY);
 }
 
+/* Descriptor i of the table at desc, as a driver writes it. */
+static inline void vdrv_put_desc(struct vdrv *d, uint64_t desc, uint16_t i,
+				 uint64_t addr, uint32_t len, uint16_t flags,
+				 uint16_t next)
+{
+	struct vring_desc v = {
+		.addr = htole64(addr),
+		.len = htole32(len),
+		.flags = htole16(flags),
+		.next = htole16(next),
+	};
+
+	memcpy(d->ram + desc + (uint64_t)i * sizeof(v), &v, sizeof(v));
+}
+
+/* Makes head available in the ring at avail (size entries). */
+static inline void vdrv_publish(struct vdrv *d, uint64_t avail, uint16_t size,
+				uint16_t *avail_idx, uint16_t head)
+{
+	vdrv_store16(d, avail + 4 + 2 * (*avail_idx % size), head);
+	/* virtio_wmb: the entry before the index. */
+	(*avail_idx)++;
+	vdrv_store16(d, avail + 2, *avail_idx);
+}
+
+/*
+ * virtqueue_kick(): notify queue q, whose used ring is at used, only when
+ * the device asked for it since *kicked (then moved to avail_idx).
+ */
+static inline void vdrv_kick(struct vdrv *d, unsigned int q, uint64_t used,
+			     uint16_t size, uint16_t *kicked,
+			     uint16_t avail_idx)
+{
+	uint16_t old = *kicked;
+
+	*kicked = avail_idx;
+	if (vdrv_need_kick(d, used, size, old, avail_idx))
+		vdrv_wr32(d, VIRTIO_MMIO_QUEUE_NOTIFY, q);
+}
+
 /* ---- the interrupt line ------------------------------------------- */
 
 /* The device's irq callback; opaque is &d->irq. */

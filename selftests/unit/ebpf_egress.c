@@ -42,6 +42,7 @@
 #include "lib/compiler.h"
 #include "ebpf/loader.h"
 #include "selftests/kselftest.h"
+#include "selftests/testutil.h"
 #include "selftests/spawn.h"
 
 #define GATEWAY	   "10.0.2.2"
@@ -94,26 +95,6 @@ static bool be_root(struct __test_metadata *_metadata)
 				   "and CAP_SYS_ADMIN");
 	}
 	return true;
-}
-
-/* No IPv6 chatter (router solicitations, DAD) on interfaces made later. */
-static void quiet_ipv6(void)
-{
-	static const char *const paths[] = {
-		"/proc/sys/net/ipv6/conf/all/disable_ipv6",
-		"/proc/sys/net/ipv6/conf/default/disable_ipv6",
-	};
-
-	for (unsigned int i = 0; i < ARRAY_SIZE(paths); i++) {
-		int fd = open(paths[i], O_WRONLY | O_CLOEXEC);
-
-		if (fd < 0)
-			continue;
-		if (write(fd, "1", 1) != 1) {
-			/* Nothing to do: it only keeps the counters quiet. */
-		}
-		close(fd);
-	}
 }
 
 static struct egress *load(struct __test_metadata *_metadata)
@@ -653,11 +634,11 @@ FIXTURE_SETUP(e2e)
 
 	/* The VM netns is this process's; the guest's is held by an fd. */
 	ASSERT_EQ(0, unshare(CLONE_NEWNET));
-	quiet_ipv6();
+	test_quiet_ipv6();
 	self->vm_ns = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
 	ASSERT_LE(0, self->vm_ns);
 	ASSERT_EQ(0, unshare(CLONE_NEWNET));
-	quiet_ipv6();
+	test_quiet_ipv6();
 	/* Without O_CLOEXEC: `ip` finds it as /proc/self/fd/N. */
 	self->guest_ns = open("/proc/thread-self/ns/net", O_RDONLY);
 	ASSERT_LE(0, self->guest_ns);

@@ -79,17 +79,23 @@ static short if_flags(int sock, const char *name)
 	return ioctl(sock, SIOCGIFFLAGS, &ifr) ? 0 : ifr.ifr_flags;
 }
 
-/* Is "local 0.0.0.0/0 dev lo" in the steering table? A dump. */
-static bool has_local_default(unsigned int lo)
+/*
+ * An rtnetlink dump of type (RTM_GETROUTE, RTM_GETRULE) for IPv4: does
+ * match() say yes to one of its messages?
+ */
+static bool nl_dump_finds(uint16_t type,
+			  bool (*match)(const struct nlmsghdr *h,
+					const void *arg),
+			  const void *arg)
 {
 	struct {
 		struct nlmsghdr h;
-		struct rtmsg rt;
+		struct rtgenmsg g;
 	} req = {
 		.h = { .nlmsg_len = sizeof(req),
-		       .nlmsg_type = RTM_GETROUTE,
+		       .nlmsg_type = type,
 		       .nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP },
-		.rt = { .rtm_family = AF_INET },
+		.g = { .rtgen_family = AF_INET },
 	};
 	static uint8_t buf[DUMP_BUF];
 	bool found = false, done = false;
@@ -103,83 +109,65 @@ static bool has_local_default(unsigned int lo)
 		struct nlmsghdr *h = (struct nlmsghdr *)buf;
 
 		for (; NLMSG_OK(h, (size_t)n); h = NLMSG_NEXT(h, n)) {
-			struct rtmsg *rt = NLMSG_DATA(h);
-			struct rtattr *a = RTM_RTA(rt);
-			int len = RTM_PAYLOAD(h);
-			uint32_t table = rt->rtm_table, oif = 0;
-
 			if (h->nlmsg_type == NLMSG_DONE ||
 			    h->nlmsg_type == NLMSG_ERROR) {
 				done = true;
 				break;
 			}
-			for (; RTA_OK(a, len); a = RTA_NEXT(a, len)) {
-				if (a->rta_type == RTA_TABLE)
-					memcpy(&table, RTA_DATA(a), 4);
-				if (a->rta_type == RTA_OIF)
-					memcpy(&oif, RTA_DATA(a), 4);
-			}
-			if (rt->rtm_dst_len == 0 && rt->rtm_type == RTN_LOCAL &&
-			    table == NETNS_STEER_TABLE && oif == lo)
-				found = true;
+			found = found || match(h, arg);
 		}
 	}
 	close(sock);
 	return found;
 }
 
-/* Is "pref 100 iif <tap> lookup 100" there? A dump of the rules. */
+/* "local 0.0.0.0/0 dev lo" in the steering table; arg: lo's index. */
+static bool is_local_default(const struct nlmsghdr *h, const void *arg)
+{
+	const struct rtmsg *rt = NLMSG_DATA(h);
+	const struct rtattr *a = RTM_RTA(rt);
+	int len = RTM_PAYLOAD(h);
+	uint32_t table = rt->rtm_table, oif = 0;
+
+	for (; RTA_OK(a, len); a = RTA_NEXT(a, len)) {
+		if (a->rta_type == RTA_TABLE)
+			memcpy(&table, RTA_DATA(a), 4);
+		if (a->rta_type == RTA_OIF)
+			memcpy(&oif, RTA_DATA(a), 4);
+	}
+	return rt->rtm_dst_len == 0 && rt->rtm_type == RTN_LOCAL &&
+	       table == NETNS_STEER_TABLE && oif == *(const unsigned int *)arg;
+}
+
+/* "pref 100 iif <tap> lookup 100"; arg: the tap's name. */
+static bool is_steer_rule(const struct nlmsghdr *h, const void *arg)
+{
+	const struct fib_rule_hdr *frh = NLMSG_DATA(h);
+	const struct rtattr *a = (const struct rtattr *)(frh + 1);
+	int len = (int)h->nlmsg_len - (int)NLMSG_LENGTH(sizeof(*frh));
+	uint32_t table = frh->table, pref = 0;
+	const char *iif = "";
+
+	for (; RTA_OK(a, len); a = RTA_NEXT(a, len)) {
+		if (a->rta_type == FRA_TABLE)
+			memcpy(&table, RTA_DATA(a), 4);
+		if (a->rta_type == FRA_PRIORITY)
+			memcpy(&pref, RTA_DATA(a), 4);
+		if (a->rta_type == FRA_IFNAME)
+			iif = RTA_DATA(a);
+	}
+	return table == NETNS_STEER_TABLE && pref == NETNS_STEER_PREF &&
+	       !strcmp(iif, arg) && frh->action == FR_ACT_TO_TBL;
+}
+
+static bool has_local_default(unsigned int lo)
+{
+	return nl_dump_finds(RTM_GETROUTE, is_local_default, &lo);
+}
+
 static bool has_steer_rule(const char *tap)
 {
-	struct {
-		struct nlmsghdr h;
-		struct fib_rule_hdr frh;
-	} req = {
-		.h = { .nlmsg_len = sizeof(req),
-		       .nlmsg_type = RTM_GETRULE,
-		       .nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP },
-		.frh = { .family = AF_INET },
-	};
-	static uint8_t buf[DUMP_BUF];
-	bool found = false, done = false;
-	int sock;
-	ssize_t n;
-
-	sock = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
-	if (sock < 0 || send(sock, &req, sizeof(req), 0) < 0)
-		return false;
-	while (!done && (n = recv(sock, buf, sizeof(buf), 0)) > 0) {
-		struct nlmsghdr *h = (struct nlmsghdr *)buf;
-
-		for (; NLMSG_OK(h, (size_t)n); h = NLMSG_NEXT(h, n)) {
-			struct fib_rule_hdr *frh = NLMSG_DATA(h);
-			struct rtattr *a = (struct rtattr *)(frh + 1);
-			int len = (int)h->nlmsg_len -
-				  (int)NLMSG_LENGTH(sizeof(*frh));
-			uint32_t table = frh->table, pref = 0;
-			const char *iif = "";
-
-			if (h->nlmsg_type == NLMSG_DONE ||
-			    h->nlmsg_type == NLMSG_ERROR) {
-				done = true;
-				break;
-			}
-			for (; RTA_OK(a, len); a = RTA_NEXT(a, len)) {
-				if (a->rta_type == FRA_TABLE)
-					memcpy(&table, RTA_DATA(a), 4);
-				if (a->rta_type == FRA_PRIORITY)
-					memcpy(&pref, RTA_DATA(a), 4);
-				if (a->rta_type == FRA_IFNAME)
-					iif = RTA_DATA(a);
-			}
-			if (table == NETNS_STEER_TABLE &&
-			    pref == NETNS_STEER_PREF && !strcmp(iif, tap) &&
-			    frh->action == FR_ACT_TO_TBL)
-				found = true;
-		}
-	}
-	close(sock);
-	return found;
+	return nl_dump_finds(RTM_GETRULE, is_steer_rule, tap);
 }
 
 /* RFC 1071's sum over an IPv4 header. */

@@ -209,36 +209,20 @@ static bool is_test_frame(const uint8_t *f, size_t len)
 static void put_desc(struct tdev *t, unsigned int q, uint16_t i, uint64_t addr,
 		     uint32_t len, uint16_t flags, uint16_t next)
 {
-	struct vring_desc d = {
-		.addr = htole64(addr),
-		.len = htole32(len),
-		.flags = htole16(flags),
-		.next = htole16(next),
-	};
-
-	memcpy(t->d.ram + DESC_GPA(q) + (uint64_t)i * sizeof(d), &d, sizeof(d));
+	vdrv_put_desc(&t->d, DESC_GPA(q), i, addr, len, flags, next);
 }
 
-/* virtqueue_kick(): notify only when the device asked for it. */
 static void kick(struct tdev *t, unsigned int q)
 {
 	struct drvq *dq = &t->q[q];
-	uint16_t old = dq->kicked;
 
-	dq->kicked = dq->avail_idx;
-	if (vdrv_need_kick(&t->d, USED_GPA(q), dq->size, old, dq->avail_idx))
-		vdrv_wr32(&t->d, VIRTIO_MMIO_QUEUE_NOTIFY, q);
+	vdrv_kick(&t->d, q, USED_GPA(q), dq->size, &dq->kicked, dq->avail_idx);
 }
 
 static void publish(struct tdev *t, unsigned int q, uint16_t head)
 {
-	struct drvq *dq = &t->q[q];
-
-	vdrv_store16(&t->d, AVAIL_GPA(q) + 4 + 2 * (dq->avail_idx % dq->size),
+	vdrv_publish(&t->d, AVAIL_GPA(q), t->q[q].size, &t->q[q].avail_idx,
 		     head);
-	/* virtio_wmb: the entry before the index. */
-	dq->avail_idx++;
-	vdrv_store16(&t->d, AVAIL_GPA(q) + 2, dq->avail_idx);
 }
 
 /* Receive buffer b: one descriptor of len bytes with those flags. */
@@ -498,30 +482,6 @@ static int tx_send(struct tdev *t, const struct virtio_net_hdr_v1 *h,
 
 /* ---- the host side ------------------------------------------------------- */
 
-/*
- * With IPv6 off the kernel sends nothing on its own (no router or
- * neighbour solicitations, no MLD) on the tap. Best effort: the frames
- * tests look for carry TEST_PROTO anyway.
- */
-static void quiet_ipv6(void)
-{
-	static const char *const paths[] = {
-		"/proc/sys/net/ipv6/conf/all/disable_ipv6",
-		"/proc/sys/net/ipv6/conf/default/disable_ipv6",
-	};
-
-	for (unsigned int i = 0; i < ARRAY_SIZE(paths); i++) {
-		int fd = open(paths[i], O_WRONLY | O_CLOEXEC);
-
-		if (fd < 0)
-			continue;
-		if (write(fd, "1", 1) != 1) {
-			/* Nothing to do: it only quiets the tap. */
-		}
-		close(fd);
-	}
-}
-
 static int pkt_open(const char *ifname)
 {
 	struct sockaddr_ll a = {
@@ -697,7 +657,7 @@ static bool own_netns(struct __test_metadata *_metadata)
 		SKIP(return false, "unshare(CLONE_NEWNET): %s",
 			    strerror(errno));
 	}
-	quiet_ipv6();
+	test_quiet_ipv6();
 	return true;
 }
 

@@ -175,36 +175,20 @@ static size_t check_pat(const uint8_t *buf, size_t len, uint64_t off,
 static void put_desc(struct tdev *t, unsigned int q, uint16_t i, uint64_t addr,
 		     uint32_t len, uint16_t flags, uint16_t next)
 {
-	struct vring_desc d = {
-		.addr = htole64(addr),
-		.len = htole32(len),
-		.flags = htole16(flags),
-		.next = htole16(next),
-	};
-
-	memcpy(t->d.ram + DESC_GPA(q) + (uint64_t)i * sizeof(d), &d, sizeof(d));
+	vdrv_put_desc(&t->d, DESC_GPA(q), i, addr, len, flags, next);
 }
 
-/* virtqueue_kick(): notify only when the device asked for it. */
 static void kick(struct tdev *t, unsigned int q)
 {
 	struct drvq *dq = &t->q[q];
-	uint16_t old = dq->kicked;
 
-	dq->kicked = dq->avail_idx;
-	if (vdrv_need_kick(&t->d, USED_GPA(q), dq->size, old, dq->avail_idx))
-		vdrv_wr32(&t->d, VIRTIO_MMIO_QUEUE_NOTIFY, q);
+	vdrv_kick(&t->d, q, USED_GPA(q), dq->size, &dq->kicked, dq->avail_idx);
 }
 
 static void publish(struct tdev *t, unsigned int q, uint16_t head)
 {
-	struct drvq *dq = &t->q[q];
-
-	vdrv_store16(&t->d, AVAIL_GPA(q) + 4 + 2 * (dq->avail_idx % dq->size),
+	vdrv_publish(&t->d, AVAIL_GPA(q), t->q[q].size, &t->q[q].avail_idx,
 		     head);
-	/* virtio_wmb: the entry before the index. */
-	dq->avail_idx++;
-	vdrv_store16(&t->d, AVAIL_GPA(q) + 2, dq->avail_idx);
 }
 
 /* Receive buffer b: header descriptor 2b, data descriptor 2b + 1. */
