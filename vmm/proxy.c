@@ -29,17 +29,17 @@
 #include "lib/worker.h"
 #include "vmm/proxy.h"
 
-#define PROXY_BACKLOG	      4096 /* SYN cookies drop: keep them rare */
-#define PROXY_RELAY_BUF	      (16U * 1024) /* bytes, per direction of a flow */
-#define PROXY_DGRAM_MAX	      65535U	   /* one UDP datagram */
-#define PROXY_UDP_IDLE_MS     60000U
-#define PROXY_EPOLL_EVENTS    64
-#define PROXY_ACCEPT_BUDGET   32 /* connections accepted per round */
-#define PROXY_DGRAM_BUDGET    32 /* datagrams per socket per round */
-#define PROXY_SWEEP_MS	      1000 /* idle UDP flows looked for */
-#define PROXY_LOG_BURST	      10   /* denied-flow lines per window */
-#define PROXY_LOG_WINDOW_MS   1000
-#define PROXY_NAME	      "egress proxy"
+#define PROXY_BACKLOG	    4096	 /* SYN cookies drop: keep them rare */
+#define PROXY_RELAY_BUF	    (16U * 1024) /* bytes, per direction of a flow */
+#define PROXY_DGRAM_MAX	    65535U	 /* one UDP datagram */
+#define PROXY_UDP_IDLE_MS   60000U
+#define PROXY_EPOLL_EVENTS  64
+#define PROXY_ACCEPT_BUDGET 32	 /* connections accepted per round */
+#define PROXY_DGRAM_BUDGET  32	 /* datagrams per socket per round */
+#define PROXY_SWEEP_MS	    1000 /* idle UDP flows looked for */
+#define PROXY_LOG_BURST	    10	 /* denied-flow lines per window */
+#define PROXY_LOG_WINDOW_MS 1000
+#define PROXY_NAME	    "egress proxy"
 
 enum ep_kind { EP_STOP, EP_LISTEN, EP_UDP, EP_TCP_GUEST, EP_TCP_UP, EP_UDP_UP };
 enum { SIDE_GUEST, SIDE_UP, NR_SIDES };
@@ -254,8 +254,9 @@ static int proxy_socket(struct proxy *p, int type, uint16_t port,
 		ret = -errno;
 	if (ret) {
 		close(fd);
-		return errf(p->ns_err, p->ns_errlen, ret, "%s: %s on port %u: %s",
-			    PROXY_NAME, what, port, strerror(-ret));
+		return errf(p->ns_err, p->ns_errlen, ret,
+			    "%s: %s on port %u: %s", PROXY_NAME, what, port,
+			    strerror(-ret));
 	}
 	return fd;
 }
@@ -386,10 +387,9 @@ static int ep_set(struct proxy *p, struct endpoint *e, uint32_t events)
 static int ep_add(struct proxy *p, struct endpoint *e, enum ep_kind kind,
 		  int fd, void *owner, uint32_t events)
 {
-	*e = (struct endpoint){ .kind = kind,
-				.fd = fd,
-				.events = UINT32_MAX,
-				.owner = owner };
+	*e = (struct endpoint){
+		.kind = kind, .fd = fd, .events = UINT32_MAX, .owner = owner
+	};
 	return ep_set(p, e, events);
 }
 
@@ -790,8 +790,7 @@ static void udp_from_guest(struct proxy *p, uint64_t now)
 }
 
 /* Upstream's answers, back to the guest from where it sent to. */
-static void udp_from_upstream(struct proxy *p, struct udp_flow *u,
-			      uint64_t now)
+static void udp_from_upstream(struct proxy *p, struct udp_flow *u, uint64_t now)
 {
 	ssize_t n;
 
@@ -993,8 +992,7 @@ int proxy__create(struct proxy **out, const struct proxy_params *params,
 	if (ret)
 		goto out_destroy;
 
-	ret = ep_add(p, &p->ep_stop, EP_STOP, p->worker.stop_fd, NULL,
-		     EPOLLIN);
+	ret = ep_add(p, &p->ep_stop, EP_STOP, p->worker.stop_fd, NULL, EPOLLIN);
 	if (!ret)
 		ret = ep_add(p, &p->ep_lsn, EP_LISTEN, p->lsn_fd, NULL,
 			     EPOLLIN);
@@ -1073,15 +1071,15 @@ void proxy__report(struct proxy *p)
 		(unsigned long long)s.tcp_open,
 		(unsigned long long)s.udp_allowed,
 		(unsigned long long)s.udp_denied,
-		(unsigned long long)s.udp_open,
-		(unsigned long long)s.bytes_out, (unsigned long long)s.bytes_in,
+		(unsigned long long)s.udp_open, (unsigned long long)s.bytes_out,
+		(unsigned long long)s.bytes_in,
 		(unsigned long long)s.upstream_failed,
 		(unsigned long long)s.udp_dropped);
 	for (unsigned int i = 0; i < s.nr_reasons; i++)
 		pr_info("%s: %s %s \"%s\": %llu flows", PROXY_NAME,
 			proto_name(s.reasons[i].proto),
 			s.reasons[i].verdict == NET_VERDICT_ALLOW ? "allowed" :
-								     "denied",
+								    "denied",
 			s.reasons[i].reason,
 			(unsigned long long)s.reasons[i].flows);
 }

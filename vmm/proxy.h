@@ -37,14 +37,14 @@
 #define PROXY_REASON_LEN    64U /* sizeof(struct net_decision.reason) */
 
 struct proxy_params {
-	int netns_fd;	     /* the VM netns; borrowed */
-	const char *ifname;  /* the tap, in that netns */
+	int netns_fd;	    /* the VM netns; borrowed */
+	const char *ifname; /* the tap, in that netns */
 	struct egress_config egress;
 	net_decide_fn decide; /* called on the proxy thread, per new flow */
 	void *decide_opaque;
 	/* 0: the defaults above (tests make them small). */
 	unsigned int max_tcp_flows, max_udp_flows;
-	unsigned int udp_idle_ms; /* 0: 60 s */
+	unsigned int udp_idle_ms;    /* 0: 60 s */
 	uint16_t tcp_port, udp_port; /* 0: PROXY_TCP_PORT, PROXY_UDP_PORT */
 };
 
@@ -58,11 +58,11 @@ struct proxy_reason_count {
 struct proxy_stats {
 	uint64_t tcp_allowed, tcp_denied; /* flows, since create */
 	uint64_t udp_allowed, udp_denied;
-	uint64_t tcp_open, udp_open;	/* flows now */
-	uint64_t bytes_out, bytes_in;	/* guest to upstream, and back */
-	uint64_t upstream_failed;	/* allowed, but the connect failed */
-	uint64_t udp_dropped;		/* datagrams not sent (full, errors) */
-	bool running;			/* the proxy thread's loop */
+	uint64_t tcp_open, udp_open;  /* flows now */
+	uint64_t bytes_out, bytes_in; /* guest to upstream, and back */
+	uint64_t upstream_failed;     /* allowed, but the connect failed */
+	uint64_t udp_dropped;	      /* datagrams not sent (full, errors) */
+	bool running;		      /* the proxy thread's loop */
 	unsigned int nr_reasons;
 	struct proxy_reason_count reasons[PROXY_REASONS_MAX];
 };
@@ -74,9 +74,8 @@ struct proxy;
  * both of its slots and attaches it to ifname's ingress. 0, or -errno
  * with "what: why" in err; nothing is left behind on failure.
  */
-int __must_check proxy__create(struct proxy **out,
-			       const struct proxy_params *p, char *err,
-			       size_t errlen);
+int __must_check proxy__create(struct proxy **out, const struct proxy_params *p,
+			       char *err, size_t errlen);
 /* Starts the proxy thread. */
 int __must_check proxy__start(struct proxy *p);
 /*
