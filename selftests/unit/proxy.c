@@ -307,6 +307,11 @@ static bool udp_denied_at_least(const struct proxy_stats *s, uint64_t n)
 	return s->udp_denied >= n;
 }
 
+static bool bytes_out_at_least(const struct proxy_stats *s, uint64_t n)
+{
+	return s->bytes_out >= n;
+}
+
 static bool tcp_open_is(const struct proxy_stats *s, uint64_t n)
 {
 	return s->tcp_open == n;
@@ -432,7 +437,8 @@ TEST_F_TIMEOUT(px, udp_allowed_round_trip, 60)
 	ASSERT_EQ(4, sendto(g, "ping", 4, 0, (struct sockaddr *)&dst,
 			    sizeof(dst)));
 	ASSERT_TRUE(wait_for(self->up_udp, POLLIN, TIMEOUT_MS));
-	proxy__stats(self->proxy, &s);
+	/* Counted just after the send: the server may see it first. */
+	ASSERT_TRUE(wait_stats(self->proxy, bytes_out_at_least, 8, &s));
 	EXPECT_EQ(1, s.udp_allowed);
 	EXPECT_EQ(1, s.udp_open);
 	EXPECT_EQ(1, __atomic_load_n(&self->calls, __ATOMIC_RELAXED));
@@ -515,9 +521,10 @@ TEST_F_TIMEOUT(px, upstream_refused_resets_the_guest, 60)
 	close(g);
 }
 
-static bool udp_allowed_at_least(const struct proxy_stats *s, uint64_t n)
+/* n flows decided, the table full (not one more: it has no room). */
+static bool udp_allowed_table_full(const struct proxy_stats *s, uint64_t n)
 {
-	return s->udp_allowed >= n;
+	return s->udp_allowed >= n && s->udp_open == MAX_UDP;
 }
 
 TEST_F_TIMEOUT(px, udp_flows_bounded_lru, 60)
@@ -535,13 +542,13 @@ TEST_F_TIMEOUT(px, udp_flows_bounded_lru, 60)
 		ASSERT_TRUE(wait_for(self->up_udp, POLLIN, TIMEOUT_MS));
 		ASSERT_EQ(4, recv(self->up_udp, buf, sizeof(buf), 0));
 	}
-	ASSERT_TRUE(wait_stats(self->proxy, udp_allowed_at_least, ARRAY_SIZE(g),
-			       &s));
+	ASSERT_TRUE(wait_stats(self->proxy, udp_allowed_table_full,
+			       ARRAY_SIZE(g), &s));
 	EXPECT_EQ(MAX_UDP, s.udp_open);
 	/* The first flow was the least recently used: evicted, decided anew. */
 	ASSERT_EQ(4, sendto(g[0], "ping", 4, 0, (struct sockaddr *)&dst,
 			    sizeof(dst)));
-	ASSERT_TRUE(wait_stats(self->proxy, udp_allowed_at_least,
+	ASSERT_TRUE(wait_stats(self->proxy, udp_allowed_table_full,
 			       ARRAY_SIZE(g) + 1, &s));
 	EXPECT_EQ(MAX_UDP, s.udp_open);
 	for (unsigned int i = 0; i < ARRAY_SIZE(g); i++)
