@@ -96,6 +96,8 @@ obj-y += devices/console.o
 # linked, with libbpf, only into what uses them.
 ebpf-obj-y += ebpf/loader.o
 bpf-prog-y += egress
+# The vmm's egress proxy (vmm/proxy.c): on the loader, so with it.
+ebpf-obj-y += vmm/proxy.o
 
 # vmmctl, the control socket's client: shares only the base64 code.
 vmmctl-obj-y += tools/vmmctl.o
@@ -105,7 +107,7 @@ unit-tests   := $(patsubst selftests/unit/%.c,$(O)/selftests/%,$(wildcard selfte
 kvm-tests    := $(patsubst selftests/kvm/%.c,$(O)/selftests/kvm_%,$(wildcard selftests/kvm/*.c))
 
 UNIT_OBJS := $(addprefix $(O)/obj/,$(core-obj-y))
-VMM_OBJS  := $(UNIT_OBJS) $(addprefix $(O)/obj/,$(obj-y))
+VMM_OBJS  := $(UNIT_OBJS) $(addprefix $(O)/obj/,$(obj-y) $(ebpf-obj-y))
 VMMCTL_OBJS := $(addprefix $(O)/obj/,$(vmmctl-obj-y))
 EBPF_OBJS := $(addprefix $(O)/obj/,$(ebpf-obj-y))
 BPF_SKELS := $(patsubst %,$(O)/include/ebpf/%.skel.h,$(bpf-prog-y))
@@ -119,7 +121,7 @@ $(EBPF_OBJS): $(BPF_SKELS)
 
 $(O)/vmm: $(VMM_OBJS)
 	$(quiet) LD $@
-	$(Q)$(CC) $(HARDEN_LD) -o $@ $^ $(KILN_LDLIBS)
+	$(Q)$(CC) $(HARDEN_LD) -o $@ $^ $(KILN_LDLIBS) $(BPF_LDLIBS)
 
 $(O)/vmmctl: $(VMMCTL_OBJS)
 	$(quiet) LD $@
@@ -135,8 +137,9 @@ $(O)/tools/fs-example-server: tools/fs-example-server.c | pkg-check
 
 $(O)/selftests/fs_virtual: $(O)/tools/fs-example-server
 
-# Tests of ebpf/ link its objects and libbpf on top of the core.
-ebpf-tests := $(filter $(O)/selftests/ebpf_%,$(unit-tests))
+# Tests of ebpf/ (and of the proxy on it) link its objects and libbpf on
+# top of the core.
+ebpf-tests := $(filter $(O)/selftests/ebpf_% $(O)/selftests/proxy,$(unit-tests))
 $(ebpf-tests): $(EBPF_OBJS)
 $(ebpf-tests): TEST_OBJS = $(EBPF_OBJS)
 $(ebpf-tests): TEST_LDLIBS = $(BPF_LDLIBS)

@@ -153,6 +153,41 @@ static void on_sigsys(int sig, siginfo_t *si, void *uc)
 	_exit(SECCOMP_EXIT_STATUS);
 }
 
+/* socket()'s type argument without SOCK_NONBLOCK and SOCK_CLOEXEC. */
+#define SECCOMP_SOCK_TYPE_MASK 0xf
+
+/*
+ * The egress proxy's run time, besides what the list above has (epoll,
+ * accept4, connect, sendto/recvfrom, sendmsg/recvmsg, shutdown, close):
+ * upstream TCP and UDP sockets and the few options it sets and reads.
+ */
+static int allow_proxy(scmp_filter_ctx ctx)
+{
+	static const int types[] = { SOCK_STREAM, SOCK_DGRAM };
+	int ret = 0;
+
+	for (unsigned int i = 0; !ret && i < ARRAY_SIZE(types); i++)
+		ret = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(socket), 2,
+				       SCMP_A0(SCMP_CMP_EQ, AF_INET),
+				       SCMP_A1(SCMP_CMP_MASKED_EQ,
+					       SECCOMP_SOCK_TYPE_MASK,
+					       types[i]));
+	if (!ret)
+		ret = seccomp_rule_add(ctx, SCMP_ACT_ALLOW,
+				       SCMP_SYS(setsockopt), 2,
+				       SCMP_A1(SCMP_CMP_EQ, SOL_SOCKET),
+				       SCMP_A2(SCMP_CMP_EQ, SO_LINGER));
+	if (!ret)
+		ret = seccomp_rule_add(ctx, SCMP_ACT_ALLOW,
+				       SCMP_SYS(getsockopt), 2,
+				       SCMP_A1(SCMP_CMP_EQ, SOL_SOCKET),
+				       SCMP_A2(SCMP_CMP_EQ, SO_ERROR));
+	if (!ret)
+		ret = seccomp_rule_add(ctx, SCMP_ACT_ALLOW,
+				       SCMP_SYS(getsockname), 0);
+	return ret;
+}
+
 int seccomp__install(const struct seccomp_needs *needs)
 {
 	struct sigaction sa = { .sa_sigaction = on_sigsys,
@@ -191,6 +226,8 @@ int seccomp__install(const struct seccomp_needs *needs)
 	if (!ret)
 		ret = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(socket), 1,
 				       SCMP_A0(SCMP_CMP_EQ, AF_UNIX));
+	if (!ret && needs->proxy)
+		ret = allow_proxy(ctx);
 	/*
 	 * Opening files stays forbidden, but as an error, not a trap: glibc's
 	 * malloc reads /proc/sys/vm/overcommit_memory the first time a

@@ -26,6 +26,13 @@ struct seccomp_needs {
 	 * Everything else it does goes through its io_uring.
 	 */
 	bool net;
+	/*
+	 * The egress proxy's thread (vmm/proxy.c): IPv4 TCP and UDP sockets
+	 * upstream, SO_LINGER for its resets, SO_ERROR after a connect,
+	 * getsockname for an accepted flow's original destination. Its
+	 * netns thread predates the filter and is not under it.
+	 */
+	bool proxy;
 };
 
 int __must_check seccomp__install(const struct seccomp_needs *needs);

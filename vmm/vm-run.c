@@ -22,6 +22,7 @@
 #include "devices/virtio/vsock.h"
 #include "lib/compiler.h"
 #include "lib/evloop.h"
+#include "vmm/proxy.h"
 #include "vmm/seccomp.h"
 #include "vmm/vm.h"
 
@@ -163,6 +164,8 @@ static void signal_done(void *arg, int res)
 	if (res == sizeof(l->si)) {
 		pr_info("SIGUSR2: the state of the virtio devices and vCPUs");
 		vm__report_virtio(l->vm);
+		if (l->vm->proxy)
+			proxy__report(l->vm->proxy);
 		vcpu__report_all(l->vm);
 	}
 	arm_read(l, &l->signal, l->sig_fd, &l->si, sizeof(l->si));
@@ -311,6 +314,7 @@ static int prepare_run(struct vm *vm, int sig_fd, struct loop **l)
 	for (i = 0; i < vm->cfg->mounts.nr; i++)
 		needs.fs_bind |= vm->cfg->mounts.m[i].type == MOUNT_BIND;
 	needs.net = vm->net != NULL;
+	needs.proxy = vm->proxy != NULL;
 	ret = seccomp__install(&needs);
 	if (ret)
 		pr_err("installing the seccomp filter: %s", strerror(-ret));
@@ -352,6 +356,14 @@ static int start_devices(struct vm *vm)
 		if (ret) {
 			pr_err("%s: starting its thread: %s",
 			       vm__virtio_name(vm, VIRTIO_SLOT_NET),
+			       strerror(-ret));
+			return ret;
+		}
+	}
+	if (vm->proxy) {
+		ret = proxy__start(vm->proxy);
+		if (ret) {
+			pr_err("egress proxy: starting its thread: %s",
 			       strerror(-ret));
 			return ret;
 		}

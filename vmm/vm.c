@@ -28,6 +28,7 @@
 #include "devices/virtio/vsock.h"
 #include "vmm/mounts.h"
 #include "vmm/netns.h"
+#include "vmm/proxy.h"
 #include "vmm/seccomp.h"
 #include "vmm/vm.h"
 
@@ -307,6 +308,76 @@ static void net_exit(struct vm *vm)
 	if (vm->netns_fd >= 0)
 		close(vm->netns_fd);
 	vm->netns_fd = -1;
+}
+
+/* ---- step: proxy -------------------------------------------------------- */
+
+/*
+ * Until the policy lands every flow is denied: the guest's network has
+ * ARP for the gateway and nothing else.
+ */
+static void decide_no_policy(void *opaque, const struct net_flow *f,
+			     struct net_decision *d)
+{
+	d->verdict = NET_VERDICT_DENY;
+	snprintf(d->reason, sizeof(d->reason), "no policy");
+}
+
+/*
+ * Each proxied flow holds two fds (the guest's and upstream's, or a UDP
+ * flow's two sockets): room for the proxy's limits, as far as the hard
+ * limit allows (past it accept4 and socket fail, and those flows fail).
+ */
+static void proxy_fd_room(void)
+{
+	struct rlimit rl;
+	rlim_t want;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl))
+		return;
+	want = rl.rlim_cur + 2 * (PROXY_MAX_TCP_FLOWS + PROXY_MAX_UDP_FLOWS);
+	if (rl.rlim_max != RLIM_INFINITY && want > rl.rlim_max)
+		want = rl.rlim_max;
+	if (want > rl.rlim_cur) {
+		rl.rlim_cur = want;
+		if (setrlimit(RLIMIT_NOFILE, &rl))
+			pr_debug("RLIMIT_NOFILE: %s", strerror(errno));
+	}
+}
+
+/*
+ * The proxy's sockets in the VM netns and the egress program on the tap,
+ * before KVM is touched and before the seccomp filter (bpf(), setns()).
+ * Its thread starts with the devices'. Undone after the device is gone.
+ */
+static int proxy_init(struct vm *vm)
+{
+	const struct net_config *n = &vm->cfg->net;
+	struct proxy_params p = {
+		.netns_fd = vm->netns_fd,
+		.ifname = vm->tap.name,
+		.egress = { .gateway.s_addr = n->gateway,
+			    .guest.s_addr = n->address,
+			    .prefix_len = n->prefix },
+		.decide = decide_no_policy,
+		.decide_opaque = vm,
+	};
+	char err[CONFIG_ERR_LEN];
+	int ret;
+
+	if (vm->netns_fd < 0)
+		return 0; /* no network, or the orchestrator's tap */
+	proxy_fd_room();
+	ret = proxy__create(&vm->proxy, &p, err, sizeof(err));
+	if (ret)
+		pr_err("net %s: %s", vm->tap.name, err);
+	return ret;
+}
+
+static void proxy_exit(struct vm *vm)
+{
+	proxy__destroy(vm->proxy);
+	vm->proxy = NULL;
 }
 
 /* ---- step: disk --------------------------------------------------------- */
@@ -850,6 +921,7 @@ static const struct {
 	{ "disk", disk_init, disk_exit },
 	{ "mounts", mounts_init, mounts_exit },
 	{ "net", net_init, net_exit },
+	{ "proxy", proxy_init, proxy_exit },
 	{ "kvm", kvm_init, kvm_exit },
 	{ "memory", memory_init, memory_exit },
 	{ "irqchip", irqchip_init, NULL }, /* goes with the VM fd */

@@ -47,6 +47,7 @@ struct vsock;
 struct virtio_fs;
 struct fs_backend;
 struct virtio_net;
+struct proxy;
 
 struct vm {
 	const struct vm_config *cfg;
@@ -99,6 +100,12 @@ struct vm {
 	struct tap tap;
 	int netns_fd; /* -1: tap-fd mode, or no network */
 	struct virtio_net *net;
+	/*
+	 * The egress proxy and its program on the tap (vmm/proxy.h), in
+	 * auto and netns modes; with tap-fd the host side is the
+	 * orchestrator's.
+	 */
+	struct proxy *proxy;
 
 	/* The control socket (--control-socket, vmm/control.c). */
 	struct api *api;

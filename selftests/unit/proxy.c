@@ -1,0 +1,589 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The vmm's egress proxy (vmm/proxy.c) end to end, without a VM. Root
+ * only (BPF, namespaces, transparent sockets): a skip otherwise.
+ *
+ * Each test process makes three network namespaces of its own:
+ * - the "host" one, this process's: where the proxy thread runs and
+ *   connects upstream; the test servers listen on addresses of its lo
+ *   (TEST_NET2, allowed by the test's policy; TEST_NET3, denied);
+ * - the "VM netns", as vmm/netns.c makes it: a veth end standing in for
+ *   the tap (same ingress), the gateway's address, the table 100 local
+ *   route and its rule; the proxy's sockets and program go there;
+ * - the "guest netns", the veth's other end with the guest's address
+ *   and a default route via the gateway: the test's guest sockets.
+ *
+ * Nothing waits for a fixed time: negative checks wait for the proxy's
+ * counters to show its decision, then look.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "lib/compiler.h"
+#include "vmm/proxy.h"
+#include "selftests/kselftest.h"
+#include "selftests/spawn.h"
+
+#define GATEWAY	   "10.0.2.2"
+#define GUEST	   "10.0.2.15"
+#define PREFIX_LEN 24
+#define ALLOWED	   "198.51.100.7" /* RFC 5737: on the host netns's lo */
+#define DENIED	   "203.0.113.9"
+
+#define TCP_PORT      443
+#define UDP_PORT      5000
+#define MAX_TCP	      4 /* the proxy's flow limits, small for the test */
+#define MAX_UDP	      4
+#define OVER_LIMIT    20 /* connections past MAX_TCP */
+#define VETH_VM	      "kiln-vm0"
+#define VETH_GUEST    "kiln-guest0"
+#define TIMEOUT_MS    10000 /* what should happen does, well within this */
+#define STATS_POLL_US 10000
+
+static in_addr_t ip4(const char *s)
+{
+	return inet_addr(s);
+}
+
+static struct sockaddr_in sin_of(const char *addr, int port)
+{
+	return (struct sockaddr_in){ .sin_family = AF_INET,
+				     .sin_port = htons(port),
+				     .sin_addr.s_addr = ip4(addr) };
+}
+
+/* The test's policy: TCP and UDP to ALLOWED, nothing else. */
+static void test_decide(void *opaque, const struct net_flow *f,
+			struct net_decision *d)
+{
+	unsigned int *calls = opaque;
+
+	__atomic_add_fetch(calls, 1, __ATOMIC_RELAXED);
+	if (f->dst.sin_addr.s_addr == ip4(ALLOWED)) {
+		d->verdict = NET_VERDICT_ALLOW;
+		snprintf(d->reason, sizeof(d->reason), "test grant");
+	} else {
+		d->verdict = NET_VERDICT_DENY;
+		snprintf(d->reason, sizeof(d->reason), "no grant");
+	}
+}
+
+static void quiet_ipv6(void)
+{
+	int fd = open("/proc/sys/net/ipv6/conf/default/disable_ipv6",
+		      O_WRONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return;
+	if (write(fd, "1", 1) != 1) {
+		/* Only keeps router solicitations off the veth. */
+	}
+	close(fd);
+}
+
+FIXTURE(px)
+{
+	int host_ns, vm_ns, guest_ns;
+	struct proxy *proxy;
+	unsigned int calls;
+	int up_tcp, denied_tcp, up_udp, denied_udp;
+};
+
+static void ip_cmd(struct __test_metadata *_metadata, const char *const argv[])
+{
+	static struct spawn_result r;
+	char cmd[256] = "";
+
+	for (int i = 0; argv[i]; i++) {
+		strncat(cmd, argv[i], sizeof(cmd) - strlen(cmd) - 2);
+		strcat(cmd, " ");
+	}
+	ASSERT_EQ(0, spawn__run(argv, NULL, &r)) TH_LOG("%s", cmd);
+	ASSERT_EQ(0, r.status) TH_LOG("%s: %s", cmd, r.err);
+}
+
+#define IP(...) \
+	ip_cmd(_metadata, (const char *const[]){ "ip", __VA_ARGS__, NULL })
+
+static void enter(struct __test_metadata *_metadata, int ns)
+{
+	ASSERT_EQ(0, setns(ns, CLONE_NEWNET))
+	TH_LOG("setns: %s", strerror(errno));
+}
+
+/* A new netns for this thread, lo up; fd kept (inheritable: for `ip`). */
+static int new_netns(struct __test_metadata *_metadata)
+{
+	int fd;
+
+	ASSERT_EQ(0, unshare(CLONE_NEWNET))
+	TH_LOG("unshare: %s", strerror(errno));
+	quiet_ipv6();
+	fd = open("/proc/thread-self/ns/net", O_RDONLY);
+	ASSERT_LE(0, fd);
+	IP("link", "set", "lo", "up");
+	return fd;
+}
+
+/* A server socket of the host netns. */
+static int server(struct __test_metadata *_metadata, int type, const char *addr,
+		  int port)
+{
+	struct sockaddr_in a = sin_of(addr, port);
+	int fd = socket(AF_INET, type | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+
+	ASSERT_LE(0, fd);
+	ASSERT_EQ(0, bind(fd, (struct sockaddr *)&a, sizeof(a)))
+	TH_LOG("bind %s:%d: %s", addr, port, strerror(errno));
+	if (type == SOCK_STREAM)
+		ASSERT_EQ(0, listen(fd, SOMAXCONN));
+	return fd;
+}
+
+FIXTURE_SETUP(px)
+{
+	struct proxy_params p = {
+		.ifname = VETH_VM,
+		.egress = { .prefix_len = PREFIX_LEN },
+		.decide = test_decide,
+		.max_tcp_flows = MAX_TCP,
+		.max_udp_flows = MAX_UDP,
+	};
+	char guest_path[64], err[256] = "";
+
+	self->host_ns = self->vm_ns = self->guest_ns = -1;
+	self->up_tcp = self->denied_tcp = self->up_udp = self->denied_udp = -1;
+	if (geteuid())
+		SKIP(return, "not root: BPF, network namespaces and "
+			     "transparent sockets need CAP_BPF, "
+			     "CAP_NET_ADMIN and CAP_SYS_ADMIN");
+
+	self->host_ns = new_netns(_metadata);
+	IP("addr", "add", ALLOWED "/32", "dev", "lo");
+	IP("addr", "add", DENIED "/32", "dev", "lo");
+	self->vm_ns = new_netns(_metadata);
+	self->guest_ns = new_netns(_metadata);
+	snprintf(guest_path, sizeof(guest_path), "/proc/self/fd/%d",
+		 self->guest_ns);
+
+	enter(_metadata, self->vm_ns);
+	IP("link", "add", VETH_VM, "type", "veth", "peer", "name", VETH_GUEST,
+	   "netns", guest_path);
+	IP("addr", "add", GATEWAY "/24", "dev", VETH_VM);
+	IP("link", "set", VETH_VM, "up");
+	IP("route", "add", "local", "0.0.0.0/0", "dev", "lo", "table", "100");
+	IP("rule", "add", "pref", "100", "iif", VETH_VM, "lookup", "100");
+	enter(_metadata, self->guest_ns);
+	IP("addr", "add", GUEST "/24", "dev", VETH_GUEST);
+	IP("link", "set", VETH_GUEST, "up");
+	IP("route", "add", "default", "via", GATEWAY);
+	enter(_metadata, self->host_ns);
+
+	self->up_tcp = server(_metadata, SOCK_STREAM, ALLOWED, TCP_PORT);
+	self->denied_tcp = server(_metadata, SOCK_STREAM, DENIED, TCP_PORT);
+	self->up_udp = server(_metadata, SOCK_DGRAM, ALLOWED, UDP_PORT);
+	self->denied_udp = server(_metadata, SOCK_DGRAM, DENIED, UDP_PORT);
+
+	p.netns_fd = self->vm_ns;
+	p.decide_opaque = &self->calls;
+	p.egress.gateway.s_addr = ip4(GATEWAY);
+	p.egress.guest.s_addr = ip4(GUEST);
+	ASSERT_EQ(0, proxy__create(&self->proxy, &p, err, sizeof(err)))
+	TH_LOG("%s", err);
+	ASSERT_EQ(0, proxy__start(self->proxy));
+}
+
+FIXTURE_TEARDOWN(px)
+{
+	int fds[] = { self->up_tcp,	self->denied_tcp, self->up_udp,
+		      self->denied_udp, self->host_ns,	  self->vm_ns,
+		      self->guest_ns };
+
+	proxy__destroy(self->proxy);
+	for (unsigned int i = 0; i < ARRAY_SIZE(fds); i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+}
+
+static bool wait_for(int fd, short events, int ms)
+{
+	struct pollfd p = { .fd = fd, .events = events };
+
+	return poll(&p, 1, ms) == 1 && (p.revents & events);
+}
+
+/* A socket of the guest netns; the thread comes back to the host's. */
+static int guest_socket(struct __test_metadata *_metadata,
+			FIXTURE_DATA(px) * self, int type)
+{
+	int fd;
+
+	enter(_metadata, self->guest_ns);
+	fd = socket(AF_INET, type | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	enter(_metadata, self->host_ns);
+	ASSERT_LE(0, fd) TH_LOG("socket: %s", strerror(errno));
+	return fd;
+}
+
+static int guest_connect(struct __test_metadata *_metadata,
+			 FIXTURE_DATA(px) * self, const char *addr, int port)
+{
+	struct sockaddr_in a = sin_of(addr, port);
+	int fd = guest_socket(_metadata, self, SOCK_STREAM);
+
+	ASSERT_EQ(-1, connect(fd, (struct sockaddr *)&a, sizeof(a)));
+	ASSERT_EQ(EINPROGRESS, errno);
+	return fd;
+}
+
+static int so_error(int fd)
+{
+	int soerr = -1;
+	socklen_t len = sizeof(soerr);
+
+	getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len);
+	return soerr;
+}
+
+/* The guest's connection ends with an error (RST, refusal): which. */
+static int guest_error(int g)
+{
+	char c;
+	int soerr;
+
+	if (!wait_for(g, POLLERR | POLLHUP, TIMEOUT_MS))
+		return 0;
+	soerr = so_error(g);
+	if (soerr)
+		return soerr;
+	return recv(g, &c, 1, 0) < 0 ? errno : 0;
+}
+
+static ssize_t read_some(int fd, char *buf, size_t len)
+{
+	if (!wait_for(fd, POLLIN, TIMEOUT_MS))
+		return -ETIMEDOUT;
+	return recv(fd, buf, len, 0);
+}
+
+/* The guest's SYN went out and got no answer: the kernel sent it again. */
+static bool wait_syn_retransmitted(int g)
+{
+	struct tcp_info ti;
+	socklen_t len;
+
+	for (int waited = 0; waited < TIMEOUT_MS * 1000;
+	     waited += STATS_POLL_US) {
+		len = sizeof(ti);
+		if (!getsockopt(g, IPPROTO_TCP, TCP_INFO, &ti, &len) &&
+		    ti.tcpi_total_retrans >= 1)
+			return ti.tcpi_state == TCP_SYN_SENT;
+		usleep(STATS_POLL_US);
+	}
+	return false;
+}
+
+typedef bool (*stats_pred)(const struct proxy_stats *s, uint64_t n);
+
+static bool tcp_denied_at_least(const struct proxy_stats *s, uint64_t n)
+{
+	return s->tcp_denied >= n;
+}
+
+static bool udp_denied_at_least(const struct proxy_stats *s, uint64_t n)
+{
+	return s->udp_denied >= n;
+}
+
+static bool bytes_out_at_least(const struct proxy_stats *s, uint64_t n)
+{
+	return s->bytes_out >= n;
+}
+
+static bool tcp_open_is(const struct proxy_stats *s, uint64_t n)
+{
+	return s->tcp_open == n;
+}
+
+/* Waits for the proxy's counters to say so; false on the timeout. */
+static bool wait_stats(struct proxy *p, stats_pred pred, uint64_t n,
+		       struct proxy_stats *s)
+{
+	for (int waited = 0; waited < TIMEOUT_MS * 1000;
+	     waited += STATS_POLL_US) {
+		proxy__stats(p, s);
+		if (pred(s, n))
+			return true;
+		usleep(STATS_POLL_US);
+	}
+	return false;
+}
+
+static uint64_t reason_flows(const struct proxy_stats *s, uint8_t proto,
+			     const char *reason)
+{
+	for (unsigned int i = 0; i < s->nr_reasons; i++)
+		if (s->reasons[i].proto == proto &&
+		    !strcmp(s->reasons[i].reason, reason))
+			return s->reasons[i].flows;
+	return 0;
+}
+
+static void expect_addr(struct __test_metadata *_metadata,
+			const struct sockaddr_in *a, const char *addr, int port)
+{
+	char s[INET_ADDRSTRLEN];
+
+	inet_ntop(AF_INET, &a->sin_addr, s, sizeof(s));
+	EXPECT_STREQ(addr, s);
+	EXPECT_EQ(port, ntohs(a->sin_port));
+}
+
+TEST_F_TIMEOUT(px, tcp_allowed_relays_both_ways_and_half_close, 60)
+{
+	struct proxy_stats s;
+	char buf[16] = "";
+	int g, conn;
+
+	g = guest_connect(_metadata, self, ALLOWED, TCP_PORT);
+	ASSERT_TRUE(wait_for(self->up_tcp, POLLIN, TIMEOUT_MS))
+	TH_LOG("the upstream server got no connection");
+	conn = accept4(self->up_tcp, NULL, NULL, SOCK_CLOEXEC);
+	ASSERT_LE(0, conn);
+	ASSERT_TRUE(wait_for(g, POLLOUT, TIMEOUT_MS));
+	ASSERT_EQ(0, so_error(g));
+
+	ASSERT_EQ(5, send(g, "hello", 5, 0));
+	ASSERT_EQ(5, read_some(conn, buf, sizeof(buf)));
+	EXPECT_EQ(0, memcmp(buf, "hello", 5));
+	ASSERT_EQ(6, send(conn, "world!", 6, 0));
+	ASSERT_EQ(6, read_some(g, buf, sizeof(buf)));
+	EXPECT_EQ(0, memcmp(buf, "world!", 6));
+
+	/* The guest's FIN reaches upstream; upstream can still answer. */
+	ASSERT_EQ(0, shutdown(g, SHUT_WR));
+	ASSERT_EQ(0, read_some(conn, buf, sizeof(buf)));
+	ASSERT_EQ(3, send(conn, "bye", 3, 0));
+	ASSERT_EQ(3, read_some(g, buf, sizeof(buf)));
+	EXPECT_EQ(0, memcmp(buf, "bye", 3));
+	close(conn);
+	ASSERT_EQ(0, read_some(g, buf, sizeof(buf)));
+
+	ASSERT_TRUE(wait_stats(self->proxy, tcp_open_is, 0, &s));
+	EXPECT_EQ(1, s.tcp_allowed);
+	EXPECT_EQ(0, s.tcp_denied);
+	EXPECT_EQ(5, s.bytes_out);
+	EXPECT_EQ(9, s.bytes_in);
+	EXPECT_EQ(1, reason_flows(&s, IPPROTO_TCP, "test grant"));
+	close(g);
+}
+
+TEST_F_TIMEOUT(px, tcp_denied_is_reset, 60)
+{
+	struct proxy_stats s;
+	int g;
+
+	g = guest_connect(_metadata, self, DENIED, TCP_PORT);
+	EXPECT_EQ(ECONNRESET, guest_error(g));
+	ASSERT_TRUE(wait_stats(self->proxy, tcp_denied_at_least, 1, &s));
+	EXPECT_EQ(1, s.tcp_denied);
+	EXPECT_EQ(0, s.tcp_allowed);
+	EXPECT_EQ(0, s.tcp_open);
+	EXPECT_EQ(1, reason_flows(&s, IPPROTO_TCP, "no grant"));
+	/* Decided before anything went upstream: nothing ever will. */
+	EXPECT_FALSE(wait_for(self->denied_tcp, POLLIN, 0));
+	close(g);
+}
+
+TEST_F_TIMEOUT(px, udp_allowed_round_trip, 60)
+{
+	struct sockaddr_in dst = sin_of(ALLOWED, UDP_PORT), from;
+	struct proxy_stats s;
+	socklen_t len = sizeof(from);
+	char buf[16] = "";
+	int g;
+
+	g = guest_socket(_metadata, self, SOCK_DGRAM);
+	ASSERT_EQ(4, sendto(g, "ping", 4, 0, (struct sockaddr *)&dst,
+			    sizeof(dst)));
+	ASSERT_TRUE(wait_for(self->up_udp, POLLIN, TIMEOUT_MS))
+	TH_LOG("the upstream server got nothing");
+	ASSERT_EQ(4, recvfrom(self->up_udp, buf, sizeof(buf), 0,
+			      (struct sockaddr *)&from, &len));
+	EXPECT_EQ(0, memcmp(buf, "ping", 4));
+	ASSERT_EQ(4, sendto(self->up_udp, "pong", 4, 0,
+			    (struct sockaddr *)&from, len));
+
+	len = sizeof(from);
+	ASSERT_TRUE(wait_for(g, POLLIN, TIMEOUT_MS)) TH_LOG("no answer");
+	ASSERT_EQ(4, recvfrom(g, buf, sizeof(buf), 0, (struct sockaddr *)&from,
+			      &len));
+	EXPECT_EQ(0, memcmp(buf, "pong", 4));
+	expect_addr(_metadata, &from, ALLOWED, UDP_PORT);
+
+	/* The same flow again: no new decision, the same way back. */
+	ASSERT_EQ(4, sendto(g, "ping", 4, 0, (struct sockaddr *)&dst,
+			    sizeof(dst)));
+	ASSERT_TRUE(wait_for(self->up_udp, POLLIN, TIMEOUT_MS));
+	/* Counted just after the send: the server may see it first. */
+	ASSERT_TRUE(wait_stats(self->proxy, bytes_out_at_least, 8, &s));
+	EXPECT_EQ(1, s.udp_allowed);
+	EXPECT_EQ(1, s.udp_open);
+	EXPECT_EQ(1, __atomic_load_n(&self->calls, __ATOMIC_RELAXED));
+	EXPECT_EQ(8, s.bytes_out);
+	EXPECT_EQ(4, s.bytes_in);
+	close(g);
+}
+
+TEST_F_TIMEOUT(px, udp_denied_gets_nothing, 60)
+{
+	struct sockaddr_in dst = sin_of(DENIED, UDP_PORT);
+	struct proxy_stats s;
+	char buf[16];
+	int g;
+
+	g = guest_socket(_metadata, self, SOCK_DGRAM);
+	ASSERT_EQ(4, sendto(g, "ping", 4, 0, (struct sockaddr *)&dst,
+			    sizeof(dst)));
+	ASSERT_TRUE(wait_stats(self->proxy, udp_denied_at_least, 1, &s));
+	EXPECT_EQ(0, s.udp_allowed);
+	EXPECT_EQ(0, s.udp_open);
+	EXPECT_EQ(1, reason_flows(&s, IPPROTO_UDP, "no grant"));
+	/* The second datagram of the flow is dropped without a decision. */
+	ASSERT_EQ(4, sendto(g, "ping", 4, 0, (struct sockaddr *)&dst,
+			    sizeof(dst)));
+	EXPECT_FALSE(wait_for(self->denied_udp, POLLIN, 0));
+	EXPECT_EQ(-1, recv(g, buf, sizeof(buf), 0));
+	close(g);
+}
+
+TEST_F_TIMEOUT(px, flows_past_the_limit_are_refused, 120)
+{
+	int kept[MAX_TCP], up[MAX_TCP], extra[OVER_LIMIT];
+	struct proxy_stats s;
+
+	for (int i = 0; i < MAX_TCP; i++) {
+		kept[i] = guest_connect(_metadata, self, ALLOWED, TCP_PORT);
+		ASSERT_TRUE(wait_for(self->up_tcp, POLLIN, TIMEOUT_MS));
+		up[i] = accept4(self->up_tcp, NULL, NULL, SOCK_CLOEXEC);
+		ASSERT_LE(0, up[i]);
+	}
+	for (int i = 0; i < OVER_LIMIT; i++) {
+		extra[i] = guest_connect(_metadata, self, ALLOWED, TCP_PORT);
+		EXPECT_EQ(ECONNRESET, guest_error(extra[i]));
+	}
+	ASSERT_TRUE(
+		wait_stats(self->proxy, tcp_denied_at_least, OVER_LIMIT, &s));
+	EXPECT_EQ(MAX_TCP, s.tcp_open);
+	EXPECT_EQ(MAX_TCP, s.tcp_allowed);
+	EXPECT_EQ(OVER_LIMIT, reason_flows(&s, IPPROTO_TCP, "flow limit"));
+	EXPECT_FALSE(wait_for(self->up_tcp, POLLIN, 0));
+
+	/* A flow that ends makes room again. */
+	close(up[0]);
+	close(kept[0]);
+	ASSERT_TRUE(wait_stats(self->proxy, tcp_open_is, MAX_TCP - 1, &s));
+	kept[0] = guest_connect(_metadata, self, ALLOWED, TCP_PORT);
+	ASSERT_TRUE(wait_for(self->up_tcp, POLLIN, TIMEOUT_MS));
+	up[0] = accept4(self->up_tcp, NULL, NULL, SOCK_CLOEXEC);
+	ASSERT_LE(0, up[0]);
+	for (int i = 0; i < MAX_TCP; i++) {
+		close(up[i]);
+		close(kept[i]);
+	}
+	for (int i = 0; i < OVER_LIMIT; i++)
+		close(extra[i]);
+}
+
+TEST_F_TIMEOUT(px, upstream_refused_resets_the_guest, 60)
+{
+	struct proxy_stats s;
+	int g;
+
+	/* Granted, but nothing listens there upstream. */
+	g = guest_connect(_metadata, self, ALLOWED, TCP_PORT + 1);
+	EXPECT_EQ(ECONNRESET, guest_error(g));
+	ASSERT_TRUE(wait_stats(self->proxy, tcp_open_is, 0, &s));
+	EXPECT_EQ(1, s.tcp_allowed);
+	EXPECT_EQ(1, s.upstream_failed);
+	close(g);
+}
+
+/* n flows decided, the table full (not one more: it has no room). */
+static bool udp_allowed_table_full(const struct proxy_stats *s, uint64_t n)
+{
+	return s->udp_allowed >= n && s->udp_open == MAX_UDP;
+}
+
+TEST_F_TIMEOUT(px, udp_flows_bounded_lru, 60)
+{
+	struct sockaddr_in dst = sin_of(ALLOWED, UDP_PORT);
+	int g[MAX_UDP + 2];
+	struct proxy_stats s;
+	char buf[16];
+
+	/* One flow per guest socket (its own source port). */
+	for (unsigned int i = 0; i < ARRAY_SIZE(g); i++) {
+		g[i] = guest_socket(_metadata, self, SOCK_DGRAM);
+		ASSERT_EQ(4, sendto(g[i], "ping", 4, 0, (struct sockaddr *)&dst,
+				    sizeof(dst)));
+		ASSERT_TRUE(wait_for(self->up_udp, POLLIN, TIMEOUT_MS));
+		ASSERT_EQ(4, recv(self->up_udp, buf, sizeof(buf), 0));
+	}
+	ASSERT_TRUE(wait_stats(self->proxy, udp_allowed_table_full,
+			       ARRAY_SIZE(g), &s));
+	EXPECT_EQ(MAX_UDP, s.udp_open);
+	/* The first flow was the least recently used: evicted, decided anew. */
+	ASSERT_EQ(4, sendto(g[0], "ping", 4, 0, (struct sockaddr *)&dst,
+			    sizeof(dst)));
+	ASSERT_TRUE(wait_stats(self->proxy, udp_allowed_table_full,
+			       ARRAY_SIZE(g) + 1, &s));
+	EXPECT_EQ(MAX_UDP, s.udp_open);
+	for (unsigned int i = 0; i < ARRAY_SIZE(g); i++)
+		close(g[i]);
+}
+
+TEST_F_TIMEOUT(px, destroyed_proxy_fails_closed, 60)
+{
+	char buf[4];
+	int g, conn;
+
+	g = guest_connect(_metadata, self, ALLOWED, TCP_PORT);
+	ASSERT_TRUE(wait_for(self->up_tcp, POLLIN, TIMEOUT_MS));
+	conn = accept4(self->up_tcp, NULL, NULL, SOCK_CLOEXEC);
+	ASSERT_LE(0, conn);
+
+	proxy__destroy(self->proxy);
+	self->proxy = NULL;
+	/* The running flow is cut... */
+	EXPECT_NE(0, guest_error(g));
+	EXPECT_GE(0, read_some(conn, buf, sizeof(buf))); /* RST or FIN */
+	close(conn);
+	close(g);
+
+	/*
+	 * ...and a new one gets nowhere: the program went with the proxy
+	 * and the VM netns has no socket for it; its kernel cannot even
+	 * answer with an RST from an address that is not its own. Seen
+	 * from the guest: its SYN goes unanswered, retransmitted.
+	 */
+	g = guest_connect(_metadata, self, ALLOWED, TCP_PORT);
+	ASSERT_TRUE(wait_syn_retransmitted(g));
+	EXPECT_FALSE(wait_for(g, POLLOUT, 0));
+	EXPECT_FALSE(wait_for(self->up_tcp, POLLIN, 0));
+	close(g);
+}
+
+TEST_HARNESS_MAIN

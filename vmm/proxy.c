@@ -1,0 +1,1085 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The vmm's egress proxy (proxy.h, Documentation/network.md "The proxy").
+ *
+ * The netns thread lives in the VM netns from create to destroy: every
+ * socket that must be there (the listener, the UDP socket, each UDP
+ * flow's reply socket) is made by it, and it loads, attaches and detaches
+ * the egress program (the loader's netlink and netns checks are the
+ * calling thread's). The proxy thread never leaves the caller's netns:
+ * its upstream sockets are the host's. It is an epoll loop: a relay of
+ * nonblocking sockets wants readiness, a bounded buffer per direction and
+ * calls io_uring has no opcode for on Linux 6.1 (setsockopt, getsockname).
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <net/if.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "lib/errf.h"
+#include "lib/log.h"
+#include "lib/worker.h"
+#include "vmm/proxy.h"
+
+#define PROXY_BACKLOG	    4096	 /* SYN cookies drop: keep them rare */
+#define PROXY_RELAY_BUF	    (16U * 1024) /* bytes, per direction of a flow */
+#define PROXY_DGRAM_MAX	    65535U	 /* one UDP datagram */
+#define PROXY_UDP_IDLE_MS   60000U
+#define PROXY_EPOLL_EVENTS  64
+#define PROXY_ACCEPT_BUDGET 32	 /* connections accepted per round */
+#define PROXY_DGRAM_BUDGET  32	 /* datagrams per socket per round */
+#define PROXY_SWEEP_MS	    1000 /* idle UDP flows looked for */
+#define PROXY_LOG_BURST	    10	 /* denied-flow lines per window */
+#define PROXY_LOG_WINDOW_MS 1000
+#define PROXY_NAME	    "egress proxy"
+
+enum ep_kind { EP_STOP, EP_LISTEN, EP_UDP, EP_TCP_GUEST, EP_TCP_UP, EP_UDP_UP };
+enum { SIDE_GUEST, SIDE_UP, NR_SIDES };
+
+/* What epoll_event.data points at. */
+struct endpoint {
+	enum ep_kind kind;
+	int fd;		 /* -1: closed */
+	uint32_t events; /* registered with epoll */
+	void *owner;	 /* the flow */
+};
+
+/* Bytes read from one side, not yet written to the other. */
+struct relay_dir {
+	uint8_t *buf; /* PROXY_RELAY_BUF */
+	size_t off, len;
+	bool eof;  /* the reading side said FIN */
+	bool shut; /* and the other side was told (SHUT_WR) */
+};
+
+struct tcp_flow {
+	bool used;
+	bool connecting; /* upstream */
+	struct endpoint ep[NR_SIDES];
+	struct relay_dir dir[NR_SIDES]; /* dir[s]: read from side s */
+};
+
+struct udp_flow {
+	bool used;
+	bool allowed;
+	struct sockaddr_in src, dst;
+	struct endpoint up; /* host netns, connected to dst */
+	int reply_fd;	    /* VM netns, bound to dst, connected to src */
+	uint64_t last_ms;
+};
+
+enum ns_request { NS_NONE, NS_REPLY_SOCKET, NS_EXIT };
+
+struct proxy {
+	struct proxy_params p;
+	char ifname[IFNAMSIZ];
+	int lsn_fd, udp_fd, epoll_fd;
+	struct endpoint ep_stop, ep_lsn, ep_udp;
+	struct worker worker;
+
+	/* The netns thread and its one request at a time, under ns_lock. */
+	pthread_t ns_thread;
+	bool ns_started;
+	pthread_mutex_t ns_lock;
+	pthread_cond_t ns_cv;
+	enum ns_request ns_req;
+	bool ns_done;
+	int ns_ret, ns_fd;
+	struct sockaddr_in ns_bind, ns_peer;
+	char *ns_err;
+	size_t ns_errlen;
+	struct egress *egress; /* the netns thread's */
+
+	struct tcp_flow *tcp; /* max_tcp_flows */
+	struct udp_flow *udp; /* max_udp_flows */
+	uint8_t *dgram;	      /* PROXY_DGRAM_MAX */
+
+	uint64_t log_window_ms;
+	unsigned int log_lines;
+	uint64_t log_suppressed;
+
+	pthread_mutex_t stats_lock;
+	struct proxy_stats stats;
+};
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static const char *proto_name(uint8_t proto)
+{
+	return proto == IPPROTO_TCP ? "tcp" : "udp";
+}
+
+/* ---- counters and the log ------------------------------------------------ */
+
+static void count_flow(struct proxy *p, const struct net_flow *f,
+		       const struct net_decision *d)
+{
+	struct proxy_stats *s = &p->stats;
+	bool allow = d->verdict == NET_VERDICT_ALLOW;
+	struct proxy_reason_count *r = NULL;
+	unsigned int i;
+
+	pthread_mutex_lock(&p->stats_lock);
+	if (f->proto == IPPROTO_TCP)
+		allow ? s->tcp_allowed++ : s->tcp_denied++;
+	else
+		allow ? s->udp_allowed++ : s->udp_denied++;
+	for (i = 0; i < s->nr_reasons; i++) {
+		r = &s->reasons[i];
+		if (r->proto == f->proto && r->verdict == d->verdict &&
+		    !strncmp(r->reason, d->reason, sizeof(r->reason)))
+			break;
+	}
+	if (i == s->nr_reasons) {
+		/* The last slot takes every reason there is no room for. */
+		r = &s->reasons[i < PROXY_REASONS_MAX ? i : i - 1];
+		if (i < PROXY_REASONS_MAX) {
+			s->nr_reasons++;
+			snprintf(r->reason, sizeof(r->reason), "%s",
+				 i + 1 < PROXY_REASONS_MAX ? d->reason :
+							     "other");
+			r->proto = f->proto;
+			r->verdict = d->verdict;
+		}
+	}
+	r->flows++;
+	pthread_mutex_unlock(&p->stats_lock);
+}
+
+static void count_add(struct proxy *p, uint64_t *what, uint64_t n)
+{
+	pthread_mutex_lock(&p->stats_lock);
+	*what += n;
+	pthread_mutex_unlock(&p->stats_lock);
+}
+
+static void count_sub(struct proxy *p, uint64_t *what)
+{
+	pthread_mutex_lock(&p->stats_lock);
+	*what -= 1;
+	pthread_mutex_unlock(&p->stats_lock);
+}
+
+/* One line per denied flow, at most PROXY_LOG_BURST a window. */
+static void log_denied(struct proxy *p, const struct net_flow *f,
+		       const char *reason)
+{
+	char src[INET_ADDRSTRLEN], dst[INET_ADDRSTRLEN];
+	uint64_t now = now_ms();
+
+	if (now - p->log_window_ms >= PROXY_LOG_WINDOW_MS) {
+		if (p->log_suppressed)
+			pr_warn("%s: %llu more denied flows not logged",
+				PROXY_NAME,
+				(unsigned long long)p->log_suppressed);
+		p->log_window_ms = now;
+		p->log_lines = 0;
+		p->log_suppressed = 0;
+	}
+	if (p->log_lines >= PROXY_LOG_BURST) {
+		p->log_suppressed++;
+		return;
+	}
+	p->log_lines++;
+	inet_ntop(AF_INET, &f->src.sin_addr, src, sizeof(src));
+	inet_ntop(AF_INET, &f->dst.sin_addr, dst, sizeof(dst));
+	pr_warn("%s: denied %s %s:%u -> %s:%u: %s", PROXY_NAME,
+		proto_name(f->proto), src, ntohs(f->src.sin_port), dst,
+		ntohs(f->dst.sin_port), reason);
+}
+
+/* Asks the policy; a decision without a reason gets one. */
+static void decide(struct proxy *p, const struct net_flow *f,
+		   struct net_decision *d)
+{
+	*d = (struct net_decision){ .verdict = NET_VERDICT_DENY };
+	p->p.decide(p->p.decide_opaque, f, d);
+	d->reason[sizeof(d->reason) - 1] = '\0';
+	if (!d->reason[0])
+		snprintf(d->reason, sizeof(d->reason), "%s",
+			 d->verdict == NET_VERDICT_ALLOW ? "allowed" :
+							   "denied");
+	count_flow(p, f, d);
+	if (d->verdict != NET_VERDICT_ALLOW)
+		log_denied(p, f, d->reason);
+}
+
+/* ---- the netns thread ---------------------------------------------------- */
+
+static int sockopt_on(int fd, int level, int name)
+{
+	int one = 1;
+
+	return setsockopt(fd, level, name, &one, sizeof(one)) ? -errno : 0;
+}
+
+static struct sockaddr_in any_port(uint16_t port)
+{
+	return (struct sockaddr_in){ .sin_family = AF_INET,
+				     .sin_port = htons(port),
+				     .sin_addr.s_addr = htonl(INADDR_ANY) };
+}
+
+/* A transparent socket on 0.0.0.0:port of the VM netns. */
+static int proxy_socket(struct proxy *p, int type, uint16_t port,
+			const char *what)
+{
+	struct sockaddr_in a = any_port(port);
+	int fd, ret;
+
+	fd = socket(AF_INET, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return errf(p->ns_err, p->ns_errlen, -errno, "%s: %s: %s",
+			    PROXY_NAME, what, strerror(errno));
+	ret = sockopt_on(fd, SOL_IP, IP_TRANSPARENT);
+	if (!ret && type == SOCK_DGRAM)
+		ret = sockopt_on(fd, SOL_IP, IP_RECVORIGDSTADDR);
+	if (!ret && bind(fd, (struct sockaddr *)&a, sizeof(a)))
+		ret = -errno;
+	if (!ret && type == SOCK_STREAM && listen(fd, PROXY_BACKLOG))
+		ret = -errno;
+	if (ret) {
+		close(fd);
+		return errf(p->ns_err, p->ns_errlen, ret,
+			    "%s: %s on port %u: %s", PROXY_NAME, what, port,
+			    strerror(-ret));
+	}
+	return fd;
+}
+
+/* In the VM netns: the sockets, the program, its slots, attached. */
+static int ns_setup(struct proxy *p)
+{
+	char *err = p->ns_err;
+	size_t len = p->ns_errlen;
+	unsigned int ifindex;
+	int ret;
+
+	if (setns(p->p.netns_fd, CLONE_NEWNET))
+		return errf(err, len, -errno, "%s: setns: %s", PROXY_NAME,
+			    strerror(errno));
+	p->lsn_fd = proxy_socket(p, SOCK_STREAM, p->p.tcp_port, "TCP listener");
+	if (p->lsn_fd < 0)
+		return p->lsn_fd;
+	p->udp_fd = proxy_socket(p, SOCK_DGRAM, p->p.udp_port, "UDP socket");
+	if (p->udp_fd < 0)
+		return p->udp_fd;
+	ifindex = if_nametoindex(p->ifname);
+	if (!ifindex)
+		return errf(err, len, -errno, "%s: %s: %s", PROXY_NAME,
+			    p->ifname, strerror(errno));
+	ret = egress__create(&p->egress, &p->p.egress, err, len);
+	if (!ret)
+		ret = egress__set_proxy(p->egress, EGRESS_SLOT_TCP, p->lsn_fd,
+					err, len);
+	if (!ret)
+		ret = egress__set_proxy(p->egress, EGRESS_SLOT_UDP, p->udp_fd,
+					err, len);
+	if (!ret)
+		ret = egress__attach(p->egress, (int)ifindex, err, len);
+	return ret;
+}
+
+/* A UDP flow's reply socket: from its original destination, to the guest. */
+static int reply_socket(const struct sockaddr_in *from,
+			const struct sockaddr_in *to)
+{
+	int fd, ret;
+
+	fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	/* Other flows to the same destination have one bound there too. */
+	ret = sockopt_on(fd, SOL_IP, IP_TRANSPARENT);
+	if (!ret)
+		ret = sockopt_on(fd, SOL_SOCKET, SO_REUSEADDR);
+	if (!ret && bind(fd, (const struct sockaddr *)from, sizeof(*from)))
+		ret = -errno;
+	if (!ret && connect(fd, (const struct sockaddr *)to, sizeof(*to)))
+		ret = -errno;
+	if (ret) {
+		close(fd);
+		return ret;
+	}
+	return fd;
+}
+
+static void ns_finish(struct proxy *p)
+{
+	p->ns_req = NS_NONE;
+	p->ns_done = true;
+	pthread_cond_broadcast(&p->ns_cv);
+}
+
+static void *ns_thread(void *arg)
+{
+	struct proxy *p = arg;
+	enum ns_request req;
+	int ret;
+
+	worker__block_signals();
+	ret = ns_setup(p);
+	pthread_mutex_lock(&p->ns_lock);
+	p->ns_ret = ret;
+	ns_finish(p);
+	for (req = NS_NONE; !ret && req != NS_EXIT;) {
+		while (p->ns_req == NS_NONE)
+			pthread_cond_wait(&p->ns_cv, &p->ns_lock);
+		req = p->ns_req;
+		if (req == NS_REPLY_SOCKET)
+			p->ns_fd = reply_socket(&p->ns_bind, &p->ns_peer);
+		if (req != NS_EXIT)
+			ns_finish(p);
+	}
+	pthread_mutex_unlock(&p->ns_lock);
+	/* Detached in the netns it was attached in; then the answer. */
+	egress__destroy(p->egress);
+	p->egress = NULL;
+	if (req == NS_EXIT) {
+		pthread_mutex_lock(&p->ns_lock);
+		ns_finish(p);
+		pthread_mutex_unlock(&p->ns_lock);
+	}
+	return NULL;
+}
+
+/* Asks the netns thread and waits for its answer. */
+static void ns_ask(struct proxy *p, enum ns_request req)
+{
+	pthread_mutex_lock(&p->ns_lock);
+	p->ns_req = req;
+	p->ns_done = false;
+	pthread_cond_broadcast(&p->ns_cv);
+	while (!p->ns_done)
+		pthread_cond_wait(&p->ns_cv, &p->ns_lock);
+	pthread_mutex_unlock(&p->ns_lock);
+}
+
+/* ---- epoll ----------------------------------------------------------------- */
+
+static int ep_set(struct proxy *p, struct endpoint *e, uint32_t events)
+{
+	struct epoll_event ev = { .events = events, .data.ptr = e };
+	int op = e->events == UINT32_MAX ? EPOLL_CTL_ADD : EPOLL_CTL_MOD;
+
+	if (e->events == events)
+		return 0;
+	if (epoll_ctl(p->epoll_fd, op, e->fd, &ev))
+		return -errno;
+	e->events = events;
+	return 0;
+}
+
+static int ep_add(struct proxy *p, struct endpoint *e, enum ep_kind kind,
+		  int fd, void *owner, uint32_t events)
+{
+	*e = (struct endpoint){
+		.kind = kind, .fd = fd, .events = UINT32_MAX, .owner = owner
+	};
+	return ep_set(p, e, events);
+}
+
+/* Closing the fd takes it out of the epoll set too. */
+static void ep_close(struct endpoint *e)
+{
+	if (e->fd >= 0)
+		close(e->fd);
+	e->fd = -1;
+}
+
+/* ---- TCP ------------------------------------------------------------------- */
+
+/* Closes with an RST rather than a FIN: the peer learns it failed. */
+static void close_reset(int fd)
+{
+	struct linger lg = { .l_onoff = 1, .l_linger = 0 };
+
+	if (setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)))
+		pr_debug("%s: SO_LINGER: %s", PROXY_NAME, strerror(errno));
+	close(fd);
+}
+
+static void tcp_close(struct proxy *p, struct tcp_flow *t, bool reset)
+{
+	for (int s = 0; s < NR_SIDES; s++) {
+		if (t->ep[s].fd >= 0 && reset) {
+			close_reset(t->ep[s].fd);
+			t->ep[s].fd = -1;
+		}
+		ep_close(&t->ep[s]);
+		free(t->dir[s].buf);
+		t->dir[s] = (struct relay_dir){ 0 };
+	}
+	t->used = false;
+	count_sub(p, &p->stats.tcp_open);
+}
+
+static uint32_t tcp_interest(const struct tcp_flow *t, int s)
+{
+	const struct relay_dir *in = &t->dir[s], *out = &t->dir[!s];
+	uint32_t ev = 0;
+
+	if (s == SIDE_UP && t->connecting)
+		return EPOLLOUT;
+	if (!in->eof && in->len < PROXY_RELAY_BUF)
+		ev |= EPOLLIN;
+	if (out->off < out->len)
+		ev |= EPOLLOUT;
+	return ev;
+}
+
+/* Reads what side s has, as far as its buffer has room. */
+static int relay_read(struct proxy *p, struct tcp_flow *t, int s)
+{
+	struct relay_dir *d = &t->dir[s];
+	ssize_t n;
+
+	if (d->eof)
+		return 0;
+	if (d->off) {
+		memmove(d->buf, d->buf + d->off, d->len - d->off);
+		d->len -= d->off;
+		d->off = 0;
+	}
+	if (d->len == PROXY_RELAY_BUF)
+		return 0; /* back-pressure: the other side drains first */
+	n = recv(t->ep[s].fd, d->buf + d->len, PROXY_RELAY_BUF - d->len,
+		 MSG_DONTWAIT);
+	if (n < 0)
+		return errno == EAGAIN || errno == EINTR ? 0 : -errno;
+	if (!n)
+		d->eof = true;
+	d->len += n;
+	count_add(p, s == SIDE_GUEST ? &p->stats.bytes_out : &p->stats.bytes_in,
+		  n);
+	return 0;
+}
+
+/* Writes to side s what the other side sent; its FIN once all is out. */
+static int relay_write(struct tcp_flow *t, int s)
+{
+	struct relay_dir *d = &t->dir[!s];
+	ssize_t n;
+
+	if (s == SIDE_UP && t->connecting)
+		return 0;
+	while (d->off < d->len) {
+		n = send(t->ep[s].fd, d->buf + d->off, d->len - d->off,
+			 MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (n < 0)
+			return errno == EAGAIN || errno == EINTR ? 0 : -errno;
+		d->off += n;
+	}
+	d->off = d->len = 0;
+	if (d->eof && !d->shut) {
+		if (shutdown(t->ep[s].fd, SHUT_WR))
+			return -errno;
+		d->shut = true;
+	}
+	return 0;
+}
+
+static int upstream_connected(struct tcp_flow *t)
+{
+	int soerr = 0;
+	socklen_t len = sizeof(soerr);
+
+	if (getsockopt(t->ep[SIDE_UP].fd, SOL_SOCKET, SO_ERROR, &soerr, &len))
+		return -errno;
+	if (soerr)
+		return -soerr;
+	t->connecting = false;
+	return 0;
+}
+
+static void tcp_event(struct proxy *p, struct tcp_flow *t, int s,
+		      uint32_t events)
+{
+	int ret = 0;
+
+	if (s == SIDE_UP && t->connecting) {
+		ret = upstream_connected(t);
+		if (ret) {
+			count_add(p, &p->stats.upstream_failed, 1);
+			goto fail;
+		}
+		ret = relay_write(t, SIDE_UP);
+	}
+	if (!ret && (events & (EPOLLIN | EPOLLHUP | EPOLLERR))) {
+		ret = relay_read(p, t, s);
+		/* Straight on to the other side, and its FIN with it. */
+		if (!ret)
+			ret = relay_write(t, !s);
+	}
+	if (!ret && (events & EPOLLOUT))
+		ret = relay_write(t, s);
+	if (ret)
+		goto fail;
+	if (t->dir[SIDE_GUEST].shut && t->dir[SIDE_UP].shut) {
+		tcp_close(p, t, false);
+		return;
+	}
+	for (int i = 0; !ret && i < NR_SIDES; i++)
+		ret = ep_set(p, &t->ep[i], tcp_interest(t, i));
+	if (!ret)
+		return;
+fail:
+	pr_debug("%s: tcp flow: %s", PROXY_NAME, strerror(-ret));
+	tcp_close(p, t, true);
+}
+
+static struct tcp_flow *tcp_slot(struct proxy *p)
+{
+	for (unsigned int i = 0; i < p->p.max_tcp_flows; i++)
+		if (!p->tcp[i].used)
+			return &p->tcp[i];
+	return NULL;
+}
+
+/* An allowed flow: its upstream connection, from the host netns. */
+static int tcp_open(struct proxy *p, struct tcp_flow *t, int guest_fd,
+		    const struct net_flow *f)
+{
+	int up, ret;
+
+	*t = (struct tcp_flow){ .used = true, .connecting = true };
+	t->ep[SIDE_GUEST].fd = guest_fd;
+	t->ep[SIDE_UP].fd = -1;
+	count_add(p, &p->stats.tcp_open, 1);
+	for (int s = 0; s < NR_SIDES; s++) {
+		t->dir[s].buf = malloc(PROXY_RELAY_BUF);
+		if (!t->dir[s].buf)
+			return -ENOMEM;
+	}
+	up = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (up < 0)
+		return -errno;
+	t->ep[SIDE_UP].fd = up;
+	if (connect(up, (const struct sockaddr *)&f->dst, sizeof(f->dst)) &&
+	    errno != EINPROGRESS)
+		return -errno;
+	ret = ep_add(p, &t->ep[SIDE_GUEST], EP_TCP_GUEST, guest_fd, t,
+		     tcp_interest(t, SIDE_GUEST));
+	if (!ret)
+		ret = ep_add(p, &t->ep[SIDE_UP], EP_TCP_UP, up, t,
+			     tcp_interest(t, SIDE_UP));
+	return ret;
+}
+
+static void tcp_accept_one(struct proxy *p, int fd,
+			   const struct sockaddr_in *peer)
+{
+	struct net_flow f = { .proto = IPPROTO_TCP, .src = *peer };
+	socklen_t len = sizeof(f.dst);
+	struct net_decision d;
+	struct tcp_flow *t;
+	int ret;
+
+	/* A transparent socket's own address is where the guest went. */
+	if (getsockname(fd, (struct sockaddr *)&f.dst, &len)) {
+		close_reset(fd);
+		return;
+	}
+	t = tcp_slot(p);
+	if (!t) {
+		d = (struct net_decision){ .verdict = NET_VERDICT_DENY,
+					   .reason = "flow limit" };
+		count_flow(p, &f, &d);
+		log_denied(p, &f, d.reason);
+		close_reset(fd);
+		return;
+	}
+	decide(p, &f, &d);
+	if (d.verdict != NET_VERDICT_ALLOW) {
+		close_reset(fd);
+		return;
+	}
+	ret = tcp_open(p, t, fd, &f);
+	if (ret) {
+		pr_debug("%s: tcp upstream: %s", PROXY_NAME, strerror(-ret));
+		count_add(p, &p->stats.upstream_failed, 1);
+		tcp_close(p, t, true);
+	}
+}
+
+static void tcp_accept(struct proxy *p)
+{
+	struct sockaddr_in peer;
+	socklen_t len;
+	int fd;
+
+	for (int i = 0; i < PROXY_ACCEPT_BUDGET; i++) {
+		len = sizeof(peer);
+		fd = accept4(p->lsn_fd, (struct sockaddr *)&peer, &len,
+			     SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0) {
+			if (errno == ECONNABORTED || errno == EINTR)
+				continue;
+			if (errno != EAGAIN)
+				pr_debug("%s: accept: %s", PROXY_NAME,
+					 strerror(errno));
+			return;
+		}
+		tcp_accept_one(p, fd, &peer);
+	}
+}
+
+/* ---- UDP ------------------------------------------------------------------- */
+
+static void udp_close(struct proxy *p, struct udp_flow *u)
+{
+	if (u->allowed)
+		count_sub(p, &p->stats.udp_open);
+	ep_close(&u->up);
+	if (u->reply_fd >= 0)
+		close(u->reply_fd);
+	*u = (struct udp_flow){ .reply_fd = -1, .up.fd = -1 };
+}
+
+static bool same_addr(const struct sockaddr_in *a, const struct sockaddr_in *b)
+{
+	return a->sin_addr.s_addr == b->sin_addr.s_addr &&
+	       a->sin_port == b->sin_port;
+}
+
+static struct udp_flow *udp_find(struct proxy *p, const struct sockaddr_in *src,
+				 const struct sockaddr_in *dst)
+{
+	for (unsigned int i = 0; i < p->p.max_udp_flows; i++) {
+		struct udp_flow *u = &p->udp[i];
+
+		if (u->used && same_addr(&u->src, src) &&
+		    same_addr(&u->dst, dst))
+			return u;
+	}
+	return NULL;
+}
+
+/* A free entry, or the least recently used one, evicted. */
+static struct udp_flow *udp_slot(struct proxy *p)
+{
+	struct udp_flow *lru = NULL;
+
+	for (unsigned int i = 0; i < p->p.max_udp_flows; i++) {
+		struct udp_flow *u = &p->udp[i];
+
+		if (!u->used)
+			return u;
+		if (!lru || u->last_ms < lru->last_ms)
+			lru = u;
+	}
+	udp_close(p, lru);
+	return lru;
+}
+
+/* An allowed flow's two sockets: upstream here, the reply one there. */
+static int udp_open(struct proxy *p, struct udp_flow *u)
+{
+	int fd;
+
+	fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	u->up.fd = fd;
+	if (connect(fd, (const struct sockaddr *)&u->dst, sizeof(u->dst)))
+		return -errno;
+	pthread_mutex_lock(&p->ns_lock);
+	p->ns_bind = u->dst;
+	p->ns_peer = u->src;
+	pthread_mutex_unlock(&p->ns_lock);
+	ns_ask(p, NS_REPLY_SOCKET);
+	if (p->ns_fd < 0)
+		return p->ns_fd;
+	u->reply_fd = p->ns_fd;
+	return ep_add(p, &u->up, EP_UDP_UP, fd, u, EPOLLIN);
+}
+
+static struct udp_flow *udp_new(struct proxy *p, const struct sockaddr_in *src,
+				const struct sockaddr_in *dst)
+{
+	struct net_flow f = { .proto = IPPROTO_UDP, .src = *src, .dst = *dst };
+	struct udp_flow *u = udp_slot(p);
+	struct net_decision d;
+	int ret;
+
+	decide(p, &f, &d);
+	/* A denied flow is remembered too: decided and logged once. */
+	*u = (struct udp_flow){ .used = true,
+				.src = *src,
+				.dst = *dst,
+				.up.fd = -1,
+				.reply_fd = -1 };
+	if (d.verdict != NET_VERDICT_ALLOW)
+		return u;
+	u->allowed = true;
+	count_add(p, &p->stats.udp_open, 1);
+	ret = udp_open(p, u);
+	if (ret) {
+		pr_debug("%s: udp upstream: %s", PROXY_NAME, strerror(-ret));
+		count_add(p, &p->stats.upstream_failed, 1);
+		udp_close(p, u);
+		return NULL;
+	}
+	return u;
+}
+
+static const struct sockaddr_in *orig_dst(struct msghdr *m)
+{
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(m); c; c = CMSG_NXTHDR(m, c))
+		if (c->cmsg_level == SOL_IP && c->cmsg_type == IP_ORIGDSTADDR &&
+		    c->cmsg_len >= CMSG_LEN(sizeof(struct sockaddr_in)))
+			return (const struct sockaddr_in *)CMSG_DATA(c);
+	return NULL;
+}
+
+/* Datagrams from the guest, each to its flow's upstream socket. */
+static void udp_from_guest(struct proxy *p, uint64_t now)
+{
+	char cbuf[CMSG_SPACE(sizeof(struct sockaddr_in))];
+	struct sockaddr_in src, dst;
+	const struct sockaddr_in *orig;
+	struct iovec iov = { .iov_base = p->dgram, .iov_len = PROXY_DGRAM_MAX };
+	struct msghdr m;
+	struct udp_flow *u;
+	ssize_t n;
+
+	for (int i = 0; i < PROXY_DGRAM_BUDGET; i++) {
+		m = (struct msghdr){ .msg_name = &src,
+				     .msg_namelen = sizeof(src),
+				     .msg_iov = &iov,
+				     .msg_iovlen = 1,
+				     .msg_control = cbuf,
+				     .msg_controllen = sizeof(cbuf) };
+		n = recvmsg(p->udp_fd, &m, MSG_DONTWAIT);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return;
+		}
+		orig = orig_dst(&m);
+		if (!orig || m.msg_namelen != sizeof(src))
+			continue;
+		dst = *orig;
+		u = udp_find(p, &src, &dst);
+		if (!u)
+			u = udp_new(p, &src, &dst);
+		if (!u)
+			continue;
+		u->last_ms = now;
+		if (!u->allowed)
+			continue;
+		if (send(u->up.fd, p->dgram, n, MSG_DONTWAIT) == n)
+			count_add(p, &p->stats.bytes_out, n);
+		else
+			count_add(p, &p->stats.udp_dropped, 1);
+	}
+}
+
+/* Upstream's answers, back to the guest from where it sent to. */
+static void udp_from_upstream(struct proxy *p, struct udp_flow *u, uint64_t now)
+{
+	ssize_t n;
+
+	for (int i = 0; i < PROXY_DGRAM_BUDGET; i++) {
+		n = recv(u->up.fd, p->dgram, PROXY_DGRAM_MAX, MSG_DONTWAIT);
+		if (n < 0) {
+			/* ECONNREFUSED and the like: an ICMP error, no data. */
+			if (errno == EAGAIN)
+				return;
+			continue;
+		}
+		u->last_ms = now;
+		if (send(u->reply_fd, p->dgram, n, MSG_DONTWAIT) == n)
+			count_add(p, &p->stats.bytes_in, n);
+		else
+			count_add(p, &p->stats.udp_dropped, 1);
+	}
+}
+
+static void udp_sweep(struct proxy *p, uint64_t now)
+{
+	for (unsigned int i = 0; i < p->p.max_udp_flows; i++) {
+		struct udp_flow *u = &p->udp[i];
+
+		if (u->used && now - u->last_ms >= p->p.udp_idle_ms)
+			udp_close(p, u);
+	}
+}
+
+/* ---- the proxy thread -------------------------------------------------------- */
+
+static int proxy_loop(struct proxy *p)
+{
+	struct epoll_event evs[PROXY_EPOLL_EVENTS];
+	uint64_t now, last_sweep = now_ms();
+	bool accept_ready, udp_ready;
+	int n;
+
+	for (;;) {
+		n = epoll_wait(p->epoll_fd, evs, PROXY_EPOLL_EVENTS,
+			       PROXY_SWEEP_MS);
+		if (n < 0 && errno != EINTR)
+			return -errno;
+		now = now_ms();
+		accept_ready = udp_ready = false;
+		/*
+		 * Flows close in this batch but none opens: a later event
+		 * never meets another flow in a slot it had.
+		 */
+		for (int i = 0; i < n; i++) {
+			struct endpoint *e = evs[i].data.ptr;
+
+			if (e->fd < 0)
+				continue; /* its flow closed in this batch */
+			switch (e->kind) {
+			case EP_STOP:
+				return 0;
+			case EP_LISTEN:
+				accept_ready = true;
+				break;
+			case EP_UDP:
+				udp_ready = true;
+				break;
+			case EP_TCP_GUEST:
+			case EP_TCP_UP:
+				tcp_event(p, e->owner,
+					  e->kind == EP_TCP_GUEST ? SIDE_GUEST :
+								    SIDE_UP,
+					  evs[i].events);
+				break;
+			case EP_UDP_UP:
+				udp_from_upstream(p, e->owner, now);
+				break;
+			}
+		}
+		if (accept_ready)
+			tcp_accept(p);
+		if (udp_ready)
+			udp_from_guest(p, now);
+		if (now - last_sweep >= PROXY_SWEEP_MS) {
+			udp_sweep(p, now);
+			last_sweep = now;
+		}
+	}
+}
+
+/* Fail closed: the sockets go, and with them the program's slots. */
+static void close_all(struct proxy *p)
+{
+	for (unsigned int i = 0; p->tcp && i < p->p.max_tcp_flows; i++)
+		if (p->tcp[i].used)
+			tcp_close(p, &p->tcp[i], true);
+	for (unsigned int i = 0; p->udp && i < p->p.max_udp_flows; i++)
+		if (p->udp[i].used)
+			udp_close(p, &p->udp[i]);
+	if (p->lsn_fd >= 0)
+		close(p->lsn_fd);
+	if (p->udp_fd >= 0)
+		close(p->udp_fd);
+	p->lsn_fd = p->udp_fd = -1;
+}
+
+static void *proxy_thread(void *arg)
+{
+	struct proxy *p = arg;
+	int ret;
+
+	worker__block_signals();
+	ret = proxy_loop(p);
+	if (ret)
+		pr_err("%s: epoll_wait: %s; nothing leaves the VM from now on",
+		       PROXY_NAME, strerror(-ret));
+	close_all(p);
+	pthread_mutex_lock(&p->stats_lock);
+	p->stats.running = false;
+	pthread_mutex_unlock(&p->stats_lock);
+	return NULL;
+}
+
+/* ---- create, start, destroy ------------------------------------------------ */
+
+static int proxy_alloc(struct proxy *p, char *err, size_t errlen)
+{
+	p->tcp = calloc(p->p.max_tcp_flows, sizeof(*p->tcp));
+	p->udp = calloc(p->p.max_udp_flows, sizeof(*p->udp));
+	p->dgram = malloc(PROXY_DGRAM_MAX);
+	if (!p->tcp || !p->udp || !p->dgram)
+		return errf(err, errlen, -ENOMEM, "%s: out of memory",
+			    PROXY_NAME);
+	for (unsigned int i = 0; i < p->p.max_tcp_flows; i++)
+		for (int s = 0; s < NR_SIDES; s++)
+			p->tcp[i].ep[s].fd = -1;
+	for (unsigned int i = 0; i < p->p.max_udp_flows; i++)
+		p->udp[i] = (struct udp_flow){ .up.fd = -1, .reply_fd = -1 };
+	p->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+	if (p->epoll_fd < 0 || worker__open(&p->worker))
+		return errf(err, errlen, -errno, "%s: %s", PROXY_NAME,
+			    strerror(errno));
+	return 0;
+}
+
+static void set_defaults(struct proxy_params *q)
+{
+	if (!q->max_tcp_flows)
+		q->max_tcp_flows = PROXY_MAX_TCP_FLOWS;
+	if (!q->max_udp_flows)
+		q->max_udp_flows = PROXY_MAX_UDP_FLOWS;
+	if (!q->udp_idle_ms)
+		q->udp_idle_ms = PROXY_UDP_IDLE_MS;
+	if (!q->tcp_port)
+		q->tcp_port = PROXY_TCP_PORT;
+	if (!q->udp_port)
+		q->udp_port = PROXY_UDP_PORT;
+}
+
+int proxy__create(struct proxy **out, const struct proxy_params *params,
+		  char *err, size_t errlen)
+{
+	struct proxy *p;
+	int ret;
+
+	*out = NULL;
+	if (!params->decide || !params->ifname ||
+	    strlen(params->ifname) >= IFNAMSIZ)
+		return errf(err, errlen, -EINVAL, "%s: bad parameters",
+			    PROXY_NAME);
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return errf(err, errlen, -ENOMEM, "%s: out of memory",
+			    PROXY_NAME);
+	p->p = *params;
+	set_defaults(&p->p);
+	snprintf(p->ifname, sizeof(p->ifname), "%s", params->ifname);
+	p->p.ifname = p->ifname;
+	p->lsn_fd = p->udp_fd = p->epoll_fd = -1;
+	worker__init(&p->worker);
+	pthread_mutex_init(&p->ns_lock, NULL);
+	pthread_cond_init(&p->ns_cv, NULL);
+	pthread_mutex_init(&p->stats_lock, NULL);
+	ret = proxy_alloc(p, err, errlen);
+	if (ret)
+		goto out_destroy;
+
+	p->ns_err = err;
+	p->ns_errlen = errlen;
+	ret = -pthread_create(&p->ns_thread, NULL, ns_thread, p);
+	if (ret) {
+		errf(err, errlen, ret, "%s: a thread: %s", PROXY_NAME,
+		     strerror(-ret));
+		goto out_destroy;
+	}
+	p->ns_started = true;
+	pthread_mutex_lock(&p->ns_lock);
+	while (!p->ns_done)
+		pthread_cond_wait(&p->ns_cv, &p->ns_lock);
+	ret = p->ns_ret;
+	p->ns_err = NULL;
+	pthread_mutex_unlock(&p->ns_lock);
+	if (ret)
+		goto out_destroy;
+
+	ret = ep_add(p, &p->ep_stop, EP_STOP, p->worker.stop_fd, NULL, EPOLLIN);
+	if (!ret)
+		ret = ep_add(p, &p->ep_lsn, EP_LISTEN, p->lsn_fd, NULL,
+			     EPOLLIN);
+	if (!ret)
+		ret = ep_add(p, &p->ep_udp, EP_UDP, p->udp_fd, NULL, EPOLLIN);
+	if (ret) {
+		errf(err, errlen, ret, "%s: epoll: %s", PROXY_NAME,
+		     strerror(-ret));
+		goto out_destroy;
+	}
+	*out = p;
+	return 0;
+
+out_destroy:
+	proxy__destroy(p);
+	return ret;
+}
+
+int proxy__start(struct proxy *p)
+{
+	int ret;
+
+	pthread_mutex_lock(&p->stats_lock);
+	p->stats.running = true;
+	pthread_mutex_unlock(&p->stats_lock);
+	ret = worker__start(&p->worker, proxy_thread, p);
+	if (ret) {
+		pthread_mutex_lock(&p->stats_lock);
+		p->stats.running = false;
+		pthread_mutex_unlock(&p->stats_lock);
+	}
+	return ret;
+}
+
+void proxy__destroy(struct proxy *p)
+{
+	if (!p)
+		return;
+	worker__exit(&p->worker, PROXY_NAME);
+	close_all(p);
+	if (p->ns_started) {
+		/* A thread whose setup failed has ended already. */
+		if (!p->ns_ret)
+			ns_ask(p, NS_EXIT);
+		pthread_join(p->ns_thread, NULL);
+	}
+	if (p->epoll_fd >= 0)
+		close(p->epoll_fd);
+	free(p->tcp);
+	free(p->udp);
+	free(p->dgram);
+	pthread_cond_destroy(&p->ns_cv);
+	pthread_mutex_destroy(&p->ns_lock);
+	pthread_mutex_destroy(&p->stats_lock);
+	free(p);
+}
+
+void proxy__stats(struct proxy *p, struct proxy_stats *s)
+{
+	pthread_mutex_lock(&p->stats_lock);
+	*s = p->stats;
+	pthread_mutex_unlock(&p->stats_lock);
+}
+
+void proxy__report(struct proxy *p)
+{
+	struct proxy_stats s;
+
+	proxy__stats(p, &s);
+	pr_info("%s: %s; tcp allowed %llu denied %llu open %llu; udp allowed "
+		"%llu denied %llu open %llu; bytes out %llu in %llu; upstream "
+		"failed %llu; udp dropped %llu",
+		PROXY_NAME, s.running ? "running" : "stopped (fail closed)",
+		(unsigned long long)s.tcp_allowed,
+		(unsigned long long)s.tcp_denied,
+		(unsigned long long)s.tcp_open,
+		(unsigned long long)s.udp_allowed,
+		(unsigned long long)s.udp_denied,
+		(unsigned long long)s.udp_open, (unsigned long long)s.bytes_out,
+		(unsigned long long)s.bytes_in,
+		(unsigned long long)s.upstream_failed,
+		(unsigned long long)s.udp_dropped);
+	for (unsigned int i = 0; i < s.nr_reasons; i++)
+		pr_info("%s: %s %s \"%s\": %llu flows", PROXY_NAME,
+			proto_name(s.reasons[i].proto),
+			s.reasons[i].verdict == NET_VERDICT_ALLOW ? "allowed" :
+								    "denied",
+			s.reasons[i].reason,
+			(unsigned long long)s.reasons[i].flows);
+}

@@ -1,0 +1,93 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+#ifndef KILN_PROXY_H
+#define KILN_PROXY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lib/compiler.h"
+#include "ebpf/loader.h"
+#include "vmm/flow.h"
+
+/*
+ * The vmm's egress proxy for one VM (Documentation/network.md, "The
+ * proxy"): transparent TCP and UDP sockets in the VM netns that the
+ * egress program on the tap hands every guest flow to, a decision per
+ * new flow, and the allowed ones re-originated from the vmm's own (host)
+ * netns and relayed.
+ *
+ *	ret = proxy__create(&p, &params, err, sizeof(err));  before seccomp
+ *	ret = proxy__start(p);         its thread, under the seccomp filter
+ *	proxy__stats(p, &stats);       from any thread
+ *	proxy__destroy(p);             after the tap's device is gone
+ *
+ * Two threads: "the netns thread", which enters the VM netns at create
+ * and stays there (it makes the listener, the UDP socket, loads and
+ * attaches the program, then makes the UDP reply sockets on request and
+ * finally detaches the program), and the proxy thread, an epoll loop in
+ * the caller's netns that accepts, decides, connects upstream and relays.
+ */
+
+#define PROXY_TCP_PORT	    15001U /* the listener's, in the VM netns */
+#define PROXY_UDP_PORT	    15002U /* the UDP socket's */
+#define PROXY_MAX_TCP_FLOWS 1024U
+#define PROXY_MAX_UDP_FLOWS 256U
+#define PROXY_REASONS_MAX   16U /* distinct reasons counted; more: "other" */
+#define PROXY_REASON_LEN    64U /* sizeof(struct net_decision.reason) */
+
+struct proxy_params {
+	int netns_fd;	    /* the VM netns; borrowed */
+	const char *ifname; /* the tap, in that netns */
+	struct egress_config egress;
+	net_decide_fn decide; /* called on the proxy thread, per new flow */
+	void *decide_opaque;
+	/* 0: the defaults above (tests make them small). */
+	unsigned int max_tcp_flows, max_udp_flows;
+	unsigned int udp_idle_ms;    /* 0: 60 s */
+	uint16_t tcp_port, udp_port; /* 0: PROXY_TCP_PORT, PROXY_UDP_PORT */
+};
+
+struct proxy_reason_count {
+	char reason[PROXY_REASON_LEN];
+	uint8_t proto; /* IPPROTO_TCP, IPPROTO_UDP */
+	enum net_verdict verdict;
+	uint64_t flows;
+};
+
+struct proxy_stats {
+	uint64_t tcp_allowed, tcp_denied; /* flows, since create */
+	uint64_t udp_allowed, udp_denied;
+	uint64_t tcp_open, udp_open;  /* flows now */
+	uint64_t bytes_out, bytes_in; /* guest to upstream, and back */
+	uint64_t upstream_failed;     /* allowed, but the connect failed */
+	uint64_t udp_dropped;	      /* datagrams not sent (full, errors) */
+	bool running;		      /* the proxy thread's loop */
+	unsigned int nr_reasons;
+	struct proxy_reason_count reasons[PROXY_REASONS_MAX];
+};
+
+struct proxy;
+
+/*
+ * Makes the sockets in the VM netns, loads the egress program, fills
+ * both of its slots and attaches it to ifname's ingress. 0, or -errno
+ * with "what: why" in err; nothing is left behind on failure.
+ */
+int __must_check proxy__create(struct proxy **out, const struct proxy_params *p,
+			       char *err, size_t errlen);
+/* Starts the proxy thread. */
+int __must_check proxy__start(struct proxy *p);
+/*
+ * Stops the proxy thread, closes every socket (the program's slots empty
+ * themselves: nothing more leaves), detaches and frees the program.
+ * NULL and a half-built proxy are fine.
+ */
+void proxy__destroy(struct proxy *p);
+
+/* A copy of the counters, from any thread. */
+void proxy__stats(struct proxy *p, struct proxy_stats *s);
+/* One line for the SIGUSR2 report. */
+void proxy__report(struct proxy *p);
+
+#endif
