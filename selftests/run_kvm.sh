@@ -27,12 +27,16 @@ else
 	mapfile -t suites < <(kvm_suites "$O")
 fi
 
-# The network tests make taps: a host loads tun when /dev/net/tun is
-# first opened (its static node, made by systemd); a harness VM, whose
-# busybox init makes no static nodes, has to load it by name.
-if [ ! -c /dev/net/tun ] && [ "$(id -u)" -eq 0 ]; then
-	modprobe tun 2>/dev/null ||
-		echo "# kiln-error: run_kvm.sh: no /dev/net/tun and no tun module"
+# The network tests make taps and attach the egress program to them: a
+# host loads tun when /dev/net/tun is first opened (its static node, made
+# by systemd) and the tc modules when the qdisc and filter are made; a
+# harness VM, whose busybox init makes no static nodes, loads them by
+# name (modules built in or already there are no error).
+if [ "$(id -u)" -eq 0 ]; then
+	for m in tun sch_ingress cls_bpf; do
+		modprobe "$m" 2>/dev/null ||
+			echo "# kiln-error: run_kvm.sh: cannot load module $m"
+	done
 fi
 
 if [ ! -c "$KILN_KVM_DEVICE" ]; then
