@@ -76,6 +76,35 @@ TEST_TIMEOUT(net_auto_configures_the_guest, BOOT_TIMEOUT)
 	EXPECT_STREQ(expected, r.out);
 }
 
+/*
+ * Default deny, with no policy: a TCP connection to an address of no one
+ * is steered by the egress program to the vmm's proxy, which refuses it
+ * (and says so once on stderr); ICMP to it and to the gateway never gets
+ * past the program.
+ */
+TEST_TIMEOUT(nothing_leaves_by_default, BOOT_TIMEOUT)
+{
+	struct spawn_result r;
+
+	if (!is_root(_metadata))
+		return;
+	BOOT(NULL, ARGS("--net", "auto"),
+	     ARGS("sh", "-c",
+		  "wget -q -T 10 -O /dev/null http://198.51.100.7/ "
+		  "&& echo tcp leaves || echo tcp denied; "
+		  "ping -c 1 -W 3 198.51.100.7 >/dev/null "
+		  "&& echo icmp leaves || echo icmp denied; "
+		  "ping -c 1 -W 3 10.0.2.2 >/dev/null "
+		  "&& echo gateway pings || echo gateway silent"),
+	     NULL, &r);
+	EXPECT_EQ(0, r.status);
+	EXPECT_STREQ("tcp denied\nicmp denied\ngateway silent\n", r.out);
+	EXPECT_TRUE(strstr(r.err, "denied tcp 10.0.2.15:") != NULL)
+	TH_LOG("stderr: %s", r.err);
+	EXPECT_TRUE(strstr(r.err, " -> 198.51.100.7:80: no policy") != NULL)
+	TH_LOG("stderr: %s", r.err);
+}
+
 /* Without --net the guest still has lo, and no eth0. */
 TEST_TIMEOUT(no_net_still_lo, BOOT_TIMEOUT)
 {
