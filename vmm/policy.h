@@ -17,6 +17,8 @@
  * one line naming the key, before it is used; decided on without
  * blocking. Hostname grants match only through this VM's trusted DNS
  * bindings (struct net_bindings), never through what the guest says.
+ * Neither object locks: a caller with several threads (the proxy, the
+ * resolver, the control API) serializes access itself.
  */
 
 #define NET_POLICY_MAX_RULES		   256U /* per protocol */
