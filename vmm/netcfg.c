@@ -16,6 +16,7 @@
 #include "lib/errf.h"
 #include "vmm/config.h"
 #include "vmm/netcfg.h"
+#include "vmm/policy.h"
 
 /* QEMU's user network, which guests and people already know. */
 #define NET_DEFAULT_ADDRESS "10.0.2.15"
@@ -46,6 +47,8 @@ void netcfg__free(struct net_config *n)
 {
 	free(n->netns_path);
 	n->netns_path = NULL;
+	net_policy__free(n->policy);
+	n->policy = NULL;
 }
 
 int netcfg__parse_ipv4(const char *s, uint32_t *addr)
@@ -279,7 +282,7 @@ int netcfg__validate(struct net_config *n, char *err, size_t len)
 		return ret;
 	if (n->mode == NET_NONE) {
 		if (n->address_set || n->gateway_set || n->dns_set ||
-		    n->mtu_set || n->mac_set)
+		    n->mtu_set || n->mac_set || n->policy)
 			return errf(err, len, -EINVAL,
 				    "net options given without a network "
 				    "(--net MODE or \"net\": {\"mode\": ...})");
@@ -315,7 +318,12 @@ int netcfg__validate(struct net_config *n, char *err, size_t len)
 			    "nonzero unicast address",
 			    m);
 	}
-	return validate_addresses(n, err, len);
+	ret = validate_addresses(n, err, len);
+	if (ret)
+		return ret;
+	/* The tap's host side is never a destination, whatever it grants. */
+	net_policy__set_gateway(n->policy, n->gateway);
+	return 0;
 }
 
 int netcfg__cmdline(const struct net_config *n, char *buf, size_t len)

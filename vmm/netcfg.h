@@ -38,6 +38,8 @@ enum net_mode {
 /* kiln.net=ADDRESS/PREFIX,GATEWAY,MTU,DNS */
 #define NET_CMDLINE_MAX 64U
 
+struct net_policy; /* vmm/policy.h */
+
 /* All addresses in network byte order, as in struct in_addr. */
 struct net_config {
 	enum net_mode mode;
@@ -51,6 +53,8 @@ struct net_config {
 	uint64_t mtu;	     /* bytes, both sides of the link */
 	uint8_t mac[NET_MAC_LEN]; /* the guest's: unicast, nonzero */
 	bool address_set, gateway_set, dns_set, mtu_set, mac_set;
+	/* --net-policy, "net.policy"; NULL: deny every flow */
+	struct net_policy *policy;
 };
 
 /* The modes' JSON names ("none", "auto", ...), NULL-terminated. */

@@ -23,6 +23,7 @@
 #include "vmm/mounts.h"
 #include "vmm/netcfg.h"
 #include "vmm/options.h"
+#include "vmm/policy.h"
 
 enum option_kind {
 	OPTION_STRING, /* text as given; JSON: a string */
@@ -262,6 +263,42 @@ static int apply_net_mac(struct vm_config *c, const union option_value *v,
 {
 	memcpy(c->net.mac, v->mac, sizeof(c->net.mac));
 	c->net.mac_set = true;
+	return 0;
+}
+
+/* "net": {"policy": {...}}: replaces a policy given before it. */
+static int apply_net_policy(struct vm_config *c, const union option_value *v,
+			    char *err, size_t len)
+{
+	return net_policy__replace(&c->net.policy, v->json, "net.policy", err,
+				   len);
+}
+
+/* --net-policy FILE: a JSON file holding just the policy object. */
+static int apply_net_policy_file(struct vm_config *c,
+				 const union option_value *v, char *err,
+				 size_t len)
+{
+	char why[CONFIG_ERR_LEN] = "";
+	json_error_t jerr;
+	json_t *obj;
+	int ret;
+
+	obj = json_load_file(v->s, JSON_REJECT_DUPLICATES, &jerr);
+	if (!obj && jerr.line < 0)
+		return errf(err, len, -ENOENT, "--net-policy %s: %s", v->s,
+			    jerr.text);
+	if (!obj)
+		return errf(err, len, -EINVAL,
+			    "--net-policy %s: line %d column %d: %s", v->s,
+			    jerr.line, jerr.column, jerr.text);
+	ret = net_policy__replace(&c->net.policy, obj, "net.policy", why,
+				  sizeof(why));
+	json_decref(obj);
+	if (ret && !why[0])
+		snprintf(why, sizeof(why), "%s", strerror(-ret));
+	if (ret)
+		return errf(err, len, ret, "--net-policy %s: %s", v->s, why);
 	return 0;
 }
 
@@ -520,6 +557,20 @@ static const struct option_desc options[] = {
 		.help = "the guest's MAC (default 02:4b:4c and 3 random bytes)",
 		.kind = OPTION_MAC,
 		.apply = apply_net_mac,
+	},
+	{
+		.flag = "net-policy",
+		.arg = "FILE",
+		.help = "which flows may leave the VM (default none): a JSON file\n"
+			"holding the \"net.policy\" object (grants by address,\n"
+			"CIDR, hostname or address class; Documentation/network.md)",
+		.kind = OPTION_STRING,
+		.apply = apply_net_policy_file,
+	},
+	{
+		.key = "net.policy",
+		.kind = OPTION_JSON,
+		.apply = apply_net_policy,
 	},
 	{
 		.key = "command",

@@ -28,6 +28,7 @@
 #include "devices/virtio/vsock.h"
 #include "vmm/mounts.h"
 #include "vmm/netns.h"
+#include "vmm/policy.h"
 #include "vmm/proxy.h"
 #include "vmm/seccomp.h"
 #include "vmm/vm.h"
@@ -313,14 +314,17 @@ static void net_exit(struct vm *vm)
 /* ---- step: proxy -------------------------------------------------------- */
 
 /*
- * Until the policy lands every flow is denied: the guest's network has
- * ARP for the gateway and nothing else.
+ * Each new flow against the VM's policy (--net-policy, "net.policy"),
+ * on the proxy's thread, its only caller: default deny, "no grant" when
+ * no rule (or no policy) allows it. No DNS bindings yet (the resolver is
+ * to come): a hostname rule allows nothing so far.
  */
-static void decide_no_policy(void *opaque, const struct net_flow *f,
+static void decide_by_policy(void *opaque, const struct net_flow *f,
 			     struct net_decision *d)
 {
-	d->verdict = NET_VERDICT_DENY;
-	snprintf(d->reason, sizeof(d->reason), "no policy");
+	const struct vm *vm = opaque;
+
+	net_policy__decide(vm->cfg->net.policy, f, NULL, d);
 }
 
 /*
@@ -359,7 +363,7 @@ static int proxy_init(struct vm *vm)
 		.egress = { .gateway.s_addr = n->gateway,
 			    .guest.s_addr = n->address,
 			    .prefix_len = n->prefix },
-		.decide = decide_no_policy,
+		.decide = decide_by_policy,
 		.decide_opaque = vm,
 	};
 	char err[CONFIG_ERR_LEN];
