@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -41,7 +42,15 @@
 #define PROXY_LOG_WINDOW_MS 1000
 #define PROXY_NAME	    "egress proxy"
 
-enum ep_kind { EP_STOP, EP_LISTEN, EP_UDP, EP_TCP_GUEST, EP_TCP_UP, EP_UDP_UP };
+enum ep_kind {
+	EP_STOP,
+	EP_RECHECK,
+	EP_LISTEN,
+	EP_UDP,
+	EP_TCP_GUEST,
+	EP_TCP_UP,
+	EP_UDP_UP,
+};
 enum { SIDE_GUEST, SIDE_UP, NR_SIDES };
 
 /* What epoll_event.data points at. */
@@ -62,7 +71,8 @@ struct relay_dir {
 
 struct tcp_flow {
 	bool used;
-	bool connecting; /* upstream */
+	bool connecting;      /* upstream */
+	struct net_flow flow; /* as decided, for a recheck */
 	struct endpoint ep[NR_SIDES];
 	struct relay_dir dir[NR_SIDES]; /* dir[s]: read from side s */
 };
@@ -76,24 +86,33 @@ struct udp_flow {
 	uint64_t last_ms;
 };
 
-enum ns_request { NS_NONE, NS_REPLY_SOCKET, NS_EXIT };
+enum ns_request { NS_NONE, NS_REPLY_SOCKET, NS_COUNTERS, NS_EXIT };
 
 struct proxy {
 	struct proxy_params p;
 	char ifname[IFNAMSIZ];
 	int lsn_fd, udp_fd, epoll_fd;
-	struct endpoint ep_stop, ep_lsn, ep_udp;
+	int recheck_fd; /* eventfd: proxy__recheck wakes the proxy thread */
+	struct endpoint ep_stop, ep_recheck, ep_lsn, ep_udp;
 	struct worker worker;
 
-	/* The netns thread and its one request at a time, under ns_lock. */
+	/*
+	 * The netns thread and its one request at a time, under ns_lock;
+	 * ns_ask_lock is held by the asker (the proxy thread, or whoever
+	 * reads the counters) from setting the request up to taking its
+	 * answer.
+	 */
 	pthread_t ns_thread;
 	bool ns_started;
+	pthread_mutex_t ns_ask_lock;
 	pthread_mutex_t ns_lock;
 	pthread_cond_t ns_cv;
 	enum ns_request ns_req;
 	bool ns_done;
 	int ns_ret, ns_fd;
 	struct sockaddr_in ns_bind, ns_peer;
+	uint64_t *ns_counts; /* NS_COUNTERS: EGRESS_NR_REASONS of them */
+	int ns_counts_ret;
 	char *ns_err;
 	size_t ns_errlen;
 	struct egress *egress; /* the netns thread's */
@@ -174,9 +193,12 @@ static void count_sub(struct proxy *p, uint64_t *what)
 	pthread_mutex_unlock(&p->stats_lock);
 }
 
-/* One line per denied flow, at most PROXY_LOG_BURST a window. */
-static void log_denied(struct proxy *p, const struct net_flow *f,
-		       const char *reason)
+/*
+ * One line per denied (or, after a recheck, cut) flow, at most
+ * PROXY_LOG_BURST a window.
+ */
+static void log_flow(struct proxy *p, const char *what,
+		     const struct net_flow *f, const char *reason)
 {
 	char src[INET_ADDRSTRLEN], dst[INET_ADDRSTRLEN];
 	uint64_t now = now_ms();
@@ -197,14 +219,20 @@ static void log_denied(struct proxy *p, const struct net_flow *f,
 	p->log_lines++;
 	inet_ntop(AF_INET, &f->src.sin_addr, src, sizeof(src));
 	inet_ntop(AF_INET, &f->dst.sin_addr, dst, sizeof(dst));
-	pr_warn("%s: denied %s %s:%u -> %s:%u: %s", PROXY_NAME,
+	pr_warn("%s: %s %s %s:%u -> %s:%u: %s", PROXY_NAME, what,
 		proto_name(f->proto), src, ntohs(f->src.sin_port), dst,
 		ntohs(f->dst.sin_port), reason);
 }
 
+static void log_denied(struct proxy *p, const struct net_flow *f,
+		       const char *reason)
+{
+	log_flow(p, "denied", f, reason);
+}
+
 /* Asks the policy; a decision without a reason gets one. */
-static void decide(struct proxy *p, const struct net_flow *f,
-		   struct net_decision *d)
+static void ask(struct proxy *p, const struct net_flow *f,
+		struct net_decision *d)
 {
 	*d = (struct net_decision){ .verdict = NET_VERDICT_DENY };
 	p->p.decide(p->p.decide_opaque, f, d);
@@ -213,6 +241,13 @@ static void decide(struct proxy *p, const struct net_flow *f,
 		snprintf(d->reason, sizeof(d->reason), "%s",
 			 d->verdict == NET_VERDICT_ALLOW ? "allowed" :
 							   "denied");
+}
+
+/* A new flow: asked, counted, and logged when denied. */
+static void decide(struct proxy *p, const struct net_flow *f,
+		   struct net_decision *d)
+{
+	ask(p, f, d);
 	count_flow(p, f, d);
 	if (d->verdict != NET_VERDICT_ALLOW)
 		log_denied(p, f, d->reason);
@@ -342,6 +377,10 @@ static void *ns_thread(void *arg)
 		req = p->ns_req;
 		if (req == NS_REPLY_SOCKET)
 			p->ns_fd = reply_socket(&p->ns_bind, &p->ns_peer);
+		if (req == NS_COUNTERS)
+			p->ns_counts_ret =
+				egress__read_counters(p->egress, p->ns_counts,
+						      p->ns_err, p->ns_errlen);
 		if (req != NS_EXIT)
 			ns_finish(p);
 	}
@@ -357,7 +396,10 @@ static void *ns_thread(void *arg)
 	return NULL;
 }
 
-/* Asks the netns thread and waits for its answer. */
+/*
+ * Asks the netns thread and waits for its answer; the caller holds
+ * ns_ask_lock, set the request's inputs up and takes its answer.
+ */
 static void ns_ask(struct proxy *p, enum ns_request req)
 {
 	pthread_mutex_lock(&p->ns_lock);
@@ -556,7 +598,7 @@ static int tcp_open(struct proxy *p, struct tcp_flow *t, int guest_fd,
 {
 	int up, ret;
 
-	*t = (struct tcp_flow){ .used = true, .connecting = true };
+	*t = (struct tcp_flow){ .used = true, .connecting = true, .flow = *f };
 	t->ep[SIDE_GUEST].fd = guest_fd;
 	t->ep[SIDE_UP].fd = -1;
 	count_add(p, &p->stats.tcp_open, 1);
@@ -697,15 +739,18 @@ static int udp_open(struct proxy *p, struct udp_flow *u)
 	u->up.fd = fd;
 	if (connect(fd, (const struct sockaddr *)&u->dst, sizeof(u->dst)))
 		return -errno;
+	pthread_mutex_lock(&p->ns_ask_lock);
 	pthread_mutex_lock(&p->ns_lock);
 	p->ns_bind = u->dst;
 	p->ns_peer = u->src;
 	pthread_mutex_unlock(&p->ns_lock);
 	ns_ask(p, NS_REPLY_SOCKET);
-	if (p->ns_fd < 0)
-		return p->ns_fd;
-	u->reply_fd = p->ns_fd;
-	return ep_add(p, &u->up, EP_UDP_UP, fd, u, EPOLLIN);
+	fd = p->ns_fd;
+	pthread_mutex_unlock(&p->ns_ask_lock);
+	if (fd < 0)
+		return fd;
+	u->reply_fd = fd;
+	return ep_add(p, &u->up, EP_UDP_UP, u->up.fd, u, EPOLLIN);
 }
 
 static struct udp_flow *udp_new(struct proxy *p, const struct sockaddr_in *src,
@@ -820,13 +865,80 @@ static void udp_sweep(struct proxy *p, uint64_t now)
 	}
 }
 
+/* ---- recheck --------------------------------------------------------------- */
+
+/* An open TCP flow the decide function no longer allows: reset both ways. */
+static void tcp_recheck(struct proxy *p, struct tcp_flow *t)
+{
+	struct net_decision d;
+
+	ask(p, &t->flow, &d);
+	if (d.verdict == NET_VERDICT_ALLOW)
+		return;
+	count_add(p, &p->stats.tcp_cut, 1);
+	log_flow(p, "cut", &t->flow, d.reason);
+	tcp_close(p, t, true);
+}
+
+/*
+ * An allowed UDP flow now denied loses its sockets and stays as a denied
+ * entry (its datagrams dropped until it is idle); a denied one is
+ * forgotten, to be decided anew on its next datagram.
+ */
+static void udp_recheck(struct proxy *p, struct udp_flow *u)
+{
+	struct net_flow f = { .proto = IPPROTO_UDP };
+	struct net_decision d;
+	uint64_t last_ms = u->last_ms;
+
+	if (!u->allowed) {
+		udp_close(p, u);
+		return;
+	}
+	f.src = u->src;
+	f.dst = u->dst;
+	ask(p, &f, &d);
+	if (d.verdict == NET_VERDICT_ALLOW)
+		return;
+	count_add(p, &p->stats.udp_cut, 1);
+	log_flow(p, "cut", &f, d.reason);
+	udp_close(p, u);
+	*u = (struct udp_flow){ .used = true,
+				.src = f.src,
+				.dst = f.dst,
+				.up.fd = -1,
+				.reply_fd = -1,
+				.last_ms = last_ms };
+}
+
+static void recheck_all(struct proxy *p)
+{
+	uint64_t n;
+
+	/* Wakes that came meanwhile are served by this one pass. */
+	if (read(p->recheck_fd, &n, sizeof(n)) < 0 && errno != EAGAIN)
+		pr_debug("%s: recheck eventfd: %s", PROXY_NAME,
+			 strerror(errno));
+	for (unsigned int i = 0; i < p->p.max_tcp_flows; i++)
+		if (p->tcp[i].used)
+			tcp_recheck(p, &p->tcp[i]);
+	for (unsigned int i = 0; i < p->p.max_udp_flows; i++)
+		if (p->udp[i].used)
+			udp_recheck(p, &p->udp[i]);
+}
+
+void proxy__recheck(struct proxy *p)
+{
+	worker__wake(p->recheck_fd, PROXY_NAME, "recheck");
+}
+
 /* ---- the proxy thread -------------------------------------------------------- */
 
 static int proxy_loop(struct proxy *p)
 {
 	struct epoll_event evs[PROXY_EPOLL_EVENTS];
 	uint64_t now, last_sweep = now_ms();
-	bool accept_ready, udp_ready;
+	bool accept_ready, udp_ready, recheck;
 	int n;
 
 	for (;;) {
@@ -835,7 +947,7 @@ static int proxy_loop(struct proxy *p)
 		if (n < 0 && errno != EINTR)
 			return -errno;
 		now = now_ms();
-		accept_ready = udp_ready = false;
+		accept_ready = udp_ready = recheck = false;
 		/*
 		 * Flows close in this batch but none opens: a later event
 		 * never meets another flow in a slot it had.
@@ -848,6 +960,9 @@ static int proxy_loop(struct proxy *p)
 			switch (e->kind) {
 			case EP_STOP:
 				return 0;
+			case EP_RECHECK:
+				recheck = true;
+				break;
 			case EP_LISTEN:
 				accept_ready = true;
 				break;
@@ -866,6 +981,9 @@ static int proxy_loop(struct proxy *p)
 				break;
 			}
 		}
+		/* Before new flows: those are decided anew anyway. */
+		if (recheck)
+			recheck_all(p);
 		if (accept_ready)
 			tcp_accept(p);
 		if (udp_ready)
@@ -926,7 +1044,8 @@ static int proxy_alloc(struct proxy *p, char *err, size_t errlen)
 	for (unsigned int i = 0; i < p->p.max_udp_flows; i++)
 		p->udp[i] = (struct udp_flow){ .up.fd = -1, .reply_fd = -1 };
 	p->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
-	if (p->epoll_fd < 0 || worker__open(&p->worker))
+	p->recheck_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (p->epoll_fd < 0 || p->recheck_fd < 0 || worker__open(&p->worker))
 		return errf(err, errlen, -errno, "%s: %s", PROXY_NAME,
 			    strerror(errno));
 	return 0;
@@ -965,8 +1084,9 @@ int proxy__create(struct proxy **out, const struct proxy_params *params,
 	set_defaults(&p->p);
 	snprintf(p->ifname, sizeof(p->ifname), "%s", params->ifname);
 	p->p.ifname = p->ifname;
-	p->lsn_fd = p->udp_fd = p->epoll_fd = -1;
+	p->lsn_fd = p->udp_fd = p->epoll_fd = p->recheck_fd = -1;
 	worker__init(&p->worker);
+	pthread_mutex_init(&p->ns_ask_lock, NULL);
 	pthread_mutex_init(&p->ns_lock, NULL);
 	pthread_cond_init(&p->ns_cv, NULL);
 	pthread_mutex_init(&p->stats_lock, NULL);
@@ -993,6 +1113,9 @@ int proxy__create(struct proxy **out, const struct proxy_params *params,
 		goto out_destroy;
 
 	ret = ep_add(p, &p->ep_stop, EP_STOP, p->worker.stop_fd, NULL, EPOLLIN);
+	if (!ret)
+		ret = ep_add(p, &p->ep_recheck, EP_RECHECK, p->recheck_fd, NULL,
+			     EPOLLIN);
 	if (!ret)
 		ret = ep_add(p, &p->ep_lsn, EP_LISTEN, p->lsn_fd, NULL,
 			     EPOLLIN);
@@ -1035,17 +1158,23 @@ void proxy__destroy(struct proxy *p)
 	close_all(p);
 	if (p->ns_started) {
 		/* A thread whose setup failed has ended already. */
-		if (!p->ns_ret)
+		if (!p->ns_ret) {
+			pthread_mutex_lock(&p->ns_ask_lock);
 			ns_ask(p, NS_EXIT);
+			pthread_mutex_unlock(&p->ns_ask_lock);
+		}
 		pthread_join(p->ns_thread, NULL);
 	}
 	if (p->epoll_fd >= 0)
 		close(p->epoll_fd);
+	if (p->recheck_fd >= 0)
+		close(p->recheck_fd);
 	free(p->tcp);
 	free(p->udp);
 	free(p->dgram);
 	pthread_cond_destroy(&p->ns_cv);
 	pthread_mutex_destroy(&p->ns_lock);
+	pthread_mutex_destroy(&p->ns_ask_lock);
 	pthread_mutex_destroy(&p->stats_lock);
 	free(p);
 }
@@ -1057,6 +1186,24 @@ void proxy__stats(struct proxy *p, struct proxy_stats *s)
 	pthread_mutex_unlock(&p->stats_lock);
 }
 
+int proxy__egress_counters(struct proxy *p, uint64_t counts[EGRESS_NR_REASONS],
+			   char *err, size_t errlen)
+{
+	int ret;
+
+	pthread_mutex_lock(&p->ns_ask_lock);
+	pthread_mutex_lock(&p->ns_lock);
+	p->ns_counts = counts;
+	p->ns_err = err;
+	p->ns_errlen = errlen;
+	pthread_mutex_unlock(&p->ns_lock);
+	ns_ask(p, NS_COUNTERS);
+	ret = p->ns_counts_ret;
+	p->ns_err = NULL;
+	pthread_mutex_unlock(&p->ns_ask_lock);
+	return ret;
+}
+
 void proxy__report(struct proxy *p)
 {
 	struct proxy_stats s;
@@ -1064,7 +1211,7 @@ void proxy__report(struct proxy *p)
 	proxy__stats(p, &s);
 	pr_info("%s: %s; tcp allowed %llu denied %llu open %llu; udp allowed "
 		"%llu denied %llu open %llu; bytes out %llu in %llu; upstream "
-		"failed %llu; udp dropped %llu",
+		"failed %llu; udp dropped %llu; cut tcp %llu udp %llu",
 		PROXY_NAME, s.running ? "running" : "stopped (fail closed)",
 		(unsigned long long)s.tcp_allowed,
 		(unsigned long long)s.tcp_denied,
@@ -1074,7 +1221,8 @@ void proxy__report(struct proxy *p)
 		(unsigned long long)s.udp_open, (unsigned long long)s.bytes_out,
 		(unsigned long long)s.bytes_in,
 		(unsigned long long)s.upstream_failed,
-		(unsigned long long)s.udp_dropped);
+		(unsigned long long)s.udp_dropped,
+		(unsigned long long)s.tcp_cut, (unsigned long long)s.udp_cut);
 	for (unsigned int i = 0; i < s.nr_reasons; i++)
 		pr_info("%s: %s %s \"%s\": %llu flows", PROXY_NAME,
 			proto_name(s.reasons[i].proto),

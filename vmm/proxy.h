@@ -20,6 +20,8 @@
  *	ret = proxy__create(&p, &params, err, sizeof(err));  before seccomp
  *	ret = proxy__start(p);         its thread, under the seccomp filter
  *	proxy__stats(p, &stats);       from any thread
+ *	proxy__recheck(p);             from any thread, after the decide
+ *	                               function's answers changed
  *	proxy__destroy(p);             after the tap's device is gone
  *
  * Two threads: "the netns thread", which enters the VM netns at create
@@ -62,6 +64,7 @@ struct proxy_stats {
 	uint64_t bytes_out, bytes_in; /* guest to upstream, and back */
 	uint64_t upstream_failed;     /* allowed, but the connect failed */
 	uint64_t udp_dropped;	      /* datagrams not sent (full, errors) */
+	uint64_t tcp_cut, udp_cut;    /* open flows a recheck denied */
 	bool running;		      /* the proxy thread's loop */
 	unsigned int nr_reasons;
 	struct proxy_reason_count reasons[PROXY_REASONS_MAX];
@@ -87,6 +90,25 @@ void proxy__destroy(struct proxy *p);
 
 /* A copy of the counters, from any thread. */
 void proxy__stats(struct proxy *p, struct proxy_stats *s);
+/*
+ * Has the proxy thread ask decide again about every open flow, as soon
+ * as it wakes (it is woken here): an allowed flow now denied is cut (TCP:
+ * both sides reset; UDP: its sockets closed, later datagrams dropped),
+ * counted in tcp_cut / udp_cut and logged like a denied flow. A UDP flow
+ * that was denied is forgotten, so its next datagram is decided anew.
+ * Call it after whatever decide reads has changed (a new policy).
+ */
+void proxy__recheck(struct proxy *p);
+
+/*
+ * The egress program's frame counters (ebpf/loader.h), read by the
+ * netns thread that owns the program. 0, or -errno with "what: why" in
+ * err. From any thread between create and destroy.
+ */
+int __must_check proxy__egress_counters(struct proxy *p,
+					uint64_t counts[EGRESS_NR_REASONS],
+					char *err, size_t errlen);
+
 /* One line for the SIGUSR2 report. */
 void proxy__report(struct proxy *p);
 

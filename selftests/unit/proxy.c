@@ -64,14 +64,28 @@ static struct sockaddr_in sin_of(const char *addr, int port)
 				     .sin_addr.s_addr = ip4(addr) };
 }
 
-/* The test's policy: TCP and UDP to ALLOWED, nothing else. */
+/*
+ * The test's policy: TCP and UDP to ALLOWED, nothing else; and, once a
+ * test revokes it, nothing from the guest's source port revoked_port
+ * (host byte order; 0: none).
+ */
+struct test_policy {
+	unsigned int calls;
+	unsigned int revoked_port;
+};
+
 static void test_decide(void *opaque, const struct net_flow *f,
 			struct net_decision *d)
 {
-	unsigned int *calls = opaque;
+	struct test_policy *tp = opaque;
+	unsigned int revoked =
+		__atomic_load_n(&tp->revoked_port, __ATOMIC_RELAXED);
 
-	__atomic_add_fetch(calls, 1, __ATOMIC_RELAXED);
-	if (f->dst.sin_addr.s_addr == ip4(ALLOWED)) {
+	__atomic_add_fetch(&tp->calls, 1, __ATOMIC_RELAXED);
+	if (revoked && ntohs(f->src.sin_port) == revoked) {
+		d->verdict = NET_VERDICT_DENY;
+		snprintf(d->reason, sizeof(d->reason), "revoked");
+	} else if (f->dst.sin_addr.s_addr == ip4(ALLOWED)) {
 		d->verdict = NET_VERDICT_ALLOW;
 		snprintf(d->reason, sizeof(d->reason), "test grant");
 	} else {
@@ -97,7 +111,7 @@ FIXTURE(px)
 {
 	int host_ns, vm_ns, guest_ns;
 	struct proxy *proxy;
-	unsigned int calls;
+	struct test_policy policy;
 	int up_tcp, denied_tcp, up_udp, denied_udp;
 };
 
@@ -197,7 +211,7 @@ FIXTURE_SETUP(px)
 	self->denied_udp = server(_metadata, SOCK_DGRAM, DENIED, UDP_PORT);
 
 	p.netns_fd = self->vm_ns;
-	p.decide_opaque = &self->calls;
+	p.decide_opaque = &self->policy;
 	p.egress.gateway.s_addr = ip4(GATEWAY);
 	p.egress.guest.s_addr = ip4(GUEST);
 	ASSERT_EQ(0, proxy__create(&self->proxy, &p, err, sizeof(err)))
@@ -441,7 +455,7 @@ TEST_F_TIMEOUT(px, udp_allowed_round_trip, 60)
 	ASSERT_TRUE(wait_stats(self->proxy, bytes_out_at_least, 8, &s));
 	EXPECT_EQ(1, s.udp_allowed);
 	EXPECT_EQ(1, s.udp_open);
-	EXPECT_EQ(1, __atomic_load_n(&self->calls, __ATOMIC_RELAXED));
+	EXPECT_EQ(1, __atomic_load_n(&self->policy.calls, __ATOMIC_RELAXED));
 	EXPECT_EQ(8, s.bytes_out);
 	EXPECT_EQ(4, s.bytes_in);
 	close(g);
@@ -553,6 +567,151 @@ TEST_F_TIMEOUT(px, udp_flows_bounded_lru, 60)
 	EXPECT_EQ(MAX_UDP, s.udp_open);
 	for (unsigned int i = 0; i < ARRAY_SIZE(g); i++)
 		close(g[i]);
+}
+
+static bool tcp_cut_at_least(const struct proxy_stats *s, uint64_t n)
+{
+	return s->tcp_cut >= n;
+}
+
+static bool udp_cut_at_least(const struct proxy_stats *s, uint64_t n)
+{
+	return s->udp_cut >= n;
+}
+
+static int local_port(int fd)
+{
+	struct sockaddr_in a;
+	socklen_t len = sizeof(a);
+
+	if (getsockname(fd, (struct sockaddr *)&a, &len))
+		return -1;
+	return ntohs(a.sin_port);
+}
+
+/* A granted TCP flow, relaying: its guest and upstream sockets. */
+static void tcp_pair(struct __test_metadata *_metadata, FIXTURE_DATA(px) * self,
+		     int *g, int *conn)
+{
+	char buf[4];
+
+	*g = guest_connect(_metadata, self, ALLOWED, TCP_PORT);
+	ASSERT_TRUE(wait_for(self->up_tcp, POLLIN, TIMEOUT_MS));
+	*conn = accept4(self->up_tcp, NULL, NULL, SOCK_CLOEXEC);
+	ASSERT_LE(0, *conn);
+	ASSERT_TRUE(wait_for(*g, POLLOUT, TIMEOUT_MS));
+	ASSERT_EQ(2, send(*g, "hi", 2, 0));
+	ASSERT_EQ(2, read_some(*conn, buf, sizeof(buf)));
+}
+
+/*
+ * The decide function stops granting one open flow: a recheck resets it
+ * on both sides, the other keeps relaying, and new flows are decided by
+ * the new answers.
+ */
+TEST_F_TIMEOUT(px, recheck_cuts_what_is_no_longer_granted, 60)
+{
+	struct proxy_stats s;
+	int g1, c1, g2, c2, g3;
+	char buf[8];
+
+	tcp_pair(_metadata, self, &g1, &c1);
+	tcp_pair(_metadata, self, &g2, &c2);
+	ASSERT_LT(0, local_port(g1));
+
+	/* Nothing changed: a recheck keeps both. */
+	proxy__recheck(self->proxy);
+	ASSERT_EQ(2, send(g1, "ok", 2, 0));
+	ASSERT_EQ(2, read_some(c1, buf, sizeof(buf)));
+
+	__atomic_store_n(&self->policy.revoked_port, local_port(g1),
+			 __ATOMIC_RELAXED);
+	proxy__recheck(self->proxy);
+	EXPECT_EQ(ECONNRESET, guest_error(g1));
+	EXPECT_GE(0, read_some(c1, buf, sizeof(buf))); /* RST or FIN */
+	ASSERT_TRUE(wait_stats(self->proxy, tcp_cut_at_least, 1, &s));
+	EXPECT_EQ(1, s.tcp_cut);
+	EXPECT_EQ(1, s.tcp_open);
+	EXPECT_EQ(2, s.tcp_allowed); /* a recheck is not a new flow */
+	EXPECT_EQ(0, s.tcp_denied);
+
+	/* The other flow still relays, both ways. */
+	ASSERT_EQ(5, send(g2, "still", 5, 0));
+	ASSERT_EQ(5, read_some(c2, buf, sizeof(buf)));
+	ASSERT_EQ(3, send(c2, "yes", 3, 0));
+	ASSERT_EQ(3, read_some(g2, buf, sizeof(buf)));
+
+	/* A new flow is decided by the new answers too. */
+	__atomic_store_n(&self->policy.revoked_port, local_port(g2),
+			 __ATOMIC_RELAXED);
+	g3 = guest_connect(_metadata, self, DENIED, TCP_PORT);
+	EXPECT_EQ(ECONNRESET, guest_error(g3));
+	proxy__recheck(self->proxy);
+	EXPECT_EQ(ECONNRESET, guest_error(g2));
+	ASSERT_TRUE(wait_stats(self->proxy, tcp_cut_at_least, 2, &s));
+	ASSERT_TRUE(wait_stats(self->proxy, tcp_open_is, 0, &s));
+	close(g1);
+	close(c1);
+	close(g2);
+	close(c2);
+	close(g3);
+}
+
+/* A UDP flow no longer granted: its datagrams stop reaching upstream. */
+TEST_F_TIMEOUT(px, recheck_drops_a_udp_flow, 60)
+{
+	struct sockaddr_in dst = sin_of(ALLOWED, UDP_PORT);
+	struct proxy_stats s;
+	char buf[16];
+	int g, g2;
+
+	g = guest_socket(_metadata, self, SOCK_DGRAM);
+	ASSERT_EQ(4, sendto(g, "ping", 4, 0, (struct sockaddr *)&dst,
+			    sizeof(dst)));
+	ASSERT_TRUE(wait_for(self->up_udp, POLLIN, TIMEOUT_MS));
+	ASSERT_EQ(4, recv(self->up_udp, buf, sizeof(buf), 0));
+
+	__atomic_store_n(&self->policy.revoked_port, local_port(g),
+			 __ATOMIC_RELAXED);
+	proxy__recheck(self->proxy);
+	ASSERT_TRUE(wait_stats(self->proxy, udp_cut_at_least, 1, &s));
+	EXPECT_EQ(0, s.udp_open);
+	ASSERT_EQ(4, sendto(g, "drop", 4, 0, (struct sockaddr *)&dst,
+			    sizeof(dst)));
+	/*
+	 * Another flow's datagram, after it on the same proxy socket: once
+	 * it is upstream, the first was dealt with (dropped as a known
+	 * denied flow: no new decision, nothing sent).
+	 */
+	g2 = guest_socket(_metadata, self, SOCK_DGRAM);
+	ASSERT_EQ(4, sendto(g2, "pass", 4, 0, (struct sockaddr *)&dst,
+			    sizeof(dst)));
+	ASSERT_TRUE(wait_for(self->up_udp, POLLIN, TIMEOUT_MS));
+	ASSERT_EQ(4, recv(self->up_udp, buf, sizeof(buf), 0));
+	EXPECT_EQ(0, memcmp(buf, "pass", 4));
+	EXPECT_FALSE(wait_for(self->up_udp, POLLIN, 0));
+	proxy__stats(self->proxy, &s);
+	EXPECT_EQ(2, s.udp_allowed);
+	EXPECT_EQ(0, s.udp_denied);
+	EXPECT_EQ(1, s.udp_open);
+	close(g);
+	close(g2);
+}
+
+TEST_F_TIMEOUT(px, egress_counters_through_the_proxy, 60)
+{
+	uint64_t counts[EGRESS_NR_REASONS];
+	char err[256] = "";
+	int g, conn;
+
+	tcp_pair(_metadata, self, &g, &conn);
+	ASSERT_EQ(0,
+		  proxy__egress_counters(self->proxy, counts, err, sizeof(err)))
+	TH_LOG("%s", err);
+	EXPECT_LE(1, counts[EGRESS_TCP_PROXY]);
+	EXPECT_LE(1, counts[EGRESS_TCP_ESTABLISHED]);
+	close(g);
+	close(conn);
 }
 
 TEST_F_TIMEOUT(px, destroyed_proxy_fails_closed, 60)
