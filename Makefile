@@ -100,6 +100,7 @@ ebpf-obj-y += ebpf/loader.o
 bpf-prog-y += egress
 # The vmm's egress proxy (vmm/proxy.c): on the loader, so with it.
 ebpf-obj-y += vmm/proxy.o
+ebpf-obj-y += vmm/net-status.o
 
 # vmmctl, the control socket's client: shares only the base64 code.
 vmmctl-obj-y += tools/vmmctl.o
@@ -139,9 +140,10 @@ $(O)/tools/fs-example-server: tools/fs-example-server.c | pkg-check
 
 $(O)/selftests/fs_virtual: $(O)/tools/fs-example-server
 
-# Tests of ebpf/ (and of the proxy on it) link its objects and libbpf on
+# Tests of ebpf/ (and of the proxy on it; and the API tests, for
+# vm.status's net object) link its objects and libbpf on
 # top of the core.
-ebpf-tests := $(filter $(O)/selftests/ebpf_% $(O)/selftests/proxy,$(unit-tests))
+ebpf-tests := $(filter $(O)/selftests/ebpf_% $(O)/selftests/proxy $(O)/selftests/api,$(unit-tests))
 $(ebpf-tests): $(EBPF_OBJS)
 $(ebpf-tests): TEST_OBJS = $(EBPF_OBJS)
 $(ebpf-tests): TEST_LDLIBS = $(BPF_LDLIBS)

@@ -14,6 +14,7 @@
 
 #include <jansson.h>
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "lib/compiler.h"
 #include "lib/log.h"
@@ -60,6 +61,14 @@ struct api_params {
 	void (*shutdown)(void *opaque);
 	/* vm.status: add fields to the object; NULL: only the API's own. */
 	void (*status)(void *opaque, json_t *status);
+	/*
+	 * net.setPolicy: replace the network policy with policy (the
+	 * request's "policy" value, borrowed). 0; or -EINVAL with one line
+	 * naming the key in err (answered as invalid params; the old
+	 * policy stays), -EOPNOTSUPP (no such method here), another
+	 * -errno (internal error). NULL: the method is not offered.
+	 */
+	int (*set_policy)(void *opaque, json_t *policy, char *err, size_t len);
 	/*
 	 * Called once, on the API thread, when the agent first greets.
 	 * Non-NULL: the API also probes the agent from api__start on (one

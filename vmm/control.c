@@ -25,10 +25,13 @@
 #include "proto/agent.h"
 #include "proto/tlv.h"
 #include "vmm/api.h"
+#include "vmm/net-status.h"
+#include "vmm/proxy.h"
 #include "vmm/vm.h"
 
 #define CONTROL_SHUTDOWN_GRACE_S 30 /* seconds for the guest to power off */
 #define CONTROL_AGENT_IO_MS	 5000
+#define CONTROL_ERR_LEN		 256 /* one line: what failed and why */
 
 static int open_agent(void *opaque)
 {
@@ -157,6 +160,21 @@ static void shutdown_cb(void *opaque)
 	}
 }
 
+/* The proxy's counters and the egress program's (vmm/net-status.h). */
+static json_t *net_status(struct vm *vm)
+{
+	uint64_t egress[EGRESS_NR_REASONS];
+	char err[CONTROL_ERR_LEN] = "";
+	struct proxy_stats s;
+	int ret;
+
+	if (!vm->proxy)
+		return net_status__none();
+	proxy__stats(vm->proxy, &s);
+	ret = proxy__egress_counters(vm->proxy, egress, err, sizeof(err));
+	return net_status__json(&s, ret ? NULL : egress, err);
+}
+
 static void status_cb(void *opaque, json_t *status)
 {
 	struct vm *vm = opaque;
@@ -176,6 +194,18 @@ static void status_cb(void *opaque, json_t *status)
 		json_object_set_new(status, "rootfsImage",
 				    json_string(vm->rootfs.name));
 	}
+	json_object_set_new(status, "net", net_status(vm));
+}
+
+static int set_policy_cb(void *opaque, json_t *policy, char *err, size_t len)
+{
+	struct vm *vm = opaque;
+	int ret;
+
+	ret = vm__set_net_policy(vm, policy, err, len);
+	if (!ret)
+		pr_info("net.setPolicy: the network policy was replaced");
+	return ret;
 }
 
 /*
@@ -278,6 +308,7 @@ int control__init(struct vm *vm)
 		.vsock_port = KILN_AGENT_PORT,
 		.shutdown = shutdown_cb,
 		.status = status_cb,
+		.set_policy = set_policy_cb,
 		.agent_ready = agent_ready_cb,
 		.agent_timeout_ms = (unsigned int)vm->cfg->agent_timeout_ms,
 		.opaque = vm,

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "lib/compiler.h"
+#include "lib/errf.h"
 #include "devices/block/disk.h"
 #include "devices/console.h"
 #include "devices/uart.h"
@@ -198,8 +199,8 @@ static int image_init(struct vm *vm)
 
 		ret = mounts__manifest(&cfg->mounts, &mounts, &mounts_len);
 		if (!ret)
-			ret = initrd__kiln_archive(cfg->argv, mounts, mounts_len,
-						   &vm->argv_cpio,
+			ret = initrd__kiln_archive(cfg->argv, mounts,
+						   mounts_len, &vm->argv_cpio,
 						   &vm->argv_cpio_len);
 		free(mounts);
 		if (ret) {
@@ -314,17 +315,49 @@ static void net_exit(struct vm *vm)
 /* ---- step: proxy -------------------------------------------------------- */
 
 /*
- * Each new flow against the VM's policy (--net-policy, "net.policy"),
- * on the proxy's thread, its only caller: default deny, "no grant" when
- * no rule (or no policy) allows it. No DNS bindings yet (the resolver is
- * to come): a hostname rule allows nothing so far.
+ * Each new flow (and, after a replacement, each open one) against the
+ * VM's policy (--net-policy, "net.policy", or net.setPolicy's), on the
+ * proxy's thread, its only caller: default deny, "no grant" when no rule
+ * (or no policy) allows it. No DNS bindings yet (the resolver is to
+ * come): a hostname rule allows nothing so far. Under policy_lock: the
+ * API thread may be swapping the policy.
  */
 static void decide_by_policy(void *opaque, const struct net_flow *f,
 			     struct net_decision *d)
 {
-	const struct vm *vm = opaque;
+	struct vm *vm = opaque;
 
-	net_policy__decide(vm->cfg->net.policy, f, NULL, d);
+	pthread_mutex_lock(&vm->policy_lock);
+	net_policy__decide(vm->policy, f, NULL, d);
+	pthread_mutex_unlock(&vm->policy_lock);
+}
+
+/*
+ * Parsed outside the lock (the proxy keeps deciding by the old one
+ * meanwhile), swapped under it, the old one freed after it: no decision
+ * can be using it then. The config's policy is the config's to free.
+ */
+int vm__set_net_policy(struct vm *vm, json_t *obj, char *err, size_t len)
+{
+	struct net_policy *np, *old;
+	int ret;
+
+	if (!vm->proxy)
+		return errf(err, len, -EOPNOTSUPP,
+			    "this VM has no egress proxy (--net auto or "
+			    "netns:PATH)");
+	ret = net_policy__parse(obj, "policy", &np, err, len);
+	if (ret)
+		return ret;
+	/* The tap's host side stays denied, whatever the new one grants. */
+	net_policy__set_gateway(np, vm->cfg->net.gateway);
+	pthread_mutex_lock(&vm->policy_lock);
+	old = vm->policy_owned;
+	vm->policy = vm->policy_owned = np;
+	pthread_mutex_unlock(&vm->policy_lock);
+	net_policy__free(old);
+	proxy__recheck(vm->proxy);
+	return 0;
 }
 
 /*
@@ -369,6 +402,8 @@ static int proxy_init(struct vm *vm)
 	char err[CONFIG_ERR_LEN];
 	int ret;
 
+	pthread_mutex_init(&vm->policy_lock, NULL);
+	vm->policy = n->policy;
 	if (vm->netns_fd < 0)
 		return 0; /* no network, or the orchestrator's tap */
 	proxy_fd_room();
@@ -382,6 +417,10 @@ static void proxy_exit(struct vm *vm)
 {
 	proxy__destroy(vm->proxy);
 	vm->proxy = NULL;
+	net_policy__free(vm->policy_owned);
+	vm->policy_owned = NULL;
+	vm->policy = NULL;
+	pthread_mutex_destroy(&vm->policy_lock);
 }
 
 /* ---- step: disk --------------------------------------------------------- */

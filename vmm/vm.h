@@ -2,6 +2,7 @@
 #ifndef KILN_VM_H
 #define KILN_VM_H
 
+#include <jansson.h>
 #include <linux/kvm.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -48,6 +49,7 @@ struct virtio_fs;
 struct fs_backend;
 struct virtio_net;
 struct proxy;
+struct net_policy;
 
 struct vm {
 	const struct vm_config *cfg;
@@ -106,6 +108,15 @@ struct vm {
 	 * orchestrator's.
 	 */
 	struct proxy *proxy;
+	/*
+	 * The policy the proxy decides by: the config's until
+	 * vm__set_net_policy replaces it. policy_lock is held around each
+	 * decision (proxy thread) and each swap (API thread), so no
+	 * decision ever runs on a policy being freed.
+	 */
+	pthread_mutex_t policy_lock;
+	const struct net_policy *policy; /* the config's, or policy_owned */
+	struct net_policy *policy_owned; /* the last replacement: the VM's */
 
 	/* The control socket (--control-socket, vmm/control.c). */
 	struct api *api;
@@ -157,6 +168,14 @@ int vm__run(struct vm *vm);
 void vm__stop(struct vm *vm, enum vm_stop_reason reason, int status,
 	      const char *detail);
 void vm__irq_line(void *opaque, unsigned int gsi, int level);
+/*
+ * net.setPolicy: parses obj (the "policy" param) completely, swaps it in
+ * and has the proxy recheck its open flows (those no longer granted are
+ * cut). On any error the old policy stays and err has one line naming
+ * the key: -EINVAL for a bad policy, -EOPNOTSUPP without a proxy.
+ */
+int __must_check vm__set_net_policy(struct vm *vm, json_t *obj, char *err,
+				    size_t len);
 
 /* vmm/kvm.c: /dev/kvm and capability checks. */
 int __must_check kvm__open(int *kvm_fd, const char **why);

@@ -14,7 +14,7 @@
  *   json.c    bytes from the guest as JSON strings
  *   proc.c    exec, spawn, pty and their streams
  *   fs.c      fs.* (files in the guest)
- *   vm.c      facts and vm.*
+ *   vm.c      facts, vm.* and net.setPolicy
  *
  * Everything runs on the API thread; nothing here locks.
  */

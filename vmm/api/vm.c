@@ -1,9 +1,14 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * Control API facts and the VM: facts, vm.facts, vm.status,
- * vm.shutdown.
+ * vm.shutdown, net.setPolicy.
  */
+#include <errno.h>
+#include <string.h>
+
 #include "vmm/api/api-internal.h"
+
+#define API_POLICY_ERR_LEN 256 /* one line naming the key */
 
 /* A T_FACT field: topic, relation, value. */
 static json_t *fact_json(const uint8_t *p, size_t len)
@@ -90,10 +95,41 @@ static void m_vm_shutdown(struct rpc *r)
 	r->c->shutdown_after = true;
 }
 
+/* {policy}: parsed completely by the monitor, or refused: the old stays. */
+static void m_net_set_policy(struct rpc *r)
+{
+	json_t *policy = json_object_get(r->params, "policy");
+	char err[API_POLICY_ERR_LEN] = "";
+	int ret;
+
+	if (!r->api->p.set_policy) {
+		client_reply_error(r->c, r->id, API_E_NO_METHOD, NULL,
+				   "net.setPolicy is not offered here");
+		return;
+	}
+	if (!policy) {
+		param_error(r, "policy: missing");
+		return;
+	}
+	ret = r->api->p.set_policy(r->api->p.opaque, policy, err, sizeof(err));
+	if (!ret)
+		client_reply(r->c, r->id, NULL);
+	else if (ret == -EINVAL)
+		param_error(r, "%s", err);
+	else if (ret == -EOPNOTSUPP)
+		client_reply_error(r->c, r->id, API_E_NO_METHOD, NULL,
+				   "net.setPolicy: %s", err);
+	else
+		client_reply_error(r->c, r->id, API_E_INTERNAL, NULL,
+				   "net.setPolicy: %s",
+				   err[0] ? err : strerror(-ret));
+}
+
 const struct api_method vm_methods[] = {
 	{ "facts", m_facts },
 	{ "vm.facts", m_vm_facts },
 	{ "vm.status", m_vm_status },
 	{ "vm.shutdown", m_vm_shutdown },
+	{ "net.setPolicy", m_net_set_policy },
 	{ NULL, NULL },
 };
