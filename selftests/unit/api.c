@@ -27,6 +27,8 @@
 #include "proto/tlv.h"
 #include "lib/base64.h"
 #include "vmm/api.h"
+#include "vmm/net-status.h"
+#include "vmm/policy.h"
 
 #define WAIT_MS TC_WAIT_MS /* for any one answer */
 
@@ -80,6 +82,7 @@ struct server {
 	pid_t agent;
 	struct api *api;
 	atomic_int shutdowns;
+	struct net_policy *policy; /* net.setPolicy's, on the API thread */
 };
 
 static int open_agent(void *opaque)
@@ -96,9 +99,43 @@ static void on_shutdown(void *opaque)
 	atomic_fetch_add(&s->shutdowns, 1);
 }
 
+/* What a VM's proxy might have counted: vm.status's net object from it. */
+static const struct proxy_stats test_stats = {
+	.tcp_allowed = 3,
+	.tcp_denied = 2,
+	.tcp_open = 1,
+	.tcp_cut = 1,
+	.udp_allowed = 4,
+	.udp_denied = 5,
+	.udp_open = 2,
+	.udp_cut = 0,
+	.bytes_out = 1000,
+	.bytes_in = 20000,
+	.upstream_failed = 1,
+	.udp_dropped = 6,
+	.running = true,
+	.nr_reasons = 2,
+	.reasons = { { "tcp grant 0", IPPROTO_TCP, NET_VERDICT_ALLOW, 3 },
+		     { "no grant", IPPROTO_TCP, NET_VERDICT_DENY, 2 } },
+};
+
 static void on_status(void *opaque, json_t *st)
 {
+	uint64_t egress[EGRESS_NR_REASONS] = {
+		[EGRESS_TCP_PROXY] = 7, [EGRESS_NOT_TCP_UDP] = 9
+	};
+
 	json_object_set_new(st, "test", json_true());
+	json_object_set_new(st, "net",
+			    net_status__json(&test_stats, egress, NULL));
+}
+
+/* As the monitor does: the whole policy parsed, or the old one kept. */
+static int on_set_policy(void *opaque, json_t *policy, char *err, size_t len)
+{
+	struct server *s = opaque;
+
+	return net_policy__replace(&s->policy, policy, "policy", err, len);
 }
 
 static int server_dir(struct server *s)
@@ -122,6 +159,7 @@ static int server_start_api(struct server *s, unsigned int agent_timeout_ms)
 		.config_facts = facts,
 		.shutdown = on_shutdown,
 		.status = on_status,
+		.set_policy = on_set_policy,
 		.opaque = s,
 		.agent_timeout_ms = agent_timeout_ms,
 	};
@@ -175,6 +213,8 @@ static void server_stop(struct server *s)
 {
 	api__destroy(s->api);
 	s->api = NULL;
+	net_policy__free(s->policy);
+	s->policy = NULL;
 	stop_agent(s);
 	if (s->dir[0])
 		rm_tree(s->dir);
@@ -222,6 +262,136 @@ TEST_F(srv, status_and_unknown_method)
 	ASSERT_TRUE(m != NULL);
 	EXPECT_EQ(API_E_NO_METHOD, err_code(m));
 	json_decref(m);
+}
+
+static json_t *set_policy(struct tc *t, json_int_t id, const char *policy)
+{
+	json_error_t jerr;
+	json_t *p = json_loads(policy, 0, &jerr);
+
+	return tc_call(t, id, "net.setPolicy", json_pack("{s:o}", "policy", p));
+}
+
+static const char *err_message(json_t *m)
+{
+	return json_string_value(
+		json_object_get(json_object_get(m, "error"), "message"));
+}
+
+TEST_F(srv, net_set_policy_replaces_or_keeps_the_old)
+{
+	json_t *m;
+
+	m = set_policy(
+		&self->t, 1,
+		"{\"tcp\": [{\"to\": \"192.0.2.10\", \"ports\": [80]}]}");
+	ASSERT_TRUE(m != NULL);
+	EXPECT_EQ(0, err_code(m)) TH_LOG("%s", err_message(m));
+	EXPECT_TRUE(json_is_object(result(m)));
+	json_decref(m);
+	EXPECT_EQ(1, net_policy__nr_rules(self->s.policy, IPPROTO_TCP));
+
+	/* A bad one: refused, naming the key; the old one stays. */
+	m = set_policy(
+		&self->t, 2,
+		"{\"tcp\": [{\"to\": \"192.0.2.10\"}, "
+		"{\"to\": \"::1\"}], \"udp\": [{\"to\": \"10.0.0.1\"}]}");
+	ASSERT_TRUE(m != NULL);
+	EXPECT_EQ(API_E_INVALID_PARAMS, err_code(m));
+	EXPECT_TRUE(err_message(m) &&
+		    !strncmp(err_message(m), "policy.tcp[1].to: ", 18))
+	TH_LOG("%s", err_message(m));
+	json_decref(m);
+	EXPECT_EQ(1, net_policy__nr_rules(self->s.policy, IPPROTO_TCP));
+	EXPECT_EQ(0, net_policy__nr_rules(self->s.policy, IPPROTO_UDP));
+
+	m = set_policy(&self->t, 3, "{\"tcp\": 5}");
+	ASSERT_TRUE(m != NULL);
+	EXPECT_EQ(API_E_INVALID_PARAMS, err_code(m));
+	EXPECT_TRUE(err_message(m) && strstr(err_message(m), "policy.tcp"))
+	TH_LOG("%s", err_message(m));
+	json_decref(m);
+	m = set_policy(&self->t, 4, "[]");
+	ASSERT_TRUE(m != NULL);
+	EXPECT_EQ(API_E_INVALID_PARAMS, err_code(m));
+	EXPECT_TRUE(err_message(m) && !strncmp(err_message(m), "policy", 6))
+	TH_LOG("%s", err_message(m));
+	json_decref(m);
+	m = tc_call(&self->t, 5, "net.setPolicy", NULL);
+	ASSERT_TRUE(m != NULL);
+	EXPECT_EQ(API_E_INVALID_PARAMS, err_code(m));
+	EXPECT_STREQ("policy: missing", err_message(m));
+	json_decref(m);
+	EXPECT_EQ(1, net_policy__nr_rules(self->s.policy, IPPROTO_TCP));
+
+	/* Another good one replaces it whole. */
+	m = set_policy(
+		&self->t, 6,
+		"{\"udp\": [{\"to\": \"10.0.0.1\"}, {\"to\": \"10.0.0.2\"}]}");
+	ASSERT_TRUE(m != NULL);
+	EXPECT_EQ(0, err_code(m)) TH_LOG("%s", err_message(m));
+	json_decref(m);
+	EXPECT_EQ(0, net_policy__nr_rules(self->s.policy, IPPROTO_TCP));
+	EXPECT_EQ(2, net_policy__nr_rules(self->s.policy, IPPROTO_UDP));
+}
+
+static json_int_t jint(json_t *o, const char *path1, const char *key)
+{
+	if (path1)
+		o = json_object_get(o, path1);
+	return json_integer_value(json_object_get(o, key));
+}
+
+TEST_F(srv, status_has_the_net_object)
+{
+	json_t *m = tc_call(&self->t, 1, "vm.status", NULL), *net, *r;
+
+	ASSERT_TRUE(m != NULL);
+	net = json_object_get(result(m), "net");
+	ASSERT_TRUE(json_is_object(net));
+	EXPECT_STREQ("running",
+		     json_string_value(json_object_get(net, "proxy")));
+	EXPECT_EQ(3, jint(net, "tcp", "allowed"));
+	EXPECT_EQ(2, jint(net, "tcp", "denied"));
+	EXPECT_EQ(1, jint(net, "tcp", "open"));
+	EXPECT_EQ(1, jint(net, "tcp", "cut"));
+	EXPECT_EQ(4, jint(net, "udp", "allowed"));
+	EXPECT_EQ(5, jint(net, "udp", "denied"));
+	EXPECT_EQ(2, jint(net, "udp", "open"));
+	EXPECT_EQ(0, jint(net, "udp", "cut"));
+	EXPECT_EQ(1000, jint(net, NULL, "bytesOut"));
+	EXPECT_EQ(20000, jint(net, NULL, "bytesIn"));
+	EXPECT_EQ(1, jint(net, NULL, "upstreamFailed"));
+	EXPECT_EQ(6, jint(net, NULL, "udpDropped"));
+	r = json_object_get(net, "reasons");
+	ASSERT_EQ(2, json_array_size(r));
+	EXPECT_STREQ("tcp", json_string_value(json_object_get(
+				    json_array_get(r, 1), "proto")));
+	EXPECT_STREQ("denied", json_string_value(json_object_get(
+				       json_array_get(r, 1), "verdict")));
+	EXPECT_STREQ("no grant", json_string_value(json_object_get(
+					 json_array_get(r, 1), "reason")));
+	EXPECT_EQ(2, jint(json_array_get(r, 1), NULL, "flows"));
+	EXPECT_EQ(7, jint(net, "egress", "tcp_proxy"));
+	EXPECT_EQ(9, jint(net, "egress", "not_tcp_udp"));
+	EXPECT_EQ(0, jint(net, "egress", "arp_pass"));
+	EXPECT_EQ(EGRESS_NR_REASONS,
+		  json_object_size(json_object_get(net, "egress")));
+	json_decref(m);
+}
+
+TEST(net_status_without_a_proxy_or_its_counters)
+{
+	json_t *o = net_status__none();
+
+	EXPECT_STREQ("none", json_string_value(json_object_get(o, "proxy")));
+	EXPECT_EQ(1, json_object_size(o));
+	json_decref(o);
+	o = net_status__json(&test_stats, NULL, "egress: counter x: EPERM");
+	EXPECT_STREQ("egress: counter x: EPERM",
+		     json_string_value(json_object_get(o, "egressError")));
+	EXPECT_EQ(NULL, json_object_get(o, "egress"));
+	json_decref(o);
 }
 
 TEST_F(srv, malformed_json)
@@ -1244,6 +1414,18 @@ TEST_F(vsock, connect_refused)
 	m = tc_call(&self->t, 1, "exec", json_pack("{s:[s]}", "argv", "true"));
 	ASSERT_TRUE(m != NULL);
 	EXPECT_EQ(API_E_AGENT, err_code(m));
+	json_decref(m);
+}
+
+/* Without the monitor's callback (no set_policy): no such method. */
+TEST_F(vsock, net_set_policy_not_offered)
+{
+	json_t *m;
+
+	ASSERT_EQ(0, vsock_api(self, KILN_AGENT_PORT));
+	m = set_policy(&self->t, 1, "{}");
+	ASSERT_TRUE(m != NULL);
+	EXPECT_EQ(API_E_NO_METHOD, err_code(m));
 	json_decref(m);
 }
 
