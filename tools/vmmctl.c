@@ -50,6 +50,7 @@ static const char usage[] =
 	"       vmmctl facts SOCK\n"
 	"       vmmctl status SOCK\n"
 	"       vmmctl shutdown SOCK\n"
+	"       vmmctl policy SOCK FILE\n"
 	"       vmmctl call SOCK METHOD [PARAMS-JSON]\n"
 	"\n"
 	"SOCK is a VM's control socket (vmm start --control-socket). In cp, "
@@ -1022,6 +1023,33 @@ static int cmd_simple(int argc, char **argv, const char *method)
 	return 0;
 }
 
+/*
+ * policy SOCK FILE: the network policy in FILE (- for stdin: one JSON
+ * object, as for vmm start --net-policy) replaces the VM's, live.
+ */
+static int cmd_policy(int argc, char **argv)
+{
+	json_t *policy, *res;
+	json_error_t err;
+	struct conn c;
+
+	if (argc != 3)
+		die(EXIT_USAGE, "policy: expected SOCK FILE");
+	if (!strcmp(argv[2], "-"))
+		policy = json_loadf(stdin, 0, &err);
+	else
+		policy = json_load_file(argv[2], 0, &err);
+	if (!policy)
+		die(EXIT_USAGE, "%s: line %d column %d: %s", argv[2], err.line,
+		    err.column, err.text);
+	conn_open(&c, argv[1]);
+	res = call(&c, argv[2], "net.setPolicy",
+		   json_pack("{s:o}", "policy", policy));
+	print_json(res);
+	json_decref(res);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *cmd = argc > 1 ? argv[1] : "";
@@ -1045,6 +1073,8 @@ int main(int argc, char **argv)
 		return cmd_simple(argc - 1, argv + 1, "vm.status");
 	if (!strcmp(cmd, "shutdown"))
 		return cmd_simple(argc - 1, argv + 1, "vm.shutdown");
+	if (!strcmp(cmd, "policy"))
+		return cmd_policy(argc - 1, argv + 1);
 	if (!strcmp(cmd, "call"))
 		return cmd_simple(argc - 1, argv + 1, NULL);
 	fputs(usage, stderr);

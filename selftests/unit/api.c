@@ -1178,6 +1178,57 @@ TEST_F(srv, agent_dies_mid_request)
 	EXPECT_SERVING(self->s.api_sock);
 }
 
+static void write_text(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+
+	if (f) {
+		fputs(text, f);
+		fclose(f);
+	}
+}
+
+/* vmmctl policy SOCK FILE: net.setPolicy with the file's object. */
+TEST_F(srv, vmmctl_policy)
+{
+	const char *ctl = vmmctl_path();
+	struct spawn_result *r = malloc(sizeof(*r));
+	char file[128];
+
+	ASSERT_TRUE(r != NULL);
+	ASSERT_EQ(0, access(ctl, X_OK)) TH_LOG("%s is not built", ctl);
+	snprintf(file, sizeof(file), "%s/policy.json", self->s.dir);
+	write_text(file, "{\"tcp\": [{\"to\": \"private\"}]}\n");
+	{
+		const char *argv[] = { ctl, "policy", self->s.api_sock, file,
+				       NULL };
+
+		ASSERT_EQ(0, spawn__run(argv, NULL, r));
+		EXPECT_EQ(0, r->status) TH_LOG("%s", r->err);
+	}
+	EXPECT_EQ(1, net_policy__nr_rules(self->s.policy, IPPROTO_TCP));
+	write_text(file, "{\"tcp\": [{\"to\": \"private\", \"ports\": [0]}]}");
+	{
+		const char *argv[] = { ctl, "policy", self->s.api_sock, file,
+				       NULL };
+
+		ASSERT_EQ(0, spawn__run(argv, NULL, r));
+		EXPECT_EQ(125, r->status);
+		EXPECT_TRUE(strstr(r->err, "policy.tcp[0].ports") != NULL)
+		TH_LOG("%s", r->err);
+	}
+	EXPECT_EQ(1, net_policy__nr_rules(self->s.policy, IPPROTO_TCP));
+	write_text(file, "{\"tcp\": [");
+	{
+		const char *argv[] = { ctl, "policy", self->s.api_sock, file,
+				       NULL };
+
+		ASSERT_EQ(0, spawn__run(argv, NULL, r));
+		EXPECT_EQ(2, r->status);
+	}
+	free(r);
+}
+
 TEST_F(srv, vmmctl_smoke)
 {
 	const char *ctl = vmmctl_path();
