@@ -15,6 +15,7 @@
 #include <fcntl.h>
 #include <linux/if_tun.h>
 #include <net/if.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -125,7 +126,8 @@ struct test_host {
 
 static void *test_host_serve(void *arg)
 {
-	static const char reply[] = "HTTP/1.0 200 OK\r\nContent-Length: " "25"
+	static const char reply[] = "HTTP/1.0 200 OK\r\nContent-Length: "
+				    "25"
 				    "\r\n\r\n" TEST_REPLY "\n";
 	struct test_host *h = arg;
 	char req[1024];
@@ -364,6 +366,147 @@ TEST_TIMEOUT(facts_report_the_network, BOOT_TIMEOUT)
 	EXPECT_EQ(0, wait_exit(vmm, 60));
 	unlink(sock);
 	unlink(log);
+	rmdir(dir);
+}
+
+/* A file holding text; false on failure. */
+static bool write_file(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+	bool ok = f && fputs(text, f) >= 0;
+
+	if (f && fclose(f))
+		ok = false;
+	return ok;
+}
+
+/* A listener on TEST_HOST:port in the test host's netns. */
+static int hold_listener(struct __test_metadata *_metadata, int port)
+{
+	struct sockaddr_in sin = { .sin_family = AF_INET,
+				   .sin_port = htons(port) };
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+
+	ASSERT_LE(0, fd);
+	inet_pton(AF_INET, TEST_HOST, &sin.sin_addr);
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	ASSERT_EQ(0, bind(fd, (struct sockaddr *)&sin, sizeof(sin)));
+	ASSERT_EQ(0, listen(fd, 8));
+	return fd;
+}
+
+#define HOLD_PORT 8081
+#define CUT_SECS  2 /* the cut is due within one; slack for a slow host */
+
+/*
+ * Live replacement: a guest connection to a granted port of the test
+ * host is held open; net.setPolicy (vmmctl policy) with a policy that
+ * grants only another port cuts it within a second (the test host sees
+ * its RST or FIN), vm.status counts the cut, and a refused policy
+ * leaves the VM's in force.
+ */
+TEST_TIMEOUT(live_policy_replacement_cuts_a_running_flow, BOOT_TIMEOUT)
+{
+	char dir[] = "/tmp/kiln-net-live-XXXXXX", sock[96], log[96], nclog[96];
+	char before[128], after[128], bad[128];
+	const char *vmmctl = env_or("KILN_VMMCTL", "build/vmmctl");
+	struct spawn_result r;
+	struct timespec t0, now;
+	struct test_host h;
+	struct pollfd pfd;
+	struct guest g;
+	bool ready = false;
+	pid_t vmm, nc;
+	int lsn, conn;
+	char c;
+
+	if (!is_root(_metadata))
+		return;
+	if (access("/dev/kvm", R_OK | W_OK))
+		SKIP(return, "no usable /dev/kvm (run through tools/vmtest)");
+	guest_paths(&g);
+	ASSERT_TRUE(test_host_start(_metadata, &h));
+	lsn = hold_listener(_metadata, HOLD_PORT);
+	ASSERT_TRUE(mkdtemp(dir) != NULL);
+	snprintf(sock, sizeof(sock), "%s/ctl.sock", dir);
+	snprintf(log, sizeof(log), "%s/vmm.log", dir);
+	snprintf(nclog, sizeof(nclog), "%s/nc.log", dir);
+	snprintf(before, sizeof(before), "%s/before.json", dir);
+	snprintf(after, sizeof(after), "%s/after.json", dir);
+	snprintf(bad, sizeof(bad), "%s/bad.json", dir);
+	ASSERT_TRUE(write_file(before, "{\"tcp\": [{\"to\": \"" TEST_HOST
+				       "\", \"ports\": [8080, 8081]}]}"));
+	ASSERT_TRUE(write_file(after, "{\"tcp\": [{\"to\": \"" TEST_HOST
+				      "\", \"ports\": [8080]}]}"));
+	ASSERT_TRUE(write_file(bad, "{\"tcp\": [{\"to\": \"" TEST_HOST
+				    "\", \"ports\": [\"9-1\"]}]}"));
+	vmm = spawn_logged(ARGS(g.vmm, "start", "--kernel", g.vmlinux,
+				"--initrd", g.initrd, "--net", "auto",
+				"--net-policy", before, "--control-socket",
+				sock),
+			   log);
+	ASSERT_LT(0, vmm);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do {
+		if (!spawn__run(ARGS(vmmctl, "status", sock), NULL, &r) &&
+		    !r.status && strstr(r.out, "\"agent\": \"ready\""))
+			ready = true;
+		else
+			usleep(100000);
+		clock_gettime(CLOCK_MONOTONIC, &now);
+	} while (!ready && now.tv_sec - t0.tv_sec < READY_SECS &&
+		 waitpid(vmm, NULL, WNOHANG) != vmm);
+	if (!ready)
+		vmm_log_show(_metadata, log);
+	ASSERT_TRUE(ready);
+
+	/* The guest holds a connection open (its stdin never ends). */
+	nc = spawn_logged(ARGS(vmmctl, "exec", sock, "--", "sh", "-c",
+			       "sleep 120 | nc " TEST_HOST " 8081"),
+			  nclog);
+	ASSERT_LT(0, nc);
+	pfd = (struct pollfd){ .fd = lsn, .events = POLLIN };
+	ASSERT_EQ(1, poll(&pfd, 1, 60000)) TH_LOG("the guest never connected");
+	conn = accept4(lsn, NULL, NULL, SOCK_CLOEXEC);
+	ASSERT_LE(0, conn);
+	pfd = (struct pollfd){ .fd = conn, .events = POLLIN };
+	EXPECT_EQ(0, poll(&pfd, 1, 0)); /* open, quiet */
+
+	/* Refused: the old policy stays, the flow with it. */
+	ASSERT_EQ(0, spawn__run(ARGS(vmmctl, "policy", sock, bad), NULL, &r));
+	EXPECT_EQ(125, r.status);
+	EXPECT_TRUE(strstr(r.err, "policy.tcp[0].ports[0]") != NULL)
+	TH_LOG("%s", r.err);
+	EXPECT_EQ(0, poll(&pfd, 1, CUT_SECS * 1000));
+
+	/* Replaced: port 8081 is no longer granted, the flow is cut. */
+	ASSERT_EQ(0, spawn__run(ARGS(vmmctl, "policy", sock, after), NULL, &r));
+	EXPECT_EQ(0, r.status) TH_LOG("%s", r.err);
+	ASSERT_EQ(1, poll(&pfd, 1, CUT_SECS * 1000))
+	TH_LOG("the flow was not cut within %d s", CUT_SECS);
+	EXPECT_GE(0, read(conn, &c, 1)); /* RST or FIN, no data */
+
+	ASSERT_EQ(0, spawn__run(ARGS(vmmctl, "status", sock), NULL, &r));
+	squeeze(r.out);
+	EXPECT_TRUE(strstr(r.out, "\"tcp\":{\"allowed\":1,\"denied\":0,"
+				  "\"open\":0,\"cut\":1}") != NULL)
+	TH_LOG("%.2000s", r.out);
+	EXPECT_TRUE(strstr(r.out, "\"tcp_proxy\":") != NULL)
+	TH_LOG("%.2000s", r.out);
+
+	kill(nc, SIGTERM); /* forwarded to the guest's command */
+	wait_exit(nc, 30);
+	ASSERT_EQ(0, spawn__run(ARGS(vmmctl, "shutdown", sock), NULL, &r));
+	EXPECT_EQ(0, wait_exit(vmm, 60));
+	close(conn);
+	close(lsn);
+	test_host_stop(&h);
+	unlink(sock);
+	unlink(log);
+	unlink(nclog);
+	unlink(before);
+	unlink(after);
+	unlink(bad);
 	rmdir(dir);
 }
 
