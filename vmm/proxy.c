@@ -875,9 +875,10 @@ static void tcp_recheck(struct proxy *p, struct tcp_flow *t)
 	ask(p, &t->flow, &d);
 	if (d.verdict == NET_VERDICT_ALLOW)
 		return;
-	count_add(p, &p->stats.tcp_cut, 1);
 	log_flow(p, "cut", &t->flow, d.reason);
 	tcp_close(p, t, true);
+	/* After the close: whoever sees the cut sees one flow less open. */
+	count_add(p, &p->stats.tcp_cut, 1);
 }
 
 /*
@@ -900,7 +901,6 @@ static void udp_recheck(struct proxy *p, struct udp_flow *u)
 	ask(p, &f, &d);
 	if (d.verdict == NET_VERDICT_ALLOW)
 		return;
-	count_add(p, &p->stats.udp_cut, 1);
 	log_flow(p, "cut", &f, d.reason);
 	udp_close(p, u);
 	*u = (struct udp_flow){ .used = true,
@@ -909,6 +909,7 @@ static void udp_recheck(struct proxy *p, struct udp_flow *u)
 				.up.fd = -1,
 				.reply_fd = -1,
 				.last_ms = last_ms };
+	count_add(p, &p->stats.udp_cut, 1);
 }
 
 static void recheck_all(struct proxy *p)
