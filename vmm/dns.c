@@ -38,16 +38,16 @@
 #include "vmm/dns-internal.h"
 #include "vmm/dns.h"
 
-#define DNS_NAME	   "dns"
-#define DNS_MAX_TRIES	   2U	  /* the first resolver, then the next one */
-#define DNS_TCP_LEN	   2U	  /* a TCP message's length prefix */
-#define DNS_TCP_IDLE_MS	   10000U /* a guest connection with nothing asked */
-#define DNS_BACKLOG	   64
-#define DNS_EPOLL_EVENTS   64
-#define DNS_DGRAM_BUDGET   32 /* guest datagrams per round */
-#define DNS_ACCEPT_BUDGET  8  /* guest connections per round */
-#define DNS_SWEEP_MS	   1000U /* bindings expired, idle connections */
-#define DNS_MAX_BINDINGS   32U	 /* A records bound per answer */
+#define DNS_NAME	  "dns"
+#define DNS_MAX_TRIES	  2U	 /* the first resolver, then the next one */
+#define DNS_TCP_LEN	  2U	 /* a TCP message's length prefix */
+#define DNS_TCP_IDLE_MS	  10000U /* a guest connection with nothing asked */
+#define DNS_BACKLOG	  64
+#define DNS_EPOLL_EVENTS  64
+#define DNS_DGRAM_BUDGET  32	/* guest datagrams per round */
+#define DNS_ACCEPT_BUDGET 8	/* guest connections per round */
+#define DNS_SWEEP_MS	  1000U /* bindings expired, idle connections */
+#define DNS_MAX_BINDINGS  32U	/* A records bound per answer */
 
 enum ep_kind { EP_STOP, EP_UDP, EP_LISTEN, EP_GUEST_TCP, EP_UP };
 
@@ -75,9 +75,9 @@ struct tcp_conn {
 
 struct query {
 	bool used;
-	bool tcp;	     /* asked over TCP, forwarded over TCP */
-	bool due;	     /* its next try starts after this batch */
-	uint64_t seq;	     /* age: the oldest is dropped when full */
+	bool tcp;		  /* asked over TCP, forwarded over TCP */
+	bool due;		  /* its next try starts after this batch */
+	uint64_t seq;		  /* age: the oldest is dropped when full */
 	struct sockaddr_in guest; /* UDP: where the answer goes */
 	struct tcp_conn *conn;	  /* TCP: the same */
 	struct dns_query_info qi; /* the guest's ID, flags, question */
@@ -103,13 +103,13 @@ struct dns {
 	struct endpoint ep_stop, ep_udp, ep_lsn;
 	struct worker worker;
 
-	struct query *queries;	/* max_pending */
+	struct query *queries; /* max_pending */
 	struct tcp_conn conns[DNS_MAX_TCP_CONNS];
 	uint64_t seq;
 	uint8_t id_key[SIPHASH__KEY_LEN];
 	uint64_t id_counter;
-	uint8_t *buf;	     /* one datagram, DNS_EDNS_MAX */
-	struct dns_rr *rrs;  /* DNS_MAX_ANSWER_RRS, scratch */
+	uint8_t *buf;	    /* one datagram, DNS_EDNS_MAX */
+	struct dns_rr *rrs; /* DNS_MAX_ANSWER_RRS, scratch */
 
 	pthread_mutex_t stats_lock;
 	struct dns_stats stats;
@@ -285,8 +285,8 @@ static struct query *query_slot(struct dns *d)
 /* An ID the guest cannot predict: a keyed hash of a counter. */
 static uint16_t query_id(struct dns *d)
 {
-	uint64_t h = siphash__24(d->id_key, &d->id_counter,
-				 sizeof(d->id_counter));
+	uint64_t h =
+		siphash__24(d->id_key, &d->id_counter, sizeof(d->id_counter));
 
 	d->id_counter++;
 	return (uint16_t)h;
@@ -377,8 +377,8 @@ static unsigned int bind_answer(struct dns *d, const struct query *q,
 	unsigned int bound = 0;
 	int n;
 
-	if (dns_rcode(m) != DNS_RCODE_NOERROR ||
-	    q->qi.q.type != DNS_TYPE_A || q->qi.q.qclass != DNS_CLASS_IN ||
+	if (dns_rcode(m) != DNS_RCODE_NOERROR || q->qi.q.type != DNS_TYPE_A ||
+	    q->qi.q.qclass != DNS_CLASS_IN ||
 	    dns_msg__name_text(q->qi.q.name, q->qi.q.name_len, host,
 			       sizeof(host)))
 		return 0;
@@ -411,6 +411,11 @@ static void query_answered(struct dns *d, struct query *q, uint8_t *m,
 
 	if (len == full_len)
 		bound = bind_answer(d, q, m, len);
+	/* Counted before the guest can see the answer. */
+	pthread_mutex_lock(&d->stats_lock);
+	d->stats.answered++;
+	d->stats.bindings += bound;
+	pthread_mutex_unlock(&d->stats_lock);
 	dns_put16(m, q->qi.id);
 	if (c) {
 		ret = conn_send(c, m, len, now);
@@ -423,12 +428,8 @@ static void query_answered(struct dns *d, struct query *q, uint8_t *m,
 			  sizeof(q->guest)) != (ssize_t)len) {
 		ret = -errno;
 	}
-	pthread_mutex_lock(&d->stats_lock);
-	d->stats.answered++;
-	d->stats.bindings += bound;
 	if (ret)
-		d->stats.errors++;
-	pthread_mutex_unlock(&d->stats_lock);
+		count(d, &d->stats.errors, 1);
 	query_release(d, q);
 	if (c)
 		conn_after(d, c, now);
@@ -463,8 +464,9 @@ static int try_open(struct dns *d, struct query *q)
 	fd = socket(AF_INET, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
-	q->up = (struct endpoint){ .kind = EP_UP, .fd = fd,
-				   .events = UINT32_MAX, .owner = q };
+	q->up = (struct endpoint){
+		.kind = EP_UP, .fd = fd, .events = UINT32_MAX, .owner = q
+	};
 	if (connect(fd, (const struct sockaddr *)to, sizeof(*to))) {
 		if (!q->tcp || errno != EINPROGRESS)
 			return -errno;
