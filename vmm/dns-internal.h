@@ -19,6 +19,7 @@
 #define DNS_HDR_LEN	  12U
 #define DNS_NAME_WIRE_MAX 255U /* RFC 1035 3.1, length octets included */
 #define DNS_LABEL_MAX	  63U
+#define DNS_TCP_LEN	  2U /* a TCP message's length prefix (4.2.2) */
 #define DNS_QUESTION_MAX  (DNS_NAME_WIRE_MAX + 4U) /* name, type, class */
 /* A reply of a header and the question: REFUSED, SERVFAIL, TC. */
 #define DNS_SHORT_REPLY_MAX (DNS_HDR_LEN + DNS_QUESTION_MAX)
@@ -139,8 +140,8 @@ size_t dns_msg__reply(uint8_t *out, const uint8_t *qm,
  */
 int __must_check dns_msg__a_records(const uint8_t *m, size_t len,
 				    const struct dns_question *q,
-				    struct dns_rr *rrs, struct dns_a_record *out,
-				    unsigned int max);
+				    struct dns_rr *rrs,
+				    struct dns_a_record *out, unsigned int max);
 /*
  * A wire name as a hostname ("api.example.com"), for the bindings:
  * -EINVAL for the root, or a label with a byte that a hostname cannot

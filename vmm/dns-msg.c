@@ -14,7 +14,7 @@
 #define DNS_PTR_MASK	 0xc0U /* a label's top two bits: 11 is a pointer */
 #define DNS_PTR_OFF_MASK 0x3fffU
 #define DNS_MAX_PTR_HOPS 32U
-#define DNS_RR_FIXED	 10U /* type, class, TTL, RDLENGTH */
+#define DNS_RR_FIXED	 10U	     /* type, class, TTL, RDLENGTH */
 #define DNS_TTL_MAX	 0x7fffffffU /* RFC 2181 8: larger means 0 */
 #define DNS_IPV4_LEN	 4U
 
@@ -109,7 +109,8 @@ static int rr_read(const uint8_t *m, size_t len, size_t *off, struct rr_at *r)
 		return -EBADMSG;
 	r->type = dns_get16(m + at);
 	r->rclass = dns_get16(m + at + 2);
-	r->ttl_s = (uint32_t)dns_get16(m + at + 4) << 16 | dns_get16(m + at + 6);
+	r->ttl_s =
+		(uint32_t)dns_get16(m + at + 4) << 16 | dns_get16(m + at + 6);
 	if (r->ttl_s > DNS_TTL_MAX)
 		r->ttl_s = 0;
 	r->rdlen = dns_get16(m + at + 8);
@@ -190,8 +191,8 @@ size_t dns_msg__reply(uint8_t *out, const uint8_t *qm,
 		      const struct dns_query_info *qi, uint16_t extra_flags,
 		      unsigned int rcode, bool with_question)
 {
-	uint16_t flags = DNS_FLAG_QR | (qi->flags & (DNS_OPCODE_MASK |
-						     DNS_FLAG_RD)) |
+	uint16_t flags = DNS_FLAG_QR |
+			 (qi->flags & (DNS_OPCODE_MASK | DNS_FLAG_RD)) |
 			 extra_flags | (rcode & DNS_RCODE_MASK);
 	size_t qlen = with_question ? qi->q.end - DNS_HDR_LEN : 0;
 
@@ -280,8 +281,8 @@ int dns_msg__a_records(const uint8_t *m, size_t len,
 		    !same_name(rrs[i].owner, rrs[i].owner_len, name, name_len))
 			continue;
 		out[found].addr = rrs[i].addr;
-		out[found].ttl_s = rrs[i].ttl_s < chain_ttl ? rrs[i].ttl_s :
-							      chain_ttl;
+		out[found].ttl_s =
+			rrs[i].ttl_s < chain_ttl ? rrs[i].ttl_s : chain_ttl;
 		found++;
 	}
 	return (int)found;

@@ -40,7 +40,6 @@
 
 #define DNS_NAME	  "dns"
 #define DNS_MAX_TRIES	  2U	 /* the first resolver, then the next one */
-#define DNS_TCP_LEN	  2U	 /* a TCP message's length prefix */
 #define DNS_TCP_IDLE_MS	  10000U /* a guest connection with nothing asked */
 #define DNS_BACKLOG	  64
 #define DNS_EPOLL_EVENTS  64

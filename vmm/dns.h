@@ -25,13 +25,13 @@
  *	dns__destroy(d);            stops the thread, closes every socket
  */
 
-#define DNS_PORT	       53U
-#define DNS_MAX_PENDING	       256U  /* queries upstream; full: oldest dropped */
-#define DNS_QUERY_TIMEOUT_MS   2000U /* per upstream try; one retry */
-#define DNS_MAX_TCP_CONNS      16U   /* guest TCP connections at once */
-#define DNS_UDP_MAX	       512U  /* RFC 1035 4.2.1, without EDNS */
-#define DNS_EDNS_MAX	       4096U /* what a guest's EDNS may raise it to */
-#define DNS_TCP_MAX	       65535U /* a TCP message (its 2-byte length) */
+#define DNS_PORT	     53U
+#define DNS_MAX_PENDING	     256U   /* queries upstream; full: oldest dropped */
+#define DNS_QUERY_TIMEOUT_MS 2000U  /* per upstream try; one retry */
+#define DNS_MAX_TCP_CONNS    16U    /* guest TCP connections at once */
+#define DNS_UDP_MAX	     512U   /* RFC 1035 4.2.1, without EDNS */
+#define DNS_EDNS_MAX	     4096U  /* what a guest's EDNS may raise it to */
+#define DNS_TCP_MAX	     65535U /* a TCP message (its 2-byte length) */
 
 struct dns_params {
 	int netns_fd;		/* the VM netns; borrowed */
@@ -47,17 +47,17 @@ struct dns_params {
 };
 
 struct dns_stats {
-	uint64_t queries;   /* well-formed guest queries, UDP and TCP */
-	uint64_t refused;   /* answered REFUSED: no resolvers */
-	uint64_t forwarded; /* upstream tries, retries included */
-	uint64_t answered;  /* upstream answers relayed to the guest */
-	uint64_t servfail;  /* every try timed out or failed: SERVFAIL */
-	uint64_t dropped;   /* queries dropped for newer ones, TCP refused */
-	uint64_t malformed; /* guest messages refused (FORMERR) or dropped */
+	uint64_t queries;     /* well-formed guest queries, UDP and TCP */
+	uint64_t refused;     /* answered REFUSED: no resolvers */
+	uint64_t forwarded;   /* upstream tries, retries included */
+	uint64_t answered;    /* upstream answers relayed to the guest */
+	uint64_t servfail;    /* every try timed out or failed: SERVFAIL */
+	uint64_t dropped;     /* queries dropped for newer ones, TCP refused */
+	uint64_t malformed;   /* guest messages refused (FORMERR) or dropped */
 	uint64_t bad_answers; /* upstream messages ignored (wrong ID, ...) */
-	uint64_t bindings;  /* hostname -> address bindings made or renewed */
-	uint64_t errors;    /* socket errors on either side */
-	bool running;	    /* the resolver thread's loop */
+	uint64_t bindings;    /* hostname -> address bindings made or renewed */
+	uint64_t errors;      /* socket errors on either side */
+	bool running;	      /* the resolver thread's loop */
 };
 
 struct dns;

@@ -42,17 +42,16 @@
 #define POLICY_ONE  "{\"dns\": {\"resolvers\": [\"" RES1 "\"]}}"
 #define POLICY_NONE "{\"dns\": {\"resolvers\": []}}"
 
-#define TEST_TIMEOUT_MS	 300   /* the resolver's per-try timeout here */
-#define MAX_PENDING	 4     /* its pending queries, small for the test */
-#define WAIT_MS		 10000 /* what should happen does, well within this */
-#define STATS_POLL_US	 10000
-#define DNS_TCP_LEN_TEST 2
-#define FUZZ_ROUNDS	 20000
-#define FUZZ_SEED	 0x6b696c6e646e73ULL
-#define TTL_LONG	 300
-#define TTL_SHORT	 60
-#define MS_PER_S	 1000ULL
-#define BIG_ANSWER_RRS	 40 /* past 512 bytes */
+#define TEST_TIMEOUT_MS 300   /* the resolver's per-try timeout here */
+#define MAX_PENDING	4     /* its pending queries, small for the test */
+#define WAIT_MS		10000 /* what should happen does, well within this */
+#define STATS_POLL_US	10000
+#define FUZZ_ROUNDS	20000
+#define FUZZ_SEED	0x6b696c6e646e73ULL
+#define TTL_LONG	300
+#define TTL_SHORT	60
+#define MS_PER_S	1000ULL
+#define BIG_ANSWER_RRS	40 /* past 512 bytes */
 
 /* ---- building messages ------------------------------------------------- */
 
@@ -877,11 +876,10 @@ TEST_F_TIMEOUT(dns, tcp_query_answered_and_bound, 60)
 	ASSERT_EQ(-1, connect(g, (struct sockaddr *)&gw, sizeof(gw)));
 	ASSERT_EQ(EINPROGRESS, errno);
 	ASSERT_TRUE(vmnet__wait_for(g, POLLOUT, WAIT_MS));
-	qn = build_query(q + DNS_TCP_LEN_TEST, 0x5555, "tcp.example.com",
+	qn = build_query(q + DNS_TCP_LEN, 0x5555, "tcp.example.com",
 			 DNS_TYPE_A);
 	dns_put16(q, (uint16_t)qn);
-	ASSERT_EQ((ssize_t)(qn + DNS_TCP_LEN_TEST),
-		  send(g, q, qn + DNS_TCP_LEN_TEST, 0));
+	ASSERT_EQ((ssize_t)(qn + DNS_TCP_LEN), send(g, q, qn + DNS_TCP_LEN, 0));
 
 	ASSERT_TRUE(vmnet__wait_for(self->up[0].tcp, POLLIN, WAIT_MS))
 	TH_LOG("no TCP connection upstream");
@@ -889,19 +887,18 @@ TEST_F_TIMEOUT(dns, tcp_query_answered_and_bound, 60)
 	ASSERT_LE(0, c);
 	ASSERT_TRUE(vmnet__wait_for(c, POLLIN, WAIT_MS));
 	n = recv(c, m, sizeof(m), 0);
-	ASSERT_EQ((ssize_t)(qn + DNS_TCP_LEN_TEST), n);
+	ASSERT_EQ((ssize_t)(qn + DNS_TCP_LEN), n);
 	ASSERT_EQ(qn, dns_get16(m));
-	an = build_answer(a + DNS_TCP_LEN_TEST, m + DNS_TCP_LEN_TEST, qn,
+	an = build_answer(a + DNS_TCP_LEN, m + DNS_TCP_LEN, qn,
 			  DNS_RCODE_NOERROR, good, 1);
 	dns_put16(a, (uint16_t)an);
-	ASSERT_EQ((ssize_t)(an + DNS_TCP_LEN_TEST),
-		  send(c, a, an + DNS_TCP_LEN_TEST, 0));
+	ASSERT_EQ((ssize_t)(an + DNS_TCP_LEN), send(c, a, an + DNS_TCP_LEN, 0));
 
 	ASSERT_TRUE(vmnet__wait_for(g, POLLIN, WAIT_MS));
 	n = recv(g, r, sizeof(r), 0);
-	ASSERT_EQ((ssize_t)(an + DNS_TCP_LEN_TEST), n);
+	ASSERT_EQ((ssize_t)(an + DNS_TCP_LEN), n);
 	EXPECT_EQ(an, dns_get16(r));
-	EXPECT_EQ(0x5555, dns_get16(r + DNS_TCP_LEN_TEST));
+	EXPECT_EQ(0x5555, dns_get16(r + DNS_TCP_LEN));
 	EXPECT_TRUE(bound(self, "tcp.example.com", "192.0.2.30"));
 	EXPECT_TRUE(untouched(&self->up[2]));
 	close(c);
