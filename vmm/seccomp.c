@@ -160,6 +160,8 @@ static void on_sigsys(int sig, siginfo_t *si, void *uc)
  * The egress proxy's run time, besides what the list above has (epoll,
  * accept4, connect, sendto/recvfrom, sendmsg/recvmsg, shutdown, close):
  * upstream TCP and UDP sockets and the few options it sets and reads.
+ * The resolver (vmm/dns.c) needs a subset of the same: its upstream
+ * sockets and SO_ERROR.
  */
 static int allow_proxy(scmp_filter_ctx ctx)
 {
@@ -226,7 +228,7 @@ int seccomp__install(const struct seccomp_needs *needs)
 	if (!ret)
 		ret = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(socket), 1,
 				       SCMP_A0(SCMP_CMP_EQ, AF_UNIX));
-	if (!ret && needs->proxy)
+	if (!ret && (needs->proxy || needs->dns))
 		ret = allow_proxy(ctx);
 	/*
 	 * Opening files stays forbidden, but as an error, not a trap: glibc's

@@ -33,6 +33,13 @@ struct seccomp_needs {
 	 * netns thread predates the filter and is not under it.
 	 */
 	bool proxy;
+	/*
+	 * The VM's resolver's thread (vmm/dns.c): upstream IPv4 UDP and TCP
+	 * sockets and SO_ERROR after a connect, which the proxy's rules
+	 * allow already; nothing of its own. Its sockets in the VM netns
+	 * are made before the filter.
+	 */
+	bool dns;
 };
 
 int __must_check seccomp__install(const struct seccomp_needs *needs);

@@ -22,6 +22,7 @@
 #include "devices/virtio/vsock.h"
 #include "lib/compiler.h"
 #include "lib/evloop.h"
+#include "vmm/dns.h"
 #include "vmm/proxy.h"
 #include "vmm/seccomp.h"
 #include "vmm/vm.h"
@@ -166,6 +167,8 @@ static void signal_done(void *arg, int res)
 		vm__report_virtio(l->vm);
 		if (l->vm->proxy)
 			proxy__report(l->vm->proxy);
+		if (l->vm->dns)
+			dns__report(l->vm->dns);
 		vcpu__report_all(l->vm);
 	}
 	arm_read(l, &l->signal, l->sig_fd, &l->si, sizeof(l->si));
@@ -315,6 +318,7 @@ static int prepare_run(struct vm *vm, int sig_fd, struct loop **l)
 		needs.fs_bind |= vm->cfg->mounts.m[i].type == MOUNT_BIND;
 	needs.net = vm->net != NULL;
 	needs.proxy = vm->proxy != NULL;
+	needs.dns = vm->dns != NULL;
 	ret = seccomp__install(&needs);
 	if (ret)
 		pr_err("installing the seccomp filter: %s", strerror(-ret));
@@ -365,6 +369,13 @@ static int start_devices(struct vm *vm)
 		if (ret) {
 			pr_err("egress proxy: starting its thread: %s",
 			       strerror(-ret));
+			return ret;
+		}
+	}
+	if (vm->dns) {
+		ret = dns__start(vm->dns);
+		if (ret) {
+			pr_err("dns: starting its thread: %s", strerror(-ret));
 			return ret;
 		}
 	}

@@ -27,6 +27,7 @@
 #include "devices/virtio/fs.h"
 #include "devices/virtio/net.h"
 #include "devices/virtio/vsock.h"
+#include "vmm/dns.h"
 #include "vmm/mounts.h"
 #include "vmm/netns.h"
 #include "vmm/policy.h"
@@ -318,9 +319,9 @@ static void net_exit(struct vm *vm)
  * Each new flow (and, after a replacement, each open one) against the
  * VM's policy (--net-policy, "net.policy", or net.setPolicy's), on the
  * proxy's thread, its only caller: default deny, "no grant" when no rule
- * (or no policy) allows it. No DNS bindings yet (the resolver is to
- * come): a hostname rule allows nothing so far. Under policy_lock: the
- * API thread may be swapping the policy.
+ * (or no policy) allows it. Hostname rules match through the resolver's
+ * bindings. Under policy_lock (the API thread may be swapping the
+ * policy), then bindings_lock (the resolver's thread writes them).
  */
 static void decide_by_policy(void *opaque, const struct net_flow *f,
 			     struct net_decision *d)
@@ -328,7 +329,9 @@ static void decide_by_policy(void *opaque, const struct net_flow *f,
 	struct vm *vm = opaque;
 
 	pthread_mutex_lock(&vm->policy_lock);
-	net_policy__decide(vm->policy, f, NULL, d);
+	pthread_mutex_lock(&vm->bindings_lock);
+	net_policy__decide(vm->policy, f, vm->bindings, d);
+	pthread_mutex_unlock(&vm->bindings_lock);
 	pthread_mutex_unlock(&vm->policy_lock);
 }
 
@@ -361,18 +364,18 @@ int vm__set_net_policy(struct vm *vm, json_t *obj, char *err, size_t len)
 }
 
 /*
- * Each proxied flow holds two fds (the guest's and upstream's, or a UDP
- * flow's two sockets): room for the proxy's limits, as far as the hard
- * limit allows (past it accept4 and socket fail, and those flows fail).
+ * Room for `more` fds on top of what we hold, as far as the hard limit
+ * allows (past it accept4 and socket fail, and those flows or queries
+ * fail).
  */
-static void proxy_fd_room(void)
+static void nofile_room(rlim_t more)
 {
 	struct rlimit rl;
 	rlim_t want;
 
 	if (getrlimit(RLIMIT_NOFILE, &rl))
 		return;
-	want = rl.rlim_cur + 2 * (PROXY_MAX_TCP_FLOWS + PROXY_MAX_UDP_FLOWS);
+	want = rl.rlim_cur + more;
 	if (rl.rlim_max != RLIM_INFINITY && want > rl.rlim_max)
 		want = rl.rlim_max;
 	if (want > rl.rlim_cur) {
@@ -406,13 +409,24 @@ static int proxy_init(struct vm *vm)
 	vm->policy = n->policy;
 	if (vm->netns_fd < 0)
 		return 0; /* no network, or the orchestrator's tap */
-	proxy_fd_room();
+	vm->bindings = net_bindings__create(NULL, NULL);
+	if (!vm->bindings) {
+		pr_err("net %s: the DNS bindings: %s", vm->tap.name,
+		       strerror(ENOMEM));
+		return -ENOMEM;
+	}
+	/*
+	 * Each proxied flow holds two fds (the guest's and upstream's, or
+	 * a UDP flow's two sockets).
+	 */
+	nofile_room(2 * (PROXY_MAX_TCP_FLOWS + PROXY_MAX_UDP_FLOWS));
 	ret = proxy__create(&vm->proxy, &p, err, sizeof(err));
 	if (ret)
 		pr_err("net %s: %s", vm->tap.name, err);
 	return ret;
 }
 
+/* The bindings outlive the proxy's thread, their last reader. */
 static void proxy_exit(struct vm *vm)
 {
 	proxy__destroy(vm->proxy);
@@ -421,6 +435,45 @@ static void proxy_exit(struct vm *vm)
 	vm->policy_owned = NULL;
 	vm->policy = NULL;
 	pthread_mutex_destroy(&vm->policy_lock);
+	net_bindings__destroy(vm->bindings);
+	vm->bindings = NULL;
+}
+
+/* ---- step: dns ---------------------------------------------------------- */
+
+/*
+ * The resolver's sockets on the gateway's port 53 in the VM netns, with
+ * the proxy (the egress program passes DNS to the gateway to them), its
+ * upstream resolvers from the policy; before the seccomp filter (setns).
+ * Its thread starts with the proxy's; undone before the proxy step.
+ */
+static int dns_init(struct vm *vm)
+{
+	const struct net_config *n = &vm->cfg->net;
+	struct dns_params p = {
+		.netns_fd = vm->netns_fd,
+		.gateway.s_addr = n->gateway,
+		.policy = n->policy,
+		.bindings = vm->bindings,
+		.bindings_lock = &vm->bindings_lock,
+	};
+	char err[CONFIG_ERR_LEN];
+	int ret;
+
+	if (!vm->proxy)
+		return 0;
+	/* A socket per query upstream, and per guest connection. */
+	nofile_room(DNS_MAX_PENDING + DNS_MAX_TCP_CONNS);
+	ret = dns__create(&vm->dns, &p, err, sizeof(err));
+	if (ret)
+		pr_err("net %s: %s", vm->tap.name, err);
+	return ret;
+}
+
+static void dns_exit(struct vm *vm)
+{
+	dns__destroy(vm->dns);
+	vm->dns = NULL;
 }
 
 /* ---- step: disk --------------------------------------------------------- */
@@ -965,6 +1018,7 @@ static const struct {
 	{ "mounts", mounts_init, mounts_exit },
 	{ "net", net_init, net_exit },
 	{ "proxy", proxy_init, proxy_exit },
+	{ "dns", dns_init, dns_exit },
 	{ "kvm", kvm_init, kvm_exit },
 	{ "memory", memory_init, memory_exit },
 	{ "irqchip", irqchip_init, NULL }, /* goes with the VM fd */
@@ -1016,6 +1070,7 @@ int vm__create(struct vm **out, const struct vm_config *cfg)
 	bus__init(&vm->mmio, "mmio", MMIO_GAP_END);
 	vm->ram_size = cfg->mem_mib << 20;
 	pthread_mutex_init(&vm->stop_lock, NULL);
+	pthread_mutex_init(&vm->bindings_lock, NULL);
 	pause_init(vm);
 
 	for (i = 0; i < ARRAY_SIZE(vm_steps); i++) {
@@ -1025,6 +1080,7 @@ int vm__create(struct vm **out, const struct vm_config *cfg)
 				 ret);
 			vm_unwind(vm, i + 1);
 			pthread_mutex_destroy(&vm->stop_lock);
+			pthread_mutex_destroy(&vm->bindings_lock);
 			pause_exit(vm);
 			free(vm);
 			return ret;
@@ -1040,6 +1096,7 @@ void vm__destroy(struct vm *vm)
 		return;
 	vm_unwind(vm, ARRAY_SIZE(vm_steps));
 	pthread_mutex_destroy(&vm->stop_lock);
+	pthread_mutex_destroy(&vm->bindings_lock);
 	pause_exit(vm);
 	free(vm);
 }

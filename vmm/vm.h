@@ -49,6 +49,8 @@ struct virtio_fs;
 struct fs_backend;
 struct virtio_net;
 struct proxy;
+struct dns;
+struct net_bindings;
 struct net_policy;
 
 struct vm {
@@ -117,6 +119,16 @@ struct vm {
 	pthread_mutex_t policy_lock;
 	const struct net_policy *policy; /* the config's, or policy_owned */
 	struct net_policy *policy_owned; /* the last replacement: the VM's */
+	/*
+	 * The trusted DNS bindings (vmm/policy.h): made in the proxy step,
+	 * freed after the proxy is gone. The resolver's thread inserts and
+	 * expires, the proxy's looks up (decide_by_policy); the table does
+	 * not lock, so both take bindings_lock around it.
+	 */
+	struct net_bindings *bindings;
+	pthread_mutex_t bindings_lock;
+	/* The resolver on the gateway's port 53 (vmm/dns.h), with the proxy. */
+	struct dns *dns;
 
 	/* The control socket (--control-socket, vmm/control.c). */
 	struct api *api;

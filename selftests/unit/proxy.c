@@ -34,34 +34,22 @@
 #include "lib/compiler.h"
 #include "vmm/proxy.h"
 #include "selftests/kselftest.h"
-#include "selftests/spawn.h"
+#include "selftests/vmnet.h"
 
-#define GATEWAY	   "10.0.2.2"
-#define GUEST	   "10.0.2.15"
-#define PREFIX_LEN 24
-#define ALLOWED	   "198.51.100.7" /* RFC 5737: on the host netns's lo */
-#define DENIED	   "203.0.113.9"
+#define ALLOWED "198.51.100.7" /* RFC 5737: on the host netns's lo */
+#define DENIED	"203.0.113.9"
 
 #define TCP_PORT      443
 #define UDP_PORT      5000
 #define MAX_TCP	      4 /* the proxy's flow limits, small for the test */
 #define MAX_UDP	      4
-#define OVER_LIMIT    20 /* connections past MAX_TCP */
-#define VETH_VM	      "kiln-vm0"
-#define VETH_GUEST    "kiln-guest0"
+#define OVER_LIMIT    20    /* connections past MAX_TCP */
 #define TIMEOUT_MS    10000 /* what should happen does, well within this */
 #define STATS_POLL_US 10000
 
 static in_addr_t ip4(const char *s)
 {
 	return inet_addr(s);
-}
-
-static struct sockaddr_in sin_of(const char *addr, int port)
-{
-	return (struct sockaddr_in){ .sin_family = AF_INET,
-				     .sin_port = htons(port),
-				     .sin_addr.s_addr = ip4(addr) };
 }
 
 /*
@@ -94,126 +82,47 @@ static void test_decide(void *opaque, const struct net_flow *f,
 	}
 }
 
-static void quiet_ipv6(void)
-{
-	int fd = open("/proc/sys/net/ipv6/conf/default/disable_ipv6",
-		      O_WRONLY | O_CLOEXEC);
-
-	if (fd < 0)
-		return;
-	if (write(fd, "1", 1) != 1) {
-		/* Only keeps router solicitations off the veth. */
-	}
-	close(fd);
-}
-
 FIXTURE(px)
 {
-	int host_ns, vm_ns, guest_ns;
+	struct vmnet net;
 	struct proxy *proxy;
 	struct test_policy policy;
 	int up_tcp, denied_tcp, up_udp, denied_udp;
 };
 
-static void ip_cmd(struct __test_metadata *_metadata, const char *const argv[])
-{
-	static struct spawn_result r;
-	char cmd[256] = "";
-
-	for (int i = 0; argv[i]; i++) {
-		strncat(cmd, argv[i], sizeof(cmd) - strlen(cmd) - 2);
-		strcat(cmd, " ");
-	}
-	ASSERT_EQ(0, spawn__run(argv, NULL, &r)) TH_LOG("%s", cmd);
-	ASSERT_EQ(0, r.status) TH_LOG("%s: %s", cmd, r.err);
-}
-
-#define IP(...) \
-	ip_cmd(_metadata, (const char *const[]){ "ip", __VA_ARGS__, NULL })
-
-static void enter(struct __test_metadata *_metadata, int ns)
-{
-	ASSERT_EQ(0, setns(ns, CLONE_NEWNET))
-	TH_LOG("setns: %s", strerror(errno));
-}
-
-/* A new netns for this thread, lo up; fd kept (inheritable: for `ip`). */
-static int new_netns(struct __test_metadata *_metadata)
-{
-	int fd;
-
-	ASSERT_EQ(0, unshare(CLONE_NEWNET))
-	TH_LOG("unshare: %s", strerror(errno));
-	quiet_ipv6();
-	fd = open("/proc/thread-self/ns/net", O_RDONLY);
-	ASSERT_LE(0, fd);
-	IP("link", "set", "lo", "up");
-	return fd;
-}
-
-/* A server socket of the host netns. */
-static int server(struct __test_metadata *_metadata, int type, const char *addr,
-		  int port)
-{
-	struct sockaddr_in a = sin_of(addr, port);
-	int fd = socket(AF_INET, type | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-
-	ASSERT_LE(0, fd);
-	ASSERT_EQ(0, bind(fd, (struct sockaddr *)&a, sizeof(a)))
-	TH_LOG("bind %s:%d: %s", addr, port, strerror(errno));
-	if (type == SOCK_STREAM)
-		ASSERT_EQ(0, listen(fd, SOMAXCONN));
-	return fd;
-}
-
 FIXTURE_SETUP(px)
 {
 	struct proxy_params p = {
-		.ifname = VETH_VM,
-		.egress = { .prefix_len = PREFIX_LEN },
+		.ifname = VMNET_VETH_VM,
+		.egress = { .prefix_len = VMNET_PREFIX_LEN },
 		.decide = test_decide,
 		.max_tcp_flows = MAX_TCP,
 		.max_udp_flows = MAX_UDP,
 	};
-	char guest_path[64], err[256] = "";
+	char err[256] = "";
 
-	self->host_ns = self->vm_ns = self->guest_ns = -1;
+	vmnet__init(&self->net);
 	self->up_tcp = self->denied_tcp = self->up_udp = self->denied_udp = -1;
 	if (geteuid())
 		SKIP(return, "not root: BPF, network namespaces and "
 			     "transparent sockets need CAP_BPF, "
 			     "CAP_NET_ADMIN and CAP_SYS_ADMIN");
 
-	self->host_ns = new_netns(_metadata);
-	IP("addr", "add", ALLOWED "/32", "dev", "lo");
-	IP("addr", "add", DENIED "/32", "dev", "lo");
-	self->vm_ns = new_netns(_metadata);
-	self->guest_ns = new_netns(_metadata);
-	snprintf(guest_path, sizeof(guest_path), "/proc/self/fd/%d",
-		 self->guest_ns);
+	vmnet__setup(_metadata, &self->net);
+	VMNET_IP("addr", "add", ALLOWED "/32", "dev", "lo");
+	VMNET_IP("addr", "add", DENIED "/32", "dev", "lo");
 
-	enter(_metadata, self->vm_ns);
-	IP("link", "add", VETH_VM, "type", "veth", "peer", "name", VETH_GUEST,
-	   "netns", guest_path);
-	IP("addr", "add", GATEWAY "/24", "dev", VETH_VM);
-	IP("link", "set", VETH_VM, "up");
-	IP("route", "add", "local", "0.0.0.0/0", "dev", "lo", "table", "100");
-	IP("rule", "add", "pref", "100", "iif", VETH_VM, "lookup", "100");
-	enter(_metadata, self->guest_ns);
-	IP("addr", "add", GUEST "/24", "dev", VETH_GUEST);
-	IP("link", "set", VETH_GUEST, "up");
-	IP("route", "add", "default", "via", GATEWAY);
-	enter(_metadata, self->host_ns);
+	self->up_tcp = vmnet__server(_metadata, SOCK_STREAM, ALLOWED, TCP_PORT);
+	self->denied_tcp =
+		vmnet__server(_metadata, SOCK_STREAM, DENIED, TCP_PORT);
+	self->up_udp = vmnet__server(_metadata, SOCK_DGRAM, ALLOWED, UDP_PORT);
+	self->denied_udp =
+		vmnet__server(_metadata, SOCK_DGRAM, DENIED, UDP_PORT);
 
-	self->up_tcp = server(_metadata, SOCK_STREAM, ALLOWED, TCP_PORT);
-	self->denied_tcp = server(_metadata, SOCK_STREAM, DENIED, TCP_PORT);
-	self->up_udp = server(_metadata, SOCK_DGRAM, ALLOWED, UDP_PORT);
-	self->denied_udp = server(_metadata, SOCK_DGRAM, DENIED, UDP_PORT);
-
-	p.netns_fd = self->vm_ns;
+	p.netns_fd = self->net.vm_ns;
 	p.decide_opaque = &self->policy;
-	p.egress.gateway.s_addr = ip4(GATEWAY);
-	p.egress.guest.s_addr = ip4(GUEST);
+	p.egress.gateway.s_addr = ip4(VMNET_GATEWAY);
+	p.egress.guest.s_addr = ip4(VMNET_GUEST);
 	ASSERT_EQ(0, proxy__create(&self->proxy, &p, err, sizeof(err)))
 	TH_LOG("%s", err);
 	ASSERT_EQ(0, proxy__start(self->proxy));
@@ -221,41 +130,21 @@ FIXTURE_SETUP(px)
 
 FIXTURE_TEARDOWN(px)
 {
-	int fds[] = { self->up_tcp,	self->denied_tcp, self->up_udp,
-		      self->denied_udp, self->host_ns,	  self->vm_ns,
-		      self->guest_ns };
+	int fds[] = { self->up_tcp, self->denied_tcp, self->up_udp,
+		      self->denied_udp };
 
 	proxy__destroy(self->proxy);
 	for (unsigned int i = 0; i < ARRAY_SIZE(fds); i++)
 		if (fds[i] >= 0)
 			close(fds[i]);
-}
-
-static bool wait_for(int fd, short events, int ms)
-{
-	struct pollfd p = { .fd = fd, .events = events };
-
-	return poll(&p, 1, ms) == 1 && (p.revents & events);
-}
-
-/* A socket of the guest netns; the thread comes back to the host's. */
-static int guest_socket(struct __test_metadata *_metadata,
-			FIXTURE_DATA(px) * self, int type)
-{
-	int fd;
-
-	enter(_metadata, self->guest_ns);
-	fd = socket(AF_INET, type | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	enter(_metadata, self->host_ns);
-	ASSERT_LE(0, fd) TH_LOG("socket: %s", strerror(errno));
-	return fd;
+	vmnet__close(&self->net);
 }
 
 static int guest_connect(struct __test_metadata *_metadata,
 			 FIXTURE_DATA(px) * self, const char *addr, int port)
 {
-	struct sockaddr_in a = sin_of(addr, port);
-	int fd = guest_socket(_metadata, self, SOCK_STREAM);
+	struct sockaddr_in a = vmnet__sin(addr, port);
+	int fd = vmnet__guest_socket(_metadata, &self->net, SOCK_STREAM);
 
 	ASSERT_EQ(-1, connect(fd, (struct sockaddr *)&a, sizeof(a)));
 	ASSERT_EQ(EINPROGRESS, errno);
@@ -277,7 +166,7 @@ static int guest_error(int g)
 	char c;
 	int soerr;
 
-	if (!wait_for(g, POLLERR | POLLHUP, TIMEOUT_MS))
+	if (!vmnet__wait_for(g, POLLERR | POLLHUP, TIMEOUT_MS))
 		return 0;
 	soerr = so_error(g);
 	if (soerr)
@@ -287,7 +176,7 @@ static int guest_error(int g)
 
 static ssize_t read_some(int fd, char *buf, size_t len)
 {
-	if (!wait_for(fd, POLLIN, TIMEOUT_MS))
+	if (!vmnet__wait_for(fd, POLLIN, TIMEOUT_MS))
 		return -ETIMEDOUT;
 	return recv(fd, buf, len, 0);
 }
@@ -372,11 +261,11 @@ TEST_F_TIMEOUT(px, tcp_allowed_relays_both_ways_and_half_close, 60)
 	int g, conn;
 
 	g = guest_connect(_metadata, self, ALLOWED, TCP_PORT);
-	ASSERT_TRUE(wait_for(self->up_tcp, POLLIN, TIMEOUT_MS))
+	ASSERT_TRUE(vmnet__wait_for(self->up_tcp, POLLIN, TIMEOUT_MS))
 	TH_LOG("the upstream server got no connection");
 	conn = accept4(self->up_tcp, NULL, NULL, SOCK_CLOEXEC);
 	ASSERT_LE(0, conn);
-	ASSERT_TRUE(wait_for(g, POLLOUT, TIMEOUT_MS));
+	ASSERT_TRUE(vmnet__wait_for(g, POLLOUT, TIMEOUT_MS));
 	ASSERT_EQ(0, so_error(g));
 
 	ASSERT_EQ(5, send(g, "hello", 5, 0));
@@ -417,22 +306,22 @@ TEST_F_TIMEOUT(px, tcp_denied_is_reset, 60)
 	EXPECT_EQ(0, s.tcp_open);
 	EXPECT_EQ(1, reason_flows(&s, IPPROTO_TCP, "no grant"));
 	/* Decided before anything went upstream: nothing ever will. */
-	EXPECT_FALSE(wait_for(self->denied_tcp, POLLIN, 0));
+	EXPECT_FALSE(vmnet__wait_for(self->denied_tcp, POLLIN, 0));
 	close(g);
 }
 
 TEST_F_TIMEOUT(px, udp_allowed_round_trip, 60)
 {
-	struct sockaddr_in dst = sin_of(ALLOWED, UDP_PORT), from;
+	struct sockaddr_in dst = vmnet__sin(ALLOWED, UDP_PORT), from;
 	struct proxy_stats s;
 	socklen_t len = sizeof(from);
 	char buf[16] = "";
 	int g;
 
-	g = guest_socket(_metadata, self, SOCK_DGRAM);
+	g = vmnet__guest_socket(_metadata, &self->net, SOCK_DGRAM);
 	ASSERT_EQ(4, sendto(g, "ping", 4, 0, (struct sockaddr *)&dst,
 			    sizeof(dst)));
-	ASSERT_TRUE(wait_for(self->up_udp, POLLIN, TIMEOUT_MS))
+	ASSERT_TRUE(vmnet__wait_for(self->up_udp, POLLIN, TIMEOUT_MS))
 	TH_LOG("the upstream server got nothing");
 	ASSERT_EQ(4, recvfrom(self->up_udp, buf, sizeof(buf), 0,
 			      (struct sockaddr *)&from, &len));
@@ -441,7 +330,7 @@ TEST_F_TIMEOUT(px, udp_allowed_round_trip, 60)
 			    (struct sockaddr *)&from, len));
 
 	len = sizeof(from);
-	ASSERT_TRUE(wait_for(g, POLLIN, TIMEOUT_MS)) TH_LOG("no answer");
+	ASSERT_TRUE(vmnet__wait_for(g, POLLIN, TIMEOUT_MS)) TH_LOG("no answer");
 	ASSERT_EQ(4, recvfrom(g, buf, sizeof(buf), 0, (struct sockaddr *)&from,
 			      &len));
 	EXPECT_EQ(0, memcmp(buf, "pong", 4));
@@ -450,7 +339,7 @@ TEST_F_TIMEOUT(px, udp_allowed_round_trip, 60)
 	/* The same flow again: no new decision, the same way back. */
 	ASSERT_EQ(4, sendto(g, "ping", 4, 0, (struct sockaddr *)&dst,
 			    sizeof(dst)));
-	ASSERT_TRUE(wait_for(self->up_udp, POLLIN, TIMEOUT_MS));
+	ASSERT_TRUE(vmnet__wait_for(self->up_udp, POLLIN, TIMEOUT_MS));
 	/* Counted just after the send: the server may see it first. */
 	ASSERT_TRUE(wait_stats(self->proxy, bytes_out_at_least, 8, &s));
 	EXPECT_EQ(1, s.udp_allowed);
@@ -463,12 +352,12 @@ TEST_F_TIMEOUT(px, udp_allowed_round_trip, 60)
 
 TEST_F_TIMEOUT(px, udp_denied_gets_nothing, 60)
 {
-	struct sockaddr_in dst = sin_of(DENIED, UDP_PORT);
+	struct sockaddr_in dst = vmnet__sin(DENIED, UDP_PORT);
 	struct proxy_stats s;
 	char buf[16];
 	int g;
 
-	g = guest_socket(_metadata, self, SOCK_DGRAM);
+	g = vmnet__guest_socket(_metadata, &self->net, SOCK_DGRAM);
 	ASSERT_EQ(4, sendto(g, "ping", 4, 0, (struct sockaddr *)&dst,
 			    sizeof(dst)));
 	ASSERT_TRUE(wait_stats(self->proxy, udp_denied_at_least, 1, &s));
@@ -478,7 +367,7 @@ TEST_F_TIMEOUT(px, udp_denied_gets_nothing, 60)
 	/* The second datagram of the flow is dropped without a decision. */
 	ASSERT_EQ(4, sendto(g, "ping", 4, 0, (struct sockaddr *)&dst,
 			    sizeof(dst)));
-	EXPECT_FALSE(wait_for(self->denied_udp, POLLIN, 0));
+	EXPECT_FALSE(vmnet__wait_for(self->denied_udp, POLLIN, 0));
 	EXPECT_EQ(-1, recv(g, buf, sizeof(buf), 0));
 	close(g);
 }
@@ -490,7 +379,7 @@ TEST_F_TIMEOUT(px, flows_past_the_limit_are_refused, 120)
 
 	for (int i = 0; i < MAX_TCP; i++) {
 		kept[i] = guest_connect(_metadata, self, ALLOWED, TCP_PORT);
-		ASSERT_TRUE(wait_for(self->up_tcp, POLLIN, TIMEOUT_MS));
+		ASSERT_TRUE(vmnet__wait_for(self->up_tcp, POLLIN, TIMEOUT_MS));
 		up[i] = accept4(self->up_tcp, NULL, NULL, SOCK_CLOEXEC);
 		ASSERT_LE(0, up[i]);
 	}
@@ -503,14 +392,14 @@ TEST_F_TIMEOUT(px, flows_past_the_limit_are_refused, 120)
 	EXPECT_EQ(MAX_TCP, s.tcp_open);
 	EXPECT_EQ(MAX_TCP, s.tcp_allowed);
 	EXPECT_EQ(OVER_LIMIT, reason_flows(&s, IPPROTO_TCP, "flow limit"));
-	EXPECT_FALSE(wait_for(self->up_tcp, POLLIN, 0));
+	EXPECT_FALSE(vmnet__wait_for(self->up_tcp, POLLIN, 0));
 
 	/* A flow that ends makes room again. */
 	close(up[0]);
 	close(kept[0]);
 	ASSERT_TRUE(wait_stats(self->proxy, tcp_open_is, MAX_TCP - 1, &s));
 	kept[0] = guest_connect(_metadata, self, ALLOWED, TCP_PORT);
-	ASSERT_TRUE(wait_for(self->up_tcp, POLLIN, TIMEOUT_MS));
+	ASSERT_TRUE(vmnet__wait_for(self->up_tcp, POLLIN, TIMEOUT_MS));
 	up[0] = accept4(self->up_tcp, NULL, NULL, SOCK_CLOEXEC);
 	ASSERT_LE(0, up[0]);
 	for (int i = 0; i < MAX_TCP; i++) {
@@ -543,17 +432,17 @@ static bool udp_allowed_table_full(const struct proxy_stats *s, uint64_t n)
 
 TEST_F_TIMEOUT(px, udp_flows_bounded_lru, 60)
 {
-	struct sockaddr_in dst = sin_of(ALLOWED, UDP_PORT);
+	struct sockaddr_in dst = vmnet__sin(ALLOWED, UDP_PORT);
 	int g[MAX_UDP + 2];
 	struct proxy_stats s;
 	char buf[16];
 
 	/* One flow per guest socket (its own source port). */
 	for (unsigned int i = 0; i < ARRAY_SIZE(g); i++) {
-		g[i] = guest_socket(_metadata, self, SOCK_DGRAM);
+		g[i] = vmnet__guest_socket(_metadata, &self->net, SOCK_DGRAM);
 		ASSERT_EQ(4, sendto(g[i], "ping", 4, 0, (struct sockaddr *)&dst,
 				    sizeof(dst)));
-		ASSERT_TRUE(wait_for(self->up_udp, POLLIN, TIMEOUT_MS));
+		ASSERT_TRUE(vmnet__wait_for(self->up_udp, POLLIN, TIMEOUT_MS));
 		ASSERT_EQ(4, recv(self->up_udp, buf, sizeof(buf), 0));
 	}
 	ASSERT_TRUE(wait_stats(self->proxy, udp_allowed_table_full,
@@ -596,10 +485,10 @@ static void tcp_pair(struct __test_metadata *_metadata, FIXTURE_DATA(px) * self,
 	char buf[4];
 
 	*g = guest_connect(_metadata, self, ALLOWED, TCP_PORT);
-	ASSERT_TRUE(wait_for(self->up_tcp, POLLIN, TIMEOUT_MS));
+	ASSERT_TRUE(vmnet__wait_for(self->up_tcp, POLLIN, TIMEOUT_MS));
 	*conn = accept4(self->up_tcp, NULL, NULL, SOCK_CLOEXEC);
 	ASSERT_LE(0, *conn);
-	ASSERT_TRUE(wait_for(*g, POLLOUT, TIMEOUT_MS));
+	ASSERT_TRUE(vmnet__wait_for(*g, POLLOUT, TIMEOUT_MS));
 	ASSERT_EQ(2, send(*g, "hi", 2, 0));
 	ASSERT_EQ(2, read_some(*conn, buf, sizeof(buf)));
 }
@@ -660,15 +549,15 @@ TEST_F_TIMEOUT(px, recheck_cuts_what_is_no_longer_granted, 60)
 /* A UDP flow no longer granted: its datagrams stop reaching upstream. */
 TEST_F_TIMEOUT(px, recheck_drops_a_udp_flow, 60)
 {
-	struct sockaddr_in dst = sin_of(ALLOWED, UDP_PORT);
+	struct sockaddr_in dst = vmnet__sin(ALLOWED, UDP_PORT);
 	struct proxy_stats s;
 	char buf[16];
 	int g, g2;
 
-	g = guest_socket(_metadata, self, SOCK_DGRAM);
+	g = vmnet__guest_socket(_metadata, &self->net, SOCK_DGRAM);
 	ASSERT_EQ(4, sendto(g, "ping", 4, 0, (struct sockaddr *)&dst,
 			    sizeof(dst)));
-	ASSERT_TRUE(wait_for(self->up_udp, POLLIN, TIMEOUT_MS));
+	ASSERT_TRUE(vmnet__wait_for(self->up_udp, POLLIN, TIMEOUT_MS));
 	ASSERT_EQ(4, recv(self->up_udp, buf, sizeof(buf), 0));
 
 	__atomic_store_n(&self->policy.revoked_port, local_port(g),
@@ -683,13 +572,13 @@ TEST_F_TIMEOUT(px, recheck_drops_a_udp_flow, 60)
 	 * it is upstream, the first was dealt with (dropped as a known
 	 * denied flow: no new decision, nothing sent).
 	 */
-	g2 = guest_socket(_metadata, self, SOCK_DGRAM);
+	g2 = vmnet__guest_socket(_metadata, &self->net, SOCK_DGRAM);
 	ASSERT_EQ(4, sendto(g2, "pass", 4, 0, (struct sockaddr *)&dst,
 			    sizeof(dst)));
-	ASSERT_TRUE(wait_for(self->up_udp, POLLIN, TIMEOUT_MS));
+	ASSERT_TRUE(vmnet__wait_for(self->up_udp, POLLIN, TIMEOUT_MS));
 	ASSERT_EQ(4, recv(self->up_udp, buf, sizeof(buf), 0));
 	EXPECT_EQ(0, memcmp(buf, "pass", 4));
-	EXPECT_FALSE(wait_for(self->up_udp, POLLIN, 0));
+	EXPECT_FALSE(vmnet__wait_for(self->up_udp, POLLIN, 0));
 	proxy__stats(self->proxy, &s);
 	EXPECT_EQ(2, s.udp_allowed);
 	EXPECT_EQ(0, s.udp_denied);
@@ -720,7 +609,7 @@ TEST_F_TIMEOUT(px, destroyed_proxy_fails_closed, 60)
 	int g, conn;
 
 	g = guest_connect(_metadata, self, ALLOWED, TCP_PORT);
-	ASSERT_TRUE(wait_for(self->up_tcp, POLLIN, TIMEOUT_MS));
+	ASSERT_TRUE(vmnet__wait_for(self->up_tcp, POLLIN, TIMEOUT_MS));
 	conn = accept4(self->up_tcp, NULL, NULL, SOCK_CLOEXEC);
 	ASSERT_LE(0, conn);
 
@@ -740,8 +629,8 @@ TEST_F_TIMEOUT(px, destroyed_proxy_fails_closed, 60)
 	 */
 	g = guest_connect(_metadata, self, ALLOWED, TCP_PORT);
 	ASSERT_TRUE(wait_syn_retransmitted(g));
-	EXPECT_FALSE(wait_for(g, POLLOUT, 0));
-	EXPECT_FALSE(wait_for(self->up_tcp, POLLIN, 0));
+	EXPECT_FALSE(vmnet__wait_for(g, POLLOUT, 0));
+	EXPECT_FALSE(vmnet__wait_for(self->up_tcp, POLLIN, 0));
 	close(g);
 }
 
