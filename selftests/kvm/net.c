@@ -225,6 +225,133 @@ TEST_TIMEOUT(granted_tcp_reaches_the_test_host, BOOT_TIMEOUT)
 	TH_LOG("stderr: %s", r.err);
 }
 
+/*
+ * The test's upstream resolver: UDP on TEST_DNS:53 in the test host's
+ * namespace, answering every A query with TEST_HOST for TEST_DNS_TTL
+ * seconds, and counting what it was asked.
+ */
+#define TEST_DNS     "192.0.2.53"
+#define TEST_DNS_TTL 300
+#define DNS_HDR_LEN  12
+#define DNS_PORT     53
+
+struct test_dns {
+	int fd;
+	pthread_t thread;
+	unsigned int asked;
+};
+
+static void *test_dns_serve(void *arg)
+{
+	/* The answer: a pointer to the question's name (offset 12), A, IN. */
+	static const uint8_t answer[] = { 0xc0, DNS_HDR_LEN, 0, 1, 0, 1,
+					  0, 0, TEST_DNS_TTL >> 8,
+					  TEST_DNS_TTL & 0xff, 0, 4 };
+	struct test_dns *d = arg;
+	struct sockaddr_in from;
+	uint8_t msg[512 + sizeof(answer) + 4];
+	socklen_t fl;
+	ssize_t n;
+
+	for (;;) {
+		fl = sizeof(from);
+		n = recvfrom(d->fd, msg, 512, 0, (struct sockaddr *)&from, &fl);
+		if (n < DNS_HDR_LEN)
+			break; /* shut down, or nonsense: the test is over */
+		__atomic_add_fetch(&d->asked, 1, __ATOMIC_RELAXED);
+		msg[2] = 0x81; /* QR, RD */
+		msg[3] = 0x80; /* RA, NOERROR */
+		msg[6] = 0, msg[7] = 1; /* ANCOUNT 1 */
+		msg[8] = msg[9] = msg[10] = msg[11] = 0;
+		memcpy(msg + n, answer, sizeof(answer));
+		inet_pton(AF_INET, TEST_HOST, msg + n + sizeof(answer));
+		sendto(d->fd, msg, (size_t)n + sizeof(answer) + 4, 0,
+		       (struct sockaddr *)&from, fl);
+	}
+	return NULL;
+}
+
+/* In the test host's namespace (test_host_start first). */
+static bool test_dns_start(struct __test_metadata *_metadata,
+			   struct test_dns *d)
+{
+	struct sockaddr_in sin = { .sin_family = AF_INET,
+				   .sin_port = htons(DNS_PORT) };
+	struct ifreq ifr = { 0 };
+	int sock;
+
+	sock = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	ASSERT_LE(0, sock);
+	snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "lo:2");
+	inet_pton(AF_INET, TEST_DNS, &sin.sin_addr);
+	memcpy(&ifr.ifr_addr, &sin, sizeof(sin));
+	ASSERT_EQ(0, ioctl(sock, SIOCSIFADDR, &ifr))
+	TH_LOG("%s on lo:2: %s", TEST_DNS, strerror(errno));
+	close(sock);
+	d->asked = 0;
+	d->fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	ASSERT_LE(0, d->fd);
+	ASSERT_EQ(0, bind(d->fd, (struct sockaddr *)&sin, sizeof(sin)));
+	ASSERT_EQ(0, pthread_create(&d->thread, NULL, test_dns_serve, d));
+	return true;
+}
+
+static void test_dns_stop(struct test_dns *d)
+{
+	shutdown(d->fd, SHUT_RDWR); /* recvfrom() returns 0: the thread ends */
+	pthread_join(d->thread, NULL);
+	close(d->fd);
+}
+
+/*
+ * A hostname grant through trusted DNS: the guest asks the gateway
+ * (busybox nslookup, its own resolver), the vmm asks only the policy's
+ * resolver, relays the answer and binds the name to TEST_HOST; the
+ * guest's connection to that address is then granted by the hostname
+ * rule. The same rule gives nothing to an address DNS never returned.
+ */
+TEST_TIMEOUT(hostname_grant_through_trusted_dns, BOOT_TIMEOUT)
+{
+	char policy[] = "/tmp/kiln-net-policy-XXXXXX";
+	static const char grant[] =
+		"{\"dns\": {\"resolvers\": [\"" TEST_DNS "\"]}, "
+		"\"tcp\": [{\"to\": \"granted.test\", \"ports\": [8080]}]}";
+	struct spawn_result r;
+	struct test_host h;
+	struct test_dns d;
+	int fd;
+
+	if (!is_root(_metadata))
+		return;
+	ASSERT_TRUE(test_host_start(_metadata, &h));
+	ASSERT_TRUE(test_dns_start(_metadata, &d));
+	fd = mkstemp(policy);
+	ASSERT_LE(0, fd);
+	ASSERT_EQ((ssize_t)strlen(grant), write(fd, grant, strlen(grant)));
+	close(fd);
+	BOOT(NULL, ARGS("--net", "auto", "--net-policy", policy),
+	     ARGS("sh", "-c",
+		  "get() { printf 'GET / HTTP/1.0\\r\\n\\r\\n' | "
+		  "nc -w 20 $1 $2 | tail -n 1; }; "
+		  "get " TEST_HOST " 8080 | grep -q . "
+		  "&& echo unresolved leaves || echo unresolved denied; "
+		  "nslookup granted.test 10.0.2.2 | grep -q " TEST_HOST " "
+		  "&& echo resolved || echo not resolved; "
+		  "get " TEST_HOST " 8080; "
+		  "get 192.0.2.11 8080 | grep -q . "
+		  "&& echo other host leaves || echo other host denied"),
+	     NULL, &r);
+	unlink(policy);
+	test_dns_stop(&d);
+	test_host_stop(&h);
+	EXPECT_EQ(0, r.status);
+	EXPECT_STREQ("unresolved denied\nresolved\n" TEST_REPLY
+		     "\nother host denied\n",
+		     r.out)
+	TH_LOG("stderr: %s", r.err);
+	EXPECT_LE(1, __atomic_load_n(&d.asked, __ATOMIC_RELAXED));
+}
+
 /* Without --net the guest still has lo, and no eth0. */
 TEST_TIMEOUT(no_net_still_lo, BOOT_TIMEOUT)
 {
