@@ -727,28 +727,6 @@ static int blk_init(struct vm *vm)
 				 virtio_blk__device(vm->blk));
 }
 
-/*
- * Each vsock connection is an fd: make room for the device's limit on top
- * of what we hold, as far as the hard limit allows (beyond it, socket()
- * and accept4() fail and those connections are refused).
- */
-static void vsock_fd_room(void)
-{
-	struct rlimit rl;
-	rlim_t want;
-
-	if (getrlimit(RLIMIT_NOFILE, &rl))
-		return;
-	want = rl.rlim_cur + 2 * VSOCK_MAX_CONNS;
-	if (rl.rlim_max != RLIM_INFINITY && want > rl.rlim_max)
-		want = rl.rlim_max;
-	if (want > rl.rlim_cur) {
-		rl.rlim_cur = want;
-		if (setrlimit(RLIMIT_NOFILE, &rl))
-			pr_debug("RLIMIT_NOFILE: %s", strerror(errno));
-	}
-}
-
 static int vsock_init(struct vm *vm)
 {
 	const struct vsock_config *c = &vm->cfg->vsock;
@@ -763,7 +741,12 @@ static int vsock_init(struct vm *vm)
 
 	if (!has_vsock(vm))
 		return 0;
-	vsock_fd_room();
+	/*
+	 * Each vsock connection is an fd: room for twice the device's
+	 * limit (beyond it, socket() and accept4() fail and those
+	 * connections are refused).
+	 */
+	nofile_room(2 * VSOCK_MAX_CONNS);
 	ret = vsock__create(&vm->vsock, &p);
 	if (ret) {
 		pr_err("%s: %s: %s", p.name, c->socket_path,
