@@ -99,20 +99,26 @@ static struct __test_metadata *__ksft_current __ksft_unused;
 /*
  * Called by a test that saw the machine under it misbehave in a way it can
  * name (selftests/kvm/vmm_util.h: a guest triple fault inside the nested
- * harness), with why. If the test then fails, it runs once more from the
- * start, and only that second run counts; the output says so with a line
- * "# kiln-harness-flake: TEST: WHY". A pass is left as it is.
+ * harness), with why. If the test then fails, it runs again from the
+ * start, and only the last run counts; the output says so with a line
+ * "# kiln-harness-flake: TEST: WHY; running it again (run K of at most
+ * KSFT_ENVIRONMENT_RUNS)". A pass is left as it is. A test runs at most
+ * KSFT_ENVIRONMENT_RUNS times in all, each rerun blamed on its own
+ * evidence: a failure of a rerun without any is the test's.
  */
+#define KSFT_ENVIRONMENT_RUNS 3
+
 static inline void ksft_blame_environment(const char *why) __ksft_unused;
 
 /*
  * A watch on the machine under the tests (selftests/kvm/harness_watch.h:
  * the nested harness's kernel log and its stuck guests). The runner calls
- * start() before each run of a test; timed_out() (if set) when a first
- * run times out, before its process group @pgid is killed; and, when a
- * first run failed or timed out without ksft_blame_environment(),
- * check(). Each returns true, with why, if the machine misbehaved; the
- * test then runs once more, as if blamed.
+ * start() before each run of a test; timed_out() (if set) when a run
+ * times out, before its process group @pgid is killed; and, when a run
+ * failed or timed out without ksft_blame_environment(), check(). Each
+ * returns true, with why, if the machine misbehaved; the test then runs
+ * again, as if blamed (the last allowed run is looked at all the same,
+ * for the log).
  */
 struct ksft_environment_watch {
 	void (*start)(void);
@@ -633,7 +639,8 @@ static inline void __ksft_run_one(struct __test_metadata *t, unsigned int nr,
 				  struct __ksft_totals *totals)
 {
 	unsigned int secs = t->timeout ? t->timeout : default_timeout;
-	bool again = false, timed_out;
+	unsigned int run = 1;
+	bool timed_out;
 	sigset_t chld, oldmask;
 	int status = 0;
 	pid_t pid;
@@ -660,7 +667,7 @@ rerun:
 	}
 	setpgid(pid, pid); /* also done by the child: whoever is first */
 	if (!__ksft_wait(pid, secs, &status)) {
-		if (!again && __ksft_watch && __ksft_watch->timed_out &&
+		if (__ksft_watch && __ksft_watch->timed_out &&
 		    __ksft_watch->timed_out(pid, res->environment_why,
 					    sizeof(res->environment_why)))
 			res->environment = 1;
@@ -687,19 +694,24 @@ rerun:
 		res->failed = 1;
 	}
 
-	if (res->failed && !res->environment && !again && __ksft_watch &&
+	if (res->failed && !res->environment && __ksft_watch &&
 	    __ksft_watch->check(res->environment_why,
 				sizeof(res->environment_why)))
 		res->environment = 1;
-	if (res->failed && res->environment && !again) {
-		res->environment_why[sizeof(res->environment_why) - 1] = '\0';
-		printf("# kiln-harness-flake: %s: %s; running it once more\n",
-		       t->name, res->environment_why);
+	res->environment_why[sizeof(res->environment_why) - 1] = '\0';
+	if (res->failed && res->environment && run < KSFT_ENVIRONMENT_RUNS) {
+		run++;
+		printf("# kiln-harness-flake: %s: %s; running it again (run "
+		       "%u of at most %u)\n",
+		       t->name, res->environment_why, run,
+		       KSFT_ENVIRONMENT_RUNS);
 		fflush(stdout);
 		sigprocmask(SIG_SETMASK, &oldmask, NULL);
-		again = true;
 		goto rerun;
 	}
+	if (res->failed && res->environment)
+		printf("# %s: %s, on its last run: the failure stands\n",
+		       t->name, res->environment_why);
 	if (timed_out) {
 		printf("not ok %u %s # TIMEOUT after %u s\n", nr, t->name,
 		       secs);

@@ -264,7 +264,7 @@ parse < <(host_suites; kvm_suite)
 for r in "${retries[@]}"; do
 	echo "# HARNESS STALL, suites run again: $r"
 done
-# Tests the harness broke and that ran once more (ksft_blame_environment
+# Tests the harness broke and that ran again (ksft_blame_environment
 # in selftests/kselftest.h, called by selftests/kvm/vmm_util.h): named, so
 # a rising number is seen.
 for f in "${flakes[@]}"; do
@@ -275,5 +275,7 @@ for f in "${failures[@]}"; do
 done
 summary="$pass passed, $fail failed"
 [ "$skip" -eq 0 ] || summary+=", $skip skipped"
+[ "${#flakes[@]}" -eq 0 ] || summary+=", ${#flakes[@]} run again (harness)"
+[ "${#retries[@]}" -eq 0 ] || summary+=", ${#retries[@]} harness stall(s)"
 echo "$summary"
 [ "$fail" -eq 0 ]

@@ -3,10 +3,11 @@
  * The KVM tests' environment watch (selftests/kvm/harness_watch.h) on the
  * real harness: the "sample_" tests are TEST_MANUAL, and the real tests
  * run this binary with "-t sample_..." and read its TAP. A test whose
- * guest spins on its vCPU past the timeout is run once more, one whose
- * guest sleeps is not (and the state of its devices is shown, from the
- * vmm's SIGUSR2 report); a failure after the harness kernel logged a soft
- * lockup is run once more, one after a quiet log is not. The watch is
+ * guest spins on its vCPU past the timeout is run again (each run spins,
+ * so it runs KSFT_ENVIRONMENT_RUNS times), one whose guest sleeps is not
+ * (and the state of its devices is shown, from the vmm's SIGUSR2 report);
+ * a failure after the harness kernel logged a soft lockup is run again,
+ * one after a quiet log is not. The watch is
  * only on inside the harness (KILN_IN_HARNESS): elsewhere these skip.
  */
 #include <fcntl.h>
@@ -72,17 +73,20 @@ static int count(const char *hay, const char *needle)
 			SKIP(return, "no usable /dev/kvm");                  \
 	} while (0)
 
-TEST_TIMEOUT(spinning_guest_at_timeout_runs_once_more, 4 * SAMPLE_TIMEOUT)
+TEST_TIMEOUT(spinning_guest_at_timeout_runs_again,
+	     (KSFT_ENVIRONMENT_RUNS + 2) * SAMPLE_TIMEOUT)
 {
 	struct spawn_result r;
 
 	NEED_HARNESS();
 	ASSERT_EQ(0, run_sample("sample_spinning_guest", &r));
 	EXPECT_EQ(KSFT_FAIL, r.status);
-	EXPECT_EQ(2, count(r.out, "# RUN sample_spinning_guest\n"));
+	EXPECT_EQ(KSFT_ENVIRONMENT_RUNS,
+		  count(r.out, "# RUN sample_spinning_guest\n"));
 	EXPECT_NE(NULL, strstr(r.out, "# kiln-harness-flake: "
 				      "sample_spinning_guest: vmm thread "));
 	EXPECT_NE(NULL, strstr(r.out, "ran its guest non-stop"));
+	EXPECT_NE(NULL, strstr(r.out, "on its last run: the failure stands"));
 	EXPECT_NE(NULL, strstr(r.out, ": state R, wait "));
 	if (_metadata->result->failed)
 		TH_LOG("exit %d, output:\n%s", r.status, r.out);
@@ -110,7 +114,7 @@ TEST_TIMEOUT(sleeping_guest_at_timeout_is_not_blamed, 4 * SAMPLE_TIMEOUT)
 		TH_LOG("exit %d, output:\n%s", r.status, r.out);
 }
 
-TEST(kernel_lockup_report_runs_once_more)
+TEST(kernel_lockup_report_runs_again)
 {
 	static const struct {
 		const char *msg;
@@ -118,7 +122,7 @@ TEST(kernel_lockup_report_runs_once_more)
 	} cases[] = {
 		{ "<4>watchdog: BUG: soft lockup - CPU#1 stuck for 99s! "
 		  "[kiln-sample:1]\n",
-		  2 },
+		  KSFT_ENVIRONMENT_RUNS },
 		{ "<4>kiln-sample: a warning that names no stall\n", 1 },
 	};
 	struct spawn_result r;

@@ -188,7 +188,7 @@ TEST_F(tree, stall_resumes_at_the_cut_off_suite)
 	run_stalling(_metadata, self, 1, 124);
 	EXPECT_EQ(1, self->r.status);
 	EXPECT_STREQ("kvm_a\nkvm_b\nkvm_b\nkvm_c\n", self->runs);
-	EXPECT_NE(NULL, strstr(out, "\n6 passed, 1 failed\n"));
+	EXPECT_NE(NULL, strstr(out, "\n6 passed, 1 failed, 1 harness stall(s)\n"));
 	EXPECT_NE(NULL, strstr(out, "# FAILED: "));
 	EXPECT_NE(NULL, strstr(out, "kvm_a: 2 second\n"));
 	EXPECT_EQ(NULL, strstr(out, "timed out (exit 124)"));
@@ -215,7 +215,7 @@ TEST_F(tree, stall_every_time_fails_after_three_runs)
 				    "mid-suite)\n"));
 	EXPECT_NE(NULL, strstr(out, "timed out (exit 124)\n"));
 	/* host 1, kvm_a 1 and the last run's half of kvm_b; three failures. */
-	EXPECT_NE(NULL, strstr(out, "\n3 passed, 3 failed\n"));
+	EXPECT_NE(NULL, strstr(out, "\n3 passed, 3 failed, 2 harness stall(s)\n"));
 }
 
 /* A harness kernel that crashed (vmtest 125) resumes as after a stall. */
@@ -224,7 +224,7 @@ TEST_F(tree, crash_resumes_like_a_stall)
 	run_stalling(_metadata, self, 1, 125);
 	EXPECT_EQ(1, self->r.status);
 	EXPECT_STREQ("kvm_a\nkvm_b\nkvm_b\nkvm_c\n", self->runs);
-	EXPECT_NE(NULL, strstr(self->r.out, "\n6 passed, 1 failed\n"));
+	EXPECT_NE(NULL, strstr(self->r.out, "\n6 passed, 1 failed, 1 harness stall(s)\n"));
 	EXPECT_EQ(NULL, strstr(self->r.out, "the harness failed (exit 125)"));
 	EXPECT_NE(NULL, strstr(self->r.out, "or failed (exit 125) in "));
 }
