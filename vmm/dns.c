@@ -110,8 +110,12 @@ struct dns {
 	uint8_t *buf;	    /* one datagram, DNS_EDNS_MAX */
 	struct dns_rr *rrs; /* DNS_MAX_ANSWER_RRS, scratch */
 
-	pthread_mutex_t stats_lock;
+	pthread_mutex_t stats_lock; /* stats, and the resolvers handed over */
 	struct dns_stats stats;
+	/* dns__set_resolvers(): taken by the thread at its next wake. */
+	struct sockaddr_in next_resolvers[NET_POLICY_MAX_RESOLVERS];
+	unsigned int nr_next_resolvers;
+	bool resolvers_changed;
 };
 
 static uint64_t now_ms(void)
@@ -781,6 +785,46 @@ static void event(struct dns *d, struct endpoint *e, uint32_t events,
 	}
 }
 
+/*
+ * A replaced policy's resolvers: queries in flight start over on the new
+ * list's first resolver (an answer from one the new policy dropped is
+ * never relayed), or get REFUSED when the new list is empty.
+ */
+static void resolvers_take(struct dns *d, uint64_t now)
+{
+	bool changed;
+
+	pthread_mutex_lock(&d->stats_lock);
+	changed = d->resolvers_changed;
+	if (changed) {
+		memcpy(d->resolvers, d->next_resolvers, sizeof(d->resolvers));
+		d->nr_resolvers = d->nr_next_resolvers;
+		d->resolvers_changed = false;
+	}
+	pthread_mutex_unlock(&d->stats_lock);
+	if (!changed)
+		return;
+	for (unsigned int i = 0; i < d->p.max_pending; i++) {
+		struct query *q = &d->queries[i];
+		struct tcp_conn *c = q->conn;
+
+		if (!q->used)
+			continue;
+		up_close(q);
+		if (d->nr_resolvers) {
+			q->resolver = q->tries = 0;
+			q->due = true;
+			continue;
+		}
+		count(d, &d->stats.refused, 1);
+		reply_own(d, q->wire + DNS_TCP_LEN, &q->qi, &q->guest, c, 0,
+			  DNS_RCODE_REFUSED, true);
+		query_release(d, q);
+		if (c)
+			conn_after(d, c, now);
+	}
+}
+
 static int dns_loop(struct dns *d)
 {
 	struct epoll_event evs[DNS_EPOLL_EVENTS];
@@ -810,6 +854,7 @@ static int dns_loop(struct dns *d)
 			udp_from_guest(d);
 		if (accept_ready)
 			tcp_accept(d, now);
+		resolvers_take(d, now);
 		for (unsigned int i = 0; i < d->p.max_pending; i++) {
 			struct query *q = &d->queries[i];
 
@@ -1032,6 +1077,18 @@ void dns__destroy(struct dns *d)
 	free(d->rrs);
 	pthread_mutex_destroy(&d->stats_lock);
 	free(d);
+}
+
+void dns__set_resolvers(struct dns *d, const struct net_policy *policy)
+{
+	unsigned int n = net_policy__nr_resolvers(policy);
+
+	pthread_mutex_lock(&d->stats_lock);
+	for (unsigned int i = 0; i < n; i++)
+		net_policy__resolver(policy, i, &d->next_resolvers[i]);
+	d->nr_next_resolvers = n;
+	d->resolvers_changed = true;
+	pthread_mutex_unlock(&d->stats_lock);
 }
 
 void dns__stats(struct dns *d, struct dns_stats *s)

@@ -22,6 +22,7 @@
  *	ret = dns__create(&d, &params, err, sizeof(err));  before seccomp
  *	ret = dns__start(d);        its thread, under the seccomp filter
  *	dns__stats(d, &stats);      from any thread
+ *	dns__set_resolvers(d, np);  from any thread, after a policy change
  *	dns__destroy(d);            stops the thread, closes every socket
  */
 
@@ -74,6 +75,13 @@ int __must_check dns__start(struct dns *d);
 /* Stops the thread, closes every socket. NULL and half-built are fine. */
 void dns__destroy(struct dns *d);
 
+/*
+ * A replaced policy's resolvers, from any thread (policy is only read
+ * here). The resolver thread takes them at its next wake, within a
+ * second (it wakes at least once a second): queries in flight start
+ * over on the new list, or are REFUSED if it is empty.
+ */
+void dns__set_resolvers(struct dns *d, const struct net_policy *policy);
 /* A copy of the counters, from any thread. */
 void dns__stats(struct dns *d, struct dns_stats *s);
 /* One line for the SIGUSR2 report. */

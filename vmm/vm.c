@@ -357,6 +357,8 @@ int vm__set_net_policy(struct vm *vm, json_t *obj, char *err, size_t len)
 	pthread_mutex_lock(&vm->policy_lock);
 	old = vm->policy_owned;
 	vm->policy = vm->policy_owned = np;
+	if (vm->dns)
+		dns__set_resolvers(vm->dns, np);
 	pthread_mutex_unlock(&vm->policy_lock);
 	net_policy__free(old);
 	proxy__recheck(vm->proxy);

@@ -593,6 +593,82 @@ TEST_F_TIMEOUT(dns, a_answer_relayed_and_bound_for_its_ttl, 60)
 	close(g);
 }
 
+/* A parsed policy doc, for dns__set_resolvers(). */
+static struct net_policy *policy_of(struct __test_metadata *_metadata,
+				    const char *doc)
+{
+	struct net_policy *np = NULL;
+	char err[256] = "";
+	json_error_t jerr;
+	json_t *obj;
+
+	obj = json_loads(doc, JSON_REJECT_DUPLICATES, &jerr);
+	ASSERT_NE(NULL, obj) TH_LOG("%s", jerr.text);
+	ASSERT_EQ(0, net_policy__parse(obj, "net.policy", &np, err,
+				       sizeof(err)))
+	TH_LOG("%s", err);
+	json_decref(obj);
+	return np;
+}
+
+/*
+ * A replaced policy's resolvers reach the running resolver: a query in
+ * flight at RES1 when the new policy lists only RES2 starts over at RES2
+ * and RES2's answer is relayed (RES1's, late, is not); then with no
+ * resolvers the next query is REFUSED and nothing leaves.
+ */
+TEST_F_TIMEOUT(dns, replaced_resolvers_take_over, 60)
+{
+	static uint8_t q[512], m[512], a[1024], r[1024];
+	const struct rec recs[] = {
+		{ NULL, DNS_TYPE_A, TTL_LONG, "192.0.2.20" },
+	};
+	struct sockaddr_in from, from1;
+	struct net_policy *np;
+	struct dns_stats s;
+	size_t qn, mn, an, rn;
+	int g;
+
+	start(_metadata, self, POLICY_ONE, 0, WAIT_MS);
+	g = guest_udp(_metadata, self);
+	qn = build_query(q, 0x4242, "api.example.com", DNS_TYPE_A);
+	guest_send(_metadata, g, q, qn);
+	mn = up_recv(_metadata, &self->up[0], m, sizeof(m), &from1);
+	ASSERT_EQ(qn, mn);
+
+	np = policy_of(_metadata, "{\"dns\": {\"resolvers\": [\"" RES2 "\"]}}");
+	dns__set_resolvers(self->dns, np);
+	net_policy__free(np);
+	mn = up_recv(_metadata, &self->up[1], m, sizeof(m), &from);
+	ASSERT_EQ(qn, mn);
+	/* RES1 answers late, to a socket that is gone: nothing relayed. */
+	an = build_answer(a, m, mn, DNS_RCODE_NOERROR, recs, 1);
+	sendto(self->up[0].udp, a, an, 0, (struct sockaddr *)&from1,
+	       sizeof(from1));
+	up_answer(_metadata, &self->up[1], a, an, &from);
+	rn = guest_recv(_metadata, g, r, sizeof(r));
+	ASSERT_EQ(an, rn);
+	EXPECT_EQ(0x4242, dns_get16(r));
+	EXPECT_TRUE(bound(self, "api.example.com", "192.0.2.20"));
+	EXPECT_FALSE(vmnet__wait_for(g, POLLIN, 0));
+
+	np = policy_of(_metadata, POLICY_NONE);
+	dns__set_resolvers(self->dns, np);
+	net_policy__free(np);
+	/* Taken at the thread's next wake: the query below wakes it. */
+	qn = build_query(q, 0x4343, "api.example.com", DNS_TYPE_A);
+	guest_send(_metadata, g, q, qn);
+	rn = guest_recv(_metadata, g, r, sizeof(r));
+	EXPECT_EQ(0x4343, dns_get16(r));
+	EXPECT_EQ(DNS_RCODE_REFUSED, dns_rcode(r));
+	dns__stats(self->dns, &s);
+	EXPECT_EQ(1, s.refused);
+	EXPECT_EQ(1, s.answered);
+	for (int i = 0; i < NR_UPSTREAMS; i++)
+		EXPECT_TRUE(untouched(&self->up[i]));
+	close(g);
+}
+
 TEST_F_TIMEOUT(dns, cname_chain_binds_the_question_name, 60)
 {
 	static uint8_t q[512], m[512], a[1024], r[1024];
