@@ -169,7 +169,7 @@ $(O)/selftests/kvm_%: selftests/kvm/%.c | pkg-check
 selftests: $(unit-tests) $(kvm-tests) $(O)/vmm
 	@:
 
-# The guest sides of KVM tests (vsock-peer, fs-probe) and of bench-fs:
+# The guest sides of KVM tests (vsock-peer, fs-probe, net-probe) and of bench-fs:
 # static programs, each packed as an extra initramfs archive (cat
 # initramfs.cpio X.cpio) with /bin/X. Deterministic like the guest's own
 # archives. Helpers live in selftests/helpers/, where run_all.sh does not
@@ -198,7 +198,8 @@ $(O)/selftests/helpers/%: selftests/helpers/%.c
 $(O)/selftests/helpers/%.cpio: $(O)/selftests/helpers/%
 	$(bin_cpio)
 
-selftests: $(O)/selftests/helpers/vsock-peer.cpio $(O)/selftests/helpers/fs-probe.cpio
+selftests: $(O)/selftests/helpers/vsock-peer.cpio $(O)/selftests/helpers/fs-probe.cpio \
+	$(O)/selftests/helpers/net-probe.cpio
 
 # The guest side of the virtio-fs benchmark (tools/bench-fs), built and
 # packed like the helpers above, as /bin/bench-fs-guest.

@@ -35,6 +35,28 @@ TEST_MANUAL_TIMEOUT(sample_sleeping_guest, SAMPLE_TIMEOUT)
 	     &r);
 }
 
+/*
+ * The same guest with the vmm's output in a log file (as the control and
+ * network tests' `vmm start` have it), the test waiting on nothing.
+ */
+TEST_MANUAL_TIMEOUT(sample_logged_sleeping_guest, SAMPLE_TIMEOUT)
+{
+	char log[] = "/tmp/kiln-watch-log-XXXXXX";
+	struct guest g;
+	int fd = mkstemp(log);
+
+	ASSERT_LE(0, fd);
+	close(fd);
+	guest_paths(&g);
+	ASSERT_LT(0, spawn_logged(ARGS(g.vmm, "run", "--kernel", g.vmlinux,
+				       "--initrd", g.initrd, "--mount",
+				       "/m=memory", "--", "sleep", "600"),
+				  log));
+	unlink(log); /* the vmm keeps it open */
+	for (;;)
+		pause();
+}
+
 /* Fails after logging @msg to the harness kernel (KILN_SAMPLE_KMSG). */
 TEST_MANUAL(sample_kmsg_then_fail)
 {
@@ -109,6 +131,21 @@ TEST_TIMEOUT(sleeping_guest_at_timeout_is_not_blamed, 4 * SAMPLE_TIMEOUT)
 	EXPECT_NE(NULL, strstr(r.out, "# vmm state: "));
 	EXPECT_NE(NULL, strstr(r.out, ": virtio-fs0: status "));
 	EXPECT_NE(NULL, strstr(r.out, " busy "));
+	EXPECT_NE(NULL, strstr(r.out, ": virtio-fs0 q1: "));
+	if (_metadata->result->failed)
+		TH_LOG("exit %d, output:\n%s", r.status, r.out);
+}
+
+TEST_TIMEOUT(logged_vmm_still_reports, 4 * SAMPLE_TIMEOUT)
+{
+	struct spawn_result r;
+
+	NEED_HARNESS();
+	ASSERT_EQ(0, run_sample("sample_logged_sleeping_guest", &r));
+	EXPECT_EQ(KSFT_FAIL, r.status);
+	EXPECT_EQ(1, count(r.out, "# RUN sample_logged_sleeping_guest\n"));
+	/* Read from the log file's end: the report, not the boot. */
+	EXPECT_NE(NULL, strstr(r.out, "# vmm state: "));
 	EXPECT_NE(NULL, strstr(r.out, ": virtio-fs0 q1: "));
 	if (_metadata->result->failed)
 		TH_LOG("exit %d, output:\n%s", r.status, r.out);

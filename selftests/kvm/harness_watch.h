@@ -36,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "selftests/kselftest.h"
@@ -52,6 +53,9 @@
 #define HARNESS_THREADS_MAX 64
 /* Waiting for a stuck vmm's report of its devices (SIGUSR2). */
 #define HARNESS_REPORT_SECS 2
+/* A report written to a log file: polled, done once it stops growing. */
+#define HARNESS_FILE_POLL_MS  50
+#define HARNESS_FILE_QUIET_MS 500
 #define HARNESS_CONSOLE_LINES 20
 
 /* The kernel's own words for a CPU or task stuck (watchdog, RCU, hung task). */
@@ -319,7 +323,8 @@ static bool harness_vmm_report(pid_t pgid, pid_t vmm)
 {
 	char path[64], buf[16384], *line, *end;
 	struct pollfd p = { .events = POLLIN };
-	bool on = false, settled = true, unread = false;
+	bool on = false, settled = true, unread = false, is_file;
+	struct stat st;
 	size_t got = 0;
 	int vcpus = 0;
 	ssize_t n;
@@ -328,15 +333,32 @@ static bool harness_vmm_report(pid_t pgid, pid_t vmm)
 	p.fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
 	if (p.fd < 0)
 		return false;
+	/*
+	 * A pipe (vmm run under spawn__run) gives what is written from now
+	 * on; a log file (vmm start, spawn_logged) is read from its end.
+	 */
+	is_file = !fstat(p.fd, &st) && S_ISREG(st.st_mode);
+	if (is_file)
+		lseek(p.fd, 0, SEEK_END);
 	kill(pgid, SIGSTOP);
 	harness_console_tail(vmm);
 	kill(vmm, SIGUSR2);
-	while (got < sizeof(buf) - 1 &&
-	       poll(&p, 1, HARNESS_REPORT_SECS * 1000) == 1) {
-		n = read(p.fd, buf + got, sizeof(buf) - 1 - got);
-		if (n <= 0)
+	for (int quiet = 0; got < sizeof(buf) - 1;) {
+		if (!is_file && poll(&p, 1, HARNESS_REPORT_SECS * 1000) != 1)
 			break;
-		got += (size_t)n;
+		n = read(p.fd, buf + got, sizeof(buf) - 1 - got);
+		if (n > 0) {
+			got += (size_t)n;
+			quiet = 0;
+			continue;
+		}
+		if (!is_file || n < 0)
+			break;
+		/* A file has no end to wait on: until it stops growing. */
+		if (++quiet * HARNESS_FILE_POLL_MS >=
+		    (got ? HARNESS_FILE_QUIET_MS : HARNESS_REPORT_SECS * 1000))
+			break;
+		usleep(HARNESS_FILE_POLL_MS * 1000);
 	}
 	close(p.fd);
 	buf[got] = '\0';

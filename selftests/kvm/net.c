@@ -234,12 +234,25 @@ TEST_TIMEOUT(granted_tcp_reaches_the_test_host, BOOT_TIMEOUT)
 #define TEST_DNS_TTL 300
 #define DNS_HDR_LEN  12
 #define DNS_PORT     53
+#define DNS_TYPE_A   1 /* RFC 1035 3.2.2 */
+#define DNS_CLASS_IN 1 /* RFC 1035 3.2.4 */
 
 struct test_dns {
 	int fd;
 	pthread_t thread;
 	unsigned int asked;
 };
+
+/* Whether the one question of query q (n bytes) is of type A, class IN. */
+static bool dns_asks_for_a(const uint8_t *q, size_t n)
+{
+	size_t at = DNS_HDR_LEN;
+
+	while (at < n && q[at])
+		at += 1 + q[at]; /* a label: its length, then its bytes */
+	return at + 5 <= n && q[at + 1] == 0 && q[at + 2] == DNS_TYPE_A &&
+	       q[at + 3] == 0 && q[at + 4] == DNS_CLASS_IN;
+}
 
 static void *test_dns_serve(void *arg)
 {
@@ -261,8 +274,15 @@ static void *test_dns_serve(void *arg)
 		__atomic_add_fetch(&d->asked, 1, __ATOMIC_RELAXED);
 		msg[2] = 0x81; /* QR, RD */
 		msg[3] = 0x80; /* RA, NOERROR */
-		msg[6] = 0, msg[7] = 1; /* ANCOUNT 1 */
 		msg[8] = msg[9] = msg[10] = msg[11] = 0;
+		/* Anything but an A question (curl asks AAAA too): no answer. */
+		if (!dns_asks_for_a(msg, (size_t)n)) {
+			msg[6] = msg[7] = 0;
+			sendto(d->fd, msg, (size_t)n, 0,
+			       (struct sockaddr *)&from, fl);
+			continue;
+		}
+		msg[6] = 0, msg[7] = 1; /* ANCOUNT 1 */
 		memcpy(msg + n, answer, sizeof(answer));
 		inet_pton(AF_INET, TEST_HOST, msg + n + sizeof(answer));
 		sendto(d->fd, msg, (size_t)n + sizeof(answer) + 4, 0,
@@ -641,6 +661,522 @@ TEST_TIMEOUT(live_policy_replacement_cuts_a_running_flow, BOOT_TIMEOUT)
 	unlink(before);
 	unlink(after);
 	unlink(bad);
+	rmdir(dir);
+}
+
+/* net-probe (selftests/helpers/net-probe.c) packed next to the vmm. */
+static void net_probe_initrd(struct __test_metadata *_metadata,
+			     const struct guest *g, const char *dir, char *out,
+			     size_t len)
+{
+	const char *slash = strrchr(g->vmm, '/');
+	char cpio[300], cmd[800];
+
+	snprintf(cpio, sizeof(cpio), "%.*s/selftests/helpers/net-probe.cpio",
+		 slash ? (int)(slash - g->vmm) : 1, slash ? g->vmm : ".");
+	ASSERT_EQ(0, access(cpio, R_OK)) TH_LOG("%s missing: make selftests",
+						 cpio);
+	snprintf(out, len, "%s/initrd.cpio", dir);
+	snprintf(cmd, sizeof(cmd), "cat '%s' '%s' > '%s'", g->initrd, cpio,
+		 out);
+	ASSERT_EQ(0, system(cmd));
+}
+
+/* A VM started in the background (vmm start), its agent ready. */
+struct bg_vm {
+	pid_t pid;
+	char sock[128], log[128];
+};
+
+static bool bg_vm_start(struct __test_metadata *_metadata, struct bg_vm *v,
+			const char *dir, const char *name,
+			const char *const opts[])
+{
+	const char *vmmctl = env_or("KILN_VMMCTL", "build/vmmctl");
+	const char *argv[40];
+	struct spawn_result r;
+	struct timespec t0, now;
+	struct guest g;
+	bool ready = false;
+	int i = 0;
+
+	guest_paths(&g);
+	snprintf(v->sock, sizeof(v->sock), "%s/%s.sock", dir, name);
+	snprintf(v->log, sizeof(v->log), "%s/%s.log", dir, name);
+	argv[i++] = g.vmm;
+	argv[i++] = "start";
+	argv[i++] = "--kernel";
+	argv[i++] = g.vmlinux;
+	argv[i++] = "--control-socket";
+	argv[i++] = v->sock;
+	/* The test initramfs unless opts names another. */
+	if (strcmp(opts[0], "--initrd")) {
+		argv[i++] = "--initrd";
+		argv[i++] = g.initrd;
+	}
+	for (int j = 0; opts[j] && i < 38; j++)
+		argv[i++] = opts[j];
+	argv[i] = NULL;
+	v->pid = spawn_logged(argv, v->log);
+	ASSERT_LT(0, v->pid);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do {
+		if (!spawn__run(ARGS(vmmctl, "status", v->sock), NULL, &r) &&
+		    !r.status && strstr(r.out, "\"agent\": \"ready\""))
+			ready = true;
+		else
+			usleep(100000);
+		clock_gettime(CLOCK_MONOTONIC, &now);
+	} while (!ready && now.tv_sec - t0.tv_sec < READY_SECS &&
+		 waitpid(v->pid, NULL, WNOHANG) != v->pid);
+	if (!ready)
+		vmm_log_show(_metadata, v->log);
+	ASSERT_TRUE(ready);
+	return true;
+}
+
+static void bg_vm_stop(struct __test_metadata *_metadata, struct bg_vm *v)
+{
+	const char *vmmctl = env_or("KILN_VMMCTL", "build/vmmctl");
+	struct spawn_result r;
+
+	ASSERT_EQ(0, spawn__run(ARGS(vmmctl, "shutdown", v->sock), NULL, &r));
+	EXPECT_EQ(0, wait_exit(v->pid, 60));
+	unlink(v->sock);
+	unlink(v->log);
+}
+
+/* A policy file in dir. */
+static void policy_file(struct __test_metadata *_metadata, char *out,
+			size_t len, const char *dir, const char *name,
+			const char *json)
+{
+	snprintf(out, len, "%s/%s", dir, name);
+	ASSERT_TRUE(write_file(out, json));
+}
+
+/*
+ * The issue's own scenario on the Debian image: curl (glibc's resolver,
+ * A and AAAA questions to the gateway) fetches a granted hostname's page;
+ * the vmm asked only the policy's resolver, and the name's address on
+ * another port, another address, and the name on an address DNS never
+ * gave stay unreachable.
+ */
+TEST_TIMEOUT(curl_on_the_debian_image_through_trusted_dns, BOOT_TIMEOUT)
+{
+	char dir[] = "/tmp/kiln-net-curl-XXXXXX", policy[128], image[300];
+	struct spawn_result r;
+	struct test_host h;
+	struct test_dns d;
+	struct guest g;
+
+	if (!is_root(_metadata))
+		return;
+	guest_paths(&g);
+	snprintf(image, sizeof(image), "%s/debian-12-agent.json", g.images);
+	ASSERT_EQ(0, access(image, R_OK)) TH_LOG("%s missing: make image",
+						 image);
+	ASSERT_TRUE(mkdtemp(dir) != NULL);
+	ASSERT_TRUE(test_host_start(_metadata, &h));
+	ASSERT_TRUE(test_dns_start(_metadata, &d));
+	policy_file(_metadata, policy, sizeof(policy), dir, "policy.json",
+		    "{\"dns\": {\"resolvers\": [\"" TEST_DNS "\"]}, "
+		    "\"tcp\": [{\"to\": \"granted.test\", \"ports\": [8080]}]}");
+	BOOT_SPEC((&(struct boot_spec){
+			  .initrd = "",
+			  .opts = ARGS("--rootfs", image, "--net", "auto",
+				       "--net-policy", policy),
+			  .cmd = ARGS("bash", "-c",
+				      "c() { curl -sS --max-time 30 \"$@\" "
+				      "2>/dev/null; }; "
+				      "c http://granted.test:8080/; "
+				      "c http://granted.test:8081/ "
+				      "|| echo other port denied; "
+				      "c http://192.0.2.11:8080/ "
+				      "|| echo other host denied; "
+				      "c --resolve granted.test:8080:192.0.2.11 "
+				      "http://granted.test:8080/ "
+				      "|| echo unbound address denied") }),
+		  &r);
+	test_dns_stop(&d);
+	test_host_stop(&h);
+	EXPECT_EQ(0, r.status);
+	EXPECT_STREQ(TEST_REPLY "\nother port denied\nother host denied\n"
+				"unbound address denied\n",
+		     r.out)
+	TH_LOG("stderr: %s", r.err);
+	EXPECT_LE(1, __atomic_load_n(&d.asked, __ATOMIC_RELAXED));
+	EXPECT_TRUE(strstr(r.err, " -> 192.0.2.11:8080: no grant") != NULL)
+	TH_LOG("stderr: %s", r.err);
+	unlink(policy);
+	rmdir(dir);
+}
+
+/* UDP echo on TEST_HOST:UDP_PORT in the test host's netns. */
+#define UDP_PORT 9000
+
+struct udp_echo {
+	int fd;
+	pthread_t thread;
+	unsigned int got;
+};
+
+static void *udp_echo_serve(void *arg)
+{
+	struct udp_echo *u = arg;
+	struct sockaddr_in from;
+	char buf[512];
+	socklen_t fl;
+	ssize_t n;
+
+	for (;;) {
+		fl = sizeof(from);
+		n = recvfrom(u->fd, buf, sizeof(buf), 0,
+			     (struct sockaddr *)&from, &fl);
+		if (n <= 0)
+			break; /* shut down: the test is over */
+		__atomic_add_fetch(&u->got, 1, __ATOMIC_RELAXED);
+		sendto(u->fd, buf, (size_t)n, 0, (struct sockaddr *)&from, fl);
+	}
+	return NULL;
+}
+
+static bool udp_echo_start(struct __test_metadata *_metadata,
+			   struct udp_echo *u)
+{
+	struct sockaddr_in sin = { .sin_family = AF_INET,
+				   .sin_port = htons(UDP_PORT) };
+
+	inet_pton(AF_INET, TEST_HOST, &sin.sin_addr);
+	u->got = 0;
+	u->fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	ASSERT_LE(0, u->fd);
+	ASSERT_EQ(0, bind(u->fd, (struct sockaddr *)&sin, sizeof(sin)));
+	ASSERT_EQ(0, pthread_create(&u->thread, NULL, udp_echo_serve, u));
+	return true;
+}
+
+static void udp_echo_stop(struct udp_echo *u)
+{
+	shutdown(u->fd, SHUT_RDWR);
+	pthread_join(u->thread, NULL);
+	close(u->fd);
+}
+
+/*
+ * A UDP grant: the guest's datagram reaches the test host's echo and the
+ * reply comes back; another port, DNS straight to a resolver (not through
+ * the gateway), and DNS through the gateway with no resolver in the
+ * policy (REFUSED) get nothing, and the test host saw only the granted
+ * datagram.
+ */
+TEST_TIMEOUT(udp_grant_gets_its_reply_and_nothing_else_leaves, BOOT_TIMEOUT)
+{
+	char dir[] = "/tmp/kiln-net-udp-XXXXXX", policy[128], initrd[128];
+	struct spawn_result r;
+	struct test_host h;
+	struct test_dns d;
+	struct udp_echo u;
+	struct guest g;
+
+	if (!is_root(_metadata))
+		return;
+	guest_paths(&g);
+	ASSERT_TRUE(mkdtemp(dir) != NULL);
+	net_probe_initrd(_metadata, &g, dir, initrd, sizeof(initrd));
+	ASSERT_TRUE(test_host_start(_metadata, &h));
+	ASSERT_TRUE(test_dns_start(_metadata, &d));
+	ASSERT_TRUE(udp_echo_start(_metadata, &u));
+	policy_file(_metadata, policy, sizeof(policy), dir, "policy.json",
+		    "{\"udp\": [{\"to\": \"" TEST_HOST "\", \"ports\": [9000]}]}");
+	BOOT_SPEC((&(struct boot_spec){
+			  .initrd = initrd,
+			  .opts = ARGS("--net", "auto", "--net-policy", policy),
+			  .cmd = ARGS("sh", "-c",
+				      "net-probe udp " TEST_HOST " 9000 ping 30; "
+				      "net-probe udp " TEST_HOST " 9001 x 3; "
+				      "net-probe udp " TEST_DNS " 53 x 3; "
+				      "nslookup granted.test 10.0.2.2 "
+				      ">/dev/null 2>&1 && echo dns answered "
+				      "|| echo dns refused") }),
+		  &r);
+	udp_echo_stop(&u);
+	test_dns_stop(&d);
+	test_host_stop(&h);
+	EXPECT_EQ(0, r.status);
+	EXPECT_STREQ("reply: ping\nno reply\nno reply\ndns refused\n", r.out)
+	TH_LOG("stderr: %s", r.err);
+	EXPECT_EQ(1, __atomic_load_n(&u.got, __ATOMIC_RELAXED));
+	EXPECT_EQ(0, __atomic_load_n(&d.asked, __ATOMIC_RELAXED));
+	EXPECT_TRUE(strstr(r.err, "denied udp 10.0.2.15:") != NULL)
+	TH_LOG("stderr: %s", r.err);
+	unlink(initrd);
+	unlink(policy);
+	rmdir(dir);
+}
+
+/* One number of vm.status's output, after "key": (squeezed). */
+static long long status_number(const char *out, const char *key)
+{
+	char needle[96];
+	const char *at;
+
+	snprintf(needle, sizeof(needle), "\"%s\":", key);
+	at = strstr(out, needle);
+	return at ? strtoll(at + strlen(needle), NULL, 10) : -1;
+}
+
+/* VmHWM of pid in KiB, -1 if unknown. */
+static long peak_rss_kib(pid_t pid)
+{
+	char path[64], line[128];
+	long kib = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmHWM: %ld kB", &kib) == 1)
+			break;
+	fclose(f);
+	return kib;
+}
+
+#define LOOP_PORT 7001 /* net-probe's LOOPBACK_PORT */
+
+/* A listener on the host's 127.0.0.1:LOOP_PORT (the test's netns). */
+static int loopback_listener(struct __test_metadata *_metadata)
+{
+	struct sockaddr_in sin = { .sin_family = AF_INET,
+				   .sin_port = htons(LOOP_PORT),
+				   .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+
+	ASSERT_LE(0, fd);
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	ASSERT_EQ(0, bind(fd, (struct sockaddr *)&sin, sizeof(sin)));
+	ASSERT_EQ(0, listen(fd, 8));
+	return fd;
+}
+
+#define FLOOD_SECS    "20" /* seconds */
+#define GUEST_MIB     256 /* the vmm's default */
+/* What the vmm may hold besides guest memory, flood or not. */
+#define MONITOR_BOUND_MIB 64
+
+/*
+ * A guest writing garbage: one frame of each kind the egress program
+ * must drop (IPv6, raw IP, a spoofed source, a SYN to the host's
+ * loopback, a malformed header), then
+ * FLOOD_SECS of random frames as fast as it can. Each kind is counted as
+ * dropped under its reason, the test's listener on 127.0.0.1 sees
+ * nothing, the vmm stays up with its peak memory within
+ * guest memory + MONITOR_BOUND_MIB, and a granted flow still works after.
+ */
+TEST_TIMEOUT(garbage_frames_are_dropped_and_the_vmm_stays_up, BOOT_TIMEOUT)
+{
+	char dir[] = "/tmp/kiln-net-flood-XXXXXX", policy[128], initrd[128];
+	const char *vmmctl = env_or("KILN_VMMCTL", "build/vmmctl");
+	struct spawn_result r;
+	struct test_host h;
+	struct pollfd pfd;
+	struct bg_vm v;
+	struct guest g;
+	long hwm;
+	int loop;
+
+	if (!is_root(_metadata))
+		return;
+	if (access("/dev/kvm", R_OK | W_OK))
+		SKIP(return, "no usable /dev/kvm (run through tools/vmtest)");
+	guest_paths(&g);
+	ASSERT_TRUE(mkdtemp(dir) != NULL);
+	net_probe_initrd(_metadata, &g, dir, initrd, sizeof(initrd));
+	ASSERT_TRUE(test_host_start(_metadata, &h));
+	loop = loopback_listener(_metadata);
+	policy_file(_metadata, policy, sizeof(policy), dir, "policy.json",
+		    "{\"tcp\": [{\"to\": \"" TEST_HOST "\", \"ports\": [8080]}]}");
+	ASSERT_TRUE(bg_vm_start(_metadata, &v, dir, "vm",
+				ARGS("--initrd", initrd, "--net", "auto",
+				     "--net-policy", policy)));
+	ASSERT_EQ(0, spawn__run(ARGS(vmmctl, "exec", v.sock, "--", "sh", "-c",
+				     "arping -c 1 -w 10 -I eth0 10.0.2.2 "
+				     ">/dev/null; net-probe frames; "
+				     "net-probe flood " FLOOD_SECS "; "
+				     "printf 'GET / HTTP/1.0\\r\\n\\r\\n' | "
+				     "nc -w 20 " TEST_HOST " 8080 2>/dev/null "
+				     "| tail -n 1"),
+				NULL, &r));
+	EXPECT_EQ(0, r.status) TH_LOG("stderr: %s", r.err);
+	EXPECT_TRUE(strstr(r.out, "sent 5 of 5 frames\n") != NULL)
+	TH_LOG("%s", r.out);
+	EXPECT_TRUE(strstr(r.out, "flooded ") != NULL) TH_LOG("%s", r.out);
+	EXPECT_TRUE(strstr(r.out, TEST_REPLY "\n") != NULL) TH_LOG("%s", r.out);
+
+	ASSERT_EQ(0, spawn__run(ARGS(vmmctl, "status", v.sock), NULL, &r));
+	squeeze(r.out);
+	EXPECT_LE(1, status_number(r.out, "not_ipv4")) TH_LOG("%.3000s", r.out);
+	EXPECT_LE(1, status_number(r.out, "not_tcp_udp"))
+	TH_LOG("%.3000s", r.out);
+	EXPECT_LE(1, status_number(r.out, "spoofed")) TH_LOG("%.3000s", r.out);
+	EXPECT_LE(1, status_number(r.out, "malformed"))
+	TH_LOG("%.3000s", r.out);
+	EXPECT_LE(1, status_number(r.out, "bad_dest")) TH_LOG("%.3000s", r.out);
+	/* The SYN to 127.0.0.1 reached nothing of the host's. */
+	pfd = (struct pollfd){ .fd = loop, .events = POLLIN };
+	EXPECT_EQ(0, poll(&pfd, 1, 0));
+	EXPECT_TRUE(strstr(r.out, "\"proxy\":\"running\"") != NULL)
+	TH_LOG("%.3000s", r.out);
+	hwm = peak_rss_kib(v.pid);
+	ASSERT_LT(0, hwm);
+	TH_LOG("vmm peak RSS %ld KiB after the flood", hwm);
+	EXPECT_GT((GUEST_MIB + MONITOR_BOUND_MIB) * 1024L, hwm);
+	bg_vm_stop(_metadata, &v);
+	close(loop);
+	test_host_stop(&h);
+	unlink(initrd);
+	unlink(policy);
+	rmdir(dir);
+}
+
+#define PEER_PORT "7000"
+
+/*
+ * Isolation, granted or not: VM A listens on its own address; VM B, whose
+ * policy grants TCP to every private address (a policy cannot grant
+ * loopback), cannot reach A, nor a listener on the host's loopback, nor
+ * the tap's host side; the
+ * same policy does reach the test host (so the grants themselves work).
+ */
+TEST_TIMEOUT(two_vms_and_the_host_stay_apart, BOOT_TIMEOUT * 2)
+{
+	char dir[] = "/tmp/kiln-net-two-XXXXXX", policy[128], nclog[128];
+	char out[256] = "";
+	const char *vmmctl = env_or("KILN_VMMCTL", "build/vmmctl");
+	struct spawn_result r;
+	struct test_host h;
+	struct pollfd pfd;
+	struct bg_vm a;
+	size_t n;
+	int loop;
+	pid_t nc;
+	FILE *f;
+
+	if (!is_root(_metadata))
+		return;
+	if (access("/dev/kvm", R_OK | W_OK))
+		SKIP(return, "no usable /dev/kvm (run through tools/vmtest)");
+	ASSERT_TRUE(mkdtemp(dir) != NULL);
+	ASSERT_TRUE(test_host_start(_metadata, &h));
+	loop = loopback_listener(_metadata);
+	policy_file(_metadata, policy, sizeof(policy), dir, "policy.json",
+		    "{\"tcp\": [{\"to\": \"private\"}, "
+		    "{\"to\": \"" TEST_HOST "\", \"ports\": [8080]}]}");
+
+	ASSERT_TRUE(bg_vm_start(_metadata, &a, dir, "a",
+				ARGS("--net", "auto",
+				     "--net-address", "10.0.3.15/24",
+				     "--net-gateway", "10.0.3.2",
+				     "--net-policy", policy)));
+	snprintf(nclog, sizeof(nclog), "%s/nc.log", dir);
+	nc = spawn_logged(ARGS(vmmctl, "exec", a.sock, "--", "sh", "-c",
+			       "nc -l -p " PEER_PORT " && echo a was reached"),
+			  nclog);
+	ASSERT_LT(0, nc);
+
+	BOOT(NULL, ARGS("--net", "auto", "--net-policy", policy),
+	     ARGS("sh", "-c",
+		  "get() { printf 'GET / HTTP/1.0\\r\\n\\r\\n' | "
+		  "nc -w 20 $1 $2 2>/dev/null | tail -n 1; }; "
+		  "get " TEST_HOST " 8080; "
+		  "echo hi | nc -w 10 10.0.3.15 " PEER_PORT " 2>/dev/null "
+		  "| grep -q . && echo a reached || echo a unreachable; "
+		  "echo hi | nc -w 10 10.0.2.2 7001 2>/dev/null | grep -q . "
+		  "&& echo gateway reached || echo gateway unreachable"),
+	     NULL, &r);
+	EXPECT_EQ(0, r.status);
+	EXPECT_STREQ(TEST_REPLY "\na unreachable\ngateway unreachable\n",
+		     r.out)
+	TH_LOG("stderr: %s", r.err);
+	EXPECT_TRUE(strstr(r.err, " -> 10.0.2.2:7001: host side of the tap") !=
+		    NULL)
+	TH_LOG("stderr: %s", r.err);
+	/* Nothing reached the host's loopback, nor A. */
+	pfd = (struct pollfd){ .fd = loop, .events = POLLIN };
+	EXPECT_EQ(0, poll(&pfd, 1, 0));
+	kill(nc, SIGTERM);
+	wait_exit(nc, 30);
+	f = fopen(nclog, "r");
+	if (f) {
+		n = fread(out, 1, sizeof(out) - 1, f);
+		out[n] = '\0';
+		fclose(f);
+	}
+	EXPECT_EQ(NULL, strstr(out, "a was reached")) TH_LOG("%s", out);
+	bg_vm_stop(_metadata, &a);
+	close(loop);
+	test_host_stop(&h);
+	unlink(nclog);
+	unlink(policy);
+	rmdir(dir);
+}
+
+/*
+ * The vmm killed outright with a relayed flow open: the test host's end
+ * of it closes (nothing the vmm held outlives it), and the VM's
+ * namespace, tap and program go with the process.
+ */
+TEST_TIMEOUT(a_killed_vmm_leaves_no_flow_open, BOOT_TIMEOUT)
+{
+	char dir[] = "/tmp/kiln-net-kill-XXXXXX", policy[128], nclog[128];
+	const char *vmmctl = env_or("KILN_VMMCTL", "build/vmmctl");
+	struct test_host h;
+	struct pollfd pfd;
+	struct bg_vm v;
+	int lsn, conn;
+	pid_t nc;
+	char c;
+
+	if (!is_root(_metadata))
+		return;
+	if (access("/dev/kvm", R_OK | W_OK))
+		SKIP(return, "no usable /dev/kvm (run through tools/vmtest)");
+	ASSERT_TRUE(mkdtemp(dir) != NULL);
+	ASSERT_TRUE(test_host_start(_metadata, &h));
+	lsn = hold_listener(_metadata, HOLD_PORT);
+	policy_file(_metadata, policy, sizeof(policy), dir, "policy.json",
+		    "{\"tcp\": [{\"to\": \"" TEST_HOST "\", \"ports\": [8081]}]}");
+	ASSERT_TRUE(bg_vm_start(_metadata, &v, dir, "vm",
+				ARGS("--net", "auto",
+				     "--net-policy", policy)));
+	snprintf(nclog, sizeof(nclog), "%s/nc.log", dir);
+	nc = spawn_logged(ARGS(vmmctl, "exec", v.sock, "--", "sh", "-c",
+			       "sleep 120 | nc " TEST_HOST " 8081"),
+			  nclog);
+	ASSERT_LT(0, nc);
+	pfd = (struct pollfd){ .fd = lsn, .events = POLLIN };
+	ASSERT_EQ(1, poll(&pfd, 1, 60000)) TH_LOG("the guest never connected");
+	conn = accept4(lsn, NULL, NULL, SOCK_CLOEXEC);
+	ASSERT_LE(0, conn);
+	pfd = (struct pollfd){ .fd = conn, .events = POLLIN };
+	EXPECT_EQ(0, poll(&pfd, 1, 0));
+
+	ASSERT_EQ(0, kill(v.pid, SIGKILL));
+	EXPECT_EQ(128 + SIGKILL, wait_exit(v.pid, 60));
+	ASSERT_EQ(1, poll(&pfd, 1, CUT_SECS * 1000))
+	TH_LOG("the flow outlived the vmm by %d s", CUT_SECS);
+	EXPECT_GE(0, read(conn, &c, 1));
+	kill(nc, SIGKILL);
+	wait_exit(nc, 30);
+	close(conn);
+	close(lsn);
+	test_host_stop(&h);
+	unlink(v.sock);
+	unlink(v.log);
+	unlink(nclog);
+	unlink(policy);
 	rmdir(dir);
 }
 

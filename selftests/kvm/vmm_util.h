@@ -88,9 +88,9 @@ static inline void boot_argv(const struct guest *g, const struct boot_spec *s,
  * a timer interrupt that the same halted vCPU took 16 ms earlier (traced:
  * Documentation/harness.md), in about 3 of 100 four-vCPU boots; the
  * harness kernel and QEMU's own guests have crashed meanwhile too. A test
- * that saw it blames the environment: if it then fails, it runs once
- * more from the start (ksft_blame_environment), never more, never outside
- * the harness.
+ * that saw it blames the environment: if it then fails, it runs again
+ * from the start (ksft_blame_environment), at most KSFT_ENVIRONMENT_RUNS
+ * times in all, never outside the harness.
  */
 static inline void check_harness_flake_text(const char *err)
 {
