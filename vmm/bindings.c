@@ -7,6 +7,7 @@
  * is keyed with SipHash and the table never grows past NET_BINDINGS_MAX.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -227,6 +228,44 @@ bool net_bindings__lookup(const struct net_bindings *b, const char *host,
 	if (net_hostname__normalize(host, name, false, &wildcard))
 		return false;
 	return net_bindings__match(b, name, false, addr);
+}
+
+/*
+ * name into the sorted names[*n] (at most max): in its place, the
+ * highest falling off a full array; a name already there is skipped.
+ */
+static void insert_sorted(char (*names)[NET_HOSTNAME_MAX + 1], unsigned int *n,
+			  unsigned int max, const char *name)
+{
+	unsigned int i = *n;
+	int cmp = 1;
+
+	while (i > 0 && (cmp = strcmp(names[i - 1], name)) > 0)
+		i--;
+	if ((i > 0 && !cmp) || i == max)
+		return;
+	if (*n < max)
+		(*n)++;
+	memmove(names[i + 1], names[i], (*n - 1 - i) * sizeof(names[0]));
+	snprintf(names[i], sizeof(names[i]), "%s", name);
+}
+
+unsigned int net_bindings__names(const struct net_bindings *b, uint32_t addr,
+				 char (*names)[NET_HOSTNAME_MAX + 1],
+				 unsigned int max)
+{
+	uint64_t t = now(b);
+	unsigned int n = 0;
+	struct hlink *l;
+
+	for (l = hashtable__first(&b->index, addr_key(b, addr)); l;
+	     l = hashtable__next(l)) {
+		struct binding *e = hashtable__entry(l, struct binding, link);
+
+		if (e->addr == addr && t < e->expires)
+			insert_sorted(names, &n, max, e->name);
+	}
+	return n;
 }
 
 size_t net_bindings__count(const struct net_bindings *b)

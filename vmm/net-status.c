@@ -32,6 +32,17 @@ static json_t *reasons_json(const struct proxy_stats *s)
 	return a;
 }
 
+static json_t *hook_json(const struct hook_stats *h)
+{
+	return json_pack(
+		"{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "questions",
+		(json_int_t)h->questions, "answers", (json_int_t)h->answers,
+		"timeouts", (json_int_t)h->timeouts, "ignored",
+		(json_int_t)h->ignored, "failures", (json_int_t)h->failures,
+		"connects", (json_int_t)h->connects, "pending",
+		(json_int_t)h->pending);
+}
+
 static json_t *egress_json(const uint64_t egress[EGRESS_NR_REASONS])
 {
 	json_t *o = json_object();
@@ -53,7 +64,7 @@ json_t *net_status__json(const struct proxy_stats *s,
 {
 	json_t *o;
 
-	o = json_pack("{s:s, s:o, s:o, s:I, s:I, s:I, s:I, s:o}", "proxy",
+	o = json_pack("{s:s, s:o, s:o, s:I, s:I, s:I, s:I, s:o, s:o}", "proxy",
 		      s->running ? "running" : "stopped", "tcp",
 		      flows_json(s->tcp_allowed, s->tcp_denied, s->tcp_open,
 				 s->tcp_cut),
@@ -63,7 +74,8 @@ json_t *net_status__json(const struct proxy_stats *s,
 		      "bytesOut", (json_int_t)s->bytes_out, "bytesIn",
 		      (json_int_t)s->bytes_in, "upstreamFailed",
 		      (json_int_t)s->upstream_failed, "udpDropped",
-		      (json_int_t)s->udp_dropped, "reasons", reasons_json(s));
+		      (json_int_t)s->udp_dropped, "reasons", reasons_json(s),
+		      "hook", hook_json(&s->hook));
 	if (!o)
 		return NULL;
 	if (egress)

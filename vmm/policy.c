@@ -47,6 +47,9 @@ static const struct {
 	{ NET_CLASS_RESERVED, 0xf0000000, 4, "RFC 1112 4 (class E)" },
 };
 
+_Static_assert(sizeof("public-internet") <= NET_CLASS_NAME_MAX,
+	       "the longest class name fits in a question");
+
 static const char *const class_names[] = {
 	[NET_CLASS_LOOPBACK] = "loopback",
 	[NET_CLASS_PRIVATE] = "private",
@@ -752,6 +755,23 @@ static const char *always_denied(const struct net_policy *p,
 	return NULL;
 }
 
+/* What the proxy puts to the hook about f, copied out of p and b. */
+static void ask_hook(const struct net_policy *p, const struct net_flow *f,
+		     const struct net_bindings *b, struct net_decision *d)
+{
+	struct net_ask *a = &d->ask;
+	uint32_t dst = f->dst.sin_addr.s_addr;
+
+	d->verdict = NET_VERDICT_ASK;
+	snprintf(a->socket, sizeof(a->socket), "%s", p->hook_socket);
+	a->timeout_ms = p->hook_timeout_ms;
+	snprintf(a->class_name, sizeof(a->class_name), "%s",
+		 net_policy__class_name(net_policy__classify(dst)));
+	a->nr_hostnames = b ? net_bindings__names(b, dst, a->hostnames,
+						  NET_ASK_MAX_HOSTNAMES) :
+			      0;
+}
+
 void net_policy__decide(const struct net_policy *p, const struct net_flow *f,
 			const struct net_bindings *b, struct net_decision *d)
 {
@@ -777,4 +797,6 @@ void net_policy__decide(const struct net_policy *p, const struct net_flow *f,
 		}
 	}
 	snprintf(d->reason, sizeof(d->reason), "no grant");
+	if (p && p->hook_socket)
+		ask_hook(p, f, b, d);
 }

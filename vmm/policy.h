@@ -29,11 +29,8 @@
 #define NET_POLICY_MAX_PORT		   65535U
 #define NET_POLICY_DEFAULT_HOOK_TIMEOUT_MS 200U
 #define NET_POLICY_MAX_HOOK_TIMEOUT_MS	   10000U
-/* sockaddr_un's sun_path (108 bytes) with its terminating NUL. */
-#define NET_POLICY_HOOK_PATH_MAX 107U
-/* A DNS name in text, without its trailing dot (RFC 1035 2.3.4). */
-#define NET_HOSTNAME_MAX 253U
-#define NET_LABEL_MAX	 63U
+#define NET_POLICY_HOOK_PATH_MAX	   NET_HOOK_PATH_MAX /* flow.h */
+#define NET_LABEL_MAX			   63U
 
 /* The seed's address classes; each is a list of RFC ranges (policy.c). */
 enum net_addr_class {
@@ -87,7 +84,10 @@ int __must_check net_policy__replace(struct net_policy **cur, json_t *obj,
  * first rule of the flow's protocol that matches its destination and
  * port allows it ("tcp grant N", N its index in "tcp"). A hostname rule
  * matches only an address b binds to that name now; b may be NULL (no
- * bindings). p NULL: the empty policy.
+ * bindings). p NULL: the empty policy. No rule matched and the policy
+ * has a hook: NET_VERDICT_ASK with reason "no grant" and d->ask filled
+ * (the hook's socket and deadline, the destination's class, the names b
+ * binds it to); else denied, "no grant".
  */
 void net_policy__decide(const struct net_policy *p, const struct net_flow *f,
 			const struct net_bindings *b, struct net_decision *d);
@@ -129,6 +129,13 @@ int __must_check net_bindings__insert(struct net_bindings *b, const char *host,
 /* Whether host is bound to addr now. */
 bool net_bindings__lookup(const struct net_bindings *b, const char *host,
 			  uint32_t addr);
+/*
+ * The names bound to addr now, normalized, into names[max]: the lowest
+ * max of them in strcmp order, sorted. Returns how many were written.
+ */
+unsigned int net_bindings__names(const struct net_bindings *b, uint32_t addr,
+				 char (*names)[NET_HOSTNAME_MAX + 1],
+				 unsigned int max);
 /* Drops the expired bindings; returns how many. */
 unsigned int net_bindings__expire(struct net_bindings *b);
 /* Bindings held, expired ones not yet dropped included. */

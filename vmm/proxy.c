@@ -28,19 +28,22 @@
 #include "lib/errf.h"
 #include "lib/log.h"
 #include "lib/worker.h"
+#include "vmm/hook.h"
 #include "vmm/proxy.h"
 
-#define PROXY_BACKLOG	    4096	 /* SYN cookies drop: keep them rare */
-#define PROXY_RELAY_BUF	    (16U * 1024) /* bytes, per direction of a flow */
-#define PROXY_DGRAM_MAX	    65535U	 /* one UDP datagram */
-#define PROXY_UDP_IDLE_MS   60000U
-#define PROXY_EPOLL_EVENTS  64
-#define PROXY_ACCEPT_BUDGET 32	 /* connections accepted per round */
-#define PROXY_DGRAM_BUDGET  32	 /* datagrams per socket per round */
-#define PROXY_SWEEP_MS	    1000 /* idle UDP flows looked for */
-#define PROXY_LOG_BURST	    10	 /* denied-flow lines per window */
-#define PROXY_LOG_WINDOW_MS 1000
-#define PROXY_NAME	    "egress proxy"
+#define PROXY_BACKLOG	     4096	  /* SYN cookies drop: keep them rare */
+#define PROXY_RELAY_BUF	     (16U * 1024) /* bytes, per direction of a flow */
+#define PROXY_DGRAM_MAX	     65535U	  /* one UDP datagram */
+#define PROXY_UDP_IDLE_MS    60000U
+#define PROXY_EPOLL_EVENTS   64
+#define PROXY_ACCEPT_BUDGET  32	  /* connections accepted per round */
+#define PROXY_DGRAM_BUDGET   32	  /* datagrams per socket per round */
+#define PROXY_SWEEP_MS	     1000 /* idle UDP flows looked for */
+#define PROXY_LOG_BURST	     10	  /* denied-flow lines per window */
+#define PROXY_LOG_WINDOW_MS  1000
+#define PROXY_UDP_HELD	     4		  /* datagrams a held UDP flow keeps */
+#define PROXY_UDP_HELD_BYTES (16U * 1024) /* and their bytes at most */
+#define PROXY_NAME	     "egress proxy"
 
 enum ep_kind {
 	EP_STOP,
@@ -50,6 +53,7 @@ enum ep_kind {
 	EP_TCP_GUEST,
 	EP_TCP_UP,
 	EP_UDP_UP,
+	EP_HOOK,
 };
 enum { SIDE_GUEST, SIDE_UP, NR_SIDES };
 
@@ -69,10 +73,17 @@ struct relay_dir {
 	bool shut; /* and the other side was told (SHUT_WR) */
 };
 
+/*
+ * A flow the hook is asked about is "held": its question out (hook_id),
+ * nothing upstream yet. One it granted keeps the hook's generation
+ * (hook_gen, 0: not the hook's grant), for a recheck.
+ */
 struct tcp_flow {
 	bool used;
+	bool asking;	      /* held: the guest's socket only, not in epoll */
 	bool connecting;      /* upstream */
 	struct net_flow flow; /* as decided, for a recheck */
+	uint64_t hook_id, hook_gen;
 	struct endpoint ep[NR_SIDES];
 	struct relay_dir dir[NR_SIDES]; /* dir[s]: read from side s */
 };
@@ -80,10 +91,16 @@ struct tcp_flow {
 struct udp_flow {
 	bool used;
 	bool allowed;
+	bool asking; /* held: its datagrams wait in held[] */
 	struct sockaddr_in src, dst;
+	uint64_t hook_id, hook_gen;
 	struct endpoint up; /* host netns, connected to dst */
 	int reply_fd;	    /* VM netns, bound to dst, connected to src */
 	uint64_t last_ms;
+	unsigned int nr_held;
+	size_t held_bytes;
+	uint8_t *held[PROXY_UDP_HELD];
+	size_t held_len[PROXY_UDP_HELD];
 };
 
 enum ns_request { NS_NONE, NS_REPLY_SOCKET, NS_COUNTERS, NS_EXIT };
@@ -93,7 +110,8 @@ struct proxy {
 	char ifname[IFNAMSIZ];
 	int lsn_fd, udp_fd, epoll_fd;
 	int recheck_fd; /* eventfd: proxy__recheck wakes the proxy thread */
-	struct endpoint ep_stop, ep_recheck, ep_lsn, ep_udp;
+	struct endpoint ep_stop, ep_recheck, ep_lsn, ep_udp, ep_hook;
+	struct hook *hook; /* the proxy thread's, in its epoll set */
 	struct worker worker;
 
 	/*
@@ -194,11 +212,26 @@ static void count_sub(struct proxy *p, uint64_t *what)
 }
 
 /*
+ * The hook's counters, copied before the flow they concern is counted:
+ * whoever sees the flow settled sees its question's outcome too.
+ */
+static void hook_copy_stats(struct proxy *p)
+{
+	struct hook_stats hs;
+
+	hook__stats(p->hook, &hs);
+	pthread_mutex_lock(&p->stats_lock);
+	p->stats.hook = hs;
+	pthread_mutex_unlock(&p->stats_lock);
+}
+
+/*
  * One line per denied (or, after a recheck, cut) flow, at most
  * PROXY_LOG_BURST a window.
  */
 static void log_flow(struct proxy *p, const char *what,
-		     const struct net_flow *f, const char *reason)
+		     const struct net_flow *f, const char *reason,
+		     const char *detail)
 {
 	char src[INET_ADDRSTRLEN], dst[INET_ADDRSTRLEN];
 	uint64_t now = now_ms();
@@ -219,38 +252,86 @@ static void log_flow(struct proxy *p, const char *what,
 	p->log_lines++;
 	inet_ntop(AF_INET, &f->src.sin_addr, src, sizeof(src));
 	inet_ntop(AF_INET, &f->dst.sin_addr, dst, sizeof(dst));
-	pr_warn("%s: %s %s %s:%u -> %s:%u: %s", PROXY_NAME, what,
+	pr_warn("%s: %s %s %s:%u -> %s:%u: %s%s%s%s", PROXY_NAME, what,
 		proto_name(f->proto), src, ntohs(f->src.sin_port), dst,
-		ntohs(f->dst.sin_port), reason);
-}
-
-static void log_denied(struct proxy *p, const struct net_flow *f,
-		       const char *reason)
-{
-	log_flow(p, "denied", f, reason);
+		ntohs(f->dst.sin_port), reason, detail[0] ? " (" : "", detail,
+		detail[0] ? ")" : "");
 }
 
 /* Asks the policy; a decision without a reason gets one. */
-static void ask(struct proxy *p, const struct net_flow *f,
-		struct net_decision *d)
+static void ask_policy(struct proxy *p, const struct net_flow *f,
+		       struct net_decision *d)
 {
 	*d = (struct net_decision){ .verdict = NET_VERDICT_DENY };
 	p->p.decide(p->p.decide_opaque, f, d);
 	d->reason[sizeof(d->reason) - 1] = '\0';
+	d->ask.socket[sizeof(d->ask.socket) - 1] = '\0';
 	if (!d->reason[0])
 		snprintf(d->reason, sizeof(d->reason), "%s",
 			 d->verdict == NET_VERDICT_ALLOW ? "allowed" :
 							   "denied");
 }
 
-/* A new flow: asked, counted, and logged when denied. */
+/* A new flow's final decision: counted, and logged when denied. */
+static void settle(struct proxy *p, const struct net_flow *f,
+		   const struct net_decision *d, const char *detail)
+{
+	count_flow(p, f, d);
+	if (d->verdict != NET_VERDICT_ALLOW)
+		log_flow(p, "denied", f, d->reason, detail);
+}
+
+/* A new flow: asked, and settled unless the hook is to be asked. */
 static void decide(struct proxy *p, const struct net_flow *f,
 		   struct net_decision *d)
 {
-	ask(p, f, d);
-	count_flow(p, f, d);
-	if (d->verdict != NET_VERDICT_ALLOW)
-		log_denied(p, f, d->reason);
+	ask_policy(p, f, d);
+	if (d->verdict != NET_VERDICT_ASK)
+		settle(p, f, d, "");
+}
+
+static void deny(struct net_decision *d, const char *reason)
+{
+	d->verdict = NET_VERDICT_DENY;
+	snprintf(d->reason, sizeof(d->reason), "%s", reason);
+}
+
+/*
+ * Puts a new flow to the policy's hook (d: NET_VERDICT_ASK), its answer
+ * to come through hook_answered() with cookie, the flow. False when it
+ * could not be asked: d is then denied, saying why, and settled.
+ */
+static bool hook_ask(struct proxy *p, const struct net_flow *f,
+		     struct net_decision *d, void *cookie, uint64_t *id)
+{
+	int ret;
+
+	ret = hook__ask(p->hook, f, &d->ask, cookie, now_ms(), id);
+	hook_copy_stats(p);
+	if (!ret)
+		return true;
+	deny(d, hook__failure(ret));
+	settle(p, f, d, ret == -EBUSY ? "" : strerror(-ret));
+	return false;
+}
+
+/*
+ * A recheck of a flow the hook granted under generation gen (0: it was
+ * a rule's grant): it is kept while the policy would still put it to
+ * the same hook socket. *why: the cut's reason otherwise.
+ */
+static bool hook_still_grants(struct proxy *p, uint64_t gen,
+			      const struct net_decision *d, const char **why)
+{
+	*why = d->reason;
+	if (d->verdict != NET_VERDICT_ASK)
+		return false;
+	if (gen && gen == hook__generation(p->hook) &&
+	    hook__is_target(p->hook, d->ask.socket))
+		return true;
+	if (gen)
+		*why = HOOK_CHANGED;
+	return false;
 }
 
 /* ---- the netns thread ---------------------------------------------------- */
@@ -455,8 +536,14 @@ static void close_reset(int fd)
 	close(fd);
 }
 
+/* A held flow's question is cancelled: it was never open. */
 static void tcp_close(struct proxy *p, struct tcp_flow *t, bool reset)
 {
+	bool was_open = !t->asking;
+
+	if (t->asking)
+		hook__cancel(p->hook, t->hook_id);
+	t->asking = false;
 	for (int s = 0; s < NR_SIDES; s++) {
 		if (t->ep[s].fd >= 0 && reset) {
 			close_reset(t->ep[s].fd);
@@ -467,7 +554,8 @@ static void tcp_close(struct proxy *p, struct tcp_flow *t, bool reset)
 		t->dir[s] = (struct relay_dir){ 0 };
 	}
 	t->used = false;
-	count_sub(p, &p->stats.tcp_open);
+	if (was_open)
+		count_sub(p, &p->stats.tcp_open);
 }
 
 static uint32_t tcp_interest(const struct tcp_flow *t, int s)
@@ -622,6 +710,58 @@ static int tcp_open(struct proxy *p, struct tcp_flow *t, int guest_fd,
 	return ret;
 }
 
+/* An allowed flow, opened; one whose upstream fails is reset. */
+static void tcp_start(struct proxy *p, struct tcp_flow *t, int guest_fd,
+		      const struct net_flow *f, uint64_t hook_gen)
+{
+	int ret;
+
+	ret = tcp_open(p, t, guest_fd, f);
+	t->hook_gen = hook_gen;
+	if (ret) {
+		pr_debug("%s: tcp upstream: %s", PROXY_NAME, strerror(-ret));
+		count_add(p, &p->stats.upstream_failed, 1);
+		tcp_close(p, t, true);
+	}
+}
+
+/*
+ * The guest's connection held while the hook is asked: accepted, not
+ * read (what the guest sends waits in its socket), nothing upstream.
+ */
+static void tcp_hold(struct proxy *p, struct tcp_flow *t, int fd,
+		     const struct net_flow *f, struct net_decision *d)
+{
+	*t = (struct tcp_flow){ .used = true, .asking = true, .flow = *f };
+	t->ep[SIDE_GUEST].fd = fd;
+	t->ep[SIDE_UP].fd = -1;
+	if (hook_ask(p, f, d, t, &t->hook_id))
+		return;
+	t->asking = false; /* no question to cancel, not open */
+	t->ep[SIDE_GUEST].fd = -1;
+	t->used = false;
+	close_reset(fd);
+}
+
+/*
+ * A held flow decided, its question answered or cancelled: by the hook
+ * (hook_gen, its generation) or by a recheck's rules (0).
+ */
+static void tcp_settled(struct proxy *p, struct tcp_flow *t,
+			const struct net_decision *d, const char *detail,
+			uint64_t hook_gen)
+{
+	struct net_flow f = t->flow;
+	int fd = t->ep[SIDE_GUEST].fd;
+
+	/* Still asking, so a denied one is closed as never open. */
+	settle(p, &f, d, detail);
+	if (d->verdict == NET_VERDICT_ALLOW)
+		tcp_start(p, t, fd, &f, hook_gen);
+	else
+		tcp_close(p, t, true);
+}
+
 static void tcp_accept_one(struct proxy *p, int fd,
 			   const struct sockaddr_in *peer)
 {
@@ -629,7 +769,6 @@ static void tcp_accept_one(struct proxy *p, int fd,
 	socklen_t len = sizeof(f.dst);
 	struct net_decision d;
 	struct tcp_flow *t;
-	int ret;
 
 	/* A transparent socket's own address is where the guest went. */
 	if (getsockname(fd, (struct sockaddr *)&f.dst, &len)) {
@@ -641,21 +780,17 @@ static void tcp_accept_one(struct proxy *p, int fd,
 		d = (struct net_decision){ .verdict = NET_VERDICT_DENY,
 					   .reason = "flow limit" };
 		count_flow(p, &f, &d);
-		log_denied(p, &f, d.reason);
+		log_flow(p, "denied", &f, d.reason, "");
 		close_reset(fd);
 		return;
 	}
 	decide(p, &f, &d);
-	if (d.verdict != NET_VERDICT_ALLOW) {
+	if (d.verdict == NET_VERDICT_ASK)
+		tcp_hold(p, t, fd, &f, &d);
+	else if (d.verdict == NET_VERDICT_ALLOW)
+		tcp_start(p, t, fd, &f, 0);
+	else
 		close_reset(fd);
-		return;
-	}
-	ret = tcp_open(p, t, fd, &f);
-	if (ret) {
-		pr_debug("%s: tcp upstream: %s", PROXY_NAME, strerror(-ret));
-		count_add(p, &p->stats.upstream_failed, 1);
-		tcp_close(p, t, true);
-	}
 }
 
 static void tcp_accept(struct proxy *p)
@@ -682,10 +817,23 @@ static void tcp_accept(struct proxy *p)
 
 /* ---- UDP ------------------------------------------------------------------- */
 
+/* A held flow's datagrams, dropped (not counted: the flow never sent). */
+static void udp_free_held(struct udp_flow *u)
+{
+	for (unsigned int i = 0; i < u->nr_held; i++)
+		free(u->held[i]);
+	u->nr_held = 0;
+	u->held_bytes = 0;
+}
+
+/* A held flow's question is cancelled. */
 static void udp_close(struct proxy *p, struct udp_flow *u)
 {
 	if (u->allowed)
 		count_sub(p, &p->stats.udp_open);
+	if (u->asking)
+		hook__cancel(p->hook, u->hook_id);
+	udp_free_held(u);
 	ep_close(&u->up);
 	if (u->reply_fd >= 0)
 		close(u->reply_fd);
@@ -753,13 +901,86 @@ static int udp_open(struct proxy *p, struct udp_flow *u)
 	return ep_add(p, &u->up, EP_UDP_UP, u->up.fd, u, EPOLLIN);
 }
 
+/*
+ * An allowed flow's sockets (hook_gen: the hook's generation if it
+ * granted it, else 0). False when they failed: the entry is gone.
+ */
+static bool udp_start(struct proxy *p, struct udp_flow *u, uint64_t hook_gen)
+{
+	int ret;
+
+	u->allowed = true;
+	u->hook_gen = hook_gen;
+	count_add(p, &p->stats.udp_open, 1);
+	ret = udp_open(p, u);
+	if (!ret)
+		return true;
+	pr_debug("%s: udp upstream: %s", PROXY_NAME, strerror(-ret));
+	count_add(p, &p->stats.upstream_failed, 1);
+	udp_close(p, u);
+	return false;
+}
+
+static void udp_send(struct proxy *p, struct udp_flow *u, const void *buf,
+		     size_t n)
+{
+	if (send(u->up.fd, buf, n, MSG_DONTWAIT) == (ssize_t)n)
+		count_add(p, &p->stats.bytes_out, n);
+	else
+		count_add(p, &p->stats.udp_dropped, 1);
+}
+
+/* A datagram of a held flow, kept for its grant if there is room. */
+static void udp_hold(struct proxy *p, struct udp_flow *u, const void *buf,
+		     size_t n)
+{
+	uint8_t *copy;
+
+	if (u->nr_held == PROXY_UDP_HELD ||
+	    u->held_bytes + n > PROXY_UDP_HELD_BYTES ||
+	    !(copy = malloc(n ? n : 1))) {
+		count_add(p, &p->stats.udp_dropped, 1);
+		return;
+	}
+	memcpy(copy, buf, n);
+	u->held[u->nr_held] = copy;
+	u->held_len[u->nr_held++] = n;
+	u->held_bytes += n;
+}
+
+/*
+ * A held flow decided, its question answered or cancelled: by the hook
+ * (hook_gen, its generation) or by a recheck's rules (0). Granted: its
+ * held datagrams go upstream in order. Denied: it stays as a denied
+ * entry, like a flow the rules denied.
+ */
+static void udp_settled(struct proxy *p, struct udp_flow *u,
+			const struct net_decision *d, const char *detail,
+			uint64_t hook_gen)
+{
+	struct net_flow f = { .proto = IPPROTO_UDP,
+			      .src = u->src,
+			      .dst = u->dst };
+
+	u->asking = false;
+	settle(p, &f, d, detail);
+	if (d->verdict != NET_VERDICT_ALLOW) {
+		udp_free_held(u);
+		return;
+	}
+	if (!udp_start(p, u, hook_gen))
+		return;
+	for (unsigned int i = 0; i < u->nr_held; i++)
+		udp_send(p, u, u->held[i], u->held_len[i]);
+	udp_free_held(u);
+}
+
 static struct udp_flow *udp_new(struct proxy *p, const struct sockaddr_in *src,
 				const struct sockaddr_in *dst)
 {
 	struct net_flow f = { .proto = IPPROTO_UDP, .src = *src, .dst = *dst };
 	struct udp_flow *u = udp_slot(p);
 	struct net_decision d;
-	int ret;
 
 	decide(p, &f, &d);
 	/* A denied flow is remembered too: decided and logged once. */
@@ -768,18 +989,14 @@ static struct udp_flow *udp_new(struct proxy *p, const struct sockaddr_in *src,
 				.dst = *dst,
 				.up.fd = -1,
 				.reply_fd = -1 };
+	if (d.verdict == NET_VERDICT_ASK) {
+		/* Held (its datagrams kept) or, not asked, denied. */
+		u->asking = hook_ask(p, &f, &d, u, &u->hook_id);
+		return u;
+	}
 	if (d.verdict != NET_VERDICT_ALLOW)
 		return u;
-	u->allowed = true;
-	count_add(p, &p->stats.udp_open, 1);
-	ret = udp_open(p, u);
-	if (ret) {
-		pr_debug("%s: udp upstream: %s", PROXY_NAME, strerror(-ret));
-		count_add(p, &p->stats.upstream_failed, 1);
-		udp_close(p, u);
-		return NULL;
-	}
-	return u;
+	return udp_start(p, u, 0) ? u : NULL;
 }
 
 static const struct sockaddr_in *orig_dst(struct msghdr *m)
@@ -825,12 +1042,10 @@ static void udp_from_guest(struct proxy *p, uint64_t now)
 		if (!u)
 			continue;
 		u->last_ms = now;
-		if (!u->allowed)
-			continue;
-		if (send(u->up.fd, p->dgram, n, MSG_DONTWAIT) == n)
-			count_add(p, &p->stats.bytes_out, n);
-		else
-			count_add(p, &p->stats.udp_dropped, 1);
+		if (u->asking)
+			udp_hold(p, u, p->dgram, n);
+		else if (u->allowed)
+			udp_send(p, u, p->dgram, n);
 	}
 }
 
@@ -865,17 +1080,66 @@ static void udp_sweep(struct proxy *p, uint64_t now)
 	}
 }
 
+/* ---- the hook --------------------------------------------------------------- */
+
+/* A question's answer; its cookie is the held flow, TCP or UDP. */
+static void hook_answered(void *opaque, void *cookie,
+			  const struct net_decision *d, const char *detail)
+{
+	struct proxy *p = opaque;
+	uintptr_t c = (uintptr_t)cookie, tcp = (uintptr_t)p->tcp;
+	uint64_t gen =
+		d->verdict == NET_VERDICT_ALLOW ? hook__generation(p->hook) : 0;
+
+	hook_copy_stats(p);
+	if (c >= tcp && c < tcp + p->p.max_tcp_flows * sizeof(*p->tcp))
+		tcp_settled(p, cookie, d, detail, gen);
+	else
+		udp_settled(p, cookie, d, detail, gen);
+}
+
+/* Until the sweep, or sooner the hook's nearest deadline. */
+static int loop_timeout(struct proxy *p)
+{
+	int ms = hook__timeout(p->hook, now_ms());
+
+	return ms >= 0 && ms < PROXY_SWEEP_MS ? ms : PROXY_SWEEP_MS;
+}
+
 /* ---- recheck --------------------------------------------------------------- */
+
+/*
+ * A held flow: still waiting when the policy would put it to the same
+ * hook socket (its question stays); else the question is cancelled and
+ * the caller settles it by d, now a rule's verdict or "hook changed".
+ */
+static bool recheck_held(struct proxy *p, uint64_t id, struct net_decision *d)
+{
+	if (d->verdict == NET_VERDICT_ASK) {
+		if (hook__is_target(p->hook, d->ask.socket))
+			return true;
+		deny(d, HOOK_CHANGED);
+	}
+	hook__cancel(p->hook, id);
+	return false;
+}
 
 /* An open TCP flow the decide function no longer allows: reset both ways. */
 static void tcp_recheck(struct proxy *p, struct tcp_flow *t)
 {
 	struct net_decision d;
+	const char *why;
 
-	ask(p, &t->flow, &d);
-	if (d.verdict == NET_VERDICT_ALLOW)
+	ask_policy(p, &t->flow, &d);
+	if (t->asking) {
+		if (!recheck_held(p, t->hook_id, &d))
+			tcp_settled(p, t, &d, "", 0);
 		return;
-	log_flow(p, "cut", &t->flow, d.reason);
+	}
+	if (d.verdict == NET_VERDICT_ALLOW ||
+	    hook_still_grants(p, t->hook_gen, &d, &why))
+		return;
+	log_flow(p, "cut", &t->flow, why, "");
 	tcp_close(p, t, true);
 	/* After the close: whoever sees the cut sees one flow less open. */
 	count_add(p, &p->stats.tcp_cut, 1);
@@ -888,20 +1152,28 @@ static void tcp_recheck(struct proxy *p, struct tcp_flow *t)
  */
 static void udp_recheck(struct proxy *p, struct udp_flow *u)
 {
-	struct net_flow f = { .proto = IPPROTO_UDP };
+	struct net_flow f = { .proto = IPPROTO_UDP,
+			      .src = u->src,
+			      .dst = u->dst };
 	struct net_decision d;
 	uint64_t last_ms = u->last_ms;
+	const char *why;
 
+	if (u->asking) {
+		ask_policy(p, &f, &d);
+		if (!recheck_held(p, u->hook_id, &d))
+			udp_settled(p, u, &d, "", 0);
+		return;
+	}
 	if (!u->allowed) {
 		udp_close(p, u);
 		return;
 	}
-	f.src = u->src;
-	f.dst = u->dst;
-	ask(p, &f, &d);
-	if (d.verdict == NET_VERDICT_ALLOW)
+	ask_policy(p, &f, &d);
+	if (d.verdict == NET_VERDICT_ALLOW ||
+	    hook_still_grants(p, u->hook_gen, &d, &why))
 		return;
-	log_flow(p, "cut", &f, d.reason);
+	log_flow(p, "cut", &f, why, "");
 	udp_close(p, u);
 	*u = (struct udp_flow){ .used = true,
 				.src = f.src,
@@ -939,16 +1211,16 @@ static int proxy_loop(struct proxy *p)
 {
 	struct epoll_event evs[PROXY_EPOLL_EVENTS];
 	uint64_t now, last_sweep = now_ms();
-	bool accept_ready, udp_ready, recheck;
+	bool accept_ready, udp_ready, recheck, hook_ready;
 	int n;
 
 	for (;;) {
 		n = epoll_wait(p->epoll_fd, evs, PROXY_EPOLL_EVENTS,
-			       PROXY_SWEEP_MS);
+			       loop_timeout(p));
 		if (n < 0 && errno != EINTR)
 			return -errno;
 		now = now_ms();
-		accept_ready = udp_ready = recheck = false;
+		accept_ready = udp_ready = recheck = hook_ready = false;
 		/*
 		 * Flows close in this batch but none opens: a later event
 		 * never meets another flow in a slot it had.
@@ -980,11 +1252,19 @@ static int proxy_loop(struct proxy *p)
 			case EP_UDP_UP:
 				udp_from_upstream(p, e->owner, now);
 				break;
+			case EP_HOOK:
+				hook_ready = true;
+				break;
 			}
 		}
-		/* Before new flows: those are decided anew anyway. */
+		/*
+		 * Before new flows: those are decided anew anyway. Answers,
+		 * like new flows, open flows after the batch.
+		 */
 		if (recheck)
 			recheck_all(p);
+		if (hook_ready || !hook__timeout(p->hook, now))
+			hook__run(p->hook, now);
 		if (accept_ready)
 			tcp_accept(p);
 		if (udp_ready)
@@ -993,6 +1273,7 @@ static int proxy_loop(struct proxy *p)
 			udp_sweep(p, now);
 			last_sweep = now;
 		}
+		hook_copy_stats(p);
 	}
 }
 
@@ -1033,6 +1314,8 @@ static void *proxy_thread(void *arg)
 
 static int proxy_alloc(struct proxy *p, char *err, size_t errlen)
 {
+	int ret;
+
 	p->tcp = calloc(p->p.max_tcp_flows, sizeof(*p->tcp));
 	p->udp = calloc(p->p.max_udp_flows, sizeof(*p->udp));
 	p->dgram = malloc(PROXY_DGRAM_MAX);
@@ -1044,6 +1327,14 @@ static int proxy_alloc(struct proxy *p, char *err, size_t errlen)
 			p->tcp[i].ep[s].fd = -1;
 	for (unsigned int i = 0; i < p->p.max_udp_flows; i++)
 		p->udp[i] = (struct udp_flow){ .up.fd = -1, .reply_fd = -1 };
+	ret = hook__create(
+		&p->hook,
+		&(struct hook_params){ .answer = hook_answered,
+				       .opaque = p,
+				       .max_pending = p->p.max_hook_pending });
+	if (ret)
+		return errf(err, errlen, ret, "%s: the hook: %s", PROXY_NAME,
+			    strerror(-ret));
 	p->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
 	p->recheck_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (p->epoll_fd < 0 || p->recheck_fd < 0 || worker__open(&p->worker))
@@ -1122,6 +1413,9 @@ int proxy__create(struct proxy **out, const struct proxy_params *params,
 			     EPOLLIN);
 	if (!ret)
 		ret = ep_add(p, &p->ep_udp, EP_UDP, p->udp_fd, NULL, EPOLLIN);
+	if (!ret)
+		ret = ep_add(p, &p->ep_hook, EP_HOOK, hook__fd(p->hook), NULL,
+			     EPOLLIN);
 	if (ret) {
 		errf(err, errlen, ret, "%s: epoll: %s", PROXY_NAME,
 		     strerror(-ret));
@@ -1170,6 +1464,7 @@ void proxy__destroy(struct proxy *p)
 		close(p->epoll_fd);
 	if (p->recheck_fd >= 0)
 		close(p->recheck_fd);
+	hook__destroy(p->hook); /* after close_all cancelled its questions */
 	free(p->tcp);
 	free(p->udp);
 	free(p->dgram);
@@ -1212,7 +1507,9 @@ void proxy__report(struct proxy *p)
 	proxy__stats(p, &s);
 	pr_info("%s: %s; tcp allowed %llu denied %llu open %llu; udp allowed "
 		"%llu denied %llu open %llu; bytes out %llu in %llu; upstream "
-		"failed %llu; udp dropped %llu; cut tcp %llu udp %llu",
+		"failed %llu; udp dropped %llu; cut tcp %llu udp %llu; hook "
+		"questions %llu answers %llu timeouts %llu failures %llu "
+		"pending %llu",
 		PROXY_NAME, s.running ? "running" : "stopped (fail closed)",
 		(unsigned long long)s.tcp_allowed,
 		(unsigned long long)s.tcp_denied,
@@ -1223,7 +1520,12 @@ void proxy__report(struct proxy *p)
 		(unsigned long long)s.bytes_in,
 		(unsigned long long)s.upstream_failed,
 		(unsigned long long)s.udp_dropped,
-		(unsigned long long)s.tcp_cut, (unsigned long long)s.udp_cut);
+		(unsigned long long)s.tcp_cut, (unsigned long long)s.udp_cut,
+		(unsigned long long)s.hook.questions,
+		(unsigned long long)s.hook.answers,
+		(unsigned long long)s.hook.timeouts,
+		(unsigned long long)s.hook.failures,
+		(unsigned long long)s.hook.pending);
 	for (unsigned int i = 0; i < s.nr_reasons; i++)
 		pr_info("%s: %s %s \"%s\": %llu flows", PROXY_NAME,
 			proto_name(s.reasons[i].proto),

@@ -9,6 +9,7 @@
 #include "lib/compiler.h"
 #include "ebpf/loader.h"
 #include "vmm/flow.h"
+#include "vmm/hook.h"
 
 /*
  * The vmm's egress proxy for one VM (Documentation/network.md, "The
@@ -29,6 +30,8 @@
  * attaches the program, then makes the UDP reply sockets on request and
  * finally detaches the program), and the proxy thread, an epoll loop in
  * the caller's netns that accepts, decides, connects upstream and relays.
+ * A flow decide answers NET_VERDICT_ASK is held while the proxy thread
+ * puts it to the policy's hook (vmm/hook.h) from the same loop.
  */
 
 #define PROXY_TCP_PORT	    15001U /* the listener's, in the VM netns */
@@ -46,8 +49,9 @@ struct proxy_params {
 	void *decide_opaque;
 	/* 0: the defaults above (tests make them small). */
 	unsigned int max_tcp_flows, max_udp_flows;
-	unsigned int udp_idle_ms;    /* 0: 60 s */
-	uint16_t tcp_port, udp_port; /* 0: PROXY_TCP_PORT, PROXY_UDP_PORT */
+	unsigned int max_hook_pending; /* 0: HOOK_MAX_PENDING */
+	unsigned int udp_idle_ms;      /* 0: 60 s */
+	uint16_t tcp_port, udp_port;   /* 0: PROXY_TCP_PORT, PROXY_UDP_PORT */
 };
 
 struct proxy_reason_count {
@@ -65,6 +69,7 @@ struct proxy_stats {
 	uint64_t upstream_failed;     /* allowed, but the connect failed */
 	uint64_t udp_dropped;	      /* datagrams not sent (full, errors) */
 	uint64_t tcp_cut, udp_cut;    /* open flows a recheck denied */
+	struct hook_stats hook;	      /* the policy hook's questions */
 	bool running;		      /* the proxy thread's loop */
 	unsigned int nr_reasons;
 	struct proxy_reason_count reasons[PROXY_REASONS_MAX];
@@ -96,7 +101,11 @@ void proxy__stats(struct proxy *p, struct proxy_stats *s);
  * both sides reset; UDP: its sockets closed, later datagrams dropped),
  * counted in tcp_cut / udp_cut and logged like a denied flow. A UDP flow
  * that was denied is forgotten, so its next datagram is decided anew.
- * Call it after whatever decide reads has changed (a new policy).
+ * NET_VERDICT_ASK keeps a flow only if the hook granted it and decide
+ * names the same hook socket (else: cut, "hook changed" or decide's
+ * reason); a held flow keeps waiting for the same socket's answer, and
+ * is otherwise settled now by decide's verdict ("hook changed" for
+ * another socket). Call it after whatever decide reads has changed.
  */
 void proxy__recheck(struct proxy *p);
 

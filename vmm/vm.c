@@ -321,7 +321,10 @@ static void net_exit(struct vm *vm)
  * proxy's thread, its only caller: default deny, "no grant" when no rule
  * (or no policy) allows it. Hostname rules match through the resolver's
  * bindings. Under policy_lock (the API thread may be swapping the
- * policy), then bindings_lock (the resolver's thread writes them).
+ * policy), then bindings_lock (the resolver's thread writes them). A
+ * policy with a hook answers NET_VERDICT_ASK instead of "no grant", the
+ * hook's socket and the destination's bound names copied out: the proxy
+ * asks the hook after both locks are released.
  */
 static void decide_by_policy(void *opaque, const struct net_flow *f,
 			     struct net_decision *d)
@@ -419,9 +422,9 @@ static int proxy_init(struct vm *vm)
 	}
 	/*
 	 * Each proxied flow holds two fds (the guest's and upstream's, or
-	 * a UDP flow's two sockets).
+	 * a UDP flow's two sockets); the hook's connection one more.
 	 */
-	nofile_room(2 * (PROXY_MAX_TCP_FLOWS + PROXY_MAX_UDP_FLOWS));
+	nofile_room(2 * (PROXY_MAX_TCP_FLOWS + PROXY_MAX_UDP_FLOWS) + 1);
 	ret = proxy__create(&vm->proxy, &p, err, sizeof(err));
 	if (ret)
 		pr_err("net %s: %s", vm->tap.name, err);

@@ -113,6 +113,13 @@ static const struct proxy_stats test_stats = {
 	.bytes_in = 20000,
 	.upstream_failed = 1,
 	.udp_dropped = 6,
+	.hook = { .questions = 8,
+		  .answers = 5,
+		  .timeouts = 1,
+		  .ignored = 2,
+		  .failures = 1,
+		  .connects = 3,
+		  .pending = 1 },
 	.running = true,
 	.nr_reasons = 2,
 	.reasons = { { "tcp grant 0", IPPROTO_TCP, NET_VERDICT_ALLOW, 3 },
@@ -363,6 +370,13 @@ TEST_F(srv, status_has_the_net_object)
 	EXPECT_EQ(20000, jint(net, NULL, "bytesIn"));
 	EXPECT_EQ(1, jint(net, NULL, "upstreamFailed"));
 	EXPECT_EQ(6, jint(net, NULL, "udpDropped"));
+	EXPECT_EQ(8, jint(net, "hook", "questions"));
+	EXPECT_EQ(5, jint(net, "hook", "answers"));
+	EXPECT_EQ(1, jint(net, "hook", "timeouts"));
+	EXPECT_EQ(2, jint(net, "hook", "ignored"));
+	EXPECT_EQ(1, jint(net, "hook", "failures"));
+	EXPECT_EQ(3, jint(net, "hook", "connects"));
+	EXPECT_EQ(1, jint(net, "hook", "pending"));
 	r = json_object_get(net, "reasons");
 	ASSERT_EQ(2, json_array_size(r));
 	EXPECT_STREQ("tcp", json_string_value(json_object_get(

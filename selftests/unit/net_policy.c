@@ -86,14 +86,18 @@ static enum net_verdict decide(const struct net_policy *p,
 #define UDP   IPPROTO_UDP
 #define ALLOW NET_VERDICT_ALLOW
 #define DENY  NET_VERDICT_DENY
+#define ASK   NET_VERDICT_ASK
 
-static const char example[] =
-	"{'dns': {'resolvers': ['9.9.9.9', '1.1.1.1:5353']},"
-	" 'tcp': [{'to': '203.0.113.0/24', 'ports': [443, '8000-8100']},"
-	"         {'to': 'api.example.com', 'ports': [443]},"
-	"         {'to': 'public-internet'}],"
-	" 'udp': [{'to': '198.51.100.7', 'ports': [5000]}],"
-	" 'hook': {'socket': '/run/policy.sock', 'timeoutMs': 250}}";
+/* Documentation/network.md's example; the rules alone, and with its hook. */
+#define EXAMPLE_RULES                                                     \
+	"{'dns': {'resolvers': ['9.9.9.9', '1.1.1.1:5353']},"             \
+	" 'tcp': [{'to': '203.0.113.0/24', 'ports': [443, '8000-8100']}," \
+	"         {'to': 'api.example.com', 'ports': [443]},"             \
+	"         {'to': 'public-internet'}],"                            \
+	" 'udp': [{'to': '198.51.100.7', 'ports': [5000]}]"
+static const char example[] = EXAMPLE_RULES
+	", 'hook': {'socket': '/run/policy.sock', 'timeoutMs': 250}}";
+static const char example_rules[] = EXAMPLE_RULES "}";
 
 TEST(parse_example)
 {
@@ -571,7 +575,7 @@ TEST(tcp_and_udp_apart)
 	struct net_policy *p;
 	char err[ERR_LEN];
 
-	ASSERT_EQ(0, parse(example, &p, err, sizeof(err)));
+	ASSERT_EQ(0, parse(example_rules, &p, err, sizeof(err)));
 	EXPECT_EQ(ALLOW, decide(p, NULL, UDP, "198.51.100.7", 5000, &d));
 	EXPECT_STREQ("udp grant 0", d.reason);
 	EXPECT_EQ(DENY, decide(p, NULL, TCP, "198.51.100.7", 5000, &d));
@@ -617,7 +621,7 @@ TEST(hostname_only_through_bindings)
 	uint64_t now = 1000;
 	char err[ERR_LEN];
 
-	ASSERT_EQ(0, parse(example, &p, err, sizeof(err)));
+	ASSERT_EQ(0, parse(example_rules, &p, err, sizeof(err)));
 	b = net_bindings__create(fake_clock, &now);
 	ASSERT_NE(NULL, b);
 	/* 198.51.100.10 is documentation, so only the hostname can grant. */
@@ -648,6 +652,104 @@ TEST(hostname_only_through_bindings)
 	EXPECT_EQ(ALLOW, decide(p, b, TCP, "198.51.100.10", 443, &d));
 	net_bindings__destroy(b);
 	net_policy__free(p);
+}
+
+/*
+ * With a hook, what no rule grants is put to it: ASK, "no grant" the
+ * reason without it, the hook's socket and deadline, the destination's
+ * class and the names this VM's DNS binds it to. Rule grants and what is
+ * always denied never reach it.
+ */
+TEST(hook_asked_when_no_rule_grants)
+{
+	struct net_bindings *b;
+	struct net_decision d;
+	struct net_policy *p;
+	uint64_t now = 1000;
+	char err[ERR_LEN];
+
+	ASSERT_EQ(0, parse(example, &p, err, sizeof(err))) TH_LOG("%s", err);
+	b = net_bindings__create(fake_clock, &now);
+	ASSERT_NE(NULL, b);
+	ASSERT_EQ(0, net_bindings__insert(b, "www.example.org",
+					  ip("198.51.100.10"), 60));
+	ASSERT_EQ(0, net_bindings__insert(b, "cdn.example.net",
+					  ip("198.51.100.10"), 60));
+	ASSERT_EQ(0, net_bindings__insert(b, "other.example.org",
+					  ip("198.51.100.11"), 60));
+
+	EXPECT_EQ(ASK, decide(p, b, TCP, "198.51.100.10", 8080, &d));
+	EXPECT_STREQ("no grant", d.reason);
+	EXPECT_STREQ("/run/policy.sock", d.ask.socket);
+	EXPECT_EQ(250, d.ask.timeout_ms);
+	EXPECT_STREQ("documentation", d.ask.class_name);
+	ASSERT_EQ(2, d.ask.nr_hostnames);
+	EXPECT_STREQ("cdn.example.net", d.ask.hostnames[0]);
+	EXPECT_STREQ("www.example.org", d.ask.hostnames[1]);
+	/* No bindings table, or none for the address: no names. */
+	EXPECT_EQ(ASK, decide(p, NULL, UDP, "10.1.2.3", 53, &d));
+	EXPECT_STREQ("private", d.ask.class_name);
+	EXPECT_EQ(0, d.ask.nr_hostnames);
+	/* Expired bindings are not sent. */
+	now += 60 * 1000;
+	EXPECT_EQ(ASK, decide(p, b, TCP, "198.51.100.10", 8080, &d));
+	EXPECT_EQ(0, d.ask.nr_hostnames);
+
+	/* A rule's grant, and what is always denied, are not asked. */
+	EXPECT_EQ(ALLOW, decide(p, b, TCP, "8.8.8.8", 22, &d));
+	EXPECT_STREQ("tcp grant 2", d.reason);
+	EXPECT_EQ(DENY, decide(p, b, TCP, "127.0.0.1", 22, &d));
+	EXPECT_STREQ("host loopback", d.reason);
+	EXPECT_EQ(DENY, decide(p, b, UDP, "8.8.8.8", 0, &d));
+	EXPECT_STREQ("port 0", d.reason);
+	net_policy__set_gateway(p, ip("10.0.2.2"));
+	EXPECT_EQ(DENY, decide(p, b, TCP, "10.0.2.2", 80, &d));
+	EXPECT_STREQ("host side of the tap", d.reason);
+	net_bindings__destroy(b);
+	net_policy__free(p);
+}
+
+/* The names for an address: sorted, the lowest few, expired ones left out. */
+TEST(bindings_names_by_address)
+{
+	char names[NET_ASK_MAX_HOSTNAMES][NET_HOSTNAME_MAX + 1];
+	char host[32];
+	struct net_bindings *b;
+	uint64_t now = 0;
+
+	b = net_bindings__create(fake_clock, &now);
+	ASSERT_NE(NULL, b);
+	EXPECT_EQ(0, net_bindings__names(b, ip("8.8.8.8"), names,
+					 NET_ASK_MAX_HOSTNAMES));
+	/* Inserted from the highest name down, twice: no duplicates. */
+	for (int round = 0; round < 2; round++) {
+		for (int i = 2 * NET_ASK_MAX_HOSTNAMES - 1; i >= 0; i--) {
+			snprintf(host, sizeof(host), "n%02d.example", i);
+			ASSERT_EQ(0, net_bindings__insert(b, host,
+							  ip("8.8.8.8"), 60));
+		}
+	}
+	ASSERT_EQ(0,
+		  net_bindings__insert(b, "Short.Example.", ip("8.8.8.8"), 5));
+	ASSERT_EQ(0, net_bindings__insert(b, "a.example", ip("8.8.4.4"), 60));
+	ASSERT_EQ(NET_ASK_MAX_HOSTNAMES,
+		  net_bindings__names(b, ip("8.8.8.8"), names,
+				      NET_ASK_MAX_HOSTNAMES));
+	for (unsigned int i = 0; i < NET_ASK_MAX_HOSTNAMES; i++) {
+		snprintf(host, sizeof(host), "n%02u.example", i);
+		EXPECT_STREQ(host, names[i]);
+	}
+	ASSERT_EQ(3, net_bindings__names(b, ip("8.8.8.8"), names, 3));
+	EXPECT_STREQ("n02.example", names[2]);
+	/* "short.example" sorts last; past 5 s it is gone anyway. */
+	now += 5 * 1000;
+	ASSERT_EQ(1, net_bindings__names(b, ip("8.8.4.4"), names,
+					 NET_ASK_MAX_HOSTNAMES));
+	EXPECT_STREQ("a.example", names[0]);
+	now += 55 * 1000;
+	EXPECT_EQ(0, net_bindings__names(b, ip("8.8.8.8"), names,
+					 NET_ASK_MAX_HOSTNAMES));
+	net_bindings__destroy(b);
 }
 
 TEST(wildcards)

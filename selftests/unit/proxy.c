@@ -15,14 +15,21 @@
  *
  * Nothing waits for a fixed time: negative checks wait for the proxy's
  * counters to show its decision, then look.
+ *
+ * The hook's tests decide by a real policy (vmm/policy.c) with a hook on
+ * a Unix socket the test plays by hand (selftests/fakehook.h): the test
+ * thread reads the proxy's questions and answers them while the proxy's
+ * thread holds the guest's flow.
  */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <net/if.h>
 #include <netinet/in.h>
+#include <jansson.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,7 +39,9 @@
 #include <unistd.h>
 
 #include "lib/compiler.h"
+#include "vmm/policy.h"
 #include "vmm/proxy.h"
+#include "selftests/fakehook.h"
 #include "selftests/kselftest.h"
 #include "selftests/vmnet.h"
 
@@ -55,11 +64,15 @@ static in_addr_t ip4(const char *s)
 /*
  * The test's policy: TCP and UDP to ALLOWED, nothing else; and, once a
  * test revokes it, nothing from the guest's source port revoked_port
- * (host byte order; 0: none).
+ * (host byte order; 0: none). A hook test sets policy instead, a real
+ * one, decided with bindings as the VM does (vmm/vm.c), under lock.
  */
 struct test_policy {
 	unsigned int calls;
 	unsigned int revoked_port;
+	pthread_mutex_t lock;
+	struct net_policy *policy;
+	struct net_bindings *bindings;
 };
 
 static void test_decide(void *opaque, const struct net_flow *f,
@@ -70,6 +83,13 @@ static void test_decide(void *opaque, const struct net_flow *f,
 		__atomic_load_n(&tp->revoked_port, __ATOMIC_RELAXED);
 
 	__atomic_add_fetch(&tp->calls, 1, __ATOMIC_RELAXED);
+	pthread_mutex_lock(&tp->lock);
+	if (tp->policy) {
+		net_policy__decide(tp->policy, f, tp->bindings, d);
+		pthread_mutex_unlock(&tp->lock);
+		return;
+	}
+	pthread_mutex_unlock(&tp->lock);
 	if (revoked && ntohs(f->src.sin_port) == revoked) {
 		d->verdict = NET_VERDICT_DENY;
 		snprintf(d->reason, sizeof(d->reason), "revoked");
@@ -87,6 +107,7 @@ FIXTURE(px)
 	struct vmnet net;
 	struct proxy *proxy;
 	struct test_policy policy;
+	struct fakehook hook;
 	int up_tcp, denied_tcp, up_udp, denied_udp;
 };
 
@@ -103,6 +124,8 @@ FIXTURE_SETUP(px)
 
 	vmnet__init(&self->net);
 	self->up_tcp = self->denied_tcp = self->up_udp = self->denied_udp = -1;
+	self->hook = (struct fakehook){ .lsn = -1, .conn = -1 };
+	pthread_mutex_init(&self->policy.lock, NULL);
 	if (geteuid())
 		SKIP(return, "not root: BPF, network namespaces and "
 			     "transparent sockets need CAP_BPF, "
@@ -138,6 +161,10 @@ FIXTURE_TEARDOWN(px)
 		if (fds[i] >= 0)
 			close(fds[i]);
 	vmnet__close(&self->net);
+	fakehook__close(&self->hook);
+	net_policy__free(self->policy.policy);
+	net_bindings__destroy(self->policy.bindings);
+	pthread_mutex_destroy(&self->policy.lock);
 }
 
 static int guest_connect(struct __test_metadata *_metadata,
@@ -631,6 +658,437 @@ TEST_F_TIMEOUT(px, destroyed_proxy_fails_closed, 60)
 	ASSERT_TRUE(wait_syn_retransmitted(g));
 	EXPECT_FALSE(vmnet__wait_for(g, POLLOUT, 0));
 	EXPECT_FALSE(vmnet__wait_for(self->up_tcp, POLLIN, 0));
+	close(g);
+}
+
+/* ---- the hook --------------------------------------------------------------- */
+
+#define HOOK_LONG_MS  5000 /* an answer the test gives always comes in time */
+#define HOOK_SHORT_MS 100  /* a deadline the test lets pass */
+
+/*
+ * The policy decide uses from now on: the rules grant ALLOWED (TCP and
+ * UDP) and grant_too if not NULL; with hook_path, the rest goes to the
+ * hook there.
+ */
+static void set_policy(struct __test_metadata *_metadata,
+		       FIXTURE_DATA(px) * self, const char *grant_too,
+		       const char *hook_path, unsigned int timeout_ms)
+{
+	char doc[512], hook[256] = "", extra[64] = "", err[256] = "";
+	struct net_policy *np, *old;
+	json_t *o;
+
+	if (grant_too)
+		snprintf(extra, sizeof(extra), ", {\"to\": \"%s\"}", grant_too);
+	if (hook_path)
+		snprintf(hook, sizeof(hook),
+			 ", \"hook\": {\"socket\": \"%s\", \"timeoutMs\": %u}",
+			 hook_path, timeout_ms);
+	snprintf(
+		doc, sizeof(doc),
+		"{\"tcp\": [{\"to\": \"%s\"}%s], \"udp\": [{\"to\": \"%s\"}]%s}",
+		ALLOWED, extra, ALLOWED, hook);
+	o = json_loads(doc, 0, NULL);
+	ASSERT_NE(NULL, o) TH_LOG("%s", doc);
+	ASSERT_EQ(0, net_policy__parse(o, "policy", &np, err, sizeof(err)))
+	TH_LOG("%s", err);
+	json_decref(o);
+	pthread_mutex_lock(&self->policy.lock);
+	old = self->policy.policy;
+	self->policy.policy = np;
+	pthread_mutex_unlock(&self->policy.lock);
+	net_policy__free(old);
+}
+
+/* The fake hook listening, and the policy asking it. */
+static void hook_up(struct __test_metadata *_metadata, FIXTURE_DATA(px) * self,
+		    unsigned int timeout_ms)
+{
+	ASSERT_EQ(0, fakehook__init(&self->hook, true));
+	set_policy(_metadata, self, NULL, self->hook.path, timeout_ms);
+}
+
+/* The proxy's next question, as JSON (the caller's to free). */
+static json_t *read_question(struct __test_metadata *_metadata,
+			     struct fakehook *h)
+{
+	char line[FAKEHOOK_LINE_MAX];
+	json_t *q;
+
+	if (h->conn < 0)
+		ASSERT_EQ(0, fakehook__accept(h));
+	ASSERT_LT(0, fakehook__read_line(h, line, sizeof(line)));
+	q = json_loads(line, JSON_REJECT_DUPLICATES, NULL);
+	ASSERT_TRUE(json_is_object(q)) TH_LOG("not a JSON object: %s", line);
+	return q;
+}
+
+static long long q_id(json_t *q)
+{
+	return json_integer_value(json_object_get(q, "id"));
+}
+
+static const char *q_str(json_t *q, const char *key)
+{
+	return json_string_value(json_object_get(q, key));
+}
+
+/* "10.0.2.15:PORT" for the guest socket g. */
+static void guest_src(int g, char *buf, size_t len)
+{
+	snprintf(buf, len, "%s:%d", VMNET_GUEST, local_port(g));
+}
+
+static bool tcp_allowed_at_least(const struct proxy_stats *s, uint64_t n)
+{
+	return s->tcp_allowed >= n;
+}
+
+static bool udp_dropped_at_least(const struct proxy_stats *s, uint64_t n)
+{
+	return s->udp_dropped >= n;
+}
+
+static bool hook_ignored_at_least(const struct proxy_stats *s, uint64_t n)
+{
+	return s->hook.ignored >= n;
+}
+
+/* The flow the hook granted relays both ways, the way it was asked. */
+TEST_F_TIMEOUT(px, hook_grant_relays_the_flow, 60)
+{
+	char src[32], buf[16];
+	struct proxy_stats s;
+	int g, conn;
+	json_t *q;
+
+	hook_up(_metadata, self, HOOK_LONG_MS);
+	g = guest_connect(_metadata, self, DENIED, TCP_PORT);
+	q = read_question(_metadata, &self->hook);
+	guest_src(g, src, sizeof(src));
+	EXPECT_STREQ("tcp", q_str(q, "proto"));
+	EXPECT_STREQ(src, q_str(q, "src"));
+	EXPECT_STREQ(DENIED ":443", q_str(q, "dst"));
+	EXPECT_STREQ("documentation", q_str(q, "class"));
+	EXPECT_EQ(0, json_array_size(json_object_get(q, "hostnames")));
+	EXPECT_LT(0, q_id(q));
+	/* Held: nothing goes upstream before the answer. */
+	EXPECT_FALSE(vmnet__wait_for(self->denied_tcp, POLLIN, 0));
+
+	ASSERT_EQ(0, fakehook__answer(&self->hook, q_id(q), "grant", "ok"));
+	ASSERT_TRUE(vmnet__wait_for(self->denied_tcp, POLLIN, TIMEOUT_MS))
+	TH_LOG("granted, but nothing upstream");
+	conn = accept4(self->denied_tcp, NULL, NULL, SOCK_CLOEXEC);
+	ASSERT_LE(0, conn);
+	ASSERT_EQ(5, send(g, "hello", 5, 0));
+	ASSERT_EQ(5, read_some(conn, buf, sizeof(buf)));
+	ASSERT_EQ(3, send(conn, "hey", 3, 0));
+	ASSERT_EQ(3, read_some(g, buf, sizeof(buf)));
+
+	ASSERT_TRUE(wait_stats(self->proxy, tcp_allowed_at_least, 1, &s));
+	EXPECT_EQ(1, reason_flows(&s, IPPROTO_TCP, HOOK_GRANT));
+	EXPECT_EQ(1, s.tcp_open);
+	EXPECT_EQ(0, s.tcp_denied);
+	EXPECT_EQ(1, s.hook.questions);
+	EXPECT_EQ(1, s.hook.answers);
+	EXPECT_EQ(0, s.hook.pending);
+	json_decref(q);
+	close(conn);
+	close(g);
+}
+
+TEST_F_TIMEOUT(px, hook_deny_resets, 60)
+{
+	struct proxy_stats s;
+	json_t *q;
+	int g;
+
+	hook_up(_metadata, self, HOOK_LONG_MS);
+	g = guest_connect(_metadata, self, DENIED, TCP_PORT);
+	q = read_question(_metadata, &self->hook);
+	ASSERT_EQ(0, fakehook__answer(&self->hook, q_id(q), "deny", "no"));
+	EXPECT_EQ(ECONNRESET, guest_error(g));
+	ASSERT_TRUE(wait_stats(self->proxy, tcp_denied_at_least, 1, &s));
+	EXPECT_EQ(1, reason_flows(&s, IPPROTO_TCP, HOOK_DENY));
+	EXPECT_EQ(0, s.tcp_allowed);
+	EXPECT_EQ(0, s.tcp_open);
+	EXPECT_FALSE(vmnet__wait_for(self->denied_tcp, POLLIN, 0));
+	json_decref(q);
+	close(g);
+}
+
+/* A hook that never answers: denied once the deadline passed. */
+TEST_F_TIMEOUT(px, hook_timeout_denies, 60)
+{
+	struct proxy_stats s;
+	json_t *q;
+	int g;
+
+	hook_up(_metadata, self, HOOK_SHORT_MS);
+	g = guest_connect(_metadata, self, DENIED, TCP_PORT);
+	q = read_question(_metadata, &self->hook);
+	EXPECT_EQ(ECONNRESET, guest_error(g));
+	ASSERT_TRUE(wait_stats(self->proxy, tcp_denied_at_least, 1, &s));
+	EXPECT_EQ(1, reason_flows(&s, IPPROTO_TCP, HOOK_TIMEOUT));
+	EXPECT_EQ(1, s.hook.timeouts);
+	EXPECT_EQ(0, s.hook.pending);
+	EXPECT_FALSE(vmnet__wait_for(self->denied_tcp, POLLIN, 0));
+	json_decref(q);
+	close(g);
+}
+
+/* Nothing at the hook's path: denied at once, nothing upstream. */
+TEST_F_TIMEOUT(px, hook_unreachable_denies, 60)
+{
+	struct proxy_stats s;
+	int g;
+
+	ASSERT_EQ(0, fakehook__init(&self->hook, false));
+	set_policy(_metadata, self, NULL, self->hook.path, HOOK_LONG_MS);
+	g = guest_connect(_metadata, self, DENIED, TCP_PORT);
+	EXPECT_EQ(ECONNRESET, guest_error(g));
+	ASSERT_TRUE(wait_stats(self->proxy, tcp_denied_at_least, 1, &s));
+	EXPECT_EQ(1, reason_flows(&s, IPPROTO_TCP, HOOK_UNREACHABLE));
+	EXPECT_EQ(0, s.hook.questions);
+	EXPECT_EQ(1, s.hook.failures);
+	/* The rules still grant without the hook. */
+	close(g);
+	g = guest_connect(_metadata, self, ALLOWED, TCP_PORT);
+	ASSERT_TRUE(vmnet__wait_for(self->up_tcp, POLLIN, TIMEOUT_MS));
+	close(g);
+}
+
+TEST_F_TIMEOUT(px, hook_garbage_denies, 60)
+{
+	struct proxy_stats s;
+	json_t *q;
+	int g;
+
+	hook_up(_metadata, self, HOOK_LONG_MS);
+	g = guest_connect(_metadata, self, DENIED, TCP_PORT);
+	q = read_question(_metadata, &self->hook);
+	ASSERT_EQ(0, fakehook__send(&self->hook, "grant it, please\n"));
+	EXPECT_EQ(ECONNRESET, guest_error(g));
+	ASSERT_TRUE(wait_stats(self->proxy, tcp_denied_at_least, 1, &s));
+	EXPECT_EQ(1, reason_flows(&s, IPPROTO_TCP, HOOK_ERROR));
+	json_decref(q);
+	close(g);
+}
+
+/* Two flows held at once, answered in the other order. */
+TEST_F_TIMEOUT(px, hook_answers_out_of_order, 60)
+{
+	json_t *q[2], *q1st, *q2nd;
+	char src1[32], buf[4];
+	struct proxy_stats s;
+	int g1, g2, conn;
+
+	hook_up(_metadata, self, HOOK_LONG_MS);
+	g1 = guest_connect(_metadata, self, DENIED, TCP_PORT);
+	g2 = guest_connect(_metadata, self, DENIED, TCP_PORT);
+	q[0] = read_question(_metadata, &self->hook);
+	q[1] = read_question(_metadata, &self->hook);
+	guest_src(g1, src1, sizeof(src1));
+	q1st = !strcmp(q_str(q[0], "src"), src1) ? q[0] : q[1];
+	q2nd = q1st == q[0] ? q[1] : q[0];
+	ASSERT_STREQ(src1, q_str(q1st, "src"));
+	EXPECT_NE(q_id(q1st), q_id(q2nd));
+
+	/* g2's grant first, then g1's denial. */
+	ASSERT_EQ(0, fakehook__answer(&self->hook, q_id(q2nd), "grant", NULL));
+	ASSERT_EQ(0, fakehook__answer(&self->hook, q_id(q1st), "deny", NULL));
+	EXPECT_EQ(ECONNRESET, guest_error(g1));
+	ASSERT_TRUE(vmnet__wait_for(self->denied_tcp, POLLIN, TIMEOUT_MS));
+	conn = accept4(self->denied_tcp, NULL, NULL, SOCK_CLOEXEC);
+	ASSERT_LE(0, conn);
+	ASSERT_EQ(2, send(g2, "hi", 2, 0));
+	ASSERT_EQ(2, read_some(conn, buf, sizeof(buf)));
+	ASSERT_TRUE(wait_stats(self->proxy, tcp_denied_at_least, 1, &s));
+	EXPECT_EQ(1, reason_flows(&s, IPPROTO_TCP, HOOK_GRANT));
+	EXPECT_EQ(1, reason_flows(&s, IPPROTO_TCP, HOOK_DENY));
+	json_decref(q[0]);
+	json_decref(q[1]);
+	close(conn);
+	close(g1);
+	close(g2);
+}
+
+/* The question names what this VM's DNS bound the destination to. */
+TEST_F_TIMEOUT(px, hook_gets_hostnames_from_bindings, 60)
+{
+	json_t *q, *names;
+	int g;
+
+	self->policy.bindings = net_bindings__create(NULL, NULL);
+	ASSERT_NE(NULL, self->policy.bindings);
+	pthread_mutex_lock(&self->policy.lock);
+	ASSERT_EQ(0, net_bindings__insert(self->policy.bindings,
+					  "www.example.com", ip4(DENIED), 60));
+	ASSERT_EQ(0, net_bindings__insert(self->policy.bindings,
+					  "API.example.com.", ip4(DENIED), 60));
+	ASSERT_EQ(0,
+		  net_bindings__insert(self->policy.bindings,
+				       "other.example.com", ip4(ALLOWED), 60));
+	pthread_mutex_unlock(&self->policy.lock);
+	hook_up(_metadata, self, HOOK_LONG_MS);
+	g = guest_connect(_metadata, self, DENIED, TCP_PORT);
+	q = read_question(_metadata, &self->hook);
+	names = json_object_get(q, "hostnames");
+	ASSERT_EQ(2, json_array_size(names));
+	EXPECT_STREQ("api.example.com",
+		     json_string_value(json_array_get(names, 0)));
+	EXPECT_STREQ("www.example.com",
+		     json_string_value(json_array_get(names, 1)));
+	ASSERT_EQ(0, fakehook__answer(&self->hook, q_id(q), "deny", NULL));
+	EXPECT_EQ(ECONNRESET, guest_error(g));
+	json_decref(q);
+	close(g);
+}
+
+/*
+ * A held UDP flow keeps its first datagrams (PROXY_UDP_HELD of them, the
+ * rest dropped and counted) and sends them in order once granted.
+ */
+TEST_F_TIMEOUT(px, hook_udp_held_then_sent_in_order, 60)
+{
+	struct sockaddr_in dst = vmnet__sin(DENIED, UDP_PORT), from;
+	socklen_t len = sizeof(from);
+	const int sent = 6, kept = 4;
+	struct proxy_stats s;
+	char buf[16], want[8];
+	json_t *q;
+	int g;
+
+	hook_up(_metadata, self, HOOK_LONG_MS);
+	g = vmnet__guest_socket(_metadata, &self->net, SOCK_DGRAM);
+	for (int i = 0; i < sent; i++) {
+		snprintf(want, sizeof(want), "d%d", i);
+		ASSERT_EQ(2, sendto(g, want, 2, 0, (struct sockaddr *)&dst,
+				    sizeof(dst)));
+	}
+	q = read_question(_metadata, &self->hook);
+	EXPECT_STREQ("udp", q_str(q, "proto"));
+	EXPECT_STREQ(DENIED ":5000", q_str(q, "dst"));
+	/* All read while held: the ones past the bound are dropped. */
+	ASSERT_TRUE(
+		wait_stats(self->proxy, udp_dropped_at_least, sent - kept, &s));
+	EXPECT_FALSE(vmnet__wait_for(self->denied_udp, POLLIN, 0));
+
+	ASSERT_EQ(0, fakehook__answer(&self->hook, q_id(q), "grant", NULL));
+	for (int i = 0; i < kept; i++) {
+		snprintf(want, sizeof(want), "d%d", i);
+		ASSERT_TRUE(
+			vmnet__wait_for(self->denied_udp, POLLIN, TIMEOUT_MS));
+		len = sizeof(from);
+		ASSERT_EQ(2, recvfrom(self->denied_udp, buf, sizeof(buf), 0,
+				      (struct sockaddr *)&from, &len));
+		EXPECT_EQ(0, memcmp(buf, want, 2));
+	}
+	/* And the way back, from where the guest sent to. */
+	ASSERT_EQ(4, sendto(self->denied_udp, "pong", 4, 0,
+			    (struct sockaddr *)&from, len));
+	ASSERT_TRUE(vmnet__wait_for(g, POLLIN, TIMEOUT_MS));
+	len = sizeof(from);
+	ASSERT_EQ(4, recvfrom(g, buf, sizeof(buf), 0, (struct sockaddr *)&from,
+			      &len));
+	expect_addr(_metadata, &from, DENIED, UDP_PORT);
+	proxy__stats(self->proxy, &s);
+	EXPECT_EQ(1, reason_flows(&s, IPPROTO_UDP, HOOK_GRANT));
+	EXPECT_EQ(sent - kept, s.udp_dropped);
+	EXPECT_EQ(1, s.udp_open);
+	json_decref(q);
+	close(g);
+}
+
+static bool calls_at_least(struct test_policy *tp, unsigned int n)
+{
+	for (int waited = 0; waited < TIMEOUT_MS * 1000;
+	     waited += STATS_POLL_US) {
+		if (__atomic_load_n(&tp->calls, __ATOMIC_RELAXED) >= n)
+			return true;
+		usleep(STATS_POLL_US);
+	}
+	return false;
+}
+
+/*
+ * A recheck keeps a flow the hook granted while the policy names the
+ * same hook socket, and cuts it once it names another.
+ */
+TEST_F_TIMEOUT(px, hook_grant_kept_while_same_hook, 60)
+{
+	struct proxy_stats s;
+	unsigned int calls;
+	char buf[8];
+	int g, conn;
+	json_t *q;
+
+	hook_up(_metadata, self, HOOK_LONG_MS);
+	g = guest_connect(_metadata, self, DENIED, TCP_PORT);
+	q = read_question(_metadata, &self->hook);
+	ASSERT_EQ(0, fakehook__answer(&self->hook, q_id(q), "grant", NULL));
+	ASSERT_TRUE(vmnet__wait_for(self->denied_tcp, POLLIN, TIMEOUT_MS));
+	conn = accept4(self->denied_tcp, NULL, NULL, SOCK_CLOEXEC);
+	ASSERT_LE(0, conn);
+
+	/* The same socket, another deadline: kept. */
+	calls = __atomic_load_n(&self->policy.calls, __ATOMIC_RELAXED);
+	set_policy(_metadata, self, NULL, self->hook.path, HOOK_LONG_MS + 1);
+	proxy__recheck(self->proxy);
+	ASSERT_TRUE(calls_at_least(&self->policy, calls + 1));
+	ASSERT_EQ(2, send(g, "ok", 2, 0));
+	ASSERT_EQ(2, read_some(conn, buf, sizeof(buf)));
+	proxy__stats(self->proxy, &s);
+	EXPECT_EQ(0, s.tcp_cut);
+
+	/* Another socket: cut, both ways. */
+	set_policy(_metadata, self, NULL, "/run/kiln-other-hook.sock",
+		   HOOK_LONG_MS);
+	proxy__recheck(self->proxy);
+	EXPECT_EQ(ECONNRESET, guest_error(g));
+	EXPECT_GE(0, read_some(conn, buf, sizeof(buf)));
+	ASSERT_TRUE(wait_stats(self->proxy, tcp_cut_at_least, 1, &s));
+	EXPECT_EQ(0, s.tcp_open);
+	EXPECT_EQ(1, s.hook.questions); /* a recheck asks no hook */
+	json_decref(q);
+	close(conn);
+	close(g);
+}
+
+/*
+ * A held flow when the policy is replaced by one whose rules grant it:
+ * opened without waiting for the hook, whose late answer is ignored.
+ */
+TEST_F_TIMEOUT(px, hook_held_flow_settled_by_recheck, 60)
+{
+	struct proxy_stats s;
+	char buf[4];
+	int g, conn;
+	json_t *q;
+
+	hook_up(_metadata, self, HOOK_LONG_MS);
+	g = guest_connect(_metadata, self, DENIED, TCP_PORT);
+	q = read_question(_metadata, &self->hook);
+	set_policy(_metadata, self, DENIED, NULL, 0);
+	proxy__recheck(self->proxy);
+	ASSERT_TRUE(vmnet__wait_for(self->denied_tcp, POLLIN, TIMEOUT_MS))
+	TH_LOG("the new rules' grant did not open the held flow");
+	conn = accept4(self->denied_tcp, NULL, NULL, SOCK_CLOEXEC);
+	ASSERT_LE(0, conn);
+	ASSERT_EQ(2, send(g, "hi", 2, 0));
+	ASSERT_EQ(2, read_some(conn, buf, sizeof(buf)));
+
+	ASSERT_EQ(0, fakehook__answer(&self->hook, q_id(q), "deny", NULL));
+	ASSERT_TRUE(wait_stats(self->proxy, hook_ignored_at_least, 1, &s));
+	EXPECT_EQ(1, reason_flows(&s, IPPROTO_TCP, "tcp grant 1"));
+	EXPECT_EQ(0, s.tcp_denied);
+	EXPECT_EQ(1, s.tcp_open);
+	EXPECT_EQ(0, s.hook.pending);
+	ASSERT_EQ(2, send(conn, "on", 2, 0));
+	ASSERT_EQ(2, read_some(g, buf, sizeof(buf)));
+	json_decref(q);
+	close(conn);
 	close(g);
 }
 

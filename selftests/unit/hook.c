@@ -1,0 +1,581 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The policy hook (vmm/hook.c, vmm/hook-msg.c), without a proxy and
+ * without root: the JSON lines on their own (the question's exact text,
+ * the answers taken and refused), then the client against a fake hook
+ * (selftests/fakehook.h) the test plays by hand on a Unix socket: grant
+ * and deny out of order, a deadline passing, a missing or refusing
+ * socket, a hook that hangs up, garbage, an overlong line, a verdict of
+ * a later protocol, unknown and cancelled ids, too many questions, and
+ * the socket changing under pending questions.
+ *
+ * Nothing asserts how fast anything is: a deadline that must pass is
+ * short, one that must not is long, and waits are bounded polls.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <jansson.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "lib/compiler.h"
+#include "vmm/hook-internal.h"
+#include "vmm/hook.h"
+#include "selftests/fakehook.h"
+#include "selftests/kselftest.h"
+
+#define LONG_MS	   5000 /* a deadline the test never waits out */
+#define SHORT_MS   50	/* one it does */
+#define POLL_MS	   100
+#define MAX_ANSWER 16
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static struct net_flow flow(uint8_t proto, const char *src, int sport,
+			    const char *dst, int dport)
+{
+	struct net_flow f = { .proto = proto };
+
+	f.src.sin_family = f.dst.sin_family = AF_INET;
+	f.src.sin_addr.s_addr = inet_addr(src);
+	f.src.sin_port = htons(sport);
+	f.dst.sin_addr.s_addr = inet_addr(dst);
+	f.dst.sin_port = htons(dport);
+	return f;
+}
+
+static struct net_ask ask_for(const char *socket, unsigned int timeout_ms)
+{
+	struct net_ask a = { .timeout_ms = timeout_ms };
+
+	snprintf(a.socket, sizeof(a.socket), "%s", socket);
+	snprintf(a.class_name, sizeof(a.class_name), "documentation");
+	return a;
+}
+
+/* ---- the lines ------------------------------------------------------------ */
+
+TEST(question_line_exact)
+{
+	struct net_flow f =
+		flow(IPPROTO_TCP, "10.0.2.15", 40000, "192.0.2.10", 8080);
+	struct net_ask a = ask_for("/run/p.sock", LONG_MS);
+	char buf[HOOK_LINE_MAX];
+	const char want[] =
+		"{\"id\": 7, \"proto\": \"tcp\", \"src\": "
+		"\"10.0.2.15:40000\", \"dst\": \"192.0.2.10:8080\", "
+		"\"class\": \"documentation\", \"hostnames\": "
+		"[\"api.example.com\", \"www.example.com\"]}\n";
+	int n;
+
+	a.nr_hostnames = 2;
+	snprintf(a.hostnames[0], sizeof(a.hostnames[0]), "api.example.com");
+	snprintf(a.hostnames[1], sizeof(a.hostnames[1]), "www.example.com");
+	n = hook_msg__question(buf, sizeof(buf), 7, &f, &a);
+	ASSERT_EQ((int)strlen(want), n);
+	buf[n] = '\0';
+	EXPECT_STREQ(want, buf);
+}
+
+TEST(question_udp_without_names)
+{
+	struct net_flow f =
+		flow(IPPROTO_UDP, "10.0.2.15", 5353, "198.51.100.7", 53);
+	struct net_ask a = ask_for("/run/p.sock", LONG_MS);
+	char buf[HOOK_LINE_MAX];
+	const char want[] =
+		"{\"id\": 9007199254740991, \"proto\": \"udp\", "
+		"\"src\": \"10.0.2.15:5353\", \"dst\": "
+		"\"198.51.100.7:53\", \"class\": \"documentation\", "
+		"\"hostnames\": []}\n";
+	int n;
+
+	n = hook_msg__question(buf, sizeof(buf), 9007199254740991ULL, &f, &a);
+	ASSERT_EQ((int)strlen(want), n);
+	buf[n] = '\0';
+	EXPECT_STREQ(want, buf);
+	/* One byte short: refused, not cut. */
+	EXPECT_EQ(-ENOSPC, hook_msg__question(buf, strlen(want) - 1,
+					      9007199254740991ULL, &f, &a));
+}
+
+/* The most a question carries still fits in a line. */
+TEST(question_longest_fits)
+{
+	struct net_flow f = flow(IPPROTO_TCP, "255.255.255.254", 65535,
+				 "255.255.255.254", 65535);
+	struct net_ask a = ask_for("/run/p.sock", LONG_MS);
+	char buf[HOOK_LINE_MAX];
+	json_t *q;
+	int n;
+
+	snprintf(a.class_name, sizeof(a.class_name), "public-internet");
+	a.nr_hostnames = NET_ASK_MAX_HOSTNAMES;
+	for (unsigned int i = 0; i < NET_ASK_MAX_HOSTNAMES; i++) {
+		memset(a.hostnames[i], 'a', NET_HOSTNAME_MAX);
+		a.hostnames[i][NET_HOSTNAME_MAX] = '\0';
+		a.hostnames[i][0] = 'a' + i;
+	}
+	n = hook_msg__question(buf, sizeof(buf), 1ULL << 52, &f, &a);
+	ASSERT_LT(0, n);
+	EXPECT_EQ('\n', buf[n - 1]);
+	q = json_loadb(buf, n - 1, 0, NULL);
+	ASSERT_NE(NULL, q);
+	EXPECT_EQ(NET_ASK_MAX_HOSTNAMES,
+		  json_array_size(json_object_get(q, "hostnames")));
+	json_decref(q);
+}
+
+static const struct {
+	const char *line;
+	uint64_t id;
+	enum hook_verdict verdict;
+	const char *reason;
+} good_answers[] = {
+	{ "{\"id\": 7, \"verdict\": \"grant\"}", 7, HOOK_VERDICT_GRANT, "" },
+	{ "{\"id\":1,\"verdict\":\"deny\",\"reason\":\"not on Sundays\"}", 1,
+	  HOOK_VERDICT_DENY, "not on Sundays" },
+	{ "{\"verdict\": \"grant-http\", \"id\": 3}", 3, HOOK_VERDICT_UNKNOWN,
+	  "" },
+	{ "{\"id\": 4, \"verdict\": \"Grant\"}", 4, HOOK_VERDICT_UNKNOWN, "" },
+	/* Keys of a later protocol are left alone. */
+	{ "{\"id\": 5, \"verdict\": \"deny\", \"http\": {\"hosts\": []}}", 5,
+	  HOOK_VERDICT_DENY, "" },
+	/* JSON's whitespace, a CRLF line's CR among it. */
+	{ "  {\"id\": 6 , \"verdict\" : \"grant\"}\r", 6, HOOK_VERDICT_GRANT,
+	  "" },
+	{ "{\"id\": 9007199254740991, \"verdict\": \"grant\"}",
+	  9007199254740991ULL, HOOK_VERDICT_GRANT, "" },
+};
+
+TEST(answers_taken)
+{
+	struct hook_answer a;
+
+	for (unsigned int i = 0; i < ARRAY_SIZE(good_answers); i++) {
+		const char *l = good_answers[i].line;
+
+		ASSERT_EQ(0, hook_msg__answer(l, strlen(l), &a))
+		TH_LOG("%s", l);
+		EXPECT_EQ(good_answers[i].id, a.id);
+		EXPECT_EQ(good_answers[i].verdict, a.verdict);
+		EXPECT_STREQ(good_answers[i].reason, a.reason);
+	}
+}
+
+static const char *const bad_answers[] = {
+	"",
+	"grant",
+	"[7, \"grant\"]",
+	"7",
+	"{\"id\": 7}",
+	"{\"verdict\": \"grant\"}",
+	"{\"id\": 0, \"verdict\": \"grant\"}",
+	"{\"id\": -7, \"verdict\": \"grant\"}",
+	"{\"id\": \"7\", \"verdict\": \"grant\"}",
+	"{\"id\": 7.0, \"verdict\": \"grant\"}",
+	"{\"id\": 9007199254740992, \"verdict\": \"grant\"}",
+	"{\"id\": 99999999999999999999999, \"verdict\": \"grant\"}",
+	"{\"id\": 7, \"verdict\": true}",
+	"{\"id\": 7, \"verdict\": \"grant\", \"reason\": 3}",
+	"{\"id\": 7, \"verdict\": \"grant\", \"id\": 8}",
+	"{\"id\": 7, \"verdict\": \"grant\"} {\"id\": 8}",
+	"{\"id\": 7, \"verdict\": \"gr\\u0000ant\"}",
+	"{\"id\": 7, \"verdict\": \"grant\"",
+};
+
+TEST(answers_refused)
+{
+	struct hook_answer a;
+
+	for (unsigned int i = 0; i < ARRAY_SIZE(bad_answers); i++) {
+		const char *l = bad_answers[i];
+
+		EXPECT_EQ(-EBADMSG, hook_msg__answer(l, strlen(l), &a))
+		TH_LOG("taken: %s", l);
+	}
+}
+
+/* The hook's texts reach the log as printable ASCII, cut short. */
+TEST(answer_texts_printable_and_cut)
+{
+	char line[512], reason[200];
+	struct hook_answer a;
+
+	memset(reason, 'r', sizeof(reason) - 1);
+	reason[sizeof(reason) - 1] = '\0';
+	snprintf(line, sizeof(line),
+		 "{\"id\": 1, \"verdict\": \"gr\\nant\\u00e9\", \"reason\": "
+		 "\"%s\"}",
+		 reason);
+	ASSERT_EQ(0, hook_msg__answer(line, strlen(line), &a));
+	EXPECT_EQ(HOOK_VERDICT_UNKNOWN, a.verdict);
+	/* \n, and the two bytes of U+00E9 in UTF-8. */
+	EXPECT_STREQ("gr?ant??", a.verdict_text);
+	EXPECT_EQ(HOOK_DETAIL_MAX - 1, strlen(a.reason));
+}
+
+/* ---- the client ----------------------------------------------------------- */
+
+struct answer {
+	void *cookie;
+	enum net_verdict verdict;
+	char reason[64];
+	char detail[HOOK_DETAIL_MAX];
+};
+
+struct answers {
+	unsigned int n;
+	struct answer a[MAX_ANSWER];
+};
+
+static void on_answer(void *opaque, void *cookie, const struct net_decision *d,
+		      const char *detail)
+{
+	struct answers *as = opaque;
+	struct answer *a;
+
+	if (as->n == MAX_ANSWER)
+		return;
+	a = &as->a[as->n++];
+	a->cookie = cookie;
+	a->verdict = d->verdict;
+	snprintf(a->reason, sizeof(a->reason), "%s", d->reason);
+	snprintf(a->detail, sizeof(a->detail), "%s", detail);
+}
+
+FIXTURE(hk)
+{
+	struct fakehook fh;
+	struct hook *hook;
+	struct answers answers;
+	struct net_flow f;
+};
+
+FIXTURE_SETUP(hk)
+{
+	ASSERT_EQ(0, fakehook__init(&self->fh, true));
+	self->f = flow(IPPROTO_TCP, "10.0.2.15", 40000, "192.0.2.10", 443);
+}
+
+FIXTURE_TEARDOWN(hk)
+{
+	hook__destroy(self->hook);
+	fakehook__close(&self->fh);
+}
+
+static void open_hook(struct __test_metadata *_metadata,
+		      FIXTURE_DATA(hk) * self, unsigned int max_pending)
+{
+	struct hook_params p = { .answer = on_answer,
+				 .opaque = &self->answers,
+				 .max_pending = max_pending };
+
+	ASSERT_EQ(0, hook__create(&self->hook, &p));
+}
+
+/* Runs the client as its owner would until n answers came. */
+static bool run_until(struct hook *h, struct answers *as, unsigned int n)
+{
+	uint64_t end = now_ms() + FAKEHOOK_WAIT_MS;
+	int ms;
+
+	while (as->n < n) {
+		if (now_ms() >= end)
+			return false;
+		ms = hook__timeout(h, now_ms());
+		if (ms < 0 || ms > POLL_MS)
+			ms = POLL_MS;
+		fakehook__wait(hook__fd(h), POLLIN, ms);
+		hook__run(h, now_ms());
+	}
+	return true;
+}
+
+/* Asks about self->f with cookie; the question's id. */
+static uint64_t ask(struct __test_metadata *_metadata, FIXTURE_DATA(hk) * self,
+		    const char *socket, unsigned int timeout_ms, void *cookie)
+{
+	struct net_ask a = ask_for(socket, timeout_ms);
+	uint64_t id = 0;
+
+	EXPECT_EQ(0,
+		  hook__ask(self->hook, &self->f, &a, cookie, now_ms(), &id));
+	return id;
+}
+
+/* The next question's id, as the hook reads it. */
+static long long question_id(struct __test_metadata *_metadata,
+			     struct fakehook *fh)
+{
+	char line[FAKEHOOK_LINE_MAX];
+	long long id;
+	json_t *q;
+
+	ASSERT_LT(0, fakehook__read_line(fh, line, sizeof(line)));
+	q = json_loads(line, 0, NULL);
+	ASSERT_NE(NULL, q) TH_LOG("not JSON: %s", line);
+	id = json_integer_value(json_object_get(q, "id"));
+	json_decref(q);
+	return id;
+}
+
+static int cookie1, cookie2, cookie3;
+
+TEST_F(hk, grant_and_deny_out_of_order)
+{
+	struct hook_stats s;
+	long long id1, id2;
+
+	open_hook(_metadata, self, 0);
+	ask(_metadata, self, self->fh.path, LONG_MS, &cookie1);
+	ask(_metadata, self, self->fh.path, LONG_MS, &cookie2);
+	ASSERT_EQ(0, fakehook__accept(&self->fh));
+	id1 = question_id(_metadata, &self->fh);
+	id2 = question_id(_metadata, &self->fh);
+	EXPECT_NE(id1, id2);
+	/* Both deadlines passed, seen from far enough ahead. */
+	EXPECT_EQ(0, hook__timeout(self->hook, now_ms() + 2 * LONG_MS));
+
+	/* The second first. */
+	ASSERT_EQ(0, fakehook__answer(&self->fh, id2, "deny", "not today"));
+	ASSERT_EQ(0, fakehook__answer(&self->fh, id1, "grant", NULL));
+	ASSERT_TRUE(run_until(self->hook, &self->answers, 2));
+	EXPECT_EQ(&cookie2, self->answers.a[0].cookie);
+	EXPECT_EQ(NET_VERDICT_DENY, self->answers.a[0].verdict);
+	EXPECT_STREQ(HOOK_DENY, self->answers.a[0].reason);
+	EXPECT_STREQ("not today", self->answers.a[0].detail);
+	EXPECT_EQ(&cookie1, self->answers.a[1].cookie);
+	EXPECT_EQ(NET_VERDICT_ALLOW, self->answers.a[1].verdict);
+	EXPECT_STREQ(HOOK_GRANT, self->answers.a[1].reason);
+	hook__stats(self->hook, &s);
+	EXPECT_EQ(2, s.questions);
+	EXPECT_EQ(2, s.answers);
+	EXPECT_EQ(0, s.pending);
+	EXPECT_EQ(1, s.connects);
+	EXPECT_EQ(-1, hook__timeout(self->hook, now_ms()));
+}
+
+TEST_F(hk, deadline_passed_then_late_answer_ignored)
+{
+	struct hook_stats s;
+	long long id;
+
+	open_hook(_metadata, self, 0);
+	ask(_metadata, self, self->fh.path, SHORT_MS, &cookie1);
+	ASSERT_EQ(0, fakehook__accept(&self->fh));
+	id = question_id(_metadata, &self->fh);
+	ASSERT_TRUE(run_until(self->hook, &self->answers, 1));
+	EXPECT_EQ(&cookie1, self->answers.a[0].cookie);
+	EXPECT_EQ(NET_VERDICT_DENY, self->answers.a[0].verdict);
+	EXPECT_STREQ(HOOK_TIMEOUT, self->answers.a[0].reason);
+
+	/* Late: ignored, and the connection stays for the next question. */
+	ASSERT_EQ(0, fakehook__answer(&self->fh, id, "grant", NULL));
+	ask(_metadata, self, self->fh.path, LONG_MS, &cookie2);
+	id = question_id(_metadata, &self->fh);
+	ASSERT_EQ(0, fakehook__answer(&self->fh, id, "grant", NULL));
+	ASSERT_TRUE(run_until(self->hook, &self->answers, 2));
+	EXPECT_EQ(&cookie2, self->answers.a[1].cookie);
+	EXPECT_STREQ(HOOK_GRANT, self->answers.a[1].reason);
+	hook__stats(self->hook, &s);
+	EXPECT_EQ(1, s.timeouts);
+	EXPECT_EQ(1, s.ignored);
+	EXPECT_EQ(1, s.answers);
+	EXPECT_EQ(1, s.connects);
+}
+
+TEST_F(hk, socket_missing_or_refusing_is_unreachable)
+{
+	struct net_ask a = ask_for("/nonexistent/kiln/hook.sock", LONG_MS);
+	uint64_t id;
+	int ret;
+
+	open_hook(_metadata, self, 0);
+	ret = hook__ask(self->hook, &self->f, &a, &cookie1, now_ms(), &id);
+	EXPECT_EQ(-ENOENT, ret);
+	EXPECT_STREQ(HOOK_UNREACHABLE, hook__failure(ret));
+
+	/* The socket's file left behind by a listener that is gone. */
+	close(self->fh.lsn);
+	self->fh.lsn = -1;
+	a = ask_for(self->fh.path, LONG_MS);
+	ret = hook__ask(self->hook, &self->f, &a, &cookie1, now_ms(), &id);
+	EXPECT_EQ(-ECONNREFUSED, ret);
+	EXPECT_STREQ(HOOK_UNREACHABLE, hook__failure(ret));
+	/* Neither was asked: no answer call to come. */
+	EXPECT_EQ(-1, hook__timeout(self->hook, now_ms()));
+	EXPECT_EQ(0, self->answers.n);
+}
+
+TEST_F(hk, hangup_fails_pending_then_reconnects)
+{
+	struct hook_stats s;
+	long long id;
+
+	open_hook(_metadata, self, 0);
+	ask(_metadata, self, self->fh.path, LONG_MS, &cookie1);
+	ASSERT_EQ(0, fakehook__accept(&self->fh));
+	question_id(_metadata, &self->fh);
+	close(self->fh.conn);
+	self->fh.conn = -1;
+	ASSERT_TRUE(run_until(self->hook, &self->answers, 1));
+	EXPECT_STREQ(HOOK_UNREACHABLE, self->answers.a[0].reason);
+	EXPECT_EQ(NET_VERDICT_DENY, self->answers.a[0].verdict);
+
+	/* The next question makes a new connection. */
+	ask(_metadata, self, self->fh.path, LONG_MS, &cookie2);
+	ASSERT_EQ(0, fakehook__accept(&self->fh));
+	id = question_id(_metadata, &self->fh);
+	ASSERT_EQ(0, fakehook__answer(&self->fh, id, "grant", NULL));
+	ASSERT_TRUE(run_until(self->hook, &self->answers, 2));
+	EXPECT_STREQ(HOOK_GRANT, self->answers.a[1].reason);
+	hook__stats(self->hook, &s);
+	EXPECT_EQ(2, s.connects);
+	EXPECT_EQ(1, s.failures);
+}
+
+/* Garbage ends the connection: every pending question is denied. */
+TEST_F(hk, garbage_fails_every_pending_question)
+{
+	open_hook(_metadata, self, 0);
+	ask(_metadata, self, self->fh.path, LONG_MS, &cookie1);
+	ask(_metadata, self, self->fh.path, LONG_MS, &cookie2);
+	ASSERT_EQ(0, fakehook__accept(&self->fh));
+	question_id(_metadata, &self->fh);
+	question_id(_metadata, &self->fh);
+	ASSERT_EQ(0, fakehook__send(&self->fh, "yes please\n"));
+	ASSERT_TRUE(run_until(self->hook, &self->answers, 2));
+	for (int i = 0; i < 2; i++) {
+		EXPECT_EQ(NET_VERDICT_DENY, self->answers.a[i].verdict);
+		EXPECT_STREQ(HOOK_ERROR, self->answers.a[i].reason);
+	}
+	/* Dropped: the hook reads its end closed. */
+	EXPECT_EQ(-EPIPE, fakehook__read_line(&self->fh, (char[8]){ 0 }, 8));
+}
+
+TEST_F(hk, overlong_line_is_garbage)
+{
+	char big[HOOK_LINE_MAX + 2];
+
+	open_hook(_metadata, self, 0);
+	ask(_metadata, self, self->fh.path, LONG_MS, &cookie1);
+	ASSERT_EQ(0, fakehook__accept(&self->fh));
+	question_id(_metadata, &self->fh);
+	/* No newline within HOOK_LINE_MAX bytes. */
+	memset(big, ' ', sizeof(big) - 1);
+	big[sizeof(big) - 1] = '\0';
+	ASSERT_EQ(0, fakehook__send(&self->fh, big));
+	ASSERT_TRUE(run_until(self->hook, &self->answers, 1));
+	EXPECT_STREQ(HOOK_ERROR, self->answers.a[0].reason);
+}
+
+/* A verdict of a later protocol ("grant-http", issue 12): denied for now. */
+TEST_F(hk, unknown_verdict_denied)
+{
+	long long id;
+
+	open_hook(_metadata, self, 0);
+	ask(_metadata, self, self->fh.path, LONG_MS, &cookie1);
+	ASSERT_EQ(0, fakehook__accept(&self->fh));
+	id = question_id(_metadata, &self->fh);
+	ASSERT_EQ(0, fakehook__answer(&self->fh, id, "grant-http", "api"));
+	ASSERT_TRUE(run_until(self->hook, &self->answers, 1));
+	EXPECT_EQ(NET_VERDICT_DENY, self->answers.a[0].verdict);
+	EXPECT_STREQ(HOOK_UNKNOWN, self->answers.a[0].reason);
+	EXPECT_STREQ("grant-http", self->answers.a[0].detail);
+}
+
+TEST_F(hk, unknown_and_cancelled_ids_ignored)
+{
+	struct hook_stats s;
+	long long id1, id2;
+	uint64_t qid1;
+
+	open_hook(_metadata, self, 0);
+	qid1 = ask(_metadata, self, self->fh.path, LONG_MS, &cookie1);
+	ask(_metadata, self, self->fh.path, LONG_MS, &cookie2);
+	ASSERT_EQ(0, fakehook__accept(&self->fh));
+	id1 = question_id(_metadata, &self->fh);
+	id2 = question_id(_metadata, &self->fh);
+	EXPECT_EQ((long long)qid1, id1);
+	hook__cancel(self->hook, qid1);
+	hook__cancel(self->hook, qid1); /* twice: nothing more */
+	ASSERT_EQ(0, fakehook__answer(&self->fh, 999999, "grant", NULL));
+	ASSERT_EQ(0, fakehook__answer(&self->fh, id1, "grant", NULL));
+	ASSERT_EQ(0, fakehook__answer(&self->fh, id2, "deny", NULL));
+	ASSERT_TRUE(run_until(self->hook, &self->answers, 1));
+	EXPECT_EQ(&cookie2, self->answers.a[0].cookie);
+	EXPECT_STREQ(HOOK_DENY, self->answers.a[0].reason);
+	hook__stats(self->hook, &s);
+	EXPECT_EQ(2, s.ignored);
+	EXPECT_EQ(1, s.answers);
+	EXPECT_EQ(0, s.pending);
+	EXPECT_EQ(1, self->answers.n);
+}
+
+TEST_F(hk, too_many_questions_busy)
+{
+	struct net_ask a = ask_for(self->fh.path, LONG_MS);
+	struct hook_stats s;
+	uint64_t id;
+	int ret;
+
+	open_hook(_metadata, self, 2);
+	ask(_metadata, self, self->fh.path, LONG_MS, &cookie1);
+	ask(_metadata, self, self->fh.path, LONG_MS, &cookie2);
+	ret = hook__ask(self->hook, &self->f, &a, &cookie3, now_ms(), &id);
+	EXPECT_EQ(-EBUSY, ret);
+	EXPECT_STREQ(HOOK_BUSY, hook__failure(ret));
+	hook__stats(self->hook, &s);
+	EXPECT_EQ(2, s.questions);
+	EXPECT_EQ(2, s.pending);
+	EXPECT_EQ(1, s.failures);
+}
+
+/*
+ * Another socket (a replaced policy's hook): the old connection's
+ * questions are denied "hook changed", the new socket gets the new
+ * question, and the generation says it is another hook.
+ */
+TEST_F(hk, another_socket_changes_the_hook)
+{
+	struct fakehook other;
+	uint64_t gen;
+	long long id;
+
+	ASSERT_EQ(0, fakehook__init(&other, true));
+	open_hook(_metadata, self, 0);
+	EXPECT_FALSE(hook__is_target(self->hook, self->fh.path));
+	ask(_metadata, self, self->fh.path, LONG_MS, &cookie1);
+	gen = hook__generation(self->hook);
+	EXPECT_NE(0, gen);
+	EXPECT_TRUE(hook__is_target(self->hook, self->fh.path));
+
+	ask(_metadata, self, other.path, LONG_MS, &cookie2);
+	EXPECT_TRUE(hook__is_target(self->hook, other.path));
+	EXPECT_FALSE(hook__is_target(self->hook, self->fh.path));
+	EXPECT_NE(gen, hook__generation(self->hook));
+	EXPECT_EQ(0, hook__timeout(self->hook, now_ms()));
+	ASSERT_TRUE(run_until(self->hook, &self->answers, 1));
+	EXPECT_EQ(&cookie1, self->answers.a[0].cookie);
+	EXPECT_STREQ(HOOK_CHANGED, self->answers.a[0].reason);
+
+	ASSERT_EQ(0, fakehook__accept(&other));
+	id = question_id(_metadata, &other);
+	ASSERT_EQ(0, fakehook__answer(&other, id, "grant", NULL));
+	ASSERT_TRUE(run_until(self->hook, &self->answers, 2));
+	EXPECT_EQ(&cookie2, self->answers.a[1].cookie);
+	EXPECT_STREQ(HOOK_GRANT, self->answers.a[1].reason);
+	fakehook__close(&other);
+}
+
+TEST_HARNESS_MAIN
