@@ -11,14 +11,14 @@
  *	net-probe flood SECS             garbage frames on eth0 for SECS s
  *
  * "frames" and "flood" write whole Ethernet frames through an AF_PACKET
- * socket, addressed to the gateway's MAC (from the ARP cache: run arping
- * first) so that only the egress program stands between them and the
- * host. Each prints one line saying what it did; exit 0, or 1 with the
+ * socket, addressed to the gateway's MAC (resolved by the kernel first)
+ * so that only the egress program stands between them and the host. Each prints one line saying what it did; exit 0, or 1 with the
  * reason on stderr.
  */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <linux/if_packet.h>
+#include <net/if_arp.h>
 #include <net/ethernet.h>
 #include <net/if.h>
 #include <netinet/ip.h>
@@ -26,6 +26,7 @@
 #include <netinet/tcp.h>
 #include <netinet/udp.h>
 #include <poll.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +48,10 @@
 #define FRAME_MIN    ETH_HLEN
 #define FRAME_MAX    (ETH_HLEN + ETH_DATA_LEN)
 #define MSG_MAX	     512
+#define DISCARD_PORT 9 /* RFC 863 */
+#define ARP_POLL_MS  100
+#define ARP_RETRY_MS 1000
+#define ARP_WAIT_MS  30000
 
 static int fail(const char *what)
 {
@@ -89,28 +94,52 @@ static int udp(char **argv)
 	return 0;
 }
 
-/* The gateway's MAC from the ARP cache. */
-static int gateway_mac(uint8_t mac[ETH_ALEN])
+/* The gateway's MAC if the ARP cache has it complete. */
+static bool arp_lookup(uint8_t mac[ETH_ALEN])
 {
 	char line[256], ip[64], hw[64];
 	FILE *f = fopen("/proc/net/arp", "r");
-	int found = 0;
+	unsigned int flags;
+	bool found = false;
 
 	if (!f)
-		return fail("/proc/net/arp");
+		return false;
 	while (!found && fgets(line, sizeof(line), f))
-		found = sscanf(line, "%63s %*s %*s %63s", ip, hw) == 2 &&
-			!strcmp(ip, GATEWAY) &&
+		found = sscanf(line, "%63s %*s %x %63s", ip, &flags, hw) == 3 &&
+			!strcmp(ip, GATEWAY) && (flags & ATF_COM) &&
 			sscanf(hw, "%hhx:%hhx:%hhx:%hhx:%hhx:%hhx", &mac[0],
 			       &mac[1], &mac[2], &mac[3], &mac[4],
 			       &mac[5]) == ETH_ALEN;
 	fclose(f);
-	if (!found) {
-		fprintf(stderr, "net-probe: no ARP entry for " GATEWAY
-				" (arping it first)\n");
-		return 1;
+	return found;
+}
+
+/*
+ * The gateway's MAC: a datagram to its discard port makes the kernel
+ * resolve it (the egress program drops the datagram itself).
+ */
+static int gateway_mac(uint8_t mac[ETH_ALEN])
+{
+	struct sockaddr_in sin = { .sin_family = AF_INET,
+				   .sin_port = htons(DISCARD_PORT) };
+	int fd, i;
+
+	inet_pton(AF_INET, GATEWAY, &sin.sin_addr);
+	for (i = 0; i < ARP_WAIT_MS / ARP_POLL_MS; i++) {
+		if (arp_lookup(mac))
+			return 0;
+		if (!(i % (ARP_RETRY_MS / ARP_POLL_MS))) {
+			fd = socket(AF_INET, SOCK_DGRAM, 0);
+			if (fd < 0)
+				return fail("socket");
+			sendto(fd, "", 1, 0, (struct sockaddr *)&sin,
+			       sizeof(sin));
+			close(fd);
+		}
+		usleep(ARP_POLL_MS * 1000);
 	}
-	return 0;
+	fprintf(stderr, "net-probe: " GATEWAY " never answered ARP\n");
+	return 1;
 }
 
 struct link {

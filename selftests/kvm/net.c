@@ -1002,8 +1002,7 @@ TEST_TIMEOUT(garbage_frames_are_dropped_and_the_vmm_stays_up, BOOT_TIMEOUT)
 				ARGS("--initrd", initrd, "--net", "auto",
 				     "--net-policy", policy)));
 	ASSERT_EQ(0, spawn__run(ARGS(vmmctl, "exec", v.sock, "--", "sh", "-c",
-				     "arping -c 1 -w 10 -I eth0 10.0.2.2 "
-				     ">/dev/null; net-probe frames; "
+				     "net-probe frames; "
 				     "net-probe flood " FLOOD_SECS "; "
 				     "printf 'GET / HTTP/1.0\\r\\n\\r\\n' | "
 				     "nc -w 20 " TEST_HOST " 8080 2>/dev/null "
@@ -1011,7 +1010,7 @@ TEST_TIMEOUT(garbage_frames_are_dropped_and_the_vmm_stays_up, BOOT_TIMEOUT)
 				NULL, &r));
 	EXPECT_EQ(0, r.status) TH_LOG("stderr: %s", r.err);
 	EXPECT_TRUE(strstr(r.out, "sent 5 of 5 frames\n") != NULL)
-	TH_LOG("%s", r.out);
+	TH_LOG("%s, stderr: %s", r.out, r.err);
 	EXPECT_TRUE(strstr(r.out, "flooded ") != NULL) TH_LOG("%s", r.out);
 	EXPECT_TRUE(strstr(r.out, TEST_REPLY "\n") != NULL) TH_LOG("%s", r.out);
 
@@ -1047,7 +1046,7 @@ TEST_TIMEOUT(garbage_frames_are_dropped_and_the_vmm_stays_up, BOOT_TIMEOUT)
  * Isolation, granted or not: VM A listens on its own address; VM B, whose
  * policy grants TCP to every private address (a policy cannot grant
  * loopback), cannot reach A, nor a listener on the host's loopback, nor
- * the tap's host side; the
+ * the tap's host side (the egress program drops all but DNS to it); the
  * same policy does reach the test host (so the grants themselves work).
  */
 TEST_TIMEOUT(two_vms_and_the_host_stay_apart, BOOT_TIMEOUT * 2)
@@ -1099,9 +1098,6 @@ TEST_TIMEOUT(two_vms_and_the_host_stay_apart, BOOT_TIMEOUT * 2)
 	EXPECT_EQ(0, r.status);
 	EXPECT_STREQ(TEST_REPLY "\na unreachable\ngateway unreachable\n",
 		     r.out)
-	TH_LOG("stderr: %s", r.err);
-	EXPECT_TRUE(strstr(r.err, " -> 10.0.2.2:7001: host side of the tap") !=
-		    NULL)
 	TH_LOG("stderr: %s", r.err);
 	/* Nothing reached the host's loopback, nor A. */
 	pfd = (struct pollfd){ .fd = loop, .events = POLLIN };
