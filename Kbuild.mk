@@ -22,10 +22,16 @@ CFLAGS   ?= -O2 -g
 # that compiles (objects depend on pkg-check); `make deps` installs them.
 # Goals that only install or clean (deps, clean) never need it.
 PKG_MISSING := $(strip $(foreach p,$(PKGS) $(BPF_PKGS),$(if $(shell pkg-config --exists $(p) && echo y),,$(p))))
+# Libraries Debian ships without a .pc file, as header:package: found by
+# their header (the compiler's preprocessor looks), linked by name.
+HDR_PKGS    := http_parser.h:libhttp-parser-dev
+HDR_LDLIBS  := -lhttp_parser
+HDR_MISSING := $(strip $(foreach d,$(HDR_PKGS),$(if $(shell printf '\043include <%s>\n' $(firstword $(subst :, ,$(d))) | $(CC) -E -x c - >/dev/null 2>&1 && echo y),,$(lastword $(subst :, ,$(d))))))
 KILN_CFLAGS := -std=gnu11 $(WARNINGS) -Werror $(HARDEN) -D_GNU_SOURCE \
 	-I. -I$(O)/include \
 	$(if $(PKG_MISSING),,$(shell pkg-config --cflags $(PKGS)))
-KILN_LDLIBS := $(if $(PKG_MISSING),,$(shell pkg-config --libs $(PKGS))) -lpthread
+KILN_LDLIBS := $(if $(PKG_MISSING),,$(shell pkg-config --libs $(PKGS))) \
+	$(HDR_LDLIBS) -lpthread
 BPF_LDLIBS  := $(if $(PKG_MISSING),,$(shell pkg-config --libs $(BPF_PKGS)))
 
 # BPF programs (ebpf/*.bpf.c): Debian's clang for the BPF target, then
@@ -46,6 +52,7 @@ kiln_default_goal := $(.DEFAULT_GOAL)
 .PHONY: pkg-check
 pkg-check:
 	$(if $(PKG_MISSING),$(error pkg-config finds no $(PKG_MISSING) (Debian's -dev package missing?): run 'make deps'))
+	$(if $(HDR_MISSING),$(error no header of $(HDR_MISSING) (Debian's package missing?): run 'make deps'))
 	$(if $(TOOLS_MISSING),$(error no $(TOOLS_MISSING) (Debian's clang, bpftool): run 'make deps'))
 .DEFAULT_GOAL := $(kiln_default_goal)
 

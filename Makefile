@@ -74,6 +74,7 @@ core-obj-y += vmm/dns-msg.o
 core-obj-y += vmm/dns.o
 core-obj-y += vmm/hook-msg.o
 core-obj-y += vmm/hook.o
+core-obj-y += vmm/http1.o
 core-obj-y += vmm/api/server.o
 core-obj-y += vmm/api/client.o
 core-obj-y += vmm/api/params.o
