@@ -9,6 +9,7 @@
 #   make bench    boot benchmark against QEMU microvm (PVH and qboot), 1 and 4 vCPUs
 #   make bench-blk  block I/O benchmark (fio on the bench image) against QEMU microvm
 #   make bench-fs   virtio-fs benchmark (metadata, sequential MB/s) against QEMU microvm + virtiofsd
+#   make bench-net  network benchmark (iperf3 both ways, TCP round trips, through a policy) against QEMU microvm, vhost off and on
 #   make bench-agent  guest agent benchmark: exec round trip, stdout streaming, boot to agent ready
 #   V=1           show full commands
 
@@ -275,6 +276,15 @@ bench-fs: deps
 	$(Q)$(MAKE) all $(O)/tools/bench-fs-guest.cpio
 	$(Q)$(MAKE) -f guest/guest.mk O=$(O)
 	$(Q)tools/bench-fs $(O)
+
+# The network benchmark boots the bench image too (iperf3 and python3 in
+# it); the host's iperf3 (make deps) serves as the upstream.
+.PHONY: bench-net
+bench-net: deps
+	$(Q)$(MAKE) all
+	$(Q)$(MAKE) -f guest/guest.mk O=$(O)
+	$(Q)guest/images/build-debian.sh $(O) bench
+	$(Q)tools/bench-net $(O)
 
 # Boots the kiln-test image (built by the guest step) with vmm start and
 # times the guest agent through the control socket.
