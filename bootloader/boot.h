@@ -122,12 +122,25 @@ int __must_check mptable__setup(const struct boot_mem *m, unsigned int ncpus,
 #define MPTABLE_NR_IRQS	    24U /* pins on KVM's in-kernel IOAPIC */
 
 /* initrd.c */
+#define INITRD_FILE_MAX (1U << 20) /* bytes per file: 1 MiB of arguments */
+#define INITRD_NAME_MAX 64U
+
+struct initrd_file {
+	const char *name; /* inside the archive: "dir/file" */
+	const void *data;
+	size_t len;
+};
+
 /*
- * The archive appended to the initrd: /kiln/argv from argv (none when
- * NULL) and /kiln/mounts holding mounts (none when mounts_len is 0).
+ * A newc archive holding directory dir and the nr files (read-only, in
+ * dir), into a new buffer; -E2BIG for a file over INITRD_FILE_MAX.
  */
-int __must_check initrd__kiln_archive(char *const argv[], const void *mounts,
-				      size_t mounts_len, uint8_t **out,
-				      size_t *out_len);
+int __must_check initrd__archive(const char *dir,
+				 const struct initrd_file *files,
+				 unsigned int nr, uint8_t **out,
+				 size_t *out_len);
+/* argv's strings, each NUL-terminated, into a new buffer (argv NULL: none). */
+int __must_check initrd__join_argv(char *const argv[], char **out,
+				   size_t *out_len);
 
 #endif

@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * The command to run travels as a tiny cpio archive appended to the initrd:
- * /kiln/argv, each argument NUL-terminated. The kernel unpacks concatenated
- * newc archives (Documentation/driver-api/early-userspace/buffer-format.rst),
- * so any argument bytes survive, with no command-line quoting or limit.
- * The virtio-fs mounts ride along the same way as /kiln/mounts (tag, guest
- * path and "ro"/"rw", each NUL-terminated, per mount).
+ * Files for the guest travel as a tiny cpio archive appended to the initrd:
+ * the kernel unpacks concatenated newc archives
+ * (Documentation/driver-api/early-userspace/buffer-format.rst), so any
+ * bytes survive, with no command-line quoting or limit. The vmm names them
+ * (proto/initramfs.h: the command, each argument NUL-terminated; the
+ * virtio-fs mounts; the HTTPS interception CA).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -19,7 +19,6 @@
 #define CPIO_HDR_LEN	110
 #define CPIO_ALIGN	4
 #define CPIO_TRAILER	"TRAILER!!!"
-#define KILN_ARGV_MAX	(1U << 20) /* 1 MiB of arguments */
 
 struct cpio_buf {
 	uint8_t *data;
@@ -37,7 +36,7 @@ static void cpio_entry(struct cpio_buf *b, const char *name, unsigned int mode,
 	size_t name_len = strlen(name) + 1;
 	char hdr[CPIO_HDR_LEN + 32];
 
-	/* Sizes are bounded by KILN_ARGV_MAX: 8 hex digits suffice. */
+	/* Sizes are bounded by INITRD_FILE_MAX: 8 hex digits suffice. */
 	snprintf(hdr, sizeof(hdr),
 		 "%s%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X",
 		 CPIO_NEWC_MAGIC, ino, mode, 0, 0, 1, 0, (unsigned int)body_len,
@@ -55,22 +54,18 @@ static void cpio_entry(struct cpio_buf *b, const char *name, unsigned int mode,
 	b->len += cpio_pad(b->len);
 }
 
-int initrd__kiln_archive(char *const argv[], const void *mounts,
-			 size_t mounts_len, uint8_t **out, size_t *out_len)
+int initrd__join_argv(char *const argv[], char **out, size_t *out_len)
 {
-	struct cpio_buf b = { 0 };
-	size_t body_len = 0, off = 0;
+	size_t len = 0, off = 0;
 	char *body;
 	int i;
 
 	for (i = 0; argv && argv[i]; i++) {
-		body_len += strlen(argv[i]) + 1;
-		if (body_len > KILN_ARGV_MAX)
+		len += strlen(argv[i]) + 1;
+		if (len > INITRD_FILE_MAX)
 			return -E2BIG;
 	}
-	if (mounts_len > KILN_ARGV_MAX)
-		return -E2BIG;
-	body = malloc(body_len ? body_len : 1);
+	body = malloc(len ? len : 1);
 	if (!body)
 		return -ENOMEM;
 	for (i = 0; argv && argv[i]; i++) {
@@ -79,23 +74,34 @@ int initrd__kiln_archive(char *const argv[], const void *mounts,
 		memcpy(body + off, argv[i], n);
 		off += n;
 	}
+	*out = body;
+	*out_len = len;
+	return 0;
+}
 
-	/* Four headers, four short names, the bodies, and padding. */
-	b.cap = 4 * (CPIO_HDR_LEN + 16 + CPIO_ALIGN * 2) + body_len +
-		mounts_len;
-	b.data = malloc(b.cap);
-	if (!b.data) {
-		free(body);
-		return -ENOMEM;
+int initrd__archive(const char *dir, const struct initrd_file *files,
+		    unsigned int nr, uint8_t **out, size_t *out_len)
+{
+	struct cpio_buf b = { 0 };
+	unsigned int i;
+
+	/* The directory, each file and the trailer: header, name, padding. */
+	b.cap = (nr + 2) * (CPIO_HDR_LEN + CPIO_ALIGN * 2) + strlen(dir) + 1 +
+		sizeof(CPIO_TRAILER);
+	for (i = 0; i < nr; i++) {
+		if (files[i].len > INITRD_FILE_MAX ||
+		    strlen(files[i].name) > INITRD_NAME_MAX)
+			return -E2BIG;
+		b.cap += strlen(files[i].name) + 1 + files[i].len;
 	}
-	cpio_entry(&b, "kiln", S_IFDIR | 0755, NULL, 0, 1);
-	if (argv)
-		cpio_entry(&b, "kiln/argv", S_IFREG | 0444, body, body_len, 2);
-	if (mounts_len)
-		cpio_entry(&b, "kiln/mounts", S_IFREG | 0444, mounts,
-			   mounts_len, 3);
+	b.data = malloc(b.cap);
+	if (!b.data)
+		return -ENOMEM;
+	cpio_entry(&b, dir, S_IFDIR | 0755, NULL, 0, 1);
+	for (i = 0; i < nr; i++)
+		cpio_entry(&b, files[i].name, S_IFREG | 0444, files[i].data,
+			   files[i].len, i + 2);
 	cpio_entry(&b, CPIO_TRAILER, 0, NULL, 0, 0);
-	free(body);
 
 	*out = b.data;
 	*out_len = b.len;

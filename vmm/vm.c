@@ -34,6 +34,7 @@
 #include "vmm/proxy.h"
 #include "vmm/seccomp.h"
 #include "vmm/vm.h"
+#include "proto/initramfs.h"
 
 /* Above RAM and the devices, below 4 GiB: what KVM needs on Intel. */
 #define KVM_TSS_ADDR	      0xfffbd000ULL
@@ -161,6 +162,43 @@ static int open_initrd(struct vm *vm)
 	return 0;
 }
 
+/*
+ * The archive appended to the initrd (proto/initramfs.h): the command,
+ * the virtio-fs mounts, the interception CA, whichever the VM has.
+ */
+static int kiln_archive(struct vm *vm)
+{
+	const struct vm_config *cfg = vm->cfg;
+	struct initrd_file files[3];
+	uint8_t *mounts = NULL;
+	size_t mounts_len = 0, argv_len = 0;
+	unsigned int nr = 0;
+	char *argv = NULL;
+	int ret;
+
+	ret = mounts__manifest(&cfg->mounts, &mounts, &mounts_len);
+	if (!ret && cfg->argv)
+		ret = initrd__join_argv(cfg->argv, &argv, &argv_len);
+	if (ret)
+		goto out;
+	if (cfg->argv)
+		files[nr++] = (struct initrd_file){ KILN_INITRAMFS_ARGV, argv,
+						    argv_len };
+	if (mounts_len)
+		files[nr++] = (struct initrd_file){ KILN_INITRAMFS_MOUNTS,
+						    mounts, mounts_len };
+	if (vm->guest_ca_len)
+		files[nr++] = (struct initrd_file){ KILN_INITRAMFS_CA,
+						    vm->guest_ca_pem,
+						    vm->guest_ca_len };
+	ret = initrd__archive(KILN_INITRAMFS_DIR, files, nr, &vm->argv_cpio,
+			      &vm->argv_cpio_len);
+out:
+	free(argv);
+	free(mounts);
+	return ret;
+}
+
 static uint64_t initrd_total(const struct vm *vm)
 {
 	uint64_t pad = (4 - vm->initrd_file_size % 4) % 4;
@@ -194,16 +232,8 @@ static int image_init(struct vm *vm)
 	ret = open_initrd(vm);
 	if (ret)
 		return ret;
-	if (cfg->argv || cfg->mounts.nr) {
-		uint8_t *mounts = NULL;
-		size_t mounts_len = 0;
-
-		ret = mounts__manifest(&cfg->mounts, &mounts, &mounts_len);
-		if (!ret)
-			ret = initrd__kiln_archive(cfg->argv, mounts,
-						   mounts_len, &vm->argv_cpio,
-						   &vm->argv_cpio_len);
-		free(mounts);
+	if (cfg->argv || cfg->mounts.nr || vm->guest_ca_len) {
+		ret = kiln_archive(vm);
 		if (ret) {
 			pr_err("command and mounts archive: %s",
 			       strerror(-ret));

@@ -67,6 +67,13 @@ struct vm {
 	uint64_t initrd_file_size; /* bytes */
 	uint8_t *argv_cpio;	   /* appended archive with the command */
 	size_t argv_cpio_len;
+	/*
+	 * The HTTPS interception CA's certificate (PEM) for the guest's
+	 * trust store (/kiln/ca.pem), set before the boot step; NULL: none.
+	 * Borrowed from its owner, never the key.
+	 */
+	const char *guest_ca_pem;
+	size_t guest_ca_len;
 	char *cmdline; /* the complete kernel command line */
 
 	uint8_t *ram;	      /* one host mapping for all guest RAM */

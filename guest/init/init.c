@@ -40,6 +40,7 @@
 #include "proto/agent.h"
 #include "guest/init/mounts.h"
 #include "guest/init/net.h"
+#include "guest/init/trust.h"
 
 /*
  * Kiln's system device (devices/exit-dev.h): a byte to READY says the
@@ -952,6 +953,7 @@ int main(int argc, char **argv)
 {
 	struct agent_server agent = { .listen_fd = -1 };
 	struct init_mounts *fs_mounts;
+	struct init_trust trust;
 	struct kiln_params params;
 	char **cmd;
 	int status;
@@ -966,12 +968,18 @@ int main(int argc, char **argv)
 	/* Before a switch: /kiln/argv is in the initramfs. */
 	cmd = command_argv(argc, argv);
 	fs_mounts = init_mounts__load();
+	if (init_trust__load(&trust, INIT_TRUST_CA_FILE))
+		end_vm(STATUS_INIT_FAILED);
 	if (root_wanted(&params))
 		enter_root(&params);
 	/* In the final root, before anything runs that may use them. */
 	if (init_mounts__mount(fs_mounts))
 		end_vm(STATUS_INIT_FAILED);
 	setup_network(&params);
+	/* The host's CA, if it intercepts HTTPS, before anything runs. */
+	if (init_trust__install(&trust, INIT_TRUST_BUNDLE, INIT_TRUST_RUN))
+		end_vm(STATUS_INIT_FAILED);
+	init_trust__free(&trust);
 	take_console();
 	/*
 	 * After the switch, so the agent's commands run in the real root.

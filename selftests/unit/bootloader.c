@@ -460,16 +460,29 @@ TEST(mptable_lists_every_cpu)
 	free(m.ram);
 }
 
+/* One file in dir "kiln". */
+static int archive(uint8_t **a, size_t *len, const char *name,
+		   const void *data, size_t data_len)
+{
+	const struct initrd_file f = { name, data, data_len };
+
+	return initrd__archive("kiln", &f, 1, a, len);
+}
+
 TEST(argv_archive)
 {
 	char a0[] = "sh", a1[] = "-c", a2[] = "echo 'a b' \"c\"", a3[] = "";
 	char *argv[] = { a0, a1, a2, a3, NULL };
 	static const char body[] = "sh\0-c\0echo 'a b' \"c\"\0\0";
-	uint8_t *a;
-	size_t len;
+	size_t len, joined_len;
 	const uint8_t *hit;
+	char *joined;
+	uint8_t *a;
 
-	ASSERT_EQ(0, initrd__kiln_archive(argv, NULL, 0, &a, &len));
+	ASSERT_EQ(0, initrd__join_argv(argv, &joined, &joined_len));
+	EXPECT_EQ(sizeof(body) - 1, joined_len);
+	ASSERT_EQ(0, archive(&a, &len, "kiln/argv", joined, joined_len));
+	free(joined);
 	EXPECT_EQ(0U, len % 4);
 	EXPECT_EQ(0, memcmp(a, "070701", 6));
 	hit = memmem(a, len, "kiln/argv", 10);
@@ -486,28 +499,51 @@ TEST(mounts_archive_without_a_command)
 	uint8_t *a;
 	size_t len;
 
-	ASSERT_EQ(0, initrd__kiln_archive(NULL, mounts, sizeof(mounts) - 1, &a,
-					  &len));
+	ASSERT_EQ(0, archive(&a, &len, "kiln/mounts", mounts,
+			     sizeof(mounts) - 1));
 	EXPECT_EQ(0U, len % 4);
 	EXPECT_TRUE(memmem(a, len, "kiln/argv", 9) == NULL);
 	EXPECT_TRUE(memmem(a, len, "kiln/mounts", 12) != NULL);
 	EXPECT_TRUE(memmem(a, len, mounts, sizeof(mounts) - 1) != NULL);
 	free(a);
-	EXPECT_EQ(-E2BIG, initrd__kiln_archive(NULL, mounts, 2U << 20, &a,
-					      &len));
+	EXPECT_EQ(-E2BIG, archive(&a, &len, "kiln/mounts", mounts, 2U << 20));
+}
+
+/* Several files in one archive, in order, each byte for byte. */
+TEST(archive_of_several_files)
+{
+	static const char pem[] = "-----BEGIN CERTIFICATE-----\nMIIB\n"
+				  "-----END CERTIFICATE-----\n";
+	static const struct initrd_file files[] = {
+		{ "kiln/argv", "true", 5 },
+		{ "kiln/ca.pem", pem, sizeof(pem) - 1 },
+	};
+	const uint8_t *argv_at, *ca_at;
+	uint8_t *a;
+	size_t len;
+
+	ASSERT_EQ(0, initrd__archive("kiln", files, 2, &a, &len));
+	EXPECT_EQ(0U, len % 4);
+	argv_at = memmem(a, len, "kiln/argv", 9);
+	ca_at = memmem(a, len, "kiln/ca.pem", 12);
+	ASSERT_TRUE(argv_at && ca_at);
+	EXPECT_TRUE(argv_at < ca_at);
+	EXPECT_TRUE(memmem(a, len, pem, sizeof(pem) - 1) != NULL);
+	EXPECT_TRUE(memmem(a, len, "TRAILER!!!", 11) != NULL);
+	free(a);
 }
 
 TEST(argv_archive_too_large)
 {
 	char *big = malloc(2 << 20);
 	char *argv[] = { big, NULL };
-	uint8_t *a = NULL;
+	char *joined = NULL;
 	size_t len;
 
 	ASSERT_TRUE(big != NULL);
 	memset(big, 'x', (2 << 20) - 1);
 	big[(2 << 20) - 1] = 0;
-	EXPECT_EQ(-E2BIG, initrd__kiln_archive(argv, NULL, 0, &a, &len));
+	EXPECT_EQ(-E2BIG, initrd__join_argv(argv, &joined, &len));
 	free(big);
 }
 

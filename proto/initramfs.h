@@ -1,0 +1,15 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+#ifndef KILN_PROTO_INITRAMFS_H
+#define KILN_PROTO_INITRAMFS_H
+
+/*
+ * The files the vmm appends to the guest's initramfs as a cpio archive
+ * (bootloader/initrd.c) and the guest init reads before anything else
+ * (guest/init): names inside the archive, without the leading slash.
+ */
+#define KILN_INITRAMFS_DIR    "kiln"
+#define KILN_INITRAMFS_ARGV   KILN_INITRAMFS_DIR "/argv"   /* the command */
+#define KILN_INITRAMFS_MOUNTS KILN_INITRAMFS_DIR "/mounts" /* virtio-fs mounts */
+#define KILN_INITRAMFS_CA     KILN_INITRAMFS_DIR "/ca.pem" /* the interception CA */
+
+#endif
