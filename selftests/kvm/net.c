@@ -65,6 +65,17 @@ static bool is_root(struct __test_metadata *_metadata)
 	return true;
 }
 
+/* Root, and KVM to boot with (before the test makes anything). */
+static bool can_boot(struct __test_metadata *_metadata)
+{
+	if (!is_root(_metadata))
+		return false;
+	if (access("/dev/kvm", R_OK | W_OK))
+		SKIP(return false,
+			    "no usable /dev/kvm (run through tools/vmtest)");
+	return true;
+}
+
 TEST_TIMEOUT(net_auto_configures_the_guest, BOOT_TIMEOUT)
 {
 	struct spawn_result r;
@@ -237,11 +248,36 @@ TEST_TIMEOUT(granted_tcp_reaches_the_test_host, BOOT_TIMEOUT)
 #define DNS_TYPE_A   1 /* RFC 1035 3.2.2 */
 #define DNS_CLASS_IN 1 /* RFC 1035 3.2.4 */
 
-struct test_dns {
+/* A UDP server thread of the test's; got counts what it was sent. */
+struct udp_server {
 	int fd;
 	pthread_t thread;
-	unsigned int asked;
+	unsigned int got;
 };
+
+/* Bound to addr:port (an address the test's netns has), serving. */
+static bool udp_server_start(struct __test_metadata *_metadata,
+			     struct udp_server *u, const char *addr, int port,
+			     void *(*serve)(void *))
+{
+	struct sockaddr_in sin = { .sin_family = AF_INET,
+				   .sin_port = htons(port) };
+
+	inet_pton(AF_INET, addr, &sin.sin_addr);
+	u->got = 0;
+	u->fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	ASSERT_LE(0, u->fd);
+	ASSERT_EQ(0, bind(u->fd, (struct sockaddr *)&sin, sizeof(sin)));
+	ASSERT_EQ(0, pthread_create(&u->thread, NULL, serve, u));
+	return true;
+}
+
+static void udp_server_stop(struct udp_server *u)
+{
+	shutdown(u->fd, SHUT_RDWR); /* recvfrom() returns 0: the thread ends */
+	pthread_join(u->thread, NULL);
+	close(u->fd);
+}
 
 /* Whether the one question of query q (n bytes) is of type A, class IN. */
 static bool dns_asks_for_a(const uint8_t *q, size_t n)
@@ -260,7 +296,7 @@ static void *test_dns_serve(void *arg)
 	static const uint8_t answer[] = { 0xc0, DNS_HDR_LEN, 0, 1, 0, 1,
 					  0, 0, TEST_DNS_TTL >> 8,
 					  TEST_DNS_TTL & 0xff, 0, 4 };
-	struct test_dns *d = arg;
+	struct udp_server *d = arg;
 	struct sockaddr_in from;
 	uint8_t msg[512 + sizeof(answer) + 4];
 	socklen_t fl;
@@ -271,7 +307,7 @@ static void *test_dns_serve(void *arg)
 		n = recvfrom(d->fd, msg, 512, 0, (struct sockaddr *)&from, &fl);
 		if (n < DNS_HDR_LEN)
 			break; /* shut down, or nonsense: the test is over */
-		__atomic_add_fetch(&d->asked, 1, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&d->got, 1, __ATOMIC_RELAXED);
 		msg[2] = 0x81; /* QR, RD */
 		msg[3] = 0x80; /* RA, NOERROR */
 		msg[8] = msg[9] = msg[10] = msg[11] = 0;
@@ -291,12 +327,11 @@ static void *test_dns_serve(void *arg)
 	return NULL;
 }
 
-/* In the test host's namespace (test_host_start first). */
+/* In the test host's namespace (test_host_start first), on lo:2. */
 static bool test_dns_start(struct __test_metadata *_metadata,
-			   struct test_dns *d)
+			   struct udp_server *d)
 {
-	struct sockaddr_in sin = { .sin_family = AF_INET,
-				   .sin_port = htons(DNS_PORT) };
+	struct sockaddr_in sin = { .sin_family = AF_INET };
 	struct ifreq ifr = { 0 };
 	int sock;
 
@@ -308,19 +343,8 @@ static bool test_dns_start(struct __test_metadata *_metadata,
 	ASSERT_EQ(0, ioctl(sock, SIOCSIFADDR, &ifr))
 	TH_LOG("%s on lo:2: %s", TEST_DNS, strerror(errno));
 	close(sock);
-	d->asked = 0;
-	d->fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	ASSERT_LE(0, d->fd);
-	ASSERT_EQ(0, bind(d->fd, (struct sockaddr *)&sin, sizeof(sin)));
-	ASSERT_EQ(0, pthread_create(&d->thread, NULL, test_dns_serve, d));
-	return true;
-}
-
-static void test_dns_stop(struct test_dns *d)
-{
-	shutdown(d->fd, SHUT_RDWR); /* recvfrom() returns 0: the thread ends */
-	pthread_join(d->thread, NULL);
-	close(d->fd);
+	return udp_server_start(_metadata, d, TEST_DNS, DNS_PORT,
+				test_dns_serve);
 }
 
 /*
@@ -338,7 +362,7 @@ TEST_TIMEOUT(hostname_grant_through_trusted_dns, BOOT_TIMEOUT)
 		"\"tcp\": [{\"to\": \"granted.test\", \"ports\": [8080]}]}";
 	struct spawn_result r;
 	struct test_host h;
-	struct test_dns d;
+	struct udp_server d;
 	int fd;
 
 	if (!is_root(_metadata))
@@ -362,14 +386,14 @@ TEST_TIMEOUT(hostname_grant_through_trusted_dns, BOOT_TIMEOUT)
 		  "&& echo other host leaves || echo other host denied"),
 	     NULL, &r);
 	unlink(policy);
-	test_dns_stop(&d);
+	udp_server_stop(&d);
 	test_host_stop(&h);
 	EXPECT_EQ(0, r.status);
 	EXPECT_STREQ("unresolved denied\nresolved\n" TEST_REPLY
 		     "\nother host denied\n",
 		     r.out)
 	TH_LOG("stderr: %s", r.err);
-	EXPECT_LE(1, __atomic_load_n(&d.asked, __ATOMIC_RELAXED));
+	EXPECT_LE(1, __atomic_load_n(&d.got, __ATOMIC_RELAXED));
 }
 
 /* Without --net the guest still has lo, and no eth0. */
@@ -473,10 +497,8 @@ TEST_TIMEOUT(facts_report_the_network, BOOT_TIMEOUT)
 	bool ready = false;
 	pid_t vmm;
 
-	if (!is_root(_metadata))
+	if (!can_boot(_metadata))
 		return;
-	if (access("/dev/kvm", R_OK | W_OK))
-		SKIP(return, "no usable /dev/kvm (run through tools/vmtest)");
 	guest_paths(&g);
 	ASSERT_TRUE(mkdtemp(dir) != NULL);
 	snprintf(sock, sizeof(sock), "%s/ctl.sock", dir);
@@ -527,141 +549,20 @@ static bool write_file(const char *path, const char *text)
 	return ok;
 }
 
-/* A listener on TEST_HOST:port in the test host's netns. */
-static int hold_listener(struct __test_metadata *_metadata, int port)
+/* A TCP listener on addr:port in the test's netns. */
+static int tcp_listener(struct __test_metadata *_metadata, const char *addr,
+			int port)
 {
 	struct sockaddr_in sin = { .sin_family = AF_INET,
 				   .sin_port = htons(port) };
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
 
 	ASSERT_LE(0, fd);
-	inet_pton(AF_INET, TEST_HOST, &sin.sin_addr);
+	inet_pton(AF_INET, addr, &sin.sin_addr);
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	ASSERT_EQ(0, bind(fd, (struct sockaddr *)&sin, sizeof(sin)));
 	ASSERT_EQ(0, listen(fd, 8));
 	return fd;
-}
-
-#define HOLD_PORT 8081
-/*
- * How long the test waits for the cut. The proxy cuts at its next wake,
- * milliseconds after the swap; the wait is long so that no verdict
- * depends on how busy the (nested) host is. A refused replacement is
- * watched for KEEP_SECS: a flow cut by mistake goes at once.
- */
-#define CUT_SECS  60
-#define KEEP_SECS 2
-
-/*
- * Live replacement: a guest connection to a granted port of the test
- * host is held open; net.setPolicy (vmmctl policy) with a policy that
- * grants only another port cuts it within a second (the test host sees
- * its RST or FIN), vm.status counts the cut, and a refused policy
- * leaves the VM's in force.
- */
-TEST_TIMEOUT(live_policy_replacement_cuts_a_running_flow, BOOT_TIMEOUT)
-{
-	char dir[] = "/tmp/kiln-net-live-XXXXXX", sock[96], log[96], nclog[96];
-	char before[128], after[128], bad[128];
-	const char *vmmctl = env_or("KILN_VMMCTL", "build/vmmctl");
-	struct spawn_result r;
-	struct timespec t0, now;
-	struct test_host h;
-	struct pollfd pfd;
-	struct guest g;
-	bool ready = false;
-	pid_t vmm, nc;
-	int lsn, conn;
-	char c;
-
-	if (!is_root(_metadata))
-		return;
-	if (access("/dev/kvm", R_OK | W_OK))
-		SKIP(return, "no usable /dev/kvm (run through tools/vmtest)");
-	guest_paths(&g);
-	ASSERT_TRUE(test_host_start(_metadata, &h));
-	lsn = hold_listener(_metadata, HOLD_PORT);
-	ASSERT_TRUE(mkdtemp(dir) != NULL);
-	snprintf(sock, sizeof(sock), "%s/ctl.sock", dir);
-	snprintf(log, sizeof(log), "%s/vmm.log", dir);
-	snprintf(nclog, sizeof(nclog), "%s/nc.log", dir);
-	snprintf(before, sizeof(before), "%s/before.json", dir);
-	snprintf(after, sizeof(after), "%s/after.json", dir);
-	snprintf(bad, sizeof(bad), "%s/bad.json", dir);
-	ASSERT_TRUE(write_file(before, "{\"tcp\": [{\"to\": \"" TEST_HOST
-				       "\", \"ports\": [8080, 8081]}]}"));
-	ASSERT_TRUE(write_file(after, "{\"tcp\": [{\"to\": \"" TEST_HOST
-				      "\", \"ports\": [8080]}]}"));
-	ASSERT_TRUE(write_file(bad, "{\"tcp\": [{\"to\": \"" TEST_HOST
-				    "\", \"ports\": [\"9-1\"]}]}"));
-	vmm = spawn_logged(ARGS(g.vmm, "start", "--kernel", g.vmlinux,
-				"--initrd", g.initrd, "--net", "auto",
-				"--net-policy", before, "--control-socket",
-				sock),
-			   log);
-	ASSERT_LT(0, vmm);
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	do {
-		if (!spawn__run(ARGS(vmmctl, "status", sock), NULL, &r) &&
-		    !r.status && strstr(r.out, "\"agent\": \"ready\""))
-			ready = true;
-		else
-			usleep(100000);
-		clock_gettime(CLOCK_MONOTONIC, &now);
-	} while (!ready && now.tv_sec - t0.tv_sec < READY_SECS &&
-		 waitpid(vmm, NULL, WNOHANG) != vmm);
-	if (!ready)
-		vmm_log_show(_metadata, log);
-	ASSERT_TRUE(ready);
-
-	/* The guest holds a connection open (its stdin never ends). */
-	nc = spawn_logged(ARGS(vmmctl, "exec", sock, "--", "sh", "-c",
-			       "sleep 120 | nc " TEST_HOST " 8081"),
-			  nclog);
-	ASSERT_LT(0, nc);
-	pfd = (struct pollfd){ .fd = lsn, .events = POLLIN };
-	ASSERT_EQ(1, poll(&pfd, 1, 60000)) TH_LOG("the guest never connected");
-	conn = accept4(lsn, NULL, NULL, SOCK_CLOEXEC);
-	ASSERT_LE(0, conn);
-	pfd = (struct pollfd){ .fd = conn, .events = POLLIN };
-	EXPECT_EQ(0, poll(&pfd, 1, 0)); /* open, quiet */
-
-	/* Refused: the old policy stays, the flow with it. */
-	ASSERT_EQ(0, spawn__run(ARGS(vmmctl, "policy", sock, bad), NULL, &r));
-	EXPECT_EQ(125, r.status);
-	EXPECT_TRUE(strstr(r.err, "policy.tcp[0].ports[0]") != NULL)
-	TH_LOG("%s", r.err);
-	EXPECT_EQ(0, poll(&pfd, 1, KEEP_SECS * 1000));
-
-	/* Replaced: port 8081 is no longer granted, the flow is cut. */
-	ASSERT_EQ(0, spawn__run(ARGS(vmmctl, "policy", sock, after), NULL, &r));
-	EXPECT_EQ(0, r.status) TH_LOG("%s", r.err);
-	ASSERT_EQ(1, poll(&pfd, 1, CUT_SECS * 1000))
-	TH_LOG("the flow was not cut within %d s", CUT_SECS);
-	EXPECT_GE(0, read(conn, &c, 1)); /* RST or FIN, no data */
-
-	ASSERT_EQ(0, spawn__run(ARGS(vmmctl, "status", sock), NULL, &r));
-	squeeze(r.out);
-	EXPECT_TRUE(strstr(r.out, "\"tcp\":{\"allowed\":1,\"denied\":0,"
-				  "\"open\":0,\"cut\":1}") != NULL)
-	TH_LOG("%.2000s", r.out);
-	EXPECT_TRUE(strstr(r.out, "\"tcp_proxy\":") != NULL)
-	TH_LOG("%.2000s", r.out);
-
-	kill(nc, SIGTERM); /* forwarded to the guest's command */
-	wait_exit(nc, 30);
-	ASSERT_EQ(0, spawn__run(ARGS(vmmctl, "shutdown", sock), NULL, &r));
-	EXPECT_EQ(0, wait_exit(vmm, 60));
-	close(conn);
-	close(lsn);
-	test_host_stop(&h);
-	unlink(sock);
-	unlink(log);
-	unlink(nclog);
-	unlink(before);
-	unlink(after);
-	unlink(bad);
-	rmdir(dir);
 }
 
 /* net-probe (selftests/helpers/net-probe.c) packed next to the vmm. */
@@ -746,6 +647,35 @@ static void bg_vm_stop(struct __test_metadata *_metadata, struct bg_vm *v)
 	unlink(v->log);
 }
 
+#define HOLD_PORT     8081
+#define STR_HOLD_PORT "8081"
+#define HOLD_SECS     "120" /* how long the guest's end stays open */
+
+/*
+ * The guest (VM v) holds a connection to TEST_HOST:HOLD_PORT open, its
+ * stdin never ending (vmmctl exec in the background, its output in log,
+ * its pid in *nc); the test host's end of it, accepted from lsn, open
+ * and quiet.
+ */
+static int hold_flow(struct __test_metadata *_metadata, const struct bg_vm *v,
+		     int lsn, const char *log, pid_t *nc)
+{
+	const char *vmmctl = env_or("KILN_VMMCTL", "build/vmmctl");
+	struct pollfd pfd = { .fd = lsn, .events = POLLIN };
+	int conn;
+
+	*nc = spawn_logged(ARGS(vmmctl, "exec", v->sock, "--", "sh", "-c",
+				"sleep " HOLD_SECS " | nc " TEST_HOST " " STR_HOLD_PORT),
+			   log);
+	ASSERT_LT(0, *nc);
+	ASSERT_EQ(1, poll(&pfd, 1, 60000)) TH_LOG("the guest never connected");
+	conn = accept4(lsn, NULL, NULL, SOCK_CLOEXEC);
+	ASSERT_LE(0, conn);
+	pfd = (struct pollfd){ .fd = conn, .events = POLLIN };
+	EXPECT_EQ(0, poll(&pfd, 1, 0)); /* open, quiet */
+	return conn;
+}
+
 /* A policy file in dir. */
 static void policy_file(struct __test_metadata *_metadata, char *out,
 			size_t len, const char *dir, const char *name,
@@ -753,6 +683,90 @@ static void policy_file(struct __test_metadata *_metadata, char *out,
 {
 	snprintf(out, len, "%s/%s", dir, name);
 	ASSERT_TRUE(write_file(out, json));
+}
+
+/*
+ * How long the test waits for the cut. The proxy cuts at its next wake,
+ * milliseconds after the swap; the wait is long so that no verdict
+ * depends on how busy the (nested) host is. A refused replacement is
+ * watched for KEEP_SECS: a flow cut by mistake goes at once.
+ */
+#define CUT_SECS  60
+#define KEEP_SECS 2
+
+/*
+ * Live replacement: a guest connection to a granted port of the test
+ * host is held open; net.setPolicy (vmmctl policy) with a policy that
+ * grants only another port cuts it within a second (the test host sees
+ * its RST or FIN), vm.status counts the cut, and a refused policy
+ * leaves the VM's in force.
+ */
+TEST_TIMEOUT(live_policy_replacement_cuts_a_running_flow, BOOT_TIMEOUT)
+{
+	char dir[] = "/tmp/kiln-net-live-XXXXXX", nclog[96];
+	char before[128], after[128], bad[128];
+	const char *vmmctl = env_or("KILN_VMMCTL", "build/vmmctl");
+	struct spawn_result r;
+	struct test_host h;
+	struct pollfd pfd;
+	struct bg_vm v;
+	int lsn, conn;
+	pid_t nc;
+	char c;
+
+	if (!can_boot(_metadata))
+		return;
+	ASSERT_TRUE(test_host_start(_metadata, &h));
+	lsn = tcp_listener(_metadata, TEST_HOST, HOLD_PORT);
+	ASSERT_TRUE(mkdtemp(dir) != NULL);
+	snprintf(nclog, sizeof(nclog), "%s/nc.log", dir);
+	policy_file(_metadata, before, sizeof(before), dir, "before.json",
+		    "{\"tcp\": [{\"to\": \"" TEST_HOST
+		    "\", \"ports\": [8080, 8081]}]}");
+	policy_file(_metadata, after, sizeof(after), dir, "after.json",
+		    "{\"tcp\": [{\"to\": \"" TEST_HOST "\", \"ports\": [8080]}]}");
+	policy_file(_metadata, bad, sizeof(bad), dir, "bad.json",
+		    "{\"tcp\": [{\"to\": \"" TEST_HOST
+		    "\", \"ports\": [\"9-1\"]}]}");
+	ASSERT_TRUE(bg_vm_start(_metadata, &v, dir, "vm",
+				ARGS("--net", "auto", "--net-policy", before)));
+
+	conn = hold_flow(_metadata, &v, lsn, nclog, &nc);
+	pfd = (struct pollfd){ .fd = conn, .events = POLLIN };
+
+	/* Refused: the old policy stays, the flow with it. */
+	ASSERT_EQ(0, spawn__run(ARGS(vmmctl, "policy", v.sock, bad), NULL, &r));
+	EXPECT_EQ(125, r.status);
+	EXPECT_TRUE(strstr(r.err, "policy.tcp[0].ports[0]") != NULL)
+	TH_LOG("%s", r.err);
+	EXPECT_EQ(0, poll(&pfd, 1, KEEP_SECS * 1000));
+
+	/* Replaced: port 8081 is no longer granted, the flow is cut. */
+	ASSERT_EQ(0, spawn__run(ARGS(vmmctl, "policy", v.sock, after), NULL, &r));
+	EXPECT_EQ(0, r.status) TH_LOG("%s", r.err);
+	ASSERT_EQ(1, poll(&pfd, 1, CUT_SECS * 1000))
+	TH_LOG("the flow was not cut within %d s", CUT_SECS);
+	EXPECT_GE(0, read(conn, &c, 1)); /* RST or FIN, no data */
+
+	ASSERT_EQ(0, spawn__run(ARGS(vmmctl, "status", v.sock), NULL, &r));
+	squeeze(r.out);
+	EXPECT_TRUE(strstr(r.out, "\"tcp\":{\"allowed\":1,\"denied\":0,"
+				  "\"open\":0,\"cut\":1}") != NULL)
+	TH_LOG("%.2000s", r.out);
+	EXPECT_TRUE(strstr(r.out, "\"tcp_proxy\":") != NULL)
+	TH_LOG("%.2000s", r.out);
+
+	kill(nc, SIGTERM); /* forwarded to the guest's command */
+	wait_exit(nc, 30);
+	bg_vm_stop(_metadata, &v);
+	close(conn);
+	close(lsn);
+	test_host_stop(&h);
+	unlink(nclog);
+	unlink(before);
+	unlink(after);
+	unlink(bad);
+	rmdir(dir);
 }
 
 /*
@@ -767,7 +781,7 @@ TEST_TIMEOUT(curl_on_the_debian_image_through_trusted_dns, BOOT_TIMEOUT)
 	char dir[] = "/tmp/kiln-net-curl-XXXXXX", policy[128], image[300];
 	struct spawn_result r;
 	struct test_host h;
-	struct test_dns d;
+	struct udp_server d;
 	struct guest g;
 
 	if (!is_root(_metadata))
@@ -798,14 +812,14 @@ TEST_TIMEOUT(curl_on_the_debian_image_through_trusted_dns, BOOT_TIMEOUT)
 				      "http://granted.test:8080/ "
 				      "|| echo unbound address denied") }),
 		  &r);
-	test_dns_stop(&d);
+	udp_server_stop(&d);
 	test_host_stop(&h);
 	EXPECT_EQ(0, r.status);
 	EXPECT_STREQ(TEST_REPLY "\nother port denied\nother host denied\n"
 				"unbound address denied\n",
 		     r.out)
 	TH_LOG("stderr: %s", r.err);
-	EXPECT_LE(1, __atomic_load_n(&d.asked, __ATOMIC_RELAXED));
+	EXPECT_LE(1, __atomic_load_n(&d.got, __ATOMIC_RELAXED));
 	EXPECT_TRUE(strstr(r.err, " -> 192.0.2.11:8080: no grant") != NULL)
 	TH_LOG("stderr: %s", r.err);
 	unlink(policy);
@@ -815,15 +829,9 @@ TEST_TIMEOUT(curl_on_the_debian_image_through_trusted_dns, BOOT_TIMEOUT)
 /* UDP echo on TEST_HOST:UDP_PORT in the test host's netns. */
 #define UDP_PORT 9000
 
-struct udp_echo {
-	int fd;
-	pthread_t thread;
-	unsigned int got;
-};
-
 static void *udp_echo_serve(void *arg)
 {
-	struct udp_echo *u = arg;
+	struct udp_server *u = arg;
 	struct sockaddr_in from;
 	char buf[512];
 	socklen_t fl;
@@ -841,28 +849,6 @@ static void *udp_echo_serve(void *arg)
 	return NULL;
 }
 
-static bool udp_echo_start(struct __test_metadata *_metadata,
-			   struct udp_echo *u)
-{
-	struct sockaddr_in sin = { .sin_family = AF_INET,
-				   .sin_port = htons(UDP_PORT) };
-
-	inet_pton(AF_INET, TEST_HOST, &sin.sin_addr);
-	u->got = 0;
-	u->fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	ASSERT_LE(0, u->fd);
-	ASSERT_EQ(0, bind(u->fd, (struct sockaddr *)&sin, sizeof(sin)));
-	ASSERT_EQ(0, pthread_create(&u->thread, NULL, udp_echo_serve, u));
-	return true;
-}
-
-static void udp_echo_stop(struct udp_echo *u)
-{
-	shutdown(u->fd, SHUT_RDWR);
-	pthread_join(u->thread, NULL);
-	close(u->fd);
-}
-
 /*
  * A UDP grant: the guest's datagram reaches the test host's echo and the
  * reply comes back; another port, DNS straight to a resolver (not through
@@ -875,8 +861,8 @@ TEST_TIMEOUT(udp_grant_gets_its_reply_and_nothing_else_leaves, BOOT_TIMEOUT)
 	char dir[] = "/tmp/kiln-net-udp-XXXXXX", policy[128], initrd[128];
 	struct spawn_result r;
 	struct test_host h;
-	struct test_dns d;
-	struct udp_echo u;
+	struct udp_server d;
+	struct udp_server u;
 	struct guest g;
 
 	if (!is_root(_metadata))
@@ -886,7 +872,8 @@ TEST_TIMEOUT(udp_grant_gets_its_reply_and_nothing_else_leaves, BOOT_TIMEOUT)
 	net_probe_initrd(_metadata, &g, dir, initrd, sizeof(initrd));
 	ASSERT_TRUE(test_host_start(_metadata, &h));
 	ASSERT_TRUE(test_dns_start(_metadata, &d));
-	ASSERT_TRUE(udp_echo_start(_metadata, &u));
+	ASSERT_TRUE(udp_server_start(_metadata, &u, TEST_HOST, UDP_PORT,
+				     udp_echo_serve));
 	policy_file(_metadata, policy, sizeof(policy), dir, "policy.json",
 		    "{\"udp\": [{\"to\": \"" TEST_HOST "\", \"ports\": [9000]}]}");
 	BOOT_SPEC((&(struct boot_spec){
@@ -900,14 +887,14 @@ TEST_TIMEOUT(udp_grant_gets_its_reply_and_nothing_else_leaves, BOOT_TIMEOUT)
 				      ">/dev/null 2>&1 && echo dns answered "
 				      "|| echo dns refused") }),
 		  &r);
-	udp_echo_stop(&u);
-	test_dns_stop(&d);
+	udp_server_stop(&u);
+	udp_server_stop(&d);
 	test_host_stop(&h);
 	EXPECT_EQ(0, r.status);
 	EXPECT_STREQ("reply: ping\nno reply\nno reply\ndns refused\n", r.out)
 	TH_LOG("stderr: %s", r.err);
 	EXPECT_EQ(1, __atomic_load_n(&u.got, __ATOMIC_RELAXED));
-	EXPECT_EQ(0, __atomic_load_n(&d.asked, __ATOMIC_RELAXED));
+	EXPECT_EQ(0, __atomic_load_n(&d.got, __ATOMIC_RELAXED));
 	EXPECT_TRUE(strstr(r.err, "denied udp 10.0.2.15:") != NULL)
 	TH_LOG("stderr: %s", r.err);
 	unlink(initrd);
@@ -946,21 +933,6 @@ static long peak_rss_kib(pid_t pid)
 
 #define LOOP_PORT 7001 /* net-probe's LOOPBACK_PORT */
 
-/* A listener on the host's 127.0.0.1:LOOP_PORT (the test's netns). */
-static int loopback_listener(struct __test_metadata *_metadata)
-{
-	struct sockaddr_in sin = { .sin_family = AF_INET,
-				   .sin_port = htons(LOOP_PORT),
-				   .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
-
-	ASSERT_LE(0, fd);
-	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	ASSERT_EQ(0, bind(fd, (struct sockaddr *)&sin, sizeof(sin)));
-	ASSERT_EQ(0, listen(fd, 8));
-	return fd;
-}
-
 #define FLOOD_SECS    "20" /* seconds */
 #define GUEST_MIB     256 /* the vmm's default */
 /* What the vmm may hold besides guest memory, flood or not. */
@@ -987,15 +959,13 @@ TEST_TIMEOUT(garbage_frames_are_dropped_and_the_vmm_stays_up, BOOT_TIMEOUT)
 	long hwm;
 	int loop;
 
-	if (!is_root(_metadata))
+	if (!can_boot(_metadata))
 		return;
-	if (access("/dev/kvm", R_OK | W_OK))
-		SKIP(return, "no usable /dev/kvm (run through tools/vmtest)");
 	guest_paths(&g);
 	ASSERT_TRUE(mkdtemp(dir) != NULL);
 	net_probe_initrd(_metadata, &g, dir, initrd, sizeof(initrd));
 	ASSERT_TRUE(test_host_start(_metadata, &h));
-	loop = loopback_listener(_metadata);
+	loop = tcp_listener(_metadata, "127.0.0.1", LOOP_PORT);
 	policy_file(_metadata, policy, sizeof(policy), dir, "policy.json",
 		    "{\"tcp\": [{\"to\": \"" TEST_HOST "\", \"ports\": [8080]}]}");
 	ASSERT_TRUE(bg_vm_start(_metadata, &v, dir, "vm",
@@ -1063,13 +1033,11 @@ TEST_TIMEOUT(two_vms_and_the_host_stay_apart, BOOT_TIMEOUT * 2)
 	pid_t nc;
 	FILE *f;
 
-	if (!is_root(_metadata))
+	if (!can_boot(_metadata))
 		return;
-	if (access("/dev/kvm", R_OK | W_OK))
-		SKIP(return, "no usable /dev/kvm (run through tools/vmtest)");
 	ASSERT_TRUE(mkdtemp(dir) != NULL);
 	ASSERT_TRUE(test_host_start(_metadata, &h));
-	loop = loopback_listener(_metadata);
+	loop = tcp_listener(_metadata, "127.0.0.1", LOOP_PORT);
 	policy_file(_metadata, policy, sizeof(policy), dir, "policy.json",
 		    "{\"tcp\": [{\"to\": \"private\"}, "
 		    "{\"to\": \"" TEST_HOST "\", \"ports\": [8080]}]}");
@@ -1127,7 +1095,6 @@ TEST_TIMEOUT(two_vms_and_the_host_stay_apart, BOOT_TIMEOUT * 2)
 TEST_TIMEOUT(a_killed_vmm_leaves_no_flow_open, BOOT_TIMEOUT)
 {
 	char dir[] = "/tmp/kiln-net-kill-XXXXXX", policy[128], nclog[128];
-	const char *vmmctl = env_or("KILN_VMMCTL", "build/vmmctl");
 	struct test_host h;
 	struct pollfd pfd;
 	struct bg_vm v;
@@ -1135,29 +1102,19 @@ TEST_TIMEOUT(a_killed_vmm_leaves_no_flow_open, BOOT_TIMEOUT)
 	pid_t nc;
 	char c;
 
-	if (!is_root(_metadata))
+	if (!can_boot(_metadata))
 		return;
-	if (access("/dev/kvm", R_OK | W_OK))
-		SKIP(return, "no usable /dev/kvm (run through tools/vmtest)");
 	ASSERT_TRUE(mkdtemp(dir) != NULL);
 	ASSERT_TRUE(test_host_start(_metadata, &h));
-	lsn = hold_listener(_metadata, HOLD_PORT);
+	lsn = tcp_listener(_metadata, TEST_HOST, HOLD_PORT);
 	policy_file(_metadata, policy, sizeof(policy), dir, "policy.json",
 		    "{\"tcp\": [{\"to\": \"" TEST_HOST "\", \"ports\": [8081]}]}");
 	ASSERT_TRUE(bg_vm_start(_metadata, &v, dir, "vm",
 				ARGS("--net", "auto",
 				     "--net-policy", policy)));
 	snprintf(nclog, sizeof(nclog), "%s/nc.log", dir);
-	nc = spawn_logged(ARGS(vmmctl, "exec", v.sock, "--", "sh", "-c",
-			       "sleep 120 | nc " TEST_HOST " 8081"),
-			  nclog);
-	ASSERT_LT(0, nc);
-	pfd = (struct pollfd){ .fd = lsn, .events = POLLIN };
-	ASSERT_EQ(1, poll(&pfd, 1, 60000)) TH_LOG("the guest never connected");
-	conn = accept4(lsn, NULL, NULL, SOCK_CLOEXEC);
-	ASSERT_LE(0, conn);
+	conn = hold_flow(_metadata, &v, lsn, nclog, &nc);
 	pfd = (struct pollfd){ .fd = conn, .events = POLLIN };
-	EXPECT_EQ(0, poll(&pfd, 1, 0));
 
 	ASSERT_EQ(0, kill(v.pid, SIGKILL));
 	EXPECT_EQ(128 + SIGKILL, wait_exit(v.pid, 60));
