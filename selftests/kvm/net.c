@@ -22,6 +22,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <time.h>
 
 #include "selftests/kselftest.h"
@@ -1129,6 +1130,152 @@ TEST_TIMEOUT(a_killed_vmm_leaves_no_flow_open, BOOT_TIMEOUT)
 	unlink(v.sock);
 	unlink(v.log);
 	unlink(nclog);
+	unlink(policy);
+	rmdir(dir);
+}
+
+/*
+ * The test's decision service on a Unix socket: grants TCP to
+ * TEST_HOST:8080, denies everything else, never answers for port 8082
+ * (the deadline denies it); what it was asked is kept for the test.
+ */
+#define HOOK_SILENT_PORT ":8082\""
+
+struct test_hook {
+	int lsn;
+	pthread_t thread;
+	char path[108];
+	char asked[4096];
+	size_t asked_len;
+	pthread_mutex_t lock;
+};
+
+static void *test_hook_serve(void *arg)
+{
+	struct test_hook *k = arg;
+	char line[4096], reply[128];
+	size_t got = 0;
+	ssize_t n;
+	int fd;
+
+	fd = accept4(k->lsn, NULL, NULL, SOCK_CLOEXEC);
+	if (fd < 0)
+		return NULL;
+	while ((n = read(fd, line + got, sizeof(line) - 1 - got)) > 0) {
+		char *nl;
+
+		got += (size_t)n;
+		line[got] = '\0';
+		while ((nl = strchr(line, '\n'))) {
+			long id = -1;
+			char *at = strstr(line, "\"id\": ");
+			bool grant;
+
+			*nl = '\0';
+			if (at)
+				id = strtol(at + 6, NULL, 10);
+			pthread_mutex_lock(&k->lock);
+			k->asked_len += (size_t)snprintf(
+				k->asked + k->asked_len,
+				sizeof(k->asked) - k->asked_len, "%s\n", line);
+			if (k->asked_len >= sizeof(k->asked))
+				k->asked_len = sizeof(k->asked) - 1;
+			pthread_mutex_unlock(&k->lock);
+			grant = strstr(line, "\"dst\": \"" TEST_HOST ":8080\"") &&
+				strstr(line, "\"proto\": \"tcp\"");
+			if (!strstr(line, HOOK_SILENT_PORT)) {
+				n = snprintf(reply, sizeof(reply),
+					     "{\"id\": %ld, \"verdict\": \"%s\", "
+					     "\"reason\": \"test hook\"}\n",
+					     id, grant ? "grant" : "deny");
+				if (write(fd, reply, (size_t)n) != n)
+					break;
+			}
+			got -= (size_t)(nl + 1 - line);
+			memmove(line, nl + 1, got + 1);
+		}
+	}
+	close(fd);
+	return NULL;
+}
+
+static bool test_hook_start(struct __test_metadata *_metadata,
+			    struct test_hook *k, const char *dir)
+{
+	struct sockaddr_un sun = { .sun_family = AF_UNIX };
+
+	memset(k->asked, 0, sizeof(k->asked));
+	k->asked_len = 0;
+	pthread_mutex_init(&k->lock, NULL);
+	snprintf(k->path, sizeof(k->path), "%s/hook.sock", dir);
+	snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", k->path);
+	k->lsn = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	ASSERT_LE(0, k->lsn);
+	ASSERT_EQ(0, bind(k->lsn, (struct sockaddr *)&sun, sizeof(sun)));
+	ASSERT_EQ(0, listen(k->lsn, 4));
+	ASSERT_EQ(0, pthread_create(&k->thread, NULL, test_hook_serve, k));
+	return true;
+}
+
+static void test_hook_stop(struct test_hook *k)
+{
+	shutdown(k->lsn, SHUT_RDWR);
+	pthread_cancel(k->thread);
+	pthread_join(k->thread, NULL);
+	close(k->lsn);
+	unlink(k->path);
+}
+
+/*
+ * The policy hook from a booted guest: with no rule for the test host,
+ * the vmm asks the test's decision service about each new flow; its
+ * grant lets the guest's HTTP request through, its deny and its silence
+ * past the deadline leave the guest unconnected, and it was told the
+ * flow's destination, protocol and address class.
+ */
+TEST_TIMEOUT(hook_grants_denies_and_times_out, BOOT_TIMEOUT)
+{
+	char dir[] = "/tmp/kiln-net-hook-XXXXXX", policy[128], doc[400];
+	struct spawn_result r;
+	struct test_host h;
+	struct test_hook k;
+
+	if (!is_root(_metadata))
+		return;
+	ASSERT_TRUE(mkdtemp(dir) != NULL);
+	ASSERT_TRUE(test_host_start(_metadata, &h));
+	ASSERT_TRUE(test_hook_start(_metadata, &k, dir));
+	/* A deadline long enough for the slowest harness, still finite. */
+	snprintf(doc, sizeof(doc),
+		 "{\"hook\": {\"socket\": \"%s\", \"timeoutMs\": 5000}}",
+		 k.path);
+	policy_file(_metadata, policy, sizeof(policy), dir, "policy.json", doc);
+	BOOT(NULL, ARGS("--net", "auto", "--net-policy", policy),
+	     ARGS("sh", "-c",
+		  "get() { printf 'GET / HTTP/1.0\\r\\n\\r\\n' | "
+		  "nc -w 30 $1 $2 2>/dev/null | tail -n 1; }; "
+		  "get " TEST_HOST " 8080; "
+		  "get " TEST_HOST " 8081 | grep -q . "
+		  "&& echo denied port leaves || echo denied port stays; "
+		  "get " TEST_HOST " 8082 | grep -q . "
+		  "&& echo silent port leaves || echo silent port stays"),
+	     NULL, &r);
+	test_hook_stop(&k);
+	test_host_stop(&h);
+	EXPECT_EQ(0, r.status);
+	EXPECT_STREQ(TEST_REPLY "\ndenied port stays\nsilent port stays\n",
+		     r.out)
+	TH_LOG("stderr: %s", r.err);
+	EXPECT_TRUE(strstr(k.asked, "\"proto\": \"tcp\", \"src\": \"10.0.2.15:") !=
+		    NULL)
+	TH_LOG("asked: %s", k.asked);
+	EXPECT_TRUE(strstr(k.asked, "\"dst\": \"" TEST_HOST ":8081\", "
+				    "\"class\": \"documentation\"") != NULL)
+	TH_LOG("asked: %s", k.asked);
+	EXPECT_TRUE(strstr(r.err, ":8081: hook deny") != NULL)
+	TH_LOG("stderr: %s", r.err);
+	EXPECT_TRUE(strstr(r.err, ":8082: hook timeout") != NULL)
+	TH_LOG("stderr: %s", r.err);
 	unlink(policy);
 	rmdir(dir);
 }
