@@ -10,7 +10,8 @@
 
 /*
  * Between policy.c and bindings.c only: the one spelling of a hostname
- * both compare, and the hostname rule's lookup.
+ * both compare, how a rule's hostname matches one, and the hostname
+ * rule's lookup.
  */
 
 /*
@@ -22,6 +23,12 @@
  */
 int __must_check net_hostname__normalize(const char *s, char *out,
 					 bool allow_wildcard, bool *wildcard);
+
+/*
+ * Whether name (normalized) is host, or with wildcard a name below it
+ * ("a.host", "b.a.host", not "host").
+ */
+bool net_hostname__matches(const char *name, const char *host, bool wildcard);
 
 /*
  * Whether b binds addr (network byte order) now to host (normalized), or
