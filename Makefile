@@ -76,6 +76,7 @@ core-obj-y += vmm/dns.o
 core-obj-y += vmm/hook-msg.o
 core-obj-y += vmm/hook.o
 core-obj-y += vmm/http1.o
+core-obj-y += vmm/intercept.o
 core-obj-y += vmm/api/server.o
 core-obj-y += vmm/api/client.o
 core-obj-y += vmm/api/params.o
@@ -149,7 +150,7 @@ $(O)/selftests/fs_virtual: $(O)/tools/fs-example-server
 # Tests of ebpf/ (and of the proxy on it; and the API tests, for
 # vm.status's net object) link its objects and libbpf on
 # top of the core.
-ebpf-tests := $(filter $(O)/selftests/ebpf_% $(O)/selftests/proxy $(O)/selftests/api,$(unit-tests))
+ebpf-tests := $(filter $(O)/selftests/ebpf_% $(O)/selftests/proxy $(O)/selftests/intercept $(O)/selftests/api,$(unit-tests))
 $(ebpf-tests): $(EBPF_OBJS)
 $(ebpf-tests): TEST_OBJS = $(EBPF_OBJS)
 $(ebpf-tests): TEST_LDLIBS = $(BPF_LDLIBS)

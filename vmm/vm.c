@@ -339,6 +339,25 @@ static void decide_by_policy(void *opaque, const struct net_flow *f,
 }
 
 /*
+ * Each request of a flow an http grant covers (NET_VERDICT_HTTP), on the
+ * proxy's thread, under the same locks in the same order: the policy as
+ * it is now, and what the resolver binds now. The grant's fields (their
+ * values are secrets) are copied into d, which the interception wipes.
+ */
+static void decide_http_by_policy(void *opaque, const struct net_flow *f,
+				  const char *host, bool verified,
+				  struct net_http_decision *d)
+{
+	struct vm *vm = opaque;
+
+	pthread_mutex_lock(&vm->policy_lock);
+	pthread_mutex_lock(&vm->bindings_lock);
+	net_policy__decide_http(vm->policy, f, host, verified, vm->bindings, d);
+	pthread_mutex_unlock(&vm->bindings_lock);
+	pthread_mutex_unlock(&vm->policy_lock);
+}
+
+/*
  * Parsed outside the lock (the proxy keeps deciding by the old one
  * meanwhile), swapped under it, the old one freed after it: no decision
  * can be using it then. The config's policy is the config's to free.
@@ -405,6 +424,7 @@ static int proxy_init(struct vm *vm)
 			    .guest.s_addr = n->address,
 			    .prefix_len = n->prefix },
 		.decide = decide_by_policy,
+		.decide_http = decide_http_by_policy,
 		.decide_opaque = vm,
 	};
 	char err[CONFIG_ERR_LEN];
