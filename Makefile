@@ -73,6 +73,7 @@ core-obj-y += vmm/bindings.o
 core-obj-y += vmm/dns-msg.o
 core-obj-y += vmm/dns.o
 core-obj-y += vmm/tls-ca.o
+core-obj-y += vmm/tls-conn.o
 core-obj-y += vmm/api/server.o
 core-obj-y += vmm/api/client.o
 core-obj-y += vmm/api/params.o
