@@ -280,7 +280,8 @@ static int leaf_mint(struct tls_ca *ca, const char *host, time_t now,
 	*out = l;
 	return 0;
 out_free:
-	wc_CertFree(cert);
+	if (cert)
+		wc_CertFree(cert);
 	free(l);
 	return ret;
 }
