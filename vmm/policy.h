@@ -34,6 +34,18 @@
 /* An http grant's header value (env:NAME, file:/PATH) at most, bytes. */
 #define NET_POLICY_SECRET_MAX (8U << 10)
 
+/*
+ * The one spelling of a hostname that the policy, the bindings and the
+ * TLS interception (vmm/tls.h) compare: a DNS name s into out
+ * (NET_HOSTNAME_MAX + 1 bytes), lower case, the trailing dot dropped.
+ * Labels of letters, digits and inner hyphens, 1 to NET_LABEL_MAX long,
+ * the last not all digits (that is an address). With allow_wildcard, a
+ * leading "*." is taken off and *wildcard set. -EINVAL if s is not such
+ * a name.
+ */
+int __must_check net_hostname__normalize(const char *s, char *out,
+					 bool allow_wildcard, bool *wildcard);
+
 /* The seed's address classes; each is a list of RFC ranges (policy.c). */
 enum net_addr_class {
 	NET_CLASS_LOOPBACK,
