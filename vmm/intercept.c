@@ -8,9 +8,15 @@
  * the response tracker and written to the guest as they came. A refused
  * request stops the reading of the guest; the responses to the requests
  * before it are still relayed (the tracker says when they are done), then
- * the error response goes into `back`, the guest gets a FIN, and what it
- * still sends is read and dropped until its own FIN: closing with unread
+ * the error response goes into `back`, the guest gets its end, and what
+ * it still sends is read and dropped until its own: closing with unread
  * bytes would reset the connection, and the guest could lose the answer.
+ *
+ * On a TLS port each side is a TLS connection (vmm/tls.h) on the
+ * proxy's socket: toward the guest a server whose certificate is minted
+ * for the SNI once the policy accepted that name, toward upstream a
+ * client verifying upstream's certificate for the same name. The rest
+ * is the same, on the plaintext.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -22,6 +28,7 @@
 
 #include "vmm/http1.h"
 #include "vmm/intercept.h"
+#include "vmm/tls.h"
 
 /* What the guest gets when upstream cannot be reached (RFC 9110 15.6.3). */
 #define HTTP_STATUS_BAD_GATEWAY 502U
@@ -29,32 +36,45 @@
 #define HTTP_STATUS_FORBIDDEN 403U
 /* The policy's fields did not go in: a bug, not the guest's (15.6.1). */
 #define HTTP_STATUS_INTERNAL 500U
+/* Plaintext given to one TLS write at most: a record's worth. */
+#define TLS_WRITE_MAX (16U << 10)
+/* What the guest may negotiate: HTTP/1.1 only for now (h2 is later). */
+#define GUEST_ALPN "http/1.1"
 
 enum ic_state {
-	IC_RELAY,   /* requests go up, responses come back */
-	IC_REFUSED, /* the responses before the refused request still come */
-	IC_ANSWER,  /* the error response goes to the guest, then a FIN */
-	IC_LINGER,  /* the guest's bytes dropped until its FIN */
+	IC_HANDSHAKE, /* TLS: the guest's handshake, its SNI checked */
+	IC_RELAY,     /* requests go up, responses come back */
+	IC_REFUSED,   /* the responses before the refused request still come */
+	IC_ANSWER,    /* the error response goes to the guest, then its end */
+	IC_LINGER,    /* the guest's bytes dropped until its end */
 };
 
 struct ic_side {
-	int fd;	   /* borrowed; -1: none (yet) */
-	bool eof;  /* its peer's FIN was read */
-	bool shut; /* ours was sent (SHUT_WR) */
+	int fd;		      /* borrowed; -1: none (yet), or done with */
+	struct tls_conn *tls; /* NULL: plain */
+	bool eof;	      /* its peer's end was read */
+	bool clean;	      /* TLS: that end was a close_notify */
+	bool shut;	      /* ours was sent */
+	bool shutting;	      /* TLS: our close_notify waits for room */
+	uint32_t rwant;	      /* TLS: what a read that waited waits for */
+	uint32_t wwant;	      /* TLS: the same for a write, or shutdown */
+	size_t wpend;	      /* TLS: a write that waited: its length */
 };
 
 struct intercept {
 	struct net_flow flow;
 	struct intercept_ops ops;
+	struct intercept_tls tls; /* all NULL: plain */
 	struct ic_side side[INTERCEPT_SIDES];
 	enum ic_state state;
 	bool want_up;  /* a request was allowed: connect upstream */
-	bool asked_up; /* the proxy was asked (wants_upstream said so) */
+	bool asked_up; /* the proxy answered (upstream or failed) */
+	bool up_ready; /* upstream connected, TLS handshake done */
 	bool verified; /* the name the guest gave was found bound */
-	bool counted;  /* the refusal was reported by on_request */
-	char host[HTTP1_HOSTNAME_MAX + 1]; /* the guest's name, once allowed */
+	bool counted;  /* the refusal was reported already */
+	char host[HTTP1_HOSTNAME_MAX + 1]; /* the guest's name, once passed */
 
-	struct http1_req *req;
+	struct http1_req *req; /* from the end of the TLS handshake on */
 	struct http1_resp *resp;
 	bool resp_dead; /* the tracker stopped: no boundaries known */
 
@@ -67,18 +87,79 @@ struct intercept {
 
 /* ---- the decision --------------------------------------------------- */
 
-static void report(struct intercept *ic, const char *host, bool allowed,
+static void report(struct intercept *ic, const char *detail, bool allowed,
 		   const char *reason)
 {
 	if (ic->ops.request)
 		ic->ops.request(ic->ops.opaque, &ic->flow,
-				host && host[0] ? host : NULL, allowed, reason);
+				detail && detail[0] ? detail : NULL, allowed,
+				reason);
 }
 
 /*
- * Each request, by the policy as it is now. The decision holds the
- * fields' values (secrets): wiped before it goes out of scope, whichever
- * way it went.
+ * The policy, now, on the name the guest gave. The decision holds the
+ * fields' values (secrets): the caller wipes it.
+ */
+static void decide(struct intercept *ic, const char *host,
+		   struct net_http_decision *d)
+{
+	*d = (struct net_http_decision){ .verdict = NET_VERDICT_DENY };
+	ic->ops.decide(ic->ops.decide_opaque, &ic->flow, host, ic->verified, d);
+	d->reason[sizeof(d->reason) - 1] = '\0';
+	if (!d->reason[0])
+		snprintf(d->reason, sizeof(d->reason), "%s", "refused");
+}
+
+static int unfiltered(struct intercept *ic, int (*fn)(void *), void *arg);
+
+struct mint_args {
+	struct tls_ca *ca;
+	const char *host;
+};
+
+static int do_mint(void *arg)
+{
+	struct mint_args *a = arg;
+	const uint8_t *der;
+	size_t len;
+
+	return tls_ca__leaf(a->ca, a->host, &der, &len);
+}
+
+/*
+ * TLS: the guest's SNI, before any certificate is minted for it: it
+ * must be bound to the destination and granted on the port, as a
+ * request's name is. Refused: the handshake is aborted. Allowed: the
+ * leaf is minted (or found) now where files may be opened (wolfSSL's
+ * signing seeds a generator), so that the server finds it in the CA's
+ * cache.
+ */
+static bool sni_ok(void *opaque, const char *sni)
+{
+	struct intercept *ic = opaque;
+	struct mint_args m = { .ca = ic->tls.ca, .host = sni };
+	struct net_http_decision d;
+	bool ok;
+
+	decide(ic, sni, &d);
+	ok = d.verdict == NET_VERDICT_ALLOW;
+	if (ok) {
+		ic->verified = true;
+		snprintf(ic->host, sizeof(ic->host), "%s", sni);
+	} else {
+		report(ic, sni, false, d.reason);
+		ic->counted = true;
+	}
+	explicit_bzero(&d, sizeof(d));
+	/* Failed, the server's own minting fails too, and says why. */
+	if (ok)
+		unfiltered(ic, do_mint, &m);
+	return ok;
+}
+
+/*
+ * Each request, by the policy as it is now. The decision is wiped
+ * before it goes out of scope, whichever way it went.
  */
 static int on_request(void *opaque, const struct http1_request *rq,
 		      struct http1_edits *e)
@@ -87,31 +168,26 @@ static int on_request(void *opaque, const struct http1_request *rq,
 	struct net_http_decision d;
 	int ret = HTTP1_ALLOW;
 
-	d = (struct net_http_decision){ .verdict = NET_VERDICT_DENY };
 	/* Refused here rather than by the rewriter, so it counts once. */
 	if (rq->upgrade) {
-		snprintf(d.reason, sizeof(d.reason), "%s",
-			 "http upgrade not allowed");
+		d = (struct net_http_decision){
+			.reason = "http upgrade not allowed"
+		};
 		ret = http1_edits__refuse(e, HTTP_STATUS_FORBIDDEN, d.reason);
 		goto out_report;
 	}
-	ic->ops.decide(ic->ops.decide_opaque, &ic->flow, rq->hostname,
-		       ic->verified, &d);
-	d.reason[sizeof(d.reason) - 1] = '\0';
+	decide(ic, rq->hostname, &d);
 	if (d.verdict != NET_VERDICT_ALLOW) {
-		ret = http1_edits__refuse(e, d.status,
-					  d.reason[0] ? d.reason : "refused");
+		ret = http1_edits__refuse(e, d.status, d.reason);
 		goto out_report;
 	}
 	for (unsigned int i = 0; i < d.nr_headers && i < NET_HTTP_MAX_HEADERS;
 	     i++) {
-		const char *name = d.buf + d.headers[i].name;
-		const char *value = d.buf + d.headers[i].value;
-
 		/* The policy checked both; a failure here is a bug. */
 		if (d.headers[i].name >= sizeof(d.buf) ||
 		    d.headers[i].value >= sizeof(d.buf) ||
-		    http1_edits__set(e, name, value)) {
+		    http1_edits__set(e, d.buf + d.headers[i].name,
+				     d.buf + d.headers[i].value)) {
 			snprintf(d.reason, sizeof(d.reason), "%s",
 				 "http header edit failed");
 			ret = http1_edits__refuse(e, HTTP_STATUS_INTERNAL,
@@ -127,6 +203,93 @@ out_report:
 	report(ic, rq->hostname, ret == HTTP1_ALLOW, d.reason);
 	explicit_bzero(&d, sizeof(d));
 	return ret;
+}
+
+/* ---- the sides: plain sockets or TLS --------------------------------- */
+
+/* Plaintext: > 0, 0 (the peer's end), -EAGAIN or -errno. */
+static ssize_t side_recv(struct intercept *ic, int s, void *buf, size_t len)
+{
+	struct ic_side *S = &ic->side[s];
+	ssize_t n;
+
+	if (!S->tls) {
+		n = recv(S->fd, buf, len, MSG_DONTWAIT);
+		if (n >= 0)
+			return n;
+		return errno == EAGAIN || errno == EINTR ? -EAGAIN : -errno;
+	}
+	n = tls_conn__read(S->tls, buf, len);
+	if (n == -EAGAIN) {
+		S->rwant = tls_conn__wants(S->tls);
+		return n;
+	}
+	S->rwant = EPOLLIN;
+	if (!n)
+		S->clean = true;
+	/* A TCP end without close_notify: an end, not a clean one. */
+	return n == -ECONNRESET ? 0 : n;
+}
+
+/*
+ * Plaintext: how many were sent (maybe 0: wait), or -errno. A TLS write
+ * that waited is made again with the same bytes: buf must start with
+ * them, as the rewriter's output and `back` do until drained.
+ */
+static ssize_t side_send(struct intercept *ic, int s, const void *buf,
+			 size_t len)
+{
+	struct ic_side *S = &ic->side[s];
+	ssize_t n;
+
+	if (!S->tls) {
+		n = send(S->fd, buf, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (n >= 0)
+			return n;
+		return errno == EAGAIN || errno == EINTR ? 0 : -errno;
+	}
+	len = S->wpend ? S->wpend : len < TLS_WRITE_MAX ? len : TLS_WRITE_MAX;
+	n = tls_conn__write(S->tls, buf, len);
+	if (n == -EAGAIN) {
+		S->wpend = len;
+		S->wwant = tls_conn__wants(S->tls);
+		return 0;
+	}
+	S->wpend = 0;
+	S->wwant = EPOLLOUT;
+	return n;
+}
+
+/*
+ * Our end: TLS's close_notify when notify (the other side's end was
+ * clean), then the socket's FIN. 0, or -errno.
+ */
+static int side_shut(struct intercept *ic, int s, bool notify)
+{
+	struct ic_side *S = &ic->side[s];
+	int ret;
+
+	if (S->shut || S->fd < 0)
+		return 0;
+	if (S->tls && notify) {
+		ret = tls_conn__shutdown(S->tls);
+		S->shutting = ret == -EAGAIN;
+		if (S->shutting) {
+			S->wwant = tls_conn__wants(S->tls);
+			return 0;
+		}
+		/* Failed (the peer gone): the FIN still goes. */
+	}
+	S->shut = true;
+	return shutdown(S->fd, SHUT_WR) && errno != ENOTCONN ? -errno : 0;
+}
+
+/* Whether a TLS side holds decrypted bytes epoll cannot see. */
+static bool side_pending(struct intercept *ic, int s)
+{
+	struct tls_conn *c = ic->side[s].tls;
+
+	return c && tls_conn__pending(c);
 }
 
 /* ---- the buffers ----------------------------------------------------- */
@@ -147,44 +310,16 @@ static void back_compact(struct intercept *ic)
 
 static size_t out_pending(const struct intercept *ic)
 {
-	size_t len;
+	size_t len = 0;
 
-	http1_req__output(ic->req, &len);
+	if (ic->req)
+		http1_req__output(ic->req, &len);
 	return len;
-}
-
-/* recv: > 0, 0 (FIN), -EAGAIN or -errno. */
-static ssize_t side_recv(struct intercept *ic, int s, void *buf, size_t len)
-{
-	ssize_t n = recv(ic->side[s].fd, buf, len, MSG_DONTWAIT);
-
-	if (n >= 0)
-		return n;
-	return errno == EINTR ? -EAGAIN : -errno;
-}
-
-/* send: how many (maybe 0), or -errno. */
-static ssize_t side_send(struct intercept *ic, int s, const void *buf,
-			 size_t len)
-{
-	ssize_t n = send(ic->side[s].fd, buf, len, MSG_DONTWAIT | MSG_NOSIGNAL);
-
-	if (n >= 0)
-		return n;
-	return errno == EAGAIN || errno == EINTR ? 0 : -errno;
-}
-
-static int side_shut(struct intercept *ic, int s)
-{
-	if (ic->side[s].shut || ic->side[s].fd < 0)
-		return 0;
-	ic->side[s].shut = true;
-	return shutdown(ic->side[s].fd, SHUT_WR) ? -errno : 0;
 }
 
 /* ---- reading ---------------------------------------------------------- */
 
-/* After a refusal: the guest's bytes dropped, up to its FIN. */
+/* After a refusal: the guest's bytes dropped, up to its end. */
 static int guest_linger(struct intercept *ic)
 {
 	ssize_t n;
@@ -201,7 +336,7 @@ static int guest_linger(struct intercept *ic)
 	}
 }
 
-static int guest_read(struct intercept *ic)
+static int guest_read(struct intercept *ic, bool *progress)
 {
 	struct ic_side *g = &ic->side[INTERCEPT_GUEST];
 	ssize_t n;
@@ -216,6 +351,7 @@ static int guest_read(struct intercept *ic)
 		return 0;
 	if (n < 0)
 		return n;
+	*progress = true;
 	if (!n)
 		g->eof = true;
 	ic->in_len += n;
@@ -224,15 +360,17 @@ static int guest_read(struct intercept *ic)
 	return 0;
 }
 
-static int up_read(struct intercept *ic)
+static int up_read(struct intercept *ic, bool *progress)
 {
 	struct ic_side *u = &ic->side[INTERCEPT_UP];
 	ssize_t n;
 
-	if (u->fd < 0 || u->eof ||
+	if (u->fd < 0 || !ic->up_ready || u->eof ||
 	    (ic->state != IC_RELAY && ic->state != IC_REFUSED))
 		return 0;
-	back_compact(ic);
+	/* A TLS write to the guest that waited keeps its bytes in place. */
+	if (!ic->side[INTERCEPT_GUEST].wpend)
+		back_compact(ic);
 	if (ic->back_len == INTERCEPT_BUF)
 		return 0;
 	n = side_recv(ic, INTERCEPT_UP, ic->back + ic->back_len,
@@ -241,6 +379,7 @@ static int up_read(struct intercept *ic)
 		return 0;
 	if (n < 0)
 		return n;
+	*progress = true;
 	if (!n) {
 		u->eof = true;
 		if (!ic->resp_dead && http1_resp__eof(ic->resp))
@@ -259,26 +398,27 @@ static int up_read(struct intercept *ic)
 
 /* ---- writing ---------------------------------------------------------- */
 
-/* What the rewriter produced, upstream, once there is an upstream. */
+/* What the rewriter produced, upstream, once upstream is ready. */
 static int flush_up(struct intercept *ic, bool *progress)
 {
 	const uint8_t *out;
 	size_t len;
 	ssize_t n;
 
+	if (!ic->req || !ic->up_ready || ic->side[INTERCEPT_UP].fd < 0)
+		return 0;
 	out = http1_req__output(ic->req, &len);
-	if (!len || ic->side[INTERCEPT_UP].fd < 0)
+	if (!len)
 		return 0;
 	n = side_send(ic, INTERCEPT_UP, out, len);
-	if (n < 0)
+	if (n <= 0)
 		return n;
-	if (n)
-		*progress = true;
+	*progress = true;
 	http1_req__drain(ic->req, n);
 	return 0;
 }
 
-static int flush_back(struct intercept *ic)
+static int flush_back(struct intercept *ic, bool *progress)
 {
 	ssize_t n;
 
@@ -287,6 +427,7 @@ static int flush_back(struct intercept *ic)
 			      back_pending(ic));
 		if (n <= 0)
 			return n;
+		*progress = true;
 		ic->back_off += n;
 	}
 	ic->back_off = ic->back_len = 0;
@@ -313,7 +454,10 @@ static int feed(struct intercept *ic, bool *progress)
 
 /* ---- refusals --------------------------------------------------------- */
 
-/* An error response for the guest, after what `back` holds already. */
+/*
+ * An error response for the guest, after what `back` holds already;
+ * upstream is done with (the proxy closes it: intercept.h).
+ */
 static int answer(struct intercept *ic, unsigned int status, const char *reason)
 {
 	char buf[HTTP1_ERROR_RESPONSE_MAX];
@@ -322,14 +466,16 @@ static int answer(struct intercept *ic, unsigned int status, const char *reason)
 	n = http1__error_response(status, reason, buf, sizeof(buf));
 	if (n < 0)
 		return n;
-	back_compact(ic);
+	if (!ic->side[INTERCEPT_GUEST].wpend)
+		back_compact(ic);
 	if (n > (ssize_t)(INTERCEPT_BUF - ic->back_len))
 		return -ENOSPC;
 	memcpy(ic->back + ic->back_len, buf, n);
 	ic->back_len += n;
 	ic->state = IC_ANSWER;
 	ic->in_len = 0;
-	/* Upstream is done with: the proxy closes it (intercept.h). */
+	tls_conn__free(ic->side[INTERCEPT_UP].tls);
+	ic->side[INTERCEPT_UP].tls = NULL;
 	ic->side[INTERCEPT_UP].fd = -1;
 	return 0;
 }
@@ -373,7 +519,7 @@ static int refused_step(struct intercept *ic)
 
 /* ---- the flow --------------------------------------------------------- */
 
-/* FINs passed on; whether the flow is over. */
+/* Ends passed on; whether the flow is over. */
 static int finish(struct intercept *ic)
 {
 	struct ic_side *g = &ic->side[INTERCEPT_GUEST];
@@ -381,15 +527,18 @@ static int finish(struct intercept *ic)
 	int ret = 0;
 
 	switch (ic->state) {
+	case IC_HANDSHAKE:
+		return 0;
 	case IC_RELAY:
 		if (g->eof && !ic->in_len && !out_pending(ic)) {
 			/* Nothing was allowed: nothing to wait for. */
 			if (u->fd < 0 && !ic->want_up)
 				return INTERCEPT_DONE;
-			ret = u->fd >= 0 ? side_shut(ic, INTERCEPT_UP) : 0;
+			if (ic->up_ready)
+				ret = side_shut(ic, INTERCEPT_UP, g->clean);
 		}
 		if (!ret && u->eof && !back_pending(ic))
-			ret = side_shut(ic, INTERCEPT_GUEST);
+			ret = side_shut(ic, INTERCEPT_GUEST, u->clean);
 		if (!ret && g->shut && u->shut)
 			return INTERCEPT_DONE;
 		return ret;
@@ -398,10 +547,10 @@ static int finish(struct intercept *ic)
 	case IC_ANSWER:
 		if (back_pending(ic))
 			return 0;
-		ic->state = IC_LINGER;
-		ret = side_shut(ic, INTERCEPT_GUEST);
-		if (ret)
+		ret = side_shut(ic, INTERCEPT_GUEST, true);
+		if (ret || !g->shut)
 			return ret;
+		ic->state = IC_LINGER;
 		return g->eof ? INTERCEPT_DONE : guest_linger(ic);
 	case IC_LINGER:
 		return 0;
@@ -412,71 +561,217 @@ static int finish(struct intercept *ic)
 /* Everything that can move, moved; then the state's next step. */
 static int pump(struct intercept *ic)
 {
+	struct ic_side *g = &ic->side[INTERCEPT_GUEST];
+	struct ic_side *u = &ic->side[INTERCEPT_UP];
 	bool progress;
-	ssize_t ret;
+	int ret;
 
 	do {
 		progress = false;
-		ret = feed(ic, &progress);
-		if (ret < 0) {
-			ret = refused(ic, ret);
-			if (ret)
-				return ret;
+		/* Bytes TLS decrypted already: no event will say so. */
+		if (side_pending(ic, INTERCEPT_GUEST))
+			ret = guest_read(ic, &progress);
+		else
+			ret = 0;
+		if (!ret && side_pending(ic, INTERCEPT_UP))
+			ret = up_read(ic, &progress);
+		if (!ret) {
+			ret = feed(ic, &progress);
+			if (ret < 0)
+				ret = refused(ic, ret);
 		}
-		ret = flush_up(ic, &progress);
+		if (!ret)
+			ret = flush_up(ic, &progress);
+		if (!ret)
+			ret = flush_back(ic, &progress);
 		if (ret)
 			return ret;
 	} while (progress);
-	ret = flush_back(ic);
-	if (ret)
-		return ret;
-	ret = finish(ic);
+	/* A close_notify that waited for room. */
+	if (g->shutting)
+		ret = side_shut(ic, INTERCEPT_GUEST, true);
+	if (!ret && u->shutting)
+		ret = side_shut(ic, INTERCEPT_UP, true);
+	if (!ret)
+		ret = finish(ic);
 	/* An error response queued by this step goes out at once. */
 	if (!ret && ic->state == IC_ANSWER) {
-		ret = flush_back(ic);
+		progress = false;
+		ret = flush_back(ic, &progress);
 		if (!ret)
 			ret = finish(ic);
 	}
 	return ret;
 }
 
+/* ---- TLS handshakes ---------------------------------------------------- */
+
+static int make_http1(struct intercept *ic, const char *hostname, bool tls)
+{
+	struct http1_params hp = {
+		.hostname = hostname,
+		.port = ntohs(ic->flow.dst.sin_port),
+		.tls = tls,
+		.on_request = on_request,
+		.opaque = ic,
+	};
+	int ret;
+
+	ret = http1_req__create(&ic->req, &hp);
+	return ret ? ret : http1_resp__create(&ic->resp, ic->req);
+}
+
+/*
+ * The guest's handshake: the SNI was checked by sni_ok (a refusal was
+ * reported there); any other failure is the guest's (not TLS, no SNI,
+ * no common protocol). Done, requests must name the SNI's host.
+ */
+static int guest_handshake(struct intercept *ic)
+{
+	struct tls_conn *c = ic->side[INTERCEPT_GUEST].tls;
+	int ret = tls_conn__handshake(c);
+
+	if (ret == -EAGAIN)
+		return 0;
+	if (ret) {
+		if (!ic->counted)
+			report(ic, tls_conn__error(c), false,
+			       "tls handshake failed");
+		ic->counted = true;
+		return ret;
+	}
+	ret = make_http1(ic, ic->host, true);
+	if (ret)
+		return ret;
+	ic->state = IC_RELAY;
+	return 0;
+}
+
+/* Upstream failed (connect, or TLS): 502, upstream done with. */
+static int up_failed(struct intercept *ic, const char *why, const char *reason)
+{
+	int ret;
+
+	if (ic->ops.upstream_failed)
+		ic->ops.upstream_failed(ic->ops.opaque, &ic->flow, why);
+	/* No request reached upstream: the first allowed one gets the 502. */
+	ret = answer(ic, HTTP_STATUS_BAD_GATEWAY, reason);
+	return ret ? ret : pump(ic);
+}
+
+/* Upstream's handshake: its certificate must be for the guest's name. */
+static int up_handshake(struct intercept *ic)
+{
+	struct tls_conn *c = ic->side[INTERCEPT_UP].tls;
+	int ret = tls_conn__handshake(c);
+
+	if (ret == -EAGAIN)
+		return 0;
+	if (ret)
+		return up_failed(ic, tls_conn__error(c),
+				 ret == -EACCES ?
+					 "upstream certificate not trusted" :
+					 "upstream tls failed");
+	ic->up_ready = true;
+	return 0;
+}
+
+/* What may open files runs where it may (intercept_ops.unfiltered). */
+static int unfiltered(struct intercept *ic, int (*fn)(void *), void *arg)
+{
+	if (ic->ops.unfiltered)
+		return ic->ops.unfiltered(ic->ops.opaque, fn, arg);
+	return fn(arg);
+}
+
+static int do_accept(void *arg)
+{
+	struct intercept *ic = arg;
+	struct tls_accept_params p = { .sni_ok = sni_ok,
+				       .opaque = ic,
+				       .alpn = GUEST_ALPN };
+
+	return tls_conn__accept(&ic->side[INTERCEPT_GUEST].tls, ic->tls.server,
+				ic->side[INTERCEPT_GUEST].fd, &p);
+}
+
+struct connect_args {
+	struct intercept *ic;
+	const char *alpn;
+};
+
+static int do_connect(void *arg)
+{
+	struct connect_args *a = arg;
+	struct intercept *ic = a->ic;
+	struct tls_connect_params p = { .host = ic->host, .alpn = a->alpn };
+
+	return tls_conn__connect(&ic->side[INTERCEPT_UP].tls, ic->tls.client,
+				 ic->side[INTERCEPT_UP].fd, &p);
+}
+
+/* ---- the interface ----------------------------------------------------- */
+
 int intercept__run(struct intercept *ic, enum intercept_side side,
 		   uint32_t events)
 {
+	struct ic_side *S = &ic->side[side];
+	bool progress = false;
 	int ret = 0;
 
 	if (events & EPOLLERR)
 		return -ECONNRESET;
-	if (events & (EPOLLIN | EPOLLHUP))
-		ret = side == INTERCEPT_GUEST ? guest_read(ic) : up_read(ic);
-	if (ret)
-		return ret;
-	return pump(ic);
+	if (ic->state == IC_HANDSHAKE) {
+		ret = side == INTERCEPT_GUEST ? guest_handshake(ic) : 0;
+		if (ret || ic->state == IC_HANDSHAKE)
+			return ret;
+	} else if (side == INTERCEPT_UP && S->tls && !ic->up_ready &&
+		   S->fd >= 0) {
+		ret = up_handshake(ic);
+		if (ret || !ic->up_ready)
+			return ret;
+	}
+	/* TLS may read on either readiness (intercept.h, tls.h). */
+	if (S->tls || (events & (EPOLLIN | EPOLLHUP)))
+		ret = side == INTERCEPT_GUEST ? guest_read(ic, &progress) :
+						up_read(ic, &progress);
+	return ret ? ret : pump(ic);
+}
+
+/* What a side's reading and writing wait for, TLS or not. */
+static uint32_t side_events(const struct ic_side *s, bool rd, bool wr)
+{
+	uint32_t ev = 0;
+
+	if (rd)
+		ev |= s->tls ? s->rwant : EPOLLIN;
+	if (wr || s->wpend || s->shutting)
+		ev |= s->tls ? s->wwant : EPOLLOUT;
+	return ev;
 }
 
 uint32_t intercept__interest(const struct intercept *ic,
 			     enum intercept_side side)
 {
 	const struct ic_side *s = &ic->side[side];
-	uint32_t ev = 0;
+	bool relaying = ic->state == IC_RELAY || ic->state == IC_REFUSED;
 
 	if (s->fd < 0)
 		return 0;
 	if (side == INTERCEPT_GUEST) {
-		if ((ic->state == IC_RELAY && !s->eof &&
-		     ic->in_len < INTERCEPT_BUF) ||
-		    ic->state == IC_LINGER)
-			ev |= EPOLLIN;
-		if (back_pending(ic))
-			ev |= EPOLLOUT;
-		return ev;
+		if (ic->state == IC_HANDSHAKE)
+			return tls_conn__wants(s->tls);
+		return side_events(s,
+				   (ic->state == IC_RELAY && !s->eof &&
+				    ic->in_len < INTERCEPT_BUF) ||
+					   ic->state == IC_LINGER,
+				   back_pending(ic));
 	}
-	if ((ic->state == IC_RELAY || ic->state == IC_REFUSED) && !s->eof &&
-	    back_pending(ic) < INTERCEPT_BUF)
-		ev |= EPOLLIN;
-	if (out_pending(ic))
-		ev |= EPOLLOUT;
-	return ev;
+	if (s->tls && !ic->up_ready)
+		return tls_conn__wants(s->tls);
+	return side_events(
+		s, relaying && !s->eof && back_pending(ic) < INTERCEPT_BUF,
+		out_pending(ic));
 }
 
 bool intercept__wants_upstream(const struct intercept *ic)
@@ -487,9 +782,23 @@ bool intercept__wants_upstream(const struct intercept *ic)
 
 int intercept__upstream(struct intercept *ic, int fd)
 {
+	struct ic_side *u = &ic->side[INTERCEPT_UP];
+	struct connect_args a = { .ic = ic };
+	int ret;
+
 	ic->asked_up = true;
-	ic->side[INTERCEPT_UP].fd = fd;
-	return pump(ic);
+	u->fd = fd;
+	if (!ic->tls.client) {
+		ic->up_ready = true;
+		return pump(ic);
+	}
+	/* The protocol the guest chose, upstream too (none: none asked). */
+	a.alpn = tls_conn__alpn(ic->side[INTERCEPT_GUEST].tls);
+	ret = unfiltered(ic, do_connect, &a);
+	if (ret)
+		return up_failed(ic, strerror(-ret), "upstream tls failed");
+	ret = up_handshake(ic);
+	return ret || !ic->up_ready ? ret : pump(ic);
 }
 
 int intercept__upstream_failed(struct intercept *ic)
@@ -498,7 +807,6 @@ int intercept__upstream_failed(struct intercept *ic)
 
 	ic->asked_up = true;
 	ic->side[INTERCEPT_UP].fd = -1;
-	/* No request reached upstream: the first allowed one gets the 502. */
 	ret = answer(ic, HTTP_STATUS_BAD_GATEWAY, "upstream unreachable");
 	return ret ? ret : pump(ic);
 }
@@ -512,34 +820,38 @@ bool intercept__upstream_done(const struct intercept *ic)
 
 int intercept__create(struct intercept **out, const struct intercept_params *p)
 {
-	struct http1_params hp = {
-		.hostname = NULL, /* the first request's Host, then checked */
-		.port = ntohs(p->flow.dst.sin_port),
-		.on_request = on_request,
-	};
 	struct intercept *ic;
 	int ret;
 
 	*out = NULL;
-	if (p->guest_fd < 0 || !p->ops || !p->ops->decide)
+	if (p->guest_fd < 0 || !p->ops || !p->ops->decide ||
+	    (p->tls && (!p->tls->ca || !p->tls->server || !p->tls->client)))
 		return -EINVAL;
 	ic = calloc(1, sizeof(*ic));
 	if (!ic)
 		return -ENOMEM;
 	ic->flow = p->flow;
 	ic->ops = *p->ops;
+	if (p->tls)
+		ic->tls = *p->tls;
+	for (int s = 0; s < INTERCEPT_SIDES; s++)
+		ic->side[s] = (struct ic_side){ .fd = -1,
+						.rwant = EPOLLIN,
+						.wwant = EPOLLOUT };
 	ic->side[INTERCEPT_GUEST].fd = p->guest_fd;
-	ic->side[INTERCEPT_UP].fd = -1;
-	hp.opaque = ic;
 	ic->in = malloc(INTERCEPT_BUF);
 	ic->back = malloc(INTERCEPT_BUF);
-	ret = ic->in && ic->back ? http1_req__create(&ic->req, &hp) : -ENOMEM;
-	if (!ret)
-		ret = http1_resp__create(&ic->resp, ic->req);
+	if (!ic->in || !ic->back)
+		ret = -ENOMEM;
+	else if (p->tls)
+		ret = unfiltered(ic, do_accept, ic);
+	else /* plain: the first request's Host names the connection */
+		ret = make_http1(ic, NULL, false);
 	if (ret) {
 		intercept__destroy(ic);
 		return ret;
 	}
+	ic->state = p->tls ? IC_HANDSHAKE : IC_RELAY;
 	*out = ic;
 	return 0;
 }
@@ -548,6 +860,8 @@ void intercept__destroy(struct intercept *ic)
 {
 	if (!ic)
 		return;
+	for (int s = 0; s < INTERCEPT_SIDES; s++)
+		tls_conn__free(ic->side[s].tls);
 	http1_resp__destroy(ic->resp);
 	http1_req__destroy(ic->req);
 	/* The guest's requests, before and after the rewriter: best effort. */

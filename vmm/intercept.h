@@ -8,6 +8,7 @@
 
 #include "lib/compiler.h"
 #include "vmm/flow.h"
+#include "vmm/tls.h"
 
 /*
  * HTTP interception of one guest TCP flow that a policy's http grant
@@ -17,7 +18,10 @@
  * forwarded with the grant's header fields set; what upstream sends comes
  * back unchanged. A refused request gets an error response and the
  * connection ends; bytes that are not HTTP are refused the same way
- * (400): nothing of them goes upstream.
+ * (400): nothing of them goes upstream. On a TLS port both sides are TLS
+ * (vmm/tls.h): the guest's SNI is decided as a request's name is before
+ * any certificate is minted for it, requests must name that host, and
+ * upstream's certificate must be for it (else 502).
  *
  * It owns no socket: the proxy owns both, connects upstream when asked
  * (not before the first request is allowed: a flow that is refused, or
@@ -49,21 +53,41 @@ struct intercept_ops {
 	net_decide_http_fn decide;
 	void *decide_opaque;
 	/*
-	 * A request allowed or refused, and why ("http grant 0", "http no
-	 * grant", "malformed request": never a header value); host is the
-	 * name the guest gave, NULL when none was read.
+	 * A request (or a TLS server name) allowed or refused, and why
+	 * ("http grant 0", "http no grant", "malformed request", "tls
+	 * handshake failed": a few constant strings, never a header value);
+	 * detail, for the log: the name the guest gave, or why its TLS
+	 * handshake failed; NULL: nothing.
 	 */
 	void (*request)(void *opaque, const struct net_flow *f,
-			const char *host, bool allowed, const char *reason);
+			const char *detail, bool allowed, const char *reason);
+	/* Upstream's TLS failed (why: its certificate...): the guest gets 502. */
+	void (*upstream_failed)(void *opaque, const struct net_flow *f,
+				const char *why);
 	/* Bytes read from the guest (out) and from upstream (in). */
 	void (*bytes)(void *opaque, size_t out, size_t in);
+	/*
+	 * Runs fn(arg) and returns what it does, on a thread that may open
+	 * files: wolfSSL seeds every new TLS connection from /dev/urandom,
+	 * which the proxy thread's seccomp filter does not allow. NULL:
+	 * fn runs on the caller's thread.
+	 */
+	int (*unfiltered)(void *opaque, int (*fn)(void *arg), void *arg);
 	void *opaque;
+};
+
+/* A VM's TLS interception (vmm/tls.h); its objects outlive the flows. */
+struct intercept_tls {
+	struct tls_ca *ca;	   /* the VM's: the guest trusts it */
+	struct tls_server *server; /* on ca: certificates per SNI */
+	struct tls_client *client; /* upstream's verified (the CA bundle) */
 };
 
 struct intercept_params {
 	struct net_flow flow; /* as decided: its destination is upstream */
 	int guest_fd;	      /* nonblocking, connected; borrowed */
 	const struct intercept_ops *ops; /* borrowed; outlives it */
+	const struct intercept_tls *tls; /* a TLS port's flow; NULL: plain */
 };
 
 struct intercept;
@@ -93,8 +117,9 @@ bool intercept__wants_upstream(const struct intercept *ic);
  */
 int __must_check intercept__upstream(struct intercept *ic, int fd);
 /*
- * It could not be made: the guest gets a 502 and the flow ends; never
- * asked again. As intercept__run() returns.
+ * It could not be made (nor, on a TLS port, upstream's handshake: then
+ * the interception says so itself): the guest gets a 502 and the flow
+ * ends; never asked again. As intercept__run() returns.
  */
 int __must_check intercept__upstream_failed(struct intercept *ic);
 /*

@@ -110,7 +110,7 @@ struct udp_flow {
 	size_t held_len[PROXY_UDP_HELD];
 };
 
-enum ns_request { NS_NONE, NS_REPLY_SOCKET, NS_COUNTERS, NS_EXIT };
+enum ns_request { NS_NONE, NS_REPLY_SOCKET, NS_COUNTERS, NS_CALL, NS_EXIT };
 
 struct proxy {
 	struct proxy_params p;
@@ -139,6 +139,9 @@ struct proxy {
 	struct sockaddr_in ns_bind, ns_peer;
 	uint64_t *ns_counts; /* NS_COUNTERS: EGRESS_NR_REASONS of them */
 	int ns_counts_ret;
+	int (*ns_fn)(void *arg); /* NS_CALL: ns_fn(ns_arg), unfiltered */
+	void *ns_arg;
+	int ns_call_ret;
 	char *ns_err;
 	size_t ns_errlen;
 	struct egress *egress; /* the netns thread's */
@@ -304,8 +307,9 @@ static void ask_policy(struct proxy *p, const struct net_flow *f,
 	if (d->verdict == NET_VERDICT_HTTP &&
 	    (f->proto != IPPROTO_TCP || !p->p.decide_http))
 		deny(d, "http interception unavailable");
-	else if (d->verdict == NET_VERDICT_HTTP && d->http_tls)
-		deny(d, "http over tls not yet");
+	else if (d->verdict == NET_VERDICT_HTTP && d->http_tls &&
+		 (!p->p.tls.ca || !p->p.tls.server || !p->p.tls.client))
+		deny(d, "http tls unavailable");
 	if (!d->reason[0])
 		snprintf(d->reason, sizeof(d->reason), "%s",
 			 allowed(d) ? "allowed" : "denied");
@@ -495,6 +499,8 @@ static void *ns_thread(void *arg)
 			p->ns_counts_ret =
 				egress__read_counters(p->egress, p->ns_counts,
 						      p->ns_err, p->ns_errlen);
+		if (req == NS_CALL)
+			p->ns_call_ret = p->ns_fn(p->ns_arg);
 		if (req != NS_EXIT)
 			ns_finish(p);
 	}
@@ -772,7 +778,7 @@ static int tcp_open(struct proxy *p, struct tcp_flow *t, int guest_fd,
 /* ---- HTTP interception ------------------------------------------------------ */
 
 static void icpt_request(void *opaque, const struct net_flow *f,
-			 const char *host, bool ok, const char *reason)
+			 const char *detail, bool ok, const char *reason)
 {
 	struct proxy *p = opaque;
 
@@ -784,7 +790,38 @@ static void icpt_request(void *opaque, const struct net_flow *f,
 	pthread_mutex_unlock(&p->stats_lock);
 	if (!ok)
 		log_flow(p, "refused an http request of", f, reason,
-			 host ? host : "");
+			 detail ? detail : "");
+}
+
+static void icpt_upstream_failed(void *opaque, const struct net_flow *f,
+				 const char *why)
+{
+	struct proxy *p = opaque;
+
+	count_add(p, &p->stats.upstream_failed, 1);
+	log_flow(p, "upstream failed for", f, why, "");
+}
+
+/*
+ * fn(arg) on the netns thread, which runs without the seccomp filter
+ * (it was started before it): wolfSSL opens /dev/urandom for each new
+ * TLS connection. The proxy thread waits, so only one thread at a time
+ * uses what fn touches.
+ */
+static int icpt_unfiltered(void *opaque, int (*fn)(void *arg), void *arg)
+{
+	struct proxy *p = opaque;
+	int ret;
+
+	pthread_mutex_lock(&p->ns_ask_lock);
+	pthread_mutex_lock(&p->ns_lock);
+	p->ns_fn = fn;
+	p->ns_arg = arg;
+	pthread_mutex_unlock(&p->ns_lock);
+	ns_ask(p, NS_CALL);
+	ret = p->ns_call_ret;
+	pthread_mutex_unlock(&p->ns_ask_lock);
+	return ret;
 }
 
 static void icpt_bytes(void *opaque, size_t out, size_t in)
@@ -810,6 +847,8 @@ static void tcp_intercept(struct proxy *p, struct tcp_flow *t, int fd,
 				       .ops = &p->icpt_ops };
 	int ret;
 
+	if (d->http_tls)
+		ip.tls = &p->p.tls;
 	*t = (struct tcp_flow){ .used = true, .flow = *f, .tls = d->http_tls };
 	t->ep[SIDE_GUEST].fd = fd;
 	t->ep[SIDE_UP].fd = -1;
@@ -825,8 +864,8 @@ static void tcp_intercept(struct proxy *p, struct tcp_flow *t, int fd,
 	}
 }
 
-/* Upstream failed: the guest gets the interception's 502. */
-static int icpt_upstream_failed(struct proxy *p, struct tcp_flow *t)
+/* Upstream's connection failed: the guest gets the interception's 502. */
+static int icpt_connect_failed(struct proxy *p, struct tcp_flow *t)
 {
 	count_add(p, &p->stats.upstream_failed, 1);
 	t->connecting = false;
@@ -840,7 +879,7 @@ static int icpt_connect(struct proxy *p, struct tcp_flow *t)
 	int fd = upstream_socket(&t->flow.dst);
 
 	if (fd < 0)
-		return icpt_upstream_failed(p, t);
+		return icpt_connect_failed(p, t);
 	t->connecting = true;
 	return ep_add(p, &t->ep[SIDE_UP], EP_TCP_UP, fd, t, EPOLLOUT);
 }
@@ -852,7 +891,7 @@ static void icpt_event(struct proxy *p, struct tcp_flow *t, int s,
 
 	if (s == SIDE_UP && t->connecting)
 		ret = upstream_connected(t) ?
-			      icpt_upstream_failed(p, t) :
+			      icpt_connect_failed(p, t) :
 			      intercept__upstream(t->ic, t->ep[SIDE_UP].fd);
 	else
 		ret = intercept__run(t->ic, s, events);
@@ -1559,7 +1598,9 @@ int proxy__create(struct proxy **out, const struct proxy_params *params,
 		(struct intercept_ops){ .decide = params->decide_http,
 					.decide_opaque = params->decide_opaque,
 					.request = icpt_request,
+					.upstream_failed = icpt_upstream_failed,
 					.bytes = icpt_bytes,
+					.unfiltered = icpt_unfiltered,
 					.opaque = p };
 	snprintf(p->ifname, sizeof(p->ifname), "%s", params->ifname);
 	p->p.ifname = p->ifname;

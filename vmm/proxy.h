@@ -10,6 +10,7 @@
 #include "ebpf/loader.h"
 #include "vmm/flow.h"
 #include "vmm/hook.h"
+#include "vmm/intercept.h"
 
 /*
  * The vmm's egress proxy for one VM (Documentation/network.md, "The
@@ -55,6 +56,12 @@ struct proxy_params {
 	 */
 	net_decide_http_fn decide_http;
 	void *decide_opaque;
+	/*
+	 * For decide_http's flows on TLS ports (vmm/intercept.h), borrowed:
+	 * they outlive the proxy. All NULL: such flows are denied ("http
+	 * tls unavailable").
+	 */
+	struct intercept_tls tls;
 	/* 0: the defaults above (tests make them small). */
 	unsigned int max_tcp_flows, max_udp_flows;
 	unsigned int max_hook_pending; /* 0: HOOK_MAX_PENDING */

@@ -33,6 +33,7 @@
 #include "vmm/policy.h"
 #include "vmm/proxy.h"
 #include "vmm/seccomp.h"
+#include "vmm/tls.h"
 #include "vmm/vm.h"
 
 /* Above RAM and the devices, below 4 GiB: what KVM needs on Intel. */
@@ -410,6 +411,61 @@ static void nofile_room(rlim_t more)
 }
 
 /*
+ * The http grants' TLS interception: the VM's CA (fresh, its key in
+ * memory only), a server minting on it, a client trusting the CA bundle
+ * (read now, before the seccomp filter). Made whenever the proxy is,
+ * whatever the policy: net.setPolicy may add http grants later, and the
+ * guest trusts the CA from boot. A --net-ca-bundle that cannot be read
+ * stops the VM; the default one missing costs the grants' TLS flows only
+ * (denied, "http tls unavailable"), with a warning.
+ */
+static int http_tls_init(struct vm *vm)
+{
+	const char *bundle = vm->cfg->net.ca_bundle;
+	struct intercept_tls *t = &vm->http_tls;
+	struct tls_client_params cp = { .ca_bundle = bundle };
+	struct tls_ca_params cap = { 0 };
+	char err[CONFIG_ERR_LEN];
+	int ret;
+
+	ret = tls_ca__create(&t->ca, &cap, err, sizeof(err));
+	if (!ret)
+		ret = tls_server__create(&t->server, t->ca, err, sizeof(err));
+	if (ret) {
+		pr_err("net %s: the interception CA: %s", vm->tap.name, err);
+		return ret;
+	}
+	ret = tls_client__create(&t->client, &cp, err, sizeof(err));
+	if (ret && bundle) {
+		pr_err("net %s: --net-ca-bundle: %s", vm->tap.name, err);
+		return ret;
+	}
+	if (ret)
+		pr_warn("net %s: %s: the http grants' TLS flows will be "
+			"denied",
+			vm->tap.name, err);
+	return 0;
+}
+
+static void http_tls_exit(struct vm *vm)
+{
+	struct intercept_tls *t = &vm->http_tls;
+
+	tls_client__destroy(t->client);
+	tls_server__destroy(t->server);
+	tls_ca__destroy(t->ca);
+	*t = (struct intercept_tls){ 0 };
+}
+
+int vm__http_ca_pem(const struct vm *vm, const char **pem, size_t *len)
+{
+	if (!vm->http_tls.ca)
+		return -ENOENT;
+	tls_ca__cert_pem(vm->http_tls.ca, pem, len);
+	return 0;
+}
+
+/*
  * The proxy's sockets in the VM netns and the egress program on the tap,
  * before KVM is touched and before the seccomp filter (bpf(), setns()).
  * Its thread starts with the devices'. Undone after the device is gone.
@@ -440,6 +496,10 @@ static int proxy_init(struct vm *vm)
 		       strerror(ENOMEM));
 		return -ENOMEM;
 	}
+	ret = http_tls_init(vm);
+	if (ret)
+		return ret;
+	p.tls = vm->http_tls;
 	/*
 	 * Each proxied flow holds two fds (the guest's and upstream's, or
 	 * a UDP flow's two sockets); the hook's connection one more.
@@ -451,11 +511,12 @@ static int proxy_init(struct vm *vm)
 	return ret;
 }
 
-/* The bindings outlive the proxy's thread, their last reader. */
+/* The bindings and the TLS objects outlive the proxy's thread. */
 static void proxy_exit(struct vm *vm)
 {
 	proxy__destroy(vm->proxy);
 	vm->proxy = NULL;
+	http_tls_exit(vm);
 	net_policy__free(vm->policy_owned);
 	vm->policy_owned = NULL;
 	vm->policy = NULL;

@@ -18,9 +18,11 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +32,8 @@
 #include "lib/compiler.h"
 #include "vmm/policy.h"
 #include "vmm/proxy.h"
+#include "vmm/seccomp.h"
+#include "vmm/tls.h"
 #include "selftests/kselftest.h"
 #include "selftests/vmnet.h"
 
@@ -37,6 +41,7 @@
 #define RAW_ADDR      "203.0.113.9"
 #define API_HOST      "api.example.test"
 #define HTTP_PORT     80
+#define HTTPS_PORT    443
 #define CLOSED_PORT   8080 /* granted, nobody listens upstream */
 #define TOKEN_ENV     "KILN_TEST_INTERCEPT_TOKEN"
 #define TOKEN	      "s3cret-token-5d1e"
@@ -45,10 +50,10 @@
 #define BUF_MAX	      (64U << 10)
 #define MAX_TCP	      8
 
-#define POLICY                                                            \
-	"{\"tcp\": [{\"to\": \"" RAW_ADDR "\"}],"                         \
-	" \"http\": [{\"host\": \"" API_HOST "\", \"ports\": [80, 8080]," \
-	" \"headers\": {\"Authorization\": {\"from\": \"env:" TOKEN_ENV   \
+#define POLICY                                                                 \
+	"{\"tcp\": [{\"to\": \"" RAW_ADDR "\"}],"                              \
+	" \"http\": [{\"host\": \"" API_HOST "\", \"ports\": [80, 443, 8080]," \
+	" \"headers\": {\"Authorization\": {\"from\": \"env:" TOKEN_ENV        \
 	"\"}}}]}"
 
 #define RESPONSE "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"
@@ -80,12 +85,27 @@ static void test_decide_http(void *opaque, const struct net_flow *f,
 	pthread_mutex_unlock(&tp->lock);
 }
 
+/*
+ * TLS: the VM's CA (its server mints what the guest sees; the guest's
+ * client trusts it alone, from a file), upstream's CA (its server is the
+ * test's upstream; the proxy's client trusts it alone) and another CA
+ * nobody trusts (an upstream that must not be).
+ */
+struct test_tls {
+	struct tls_ca *vm_ca, *up_ca, *evil_ca;
+	struct tls_server *vm_srv, *up_srv, *evil_srv;
+	struct tls_client *proxy_cli, *guest_cli;
+	char vm_pem[64], up_pem[64];
+};
+
 FIXTURE(ic)
 {
 	struct vmnet net;
 	struct proxy *proxy;
 	struct test_policy policy;
+	struct test_tls tls;
 	int api, raw; /* upstream listeners: API_ADDR:80, RAW_ADDR:80 */
+	int api_tls;  /* API_ADDR:443 */
 };
 
 /* The policy from doc (JSON), swapped in under the lock. */
@@ -108,7 +128,89 @@ static void set_policy(struct __test_metadata *_metadata,
 	net_policy__free(old);
 }
 
-FIXTURE_SETUP(ic)
+/* A CA's certificate into a file of its own; its path into path. */
+static void pem_file(struct __test_metadata *_metadata, const struct tls_ca *ca,
+		     char *path, size_t len)
+{
+	const char *pem;
+	size_t n;
+	int fd;
+
+	snprintf(path, len, "/tmp/kiln-intercept-XXXXXX");
+	fd = mkstemp(path);
+	ASSERT_LE(0, fd);
+	tls_ca__cert_pem(ca, &pem, &n);
+	ASSERT_EQ((ssize_t)n, write(fd, pem, n));
+	close(fd);
+}
+
+static void tls_setup(struct __test_metadata *_metadata, struct test_tls *t)
+{
+	const struct tls_ca_params cap = { 0 };
+	char err[256] = "";
+
+	ASSERT_EQ(0, tls_ca__create(&t->vm_ca, &cap, err, sizeof(err)))
+	TH_LOG("%s", err);
+	ASSERT_EQ(0, tls_ca__create(&t->up_ca, &cap, err, sizeof(err)));
+	ASSERT_EQ(0, tls_ca__create(&t->evil_ca, &cap, err, sizeof(err)));
+	ASSERT_EQ(0, tls_server__create(&t->vm_srv, t->vm_ca, err, sizeof(err)))
+	TH_LOG("%s", err);
+	ASSERT_EQ(0,
+		  tls_server__create(&t->up_srv, t->up_ca, err, sizeof(err)));
+	ASSERT_EQ(0, tls_server__create(&t->evil_srv, t->evil_ca, err,
+					sizeof(err)));
+	pem_file(_metadata, t->vm_ca, t->vm_pem, sizeof(t->vm_pem));
+	pem_file(_metadata, t->up_ca, t->up_pem, sizeof(t->up_pem));
+	ASSERT_EQ(0, tls_client__create(&t->proxy_cli,
+					&(struct tls_client_params){
+						.ca_bundle = t->up_pem },
+					err, sizeof(err)))
+	TH_LOG("%s", err);
+	ASSERT_EQ(0, tls_client__create(&t->guest_cli,
+					&(struct tls_client_params){
+						.ca_bundle = t->vm_pem },
+					err, sizeof(err)))
+	TH_LOG("%s", err);
+}
+
+static void tls_teardown(struct test_tls *t)
+{
+	tls_client__destroy(t->guest_cli);
+	tls_client__destroy(t->proxy_cli);
+	tls_server__destroy(t->evil_srv);
+	tls_server__destroy(t->up_srv);
+	tls_server__destroy(t->vm_srv);
+	tls_ca__destroy(t->evil_ca);
+	tls_ca__destroy(t->up_ca);
+	tls_ca__destroy(t->vm_ca);
+	if (t->vm_pem[0])
+		unlink(t->vm_pem);
+	if (t->up_pem[0])
+		unlink(t->up_pem);
+}
+
+/*
+ * The proxy's thread under the vmm's own seccomp filter (vmm/seccomp.c:
+ * opening a file is EACCES, a syscall it does not list ends the process
+ * with status 125), as in a VM with a network, its netns thread made
+ * before it and not under it: started from a thread that installs the
+ * filter first (on itself and what it starts, not the test's thread).
+ */
+static void *start_filtered(void *arg)
+{
+	const struct seccomp_needs needs = { .net = true,
+					     .proxy = true,
+					     .dns = true };
+	struct proxy *p = arg;
+	int ret = seccomp__install(&needs);
+
+	if (!ret)
+		ret = proxy__start(p);
+	return (void *)(intptr_t)ret;
+}
+
+static void proxy_up(struct __test_metadata *_metadata, FIXTURE_DATA(ic) * self,
+		     bool filtered)
 {
 	struct proxy_params p = {
 		.ifname = VMNET_VETH_VM,
@@ -116,11 +218,33 @@ FIXTURE_SETUP(ic)
 		.decide = test_decide,
 		.decide_http = test_decide_http,
 		.max_tcp_flows = MAX_TCP,
+		.tls = { .ca = self->tls.vm_ca,
+			 .server = self->tls.vm_srv,
+			 .client = self->tls.proxy_cli },
 	};
 	char err[256] = "";
+	pthread_t th;
+	void *ret;
 
+	p.netns_fd = self->net.vm_ns;
+	p.decide_opaque = &self->policy;
+	p.egress.gateway.s_addr = inet_addr(VMNET_GATEWAY);
+	p.egress.guest.s_addr = inet_addr(VMNET_GUEST);
+	ASSERT_EQ(0, proxy__create(&self->proxy, &p, err, sizeof(err)))
+	TH_LOG("%s", err);
+	if (!filtered) {
+		ASSERT_EQ(0, proxy__start(self->proxy));
+		return;
+	}
+	ASSERT_EQ(0, pthread_create(&th, NULL, start_filtered, self->proxy));
+	ASSERT_EQ(0, pthread_join(th, &ret));
+	ASSERT_EQ(0, (intptr_t)ret);
+}
+
+FIXTURE_SETUP(ic)
+{
 	vmnet__init(&self->net);
-	self->api = self->raw = -1;
+	self->api = self->raw = self->api_tls = -1;
 	pthread_mutex_init(&self->policy.lock, NULL);
 	if (geteuid())
 		SKIP(return, "not root: BPF, network namespaces and "
@@ -143,14 +267,10 @@ FIXTURE_SETUP(ic)
 	VMNET_IP("addr", "add", RAW_ADDR "/32", "dev", "lo");
 	self->api = vmnet__server(_metadata, SOCK_STREAM, API_ADDR, HTTP_PORT);
 	self->raw = vmnet__server(_metadata, SOCK_STREAM, RAW_ADDR, HTTP_PORT);
-
-	p.netns_fd = self->net.vm_ns;
-	p.decide_opaque = &self->policy;
-	p.egress.gateway.s_addr = inet_addr(VMNET_GATEWAY);
-	p.egress.guest.s_addr = inet_addr(VMNET_GUEST);
-	ASSERT_EQ(0, proxy__create(&self->proxy, &p, err, sizeof(err)))
-	TH_LOG("%s", err);
-	ASSERT_EQ(0, proxy__start(self->proxy));
+	self->api_tls =
+		vmnet__server(_metadata, SOCK_STREAM, API_ADDR, HTTPS_PORT);
+	tls_setup(_metadata, &self->tls);
+	proxy_up(_metadata, self, false);
 }
 
 FIXTURE_TEARDOWN(ic)
@@ -160,6 +280,9 @@ FIXTURE_TEARDOWN(ic)
 		close(self->api);
 	if (self->raw >= 0)
 		close(self->raw);
+	if (self->api_tls >= 0)
+		close(self->api_tls);
+	tls_teardown(&self->tls);
 	vmnet__close(&self->net);
 	net_policy__free(self->policy.policy);
 	net_bindings__destroy(self->policy.bindings);
@@ -563,6 +686,257 @@ TEST_F_TIMEOUT(ic, recheck_keeps_or_cuts_intercepted_flows, 60)
 	close(g);
 	close(up);
 	unsetenv("KILN_TEST_INTERCEPT_NEW");
+}
+
+/* ---- TLS --------------------------------------------------------------- */
+
+/* After -EAGAIN from a TLS call: waits for what it wants; false: timeout. */
+static bool tls_wait(struct tls_conn *c, int fd)
+{
+	return vmnet__wait_for(fd, (short)tls_conn__wants(c), TIMEOUT_MS);
+}
+
+static int tls_handshake(struct tls_conn *c, int fd)
+{
+	int ret;
+
+	while ((ret = tls_conn__handshake(c)) == -EAGAIN)
+		if (!tls_wait(c, fd))
+			return -ETIMEDOUT;
+	return ret;
+}
+
+static int tls_write_all(struct tls_conn *c, int fd, const char *s)
+{
+	ssize_t ret;
+
+	while ((ret = tls_conn__write(c, s, strlen(s))) == -EAGAIN)
+		if (!tls_wait(c, fd))
+			return -ETIMEDOUT;
+	return ret < 0 ? (int)ret : 0;
+}
+
+/*
+ * Reads until buf holds want bytes (0: until the end), the end, a
+ * failure or the timeout: how many, NUL-terminated; *end: the peer's
+ * end (or a failure) was seen.
+ */
+static size_t tls_read_until(struct tls_conn *c, int fd, char *buf, size_t len,
+			     size_t want, bool *end)
+{
+	size_t n = 0;
+	ssize_t r;
+
+	*end = false;
+	while (n + 1 < len && (!want || n < want)) {
+		r = tls_conn__read(c, buf + n, len - 1 - n);
+		if (r == -EAGAIN) {
+			if (!tls_wait(c, fd))
+				break;
+			continue;
+		}
+		if (r <= 0) {
+			*end = true;
+			break;
+		}
+		n += r;
+	}
+	buf[n] = '\0';
+	return n;
+}
+
+/* The guest's TLS connection to API_ADDR:443 naming sni; not shaken yet. */
+static struct tls_conn *guest_tls(struct __test_metadata *_metadata,
+				  FIXTURE_DATA(ic) * self, const char *sni,
+				  int *fd)
+{
+	struct tls_connect_params cp = { .host = sni, .alpn = "http/1.1" };
+	struct tls_conn *c;
+
+	*fd = guest_send(_metadata, self, API_ADDR, HTTPS_PORT, NULL);
+	ASSERT_EQ(0, tls_conn__connect(&c, self->tls.guest_cli, *fd, &cp));
+	return c;
+}
+
+static bool any_name(void *opaque, const char *sni)
+{
+	return true;
+}
+
+/* Upstream's side of the proxy's connection, TLS by srv; not shaken. */
+static struct tls_conn *up_tls(struct __test_metadata *_metadata,
+			       FIXTURE_DATA(ic) * self, struct tls_server *srv,
+			       int *fd)
+{
+	struct tls_accept_params ap = { .sni_ok = any_name,
+					.alpn = "http/1.1" };
+	struct tls_conn *c;
+
+	*fd = up_accept(_metadata, self->api_tls);
+	ASSERT_EQ(0, fcntl(*fd, F_SETFL, O_NONBLOCK));
+	ASSERT_EQ(0, tls_conn__accept(&c, srv, *fd, &ap));
+	return c;
+}
+
+/*
+ * HTTPS: the guest's handshake with a certificate of the VM's CA for its
+ * SNI, its GET reaching upstream (verified, SNI the same name) with the
+ * grant's header, upstream's response back. Run with the proxy thread
+ * free, and under the vmm's seccomp filter, which refuses to open files
+ * (wolfSSL's connections and leaves are made on the netns thread).
+ */
+static void https_round_trip(struct __test_metadata *_metadata,
+			     FIXTURE_DATA(ic) * self)
+{
+	const char *req = "GET /user HTTP/1.1\r\nHost: " API_HOST
+			  "\r\nAuthorization: Bearer guest-own\r\n\r\n";
+	const char *want = "GET /user HTTP/1.1\r\nHost: " API_HOST
+			   "\r\nauthorization: Bearer " TOKEN "\r\n\r\n";
+	struct tls_conn *g, *u;
+	struct proxy_stats s;
+	char buf[4096];
+	int gfd, ufd;
+	bool end;
+
+	g = guest_tls(_metadata, self, API_HOST, &gfd);
+	ASSERT_EQ(0, tls_handshake(g, gfd)) TH_LOG("%s", tls_conn__error(g));
+	EXPECT_STREQ("http/1.1", tls_conn__alpn(g));
+	ASSERT_EQ(0, tls_write_all(g, gfd, req));
+
+	u = up_tls(_metadata, self, self->tls.up_srv, &ufd);
+	ASSERT_EQ(0, tls_handshake(u, ufd)) TH_LOG("%s", tls_conn__error(u));
+	EXPECT_STREQ(API_HOST, tls_conn__sni(u));
+	tls_read_until(u, ufd, buf, sizeof(buf), strlen(want), &end);
+	EXPECT_STREQ(want, buf);
+	ASSERT_EQ(0, tls_write_all(u, ufd, RESPONSE));
+	tls_read_until(g, gfd, buf, sizeof(buf), strlen(RESPONSE), &end);
+	EXPECT_STREQ(RESPONSE, buf);
+
+	/* Upstream's close_notify reaches the guest as one. */
+	ASSERT_EQ(0, tls_conn__shutdown(u));
+	shutdown(ufd, SHUT_WR);
+	EXPECT_EQ(0, tls_read_until(g, gfd, buf, sizeof(buf), 0, &end));
+	EXPECT_TRUE(end);
+	EXPECT_EQ(0, tls_conn__read(g, buf, sizeof(buf)));
+	tls_conn__free(g);
+	tls_conn__free(u);
+	close(gfd);
+	close(ufd);
+	ASSERT_TRUE(wait_stats(self->proxy, tcp_open_is, 0, &s));
+	EXPECT_EQ(1, s.tcp_intercepted);
+	EXPECT_EQ(1, s.http_allowed);
+	EXPECT_EQ(0, s.http_refused);
+	EXPECT_EQ(0, s.upstream_failed);
+}
+
+TEST_F_TIMEOUT(ic, https_request_gets_the_grant_header, 60)
+{
+	https_round_trip(_metadata, self);
+}
+
+TEST_F_TIMEOUT(ic, https_under_the_vmm_seccomp_filter, 60)
+{
+	proxy__destroy(self->proxy);
+	self->proxy = NULL;
+	proxy_up(_metadata, self, true);
+	https_round_trip(_metadata, self);
+}
+
+/*
+ * An SNI DNS never bound to the address, or bound but not granted: the
+ * handshake is aborted before any certificate, upstream gets nothing.
+ */
+TEST_F_TIMEOUT(ic, https_sni_refused, 60)
+{
+	static const char *const names[] = { "evil.example.test",
+					     "other.example.test" };
+	static const char *const reasons[] = { "http host mismatch",
+					       "http no grant" };
+	struct tls_conn *g;
+	struct proxy_stats s;
+	int gfd;
+
+	for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
+		g = guest_tls(_metadata, self, names[i], &gfd);
+		EXPECT_EQ(-EPROTO, tls_handshake(g, gfd))
+		TH_LOG("%s", tls_conn__error(g));
+		ASSERT_TRUE(
+			wait_stats(self->proxy, refused_at_least, i + 1, &s));
+		EXPECT_EQ(1, http_reason(&s, reasons[i]))
+		TH_LOG("%s", names[i]);
+		tls_conn__free(g);
+		close(gfd);
+	}
+	EXPECT_FALSE(vmnet__wait_for(self->api_tls, POLLIN, 0));
+	EXPECT_EQ(0, s.http_allowed);
+}
+
+/* Over TLS, Host must name the SNI's host: 421. */
+TEST_F_TIMEOUT(ic, https_host_must_be_the_sni, 60)
+{
+	const char *req = "GET / HTTP/1.1\r\nHost: other.example.test\r\n\r\n";
+	struct tls_conn *g;
+	char buf[4096];
+	bool end;
+	int gfd;
+
+	g = guest_tls(_metadata, self, API_HOST, &gfd);
+	ASSERT_EQ(0, tls_handshake(g, gfd)) TH_LOG("%s", tls_conn__error(g));
+	ASSERT_EQ(0, tls_write_all(g, gfd, req));
+	tls_read_until(g, gfd, buf, sizeof(buf), 0, &end);
+	EXPECT_TRUE(end);
+	EXPECT_EQ(0, strncmp(buf, "HTTP/1.1 421 ", strlen("HTTP/1.1 421 ")))
+	TH_LOG("the guest got: %s", buf);
+	EXPECT_FALSE(vmnet__wait_for(self->api_tls, POLLIN, 0));
+	tls_conn__free(g);
+	close(gfd);
+}
+
+/* Upstream's certificate from a CA the bundle lacks: the guest gets 502. */
+TEST_F_TIMEOUT(ic, https_untrusted_upstream_is_502, 60)
+{
+	const char *req = "GET / HTTP/1.1\r\nHost: " API_HOST "\r\n\r\n";
+	struct tls_conn *g, *u;
+	struct proxy_stats s;
+	char buf[4096];
+	int gfd, ufd;
+	bool end;
+
+	g = guest_tls(_metadata, self, API_HOST, &gfd);
+	ASSERT_EQ(0, tls_handshake(g, gfd)) TH_LOG("%s", tls_conn__error(g));
+	ASSERT_EQ(0, tls_write_all(g, gfd, req));
+	u = up_tls(_metadata, self, self->tls.evil_srv, &ufd);
+	EXPECT_NE(0, tls_handshake(u, ufd));
+	tls_read_until(g, gfd, buf, sizeof(buf), 0, &end);
+	EXPECT_TRUE(end);
+	EXPECT_EQ(0, strncmp(buf, "HTTP/1.1 502 ", strlen("HTTP/1.1 502 ")))
+	TH_LOG("the guest got: %s", buf);
+	EXPECT_NE(NULL, strstr(buf, "upstream certificate not trusted"));
+	EXPECT_EQ(NULL, strstr(buf, TOKEN));
+	tls_conn__free(g);
+	tls_conn__free(u);
+	close(gfd);
+	close(ufd);
+	ASSERT_TRUE(wait_stats(self->proxy, tcp_open_is, 0, &s));
+	EXPECT_EQ(1, s.upstream_failed);
+}
+
+/* Plain HTTP on the TLS port fails closed: no answer, nothing upstream. */
+TEST_F_TIMEOUT(ic, https_port_plain_bytes_fail_closed, 60)
+{
+	struct proxy_stats s;
+	char buf[4096];
+	bool eof;
+	int g;
+
+	g = guest_send(_metadata, self, API_ADDR, HTTPS_PORT,
+		       "GET / HTTP/1.1\r\nHost: " API_HOST "\r\n\r\n");
+	read_until(g, buf, sizeof(buf), 0, &eof);
+	EXPECT_EQ(NULL, strstr(buf, "HTTP/1.1"));
+	ASSERT_TRUE(wait_stats(self->proxy, refused_at_least, 1, &s));
+	EXPECT_EQ(1, http_reason(&s, "tls handshake failed"));
+	EXPECT_FALSE(vmnet__wait_for(self->api_tls, POLLIN, 0));
+	close(g);
 }
 
 TEST_HARNESS_MAIN
