@@ -76,6 +76,9 @@ core-obj-y += vmm/dns.o
 core-obj-y += vmm/hook-msg.o
 core-obj-y += vmm/hook.o
 core-obj-y += vmm/http1.o
+core-obj-y += vmm/tls-ca.o
+core-obj-y += vmm/tls-conn.o
+core-obj-y += vmm/intercept.o
 core-obj-y += vmm/api/server.o
 core-obj-y += vmm/api/client.o
 core-obj-y += vmm/api/params.o
@@ -149,10 +152,13 @@ $(O)/selftests/fs_virtual: $(O)/tools/fs-example-server
 # Tests of ebpf/ (and of the proxy on it; and the API tests, for
 # vm.status's net object) link its objects and libbpf on
 # top of the core.
-ebpf-tests := $(filter $(O)/selftests/ebpf_% $(O)/selftests/proxy $(O)/selftests/api,$(unit-tests))
+ebpf-tests := $(filter $(O)/selftests/ebpf_% $(O)/selftests/proxy $(O)/selftests/intercept $(O)/selftests/api,$(unit-tests))
 $(ebpf-tests): $(EBPF_OBJS)
 $(ebpf-tests): TEST_OBJS = $(EBPF_OBJS)
 $(ebpf-tests): TEST_LDLIBS = $(BPF_LDLIBS)
+# The interception's tests run the proxy thread under the vmm's filter.
+$(O)/selftests/intercept: $(O)/obj/vmm/seccomp.o
+$(O)/selftests/intercept: TEST_OBJS += $(O)/obj/vmm/seccomp.o
 
 # Test binaries are compiled and linked in one step; -MMD still gives each
 # its header list ($@.d), so touching a header rebuilds the tests using it.

@@ -191,8 +191,7 @@ int net_bindings__insert(struct net_bindings *b, const char *host,
 	return 0;
 }
 
-/* name is host, or with wildcard a name ending in ".host". */
-static bool name_matches(const char *name, const char *host, bool wildcard)
+bool net_hostname__matches(const char *name, const char *host, bool wildcard)
 {
 	size_t n = strlen(name), h = strlen(host);
 
@@ -213,7 +212,7 @@ bool net_bindings__match(const struct net_bindings *b, const char *host,
 		struct binding *e = hashtable__entry(l, struct binding, link);
 
 		if (e->addr == addr && t < e->expires &&
-		    name_matches(e->name, host, wildcard))
+		    net_hostname__matches(e->name, host, wildcard))
 			return true;
 	}
 	return false;

@@ -3,6 +3,7 @@
 #define KILN_FLOW_H
 
 #include <netinet/in.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 /*
@@ -28,8 +29,17 @@ struct net_flow {
 /*
  * ASK: the rules did not decide; the proxy puts the flow to the policy's
  * hook (Documentation/network.md, "The hook") without holding any lock.
+ * HTTP: an http grant covers the flow (a TCP one whose destination this
+ * VM's DNS binds to a granted name, on a granted port): the proxy
+ * intercepts it and decides each request with a net_decide_http_fn
+ * ("HTTP grants and interception").
  */
-enum net_verdict { NET_VERDICT_DENY, NET_VERDICT_ALLOW, NET_VERDICT_ASK };
+enum net_verdict {
+	NET_VERDICT_DENY,
+	NET_VERDICT_ALLOW,
+	NET_VERDICT_ASK,
+	NET_VERDICT_HTTP,
+};
 
 /* What the proxy needs to ask the hook, copied out of the policy. */
 struct net_ask {
@@ -50,6 +60,7 @@ struct net_decision {
 	 */
 	char reason[64];
 	struct net_ask ask; /* NET_VERDICT_ASK only */
+	bool http_tls;	    /* NET_VERDICT_HTTP: the port carries TLS */
 };
 /*
  * Decides one new flow; must not block: a flow that needs the hook comes
@@ -57,5 +68,39 @@ struct net_decision {
  */
 typedef void (*net_decide_fn)(void *opaque, const struct net_flow *f,
 			      struct net_decision *d);
+
+/* Header fields an http grant sets on each request it allows. */
+#define NET_HTTP_MAX_HEADERS 16U
+/* Their names and values, NULs included (= HTTP1_EDITS_MAX, http1.h). */
+#define NET_HTTP_HEADERS_MAX (16U << 10)
+
+/*
+ * One request of an intercepted flow, decided: ALLOW with the fields to
+ * set upstream, or DENY with the status the guest gets (403, 421). The
+ * values are secrets: whoever holds a decision wipes it (explicit_bzero)
+ * once the fields are applied, and never logs one.
+ */
+struct net_http_decision {
+	enum net_verdict verdict; /* NET_VERDICT_ALLOW or NET_VERDICT_DENY */
+	unsigned int status;	  /* DENY: 403 or 421 */
+	char reason[64];	  /* "http grant 0", "http no grant", ... */
+	unsigned int nr_headers;
+	struct {
+		uint16_t name, value; /* offsets of NUL-terminated strings */
+	} headers[NET_HTTP_MAX_HEADERS];
+	char buf[NET_HTTP_HEADERS_MAX];
+};
+
+/*
+ * Decides one request of a flow decide answered NET_VERDICT_HTTP, by the
+ * policy as it is now: host (what the guest named: the TLS server name,
+ * or the first request's Host) must be granted on the flow's port, and
+ * bound to its destination by this VM's DNS unless verified says it was
+ * found bound already (an earlier request of the connection, or its TLS
+ * handshake). Must not block.
+ */
+typedef void (*net_decide_http_fn)(void *opaque, const struct net_flow *f,
+				   const char *host, bool verified,
+				   struct net_http_decision *d);
 
 #endif

@@ -196,6 +196,13 @@ static bool is_framing_name(const char *s, size_t len)
 	return false;
 }
 
+bool http1__editable_name(const char *name)
+{
+	size_t len = name ? strlen(name) : 0;
+
+	return is_token(name, len) && !is_framing_name(name, len);
+}
+
 static bool is_proxy_name(const char *s, size_t len)
 {
 	size_t plen = strlen(PROXY_PREFIX);
@@ -667,6 +674,39 @@ static bool host_matches(const struct http1_req *h, const char *v, size_t len)
 	return port_matches(h, rest + 1, v + len - rest - 1, true);
 }
 
+static bool hostname_valid(const char *s, size_t len)
+{
+	if (!len || len > HTTP1_HOSTNAME_MAX)
+		return false;
+	for (size_t i = 0; i < len; i++) {
+		char c = s[i];
+
+		if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') ||
+		      (c >= 'A' && c <= 'Z') || c == '.' || c == '-' ||
+		      c == '_' || c == ':'))
+			return false;
+	}
+	return true;
+}
+
+/*
+ * A connection created without a hostname takes its first request's Host
+ * (the name, not the port: that is checked as always). An IPv6 literal,
+ * or bytes no hostname has, name nothing: false.
+ */
+static bool host_pin(struct http1_req *h, const char *v, size_t len)
+{
+	const char *colon = memchr(v, ':', len);
+	size_t n = colon ? (size_t)(colon - v) : len;
+
+	if (!hostname_valid(v, n))
+		return false;
+	memcpy(h->hostname, v, n);
+	h->hostname[n] = '\0';
+	h->hostname_len = n;
+	return true;
+}
+
 /*
  * The target: origin-form, "*" for OPTIONS, or absolute-form naming the
  * flow's scheme, hostname and port (RFC 9112 3.2.2: it overrides Host,
@@ -805,7 +845,9 @@ static ssize_t head_check(struct http1_req *h, struct http1_request *req,
 	if (!!f->te != !!(h->parser.flags & F_CHUNKED) ||
 	    !!f->cls != !!(h->parser.flags & F_CONTENTLENGTH))
 		return refuse(h, HTTP_STATUS_BAD_REQUEST, "malformed request");
-	if (!host_matches(h, f->host->value, f->host->value_len))
+	if ((!h->hostname_len &&
+	     !host_pin(h, f->host->value, f->host->value_len)) ||
+	    !host_matches(h, f->host->value, f->host->value_len))
 		return refuse(h, HTTP_STATUS_MISDIRECTED_REQUEST,
 			      "host header does not match");
 	return target_check(h, req);
@@ -1097,33 +1139,20 @@ const struct http1_refusal *http1_req__refusal(const struct http1_req *h)
 	return h->state == REQ_DEAD ? &h->refusal : NULL;
 }
 
-static bool hostname_valid(const char *s, size_t len)
-{
-	if (!len || len > HTTP1_HOSTNAME_MAX)
-		return false;
-	for (size_t i = 0; i < len; i++) {
-		char c = s[i];
-
-		if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') ||
-		      (c >= 'A' && c <= 'Z') || c == '.' || c == '-' ||
-		      c == '_' || c == ':'))
-			return false;
-	}
-	return true;
-}
-
 int http1_req__create(struct http1_req **out, const struct http1_params *p)
 {
 	size_t len = p->hostname ? strlen(p->hostname) : 0;
 	struct http1_req *h;
 
 	*out = NULL;
-	if (!hostname_valid(p->hostname, len) || !p->port || !p->on_request)
+	if ((p->hostname && !hostname_valid(p->hostname, len)) || !p->port ||
+	    !p->on_request)
 		return -EINVAL;
 	h = calloc(1, sizeof(*h));
 	if (!h)
 		return -ENOMEM;
-	memcpy(h->hostname, p->hostname, len);
+	if (len)
+		memcpy(h->hostname, p->hostname, len);
 	h->hostname_len = len;
 	h->port = p->port;
 	h->tls = p->tls;

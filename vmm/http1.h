@@ -42,7 +42,7 @@
 #define HTTP1_OUTPUT_MAX	 (64U << 10) /* queued for upstream: feed stops */
 #define HTTP1_MAX_PIPELINE	 64U /* tracked requests awaiting an answer */
 #define HTTP1_MAX_EDITS		 16U
-#define HTTP1_EDITS_MAX		 (4U << 10) /* bytes of one decision's edits */
+#define HTTP1_EDITS_MAX		 (16U << 10) /* bytes of one decision's edits */
 #define HTTP1_HOSTNAME_MAX	 253U
 #define HTTP1_REASON_MAX	 64U  /* a refusal's reason, NUL included */
 #define HTTP1_ERROR_RESPONSE_MAX 256U /* room for any error response */
@@ -85,6 +85,10 @@ struct http1_params {
 	/*
 	 * The hostname the flow was granted for (trusted: the policy's
 	 * DNS bindings or the TLS server name), and its port. Copied.
+	 * NULL: the first request's Host names the connection (a name,
+	 * else 421), and on_request is where the caller checks that name
+	 * (req->hostname) against what it trusts; every later request must
+	 * name the same.
 	 */
 	const char *hostname;
 	uint16_t port;
@@ -147,6 +151,11 @@ const struct http1_refusal *http1_req__refusal(const struct http1_req *h);
  */
 int __must_check http1_edits__set(struct http1_edits *e, const char *name,
 				  const char *value);
+/*
+ * Whether a decision may set or remove NAME: a token (RFC 9110 5.6.2)
+ * that does not frame or route the message (the names above).
+ */
+bool http1__editable_name(const char *name);
 /* In on_request: have the forwarded head lose every NAME field. */
 int __must_check http1_edits__remove(struct http1_edits *e, const char *name);
 /*

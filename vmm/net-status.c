@@ -21,15 +21,35 @@ static json_t *reasons_json(const struct proxy_stats *s)
 	for (unsigned int i = 0; a && i < s->nr_reasons; i++) {
 		const struct proxy_reason_count *c = &s->reasons[i];
 
-		r = json_pack(
-			"{s:s, s:s, s:s, s:I}", "proto",
-			c->proto == IPPROTO_TCP ? "tcp" : "udp", "verdict",
-			c->verdict == NET_VERDICT_ALLOW ? "allowed" : "denied",
-			"reason", c->reason, "flows", (json_int_t)c->flows);
+		r = json_pack("{s:s, s:s, s:s, s:I}", "proto",
+			      c->proto == IPPROTO_TCP ? "tcp" : "udp",
+			      "verdict", proxy__verdict_name(c->verdict),
+			      "reason", c->reason, "flows",
+			      (json_int_t)c->flows);
 		if (r)
 			json_array_append_new(a, r);
 	}
 	return a;
+}
+
+/* The intercepted flows' requests: counts, and by verdict and reason. */
+static json_t *http_json(const struct proxy_stats *s)
+{
+	json_t *a = json_array(), *r;
+
+	for (unsigned int i = 0; a && i < s->nr_http_reasons; i++) {
+		const struct proxy_reason_count *c = &s->http_reasons[i];
+
+		r = json_pack("{s:s, s:s, s:I}", "verdict",
+			      proxy__verdict_name(c->verdict), "reason",
+			      c->reason, "requests", (json_int_t)c->flows);
+		if (r)
+			json_array_append_new(a, r);
+	}
+	return json_pack("{s:I, s:I, s:I, s:o}", "flows",
+			 (json_int_t)s->tcp_intercepted, "allowed",
+			 (json_int_t)s->http_allowed, "refused",
+			 (json_int_t)s->http_refused, "reasons", a);
 }
 
 static json_t *hook_json(const struct hook_stats *h)
@@ -78,6 +98,7 @@ json_t *net_status__json(const struct proxy_stats *s,
 		      "hook", hook_json(&s->hook));
 	if (!o)
 		return NULL;
+	json_object_set_new(o, "http", http_json(s));
 	if (egress)
 		json_object_set_new(o, "egress", egress_json(egress));
 	else

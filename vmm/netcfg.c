@@ -47,6 +47,8 @@ void netcfg__free(struct net_config *n)
 {
 	free(n->netns_path);
 	n->netns_path = NULL;
+	free(n->ca_bundle);
+	n->ca_bundle = NULL;
 	net_policy__free(n->policy);
 	n->policy = NULL;
 }
@@ -231,6 +233,13 @@ static int validate_mode(const struct net_config *n, char *err, size_t len)
 			    "net tap fd %llu: only for mode tap-fd (mode is "
 			    "%s)",
 			    (unsigned long long)n->tap_fd, mode);
+	if (n->ca_bundle && n->mode != NET_AUTO && n->mode != NET_NETNS)
+		return errf(err, len, -EINVAL,
+			    "net CA bundle \"%s\": only with an egress proxy "
+			    "(mode auto or netns; mode is %s)",
+			    n->ca_bundle, mode);
+	if (n->ca_bundle && !n->ca_bundle[0])
+		return errf(err, len, -EINVAL, "net CA bundle: empty path");
 	if (n->tap_fd_set && n->tap_fd < NET_MIN_TAP_FD)
 		return errf(err, len, -EINVAL,
 			    "net tap fd %llu: must be %u or more (0-2 are "

@@ -55,6 +55,12 @@ struct net_config {
 	bool address_set, gateway_set, dns_set, mtu_set, mac_set;
 	/* --net-policy, "net.policy"; NULL: deny every flow */
 	struct net_policy *policy;
+	/*
+	 * --net-ca-bundle, "net.caBundle": the PEM certificates upstream
+	 * servers of the http grants' TLS flows must chain to; NULL:
+	 * TLS_DEFAULT_CA_BUNDLE (vmm/tls.h). Auto and netns modes only.
+	 */
+	char *ca_bundle;
 };
 
 /* The modes' JSON names ("none", "auto", ...), NULL-terminated. */

@@ -573,6 +573,15 @@ static const struct option_desc options[] = {
 		.apply = apply_net_policy,
 	},
 	{
+		.flag = "net-ca-bundle",
+		.arg = "PATH",
+		.key = "net.caBundle",
+		.help = "the CA certificates (PEM) that upstream servers of the\n"
+			"http grants' TLS flows must chain to (default\n"
+			"/etc/ssl/certs/ca-certificates.crt)",
+		STRING_FIELD(net.ca_bundle),
+	},
+	{
 		.key = "command",
 		.kind = OPTION_JSON,
 		.apply = apply_command,

@@ -6,12 +6,16 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "lib/compiler.h"
 #include "lib/errf.h"
+#include "vmm/http1.h"
 #include "vmm/netcfg.h"
 #include "vmm/policy.h"
 #include "vmm/policy-internal.h"
@@ -123,15 +127,69 @@ struct rule {
 	struct port_range *ports;
 };
 
+/* A header field an http grant sets; value is a secret (wiped at free). */
+struct http_header {
+	char *name; /* lower case, a token no framing field has */
+	char *value;
+	size_t value_len;
+};
+
+/*
+ * An http grant: its hostname and ports as a DEST_HOST rule, the ports of
+ * those that carry TLS, the fields it sets.
+ */
+struct http_grant {
+	struct rule r;
+	unsigned int nr_tls;
+	uint16_t tls[NET_POLICY_MAX_PORTS];
+	unsigned int nr_headers;
+	struct http_header headers[NET_HTTP_MAX_HEADERS];
+};
+
 struct net_policy {
 	struct rule *rules[PROTO_COUNT];
 	unsigned int nr_rules[PROTO_COUNT];
+	struct http_grant *http;
+	unsigned int nr_http;
 	struct sockaddr_in resolvers[NET_POLICY_MAX_RESOLVERS];
 	unsigned int nr_resolvers;
 	char *hook_socket; /* NULL: no hook */
 	unsigned int hook_timeout_ms;
 	uint32_t gateway; /* runtime context, network byte order; 0: none */
 };
+
+static bool port_matches(const struct rule *r, uint16_t port)
+{
+	unsigned int i;
+
+	if (!r->nr_ports)
+		return true;
+	for (i = 0; i < r->nr_ports; i++)
+		if (port >= r->ports[i].lo && port <= r->ports[i].hi)
+			return true;
+	return false;
+}
+
+static void rule_free(struct rule *r)
+{
+	free(r->host);
+	free(r->ports);
+}
+
+static void http_grant_free(struct http_grant *g)
+{
+	unsigned int i;
+
+	rule_free(&g->r);
+	for (i = 0; i < g->nr_headers; i++) {
+		struct http_header *h = &g->headers[i];
+
+		if (h->value)
+			explicit_bzero(h->value, h->value_len);
+		free(h->value);
+		free(h->name);
+	}
+}
 
 void net_policy__free(struct net_policy *p)
 {
@@ -140,12 +198,13 @@ void net_policy__free(struct net_policy *p)
 	if (!p)
 		return;
 	for (i = 0; i < PROTO_COUNT; i++) {
-		for (j = 0; j < p->nr_rules[i]; j++) {
-			free(p->rules[i][j].host);
-			free(p->rules[i][j].ports);
-		}
+		for (j = 0; j < p->nr_rules[i]; j++)
+			rule_free(&p->rules[i][j]);
 		free(p->rules[i]);
 	}
+	for (i = 0; i < p->nr_http; i++)
+		http_grant_free(&p->http[i]);
+	free(p->http);
 	free(p->hook_socket);
 	free(p);
 }
@@ -617,10 +676,393 @@ static int parse_hook(json_t *obj, struct net_policy *p, const char *path,
 	return p->hook_socket ? 0 : -ENOMEM;
 }
 
+/* ---- http grants ------------------------------------------------------ */
+
+/* An http grant's ports and TLS ports when left out. */
+#define HTTP_PORT  80U
+#define HTTPS_PORT 443U
+/* What a refused request gets (RFC 9110 15.5.4, 15.5.20). */
+#define HTTP_STATUS_FORBIDDEN	403U
+#define HTTP_STATUS_MISDIRECTED 421U
+#define ASCII_DEL		0x7fU
+/* Where a header's value comes from. */
+#define FROM_ENV  "env:"
+#define FROM_FILE "file:"
+#define FROM_HOOK "hook"
+
+/* A shell variable's name: a letter or _, then letters, digits and _. */
+static bool env_name_valid(const char *s)
+{
+	size_t i;
+
+	for (i = 0; s[i]; i++) {
+		char c = s[i];
+
+		if (!(c == '_' || (c >= 'a' && c <= 'z') ||
+		      (c >= 'A' && c <= 'Z') || (i && c >= '0' && c <= '9')))
+			return false;
+	}
+	return i > 0;
+}
+
+/* What a header value may hold: no control bytes (a CR LF would inject). */
+static bool header_value_valid(const char *s, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		unsigned char c = s[i];
+
+		if ((c < ' ' && c != '\t') || c == ASCII_DEL)
+			return false;
+	}
+	return true;
+}
+
+/*
+ * The regular file at path, whole, into buf (NET_POLICY_SECRET_MAX + 1
+ * bytes): its length, or -errno (-EFBIG: longer than
+ * NET_POLICY_SECRET_MAX, -EINVAL: not a regular file).
+ */
+static ssize_t read_secret_file(const char *path, char *buf)
+{
+	size_t n = 0;
+	struct stat st;
+	int fd, ret = 0;
+	ssize_t r;
+
+	/* O_NONBLOCK: a FIFO put there must not stall the parse. */
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st))
+		ret = -errno;
+	else if (!S_ISREG(st.st_mode))
+		ret = -EINVAL;
+	while (!ret && n <= NET_POLICY_SECRET_MAX) {
+		r = read(fd, buf + n, NET_POLICY_SECRET_MAX + 1 - n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			ret = -errno;
+		if (r <= 0)
+			break;
+		n += r;
+	}
+	close(fd);
+	if (ret)
+		return ret;
+	return n > NET_POLICY_SECRET_MAX ? -EFBIG : (ssize_t)n;
+}
+
+/*
+ * "from": the value, resolved now, into h. Error lines name where it was
+ * to come from (the variable, the path), never a byte of it.
+ */
+static int parse_header_from(json_t *spec, struct http_header *h,
+			     const char *where, char *err, size_t len)
+{
+	static const char *const keys[] = { "from", NULL };
+	char buf[NET_POLICY_SECRET_MAX + 1];
+	const char *from, *value = NULL;
+	size_t n = 0;
+	ssize_t r;
+	int ret;
+
+	if (!json_is_object(spec))
+		return errf(err, len, -EINVAL,
+			    "%s: must be an object ({\"from\": \"env:NAME\" "
+			    "or \"file:/PATH\"})",
+			    where);
+	ret = check_keys(spec, keys, where, err, len);
+	if (ret)
+		return ret;
+	from = json_string_value(json_object_get(spec, "from"));
+	if (!from)
+		return errf(err, len, -EINVAL,
+			    "%s: needs \"from\" (\"env:NAME\" or "
+			    "\"file:/PATH\")",
+			    where);
+	if (!strcmp(from, FROM_HOOK))
+		return errf(err, len, -EOPNOTSUPP,
+			    "%s.from: \"hook\" is not supported yet", where);
+	if (!strncmp(from, FROM_ENV, strlen(FROM_ENV))) {
+		if (!env_name_valid(from + strlen(FROM_ENV)))
+			return errf(err, len, -EINVAL,
+				    "%s.from: \"%s\" is not env:NAME with "
+				    "NAME a variable's name",
+				    where, from);
+		value = getenv(from + strlen(FROM_ENV));
+		if (!value)
+			return errf(err, len, -ENOENT, "%s.from: %s is not set",
+				    where, from);
+		n = strlen(value);
+		if (n > NET_POLICY_SECRET_MAX)
+			return errf(err, len, -E2BIG,
+				    "%s.from: %s is longer than %u bytes",
+				    where, from, NET_POLICY_SECRET_MAX);
+	} else if (!strncmp(from, FROM_FILE, strlen(FROM_FILE))) {
+		if (from[strlen(FROM_FILE)] != '/')
+			return errf(err, len, -EINVAL,
+				    "%s.from: \"%s\" is not file:/PATH with an "
+				    "absolute PATH",
+				    where, from);
+		r = read_secret_file(from + strlen(FROM_FILE), buf);
+		if (r < 0)
+			return errf(err, len, r, "%s.from: %s: %s", where, from,
+				    r == -EFBIG	 ? "longer than 8192 bytes" :
+				    r == -EINVAL ? "not a regular file" :
+						   strerror(-r));
+		/* One line: its newline is the file's, not the value's. */
+		n = r;
+		if (n && buf[n - 1] == '\n')
+			n--;
+		if (n && buf[n - 1] == '\r')
+			n--;
+		value = buf;
+	} else {
+		return errf(err, len, -EINVAL,
+			    "%s.from: must be \"env:NAME\" or \"file:/PATH\"",
+			    where);
+	}
+	if (!n)
+		ret = errf(err, len, -EINVAL, "%s.from: %s is empty", where,
+			   from);
+	else if (!header_value_valid(value, n))
+		ret = errf(err, len, -EINVAL,
+			   "%s.from: %s holds control bytes, which a header "
+			   "value cannot",
+			   where, from);
+	else if (!(h->value = malloc(n + 1)))
+		ret = -ENOMEM;
+	if (!ret) {
+		memcpy(h->value, value, n);
+		h->value[n] = '\0';
+		h->value_len = n;
+	}
+	explicit_bzero(buf, sizeof(buf));
+	return ret;
+}
+
+static int parse_http_headers(json_t *obj, struct http_grant *g,
+			      const char *path, char *err, size_t len)
+{
+	char where[256];
+	size_t total = 0;
+	const char *key;
+	json_t *v;
+	int ret;
+
+	if (!json_is_object(obj))
+		return errf(
+			err, len, -EINVAL,
+			"%s.headers: must be an object ({\"authorization\": "
+			"{\"from\": ...}})",
+			path);
+	if (json_object_size(obj) > NET_HTTP_MAX_HEADERS)
+		return errf(err, len, -E2BIG,
+			    "%s.headers: %zu fields, at most %u", path,
+			    json_object_size(obj), NET_HTTP_MAX_HEADERS);
+	json_object_foreach(obj, key, v)
+	{
+		struct http_header *h = &g->headers[g->nr_headers];
+
+		if (!http1__editable_name(key))
+			return errf(err, len, -EINVAL,
+				    "%s.headers: \"%s\" is not a field a grant "
+				    "may set (a token, and not one that frames "
+				    "or routes the message: host, "
+				    "content-length, transfer-encoding, "
+				    "connection, upgrade, te, trailer, "
+				    "keep-alive)",
+				    path, key);
+		/* Counted first: the free path frees what half a one has. */
+		g->nr_headers++;
+		h->name = strdup(key);
+		if (!h->name)
+			return -ENOMEM;
+		for (char *c = h->name; *c; c++)
+			if (*c >= 'A' && *c <= 'Z')
+				*c += 'a' - 'A';
+		for (unsigned int i = 0; i + 1 < g->nr_headers; i++)
+			if (!strcmp(g->headers[i].name, h->name))
+				return errf(err, len, -EINVAL,
+					    "%s.headers: \"%s\" twice (names "
+					    "are compared without case)",
+					    path, h->name);
+		snprintf(where, sizeof(where), "%s.headers.%s", path, h->name);
+		ret = parse_header_from(v, h, where, err, len);
+		if (ret)
+			return ret;
+		total += strlen(h->name) + 1 + h->value_len + 1;
+	}
+	if (total > NET_HTTP_HEADERS_MAX)
+		return errf(err, len, -E2BIG,
+			    "%s.headers: %zu bytes of names and values, at "
+			    "most %u",
+			    path, total, NET_HTTP_HEADERS_MAX);
+	return 0;
+}
+
+/* "tls": which of the grant's ports carry TLS, numbers only. */
+static int parse_http_tls(json_t *arr, struct http_grant *g, const char *path,
+			  char *err, size_t len)
+{
+	json_int_t port;
+	size_t i;
+	json_t *v;
+
+	if (!json_is_array(arr))
+		return errf(err, len, -EINVAL,
+			    "%s.tls: must be an array of ports (443)", path);
+	if (json_array_size(arr) > NET_POLICY_MAX_PORTS)
+		return errf(err, len, -E2BIG, "%s.tls: %zu entries, at most %u",
+			    path, json_array_size(arr), NET_POLICY_MAX_PORTS);
+	json_array_foreach(arr, i, v)
+	{
+		port = json_is_integer(v) ? json_integer_value(v) : 0;
+		if (port < NET_POLICY_MIN_PORT || port > NET_POLICY_MAX_PORT ||
+		    !port_matches(&g->r, port))
+			return errf(err, len, -EINVAL,
+				    "%s.tls[%zu]: must be one of the grant's "
+				    "ports",
+				    path, i);
+		g->tls[g->nr_tls++] = port;
+	}
+	return 0;
+}
+
+static bool grant_tls(const struct http_grant *g, uint16_t port)
+{
+	for (unsigned int i = 0; i < g->nr_tls; i++)
+		if (g->tls[i] == port)
+			return true;
+	return false;
+}
+
+static int parse_http_grant(json_t *obj, struct http_grant *g, const char *path,
+			    char *err, size_t len)
+{
+	static const char *const keys[] = { "host", "ports", "tls", "headers",
+					    NULL };
+	char host[NET_HOSTNAME_MAX + 1];
+	const char *s;
+	json_t *v;
+	int ret;
+
+	if (!json_is_object(obj))
+		return errf(err, len, -EINVAL,
+			    "%s: must be an object ({\"host\": ..., "
+			    "\"ports\": [...], \"tls\": [...], \"headers\": "
+			    "{...}})",
+			    path);
+	ret = check_keys(obj, keys, path, err, len);
+	if (ret)
+		return ret;
+	v = json_object_get(obj, "host");
+	if (!v)
+		return errf(err, len, -EINVAL, "%s: needs \"host\"", path);
+	s = json_string_value(v);
+	if (!s)
+		return errf(err, len, -EINVAL,
+			    "%s.host: must be a string (\"api.example.com\" "
+			    "or \"*.example.com\")",
+			    path);
+	if (net_hostname__normalize(s, host, true, &g->r.wildcard))
+		return errf(err, len, -EINVAL,
+			    "%s.host: \"%s\" is not a hostname "
+			    "(\"api.example.com\" or \"*.example.com\")",
+			    path, s);
+	g->r.kind = DEST_HOST;
+	g->r.host = strdup(host);
+	if (!g->r.host)
+		return -ENOMEM;
+	v = json_object_get(obj, "ports");
+	if (v) {
+		ret = parse_ports(v, &g->r, path, err, len);
+	} else {
+		g->r.ports = calloc(2, sizeof(*g->r.ports));
+		if (!g->r.ports)
+			return -ENOMEM;
+		g->r.ports[0].lo = g->r.ports[0].hi = HTTP_PORT;
+		g->r.ports[1].lo = g->r.ports[1].hi = HTTPS_PORT;
+		g->r.nr_ports = 2;
+	}
+	if (ret)
+		return ret;
+	v = json_object_get(obj, "tls");
+	if (v)
+		ret = parse_http_tls(v, g, path, err, len);
+	else if (port_matches(&g->r, HTTPS_PORT))
+		g->tls[g->nr_tls++] = HTTPS_PORT;
+	if (ret)
+		return ret;
+	v = json_object_get(obj, "headers");
+	return v ? parse_http_headers(v, g, path, err, len) : 0;
+}
+
+/*
+ * A port carries TLS in every grant that has it, or in none: which way a
+ * flow is intercepted depends on its port alone.
+ */
+static int check_http_tls(const struct net_policy *p, const char *path,
+			  char *err, size_t len)
+{
+	for (unsigned int i = 0; i < p->nr_http; i++) {
+		const struct http_grant *g = &p->http[i];
+
+		for (unsigned int t = 0; t < g->nr_tls; t++)
+			for (unsigned int j = 0; j < p->nr_http; j++)
+				if (port_matches(&p->http[j].r, g->tls[t]) &&
+				    !grant_tls(&p->http[j], g->tls[t]))
+					return errf(
+						err, len, -EINVAL,
+						"%s.http[%u].tls: port %u "
+						"is TLS here and not in "
+						"http[%u], which has it too",
+						path, i, g->tls[t], j);
+	}
+	return 0;
+}
+
+static int parse_http(json_t *arr, struct net_policy *p, const char *path,
+		      char *err, size_t len)
+{
+	char where[128];
+	size_t i, n;
+	json_t *v;
+	int ret;
+
+	if (!json_is_array(arr))
+		return errf(err, len, -EINVAL,
+			    "%s.http: must be an array of grants ({\"host\": "
+			    "...})",
+			    path);
+	n = json_array_size(arr);
+	if (n > NET_POLICY_MAX_RULES)
+		return errf(err, len, -E2BIG, "%s.http: %zu grants, at most %u",
+			    path, n, NET_POLICY_MAX_RULES);
+	if (!n)
+		return 0;
+	p->http = calloc(n, sizeof(*p->http));
+	if (!p->http)
+		return -ENOMEM;
+	json_array_foreach(arr, i, v)
+	{
+		snprintf(where, sizeof(where), "%s.http[%zu]", path, i);
+		p->nr_http++;
+		ret = parse_http_grant(v, &p->http[i], where, err, len);
+		if (ret)
+			return ret;
+	}
+	return check_http_tls(p, path, err, len);
+}
+
 int net_policy__parse(json_t *obj, const char *path, struct net_policy **out,
 		      char *err, size_t len)
 {
-	static const char *const keys[] = { "dns", "tcp", "udp", "hook", NULL };
+	static const char *const keys[] = { "dns",  "tcp",  "udp",
+					    "http", "hook", NULL };
 	struct net_policy *p;
 	unsigned int i;
 	json_t *v;
@@ -629,7 +1071,7 @@ int net_policy__parse(json_t *obj, const char *path, struct net_policy **out,
 	if (!json_is_object(obj))
 		return errf(err, len, -EINVAL,
 			    "%s: must be an object (\"dns\", \"tcp\", "
-			    "\"udp\", \"hook\")",
+			    "\"udp\", \"http\", \"hook\")",
 			    path);
 	ret = check_keys(obj, keys, path, err, len);
 	if (ret)
@@ -645,6 +1087,9 @@ int net_policy__parse(json_t *obj, const char *path, struct net_policy **out,
 		if (v)
 			ret = parse_rules(v, p, i, path, err, len);
 	}
+	v = json_object_get(obj, "http");
+	if (v && !ret)
+		ret = parse_http(v, p, path, err, len);
 	v = json_object_get(obj, "hook");
 	if (v && !ret)
 		ret = parse_hook(v, p, path, err, len);
@@ -710,18 +1155,6 @@ const char *net_policy__hook(const struct net_policy *p,
 
 /* ---- deciding -------------------------------------------------------- */
 
-static bool port_matches(const struct rule *r, uint16_t port)
-{
-	unsigned int i;
-
-	if (!r->nr_ports)
-		return true;
-	for (i = 0; i < r->nr_ports; i++)
-		if (port >= r->ports[i].lo && port <= r->ports[i].hi)
-			return true;
-	return false;
-}
-
 static bool dest_matches(const struct rule *r, uint32_t dst,
 			 const struct net_bindings *b)
 {
@@ -772,6 +1205,29 @@ static void ask_hook(const struct net_policy *p, const struct net_flow *f,
 			      0;
 }
 
+/*
+ * The first http grant that covers a TCP flow to dst:port: the port is
+ * one of its ports and b binds dst to a name it grants. -1: none.
+ */
+static int http_flow_grant(const struct net_policy *p, uint32_t dst,
+			   uint16_t port, const struct net_bindings *b)
+{
+	for (unsigned int i = 0; p && i < p->nr_http; i++)
+		if (port_matches(&p->http[i].r, port) &&
+		    dest_matches(&p->http[i].r, dst, b))
+			return i;
+	return -1;
+}
+
+/* Whether the http grants' flows to port speak TLS (check_http_tls). */
+static bool http_port_tls(const struct net_policy *p, uint16_t port)
+{
+	for (unsigned int i = 0; i < p->nr_http; i++)
+		if (grant_tls(&p->http[i], port))
+			return true;
+	return false;
+}
+
 void net_policy__decide(const struct net_policy *p, const struct net_flow *f,
 			const struct net_bindings *b, struct net_decision *d)
 {
@@ -779,10 +1235,22 @@ void net_policy__decide(const struct net_policy *p, const struct net_flow *f,
 	uint16_t port = ntohs(f->dst.sin_port);
 	int proto = proto_index(f->proto);
 	unsigned int i;
+	int g;
 
 	d->verdict = NET_VERDICT_DENY;
+	d->http_tls = false;
 	if (why) {
 		snprintf(d->reason, sizeof(d->reason), "%s", why);
+		return;
+	}
+	/* Before the rules: a flow an http grant covers is intercepted. */
+	g = proto == PROTO_TCP ?
+		    http_flow_grant(p, f->dst.sin_addr.s_addr, port, b) :
+		    -1;
+	if (g >= 0) {
+		d->verdict = NET_VERDICT_HTTP;
+		d->http_tls = http_port_tls(p, port);
+		snprintf(d->reason, sizeof(d->reason), "http grant %d", g);
 		return;
 	}
 	for (i = 0; p && i < p->nr_rules[proto]; i++) {
@@ -799,4 +1267,71 @@ void net_policy__decide(const struct net_policy *p, const struct net_flow *f,
 	snprintf(d->reason, sizeof(d->reason), "no grant");
 	if (p && p->hook_socket)
 		ask_hook(p, f, b, d);
+}
+
+/* Copies g's fields into d: the parser bounded them to its buffer. */
+static void http_allow(const struct http_grant *g, unsigned int i,
+		       struct net_http_decision *d)
+{
+	size_t used = 0, n;
+
+	d->verdict = NET_VERDICT_ALLOW;
+	snprintf(d->reason, sizeof(d->reason), "http grant %u", i);
+	for (unsigned int k = 0; k < g->nr_headers; k++) {
+		const struct http_header *h = &g->headers[k];
+
+		n = strlen(h->name) + 1;
+		d->headers[k].name = used;
+		memcpy(d->buf + used, h->name, n);
+		used += n;
+		d->headers[k].value = used;
+		memcpy(d->buf + used, h->value, h->value_len + 1);
+		used += h->value_len + 1;
+	}
+	d->nr_headers = g->nr_headers;
+}
+
+static void http_refuse(struct net_http_decision *d, unsigned int status,
+			const char *reason)
+{
+	d->verdict = NET_VERDICT_DENY;
+	d->status = status;
+	snprintf(d->reason, sizeof(d->reason), "%s", reason);
+}
+
+void net_policy__decide_http(const struct net_policy *p,
+			     const struct net_flow *f, const char *host,
+			     bool verified, const struct net_bindings *b,
+			     struct net_http_decision *d)
+{
+	const char *why = always_denied(p, f);
+	uint32_t dst = f->dst.sin_addr.s_addr;
+	uint16_t port = ntohs(f->dst.sin_port);
+	char name[NET_HOSTNAME_MAX + 1];
+	bool wildcard;
+
+	d->nr_headers = 0;
+	if (why || f->proto != IPPROTO_TCP)
+		return http_refuse(d, HTTP_STATUS_FORBIDDEN,
+				   why ? why : "not tcp");
+	/* An address, or no name at all, advertises no trusted name. */
+	if (!host || net_hostname__normalize(host, name, false, &wildcard))
+		return http_refuse(d, HTTP_STATUS_MISDIRECTED,
+				   "http host not a name");
+	if (!verified && !(b && net_bindings__match(b, name, false, dst)))
+		return http_refuse(d, HTTP_STATUS_MISDIRECTED,
+				   "http host mismatch");
+	for (unsigned int i = 0; p && i < p->nr_http; i++) {
+		const struct http_grant *g = &p->http[i];
+
+		if (port_matches(&g->r, port) &&
+		    net_hostname__matches(name, g->r.host, g->r.wildcard))
+			return http_allow(g, i, d);
+	}
+	http_refuse(d, HTTP_STATUS_FORBIDDEN, "http no grant");
+}
+
+unsigned int net_policy__nr_http(const struct net_policy *p)
+{
+	return p ? p->nr_http : 0;
 }

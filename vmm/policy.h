@@ -31,6 +31,20 @@
 #define NET_POLICY_MAX_HOOK_TIMEOUT_MS	   10000U
 #define NET_POLICY_HOOK_PATH_MAX	   NET_HOOK_PATH_MAX /* flow.h */
 #define NET_LABEL_MAX			   63U
+/* An http grant's header value (env:NAME, file:/PATH) at most, bytes. */
+#define NET_POLICY_SECRET_MAX (8U << 10)
+
+/*
+ * The one spelling of a hostname that the policy, the bindings and the
+ * TLS interception (vmm/tls.h) compare: a DNS name s into out
+ * (NET_HOSTNAME_MAX + 1 bytes), lower case, the trailing dot dropped.
+ * Labels of letters, digits and inner hyphens, 1 to NET_LABEL_MAX long,
+ * the last not all digits (that is an address). With allow_wildcard, a
+ * leading "*." is taken off and *wildcard set. -EINVAL if s is not such
+ * a name.
+ */
+int __must_check net_hostname__normalize(const char *s, char *out,
+					 bool allow_wildcard, bool *wildcard);
 
 /* The seed's address classes; each is a list of RFC ranges (policy.c). */
 enum net_addr_class {
@@ -80,7 +94,10 @@ int __must_check net_policy__replace(struct net_policy **cur, json_t *obj,
  * One new flow: default deny ("no grant"). Always denied, whatever the
  * rules: 127.0.0.0/8 ("host loopback"), the gateway ("host side of the
  * tap"), 0.0.0.0/8 ("this network"), port 0 ("port 0"), anything but
- * TCP and UDP over IPv4 ("not tcp or udp over ipv4"). Otherwise the
+ * TCP and UDP over IPv4 ("not tcp or udp over ipv4"). Then a TCP flow
+ * an http grant covers (its port granted, its destination bound by b to
+ * a name the grant names) is NET_VERDICT_HTTP, "http grant N" (the
+ * first), d->http_tls set when the port carries TLS. Otherwise the
  * first rule of the flow's protocol that matches its destination and
  * port allows it ("tcp grant N", N its index in "tcp"). A hostname rule
  * matches only an address b binds to that name now; b may be NULL (no
@@ -92,9 +109,24 @@ int __must_check net_policy__replace(struct net_policy **cur, json_t *obj,
 void net_policy__decide(const struct net_policy *p, const struct net_flow *f,
 			const struct net_bindings *b, struct net_decision *d);
 
+/*
+ * One request of a flow net_policy__decide() answered NET_VERDICT_HTTP
+ * (net_decide_http_fn, flow.h): host must be a DNS name, bound to the
+ * flow's destination by b unless verified, and granted on its port by
+ * an http grant ("http grant N", the first such; its fields copied into
+ * d). Else denied: 421 "http host not a name", 421 "http host mismatch"
+ * (not bound there), 403 "http no grant", or 403 and the reason the flow
+ * is always denied.
+ */
+void net_policy__decide_http(const struct net_policy *p,
+			     const struct net_flow *f, const char *host,
+			     bool verified, const struct net_bindings *b,
+			     struct net_http_decision *d);
+
 /* What the parsed policy holds, for the DNS resolver and the hook. */
 unsigned int net_policy__nr_rules(const struct net_policy *p, uint8_t proto);
 unsigned int net_policy__nr_resolvers(const struct net_policy *p);
+unsigned int net_policy__nr_http(const struct net_policy *p);
 /* Resolver i (< nr_resolvers) as an IPv4 socket address. */
 void net_policy__resolver(const struct net_policy *p, unsigned int i,
 			  struct sockaddr_in *sa);

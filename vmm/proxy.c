@@ -29,6 +29,7 @@
 #include "lib/log.h"
 #include "lib/worker.h"
 #include "vmm/hook.h"
+#include "vmm/intercept.h"
 #include "vmm/proxy.h"
 
 #define PROXY_BACKLOG	     4096	  /* SYN cookies drop: keep them rare */
@@ -56,6 +57,9 @@ enum ep_kind {
 	EP_HOOK,
 };
 enum { SIDE_GUEST, SIDE_UP, NR_SIDES };
+_Static_assert(SIDE_GUEST == (int)INTERCEPT_GUEST &&
+		       SIDE_UP == (int)INTERCEPT_UP,
+	       "an intercepted flow's sides are the proxy's");
 
 /* What epoll_event.data points at. */
 struct endpoint {
@@ -86,6 +90,9 @@ struct tcp_flow {
 	uint64_t hook_id, hook_gen;
 	struct endpoint ep[NR_SIDES];
 	struct relay_dir dir[NR_SIDES]; /* dir[s]: read from side s */
+	/* An http grant's flow: intercepted, not relayed (no dir[] then). */
+	struct intercept *ic;
+	bool tls;
 };
 
 struct udp_flow {
@@ -103,7 +110,7 @@ struct udp_flow {
 	size_t held_len[PROXY_UDP_HELD];
 };
 
-enum ns_request { NS_NONE, NS_REPLY_SOCKET, NS_COUNTERS, NS_EXIT };
+enum ns_request { NS_NONE, NS_REPLY_SOCKET, NS_COUNTERS, NS_CALL, NS_EXIT };
 
 struct proxy {
 	struct proxy_params p;
@@ -112,6 +119,7 @@ struct proxy {
 	int recheck_fd; /* eventfd: proxy__recheck wakes the proxy thread */
 	struct endpoint ep_stop, ep_recheck, ep_lsn, ep_udp, ep_hook;
 	struct hook *hook; /* the proxy thread's, in its epoll set */
+	struct intercept_ops icpt_ops; /* every intercepted flow's */
 	struct worker worker;
 
 	/*
@@ -131,6 +139,9 @@ struct proxy {
 	struct sockaddr_in ns_bind, ns_peer;
 	uint64_t *ns_counts; /* NS_COUNTERS: EGRESS_NR_REASONS of them */
 	int ns_counts_ret;
+	int (*ns_fn)(void *arg); /* NS_CALL: ns_fn(ns_arg), unfiltered */
+	void *ns_arg;
+	int ns_call_ret;
 	char *ns_err;
 	size_t ns_errlen;
 	struct egress *egress; /* the netns thread's */
@@ -162,38 +173,50 @@ static const char *proto_name(uint8_t proto)
 
 /* ---- counters and the log ------------------------------------------------ */
 
+/* One more under (proto, verdict, reason) in a table; stats_lock held. */
+static void count_reason(struct proxy_reason_count *tbl, unsigned int *nr,
+			 uint8_t proto, enum net_verdict verdict,
+			 const char *reason)
+{
+	struct proxy_reason_count *r = NULL;
+	unsigned int i;
+
+	for (i = 0; i < *nr; i++) {
+		r = &tbl[i];
+		if (r->proto == proto && r->verdict == verdict &&
+		    !strncmp(r->reason, reason, sizeof(r->reason)))
+			break;
+	}
+	if (i == *nr) {
+		/* The last slot takes every reason there is no room for. */
+		r = &tbl[i < PROXY_REASONS_MAX ? i : i - 1];
+		if (i < PROXY_REASONS_MAX) {
+			(*nr)++;
+			snprintf(r->reason, sizeof(r->reason), "%s",
+				 i + 1 < PROXY_REASONS_MAX ? reason : "other");
+			r->proto = proto;
+			r->verdict = verdict;
+		}
+	}
+	r->flows++;
+}
+
 static void count_flow(struct proxy *p, const struct net_flow *f,
 		       const struct net_decision *d)
 {
 	struct proxy_stats *s = &p->stats;
-	bool allow = d->verdict == NET_VERDICT_ALLOW;
-	struct proxy_reason_count *r = NULL;
-	unsigned int i;
+	bool allow = d->verdict == NET_VERDICT_ALLOW ||
+		     d->verdict == NET_VERDICT_HTTP;
 
 	pthread_mutex_lock(&p->stats_lock);
 	if (f->proto == IPPROTO_TCP)
 		allow ? s->tcp_allowed++ : s->tcp_denied++;
 	else
 		allow ? s->udp_allowed++ : s->udp_denied++;
-	for (i = 0; i < s->nr_reasons; i++) {
-		r = &s->reasons[i];
-		if (r->proto == f->proto && r->verdict == d->verdict &&
-		    !strncmp(r->reason, d->reason, sizeof(r->reason)))
-			break;
-	}
-	if (i == s->nr_reasons) {
-		/* The last slot takes every reason there is no room for. */
-		r = &s->reasons[i < PROXY_REASONS_MAX ? i : i - 1];
-		if (i < PROXY_REASONS_MAX) {
-			s->nr_reasons++;
-			snprintf(r->reason, sizeof(r->reason), "%s",
-				 i + 1 < PROXY_REASONS_MAX ? d->reason :
-							     "other");
-			r->proto = f->proto;
-			r->verdict = d->verdict;
-		}
-	}
-	r->flows++;
+	if (d->verdict == NET_VERDICT_HTTP)
+		s->tcp_intercepted++;
+	count_reason(s->reasons, &s->nr_reasons, f->proto, d->verdict,
+		     d->reason);
 	pthread_mutex_unlock(&p->stats_lock);
 }
 
@@ -258,7 +281,22 @@ static void log_flow(struct proxy *p, const char *what,
 		detail[0] ? ")" : "");
 }
 
-/* Asks the policy; a decision without a reason gets one. */
+static bool allowed(const struct net_decision *d)
+{
+	return d->verdict == NET_VERDICT_ALLOW ||
+	       d->verdict == NET_VERDICT_HTTP;
+}
+
+static void deny(struct net_decision *d, const char *reason)
+{
+	d->verdict = NET_VERDICT_DENY;
+	snprintf(d->reason, sizeof(d->reason), "%s", reason);
+}
+
+/*
+ * Asks the policy; a decision without a reason gets one. An http grant's
+ * flow the proxy cannot intercept is denied: never relayed as it is.
+ */
 static void ask_policy(struct proxy *p, const struct net_flow *f,
 		       struct net_decision *d)
 {
@@ -266,10 +304,15 @@ static void ask_policy(struct proxy *p, const struct net_flow *f,
 	p->p.decide(p->p.decide_opaque, f, d);
 	d->reason[sizeof(d->reason) - 1] = '\0';
 	d->ask.socket[sizeof(d->ask.socket) - 1] = '\0';
+	if (d->verdict == NET_VERDICT_HTTP &&
+	    (f->proto != IPPROTO_TCP || !p->p.decide_http))
+		deny(d, "http interception unavailable");
+	else if (d->verdict == NET_VERDICT_HTTP && d->http_tls &&
+		 (!p->p.tls.ca || !p->p.tls.server || !p->p.tls.client))
+		deny(d, "http tls unavailable");
 	if (!d->reason[0])
 		snprintf(d->reason, sizeof(d->reason), "%s",
-			 d->verdict == NET_VERDICT_ALLOW ? "allowed" :
-							   "denied");
+			 allowed(d) ? "allowed" : "denied");
 }
 
 /* A new flow's final decision: counted, and logged when denied. */
@@ -277,7 +320,7 @@ static void settle(struct proxy *p, const struct net_flow *f,
 		   const struct net_decision *d, const char *detail)
 {
 	count_flow(p, f, d);
-	if (d->verdict != NET_VERDICT_ALLOW)
+	if (!allowed(d))
 		log_flow(p, "denied", f, d->reason, detail);
 }
 
@@ -288,12 +331,6 @@ static void decide(struct proxy *p, const struct net_flow *f,
 	ask_policy(p, f, d);
 	if (d->verdict != NET_VERDICT_ASK)
 		settle(p, f, d, "");
-}
-
-static void deny(struct net_decision *d, const char *reason)
-{
-	d->verdict = NET_VERDICT_DENY;
-	snprintf(d->reason, sizeof(d->reason), "%s", reason);
 }
 
 /*
@@ -462,6 +499,8 @@ static void *ns_thread(void *arg)
 			p->ns_counts_ret =
 				egress__read_counters(p->egress, p->ns_counts,
 						      p->ns_err, p->ns_errlen);
+		if (req == NS_CALL)
+			p->ns_call_ret = p->ns_fn(p->ns_arg);
 		if (req != NS_EXIT)
 			ns_finish(p);
 	}
@@ -544,6 +583,9 @@ static void tcp_close(struct proxy *p, struct tcp_flow *t, bool reset)
 	if (t->asking)
 		hook__cancel(p->hook, t->hook_id);
 	t->asking = false;
+	/* It borrows the sockets: gone before they are. */
+	intercept__destroy(t->ic);
+	t->ic = NULL;
 	for (int s = 0; s < NR_SIDES; s++) {
 		if (t->ep[s].fd >= 0 && reset) {
 			close_reset(t->ep[s].fd);
@@ -565,6 +607,8 @@ static uint32_t tcp_interest(const struct tcp_flow *t, int s)
 
 	if (s == SIDE_UP && t->connecting)
 		return EPOLLOUT;
+	if (t->ic)
+		return intercept__interest(t->ic, s);
 	if (!in->eof && in->len < PROXY_RELAY_BUF)
 		ev |= EPOLLIN;
 	if (out->off < out->len)
@@ -636,11 +680,18 @@ static int upstream_connected(struct tcp_flow *t)
 	return 0;
 }
 
+static void icpt_event(struct proxy *p, struct tcp_flow *t, int s,
+		       uint32_t events);
+
 static void tcp_event(struct proxy *p, struct tcp_flow *t, int s,
 		      uint32_t events)
 {
 	int ret = 0;
 
+	if (t->ic) {
+		icpt_event(p, t, s, events);
+		return;
+	}
 	if (s == SIDE_UP && t->connecting) {
 		ret = upstream_connected(t);
 		if (ret) {
@@ -680,6 +731,23 @@ static struct tcp_flow *tcp_slot(struct proxy *p)
 	return NULL;
 }
 
+/* A connection to dst from the host netns, under way: its fd, or -errno. */
+static int upstream_socket(const struct sockaddr_in *dst)
+{
+	int fd, ret;
+
+	fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, (const struct sockaddr *)dst, sizeof(*dst)) &&
+	    errno != EINPROGRESS) {
+		ret = -errno;
+		close(fd);
+		return ret;
+	}
+	return fd;
+}
+
 /* An allowed flow: its upstream connection, from the host netns. */
 static int tcp_open(struct proxy *p, struct tcp_flow *t, int guest_fd,
 		    const struct net_flow *f)
@@ -695,19 +763,154 @@ static int tcp_open(struct proxy *p, struct tcp_flow *t, int guest_fd,
 		if (!t->dir[s].buf)
 			return -ENOMEM;
 	}
-	up = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	up = upstream_socket(&f->dst);
 	if (up < 0)
-		return -errno;
+		return up;
 	t->ep[SIDE_UP].fd = up;
-	if (connect(up, (const struct sockaddr *)&f->dst, sizeof(f->dst)) &&
-	    errno != EINPROGRESS)
-		return -errno;
 	ret = ep_add(p, &t->ep[SIDE_GUEST], EP_TCP_GUEST, guest_fd, t,
 		     tcp_interest(t, SIDE_GUEST));
 	if (!ret)
 		ret = ep_add(p, &t->ep[SIDE_UP], EP_TCP_UP, up, t,
 			     tcp_interest(t, SIDE_UP));
 	return ret;
+}
+
+/* ---- HTTP interception ------------------------------------------------------ */
+
+static void icpt_request(void *opaque, const struct net_flow *f,
+			 const char *detail, bool ok, const char *reason)
+{
+	struct proxy *p = opaque;
+
+	pthread_mutex_lock(&p->stats_lock);
+	ok ? p->stats.http_allowed++ : p->stats.http_refused++;
+	count_reason(p->stats.http_reasons, &p->stats.nr_http_reasons,
+		     IPPROTO_TCP, ok ? NET_VERDICT_ALLOW : NET_VERDICT_DENY,
+		     reason);
+	pthread_mutex_unlock(&p->stats_lock);
+	if (!ok)
+		log_flow(p, "refused an http request of", f, reason,
+			 detail ? detail : "");
+}
+
+static void icpt_upstream_failed(void *opaque, const struct net_flow *f,
+				 const char *why)
+{
+	struct proxy *p = opaque;
+
+	count_add(p, &p->stats.upstream_failed, 1);
+	log_flow(p, "upstream failed for", f, why, "");
+}
+
+/*
+ * fn(arg) on the netns thread, which runs without the seccomp filter
+ * (it was started before it): wolfSSL opens /dev/urandom for each new
+ * TLS connection. The proxy thread waits, so only one thread at a time
+ * uses what fn touches.
+ */
+static int icpt_unfiltered(void *opaque, int (*fn)(void *arg), void *arg)
+{
+	struct proxy *p = opaque;
+	int ret;
+
+	pthread_mutex_lock(&p->ns_ask_lock);
+	pthread_mutex_lock(&p->ns_lock);
+	p->ns_fn = fn;
+	p->ns_arg = arg;
+	pthread_mutex_unlock(&p->ns_lock);
+	ns_ask(p, NS_CALL);
+	ret = p->ns_call_ret;
+	pthread_mutex_unlock(&p->ns_ask_lock);
+	return ret;
+}
+
+static void icpt_bytes(void *opaque, size_t out, size_t in)
+{
+	struct proxy *p = opaque;
+
+	pthread_mutex_lock(&p->stats_lock);
+	p->stats.bytes_out += out;
+	p->stats.bytes_in += in;
+	pthread_mutex_unlock(&p->stats_lock);
+}
+
+/*
+ * A flow an http grant covers: the guest's side only, until a request
+ * is allowed and the interception asks for upstream (icpt_connect).
+ */
+static void tcp_intercept(struct proxy *p, struct tcp_flow *t, int fd,
+			  const struct net_flow *f,
+			  const struct net_decision *d)
+{
+	struct intercept_params ip = { .flow = *f,
+				       .guest_fd = fd,
+				       .ops = &p->icpt_ops };
+	int ret;
+
+	if (d->http_tls)
+		ip.tls = &p->p.tls;
+	*t = (struct tcp_flow){ .used = true, .flow = *f, .tls = d->http_tls };
+	t->ep[SIDE_GUEST].fd = fd;
+	t->ep[SIDE_UP].fd = -1;
+	count_add(p, &p->stats.tcp_open, 1);
+	ret = intercept__create(&t->ic, &ip);
+	if (!ret)
+		ret = ep_add(p, &t->ep[SIDE_GUEST], EP_TCP_GUEST, fd, t,
+			     intercept__interest(t->ic, INTERCEPT_GUEST));
+	if (ret) {
+		pr_debug("%s: tcp interception: %s", PROXY_NAME,
+			 strerror(-ret));
+		tcp_close(p, t, true);
+	}
+}
+
+/* Upstream's connection failed: the guest gets the interception's 502. */
+static int icpt_connect_failed(struct proxy *p, struct tcp_flow *t)
+{
+	count_add(p, &p->stats.upstream_failed, 1);
+	t->connecting = false;
+	ep_close(&t->ep[SIDE_UP]);
+	return intercept__upstream_failed(t->ic);
+}
+
+/* Upstream, asked for by the interception once a request was allowed. */
+static int icpt_connect(struct proxy *p, struct tcp_flow *t)
+{
+	int fd = upstream_socket(&t->flow.dst);
+
+	if (fd < 0)
+		return icpt_connect_failed(p, t);
+	t->connecting = true;
+	return ep_add(p, &t->ep[SIDE_UP], EP_TCP_UP, fd, t, EPOLLOUT);
+}
+
+static void icpt_event(struct proxy *p, struct tcp_flow *t, int s,
+		       uint32_t events)
+{
+	int ret;
+
+	if (s == SIDE_UP && t->connecting)
+		ret = upstream_connected(t) ?
+			      icpt_connect_failed(p, t) :
+			      intercept__upstream(t->ic, t->ep[SIDE_UP].fd);
+	else
+		ret = intercept__run(t->ic, s, events);
+	if (!ret && t->ep[SIDE_UP].fd < 0 && intercept__wants_upstream(t->ic))
+		ret = icpt_connect(p, t);
+	if (ret == INTERCEPT_DONE) {
+		tcp_close(p, t, false);
+		return;
+	}
+	if (!ret && t->ep[SIDE_UP].fd >= 0 && intercept__upstream_done(t->ic))
+		ep_close(&t->ep[SIDE_UP]);
+	for (int i = 0; !ret && i < NR_SIDES; i++)
+		if (t->ep[i].fd >= 0)
+			ret = ep_set(p, &t->ep[i], tcp_interest(t, i));
+	if (ret) {
+		pr_debug("%s: intercepted tcp flow: %s", PROXY_NAME,
+			 strerror(-ret));
+		tcp_close(p, t, true);
+	}
 }
 
 /* An allowed flow, opened; one whose upstream fails is reset. */
@@ -756,10 +959,14 @@ static void tcp_settled(struct proxy *p, struct tcp_flow *t,
 
 	/* Still asking, so a denied one is closed as never open. */
 	settle(p, &f, d, detail);
-	if (d->verdict == NET_VERDICT_ALLOW)
+	if (d->verdict == NET_VERDICT_ALLOW) {
 		tcp_start(p, t, fd, &f, hook_gen);
-	else
+	} else if (d->verdict == NET_VERDICT_HTTP) {
+		t->asking = false; /* its question is answered or cancelled */
+		tcp_intercept(p, t, fd, &f, d);
+	} else {
 		tcp_close(p, t, true);
+	}
 }
 
 static void tcp_accept_one(struct proxy *p, int fd,
@@ -789,6 +996,8 @@ static void tcp_accept_one(struct proxy *p, int fd,
 		tcp_hold(p, t, fd, &f, &d);
 	else if (d.verdict == NET_VERDICT_ALLOW)
 		tcp_start(p, t, fd, &f, 0);
+	else if (d.verdict == NET_VERDICT_HTTP)
+		tcp_intercept(p, t, fd, &f, &d);
 	else
 		close_reset(fd);
 }
@@ -1136,9 +1345,20 @@ static void tcp_recheck(struct proxy *p, struct tcp_flow *t)
 			tcp_settled(p, t, &d, "", 0);
 		return;
 	}
-	if (d.verdict == NET_VERDICT_ALLOW ||
-	    hook_still_grants(p, t->hook_gen, &d, &why))
+	if (t->ic) {
+		/* Intercepted while an http grant covers it, the same way. */
+		if (d.verdict == NET_VERDICT_HTTP && d.http_tls == t->tls)
+			return;
+		why = d.verdict == NET_VERDICT_HTTP ? "http tls changed" :
+		      allowed(&d)		    ? "no http grant" :
+						      d.reason;
+	} else if (d.verdict == NET_VERDICT_ALLOW ||
+		   hook_still_grants(p, t->hook_gen, &d, &why)) {
 		return;
+	} else if (d.verdict == NET_VERDICT_HTTP) {
+		/* Relayed as it is no more: an http grant's is intercepted. */
+		why = "intercepted from now on";
+	}
 	log_flow(p, "cut", &t->flow, why, "");
 	tcp_close(p, t, true);
 	/* After the close: whoever sees the cut sees one flow less open. */
@@ -1374,6 +1594,14 @@ int proxy__create(struct proxy **out, const struct proxy_params *params,
 			    PROXY_NAME);
 	p->p = *params;
 	set_defaults(&p->p);
+	p->icpt_ops =
+		(struct intercept_ops){ .decide = params->decide_http,
+					.decide_opaque = params->decide_opaque,
+					.request = icpt_request,
+					.upstream_failed = icpt_upstream_failed,
+					.bytes = icpt_bytes,
+					.unfiltered = icpt_unfiltered,
+					.opaque = p };
 	snprintf(p->ifname, sizeof(p->ifname), "%s", params->ifname);
 	p->p.ifname = p->ifname;
 	p->lsn_fd = p->udp_fd = p->epoll_fd = p->recheck_fd = -1;
@@ -1526,11 +1754,34 @@ void proxy__report(struct proxy *p)
 		(unsigned long long)s.hook.timeouts,
 		(unsigned long long)s.hook.failures,
 		(unsigned long long)s.hook.pending);
+	pr_info("%s: tcp intercepted %llu; http requests allowed %llu "
+		"refused %llu",
+		PROXY_NAME, (unsigned long long)s.tcp_intercepted,
+		(unsigned long long)s.http_allowed,
+		(unsigned long long)s.http_refused);
 	for (unsigned int i = 0; i < s.nr_reasons; i++)
 		pr_info("%s: %s %s \"%s\": %llu flows", PROXY_NAME,
 			proto_name(s.reasons[i].proto),
-			s.reasons[i].verdict == NET_VERDICT_ALLOW ? "allowed" :
-								    "denied",
+			proxy__verdict_name(s.reasons[i].verdict),
 			s.reasons[i].reason,
 			(unsigned long long)s.reasons[i].flows);
+	for (unsigned int i = 0; i < s.nr_http_reasons; i++)
+		pr_info("%s: http %s \"%s\": %llu requests", PROXY_NAME,
+			proxy__verdict_name(s.http_reasons[i].verdict),
+			s.http_reasons[i].reason,
+			(unsigned long long)s.http_reasons[i].flows);
+}
+
+const char *proxy__verdict_name(enum net_verdict v)
+{
+	switch (v) {
+	case NET_VERDICT_ALLOW:
+		return "allowed";
+	case NET_VERDICT_HTTP:
+		return "intercepted";
+	case NET_VERDICT_DENY:
+	case NET_VERDICT_ASK:
+		break;
+	}
+	return "denied";
 }

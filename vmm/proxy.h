@@ -10,6 +10,7 @@
 #include "ebpf/loader.h"
 #include "vmm/flow.h"
 #include "vmm/hook.h"
+#include "vmm/intercept.h"
 
 /*
  * The vmm's egress proxy for one VM (Documentation/network.md, "The
@@ -31,7 +32,9 @@
  * finally detaches the program), and the proxy thread, an epoll loop in
  * the caller's netns that accepts, decides, connects upstream and relays.
  * A flow decide answers NET_VERDICT_ASK is held while the proxy thread
- * puts it to the policy's hook (vmm/hook.h) from the same loop.
+ * puts it to the policy's hook (vmm/hook.h) from the same loop; one it
+ * answers NET_VERDICT_HTTP is intercepted (vmm/intercept.h), its
+ * requests decided by decide_http.
  */
 
 #define PROXY_TCP_PORT	    15001U /* the listener's, in the VM netns */
@@ -46,7 +49,19 @@ struct proxy_params {
 	const char *ifname; /* the tap, in that netns */
 	struct egress_config egress;
 	net_decide_fn decide; /* called on the proxy thread, per new flow */
+	/*
+	 * Each request of a flow decide answered NET_VERDICT_HTTP (the
+	 * proxy intercepts it, vmm/intercept.h), with decide_opaque; NULL:
+	 * such flows are denied ("http interception unavailable").
+	 */
+	net_decide_http_fn decide_http;
 	void *decide_opaque;
+	/*
+	 * For decide_http's flows on TLS ports (vmm/intercept.h), borrowed:
+	 * they outlive the proxy. All NULL: such flows are denied ("http
+	 * tls unavailable").
+	 */
+	struct intercept_tls tls;
 	/* 0: the defaults above (tests make them small). */
 	unsigned int max_tcp_flows, max_udp_flows;
 	unsigned int max_hook_pending; /* 0: HOOK_MAX_PENDING */
@@ -58,7 +73,7 @@ struct proxy_reason_count {
 	char reason[PROXY_REASON_LEN];
 	uint8_t proto; /* IPPROTO_TCP, IPPROTO_UDP */
 	enum net_verdict verdict;
-	uint64_t flows;
+	uint64_t flows; /* in http_reasons: requests */
 };
 
 struct proxy_stats {
@@ -69,10 +84,15 @@ struct proxy_stats {
 	uint64_t upstream_failed;     /* allowed, but the connect failed */
 	uint64_t udp_dropped;	      /* datagrams not sent (full, errors) */
 	uint64_t tcp_cut, udp_cut;    /* open flows a recheck denied */
-	struct hook_stats hook;	      /* the policy hook's questions */
-	bool running;		      /* the proxy thread's loop */
+	uint64_t tcp_intercepted;     /* of tcp_allowed: an http grant's */
+	uint64_t http_allowed, http_refused; /* their requests */
+	struct hook_stats hook;		     /* the policy hook's questions */
+	bool running;			     /* the proxy thread's loop */
 	unsigned int nr_reasons;
 	struct proxy_reason_count reasons[PROXY_REASONS_MAX];
+	/* Requests by verdict (allowed, denied) and reason, the same way. */
+	unsigned int nr_http_reasons;
+	struct proxy_reason_count http_reasons[PROXY_REASONS_MAX];
 };
 
 struct proxy;
@@ -117,6 +137,9 @@ void proxy__recheck(struct proxy *p);
 int __must_check proxy__egress_counters(struct proxy *p,
 					uint64_t counts[EGRESS_NR_REASONS],
 					char *err, size_t errlen);
+
+/* "allowed", "intercepted" (NET_VERDICT_HTTP) or "denied". */
+const char *proxy__verdict_name(enum net_verdict v);
 
 /* One line for the SIGUSR2 report. */
 void proxy__report(struct proxy *p);

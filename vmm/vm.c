@@ -33,6 +33,7 @@
 #include "vmm/policy.h"
 #include "vmm/proxy.h"
 #include "vmm/seccomp.h"
+#include "vmm/tls.h"
 #include "vmm/vm.h"
 #include "proto/initramfs.h"
 
@@ -369,6 +370,25 @@ static void decide_by_policy(void *opaque, const struct net_flow *f,
 }
 
 /*
+ * Each request of a flow an http grant covers (NET_VERDICT_HTTP), on the
+ * proxy's thread, under the same locks in the same order: the policy as
+ * it is now, and what the resolver binds now. The grant's fields (their
+ * values are secrets) are copied into d, which the interception wipes.
+ */
+static void decide_http_by_policy(void *opaque, const struct net_flow *f,
+				  const char *host, bool verified,
+				  struct net_http_decision *d)
+{
+	struct vm *vm = opaque;
+
+	pthread_mutex_lock(&vm->policy_lock);
+	pthread_mutex_lock(&vm->bindings_lock);
+	net_policy__decide_http(vm->policy, f, host, verified, vm->bindings, d);
+	pthread_mutex_unlock(&vm->bindings_lock);
+	pthread_mutex_unlock(&vm->policy_lock);
+}
+
+/*
  * Parsed outside the lock (the proxy keeps deciding by the old one
  * meanwhile), swapped under it, the old one freed after it: no decision
  * can be using it then. The config's policy is the config's to free.
@@ -421,6 +441,61 @@ static void nofile_room(rlim_t more)
 }
 
 /*
+ * The http grants' TLS interception: the VM's CA (fresh, its key in
+ * memory only), a server minting on it, a client trusting the CA bundle
+ * (read now, before the seccomp filter). Made whenever the proxy is,
+ * whatever the policy: net.setPolicy may add http grants later, and the
+ * guest trusts the CA from boot. A --net-ca-bundle that cannot be read
+ * stops the VM; the default one missing costs the grants' TLS flows only
+ * (denied, "http tls unavailable"), with a warning.
+ */
+static int http_tls_init(struct vm *vm)
+{
+	const char *bundle = vm->cfg->net.ca_bundle;
+	struct intercept_tls *t = &vm->http_tls;
+	struct tls_client_params cp = { .ca_bundle = bundle };
+	struct tls_ca_params cap = { 0 };
+	char err[CONFIG_ERR_LEN];
+	int ret;
+
+	ret = tls_ca__create(&t->ca, &cap, err, sizeof(err));
+	if (!ret)
+		ret = tls_server__create(&t->server, t->ca, err, sizeof(err));
+	if (ret) {
+		pr_err("net %s: the interception CA: %s", vm->tap.name, err);
+		return ret;
+	}
+	ret = tls_client__create(&t->client, &cp, err, sizeof(err));
+	if (ret && bundle) {
+		pr_err("net %s: --net-ca-bundle: %s", vm->tap.name, err);
+		return ret;
+	}
+	if (ret)
+		pr_warn("net %s: %s: the http grants' TLS flows will be "
+			"denied",
+			vm->tap.name, err);
+	return 0;
+}
+
+static void http_tls_exit(struct vm *vm)
+{
+	struct intercept_tls *t = &vm->http_tls;
+
+	tls_client__destroy(t->client);
+	tls_server__destroy(t->server);
+	tls_ca__destroy(t->ca);
+	*t = (struct intercept_tls){ 0 };
+}
+
+int vm__http_ca_pem(const struct vm *vm, const char **pem, size_t *len)
+{
+	if (!vm->http_tls.ca)
+		return -ENOENT;
+	tls_ca__cert_pem(vm->http_tls.ca, pem, len);
+	return 0;
+}
+
+/*
  * The proxy's sockets in the VM netns and the egress program on the tap,
  * before KVM is touched and before the seccomp filter (bpf(), setns()).
  * Its thread starts with the devices'. Undone after the device is gone.
@@ -435,6 +510,7 @@ static int proxy_init(struct vm *vm)
 			    .guest.s_addr = n->address,
 			    .prefix_len = n->prefix },
 		.decide = decide_by_policy,
+		.decide_http = decide_http_by_policy,
 		.decide_opaque = vm,
 	};
 	char err[CONFIG_ERR_LEN];
@@ -450,6 +526,10 @@ static int proxy_init(struct vm *vm)
 		       strerror(ENOMEM));
 		return -ENOMEM;
 	}
+	ret = http_tls_init(vm);
+	if (ret)
+		return ret;
+	p.tls = vm->http_tls;
 	/*
 	 * Each proxied flow holds two fds (the guest's and upstream's, or
 	 * a UDP flow's two sockets); the hook's connection one more.
@@ -461,11 +541,12 @@ static int proxy_init(struct vm *vm)
 	return ret;
 }
 
-/* The bindings outlive the proxy's thread, their last reader. */
+/* The bindings and the TLS objects outlive the proxy's thread. */
 static void proxy_exit(struct vm *vm)
 {
 	proxy__destroy(vm->proxy);
 	vm->proxy = NULL;
+	http_tls_exit(vm);
 	net_policy__free(vm->policy_owned);
 	vm->policy_owned = NULL;
 	vm->policy = NULL;

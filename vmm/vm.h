@@ -16,6 +16,7 @@
 #include "devices/i8042.h"
 #include "vmm/config.h"
 #include "vmm/bus.h"
+#include "vmm/intercept.h"
 #include "lib/log.h"
 #include "vmm/rootfs.h"
 #include "vmm/tap.h"
@@ -136,6 +137,13 @@ struct vm {
 	pthread_mutex_t bindings_lock;
 	/* The resolver on the gateway's port 53 (vmm/dns.h), with the proxy. */
 	struct dns *dns;
+	/*
+	 * The http grants' TLS interception (vmm/tls.h), with the proxy:
+	 * the VM's CA (made at start, its key in memory only), a server on
+	 * it and a client trusting --net-ca-bundle; freed after the proxy.
+	 * client NULL: the default bundle could not be read.
+	 */
+	struct intercept_tls http_tls;
 
 	/* The control socket (--control-socket, vmm/control.c). */
 	struct api *api;
@@ -187,6 +195,14 @@ int vm__run(struct vm *vm);
 void vm__stop(struct vm *vm, enum vm_stop_reason reason, int status,
 	      const char *detail);
 void vm__irq_line(void *opaque, unsigned int gsi, int level);
+/*
+ * The VM's interception CA certificate, PEM and NUL-terminated, for the
+ * guest to trust (Documentation/network.md, "HTTPS"): valid while
+ * the VM lives. 0, or -ENOENT when the VM has no egress proxy (no CA).
+ */
+int __must_check vm__http_ca_pem(const struct vm *vm, const char **pem,
+				 size_t *len);
+
 /*
  * net.setPolicy: parses obj (the "policy" param) completely, swaps it in
  * and has the proxy recheck its open flows (those no longer granted are

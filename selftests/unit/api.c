@@ -121,9 +121,17 @@ static const struct proxy_stats test_stats = {
 		  .connects = 3,
 		  .pending = 1 },
 	.running = true,
-	.nr_reasons = 2,
-	.reasons = { { "tcp grant 0", IPPROTO_TCP, NET_VERDICT_ALLOW, 3 },
-		     { "no grant", IPPROTO_TCP, NET_VERDICT_DENY, 2 } },
+	.nr_reasons = 3,
+	.reasons = { { "tcp grant 0", IPPROTO_TCP, NET_VERDICT_ALLOW, 2 },
+		     { "no grant", IPPROTO_TCP, NET_VERDICT_DENY, 2 },
+		     { "http grant 0", IPPROTO_TCP, NET_VERDICT_HTTP, 1 } },
+	.tcp_intercepted = 1,
+	.http_allowed = 4,
+	.http_refused = 1,
+	.nr_http_reasons = 2,
+	.http_reasons = { { "http grant 0", IPPROTO_TCP, NET_VERDICT_ALLOW, 4 },
+			  { "http no grant", IPPROTO_TCP, NET_VERDICT_DENY,
+			    1 } },
 };
 
 static void on_status(void *opaque, json_t *st)
@@ -378,7 +386,20 @@ TEST_F(srv, status_has_the_net_object)
 	EXPECT_EQ(3, jint(net, "hook", "connects"));
 	EXPECT_EQ(1, jint(net, "hook", "pending"));
 	r = json_object_get(net, "reasons");
+	ASSERT_EQ(3, json_array_size(r));
+	EXPECT_STREQ("intercepted", json_string_value(json_object_get(
+					    json_array_get(r, 2), "verdict")));
+	EXPECT_EQ(1, jint(net, "http", "flows"));
+	EXPECT_EQ(4, jint(net, "http", "allowed"));
+	EXPECT_EQ(1, jint(net, "http", "refused"));
+	r = json_object_get(json_object_get(net, "http"), "reasons");
 	ASSERT_EQ(2, json_array_size(r));
+	EXPECT_STREQ("denied", json_string_value(json_object_get(
+				       json_array_get(r, 1), "verdict")));
+	EXPECT_STREQ("http no grant", json_string_value(json_object_get(
+					      json_array_get(r, 1), "reason")));
+	EXPECT_EQ(1, jint(json_array_get(r, 1), NULL, "requests"));
+	r = json_object_get(net, "reasons");
 	EXPECT_STREQ("tcp", json_string_value(json_object_get(
 				    json_array_get(r, 1), "proto")));
 	EXPECT_STREQ("denied", json_string_value(json_object_get(

@@ -48,6 +48,7 @@ struct seen {
 	char method[16];
 	char target[256];
 	char path[256];
+	char hostname[HTTP1_HOSTNAME_MAX + 1];
 	unsigned int nr_headers, version_minor;
 	bool upgrade;
 };
@@ -113,6 +114,8 @@ static int decide(void *opaque, const struct http1_request *req,
 	s->nr_headers = req->nr_headers;
 	s->version_minor = req->version_minor;
 	s->upgrade = req->upgrade;
+	copy_text(s->hostname, sizeof(s->hostname), req->hostname,
+		  strlen(req->hostname));
 	if (d->edit_errors)
 		return decide_edit_errors(d, e);
 	if (d->by_path) {
@@ -616,6 +619,64 @@ TEST(host_must_match_the_flow)
 	EXPECT_REFUSED(&d, "GET / HTTP/1.0\r\n\r\n", 400U,
 		       "host header missing");
 	EXPECT_EQ(2, d.calls);
+	free(s.buf);
+}
+
+/*
+ * Created without a hostname (plain HTTP, where only the request names
+ * one): the first request's Host names the connection, for the decision
+ * to check; every later request must name the same.
+ */
+TEST(hostname_taken_from_the_first_request)
+{
+	static const char *const bad[] = {
+		"GET / HTTP/1.1\r\nHost: [::1]\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: :80\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost:\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a b\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: www.example.test:8080\r\n\r\n",
+		"GET http://other.test/ HTTP/1.1\r\nHost: www.example.test\r\n"
+		"\r\n",
+	};
+	const char *first = "GET /a HTTP/1.1\r\nHost: WWW.Example.test\r\n\r\n";
+	const char *again = "GET /b HTTP/1.1\r\nHost: www.example.TEST:80\r\n"
+			    "\r\n";
+	const char *other = "GET /c HTTP/1.1\r\nHost: other.test\r\n\r\n";
+	const struct http1_params p = { .port = 80, .on_request = decide };
+	struct http1_params pd = p;
+	struct decider d = { .verdict = HTTP1_ALLOW };
+	struct http1_req *h;
+	struct sink s;
+
+	pd.opaque = &d;
+	sink_init(_metadata, &s);
+	ASSERT_EQ(0, http1_req__create(&h, &pd));
+	ASSERT_EQ(0, feed(h, first, strlen(first), SIZE_MAX, &s));
+	ASSERT_EQ(0, feed(h, again, strlen(again), SIZE_MAX, &s));
+	ASSERT_EQ(2, d.calls);
+	EXPECT_STREQ("WWW.Example.test", d.seen[0].hostname);
+	EXPECT_STREQ("WWW.Example.test", d.seen[1].hostname);
+	EXPECT_EQ(-EPROTO, feed(h, other, strlen(other), SIZE_MAX, &s));
+	EXPECT_EQ(421U, http1_req__refusal(h)->status);
+	EXPECT_STREQ("host header does not match",
+		     http1_req__refusal(h)->reason);
+	EXPECT_EQ(2, d.calls);
+	http1_req__destroy(h);
+
+	/* Names a connection cannot take: refused before any decision. */
+	for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
+		d.calls = 0;
+		s.len = 0;
+		ASSERT_EQ(0, http1_req__create(&h, &pd));
+		EXPECT_EQ(-EPROTO,
+			  feed(h, bad[i], strlen(bad[i]), SIZE_MAX, &s))
+		TH_LOG("%s", bad[i]);
+		EXPECT_EQ(421U, http1_req__refusal(h)->status)
+		TH_LOG("%s", bad[i]);
+		EXPECT_EQ(0, d.calls);
+		EXPECT_EQ(0U, s.len);
+		http1_req__destroy(h);
+	}
 	free(s.buf);
 }
 

@@ -293,7 +293,43 @@ static const struct refused refused[] = {
 	{ NULL, "{\"net\": {\"mode\": \"auto\", \"gw\": \"10.0.2.2\"}}",
 	  "unknown key \"net.gw\"" },
 	{ NULL, "{\"net\": \"auto\"}", "\"net\" must be an object" },
+	{ ARGS("--net", "tap-fd:5", "--net-ca-bundle", "/b.pem"), NULL,
+	  "net CA bundle \"/b.pem\": only with an egress proxy (mode auto or "
+	  "netns; mode is tap-fd)" },
+	{ ARGS("--net-ca-bundle", "/b.pem"), NULL,
+	  "net CA bundle \"/b.pem\": only with an egress proxy (mode auto or "
+	  "netns; mode is none)" },
+	{ NULL, "{\"net\": {\"mode\": \"auto\", \"caBundle\": \"\"}}",
+	  "net CA bundle: empty path" },
+	{ NULL, "{\"net\": {\"mode\": \"auto\", \"caBundle\": 5}}",
+	  "\"net.caBundle\" must be a string" },
 };
+
+/* Where upstream TLS certificates must chain to: a path, kept as given. */
+TEST(ca_bundle_forms)
+{
+	char err[CONFIG_ERR_LEN];
+	struct vm_config c;
+
+	ASSERT_EQ(0, parse(&c, ARGS("--net", "auto"), err, sizeof(err)));
+	EXPECT_TRUE(c.net.ca_bundle == NULL);
+	config__free(&c);
+	ASSERT_EQ(0, parse(&c,
+			   ARGS("--net", "netns:/run/netns/a",
+				"--net-ca-bundle", "/etc/kiln/upstream.pem"),
+			   err, sizeof(err)))
+	TH_LOG("%s", err);
+	EXPECT_STREQ("/etc/kiln/upstream.pem", c.net.ca_bundle);
+	config__free(&c);
+	ASSERT_EQ(0, parse_json(&c,
+				"{\"net\": {\"mode\": \"auto\", \"caBundle\": "
+				"\"/a.pem\"}}",
+				ARGS("--net-ca-bundle", "/b.pem"), err,
+				sizeof(err)))
+	TH_LOG("%s", err);
+	EXPECT_STREQ("/b.pem", c.net.ca_bundle);
+	config__free(&c);
+}
 
 TEST(refused_with_reason)
 {

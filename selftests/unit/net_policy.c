@@ -10,6 +10,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include "lib/compiler.h"
@@ -163,8 +164,8 @@ static const struct {
 	const char *doc, *err;
 } refusals[] = {
 	{ "[]", "net.policy: must be an object (\"dns\", \"tcp\", \"udp\", "
-		"\"hook\")" },
-	{ "{'tcp': [], 'http': []}", "net.policy: unknown key \"http\"" },
+		"\"http\", \"hook\")" },
+	{ "{'tcp': [], 'https': []}", "net.policy: unknown key \"https\"" },
 	{ "{'tcp': [{'to': '10.0.0.1'}, {'to': 'api..example.com'}]}",
 	  "net.policy.tcp[1].to: \"api..example.com\" is not an address, a "
 	  "CIDR, a hostname or an address class" },
@@ -303,6 +304,97 @@ static const struct {
 	  "net.policy.hook.timeoutMs: must be an integer from 1 to 10000" },
 	{ "{'hook': {'socket': 's', 'timeout': 1}}",
 	  "net.policy.hook: unknown key \"timeout\"" },
+	{ "{'http': {}}",
+	  "net.policy.http: must be an array of grants ({\"host\": ...})" },
+	{ "{'http': ['a.com']}",
+	  "net.policy.http[0]: must be an object ({\"host\": ..., \"ports\": "
+	  "[...], \"tls\": [...], \"headers\": {...}})" },
+	{ "{'http': [{'host': 'a.com'}, {'ports': [80]}]}",
+	  "net.policy.http[1]: needs \"host\"" },
+	{ "{'http': [{'host': 'a.com', 'to': 'b.com'}]}",
+	  "net.policy.http[0]: unknown key \"to\"" },
+	{ "{'http': [{'host': 5}]}",
+	  "net.policy.http[0].host: must be a string (\"api.example.com\" or "
+	  "\"*.example.com\")" },
+	{ "{'http': [{'host': '198.51.100.7'}]}",
+	  "net.policy.http[0].host: \"198.51.100.7\" is not a hostname "
+	  "(\"api.example.com\" or \"*.example.com\")" },
+	{ "{'http': [{'host': 'a..com'}]}",
+	  "net.policy.http[0].host: \"a..com\" is not a hostname "
+	  "(\"api.example.com\" or \"*.example.com\")" },
+	{ "{'http': [{'host': 'a.com', 'ports': []}]}",
+	  "net.policy.http[0].ports: empty (leave \"ports\" out for every "
+	  "port)" },
+	{ "{'http': [{'host': 'a.com', 'ports': [0]}]}",
+	  "net.policy.http[0].ports[0]: 0 is not a port (1 to 65535)" },
+	{ "{'http': [{'host': 'a.com', 'tls': 443}]}",
+	  "net.policy.http[0].tls: must be an array of ports (443)" },
+	{ "{'http': [{'host': 'a.com', 'ports': [80], 'tls': [443]}]}",
+	  "net.policy.http[0].tls[0]: must be one of the grant's ports" },
+	{ "{'http': [{'host': 'a.com', 'tls': ['443']}]}",
+	  "net.policy.http[0].tls[0]: must be one of the grant's ports" },
+	{ "{'http': [{'host': 'a.com'}, {'host': 'b.com', 'tls': []}]}",
+	  "net.policy.http[0].tls: port 443 is TLS here and not in http[1], "
+	  "which has it too" },
+	{ "{'http': [{'host': 'a.com', 'ports': ['8000-8500']},"
+	  " {'host': 'b.com', 'ports': [8443], 'tls': [8443]}]}",
+	  "net.policy.http[1].tls: port 8443 is TLS here and not in http[0], "
+	  "which has it too" },
+	{ "{'http': [{'host': 'a.com', 'headers': []}]}",
+	  "net.policy.http[0].headers: must be an object ({\"authorization\": "
+	  "{\"from\": ...}})" },
+	{ "{'http': [{'host': 'a.com', 'headers': {'bad name': {}}}]}",
+	  "net.policy.http[0].headers: \"bad name\" is not a field a grant "
+	  "may set (a token, and not one that frames or routes the message: "
+	  "host, content-length, transfer-encoding, connection, upgrade, te, "
+	  "trailer, keep-alive)" },
+	{ "{'http': [{'host': 'a.com', 'headers': {'Host': {}}}]}",
+	  "net.policy.http[0].headers: \"Host\" is not a field a grant may "
+	  "set (a token, and not one that frames or routes the message: host, "
+	  "content-length, transfer-encoding, connection, upgrade, te, "
+	  "trailer, keep-alive)" },
+	{ "{'http': [{'host': 'a.com', 'headers': {'Transfer-Encoding': {}}}]}",
+	  "net.policy.http[0].headers: \"Transfer-Encoding\" is not a field a "
+	  "grant may set (a token, and not one that frames or routes the "
+	  "message: host, content-length, transfer-encoding, connection, "
+	  "upgrade, te, trailer, keep-alive)" },
+	{ "{'http': [{'host': 'a.com', 'headers': {'x-a': 'env:A'}}]}",
+	  "net.policy.http[0].headers.x-a: must be an object ({\"from\": "
+	  "\"env:NAME\" or \"file:/PATH\"})" },
+	{ "{'http': [{'host': 'a.com', 'headers': {'X-A': {}}}]}",
+	  "net.policy.http[0].headers.x-a: needs \"from\" (\"env:NAME\" or "
+	  "\"file:/PATH\")" },
+	{ "{'http': [{'host': 'a.com', 'headers': {'x-a': {'from': 'env:A',"
+	  " 'value': 'v'}}}]}",
+	  "net.policy.http[0].headers.x-a: unknown key \"value\"" },
+	{ "{'http': [{'host': 'a.com', 'headers': {'x-a': {'from': 'A'}}}]}",
+	  "net.policy.http[0].headers.x-a.from: must be \"env:NAME\" or "
+	  "\"file:/PATH\"" },
+	{ "{'http': [{'host': 'a.com', 'headers': {'x-a': {'from': 'env:'}}}]}",
+	  "net.policy.http[0].headers.x-a.from: \"env:\" is not env:NAME with "
+	  "NAME a variable's name" },
+	{ "{'http': [{'host': 'a.com', 'headers': {'x-a': {'from': "
+	  "'env:1A'}}}]}",
+	  "net.policy.http[0].headers.x-a.from: \"env:1A\" is not env:NAME "
+	  "with NAME a variable's name" },
+	{ "{'http': [{'host': 'a.com', 'headers': {'x-a': {'from': "
+	  "'env:KILN_TEST_NEVER_SET'}}}]}",
+	  "net.policy.http[0].headers.x-a.from: env:KILN_TEST_NEVER_SET is not "
+	  "set" },
+	{ "{'http': [{'host': 'a.com', 'headers': {'x-a': {'from': "
+	  "'file:secret'}}}]}",
+	  "net.policy.http[0].headers.x-a.from: \"file:secret\" is not "
+	  "file:/PATH with an absolute PATH" },
+	{ "{'http': [{'host': 'a.com', 'headers': {'x-a': {'from': "
+	  "'file:/nonexistent/kiln-secret'}}}]}",
+	  "net.policy.http[0].headers.x-a.from: file:/nonexistent/kiln-secret: "
+	  "No such file or directory" },
+	{ "{'http': [{'host': 'a.com', 'headers': {'x-a': {'from': "
+	  "'file:/'}}}]}",
+	  "net.policy.http[0].headers.x-a.from: file:/: not a regular file" },
+	{ "{'http': [{'host': 'a.com', 'headers': {'x-a': {'from': 'hook'}}}]}",
+	  "net.policy.http[0].headers.x-a.from: \"hook\" is not supported "
+	  "yet" },
 };
 
 TEST(refusals)
@@ -1092,6 +1184,371 @@ TEST(config_cli)
 	EXPECT_EQ(-EINVAL, config_cli(&c, "{'udp': [", err, sizeof(err)));
 	EXPECT_NE(NULL, strstr(err, ": line 1 column 9: ")) TH_LOG("%s", err);
 	config__free(&c);
+}
+
+/* ---- http grants ------------------------------------------------------ */
+
+#define SECRET		"s3cret-7f3a9c0d"
+#define SECRET_ENV	"KILN_TEST_HTTP_SECRET"
+#define OTHER_ENV	"KILN_TEST_HTTP_OTHER"
+#define API_ADDR	"198.51.100.7"
+#define SECRET_PATH_MAX 64
+
+/* A temporary file holding len bytes of data; its path into path. */
+static void secret_file(struct __test_metadata *_metadata, char *path,
+			const void *data, size_t len)
+{
+	int fd;
+
+	snprintf(path, SECRET_PATH_MAX, "/tmp/kiln-net-policy-XXXXXX");
+	fd = mkstemp(path);
+	ASSERT_LE(0, fd);
+	ASSERT_EQ((ssize_t)len, write(fd, data, len));
+	close(fd);
+}
+
+/* The request to API_ADDR:port naming host: d filled. */
+static enum net_verdict decide_http(const struct net_policy *p,
+				    const struct net_bindings *b,
+				    const char *host, unsigned int port,
+				    bool verified, struct net_http_decision *d)
+{
+	struct net_flow f = {
+		.proto = IPPROTO_TCP,
+		.src = { .sin_family = AF_INET,
+			 .sin_addr.s_addr = ip("10.0.2.15"),
+			 .sin_port = htons(40000) },
+		.dst = { .sin_family = AF_INET,
+			 .sin_addr.s_addr = ip(API_ADDR),
+			 .sin_port = htons(port) },
+	};
+
+	memset(d, 0xa5, sizeof(*d));
+	net_policy__decide_http(p, &f, host, verified, b, d);
+	return d->verdict;
+}
+
+static const char *field_name(const struct net_http_decision *d, unsigned i)
+{
+	return d->buf + d->headers[i].name;
+}
+
+static const char *field_value(const struct net_http_decision *d, unsigned i)
+{
+	return d->buf + d->headers[i].value;
+}
+
+/*
+ * A flow to an address this VM's DNS binds to a granted name is
+ * intercepted (before any tcp rule); without the binding, or on another
+ * port, the tcp rules decide as ever; UDP never is.
+ */
+TEST(http_grant_flows_through_bindings)
+{
+	struct net_bindings *b;
+	struct net_decision d;
+	struct net_policy *p;
+	uint64_t now = 1000;
+	char err[ERR_LEN];
+
+	setenv(SECRET_ENV, SECRET, 1);
+	ASSERT_EQ(
+		0,
+		parse("{'tcp': [{'to': '" API_ADDR "'}],"
+		      " 'http': [{'host': 'api.example.test',"
+		      "  'headers': {'Authorization': {'from': 'env:" SECRET_ENV
+		      "'}}},"
+		      " {'host': '*.cdn.test', 'ports': [8080, 8443],"
+		      "  'tls': [8443]}]}",
+		      &p, err, sizeof(err)))
+	TH_LOG("%s", err);
+	EXPECT_EQ(2, net_policy__nr_http(p));
+	b = net_bindings__create(fake_clock, &now);
+	ASSERT_NE(NULL, b);
+
+	/* No binding yet: the tcp rule relays it as it is. */
+	EXPECT_EQ(ALLOW, decide(p, b, TCP, API_ADDR, 80, &d));
+	EXPECT_STREQ("tcp grant 0", d.reason);
+	ASSERT_EQ(0, net_bindings__insert(b, "api.example.test", ip(API_ADDR),
+					  60));
+	EXPECT_EQ(NET_VERDICT_HTTP, decide(p, b, TCP, API_ADDR, 80, &d));
+	EXPECT_STREQ("http grant 0", d.reason);
+	EXPECT_FALSE(d.http_tls);
+	EXPECT_EQ(NET_VERDICT_HTTP, decide(p, b, TCP, API_ADDR, 443, &d));
+	EXPECT_TRUE(d.http_tls);
+	/* Not a port of the grant; not TCP. */
+	EXPECT_EQ(ALLOW, decide(p, b, TCP, API_ADDR, 8080, &d));
+	EXPECT_EQ(DENY, decide(p, b, UDP, API_ADDR, 80, &d));
+	/* Another address: the name is not bound there. */
+	EXPECT_EQ(DENY, decide(p, b, TCP, "198.51.100.8", 80, &d));
+	/* A wildcard grant: names below it only. */
+	ASSERT_EQ(0,
+		  net_bindings__insert(b, "cdn.test", ip("198.51.100.8"), 60));
+	EXPECT_EQ(DENY, decide(p, b, TCP, "198.51.100.8", 8443, &d));
+	ASSERT_EQ(0, net_bindings__insert(b, "a.cdn.test", ip("198.51.100.8"),
+					  60));
+	EXPECT_EQ(NET_VERDICT_HTTP,
+		  decide(p, b, TCP, "198.51.100.8", 8443, &d));
+	EXPECT_STREQ("http grant 1", d.reason);
+	EXPECT_TRUE(d.http_tls);
+	EXPECT_EQ(NET_VERDICT_HTTP,
+		  decide(p, b, TCP, "198.51.100.8", 8080, &d));
+	EXPECT_FALSE(d.http_tls);
+	/* Always denied stays denied. */
+	ASSERT_EQ(0, net_bindings__insert(b, "api.example.test",
+					  ip("127.0.0.1"), 60));
+	EXPECT_EQ(DENY, decide(p, b, TCP, "127.0.0.1", 80, &d));
+	EXPECT_STREQ("host loopback", d.reason);
+	/* Expired: the tcp rule again. */
+	now += 60 * 1000;
+	EXPECT_EQ(ALLOW, decide(p, b, TCP, API_ADDR, 80, &d));
+	net_bindings__destroy(b);
+	net_policy__free(p);
+	unsetenv(SECRET_ENV);
+}
+
+/* Each request: the name the guest gave, bound and granted, or refused. */
+TEST(http_request_decisions)
+{
+	struct net_http_decision d;
+	struct net_bindings *b;
+	struct net_policy *p;
+	uint64_t now = 1000;
+	char err[ERR_LEN];
+
+	setenv(SECRET_ENV, "Bearer " SECRET, 1);
+	setenv(OTHER_ENV, "kiln", 1);
+	ASSERT_EQ(
+		0,
+		parse("{'http': [{'host': 'api.example.test', 'ports': "
+		      "[80], 'headers': {'Authorization': {'from': 'env:" SECRET_ENV
+		      "'}, 'X-Agent': {'from': 'env:" OTHER_ENV
+		      "'}}}, {'host': '*.example.test',"
+		      " 'ports': [80, 8080]}]}",
+		      &p, err, sizeof(err)))
+	TH_LOG("%s", err);
+	/* The environment is read once, at parse time. */
+	unsetenv(SECRET_ENV);
+	b = net_bindings__create(fake_clock, &now);
+	ASSERT_NE(NULL, b);
+	ASSERT_EQ(0, net_bindings__insert(b, "api.example.test", ip(API_ADDR),
+					  60));
+	ASSERT_EQ(0, net_bindings__insert(b, "www.example.test", ip(API_ADDR),
+					  60));
+	ASSERT_EQ(0, net_bindings__insert(b, "other.test", ip(API_ADDR), 60));
+
+	ASSERT_EQ(ALLOW, decide_http(p, b, "API.Example.Test.", 80, false, &d));
+	EXPECT_STREQ("http grant 0", d.reason);
+	ASSERT_EQ(2, d.nr_headers);
+	EXPECT_STREQ("authorization", field_name(&d, 0));
+	EXPECT_STREQ("Bearer " SECRET, field_value(&d, 0));
+	EXPECT_STREQ("x-agent", field_name(&d, 1));
+	EXPECT_STREQ("kiln", field_value(&d, 1));
+	/* The wildcard grant, which sets nothing. */
+	ASSERT_EQ(ALLOW,
+		  decide_http(p, b, "www.example.test", 8080, false, &d));
+	EXPECT_STREQ("http grant 1", d.reason);
+	EXPECT_EQ(0, d.nr_headers);
+	/* Bound there, but no grant names it; granted, not on that port. */
+	EXPECT_EQ(DENY, decide_http(p, b, "other.test", 80, false, &d));
+	EXPECT_EQ(403, d.status);
+	EXPECT_STREQ("http no grant", d.reason);
+	EXPECT_EQ(0, d.nr_headers);
+	EXPECT_EQ(DENY, decide_http(p, b, "api.example.test", 8081, false, &d));
+	EXPECT_STREQ("http no grant", d.reason);
+	/* Granted, but not bound to this address: what the guest claims. */
+	EXPECT_EQ(DENY, decide_http(p, b, "new.example.test", 80, false, &d));
+	EXPECT_EQ(421, d.status);
+	EXPECT_STREQ("http host mismatch", d.reason);
+	EXPECT_EQ(DENY,
+		  decide_http(p, NULL, "api.example.test", 80, false, &d));
+	EXPECT_STREQ("http host mismatch", d.reason);
+	/* An address or no name: nothing trusted to match. */
+	EXPECT_EQ(DENY, decide_http(p, b, API_ADDR, 80, false, &d));
+	EXPECT_EQ(421, d.status);
+	EXPECT_STREQ("http host not a name", d.reason);
+	EXPECT_EQ(DENY, decide_http(p, b, NULL, 80, false, &d));
+	EXPECT_EQ(DENY, decide_http(p, b, "a_b.example.test", 80, false, &d));
+	/* Once verified (the connection's first request), expiry is fine. */
+	now += 60 * 1000;
+	EXPECT_EQ(DENY, decide_http(p, b, "api.example.test", 80, false, &d));
+	EXPECT_EQ(ALLOW, decide_http(p, b, "api.example.test", 80, true, &d));
+	/* No policy: nothing granted. */
+	EXPECT_EQ(DENY, decide_http(NULL, b, "api.example.test", 80, true, &d));
+	EXPECT_STREQ("http no grant", d.reason);
+	net_bindings__destroy(b);
+	net_policy__free(p);
+	unsetenv(OTHER_ENV);
+}
+
+/* A file's value: read whole, its one trailing newline (or CR LF) dropped. */
+TEST(http_header_from_file)
+{
+	char doc[512], path[SECRET_PATH_MAX], err[ERR_LEN];
+	static const char *const files[] = { SECRET "\n", SECRET "\r\n",
+					     SECRET };
+	struct net_http_decision d;
+	struct net_bindings *b;
+	struct net_policy *p;
+
+	b = net_bindings__create(NULL, NULL);
+	ASSERT_NE(NULL, b);
+	ASSERT_EQ(0, net_bindings__insert(b, "api.example.test", ip(API_ADDR),
+					  60));
+	for (size_t i = 0; i < ARRAY_SIZE(files); i++) {
+		secret_file(_metadata, path, files[i], strlen(files[i]));
+		snprintf(doc, sizeof(doc),
+			 "{'http': [{'host': 'api.example.test', 'headers': "
+			 "{'x-token': {'from': 'file:%s'}}}]}",
+			 path);
+		ASSERT_EQ(0, parse(doc, &p, err, sizeof(err)))
+		TH_LOG("%s", err);
+		unlink(path);
+		ASSERT_EQ(ALLOW, decide_http(p, b, "api.example.test", 443,
+					     false, &d));
+		ASSERT_EQ(1, d.nr_headers);
+		EXPECT_STREQ(SECRET, field_value(&d, 0));
+		net_policy__free(p);
+	}
+	net_bindings__destroy(b);
+}
+
+/* Refused with a line that names the source, never a byte of the value. */
+static void expect_refused(struct __test_metadata *_metadata, const char *doc,
+			   const char *want)
+{
+	struct net_policy *p = NULL;
+	char err[ERR_LEN];
+
+	EXPECT_NE(0, parse(doc, &p, err, sizeof(err))) TH_LOG("%s", doc);
+	EXPECT_EQ(NULL, p);
+	EXPECT_STREQ(want, err);
+	EXPECT_EQ(NULL, strstr(err, "s3cret")) TH_LOG("%s", err);
+}
+
+TEST(http_header_values_refused_without_showing_them)
+{
+	char doc[DOC_MAX], path[SECRET_PATH_MAX], want[ERR_LEN];
+	char big[NET_POLICY_SECRET_MAX + 2];
+	size_t n;
+
+	/* Control bytes: a CR LF in a value would inject a field. */
+	setenv(SECRET_ENV, SECRET "\r\nX-Evil: 1", 1);
+	expect_refused(_metadata,
+		       "{'http': [{'host': 'a.com', 'headers': {'x-a': "
+		       "{'from': 'env:" SECRET_ENV "'}}}]}",
+		       "net.policy.http[0].headers.x-a.from: env:" SECRET_ENV
+		       " holds control bytes, which a header value cannot");
+	setenv(SECRET_ENV, "", 1);
+	expect_refused(_metadata,
+		       "{'http': [{'host': 'a.com', 'headers': {'x-a': "
+		       "{'from': 'env:" SECRET_ENV "'}}}]}",
+		       "net.policy.http[0].headers.x-a.from: env:" SECRET_ENV
+		       " is empty");
+	/* Too long: 8 KiB at most, from the environment or a file. */
+	memset(big, 's', sizeof(big));
+	memcpy(big, SECRET, strlen(SECRET));
+	big[NET_POLICY_SECRET_MAX + 1] = '\0';
+	setenv(SECRET_ENV, big, 1);
+	expect_refused(_metadata,
+		       "{'http': [{'host': 'a.com', 'headers': {'x-a': "
+		       "{'from': 'env:" SECRET_ENV "'}}}]}",
+		       "net.policy.http[0].headers.x-a.from: env:" SECRET_ENV
+		       " is longer than 8192 bytes");
+	secret_file(_metadata, path, big, NET_POLICY_SECRET_MAX + 1);
+	snprintf(doc, sizeof(doc),
+		 "{'http': [{'host': 'a.com', 'headers': {'x-a': {'from': "
+		 "'file:%s'}}}]}",
+		 path);
+	snprintf(want, sizeof(want),
+		 "net.policy.http[0].headers.x-a.from: file:%s: longer than "
+		 "8192 bytes",
+		 path);
+	expect_refused(_metadata, doc, want);
+	unlink(path);
+	/* A file of 8 KiB exactly, its newline dropped, is fine. */
+	big[NET_POLICY_SECRET_MAX - 1] = '\n';
+	secret_file(_metadata, path, big, NET_POLICY_SECRET_MAX);
+	snprintf(doc, sizeof(doc),
+		 "{'http': [{'host': 'a.com', 'headers': {'x-a': {'from': "
+		 "'file:%s'}}}]}",
+		 path);
+	{
+		struct net_policy *p;
+		char err[ERR_LEN];
+
+		ASSERT_EQ(0, parse(doc, &p, err, sizeof(err)))
+		TH_LOG("%s", err);
+		net_policy__free(p);
+	}
+	unlink(path);
+
+	/* Three 8000-byte values: past a grant's 16 KiB of fields. */
+	big[8000] = '\0';
+	setenv(SECRET_ENV, big, 1);
+	expect_refused(_metadata,
+		       "{'http': [{'host': 'a.com', 'headers': {'x-a': "
+		       "{'from': 'env:" SECRET_ENV
+		       "'}, 'x-b': {'from': 'env:" SECRET_ENV
+		       "'}, 'x-c': {'from': 'env:" SECRET_ENV "'}}}]}",
+		       "net.policy.http[0].headers: 24015 bytes of names and "
+		       "values, at most 16384");
+	/* Seventeen fields. */
+	setenv(SECRET_ENV, SECRET, 1);
+	n = snprintf(doc, sizeof(doc),
+		     "{'http': [{'host': 'a.com', 'headers': {");
+	for (int i = 0; i <= (int)NET_HTTP_MAX_HEADERS; i++)
+		n += snprintf(doc + n, sizeof(doc) - n,
+			      "%s'x-%d': {'from': 'env:" SECRET_ENV "'}",
+			      i ? ", " : "", i);
+	snprintf(doc + n, sizeof(doc) - n, "}}]}");
+	expect_refused(_metadata, doc,
+		       "net.policy.http[0].headers: 17 fields, at most 16");
+	/* Twice, by case. */
+	expect_refused(_metadata,
+		       "{'http': [{'host': 'a.com', 'headers': {'X-A': "
+		       "{'from': 'env:" SECRET_ENV
+		       "'}, 'x-a': {'from': 'env:" SECRET_ENV "'}}}]}",
+		       "net.policy.http[0].headers: \"x-a\" twice (names are "
+		       "compared without case)");
+	/* A later refusal after a value was read: still not in the line. */
+	expect_refused(_metadata,
+		       "{'http': [{'host': 'a.com', 'headers': {'x-a': "
+		       "{'from': 'env:" SECRET_ENV "'}}}, {'host': 'a..com'}]}",
+		       "net.policy.http[1].host: \"a..com\" is not a hostname "
+		       "(\"api.example.com\" or \"*.example.com\")");
+	unsetenv(SECRET_ENV);
+}
+
+TEST(http_grants_bounded)
+{
+	char *doc = malloc(DOC_MAX);
+	struct net_policy *p;
+	char err[ERR_LEN];
+	size_t n;
+
+	ASSERT_NE(NULL, doc);
+	for (unsigned int want = NET_POLICY_MAX_RULES;
+	     want <= NET_POLICY_MAX_RULES + 1; want++) {
+		n = snprintf(doc, DOC_MAX, "{'http': [");
+		for (unsigned int i = 0; i < want; i++)
+			n += snprintf(doc + n, DOC_MAX - n,
+				      "%s{'host': 'h%u.test'}", i ? "," : "",
+				      i);
+		snprintf(doc + n, DOC_MAX - n, "]}");
+		p = NULL;
+		if (want == NET_POLICY_MAX_RULES) {
+			EXPECT_EQ(0, parse(doc, &p, err, sizeof(err)))
+			TH_LOG("%s", err);
+			EXPECT_EQ(NET_POLICY_MAX_RULES, net_policy__nr_http(p));
+		} else {
+			EXPECT_NE(0, parse(doc, &p, err, sizeof(err)));
+			EXPECT_STREQ("net.policy.http: 257 grants, at most 256",
+				     err);
+		}
+		net_policy__free(p);
+	}
+	free(doc);
 }
 
 TEST_HARNESS_MAIN

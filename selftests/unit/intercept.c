@@ -1,0 +1,942 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * HTTP grants end to end, without a VM (vmm/intercept.c through the
+ * proxy, vmm/proxy.c, deciding by a real policy, vmm/policy.c): the
+ * namespaces of selftests/vmnet.h, the guest's sockets in the guest
+ * netns, the test's upstream servers on the host netns's lo. Root only:
+ * a skip otherwise.
+ *
+ * The policy grants http to api.example.test on ports 80 and 8080,
+ * setting authorization from an environment variable the test sets, and
+ * plain TCP to RAW_ADDR; the test binds api.example.test (and
+ * other.example.test, which no grant names) to API_ADDR as the VM's DNS
+ * would. It decides as the VM does (vmm/vm.c): under a lock, with the
+ * bindings.
+ *
+ * Negative checks wait for the proxy's counters to show the decision,
+ * then look at what upstream got: nothing.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "lib/compiler.h"
+#include "vmm/policy.h"
+#include "vmm/proxy.h"
+#include "vmm/seccomp.h"
+#include "vmm/tls.h"
+#include "selftests/kselftest.h"
+#include "selftests/vmnet.h"
+
+#define API_ADDR      "198.51.100.7" /* RFC 5737, on the host netns's lo */
+#define RAW_ADDR      "203.0.113.9"
+#define API_HOST      "api.example.test"
+#define HTTP_PORT     80
+#define HTTPS_PORT    443
+#define CLOSED_PORT   8080 /* granted, nobody listens upstream */
+#define TOKEN_ENV     "KILN_TEST_INTERCEPT_TOKEN"
+#define TOKEN	      "s3cret-token-5d1e"
+#define TIMEOUT_MS    10000
+#define STATS_POLL_US 10000
+#define BUF_MAX	      (64U << 10)
+#define MAX_TCP	      8
+
+#define POLICY                                                                 \
+	"{\"tcp\": [{\"to\": \"" RAW_ADDR "\"}],"                              \
+	" \"http\": [{\"host\": \"" API_HOST "\", \"ports\": [80, 443, 8080]," \
+	" \"headers\": {\"Authorization\": {\"from\": \"env:" TOKEN_ENV        \
+	"\"}}}]}"
+
+#define RESPONSE "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"
+
+struct test_policy {
+	pthread_mutex_t lock;
+	struct net_policy *policy;
+	struct net_bindings *bindings;
+};
+
+static void test_decide(void *opaque, const struct net_flow *f,
+			struct net_decision *d)
+{
+	struct test_policy *tp = opaque;
+
+	pthread_mutex_lock(&tp->lock);
+	net_policy__decide(tp->policy, f, tp->bindings, d);
+	pthread_mutex_unlock(&tp->lock);
+}
+
+static void test_decide_http(void *opaque, const struct net_flow *f,
+			     const char *host, bool verified,
+			     struct net_http_decision *d)
+{
+	struct test_policy *tp = opaque;
+
+	pthread_mutex_lock(&tp->lock);
+	net_policy__decide_http(tp->policy, f, host, verified, tp->bindings, d);
+	pthread_mutex_unlock(&tp->lock);
+}
+
+/*
+ * TLS: the VM's CA (its server mints what the guest sees; the guest's
+ * client trusts it alone, from a file), upstream's CA (its server is the
+ * test's upstream; the proxy's client trusts it alone) and another CA
+ * nobody trusts (an upstream that must not be).
+ */
+struct test_tls {
+	struct tls_ca *vm_ca, *up_ca, *evil_ca;
+	struct tls_server *vm_srv, *up_srv, *evil_srv;
+	struct tls_client *proxy_cli, *guest_cli;
+	char vm_pem[64], up_pem[64];
+};
+
+FIXTURE(ic)
+{
+	struct vmnet net;
+	struct proxy *proxy;
+	struct test_policy policy;
+	struct test_tls tls;
+	int api, raw; /* upstream listeners: API_ADDR:80, RAW_ADDR:80 */
+	int api_tls;  /* API_ADDR:443 */
+};
+
+/* The policy from doc (JSON), swapped in under the lock. */
+static void set_policy(struct __test_metadata *_metadata,
+		       FIXTURE_DATA(ic) * self, const char *doc)
+{
+	struct net_policy *np, *old;
+	char err[256] = "";
+	json_t *o;
+
+	o = json_loads(doc, 0, NULL);
+	ASSERT_NE(NULL, o) TH_LOG("%s", doc);
+	ASSERT_EQ(0, net_policy__parse(o, "policy", &np, err, sizeof(err)))
+	TH_LOG("%s", err);
+	json_decref(o);
+	pthread_mutex_lock(&self->policy.lock);
+	old = self->policy.policy;
+	self->policy.policy = np;
+	pthread_mutex_unlock(&self->policy.lock);
+	net_policy__free(old);
+}
+
+/* A CA's certificate into a file of its own; its path into path. */
+static void pem_file(struct __test_metadata *_metadata, const struct tls_ca *ca,
+		     char *path, size_t len)
+{
+	const char *pem;
+	size_t n;
+	int fd;
+
+	snprintf(path, len, "/tmp/kiln-intercept-XXXXXX");
+	fd = mkstemp(path);
+	ASSERT_LE(0, fd);
+	tls_ca__cert_pem(ca, &pem, &n);
+	ASSERT_EQ((ssize_t)n, write(fd, pem, n));
+	close(fd);
+}
+
+static void tls_setup(struct __test_metadata *_metadata, struct test_tls *t)
+{
+	const struct tls_ca_params cap = { 0 };
+	char err[256] = "";
+
+	ASSERT_EQ(0, tls_ca__create(&t->vm_ca, &cap, err, sizeof(err)))
+	TH_LOG("%s", err);
+	ASSERT_EQ(0, tls_ca__create(&t->up_ca, &cap, err, sizeof(err)));
+	ASSERT_EQ(0, tls_ca__create(&t->evil_ca, &cap, err, sizeof(err)));
+	ASSERT_EQ(0, tls_server__create(&t->vm_srv, t->vm_ca, err, sizeof(err)))
+	TH_LOG("%s", err);
+	ASSERT_EQ(0,
+		  tls_server__create(&t->up_srv, t->up_ca, err, sizeof(err)));
+	ASSERT_EQ(0, tls_server__create(&t->evil_srv, t->evil_ca, err,
+					sizeof(err)));
+	pem_file(_metadata, t->vm_ca, t->vm_pem, sizeof(t->vm_pem));
+	pem_file(_metadata, t->up_ca, t->up_pem, sizeof(t->up_pem));
+	ASSERT_EQ(0, tls_client__create(&t->proxy_cli,
+					&(struct tls_client_params){
+						.ca_bundle = t->up_pem },
+					err, sizeof(err)))
+	TH_LOG("%s", err);
+	ASSERT_EQ(0, tls_client__create(&t->guest_cli,
+					&(struct tls_client_params){
+						.ca_bundle = t->vm_pem },
+					err, sizeof(err)))
+	TH_LOG("%s", err);
+}
+
+static void tls_teardown(struct test_tls *t)
+{
+	tls_client__destroy(t->guest_cli);
+	tls_client__destroy(t->proxy_cli);
+	tls_server__destroy(t->evil_srv);
+	tls_server__destroy(t->up_srv);
+	tls_server__destroy(t->vm_srv);
+	tls_ca__destroy(t->evil_ca);
+	tls_ca__destroy(t->up_ca);
+	tls_ca__destroy(t->vm_ca);
+	if (t->vm_pem[0])
+		unlink(t->vm_pem);
+	if (t->up_pem[0])
+		unlink(t->up_pem);
+}
+
+/*
+ * The proxy's thread under the vmm's own seccomp filter (vmm/seccomp.c:
+ * opening a file is EACCES, a syscall it does not list ends the process
+ * with status 125), as in a VM with a network, its netns thread made
+ * before it and not under it: started from a thread that installs the
+ * filter first (on itself and what it starts, not the test's thread).
+ */
+static void *start_filtered(void *arg)
+{
+	const struct seccomp_needs needs = { .net = true,
+					     .proxy = true,
+					     .dns = true };
+	struct proxy *p = arg;
+	int ret = seccomp__install(&needs);
+
+	if (!ret)
+		ret = proxy__start(p);
+	return (void *)(intptr_t)ret;
+}
+
+static void proxy_up(struct __test_metadata *_metadata, FIXTURE_DATA(ic) * self,
+		     bool filtered)
+{
+	struct proxy_params p = {
+		.ifname = VMNET_VETH_VM,
+		.egress = { .prefix_len = VMNET_PREFIX_LEN },
+		.decide = test_decide,
+		.decide_http = test_decide_http,
+		.max_tcp_flows = MAX_TCP,
+		.tls = { .ca = self->tls.vm_ca,
+			 .server = self->tls.vm_srv,
+			 .client = self->tls.proxy_cli },
+	};
+	char err[256] = "";
+	pthread_t th;
+	void *ret;
+
+	p.netns_fd = self->net.vm_ns;
+	p.decide_opaque = &self->policy;
+	p.egress.gateway.s_addr = inet_addr(VMNET_GATEWAY);
+	p.egress.guest.s_addr = inet_addr(VMNET_GUEST);
+	ASSERT_EQ(0, proxy__create(&self->proxy, &p, err, sizeof(err)))
+	TH_LOG("%s", err);
+	if (!filtered) {
+		ASSERT_EQ(0, proxy__start(self->proxy));
+		return;
+	}
+	ASSERT_EQ(0, pthread_create(&th, NULL, start_filtered, self->proxy));
+	ASSERT_EQ(0, pthread_join(th, &ret));
+	ASSERT_EQ(0, (intptr_t)ret);
+}
+
+FIXTURE_SETUP(ic)
+{
+	vmnet__init(&self->net);
+	self->api = self->raw = self->api_tls = -1;
+	pthread_mutex_init(&self->policy.lock, NULL);
+	if (geteuid())
+		SKIP(return, "not root: BPF, network namespaces and "
+			     "transparent sockets need CAP_BPF, "
+			     "CAP_NET_ADMIN and CAP_SYS_ADMIN");
+	ASSERT_EQ(0, setenv(TOKEN_ENV, "Bearer " TOKEN, 1));
+	set_policy(_metadata, self, POLICY);
+	/* Read at parse time: the environment no longer matters. */
+	ASSERT_EQ(0, unsetenv(TOKEN_ENV));
+	self->policy.bindings = net_bindings__create(NULL, NULL);
+	ASSERT_NE(NULL, self->policy.bindings);
+	ASSERT_EQ(0, net_bindings__insert(self->policy.bindings, API_HOST,
+					  inet_addr(API_ADDR), 600));
+	ASSERT_EQ(0, net_bindings__insert(self->policy.bindings,
+					  "other.example.test",
+					  inet_addr(API_ADDR), 600));
+
+	vmnet__setup(_metadata, &self->net);
+	VMNET_IP("addr", "add", API_ADDR "/32", "dev", "lo");
+	VMNET_IP("addr", "add", RAW_ADDR "/32", "dev", "lo");
+	self->api = vmnet__server(_metadata, SOCK_STREAM, API_ADDR, HTTP_PORT);
+	self->raw = vmnet__server(_metadata, SOCK_STREAM, RAW_ADDR, HTTP_PORT);
+	self->api_tls =
+		vmnet__server(_metadata, SOCK_STREAM, API_ADDR, HTTPS_PORT);
+	tls_setup(_metadata, &self->tls);
+	proxy_up(_metadata, self, false);
+}
+
+FIXTURE_TEARDOWN(ic)
+{
+	proxy__destroy(self->proxy);
+	if (self->api >= 0)
+		close(self->api);
+	if (self->raw >= 0)
+		close(self->raw);
+	if (self->api_tls >= 0)
+		close(self->api_tls);
+	tls_teardown(&self->tls);
+	vmnet__close(&self->net);
+	net_policy__free(self->policy.policy);
+	net_bindings__destroy(self->policy.bindings);
+	pthread_mutex_destroy(&self->policy.lock);
+}
+
+/* ---- the guest and upstream ----------------------------------------- */
+
+/* A guest connection to addr:port, established; then it sends req. */
+static int guest_send(struct __test_metadata *_metadata,
+		      FIXTURE_DATA(ic) * self, const char *addr, int port,
+		      const char *req)
+{
+	struct sockaddr_in a = vmnet__sin(addr, port);
+	int fd = vmnet__guest_socket(_metadata, &self->net, SOCK_STREAM);
+
+	ASSERT_EQ(-1, connect(fd, (struct sockaddr *)&a, sizeof(a)));
+	ASSERT_EQ(EINPROGRESS, errno);
+	ASSERT_TRUE(vmnet__wait_for(fd, POLLOUT, TIMEOUT_MS));
+	if (req)
+		ASSERT_EQ((ssize_t)strlen(req), send(fd, req, strlen(req), 0));
+	return fd;
+}
+
+/*
+ * Reads into buf until it holds want bytes (0: until EOF), an error or
+ * the timeout: how many, NUL-terminated. *eof: the peer's FIN was seen.
+ */
+static size_t read_until(int fd, char *buf, size_t len, size_t want, bool *eof)
+{
+	size_t n = 0;
+	ssize_t r;
+
+	*eof = false;
+	while (n + 1 < len && (!want || n < want)) {
+		if (!vmnet__wait_for(fd, POLLIN, TIMEOUT_MS))
+			break;
+		r = recv(fd, buf + n, len - 1 - n, MSG_DONTWAIT);
+		if (r < 0 && errno == EAGAIN)
+			continue;
+		if (r <= 0) {
+			*eof = !r;
+			break;
+		}
+		n += r;
+	}
+	buf[n] = '\0';
+	return n;
+}
+
+/* Upstream's connection from the proxy, accepted. */
+static int up_accept(struct __test_metadata *_metadata, int lsn)
+{
+	int fd;
+
+	ASSERT_TRUE(vmnet__wait_for(lsn, POLLIN, TIMEOUT_MS))
+	TH_LOG("upstream got no connection");
+	fd = accept4(lsn, NULL, NULL, SOCK_CLOEXEC);
+	ASSERT_LE(0, fd);
+	return fd;
+}
+
+/* What upstream receives until it holds want (a string), or the timeout. */
+static void up_expect(struct __test_metadata *_metadata, int fd,
+		      const char *want)
+{
+	char *buf = malloc(BUF_MAX);
+	bool eof;
+
+	ASSERT_NE(NULL, buf);
+	read_until(fd, buf, BUF_MAX, strlen(want), &eof);
+	EXPECT_STREQ(want, buf);
+	free(buf);
+}
+
+typedef bool (*stats_pred)(const struct proxy_stats *s, uint64_t n);
+
+static bool refused_at_least(const struct proxy_stats *s, uint64_t n)
+{
+	return s->http_refused >= n;
+}
+
+static bool tcp_denied_at_least(const struct proxy_stats *s, uint64_t n)
+{
+	return s->tcp_denied >= n;
+}
+
+static bool tcp_open_is(const struct proxy_stats *s, uint64_t n)
+{
+	return s->tcp_open == n;
+}
+
+static bool wait_stats(struct proxy *p, stats_pred pred, uint64_t n,
+		       struct proxy_stats *s)
+{
+	for (int waited = 0; waited < TIMEOUT_MS * 1000;
+	     waited += STATS_POLL_US) {
+		proxy__stats(p, s);
+		if (pred(s, n))
+			return true;
+		usleep(STATS_POLL_US);
+	}
+	return false;
+}
+
+static uint64_t http_reason(const struct proxy_stats *s, const char *reason)
+{
+	for (unsigned int i = 0; i < s->nr_http_reasons; i++)
+		if (!strcmp(s->http_reasons[i].reason, reason))
+			return s->http_reasons[i].flows;
+	return 0;
+}
+
+/*
+ * A request the proxy refuses: the guest gets an error response with
+ * status (and the connection's end), upstream nothing at all.
+ */
+static void expect_refused(struct __test_metadata *_metadata,
+			   FIXTURE_DATA(ic) * self, const char *req,
+			   const char *status_line, const char *reason)
+{
+	char buf[4096];
+	struct proxy_stats s;
+	uint64_t before, before_reason;
+	bool eof;
+	int g;
+
+	proxy__stats(self->proxy, &s);
+	before = s.http_refused;
+	before_reason = http_reason(&s, reason);
+	g = guest_send(_metadata, self, API_ADDR, HTTP_PORT, req);
+	read_until(g, buf, sizeof(buf), 0, &eof);
+	EXPECT_TRUE(eof) TH_LOG("the guest's connection did not end");
+	EXPECT_EQ(0, strncmp(buf, status_line, strlen(status_line)))
+	TH_LOG("the guest got: %s", buf);
+	EXPECT_NE(NULL, strstr(buf, reason)) TH_LOG("the guest got: %s", buf);
+	EXPECT_EQ(NULL, strstr(buf, TOKEN));
+	ASSERT_TRUE(wait_stats(self->proxy, refused_at_least, before + 1, &s));
+	EXPECT_EQ(before_reason + 1, http_reason(&s, reason))
+	TH_LOG("%s", reason);
+	/* Decided before upstream was ever connected: nothing there. */
+	EXPECT_FALSE(vmnet__wait_for(self->api, POLLIN, 0));
+	close(g);
+}
+
+/* ---- the tests -------------------------------------------------------- */
+
+/*
+ * The seed's scenario: the guest's GET reaches upstream with the host's
+ * token in place of its own, and the guest gets upstream's response as
+ * it was sent, never the token.
+ */
+TEST_F_TIMEOUT(ic, request_gets_the_grant_header, 60)
+{
+	const char *req = "GET /user HTTP/1.1\r\n"
+			  "Host: " API_HOST "\r\n"
+			  "User-Agent: curl/7.88.1\r\n"
+			  "Authorization: Bearer guest-own\r\n"
+			  "Accept: */*\r\n"
+			  "\r\n";
+	const char *want = "GET /user HTTP/1.1\r\n"
+			   "Host: " API_HOST "\r\n"
+			   "User-Agent: curl/7.88.1\r\n"
+			   "authorization: Bearer " TOKEN "\r\n"
+			   "Accept: */*\r\n"
+			   "\r\n";
+	struct proxy_stats s;
+	char buf[4096];
+	int g, up;
+	bool eof;
+
+	g = guest_send(_metadata, self, API_ADDR, HTTP_PORT, req);
+	up = up_accept(_metadata, self->api);
+	up_expect(_metadata, up, want);
+	ASSERT_EQ((ssize_t)strlen(RESPONSE),
+		  send(up, RESPONSE, strlen(RESPONSE), 0));
+	read_until(g, buf, sizeof(buf), strlen(RESPONSE), &eof);
+	EXPECT_STREQ(RESPONSE, buf);
+
+	/* Both ends close: so does the flow. */
+	close(up);
+	read_until(g, buf, sizeof(buf), 0, &eof);
+	EXPECT_TRUE(eof);
+	EXPECT_EQ(0, strlen(buf));
+	close(g);
+	ASSERT_TRUE(wait_stats(self->proxy, tcp_open_is, 0, &s));
+	EXPECT_EQ(1, s.tcp_allowed);
+	EXPECT_EQ(1, s.tcp_intercepted);
+	EXPECT_EQ(1, s.http_allowed);
+	EXPECT_EQ(0, s.http_refused);
+	EXPECT_EQ(1, http_reason(&s, "http grant 0"));
+	EXPECT_EQ(strlen(req), s.bytes_out);
+	EXPECT_EQ(strlen(RESPONSE), s.bytes_in);
+}
+
+/* Keep-alive: each request on the connection gets the header. */
+TEST_F_TIMEOUT(ic, keep_alive_requests_each_get_it, 60)
+{
+	const char *req1 = "GET /a HTTP/1.1\r\nHost: " API_HOST "\r\n\r\n";
+	const char *req2 = "POST /b HTTP/1.1\r\nHost: " API_HOST
+			   ":80\r\nContent-Length: 4\r\n\r\nbody";
+	const char *want1 = "GET /a HTTP/1.1\r\nHost: " API_HOST
+			    "\r\nauthorization: Bearer " TOKEN "\r\n\r\n";
+	const char *want2 = "POST /b HTTP/1.1\r\nHost: " API_HOST
+			    ":80\r\nContent-Length: 4\r\nauthorization: "
+			    "Bearer " TOKEN "\r\n\r\nbody";
+	struct proxy_stats s;
+	char buf[4096];
+	int g, up;
+	bool eof;
+
+	g = guest_send(_metadata, self, API_ADDR, HTTP_PORT, req1);
+	up = up_accept(_metadata, self->api);
+	up_expect(_metadata, up, want1);
+	ASSERT_EQ((ssize_t)strlen(RESPONSE),
+		  send(up, RESPONSE, strlen(RESPONSE), 0));
+	read_until(g, buf, sizeof(buf), strlen(RESPONSE), &eof);
+	EXPECT_STREQ(RESPONSE, buf);
+
+	ASSERT_EQ((ssize_t)strlen(req2), send(g, req2, strlen(req2), 0));
+	up_expect(_metadata, up, want2);
+	ASSERT_EQ((ssize_t)strlen(RESPONSE),
+		  send(up, RESPONSE, strlen(RESPONSE), 0));
+	read_until(g, buf, sizeof(buf), strlen(RESPONSE), &eof);
+	EXPECT_STREQ(RESPONSE, buf);
+	/* One connection upstream for both. */
+	EXPECT_FALSE(vmnet__wait_for(self->api, POLLIN, 0));
+	proxy__stats(self->proxy, &s);
+	EXPECT_EQ(2, s.http_allowed);
+	EXPECT_EQ(1, s.tcp_intercepted);
+	close(g);
+	close(up);
+}
+
+/*
+ * What the guest names is checked against the bindings and the grants:
+ * a name DNS never bound to the address (421), one bound there that no
+ * grant names (403), an address (421); nothing reaches upstream.
+ */
+TEST_F_TIMEOUT(ic, spoofed_or_ungranted_host_refused, 60)
+{
+	struct proxy_stats s;
+
+	expect_refused(_metadata, self,
+		       "GET / HTTP/1.1\r\nHost: evil.example.test\r\n\r\n",
+		       "HTTP/1.1 421 ", "http host mismatch");
+	expect_refused(_metadata, self,
+		       "GET / HTTP/1.1\r\nHost: other.example.test\r\n\r\n",
+		       "HTTP/1.1 403 ", "http no grant");
+	expect_refused(_metadata, self,
+		       "GET / HTTP/1.1\r\nHost: " API_ADDR "\r\n\r\n",
+		       "HTTP/1.1 421 ", "http host not a name");
+	proxy__stats(self->proxy, &s);
+	EXPECT_EQ(3, s.http_refused);
+	EXPECT_EQ(0, s.http_allowed);
+	EXPECT_EQ(3, s.tcp_intercepted);
+}
+
+/* Bytes that are not HTTP fail closed: 400, and upstream sees nothing. */
+TEST_F_TIMEOUT(ic, non_http_bytes_refused, 60)
+{
+	expect_refused(_metadata, self, "SSH-2.0-OpenSSH_9.2\r\n\r\n",
+		       "HTTP/1.1 400 ", "malformed request");
+	expect_refused(_metadata, self,
+		       "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",
+		       "HTTP/1.1 400 ", "malformed request");
+}
+
+/*
+ * A refused request after an allowed one, in one write: the first goes
+ * upstream and its response back, then the guest gets the refusal.
+ */
+TEST_F_TIMEOUT(ic, refusal_answers_after_earlier_responses, 60)
+{
+	const char *reqs = "GET /a HTTP/1.1\r\nHost: " API_HOST "\r\n\r\n"
+			   "GET /b HTTP/1.1\r\nHost: other.example.test\r\n"
+			   "\r\n";
+	const char *want = "GET /a HTTP/1.1\r\nHost: " API_HOST
+			   "\r\nauthorization: Bearer " TOKEN "\r\n\r\n";
+	char buf[4096];
+	int g, up;
+	bool eof;
+
+	g = guest_send(_metadata, self, API_ADDR, HTTP_PORT, reqs);
+	up = up_accept(_metadata, self->api);
+	up_expect(_metadata, up, want);
+	ASSERT_EQ((ssize_t)strlen(RESPONSE),
+		  send(up, RESPONSE, strlen(RESPONSE), 0));
+	read_until(g, buf, sizeof(buf), 0, &eof);
+	EXPECT_TRUE(eof);
+	EXPECT_EQ(0, strncmp(buf, RESPONSE, strlen(RESPONSE)))
+	TH_LOG("the guest got: %s", buf);
+	EXPECT_NE(NULL, strstr(buf + strlen(RESPONSE), "HTTP/1.1 421 "))
+	TH_LOG("the guest got: %s", buf);
+	EXPECT_EQ(NULL, strstr(buf, TOKEN));
+	/* The second request never went: upstream sees the end. */
+	read_until(up, buf, sizeof(buf), 0, &eof);
+	EXPECT_TRUE(eof);
+	EXPECT_EQ(0, strlen(buf));
+	close(g);
+	close(up);
+}
+
+/* Upstream unreachable on a granted port: the guest gets a 502. */
+TEST_F_TIMEOUT(ic, upstream_unreachable_is_502, 60)
+{
+	const char *req = "GET / HTTP/1.1\r\nHost: " API_HOST ":8080\r\n\r\n";
+	struct proxy_stats s;
+	char buf[4096];
+	bool eof;
+	int g;
+
+	g = guest_send(_metadata, self, API_ADDR, CLOSED_PORT, req);
+	read_until(g, buf, sizeof(buf), 0, &eof);
+	EXPECT_TRUE(eof);
+	EXPECT_EQ(0, strncmp(buf, "HTTP/1.1 502 ", strlen("HTTP/1.1 502 ")))
+	TH_LOG("the guest got: %s", buf);
+	EXPECT_EQ(NULL, strstr(buf, TOKEN));
+	close(g);
+	ASSERT_TRUE(wait_stats(self->proxy, tcp_open_is, 0, &s));
+	EXPECT_EQ(1, s.upstream_failed);
+	EXPECT_EQ(1, s.http_allowed);
+}
+
+/*
+ * Where the DNS bound no granted name, the http grant does not apply:
+ * the tcp rule relays RAW_ADDR's bytes as they are (no header), and an
+ * address nothing grants is reset.
+ */
+TEST_F_TIMEOUT(ic, unbound_destination_not_intercepted, 60)
+{
+	const char *req = "GET / HTTP/1.1\r\nHost: " API_HOST "\r\n\r\n";
+	struct proxy_stats s;
+	int g, up;
+
+	g = guest_send(_metadata, self, RAW_ADDR, HTTP_PORT, req);
+	up = up_accept(_metadata, self->raw);
+	up_expect(_metadata, up, req);
+	proxy__stats(self->proxy, &s);
+	EXPECT_EQ(0, s.tcp_intercepted);
+	EXPECT_EQ(1, s.tcp_allowed);
+	close(g);
+	close(up);
+
+	/* The granted name is bound elsewhere too; not to this address. */
+	ASSERT_EQ(0, net_bindings__insert(self->policy.bindings, API_HOST,
+					  inet_addr("198.51.100.8"), 600));
+	g = vmnet__guest_socket(_metadata, &self->net, SOCK_STREAM);
+	{
+		struct sockaddr_in a = vmnet__sin("198.51.100.9", HTTP_PORT);
+
+		connect(g, (struct sockaddr *)&a, sizeof(a));
+	}
+	ASSERT_TRUE(wait_stats(self->proxy, tcp_denied_at_least, 1, &s));
+	EXPECT_EQ(0, s.tcp_intercepted);
+	close(g);
+}
+
+/*
+ * A policy replaced: an intercepted flow stays while an http grant still
+ * covers it (the new grant's header then), and is cut when none does.
+ */
+TEST_F_TIMEOUT(ic, recheck_keeps_or_cuts_intercepted_flows, 60)
+{
+	const char *req = "GET / HTTP/1.1\r\nHost: " API_HOST "\r\n\r\n";
+	const char *want1 = "GET / HTTP/1.1\r\nHost: " API_HOST
+			    "\r\nauthorization: Bearer " TOKEN "\r\n\r\n";
+	const char *want2 = "GET / HTTP/1.1\r\nHost: " API_HOST
+			    "\r\nx-new: rotated\r\n\r\n";
+	struct proxy_stats s;
+	char buf[4096];
+	int g, up;
+	bool eof;
+
+	g = guest_send(_metadata, self, API_ADDR, HTTP_PORT, req);
+	up = up_accept(_metadata, self->api);
+	up_expect(_metadata, up, want1);
+	ASSERT_EQ((ssize_t)strlen(RESPONSE),
+		  send(up, RESPONSE, strlen(RESPONSE), 0));
+	read_until(g, buf, sizeof(buf), strlen(RESPONSE), &eof);
+
+	ASSERT_EQ(0, setenv("KILN_TEST_INTERCEPT_NEW", "rotated", 1));
+	set_policy(
+		_metadata, self,
+		"{\"http\": [{\"host\": \"" API_HOST "\", \"headers\": "
+		"{\"x-new\": {\"from\": \"env:KILN_TEST_INTERCEPT_NEW\"}}}]}");
+	proxy__recheck(self->proxy);
+	/* The same connection, the new policy's field. */
+	ASSERT_EQ((ssize_t)strlen(req), send(g, req, strlen(req), 0));
+	up_expect(_metadata, up, want2);
+	ASSERT_EQ((ssize_t)strlen(RESPONSE),
+		  send(up, RESPONSE, strlen(RESPONSE), 0));
+	read_until(g, buf, sizeof(buf), strlen(RESPONSE), &eof);
+	EXPECT_STREQ(RESPONSE, buf);
+
+	set_policy(_metadata, self, "{\"tcp\": [{\"to\": \"" API_ADDR "\"}]}");
+	proxy__recheck(self->proxy);
+	ASSERT_TRUE(wait_stats(self->proxy, tcp_open_is, 0, &s));
+	EXPECT_EQ(1, s.tcp_cut);
+	read_until(g, buf, sizeof(buf), 0, &eof);
+	close(g);
+	close(up);
+	unsetenv("KILN_TEST_INTERCEPT_NEW");
+}
+
+/* ---- TLS --------------------------------------------------------------- */
+
+/* After -EAGAIN from a TLS call: waits for what it wants; false: timeout. */
+static bool tls_wait(struct tls_conn *c, int fd)
+{
+	return vmnet__wait_for(fd, (short)tls_conn__wants(c), TIMEOUT_MS);
+}
+
+static int tls_handshake(struct tls_conn *c, int fd)
+{
+	int ret;
+
+	while ((ret = tls_conn__handshake(c)) == -EAGAIN)
+		if (!tls_wait(c, fd))
+			return -ETIMEDOUT;
+	return ret;
+}
+
+static int tls_write_all(struct tls_conn *c, int fd, const char *s)
+{
+	ssize_t ret;
+
+	while ((ret = tls_conn__write(c, s, strlen(s))) == -EAGAIN)
+		if (!tls_wait(c, fd))
+			return -ETIMEDOUT;
+	return ret < 0 ? (int)ret : 0;
+}
+
+/*
+ * Reads until buf holds want bytes (0: until the end), the end, a
+ * failure or the timeout: how many, NUL-terminated; *end: the peer's
+ * end (or a failure) was seen.
+ */
+static size_t tls_read_until(struct tls_conn *c, int fd, char *buf, size_t len,
+			     size_t want, bool *end)
+{
+	size_t n = 0;
+	ssize_t r;
+
+	*end = false;
+	while (n + 1 < len && (!want || n < want)) {
+		r = tls_conn__read(c, buf + n, len - 1 - n);
+		if (r == -EAGAIN) {
+			if (!tls_wait(c, fd))
+				break;
+			continue;
+		}
+		if (r <= 0) {
+			*end = true;
+			break;
+		}
+		n += r;
+	}
+	buf[n] = '\0';
+	return n;
+}
+
+/* The guest's TLS connection to API_ADDR:443 naming sni; not shaken yet. */
+static struct tls_conn *guest_tls(struct __test_metadata *_metadata,
+				  FIXTURE_DATA(ic) * self, const char *sni,
+				  int *fd)
+{
+	struct tls_connect_params cp = { .host = sni, .alpn = "http/1.1" };
+	struct tls_conn *c;
+
+	*fd = guest_send(_metadata, self, API_ADDR, HTTPS_PORT, NULL);
+	ASSERT_EQ(0, tls_conn__connect(&c, self->tls.guest_cli, *fd, &cp));
+	return c;
+}
+
+static bool any_name(void *opaque, const char *sni)
+{
+	return true;
+}
+
+/* Upstream's side of the proxy's connection, TLS by srv; not shaken. */
+static struct tls_conn *up_tls(struct __test_metadata *_metadata,
+			       FIXTURE_DATA(ic) * self, struct tls_server *srv,
+			       int *fd)
+{
+	struct tls_accept_params ap = { .sni_ok = any_name,
+					.alpn = "http/1.1" };
+	struct tls_conn *c;
+
+	*fd = up_accept(_metadata, self->api_tls);
+	ASSERT_EQ(0, fcntl(*fd, F_SETFL, O_NONBLOCK));
+	ASSERT_EQ(0, tls_conn__accept(&c, srv, *fd, &ap));
+	return c;
+}
+
+/*
+ * HTTPS: the guest's handshake with a certificate of the VM's CA for its
+ * SNI, its GET reaching upstream (verified, SNI the same name) with the
+ * grant's header, upstream's response back. Run with the proxy thread
+ * free, and under the vmm's seccomp filter, which refuses to open files
+ * (wolfSSL's connections and leaves are made on the netns thread).
+ */
+static void https_round_trip(struct __test_metadata *_metadata,
+			     FIXTURE_DATA(ic) * self)
+{
+	const char *req = "GET /user HTTP/1.1\r\nHost: " API_HOST
+			  "\r\nAuthorization: Bearer guest-own\r\n\r\n";
+	const char *want = "GET /user HTTP/1.1\r\nHost: " API_HOST
+			   "\r\nauthorization: Bearer " TOKEN "\r\n\r\n";
+	struct tls_conn *g, *u;
+	struct proxy_stats s;
+	char buf[4096];
+	int gfd, ufd;
+	bool end;
+
+	g = guest_tls(_metadata, self, API_HOST, &gfd);
+	ASSERT_EQ(0, tls_handshake(g, gfd)) TH_LOG("%s", tls_conn__error(g));
+	EXPECT_STREQ("http/1.1", tls_conn__alpn(g));
+	ASSERT_EQ(0, tls_write_all(g, gfd, req));
+
+	u = up_tls(_metadata, self, self->tls.up_srv, &ufd);
+	ASSERT_EQ(0, tls_handshake(u, ufd)) TH_LOG("%s", tls_conn__error(u));
+	EXPECT_STREQ(API_HOST, tls_conn__sni(u));
+	tls_read_until(u, ufd, buf, sizeof(buf), strlen(want), &end);
+	EXPECT_STREQ(want, buf);
+	ASSERT_EQ(0, tls_write_all(u, ufd, RESPONSE));
+	tls_read_until(g, gfd, buf, sizeof(buf), strlen(RESPONSE), &end);
+	EXPECT_STREQ(RESPONSE, buf);
+
+	/* Upstream's close_notify reaches the guest as one. */
+	ASSERT_EQ(0, tls_conn__shutdown(u));
+	shutdown(ufd, SHUT_WR);
+	EXPECT_EQ(0, tls_read_until(g, gfd, buf, sizeof(buf), 0, &end));
+	EXPECT_TRUE(end);
+	EXPECT_EQ(0, tls_conn__read(g, buf, sizeof(buf)));
+	tls_conn__free(g);
+	tls_conn__free(u);
+	close(gfd);
+	close(ufd);
+	ASSERT_TRUE(wait_stats(self->proxy, tcp_open_is, 0, &s));
+	EXPECT_EQ(1, s.tcp_intercepted);
+	EXPECT_EQ(1, s.http_allowed);
+	EXPECT_EQ(0, s.http_refused);
+	EXPECT_EQ(0, s.upstream_failed);
+}
+
+TEST_F_TIMEOUT(ic, https_request_gets_the_grant_header, 60)
+{
+	https_round_trip(_metadata, self);
+}
+
+TEST_F_TIMEOUT(ic, https_under_the_vmm_seccomp_filter, 60)
+{
+	proxy__destroy(self->proxy);
+	self->proxy = NULL;
+	proxy_up(_metadata, self, true);
+	https_round_trip(_metadata, self);
+}
+
+/*
+ * An SNI DNS never bound to the address, or bound but not granted: the
+ * handshake is aborted before any certificate, upstream gets nothing.
+ */
+TEST_F_TIMEOUT(ic, https_sni_refused, 60)
+{
+	static const char *const names[] = { "evil.example.test",
+					     "other.example.test" };
+	static const char *const reasons[] = { "http host mismatch",
+					       "http no grant" };
+	struct tls_conn *g;
+	struct proxy_stats s;
+	int gfd;
+
+	for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
+		g = guest_tls(_metadata, self, names[i], &gfd);
+		EXPECT_EQ(-EPROTO, tls_handshake(g, gfd))
+		TH_LOG("%s", tls_conn__error(g));
+		ASSERT_TRUE(
+			wait_stats(self->proxy, refused_at_least, i + 1, &s));
+		EXPECT_EQ(1, http_reason(&s, reasons[i]))
+		TH_LOG("%s", names[i]);
+		tls_conn__free(g);
+		close(gfd);
+	}
+	EXPECT_FALSE(vmnet__wait_for(self->api_tls, POLLIN, 0));
+	EXPECT_EQ(0, s.http_allowed);
+}
+
+/* Over TLS, Host must name the SNI's host: 421. */
+TEST_F_TIMEOUT(ic, https_host_must_be_the_sni, 60)
+{
+	const char *req = "GET / HTTP/1.1\r\nHost: other.example.test\r\n\r\n";
+	struct tls_conn *g;
+	char buf[4096];
+	bool end;
+	int gfd;
+
+	g = guest_tls(_metadata, self, API_HOST, &gfd);
+	ASSERT_EQ(0, tls_handshake(g, gfd)) TH_LOG("%s", tls_conn__error(g));
+	ASSERT_EQ(0, tls_write_all(g, gfd, req));
+	tls_read_until(g, gfd, buf, sizeof(buf), 0, &end);
+	EXPECT_TRUE(end);
+	EXPECT_EQ(0, strncmp(buf, "HTTP/1.1 421 ", strlen("HTTP/1.1 421 ")))
+	TH_LOG("the guest got: %s", buf);
+	EXPECT_FALSE(vmnet__wait_for(self->api_tls, POLLIN, 0));
+	tls_conn__free(g);
+	close(gfd);
+}
+
+/* Upstream's certificate from a CA the bundle lacks: the guest gets 502. */
+TEST_F_TIMEOUT(ic, https_untrusted_upstream_is_502, 60)
+{
+	const char *req = "GET / HTTP/1.1\r\nHost: " API_HOST "\r\n\r\n";
+	struct tls_conn *g, *u;
+	struct proxy_stats s;
+	char buf[4096];
+	int gfd, ufd;
+	bool end;
+
+	g = guest_tls(_metadata, self, API_HOST, &gfd);
+	ASSERT_EQ(0, tls_handshake(g, gfd)) TH_LOG("%s", tls_conn__error(g));
+	ASSERT_EQ(0, tls_write_all(g, gfd, req));
+	u = up_tls(_metadata, self, self->tls.evil_srv, &ufd);
+	EXPECT_NE(0, tls_handshake(u, ufd));
+	tls_read_until(g, gfd, buf, sizeof(buf), 0, &end);
+	EXPECT_TRUE(end);
+	EXPECT_EQ(0, strncmp(buf, "HTTP/1.1 502 ", strlen("HTTP/1.1 502 ")))
+	TH_LOG("the guest got: %s", buf);
+	EXPECT_NE(NULL, strstr(buf, "upstream certificate not trusted"));
+	EXPECT_EQ(NULL, strstr(buf, TOKEN));
+	tls_conn__free(g);
+	tls_conn__free(u);
+	close(gfd);
+	close(ufd);
+	ASSERT_TRUE(wait_stats(self->proxy, tcp_open_is, 0, &s));
+	EXPECT_EQ(1, s.upstream_failed);
+}
+
+/* Plain HTTP on the TLS port fails closed: no answer, nothing upstream. */
+TEST_F_TIMEOUT(ic, https_port_plain_bytes_fail_closed, 60)
+{
+	struct proxy_stats s;
+	char buf[4096];
+	bool eof;
+	int g;
+
+	g = guest_send(_metadata, self, API_ADDR, HTTPS_PORT,
+		       "GET / HTTP/1.1\r\nHost: " API_HOST "\r\n\r\n");
+	read_until(g, buf, sizeof(buf), 0, &eof);
+	EXPECT_EQ(NULL, strstr(buf, "HTTP/1.1"));
+	ASSERT_TRUE(wait_stats(self->proxy, refused_at_least, 1, &s));
+	EXPECT_EQ(1, http_reason(&s, "tls handshake failed"));
+	EXPECT_FALSE(vmnet__wait_for(self->api_tls, POLLIN, 0));
+	close(g);
+}
+
+TEST_HARNESS_MAIN

@@ -1,0 +1,873 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * HTTP interception of one guest flow (intercept.h, Documentation/
+ * network.md "HTTP grants and interception").
+ *
+ * Guest bytes are read into `in` and fed to the request rewriter, whose
+ * output goes upstream; upstream bytes are read into `back`, watched by
+ * the response tracker and written to the guest as they came. A refused
+ * request stops the reading of the guest; the responses to the requests
+ * before it are still relayed (the tracker says when they are done), then
+ * the error response goes into `back`, the guest gets its end, and what
+ * it still sends is read and dropped until its own: closing with unread
+ * bytes would reset the connection, and the guest could lose the answer.
+ *
+ * On a TLS port each side is a TLS connection (vmm/tls.h) on the
+ * proxy's socket: toward the guest a server whose certificate is minted
+ * for the SNI once the policy accepted that name, toward upstream a
+ * client verifying upstream's certificate for the same name. The rest
+ * is the same, on the plaintext.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+
+#include "vmm/http1.h"
+#include "vmm/intercept.h"
+#include "vmm/tls.h"
+
+/* What the guest gets when upstream cannot be reached (RFC 9110 15.6.3). */
+#define HTTP_STATUS_BAD_GATEWAY 502U
+/* An upgrade (WebSocket...) asked for on an http grant (15.5.4). */
+#define HTTP_STATUS_FORBIDDEN 403U
+/* The policy's fields did not go in: a bug, not the guest's (15.6.1). */
+#define HTTP_STATUS_INTERNAL 500U
+/* Plaintext given to one TLS write at most: a record's worth. */
+#define TLS_WRITE_MAX (16U << 10)
+/* What the guest may negotiate: HTTP/1.1 only for now (h2 is later). */
+#define GUEST_ALPN "http/1.1"
+
+enum ic_state {
+	IC_HANDSHAKE, /* TLS: the guest's handshake, its SNI checked */
+	IC_RELAY,     /* requests go up, responses come back */
+	IC_REFUSED,   /* the responses before the refused request still come */
+	IC_ANSWER,    /* the error response goes to the guest, then its end */
+	IC_LINGER,    /* the guest's bytes dropped until its end */
+};
+
+struct ic_side {
+	int fd;		      /* borrowed; -1: none (yet), or done with */
+	struct tls_conn *tls; /* NULL: plain */
+	bool eof;	      /* its peer's end was read */
+	bool clean;	      /* TLS: that end was a close_notify */
+	bool shut;	      /* ours was sent */
+	bool shutting;	      /* TLS: our close_notify waits for room */
+	uint32_t rwant;	      /* TLS: what a read that waited waits for */
+	uint32_t wwant;	      /* TLS: the same for a write, or shutdown */
+	size_t wpend;	      /* TLS: a write that waited: its length */
+};
+
+struct intercept {
+	struct net_flow flow;
+	struct intercept_ops ops;
+	struct intercept_tls tls; /* all NULL: plain */
+	struct ic_side side[INTERCEPT_SIDES];
+	enum ic_state state;
+	bool want_up;  /* a request was allowed: connect upstream */
+	bool asked_up; /* the proxy answered (upstream or failed) */
+	bool up_ready; /* upstream connected, TLS handshake done */
+	bool verified; /* the name the guest gave was found bound */
+	bool counted;  /* the refusal was reported already */
+	char host[HTTP1_HOSTNAME_MAX + 1]; /* the guest's name, once passed */
+
+	struct http1_req *req; /* from the end of the TLS handshake on */
+	struct http1_resp *resp;
+	bool resp_dead; /* the tracker stopped: no boundaries known */
+
+	uint8_t *in; /* read from the guest, not yet taken by req */
+	size_t in_len;
+	uint8_t *back; /* for the guest: upstream's bytes, an error answer */
+	size_t back_off, back_len;
+	size_t lingered; /* guest bytes dropped in IC_LINGER */
+};
+
+/* ---- the decision --------------------------------------------------- */
+
+static void report(struct intercept *ic, const char *detail, bool allowed,
+		   const char *reason)
+{
+	if (ic->ops.request)
+		ic->ops.request(ic->ops.opaque, &ic->flow,
+				detail && detail[0] ? detail : NULL, allowed,
+				reason);
+}
+
+/*
+ * The policy, now, on the name the guest gave. The decision holds the
+ * fields' values (secrets): the caller wipes it.
+ */
+static void decide(struct intercept *ic, const char *host,
+		   struct net_http_decision *d)
+{
+	*d = (struct net_http_decision){ .verdict = NET_VERDICT_DENY };
+	ic->ops.decide(ic->ops.decide_opaque, &ic->flow, host, ic->verified, d);
+	d->reason[sizeof(d->reason) - 1] = '\0';
+	if (!d->reason[0])
+		snprintf(d->reason, sizeof(d->reason), "%s", "refused");
+}
+
+static int unfiltered(struct intercept *ic, int (*fn)(void *), void *arg);
+
+struct mint_args {
+	struct tls_ca *ca;
+	const char *host;
+};
+
+static int do_mint(void *arg)
+{
+	struct mint_args *a = arg;
+	const uint8_t *der;
+	size_t len;
+
+	return tls_ca__leaf(a->ca, a->host, &der, &len);
+}
+
+/*
+ * TLS: the guest's SNI, before any certificate is minted for it: it
+ * must be bound to the destination and granted on the port, as a
+ * request's name is. Refused: the handshake is aborted. Allowed: the
+ * leaf is minted (or found) now where files may be opened (wolfSSL's
+ * signing seeds a generator), so that the server finds it in the CA's
+ * cache.
+ */
+static bool sni_ok(void *opaque, const char *sni)
+{
+	struct intercept *ic = opaque;
+	struct mint_args m = { .ca = ic->tls.ca, .host = sni };
+	struct net_http_decision d;
+	bool ok;
+
+	decide(ic, sni, &d);
+	ok = d.verdict == NET_VERDICT_ALLOW;
+	if (ok) {
+		ic->verified = true;
+		snprintf(ic->host, sizeof(ic->host), "%s", sni);
+	} else {
+		report(ic, sni, false, d.reason);
+		ic->counted = true;
+	}
+	explicit_bzero(&d, sizeof(d));
+	/* Failed, the server's own minting fails too, and says why. */
+	if (ok)
+		unfiltered(ic, do_mint, &m);
+	return ok;
+}
+
+/*
+ * Each request, by the policy as it is now. The decision is wiped
+ * before it goes out of scope, whichever way it went.
+ */
+static int on_request(void *opaque, const struct http1_request *rq,
+		      struct http1_edits *e)
+{
+	struct intercept *ic = opaque;
+	struct net_http_decision d;
+	int ret = HTTP1_ALLOW;
+
+	/* Refused here rather than by the rewriter, so it counts once. */
+	if (rq->upgrade) {
+		d = (struct net_http_decision){
+			.reason = "http upgrade not allowed"
+		};
+		ret = http1_edits__refuse(e, HTTP_STATUS_FORBIDDEN, d.reason);
+		goto out_report;
+	}
+	decide(ic, rq->hostname, &d);
+	if (d.verdict != NET_VERDICT_ALLOW) {
+		ret = http1_edits__refuse(e, d.status, d.reason);
+		goto out_report;
+	}
+	for (unsigned int i = 0; i < d.nr_headers && i < NET_HTTP_MAX_HEADERS;
+	     i++) {
+		/* The policy checked both; a failure here is a bug. */
+		if (d.headers[i].name >= sizeof(d.buf) ||
+		    d.headers[i].value >= sizeof(d.buf) ||
+		    http1_edits__set(e, d.buf + d.headers[i].name,
+				     d.buf + d.headers[i].value)) {
+			snprintf(d.reason, sizeof(d.reason), "%s",
+				 "http header edit failed");
+			ret = http1_edits__refuse(e, HTTP_STATUS_INTERNAL,
+						  d.reason);
+			goto out_report;
+		}
+	}
+	ic->verified = true;
+	snprintf(ic->host, sizeof(ic->host), "%s", rq->hostname);
+	ic->want_up = true;
+out_report:
+	ic->counted = ret != HTTP1_ALLOW;
+	report(ic, rq->hostname, ret == HTTP1_ALLOW, d.reason);
+	explicit_bzero(&d, sizeof(d));
+	return ret;
+}
+
+/* ---- the sides: plain sockets or TLS --------------------------------- */
+
+/* Plaintext: > 0, 0 (the peer's end), -EAGAIN or -errno. */
+static ssize_t side_recv(struct intercept *ic, int s, void *buf, size_t len)
+{
+	struct ic_side *S = &ic->side[s];
+	ssize_t n;
+
+	if (!S->tls) {
+		n = recv(S->fd, buf, len, MSG_DONTWAIT);
+		if (n >= 0)
+			return n;
+		return errno == EAGAIN || errno == EINTR ? -EAGAIN : -errno;
+	}
+	n = tls_conn__read(S->tls, buf, len);
+	if (n == -EAGAIN) {
+		S->rwant = tls_conn__wants(S->tls);
+		return n;
+	}
+	S->rwant = EPOLLIN;
+	if (!n)
+		S->clean = true;
+	/* A TCP end without close_notify: an end, not a clean one. */
+	return n == -ECONNRESET ? 0 : n;
+}
+
+/*
+ * Plaintext: how many were sent (maybe 0: wait), or -errno. A TLS write
+ * that waited is made again with the same bytes: buf must start with
+ * them, as the rewriter's output and `back` do until drained.
+ */
+static ssize_t side_send(struct intercept *ic, int s, const void *buf,
+			 size_t len)
+{
+	struct ic_side *S = &ic->side[s];
+	ssize_t n;
+
+	if (!S->tls) {
+		n = send(S->fd, buf, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (n >= 0)
+			return n;
+		return errno == EAGAIN || errno == EINTR ? 0 : -errno;
+	}
+	len = S->wpend ? S->wpend : len < TLS_WRITE_MAX ? len : TLS_WRITE_MAX;
+	n = tls_conn__write(S->tls, buf, len);
+	if (n == -EAGAIN) {
+		S->wpend = len;
+		S->wwant = tls_conn__wants(S->tls);
+		return 0;
+	}
+	S->wpend = 0;
+	S->wwant = EPOLLOUT;
+	return n;
+}
+
+/*
+ * Our end: TLS's close_notify when notify (the other side's end was
+ * clean), then the socket's FIN. 0, or -errno.
+ */
+static int side_shut(struct intercept *ic, int s, bool notify)
+{
+	struct ic_side *S = &ic->side[s];
+	int ret;
+
+	if (S->shut || S->fd < 0)
+		return 0;
+	if (S->tls && notify) {
+		ret = tls_conn__shutdown(S->tls);
+		S->shutting = ret == -EAGAIN;
+		if (S->shutting) {
+			S->wwant = tls_conn__wants(S->tls);
+			return 0;
+		}
+		/* Failed (the peer gone): the FIN still goes. */
+	}
+	S->shut = true;
+	return shutdown(S->fd, SHUT_WR) && errno != ENOTCONN ? -errno : 0;
+}
+
+/* Whether a TLS side holds decrypted bytes epoll cannot see. */
+static bool side_pending(struct intercept *ic, int s)
+{
+	struct tls_conn *c = ic->side[s].tls;
+
+	return c && tls_conn__pending(c);
+}
+
+/* ---- the buffers ----------------------------------------------------- */
+
+static size_t back_pending(const struct intercept *ic)
+{
+	return ic->back_len - ic->back_off;
+}
+
+static void back_compact(struct intercept *ic)
+{
+	if (!ic->back_off)
+		return;
+	memmove(ic->back, ic->back + ic->back_off, back_pending(ic));
+	ic->back_len -= ic->back_off;
+	ic->back_off = 0;
+}
+
+static size_t out_pending(const struct intercept *ic)
+{
+	size_t len = 0;
+
+	if (ic->req)
+		http1_req__output(ic->req, &len);
+	return len;
+}
+
+/* ---- reading ---------------------------------------------------------- */
+
+/* After a refusal: the guest's bytes dropped, up to its end. */
+static int guest_linger(struct intercept *ic)
+{
+	ssize_t n;
+
+	for (;;) {
+		n = side_recv(ic, INTERCEPT_GUEST, ic->in, INTERCEPT_BUF);
+		if (n == -EAGAIN)
+			return 0;
+		if (n <= 0)
+			return n ? (int)n : INTERCEPT_DONE;
+		ic->lingered += n;
+		if (ic->lingered > INTERCEPT_LINGER_MAX)
+			return -E2BIG;
+	}
+}
+
+static int guest_read(struct intercept *ic, bool *progress)
+{
+	struct ic_side *g = &ic->side[INTERCEPT_GUEST];
+	ssize_t n;
+
+	if (ic->state == IC_LINGER)
+		return guest_linger(ic);
+	if (ic->state != IC_RELAY || g->eof || ic->in_len == INTERCEPT_BUF)
+		return 0;
+	n = side_recv(ic, INTERCEPT_GUEST, ic->in + ic->in_len,
+		      INTERCEPT_BUF - ic->in_len);
+	if (n == -EAGAIN)
+		return 0;
+	if (n < 0)
+		return n;
+	*progress = true;
+	if (!n)
+		g->eof = true;
+	ic->in_len += n;
+	if (n && ic->ops.bytes)
+		ic->ops.bytes(ic->ops.opaque, n, 0);
+	return 0;
+}
+
+static int up_read(struct intercept *ic, bool *progress)
+{
+	struct ic_side *u = &ic->side[INTERCEPT_UP];
+	ssize_t n;
+
+	if (u->fd < 0 || !ic->up_ready || u->eof ||
+	    (ic->state != IC_RELAY && ic->state != IC_REFUSED))
+		return 0;
+	/* A TLS write to the guest that waited keeps its bytes in place. */
+	if (!ic->side[INTERCEPT_GUEST].wpend)
+		back_compact(ic);
+	if (ic->back_len == INTERCEPT_BUF)
+		return 0;
+	n = side_recv(ic, INTERCEPT_UP, ic->back + ic->back_len,
+		      INTERCEPT_BUF - ic->back_len);
+	if (n == -EAGAIN)
+		return 0;
+	if (n < 0)
+		return n;
+	*progress = true;
+	if (!n) {
+		u->eof = true;
+		if (!ic->resp_dead && http1_resp__eof(ic->resp))
+			ic->resp_dead = true;
+		return 0;
+	}
+	/* Watched only: the guest gets upstream's bytes as they came. */
+	if (!ic->resp_dead &&
+	    http1_resp__feed(ic->resp, ic->back + ic->back_len, n))
+		ic->resp_dead = true;
+	ic->back_len += n;
+	if (ic->ops.bytes)
+		ic->ops.bytes(ic->ops.opaque, 0, n);
+	return 0;
+}
+
+/* ---- writing ---------------------------------------------------------- */
+
+/* What the rewriter produced, upstream, once upstream is ready. */
+static int flush_up(struct intercept *ic, bool *progress)
+{
+	const uint8_t *out;
+	size_t len;
+	ssize_t n;
+
+	if (!ic->req || !ic->up_ready || ic->side[INTERCEPT_UP].fd < 0)
+		return 0;
+	out = http1_req__output(ic->req, &len);
+	if (!len)
+		return 0;
+	n = side_send(ic, INTERCEPT_UP, out, len);
+	if (n <= 0)
+		return n;
+	*progress = true;
+	http1_req__drain(ic->req, n);
+	return 0;
+}
+
+static int flush_back(struct intercept *ic, bool *progress)
+{
+	ssize_t n;
+
+	while (back_pending(ic)) {
+		n = side_send(ic, INTERCEPT_GUEST, ic->back + ic->back_off,
+			      back_pending(ic));
+		if (n <= 0)
+			return n;
+		*progress = true;
+		ic->back_off += n;
+	}
+	ic->back_off = ic->back_len = 0;
+	return 0;
+}
+
+/* The guest's bytes through the rewriter, as far as it takes them. */
+static int feed(struct intercept *ic, bool *progress)
+{
+	ssize_t n;
+
+	while (ic->state == IC_RELAY && ic->in_len) {
+		n = http1_req__feed(ic->req, ic->in, ic->in_len);
+		if (n < 0)
+			return n;
+		if (!n)
+			break;
+		*progress = true;
+		memmove(ic->in, ic->in + n, ic->in_len - n);
+		ic->in_len -= n;
+	}
+	return 0;
+}
+
+/* ---- refusals --------------------------------------------------------- */
+
+/*
+ * An error response for the guest, after what `back` holds already;
+ * upstream is done with (the proxy closes it: intercept.h).
+ */
+static int answer(struct intercept *ic, unsigned int status, const char *reason)
+{
+	char buf[HTTP1_ERROR_RESPONSE_MAX];
+	ssize_t n;
+
+	n = http1__error_response(status, reason, buf, sizeof(buf));
+	if (n < 0)
+		return n;
+	if (!ic->side[INTERCEPT_GUEST].wpend)
+		back_compact(ic);
+	if (n > (ssize_t)(INTERCEPT_BUF - ic->back_len))
+		return -ENOSPC;
+	memcpy(ic->back + ic->back_len, buf, n);
+	ic->back_len += n;
+	ic->state = IC_ANSWER;
+	ic->in_len = 0;
+	tls_conn__free(ic->side[INTERCEPT_UP].tls);
+	ic->side[INTERCEPT_UP].tls = NULL;
+	ic->side[INTERCEPT_UP].fd = -1;
+	return 0;
+}
+
+/* The rewriter refused (feed's ret): report it, stop reading the guest. */
+static int refused(struct intercept *ic, ssize_t ret)
+{
+	const struct http1_refusal *r = http1_req__refusal(ic->req);
+
+	if (!r || ret == -ENOMEM)
+		return ret ? (int)ret : -EPROTO;
+	if (!ic->counted)
+		report(ic, ic->host, false, r->reason);
+	ic->counted = true;
+	/* Its head went upstream, its body broke: no answer is coming. */
+	if (r->head_sent)
+		return -EPROTO;
+	ic->state = IC_REFUSED;
+	ic->in_len = 0;
+	return 0;
+}
+
+/*
+ * Refused: once the requests before it have their responses, the error
+ * response goes to the guest. Without the tracker nobody knows where
+ * those end: a reset, as when upstream ends before they did.
+ */
+static int refused_step(struct intercept *ic)
+{
+	const struct http1_refusal *r = http1_req__refusal(ic->req);
+
+	if (out_pending(ic) || back_pending(ic))
+		return 0;
+	if (http1_resp__answered(ic->resp) >= r->request)
+		return answer(ic, r->status, r->reason);
+	if (ic->resp_dead || ic->side[INTERCEPT_UP].eof ||
+	    ic->side[INTERCEPT_UP].fd < 0)
+		return -EPROTO;
+	return 0;
+}
+
+/* ---- the flow --------------------------------------------------------- */
+
+/* Ends passed on; whether the flow is over. */
+static int finish(struct intercept *ic)
+{
+	struct ic_side *g = &ic->side[INTERCEPT_GUEST];
+	struct ic_side *u = &ic->side[INTERCEPT_UP];
+	int ret = 0;
+
+	switch (ic->state) {
+	case IC_HANDSHAKE:
+		return 0;
+	case IC_RELAY:
+		if (g->eof && !ic->in_len && !out_pending(ic)) {
+			/* Nothing was allowed: nothing to wait for. */
+			if (u->fd < 0 && !ic->want_up)
+				return INTERCEPT_DONE;
+			if (ic->up_ready)
+				ret = side_shut(ic, INTERCEPT_UP, g->clean);
+		}
+		if (!ret && u->eof && !back_pending(ic))
+			ret = side_shut(ic, INTERCEPT_GUEST, u->clean);
+		if (!ret && g->shut && u->shut)
+			return INTERCEPT_DONE;
+		return ret;
+	case IC_REFUSED:
+		return refused_step(ic);
+	case IC_ANSWER:
+		if (back_pending(ic))
+			return 0;
+		ret = side_shut(ic, INTERCEPT_GUEST, true);
+		if (ret || !g->shut)
+			return ret;
+		ic->state = IC_LINGER;
+		return g->eof ? INTERCEPT_DONE : guest_linger(ic);
+	case IC_LINGER:
+		return 0;
+	}
+	return 0;
+}
+
+/* Everything that can move, moved; then the state's next step. */
+static int pump(struct intercept *ic)
+{
+	struct ic_side *g = &ic->side[INTERCEPT_GUEST];
+	struct ic_side *u = &ic->side[INTERCEPT_UP];
+	bool progress;
+	int ret;
+
+	do {
+		progress = false;
+		/* Bytes TLS decrypted already: no event will say so. */
+		if (side_pending(ic, INTERCEPT_GUEST))
+			ret = guest_read(ic, &progress);
+		else
+			ret = 0;
+		if (!ret && side_pending(ic, INTERCEPT_UP))
+			ret = up_read(ic, &progress);
+		if (!ret) {
+			ret = feed(ic, &progress);
+			if (ret < 0)
+				ret = refused(ic, ret);
+		}
+		if (!ret)
+			ret = flush_up(ic, &progress);
+		if (!ret)
+			ret = flush_back(ic, &progress);
+		if (ret)
+			return ret;
+	} while (progress);
+	/* A close_notify that waited for room. */
+	if (g->shutting)
+		ret = side_shut(ic, INTERCEPT_GUEST, true);
+	if (!ret && u->shutting)
+		ret = side_shut(ic, INTERCEPT_UP, true);
+	if (!ret)
+		ret = finish(ic);
+	/* An error response queued by this step goes out at once. */
+	if (!ret && ic->state == IC_ANSWER) {
+		progress = false;
+		ret = flush_back(ic, &progress);
+		if (!ret)
+			ret = finish(ic);
+	}
+	return ret;
+}
+
+/* ---- TLS handshakes ---------------------------------------------------- */
+
+static int make_http1(struct intercept *ic, const char *hostname, bool tls)
+{
+	struct http1_params hp = {
+		.hostname = hostname,
+		.port = ntohs(ic->flow.dst.sin_port),
+		.tls = tls,
+		.on_request = on_request,
+		.opaque = ic,
+	};
+	int ret;
+
+	ret = http1_req__create(&ic->req, &hp);
+	return ret ? ret : http1_resp__create(&ic->resp, ic->req);
+}
+
+/*
+ * The guest's handshake: the SNI was checked by sni_ok (a refusal was
+ * reported there); any other failure is the guest's (not TLS, no SNI,
+ * no common protocol). Done, requests must name the SNI's host.
+ */
+static int guest_handshake(struct intercept *ic)
+{
+	struct tls_conn *c = ic->side[INTERCEPT_GUEST].tls;
+	int ret = tls_conn__handshake(c);
+
+	if (ret == -EAGAIN)
+		return 0;
+	if (ret) {
+		if (!ic->counted)
+			report(ic, tls_conn__error(c), false,
+			       "tls handshake failed");
+		ic->counted = true;
+		return ret;
+	}
+	ret = make_http1(ic, ic->host, true);
+	if (ret)
+		return ret;
+	ic->state = IC_RELAY;
+	return 0;
+}
+
+/* Upstream failed (connect, or TLS): 502, upstream done with. */
+static int up_failed(struct intercept *ic, const char *why, const char *reason)
+{
+	int ret;
+
+	if (ic->ops.upstream_failed)
+		ic->ops.upstream_failed(ic->ops.opaque, &ic->flow, why);
+	/* No request reached upstream: the first allowed one gets the 502. */
+	ret = answer(ic, HTTP_STATUS_BAD_GATEWAY, reason);
+	return ret ? ret : pump(ic);
+}
+
+/* Upstream's handshake: its certificate must be for the guest's name. */
+static int up_handshake(struct intercept *ic)
+{
+	struct tls_conn *c = ic->side[INTERCEPT_UP].tls;
+	int ret = tls_conn__handshake(c);
+
+	if (ret == -EAGAIN)
+		return 0;
+	if (ret)
+		return up_failed(ic, tls_conn__error(c),
+				 ret == -EACCES ?
+					 "upstream certificate not trusted" :
+					 "upstream tls failed");
+	ic->up_ready = true;
+	return 0;
+}
+
+/* What may open files runs where it may (intercept_ops.unfiltered). */
+static int unfiltered(struct intercept *ic, int (*fn)(void *), void *arg)
+{
+	if (ic->ops.unfiltered)
+		return ic->ops.unfiltered(ic->ops.opaque, fn, arg);
+	return fn(arg);
+}
+
+static int do_accept(void *arg)
+{
+	struct intercept *ic = arg;
+	struct tls_accept_params p = { .sni_ok = sni_ok,
+				       .opaque = ic,
+				       .alpn = GUEST_ALPN };
+
+	return tls_conn__accept(&ic->side[INTERCEPT_GUEST].tls, ic->tls.server,
+				ic->side[INTERCEPT_GUEST].fd, &p);
+}
+
+struct connect_args {
+	struct intercept *ic;
+	const char *alpn;
+};
+
+static int do_connect(void *arg)
+{
+	struct connect_args *a = arg;
+	struct intercept *ic = a->ic;
+	struct tls_connect_params p = { .host = ic->host, .alpn = a->alpn };
+
+	return tls_conn__connect(&ic->side[INTERCEPT_UP].tls, ic->tls.client,
+				 ic->side[INTERCEPT_UP].fd, &p);
+}
+
+/* ---- the interface ----------------------------------------------------- */
+
+int intercept__run(struct intercept *ic, enum intercept_side side,
+		   uint32_t events)
+{
+	struct ic_side *S = &ic->side[side];
+	bool progress = false;
+	int ret = 0;
+
+	if (events & EPOLLERR)
+		return -ECONNRESET;
+	if (ic->state == IC_HANDSHAKE) {
+		ret = side == INTERCEPT_GUEST ? guest_handshake(ic) : 0;
+		if (ret || ic->state == IC_HANDSHAKE)
+			return ret;
+	} else if (side == INTERCEPT_UP && S->tls && !ic->up_ready &&
+		   S->fd >= 0) {
+		ret = up_handshake(ic);
+		if (ret || !ic->up_ready)
+			return ret;
+	}
+	/* TLS may read on either readiness (intercept.h, tls.h). */
+	if (S->tls || (events & (EPOLLIN | EPOLLHUP)))
+		ret = side == INTERCEPT_GUEST ? guest_read(ic, &progress) :
+						up_read(ic, &progress);
+	return ret ? ret : pump(ic);
+}
+
+/* What a side's reading and writing wait for, TLS or not. */
+static uint32_t side_events(const struct ic_side *s, bool rd, bool wr)
+{
+	uint32_t ev = 0;
+
+	if (rd)
+		ev |= s->tls ? s->rwant : EPOLLIN;
+	if (wr || s->wpend || s->shutting)
+		ev |= s->tls ? s->wwant : EPOLLOUT;
+	return ev;
+}
+
+uint32_t intercept__interest(const struct intercept *ic,
+			     enum intercept_side side)
+{
+	const struct ic_side *s = &ic->side[side];
+	bool relaying = ic->state == IC_RELAY || ic->state == IC_REFUSED;
+
+	if (s->fd < 0)
+		return 0;
+	if (side == INTERCEPT_GUEST) {
+		if (ic->state == IC_HANDSHAKE)
+			return tls_conn__wants(s->tls);
+		return side_events(s,
+				   (ic->state == IC_RELAY && !s->eof &&
+				    ic->in_len < INTERCEPT_BUF) ||
+					   ic->state == IC_LINGER,
+				   back_pending(ic));
+	}
+	if (s->tls && !ic->up_ready)
+		return tls_conn__wants(s->tls);
+	return side_events(
+		s, relaying && !s->eof && back_pending(ic) < INTERCEPT_BUF,
+		out_pending(ic));
+}
+
+bool intercept__wants_upstream(const struct intercept *ic)
+{
+	return ic->want_up && !ic->asked_up &&
+	       (ic->state == IC_RELAY || ic->state == IC_REFUSED);
+}
+
+int intercept__upstream(struct intercept *ic, int fd)
+{
+	struct ic_side *u = &ic->side[INTERCEPT_UP];
+	struct connect_args a = { .ic = ic };
+	int ret;
+
+	ic->asked_up = true;
+	u->fd = fd;
+	if (!ic->tls.client) {
+		ic->up_ready = true;
+		return pump(ic);
+	}
+	/* The protocol the guest chose, upstream too (none: none asked). */
+	a.alpn = tls_conn__alpn(ic->side[INTERCEPT_GUEST].tls);
+	ret = unfiltered(ic, do_connect, &a);
+	if (ret)
+		return up_failed(ic, strerror(-ret), "upstream tls failed");
+	ret = up_handshake(ic);
+	return ret || !ic->up_ready ? ret : pump(ic);
+}
+
+int intercept__upstream_failed(struct intercept *ic)
+{
+	int ret;
+
+	ic->asked_up = true;
+	ic->side[INTERCEPT_UP].fd = -1;
+	ret = answer(ic, HTTP_STATUS_BAD_GATEWAY, "upstream unreachable");
+	return ret ? ret : pump(ic);
+}
+
+bool intercept__upstream_done(const struct intercept *ic)
+{
+	return ic->asked_up && ic->side[INTERCEPT_UP].fd < 0;
+}
+
+/* ---- create, destroy -------------------------------------------------- */
+
+int intercept__create(struct intercept **out, const struct intercept_params *p)
+{
+	struct intercept *ic;
+	int ret;
+
+	*out = NULL;
+	if (p->guest_fd < 0 || !p->ops || !p->ops->decide ||
+	    (p->tls && (!p->tls->ca || !p->tls->server || !p->tls->client)))
+		return -EINVAL;
+	ic = calloc(1, sizeof(*ic));
+	if (!ic)
+		return -ENOMEM;
+	ic->flow = p->flow;
+	ic->ops = *p->ops;
+	if (p->tls)
+		ic->tls = *p->tls;
+	for (int s = 0; s < INTERCEPT_SIDES; s++)
+		ic->side[s] = (struct ic_side){ .fd = -1,
+						.rwant = EPOLLIN,
+						.wwant = EPOLLOUT };
+	ic->side[INTERCEPT_GUEST].fd = p->guest_fd;
+	ic->in = malloc(INTERCEPT_BUF);
+	ic->back = malloc(INTERCEPT_BUF);
+	if (!ic->in || !ic->back)
+		ret = -ENOMEM;
+	else if (p->tls)
+		ret = unfiltered(ic, do_accept, ic);
+	else /* plain: the first request's Host names the connection */
+		ret = make_http1(ic, NULL, false);
+	if (ret) {
+		intercept__destroy(ic);
+		return ret;
+	}
+	ic->state = p->tls ? IC_HANDSHAKE : IC_RELAY;
+	*out = ic;
+	return 0;
+}
+
+void intercept__destroy(struct intercept *ic)
+{
+	if (!ic)
+		return;
+	for (int s = 0; s < INTERCEPT_SIDES; s++)
+		tls_conn__free(ic->side[s].tls);
+	http1_resp__destroy(ic->resp);
+	http1_req__destroy(ic->req);
+	/* The guest's requests, before and after the rewriter: best effort. */
+	if (ic->in)
+		explicit_bzero(ic->in, INTERCEPT_BUF);
+	free(ic->in);
+	free(ic->back);
+	free(ic);
+}
