@@ -233,6 +233,14 @@ static int image_init(struct vm *vm)
 	ret = open_initrd(vm);
 	if (ret)
 		return ret;
+	/*
+	 * The guest trusts the interception CA when the policy it boots
+	 * with has http grants (Documentation/network.md, "The CA in the
+	 * guest"); a root without a trust store then fails closed.
+	 */
+	if (net_policy__nr_http(vm->policy) &&
+	    !vm__http_ca_pem(vm, &vm->guest_ca_pem, &vm->guest_ca_len))
+		pr_debug("the interception CA goes to the guest");
 	if (cfg->argv || cfg->mounts.nr || vm->guest_ca_len) {
 		ret = kiln_archive(vm);
 		if (ret) {
@@ -1112,12 +1120,13 @@ static const struct {
 	void (*exit)(struct vm *vm);
 } vm_steps[] = {
 	{ "slots", slots_init, vm__release_virtio },
-	{ "image", image_init, image_exit },
 	{ "disk", disk_init, disk_exit },
 	{ "mounts", mounts_init, mounts_exit },
 	{ "net", net_init, net_exit },
 	{ "proxy", proxy_init, proxy_exit },
 	{ "dns", dns_init, dns_exit },
+	/* After the proxy: the interception CA rides in the initramfs. */
+	{ "image", image_init, image_exit },
 	{ "kvm", kvm_init, kvm_exit },
 	{ "memory", memory_init, memory_exit },
 	{ "irqchip", irqchip_init, NULL }, /* goes with the VM fd */

@@ -1280,4 +1280,172 @@ TEST_TIMEOUT(hook_grants_denies_and_times_out, BOOT_TIMEOUT)
 	rmdir(dir);
 }
 
+/*
+ * The seed's scenario (issue 12): the host's HTTPS upstream for
+ * api.kiln.test, with a certificate from a test CA of the test's own
+ * (openssl), run by selftests/helpers/https-upstream.py in the test's
+ * netns; the VM's policy grants that hostname over HTTP(S) with an
+ * authorization header from the vmm's environment.
+ */
+#define API_HOST  "api.kiln.test"
+#define API_TOKEN "Bearer kiln-s3cr3t-token-7f1c"
+#define TOKEN_ENV "KILN_TEST_API_TOKEN"
+
+static bool https_upstream_start(struct __test_metadata *_metadata,
+				 const char *dir, pid_t *pid)
+{
+	char cmd[2048], crt[128], key[128], log[128], out[128];
+	struct sockaddr_in sin = { .sin_family = AF_INET,
+				   .sin_port = htons(443) };
+	int fd, i;
+
+	snprintf(cmd, sizeof(cmd),
+		 "set -e; cd '%s'; "
+		 "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 "
+		 "-nodes -keyout ca.key -out ca.crt -subj /CN=kiln-test-ca "
+		 "-days 2 -addext basicConstraints=critical,CA:TRUE "
+		 "-addext keyUsage=critical,keyCertSign 2>/dev/null; "
+		 "openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 "
+		 "-nodes -keyout srv.key -out srv.csr -subj /CN=" API_HOST
+		 " 2>/dev/null; "
+		 "printf 'subjectAltName=DNS:" API_HOST
+		 "\\nextendedKeyUsage=serverAuth\\n' > srv.ext; "
+		 "openssl x509 -req -in srv.csr -CA ca.crt -CAkey ca.key "
+		 "-CAcreateserial -out srv.crt -days 2 -extfile srv.ext "
+		 "2>/dev/null",
+		 dir);
+	ASSERT_EQ(0, system(cmd)) TH_LOG("openssl: the test CA");
+	snprintf(crt, sizeof(crt), "%s/srv.crt", dir);
+	snprintf(key, sizeof(key), "%s/srv.key", dir);
+	snprintf(log, sizeof(log), "%s/upstream.log", dir);
+	snprintf(out, sizeof(out), "%s/upstream.out", dir);
+	*pid = spawn_logged(ARGS("/usr/bin/python3",
+				 "selftests/helpers/https-upstream.py",
+				 TEST_HOST, "443", crt, key, log),
+			    out);
+	ASSERT_LT(0, *pid);
+	inet_pton(AF_INET, TEST_HOST, &sin.sin_addr);
+	for (i = 0; i < READY_SECS * 10; i++) {
+		fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		ASSERT_LE(0, fd);
+		if (!connect(fd, (struct sockaddr *)&sin, sizeof(sin))) {
+			close(fd);
+			return true;
+		}
+		close(fd);
+		ASSERT_NE(*pid, waitpid(*pid, NULL, WNOHANG))
+		TH_LOG("the HTTPS upstream died (%s)", out);
+		usleep(100000);
+	}
+	ASSERT_TRUE(false) TH_LOG("the HTTPS upstream never listened");
+	return false;
+}
+
+/* path's text, at most len - 1 bytes. */
+static void read_text(const char *path, char *buf, size_t len)
+{
+	FILE *f = fopen(path, "r");
+	size_t n = f ? fread(buf, 1, len - 1, f) : 0;
+
+	buf[n] = '\0';
+	if (f)
+		fclose(f);
+}
+
+/*
+ * The seed's scenario end to end on the Debian image: the guest's
+ * ordinary `curl https://api.kiln.test/user` (and Python's urllib)
+ * resolves through the vmm's trusted DNS, trusts the VM's CA (installed
+ * by the init), and gets the upstream's answer; the upstream saw the
+ * host's authorization header in place of the guest's; the guest saw no
+ * trace of it (its output, environment, files), nor did the vmm's log.
+ * A spoofed Host gets 421, an IP-literal HTTPS destination and an
+ * ungranted name get nothing.
+ */
+TEST_TIMEOUT(https_credentials_injected_on_the_host_only, BOOT_TIMEOUT)
+{
+	char dir[] = "/tmp/kiln-net-https-XXXXXX", policy[128], image[300];
+	char ca[128], log[128], seen[8192];
+	struct spawn_result r;
+	struct udp_server d;
+	struct test_host h;
+	struct guest g;
+	pid_t up;
+
+	if (!can_boot(_metadata))
+		return;
+	guest_paths(&g);
+	snprintf(image, sizeof(image), "%s/debian-12-agent.json", g.images);
+	ASSERT_EQ(0, access(image, R_OK)) TH_LOG("%s missing: make image",
+						 image);
+	ASSERT_TRUE(mkdtemp(dir) != NULL);
+	ASSERT_TRUE(test_host_start(_metadata, &h));
+	ASSERT_TRUE(test_dns_start(_metadata, &d));
+	ASSERT_TRUE(https_upstream_start(_metadata, dir, &up));
+	snprintf(ca, sizeof(ca), "%s/ca.crt", dir);
+	snprintf(log, sizeof(log), "%s/upstream.log", dir);
+	policy_file(_metadata, policy, sizeof(policy), dir, "policy.json",
+		    "{\"dns\": {\"resolvers\": [\"" TEST_DNS "\"]}, "
+		    "\"http\": [{\"host\": \"" API_HOST "\", \"ports\": [443], "
+		    "\"headers\": {\"authorization\": "
+		    "{\"from\": \"env:" TOKEN_ENV "\"}}}]}");
+	ASSERT_EQ(0, setenv(TOKEN_ENV, API_TOKEN, 1));
+	BOOT_SPEC((&(struct boot_spec){
+			  .initrd = "",
+			  .opts = ARGS("--rootfs", image, "--net", "auto",
+				       "--net-policy", policy,
+				       "--net-ca-bundle", ca),
+			  .cmd = ARGS("bash", "-c",
+				      "c() { curl -sS --max-time 60 \"$@\"; }; "
+				      "c -H 'Authorization: guest-own' "
+				      "https://" API_HOST "/user; "
+				      "python3 -c 'import urllib.request as u; "
+				      "print(u.urlopen(\"https://" API_HOST
+				      "/user\", timeout=60).read().decode(), "
+				      "end=\"\")'; "
+				      "c -o /dev/null -w '%{http_code}\\n' "
+				      "-H 'Host: evil.kiln.test' "
+				      "https://" API_HOST "/user; "
+				      "c https://192.0.2.10/user 2>/dev/null "
+				      "|| echo ip literal refused; "
+				      "c https://other.kiln.test/user 2>/dev/null "
+				      "|| echo ungranted name refused; "
+				      "env; cat /proc/*/environ 2>/dev/null; "
+				      "grep -rl kiln-s3cr3t /etc /tmp /run /root "
+				      "2>/dev/null; echo done") }),
+		  &r);
+	unsetenv(TOKEN_ENV);
+	kill(up, SIGTERM);
+	wait_exit(up, 30);
+	udp_server_stop(&d);
+	test_host_stop(&h);
+	EXPECT_EQ(0, r.status);
+	EXPECT_TRUE(strstr(r.out, "{\"login\": \"kiln-test-user\"}\n"
+				  "{\"login\": \"kiln-test-user\"}\n421\n"
+				  "ip literal refused\n"
+				  "ungranted name refused\n") != NULL)
+	TH_LOG("stdout: %.3000s\nstderr: %.3000s", r.out, r.err);
+	EXPECT_TRUE(strstr(r.out, "\ndone\n") != NULL);
+	/* No trace of the token anywhere the guest could read or say. */
+	EXPECT_EQ(NULL, strstr(r.out, "kiln-s3cr3t"));
+	EXPECT_EQ(NULL, strstr(r.err, "kiln-s3cr3t"));
+	/* Upstream got the host's header, never the guest's. */
+	read_text(log, seen, sizeof(seen));
+	EXPECT_TRUE(strstr(seen, "GET /user HTTP/1.1\n") != NULL)
+	TH_LOG("upstream saw: %s", seen);
+	EXPECT_TRUE(strstr(seen, "authorization: " API_TOKEN "\n") != NULL)
+	TH_LOG("upstream saw: %s", seen);
+	EXPECT_EQ(NULL, strstr(seen, "guest-own")) TH_LOG("upstream saw: %s",
+							  seen);
+	EXPECT_TRUE(strstr(seen, "host: " API_HOST "\n") != NULL)
+	TH_LOG("upstream saw: %s", seen);
+	/* The refused Host never reached it: two requests, both granted. */
+	EXPECT_EQ(NULL, strstr(seen, "evil.kiln.test"));
+	EXPECT_TRUE(strstr(r.err, "refused an http request of tcp ") != NULL)
+	TH_LOG("stderr: %s", r.err);
+	snprintf(seen, sizeof(seen), "rm -rf '%s'", dir);
+	if (system(seen))
+		TH_LOG("cannot remove %s", dir);
+}
+
 TEST_HARNESS_MAIN
