@@ -228,7 +228,12 @@ static bool status_live(uint8_t status)
 /*
  * The interrupt status and the line move together under irq_lock: the
  * line is high exactly while some bit is pending, and it is driven only
- * on a change, so a burst of used buffers costs one raise.
+ * on a change, so a burst of used buffers costs one raise. Behind an
+ * edge-triggered pin (vmm/virtio-attach.c) that raise is the only edge
+ * until the driver acknowledges: one lost below us (KVM, a nested
+ * hypervisor) is never repeated, and the device waits for good. The
+ * report shows it as isr set with raises one ahead of lowers while the
+ * vCPUs halt.
  */
 static void isr_raise(struct virtio_device *dev, uint32_t bits)
 {

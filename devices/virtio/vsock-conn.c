@@ -118,6 +118,16 @@ static uint32_t peer_credit(const struct vsock_conn *c)
 						c->peer_buf_alloc - in_flight;
 }
 
+/*
+ * Out of credit, a connection waits for the guest's next packet (every
+ * one carries fwd_cnt): the device never sends CREDIT_REQUEST, as
+ * vhost-vsock never does. Linux volunteers CREDIT_UPDATE after a read,
+ * once it has read all but 64 KiB of its buf_alloc since its last packet
+ * to us, or has read something since then and emptied its queue
+ * (6.1.192; older kernels only the first): a reader that keeps reading
+ * always tells us before we run dry. The unit test
+ * linux_guest_stream_never_stalls models that guest.
+ */
 static bool can_read(const struct vsock_conn *c)
 {
 	return c->state == CONN_ESTABLISHED && c->readable && !c->host_eof &&

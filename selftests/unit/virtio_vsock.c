@@ -18,7 +18,9 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -1957,6 +1959,652 @@ TEST_F_TIMEOUT(vsock, fuzz, 120)
 	ASSERT_EQ(5, guest_read(t, 3, hport, pkt, 5, TIMEOUT_MS));
 	close(fd);
 	close(lfd);
+}
+
+/* ---- tests: a Linux guest under a long stream from the host ---------------- */
+
+/*
+ * A model of the guest side a Linux 6.1 kernel runs on this device
+ * (Debian's 6.1.192, the kernel the KVM tests boot), for one long stream
+ * from the host at a time, as the control API's file upload makes:
+ *
+ *  - virtio_ring with EVENT_IDX: a queue's used ring is read only by the
+ *    work its interrupt scheduled (vring_interrupt: when there is
+ *    something, marking event_triggered), which disables callbacks
+ *    (used_event 0, unless the device signalled already), drains,
+ *    enables them (used_event = last used, a full barrier, one more
+ *    look) and loops while more came; a kick only when avail_event asks
+ *    for one (virtqueue_kick_prepare).
+ *  - virtio_transport.c: receive buffers of SKB_WITH_OVERHEAD(4 KiB)
+ *    bytes, header included, one descriptor each, refilled only once
+ *    fewer than half are posted (rx_work); packets to the host wait in a
+ *    queue while the tx ring is full, for a tx interrupt (send_pkt_work,
+ *    tx_work).
+ *  - virtio_transport_common.c: small packets are copied into the last
+ *    queued one; fwd_cnt and rx_bytes move by whole packets; after each
+ *    read the reader sends a CREDIT_UPDATE when it read something since
+ *    the last packet it sent and either that leaves less than 64 KiB of
+ *    buf_alloc (buf_alloc - (fwd_cnt - last_fwd_cnt)) or less than
+ *    SO_RCVLOWAT (1 byte) is queued (older 6.1 releases: the first test
+ *    alone, LG_RULE_OLD); a CREDIT_REQUEST is answered. A packet past
+ *    buf_alloc would reset the connection: here, a failure.
+ *
+ * The interrupt is taken as vm_interrupt() takes it: read the status,
+ * acknowledge it, then every queue. The reader (the agent) reads random
+ * amounts after random pauses. Nothing here polls a ring: a device that
+ * fails to notify, or to ask for a kick before it idles, or that waits
+ * for a credit update the guest will not send, stops the stream, and a
+ * stream without progress for LG_STALL_MS is a deadlock (every pause of
+ * either side is far shorter).
+ */
+#define LG_RXB	     3776U	  /* SKB_WITH_OVERHEAD(4096) on x86-64 */
+#define LG_MAX_PKT   (64U * 1024) /* VIRTIO_VSOCK_MAX_PKT_BUF_SIZE */
+#define LG_GOOD_COPY 128U	  /* GOOD_COPY_LEN */
+#define LG_PKQ	     16384U	  /* packets queued on the socket, at most */
+#define LG_SENDQ     4096U	  /* packets waiting for the tx ring */
+#define LG_STALL_MS  10000L
+#define LG_STREAM    (16U << 20)
+#define LG_ROUNDS    12U
+#define LG_GPORT     1024U /* the agent's port */
+
+enum lg_rule { LG_RULE_6_1_192, LG_RULE_OLD };
+
+struct lg_vq {
+	uint16_t avail_idx, kicked, last_used;
+	bool no_interrupt;    /* avail_flags_shadow */
+	bool event_triggered; /* a hint: the device signalled already */
+	bool work;	      /* the interrupt scheduled the queue's work */
+};
+
+struct lg {
+	struct tdev *t;
+	uint64_t seed;
+	enum lg_rule rule;
+	struct lg_vq vq[2];
+	/* rx: descriptor i is buffer i */
+	bool rx_posted[QSIZE];
+	unsigned int rx_buf_nr, rx_buf_max_nr;
+	/* tx: free descriptors, and packets waiting for one */
+	uint16_t tx_free[QSIZE];
+	unsigned int tx_nr_free;
+	bool tx_busy[QSIZE];
+	struct hdr sendq[LG_SENDQ];
+	unsigned int sq_head, sq_nr;
+	bool send_work;
+	/* the connection */
+	bool connected, rst_seen;
+	uint32_t hport, peer_shut, pat_seed;
+	uint32_t buf_alloc, fwd_cnt, last_fwd_cnt, rx_bytes;
+	uint32_t peer_buf_alloc, peer_fwd_cnt;
+	uint32_t pk_len[LG_PKQ], pk_room[LG_PKQ];
+	unsigned int pk_head, pk_nr;
+	uint32_t pk_off; /* read of the first queued packet */
+	uint64_t received, consumed;
+	long read_at; /* us: the reader's next read */
+	long progress_ms;
+	/* what the device got wrong first, with its numbers */
+	char failed[160];
+	unsigned long irqs, updates, packets, kicks[2];
+};
+
+static long now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000000L + ts.tv_nsec / 1000;
+}
+
+static __attribute__((format(printf, 2, 3))) void lg_fail(struct lg *g,
+							  const char *fmt, ...)
+{
+	va_list ap;
+
+	if (g->failed[0])
+		return;
+	va_start(ap, fmt);
+	vsnprintf(g->failed, sizeof(g->failed), fmt, ap);
+	va_end(ap);
+}
+
+static uint64_t lg_used_event_gpa(unsigned int q)
+{
+	return AVAIL_GPA(q) + 4 + 2 * QSIZE;
+}
+
+static uint16_t lg_used_idx(struct lg *g, unsigned int q)
+{
+	return vdrv_load16(&g->t->d, USED_GPA(q) + 2);
+}
+
+/* virtqueue_disable_cb() */
+static void lg_disable_cb(struct lg *g, unsigned int q)
+{
+	struct lg_vq *vq = &g->vq[q];
+
+	if (vq->no_interrupt)
+		return;
+	vq->no_interrupt = true;
+	if (vq->event_triggered)
+		return;
+	vdrv_store16(&g->t->d, lg_used_event_gpa(q), 0);
+}
+
+/* virtqueue_enable_cb(): false when more came meanwhile. */
+static bool lg_enable_cb(struct lg *g, unsigned int q)
+{
+	struct lg_vq *vq = &g->vq[q];
+
+	vq->event_triggered = false;
+	vq->no_interrupt = false;
+	vdrv_store16(&g->t->d, lg_used_event_gpa(q), vq->last_used);
+	/* virtio_mb: used_event before we look at used->idx again. */
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	return lg_used_idx(g, q) == vq->last_used;
+}
+
+/* virtqueue_get_buf(): the next used entry, false if none. */
+static bool lg_get_buf(struct lg *g, unsigned int q, uint32_t *id,
+		       uint32_t *len)
+{
+	struct lg_vq *vq = &g->vq[q];
+	uint64_t e;
+
+	if (lg_used_idx(g, q) == vq->last_used)
+		return false;
+	e = USED_GPA(q) + 4 + 8 * (vq->last_used % QSIZE);
+	*id = vdrv_get32(&g->t->d, e);
+	*len = vdrv_get32(&g->t->d, e + 4);
+	vq->last_used++;
+	return true;
+}
+
+static void lg_kick(struct lg *g, unsigned int q)
+{
+	struct lg_vq *vq = &g->vq[q];
+	uint16_t old = vq->kicked;
+
+	vq->kicked = vq->avail_idx;
+	if (vdrv_need_kick(&g->t->d, USED_GPA(q), QSIZE, old, vq->avail_idx)) {
+		vdrv_wr32(&g->t->d, VIRTIO_MMIO_QUEUE_NOTIFY, q);
+		g->kicks[q]++;
+	}
+}
+
+/* virtio_vsock_rx_fill(): every free descriptor, then a kick. */
+static void lg_rx_fill(struct lg *g)
+{
+	for (uint16_t b = 0; b < QSIZE; b++) {
+		if (g->rx_posted[b])
+			continue;
+		memset(g->t->d.ram + RX_GPA(b), 0xee, LG_RXB);
+		put_desc(g->t, RXQ, b, RX_GPA(b), LG_RXB, VRING_DESC_F_WRITE,
+			 0);
+		g->rx_posted[b] = true;
+		vdrv_publish(&g->t->d, AVAIL_GPA(RXQ), QSIZE,
+			     &g->vq[RXQ].avail_idx, b);
+		g->rx_buf_nr++;
+	}
+	if (g->rx_buf_nr > g->rx_buf_max_nr)
+		g->rx_buf_max_nr = g->rx_buf_nr;
+	lg_kick(g, RXQ);
+}
+
+/* virtio_transport_send_pkt_info(): the packet carries our credit. */
+static void lg_send(struct lg *g, uint16_t op, uint32_t flags)
+{
+	struct hdr h = gh(op, LG_GPORT, g->hport);
+
+	if (g->sq_nr == LG_SENDQ) {
+		lg_fail(g, "%u packets wait for the tx ring: no tx interrupt",
+			LG_SENDQ);
+		return;
+	}
+	h.flags = flags;
+	h.buf_alloc = g->buf_alloc;
+	h.fwd_cnt = g->fwd_cnt;
+	g->last_fwd_cnt = g->fwd_cnt;
+	g->sendq[(g->sq_head + g->sq_nr++) % LG_SENDQ] = h;
+	g->send_work = true;
+	g->updates += op == OP_CREDIT;
+}
+
+/* virtio_transport_send_pkt_work(): as many as the ring takes. */
+static void lg_send_work(struct lg *g)
+{
+	struct virtio_vsock_hdr le;
+	bool added = false;
+	uint16_t d;
+
+	g->send_work = false;
+	while (g->sq_nr && g->tx_nr_free) {
+		d = g->tx_free[--g->tx_nr_free];
+		g->tx_busy[d] = true;
+		encode(&g->sendq[g->sq_head], &le);
+		g->sq_head = (g->sq_head + 1) % LG_SENDQ;
+		g->sq_nr--;
+		memcpy(g->t->d.ram + TX_GPA(d), &le, sizeof(le));
+		put_desc(g->t, TXQ, d, TX_GPA(d), HDR, 0, 0);
+		vdrv_publish(&g->t->d, AVAIL_GPA(TXQ), QSIZE,
+			     &g->vq[TXQ].avail_idx, d);
+		added = true;
+	}
+	if (added)
+		lg_kick(g, TXQ);
+}
+
+/* virtio_transport_tx_work() */
+static void lg_tx_work(struct lg *g)
+{
+	uint32_t id, len;
+	bool freed = false;
+
+	g->vq[TXQ].work = false;
+	do {
+		lg_disable_cb(g, TXQ);
+		while (lg_get_buf(g, TXQ, &id, &len)) {
+			if (id >= QSIZE || !g->tx_busy[id]) {
+				lg_fail(g, "tx used entry %u names nothing",
+					id);
+				continue;
+			}
+			g->tx_busy[id] = false;
+			g->tx_free[g->tx_nr_free++] = id;
+			freed = true;
+		}
+	} while (!lg_enable_cb(g, TXQ));
+	if (freed)
+		g->send_work = true;
+}
+
+/* The payload of an RW packet, onto the socket's queue. */
+static void lg_enqueue(struct lg *g, const uint8_t *data, uint32_t len)
+{
+	unsigned int last = (g->pk_head + g->pk_nr - 1) % LG_PKQ;
+	size_t bad;
+
+	if (g->rx_bytes + len > g->buf_alloc) {
+		lg_fail(g, "%u bytes with %u queued: past buf_alloc %u", len,
+			g->rx_bytes, g->buf_alloc);
+		return;
+	}
+	bad = check_pat(data, len, g->received, g->pat_seed);
+	if (bad) {
+		lg_fail(g, "%zu bad bytes in %u at stream offset %llu", bad,
+			len, (unsigned long long)g->received);
+		return;
+	}
+	g->rx_bytes += len;
+	g->received += len;
+	/* virtio_transport_recv_enqueue(): into the last buffer's room. */
+	if (len <= LG_GOOD_COPY && g->pk_nr && len < g->pk_room[last]) {
+		g->pk_len[last] += len;
+		g->pk_room[last] -= len;
+		return;
+	}
+	if (g->pk_nr == LG_PKQ) {
+		lg_fail(g, "more than %u packets queued", LG_PKQ);
+		return;
+	}
+	last = (g->pk_head + g->pk_nr++) % LG_PKQ;
+	g->pk_len[last] = len;
+	g->pk_room[last] = LG_RXB - HDR - len;
+}
+
+/* virtio_transport_recv_pkt() for our one listener and connection. */
+static void lg_recv(struct lg *g, uint16_t b, uint32_t used_len)
+{
+	const uint8_t *buf = g->t->d.ram + RX_GPA(b);
+	struct virtio_vsock_hdr le;
+	struct hdr h;
+
+	memcpy(&le, buf, sizeof(le));
+	decode(&le, &h);
+	if (used_len < HDR || used_len > LG_RXB || h.len > used_len - HDR) {
+		lg_fail(g, "a packet of %u bytes (len %u) in a %u-byte buffer",
+			used_len, h.len, LG_RXB);
+		return;
+	}
+	if (h.src_cid != HOST_CID || h.dst_cid != GUEST_CID ||
+	    h.dst_port != LG_GPORT || h.type != VIRTIO_VSOCK_TYPE_STREAM) {
+		lg_fail(g, "op %u from %llu:%u to %llu:%u type %u", h.op,
+			(unsigned long long)h.src_cid, h.src_port,
+			(unsigned long long)h.dst_cid, h.dst_port, h.type);
+		return;
+	}
+	g->packets++;
+	g->progress_ms = vdrv_now_ms();
+	if (h.op == OP_REQUEST && !g->connected && !g->rst_seen) {
+		/* virtio_transport_recv_listen() */
+		g->connected = true;
+		g->hport = h.src_port;
+		g->peer_buf_alloc = h.buf_alloc;
+		g->peer_fwd_cnt = h.fwd_cnt;
+		lg_send(g, OP_RESPONSE, 0);
+		return;
+	}
+	if (!g->connected || h.src_port != g->hport) {
+		lg_fail(g, "op %u from port %u, connected to %u: %s", h.op,
+			h.src_port, g->hport,
+			g->connected ? "another port" : "no connection");
+		return;
+	}
+	/* virtio_transport_space_update() */
+	g->peer_buf_alloc = h.buf_alloc;
+	g->peer_fwd_cnt = h.fwd_cnt;
+	switch (h.op) {
+	case OP_RW:
+		if (used_len != HDR + h.len)
+			lg_fail(g, "RW of %u bytes in %u used", h.len,
+				used_len);
+		else
+			lg_enqueue(g, buf + HDR, h.len);
+		break;
+	case OP_CREQ:
+		lg_send(g, OP_CREDIT, 0);
+		break;
+	case OP_CREDIT:
+		break;
+	case OP_SHUTDOWN:
+		g->peer_shut |= h.flags;
+		break;
+	case OP_RST:
+		g->connected = false;
+		g->rst_seen = true;
+		break;
+	default:
+		lg_fail(g, "op %u on an established connection", h.op);
+		break;
+	}
+}
+
+/* virtio_transport_rx_work() */
+static void lg_rx_work(struct lg *g)
+{
+	uint32_t id, len;
+
+	g->vq[RXQ].work = false;
+	do {
+		lg_disable_cb(g, RXQ);
+		while (lg_get_buf(g, RXQ, &id, &len)) {
+			if (id >= QSIZE || !g->rx_posted[id]) {
+				lg_fail(g, "rx used entry %u names nothing",
+					id);
+				continue;
+			}
+			g->rx_posted[id] = false;
+			g->rx_buf_nr--;
+			lg_recv(g, id, len);
+		}
+	} while (!lg_enable_cb(g, RXQ));
+	if (g->rx_buf_nr < g->rx_buf_max_nr / 2)
+		lg_rx_fill(g);
+}
+
+/*
+ * recvmsg() of up to want bytes, then the credit decision of
+ * virtio_transport_stream_do_dequeue().
+ */
+static void lg_read(struct lg *g, uint32_t want)
+{
+	uint32_t got = 0, delta, free_space;
+	bool update;
+
+	while (got < want && g->pk_nr) {
+		uint32_t len = g->pk_len[g->pk_head];
+		uint32_t n = len - g->pk_off;
+
+		if (n > want - got)
+			n = want - got;
+		got += n;
+		g->pk_off += n;
+		if (g->pk_off < len)
+			break;
+		g->rx_bytes -= len;
+		g->fwd_cnt += len;
+		g->pk_head = (g->pk_head + 1) % LG_PKQ;
+		g->pk_nr--;
+		g->pk_off = 0;
+	}
+	g->consumed += got;
+	if (got)
+		g->progress_ms = vdrv_now_ms();
+	delta = g->fwd_cnt - g->last_fwd_cnt;
+	free_space = g->buf_alloc - delta;
+	if (g->rule == LG_RULE_OLD)
+		update = free_space < LG_MAX_PKT;
+	else
+		update = delta && (free_space < LG_MAX_PKT || g->rx_bytes < 1);
+	if (update)
+		lg_send(g, OP_CREDIT, 0);
+}
+
+/* vring_interrupt() for queue q */
+static void lg_vring_interrupt(struct lg *g, unsigned int q)
+{
+	if (lg_used_idx(g, q) == g->vq[q].last_used)
+		return;
+	g->vq[q].event_triggered = true;
+	g->vq[q].work = true;
+}
+
+/* vm_interrupt(), once the line is up or until (us) passes: taken? */
+static bool lg_interrupt(struct lg *g, long until)
+{
+	struct vdrv *d = &g->t->d;
+	struct timespec ts = { .tv_sec = until / 1000000,
+			       .tv_nsec = until % 1000000 * 1000 };
+	uint32_t isr;
+	int level;
+
+	pthread_mutex_lock(&d->irq.lock);
+	while (!d->irq.level)
+		if (pthread_cond_timedwait(&d->irq.cond, &d->irq.lock, &ts))
+			break;
+	level = d->irq.level;
+	pthread_mutex_unlock(&d->irq.lock);
+	if (!level)
+		return false;
+	isr = vdrv_rd32(d, VIRTIO_MMIO_INTERRUPT_STATUS);
+	vdrv_wr32(d, VIRTIO_MMIO_INTERRUPT_ACK, isr);
+	g->irqs++;
+	if (isr & VIRTIO_MMIO_INT_VRING) {
+		lg_vring_interrupt(g, RXQ);
+		lg_vring_interrupt(g, TXQ);
+	}
+	return true;
+}
+
+/* The host process: CONNECT, then the stream, then its end. */
+struct lg_host {
+	int fd;
+	uint64_t seed;
+	uint32_t pat_seed;
+	char line[64];
+	uint64_t written;
+	bool ok;
+};
+
+static void *lg_host_thread(void *arg)
+{
+	static uint8_t buf[256 * 1024];
+	struct lg_host *h = arg;
+
+	if (!write_str(h->fd, "CONNECT 1024\n"))
+		return NULL;
+	read_line(h->fd, h->line, sizeof(h->line));
+	if (strncmp(h->line, "OK ", 3))
+		return NULL;
+	while (h->written < LG_STREAM) {
+		uint64_t r = prng__next(&h->seed);
+		size_t n =
+			r & 3 ? 1 + (r >> 8) % sizeof(buf) : 1 + (r >> 8) % 300;
+
+		if (n > LG_STREAM - h->written)
+			n = LG_STREAM - h->written;
+		fill_pat(buf, n, h->written, h->pat_seed);
+		if (!write_all(h->fd, buf, n))
+			return NULL;
+		h->written += n;
+		if (!(r & 0xf0))
+			usleep((r >> 32) % 2000);
+	}
+	h->ok = shutdown(h->fd, SHUT_WR) == 0;
+	return NULL;
+}
+
+/* The model's picture, and the device's, when the stream went wrong. */
+static void lg_report(struct lg *g, const struct lg_host *h)
+{
+	struct vdrv *d = &g->t->d;
+
+	fprintf(stderr,
+		"# guest: %s; connected %d rst %d peer_shut %#x | rx: %u "
+		"posted, avail %u kicked %u used %u (last %u) used_event %u "
+		"avail_event %u | tx: %u free, %u waiting, avail %u used %u "
+		"(last %u) | buf_alloc %u fwd_cnt %u last sent %u rx_bytes "
+		"%u, peer %u/%u | received %llu read %llu written %llu | "
+		"irqs %lu updates %lu packets %lu kicks %lu/%lu\n",
+		g->failed[0] ? g->failed : "stalled", g->connected, g->rst_seen,
+		g->peer_shut, g->rx_buf_nr, g->vq[RXQ].avail_idx,
+		g->vq[RXQ].kicked, lg_used_idx(g, RXQ), g->vq[RXQ].last_used,
+		vdrv_load16(d, lg_used_event_gpa(RXQ)),
+		vdrv_load16(d, USED_GPA(RXQ) + 4 + 8 * QSIZE), g->tx_nr_free,
+		g->sq_nr, g->vq[TXQ].avail_idx, lg_used_idx(g, TXQ),
+		g->vq[TXQ].last_used, g->buf_alloc, g->fwd_cnt, g->last_fwd_cnt,
+		g->rx_bytes, g->peer_buf_alloc, g->peer_fwd_cnt,
+		(unsigned long long)g->received,
+		(unsigned long long)g->consumed, (unsigned long long)h->written,
+		g->irqs, g->updates, g->packets, g->kicks[RXQ], g->kicks[TXQ]);
+	virtio_device__report(d->vdev);
+}
+
+/*
+ * One stream: the guest's loop until the host's last byte is read and
+ * the connection closed, a failure, or a stall. True if it went through.
+ */
+static bool lg_stream(struct lg *g, struct lg_host *h)
+{
+	bool closing = false;
+
+	g->progress_ms = vdrv_now_ms();
+	g->read_at = 0;
+	while (!g->failed[0] && !g->rst_seen) {
+		uint64_t r = prng__next(&g->seed);
+		bool readable = g->pk_nr != 0;
+		long until;
+
+		if (vdrv_now_ms() - g->progress_ms > LG_STALL_MS)
+			return false;
+		/* Whatever interrupt is there, then one piece of work. */
+		lg_interrupt(g, 0);
+		if (g->vq[RXQ].work && (r & 3)) {
+			lg_rx_work(g);
+		} else if (g->vq[TXQ].work && (r & 0xc)) {
+			lg_tx_work(g);
+		} else if (g->send_work && (r & 0x30)) {
+			lg_send_work(g);
+		} else if (readable && now_us() >= g->read_at) {
+			/* Mostly up to a 64 KiB frame and more, or a sliver. */
+			lg_read(g, r & 0x300 ? 1 + (r >> 12) % (80 * 1024) :
+					       1 + (r >> 12) % 64);
+			g->read_at = now_us() + (long)((r >> 40) % 200);
+			/* The agent, busy elsewhere for a while. */
+			if (!((r >> 50) & 0x3f))
+				g->read_at += 2000 + (long)((r >> 32) % 20000);
+		} else if (!g->vq[RXQ].work && !g->vq[TXQ].work &&
+			   !g->send_work) {
+			/* Idle until an interrupt, the reader, or the verdict. */
+			until = (g->progress_ms + LG_STALL_MS + 1) * 1000;
+			if (readable && g->read_at < until)
+				until = g->read_at;
+			lg_interrupt(g, until);
+		}
+		/* A workqueue or a vCPU that takes its time. */
+		if (!((r >> 56) & 0xf))
+			usleep((r >> 20) % 300);
+		/* All read and the host done: close, as the agent does. */
+		if (!closing && g->consumed == LG_STREAM &&
+		    (g->peer_shut & SHUT_SEND)) {
+			closing = true;
+			lg_send(g, OP_SHUTDOWN, SHUT_RCV | SHUT_SEND);
+		}
+	}
+	return !g->failed[0] && g->consumed == LG_STREAM;
+}
+
+/*
+ * Round after round on one device and one driver, as a guest lives
+ * through several calls: 16 MiB each to a guest that reads slowly and
+ * sends credit only the way Linux does, with EVENT_IDX, and never stops
+ * for LG_STALL_MS. KILN_VSOCK_STREAM_SEED and KILN_VSOCK_STREAM_ROUNDS
+ * vary it.
+ */
+TEST_F_TIMEOUT(vsock, linux_guest_stream_never_stalls, 300)
+{
+	static const uint32_t allocs[] = { GBUF,   GBUF,    64 * 1024,
+					   100000, 1 << 20, 16 * 1024 };
+	const char *env = getenv("KILN_VSOCK_STREAM_SEED");
+	const char *rounds_env = getenv("KILN_VSOCK_STREAM_ROUNDS");
+	uint64_t seed = env ? strtoull(env, NULL, 0) | 1 : 0x11e5c0de5eedULL;
+	unsigned int rounds =
+		rounds_env ? strtoul(rounds_env, NULL, 0) : LG_ROUNDS;
+	struct tdev *t = &self->t;
+	static struct lg g;
+	long t0 = vdrv_now_ms();
+
+	t->no_fill = true;
+	ASSERT_EQ(ST_LIVE, bring_up(t));
+	ASSERT_TRUE(t->d.features & FEAT(VIRTIO_RING_F_EVENT_IDX));
+	memset(&g, 0, sizeof(g));
+	g.t = t;
+	g.seed = seed;
+	for (uint16_t i = 0; i < QSIZE; i++)
+		g.tx_free[g.tx_nr_free++] = QSIZE - 1 - i;
+	lg_rx_fill(&g);
+	for (unsigned int i = 0; i < rounds; i++) {
+		struct lg_host h = { .seed = prng__next(&seed) | 1,
+				     .pat_seed = i + 20 };
+		long start = vdrv_now_ms();
+		pthread_t th;
+		int sv[2];
+		bool ok;
+
+		/* Every buf_alloc with either rule. */
+		g.rule = i / ARRAY_SIZE(allocs) % 2 ? LG_RULE_OLD :
+						      LG_RULE_6_1_192;
+		g.buf_alloc = allocs[i % ARRAY_SIZE(allocs)];
+		g.irqs = g.updates = g.packets = 0;
+		g.kicks[RXQ] = g.kicks[TXQ] = 0;
+		g.pat_seed = h.pat_seed;
+		g.connected = g.rst_seen = false;
+		g.peer_shut = g.fwd_cnt = g.last_fwd_cnt = g.rx_bytes = 0;
+		g.pk_head = g.pk_nr = g.pk_off = 0;
+		g.received = g.consumed = 0;
+		ASSERT_EQ(0, socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0,
+					sv));
+		ASSERT_EQ(0, vsock__attach_stream(t->vs, sv[0]));
+		h.fd = sv[1];
+		ASSERT_EQ(0, pthread_create(&th, NULL, lg_host_thread, &h));
+		ok = lg_stream(&g, &h);
+		if (!ok)
+			lg_report(&g, &h);
+		/* Unblocks a host stuck in a write to a stalled device. */
+		shutdown(sv[1], SHUT_RDWR);
+		pthread_join(th, NULL);
+		close(sv[1]);
+		TH_LOG("round %u: buf_alloc %u, %s rule: %llu bytes in %ld ms, "
+		       "%lu interrupts, %lu credit updates",
+		       i, g.buf_alloc,
+		       g.rule == LG_RULE_OLD ? "old" : "6.1.192",
+		       (unsigned long long)g.consumed, vdrv_now_ms() - start,
+		       g.irqs, g.updates);
+		ASSERT_TRUE(ok)
+		TH_LOG("round %u: %s", i, g.failed[0] ? g.failed : "stalled");
+		EXPECT_TRUE(h.ok);
+		EXPECT_EQ(LG_STREAM, h.written);
+	}
+	TH_LOG("%u rounds in %ld ms", rounds, vdrv_now_ms() - t0);
 }
 
 TEST_HARNESS_MAIN
