@@ -771,6 +771,26 @@ TEST_TIMEOUT(live_policy_replacement_cuts_a_running_flow, BOOT_TIMEOUT)
 }
 
 /*
+ * For a test on the Debian image: its descriptor in image, the test's
+ * scratch directory dir made, the test host and its resolver up.
+ */
+static bool debian_world(struct __test_metadata *_metadata, char *image,
+			 size_t len, char *dir, struct test_host *h,
+			 struct udp_server *d)
+{
+	struct guest g;
+
+	guest_paths(&g);
+	snprintf(image, len, "%s/debian-12-agent.json", g.images);
+	ASSERT_EQ(0, access(image, R_OK)) TH_LOG("%s missing: make image",
+						 image);
+	ASSERT_TRUE(mkdtemp(dir) != NULL);
+	ASSERT_TRUE(test_host_start(_metadata, h));
+	ASSERT_TRUE(test_dns_start(_metadata, d));
+	return true;
+}
+
+/*
  * The issue's own scenario on the Debian image: curl (glibc's resolver,
  * A and AAAA questions to the gateway) fetches a granted hostname's page;
  * the vmm asked only the policy's resolver, and the name's address on
@@ -783,17 +803,10 @@ TEST_TIMEOUT(curl_on_the_debian_image_through_trusted_dns, BOOT_TIMEOUT)
 	struct spawn_result r;
 	struct test_host h;
 	struct udp_server d;
-	struct guest g;
 
 	if (!is_root(_metadata))
 		return;
-	guest_paths(&g);
-	snprintf(image, sizeof(image), "%s/debian-12-agent.json", g.images);
-	ASSERT_EQ(0, access(image, R_OK)) TH_LOG("%s missing: make image",
-						 image);
-	ASSERT_TRUE(mkdtemp(dir) != NULL);
-	ASSERT_TRUE(test_host_start(_metadata, &h));
-	ASSERT_TRUE(test_dns_start(_metadata, &d));
+	ASSERT_TRUE(debian_world(_metadata, image, sizeof(image), dir, &h, &d));
 	policy_file(_metadata, policy, sizeof(policy), dir, "policy.json",
 		    "{\"dns\": {\"resolvers\": [\"" TEST_DNS "\"]}, "
 		    "\"tcp\": [{\"to\": \"granted.test\", \"ports\": [8080]}]}");
@@ -1369,18 +1382,11 @@ TEST_TIMEOUT(https_credentials_injected_on_the_host_only, BOOT_TIMEOUT)
 	struct spawn_result r;
 	struct udp_server d;
 	struct test_host h;
-	struct guest g;
 	pid_t up;
 
 	if (!can_boot(_metadata))
 		return;
-	guest_paths(&g);
-	snprintf(image, sizeof(image), "%s/debian-12-agent.json", g.images);
-	ASSERT_EQ(0, access(image, R_OK)) TH_LOG("%s missing: make image",
-						 image);
-	ASSERT_TRUE(mkdtemp(dir) != NULL);
-	ASSERT_TRUE(test_host_start(_metadata, &h));
-	ASSERT_TRUE(test_dns_start(_metadata, &d));
+	ASSERT_TRUE(debian_world(_metadata, image, sizeof(image), dir, &h, &d));
 	ASSERT_TRUE(https_upstream_start(_metadata, dir, &up));
 	snprintf(ca, sizeof(ca), "%s/ca.crt", dir);
 	snprintf(log, sizeof(log), "%s/upstream.log", dir);
