@@ -1416,7 +1416,8 @@ TEST_TIMEOUT(https_credentials_injected_on_the_host_only, BOOT_TIMEOUT)
 				      "|| echo ip literal refused; "
 				      "c https://other.kiln.test/user 2>/dev/null "
 				      "|| echo ungranted name refused; "
-				      "env; cat /proc/*/environ 2>/dev/null; "
+				      "env; cat /proc/*/environ 2>/dev/null "
+				      "| tr '\\0' '\\n'; "
 				      "grep -rl kiln-s3cr3t /etc /tmp /run /root "
 				      "2>/dev/null; echo done") }),
 		  &r);
@@ -1431,7 +1432,10 @@ TEST_TIMEOUT(https_credentials_injected_on_the_host_only, BOOT_TIMEOUT)
 				  "ip literal refused\n"
 				  "ungranted name refused\n") != NULL)
 	TH_LOG("stdout: %.3000s\nstderr: %.3000s", r.out, r.err);
-	EXPECT_TRUE(strstr(r.out, "\ndone\n") != NULL);
+	/* Read whole: no NUL ended it early. */
+	EXPECT_EQ(strlen(r.out), r.out_len);
+	EXPECT_TRUE(strstr(r.out, "\ndone\n") != NULL)
+	TH_LOG("stdout: %.3000s", r.out);
 	/* No trace of the token anywhere the guest could read or say. */
 	EXPECT_EQ(NULL, strstr(r.out, "kiln-s3cr3t"));
 	EXPECT_EQ(NULL, strstr(r.err, "kiln-s3cr3t"));
