@@ -237,6 +237,50 @@ static int check_keys(json_t *obj, const char *const keys[], const char *path,
 	return 0;
 }
 
+/*
+ * obj is an object whose keys are all in keys[]; shape is what one looks
+ * like, for the refusal.
+ */
+static int check_object(json_t *obj, const char *const keys[],
+			const char *shape, const char *path, char *err,
+			size_t len)
+{
+	if (!json_is_object(obj))
+		return errf(err, len, -EINVAL, "%s: must be an object (%s)",
+			    path, shape);
+	return check_keys(obj, keys, path, err, len);
+}
+
+/* obj's key, which it must have: 0 with *v set, or -EINVAL. */
+static int need_key(json_t *obj, const char *key, json_t **v, const char *path,
+		    char *err, size_t len)
+{
+	*v = json_object_get(obj, key);
+	if (!*v)
+		return errf(err, len, -EINVAL, "%s: needs \"%s\"", path, key);
+	return 0;
+}
+
+/*
+ * path.key is an array of at most max: its size, or -errno. what says what
+ * it holds, noun what its size counts.
+ */
+static ssize_t check_array(json_t *arr, const char *path, const char *key,
+			   const char *what, const char *noun, unsigned int max,
+			   char *err, size_t len)
+{
+	size_t n;
+
+	if (!json_is_array(arr))
+		return errf(err, len, -EINVAL, "%s.%s: must be an array of %s",
+			    path, key, what);
+	n = json_array_size(arr);
+	if (n > max)
+		return errf(err, len, -E2BIG, "%s.%s: %zu %s, at most %u", path,
+			    key, n, noun, max);
+	return n;
+}
+
 /* A decimal port 1..65535 in s[0, n), no sign, no leading zero. */
 static bool parse_port(const char *s, size_t n, uint16_t *port)
 {
@@ -342,27 +386,53 @@ int net_hostname__normalize(const char *s, char *out, bool allow_wildcard,
 	return 0;
 }
 
+/* r's ports: each of ports[n] alone. */
+static int rule_set_ports(struct rule *r, const uint16_t ports[],
+			  unsigned int n)
+{
+	unsigned int i;
+
+	r->ports = calloc(n, sizeof(*r->ports));
+	if (!r->ports)
+		return -ENOMEM;
+	for (i = 0; i < n; i++)
+		r->ports[i].lo = r->ports[i].hi = ports[i];
+	r->nr_ports = n;
+	return 0;
+}
+
+/*
+ * r a DEST_HOST rule for the hostname s ("*.name" too): 0, -EINVAL when s
+ * is no hostname, -ENOMEM.
+ */
+static int rule_set_host(struct rule *r, const char *s)
+{
+	char host[NET_HOSTNAME_MAX + 1];
+
+	if (net_hostname__normalize(s, host, true, &r->wildcard))
+		return -EINVAL;
+	r->kind = DEST_HOST;
+	r->host = strdup(host);
+	return r->host ? 0 : -ENOMEM;
+}
+
 static int parse_ports(json_t *arr, struct rule *r, const char *path, char *err,
 		       size_t len)
 {
-	size_t i, n;
+	ssize_t n;
+	size_t i;
 	json_t *v;
 
-	if (!json_is_array(arr))
-		return errf(err, len, -EINVAL,
-			    "%s.ports: must be an array of ports (443) and "
-			    "ranges (\"8000-8100\")",
-			    path);
-	n = json_array_size(arr);
+	n = check_array(arr, path, "ports",
+			"ports (443) and ranges (\"8000-8100\")", "entries",
+			NET_POLICY_MAX_PORTS, err, len);
+	if (n < 0)
+		return n;
 	if (!n)
 		return errf(err, len, -EINVAL,
 			    "%s.ports: empty (leave \"ports\" out for every "
 			    "port)",
 			    path);
-	if (n > NET_POLICY_MAX_PORTS)
-		return errf(err, len, -E2BIG,
-			    "%s.ports: %zu entries, at most %u", path, n,
-			    NET_POLICY_MAX_PORTS);
 	r->ports = calloc(n, sizeof(*r->ports));
 	if (!r->ports)
 		return -ENOMEM;
@@ -419,11 +489,10 @@ static int loopback_refused(const char *to, const char *path, char *err,
 static int parse_to(const char *to, struct rule *r, bool *has_port,
 		    const char *path, char *err, size_t len)
 {
-	char host[NET_HOSTNAME_MAX + 1];
 	unsigned int prefix;
 	uint32_t addr;
 	uint16_t port;
-	int cls;
+	int cls, ret;
 
 	*has_port = false;
 	if (is_ipv6_literal(to))
@@ -464,20 +533,11 @@ static int parse_to(const char *to, struct rule *r, bool *has_port,
 		r->mask = ~0U;
 		if (r->net >> 24 == LOOPBACK_NET)
 			return loopback_refused(to, path, err, len);
-		if (*has_port) {
-			r->ports = calloc(1, sizeof(*r->ports));
-			if (!r->ports)
-				return -ENOMEM;
-			r->ports[0].lo = r->ports[0].hi = port;
-			r->nr_ports = 1;
-		}
-		return 0;
+		return *has_port ? rule_set_ports(r, &port, 1) : 0;
 	}
-	if (!net_hostname__normalize(to, host, true, &r->wildcard)) {
-		r->kind = DEST_HOST;
-		r->host = strdup(host);
-		return r->host ? 0 : -ENOMEM;
-	}
+	ret = rule_set_host(r, to);
+	if (ret != -EINVAL)
+		return ret;
 	return errf(err, len, -EINVAL,
 		    "%s.to: \"%s\" is not an address, a CIDR, a hostname or "
 		    "an address class",
@@ -492,17 +552,12 @@ static int parse_rule(json_t *obj, struct rule *r, const char *path, char *err,
 	bool has_port;
 	int ret;
 
-	if (!json_is_object(obj))
-		return errf(err, len, -EINVAL,
-			    "%s: must be an object ({\"to\": ..., "
-			    "\"ports\": [...]})",
-			    path);
-	ret = check_keys(obj, keys, path, err, len);
+	ret = check_object(obj, keys, "{\"to\": ..., \"ports\": [...]}", path,
+			   err, len);
+	if (!ret)
+		ret = need_key(obj, "to", &to, path, err, len);
 	if (ret)
 		return ret;
-	to = json_object_get(obj, "to");
-	if (!to)
-		return errf(err, len, -EINVAL, "%s: needs \"to\"", path);
 	if (!json_is_string(to))
 		return errf(err, len, -EINVAL,
 			    "%s.to: must be a string (an address, a CIDR, a "
@@ -522,20 +577,15 @@ static int parse_rules(json_t *arr, struct net_policy *p, unsigned int proto,
 		       const char *path, char *err, size_t len)
 {
 	char where[128];
-	size_t i, n;
+	ssize_t n;
+	size_t i;
 	json_t *v;
 	int ret;
 
-	if (!json_is_array(arr))
-		return errf(err, len, -EINVAL,
-			    "%s.%s: must be an array of rules ({\"to\": ...})",
-			    path, proto_keys[proto]);
-	n = json_array_size(arr);
-	if (n > NET_POLICY_MAX_RULES)
-		return errf(err, len, -E2BIG, "%s.%s: %zu rules, at most %u",
-			    path, proto_keys[proto], n, NET_POLICY_MAX_RULES);
-	if (!n)
-		return 0;
+	n = check_array(arr, path, proto_keys[proto], "rules ({\"to\": ...})",
+			"rules", NET_POLICY_MAX_RULES, err, len);
+	if (n <= 0)
+		return n;
 	p->rules[proto] = calloc(n, sizeof(*p->rules[proto]));
 	if (!p->rules[proto])
 		return -ENOMEM;
@@ -594,30 +644,21 @@ static int parse_dns(json_t *obj, struct net_policy *p, const char *path,
 	static const char *const keys[] = { "resolvers", NULL };
 	char where[128];
 	json_t *arr, *v;
-	size_t i, n;
+	ssize_t n;
+	size_t i;
 	int ret;
 
 	snprintf(where, sizeof(where), "%s.dns", path);
-	if (!json_is_object(obj))
-		return errf(err, len, -EINVAL,
-			    "%s: must be an object ({\"resolvers\": [...]})",
-			    where);
-	ret = check_keys(obj, keys, where, err, len);
+	ret = check_object(obj, keys, "{\"resolvers\": [...]}", where, err,
+			   len);
+	if (!ret)
+		ret = need_key(obj, "resolvers", &arr, where, err, len);
 	if (ret)
 		return ret;
-	arr = json_object_get(obj, "resolvers");
-	if (!arr)
-		return errf(err, len, -EINVAL, "%s: needs \"resolvers\"",
-			    where);
-	if (!json_is_array(arr))
-		return errf(err, len, -EINVAL,
-			    "%s.resolvers: must be an array of addresses",
-			    where);
-	n = json_array_size(arr);
-	if (n > NET_POLICY_MAX_RESOLVERS)
-		return errf(err, len, -E2BIG,
-			    "%s.resolvers: %zu resolvers, at most %u", where, n,
-			    NET_POLICY_MAX_RESOLVERS);
+	n = check_array(arr, where, "resolvers", "addresses", "resolvers",
+			NET_POLICY_MAX_RESOLVERS, err, len);
+	if (n < 0)
+		return n;
 	json_array_foreach(arr, i, v)
 	{
 		ret = parse_resolver(v, &p->resolvers[i], path, i, err, len);
@@ -638,17 +679,12 @@ static int parse_hook(json_t *obj, struct net_policy *p, const char *path,
 	int ret;
 
 	snprintf(where, sizeof(where), "%s.hook", path);
-	if (!json_is_object(obj))
-		return errf(err, len, -EINVAL,
-			    "%s: must be an object ({\"socket\": PATH, "
-			    "\"timeoutMs\": MS})",
-			    where);
-	ret = check_keys(obj, keys, where, err, len);
+	ret = check_object(obj, keys, "{\"socket\": PATH, \"timeoutMs\": MS}",
+			   where, err, len);
+	if (!ret)
+		ret = need_key(obj, "socket", &sock, where, err, len);
 	if (ret)
 		return ret;
-	sock = json_object_get(obj, "socket");
-	if (!sock)
-		return errf(err, len, -EINVAL, "%s: needs \"socket\"", where);
 	s = json_is_string(sock) ? json_string_value(sock) : NULL;
 	if (!s || !s[0])
 		return errf(err, len, -EINVAL,
@@ -769,12 +805,9 @@ static int parse_header_from(json_t *spec, struct http_header *h,
 	ssize_t r;
 	int ret;
 
-	if (!json_is_object(spec))
-		return errf(err, len, -EINVAL,
-			    "%s: must be an object ({\"from\": \"env:NAME\" "
-			    "or \"file:/PATH\"})",
-			    where);
-	ret = check_keys(spec, keys, where, err, len);
+	ret = check_object(spec, keys,
+			   "{\"from\": \"env:NAME\" or \"file:/PATH\"}", where,
+			   err, len);
 	if (ret)
 		return ret;
 	from = json_string_value(json_object_get(spec, "from"));
@@ -909,15 +942,14 @@ static int parse_http_tls(json_t *arr, struct http_grant *g, const char *path,
 			  char *err, size_t len)
 {
 	json_int_t port;
+	ssize_t n;
 	size_t i;
 	json_t *v;
 
-	if (!json_is_array(arr))
-		return errf(err, len, -EINVAL,
-			    "%s.tls: must be an array of ports (443)", path);
-	if (json_array_size(arr) > NET_POLICY_MAX_PORTS)
-		return errf(err, len, -E2BIG, "%s.tls: %zu entries, at most %u",
-			    path, json_array_size(arr), NET_POLICY_MAX_PORTS);
+	n = check_array(arr, path, "tls", "ports (443)", "entries",
+			NET_POLICY_MAX_PORTS, err, len);
+	if (n < 0)
+		return n;
 	json_array_foreach(arr, i, v)
 	{
 		port = json_is_integer(v) ? json_integer_value(v) : 0;
@@ -945,49 +977,39 @@ static int parse_http_grant(json_t *obj, struct http_grant *g, const char *path,
 {
 	static const char *const keys[] = { "host", "ports", "tls", "headers",
 					    NULL };
-	char host[NET_HOSTNAME_MAX + 1];
+	static const uint16_t default_ports[] = { HTTP_PORT, HTTPS_PORT };
 	const char *s;
 	json_t *v;
 	int ret;
 
-	if (!json_is_object(obj))
-		return errf(err, len, -EINVAL,
-			    "%s: must be an object ({\"host\": ..., "
-			    "\"ports\": [...], \"tls\": [...], \"headers\": "
-			    "{...}})",
-			    path);
-	ret = check_keys(obj, keys, path, err, len);
+	ret = check_object(obj, keys,
+			   "{\"host\": ..., \"ports\": [...], \"tls\": [...], "
+			   "\"headers\": {...}}",
+			   path, err, len);
+	if (!ret)
+		ret = need_key(obj, "host", &v, path, err, len);
 	if (ret)
 		return ret;
-	v = json_object_get(obj, "host");
-	if (!v)
-		return errf(err, len, -EINVAL, "%s: needs \"host\"", path);
 	s = json_string_value(v);
 	if (!s)
 		return errf(err, len, -EINVAL,
 			    "%s.host: must be a string (\"api.example.com\" "
 			    "or \"*.example.com\")",
 			    path);
-	if (net_hostname__normalize(s, host, true, &g->r.wildcard))
+	ret = rule_set_host(&g->r, s);
+	if (ret == -EINVAL)
 		return errf(err, len, -EINVAL,
 			    "%s.host: \"%s\" is not a hostname "
 			    "(\"api.example.com\" or \"*.example.com\")",
 			    path, s);
-	g->r.kind = DEST_HOST;
-	g->r.host = strdup(host);
-	if (!g->r.host)
-		return -ENOMEM;
+	if (ret)
+		return ret;
 	v = json_object_get(obj, "ports");
-	if (v) {
+	if (v)
 		ret = parse_ports(v, &g->r, path, err, len);
-	} else {
-		g->r.ports = calloc(2, sizeof(*g->r.ports));
-		if (!g->r.ports)
-			return -ENOMEM;
-		g->r.ports[0].lo = g->r.ports[0].hi = HTTP_PORT;
-		g->r.ports[1].lo = g->r.ports[1].hi = HTTPS_PORT;
-		g->r.nr_ports = 2;
-	}
+	else
+		ret = rule_set_ports(&g->r, default_ports,
+				     ARRAY_SIZE(default_ports));
 	if (ret)
 		return ret;
 	v = json_object_get(obj, "tls");
@@ -1029,21 +1051,15 @@ static int parse_http(json_t *arr, struct net_policy *p, const char *path,
 		      char *err, size_t len)
 {
 	char where[128];
-	size_t i, n;
+	ssize_t n;
+	size_t i;
 	json_t *v;
 	int ret;
 
-	if (!json_is_array(arr))
-		return errf(err, len, -EINVAL,
-			    "%s.http: must be an array of grants ({\"host\": "
-			    "...})",
-			    path);
-	n = json_array_size(arr);
-	if (n > NET_POLICY_MAX_RULES)
-		return errf(err, len, -E2BIG, "%s.http: %zu grants, at most %u",
-			    path, n, NET_POLICY_MAX_RULES);
-	if (!n)
-		return 0;
+	n = check_array(arr, path, "http", "grants ({\"host\": ...})", "grants",
+			NET_POLICY_MAX_RULES, err, len);
+	if (n <= 0)
+		return n;
 	p->http = calloc(n, sizeof(*p->http));
 	if (!p->http)
 		return -ENOMEM;
@@ -1068,12 +1084,9 @@ int net_policy__parse(json_t *obj, const char *path, struct net_policy **out,
 	json_t *v;
 	int ret;
 
-	if (!json_is_object(obj))
-		return errf(err, len, -EINVAL,
-			    "%s: must be an object (\"dns\", \"tcp\", "
-			    "\"udp\", \"http\", \"hook\")",
-			    path);
-	ret = check_keys(obj, keys, path, err, len);
+	ret = check_object(obj, keys,
+			   "\"dns\", \"tcp\", \"udp\", \"http\", \"hook\"",
+			   path, err, len);
 	if (ret)
 		return ret;
 	p = calloc(1, sizeof(*p));

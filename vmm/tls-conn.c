@@ -168,6 +168,39 @@ static int ctx_setup(WOLFSSL_CTX *ctx, bool server)
 	return 0;
 }
 
+/*
+ * The library held (*lib) and a context for a server or a client, set
+ * up: 0, or -errno with the error line in err.
+ */
+static int ctx_open(WOLFSSL_CTX **ctx, bool *lib, bool server, char *err,
+		    size_t len)
+{
+	const char *who = server ? "TLS server" : "TLS client";
+	int ret;
+
+	ret = tls__lib_get();
+	if (ret)
+		return errf(err, len, ret, "%s: wolfSSL_Init failed", who);
+	*lib = true;
+	*ctx = wolfSSL_CTX_new(server ? wolfSSLv23_server_method() :
+					wolfSSLv23_client_method());
+	if (!*ctx)
+		return errf(err, len, -ENOMEM, "%s: wolfSSL_CTX_new", who);
+	ret = ctx_setup(*ctx, server);
+	if (ret)
+		return errf(err, len, ret, "%s: setting up the context", who);
+	return 0;
+}
+
+/* What ctx_open() took, whatever of it it got. */
+static void ctx_close(WOLFSSL_CTX *ctx, bool lib)
+{
+	if (ctx)
+		wolfSSL_CTX_free(ctx);
+	if (lib)
+		tls__lib_put();
+}
+
 int tls_server__create(struct tls_server **out, struct tls_ca *ca, char *err,
 		       size_t len)
 {
@@ -180,22 +213,9 @@ int tls_server__create(struct tls_server **out, struct tls_ca *ca, char *err,
 		return errf(err, len, -ENOMEM, "TLS server: %s",
 			    strerror(ENOMEM));
 	s->ca = ca;
-	ret = tls__lib_get();
-	if (ret) {
-		errf(err, len, ret, "TLS server: wolfSSL_Init failed");
+	ret = ctx_open(&s->ctx, &s->lib, true, err, len);
+	if (ret)
 		goto out_destroy;
-	}
-	s->lib = true;
-	s->ctx = wolfSSL_CTX_new(wolfSSLv23_server_method());
-	if (!s->ctx) {
-		ret = errf(err, len, -ENOMEM, "TLS server: wolfSSL_CTX_new");
-		goto out_destroy;
-	}
-	ret = ctx_setup(s->ctx, true);
-	if (ret) {
-		errf(err, len, ret, "TLS server: setting up the context");
-		goto out_destroy;
-	}
 	wolfSSL_CTX_set_servername_callback(s->ctx, on_sni);
 	*out = s;
 	return 0;
@@ -208,10 +228,7 @@ void tls_server__destroy(struct tls_server *s)
 {
 	if (!s)
 		return;
-	if (s->ctx)
-		wolfSSL_CTX_free(s->ctx);
-	if (s->lib)
-		tls__lib_put();
+	ctx_close(s->ctx, s->lib);
 	free(s);
 }
 
@@ -230,22 +247,9 @@ int tls_client__create(struct tls_client **out,
 	if (!c)
 		return errf(err, len, -ENOMEM, "TLS client: %s",
 			    strerror(ENOMEM));
-	ret = tls__lib_get();
-	if (ret) {
-		errf(err, len, ret, "TLS client: wolfSSL_Init failed");
+	ret = ctx_open(&c->ctx, &c->lib, false, err, len);
+	if (ret)
 		goto out_destroy;
-	}
-	c->lib = true;
-	c->ctx = wolfSSL_CTX_new(wolfSSLv23_client_method());
-	if (!c->ctx) {
-		ret = errf(err, len, -ENOMEM, "TLS client: wolfSSL_CTX_new");
-		goto out_destroy;
-	}
-	ret = ctx_setup(c->ctx, false);
-	if (ret) {
-		errf(err, len, ret, "TLS client: setting up the context");
-		goto out_destroy;
-	}
 	wolfSSL_CTX_set_verify(c->ctx, WOLFSSL_VERIFY_PEER, NULL);
 	if (access(bundle, R_OK)) {
 		ret = errf(err, len, -errno, "TLS client: CA bundle %s: %s",
@@ -271,10 +275,7 @@ void tls_client__destroy(struct tls_client *c)
 {
 	if (!c)
 		return;
-	if (c->ctx)
-		wolfSSL_CTX_free(c->ctx);
-	if (c->lib)
-		tls__lib_put();
+	ctx_close(c->ctx, c->lib);
 	free(c);
 }
 

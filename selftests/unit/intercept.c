@@ -35,20 +35,20 @@
 #include "vmm/seccomp.h"
 #include "vmm/tls.h"
 #include "selftests/kselftest.h"
+#include "selftests/proxyfix.h"
 #include "selftests/vmnet.h"
 
-#define API_ADDR      "198.51.100.7" /* RFC 5737, on the host netns's lo */
-#define RAW_ADDR      "203.0.113.9"
-#define API_HOST      "api.example.test"
-#define HTTP_PORT     80
-#define HTTPS_PORT    443
-#define CLOSED_PORT   8080 /* granted, nobody listens upstream */
-#define TOKEN_ENV     "KILN_TEST_INTERCEPT_TOKEN"
-#define TOKEN	      "s3cret-token-5d1e"
-#define TIMEOUT_MS    10000
-#define STATS_POLL_US 10000
-#define BUF_MAX	      (64U << 10)
-#define MAX_TCP	      8
+#define API_ADDR    "198.51.100.7" /* RFC 5737, on the host netns's lo */
+#define RAW_ADDR    "203.0.113.9"
+#define API_HOST    "api.example.test"
+#define HTTP_PORT   80
+#define HTTPS_PORT  443
+#define CLOSED_PORT 8080 /* granted, nobody listens upstream */
+#define TOKEN_ENV   "KILN_TEST_INTERCEPT_TOKEN"
+#define TOKEN	    "s3cret-token-5d1e"
+#define TIMEOUT_MS  PROXYFIX_TIMEOUT_MS
+#define BUF_MAX	    (64U << 10)
+#define MAX_TCP	    8
 
 #define POLICY                                                                 \
 	"{\"tcp\": [{\"to\": \"" RAW_ADDR "\"}],"                              \
@@ -58,27 +58,17 @@
 
 #define RESPONSE "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"
 
-struct test_policy {
-	pthread_mutex_t lock;
-	struct net_policy *policy;
-	struct net_bindings *bindings;
-};
-
 static void test_decide(void *opaque, const struct net_flow *f,
 			struct net_decision *d)
 {
-	struct test_policy *tp = opaque;
-
-	pthread_mutex_lock(&tp->lock);
-	net_policy__decide(tp->policy, f, tp->bindings, d);
-	pthread_mutex_unlock(&tp->lock);
+	proxyfix__decide(opaque, f, d);
 }
 
 static void test_decide_http(void *opaque, const struct net_flow *f,
 			     const char *host, bool verified,
 			     struct net_http_decision *d)
 {
-	struct test_policy *tp = opaque;
+	struct proxyfix_policy *tp = opaque;
 
 	pthread_mutex_lock(&tp->lock);
 	net_policy__decide_http(tp->policy, f, host, verified, tp->bindings, d);
@@ -102,31 +92,11 @@ FIXTURE(ic)
 {
 	struct vmnet net;
 	struct proxy *proxy;
-	struct test_policy policy;
+	struct proxyfix_policy policy;
 	struct test_tls tls;
 	int api, raw; /* upstream listeners: API_ADDR:80, RAW_ADDR:80 */
 	int api_tls;  /* API_ADDR:443 */
 };
-
-/* The policy from doc (JSON), swapped in under the lock. */
-static void set_policy(struct __test_metadata *_metadata,
-		       FIXTURE_DATA(ic) * self, const char *doc)
-{
-	struct net_policy *np, *old;
-	char err[256] = "";
-	json_t *o;
-
-	o = json_loads(doc, 0, NULL);
-	ASSERT_NE(NULL, o) TH_LOG("%s", doc);
-	ASSERT_EQ(0, net_policy__parse(o, "policy", &np, err, sizeof(err)))
-	TH_LOG("%s", err);
-	json_decref(o);
-	pthread_mutex_lock(&self->policy.lock);
-	old = self->policy.policy;
-	self->policy.policy = np;
-	pthread_mutex_unlock(&self->policy.lock);
-	net_policy__free(old);
-}
 
 /* A CA's certificate into a file of its own; its path into path. */
 static void pem_file(struct __test_metadata *_metadata, const struct tls_ca *ca,
@@ -245,13 +215,11 @@ FIXTURE_SETUP(ic)
 {
 	vmnet__init(&self->net);
 	self->api = self->raw = self->api_tls = -1;
-	pthread_mutex_init(&self->policy.lock, NULL);
+	proxyfix__policy_init(&self->policy);
 	if (geteuid())
-		SKIP(return, "not root: BPF, network namespaces and "
-			     "transparent sockets need CAP_BPF, "
-			     "CAP_NET_ADMIN and CAP_SYS_ADMIN");
+		SKIP(return, PROXYFIX_NOT_ROOT);
 	ASSERT_EQ(0, setenv(TOKEN_ENV, "Bearer " TOKEN, 1));
-	set_policy(_metadata, self, POLICY);
+	proxyfix__policy_set(_metadata, &self->policy, POLICY);
 	/* Read at parse time: the environment no longer matters. */
 	ASSERT_EQ(0, unsetenv(TOKEN_ENV));
 	self->policy.bindings = net_bindings__create(NULL, NULL);
@@ -284,9 +252,7 @@ FIXTURE_TEARDOWN(ic)
 		close(self->api_tls);
 	tls_teardown(&self->tls);
 	vmnet__close(&self->net);
-	net_policy__free(self->policy.policy);
-	net_bindings__destroy(self->policy.bindings);
-	pthread_mutex_destroy(&self->policy.lock);
+	proxyfix__policy_free(&self->policy);
 }
 
 /* ---- the guest and upstream ----------------------------------------- */
@@ -296,11 +262,8 @@ static int guest_send(struct __test_metadata *_metadata,
 		      FIXTURE_DATA(ic) * self, const char *addr, int port,
 		      const char *req)
 {
-	struct sockaddr_in a = vmnet__sin(addr, port);
-	int fd = vmnet__guest_socket(_metadata, &self->net, SOCK_STREAM);
+	int fd = proxyfix__guest_connect(_metadata, &self->net, addr, port);
 
-	ASSERT_EQ(-1, connect(fd, (struct sockaddr *)&a, sizeof(a)));
-	ASSERT_EQ(EINPROGRESS, errno);
 	ASSERT_TRUE(vmnet__wait_for(fd, POLLOUT, TIMEOUT_MS));
 	if (req)
 		ASSERT_EQ((ssize_t)strlen(req), send(fd, req, strlen(req), 0));
@@ -333,18 +296,6 @@ static size_t read_until(int fd, char *buf, size_t len, size_t want, bool *eof)
 	return n;
 }
 
-/* Upstream's connection from the proxy, accepted. */
-static int up_accept(struct __test_metadata *_metadata, int lsn)
-{
-	int fd;
-
-	ASSERT_TRUE(vmnet__wait_for(lsn, POLLIN, TIMEOUT_MS))
-	TH_LOG("upstream got no connection");
-	fd = accept4(lsn, NULL, NULL, SOCK_CLOEXEC);
-	ASSERT_LE(0, fd);
-	return fd;
-}
-
 /* What upstream receives until it holds want (a string), or the timeout. */
 static void up_expect(struct __test_metadata *_metadata, int fd,
 		      const char *want)
@@ -358,34 +309,42 @@ static void up_expect(struct __test_metadata *_metadata, int fd,
 	free(buf);
 }
 
-typedef bool (*stats_pred)(const struct proxy_stats *s, uint64_t n);
+/*
+ * One request through: upstream receives want, answers RESPONSE, and the
+ * guest on g gets it as sent.
+ */
+static void exchange(struct __test_metadata *_metadata, int g, int up,
+		     const char *want)
+{
+	char buf[4096];
+	bool eof;
+
+	up_expect(_metadata, up, want);
+	ASSERT_EQ((ssize_t)strlen(RESPONSE),
+		  send(up, RESPONSE, strlen(RESPONSE), 0));
+	read_until(g, buf, sizeof(buf), strlen(RESPONSE), &eof);
+	EXPECT_STREQ(RESPONSE, buf);
+}
+
+/*
+ * The guest's connection g ends with an answer the proxy made: one that
+ * begins with status_line and never holds the token; it into buf.
+ */
+static void expect_answer(struct __test_metadata *_metadata, int g, char *buf,
+			  size_t len, const char *status_line)
+{
+	bool eof;
+
+	read_until(g, buf, len, 0, &eof);
+	EXPECT_TRUE(eof) TH_LOG("the guest's connection did not end");
+	EXPECT_EQ(0, strncmp(buf, status_line, strlen(status_line)))
+	TH_LOG("the guest got: %s", buf);
+	EXPECT_EQ(NULL, strstr(buf, TOKEN));
+}
 
 static bool refused_at_least(const struct proxy_stats *s, uint64_t n)
 {
 	return s->http_refused >= n;
-}
-
-static bool tcp_denied_at_least(const struct proxy_stats *s, uint64_t n)
-{
-	return s->tcp_denied >= n;
-}
-
-static bool tcp_open_is(const struct proxy_stats *s, uint64_t n)
-{
-	return s->tcp_open == n;
-}
-
-static bool wait_stats(struct proxy *p, stats_pred pred, uint64_t n,
-		       struct proxy_stats *s)
-{
-	for (int waited = 0; waited < TIMEOUT_MS * 1000;
-	     waited += STATS_POLL_US) {
-		proxy__stats(p, s);
-		if (pred(s, n))
-			return true;
-		usleep(STATS_POLL_US);
-	}
-	return false;
 }
 
 static uint64_t http_reason(const struct proxy_stats *s, const char *reason)
@@ -407,20 +366,16 @@ static void expect_refused(struct __test_metadata *_metadata,
 	char buf[4096];
 	struct proxy_stats s;
 	uint64_t before, before_reason;
-	bool eof;
 	int g;
 
 	proxy__stats(self->proxy, &s);
 	before = s.http_refused;
 	before_reason = http_reason(&s, reason);
 	g = guest_send(_metadata, self, API_ADDR, HTTP_PORT, req);
-	read_until(g, buf, sizeof(buf), 0, &eof);
-	EXPECT_TRUE(eof) TH_LOG("the guest's connection did not end");
-	EXPECT_EQ(0, strncmp(buf, status_line, strlen(status_line)))
-	TH_LOG("the guest got: %s", buf);
+	expect_answer(_metadata, g, buf, sizeof(buf), status_line);
 	EXPECT_NE(NULL, strstr(buf, reason)) TH_LOG("the guest got: %s", buf);
-	EXPECT_EQ(NULL, strstr(buf, TOKEN));
-	ASSERT_TRUE(wait_stats(self->proxy, refused_at_least, before + 1, &s));
+	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, refused_at_least,
+					 before + 1, &s));
 	EXPECT_EQ(before_reason + 1, http_reason(&s, reason))
 	TH_LOG("%s", reason);
 	/* Decided before upstream was ever connected: nothing there. */
@@ -455,12 +410,8 @@ TEST_F_TIMEOUT(ic, request_gets_the_grant_header, 60)
 	bool eof;
 
 	g = guest_send(_metadata, self, API_ADDR, HTTP_PORT, req);
-	up = up_accept(_metadata, self->api);
-	up_expect(_metadata, up, want);
-	ASSERT_EQ((ssize_t)strlen(RESPONSE),
-		  send(up, RESPONSE, strlen(RESPONSE), 0));
-	read_until(g, buf, sizeof(buf), strlen(RESPONSE), &eof);
-	EXPECT_STREQ(RESPONSE, buf);
+	up = proxyfix__up_accept(_metadata, self->api);
+	exchange(_metadata, g, up, want);
 
 	/* Both ends close: so does the flow. */
 	close(up);
@@ -468,7 +419,8 @@ TEST_F_TIMEOUT(ic, request_gets_the_grant_header, 60)
 	EXPECT_TRUE(eof);
 	EXPECT_EQ(0, strlen(buf));
 	close(g);
-	ASSERT_TRUE(wait_stats(self->proxy, tcp_open_is, 0, &s));
+	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, proxyfix__tcp_open_is, 0,
+					 &s));
 	EXPECT_EQ(1, s.tcp_allowed);
 	EXPECT_EQ(1, s.tcp_intercepted);
 	EXPECT_EQ(1, s.http_allowed);
@@ -490,24 +442,13 @@ TEST_F_TIMEOUT(ic, keep_alive_requests_each_get_it, 60)
 			    ":80\r\nContent-Length: 4\r\nauthorization: "
 			    "Bearer " TOKEN "\r\n\r\nbody";
 	struct proxy_stats s;
-	char buf[4096];
 	int g, up;
-	bool eof;
 
 	g = guest_send(_metadata, self, API_ADDR, HTTP_PORT, req1);
-	up = up_accept(_metadata, self->api);
-	up_expect(_metadata, up, want1);
-	ASSERT_EQ((ssize_t)strlen(RESPONSE),
-		  send(up, RESPONSE, strlen(RESPONSE), 0));
-	read_until(g, buf, sizeof(buf), strlen(RESPONSE), &eof);
-	EXPECT_STREQ(RESPONSE, buf);
-
+	up = proxyfix__up_accept(_metadata, self->api);
+	exchange(_metadata, g, up, want1);
 	ASSERT_EQ((ssize_t)strlen(req2), send(g, req2, strlen(req2), 0));
-	up_expect(_metadata, up, want2);
-	ASSERT_EQ((ssize_t)strlen(RESPONSE),
-		  send(up, RESPONSE, strlen(RESPONSE), 0));
-	read_until(g, buf, sizeof(buf), strlen(RESPONSE), &eof);
-	EXPECT_STREQ(RESPONSE, buf);
+	exchange(_metadata, g, up, want2);
 	/* One connection upstream for both. */
 	EXPECT_FALSE(vmnet__wait_for(self->api, POLLIN, 0));
 	proxy__stats(self->proxy, &s);
@@ -567,7 +508,7 @@ TEST_F_TIMEOUT(ic, refusal_answers_after_earlier_responses, 60)
 	bool eof;
 
 	g = guest_send(_metadata, self, API_ADDR, HTTP_PORT, reqs);
-	up = up_accept(_metadata, self->api);
+	up = proxyfix__up_accept(_metadata, self->api);
 	up_expect(_metadata, up, want);
 	ASSERT_EQ((ssize_t)strlen(RESPONSE),
 		  send(up, RESPONSE, strlen(RESPONSE), 0));
@@ -592,17 +533,13 @@ TEST_F_TIMEOUT(ic, upstream_unreachable_is_502, 60)
 	const char *req = "GET / HTTP/1.1\r\nHost: " API_HOST ":8080\r\n\r\n";
 	struct proxy_stats s;
 	char buf[4096];
-	bool eof;
 	int g;
 
 	g = guest_send(_metadata, self, API_ADDR, CLOSED_PORT, req);
-	read_until(g, buf, sizeof(buf), 0, &eof);
-	EXPECT_TRUE(eof);
-	EXPECT_EQ(0, strncmp(buf, "HTTP/1.1 502 ", strlen("HTTP/1.1 502 ")))
-	TH_LOG("the guest got: %s", buf);
-	EXPECT_EQ(NULL, strstr(buf, TOKEN));
+	expect_answer(_metadata, g, buf, sizeof(buf), "HTTP/1.1 502 ");
 	close(g);
-	ASSERT_TRUE(wait_stats(self->proxy, tcp_open_is, 0, &s));
+	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, proxyfix__tcp_open_is, 0,
+					 &s));
 	EXPECT_EQ(1, s.upstream_failed);
 	EXPECT_EQ(1, s.http_allowed);
 }
@@ -619,7 +556,7 @@ TEST_F_TIMEOUT(ic, unbound_destination_not_intercepted, 60)
 	int g, up;
 
 	g = guest_send(_metadata, self, RAW_ADDR, HTTP_PORT, req);
-	up = up_accept(_metadata, self->raw);
+	up = proxyfix__up_accept(_metadata, self->raw);
 	up_expect(_metadata, up, req);
 	proxy__stats(self->proxy, &s);
 	EXPECT_EQ(0, s.tcp_intercepted);
@@ -636,7 +573,8 @@ TEST_F_TIMEOUT(ic, unbound_destination_not_intercepted, 60)
 
 		connect(g, (struct sockaddr *)&a, sizeof(a));
 	}
-	ASSERT_TRUE(wait_stats(self->proxy, tcp_denied_at_least, 1, &s));
+	ASSERT_TRUE(proxyfix__wait_stats(self->proxy,
+					 proxyfix__tcp_denied_at_least, 1, &s));
 	EXPECT_EQ(0, s.tcp_intercepted);
 	close(g);
 }
@@ -658,29 +596,24 @@ TEST_F_TIMEOUT(ic, recheck_keeps_or_cuts_intercepted_flows, 60)
 	bool eof;
 
 	g = guest_send(_metadata, self, API_ADDR, HTTP_PORT, req);
-	up = up_accept(_metadata, self->api);
-	up_expect(_metadata, up, want1);
-	ASSERT_EQ((ssize_t)strlen(RESPONSE),
-		  send(up, RESPONSE, strlen(RESPONSE), 0));
-	read_until(g, buf, sizeof(buf), strlen(RESPONSE), &eof);
+	up = proxyfix__up_accept(_metadata, self->api);
+	exchange(_metadata, g, up, want1);
 
 	ASSERT_EQ(0, setenv("KILN_TEST_INTERCEPT_NEW", "rotated", 1));
-	set_policy(
-		_metadata, self,
+	proxyfix__policy_set(
+		_metadata, &self->policy,
 		"{\"http\": [{\"host\": \"" API_HOST "\", \"headers\": "
 		"{\"x-new\": {\"from\": \"env:KILN_TEST_INTERCEPT_NEW\"}}}]}");
 	proxy__recheck(self->proxy);
 	/* The same connection, the new policy's field. */
 	ASSERT_EQ((ssize_t)strlen(req), send(g, req, strlen(req), 0));
-	up_expect(_metadata, up, want2);
-	ASSERT_EQ((ssize_t)strlen(RESPONSE),
-		  send(up, RESPONSE, strlen(RESPONSE), 0));
-	read_until(g, buf, sizeof(buf), strlen(RESPONSE), &eof);
-	EXPECT_STREQ(RESPONSE, buf);
+	exchange(_metadata, g, up, want2);
 
-	set_policy(_metadata, self, "{\"tcp\": [{\"to\": \"" API_ADDR "\"}]}");
+	proxyfix__policy_set(_metadata, &self->policy,
+			     "{\"tcp\": [{\"to\": \"" API_ADDR "\"}]}");
 	proxy__recheck(self->proxy);
-	ASSERT_TRUE(wait_stats(self->proxy, tcp_open_is, 0, &s));
+	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, proxyfix__tcp_open_is, 0,
+					 &s));
 	EXPECT_EQ(1, s.tcp_cut);
 	read_until(g, buf, sizeof(buf), 0, &eof);
 	close(g);
@@ -758,6 +691,18 @@ static struct tls_conn *guest_tls(struct __test_metadata *_metadata,
 	return c;
 }
 
+/* The guest's request req over TLS naming API_HOST, the handshake done. */
+static struct tls_conn *guest_tls_send(struct __test_metadata *_metadata,
+				       FIXTURE_DATA(ic) * self, const char *req,
+				       int *fd)
+{
+	struct tls_conn *c = guest_tls(_metadata, self, API_HOST, fd);
+
+	ASSERT_EQ(0, tls_handshake(c, *fd)) TH_LOG("%s", tls_conn__error(c));
+	ASSERT_EQ(0, tls_write_all(c, *fd, req));
+	return c;
+}
+
 static bool any_name(void *opaque, const char *sni)
 {
 	return true;
@@ -772,7 +717,7 @@ static struct tls_conn *up_tls(struct __test_metadata *_metadata,
 					.alpn = "http/1.1" };
 	struct tls_conn *c;
 
-	*fd = up_accept(_metadata, self->api_tls);
+	*fd = proxyfix__up_accept(_metadata, self->api_tls);
 	ASSERT_EQ(0, fcntl(*fd, F_SETFL, O_NONBLOCK));
 	ASSERT_EQ(0, tls_conn__accept(&c, srv, *fd, &ap));
 	return c;
@@ -798,10 +743,8 @@ static void https_round_trip(struct __test_metadata *_metadata,
 	int gfd, ufd;
 	bool end;
 
-	g = guest_tls(_metadata, self, API_HOST, &gfd);
-	ASSERT_EQ(0, tls_handshake(g, gfd)) TH_LOG("%s", tls_conn__error(g));
+	g = guest_tls_send(_metadata, self, req, &gfd);
 	EXPECT_STREQ("http/1.1", tls_conn__alpn(g));
-	ASSERT_EQ(0, tls_write_all(g, gfd, req));
 
 	u = up_tls(_metadata, self, self->tls.up_srv, &ufd);
 	ASSERT_EQ(0, tls_handshake(u, ufd)) TH_LOG("%s", tls_conn__error(u));
@@ -822,7 +765,8 @@ static void https_round_trip(struct __test_metadata *_metadata,
 	tls_conn__free(u);
 	close(gfd);
 	close(ufd);
-	ASSERT_TRUE(wait_stats(self->proxy, tcp_open_is, 0, &s));
+	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, proxyfix__tcp_open_is, 0,
+					 &s));
 	EXPECT_EQ(1, s.tcp_intercepted);
 	EXPECT_EQ(1, s.http_allowed);
 	EXPECT_EQ(0, s.http_refused);
@@ -860,8 +804,8 @@ TEST_F_TIMEOUT(ic, https_sni_refused, 60)
 		g = guest_tls(_metadata, self, names[i], &gfd);
 		EXPECT_EQ(-EPROTO, tls_handshake(g, gfd))
 		TH_LOG("%s", tls_conn__error(g));
-		ASSERT_TRUE(
-			wait_stats(self->proxy, refused_at_least, i + 1, &s));
+		ASSERT_TRUE(proxyfix__wait_stats(self->proxy, refused_at_least,
+						 i + 1, &s));
 		EXPECT_EQ(1, http_reason(&s, reasons[i]))
 		TH_LOG("%s", names[i]);
 		tls_conn__free(g);
@@ -880,9 +824,7 @@ TEST_F_TIMEOUT(ic, https_host_must_be_the_sni, 60)
 	bool end;
 	int gfd;
 
-	g = guest_tls(_metadata, self, API_HOST, &gfd);
-	ASSERT_EQ(0, tls_handshake(g, gfd)) TH_LOG("%s", tls_conn__error(g));
-	ASSERT_EQ(0, tls_write_all(g, gfd, req));
+	g = guest_tls_send(_metadata, self, req, &gfd);
 	tls_read_until(g, gfd, buf, sizeof(buf), 0, &end);
 	EXPECT_TRUE(end);
 	EXPECT_EQ(0, strncmp(buf, "HTTP/1.1 421 ", strlen("HTTP/1.1 421 ")))
@@ -902,9 +844,7 @@ TEST_F_TIMEOUT(ic, https_untrusted_upstream_is_502, 60)
 	int gfd, ufd;
 	bool end;
 
-	g = guest_tls(_metadata, self, API_HOST, &gfd);
-	ASSERT_EQ(0, tls_handshake(g, gfd)) TH_LOG("%s", tls_conn__error(g));
-	ASSERT_EQ(0, tls_write_all(g, gfd, req));
+	g = guest_tls_send(_metadata, self, req, &gfd);
 	u = up_tls(_metadata, self, self->tls.evil_srv, &ufd);
 	EXPECT_NE(0, tls_handshake(u, ufd));
 	tls_read_until(g, gfd, buf, sizeof(buf), 0, &end);
@@ -917,7 +857,8 @@ TEST_F_TIMEOUT(ic, https_untrusted_upstream_is_502, 60)
 	tls_conn__free(u);
 	close(gfd);
 	close(ufd);
-	ASSERT_TRUE(wait_stats(self->proxy, tcp_open_is, 0, &s));
+	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, proxyfix__tcp_open_is, 0,
+					 &s));
 	EXPECT_EQ(1, s.upstream_failed);
 }
 
@@ -933,7 +874,7 @@ TEST_F_TIMEOUT(ic, https_port_plain_bytes_fail_closed, 60)
 		       "GET / HTTP/1.1\r\nHost: " API_HOST "\r\n\r\n");
 	read_until(g, buf, sizeof(buf), 0, &eof);
 	EXPECT_EQ(NULL, strstr(buf, "HTTP/1.1"));
-	ASSERT_TRUE(wait_stats(self->proxy, refused_at_least, 1, &s));
+	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, refused_at_least, 1, &s));
 	EXPECT_EQ(1, http_reason(&s, "tls handshake failed"));
 	EXPECT_FALSE(vmnet__wait_for(self->api_tls, POLLIN, 0));
 	close(g);

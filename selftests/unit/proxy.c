@@ -43,6 +43,7 @@
 #include "vmm/proxy.h"
 #include "selftests/fakehook.h"
 #include "selftests/kselftest.h"
+#include "selftests/proxyfix.h"
 #include "selftests/vmnet.h"
 
 #define ALLOWED "198.51.100.7" /* RFC 5737: on the host netns's lo */
@@ -52,9 +53,9 @@
 #define UDP_PORT      5000
 #define MAX_TCP	      4 /* the proxy's flow limits, small for the test */
 #define MAX_UDP	      4
-#define OVER_LIMIT    20    /* connections past MAX_TCP */
-#define TIMEOUT_MS    10000 /* what should happen does, well within this */
-#define STATS_POLL_US 10000
+#define OVER_LIMIT    20 /* connections past MAX_TCP */
+#define TIMEOUT_MS    PROXYFIX_TIMEOUT_MS
+#define STATS_POLL_US PROXYFIX_POLL_US
 
 static in_addr_t ip4(const char *s)
 {
@@ -70,9 +71,7 @@ static in_addr_t ip4(const char *s)
 struct test_policy {
 	unsigned int calls;
 	unsigned int revoked_port;
-	pthread_mutex_t lock;
-	struct net_policy *policy;
-	struct net_bindings *bindings;
+	struct proxyfix_policy real;
 };
 
 static void test_decide(void *opaque, const struct net_flow *f,
@@ -83,13 +82,8 @@ static void test_decide(void *opaque, const struct net_flow *f,
 		__atomic_load_n(&tp->revoked_port, __ATOMIC_RELAXED);
 
 	__atomic_add_fetch(&tp->calls, 1, __ATOMIC_RELAXED);
-	pthread_mutex_lock(&tp->lock);
-	if (tp->policy) {
-		net_policy__decide(tp->policy, f, tp->bindings, d);
-		pthread_mutex_unlock(&tp->lock);
+	if (proxyfix__decide(&tp->real, f, d))
 		return;
-	}
-	pthread_mutex_unlock(&tp->lock);
 	if (revoked && ntohs(f->src.sin_port) == revoked) {
 		d->verdict = NET_VERDICT_DENY;
 		snprintf(d->reason, sizeof(d->reason), "revoked");
@@ -125,11 +119,9 @@ FIXTURE_SETUP(px)
 	vmnet__init(&self->net);
 	self->up_tcp = self->denied_tcp = self->up_udp = self->denied_udp = -1;
 	self->hook = (struct fakehook){ .lsn = -1, .conn = -1 };
-	pthread_mutex_init(&self->policy.lock, NULL);
+	proxyfix__policy_init(&self->policy.real);
 	if (geteuid())
-		SKIP(return, "not root: BPF, network namespaces and "
-			     "transparent sockets need CAP_BPF, "
-			     "CAP_NET_ADMIN and CAP_SYS_ADMIN");
+		SKIP(return, PROXYFIX_NOT_ROOT);
 
 	vmnet__setup(_metadata, &self->net);
 	VMNET_IP("addr", "add", ALLOWED "/32", "dev", "lo");
@@ -162,20 +154,7 @@ FIXTURE_TEARDOWN(px)
 			close(fds[i]);
 	vmnet__close(&self->net);
 	fakehook__close(&self->hook);
-	net_policy__free(self->policy.policy);
-	net_bindings__destroy(self->policy.bindings);
-	pthread_mutex_destroy(&self->policy.lock);
-}
-
-static int guest_connect(struct __test_metadata *_metadata,
-			 FIXTURE_DATA(px) * self, const char *addr, int port)
-{
-	struct sockaddr_in a = vmnet__sin(addr, port);
-	int fd = vmnet__guest_socket(_metadata, &self->net, SOCK_STREAM);
-
-	ASSERT_EQ(-1, connect(fd, (struct sockaddr *)&a, sizeof(a)));
-	ASSERT_EQ(EINPROGRESS, errno);
-	return fd;
+	proxyfix__policy_free(&self->policy.real);
 }
 
 static int so_error(int fd)
@@ -225,13 +204,6 @@ static bool wait_syn_retransmitted(int g)
 	return false;
 }
 
-typedef bool (*stats_pred)(const struct proxy_stats *s, uint64_t n);
-
-static bool tcp_denied_at_least(const struct proxy_stats *s, uint64_t n)
-{
-	return s->tcp_denied >= n;
-}
-
 static bool udp_denied_at_least(const struct proxy_stats *s, uint64_t n)
 {
 	return s->udp_denied >= n;
@@ -242,25 +214,6 @@ static bool bytes_out_at_least(const struct proxy_stats *s, uint64_t n)
 	return s->bytes_out >= n;
 }
 
-static bool tcp_open_is(const struct proxy_stats *s, uint64_t n)
-{
-	return s->tcp_open == n;
-}
-
-/* Waits for the proxy's counters to say so; false on the timeout. */
-static bool wait_stats(struct proxy *p, stats_pred pred, uint64_t n,
-		       struct proxy_stats *s)
-{
-	for (int waited = 0; waited < TIMEOUT_MS * 1000;
-	     waited += STATS_POLL_US) {
-		proxy__stats(p, s);
-		if (pred(s, n))
-			return true;
-		usleep(STATS_POLL_US);
-	}
-	return false;
-}
-
 static uint64_t reason_flows(const struct proxy_stats *s, uint8_t proto,
 			     const char *reason)
 {
@@ -269,6 +222,17 @@ static uint64_t reason_flows(const struct proxy_stats *s, uint8_t proto,
 		    !strcmp(s->reasons[i].reason, reason))
 			return s->reasons[i].flows;
 	return 0;
+}
+
+/* The guest's TCP flow g reset, denied for reason; the counters in *s. */
+static void expect_reset(struct __test_metadata *_metadata,
+			 FIXTURE_DATA(px) * self, int g, const char *reason,
+			 struct proxy_stats *s)
+{
+	EXPECT_EQ(ECONNRESET, guest_error(g));
+	ASSERT_TRUE(proxyfix__wait_stats(self->proxy,
+					 proxyfix__tcp_denied_at_least, 1, s));
+	EXPECT_EQ(1, reason_flows(s, IPPROTO_TCP, reason));
 }
 
 static void expect_addr(struct __test_metadata *_metadata,
@@ -287,7 +251,7 @@ TEST_F_TIMEOUT(px, tcp_allowed_relays_both_ways_and_half_close, 60)
 	char buf[16] = "";
 	int g, conn;
 
-	g = guest_connect(_metadata, self, ALLOWED, TCP_PORT);
+	g = proxyfix__guest_connect(_metadata, &self->net, ALLOWED, TCP_PORT);
 	ASSERT_TRUE(vmnet__wait_for(self->up_tcp, POLLIN, TIMEOUT_MS))
 	TH_LOG("the upstream server got no connection");
 	conn = accept4(self->up_tcp, NULL, NULL, SOCK_CLOEXEC);
@@ -311,7 +275,8 @@ TEST_F_TIMEOUT(px, tcp_allowed_relays_both_ways_and_half_close, 60)
 	close(conn);
 	ASSERT_EQ(0, read_some(g, buf, sizeof(buf)));
 
-	ASSERT_TRUE(wait_stats(self->proxy, tcp_open_is, 0, &s));
+	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, proxyfix__tcp_open_is, 0,
+					 &s));
 	EXPECT_EQ(1, s.tcp_allowed);
 	EXPECT_EQ(0, s.tcp_denied);
 	EXPECT_EQ(5, s.bytes_out);
@@ -325,9 +290,10 @@ TEST_F_TIMEOUT(px, tcp_denied_is_reset, 60)
 	struct proxy_stats s;
 	int g;
 
-	g = guest_connect(_metadata, self, DENIED, TCP_PORT);
+	g = proxyfix__guest_connect(_metadata, &self->net, DENIED, TCP_PORT);
 	EXPECT_EQ(ECONNRESET, guest_error(g));
-	ASSERT_TRUE(wait_stats(self->proxy, tcp_denied_at_least, 1, &s));
+	ASSERT_TRUE(proxyfix__wait_stats(self->proxy,
+					 proxyfix__tcp_denied_at_least, 1, &s));
 	EXPECT_EQ(1, s.tcp_denied);
 	EXPECT_EQ(0, s.tcp_allowed);
 	EXPECT_EQ(0, s.tcp_open);
@@ -368,7 +334,8 @@ TEST_F_TIMEOUT(px, udp_allowed_round_trip, 60)
 			    sizeof(dst)));
 	ASSERT_TRUE(vmnet__wait_for(self->up_udp, POLLIN, TIMEOUT_MS));
 	/* Counted just after the send: the server may see it first. */
-	ASSERT_TRUE(wait_stats(self->proxy, bytes_out_at_least, 8, &s));
+	ASSERT_TRUE(
+		proxyfix__wait_stats(self->proxy, bytes_out_at_least, 8, &s));
 	EXPECT_EQ(1, s.udp_allowed);
 	EXPECT_EQ(1, s.udp_open);
 	EXPECT_EQ(1, __atomic_load_n(&self->policy.calls, __ATOMIC_RELAXED));
@@ -387,7 +354,8 @@ TEST_F_TIMEOUT(px, udp_denied_gets_nothing, 60)
 	g = vmnet__guest_socket(_metadata, &self->net, SOCK_DGRAM);
 	ASSERT_EQ(4, sendto(g, "ping", 4, 0, (struct sockaddr *)&dst,
 			    sizeof(dst)));
-	ASSERT_TRUE(wait_stats(self->proxy, udp_denied_at_least, 1, &s));
+	ASSERT_TRUE(
+		proxyfix__wait_stats(self->proxy, udp_denied_at_least, 1, &s));
 	EXPECT_EQ(0, s.udp_allowed);
 	EXPECT_EQ(0, s.udp_open);
 	EXPECT_EQ(1, reason_flows(&s, IPPROTO_UDP, "no grant"));
@@ -405,17 +373,17 @@ TEST_F_TIMEOUT(px, flows_past_the_limit_are_refused, 120)
 	struct proxy_stats s;
 
 	for (int i = 0; i < MAX_TCP; i++) {
-		kept[i] = guest_connect(_metadata, self, ALLOWED, TCP_PORT);
-		ASSERT_TRUE(vmnet__wait_for(self->up_tcp, POLLIN, TIMEOUT_MS));
-		up[i] = accept4(self->up_tcp, NULL, NULL, SOCK_CLOEXEC);
-		ASSERT_LE(0, up[i]);
+		kept[i] = proxyfix__guest_connect(_metadata, &self->net,
+						  ALLOWED, TCP_PORT);
+		up[i] = proxyfix__up_accept(_metadata, self->up_tcp);
 	}
 	for (int i = 0; i < OVER_LIMIT; i++) {
-		extra[i] = guest_connect(_metadata, self, ALLOWED, TCP_PORT);
+		extra[i] = proxyfix__guest_connect(_metadata, &self->net,
+						   ALLOWED, TCP_PORT);
 		EXPECT_EQ(ECONNRESET, guest_error(extra[i]));
 	}
-	ASSERT_TRUE(
-		wait_stats(self->proxy, tcp_denied_at_least, OVER_LIMIT, &s));
+	ASSERT_TRUE(proxyfix__wait_stats(
+		self->proxy, proxyfix__tcp_denied_at_least, OVER_LIMIT, &s));
 	EXPECT_EQ(MAX_TCP, s.tcp_open);
 	EXPECT_EQ(MAX_TCP, s.tcp_allowed);
 	EXPECT_EQ(OVER_LIMIT, reason_flows(&s, IPPROTO_TCP, "flow limit"));
@@ -424,11 +392,11 @@ TEST_F_TIMEOUT(px, flows_past_the_limit_are_refused, 120)
 	/* A flow that ends makes room again. */
 	close(up[0]);
 	close(kept[0]);
-	ASSERT_TRUE(wait_stats(self->proxy, tcp_open_is, MAX_TCP - 1, &s));
-	kept[0] = guest_connect(_metadata, self, ALLOWED, TCP_PORT);
-	ASSERT_TRUE(vmnet__wait_for(self->up_tcp, POLLIN, TIMEOUT_MS));
-	up[0] = accept4(self->up_tcp, NULL, NULL, SOCK_CLOEXEC);
-	ASSERT_LE(0, up[0]);
+	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, proxyfix__tcp_open_is,
+					 MAX_TCP - 1, &s));
+	kept[0] = proxyfix__guest_connect(_metadata, &self->net, ALLOWED,
+					  TCP_PORT);
+	up[0] = proxyfix__up_accept(_metadata, self->up_tcp);
 	for (int i = 0; i < MAX_TCP; i++) {
 		close(up[i]);
 		close(kept[i]);
@@ -443,9 +411,11 @@ TEST_F_TIMEOUT(px, upstream_refused_resets_the_guest, 60)
 	int g;
 
 	/* Granted, but nothing listens there upstream. */
-	g = guest_connect(_metadata, self, ALLOWED, TCP_PORT + 1);
+	g = proxyfix__guest_connect(_metadata, &self->net, ALLOWED,
+				    TCP_PORT + 1);
 	EXPECT_EQ(ECONNRESET, guest_error(g));
-	ASSERT_TRUE(wait_stats(self->proxy, tcp_open_is, 0, &s));
+	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, proxyfix__tcp_open_is, 0,
+					 &s));
 	EXPECT_EQ(1, s.tcp_allowed);
 	EXPECT_EQ(1, s.upstream_failed);
 	close(g);
@@ -472,14 +442,14 @@ TEST_F_TIMEOUT(px, udp_flows_bounded_lru, 60)
 		ASSERT_TRUE(vmnet__wait_for(self->up_udp, POLLIN, TIMEOUT_MS));
 		ASSERT_EQ(4, recv(self->up_udp, buf, sizeof(buf), 0));
 	}
-	ASSERT_TRUE(wait_stats(self->proxy, udp_allowed_table_full,
-			       ARRAY_SIZE(g), &s));
+	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, udp_allowed_table_full,
+					 ARRAY_SIZE(g), &s));
 	EXPECT_EQ(MAX_UDP, s.udp_open);
 	/* The first flow was the least recently used: evicted, decided anew. */
 	ASSERT_EQ(4, sendto(g[0], "ping", 4, 0, (struct sockaddr *)&dst,
 			    sizeof(dst)));
-	ASSERT_TRUE(wait_stats(self->proxy, udp_allowed_table_full,
-			       ARRAY_SIZE(g) + 1, &s));
+	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, udp_allowed_table_full,
+					 ARRAY_SIZE(g) + 1, &s));
 	EXPECT_EQ(MAX_UDP, s.udp_open);
 	for (unsigned int i = 0; i < ARRAY_SIZE(g); i++)
 		close(g[i]);
@@ -511,10 +481,8 @@ static void tcp_pair(struct __test_metadata *_metadata, FIXTURE_DATA(px) * self,
 {
 	char buf[4];
 
-	*g = guest_connect(_metadata, self, ALLOWED, TCP_PORT);
-	ASSERT_TRUE(vmnet__wait_for(self->up_tcp, POLLIN, TIMEOUT_MS));
-	*conn = accept4(self->up_tcp, NULL, NULL, SOCK_CLOEXEC);
-	ASSERT_LE(0, *conn);
+	*g = proxyfix__guest_connect(_metadata, &self->net, ALLOWED, TCP_PORT);
+	*conn = proxyfix__up_accept(_metadata, self->up_tcp);
 	ASSERT_TRUE(vmnet__wait_for(*g, POLLOUT, TIMEOUT_MS));
 	ASSERT_EQ(2, send(*g, "hi", 2, 0));
 	ASSERT_EQ(2, read_some(*conn, buf, sizeof(buf)));
@@ -545,7 +513,7 @@ TEST_F_TIMEOUT(px, recheck_cuts_what_is_no_longer_granted, 60)
 	proxy__recheck(self->proxy);
 	EXPECT_EQ(ECONNRESET, guest_error(g1));
 	EXPECT_GE(0, read_some(c1, buf, sizeof(buf))); /* RST or FIN */
-	ASSERT_TRUE(wait_stats(self->proxy, tcp_cut_at_least, 1, &s));
+	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, tcp_cut_at_least, 1, &s));
 	EXPECT_EQ(1, s.tcp_cut);
 	EXPECT_EQ(1, s.tcp_open);
 	EXPECT_EQ(2, s.tcp_allowed); /* a recheck is not a new flow */
@@ -560,12 +528,13 @@ TEST_F_TIMEOUT(px, recheck_cuts_what_is_no_longer_granted, 60)
 	/* A new flow is decided by the new answers too. */
 	__atomic_store_n(&self->policy.revoked_port, local_port(g2),
 			 __ATOMIC_RELAXED);
-	g3 = guest_connect(_metadata, self, DENIED, TCP_PORT);
+	g3 = proxyfix__guest_connect(_metadata, &self->net, DENIED, TCP_PORT);
 	EXPECT_EQ(ECONNRESET, guest_error(g3));
 	proxy__recheck(self->proxy);
 	EXPECT_EQ(ECONNRESET, guest_error(g2));
-	ASSERT_TRUE(wait_stats(self->proxy, tcp_cut_at_least, 2, &s));
-	ASSERT_TRUE(wait_stats(self->proxy, tcp_open_is, 0, &s));
+	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, tcp_cut_at_least, 2, &s));
+	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, proxyfix__tcp_open_is, 0,
+					 &s));
 	close(g1);
 	close(c1);
 	close(g2);
@@ -590,7 +559,7 @@ TEST_F_TIMEOUT(px, recheck_drops_a_udp_flow, 60)
 	__atomic_store_n(&self->policy.revoked_port, local_port(g),
 			 __ATOMIC_RELAXED);
 	proxy__recheck(self->proxy);
-	ASSERT_TRUE(wait_stats(self->proxy, udp_cut_at_least, 1, &s));
+	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, udp_cut_at_least, 1, &s));
 	EXPECT_EQ(0, s.udp_open);
 	ASSERT_EQ(4, sendto(g, "drop", 4, 0, (struct sockaddr *)&dst,
 			    sizeof(dst)));
@@ -635,10 +604,8 @@ TEST_F_TIMEOUT(px, destroyed_proxy_fails_closed, 60)
 	char buf[4];
 	int g, conn;
 
-	g = guest_connect(_metadata, self, ALLOWED, TCP_PORT);
-	ASSERT_TRUE(vmnet__wait_for(self->up_tcp, POLLIN, TIMEOUT_MS));
-	conn = accept4(self->up_tcp, NULL, NULL, SOCK_CLOEXEC);
-	ASSERT_LE(0, conn);
+	g = proxyfix__guest_connect(_metadata, &self->net, ALLOWED, TCP_PORT);
+	conn = proxyfix__up_accept(_metadata, self->up_tcp);
 
 	proxy__destroy(self->proxy);
 	self->proxy = NULL;
@@ -654,7 +621,7 @@ TEST_F_TIMEOUT(px, destroyed_proxy_fails_closed, 60)
 	 * answer with an RST from an address that is not its own. Seen
 	 * from the guest: its SYN goes unanswered, retransmitted.
 	 */
-	g = guest_connect(_metadata, self, ALLOWED, TCP_PORT);
+	g = proxyfix__guest_connect(_metadata, &self->net, ALLOWED, TCP_PORT);
 	ASSERT_TRUE(wait_syn_retransmitted(g));
 	EXPECT_FALSE(vmnet__wait_for(g, POLLOUT, 0));
 	EXPECT_FALSE(vmnet__wait_for(self->up_tcp, POLLIN, 0));
@@ -675,9 +642,7 @@ static void set_policy(struct __test_metadata *_metadata,
 		       FIXTURE_DATA(px) * self, const char *grant_too,
 		       const char *hook_path, unsigned int timeout_ms)
 {
-	char doc[512], hook[256] = "", extra[64] = "", err[256] = "";
-	struct net_policy *np, *old;
-	json_t *o;
+	char doc[512], hook[256] = "", extra[64] = "";
 
 	if (grant_too)
 		snprintf(extra, sizeof(extra), ", {\"to\": \"%s\"}", grant_too);
@@ -689,16 +654,7 @@ static void set_policy(struct __test_metadata *_metadata,
 		doc, sizeof(doc),
 		"{\"tcp\": [{\"to\": \"%s\"}%s], \"udp\": [{\"to\": \"%s\"}]%s}",
 		ALLOWED, extra, ALLOWED, hook);
-	o = json_loads(doc, 0, NULL);
-	ASSERT_NE(NULL, o) TH_LOG("%s", doc);
-	ASSERT_EQ(0, net_policy__parse(o, "policy", &np, err, sizeof(err)))
-	TH_LOG("%s", err);
-	json_decref(o);
-	pthread_mutex_lock(&self->policy.lock);
-	old = self->policy.policy;
-	self->policy.policy = np;
-	pthread_mutex_unlock(&self->policy.lock);
-	net_policy__free(old);
+	proxyfix__policy_set(_metadata, &self->policy.real, doc);
 }
 
 /* The fake hook listening, and the policy asking it. */
@@ -722,6 +678,23 @@ static json_t *read_question(struct __test_metadata *_metadata,
 	q = json_loads(line, JSON_REJECT_DUPLICATES, NULL);
 	ASSERT_TRUE(json_is_object(q)) TH_LOG("not a JSON object: %s", line);
 	return q;
+}
+
+/*
+ * The fake hook up (its deadline timeout_ms), a guest connection to
+ * DENIED, which only the hook can grant, and the question it made: the
+ * guest's socket, *q the question (the caller's to free).
+ */
+static int hook_asked(struct __test_metadata *_metadata,
+		      FIXTURE_DATA(px) * self, unsigned int timeout_ms,
+		      json_t **q)
+{
+	int g;
+
+	hook_up(_metadata, self, timeout_ms);
+	g = proxyfix__guest_connect(_metadata, &self->net, DENIED, TCP_PORT);
+	*q = read_question(_metadata, &self->hook);
+	return g;
 }
 
 static long long q_id(json_t *q)
@@ -763,9 +736,7 @@ TEST_F_TIMEOUT(px, hook_grant_relays_the_flow, 60)
 	int g, conn;
 	json_t *q;
 
-	hook_up(_metadata, self, HOOK_LONG_MS);
-	g = guest_connect(_metadata, self, DENIED, TCP_PORT);
-	q = read_question(_metadata, &self->hook);
+	g = hook_asked(_metadata, self, HOOK_LONG_MS, &q);
 	guest_src(g, src, sizeof(src));
 	EXPECT_STREQ("tcp", q_str(q, "proto"));
 	EXPECT_STREQ(src, q_str(q, "src"));
@@ -786,7 +757,8 @@ TEST_F_TIMEOUT(px, hook_grant_relays_the_flow, 60)
 	ASSERT_EQ(3, send(conn, "hey", 3, 0));
 	ASSERT_EQ(3, read_some(g, buf, sizeof(buf)));
 
-	ASSERT_TRUE(wait_stats(self->proxy, tcp_allowed_at_least, 1, &s));
+	ASSERT_TRUE(
+		proxyfix__wait_stats(self->proxy, tcp_allowed_at_least, 1, &s));
 	EXPECT_EQ(1, reason_flows(&s, IPPROTO_TCP, HOOK_GRANT));
 	EXPECT_EQ(1, s.tcp_open);
 	EXPECT_EQ(0, s.tcp_denied);
@@ -804,13 +776,9 @@ TEST_F_TIMEOUT(px, hook_deny_resets, 60)
 	json_t *q;
 	int g;
 
-	hook_up(_metadata, self, HOOK_LONG_MS);
-	g = guest_connect(_metadata, self, DENIED, TCP_PORT);
-	q = read_question(_metadata, &self->hook);
+	g = hook_asked(_metadata, self, HOOK_LONG_MS, &q);
 	ASSERT_EQ(0, fakehook__answer(&self->hook, q_id(q), "deny", "no"));
-	EXPECT_EQ(ECONNRESET, guest_error(g));
-	ASSERT_TRUE(wait_stats(self->proxy, tcp_denied_at_least, 1, &s));
-	EXPECT_EQ(1, reason_flows(&s, IPPROTO_TCP, HOOK_DENY));
+	expect_reset(_metadata, self, g, HOOK_DENY, &s);
 	EXPECT_EQ(0, s.tcp_allowed);
 	EXPECT_EQ(0, s.tcp_open);
 	EXPECT_FALSE(vmnet__wait_for(self->denied_tcp, POLLIN, 0));
@@ -825,12 +793,8 @@ TEST_F_TIMEOUT(px, hook_timeout_denies, 60)
 	json_t *q;
 	int g;
 
-	hook_up(_metadata, self, HOOK_SHORT_MS);
-	g = guest_connect(_metadata, self, DENIED, TCP_PORT);
-	q = read_question(_metadata, &self->hook);
-	EXPECT_EQ(ECONNRESET, guest_error(g));
-	ASSERT_TRUE(wait_stats(self->proxy, tcp_denied_at_least, 1, &s));
-	EXPECT_EQ(1, reason_flows(&s, IPPROTO_TCP, HOOK_TIMEOUT));
+	g = hook_asked(_metadata, self, HOOK_SHORT_MS, &q);
+	expect_reset(_metadata, self, g, HOOK_TIMEOUT, &s);
 	EXPECT_EQ(1, s.hook.timeouts);
 	EXPECT_EQ(0, s.hook.pending);
 	EXPECT_FALSE(vmnet__wait_for(self->denied_tcp, POLLIN, 0));
@@ -846,15 +810,13 @@ TEST_F_TIMEOUT(px, hook_unreachable_denies, 60)
 
 	ASSERT_EQ(0, fakehook__init(&self->hook, false));
 	set_policy(_metadata, self, NULL, self->hook.path, HOOK_LONG_MS);
-	g = guest_connect(_metadata, self, DENIED, TCP_PORT);
-	EXPECT_EQ(ECONNRESET, guest_error(g));
-	ASSERT_TRUE(wait_stats(self->proxy, tcp_denied_at_least, 1, &s));
-	EXPECT_EQ(1, reason_flows(&s, IPPROTO_TCP, HOOK_UNREACHABLE));
+	g = proxyfix__guest_connect(_metadata, &self->net, DENIED, TCP_PORT);
+	expect_reset(_metadata, self, g, HOOK_UNREACHABLE, &s);
 	EXPECT_EQ(0, s.hook.questions);
 	EXPECT_EQ(1, s.hook.failures);
 	/* The rules still grant without the hook. */
 	close(g);
-	g = guest_connect(_metadata, self, ALLOWED, TCP_PORT);
+	g = proxyfix__guest_connect(_metadata, &self->net, ALLOWED, TCP_PORT);
 	ASSERT_TRUE(vmnet__wait_for(self->up_tcp, POLLIN, TIMEOUT_MS));
 	close(g);
 }
@@ -865,13 +827,9 @@ TEST_F_TIMEOUT(px, hook_garbage_denies, 60)
 	json_t *q;
 	int g;
 
-	hook_up(_metadata, self, HOOK_LONG_MS);
-	g = guest_connect(_metadata, self, DENIED, TCP_PORT);
-	q = read_question(_metadata, &self->hook);
+	g = hook_asked(_metadata, self, HOOK_LONG_MS, &q);
 	ASSERT_EQ(0, fakehook__send(&self->hook, "grant it, please\n"));
-	EXPECT_EQ(ECONNRESET, guest_error(g));
-	ASSERT_TRUE(wait_stats(self->proxy, tcp_denied_at_least, 1, &s));
-	EXPECT_EQ(1, reason_flows(&s, IPPROTO_TCP, HOOK_ERROR));
+	expect_reset(_metadata, self, g, HOOK_ERROR, &s);
 	json_decref(q);
 	close(g);
 }
@@ -885,8 +843,8 @@ TEST_F_TIMEOUT(px, hook_answers_out_of_order, 60)
 	int g1, g2, conn;
 
 	hook_up(_metadata, self, HOOK_LONG_MS);
-	g1 = guest_connect(_metadata, self, DENIED, TCP_PORT);
-	g2 = guest_connect(_metadata, self, DENIED, TCP_PORT);
+	g1 = proxyfix__guest_connect(_metadata, &self->net, DENIED, TCP_PORT);
+	g2 = proxyfix__guest_connect(_metadata, &self->net, DENIED, TCP_PORT);
 	q[0] = read_question(_metadata, &self->hook);
 	q[1] = read_question(_metadata, &self->hook);
 	guest_src(g1, src1, sizeof(src1));
@@ -899,12 +857,11 @@ TEST_F_TIMEOUT(px, hook_answers_out_of_order, 60)
 	ASSERT_EQ(0, fakehook__answer(&self->hook, q_id(q2nd), "grant", NULL));
 	ASSERT_EQ(0, fakehook__answer(&self->hook, q_id(q1st), "deny", NULL));
 	EXPECT_EQ(ECONNRESET, guest_error(g1));
-	ASSERT_TRUE(vmnet__wait_for(self->denied_tcp, POLLIN, TIMEOUT_MS));
-	conn = accept4(self->denied_tcp, NULL, NULL, SOCK_CLOEXEC);
-	ASSERT_LE(0, conn);
+	conn = proxyfix__up_accept(_metadata, self->denied_tcp);
 	ASSERT_EQ(2, send(g2, "hi", 2, 0));
 	ASSERT_EQ(2, read_some(conn, buf, sizeof(buf)));
-	ASSERT_TRUE(wait_stats(self->proxy, tcp_denied_at_least, 1, &s));
+	ASSERT_TRUE(proxyfix__wait_stats(self->proxy,
+					 proxyfix__tcp_denied_at_least, 1, &s));
 	EXPECT_EQ(1, reason_flows(&s, IPPROTO_TCP, HOOK_GRANT));
 	EXPECT_EQ(1, reason_flows(&s, IPPROTO_TCP, HOOK_DENY));
 	json_decref(q[0]);
@@ -920,20 +877,18 @@ TEST_F_TIMEOUT(px, hook_gets_hostnames_from_bindings, 60)
 	json_t *q, *names;
 	int g;
 
-	self->policy.bindings = net_bindings__create(NULL, NULL);
-	ASSERT_NE(NULL, self->policy.bindings);
-	pthread_mutex_lock(&self->policy.lock);
-	ASSERT_EQ(0, net_bindings__insert(self->policy.bindings,
+	self->policy.real.bindings = net_bindings__create(NULL, NULL);
+	ASSERT_NE(NULL, self->policy.real.bindings);
+	pthread_mutex_lock(&self->policy.real.lock);
+	ASSERT_EQ(0, net_bindings__insert(self->policy.real.bindings,
 					  "www.example.com", ip4(DENIED), 60));
-	ASSERT_EQ(0, net_bindings__insert(self->policy.bindings,
+	ASSERT_EQ(0, net_bindings__insert(self->policy.real.bindings,
 					  "API.example.com.", ip4(DENIED), 60));
 	ASSERT_EQ(0,
-		  net_bindings__insert(self->policy.bindings,
+		  net_bindings__insert(self->policy.real.bindings,
 				       "other.example.com", ip4(ALLOWED), 60));
-	pthread_mutex_unlock(&self->policy.lock);
-	hook_up(_metadata, self, HOOK_LONG_MS);
-	g = guest_connect(_metadata, self, DENIED, TCP_PORT);
-	q = read_question(_metadata, &self->hook);
+	pthread_mutex_unlock(&self->policy.real.lock);
+	g = hook_asked(_metadata, self, HOOK_LONG_MS, &q);
 	names = json_object_get(q, "hostnames");
 	ASSERT_EQ(2, json_array_size(names));
 	EXPECT_STREQ("api.example.com",
@@ -971,8 +926,8 @@ TEST_F_TIMEOUT(px, hook_udp_held_then_sent_in_order, 60)
 	EXPECT_STREQ("udp", q_str(q, "proto"));
 	EXPECT_STREQ(DENIED ":5000", q_str(q, "dst"));
 	/* All read while held: the ones past the bound are dropped. */
-	ASSERT_TRUE(
-		wait_stats(self->proxy, udp_dropped_at_least, sent - kept, &s));
+	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, udp_dropped_at_least,
+					 sent - kept, &s));
 	EXPECT_FALSE(vmnet__wait_for(self->denied_udp, POLLIN, 0));
 
 	ASSERT_EQ(0, fakehook__answer(&self->hook, q_id(q), "grant", NULL));
@@ -1024,13 +979,9 @@ TEST_F_TIMEOUT(px, hook_grant_kept_while_same_hook, 60)
 	int g, conn;
 	json_t *q;
 
-	hook_up(_metadata, self, HOOK_LONG_MS);
-	g = guest_connect(_metadata, self, DENIED, TCP_PORT);
-	q = read_question(_metadata, &self->hook);
+	g = hook_asked(_metadata, self, HOOK_LONG_MS, &q);
 	ASSERT_EQ(0, fakehook__answer(&self->hook, q_id(q), "grant", NULL));
-	ASSERT_TRUE(vmnet__wait_for(self->denied_tcp, POLLIN, TIMEOUT_MS));
-	conn = accept4(self->denied_tcp, NULL, NULL, SOCK_CLOEXEC);
-	ASSERT_LE(0, conn);
+	conn = proxyfix__up_accept(_metadata, self->denied_tcp);
 
 	/* The same socket, another deadline: kept. */
 	calls = __atomic_load_n(&self->policy.calls, __ATOMIC_RELAXED);
@@ -1048,7 +999,7 @@ TEST_F_TIMEOUT(px, hook_grant_kept_while_same_hook, 60)
 	proxy__recheck(self->proxy);
 	EXPECT_EQ(ECONNRESET, guest_error(g));
 	EXPECT_GE(0, read_some(conn, buf, sizeof(buf)));
-	ASSERT_TRUE(wait_stats(self->proxy, tcp_cut_at_least, 1, &s));
+	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, tcp_cut_at_least, 1, &s));
 	EXPECT_EQ(0, s.tcp_open);
 	EXPECT_EQ(1, s.hook.questions); /* a recheck asks no hook */
 	json_decref(q);
@@ -1067,9 +1018,7 @@ TEST_F_TIMEOUT(px, hook_held_flow_settled_by_recheck, 60)
 	int g, conn;
 	json_t *q;
 
-	hook_up(_metadata, self, HOOK_LONG_MS);
-	g = guest_connect(_metadata, self, DENIED, TCP_PORT);
-	q = read_question(_metadata, &self->hook);
+	g = hook_asked(_metadata, self, HOOK_LONG_MS, &q);
 	set_policy(_metadata, self, DENIED, NULL, 0);
 	proxy__recheck(self->proxy);
 	ASSERT_TRUE(vmnet__wait_for(self->denied_tcp, POLLIN, TIMEOUT_MS))
@@ -1080,7 +1029,8 @@ TEST_F_TIMEOUT(px, hook_held_flow_settled_by_recheck, 60)
 	ASSERT_EQ(2, read_some(conn, buf, sizeof(buf)));
 
 	ASSERT_EQ(0, fakehook__answer(&self->hook, q_id(q), "deny", NULL));
-	ASSERT_TRUE(wait_stats(self->proxy, hook_ignored_at_least, 1, &s));
+	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, hook_ignored_at_least, 1,
+					 &s));
 	EXPECT_EQ(1, reason_flows(&s, IPPROTO_TCP, "tcp grant 1"));
 	EXPECT_EQ(0, s.tcp_denied);
 	EXPECT_EQ(1, s.tcp_open);

@@ -762,6 +762,33 @@ static void duo_close(struct duo *d)
 		close(d->sv[1]);
 }
 
+/*
+ * A fresh CA, its certificate as a bundle in a new directory dir (both
+ * PATH_LEN), and a duo trusting it: the CA.
+ */
+static struct tls_ca *duo_with_ca(struct __test_metadata *_metadata, char *dir,
+				  char *bundle, struct duo *d,
+				  const struct tls_accept_params *ap,
+				  const struct tls_connect_params *cp)
+{
+	struct tls_ca *ca = new_ca();
+
+	ASSERT_NE(NULL, ca);
+	ASSERT_EQ(0, temp_dir(dir, PATH_LEN));
+	ASSERT_EQ(0, ca_bundle(ca, dir, bundle, PATH_LEN));
+	ASSERT_EQ(0, duo_open(d, ca, bundle, ap, cp));
+	return ca;
+}
+
+static void duo_with_ca_close(struct duo *d, struct tls_ca *ca, const char *dir,
+			      const char *bundle)
+{
+	duo_close(d);
+	tls_ca__destroy(ca);
+	unlink(bundle);
+	rmdir(dir);
+}
+
 /* A plain wolfSSL client on fd, trusting ca, for what ours never does. */
 static WOLFSSL *raw_client(WOLFSSL_CTX **ctx, WOLFSSL_METHOD *method,
 			   struct tls_ca *ca, int fd)
@@ -780,6 +807,52 @@ static WOLFSSL *raw_client(WOLFSSL_CTX **ctx, WOLFSSL_METHOD *method,
 	if (ssl)
 		wolfSSL_set_fd(ssl, fd);
 	return ssl;
+}
+
+/* Our server and a plain wolfSSL client, on a pair of sockets. */
+struct raw_duo {
+	struct tls_ca *ca;
+	struct tls_server *srv;
+	WOLFSSL_CTX *ctx;
+	int sv[2];
+	struct end s, c;
+};
+
+/*
+ * A fresh CA, our server of it accepting by ap, and a raw client of
+ * method trusting it (with SNI sni when not NULL); not shaken yet.
+ */
+static void raw_duo_open(struct __test_metadata *_metadata, struct raw_duo *rp,
+			 const struct tls_accept_params *ap,
+			 WOLFSSL_METHOD *method, const char *sni)
+{
+	char err[ERR_LEN];
+
+	memset(rp, 0, sizeof(*rp));
+	rp->ca = new_ca();
+	ASSERT_NE(NULL, rp->ca);
+	ASSERT_EQ(0, nonblocking_pair(rp->sv));
+	ASSERT_EQ(0, tls_server__create(&rp->srv, rp->ca, err, sizeof(err)));
+	ASSERT_EQ(0, tls_conn__accept(&rp->s.c, rp->srv, rp->sv[0], ap));
+	rp->s.fd = rp->sv[0];
+	rp->c.fd = rp->sv[1];
+	rp->c.raw = raw_client(&rp->ctx, method, rp->ca, rp->sv[1]);
+	ASSERT_NE(NULL, rp->c.raw);
+	if (sni)
+		ASSERT_EQ(WOLFSSL_SUCCESS,
+			  wolfSSL_UseSNI(rp->c.raw, WOLFSSL_SNI_HOST_NAME, sni,
+					 strlen(sni)));
+}
+
+static void raw_duo_close(struct raw_duo *rp)
+{
+	wolfSSL_free(rp->c.raw);
+	wolfSSL_CTX_free(rp->ctx);
+	tls_conn__free(rp->s.c);
+	tls_server__destroy(rp->srv);
+	tls_ca__destroy(rp->ca);
+	close(rp->sv[0]);
+	close(rp->sv[1]);
 }
 
 /* What relay() saw on the way. */
@@ -862,11 +935,7 @@ TEST(handshake_and_data_both_ways)
 	size_t i;
 
 	ap.opaque = &calls;
-	ca = new_ca();
-	ASSERT_NE(NULL, ca);
-	ASSERT_EQ(0, temp_dir(dir, sizeof(dir)));
-	ASSERT_EQ(0, ca_bundle(ca, dir, bundle, sizeof(bundle)));
-	ASSERT_EQ(0, duo_open(&d, ca, bundle, &ap, &cp));
+	ca = duo_with_ca(_metadata, dir, bundle, &d, &ap, &cp);
 	EXPECT_EQ(NULL, tls_conn__sni(d.s.c));
 	ASSERT_TRUE(drive(&d.s, &d.c));
 	ASSERT_EQ(0, d.s.ret) TH_LOG("server: %s", tls_conn__error(d.s.c));
@@ -898,10 +967,7 @@ TEST(handshake_and_data_both_ways)
 	EXPECT_EQ(0, tls_conn__read(d.s.c, out, CHUNK));
 	free(data);
 	free(out);
-	duo_close(&d);
-	tls_ca__destroy(ca);
-	unlink(bundle);
-	rmdir(dir);
+	duo_with_ca_close(&d, ca, dir, bundle);
 }
 
 TEST(peer_gone_without_close_notify_is_a_reset)
@@ -913,11 +979,7 @@ TEST(peer_gone_without_close_notify_is_a_reset)
 	struct tls_ca *ca;
 	struct duo d;
 
-	ca = new_ca();
-	ASSERT_NE(NULL, ca);
-	ASSERT_EQ(0, temp_dir(dir, sizeof(dir)));
-	ASSERT_EQ(0, ca_bundle(ca, dir, bundle, sizeof(bundle)));
-	ASSERT_EQ(0, duo_open(&d, ca, bundle, &ap, &cp));
+	ca = duo_with_ca(_metadata, dir, bundle, &d, &ap, &cp);
 	ASSERT_TRUE(drive(&d.s, &d.c));
 	ASSERT_EQ(0, d.s.ret);
 	ASSERT_EQ(0, d.c.ret);
@@ -929,10 +991,7 @@ TEST(peer_gone_without_close_notify_is_a_reset)
 	TH_LOG("%s", tls_conn__error(d.s.c));
 	/* Kept. */
 	EXPECT_EQ(-ECONNRESET, tls_conn__write(d.s.c, buf, sizeof(buf)));
-	duo_close(&d);
-	tls_ca__destroy(ca);
-	unlink(bundle);
-	rmdir(dir);
+	duo_with_ca_close(&d, ca, dir, bundle);
 }
 
 /*
@@ -953,11 +1012,7 @@ TEST(shutdown_behind_queued_data)
 	ssize_t n;
 	int rounds;
 
-	ca = new_ca();
-	ASSERT_NE(NULL, ca);
-	ASSERT_EQ(0, temp_dir(dir, sizeof(dir)));
-	ASSERT_EQ(0, ca_bundle(ca, dir, bundle, sizeof(bundle)));
-	ASSERT_EQ(0, duo_open(&d, ca, bundle, &ap, &cp));
+	ca = duo_with_ca(_metadata, dir, bundle, &d, &ap, &cp);
 	ASSERT_TRUE(drive(&d.s, &d.c));
 	ASSERT_EQ(0, d.s.ret);
 	ASSERT_EQ(0, d.c.ret);
@@ -995,10 +1050,7 @@ TEST(shutdown_behind_queued_data)
 	EXPECT_EQ(queued, got);
 	/* Nothing after our close_notify. */
 	EXPECT_EQ(-EPIPE, tls_conn__write(d.c.c, buf, sizeof(buf)));
-	duo_close(&d);
-	tls_ca__destroy(ca);
-	unlink(bundle);
-	rmdir(dir);
+	duo_with_ca_close(&d, ca, dir, bundle);
 }
 
 /*
@@ -1010,80 +1062,62 @@ TEST(shutdown_behind_queued_data)
  */
 TEST(key_update_while_a_write_waits)
 {
+	struct raw_duo rp;
 	struct tls_accept_params ap = { .sni_ok = allow_all };
-	struct tls_server *srv;
-	struct tls_ca *ca;
-	WOLFSSL_CTX *ctx;
-	struct end s = { 0 }, c = { 0 };
 	uint8_t buf[CHUNK] = { 0 };
-	char err[ERR_LEN];
 	size_t queued = 0, got = 0;
 	struct pollfd pfd;
 	ssize_t n;
-	int sv[2], r, rounds;
+	int r, rounds;
 	bool waiting = true;
 
-	ca = new_ca();
-	ASSERT_NE(NULL, ca);
-	ASSERT_EQ(0, nonblocking_pair(sv));
-	ASSERT_EQ(0, tls_server__create(&srv, ca, err, sizeof(err)));
-	ASSERT_EQ(0, tls_conn__accept(&s.c, srv, sv[0], &ap));
-	s.fd = sv[0];
-	c.fd = sv[1];
-	c.raw = raw_client(&ctx, wolfTLSv1_3_client_method(), ca, sv[1]);
-	ASSERT_NE(NULL, c.raw);
-	ASSERT_EQ(WOLFSSL_SUCCESS, wolfSSL_UseSNI(c.raw, WOLFSSL_SNI_HOST_NAME,
-						  HOST, strlen(HOST)));
-	ASSERT_TRUE(drive(&s, &c));
-	ASSERT_EQ(0, s.ret) TH_LOG("%s", tls_conn__error(s.c));
-	ASSERT_EQ(0, c.ret);
-	small_buffers(sv[0]);
-	small_buffers(sv[1]);
-	while ((n = tls_conn__write(s.c, buf, sizeof(buf))) > 0)
+	raw_duo_open(_metadata, &rp, &ap, wolfTLSv1_3_client_method(), HOST);
+	ASSERT_TRUE(drive(&rp.s, &rp.c));
+	ASSERT_EQ(0, rp.s.ret) TH_LOG("%s", tls_conn__error(rp.s.c));
+	ASSERT_EQ(0, rp.c.ret);
+	small_buffers(rp.sv[0]);
+	small_buffers(rp.sv[1]);
+	while ((n = tls_conn__write(rp.s.c, buf, sizeof(buf))) > 0)
 		queued += (size_t)n;
 	ASSERT_EQ(-EAGAIN, n);
-	ASSERT_EQ(WOLFSSL_SUCCESS, wolfSSL_update_keys(c.raw));
-	EXPECT_EQ(-EAGAIN, tls_conn__read(s.c, buf, sizeof(buf)));
-	EXPECT_EQ(EPOLLIN, tls_conn__wants(s.c));
+	ASSERT_EQ(WOLFSSL_SUCCESS, wolfSSL_update_keys(rp.c.raw));
+	EXPECT_EQ(-EAGAIN, tls_conn__read(rp.s.c, buf, sizeof(buf)));
+	EXPECT_EQ(EPOLLIN, tls_conn__wants(rp.s.c));
 	/* The client reads; the waiting write completes (same bytes). */
 	for (rounds = 0; rounds < MAX_ROUNDS && (waiting || got < queued);
 	     rounds++) {
-		r = wolfSSL_read(c.raw, buf, sizeof(buf));
+		r = wolfSSL_read(rp.c.raw, buf, sizeof(buf));
 		if (r > 0)
 			got += (size_t)r;
-		if (waiting && tls_conn__write(s.c, buf, sizeof(buf)) > 0) {
+		if (waiting && tls_conn__write(rp.s.c, buf, sizeof(buf)) > 0) {
 			queued += sizeof(buf);
 			waiting = false;
 		}
 		if (r <= 0) {
-			pfd = (struct pollfd){ .fd = sv[1], .events = POLLIN };
+			pfd = (struct pollfd){ .fd = rp.sv[1],
+					       .events = POLLIN };
 			ASSERT_LT(0, poll(&pfd, 1, POLL_MS));
 		}
 	}
 	EXPECT_FALSE(waiting);
 	EXPECT_EQ(queued, got);
 	/* And the client's data under its new keys reads fine. */
-	ASSERT_EQ((int)sizeof(buf), wolfSSL_write(c.raw, buf, sizeof(buf)));
+	ASSERT_EQ((int)sizeof(buf), wolfSSL_write(rp.c.raw, buf, sizeof(buf)));
 	got = 0;
 	for (rounds = 0; rounds < MAX_ROUNDS && got < sizeof(buf); rounds++) {
-		n = tls_conn__read(s.c, buf, sizeof(buf));
+		n = tls_conn__read(rp.s.c, buf, sizeof(buf));
 		if (n > 0) {
 			got += (size_t)n;
 			continue;
 		}
-		ASSERT_EQ(-EAGAIN, n) TH_LOG("%s", tls_conn__error(s.c));
-		pfd = (struct pollfd){ .fd = sv[0],
-				       .events = (short)tls_conn__wants(s.c) };
+		ASSERT_EQ(-EAGAIN, n) TH_LOG("%s", tls_conn__error(rp.s.c));
+		pfd = (struct pollfd){ .fd = rp.sv[0],
+				       .events =
+					       (short)tls_conn__wants(rp.s.c) };
 		ASSERT_LT(0, poll(&pfd, 1, POLL_MS));
 	}
 	EXPECT_EQ(sizeof(buf), got);
-	wolfSSL_free(c.raw);
-	wolfSSL_CTX_free(ctx);
-	tls_conn__free(s.c);
-	tls_server__destroy(srv);
-	tls_ca__destroy(ca);
-	close(sv[0]);
-	close(sv[1]);
+	raw_duo_close(&rp);
 }
 
 /* SIGPIPE is not ignored here: a write to a closed peer must not raise it. */
@@ -1096,11 +1130,7 @@ TEST(write_to_a_closed_peer_fails_without_sigpipe)
 	struct tls_ca *ca;
 	struct duo d;
 
-	ca = new_ca();
-	ASSERT_NE(NULL, ca);
-	ASSERT_EQ(0, temp_dir(dir, sizeof(dir)));
-	ASSERT_EQ(0, ca_bundle(ca, dir, bundle, sizeof(bundle)));
-	ASSERT_EQ(0, duo_open(&d, ca, bundle, &ap, &cp));
+	ca = duo_with_ca(_metadata, dir, bundle, &d, &ap, &cp);
 	ASSERT_TRUE(drive(&d.s, &d.c));
 	ASSERT_EQ(0, d.s.ret);
 	ASSERT_EQ(0, d.c.ret);
@@ -1108,10 +1138,7 @@ TEST(write_to_a_closed_peer_fails_without_sigpipe)
 	d.sv[1] = -1;
 	EXPECT_EQ(-ECONNRESET, tls_conn__write(d.s.c, buf, sizeof(buf)))
 	TH_LOG("%s", tls_conn__error(d.s.c));
-	duo_close(&d);
-	tls_ca__destroy(ca);
-	unlink(bundle);
-	rmdir(dir);
+	duo_with_ca_close(&d, ca, dir, bundle);
 }
 
 TEST(sni_refused_fails_both_ends)
@@ -1122,11 +1149,7 @@ TEST(sni_refused_fails_both_ends)
 	struct tls_ca *ca;
 	struct duo d;
 
-	ca = new_ca();
-	ASSERT_NE(NULL, ca);
-	ASSERT_EQ(0, temp_dir(dir, sizeof(dir)));
-	ASSERT_EQ(0, ca_bundle(ca, dir, bundle, sizeof(bundle)));
-	ASSERT_EQ(0, duo_open(&d, ca, bundle, &ap, &cp));
+	ca = duo_with_ca(_metadata, dir, bundle, &d, &ap, &cp);
 	ASSERT_TRUE(drive(&d.s, &d.c));
 	EXPECT_STREQ(HOST, seen_sni);
 	EXPECT_EQ(-EACCES, d.s.ret);
@@ -1139,44 +1162,22 @@ TEST(sni_refused_fails_both_ends)
 	TH_LOG("%s", tls_conn__error(d.c.c));
 	/* No leaf was minted for a refused name. */
 	EXPECT_EQ(0, tls_ca__minted(ca));
-	duo_close(&d);
-	tls_ca__destroy(ca);
-	unlink(bundle);
-	rmdir(dir);
+	duo_with_ca_close(&d, ca, dir, bundle);
 }
 
 TEST(no_sni_is_refused)
 {
+	struct raw_duo rp;
 	struct tls_accept_params ap = { .sni_ok = allow_all };
-	struct tls_server *srv;
-	struct tls_ca *ca;
-	WOLFSSL_CTX *ctx;
-	struct end s = { 0 }, c = { 0 };
-	char err[ERR_LEN];
-	int sv[2];
 
-	ca = new_ca();
-	ASSERT_NE(NULL, ca);
-	ASSERT_EQ(0, nonblocking_pair(sv));
-	ASSERT_EQ(0, tls_server__create(&srv, ca, err, sizeof(err)));
-	ASSERT_EQ(0, tls_conn__accept(&s.c, srv, sv[0], &ap));
-	s.fd = sv[0];
-	c.fd = sv[1];
-	c.raw = raw_client(&ctx, wolfSSLv23_client_method(), ca, sv[1]);
-	ASSERT_NE(NULL, c.raw);
-	ASSERT_TRUE(drive(&s, &c));
-	EXPECT_EQ(-EACCES, s.ret);
-	EXPECT_STREQ("no SNI in the ClientHello", tls_conn__error(s.c));
-	EXPECT_EQ(NULL, tls_conn__sni(s.c));
-	EXPECT_EQ(-EPROTO, c.ret);
-	EXPECT_EQ(0, tls_ca__minted(ca));
-	wolfSSL_free(c.raw);
-	wolfSSL_CTX_free(ctx);
-	tls_conn__free(s.c);
-	tls_server__destroy(srv);
-	tls_ca__destroy(ca);
-	close(sv[0]);
-	close(sv[1]);
+	raw_duo_open(_metadata, &rp, &ap, wolfSSLv23_client_method(), NULL);
+	ASSERT_TRUE(drive(&rp.s, &rp.c));
+	EXPECT_EQ(-EACCES, rp.s.ret);
+	EXPECT_STREQ("no SNI in the ClientHello", tls_conn__error(rp.s.c));
+	EXPECT_EQ(NULL, tls_conn__sni(rp.s.c));
+	EXPECT_EQ(-EPROTO, rp.c.ret);
+	EXPECT_EQ(0, tls_ca__minted(rp.ca));
+	raw_duo_close(&rp);
 }
 
 /*
@@ -1185,76 +1186,35 @@ TEST(no_sni_is_refused)
  */
 TEST(hello_retry_request_checks_sni_again)
 {
+	struct raw_duo rp;
 	struct tls_accept_params ap = { .sni_ok = allow_host };
-	struct tls_server *srv;
-	struct tls_ca *ca;
-	WOLFSSL_CTX *ctx;
-	struct end s = { 0 }, c = { 0 };
-	char err[ERR_LEN];
-	int sv[2], calls = 0;
+	int calls = 0;
 
 	ap.opaque = &calls;
-	ca = new_ca();
-	ASSERT_NE(NULL, ca);
-	ASSERT_EQ(0, nonblocking_pair(sv));
-	ASSERT_EQ(0, tls_server__create(&srv, ca, err, sizeof(err)));
-	ASSERT_EQ(0, tls_conn__accept(&s.c, srv, sv[0], &ap));
-	s.fd = sv[0];
-	c.fd = sv[1];
-	c.raw = raw_client(&ctx, wolfTLSv1_3_client_method(), ca, sv[1]);
-	ASSERT_NE(NULL, c.raw);
-	ASSERT_EQ(WOLFSSL_SUCCESS, wolfSSL_UseSNI(c.raw, WOLFSSL_SNI_HOST_NAME,
-						  HOST, strlen(HOST)));
-	ASSERT_EQ(WOLFSSL_SUCCESS, wolfSSL_NoKeyShares(c.raw));
-	ASSERT_TRUE(drive(&s, &c));
-	EXPECT_EQ(0, s.ret) TH_LOG("%s", tls_conn__error(s.c));
-	EXPECT_EQ(0, c.ret);
+	raw_duo_open(_metadata, &rp, &ap, wolfTLSv1_3_client_method(), HOST);
+	ASSERT_EQ(WOLFSSL_SUCCESS, wolfSSL_NoKeyShares(rp.c.raw));
+	ASSERT_TRUE(drive(&rp.s, &rp.c));
+	EXPECT_EQ(0, rp.s.ret) TH_LOG("%s", tls_conn__error(rp.s.c));
+	EXPECT_EQ(0, rp.c.ret);
 	EXPECT_EQ(2, calls);
-	wolfSSL_free(c.raw);
-	wolfSSL_CTX_free(ctx);
-	tls_conn__free(s.c);
-	tls_server__destroy(srv);
-	tls_ca__destroy(ca);
-	close(sv[0]);
-	close(sv[1]);
+	raw_duo_close(&rp);
 }
 
 /* A plain client on our server, with SNI, limited to one version. */
 static void raw_version(struct __test_metadata *_metadata,
 			WOLFSSL_METHOD *method, int want)
 {
+	struct raw_duo rp;
 	struct tls_accept_params ap = { .sni_ok = allow_all };
-	struct tls_server *srv;
-	struct tls_ca *ca;
-	WOLFSSL_CTX *ctx;
-	struct end s = { 0 }, c = { 0 };
-	char err[ERR_LEN];
-	int sv[2];
 
-	ca = new_ca();
-	ASSERT_NE(NULL, ca);
-	ASSERT_EQ(0, nonblocking_pair(sv));
-	ASSERT_EQ(0, tls_server__create(&srv, ca, err, sizeof(err)));
-	ASSERT_EQ(0, tls_conn__accept(&s.c, srv, sv[0], &ap));
-	s.fd = sv[0];
-	c.fd = sv[1];
-	c.raw = raw_client(&ctx, method, ca, sv[1]);
-	ASSERT_NE(NULL, c.raw);
-	ASSERT_EQ(WOLFSSL_SUCCESS, wolfSSL_UseSNI(c.raw, WOLFSSL_SNI_HOST_NAME,
-						  HOST, strlen(HOST)));
-	ASSERT_TRUE(drive(&s, &c));
-	EXPECT_EQ(want, s.ret) TH_LOG("%s", tls_conn__error(s.c));
+	raw_duo_open(_metadata, &rp, &ap, method, HOST);
+	ASSERT_TRUE(drive(&rp.s, &rp.c));
+	EXPECT_EQ(want, rp.s.ret) TH_LOG("%s", tls_conn__error(rp.s.c));
 	if (!want) {
-		EXPECT_EQ(0, c.ret);
-		EXPECT_STREQ("TLSv1.2", tls_conn__version(s.c));
+		EXPECT_EQ(0, rp.c.ret);
+		EXPECT_STREQ("TLSv1.2", tls_conn__version(rp.s.c));
 	}
-	wolfSSL_free(c.raw);
-	wolfSSL_CTX_free(ctx);
-	tls_conn__free(s.c);
-	tls_server__destroy(srv);
-	tls_ca__destroy(ca);
-	close(sv[0]);
-	close(sv[1]);
+	raw_duo_close(&rp);
 }
 
 TEST(server_takes_tls12)
@@ -1360,11 +1320,7 @@ static void alpn_case(struct __test_metadata *_metadata, const char *srv_alpn,
 	struct tls_ca *ca;
 	struct duo d;
 
-	ca = new_ca();
-	ASSERT_NE(NULL, ca);
-	ASSERT_EQ(0, temp_dir(dir, sizeof(dir)));
-	ASSERT_EQ(0, ca_bundle(ca, dir, bundle, sizeof(bundle)));
-	ASSERT_EQ(0, duo_open(&d, ca, bundle, &ap, &cp));
+	ca = duo_with_ca(_metadata, dir, bundle, &d, &ap, &cp);
 	ASSERT_TRUE(drive(&d.s, &d.c));
 	EXPECT_EQ(want, d.c.ret) TH_LOG("client: %s", tls_conn__error(d.c.c));
 	if (!want) {
@@ -1375,10 +1331,7 @@ static void alpn_case(struct __test_metadata *_metadata, const char *srv_alpn,
 		TH_LOG("client: %s; server: %s", tls_conn__error(d.c.c),
 		       tls_conn__error(d.s.c));
 	}
-	duo_close(&d);
-	tls_ca__destroy(ca);
-	unlink(bundle);
-	rmdir(dir);
+	duo_with_ca_close(&d, ca, dir, bundle);
 }
 
 TEST(alpn_h2_negotiated)
@@ -1407,40 +1360,19 @@ TEST(alpn_none_asked_none_chosen)
  */
 TEST(alpn_guest_preference_wins)
 {
+	struct raw_duo rp;
 	struct tls_accept_params ap = { .sni_ok = allow_all,
 					.alpn = "h2,http/1.1" };
 	char offer[] = "http/1.1,h2";
-	struct tls_server *srv;
-	struct tls_ca *ca;
-	WOLFSSL_CTX *ctx;
-	struct end s = { 0 }, c = { 0 };
-	char err[ERR_LEN];
-	int sv[2];
 
-	ca = new_ca();
-	ASSERT_NE(NULL, ca);
-	ASSERT_EQ(0, nonblocking_pair(sv));
-	ASSERT_EQ(0, tls_server__create(&srv, ca, err, sizeof(err)));
-	ASSERT_EQ(0, tls_conn__accept(&s.c, srv, sv[0], &ap));
-	s.fd = sv[0];
-	c.fd = sv[1];
-	c.raw = raw_client(&ctx, wolfSSLv23_client_method(), ca, sv[1]);
-	ASSERT_NE(NULL, c.raw);
-	ASSERT_EQ(WOLFSSL_SUCCESS, wolfSSL_UseSNI(c.raw, WOLFSSL_SNI_HOST_NAME,
-						  HOST, strlen(HOST)));
+	raw_duo_open(_metadata, &rp, &ap, wolfSSLv23_client_method(), HOST);
 	ASSERT_EQ(WOLFSSL_SUCCESS,
-		  wolfSSL_UseALPN(c.raw, offer, strlen(offer),
+		  wolfSSL_UseALPN(rp.c.raw, offer, strlen(offer),
 				  WOLFSSL_ALPN_FAILED_ON_MISMATCH));
-	ASSERT_TRUE(drive(&s, &c));
-	ASSERT_EQ(0, s.ret) TH_LOG("%s", tls_conn__error(s.c));
-	EXPECT_STREQ("http/1.1", tls_conn__alpn(s.c));
-	wolfSSL_free(c.raw);
-	wolfSSL_CTX_free(ctx);
-	tls_conn__free(s.c);
-	tls_server__destroy(srv);
-	tls_ca__destroy(ca);
-	close(sv[0]);
-	close(sv[1]);
+	ASSERT_TRUE(drive(&rp.s, &rp.c));
+	ASSERT_EQ(0, rp.s.ret) TH_LOG("%s", tls_conn__error(rp.s.c));
+	EXPECT_STREQ("http/1.1", tls_conn__alpn(rp.s.c));
+	raw_duo_close(&rp);
 }
 
 TEST(alpn_h2_refused_by_a_server_without_alpn)
