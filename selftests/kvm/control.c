@@ -102,7 +102,7 @@ static void ctl_report(struct __test_metadata *_metadata)
 {
 	const struct vmctl *c = vm_current;
 	char buf[16384], *line, *end;
-	bool settled = true, unread = false;
+	bool settled = true, unread = false, rx_idle = false;
 	struct stat st;
 	long from;
 	size_t n = 0;
@@ -133,7 +133,8 @@ static void ctl_report(struct __test_metadata *_metadata)
 		if (!*line)
 			continue;
 		TH_LOG("vmm state: %s", line);
-		settled = harness_line_settled(line, &vcpus, &unread) &&
+		settled = harness_line_settled(line, &vcpus, &unread,
+					       &rx_idle) &&
 			  settled;
 	}
 	if (vcpus > 0 && settled && unread)
