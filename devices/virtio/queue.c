@@ -408,7 +408,7 @@ int virtqueue__pop(struct virtqueue *q, struct vq_chain *chain)
 
 /* ---- push and notifications --------------------------------------- */
 
-int virtqueue__push(struct virtqueue *q, uint16_t head, uint32_t len)
+int virtqueue__fill(struct virtqueue *q, uint16_t head, uint32_t len)
 {
 	uint8_t *elem;
 
@@ -424,13 +424,28 @@ int virtqueue__push(struct virtqueue *q, uint16_t head, uint32_t len)
 	store32(elem + offsetof(struct vring_used_elem, id), head);
 	store32(elem + offsetof(struct vring_used_elem, len), len);
 	q->used_idx++;
+	return 0;
+}
+
+void virtqueue__flush(struct virtqueue *q)
+{
+	if (q->broken || !q->ready)
+		return;
 	/*
-	 * Write barrier (virtio_wmb): the element must be visible before the
-	 * index that hands it to the driver, or it could read a stale id.
+	 * Write barrier (virtio_wmb): the elements must be visible before the
+	 * index that hands them to the driver, or it could read a stale id.
 	 */
 	__atomic_thread_fence(__ATOMIC_RELEASE);
 	store16(used_idx(q), q->used_idx);
-	return 0;
+}
+
+int virtqueue__push(struct virtqueue *q, uint16_t head, uint32_t len)
+{
+	int ret = virtqueue__fill(q, head, len);
+
+	if (!ret)
+		virtqueue__flush(q);
+	return ret;
 }
 
 bool virtqueue__should_notify(struct virtqueue *q)

@@ -67,7 +67,7 @@ struct virtqueue {
 
 	/* Device state, never read back from guest memory. */
 	uint16_t last_avail_idx; /* next avail entry to pop */
-	uint16_t used_idx;	 /* what we last published in used->idx */
+	uint16_t used_idx;	 /* next used entry; published by a flush */
 	uint16_t signalled_used; /* used_idx when we last decided */
 	bool signalled_used_valid;
 	/* For virtqueue__describe: the last decision's inputs and outcome. */
@@ -112,6 +112,19 @@ int __must_check virtqueue__pop(struct virtqueue *q, struct vq_chain *chain);
  */
 int __must_check virtqueue__push(struct virtqueue *q, uint16_t head,
 				 uint32_t len);
+
+/*
+ * virtqueue__push() in two halves, for a device that returns several
+ * chains at once: fill writes the used element (same checks and errors
+ * as push) but leaves used->idx alone; flush publishes every element
+ * filled since, in one store. The driver sees none of them before the
+ * flush, so what belongs together (the buffers of one merged receive
+ * frame) reaches it together. Call virtqueue__should_notify() after the
+ * flush, never between.
+ */
+int __must_check virtqueue__fill(struct virtqueue *q, uint16_t head,
+				 uint32_t len);
+void virtqueue__flush(struct virtqueue *q);
 
 /*
  * After one or more pushes: does the driver want an interrupt now? Honours

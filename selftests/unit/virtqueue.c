@@ -406,6 +406,38 @@ TEST_F(vq, out_of_order_completion)
 	EXPECT_EQ(-EINVAL, virtqueue__push(&g->q, 16, 0));
 }
 
+/*
+ * Fill and flush: the elements are written at once, the index only at the
+ * flush, so the driver sees a batch (a merged receive frame) whole.
+ */
+TEST_F(vq, fill_publishes_at_flush)
+{
+	struct fake_guest *g = &self->g;
+	int i;
+
+	for (i = 0; i < 3; i++) {
+		desc(g, i, DATA_GPA + i * 0x100, 64, VRING_DESC_F_WRITE, 0);
+		publish(g, i);
+	}
+	for (i = 0; i < 3; i++)
+		ASSERT_EQ(1, virtqueue__pop(&g->q, &g->chain));
+	ASSERT_EQ(0, virtqueue__fill(&g->q, 0, 10));
+	ASSERT_EQ(0, virtqueue__fill(&g->q, 1, 20));
+	EXPECT_EQ(0, used_idx(g));
+	EXPECT_EQ(0, used_id(g, 0));
+	EXPECT_EQ(20, used_len(g, 1));
+	virtqueue__flush(&g->q);
+	EXPECT_EQ(2, used_idx(g));
+	ASSERT_EQ(0, virtqueue__fill(&g->q, 2, 30));
+	/* More fills than pops is a device bug, as for push. */
+	EXPECT_EQ(-EINVAL, virtqueue__fill(&g->q, 2, 30));
+	EXPECT_EQ(2, used_idx(g));
+	virtqueue__flush(&g->q);
+	EXPECT_EQ(3, used_idx(g));
+	/* One decision for the batch. */
+	EXPECT_TRUE(virtqueue__should_notify(&g->q));
+}
+
 TEST_F(vq, indirect_chain)
 {
 	struct fake_guest *g = &self->g;
