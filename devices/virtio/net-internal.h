@@ -45,6 +45,12 @@
 #define RX_HELD_MAX 64U
 /* Segments of one read of the tap: IOV_MAX, what readv takes. */
 #define RX_IOV_MAX 1024U
+/*
+ * Receive buffers returned before the driver is told (used->idx and the
+ * interrupt decision), at a frame's end: a quarter of the ring, so the
+ * driver refills while the device goes on (vhost-net batches 64 too).
+ */
+#define RX_BATCH (NET_QUEUE_SIZE / 4)
 /* Chains looked at per refill, bad ones included: one ring's worth. */
 #define RX_POP_BUDGET NET_QUEUE_SIZE
 /* Writes to the tap in flight: one round's worth. */
@@ -79,6 +85,7 @@ struct tx_slot {
 struct net_stats {
 	uint64_t rx_frames, rx_bytes; /* delivered to the guest */
 	uint64_t rx_dropped;	      /* read from the tap, not deliverable */
+	uint64_t rx_held;	      /* frames that waited for buffers */
 	uint64_t rx_bad;	      /* receive buffers returned unused */
 	uint64_t tx_frames, tx_bytes; /* taken by the tap */
 	uint64_t tx_dropped;	  /* chains refused: the guest broke a rule */
@@ -111,24 +118,33 @@ struct virtio_net {
 	int rw_flags;
 
 	/* Receive. */
-	bool rx_reading; /* a read of the tap in flight */
-	bool rx_polling; /* a poll of the tap in flight */
-	bool rx_waiting; /* no buffers posted: the tap is left alone */
-	bool tap_dead;	 /* reading failed for good: receive stopped */
-	bool rx_pushed;
+	bool rx_reading;	 /* a read of the tap in flight */
+	bool rx_polling;	 /* a poll of the tap in flight */
+	bool rx_waiting;	 /* too few buffers: the tap is left alone */
+	bool tap_dead;		 /* reading failed for good: receive stopped */
+	bool rx_pushed;		 /* filled, not yet flushed */
+	unsigned int rx_batch;	 /* buffers filled since the last flush */
 	uint32_t rx_gen;	 /* the device's when the read went out */
 	uint64_t rx_cap;	 /* bytes the read may fill, header included */
-	unsigned int rx_nr_read; /* held buffers it covers */
+	unsigned int rx_nr_read; /* held buffers it (and the frame) covers */
+	/*
+	 * A frame read but larger than the buffers it was read into: its
+	 * start is in the first rx_nr_read held buffers (rx_placed bytes,
+	 * header included), the rest in rx_tail from frame byte rx_cap on.
+	 * It waits there for more buffers; nothing else is read meanwhile.
+	 */
+	uint64_t rx_frame_len; /* 0: none waiting */
+	uint64_t rx_placed;
 	struct virtio_net_hdr_v1 rx_hdr; /* the tap writes it here */
 	struct rx_buf *held;		 /* RX_HELD_MAX, a ring */
 	unsigned int held_head, nr_held;
 	uint64_t held_bytes;
 	struct iovec rx_iov[RX_IOV_MAX];
-	uint8_t *rx_tail; /* RX_FRAME_MAX: what the buffers cannot take */
+	uint8_t *rx_tail; /* RX_FRAME_MAX: what the buffers did not take */
 
 	/* Transmit. */
-	bool tx_pending; /* kicked, or stopped early: pop again */
-	bool tx_pushed;
+	bool tx_pending;       /* kicked, or stopped early: pop again */
+	bool tx_pushed;	       /* filled, not yet flushed */
 	struct tx_slot *slots; /* TX_SLOTS */
 	struct tx_slot *free_slots;
 	struct vq_chain chain; /* pop scratch, both queues */
@@ -150,6 +166,12 @@ struct virtio_net {
 /* Once per round, after the completions: move what can move. */
 void virtio_net__rx_pump(struct virtio_net *n);
 void virtio_net__tx_pump(struct virtio_net *n);
+/*
+ * At the end of a round: publish what was returned and decide on one
+ * interrupt per queue; on rx only once the batch is full or the rx side
+ * stops (no read in flight).
+ */
+void virtio_net__flush(struct virtio_net *n);
 /* Completions: the read and poll of the tap, a write (TAG_TX). */
 void virtio_net__read_done(void *arg, int res);
 void virtio_net__poll_done(void *arg, int res);

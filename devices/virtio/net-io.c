@@ -16,8 +16,15 @@
  * largest frame; without it one, which takes a whole frame), then one
  * IORING_OP_READV of the tap fills them: the header into our own copy,
  * the frame straight into guest memory, and what does not fit into a
- * tail of our own, so that a frame too large for the buffers is seen
- * whole and dropped (the tap would cut it short without a word). Reads
+ * tail of our own (the tap would cut a frame short without a word). A
+ * frame larger than the buffers held when it was read is held too, its
+ * start in those buffers and its rest in the tail, until the guest posts
+ * more (MRG_RXBUF); the tap is not read meanwhile, so the device holds
+ * at most one frame and the tap's own queue takes the rest. Only a frame
+ * the buffers can never take (one buffer without MRG_RXBUF, RX_HELD_MAX
+ * with it) is dropped. A frame's buffers are returned together, and
+ * used->idx is published, and the interrupt decided, once per batch of
+ * up to RX_BATCH buffers or when receiving stops (net.c). Reads
  * and writes carry RWF_NOWAIT where the tap takes it: io_uring would
  * otherwise park a read of an empty tap (O_NONBLOCK or not, it polls
  * files that support NOWAIT), and a reset could not wait for it. A tap
@@ -26,6 +33,9 @@
  * for POLLIN, and the read goes out again when it fires; nothing is
  * polled while the guest has no buffers, so the loop never spins and
  * never blocks. One read is in flight at a time: one frame per round.
+ *
+ * Transmit chains go back the same way: filled as their writes complete,
+ * published with one interrupt decision at the end of the round.
  */
 #include <endian.h>
 #include <errno.h>
@@ -55,16 +65,43 @@ static void busy_put(struct virtio_net *n)
 		pthread_cond_broadcast(&n->idle);
 }
 
-/* Give a chain back; a broken queue is the core's to report. */
+/*
+ * Give a chain back, unpublished until virtio_net__flush(); a broken
+ * queue is the core's to report.
+ */
 static void push(struct virtio_net *n, unsigned int index, uint16_t head,
 		 uint32_t len)
 {
-	if (virtqueue__push(&n->vqs[index].vq, head, len))
+	if (virtqueue__fill(&n->vqs[index].vq, head, len))
 		return;
-	if (index == RXQ)
+	if (index == RXQ) {
 		n->rx_pushed = true;
-	else
+		n->rx_batch++;
+	} else {
 		n->tx_pushed = true;
+	}
+}
+
+void virtio_net__flush(struct virtio_net *n)
+{
+	if (n->tx_pushed) {
+		n->tx_pushed = false;
+		virtqueue__flush(&n->vqs[TXQ].vq);
+		virtio_device__notify_queue(&n->vdev, TXQ);
+	}
+	/*
+	 * Mid-batch, with the next read out: it completes within the next
+	 * submission (a nonblocking tap), and this is decided again then.
+	 * Whatever stops receiving (the tap empty, no buffers, a frame
+	 * waiting for buffers) publishes, or the guest could not refill.
+	 */
+	if (!n->rx_pushed ||
+	    (n->rx_reading && n->rx_batch < RX_BATCH && !n->loop.stopping))
+		return;
+	n->rx_pushed = false;
+	n->rx_batch = 0;
+	virtqueue__flush(&n->vqs[RXQ].vq);
+	virtio_device__notify_queue(&n->vdev, RXQ);
 }
 
 /* ---- receive ------------------------------------------------------------ */
@@ -190,12 +227,56 @@ static void rx_poll(struct virtio_net *n)
 	evloop__poll(&n->loop, &n->poll_src, n->tap_fd, POLLIN);
 }
 
+static void rx_deliver(struct virtio_net *n, uint64_t len);
+
+/*
+ * The waiting frame: what rx_tail holds of it goes into the held buffers
+ * past those it covers, and it is delivered once whole. A frame the
+ * buffers can never take (no MRG_RXBUF: the one buffer is too small;
+ * with it, RX_HELD_MAX buffers are) is dropped: the guest posts buffers
+ * too small for what it negotiated. The buffers it was copied into stay
+ * held for the next frame.
+ */
+static void rx_place(struct virtio_net *n)
+{
+	bool mrg = has_feature(n, VIRTIO_NET_F_MRG_RXBUF);
+	uint64_t len = n->rx_frame_len;
+
+	while (mrg && n->rx_placed < len && n->rx_nr_read < n->nr_held) {
+		const struct rx_buf *b = held_at(n, n->rx_nr_read);
+		uint64_t skip = n->rx_nr_read ? 0 : HDR_LEN;
+		uint64_t take = b->len - skip;
+
+		if (take > len - n->rx_placed)
+			take = len - n->rx_placed;
+		/* rx_tail holds the frame from byte rx_cap on. */
+		iov__from_buf(b->iov, b->nr_iov, skip,
+			      n->rx_tail + (n->rx_placed - n->rx_cap), take);
+		n->rx_placed += take;
+		n->rx_nr_read++;
+	}
+	if (n->rx_placed == len) {
+		n->rx_frame_len = 0;
+		rx_deliver(n, len);
+	} else if (!mrg || n->nr_held == RX_HELD_MAX) {
+		n->rx_frame_len = 0;
+		n->stats.rx_dropped++;
+	}
+}
+
 void virtio_net__rx_pump(struct virtio_net *n)
 {
 	if (n->rx_reading || n->rx_polling || n->tap_dead ||
 	    !queue_live(n, RXQ))
 		return;
 	rx_refill(n);
+	if (n->rx_frame_len) {
+		rx_place(n);
+		/* Still short: the refill asked for a kick. */
+		n->rx_waiting = n->rx_frame_len;
+		if (n->rx_waiting)
+			return;
+	}
 	n->rx_waiting = !n->nr_held;
 	if (n->nr_held)
 		rx_read(n);
@@ -291,12 +372,16 @@ void virtio_net__read_done(void *arg, int res)
 		n->tap_dead = true;
 		return;
 	}
-	/* Into rx_tail: more than the buffers take. */
-	if ((uint64_t)res > n->rx_cap) {
-		n->stats.rx_dropped++;
+	if ((uint64_t)res <= n->rx_cap) {
+		rx_deliver(n, (uint64_t)res);
 		return;
 	}
-	rx_deliver(n, (uint64_t)res);
+	/* Into rx_tail: more than the buffers held take. */
+	n->rx_frame_len = (uint64_t)res;
+	n->rx_placed = n->rx_cap;
+	rx_place(n);
+	if (n->rx_frame_len)
+		n->stats.rx_held++;
 }
 
 void virtio_net__poll_done(void *arg, int res)
@@ -316,8 +401,10 @@ void virtio_net__drop_buffers(struct virtio_net *n)
 {
 	n->held_head = n->nr_held = 0;
 	n->held_bytes = 0;
+	n->rx_frame_len = 0;
 	n->rx_waiting = false;
 	n->rx_pushed = false;
+	n->rx_batch = 0;
 }
 
 /* ---- transmit ----------------------------------------------------------- */

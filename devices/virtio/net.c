@@ -91,14 +91,7 @@ static bool loop_end(void *arg)
 		virtio_net__tx_pump(n);
 		virtio_net__rx_pump(n);
 	}
-	if (n->tx_pushed) {
-		n->tx_pushed = false;
-		virtio_device__notify_queue(&n->vdev, TXQ);
-	}
-	if (n->rx_pushed) {
-		n->rx_pushed = false;
-		virtio_device__notify_queue(&n->vdev, RXQ);
-	}
+	virtio_net__flush(n);
 	more = n->more;
 	n->more = false;
 	virtio_device__unlock(&n->vdev);
@@ -181,11 +174,13 @@ static int net_describe(struct virtio_device *dev, bool locked, char *buf,
 	return snprintf(
 		buf, len,
 		"rx frames %" PRIu64 " bytes %" PRIu64 " dropped %" PRIu64
-		" bad-buffers %" PRIu64 " held %u%s%s%s%s; tx frames %" PRIu64
-		" bytes %" PRIu64 " dropped %" PRIu64 " tap-errors %" PRIu64
+		" bad-buffers %" PRIu64 " frames-held %" PRIu64
+		" held %u%s%s%s%s%s; tx frames %" PRIu64 " bytes %" PRIu64
+		" dropped %" PRIu64 " tap-errors %" PRIu64
 		" budget-stops %" PRIu64 "; in flight %u",
-		s->rx_frames, s->rx_bytes, s->rx_dropped, s->rx_bad, n->nr_held,
-		n->rx_waiting ? " waiting-for-buffers" : "",
+		s->rx_frames, s->rx_bytes, s->rx_dropped, s->rx_bad, s->rx_held,
+		n->nr_held, n->rx_waiting ? " waiting-for-buffers" : "",
+		n->rx_frame_len ? " holding-a-frame" : "",
 		n->rx_reading ? " reading" : "",
 		n->rx_polling ? " polling" : "", n->tap_dead ? " tap-dead" : "",
 		s->tx_frames, s->tx_bytes, s->tx_dropped, s->tx_errors,

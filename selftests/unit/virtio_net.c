@@ -1163,6 +1163,249 @@ TEST_F_TIMEOUT(net, tx_flood_is_bounded_per_round, 60)
 	EXPECT_FALSE(vdrv_status(&t->d) & ST_NEEDS_RST);
 }
 
+/* ---- tests: holding and batching ------------------------------------------ */
+
+/*
+ * Until used->idx of queue q reaches want: false on timeout, or once it
+ * shows a value that is not one of the nr in ok (a publish mid-batch).
+ */
+static bool used_steps(struct tdev *t, unsigned int q, uint16_t want,
+		       const uint16_t *ok, unsigned int nr, uint16_t *seen)
+{
+	long end = vdrv_now_ms() + TIMEOUT_MS;
+
+	for (;;) {
+		uint16_t idx = vdrv_load16(&t->d, USED_GPA(q) + 2);
+		unsigned int i;
+
+		for (i = 0; i < nr && ok[i] != idx; i++)
+			;
+		*seen = idx;
+		if (i == nr)
+			return false;
+		if (idx == want)
+			return true;
+		if (vdrv_now_ms() >= end)
+			return false;
+	}
+}
+
+/*
+ * A frame larger than the buffers posted when it is read waits in the
+ * device for more buffers, whole; so does a burst in the tap while the
+ * guest posts none: nothing is dropped for a guest that is merely slow.
+ */
+TEST_F(net, rx_frame_waits_for_buffers_not_dropped)
+{
+	struct tdev *t = &self->t;
+	static struct rframe f;
+	static uint8_t frame[FRAME_MAX];
+	char line[512];
+	uint32_t len;
+
+	t->no_fill = true;
+	t->rx_buf_len = 1024;
+	ASSERT_EQ(ST_LIVE, bring_up_with(t, F_BASE | F_MRG));
+	/* Two buffers, a frame of nine: read, and held. */
+	rx_post_as(t, 0, 1024, VRING_DESC_F_WRITE);
+	rx_post_as(t, 1, 1024, VRING_DESC_F_WRITE);
+	kick(t, RXQ);
+	len = make_frame(frame, MTU + ETH_HLEN, guest_mac, 90);
+	ASSERT_TRUE(pkt_send(t, frame, len));
+	ASSERT_TRUE(wait_report(t, "holding-a-frame"));
+	usleep(QUIET_MS * 1000);
+	describe(t, line, sizeof(line));
+	EXPECT_NE(NULL, strstr(line, "rx frames 0 ")) TH_LOG("%s", line);
+	EXPECT_NE(NULL, strstr(line, "dropped 0 ")) TH_LOG("%s", line);
+	EXPECT_NE(NULL, strstr(line, "frames-held 1 ")) TH_LOG("%s", line);
+	EXPECT_NE(NULL, strstr(line, "waiting-for-buffers")) TH_LOG("%s", line);
+	EXPECT_EQ(NULL, strstr(line, "reading")) TH_LOG("%s", line);
+	EXPECT_EQ(NULL, strstr(line, "polling")) TH_LOG("%s", line);
+	/* Nothing returned yet: the two buffers are the frame's. */
+	EXPECT_EQ(0, vdrv_load16(&t->d, USED_GPA(RXQ) + 2));
+
+	/* The rest of the buffers: the frame, whole, over nine of them. */
+	rx_fill(t);
+	ASSERT_TRUE(rx_frame(t, &f, TIMEOUT_MS));
+	EXPECT_EQ((HDR + len + 1023) / 1024, f.nbufs);
+	EXPECT_EQ(f.nbufs, le16toh(f.hdr.num_buffers));
+	ASSERT_EQ(len, f.len);
+	EXPECT_EQ(0, memcmp(f.data, frame, len));
+	describe(t, line, sizeof(line));
+	EXPECT_EQ(NULL, strstr(line, "holding-a-frame")) TH_LOG("%s", line);
+}
+
+TEST_F_TIMEOUT(net, rx_burst_on_an_empty_ring_arrives_in_full, 60)
+{
+	struct tdev *t = &self->t;
+	enum { BURST = 300 }; /* over two rings' worth, under the tap's 500 */
+	static struct rframe f;
+	static uint8_t frame[FRAME_MAX];
+	uint32_t len;
+
+	t->no_fill = true;
+	t->rx_buf_len = 1024;
+	ASSERT_EQ(ST_LIVE, bring_up_with(t, F_BASE | F_MRG));
+	/* Frames of one to four buffers, queued in the tap. */
+	for (unsigned int i = 0; i < BURST; i++) {
+		len = make_frame(frame, 200 + (i * 997) % 3800, guest_mac, i);
+		ASSERT_TRUE(pkt_send(t, frame, len));
+	}
+	ASSERT_TRUE(wait_report(t, "waiting-for-buffers"));
+	/* The guest posts, and reposts as it reads: every frame, in order. */
+	rx_fill(t);
+	for (unsigned int i = 0; i < BURST; i++) {
+		len = make_frame(frame, 200 + (i * 997) % 3800, guest_mac, i);
+		ASSERT_TRUE(rx_frame(t, &f, TIMEOUT_MS)) TH_LOG("frame %u", i);
+		ASSERT_EQ(len, f.len) TH_LOG("frame %u", i);
+		ASSERT_EQ(0, memcmp(f.data, frame, len)) TH_LOG("frame %u", i);
+	}
+	EXPECT_TRUE(wait_stat(t, "rx", "frames ", BURST));
+	EXPECT_EQ(0, stat_of(t, "rx", "dropped "));
+	EXPECT_EQ(0, t->empty_used);
+}
+
+/*
+ * Buffers the guest posts too small for any frame to fit (RX_HELD_MAX of
+ * them, 64, cannot take it) cannot keep a frame waiting for ever: it is
+ * dropped, and the next one that fits comes in.
+ */
+TEST_F(net, rx_frame_no_buffers_can_take_is_dropped)
+{
+	struct tdev *t = &self->t;
+	static struct rframe f;
+	static uint8_t frame[FRAME_MAX];
+	uint32_t len;
+
+	t->rx_buf_len = 100;
+	ASSERT_EQ(ST_LIVE, bring_up_with(t, F_BASE | F_MRG));
+	len = make_frame(frame, MTU + ETH_HLEN, guest_mac, 91);
+	ASSERT_TRUE(pkt_send(t, frame, len));
+	EXPECT_TRUE(wait_stat(t, "rx", "dropped ", 1));
+	len = make_frame(frame, 150, guest_mac, 92);
+	ASSERT_TRUE(pkt_send(t, frame, len));
+	ASSERT_TRUE(rx_frame(t, &f, TIMEOUT_MS));
+	EXPECT_EQ(2, f.nbufs);
+	ASSERT_EQ(len, f.len);
+	EXPECT_EQ(0, memcmp(f.data, frame, len));
+}
+
+/*
+ * A guest that never posts receive buffers costs a bounded amount: the
+ * device reads nothing (the tap's own queue fills and drops, as a link
+ * would); one that posts too few holds at most one frame in the device,
+ * the rest stays in the tap.
+ */
+TEST_F(net, rx_a_guest_that_does_not_read_costs_bounded_memory)
+{
+	struct tdev *t = &self->t;
+	enum { FLOOD = 2000 }; /* past the tap's queue */
+	static struct rframe f;
+	static uint8_t frame[FRAME_MAX];
+	unsigned int got = 0;
+	char line[512];
+	uint32_t len;
+
+	t->no_fill = true;
+	t->rx_buf_len = 1024;
+	ASSERT_EQ(ST_LIVE, bring_up_with(t, F_BASE | F_MRG));
+	rx_post_as(t, 0, 1024, VRING_DESC_F_WRITE);
+	kick(t, RXQ);
+	for (unsigned int i = 0; i < FLOOD; i++) {
+		len = make_frame(frame, 3000, guest_mac, i);
+		pkt_send(t, frame, len); /* the tap may refuse: counted */
+	}
+	ASSERT_TRUE(wait_report(t, "holding-a-frame"));
+	usleep(QUIET_MS * 1000);
+	describe(t, line, sizeof(line));
+	EXPECT_NE(NULL, strstr(line, "rx frames 0 ")) TH_LOG("%s", line);
+	EXPECT_NE(NULL, strstr(line, "dropped 0 ")) TH_LOG("%s", line);
+	EXPECT_NE(NULL, strstr(line, "frames-held 1 ")) TH_LOG("%s", line);
+	EXPECT_NE(NULL, strstr(line, " held 1 ")) TH_LOG("%s", line);
+	EXPECT_EQ(NULL, strstr(line, "reading")) TH_LOG("%s", line);
+	EXPECT_EQ(NULL, strstr(line, "polling")) TH_LOG("%s", line);
+
+	/* Buffers: the held frame first, then what the tap kept, in order. */
+	t->refill = true;
+	rx_fill(t);
+	while (rx_frame(t, &f, QUIET_MS)) {
+		ASSERT_EQ(3000, f.len);
+		got++;
+	}
+	TH_LOG("frames the tap kept: %u of %u", got, FLOOD);
+	EXPECT_LT(got, FLOOD);
+	EXPECT_LE(500, got) TH_LOG("the tap's queue is 500 frames at least");
+	EXPECT_EQ(got, stat_of(t, "rx", "frames "));
+	EXPECT_EQ(0, stat_of(t, "rx", "dropped "));
+}
+
+/*
+ * Frames that are there at once go back as one batch: one used->idx
+ * publish and one interrupt, up to RX_BATCH (64) buffers each.
+ */
+TEST_F(net, rx_burst_is_published_once_per_batch)
+{
+	struct tdev *t = &self->t;
+	static const uint16_t one[] = { 0, 32 };
+	static const uint16_t two[] = { 0, 64, 100 };
+	static uint8_t frame[FRAME_MAX];
+	unsigned int raises;
+	uint16_t seen;
+	uint32_t len;
+
+	t->no_fill = true;
+	t->refill = false;
+	ASSERT_EQ(ST_LIVE, bring_up(t));
+	for (unsigned int i = 0; i < 32; i++) {
+		len = make_frame(frame, 100 + i, guest_mac, i);
+		ASSERT_TRUE(pkt_send(t, frame, len));
+	}
+	ASSERT_TRUE(wait_report(t, "waiting-for-buffers"));
+	raises = vdrv_irq_raises(&t->d);
+	rx_fill(t);
+	EXPECT_TRUE(used_steps(t, RXQ, 32, one, ARRAY_SIZE(one), &seen))
+	TH_LOG("used idx %u", seen);
+	ASSERT_TRUE(wait_report(t, "polling"));
+	EXPECT_EQ(raises + 1, vdrv_irq_raises(&t->d));
+
+	/* 100 frames on a fresh ring of 128 buffers: 64, then the rest. */
+	ASSERT_EQ(ST_LIVE, bring_up(t));
+	for (unsigned int i = 0; i < 100; i++) {
+		len = make_frame(frame, 100 + i, guest_mac, i);
+		ASSERT_TRUE(pkt_send(t, frame, len));
+	}
+	ASSERT_TRUE(wait_report(t, "waiting-for-buffers"));
+	rx_fill(t);
+	EXPECT_TRUE(used_steps(t, RXQ, 100, two, ARRAY_SIZE(two), &seen))
+	TH_LOG("used idx %u", seen);
+}
+
+/* A kick's worth of transmit chains goes back in one publish. */
+TEST_F(net, tx_batch_is_published_once)
+{
+	struct tdev *t = &self->t;
+	static const uint16_t steps[] = { 0, 32 };
+	struct virtio_net_hdr_v1 h = { 0 };
+	static uint8_t frame[FRAME_MAX], got[FRAME_MAX];
+	unsigned int captured = 0;
+	uint16_t seen;
+	uint32_t len;
+
+	ASSERT_EQ(ST_LIVE, bring_up(t));
+	len = make_frame(frame, 100, bcast, 95);
+	memcpy(txbuf, &h, HDR);
+	memcpy(txbuf + HDR, frame, len);
+	for (unsigned int i = 0; i < 32; i++)
+		ASSERT_LE(0, tx_queue(t, txbuf, HDR + len, HDR, 0));
+	kick(t, TXQ);
+	EXPECT_TRUE(used_steps(t, TXQ, 32, steps, ARRAY_SIZE(steps), &seen))
+	TH_LOG("used idx %u", seen);
+	ASSERT_TRUE(tx_wait(t));
+	while (pkt_recv(t, got, sizeof(got), QUIET_MS) == len)
+		captured++;
+	EXPECT_EQ(32, captured);
+}
+
 /* ---- tests: a hostile driver ---------------------------------------------- */
 
 /* A header that asks for something, then a plain frame behind it. */
