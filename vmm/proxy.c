@@ -33,7 +33,7 @@
 #include "vmm/proxy.h"
 
 #define PROXY_BACKLOG	     4096	  /* SYN cookies drop: keep them rare */
-#define PROXY_RELAY_BUF	     (16U * 1024) /* bytes, per direction of a flow */
+#define PROXY_RELAY_BUF	     (64U * 1024) /* bytes, per direction of a flow */
 #define PROXY_DGRAM_MAX	     65535U	  /* one UDP datagram */
 #define PROXY_UDP_IDLE_MS    60000U
 #define PROXY_EPOLL_EVENTS   64
