@@ -45,10 +45,15 @@ static int ring_open(struct evloop *l, const struct evloop_params *p,
 	unsigned int n = 0;
 	int ret;
 
-	if (!p->nr_opcodes || p->nr_opcodes >= ARRAY_SIZE(res))
+	if (!p->nr_opcodes || p->nr_opcodes >= ARRAY_SIZE(res) - 2)
 		goto unrestricted;
 	res[n++] = (struct io_uring_restriction){
 		.opcode = IORING_RESTRICTION_SQE_OP, .sqe_op = IORING_OP_READ
+	};
+	/* evloop__cancel(), from another thread. */
+	res[n++] = (struct io_uring_restriction){
+		.opcode = IORING_RESTRICTION_REGISTER_OP,
+		.register_op = IORING_REGISTER_SYNC_CANCEL,
 	};
 	for (unsigned int i = 0; i < p->nr_opcodes; i++)
 		res[n++] = (struct io_uring_restriction){
@@ -165,6 +170,16 @@ void evloop__timeout(struct evloop *l, struct ev_source *src,
 	ts->tv_nsec = ns % 1000000000ULL;
 	io_uring_prep_timeout(sqe, ts, 0, 0);
 	io_uring_sqe_set_data(sqe, src);
+}
+
+int evloop__cancel(struct evloop *l, struct ev_source *src)
+{
+	struct io_uring_sync_cancel_reg reg = {
+		.addr = (uint64_t)(uintptr_t)src,
+		.timeout = { .tv_sec = -1, .tv_nsec = -1 },
+	};
+
+	return io_uring_register_sync_cancel(&l->ring, &reg);
 }
 
 static void dispatch(struct evloop *l, const struct io_uring_cqe *cqe)

@@ -118,4 +118,12 @@ void evloop__poll(struct evloop *l, struct ev_source *src, int fd,
 void evloop__timeout(struct evloop *l, struct ev_source *src,
 		     struct __kernel_timespec *ts, uint64_t ns);
 
+/*
+ * From any thread: cancel what src has in flight, waiting until the
+ * kernel has (IORING_REGISTER_SYNC_CANCEL); its completion, -ECANCELED
+ * or the result if it finished first, still reaches the loop. -ENOENT:
+ * nothing of src's is in the kernel (done, or not yet submitted).
+ */
+int evloop__cancel(struct evloop *l, struct ev_source *src);
+
 #endif

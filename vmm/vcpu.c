@@ -15,6 +15,7 @@
 #include <asm/processor-flags.h>
 
 #include "lib/compiler.h"
+#include "lib/timespec.h"
 #include "vmm/vm.h"
 
 /* MSR numbers (SDM vol. 4) and their boot values. */
@@ -492,14 +493,6 @@ static void kicked(struct vcpu *v)
 		probe_halt(v);
 }
 
-static void deadline_in(struct timespec *ts, unsigned int ms)
-{
-	clock_gettime(CLOCK_MONOTONIC, ts);
-	ts->tv_nsec += (long)(ms % 1000) * 1000000L;
-	ts->tv_sec += ms / 1000 + ts->tv_nsec / 1000000000L;
-	ts->tv_nsec %= 1000000000L;
-}
-
 bool vcpu__snapshot_all_dead(struct vm *vm, unsigned int timeout_ms)
 {
 	struct timespec deadline;
@@ -513,7 +506,7 @@ bool vcpu__snapshot_all_dead(struct vm *vm, unsigned int timeout_ms)
 	for (i = 0; i < vm->nr_vcpus; i++)
 		vcpu__kick(vm->vcpus[i]);
 
-	deadline_in(&deadline, timeout_ms);
+	timespec__deadline_in(&deadline, CLOCK_MONOTONIC, timeout_ms);
 	pthread_mutex_lock(&vm->pause_lock);
 	while (vm->paused < vm->nr_vcpus &&
 	       pthread_cond_timedwait(&vm->pause_cv, &vm->pause_lock,

@@ -45,14 +45,10 @@
 #define RX_HELD_MAX 64U
 /* Segments of one read of the tap: IOV_MAX, what readv takes. */
 #define RX_IOV_MAX 1024U
-/*
- * Receive buffers returned before the driver is told (used->idx and the
- * interrupt decision), at a frame's end: a quarter of the ring, so the
- * driver refills while the device goes on (vhost-net batches 64 too).
- */
-#define RX_BATCH (NET_QUEUE_SIZE / 4)
 /* Chains looked at per refill, bad ones included: one ring's worth. */
 #define RX_POP_BUDGET NET_QUEUE_SIZE
+/* A reset waiting for a parked read: how often it cancels it again. */
+#define RESET_RETRY_MS 10U
 /* Writes to the tap in flight: one round's worth. */
 #define TX_SLOTS VIRTIO_NET_TX_BUDGET
 /* Submissions per round: every write, the read, poll and re-arms. */
@@ -123,7 +119,6 @@ struct virtio_net {
 	bool rx_waiting;	 /* too few buffers: the tap is left alone */
 	bool tap_dead;		 /* reading failed for good: receive stopped */
 	bool rx_pushed;		 /* filled, not yet flushed */
-	unsigned int rx_batch;	 /* buffers filled since the last flush */
 	uint32_t rx_gen;	 /* the device's when the read went out */
 	uint64_t rx_cap;	 /* bytes the read may fill, header included */
 	unsigned int rx_nr_read; /* held buffers it (and the frame) covers */
@@ -167,9 +162,8 @@ struct virtio_net {
 void virtio_net__rx_pump(struct virtio_net *n);
 void virtio_net__tx_pump(struct virtio_net *n);
 /*
- * At the end of a round: publish what was returned and decide on one
- * interrupt per queue; on rx only once the batch is full or the rx side
- * stops (no read in flight).
+ * At the end of a round: publish what was returned in it and decide on
+ * one interrupt per queue.
  */
 void virtio_net__flush(struct virtio_net *n);
 /* Completions: the read and poll of the tap, a write (TAG_TX). */

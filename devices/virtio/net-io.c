@@ -23,16 +23,18 @@
  * at most one frame and the tap's own queue takes the rest. Only a frame
  * the buffers can never take (one buffer without MRG_RXBUF, RX_HELD_MAX
  * with it) is dropped. A frame's buffers are returned together, and
- * used->idx is published, and the interrupt decided, once per batch of
- * up to RX_BATCH buffers or when receiving stops (net.c). Reads
- * and writes carry RWF_NOWAIT where the tap takes it: io_uring would
- * otherwise park a read of an empty tap (O_NONBLOCK or not, it polls
- * files that support NOWAIT), and a reset could not wait for it. A tap
- * without NOWAIT support (Linux 6.1) gets no flag: io_uring then does
- * the O_NONBLOCK read inline, EAGAIN included. EAGAIN arms one IORING_OP_POLL_ADD
- * for POLLIN, and the read goes out again when it fires; nothing is
- * polled while the guest has no buffers, so the loop never spins and
- * never blocks. One read is in flight at a time: one frame per round.
+ * used->idx is published, and the interrupt decided, once at the end of
+ * the round that filled them (net.c). Reads
+ * and writes carry RWF_NOWAIT where the tap takes it, so that a read of
+ * an empty tap says EAGAIN; EAGAIN arms one IORING_OP_POLL_ADD for
+ * POLLIN, and the read goes out again when it fires. A tap without
+ * NOWAIT support (Linux 6.1, Debian 12's) gets no flag, and there
+ * io_uring parks the read of an empty tap (it polls for it internally)
+ * until a frame comes: the rx side then shows "reading" while idle, a
+ * reset cancels the read (net.c), and nothing published may wait for
+ * that read to complete. Nothing is read or polled while the guest has
+ * no buffers, so the loop never spins and never blocks. One read is in
+ * flight at a time: one frame per round.
  *
  * Transmit chains go back the same way: filled as their writes complete,
  * published with one interrupt decision at the end of the round.
@@ -74,12 +76,10 @@ static void push(struct virtio_net *n, unsigned int index, uint16_t head,
 {
 	if (virtqueue__fill(&n->vqs[index].vq, head, len))
 		return;
-	if (index == RXQ) {
+	if (index == RXQ)
 		n->rx_pushed = true;
-		n->rx_batch++;
-	} else {
+	else
 		n->tx_pushed = true;
-	}
 }
 
 void virtio_net__flush(struct virtio_net *n)
@@ -90,16 +90,14 @@ void virtio_net__flush(struct virtio_net *n)
 		virtio_device__notify_queue(&n->vdev, TXQ);
 	}
 	/*
-	 * Mid-batch, with the next read out: it completes within the next
-	 * submission (a nonblocking tap), and this is decided again then.
-	 * Whatever stops receiving (the tap empty, no buffers, a frame
-	 * waiting for buffers) publishes, or the guest could not refill.
+	 * Every round, even with the next read out: on Linux 6.1 (a tun
+	 * without FMODE_NOWAIT) io_uring parks a read of an empty tap until
+	 * a frame comes, so waiting for it to complete before publishing
+	 * would keep what was delivered from the guest, maybe for ever.
 	 */
-	if (!n->rx_pushed ||
-	    (n->rx_reading && n->rx_batch < RX_BATCH && !n->loop.stopping))
+	if (!n->rx_pushed)
 		return;
 	n->rx_pushed = false;
-	n->rx_batch = 0;
 	virtqueue__flush(&n->vqs[RXQ].vq);
 	virtio_device__notify_queue(&n->vdev, RXQ);
 }
@@ -404,7 +402,6 @@ void virtio_net__drop_buffers(struct virtio_net *n)
 	n->rx_frame_len = 0;
 	n->rx_waiting = false;
 	n->rx_pushed = false;
-	n->rx_batch = 0;
 }
 
 /* ---- transmit ----------------------------------------------------------- */

@@ -26,8 +26,10 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/uio.h>
+#include <time.h>
 
 #include "devices/virtio/net-internal.h"
+#include "lib/timespec.h"
 
 /* The offloads a tap may be told about (TUNSETOFFLOAD). */
 #define TAP_OFFLOADS (TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6 | TUN_F_TSO_ECN)
@@ -146,16 +148,25 @@ static int net_activate(struct virtio_device *dev)
  * Called with the device lock held and the status already 0. Reads and
  * writes in flight use buffers the driver takes back once it reads the
  * status as 0 (2.1.1), so wait for them: the condition variable releases
- * the device lock, the loop completes them into the void (gen). On a
- * nonblocking tap they take no time.
+ * the device lock, the loop completes them into the void (gen). Writes
+ * and a read with RWF_NOWAIT take no time; a read of an empty tap that
+ * io_uring parked instead (Linux 6.1: a tun without FMODE_NOWAIT) would
+ * wait for the next frame, maybe for ever, so it is cancelled. The read
+ * may still sit unsubmitted in the loop's ring: try again until it is
+ * gone.
  */
 static void net_reset(struct virtio_device *dev)
 {
 	struct virtio_net *n = to_net(dev);
+	struct timespec until;
 
 	n->gen++;
-	while (n->busy)
-		pthread_cond_wait(&n->idle, &dev->lock);
+	while (n->busy) {
+		if (n->rx_reading)
+			evloop__cancel(&n->loop, &n->read_src);
+		timespec__deadline_in(&until, CLOCK_REALTIME, RESET_RETRY_MS);
+		pthread_cond_timedwait(&n->idle, &dev->lock, &until);
+	}
 	virtio_net__drop_buffers(n);
 	n->tx_pending = false;
 	n->tx_pushed = false;
@@ -231,10 +242,9 @@ static bool mac_ok(const uint8_t *mac)
 /*
  * Does the tap take RWF_NOWAIT (net-io.c)? A tun without FMODE_NOWAIT
  * (Linux 6.1, Debian 12's) refuses it with EOPNOTSUPP; there io_uring
- * itself treats the O_NONBLOCK fd as nowait, and an empty tap says
- * EAGAIN all the same. An empty tap says EAGAIN here; a frame queued
- * before there is any guest is read (too short a buffer: EINVAL) and
- * dropped.
+ * parks a read of an empty tap instead of saying EAGAIN. An empty tap
+ * says EAGAIN here; a frame queued before there is any guest is read
+ * (too short a buffer: EINVAL) and dropped.
  */
 static bool tap_takes_nowait(int fd)
 {

@@ -89,6 +89,56 @@ TEST(stop_fd_ends_the_thread)
 	EXPECT_EQ(0U, s.calls);
 }
 
+/* Stops the loop once one completion came. */
+static bool one_then_stop(void *arg)
+{
+	struct seen *s = arg;
+
+	s->rounds++;
+	if (s->calls >= 1)
+		evloop__stop(s->l);
+	return false;
+}
+
+static const struct evloop_ops one_ops = { .end = one_then_stop };
+
+/*
+ * A read that io_uring parks (a blocking pipe with nothing in it), on a
+ * restricted ring, is cancelled from another thread: the loop sees
+ * -ECANCELED. Until the loop has submitted it, there is nothing to
+ * cancel yet (-ENOENT).
+ */
+TEST(cancel_from_another_thread_ends_a_parked_read)
+{
+	static const uint8_t ops[] = { IORING_OP_TIMEOUT };
+	const struct evloop_params p = {
+		.sq_entries = 4,
+		.opcodes = ops,
+		.nr_opcodes = ARRAY_SIZE(ops),
+	};
+	struct seen s = { 0 };
+	struct ev_source src = { .fn = on_source, .arg = &s };
+	struct evloop l;
+	char buf[8];
+	int fds[2], ret;
+
+	ASSERT_EQ(0, pipe(fds));
+	evloop__init(&l, "test");
+	ASSERT_EQ(0, evloop__open(&l, &p));
+	s.l = &l;
+	evloop__read(&l, &src, fds[0], buf, sizeof(buf), 0);
+	ASSERT_EQ(0, evloop__start(&l, &one_ops, &s));
+	while ((ret = evloop__cancel(&l, &src)) == -ENOENT)
+		usleep(1000);
+	EXPECT_EQ(0, ret);
+	/* Joins once the cancelled read's completion ended the loop. */
+	evloop__exit(&l);
+	EXPECT_EQ(1U, s.calls);
+	EXPECT_EQ(-ECANCELED, s.res[0]);
+	close(fds[0]);
+	close(fds[1]);
+}
+
 TEST(restricted_ring_refuses_other_opcodes)
 {
 	static uint64_t token __attribute__((aligned(8)));

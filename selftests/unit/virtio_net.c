@@ -1340,44 +1340,35 @@ TEST_F(net, rx_a_guest_that_does_not_read_costs_bounded_memory)
 }
 
 /*
- * Frames that are there at once go back as one batch: one used->idx
- * publish and one interrupt, up to RX_BATCH (64) buffers each.
+ * A merged frame's buffers reach the driver together, in one used->idx
+ * store (Linux's receive_mergeable() drops a frame whose later buffers
+ * are not in the ring yet), and what a round delivered is published at
+ * its end, with the next read already out: on Linux 6.1 that read parks
+ * on an empty tap, so waiting for it would keep the frame from the
+ * guest (this kernel's tun says EAGAIN instead; the booted kvm_net
+ * tests cover 6.1).
  */
-TEST_F(net, rx_burst_is_published_once_per_batch)
+TEST_F(net, rx_frame_is_published_whole_and_at_once)
 {
 	struct tdev *t = &self->t;
-	static const uint16_t one[] = { 0, 32 };
-	static const uint16_t two[] = { 0, 64, 100 };
+	static const uint16_t steps[] = { 0, 3, 4 };
 	static uint8_t frame[FRAME_MAX];
 	unsigned int raises;
 	uint16_t seen;
 	uint32_t len;
 
-	t->no_fill = true;
+	t->rx_buf_len = 1024;
 	t->refill = false;
-	ASSERT_EQ(ST_LIVE, bring_up(t));
-	for (unsigned int i = 0; i < 32; i++) {
-		len = make_frame(frame, 100 + i, guest_mac, i);
-		ASSERT_TRUE(pkt_send(t, frame, len));
-	}
-	ASSERT_TRUE(wait_report(t, "waiting-for-buffers"));
+	ASSERT_EQ(ST_LIVE, bring_up_with(t, F_BASE | F_MRG));
 	raises = vdrv_irq_raises(&t->d);
-	rx_fill(t);
-	EXPECT_TRUE(used_steps(t, RXQ, 32, one, ARRAY_SIZE(one), &seen))
+	len = make_frame(frame, 3000, guest_mac, 7);
+	ASSERT_TRUE(pkt_send(t, frame, len));
+	len = make_frame(frame, 100, guest_mac, 8);
+	ASSERT_TRUE(pkt_send(t, frame, len));
+	EXPECT_TRUE(used_steps(t, RXQ, 4, steps, ARRAY_SIZE(steps), &seen))
 	TH_LOG("used idx %u", seen);
-	ASSERT_TRUE(wait_report(t, "polling"));
-	EXPECT_EQ(raises + 1, vdrv_irq_raises(&t->d));
-
-	/* 100 frames on a fresh ring of 128 buffers: 64, then the rest. */
-	ASSERT_EQ(ST_LIVE, bring_up(t));
-	for (unsigned int i = 0; i < 100; i++) {
-		len = make_frame(frame, 100 + i, guest_mac, i);
-		ASSERT_TRUE(pkt_send(t, frame, len));
-	}
-	ASSERT_TRUE(wait_report(t, "waiting-for-buffers"));
-	rx_fill(t);
-	EXPECT_TRUE(used_steps(t, RXQ, 100, two, ARRAY_SIZE(two), &seen))
-	TH_LOG("used idx %u", seen);
+	EXPECT_LE(raises + 1, vdrv_irq_raises(&t->d));
+	EXPECT_EQ(2, stat_of(t, "rx", "frames "));
 }
 
 /* A kick's worth of transmit chains goes back in one publish. */
