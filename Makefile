@@ -61,6 +61,7 @@ core-obj-y += devices/fs/passthrough.o
 core-obj-y += devices/fs/passthrough-io.o
 core-obj-y += devices/fs/passthrough-node.o
 core-obj-y += devices/fs/passthrough-mask.o
+core-obj-y += devices/fs/passthrough-meta.o
 core-obj-y += vmm/config.o
 core-obj-y += vmm/options.o
 core-obj-y += vmm/bus.o

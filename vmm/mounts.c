@@ -120,6 +120,28 @@ static struct mount_config *new_mount(struct mounts_config *mc,
 	return m;
 }
 
+/* "mapped", "squash", "passthrough": the bind's ownership; else -EINVAL. */
+static int parse_ownership(const char *s, size_t n, enum fs_ownership *out)
+{
+	static const struct {
+		const char *name;
+		enum fs_ownership own;
+	} names[] = {
+		{ "mapped", FS_OWNERSHIP_MAPPED },
+		{ "squash", FS_OWNERSHIP_SQUASH },
+		{ "passthrough", FS_OWNERSHIP_PASSTHROUGH },
+	};
+	unsigned int i;
+
+	for (i = 0; i < ARRAY_SIZE(names); i++) {
+		if (strlen(names[i].name) == n && !memcmp(s, names[i].name, n)) {
+			*out = names[i].own;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
 int mounts__parse_cli(struct mounts_config *mc, const char *spec, char *err,
 		      size_t len)
 {
@@ -145,16 +167,23 @@ int mounts__parse_cli(struct mounts_config *mc, const char *spec, char *err,
 		return ret;
 	src = eq + 1;
 	if (!strncmp(src, "bind:", 5)) {
+		const char *end;
+
 		m->type = MOUNT_BIND;
 		src += 5;
-		colon = strrchr(src, ':');
-		if (colon && (!strcmp(colon, ":ro") || !strcmp(colon, ":rw"))) {
-			m->read_only = !strcmp(colon, ":ro");
-			m->source = strndup(src, colon - src);
-		} else {
-			/* Like Docker's -v: read-write unless said. */
-			m->source = strdup(src);
+		end = src + strlen(src);
+		colon = memrchr(src, ':', (size_t)(end - src));
+		if (colon && !parse_ownership(colon + 1, (size_t)(end - colon - 1),
+					      &m->ownership))
+			end = colon;
+		colon = memrchr(src, ':', (size_t)(end - src));
+		if (colon && end - colon == 3 &&
+		    (!memcmp(colon, ":ro", 3) || !memcmp(colon, ":rw", 3))) {
+			m->read_only = !memcmp(colon, ":ro", 3);
+			end = colon;
 		}
+		/* Like Docker's -v: read-write unless said. */
+		m->source = strndup(src, (size_t)(end - src));
 		if (!m->source)
 			return -ENOMEM;
 		return 0;
@@ -281,6 +310,16 @@ static int parse_bind(struct mount_config *m, const char *where, json_t *o,
 					   where);
 		} else if (!strcmp(key, "mask")) {
 			ret = parse_mask(m, where, v, err, len);
+		} else if (!strcmp(key, "ownership")) {
+			if (!json_is_string(v) ||
+			    parse_ownership(json_string_value(v),
+					    strlen(json_string_value(v)),
+					    &m->ownership))
+				ret = errf(err, len, -EINVAL,
+					   "%s.bind.ownership: must be "
+					   "\"mapped\", \"squash\" or "
+					   "\"passthrough\"",
+					   where);
 		} else {
 			ret = errf(err, len, -EINVAL,
 				   "unknown key \"%s.bind.%s\"", where, key);
@@ -582,6 +621,7 @@ int mounts__create_backend(const struct mount_config *m, unsigned int index,
 			.mask_paths = (const char *const *)m->mask_paths,
 			.nr_mask_paths = m->nr_mask_paths,
 			.mask_storage = m->mask_storage,
+			.ownership = m->ownership,
 		};
 
 		return passthrough__create(out, &p);

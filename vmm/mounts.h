@@ -8,6 +8,7 @@
 
 #include "lib/compiler.h"
 #include "lib/log.h"
+#include "devices/fs/passthrough.h"
 
 /*
  * The guest's virtio-fs mounts (Documentation/virtio-fs.md): each maps an
@@ -43,6 +44,7 @@ struct mount_config {
 	char **mask_paths;
 	unsigned int nr_mask_paths;
 	char *mask_storage;
+	enum fs_ownership ownership; /* DEFAULT unless "ownership" says */
 	/* memory */
 	struct mount_file *files;
 	unsigned int nr_files;
@@ -61,7 +63,8 @@ struct fs_backend;
 
 void mounts__free(struct mounts_config *mc);
 /*
- * --mount GUEST=bind:SOURCE[:ro|:rw], GUEST=memory[:MAXBYTES] or
+ * --mount GUEST=bind:SOURCE[:ro|:rw][:mapped|:squash|:passthrough],
+ * GUEST=memory[:MAXBYTES] or
  * GUEST=virtual:SOCKET. err receives "what: why".
  */
 int __must_check mounts__parse_cli(struct mounts_config *mc, const char *spec,

@@ -3,6 +3,7 @@
 #include <linux/if_tun.h>
 #include <linux/kvm.h>
 #include <seccomp.h>
+#include <sched.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -127,6 +128,17 @@ static const int allowed_fs_bind[] = {
 	SCMP_SYS(dup),
 	SCMP_SYS(geteuid),
 	SCMP_SYS(getegid),
+	/*
+	 * Ownership "mapped": the user.kiln.stat xattr, of a directory
+	 * through a descriptor, of anything else by its one-component name
+	 * after fchdir() to its directory (in a working directory of the
+	 * device thread's own: unshare(CLONE_FS), allowed below).
+	 */
+	SCMP_SYS(fgetxattr),
+	SCMP_SYS(fsetxattr),
+	SCMP_SYS(lgetxattr),
+	SCMP_SYS(lsetxattr),
+	SCMP_SYS(fchdir),
 };
 
 /*
@@ -227,6 +239,9 @@ int seccomp__install(const struct seccomp_needs *needs)
 	if (!ret && needs->fs_bind)
 		ret = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SECCOMP_NR_FCHMODAT2,
 				       0);
+	if (!ret && needs->fs_bind)
+		ret = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(unshare), 1,
+				       SCMP_A0(SCMP_CMP_EQ, CLONE_FS));
 	for (i = 0; !ret && i < ARRAY_SIZE(allowed_ioctls); i++)
 		ret = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(ioctl), 1,
 				       SCMP_A1(SCMP_CMP_EQ, allowed_ioctls[i]));

@@ -186,6 +186,16 @@ struct fs_backend_ops {
 	/* whence: SEEK_DATA or SEEK_HOLE; answers the new offset. */
 	int64_t (*lseek)(struct fs_backend *b, uint64_t nodeid, uint64_t fh,
 			 uint64_t offset, uint32_t whence);
+	/*
+	 * If set, the server grants FUSE_HANDLE_KILLPRIV_V2: the guest's
+	 * kernel then leaves clearing set-user-ID and set-group-ID to us,
+	 * and says when (a writer without CAP_FSETID): this op runs before
+	 * a WRITE with FUSE_WRITE_KILL_SUIDGID and an OPEN with
+	 * FUSE_OPEN_KILL_SUIDGID, after a CREATE with it; setattr sees
+	 * FATTR_KILL_SUIDGID in in->valid (truncate, chown). It clears
+	 * set-user-ID, and set-group-ID if group-executable, as Linux does.
+	 */
+	int (*kill_suidgid)(struct fs_backend *b, uint64_t nodeid);
 	/* Frees the backend and everything it holds; called once, last. */
 	void (*destroy)(struct fs_backend *b);
 };

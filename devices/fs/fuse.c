@@ -301,6 +301,9 @@ static int do_init(struct fuse_call *c)
 			    FUSE_KERNEL_MINOR_VERSION;
 	out.max_readahead = in.max_readahead;
 	out.flags = in.flags & INIT_FLAGS;
+	/* Killing set-user-ID on write, truncate and chown: see backend.h. */
+	if (HAS(c, kill_suidgid))
+		out.flags |= in.flags & FUSE_HANDLE_KILLPRIV_V2;
 	out.max_background = MAX_BACKGROUND;
 	out.congestion_threshold = CONGESTION_THRESHOLD;
 	out.max_write = FUSE_MAX_WRITE;
@@ -591,6 +594,12 @@ static int do_open(struct fuse_call *c)
 	} else {
 		if (!HAS(c, open))
 			return -ENOSYS;
+		if ((in.open_flags & FUSE_OPEN_KILL_SUIDGID) &&
+		    (in.flags & O_TRUNC) && HAS(c, kill_suidgid)) {
+			ret = b->ops->kill_suidgid(b, c->h.nodeid);
+			if (ret)
+				return ret;
+		}
 		/* As backend.h says: creating is CREATE's business. */
 		ret = b->ops->open(b, c->h.nodeid,
 				   in.flags & ~(O_CREAT | O_EXCL | O_NOCTTY),
@@ -627,6 +636,13 @@ static int do_create(struct fuse_call *c)
 			     &open_flags);
 	if (ret)
 		return ret;
+	/*
+	 * After: the node exists only now. A failure cannot be answered
+	 * without losing the handle, and leaves only the bits as they were.
+	 */
+	if ((in.open_flags & FUSE_OPEN_KILL_SUIDGID) && (in.flags & O_TRUNC) &&
+	    HAS(c, kill_suidgid) && b->ops->kill_suidgid(b, e.nodeid))
+		srv_warn(c->s, "CREATE: could not clear set-user-ID");
 	fill_entry(c->s, &o.entry, &e);
 	o.open = (struct fuse_open_out){ .fh = fh,
 					 .open_flags =
@@ -768,6 +784,12 @@ static int do_write(struct fuse_call *c)
 	if (!has_room(req, sizeof(struct fuse_write_out)))
 		return -EINVAL;
 	req->done = 0;
+	if ((in.write_flags & FUSE_WRITE_KILL_SUIDGID) &&
+	    HAS(c, kill_suidgid)) {
+		ret = c->s->b->ops->kill_suidgid(c->s->b, c->h.nodeid);
+		if (ret)
+			return ret;
+	}
 	if (!in.size) {
 		finish_write(req);
 		return REPLIED;

@@ -11,6 +11,7 @@
  *   passthrough-io.c    the FUSE ops on open files and directories
  *   passthrough-node.c  nodes and handles, and the system calls beneath them
  *   passthrough-mask.c  the mask trie, and where a name lives on the host
+ *   passthrough-meta.c  ownership: the guest's metadata in user.kiln.stat
  *
  * Every op runs on the device's event loop thread: no locking.
  */
@@ -20,6 +21,7 @@
 #include <sys/types.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
+#include <pthread.h>
 
 #include "devices/fs/passthrough.h"
 #include "lib/hashtable.h"
@@ -56,6 +58,38 @@
 #define PT_STORAGE_MODE	  0700	/* directories made inside mask_storage */
 #define PT_HASH_MIN_BITS  6U
 #define PT_HASH_MAX_BITS  26U
+
+/*
+ * The guest's metadata of a file in a mapped bind: the user.kiln.stat
+ * xattr of the host file, PT_META_SIZE bytes, little-endian:
+ *
+ *	0  u8    version, PT_META_VERSION
+ *	1  u8    flags, 0
+ *	2  le16  reserved, 0
+ *	4  le32  uid
+ *	8  le32  gid
+ *	12 le32  mode: S_IFMT type and the 07777 permission bits
+ *	16 le32  rdev: the device of S_IFCHR and S_IFBLK as fuse_attr.rdev
+ *		 (Linux new_encode_dev), else 0
+ *
+ * Anything else (another version or size, a type the host file cannot
+ * be) is not ours: the file shows its host metadata.
+ */
+#define PT_META_XATTR  "user.kiln.stat"
+#define PT_META_VERSION 1
+#define PT_META_SIZE	20U
+/* What a mapped host file's mode always has: the vmm's user reads it. */
+#define PT_HOST_FILE_OWNER 0600
+#define PT_HOST_DIR_OWNER  0700
+#define PT_HOST_SPECIAL	   0600 /* the regular file a device node is */
+
+struct pt_meta {
+	bool valid; /* from the xattr; else the host's stat is the truth */
+	uint32_t uid;
+	uint32_t gid;
+	uint32_t mode; /* type and permission bits, as the guest sees them */
+	uint32_t rdev;
+};
 
 /* ---- objects ------------------------------------------------------- */
 
@@ -99,6 +133,7 @@ struct pt_node {
 	 */
 	const struct pt_mask *mask;
 	bool mask_root;
+	struct pt_meta meta; /* mapped binds: read at every lookup */
 };
 
 struct pt_handle {
@@ -108,6 +143,12 @@ struct pt_handle {
 	int flags; /* the open flags, O_ACCMODE among them */
 	bool dir;
 	char *dents; /* directories: PT_DIRENT_BUF bytes, on first readdir */
+	/*
+	 * The host file was set-user-ID (or set-group-ID and group
+	 * executable) when opened for writing: the first write or fallocate
+	 * clears those bits on the host, whoever the guest says writes.
+	 */
+	bool kill_host_suid;
 };
 
 struct pt_backend {
@@ -124,6 +165,15 @@ struct pt_backend {
 	bool fds_warned;
 	uid_t euid;
 	gid_t egid;
+	enum fs_ownership own; /* DEFAULT resolved at create */
+	bool meta_warned;      /* one line for a bad user.kiln.stat */
+	/*
+	 * Xattrs of non-directories are read and written by name, after
+	 * fchdir() to their directory: each thread that does it first gets
+	 * a working directory of its own (unshare(CLONE_FS)).
+	 */
+	pthread_t cwd_thread;
+	bool cwd_private;
 };
 
 /* Where (directory, name) lives on the host. */
@@ -183,6 +233,9 @@ uint32_t pt_guest_uid(const struct pt_backend *b, uid_t uid);
 uint32_t pt_guest_gid(const struct pt_backend *b, gid_t gid);
 void pt_to_attr(const struct pt_backend *b, const struct stat *st,
 		struct fuse_attr *a);
+void pt_node_attr(const struct pt_backend *b, const struct pt_node *n,
+		  const struct stat *st, struct fuse_attr *a);
+int pt_check_self(struct pt_backend *b, const struct pt_node *n);
 uint64_t pt_ino_key(dev_t dev, ino_t ino);
 void pt_hash_add(struct hashtable *h, struct hlink *l, uint64_t key);
 struct pt_node *pt_node_get(struct pt_backend *b, uint64_t id);
@@ -213,6 +266,28 @@ int pt_handle_new(struct pt_backend *b, uint64_t nodeid, int fd, int flags,
 struct pt_handle *pt_handle_get(struct pt_backend *b, uint64_t nodeid,
 				uint64_t fh, bool dir);
 void pt_handle_free(struct pt_backend *b, struct pt_handle *h);
+
+/* passthrough-meta.c: ownership */
+bool pt_mapped(const struct pt_backend *b);
+mode_t pt_guest_type(const struct pt_node *n);
+mode_t pt_host_perm(uint32_t mode, bool dir);
+void pt_meta_load(struct pt_backend *b, struct pt_node *n, int dirfd,
+		  const char *name);
+int pt_meta_write(struct pt_backend *b, struct pt_node *n,
+		  const struct pt_meta *m, int hfd);
+int pt_meta_write_fd(int fd, const struct pt_meta *m);
+int pt_meta_for_new(struct pt_backend *b, const struct fs_ctx *ctx,
+		    struct pt_node *dir, uint32_t mode, uint32_t rdev,
+		    struct pt_meta *m);
+void pt_meta_attr(const struct pt_node *n, struct fuse_attr *a);
+int pt_meta_setattr(struct pt_backend *b, struct pt_node *n,
+		    const struct fuse_setattr_in *in, const struct stat *st,
+		    int hfd);
+int pt_kill_suidgid(struct fs_backend *fs, uint64_t nodeid);
+int pt_kill_host_suid(int fd, const struct stat *st);
+bool pt_host_suid(const struct stat *st);
+uint32_t pt_killed_mode(uint32_t mode);
+int pt_own_create(struct pt_backend *b, const struct fs_bind_params *p);
 
 /* passthrough-mask.c: masks and storage */
 const struct pt_mask *pt_mask_child(const struct pt_mask *m, const char *name);

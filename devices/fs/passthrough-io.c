@@ -26,6 +26,135 @@ static int check_open_flags(const struct pt_backend *b, uint32_t flags)
 	return 0;
 }
 
+/*
+ * The handle of fd, opened with the guest's flags on nodeid (fresh: the
+ * file was just made). A host file that is set-user-ID (or set-group-ID
+ * and group-executable) loses those bits when the guest truncated it
+ * (O_TRUNC), or else at its first write through this handle, unless the
+ * bind is ownership passthrough.
+ */
+static int handle_for(struct pt_backend *b, uint64_t nodeid, int fd,
+		      uint32_t flags, bool fresh, uint64_t *fh)
+{
+	struct pt_handle *h;
+	struct stat st;
+	bool kill = false;
+	int ret;
+
+	if (!fresh && (flags & O_ACCMODE) != O_RDONLY &&
+	    b->own != FS_OWNERSHIP_PASSTHROUGH) {
+		ret = pt_stat_fd(fd, &st);
+		if (!ret && pt_host_suid(&st)) {
+			if (flags & O_TRUNC)
+				ret = pt_kill_host_suid(fd, &st);
+			else
+				kill = true;
+		}
+		if (ret) {
+			close(fd);
+			return ret;
+		}
+	}
+	ret = pt_handle_new(b, nodeid, fd, (int)(flags & PT_OPEN_KEEP), false,
+			    fh);
+	if (ret)
+		return ret;
+	h = pt_handle_get(b, nodeid, *fh, false);
+	h->kill_host_suid = kill;
+	return 0;
+}
+
+/* Before the first write through h: see handle_for(). */
+static int write_begins(struct pt_handle *h)
+{
+	struct stat st;
+	int ret;
+
+	if (!h->kill_host_suid)
+		return 0;
+	ret = pt_stat_fd(h->fd, &st);
+	if (!ret && pt_host_suid(&st))
+		ret = pt_kill_host_suid(h->fd, &st);
+	if (!ret)
+		h->kill_host_suid = false;
+	return ret;
+}
+
+/*
+ * An existing name for CREATE without O_EXCL: only a regular file is
+ * opened, and it is checked to be so before, so that no device node or
+ * FIFO a host process put there is ever opened (opening one can have
+ * effects: a FIFO's writer wakes up, a tape rewinds). The open is then
+ * checked to have found the same inode.
+ */
+static int open_existing(int dirfd, const char *name, int oflags)
+{
+	struct stat before, st;
+	int opath, fd, ret;
+
+	opath = pt_open_path(dirfd, name);
+	if (opath < 0)
+		return opath;
+	ret = pt_stat_fd(opath, &before);
+	close(opath);
+	if (ret)
+		return ret;
+	if (S_ISDIR(before.st_mode))
+		return -EISDIR;
+	if (S_ISLNK(before.st_mode))
+		return -EEXIST;
+	if (!S_ISREG(before.st_mode))
+		return -ENXIO;
+	fd = pt_openat2(dirfd, name, oflags, 0, PT_RESOLVE);
+	if (fd < 0)
+		return fd == -ELOOP ? -EEXIST : fd;
+	ret = pt_stat_fd(fd, &st);
+	if (!ret && !pt_same_inode(&st, before.st_dev, before.st_ino))
+		ret = -EIO; /* a host process swapped the name meanwhile */
+	if (ret) {
+		close(fd);
+		return ret;
+	}
+	return fd;
+}
+
+/*
+ * A file CREATE just made, open as fd (st its stat): the permission bits
+ * the vmm's umask took given back, and its owner as the bind's ownership
+ * says (mapped: the xattr; passthrough: the caller's ids).
+ */
+static int created_setup(struct pt_backend *b, const struct fs_ctx *ctx,
+			 struct pt_node *dir, int fd, const struct stat *st,
+			 uint32_t mode, uint32_t umask, mode_t perm)
+{
+	struct pt_meta m;
+	struct stat dst;
+	gid_t gid;
+	int ret;
+
+	if (b->own == FS_OWNERSHIP_MAPPED) {
+		if ((st->st_mode & 07777) != perm && fchmod(fd, perm) < 0)
+			return -errno;
+		ret = pt_meta_for_new(b, ctx, dir,
+				      S_IFREG | (mode & 07777 & ~umask), 0, &m);
+		return ret ? ret : pt_meta_write_fd(fd, &m);
+	}
+	if (b->own == FS_OWNERSHIP_PASSTHROUGH) {
+		ret = pt_stat_fd(dir->fd, &dst);
+		if (ret)
+			return ret;
+		gid = (dst.st_mode & S_ISGID) ? dst.st_gid : ctx->gid;
+		if (fchown(fd, ctx->uid, gid) < 0 || fchmod(fd, perm) < 0)
+			return -errno;
+		return 0;
+	}
+	/* Bits the process umask took: the guest's umask was applied. */
+	if ((perm & ~st->st_mode & 07777) &&
+	    fchmod(fd, (st->st_mode & 07777) | perm) < 0)
+		return -errno;
+	return 0;
+}
+
 int pt_open(struct fs_backend *fs, uint64_t nodeid, uint32_t flags,
 	    uint64_t *fh, uint32_t *open_flags)
 {
@@ -42,8 +171,11 @@ int pt_open(struct fs_backend *fs, uint64_t nodeid, uint32_t flags,
 		return -EISDIR;
 	if (S_ISLNK(n->type))
 		return -ELOOP;
-	/* FIFOs and sockets the guest kernel serves itself; never opened. */
-	if (!S_ISREG(n->type))
+	/*
+	 * FIFOs, sockets and devices the guest kernel serves itself; never
+	 * opened (in a mapped bind they are empty files on the host).
+	 */
+	if (pt_guest_type(n) != S_IFREG)
 		return -ENXIO;
 	ret = pt_fd_budget(b, 1);
 	if (ret)
@@ -52,8 +184,7 @@ int pt_open(struct fs_backend *fs, uint64_t nodeid, uint32_t flags,
 	if (fd < 0)
 		return fd;
 	*open_flags = 0;
-	return pt_handle_new(b, nodeid, fd, (int)(flags & PT_OPEN_KEEP), false,
-			     fh);
+	return handle_for(b, nodeid, fd, flags, false, fh);
 }
 
 int pt_create(struct fs_backend *fs, const struct fs_ctx *ctx, uint64_t parent,
@@ -61,7 +192,7 @@ int pt_create(struct fs_backend *fs, const struct fs_ctx *ctx, uint64_t parent,
 	      struct fs_entry *out, uint64_t *fh, uint32_t *open_flags)
 {
 	struct pt_backend *b = to_pt(fs);
-	struct pt_node *dir;
+	struct pt_node *dir, *n;
 	struct pt_where w;
 	struct stat st;
 	bool created;
@@ -82,15 +213,19 @@ int pt_create(struct fs_backend *fs, const struct fs_ctx *ctx, uint64_t parent,
 		ret = pt_locate(b, dir, name, true, &w);
 	if (ret)
 		return ret;
-	perm = pt_guest_perm(mode, umask, false);
+	if (b->own == FS_OWNERSHIP_MAPPED)
+		perm = pt_host_perm(mode & ~umask, false);
+	else if (b->own == FS_OWNERSHIP_PASSTHROUGH)
+		perm = mode & 07777 & ~umask;
+	else
+		perm = pt_guest_perm(mode, umask, false);
 	oflags = (int)(flags & PT_OPEN_KEEP) | O_CREAT | O_EXCL | O_NOFOLLOW |
 		 O_CLOEXEC | O_NOCTTY | O_NONBLOCK;
 	fd = pt_openat2(w.dirfd, name, oflags, perm, PT_RESOLVE);
 	created = fd >= 0;
 	/* Without O_EXCL an existing file is opened, as open(2) would. */
 	if (fd == -EEXIST && !(flags & O_EXCL))
-		fd = pt_openat2(w.dirfd, name, oflags & ~(O_CREAT | O_EXCL), 0,
-				PT_RESOLVE);
+		fd = open_existing(w.dirfd, name, oflags & ~(O_CREAT | O_EXCL));
 	if (fd < 0) {
 		ret = fd == -ELOOP ? -EEXIST : fd;
 		goto out_where;
@@ -101,13 +236,10 @@ int pt_create(struct fs_backend *fs, const struct fs_ctx *ctx, uint64_t parent,
 	fl = ret ? -1 : fcntl(fd, F_GETFL);
 	if (!ret && (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0))
 		ret = -errno;
-	if (!ret && !created && (flags & O_TRUNC) &&
-	    (flags & O_ACCMODE) != O_RDONLY && ftruncate(fd, 0) < 0)
-		ret = -errno;
-	/* Bits the process umask took: the guest's umask was applied. */
-	if (!ret && created && (perm & ~st.st_mode & 07777) &&
-	    fchmod(fd, (st.st_mode & 07777) | perm) < 0)
-		ret = -errno;
+	if (!ret && created)
+		ret = created_setup(b, ctx, dir, fd, &st, mode, umask, perm);
+	if (ret && created)
+		unlinkat(w.dirfd, name, 0);
 	if (ret)
 		goto out_fd;
 	opath = pt_open_path(w.dirfd, name);
@@ -122,8 +254,20 @@ int pt_create(struct fs_backend *fs, const struct fs_ctx *ctx, uint64_t parent,
 		ret = -EIO; /* a host process swapped the name meanwhile */
 		goto out_node;
 	}
-	ret = pt_handle_new(b, out->nodeid, fd, (int)(flags & PT_OPEN_KEEP),
-			    false, fh);
+	/* A mapped FIFO, socket or device: its host file is not opened. */
+	n = pt_node_get(b, out->nodeid);
+	if (pt_guest_type(n) != S_IFREG) {
+		ret = -ENXIO;
+		goto out_node;
+	}
+	/* O_TRUNC of an existing file only now that it is known to be it. */
+	if (!created && (flags & O_TRUNC) && (flags & O_ACCMODE) != O_RDONLY) {
+		ret = ftruncate(fd, 0) ? -errno : pt_stat_fd(fd, &st);
+		if (ret)
+			goto out_node;
+		pt_node_attr(b, n, &st, &out->attr);
+	}
+	ret = handle_for(b, out->nodeid, fd, flags, created, fh);
 	if (ret) {
 		/* pt_handle_new() closed fd */
 		pt_node_forget(b, pt_node_get(b, out->nodeid), 1);
@@ -146,7 +290,7 @@ int pt_io_fd(struct fs_backend *fs, uint64_t nodeid, uint64_t fh, bool write)
 {
 	struct pt_backend *b = to_pt(fs);
 	struct pt_handle *h = pt_handle_get(b, nodeid, fh, false);
-	int acc;
+	int acc, ret;
 
 	if (!h)
 		return -EBADF;
@@ -155,6 +299,11 @@ int pt_io_fd(struct fs_backend *fs, uint64_t nodeid, uint64_t fh, bool write)
 	acc = h->flags & O_ACCMODE;
 	if (write ? acc == O_RDONLY : acc == O_WRONLY)
 		return -EBADF;
+	if (write) {
+		ret = write_begins(h);
+		if (ret)
+			return ret;
+	}
 	return h->fd;
 }
 
@@ -185,6 +334,11 @@ ssize_t pt_write(struct fs_backend *fs, uint64_t nodeid, uint64_t fh,
 		return -EBADF;
 	if (iovcnt < 0 || iovcnt > IOV_MAX || offset > INT64_MAX)
 		return -EINVAL;
+	if ((h->flags & O_ACCMODE) == O_RDONLY)
+		return -EBADF;
+	n = write_begins(h);
+	if (n)
+		return n;
 	/* O_APPEND descriptors append whatever the offset (Linux pwritev). */
 	n = pwritev(h->fd, iov, iovcnt, (off_t)offset);
 	return n < 0 ? -errno : n;
@@ -224,6 +378,7 @@ int pt_fallocate(struct fs_backend *fs, uint64_t nodeid, uint64_t fh,
 {
 	struct pt_backend *b = to_pt(fs);
 	struct pt_handle *h = pt_handle_get(b, nodeid, fh, false);
+	int ret;
 
 	if (b->fs.read_only)
 		return -EROFS;
@@ -234,6 +389,9 @@ int pt_fallocate(struct fs_backend *fs, uint64_t nodeid, uint64_t fh,
 		return -EOPNOTSUPP;
 	if (offset > INT64_MAX || length > INT64_MAX - offset)
 		return -EFBIG;
+	ret = write_begins(h);
+	if (ret)
+		return ret;
 	if (fallocate(h->fd, (int)mode, (off_t)offset, (off_t)length))
 		return -errno;
 	return 0;

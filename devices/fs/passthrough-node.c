@@ -168,14 +168,21 @@ mode_t pt_guest_perm(uint32_t mode, uint32_t umask, bool dir)
 	return perm;
 }
 
-/* The vmm's own ids are the guest's root; every other id as it is. */
+/*
+ * The vmm's own ids are the guest's root; every other id as it is. With
+ * ownership passthrough every id is as it is.
+ */
 uint32_t pt_guest_uid(const struct pt_backend *b, uid_t uid)
 {
+	if (b->own == FS_OWNERSHIP_PASSTHROUGH)
+		return (uint32_t)uid;
 	return uid == b->euid ? 0 : (uint32_t)uid;
 }
 
 uint32_t pt_guest_gid(const struct pt_backend *b, gid_t gid)
 {
+	if (b->own == FS_OWNERSHIP_PASSTHROUGH)
+		return (uint32_t)gid;
 	return gid == b->egid ? 0 : (uint32_t)gid;
 }
 
@@ -207,6 +214,14 @@ void pt_to_attr(const struct pt_backend *b, const struct stat *st,
 		.rdev = encode_dev(st->st_rdev),
 		.blksize = (uint32_t)st->st_blksize,
 	};
+}
+
+/* What the guest sees of node n, whose host stat is st. */
+void pt_node_attr(const struct pt_backend *b, const struct pt_node *n,
+		  const struct stat *st, struct fuse_attr *a)
+{
+	pt_to_attr(b, st, a);
+	pt_meta_attr(n, a);
 }
 
 uint64_t pt_ino_key(dev_t dev, ino_t ino)
@@ -348,7 +363,7 @@ void pt_fill_entry(const struct pt_backend *b, const struct pt_node *n,
 {
 	out->nodeid = n->id;
 	out->generation = 0;
-	pt_to_attr(b, st, &out->attr);
+	pt_node_attr(b, n, st, &out->attr);
 }
 
 /*
@@ -376,6 +391,7 @@ int pt_node_add(struct pt_backend *b, struct pt_node *dir, const char *name,
 		close(fd);
 		pt_node_place(b, n, dir, nm, w);
 		n->nlookup++;
+		pt_meta_load(b, n, w->dirfd, name);
 		pt_fill_entry(b, n, &st, out);
 		return 0;
 	}
@@ -396,6 +412,7 @@ int pt_node_add(struct pt_backend *b, struct pt_node *dir, const char *name,
 	pt_hash_add(&b->by_ino, &n->by_ino, pt_ino_key(n->dev, n->ino));
 	b->nr_fds++;
 	pt_node_place(b, n, dir, nm, w);
+	pt_meta_load(b, n, w->dirfd, name);
 	pt_fill_entry(b, n, &st, out);
 	return 0;
 }
@@ -478,6 +495,35 @@ int pt_check_connected(struct pt_backend *b, const struct pt_node *dir)
 	}
 	ret = pt_beneath(dir->fd, dev, ino);
 	return ret == 1 ? 0 : -ESTALE;
+}
+
+/*
+ * Node n itself is still in the tree, for ops that act on its inode
+ * through its own descriptor (chmod, chown, utimes, link): a directory
+ * as pt_check_connected() says; anything else must still be its
+ * recorded name in a connected directory, or have no name left at all
+ * (unlinked, still open in the guest). A file a host process moved out
+ * of the tree answers -ESTALE, so the guest cannot change it or link it
+ * back in.
+ */
+int pt_check_self(struct pt_backend *b, const struct pt_node *n)
+{
+	struct stat st;
+	int ret;
+
+	if (S_ISDIR(n->type) || n == b->root)
+		return pt_check_connected(b, n);
+	if (!n->mask_root && n->parent) {
+		ret = pt_check_connected(b, n->parent);
+		if (ret)
+			return ret;
+	}
+	if (hop_ok(b, n))
+		return 0;
+	ret = pt_stat_fd(n->fd, &st);
+	if (ret)
+		return ret;
+	return st.st_nlink ? -ESTALE : 0;
 }
 
 int pt_dir_begin(struct pt_backend *b, uint64_t parent, const char *name,

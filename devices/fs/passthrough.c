@@ -80,14 +80,15 @@ static int pt_getattr(struct fs_backend *fs, uint64_t nodeid,
 		return -ESTALE;
 	ret = pt_stat_fd(n->fd, &st);
 	if (!ret)
-		pt_to_attr(b, &st, out);
+		pt_node_attr(b, n, &st, out);
 	return ret;
 }
 
 /*
  * The entry just made as name in w: counted as a lookup, checked to be of
- * the type made, and given the permission bits the process umask took
- * away (the guest's umask was applied already; the vmm's must not be).
+ * the host type made, and given the permission bits the process umask
+ * took away (the guest's umask was applied already; the vmm's must not
+ * be).
  */
 static int node_made(struct pt_backend *b, struct pt_node *dir,
 		     const char *name, const struct pt_where *w, mode_t type,
@@ -104,23 +105,112 @@ static int node_made(struct pt_backend *b, struct pt_node *dir,
 	if (ret)
 		return ret;
 	n = pt_node_get(b, out->nodeid);
-	if ((out->attr.mode & S_IFMT) != type) {
+	if (n->type != type) {
 		pt_node_forget(b, n, 1); /* a host process raced us */
 		return -EIO;
 	}
-	if (type == S_IFLNK || !(perm & ~out->attr.mode & 07777))
+	if (type == S_IFLNK)
 		return 0;
-	ret = pt_chmod_node(b, n, (out->attr.mode & 07777) | perm, -1);
-	if (ret == -EOPNOTSUPP)
-		return 0; /* a socket before Linux 6.6: the host's mode stands */
+	ret = pt_stat_fd(n->fd, &st);
+	if (!ret && (perm & ~st.st_mode & 07777)) {
+		ret = pt_chmod_node(b, n, (st.st_mode & 07777) | perm, -1);
+		/* a socket before Linux 6.6: the host's mode stands */
+		if (!ret)
+			ret = pt_stat_fd(n->fd, &st);
+		else if (ret == -EOPNOTSUPP)
+			ret = 0;
+	}
+	if (ret) {
+		pt_node_forget(b, n, 1);
+		return ret;
+	}
+	pt_node_attr(b, n, &st, &out->attr);
+	return 0;
+}
+
+/*
+ * Ownership passthrough: the node just made in dir becomes the caller's,
+ * with the group of a set-group-ID directory, then gets its full mode
+ * back (chown clears set-user-ID, even for root).
+ */
+static int passthrough_owner(struct pt_backend *b, const struct fs_ctx *ctx,
+			     struct pt_node *dir, struct fs_entry *out,
+			     mode_t perm)
+{
+	struct pt_node *n = pt_node_get(b, out->nodeid);
+	struct stat st, dst;
+	gid_t gid = ctx->gid;
+	int ret;
+
+	ret = pt_stat_fd(dir->fd, &dst);
+	if (!ret && (dst.st_mode & S_ISGID))
+		gid = dst.st_gid;
+	if (!ret && fchownat(n->fd, "", ctx->uid, gid,
+			     AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0)
+		ret = -errno;
+	if (!ret && !S_ISLNK(n->type))
+		ret = pt_chmod_node(b, n, perm, -1);
 	if (!ret)
 		ret = pt_stat_fd(n->fd, &st);
 	if (ret) {
 		pt_node_forget(b, n, 1);
 		return ret;
 	}
-	pt_to_attr(b, &st, &out->attr);
+	pt_node_attr(b, n, &st, &out->attr);
 	return 0;
+}
+
+/*
+ * A mapped bind makes every node but a symlink as a host file or
+ * directory the vmm's user owns, with host permissions safe on the host,
+ * and the guest's metadata in its xattr: devices, FIFOs and sockets are
+ * empty regular files. mode is the type and the guest's bits, its umask
+ * applied. Undone if the xattr cannot be written.
+ */
+static int make_mapped(struct pt_backend *b, const struct fs_ctx *ctx,
+		       struct pt_node *dir, const struct pt_where *w,
+		       const char *name, uint32_t mode, uint32_t rdev,
+		       struct fs_entry *out)
+{
+	bool isdir = S_ISDIR(mode);
+	struct pt_meta m;
+	mode_t hp;
+	int fd, ret;
+
+	ret = pt_meta_for_new(b, ctx, dir, mode, rdev, &m);
+	if (ret)
+		return ret;
+	if (S_ISREG(mode) || isdir)
+		hp = pt_host_perm(mode, isdir);
+	else
+		hp = PT_HOST_SPECIAL;
+	if (isdir) {
+		if (mkdirat(w->dirfd, name, hp) < 0)
+			return -errno;
+		fd = pt_openat2(w->dirfd, name,
+				O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC,
+				0, PT_RESOLVE);
+	} else {
+		fd = pt_openat2(w->dirfd, name,
+				O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
+					O_CLOEXEC | O_NONBLOCK,
+				hp, PT_RESOLVE);
+		if (fd < 0)
+			return fd;
+	}
+	ret = fd;
+	if (fd >= 0) {
+		/* The vmm's umask may have taken the owner's bits. */
+		ret = fchmod(fd, hp) ? -errno : 0;
+		if (!ret)
+			ret = pt_meta_write_fd(fd, &m);
+		close(fd);
+	}
+	if (ret) {
+		unlinkat(w->dirfd, name, isdir ? AT_REMOVEDIR : 0);
+		return ret;
+	}
+	return node_made(b, dir, name, w, isdir ? S_IFDIR : S_IFREG, hp, out);
 }
 
 static int pt_mknod(struct fs_backend *fs, const struct fs_ctx *ctx,
@@ -137,25 +227,38 @@ static int pt_mknod(struct fs_backend *fs, const struct fs_ctx *ctx,
 		return -EROFS;
 	if (!type)
 		type = S_IFREG;
-	/*
-	 * Device nodes would be the host's devices, made by the vmm's user
-	 * (root, often) with modes the guest picks: host processes could
-	 * use them. The guest's own devices belong in its own file systems.
-	 */
-	if (type == S_IFCHR || type == S_IFBLK)
-		return -EPERM;
-	if (type != S_IFREG && type != S_IFIFO && type != S_IFSOCK)
+	if (type != S_IFREG && type != S_IFIFO && type != S_IFSOCK &&
+	    type != S_IFCHR && type != S_IFBLK)
 		return -EINVAL;
+	/*
+	 * Real device nodes would be the host's devices, made by the vmm's
+	 * user (root, often) with modes the guest picks: host processes
+	 * could use them. A mapped bind keeps the guest's device as an empty
+	 * regular file and its numbers in the xattr; the others refuse.
+	 */
+	if ((type == S_IFCHR || type == S_IFBLK) && !pt_mapped(b))
+		return -EPERM;
 	ret = pt_dir_begin(b, parent, name, &dir);
 	if (!ret)
 		ret = pt_locate(b, dir, name, true, &w);
 	if (ret)
 		return ret;
-	perm = pt_guest_perm(mode, umask, false);
+	if (pt_mapped(b)) {
+		ret = make_mapped(b, ctx, dir, &w, name,
+				  type | (mode & 07777 & ~umask), rdev, out);
+		goto out;
+	}
+	if (b->own == FS_OWNERSHIP_PASSTHROUGH)
+		perm = mode & 07777 & ~umask;
+	else
+		perm = pt_guest_perm(mode, umask, false);
 	if (mknodat(w.dirfd, name, type | perm, 0) < 0)
 		ret = -errno;
 	else
 		ret = node_made(b, dir, name, &w, type, perm, out);
+	if (!ret && b->own == FS_OWNERSHIP_PASSTHROUGH)
+		ret = passthrough_owner(b, ctx, dir, out, perm);
+out:
 	pt_locate_done(&w);
 	return ret;
 }
@@ -177,11 +280,22 @@ static int pt_mkdir(struct fs_backend *fs, const struct fs_ctx *ctx,
 		ret = pt_locate(b, dir, name, true, &w);
 	if (ret)
 		return ret;
-	perm = pt_guest_perm(mode, umask, true);
+	if (pt_mapped(b)) {
+		ret = make_mapped(b, ctx, dir, &w, name,
+				  S_IFDIR | (mode & 07777 & ~umask), 0, out);
+		goto out;
+	}
+	if (b->own == FS_OWNERSHIP_PASSTHROUGH)
+		perm = mode & 07777 & ~umask;
+	else
+		perm = pt_guest_perm(mode, umask, true);
 	if (mkdirat(w.dirfd, name, perm) < 0)
 		ret = -errno;
 	else
 		ret = node_made(b, dir, name, &w, S_IFDIR, perm, out);
+	if (!ret && b->own == FS_OWNERSHIP_PASSTHROUGH)
+		ret = passthrough_owner(b, ctx, dir, out, perm);
+out:
 	pt_locate_done(&w);
 	return ret;
 }
@@ -215,6 +329,8 @@ static int pt_symlink(struct fs_backend *fs, const struct fs_ctx *ctx,
 		ret = -errno;
 	else
 		ret = node_made(b, dir, name, &w, S_IFLNK, 0, out);
+	if (!ret && b->own == FS_OWNERSHIP_PASSTHROUGH)
+		ret = passthrough_owner(b, ctx, dir, out, 0);
 	pt_locate_done(&w);
 	return ret;
 }
@@ -379,12 +495,13 @@ static int pt_link(struct fs_backend *fs, uint64_t nodeid, uint64_t newparent,
 		return -ESTALE;
 	if (S_ISDIR(n->type))
 		return -EPERM;
-	/* Not a file a host process moved out of the tree: no way back in. */
-	if (!n->mask_root && n->parent) {
-		ret = pt_check_connected(b, n->parent);
-		if (ret)
-			return ret;
-	}
+	/*
+	 * Not a file a host process moved out of the tree (its directory,
+	 * or the file itself): no way back in.
+	 */
+	ret = pt_check_self(b, n);
+	if (ret)
+		return ret;
 	ret = pt_dir_begin(b, newparent, newname, &dir);
 	if (!ret)
 		ret = pt_locate(b, dir, newname, true, &w);
@@ -417,7 +534,7 @@ static int truncate_node(struct pt_backend *b, const struct pt_node *n,
 
 	if (S_ISDIR(n->type))
 		return -EISDIR;
-	if (!S_ISREG(n->type))
+	if (pt_guest_type(n) != S_IFREG)
 		return -EINVAL;
 	if (size > INT64_MAX)
 		return -EFBIG;
@@ -454,7 +571,7 @@ static int set_times(const struct pt_node *n, const struct fuse_setattr_in *in)
 }
 
 /*
- * Ownership: files belong to the vmm's user, which the guest sees as 0.
+ * Squash: files belong to the vmm's user, which the guest sees as 0.
  * chown to 0 (that user) or to the id the file already shows is a no-op
  * success; anything else would need privileges the guest's root does not
  * have on the host: -EPERM.
@@ -471,43 +588,114 @@ static int check_chown(const struct pt_backend *b, const struct stat *st,
 	return 0;
 }
 
+/*
+ * Set-user-ID and set-group-ID (if group-executable) of n's host file
+ * cleared, as Linux clears them on a write by someone without
+ * CAP_FSETID: in a squash or mapped bind nothing the guest writes stays
+ * set-user-ID on the host, whoever the guest says writes (a root vmm
+ * keeps them otherwise).
+ */
+static int drop_host_suid(struct pt_backend *b, const struct pt_node *n,
+			  int hfd)
+{
+	struct stat st;
+	int ret;
+
+	if (b->own == FS_OWNERSHIP_PASSTHROUGH || !S_ISREG(n->type))
+		return 0;
+	ret = pt_stat_fd(n->fd, &st);
+	if (ret || !pt_host_suid(&st))
+		return ret;
+	return pt_chmod_node(b, n, pt_killed_mode(st.st_mode) & 07777, hfd);
+}
+
+/* Ownership squash: chown refused to others, modes as safe as the host's. */
+static int squash_setattr(struct pt_backend *b, struct pt_node *n,
+			  const struct fuse_setattr_in *in,
+			  const struct stat *st, int hfd)
+{
+	int ret = check_chown(b, st, in);
+
+	if (!ret && (in->valid & FATTR_MODE))
+		ret = pt_chmod_node(
+			b, n, pt_guest_perm(in->mode, 0, S_ISDIR(n->type)),
+			hfd);
+	if (!ret && (in->valid & FATTR_KILL_SUIDGID))
+		ret = drop_host_suid(b, n, hfd);
+	return ret;
+}
+
+/* Ownership passthrough: the host's real ids and modes. */
+static int passthrough_setattr(struct pt_backend *b, struct pt_node *n,
+			       const struct fuse_setattr_in *in, int hfd)
+{
+	uid_t uid = (in->valid & FATTR_UID) ? in->uid : (uid_t)-1;
+	gid_t gid = (in->valid & FATTR_GID) ? in->gid : (gid_t)-1;
+	struct stat st;
+	int ret = 0;
+
+	if ((in->valid & (FATTR_UID | FATTR_GID)) &&
+	    fchownat(n->fd, "", uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
+		return -errno;
+	if (in->valid & FATTR_MODE)
+		ret = pt_chmod_node(b, n, in->mode & 07777, hfd);
+	if (ret || !(in->valid & FATTR_KILL_SUIDGID) || !S_ISREG(n->type))
+		return ret;
+	ret = pt_stat_fd(n->fd, &st);
+	if (ret || !pt_host_suid(&st))
+		return ret;
+	return pt_chmod_node(b, n, pt_killed_mode(st.st_mode) & 07777, hfd);
+}
+
 static int pt_setattr(struct fs_backend *fs, const struct fs_ctx *ctx,
 		      uint64_t nodeid, const struct fuse_setattr_in *in,
 		      struct fuse_attr *out)
 {
 	struct pt_backend *b = to_pt(fs);
-	struct pt_node *n = pt_node_get(b, nodeid), *conn;
+	struct pt_node *n = pt_node_get(b, nodeid);
 	const struct pt_handle *h = NULL;
 	struct stat st;
-	int ret;
+	int hfd, ret;
 
 	if (b->fs.read_only)
 		return -EROFS;
 	if (!n)
 		return -ESTALE;
-	/* A file's own name may be gone (unlinked while open): its directory. */
-	conn = S_ISDIR(n->type) ? n : n->parent;
-	ret = conn ? pt_check_connected(b, conn) : 0;
-	if (!ret)
-		ret = pt_stat_fd(n->fd, &st);
-	if (!ret)
-		ret = check_chown(b, &st, in);
-	if (ret)
-		return ret;
 	if (in->valid & FATTR_FH)
 		h = pt_handle_get(b, nodeid, in->fh, false);
-	if (in->valid & FATTR_MODE)
-		ret = pt_chmod_node(
-			b, n, pt_guest_perm(in->mode, 0, S_ISDIR(n->type)),
-			h ? h->fd : -1);
-	if (!ret && (in->valid & FATTR_SIZE))
+	hfd = h ? h->fd : -1;
+	/*
+	 * Through the guest's open handle the file is the guest's wherever
+	 * it went (as with any descriptor), if its directory is still in the
+	 * tree; else n itself must still be in the tree.
+	 */
+	if (h)
+		ret = n->parent && !n->mask_root ?
+			      pt_check_connected(b, n->parent) :
+			      0;
+	else
+		ret = pt_check_self(b, n);
+	if (!ret)
+		ret = pt_stat_fd(n->fd, &st);
+	if (ret)
+		return ret;
+	if (b->own == FS_OWNERSHIP_MAPPED)
+		ret = pt_meta_setattr(b, n, in, &st, hfd);
+	else if (b->own == FS_OWNERSHIP_PASSTHROUGH)
+		ret = passthrough_setattr(b, n, in, hfd);
+	else
+		ret = squash_setattr(b, n, in, &st, hfd);
+	if (!ret && (in->valid & FATTR_SIZE)) {
 		ret = truncate_node(b, n, in->size, h);
+		if (!ret)
+			ret = drop_host_suid(b, n, hfd);
+	}
 	if (!ret && (in->valid & (FATTR_ATIME | FATTR_MTIME)))
 		ret = set_times(n, in);
 	if (!ret)
 		ret = pt_stat_fd(n->fd, &st);
 	if (!ret)
-		pt_to_attr(b, &st, out);
+		pt_node_attr(b, n, &st, out);
 	return ret;
 }
 
@@ -586,6 +774,7 @@ static const struct fs_backend_ops pt_ops = {
 	.statfs = pt_statfs,
 	.fallocate = pt_fallocate,
 	.lseek = pt_lseek,
+	.kill_suidgid = pt_kill_suidgid,
 	.destroy = pt_destroy,
 };
 
@@ -674,6 +863,8 @@ int passthrough__create(struct fs_backend **out, const struct fs_bind_params *p)
 		ret = create_root(b, p, &src);
 	if (!ret)
 		ret = pt_create_storage(b, p, &src);
+	if (!ret)
+		ret = pt_own_create(b, p);
 	if (ret) {
 		pt_destroy(&b->fs);
 		return ret;

@@ -20,6 +20,28 @@
  * bind; in a read-write bind it is served from the same path beneath
  * mask_storage instead, so nothing the guest does under it touches source.
  */
+/*
+ * Who the guest sees owning files, and what the host file gets
+ * (Documentation/virtio-fs.md, "Ownership"):
+ *
+ * FS_OWNERSHIP_DEFAULT     mapped if the host file system holds user.*
+ *                          xattrs, else squash with one warning line
+ * FS_OWNERSHIP_MAPPED      the guest's uid, gid, mode and device numbers
+ *                          in the user.kiln.stat xattr of a host file the
+ *                          vmm's user owns; refused at create where the
+ *                          host file system cannot hold it
+ * FS_OWNERSHIP_SQUASH      everything the vmm's user's (shown as 0);
+ *                          chown to other ids is EPERM
+ * FS_OWNERSHIP_PASSTHROUGH the host's real ids and modes: a vmm running
+ *                          as root only
+ */
+enum fs_ownership {
+	FS_OWNERSHIP_DEFAULT,
+	FS_OWNERSHIP_MAPPED,
+	FS_OWNERSHIP_SQUASH,
+	FS_OWNERSHIP_PASSTHROUGH,
+};
+
 struct fs_bind_params {
 	const char *name;   /* for the log, e.g. "bind:/workspace"; copied */
 	const char *source; /* absolute host directory */
@@ -33,6 +55,7 @@ struct fs_bind_params {
 	 * containing it.
 	 */
 	const char *mask_storage;
+	enum fs_ownership ownership;
 };
 
 /*

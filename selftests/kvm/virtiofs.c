@@ -6,8 +6,10 @@
  * checks the host side afterwards. bind: a POSIX subset, escapes (with a
  * host process racing symlinks in), ro, masks; memory: seed and limit;
  * virtual: tools/fs-example-server, its timeout and its death; eight
- * concurrent writers.
+ * concurrent writers; a Debian guest's non-root user owning its files in
+ * a mapped bind whose host files all stay the vmm's user's.
  */
+#include <ftw.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -599,6 +601,103 @@ TEST_TIMEOUT(debian_builds_a_project_in_a_bind, BOOT_TIMEOUT)
 	EXPECT_NE(NULL, strstr(buf, "built in the guest"));
 	EXPECT_NE(NULL, strstr(buf, "calc.cpython-311.pyc"));
 	EXPECT_NE(NULL, strstr(buf, "calc.py\n"));
+	fsx_fini(&s);
+}
+
+/* ---- ownership "mapped" (issue 13): a non-root agent in a bind ------- */
+
+static uid_t host_uid;
+static int bad_entries;
+static char bad_first[300];
+
+/* Every host file the guest made: the vmm's, no privilege, no device. */
+static int check_host_entry(const char *path, const struct stat *st, int flag,
+			    struct FTW *ftw)
+{
+	mode_t t = st->st_mode & S_IFMT;
+
+	if (st->st_uid == host_uid && !(st->st_mode & (S_ISUID | S_ISGID)) &&
+	    (t == S_IFREG || t == S_IFDIR || t == S_IFLNK))
+		return 0;
+	if (!bad_entries++)
+		snprintf(bad_first, sizeof(bad_first), "%s: uid %u mode %o",
+			 path, (unsigned int)st->st_uid,
+			 (unsigned int)st->st_mode);
+	return 0;
+}
+
+TEST_TIMEOUT(debian_agent_user_owns_its_files_in_a_bind, BOOT_TIMEOUT)
+{
+	char desc[300];
+	struct spawn_result r;
+	struct guest g;
+	struct fsx s;
+
+	fsx_init(_metadata, &s);
+	guest_paths(&g);
+	snprintf(desc, sizeof(desc), "%s/debian-12-agent.json", g.images);
+	ASSERT_EQ(0, access(desc, R_OK)) TH_LOG("%s missing: make image", desc);
+	put_file(_metadata, s.src, "README", "from the host\n");
+	/* rw binds are "mapped" by default: no ownership option given. */
+	snprintf(s.opt, sizeof(s.opt), "/workspace=bind:%s:rw", s.src);
+	BOOT_SPEC((&(struct boot_spec){
+			  .initrd = "",
+			  .opts = ARGS("--cpus", "2", "--rootfs", desc,
+				       "--mount", s.opt),
+			  .cmd = ARGS(
+				  "bash", "-c",
+				  "set -e; useradd -m agent;"
+				  "chown -R agent /workspace;"
+				  "su agent -c 'set -e; cd /workspace;"
+				  " git init -q; git config user.email a@kiln;"
+				  " git config user.name agent;"
+				  " mkdir -p src/pkg;"
+				  " python3 -c \"open(\\\"src/pkg/m.py\\\", \\\"w\\\")"
+				  ".write(\\\"X = 1\\\\n\\\")\";"
+				  " python3 -m compileall -q src;"
+				  " echo hi > notes.txt; cp -a notes.txt copy.txt;"
+				  " chmod 4755 copy.txt; mkdir shared;"
+				  " chmod 2775 shared; touch shared/in;"
+				  " mkfifo pipe; ln -s notes.txt link;"
+				  " git add -A; git commit -q -m by-agent;"
+				  " echo hi >> copy.txt; echo agent-ok';"
+				  "mknod /workspace/null c 1 3;"
+				  "cd /workspace;"
+				  "stat -c 'st %U %G %a %F %n' README notes.txt "
+				  "copy.txt shared shared/in pipe null "
+				  ".git/HEAD src/pkg/m.py;"
+				  "su agent -c 'rm -f /workspace/notes.txt "
+				  "&& echo rm-ok'; echo done") }),
+		  &r);
+	EXPECT_EQ(0, r.status) TH_LOG("%s", r.out);
+	EXPECT_NE(NULL, strstr(r.out, "agent-ok"));
+	EXPECT_NE(NULL, strstr(r.out, "rm-ok"));
+	EXPECT_NE(NULL, strstr(r.out, "done"));
+	/* The guest sees agent's files as agent's, with their full modes. */
+	EXPECT_NE(NULL, strstr(r.out, "st agent agent 644 regular file "
+				      "notes.txt"))
+	TH_LOG("%s", r.out);
+	/* cp -a kept it; chmod 4755 set it; agent's own write cleared it */
+	EXPECT_NE(NULL, strstr(r.out, "st agent agent 755 regular file "
+				      "copy.txt"));
+	EXPECT_NE(NULL, strstr(r.out, "st agent agent 2775 directory shared"));
+	EXPECT_NE(NULL, strstr(r.out, "st agent agent 644 regular empty file "
+				      "shared/in"));
+	EXPECT_NE(NULL, strstr(r.out, "st agent agent 644 fifo pipe"));
+	EXPECT_NE(NULL, strstr(r.out, "character special file null"));
+	EXPECT_NE(NULL, strstr(r.out, "st agent agent 644 regular file "
+				      ".git/HEAD"));
+	EXPECT_NE(NULL, strstr(r.out, "st agent agent 644 regular file "
+				      "src/pkg/m.py"));
+	/* chown -R agent made the host's file agent's in the guest too. */
+	EXPECT_NE(NULL, strstr(r.out, "st agent root 644 regular file README"));
+	/* On the host: everything the vmm's user's, nothing privileged. */
+	host_uid = geteuid();
+	bad_entries = 0;
+	ASSERT_EQ(0, nftw(s.src, check_host_entry, 32, FTW_PHYS));
+	EXPECT_EQ(0, bad_entries) TH_LOG("first: %s", bad_first);
+	EXPECT_FALSE(exists(s.src, "notes.txt"));
+	EXPECT_TRUE(exists(s.src, ".git/HEAD"));
 	fsx_fini(&s);
 }
 
