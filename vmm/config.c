@@ -16,6 +16,7 @@
 #include "lib/errf.h"
 #include "bootloader/boot.h"
 #include "vmm/config.h"
+#include "vmm/identity.h"
 #include "vmm/options.h"
 #include "vmm/rootfs.h"
 
@@ -48,6 +49,8 @@ void config__free(struct vm_config *c)
 	mounts__free(&c->mounts);
 	netcfg__free(&c->net);
 	free(c->vsock.socket_path);
+	free(c->hostname);
+	free(c->cwd);
 	free(c->control_socket);
 	free(c->pid_file);
 	memset(c, 0, sizeof(*c));
@@ -277,6 +280,22 @@ static int validate_control(const struct vm_config *c, char *err, size_t len)
 	return 0;
 }
 
+/* --hostname and --cwd; no hostname given: IDENTITY_DEFAULT_HOSTNAME. */
+static int validate_identity(struct vm_config *c, char *err, size_t len)
+{
+	int ret;
+
+	if (!c->hostname) {
+		c->hostname = strdup(IDENTITY_DEFAULT_HOSTNAME);
+		if (!c->hostname)
+			return -ENOMEM;
+	}
+	ret = identity__check_hostname(c->hostname, err, len);
+	if (!ret && c->cwd)
+		ret = identity__check_cwd(c->cwd, err, len);
+	return ret;
+}
+
 /*
  * No --initrd: the Kiln guest's initramfs next to the kernel, if there is
  * one (build/guest/ has both), so that `--kernel K --rootfs D` boots the
@@ -330,6 +349,9 @@ int config__validate(struct vm_config *c, char *err, size_t len)
 	if (ret)
 		return ret;
 	ret = validate_control(c, err, len);
+	if (ret)
+		return ret;
+	ret = validate_identity(c, err, len);
 	if (ret)
 		return ret;
 	ret = mounts__validate(&c->mounts, err, len);

@@ -65,6 +65,9 @@ struct vm_config {
 	struct mounts_config mounts; /* virtio-fs (Documentation/virtio-fs.md) */
 	/* virtio-net (Documentation/network.md) */
 	struct net_config net;
+	/* The boot's identity (vmm/identity.h), checked by config__validate. */
+	char *hostname; /* the guest's; set to the default by validation */
+	char *cwd;	/* default working directory; NULL: "/" */
 	char *control_socket; /* JSON-RPC control API (api.md); NULL: none */
 	uint64_t agent_timeout_ms; /* a call's wait for the agent; 0: default */
 	bool start;	/* `vmm start`: serve until shutdown, no command */

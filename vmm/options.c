@@ -587,6 +587,24 @@ static const struct option_desc options[] = {
 		.apply = apply_command,
 	},
 	{
+		.flag = "hostname",
+		.arg = "NAME",
+		.key = "hostname",
+		.help = "the guest's hostname, set by init before anything runs\n"
+			"(default sandbox; letters, digits and '-' in labels\n"
+			"joined by dots, 64 bytes at most)",
+		STRING_FIELD(hostname),
+	},
+	{
+		.flag = "cwd",
+		.arg = "PATH",
+		.key = "cwd",
+		.help = "the guest command's working directory, and exec's,\n"
+			"spawn's and pty's when a request gives none (default /;\n"
+			"absolute; init ends the boot if it is not a directory)",
+		STRING_FIELD(cwd),
+	},
+	{
 		.flag = "control-socket",
 		.arg = "PATH",
 		.key = "controlSocket",
@@ -618,8 +636,8 @@ static const struct option_desc options[] = {
 		.flag = "config",
 		.arg = "FILE",
 		.help = "JSON settings: kernel, initrd, cmdline, cpus, memoryMiB,\n"
-			"command, rootfs, vsock, mounts, net; options after it\n"
-			"override it",
+			"command, hostname, cwd, rootfs, vsock, mounts, net;\n"
+			"options after it override it",
 		.kind = OPTION_STRING,
 		.apply = apply_config_file,
 	},

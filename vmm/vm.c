@@ -165,12 +165,13 @@ static int open_initrd(struct vm *vm)
 
 /*
  * The archive appended to the initrd (proto/initramfs.h): the command,
- * the virtio-fs mounts, the interception CA, whichever the VM has.
+ * the virtio-fs mounts, the interception CA, whichever the VM has, and
+ * the boot's hostname and working directory.
  */
 static int kiln_archive(struct vm *vm)
 {
 	const struct vm_config *cfg = vm->cfg;
-	struct initrd_file files[3];
+	struct initrd_file files[5];
 	uint8_t *mounts = NULL;
 	size_t mounts_len = 0, argv_len = 0;
 	unsigned int nr = 0;
@@ -192,6 +193,13 @@ static int kiln_archive(struct vm *vm)
 		files[nr++] = (struct initrd_file){ KILN_INITRAMFS_CA,
 						    vm->guest_ca_pem,
 						    vm->guest_ca_len };
+	if (cfg->hostname)
+		files[nr++] = (struct initrd_file){ KILN_INITRAMFS_HOSTNAME,
+						    cfg->hostname,
+						    strlen(cfg->hostname) };
+	if (cfg->cwd)
+		files[nr++] = (struct initrd_file){ KILN_INITRAMFS_CWD,
+						    cfg->cwd, strlen(cfg->cwd) };
 	ret = initrd__archive(KILN_INITRAMFS_DIR, files, nr, &vm->argv_cpio,
 			      &vm->argv_cpio_len);
 out:
