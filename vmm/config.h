@@ -71,6 +71,7 @@ struct vm_config {
 	char *control_socket; /* JSON-RPC control API (api.md); NULL: none */
 	uint64_t agent_timeout_ms; /* a call's wait for the agent; 0: default */
 	bool start;	/* `vmm start`: serve until shutdown, no command */
+	bool facts;	/* `vmm facts`: no VM; run's and start's options */
 	bool detach;	/* start: return once the guest agent is ready */
 	char *pid_file; /* start --detach: the VM's pid goes here */
 	bool verbose;

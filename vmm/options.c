@@ -882,9 +882,12 @@ static const char usage_head[] =
 	"               [--no-seccomp] [--verbose] [-- COMMAND ARGS...]\n"
 	"       vmm run --config FILE.json [options] [-- COMMAND ARGS...]\n"
 	"       vmm start --control-socket PATH [--detach [--pid-file PATH]] [options]\n"
+	"       vmm facts [--config FILE.json] [options]\n"
 	"       vmm --help | --version\n"
 	"\n"
 	"Boots a Linux microVM on KVM, runs COMMAND in it and exits with its status.\n"
+	"vmm facts prints the configuration facts vm.facts would give for the\n"
+	"same options, without booting (Documentation/api.md, \"Facts\").\n"
 	"\n";
 
 static const char usage_tail[] =
