@@ -64,6 +64,7 @@ core-obj-y += devices/fs/passthrough-mask.o
 core-obj-y += vmm/config.o
 core-obj-y += vmm/identity.o
 core-obj-y += vmm/facts.o
+core-obj-y += vmm/console-log.o
 core-obj-y += vmm/options.o
 core-obj-y += vmm/bus.o
 core-obj-y += vmm/rootfs.o

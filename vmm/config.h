@@ -69,6 +69,13 @@ struct vm_config {
 	char *hostname; /* the guest's; set to the default by validation */
 	char *cwd;	/* default working directory; NULL: "/" */
 	char *control_socket; /* JSON-RPC control API (api.md); NULL: none */
+	/*
+	 * The console's log (vmm/console-log.h); NULL: none, except that
+	 * start --detach gets one next to the control socket.
+	 */
+	char *console_log;
+	uint64_t console_log_max_bytes; /* bytes: the live file's cap */
+	uint64_t console_log_keep;	/* rotated files kept */
 	uint64_t agent_timeout_ms; /* a call's wait for the agent; 0: default */
 	bool start;	/* `vmm start`: serve until shutdown, no command */
 	bool facts;	/* `vmm facts`: no VM; run's and start's options */

@@ -20,6 +20,7 @@
 #include "lib/errf.h"
 #include "lib/log.h"
 #include "vmm/config.h"
+#include "vmm/console-log.h"
 #include "vmm/mounts.h"
 #include "vmm/netcfg.h"
 #include "vmm/options.h"
@@ -622,6 +623,33 @@ static const struct option_desc options[] = {
 		UINT_FIELD(agent_timeout_ms, AGENT_TIMEOUT_MAX_MS),
 	},
 	{
+		.flag = "console-log",
+		.arg = "FILE",
+		.key = "consoleLog.path",
+		.help = "the guest console's output goes there too, size-capped\n"
+			"and rotated (default with --detach: the control socket's\n"
+			"path less .sock, plus .console.log)",
+		STRING_FIELD(console_log),
+	},
+	{
+		.flag = "console-log-max-bytes",
+		.arg = "BYTES",
+		.key = "consoleLog.maxBytes",
+		.help = "the console log's cap: past it FILE becomes FILE.1\n"
+			"(default 1MiB, at least 4KiB)",
+		.kind = OPTION_SIZE,
+		.max = CONSOLE_LOG_MAX_MAX_BYTES,
+		.offset = FIELD(console_log_max_bytes, uint64_t),
+	},
+	{
+		.flag = "console-log-keep",
+		.arg = "N",
+		.key = "consoleLog.keep",
+		.help = "rotated console logs kept, FILE.1 to FILE.N, 0 to 9\n"
+			"(default 1)",
+		UINT_FIELD(console_log_keep, CONSOLE_LOG_MAX_KEEP),
+	},
+	{
 		.flag = "detach",
 		.help = "start: return once the guest agent answers, the VM runs on",
 		FLAG_FIELD(detach),
@@ -636,7 +664,8 @@ static const struct option_desc options[] = {
 		.flag = "config",
 		.arg = "FILE",
 		.help = "JSON settings: kernel, initrd, cmdline, cpus, memoryMiB,\n"
-			"command, hostname, cwd, rootfs, vsock, mounts, net;\n"
+			"command, hostname, cwd, rootfs, vsock, mounts, net,\n"
+			"consoleLog, log;\n"
 			"options after it override it",
 		.kind = OPTION_STRING,
 		.apply = apply_config_file,
