@@ -56,6 +56,7 @@ void config__free(struct vm_config *c)
 	free(c->cwd);
 	free(c->control_socket);
 	free(c->console_log);
+	free(c->log_path);
 	free(c->pid_file);
 	memset(c, 0, sizeof(*c));
 }
@@ -296,6 +297,8 @@ static int validate_console_log(struct vm_config *c, char *err, size_t len)
 {
 	if (c->console_log && !c->console_log[0])
 		return errf(err, len, -EINVAL, "console log: empty path");
+	if (c->log_path && !c->log_path[0])
+		return errf(err, len, -EINVAL, "log: empty path");
 	if (c->console_log_max_bytes < CONSOLE_LOG_MIN_MAX_BYTES)
 		return errf(err, len, -EINVAL,
 			    "console log max bytes %llu: must be at least %llu",

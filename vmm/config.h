@@ -82,6 +82,11 @@ struct vm_config {
 	bool detach;	/* start: return once the guest agent is ready */
 	char *pid_file; /* start --detach: the VM's pid goes here */
 	bool verbose;
+	/* --log, --log-level, --log-format: the vmm's own lines (lib/log.h) */
+	char *log_path;		  /* NULL: stderr */
+	enum log_level log_level; /* with log_level_set */
+	bool log_level_set;
+	enum log_format log_format;
 	bool seccomp; /* filter the running monitor */
 };
 

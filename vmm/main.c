@@ -67,6 +67,26 @@ static int detach(const struct vm_config *cfg, int *ready_fd)
 	exit(VMM_EXIT_VMM_ERROR);
 }
 
+/*
+ * --log, --log-level, --log-format: once the options are read, so that
+ * what is wrong with the rest goes where the log does; before a detach (a
+ * bad path is said on the terminal) and before any thread starts.
+ */
+static int setup_log(const struct vm_config *cfg)
+{
+	int ret;
+
+	if (cfg->log_level_set)
+		log__set_level(cfg->log_level);
+	log__set_format(cfg->log_format);
+	if (!cfg->log_path)
+		return 0;
+	ret = log__open(cfg->log_path);
+	if (ret)
+		pr_err("log %s: %s", cfg->log_path, strerror(-ret));
+	return ret;
+}
+
 static int cmd_run(int argc, char **argv, bool start)
 {
 	char err[CONFIG_ERR_LEN];
@@ -81,7 +101,7 @@ static int cmd_run(int argc, char **argv, bool start)
 		config__free(&cfg);
 		return 0;
 	}
-	if (ret)
+	if (ret || setup_log(&cfg))
 		goto out;
 	ret = config__validate(&cfg, err, sizeof(err));
 	if (ret) {
@@ -96,11 +116,13 @@ static int cmd_run(int argc, char **argv, bool start)
 	vm->ready_fd = ready_fd;
 	ret = vm__run(vm);
 	vm__destroy(vm);
+	log__close();
 	config__free(&cfg);
 	return ret;
 out:
 	if (ready_fd >= 0)
 		close(ready_fd);
+	log__close();
 	config__free(&cfg);
 	return VMM_EXIT_VMM_ERROR;
 }
@@ -125,6 +147,8 @@ static int cmd_facts(int argc, char **argv)
 		config__free(&cfg);
 		return 0;
 	}
+	if (!ret)
+		ret = setup_log(&cfg);
 	if (ret) /* said already */
 		goto out;
 	ret = config__validate(&cfg, err, sizeof(err));
@@ -144,6 +168,7 @@ static int cmd_facts(int argc, char **argv)
 out:
 	free(text);
 	json_decref(facts);
+	log__close();
 	config__free(&cfg);
 	return ret ? VMM_EXIT_VMM_ERROR : 0;
 }

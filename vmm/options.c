@@ -353,6 +353,21 @@ static int apply_no_seccomp(struct vm_config *c, const union option_value *v,
 	return 0;
 }
 
+static int apply_log_level(struct vm_config *c, const union option_value *v,
+			   char *err, size_t len)
+{
+	c->log_level = v->choice; /* log__level_names is by enum log_level */
+	c->log_level_set = true;
+	return 0;
+}
+
+static int apply_log_format(struct vm_config *c, const union option_value *v,
+			    char *err, size_t len)
+{
+	c->log_format = v->choice;
+	return 0;
+}
+
 static int apply_verbose(struct vm_config *c, const union option_value *v,
 			 char *err, size_t len)
 {
@@ -677,9 +692,37 @@ static const struct option_desc options[] = {
 		.apply = apply_no_seccomp,
 	},
 	{
+		.flag = "log",
+		.arg = "FILE",
+		.key = "log.path",
+		.help = "the vmm's own messages go there (appended) instead of\n"
+			"stderr, also after --detach",
+		STRING_FIELD(log_path),
+	},
+	{
+		.flag = "log-level",
+		.arg = "error|warn|info|debug",
+		.key = "log.level",
+		.help = "the least important messages written (default info;\n"
+			"--verbose is debug)",
+		.kind = OPTION_CHOICE,
+		.choices = log__level_names,
+		.apply = apply_log_level,
+	},
+	{
+		.flag = "log-format",
+		.arg = "text|json",
+		.key = "log.format",
+		.help = "text (\"vmm: warning: ...\") or one JSON object per line:\n"
+			"{\"time\", \"level\", \"pid\", \"msg\"} (default text)",
+		.kind = OPTION_CHOICE,
+		.choices = log__format_names,
+		.apply = apply_log_format,
+	},
+	{
 		.flag = "verbose",
 		.short_flag = 'v',
-		.help = "debug messages on stderr",
+		.help = "debug messages too (--log-level debug)",
 		.kind = OPTION_FLAG,
 		.apply = apply_verbose,
 	},
