@@ -13,6 +13,6 @@
 #define KILN_INITRAMFS_CA     KILN_INITRAMFS_DIR "/ca.pem" /* the interception CA */
 /* The boot's identity (vmm/identity.h): the bytes, no newline, no NUL. */
 #define KILN_INITRAMFS_HOSTNAME KILN_INITRAMFS_DIR "/hostname" /* always */
-#define KILN_INITRAMFS_CWD	KILN_INITRAMFS_DIR "/cwd" /* with --cwd */
+#define KILN_INITRAMFS_CWD	KILN_INITRAMFS_DIR "/cwd"      /* with --cwd */
 
 #endif

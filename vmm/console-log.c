@@ -80,7 +80,8 @@ static void put_bytes(struct console_log *l, const uint8_t *buf, size_t n)
 						"(%s): output dropped past its "
 						"%llu bytes",
 						l->name, strerror(-ret),
-						(unsigned long long)l->max_bytes);
+						(unsigned long long)
+							l->max_bytes);
 				l->warned_rotate = true;
 				return;
 			}
@@ -287,8 +288,7 @@ int console_log__open(struct console_log **out, const char *path,
 	f->fd = open_live(f, 0);
 	if (f->fd < 0 || fstat(f->fd, &st)) {
 		ret = f->fd < 0 ? f->fd : -errno;
-		errf(err, len, ret, "console log %s: %s", path,
-		     strerror(-ret));
+		errf(err, len, ret, "console log %s: %s", path, strerror(-ret));
 		file_release(f);
 		return ret;
 	}
@@ -300,8 +300,7 @@ int console_log__open(struct console_log **out, const char *path,
 	ret = console_log__create(out, &file_ops, f, path, max_bytes,
 				  st.st_size);
 	if (ret)
-		errf(err, len, ret, "console log %s: %s", path,
-		     strerror(-ret));
+		errf(err, len, ret, "console log %s: %s", path, strerror(-ret));
 	return ret;
 }
 

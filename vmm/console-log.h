@@ -28,8 +28,8 @@
 #define CONSOLE_LOG_DEFAULT_MAX_BYTES (1ULL << 20) /* 1 MiB */
 #define CONSOLE_LOG_MIN_MAX_BYTES     4096ULL
 #define CONSOLE_LOG_MAX_MAX_BYTES     (1ULL << 40) /* 1 TiB */
-#define CONSOLE_LOG_DEFAULT_KEEP      1U /* FILE.1 */
-#define CONSOLE_LOG_MAX_KEEP	      9U /* FILE.1 .. FILE.9 */
+#define CONSOLE_LOG_DEFAULT_KEEP      1U	   /* FILE.1 */
+#define CONSOLE_LOG_MAX_KEEP	      9U	   /* FILE.1 .. FILE.9 */
 #define CONSOLE_LOG_LINE_MAX	      512U /* bytes held for one write */
 /* start --detach without --console-log: SOCKET less ".sock", plus this. */
 #define CONSOLE_LOG_DETACH_SUFFIX ".console.log"

@@ -22,9 +22,9 @@
 static int add(json_t *facts, const char *topic, const char *relation,
 	       const char *value)
 {
-	json_t *f = json_pack("{s:s, s:s, s:s, s:s}", "source", "config",
-			      "topic", topic, "relation", relation, "value",
-			      value);
+	json_t *f =
+		json_pack("{s:s, s:s, s:s, s:s}", "source", "config", "topic",
+			  topic, "relation", relation, "value", value);
 
 	if (!f || json_array_append_new(facts, f))
 		return -ENOMEM;

@@ -25,14 +25,15 @@
  * disk). The image builder's NAME.facts.json next to the descriptor
  * follows Kiln's own. A new array; NULL when out of memory.
  */
-json_t *facts__config(const struct vm_config *c, const struct rootfs_image *img);
+json_t *facts__config(const struct vm_config *c,
+		      const struct rootfs_image *img);
 
 /*
  * The same without a VM: loads the descriptor itself (rootfs__load: the
  * file is read, the image is not hashed) and never opens /dev/kvm. err
  * receives one line on failure.
  */
-int __must_check facts__config_offline(const struct vm_config *c,
-				       json_t **out, char *err, size_t len);
+int __must_check facts__config_offline(const struct vm_config *c, json_t **out,
+				       char *err, size_t len);
 
 #endif

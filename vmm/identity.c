@@ -38,15 +38,17 @@ int identity__check_hostname(const char *name, char *err, size_t len)
 		}
 		/* A label ends at i. */
 		if (i == start)
-			return errf(err, len, -EINVAL,
-				    "hostname \"%s\": empty label (two dots, or "
-				    "a dot at an end)",
-				    name);
+			return errf(
+				err, len, -EINVAL,
+				"hostname \"%s\": empty label (two dots, or "
+				"a dot at an end)",
+				name);
 		if (i - start > IDENTITY_LABEL_MAX)
-			return errf(err, len, -ENAMETOOLONG,
-				    "hostname \"%s\": a label is longer than %u "
-				    "bytes",
-				    name, IDENTITY_LABEL_MAX);
+			return errf(
+				err, len, -ENAMETOOLONG,
+				"hostname \"%s\": a label is longer than %u "
+				"bytes",
+				name, IDENTITY_LABEL_MAX);
 		if (name[start] == '-' || name[i - 1] == '-')
 			return errf(err, len, -EINVAL,
 				    "hostname \"%s\": a label starts or ends "

@@ -15,9 +15,9 @@
  */
 
 #define IDENTITY_DEFAULT_HOSTNAME "sandbox" /* as the seed's boot() */
-#define IDENTITY_HOSTNAME_MAX	  64U /* bytes: Linux's HOST_NAME_MAX */
-#define IDENTITY_LABEL_MAX	  63U /* bytes: RFC 1035, 2.3.4 */
-#define IDENTITY_CWD_MAX	  4095U /* bytes: PATH_MAX less the NUL */
+#define IDENTITY_HOSTNAME_MAX	  64U	    /* bytes: Linux's HOST_NAME_MAX */
+#define IDENTITY_LABEL_MAX	  63U	    /* bytes: RFC 1035, 2.3.4 */
+#define IDENTITY_CWD_MAX	  4095U	    /* bytes: PATH_MAX less the NUL */
 
 /*
  * An RFC 1123 host name: dot-separated labels of ASCII letters, digits

@@ -199,8 +199,9 @@ static int kiln_archive(struct vm *vm)
 						    cfg->hostname,
 						    strlen(cfg->hostname) };
 	if (cfg->cwd)
-		files[nr++] = (struct initrd_file){ KILN_INITRAMFS_CWD,
-						    cfg->cwd, strlen(cfg->cwd) };
+		files[nr++] =
+			(struct initrd_file){ KILN_INITRAMFS_CWD, cfg->cwd,
+					      strlen(cfg->cwd) };
 	ret = initrd__archive(KILN_INITRAMFS_DIR, files, nr, &vm->argv_cpio,
 			      &vm->argv_cpio_len);
 out:
@@ -989,8 +990,9 @@ static int console_log_init(struct vm *vm)
 		pr_err("%s", err);
 		return ret;
 	}
-	uart__set_log(vm->uart, &(struct uart_log){ .write = console_log_byte,
-						    .opaque = vm->console_log });
+	uart__set_log(vm->uart,
+		      &(struct uart_log){ .write = console_log_byte,
+					  .opaque = vm->console_log });
 	pr_debug("console log: %s", cfg->console_log);
 	return 0;
 }

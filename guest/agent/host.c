@@ -52,8 +52,9 @@ static int listen_unix(const char *path)
 
 static void __attribute__((noreturn)) usage(void)
 {
-	fprintf(stderr, "usage: kiln-agent-host --unix PATH [--die-with-parent] "
-			"[--cwd DIR]\n");
+	fprintf(stderr,
+		"usage: kiln-agent-host --unix PATH [--die-with-parent] "
+		"[--cwd DIR]\n");
 	exit(2);
 }
 

@@ -1038,8 +1038,7 @@ static int exit_payload(const struct proc *p, struct kiln_buf *b)
 	return ret;
 }
 
-void proc__start(struct conn *c, const struct frame *f,
-		 const char *default_cwd)
+void proc__start(struct conn *c, const struct frame *f, const char *default_cwd)
 {
 	struct proc p = { .c = c,
 			  .pidfd = -1,

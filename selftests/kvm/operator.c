@@ -30,7 +30,7 @@ struct vm {
 	char pidfile[128];
 	char log[128]; /* a foreground vmm's stdout and stderr */
 	char vmmctl[256];
-	pid_t vmm;     /* foreground; 0 when detached or gone */
+	pid_t vmm;	/* foreground; 0 when detached or gone */
 	pid_t detached; /* from the pid file */
 };
 
@@ -76,11 +76,11 @@ static int ctl(struct vm *v, const char *const args[], struct spawn_result *r)
 	return spawn__run(argv, NULL, r);
 }
 
-#define CTL(v, r, ...)                                                       \
-	do {                                                                 \
-		ASSERT_EQ(0, ctl(v, ARGS(__VA_ARGS__), r));                  \
-		TH_LOG("vmmctl: exit %d, out %.300s, err %.300s",            \
-		       (r)->status, (r)->out, (r)->err);                     \
+#define CTL(v, r, ...)                                                         \
+	do {                                                                   \
+		ASSERT_EQ(0, ctl(v, ARGS(__VA_ARGS__), r));                    \
+		TH_LOG("vmmctl: exit %d, out %.300s, err %.300s", (r)->status, \
+		       (r)->out, (r)->err);                                    \
 	} while (0)
 
 /* argv of `vmm CMD` with OPTS and the test's control socket. */
@@ -198,9 +198,8 @@ static void vm_cleanup(struct vm *v)
 }
 
 /* exec CMD... in the guest: its stdout, last newline dropped. */
-static const char *guest_line(struct __test_metadata *_metadata,
-			      struct vm *v, const char *const args[],
-			      struct spawn_result *r)
+static const char *guest_line(struct __test_metadata *_metadata, struct vm *v,
+			      const char *const args[], struct spawn_result *r)
 {
 	const char *argv[16];
 	int i = 0;
@@ -223,14 +222,13 @@ static bool has_fact(const char *text, const char *source, const char *topic,
 		     const char *value)
 {
 	json_t *facts = json_loads(text, 0, NULL), *f;
-	json_t *want = json_pack("{s:s, s:s, s:s, s:s}", "source", source,
-				 "topic", topic, "relation", "is", "value",
-				 value);
+	json_t *want =
+		json_pack("{s:s, s:s, s:s, s:s}", "source", source, "topic",
+			  topic, "relation", "is", "value", value);
 	bool found = false;
 	size_t i;
 
-	json_array_foreach(facts, i, f)
-		found |= json_equal(f, want) == 1;
+	json_array_foreach(facts, i, f) found |= json_equal(f, want) == 1;
 	json_decref(want);
 	json_decref(facts);
 	return found;
@@ -239,7 +237,8 @@ static bool has_fact(const char *text, const char *source, const char *topic,
 static bool can_boot(struct __test_metadata *_metadata)
 {
 	if (access("/dev/kvm", R_OK | W_OK))
-		SKIP(return false, "no usable /dev/kvm (run through tools/vmtest)");
+		SKIP(return false,
+			    "no usable /dev/kvm (run through tools/vmtest)");
 	return true;
 }
 
@@ -253,12 +252,11 @@ TEST_TIMEOUT(hostname_and_cwd_defaults, BOOT_TIMEOUT)
 		return;
 	vm_paths(&v);
 	ASSERT_TRUE(vm_start(_metadata, &v, NULL, false));
-	EXPECT_STREQ("sandbox",
-		     guest_line(_metadata, &v, ARGS(v.sock, "--", "hostname"),
-				&r));
+	EXPECT_STREQ("sandbox", guest_line(_metadata, &v,
+					   ARGS(v.sock, "--", "hostname"), &r));
 	EXPECT_EQ(0, r.status);
-	EXPECT_STREQ("/", guest_line(_metadata, &v, ARGS(v.sock, "--", "pwd"),
-				     &r));
+	EXPECT_STREQ("/",
+		     guest_line(_metadata, &v, ARGS(v.sock, "--", "pwd"), &r));
 	EXPECT_EQ(0, r.status);
 	EXPECT_EQ(0, vm_stop(&v));
 	vm_cleanup(&v);
@@ -280,20 +278,19 @@ TEST_TIMEOUT(hostname_and_cwd_given, BOOT_TIMEOUT)
 			     ARGS("--hostname", "agent-42", "--cwd",
 				  "/workspace", "--mount", "/workspace=memory"),
 			     false));
-	EXPECT_STREQ("agent-42",
-		     guest_line(_metadata, &v, ARGS(v.sock, "--", "hostname"),
-				&r));
-	EXPECT_STREQ("agent-42",
-		     guest_line(_metadata, &v,
-				ARGS(v.sock, "--", "cat",
-				     "/proc/sys/kernel/hostname"),
-				&r));
+	EXPECT_STREQ(
+		"agent-42",
+		guest_line(_metadata, &v, ARGS(v.sock, "--", "hostname"), &r));
+	EXPECT_STREQ("agent-42", guest_line(_metadata, &v,
+					    ARGS(v.sock, "--", "cat",
+						 "/proc/sys/kernel/hostname"),
+					    &r));
 	EXPECT_STREQ("/workspace",
 		     guest_line(_metadata, &v, ARGS(v.sock, "--", "pwd"), &r));
-	EXPECT_STREQ("/tmp", guest_line(_metadata, &v,
-					ARGS("--cwd", "/tmp", v.sock, "--",
-					     "pwd"),
-					&r));
+	EXPECT_STREQ("/tmp",
+		     guest_line(_metadata, &v,
+				ARGS("--cwd", "/tmp", v.sock, "--", "pwd"),
+				&r));
 	CTL(&v, &r, "facts", v.sock);
 	EXPECT_TRUE(has_fact(r.out, "guest", "hostname", "agent-42"));
 	EXPECT_TRUE(has_fact(r.out, "config", "hostname", "agent-42"));
@@ -323,9 +320,20 @@ TEST_TIMEOUT(offline_facts_equal_booted_config_facts, BOOT_TIMEOUT)
 	snprintf(image, sizeof(image), "%s/kiln-test.json", g.images);
 	{
 		const char *const opts[] = {
-			"--cpus", "2", "--memory", "320", "--hostname",
-			"facts-vm", "--cwd", "/srv", "--rootfs", image,
-			"--rootfs-mode", "ephemeral", "--mount", "/srv=memory",
+			"--cpus",
+			"2",
+			"--memory",
+			"320",
+			"--hostname",
+			"facts-vm",
+			"--cwd",
+			"/srv",
+			"--rootfs",
+			image,
+			"--rootfs-mode",
+			"ephemeral",
+			"--mount",
+			"/srv=memory",
 			NULL,
 		};
 
@@ -341,10 +349,9 @@ TEST_TIMEOUT(offline_facts_equal_booted_config_facts, BOOT_TIMEOUT)
 	booted = json_loads(r.out, 0, NULL);
 	ASSERT_TRUE(json_is_array(booted));
 	config = json_array();
-	json_array_foreach(booted, i, f)
-		if (!strcmp(json_string_value(json_object_get(f, "source")) ?: "",
-			    "config"))
-			json_array_append(config, f);
+	json_array_foreach(booted, i, f) if (
+		!strcmp(json_string_value(json_object_get(f, "source")) ?: "",
+			"config")) json_array_append(config, f);
 	EXPECT_LT(8, json_array_size(config));
 	EXPECT_TRUE(json_equal(offline, config))
 	TH_LOG("offline %s", json_dumps(offline, JSON_COMPACT));
@@ -395,8 +402,8 @@ TEST_TIMEOUT(detached_console_log_holds_the_boot, BOOT_TIMEOUT)
 		return;
 	vm_paths(&v);
 	snprintf(path, sizeof(path), "%s/vm1.console.log", v.dir);
-	ASSERT_TRUE(vm_start(_metadata, &v,
-			     ARGS("--cmdline", "kiln.bootmark"), true));
+	ASSERT_TRUE(vm_start(_metadata, &v, ARGS("--cmdline", "kiln.bootmark"),
+			     true));
 	text = slurp(path, &len);
 	ASSERT_NE(NULL, text) TH_LOG("no console log at %s", path);
 	EXPECT_NE(NULL, strstr(text, "kiln-init: boot mark"))
@@ -433,15 +440,15 @@ TEST_TIMEOUT(console_log_stops_at_its_cap, BOOT_TIMEOUT)
 	snprintf(path, sizeof(path), "%s/capped.log", v.dir);
 	snprintf(cap, sizeof(cap), "%d", CONSOLE_CAP);
 	snprintf(keep, sizeof(keep), "%d", CONSOLE_KEEP);
-	ASSERT_TRUE(vm_start(_metadata, &v,
-			     ARGS("--console-log", path,
-				  "--console-log-max-bytes", cap,
-				  "--console-log-keep", keep),
-			     true));
+	ASSERT_TRUE(
+		vm_start(_metadata, &v,
+			 ARGS("--console-log", path, "--console-log-max-bytes",
+			      cap, "--console-log-keep", keep),
+			 true));
 	snprintf(cmd, sizeof(cmd),
 		 "head -c %d /dev/zero | tr '\\0' x >/dev/console", PRINTED);
-	CTL(&v, &r, "exec", "--timeout-ms", "240000", v.sock, "--", "sh",
-	    "-c", cmd);
+	CTL(&v, &r, "exec", "--timeout-ms", "240000", v.sock, "--", "sh", "-c",
+	    cmd);
 	EXPECT_EQ(0, r.status);
 	/* The power-off drains the console; the vmm writes what it holds. */
 	EXPECT_EQ(0, vm_stop(&v));

@@ -29,8 +29,8 @@ struct fake {
 	size_t len[FAKE_FILES];
 	unsigned int nr;
 	unsigned int writes;
-	int fail_rotate; /* -errno for the next rotations; 0: none */
-	int fail_write;	 /* -errno for the next write only */
+	int fail_rotate;     /* -errno for the next rotations; 0: none */
+	int fail_write;	     /* -errno for the next write only */
 	ssize_t short_write; /* >0: the next write takes only this many */
 	bool released;
 };
@@ -261,8 +261,8 @@ TEST(cap_below_the_minimum_is_refused)
 	struct fake f;
 
 	fake_init(&f);
-	EXPECT_EQ(-EINVAL, console_log__create(&l, &fake_ops, &f, "fake",
-					       CAP - 1, 0));
+	EXPECT_EQ(-EINVAL,
+		  console_log__create(&l, &fake_ops, &f, "fake", CAP - 1, 0));
 	EXPECT_EQ(NULL, l);
 	EXPECT_TRUE(f.released);
 }
@@ -329,8 +329,8 @@ TEST_F(dir, rotation_names_and_keep)
 	struct console_log *l;
 	size_t len, plen;
 
-	ASSERT_EQ(0, console_log__open(&l, self->path, CAP, 2, err,
-				       sizeof(err)))
+	ASSERT_EQ(0,
+		  console_log__open(&l, self->path, CAP, 2, err, sizeof(err)))
 	TH_LOG("%s", err);
 	EXPECT_LE(0, console_log__dirfd(l));
 	console_log__write(l, in, n);
@@ -356,8 +356,8 @@ TEST_F(dir, keep_zero_starts_the_file_again)
 	char err[256] = "";
 	struct console_log *l;
 
-	ASSERT_EQ(0, console_log__open(&l, self->path, CAP, 0, err,
-				       sizeof(err)));
+	ASSERT_EQ(0,
+		  console_log__open(&l, self->path, CAP, 0, err, sizeof(err)));
 	console_log__write(l, in, 3 * CAP + 64);
 	console_log__destroy(l);
 	EXPECT_EQ(64, size_of(self->path, 0));
@@ -371,12 +371,12 @@ TEST_F(dir, appends_to_an_existing_log)
 	char err[256] = "";
 	struct console_log *l;
 
-	ASSERT_EQ(0, console_log__open(&l, self->path, CAP, 1, err,
-				       sizeof(err)));
+	ASSERT_EQ(0,
+		  console_log__open(&l, self->path, CAP, 1, err, sizeof(err)));
 	console_log__write(l, "first boot\n", 11);
 	console_log__destroy(l);
-	ASSERT_EQ(0, console_log__open(&l, self->path, CAP, 1, err,
-				       sizeof(err)));
+	ASSERT_EQ(0,
+		  console_log__open(&l, self->path, CAP, 1, err, sizeof(err)));
 	console_log__write(l, "second boot\n", 12);
 	console_log__destroy(l);
 	EXPECT_EQ(23, size_of(self->path, 0));
@@ -388,18 +388,18 @@ TEST_F(dir, open_errors_name_the_file)
 	struct console_log *l;
 
 	snprintf(path, sizeof(path), "%s/no/such/dir/log", self->dir);
-	EXPECT_EQ(-ENOENT, console_log__open(&l, path, CAP, 1, err,
-					     sizeof(err)));
+	EXPECT_EQ(-ENOENT,
+		  console_log__open(&l, path, CAP, 1, err, sizeof(err)));
 	EXPECT_TRUE(strstr(err, "console log ") == err) TH_LOG("%s", err);
 	EXPECT_TRUE(strstr(err, "No such file or directory") != NULL);
 	EXPECT_EQ(NULL, l);
 	snprintf(path, sizeof(path), "%s/", self->dir);
-	EXPECT_EQ(-EINVAL, console_log__open(&l, path, CAP, 1, err,
-					     sizeof(err)));
+	EXPECT_EQ(-EINVAL,
+		  console_log__open(&l, path, CAP, 1, err, sizeof(err)));
 	EXPECT_TRUE(strstr(err, "not a file name") != NULL) TH_LOG("%s", err);
 	ASSERT_EQ(0, mkdir(self->path, 0755));
-	EXPECT_NE(0, console_log__open(&l, self->path, CAP, 1, err,
-				       sizeof(err)));
+	EXPECT_NE(0,
+		  console_log__open(&l, self->path, CAP, 1, err, sizeof(err)));
 	EXPECT_TRUE(strstr(err, self->path) != NULL) TH_LOG("%s", err);
 }
 
@@ -420,11 +420,11 @@ TEST(default_path_next_to_the_socket)
 
 /* ---- the options ----------------------------------------------------- */
 
-#define MAX_ARGS 32
+#define MAX_ARGS  32
 #define ARGS(...) ((const char *const[]){ __VA_ARGS__, NULL })
 
-static int parse(struct vm_config *c, const char *cmd,
-		 const char *const args[], char *err, size_t len)
+static int parse(struct vm_config *c, const char *cmd, const char *const args[],
+		 char *err, size_t len)
 {
 	char *argv[MAX_ARGS] = { (char *)cmd, (char *)"--kernel",
 				 (char *)"/k" };
@@ -465,23 +465,23 @@ TEST(options)
 	config__free(&c);
 
 	/* --detach: next to the control socket, unless given. */
-	ASSERT_EQ(0, parse(&c, "start",
-			   ARGS("--control-socket", "/run/v/a.sock",
-				"--detach"),
-			   err, sizeof(err)))
+	ASSERT_EQ(0,
+		  parse(&c, "start",
+			ARGS("--control-socket", "/run/v/a.sock", "--detach"),
+			err, sizeof(err)))
 	TH_LOG("%s", err);
 	EXPECT_STREQ("/run/v/a.console.log", c.console_log);
 	config__free(&c);
 	ASSERT_EQ(0, parse(&c, "start",
-			   ARGS("--control-socket", "/run/v/a.sock",
-				"--detach", "--console-log", "/var/log/a"),
+			   ARGS("--control-socket", "/run/v/a.sock", "--detach",
+				"--console-log", "/var/log/a"),
 			   err, sizeof(err)));
 	EXPECT_STREQ("/var/log/a", c.console_log);
 	config__free(&c);
 	/* Attached, no default: the console is on the vmm's stdout. */
-	ASSERT_EQ(0, parse(&c, "start",
-			   ARGS("--control-socket", "/run/v/a.sock"), err,
-			   sizeof(err)));
+	ASSERT_EQ(0,
+		  parse(&c, "start", ARGS("--control-socket", "/run/v/a.sock"),
+			err, sizeof(err)));
 	EXPECT_EQ(NULL, c.console_log);
 	config__free(&c);
 }
@@ -491,9 +491,9 @@ TEST(bad_options_say_why)
 	char err[CONFIG_ERR_LEN];
 	struct vm_config c;
 
-	EXPECT_EQ(-EINVAL, parse(&c, "run",
-				 ARGS("--console-log-max-bytes", "100"), err,
-				 sizeof(err)));
+	EXPECT_EQ(-EINVAL,
+		  parse(&c, "run", ARGS("--console-log-max-bytes", "100"), err,
+			sizeof(err)));
 	EXPECT_STREQ("console log max bytes 100: must be at least 4096", err);
 	config__free(&c);
 	EXPECT_EQ(-EINVAL, parse(&c, "run", ARGS("--console-log", ""), err,

@@ -22,8 +22,8 @@
 #include "vmm/options.h"
 #include "vmm/rootfs.h"
 
-#define MAX_ARGS 40
-#define ARGS(...) ((const char *const[]){ __VA_ARGS__, NULL })
+#define MAX_ARGS	   40
+#define ARGS(...)	   ((const char *const[]){ __VA_ARGS__, NULL })
 #define VMM_EXIT_VMM_ERROR 125
 
 /* SHA-256 of 4096 zero bytes. */
@@ -35,9 +35,9 @@ FIXTURE(cfg)
 {
 	char dir[64];
 	char image[96];
-	char desc[96];	/* NAME.json */
+	char desc[96];	 /* NAME.json */
 	char ifacts[96]; /* NAME.facts.json, the builder's */
-	char json[96];	/* a --config file */
+	char json[96];	 /* a --config file */
 	char policy[96];
 };
 
@@ -112,13 +112,13 @@ static int parse(struct vm_config *c, const char *const args[], char *err,
 }
 
 /* The options of a configuration with every kind of fact. */
-#define FULL_ARGS(self)                                                   \
-	"--kernel", "/boot/vmlinux", "--cpus", "2", "--memory", "512",    \
-		"--hostname", "agent-42", "--cwd", "/workspace", "--rootfs", \
-		(self)->desc, "--rootfs-mode", "readonly", "--mount",       \
-		"/workspace=memory", "--mount", "/src=bind:/tmp:ro",        \
-		"--net", "auto", "--net-mac", "02:4b:4c:01:02:03",          \
-		"--net-policy", (self)->policy
+#define FULL_ARGS(self)                                                       \
+	"--kernel", "/boot/vmlinux", "--cpus", "2", "--memory", "512",        \
+		"--hostname", "agent-42", "--cwd", "/workspace", "--rootfs",  \
+		(self)->desc, "--rootfs-mode", "readonly", "--mount",         \
+		"/workspace=memory", "--mount", "/src=bind:/tmp:ro", "--net", \
+		"auto", "--net-mac", "02:4b:4c:01:02:03", "--net-policy",     \
+		(self)->policy
 
 static const char *const full_want[][3] = {
 	{ "kernel-path", "is", "/boot/vmlinux" },
@@ -181,8 +181,10 @@ TEST_F(cfg, vocabulary)
 TEST_F(cfg, defaults)
 {
 	static const char *const want[][3] = {
-		{ "kernel-path", "is", "/k" },	{ "cpu-count", "is", "1" },
-		{ "memory-mib", "is", "256" },	{ "hostname", "is", "sandbox" },
+		{ "kernel-path", "is", "/k" },
+		{ "cpu-count", "is", "1" },
+		{ "memory-mib", "is", "256" },
+		{ "hostname", "is", "sandbox" },
 		{ "network-egress", "is", "none" },
 	};
 	char err[CONFIG_ERR_LEN];
@@ -203,8 +205,9 @@ TEST_F(cfg, defaults)
 	config__free(&c);
 
 	/* A writable root says its limit; a random MAC is no fact. */
-	ASSERT_EQ(0, parse(&c, ARGS("--kernel", "/k", "--rootfs", self->desc,
-				    "--net", "auto"),
+	ASSERT_EQ(0, parse(&c,
+			   ARGS("--kernel", "/k", "--rootfs", self->desc,
+				"--net", "auto"),
 			   err, sizeof(err)))
 	TH_LOG("%s", err);
 	ASSERT_EQ(0, facts__config_offline(&c, &facts, err, sizeof(err)));
@@ -343,8 +346,8 @@ TEST_F(cfg, vmm_facts_bad_input)
 	EXPECT_EQ(1, spawn__count_lines(r.err)) TH_LOG("%s", r.err);
 	EXPECT_TRUE(strstr(r.err, "none.json") != NULL) TH_LOG("%s", r.err);
 	EXPECT_EQ(0, r.out_len);
-	if (spawn__run(ARGS(vmm_path(), "facts", "--kernel", "/k",
-			    "--hostname", "no_way"),
+	if (spawn__run(ARGS(vmm_path(), "facts", "--kernel", "/k", "--hostname",
+			    "no_way"),
 		       NULL, &r))
 		abort();
 	EXPECT_EQ(VMM_EXIT_VMM_ERROR, r.status);

@@ -17,7 +17,7 @@
 #include "vmm/identity.h"
 #include "vmm/options.h"
 
-#define MAX_ARGS 32
+#define MAX_ARGS  32
 #define ARGS(...) ((const char *const[]){ __VA_ARGS__, NULL })
 
 /* argv of `vmm run --kernel /k ARGS...`, parsed and validated. */
@@ -66,17 +66,17 @@ static bool one_line(const char *s)
 TEST(hostnames_accepted)
 {
 	static const char *const good[] = {
-		"sandbox", "agent-42", "a", "0", "A1-b2", "x.example.com",
-		"a-b.c-d",
+		"sandbox", "agent-42",	    "a",       "0",
+		"A1-b2",   "x.example.com", "a-b.c-d",
 	};
 	char err[CONFIG_ERR_LEN], label[IDENTITY_LABEL_MAX + 1];
 	char longest[IDENTITY_HOSTNAME_MAX + 1];
 	size_t i;
 
 	for (i = 0; i < ARRAY_SIZE(good); i++)
-		EXPECT_EQ(0, identity__check_hostname(good[i], err,
-						      sizeof(err)))
-		TH_LOG("%s: %s", good[i], err);
+		EXPECT_EQ(0,
+			  identity__check_hostname(good[i], err, sizeof(err)))
+	TH_LOG("%s: %s", good[i], err);
 	/* One label of 63 bytes; 64 bytes in all (63 + "." is 64: a 1). */
 	memset(label, 'l', IDENTITY_LABEL_MAX);
 	label[IDENTITY_LABEL_MAX] = '\0';
@@ -174,9 +174,10 @@ TEST(command_line_and_json)
 	char err[CONFIG_ERR_LEN];
 	struct vm_config c;
 
-	ASSERT_EQ(0, parse(&c, ARGS("--hostname", "agent-42", "--cwd",
-				    "/workspace"),
-			   err, sizeof(err)))
+	ASSERT_EQ(0,
+		  parse(&c,
+			ARGS("--hostname", "agent-42", "--cwd", "/workspace"),
+			err, sizeof(err)))
 	TH_LOG("%s", err);
 	EXPECT_STREQ("agent-42", c.hostname);
 	EXPECT_STREQ("/workspace", c.cwd);
@@ -192,9 +193,9 @@ TEST(command_line_and_json)
 	config__free(&c);
 
 	/* The last one given wins. */
-	ASSERT_EQ(0, parse(&c, ARGS("--hostname", "first", "--hostname",
-				    "second"),
-			   err, sizeof(err)));
+	ASSERT_EQ(0,
+		  parse(&c, ARGS("--hostname", "first", "--hostname", "second"),
+			err, sizeof(err)));
 	EXPECT_STREQ("second", c.hostname);
 	config__free(&c);
 }

@@ -20,7 +20,7 @@
 #include "selftests/kselftest.h"
 #include "selftests/spawn.h"
 
-#define ARGS(...) ((const char *const[]){ __VA_ARGS__, NULL })
+#define ARGS(...)	   ((const char *const[]){ __VA_ARGS__, NULL })
 #define VMM_EXIT_VMM_ERROR 125
 
 static const char *vmm_path(void)
