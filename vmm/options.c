@@ -680,8 +680,7 @@ static const struct option_desc options[] = {
 		.arg = "FILE",
 		.help = "JSON settings: kernel, initrd, cmdline, cpus, memoryMiB,\n"
 			"command, hostname, cwd, rootfs, vsock, mounts, net,\n"
-			"consoleLog, log;\n"
-			"options after it override it",
+			"consoleLog, log; options after it override it",
 		.kind = OPTION_STRING,
 		.apply = apply_config_file,
 	},
