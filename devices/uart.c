@@ -21,6 +21,7 @@ struct uart {
 	pthread_mutex_t tx_lock; /* order of transmitted bytes */
 	int out_fd;
 	int space_fd;
+	struct uart_log log; /* write NULL: none */
 	const atomic_int *stopping;
 	struct irq_line irq;
 
@@ -50,6 +51,11 @@ struct uart *uart__create(int out_fd, int space_fd, const struct irq_line *irq,
 	u->msr = UART_MSR_DCD | UART_MSR_DSR | UART_MSR_CTS;
 	u->mcr = UART_MCR_OUT2;
 	return u;
+}
+
+void uart__set_log(struct uart *u, const struct uart_log *log)
+{
+	u->log = *log;
 }
 
 void uart__destroy(struct uart *u)
@@ -133,8 +139,10 @@ static bool keep_trying(const struct uart *u)
  */
 static void tx_out(struct uart *u, uint8_t c)
 {
-	while (write(u->out_fd, &c, 1) < 0 && keep_trying(u))
+	while (u->out_fd >= 0 && write(u->out_fd, &c, 1) < 0 && keep_trying(u))
 		;
+	if (u->log.write)
+		u->log.write(u->log.opaque, &c, 1);
 }
 
 /* Under the lock: returns true when c must go out through tx_out(). */
@@ -145,7 +153,7 @@ static bool tx(struct uart *u, uint8_t c)
 		rx_push(u, c);
 		return false;
 	}
-	return u->out_fd >= 0;
+	return u->out_fd >= 0 || u->log.write;
 }
 
 /* In loopback the modem inputs reflect the modem outputs (16550 spec). */

@@ -27,6 +27,18 @@ struct uart *uart__create(int out_fd, int space_fd, const struct irq_line *irq,
 			  const atomic_int *stopping);
 void uart__destroy(struct uart *u);
 
+/*
+ * A second destination for transmitted bytes besides out_fd (the console
+ * log, vmm/console-log.h): called with each byte, in order, on the
+ * transmitting vCPU's thread under the transmit lock. Set it before any
+ * vCPU runs.
+ */
+struct uart_log {
+	void (*write)(void *opaque, const uint8_t *buf, size_t n);
+	void *opaque;
+};
+void uart__set_log(struct uart *u, const struct uart_log *log);
+
 /* Port I/O from a vCPU: offset 0..7 from the base, one byte. */
 void uart__io(void *opaque, uint64_t offset, uint8_t *data, unsigned int size,
 	      bool is_write);

@@ -60,7 +60,7 @@ cat "$initrd" "$tmp/extra.cpio" >"$tmp/combined.cpio"
 echo "TAP version 13"
 echo "1..9"
 start=$(date +%s.%N)
-check "uname -a" 1 "Linux kiln" "$initrd" 2 -- uname -a
+check "uname -a" 1 "Linux sandbox" "$initrd" 2 -- uname -a
 echo "# boot to uname: $(echo "$(date +%s.%N) - $start" | bc) s ($accel)"
 check "exit 7" 15 "" "$initrd" 2 -- sh -c '"exit 7"'
 check "nproc is 2" 1 "^2" "$initrd" 2 -- nproc
@@ -68,7 +68,7 @@ check "missing command is 127" 255 "kiln-init: cannot execute" \
 	"$initrd" 1 -- /no/such/command
 check "killed by SIGKILL is 137" 19 "" "$initrd" 1 -- sh -c '"kill -9 $$"'
 check "/kiln/argv" 7 "argv:zero:a b" "$tmp/combined.cpio" 1 -- uname
-check "env and mounts" 1 "TERM=vt100 HOME=/root kiln tmpfs" "$initrd" 1 \
+check "env and mounts" 1 "TERM=vt100 HOME=/root sandbox tmpfs" "$initrd" 1 \
 	kiln.term=vt100 -- sh -c '"echo TERM=$TERM HOME=$HOME $(hostname) $(stat -f -c %T /run)"'
 check "kiln.console=raw" 1 "^-echo -icrnl -opost" "$initrd" 1 kiln.console=raw \
 	-- sh -c '"stty -a | grep -o -e -echo -e -opost -e -icrnl | sort -u | xargs"'

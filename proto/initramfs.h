@@ -11,5 +11,8 @@
 #define KILN_INITRAMFS_ARGV   KILN_INITRAMFS_DIR "/argv"   /* the command */
 #define KILN_INITRAMFS_MOUNTS KILN_INITRAMFS_DIR "/mounts" /* virtio-fs mounts */
 #define KILN_INITRAMFS_CA     KILN_INITRAMFS_DIR "/ca.pem" /* the interception CA */
+/* The boot's identity (vmm/identity.h): the bytes, no newline, no NUL. */
+#define KILN_INITRAMFS_HOSTNAME KILN_INITRAMFS_DIR "/hostname" /* always */
+#define KILN_INITRAMFS_CWD	KILN_INITRAMFS_DIR "/cwd"      /* with --cwd */
 
 #endif

@@ -16,6 +16,8 @@
 #include "lib/errf.h"
 #include "bootloader/boot.h"
 #include "vmm/config.h"
+#include "vmm/console-log.h"
+#include "vmm/identity.h"
 #include "vmm/options.h"
 #include "vmm/rootfs.h"
 
@@ -25,6 +27,8 @@ void config__init(struct vm_config *c)
 	c->nr_cpus = CONFIG_DEFAULT_CPUS;
 	c->mem_mib = CONFIG_DEFAULT_MEM_MIB;
 	c->vsock.cid = CONFIG_DEFAULT_VSOCK_CID;
+	c->console_log_max_bytes = CONSOLE_LOG_DEFAULT_MAX_BYTES;
+	c->console_log_keep = CONSOLE_LOG_DEFAULT_KEEP;
 	c->seccomp = true;
 }
 
@@ -48,7 +52,11 @@ void config__free(struct vm_config *c)
 	mounts__free(&c->mounts);
 	netcfg__free(&c->net);
 	free(c->vsock.socket_path);
+	free(c->hostname);
+	free(c->cwd);
 	free(c->control_socket);
+	free(c->console_log);
+	free(c->log_path);
 	free(c->pid_file);
 	memset(c, 0, sizeof(*c));
 }
@@ -262,6 +270,9 @@ static int validate_control(const struct vm_config *c, char *err, size_t len)
 		return errf(err, len, -ENAMETOOLONG,
 			    "control socket %s: longer than %u bytes",
 			    c->control_socket, CONFIG_VSOCK_PATH_MAX - 1);
+	/* vmm facts describes either command's configuration. */
+	if (c->facts)
+		return 0;
 	if (c->start && !c->control_socket)
 		return errf(err, len, -EINVAL,
 			    "vmm start needs --control-socket PATH (or "
@@ -275,6 +286,44 @@ static int validate_control(const struct vm_config *c, char *err, size_t len)
 	if (c->pid_file && !c->detach)
 		return errf(err, len, -EINVAL, "--pid-file needs --detach");
 	return 0;
+}
+
+/*
+ * --console-log and its cap; start --detach without one gets
+ * CONSOLE_LOG_DETACH_SUFFIX next to the control socket, so a detached
+ * guest's last words are kept.
+ */
+static int validate_console_log(struct vm_config *c, char *err, size_t len)
+{
+	if (c->console_log && !c->console_log[0])
+		return errf(err, len, -EINVAL, "console log: empty path");
+	if (c->log_path && !c->log_path[0])
+		return errf(err, len, -EINVAL, "log: empty path");
+	if (c->console_log_max_bytes < CONSOLE_LOG_MIN_MAX_BYTES)
+		return errf(err, len, -EINVAL,
+			    "console log max bytes %llu: must be at least %llu",
+			    (unsigned long long)c->console_log_max_bytes,
+			    CONSOLE_LOG_MIN_MAX_BYTES);
+	if (c->console_log || !c->detach || c->facts)
+		return 0;
+	c->console_log = console_log__default_path(c->control_socket);
+	return c->console_log ? 0 : -ENOMEM;
+}
+
+/* --hostname and --cwd; no hostname given: IDENTITY_DEFAULT_HOSTNAME. */
+static int validate_identity(struct vm_config *c, char *err, size_t len)
+{
+	int ret;
+
+	if (!c->hostname) {
+		c->hostname = strdup(IDENTITY_DEFAULT_HOSTNAME);
+		if (!c->hostname)
+			return -ENOMEM;
+	}
+	ret = identity__check_hostname(c->hostname, err, len);
+	if (!ret && c->cwd)
+		ret = identity__check_cwd(c->cwd, err, len);
+	return ret;
 }
 
 /*
@@ -330,6 +379,12 @@ int config__validate(struct vm_config *c, char *err, size_t len)
 	if (ret)
 		return ret;
 	ret = validate_control(c, err, len);
+	if (ret)
+		return ret;
+	ret = validate_identity(c, err, len);
+	if (ret)
+		return ret;
+	ret = validate_console_log(c, err, len);
 	if (ret)
 		return ret;
 	ret = mounts__validate(&c->mounts, err, len);

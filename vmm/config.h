@@ -65,12 +65,28 @@ struct vm_config {
 	struct mounts_config mounts; /* virtio-fs (Documentation/virtio-fs.md) */
 	/* virtio-net (Documentation/network.md) */
 	struct net_config net;
+	/* The boot's identity (vmm/identity.h), checked by config__validate. */
+	char *hostname; /* the guest's; set to the default by validation */
+	char *cwd;	/* default working directory; NULL: "/" */
 	char *control_socket; /* JSON-RPC control API (api.md); NULL: none */
+	/*
+	 * The console's log (vmm/console-log.h); NULL: none, except that
+	 * start --detach gets one next to the control socket.
+	 */
+	char *console_log;
+	uint64_t console_log_max_bytes; /* bytes: the live file's cap */
+	uint64_t console_log_keep;	/* rotated files kept */
 	uint64_t agent_timeout_ms; /* a call's wait for the agent; 0: default */
 	bool start;	/* `vmm start`: serve until shutdown, no command */
+	bool facts;	/* `vmm facts`: no VM; run's and start's options */
 	bool detach;	/* start: return once the guest agent is ready */
 	char *pid_file; /* start --detach: the VM's pid goes here */
 	bool verbose;
+	/* --log, --log-level, --log-format: the vmm's own lines (lib/log.h) */
+	char *log_path;		  /* NULL: stderr */
+	enum log_level log_level; /* with log_level_set */
+	bool log_level_set;
+	enum log_format log_format;
 	bool seccomp; /* filter the running monitor */
 };
 

@@ -25,6 +25,7 @@
 #include "proto/agent.h"
 #include "proto/tlv.h"
 #include "vmm/api.h"
+#include "vmm/facts.h"
 #include "vmm/net-status.h"
 #include "vmm/proxy.h"
 #include "vmm/vm.h"
@@ -230,76 +231,6 @@ static void agent_ready_cb(void *opaque)
 	}
 }
 
-static void add_fact(json_t *facts, const char *topic, const char *relation,
-		     json_t *value)
-{
-	json_t *f =
-		json_pack("{s:s, s:s, s:s, s:o}", "source", "config", "topic",
-			  topic, "relation", relation, "value", value);
-
-	if (f)
-		json_array_append_new(facts, f);
-}
-
-/*
- * The network as the guest sees it (topic "net"): mode, its address and
- * prefix, gateway, DNS server, MTU, MAC, and the tap's name on the host.
- */
-static void net_facts(const struct vm *vm, json_t *facts)
-{
-	const struct net_config *n = &vm->cfg->net;
-	char a[NET_ADDR_STRLEN], cidr[NET_CIDR_STRLEN], m[NET_MAC_STRLEN];
-
-	add_fact(facts, "net", "mode", json_string(netcfg__mode_name(n->mode)));
-	if (n->mode == NET_NONE)
-		return;
-	netcfg__format_ipv4(n->address, a);
-	snprintf(cidr, sizeof(cidr), "%s/%u", a, n->prefix);
-	add_fact(facts, "net", "address", json_string(cidr));
-	netcfg__format_ipv4(n->gateway, a);
-	add_fact(facts, "net", "gateway", json_string(a));
-	netcfg__format_ipv4(n->dns, a);
-	add_fact(facts, "net", "dns", json_string(a));
-	add_fact(facts, "net", "mtu", json_integer(n->mtu));
-	netcfg__format_mac(n->mac, m);
-	add_fact(facts, "net", "mac", json_string(m));
-	add_fact(facts, "net", "tap", json_string(vm->tap.name));
-}
-
-/*
- * vm.facts' config part: the VM's settings, then what the image's
- * builder recorded next to its descriptor (NAME.facts.json).
- */
-static json_t *config_facts(const struct vm *vm)
-{
-	const struct vm_config *c = vm->cfg;
-	json_t *facts = json_array(), *image;
-	char path[4096];
-	size_t n;
-
-	if (!facts)
-		return NULL;
-	add_fact(facts, "vm", "cpus", json_integer(c->nr_cpus));
-	add_fact(facts, "vm", "memoryMiB", json_integer(c->mem_mib));
-	add_fact(facts, "vm", "kernel", json_string(c->kernel_path));
-	net_facts(vm, facts);
-	if (!c->rootfs.descriptor)
-		return facts;
-	add_fact(facts, "rootfs", "image", json_string(vm->rootfs.name));
-	add_fact(facts, "rootfs", "digest", json_string(vm->rootfs.digest));
-	n = strlen(c->rootfs.descriptor);
-	if (n > 5 && !strcmp(c->rootfs.descriptor + n - 5, ".json") &&
-	    n + 7 < sizeof(path)) {
-		snprintf(path, sizeof(path), "%.*s.facts.json", (int)(n - 5),
-			 c->rootfs.descriptor);
-		image = json_load_file(path, 0, NULL);
-		if (json_is_array(image))
-			json_array_extend(facts, image);
-		json_decref(image);
-	}
-	return facts;
-}
-
 int control__init(struct vm *vm)
 {
 	struct api_params p = {
@@ -313,12 +244,15 @@ int control__init(struct vm *vm)
 		.agent_timeout_ms = (unsigned int)vm->cfg->agent_timeout_ms,
 		.opaque = vm,
 	};
+	const struct rootfs_image *img =
+		vm->cfg->rootfs.descriptor ? &vm->rootfs : NULL;
 	int ret;
 
 	if (!vm->cfg->control_socket)
 		return 0;
 	vm->null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
-	p.config_facts = config_facts(vm);
+	/* What `vmm facts` gives for the same config (vmm/facts.h). */
+	p.config_facts = facts__config(vm->cfg, img);
 	ret = api__create(&vm->api, &p);
 	json_decref((json_t *)p.config_facts);
 	if (ret)

@@ -12,7 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/errf.h"
 #include "vmm/config.h"
+#include "vmm/facts.h"
 #include "vmm/options.h"
 #include "vmm/vm.h"
 
@@ -65,6 +67,26 @@ static int detach(const struct vm_config *cfg, int *ready_fd)
 	exit(VMM_EXIT_VMM_ERROR);
 }
 
+/*
+ * --log, --log-level, --log-format: once the options are read, so that
+ * what is wrong with the rest goes where the log does; before a detach (a
+ * bad path is said on the terminal) and before any thread starts.
+ */
+static int setup_log(const struct vm_config *cfg)
+{
+	int ret;
+
+	if (cfg->log_level_set)
+		log__set_level(cfg->log_level);
+	log__set_format(cfg->log_format);
+	if (!cfg->log_path)
+		return 0;
+	ret = log__open(cfg->log_path);
+	if (ret)
+		pr_err("log %s: %s", cfg->log_path, strerror(-ret));
+	return ret;
+}
+
 static int cmd_run(int argc, char **argv, bool start)
 {
 	char err[CONFIG_ERR_LEN];
@@ -79,7 +101,7 @@ static int cmd_run(int argc, char **argv, bool start)
 		config__free(&cfg);
 		return 0;
 	}
-	if (ret)
+	if (ret || setup_log(&cfg))
 		goto out;
 	ret = config__validate(&cfg, err, sizeof(err));
 	if (ret) {
@@ -94,13 +116,61 @@ static int cmd_run(int argc, char **argv, bool start)
 	vm->ready_fd = ready_fd;
 	ret = vm__run(vm);
 	vm__destroy(vm);
+	log__close();
 	config__free(&cfg);
 	return ret;
 out:
 	if (ready_fd >= 0)
 		close(ready_fd);
+	log__close();
 	config__free(&cfg);
 	return VMM_EXIT_VMM_ERROR;
+}
+
+/*
+ * vmm facts [options]: the configuration facts vm.facts would give for a
+ * VM started with the same options (vmm/facts.h), printed as `vmmctl
+ * facts` prints them, without a VM: /dev/kvm is never opened.
+ */
+static int cmd_facts(int argc, char **argv)
+{
+	char err[CONFIG_ERR_LEN] = "";
+	struct vm_config cfg;
+	json_t *facts = NULL;
+	char *text = NULL;
+	int ret;
+
+	config__init(&cfg);
+	cfg.facts = true;
+	ret = options__parse_argv(&cfg, argc, argv);
+	if (ret == OPTIONS_HELP) {
+		config__free(&cfg);
+		return 0;
+	}
+	if (!ret)
+		ret = setup_log(&cfg);
+	if (ret) /* said already */
+		goto out;
+	ret = config__validate(&cfg, err, sizeof(err));
+	if (!ret)
+		ret = facts__config_offline(&cfg, &facts, err, sizeof(err));
+	if (!ret) {
+		text = json_dumps(facts, JSON_INDENT(2));
+		if (!text)
+			ret = errf(err, sizeof(err), -ENOMEM, "facts: %s",
+				   strerror(ENOMEM));
+	}
+	if (!ret && (puts(text) < 0 || fflush(stdout)))
+		ret = errf(err, sizeof(err), -EIO, "facts: stdout: %s",
+			   strerror(errno));
+	if (ret)
+		pr_err("%s", err[0] ? err : strerror(-ret));
+out:
+	free(text);
+	json_decref(facts);
+	log__close();
+	config__free(&cfg);
+	return ret ? VMM_EXIT_VMM_ERROR : 0;
 }
 
 int main(int argc, char **argv)
@@ -121,6 +191,8 @@ int main(int argc, char **argv)
 		return cmd_run(argc - 1, argv + 1, false);
 	if (!strcmp(argv[1], "start"))
 		return cmd_run(argc - 1, argv + 1, true);
+	if (!strcmp(argv[1], "facts"))
+		return cmd_facts(argc - 1, argv + 1);
 	pr_err("unknown command '%s' (try vmm --help)", argv[1]);
 	return VMM_EXIT_VMM_ERROR;
 }

@@ -20,6 +20,7 @@
 #include "lib/errf.h"
 #include "lib/log.h"
 #include "vmm/config.h"
+#include "vmm/console-log.h"
 #include "vmm/mounts.h"
 #include "vmm/netcfg.h"
 #include "vmm/options.h"
@@ -352,6 +353,21 @@ static int apply_no_seccomp(struct vm_config *c, const union option_value *v,
 	return 0;
 }
 
+static int apply_log_level(struct vm_config *c, const union option_value *v,
+			   char *err, size_t len)
+{
+	c->log_level = v->choice; /* log__level_names is by enum log_level */
+	c->log_level_set = true;
+	return 0;
+}
+
+static int apply_log_format(struct vm_config *c, const union option_value *v,
+			    char *err, size_t len)
+{
+	c->log_format = v->choice;
+	return 0;
+}
+
 static int apply_verbose(struct vm_config *c, const union option_value *v,
 			 char *err, size_t len)
 {
@@ -587,6 +603,24 @@ static const struct option_desc options[] = {
 		.apply = apply_command,
 	},
 	{
+		.flag = "hostname",
+		.arg = "NAME",
+		.key = "hostname",
+		.help = "the guest's hostname, set by init before anything runs\n"
+			"(default sandbox; letters, digits and '-' in labels\n"
+			"joined by dots, 64 bytes at most)",
+		STRING_FIELD(hostname),
+	},
+	{
+		.flag = "cwd",
+		.arg = "PATH",
+		.key = "cwd",
+		.help = "the guest command's working directory, and exec's,\n"
+			"spawn's and pty's when a request gives none (default /;\n"
+			"absolute; init ends the boot if it is not a directory)",
+		STRING_FIELD(cwd),
+	},
+	{
 		.flag = "control-socket",
 		.arg = "PATH",
 		.key = "controlSocket",
@@ -604,6 +638,33 @@ static const struct option_desc options[] = {
 		UINT_FIELD(agent_timeout_ms, AGENT_TIMEOUT_MAX_MS),
 	},
 	{
+		.flag = "console-log",
+		.arg = "FILE",
+		.key = "consoleLog.path",
+		.help = "the guest console's output goes there too, size-capped\n"
+			"and rotated (default with --detach: the control socket's\n"
+			"path less .sock, plus .console.log)",
+		STRING_FIELD(console_log),
+	},
+	{
+		.flag = "console-log-max-bytes",
+		.arg = "BYTES",
+		.key = "consoleLog.maxBytes",
+		.help = "the console log's cap: past it FILE becomes FILE.1\n"
+			"(default 1MiB, at least 4KiB)",
+		.kind = OPTION_SIZE,
+		.max = CONSOLE_LOG_MAX_MAX_BYTES,
+		.offset = FIELD(console_log_max_bytes, uint64_t),
+	},
+	{
+		.flag = "console-log-keep",
+		.arg = "N",
+		.key = "consoleLog.keep",
+		.help = "rotated console logs kept, FILE.1 to FILE.N, 0 to 9\n"
+			"(default 1)",
+		UINT_FIELD(console_log_keep, CONSOLE_LOG_MAX_KEEP),
+	},
+	{
 		.flag = "detach",
 		.help = "start: return once the guest agent answers, the VM runs on",
 		FLAG_FIELD(detach),
@@ -618,8 +679,8 @@ static const struct option_desc options[] = {
 		.flag = "config",
 		.arg = "FILE",
 		.help = "JSON settings: kernel, initrd, cmdline, cpus, memoryMiB,\n"
-			"command, rootfs, vsock, mounts, net; options after it\n"
-			"override it",
+			"command, hostname, cwd, rootfs, vsock, mounts, net,\n"
+			"consoleLog, log; options after it override it",
 		.kind = OPTION_STRING,
 		.apply = apply_config_file,
 	},
@@ -630,9 +691,37 @@ static const struct option_desc options[] = {
 		.apply = apply_no_seccomp,
 	},
 	{
+		.flag = "log",
+		.arg = "FILE",
+		.key = "log.path",
+		.help = "the vmm's own messages go there (appended) instead of\n"
+			"stderr, also after --detach",
+		STRING_FIELD(log_path),
+	},
+	{
+		.flag = "log-level",
+		.arg = "error|warn|info|debug",
+		.key = "log.level",
+		.help = "the least important messages written (default info;\n"
+			"--verbose is debug)",
+		.kind = OPTION_CHOICE,
+		.choices = log__level_names,
+		.apply = apply_log_level,
+	},
+	{
+		.flag = "log-format",
+		.arg = "text|json",
+		.key = "log.format",
+		.help = "text (\"vmm: warning: ...\") or one JSON object per line:\n"
+			"{\"time\", \"level\", \"pid\", \"msg\"} (default text)",
+		.kind = OPTION_CHOICE,
+		.choices = log__format_names,
+		.apply = apply_log_format,
+	},
+	{
 		.flag = "verbose",
 		.short_flag = 'v',
-		.help = "debug messages on stderr",
+		.help = "debug messages too (--log-level debug)",
 		.kind = OPTION_FLAG,
 		.apply = apply_verbose,
 	},
@@ -864,9 +953,12 @@ static const char usage_head[] =
 	"               [--no-seccomp] [--verbose] [-- COMMAND ARGS...]\n"
 	"       vmm run --config FILE.json [options] [-- COMMAND ARGS...]\n"
 	"       vmm start --control-socket PATH [--detach [--pid-file PATH]] [options]\n"
+	"       vmm facts [--config FILE.json] [options]\n"
 	"       vmm --help | --version\n"
 	"\n"
 	"Boots a Linux microVM on KVM, runs COMMAND in it and exits with its status.\n"
+	"vmm facts prints the configuration facts vm.facts would give for the\n"
+	"same options, without booting (Documentation/api.md, \"Facts\").\n"
 	"\n";
 
 static const char usage_tail[] =

@@ -211,6 +211,24 @@ static int allow_proxy(scmp_filter_ctx ctx)
 	return ret;
 }
 
+/* Renames and opens beneath the console log's directory only. */
+static int allow_console_log(scmp_filter_ctx ctx, int dirfd)
+{
+	int ret;
+
+	ret = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(openat2), 1,
+			       SCMP_A0(SCMP_CMP_EQ, dirfd));
+	if (!ret)
+		ret = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(renameat),
+				       2, SCMP_A0(SCMP_CMP_EQ, dirfd),
+				       SCMP_A2(SCMP_CMP_EQ, dirfd));
+	if (!ret)
+		ret = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(renameat2),
+				       2, SCMP_A0(SCMP_CMP_EQ, dirfd),
+				       SCMP_A2(SCMP_CMP_EQ, dirfd));
+	return ret;
+}
+
 int seccomp__install(const struct seccomp_needs *needs)
 {
 	struct sigaction sa = { .sa_sigaction = on_sigsys,
@@ -254,6 +272,8 @@ int seccomp__install(const struct seccomp_needs *needs)
 				       SCMP_A0(SCMP_CMP_EQ, AF_UNIX));
 	if (!ret && (needs->proxy || needs->dns))
 		ret = allow_proxy(ctx);
+	if (!ret && needs->console_log && !needs->fs_bind)
+		ret = allow_console_log(ctx, needs->console_log_dirfd);
 	/*
 	 * Opening files stays forbidden, but as an error, not a trap: glibc's
 	 * malloc reads /proc/sys/vm/overcommit_memory the first time a

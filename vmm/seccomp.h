@@ -40,6 +40,13 @@ struct seccomp_needs {
 	 * are made before the filter.
 	 */
 	bool dns;
+	/*
+	 * The console log's rotation (vmm/console-log.c): renameat(2) and
+	 * openat2(2), each only with the log's directory descriptor,
+	 * console_log_dirfd, as its directory. fs_bind allows them anyway.
+	 */
+	bool console_log;
+	int console_log_dirfd;
 };
 
 int __must_check seccomp__install(const struct seccomp_needs *needs);

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "devices/console.h"
+#include "vmm/console-log.h"
 #include "devices/virtio/blk.h"
 #include "devices/virtio/fs.h"
 #include "devices/virtio/net.h"
@@ -319,6 +320,8 @@ static int prepare_run(struct vm *vm, int sig_fd, struct loop **l)
 	needs.net = vm->net != NULL;
 	needs.proxy = vm->proxy != NULL;
 	needs.dns = vm->dns != NULL;
+	needs.console_log = vm->console_log != NULL;
+	needs.console_log_dirfd = console_log__dirfd(vm->console_log);
 	ret = seccomp__install(&needs);
 	if (ret)
 		pr_err("installing the seccomp filter: %s", strerror(-ret));

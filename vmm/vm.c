@@ -21,6 +21,7 @@
 #include "lib/errf.h"
 #include "devices/block/disk.h"
 #include "devices/console.h"
+#include "vmm/console-log.h"
 #include "devices/uart.h"
 #include "devices/fs/backend.h"
 #include "devices/virtio/blk.h"
@@ -165,12 +166,13 @@ static int open_initrd(struct vm *vm)
 
 /*
  * The archive appended to the initrd (proto/initramfs.h): the command,
- * the virtio-fs mounts, the interception CA, whichever the VM has.
+ * the virtio-fs mounts, the interception CA, whichever the VM has, and
+ * the boot's hostname and working directory.
  */
 static int kiln_archive(struct vm *vm)
 {
 	const struct vm_config *cfg = vm->cfg;
-	struct initrd_file files[3];
+	struct initrd_file files[5];
 	uint8_t *mounts = NULL;
 	size_t mounts_len = 0, argv_len = 0;
 	unsigned int nr = 0;
@@ -192,6 +194,14 @@ static int kiln_archive(struct vm *vm)
 		files[nr++] = (struct initrd_file){ KILN_INITRAMFS_CA,
 						    vm->guest_ca_pem,
 						    vm->guest_ca_len };
+	if (cfg->hostname)
+		files[nr++] = (struct initrd_file){ KILN_INITRAMFS_HOSTNAME,
+						    cfg->hostname,
+						    strlen(cfg->hostname) };
+	if (cfg->cwd)
+		files[nr++] =
+			(struct initrd_file){ KILN_INITRAMFS_CWD, cfg->cwd,
+					      strlen(cfg->cwd) };
 	ret = initrd__archive(KILN_INITRAMFS_DIR, files, nr, &vm->argv_cpio,
 			      &vm->argv_cpio_len);
 out:
@@ -959,6 +969,34 @@ static int net_device_init(struct vm *vm)
 				 virtio_net__device(vm->net));
 }
 
+static void console_log_byte(void *opaque, const uint8_t *buf, size_t n)
+{
+	console_log__write(opaque, buf, n);
+}
+
+/* --console-log: the UART's bytes go to the file as well as to stdout. */
+static int console_log_init(struct vm *vm)
+{
+	const struct vm_config *cfg = vm->cfg;
+	char err[CONFIG_ERR_LEN];
+	int ret;
+
+	if (!cfg->console_log)
+		return 0;
+	ret = console_log__open(&vm->console_log, cfg->console_log,
+				cfg->console_log_max_bytes,
+				cfg->console_log_keep, err, sizeof(err));
+	if (ret) {
+		pr_err("%s", err);
+		return ret;
+	}
+	uart__set_log(vm->uart,
+		      &(struct uart_log){ .write = console_log_byte,
+					  .opaque = vm->console_log });
+	pr_debug("console log: %s", cfg->console_log);
+	return 0;
+}
+
 static int devices_init(struct vm *vm)
 {
 	struct irq_line com1 = { .set = vm__irq_line,
@@ -977,6 +1015,9 @@ static int devices_init(struct vm *vm)
 		uart__create(STDOUT_FILENO, vm->space_fd, &com1, &vm->stopping);
 	if (!vm->uart)
 		return -ENOMEM;
+	ret = console_log_init(vm);
+	if (ret)
+		return ret;
 	vm->console = console__create(STDIN_FILENO, vm->uart);
 	if (!vm->console)
 		return -ENOMEM;
@@ -1023,6 +1064,8 @@ static void devices_exit(struct vm *vm)
 	vm->console = NULL;
 	uart__destroy(vm->uart);
 	vm->uart = NULL;
+	console_log__destroy(vm->console_log); /* what it holds, written */
+	vm->console_log = NULL;
 	if (vm->event_fd >= 0)
 		close(vm->event_fd);
 	if (vm->space_fd >= 0)

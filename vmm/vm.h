@@ -42,6 +42,7 @@ enum vm_stop_reason {
 struct vcpu;
 struct uart;
 struct console;
+struct console_log;
 struct disk;
 struct virtio_blk;
 struct api;
@@ -89,6 +90,7 @@ struct vm {
 	struct virtio_slot virtio[VIRTIO_MMIO_SLOTS];
 	struct uart *uart;
 	struct console *console;
+	struct console_log *console_log; /* --console-log; NULL: none */
 	struct i8042 i8042;
 	struct exit_dev exit_dev;
 

@@ -83,7 +83,7 @@ static void poweroff(struct conn *c, pid_t pid)
 	kill(pid, SIGUSR2); /* init's (and busybox's) power off signal */
 }
 
-static void serve_connection(int fd, pid_t poweroff_pid)
+static void serve_connection(int fd, const struct agent_config *cfg)
 {
 	struct frame req;
 	struct conn c;
@@ -98,13 +98,13 @@ static void serve_connection(int fd, pid_t poweroff_pid)
 	if (ret)
 		goto out;
 	if (req.type == KILN_MSG_PROC_START)
-		proc__start(&c, &req);
+		proc__start(&c, &req, cfg->default_cwd);
 	else if (fs__is_request(req.type))
 		fs__handle(&c, &req);
 	else if (req.type == KILN_MSG_FACTS)
 		facts__handle(&c, &req);
 	else if (req.type == KILN_MSG_POWEROFF)
-		poweroff(&c, poweroff_pid);
+		poweroff(&c, cfg->poweroff_pid);
 	else
 		conn__error(&c, EPROTO, "message type %u is not a request",
 			    req.type);
@@ -115,12 +115,12 @@ out:
 /* In the new child: back to the defaults, then serve @fd and exit. */
 static void __attribute__((noreturn))
 connection_child(int listen_fd, int fd, const sigset_t *mask,
-		 pid_t poweroff_pid)
+		 const struct agent_config *cfg)
 {
 	close(listen_fd);
 	signal(SIGCHLD, SIG_DFL);
 	sigprocmask(SIG_SETMASK, mask, NULL);
-	serve_connection(fd, poweroff_pid);
+	serve_connection(fd, cfg);
 	_exit(0);
 }
 
@@ -142,7 +142,7 @@ static bool accept_error_is_transient(int err)
 	}
 }
 
-int agent__serve(int listen_fd, pid_t poweroff_pid)
+int agent__serve(int listen_fd, const struct agent_config *cfg)
 {
 	struct sigaction sa = { .sa_handler = on_sigchld,
 				.sa_flags = SA_NOCLDSTOP };
@@ -188,7 +188,7 @@ int agent__serve(int listen_fd, pid_t poweroff_pid)
 		}
 		pid = fork();
 		if (pid == 0)
-			connection_child(listen_fd, fd, &old, poweroff_pid);
+			connection_child(listen_fd, fd, &old, cfg);
 		if (pid < 0)
 			fprintf(stderr, "kiln-agent: cannot fork: %s\n",
 				strerror(errno));

@@ -11,17 +11,27 @@
  * Each connection is served by a child process of its own.
  */
 
+/* What the agent's host, init or kiln-agent-host, tells it. */
+struct agent_config {
+	/*
+	 * Who gets SIGUSR2 for a POWEROFF request (init: 1); 0 refuses
+	 * the request (the host build).
+	 */
+	pid_t poweroff_pid;
+	/*
+	 * The working directory of a PROC_START without T_CWD (the boot's
+	 * --cwd); NULL: the agent's own.
+	 */
+	const char *default_cwd;
+};
+
 /*
  * Accepts connections on @listen_fd (bound and listening) until a fatal
  * error, which it returns as -errno; it never returns otherwise. Takes
  * over SIGCHLD and SIGPIPE of the calling process, which should do
  * nothing else: its children are the connections.
  */
-/*
- * poweroff_pid: who gets SIGUSR2 for a POWEROFF request (init: 1); 0
- * refuses the request (the host build).
- */
-int agent__serve(int listen_fd, pid_t poweroff_pid)
+int agent__serve(int listen_fd, const struct agent_config *cfg)
 	__attribute__((warn_unused_result));
 
 #endif

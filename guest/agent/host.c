@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * kiln-agent-host --unix PATH [--die-with-parent]: the guest agent as a
- * host program, serving the same protocol (agent__serve) on a Unix stream
- * socket instead of vsock. This is how selftests/unit/agent.c runs the
- * agent without a VM.
+ * kiln-agent-host --unix PATH [--die-with-parent] [--cwd DIR]: the guest
+ * agent as a host program, serving the same protocol (agent__serve) on a
+ * Unix stream socket instead of vsock. This is how selftests/unit/agent.c
+ * runs the agent without a VM. --cwd is the boot's default working
+ * directory, as init passes it on.
  *
  * It starts a session of its own, so that a test harness killing its
  * process group does not kill the connections in the middle of their
@@ -13,6 +14,7 @@
  */
 #include <errno.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,31 +53,43 @@ static int listen_unix(const char *path)
 static void __attribute__((noreturn)) usage(void)
 {
 	fprintf(stderr,
-		"usage: kiln-agent-host --unix PATH [--die-with-parent]\n");
+		"usage: kiln-agent-host --unix PATH [--die-with-parent] "
+		"[--cwd DIR]\n");
 	exit(2);
 }
 
 int main(int argc, char **argv)
 {
+	struct agent_config cfg = { .poweroff_pid = 0 };
+	bool die_with_parent = false;
 	pid_t parent = getppid();
-	int fd;
+	const char *path = NULL;
+	int fd, i;
 
-	if (argc < 3 || argc > 4 || strcmp(argv[1], "--unix"))
-		usage();
-	if (argc == 4) {
-		if (strcmp(argv[3], "--die-with-parent"))
+	for (i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--unix") && i + 1 < argc)
+			path = argv[++i];
+		else if (!strcmp(argv[i], "--cwd") && i + 1 < argc)
+			cfg.default_cwd = argv[++i];
+		else if (!strcmp(argv[i], "--die-with-parent"))
+			die_with_parent = true;
+		else
 			usage();
+	}
+	if (!path)
+		usage();
+	if (die_with_parent) {
 		prctl(PR_SET_PDEATHSIG, SIGTERM);
 		/* It may have gone before the prctl. */
 		if (getppid() != parent)
 			return 0;
 	}
 	setsid();
-	fd = listen_unix(argv[2]);
+	fd = listen_unix(path);
 	if (fd < 0) {
 		fprintf(stderr, "kiln-agent-host: cannot listen on %s: %s\n",
-			argv[2], strerror(-fd));
+			path, strerror(-fd));
 		return 1;
 	}
-	return agent__serve(fd, 0) ? 1 : 0;
+	return agent__serve(fd, &cfg) ? 1 : 0;
 }

@@ -1038,7 +1038,7 @@ static int exit_payload(const struct proc *p, struct kiln_buf *b)
 	return ret;
 }
 
-void proc__start(struct conn *c, const struct frame *f)
+void proc__start(struct conn *c, const struct frame *f, const char *default_cwd)
 {
 	struct proc p = { .c = c,
 			  .pidfd = -1,
@@ -1053,6 +1053,10 @@ void proc__start(struct conn *c, const struct frame *f)
 
 	kiln_buf__init(&b);
 	ret = parse_req(f, &r, &why);
+	if (!ret && !r.cwd && default_cwd) {
+		r.cwd = strdup(default_cwd);
+		ret = r.cwd ? 0 : -ENOMEM;
+	}
 	if (ret) {
 		conn__error(c, -ret, "%s", why ? why : strerror(-ret));
 		goto out;

@@ -7,8 +7,10 @@
 /*
  * PROC_START: runs the command of @req on @c and serves the rest of the
  * connection (stdin, signals, resizes, output, PROC_EXIT). Returns when
- * the connection is over; the caller then exits.
+ * the connection is over; the caller then exits. A request without T_CWD
+ * runs in @default_cwd (NULL: the agent's own directory).
  */
-void proc__start(struct conn *c, const struct frame *req);
+void proc__start(struct conn *c, const struct frame *req,
+		 const char *default_cwd);
 
 #endif

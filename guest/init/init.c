@@ -17,6 +17,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <linux/magic.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -54,6 +55,15 @@
 #define KILN_ARGV_FILE "/kiln/argv"
 /* /kiln/argv is written by the host; a bound keeps a bad one from OOMing. */
 #define KILN_ARGV_MAX (1 << 20)
+/*
+ * The boot's identity (vmm/identity.h): the hostname, checked by the host
+ * (sethostname(2) has the last word), and the default working directory
+ * of the command and of the agent's processes.
+ */
+#define KILN_HOSTNAME_FILE "/kiln/hostname"
+#define KILN_CWD_FILE	   "/kiln/cwd"
+#define DEFAULT_HOSTNAME   "sandbox" /* without the file: as the host's */
+#define HOSTNAME_MAX	   64	     /* HOST_NAME_MAX */
 
 /* Status when init itself, not the command, failed (as env(1) does). */
 #define STATUS_INIT_FAILED 125
@@ -93,11 +103,18 @@ struct kiln_params {
 	struct init_net net_cfg;
 };
 
+/* Who the guest is this boot: read from the initramfs before a switch. */
+struct identity {
+	char hostname[HOSTNAME_MAX + 1];
+	char *cwd; /* NULL: "/" */
+};
+
 /* The guest agent: its listening socket and the process serving it. */
 struct agent_server {
 	int listen_fd; /* -1: no agent */
 	pid_t pid;     /* 0 while none runs */
 	struct timespec started;
+	const char *cwd; /* its processes' default directory; NULL: "/" */
 };
 
 /*
@@ -321,13 +338,37 @@ static void parse_cmdline(struct kiln_params *p)
 	free(buf);
 }
 
-static void setup_env(const struct kiln_params *p)
+/*
+ * /kiln/hostname and /kiln/cwd, as the host wrote them (no newline). The
+ * host checked both; a hostname too long for the kernel still keeps the
+ * default rather than a cut-short name.
+ */
+static void load_identity(struct identity *id)
+{
+	size_t len;
+	char *buf;
+
+	snprintf(id->hostname, sizeof(id->hostname), "%s", DEFAULT_HOSTNAME);
+	buf = read_file(KILN_HOSTNAME_FILE, HOSTNAME_MAX + 1, &len);
+	if (buf && len && len <= HOSTNAME_MAX)
+		snprintf(id->hostname, sizeof(id->hostname), "%s", buf);
+	else if (buf && len)
+		warn_errno("ignoring", KILN_HOSTNAME_FILE, ENAMETOOLONG);
+	free(buf);
+	id->cwd = read_file(KILN_CWD_FILE, PATH_MAX - 1, &len);
+	if (id->cwd && !len) {
+		free(id->cwd);
+		id->cwd = NULL;
+	}
+}
+
+static void setup_env(const struct kiln_params *p, const struct identity *id)
 {
 	setenv("PATH", DEFAULT_PATH, 1);
 	setenv("HOME", "/root", 1);
 	setenv("TERM", p->term, 1);
-	if (sethostname("kiln", 4))
-		warn_errno("cannot set", "hostname", errno);
+	if (sethostname(id->hostname, strlen(id->hostname)))
+		warn_errno("cannot set hostname", id->hostname, errno);
 }
 
 /*
@@ -493,7 +534,7 @@ static void signal_ready(void)
 }
 
 static void __attribute__((noreturn))
-exec_command(char **argv, const struct kiln_params *p)
+exec_command(char **argv, const struct kiln_params *p, const char *cwd)
 {
 	sigset_t none;
 
@@ -501,6 +542,11 @@ exec_command(char **argv, const struct kiln_params *p)
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	setup_child_tty(p->raw_console);
 	signal_ready();
+	if (cwd && chdir(cwd)) {
+		fprintf(stderr, "kiln-init: cannot change to %s: %s\n", cwd,
+			strerror(errno));
+		_exit(STATUS_INIT_FAILED);
+	}
 	execvp(argv[0], argv);
 	fprintf(stderr, "kiln-init: cannot execute %s: %s\n", argv[0],
 		strerror(errno));
@@ -553,8 +599,11 @@ static int agent_listen(void)
 }
 
 /* The agent process: init's signal settings undone, a session of its own. */
-static void __attribute__((noreturn)) agent_child(int listen_fd)
+static void __attribute__((noreturn))
+agent_child(int listen_fd, const char *cwd)
 {
+	const struct agent_config cfg = { .poweroff_pid = 1,
+					  .default_cwd = cwd };
 	static const int sigs[] = { SIGUSR1, SIGUSR2, SIGTERM, SIGTTOU };
 	sigset_t none;
 	size_t i;
@@ -566,7 +615,7 @@ static void __attribute__((noreturn)) agent_child(int listen_fd)
 	/* Out of the console's session: its signals are the command's. */
 	setsid();
 	/* agent__serve() returns only on a fatal error, which it printed. */
-	_exit(agent__serve(listen_fd, 1) ? 1 : 0);
+	_exit(agent__serve(listen_fd, &cfg) ? 1 : 0);
 }
 
 /*
@@ -592,7 +641,7 @@ static void agent_start(struct agent_server *a)
 	clock_gettime(CLOCK_MONOTONIC, &a->started);
 	pid = fork();
 	if (pid == 0)
-		agent_child(a->listen_fd);
+		agent_child(a->listen_fd, a->cwd);
 	if (pid < 0)
 		warn_errno("cannot fork for", "the agent", errno);
 	else
@@ -929,6 +978,28 @@ static void enter_root(const struct kiln_params *p)
 }
 
 /*
+ * The default working directory must be there once the mounts are: a
+ * boot whose every command would fail to start ends here, saying why.
+ */
+static void check_cwd(const struct identity *id)
+{
+	struct stat st;
+
+	if (!id->cwd)
+		return;
+	if (stat(id->cwd, &st)) {
+		fprintf(stderr, "kiln-init: cwd %s: %s\n", id->cwd,
+			strerror(errno));
+		end_vm(STATUS_INIT_FAILED);
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		fprintf(stderr, "kiln-init: cwd %s: not a directory\n",
+			id->cwd);
+		end_vm(STATUS_INIT_FAILED);
+	}
+}
+
+/*
  * lo always; with kiln.net, eth0 and the resolver, in the final root and
  * before anything runs that may use them. A network the host asked for
  * and the guest cannot have ends the VM, as a missing root does.
@@ -955,6 +1026,7 @@ int main(int argc, char **argv)
 	struct init_mounts *fs_mounts;
 	struct init_trust trust;
 	struct kiln_params params;
+	struct identity id;
 	char **cmd;
 	int status;
 	pid_t pid;
@@ -964,8 +1036,9 @@ int main(int argc, char **argv)
 	if (params.bootmark)
 		dprintf(STDERR_FILENO, "kiln-init: boot mark\n");
 	catch_shutdown_signals();
-	setup_env(&params);
-	/* Before a switch: /kiln/argv is in the initramfs. */
+	/* Before a switch: /kiln/ is in the initramfs. */
+	load_identity(&id);
+	setup_env(&params, &id);
 	cmd = command_argv(argc, argv);
 	fs_mounts = init_mounts__load();
 	if (init_trust__load(&trust, INIT_TRUST_CA_FILE))
@@ -975,6 +1048,8 @@ int main(int argc, char **argv)
 	/* In the final root, before anything runs that may use them. */
 	if (init_mounts__mount(fs_mounts))
 		end_vm(STATUS_INIT_FAILED);
+	check_cwd(&id);
+	agent.cwd = id.cwd;
 	setup_network(&params);
 	/* The host's CA, if it intercepts HTTPS, before anything runs. */
 	if (init_trust__install(&trust, INIT_TRUST_BUNDLE, INIT_TRUST_RUN))
@@ -999,7 +1074,7 @@ int main(int argc, char **argv)
 
 	pid = fork();
 	if (pid == 0)
-		exec_command(cmd, &params);
+		exec_command(cmd, &params, id.cwd);
 	if (pid > 0)
 		setpgid(pid, pid); /* either side may win the race */
 	if (pid < 0) {

@@ -507,20 +507,23 @@ static void squeeze(char *s)
 	*to = '\0';
 }
 
-/* vm.facts: topic "net", one fact per setting. */
+/* vm.facts: "network-* is VALUE", one fact per setting (api.md, "Facts"). */
 TEST_TIMEOUT(facts_report_the_network, BOOT_TIMEOUT)
 {
 	char dir[] = "/tmp/kiln-net-XXXXXX", sock[96], log[96];
 	const char *vmmctl = env_or("KILN_VMMCTL", "build/vmmctl");
+#define NET_FACT(topic, value) \
+	"\"topic\":\"" topic "\",\"relation\":\"is\",\"value\":\"" value "\""
 	static const char *const want[] = {
-		"\"topic\":\"net\",\"relation\":\"mode\",\"value\":\"auto\"",
-		"\"relation\":\"address\",\"value\":\"10.0.2.15/24\"",
-		"\"relation\":\"gateway\",\"value\":\"10.0.2.2\"",
-		"\"relation\":\"dns\",\"value\":\"" GUEST_DNS "\"",
-		"\"relation\":\"mtu\",\"value\":" GUEST_MTU "}",
-		"\"relation\":\"mac\",\"value\":\"" GUEST_MAC "\"",
-		"\"relation\":\"tap\",\"value\":\"kiln0\"",
+		NET_FACT("network-egress", "deny"),
+		NET_FACT("network-mode", "auto"),
+		NET_FACT("network-address", "10.0.2.15/24"),
+		NET_FACT("network-gateway", "10.0.2.2"),
+		NET_FACT("network-dns", GUEST_DNS),
+		NET_FACT("network-mtu", GUEST_MTU),
+		NET_FACT("network-mac", GUEST_MAC),
 	};
+#undef NET_FACT
 	struct spawn_result r;
 	struct timespec t0, now;
 	struct guest g;

@@ -66,7 +66,12 @@ static int rm_one(const char *path, const struct stat *st, int flag,
 	return flag == FTW_DP ? rmdir(path) : unlink(path);
 }
 
-FIXTURE_SETUP(agent)
+/*
+ * kiln-agent-host on self->sock, listening once this returns; with
+ * default_cwd, given it as the boot's --cwd (init's default_cwd).
+ */
+static void start_agent(struct __test_metadata *_metadata,
+			FIXTURE_DATA(agent) * self, const char *default_cwd)
 {
 	char bin[PATH_MAX];
 	int fd = -1;
@@ -74,20 +79,15 @@ FIXTURE_SETUP(agent)
 	agent_host_path(bin, sizeof(bin));
 	ASSERT_EQ(0, access(bin, X_OK))
 	TH_LOG("%s: %s (make selftests builds it)", bin, strerror(errno));
-	ASSERT_EQ(0, agent_msg__init(&self->m));
-	strcpy(self->dir, "/tmp/kiln-agent-XXXXXX");
-	ASSERT_NE(NULL, mkdtemp(self->dir));
-	snprintf(self->sock, sizeof(self->sock), "%s/sock", self->dir);
-	snprintf(self->work, sizeof(self->work), "%s/w", self->dir);
-	ASSERT_EQ(0, mkdir(self->work, 0755));
-	/* The agent's environment, which commands inherit without T_ENV. */
-	setenv("KILN_AGENT_TEST_MARK", "inherited", 1);
-
 	self->pid = fork();
 	ASSERT_LE(0, self->pid);
 	if (self->pid == 0) {
-		execl(bin, "kiln-agent-host", "--unix", self->sock,
-		      "--die-with-parent", NULL);
+		if (default_cwd)
+			execl(bin, "kiln-agent-host", "--unix", self->sock,
+			      "--die-with-parent", "--cwd", default_cwd, NULL);
+		else
+			execl(bin, "kiln-agent-host", "--unix", self->sock,
+			      "--die-with-parent", NULL);
 		_exit(127);
 	}
 	for (int i = 0; i < 500 && fd < 0; i++) {
@@ -99,6 +99,28 @@ FIXTURE_SETUP(agent)
 	close(fd);
 }
 
+static void stop_agent(FIXTURE_DATA(agent) * self)
+{
+	if (self->pid > 0) {
+		kill(self->pid, SIGTERM);
+		waitpid(self->pid, NULL, 0);
+	}
+	self->pid = 0;
+}
+
+FIXTURE_SETUP(agent)
+{
+	ASSERT_EQ(0, agent_msg__init(&self->m));
+	strcpy(self->dir, "/tmp/kiln-agent-XXXXXX");
+	ASSERT_NE(NULL, mkdtemp(self->dir));
+	snprintf(self->sock, sizeof(self->sock), "%s/sock", self->dir);
+	snprintf(self->work, sizeof(self->work), "%s/w", self->dir);
+	ASSERT_EQ(0, mkdir(self->work, 0755));
+	/* The agent's environment, which commands inherit without T_ENV. */
+	setenv("KILN_AGENT_TEST_MARK", "inherited", 1);
+	start_agent(_metadata, self, NULL);
+}
+
 FIXTURE_TEARDOWN(agent)
 {
 	char mnt[PATH_MAX];
@@ -106,10 +128,7 @@ FIXTURE_TEARDOWN(agent)
 	/* fs_remove_stays_on_its_file_system's mount, should it be left. */
 	snprintf(mnt, sizeof(mnt), "%s/t/m", self->work);
 	umount2(mnt, MNT_DETACH);
-	if (self->pid > 0) {
-		kill(self->pid, SIGTERM);
-		waitpid(self->pid, NULL, 0);
-	}
+	stop_agent(self);
 	if (self->dir[0])
 		nftw(self->dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 	agent_msg__free(&self->m);
@@ -475,6 +494,40 @@ TEST_F(agent, exec_cwd)
 	ASSERT_LT(0, r.out_len);
 	r.out[r.out_len - 1] = '\0';
 	EXPECT_STREQ(self->work, (char *)r.out);
+	agent_exec_result__free(&r);
+}
+
+/*
+ * The boot's --cwd (init's default_cwd): where a request without T_CWD
+ * runs; T_CWD still wins; a default that is gone fails the request as a
+ * bad T_CWD does.
+ */
+TEST_F(agent, exec_default_cwd)
+{
+	const char *missing = wpath(self, "gone");
+	struct agent_exec_result r;
+
+	stop_agent(self);
+	start_agent(_metadata, self, self->work);
+	run(_metadata, self, &(struct agent_exec_opts){ .argv = ARGV("pwd") },
+	    &r);
+	EXPECT_EQ(0, r.error);
+	ASSERT_LT(0, r.out_len);
+	r.out[r.out_len - 1] = '\0';
+	EXPECT_STREQ(self->work, (char *)r.out);
+	agent_exec_result__free(&r);
+
+	run(_metadata, self,
+	    &(struct agent_exec_opts){ .argv = ARGV("pwd"), .cwd = "/" }, &r);
+	EXPECT_EQ(0, r.error);
+	EXPECT_STREQ("/\n", (char *)r.out);
+	agent_exec_result__free(&r);
+
+	stop_agent(self);
+	start_agent(_metadata, self, missing);
+	run(_metadata, self, &(struct agent_exec_opts){ .argv = ARGV("true") },
+	    &r);
+	EXPECT_EQ(ENOENT, r.error);
 	agent_exec_result__free(&r);
 }
 

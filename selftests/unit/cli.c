@@ -576,6 +576,27 @@ TEST_F(files, start_bad_input)
 	EXPECT_BAD_INPUT(&r, "control socket: empty path");
 }
 
+/* --hostname and --cwd: one line naming the value, before KVM. */
+TEST_F(files, identity_bad_input)
+{
+	struct spawn_result r;
+
+	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel,
+				  "--hostname", "bad_name", "--", "true",
+				  NULL },
+		NULL, &r);
+	EXPECT_BAD_INPUT(&r, "hostname \"bad_name\": character 4 is not");
+	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel,
+				  "--hostname", "-x", "--", "true", NULL },
+		NULL, &r);
+	EXPECT_BAD_INPUT(&r, "starts or ends with '-'");
+	run_vmm((const char *[]){ "", "start", "--kernel", self->kernel,
+				  "--control-socket", "/tmp/x.sock", "--cwd",
+				  "workspace", NULL },
+		NULL, &r);
+	EXPECT_BAD_INPUT(&r, "cwd \"workspace\": must be an absolute path");
+}
+
 static void write_str(const char *path, const char *text)
 {
 	write_file(path, text, strlen(text));

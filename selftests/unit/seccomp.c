@@ -3,9 +3,15 @@
  * The vmm's seccomp filter (vmm/seccomp.c) from a child process: the
  * clocks work as raw system calls (what the vDSO falls back to on a host
  * whose clocksource it cannot read, such as the nested harness, where
- * wolfSSL's gettimeofday() once ended a VM), and a call the filter does
- * not list ends the process with status 125.
+ * wolfSSL's gettimeofday() once ended a VM), a call the filter does
+ * not list ends the process with status 125, and the console log rotates
+ * under it by its directory's descriptor, which no other rename may use.
  */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/wait.h>
@@ -13,6 +19,7 @@
 #include <unistd.h>
 
 #include "selftests/kselftest.h"
+#include "vmm/console-log.h"
 #include "vmm/seccomp.h"
 
 #define FILTERED_EXIT 125 /* vmm/seccomp.c: a blocked call */
@@ -74,6 +81,60 @@ TEST(an_unlisted_call_ends_the_process)
 
 	ASSERT_TRUE(WIFEXITED(status)) TH_LOG("status %#x", status);
 	EXPECT_EQ(FILTERED_EXIT, WEXITSTATUS(status));
+}
+
+/* The console log of console_log_child, opened before its filter. */
+static char log_path[64];
+
+/* Under a filter that knows the log: write past the cap, rotate. */
+static int console_log_child(void)
+{
+	struct seccomp_needs needs = { .console_log = true };
+	struct console_log *l;
+	char line[64], err[256];
+	unsigned long long i;
+
+	if (console_log__open(&l, log_path, CONSOLE_LOG_MIN_MAX_BYTES, 1, err,
+			      sizeof(err)))
+		return 3;
+	needs.console_log_dirfd = console_log__dirfd(l);
+	if (seccomp__install(&needs))
+		return 2;
+	memset(line, 'z', sizeof(line) - 1);
+	line[sizeof(line) - 1] = '\n';
+	for (i = 0; i < 3 * CONSOLE_LOG_MIN_MAX_BYTES / sizeof(line); i++)
+		console_log__write(l, line, sizeof(line));
+	console_log__destroy(l);
+	/* Any other directory stays closed to renames. */
+	renameat(AT_FDCWD, log_path, AT_FDCWD, "/tmp/kiln-not-allowed");
+	return 4;
+}
+
+TEST(console_log_rotates_under_the_filter_and_only_there)
+{
+	char dir[] = "/tmp/kiln-seccomp-XXXXXX", rotated[80];
+	struct stat st;
+	int status;
+	pid_t pid;
+
+	ASSERT_NE(NULL, mkdtemp(dir));
+	snprintf(log_path, sizeof(log_path), "%s/console.log", dir);
+	snprintf(rotated, sizeof(rotated), "%s.1", log_path);
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (pid == 0)
+		_exit(console_log_child());
+	ASSERT_EQ(pid, waitpid(pid, &status, 0));
+	ASSERT_TRUE(WIFEXITED(status)) TH_LOG("status %#x", status);
+	/* The rotations passed; the stray rename was the blocked call. */
+	EXPECT_EQ(FILTERED_EXIT, WEXITSTATUS(status));
+	ASSERT_EQ(0, stat(rotated, &st));
+	EXPECT_EQ(CONSOLE_LOG_MIN_MAX_BYTES, st.st_size);
+	ASSERT_EQ(0, stat(log_path, &st));
+	EXPECT_EQ(CONSOLE_LOG_MIN_MAX_BYTES, st.st_size);
+	unlink(rotated);
+	unlink(log_path);
+	rmdir(dir);
 }
 
 TEST_HARNESS_MAIN

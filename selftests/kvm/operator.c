@@ -1,0 +1,474 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The operator's view of a VM, booted on KVM (issue 16): the boot's
+ * identity seen from the guest (hostname and working directory, their
+ * defaults and given values, through exec), `vmm facts` without a VM
+ * giving exactly the config facts vm.facts gives on the running VM for
+ * the same options, a detached VM's console log next to its control
+ * socket holding the boot's output, and the console log stopping at its
+ * cap however much the guest prints. The initramfs guest (busybox) with
+ * the agent; KILN_VMMCTL names the client (build/vmmctl).
+ */
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "selftests/kselftest.h"
+#include "selftests/kvm/vmm_util.h"
+
+#define READY_SECS   (BOOT_TIMEOUT * 3 / 4)
+#define MAX_ARGV     48
+#define CONSOLE_CAP  16384 /* --console-log-max-bytes in the cap test */
+#define CONSOLE_KEEP 2
+#define PRINTED	     100000 /* bytes the guest prints at the cap */
+
+struct vm {
+	char dir[64];
+	char sock[128];
+	char pidfile[128];
+	char log[128]; /* a foreground vmm's stdout and stderr */
+	char vmmctl[256];
+	pid_t vmm;	/* foreground; 0 when detached or gone */
+	pid_t detached; /* from the pid file */
+};
+
+static void vm_paths(struct vm *v)
+{
+	memset(v, 0, sizeof(*v));
+	snprintf(v->dir, sizeof(v->dir), "/tmp/kiln-op-XXXXXX");
+	if (!mkdtemp(v->dir))
+		abort();
+	snprintf(v->sock, sizeof(v->sock), "%s/vm1.sock", v->dir);
+	snprintf(v->pidfile, sizeof(v->pidfile), "%s/vm1.pid", v->dir);
+	snprintf(v->log, sizeof(v->log), "%s/vmm.log", v->dir);
+	snprintf(v->vmmctl, sizeof(v->vmmctl), "%s",
+		 env_or("KILN_VMMCTL", "build/vmmctl"));
+}
+
+/* argv: vmm CMD --kernel --initrd OPTS... (CMD "start" or "facts"). */
+static void vmm_argv(const struct guest *g, const char *cmd,
+		     const char *const opts[], const char *argv[MAX_ARGV])
+{
+	int i = 0;
+
+	argv[i++] = g->vmm;
+	argv[i++] = cmd;
+	argv[i++] = "--kernel";
+	argv[i++] = g->vmlinux;
+	argv[i++] = "--initrd";
+	argv[i++] = g->initrd;
+	for (; opts && *opts && i < MAX_ARGV - 1; opts++)
+		argv[i++] = *opts;
+	argv[i] = NULL;
+}
+
+static int ctl(struct vm *v, const char *const args[], struct spawn_result *r)
+{
+	const char *argv[32];
+	int i = 0;
+
+	argv[i++] = v->vmmctl;
+	for (; *args && i < 31; args++)
+		argv[i++] = *args;
+	argv[i] = NULL;
+	return spawn__run(argv, NULL, r);
+}
+
+#define CTL(v, r, ...)                                                         \
+	do {                                                                   \
+		ASSERT_EQ(0, ctl(v, ARGS(__VA_ARGS__), r));                    \
+		TH_LOG("vmmctl: exit %d, out %.300s, err %.300s", (r)->status, \
+		       (r)->out, (r)->err);                                    \
+	} while (0)
+
+/* argv of `vmm CMD` with OPTS and the test's control socket. */
+static void start_argv(const struct guest *g, struct vm *v, const char *cmd,
+		       const char *const opts[], bool detach,
+		       const char *argv[MAX_ARGV])
+{
+	const char *all[MAX_ARGV];
+	int i = 0;
+
+	for (; opts && *opts && i < MAX_ARGV - 16; opts++)
+		all[i++] = *opts;
+	all[i++] = "--control-socket";
+	all[i++] = v->sock;
+	all[i++] = "--agent-timeout-ms";
+	all[i++] = "45000";
+	if (detach) {
+		all[i++] = "--detach";
+		all[i++] = "--pid-file";
+		all[i++] = v->pidfile;
+	}
+	all[i] = NULL;
+	vmm_argv(g, cmd, all, argv);
+}
+
+/*
+ * vmm start OPTS --control-socket SOCK, in the foreground (its output in
+ * v->log) or with --detach --pid-file; true once the agent answers.
+ */
+static bool vm_start(struct __test_metadata *_metadata, struct vm *v,
+		     const char *const opts[], bool detach)
+{
+	const char *argv[MAX_ARGV];
+	struct timespec t0, now;
+	struct spawn_result r;
+	struct guest g;
+	char buf[32] = "";
+	FILE *f;
+
+	guest_paths(&g);
+	start_argv(&g, v, "start", opts, detach, argv);
+	if (detach) {
+		if (spawn__run(argv, NULL, &r))
+			return false;
+		TH_LOG("start --detach: exit %d, err %.600s", r.status, r.err);
+		check_harness_flake(&r);
+		f = fopen(v->pidfile, "r");
+		if (f && fgets(buf, sizeof(buf), f))
+			v->detached = atoi(buf);
+		if (f)
+			fclose(f);
+		return r.status == 0 && v->detached > 0;
+	}
+	v->vmm = spawn_logged(argv, v->log);
+	if (v->vmm < 0)
+		return false;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do {
+		if (!ctl(v, ARGS("status", v->sock), &r) && !r.status &&
+		    strstr(r.out, "\"agent\": \"ready\""))
+			return true;
+		if (waitpid(v->vmm, NULL, WNOHANG) == v->vmm) {
+			v->vmm = 0;
+			vmm_log_show(_metadata, v->log);
+			return false;
+		}
+		usleep(100000);
+		clock_gettime(CLOCK_MONOTONIC, &now);
+	} while (now.tv_sec - t0.tv_sec < READY_SECS);
+	vmm_log_show(_metadata, v->log);
+	return false;
+}
+
+/* The detached vmm (not our child) is gone: its /proc entry with it. */
+static bool gone(pid_t pid)
+{
+	char path[64];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "/proc/%d", (int)pid);
+	return stat(path, &st) != 0;
+}
+
+/* vm.shutdown, then the vmm's end: 0, or what went wrong. */
+static int vm_stop(struct vm *v)
+{
+	struct spawn_result r;
+	int i;
+
+	if (ctl(v, ARGS("shutdown", v->sock), &r) || r.status)
+		return -1;
+	if (v->vmm > 0) {
+		i = wait_exit(v->vmm, 60);
+		v->vmm = 0;
+		return i;
+	}
+	for (i = 0; i < 600 && !gone(v->detached); i++)
+		usleep(100000);
+	return gone(v->detached) ? 0 : -1;
+}
+
+static void vm_cleanup(struct vm *v)
+{
+	char cmd[128];
+
+	if (v->vmm > 0) {
+		kill(v->vmm, SIGKILL);
+		waitpid(v->vmm, NULL, 0);
+	}
+	if (v->detached > 0 && !gone(v->detached))
+		kill(v->detached, SIGKILL);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", v->dir);
+	if (system(cmd))
+		fprintf(stderr, "# cannot remove %s\n", v->dir);
+}
+
+/* exec CMD... in the guest: its stdout, last newline dropped. */
+static const char *guest_line(struct __test_metadata *_metadata, struct vm *v,
+			      const char *const args[], struct spawn_result *r)
+{
+	const char *argv[16];
+	int i = 0;
+
+	argv[i++] = "exec";
+	for (; *args && i < 15; args++)
+		argv[i++] = *args;
+	argv[i] = NULL;
+	if (ctl(v, argv, r))
+		return "";
+	TH_LOG("exec: exit %d, out %.200s, err %.200s", r->status, r->out,
+	       r->err);
+	if (r->out_len && r->out[r->out_len - 1] == '\n')
+		r->out[--r->out_len] = '\0';
+	return r->out;
+}
+
+/* Is {source, topic, "is", value} among the facts (vmmctl's output)? */
+static bool has_fact(const char *text, const char *source, const char *topic,
+		     const char *value)
+{
+	json_t *facts = json_loads(text, 0, NULL), *f;
+	json_t *want =
+		json_pack("{s:s, s:s, s:s, s:s}", "source", source, "topic",
+			  topic, "relation", "is", "value", value);
+	bool found = false;
+	size_t i;
+
+	json_array_foreach(facts, i, f) found |= json_equal(f, want) == 1;
+	json_decref(want);
+	json_decref(facts);
+	return found;
+}
+
+static bool can_boot(struct __test_metadata *_metadata)
+{
+	if (access("/dev/kvm", R_OK | W_OK))
+		SKIP(return false,
+			    "no usable /dev/kvm (run through tools/vmtest)");
+	return true;
+}
+
+/* No --hostname, no --cwd: "sandbox" and "/" from inside the guest. */
+TEST_TIMEOUT(hostname_and_cwd_defaults, BOOT_TIMEOUT)
+{
+	struct spawn_result r;
+	struct vm v;
+
+	if (!can_boot(_metadata))
+		return;
+	vm_paths(&v);
+	ASSERT_TRUE(vm_start(_metadata, &v, NULL, false));
+	EXPECT_STREQ("sandbox", guest_line(_metadata, &v,
+					   ARGS(v.sock, "--", "hostname"), &r));
+	EXPECT_EQ(0, r.status);
+	EXPECT_STREQ("/",
+		     guest_line(_metadata, &v, ARGS(v.sock, "--", "pwd"), &r));
+	EXPECT_EQ(0, r.status);
+	EXPECT_EQ(0, vm_stop(&v));
+	vm_cleanup(&v);
+}
+
+/*
+ * --hostname and --cwd on a memory mount: both seen by exec, a request's
+ * own cwd still wins, and the guest's facts say the hostname too.
+ */
+TEST_TIMEOUT(hostname_and_cwd_given, BOOT_TIMEOUT)
+{
+	struct spawn_result r;
+	struct vm v;
+
+	if (!can_boot(_metadata))
+		return;
+	vm_paths(&v);
+	ASSERT_TRUE(vm_start(_metadata, &v,
+			     ARGS("--hostname", "agent-42", "--cwd",
+				  "/workspace", "--mount", "/workspace=memory"),
+			     false));
+	EXPECT_STREQ(
+		"agent-42",
+		guest_line(_metadata, &v, ARGS(v.sock, "--", "hostname"), &r));
+	EXPECT_STREQ("agent-42", guest_line(_metadata, &v,
+					    ARGS(v.sock, "--", "cat",
+						 "/proc/sys/kernel/hostname"),
+					    &r));
+	EXPECT_STREQ("/workspace",
+		     guest_line(_metadata, &v, ARGS(v.sock, "--", "pwd"), &r));
+	EXPECT_STREQ("/tmp",
+		     guest_line(_metadata, &v,
+				ARGS("--cwd", "/tmp", v.sock, "--", "pwd"),
+				&r));
+	CTL(&v, &r, "facts", v.sock);
+	EXPECT_TRUE(has_fact(r.out, "guest", "hostname", "agent-42"));
+	EXPECT_TRUE(has_fact(r.out, "config", "hostname", "agent-42"));
+	EXPECT_TRUE(has_fact(r.out, "config", "cwd", "/workspace"));
+	EXPECT_EQ(0, vm_stop(&v));
+	vm_cleanup(&v);
+}
+
+/*
+ * `vmm facts` with the options a VM is started with prints exactly the
+ * config facts vm.facts gives on that VM: same triples, same order.
+ */
+TEST_TIMEOUT(offline_facts_equal_booted_config_facts, BOOT_TIMEOUT)
+{
+	const char *argv[MAX_ARGV];
+	json_t *offline, *booted, *config, *f;
+	struct spawn_result r;
+	char image[300];
+	struct guest g;
+	struct vm v;
+	size_t i;
+
+	if (!can_boot(_metadata))
+		return;
+	guest_paths(&g);
+	vm_paths(&v);
+	snprintf(image, sizeof(image), "%s/kiln-test.json", g.images);
+	{
+		const char *const opts[] = {
+			"--cpus",
+			"2",
+			"--memory",
+			"320",
+			"--hostname",
+			"facts-vm",
+			"--cwd",
+			"/srv",
+			"--rootfs",
+			image,
+			"--rootfs-mode",
+			"ephemeral",
+			"--mount",
+			"/srv=memory",
+			NULL,
+		};
+
+		/* Before the boot, with every option `vmm start` gets. */
+		start_argv(&g, &v, "facts", opts, false, argv);
+		ASSERT_EQ(0, spawn__run(argv, NULL, &r));
+		ASSERT_EQ(0, r.status) TH_LOG("vmm facts: %s", r.err);
+		offline = json_loads(r.out, 0, NULL);
+		ASSERT_TRUE(json_is_array(offline)) TH_LOG("%s", r.out);
+		ASSERT_TRUE(vm_start(_metadata, &v, opts, false));
+	}
+	CTL(&v, &r, "facts", v.sock);
+	booted = json_loads(r.out, 0, NULL);
+	ASSERT_TRUE(json_is_array(booted));
+	config = json_array();
+	json_array_foreach(booted, i, f) if (
+		!strcmp(json_string_value(json_object_get(f, "source")) ?: "",
+			"config")) json_array_append(config, f);
+	EXPECT_LT(8, json_array_size(config));
+	EXPECT_TRUE(json_equal(offline, config))
+	TH_LOG("offline %s", json_dumps(offline, JSON_COMPACT));
+	json_decref(config);
+	json_decref(booted);
+	json_decref(offline);
+	EXPECT_EQ(0, vm_stop(&v));
+	vm_cleanup(&v);
+}
+
+/* A file's whole contents, NUL-terminated (NULL: none); free() it. */
+static char *slurp(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "r");
+	char *buf;
+
+	if (!f)
+		return NULL;
+	buf = malloc(1 << 20);
+	*len = buf ? fread(buf, 1, (1 << 20) - 1, f) : 0;
+	if (buf)
+		buf[*len] = '\0';
+	fclose(f);
+	return buf;
+}
+
+static long long file_size(const char *path)
+{
+	struct stat st;
+
+	return stat(path, &st) ? -1 : (long long)st.st_size;
+}
+
+/*
+ * start --detach without --console-log: SOCKET less ".sock" plus
+ * ".console.log" holds the boot's output (init's boot mark) and what the
+ * guest prints on its console after the detach, up to its power-off.
+ */
+TEST_TIMEOUT(detached_console_log_holds_the_boot, BOOT_TIMEOUT)
+{
+	char path[160];
+	struct spawn_result r;
+	size_t len;
+	char *text;
+	struct vm v;
+
+	if (!can_boot(_metadata))
+		return;
+	vm_paths(&v);
+	snprintf(path, sizeof(path), "%s/vm1.console.log", v.dir);
+	ASSERT_TRUE(vm_start(_metadata, &v, ARGS("--cmdline", "kiln.bootmark"),
+			     true));
+	text = slurp(path, &len);
+	ASSERT_NE(NULL, text) TH_LOG("no console log at %s", path);
+	EXPECT_NE(NULL, strstr(text, "kiln-init: boot mark"))
+	TH_LOG("console log: %.1000s", text);
+	free(text);
+	CTL(&v, &r, "exec", v.sock, "--", "sh", "-c",
+	    "echo after-detach-marker >/dev/console");
+	EXPECT_EQ(0, r.status);
+	EXPECT_EQ(0, vm_stop(&v));
+	text = slurp(path, &len);
+	ASSERT_NE(NULL, text);
+	EXPECT_NE(NULL, strstr(text, "after-detach-marker"))
+	TH_LOG("console log: %.1000s", text);
+	free(text);
+	vm_cleanup(&v);
+}
+
+/*
+ * A guest that prints far more than the cap: the live log never passes
+ * it, the rotated ones are exactly the cap, and there are no more of them
+ * than --console-log-keep: the disk holds at most (keep + 1) * cap.
+ */
+TEST_TIMEOUT(console_log_stops_at_its_cap, BOOT_TIMEOUT)
+{
+	char path[160], rotated[170], cap[16], keep[8], cmd[128];
+	struct spawn_result r;
+	long long total = 0, n;
+	struct vm v;
+	int i;
+
+	if (!can_boot(_metadata))
+		return;
+	vm_paths(&v);
+	snprintf(path, sizeof(path), "%s/capped.log", v.dir);
+	snprintf(cap, sizeof(cap), "%d", CONSOLE_CAP);
+	snprintf(keep, sizeof(keep), "%d", CONSOLE_KEEP);
+	ASSERT_TRUE(
+		vm_start(_metadata, &v,
+			 ARGS("--console-log", path, "--console-log-max-bytes",
+			      cap, "--console-log-keep", keep),
+			 true));
+	snprintf(cmd, sizeof(cmd),
+		 "head -c %d /dev/zero | tr '\\0' x >/dev/console", PRINTED);
+	CTL(&v, &r, "exec", "--timeout-ms", "240000", v.sock, "--", "sh", "-c",
+	    cmd);
+	EXPECT_EQ(0, r.status);
+	/* The power-off drains the console; the vmm writes what it holds. */
+	EXPECT_EQ(0, vm_stop(&v));
+	n = file_size(path);
+	EXPECT_LE(0, n);
+	EXPECT_LE(n, CONSOLE_CAP);
+	total += n;
+	for (i = 1; i <= CONSOLE_KEEP + 1; i++) {
+		snprintf(rotated, sizeof(rotated), "%s.%d", path, i);
+		n = file_size(rotated);
+		if (i <= CONSOLE_KEEP) {
+			EXPECT_EQ(CONSOLE_CAP, n) TH_LOG("%s", rotated);
+			total += n;
+		} else {
+			EXPECT_EQ(-1, n) TH_LOG("%s should not exist", rotated);
+		}
+	}
+	EXPECT_LE(total, (CONSOLE_KEEP + 1) * CONSOLE_CAP);
+	EXPECT_LT(total, PRINTED);
+	vm_cleanup(&v);
+}
+
+TEST_HARNESS_MAIN
