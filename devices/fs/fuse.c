@@ -301,9 +301,14 @@ static int do_init(struct fuse_call *c)
 			    FUSE_KERNEL_MINOR_VERSION;
 	out.max_readahead = in.max_readahead;
 	out.flags = in.flags & INIT_FLAGS;
-	/* Killing set-user-ID on write, truncate and chown: see backend.h. */
-	if (HAS(c, kill_suidgid))
-		out.flags |= in.flags & FUSE_HANDLE_KILLPRIV_V2;
+	/*
+	 * FUSE_HANDLE_KILLPRIV_V2 is not granted: with it, Linux 6.1 leaves
+	 * a write's set-user-ID clearing to us (FUSE_WRITE_KILL_SUIDGID) but
+	 * keeps the old mode in its attribute cache, so the writer's stat
+	 * still shows 4755. Without it the guest kernel clears the bits
+	 * itself with a SETATTR of the mode and caches the reply. The kill
+	 * flags are still honoured if a driver sends them (backend.h).
+	 */
 	out.max_background = MAX_BACKGROUND;
 	out.congestion_threshold = CONGESTION_THRESHOLD;
 	out.max_write = FUSE_MAX_WRITE;

@@ -659,6 +659,7 @@ TEST_TIMEOUT(debian_agent_user_owns_its_files_in_a_bind, BOOT_TIMEOUT)
 				  " chmod 4755 copy.txt; mkdir shared;"
 				  " chmod 2775 shared; touch shared/in;"
 				  " mkfifo pipe; ln -s notes.txt link;"
+				  " echo pipe > .gitignore;"
 				  " git add -A; git commit -q -m by-agent;"
 				  " echo hi >> copy.txt; echo agent-ok';"
 				  "mknod /workspace/null c 1 3;"
