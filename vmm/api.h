@@ -28,6 +28,12 @@
 #define API_EXEC_OUTPUT_MAX (1U << 20)	 /* exec: stdout, stderr each */
 #define API_READ_INLINE_MAX (1U << 20)	 /* fs.readFile without stream */
 #define API_READDIR_MAX	    100000U	 /* entries in one fs.readDir */
+/*
+ * accept4 failed for want of a descriptor or memory (EMFILE, ENFILE,
+ * ENOBUFS, ENOMEM): the listener stays readable, so it is not polled
+ * again for this long (ms) instead of a busy loop.
+ */
+#define API_ACCEPT_BACKOFF_MS 100U
 
 /* JSON-RPC error codes: the standard ones, then Kiln's own. */
 #define API_E_PARSE	      -32700

@@ -137,6 +137,8 @@ struct api {
 
 	struct client *clients;
 	unsigned int nr_clients;
+	uint64_t accept_at; /* ms: accept again from then (after EMFILE) */
+	bool accept_warned;
 	struct call *calls;
 	unsigned int nr_calls, nr_streams;
 	uint64_t next_stream;

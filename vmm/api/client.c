@@ -283,6 +283,22 @@ void client_maybe_close(struct client *c)
 		client_kill(c);
 }
 
+/*
+ * Out of descriptors (or memory): the connection waits in the backlog
+ * and the listener stays readable; polling it again at once would spin.
+ */
+static void accept_failed(struct api *api, int err)
+{
+	if (err != EMFILE && err != ENFILE && err != ENOBUFS && err != ENOMEM)
+		return; /* EAGAIN: none left; ECONNABORTED...: the next one */
+	api->accept_at = api_now_ms() + API_ACCEPT_BACKOFF_MS;
+	if (!api->accept_warned)
+		pr_warn("api: accepting a client: %s; new clients wait "
+			"(further failures not logged)",
+			strerror(err));
+	api->accept_warned = true;
+}
+
 /* Up to 16 new clients a round; past API_MAX_CLIENTS, turned away. */
 void client_accept(struct api *api)
 {
@@ -295,8 +311,10 @@ void client_accept(struct api *api)
 	for (i = 0; i < 16; i++) {
 		fd = accept4(api->listen_fd, NULL, NULL,
 			     SOCK_NONBLOCK | SOCK_CLOEXEC);
-		if (fd < 0)
+		if (fd < 0) {
+			accept_failed(api, errno);
 			return;
+		}
 		c = api->nr_clients < API_MAX_CLIENTS ? calloc(1, sizeof(*c)) :
 							NULL;
 		if (!c) {
