@@ -34,6 +34,7 @@
  * again for this long (ms) instead of a busy loop.
  */
 #define API_ACCEPT_BACKOFF_MS 100U
+#define API_POWEROFF_ANSWER_MS 5000U /* vm.shutdown: the agent's RESULT */
 
 /* JSON-RPC error codes: the standard ones, then Kiln's own. */
 #define API_E_PARSE	      -32700
@@ -63,8 +64,17 @@ struct api_params {
 	unsigned int vsock_port;
 	/* vm.facts: the config facts, an array (copied); NULL: none. */
 	const json_t *config_facts;
-	/* vm.shutdown, after its answer went out; NULL: not offered. */
+	/*
+	 * vm.shutdown, after its answer went out (the monitor arms its
+	 * deadline); NULL: not offered. The API then asks the guest agent
+	 * to power off (POWEROFF) on a connection of its own, like any
+	 * request: nothing waits for the guest. When the agent cannot be
+	 * told (unreachable, an error, no RESULT within
+	 * API_POWEROFF_ANSWER_MS), shutdown_failed follows, with one line
+	 * saying why (NULL: not told).
+	 */
 	void (*shutdown)(void *opaque);
+	void (*shutdown_failed)(void *opaque, const char *why);
 	/* vm.status: add fields to the object; NULL: only the API's own. */
 	void (*status)(void *opaque, json_t *status);
 	/*

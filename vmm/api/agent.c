@@ -214,6 +214,8 @@ static void agent_input(struct call *k, uint64_t now)
 			proc_frame(k, type, flags, payload, len);
 		} else if (k->kind == CALL_FACTS || k->kind == CALL_VM_FACTS) {
 			facts_frame(k, type, flags, payload, len);
+		} else if (k->kind == CALL_POWEROFF) {
+			vm_poweroff_frame(k, type, flags, payload, len);
 		} else {
 			fs_frame(k, type, flags, payload, len);
 		}

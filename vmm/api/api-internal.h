@@ -46,6 +46,7 @@ enum call_kind {
 	CALL_RENAME,
 	CALL_FACTS,
 	CALL_VM_FACTS,
+	CALL_POWEROFF, /* vm.shutdown's POWEROFF: no client, no answer */
 };
 
 enum agent_state {
@@ -240,6 +241,12 @@ void fs_frame(struct call *k, uint16_t type, uint16_t flags, const uint8_t *p,
 	      size_t len);
 void facts_frame(struct call *k, uint16_t type, uint16_t flags,
 		 const uint8_t *p, size_t len);
+
+/* vm.c: vm.shutdown's POWEROFF, after the answer went out */
+void vm_poweroff_start(struct api *api);
+void vm_poweroff_frame(struct call *k, uint16_t type, uint16_t flags,
+		       const uint8_t *p, size_t len);
+void vm_poweroff_failed(struct call *k, const char *why);
 
 /* proc.c */
 void proc_kill(struct call *k, int sig, uint64_t now);

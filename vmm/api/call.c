@@ -124,6 +124,11 @@ void call_reply(struct call *k, json_t *result)
  */
 void call_fail(struct call *k, int code, json_t *data, const char *why)
 {
+	if (k->kind == CALL_POWEROFF) {
+		json_decref(data);
+		vm_poweroff_failed(k, why);
+		return;
+	}
 	if (k->kind == CALL_VM_FACTS && !k->replied) {
 		json_t *res = json_pack("{s:O, s:{s:i, s:o}}", "facts",
 					k->entries, "guestError", "code", code,
@@ -363,7 +368,7 @@ void call_tick(struct call *k, uint64_t now)
 	if (!k->deadline || now < k->deadline)
 		return;
 	k->deadline = 0;
-	if (k->st != AG_ACTIVE) {
+	if (k->st != AG_ACTIVE || !call_is_proc(k)) {
 		call_fail(k, API_E_TIMEOUT, NULL,
 			  "timed out before the guest agent answered");
 		call_done(k);

@@ -164,6 +164,7 @@ static void do_shutdown(struct api *api)
 		return;
 	api->shutdown_called = true;
 	api->p.shutdown(api->p.opaque);
+	vm_poweroff_start(api);
 }
 
 /* Gone: its calls run on without it (processes are killed). */
