@@ -29,11 +29,23 @@
 #define API_READ_INLINE_MAX (1U << 20)	 /* fs.readFile without stream */
 #define API_READDIR_MAX	    100000U	 /* entries in one fs.readDir */
 /*
+ * What the API holds for answers it is still collecting from the guest
+ * (fs.readDir entries, facts, exec output, fs.readFile data without
+ * stream), in bytes of what the answer will carry: per answer, per
+ * client, in all. The agent is hostile: past these the request fails
+ * with API_E_LIMIT (exec output is truncated) instead of the vmm growing.
+ */
+#define API_RESULT_MAX	    (16U << 20)
+#define API_CLIENT_HELD_MAX (32U << 20)
+#define API_HELD_MAX	    (64U << 20)
+/*
  * accept4 failed for want of a descriptor or memory (EMFILE, ENFILE,
  * ENOBUFS, ENOMEM): the listener stays readable, so it is not polled
  * again for this long (ms) instead of a busy loop.
  */
 #define API_ACCEPT_BACKOFF_MS 100U
+/* Unsent bytes to one agent connection: past them it is not reading. */
+#define API_AGENT_OUT_MAX   (4U << 20)
 #define API_POWEROFF_ANSWER_MS 5000U /* vm.shutdown: the agent's RESULT */
 
 /* JSON-RPC error codes: the standard ones, then Kiln's own. */

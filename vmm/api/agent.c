@@ -33,6 +33,16 @@ void agent_send(struct call *k, uint16_t type, uint16_t flags,
 
 	if (k->out_broken || k->fd < 0)
 		return;
+	if (k->aout.len + sizeof(f) + len > API_AGENT_OUT_MAX) {
+		/* It stopped reading: as if its socket had failed. */
+		k->out_broken = true;
+		bytequeue__free(&k->aout);
+		if (k->pending)
+			call_flush_pending(
+				k, API_E_AGENT,
+				"the guest stopped reading this stream", NULL);
+		return;
+	}
 	kiln_frame__pack(&f, type, flags, len);
 	if (bytequeue__append(&k->aout, &f, sizeof(f)) ||
 	    (len && bytequeue__append(&k->aout, payload, len))) {

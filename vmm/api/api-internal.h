@@ -63,6 +63,7 @@ struct client {
 	struct bytequeue in, out;
 	size_t scanned; /* bytes of in already searched for '\n' */
 	unsigned int nr_calls;
+	size_t held; /* bytes its calls hold for answers: call_hold() */
 	bool read_eof;	     /* half-closed: answer, then close */
 	bool closing;	     /* flush out, then close (protocol error) */
 	bool shutdown_after; /* vm.shutdown once out is flushed */
@@ -110,6 +111,7 @@ struct call {
 	bool streamed;	 /* fs.readFile: chunks as notifications */
 	uint64_t offset; /* fs.readFile: where the data starts */
 	uint64_t bytes;	 /* data bytes seen */
+	size_t held;	 /* bytes held for the answer: call_hold() */
 	json_t *entries; /* fs.readDir, facts */
 	uint8_t *upload; /* fs.writeFile in one call */
 	size_t upload_len;
@@ -143,6 +145,7 @@ struct api {
 	struct call *calls;
 	unsigned int nr_calls, nr_streams;
 	uint64_t next_stream;
+	size_t held; /* bytes all calls hold for answers */
 
 	struct pollfd *pfds;
 	struct pref *refs;
@@ -178,6 +181,7 @@ json_t *api_json_str(const char *s);
 json_t *api_json_base64(const void *p, size_t n);
 void api_json_guest_bytes(json_t *obj, const char *key, const uint8_t *p,
 			  size_t n);
+size_t api_json_weight(const json_t *j);
 
 /* client.c: answers to c (NULL or dead: dropped); json_t args are stolen */
 void client_reply(struct client *c, json_t *id, json_t *result);
@@ -215,6 +219,8 @@ void call_done(struct call *k);
 void call_lost(struct call *k, const char *why);
 void call_errno(struct call *k, const uint8_t *p, size_t len);
 void call_abort(struct call *k, bool cancelled);
+int call_hold(struct call *k, size_t n);
+void call_fail_held(struct call *k, int err);
 void call_list_result(struct call *k, const uint8_t *p, size_t len,
 		      uint16_t tag, json_t *(*entry)(const uint8_t *, size_t),
 		      const char *key);

@@ -288,6 +288,43 @@ static bool result_more(const uint8_t *p, size_t len)
 }
 
 /*
+ * Charges n more bytes held for k's answer against the API's budgets
+ * (api.h): 0, -E2BIG past the answer's own, -ENOBUFS past its client's
+ * or the API's.
+ */
+int call_hold(struct call *k, size_t n)
+{
+	struct api *api = k->api;
+	struct client *c = k->client;
+
+	if (k->held + n > API_RESULT_MAX)
+		return -E2BIG;
+	if (api->held + n > API_HELD_MAX ||
+	    (c && c->held + n > API_CLIENT_HELD_MAX))
+		return -ENOBUFS;
+	k->held += n;
+	api->held += n;
+	if (c)
+		c->held += n;
+	return 0;
+}
+
+/* The answer outgrew a budget (call_hold's err): fail, naming it. */
+void call_fail_held(struct call *k, int err)
+{
+	if (err == -E2BIG)
+		call_fail(k, API_E_LIMIT,
+			  json_pack("{s:I}", "limit", (json_int_t)API_RESULT_MAX),
+			  "answer larger than the API's limit");
+	else
+		call_fail(k, API_E_LIMIT,
+			  json_pack("{s:I}", "limit",
+				    (json_int_t)API_CLIENT_HELD_MAX),
+			  "too many answers being collected at once");
+	call_done(k);
+}
+
+/*
  * RESULT frames with lists (fs.readDir's T_ENTRY, the facts' T_FACT):
  * each field tagged tag becomes an element of k->entries through entry();
  * the last frame (no T_MORE) answers { key: entries }.
@@ -300,6 +337,8 @@ void call_list_result(struct call *k, const uint8_t *p, size_t len,
 	const uint8_t *val;
 	uint32_t vlen;
 	uint16_t t;
+	json_t *e;
+	int ret;
 
 	kiln_tlv__iter(&it, p, len);
 	while (kiln_tlv__next(&it, &t, &val, &vlen) == 1) {
@@ -312,7 +351,17 @@ void call_list_result(struct call *k, const uint8_t *p, size_t len,
 			call_done(k);
 			return;
 		}
-		json_array_append_new(k->entries, entry(val, vlen));
+		e = entry(val, vlen);
+		ret = e ? call_hold(k, api_json_weight(e)) : -ENOMEM;
+		if (ret) {
+			json_decref(e);
+			if (ret == -ENOMEM)
+				call_lost(k, "out of memory");
+			else
+				call_fail_held(k, ret);
+			return;
+		}
+		json_array_append_new(k->entries, e);
 	}
 	if (result_more(p, len))
 		return;
@@ -411,6 +460,9 @@ uint64_t call_next_timer(const struct call *k)
 /* Frees a dead call (reap()), uncounting it. */
 void call_free(struct api *api, struct call *k)
 {
+	api->held -= k->held;
+	if (k->client)
+		k->client->held -= k->held;
 	api->nr_calls--;
 	if (k->stream)
 		api->nr_streams--;

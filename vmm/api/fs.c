@@ -88,6 +88,8 @@ static uint64_t result_size(const uint8_t *p, size_t len, uint64_t dflt)
 
 static void read_data(struct call *k, const uint8_t *p, size_t len)
 {
+	int ret;
+
 	if (k->streamed) {
 		client_notify(k->client, "fs.chunk",
 			      json_pack("{s:O, s:I, s:o}", "id", k->id,
@@ -102,6 +104,12 @@ static void read_data(struct call *k, const uint8_t *p, size_t len)
 			  "file too large for one answer: use stream or "
 			  "offset/length");
 		call_done(k);
+		return;
+	}
+	/* Kept for the answer (the append above is what it costs). */
+	ret = k->streamed ? 0 : call_hold(k, len);
+	if (ret) {
+		call_fail_held(k, ret);
 		return;
 	}
 	k->bytes += len;
