@@ -17,6 +17,7 @@
 #include <stddef.h>
 
 #include "lib/compiler.h"
+#include "lib/fdbudget.h"
 #include "lib/log.h"
 
 #define API_MAX_MESSAGE	    (1U << 20)	 /* bytes in one request line */
@@ -110,6 +111,13 @@ struct api_params {
 	 * ms, 0: 10000.
 	 */
 	unsigned int agent_timeout_ms;
+	/*
+	 * The monitor's descriptor budget (lib/fdbudget.h), or NULL: each
+	 * client and each agent connection takes one from it. Empty, a new
+	 * client is turned away (API_E_LIMIT) and a request waits for the
+	 * agent as if it were not up yet.
+	 */
+	struct fd_budget *fds;
 };
 
 struct api;

@@ -22,14 +22,16 @@
 #include <unistd.h>
 
 #include "devices/virtio/vsock.h"
+#include "vmm/dns.h"
 #include "proto/agent.h"
 #include "vmm/api.h"
 #include "vmm/net-status.h"
 #include "vmm/proxy.h"
 #include "vmm/vm.h"
 
-#define CONTROL_SHUTDOWN_GRACE_S 30 /* seconds for the guest to power off */
+#define CONTROL_SHUTDOWN_GRACE_S 30  /* seconds for the guest to power off */
 #define CONTROL_ERR_LEN		 256 /* one line: what failed and why */
+#define CONTROL_FD_SPARE	 32  /* the monitor's own passing needs */
 
 static int open_agent(void *opaque)
 {
@@ -211,6 +213,23 @@ static json_t *config_facts(const struct vm *vm)
 	return facts;
 }
 
+/*
+ * The descriptor budget (Documentation/design.md), from the limit as the
+ * earlier steps raised it, less what is open now and what the proxy and
+ * DNS may open under limits of their own.
+ */
+static void fd_budget_init(struct vm *vm)
+{
+	size_t reserve = CONTROL_FD_SPARE;
+
+	if (vm->proxy)
+		reserve += 2 * (PROXY_MAX_TCP_FLOWS + PROXY_MAX_UDP_FLOWS) + 1;
+	if (vm->dns)
+		reserve += DNS_MAX_PENDING + DNS_MAX_TCP_CONNS;
+	fd_budget__set(&vm->fds, reserve);
+	pr_debug("descriptor budget: %zu", atomic_load(&vm->fds.max));
+}
+
 int control__init(struct vm *vm)
 {
 	struct api_params p = {
@@ -223,10 +242,13 @@ int control__init(struct vm *vm)
 		.set_policy = set_policy_cb,
 		.agent_ready = agent_ready_cb,
 		.agent_timeout_ms = (unsigned int)vm->cfg->agent_timeout_ms,
+		.fds = &vm->fds,
 		.opaque = vm,
 	};
 	int ret;
 
+	/* The last step before the vCPUs: every fixed descriptor is open. */
+	fd_budget_init(vm);
 	if (!vm->cfg->control_socket)
 		return 0;
 	vm->null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);

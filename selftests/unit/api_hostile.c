@@ -45,6 +45,7 @@ struct server {
 	char marker[96]; /* the fake agent creates it on a POWEROFF */
 	pid_t agent;
 	struct api *api;
+	struct fd_budget *fds; /* NULL: none */
 	atomic_int shutdowns, failures;
 	char why[256]; /* the last shutdown_failed reason */
 };
@@ -80,6 +81,7 @@ static int server_start(struct server *s)
 		.shutdown_failed = on_shutdown_failed,
 		.opaque = s,
 		.agent_timeout_ms = 500,
+		.fds = s->fds,
 	};
 	int ret;
 
@@ -87,8 +89,7 @@ static int server_start(struct server *s)
 	if (!mkdtemp(s->dir))
 		return -errno;
 	snprintf(s->api_sock, sizeof(s->api_sock), "%s/api.sock", s->dir);
-	snprintf(s->agent_sock, sizeof(s->agent_sock), "%s/agent.sock",
-		 s->dir);
+	snprintf(s->agent_sock, sizeof(s->agent_sock), "%s/agent.sock", s->dir);
 	snprintf(s->marker, sizeof(s->marker), "%s/poweroff", s->dir);
 	ret = api__create(&s->api, &p);
 	return ret ?: api__start(s->api);
@@ -126,11 +127,11 @@ static long vm_hwm_kib(void)
 /* ---- fake agents ------------------------------------------------------------ */
 
 enum hostile {
-	HUGE_ENTRIES,	 /* RESULT frames of one ~250 KiB entry, "more" */
-	STARTED_TWICE,	 /* PROC_STARTED, PROC_STARTED, PROC_EXIT */
-	POWEROFF_STUCK,	 /* takes POWEROFF, never answers */
-	POWEROFF_OK,	 /* takes POWEROFF, answers RESULT */
-	TRICKLED_HELLO,	 /* its HELLO one byte every 50 ms */
+	HUGE_ENTRIES,	/* RESULT frames of one ~250 KiB entry, "more" */
+	STARTED_TWICE,	/* PROC_STARTED, PROC_STARTED, PROC_EXIT */
+	POWEROFF_STUCK, /* takes POWEROFF, never answers */
+	POWEROFF_OK,	/* takes POWEROFF, answers RESULT */
+	TRICKLED_HELLO, /* its HELLO one byte every 50 ms */
 };
 
 #define HUGE_FRAMES 400
@@ -335,8 +336,7 @@ static json_t *status(struct __test_metadata *_metadata, struct tc *t)
 static json_int_t err_limit(json_t *m)
 {
 	return json_integer_value(json_object_get(
-		json_object_get(json_object_get(m, "error"), "data"),
-		"limit"));
+		json_object_get(json_object_get(m, "error"), "data"), "limit"));
 }
 
 /*
@@ -544,6 +544,54 @@ TEST_F(hostile, accept_backs_off_at_emfile)
 	EXPECT_EQ(2, res_int(m, "clients"));
 	json_decref(m);
 	tc_close(&late);
+}
+
+/*
+ * The descriptor budget the monitor shares with vsock: the API's clients
+ * and agent connections take from it. Spent, a new client is told so and
+ * closed, and a request cannot reach the agent (its retries back off),
+ * while the clients already in are served.
+ */
+TEST(descriptor_budget_is_shared)
+{
+	struct fd_budget b = { 0 };
+	struct server s = { .fds = &b };
+	struct tc t, extra;
+	const char *msg;
+	json_t *m;
+	bool eof;
+
+	ASSERT_EQ(0, server_start(&s));
+	ASSERT_EQ(0, tc_open(&t, s.api_sock));
+	m = tc_call(&t, 1, "vm.status", NULL); /* t is in: one taken */
+	ASSERT_TRUE(m && result(m));
+	json_decref(m);
+	EXPECT_EQ(1U, atomic_load(&b.held));
+	atomic_store(&b.max, 1); /* as if vsock held the rest */
+
+	ASSERT_EQ(0, tc_open(&extra, s.api_sock));
+	m = tc_recv(&extra, TC_WAIT_MS, &eof);
+	ASSERT_TRUE(m != NULL);
+	EXPECT_EQ(API_E_LIMIT, err_code(m));
+	msg = json_string_value(
+		json_object_get(json_object_get(m, "error"), "message"));
+	EXPECT_NE(NULL, strstr(msg ? msg : "", "descriptor budget"));
+	json_decref(m);
+	tc_close(&extra);
+
+	m = tc_call(&t, 2, "exec", json_pack("{s:[s]}", "argv", "true"));
+	ASSERT_TRUE(m != NULL);
+	EXPECT_EQ(API_E_AGENT, err_code(m));
+	msg = json_string_value(
+		json_object_get(json_object_get(m, "error"), "message"));
+	EXPECT_NE(NULL, strstr(msg ? msg : "", strerror(EMFILE)))
+	TH_LOG("message: %s", msg);
+	json_decref(m);
+	EXPECT_EQ(1U, atomic_load(&b.held));
+
+	tc_close(&t);
+	server_stop(&s);
+	EXPECT_EQ(0U, atomic_load(&b.held)); /* all given back */
 }
 
 TEST_HARNESS_MAIN

@@ -1060,8 +1060,9 @@ static int loop_mount(const char *image, const char *dir, int *loop_fd)
 	if (fd < 0 || img < 0 || ioctl(fd, LOOP_SET_FD, img) < 0)
 		ret = -errno;
 	/* Detached by the kernel once unmounted, however the test ends. */
-	if (!ret && ioctl(fd, LOOP_SET_STATUS64,
-			  &(struct loop_info64){ .lo_flags = LO_FLAGS_AUTOCLEAR }))
+	if (!ret &&
+	    ioctl(fd, LOOP_SET_STATUS64,
+		  &(struct loop_info64){ .lo_flags = LO_FLAGS_AUTOCLEAR }))
 		ret = -errno;
 	if (img >= 0)
 		close(img);

@@ -104,8 +104,14 @@ void agent_try_open(struct call *k, uint64_t now)
 	char line[32];
 	int fd, n;
 
+	if (api->p.fds && fd_budget__take(api->p.fds, 1)) {
+		agent_retry(k, -EMFILE, now);
+		return;
+	}
 	fd = api->p.open_agent(api->p.opaque);
 	if (fd < 0) {
+		if (api->p.fds)
+			fd_budget__put(api->p.fds, 1);
 		agent_retry(k, fd, now);
 		return;
 	}

@@ -184,8 +184,11 @@ void call_fail(struct call *k, int code, json_t *data, const char *why)
 /* Drops the agent connection and what was queued on it. */
 void call_close_fd(struct call *k)
 {
-	if (k->fd >= 0)
+	if (k->fd >= 0) {
 		close(k->fd);
+		if (k->api->p.fds)
+			fd_budget__put(k->api->p.fds, 1);
+	}
 	k->fd = -1;
 	bytequeue__free(&k->ain);
 	bytequeue__free(&k->aout);
@@ -313,9 +316,10 @@ int call_hold(struct call *k, size_t n)
 void call_fail_held(struct call *k, int err)
 {
 	if (err == -E2BIG)
-		call_fail(k, API_E_LIMIT,
-			  json_pack("{s:I}", "limit", (json_int_t)API_RESULT_MAX),
-			  "answer larger than the API's limit");
+		call_fail(
+			k, API_E_LIMIT,
+			json_pack("{s:I}", "limit", (json_int_t)API_RESULT_MAX),
+			"answer larger than the API's limit");
 	else
 		call_fail(k, API_E_LIMIT,
 			  json_pack("{s:I}", "limit",

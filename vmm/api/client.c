@@ -177,6 +177,8 @@ void client_kill(struct client *c)
 	c->dead = true;
 	close(c->fd);
 	c->fd = -1;
+	if (c->api->p.fds)
+		fd_budget__put(c->api->p.fds, 1);
 	for (k = c->api->calls; k; k = k->next) {
 		if (k->client != c)
 			continue;
@@ -300,12 +302,26 @@ static void accept_failed(struct api *api, int err)
 	api->accept_warned = true;
 }
 
-/* Up to 16 new clients a round; past API_MAX_CLIENTS, turned away. */
+/* One line saying why, then closed. */
+static void turn_away(int fd, const char *line)
+{
+	if (send(fd, line, strlen(line), MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
+		(void)0; /* it is being turned away anyway */
+	close(fd);
+}
+
+/*
+ * Up to 16 new clients a round; past API_MAX_CLIENTS or the descriptor
+ * budget, turned away.
+ */
 void client_accept(struct api *api)
 {
 	static const char busy[] =
 		"{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32004,"
 		"\"message\":\"too many clients\"}}\n";
+	static const char no_fds[] =
+		"{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32004,"
+		"\"message\":\"the monitor's descriptor budget is spent\"}}\n";
 	struct client *c;
 	int fd, i;
 
@@ -316,13 +332,16 @@ void client_accept(struct api *api)
 			accept_failed(api, errno);
 			return;
 		}
+		if (api->p.fds && fd_budget__take(api->p.fds, 1)) {
+			turn_away(fd, no_fds);
+			continue;
+		}
 		c = api->nr_clients < API_MAX_CLIENTS ? calloc(1, sizeof(*c)) :
 							NULL;
 		if (!c) {
-			if (send(fd, busy, sizeof(busy) - 1,
-				 MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
-				(void)0; /* it is being turned away anyway */
-			close(fd);
+			if (api->p.fds)
+				fd_budget__put(api->p.fds, 1);
+			turn_away(fd, busy);
 			continue;
 		}
 		c->api = api;

@@ -127,11 +127,15 @@ size_t api_json_weight(const json_t *j)
 		return w + json_string_length(j);
 	case JSON_OBJECT:
 		json_object_foreach((json_t *)j, key, v)
+		{
 			w += strlen(key) + api_json_weight(v);
+		}
 		return w;
 	case JSON_ARRAY:
 		json_array_foreach(j, i, v)
+		{
 			w += api_json_weight(v);
+		}
 		return w;
 	default:
 		return w + 8;
