@@ -377,6 +377,44 @@ TEST_F_TIMEOUT(hostile, huge_entries_are_bounded, 120)
 	json_decref(m);
 }
 
+/*
+ * The same directory with stream: every entry reaches the client, one
+ * notification per frame, and the API holds one frame's worth at a time
+ * (the client's output bound stops it reading the agent meanwhile).
+ */
+TEST_F_TIMEOUT(hostile, huge_directory_streams, 120)
+{
+	long before = vm_hwm_kib();
+	json_int_t entries = 0, notes = 0;
+	const char *method;
+	json_t *m, *e;
+	bool eof;
+
+	ASSERT_EQ(0, run_fake(&self->s, HUGE_ENTRIES));
+	ASSERT_EQ(0, tc_request(&self->t, 1, "fs.readDir",
+				json_pack("{s:s, s:b}", "path", "/", "stream",
+					  1)));
+	for (;;) {
+		m = tc_recv(&self->t, TC_WAIT_MS, &eof);
+		ASSERT_TRUE(m != NULL);
+		if (msg_has_id(m, 1))
+			break;
+		method = json_string_value(json_object_get(m, "method"));
+		EXPECT_STREQ("fs.entries", method ? method : "");
+		e = json_object_get(json_object_get(m, "params"), "entries");
+		entries += json_array_size(e);
+		notes++;
+		json_decref(m);
+	}
+	EXPECT_EQ(HUGE_FRAMES, res_int(m, "count"));
+	json_decref(m);
+	EXPECT_EQ(HUGE_FRAMES, entries);
+	EXPECT_EQ(HUGE_FRAMES, notes);
+	EXPECT_GT(4 * (long)(API_RESULT_MAX >> 10) + 32768,
+		  vm_hwm_kib() - before)
+	TH_LOG("peak memory grew by %ld KiB", vm_hwm_kib() - before);
+}
+
 /* A second PROC_STARTED would queue stdin frames again, each time. */
 TEST_F(hostile, started_twice_is_a_protocol_error)
 {

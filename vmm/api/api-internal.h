@@ -108,9 +108,9 @@ struct call {
 	bool out_trunc, err_trunc;
 
 	/* files */
-	bool streamed;	 /* fs.readFile: chunks as notifications */
+	bool streamed;	 /* fs.readFile, fs.readDir: as notifications */
 	uint64_t offset; /* fs.readFile: where the data starts */
-	uint64_t bytes;	 /* data bytes seen */
+	uint64_t bytes;	 /* data bytes seen; fs.readDir stream: entries */
 	size_t held;	 /* bytes held for the answer: call_hold() */
 	json_t *entries; /* fs.readDir, facts */
 	uint8_t *upload; /* fs.writeFile in one call */

@@ -329,6 +329,27 @@ void call_fail_held(struct call *k, int err)
 }
 
 /*
+ * fs.readDir with stream: a frame's entries go out as one notification
+ * and are held no longer; the client's output bound (API_OUT_HIGH) then
+ * stops reading the agent, so a huge directory is never held whole.
+ */
+static void list_stream_out(struct call *k)
+{
+	size_t n = json_array_size(k->entries);
+
+	if (n)
+		client_notify(k->client, "fs.entries",
+			      json_pack("{s:O, s:O}", "id", k->id, "entries",
+					k->entries));
+	k->bytes += n;
+	json_array_clear(k->entries);
+	k->api->held -= k->held;
+	if (k->client)
+		k->client->held -= k->held;
+	k->held = 0;
+}
+
+/*
  * RESULT frames with lists (fs.readDir's T_ENTRY, the facts' T_FACT):
  * each field tagged tag becomes an element of k->entries through entry();
  * the last frame (no T_MORE) answers { key: entries }.
@@ -348,7 +369,8 @@ void call_list_result(struct call *k, const uint8_t *p, size_t len,
 	while (kiln_tlv__next(&it, &t, &val, &vlen) == 1) {
 		if (t != tag)
 			continue;
-		if (json_array_size(k->entries) >= API_READDIR_MAX) {
+		if (!k->streamed &&
+		    json_array_size(k->entries) >= API_READDIR_MAX) {
 			call_fail(k, API_E_LIMIT, NULL,
 				  "more directory entries than the API's "
 				  "limit");
@@ -367,10 +389,16 @@ void call_list_result(struct call *k, const uint8_t *p, size_t len,
 		}
 		json_array_append_new(k->entries, e);
 	}
+	if (k->streamed)
+		list_stream_out(k);
 	if (result_more(p, len))
 		return;
 	k->done_frame = true;
-	call_reply(k, json_pack("{s:O}", key, k->entries));
+	if (k->streamed)
+		call_reply(k,
+			   json_pack("{s:I}", "count", (json_int_t)k->bytes));
+	else
+		call_reply(k, json_pack("{s:O}", key, k->entries));
 	call_done(k);
 }
 

@@ -225,7 +225,7 @@ static bool param_mode(struct rpc *r, struct kiln_buf *b)
 /* fs.stat, fs.readDir, fs.mkdir, fs.remove: a path and some flags. */
 static void fs_simple(struct rpc *r, enum call_kind kind, uint16_t type)
 {
-	bool recursive = false, force = false;
+	bool recursive = false, force = false, streamed = false;
 	struct kiln_buf b;
 	struct call *k;
 	int ret = 0;
@@ -235,6 +235,13 @@ static void fs_simple(struct rpc *r, enum call_kind kind, uint16_t type)
 	    !param_bool(r, "recursive", &recursive) ||
 	    !param_bool(r, "force", &force))
 		goto out;
+	/* fs.readDir: entries as notifications (list_stream_out). */
+	if (kind == CALL_READDIR && !param_bool(r, "stream", &streamed))
+		goto out;
+	if (streamed && !r->id) {
+		param_error(r, "stream: needs a request id");
+		goto out;
+	}
 	if (kind == CALL_MKDIR && !param_mode(r, &b))
 		goto out;
 	if (recursive)
@@ -246,8 +253,10 @@ static void fs_simple(struct rpc *r, enum call_kind kind, uint16_t type)
 		goto out;
 	}
 	k = call_new(r, kind, false);
-	if (k)
-		call_start(k, type, &b);
+	if (!k)
+		goto out;
+	k->streamed = streamed;
+	call_start(k, type, &b);
 out:
 	kiln_buf__free(&b);
 }
