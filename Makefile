@@ -26,6 +26,7 @@ core-obj-y += lib/worker.o
 core-obj-y += lib/base64.o
 core-obj-y += lib/errf.o
 core-obj-y += lib/bytequeue.o
+core-obj-y += lib/fdbudget.o
 core-obj-y += lib/hashtable.o
 core-obj-y += lib/radix.o
 core-obj-y += lib/siphash.o

@@ -17,6 +17,7 @@
 #include <stddef.h>
 
 #include "lib/compiler.h"
+#include "lib/fdbudget.h"
 #include "lib/log.h"
 
 #define API_MAX_MESSAGE	    (1U << 20)	 /* bytes in one request line */
@@ -28,6 +29,25 @@
 #define API_EXEC_OUTPUT_MAX (1U << 20)	 /* exec: stdout, stderr each */
 #define API_READ_INLINE_MAX (1U << 20)	 /* fs.readFile without stream */
 #define API_READDIR_MAX	    100000U	 /* entries in one fs.readDir */
+/*
+ * What the API holds for answers it is still collecting from the guest
+ * (fs.readDir entries, facts, exec output, fs.readFile data without
+ * stream), in bytes of what the answer will carry: per answer, per
+ * client, in all. The agent is hostile: past these the request fails
+ * with API_E_LIMIT (exec output is truncated) instead of the vmm growing.
+ */
+#define API_RESULT_MAX	    (16U << 20)
+#define API_CLIENT_HELD_MAX (32U << 20)
+#define API_HELD_MAX	    (64U << 20)
+/*
+ * accept4 failed for want of a descriptor or memory (EMFILE, ENFILE,
+ * ENOBUFS, ENOMEM): the listener stays readable, so it is not polled
+ * again for this long (ms) instead of a busy loop.
+ */
+#define API_ACCEPT_BACKOFF_MS 100U
+/* Unsent bytes to one agent connection: past them it is not reading. */
+#define API_AGENT_OUT_MAX   (4U << 20)
+#define API_POWEROFF_ANSWER_MS 5000U /* vm.shutdown: the agent's RESULT */
 
 /* JSON-RPC error codes: the standard ones, then Kiln's own. */
 #define API_E_PARSE	      -32700
@@ -57,8 +77,17 @@ struct api_params {
 	unsigned int vsock_port;
 	/* vm.facts: the config facts, an array (copied); NULL: none. */
 	const json_t *config_facts;
-	/* vm.shutdown, after its answer went out; NULL: not offered. */
+	/*
+	 * vm.shutdown, after its answer went out (the monitor arms its
+	 * deadline); NULL: not offered. The API then asks the guest agent
+	 * to power off (POWEROFF) on a connection of its own, like any
+	 * request: nothing waits for the guest. When the agent cannot be
+	 * told (unreachable, an error, no RESULT within
+	 * API_POWEROFF_ANSWER_MS), shutdown_failed follows, with one line
+	 * saying why (NULL: not told).
+	 */
 	void (*shutdown)(void *opaque);
+	void (*shutdown_failed)(void *opaque, const char *why);
 	/* vm.status: add fields to the object; NULL: only the API's own. */
 	void (*status)(void *opaque, json_t *status);
 	/*
@@ -82,6 +111,13 @@ struct api_params {
 	 * ms, 0: 10000.
 	 */
 	unsigned int agent_timeout_ms;
+	/*
+	 * The monitor's descriptor budget (lib/fdbudget.h), or NULL: each
+	 * client and each agent connection takes one from it. Empty, a new
+	 * client is turned away (API_E_LIMIT) and a request waits for the
+	 * agent as if it were not up yet.
+	 */
+	struct fd_budget *fds;
 };
 
 struct api;

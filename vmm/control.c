@@ -7,13 +7,13 @@
  *
  * vm.shutdown asks the guest to power off through the agent (POWEROFF:
  * init syncs and unmounts, then reports status 0), so a persistent root
- * disk is left clean; a guest that does not comply within
- * CONTROL_SHUTDOWN_GRACE_S is stopped.
+ * disk is left clean; the API sends it without blocking its thread. A
+ * guest that does not comply within CONTROL_SHUTDOWN_GRACE_S is
+ * stopped, and one whose agent refuses or cannot be reached at once.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,17 +22,17 @@
 #include <unistd.h>
 
 #include "devices/virtio/vsock.h"
+#include "vmm/dns.h"
 #include "proto/agent.h"
-#include "proto/tlv.h"
 #include "vmm/api.h"
 #include "vmm/facts.h"
 #include "vmm/net-status.h"
 #include "vmm/proxy.h"
 #include "vmm/vm.h"
 
-#define CONTROL_SHUTDOWN_GRACE_S 30 /* seconds for the guest to power off */
-#define CONTROL_AGENT_IO_MS	 5000
+#define CONTROL_SHUTDOWN_GRACE_S 30  /* seconds for the guest to power off */
 #define CONTROL_ERR_LEN		 256 /* one line: what failed and why */
+#define CONTROL_FD_SPARE	 32  /* the monitor's own passing needs */
 
 static int open_agent(void *opaque)
 {
@@ -49,116 +49,29 @@ static int open_agent(void *opaque)
 	return sv[0];
 }
 
-/* Exactly len bytes, or -ETIMEDOUT / -EPIPE / -errno. */
-static int xfer(int fd, void *buf, size_t len, bool out)
-{
-	struct pollfd p = { .fd = fd, .events = out ? POLLOUT : POLLIN };
-	size_t done = 0;
-	ssize_t n;
-
-	while (done < len) {
-		if (poll(&p, 1, CONTROL_AGENT_IO_MS) <= 0)
-			return -ETIMEDOUT;
-		n = out ? send(fd, (uint8_t *)buf + done, len - done,
-			       MSG_NOSIGNAL | MSG_DONTWAIT) :
-			  recv(fd, (uint8_t *)buf + done, len - done,
-			       MSG_DONTWAIT);
-		if (n < 0 && (errno == EINTR || errno == EAGAIN))
-			continue;
-		if (n <= 0)
-			return n < 0 ? -errno : -EPIPE;
-		done += n;
-	}
-	return 0;
-}
-
-/* One frame, its payload skipped: *type, or -errno. */
-static int read_frame(int fd, uint16_t *type)
-{
-	struct kiln_frame f;
-	uint16_t flags;
-	uint32_t len;
-	uint8_t skip[256];
-	int ret;
-
-	ret = xfer(fd, &f, sizeof(f), false);
-	if (ret)
-		return ret;
-	if (kiln_frame__unpack(&f, type, &flags, &len))
-		return -EPROTO;
-	while (len) {
-		uint32_t n = len < sizeof(skip) ? len : sizeof(skip);
-
-		ret = xfer(fd, skip, n, false);
-		if (ret)
-			return ret;
-		len -= n;
-	}
-	return 0;
-}
-
-/* The "OK <port>\n" the vsock device answers a CONNECT with. */
-static int read_ok_line(int fd)
-{
-	char line[32];
-	size_t i;
-
-	for (i = 0; i < sizeof(line) - 1; i++) {
-		if (xfer(fd, &line[i], 1, false))
-			return -EPIPE;
-		if (line[i] == '\n')
-			break;
-	}
-	return strncmp(line, "OK ", 3) ? -ECONNREFUSED : 0;
-}
-
-/* POWEROFF through the agent, synchronously (API thread, a few ms). */
-static int agent_poweroff(struct vm *vm)
-{
-	char connect[32];
-	struct kiln_frame f;
-	uint16_t type;
-	int fd, ret;
-
-	fd = open_agent(vm);
-	if (fd < 0)
-		return fd;
-	snprintf(connect, sizeof(connect), "CONNECT %u\n", KILN_AGENT_PORT);
-	ret = xfer(fd, connect, strlen(connect), true);
-	if (!ret)
-		ret = read_ok_line(fd);
-	if (!ret)
-		ret = read_frame(fd, &type);
-	if (!ret && type != KILN_MSG_HELLO)
-		ret = -EPROTO;
-	if (!ret) {
-		kiln_frame__pack(&f, KILN_MSG_POWEROFF, 0, 0);
-		ret = xfer(fd, &f, sizeof(f), true);
-	}
-	if (!ret)
-		ret = read_frame(fd, &type);
-	if (!ret && type != KILN_MSG_RESULT)
-		ret = -EPROTO;
-	close(fd);
-	return ret;
-}
-
+/*
+ * vm.shutdown: the guest has CONTROL_SHUTDOWN_GRACE_S from now. The API
+ * asks its agent to power off without waiting on the guest (a slow or
+ * hostile agent must not hold up the control socket: api.h).
+ */
 static void shutdown_cb(void *opaque)
 {
 	struct vm *vm = opaque;
 	struct timespec now;
-	int ret;
 
 	clock_gettime(CLOCK_MONOTONIC, &now);
 	atomic_store(&vm->shutdown_deadline,
 		     now.tv_sec + CONTROL_SHUTDOWN_GRACE_S);
-	ret = agent_poweroff(vm);
-	if (ret) {
-		pr_warn("vm.shutdown: the guest agent did not take the power "
-			"off request (%s); stopping the VM",
-			strerror(-ret));
-		vm__stop(vm, VM_STOP_SHUTDOWN, 0, NULL);
-	}
+}
+
+static void shutdown_failed_cb(void *opaque, const char *why)
+{
+	struct vm *vm = opaque;
+
+	pr_warn("vm.shutdown: the guest agent did not take the power off "
+		"request (%s); stopping the VM",
+		why);
+	vm__stop(vm, VM_STOP_SHUTDOWN, 0, NULL);
 }
 
 /* The proxy's counters and the egress program's (vmm/net-status.h). */
@@ -231,6 +144,23 @@ static void agent_ready_cb(void *opaque)
 	}
 }
 
+/*
+ * The descriptor budget (Documentation/design.md), from the limit as the
+ * earlier steps raised it, less what is open now and what the proxy and
+ * DNS may open under limits of their own.
+ */
+static void fd_budget_init(struct vm *vm)
+{
+	size_t reserve = CONTROL_FD_SPARE;
+
+	if (vm->proxy)
+		reserve += 2 * (PROXY_MAX_TCP_FLOWS + PROXY_MAX_UDP_FLOWS) + 1;
+	if (vm->dns)
+		reserve += DNS_MAX_PENDING + DNS_MAX_TCP_CONNS;
+	fd_budget__set(&vm->fds, reserve);
+	pr_debug("descriptor budget: %zu", atomic_load(&vm->fds.max));
+}
+
 int control__init(struct vm *vm)
 {
 	struct api_params p = {
@@ -238,16 +168,20 @@ int control__init(struct vm *vm)
 		.open_agent = open_agent,
 		.vsock_port = KILN_AGENT_PORT,
 		.shutdown = shutdown_cb,
+		.shutdown_failed = shutdown_failed_cb,
 		.status = status_cb,
 		.set_policy = set_policy_cb,
 		.agent_ready = agent_ready_cb,
 		.agent_timeout_ms = (unsigned int)vm->cfg->agent_timeout_ms,
+		.fds = &vm->fds,
 		.opaque = vm,
 	};
 	const struct rootfs_image *img =
 		vm->cfg->rootfs.descriptor ? &vm->rootfs : NULL;
 	int ret;
 
+	/* The last step before the vCPUs: every fixed descriptor is open. */
+	fd_budget_init(vm);
 	if (!vm->cfg->control_socket)
 		return 0;
 	vm->null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);

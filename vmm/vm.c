@@ -870,6 +870,7 @@ static int vsock_init(struct vm *vm)
 		.uds_path = c->socket_path,
 		.mem = &vm->mem,
 		.irq = vm__virtio_irq(vm, VIRTIO_SLOT_VSOCK),
+		.fds = &vm->fds,
 	};
 	int ret;
 

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "lib/compiler.h"
+#include "lib/fdbudget.h"
 #include "bootloader/boot.h"
 #include "devices/exit-dev.h"
 #include "devices/virtio/guest-mem.h"
@@ -152,6 +153,12 @@ struct vm {
 	int ready_fd; /* start --detach: the parent waits on it */
 	int null_fd;  /* /dev/null, for after a detach */
 	atomic_llong shutdown_deadline; /* CLOCK_MONOTONIC s; 0: none */
+	/*
+	 * The descriptor budget the guest and the API's clients draw on
+	 * (lib/fdbudget.h): vsock connections, API clients and agent
+	 * connections. Set by control__init, once every fixed one is open.
+	 */
+	struct fd_budget fds;
 
 	unsigned int nr_vcpus;
 	struct vcpu **vcpus;

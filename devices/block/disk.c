@@ -258,18 +258,51 @@ static int base_open(struct disk *d, const struct disk_params *p)
 	return 0;
 }
 
+/*
+ * Gives the map's pages their blocks now. A store through the mapping
+ * into a page that is still a hole needs a block at that moment; on a
+ * full filesystem the kernel can only answer with SIGBUS, and a guest
+ * that fills the filesystem (through this disk or a bind mount) and
+ * then zeroes a block never touched would kill the monitor. Allocated
+ * here, a full filesystem fails the open instead. A filesystem without
+ * fallocate keeps the old risk, with a warning.
+ */
+static int map_reserve(struct disk *d, uint64_t start, const char *what)
+{
+	uint64_t page = sysconf(_SC_PAGESIZE);
+	uint64_t len = (d->map_mem_len + page - 1) & ~(page - 1);
+	int ret;
+
+	/* Past the map's last page comes data_offset: len stays below it. */
+	if (!fallocate(d->delta_fd, 0, start, len))
+		return 0;
+	ret = -errno;
+	if (ret == -EOPNOTSUPP) {
+		pr_warn("%s: cannot allocate the block map up front "
+			"(fallocate: %s): a full filesystem may stop the VM",
+			what, strerror(-ret));
+		return 0;
+	}
+	pr_err("%s: allocating the block map (%" PRIu64 " bytes): %s", what,
+	       len, strerror(-ret));
+	return ret;
+}
+
 /* Maps the map; the file must already be delta_file_size() long. */
 static int map_delta(struct disk *d, const char *what)
 {
 	uint64_t page = sysconf(_SC_PAGESIZE);
 	uint64_t start = d->map_offset & ~(page - 1);
+	int ret;
 
 	d->map_mem_len = d->map_offset + d->nr_blocks - start;
+	ret = map_reserve(d, start, what);
+	if (ret)
+		return ret;
 	d->map_mem = mmap(NULL, d->map_mem_len, PROT_READ | PROT_WRITE,
 			  MAP_SHARED, d->delta_fd, start);
 	if (d->map_mem == MAP_FAILED) {
-		int ret = -errno;
-
+		ret = -errno;
 		d->map_mem = NULL;
 		pr_err("%s: mmap of the block map: %s", what, strerror(-ret));
 		return ret;

@@ -146,14 +146,20 @@ static struct vsock_conn *conn_new(struct vsock *v, int fd,
 				   enum conn_state state)
 {
 	struct epoll_event ev = { .events = EPOLLIN | EPOLLRDHUP | EPOLLET };
-	struct vsock_conn *c = calloc(1, sizeof(*c));
+	struct vsock_conn *c;
 
-	if (!c)
+	if (v->fds && fd_budget__take(v->fds, 1)) {
+		vsock_warn(v, "the monitor's descriptor budget is spent: "
+			      "connection refused");
 		return NULL;
+	}
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		goto out_put;
 	ev.data.ptr = c;
 	if (epoll_ctl(v->ep_fd, EPOLL_CTL_ADD, fd, &ev) < 0) {
 		free(c);
-		return NULL;
+		goto out_put;
 	}
 	c->fd = fd;
 	c->state = state;
@@ -163,6 +169,10 @@ static struct vsock_conn *conn_new(struct vsock *v, int fd,
 	list_add_tail(&c->node, &v->conns);
 	v->nr_conns++;
 	return c;
+out_put:
+	if (v->fds)
+		fd_budget__put(v->fds, 1);
+	return NULL;
 }
 
 /*
@@ -233,6 +243,8 @@ static void free_dead(struct vsock *v)
 		list_del(&c->node);
 		free(c);
 		v->nr_conns--;
+		if (v->fds)
+			fd_budget__put(v->fds, 1);
 	}
 }
 
@@ -1184,6 +1196,8 @@ void vsock__free_conns(struct vsock *v)
 			close(c->fd);
 		free(c->buf);
 		free(c);
+		if (v->fds)
+			fd_budget__put(v->fds, 1);
 	}
 	free_dead(v);
 }

@@ -142,6 +142,7 @@ struct vsock {
 	struct list_head rxq;	/* connections with something for the guest */
 	struct list_head buckets[HASH_BUCKETS];
 	unsigned int nr_conns; /* on conns and dead */
+	struct fd_budget *fds; /* one per connection; NULL: none */
 	uint32_t next_port;
 
 	struct reply replies[REPLY_MAX];

@@ -333,6 +333,7 @@ int vsock__create(struct vsock **out, const struct vsock_params *p)
 		return -ENOMEM;
 	v->listen_fd = v->ep_fd = v->wake_fd = -1;
 	v->guest_cid = p->guest_cid;
+	v->fds = p->fds;
 	v->config.guest_cid = htole64(p->guest_cid);
 	v->next_port = VSOCK_HOST_PORT_BASE;
 	if (p->uds_path)

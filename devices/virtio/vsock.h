@@ -5,6 +5,7 @@
 #include <stdint.h>
 
 #include "lib/compiler.h"
+#include "lib/fdbudget.h"
 #include "devices/irq.h"
 #include "devices/virtio/device.h"
 #include "devices/virtio/guest-mem.h"
@@ -52,6 +53,11 @@ struct vsock_params {
 	const char *uds_path;
 	const struct guest_mem *mem;
 	struct irq_line irq;
+	/*
+	 * The monitor's descriptor budget, or NULL: each connection takes
+	 * one. Empty, a guest connection is reset and a host one closed.
+	 */
+	struct fd_budget *fds;
 };
 
 struct vsock;

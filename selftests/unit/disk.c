@@ -9,11 +9,15 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <linux/loop.h>
 #include <sys/file.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -981,6 +985,188 @@ TEST_F(disk, persistent_survives_sigkill)
 	EXPECT_TRUE(block_is(d, 31, 'b'));
 	disk__close(d);
 	EXPECT_TRUE(base_unchanged(self->base, NR_BLOCKS));
+}
+
+/* ---- a full host filesystem (issue 15, item 2) ----------------------- */
+
+/* Bytes the state file really holds (allocated, not sparse). */
+static uint64_t file_allocated(const char *path)
+{
+	struct stat st;
+
+	if (stat(path, &st))
+		return 0;
+	return (uint64_t)st.st_blocks * 512;
+}
+
+/*
+ * The block map's page has its block from the open on: a map store must
+ * never be the first write into a hole (on a full filesystem that is
+ * SIGBUS). New files, and files whose map page is a hole (made by an
+ * older monitor), alike.
+ */
+TEST_F(disk, persistent_map_allocated_at_open)
+{
+	uint64_t with_map;
+	struct disk *d;
+	int fd;
+
+	self->p.mode = DISK_PERSISTENT;
+	ASSERT_EQ(0, disk__open(&d, &self->p));
+	/* The header's block and the map's, nothing written yet. */
+	with_map = file_allocated(self->state);
+	EXPECT_LE(2 * BS, with_map);
+	ASSERT_EQ(0, disk_write(d, 3, 1, 5));
+	disk__close(d);
+
+	/* An older state file: its map page a hole (an all-BASE map). */
+	fd = open(self->state, O_RDWR | O_CLOEXEC);
+	ASSERT_LE(0, fd);
+	if (fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, BS, BS)) {
+		close(fd);
+		SKIP(return, "fallocate(PUNCH_HOLE): %s", strerror(errno));
+	}
+	close(fd);
+	ASSERT_GT(with_map, file_allocated(self->state) - BS)
+	TH_LOG("the punched map page still takes room");
+
+	ASSERT_EQ(0, disk__open(&d, &self->p));
+	EXPECT_LE(with_map, file_allocated(self->state) - BS);
+	EXPECT_EQ(0, disk__dirty_bytes(d));
+	EXPECT_TRUE(block_is(d, 3, 'b'));
+	ASSERT_EQ(0, disk_zero(d, 7, 1));
+	EXPECT_TRUE(block_is(d, 7, 'z'));
+	disk__close(d);
+}
+
+#define SMALL_FS_BYTES (8U << 20)
+
+/* A loop device on image, mounted at dir: 0, or -errno. */
+static int loop_mount(const char *image, const char *dir, int *loop_fd)
+{
+	char dev[32];
+	int ctl, img, nr, fd, ret = 0;
+
+	ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
+	if (ctl < 0)
+		return -errno;
+	nr = ioctl(ctl, LOOP_CTL_GET_FREE);
+	close(ctl);
+	if (nr < 0)
+		return -errno;
+	snprintf(dev, sizeof(dev), "/dev/loop%d", nr);
+	fd = open(dev, O_RDWR | O_CLOEXEC);
+	img = open(image, O_RDWR | O_CLOEXEC);
+	if (fd < 0 || img < 0 || ioctl(fd, LOOP_SET_FD, img) < 0)
+		ret = -errno;
+	/* Detached by the kernel once unmounted, however the test ends. */
+	if (!ret &&
+	    ioctl(fd, LOOP_SET_STATUS64,
+		  &(struct loop_info64){ .lo_flags = LO_FLAGS_AUTOCLEAR }))
+		ret = -errno;
+	if (img >= 0)
+		close(img);
+	if (!ret && mount(dev, dir, "ext4", 0, NULL)) {
+		ret = -errno;
+		ioctl(fd, LOOP_CLR_FD, 0);
+	}
+	if (ret && fd >= 0)
+		close(fd);
+	else
+		*loop_fd = fd;
+	return ret;
+}
+
+/* An ext4 of SMALL_FS_BYTES in image, no journal, nothing reserved. */
+static int make_small_fs(const char *image)
+{
+	char cmd[256];
+	int fd, ret;
+
+	fd = open(image, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	ret = ftruncate(fd, SMALL_FS_BYTES) ? -errno : 0;
+	close(fd);
+	if (ret)
+		return ret;
+	snprintf(cmd, sizeof(cmd),
+		 "mkfs.ext4 -q -F -m 0 -O ^has_journal %s >/dev/null 2>&1",
+		 image);
+	return system(cmd) ? -ENOEXEC : 0;
+}
+
+/* Writes a file until the filesystem says ENOSPC: true if it did. */
+static bool fill_fs(const char *path)
+{
+	static uint8_t junk[BS];
+	bool full = false;
+	ssize_t n;
+	int fd;
+
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return false;
+	memset(junk, 0xa5, sizeof(junk));
+	for (;;) {
+		n = write(fd, junk, sizeof(junk));
+		if (n < 0) {
+			full = errno == ENOSPC;
+			break;
+		}
+	}
+	close(fd);
+	return full;
+}
+
+/*
+ * The issue's reproduction: the state file on a small ext4 that the
+ * guest has filled (here: a file written until ENOSPC), then a discard
+ * of blocks never touched. The map store must not be SIGBUS; a write to
+ * a new block fails as an I/O error would, and the disk goes on.
+ */
+TEST_F(disk, full_filesystem_is_not_fatal)
+{
+	char image[96], mnt[96], filler[128];
+	struct disk *d;
+	int loop_fd = -1, ret;
+
+	if (geteuid())
+		SKIP(return, "needs root for a loop device and a mount");
+	if (access("/dev/loop-control", R_OK | W_OK))
+		SKIP(return, "no /dev/loop-control");
+	snprintf(image, sizeof(image), "%s/fs.img", self->dir);
+	snprintf(mnt, sizeof(mnt), "%s/mnt", self->dir);
+	ASSERT_EQ(0, mkdir(mnt, 0700));
+	if (make_small_fs(image))
+		SKIP(return, "mkfs.ext4 failed (not installed?)");
+	/* A private mount namespace: the mount dies with this test. */
+	ASSERT_EQ(0, unshare(CLONE_NEWNS));
+	ASSERT_EQ(0, mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL));
+	ret = loop_mount(image, mnt, &loop_fd);
+	if (ret)
+		SKIP(return, "loop mount: %s", strerror(-ret));
+
+	snprintf(self->state, sizeof(self->state), "%s/state", mnt);
+	snprintf(filler, sizeof(filler), "%s/filler", mnt);
+	self->p.mode = DISK_PERSISTENT;
+	ASSERT_EQ(0, disk__open(&d, &self->p));
+	ASSERT_TRUE(fill_fs(filler));
+	sync();
+
+	/* Never touched: before the fix, the map store here was SIGBUS. */
+	EXPECT_EQ(0, disk_zero(d, 40, 8));
+	EXPECT_TRUE(block_is(d, 40, 'z'));
+	/* No room for data: the write fails, the map does not change. */
+	EXPECT_EQ(-EIO, disk_write(d, 50, 1, 6));
+	EXPECT_TRUE(block_is(d, 50, 'b'));
+	EXPECT_EQ(0, disk__dirty_bytes(d));
+	disk__close(d);
+
+	umount2(mnt, MNT_DETACH);
+	ioctl(loop_fd, LOOP_CLR_FD, 0);
+	close(loop_fd);
+	rmdir(mnt);
 }
 
 TEST_HARNESS_MAIN

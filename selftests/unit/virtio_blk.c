@@ -2285,7 +2285,7 @@ static const char *fuzz_check(struct tdev *t, struct treq *r,
 	uint32_t len = data_len(r);
 	uint64_t out = r->hdr_len + (r->data_in ? 0 : len);
 	uint64_t in = (r->data_in ? len : 0) + (!r->no_status || own_status);
-	const struct tseg *last = &r->segs[r->nr_segs - 1];
+	const struct tseg *last;
 	uint64_t off;
 
 	WANT(!gaps_hit(t, r));
@@ -2296,7 +2296,12 @@ static const char *fuzz_check(struct tdev *t, struct treq *r,
 		return NULL;
 	}
 	if (r->no_status && !own_status) {
-		/* The last byte of the data is the status byte. */
+		/*
+		 * The last byte of the data is the status byte; in > 0 here,
+		 * so there is data and at least one segment.
+		 */
+		WANT(r->nr_segs > 0);
+		last = &r->segs[r->nr_segs - 1];
 		WANT(r->used_len >= 1);
 		WANT(t->d.ram[last->gpa + last->len - 1] <=
 		     VIRTIO_BLK_S_UNSUPP);

@@ -136,6 +136,7 @@ struct tdev {
 	unsigned int lost;	 /* packets past RXPK_MAX, not kept */
 	unsigned long op_count[16];
 	struct hdr seen[16]; /* sink: REQUESTs, RESPONSEs, RSTs */
+	struct fd_budget fds; /* the device's; zeroed: refuses nothing */
 	unsigned int nr_seen;
 	struct rpkt rxpk[RXPK_MAX];
 	unsigned int rx_head, rx_nr;
@@ -660,6 +661,7 @@ static int tdev_create(struct tdev *t, bool start)
 		.uds_path = t->uds,
 		.mem = &t->d.mem,
 		.irq = { .set = vdrv_irq_set, .opaque = &t->d.irq, .gsi = 6 },
+		.fds = &t->fds,
 	};
 	int ret;
 
@@ -1447,6 +1449,48 @@ TEST_F_TIMEOUT(vsock, request_flood_beyond_the_limit_is_reset, 60)
 		rx_poll(t), nap();
 	EXPECT_EQ(VSOCK_MAX_CONNS, t->op_count[OP_RESPONSE]);
 	EXPECT_EQ(n - VSOCK_MAX_CONNS, t->op_count[OP_RST]);
+	close(lfd);
+}
+
+/*
+ * The monitor's descriptor budget, shared with the control API: past it
+ * a guest REQUEST is reset like one past VSOCK_MAX_CONNS, and what the
+ * connections took is given back when they end.
+ */
+TEST_F(vsock, requests_past_the_descriptor_budget_are_reset)
+{
+	struct tdev *t = &self->t;
+	const unsigned int n = 5, room = 3;
+	char path[200];
+	int lfd;
+
+	snprintf(path, sizeof(path), "%s_7", t->uds);
+	lfd = unix_listen(path, n);
+	ASSERT_LE(0, lfd);
+	ASSERT_EQ(ST_LIVE, bring_up(t));
+	atomic_store(&t->fds.max, atomic_load(&t->fds.held) + room);
+	t->sink = true;
+	for (unsigned int i = 0; i < n; i++) {
+		struct hdr h = gh(OP_REQUEST, 10000 + i, 7);
+
+		encode(&h, (struct virtio_vsock_hdr *)txbuf);
+		ASSERT_TRUE(tx_raw(t, txbuf, HDR, 0, false));
+	}
+	ASSERT_TRUE(tx_wait(t));
+	for (long end = vdrv_now_ms() + TIMEOUT_MS;
+	     t->op_count[OP_RESPONSE] + t->op_count[OP_RST] < n &&
+	     vdrv_now_ms() < end;)
+		rx_poll(t), nap();
+	EXPECT_EQ(room, t->op_count[OP_RESPONSE]);
+	EXPECT_EQ(n - room, t->op_count[OP_RST]);
+	EXPECT_EQ(room, atomic_load(&t->fds.held));
+	/* The guest resets them: their descriptors come back. */
+	for (unsigned int i = 0; i < n; i++)
+		ASSERT_TRUE(tx_op(t, OP_RST, 10000 + i, 7));
+	for (long end = vdrv_now_ms() + TIMEOUT_MS;
+	     atomic_load(&t->fds.held) && vdrv_now_ms() < end;)
+		nap();
+	EXPECT_EQ(0U, atomic_load(&t->fds.held));
 	close(lfd);
 }
 

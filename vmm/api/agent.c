@@ -33,6 +33,16 @@ void agent_send(struct call *k, uint16_t type, uint16_t flags,
 
 	if (k->out_broken || k->fd < 0)
 		return;
+	if (k->aout.len + sizeof(f) + len > API_AGENT_OUT_MAX) {
+		/* It stopped reading: as if its socket had failed. */
+		k->out_broken = true;
+		bytequeue__free(&k->aout);
+		if (k->pending)
+			call_flush_pending(
+				k, API_E_AGENT,
+				"the guest stopped reading this stream", NULL);
+		return;
+	}
 	kiln_frame__pack(&f, type, flags, len);
 	if (bytequeue__append(&k->aout, &f, sizeof(f)) ||
 	    (len && bytequeue__append(&k->aout, payload, len))) {
@@ -94,8 +104,14 @@ void agent_try_open(struct call *k, uint64_t now)
 	char line[32];
 	int fd, n;
 
+	if (api->p.fds && fd_budget__take(api->p.fds, 1)) {
+		agent_retry(k, -EMFILE, now);
+		return;
+	}
 	fd = api->p.open_agent(api->p.opaque);
 	if (fd < 0) {
+		if (api->p.fds)
+			fd_budget__put(api->p.fds, 1);
 		agent_retry(k, fd, now);
 		return;
 	}
@@ -214,6 +230,8 @@ static void agent_input(struct call *k, uint64_t now)
 			proc_frame(k, type, flags, payload, len);
 		} else if (k->kind == CALL_FACTS || k->kind == CALL_VM_FACTS) {
 			facts_frame(k, type, flags, payload, len);
+		} else if (k->kind == CALL_POWEROFF) {
+			vm_poweroff_frame(k, type, flags, payload, len);
 		} else {
 			fs_frame(k, type, flags, payload, len);
 		}

@@ -46,6 +46,7 @@ enum call_kind {
 	CALL_RENAME,
 	CALL_FACTS,
 	CALL_VM_FACTS,
+	CALL_POWEROFF, /* vm.shutdown's POWEROFF: no client, no answer */
 };
 
 enum agent_state {
@@ -62,6 +63,7 @@ struct client {
 	struct bytequeue in, out;
 	size_t scanned; /* bytes of in already searched for '\n' */
 	unsigned int nr_calls;
+	size_t held; /* bytes its calls hold for answers: call_hold() */
 	bool read_eof;	     /* half-closed: answer, then close */
 	bool closing;	     /* flush out, then close (protocol error) */
 	bool shutdown_after; /* vm.shutdown once out is flushed */
@@ -106,9 +108,10 @@ struct call {
 	bool out_trunc, err_trunc;
 
 	/* files */
-	bool streamed;	 /* fs.readFile: chunks as notifications */
+	bool streamed;	 /* fs.readFile, fs.readDir: as notifications */
 	uint64_t offset; /* fs.readFile: where the data starts */
-	uint64_t bytes;	 /* data bytes seen */
+	uint64_t bytes;	 /* data bytes seen; fs.readDir stream: entries */
+	size_t held;	 /* bytes held for the answer: call_hold() */
 	json_t *entries; /* fs.readDir, facts */
 	uint8_t *upload; /* fs.writeFile in one call */
 	size_t upload_len;
@@ -137,9 +140,12 @@ struct api {
 
 	struct client *clients;
 	unsigned int nr_clients;
+	uint64_t accept_at; /* ms: accept again from then (after EMFILE) */
+	bool accept_warned;
 	struct call *calls;
 	unsigned int nr_calls, nr_streams;
 	uint64_t next_stream;
+	size_t held; /* bytes all calls hold for answers */
 
 	struct pollfd *pfds;
 	struct pref *refs;
@@ -175,6 +181,7 @@ json_t *api_json_str(const char *s);
 json_t *api_json_base64(const void *p, size_t n);
 void api_json_guest_bytes(json_t *obj, const char *key, const uint8_t *p,
 			  size_t n);
+size_t api_json_weight(const json_t *j);
 
 /* client.c: answers to c (NULL or dead: dropped); json_t args are stolen */
 void client_reply(struct client *c, json_t *id, json_t *result);
@@ -212,6 +219,8 @@ void call_done(struct call *k);
 void call_lost(struct call *k, const char *why);
 void call_errno(struct call *k, const uint8_t *p, size_t len);
 void call_abort(struct call *k, bool cancelled);
+int call_hold(struct call *k, size_t n);
+void call_fail_held(struct call *k, int err);
 void call_list_result(struct call *k, const uint8_t *p, size_t len,
 		      uint16_t tag, json_t *(*entry)(const uint8_t *, size_t),
 		      const char *key);
@@ -238,6 +247,12 @@ void fs_frame(struct call *k, uint16_t type, uint16_t flags, const uint8_t *p,
 	      size_t len);
 void facts_frame(struct call *k, uint16_t type, uint16_t flags,
 		 const uint8_t *p, size_t len);
+
+/* vm.c: vm.shutdown's POWEROFF, after the answer went out */
+void vm_poweroff_start(struct api *api);
+void vm_poweroff_frame(struct call *k, uint16_t type, uint16_t flags,
+		       const uint8_t *p, size_t len);
+void vm_poweroff_failed(struct call *k, const char *why);
 
 /* proc.c */
 void proc_kill(struct call *k, int sig, uint64_t now);

@@ -124,6 +124,11 @@ void call_reply(struct call *k, json_t *result)
  */
 void call_fail(struct call *k, int code, json_t *data, const char *why)
 {
+	if (k->kind == CALL_POWEROFF) {
+		json_decref(data);
+		vm_poweroff_failed(k, why);
+		return;
+	}
 	if (k->kind == CALL_VM_FACTS && !k->replied) {
 		json_t *res = json_pack("{s:O, s:{s:i, s:o}}", "facts",
 					k->entries, "guestError", "code", code,
@@ -179,8 +184,11 @@ void call_fail(struct call *k, int code, json_t *data, const char *why)
 /* Drops the agent connection and what was queued on it. */
 void call_close_fd(struct call *k)
 {
-	if (k->fd >= 0)
+	if (k->fd >= 0) {
 		close(k->fd);
+		if (k->api->p.fds)
+			fd_budget__put(k->api->p.fds, 1);
+	}
 	k->fd = -1;
 	bytequeue__free(&k->ain);
 	bytequeue__free(&k->aout);
@@ -283,6 +291,65 @@ static bool result_more(const uint8_t *p, size_t len)
 }
 
 /*
+ * Charges n more bytes held for k's answer against the API's budgets
+ * (api.h): 0, -E2BIG past the answer's own, -ENOBUFS past its client's
+ * or the API's.
+ */
+int call_hold(struct call *k, size_t n)
+{
+	struct api *api = k->api;
+	struct client *c = k->client;
+
+	if (k->held + n > API_RESULT_MAX)
+		return -E2BIG;
+	if (api->held + n > API_HELD_MAX ||
+	    (c && c->held + n > API_CLIENT_HELD_MAX))
+		return -ENOBUFS;
+	k->held += n;
+	api->held += n;
+	if (c)
+		c->held += n;
+	return 0;
+}
+
+/* The answer outgrew a budget (call_hold's err): fail, naming it. */
+void call_fail_held(struct call *k, int err)
+{
+	if (err == -E2BIG)
+		call_fail(
+			k, API_E_LIMIT,
+			json_pack("{s:I}", "limit", (json_int_t)API_RESULT_MAX),
+			"answer larger than the API's limit");
+	else
+		call_fail(k, API_E_LIMIT,
+			  json_pack("{s:I}", "limit",
+				    (json_int_t)API_CLIENT_HELD_MAX),
+			  "too many answers being collected at once");
+	call_done(k);
+}
+
+/*
+ * fs.readDir with stream: a frame's entries go out as one notification
+ * and are held no longer; the client's output bound (API_OUT_HIGH) then
+ * stops reading the agent, so a huge directory is never held whole.
+ */
+static void list_stream_out(struct call *k)
+{
+	size_t n = json_array_size(k->entries);
+
+	if (n)
+		client_notify(k->client, "fs.entries",
+			      json_pack("{s:O, s:O}", "id", k->id, "entries",
+					k->entries));
+	k->bytes += n;
+	json_array_clear(k->entries);
+	k->api->held -= k->held;
+	if (k->client)
+		k->client->held -= k->held;
+	k->held = 0;
+}
+
+/*
  * RESULT frames with lists (fs.readDir's T_ENTRY, the facts' T_FACT):
  * each field tagged tag becomes an element of k->entries through entry();
  * the last frame (no T_MORE) answers { key: entries }.
@@ -295,24 +362,43 @@ void call_list_result(struct call *k, const uint8_t *p, size_t len,
 	const uint8_t *val;
 	uint32_t vlen;
 	uint16_t t;
+	json_t *e;
+	int ret;
 
 	kiln_tlv__iter(&it, p, len);
 	while (kiln_tlv__next(&it, &t, &val, &vlen) == 1) {
 		if (t != tag)
 			continue;
-		if (json_array_size(k->entries) >= API_READDIR_MAX) {
+		if (!k->streamed &&
+		    json_array_size(k->entries) >= API_READDIR_MAX) {
 			call_fail(k, API_E_LIMIT, NULL,
 				  "more directory entries than the API's "
 				  "limit");
 			call_done(k);
 			return;
 		}
-		json_array_append_new(k->entries, entry(val, vlen));
+		e = entry(val, vlen);
+		ret = e ? call_hold(k, api_json_weight(e)) : -ENOMEM;
+		if (ret) {
+			json_decref(e);
+			if (ret == -ENOMEM)
+				call_lost(k, "out of memory");
+			else
+				call_fail_held(k, ret);
+			return;
+		}
+		json_array_append_new(k->entries, e);
 	}
+	if (k->streamed)
+		list_stream_out(k);
 	if (result_more(p, len))
 		return;
 	k->done_frame = true;
-	call_reply(k, json_pack("{s:O}", key, k->entries));
+	if (k->streamed)
+		call_reply(k,
+			   json_pack("{s:I}", "count", (json_int_t)k->bytes));
+	else
+		call_reply(k, json_pack("{s:O}", key, k->entries));
 	call_done(k);
 }
 
@@ -363,7 +449,7 @@ void call_tick(struct call *k, uint64_t now)
 	if (!k->deadline || now < k->deadline)
 		return;
 	k->deadline = 0;
-	if (k->st != AG_ACTIVE) {
+	if (k->st != AG_ACTIVE || !call_is_proc(k)) {
 		call_fail(k, API_E_TIMEOUT, NULL,
 			  "timed out before the guest agent answered");
 		call_done(k);
@@ -406,6 +492,9 @@ uint64_t call_next_timer(const struct call *k)
 /* Frees a dead call (reap()), uncounting it. */
 void call_free(struct api *api, struct call *k)
 {
+	api->held -= k->held;
+	if (k->client)
+		k->client->held -= k->held;
 	api->nr_calls--;
 	if (k->stream)
 		api->nr_streams--;

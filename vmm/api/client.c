@@ -164,6 +164,7 @@ static void do_shutdown(struct api *api)
 		return;
 	api->shutdown_called = true;
 	api->p.shutdown(api->p.opaque);
+	vm_poweroff_start(api);
 }
 
 /* Gone: its calls run on without it (processes are killed). */
@@ -176,6 +177,8 @@ void client_kill(struct client *c)
 	c->dead = true;
 	close(c->fd);
 	c->fd = -1;
+	if (c->api->p.fds)
+		fd_budget__put(c->api->p.fds, 1);
 	for (k = c->api->calls; k; k = k->next) {
 		if (k->client != c)
 			continue;
@@ -283,27 +286,62 @@ void client_maybe_close(struct client *c)
 		client_kill(c);
 }
 
-/* Up to 16 new clients a round; past API_MAX_CLIENTS, turned away. */
+/*
+ * Out of descriptors (or memory): the connection waits in the backlog
+ * and the listener stays readable; polling it again at once would spin.
+ */
+static void accept_failed(struct api *api, int err)
+{
+	if (err != EMFILE && err != ENFILE && err != ENOBUFS && err != ENOMEM)
+		return; /* EAGAIN: none left; ECONNABORTED...: the next one */
+	api->accept_at = api_now_ms() + API_ACCEPT_BACKOFF_MS;
+	if (!api->accept_warned)
+		pr_warn("api: accepting a client: %s; new clients wait "
+			"(further failures not logged)",
+			strerror(err));
+	api->accept_warned = true;
+}
+
+/* One line saying why, then closed. */
+static void turn_away(int fd, const char *line)
+{
+	if (send(fd, line, strlen(line), MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
+		(void)0; /* it is being turned away anyway */
+	close(fd);
+}
+
+/*
+ * Up to 16 new clients a round; past API_MAX_CLIENTS or the descriptor
+ * budget, turned away.
+ */
 void client_accept(struct api *api)
 {
 	static const char busy[] =
 		"{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32004,"
 		"\"message\":\"too many clients\"}}\n";
+	static const char no_fds[] =
+		"{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32004,"
+		"\"message\":\"the monitor's descriptor budget is spent\"}}\n";
 	struct client *c;
 	int fd, i;
 
 	for (i = 0; i < 16; i++) {
 		fd = accept4(api->listen_fd, NULL, NULL,
 			     SOCK_NONBLOCK | SOCK_CLOEXEC);
-		if (fd < 0)
+		if (fd < 0) {
+			accept_failed(api, errno);
 			return;
+		}
+		if (api->p.fds && fd_budget__take(api->p.fds, 1)) {
+			turn_away(fd, no_fds);
+			continue;
+		}
 		c = api->nr_clients < API_MAX_CLIENTS ? calloc(1, sizeof(*c)) :
 							NULL;
 		if (!c) {
-			if (send(fd, busy, sizeof(busy) - 1,
-				 MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
-				(void)0; /* it is being turned away anyway */
-			close(fd);
+			if (api->p.fds)
+				fd_budget__put(api->p.fds, 1);
+			turn_away(fd, busy);
 			continue;
 		}
 		c->api = api;

@@ -88,6 +88,8 @@ static uint64_t result_size(const uint8_t *p, size_t len, uint64_t dflt)
 
 static void read_data(struct call *k, const uint8_t *p, size_t len)
 {
+	int ret;
+
 	if (k->streamed) {
 		client_notify(k->client, "fs.chunk",
 			      json_pack("{s:O, s:I, s:o}", "id", k->id,
@@ -102,6 +104,12 @@ static void read_data(struct call *k, const uint8_t *p, size_t len)
 			  "file too large for one answer: use stream or "
 			  "offset/length");
 		call_done(k);
+		return;
+	}
+	/* Kept for the answer (the append above is what it costs). */
+	ret = k->streamed ? 0 : call_hold(k, len);
+	if (ret) {
+		call_fail_held(k, ret);
 		return;
 	}
 	k->bytes += len;
@@ -217,7 +225,7 @@ static bool param_mode(struct rpc *r, struct kiln_buf *b)
 /* fs.stat, fs.readDir, fs.mkdir, fs.remove: a path and some flags. */
 static void fs_simple(struct rpc *r, enum call_kind kind, uint16_t type)
 {
-	bool recursive = false, force = false;
+	bool recursive = false, force = false, streamed = false;
 	struct kiln_buf b;
 	struct call *k;
 	int ret = 0;
@@ -227,6 +235,13 @@ static void fs_simple(struct rpc *r, enum call_kind kind, uint16_t type)
 	    !param_bool(r, "recursive", &recursive) ||
 	    !param_bool(r, "force", &force))
 		goto out;
+	/* fs.readDir: entries as notifications (list_stream_out). */
+	if (kind == CALL_READDIR && !param_bool(r, "stream", &streamed))
+		goto out;
+	if (streamed && !r->id) {
+		param_error(r, "stream: needs a request id");
+		goto out;
+	}
 	if (kind == CALL_MKDIR && !param_mode(r, &b))
 		goto out;
 	if (recursive)
@@ -238,8 +253,10 @@ static void fs_simple(struct rpc *r, enum call_kind kind, uint16_t type)
 		goto out;
 	}
 	k = call_new(r, kind, false);
-	if (k)
-		call_start(k, type, &b);
+	if (!k)
+		goto out;
+	k->streamed = streamed;
+	call_start(k, type, &b);
 out:
 	kiln_buf__free(&b);
 }

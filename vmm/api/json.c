@@ -110,3 +110,34 @@ void api_json_guest_bytes(json_t *obj, const char *key, const uint8_t *p,
 	snprintf(bkey, sizeof(bkey), "%sBytes", key);
 	json_object_set_new(obj, bkey, api_json_base64(p, n));
 }
+
+/*
+ * What j weighs in an answer: its strings, keys and numbers as they
+ * will be sent, plus a little per value for what jansson keeps. Entries
+ * are flat (an object of strings and numbers), so no deep recursion.
+ */
+size_t api_json_weight(const json_t *j)
+{
+	const char *key;
+	size_t w = 16, i;
+	json_t *v;
+
+	switch (json_typeof(j)) {
+	case JSON_STRING:
+		return w + json_string_length(j);
+	case JSON_OBJECT:
+		json_object_foreach((json_t *)j, key, v)
+		{
+			w += strlen(key) + api_json_weight(v);
+		}
+		return w;
+	case JSON_ARRAY:
+		json_array_foreach(j, i, v)
+		{
+			w += api_json_weight(v);
+		}
+		return w;
+	default:
+		return w + 8;
+	}
+}

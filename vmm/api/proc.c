@@ -65,8 +65,9 @@ json_t *proc_exec_result(struct call *k, json_t *res)
 	return res;
 }
 
-static void accumulate(struct bytequeue *q, bool *trunc, const uint8_t *p,
-		       size_t len)
+/* Output kept for exec's answer, within its budgets; the rest dropped. */
+static void accumulate(struct call *k, struct bytequeue *q, bool *trunc,
+		       const uint8_t *p, size_t len)
 {
 	size_t room = API_EXEC_OUTPUT_MAX - q->len;
 
@@ -74,7 +75,7 @@ static void accumulate(struct bytequeue *q, bool *trunc, const uint8_t *p,
 		*trunc = true;
 		len = room;
 	}
-	if (len && bytequeue__append(q, p, len))
+	if (len && (call_hold(k, len) || bytequeue__append(q, p, len)))
 		*trunc = true;
 }
 
@@ -86,6 +87,11 @@ static void proc_started(struct call *k, const uint8_t *p, size_t len)
 	uint16_t tag;
 	uint64_t pid = 0;
 
+	/* Each one would queue stdin frames again: the agent is hostile. */
+	if (k->started) {
+		call_lost(k, "agent protocol error: process started twice");
+		return;
+	}
 	kiln_tlv__iter(&it, p, len);
 	while (kiln_tlv__next(&it, &tag, &val, &vlen) == 1)
 		if (tag == KILN_T_PID)
@@ -112,9 +118,9 @@ static void proc_output(struct call *k, bool err, const uint8_t *p, size_t len)
 {
 	if (k->kind == CALL_EXEC) {
 		if (err)
-			accumulate(&k->err_acc, &k->err_trunc, p, len);
+			accumulate(k, &k->err_acc, &k->err_trunc, p, len);
 		else
-			accumulate(&k->out_acc, &k->out_trunc, p, len);
+			accumulate(k, &k->out_acc, &k->out_trunc, p, len);
 		return;
 	}
 	if (!len)

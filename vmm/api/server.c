@@ -116,7 +116,11 @@ static int poll_build(struct api *api, size_t *n, uint64_t now, int *timeout)
 
 	*n = 0;
 	ret = poll_add(api, n, api->wake_fd, POLLIN, REF_WAKE, NULL);
-	ret = ret ?: poll_add(api, n, api->listen_fd, POLLIN, REF_LISTEN, NULL);
+	/* Backing off after EMFILE: the slot stays, asking for nothing. */
+	ev = now >= api->accept_at ? POLLIN : 0;
+	if (!ev)
+		next = api->accept_at;
+	ret = ret ?: poll_add(api, n, api->listen_fd, ev, REF_LISTEN, NULL);
 	for (c = api->clients; !ret && c; c = c->next) {
 		if (c->dead)
 			continue;
@@ -161,7 +165,8 @@ static void poll_dispatch(struct api *api, size_t n, uint64_t now)
 				(void)0; /* nonblocking: nothing to read */
 			break;
 		case REF_LISTEN:
-			client_accept(api);
+			if (re & POLLIN)
+				client_accept(api);
 			break;
 		case REF_CLIENT:
 			if (c->dead)

@@ -84,6 +84,63 @@ static void m_vm_status(struct rpc *r)
 	client_reply(r->c, r->id, res);
 }
 
+/*
+ * vm.shutdown, once its answer went out: POWEROFF on a connection of its
+ * own, through the same nonblocking machinery as every request. Its
+ * deadlines are fixed when it starts (reaching the agent:
+ * agent_timeout_ms; the RESULT: API_POWEROFF_ANSWER_MS more), so an
+ * agent that trickles its bytes cannot stretch them, and nothing on the
+ * API thread waits for the guest.
+ */
+void vm_poweroff_start(struct api *api)
+{
+	struct rpc r = { .api = api };
+	struct kiln_buf b;
+	struct call *k;
+
+	k = call_new(&r, CALL_POWEROFF, false);
+	if (!k) {
+		if (api->p.shutdown_failed)
+			api->p.shutdown_failed(api->p.opaque,
+					       "no room for the power-off "
+					       "request (too many in flight)");
+		return;
+	}
+	k->deadline =
+		api_now_ms() + api->agent_timeout_ms + API_POWEROFF_ANSWER_MS;
+	kiln_buf__init(&b);
+	call_start(k, KILN_MSG_POWEROFF, &b);
+}
+
+/* The agent could not be told: the monitor hears why, once. */
+void vm_poweroff_failed(struct call *k, const char *why)
+{
+	struct api *api = k->api;
+
+	if (k->replied)
+		return;
+	k->replied = true;
+	if (api->p.shutdown_failed)
+		api->p.shutdown_failed(api->p.opaque, why);
+}
+
+/* RESULT: the guest powers off now; ERROR: it will not. */
+void vm_poweroff_frame(struct call *k, uint16_t type, uint16_t flags,
+		       const uint8_t *p, size_t len)
+{
+	if (type == KILN_MSG_ERROR) {
+		call_errno(k, p, len);
+		return;
+	}
+	if (type != KILN_MSG_RESULT) {
+		call_lost(k, "agent protocol error: unexpected message");
+		return;
+	}
+	k->replied = true;
+	k->done_frame = true;
+	call_done(k);
+}
+
 static void m_vm_shutdown(struct rpc *r)
 {
 	if (!r->api->p.shutdown) {
