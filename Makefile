@@ -76,6 +76,7 @@ core-obj-y += vmm/dns.o
 core-obj-y += vmm/hook-msg.o
 core-obj-y += vmm/hook.o
 core-obj-y += vmm/http1.o
+core-obj-y += vmm/h2.o
 core-obj-y += vmm/tls-ca.o
 core-obj-y += vmm/tls-conn.o
 core-obj-y += vmm/intercept.o
