@@ -26,6 +26,7 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 
+#include "vmm/h2.h"
 #include "vmm/http1.h"
 #include "vmm/intercept.h"
 #include "vmm/tls.h"
@@ -38,8 +39,12 @@
 #define HTTP_STATUS_INTERNAL 500U
 /* Plaintext given to one TLS write at most: a record's worth. */
 #define TLS_WRITE_MAX (16U << 10)
-/* What the guest may negotiate: HTTP/1.1 only for now (h2 is later). */
-#define GUEST_ALPN "http/1.1"
+/*
+ * What the guest may negotiate (its preference wins); upstream is asked
+ * for the same one, and a guest on h2 is intercepted by vmm/h2.c.
+ */
+#define GUEST_ALPN "h2,http/1.1"
+#define ALPN_H2	   "h2"
 
 enum ic_state {
 	IC_HANDSHAKE, /* TLS: the guest's handshake, its SNI checked */
@@ -77,6 +82,14 @@ struct intercept {
 	struct http1_req *req; /* from the end of the TLS handshake on */
 	struct http1_resp *resp;
 	bool resp_dead; /* the tracker stopped: no boundaries known */
+	/*
+	 * Or, the guest having chosen h2: both directions through it, and
+	 * upstream's bytes wait in up_in until it takes them.
+	 */
+	struct h2 *h2;
+	uint8_t *up_in;
+	size_t up_len;
+	bool eof_told[INTERCEPT_SIDES]; /* h2__eof() called */
 
 	uint8_t *in; /* read from the guest, not yet taken by req */
 	size_t in_len;
@@ -312,9 +325,17 @@ static size_t out_pending(const struct intercept *ic)
 {
 	size_t len = 0;
 
+	if (ic->h2)
+		return h2__pending(ic->h2, H2_UP);
 	if (ic->req)
 		http1_req__output(ic->req, &len);
 	return len;
+}
+
+/* h2: what waits for the guest (back is not used). */
+static size_t guest_pending(const struct intercept *ic)
+{
+	return ic->h2 ? h2__pending(ic->h2, H2_GUEST) : 0;
 }
 
 /* ---- reading ---------------------------------------------------------- */
@@ -360,6 +381,29 @@ static int guest_read(struct intercept *ic, bool *progress)
 	return 0;
 }
 
+/* h2: upstream's bytes wait in up_in for the session. */
+static int up_read_h2(struct intercept *ic, bool *progress)
+{
+	struct ic_side *u = &ic->side[INTERCEPT_UP];
+	ssize_t n;
+
+	if (ic->up_len == INTERCEPT_BUF)
+		return 0;
+	n = side_recv(ic, INTERCEPT_UP, ic->up_in + ic->up_len,
+		      INTERCEPT_BUF - ic->up_len);
+	if (n == -EAGAIN)
+		return 0;
+	if (n < 0)
+		return n;
+	*progress = true;
+	if (!n)
+		u->eof = true;
+	ic->up_len += n;
+	if (n && ic->ops.bytes)
+		ic->ops.bytes(ic->ops.opaque, 0, n);
+	return 0;
+}
+
 static int up_read(struct intercept *ic, bool *progress)
 {
 	struct ic_side *u = &ic->side[INTERCEPT_UP];
@@ -368,6 +412,8 @@ static int up_read(struct intercept *ic, bool *progress)
 	if (u->fd < 0 || !ic->up_ready || u->eof ||
 	    (ic->state != IC_RELAY && ic->state != IC_REFUSED))
 		return 0;
+	if (ic->h2)
+		return up_read_h2(ic, progress);
 	/* A TLS write to the guest that waited keeps its bytes in place. */
 	if (!ic->side[INTERCEPT_GUEST].wpend)
 		back_compact(ic);
@@ -405,23 +451,49 @@ static int flush_up(struct intercept *ic, bool *progress)
 	size_t len;
 	ssize_t n;
 
-	if (!ic->req || !ic->up_ready || ic->side[INTERCEPT_UP].fd < 0)
+	if ((!ic->req && !ic->h2) || !ic->up_ready ||
+	    ic->side[INTERCEPT_UP].fd < 0)
 		return 0;
-	out = http1_req__output(ic->req, &len);
+	out = ic->h2 ? h2__output(ic->h2, H2_UP, &len) :
+		       http1_req__output(ic->req, &len);
 	if (!len)
 		return 0;
 	n = side_send(ic, INTERCEPT_UP, out, len);
 	if (n <= 0)
 		return n;
 	*progress = true;
-	http1_req__drain(ic->req, n);
+	if (ic->h2)
+		h2__drain(ic->h2, H2_UP, n);
+	else
+		http1_req__drain(ic->req, n);
 	return 0;
+}
+
+/* h2: the session's bytes for the guest. */
+static int flush_guest_h2(struct intercept *ic, bool *progress)
+{
+	const uint8_t *out;
+	size_t len;
+	ssize_t n;
+
+	for (;;) {
+		out = h2__output(ic->h2, H2_GUEST, &len);
+		if (!len || ic->side[INTERCEPT_GUEST].shut)
+			return 0;
+		n = side_send(ic, INTERCEPT_GUEST, out, len);
+		if (n <= 0)
+			return n;
+		*progress = true;
+		h2__drain(ic->h2, H2_GUEST, n);
+	}
 }
 
 static int flush_back(struct intercept *ic, bool *progress)
 {
 	ssize_t n;
 
+	if (ic->h2)
+		return flush_guest_h2(ic, progress);
 	while (back_pending(ic)) {
 		n = side_send(ic, INTERCEPT_GUEST, ic->back + ic->back_off,
 			      back_pending(ic));
@@ -435,10 +507,40 @@ static int flush_back(struct intercept *ic, bool *progress)
 }
 
 /* The guest's bytes through the rewriter, as far as it takes them. */
+/* h2: what either side sent, into the sessions, as far as they take it. */
+static int feed_h2(struct intercept *ic, bool *progress)
+{
+	ssize_t n;
+
+	if (ic->in_len) {
+		n = h2__feed(ic->h2, H2_GUEST, ic->in, ic->in_len);
+		if (n < 0)
+			return n;
+		if (n) {
+			*progress = true;
+			memmove(ic->in, ic->in + n, ic->in_len - n);
+			ic->in_len -= n;
+		}
+	}
+	if (ic->up_len) {
+		n = h2__feed(ic->h2, H2_UP, ic->up_in, ic->up_len);
+		if (n < 0)
+			return n;
+		if (n) {
+			*progress = true;
+			memmove(ic->up_in, ic->up_in + n, ic->up_len - n);
+			ic->up_len -= n;
+		}
+	}
+	return 0;
+}
+
 static int feed(struct intercept *ic, bool *progress)
 {
 	ssize_t n;
 
+	if (ic->h2)
+		return feed_h2(ic, progress);
 	while (ic->state == IC_RELAY && ic->in_len) {
 		n = http1_req__feed(ic->req, ic->in, ic->in_len);
 		if (n < 0)
@@ -453,6 +555,14 @@ static int feed(struct intercept *ic, bool *progress)
 }
 
 /* ---- refusals --------------------------------------------------------- */
+
+/* Upstream is done with: the proxy closes its socket (intercept.h). */
+static void up_drop(struct intercept *ic)
+{
+	tls_conn__free(ic->side[INTERCEPT_UP].tls);
+	ic->side[INTERCEPT_UP].tls = NULL;
+	ic->side[INTERCEPT_UP].fd = -1;
+}
 
 /*
  * An error response for the guest, after what `back` holds already;
@@ -474,9 +584,7 @@ static int answer(struct intercept *ic, unsigned int status, const char *reason)
 	ic->back_len += n;
 	ic->state = IC_ANSWER;
 	ic->in_len = 0;
-	tls_conn__free(ic->side[INTERCEPT_UP].tls);
-	ic->side[INTERCEPT_UP].tls = NULL;
-	ic->side[INTERCEPT_UP].fd = -1;
+	up_drop(ic);
 	return 0;
 }
 
@@ -519,6 +627,42 @@ static int refused_step(struct intercept *ic)
 
 /* ---- the flow --------------------------------------------------------- */
 
+/*
+ * h2: a peer's end is the session's news (its streams reset on the other
+ * side, which is told to go away); each side's end goes once its session
+ * is over and its last bytes are out. The flow is over when the guest's
+ * is, and upstream's (if it was ever connected).
+ */
+static int finish_h2(struct intercept *ic)
+{
+	struct ic_side *g = &ic->side[INTERCEPT_GUEST];
+	struct ic_side *u = &ic->side[INTERCEPT_UP];
+	bool progress = false;
+	int ret = 0;
+
+	if (g->eof && !ic->in_len && !ic->eof_told[INTERCEPT_GUEST]) {
+		ic->eof_told[INTERCEPT_GUEST] = true;
+		h2__eof(ic->h2, H2_GUEST);
+	}
+	if (u->eof && !ic->up_len && !ic->eof_told[INTERCEPT_UP]) {
+		ic->eof_told[INTERCEPT_UP] = true;
+		h2__eof(ic->h2, H2_UP);
+	}
+	/* What those ends made (a GOAWAY, resets) goes out now. */
+	ret = flush_up(ic, &progress);
+	if (!ret)
+		ret = flush_back(ic, &progress);
+	if (!ret && ic->up_ready && u->fd >= 0 && h2__done(ic->h2, H2_UP))
+		ret = side_shut(ic, INTERCEPT_UP, true);
+	if (!ret && h2__done(ic->h2, H2_GUEST))
+		ret = side_shut(ic, INTERCEPT_GUEST, true);
+	if (ret)
+		return ret;
+	if (g->shut && (u->fd < 0 || !ic->up_ready || u->shut))
+		return INTERCEPT_DONE;
+	return 0;
+}
+
 /* Ends passed on; whether the flow is over. */
 static int finish(struct intercept *ic)
 {
@@ -530,6 +674,8 @@ static int finish(struct intercept *ic)
 	case IC_HANDSHAKE:
 		return 0;
 	case IC_RELAY:
+		if (ic->h2)
+			return finish_h2(ic);
 		if (g->eof && !ic->in_len && !out_pending(ic)) {
 			/* Nothing was allowed: nothing to wait for. */
 			if (u->fd < 0 && !ic->want_up)
@@ -577,8 +723,12 @@ static int pump(struct intercept *ic)
 			ret = up_read(ic, &progress);
 		if (!ret) {
 			ret = feed(ic, &progress);
-			if (ret < 0)
+			if (ret < 0 && ic->h2 && !ic->counted) {
+				report(ic, ic->host, false, "malformed http/2");
+				ic->counted = true;
+			} else if (ret < 0 && !ic->h2) {
 				ret = refused(ic, ret);
+			}
 		}
 		if (!ret)
 			ret = flush_up(ic, &progress);
@@ -621,6 +771,30 @@ static int make_http1(struct intercept *ic, const char *hostname, bool tls)
 	return ret ? ret : http1_resp__create(&ic->resp, ic->req);
 }
 
+/* h2: a stream refused by the module's own checks, for the log. */
+static void h2_refused(void *opaque, unsigned int status, const char *reason)
+{
+	struct intercept *ic = opaque;
+
+	report(ic, ic->host, false, reason);
+}
+
+static int make_h2(struct intercept *ic)
+{
+	struct h2_params hp = {
+		.hostname = ic->host,
+		.port = ntohs(ic->flow.dst.sin_port),
+		.on_request = on_request,
+		.on_refused = h2_refused,
+		.opaque = ic,
+	};
+
+	ic->up_in = malloc(INTERCEPT_BUF);
+	if (!ic->up_in)
+		return -ENOMEM;
+	return h2__create(&ic->h2, &hp);
+}
+
 /*
  * The guest's handshake: the SNI was checked by sni_ok (a refusal was
  * reported there); any other failure is the guest's (not TLS, no SNI,
@@ -630,6 +804,7 @@ static int guest_handshake(struct intercept *ic)
 {
 	struct tls_conn *c = ic->side[INTERCEPT_GUEST].tls;
 	int ret = tls_conn__handshake(c);
+	const char *alpn;
 
 	if (ret == -EAGAIN)
 		return 0;
@@ -640,7 +815,11 @@ static int guest_handshake(struct intercept *ic)
 		ic->counted = true;
 		return ret;
 	}
-	ret = make_http1(ic, ic->host, true);
+	alpn = tls_conn__alpn(c);
+	if (alpn && !strcmp(alpn, ALPN_H2))
+		ret = make_h2(ic);
+	else
+		ret = make_http1(ic, ic->host, true);
 	if (ret)
 		return ret;
 	ic->state = IC_RELAY;
@@ -654,6 +833,12 @@ static int up_failed(struct intercept *ic, const char *why, const char *reason)
 
 	if (ic->ops.upstream_failed)
 		ic->ops.upstream_failed(ic->ops.opaque, &ic->flow, why);
+	/* h2: every stream sent upstream gets the 502, the guest a GOAWAY. */
+	if (ic->h2) {
+		h2__upstream_failed(ic->h2, HTTP_STATUS_BAD_GATEWAY, reason);
+		up_drop(ic);
+		return pump(ic);
+	}
 	/* No request reached upstream: the first allowed one gets the 502. */
 	ret = answer(ic, HTTP_STATUS_BAD_GATEWAY, reason);
 	return ret ? ret : pump(ic);
@@ -765,13 +950,16 @@ uint32_t intercept__interest(const struct intercept *ic,
 				   (ic->state == IC_RELAY && !s->eof &&
 				    ic->in_len < INTERCEPT_BUF) ||
 					   ic->state == IC_LINGER,
-				   back_pending(ic));
+				   back_pending(ic) ||
+					   (guest_pending(ic) && !s->shut));
 	}
 	if (s->tls && !ic->up_ready)
 		return tls_conn__wants(s->tls);
-	return side_events(
-		s, relaying && !s->eof && back_pending(ic) < INTERCEPT_BUF,
-		out_pending(ic));
+	return side_events(s,
+			   relaying && !s->eof &&
+				   (ic->h2 ? ic->up_len : back_pending(ic)) <
+					   INTERCEPT_BUF,
+			   out_pending(ic) && !s->shut);
 }
 
 bool intercept__wants_upstream(const struct intercept *ic)
@@ -807,6 +995,11 @@ int intercept__upstream_failed(struct intercept *ic)
 
 	ic->asked_up = true;
 	ic->side[INTERCEPT_UP].fd = -1;
+	if (ic->h2) {
+		h2__upstream_failed(ic->h2, HTTP_STATUS_BAD_GATEWAY,
+				    "upstream unreachable");
+		return pump(ic);
+	}
 	ret = answer(ic, HTTP_STATUS_BAD_GATEWAY, "upstream unreachable");
 	return ret ? ret : pump(ic);
 }
@@ -864,6 +1057,10 @@ void intercept__destroy(struct intercept *ic)
 		tls_conn__free(ic->side[s].tls);
 	http1_resp__destroy(ic->resp);
 	http1_req__destroy(ic->req);
+	h2__destroy(ic->h2);
+	if (ic->up_in)
+		explicit_bzero(ic->up_in, INTERCEPT_BUF);
+	free(ic->up_in);
 	/* The guest's requests, before and after the rewriter: best effort. */
 	if (ic->in)
 		explicit_bzero(ic->in, INTERCEPT_BUF);
