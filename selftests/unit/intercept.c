@@ -29,6 +29,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <nghttp2/nghttp2.h>
+
 #include "lib/compiler.h"
 #include "vmm/policy.h"
 #include "vmm/proxy.h"
@@ -679,16 +681,23 @@ static size_t tls_read_until(struct tls_conn *c, int fd, char *buf, size_t len,
 }
 
 /* The guest's TLS connection to API_ADDR:443 naming sni; not shaken yet. */
-static struct tls_conn *guest_tls(struct __test_metadata *_metadata,
-				  FIXTURE_DATA(ic) * self, const char *sni,
-				  int *fd)
+static struct tls_conn *guest_tls_alpn(struct __test_metadata *_metadata,
+				       FIXTURE_DATA(ic) * self, const char *sni,
+				       const char *alpn, int *fd)
 {
-	struct tls_connect_params cp = { .host = sni, .alpn = "http/1.1" };
+	struct tls_connect_params cp = { .host = sni, .alpn = alpn };
 	struct tls_conn *c;
 
 	*fd = guest_send(_metadata, self, API_ADDR, HTTPS_PORT, NULL);
 	ASSERT_EQ(0, tls_conn__connect(&c, self->tls.guest_cli, *fd, &cp));
 	return c;
+}
+
+static struct tls_conn *guest_tls(struct __test_metadata *_metadata,
+				  FIXTURE_DATA(ic) * self, const char *sni,
+				  int *fd)
+{
+	return guest_tls_alpn(_metadata, self, sni, "http/1.1", fd);
 }
 
 /* The guest's request req over TLS naming API_HOST, the handshake done. */
@@ -708,19 +717,29 @@ static bool any_name(void *opaque, const char *sni)
 	return true;
 }
 
-/* Upstream's side of the proxy's connection, TLS by srv; not shaken. */
-static struct tls_conn *up_tls(struct __test_metadata *_metadata,
-			       FIXTURE_DATA(ic) * self, struct tls_server *srv,
-			       int *fd)
+/*
+ * Upstream's side of the proxy's connection, TLS by srv offering alpn
+ * (a list); not shaken.
+ */
+static struct tls_conn *up_tls_alpn(struct __test_metadata *_metadata,
+				    FIXTURE_DATA(ic) * self,
+				    struct tls_server *srv, const char *alpn,
+				    int *fd)
 {
-	struct tls_accept_params ap = { .sni_ok = any_name,
-					.alpn = "http/1.1" };
+	struct tls_accept_params ap = { .sni_ok = any_name, .alpn = alpn };
 	struct tls_conn *c;
 
 	*fd = proxyfix__up_accept(_metadata, self->api_tls);
 	ASSERT_EQ(0, fcntl(*fd, F_SETFL, O_NONBLOCK));
 	ASSERT_EQ(0, tls_conn__accept(&c, srv, *fd, &ap));
 	return c;
+}
+
+static struct tls_conn *up_tls(struct __test_metadata *_metadata,
+			       FIXTURE_DATA(ic) * self, struct tls_server *srv,
+			       int *fd)
+{
+	return up_tls_alpn(_metadata, self, srv, "http/1.1", fd);
 }
 
 /*
@@ -878,6 +897,258 @@ TEST_F_TIMEOUT(ic, https_port_plain_bytes_fail_closed, 60)
 	EXPECT_EQ(1, http_reason(&s, "tls handshake failed"));
 	EXPECT_FALSE(vmnet__wait_for(self->api_tls, POLLIN, 0));
 	close(g);
+}
+
+/* ---- HTTP/2 ------------------------------------------------------------ */
+
+#define H2_STREAMS 2 /* the guest's: ids 1 and 3 */
+
+/* One end of an HTTP/2 connection in the test: nghttp2 over a tls_conn. */
+struct h2end {
+	nghttp2_session *s;
+	struct tls_conn *c;
+	int fd;
+	bool server;
+	char head[H2_STREAMS][2048];
+	size_t head_len[H2_STREAMS];
+	char body[H2_STREAMS][256];
+	size_t body_len[H2_STREAMS];
+	int closed;
+	bool eof;
+};
+
+static int h2end_idx(int32_t id)
+{
+	return id > 0 && id / 2 < H2_STREAMS ? id / 2 : -1;
+}
+
+static ssize_t h2end_hello(nghttp2_session *sess, int32_t id, uint8_t *buf,
+			   size_t len, uint32_t *flags,
+			   nghttp2_data_source *src, void *ud)
+{
+	memcpy(buf, "hello", 5);
+	*flags |= NGHTTP2_DATA_FLAG_EOF;
+	return 5;
+}
+
+static int h2end_header(nghttp2_session *sess, const nghttp2_frame *fr,
+			const uint8_t *n, size_t nlen, const uint8_t *v,
+			size_t vlen, uint8_t flags, void *ud)
+{
+	struct h2end *e = ud;
+	int i = h2end_idx(fr->hd.stream_id);
+	size_t *len;
+
+	if (i < 0)
+		return 0;
+	len = &e->head_len[i];
+	*len += snprintf(e->head[i] + *len, sizeof(e->head[i]) - *len,
+			 "%.*s: %.*s\n", (int)nlen, n, (int)vlen, v);
+	if (*len >= sizeof(e->head[i]))
+		*len = sizeof(e->head[i]) - 1;
+	return 0;
+}
+
+static int h2end_data(nghttp2_session *sess, uint8_t flags, int32_t id,
+		      const uint8_t *d, size_t len, void *ud)
+{
+	struct h2end *e = ud;
+	int i = h2end_idx(id);
+
+	if (i >= 0 && e->body_len[i] + len < sizeof(e->body[i])) {
+		memcpy(e->body[i] + e->body_len[i], d, len);
+		e->body_len[i] += len;
+	}
+	return 0;
+}
+
+/* Upstream answers every request, once it is complete: 200, "hello". */
+static int h2end_frame(nghttp2_session *sess, const nghttp2_frame *fr, void *ud)
+{
+	struct h2end *e = ud;
+	nghttp2_data_provider prd = { .read_callback = h2end_hello };
+	nghttp2_nv nv = { (uint8_t *)":status", (uint8_t *)"200", 7, 3, 0 };
+
+	if (e->server && fr->hd.flags & NGHTTP2_FLAG_END_STREAM &&
+	    (fr->hd.type == NGHTTP2_HEADERS || fr->hd.type == NGHTTP2_DATA))
+		nghttp2_submit_response(sess, fr->hd.stream_id, &nv, 1, &prd);
+	return 0;
+}
+
+static int h2end_close(nghttp2_session *sess, int32_t id, uint32_t code,
+		       void *ud)
+{
+	((struct h2end *)ud)->closed++;
+	return 0;
+}
+
+static void h2end_init(struct __test_metadata *_metadata, struct h2end *e,
+		       struct tls_conn *c, int fd, bool server)
+{
+	nghttp2_session_callbacks *cb;
+
+	memset(e, 0, sizeof(*e));
+	e->c = c;
+	e->fd = fd;
+	e->server = server;
+	ASSERT_EQ(0, nghttp2_session_callbacks_new(&cb));
+	nghttp2_session_callbacks_set_on_header_callback(cb, h2end_header);
+	nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb,
+								  h2end_data);
+	nghttp2_session_callbacks_set_on_frame_recv_callback(cb, h2end_frame);
+	nghttp2_session_callbacks_set_on_stream_close_callback(cb, h2end_close);
+	if (server)
+		ASSERT_EQ(0, nghttp2_session_server_new(&e->s, cb, e));
+	else
+		ASSERT_EQ(0, nghttp2_session_client_new(&e->s, cb, e));
+	nghttp2_session_callbacks_del(cb);
+	ASSERT_EQ(0, nghttp2_submit_settings(e->s, 0, NULL, 0));
+}
+
+/* What the session has to send, sent; what came, read: -errno, or 0. */
+static int h2end_io(struct h2end *e)
+{
+	const uint8_t *d;
+	uint8_t buf[4096];
+	ssize_t n, r;
+
+	while ((n = nghttp2_session_mem_send(e->s, &d)) > 0)
+		while ((r = tls_conn__write(e->c, d, n)) == -EAGAIN)
+			if (!tls_wait(e->c, e->fd))
+				return -ETIMEDOUT;
+	if (n < 0)
+		return -EPROTO;
+	while (!e->eof) {
+		r = tls_conn__read(e->c, buf, sizeof(buf));
+		if (r == -EAGAIN)
+			break;
+		if (r <= 0) {
+			e->eof = true;
+			break;
+		}
+		if (nghttp2_session_mem_recv(e->s, buf, r) < 0)
+			return -EPROTO;
+	}
+	return 0;
+}
+
+/* Both ends moved until the guest saw `closed` streams end. */
+static bool h2_run(struct h2end *g, struct h2end *u, int closed)
+{
+	for (int i = 0; i < TIMEOUT_MS / 10 && g->closed < closed; i++) {
+		struct pollfd p[2] = { { .fd = g->fd, .events = POLLIN },
+				       { .fd = u ? u->fd : -1,
+					 .events = POLLIN } };
+
+		if (h2end_io(g) || (u && h2end_io(u)))
+			return false;
+		if (g->eof)
+			break;
+		poll(p, 2, 10);
+	}
+	return g->closed >= closed;
+}
+
+static void h2_guest(struct __test_metadata *_metadata, FIXTURE_DATA(ic) * self,
+		     struct h2end *g)
+{
+	static const nghttp2_nv good[] = {
+		{ (uint8_t *)":method", (uint8_t *)"GET", 7, 3, 0 },
+		{ (uint8_t *)":scheme", (uint8_t *)"https", 7, 5, 0 },
+		{ (uint8_t *)":authority", (uint8_t *)API_HOST, 10,
+		  sizeof(API_HOST) - 1, 0 },
+		{ (uint8_t *)":path", (uint8_t *)"/user", 5, 5, 0 },
+		{ (uint8_t *)"authorization", (uint8_t *)"Bearer guest-own", 13,
+		  16, 0 },
+	};
+	static const nghttp2_nv spoof[] = {
+		{ (uint8_t *)":method", (uint8_t *)"GET", 7, 3, 0 },
+		{ (uint8_t *)":scheme", (uint8_t *)"https", 7, 5, 0 },
+		{ (uint8_t *)":authority", (uint8_t *)"evil.example.test", 10,
+		  17, 0 },
+		{ (uint8_t *)":path", (uint8_t *)"/", 5, 1, 0 },
+	};
+	struct tls_conn *c;
+	int fd;
+
+	c = guest_tls_alpn(_metadata, self, API_HOST, "h2", &fd);
+	ASSERT_EQ(0, tls_handshake(c, fd)) TH_LOG("%s", tls_conn__error(c));
+	ASSERT_STREQ("h2", tls_conn__alpn(c));
+	h2end_init(_metadata, g, c, fd, false);
+	ASSERT_EQ(1, nghttp2_submit_request(g->s, NULL, good, ARRAY_SIZE(good),
+					    NULL, NULL));
+	ASSERT_EQ(3, nghttp2_submit_request(g->s, NULL, spoof,
+					    ARRAY_SIZE(spoof), NULL, NULL));
+	ASSERT_EQ(0, h2end_io(g));
+}
+
+static void h2end_free(struct h2end *e)
+{
+	nghttp2_session_del(e->s);
+	tls_conn__free(e->c);
+	if (e->fd >= 0)
+		close(e->fd);
+}
+
+/*
+ * HTTP/2 over TLS: the guest chooses h2, so does upstream (asked for
+ * it); the stream naming the SNI reaches upstream with the grant's
+ * header in place of the guest's, the stream naming another host gets
+ * 421 on the same connection.
+ */
+TEST_F_TIMEOUT(ic, https_h2_streams_each_decided, 60)
+{
+	struct h2end g, u;
+	struct proxy_stats s;
+	struct tls_conn *uc;
+	int ufd;
+
+	h2_guest(_metadata, self, &g);
+	uc = up_tls_alpn(_metadata, self, self->tls.up_srv, "h2", &ufd);
+	ASSERT_EQ(0, tls_handshake(uc, ufd)) TH_LOG("%s", tls_conn__error(uc));
+	EXPECT_STREQ("h2", tls_conn__alpn(uc));
+	h2end_init(_metadata, &u, uc, ufd, true);
+	ASSERT_TRUE(h2_run(&g, &u, 2));
+	EXPECT_NE(NULL, strstr(u.head[0], "authorization: Bearer " TOKEN "\n"))
+	TH_LOG("upstream got:\n%s", u.head[0]);
+	EXPECT_EQ(NULL, strstr(u.head[0], "guest-own"));
+	EXPECT_NE(NULL, strstr(u.head[0], ":path: /user\n"));
+	EXPECT_EQ(0U, u.head_len[1]);
+	EXPECT_NE(NULL, strstr(g.head[0], ":status: 200\n"));
+	EXPECT_EQ(5U, g.body_len[0]);
+	EXPECT_EQ(0, memcmp(g.body[0], "hello", 5));
+	EXPECT_NE(NULL, strstr(g.head[1], ":status: 421\n"))
+	TH_LOG("guest's second stream got:\n%s", g.head[1]);
+	h2end_free(&g);
+	h2end_free(&u);
+	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, proxyfix__tcp_open_is, 0,
+					 &s));
+	EXPECT_EQ(1, s.tcp_intercepted);
+	EXPECT_EQ(1, s.http_allowed);
+	EXPECT_EQ(1, s.http_refused);
+}
+
+/* The guest chose h2, upstream speaks HTTP/1.1 only: 502 on the stream. */
+TEST_F_TIMEOUT(ic, https_h2_upstream_without_h2_is_502, 60)
+{
+	struct h2end g;
+	struct proxy_stats s;
+	struct tls_conn *uc;
+	int ufd;
+
+	h2_guest(_metadata, self, &g);
+	uc = up_tls_alpn(_metadata, self, self->tls.up_srv, "http/1.1", &ufd);
+	EXPECT_NE(0, tls_handshake(uc, ufd));
+	ASSERT_TRUE(h2_run(&g, NULL, 2));
+	EXPECT_NE(NULL, strstr(g.head[0], ":status: 502\n"))
+	TH_LOG("the guest got:\n%s", g.head[0]);
+	EXPECT_EQ(0, memcmp(g.body[0], "upstream tls failed", 19));
+	h2end_free(&g);
+	tls_conn__free(uc);
+	close(ufd);
+	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, proxyfix__tcp_open_is, 0,
+					 &s));
+	EXPECT_EQ(1, s.upstream_failed);
 }
 
 TEST_HARNESS_MAIN
