@@ -21,7 +21,9 @@
  * (400): nothing of them goes upstream. On a TLS port both sides are TLS
  * (vmm/tls.h): the guest's SNI is decided as a request's name is before
  * any certificate is minted for it, requests must name that host, and
- * upstream's certificate must be for it (else 502).
+ * upstream's certificate must be for it (else 502). A TLS guest that
+ * chooses h2 by ALPN goes through vmm/h2.h instead, stream by stream,
+ * upstream asked for h2 as well (else its streams get 502).
  *
  * It owns no socket: the proxy owns both, connects upstream when asked
  * (not before the first request is allowed: a flow that is refused, or
