@@ -143,8 +143,8 @@ static const struct {
 	{ "{\"id\": 7, \"verdict\": \"grant\"}", 7, HOOK_VERDICT_GRANT, "" },
 	{ "{\"id\":1,\"verdict\":\"deny\",\"reason\":\"not on Sundays\"}", 1,
 	  HOOK_VERDICT_DENY, "not on Sundays" },
-	{ "{\"verdict\": \"grant-http\", \"id\": 3}", 3, HOOK_VERDICT_UNKNOWN,
-	  "" },
+	{ "{\"verdict\": \"grant-http\", \"id\": 3}", 3,
+	  HOOK_VERDICT_GRANT_HTTP, "" },
 	{ "{\"id\": 4, \"verdict\": \"Grant\"}", 4, HOOK_VERDICT_UNKNOWN, "" },
 	/* Keys of a later protocol are left alone. */
 	{ "{\"id\": 5, \"verdict\": \"deny\", \"http\": {\"hosts\": []}}", 5,
@@ -163,7 +163,7 @@ TEST(answers_taken)
 	for (unsigned int i = 0; i < ARRAY_SIZE(good_answers); i++) {
 		const char *l = good_answers[i].line;
 
-		ASSERT_EQ(0, hook_msg__answer(l, strlen(l), &a))
+		ASSERT_EQ(0, hook_msg__answer(l, strlen(l), &a, NULL))
 		TH_LOG("%s", l);
 		EXPECT_EQ(good_answers[i].id, a.id);
 		EXPECT_EQ(good_answers[i].verdict, a.verdict);
@@ -199,7 +199,7 @@ TEST(answers_refused)
 	for (unsigned int i = 0; i < ARRAY_SIZE(bad_answers); i++) {
 		const char *l = bad_answers[i];
 
-		EXPECT_EQ(-EBADMSG, hook_msg__answer(l, strlen(l), &a))
+		EXPECT_EQ(-EBADMSG, hook_msg__answer(l, strlen(l), &a, NULL))
 		TH_LOG("taken: %s", l);
 	}
 }
@@ -216,7 +216,7 @@ TEST(answer_texts_printable_and_cut)
 		 "{\"id\": 1, \"verdict\": \"gr\\nant\\u00e9\", \"reason\": "
 		 "\"%s\"}",
 		 reason);
-	ASSERT_EQ(0, hook_msg__answer(line, strlen(line), &a));
+	ASSERT_EQ(0, hook_msg__answer(line, strlen(line), &a, NULL));
 	EXPECT_EQ(HOOK_VERDICT_UNKNOWN, a.verdict);
 	/* \n, and the two bytes of U+00E9 in UTF-8. */
 	EXPECT_STREQ("gr?ant??", a.verdict_text);
@@ -464,13 +464,13 @@ TEST_F(hk, garbage_fails_every_pending_question)
 
 TEST_F(hk, overlong_line_is_garbage)
 {
-	char big[HOOK_LINE_MAX + 2];
+	char big[HOOK_ANSWER_MAX + 2];
 
 	open_hook(_metadata, self, 0);
 	ask(_metadata, self, self->fh.path, LONG_MS, &cookie1);
 	ASSERT_EQ(0, fakehook__accept(&self->fh));
 	question_id(_metadata, &self->fh);
-	/* No newline within HOOK_LINE_MAX bytes. */
+	/* No newline within HOOK_ANSWER_MAX bytes. */
 	memset(big, ' ', sizeof(big) - 1);
 	big[sizeof(big) - 1] = '\0';
 	ASSERT_EQ(0, fakehook__send(&self->fh, big));
