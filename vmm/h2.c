@@ -63,6 +63,8 @@ struct h2_stream {
 	bool u_open;	   /* open (or queued) in upstream's */
 	bool answered;	   /* our own response (a refusal): no upstream */
 	bool req_end;	   /* the guest's END_STREAM was read */
+	bool head_end;	   /* with its head: no body */
+	bool pending;	   /* its head waits for its decision */
 	bool req_trailers; /* s->req holds the guest's trailers */
 	bool resp_started; /* the final response head went to the guest */
 	bool resp_end;	   /* upstream's END_STREAM was read, or ours */
@@ -746,25 +748,25 @@ static int forward(struct h2 *h, struct h2_stream *s, bool end)
 	return 0;
 }
 
-/* A request head is complete: checked, decided, forwarded or answered. */
-static int request(struct h2 *h, struct h2_stream *s, bool end)
+/*
+ * A checked request head, decided: forwarded, answered, or left pending
+ * (HTTP1_PENDING: its head kept for h2__resume()).
+ */
+static int request_decide(struct h2 *h, struct h2_stream *s)
 {
 	struct http1_header hdrs[H2_MAX_FIELDS];
 	struct http1_request req = { .version_minor = 1 };
 	struct http1_edits *e = &h->edits;
 	char method[METHOD_MAX];
 	const uint8_t *m, *p;
-	const char *reason;
 	size_t mlen = 0, plen = 0;
-	unsigned int status;
 	int verdict, ret;
 
-	s->req_end = end;
-	if (h->up_status)
+	s->pending = false;
+	if (h->up_status) {
+		fields_reset(&s->req);
 		return answer(h, s, h->up_status, h->up_reason);
-	status = request_check(h, s, &reason);
-	if (status)
-		return refuse(h, s, status, reason);
+	}
 	m = pseudo(&s->req, ":method", &mlen);
 	p = pseudo(&s->req, ":path", &plen);
 	memcpy(method, m, mlen);
@@ -791,9 +793,13 @@ static int request(struct h2 *h, struct h2_stream *s, bool end)
 	http1_edits__reset(e);
 	verdict = h->on_request(h->opaque, &req, e);
 	switch (verdict) {
+	case HTTP1_PENDING: /* its body waits in req_body, under its window */
+		s->pending = true;
+		http1_edits__reset(e);
+		return 0;
 	case HTTP1_ALLOW:
 	case HTTP1_ALLOW_UPGRADE: /* no upgrade in HTTP/2: as allowed */
-		ret = forward(h, s, end);
+		ret = forward(h, s, s->head_end);
 		break;
 	case HTTP1_REFUSE:
 		/* A reason naming an injected value would hand it over. */
@@ -809,6 +815,24 @@ static int request(struct h2 *h, struct h2_stream *s, bool end)
 	http1_edits__reset(e);
 	fields_reset(&s->req);
 	return ret;
+}
+
+/* A request head is complete: checked, then decided. */
+static int request(struct h2 *h, struct h2_stream *s, bool end)
+{
+	const char *reason;
+	unsigned int status;
+
+	s->req_end = end;
+	s->head_end = end;
+	if (h->up_status)
+		return request_decide(h, s);
+	status = request_check(h, s, &reason);
+	if (status) {
+		fields_reset(&s->req);
+		return refuse(h, s, status, reason);
+	}
+	return request_decide(h, s);
 }
 
 /* ---- the response --------------------------------------------------- */
@@ -888,6 +912,9 @@ static int on_header(nghttp2_session *sess, const nghttp2_frame *fr,
 	s = stream_find(h, side_of(h, sess), fr->hd.stream_id);
 	if (!s)
 		return 0;
+	/* Trailers before the decision would mix with the head it keeps. */
+	if (side_of(h, sess) == H2_GUEST && s->pending)
+		return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
 	if (side_of(h, sess) == H2_GUEST)
 		return cb_result(h,
 				 fields_add(&s->req, name, nlen, value, vlen));
@@ -951,8 +978,9 @@ static int on_data_chunk(nghttp2_session *sess, uint8_t flags, int32_t id,
 	if (h->destroying)
 		return 0;
 	s = stream_find(h, side, id);
-	wanted = s && (side == H2_GUEST ? s->u_open && !s->answered :
-					  s->g_open && !s->answered);
+	wanted = s &&
+		 (side == H2_GUEST ? (s->u_open || s->pending) && !s->answered :
+				     s->g_open && !s->answered);
 	if (!wanted) { /* nobody will take it: its window back at once */
 		nghttp2_session_consume(sess, id, len);
 		return 0;
@@ -1235,6 +1263,34 @@ void h2__upstream_failed(struct h2 *h, unsigned int status, const char *reason)
 		bytequeue__consume(&h->out[H2_UP], h->out[H2_UP].len);
 	}
 	settle(h);
+}
+
+int h2__resume(struct h2 *h)
+{
+	struct h2_stream *s, *next;
+	int ret = 0;
+
+	if (h->err)
+		return h->err;
+	for (s = h->streams; s && !ret; s = next) {
+		next = s->next;
+		if (s->pending && s->g_open)
+			ret = request_decide(h, s);
+	}
+	if (ret)
+		return ret;
+	for (int side = 0; side < H2_SIDES && !ret; side++)
+		ret = pump(h, side);
+	settle(h);
+	return ret;
+}
+
+bool h2__waiting(const struct h2 *h)
+{
+	for (const struct h2_stream *s = h->streams; s; s = s->next)
+		if (s->pending && s->g_open)
+			return true;
+	return false;
 }
 
 bool h2__wants_upstream(const struct h2 *h)

@@ -106,6 +106,15 @@ void h2__eof(struct h2 *h, enum h2_side side);
  * and the guest told to go away.
  */
 void h2__upstream_failed(struct h2 *h, unsigned int status, const char *reason);
+/*
+ * The streams on_request left HTTP1_PENDING (their heads kept, their
+ * bodies waiting under their windows) are decided again: on_request
+ * is called for each with the same request. 0, or -errno (reset both).
+ * Trailers that come before a stream's decision reset that stream.
+ */
+int __must_check h2__resume(struct h2 *h);
+/* Whether a stream waits for its decision. */
+bool h2__waiting(const struct h2 *h);
 /* A request was allowed: upstream is needed. */
 bool h2__wants_upstream(const struct h2 *h);
 /* A side's session is over and its output sent: its end may go. */

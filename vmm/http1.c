@@ -45,11 +45,12 @@
 enum piece_kind { PIECE_NONE, PIECE_URL, PIECE_FIELD, PIECE_VALUE };
 
 enum req_state {
-	REQ_HEAD,   /* reading a request head */
-	REQ_BODY,   /* a forwarded request's body (or just its end) */
-	REQ_OPAQUE, /* after an allowed upgrade: bytes pass as they are */
-	REQ_CLOSED, /* after a request that ended the connection */
-	REQ_DEAD,   /* refused, or out of memory: feed fails */
+	REQ_HEAD,    /* reading a request head */
+	REQ_PENDING, /* a complete head waits for its decision */
+	REQ_BODY,    /* a forwarded request's body (or just its end) */
+	REQ_OPAQUE,  /* after an allowed upgrade: bytes pass as they are */
+	REQ_CLOSED,  /* after a request that ended the connection */
+	REQ_DEAD,    /* refused, or out of memory: feed fails */
 };
 
 /* Where a string sits in the arena. */
@@ -978,6 +979,12 @@ static ssize_t head_decide(struct http1_req *h)
 		return ret;
 	http1_edits__reset(&h->edits);
 	verdict = h->on_request(h->opaque, &req, &h->edits);
+	if (verdict == HTTP1_PENDING) {
+		/* The head stays in the arena; resume decides it again. */
+		http1_edits__reset(&h->edits);
+		h->state = REQ_PENDING;
+		return 0;
+	}
 	ret = verdict_apply(h, &req, verdict);
 	if (!ret)
 		ret = head_write(h, &req, hdrs);
@@ -1100,6 +1107,8 @@ ssize_t http1_req__feed(struct http1_req *h, const void *in, size_t len)
 		case REQ_CLOSED:
 			n = closed_feed(h, p + done, len - done);
 			break;
+		case REQ_PENDING:
+			return done;
 		default:
 			return h->dead_ret;
 		}
@@ -1113,6 +1122,24 @@ ssize_t http1_req__feed(struct http1_req *h, const void *in, size_t len)
 	if (h->state == REQ_DEAD)
 		return h->dead_ret;
 	return done;
+}
+
+ssize_t http1_req__resume(struct http1_req *h)
+{
+	ssize_t ret;
+
+	if (h->state != REQ_PENDING)
+		return 0;
+	h->state = REQ_HEAD;
+	ret = head_decide(h);
+	if (ret < 0)
+		return ret;
+	return h->state == REQ_DEAD ? h->dead_ret : 0;
+}
+
+bool http1_req__pending(const struct http1_req *h)
+{
+	return h->state == REQ_PENDING;
 }
 
 const uint8_t *http1_req__output(const struct http1_req *h, size_t *len)
