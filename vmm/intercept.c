@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <strings.h>
 #include <sys/socket.h>
 
 #include "vmm/h2.h"
@@ -45,6 +46,10 @@
  */
 #define GUEST_ALPN "h2,http/1.1"
 #define ALPN_H2	   "h2"
+/* Questions to the hook a connection has out at once: every h2 stream. */
+#define IC_MAX_ASKS (H2_MAX_STREAMS + 1U)
+/* The index of a connection's question ("ask": "connection"). */
+#define IC_CONNECTION UINT64_MAX
 
 enum ic_state {
 	IC_HANDSHAKE, /* TLS: the guest's handshake, its SNI checked */
@@ -66,8 +71,23 @@ struct ic_side {
 	size_t wpend;	      /* TLS: a write that waited: its length */
 };
 
+/*
+ * A request's question to the hook (IC_CONNECTION: the connection's,
+ * whose answer is kept for its later requests), and its answer once
+ * come, until the request is decided again with it.
+ */
+struct ic_ask {
+	bool used;
+	bool answered;
+	bool taken; /* decided with in this pass (apply_answers) */
+	uint64_t index;
+	uint64_t id;		       /* the hook's question */
+	struct net_http_decision *ans; /* answered: a copy, wiped at free */
+};
+
 struct intercept {
 	struct net_flow flow;
+	void *owner;
 	struct intercept_ops ops;
 	struct intercept_tls tls; /* all NULL: plain */
 	struct ic_side side[INTERCEPT_SIDES];
@@ -96,6 +116,9 @@ struct intercept {
 	uint8_t *back; /* for the guest: upstream's bytes, an error answer */
 	size_t back_off, back_len;
 	size_t lingered; /* guest bytes dropped in IC_LINGER */
+
+	struct ic_ask asks[IC_MAX_ASKS];
+	bool answers_new; /* an answer came: decide the pending again */
 };
 
 /* ---- the decision --------------------------------------------------- */
@@ -155,7 +178,8 @@ static bool sni_ok(void *opaque, const char *sni)
 	bool ok;
 
 	decide(ic, sni, &d);
-	ok = d.verdict == NET_VERDICT_ALLOW;
+	/* A grant that asks the hook does so request by request. */
+	ok = d.verdict == NET_VERDICT_ALLOW || d.verdict == NET_VERDICT_ASK;
 	if (ok) {
 		ic->verified = true;
 		snprintf(ic->host, sizeof(ic->host), "%s", sni);
@@ -170,15 +194,177 @@ static bool sni_ok(void *opaque, const char *sni)
 	return ok;
 }
 
+/* ---- the hook, request by request ------------------------------------ */
+
+static struct ic_ask *ask_find(struct intercept *ic, uint64_t index)
+{
+	for (unsigned int i = 0; i < IC_MAX_ASKS; i++)
+		if (ic->asks[i].used && ic->asks[i].index == index)
+			return &ic->asks[i];
+	return NULL;
+}
+
+static void ask_free(struct intercept *ic, struct ic_ask *a)
+{
+	if (a->used && !a->answered && ic->ops.cancel)
+		ic->ops.cancel(ic->ops.opaque, a->id);
+	if (a->ans)
+		explicit_bzero(a->ans, sizeof(*a->ans));
+	free(a->ans);
+	*a = (struct ic_ask){ 0 };
+}
+
+static void refuse_with(struct net_http_decision *d, const char *reason)
+{
+	d->verdict = NET_VERDICT_DENY;
+	d->status = HTTP_STATUS_FORBIDDEN;
+	snprintf(d->reason, sizeof(d->reason), "%s", reason);
+}
+
+/* The request as the hook's question sees it. */
+static void question(const struct intercept *ic, const struct http1_request *rq,
+		     const struct net_http_decision *d,
+		     struct hook_http_question *q)
+{
+	*q = (struct hook_http_question){
+		.socket = d->hook_socket,
+		.timeout_ms = d->hook_timeout_ms,
+		.grant = d->grant,
+		.host = rq->hostname,
+		.port = rq->port,
+		.tls = ic->tls.server,
+		.protocol = ic->h2	      ? "h2" :
+			    rq->version_minor ? "HTTP/1.1" :
+						"HTTP/1.0",
+		.method = rq->method,
+		.path = rq->path,
+		.path_len = rq->path_len,
+		.fields = rq->headers,
+		.nr_fields = rq->nr_headers,
+		.grant_fields = d,
+	};
+}
+
 /*
- * Each request, by the policy as it is now. The decision is wiped
- * before it goes out of scope, whichever way it went.
+ * A request whose grant asks the hook (d: NET_VERDICT_ASK): its answer
+ * if it came (*ans; d stays ASK), else the question out and
+ * HTTP1_PENDING, else d refused. 0 when decided.
+ */
+static int hook_decision(struct intercept *ic, const struct http1_request *rq,
+			 struct net_http_decision *d,
+			 const struct net_http_decision **ans)
+{
+	uint64_t index = d->ask_each_request ? rq->index : IC_CONNECTION;
+	struct ic_ask *a = ask_find(ic, index);
+	struct hook_http_question q;
+	int ret;
+
+	*ans = NULL;
+	if (a && a->answered) {
+		a->taken = true;
+		if (!a->ans)
+			refuse_with(d, HOOK_ERROR); /* no memory for it */
+		*ans = a->ans;
+		return 0;
+	}
+	if (a)
+		return HTTP1_PENDING; /* its question is out */
+	for (unsigned int i = 0; !a && i < IC_MAX_ASKS; i++)
+		if (!ic->asks[i].used)
+			a = &ic->asks[i];
+	if (!a) {
+		refuse_with(d, HOOK_BUSY);
+		return 0;
+	}
+	question(ic, rq, d, &q);
+	ret = ic->ops.ask ? ic->ops.ask(ic->ops.opaque, ic->owner, &ic->flow,
+					&q, &a->id) :
+			    -ENOTCONN;
+	if (ret) {
+		refuse_with(d, hook__failure(ret));
+		return 0;
+	}
+	a->used = true;
+	a->index = index;
+	return HTTP1_PENDING;
+}
+
+/* The fields the grant gives the hook include name. */
+static bool hook_field(const struct net_http_decision *d, const char *name)
+{
+	for (unsigned int i = 0; i < d->nr_headers && i < NET_HTTP_MAX_HEADERS;
+	     i++)
+		if (d->headers[i].hook && d->headers[i].name < sizeof(d->buf) &&
+		    !strcasecmp(d->buf + d->headers[i].name, name))
+			return true;
+	return false;
+}
+
+/* The value the answer sets for name, or NULL. */
+static const char *hook_value(const struct net_http_decision *ans,
+			      const char *name)
+{
+	for (unsigned int i = 0;
+	     ans && i < ans->nr_headers && i < NET_HTTP_MAX_HEADERS; i++)
+		if (!ans->headers[i].remove &&
+		    ans->headers[i].name < sizeof(ans->buf) &&
+		    ans->headers[i].value < sizeof(ans->buf) &&
+		    !strcasecmp(ans->buf + ans->headers[i].name, name))
+			return ans->buf + ans->headers[i].value;
+	return NULL;
+}
+
+/*
+ * The edits of an allowed request: the hook's removals first, then the
+ * grant's fields (a later edit of a name wins), those it gives the hook
+ * with the answer's values, or removed when it set none: the guest
+ * never supplies a field the host brokers. 0, or the refusal's reason.
+ */
+static const char *edits_apply(const struct net_http_decision *d,
+			       const struct net_http_decision *ans,
+			       struct http1_edits *e)
+{
+	for (unsigned int i = 0;
+	     ans && i < ans->nr_headers && i < NET_HTTP_MAX_HEADERS; i++) {
+		const char *name = ans->buf + ans->headers[i].name;
+
+		if (ans->headers[i].name >= sizeof(ans->buf))
+			return "http header edit failed";
+		if (!ans->headers[i].remove && !hook_field(d, name))
+			return "hook set a field not granted";
+		if (ans->headers[i].remove && http1_edits__remove(e, name))
+			return "http header edit failed";
+	}
+	for (unsigned int i = 0; i < d->nr_headers && i < NET_HTTP_MAX_HEADERS;
+	     i++) {
+		const char *name, *value;
+
+		/* The policy checked both; a failure here is a bug. */
+		if (d->headers[i].name >= sizeof(d->buf) ||
+		    d->headers[i].value >= sizeof(d->buf))
+			return "http header edit failed";
+		name = d->buf + d->headers[i].name;
+		value = d->headers[i].hook ? hook_value(ans, name) :
+					     d->buf + d->headers[i].value;
+		if (value ? http1_edits__set(e, name, value) :
+			    http1_edits__remove(e, name))
+			return "http header edit failed";
+	}
+	return NULL;
+}
+
+/*
+ * Each request, by the policy as it is now (and the hook, when its
+ * grant says so). The decision is wiped before it goes out of scope,
+ * whichever way it went.
  */
 static int on_request(void *opaque, const struct http1_request *rq,
 		      struct http1_edits *e)
 {
 	struct intercept *ic = opaque;
+	const struct net_http_decision *ans = NULL;
 	struct net_http_decision d;
+	const char *failed;
 	int ret = HTTP1_ALLOW;
 
 	/* Refused here rather than by the rewriter, so it counts once. */
@@ -190,23 +376,39 @@ static int on_request(void *opaque, const struct http1_request *rq,
 		goto out_report;
 	}
 	decide(ic, rq->hostname, &d);
+	if (d.verdict == NET_VERDICT_ASK) {
+		ret = hook_decision(ic, rq, &d, &ans);
+		if (ret == HTTP1_PENDING) {
+			/* Reported once decided. */
+			explicit_bzero(&d, sizeof(d));
+			return ret;
+		}
+		if (ans && ans->verdict != NET_VERDICT_ALLOW) {
+			d.verdict = NET_VERDICT_DENY;
+			d.status = ans->status ? ans->status :
+						 HTTP_STATUS_FORBIDDEN;
+			snprintf(d.reason, sizeof(d.reason), "%s", ans->reason);
+		} else if (d.verdict == NET_VERDICT_ASK) {
+			d.verdict = NET_VERDICT_ALLOW;
+			if (ans)
+				snprintf(d.reason, sizeof(d.reason), "%s",
+					 ans->reason);
+		}
+	}
 	if (d.verdict != NET_VERDICT_ALLOW) {
 		ret = http1_edits__refuse(e, d.status, d.reason);
 		goto out_report;
 	}
-	for (unsigned int i = 0; i < d.nr_headers && i < NET_HTTP_MAX_HEADERS;
-	     i++) {
-		/* The policy checked both; a failure here is a bug. */
-		if (d.headers[i].name >= sizeof(d.buf) ||
-		    d.headers[i].value >= sizeof(d.buf) ||
-		    http1_edits__set(e, d.buf + d.headers[i].name,
-				     d.buf + d.headers[i].value)) {
-			snprintf(d.reason, sizeof(d.reason), "%s",
-				 "http header edit failed");
-			ret = http1_edits__refuse(e, HTTP_STATUS_INTERNAL,
-						  d.reason);
-			goto out_report;
-		}
+	failed = edits_apply(&d, ans, e);
+	if (failed) {
+		snprintf(d.reason, sizeof(d.reason), "%s", failed);
+		ret = http1_edits__refuse(
+			e,
+			strcmp(failed, "http header edit failed") ?
+				HTTP_STATUS_FORBIDDEN :
+				HTTP_STATUS_INTERNAL,
+			d.reason);
+		goto out_report;
 	}
 	ic->verified = true;
 	snprintf(ic->host, sizeof(ic->host), "%s", rq->hostname);
@@ -897,6 +1099,57 @@ static int do_connect(void *arg)
 
 /* ---- the interface ----------------------------------------------------- */
 
+/*
+ * Answers came: the requests that wait are decided again (each takes
+ * its answer); answers no request took are for requests gone (an h2
+ * stream reset meanwhile): freed. A connection's answer stays.
+ */
+static int apply_answers(struct intercept *ic)
+{
+	ssize_t ret = 0;
+
+	if (!ic->answers_new)
+		return 0;
+	ic->answers_new = false;
+	if (ic->h2)
+		ret = h2__resume(ic->h2);
+	else if (ic->req && ic->state == IC_RELAY)
+		ret = http1_req__resume(ic->req);
+	for (unsigned int i = 0; i < IC_MAX_ASKS; i++) {
+		struct ic_ask *a = &ic->asks[i];
+
+		if (a->used && a->answered && a->index != IC_CONNECTION)
+			ask_free(ic, a);
+		a->taken = false;
+	}
+	if (ret < 0 && !ic->h2)
+		return refused(ic, ret);
+	return ret;
+}
+
+void intercept__hook_answer(struct intercept *ic, uint64_t id,
+			    const struct net_http_decision *d)
+{
+	for (unsigned int i = 0; i < IC_MAX_ASKS; i++) {
+		struct ic_ask *a = &ic->asks[i];
+
+		if (!a->used || a->answered || a->id != id)
+			continue;
+		a->answered = true;
+		/* Failed, its request is refused (hook_decision). */
+		a->ans = malloc(sizeof(*a->ans));
+		if (a->ans)
+			memcpy(a->ans, d, sizeof(*d));
+		ic->answers_new = true;
+		return;
+	}
+}
+
+bool intercept__has_answers(const struct intercept *ic)
+{
+	return ic->answers_new;
+}
+
 int intercept__run(struct intercept *ic, enum intercept_side side,
 		   uint32_t events)
 {
@@ -906,6 +1159,11 @@ int intercept__run(struct intercept *ic, enum intercept_side side,
 
 	if (events & EPOLLERR)
 		return -ECONNRESET;
+	if (ic->state != IC_HANDSHAKE) {
+		ret = apply_answers(ic);
+		if (ret)
+			return ret;
+	}
 	if (ic->state == IC_HANDSHAKE) {
 		ret = side == INTERCEPT_GUEST ? guest_handshake(ic) : 0;
 		if (ret || ic->state == IC_HANDSHAKE)
@@ -1024,6 +1282,7 @@ int intercept__create(struct intercept **out, const struct intercept_params *p)
 	if (!ic)
 		return -ENOMEM;
 	ic->flow = p->flow;
+	ic->owner = p->owner;
 	ic->ops = *p->ops;
 	if (p->tls)
 		ic->tls = *p->tls;
@@ -1053,6 +1312,9 @@ void intercept__destroy(struct intercept *ic)
 {
 	if (!ic)
 		return;
+	/* Questions out are cancelled; answers kept are wiped. */
+	for (unsigned int i = 0; i < IC_MAX_ASKS; i++)
+		ask_free(ic, &ic->asks[i]);
 	for (int s = 0; s < INTERCEPT_SIDES; s++)
 		tls_conn__free(ic->side[s].tls);
 	http1_resp__destroy(ic->resp);
