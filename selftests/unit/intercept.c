@@ -15,6 +15,11 @@
  *
  * Negative checks wait for the proxy's counters to show the decision,
  * then look at what upstream got: nothing.
+ *
+ * The hook's tests swap in a policy whose grant asks the test's fake
+ * hook (selftests/fakehook.h) per request or per connection, and play
+ * the hook by hand: its fields reach upstream only, its deny, its
+ * silence and its absence are 403s that reach nothing upstream.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -36,6 +41,7 @@
 #include "vmm/proxy.h"
 #include "vmm/seccomp.h"
 #include "vmm/tls.h"
+#include "selftests/fakehook.h"
 #include "selftests/kselftest.h"
 #include "selftests/proxyfix.h"
 #include "selftests/vmnet.h"
@@ -98,6 +104,7 @@ FIXTURE(ic)
 	struct test_tls tls;
 	int api, raw; /* upstream listeners: API_ADDR:80, RAW_ADDR:80 */
 	int api_tls;  /* API_ADDR:443 */
+	struct fakehook fh;
 };
 
 /* A CA's certificate into a file of its own; its path into path. */
@@ -217,9 +224,11 @@ FIXTURE_SETUP(ic)
 {
 	vmnet__init(&self->net);
 	self->api = self->raw = self->api_tls = -1;
+	self->fh = (struct fakehook){ .lsn = -1, .conn = -1 };
 	proxyfix__policy_init(&self->policy);
 	if (geteuid())
 		SKIP(return, PROXYFIX_NOT_ROOT);
+	ASSERT_EQ(0, fakehook__init(&self->fh, true));
 	ASSERT_EQ(0, setenv(TOKEN_ENV, "Bearer " TOKEN, 1));
 	proxyfix__policy_set(_metadata, &self->policy, POLICY);
 	/* Read at parse time: the environment no longer matters. */
@@ -253,6 +262,7 @@ FIXTURE_TEARDOWN(ic)
 	if (self->api_tls >= 0)
 		close(self->api_tls);
 	tls_teardown(&self->tls);
+	fakehook__close(&self->fh);
 	vmnet__close(&self->net);
 	proxyfix__policy_free(&self->policy);
 }
@@ -1149,6 +1159,230 @@ TEST_F_TIMEOUT(ic, https_h2_upstream_without_h2_is_502, 60)
 	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, proxyfix__tcp_open_is, 0,
 					 &s));
 	EXPECT_EQ(1, s.upstream_failed);
+}
+
+/* ---- the hook, request by request ------------------------------------- */
+
+#define HOOK_TOKEN "hook-t0ken-9c2a"
+
+/* A grant of API_HOST whose authorization the hook sets; ask: its mode. */
+static void hook_policy(struct __test_metadata *_metadata,
+			FIXTURE_DATA(ic) * self, const char *socket,
+			const char *ask, unsigned int timeout_ms)
+{
+	char doc[1024];
+
+	snprintf(doc, sizeof(doc),
+		 "{\"http\": [{\"host\": \"" API_HOST "\", \"ports\": [80, "
+		 "443],%s%s%s \"headers\": {\"Authorization\": {\"from\": "
+		 "\"hook\"}}}], \"hook\": {\"socket\": \"%s\", \"timeoutMs\": "
+		 "%u}}",
+		 ask ? " \"ask\": \"" : "", ask ? ask : "", ask ? "\"," : "",
+		 socket, timeout_ms);
+	proxyfix__policy_set(_metadata, &self->policy, doc);
+}
+
+/*
+ * The hook's next question: a request's, for url over protocol, that
+ * holds nothing of the guest's credentials. Its id.
+ */
+static long long hook_question(struct __test_metadata *_metadata,
+			       struct fakehook *fh, const char *url,
+			       const char *protocol)
+{
+	char line[FAKEHOOK_LINE_MAX];
+	long long id;
+	json_t *q;
+
+	ASSERT_LT(0, fakehook__read_line(fh, line, sizeof(line)));
+	EXPECT_EQ(NULL, strstr(line, "guest-own")) TH_LOG("%s", line);
+	EXPECT_EQ(NULL, strstr(line, "c=guest")) TH_LOG("%s", line);
+	q = json_loads(line, 0, NULL);
+	ASSERT_NE(NULL, q) TH_LOG("not JSON: %s", line);
+	EXPECT_STREQ("http", json_string_value(json_object_get(q, "type")));
+	EXPECT_STREQ(url, json_string_value(json_object_get(q, "url")));
+	EXPECT_STREQ(protocol,
+		     json_string_value(json_object_get(q, "protocol")));
+	EXPECT_STREQ("GET", json_string_value(json_object_get(q, "method")));
+	id = json_integer_value(json_object_get(q, "id"));
+	json_decref(q);
+	return id;
+}
+
+/* grant-http: authorization set to "Bearer HOOK_TOKEN-n", cookie removed. */
+static void hook_grant(struct __test_metadata *_metadata, struct fakehook *fh,
+		       long long id, int n)
+{
+	char line[512];
+
+	snprintf(line, sizeof(line),
+		 "{\"id\": %lld, \"verdict\": \"grant-http\", \"set\": "
+		 "{\"authorization\": \"Bearer " HOOK_TOKEN "-%d\"}, "
+		 "\"remove\": [\"cookie\"]}\n",
+		 id, n);
+	ASSERT_EQ(0, fakehook__send(fh, line));
+}
+
+/*
+ * "ask": "request": each request is put to the hook, its answer applies
+ * to it alone (a token each), the guest's own authorization and cookie
+ * never reach upstream nor the hook, and nothing of the hook's answer
+ * reaches the guest.
+ */
+TEST_F_TIMEOUT(ic, hook_headers_per_request_upstream_only, 60)
+{
+	const char *req = "GET /a HTTP/1.1\r\nHost: " API_HOST
+			  "\r\nAuthorization: Bearer guest-own\r\nCookie: "
+			  "c=guest\r\n\r\n";
+	const char *want1 =
+		"GET /a HTTP/1.1\r\nHost: " API_HOST
+		"\r\nauthorization: Bearer " HOOK_TOKEN "-1\r\n\r\n";
+	const char *want2 =
+		"GET /a HTTP/1.1\r\nHost: " API_HOST
+		"\r\nauthorization: Bearer " HOOK_TOKEN "-2\r\n\r\n";
+	struct proxy_stats s;
+	char buf[4096];
+	int g, up;
+	bool eof;
+
+	hook_policy(_metadata, self, self->fh.path, "request", 5000);
+	g = guest_send(_metadata, self, API_ADDR, HTTP_PORT, req);
+	ASSERT_EQ(0, fakehook__accept(&self->fh));
+	hook_grant(_metadata, &self->fh,
+		   hook_question(_metadata, &self->fh, "http://" API_HOST "/a",
+				 "HTTP/1.1"),
+		   1);
+	up = proxyfix__up_accept(_metadata, self->api);
+	exchange(_metadata, g, up, want1);
+	ASSERT_EQ((ssize_t)strlen(req), send(g, req, strlen(req), 0));
+	hook_grant(_metadata, &self->fh,
+		   hook_question(_metadata, &self->fh, "http://" API_HOST "/a",
+				 "HTTP/1.1"),
+		   2);
+	exchange(_metadata, g, up, want2);
+	close(up);
+	read_until(g, buf, sizeof(buf), 0, &eof);
+	EXPECT_TRUE(eof);
+	EXPECT_EQ(NULL, strstr(buf, HOOK_TOKEN));
+	close(g);
+	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, proxyfix__tcp_open_is, 0,
+					 &s));
+	EXPECT_EQ(2, s.http_allowed);
+	EXPECT_EQ(2, http_reason(&s, HOOK_GRANT));
+	EXPECT_EQ(2, s.hook.questions);
+	EXPECT_EQ(2, s.hook.answers);
+}
+
+/*
+ * A field "from": "hook" without "ask": the connection's first request
+ * is put to the hook, its answer serves the connection's others.
+ */
+TEST_F_TIMEOUT(ic, hook_asked_once_per_connection, 60)
+{
+	const char *req = "GET /a HTTP/1.1\r\nHost: " API_HOST "\r\n\r\n";
+	const char *want = "GET /a HTTP/1.1\r\nHost: " API_HOST
+			   "\r\nauthorization: Bearer " HOOK_TOKEN "-1\r\n\r\n";
+	struct proxy_stats s;
+	int g, up;
+
+	hook_policy(_metadata, self, self->fh.path, NULL, 5000);
+	g = guest_send(_metadata, self, API_ADDR, HTTP_PORT, req);
+	ASSERT_EQ(0, fakehook__accept(&self->fh));
+	hook_grant(_metadata, &self->fh,
+		   hook_question(_metadata, &self->fh, "http://" API_HOST "/a",
+				 "HTTP/1.1"),
+		   1);
+	up = proxyfix__up_accept(_metadata, self->api);
+	exchange(_metadata, g, up, want);
+	ASSERT_EQ((ssize_t)strlen(req), send(g, req, strlen(req), 0));
+	exchange(_metadata, g, up, want);
+	/* Decided before upstream got it: a question would be there now. */
+	EXPECT_FALSE(fakehook__wait(self->fh.conn, POLLIN, 0));
+	proxy__stats(self->proxy, &s);
+	EXPECT_EQ(1, s.hook.questions);
+	EXPECT_EQ(2, s.http_allowed);
+	close(g);
+	close(up);
+}
+
+/* The hook denies: 403 to the guest, nothing upstream, logged why. */
+TEST_F_TIMEOUT(ic, hook_deny_is_403_nothing_upstream, 60)
+{
+	const char *req = "GET /a HTTP/1.1\r\nHost: " API_HOST "\r\n\r\n";
+	struct proxy_stats s;
+	char buf[4096];
+	int g;
+
+	hook_policy(_metadata, self, self->fh.path, "request", 5000);
+	g = guest_send(_metadata, self, API_ADDR, HTTP_PORT, req);
+	ASSERT_EQ(0, fakehook__accept(&self->fh));
+	ASSERT_EQ(0, fakehook__answer(&self->fh,
+				      hook_question(_metadata, &self->fh,
+						    "http://" API_HOST "/a",
+						    "HTTP/1.1"),
+				      "deny", "not now"));
+	expect_answer(_metadata, g, buf, sizeof(buf), "HTTP/1.1 403 ");
+	EXPECT_NE(NULL, strstr(buf, HOOK_DENY)) TH_LOG("%s", buf);
+	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, refused_at_least, 1, &s));
+	EXPECT_EQ(1, http_reason(&s, HOOK_DENY));
+	EXPECT_EQ(0, s.http_allowed);
+	EXPECT_FALSE(vmnet__wait_for(self->api, POLLIN, 0));
+	close(g);
+}
+
+/*
+ * A hook that never answers (its deadline passes) and one that is not
+ * there: 403 each, nothing upstream.
+ */
+TEST_F_TIMEOUT(ic, hook_timeout_or_unreachable_is_403, 60)
+{
+	const char *req = "GET /a HTTP/1.1\r\nHost: " API_HOST "\r\n\r\n";
+
+	/* Listening, never accepting: the question waits in its socket. */
+	hook_policy(_metadata, self, self->fh.path, "request", 50);
+	expect_refused(_metadata, self, req, "HTTP/1.1 403 ", HOOK_TIMEOUT);
+	hook_policy(_metadata, self, "/nonexistent/kiln/hook.sock", "request",
+		    5000);
+	expect_refused(_metadata, self, req, "HTTP/1.1 403 ", HOOK_UNREACHABLE);
+}
+
+/*
+ * HTTP/2: the stream naming the SNI waits for the hook (asked with
+ * protocol h2) and reaches upstream with its field in place of the
+ * guest's; the spoofed stream gets 421 without asking.
+ */
+TEST_F_TIMEOUT(ic, hook_headers_on_an_h2_stream, 60)
+{
+	struct h2end g, u;
+	struct proxy_stats s;
+	struct tls_conn *uc;
+	int ufd;
+
+	hook_policy(_metadata, self, self->fh.path, "request", 5000);
+	h2_guest(_metadata, self, &g);
+	ASSERT_EQ(0, fakehook__accept(&self->fh));
+	hook_grant(_metadata, &self->fh,
+		   hook_question(_metadata, &self->fh,
+				 "https://" API_HOST "/user", "h2"),
+		   1);
+	uc = up_tls_alpn(_metadata, self, self->tls.up_srv, "h2", &ufd);
+	ASSERT_EQ(0, tls_handshake(uc, ufd)) TH_LOG("%s", tls_conn__error(uc));
+	h2end_init(_metadata, &u, uc, ufd, true);
+	ASSERT_TRUE(h2_run(&g, &u, 2));
+	EXPECT_NE(NULL,
+		  strstr(u.head[0], "authorization: Bearer " HOOK_TOKEN "-1\n"))
+	TH_LOG("upstream got:\n%s", u.head[0]);
+	EXPECT_EQ(NULL, strstr(u.head[0], "guest-own"));
+	EXPECT_NE(NULL, strstr(g.head[0], ":status: 200\n"));
+	EXPECT_EQ(NULL, strstr(g.head[0], HOOK_TOKEN));
+	EXPECT_NE(NULL, strstr(g.head[1], ":status: 421\n"));
+	h2end_free(&g);
+	h2end_free(&u);
+	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, proxyfix__tcp_open_is, 0,
+					 &s));
+	EXPECT_EQ(1, s.hook.questions);
+	EXPECT_EQ(1, s.http_allowed);
+	EXPECT_EQ(1, http_reason(&s, HOOK_GRANT));
 }
 
 TEST_HARNESS_MAIN
