@@ -36,7 +36,7 @@
 /* The reasons of the decisions it gives, for the counters and the log. */
 #define HOOK_GRANT	 "hook grant"
 #define HOOK_DENY	 "hook deny"
-#define HOOK_UNKNOWN	 "hook verdict unknown" /* "grant-http": issue 12 */
+#define HOOK_UNKNOWN	 "hook verdict unknown" /* or grant-http to a flow */
 #define HOOK_TIMEOUT	 "hook timeout"
 #define HOOK_UNREACHABLE "hook unreachable"
 #define HOOK_ERROR	 "hook error"
