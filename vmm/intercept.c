@@ -15,8 +15,28 @@
  * On a TLS port each side is a TLS connection (vmm/tls.h) on the
  * proxy's socket: toward the guest a server whose certificate is minted
  * for the SNI once the policy accepted that name, toward upstream a
- * client verifying upstream's certificate for the same name. The rest
- * is the same, on the plaintext.
+ * client verifying upstream's certificate for the same name. The guest
+ * is offered only the protocol upstream chose, so upstream comes first:
+ *
+ *   IC_HELLO      the guest's ClientHello peeked at (MSG_PEEK, one
+ *                 record, nothing read): its SNI, decided by the policy.
+ *                 Allowed: on to IC_UPSTREAM. Anything else (not TLS, no
+ *                 SNI, a name refused): straight to IC_HANDSHAKE with no
+ *                 upstream, where the handshake fails as it always did.
+ *   IC_UPSTREAM   the proxy connects (intercept__wants_upstream), TLS to
+ *                 the SNI's name offering "h2,http/1.1"; upstream's choice
+ *                 (none: http/1.1) kept. Failed: on without upstream, the
+ *                 guest to get the 502 after its handshake.
+ *   IC_HANDSHAKE  the guest's handshake, offered upstream's choice (and
+ *                 http/1.1 after h2: a guest without h2 still gets in);
+ *                 sni_ok checks the SNI again, which must be the peeked.
+ *   IC_RELAY      h2 both sides (vmm/h2.c) or HTTP/1.1 both sides
+ *                 (vmm/http1.c). A guest on http/1.1 whose upstream is
+ *                 on h2 has that upstream dropped, and the first allowed
+ *                 request asks for a new one offering http/1.1 only.
+ *
+ * The whole setup (IC_HELLO to IC_RELAY) is bounded by the proxy's
+ * deadline (intercept__expire). The rest is the same, on the plaintext.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -41,17 +61,22 @@
 /* Plaintext given to one TLS write at most: a record's worth. */
 #define TLS_WRITE_MAX (16U << 10)
 /*
- * What the guest may negotiate (its preference wins); upstream is asked
- * for the same one, and a guest on h2 is intercepted by vmm/h2.c.
+ * What upstream is offered first (its choice wins); the guest is offered
+ * what upstream chose: h2 (and http/1.1, for a guest without h2) or
+ * http/1.1. A guest on h2 is intercepted by vmm/h2.c.
  */
-#define GUEST_ALPN "h2,http/1.1"
-#define ALPN_H2	   "h2"
+#define UP_ALPN	      "h2,http/1.1"
+#define GUEST_ALPN_H2 "h2,http/1.1"
+#define ALPN_H2	      "h2"
+#define ALPN_HTTP1    "http/1.1"
 /* Questions to the hook a connection has out at once: every h2 stream. */
 #define IC_MAX_ASKS (H2_MAX_STREAMS + 1U)
 /* The index of a connection's question ("ask": "connection"). */
 #define IC_CONNECTION UINT64_MAX
 
 enum ic_state {
+	IC_HELLO,     /* TLS: the guest's ClientHello peeked at, its SNI */
+	IC_UPSTREAM,  /* TLS: upstream's connection and handshake */
 	IC_HANDSHAKE, /* TLS: the guest's handshake, its SNI checked */
 	IC_RELAY,     /* requests go up, responses come back */
 	IC_REFUSED,   /* the responses before the refused request still come */
@@ -92,12 +117,18 @@ struct intercept {
 	struct intercept_tls tls; /* all NULL: plain */
 	struct ic_side side[INTERCEPT_SIDES];
 	enum ic_state state;
-	bool want_up;  /* a request was allowed: connect upstream */
-	bool asked_up; /* the proxy answered (upstream or failed) */
-	bool up_ready; /* upstream connected, TLS handshake done */
-	bool verified; /* the name the guest gave was found bound */
-	bool counted;  /* the refusal was reported already */
+	bool want_up;	/* upstream wanted: the SNI or a request allowed */
+	bool asked_up;	/* the proxy answered (upstream or failed) */
+	bool up_ready;	/* upstream connected, TLS handshake done */
+	bool verified;	/* the name the guest gave was found bound */
+	bool counted;	/* the refusal was reported already */
+	bool up_closed; /* upstream's socket is not used: the proxy closes it */
 	char host[HTTP1_HOSTNAME_MAX + 1]; /* the guest's name, once passed */
+	/* TLS: the ClientHello's SNI, allowed (IC_HELLO); "": none. */
+	char peeked[NET_HOSTNAME_MAX + 1];
+	uint8_t *hello; /* IC_HELLO: TLS_RECORD_MAX bytes peeked into */
+	/* Upstream failed before the guest's handshake: its 502's reason. */
+	const char *up_error;
 
 	struct http1_req *req; /* from the end of the TLS handshake on */
 	struct http1_resp *resp;
@@ -177,6 +208,12 @@ static bool sni_ok(void *opaque, const char *sni)
 	struct net_http_decision d;
 	bool ok;
 
+	/* A second ClientHello (after a HelloRetryRequest) names the same. */
+	if (ic->peeked[0] && strcmp(sni, ic->peeked)) {
+		report(ic, sni, false, "tls sni changed");
+		ic->counted = true;
+		return false;
+	}
 	decide(ic, sni, &d);
 	/* A grant that asks the hook does so request by request. */
 	ok = d.verdict == NET_VERDICT_ALLOW || d.verdict == NET_VERDICT_ASK;
@@ -764,6 +801,7 @@ static void up_drop(struct intercept *ic)
 	tls_conn__free(ic->side[INTERCEPT_UP].tls);
 	ic->side[INTERCEPT_UP].tls = NULL;
 	ic->side[INTERCEPT_UP].fd = -1;
+	ic->up_closed = true;
 }
 
 /*
@@ -873,6 +911,8 @@ static int finish(struct intercept *ic)
 	int ret = 0;
 
 	switch (ic->state) {
+	case IC_HELLO:
+	case IC_UPSTREAM:
 	case IC_HANDSHAKE:
 		return 0;
 	case IC_RELAY:
@@ -1000,11 +1040,14 @@ static int make_h2(struct intercept *ic)
 /*
  * The guest's handshake: the SNI was checked by sni_ok (a refusal was
  * reported there); any other failure is the guest's (not TLS, no SNI,
- * no common protocol). Done, requests must name the SNI's host.
+ * no common protocol). Done, requests must name the SNI's host; a guest
+ * on http/1.1 whose upstream chose h2 gets a new upstream (below), one
+ * whose upstream failed its 502 at once.
  */
 static int guest_handshake(struct intercept *ic)
 {
 	struct tls_conn *c = ic->side[INTERCEPT_GUEST].tls;
+	struct tls_conn *u = ic->side[INTERCEPT_UP].tls;
 	int ret = tls_conn__handshake(c);
 	const char *alpn;
 
@@ -1025,6 +1068,105 @@ static int guest_handshake(struct intercept *ic)
 	if (ret)
 		return ret;
 	ic->state = IC_RELAY;
+	if (ic->up_error)
+		return answer(ic, HTTP_STATUS_BAD_GATEWAY, ic->up_error);
+	/*
+	 * Upstream on h2, the guest not: nothing was sent on it yet, so it
+	 * goes, and the first allowed request asks for one on http/1.1.
+	 */
+	if (!ic->h2 && u && tls_conn__alpn(u) &&
+	    !strcmp(tls_conn__alpn(u), ALPN_H2)) {
+		up_drop(ic);
+		ic->want_up = ic->asked_up = ic->up_ready = false;
+	}
+	return 0;
+}
+
+/* What may open files runs where it may (intercept_ops.unfiltered). */
+static int unfiltered(struct intercept *ic, int (*fn)(void *), void *arg)
+{
+	if (ic->ops.unfiltered)
+		return ic->ops.unfiltered(ic->ops.opaque, fn, arg);
+	return fn(arg);
+}
+
+struct accept_args {
+	struct intercept *ic;
+	const char *alpn;
+};
+
+static int do_accept(void *arg)
+{
+	struct accept_args *a = arg;
+	struct intercept *ic = a->ic;
+	struct tls_accept_params p = { .sni_ok = sni_ok,
+				       .opaque = ic,
+				       .alpn = a->alpn };
+
+	return tls_conn__accept(&ic->side[INTERCEPT_GUEST].tls, ic->tls.server,
+				ic->side[INTERCEPT_GUEST].fd, &p);
+}
+
+/*
+ * On to the guest's handshake, offered what upstream chose: h2 (then
+ * http/1.1 too), else http/1.1; no upstream (it failed, or the
+ * ClientHello was refused): http/1.1. The ClientHello waits in the
+ * socket: the handshake starts at once.
+ */
+static int guest_accept(struct intercept *ic)
+{
+	struct tls_conn *u = ic->side[INTERCEPT_UP].tls;
+	struct accept_args a = { .ic = ic, .alpn = ALPN_HTTP1 };
+	int ret;
+
+	free(ic->hello);
+	ic->hello = NULL;
+	if (ic->up_ready && u && tls_conn__alpn(u) &&
+	    !strcmp(tls_conn__alpn(u), ALPN_H2))
+		a.alpn = GUEST_ALPN_H2;
+	ret = unfiltered(ic, do_accept, &a);
+	if (ret)
+		return ret;
+	ic->state = IC_HANDSHAKE;
+	return guest_handshake(ic);
+}
+
+/*
+ * IC_HELLO: the guest's first record, peeked at (it stays in the socket
+ * for the handshake). A ClientHello whose SNI the policy allows, as
+ * sni_ok would: upstream first. Anything else goes to the handshake
+ * without upstream, which refuses it as it always did (same reasons,
+ * counters, alerts); more bytes to come: wait for them.
+ */
+static int hello_peek(struct intercept *ic)
+{
+	struct net_http_decision d;
+	char sni[NET_HOSTNAME_MAX + 1];
+	ssize_t n;
+	bool ok;
+	int ret;
+
+	n = recv(ic->side[INTERCEPT_GUEST].fd, ic->hello, TLS_RECORD_MAX,
+		 MSG_PEEK | MSG_DONTWAIT);
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		return 0;
+	if (n < 0)
+		return -errno;
+	ret = tls__hello_sni(ic->hello, n, sni);
+	/* Not all there, and more can come: the next edge (EPOLLET). */
+	if (ret == -EAGAIN && n && n < (ssize_t)TLS_RECORD_MAX)
+		return 0;
+	if (ret)
+		return guest_accept(ic);
+	decide(ic, sni, &d);
+	ok = d.verdict == NET_VERDICT_ALLOW || d.verdict == NET_VERDICT_ASK;
+	explicit_bzero(&d, sizeof(d));
+	if (!ok)
+		return guest_accept(ic);
+	snprintf(ic->peeked, sizeof(ic->peeked), "%s", sni);
+	snprintf(ic->host, sizeof(ic->host), "%s", sni);
+	ic->want_up = true;
+	ic->state = IC_UPSTREAM;
 	return 0;
 }
 
@@ -1035,6 +1177,12 @@ static int up_failed(struct intercept *ic, const char *why, const char *reason)
 
 	if (ic->ops.upstream_failed)
 		ic->ops.upstream_failed(ic->ops.opaque, &ic->flow, why);
+	/* Before the guest's handshake: the 502 once it is done. */
+	if (ic->state == IC_UPSTREAM) {
+		up_drop(ic);
+		ic->up_error = reason;
+		return guest_accept(ic);
+	}
 	/* h2: every stream sent upstream gets the 502, the guest a GOAWAY. */
 	if (ic->h2) {
 		h2__upstream_failed(ic->h2, HTTP_STATUS_BAD_GATEWAY, reason);
@@ -1046,7 +1194,10 @@ static int up_failed(struct intercept *ic, const char *why, const char *reason)
 	return ret ? ret : pump(ic);
 }
 
-/* Upstream's handshake: its certificate must be for the guest's name. */
+/*
+ * Upstream's handshake: its certificate must be for the guest's name.
+ * Done in IC_UPSTREAM: the guest's turn.
+ */
 static int up_handshake(struct intercept *ic)
 {
 	struct tls_conn *c = ic->side[INTERCEPT_UP].tls;
@@ -1060,26 +1211,7 @@ static int up_handshake(struct intercept *ic)
 					 "upstream certificate not trusted" :
 					 "upstream tls failed");
 	ic->up_ready = true;
-	return 0;
-}
-
-/* What may open files runs where it may (intercept_ops.unfiltered). */
-static int unfiltered(struct intercept *ic, int (*fn)(void *), void *arg)
-{
-	if (ic->ops.unfiltered)
-		return ic->ops.unfiltered(ic->ops.opaque, fn, arg);
-	return fn(arg);
-}
-
-static int do_accept(void *arg)
-{
-	struct intercept *ic = arg;
-	struct tls_accept_params p = { .sni_ok = sni_ok,
-				       .opaque = ic,
-				       .alpn = GUEST_ALPN };
-
-	return tls_conn__accept(&ic->side[INTERCEPT_GUEST].tls, ic->tls.server,
-				ic->side[INTERCEPT_GUEST].fd, &p);
+	return ic->state == IC_UPSTREAM ? guest_accept(ic) : 0;
 }
 
 struct connect_args {
@@ -1159,20 +1291,31 @@ int intercept__run(struct intercept *ic, enum intercept_side side,
 
 	if (events & EPOLLERR)
 		return -ECONNRESET;
-	if (ic->state != IC_HANDSHAKE) {
-		ret = apply_answers(ic);
-		if (ret)
-			return ret;
-	}
-	if (ic->state == IC_HANDSHAKE) {
+	switch (ic->state) {
+	case IC_HELLO:
+		return side == INTERCEPT_GUEST ? hello_peek(ic) : 0;
+	case IC_UPSTREAM:
+		/* The guest waits (its ClientHello in its socket). */
+		if (side == INTERCEPT_GUEST)
+			return events & EPOLLHUP ? -ECONNRESET : 0;
+		if (!S->tls)
+			return 0;
+		return up_handshake(ic);
+	case IC_HANDSHAKE:
 		ret = side == INTERCEPT_GUEST ? guest_handshake(ic) : 0;
 		if (ret || ic->state == IC_HANDSHAKE)
 			return ret;
-	} else if (side == INTERCEPT_UP && S->tls && !ic->up_ready &&
-		   S->fd >= 0) {
-		ret = up_handshake(ic);
-		if (ret || !ic->up_ready)
+		break;
+	default:
+		ret = apply_answers(ic);
+		if (ret)
 			return ret;
+		if (side == INTERCEPT_UP && S->tls && !ic->up_ready &&
+		    S->fd >= 0) {
+			ret = up_handshake(ic);
+			if (ret || !ic->up_ready)
+				return ret;
+		}
 	}
 	/* TLS may read on either readiness (intercept.h, tls.h). */
 	if (S->tls || (events & (EPOLLIN | EPOLLHUP)))
@@ -1202,6 +1345,15 @@ uint32_t intercept__interest(const struct intercept *ic,
 	if (s->fd < 0)
 		return 0;
 	if (side == INTERCEPT_GUEST) {
+		/*
+		 * Peeked bytes stay readable: level-triggered, EPOLLIN would
+		 * fire until the rest came. Edge-triggered, it fires when
+		 * bytes come.
+		 */
+		if (ic->state == IC_HELLO)
+			return EPOLLIN | EPOLLET;
+		if (ic->state == IC_UPSTREAM)
+			return 0;
 		if (ic->state == IC_HANDSHAKE)
 			return tls_conn__wants(s->tls);
 		return side_events(s,
@@ -1223,7 +1375,8 @@ uint32_t intercept__interest(const struct intercept *ic,
 bool intercept__wants_upstream(const struct intercept *ic)
 {
 	return ic->want_up && !ic->asked_up &&
-	       (ic->state == IC_RELAY || ic->state == IC_REFUSED);
+	       (ic->state == IC_UPSTREAM || ic->state == IC_RELAY ||
+		ic->state == IC_REFUSED);
 }
 
 int intercept__upstream(struct intercept *ic, int fd)
@@ -1233,13 +1386,20 @@ int intercept__upstream(struct intercept *ic, int fd)
 	int ret;
 
 	ic->asked_up = true;
+	ic->up_closed = false;
 	u->fd = fd;
 	if (!ic->tls.client) {
 		ic->up_ready = true;
 		return pump(ic);
 	}
-	/* The protocol the guest chose, upstream too (none: none asked). */
-	a.alpn = tls_conn__alpn(ic->side[INTERCEPT_GUEST].tls);
+	/*
+	 * Before the guest's handshake: both, upstream chooses. After it
+	 * (a guest on http/1.1 that upstream's h2 did not suit): the
+	 * guest's protocol (none: none asked).
+	 */
+	a.alpn = ic->state == IC_UPSTREAM ?
+			 UP_ALPN :
+			 tls_conn__alpn(ic->side[INTERCEPT_GUEST].tls);
 	ret = unfiltered(ic, do_connect, &a);
 	if (ret)
 		return up_failed(ic, strerror(-ret), "upstream tls failed");
@@ -1253,6 +1413,12 @@ int intercept__upstream_failed(struct intercept *ic)
 
 	ic->asked_up = true;
 	ic->side[INTERCEPT_UP].fd = -1;
+	ic->up_closed = true;
+	/* The proxy counted and logged it: the guest's 502 after its handshake. */
+	if (ic->state == IC_UPSTREAM) {
+		ic->up_error = "upstream unreachable";
+		return guest_accept(ic);
+	}
 	if (ic->h2) {
 		h2__upstream_failed(ic->h2, HTTP_STATUS_BAD_GATEWAY,
 				    "upstream unreachable");
@@ -1264,7 +1430,23 @@ int intercept__upstream_failed(struct intercept *ic)
 
 bool intercept__upstream_done(const struct intercept *ic)
 {
-	return ic->asked_up && ic->side[INTERCEPT_UP].fd < 0;
+	/* A new one asked for (after an h2 one the guest did not take). */
+	return ic->up_closed && !intercept__wants_upstream(ic);
+}
+
+bool intercept__setting_up(const struct intercept *ic)
+{
+	return ic->state == IC_HELLO || ic->state == IC_UPSTREAM ||
+	       ic->state == IC_HANDSHAKE;
+}
+
+int intercept__expire(struct intercept *ic)
+{
+	if (!ic->counted)
+		report(ic, "no TLS handshake within the deadline", false,
+		       "tls handshake failed");
+	ic->counted = true;
+	return -ETIMEDOUT;
 }
 
 /* ---- create, destroy -------------------------------------------------- */
@@ -1295,15 +1477,19 @@ int intercept__create(struct intercept **out, const struct intercept_params *p)
 	ic->back = malloc(INTERCEPT_BUF);
 	if (!ic->in || !ic->back)
 		ret = -ENOMEM;
-	else if (p->tls)
-		ret = unfiltered(ic, do_accept, ic);
+	else if (p->tls) /* the ClientHello first (IC_HELLO) */
+		/*
+		 * Whole and zeroed: wolfSSL's SNI parser may look a few bytes
+		 * past the length it is given before it checks it.
+		 */
+		ret = (ic->hello = calloc(1, TLS_RECORD_MAX)) ? 0 : -ENOMEM;
 	else /* plain: the first request's Host names the connection */
 		ret = make_http1(ic, NULL, false);
 	if (ret) {
 		intercept__destroy(ic);
 		return ret;
 	}
-	ic->state = p->tls ? IC_HANDSHAKE : IC_RELAY;
+	ic->state = p->tls ? IC_HELLO : IC_RELAY;
 	*out = ic;
 	return 0;
 }
@@ -1328,5 +1514,6 @@ void intercept__destroy(struct intercept *ic)
 		explicit_bzero(ic->in, INTERCEPT_BUF);
 	free(ic->in);
 	free(ic->back);
+	free(ic->hello);
 	free(ic);
 }

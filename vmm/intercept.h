@@ -23,13 +23,15 @@
  * (vmm/tls.h): the guest's SNI is decided as a request's name is before
  * any certificate is minted for it, requests must name that host, and
  * upstream's certificate must be for it (else 502). A TLS guest that
- * chooses h2 by ALPN goes through vmm/h2.h instead, stream by stream,
- * upstream asked for h2 as well (else its streams get 502).
+ * chooses h2 by ALPN goes through vmm/h2.h instead, stream by stream;
+ * it is offered h2 only when upstream chose h2.
  *
  * It owns no socket: the proxy owns both, connects upstream when asked
- * (not before the first request is allowed: a flow that is refused, or
- * never speaks HTTP, never reaches upstream) and calls it from its epoll
- * loop. Nonblocking throughout; a buffer of INTERCEPT_BUF per direction,
+ * (plain: not before the first request is allowed, so a flow that is
+ * refused, or never speaks HTTP, never reaches upstream; TLS: once the
+ * ClientHello's SNI is allowed, before the guest's handshake, so that
+ * the guest is offered only the protocol upstream chose) and calls it
+ * from its epoll loop. Nonblocking throughout; a buffer of INTERCEPT_BUF per direction,
  * a side read only while the other can take what it gives.
  *
  *	ret = intercept__create(&ic, &params);
@@ -42,6 +44,8 @@
  *	intercept__hook_answer(ic, id, d) a request's answer (ops->ask),
  *	                                  then intercept__run(ic, side, 0)
  *	intercept__interest(ic, side)     what the proxy's epoll watches
+ *	intercept__setting_up(ic)         TLS setup not done: past the
+ *	ret = intercept__expire(ic);      deadline, cut (-ETIMEDOUT)
  *	intercept__destroy(ic);           then the proxy closes the sockets
  */
 
@@ -127,8 +131,22 @@ int __must_check intercept__run(struct intercept *ic, enum intercept_side side,
 /* The epoll events to watch on a side now (0: none; no fd yet). */
 uint32_t intercept__interest(const struct intercept *ic,
 			     enum intercept_side side);
-/* A request was allowed and no upstream connection was asked for yet. */
+/*
+ * Upstream is wanted and was not asked for yet: TLS, once the
+ * ClientHello's SNI is allowed; else once a request is.
+ */
 bool intercept__wants_upstream(const struct intercept *ic);
+/*
+ * TLS: the flow is still being set up (the ClientHello, upstream's
+ * connection and handshake, the guest's handshake), which the proxy
+ * bounds by a deadline of its own.
+ */
+bool intercept__setting_up(const struct intercept *ic);
+/*
+ * The deadline passed while setting up: reported ("tls handshake
+ * failed"), -ETIMEDOUT: the proxy resets both sides.
+ */
+int __must_check intercept__expire(struct intercept *ic);
 /*
  * The hook's answer to question id (ops->ask), d as hook.h's
  * hook_http_answer_fn gives it: kept (copied) for its request, and

@@ -36,6 +36,7 @@
 #define PROXY_RELAY_BUF	     (16U * 1024) /* bytes, per direction of a flow */
 #define PROXY_DGRAM_MAX	     65535U	  /* one UDP datagram */
 #define PROXY_UDP_IDLE_MS    60000U
+#define PROXY_TLS_SETUP_MS   10000U /* an intercepted TLS flow's setup */
 #define PROXY_EPOLL_EVENTS   64
 #define PROXY_ACCEPT_BUDGET  32	  /* connections accepted per round */
 #define PROXY_DGRAM_BUDGET   32	  /* datagrams per socket per round */
@@ -93,6 +94,7 @@ struct tcp_flow {
 	/* An http grant's flow: intercepted, not relayed (no dir[] then). */
 	struct intercept *ic;
 	bool tls;
+	uint64_t setup_deadline_ms; /* TLS: its setup is cut after it */
 };
 
 struct udp_flow {
@@ -872,6 +874,8 @@ static void tcp_intercept(struct proxy *p, struct tcp_flow *t, int fd,
 	if (d->http_tls)
 		ip.tls = &p->p.tls;
 	*t = (struct tcp_flow){ .used = true, .flow = *f, .tls = d->http_tls };
+	if (d->http_tls)
+		t->setup_deadline_ms = now_ms() + p->p.tls_setup_ms;
 	t->ep[SIDE_GUEST].fd = fd;
 	t->ep[SIDE_UP].fd = -1;
 	count_add(p, &p->stats.tcp_open, 1);
@@ -1301,6 +1305,29 @@ static void udp_from_upstream(struct proxy *p, struct udp_flow *u, uint64_t now)
 	}
 }
 
+/*
+ * Intercepted TLS flows whose setup (the ClientHello, upstream, the
+ * guest's handshake) passed its deadline: reset, counted by the
+ * interception.
+ */
+static void tcp_sweep(struct proxy *p, uint64_t now)
+{
+	for (unsigned int i = 0; i < p->p.max_tcp_flows; i++) {
+		struct tcp_flow *t = &p->tcp[i];
+
+		if (!t->used || !t->ic || !t->setup_deadline_ms ||
+		    now < t->setup_deadline_ms)
+			continue;
+		if (!intercept__setting_up(t->ic)) {
+			t->setup_deadline_ms = 0;
+			continue;
+		}
+		pr_debug("%s: intercepted tcp flow: %s", PROXY_NAME,
+			 strerror(-intercept__expire(t->ic)));
+		tcp_close(p, t, true);
+	}
+}
+
 static void udp_sweep(struct proxy *p, uint64_t now)
 {
 	for (unsigned int i = 0; i < p->p.max_udp_flows; i++) {
@@ -1549,6 +1576,7 @@ static int proxy_loop(struct proxy *p)
 			udp_from_guest(p, now);
 		if (now - last_sweep >= PROXY_SWEEP_MS) {
 			udp_sweep(p, now);
+			tcp_sweep(p, now);
 			last_sweep = now;
 		}
 		hook_copy_stats(p);
@@ -1630,6 +1658,8 @@ static void set_defaults(struct proxy_params *q)
 		q->max_udp_flows = PROXY_MAX_UDP_FLOWS;
 	if (!q->udp_idle_ms)
 		q->udp_idle_ms = PROXY_UDP_IDLE_MS;
+	if (!q->tls_setup_ms)
+		q->tls_setup_ms = PROXY_TLS_SETUP_MS;
 	if (!q->tcp_port)
 		q->tcp_port = PROXY_TCP_PORT;
 	if (!q->udp_port)

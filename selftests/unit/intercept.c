@@ -105,6 +105,7 @@ FIXTURE(ic)
 	int api, raw; /* upstream listeners: API_ADDR:80, RAW_ADDR:80 */
 	int api_tls;  /* API_ADDR:443 */
 	struct fakehook fh;
+	unsigned int tls_setup_ms; /* the proxy's; 0: its default */
 };
 
 /* A CA's certificate into a file of its own; its path into path. */
@@ -197,6 +198,7 @@ static void proxy_up(struct __test_metadata *_metadata, FIXTURE_DATA(ic) * self,
 		.decide = test_decide,
 		.decide_http = test_decide_http,
 		.max_tcp_flows = MAX_TCP,
+		.tls_setup_ms = self->tls_setup_ms,
 		.tls = { .ca = self->tls.vm_ca,
 			 .server = self->tls.vm_srv,
 			 .client = self->tls.proxy_cli },
@@ -690,7 +692,11 @@ static size_t tls_read_until(struct tls_conn *c, int fd, char *buf, size_t len,
 	return n;
 }
 
-/* The guest's TLS connection to API_ADDR:443 naming sni; not shaken yet. */
+/*
+ * The guest's TLS connection to API_ADDR:443 naming sni, offering alpn:
+ * its ClientHello sent, the rest of the handshake to come (the proxy
+ * answers it once upstream's handshake is done).
+ */
 static struct tls_conn *guest_tls_alpn(struct __test_metadata *_metadata,
 				       FIXTURE_DATA(ic) * self, const char *sni,
 				       const char *alpn, int *fd)
@@ -700,6 +706,8 @@ static struct tls_conn *guest_tls_alpn(struct __test_metadata *_metadata,
 
 	*fd = guest_send(_metadata, self, API_ADDR, HTTPS_PORT, NULL);
 	ASSERT_EQ(0, tls_conn__connect(&c, self->tls.guest_cli, *fd, &cp));
+	ASSERT_EQ(-EAGAIN, tls_conn__handshake(c));
+	ASSERT_EQ(POLLIN, tls_conn__wants(c));
 	return c;
 }
 
@@ -708,18 +716,6 @@ static struct tls_conn *guest_tls(struct __test_metadata *_metadata,
 				  int *fd)
 {
 	return guest_tls_alpn(_metadata, self, sni, "http/1.1", fd);
-}
-
-/* The guest's request req over TLS naming API_HOST, the handshake done. */
-static struct tls_conn *guest_tls_send(struct __test_metadata *_metadata,
-				       FIXTURE_DATA(ic) * self, const char *req,
-				       int *fd)
-{
-	struct tls_conn *c = guest_tls(_metadata, self, API_HOST, fd);
-
-	ASSERT_EQ(0, tls_handshake(c, *fd)) TH_LOG("%s", tls_conn__error(c));
-	ASSERT_EQ(0, tls_write_all(c, *fd, req));
-	return c;
 }
 
 static bool any_name(void *opaque, const char *sni)
@@ -753,6 +749,26 @@ static struct tls_conn *up_tls(struct __test_metadata *_metadata,
 }
 
 /*
+ * The order of an intercepted TLS flow: the guest's ClientHello, then
+ * upstream's connection (its SNI the guest's) and handshake (by the
+ * test's upstream server, HTTP/1.1), then the guest's handshake; then
+ * the guest sends req. Upstream's side into *u, *ufd.
+ */
+static struct tls_conn *guest_tls_send(struct __test_metadata *_metadata,
+				       FIXTURE_DATA(ic) * self, const char *req,
+				       int *fd, struct tls_conn **u, int *ufd)
+{
+	struct tls_conn *c = guest_tls(_metadata, self, API_HOST, fd);
+
+	*u = up_tls(_metadata, self, self->tls.up_srv, ufd);
+	ASSERT_EQ(0, tls_handshake(*u, *ufd)) TH_LOG("%s", tls_conn__error(*u));
+	EXPECT_STREQ(API_HOST, tls_conn__sni(*u));
+	ASSERT_EQ(0, tls_handshake(c, *fd)) TH_LOG("%s", tls_conn__error(c));
+	ASSERT_EQ(0, tls_write_all(c, *fd, req));
+	return c;
+}
+
+/*
  * HTTPS: the guest's handshake with a certificate of the VM's CA for its
  * SNI, its GET reaching upstream (verified, SNI the same name) with the
  * grant's header, upstream's response back. Run with the proxy thread
@@ -772,12 +788,8 @@ static void https_round_trip(struct __test_metadata *_metadata,
 	int gfd, ufd;
 	bool end;
 
-	g = guest_tls_send(_metadata, self, req, &gfd);
+	g = guest_tls_send(_metadata, self, req, &gfd, &u, &ufd);
 	EXPECT_STREQ("http/1.1", tls_conn__alpn(g));
-
-	u = up_tls(_metadata, self, self->tls.up_srv, &ufd);
-	ASSERT_EQ(0, tls_handshake(u, ufd)) TH_LOG("%s", tls_conn__error(u));
-	EXPECT_STREQ(API_HOST, tls_conn__sni(u));
 	tls_read_until(u, ufd, buf, sizeof(buf), strlen(want), &end);
 	EXPECT_STREQ(want, buf);
 	ASSERT_EQ(0, tls_write_all(u, ufd, RESPONSE));
@@ -844,23 +856,29 @@ TEST_F_TIMEOUT(ic, https_sni_refused, 60)
 	EXPECT_EQ(0, s.http_allowed);
 }
 
-/* Over TLS, Host must name the SNI's host: 421. */
+/*
+ * Over TLS, Host must name the SNI's host: 421. Upstream was connected
+ * for the SNI, before the guest's handshake; it gets no request.
+ */
 TEST_F_TIMEOUT(ic, https_host_must_be_the_sni, 60)
 {
 	const char *req = "GET / HTTP/1.1\r\nHost: other.example.test\r\n\r\n";
-	struct tls_conn *g;
+	struct tls_conn *g, *u;
 	char buf[4096];
 	bool end;
-	int gfd;
+	int gfd, ufd;
 
-	g = guest_tls_send(_metadata, self, req, &gfd);
+	g = guest_tls_send(_metadata, self, req, &gfd, &u, &ufd);
 	tls_read_until(g, gfd, buf, sizeof(buf), 0, &end);
 	EXPECT_TRUE(end);
 	EXPECT_EQ(0, strncmp(buf, "HTTP/1.1 421 ", strlen("HTTP/1.1 421 ")))
 	TH_LOG("the guest got: %s", buf);
-	EXPECT_FALSE(vmnet__wait_for(self->api_tls, POLLIN, 0));
+	EXPECT_EQ(0, tls_read_until(u, ufd, buf, sizeof(buf), 0, &end));
+	EXPECT_TRUE(end);
 	tls_conn__free(g);
+	tls_conn__free(u);
 	close(gfd);
+	close(ufd);
 }
 
 /* Upstream's certificate from a CA the bundle lacks: the guest gets 502. */
@@ -873,9 +891,12 @@ TEST_F_TIMEOUT(ic, https_untrusted_upstream_is_502, 60)
 	int gfd, ufd;
 	bool end;
 
-	g = guest_tls_send(_metadata, self, req, &gfd);
+	g = guest_tls(_metadata, self, API_HOST, &gfd);
 	u = up_tls(_metadata, self, self->tls.evil_srv, &ufd);
 	EXPECT_NE(0, tls_handshake(u, ufd));
+	/* The guest's handshake goes on, its request gets the 502. */
+	ASSERT_EQ(0, tls_handshake(g, gfd)) TH_LOG("%s", tls_conn__error(g));
+	ASSERT_EQ(0, tls_write_all(g, gfd, req));
 	tls_read_until(g, gfd, buf, sizeof(buf), 0, &end);
 	EXPECT_TRUE(end);
 	EXPECT_EQ(0, strncmp(buf, "HTTP/1.1 502 ", strlen("HTTP/1.1 502 ")))
@@ -1059,8 +1080,13 @@ static bool h2_run(struct h2end *g, struct h2end *u, int closed)
 	return g->closed >= closed;
 }
 
+/*
+ * A guest offering h2 and http/1.1 (as curl does), upstream's side by
+ * the test's server offering h2 (into *uc, *ufd, shaken): the guest gets
+ * h2 and sends two streams, one naming the SNI, one another host.
+ */
 static void h2_guest(struct __test_metadata *_metadata, FIXTURE_DATA(ic) * self,
-		     struct h2end *g)
+		     struct h2end *g, struct tls_conn **uc, int *ufd)
 {
 	static const nghttp2_nv good[] = {
 		{ (uint8_t *)":method", (uint8_t *)"GET", 7, 3, 0 },
@@ -1081,7 +1107,11 @@ static void h2_guest(struct __test_metadata *_metadata, FIXTURE_DATA(ic) * self,
 	struct tls_conn *c;
 	int fd;
 
-	c = guest_tls_alpn(_metadata, self, API_HOST, "h2", &fd);
+	c = guest_tls_alpn(_metadata, self, API_HOST, "h2,http/1.1", &fd);
+	*uc = up_tls_alpn(_metadata, self, self->tls.up_srv, "h2", ufd);
+	ASSERT_EQ(0, tls_handshake(*uc, *ufd))
+	TH_LOG("%s", tls_conn__error(*uc));
+	EXPECT_STREQ("h2", tls_conn__alpn(*uc));
 	ASSERT_EQ(0, tls_handshake(c, fd)) TH_LOG("%s", tls_conn__error(c));
 	ASSERT_STREQ("h2", tls_conn__alpn(c));
 	h2end_init(_metadata, g, c, fd, false);
@@ -1101,10 +1131,10 @@ static void h2end_free(struct h2end *e)
 }
 
 /*
- * HTTP/2 over TLS: the guest chooses h2, so does upstream (asked for
- * it); the stream naming the SNI reaches upstream with the grant's
- * header in place of the guest's, the stream naming another host gets
- * 421 on the same connection.
+ * HTTP/2 over TLS: upstream chooses h2, so the guest may (and does); the
+ * stream naming the SNI reaches upstream with the grant's header in
+ * place of the guest's, the stream naming another host gets 421 on the
+ * same connection.
  */
 TEST_F_TIMEOUT(ic, https_h2_streams_each_decided, 60)
 {
@@ -1113,10 +1143,7 @@ TEST_F_TIMEOUT(ic, https_h2_streams_each_decided, 60)
 	struct tls_conn *uc;
 	int ufd;
 
-	h2_guest(_metadata, self, &g);
-	uc = up_tls_alpn(_metadata, self, self->tls.up_srv, "h2", &ufd);
-	ASSERT_EQ(0, tls_handshake(uc, ufd)) TH_LOG("%s", tls_conn__error(uc));
-	EXPECT_STREQ("h2", tls_conn__alpn(uc));
+	h2_guest(_metadata, self, &g, &uc, &ufd);
 	h2end_init(_metadata, &u, uc, ufd, true);
 	ASSERT_TRUE(h2_run(&g, &u, 2));
 	EXPECT_NE(NULL, strstr(u.head[0], "authorization: Bearer " TOKEN "\n"))
@@ -1138,27 +1165,144 @@ TEST_F_TIMEOUT(ic, https_h2_streams_each_decided, 60)
 	EXPECT_EQ(1, s.http_refused);
 }
 
-/* The guest chose h2, upstream speaks HTTP/1.1 only: 502 on the stream. */
-TEST_F_TIMEOUT(ic, https_h2_upstream_without_h2_is_502, 60)
+/*
+ * A guest offering h2 and http/1.1 (curl's default), upstream speaking
+ * HTTP/1.1 only: the guest is offered http/1.1 alone, and its GET gets
+ * upstream's 200 with the grant's header upstream (it got 502 when the
+ * guest was offered h2 before upstream was asked).
+ */
+TEST_F_TIMEOUT(ic, https_h2_guest_gets_http11_from_an_http11_upstream, 60)
 {
-	struct h2end g;
+	const char *req = "GET /user HTTP/1.1\r\nHost: " API_HOST "\r\n\r\n";
+	const char *want = "GET /user HTTP/1.1\r\nHost: " API_HOST
+			   "\r\nauthorization: Bearer " TOKEN "\r\n\r\n";
+	struct tls_conn *g, *u;
 	struct proxy_stats s;
-	struct tls_conn *uc;
-	int ufd;
+	char buf[4096];
+	int gfd, ufd;
+	bool end;
 
-	h2_guest(_metadata, self, &g);
-	uc = up_tls_alpn(_metadata, self, self->tls.up_srv, "http/1.1", &ufd);
-	EXPECT_NE(0, tls_handshake(uc, ufd));
-	ASSERT_TRUE(h2_run(&g, NULL, 2));
-	EXPECT_NE(NULL, strstr(g.head[0], ":status: 502\n"))
-	TH_LOG("the guest got:\n%s", g.head[0]);
-	EXPECT_EQ(0, memcmp(g.body[0], "upstream tls failed", 19));
-	h2end_free(&g);
-	tls_conn__free(uc);
+	g = guest_tls_alpn(_metadata, self, API_HOST, "h2,http/1.1", &gfd);
+	u = up_tls_alpn(_metadata, self, self->tls.up_srv, "http/1.1", &ufd);
+	ASSERT_EQ(0, tls_handshake(u, ufd)) TH_LOG("%s", tls_conn__error(u));
+	EXPECT_STREQ("http/1.1", tls_conn__alpn(u));
+	ASSERT_EQ(0, tls_handshake(g, gfd)) TH_LOG("%s", tls_conn__error(g));
+	EXPECT_STREQ("http/1.1", tls_conn__alpn(g));
+	ASSERT_EQ(0, tls_write_all(g, gfd, req));
+	tls_read_until(u, ufd, buf, sizeof(buf), strlen(want), &end);
+	EXPECT_STREQ(want, buf);
+	ASSERT_EQ(0, tls_write_all(u, ufd, RESPONSE));
+	tls_read_until(g, gfd, buf, sizeof(buf), strlen(RESPONSE), &end);
+	EXPECT_STREQ(RESPONSE, buf);
+	tls_conn__free(g);
+	tls_conn__free(u);
+	close(gfd);
 	close(ufd);
 	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, proxyfix__tcp_open_is, 0,
 					 &s));
-	EXPECT_EQ(1, s.upstream_failed);
+	EXPECT_EQ(1, s.http_allowed);
+	EXPECT_EQ(0, s.upstream_failed);
+}
+
+/*
+ * A guest offering http/1.1 only, upstream choosing h2 when offered
+ * both: the guest gets http/1.1, the h2 connection goes unused, and its
+ * request gets a new upstream connection offered http/1.1 only.
+ */
+TEST_F_TIMEOUT(ic, https_http11_guest_with_an_h2_upstream, 60)
+{
+	const char *req = "GET /user HTTP/1.1\r\nHost: " API_HOST "\r\n\r\n";
+	const char *want = "GET /user HTTP/1.1\r\nHost: " API_HOST
+			   "\r\nauthorization: Bearer " TOKEN "\r\n\r\n";
+	struct tls_conn *g, *u, *u2;
+	struct proxy_stats s;
+	char buf[4096];
+	int gfd, ufd, ufd2;
+	bool end;
+
+	g = guest_tls(_metadata, self, API_HOST, &gfd);
+	u = up_tls_alpn(_metadata, self, self->tls.up_srv, "h2,http/1.1", &ufd);
+	ASSERT_EQ(0, tls_handshake(u, ufd)) TH_LOG("%s", tls_conn__error(u));
+	EXPECT_STREQ("h2", tls_conn__alpn(u));
+	ASSERT_EQ(0, tls_handshake(g, gfd)) TH_LOG("%s", tls_conn__error(g));
+	EXPECT_STREQ("http/1.1", tls_conn__alpn(g));
+	/* The h2 connection ends without a byte of a request. */
+	EXPECT_EQ(0, tls_read_until(u, ufd, buf, sizeof(buf), 0, &end));
+	EXPECT_TRUE(end);
+	ASSERT_EQ(0, tls_write_all(g, gfd, req));
+	u2 = up_tls_alpn(_metadata, self, self->tls.up_srv, "h2,http/1.1",
+			 &ufd2);
+	ASSERT_EQ(0, tls_handshake(u2, ufd2)) TH_LOG("%s", tls_conn__error(u2));
+	EXPECT_STREQ("http/1.1", tls_conn__alpn(u2));
+	tls_read_until(u2, ufd2, buf, sizeof(buf), strlen(want), &end);
+	EXPECT_STREQ(want, buf);
+	ASSERT_EQ(0, tls_write_all(u2, ufd2, RESPONSE));
+	tls_read_until(g, gfd, buf, sizeof(buf), strlen(RESPONSE), &end);
+	EXPECT_STREQ(RESPONSE, buf);
+	tls_conn__free(g);
+	tls_conn__free(u);
+	tls_conn__free(u2);
+	close(gfd);
+	close(ufd);
+	close(ufd2);
+	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, proxyfix__tcp_open_is, 0,
+					 &s));
+	EXPECT_EQ(1, s.http_allowed);
+	EXPECT_EQ(0, s.upstream_failed);
+}
+
+/*
+ * A ClientHello that never completes (a record header announcing more
+ * than ever comes): the flow is reset at the setup's deadline, counted
+ * as a failed handshake, nothing upstream.
+ */
+TEST_F_TIMEOUT(ic, https_clienthello_never_completes_is_cut, 60)
+{
+	static const char partial[] = "\x16\x03\x01\x02\x00\x01\x00";
+	struct proxy_stats s;
+	char buf[256];
+	bool eof;
+	int g;
+
+	proxy__destroy(self->proxy);
+	self->proxy = NULL;
+	self->tls_setup_ms = 200;
+	proxy_up(_metadata, self, false);
+	g = guest_send(_metadata, self, API_ADDR, HTTPS_PORT, NULL);
+	ASSERT_EQ((ssize_t)sizeof(partial) - 1,
+		  send(g, partial, sizeof(partial) - 1, 0));
+	/* Reset: no FIN, no bytes, well within the wait. */
+	EXPECT_EQ(0U, read_until(g, buf, sizeof(buf), 0, &eof));
+	EXPECT_FALSE(eof);
+	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, proxyfix__tcp_open_is, 0,
+					 &s));
+	EXPECT_EQ(1, http_reason(&s, "tls handshake failed"));
+	EXPECT_FALSE(vmnet__wait_for(self->api_tls, POLLIN, 0));
+	close(g);
+}
+
+/*
+ * A whole TLS record of garbage where the ClientHello should be: the
+ * handshake fails as it always did, nothing upstream.
+ */
+TEST_F_TIMEOUT(ic, https_garbage_hello_fails_closed, 60)
+{
+	static const char garbage[] = "\x16\x03\x01\x00\x08\x01\x00\x00\x04"
+				      "junk";
+	struct proxy_stats s;
+	char buf[256];
+	bool eof;
+	int g;
+
+	g = guest_send(_metadata, self, API_ADDR, HTTPS_PORT, NULL);
+	ASSERT_EQ((ssize_t)sizeof(garbage) - 1,
+		  send(g, garbage, sizeof(garbage) - 1, 0));
+	read_until(g, buf, sizeof(buf), 0, &eof);
+	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, refused_at_least, 1, &s));
+	EXPECT_EQ(1, http_reason(&s, "tls handshake failed"));
+	EXPECT_EQ(0, s.http_allowed);
+	EXPECT_FALSE(vmnet__wait_for(self->api_tls, POLLIN, 0));
+	close(g);
 }
 
 /* ---- the hook, request by request ------------------------------------- */
@@ -1359,14 +1503,12 @@ TEST_F_TIMEOUT(ic, hook_headers_on_an_h2_stream, 60)
 	int ufd;
 
 	hook_policy(_metadata, self, self->fh.path, "request", 5000);
-	h2_guest(_metadata, self, &g);
+	h2_guest(_metadata, self, &g, &uc, &ufd);
 	ASSERT_EQ(0, fakehook__accept(&self->fh));
 	hook_grant(_metadata, &self->fh,
 		   hook_question(_metadata, &self->fh,
 				 "https://" API_HOST "/user", "h2"),
 		   1);
-	uc = up_tls_alpn(_metadata, self, self->tls.up_srv, "h2", &ufd);
-	ASSERT_EQ(0, tls_handshake(uc, ufd)) TH_LOG("%s", tls_conn__error(uc));
 	h2end_init(_metadata, &u, uc, ufd, true);
 	ASSERT_TRUE(h2_run(&g, &u, 2));
 	EXPECT_NE(NULL,
