@@ -706,8 +706,11 @@ static struct tls_conn *guest_tls_alpn(struct __test_metadata *_metadata,
 
 	*fd = guest_send(_metadata, self, API_ADDR, HTTPS_PORT, NULL);
 	ASSERT_EQ(0, tls_conn__connect(&c, self->tls.guest_cli, *fd, &cp));
-	ASSERT_EQ(-EAGAIN, tls_conn__handshake(c));
-	ASSERT_EQ(POLLIN, tls_conn__wants(c));
+	/*
+	 * Not done before upstream's handshake; a refusal (the proxy's
+	 * alert) may already be in: kept, for the next call to return.
+	 */
+	ASSERT_NE(0, tls_conn__handshake(c));
 	return c;
 }
 
