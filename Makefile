@@ -10,6 +10,7 @@
 #   make bench-blk  block I/O benchmark (fio on the bench image) against QEMU microvm
 #   make bench-fs   virtio-fs benchmark (metadata, sequential MB/s) against QEMU microvm + virtiofsd
 #   make bench-net  network benchmark (iperf3 both ways, TCP round trips, through a policy) against QEMU microvm, vhost off and on
+#   make bench-https  small HTTPS GETs through the vmm's interception against a plain granted TCP flow, same boot
 #   make bench-agent  guest agent benchmark: exec round trip, stdout streaming, boot to agent ready
 #   V=1           show full commands
 
@@ -81,6 +82,7 @@ core-obj-y += vmm/dns.o
 core-obj-y += vmm/hook-msg.o
 core-obj-y += vmm/hook.o
 core-obj-y += vmm/http1.o
+core-obj-y += vmm/h2.o
 core-obj-y += vmm/tls-ca.o
 core-obj-y += vmm/tls-conn.o
 core-obj-y += vmm/intercept.o
@@ -297,6 +299,15 @@ bench-net: deps
 	$(Q)$(MAKE) -f guest/guest.mk O=$(O)
 	$(Q)guest/images/build-debian.sh $(O) bench
 	$(Q)tools/bench-net $(O)
+
+# The HTTPS interception benchmark boots the bench image too (python3 in
+# it); openssl makes its test CA, tools/bench-https-rr.py is its upstream.
+.PHONY: bench-https
+bench-https: deps
+	$(Q)$(MAKE) all
+	$(Q)$(MAKE) -f guest/guest.mk O=$(O)
+	$(Q)guest/images/build-debian.sh $(O) bench
+	$(Q)tools/bench-https $(O)
 
 # Boots the kiln-test image (built by the guest step) with vmm start and
 # times the guest agent through the control socket.

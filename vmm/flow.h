@@ -76,19 +76,30 @@ typedef void (*net_decide_fn)(void *opaque, const struct net_flow *f,
 
 /*
  * One request of an intercepted flow, decided: ALLOW with the fields to
- * set upstream, or DENY with the status the guest gets (403, 421). The
- * values are secrets: whoever holds a decision wipes it (explicit_bzero)
- * once the fields are applied, and never logs one.
+ * set upstream, DENY with the status the guest gets (403, 421), or ASK:
+ * the grant puts its requests to the policy's hook (Documentation/
+ * network.md, "The hook and HTTP requests"), which sets the fields
+ * marked `hook` (their value "" here) and may remove others; the rest
+ * are the grant's own. The values are secrets: whoever holds a decision
+ * wipes it (explicit_bzero) once the fields are applied, and never logs
+ * one.
  */
 struct net_http_decision {
-	enum net_verdict verdict; /* NET_VERDICT_ALLOW or NET_VERDICT_DENY */
+	enum net_verdict verdict; /* NET_VERDICT_ALLOW, _DENY or _ASK */
 	unsigned int status;	  /* DENY: 403 or 421 */
 	char reason[64];	  /* "http grant 0", "http no grant", ... */
 	unsigned int nr_headers;
 	struct {
 		uint16_t name, value; /* offsets of NUL-terminated strings */
+		bool hook;	      /* ASK: the hook's to set (value "") */
+		bool remove;	      /* the hook's answer: remove it */
 	} headers[NET_HTTP_MAX_HEADERS];
 	char buf[NET_HTTP_HEADERS_MAX];
+	/* NET_VERDICT_ASK: where and how long, and how often. */
+	char hook_socket[NET_HOOK_PATH_MAX + 1];
+	unsigned int hook_timeout_ms;
+	bool ask_each_request; /* else once per connection, then kept */
+	unsigned int grant;    /* the http grant's index */
 };
 
 /*

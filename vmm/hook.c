@@ -36,6 +36,7 @@ _Static_assert(sizeof(((struct sockaddr_un *)0)->sun_path) > NET_HOOK_PATH_MAX,
 
 struct question {
 	bool used;
+	bool http; /* a request's (hook__ask_http): params.http_answer */
 	uint64_t id;
 	uint64_t deadline_ms; /* CLOCK_MONOTONIC */
 	void *cookie;
@@ -51,9 +52,9 @@ struct hook {
 	char path[NET_HOOK_PATH_MAX + 1]; /* the last question's socket */
 	uint64_t generation;		  /* bumped when path changes */
 	uint64_t next_id;
-	struct question *q;	/* max_pending */
-	struct bytequeue out;	/* question lines not sent yet */
-	char in[HOOK_LINE_MAX]; /* the answer line being read */
+	struct question *q;	  /* max_pending */
+	struct bytequeue out;	  /* question lines not sent yet */
+	char in[HOOK_ANSWER_MAX]; /* the answer line being read */
 	size_t in_len;
 	struct hook_stats stats;
 };
@@ -91,6 +92,7 @@ static void conn_close(struct hook *h, const char *why)
 	h->fd = -1;
 	h->connecting = false;
 	h->events = 0;
+	explicit_bzero(h->in, h->in_len);
 	h->in_len = 0;
 	bytequeue__free(&h->out);
 	for (unsigned int i = 0; i < h->p.max_pending; i++)
@@ -107,6 +109,7 @@ void hook__destroy(struct hook *h)
 	if (h->epoll_fd >= 0)
 		close(h->epoll_fd);
 	bytequeue__free(&h->out);
+	explicit_bzero(h->in, sizeof(h->in));
 	free(h->q);
 	free(h);
 }
@@ -182,17 +185,38 @@ static struct question *free_slot(struct hook *h)
 	return NULL;
 }
 
-/* The question is done: its slot freed first, then its answer call. */
+/* The status a refused request gets (RFC 9110 15.5.4). */
+#define HTTP_STATUS_FORBIDDEN 403U
+
+/*
+ * The question is done: its slot freed first, then its answer call. A
+ * request's: edits, the hook's fields when allowed (NULL: none), wiped
+ * after the call.
+ */
 static void resolve(struct hook *h, struct question *q, enum net_verdict v,
-		    const char *reason, const char *detail)
+		    const char *reason, const char *detail,
+		    struct net_http_decision *edits)
 {
 	struct net_decision d = { .verdict = v };
+	struct net_http_decision none;
 	void *cookie = q->cookie;
 
 	q->used = false;
 	h->stats.pending--;
-	snprintf(d.reason, sizeof(d.reason), "%s", reason);
-	h->p.answer(h->p.opaque, cookie, &d, detail);
+	if (!q->http) {
+		snprintf(d.reason, sizeof(d.reason), "%s", reason);
+		h->p.answer(h->p.opaque, cookie, &d, detail);
+		return;
+	}
+	if (!edits || v != NET_VERDICT_ALLOW) {
+		none = (struct net_http_decision){ .verdict = v };
+		edits = &none;
+	}
+	edits->verdict = v;
+	edits->status = v == NET_VERDICT_ALLOW ? 0 : HTTP_STATUS_FORBIDDEN;
+	snprintf(edits->reason, sizeof(edits->reason), "%s", reason);
+	h->p.http_answer(h->p.opaque, cookie, q->id, edits, detail);
+	explicit_bzero(edits, sizeof(*edits));
 }
 
 /* Writes what it can; -errno when the connection failed. */
@@ -223,20 +247,32 @@ static void retarget(struct hook *h, const char *path)
 	h->generation++;
 }
 
-int hook__ask(struct hook *h, const struct net_flow *f,
-	      const struct net_ask *ask, void *cookie, uint64_t now,
-	      uint64_t *id)
+/* What a question is, for ask(). */
+struct asking {
+	const char *socket;
+	unsigned int timeout_ms;
+	const struct net_flow *f;
+	const struct net_ask *flow;	       /* a flow's, or */
+	const struct hook_http_question *http; /* a request's */
+};
+
+static int ask(struct hook *h, const struct asking *a, void *cookie,
+	       uint64_t now, uint64_t *id)
 {
-	size_t out_max = (size_t)h->p.max_pending * HOOK_LINE_MAX;
+	size_t line_max = a->http ? HOOK_HTTP_LINE_MAX : HOOK_LINE_MAX;
+	/* Room for a request's line however many flows' lines wait. */
+	size_t out_max =
+		(size_t)h->p.max_pending * HOOK_LINE_MAX + HOOK_HTTP_LINE_MAX;
 	struct question *q;
+	char *line;
 	int n, ret;
 
-	if (strlen(ask->socket) > NET_HOOK_PATH_MAX || !ask->socket[0])
+	if (strlen(a->socket) > NET_HOOK_PATH_MAX || !a->socket[0])
 		return -ENAMETOOLONG;
-	retarget(h, ask->socket);
+	retarget(h, a->socket);
 	q = free_slot(h);
 	/* A hook that reads none of our lines holds at most this many. */
-	if (!q || h->out.len + HOOK_LINE_MAX > out_max) {
+	if (!q || h->out.len + line_max > out_max) {
 		h->stats.failures++;
 		return -EBUSY;
 	}
@@ -247,18 +283,25 @@ int hook__ask(struct hook *h, const struct net_flow *f,
 			return ret;
 		}
 	}
-	ret = bytequeue__reserve(&h->out, HOOK_LINE_MAX);
-	n = ret ? ret :
-		  hook_msg__question((char *)bytequeue__space(&h->out),
-				     HOOK_LINE_MAX, h->next_id, f, ask);
+	ret = bytequeue__reserve(&h->out, line_max);
+	line = ret ? NULL : (char *)bytequeue__space(&h->out);
+	if (ret)
+		n = ret;
+	else if (a->http)
+		n = hook_msg__http_question(line, line_max, h->next_id, a->f,
+					    a->http);
+	else
+		n = hook_msg__question(line, line_max, h->next_id, a->f,
+				       a->flow);
 	if (n < 0) {
 		h->stats.failures++;
 		return n;
 	}
 	bytequeue__commit(&h->out, n);
 	*q = (struct question){ .used = true,
+				.http = a->http,
 				.id = h->next_id++,
-				.deadline_ms = now + ask->timeout_ms,
+				.deadline_ms = now + a->timeout_ms,
 				.cookie = cookie };
 	*id = q->id;
 	h->stats.questions++;
@@ -272,12 +315,37 @@ int hook__ask(struct hook *h, const struct net_flow *f,
 	return 0;
 }
 
+int hook__ask(struct hook *h, const struct net_flow *f, const struct net_ask *a,
+	      void *cookie, uint64_t now, uint64_t *id)
+{
+	struct asking as = { .socket = a->socket,
+			     .timeout_ms = a->timeout_ms,
+			     .f = f,
+			     .flow = a };
+
+	return ask(h, &as, cookie, now, id);
+}
+
+int hook__ask_http(struct hook *h, const struct net_flow *f,
+		   const struct hook_http_question *q, void *cookie,
+		   uint64_t now, uint64_t *id)
+{
+	struct asking as = { .socket = q->socket,
+			     .timeout_ms = q->timeout_ms,
+			     .f = f,
+			     .http = q };
+
+	if (!h->p.http_answer)
+		return -EINVAL;
+	return ask(h, &as, cookie, now, id);
+}
+
 const char *hook__failure(int err)
 {
 	if (err == -EBUSY)
 		return HOOK_BUSY;
 	/* Ours, not the hook's: out of memory, a question past a line. */
-	if (err == -ENOMEM || err == -ENOSPC)
+	if (err == -ENOMEM || err == -ENOSPC || err == -EINVAL)
 		return HOOK_ERROR;
 	return HOOK_UNREACHABLE;
 }
@@ -311,35 +379,71 @@ int hook__timeout(const struct hook *h, uint64_t now)
 	return next - now > INT_MAX ? INT_MAX : (int)(next - now);
 }
 
-/* One answer line; -EBADMSG when it is not one. */
+/* A request's answer, by its verdict. */
+static void answer_http(struct hook *h, struct question *q,
+			const struct hook_answer *a,
+			struct net_http_decision *edits)
+{
+	switch (a->verdict) {
+	case HOOK_VERDICT_GRANT: /* no fields of its own */
+		edits->nr_headers = 0;
+		/* fall through */
+	case HOOK_VERDICT_GRANT_HTTP:
+		resolve(h, q, NET_VERDICT_ALLOW, HOOK_GRANT, a->reason, edits);
+		break;
+	case HOOK_VERDICT_DENY:
+		resolve(h, q, NET_VERDICT_DENY, HOOK_DENY, a->reason, NULL);
+		break;
+	case HOOK_VERDICT_INVALID:
+		resolve(h, q, NET_VERDICT_DENY, HOOK_INVALID, a->reason, NULL);
+		break;
+	case HOOK_VERDICT_UNKNOWN:
+		resolve(h, q, NET_VERDICT_DENY, HOOK_UNKNOWN, a->verdict_text,
+			NULL);
+		break;
+	}
+}
+
+/*
+ * One answer line; -EBADMSG when it is not one. The line and the fields
+ * read from it may hold the hook's secrets: wiped here.
+ */
 static int answer_line(struct hook *h, const char *line, size_t n)
 {
+	struct net_http_decision edits = { .verdict = NET_VERDICT_ALLOW };
 	struct hook_answer a;
 	struct question *q;
 	int ret;
 
-	ret = hook_msg__answer(line, n, &a);
+	ret = hook_msg__answer(line, n, &a, &edits);
 	if (ret)
-		return ret;
+		goto out_wipe;
 	q = find(h, a.id);
 	if (!q || q->fail) {
 		h->stats.ignored++;
-		return 0;
+		goto out_wipe;
 	}
 	h->stats.answers++;
+	if (q->http) {
+		answer_http(h, q, &a, &edits);
+		goto out_wipe;
+	}
 	switch (a.verdict) {
 	case HOOK_VERDICT_GRANT:
-		resolve(h, q, NET_VERDICT_ALLOW, HOOK_GRANT, a.reason);
+		resolve(h, q, NET_VERDICT_ALLOW, HOOK_GRANT, a.reason, NULL);
 		break;
 	case HOOK_VERDICT_DENY:
-		resolve(h, q, NET_VERDICT_DENY, HOOK_DENY, a.reason);
+		resolve(h, q, NET_VERDICT_DENY, HOOK_DENY, a.reason, NULL);
 		break;
-	case HOOK_VERDICT_UNKNOWN:
-		/* A verdict of a later protocol (issue 12): deny for now. */
-		resolve(h, q, NET_VERDICT_DENY, HOOK_UNKNOWN, a.verdict_text);
+	default:
+		/* grant-http answers a request, not a flow. */
+		resolve(h, q, NET_VERDICT_DENY, HOOK_UNKNOWN, a.verdict_text,
+			NULL);
 		break;
 	}
-	return 0;
+out_wipe:
+	explicit_bzero(&edits, sizeof(edits));
+	return ret;
 }
 
 /*
@@ -374,6 +478,8 @@ static int read_answers(struct hook *h)
 		}
 		memmove(h->in, h->in + at, h->in_len - at);
 		h->in_len -= at;
+		/* Lines answered may have held secrets: none stays behind. */
+		explicit_bzero(h->in + h->in_len, at);
 		if (h->in_len == sizeof(h->in))
 			return -EMSGSIZE;
 	}
@@ -428,10 +534,10 @@ void hook__run(struct hook *h, uint64_t now)
 			continue;
 		if (q->fail) {
 			h->stats.failures++;
-			resolve(h, q, NET_VERDICT_DENY, q->fail, "");
+			resolve(h, q, NET_VERDICT_DENY, q->fail, "", NULL);
 		} else if (q->deadline_ms <= now) {
 			h->stats.timeouts++;
-			resolve(h, q, NET_VERDICT_DENY, HOOK_TIMEOUT, "");
+			resolve(h, q, NET_VERDICT_DENY, HOOK_TIMEOUT, "", NULL);
 		}
 	}
 }

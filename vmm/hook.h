@@ -7,6 +7,7 @@
 
 #include "lib/compiler.h"
 #include "vmm/flow.h"
+#include "vmm/http1.h"
 
 /*
  * The policy hook's client (Documentation/network.md, "The hook"): flows
@@ -18,14 +19,16 @@
  *	ret = hook__create(&h, &params);
  *	epoll_ctl(ADD, hook__fd(h), EPOLLIN)    once, in the owner's set
  *	ret = hook__ask(h, f, ask, cookie, now, &id);  a question out
+ *	ret = hook__ask_http(h, f, q, cookie, now, &id);  a request's
  *	hook__cancel(h, id);          the flow went away first
  *	ms = hook__timeout(h, now);   for the owner's epoll_wait
  *	hook__run(h, now);            hook__fd readable, or the timeout
  *	                              passed: answers through params.answer
  *	hook__destroy(h);
  *
- * Every question asked gets exactly one call of params.answer, from
- * hook__run (never from hook__ask), unless it is cancelled first.
+ * Every question asked gets exactly one call of params.answer (a
+ * request's: params.http_answer), from hook__run (never from hook__ask),
+ * unless it is cancelled first.
  */
 
 #define HOOK_MAX_PENDING 256U /* questions waiting for an answer */
@@ -33,12 +36,13 @@
 /* The reasons of the decisions it gives, for the counters and the log. */
 #define HOOK_GRANT	 "hook grant"
 #define HOOK_DENY	 "hook deny"
-#define HOOK_UNKNOWN	 "hook verdict unknown" /* "grant-http": issue 12 */
+#define HOOK_UNKNOWN	 "hook verdict unknown" /* or grant-http to a flow */
 #define HOOK_TIMEOUT	 "hook timeout"
 #define HOOK_UNREACHABLE "hook unreachable"
 #define HOOK_ERROR	 "hook error"
 #define HOOK_BUSY	 "hook busy"
 #define HOOK_CHANGED	 "hook changed"
+#define HOOK_INVALID	 "hook answer invalid" /* a grant-http's fields */
 
 /*
  * A question's answer: d is NET_VERDICT_ALLOW or NET_VERDICT_DENY with
@@ -50,8 +54,38 @@ typedef void (*hook_answer_fn)(void *opaque, void *cookie,
 			       const struct net_decision *d,
 			       const char *detail);
 
+/*
+ * An HTTP request's answer (hook__ask_http()): d->verdict is
+ * NET_VERDICT_ALLOW ("grant-http" or "grant", reason HOOK_GRANT) with
+ * the hook's fields to set and remove, or NET_VERDICT_DENY, status 403,
+ * with one of the reasons above. The values are secrets: d is wiped
+ * after the call; the callback copies what it keeps and logs none.
+ */
+typedef void (*hook_http_answer_fn)(void *opaque, void *cookie, uint64_t id,
+				    const struct net_http_decision *d,
+				    const char *detail);
+
+/* An HTTP request put to the hook (hook__ask_http()). */
+struct hook_http_question {
+	const char *socket; /* the hook's Unix socket */
+	unsigned int timeout_ms;
+	unsigned int grant; /* the http grant's index */
+	const char *host;   /* the trusted hostname */
+	uint16_t port;
+	bool tls;
+	const char *protocol; /* "HTTP/1.1", "HTTP/1.0", "h2" */
+	const char *method;
+	const char *path; /* from the path on (origin form) */
+	size_t path_len;
+	const struct http1_header *fields; /* the guest's, in its order */
+	unsigned int nr_fields;
+	/* The grant's own fields: their names' values stay out too. */
+	const struct net_http_decision *grant_fields;
+};
+
 struct hook_params {
 	hook_answer_fn answer;
+	hook_http_answer_fn http_answer; /* NULL: hook__ask_http refused */
 	void *opaque;
 	unsigned int max_pending; /* 0: HOOK_MAX_PENDING */
 };
@@ -89,6 +123,14 @@ int hook__fd(const struct hook *h);
 int __must_check hook__ask(struct hook *h, const struct net_flow *f,
 			   const struct net_ask *ask, void *cookie,
 			   uint64_t now, uint64_t *id);
+/*
+ * Puts request q of flow f to the hook at q->socket, as hook__ask does
+ * a flow (the same connection, deadline and errors); its answer comes
+ * through params.http_answer. -EINVAL without one.
+ */
+int __must_check hook__ask_http(struct hook *h, const struct net_flow *f,
+				const struct hook_http_question *q,
+				void *cookie, uint64_t now, uint64_t *id);
 /* hook__ask's error as a reason: HOOK_BUSY, HOOK_ERROR, HOOK_UNREACHABLE. */
 const char *hook__failure(int err);
 /* The question will get no answer call; an id answered already is fine. */

@@ -26,6 +26,7 @@
 
 #include "lib/bytequeue.h"
 #include "vmm/http1.h"
+#include "vmm/http1-internal.h"
 
 #define HTTP_DEFAULT_PORT  80U
 #define HTTPS_DEFAULT_PORT 443U
@@ -44,11 +45,12 @@
 enum piece_kind { PIECE_NONE, PIECE_URL, PIECE_FIELD, PIECE_VALUE };
 
 enum req_state {
-	REQ_HEAD,   /* reading a request head */
-	REQ_BODY,   /* a forwarded request's body (or just its end) */
-	REQ_OPAQUE, /* after an allowed upgrade: bytes pass as they are */
-	REQ_CLOSED, /* after a request that ended the connection */
-	REQ_DEAD,   /* refused, or out of memory: feed fails */
+	REQ_HEAD,    /* reading a request head */
+	REQ_PENDING, /* a complete head waits for its decision */
+	REQ_BODY,    /* a forwarded request's body (or just its end) */
+	REQ_OPAQUE,  /* after an allowed upgrade: bytes pass as they are */
+	REQ_CLOSED,  /* after a request that ended the connection */
+	REQ_DEAD,    /* refused, or out of memory: feed fails */
 };
 
 /* Where a string sits in the arena. */
@@ -58,22 +60,6 @@ struct span {
 
 struct field {
 	struct span name, value;
-};
-
-struct http1_edit {
-	bool remove;
-	bool written; /* in the head being written */
-	uint16_t name_off, name_len;
-	uint16_t value_off, value_len;
-};
-
-struct http1_edits {
-	struct http1_edit e[HTTP1_MAX_EDITS];
-	unsigned int nr;
-	size_t used; /* of buf */
-	char buf[HTTP1_EDITS_MAX];
-	unsigned int status;
-	char reason[HTTP1_REASON_MAX];
 };
 
 struct http1_req {
@@ -280,7 +266,7 @@ static size_t out_room(const struct http1_req *h)
 
 /* ---- edits -------------------------------------------------------- */
 
-static int edit_find(const struct http1_edits *e, const char *name, size_t len)
+int http1_edits__find(const struct http1_edits *e, const char *name, size_t len)
 {
 	for (unsigned int i = 0; i < e->nr; i++)
 		if (same_nocase(e->buf + e->e[i].name_off, e->e[i].name_len,
@@ -302,7 +288,7 @@ static int edit_add(struct http1_edits *e, const char *name, const char *value,
 		return -EINVAL;
 	if (e->used + nlen + vlen > sizeof(e->buf))
 		return -ENOSPC;
-	i = edit_find(e, name, nlen);
+	i = http1_edits__find(e, name, nlen);
 	if (i < 0) {
 		if (e->nr == HTTP1_MAX_EDITS)
 			return -ENOSPC;
@@ -347,14 +333,13 @@ int http1_edits__refuse(struct http1_edits *e, unsigned int status,
 	return HTTP1_REFUSE;
 }
 
-/* Values wiped (they are in the output now); names kept for trailers. */
-static void edits_wipe_values(struct http1_edits *e)
+void http1_edits__wipe_values(struct http1_edits *e)
 {
 	for (unsigned int i = 0; i < e->nr; i++)
 		explicit_bzero(e->buf + e->e[i].value_off, e->e[i].value_len);
 }
 
-static void edits_reset(struct http1_edits *e)
+void http1_edits__reset(struct http1_edits *e)
 {
 	explicit_bzero(e->buf, e->used);
 	e->nr = 0;
@@ -368,7 +353,7 @@ static void edits_reset(struct http1_edits *e)
  * set (all of a shorter one): it might carry a secret, or part of one
  * ("Bearer <token>" set, the token named), so it must not go out.
  */
-static bool reason_leaks(const struct http1_edits *e, const char *reason)
+bool http1_edits__reason_leaks(const struct http1_edits *e, const char *reason)
 {
 	size_t rlen = strlen(reason);
 
@@ -553,7 +538,7 @@ static int trailers_write(struct http1_req *h)
 				      "malformed trailer");
 		/* The decision's fields are the head's alone. */
 		if (is_proxy_name(name, f->name.len) ||
-		    edit_find(&h->edits, name, f->name.len) >= 0)
+		    http1_edits__find(&h->edits, name, f->name.len) >= 0)
 			continue;
 		if (out_put(h, name, f->name.len) ||
 		    out_put(h, FIELD_SEP, FIELD_SEP_LEN) ||
@@ -622,13 +607,13 @@ static uint16_t default_port(const struct http1_req *h)
 }
 
 /* An authority's port: none (the default port), or 1-5 digits. */
-static bool port_matches(const struct http1_req *h, const char *s, size_t len,
-			 bool given)
+static bool port_is(uint16_t want, uint16_t dflt, const char *s, size_t len,
+		    bool given)
 {
 	unsigned int port = 0;
 
 	if (!given)
-		return h->port == default_port(h);
+		return want == dflt;
 	if (!len || len > PORT_DIGITS_MAX)
 		return false;
 	for (size_t i = 0; i < len; i++) {
@@ -636,7 +621,13 @@ static bool port_matches(const struct http1_req *h, const char *s, size_t len,
 			return false;
 		port = port * 10 + (s[i] - '0');
 	}
-	return port <= PORT_MAX && port == h->port;
+	return port <= PORT_MAX && port == want;
+}
+
+static bool port_matches(const struct http1_req *h, const char *s, size_t len,
+			 bool given)
+{
+	return port_is(h->port, default_port(h), s, len, given);
 }
 
 static bool hostname_matches(const struct http1_req *h, const char *s,
@@ -646,8 +637,10 @@ static bool hostname_matches(const struct http1_req *h, const char *s,
 }
 
 /* Host: uri-host [ ":" port ], uri-host a name or an [IPv6] literal. */
-static bool host_matches(const struct http1_req *h, const char *v, size_t len)
+bool http1__authority_matches(const char *hostname, uint16_t port, bool tls,
+			      const char *v, size_t len)
 {
+	uint16_t dflt = tls ? HTTPS_DEFAULT_PORT : HTTP_DEFAULT_PORT;
 	const char *name = v, *rest;
 	size_t name_len;
 
@@ -665,13 +658,18 @@ static bool host_matches(const struct http1_req *h, const char *v, size_t len)
 		name_len = colon ? (size_t)(colon - v) : len;
 		rest = v + name_len;
 	}
-	if (!hostname_matches(h, name, name_len))
+	if (!same_nocase(name, name_len, hostname, strlen(hostname)))
 		return false;
 	if (rest == v + len)
-		return port_matches(h, NULL, 0, false);
+		return port_is(port, dflt, NULL, 0, false);
 	if (*rest != ':')
 		return false;
-	return port_matches(h, rest + 1, v + len - rest - 1, true);
+	return port_is(port, dflt, rest + 1, v + len - rest - 1, true);
+}
+
+static bool host_matches(const struct http1_req *h, const char *v, size_t len)
+{
+	return http1__authority_matches(h->hostname, h->port, h->tls, v, len);
 }
 
 static bool hostname_valid(const char *s, size_t len)
@@ -873,8 +871,9 @@ static ssize_t verdict_apply(struct http1_req *h,
 			return refuse(h, HTTP_STATUS_FORBIDDEN, "refused");
 		/* A reason naming an injected value would hand it over. */
 		return refuse(h, e->status,
-			      reason_leaks(e, e->reason) ? "refused" :
-							   e->reason);
+			      http1_edits__reason_leaks(e, e->reason) ?
+				      "refused" :
+				      e->reason);
 	default:
 		return refuse(h, HTTP_STATUS_INTERNAL_SERVER_ERROR,
 			      "decision failed");
@@ -933,7 +932,7 @@ static size_t head_put(struct http1_req *h, const struct http1_request *req,
 	put(&w, &n, CRLF, CRLF_LEN);
 	for (unsigned int i = 0; i < req->nr_headers; i++) {
 		const struct http1_header *hd = &hdrs[i];
-		int j = edit_find(e, hd->name, hd->name_len);
+		int j = http1_edits__find(e, hd->name, hd->name_len);
 
 		if (is_proxy_name(hd->name, hd->name_len))
 			continue;
@@ -978,12 +977,18 @@ static ssize_t head_decide(struct http1_req *h)
 		ret = head_check(h, &req, &f);
 	if (ret)
 		return ret;
-	edits_reset(&h->edits);
+	http1_edits__reset(&h->edits);
 	verdict = h->on_request(h->opaque, &req, &h->edits);
+	if (verdict == HTTP1_PENDING) {
+		/* The head stays in the arena; resume decides it again. */
+		http1_edits__reset(&h->edits);
+		h->state = REQ_PENDING;
+		return 0;
+	}
 	ret = verdict_apply(h, &req, verdict);
 	if (!ret)
 		ret = head_write(h, &req, hdrs);
-	edits_wipe_values(&h->edits);
+	http1_edits__wipe_values(&h->edits);
 	if (ret)
 		return ret;
 	h->chunked = f.te;
@@ -1029,7 +1034,7 @@ static ssize_t head_feed(struct http1_req *h, const char *in, size_t len)
 
 static void message_done(struct http1_req *h)
 {
-	edits_reset(&h->edits);
+	http1_edits__reset(&h->edits);
 	head_reset(h);
 	h->chunked = false;
 	if (h->upgrading)
@@ -1102,6 +1107,8 @@ ssize_t http1_req__feed(struct http1_req *h, const void *in, size_t len)
 		case REQ_CLOSED:
 			n = closed_feed(h, p + done, len - done);
 			break;
+		case REQ_PENDING:
+			return done;
 		default:
 			return h->dead_ret;
 		}
@@ -1115,6 +1122,24 @@ ssize_t http1_req__feed(struct http1_req *h, const void *in, size_t len)
 	if (h->state == REQ_DEAD)
 		return h->dead_ret;
 	return done;
+}
+
+ssize_t http1_req__resume(struct http1_req *h)
+{
+	ssize_t ret;
+
+	if (h->state != REQ_PENDING)
+		return 0;
+	h->state = REQ_HEAD;
+	ret = head_decide(h);
+	if (ret < 0)
+		return ret;
+	return h->state == REQ_DEAD ? h->dead_ret : 0;
+}
+
+bool http1_req__pending(const struct http1_req *h)
+{
+	return h->state == REQ_PENDING;
 }
 
 const uint8_t *http1_req__output(const struct http1_req *h, size_t *len)

@@ -76,6 +76,12 @@ enum http1_verdict {
 	HTTP1_ALLOW,	     /* forward it, with the edits */
 	HTTP1_ALLOW_UPGRADE, /* the same, and an upgrade may follow */
 	HTTP1_REFUSE,	     /* http1_edits__refuse() returns it */
+	/*
+	 * Not decided yet (the hook is asked): the request waits, head
+	 * kept, nothing more taken, until the caller resumes it and
+	 * on_request is called again with the same request.
+	 */
+	HTTP1_PENDING,
 };
 
 /* A decision's header edits and refusal, filled by on_request. */
@@ -134,6 +140,14 @@ void http1_req__destroy(struct http1_req *h);
  */
 ssize_t __must_check http1_req__feed(struct http1_req *h, const void *in,
 				     size_t len);
+/*
+ * A request on_request left HTTP1_PENDING: on_request is called again
+ * for it (the same head, the same index) and its verdict applied. 0
+ * (decided, or pending still: feed the rest), or as feed fails.
+ */
+ssize_t __must_check http1_req__resume(struct http1_req *h);
+/* Whether a request waits for its decision (HTTP1_PENDING). */
+bool http1_req__pending(const struct http1_req *h);
 /* The bytes ready for upstream: *len of them at the result. */
 const uint8_t *http1_req__output(const struct http1_req *h, size_t *len);
 /* n (<= *len above) of them were sent. */

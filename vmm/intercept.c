@@ -15,8 +15,28 @@
  * On a TLS port each side is a TLS connection (vmm/tls.h) on the
  * proxy's socket: toward the guest a server whose certificate is minted
  * for the SNI once the policy accepted that name, toward upstream a
- * client verifying upstream's certificate for the same name. The rest
- * is the same, on the plaintext.
+ * client verifying upstream's certificate for the same name. The guest
+ * is offered only the protocol upstream chose, so upstream comes first:
+ *
+ *   IC_HELLO      the guest's ClientHello peeked at (MSG_PEEK, one
+ *                 record, nothing read): its SNI, decided by the policy.
+ *                 Allowed: on to IC_UPSTREAM. Anything else (not TLS, no
+ *                 SNI, a name refused): straight to IC_HANDSHAKE with no
+ *                 upstream, where the handshake fails as it always did.
+ *   IC_UPSTREAM   the proxy connects (intercept__wants_upstream), TLS to
+ *                 the SNI's name offering "h2,http/1.1"; upstream's choice
+ *                 (none: http/1.1) kept. Failed: on without upstream, the
+ *                 guest to get the 502 after its handshake.
+ *   IC_HANDSHAKE  the guest's handshake, offered upstream's choice (and
+ *                 http/1.1 after h2: a guest without h2 still gets in);
+ *                 sni_ok checks the SNI again, which must be the peeked.
+ *   IC_RELAY      h2 both sides (vmm/h2.c) or HTTP/1.1 both sides
+ *                 (vmm/http1.c). A guest on http/1.1 whose upstream is
+ *                 on h2 has that upstream dropped, and the first allowed
+ *                 request asks for a new one offering http/1.1 only.
+ *
+ * The whole setup (IC_HELLO to IC_RELAY) is bounded by the proxy's
+ * deadline (intercept__expire). The rest is the same, on the plaintext.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -24,8 +44,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <strings.h>
 #include <sys/socket.h>
 
+#include "vmm/h2.h"
 #include "vmm/http1.h"
 #include "vmm/intercept.h"
 #include "vmm/tls.h"
@@ -38,10 +60,23 @@
 #define HTTP_STATUS_INTERNAL 500U
 /* Plaintext given to one TLS write at most: a record's worth. */
 #define TLS_WRITE_MAX (16U << 10)
-/* What the guest may negotiate: HTTP/1.1 only for now (h2 is later). */
-#define GUEST_ALPN "http/1.1"
+/*
+ * What upstream is offered first (its choice wins); the guest is offered
+ * what upstream chose: h2 (and http/1.1, for a guest without h2) or
+ * http/1.1. A guest on h2 is intercepted by vmm/h2.c.
+ */
+#define UP_ALPN	      "h2,http/1.1"
+#define GUEST_ALPN_H2 "h2,http/1.1"
+#define ALPN_H2	      "h2"
+#define ALPN_HTTP1    "http/1.1"
+/* Questions to the hook a connection has out at once: every h2 stream. */
+#define IC_MAX_ASKS (H2_MAX_STREAMS + 1U)
+/* The index of a connection's question ("ask": "connection"). */
+#define IC_CONNECTION UINT64_MAX
 
 enum ic_state {
+	IC_HELLO,     /* TLS: the guest's ClientHello peeked at, its SNI */
+	IC_UPSTREAM,  /* TLS: upstream's connection and handshake */
 	IC_HANDSHAKE, /* TLS: the guest's handshake, its SNI checked */
 	IC_RELAY,     /* requests go up, responses come back */
 	IC_REFUSED,   /* the responses before the refused request still come */
@@ -61,28 +96,60 @@ struct ic_side {
 	size_t wpend;	      /* TLS: a write that waited: its length */
 };
 
+/*
+ * A request's question to the hook (IC_CONNECTION: the connection's,
+ * whose answer is kept for its later requests), and its answer once
+ * come, until the request is decided again with it.
+ */
+struct ic_ask {
+	bool used;
+	bool answered;
+	bool taken; /* decided with in this pass (apply_answers) */
+	uint64_t index;
+	uint64_t id;		       /* the hook's question */
+	struct net_http_decision *ans; /* answered: a copy, wiped at free */
+};
+
 struct intercept {
 	struct net_flow flow;
+	void *owner;
 	struct intercept_ops ops;
 	struct intercept_tls tls; /* all NULL: plain */
 	struct ic_side side[INTERCEPT_SIDES];
 	enum ic_state state;
-	bool want_up;  /* a request was allowed: connect upstream */
-	bool asked_up; /* the proxy answered (upstream or failed) */
-	bool up_ready; /* upstream connected, TLS handshake done */
-	bool verified; /* the name the guest gave was found bound */
-	bool counted;  /* the refusal was reported already */
+	bool want_up;	/* upstream wanted: the SNI or a request allowed */
+	bool asked_up;	/* the proxy answered (upstream or failed) */
+	bool up_ready;	/* upstream connected, TLS handshake done */
+	bool verified;	/* the name the guest gave was found bound */
+	bool counted;	/* the refusal was reported already */
+	bool up_closed; /* upstream's socket is not used: the proxy closes it */
 	char host[HTTP1_HOSTNAME_MAX + 1]; /* the guest's name, once passed */
+	/* TLS: the ClientHello's SNI, allowed (IC_HELLO); "": none. */
+	char peeked[NET_HOSTNAME_MAX + 1];
+	uint8_t *hello; /* IC_HELLO: TLS_RECORD_MAX bytes peeked into */
+	/* Upstream failed before the guest's handshake: its 502's reason. */
+	const char *up_error;
 
 	struct http1_req *req; /* from the end of the TLS handshake on */
 	struct http1_resp *resp;
 	bool resp_dead; /* the tracker stopped: no boundaries known */
+	/*
+	 * Or, the guest having chosen h2: both directions through it, and
+	 * upstream's bytes wait in up_in until it takes them.
+	 */
+	struct h2 *h2;
+	uint8_t *up_in;
+	size_t up_len;
+	bool eof_told[INTERCEPT_SIDES]; /* h2__eof() called */
 
 	uint8_t *in; /* read from the guest, not yet taken by req */
 	size_t in_len;
 	uint8_t *back; /* for the guest: upstream's bytes, an error answer */
 	size_t back_off, back_len;
 	size_t lingered; /* guest bytes dropped in IC_LINGER */
+
+	struct ic_ask asks[IC_MAX_ASKS];
+	bool answers_new; /* an answer came: decide the pending again */
 };
 
 /* ---- the decision --------------------------------------------------- */
@@ -141,8 +208,15 @@ static bool sni_ok(void *opaque, const char *sni)
 	struct net_http_decision d;
 	bool ok;
 
+	/* A second ClientHello (after a HelloRetryRequest) names the same. */
+	if (ic->peeked[0] && strcmp(sni, ic->peeked)) {
+		report(ic, sni, false, "tls sni changed");
+		ic->counted = true;
+		return false;
+	}
 	decide(ic, sni, &d);
-	ok = d.verdict == NET_VERDICT_ALLOW;
+	/* A grant that asks the hook does so request by request. */
+	ok = d.verdict == NET_VERDICT_ALLOW || d.verdict == NET_VERDICT_ASK;
 	if (ok) {
 		ic->verified = true;
 		snprintf(ic->host, sizeof(ic->host), "%s", sni);
@@ -157,15 +231,177 @@ static bool sni_ok(void *opaque, const char *sni)
 	return ok;
 }
 
+/* ---- the hook, request by request ------------------------------------ */
+
+static struct ic_ask *ask_find(struct intercept *ic, uint64_t index)
+{
+	for (unsigned int i = 0; i < IC_MAX_ASKS; i++)
+		if (ic->asks[i].used && ic->asks[i].index == index)
+			return &ic->asks[i];
+	return NULL;
+}
+
+static void ask_free(struct intercept *ic, struct ic_ask *a)
+{
+	if (a->used && !a->answered && ic->ops.cancel)
+		ic->ops.cancel(ic->ops.opaque, a->id);
+	if (a->ans)
+		explicit_bzero(a->ans, sizeof(*a->ans));
+	free(a->ans);
+	*a = (struct ic_ask){ 0 };
+}
+
+static void refuse_with(struct net_http_decision *d, const char *reason)
+{
+	d->verdict = NET_VERDICT_DENY;
+	d->status = HTTP_STATUS_FORBIDDEN;
+	snprintf(d->reason, sizeof(d->reason), "%s", reason);
+}
+
+/* The request as the hook's question sees it. */
+static void question(const struct intercept *ic, const struct http1_request *rq,
+		     const struct net_http_decision *d,
+		     struct hook_http_question *q)
+{
+	*q = (struct hook_http_question){
+		.socket = d->hook_socket,
+		.timeout_ms = d->hook_timeout_ms,
+		.grant = d->grant,
+		.host = rq->hostname,
+		.port = rq->port,
+		.tls = ic->tls.server,
+		.protocol = ic->h2	      ? "h2" :
+			    rq->version_minor ? "HTTP/1.1" :
+						"HTTP/1.0",
+		.method = rq->method,
+		.path = rq->path,
+		.path_len = rq->path_len,
+		.fields = rq->headers,
+		.nr_fields = rq->nr_headers,
+		.grant_fields = d,
+	};
+}
+
 /*
- * Each request, by the policy as it is now. The decision is wiped
- * before it goes out of scope, whichever way it went.
+ * A request whose grant asks the hook (d: NET_VERDICT_ASK): its answer
+ * if it came (*ans; d stays ASK), else the question out and
+ * HTTP1_PENDING, else d refused. 0 when decided.
+ */
+static int hook_decision(struct intercept *ic, const struct http1_request *rq,
+			 struct net_http_decision *d,
+			 const struct net_http_decision **ans)
+{
+	uint64_t index = d->ask_each_request ? rq->index : IC_CONNECTION;
+	struct ic_ask *a = ask_find(ic, index);
+	struct hook_http_question q;
+	int ret;
+
+	*ans = NULL;
+	if (a && a->answered) {
+		a->taken = true;
+		if (!a->ans)
+			refuse_with(d, HOOK_ERROR); /* no memory for it */
+		*ans = a->ans;
+		return 0;
+	}
+	if (a)
+		return HTTP1_PENDING; /* its question is out */
+	for (unsigned int i = 0; !a && i < IC_MAX_ASKS; i++)
+		if (!ic->asks[i].used)
+			a = &ic->asks[i];
+	if (!a) {
+		refuse_with(d, HOOK_BUSY);
+		return 0;
+	}
+	question(ic, rq, d, &q);
+	ret = ic->ops.ask ? ic->ops.ask(ic->ops.opaque, ic->owner, &ic->flow,
+					&q, &a->id) :
+			    -ENOTCONN;
+	if (ret) {
+		refuse_with(d, hook__failure(ret));
+		return 0;
+	}
+	a->used = true;
+	a->index = index;
+	return HTTP1_PENDING;
+}
+
+/* The fields the grant gives the hook include name. */
+static bool hook_field(const struct net_http_decision *d, const char *name)
+{
+	for (unsigned int i = 0; i < d->nr_headers && i < NET_HTTP_MAX_HEADERS;
+	     i++)
+		if (d->headers[i].hook && d->headers[i].name < sizeof(d->buf) &&
+		    !strcasecmp(d->buf + d->headers[i].name, name))
+			return true;
+	return false;
+}
+
+/* The value the answer sets for name, or NULL. */
+static const char *hook_value(const struct net_http_decision *ans,
+			      const char *name)
+{
+	for (unsigned int i = 0;
+	     ans && i < ans->nr_headers && i < NET_HTTP_MAX_HEADERS; i++)
+		if (!ans->headers[i].remove &&
+		    ans->headers[i].name < sizeof(ans->buf) &&
+		    ans->headers[i].value < sizeof(ans->buf) &&
+		    !strcasecmp(ans->buf + ans->headers[i].name, name))
+			return ans->buf + ans->headers[i].value;
+	return NULL;
+}
+
+/*
+ * The edits of an allowed request: the hook's removals first, then the
+ * grant's fields (a later edit of a name wins), those it gives the hook
+ * with the answer's values, or removed when it set none: the guest
+ * never supplies a field the host brokers. 0, or the refusal's reason.
+ */
+static const char *edits_apply(const struct net_http_decision *d,
+			       const struct net_http_decision *ans,
+			       struct http1_edits *e)
+{
+	for (unsigned int i = 0;
+	     ans && i < ans->nr_headers && i < NET_HTTP_MAX_HEADERS; i++) {
+		const char *name = ans->buf + ans->headers[i].name;
+
+		if (ans->headers[i].name >= sizeof(ans->buf))
+			return "http header edit failed";
+		if (!ans->headers[i].remove && !hook_field(d, name))
+			return "hook set a field not granted";
+		if (ans->headers[i].remove && http1_edits__remove(e, name))
+			return "http header edit failed";
+	}
+	for (unsigned int i = 0; i < d->nr_headers && i < NET_HTTP_MAX_HEADERS;
+	     i++) {
+		const char *name, *value;
+
+		/* The policy checked both; a failure here is a bug. */
+		if (d->headers[i].name >= sizeof(d->buf) ||
+		    d->headers[i].value >= sizeof(d->buf))
+			return "http header edit failed";
+		name = d->buf + d->headers[i].name;
+		value = d->headers[i].hook ? hook_value(ans, name) :
+					     d->buf + d->headers[i].value;
+		if (value ? http1_edits__set(e, name, value) :
+			    http1_edits__remove(e, name))
+			return "http header edit failed";
+	}
+	return NULL;
+}
+
+/*
+ * Each request, by the policy as it is now (and the hook, when its
+ * grant says so). The decision is wiped before it goes out of scope,
+ * whichever way it went.
  */
 static int on_request(void *opaque, const struct http1_request *rq,
 		      struct http1_edits *e)
 {
 	struct intercept *ic = opaque;
+	const struct net_http_decision *ans = NULL;
 	struct net_http_decision d;
+	const char *failed;
 	int ret = HTTP1_ALLOW;
 
 	/* Refused here rather than by the rewriter, so it counts once. */
@@ -177,23 +413,39 @@ static int on_request(void *opaque, const struct http1_request *rq,
 		goto out_report;
 	}
 	decide(ic, rq->hostname, &d);
+	if (d.verdict == NET_VERDICT_ASK) {
+		ret = hook_decision(ic, rq, &d, &ans);
+		if (ret == HTTP1_PENDING) {
+			/* Reported once decided. */
+			explicit_bzero(&d, sizeof(d));
+			return ret;
+		}
+		if (ans && ans->verdict != NET_VERDICT_ALLOW) {
+			d.verdict = NET_VERDICT_DENY;
+			d.status = ans->status ? ans->status :
+						 HTTP_STATUS_FORBIDDEN;
+			snprintf(d.reason, sizeof(d.reason), "%s", ans->reason);
+		} else if (d.verdict == NET_VERDICT_ASK) {
+			d.verdict = NET_VERDICT_ALLOW;
+			if (ans)
+				snprintf(d.reason, sizeof(d.reason), "%s",
+					 ans->reason);
+		}
+	}
 	if (d.verdict != NET_VERDICT_ALLOW) {
 		ret = http1_edits__refuse(e, d.status, d.reason);
 		goto out_report;
 	}
-	for (unsigned int i = 0; i < d.nr_headers && i < NET_HTTP_MAX_HEADERS;
-	     i++) {
-		/* The policy checked both; a failure here is a bug. */
-		if (d.headers[i].name >= sizeof(d.buf) ||
-		    d.headers[i].value >= sizeof(d.buf) ||
-		    http1_edits__set(e, d.buf + d.headers[i].name,
-				     d.buf + d.headers[i].value)) {
-			snprintf(d.reason, sizeof(d.reason), "%s",
-				 "http header edit failed");
-			ret = http1_edits__refuse(e, HTTP_STATUS_INTERNAL,
-						  d.reason);
-			goto out_report;
-		}
+	failed = edits_apply(&d, ans, e);
+	if (failed) {
+		snprintf(d.reason, sizeof(d.reason), "%s", failed);
+		ret = http1_edits__refuse(
+			e,
+			strcmp(failed, "http header edit failed") ?
+				HTTP_STATUS_FORBIDDEN :
+				HTTP_STATUS_INTERNAL,
+			d.reason);
+		goto out_report;
 	}
 	ic->verified = true;
 	snprintf(ic->host, sizeof(ic->host), "%s", rq->hostname);
@@ -312,9 +564,17 @@ static size_t out_pending(const struct intercept *ic)
 {
 	size_t len = 0;
 
+	if (ic->h2)
+		return h2__pending(ic->h2, H2_UP);
 	if (ic->req)
 		http1_req__output(ic->req, &len);
 	return len;
+}
+
+/* h2: what waits for the guest (back is not used). */
+static size_t guest_pending(const struct intercept *ic)
+{
+	return ic->h2 ? h2__pending(ic->h2, H2_GUEST) : 0;
 }
 
 /* ---- reading ---------------------------------------------------------- */
@@ -360,6 +620,29 @@ static int guest_read(struct intercept *ic, bool *progress)
 	return 0;
 }
 
+/* h2: upstream's bytes wait in up_in for the session. */
+static int up_read_h2(struct intercept *ic, bool *progress)
+{
+	struct ic_side *u = &ic->side[INTERCEPT_UP];
+	ssize_t n;
+
+	if (ic->up_len == INTERCEPT_BUF)
+		return 0;
+	n = side_recv(ic, INTERCEPT_UP, ic->up_in + ic->up_len,
+		      INTERCEPT_BUF - ic->up_len);
+	if (n == -EAGAIN)
+		return 0;
+	if (n < 0)
+		return n;
+	*progress = true;
+	if (!n)
+		u->eof = true;
+	ic->up_len += n;
+	if (n && ic->ops.bytes)
+		ic->ops.bytes(ic->ops.opaque, 0, n);
+	return 0;
+}
+
 static int up_read(struct intercept *ic, bool *progress)
 {
 	struct ic_side *u = &ic->side[INTERCEPT_UP];
@@ -368,6 +651,8 @@ static int up_read(struct intercept *ic, bool *progress)
 	if (u->fd < 0 || !ic->up_ready || u->eof ||
 	    (ic->state != IC_RELAY && ic->state != IC_REFUSED))
 		return 0;
+	if (ic->h2)
+		return up_read_h2(ic, progress);
 	/* A TLS write to the guest that waited keeps its bytes in place. */
 	if (!ic->side[INTERCEPT_GUEST].wpend)
 		back_compact(ic);
@@ -405,23 +690,49 @@ static int flush_up(struct intercept *ic, bool *progress)
 	size_t len;
 	ssize_t n;
 
-	if (!ic->req || !ic->up_ready || ic->side[INTERCEPT_UP].fd < 0)
+	if ((!ic->req && !ic->h2) || !ic->up_ready ||
+	    ic->side[INTERCEPT_UP].fd < 0)
 		return 0;
-	out = http1_req__output(ic->req, &len);
+	out = ic->h2 ? h2__output(ic->h2, H2_UP, &len) :
+		       http1_req__output(ic->req, &len);
 	if (!len)
 		return 0;
 	n = side_send(ic, INTERCEPT_UP, out, len);
 	if (n <= 0)
 		return n;
 	*progress = true;
-	http1_req__drain(ic->req, n);
+	if (ic->h2)
+		h2__drain(ic->h2, H2_UP, n);
+	else
+		http1_req__drain(ic->req, n);
 	return 0;
+}
+
+/* h2: the session's bytes for the guest. */
+static int flush_guest_h2(struct intercept *ic, bool *progress)
+{
+	const uint8_t *out;
+	size_t len;
+	ssize_t n;
+
+	for (;;) {
+		out = h2__output(ic->h2, H2_GUEST, &len);
+		if (!len || ic->side[INTERCEPT_GUEST].shut)
+			return 0;
+		n = side_send(ic, INTERCEPT_GUEST, out, len);
+		if (n <= 0)
+			return n;
+		*progress = true;
+		h2__drain(ic->h2, H2_GUEST, n);
+	}
 }
 
 static int flush_back(struct intercept *ic, bool *progress)
 {
 	ssize_t n;
 
+	if (ic->h2)
+		return flush_guest_h2(ic, progress);
 	while (back_pending(ic)) {
 		n = side_send(ic, INTERCEPT_GUEST, ic->back + ic->back_off,
 			      back_pending(ic));
@@ -435,10 +746,40 @@ static int flush_back(struct intercept *ic, bool *progress)
 }
 
 /* The guest's bytes through the rewriter, as far as it takes them. */
+/* h2: what either side sent, into the sessions, as far as they take it. */
+static int feed_h2(struct intercept *ic, bool *progress)
+{
+	ssize_t n;
+
+	if (ic->in_len) {
+		n = h2__feed(ic->h2, H2_GUEST, ic->in, ic->in_len);
+		if (n < 0)
+			return n;
+		if (n) {
+			*progress = true;
+			memmove(ic->in, ic->in + n, ic->in_len - n);
+			ic->in_len -= n;
+		}
+	}
+	if (ic->up_len) {
+		n = h2__feed(ic->h2, H2_UP, ic->up_in, ic->up_len);
+		if (n < 0)
+			return n;
+		if (n) {
+			*progress = true;
+			memmove(ic->up_in, ic->up_in + n, ic->up_len - n);
+			ic->up_len -= n;
+		}
+	}
+	return 0;
+}
+
 static int feed(struct intercept *ic, bool *progress)
 {
 	ssize_t n;
 
+	if (ic->h2)
+		return feed_h2(ic, progress);
 	while (ic->state == IC_RELAY && ic->in_len) {
 		n = http1_req__feed(ic->req, ic->in, ic->in_len);
 		if (n < 0)
@@ -453,6 +794,15 @@ static int feed(struct intercept *ic, bool *progress)
 }
 
 /* ---- refusals --------------------------------------------------------- */
+
+/* Upstream is done with: the proxy closes its socket (intercept.h). */
+static void up_drop(struct intercept *ic)
+{
+	tls_conn__free(ic->side[INTERCEPT_UP].tls);
+	ic->side[INTERCEPT_UP].tls = NULL;
+	ic->side[INTERCEPT_UP].fd = -1;
+	ic->up_closed = true;
+}
 
 /*
  * An error response for the guest, after what `back` holds already;
@@ -474,9 +824,7 @@ static int answer(struct intercept *ic, unsigned int status, const char *reason)
 	ic->back_len += n;
 	ic->state = IC_ANSWER;
 	ic->in_len = 0;
-	tls_conn__free(ic->side[INTERCEPT_UP].tls);
-	ic->side[INTERCEPT_UP].tls = NULL;
-	ic->side[INTERCEPT_UP].fd = -1;
+	up_drop(ic);
 	return 0;
 }
 
@@ -519,6 +867,42 @@ static int refused_step(struct intercept *ic)
 
 /* ---- the flow --------------------------------------------------------- */
 
+/*
+ * h2: a peer's end is the session's news (its streams reset on the other
+ * side, which is told to go away); each side's end goes once its session
+ * is over and its last bytes are out. The flow is over when the guest's
+ * is, and upstream's (if it was ever connected).
+ */
+static int finish_h2(struct intercept *ic)
+{
+	struct ic_side *g = &ic->side[INTERCEPT_GUEST];
+	struct ic_side *u = &ic->side[INTERCEPT_UP];
+	bool progress = false;
+	int ret = 0;
+
+	if (g->eof && !ic->in_len && !ic->eof_told[INTERCEPT_GUEST]) {
+		ic->eof_told[INTERCEPT_GUEST] = true;
+		h2__eof(ic->h2, H2_GUEST);
+	}
+	if (u->eof && !ic->up_len && !ic->eof_told[INTERCEPT_UP]) {
+		ic->eof_told[INTERCEPT_UP] = true;
+		h2__eof(ic->h2, H2_UP);
+	}
+	/* What those ends made (a GOAWAY, resets) goes out now. */
+	ret = flush_up(ic, &progress);
+	if (!ret)
+		ret = flush_back(ic, &progress);
+	if (!ret && ic->up_ready && u->fd >= 0 && h2__done(ic->h2, H2_UP))
+		ret = side_shut(ic, INTERCEPT_UP, true);
+	if (!ret && h2__done(ic->h2, H2_GUEST))
+		ret = side_shut(ic, INTERCEPT_GUEST, true);
+	if (ret)
+		return ret;
+	if (g->shut && (u->fd < 0 || !ic->up_ready || u->shut))
+		return INTERCEPT_DONE;
+	return 0;
+}
+
 /* Ends passed on; whether the flow is over. */
 static int finish(struct intercept *ic)
 {
@@ -527,9 +911,13 @@ static int finish(struct intercept *ic)
 	int ret = 0;
 
 	switch (ic->state) {
+	case IC_HELLO:
+	case IC_UPSTREAM:
 	case IC_HANDSHAKE:
 		return 0;
 	case IC_RELAY:
+		if (ic->h2)
+			return finish_h2(ic);
 		if (g->eof && !ic->in_len && !out_pending(ic)) {
 			/* Nothing was allowed: nothing to wait for. */
 			if (u->fd < 0 && !ic->want_up)
@@ -577,8 +965,12 @@ static int pump(struct intercept *ic)
 			ret = up_read(ic, &progress);
 		if (!ret) {
 			ret = feed(ic, &progress);
-			if (ret < 0)
+			if (ret < 0 && ic->h2 && !ic->counted) {
+				report(ic, ic->host, false, "malformed http/2");
+				ic->counted = true;
+			} else if (ret < 0 && !ic->h2) {
 				ret = refused(ic, ret);
+			}
 		}
 		if (!ret)
 			ret = flush_up(ic, &progress);
@@ -621,15 +1013,43 @@ static int make_http1(struct intercept *ic, const char *hostname, bool tls)
 	return ret ? ret : http1_resp__create(&ic->resp, ic->req);
 }
 
+/* h2: a stream refused by the module's own checks, for the log. */
+static void h2_refused(void *opaque, unsigned int status, const char *reason)
+{
+	struct intercept *ic = opaque;
+
+	report(ic, ic->host, false, reason);
+}
+
+static int make_h2(struct intercept *ic)
+{
+	struct h2_params hp = {
+		.hostname = ic->host,
+		.port = ntohs(ic->flow.dst.sin_port),
+		.on_request = on_request,
+		.on_refused = h2_refused,
+		.opaque = ic,
+	};
+
+	ic->up_in = malloc(INTERCEPT_BUF);
+	if (!ic->up_in)
+		return -ENOMEM;
+	return h2__create(&ic->h2, &hp);
+}
+
 /*
  * The guest's handshake: the SNI was checked by sni_ok (a refusal was
  * reported there); any other failure is the guest's (not TLS, no SNI,
- * no common protocol). Done, requests must name the SNI's host.
+ * no common protocol). Done, requests must name the SNI's host; a guest
+ * on http/1.1 whose upstream chose h2 gets a new upstream (below), one
+ * whose upstream failed its 502 at once.
  */
 static int guest_handshake(struct intercept *ic)
 {
 	struct tls_conn *c = ic->side[INTERCEPT_GUEST].tls;
+	struct tls_conn *u = ic->side[INTERCEPT_UP].tls;
 	int ret = tls_conn__handshake(c);
+	const char *alpn;
 
 	if (ret == -EAGAIN)
 		return 0;
@@ -640,10 +1060,113 @@ static int guest_handshake(struct intercept *ic)
 		ic->counted = true;
 		return ret;
 	}
-	ret = make_http1(ic, ic->host, true);
+	alpn = tls_conn__alpn(c);
+	if (alpn && !strcmp(alpn, ALPN_H2))
+		ret = make_h2(ic);
+	else
+		ret = make_http1(ic, ic->host, true);
 	if (ret)
 		return ret;
 	ic->state = IC_RELAY;
+	if (ic->up_error)
+		return answer(ic, HTTP_STATUS_BAD_GATEWAY, ic->up_error);
+	/*
+	 * Upstream on h2, the guest not: nothing was sent on it yet, so it
+	 * goes, and the first allowed request asks for one on http/1.1.
+	 */
+	if (!ic->h2 && u && tls_conn__alpn(u) &&
+	    !strcmp(tls_conn__alpn(u), ALPN_H2)) {
+		up_drop(ic);
+		ic->want_up = ic->asked_up = ic->up_ready = false;
+	}
+	return 0;
+}
+
+/* What may open files runs where it may (intercept_ops.unfiltered). */
+static int unfiltered(struct intercept *ic, int (*fn)(void *), void *arg)
+{
+	if (ic->ops.unfiltered)
+		return ic->ops.unfiltered(ic->ops.opaque, fn, arg);
+	return fn(arg);
+}
+
+struct accept_args {
+	struct intercept *ic;
+	const char *alpn;
+};
+
+static int do_accept(void *arg)
+{
+	struct accept_args *a = arg;
+	struct intercept *ic = a->ic;
+	struct tls_accept_params p = { .sni_ok = sni_ok,
+				       .opaque = ic,
+				       .alpn = a->alpn };
+
+	return tls_conn__accept(&ic->side[INTERCEPT_GUEST].tls, ic->tls.server,
+				ic->side[INTERCEPT_GUEST].fd, &p);
+}
+
+/*
+ * On to the guest's handshake, offered what upstream chose: h2 (then
+ * http/1.1 too), else http/1.1; no upstream (it failed, or the
+ * ClientHello was refused): http/1.1. The ClientHello waits in the
+ * socket: the handshake starts at once.
+ */
+static int guest_accept(struct intercept *ic)
+{
+	struct tls_conn *u = ic->side[INTERCEPT_UP].tls;
+	struct accept_args a = { .ic = ic, .alpn = ALPN_HTTP1 };
+	int ret;
+
+	free(ic->hello);
+	ic->hello = NULL;
+	if (ic->up_ready && u && tls_conn__alpn(u) &&
+	    !strcmp(tls_conn__alpn(u), ALPN_H2))
+		a.alpn = GUEST_ALPN_H2;
+	ret = unfiltered(ic, do_accept, &a);
+	if (ret)
+		return ret;
+	ic->state = IC_HANDSHAKE;
+	return guest_handshake(ic);
+}
+
+/*
+ * IC_HELLO: the guest's first record, peeked at (it stays in the socket
+ * for the handshake). A ClientHello whose SNI the policy allows, as
+ * sni_ok would: upstream first. Anything else goes to the handshake
+ * without upstream, which refuses it as it always did (same reasons,
+ * counters, alerts); more bytes to come: wait for them.
+ */
+static int hello_peek(struct intercept *ic)
+{
+	struct net_http_decision d;
+	char sni[NET_HOSTNAME_MAX + 1];
+	ssize_t n;
+	bool ok;
+	int ret;
+
+	n = recv(ic->side[INTERCEPT_GUEST].fd, ic->hello, TLS_RECORD_MAX,
+		 MSG_PEEK | MSG_DONTWAIT);
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		return 0;
+	if (n < 0)
+		return -errno;
+	ret = tls__hello_sni(ic->hello, n, sni);
+	/* Not all there, and more can come: the next edge (EPOLLET). */
+	if (ret == -EAGAIN && n && n < (ssize_t)TLS_RECORD_MAX)
+		return 0;
+	if (ret)
+		return guest_accept(ic);
+	decide(ic, sni, &d);
+	ok = d.verdict == NET_VERDICT_ALLOW || d.verdict == NET_VERDICT_ASK;
+	explicit_bzero(&d, sizeof(d));
+	if (!ok)
+		return guest_accept(ic);
+	snprintf(ic->peeked, sizeof(ic->peeked), "%s", sni);
+	snprintf(ic->host, sizeof(ic->host), "%s", sni);
+	ic->want_up = true;
+	ic->state = IC_UPSTREAM;
 	return 0;
 }
 
@@ -654,12 +1177,27 @@ static int up_failed(struct intercept *ic, const char *why, const char *reason)
 
 	if (ic->ops.upstream_failed)
 		ic->ops.upstream_failed(ic->ops.opaque, &ic->flow, why);
+	/* Before the guest's handshake: the 502 once it is done. */
+	if (ic->state == IC_UPSTREAM) {
+		up_drop(ic);
+		ic->up_error = reason;
+		return guest_accept(ic);
+	}
+	/* h2: every stream sent upstream gets the 502, the guest a GOAWAY. */
+	if (ic->h2) {
+		h2__upstream_failed(ic->h2, HTTP_STATUS_BAD_GATEWAY, reason);
+		up_drop(ic);
+		return pump(ic);
+	}
 	/* No request reached upstream: the first allowed one gets the 502. */
 	ret = answer(ic, HTTP_STATUS_BAD_GATEWAY, reason);
 	return ret ? ret : pump(ic);
 }
 
-/* Upstream's handshake: its certificate must be for the guest's name. */
+/*
+ * Upstream's handshake: its certificate must be for the guest's name.
+ * Done in IC_UPSTREAM: the guest's turn.
+ */
 static int up_handshake(struct intercept *ic)
 {
 	struct tls_conn *c = ic->side[INTERCEPT_UP].tls;
@@ -673,26 +1211,7 @@ static int up_handshake(struct intercept *ic)
 					 "upstream certificate not trusted" :
 					 "upstream tls failed");
 	ic->up_ready = true;
-	return 0;
-}
-
-/* What may open files runs where it may (intercept_ops.unfiltered). */
-static int unfiltered(struct intercept *ic, int (*fn)(void *), void *arg)
-{
-	if (ic->ops.unfiltered)
-		return ic->ops.unfiltered(ic->ops.opaque, fn, arg);
-	return fn(arg);
-}
-
-static int do_accept(void *arg)
-{
-	struct intercept *ic = arg;
-	struct tls_accept_params p = { .sni_ok = sni_ok,
-				       .opaque = ic,
-				       .alpn = GUEST_ALPN };
-
-	return tls_conn__accept(&ic->side[INTERCEPT_GUEST].tls, ic->tls.server,
-				ic->side[INTERCEPT_GUEST].fd, &p);
+	return ic->state == IC_UPSTREAM ? guest_accept(ic) : 0;
 }
 
 struct connect_args {
@@ -712,6 +1231,57 @@ static int do_connect(void *arg)
 
 /* ---- the interface ----------------------------------------------------- */
 
+/*
+ * Answers came: the requests that wait are decided again (each takes
+ * its answer); answers no request took are for requests gone (an h2
+ * stream reset meanwhile): freed. A connection's answer stays.
+ */
+static int apply_answers(struct intercept *ic)
+{
+	ssize_t ret = 0;
+
+	if (!ic->answers_new)
+		return 0;
+	ic->answers_new = false;
+	if (ic->h2)
+		ret = h2__resume(ic->h2);
+	else if (ic->req && ic->state == IC_RELAY)
+		ret = http1_req__resume(ic->req);
+	for (unsigned int i = 0; i < IC_MAX_ASKS; i++) {
+		struct ic_ask *a = &ic->asks[i];
+
+		if (a->used && a->answered && a->index != IC_CONNECTION)
+			ask_free(ic, a);
+		a->taken = false;
+	}
+	if (ret < 0 && !ic->h2)
+		return refused(ic, ret);
+	return ret;
+}
+
+void intercept__hook_answer(struct intercept *ic, uint64_t id,
+			    const struct net_http_decision *d)
+{
+	for (unsigned int i = 0; i < IC_MAX_ASKS; i++) {
+		struct ic_ask *a = &ic->asks[i];
+
+		if (!a->used || a->answered || a->id != id)
+			continue;
+		a->answered = true;
+		/* Failed, its request is refused (hook_decision). */
+		a->ans = malloc(sizeof(*a->ans));
+		if (a->ans)
+			memcpy(a->ans, d, sizeof(*d));
+		ic->answers_new = true;
+		return;
+	}
+}
+
+bool intercept__has_answers(const struct intercept *ic)
+{
+	return ic->answers_new;
+}
+
 int intercept__run(struct intercept *ic, enum intercept_side side,
 		   uint32_t events)
 {
@@ -721,15 +1291,31 @@ int intercept__run(struct intercept *ic, enum intercept_side side,
 
 	if (events & EPOLLERR)
 		return -ECONNRESET;
-	if (ic->state == IC_HANDSHAKE) {
+	switch (ic->state) {
+	case IC_HELLO:
+		return side == INTERCEPT_GUEST ? hello_peek(ic) : 0;
+	case IC_UPSTREAM:
+		/* The guest waits (its ClientHello in its socket). */
+		if (side == INTERCEPT_GUEST)
+			return events & EPOLLHUP ? -ECONNRESET : 0;
+		if (!S->tls)
+			return 0;
+		return up_handshake(ic);
+	case IC_HANDSHAKE:
 		ret = side == INTERCEPT_GUEST ? guest_handshake(ic) : 0;
 		if (ret || ic->state == IC_HANDSHAKE)
 			return ret;
-	} else if (side == INTERCEPT_UP && S->tls && !ic->up_ready &&
-		   S->fd >= 0) {
-		ret = up_handshake(ic);
-		if (ret || !ic->up_ready)
+		break;
+	default:
+		ret = apply_answers(ic);
+		if (ret)
 			return ret;
+		if (side == INTERCEPT_UP && S->tls && !ic->up_ready &&
+		    S->fd >= 0) {
+			ret = up_handshake(ic);
+			if (ret || !ic->up_ready)
+				return ret;
+		}
 	}
 	/* TLS may read on either readiness (intercept.h, tls.h). */
 	if (S->tls || (events & (EPOLLIN | EPOLLHUP)))
@@ -759,25 +1345,38 @@ uint32_t intercept__interest(const struct intercept *ic,
 	if (s->fd < 0)
 		return 0;
 	if (side == INTERCEPT_GUEST) {
+		/*
+		 * Peeked bytes stay readable: level-triggered, EPOLLIN would
+		 * fire until the rest came. Edge-triggered, it fires when
+		 * bytes come.
+		 */
+		if (ic->state == IC_HELLO)
+			return EPOLLIN | EPOLLET;
+		if (ic->state == IC_UPSTREAM)
+			return 0;
 		if (ic->state == IC_HANDSHAKE)
 			return tls_conn__wants(s->tls);
 		return side_events(s,
 				   (ic->state == IC_RELAY && !s->eof &&
 				    ic->in_len < INTERCEPT_BUF) ||
 					   ic->state == IC_LINGER,
-				   back_pending(ic));
+				   back_pending(ic) ||
+					   (guest_pending(ic) && !s->shut));
 	}
 	if (s->tls && !ic->up_ready)
 		return tls_conn__wants(s->tls);
-	return side_events(
-		s, relaying && !s->eof && back_pending(ic) < INTERCEPT_BUF,
-		out_pending(ic));
+	return side_events(s,
+			   relaying && !s->eof &&
+				   (ic->h2 ? ic->up_len : back_pending(ic)) <
+					   INTERCEPT_BUF,
+			   out_pending(ic) && !s->shut);
 }
 
 bool intercept__wants_upstream(const struct intercept *ic)
 {
 	return ic->want_up && !ic->asked_up &&
-	       (ic->state == IC_RELAY || ic->state == IC_REFUSED);
+	       (ic->state == IC_UPSTREAM || ic->state == IC_RELAY ||
+		ic->state == IC_REFUSED);
 }
 
 int intercept__upstream(struct intercept *ic, int fd)
@@ -787,13 +1386,20 @@ int intercept__upstream(struct intercept *ic, int fd)
 	int ret;
 
 	ic->asked_up = true;
+	ic->up_closed = false;
 	u->fd = fd;
 	if (!ic->tls.client) {
 		ic->up_ready = true;
 		return pump(ic);
 	}
-	/* The protocol the guest chose, upstream too (none: none asked). */
-	a.alpn = tls_conn__alpn(ic->side[INTERCEPT_GUEST].tls);
+	/*
+	 * Before the guest's handshake: both, upstream chooses. After it
+	 * (a guest on http/1.1 that upstream's h2 did not suit): the
+	 * guest's protocol (none: none asked).
+	 */
+	a.alpn = ic->state == IC_UPSTREAM ?
+			 UP_ALPN :
+			 tls_conn__alpn(ic->side[INTERCEPT_GUEST].tls);
 	ret = unfiltered(ic, do_connect, &a);
 	if (ret)
 		return up_failed(ic, strerror(-ret), "upstream tls failed");
@@ -807,13 +1413,40 @@ int intercept__upstream_failed(struct intercept *ic)
 
 	ic->asked_up = true;
 	ic->side[INTERCEPT_UP].fd = -1;
+	ic->up_closed = true;
+	/* The proxy counted and logged it: the guest's 502 after its handshake. */
+	if (ic->state == IC_UPSTREAM) {
+		ic->up_error = "upstream unreachable";
+		return guest_accept(ic);
+	}
+	if (ic->h2) {
+		h2__upstream_failed(ic->h2, HTTP_STATUS_BAD_GATEWAY,
+				    "upstream unreachable");
+		return pump(ic);
+	}
 	ret = answer(ic, HTTP_STATUS_BAD_GATEWAY, "upstream unreachable");
 	return ret ? ret : pump(ic);
 }
 
 bool intercept__upstream_done(const struct intercept *ic)
 {
-	return ic->asked_up && ic->side[INTERCEPT_UP].fd < 0;
+	/* A new one asked for (after an h2 one the guest did not take). */
+	return ic->up_closed && !intercept__wants_upstream(ic);
+}
+
+bool intercept__setting_up(const struct intercept *ic)
+{
+	return ic->state == IC_HELLO || ic->state == IC_UPSTREAM ||
+	       ic->state == IC_HANDSHAKE;
+}
+
+int intercept__expire(struct intercept *ic)
+{
+	if (!ic->counted)
+		report(ic, "no TLS handshake within the deadline", false,
+		       "tls handshake failed");
+	ic->counted = true;
+	return -ETIMEDOUT;
 }
 
 /* ---- create, destroy -------------------------------------------------- */
@@ -831,6 +1464,7 @@ int intercept__create(struct intercept **out, const struct intercept_params *p)
 	if (!ic)
 		return -ENOMEM;
 	ic->flow = p->flow;
+	ic->owner = p->owner;
 	ic->ops = *p->ops;
 	if (p->tls)
 		ic->tls = *p->tls;
@@ -843,15 +1477,19 @@ int intercept__create(struct intercept **out, const struct intercept_params *p)
 	ic->back = malloc(INTERCEPT_BUF);
 	if (!ic->in || !ic->back)
 		ret = -ENOMEM;
-	else if (p->tls)
-		ret = unfiltered(ic, do_accept, ic);
+	else if (p->tls) /* the ClientHello first (IC_HELLO) */
+		/*
+		 * Whole and zeroed: wolfSSL's SNI parser may look a few bytes
+		 * past the length it is given before it checks it.
+		 */
+		ret = (ic->hello = calloc(1, TLS_RECORD_MAX)) ? 0 : -ENOMEM;
 	else /* plain: the first request's Host names the connection */
 		ret = make_http1(ic, NULL, false);
 	if (ret) {
 		intercept__destroy(ic);
 		return ret;
 	}
-	ic->state = p->tls ? IC_HANDSHAKE : IC_RELAY;
+	ic->state = p->tls ? IC_HELLO : IC_RELAY;
 	*out = ic;
 	return 0;
 }
@@ -860,14 +1498,22 @@ void intercept__destroy(struct intercept *ic)
 {
 	if (!ic)
 		return;
+	/* Questions out are cancelled; answers kept are wiped. */
+	for (unsigned int i = 0; i < IC_MAX_ASKS; i++)
+		ask_free(ic, &ic->asks[i]);
 	for (int s = 0; s < INTERCEPT_SIDES; s++)
 		tls_conn__free(ic->side[s].tls);
 	http1_resp__destroy(ic->resp);
 	http1_req__destroy(ic->req);
+	h2__destroy(ic->h2);
+	if (ic->up_in)
+		explicit_bzero(ic->up_in, INTERCEPT_BUF);
+	free(ic->up_in);
 	/* The guest's requests, before and after the rewriter: best effort. */
 	if (ic->in)
 		explicit_bzero(ic->in, INTERCEPT_BUF);
 	free(ic->in);
 	free(ic->back);
+	free(ic->hello);
 	free(ic);
 }

@@ -8,6 +8,7 @@
 
 #include "lib/compiler.h"
 #include "vmm/flow.h"
+#include "vmm/hook.h"
 #include "vmm/tls.h"
 
 /*
@@ -21,12 +22,16 @@
  * (400): nothing of them goes upstream. On a TLS port both sides are TLS
  * (vmm/tls.h): the guest's SNI is decided as a request's name is before
  * any certificate is minted for it, requests must name that host, and
- * upstream's certificate must be for it (else 502).
+ * upstream's certificate must be for it (else 502). A TLS guest that
+ * chooses h2 by ALPN goes through vmm/h2.h instead, stream by stream;
+ * it is offered h2 only when upstream chose h2.
  *
  * It owns no socket: the proxy owns both, connects upstream when asked
- * (not before the first request is allowed: a flow that is refused, or
- * never speaks HTTP, never reaches upstream) and calls it from its epoll
- * loop. Nonblocking throughout; a buffer of INTERCEPT_BUF per direction,
+ * (plain: not before the first request is allowed, so a flow that is
+ * refused, or never speaks HTTP, never reaches upstream; TLS: once the
+ * ClientHello's SNI is allowed, before the guest's handshake, so that
+ * the guest is offered only the protocol upstream chose) and calls it
+ * from its epoll loop. Nonblocking throughout; a buffer of INTERCEPT_BUF per direction,
  * a side read only while the other can take what it gives.
  *
  *	ret = intercept__create(&ic, &params);
@@ -36,7 +41,11 @@
  *	ret = intercept__upstream(ic, fd);        connected
  *	ret = intercept__upstream_failed(ic);     or not: 502 to the guest
  *	intercept__upstream_done(ic)      upstream's socket may be closed
+ *	intercept__hook_answer(ic, id, d) a request's answer (ops->ask),
+ *	                                  then intercept__run(ic, side, 0)
  *	intercept__interest(ic, side)     what the proxy's epoll watches
+ *	intercept__setting_up(ic)         TLS setup not done: past the
+ *	ret = intercept__expire(ic);      deadline, cut (-ETIMEDOUT)
  *	intercept__destroy(ic);           then the proxy closes the sockets
  */
 
@@ -64,6 +73,18 @@ struct intercept_ops {
 	/* Upstream's TLS failed (why: its certificate...): the guest gets 502. */
 	void (*upstream_failed)(void *opaque, const struct net_flow *f,
 				const char *why);
+	/*
+	 * A request whose grant asks the hook (decide said
+	 * NET_VERDICT_ASK): q put to the hook for owner (the params'),
+	 * its answer to come through intercept__hook_answer() later,
+	 * never from within this call. 0 and *id, or -errno: the request
+	 * is refused, 403 and hook__failure(ret). NULL: every such
+	 * request is refused ("hook unreachable").
+	 */
+	int (*ask)(void *opaque, void *owner, const struct net_flow *f,
+		   const struct hook_http_question *q, uint64_t *id);
+	/* A question asked and not answered whose request went away. */
+	void (*cancel)(void *opaque, uint64_t id);
 	/* Bytes read from the guest (out) and from upstream (in). */
 	void (*bytes)(void *opaque, size_t out, size_t in);
 	/*
@@ -88,6 +109,7 @@ struct intercept_params {
 	int guest_fd;	      /* nonblocking, connected; borrowed */
 	const struct intercept_ops *ops; /* borrowed; outlives it */
 	const struct intercept_tls *tls; /* a TLS port's flow; NULL: plain */
+	void *owner;			 /* for ops->ask */
 };
 
 struct intercept;
@@ -109,8 +131,34 @@ int __must_check intercept__run(struct intercept *ic, enum intercept_side side,
 /* The epoll events to watch on a side now (0: none; no fd yet). */
 uint32_t intercept__interest(const struct intercept *ic,
 			     enum intercept_side side);
-/* A request was allowed and no upstream connection was asked for yet. */
+/*
+ * Upstream is wanted and was not asked for yet: TLS, once the
+ * ClientHello's SNI is allowed; else once a request is.
+ */
 bool intercept__wants_upstream(const struct intercept *ic);
+/*
+ * TLS: the flow is still being set up (the ClientHello, upstream's
+ * connection and handshake, the guest's handshake), which the proxy
+ * bounds by a deadline of its own.
+ */
+bool intercept__setting_up(const struct intercept *ic);
+/*
+ * The deadline passed while setting up: reported ("tls handshake
+ * failed"), -ETIMEDOUT: the proxy resets both sides.
+ */
+int __must_check intercept__expire(struct intercept *ic);
+/*
+ * The hook's answer to question id (ops->ask), d as hook.h's
+ * hook_http_answer_fn gives it: kept (copied) for its request, and
+ * applied at the next intercept__run() (any side, any events, 0
+ * included), which the caller makes once it is out of the hook's
+ * callback. An id it does not wait for is ignored.
+ */
+void intercept__hook_answer(struct intercept *ic, uint64_t id,
+			    const struct net_http_decision *d);
+/* Whether an answer waits to be applied by intercept__run(). */
+bool intercept__has_answers(const struct intercept *ic);
+
 /*
  * The upstream connection the proxy made for it: connected, nonblocking,
  * borrowed. What was allowed goes out. 0 or -errno (reset both).

@@ -129,9 +129,17 @@ struct rule {
 
 /* A header field an http grant sets; value is a secret (wiped at free). */
 struct http_header {
-	char *name; /* lower case, a token no framing field has */
-	char *value;
+	char *name;  /* lower case, a token no framing field has */
+	char *value; /* "" when from_hook */
 	size_t value_len;
+	bool from_hook; /* the hook's answer sets it, request by request */
+};
+
+/* When an http grant's requests go to the hook ("ask"). */
+enum http_ask {
+	HTTP_ASK_NEVER,
+	HTTP_ASK_CONNECTION, /* the first request; its answer kept */
+	HTTP_ASK_REQUEST,    /* every request */
 };
 
 /*
@@ -144,6 +152,7 @@ struct http_grant {
 	uint16_t tls[NET_POLICY_MAX_PORTS];
 	unsigned int nr_headers;
 	struct http_header headers[NET_HTTP_MAX_HEADERS];
+	enum http_ask ask;
 };
 
 struct net_policy {
@@ -806,19 +815,23 @@ static int parse_header_from(json_t *spec, struct http_header *h,
 	int ret;
 
 	ret = check_object(spec, keys,
-			   "{\"from\": \"env:NAME\" or \"file:/PATH\"}", where,
-			   err, len);
+			   "{\"from\": \"env:NAME\", \"file:/PATH\" or "
+			   "\"hook\"}",
+			   where, err, len);
 	if (ret)
 		return ret;
 	from = json_string_value(json_object_get(spec, "from"));
 	if (!from)
 		return errf(err, len, -EINVAL,
-			    "%s: needs \"from\" (\"env:NAME\" or "
-			    "\"file:/PATH\")",
+			    "%s: needs \"from\" (\"env:NAME\", "
+			    "\"file:/PATH\" or \"hook\")",
 			    where);
-	if (!strcmp(from, FROM_HOOK))
-		return errf(err, len, -EOPNOTSUPP,
-			    "%s.from: \"hook\" is not supported yet", where);
+	if (!strcmp(from, FROM_HOOK)) {
+		/* Its value comes with each answer (the policy's "hook"). */
+		h->from_hook = true;
+		h->value = strdup("");
+		return h->value ? 0 : -ENOMEM;
+	}
 	if (!strncmp(from, FROM_ENV, strlen(FROM_ENV))) {
 		if (!env_name_valid(from + strlen(FROM_ENV)))
 			return errf(err, len, -EINVAL,
@@ -855,7 +868,8 @@ static int parse_header_from(json_t *spec, struct http_header *h,
 		value = buf;
 	} else {
 		return errf(err, len, -EINVAL,
-			    "%s.from: must be \"env:NAME\" or \"file:/PATH\"",
+			    "%s.from: must be \"env:NAME\", \"file:/PATH\" "
+			    "or \"hook\"",
 			    where);
 	}
 	if (!n)
@@ -928,6 +942,8 @@ static int parse_http_headers(json_t *obj, struct http_grant *g,
 		if (ret)
 			return ret;
 		total += strlen(h->name) + 1 + h->value_len + 1;
+		if (h->from_hook && g->ask == HTTP_ASK_NEVER)
+			g->ask = HTTP_ASK_CONNECTION;
 	}
 	if (total > NET_HTTP_HEADERS_MAX)
 		return errf(err, len, -E2BIG,
@@ -972,11 +988,32 @@ static bool grant_tls(const struct http_grant *g, uint16_t port)
 	return false;
 }
 
+/*
+ * "ask": "request" (the hook is asked for every request) or "connection"
+ * (for the first, its answer kept for the connection's others); a field
+ * "from": "hook" without "ask" means "connection".
+ */
+static int parse_http_ask(json_t *v, struct http_grant *g, const char *path,
+			  char *err, size_t len)
+{
+	const char *s = json_string_value(v);
+
+	if (s && !strcmp(s, "request"))
+		g->ask = HTTP_ASK_REQUEST;
+	else if (s && !strcmp(s, "connection"))
+		g->ask = HTTP_ASK_CONNECTION;
+	else
+		return errf(err, len, -EINVAL,
+			    "%s.ask: must be \"request\" or \"connection\"",
+			    path);
+	return 0;
+}
+
 static int parse_http_grant(json_t *obj, struct http_grant *g, const char *path,
 			    char *err, size_t len)
 {
-	static const char *const keys[] = { "host", "ports", "tls", "headers",
-					    NULL };
+	static const char *const keys[] = { "host",    "ports", "tls",
+					    "headers", "ask",	NULL };
 	static const uint16_t default_ports[] = { HTTP_PORT, HTTPS_PORT };
 	const char *s;
 	json_t *v;
@@ -984,7 +1021,7 @@ static int parse_http_grant(json_t *obj, struct http_grant *g, const char *path,
 
 	ret = check_object(obj, keys,
 			   "{\"host\": ..., \"ports\": [...], \"tls\": [...], "
-			   "\"headers\": {...}}",
+			   "\"headers\": {...}, \"ask\": ...}",
 			   path, err, len);
 	if (!ret)
 		ret = need_key(obj, "host", &v, path, err, len);
@@ -1019,8 +1056,27 @@ static int parse_http_grant(json_t *obj, struct http_grant *g, const char *path,
 		g->tls[g->nr_tls++] = HTTPS_PORT;
 	if (ret)
 		return ret;
+	v = json_object_get(obj, "ask");
+	if (v)
+		ret = parse_http_ask(v, g, path, err, len);
+	if (ret)
+		return ret;
 	v = json_object_get(obj, "headers");
 	return v ? parse_http_headers(v, g, path, err, len) : 0;
+}
+
+/* A grant that asks the hook needs the policy to have one. */
+static int check_http_hook(const struct net_policy *p, const char *path,
+			   char *err, size_t len)
+{
+	for (unsigned int i = 0; i < p->nr_http; i++)
+		if (p->http[i].ask != HTTP_ASK_NEVER && !p->hook_socket)
+			return errf(err, len, -EINVAL,
+				    "%s.http[%u]: asks the hook (\"ask\", or "
+				    "a field \"from\": \"hook\") and the "
+				    "policy has no \"hook\"",
+				    path, i);
+	return 0;
 }
 
 /*
@@ -1106,6 +1162,8 @@ int net_policy__parse(json_t *obj, const char *path, struct net_policy **out,
 	v = json_object_get(obj, "hook");
 	if (v && !ret)
 		ret = parse_hook(v, p, path, err, len);
+	if (!ret)
+		ret = check_http_hook(p, path, err, len);
 	if (ret) {
 		net_policy__free(p);
 		return ret;
@@ -1282,14 +1340,25 @@ void net_policy__decide(const struct net_policy *p, const struct net_flow *f,
 		ask_hook(p, f, b, d);
 }
 
-/* Copies g's fields into d: the parser bounded them to its buffer. */
-static void http_allow(const struct http_grant *g, unsigned int i,
-		       struct net_http_decision *d)
+/*
+ * Copies g's fields into d: the parser bounded them to its buffer. A
+ * grant that asks the hook: NET_VERDICT_ASK, with where to ask.
+ */
+static void http_allow(const struct net_policy *p, const struct http_grant *g,
+		       unsigned int i, struct net_http_decision *d)
 {
 	size_t used = 0, n;
 
 	d->verdict = NET_VERDICT_ALLOW;
 	snprintf(d->reason, sizeof(d->reason), "http grant %u", i);
+	d->grant = i;
+	if (g->ask != HTTP_ASK_NEVER && p->hook_socket) {
+		d->verdict = NET_VERDICT_ASK;
+		snprintf(d->hook_socket, sizeof(d->hook_socket), "%s",
+			 p->hook_socket);
+		d->hook_timeout_ms = p->hook_timeout_ms;
+		d->ask_each_request = g->ask == HTTP_ASK_REQUEST;
+	}
 	for (unsigned int k = 0; k < g->nr_headers; k++) {
 		const struct http_header *h = &g->headers[k];
 
@@ -1298,6 +1367,8 @@ static void http_allow(const struct http_grant *g, unsigned int i,
 		memcpy(d->buf + used, h->name, n);
 		used += n;
 		d->headers[k].value = used;
+		d->headers[k].hook = h->from_hook;
+		d->headers[k].remove = false;
 		memcpy(d->buf + used, h->value, h->value_len + 1);
 		used += h->value_len + 1;
 	}
@@ -1339,7 +1410,7 @@ void net_policy__decide_http(const struct net_policy *p,
 
 		if (port_matches(&g->r, port) &&
 		    net_hostname__matches(name, g->r.host, g->r.wildcard))
-			return http_allow(g, i, d);
+			return http_allow(p, g, i, d);
 	}
 	http_refuse(d, HTTP_STATUS_FORBIDDEN, "http no grant");
 }

@@ -116,7 +116,9 @@ void net_policy__decide(const struct net_policy *p, const struct net_flow *f,
  * an http grant ("http grant N", the first such; its fields copied into
  * d). Else denied: 421 "http host not a name", 421 "http host mismatch"
  * (not bound there), 403 "http no grant", or 403 and the reason the flow
- * is always denied.
+ * is always denied. A grant that asks the hook ("ask", or a field "from":
+ * "hook") answers NET_VERDICT_ASK instead of ALLOW, with its own fields,
+ * the hook's marked, and the policy's hook socket and deadline.
  */
 void net_policy__decide_http(const struct net_policy *p,
 			     const struct net_flow *f, const char *host,

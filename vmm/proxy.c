@@ -36,6 +36,7 @@
 #define PROXY_RELAY_BUF	     (64U * 1024) /* bytes, per direction of a flow */
 #define PROXY_DGRAM_MAX	     65535U	  /* one UDP datagram */
 #define PROXY_UDP_IDLE_MS    60000U
+#define PROXY_TLS_SETUP_MS   10000U /* an intercepted TLS flow's setup */
 #define PROXY_EPOLL_EVENTS   64
 #define PROXY_ACCEPT_BUDGET  32	  /* connections accepted per round */
 #define PROXY_DGRAM_BUDGET   32	  /* datagrams per socket per round */
@@ -93,6 +94,7 @@ struct tcp_flow {
 	/* An http grant's flow: intercepted, not relayed (no dir[] then). */
 	struct intercept *ic;
 	bool tls;
+	uint64_t setup_deadline_ms; /* TLS: its setup is cut after it */
 };
 
 struct udp_flow {
@@ -120,6 +122,7 @@ struct proxy {
 	struct endpoint ep_stop, ep_recheck, ep_lsn, ep_udp, ep_hook;
 	struct hook *hook; /* the proxy thread's, in its epoll set */
 	struct intercept_ops icpt_ops; /* every intercepted flow's */
+	bool icpt_answers; /* the hook answered an intercepted flow's request */
 	struct worker worker;
 
 	/*
@@ -824,6 +827,27 @@ static int icpt_unfiltered(void *opaque, int (*fn)(void *arg), void *arg)
 	return ret;
 }
 
+/* A request put to the hook; its cookie is the flow (owner). */
+static int icpt_ask(void *opaque, void *owner, const struct net_flow *f,
+		    const struct hook_http_question *q, uint64_t *id)
+{
+	struct proxy *p = opaque;
+	int ret;
+
+	ret = hook__ask_http(p->hook, f, q, owner, now_ms(), id);
+	hook_copy_stats(p);
+	if (ret && ret != -EBUSY)
+		pr_debug("%s: the hook: %s", PROXY_NAME, strerror(-ret));
+	return ret;
+}
+
+static void icpt_cancel(void *opaque, uint64_t id)
+{
+	struct proxy *p = opaque;
+
+	hook__cancel(p->hook, id);
+}
+
 static void icpt_bytes(void *opaque, size_t out, size_t in)
 {
 	struct proxy *p = opaque;
@@ -842,14 +866,16 @@ static void tcp_intercept(struct proxy *p, struct tcp_flow *t, int fd,
 			  const struct net_flow *f,
 			  const struct net_decision *d)
 {
-	struct intercept_params ip = { .flow = *f,
-				       .guest_fd = fd,
-				       .ops = &p->icpt_ops };
+	struct intercept_params ip = {
+		.flow = *f, .guest_fd = fd, .ops = &p->icpt_ops, .owner = t
+	};
 	int ret;
 
 	if (d->http_tls)
 		ip.tls = &p->p.tls;
 	*t = (struct tcp_flow){ .used = true, .flow = *f, .tls = d->http_tls };
+	if (d->http_tls)
+		t->setup_deadline_ms = now_ms() + p->p.tls_setup_ms;
 	t->ep[SIDE_GUEST].fd = fd;
 	t->ep[SIDE_UP].fd = -1;
 	count_add(p, &p->stats.tcp_open, 1);
@@ -1279,6 +1305,29 @@ static void udp_from_upstream(struct proxy *p, struct udp_flow *u, uint64_t now)
 	}
 }
 
+/*
+ * Intercepted TLS flows whose setup (the ClientHello, upstream, the
+ * guest's handshake) passed its deadline: reset, counted by the
+ * interception.
+ */
+static void tcp_sweep(struct proxy *p, uint64_t now)
+{
+	for (unsigned int i = 0; i < p->p.max_tcp_flows; i++) {
+		struct tcp_flow *t = &p->tcp[i];
+
+		if (!t->used || !t->ic || !t->setup_deadline_ms ||
+		    now < t->setup_deadline_ms)
+			continue;
+		if (!intercept__setting_up(t->ic)) {
+			t->setup_deadline_ms = 0;
+			continue;
+		}
+		pr_debug("%s: intercepted tcp flow: %s", PROXY_NAME,
+			 strerror(-intercept__expire(t->ic)));
+		tcp_close(p, t, true);
+	}
+}
+
 static void udp_sweep(struct proxy *p, uint64_t now)
 {
 	for (unsigned int i = 0; i < p->p.max_udp_flows; i++) {
@@ -1305,6 +1354,41 @@ static void hook_answered(void *opaque, void *cookie,
 		tcp_settled(p, cookie, d, detail, gen);
 	else
 		udp_settled(p, cookie, d, detail, gen);
+}
+
+/*
+ * A request's answer; its cookie is the intercepted flow (its question
+ * is cancelled when the flow closes). Kept by the interception, applied
+ * by icpt_answers_apply() once hook__run() returned: the hook takes no
+ * question from within its callback, and a request decided may ask.
+ */
+static void hook_http_answered(void *opaque, void *cookie, uint64_t id,
+			       const struct net_http_decision *d,
+			       const char *detail)
+{
+	struct proxy *p = opaque;
+	struct tcp_flow *t = cookie;
+
+	(void)detail; /* the request's refusal is logged with its reason */
+	hook_copy_stats(p);
+	if (!t->used || !t->ic)
+		return;
+	intercept__hook_answer(t->ic, id, d);
+	p->icpt_answers = true;
+}
+
+/* The intercepted flows whose requests the hook answered, run. */
+static void icpt_answers_apply(struct proxy *p)
+{
+	if (!p->icpt_answers)
+		return;
+	p->icpt_answers = false;
+	for (unsigned int i = 0; i < p->p.max_tcp_flows; i++) {
+		struct tcp_flow *t = &p->tcp[i];
+
+		if (t->used && t->ic && intercept__has_answers(t->ic))
+			icpt_event(p, t, SIDE_GUEST, 0);
+	}
 }
 
 /* Until the sweep, or sooner the hook's nearest deadline. */
@@ -1485,12 +1569,14 @@ static int proxy_loop(struct proxy *p)
 			recheck_all(p);
 		if (hook_ready || !hook__timeout(p->hook, now))
 			hook__run(p->hook, now);
+		icpt_answers_apply(p);
 		if (accept_ready)
 			tcp_accept(p);
 		if (udp_ready)
 			udp_from_guest(p, now);
 		if (now - last_sweep >= PROXY_SWEEP_MS) {
 			udp_sweep(p, now);
+			tcp_sweep(p, now);
 			last_sweep = now;
 		}
 		hook_copy_stats(p);
@@ -1550,6 +1636,7 @@ static int proxy_alloc(struct proxy *p, char *err, size_t errlen)
 	ret = hook__create(
 		&p->hook,
 		&(struct hook_params){ .answer = hook_answered,
+				       .http_answer = hook_http_answered,
 				       .opaque = p,
 				       .max_pending = p->p.max_hook_pending });
 	if (ret)
@@ -1571,6 +1658,8 @@ static void set_defaults(struct proxy_params *q)
 		q->max_udp_flows = PROXY_MAX_UDP_FLOWS;
 	if (!q->udp_idle_ms)
 		q->udp_idle_ms = PROXY_UDP_IDLE_MS;
+	if (!q->tls_setup_ms)
+		q->tls_setup_ms = PROXY_TLS_SETUP_MS;
 	if (!q->tcp_port)
 		q->tcp_port = PROXY_TCP_PORT;
 	if (!q->udp_port)
@@ -1599,6 +1688,8 @@ int proxy__create(struct proxy **out, const struct proxy_params *params,
 					.decide_opaque = params->decide_opaque,
 					.request = icpt_request,
 					.upstream_failed = icpt_upstream_failed,
+					.ask = icpt_ask,
+					.cancel = icpt_cancel,
 					.bytes = icpt_bytes,
 					.unfiltered = icpt_unfiltered,
 					.opaque = p };

@@ -66,7 +66,13 @@ struct proxy_params {
 	unsigned int max_tcp_flows, max_udp_flows;
 	unsigned int max_hook_pending; /* 0: HOOK_MAX_PENDING */
 	unsigned int udp_idle_ms;      /* 0: 60 s */
-	uint16_t tcp_port, udp_port;   /* 0: PROXY_TCP_PORT, PROXY_UDP_PORT */
+	/*
+	 * An intercepted TLS flow's setup (its ClientHello, upstream's
+	 * connection and handshake, the guest's handshake), at most; past
+	 * it the flow is reset (looked at once a second). 0: 10 s.
+	 */
+	unsigned int tls_setup_ms;
+	uint16_t tcp_port, udp_port; /* 0: PROXY_TCP_PORT, PROXY_UDP_PORT */
 };
 
 struct proxy_reason_count {

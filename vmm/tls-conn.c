@@ -58,7 +58,7 @@ struct tls_conn {
 	char sni[NET_HOSTNAME_MAX + 1];
 	/* Client side. */
 	char host[NET_HOSTNAME_MAX + 1];
-	char alpn_want[TLS_ALPN_NAME_MAX + 1];
+	char alpn_want[TLS_ALPN_LIST_MAX]; /* the list offered */
 	/* Both. */
 	char alpn[TLS_ALPN_NAME_MAX + 1];
 	char reason[TLS_REASON_LEN];
@@ -89,6 +89,33 @@ static const char *wolf_reason(int e, char *buf, size_t len)
 }
 
 /* ---- the server side ------------------------------------------------- */
+
+int tls__hello_sni(const uint8_t *buf, size_t len, char *sni)
+{
+	/* One more than a name may have: a longer one is cut to it. */
+	unsigned char raw[NET_HOSTNAME_MAX + 2];
+	unsigned int n = sizeof(raw) - 1;
+	bool wildcard;
+	int ret;
+
+	if (!len)
+		return -EAGAIN;
+	ret = wolfSSL_SNI_GetFromBuffer(buf, len > UINT_MAX ? UINT_MAX : len,
+					WOLFSSL_SNI_HOST_NAME, raw, &n);
+	if (ret == INCOMPLETE_DATA)
+		return -EAGAIN;
+	if (ret == 0)
+		return -ENOENT; /* a ClientHello without SNI */
+	if (ret != WOLFSSL_SUCCESS)
+		return -EPROTO; /* not a ClientHello, or not one record */
+	/* The guest's bytes: bounded (a trailing dot allowed), no NUL. */
+	if (n >= sizeof(raw) - 1 || memchr(raw, '\0', n))
+		return -EACCES;
+	raw[n] = '\0';
+	if (net_hostname__normalize((const char *)raw, sni, false, &wildcard))
+		return -EACCES;
+	return 0;
+}
 
 /*
  * During the ClientHello, before any certificate is chosen: the SNI, the
@@ -367,7 +394,7 @@ int tls_conn__connect(struct tls_conn **out, struct tls_client *cl, int fd,
 {
 	struct tls_conn *c;
 	char host[NET_HOSTNAME_MAX + 1];
-	char alpn[TLS_ALPN_NAME_MAX + 1];
+	char alpn[TLS_ALPN_LIST_MAX];
 	bool wildcard;
 	int ret;
 
@@ -375,7 +402,7 @@ int tls_conn__connect(struct tls_conn **out, struct tls_client *cl, int fd,
 	if (!p->host ||
 	    net_hostname__normalize(p->host, host, false, &wildcard))
 		return -EINVAL;
-	if (p->alpn && alpn_copy(p->alpn, alpn, sizeof(alpn), true))
+	if (p->alpn && alpn_copy(p->alpn, alpn, sizeof(alpn), false))
 		return -EINVAL;
 	ret = conn_new(&c, cl->ctx, fd, false);
 	if (ret)
@@ -465,6 +492,20 @@ static int conn_again(struct tls_conn *c, int ret)
 	return conn_error(c, e);
 }
 
+/* Whether name is one of list's ("h2,http/1.1"). */
+static bool alpn_listed(const char *list, const char *name)
+{
+	size_t n = strlen(name);
+
+	for (const char *p = list; *p; p += strcspn(p, ",")) {
+		if (*p == ',')
+			p++;
+		if (!strncmp(p, name, n) && (p[n] == ',' || !p[n]))
+			return true;
+	}
+	return false;
+}
+
 /* After the handshake: the ALPN outcome, checked on the client side. */
 static int conn_established(struct tls_conn *c)
 {
@@ -477,7 +518,8 @@ static int conn_established(struct tls_conn *c)
 		c->alpn[n] = '\0';
 	}
 	if (!c->server && c->alpn_want[0] &&
-	    strcmp(c->alpn[0] ? c->alpn : TLS_ALPN_IMPLICIT, c->alpn_want))
+	    !alpn_listed(c->alpn_want,
+			 c->alpn[0] ? c->alpn : TLS_ALPN_IMPLICIT))
 		return conn_fail(c, -EPROTO, "upstream chose ALPN %s, not %s",
 				 c->alpn[0] ? c->alpn : "none", c->alpn_want);
 	c->done = true;

@@ -149,9 +149,9 @@ struct tls_connect_params {
 	/* The name checked in the certificate and sent as SNI. */
 	const char *host;
 	/*
-	 * The protocol the guest negotiated ("h2"), or NULL. The server
-	 * must choose it; a server that chooses none is taken as speaking
-	 * "http/1.1" (TLS_ALPN_IMPLICIT) and fails for anything else.
+	 * The protocols offered ("h2,http/1.1"), or NULL. The server must
+	 * choose one of them; a server that chooses none is taken as
+	 * speaking "http/1.1" (TLS_ALPN_IMPLICIT), which must be listed.
 	 */
 	const char *alpn;
 };
@@ -212,6 +212,23 @@ const char *tls_conn__sni(const struct tls_conn *c);
 const char *tls_conn__alpn(const struct tls_conn *c);
 /* "TLSv1.3", "TLSv1.2" after the handshake. */
 const char *tls_conn__version(const struct tls_conn *c);
+/*
+ * The largest TLS record a peer may send (RFC 8446 5.1: 2^14 bytes of
+ * plaintext, after its 5-byte header): what tls__hello_sni() is given
+ * at most.
+ */
+#define TLS_RECORD_HEADER 5U
+#define TLS_RECORD_MAX	  ((16U << 10) + TLS_RECORD_HEADER)
+
+/*
+ * The SNI of the ClientHello that buf holds (its first len bytes of a
+ * connection, one TLS record; wolfSSL_SNI_GetFromBuffer()), normalized
+ * into sni (NET_HOSTNAME_MAX + 1 bytes): 0; -EAGAIN: the record is not
+ * all there yet; -ENOENT: no SNI; -EACCES: one that is no DNS name;
+ * -EPROTO: not a TLS ClientHello in one record.
+ */
+int __must_check tls__hello_sni(const uint8_t *buf, size_t len, char *sni);
+
 /* Frees the connection (no close_notify: see tls_conn__shutdown). */
 void tls_conn__free(struct tls_conn *c);
 

@@ -1182,9 +1182,12 @@ TEST_TIMEOUT(a_killed_vmm_leaves_no_flow_open, BOOT_TIMEOUT)
 /*
  * The test's decision service on a Unix socket: grants TCP to
  * TEST_HOST:8080, denies everything else, never answers for port 8082
- * (the deadline denies it); what it was asked is kept for the test.
+ * (the deadline denies it); what it was asked is kept for the test. An
+ * HTTP request's question (issue 12) is answered grant-http, setting
+ * authorization to HOOK_API_TOKEN, a secret only the hook holds.
  */
 #define HOOK_SILENT_PORT ":8082\""
+#define HOOK_API_TOKEN	 "Bearer kiln-h00k-s3cr3t-2b9e"
 
 struct test_hook {
 	int lsn;
@@ -1198,7 +1201,7 @@ struct test_hook {
 static void *test_hook_serve(void *arg)
 {
 	struct test_hook *k = arg;
-	char line[4096], reply[128];
+	char line[8192], reply[256];
 	size_t got = 0;
 	ssize_t n;
 	int fd;
@@ -1228,7 +1231,16 @@ static void *test_hook_serve(void *arg)
 			pthread_mutex_unlock(&k->lock);
 			grant = strstr(line, "\"dst\": \"" TEST_HOST ":8080\"") &&
 				strstr(line, "\"proto\": \"tcp\"");
-			if (!strstr(line, HOOK_SILENT_PORT)) {
+			if (strstr(line, "\"type\": \"http\"")) {
+				n = snprintf(reply, sizeof(reply),
+					     "{\"id\": %ld, \"verdict\": "
+					     "\"grant-http\", \"set\": "
+					     "{\"authorization\": "
+					     "\"" HOOK_API_TOKEN "\"}}\n",
+					     id);
+				if (write(fd, reply, (size_t)n) != n)
+					break;
+			} else if (!strstr(line, HOOK_SILENT_PORT)) {
 				n = snprintf(reply, sizeof(reply),
 					     "{\"id\": %ld, \"verdict\": \"%s\", "
 					     "\"reason\": \"test hook\"}\n",
@@ -1485,6 +1497,88 @@ TEST_TIMEOUT(https_credentials_injected_on_the_host_only, BOOT_TIMEOUT)
 	EXPECT_EQ(NULL, strstr(seen, "evil.kiln.test"));
 	EXPECT_TRUE(strstr(r.err, "refused an http request of tcp ") != NULL)
 	TH_LOG("stderr: %s", r.err);
+	snprintf(seen, sizeof(seen), "rm -rf '%s'", dir);
+	if (system(seen))
+		TH_LOG("cannot remove %s", dir);
+}
+
+/*
+ * Issue 12, the hook's credentials: the grant's authorization comes
+ * "from": "hook", asked for every request; the hook answers grant-http
+ * with the header. The guest's curl and urllib get upstream's answer;
+ * upstream saw the hook's header and never the guest's; the hook was
+ * asked with the request (method, URL) and never the guest's own
+ * credentials; the guest saw no trace of the hook's token.
+ */
+TEST_TIMEOUT(https_credentials_from_the_hook, BOOT_TIMEOUT)
+{
+	char dir[] = "/tmp/kiln-net-hookhttp-XXXXXX", policy[128], image[300];
+	char ca[128], log[128], seen[8192], doc[512];
+	struct spawn_result r;
+	struct udp_server d;
+	struct test_host h;
+	struct test_hook k;
+	pid_t up;
+
+	if (!can_boot(_metadata))
+		return;
+	ASSERT_TRUE(debian_world(_metadata, image, sizeof(image), dir, &h, &d));
+	ASSERT_TRUE(https_upstream_start(_metadata, dir, &up));
+	ASSERT_TRUE(test_hook_start(_metadata, &k, dir));
+	snprintf(ca, sizeof(ca), "%s/ca.crt", dir);
+	snprintf(log, sizeof(log), "%s/upstream.log", dir);
+	snprintf(doc, sizeof(doc),
+		 "{\"dns\": {\"resolvers\": [\"" TEST_DNS "\"]}, "
+		 "\"http\": [{\"host\": \"" API_HOST "\", \"ports\": [443], "
+		 "\"ask\": \"request\", \"headers\": {\"authorization\": "
+		 "{\"from\": \"hook\"}}}], "
+		 "\"hook\": {\"socket\": \"%s\", \"timeoutMs\": 5000}}",
+		 k.path);
+	policy_file(_metadata, policy, sizeof(policy), dir, "policy.json", doc);
+	BOOT_SPEC((&(struct boot_spec){
+			  .initrd = "",
+			  .opts = ARGS("--rootfs", image, "--net", "auto",
+				       "--net-policy", policy,
+				       "--net-ca-bundle", ca),
+			  .cmd = ARGS("bash", "-c",
+				      "c() { curl -sS --max-time 60 \"$@\"; }; "
+				      "c -H 'Authorization: guest-own' "
+				      "https://" API_HOST "/user; "
+				      "python3 -c 'import urllib.request as u; "
+				      "print(u.urlopen(\"https://" API_HOST
+				      "/user\", timeout=60).read().decode(), "
+				      "end=\"\")'; "
+				      "env; cat /proc/*/environ 2>/dev/null "
+				      "| tr '\\0' '\\n'; "
+				      "grep -rl kiln-h00k /etc /tmp /run /root "
+				      "2>/dev/null; echo done") }),
+		  &r);
+	kill(up, SIGTERM);
+	wait_exit(up, 30);
+	test_hook_stop(&k);
+	udp_server_stop(&d);
+	test_host_stop(&h);
+	EXPECT_EQ(0, r.status);
+	EXPECT_TRUE(strstr(r.out, "{\"login\": \"kiln-test-user\"}\n"
+				  "{\"login\": \"kiln-test-user\"}\n") != NULL)
+	TH_LOG("stdout: %.3000s\nstderr: %.3000s", r.out, r.err);
+	EXPECT_TRUE(strstr(r.out, "\ndone\n") != NULL)
+	TH_LOG("stdout: %.3000s", r.out);
+	/* No trace of the hook's token anywhere the guest could read. */
+	EXPECT_EQ(NULL, strstr(r.out, "kiln-h00k"));
+	EXPECT_EQ(NULL, strstr(r.err, "kiln-h00k"));
+	/* Upstream got the hook's header on both requests, not the guest's. */
+	read_text(log, seen, sizeof(seen));
+	EXPECT_TRUE(strstr(seen, "authorization: " HOOK_API_TOKEN "\n") != NULL)
+	TH_LOG("upstream saw: %s", seen);
+	EXPECT_EQ(NULL, strstr(seen, "guest-own"))
+	TH_LOG("upstream saw: %s", seen);
+	/* The hook was asked per request, and never saw the guest's own. */
+	EXPECT_TRUE(strstr(k.asked, "\"url\": \"https://" API_HOST "/user\"") !=
+		    NULL)
+	TH_LOG("the hook was asked: %s", k.asked);
+	EXPECT_TRUE(strstr(k.asked, "\"method\": \"GET\"") != NULL);
+	EXPECT_EQ(NULL, strstr(k.asked, "guest-own"));
 	snprintf(seen, sizeof(seen), "rm -rf '%s'", dir);
 	if (system(seen))
 		TH_LOG("cannot remove %s", dir);

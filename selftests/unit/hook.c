@@ -7,7 +7,9 @@
  * and deny out of order, a deadline passing, a missing or refusing
  * socket, a hook that hangs up, garbage, an overlong line, a verdict of
  * a later protocol, unknown and cancelled ids, too many questions, and
- * the socket changing under pending questions.
+ * the socket changing under pending questions. Requests (issue 12): the
+ * question's fields without the guest's credentials, grant-http's fields
+ * read and checked, and a request answered, denied and timed out.
  *
  * Nothing asserts how fast anything is: a deadline that must pass is
  * short, one that must not is long, and waits are bounded polls.
@@ -143,8 +145,8 @@ static const struct {
 	{ "{\"id\": 7, \"verdict\": \"grant\"}", 7, HOOK_VERDICT_GRANT, "" },
 	{ "{\"id\":1,\"verdict\":\"deny\",\"reason\":\"not on Sundays\"}", 1,
 	  HOOK_VERDICT_DENY, "not on Sundays" },
-	{ "{\"verdict\": \"grant-http\", \"id\": 3}", 3, HOOK_VERDICT_UNKNOWN,
-	  "" },
+	{ "{\"verdict\": \"grant-http\", \"id\": 3}", 3,
+	  HOOK_VERDICT_GRANT_HTTP, "" },
 	{ "{\"id\": 4, \"verdict\": \"Grant\"}", 4, HOOK_VERDICT_UNKNOWN, "" },
 	/* Keys of a later protocol are left alone. */
 	{ "{\"id\": 5, \"verdict\": \"deny\", \"http\": {\"hosts\": []}}", 5,
@@ -163,7 +165,7 @@ TEST(answers_taken)
 	for (unsigned int i = 0; i < ARRAY_SIZE(good_answers); i++) {
 		const char *l = good_answers[i].line;
 
-		ASSERT_EQ(0, hook_msg__answer(l, strlen(l), &a))
+		ASSERT_EQ(0, hook_msg__answer(l, strlen(l), &a, NULL))
 		TH_LOG("%s", l);
 		EXPECT_EQ(good_answers[i].id, a.id);
 		EXPECT_EQ(good_answers[i].verdict, a.verdict);
@@ -199,7 +201,7 @@ TEST(answers_refused)
 	for (unsigned int i = 0; i < ARRAY_SIZE(bad_answers); i++) {
 		const char *l = bad_answers[i];
 
-		EXPECT_EQ(-EBADMSG, hook_msg__answer(l, strlen(l), &a))
+		EXPECT_EQ(-EBADMSG, hook_msg__answer(l, strlen(l), &a, NULL))
 		TH_LOG("taken: %s", l);
 	}
 }
@@ -216,11 +218,201 @@ TEST(answer_texts_printable_and_cut)
 		 "{\"id\": 1, \"verdict\": \"gr\\nant\\u00e9\", \"reason\": "
 		 "\"%s\"}",
 		 reason);
-	ASSERT_EQ(0, hook_msg__answer(line, strlen(line), &a));
+	ASSERT_EQ(0, hook_msg__answer(line, strlen(line), &a, NULL));
 	EXPECT_EQ(HOOK_VERDICT_UNKNOWN, a.verdict);
 	/* \n, and the two bytes of U+00E9 in UTF-8. */
 	EXPECT_STREQ("gr?ant??", a.verdict_text);
 	EXPECT_EQ(HOOK_DETAIL_MAX - 1, strlen(a.reason));
+}
+
+/* ---- a request's lines ----------------------------------------------------- */
+
+static const struct http1_header req_fields[] = {
+	{ "Host", 4, "api.example.test", 16 },
+	{ "Authorization", 13, "Bearer guest-secret", 19 },
+	{ "User-Agent", 10, "t\x01t\xc3\xa9", 5 },
+	{ "cookie", 6, "session=guest-cookie", 20 },
+	{ "X-Api-Key", 9, "guest-key", 9 },
+};
+
+/* A grant setting x-api-key itself and giving authorization to the hook. */
+static void grant_fields(struct net_http_decision *d)
+{
+	*d = (struct net_http_decision){ .verdict = NET_VERDICT_ASK,
+					 .nr_headers = 2 };
+	memcpy(d->buf, "x-api-key\0host-key\0authorization\0", 33);
+	d->headers[0].name = 0;
+	d->headers[0].value = 10;
+	d->headers[1].name = 19;
+	d->headers[1].value = 32;
+	d->headers[1].hook = true;
+}
+
+static struct hook_http_question
+http_question(const char *socket, unsigned int timeout_ms,
+	      const struct net_http_decision *g)
+{
+	return (struct hook_http_question){
+		.socket = socket,
+		.timeout_ms = timeout_ms,
+		.grant = 2,
+		.host = "api.example.test",
+		.port = 443,
+		.tls = true,
+		.protocol = "h2",
+		.method = "GET",
+		.path = "/user?q=\"1\"",
+		.path_len = 11,
+		.fields = req_fields,
+		.nr_fields = ARRAY_SIZE(req_fields),
+		.grant_fields = g,
+	};
+}
+
+/*
+ * The request as the hook reads it: its method, URL, protocol, grant
+ * and fields in order, printable; the guest's credentials and the
+ * grant's own fields by name only.
+ */
+TEST(http_question_leaves_credentials_out)
+{
+	struct net_flow f =
+		flow(IPPROTO_TCP, "10.0.2.15", 40000, "192.0.2.10", 443);
+	struct net_http_decision g;
+	struct hook_http_question q;
+	char buf[HOOK_HTTP_LINE_MAX];
+	json_t *o, *hs, *om;
+	int n;
+
+	grant_fields(&g);
+	q = http_question("/run/h.sock", 100, &g);
+	n = hook_msg__http_question(buf, sizeof(buf), 9, &f, &q);
+	ASSERT_LT(0, n);
+	EXPECT_EQ('\n', buf[n - 1]);
+	EXPECT_EQ(NULL, memmem(buf, n, "guest-", 6)) TH_LOG("%.*s", n, buf);
+	EXPECT_EQ(NULL, memmem(buf, n, "host-key", 8));
+	o = json_loadb(buf, n - 1, 0, NULL);
+	ASSERT_NE(NULL, o) TH_LOG("%.*s", n, buf);
+	EXPECT_EQ(9, json_integer_value(json_object_get(o, "id")));
+	EXPECT_STREQ("http", json_string_value(json_object_get(o, "type")));
+	EXPECT_STREQ("10.0.2.15:40000",
+		     json_string_value(json_object_get(o, "src")));
+	EXPECT_STREQ("192.0.2.10:443",
+		     json_string_value(json_object_get(o, "dst")));
+	EXPECT_EQ(2, json_integer_value(json_object_get(o, "grant")));
+	EXPECT_STREQ("api.example.test",
+		     json_string_value(json_object_get(o, "host")));
+	EXPECT_STREQ("GET", json_string_value(json_object_get(o, "method")));
+	EXPECT_STREQ("https://api.example.test/user?q=\"1\"",
+		     json_string_value(json_object_get(o, "url")));
+	EXPECT_STREQ("h2", json_string_value(json_object_get(o, "protocol")));
+	EXPECT_TRUE(json_is_false(json_object_get(o, "truncated")));
+	hs = json_object_get(o, "headers");
+	ASSERT_EQ(2, json_array_size(hs));
+	EXPECT_STREQ("Host", json_string_value(
+				     json_array_get(json_array_get(hs, 0), 0)));
+	EXPECT_STREQ("api.example.test", json_string_value(json_array_get(
+						 json_array_get(hs, 0), 1)));
+	/* A control byte and the two of U+00E9: '?' each. */
+	EXPECT_STREQ("t?t??", json_string_value(json_array_get(
+				      json_array_get(hs, 1), 1)));
+	om = json_object_get(o, "omitted");
+	ASSERT_EQ(3, json_array_size(om));
+	EXPECT_STREQ("Authorization", json_string_value(json_array_get(om, 0)));
+	EXPECT_STREQ("cookie", json_string_value(json_array_get(om, 1)));
+	EXPECT_STREQ("X-Api-Key", json_string_value(json_array_get(om, 2)));
+	json_decref(o);
+}
+
+/* Fields past what a line holds are left out, and it says so. */
+TEST(http_question_truncated_to_a_line)
+{
+	struct net_flow f =
+		flow(IPPROTO_TCP, "10.0.2.15", 40000, "192.0.2.10", 80);
+	static char big[HTTP1_HEAD_MAX / HTTP1_MAX_HEADERS];
+	struct http1_header many[HTTP1_MAX_HEADERS];
+	struct hook_http_question q = http_question("/run/h.sock", 100, NULL);
+	char buf[HOOK_HTTP_LINE_MAX];
+	json_t *o;
+	int n;
+
+	memset(big, '"', sizeof(big));
+	for (unsigned int i = 0; i < ARRAY_SIZE(many); i++)
+		many[i] = (struct http1_header){ "X-Big", 5, big, sizeof(big) };
+	q.fields = many;
+	q.nr_fields = ARRAY_SIZE(many);
+	q.tls = false;
+	q.port = 8080;
+	n = hook_msg__http_question(buf, sizeof(buf), 1, &f, &q);
+	ASSERT_LT(0, n);
+	o = json_loadb(buf, n - 1, 0, NULL);
+	ASSERT_NE(NULL, o);
+	EXPECT_TRUE(json_is_true(json_object_get(o, "truncated")));
+	EXPECT_LT(0, json_array_size(json_object_get(o, "headers")));
+	EXPECT_GT(ARRAY_SIZE(many),
+		  json_array_size(json_object_get(o, "headers")));
+	EXPECT_STREQ("http://api.example.test:8080/user?q=\"1\"",
+		     json_string_value(json_object_get(o, "url")));
+	json_decref(o);
+}
+
+static const char *edit_name(const struct net_http_decision *d, unsigned i)
+{
+	return d->buf + d->headers[i].name;
+}
+
+TEST(grant_http_fields_read)
+{
+	const char *l = "{\"id\": 4, \"verdict\": \"grant-http\", \"set\": "
+			"{\"Authorization\": \"Bearer hook-token\"}, "
+			"\"remove\": [\"Cookie\"]}";
+	struct net_http_decision d;
+	struct hook_answer a;
+
+	ASSERT_EQ(0, hook_msg__answer(l, strlen(l), &a, &d));
+	EXPECT_EQ(HOOK_VERDICT_GRANT_HTTP, a.verdict);
+	EXPECT_EQ(NET_VERDICT_ALLOW, d.verdict);
+	ASSERT_EQ(2, d.nr_headers);
+	EXPECT_STREQ("authorization", edit_name(&d, 0));
+	EXPECT_STREQ("Bearer hook-token", d.buf + d.headers[0].value);
+	EXPECT_FALSE(d.headers[0].remove);
+	EXPECT_STREQ("cookie", edit_name(&d, 1));
+	EXPECT_TRUE(d.headers[1].remove);
+	/* Without edits to read into, the verdict alone. */
+	ASSERT_EQ(0, hook_msg__answer(l, strlen(l), &a, NULL));
+	EXPECT_EQ(HOOK_VERDICT_GRANT_HTTP, a.verdict);
+}
+
+static const char *const bad_edits[] = {
+	"\"set\": {\"Host\": \"evil.test\"}",
+	"\"set\": {\"content-length\": \"0\"}",
+	"\"set\": {\"x-a\": \"v\\r\\nx-b: w\"}",
+	"\"set\": {\"x-a\": 7}",
+	"\"set\": {\"x a\": \"v\"}",
+	"\"set\": [\"x-a\"]",
+	"\"set\": {\"x-a\": \"v\"}, \"remove\": [\"X-A\"]",
+	"\"remove\": \"x-a\"",
+	"\"remove\": [\"transfer-encoding\"]",
+};
+
+/* Fields a grant could not set: the answer is invalid, none kept. */
+TEST(grant_http_bad_fields_invalid)
+{
+	struct net_http_decision d;
+	struct hook_answer a;
+	char l[256];
+
+	for (unsigned int i = 0; i < ARRAY_SIZE(bad_edits); i++) {
+		snprintf(l, sizeof(l),
+			 "{\"id\": 4, \"verdict\": \"grant-http\", %s}",
+			 bad_edits[i]);
+		ASSERT_EQ(0, hook_msg__answer(l, strlen(l), &a, &d))
+		TH_LOG("%s", l);
+		EXPECT_EQ(HOOK_VERDICT_INVALID, a.verdict) TH_LOG("%s", l);
+		EXPECT_EQ(0, d.nr_headers);
+		EXPECT_EQ(NULL, strstr(a.reason, "evil"))
+		TH_LOG("%s", a.reason);
+	}
 }
 
 /* ---- the client ----------------------------------------------------------- */
@@ -235,6 +427,9 @@ struct answer {
 struct answers {
 	unsigned int n;
 	struct answer a[MAX_ANSWER];
+	/* Requests' answers: the last one's fields, as given. */
+	struct net_http_decision http;
+	uint64_t http_id;
 };
 
 static void on_answer(void *opaque, void *cookie, const struct net_decision *d,
@@ -250,6 +445,19 @@ static void on_answer(void *opaque, void *cookie, const struct net_decision *d,
 	a->verdict = d->verdict;
 	snprintf(a->reason, sizeof(a->reason), "%s", d->reason);
 	snprintf(a->detail, sizeof(a->detail), "%s", detail);
+}
+
+static void on_http_answer(void *opaque, void *cookie, uint64_t id,
+			   const struct net_http_decision *d,
+			   const char *detail)
+{
+	struct answers *as = opaque;
+	struct net_decision nd = { .verdict = d->verdict };
+
+	snprintf(nd.reason, sizeof(nd.reason), "%s", d->reason);
+	as->http = *d;
+	as->http_id = id;
+	on_answer(opaque, cookie, &nd, detail);
 }
 
 FIXTURE(hk)
@@ -276,6 +484,7 @@ static void open_hook(struct __test_metadata *_metadata,
 		      FIXTURE_DATA(hk) * self, unsigned int max_pending)
 {
 	struct hook_params p = { .answer = on_answer,
+				 .http_answer = on_http_answer,
 				 .opaque = &self->answers,
 				 .max_pending = max_pending };
 
@@ -464,13 +673,13 @@ TEST_F(hk, garbage_fails_every_pending_question)
 
 TEST_F(hk, overlong_line_is_garbage)
 {
-	char big[HOOK_LINE_MAX + 2];
+	char big[HOOK_ANSWER_MAX + 2];
 
 	open_hook(_metadata, self, 0);
 	ask(_metadata, self, self->fh.path, LONG_MS, &cookie1);
 	ASSERT_EQ(0, fakehook__accept(&self->fh));
 	question_id(_metadata, &self->fh);
-	/* No newline within HOOK_LINE_MAX bytes. */
+	/* No newline within HOOK_ANSWER_MAX bytes. */
 	memset(big, ' ', sizeof(big) - 1);
 	big[sizeof(big) - 1] = '\0';
 	ASSERT_EQ(0, fakehook__send(&self->fh, big));
@@ -576,6 +785,68 @@ TEST_F(hk, another_socket_changes_the_hook)
 	EXPECT_EQ(&cookie2, self->answers.a[1].cookie);
 	EXPECT_STREQ(HOOK_GRANT, self->answers.a[1].reason);
 	fakehook__close(&other);
+}
+
+/*
+ * A request's question on the same connection as the flows': answered
+ * grant-http with a field (given to the callback as it was sent), then
+ * denied (403), then timed out (403, "hook timeout").
+ */
+TEST_F(hk, http_request_answered_denied_timed_out)
+{
+	struct hook_http_question q =
+		http_question(self->fh.path, LONG_MS, NULL);
+	char line[FAKEHOOK_LINE_MAX];
+	struct net_http_decision *d = &self->answers.http;
+	uint64_t id = 0;
+	long long qid;
+	json_t *o;
+
+	open_hook(_metadata, self, 0);
+	ASSERT_EQ(0, hook__ask_http(self->hook, &self->f, &q, &cookie1,
+				    now_ms(), &id));
+	ASSERT_EQ(0, fakehook__accept(&self->fh));
+	ASSERT_LT(0, fakehook__read_line(&self->fh, line, sizeof(line)));
+	o = json_loads(line, 0, NULL);
+	ASSERT_NE(NULL, o) TH_LOG("%s", line);
+	EXPECT_STREQ("http", json_string_value(json_object_get(o, "type")));
+	qid = json_integer_value(json_object_get(o, "id"));
+	json_decref(o);
+	EXPECT_EQ((long long)id, qid);
+	ASSERT_EQ(0, fakehook__send(&self->fh,
+				    "{\"id\": 1, \"verdict\": \"grant-http\", "
+				    "\"set\": {\"authorization\": \"Bearer "
+				    "hook-token\"}}\n"));
+	ASSERT_TRUE(run_until(self->hook, &self->answers, 1));
+	EXPECT_EQ(&cookie1, self->answers.a[0].cookie);
+	EXPECT_EQ(id, self->answers.http_id);
+	EXPECT_EQ(NET_VERDICT_ALLOW, d->verdict);
+	EXPECT_STREQ(HOOK_GRANT, d->reason);
+	ASSERT_EQ(1, d->nr_headers);
+	EXPECT_STREQ("authorization", d->buf + d->headers[0].name);
+	EXPECT_STREQ("Bearer hook-token", d->buf + d->headers[0].value);
+
+	ASSERT_EQ(0, hook__ask_http(self->hook, &self->f, &q, &cookie2,
+				    now_ms(), &id));
+	ASSERT_EQ(0,
+		  fakehook__answer(&self->fh, question_id(_metadata, &self->fh),
+				   "deny", "not this one"));
+	ASSERT_TRUE(run_until(self->hook, &self->answers, 2));
+	EXPECT_EQ(NET_VERDICT_DENY, d->verdict);
+	EXPECT_EQ(403, d->status);
+	EXPECT_STREQ(HOOK_DENY, d->reason);
+	EXPECT_STREQ("not this one", self->answers.a[1].detail);
+	EXPECT_EQ(0, d->nr_headers);
+
+	q.timeout_ms = SHORT_MS;
+	ASSERT_EQ(0, hook__ask_http(self->hook, &self->f, &q, &cookie3,
+				    now_ms(), &id));
+	question_id(_metadata, &self->fh);
+	ASSERT_TRUE(run_until(self->hook, &self->answers, 3));
+	EXPECT_EQ(&cookie3, self->answers.a[2].cookie);
+	EXPECT_EQ(NET_VERDICT_DENY, d->verdict);
+	EXPECT_EQ(403, d->status);
+	EXPECT_STREQ(HOOK_TIMEOUT, d->reason);
 }
 
 TEST_HARNESS_MAIN

@@ -15,6 +15,11 @@
  *
  * Negative checks wait for the proxy's counters to show the decision,
  * then look at what upstream got: nothing.
+ *
+ * The hook's tests swap in a policy whose grant asks the test's fake
+ * hook (selftests/fakehook.h) per request or per connection, and play
+ * the hook by hand: its fields reach upstream only, its deny, its
+ * silence and its absence are 403s that reach nothing upstream.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -29,11 +34,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <nghttp2/nghttp2.h>
+
 #include "lib/compiler.h"
 #include "vmm/policy.h"
 #include "vmm/proxy.h"
 #include "vmm/seccomp.h"
 #include "vmm/tls.h"
+#include "selftests/fakehook.h"
 #include "selftests/kselftest.h"
 #include "selftests/proxyfix.h"
 #include "selftests/vmnet.h"
@@ -96,6 +104,8 @@ FIXTURE(ic)
 	struct test_tls tls;
 	int api, raw; /* upstream listeners: API_ADDR:80, RAW_ADDR:80 */
 	int api_tls;  /* API_ADDR:443 */
+	struct fakehook fh;
+	unsigned int tls_setup_ms; /* the proxy's; 0: its default */
 };
 
 /* A CA's certificate into a file of its own; its path into path. */
@@ -188,6 +198,7 @@ static void proxy_up(struct __test_metadata *_metadata, FIXTURE_DATA(ic) * self,
 		.decide = test_decide,
 		.decide_http = test_decide_http,
 		.max_tcp_flows = MAX_TCP,
+		.tls_setup_ms = self->tls_setup_ms,
 		.tls = { .ca = self->tls.vm_ca,
 			 .server = self->tls.vm_srv,
 			 .client = self->tls.proxy_cli },
@@ -215,9 +226,11 @@ FIXTURE_SETUP(ic)
 {
 	vmnet__init(&self->net);
 	self->api = self->raw = self->api_tls = -1;
+	self->fh = (struct fakehook){ .lsn = -1, .conn = -1 };
 	proxyfix__policy_init(&self->policy);
 	if (geteuid())
 		SKIP(return, PROXYFIX_NOT_ROOT);
+	ASSERT_EQ(0, fakehook__init(&self->fh, true));
 	ASSERT_EQ(0, setenv(TOKEN_ENV, "Bearer " TOKEN, 1));
 	proxyfix__policy_set(_metadata, &self->policy, POLICY);
 	/* Read at parse time: the environment no longer matters. */
@@ -251,6 +264,7 @@ FIXTURE_TEARDOWN(ic)
 	if (self->api_tls >= 0)
 		close(self->api_tls);
 	tls_teardown(&self->tls);
+	fakehook__close(&self->fh);
 	vmnet__close(&self->net);
 	proxyfix__policy_free(&self->policy);
 }
@@ -678,29 +692,33 @@ static size_t tls_read_until(struct tls_conn *c, int fd, char *buf, size_t len,
 	return n;
 }
 
-/* The guest's TLS connection to API_ADDR:443 naming sni; not shaken yet. */
-static struct tls_conn *guest_tls(struct __test_metadata *_metadata,
-				  FIXTURE_DATA(ic) * self, const char *sni,
-				  int *fd)
+/*
+ * The guest's TLS connection to API_ADDR:443 naming sni, offering alpn:
+ * its ClientHello sent, the rest of the handshake to come (the proxy
+ * answers it once upstream's handshake is done).
+ */
+static struct tls_conn *guest_tls_alpn(struct __test_metadata *_metadata,
+				       FIXTURE_DATA(ic) * self, const char *sni,
+				       const char *alpn, int *fd)
 {
-	struct tls_connect_params cp = { .host = sni, .alpn = "http/1.1" };
+	struct tls_connect_params cp = { .host = sni, .alpn = alpn };
 	struct tls_conn *c;
 
 	*fd = guest_send(_metadata, self, API_ADDR, HTTPS_PORT, NULL);
 	ASSERT_EQ(0, tls_conn__connect(&c, self->tls.guest_cli, *fd, &cp));
+	/*
+	 * Not done before upstream's handshake; a refusal (the proxy's
+	 * alert) may already be in: kept, for the next call to return.
+	 */
+	ASSERT_NE(0, tls_conn__handshake(c));
 	return c;
 }
 
-/* The guest's request req over TLS naming API_HOST, the handshake done. */
-static struct tls_conn *guest_tls_send(struct __test_metadata *_metadata,
-				       FIXTURE_DATA(ic) * self, const char *req,
-				       int *fd)
+static struct tls_conn *guest_tls(struct __test_metadata *_metadata,
+				  FIXTURE_DATA(ic) * self, const char *sni,
+				  int *fd)
 {
-	struct tls_conn *c = guest_tls(_metadata, self, API_HOST, fd);
-
-	ASSERT_EQ(0, tls_handshake(c, *fd)) TH_LOG("%s", tls_conn__error(c));
-	ASSERT_EQ(0, tls_write_all(c, *fd, req));
-	return c;
+	return guest_tls_alpn(_metadata, self, sni, "http/1.1", fd);
 }
 
 static bool any_name(void *opaque, const char *sni)
@@ -708,18 +726,48 @@ static bool any_name(void *opaque, const char *sni)
 	return true;
 }
 
-/* Upstream's side of the proxy's connection, TLS by srv; not shaken. */
-static struct tls_conn *up_tls(struct __test_metadata *_metadata,
-			       FIXTURE_DATA(ic) * self, struct tls_server *srv,
-			       int *fd)
+/*
+ * Upstream's side of the proxy's connection, TLS by srv offering alpn
+ * (a list); not shaken.
+ */
+static struct tls_conn *up_tls_alpn(struct __test_metadata *_metadata,
+				    FIXTURE_DATA(ic) * self,
+				    struct tls_server *srv, const char *alpn,
+				    int *fd)
 {
-	struct tls_accept_params ap = { .sni_ok = any_name,
-					.alpn = "http/1.1" };
+	struct tls_accept_params ap = { .sni_ok = any_name, .alpn = alpn };
 	struct tls_conn *c;
 
 	*fd = proxyfix__up_accept(_metadata, self->api_tls);
 	ASSERT_EQ(0, fcntl(*fd, F_SETFL, O_NONBLOCK));
 	ASSERT_EQ(0, tls_conn__accept(&c, srv, *fd, &ap));
+	return c;
+}
+
+static struct tls_conn *up_tls(struct __test_metadata *_metadata,
+			       FIXTURE_DATA(ic) * self, struct tls_server *srv,
+			       int *fd)
+{
+	return up_tls_alpn(_metadata, self, srv, "http/1.1", fd);
+}
+
+/*
+ * The order of an intercepted TLS flow: the guest's ClientHello, then
+ * upstream's connection (its SNI the guest's) and handshake (by the
+ * test's upstream server, HTTP/1.1), then the guest's handshake; then
+ * the guest sends req. Upstream's side into *u, *ufd.
+ */
+static struct tls_conn *guest_tls_send(struct __test_metadata *_metadata,
+				       FIXTURE_DATA(ic) * self, const char *req,
+				       int *fd, struct tls_conn **u, int *ufd)
+{
+	struct tls_conn *c = guest_tls(_metadata, self, API_HOST, fd);
+
+	*u = up_tls(_metadata, self, self->tls.up_srv, ufd);
+	ASSERT_EQ(0, tls_handshake(*u, *ufd)) TH_LOG("%s", tls_conn__error(*u));
+	EXPECT_STREQ(API_HOST, tls_conn__sni(*u));
+	ASSERT_EQ(0, tls_handshake(c, *fd)) TH_LOG("%s", tls_conn__error(c));
+	ASSERT_EQ(0, tls_write_all(c, *fd, req));
 	return c;
 }
 
@@ -743,12 +791,8 @@ static void https_round_trip(struct __test_metadata *_metadata,
 	int gfd, ufd;
 	bool end;
 
-	g = guest_tls_send(_metadata, self, req, &gfd);
+	g = guest_tls_send(_metadata, self, req, &gfd, &u, &ufd);
 	EXPECT_STREQ("http/1.1", tls_conn__alpn(g));
-
-	u = up_tls(_metadata, self, self->tls.up_srv, &ufd);
-	ASSERT_EQ(0, tls_handshake(u, ufd)) TH_LOG("%s", tls_conn__error(u));
-	EXPECT_STREQ(API_HOST, tls_conn__sni(u));
 	tls_read_until(u, ufd, buf, sizeof(buf), strlen(want), &end);
 	EXPECT_STREQ(want, buf);
 	ASSERT_EQ(0, tls_write_all(u, ufd, RESPONSE));
@@ -815,23 +859,29 @@ TEST_F_TIMEOUT(ic, https_sni_refused, 60)
 	EXPECT_EQ(0, s.http_allowed);
 }
 
-/* Over TLS, Host must name the SNI's host: 421. */
+/*
+ * Over TLS, Host must name the SNI's host: 421. Upstream was connected
+ * for the SNI, before the guest's handshake; it gets no request.
+ */
 TEST_F_TIMEOUT(ic, https_host_must_be_the_sni, 60)
 {
 	const char *req = "GET / HTTP/1.1\r\nHost: other.example.test\r\n\r\n";
-	struct tls_conn *g;
+	struct tls_conn *g, *u;
 	char buf[4096];
 	bool end;
-	int gfd;
+	int gfd, ufd;
 
-	g = guest_tls_send(_metadata, self, req, &gfd);
+	g = guest_tls_send(_metadata, self, req, &gfd, &u, &ufd);
 	tls_read_until(g, gfd, buf, sizeof(buf), 0, &end);
 	EXPECT_TRUE(end);
 	EXPECT_EQ(0, strncmp(buf, "HTTP/1.1 421 ", strlen("HTTP/1.1 421 ")))
 	TH_LOG("the guest got: %s", buf);
-	EXPECT_FALSE(vmnet__wait_for(self->api_tls, POLLIN, 0));
+	EXPECT_EQ(0, tls_read_until(u, ufd, buf, sizeof(buf), 0, &end));
+	EXPECT_TRUE(end);
 	tls_conn__free(g);
+	tls_conn__free(u);
 	close(gfd);
+	close(ufd);
 }
 
 /* Upstream's certificate from a CA the bundle lacks: the guest gets 502. */
@@ -844,9 +894,12 @@ TEST_F_TIMEOUT(ic, https_untrusted_upstream_is_502, 60)
 	int gfd, ufd;
 	bool end;
 
-	g = guest_tls_send(_metadata, self, req, &gfd);
+	g = guest_tls(_metadata, self, API_HOST, &gfd);
 	u = up_tls(_metadata, self, self->tls.evil_srv, &ufd);
 	EXPECT_NE(0, tls_handshake(u, ufd));
+	/* The guest's handshake goes on, its request gets the 502. */
+	ASSERT_EQ(0, tls_handshake(g, gfd)) TH_LOG("%s", tls_conn__error(g));
+	ASSERT_EQ(0, tls_write_all(g, gfd, req));
 	tls_read_until(g, gfd, buf, sizeof(buf), 0, &end);
 	EXPECT_TRUE(end);
 	EXPECT_EQ(0, strncmp(buf, "HTTP/1.1 502 ", strlen("HTTP/1.1 502 ")))
@@ -878,6 +931,603 @@ TEST_F_TIMEOUT(ic, https_port_plain_bytes_fail_closed, 60)
 	EXPECT_EQ(1, http_reason(&s, "tls handshake failed"));
 	EXPECT_FALSE(vmnet__wait_for(self->api_tls, POLLIN, 0));
 	close(g);
+}
+
+/* ---- HTTP/2 ------------------------------------------------------------ */
+
+#define H2_STREAMS 2 /* the guest's: ids 1 and 3 */
+
+/* One end of an HTTP/2 connection in the test: nghttp2 over a tls_conn. */
+struct h2end {
+	nghttp2_session *s;
+	struct tls_conn *c;
+	int fd;
+	bool server;
+	char head[H2_STREAMS][2048];
+	size_t head_len[H2_STREAMS];
+	char body[H2_STREAMS][256];
+	size_t body_len[H2_STREAMS];
+	int closed;
+	bool eof;
+};
+
+static int h2end_idx(int32_t id)
+{
+	return id > 0 && id / 2 < H2_STREAMS ? id / 2 : -1;
+}
+
+static ssize_t h2end_hello(nghttp2_session *sess, int32_t id, uint8_t *buf,
+			   size_t len, uint32_t *flags,
+			   nghttp2_data_source *src, void *ud)
+{
+	memcpy(buf, "hello", 5);
+	*flags |= NGHTTP2_DATA_FLAG_EOF;
+	return 5;
+}
+
+static int h2end_header(nghttp2_session *sess, const nghttp2_frame *fr,
+			const uint8_t *n, size_t nlen, const uint8_t *v,
+			size_t vlen, uint8_t flags, void *ud)
+{
+	struct h2end *e = ud;
+	int i = h2end_idx(fr->hd.stream_id);
+	size_t *len;
+
+	if (i < 0)
+		return 0;
+	len = &e->head_len[i];
+	*len += snprintf(e->head[i] + *len, sizeof(e->head[i]) - *len,
+			 "%.*s: %.*s\n", (int)nlen, n, (int)vlen, v);
+	if (*len >= sizeof(e->head[i]))
+		*len = sizeof(e->head[i]) - 1;
+	return 0;
+}
+
+static int h2end_data(nghttp2_session *sess, uint8_t flags, int32_t id,
+		      const uint8_t *d, size_t len, void *ud)
+{
+	struct h2end *e = ud;
+	int i = h2end_idx(id);
+
+	if (i >= 0 && e->body_len[i] + len < sizeof(e->body[i])) {
+		memcpy(e->body[i] + e->body_len[i], d, len);
+		e->body_len[i] += len;
+	}
+	return 0;
+}
+
+/* Upstream answers every request, once it is complete: 200, "hello". */
+static int h2end_frame(nghttp2_session *sess, const nghttp2_frame *fr, void *ud)
+{
+	struct h2end *e = ud;
+	nghttp2_data_provider prd = { .read_callback = h2end_hello };
+	nghttp2_nv nv = { (uint8_t *)":status", (uint8_t *)"200", 7, 3, 0 };
+
+	if (e->server && fr->hd.flags & NGHTTP2_FLAG_END_STREAM &&
+	    (fr->hd.type == NGHTTP2_HEADERS || fr->hd.type == NGHTTP2_DATA))
+		nghttp2_submit_response(sess, fr->hd.stream_id, &nv, 1, &prd);
+	return 0;
+}
+
+static int h2end_close(nghttp2_session *sess, int32_t id, uint32_t code,
+		       void *ud)
+{
+	((struct h2end *)ud)->closed++;
+	return 0;
+}
+
+static void h2end_init(struct __test_metadata *_metadata, struct h2end *e,
+		       struct tls_conn *c, int fd, bool server)
+{
+	nghttp2_session_callbacks *cb;
+
+	memset(e, 0, sizeof(*e));
+	e->c = c;
+	e->fd = fd;
+	e->server = server;
+	ASSERT_EQ(0, nghttp2_session_callbacks_new(&cb));
+	nghttp2_session_callbacks_set_on_header_callback(cb, h2end_header);
+	nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb,
+								  h2end_data);
+	nghttp2_session_callbacks_set_on_frame_recv_callback(cb, h2end_frame);
+	nghttp2_session_callbacks_set_on_stream_close_callback(cb, h2end_close);
+	if (server)
+		ASSERT_EQ(0, nghttp2_session_server_new(&e->s, cb, e));
+	else
+		ASSERT_EQ(0, nghttp2_session_client_new(&e->s, cb, e));
+	nghttp2_session_callbacks_del(cb);
+	ASSERT_EQ(0, nghttp2_submit_settings(e->s, 0, NULL, 0));
+}
+
+/* What the session has to send, sent; what came, read: -errno, or 0. */
+static int h2end_io(struct h2end *e)
+{
+	const uint8_t *d;
+	uint8_t buf[4096];
+	ssize_t n, r;
+
+	while ((n = nghttp2_session_mem_send(e->s, &d)) > 0)
+		while ((r = tls_conn__write(e->c, d, n)) == -EAGAIN)
+			if (!tls_wait(e->c, e->fd))
+				return -ETIMEDOUT;
+	if (n < 0)
+		return -EPROTO;
+	while (!e->eof) {
+		r = tls_conn__read(e->c, buf, sizeof(buf));
+		if (r == -EAGAIN)
+			break;
+		if (r <= 0) {
+			e->eof = true;
+			break;
+		}
+		if (nghttp2_session_mem_recv(e->s, buf, r) < 0)
+			return -EPROTO;
+	}
+	return 0;
+}
+
+/* Both ends moved until the guest saw `closed` streams end. */
+static bool h2_run(struct h2end *g, struct h2end *u, int closed)
+{
+	for (int i = 0; i < TIMEOUT_MS / 10 && g->closed < closed; i++) {
+		struct pollfd p[2] = { { .fd = g->fd, .events = POLLIN },
+				       { .fd = u ? u->fd : -1,
+					 .events = POLLIN } };
+
+		if (h2end_io(g) || (u && h2end_io(u)))
+			return false;
+		if (g->eof)
+			break;
+		poll(p, 2, 10);
+	}
+	return g->closed >= closed;
+}
+
+/*
+ * A guest offering h2 and http/1.1 (as curl does), upstream's side by
+ * the test's server offering h2 (into *uc, *ufd, shaken): the guest gets
+ * h2 and sends two streams, one naming the SNI, one another host.
+ */
+static void h2_guest(struct __test_metadata *_metadata, FIXTURE_DATA(ic) * self,
+		     struct h2end *g, struct tls_conn **uc, int *ufd)
+{
+	static const nghttp2_nv good[] = {
+		{ (uint8_t *)":method", (uint8_t *)"GET", 7, 3, 0 },
+		{ (uint8_t *)":scheme", (uint8_t *)"https", 7, 5, 0 },
+		{ (uint8_t *)":authority", (uint8_t *)API_HOST, 10,
+		  sizeof(API_HOST) - 1, 0 },
+		{ (uint8_t *)":path", (uint8_t *)"/user", 5, 5, 0 },
+		{ (uint8_t *)"authorization", (uint8_t *)"Bearer guest-own", 13,
+		  16, 0 },
+	};
+	static const nghttp2_nv spoof[] = {
+		{ (uint8_t *)":method", (uint8_t *)"GET", 7, 3, 0 },
+		{ (uint8_t *)":scheme", (uint8_t *)"https", 7, 5, 0 },
+		{ (uint8_t *)":authority", (uint8_t *)"evil.example.test", 10,
+		  17, 0 },
+		{ (uint8_t *)":path", (uint8_t *)"/", 5, 1, 0 },
+	};
+	struct tls_conn *c;
+	int fd;
+
+	c = guest_tls_alpn(_metadata, self, API_HOST, "h2,http/1.1", &fd);
+	*uc = up_tls_alpn(_metadata, self, self->tls.up_srv, "h2", ufd);
+	ASSERT_EQ(0, tls_handshake(*uc, *ufd))
+	TH_LOG("%s", tls_conn__error(*uc));
+	EXPECT_STREQ("h2", tls_conn__alpn(*uc));
+	ASSERT_EQ(0, tls_handshake(c, fd)) TH_LOG("%s", tls_conn__error(c));
+	ASSERT_STREQ("h2", tls_conn__alpn(c));
+	h2end_init(_metadata, g, c, fd, false);
+	ASSERT_EQ(1, nghttp2_submit_request(g->s, NULL, good, ARRAY_SIZE(good),
+					    NULL, NULL));
+	ASSERT_EQ(3, nghttp2_submit_request(g->s, NULL, spoof,
+					    ARRAY_SIZE(spoof), NULL, NULL));
+	ASSERT_EQ(0, h2end_io(g));
+}
+
+static void h2end_free(struct h2end *e)
+{
+	nghttp2_session_del(e->s);
+	tls_conn__free(e->c);
+	if (e->fd >= 0)
+		close(e->fd);
+}
+
+/*
+ * HTTP/2 over TLS: upstream chooses h2, so the guest may (and does); the
+ * stream naming the SNI reaches upstream with the grant's header in
+ * place of the guest's, the stream naming another host gets 421 on the
+ * same connection.
+ */
+TEST_F_TIMEOUT(ic, https_h2_streams_each_decided, 60)
+{
+	struct h2end g, u;
+	struct proxy_stats s;
+	struct tls_conn *uc;
+	int ufd;
+
+	h2_guest(_metadata, self, &g, &uc, &ufd);
+	h2end_init(_metadata, &u, uc, ufd, true);
+	ASSERT_TRUE(h2_run(&g, &u, 2));
+	EXPECT_NE(NULL, strstr(u.head[0], "authorization: Bearer " TOKEN "\n"))
+	TH_LOG("upstream got:\n%s", u.head[0]);
+	EXPECT_EQ(NULL, strstr(u.head[0], "guest-own"));
+	EXPECT_NE(NULL, strstr(u.head[0], ":path: /user\n"));
+	EXPECT_EQ(0U, u.head_len[1]);
+	EXPECT_NE(NULL, strstr(g.head[0], ":status: 200\n"));
+	EXPECT_EQ(5U, g.body_len[0]);
+	EXPECT_EQ(0, memcmp(g.body[0], "hello", 5));
+	EXPECT_NE(NULL, strstr(g.head[1], ":status: 421\n"))
+	TH_LOG("guest's second stream got:\n%s", g.head[1]);
+	h2end_free(&g);
+	h2end_free(&u);
+	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, proxyfix__tcp_open_is, 0,
+					 &s));
+	EXPECT_EQ(1, s.tcp_intercepted);
+	EXPECT_EQ(1, s.http_allowed);
+	EXPECT_EQ(1, s.http_refused);
+}
+
+/*
+ * A guest offering h2 and http/1.1 (curl's default), upstream speaking
+ * HTTP/1.1 only: the guest is offered http/1.1 alone, and its GET gets
+ * upstream's 200 with the grant's header upstream (it got 502 when the
+ * guest was offered h2 before upstream was asked).
+ */
+TEST_F_TIMEOUT(ic, https_h2_guest_gets_http11_from_an_http11_upstream, 60)
+{
+	const char *req = "GET /user HTTP/1.1\r\nHost: " API_HOST "\r\n\r\n";
+	const char *want = "GET /user HTTP/1.1\r\nHost: " API_HOST
+			   "\r\nauthorization: Bearer " TOKEN "\r\n\r\n";
+	struct tls_conn *g, *u;
+	struct proxy_stats s;
+	char buf[4096];
+	int gfd, ufd;
+	bool end;
+
+	g = guest_tls_alpn(_metadata, self, API_HOST, "h2,http/1.1", &gfd);
+	u = up_tls_alpn(_metadata, self, self->tls.up_srv, "http/1.1", &ufd);
+	ASSERT_EQ(0, tls_handshake(u, ufd)) TH_LOG("%s", tls_conn__error(u));
+	EXPECT_STREQ("http/1.1", tls_conn__alpn(u));
+	ASSERT_EQ(0, tls_handshake(g, gfd)) TH_LOG("%s", tls_conn__error(g));
+	EXPECT_STREQ("http/1.1", tls_conn__alpn(g));
+	ASSERT_EQ(0, tls_write_all(g, gfd, req));
+	tls_read_until(u, ufd, buf, sizeof(buf), strlen(want), &end);
+	EXPECT_STREQ(want, buf);
+	ASSERT_EQ(0, tls_write_all(u, ufd, RESPONSE));
+	tls_read_until(g, gfd, buf, sizeof(buf), strlen(RESPONSE), &end);
+	EXPECT_STREQ(RESPONSE, buf);
+	tls_conn__free(g);
+	tls_conn__free(u);
+	close(gfd);
+	close(ufd);
+	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, proxyfix__tcp_open_is, 0,
+					 &s));
+	EXPECT_EQ(1, s.http_allowed);
+	EXPECT_EQ(0, s.upstream_failed);
+}
+
+/*
+ * A guest offering http/1.1 only, upstream choosing h2 when offered
+ * both: the guest gets http/1.1, the h2 connection goes unused, and its
+ * request gets a new upstream connection offered http/1.1 only.
+ */
+TEST_F_TIMEOUT(ic, https_http11_guest_with_an_h2_upstream, 60)
+{
+	const char *req = "GET /user HTTP/1.1\r\nHost: " API_HOST "\r\n\r\n";
+	const char *want = "GET /user HTTP/1.1\r\nHost: " API_HOST
+			   "\r\nauthorization: Bearer " TOKEN "\r\n\r\n";
+	struct tls_conn *g, *u, *u2;
+	struct proxy_stats s;
+	char buf[4096];
+	int gfd, ufd, ufd2;
+	bool end;
+
+	g = guest_tls(_metadata, self, API_HOST, &gfd);
+	u = up_tls_alpn(_metadata, self, self->tls.up_srv, "h2,http/1.1", &ufd);
+	ASSERT_EQ(0, tls_handshake(u, ufd)) TH_LOG("%s", tls_conn__error(u));
+	EXPECT_STREQ("h2", tls_conn__alpn(u));
+	ASSERT_EQ(0, tls_handshake(g, gfd)) TH_LOG("%s", tls_conn__error(g));
+	EXPECT_STREQ("http/1.1", tls_conn__alpn(g));
+	/* The h2 connection ends without a byte of a request. */
+	EXPECT_EQ(0, tls_read_until(u, ufd, buf, sizeof(buf), 0, &end));
+	EXPECT_TRUE(end);
+	ASSERT_EQ(0, tls_write_all(g, gfd, req));
+	u2 = up_tls_alpn(_metadata, self, self->tls.up_srv, "h2,http/1.1",
+			 &ufd2);
+	ASSERT_EQ(0, tls_handshake(u2, ufd2)) TH_LOG("%s", tls_conn__error(u2));
+	EXPECT_STREQ("http/1.1", tls_conn__alpn(u2));
+	tls_read_until(u2, ufd2, buf, sizeof(buf), strlen(want), &end);
+	EXPECT_STREQ(want, buf);
+	ASSERT_EQ(0, tls_write_all(u2, ufd2, RESPONSE));
+	tls_read_until(g, gfd, buf, sizeof(buf), strlen(RESPONSE), &end);
+	EXPECT_STREQ(RESPONSE, buf);
+	tls_conn__free(g);
+	tls_conn__free(u);
+	tls_conn__free(u2);
+	close(gfd);
+	close(ufd);
+	close(ufd2);
+	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, proxyfix__tcp_open_is, 0,
+					 &s));
+	EXPECT_EQ(1, s.http_allowed);
+	EXPECT_EQ(0, s.upstream_failed);
+}
+
+/*
+ * A ClientHello that never completes (a record header announcing more
+ * than ever comes): the flow is reset at the setup's deadline, counted
+ * as a failed handshake, nothing upstream.
+ */
+TEST_F_TIMEOUT(ic, https_clienthello_never_completes_is_cut, 60)
+{
+	static const char partial[] = "\x16\x03\x01\x02\x00\x01\x00";
+	struct proxy_stats s;
+	char buf[256];
+	bool eof;
+	int g;
+
+	proxy__destroy(self->proxy);
+	self->proxy = NULL;
+	self->tls_setup_ms = 200;
+	proxy_up(_metadata, self, false);
+	g = guest_send(_metadata, self, API_ADDR, HTTPS_PORT, NULL);
+	ASSERT_EQ((ssize_t)sizeof(partial) - 1,
+		  send(g, partial, sizeof(partial) - 1, 0));
+	/* Reset: no FIN, no bytes, well within the wait. */
+	EXPECT_EQ(0U, read_until(g, buf, sizeof(buf), 0, &eof));
+	EXPECT_FALSE(eof);
+	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, proxyfix__tcp_open_is, 0,
+					 &s));
+	EXPECT_EQ(1, http_reason(&s, "tls handshake failed"));
+	EXPECT_FALSE(vmnet__wait_for(self->api_tls, POLLIN, 0));
+	close(g);
+}
+
+/*
+ * A whole TLS record of garbage where the ClientHello should be: the
+ * handshake fails as it always did, nothing upstream.
+ */
+TEST_F_TIMEOUT(ic, https_garbage_hello_fails_closed, 60)
+{
+	static const char garbage[] = "\x16\x03\x01\x00\x08\x01\x00\x00\x04"
+				      "junk";
+	struct proxy_stats s;
+	char buf[256];
+	bool eof;
+	int g;
+
+	g = guest_send(_metadata, self, API_ADDR, HTTPS_PORT, NULL);
+	ASSERT_EQ((ssize_t)sizeof(garbage) - 1,
+		  send(g, garbage, sizeof(garbage) - 1, 0));
+	read_until(g, buf, sizeof(buf), 0, &eof);
+	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, refused_at_least, 1, &s));
+	EXPECT_EQ(1, http_reason(&s, "tls handshake failed"));
+	EXPECT_EQ(0, s.http_allowed);
+	EXPECT_FALSE(vmnet__wait_for(self->api_tls, POLLIN, 0));
+	close(g);
+}
+
+/* ---- the hook, request by request ------------------------------------- */
+
+#define HOOK_TOKEN "hook-t0ken-9c2a"
+
+/* A grant of API_HOST whose authorization the hook sets; ask: its mode. */
+static void hook_policy(struct __test_metadata *_metadata,
+			FIXTURE_DATA(ic) * self, const char *socket,
+			const char *ask, unsigned int timeout_ms)
+{
+	char doc[1024];
+
+	snprintf(doc, sizeof(doc),
+		 "{\"http\": [{\"host\": \"" API_HOST "\", \"ports\": [80, "
+		 "443],%s%s%s \"headers\": {\"Authorization\": {\"from\": "
+		 "\"hook\"}}}], \"hook\": {\"socket\": \"%s\", \"timeoutMs\": "
+		 "%u}}",
+		 ask ? " \"ask\": \"" : "", ask ? ask : "", ask ? "\"," : "",
+		 socket, timeout_ms);
+	proxyfix__policy_set(_metadata, &self->policy, doc);
+}
+
+/*
+ * The hook's next question: a request's, for url over protocol, that
+ * holds nothing of the guest's credentials. Its id.
+ */
+static long long hook_question(struct __test_metadata *_metadata,
+			       struct fakehook *fh, const char *url,
+			       const char *protocol)
+{
+	char line[FAKEHOOK_LINE_MAX];
+	long long id;
+	json_t *q;
+
+	ASSERT_LT(0, fakehook__read_line(fh, line, sizeof(line)));
+	EXPECT_EQ(NULL, strstr(line, "guest-own")) TH_LOG("%s", line);
+	EXPECT_EQ(NULL, strstr(line, "c=guest")) TH_LOG("%s", line);
+	q = json_loads(line, 0, NULL);
+	ASSERT_NE(NULL, q) TH_LOG("not JSON: %s", line);
+	EXPECT_STREQ("http", json_string_value(json_object_get(q, "type")));
+	EXPECT_STREQ(url, json_string_value(json_object_get(q, "url")));
+	EXPECT_STREQ(protocol,
+		     json_string_value(json_object_get(q, "protocol")));
+	EXPECT_STREQ("GET", json_string_value(json_object_get(q, "method")));
+	id = json_integer_value(json_object_get(q, "id"));
+	json_decref(q);
+	return id;
+}
+
+/* grant-http: authorization set to "Bearer HOOK_TOKEN-n", cookie removed. */
+static void hook_grant(struct __test_metadata *_metadata, struct fakehook *fh,
+		       long long id, int n)
+{
+	char line[512];
+
+	snprintf(line, sizeof(line),
+		 "{\"id\": %lld, \"verdict\": \"grant-http\", \"set\": "
+		 "{\"authorization\": \"Bearer " HOOK_TOKEN "-%d\"}, "
+		 "\"remove\": [\"cookie\"]}\n",
+		 id, n);
+	ASSERT_EQ(0, fakehook__send(fh, line));
+}
+
+/*
+ * "ask": "request": each request is put to the hook, its answer applies
+ * to it alone (a token each), the guest's own authorization and cookie
+ * never reach upstream nor the hook, and nothing of the hook's answer
+ * reaches the guest.
+ */
+TEST_F_TIMEOUT(ic, hook_headers_per_request_upstream_only, 60)
+{
+	const char *req = "GET /a HTTP/1.1\r\nHost: " API_HOST
+			  "\r\nAuthorization: Bearer guest-own\r\nCookie: "
+			  "c=guest\r\n\r\n";
+	const char *want1 =
+		"GET /a HTTP/1.1\r\nHost: " API_HOST
+		"\r\nauthorization: Bearer " HOOK_TOKEN "-1\r\n\r\n";
+	const char *want2 =
+		"GET /a HTTP/1.1\r\nHost: " API_HOST
+		"\r\nauthorization: Bearer " HOOK_TOKEN "-2\r\n\r\n";
+	struct proxy_stats s;
+	char buf[4096];
+	int g, up;
+	bool eof;
+
+	hook_policy(_metadata, self, self->fh.path, "request", 5000);
+	g = guest_send(_metadata, self, API_ADDR, HTTP_PORT, req);
+	ASSERT_EQ(0, fakehook__accept(&self->fh));
+	hook_grant(_metadata, &self->fh,
+		   hook_question(_metadata, &self->fh, "http://" API_HOST "/a",
+				 "HTTP/1.1"),
+		   1);
+	up = proxyfix__up_accept(_metadata, self->api);
+	exchange(_metadata, g, up, want1);
+	ASSERT_EQ((ssize_t)strlen(req), send(g, req, strlen(req), 0));
+	hook_grant(_metadata, &self->fh,
+		   hook_question(_metadata, &self->fh, "http://" API_HOST "/a",
+				 "HTTP/1.1"),
+		   2);
+	exchange(_metadata, g, up, want2);
+	close(up);
+	read_until(g, buf, sizeof(buf), 0, &eof);
+	EXPECT_TRUE(eof);
+	EXPECT_EQ(NULL, strstr(buf, HOOK_TOKEN));
+	close(g);
+	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, proxyfix__tcp_open_is, 0,
+					 &s));
+	EXPECT_EQ(2, s.http_allowed);
+	EXPECT_EQ(2, http_reason(&s, HOOK_GRANT));
+	EXPECT_EQ(2, s.hook.questions);
+	EXPECT_EQ(2, s.hook.answers);
+}
+
+/*
+ * A field "from": "hook" without "ask": the connection's first request
+ * is put to the hook, its answer serves the connection's others.
+ */
+TEST_F_TIMEOUT(ic, hook_asked_once_per_connection, 60)
+{
+	const char *req = "GET /a HTTP/1.1\r\nHost: " API_HOST "\r\n\r\n";
+	const char *want = "GET /a HTTP/1.1\r\nHost: " API_HOST
+			   "\r\nauthorization: Bearer " HOOK_TOKEN "-1\r\n\r\n";
+	struct proxy_stats s;
+	int g, up;
+
+	hook_policy(_metadata, self, self->fh.path, NULL, 5000);
+	g = guest_send(_metadata, self, API_ADDR, HTTP_PORT, req);
+	ASSERT_EQ(0, fakehook__accept(&self->fh));
+	hook_grant(_metadata, &self->fh,
+		   hook_question(_metadata, &self->fh, "http://" API_HOST "/a",
+				 "HTTP/1.1"),
+		   1);
+	up = proxyfix__up_accept(_metadata, self->api);
+	exchange(_metadata, g, up, want);
+	ASSERT_EQ((ssize_t)strlen(req), send(g, req, strlen(req), 0));
+	exchange(_metadata, g, up, want);
+	/* Decided before upstream got it: a question would be there now. */
+	EXPECT_FALSE(fakehook__wait(self->fh.conn, POLLIN, 0));
+	proxy__stats(self->proxy, &s);
+	EXPECT_EQ(1, s.hook.questions);
+	EXPECT_EQ(2, s.http_allowed);
+	close(g);
+	close(up);
+}
+
+/* The hook denies: 403 to the guest, nothing upstream, logged why. */
+TEST_F_TIMEOUT(ic, hook_deny_is_403_nothing_upstream, 60)
+{
+	const char *req = "GET /a HTTP/1.1\r\nHost: " API_HOST "\r\n\r\n";
+	struct proxy_stats s;
+	char buf[4096];
+	int g;
+
+	hook_policy(_metadata, self, self->fh.path, "request", 5000);
+	g = guest_send(_metadata, self, API_ADDR, HTTP_PORT, req);
+	ASSERT_EQ(0, fakehook__accept(&self->fh));
+	ASSERT_EQ(0, fakehook__answer(&self->fh,
+				      hook_question(_metadata, &self->fh,
+						    "http://" API_HOST "/a",
+						    "HTTP/1.1"),
+				      "deny", "not now"));
+	expect_answer(_metadata, g, buf, sizeof(buf), "HTTP/1.1 403 ");
+	EXPECT_NE(NULL, strstr(buf, HOOK_DENY)) TH_LOG("%s", buf);
+	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, refused_at_least, 1, &s));
+	EXPECT_EQ(1, http_reason(&s, HOOK_DENY));
+	EXPECT_EQ(0, s.http_allowed);
+	EXPECT_FALSE(vmnet__wait_for(self->api, POLLIN, 0));
+	close(g);
+}
+
+/*
+ * A hook that never answers (its deadline passes) and one that is not
+ * there: 403 each, nothing upstream.
+ */
+TEST_F_TIMEOUT(ic, hook_timeout_or_unreachable_is_403, 60)
+{
+	const char *req = "GET /a HTTP/1.1\r\nHost: " API_HOST "\r\n\r\n";
+
+	/* Listening, never accepting: the question waits in its socket. */
+	hook_policy(_metadata, self, self->fh.path, "request", 50);
+	expect_refused(_metadata, self, req, "HTTP/1.1 403 ", HOOK_TIMEOUT);
+	hook_policy(_metadata, self, "/nonexistent/kiln/hook.sock", "request",
+		    5000);
+	expect_refused(_metadata, self, req, "HTTP/1.1 403 ", HOOK_UNREACHABLE);
+}
+
+/*
+ * HTTP/2: the stream naming the SNI waits for the hook (asked with
+ * protocol h2) and reaches upstream with its field in place of the
+ * guest's; the spoofed stream gets 421 without asking.
+ */
+TEST_F_TIMEOUT(ic, hook_headers_on_an_h2_stream, 60)
+{
+	struct h2end g, u;
+	struct proxy_stats s;
+	struct tls_conn *uc;
+	int ufd;
+
+	hook_policy(_metadata, self, self->fh.path, "request", 5000);
+	h2_guest(_metadata, self, &g, &uc, &ufd);
+	ASSERT_EQ(0, fakehook__accept(&self->fh));
+	hook_grant(_metadata, &self->fh,
+		   hook_question(_metadata, &self->fh,
+				 "https://" API_HOST "/user", "h2"),
+		   1);
+	h2end_init(_metadata, &u, uc, ufd, true);
+	ASSERT_TRUE(h2_run(&g, &u, 2));
+	EXPECT_NE(NULL,
+		  strstr(u.head[0], "authorization: Bearer " HOOK_TOKEN "-1\n"))
+	TH_LOG("upstream got:\n%s", u.head[0]);
+	EXPECT_EQ(NULL, strstr(u.head[0], "guest-own"));
+	EXPECT_NE(NULL, strstr(g.head[0], ":status: 200\n"));
+	EXPECT_EQ(NULL, strstr(g.head[0], HOOK_TOKEN));
+	EXPECT_NE(NULL, strstr(g.head[1], ":status: 421\n"));
+	h2end_free(&g);
+	h2end_free(&u);
+	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, proxyfix__tcp_open_is, 0,
+					 &s));
+	EXPECT_EQ(1, s.hook.questions);
+	EXPECT_EQ(1, s.http_allowed);
+	EXPECT_EQ(1, http_reason(&s, HOOK_GRANT));
 }
 
 TEST_HARNESS_MAIN

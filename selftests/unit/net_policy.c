@@ -308,7 +308,7 @@ static const struct {
 	  "net.policy.http: must be an array of grants ({\"host\": ...})" },
 	{ "{'http': ['a.com']}",
 	  "net.policy.http[0]: must be an object ({\"host\": ..., \"ports\": "
-	  "[...], \"tls\": [...], \"headers\": {...}})" },
+	  "[...], \"tls\": [...], \"headers\": {...}, \"ask\": ...})" },
 	{ "{'http': [{'host': 'a.com'}, {'ports': [80]}]}",
 	  "net.policy.http[1]: needs \"host\"" },
 	{ "{'http': [{'host': 'a.com', 'to': 'b.com'}]}",
@@ -360,16 +360,16 @@ static const struct {
 	  "upgrade, te, trailer, keep-alive)" },
 	{ "{'http': [{'host': 'a.com', 'headers': {'x-a': 'env:A'}}]}",
 	  "net.policy.http[0].headers.x-a: must be an object ({\"from\": "
-	  "\"env:NAME\" or \"file:/PATH\"})" },
+	  "\"env:NAME\", \"file:/PATH\" or \"hook\"})" },
 	{ "{'http': [{'host': 'a.com', 'headers': {'X-A': {}}}]}",
-	  "net.policy.http[0].headers.x-a: needs \"from\" (\"env:NAME\" or "
-	  "\"file:/PATH\")" },
+	  "net.policy.http[0].headers.x-a: needs \"from\" (\"env:NAME\", "
+	  "\"file:/PATH\" or \"hook\")" },
 	{ "{'http': [{'host': 'a.com', 'headers': {'x-a': {'from': 'env:A',"
 	  " 'value': 'v'}}}]}",
 	  "net.policy.http[0].headers.x-a: unknown key \"value\"" },
 	{ "{'http': [{'host': 'a.com', 'headers': {'x-a': {'from': 'A'}}}]}",
-	  "net.policy.http[0].headers.x-a.from: must be \"env:NAME\" or "
-	  "\"file:/PATH\"" },
+	  "net.policy.http[0].headers.x-a.from: must be \"env:NAME\", "
+	  "\"file:/PATH\" or \"hook\"" },
 	{ "{'http': [{'host': 'a.com', 'headers': {'x-a': {'from': 'env:'}}}]}",
 	  "net.policy.http[0].headers.x-a.from: \"env:\" is not env:NAME with "
 	  "NAME a variable's name" },
@@ -393,8 +393,14 @@ static const struct {
 	  "'file:/'}}}]}",
 	  "net.policy.http[0].headers.x-a.from: file:/: not a regular file" },
 	{ "{'http': [{'host': 'a.com', 'headers': {'x-a': {'from': 'hook'}}}]}",
-	  "net.policy.http[0].headers.x-a.from: \"hook\" is not supported "
-	  "yet" },
+	  "net.policy.http[0]: asks the hook (\"ask\", or a field \"from\": "
+	  "\"hook\") and the policy has no \"hook\"" },
+	{ "{'http': [{'host': 'a.com', 'ask': 'always'}], "
+	  "'hook': {'socket': 's'}}",
+	  "net.policy.http[0].ask: must be \"request\" or \"connection\"" },
+	{ "{'http': [{'host': 'a.com', 'ask': 'request'}]}",
+	  "net.policy.http[0]: asks the hook (\"ask\", or a field \"from\": "
+	  "\"hook\") and the policy has no \"hook\"" },
 };
 
 TEST(refusals)

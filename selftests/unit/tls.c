@@ -1375,6 +1375,14 @@ TEST(alpn_guest_preference_wins)
 	raw_duo_close(&rp);
 }
 
+/* Upstream offered both (the interception's list): its choice taken. */
+TEST(alpn_list_offered_server_chooses)
+{
+	alpn_case(_metadata, "http/1.1", "h2,http/1.1", 0, "http/1.1");
+	alpn_case(_metadata, "h2", "h2,http/1.1", 0, "h2");
+	alpn_case(_metadata, NULL, "h2,http/1.1", 0, NULL);
+}
+
 TEST(alpn_h2_refused_by_a_server_without_alpn)
 {
 	alpn_case(_metadata, NULL, "h2", -EPROTO, NULL);
@@ -1416,7 +1424,7 @@ TEST(bad_params_refused)
 	cp.host = "10.0.0.1";
 	EXPECT_EQ(-EINVAL, tls_conn__connect(&c, cli, 0, &cp));
 	cp.host = HOST;
-	cp.alpn = "h2,http/1.1"; /* one: the guest's */
+	cp.alpn = "h2,,http/1.1";
 	EXPECT_EQ(-EINVAL, tls_conn__connect(&c, cli, 0, &cp));
 	EXPECT_EQ(NULL, c);
 	tls_client__destroy(cli);
