@@ -20,7 +20,7 @@ TEST_TIMEOUT(uname_one_vcpu, BOOT_TIMEOUT)
 
 	BOOT(NULL, NULL, ARGS("uname", "-a"), NULL, &r);
 	EXPECT_EQ(0, r.status);
-	EXPECT_TRUE(strstr(r.out, "Linux kiln ") != NULL);
+	EXPECT_TRUE(strstr(r.out, "Linux sandbox ") != NULL);
 	EXPECT_TRUE(strstr(r.out, "x86_64") != NULL);
 }
 
