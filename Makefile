@@ -95,6 +95,7 @@ core-obj-y += vmm/api/json.o
 core-obj-y += vmm/api/proc.o
 core-obj-y += vmm/api/fs.o
 core-obj-y += vmm/api/vm.o
+core-obj-y += vmm/api/events.o
 
 # The rest of the vmm: KVM, the builder, the CLI, seccomp, the control socket.
 obj-y += vmm/main.o

@@ -51,6 +51,7 @@ static const char usage[] =
 	"       vmmctl status SOCK\n"
 	"       vmmctl shutdown SOCK\n"
 	"       vmmctl policy SOCK FILE\n"
+	"       vmmctl events [--since N] SOCK\n"
 	"       vmmctl call SOCK METHOD [PARAMS-JSON]\n"
 	"\n"
 	"SOCK is a VM's control socket (vmm start --control-socket). In cp, "
@@ -1050,6 +1051,85 @@ static int cmd_policy(int argc, char **argv)
 	return 0;
 }
 
+/* One vm.event's params as a JSON line; true for the last (shutdown). */
+static bool print_event(json_t *msg)
+{
+	const char *m = json_string_value(json_object_get(msg, "method"));
+	json_t *params = json_object_get(msg, "params");
+	char *s;
+
+	if (!m || strcmp(m, "vm.event") || !json_is_object(params))
+		return false;
+	s = json_dumps(params, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	if (!s || printf("%s\n", s) < 0 || fflush(stdout))
+		die(EXIT_VMMCTL, "writing an event: %s", strerror(errno));
+	free(s);
+	return !strcmp(json_string_value(json_object_get(params, "type")) ?: "",
+		       "shutdown");
+}
+
+/*
+ * events [--since N] SOCK: vm.subscribe, then every vm.event as a JSON
+ * line until the VM ends (its shutdown event, then the socket closes).
+ * --since 0 replays the events the VM still holds.
+ */
+static int cmd_events(int argc, char **argv)
+{
+	json_t *msg, *params = json_object();
+	bool ended = false;
+	struct conn c;
+	json_int_t id;
+	char *end;
+	ssize_t n;
+	int i = 1;
+
+	if (argc == 4 && !strcmp(argv[1], "--since")) {
+		errno = 0;
+		json_object_set_new(params, "since",
+				    json_integer(strtoll(argv[2], &end, 10)));
+		if (errno || !*argv[2] || *end || argv[2][0] == '-')
+			die(EXIT_USAGE, "events: --since %s: not a number",
+			    argv[2]);
+		i = 3;
+	} else if (argc != 2) {
+		die(EXIT_USAGE, "events: expected [--since N] SOCK");
+	}
+	conn_open(&c, argv[i]);
+	id = conn_send(&c, "vm.subscribe", params);
+	for (;;) {
+		while ((msg = conn_next(&c))) {
+			if (is_response(msg, id) && error_text(msg))
+				die(error_status(msg), "vm.subscribe: %s",
+				    error_text(msg));
+			ended |= print_event(msg);
+			json_decref(msg);
+		}
+		if (c.out_len > c.out_off) { /* the request, not sent yet */
+			conn_poll(&c, NULL, 0, -1);
+			continue;
+		}
+		struct pollfd pf = { .fd = c.fd, .events = POLLIN };
+
+		if (poll(&pf, 1, -1) < 0 && errno != EINTR)
+			die(EXIT_VMMCTL, "poll: %s", strerror(errno));
+		grow(&c.in, &c.in_cap, c.in_len + 65536);
+		n = recv(c.fd, c.in + c.in_len, 65536, 0);
+		if (n < 0 && (errno == EINTR || errno == EAGAIN))
+			continue;
+		if (n < 0)
+			die(EXIT_VMMCTL, "events: %s", strerror(errno));
+		if (!n)
+			break;
+		c.in_len += n;
+		if (c.in_len > MSG_MAX && !memchr(c.in, '\n', c.in_len))
+			die(EXIT_VMMCTL, "message from the server too large");
+	}
+	if (!ended)
+		die(EXIT_VMMCTL, "events: the VM closed the connection before "
+				 "its shutdown event");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *cmd = argc > 1 ? argv[1] : "";
@@ -1075,6 +1155,8 @@ int main(int argc, char **argv)
 		return cmd_simple(argc - 1, argv + 1, "vm.shutdown");
 	if (!strcmp(cmd, "policy"))
 		return cmd_policy(argc - 1, argv + 1);
+	if (!strcmp(cmd, "events"))
+		return cmd_events(argc - 1, argv + 1);
 	if (!strcmp(cmd, "call"))
 		return cmd_simple(argc - 1, argv + 1, NULL);
 	fputs(usage, stderr);

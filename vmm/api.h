@@ -48,6 +48,13 @@
 /* Unsent bytes to one agent connection: past them it is not reading. */
 #define API_AGENT_OUT_MAX   (4U << 20)
 #define API_POWEROFF_ANSWER_MS 5000U /* vm.shutdown: the agent's RESULT */
+/*
+ * vm.subscribe: events held for the subscribers (each one's queue: past
+ * it the oldest are dropped and counted), and how long api__destroy
+ * tries to send the last ones (ms, all subscribers together).
+ */
+#define API_EVENTS_MAX	    256U
+#define API_EVENTS_FLUSH_MS 200U
 
 /* JSON-RPC error codes: the standard ones, then Kiln's own. */
 #define API_E_PARSE	      -32700
@@ -134,5 +141,14 @@ int __must_check api__start(struct api *api);
  * (the agent kills what they ran) and removes the socket; NULL ok.
  */
 void api__destroy(struct api *api);
+/*
+ * A lifecycle event for vm.subscribe's subscribers (Documentation/api.md,
+ * "vm.subscribe"): type, and fields (an object, stolen; NULL: none)
+ * added to its seq, time and type. Any thread, any time between
+ * api__create and api__destroy; NULL api: nothing. It never waits for a
+ * subscriber or the API thread (a short lock on the event ring, no I/O
+ * but waking the API thread).
+ */
+void api__event(struct api *api, const char *type, json_t *fields);
 
 #endif

@@ -208,6 +208,38 @@ int control__start(struct vm *vm)
 	return ret;
 }
 
+void control__stopped(struct vm *vm, int exit_code)
+{
+	static const char *const reasons[] = {
+		[VM_STOP_NONE] = "unknown",
+		[VM_STOP_GUEST_EXIT] = "guest-exit",
+		[VM_STOP_GUEST_RESET] = "guest-reset",
+		[VM_STOP_GUEST_HALT] = "guest-halt",
+		[VM_STOP_ERROR] = "error",
+		[VM_STOP_SIGNAL] = "signal",
+		[VM_STOP_SHUTDOWN] = "shutdown-forced",
+	};
+	unsigned int vcpu = atomic_load(&vm->crash_vcpu);
+	int crash = atomic_load(&vm->crash);
+	json_t *o;
+
+	if (!vm->api)
+		return;
+	if (crash != VM_CRASH_NONE)
+		api__event(vm->api,
+			   crash == VM_CRASH_PANIC ? "guest-panic" :
+						     "triple-fault",
+			   json_pack("{s:I}", "vcpu", (json_int_t)vcpu - 1));
+	o = json_pack("{s:s, s:i}", "reason", reasons[vm->stop_reason],
+		      "exitCode", exit_code);
+	if (o && vm->stop_detail)
+		json_object_set_new(o, "detail", json_string(vm->stop_detail));
+	if (o && vm->stop_reason == VM_STOP_SIGNAL)
+		json_object_set_new(o, "signal",
+				    json_integer(vm->stop_status));
+	api__event(vm->api, "shutdown", o);
+}
+
 void control__exit(struct vm *vm)
 {
 	api__destroy(vm->api);

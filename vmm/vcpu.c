@@ -226,10 +226,20 @@ static void handle_mmio(struct vcpu *v)
 			 (unsigned long long)run->mmio.phys_addr);
 }
 
+/* The first crash seen is the one vm.event reports; no syscall here. */
+static void note_crash(struct vcpu *v, enum vm_crash what)
+{
+	int none = VM_CRASH_NONE;
+
+	if (atomic_compare_exchange_strong(&v->vm->crash, &none, what))
+		atomic_store(&v->vm->crash_vcpu, v->id + 1);
+}
+
 static void handle_system_event(struct vcpu *v)
 {
 	switch (v->run->system_event.type) {
 	case KVM_SYSTEM_EVENT_CRASH:
+		note_crash(v, VM_CRASH_PANIC);
 		vm__stop(v->vm, VM_STOP_GUEST_RESET, 0, "guest crashed");
 		break;
 	default:
@@ -276,6 +286,7 @@ static bool handle_exit(struct vcpu *v)
 		return true;
 	case KVM_EXIT_SHUTDOWN:
 		debug_where(v, "shutdown (triple fault)");
+		note_crash(v, VM_CRASH_TRIPLE_FAULT);
 		vm__stop(v->vm, VM_STOP_GUEST_RESET, 0, "guest triple-faulted");
 		return false;
 	case KVM_EXIT_SYSTEM_EVENT:

@@ -432,6 +432,7 @@ int vm__run(struct vm *vm)
 	for (i = 0; i < vm->nr_vcpus; i++)
 		vcpu__join(vm->vcpus[i]);
 	ret = exit_code(vm);
+	control__stopped(vm, ret);
 out_loop:
 	loop_exit(l);
 	close(sig_fd);

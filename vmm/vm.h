@@ -40,6 +40,13 @@ enum vm_stop_reason {
 	VM_STOP_SHUTDOWN,    /* vm.shutdown, and the guest did not power off */
 };
 
+/* What a vCPU saw the guest do before it stopped the VM (vm.event). */
+enum vm_crash {
+	VM_CRASH_NONE,
+	VM_CRASH_PANIC,	       /* KVM_SYSTEM_EVENT_CRASH */
+	VM_CRASH_TRIPLE_FAULT, /* KVM_EXIT_SHUTDOWN */
+};
+
 struct vcpu;
 struct uart;
 struct console;
@@ -192,6 +199,9 @@ struct vm {
 	int stop_status; /* status or signal number */
 	const char *stop_detail;
 	pthread_mutex_t stop_lock;
+	/* The first enum vm_crash a vCPU saw, and which vCPU (+1; 0: none). */
+	atomic_int crash;
+	atomic_uint crash_vcpu;
 };
 
 /* Builds everything; errors are reported here, with what failed. */
@@ -260,6 +270,11 @@ void vcpu__join(struct vcpu *v);
 int __must_check control__init(struct vm *vm);
 int __must_check control__start(struct vm *vm);
 void control__exit(struct vm *vm);
+/*
+ * The vCPUs are joined: vm.event guest-panic or triple-fault when a
+ * vCPU saw one, then shutdown with the reason and the exit code.
+ */
+void control__stopped(struct vm *vm, int exit_code);
 
 /* The guest agent runs (kiln.agent=on): there is a control socket. */
 static inline bool vm__has_agent(const struct vm *vm)

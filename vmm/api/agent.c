@@ -155,6 +155,7 @@ static void agent_hello(struct call *k, const uint8_t *p, size_t len)
 	k->st = AG_ACTIVE;
 	if (!api->agent_ready) {
 		api->agent_ready = true;
+		api__event(api, "agent-ready", NULL);
 		if (api->p.agent_ready)
 			api->p.agent_ready(api->p.opaque);
 	}

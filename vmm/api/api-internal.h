@@ -15,8 +15,10 @@
  *   proc.c    exec, spawn, pty and their streams
  *   fs.c      fs.* (files in the guest)
  *   vm.c      facts, vm.* and net.setPolicy
+ *   events.c  vm.subscribe, vm.event and api__event
  *
- * Everything runs on the API thread; nothing here locks.
+ * Everything runs on the API thread; nothing here locks but the event
+ * ring (events.c), which other threads post to.
  */
 
 #include <jansson.h>
@@ -68,6 +70,9 @@ struct client {
 	bool closing;	     /* flush out, then close (protocol error) */
 	bool shutdown_after; /* vm.shutdown once out is flushed */
 	bool dead;
+	bool subscribed;     /* vm.subscribe: gets vm.event */
+	uint64_t ev_next;    /* the seq of the next event it gets */
+	uint64_t ev_dropped; /* events lost before ev_next, not told yet */
 	struct client *next;
 };
 
@@ -127,6 +132,19 @@ struct pref {
 	bool reading; /* POLLIN was asked for */
 };
 
+/* One event: its seq (from 1) and text without the seq (events.c). */
+struct api_event {
+	uint64_t seq;
+	char *body;
+};
+
+struct api_events {
+	pthread_mutex_t lock; /* seq and ring */
+	uint64_t seq;	      /* the last event's; 0: none yet */
+	struct api_event ring[API_EVENTS_MAX]; /* seq s at (s - 1) % MAX */
+	atomic_uint_fast64_t lost; /* not posted for want of memory */
+};
+
 struct api {
 	struct api_params p;
 	char *path;
@@ -136,6 +154,7 @@ struct api {
 	bool started;
 	atomic_bool stop;
 	bool agent_ready, shutdown_called;
+	bool events_ready; /* events_init done */
 	unsigned int agent_timeout_ms;
 
 	struct client *clients;
@@ -150,6 +169,7 @@ struct api {
 	struct pollfd *pfds;
 	struct pref *refs;
 	size_t pfd_cap;
+	struct api_events events;
 	uint8_t rbuf[API_READ_CHUNK];
 };
 
@@ -171,6 +191,7 @@ extern const struct api_method proc_methods[];
 extern const struct api_method fs_methods[];
 extern const struct api_method vm_methods[];
 extern const struct api_method call_methods[];
+extern const struct api_method event_methods[];
 
 /* server.c */
 uint64_t api_now_ms(void);
@@ -253,6 +274,12 @@ void vm_poweroff_start(struct api *api);
 void vm_poweroff_frame(struct call *k, uint16_t type, uint16_t flags,
 		       const uint8_t *p, size_t len);
 void vm_poweroff_failed(struct call *k, const char *why);
+
+/* events.c */
+int events_init(struct api_events *ev);
+void events_exit(struct api_events *ev);
+void events_pump(struct api *api);
+void events_flush(struct api *api);
 
 /* proc.c */
 void proc_kill(struct call *k, int sig, uint64_t now);

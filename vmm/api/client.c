@@ -88,6 +88,7 @@ static const struct api_method *const method_groups[] = {
 	fs_methods,
 	vm_methods,
 	call_methods,
+	event_methods,
 };
 
 static void handle_message(struct api *api, struct client *c, const char *line,

@@ -48,6 +48,34 @@ static json_t *exit_params(struct call *k, const uint8_t *p, size_t len)
 	return o;
 }
 
+/*
+ * exec-started and exec-exited: which command (kind, the request's id,
+ * the stream), plus its pid; fields (stolen, NULL: none) added.
+ */
+static void proc_event(struct call *k, const char *type, json_t *fields)
+{
+	static const char *const kinds[] = {
+		[CALL_EXEC] = "exec",
+		[CALL_SPAWN] = "spawn",
+		[CALL_PTY] = "pty",
+	};
+	json_t *o = fields ? fields : json_object();
+
+	if (!o)
+		return;
+	json_object_set_new(o, "kind",
+			    json_string(k->kind < ARRAY_SIZE(kinds) &&
+						kinds[k->kind] ?
+						kinds[k->kind] :
+						"exec"));
+	if (k->id)
+		json_object_set(o, "id", k->id);
+	if (k->stream)
+		json_object_set_new(o, "stream", json_integer(k->stream));
+	json_object_set_new(o, "pid", json_integer(k->pid));
+	api__event(k->api, type, o);
+}
+
 /* exec's answer: res plus the pid and the output collected. */
 json_t *proc_exec_result(struct call *k, json_t *res)
 {
@@ -98,6 +126,7 @@ static void proc_started(struct call *k, const uint8_t *p, size_t len)
 			kiln_tlv__u64(val, vlen, &pid);
 	k->pid = pid;
 	k->started = true;
+	proc_event(k, "exec-started", NULL);
 	if (k->killing) /* cancelled before it started: already signalled */
 		return;
 	if (k->kind == CALL_EXEC) {
@@ -135,6 +164,8 @@ static void proc_exit(struct call *k, const uint8_t *p, size_t len)
 	json_t *res = exit_params(k, p, len);
 
 	k->done_frame = true;
+	if (res)
+		proc_event(k, "exec-exited", json_deep_copy(res));
 	if (k->kind == CALL_EXEC) {
 		if (k->cancelled) {
 			json_decref(res);

@@ -211,6 +211,7 @@ static void *api_thread(void *arg)
 			client_pump(api, c);
 			client_maybe_close(c);
 		}
+		events_pump(api);
 		reap(api);
 		if (poll_build(api, &n, now, &timeout)) {
 			pr_err("api: out of memory, waiting");
@@ -305,6 +306,10 @@ int api__create(struct api **out, const struct api_params *p)
 	 * now, while the monitor may still open files.
 	 */
 	json_object_seed(0);
+	ret = events_init(&api->events);
+	if (ret)
+		goto out_free;
+	api->events_ready = true;
 	api->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (api->wake_fd < 0) {
 		ret = -errno;
@@ -320,6 +325,8 @@ out_free:
 		close(api->listen_fd);
 	if (api->wake_fd >= 0)
 		close(api->wake_fd);
+	if (api->events_ready)
+		events_exit(&api->events);
 	json_decref(api->config_facts);
 	free(api->path);
 	free(api);
@@ -366,16 +373,18 @@ void api__destroy(struct api *api)
 		pthread_join(api->thread, NULL);
 	}
 	for (c = api->clients; c; c = c->next)
-		if (!c->dead) {
-			c->shutdown_after = false;
+		c->shutdown_after = false;
+	events_flush(api);
+	for (c = api->clients; c; c = c->next)
+		if (!c->dead)
 			client_kill(c);
-		}
 	for (k = api->calls; k; k = k->next)
 		call_done(k);
 	reap(api);
 	close(api->listen_fd);
 	close(api->wake_fd);
 	unlink(api->path);
+	events_exit(&api->events);
 	json_decref(api->config_facts);
 	free(api->pfds);
 	free(api->refs);

@@ -150,6 +150,7 @@ static void m_vm_shutdown(struct rpc *r)
 	}
 	client_reply(r->c, r->id, NULL);
 	r->c->shutdown_after = true;
+	api__event(r->api, "shutdown-requested", NULL);
 }
 
 /* {policy}: parsed completely by the monitor, or refused: the old stays. */
@@ -169,9 +170,10 @@ static void m_net_set_policy(struct rpc *r)
 		return;
 	}
 	ret = r->api->p.set_policy(r->api->p.opaque, policy, err, sizeof(err));
-	if (!ret)
+	if (!ret) {
 		client_reply(r->c, r->id, NULL);
-	else if (ret == -EINVAL)
+		api__event(r->api, "policy-changed", NULL);
+	} else if (ret == -EINVAL)
 		param_error(r, "%s", err);
 	else if (ret == -EOPNOTSUPP)
 		client_reply_error(r->c, r->id, API_E_NO_METHOD, NULL,
