@@ -1721,6 +1721,237 @@ TEST_F(fake, too_many_clients)
 	json_decref(m);
 }
 
+/* ---- vm.subscribe -------------------------------------------------------- */
+
+/* The next vm.event's params (answers skipped); NULL on timeout or EOF. */
+static json_t *next_event(struct tc *t, bool *eof)
+{
+	json_t *m, *p;
+
+	for (;;) {
+		m = tc_recv(t, 10000, eof);
+		if (!m)
+			return NULL;
+		if (!strcmp(json_string_value(json_object_get(m, "method")) ?:
+				    "",
+			    "vm.event")) {
+			p = json_incref(json_object_get(m, "params"));
+			json_decref(m);
+			return p;
+		}
+		json_decref(m);
+	}
+}
+
+static const char *ev_type(json_t *ev)
+{
+	return json_string_value(json_object_get(ev, "type")) ?: "";
+}
+
+static json_int_t ev_int(json_t *ev, const char *key)
+{
+	return json_integer_value(json_object_get(ev, key));
+}
+
+/* Subscribed (since: -1 leaves it out): the seq of the last event. */
+static json_int_t subscribe(struct tc *t, json_int_t id, json_int_t since)
+{
+	json_t *m = tc_call(t, id, "vm.subscribe",
+			    since < 0 ? NULL :
+					json_pack("{s:I}", "since", since));
+	json_int_t seq = -1;
+
+	if (m && result(m))
+		seq = res_int(m, "seq");
+	json_decref(m);
+	return seq;
+}
+
+/*
+ * As a VM sees them: the agent's first answer, an exec's start and exit,
+ * then the monitor's shutdown, posted just before the API is destroyed;
+ * the subscriber still gets it, then the end of the connection.
+ */
+TEST_F(srv, events_in_order)
+{
+	static const char *const want[] = { "agent-ready", "exec-started",
+					    "exec-exited", "shutdown" };
+	json_int_t pid = 0, seq = 0;
+	struct tc sub = { .fd = -1 };
+	json_t *m, *ev;
+	bool eof = false;
+	unsigned int i;
+
+	ASSERT_EQ(0, tc_open(&sub, self->s.api_sock));
+	ASSERT_EQ(0, subscribe(&sub, 1, 0));
+	m = tc_call(&self->t, 7, "exec",
+		    json_pack("{s:[s, s, s]}", "argv", "sh", "-c", "exit 3"));
+	ASSERT_TRUE(m && result(m));
+	EXPECT_EQ(3, res_int(m, "exitCode"));
+	pid = res_int(m, "pid");
+	json_decref(m);
+	api__event(self->s.api, "shutdown",
+		   json_pack("{s:s, s:i}", "reason", "guest-exit", "exitCode",
+			     0));
+	api__destroy(self->s.api);
+	self->s.api = NULL;
+
+	for (i = 0; i < ARRAY_SIZE(want); i++) {
+		ev = next_event(&sub, &eof);
+		ASSERT_TRUE(ev != NULL) TH_LOG("event %u (%s) missing", i,
+					       want[i]);
+		EXPECT_STREQ(want[i], ev_type(ev));
+		EXPECT_EQ(seq + 1, ev_int(ev, "seq"));
+		EXPECT_LT(0, ev_int(ev, "time"));
+		EXPECT_TRUE(json_object_get(ev, "dropped") == NULL);
+		seq = ev_int(ev, "seq");
+		if (i == 1 || i == 2) {
+			EXPECT_STREQ("exec", json_string_value(json_object_get(
+						     ev, "kind")));
+			EXPECT_EQ(7, ev_int(ev, "id"));
+			EXPECT_EQ(pid, ev_int(ev, "pid"));
+		}
+		if (i == 2)
+			EXPECT_EQ(3, ev_int(ev, "exitCode"));
+		if (i == 3)
+			EXPECT_STREQ("guest-exit",
+				     json_string_value(
+					     json_object_get(ev, "reason")));
+		json_decref(ev);
+	}
+	ev = next_event(&sub, &eof);
+	EXPECT_TRUE(ev == NULL && eof);
+	json_decref(ev);
+	tc_close(&sub);
+}
+
+#define EV_PAD	  8192U /* bytes of padding in each event */
+#define EV_BURST  600U	/* events posted to a subscriber that reads none */
+
+/*
+ * A subscriber that reads nothing: the API keeps at most
+ * API_OUT_HIGH bytes for it and API_EVENTS_MAX events in the ring, so of
+ * EV_BURST big events it loses the oldest, and is told how many; the
+ * API goes on answering meanwhile.
+ */
+TEST_F(srv, events_bound_and_dropped_count)
+{
+	json_int_t base, seq, got = 0, dropped = 0, d;
+	struct tc sub = { .fd = -1 };
+	char *pad = malloc(EV_PAD + 1);
+	json_t *m, *ev;
+	unsigned int i;
+
+	ASSERT_TRUE(pad != NULL);
+	memset(pad, 'x', EV_PAD);
+	pad[EV_PAD] = 0;
+	ASSERT_EQ(0, tc_open(&sub, self->s.api_sock));
+	base = subscribe(&sub, 1, -1);
+	ASSERT_LE(0, base);
+	for (i = 0; i < EV_BURST; i++)
+		api__event(self->s.api, "test",
+			   json_pack("{s:i, s:s}", "n", i, "pad", pad));
+	free(pad);
+	/* The API thread is not held up by the stalled subscriber. */
+	m = tc_call(&self->t, 2, "vm.status", NULL);
+	ASSERT_TRUE(m && result(m));
+	json_decref(m);
+
+	seq = base;
+	while (seq < base + (json_int_t)EV_BURST) {
+		ev = next_event(&sub, NULL);
+		ASSERT_TRUE(ev != NULL) TH_LOG("after seq %lld", (long long)seq);
+		d = ev_int(ev, "dropped");
+		/* Every gap is announced by the event after it. */
+		EXPECT_EQ(seq + 1 + d, ev_int(ev, "seq"));
+		EXPECT_EQ(ev_int(ev, "seq") - base - 1, ev_int(ev, "n"));
+		seq = ev_int(ev, "seq");
+		dropped += d;
+		got++;
+		json_decref(ev);
+	}
+	EXPECT_EQ((json_int_t)EV_BURST, got + dropped);
+	EXPECT_LT(0, dropped);
+	tc_close(&sub);
+}
+
+/*
+ * since 0 replays what the ring holds: API_EVENTS_MAX events, the first
+ * saying how many older ones are gone.
+ */
+TEST_F(srv, events_replay_is_bounded)
+{
+	struct tc sub = { .fd = -1 };
+	json_int_t seq;
+	json_t *ev;
+	unsigned int i;
+
+	for (i = 0; i < API_EVENTS_MAX + 10; i++)
+		api__event(self->s.api, "test", json_pack("{s:i}", "n", i));
+	ASSERT_EQ(0, tc_open(&sub, self->s.api_sock));
+	EXPECT_EQ(API_EVENTS_MAX + 10, subscribe(&sub, 1, 0));
+	ev = next_event(&sub, NULL);
+	ASSERT_TRUE(ev != NULL);
+	EXPECT_EQ(11, ev_int(ev, "seq"));
+	EXPECT_EQ(10, ev_int(ev, "dropped"));
+	json_decref(ev);
+	for (seq = 12; seq <= API_EVENTS_MAX + 10; seq++) {
+		ev = next_event(&sub, NULL);
+		ASSERT_TRUE(ev != NULL);
+		EXPECT_EQ(seq, ev_int(ev, "seq"));
+		EXPECT_TRUE(json_object_get(ev, "dropped") == NULL);
+		json_decref(ev);
+	}
+	/* A second subscription on the same client is refused. */
+	EXPECT_EQ(-1, subscribe(&sub, 2, -1));
+	tc_close(&sub);
+}
+
+/*
+ * Two subscribers get the same events; one that disconnects is removed
+ * and the other goes on.
+ */
+TEST_F(srv, events_two_subscribers)
+{
+	struct tc a = { .fd = -1 }, b = { .fd = -1 };
+	json_int_t sa, sb;
+	json_t *m, *ea, *eb;
+
+	ASSERT_EQ(0, tc_open(&a, self->s.api_sock));
+	ASSERT_EQ(0, tc_open(&b, self->s.api_sock));
+	sa = subscribe(&a, 1, -1);
+	sb = subscribe(&b, 1, -1);
+	ASSERT_LE(0, sa);
+	ASSERT_LE(0, sb);
+	api__event(self->s.api, "first", NULL);
+	ea = next_event(&a, NULL);
+	eb = next_event(&b, NULL);
+	ASSERT_TRUE(ea && eb);
+	EXPECT_STREQ("first", ev_type(ea));
+	EXPECT_STREQ("first", ev_type(eb));
+	EXPECT_EQ(ev_int(ea, "seq"), ev_int(eb, "seq"));
+	json_decref(ea);
+	json_decref(eb);
+
+	tc_close(&a);
+	/* Gone from the clients once the API saw it go. */
+	for (;;) {
+		m = tc_call(&self->t, 3, "vm.status", NULL);
+		ASSERT_TRUE(m && result(m));
+		if (res_int(m, "clients") == 2)
+			break;
+		json_decref(m);
+		sleep_ms(10);
+	}
+	json_decref(m);
+	api__event(self->s.api, "second", NULL);
+	eb = next_event(&b, NULL);
+	ASSERT_TRUE(eb != NULL);
+	EXPECT_STREQ("second", ev_type(eb));
+	json_decref(eb);
+	tc_close(&b);
+}
+
 TEST(base64_round_trip)
 {
 	static const char *const cases[] = { "",     "f",     "fo",    "foo",
