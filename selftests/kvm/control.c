@@ -1531,4 +1531,55 @@ TEST_TIMEOUT(api_bad_inputs, BOOT_TIMEOUT)
 	vm_shutdown(_metadata, &c);
 }
 
+/*
+ * vm.subscribe on a booted VM (since 0: agent-ready came before the
+ * subscriber): two execs and a shutdown, every event in order, seq
+ * without gaps, the stream ending when the VM does.
+ */
+TEST_TIMEOUT(lifecycle_events, BOOT_TIMEOUT)
+{
+	static const char *const want[] = {
+		"agent-ready",	 "exec-started",       "exec-exited",
+		"exec-started",	 "exec-exited",	       "shutdown-requested",
+		"shutdown",
+	};
+	struct vmctl c = { 0 };
+	struct tc t = { .fd = -1 }, sub = { .fd = -1 };
+	json_t *m, *ev;
+	json_int_t seq = 0;
+	unsigned int i = 0;
+	bool eof = false;
+	char *out;
+
+	if (!vm_start(_metadata, &c, false))
+		SKIP(return, "no VM (see the log above)");
+	api_open(_metadata, &c, &sub);
+	api_open(_metadata, &c, &t);
+	json_decref(api_ok(_metadata, &sub, "vm.subscribe",
+			   json_pack("{s:i}", "since", 0)));
+	EXPECT_EQ(0, guest_sh(_metadata, &t, "echo one", &out));
+	free(out);
+	EXPECT_EQ(0, guest_sh(_metadata, &t, "echo two", &out));
+	free(out);
+	vm_shutdown(_metadata, &c);
+	while ((m = tc_recv(&sub, API_WAIT_MS, &eof))) {
+		ev = json_object_get(m, "params");
+		if (strcmp(str_of(m, "method") ?: "", "vm.event")) {
+			json_decref(m);
+			continue;
+		}
+		ASSERT_LT(i, ARRAY_SIZE(want)) TH_LOG("extra %s", dump(ev));
+		EXPECT_STREQ(want[i], str_of(ev, "type") ?: "");
+		EXPECT_EQ(seq + 1, json_integer_value(
+					   json_object_get(ev, "seq")));
+		seq = json_integer_value(json_object_get(ev, "seq"));
+		i++;
+		json_decref(m);
+	}
+	EXPECT_TRUE(eof);
+	EXPECT_EQ(ARRAY_SIZE(want), i);
+	tc_close(&sub);
+	tc_close(&t);
+}
+
 TEST_HARNESS_MAIN
