@@ -220,6 +220,17 @@ $(O)/selftests/helpers/%.cpio: $(O)/selftests/helpers/%
 selftests: $(O)/selftests/helpers/vsock-peer.cpio $(O)/selftests/helpers/fs-probe.cpio \
 	$(O)/selftests/helpers/net-probe.cpio
 
+# The HTTPS upstream that speaks HTTP/2 alone (selftests/kvm/net.c): a
+# host program, not a guest's, on nghttp2 and wolfSSL like the vmm, so
+# built as the unit tests are (this rule wins over the static one above).
+$(O)/selftests/helpers/h2-upstream: selftests/helpers/h2-upstream.c | pkg-check
+	$(quiet) CC $<
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) $(KILN_CFLAGS) $(CFLAGS) $(HARDEN_LD) -MMD -MP -MF $@.d \
+		-o $@ $< $(KILN_LDLIBS)
+
+selftests: $(O)/selftests/helpers/h2-upstream
+
 # The guest side of the virtio-fs benchmark (tools/bench-fs), built and
 # packed like the helpers above, as /bin/bench-fs-guest.
 $(O)/tools/bench-fs-guest: tools/bench-fs-guest.c

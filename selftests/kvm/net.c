@@ -1348,10 +1348,33 @@ TEST_TIMEOUT(hook_grants_denies_and_times_out, BOOT_TIMEOUT)
 #define API_TOKEN "Bearer kiln-s3cr3t-token-7f1c"
 #define TOKEN_ENV "KILN_TEST_API_TOKEN"
 
-static bool https_upstream_start(struct __test_metadata *_metadata,
-				 const char *dir, pid_t *pid)
+/*
+ * The HTTPS upstream that speaks HTTP/2 alone (h2-upstream.c), built
+ * next to the vmm, into path.
+ */
+static void h2_upstream_path(struct __test_metadata *_metadata, char *path,
+			     size_t len)
 {
-	char cmd[2048], crt[128], key[128], log[128], out[128];
+	const char *slash;
+	struct guest g;
+
+	guest_paths(&g);
+	slash = strrchr(g.vmm, '/');
+	snprintf(path, len, "%.*s/selftests/helpers/h2-upstream",
+		 slash ? (int)(slash - g.vmm) : 1, slash ? g.vmm : ".");
+	ASSERT_EQ(0, access(path, X_OK)) TH_LOG("%s missing: make selftests",
+						path);
+}
+
+/*
+ * The test CA and upstream's certificate in dir, then the upstream on
+ * TEST_HOST:443, its log dir/upstream.log: https-upstream.py (HTTP/1.1
+ * alone), or with h2, h2-upstream (HTTP/2 alone).
+ */
+static bool https_upstream_start(struct __test_metadata *_metadata,
+				 const char *dir, bool h2, pid_t *pid)
+{
+	char cmd[2048], crt[128], key[128], log[128], out[128], h2up[300];
 	struct sockaddr_in sin = { .sin_family = AF_INET,
 				   .sin_port = htons(443) };
 	int fd, i;
@@ -1376,10 +1399,16 @@ static bool https_upstream_start(struct __test_metadata *_metadata,
 	snprintf(key, sizeof(key), "%s/srv.key", dir);
 	snprintf(log, sizeof(log), "%s/upstream.log", dir);
 	snprintf(out, sizeof(out), "%s/upstream.out", dir);
-	*pid = spawn_logged(ARGS("/usr/bin/python3",
-				 "selftests/helpers/https-upstream.py",
-				 TEST_HOST, "443", crt, key, log),
-			    out);
+	if (h2) {
+		h2_upstream_path(_metadata, h2up, sizeof(h2up));
+		*pid = spawn_logged(ARGS(h2up, TEST_HOST, "443", crt, key, log),
+				    out);
+	} else {
+		*pid = spawn_logged(ARGS("/usr/bin/python3",
+					 "selftests/helpers/https-upstream.py",
+					 TEST_HOST, "443", crt, key, log),
+				    out);
+	}
 	ASSERT_LT(0, *pid);
 	inet_pton(AF_INET, TEST_HOST, &sin.sin_addr);
 	for (i = 0; i < READY_SECS * 10; i++) {
@@ -1431,7 +1460,7 @@ TEST_TIMEOUT(https_credentials_injected_on_the_host_only, BOOT_TIMEOUT)
 	if (!can_boot(_metadata))
 		return;
 	ASSERT_TRUE(debian_world(_metadata, image, sizeof(image), dir, &h, &d));
-	ASSERT_TRUE(https_upstream_start(_metadata, dir, &up));
+	ASSERT_TRUE(https_upstream_start(_metadata, dir, false, &up));
 	snprintf(ca, sizeof(ca), "%s/ca.crt", dir);
 	snprintf(log, sizeof(log), "%s/upstream.log", dir);
 	policy_file(_metadata, policy, sizeof(policy), dir, "policy.json",
@@ -1523,7 +1552,7 @@ TEST_TIMEOUT(https_credentials_from_the_hook, BOOT_TIMEOUT)
 	if (!can_boot(_metadata))
 		return;
 	ASSERT_TRUE(debian_world(_metadata, image, sizeof(image), dir, &h, &d));
-	ASSERT_TRUE(https_upstream_start(_metadata, dir, &up));
+	ASSERT_TRUE(https_upstream_start(_metadata, dir, false, &up));
 	ASSERT_TRUE(test_hook_start(_metadata, &k, dir));
 	snprintf(ca, sizeof(ca), "%s/ca.crt", dir);
 	snprintf(log, sizeof(log), "%s/upstream.log", dir);
@@ -1579,6 +1608,93 @@ TEST_TIMEOUT(https_credentials_from_the_hook, BOOT_TIMEOUT)
 	TH_LOG("the hook was asked: %s", k.asked);
 	EXPECT_TRUE(strstr(k.asked, "\"method\": \"GET\"") != NULL);
 	EXPECT_EQ(NULL, strstr(k.asked, "guest-own"));
+	snprintf(seen, sizeof(seen), "rm -rf '%s'", dir);
+	if (system(seen))
+		TH_LOG("cannot remove %s", dir);
+}
+
+/*
+ * The same scenario toward an upstream that speaks HTTP/2 alone
+ * (h2-upstream: ALPN "h2" only): the guest's `curl --http2` is offered
+ * h2 (upstream chose it) and goes through vmm/h2.c; its answer comes
+ * back over h2 (curl says 2) and upstream saw an h2 request with the
+ * host's authorization in place of the guest's. `curl --http1.1` on the
+ * same grant gets the vmm's 502 `upstream tls failed`: its first
+ * upstream connection (on h2) is dropped unused, the second offers
+ * http/1.1 alone, which that upstream refuses (no_application_protocol);
+ * so upstream saw one request only. The guest saw no trace of the token.
+ */
+TEST_TIMEOUT(https_h2_credentials_injected_on_the_host_only, BOOT_TIMEOUT)
+{
+	char dir[] = "/tmp/kiln-net-h2-XXXXXX", policy[128], image[300];
+	char ca[128], log[128], seen[8192];
+	struct spawn_result r;
+	struct udp_server d;
+	struct test_host h;
+	const char *p;
+	int requests = 0;
+	pid_t up;
+
+	if (!can_boot(_metadata))
+		return;
+	ASSERT_TRUE(debian_world(_metadata, image, sizeof(image), dir, &h, &d));
+	ASSERT_TRUE(https_upstream_start(_metadata, dir, true, &up));
+	snprintf(ca, sizeof(ca), "%s/ca.crt", dir);
+	snprintf(log, sizeof(log), "%s/upstream.log", dir);
+	policy_file(_metadata, policy, sizeof(policy), dir, "policy.json",
+		    "{\"dns\": {\"resolvers\": [\"" TEST_DNS "\"]}, "
+		    "\"http\": [{\"host\": \"" API_HOST "\", \"ports\": [443], "
+		    "\"headers\": {\"authorization\": "
+		    "{\"from\": \"env:" TOKEN_ENV "\"}}}]}");
+	ASSERT_EQ(0, setenv(TOKEN_ENV, API_TOKEN, 1));
+	BOOT_SPEC((&(struct boot_spec){
+			  .initrd = "",
+			  .opts = ARGS("--rootfs", image, "--net", "auto",
+				       "--net-policy", policy,
+				       "--net-ca-bundle", ca),
+			  .cmd = ARGS("bash", "-c",
+				      "c() { curl -sS --max-time 60 \"$@\"; }; "
+				      "c --http2 -H 'Authorization: guest-own' "
+				      "-w ' %{http_version}\\n' "
+				      "https://" API_HOST "/user; "
+				      "c --http1.1 "
+				      "-w '%{http_code} %{http_version}\\n' "
+				      "https://" API_HOST "/user; "
+				      "env; cat /proc/*/environ 2>/dev/null "
+				      "| tr '\\0' '\\n'; "
+				      "grep -rl kiln-s3cr3t /etc /tmp /run /root "
+				      "2>/dev/null; echo done") }),
+		  &r);
+	unsetenv(TOKEN_ENV);
+	kill(up, SIGTERM);
+	wait_exit(up, 30);
+	udp_server_stop(&d);
+	test_host_stop(&h);
+	EXPECT_EQ(0, r.status);
+	/* h2 end to end; then http/1.1 toward h2 alone: the vmm's 502. */
+	EXPECT_TRUE(strstr(r.out, "{\"login\": \"kiln-test-user\"}\n 2\n"
+				  "upstream tls failed\n502 1.1\n") != NULL)
+	TH_LOG("stdout: %.3000s\nstderr: %.3000s", r.out, r.err);
+	EXPECT_EQ(strlen(r.out), r.out_len);
+	EXPECT_TRUE(strstr(r.out, "\ndone\n") != NULL)
+	TH_LOG("stdout: %.3000s", r.out);
+	/* No trace of the token anywhere the guest could read or say. */
+	EXPECT_EQ(NULL, strstr(r.out, "kiln-s3cr3t"));
+	EXPECT_EQ(NULL, strstr(r.err, "kiln-s3cr3t"));
+	/* Upstream got one request, on h2, the host's header in it. */
+	read_text(log, seen, sizeof(seen));
+	for (p = seen; (p = strstr(p, "h2 GET /user\n")); p++)
+		requests++;
+	EXPECT_EQ(1, requests) TH_LOG("upstream saw: %s", seen);
+	EXPECT_TRUE(strstr(seen, "authorization: " API_TOKEN "\n") != NULL)
+	TH_LOG("upstream saw: %s", seen);
+	EXPECT_EQ(NULL, strstr(seen, "guest-own"))
+	TH_LOG("upstream saw: %s", seen);
+	EXPECT_TRUE(strstr(seen, ":authority: " API_HOST) != NULL)
+	TH_LOG("upstream saw: %s", seen);
+	/* The http/1.1 guest's second upstream connection was refused. */
+	EXPECT_TRUE(strstr(r.err, "upstream failed for tcp ") != NULL)
+	TH_LOG("stderr: %.3000s", r.err);
 	snprintf(seen, sizeof(seen), "rm -rf '%s'", dir);
 	if (system(seen))
 		TH_LOG("cannot remove %s", dir);
