@@ -35,6 +35,23 @@ static void addr_port(const struct sockaddr_in *a, char out[HOOK_ADDR_STRLEN])
 	snprintf(out, HOOK_ADDR_STRLEN, "%s:%u", ip, ntohs(a->sin_port));
 }
 
+/*
+ * o (taken over) as one line into buf: no indent, ", " and ": " between
+ * items, then '\n'. Its length, -ENOSPC, or -ENOMEM.
+ */
+static int dump_line(json_t *o, char *buf, size_t len)
+{
+	size_t n = json_dumpb(o, buf, len, 0);
+
+	json_decref(o);
+	if (!n)
+		return -ENOMEM;
+	if (n + 1 > len)
+		return -ENOSPC;
+	buf[n] = '\n';
+	return (int)(n + 1);
+}
+
 static json_t *hostnames_json(const struct net_ask *a)
 {
 	json_t *arr = json_array();
@@ -56,7 +73,6 @@ int hook_msg__question(char *buf, size_t len, uint64_t id,
 {
 	char src[HOOK_ADDR_STRLEN], dst[HOOK_ADDR_STRLEN];
 	json_t *q, *names;
-	size_t n;
 
 	addr_port(&f->src, src);
 	addr_port(&f->dst, dst);
@@ -70,15 +86,7 @@ int hook_msg__question(char *buf, size_t len, uint64_t id,
 		      names);
 	if (!q)
 		return -ENOMEM;
-	/* One line: no indent, ", " and ": " between items. */
-	n = json_dumpb(q, buf, len, 0);
-	json_decref(q);
-	if (!n)
-		return -ENOMEM;
-	if (n + 1 > len)
-		return -ENOSPC;
-	buf[n] = '\n';
-	return (int)(n + 1);
+	return dump_line(q, buf, len);
 }
 
 /* n bytes of s as printable ASCII (else '?'), a JSON string; NULL: ENOMEM. */
@@ -184,7 +192,6 @@ int hook_msg__http_question(char *buf, size_t len, uint64_t id,
 		       2 * (q->path_len + strlen(q->host) + strlen(q->method));
 	json_t *o, *fields = json_array(), *omitted = json_array();
 	bool truncated;
-	size_t n;
 	int ret;
 
 	if (!fields || !omitted) {
@@ -209,14 +216,7 @@ int hook_msg__http_question(char *buf, size_t len, uint64_t id,
 		      "omitted", omitted, "truncated", truncated);
 	if (!o)
 		return -ENOMEM;
-	n = json_dumpb(o, buf, len, 0);
-	json_decref(o);
-	if (!n)
-		return -ENOMEM;
-	if (n + 1 > len)
-		return -ENOSPC;
-	buf[n] = '\n';
-	return (int)(n + 1);
+	return dump_line(o, buf, len);
 
 out_free:
 	json_decref(fields);
