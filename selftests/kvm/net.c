@@ -1439,6 +1439,84 @@ static void read_text(const char *path, char *buf, size_t len)
 }
 
 /*
+ * What the HTTPS tests share: the Debian world (test host, test DNS), an
+ * HTTPS upstream with its test CA (HTTP/1.1, or HTTP/2 alone), the
+ * policy, and a boot of the Debian image with them.
+ */
+struct https_world {
+	char image[300], ca[128], log[128], policy[128];
+	struct test_host h;
+	struct udp_server d;
+	pid_t up;
+};
+
+/* The guest's leak probe: its environments and files, then "done". */
+#define LEAK_PROBE(token)                                          \
+	"env; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'; " \
+	"grep -rl " token " /etc /tmp /run /root 2>/dev/null; echo done"
+
+static bool https_world_start(struct __test_metadata *_metadata,
+			      struct https_world *w, char *dir, bool h2)
+{
+	ASSERT_TRUE(debian_world(_metadata, w->image, sizeof(w->image), dir,
+				 &w->h, &w->d));
+	ASSERT_TRUE(https_upstream_start(_metadata, dir, h2, &w->up));
+	snprintf(w->ca, sizeof(w->ca), "%s/ca.crt", dir);
+	snprintf(w->log, sizeof(w->log), "%s/upstream.log", dir);
+	return true;
+}
+
+/* Boots the image with the network, w's policy and CA, bash -c script. */
+static int https_world_boot(struct __test_metadata *_metadata,
+			    struct https_world *w, const char *script,
+			    struct spawn_result *r)
+{
+	return boot_spec(_metadata,
+			 &(struct boot_spec){
+				 .initrd = "",
+				 .opts = ARGS("--rootfs", w->image, "--net",
+					      "auto", "--net-policy", w->policy,
+					      "--net-ca-bundle", w->ca),
+				 .cmd = ARGS("bash", "-c", script) },
+			 r);
+}
+
+static void https_world_stop(struct https_world *w)
+{
+	kill(w->up, SIGTERM);
+	wait_exit(w->up, 30);
+	udp_server_stop(&w->d);
+	test_host_stop(&w->h);
+}
+
+/* The guest said "done" and neither it nor the vmm ever said token. */
+static void expect_no_trace(struct __test_metadata *_metadata,
+			    const struct spawn_result *r, const char *token)
+{
+	/* Read whole: no NUL ended it early. */
+	EXPECT_EQ(strlen(r->out), r->out_len);
+	EXPECT_TRUE(strstr(r->out, "\ndone\n") != NULL)
+	TH_LOG("stdout: %.3000s", r->out);
+	EXPECT_EQ(NULL, strstr(r->out, token));
+	EXPECT_EQ(NULL, strstr(r->err, token));
+}
+
+static void remove_tree(struct __test_metadata *_metadata, const char *dir)
+{
+	char cmd[160];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	if (system(cmd))
+		TH_LOG("cannot remove %s", dir);
+}
+
+#define API_POLICY                                                     \
+	"{\"dns\": {\"resolvers\": [\"" TEST_DNS "\"]}, "               \
+	"\"http\": [{\"host\": \"" API_HOST "\", \"ports\": [443], "     \
+	"\"headers\": {\"authorization\": "                             \
+	"{\"from\": \"env:" TOKEN_ENV "\"}}}]}"
+
+/*
  * The seed's scenario end to end on the Debian image: the guest's
  * ordinary `curl https://api.kiln.test/user` (and Python's urllib)
  * resolves through the vmm's trusted DNS, trusts the VM's CA (installed
@@ -1450,70 +1528,48 @@ static void read_text(const char *path, char *buf, size_t len)
  */
 TEST_TIMEOUT(https_credentials_injected_on_the_host_only, BOOT_TIMEOUT)
 {
-	char dir[] = "/tmp/kiln-net-https-XXXXXX", policy[128], image[300];
-	char ca[128], log[128], seen[8192];
+	char dir[] = "/tmp/kiln-net-https-XXXXXX", seen[8192];
 	struct spawn_result r;
-	struct udp_server d;
-	struct test_host h;
-	pid_t up;
+	struct https_world w;
+	int ret;
 
 	if (!can_boot(_metadata))
 		return;
-	ASSERT_TRUE(debian_world(_metadata, image, sizeof(image), dir, &h, &d));
-	ASSERT_TRUE(https_upstream_start(_metadata, dir, false, &up));
-	snprintf(ca, sizeof(ca), "%s/ca.crt", dir);
-	snprintf(log, sizeof(log), "%s/upstream.log", dir);
-	policy_file(_metadata, policy, sizeof(policy), dir, "policy.json",
-		    "{\"dns\": {\"resolvers\": [\"" TEST_DNS "\"]}, "
-		    "\"http\": [{\"host\": \"" API_HOST "\", \"ports\": [443], "
-		    "\"headers\": {\"authorization\": "
-		    "{\"from\": \"env:" TOKEN_ENV "\"}}}]}");
+	ASSERT_TRUE(https_world_start(_metadata, &w, dir, false));
+	policy_file(_metadata, w.policy, sizeof(w.policy), dir, "policy.json",
+		    API_POLICY);
 	ASSERT_EQ(0, setenv(TOKEN_ENV, API_TOKEN, 1));
-	BOOT_SPEC((&(struct boot_spec){
-			  .initrd = "",
-			  .opts = ARGS("--rootfs", image, "--net", "auto",
-				       "--net-policy", policy,
-				       "--net-ca-bundle", ca),
-			  .cmd = ARGS("bash", "-c",
-				      "c() { curl -sS --max-time 60 \"$@\"; }; "
-				      "c -H 'Authorization: guest-own' "
-				      "https://" API_HOST "/user; "
-				      "python3 -c 'import urllib.request as u; "
-				      "print(u.urlopen(\"https://" API_HOST
-				      "/user\", timeout=60).read().decode(), "
-				      "end=\"\")'; "
-				      "c -o /dev/null -w '%{http_code}\\n' "
-				      "-H 'Host: evil.kiln.test' "
-				      "https://" API_HOST "/user; "
-				      "c https://192.0.2.10/user 2>/dev/null "
-				      "|| echo ip literal refused; "
-				      "c https://other.kiln.test/user 2>/dev/null "
-				      "|| echo ungranted name refused; "
-				      "env; cat /proc/*/environ 2>/dev/null "
-				      "| tr '\\0' '\\n'; "
-				      "grep -rl kiln-s3cr3t /etc /tmp /run /root "
-				      "2>/dev/null; echo done") }),
-		  &r);
+	ret = https_world_boot(_metadata, &w,
+			       "c() { curl -sS --max-time 60 \"$@\"; }; "
+			       "c -H 'Authorization: guest-own' "
+			       "https://" API_HOST "/user; "
+			       "python3 -c 'import urllib.request as u; "
+			       "print(u.urlopen(\"https://" API_HOST
+			       "/user\", timeout=60).read().decode(), "
+			       "end=\"\")'; "
+			       "c -o /dev/null -w '%{http_code}\\n' "
+			       "-H 'Host: evil.kiln.test' "
+			       "https://" API_HOST "/user; "
+			       "c https://192.0.2.10/user 2>/dev/null "
+			       "|| echo ip literal refused; "
+			       "c https://other.kiln.test/user 2>/dev/null "
+			       "|| echo ungranted name refused; " LEAK_PROBE(
+				       "kiln-s3cr3t"),
+			       &r);
 	unsetenv(TOKEN_ENV);
-	kill(up, SIGTERM);
-	wait_exit(up, 30);
-	udp_server_stop(&d);
-	test_host_stop(&h);
+	https_world_stop(&w);
+	if (ret)
+		return;
 	EXPECT_EQ(0, r.status);
 	EXPECT_TRUE(strstr(r.out, "{\"login\": \"kiln-test-user\"}\n"
 				  "{\"login\": \"kiln-test-user\"}\n421\n"
 				  "ip literal refused\n"
 				  "ungranted name refused\n") != NULL)
 	TH_LOG("stdout: %.3000s\nstderr: %.3000s", r.out, r.err);
-	/* Read whole: no NUL ended it early. */
-	EXPECT_EQ(strlen(r.out), r.out_len);
-	EXPECT_TRUE(strstr(r.out, "\ndone\n") != NULL)
-	TH_LOG("stdout: %.3000s", r.out);
 	/* No trace of the token anywhere the guest could read or say. */
-	EXPECT_EQ(NULL, strstr(r.out, "kiln-s3cr3t"));
-	EXPECT_EQ(NULL, strstr(r.err, "kiln-s3cr3t"));
+	expect_no_trace(_metadata, &r, "kiln-s3cr3t");
 	/* Upstream got the host's header, never the guest's. */
-	read_text(log, seen, sizeof(seen));
+	read_text(w.log, seen, sizeof(seen));
 	EXPECT_TRUE(strstr(seen, "GET /user HTTP/1.1\n") != NULL)
 	TH_LOG("upstream saw: %s", seen);
 	EXPECT_TRUE(strstr(seen, "authorization: " API_TOKEN "\n") != NULL)
@@ -1526,9 +1582,7 @@ TEST_TIMEOUT(https_credentials_injected_on_the_host_only, BOOT_TIMEOUT)
 	EXPECT_EQ(NULL, strstr(seen, "evil.kiln.test"));
 	EXPECT_TRUE(strstr(r.err, "refused an http request of tcp ") != NULL)
 	TH_LOG("stderr: %s", r.err);
-	snprintf(seen, sizeof(seen), "rm -rf '%s'", dir);
-	if (system(seen))
-		TH_LOG("cannot remove %s", dir);
+	remove_tree(_metadata, dir);
 }
 
 /*
@@ -1541,21 +1595,16 @@ TEST_TIMEOUT(https_credentials_injected_on_the_host_only, BOOT_TIMEOUT)
  */
 TEST_TIMEOUT(https_credentials_from_the_hook, BOOT_TIMEOUT)
 {
-	char dir[] = "/tmp/kiln-net-hookhttp-XXXXXX", policy[128], image[300];
-	char ca[128], log[128], seen[8192], doc[512];
+	char dir[] = "/tmp/kiln-net-hookhttp-XXXXXX", seen[8192], doc[512];
 	struct spawn_result r;
-	struct udp_server d;
-	struct test_host h;
+	struct https_world w;
 	struct test_hook k;
-	pid_t up;
+	int ret;
 
 	if (!can_boot(_metadata))
 		return;
-	ASSERT_TRUE(debian_world(_metadata, image, sizeof(image), dir, &h, &d));
-	ASSERT_TRUE(https_upstream_start(_metadata, dir, false, &up));
+	ASSERT_TRUE(https_world_start(_metadata, &w, dir, false));
 	ASSERT_TRUE(test_hook_start(_metadata, &k, dir));
-	snprintf(ca, sizeof(ca), "%s/ca.crt", dir);
-	snprintf(log, sizeof(log), "%s/upstream.log", dir);
 	snprintf(doc, sizeof(doc),
 		 "{\"dns\": {\"resolvers\": [\"" TEST_DNS "\"]}, "
 		 "\"http\": [{\"host\": \"" API_HOST "\", \"ports\": [443], "
@@ -1563,41 +1612,29 @@ TEST_TIMEOUT(https_credentials_from_the_hook, BOOT_TIMEOUT)
 		 "{\"from\": \"hook\"}}}], "
 		 "\"hook\": {\"socket\": \"%s\", \"timeoutMs\": 5000}}",
 		 k.path);
-	policy_file(_metadata, policy, sizeof(policy), dir, "policy.json", doc);
-	BOOT_SPEC((&(struct boot_spec){
-			  .initrd = "",
-			  .opts = ARGS("--rootfs", image, "--net", "auto",
-				       "--net-policy", policy,
-				       "--net-ca-bundle", ca),
-			  .cmd = ARGS("bash", "-c",
-				      "c() { curl -sS --max-time 60 \"$@\"; }; "
-				      "c -H 'Authorization: guest-own' "
-				      "https://" API_HOST "/user; "
-				      "python3 -c 'import urllib.request as u; "
-				      "print(u.urlopen(\"https://" API_HOST
-				      "/user\", timeout=60).read().decode(), "
-				      "end=\"\")'; "
-				      "env; cat /proc/*/environ 2>/dev/null "
-				      "| tr '\\0' '\\n'; "
-				      "grep -rl kiln-h00k /etc /tmp /run /root "
-				      "2>/dev/null; echo done") }),
-		  &r);
-	kill(up, SIGTERM);
-	wait_exit(up, 30);
+	policy_file(_metadata, w.policy, sizeof(w.policy), dir, "policy.json",
+		    doc);
+	ret = https_world_boot(_metadata, &w,
+			       "c() { curl -sS --max-time 60 \"$@\"; }; "
+			       "c -H 'Authorization: guest-own' "
+			       "https://" API_HOST "/user; "
+			       "python3 -c 'import urllib.request as u; "
+			       "print(u.urlopen(\"https://" API_HOST
+			       "/user\", timeout=60).read().decode(), "
+			       "end=\"\")'; " LEAK_PROBE("kiln-h00k"),
+			       &r);
 	test_hook_stop(&k);
-	udp_server_stop(&d);
-	test_host_stop(&h);
+	https_world_stop(&w);
+	if (ret)
+		return;
 	EXPECT_EQ(0, r.status);
 	EXPECT_TRUE(strstr(r.out, "{\"login\": \"kiln-test-user\"}\n"
 				  "{\"login\": \"kiln-test-user\"}\n") != NULL)
 	TH_LOG("stdout: %.3000s\nstderr: %.3000s", r.out, r.err);
-	EXPECT_TRUE(strstr(r.out, "\ndone\n") != NULL)
-	TH_LOG("stdout: %.3000s", r.out);
 	/* No trace of the hook's token anywhere the guest could read. */
-	EXPECT_EQ(NULL, strstr(r.out, "kiln-h00k"));
-	EXPECT_EQ(NULL, strstr(r.err, "kiln-h00k"));
+	expect_no_trace(_metadata, &r, "kiln-h00k");
 	/* Upstream got the hook's header on both requests, not the guest's. */
-	read_text(log, seen, sizeof(seen));
+	read_text(w.log, seen, sizeof(seen));
 	EXPECT_TRUE(strstr(seen, "authorization: " HOOK_API_TOKEN "\n") != NULL)
 	TH_LOG("upstream saw: %s", seen);
 	EXPECT_EQ(NULL, strstr(seen, "guest-own"))
@@ -1608,9 +1645,7 @@ TEST_TIMEOUT(https_credentials_from_the_hook, BOOT_TIMEOUT)
 	TH_LOG("the hook was asked: %s", k.asked);
 	EXPECT_TRUE(strstr(k.asked, "\"method\": \"GET\"") != NULL);
 	EXPECT_EQ(NULL, strstr(k.asked, "guest-own"));
-	snprintf(seen, sizeof(seen), "rm -rf '%s'", dir);
-	if (system(seen))
-		TH_LOG("cannot remove %s", dir);
+	remove_tree(_metadata, dir);
 }
 
 /*
@@ -1626,63 +1661,41 @@ TEST_TIMEOUT(https_credentials_from_the_hook, BOOT_TIMEOUT)
  */
 TEST_TIMEOUT(https_h2_credentials_injected_on_the_host_only, BOOT_TIMEOUT)
 {
-	char dir[] = "/tmp/kiln-net-h2-XXXXXX", policy[128], image[300];
-	char ca[128], log[128], seen[8192];
+	char dir[] = "/tmp/kiln-net-h2-XXXXXX", seen[8192];
 	struct spawn_result r;
-	struct udp_server d;
-	struct test_host h;
+	struct https_world w;
 	const char *p;
-	int requests = 0;
-	pid_t up;
+	int requests = 0, ret;
 
 	if (!can_boot(_metadata))
 		return;
-	ASSERT_TRUE(debian_world(_metadata, image, sizeof(image), dir, &h, &d));
-	ASSERT_TRUE(https_upstream_start(_metadata, dir, true, &up));
-	snprintf(ca, sizeof(ca), "%s/ca.crt", dir);
-	snprintf(log, sizeof(log), "%s/upstream.log", dir);
-	policy_file(_metadata, policy, sizeof(policy), dir, "policy.json",
-		    "{\"dns\": {\"resolvers\": [\"" TEST_DNS "\"]}, "
-		    "\"http\": [{\"host\": \"" API_HOST "\", \"ports\": [443], "
-		    "\"headers\": {\"authorization\": "
-		    "{\"from\": \"env:" TOKEN_ENV "\"}}}]}");
+	ASSERT_TRUE(https_world_start(_metadata, &w, dir, true));
+	policy_file(_metadata, w.policy, sizeof(w.policy), dir, "policy.json",
+		    API_POLICY);
 	ASSERT_EQ(0, setenv(TOKEN_ENV, API_TOKEN, 1));
-	BOOT_SPEC((&(struct boot_spec){
-			  .initrd = "",
-			  .opts = ARGS("--rootfs", image, "--net", "auto",
-				       "--net-policy", policy,
-				       "--net-ca-bundle", ca),
-			  .cmd = ARGS("bash", "-c",
-				      "c() { curl -sS --max-time 60 \"$@\"; }; "
-				      "c --http2 -H 'Authorization: guest-own' "
-				      "-w ' %{http_version}\\n' "
-				      "https://" API_HOST "/user; "
-				      "c --http1.1 "
-				      "-w '%{http_code} %{http_version}\\n' "
-				      "https://" API_HOST "/user; "
-				      "env; cat /proc/*/environ 2>/dev/null "
-				      "| tr '\\0' '\\n'; "
-				      "grep -rl kiln-s3cr3t /etc /tmp /run /root "
-				      "2>/dev/null; echo done") }),
-		  &r);
+	ret = https_world_boot(_metadata, &w,
+			       "c() { curl -sS --max-time 60 \"$@\"; }; "
+			       "c --http2 -H 'Authorization: guest-own' "
+			       "-w ' %{http_version}\\n' "
+			       "https://" API_HOST "/user; "
+			       "c --http1.1 "
+			       "-w '%{http_code} %{http_version}\\n' "
+			       "https://" API_HOST "/user; " LEAK_PROBE(
+				       "kiln-s3cr3t"),
+			       &r);
 	unsetenv(TOKEN_ENV);
-	kill(up, SIGTERM);
-	wait_exit(up, 30);
-	udp_server_stop(&d);
-	test_host_stop(&h);
+	https_world_stop(&w);
+	if (ret)
+		return;
 	EXPECT_EQ(0, r.status);
 	/* h2 end to end; then http/1.1 toward h2 alone: the vmm's 502. */
 	EXPECT_TRUE(strstr(r.out, "{\"login\": \"kiln-test-user\"}\n 2\n"
 				  "upstream tls failed\n502 1.1\n") != NULL)
 	TH_LOG("stdout: %.3000s\nstderr: %.3000s", r.out, r.err);
-	EXPECT_EQ(strlen(r.out), r.out_len);
-	EXPECT_TRUE(strstr(r.out, "\ndone\n") != NULL)
-	TH_LOG("stdout: %.3000s", r.out);
 	/* No trace of the token anywhere the guest could read or say. */
-	EXPECT_EQ(NULL, strstr(r.out, "kiln-s3cr3t"));
-	EXPECT_EQ(NULL, strstr(r.err, "kiln-s3cr3t"));
+	expect_no_trace(_metadata, &r, "kiln-s3cr3t");
 	/* Upstream got one request, on h2, the host's header in it. */
-	read_text(log, seen, sizeof(seen));
+	read_text(w.log, seen, sizeof(seen));
 	for (p = seen; (p = strstr(p, "h2 GET /user\n")); p++)
 		requests++;
 	EXPECT_EQ(1, requests) TH_LOG("upstream saw: %s", seen);
@@ -1695,9 +1708,7 @@ TEST_TIMEOUT(https_h2_credentials_injected_on_the_host_only, BOOT_TIMEOUT)
 	/* The http/1.1 guest's second upstream connection was refused. */
 	EXPECT_TRUE(strstr(r.err, "upstream failed for tcp ") != NULL)
 	TH_LOG("stderr: %.3000s", r.err);
-	snprintf(seen, sizeof(seen), "rm -rf '%s'", dir);
-	if (system(seen))
-		TH_LOG("cannot remove %s", dir);
+	remove_tree(_metadata, dir);
 }
 
 TEST_HARNESS_MAIN
