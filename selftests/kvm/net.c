@@ -1524,7 +1524,8 @@ static void remove_tree(struct __test_metadata *_metadata, const char *dir)
  * host's authorization header in place of the guest's; the guest saw no
  * trace of it (its output, environment, files), nor did the vmm's log.
  * A spoofed Host gets 421, an IP-literal HTTPS destination and an
- * ungranted name get nothing.
+ * ungranted name get nothing. No private key reached the guest: its
+ * trust store and what init was given hold the CA's certificate only.
  */
 TEST_TIMEOUT(https_credentials_injected_on_the_host_only, BOOT_TIMEOUT)
 {
@@ -1553,8 +1554,11 @@ TEST_TIMEOUT(https_credentials_injected_on_the_host_only, BOOT_TIMEOUT)
 			       "c https://192.0.2.10/user 2>/dev/null "
 			       "|| echo ip literal refused; "
 			       "c https://other.kiln.test/user 2>/dev/null "
-			       "|| echo ungranted name refused; " LEAK_PROBE(
-				       "kiln-s3cr3t"),
+			       "|| echo ungranted name refused; "
+			       "grep -rlI 'PRIVATE KEY' /etc/ssl/certs "
+			       "/usr/local/share/ca-certificates /kiln /run "
+			       "/tmp /root 2>/dev/null; echo keys-checked; "
+			       LEAK_PROBE("kiln-s3cr3t"),
 			       &r);
 	unsetenv(TOKEN_ENV);
 	https_world_stop(&w);
@@ -1564,7 +1568,8 @@ TEST_TIMEOUT(https_credentials_injected_on_the_host_only, BOOT_TIMEOUT)
 	EXPECT_TRUE(strstr(r.out, "{\"login\": \"kiln-test-user\"}\n"
 				  "{\"login\": \"kiln-test-user\"}\n421\n"
 				  "ip literal refused\n"
-				  "ungranted name refused\n") != NULL)
+				  "ungranted name refused\n"
+				  "keys-checked\n") != NULL)
 	TH_LOG("stdout: %.3000s\nstderr: %.3000s", r.out, r.err);
 	/* No trace of the token anywhere the guest could read or say. */
 	expect_no_trace(_metadata, &r, "kiln-s3cr3t");
