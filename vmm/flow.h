@@ -100,6 +100,8 @@ struct net_http_decision {
 	unsigned int hook_timeout_ms;
 	bool ask_each_request; /* else once per connection, then kept */
 	unsigned int grant;    /* the http grant's index */
+	/* ALLOW: the grant's upstream response deadline; 0: the proxy's. */
+	unsigned int response_ms;
 };
 
 /*

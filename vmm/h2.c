@@ -69,6 +69,13 @@ struct h2_stream {
 	bool resp_started; /* the final response head went to the guest */
 	bool resp_end;	   /* upstream's END_STREAM was read, or ours */
 	bool resp_trailers;
+	/*
+	 * Owing a response (forwarded, upstream's end not read): whether
+	 * a frame of it went or came since the last sweep, and since when
+	 * (the sweep's clock) none did: h2__expire().
+	 */
+	bool heard;
+	uint64_t quiet_since;
 	struct h2_fields req, resp;
 	struct bytequeue req_body, resp_body;
 	struct bytequeue edit_names; /* lower case, each NUL-terminated */
@@ -488,6 +495,8 @@ static ssize_t body_read(nghttp2_session *sess, int32_t id, uint8_t *buf,
 	bytequeue__consume(q, n);
 	if (n && !s->answered && !h->dead[from])
 		nghttp2_session_consume(h->sess[from], from_id, n);
+	if (n)
+		s->heard = true;
 	if (!q->len && end) {
 		*flags |= NGHTTP2_DATA_FLAG_EOF;
 		if (trailers)
@@ -744,6 +753,7 @@ static int forward(struct h2 *h, struct h2_stream *s, bool end)
 	}
 	s->uid = id;
 	s->u_open = true;
+	s->heard = true;
 	h->allowed = true;
 	return 0;
 }
@@ -943,6 +953,7 @@ static int on_frame_recv(nghttp2_session *sess, const nghttp2_frame *fr,
 	    (fr->hd.type != NGHTTP2_HEADERS && fr->hd.type != NGHTTP2_DATA))
 		return 0;
 	if (side == H2_UP) {
+		s->heard = true;
 		if (fr->hd.type == NGHTTP2_HEADERS)
 			return cb_result(h, response(h, s, end));
 		if (end) {
@@ -988,10 +999,12 @@ static int on_data_chunk(nghttp2_session *sess, uint8_t flags, int32_t id,
 	if (bytequeue__append(side == H2_GUEST ? &s->req_body : &s->resp_body,
 			      data, len))
 		return cb_result(h, -ENOMEM);
-	if (side == H2_GUEST)
+	if (side == H2_GUEST) {
 		resume(h, H2_UP, s->uid);
-	else
+	} else {
+		s->heard = true;
 		resume(h, H2_GUEST, s->gid);
+	}
 	return 0;
 }
 
@@ -1263,6 +1276,63 @@ void h2__upstream_failed(struct h2 *h, unsigned int status, const char *reason)
 		bytequeue__consume(&h->out[H2_UP], h->out[H2_UP].len);
 	}
 	settle(h);
+}
+
+/*
+ * A stream upstream owes a response to, silent past the deadline: the
+ * guest gets status and reason if no response head went to it yet, else
+ * a reset; upstream's stream is cancelled either way.
+ */
+static int expire(struct h2 *h, struct h2_stream *s, unsigned int status,
+		  const char *reason)
+{
+	int ret = 0;
+
+	if (s->resp_started) {
+		body_drop(h, H2_UP, &s->resp_body);
+		rst(h, H2_GUEST, s->gid, NGHTTP2_INTERNAL_ERROR);
+	} else {
+		ret = answer(h, s, status, reason);
+	}
+	rst(h, H2_UP, s->uid, NGHTTP2_CANCEL);
+	return ret;
+}
+
+/* Upstream's turn: nothing of its response waits for the guest. */
+static bool owes_response(const struct h2_stream *s)
+{
+	return s->u_open && s->g_open && !s->answered && !s->resp_end &&
+	       !s->resp_body.len;
+}
+
+int h2__expire(struct h2 *h, uint64_t now, uint64_t limit, unsigned int status,
+	       const char *reason)
+{
+	struct h2_stream *s, *next;
+	int ret = 0, n = 0;
+
+	if (h->err)
+		return h->err;
+	for (s = h->streams; s && !ret; s = next) {
+		next = s->next;
+		if (!owes_response(s)) {
+			s->quiet_since = 0;
+			continue;
+		}
+		if (s->heard || !s->quiet_since) {
+			s->heard = false;
+			s->quiet_since = now;
+			continue;
+		}
+		if (now - s->quiet_since < limit)
+			continue;
+		ret = expire(h, s, status, reason);
+		n++;
+	}
+	for (int side = 0; side < H2_SIDES && !ret && n; side++)
+		ret = pump(h, side);
+	settle(h);
+	return ret ? ret : n;
 }
 
 int h2__resume(struct h2 *h)

@@ -31,6 +31,7 @@
  *	h2__drain(h, H2_UP, sent);
  *	h2__eof(h, side);                      a side's peer ended
  *	h2__upstream_failed(h, 502, why);      no upstream after all
+ *	n = h2__expire(h, now, limit, 504, why);  each sweep: silent streams
  *	h2__done(h, side)                      that side is over: shut it
  *	h2__destroy(h);
  *
@@ -106,6 +107,17 @@ void h2__eof(struct h2 *h, enum h2_side side);
  * and the guest told to go away.
  */
 void h2__upstream_failed(struct h2 *h, unsigned int status, const char *reason);
+/*
+ * Once per sweep, now on the caller's clock (ms): each stream upstream
+ * owes a response to (forwarded, upstream's end not read) whose frames
+ * neither went nor came since the sweep that first saw it quiet, limit
+ * or more before now, is cut: answered with status and reason (constant)
+ * if no response head went to the guest yet, else reset; upstream's
+ * stream is cancelled. The other streams go on. How many were cut, or
+ * -errno (reset both).
+ */
+int __must_check h2__expire(struct h2 *h, uint64_t now, uint64_t limit,
+			    unsigned int status, const char *reason);
 /*
  * The streams on_request left HTTP1_PENDING (their heads kept, their
  * bodies waiting under their windows) are decided again: on_request

@@ -1349,6 +1349,18 @@ uint64_t http1_resp__answered(const struct http1_resp *r)
 	return r->req->answered;
 }
 
+uint64_t http1_resp__owed(const struct http1_resp *r)
+{
+	const struct http1_req *h = r->req;
+
+	return r->dead || r->opaque ? 0 : h->forwarded - h->answered;
+}
+
+bool http1_resp__under_way(const struct http1_resp *r)
+{
+	return r->dead || r->opaque || r->in_message;
+}
+
 bool http1_resp__idle(const struct http1_resp *r)
 {
 	const struct http1_req *h = r->req;

@@ -211,6 +211,17 @@ int __must_check http1_resp__eof(struct http1_resp *r);
  * refusal->request. */
 uint64_t http1_resp__answered(const struct http1_resp *r);
 /*
+ * Requests forwarded whose final response was not seen complete: what
+ * upstream owes (0 once the tracking stopped, or after a 101).
+ */
+uint64_t http1_resp__owed(const struct http1_resp *r);
+/*
+ * Bytes of a response went by and its end did not (or the tracking
+ * stopped, or a 101 made the rest opaque): an answer of our own can no
+ * longer be put in front of it.
+ */
+bool http1_resp__under_way(const struct http1_resp *r);
+/*
  * Every request forwarded has had its whole response and no next one is
  * under way on either side.
  */

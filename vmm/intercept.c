@@ -56,6 +56,10 @@
 #define HTTP_STATUS_BAD_GATEWAY 502U
 /* An upgrade (WebSocket...) asked for on an http grant (15.5.4). */
 #define HTTP_STATUS_FORBIDDEN 403U
+/* Upstream owed a response and was silent past the deadline (15.6.5). */
+#define HTTP_STATUS_GATEWAY_TIMEOUT 504U
+/* What the guest reads then; the host's log says how long it waited. */
+#define UPSTREAM_TIMED_OUT "upstream timed out"
 /* The policy's fields did not go in: a bug, not the guest's (15.6.1). */
 #define HTTP_STATUS_INTERNAL 500U
 /* Plaintext given to one TLS write at most: a record's worth. */
@@ -150,6 +154,16 @@ struct intercept {
 
 	struct ic_ask asks[IC_MAX_ASKS];
 	bool answers_new; /* an answer came: decide the pending again */
+
+	/*
+	 * HTTP/1.1's response deadline (h2 keeps one per stream): upstream
+	 * may stay silent this long while it owes a response (an allowed
+	 * request's grant may say, else the params'); a byte either way
+	 * since the last sweep (up_heard) restarts it at that sweep.
+	 */
+	uint64_t response_ms;
+	bool up_heard;
+	uint64_t quiet_since; /* the sweep's clock; 0: nothing owed */
 };
 
 /* ---- the decision --------------------------------------------------- */
@@ -450,6 +464,8 @@ static int on_request(void *opaque, const struct http1_request *rq,
 	ic->verified = true;
 	snprintf(ic->host, sizeof(ic->host), "%s", rq->hostname);
 	ic->want_up = true;
+	if (d.response_ms)
+		ic->response_ms = d.response_ms;
 out_report:
 	ic->counted = ret != HTTP1_ALLOW;
 	report(ic, rq->hostname, ret == HTTP1_ALLOW, d.reason);
@@ -665,6 +681,7 @@ static int up_read(struct intercept *ic, bool *progress)
 	if (n < 0)
 		return n;
 	*progress = true;
+	ic->up_heard = true;
 	if (!n) {
 		u->eof = true;
 		if (!ic->resp_dead && http1_resp__eof(ic->resp))
@@ -701,6 +718,7 @@ static int flush_up(struct intercept *ic, bool *progress)
 	if (n <= 0)
 		return n;
 	*progress = true;
+	ic->up_heard = true;
 	if (ic->h2)
 		h2__drain(ic->h2, H2_UP, n);
 	else
@@ -1449,6 +1467,67 @@ int intercept__expire(struct intercept *ic)
 	return -ETIMEDOUT;
 }
 
+/*
+ * HTTP/1.1: upstream owes a response and nothing of it, nor of ours,
+ * waits for the guest: upstream's turn.
+ */
+static bool owes_response(const struct intercept *ic)
+{
+	return ic->resp && !ic->resp_dead && ic->up_ready &&
+	       ic->side[INTERCEPT_UP].fd >= 0 && !back_pending(ic) &&
+	       http1_resp__owed(ic->resp);
+}
+
+/* Upstream silent past the deadline: a 504 in front of nothing, or a reset. */
+static int response_expired(struct intercept *ic)
+{
+	char why[64];
+	int ret;
+
+	snprintf(why, sizeof(why), "no response within %llu ms",
+		 (unsigned long long)ic->response_ms);
+	if (ic->ops.upstream_failed)
+		ic->ops.upstream_failed(ic->ops.opaque, &ic->flow, why);
+	if (http1_resp__under_way(ic->resp))
+		return -ETIMEDOUT;
+	ret = answer(ic, HTTP_STATUS_GATEWAY_TIMEOUT, UPSTREAM_TIMED_OUT);
+	return ret ? ret : pump(ic);
+}
+
+int intercept__sweep(struct intercept *ic, uint64_t now)
+{
+	char why[64];
+	int n;
+
+	if (ic->state != IC_RELAY && ic->state != IC_REFUSED)
+		return 0;
+	if (ic->h2) {
+		n = h2__expire(ic->h2, now, ic->response_ms,
+			       HTTP_STATUS_GATEWAY_TIMEOUT, UPSTREAM_TIMED_OUT);
+		if (n <= 0)
+			return n;
+		snprintf(why, sizeof(why),
+			 "%d h2 stream%s: no response within %llu ms", n,
+			 n == 1 ? "" : "s",
+			 (unsigned long long)ic->response_ms);
+		if (ic->ops.upstream_failed)
+			ic->ops.upstream_failed(ic->ops.opaque, &ic->flow, why);
+		return pump(ic);
+	}
+	if (!owes_response(ic)) {
+		ic->quiet_since = 0;
+		return 0;
+	}
+	if (ic->up_heard || !ic->quiet_since) {
+		ic->up_heard = false;
+		ic->quiet_since = now;
+		return 0;
+	}
+	if (now - ic->quiet_since < ic->response_ms)
+		return 0;
+	return response_expired(ic);
+}
+
 /* ---- create, destroy -------------------------------------------------- */
 
 int intercept__create(struct intercept **out, const struct intercept_params *p)
@@ -1465,6 +1544,8 @@ int intercept__create(struct intercept **out, const struct intercept_params *p)
 		return -ENOMEM;
 	ic->flow = p->flow;
 	ic->owner = p->owner;
+	ic->response_ms = p->response_ms ? p->response_ms :
+					   INTERCEPT_RESPONSE_MS;
 	ic->ops = *p->ops;
 	if (p->tls)
 		ic->tls = *p->tls;

@@ -46,12 +46,20 @@
  *	intercept__interest(ic, side)     what the proxy's epoll watches
  *	intercept__setting_up(ic)         TLS setup not done: past the
  *	ret = intercept__expire(ic);      deadline, cut (-ETIMEDOUT)
+ *	ret = intercept__sweep(ic, now);  once a second: responses overdue
+ *	                                  get 504s; as intercept__run()
  *	intercept__destroy(ic);           then the proxy closes the sockets
  */
 
 #define INTERCEPT_BUF (16U << 10) /* bytes per direction */
 /* Guest bytes read and dropped after a refusal, at most: then a reset. */
 #define INTERCEPT_LINGER_MAX (64U << 10)
+/*
+ * How long upstream may stay silent while it owes a response, unless
+ * the params or the request's grant ("responseTimeoutMs") say: long
+ * enough for a model API that thinks before its first byte.
+ */
+#define INTERCEPT_RESPONSE_MS (120U * 1000U)
 /* intercept__run(): the flow ended cleanly; close both sides (no RST). */
 #define INTERCEPT_DONE 1
 
@@ -110,6 +118,8 @@ struct intercept_params {
 	const struct intercept_ops *ops; /* borrowed; outlives it */
 	const struct intercept_tls *tls; /* a TLS port's flow; NULL: plain */
 	void *owner;			 /* for ops->ask */
+	/* Upstream's silence owing a response, at most; 0: the default. */
+	unsigned int response_ms;
 };
 
 struct intercept;
@@ -147,6 +157,20 @@ bool intercept__setting_up(const struct intercept *ic);
  * failed"), -ETIMEDOUT: the proxy resets both sides.
  */
 int __must_check intercept__expire(struct intercept *ic);
+/*
+ * The proxy's sweep, about once a second, now on its clock (ms, never
+ * 0): upstream owes a response (HTTP/1.1: a request forwarded and its
+ * response not complete; h2: each stream) and neither sent nor took a
+ * byte of that exchange since the sweep that first saw it quiet, the
+ * deadline or more before now: reported (ops->upstream_failed, "no
+ * response within N ms"), and the guest gets a 504 "upstream timed
+ * out" if none of that response reached it yet (HTTP/1.1: the
+ * connection then ends, as after a 502; h2: that stream only), else a
+ * reset (HTTP/1.1: both sides, -ETIMEDOUT; h2: the stream). Bytes that
+ * wait for the guest to read them stop the clock: its turn, not
+ * upstream's. As intercept__run() returns.
+ */
+int __must_check intercept__sweep(struct intercept *ic, uint64_t now);
 /*
  * The hook's answer to question id (ops->ask), d as hook.h's
  * hook_http_answer_fn gives it: kept (copied) for its request, and

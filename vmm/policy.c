@@ -153,6 +153,7 @@ struct http_grant {
 	unsigned int nr_headers;
 	struct http_header headers[NET_HTTP_MAX_HEADERS];
 	enum http_ask ask;
+	unsigned int response_ms; /* 0: the proxy's deadline */
 };
 
 struct net_policy {
@@ -1012,8 +1013,10 @@ static int parse_http_ask(json_t *v, struct http_grant *g, const char *path,
 static int parse_http_grant(json_t *obj, struct http_grant *g, const char *path,
 			    char *err, size_t len)
 {
-	static const char *const keys[] = { "host",    "ports", "tls",
-					    "headers", "ask",	NULL };
+	static const char *const keys[] = {
+		"host", "ports", "tls", "headers", "ask", "responseTimeoutMs",
+		NULL
+	};
 	static const uint16_t default_ports[] = { HTTP_PORT, HTTPS_PORT };
 	const char *s;
 	json_t *v;
@@ -1021,7 +1024,8 @@ static int parse_http_grant(json_t *obj, struct http_grant *g, const char *path,
 
 	ret = check_object(obj, keys,
 			   "{\"host\": ..., \"ports\": [...], \"tls\": [...], "
-			   "\"headers\": {...}, \"ask\": ...}",
+			   "\"headers\": {...}, \"ask\": ..., "
+			   "\"responseTimeoutMs\": ...}",
 			   path, err, len);
 	if (!ret)
 		ret = need_key(obj, "host", &v, path, err, len);
@@ -1061,6 +1065,17 @@ static int parse_http_grant(json_t *obj, struct http_grant *g, const char *path,
 		ret = parse_http_ask(v, g, path, err, len);
 	if (ret)
 		return ret;
+	v = json_object_get(obj, "responseTimeoutMs");
+	if (v) {
+		json_int_t ms = json_is_integer(v) ? json_integer_value(v) : -1;
+
+		if (ms < 1 || ms > NET_POLICY_MAX_RESPONSE_TIMEOUT_MS)
+			return errf(err, len, -EINVAL,
+				    "%s.responseTimeoutMs: must be an integer "
+				    "from 1 to %u",
+				    path, NET_POLICY_MAX_RESPONSE_TIMEOUT_MS);
+		g->response_ms = ms;
+	}
 	v = json_object_get(obj, "headers");
 	return v ? parse_http_headers(v, g, path, err, len) : 0;
 }
@@ -1352,6 +1367,7 @@ static void http_allow(const struct net_policy *p, const struct http_grant *g,
 	d->verdict = NET_VERDICT_ALLOW;
 	snprintf(d->reason, sizeof(d->reason), "http grant %u", i);
 	d->grant = i;
+	d->response_ms = g->response_ms;
 	if (g->ask != HTTP_ASK_NEVER && p->hook_socket) {
 		d->verdict = NET_VERDICT_ASK;
 		snprintf(d->hook_socket, sizeof(d->hook_socket), "%s",

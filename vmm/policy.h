@@ -29,6 +29,8 @@
 #define NET_POLICY_MAX_PORT		   65535U
 #define NET_POLICY_DEFAULT_HOOK_TIMEOUT_MS 200U
 #define NET_POLICY_MAX_HOOK_TIMEOUT_MS	   10000U
+/* An http grant's "responseTimeoutMs" at most: an hour. */
+#define NET_POLICY_MAX_RESPONSE_TIMEOUT_MS (3600U * 1000U)
 #define NET_POLICY_HOOK_PATH_MAX	   NET_HOOK_PATH_MAX /* flow.h */
 #define NET_LABEL_MAX			   63U
 /* An http grant's header value (env:NAME, file:/PATH) at most, bytes. */

@@ -866,9 +866,11 @@ static void tcp_intercept(struct proxy *p, struct tcp_flow *t, int fd,
 			  const struct net_flow *f,
 			  const struct net_decision *d)
 {
-	struct intercept_params ip = {
-		.flow = *f, .guest_fd = fd, .ops = &p->icpt_ops, .owner = t
-	};
+	struct intercept_params ip = { .flow = *f,
+				       .guest_fd = fd,
+				       .ops = &p->icpt_ops,
+				       .owner = t,
+				       .response_ms = p->p.http_response_ms };
 	int ret;
 
 	if (d->http_tls)
@@ -910,17 +912,13 @@ static int icpt_connect(struct proxy *p, struct tcp_flow *t)
 	return ep_add(p, &t->ep[SIDE_UP], EP_TCP_UP, fd, t, EPOLLOUT);
 }
 
-static void icpt_event(struct proxy *p, struct tcp_flow *t, int s,
-		       uint32_t events)
+/*
+ * What the interception said (intercept__run() and the like) carried
+ * out: upstream asked for or closed, the flow closed or reset, or its
+ * sides watched for what it waits for now.
+ */
+static void icpt_settle(struct proxy *p, struct tcp_flow *t, int ret)
 {
-	int ret;
-
-	if (s == SIDE_UP && t->connecting)
-		ret = upstream_connected(t) ?
-			      icpt_connect_failed(p, t) :
-			      intercept__upstream(t->ic, t->ep[SIDE_UP].fd);
-	else
-		ret = intercept__run(t->ic, s, events);
 	if (!ret && t->ep[SIDE_UP].fd < 0 && intercept__wants_upstream(t->ic))
 		ret = icpt_connect(p, t);
 	if (ret == INTERCEPT_DONE) {
@@ -937,6 +935,20 @@ static void icpt_event(struct proxy *p, struct tcp_flow *t, int s,
 			 strerror(-ret));
 		tcp_close(p, t, true);
 	}
+}
+
+static void icpt_event(struct proxy *p, struct tcp_flow *t, int s,
+		       uint32_t events)
+{
+	int ret;
+
+	if (s == SIDE_UP && t->connecting)
+		ret = upstream_connected(t) ?
+			      icpt_connect_failed(p, t) :
+			      intercept__upstream(t->ic, t->ep[SIDE_UP].fd);
+	else
+		ret = intercept__run(t->ic, s, events);
+	icpt_settle(p, t, ret);
 }
 
 /* An allowed flow, opened; one whose upstream fails is reset. */
@@ -1308,20 +1320,23 @@ static void udp_from_upstream(struct proxy *p, struct udp_flow *u, uint64_t now)
 /*
  * Intercepted TLS flows whose setup (the ClientHello, upstream, the
  * guest's handshake) passed its deadline: reset, counted by the
- * interception.
+ * interception. The others: their responses' deadlines.
  */
 static void tcp_sweep(struct proxy *p, uint64_t now)
 {
 	for (unsigned int i = 0; i < p->p.max_tcp_flows; i++) {
 		struct tcp_flow *t = &p->tcp[i];
 
-		if (!t->used || !t->ic || !t->setup_deadline_ms ||
-		    now < t->setup_deadline_ms)
+		if (!t->used || !t->ic)
 			continue;
-		if (!intercept__setting_up(t->ic)) {
+		if (t->setup_deadline_ms && !intercept__setting_up(t->ic))
 			t->setup_deadline_ms = 0;
+		if (!t->setup_deadline_ms) {
+			icpt_settle(p, t, intercept__sweep(t->ic, now));
 			continue;
 		}
+		if (now < t->setup_deadline_ms)
+			continue;
 		pr_debug("%s: intercepted tcp flow: %s", PROXY_NAME,
 			 strerror(-intercept__expire(t->ic)));
 		tcp_close(p, t, true);

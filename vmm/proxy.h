@@ -72,6 +72,13 @@ struct proxy_params {
 	 * it the flow is reset (looked at once a second). 0: 10 s.
 	 */
 	unsigned int tls_setup_ms;
+	/*
+	 * An intercepted request's upstream may stay silent this long while
+	 * it owes the response, then the guest gets a 504 (intercept.h,
+	 * intercept__sweep(); looked at once a second); an http grant's
+	 * "responseTimeoutMs" wins. 0: INTERCEPT_RESPONSE_MS.
+	 */
+	unsigned int http_response_ms;
 	uint16_t tcp_port, udp_port; /* 0: PROXY_TCP_PORT, PROXY_UDP_PORT */
 };
 

@@ -81,6 +81,7 @@ struct world {
 	size_t resp_size;
 	bool resp_trailers;
 	bool up_hold;	 /* answers nothing */
+	bool resp_hold;	 /* its response bodies never end */
 	uint32_t up_rst; /* resets each request with this code */
 	int refused;	 /* the module's own refusals */
 };
@@ -173,9 +174,11 @@ static void respond(struct peer *p, int32_t id)
 	}
 	*s = (struct src){ .len = w->resp_size,
 			   .seed = (uint8_t)id,
-			   .trailers = w->resp_trailers };
+			   .trailers = w->resp_trailers,
+			   .hold = w->resp_hold };
 	nghttp2_submit_response(p->s, id, nv, 2,
-				s->len || s->trailers ? &prd : NULL);
+				s->len || s->trailers || s->hold ? &prd :
+								   NULL);
 }
 
 static int p_begin(nghttp2_session *sess, const nghttp2_frame *fr, void *ud)
@@ -694,6 +697,87 @@ TEST(upstream_failed_answers_502)
 		    has(GUEST(w, b)->head, GUEST(w, b)->head_len,
 			":status: 502\n"));
 	EXPECT_TRUE(w->guest.goaway);
+	world_fini(w);
+}
+
+/*
+ * The response deadline on the sweep's clock: a silent stream is first
+ * seen quiet, then cut once the limit passed (504 to the guest, CANCEL
+ * upstream); a stream whose body keeps coming is not; the connection
+ * and its other streams go on.
+ */
+TEST(silent_stream_expires_504)
+{
+	struct src body = { .len = 100, .seed = 3, .hold = true };
+	const uint64_t limit = 500;
+	struct world *w;
+	int32_t quiet, busy;
+
+	w = world_new(_metadata);
+	w->up_hold = true;
+	quiet = get(w, HOST, "/quiet");
+	busy = post_body(w, &body);
+	ASSERT_EQ(0, shuttle(w));
+	ASSERT_TRUE(UP(w, 1)->used);
+	ASSERT_TRUE(UP(w, 3)->used);
+	/* First seen quiet: nothing cut, at any age. */
+	EXPECT_EQ(0, h2__expire(w->h, 1000, limit, 504, "upstream timed out"));
+	EXPECT_EQ(0, h2__expire(w->h, 1499, limit, 504, "upstream timed out"));
+	/* The upload moves: its clock starts again. */
+	w->guest.src[busy / 2].len += 100;
+	ASSERT_EQ(0, nghttp2_session_resume_data(w->guest.s, busy));
+	ASSERT_EQ(0, shuttle(w));
+	EXPECT_EQ(200U, UP(w, 3)->body.len);
+	EXPECT_EQ(1, h2__expire(w->h, 1500, limit, 504, "upstream timed out"));
+	ASSERT_EQ(0, shuttle(w));
+	EXPECT_TRUE(has(GUEST(w, quiet)->head, GUEST(w, quiet)->head_len,
+			":status: 504\n"));
+	EXPECT_TRUE(has((char *)bytequeue__peek(&GUEST(w, quiet)->body),
+			GUEST(w, quiet)->body.len, "upstream timed out"));
+	EXPECT_TRUE(UP(w, 1)->closed);
+	EXPECT_EQ((uint32_t)NGHTTP2_CANCEL, UP(w, 1)->code);
+	EXPECT_FALSE(GUEST(w, busy)->closed);
+	EXPECT_FALSE(UP(w, 3)->closed);
+	/* The upload's turn comes: quiet since 1500, cut at 2000. */
+	EXPECT_EQ(0, h2__expire(w->h, 1999, limit, 504, "upstream timed out"));
+	EXPECT_EQ(1, h2__expire(w->h, 2000, limit, 504, "upstream timed out"));
+	ASSERT_EQ(0, shuttle(w));
+	EXPECT_TRUE(has(GUEST(w, busy)->head, GUEST(w, busy)->head_len,
+			":status: 504\n"));
+	EXPECT_TRUE(UP(w, 3)->closed);
+	/* Nothing is owed now: later sweeps cut nothing. */
+	EXPECT_EQ(0, h2__expire(w->h, 9000, limit, 504, "upstream timed out"));
+	EXPECT_FALSE(h2__done(w->h, H2_GUEST));
+	world_fini(w);
+}
+
+/*
+ * A response whose head reached the guest, then silence: it cannot be
+ * a 504 any more; the guest's stream is reset.
+ */
+TEST(silent_after_the_head_resets_the_stream)
+{
+	struct world *w;
+	int32_t id;
+
+	w = world_new(_metadata);
+	w->resp_size = 100;
+	w->resp_hold = true;
+	id = get(w, HOST, "/slow");
+	ASSERT_EQ(0, shuttle(w));
+	ASSERT_TRUE(has(GUEST(w, id)->head, GUEST(w, id)->head_len,
+			":status: 200\n"));
+	EXPECT_EQ(100U, GUEST(w, id)->body.len);
+	EXPECT_FALSE(GUEST(w, id)->closed);
+	EXPECT_EQ(0, h2__expire(w->h, 1000, 500, 504, "upstream timed out"));
+	EXPECT_EQ(1, h2__expire(w->h, 1500, 500, 504, "upstream timed out"));
+	ASSERT_EQ(0, shuttle(w));
+	EXPECT_TRUE(GUEST(w, id)->closed);
+	EXPECT_EQ((uint32_t)NGHTTP2_INTERNAL_ERROR, GUEST(w, id)->code);
+	EXPECT_FALSE(has(GUEST(w, id)->head, GUEST(w, id)->head_len,
+			 ":status: 504\n"));
+	EXPECT_TRUE(UP(w, id)->closed);
+	EXPECT_EQ((uint32_t)NGHTTP2_CANCEL, UP(w, id)->code);
 	world_fini(w);
 }
 

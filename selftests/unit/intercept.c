@@ -55,6 +55,8 @@
 #define TOKEN_ENV   "KILN_TEST_INTERCEPT_TOKEN"
 #define TOKEN	    "s3cret-token-5d1e"
 #define TIMEOUT_MS  PROXYFIX_TIMEOUT_MS
+/* Upstream's response deadline in the tests that wait it out. */
+#define QUICK_DEADLINE_MS 200U
 #define BUF_MAX	    (64U << 10)
 #define MAX_TCP	    8
 
@@ -106,6 +108,7 @@ FIXTURE(ic)
 	int api_tls;  /* API_ADDR:443 */
 	struct fakehook fh;
 	unsigned int tls_setup_ms; /* the proxy's; 0: its default */
+	unsigned int response_ms;  /* the same */
 };
 
 /* A CA's certificate into a file of its own; its path into path. */
@@ -199,6 +202,7 @@ static void proxy_up(struct __test_metadata *_metadata, FIXTURE_DATA(ic) * self,
 		.decide_http = test_decide_http,
 		.max_tcp_flows = MAX_TCP,
 		.tls_setup_ms = self->tls_setup_ms,
+		.http_response_ms = self->response_ms,
 		.tls = { .ca = self->tls.vm_ca,
 			 .server = self->tls.vm_srv,
 			 .client = self->tls.proxy_cli },
@@ -556,6 +560,102 @@ TEST_F_TIMEOUT(ic, upstream_unreachable_is_502, 60)
 					 &s));
 	EXPECT_EQ(1, s.upstream_failed);
 	EXPECT_EQ(1, s.http_allowed);
+}
+
+/* The proxy again, upstream's response deadline made short. */
+static void proxy_quick_deadline(struct __test_metadata *_metadata,
+				 FIXTURE_DATA(ic) * self)
+{
+	proxy__destroy(self->proxy);
+	self->proxy = NULL;
+	self->response_ms = QUICK_DEADLINE_MS;
+	proxy_up(_metadata, self, false);
+}
+
+static bool upstream_failed_at_least(const struct proxy_stats *s, uint64_t n)
+{
+	return s->upstream_failed >= n;
+}
+
+/*
+ * Upstream takes the request and says nothing: past the deadline the
+ * guest gets a 504 and the connection's end, the host counts it, and
+ * nothing of the request (the token) is in the answer.
+ */
+TEST_F_TIMEOUT(ic, upstream_silent_is_504, 60)
+{
+	const char *req = "GET /user HTTP/1.1\r\nHost: " API_HOST "\r\n\r\n";
+	const char *want = "GET /user HTTP/1.1\r\nHost: " API_HOST
+			   "\r\nauthorization: Bearer " TOKEN "\r\n\r\n";
+	struct proxy_stats s;
+	char buf[4096];
+	int g, up;
+
+	proxy_quick_deadline(_metadata, self);
+	g = guest_send(_metadata, self, API_ADDR, HTTP_PORT, req);
+	up = proxyfix__up_accept(_metadata, self->api);
+	up_expect(_metadata, up, want);
+	expect_answer(_metadata, g, buf, sizeof(buf), "HTTP/1.1 504 ");
+	EXPECT_NE(NULL, strstr(buf, "upstream timed out"))
+	TH_LOG("the guest got: %s", buf);
+	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, upstream_failed_at_least,
+					 1, &s));
+	EXPECT_EQ(1, s.http_allowed);
+	/* Upstream's side is closed with it. */
+	EXPECT_EQ(0U, read_until(up, buf, sizeof(buf), 0, &(bool){ false }));
+	close(g);
+	close(up);
+}
+
+/*
+ * Upstream that answered a keep-alive request, then owes the next and
+ * says nothing: the first response reached the guest whole, the second
+ * request gets the 504 after it.
+ */
+TEST_F_TIMEOUT(ic, upstream_silent_on_the_second_request_is_504, 60)
+{
+	const char *req = "GET /user HTTP/1.1\r\nHost: " API_HOST "\r\n\r\n";
+	const char *want = "GET /user HTTP/1.1\r\nHost: " API_HOST
+			   "\r\nauthorization: Bearer " TOKEN "\r\n\r\n";
+	char buf[4096];
+	int g, up;
+
+	proxy_quick_deadline(_metadata, self);
+	g = guest_send(_metadata, self, API_ADDR, HTTP_PORT, req);
+	up = proxyfix__up_accept(_metadata, self->api);
+	exchange(_metadata, g, up, want);
+	ASSERT_EQ((ssize_t)strlen(req), send(g, req, strlen(req), 0));
+	up_expect(_metadata, up, want);
+	expect_answer(_metadata, g, buf, sizeof(buf), "HTTP/1.1 504 ");
+	close(g);
+	close(up);
+}
+
+/*
+ * Upstream stops in the middle of a response: a 504 cannot follow what
+ * the guest already has, so both sides are reset (no FIN).
+ */
+TEST_F_TIMEOUT(ic, upstream_silent_mid_response_is_reset, 60)
+{
+	static const char part[] =
+		"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhel";
+	const char *req = "GET /user HTTP/1.1\r\nHost: " API_HOST "\r\n\r\n";
+	struct proxy_stats s;
+	char buf[4096];
+	bool eof;
+	int g, up;
+
+	proxy_quick_deadline(_metadata, self);
+	g = guest_send(_metadata, self, API_ADDR, HTTP_PORT, req);
+	up = proxyfix__up_accept(_metadata, self->api);
+	ASSERT_EQ((ssize_t)sizeof(part) - 1, send(up, part, sizeof(part) - 1, 0));
+	EXPECT_EQ(sizeof(part) - 1, read_until(g, buf, sizeof(buf), 0, &eof));
+	EXPECT_STREQ(part, buf);
+	EXPECT_FALSE(eof) TH_LOG("a FIN would pass the part as the whole");
+	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, upstream_failed_at_least,
+					 1, &s));
+	close(g);
+	close(up);
 }
 
 /*
@@ -949,6 +1049,7 @@ struct h2end {
 	size_t body_len[H2_STREAMS];
 	int closed;
 	bool eof;
+	bool silent; /* upstream: takes requests, answers none */
 };
 
 static int h2end_idx(int32_t id)
@@ -1003,7 +1104,7 @@ static int h2end_frame(nghttp2_session *sess, const nghttp2_frame *fr, void *ud)
 	nghttp2_data_provider prd = { .read_callback = h2end_hello };
 	nghttp2_nv nv = { (uint8_t *)":status", (uint8_t *)"200", 7, 3, 0 };
 
-	if (e->server && fr->hd.flags & NGHTTP2_FLAG_END_STREAM &&
+	if (e->server && !e->silent && fr->hd.flags & NGHTTP2_FLAG_END_STREAM &&
 	    (fr->hd.type == NGHTTP2_HEADERS || fr->hd.type == NGHTTP2_DATA))
 		nghttp2_submit_response(sess, fr->hd.stream_id, &nv, 1, &prd);
 	return 0;
@@ -1166,6 +1267,42 @@ TEST_F_TIMEOUT(ic, https_h2_streams_each_decided, 60)
 	EXPECT_EQ(1, s.tcp_intercepted);
 	EXPECT_EQ(1, s.http_allowed);
 	EXPECT_EQ(1, s.http_refused);
+}
+
+/*
+ * h2, upstream takes the guest's stream and answers nothing: past the
+ * deadline that stream gets a 504 on the same connection (the other,
+ * refused, its 421), and upstream's stream is cancelled.
+ */
+TEST_F_TIMEOUT(ic, https_h2_silent_upstream_stream_is_504, 60)
+{
+	struct h2end g, u;
+	struct proxy_stats s;
+	struct tls_conn *uc;
+	int ufd;
+
+	proxy_quick_deadline(_metadata, self);
+	h2_guest(_metadata, self, &g, &uc, &ufd);
+	h2end_init(_metadata, &u, uc, ufd, true);
+	u.silent = true;
+	ASSERT_TRUE(h2_run(&g, &u, 2));
+	EXPECT_NE(NULL, strstr(u.head[0], ":path: /user\n"));
+	EXPECT_NE(NULL, strstr(g.head[0], ":status: 504\n"))
+	TH_LOG("guest's first stream got:\n%s", g.head[0]);
+	EXPECT_EQ(strlen("upstream timed out\n"), g.body_len[0]);
+	EXPECT_EQ(0, memcmp(g.body[0], "upstream timed out\n", g.body_len[0]));
+	EXPECT_NE(NULL, strstr(g.head[1], ":status: 421\n"));
+	for (int i = 0; i < TIMEOUT_MS / 10 && !u.closed && !u.eof; i++) {
+		struct pollfd p = { .fd = u.fd, .events = POLLIN };
+
+		ASSERT_EQ(0, h2end_io(&u));
+		poll(&p, 1, 10);
+	}
+	EXPECT_EQ(1, u.closed) TH_LOG("upstream's stream was not cancelled");
+	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, upstream_failed_at_least,
+					 1, &s));
+	h2end_free(&g);
+	h2end_free(&u);
 }
 
 /*

@@ -308,7 +308,14 @@ static const struct {
 	  "net.policy.http: must be an array of grants ({\"host\": ...})" },
 	{ "{'http': ['a.com']}",
 	  "net.policy.http[0]: must be an object ({\"host\": ..., \"ports\": "
-	  "[...], \"tls\": [...], \"headers\": {...}, \"ask\": ...})" },
+	  "[...], \"tls\": [...], \"headers\": {...}, \"ask\": ..., "
+	  "\"responseTimeoutMs\": ...})" },
+	{ "{'http': [{'host': 'a.com', 'responseTimeoutMs': 0}]}",
+	  "net.policy.http[0].responseTimeoutMs: must be an integer from 1 to "
+	  "3600000" },
+	{ "{'http': [{'host': 'a.com', 'responseTimeoutMs': '5'}]}",
+	  "net.policy.http[0].responseTimeoutMs: must be an integer from 1 to "
+	  "3600000" },
 	{ "{'http': [{'host': 'a.com'}, {'ports': [80]}]}",
 	  "net.policy.http[1]: needs \"host\"" },
 	{ "{'http': [{'host': 'a.com', 'to': 'b.com'}]}",
@@ -1330,7 +1337,7 @@ TEST(http_request_decisions)
 		      "[80], 'headers': {'Authorization': {'from': 'env:" SECRET_ENV
 		      "'}, 'X-Agent': {'from': 'env:" OTHER_ENV
 		      "'}}}, {'host': '*.example.test',"
-		      " 'ports': [80, 8080]}]}",
+		      " 'ports': [80, 8080], 'responseTimeoutMs': 900000}]}",
 		      &p, err, sizeof(err)))
 	TH_LOG("%s", err);
 	/* The environment is read once, at parse time. */
@@ -1350,11 +1357,14 @@ TEST(http_request_decisions)
 	EXPECT_STREQ("Bearer " SECRET, field_value(&d, 0));
 	EXPECT_STREQ("x-agent", field_name(&d, 1));
 	EXPECT_STREQ("kiln", field_value(&d, 1));
-	/* The wildcard grant, which sets nothing. */
+	/* No deadline of its own: the proxy's. */
+	EXPECT_EQ(0, d.response_ms);
+	/* The wildcard grant, which sets nothing but its deadline. */
 	ASSERT_EQ(ALLOW,
 		  decide_http(p, b, "www.example.test", 8080, false, &d));
 	EXPECT_STREQ("http grant 1", d.reason);
 	EXPECT_EQ(0, d.nr_headers);
+	EXPECT_EQ(900000, d.response_ms);
 	/* Bound there, but no grant names it; granted, not on that port. */
 	EXPECT_EQ(DENY, decide_http(p, b, "other.test", 80, false, &d));
 	EXPECT_EQ(403, d.status);
