@@ -166,8 +166,8 @@ $(ebpf-tests): TEST_OBJS = $(EBPF_OBJS)
 $(ebpf-tests): TEST_LDLIBS = $(BPF_LDLIBS)
 # The interception's tests run the proxy thread under the vmm's filter;
 # the filter's own test runs calls under it.
-$(O)/selftests/intercept $(O)/selftests/seccomp: $(O)/obj/vmm/seccomp.o
-$(O)/selftests/intercept $(O)/selftests/seccomp: TEST_OBJS += $(O)/obj/vmm/seccomp.o
+$(O)/selftests/intercept $(O)/selftests/proxy $(O)/selftests/seccomp: $(O)/obj/vmm/seccomp.o
+$(O)/selftests/intercept $(O)/selftests/proxy $(O)/selftests/seccomp: TEST_OBJS += $(O)/obj/vmm/seccomp.o
 
 # Test binaries are compiled and linked in one step; -MMD still gives each
 # its header list ($@.d), so touching a header rebuilds the tests using it.

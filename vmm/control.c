@@ -154,7 +154,7 @@ static void fd_budget_init(struct vm *vm)
 	size_t reserve = CONTROL_FD_SPARE;
 
 	if (vm->proxy)
-		reserve += 2 * (PROXY_MAX_TCP_FLOWS + PROXY_MAX_UDP_FLOWS) + 1;
+		reserve += PROXY_MAX_FDS;
 	if (vm->dns)
 		reserve += DNS_MAX_PENDING + DNS_MAX_TCP_CONNS;
 	fd_budget__set(&vm->fds, reserve);

@@ -13,6 +13,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <net/if.h>
 #include <pthread.h>
 #include <sched.h>
@@ -71,7 +72,16 @@ struct endpoint {
 };
 
 /* Bytes read from one side, not yet written to the other. */
+/*
+ * One direction of a relayed flow: what was read from one side and not
+ * yet written to the other. Through a pipe when one could be had
+ * (splice(): the bytes stay in the kernel, no copy through user space),
+ * else through buf.
+ */
 struct relay_dir {
+	bool piped;   /* pipe[] holds len bytes (off unused), else buf */
+	int pipe[2];  /* piped: read end, write end */
+	bool full;    /* piped: the last splice in found no room */
 	uint8_t *buf; /* PROXY_RELAY_BUF */
 	size_t off, len;
 	bool eof;  /* the reading side said FIN */
@@ -595,6 +605,10 @@ static void tcp_close(struct proxy *p, struct tcp_flow *t, bool reset)
 			t->ep[s].fd = -1;
 		}
 		ep_close(&t->ep[s]);
+		if (t->dir[s].piped) {
+			close(t->dir[s].pipe[0]);
+			close(t->dir[s].pipe[1]);
+		}
 		free(t->dir[s].buf);
 		t->dir[s] = (struct relay_dir){ 0 };
 	}
@@ -612,11 +626,28 @@ static uint32_t tcp_interest(const struct tcp_flow *t, int s)
 		return EPOLLOUT;
 	if (t->ic)
 		return intercept__interest(t->ic, s);
-	if (!in->eof && in->len < PROXY_RELAY_BUF)
+	if (!in->eof && in->len < PROXY_RELAY_BUF && !in->full)
 		ev |= EPOLLIN;
 	if (out->off < out->len)
 		ev |= EPOLLOUT;
 	return ev;
+}
+
+/*
+ * Into the pipe, as far as it has room. EAGAIN with bytes in it: taken
+ * as no room (the socket may have been empty instead; either way the
+ * next write to the other side clears it and reading goes on).
+ */
+static ssize_t relay_splice_in(struct tcp_flow *t, int s)
+{
+	struct relay_dir *d = &t->dir[s];
+	ssize_t n;
+
+	n = splice(t->ep[s].fd, NULL, d->pipe[1], NULL, PROXY_RELAY_BUF - d->len,
+		   SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+	if (n < 0 && errno == EAGAIN && d->len)
+		d->full = true;
+	return n;
 }
 
 /* Reads what side s has, as far as its buffer has room. */
@@ -627,6 +658,12 @@ static int relay_read(struct proxy *p, struct tcp_flow *t, int s)
 
 	if (d->eof)
 		return 0;
+	if (d->piped) {
+		if (d->len == PROXY_RELAY_BUF || d->full)
+			return 0;
+		n = relay_splice_in(t, s);
+		goto count;
+	}
 	if (d->off) {
 		memmove(d->buf, d->buf + d->off, d->len - d->off);
 		d->len -= d->off;
@@ -636,6 +673,7 @@ static int relay_read(struct proxy *p, struct tcp_flow *t, int s)
 		return 0; /* back-pressure: the other side drains first */
 	n = recv(t->ep[s].fd, d->buf + d->len, PROXY_RELAY_BUF - d->len,
 		 MSG_DONTWAIT);
+count:
 	if (n < 0)
 		return errno == EAGAIN || errno == EINTR ? 0 : -errno;
 	if (!n)
@@ -654,6 +692,14 @@ static int relay_write(struct tcp_flow *t, int s)
 
 	if (s == SIDE_UP && t->connecting)
 		return 0;
+	while (d->piped && d->len) {
+		n = splice(d->pipe[0], NULL, t->ep[s].fd, NULL, d->len,
+			   SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+		if (n < 0)
+			return errno == EAGAIN || errno == EINTR ? 0 : -errno;
+		d->len -= n;
+		d->full = false;
+	}
 	while (d->off < d->len) {
 		n = send(t->ep[s].fd, d->buf + d->off, d->len - d->off,
 			 MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -751,6 +797,26 @@ static int upstream_socket(const struct sockaddr_in *dst)
 	return fd;
 }
 
+/*
+ * A pipe for the direction (PROXY_RELAY_BUF of room: the default size
+ * on Linux, set in case it is not); out of descriptors or pipe memory,
+ * a buffer instead. 0 or -ENOMEM.
+ */
+static int relay_dir_init(struct relay_dir *d)
+{
+	if (!pipe2(d->pipe, O_NONBLOCK | O_CLOEXEC)) {
+		d->piped = true;
+		if (fcntl(d->pipe[1], F_SETPIPE_SZ, PROXY_RELAY_BUF) < 0)
+			pr_debug("%s: a relay pipe's size: %s", PROXY_NAME,
+				 strerror(errno));
+		return 0;
+	}
+	pr_debug("%s: a relay pipe: %s: relayed through a buffer", PROXY_NAME,
+		 strerror(errno));
+	d->buf = malloc(PROXY_RELAY_BUF);
+	return d->buf ? 0 : -ENOMEM;
+}
+
 /* An allowed flow: its upstream connection, from the host netns. */
 static int tcp_open(struct proxy *p, struct tcp_flow *t, int guest_fd,
 		    const struct net_flow *f)
@@ -762,9 +828,9 @@ static int tcp_open(struct proxy *p, struct tcp_flow *t, int guest_fd,
 	t->ep[SIDE_UP].fd = -1;
 	count_add(p, &p->stats.tcp_open, 1);
 	for (int s = 0; s < NR_SIDES; s++) {
-		t->dir[s].buf = malloc(PROXY_RELAY_BUF);
-		if (!t->dir[s].buf)
-			return -ENOMEM;
+		ret = relay_dir_init(&t->dir[s]);
+		if (ret)
+			return ret;
 	}
 	up = upstream_socket(&f->dst);
 	if (up < 0)

@@ -41,6 +41,13 @@
 #define PROXY_UDP_PORT	    15002U /* the UDP socket's */
 #define PROXY_MAX_TCP_FLOWS 1024U
 #define PROXY_MAX_UDP_FLOWS 256U
+/*
+ * Descriptors the proxy may hold at most: per TCP flow its two sockets
+ * and, relayed, a pipe each way; per UDP flow two sockets; the hook's
+ * connection.
+ */
+#define PROXY_MAX_FDS \
+	(6U * PROXY_MAX_TCP_FLOWS + 2U * PROXY_MAX_UDP_FLOWS + 1U)
 #define PROXY_REASONS_MAX   16U /* distinct reasons counted; more: "other" */
 #define PROXY_REASON_LEN    64U /* sizeof(struct net_decision.reason) */
 

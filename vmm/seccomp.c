@@ -208,6 +208,11 @@ static int allow_proxy(scmp_filter_ctx ctx)
 	if (!ret)
 		ret = seccomp_rule_add(ctx, SCMP_ACT_ALLOW,
 				       SCMP_SYS(getsockname), 0);
+	/* A relayed flow's pipes, and the bytes spliced through them. */
+	if (!ret)
+		ret = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(pipe2), 0);
+	if (!ret)
+		ret = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(splice), 0);
 	return ret;
 }
 

@@ -549,10 +549,10 @@ static int proxy_init(struct vm *vm)
 		return ret;
 	p.tls = vm->http_tls;
 	/*
-	 * Each proxied flow holds two fds (the guest's and upstream's, or
-	 * a UDP flow's two sockets); the hook's connection one more.
+	 * What the proxy may hold at most (PROXY_MAX_FDS: sockets, relay
+	 * pipes, the hook's connection).
 	 */
-	nofile_room(2 * (PROXY_MAX_TCP_FLOWS + PROXY_MAX_UDP_FLOWS) + 1);
+	nofile_room(PROXY_MAX_FDS);
 	ret = proxy__create(&vm->proxy, &p, err, sizeof(err));
 	if (ret)
 		pr_err("net %s: %s", vm->tap.name, err);

@@ -38,9 +38,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <dirent.h>
+
 #include "lib/compiler.h"
 #include "vmm/policy.h"
 #include "vmm/proxy.h"
+#include "vmm/seccomp.h"
 #include "selftests/fakehook.h"
 #include "selftests/kselftest.h"
 #include "selftests/proxyfix.h"
@@ -56,6 +59,7 @@
 #define OVER_LIMIT    20 /* connections past MAX_TCP */
 #define TIMEOUT_MS    PROXYFIX_TIMEOUT_MS
 #define STATS_POLL_US PROXYFIX_POLL_US
+#define BULK	      (4U << 20) /* bytes each way through one flow */
 
 static in_addr_t ip4(const char *s)
 {
@@ -283,6 +287,144 @@ TEST_F_TIMEOUT(px, tcp_allowed_relays_both_ways_and_half_close, 60)
 	EXPECT_EQ(9, s.bytes_in);
 	EXPECT_EQ(1, reason_flows(&s, IPPROTO_TCP, "test grant"));
 	close(g);
+}
+
+/* The pipes this process holds now. */
+static unsigned int pipes_open(void)
+{
+	char link[64], path[300];
+	unsigned int n = 0;
+	struct dirent *e;
+	DIR *d = opendir("/proc/self/fd");
+	ssize_t len;
+
+	if (!d)
+		return 0;
+	while ((e = readdir(d))) {
+		snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+		len = readlink(path, link, sizeof(link) - 1);
+		if (len > 0 && !strncmp(link, "pipe:", 5))
+			n++;
+	}
+	closedir(d);
+	return n;
+}
+
+static uint8_t bulk_byte(size_t i, uint8_t seed)
+{
+	return (uint8_t)(i * 131 + (i >> 12) + seed);
+}
+
+/*
+ * BULK bytes from `from` to `to`, sent until the relay pushes back (the
+ * receiver not reading) before any is read, then both at once; every
+ * byte checked in order. True when all came as sent.
+ */
+static bool bulk_one_way(int from, int to, uint8_t seed)
+{
+	static uint8_t buf[64 << 10];
+	size_t sent = 0, got = 0;
+	bool pushed_back = false;
+	ssize_t n;
+
+	while (got < BULK) {
+		struct pollfd p[2] = { { .fd = from, .events = POLLOUT },
+				       { .fd = to, .events = POLLIN } };
+
+		if (sent < BULK) {
+			size_t len = BULK - sent < sizeof(buf) ? BULK - sent :
+								 sizeof(buf);
+
+			for (size_t i = 0; i < len; i++)
+				buf[i] = bulk_byte(sent + i, seed);
+			n = send(from, buf, len, MSG_DONTWAIT);
+			if (n > 0)
+				sent += n;
+			else if (n < 0 && errno != EAGAIN)
+				return false;
+			else
+				pushed_back = true;
+		}
+		if (!pushed_back && sent < BULK)
+			continue;
+		n = recv(to, buf, sizeof(buf), MSG_DONTWAIT);
+		if (n == 0 || (n < 0 && errno != EAGAIN))
+			return false;
+		for (ssize_t i = 0; i < n; i++)
+			if (buf[i] != bulk_byte(got + i, seed))
+				return false;
+		if (n > 0)
+			got += n;
+		else if (poll(p, sent < BULK ? 2 : 1 + 1, TIMEOUT_MS) <= 0)
+			return false;
+	}
+	return true;
+}
+
+static void *start_filtered(void *arg)
+{
+	const struct seccomp_needs needs = { .net = true,
+					     .proxy = true,
+					     .dns = true };
+	int ret = seccomp__install(&needs);
+
+	if (!ret)
+		ret = proxy__start(arg);
+	return (void *)(intptr_t)ret;
+}
+
+/*
+ * Megabytes each way through one relayed flow, under the vmm's seccomp
+ * filter, with the receiver behind: every byte in order, the relay's
+ * pipes (splice, no copy through the proxy) open while the flow is and
+ * gone with it, the counters exact.
+ */
+TEST_F_TIMEOUT(px, tcp_bulk_relay_through_pipes_under_the_filter, 120)
+{
+	struct proxy_params p = {
+		.ifname = VMNET_VETH_VM,
+		.egress = { .prefix_len = VMNET_PREFIX_LEN },
+		.decide = test_decide,
+		.max_tcp_flows = MAX_TCP,
+		.max_udp_flows = MAX_UDP,
+	};
+	unsigned int before;
+	struct proxy_stats s;
+	char err[256] = "";
+	pthread_t th;
+	void *ret;
+	int g, conn;
+
+	proxy__destroy(self->proxy);
+	p.netns_fd = self->net.vm_ns;
+	p.decide_opaque = &self->policy;
+	p.egress.gateway.s_addr = ip4(VMNET_GATEWAY);
+	p.egress.guest.s_addr = ip4(VMNET_GUEST);
+	ASSERT_EQ(0, proxy__create(&self->proxy, &p, err, sizeof(err)))
+	TH_LOG("%s", err);
+	ASSERT_EQ(0, pthread_create(&th, NULL, start_filtered, self->proxy));
+	ASSERT_EQ(0, pthread_join(th, &ret));
+	ASSERT_EQ(0, (intptr_t)ret);
+
+	before = pipes_open();
+	g = proxyfix__guest_connect(_metadata, &self->net, ALLOWED, TCP_PORT);
+	ASSERT_TRUE(vmnet__wait_for(self->up_tcp, POLLIN, TIMEOUT_MS));
+	conn = accept4(self->up_tcp, NULL, NULL, SOCK_CLOEXEC);
+	ASSERT_LE(0, conn);
+	ASSERT_TRUE(vmnet__wait_for(g, POLLOUT, TIMEOUT_MS));
+	ASSERT_EQ(0, so_error(g));
+	/* A pipe each way: two descriptors each. */
+	EXPECT_EQ(before + 4, pipes_open());
+
+	EXPECT_TRUE(bulk_one_way(g, conn, 1)) TH_LOG("guest to upstream");
+	EXPECT_TRUE(bulk_one_way(conn, g, 2)) TH_LOG("upstream to guest");
+	close(conn);
+	close(g);
+	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, proxyfix__tcp_open_is, 0,
+					 &s));
+	EXPECT_EQ(BULK, s.bytes_out);
+	EXPECT_EQ(BULK, s.bytes_in);
+	EXPECT_EQ(before, pipes_open());
 }
 
 TEST_F_TIMEOUT(px, tcp_denied_is_reset, 60)
