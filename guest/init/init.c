@@ -1051,6 +1051,8 @@ int main(int argc, char **argv)
 	check_cwd(&id);
 	agent.cwd = id.cwd;
 	setup_network(&params);
+	/* The hostname where Debian's tools look for it; a failure warns. */
+	init_net__hostname_files(id.hostname);
 	/* The host's CA, if it intercepts HTTPS, before anything runs. */
 	if (init_trust__install(&trust, INIT_TRUST_BUNDLE, INIT_TRUST_RUN))
 		end_vm(STATUS_INIT_FAILED);

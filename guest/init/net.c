@@ -33,6 +33,10 @@
 #define NET_POLL_MS	10
 #define RESOLV_LINE_MAX 64
 #define RESOLV_DIR	"/run/kiln"
+/* Of the root's /etc/hosts, what is kept at most. */
+#define HOSTS_MAX (64U << 10)
+/* Debian's address for the host's own name (its /etc/hosts, hostname(1)). */
+#define LOOPBACK_HOSTNAME_ADDR "127.0.1.1"
 
 static void warn_net(const char *what, int err)
 {
@@ -239,35 +243,97 @@ static int write_all(const char *path, int flags, const char *text)
 }
 
 /*
- * Bound over the root's own file when there is one (a read-only root
+ * text as the root's file `path`: written to `run` (under /run/kiln) and
+ * bound over the root's own file when there is one (a read-only root
  * takes a bind mount; a persistent one keeps its file as it was). Else
  * (the initramfs, or a root without the file) a new file, which needs a
  * writable /etc; through a dangling symlink (systemd-resolved's) only if
- * the directory it points into exists.
+ * the directory it points into exists. 0, or -errno, reported.
  */
-int init_net__resolv_conf(const struct init_net *n)
+static int etc_file(const char *path, const char *run, const char *text)
 {
-	char line[RESOLV_LINE_MAX], addr[INET_ADDRSTRLEN];
+	char msg[96];
 	int ret;
 
-	inet_ntop(AF_INET, &n->dns, addr, sizeof(addr));
-	snprintf(line, sizeof(line), "nameserver %s\n", addr);
 	if (mkdir(RESOLV_DIR, 0755) && errno != EEXIST) {
 		ret = -errno;
 	} else {
-		ret = write_all(INIT_NET_RESOLV_RUN, O_CREAT | O_TRUNC, line);
-		if (!ret && mount(INIT_NET_RESOLV_RUN, INIT_NET_RESOLV_CONF,
-				  NULL, MS_BIND, NULL))
+		ret = write_all(run, O_CREAT | O_TRUNC, text);
+		if (!ret && mount(run, path, NULL, MS_BIND, NULL))
 			ret = -errno;
 	}
 	if (!ret)
 		return 0;
-	if (mkdir("/etc", 0755) && errno != EEXIST) {
+	if (mkdir("/etc", 0755) && errno != EEXIST)
 		ret = -errno;
-	} else {
-		ret = write_all(INIT_NET_RESOLV_CONF, O_CREAT | O_TRUNC, line);
+	else
+		ret = write_all(path, O_CREAT | O_TRUNC, text);
+	if (ret) {
+		snprintf(msg, sizeof(msg), "cannot write %s", path);
+		warn_net(msg, -ret);
 	}
-	if (ret)
-		warn_net("cannot write " INIT_NET_RESOLV_CONF, -ret);
 	return ret;
+}
+
+int init_net__resolv_conf(const struct init_net *n)
+{
+	char line[RESOLV_LINE_MAX], addr[INET_ADDRSTRLEN];
+
+	inet_ntop(AF_INET, &n->dns, addr, sizeof(addr));
+	snprintf(line, sizeof(line), "nameserver %s\n", addr);
+	return etc_file(INIT_NET_RESOLV_CONF, INIT_NET_RESOLV_RUN, line);
+}
+
+/*
+ * The root's /etc/hosts (at most HOSTS_MAX bytes of it, whole lines)
+ * without its 127.0.1.1 lines, then "127.0.1.1 HOSTNAME": into a new
+ * string, or NULL (out of memory).
+ */
+static char *hosts_text(const char *hostname)
+{
+	size_t cap = HOSTS_MAX + INIT_NET_HOSTNAME_MAX + 32, len = 0;
+	char *out = malloc(cap), *in = NULL, *line, *save = NULL;
+	ssize_t n = -1;
+	int fd;
+
+	if (!out)
+		return NULL;
+	fd = open(INIT_NET_HOSTS, O_RDONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		in = calloc(1, HOSTS_MAX + 1);
+		if (in)
+			n = read(fd, in, HOSTS_MAX);
+		close(fd);
+	}
+	/* A file cut at HOSTS_MAX loses its last, partial line. */
+	if (n == HOSTS_MAX && strrchr(in, '\n'))
+		strrchr(in, '\n')[1] = '\0';
+	for (line = n > 0 ? strtok_r(in, "\n", &save) : NULL; line;
+	     line = strtok_r(NULL, "\n", &save)) {
+		size_t skip = strspn(line, " \t");
+
+		if (!strncmp(line + skip, LOOPBACK_HOSTNAME_ADDR,
+			     strlen(LOOPBACK_HOSTNAME_ADDR)) &&
+		    strchr(" \t", line[skip + strlen(LOOPBACK_HOSTNAME_ADDR)]))
+			continue;
+		len += snprintf(out + len, cap - len, "%s\n", line);
+	}
+	snprintf(out + len, cap - len, "%s\t%s\n", LOOPBACK_HOSTNAME_ADDR,
+		 hostname);
+	free(in);
+	return out;
+}
+
+int init_net__hostname_files(const char *hostname)
+{
+	char line[INIT_NET_HOSTNAME_MAX + 2];
+	char *hosts = hosts_text(hostname);
+	int ret, ret2 = -ENOMEM;
+
+	snprintf(line, sizeof(line), "%s\n", hostname);
+	ret = etc_file(INIT_NET_HOSTNAME, INIT_NET_HOSTNAME_RUN, line);
+	if (hosts)
+		ret2 = etc_file(INIT_NET_HOSTS, INIT_NET_HOSTS_RUN, hosts);
+	free(hosts);
+	return ret ? ret : ret2;
 }

@@ -14,6 +14,12 @@
 #define INIT_NET_RESOLV_CONF "/etc/resolv.conf"
 /* The file a read-only or persistent root's resolv.conf is bound to. */
 #define INIT_NET_RESOLV_RUN "/run/kiln/resolv.conf"
+#define INIT_NET_HOSTNAME     "/etc/hostname"
+#define INIT_NET_HOSTNAME_RUN "/run/kiln/hostname"
+#define INIT_NET_HOSTS	      "/etc/hosts"
+#define INIT_NET_HOSTS_RUN    "/run/kiln/hosts"
+/* A hostname at most, bytes (HOST_NAME_MAX). */
+#define INIT_NET_HOSTNAME_MAX 64
 
 struct init_net {
 	struct in_addr address, gateway, dns;
@@ -37,5 +43,14 @@ int init_net__configure(const struct init_net *n);
  * reported on stderr.
  */
 int init_net__resolv_conf(const struct init_net *n);
+/*
+ * The VM's hostname in the root's files as Debian keeps it:
+ * /etc/hostname holds it, and /etc/hosts maps 127.0.1.1 to it (the
+ * root's own file with its 127.0.1.1 lines replaced), so that
+ * `hostname -f` and sudo find it. Each as resolv.conf is: bound over
+ * the root's own from /run/kiln (read-only and persistent roots keep
+ * theirs), else a new file. 0, or the first -errno, reported.
+ */
+int init_net__hostname_files(const char *hostname);
 
 #endif

@@ -285,6 +285,16 @@ TEST_TIMEOUT(hostname_and_cwd_given, BOOT_TIMEOUT)
 					    ARGS(v.sock, "--", "cat",
 						 "/proc/sys/kernel/hostname"),
 					    &r));
+	/* Where Debian's tools look for it (hostname -f, sudo). */
+	EXPECT_STREQ("agent-42",
+		     guest_line(_metadata, &v,
+				ARGS(v.sock, "--", "cat", "/etc/hostname"),
+				&r));
+	EXPECT_NE(NULL, strstr(guest_line(_metadata, &v,
+					  ARGS(v.sock, "--", "cat",
+					       "/etc/hosts"),
+					  &r),
+			       "127.0.1.1\tagent-42\n"));
 	EXPECT_STREQ("/workspace",
 		     guest_line(_metadata, &v, ARGS(v.sock, "--", "pwd"), &r));
 	EXPECT_STREQ("/tmp",

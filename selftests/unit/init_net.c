@@ -191,4 +191,51 @@ TEST(resolv_conf_bound_over_the_roots)
 	EXPECT_STREQ(before, now);
 }
 
+/*
+ * The hostname in /etc/hostname and /etc/hosts, bound over the root's
+ * own (the host's, here, in a mount namespace of the test's own): the
+ * root's other hosts lines kept, its 127.0.1.1 lines replaced by one
+ * naming the VM; undone, the root's files are as they were.
+ */
+TEST(hostname_files_bound_over_the_roots)
+{
+	char before[BUF_LEN], now[BUF_LEN], hosts_before[BUF_LEN];
+
+	if (geteuid())
+		SKIP(return, "needs root (mount namespace)");
+	if (access(INIT_NET_HOSTS, F_OK) || access(INIT_NET_HOSTNAME, F_OK))
+		SKIP(return, "no /etc/hosts or /etc/hostname to bind over");
+	ASSERT_EQ(0, unshare(CLONE_NEWNS)) TH_LOG("%s", strerror(errno));
+	ASSERT_EQ(0, mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL));
+	ASSERT_EQ(0, mount("tmpfs", "/run", "tmpfs", 0, "mode=0755"));
+	read_text(INIT_NET_HOSTNAME, before, sizeof(before));
+	read_text(INIT_NET_HOSTS, hosts_before, sizeof(hosts_before));
+	/* The root's file as the image has it, with a 127.0.1.1 line. */
+	ASSERT_EQ(0, mount("tmpfs", "/mnt", "tmpfs", 0, "mode=0755"));
+	ASSERT_EQ(0, write_all("/mnt/hosts", O_CREAT | O_TRUNC,
+			       "127.0.0.1\tlocalhost\n"
+			       "127.0.1.1\tkiln\n"
+			       "  127.0.1.1 kiln.local kiln\n"
+			       "127.0.1.10\tother\n"
+			       "::1\tlocalhost ip6-localhost\n"));
+	ASSERT_EQ(0, mount("/mnt/hosts", INIT_NET_HOSTS, NULL, MS_BIND, NULL));
+
+	ASSERT_EQ(0, init_net__hostname_files("sandbox-7"));
+	read_text(INIT_NET_HOSTNAME, now, sizeof(now));
+	EXPECT_STREQ("sandbox-7\n", now);
+	read_text(INIT_NET_HOSTS, now, sizeof(now));
+	EXPECT_STREQ("127.0.0.1\tlocalhost\n"
+		     "127.0.1.10\tother\n"
+		     "::1\tlocalhost ip6-localhost\n"
+		     "127.0.1.1\tsandbox-7\n",
+		     now);
+	ASSERT_EQ(0, umount(INIT_NET_HOSTNAME));
+	ASSERT_EQ(0, umount(INIT_NET_HOSTS));
+	ASSERT_EQ(0, umount(INIT_NET_HOSTS));
+	read_text(INIT_NET_HOSTNAME, now, sizeof(now));
+	EXPECT_STREQ(before, now);
+	read_text(INIT_NET_HOSTS, now, sizeof(now));
+	EXPECT_STREQ(hosts_before, now);
+}
+
 TEST_HARNESS_MAIN
