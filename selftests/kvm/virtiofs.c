@@ -715,6 +715,12 @@ static const struct conform_difference {
 	/* mapped binds: a symlink holds no user.* xattr (Linux refuses it) */
 	{ "bind", "symlink_owner" },
 	{ "bind", "lchown_symlink_root" },
+	/* the example server: one name per node, no RENAME_EXCHANGE */
+	{ "virtual", "link_user" },
+	{ "virtual", "link_keeps_metadata" },
+	{ "virtual", "link_symlink_and_fifo" },
+	{ "virtual", "rename_same_inode" },
+	{ "virtual", "rename_flags" },
 };
 
 #define CONFORM_FS_MAX	  8
@@ -887,7 +893,7 @@ TEST_TIMEOUT(posix_conformance_against_ext4, BOOT_TIMEOUT)
 	ASSERT_EQ(0, chmod(s.src, 0755));
 	srv = start_server(&s, NULL);
 	ASSERT_EQ(0, access(s.sock, F_OK));
-	snprintf(rw, sizeof(rw), "/rw=bind:%s:rw", s.src);
+	snprintf(rw, sizeof(rw), "/rw=bind:%s:rw:mapped", s.src);
 	snprintf(ro, sizeof(ro), "/ro=bind:%s:ro", rodir);
 	snprintf(mem, sizeof(mem), "/m=memory:16M");
 	snprintf(virt, sizeof(virt), "/v=virtual:%s", s.sock);
