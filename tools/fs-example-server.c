@@ -575,8 +575,8 @@ static int do_mknod(struct server *s, int fd, const struct request *r)
 	ret = creating_in(s, r, name, &dir);
 	if (ret)
 		return reply_err(s, fd, r, ret);
-	n = new_node(s, r->h.nodeid, name, type | (in->mode & 07777),
-		     r->h.uid, r->h.gid);
+	n = new_node(s, r->h.nodeid, name, type | (in->mode & 07777), r->h.uid,
+		     r->h.gid);
 	if (!n)
 		return reply_err(s, fd, r, -ENOSPC);
 	if (type == S_IFCHR || type == S_IFBLK)

@@ -99,49 +99,48 @@ static int fail_val(struct cx *c, int line, const char *what, long long got,
 }
 
 /* T(call, errno): the call fails with that errno, or succeeds for 0. */
-#define T(call, want)                                                     \
-	do {                                                              \
-		errno = 0;                                                \
-		long r_ = (long)(call);                                   \
-		if (fail_errno(c, __LINE__, #call, r_ < 0 ? errno : 0,    \
-			       want))                                     \
-			return;                                           \
+#define T(call, want)                                                         \
+	do {                                                                  \
+		errno = 0;                                                    \
+		long r_ = (long)(call);                                       \
+		if (fail_errno(c, __LINE__, #call, r_ < 0 ? errno : 0, want)) \
+			return;                                               \
 	} while (0)
 
-#define V(what, got, want, base)                                          \
-	do {                                                             \
-		if (fail_val(c, __LINE__, what, (long long)(got),        \
-			     (long long)(want), base))                    \
-			return;                                          \
+#define V(what, got, want, base)                                  \
+	do {                                                      \
+		if (fail_val(c, __LINE__, what, (long long)(got), \
+			     (long long)(want), base))            \
+			return;                                   \
 	} while (0)
 
 /* MODE(path, 04755): lstat's permission bits. */
-#define MODE(path, want)                                                  \
-	do {                                                              \
-		struct stat st_;                                          \
-		T(lstat(path, &st_), 0);                                  \
+#define MODE(path, want)                                            \
+	do {                                                        \
+		struct stat st_;                                    \
+		T(lstat(path, &st_), 0);                            \
 		V("mode of " path, st_.st_mode & 07777, want, 'o'); \
 	} while (0)
 
-#define TYPE(path, want)                                                    \
-	do {                                                                \
-		struct stat st_;                                            \
-		T(lstat(path, &st_), 0);                                    \
-		V("type of " path, st_.st_mode & S_IFMT, want, 'o'); \
+#define TYPE(path, want)                                            \
+	do {                                                        \
+		struct stat st_;                                    \
+		T(lstat(path, &st_), 0);                            \
+		V("type of " path, st_.st_mode &S_IFMT, want, 'o'); \
 	} while (0)
 
-#define OWNER(path, uid, gid)                                 \
-	do {                                                  \
-		struct stat st_;                              \
-		T(lstat(path, &st_), 0);                      \
-		V("uid of " path, st_.st_uid, uid, 'd');   \
-		V("gid of " path, st_.st_gid, gid, 'd');   \
+#define OWNER(path, uid, gid)                            \
+	do {                                             \
+		struct stat st_;                         \
+		T(lstat(path, &st_), 0);                 \
+		V("uid of " path, st_.st_uid, uid, 'd'); \
+		V("gid of " path, st_.st_gid, gid, 'd'); \
 	} while (0)
 
-#define SIZE(path, want)                                      \
-	do {                                                  \
-		struct stat st_;                              \
-		T(lstat(path, &st_), 0);                      \
+#define SIZE(path, want)                                    \
+	do {                                                \
+		struct stat st_;                            \
+		T(lstat(path, &st_), 0);                    \
 		V("size of " path, st_.st_size, want, 'd'); \
 	} while (0)
 
@@ -163,11 +162,11 @@ static int user_as(uid_t u, gid_t g)
 
 #define USER()	T(user_as(UID_U, GID_U), 0)
 #define OTHER() T(user_as(UID_V, GID_V), 0)
-#define ROOT()                                                  \
-	do {                                                    \
-		T(setresuid(0, 0, 0), 0);                      \
-		T(setresgid(0, 0, 0), 0);                      \
-		T(setgroups(0, NULL), 0);                      \
+#define ROOT()                            \
+	do {                              \
+		T(setresuid(0, 0, 0), 0); \
+		T(setresgid(0, 0, 0), 0); \
+		T(setgroups(0, NULL), 0); \
 	} while (0)
 
 /* Fixtures, made as root: owner first, then the mode (chown clears). */
@@ -254,14 +253,14 @@ static int times_set(const char *path, long long sec, long nsec, int flags)
 }
 
 /* The times times_set() gave: atime sec.nsec, mtime one second later. */
-#define TIMES(path, sec, nsec)                                            \
-	do {                                                              \
-		struct stat st_;                                          \
-		T(lstat(path, &st_), 0);                                  \
-		V("atime of " path, st_.st_atim.tv_sec, sec, 'd');     \
-		V("atime ns of " path, st_.st_atim.tv_nsec, nsec, 'd'); \
+#define TIMES(path, sec, nsec)                                           \
+	do {                                                             \
+		struct stat st_;                                         \
+		T(lstat(path, &st_), 0);                                 \
+		V("atime of " path, st_.st_atim.tv_sec, sec, 'd');       \
+		V("atime ns of " path, st_.st_atim.tv_nsec, nsec, 'd');  \
 		V("mtime of " path, st_.st_mtim.tv_sec, (sec) + 1, 'd'); \
-		V("mtime ns of " path, st_.st_mtim.tv_nsec, nsec, 'd'); \
+		V("mtime ns of " path, st_.st_mtim.tv_nsec, nsec, 'd');  \
 	} while (0)
 
 /* ---- chmod ------------------------------------------------------------ */
@@ -1227,7 +1226,10 @@ struct kase {
 	void (*fn)(struct cx *c);
 };
 
-#define CASE(fn) { #fn, fn }
+#define CASE(fn)        \
+	{               \
+#fn, fn \
+	}
 
 static const struct kase rw_cases[] = {
 	CASE(chmod_owner),

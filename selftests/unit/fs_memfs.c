@@ -405,8 +405,8 @@ TEST(create_modes_owner_types)
 				   &e));
 	EXPECT_EQ(S_IFSOCK | 0770U, e.attr.mode);
 	/* Device nodes keep the guest's numbers and are never opened. */
-	ASSERT_EQ(0, b->ops->mknod(b, &ctx, d, "chr", S_IFCHR | 0620,
-				   0x0103, 0, &e));
+	ASSERT_EQ(0, b->ops->mknod(b, &ctx, d, "chr", S_IFCHR | 0620, 0x0103, 0,
+				   &e));
 	EXPECT_EQ(S_IFCHR | 0620U, e.attr.mode);
 	EXPECT_EQ(0x0103U, e.attr.rdev);
 	EXPECT_EQ(0U, e.attr.size);
@@ -417,8 +417,8 @@ TEST(create_modes_owner_types)
 	EXPECT_EQ(S_IFBLK | 0600U, e.attr.mode);
 	EXPECT_EQ(0x10300801U, e.attr.rdev);
 	/* Other types carry no device number, whatever the request says. */
-	ASSERT_EQ(0, b->ops->mknod(b, &ctx, d, "fifo2", S_IFIFO | 0600,
-				   0x0103, 0, &e));
+	ASSERT_EQ(0, b->ops->mknod(b, &ctx, d, "fifo2", S_IFIFO | 0600, 0x0103,
+				   0, &e));
 	EXPECT_EQ(0U, e.attr.rdev);
 	EXPECT_EQ(-EINVAL,
 		  b->ops->mknod(b, &ctx, d, "dir", S_IFDIR | 0755, 0, 0, &e));
