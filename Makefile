@@ -188,7 +188,8 @@ $(O)/selftests/kvm_%: selftests/kvm/%.c | pkg-check
 selftests: $(unit-tests) $(kvm-tests) $(O)/vmm
 	@:
 
-# The guest sides of KVM tests (vsock-peer, fs-probe, net-probe) and of bench-fs:
+# The guest sides of KVM tests (vsock-peer, fs-probe, net-probe, posix-conform)
+# and of bench-fs:
 # static programs, each packed as an extra initramfs archive (cat
 # initramfs.cpio X.cpio) with /bin/X. Deterministic like the guest's own
 # archives. Helpers live in selftests/helpers/, where run_all.sh does not
@@ -218,7 +219,7 @@ $(O)/selftests/helpers/%.cpio: $(O)/selftests/helpers/%
 	$(bin_cpio)
 
 selftests: $(O)/selftests/helpers/vsock-peer.cpio $(O)/selftests/helpers/fs-probe.cpio \
-	$(O)/selftests/helpers/net-probe.cpio
+	$(O)/selftests/helpers/net-probe.cpio $(O)/selftests/helpers/posix-conform.cpio
 
 # The HTTPS upstream that speaks HTTP/2 alone (selftests/kvm/net.c): a
 # host program, not a guest's, on nghttp2 and wolfSSL like the vmm, so

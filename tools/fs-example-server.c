@@ -69,6 +69,7 @@ struct node {
 	char name[NAME_MAX + 1];
 	uint32_t mode; /* with S_IFMT */
 	uint32_t uid, gid;
+	uint32_t rdev; /* of a device node, as fuse_attr.rdev */
 	uint64_t nlookup;
 	char *data; /* file content or symlink target */
 	size_t size;
@@ -173,6 +174,13 @@ static struct node *new_node(struct server *s, uint64_t parent,
 		n->mode = mode;
 		n->uid = uid;
 		n->gid = gid;
+		/* BSD group semantics under a set-group-ID directory, as Linux */
+		if (s->nodes[parent].mode & S_ISGID) {
+			n->gid = s->nodes[parent].gid;
+			if (S_ISDIR(mode))
+				n->mode |= S_ISGID;
+		}
+		n->rdev = 0;
 		n->nlookup = 0;
 		n->data = NULL;
 		n->size = 0;
@@ -262,6 +270,7 @@ static void fill_attr(struct server *s, struct node *n, struct fuse_attr *a)
 		a->nlink = n->parent ? 1 : 0;
 	a->uid = n->uid;
 	a->gid = n->gid;
+	a->rdev = n->rdev;
 	a->blksize = BLOCK;
 }
 
@@ -433,7 +442,9 @@ static int do_lookup(struct server *s, int fd, const struct request *r)
 		return reply_err(s, fd, r, -ENOENT);
 	if (!is_dir(dir))
 		return reply_err(s, fd, r, -ENOTDIR);
-	if (!name || !*name || strlen(name) > NAME_MAX || strchr(name, '/'))
+	if (name && strlen(name) > NAME_MAX)
+		return reply_err(s, fd, r, -ENAMETOOLONG);
+	if (!name || !*name || strchr(name, '/'))
 		return reply_err(s, fd, r, -EINVAL);
 	if (!strcmp(name, "."))
 		n = dir;
@@ -544,12 +555,33 @@ static int do_mknod(struct server *s, int fd, const struct request *r)
 	const struct fuse_mknod_in *in = arg_struct(r, sizeof(*in));
 	size_t off = sizeof(*in);
 
+	struct node *dir, *n;
+	const char *name;
+	uint32_t type;
+	int ret;
+
 	if (!in)
 		return reply_err(s, fd, r, -EINVAL);
-	if (!S_ISREG(in->mode))
-		return reply_err(s, fd, r, -EPERM); /* no devices, no fifos */
-	return do_make(s, fd, r, arg_name(r, &off, true),
-		       S_IFREG | (in->mode & 07777));
+	/*
+	 * FIFOs, sockets and device nodes are only names and attributes
+	 * here: the guest kernel serves them itself and never opens them
+	 * through FUSE.
+	 */
+	type = (in->mode & S_IFMT) ? in->mode & S_IFMT : S_IFREG;
+	if (type != S_IFREG && type != S_IFIFO && type != S_IFSOCK &&
+	    type != S_IFCHR && type != S_IFBLK)
+		return reply_err(s, fd, r, -EINVAL);
+	name = arg_name(r, &off, true);
+	ret = creating_in(s, r, name, &dir);
+	if (ret)
+		return reply_err(s, fd, r, ret);
+	n = new_node(s, r->h.nodeid, name, type | (in->mode & 07777), r->h.uid,
+		     r->h.gid);
+	if (!n)
+		return reply_err(s, fd, r, -ENOSPC);
+	if (type == S_IFCHR || type == S_IFBLK)
+		n->rdev = in->rdev;
+	return reply_entry(s, fd, r, n);
 }
 
 static int do_symlink(struct server *s, int fd, const struct request *r)

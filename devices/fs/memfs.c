@@ -215,15 +215,22 @@ static int memfs_mknod(struct fs_backend *b, const struct fs_ctx *ctx,
 	case S_IFREG:
 	case S_IFIFO:
 	case S_IFSOCK:
+		rdev = 0;
 		break;
 	case S_IFCHR:
 	case S_IFBLK:
-		return -EPERM; /* no device nodes in a memory mount */
+		/*
+		 * The guest's own device numbers, as tmpfs keeps them: only
+		 * the guest kernel can open one (and not on its nodev
+		 * mount); the backend never opens anything but a regular
+		 * file (open_check()).
+		 */
+		break;
 	default:
 		return -EINVAL;
 	}
 	err = create_node(b, ctx, parent, name, type | (mode & ~umask & 07777),
-			  0, NULL, &ino);
+			  rdev, NULL, &ino);
 	if (err)
 		return err;
 	memfs_fill_entry(ino, out);

@@ -404,11 +404,22 @@ TEST(create_modes_owner_types)
 	ASSERT_EQ(0, b->ops->mknod(b, &ctx, d, "sock", S_IFSOCK | 0777, 0, 07,
 				   &e));
 	EXPECT_EQ(S_IFSOCK | 0770U, e.attr.mode);
-	EXPECT_EQ(-EPERM, b->ops->mknod(b, &ctx, d, "chr", S_IFCHR | 0600,
-					0x0101, 0, &e));
-	EXPECT_EQ(-EPERM, b->ops->mknod(b, &ctx, d, "blk", S_IFBLK | 0600,
-					0x0801, 0, &e));
-	EXPECT_EQ(-ENOENT, id_of(b, d, "chr"));
+	/* Device nodes keep the guest's numbers and are never opened. */
+	ASSERT_EQ(0, b->ops->mknod(b, &ctx, d, "chr", S_IFCHR | 0620, 0x0103, 0,
+				   &e));
+	EXPECT_EQ(S_IFCHR | 0620U, e.attr.mode);
+	EXPECT_EQ(0x0103U, e.attr.rdev);
+	EXPECT_EQ(0U, e.attr.size);
+	EXPECT_EQ(0x0103U, attr_of(_metadata, b, e.nodeid).rdev);
+	EXPECT_EQ(-ENXIO, b->ops->open(b, e.nodeid, O_RDWR, &fh, &of));
+	ASSERT_EQ(0, b->ops->mknod(b, &ctx, d, "blk", S_IFBLK | 0600,
+				   0x10300801, 0, &e));
+	EXPECT_EQ(S_IFBLK | 0600U, e.attr.mode);
+	EXPECT_EQ(0x10300801U, e.attr.rdev);
+	/* Other types carry no device number, whatever the request says. */
+	ASSERT_EQ(0, b->ops->mknod(b, &ctx, d, "fifo2", S_IFIFO | 0600, 0x0103,
+				   0, &e));
+	EXPECT_EQ(0U, e.attr.rdev);
 	EXPECT_EQ(-EINVAL,
 		  b->ops->mknod(b, &ctx, d, "dir", S_IFDIR | 0755, 0, 0, &e));
 

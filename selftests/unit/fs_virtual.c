@@ -1349,6 +1349,88 @@ TEST_F(example, create_write_truncate_remove)
 				   "dir/a.txt", 10, NULL, 0, NULL, 0));
 }
 
+/* What the conformance cases (posix-conform) need of the example server. */
+TEST_F(example, special_nodes_setgid_dirs_long_names)
+{
+	struct {
+		struct fuse_mknod_in in;
+		char name[8];
+	} ni = { { .mode = S_IFIFO | 0640 }, "fifo" };
+	struct {
+		struct fuse_mkdir_in in;
+		char name[8];
+	} mi = { { .mode = 02775 }, "sgid" };
+	struct fuse_setattr_in si = { .valid = FATTR_GID, .gid = 4000 };
+	struct fuse_attr_out ao;
+	struct fuse_entry_out e, d;
+	char longname[NAME_MAX + 2];
+
+	start_server(_metadata, self, NULL, NULL);
+	example_connect(_metadata, self, NO_TIMEOUT_MS);
+	ASSERT_LT(0, do_init(_metadata, self, NULL));
+	/* FIFOs, sockets and devices are made; a device keeps its rdev. */
+	ASSERT_EQ((int)sizeof(e),
+		  call_ok(_metadata, self, FUSE_MKNOD, FUSE_ROOT_ID, &ni,
+			  sizeof(ni.in) + strlen(ni.name) + 1, NULL, 0, &e,
+			  sizeof(e)));
+	EXPECT_EQ(S_IFIFO | 0640U, e.attr.mode);
+	EXPECT_EQ(0U, e.attr.rdev);
+	ni.in = (struct fuse_mknod_in){ .mode = S_IFCHR | 0620,
+					.rdev = 0x10300801 };
+	strcpy(ni.name, "chr");
+	ASSERT_EQ((int)sizeof(e),
+		  call_ok(_metadata, self, FUSE_MKNOD, FUSE_ROOT_ID, &ni,
+			  sizeof(ni.in) + strlen(ni.name) + 1, NULL, 0, &e,
+			  sizeof(e)));
+	EXPECT_EQ(S_IFCHR | 0620U, e.attr.mode);
+	EXPECT_EQ(0x10300801U, e.attr.rdev);
+	ni.in = (struct fuse_mknod_in){ .mode = S_IFSOCK | 0600 };
+	strcpy(ni.name, "sock");
+	ASSERT_EQ((int)sizeof(e),
+		  call_ok(_metadata, self, FUSE_MKNOD, FUSE_ROOT_ID, &ni,
+			  sizeof(ni.in) + strlen(ni.name) + 1, NULL, 0, &e,
+			  sizeof(e)));
+	EXPECT_EQ(S_IFSOCK | 0600U, e.attr.mode);
+	ni.in = (struct fuse_mknod_in){ .mode = S_IFDIR | 0755 };
+	strcpy(ni.name, "dir");
+	EXPECT_EQ(-EINVAL, call_ok(_metadata, self, FUSE_MKNOD, FUSE_ROOT_ID,
+				   &ni, sizeof(ni.in) + strlen(ni.name) + 1,
+				   NULL, 0, &e, sizeof(e)));
+
+	/* Under a set-group-ID directory: its group, and for a directory
+	 * the bit too. */
+	ASSERT_EQ((int)sizeof(d),
+		  call_ok(_metadata, self, FUSE_MKDIR, FUSE_ROOT_ID, &mi,
+			  sizeof(mi.in) + strlen(mi.name) + 1, NULL, 0, &d,
+			  sizeof(d)));
+	ASSERT_EQ((int)sizeof(ao),
+		  call_ok(_metadata, self, FUSE_SETATTR, d.nodeid, &si,
+			  sizeof(si), NULL, 0, &ao, sizeof(ao)));
+	EXPECT_EQ(4000U, ao.attr.gid);
+	ni.in = (struct fuse_mknod_in){ .mode = S_IFREG | 0644 };
+	strcpy(ni.name, "f");
+	ASSERT_EQ((int)sizeof(e),
+		  call_ok(_metadata, self, FUSE_MKNOD, d.nodeid, &ni,
+			  sizeof(ni.in) + strlen(ni.name) + 1, NULL, 0, &e,
+			  sizeof(e)));
+	EXPECT_EQ(4000U, e.attr.gid);
+	EXPECT_EQ(1000U, e.attr.uid);
+	mi.in.mode = 0755;
+	strcpy(mi.name, "sub");
+	ASSERT_EQ((int)sizeof(e),
+		  call_ok(_metadata, self, FUSE_MKDIR, d.nodeid, &mi,
+			  sizeof(mi.in) + strlen(mi.name) + 1, NULL, 0, &e,
+			  sizeof(e)));
+	EXPECT_EQ(S_IFDIR | 02755U, e.attr.mode);
+	EXPECT_EQ(4000U, e.attr.gid);
+
+	/* A name longer than NAME_MAX: ENAMETOOLONG, as Linux says it. */
+	memset(longname, 'n', NAME_MAX + 1);
+	longname[NAME_MAX + 1] = '\0';
+	EXPECT_EQ(-ENAMETOOLONG,
+		  lookup(_metadata, self, FUSE_ROOT_ID, longname, &e));
+}
+
 TEST_F(example, delay_turns_into_eio)
 {
 	struct fuse_init_in in = { .major = FUSE_KERNEL_VERSION,
