@@ -1175,6 +1175,7 @@ static const struct {
 	{ "memory", memory_init, memory_exit },
 	{ "irqchip", irqchip_init, NULL }, /* goes with the VM fd */
 	{ "devices", devices_init, devices_exit },
+	{ "metrics", vm_metrics__init, vm_metrics__exit },
 	{ "control", control__init, control__exit },
 	{ "boot", boot_init, NULL }, /* lives in guest memory */
 	{ "vcpus", vcpus_init, vcpus_exit },
@@ -1216,6 +1217,7 @@ int vm__create(struct vm **out, const struct vm_config *cfg)
 	vm->kvm_fd = vm->vm_fd = vm->initrd_fd = -1;
 	vm->event_fd = vm->space_fd = -1;
 	vm->ready_fd = vm->null_fd = -1;
+	vm->proc_status_fd = -1;
 	vm->tap.fd = vm->netns_fd = -1;
 	vm->nr_vcpus = cfg->nr_cpus;
 	bus__init(&vm->pio, "pio", PIO_LIMIT);
