@@ -94,8 +94,8 @@ static bool status_field(const char *text, size_t len, const char *key,
 			eol = end;
 		if ((size_t)(eol - p) > klen && !memcmp(p, key, klen) &&
 		    p[klen] == ':') {
-			for (q = p + klen + 1; q < eol && (*q == ' ' || *q == '\t');
-			     q++)
+			for (q = p + klen + 1;
+			     q < eol && (*q == ' ' || *q == '\t'); q++)
 				;
 			for (; q < eol && *q >= '0' && *q <= '9'; q++) {
 				if (v > (UINT64_MAX - 9) / 10)
@@ -146,7 +146,7 @@ json_t *metrics__process_json(const struct proc_mem *m)
 struct metrics_file {
 	int fd;
 	char *path;
-	bool warned;	  /* a failure was reported: once for the file */
+	bool warned; /* a failure was reported: once for the file */
 	/* lib/counter.h: the writer's, read by vm.metrics on the API's. */
 	uint64_t lines;	  /* written whole */
 	uint64_t dropped; /* not written, or cut short */
@@ -214,8 +214,8 @@ int metrics_file__write(struct metrics_file *f, const json_t *obj)
 		drop(f, "short write");
 		return -ENOSPC;
 	}
-	drop(f, ret == -EAGAIN ? "its reader is not keeping up" :
-				 strerror(-ret));
+	drop(f,
+	     ret == -EAGAIN ? "its reader is not keeping up" : strerror(-ret));
 	return ret;
 }
 

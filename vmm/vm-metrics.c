@@ -24,12 +24,14 @@ static json_t *vcpus_json(struct vm *vm)
 {
 	json_t *a = json_array();
 
+	pthread_mutex_lock(&vm->vcpus_lock);
 	for (unsigned int i = 0; a && vm->vcpus && i < vm->nr_vcpus; i++) {
 		struct vcpu_stats s;
 
 		vcpu__stats(vm->vcpus[i], &s);
 		json_array_append_new(a, metrics__vcpu_json(i, &s));
 	}
+	pthread_mutex_unlock(&vm->vcpus_lock);
 	return a;
 }
 
@@ -42,20 +44,24 @@ static void net_json(struct virtio_net *n, json_t *o)
 	struct net_stats s;
 
 	virtio_net__stats(n, &s);
-	json_object_set_new(o, "errors",
-			    json_integer((json_int_t)(s.tx_errors +
-						      s.tx_dropped +
-						      s.rx_dropped)));
-	json_object_set_new(o, "queueFull", json_integer((json_int_t)s.rx_held));
-	json_object_set_new(o, "rxFrames", json_integer((json_int_t)s.rx_frames));
+	json_object_set_new(
+		o, "errors",
+		json_integer((json_int_t)(s.tx_errors + s.tx_dropped +
+					  s.rx_dropped)));
+	json_object_set_new(o, "queueFull",
+			    json_integer((json_int_t)s.rx_held));
+	json_object_set_new(o, "rxFrames",
+			    json_integer((json_int_t)s.rx_frames));
 	json_object_set_new(o, "rxBytes", json_integer((json_int_t)s.rx_bytes));
 	json_object_set_new(o, "rxDropped",
 			    json_integer((json_int_t)s.rx_dropped));
-	json_object_set_new(o, "txFrames", json_integer((json_int_t)s.tx_frames));
+	json_object_set_new(o, "txFrames",
+			    json_integer((json_int_t)s.tx_frames));
 	json_object_set_new(o, "txBytes", json_integer((json_int_t)s.tx_bytes));
 	json_object_set_new(o, "txDropped",
 			    json_integer((json_int_t)s.tx_dropped));
-	json_object_set_new(o, "txErrors", json_integer((json_int_t)s.tx_errors));
+	json_object_set_new(o, "txErrors",
+			    json_integer((json_int_t)s.tx_errors));
 }
 
 /* A memory mount's bytes against its limit, on its device's object. */
@@ -66,8 +72,9 @@ static void fs_json(struct vm *vm, struct virtio_device *dev, json_t *o)
 	for (unsigned int i = 0; i < MOUNTS_MAX && vm->fs[i]; i++) {
 		if (virtio_fs__device(vm->fs[i]) != dev)
 			continue;
-		json_object_set_new(o, "mount",
-				    json_string(vm->cfg->mounts.m[i].guest_path));
+		json_object_set_new(
+			o, "mount",
+			json_string(vm->cfg->mounts.m[i].guest_path));
 		if (virtio_fs__usage(vm->fs[i], &used, &max))
 			json_object_set_new(o, "memory",
 					    metrics__usage_json(used, max));
@@ -123,12 +130,13 @@ static json_t *rootfs_json(struct vm *vm)
 
 	if (!vm->disk)
 		return json_null();
-	o = metrics__usage_json(disk__dirty_bytes(vm->disk),
-				c->mode == ROOTFS_READONLY ? 0 :
-							     c->max_dirty_bytes);
+	o = metrics__usage_json(
+		disk__dirty_bytes(vm->disk),
+		c->mode == ROOTFS_READONLY ? 0 : c->max_dirty_bytes);
 	if (o)
-		json_object_set_new(o, "mode",
-				    json_string(config__rootfs_mode_name(c->mode)));
+		json_object_set_new(
+			o, "mode",
+			json_string(config__rootfs_mode_name(c->mode)));
 	return o;
 }
 
@@ -155,13 +163,13 @@ void vm__metrics_fill(struct vm *vm, json_t *o)
 	json_object_set_new(o, "rootfs", rootfs_json(vm));
 	json_object_set_new(o, "process", process_json(vm));
 	if (vm->metrics_file)
-		json_object_set_new(
-			o, "metricsFile",
-			json_pack("{s:I, s:I}", "lines",
-				  (json_int_t)metrics_file__lines(vm->metrics_file),
-				  "dropped",
-				  (json_int_t)metrics_file__dropped(
-					  vm->metrics_file)));
+		json_object_set_new(o, "metricsFile",
+				    json_pack("{s:I, s:I}", "lines",
+					      (json_int_t)metrics_file__lines(
+						      vm->metrics_file),
+					      "dropped",
+					      (json_int_t)metrics_file__dropped(
+						      vm->metrics_file)));
 }
 
 void vm__metrics_write(struct vm *vm)

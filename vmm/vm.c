@@ -1148,12 +1148,17 @@ static int vcpus_init(struct vm *vm)
 
 static void vcpus_exit(struct vm *vm)
 {
+	struct vcpu **vcpus;
 	unsigned int i;
 
-	for (i = 0; vm->vcpus && i < vm->nr_vcpus; i++)
-		vcpu__destroy(vm->vcpus[i]);
-	free(vm->vcpus);
+	/* The API thread, which outlives this step, may be reading them. */
+	pthread_mutex_lock(&vm->vcpus_lock);
+	vcpus = vm->vcpus;
 	vm->vcpus = NULL;
+	pthread_mutex_unlock(&vm->vcpus_lock);
+	for (i = 0; vcpus && i < vm->nr_vcpus; i++)
+		vcpu__destroy(vcpus[i]);
+	free(vcpus);
 }
 
 /* ---- the builder -------------------------------------------------------- */
@@ -1224,6 +1229,7 @@ int vm__create(struct vm **out, const struct vm_config *cfg)
 	bus__init(&vm->mmio, "mmio", MMIO_GAP_END);
 	vm->ram_size = cfg->mem_mib << 20;
 	pthread_mutex_init(&vm->stop_lock, NULL);
+	pthread_mutex_init(&vm->vcpus_lock, NULL);
 	pthread_mutex_init(&vm->bindings_lock, NULL);
 	pause_init(vm);
 
@@ -1234,6 +1240,7 @@ int vm__create(struct vm **out, const struct vm_config *cfg)
 				 ret);
 			vm_unwind(vm, i + 1);
 			pthread_mutex_destroy(&vm->stop_lock);
+			pthread_mutex_destroy(&vm->vcpus_lock);
 			pthread_mutex_destroy(&vm->bindings_lock);
 			pause_exit(vm);
 			free(vm);
@@ -1250,6 +1257,7 @@ void vm__destroy(struct vm *vm)
 		return;
 	vm_unwind(vm, ARRAY_SIZE(vm_steps));
 	pthread_mutex_destroy(&vm->stop_lock);
+	pthread_mutex_destroy(&vm->vcpus_lock);
 	pthread_mutex_destroy(&vm->bindings_lock);
 	pause_exit(vm);
 	free(vm);

@@ -178,6 +178,11 @@ struct vm {
 
 	unsigned int nr_vcpus;
 	struct vcpu **vcpus;
+	/*
+	 * Held by vm.metrics (API thread) while it reads the vCPUs and by
+	 * their tear-down, which the API thread outlives; never by a vCPU.
+	 */
+	pthread_mutex_t vcpus_lock;
 
 	/*
 	 * Halt probes: without ACPI a guest powers off by halting every CPU

@@ -656,10 +656,12 @@ static void reply_rst(struct vsock *v, const struct pkt *p)
 {
 	struct reply *r;
 
+	if (p->op == VIRTIO_VSOCK_OP_RST)
+		return;
 	/* A packet the device refused: an error, for vm.metrics. */
 	virtio_device__count_error(&v->vdev);
 	/* process_tx stops popping while the ring is full. */
-	if (p->op == VIRTIO_VSOCK_OP_RST || v->nr_replies == REPLY_MAX)
+	if (v->nr_replies == REPLY_MAX)
 		return;
 	r = &v->replies[(v->reply_head + v->nr_replies) % REPLY_MAX];
 	r->src_cid = p->dst_cid;

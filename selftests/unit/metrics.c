@@ -20,7 +20,7 @@
 #include "vmm/metrics.h"
 #include "vmm/options.h"
 
-#define MAX_ARGS 16
+#define MAX_ARGS  16
 #define ARGS(...) ((const char *const[]){ __VA_ARGS__, NULL })
 
 static json_int_t int_at(const json_t *o, const char *key)
@@ -64,12 +64,14 @@ TEST(device_sums_its_queues)
 	memset(qs, 0, sizeof(qs));
 	dev.queues = qs;
 	dev.nr_queues = 2;
-	qs[0].vq.stats = (struct vq_stats){ .popped = 5, .used = 3,
-					    .bytes_out = 4096,
-					    .bytes_in = 10 };
+	qs[0].vq.stats = (struct vq_stats){
+		.popped = 5, .used = 3, .bytes_out = 4096, .bytes_in = 10
+	};
 	/* Two were forgotten by a reset: not in flight. */
-	qs[1].vq.stats = (struct vq_stats){ .popped = 7, .used = 4,
-					    .forgotten = 2, .bytes_out = 1,
+	qs[1].vq.stats = (struct vq_stats){ .popped = 7,
+					    .used = 4,
+					    .forgotten = 2,
+					    .bytes_out = 1,
 					    .bytes_in = 8192 };
 	virtio_device__count_error(&dev);
 	virtio_device__count_error(&dev);
@@ -121,8 +123,7 @@ TEST(status_text)
 	EXPECT_EQ(12288ULL << 10, m.anon);
 	/* Without its NUL, cut anywhere: never read past len. */
 	EXPECT_EQ(-EINVAL, metrics__parse_status(good, 30, &m));
-	EXPECT_EQ(-EINVAL,
-		  metrics__parse_status(no_anon, strlen(no_anon), &m));
+	EXPECT_EQ(-EINVAL, metrics__parse_status(no_anon, strlen(no_anon), &m));
 	EXPECT_EQ(-EINVAL, metrics__parse_status(junk, strlen(junk), &m));
 	EXPECT_EQ(-EINVAL, metrics__parse_status(unit, strlen(unit), &m));
 }
