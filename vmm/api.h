@@ -98,6 +98,11 @@ struct api_params {
 	/* vm.status: add fields to the object; NULL: only the API's own. */
 	void (*status)(void *opaque, json_t *status);
 	/*
+	 * vm.metrics: add the monitor's members to the object, which holds
+	 * the API's own ("agent"); NULL: only those. On the API thread.
+	 */
+	void (*metrics)(void *opaque, json_t *metrics);
+	/*
 	 * net.setPolicy: replace the network policy with policy (the
 	 * request's "policy" value, borrowed). 0; or -EINVAL with one line
 	 * naming the key in err (answered as invalid params; the old
@@ -128,6 +133,25 @@ struct api_params {
 };
 
 struct api;
+
+/*
+ * vm.metrics (Documentation/api.md): the agent connections the API
+ * opened and the processes the agent started for it. Counted on the API
+ * thread (lib/counter.h), monotonic.
+ */
+struct api_counters {
+	uint64_t agent_connections;   /* opened to the agent */
+	uint64_t agent_open_failures; /* attempts that could not open one */
+	uint64_t execs, spawns, ptys; /* processes started, by method */
+	uint64_t exits;		      /* of them, seen to end */
+};
+
+/*
+ * A copy of the counters, from any thread; NULL api: zeros. And as the
+ * metrics object's "agent" member.
+ */
+void api__counters(const struct api *api, struct api_counters *c);
+json_t *api__metrics_agent(const struct api *api);
 
 /* Binds and listens on the socket; no thread yet. */
 int __must_check api__create(struct api **out, const struct api_params *p);

@@ -111,6 +111,11 @@ static void status_cb(void *opaque, json_t *status)
 	json_object_set_new(status, "net", net_status(vm));
 }
 
+static void metrics_cb(void *opaque, json_t *metrics)
+{
+	vm__metrics_fill(opaque, metrics);
+}
+
 static int set_policy_cb(void *opaque, json_t *policy, char *err, size_t len)
 {
 	struct vm *vm = opaque;
@@ -170,6 +175,7 @@ int control__init(struct vm *vm)
 		.shutdown = shutdown_cb,
 		.shutdown_failed = shutdown_failed_cb,
 		.status = status_cb,
+		.metrics = metrics_cb,
 		.set_policy = set_policy_cb,
 		.agent_ready = agent_ready_cb,
 		.agent_timeout_ms = (unsigned int)vm->cfg->agent_timeout_ms,

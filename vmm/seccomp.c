@@ -18,6 +18,7 @@ static const int allowed[] = {
 	/* vCPU exits, console, eventfds and the ring */
 	SCMP_SYS(read),
 	SCMP_SYS(write),
+	/* also vm.metrics: /proc/self/status, opened before the filter */
 	SCMP_SYS(pread64),
 	SCMP_SYS(io_uring_setup),
 	SCMP_SYS(io_uring_enter),
@@ -77,6 +78,7 @@ static const int allowed[] = {
 	SCMP_SYS(connect),
 	/* tear-down */
 	SCMP_SYS(close),
+	/* also vm.metrics: a vCPU thread's CPU-time clock (vmm/vcpu.c) */
 	SCMP_SYS(clock_gettime),
 	SCMP_SYS(clock_nanosleep),
 	/*

@@ -60,10 +60,10 @@ struct loop {
 	struct evloop ev;
 	struct vm *vm;
 	int sig_fd;
-	struct ev_source wake, signal, input, space, probe;
+	struct ev_source wake, signal, input, space, probe, metrics;
 	uint64_t wake_buf, space_buf;
 	struct signalfd_siginfo si;
-	struct __kernel_timespec probe_ts;
+	struct __kernel_timespec probe_ts, metrics_ts;
 	uint8_t in_buf[STDIN_CHUNK];
 	bool stdin_armed, space_armed;
 };
@@ -99,6 +99,15 @@ static void maybe_arm_stdin(struct vm *vm, struct loop *l)
 static void arm_probe(struct loop *l)
 {
 	evloop__timeout(&l->ev, &l->probe, &l->probe_ts, HALT_PROBE_NS);
+}
+
+/* --metrics: the next line in metrics_interval_ms (config-checked). */
+static void arm_metrics(struct loop *l)
+{
+	if (!l->vm->metrics_file)
+		return;
+	evloop__timeout(&l->ev, &l->metrics, &l->metrics_ts,
+			(long long)l->vm->cfg->metrics_interval_ms * 1000000LL);
 }
 
 /*
@@ -205,6 +214,15 @@ static void probe_done(void *arg, int res)
 	shutdown_overdue(l->vm);
 }
 
+static void metrics_done(void *arg, int res)
+{
+	struct loop *l = arg;
+
+	pr_debug("event metrics: %d", res);
+	vm__metrics_write(l->vm);
+	arm_metrics(l);
+}
+
 /* After each round: stop once asked to, or see to host input. */
 static bool loop_end(void *arg)
 {
@@ -249,6 +267,7 @@ static int loop_init(struct loop **out, struct vm *vm, int sig_fd)
 	l->input = (struct ev_source){ .fn = input_done, .arg = l };
 	l->space = (struct ev_source){ .fn = space_done, .arg = l };
 	l->probe = (struct ev_source){ .fn = probe_done, .arg = l };
+	l->metrics = (struct ev_source){ .fn = metrics_done, .arg = l };
 	*out = l;
 	return 0;
 }
@@ -266,6 +285,7 @@ static void main_loop(struct vm *vm, struct loop *l)
 	arm_read(l, &l->wake, vm->event_fd, &l->wake_buf, sizeof(l->wake_buf));
 	arm_read(l, &l->signal, l->sig_fd, &l->si, sizeof(l->si));
 	arm_probe(l);
+	arm_metrics(l);
 	maybe_arm_stdin(vm, l);
 	if (evloop__run(&l->ev, &main_loop_ops, l))
 		vm__stop(vm, VM_STOP_ERROR, 0, "event loop failed");
@@ -432,6 +452,8 @@ int vm__run(struct vm *vm)
 	for (i = 0; i < vm->nr_vcpus; i++)
 		vcpu__join(vm->vcpus[i]);
 	ret = exit_code(vm);
+	/* The last line: the counters as the vCPUs left them. */
+	vm__metrics_write(vm);
 	control__stopped(vm, ret);
 out_loop:
 	loop_exit(l);

@@ -2,6 +2,9 @@
 #ifndef KILN_VIRTIO_FS_H
 #define KILN_VIRTIO_FS_H
 
+#include <stdbool.h>
+#include <stdint.h>
+
 #include "lib/compiler.h"
 #include "devices/fs/backend.h"
 #include "devices/irq.h"
@@ -51,6 +54,12 @@ struct virtio_device *virtio_fs__device(struct virtio_fs *f);
  * inherits the caller's seccomp filter.
  */
 int __must_check virtio_fs__start(struct virtio_fs *f);
+/*
+ * The backend's bytes against its limit (fs_backend_ops.usage), from any
+ * thread: false when the backend keeps no such count (bind, virtual).
+ */
+bool virtio_fs__usage(const struct virtio_fs *f, uint64_t *used,
+		      uint64_t *max);
 /*
  * Stops and joins the thread (I/O in flight completes first), destroys
  * the backend; NULL ok.
