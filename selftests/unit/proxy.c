@@ -140,7 +140,7 @@ FIXTURE_SETUP(px)
 	p.egress.guest.s_addr = ip4(VMNET_GUEST);
 	ASSERT_EQ(0, proxy__create(&self->proxy, &p, err, sizeof(err)))
 	TH_LOG("%s", err);
-	ASSERT_EQ(0, proxy__start(self->proxy));
+	ASSERT_EQ(0, proxy__start(self->proxy, NULL));
 }
 
 FIXTURE_TEARDOWN(px)

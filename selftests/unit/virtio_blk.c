@@ -729,7 +729,7 @@ static int tdev_open(struct tdev *t, const struct topts *o)
 		return ret;
 	t->d.vdev = virtio_blk__device(t->blk);
 	t->nr_queues = bp.nr_queues;
-	return virtio_blk__start(t->blk);
+	return virtio_blk__start(t->blk, NULL);
 }
 
 static void tdev_close(struct tdev *t)

@@ -1095,7 +1095,7 @@ static int tdev_open(struct tdev *t, enum tkind kind, unsigned int nr_queues)
 	}
 	t->d.vdev = virtio_fs__device(t->fs);
 	t->nr_vqs = nr_queues + 1;
-	return virtio_fs__start(t->fs);
+	return virtio_fs__start(t->fs, NULL);
 }
 
 FIXTURE(vfs)
@@ -1161,7 +1161,7 @@ TEST_F(vfs, create_rejects)
 	p.mem = &t->d.mem;
 	p.nr_queues = VIRTIO_FS_MAX_QUEUES;
 	ASSERT_EQ(0, virtio_fs__create(&f, &p));
-	ASSERT_EQ(0, virtio_fs__start(f));
+	ASSERT_EQ(0, virtio_fs__start(f, NULL));
 	virtio_fs__destroy(f);
 	EXPECT_TRUE(t->destroyed);
 	virtio_fs__destroy(NULL);

@@ -634,7 +634,7 @@ static int tdev_create(struct tdev *t, unsigned int offloads, bool start)
 	if (ret)
 		return ret;
 	t->d.vdev = virtio_net__device(t->nd);
-	return start ? virtio_net__start(t->nd) : 0;
+	return start ? virtio_net__start(t->nd, NULL) : 0;
 }
 
 static void tdev_destroy(struct tdev *t)
