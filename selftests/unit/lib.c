@@ -8,6 +8,7 @@
 #include "lib/iovec.h"
 #include "lib/list.h"
 #include "selftests/kselftest.h"
+#include "selftests/rings.h"
 
 struct seen {
 	struct evloop *l;
@@ -166,6 +167,28 @@ TEST(restricted_ring_refuses_other_opcodes)
 	EXPECT_EQ(-EACCES, s.res[0]);
 	EXPECT_EQ(-EACCES, s.res[1]);
 	evloop__exit(&l);
+}
+
+/*
+ * What the devices' ring tests look with (selftests/rings.h) tells an
+ * evloop's ring, always restricted, from a bare one, which is not.
+ */
+TEST(ring_census_tells_a_restricted_ring_from_a_bare_one)
+{
+	const struct evloop_params p = { .sq_entries = 4 };
+	struct ring_census before, after;
+	struct io_uring bare;
+	struct evloop l;
+
+	ASSERT_EQ(0, ring_census__take(&before));
+	ASSERT_EQ(0, io_uring_queue_init(4, &bare, 0));
+	evloop__init(&l, "test");
+	ASSERT_EQ(0, evloop__open(&l, &p));
+	ASSERT_EQ(0, ring_census__take(&after));
+	EXPECT_EQ(before.restricted + 1, after.restricted);
+	EXPECT_EQ(before.unrestricted + 1, after.unrestricted);
+	evloop__exit(&l);
+	io_uring_queue_exit(&bare);
 }
 
 TEST(iovec_copies_and_views)

@@ -38,6 +38,7 @@
 #include "devices/virtio/guest-mem.h"
 #include "devices/virtio/mmio.h"
 #include "selftests/kselftest.h"
+#include "selftests/rings.h"
 #include "selftests/testutil.h"
 #include "selftests/virtio_driver.h"
 
@@ -1165,6 +1166,18 @@ TEST_F(vfs, create_rejects)
 	virtio_fs__destroy(f);
 	EXPECT_TRUE(t->destroyed);
 	virtio_fs__destroy(NULL);
+}
+
+/* Its ring, by the real constructor, is restricted (issue 15). */
+TEST_F(vfs, its_ring_is_restricted)
+{
+	struct tdev *t = &self->t;
+	struct ring_census c;
+
+	ASSERT_EQ(0, tdev_open(t, T_TFS, 2));
+	ASSERT_EQ(0, ring_census__take(&c));
+	EXPECT_LE(1U, c.restricted);
+	EXPECT_EQ(0U, c.unrestricted);
 }
 
 TEST_F(vfs, config_and_features)

@@ -44,6 +44,7 @@
 #include "devices/virtio/vsock.h"
 #include "vmm/config.h"
 #include "selftests/kselftest.h"
+#include "selftests/rings.h"
 #include "selftests/testutil.h"
 #include "selftests/virtio_driver.h"
 
@@ -713,6 +714,16 @@ FIXTURE_TEARDOWN(vsock)
 }
 
 /* ---- tests: the device ----------------------------------------------------- */
+
+/* Its ring, by the real constructor, is restricted (issue 15). */
+TEST_F(vsock, its_ring_is_restricted)
+{
+	struct ring_census c;
+
+	ASSERT_EQ(0, ring_census__take(&c));
+	EXPECT_LE(1U, c.restricted);
+	EXPECT_EQ(0U, c.unrestricted);
+}
 
 TEST_F(vsock, identity_config_and_features)
 {
