@@ -202,8 +202,8 @@ int control__start(struct vm *vm)
 
 	if (!vm->api)
 		return 0;
-	ret = api__start(vm->api, seccomp__filter(vm->seccomp,
-						  SECCOMP_THREAD_API));
+	ret = api__start(vm->api,
+			 seccomp__filter(vm->seccomp, SECCOMP_THREAD_API));
 	if (ret)
 		pr_err("control socket: starting its thread: %s",
 		       strerror(-ret));

@@ -40,15 +40,19 @@ struct rule {
 	struct scmp_arg_cmp args[2];
 };
 
+/* Initializers, so one rule is one line of the tables below. */
+/* clang-format off */
 #define ALLOW(name) { .nr = SCMP_SYS(name) }
 #define ARG_EQ(i, v) { .arg = (i), .op = SCMP_CMP_EQ, .datum_a = (v) }
-#define ALLOW_IF(name, ...)                                                \
-	{                                                                  \
-		.nr = SCMP_SYS(name),                                      \
-		.nr_args = ARRAY_SIZE(((struct scmp_arg_cmp[]){ __VA_ARGS__ })), \
-		.args = { __VA_ARGS__ },                                   \
+#define NR_ARGS(...) ARRAY_SIZE(((struct scmp_arg_cmp[]){ __VA_ARGS__ }))
+#define ALLOW_IF(name, ...)						\
+	{								\
+		.nr = SCMP_SYS(name),					\
+		.nr_args = NR_ARGS(__VA_ARGS__),			\
+		.args = { __VA_ARGS__ },				\
 	}
 #define ALLOW_IOCTL(cmd) ALLOW_IF(ioctl, ARG_EQ(1, cmd))
+/* clang-format on */
 
 /* Every thread: memory, threads, signals, clocks, fds it was given. */
 static const struct rule base[] = {
@@ -112,17 +116,20 @@ static const struct rule base[] = {
 
 /* I/O on sockets the thread holds: poll loops, relays, replies. */
 static const struct rule socket_io[] = {
+	/* waiting: the API's and the backend relay's poll, vsock's epoll */
 	ALLOW(poll),
 	ALLOW(ppoll),
 	ALLOW(epoll_wait),
 	ALLOW(epoll_pwait),
 	ALLOW(epoll_ctl),
-	ALLOW(sendto), /* MSG_NOSIGNAL writes */
+	/* bytes both ways: MSG_NOSIGNAL writes, relays, fds passed */
+	ALLOW(sendto),
 	ALLOW(recvfrom),
 	ALLOW(sendmsg),
 	ALLOW(recvmsg),
-	ALLOW(shutdown), /* half-closes */
-	ALLOW(fcntl),	 /* O_NONBLOCK on accepted sockets */
+	/* half-closes, and O_NONBLOCK on accepted sockets */
+	ALLOW(shutdown),
+	ALLOW(fcntl),
 };
 
 /*
@@ -155,8 +162,10 @@ static const struct rule api[] = {
  */
 static const struct rule kvm_vcpu[] = {
 	ALLOW_IOCTL(KVM_RUN),
+	/* the halt probe */
 	ALLOW_IOCTL(KVM_GET_MP_STATE),
 	ALLOW_IOCTL(KVM_GET_REGS),
+	/* the reports */
 	ALLOW_IOCTL(KVM_GET_SREGS),
 	ALLOW_IOCTL(KVM_TRANSLATE),
 };
@@ -331,9 +340,8 @@ static const unsigned int thread_groups[SECCOMP_NR_THREADS] = {
 	 * kicks, activations: TUNSETOFFLOAD), the UART's output (stdout,
 	 * the console log) and IRQ, the halt probe and reports.
 	 */
-	[SECCOMP_THREAD_VCPU] = BIT(G_BASE) | BIT(G_KVM_VCPU) |
-				BIT(G_KVM_IRQ) | BIT(G_TUN) |
-				BIT(G_CONSOLE_LOG),
+	[SECCOMP_THREAD_VCPU] = BIT(G_BASE) | BIT(G_KVM_VCPU) | BIT(G_KVM_IRQ) |
+				BIT(G_TUN) | BIT(G_CONSOLE_LOG),
 	/* Their rings, eventfds, virtio-vsock's Unix sockets and epoll. */
 	[SECCOMP_THREAD_DEVICE] = BIT(G_BASE) | BIT(G_SOCKET_IO) |
 				  BIT(G_SOCKET_UNIX) | BIT(G_KVM_IRQ),
@@ -390,13 +398,14 @@ static bool needed(const struct group *g, const struct seccomp_needs *needs)
 static int add_rule(scmp_filter_ctx ctx, const struct rule *r,
 		    const struct seccomp_needs *needs)
 {
-	struct scmp_arg_cmp args[2];
 	uint32_t action = r->err ? SCMP_ACT_ERRNO(r->err) : SCMP_ACT_ALLOW;
+	scmp_datum_t dirfd = (scmp_datum_t)needs->console_log_dirfd;
+	struct scmp_arg_cmp args[2];
 
 	for (unsigned int i = 0; i < r->nr_args; i++) {
 		args[i] = r->args[i];
 		if (r->log_dirfd)
-			args[i].datum_a = (scmp_datum_t)needs->console_log_dirfd;
+			args[i].datum_a = dirfd;
 	}
 	return seccomp_rule_add_array(ctx, action, r->nr, r->nr_args, args);
 }

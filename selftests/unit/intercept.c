@@ -183,7 +183,8 @@ static int start_filtered(struct proxy *p)
 	int ret = seccomp__build(&f, &needs);
 
 	if (!ret)
-		ret = proxy__start(p, seccomp__filter(f, SECCOMP_THREAD_EGRESS));
+		ret = proxy__start(p,
+				   seccomp__filter(f, SECCOMP_THREAD_EGRESS));
 	seccomp__destroy(f);
 	return ret;
 }
