@@ -256,11 +256,9 @@ static const struct rule fs_bind[] = {
 
 /*
  * The egress proxy (vmm/proxy.c) and the resolver (vmm/dns.c): upstream
- * IPv4 TCP and UDP sockets, SO_LINGER for the proxy's resets, SO_ERROR
- * after a connect, getsockname for an accepted flow's original
- * destination. Their sockets in the VM netns are made before the filter
- * (the proxy's netns thread, which predates the filters, is not under
- * one: Documentation/security.md).
+ * IPv4 TCP and UDP sockets. Their sockets in the VM netns are made before
+ * the filter (the proxy's netns thread, which predates the filters, is
+ * not under one: Documentation/security.md).
  */
 static const struct rule egress[] = {
 	ALLOW_IF(socket, ARG_EQ(0, AF_INET),
@@ -273,6 +271,15 @@ static const struct rule egress[] = {
 		   .op = SCMP_CMP_MASKED_EQ,
 		   .datum_a = SECCOMP_SOCK_TYPE_MASK,
 		   .datum_b = SOCK_DGRAM }),
+};
+
+/*
+ * The proxy's and the resolver's flows: SO_LINGER for the proxy's resets
+ * (also when the main thread tears the proxy down with flows open),
+ * SO_ERROR after a connect, getsockname for an accepted flow's original
+ * destination.
+ */
+static const struct rule egress_flows[] = {
 	ALLOW_IF(setsockopt, ARG_EQ(1, SOL_SOCKET), ARG_EQ(2, SO_LINGER)),
 	ALLOW_IF(getsockopt, ARG_EQ(1, SOL_SOCKET), ARG_EQ(2, SO_ERROR)),
 	ALLOW(getsockname),
@@ -289,6 +296,7 @@ enum group_id {
 	G_CONSOLE_LOG,
 	G_FS_BIND,
 	G_EGRESS,
+	G_EGRESS_FLOWS,
 	NR_GROUPS,
 };
 
@@ -316,6 +324,7 @@ static const struct group {
 	GROUP(G_CONSOLE_LOG, console_log, NEED_CONSOLE_LOG),
 	GROUP(G_FS_BIND, fs_bind, NEED_FS_BIND),
 	GROUP(G_EGRESS, egress, ALWAYS),
+	GROUP(G_EGRESS_FLOWS, egress_flows, ALWAYS),
 #undef GROUP
 };
 
@@ -331,10 +340,12 @@ static const unsigned int thread_groups[SECCOMP_NR_THREADS] = {
 	 * The main loop reads its ring (signalfd, stdin, the wake eventfd,
 	 * a timer), kicks vCPUs, writes the UART's input (its IRQ) and, when
 	 * the VM ends, tears everything down: joins, closes, unlinks the API
-	 * socket, restores the tty. It may flush the console log.
+	 * socket, resets the proxy's open flows, restores the tty. It may
+	 * flush the console log.
 	 */
 	[SECCOMP_THREAD_MAIN] = BIT(G_BASE) | BIT(G_SOCKET_IO) | BIT(G_API) |
-				BIT(G_KVM_IRQ) | BIT(G_CONSOLE_LOG),
+				BIT(G_KVM_IRQ) | BIT(G_CONSOLE_LOG) |
+				BIT(G_EGRESS_FLOWS),
 	/*
 	 * KVM_RUN and its exits: MMIO to the virtio transports (eventfd
 	 * kicks, activations: TUNSETOFFLOAD), the UART's output (stdout,
@@ -354,7 +365,8 @@ static const unsigned int thread_groups[SECCOMP_NR_THREADS] = {
 			       BIT(G_SOCKET_UNIX) | BIT(G_API),
 	/* The only threads with IPv4 sockets. */
 	[SECCOMP_THREAD_EGRESS] = BIT(G_BASE) | BIT(G_SOCKET_IO) |
-				  BIT(G_SOCKET_UNIX) | BIT(G_EGRESS),
+				  BIT(G_SOCKET_UNIX) | BIT(G_EGRESS) |
+				  BIT(G_EGRESS_FLOWS),
 };
 
 struct seccomp_filters {
