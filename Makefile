@@ -24,6 +24,7 @@ include Kbuild.mk
 # Objects that need no KVM: the vmm links them, and so do the unit tests.
 core-obj-y += lib/log.o
 core-obj-y += lib/worker.o
+core-obj-y += lib/thread-filter.o
 core-obj-y += lib/base64.o
 core-obj-y += lib/errf.o
 core-obj-y += lib/bytequeue.o

@@ -20,6 +20,8 @@
 #include "lib/fdbudget.h"
 #include "lib/log.h"
 
+struct sock_fprog; /* lib/thread-filter.h */
+
 #define API_MAX_MESSAGE	    (1U << 20)	 /* bytes in one request line */
 #define API_MAX_CLIENTS	    64U		 /* connected clients */
 #define API_MAX_CALLS	    256U	 /* agent connections, all clients */
@@ -159,7 +161,7 @@ int __must_check api__create(struct api **out, const struct api_params *p);
  * Starts the event loop thread. Call it once the thread may run: it
  * inherits the caller's seccomp filter.
  */
-int __must_check api__start(struct api *api);
+int __must_check api__start(struct api *api, const struct sock_fprog *filter);
 /*
  * Stops and joins the thread, closes every client and agent connection
  * (the agent kills what they ran) and removes the socket; NULL ok.

@@ -28,6 +28,7 @@
 #include "vmm/facts.h"
 #include "vmm/net-status.h"
 #include "vmm/proxy.h"
+#include "vmm/seccomp.h"
 #include "vmm/vm.h"
 
 #define CONTROL_SHUTDOWN_GRACE_S 30  /* seconds for the guest to power off */
@@ -207,7 +208,8 @@ int control__start(struct vm *vm)
 
 	if (!vm->api)
 		return 0;
-	ret = api__start(vm->api);
+	ret = api__start(vm->api,
+			 seccomp__filter(vm->seccomp, SECCOMP_THREAD_API));
 	if (ret)
 		pr_err("control socket: starting its thread: %s",
 		       strerror(-ret));

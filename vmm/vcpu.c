@@ -17,7 +17,9 @@
 #include "lib/compiler.h"
 #include "lib/counter.h"
 #include "lib/timespec.h"
+#include "lib/thread-filter.h"
 #include "vmm/metrics.h"
+#include "vmm/seccomp.h"
 #include "vmm/vm.h"
 
 /* MSR numbers (SDM vol. 4) and their boot values. */
@@ -611,6 +613,11 @@ static void *vcpu_thread(void *arg)
 	sigaddset(&kick, VCPU_KICK_SIGNAL);
 	pthread_sigmask(SIG_UNBLOCK, &kick, NULL);
 
+	pthread_mutex_lock(&v->vm->pause_lock);
+	while (!v->vm->vcpus_released)
+		pthread_cond_wait(&v->vm->pause_cv, &v->vm->pause_lock);
+	pthread_mutex_unlock(&v->vm->pause_lock);
+
 	while (!atomic_load(&v->vm->stopping)) {
 		if (ioctl(v->fd, KVM_RUN, 0) < 0) {
 			if (errno == EINTR || errno == EAGAIN) {
@@ -645,13 +652,23 @@ int vcpu__setup_kick(void)
 
 int vcpu__start(struct vcpu *v)
 {
+	const struct sock_fprog *filter =
+		seccomp__filter(v->vm->seccomp, SECCOMP_THREAD_VCPU);
 	int ret;
 
-	ret = pthread_create(&v->thread, NULL, vcpu_thread, v);
+	ret = thread_filter__spawn(&v->thread, filter, vcpu_thread, v);
 	if (ret)
-		return -ret;
+		return ret;
 	v->started = true;
 	return 0;
+}
+
+void vcpu__release_all(struct vm *vm)
+{
+	pthread_mutex_lock(&vm->pause_lock);
+	vm->vcpus_released = true;
+	pthread_cond_broadcast(&vm->pause_cv);
+	pthread_mutex_unlock(&vm->pause_lock);
 }
 
 /*

@@ -23,6 +23,7 @@
 #include "devices/virtio/vsock.h"
 #include "lib/compiler.h"
 #include "lib/evloop.h"
+#include "lib/thread-filter.h"
 #include "vmm/dns.h"
 #include "vmm/proxy.h"
 #include "vmm/seccomp.h"
@@ -318,7 +319,10 @@ static int exit_code(const struct vm *vm)
 	}
 }
 
-/* Everything that needs syscalls the running monitor may not make. */
+/*
+ * Everything that needs syscalls the running monitor may not make, and
+ * the seccomp filters each thread installs when it starts.
+ */
 static int prepare_run(struct vm *vm, int sig_fd, struct loop **l)
 {
 	struct seccomp_needs needs = { 0 };
@@ -338,23 +342,30 @@ static int prepare_run(struct vm *vm, int sig_fd, struct loop **l)
 	for (i = 0; i < vm->cfg->mounts.nr; i++)
 		needs.fs_bind |= vm->cfg->mounts.m[i].type == MOUNT_BIND;
 	needs.net = vm->net != NULL;
-	needs.proxy = vm->proxy != NULL;
-	needs.dns = vm->dns != NULL;
 	needs.console_log = vm->console_log != NULL;
 	needs.console_log_dirfd = console_log__dirfd(vm->console_log);
-	ret = seccomp__install(&needs);
+	ret = seccomp__build(&vm->seccomp, &needs);
 	if (ret)
-		pr_err("installing the seccomp filter: %s", strerror(-ret));
+		pr_err("building the seccomp filters: %s", strerror(-ret));
 	return ret;
 }
 
-/* Device threads start under the filter, and before any vCPU. */
+/*
+ * Device threads start, each under its type's filter from its first
+ * instruction, before any vCPU.
+ */
 static int start_devices(struct vm *vm)
 {
+	const struct sock_fprog *device =
+		seccomp__filter(vm->seccomp, SECCOMP_THREAD_DEVICE);
+	const struct sock_fprog *fs =
+		seccomp__filter(vm->seccomp, SECCOMP_THREAD_FS);
+	const struct sock_fprog *egress =
+		seccomp__filter(vm->seccomp, SECCOMP_THREAD_EGRESS);
 	int ret;
 
 	if (vm->blk) {
-		ret = virtio_blk__start(vm->blk);
+		ret = virtio_blk__start(vm->blk, device);
 		if (ret) {
 			pr_err("virtio-blk0: starting its thread: %s",
 			       strerror(-ret));
@@ -362,7 +373,7 @@ static int start_devices(struct vm *vm)
 		}
 	}
 	if (vm->vsock) {
-		ret = vsock__start(vm->vsock);
+		ret = vsock__start(vm->vsock, device);
 		if (ret) {
 			pr_err("virtio-vsock0: starting its thread: %s",
 			       strerror(-ret));
@@ -370,7 +381,7 @@ static int start_devices(struct vm *vm)
 		}
 	}
 	for (unsigned int i = 0; i < MOUNTS_MAX && vm->fs[i]; i++) {
-		ret = virtio_fs__start(vm->fs[i]);
+		ret = virtio_fs__start(vm->fs[i], fs);
 		if (ret) {
 			pr_err("%s: starting its thread: %s",
 			       vm__virtio_name(vm, VIRTIO_SLOT_FS0 + i),
@@ -379,7 +390,7 @@ static int start_devices(struct vm *vm)
 		}
 	}
 	if (vm->net) {
-		ret = virtio_net__start(vm->net);
+		ret = virtio_net__start(vm->net, device);
 		if (ret) {
 			pr_err("%s: starting its thread: %s",
 			       vm__virtio_name(vm, VIRTIO_SLOT_NET),
@@ -388,7 +399,7 @@ static int start_devices(struct vm *vm)
 		}
 	}
 	if (vm->proxy) {
-		ret = proxy__start(vm->proxy);
+		ret = proxy__start(vm->proxy, egress);
 		if (ret) {
 			pr_err("egress proxy: starting its thread: %s",
 			       strerror(-ret));
@@ -396,7 +407,7 @@ static int start_devices(struct vm *vm)
 		}
 	}
 	if (vm->dns) {
-		ret = dns__start(vm->dns);
+		ret = dns__start(vm->dns, egress);
 		if (ret) {
 			pr_err("dns: starting its thread: %s", strerror(-ret));
 			return ret;
@@ -444,6 +455,16 @@ int vm__run(struct vm *vm)
 			break;
 		}
 	}
+	/* Last, so that no thread inherits it; the guest waits for it. */
+	ret = thread_filter__install(
+		seccomp__filter(vm->seccomp, SECCOMP_THREAD_MAIN));
+	if (ret) {
+		pr_err("installing the main thread's seccomp filter: %s",
+		       strerror(-ret));
+		vm__stop(vm, VM_STOP_ERROR, 0, "seccomp failed");
+	}
+	/* Stopping already: they leave without entering the guest. */
+	vcpu__release_all(vm);
 	if (!atomic_load(&vm->stopping))
 		main_loop(vm, l);
 
@@ -456,6 +477,9 @@ int vm__run(struct vm *vm)
 	vm__metrics_write(vm);
 	control__stopped(vm, ret);
 out_loop:
+	/* Started threads keep their filters; the programs are copies. */
+	seccomp__destroy(vm->seccomp);
+	vm->seccomp = NULL;
 	loop_exit(l);
 	close(sig_fd);
 out_mask:

@@ -205,6 +205,14 @@ struct vm {
 	atomic_uint pause_gen;	  /* odd while a pause is requested */
 	unsigned int paused;	  /* vCPUs parked in this pause */
 	unsigned int paused_dead; /* of them, halted with IF clear */
+	/*
+	 * Under pause_lock: vCPU threads wait for it before their first
+	 * KVM_RUN, so that every thread's seccomp filter, the main
+	 * thread's last, is in before the guest's first instruction.
+	 */
+	bool vcpus_released;
+	/* Each thread type's filter (vmm/seccomp.h); NULL: --no-seccomp. */
+	struct seccomp_filters *seccomp;
 
 	int event_fd;	     /* vCPU threads wake the main loop */
 	int space_fd;	     /* the UART has room for host input */
@@ -255,7 +263,13 @@ int __must_check vcpu__create(struct vm *vm, unsigned int id,
 			      struct vcpu **out);
 void vcpu__destroy(struct vcpu *v);
 int __must_check vcpu__setup_kick(void);
+/*
+ * Its thread, under the vCPU seccomp filter from its start; it waits for
+ * vcpu__release_all() before entering the guest.
+ */
 int __must_check vcpu__start(struct vcpu *v);
+/* Every vCPU started may enter the guest (and one that stops, leave). */
+void vcpu__release_all(struct vm *vm);
 void vcpu__kick(struct vcpu *v);
 /* Has this vCPU been found halted for good in round `round`? */
 bool vcpu__dead_in(const struct vcpu *v, unsigned int round);

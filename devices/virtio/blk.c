@@ -777,11 +777,11 @@ struct virtio_device *virtio_blk__device(struct virtio_blk *b)
 	return &b->vdev;
 }
 
-int virtio_blk__start(struct virtio_blk *b)
+int virtio_blk__start(struct virtio_blk *b, const struct sock_fprog *filter)
 {
 	for (unsigned int i = 0; i < b->nr_queues; i++)
 		arm_kick(&b->queues[i]);
-	return evloop__start(&b->loop, &blk_loop_ops, b);
+	return evloop__start(&b->loop, &blk_loop_ops, b, filter);
 }
 
 void virtio_blk__destroy(struct virtio_blk *b)

@@ -538,12 +538,12 @@ struct virtio_device *virtio_fs__device(struct virtio_fs *f)
 	return &f->vdev;
 }
 
-int virtio_fs__start(struct virtio_fs *f)
+int virtio_fs__start(struct virtio_fs *f, const struct sock_fprog *filter)
 {
 	evloop__read_eventfd(&f->loop, &f->wake, f->wake_fd, &f->wake_buf);
 	for (unsigned int i = 0; i < f->nr_vqs; i++)
 		arm_kick(&f->queues[i]);
-	return evloop__start(&f->loop, &fs_loop_ops, f);
+	return evloop__start(&f->loop, &fs_loop_ops, f, filter);
 }
 
 void virtio_fs__destroy(struct virtio_fs *f)

@@ -12,6 +12,8 @@
 #include "devices/virtio/guest-mem.h"
 #include "lib/log.h"
 
+struct sock_fprog; /* lib/thread-filter.h */
+
 /*
  * virtio-fs (virtio 1.2, section 5.11): a FUSE file system the guest
  * mounts by its tag ("mount -t virtiofs TAG /mnt"). Queue 0 is the
@@ -53,7 +55,8 @@ struct virtio_device *virtio_fs__device(struct virtio_fs *f);
  * Starts the event loop thread. Call it once the thread may run: it
  * inherits the caller's seccomp filter.
  */
-int __must_check virtio_fs__start(struct virtio_fs *f);
+int __must_check virtio_fs__start(struct virtio_fs *f,
+				 const struct sock_fprog *filter);
 /*
  * The backend's bytes against its limit (fs_backend_ops.usage), from any
  * thread: false when the backend keeps no such count (bind, virtual).

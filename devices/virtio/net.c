@@ -378,13 +378,13 @@ struct virtio_device *virtio_net__device(struct virtio_net *n)
 	return &n->vdev;
 }
 
-int virtio_net__start(struct virtio_net *n)
+int virtio_net__start(struct virtio_net *n, const struct sock_fprog *filter)
 {
 	arm_kick(n, RXQ);
 	arm_kick(n, TXQ);
 	/* Kicks before the thread: the first round takes them. */
 	n->tx_pending = true;
-	return evloop__start(&n->loop, &net_loop_ops, n);
+	return evloop__start(&n->loop, &net_loop_ops, n, filter);
 }
 
 void virtio_net__destroy(struct virtio_net *n)

@@ -10,6 +10,8 @@
 #include "devices/virtio/guest-mem.h"
 #include "lib/log.h"
 
+struct sock_fprog; /* lib/thread-filter.h */
+
 /*
  * virtio-net (virtio 1.1, section 5.1) on a tap device: one receive queue
  * (0) and one transmit queue (1), no control queue. Frames go between
@@ -86,7 +88,8 @@ struct virtio_device *virtio_net__device(struct virtio_net *n);
  * Starts the event loop thread. Call it once the thread may run: it
  * inherits the caller's seccomp filter.
  */
-int __must_check virtio_net__start(struct virtio_net *n);
+int __must_check virtio_net__start(struct virtio_net *n,
+				 const struct sock_fprog *filter);
 /* Stops and joins the thread (I/O in flight completes first); NULL ok. */
 void virtio_net__destroy(struct virtio_net *n);
 

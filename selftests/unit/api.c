@@ -189,7 +189,7 @@ static int server_start_api(struct server *s, unsigned int agent_timeout_ms)
 
 	json_decref(facts);
 	if (!ret)
-		ret = api__start(s->api);
+		ret = api__start(s->api, NULL);
 	return ret;
 }
 
@@ -1500,7 +1500,7 @@ static int vsock_api(FIXTURE_DATA(vsock) * self, unsigned int port)
 	int ret = api__create(&self->s.api, &p);
 
 	if (!ret)
-		ret = api__start(self->s.api);
+		ret = api__start(self->s.api, NULL);
 	return ret ?: tc_open(&self->t, self->s.api_sock);
 }
 
