@@ -110,8 +110,8 @@ int main(int argc, char **argv)
 {
 	struct list l = { 0 };
 	const char *name;
-	uint8_t *buf;
-	size_t len, i;
+	uint8_t *buf = NULL;
+	size_t len = 0, i;
 	int ret, fails = 0;
 
 	for (i = 1; i < (size_t)argc || (argc < 2 && i == 1); i++) {
