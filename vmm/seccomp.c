@@ -250,6 +250,14 @@ int seccomp__install(const struct seccomp_needs *needs)
 		return -ENOMEM;
 	for (i = 0; !ret && i < ARRAY_SIZE(allowed); i++)
 		ret = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, allowed[i], 0);
+	/*
+	 * SAN=1 only (Documentation/fuzzing.md): AddressSanitizer's runtime
+	 * takes its alternate signal stack down as a thread or the process
+	 * exits; never in a production build.
+	 */
+	if (!ret && KILN_ASAN)
+		ret = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(sigaltstack),
+				       0);
 	for (i = 0; !ret && needs->fs_bind && i < ARRAY_SIZE(allowed_fs_bind);
 	     i++)
 		ret = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, allowed_fs_bind[i],
