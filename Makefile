@@ -12,6 +12,9 @@
 #   make bench-net  network benchmark (iperf3 both ways, TCP round trips, through a policy) against QEMU microvm, vhost off and on
 #   make bench-https  small HTTPS GETs through the vmm's interception against a plain granted TCP flow, same boot
 #   make bench-agent  guest agent benchmark: exec round trip, stdout streaming, boot to agent ready
+#   make fuzz     build the libFuzzer targets (clang, ASan, UBSan) as build/fuzz/NAME
+#   make test-long  run each fuzz target for FUZZ_SECONDS (default 60); fails on a crash
+#   SAN=1         build everything the host runs with ASan and UBSan (Documentation/fuzzing.md)
 #   V=1           show full commands
 
 O          ?= build
