@@ -256,8 +256,8 @@ int seccomp__install(const struct seccomp_needs *needs)
 	 * exits; never in a production build.
 	 */
 	if (!ret && KILN_ASAN)
-		ret = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(sigaltstack),
-				       0);
+		ret = seccomp_rule_add(ctx, SCMP_ACT_ALLOW,
+				       SCMP_SYS(sigaltstack), 0);
 	for (i = 0; !ret && needs->fs_bind && i < ARRAY_SIZE(allowed_fs_bind);
 	     i++)
 		ret = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, allowed_fs_bind[i],

@@ -33,8 +33,8 @@ static bool nested(uint16_t tag)
 }
 
 /* The payload's fields into f (at most max); how many, -EPROTO kept. */
-static int walk(const uint8_t *p, size_t len, struct field *f,
-		unsigned int max, unsigned int depth, unsigned int *nr)
+static int walk(const uint8_t *p, size_t len, struct field *f, unsigned int max,
+		unsigned int depth, unsigned int *nr)
 {
 	struct kiln_tlv_iter it;
 	const uint8_t *val;

@@ -92,8 +92,7 @@ static int agent_script(struct fuzz_api *f, const uint8_t *p, size_t len)
 static int connect_to(const char *path)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK,
-			0);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 
 	if (fd < 0)
 		return -1;
@@ -120,8 +119,7 @@ static void keep(struct fuzz_api *f, const uint8_t *p, size_t n)
 }
 
 /* Sends p, ends its side, reads until the API closes; false: it hung. */
-static bool converse(struct fuzz_api *f, int fd, const uint8_t *p,
-		     size_t len)
+static bool converse(struct fuzz_api *f, int fd, const uint8_t *p, size_t len)
 {
 	time_t end = time(NULL) + CLIENT_DEADLINE_S;
 	static uint8_t buf[READ_CHUNK];

@@ -16,11 +16,11 @@
 #include "bootloader/boot.h"
 #include "selftests/fuzz/fuzz.h"
 
-#define MIB	       (1ULL << 20)
-#define PLAN_MEM       (256 * MIB)
-#define PLAN_INITRD    MIB
-#define LOAD_RAM_MAX   (16 * MIB) /* kernels asking more: not loaded */
-#define CMDLINE	       "console=ttyS0 quiet"
+#define MIB	     (1ULL << 20)
+#define PLAN_MEM     (256 * MIB)
+#define PLAN_INITRD  MIB
+#define LOAD_RAM_MAX (16 * MIB) /* kernels asking more: not loaded */
+#define CMDLINE	     "console=ttyS0 quiet"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -50,8 +50,8 @@ static void as_query(const uint8_t *m, size_t len)
 		return;
 	fuzz_check(qi.len <= len && qi.q.end <= qi.len);
 	fuzz_check(qi.q.name_len >= 1 && qi.q.name_len <= DNS_NAME_WIRE_MAX);
-	fuzz_check(!memcmp(reply + DNS_HDR_LEN, m + DNS_HDR_LEN,
-			   n - DNS_HDR_LEN));
+	fuzz_check(
+		!memcmp(reply + DNS_HDR_LEN, m + DNS_HDR_LEN, n - DNS_HDR_LEN));
 	check_name_text(&qi.q);
 }
 
@@ -71,8 +71,8 @@ static void as_answer(const uint8_t *m, size_t len)
 		return;
 	memcpy(copy, m, len);
 	flags = dns_get16(copy + DNS_OFF_FLAGS);
-	dns_put16(copy + DNS_OFF_FLAGS, flags & ~DNS_FLAG_QR &
-						 ~DNS_OPCODE_MASK);
+	dns_put16(copy + DNS_OFF_FLAGS,
+		  flags & ~DNS_FLAG_QR & ~DNS_OPCODE_MASK);
 	/* Answers carry records: the query's own checks would refuse them. */
 	dns_put16(copy + DNS_OFF_ANCOUNT, 0);
 	dns_put16(copy + DNS_OFF_NSCOUNT, 0);

@@ -24,12 +24,12 @@
 #include "devices/fs/memfs.h"
 #include "selftests/fuzz/fuzz.h"
 
-#define MAX_REQUESTS	 64
-#define REPLY_MAX	 ((64U << 10) + 4096) /* a READDIR's and a bit */
-#define MAX_SEGS	 8U
-#define MEMFS_MAX_BYTES	 (1U << 20)
-#define INIT_UNIQUE	 1
-#define ROOT_NODE	 1
+#define MAX_REQUESTS	64
+#define REPLY_MAX	((64U << 10) + 4096) /* a READDIR's and a bit */
+#define MAX_SEGS	8U
+#define MEMFS_MAX_BYTES (1U << 20)
+#define INIT_UNIQUE	1
+#define ROOT_NODE	1
 
 struct fuzz_fuse {
 	struct fuse_req req;
@@ -74,8 +74,7 @@ static unsigned int split(struct iovec *iov, uint8_t *buf, size_t len,
 
 /* One request; the reply checked against what the guest can see. */
 static void request(struct fuse_server *s, struct fuzz_fuse *f,
-		    const uint8_t *p, size_t len, size_t reply_len,
-		    uint8_t how)
+		    const uint8_t *p, size_t len, size_t reply_len, uint8_t how)
 {
 	struct fuse_in_header ih;
 	struct fuse_out_header oh;
@@ -119,7 +118,8 @@ static void init_session(struct fuse_server *s, struct fuzz_fuse *f)
 			   .minor = FUSE_KERNEL_MINOR_VERSION,
 			   .max_readahead = 1U << 17,
 			   .flags = FUSE_ASYNC_READ | FUSE_BIG_WRITES |
-				    FUSE_DO_READDIRPLUS | FUSE_EXPORT_SUPPORT } };
+				    FUSE_DO_READDIRPLUS |
+				    FUSE_EXPORT_SUPPORT } };
 
 	request(s, f, (const uint8_t *)&init, sizeof(init), REPLY_MAX, 0);
 }

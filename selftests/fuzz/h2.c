@@ -38,10 +38,10 @@ enum step {
 	NR_STEPS,
 };
 
-#define MAX_STEPS     64
-#define SWEEP_MS      1000U
-#define EXPIRE_LIMIT  2000U
-#define OUTPUT_BOUND  (H2_OUTPUT_MAX + H2_FEED_CHUNK + H2_HEADER_LIST_MAX)
+#define MAX_STEPS    64
+#define SWEEP_MS     1000U
+#define EXPIRE_LIMIT 2000U
+#define OUTPUT_BOUND (H2_OUTPUT_MAX + H2_FEED_CHUNK + H2_HEADER_LIST_MAX)
 
 struct fuzz_h2 {
 	enum decision d;
@@ -121,7 +121,8 @@ static bool step(struct h2 *h, struct fuzz_h2 *f, struct fuzz_in *in)
 		return feed(h, s == STEP_GUEST ? H2_GUEST : H2_UP, p, len);
 	case STEP_EXPIRE:
 		f->now += SWEEP_MS;
-		ret = h2__expire(h, f->now, EXPIRE_LIMIT, 504, "upstream quiet");
+		ret = h2__expire(h, f->now, EXPIRE_LIMIT, 504,
+				 "upstream quiet");
 		take_output(h);
 		return ret >= 0;
 	case STEP_RESUME:

@@ -60,12 +60,10 @@ static void check_http(const struct net_http_decision *d)
 	}
 }
 
-static void decide_all(const struct net_policy *p,
-		       const struct net_bindings *b)
+static void decide_all(const struct net_policy *p, const struct net_bindings *b)
 {
-	static const char *const dsts[] = { BOUND_A, "203.0.113.7",
-					    "10.1.2.3", GATEWAY,
-					    "127.0.0.1" };
+	static const char *const dsts[] = { BOUND_A, "203.0.113.7", "10.1.2.3",
+					    GATEWAY, "127.0.0.1" };
 	static const uint16_t ports[] = { 443, 80, 53, 0 };
 	static const char *const hosts[] = { BOUND, "other.example.org",
 					     "192.0.2.10", "" };

@@ -23,18 +23,24 @@
 #include "devices/virtio/queue.h"
 #include "selftests/fuzz/fuzz.h"
 
-#define RAM_SIZE	 (64U << 10)
-#define HIGH_GPA	 (1ULL << 32)
-#define HIGH_SIZE	 4096U
-#define RAM_FILL_MAX	 4096U /* RAM bytes an input sets up front */
-#define MAX_STEPS	 256
-#define SIZE_SHIFT_MAX	 8 /* queue sizes 1 to 256 */
-#define GPA_ALIGN	 16
-#define MAX_CHAIN_BYTES	 (1ULL << 20)
-#define SCRIBBLE_MAX	 16U
+#define RAM_SIZE	(64U << 10)
+#define HIGH_GPA	(1ULL << 32)
+#define HIGH_SIZE	4096U
+#define RAM_FILL_MAX	4096U /* RAM bytes an input sets up front */
+#define MAX_STEPS	256
+#define SIZE_SHIFT_MAX	8 /* queue sizes 1 to 256 */
+#define GPA_ALIGN	16
+#define MAX_CHAIN_BYTES (1ULL << 20)
+#define SCRIBBLE_MAX	16U
 
-enum step { STEP_POP, STEP_SCRIBBLE, STEP_FILL_FLUSH, STEP_SUPPRESS,
-	    STEP_RESET, NR_STEPS };
+enum step {
+	STEP_POP,
+	STEP_SCRIBBLE,
+	STEP_FILL_FLUSH,
+	STEP_SUPPRESS,
+	STEP_RESET,
+	NR_STEPS
+};
 
 struct fuzz_vq {
 	uint8_t *ram, *high;
@@ -66,10 +72,9 @@ static void check_chain(const struct fuzz_vq *f)
 	for (unsigned int i = 0; i < c->nr_out + c->nr_in; i++) {
 		const struct iovec *v = &c->iov[i];
 
-		fuzz_check(in_region(v->iov_base, v->iov_len, f->ram,
-				     RAM_SIZE) ||
-			   in_region(v->iov_base, v->iov_len, f->high,
-				     HIGH_SIZE));
+		fuzz_check(
+			in_region(v->iov_base, v->iov_len, f->ram, RAM_SIZE) ||
+			in_region(v->iov_base, v->iov_len, f->high, HIGH_SIZE));
 		if (i < c->nr_out)
 			out += v->iov_len;
 		else
