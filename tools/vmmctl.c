@@ -150,7 +150,8 @@ static json_int_t conn_send(struct conn *c, const char *method, json_t *params)
 /* The next whole message received, or NULL. */
 static json_t *conn_next(struct conn *c)
 {
-	char *nl = memchr(c->in, '\n', c->in_len);
+	/* Nothing received yet: no buffer either (memchr wants one). */
+	char *nl = c->in_len ? memchr(c->in, '\n', c->in_len) : NULL;
 	json_error_t err;
 	json_t *msg;
 	size_t len;

@@ -153,6 +153,17 @@ static const unsigned long allowed_ioctls[] = {
 	TCSETSW,
 };
 
+/*
+ * SAN=1 only (KILN_ASAN, Documentation/fuzzing.md), never in a production
+ * build: what AddressSanitizer's runtime calls on its own as threads
+ * start and end and the process exits: its alternate signal stack, and
+ * the CPUs it may run on (for its allocator's caches).
+ */
+static const int allowed_asan[] = {
+	SCMP_SYS(sigaltstack),
+	SCMP_SYS(sched_getaffinity),
+};
+
 #define SECCOMP_NR_FCHMODAT2 452 /* x86-64 */
 #define SECCOMP_EXIT_STATUS 125 /* VMM_EXIT_VMM_ERROR */
 
@@ -250,14 +261,8 @@ int seccomp__install(const struct seccomp_needs *needs)
 		return -ENOMEM;
 	for (i = 0; !ret && i < ARRAY_SIZE(allowed); i++)
 		ret = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, allowed[i], 0);
-	/*
-	 * SAN=1 only (Documentation/fuzzing.md): AddressSanitizer's runtime
-	 * takes its alternate signal stack down as a thread or the process
-	 * exits; never in a production build.
-	 */
-	if (!ret && KILN_ASAN)
-		ret = seccomp_rule_add(ctx, SCMP_ACT_ALLOW,
-				       SCMP_SYS(sigaltstack), 0);
+	for (i = 0; !ret && KILN_ASAN && i < ARRAY_SIZE(allowed_asan); i++)
+		ret = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, allowed_asan[i], 0);
 	for (i = 0; !ret && needs->fs_bind && i < ARRAY_SIZE(allowed_fs_bind);
 	     i++)
 		ret = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, allowed_fs_bind[i],
