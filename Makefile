@@ -316,7 +316,8 @@ selftests: $(fuzz-replays)
 
 # Each target for FUZZ_SECONDS from its corpus; fails on a crash, whose
 # input selftests/fuzz/run.sh names (keep it in the corpus with the fix).
-test-long: fuzz
+test-long: deps
+	$(Q)$(MAKE) fuzz
 	$(Q)FUZZ_SECONDS=$(FUZZ_SECONDS) selftests/fuzz/run.sh $(O) $(fuzz-targets)
 
 deps:
