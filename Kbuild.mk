@@ -18,6 +18,17 @@ HARDEN   := -fstack-protector-strong -D_FORTIFY_SOURCE=2 -fPIE \
 HARDEN_LD := -pie -Wl,-z,relro -Wl,-z,now -Wl,-z,noexecstack
 
 CFLAGS   ?= -O2 -g
+
+# SAN=1: everything the host runs (vmm, tools, unit tests) built with
+# AddressSanitizer and UndefinedBehaviorSanitizer, which stop at the first
+# finding (Documentation/fuzzing.md). The guest's programs are not.
+# _FORTIFY_SOURCE's checked copies would hide accesses from ASan.
+ifeq ($(SAN),1)
+SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all \
+	-fno-omit-frame-pointer
+HARDEN   := $(filter-out -D_FORTIFY_SOURCE=2,$(HARDEN)) $(SAN_FLAGS)
+HARDEN_LD += $(SAN_FLAGS)
+endif
 # A package pkg-config cannot find is named, and stops the build of anything
 # that compiles (objects depend on pkg-check); `make deps` installs them.
 # Goals that only install or clean (deps, clean) never need it.
@@ -64,7 +75,16 @@ Q := @
 quiet = @printf '  %-6s %s\n'
 endif
 
-$(O)/obj/%.o: %.c | pkg-check
+# The flags every host object is built with, kept in $(O)/.cflags: an
+# object (and a test, a tool) whose flags changed, say by SAN=1 on a tree
+# built without, is rebuilt. The file is rewritten only when they differ.
+KILN_FLAGS_FILE := $(O)/.cflags
+kiln_flags := $(CC) $(KILN_CFLAGS) $(CFLAGS) $(HARDEN_LD)
+ifneq ($(kiln_flags),$(shell cat $(KILN_FLAGS_FILE) 2>/dev/null))
+$(shell mkdir -p $(O) && printf '%s\n' '$(kiln_flags)' >$(KILN_FLAGS_FILE))
+endif
+
+$(O)/obj/%.o: %.c $(KILN_FLAGS_FILE) | pkg-check
 	$(quiet) CC $<
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CC) $(KILN_CFLAGS) $(CFLAGS) -MMD -MP -c -o $@ $<

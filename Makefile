@@ -12,6 +12,9 @@
 #   make bench-net  network benchmark (iperf3 both ways, TCP round trips, through a policy) against QEMU microvm, vhost off and on
 #   make bench-https  small HTTPS GETs through the vmm's interception against a plain granted TCP flow, same boot
 #   make bench-agent  guest agent benchmark: exec round trip, stdout streaming, boot to agent ready
+#   make fuzz     build the libFuzzer targets (clang, ASan, UBSan) as build/fuzz/NAME
+#   make test-long  run each fuzz target for FUZZ_SECONDS (default 60); fails on a crash
+#   SAN=1         build everything the host runs with ASan and UBSan (Documentation/fuzzing.md)
 #   V=1           show full commands
 
 O          ?= build
@@ -152,7 +155,7 @@ $(O)/vmmctl: $(VMMCTL_OBJS)
 
 # The example server for virtual mounts (Documentation/virtual-fs.md),
 # which selftests/unit/fs_virtual.c runs.
-$(O)/tools/fs-example-server: tools/fs-example-server.c | pkg-check
+$(O)/tools/fs-example-server: tools/fs-example-server.c $(KILN_FLAGS_FILE) | pkg-check
 	$(quiet) CC $<
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CC) $(KILN_CFLAGS) $(CFLAGS) $(HARDEN_LD) -MMD -MP -MF $@.d \
@@ -174,18 +177,20 @@ $(O)/selftests/intercept $(O)/selftests/proxy $(O)/selftests/seccomp: TEST_OBJS 
 
 # Test binaries are compiled and linked in one step; -MMD still gives each
 # its header list ($@.d), so touching a header rebuilds the tests using it.
-$(O)/selftests/%: selftests/unit/%.c $(UNIT_OBJS) | pkg-check
+$(O)/selftests/%: selftests/unit/%.c $(UNIT_OBJS) $(KILN_FLAGS_FILE) | pkg-check
 	$(quiet) CC $<
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CC) $(KILN_CFLAGS) $(CFLAGS) $(HARDEN_LD) -MMD -MP -MF $@.d \
 		-o $@ $< $(UNIT_OBJS) $(TEST_OBJS) $(KILN_LDLIBS) $(TEST_LDLIBS)
 
 # KVM selftests carry freestanding guest code: built without the stack
-# protector so the guest functions need no TLS canary.
-$(O)/selftests/kvm_%: selftests/kvm/%.c | pkg-check
+# protector so the guest functions need no TLS canary, and without the
+# sanitizers (SAN=1), whose checks the guest code could not call.
+$(O)/selftests/kvm_%: selftests/kvm/%.c $(KILN_FLAGS_FILE) | pkg-check
 	$(quiet) CC $<
 	$(Q)mkdir -p $(dir $@)
-	$(Q)$(CC) $(KILN_CFLAGS) $(CFLAGS) -fno-stack-protector $(HARDEN_LD) \
+	$(Q)$(CC) $(filter-out $(SAN_FLAGS),$(KILN_CFLAGS) $(CFLAGS)) \
+		-fno-stack-protector $(filter-out $(SAN_FLAGS),$(HARDEN_LD)) \
 		-MMD -MP -MF $@.d -o $@ $< $(KILN_LDLIBS)
 
 selftests: $(unit-tests) $(kvm-tests) $(O)/vmm
@@ -227,7 +232,7 @@ selftests: $(O)/selftests/helpers/vsock-peer.cpio $(O)/selftests/helpers/fs-prob
 # The HTTPS upstream that speaks HTTP/2 alone (selftests/kvm/net.c): a
 # host program, not a guest's, on nghttp2 and wolfSSL like the vmm, so
 # built as the unit tests are (this rule wins over the static one above).
-$(O)/selftests/helpers/h2-upstream: selftests/helpers/h2-upstream.c | pkg-check
+$(O)/selftests/helpers/h2-upstream: selftests/helpers/h2-upstream.c $(KILN_FLAGS_FILE) | pkg-check
 	$(quiet) CC $<
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CC) $(KILN_CFLAGS) $(CFLAGS) $(HARDEN_LD) -MMD -MP -MF $@.d \
@@ -262,6 +267,61 @@ $(O)/guest/kiln-agent-host: $(AGENT_HOST_OBJS)
 
 selftests: $(O)/guest/kiln-agent-host
 -include $(AGENT_HOST_OBJS:.o=.d)
+
+# Fuzzing (Documentation/fuzzing.md): each selftests/fuzz/NAME.c but the
+# replay driver is a libFuzzer target. `make fuzz` builds them with
+# Debian's clang, libFuzzer, ASan and UBSan as $(O)/fuzz/NAME, over the
+# core objects built again the same way ($(O)/fuzz/obj/); `make
+# test-long` runs each for FUZZ_SECONDS. The unit run replays each
+# target's corpus (selftests/fuzz/corpus/NAME/: seeds and every crash
+# found) with $(O)/selftests/fuzz_NAME, the target built by $(CC) on
+# selftests/fuzz/replay.c's main.
+fuzz-targets := $(filter-out replay,$(patsubst selftests/fuzz/%.c,%,$(wildcard selftests/fuzz/*.c)))
+FUZZ_SECONDS ?= 60
+FUZZ_SAN    := -fsanitize=address,undefined -fno-sanitize-recover=all \
+	-fno-omit-frame-pointer
+# clang's -Wcast-align flags every container_of and every cast into
+# page-aligned guest memory (gcc's says nothing on x86); UBSan checks the
+# alignment of what is actually read, at run time, instead.
+FUZZ_CFLAGS := $(filter-out -D_FORTIFY_SOURCE=2 $(SAN_FLAGS),$(KILN_CFLAGS)) \
+	-Wno-cast-align -O1 -g $(FUZZ_SAN)
+FUZZ_OBJS   := $(addprefix $(O)/fuzz/obj/,$(core-obj-y))
+fuzz-bins   := $(addprefix $(O)/fuzz/,$(fuzz-targets))
+fuzz-replays := $(addprefix $(O)/selftests/fuzz_,$(fuzz-targets))
+
+.PHONY: fuzz test-long
+# Only the targets name them: kept, not removed as intermediates.
+.SECONDARY: $(FUZZ_OBJS)
+fuzz: $(fuzz-bins)
+	@:
+
+$(O)/fuzz/obj/%.o: %.c | pkg-check
+	$(quiet) CLANG $<
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CLANG) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -MMD -MP \
+		-c -o $@ $<
+
+$(O)/fuzz/%: selftests/fuzz/%.c $(FUZZ_OBJS) | pkg-check
+	$(quiet) CLANG $<
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CLANG) $(FUZZ_CFLAGS) -fsanitize=fuzzer -MMD -MP -MF $@.d \
+		-o $@ $< $(FUZZ_OBJS) $(KILN_LDLIBS)
+
+$(O)/selftests/fuzz_%: selftests/fuzz/%.c selftests/fuzz/replay.c \
+		$(UNIT_OBJS) $(KILN_FLAGS_FILE) | pkg-check
+	$(quiet) CC $<
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) $(KILN_CFLAGS) $(CFLAGS) $(HARDEN_LD) -MMD -MP -MF $@.d \
+		-DFUZZ_CORPUS='"$(CURDIR)/selftests/fuzz/corpus/$*"' \
+		-o $@ $< selftests/fuzz/replay.c $(UNIT_OBJS) $(KILN_LDLIBS)
+
+selftests: $(fuzz-replays)
+
+# Each target for FUZZ_SECONDS from its corpus; fails on a crash, whose
+# input selftests/fuzz/run.sh names (keep it in the corpus with the fix).
+test-long: deps
+	$(Q)$(MAKE) fuzz
+	$(Q)FUZZ_SECONDS=$(FUZZ_SECONDS) selftests/fuzz/run.sh $(O) $(fuzz-targets)
 
 deps:
 	$(Q)tools/install-deps
@@ -340,3 +400,4 @@ clean:
 -include $(VMMCTL_OBJS:.o=.d)
 -include $(EBPF_OBJS:.o=.d) $(patsubst %,$(O)/ebpf/%.bpf.d,$(bpf-prog-y))
 -include $(wildcard $(O)/selftests/*.d $(O)/selftests/helpers/*.d $(O)/tools/*.d)
+-include $(wildcard $(O)/fuzz/*.d) $(FUZZ_OBJS:.o=.d)

@@ -62,48 +62,64 @@ static int check_load(const Elf64_Phdr *ph, size_t size, const char **why)
 	return 0;
 }
 
+/*
+ * The headers are copied out of the file: e_phoff is the file's word, so
+ * a program header may sit at any offset, and reading it in place would
+ * be a misaligned access.
+ */
+static void ehdr_read(const struct kernel_image *k, Elf64_Ehdr *eh)
+{
+	memcpy(eh, k->data, sizeof(*eh));
+}
+
+/* Program header i; its table was checked to lie in the file. */
+static void phdr_read(const struct kernel_image *k, const Elf64_Ehdr *eh,
+		      unsigned int i, Elf64_Phdr *ph)
+{
+	memcpy(ph, k->data + eh->e_phoff + i * sizeof(*ph), sizeof(*ph));
+}
+
 int elf__parse(struct kernel_image *k, const char **why)
 {
-	const Elf64_Ehdr *eh = (const Elf64_Ehdr *)k->data;
 	uint64_t lo = UINT64_MAX, hi = 0;
 	unsigned int i, loads = 0;
+	Elf64_Ehdr eh;
+	Elf64_Phdr ph;
 	int ret;
 
-	if (k->size < sizeof(*eh)) {
+	if (k->size < sizeof(eh)) {
 		*why = "truncated ELF header";
 		return -ENOEXEC;
 	}
-	ret = check_ehdr(eh, k->size, why);
+	ehdr_read(k, &eh);
+	ret = check_ehdr(&eh, k->size, why);
 	if (ret)
 		return ret;
 
-	for (i = 0; i < eh->e_phnum; i++) {
-		const Elf64_Phdr *ph =
-			(const Elf64_Phdr *)(k->data + eh->e_phoff +
-					     i * sizeof(*ph));
-
-		if (ph->p_type != PT_LOAD)
+	for (i = 0; i < eh.e_phnum; i++) {
+		phdr_read(k, &eh, i, &ph);
+		if (ph.p_type != PT_LOAD)
 			continue;
-		ret = check_load(ph, k->size, why);
+		ret = check_load(&ph, k->size, why);
 		if (ret)
 			return ret;
-		if (ph->p_paddr < lo)
-			lo = ph->p_paddr;
-		if (ph->p_paddr + ph->p_memsz > hi)
-			hi = ph->p_paddr + ph->p_memsz;
+		if (ph.p_paddr < lo)
+			lo = ph.p_paddr;
+		if (ph.p_paddr + ph.p_memsz > hi)
+			hi = ph.p_paddr + ph.p_memsz;
 		loads++;
 	}
 	if (!loads) {
 		*why = "ELF file has no loadable segment";
 		return -ENOEXEC;
 	}
-	if (eh->e_entry < lo || eh->e_entry >= hi) {
+	if (eh.e_entry < lo || eh.e_entry >= hi) {
 		*why = "ELF entry point lies outside the loaded segments";
 		return -ENOEXEC;
 	}
 
 	k->format = KERNEL_FORMAT_ELF;
-	k->entry = eh->e_entry;
+	k->entry = eh.e_entry;
 	k->load_start = lo;
 	k->load_end = hi;
 	k->cmdline_size = BOOT_ELF_CMDLINE_SIZE - 1;
@@ -113,20 +129,18 @@ int elf__parse(struct kernel_image *k, const char **why)
 
 void elf__load(const struct kernel_image *k, const struct boot_mem *m)
 {
-	const Elf64_Ehdr *eh = (const Elf64_Ehdr *)k->data;
 	unsigned int i;
+	Elf64_Ehdr eh;
+	Elf64_Phdr ph;
 
 	/* Bounds were proven by elf__parse and kernel__load. */
-	for (i = 0; i < eh->e_phnum; i++) {
-		const Elf64_Phdr *ph =
-			(const Elf64_Phdr *)(k->data + eh->e_phoff +
-					     i * sizeof(*ph));
-
-		if (ph->p_type != PT_LOAD)
+	ehdr_read(k, &eh);
+	for (i = 0; i < eh.e_phnum; i++) {
+		phdr_read(k, &eh, i, &ph);
+		if (ph.p_type != PT_LOAD)
 			continue;
-		memcpy(m->ram + ph->p_paddr, k->data + ph->p_offset,
-		       ph->p_filesz);
-		memset(m->ram + ph->p_paddr + ph->p_filesz, 0,
-		       ph->p_memsz - ph->p_filesz);
+		memcpy(m->ram + ph.p_paddr, k->data + ph.p_offset, ph.p_filesz);
+		memset(m->ram + ph.p_paddr + ph.p_filesz, 0,
+		       ph.p_memsz - ph.p_filesz);
 	}
 }

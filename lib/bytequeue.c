@@ -36,8 +36,11 @@ int bytequeue__reserve(struct bytequeue *q, size_t more)
 
 int bytequeue__append(struct bytequeue *q, const void *p, size_t n)
 {
-	int ret = bytequeue__reserve(q, n);
+	int ret;
 
+	if (!n) /* an empty queue may have no buffer to copy nothing to */
+		return 0;
+	ret = bytequeue__reserve(q, n);
 	if (ret)
 		return ret;
 	memcpy(bytequeue__space(q), p, n);

@@ -34,16 +34,19 @@ int __must_check bytequeue__append(struct bytequeue *q, const void *p,
 /* Drops the first n queued bytes (n <= len). */
 void bytequeue__consume(struct bytequeue *q, size_t n);
 
-/* The first queued byte. */
+/*
+ * The first queued byte. A queue that never held anything has no buffer:
+ * NULL then (NULL plus an offset, even 0, is undefined behaviour).
+ */
 static inline uint8_t *bytequeue__peek(const struct bytequeue *q)
 {
-	return q->data + q->head;
+	return q->data ? q->data + q->head : NULL;
 }
 
 /* Where bytes reserved with bytequeue__reserve go, e.g. for recv(). */
 static inline uint8_t *bytequeue__space(const struct bytequeue *q)
 {
-	return q->data + q->head + q->len;
+	return q->data ? q->data + q->head + q->len : NULL;
 }
 
 /* n bytes written at bytequeue__space are now queued. */

@@ -7,12 +7,25 @@
  * file to read "for ever".
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 #include <sys/stat.h>
+
+#include "lib/compiler.h"
+
+/*
+ * Built with AddressSanitizer (SAN=1, Documentation/fuzzing.md): its
+ * quarantine, redzones and shadow make a process's peak memory say
+ * nothing about what the code itself holds; bounds on it are not checked.
+ */
+static inline bool testutil__asan(void)
+{
+	return KILN_ASAN;
+}
 
 /* xorshift64*: deterministic for a seed, good enough to shake a device. */
 static inline uint64_t prng__next(uint64_t *state)

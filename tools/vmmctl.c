@@ -110,6 +110,16 @@ static void conn_open(struct conn *c, const char *path)
 		die(EXIT_VMMCTL, "%s: %s", path, strerror(errno));
 }
 
+/* Done with the server: the socket and the buffers go. */
+static void conn_close(struct conn *c)
+{
+	close(c->fd);
+	free(c->in);
+	free(c->out);
+	memset(c, 0, sizeof(*c));
+	c->fd = -1;
+}
+
 static void grow(char **p, size_t *cap, size_t need)
 {
 	size_t n = *cap ? *cap : 65536;
@@ -151,7 +161,8 @@ static json_int_t conn_send(struct conn *c, const char *method, json_t *params)
 /* The next whole message received, or NULL. */
 static json_t *conn_next(struct conn *c)
 {
-	char *nl = memchr(c->in, '\n', c->in_len);
+	/* Nothing received yet: no buffer either (memchr wants one). */
+	char *nl = c->in_len ? memchr(c->in, '\n', c->in_len) : NULL;
 	json_error_t err;
 	json_t *msg;
 	size_t len;
@@ -565,7 +576,7 @@ static int cmd_exec(int argc, char **argv)
 	json_t *params = json_object(), *av = json_array(), *env = NULL;
 	struct conn c;
 	char *end;
-	int opt, i;
+	int opt, i, ret;
 
 	while ((opt = getopt_long(argc, argv, "+e:C:t:", opts, NULL)) != -1) {
 		switch (opt) {
@@ -612,7 +623,9 @@ static int cmd_exec(int argc, char **argv)
 		json_array_append_new(av, json_string(argv[i]));
 	json_object_set_new(params, "argv", av);
 	conn_open(&c, argv[optind]);
-	return start_session(&c, "spawn", params, false, argv[optind + 2]);
+	ret = start_session(&c, "spawn", params, false, argv[optind + 2]);
+	conn_close(&c);
+	return ret;
 }
 
 /*
@@ -633,7 +646,7 @@ static int cmd_shell(int argc, char **argv)
 	unsigned short rows, cols;
 	const char *term = getenv("TERM");
 	struct conn c;
-	int opt, i;
+	int opt, i, ret;
 
 	while ((opt = getopt_long(argc, argv, "+C:", opts, NULL)) != -1) {
 		if (opt != 'C') {
@@ -661,7 +674,9 @@ static int cmd_shell(int argc, char **argv)
 	json_object_set_new(params, "rows", json_integer(rows));
 	json_object_set_new(params, "cols", json_integer(cols));
 	conn_open(&c, argv[optind]);
-	return start_session(&c, "pty.open", params, true, "shell");
+	ret = start_session(&c, "pty.open", params, true, "shell");
+	conn_close(&c);
+	return ret;
 }
 
 /* ---- files --------------------------------------------------------------- */
@@ -833,6 +848,7 @@ static int cmd_cp(int argc, char **argv)
 		if (status)
 			die(status, "%s: %s", dst, why);
 		free(guest);
+		conn_close(&c);
 		return 0;
 	}
 	src++; /* guest -> host */
@@ -853,6 +869,7 @@ static int cmd_cp(int argc, char **argv)
 	}
 	if (fd != STDOUT_FILENO && close(fd) < 0)
 		die(EXIT_FAILED, "%s: %s", local, strerror(errno));
+	conn_close(&c);
 	return 0;
 }
 
@@ -979,6 +996,7 @@ static int cmd_fs(int argc, char **argv)
 		status = download(&c, path, STDOUT_FILENO, &why);
 		if (status)
 			die(status, "%s: %s", path, why);
+		conn_close(&c);
 		return 0;
 	} else if (!strcmp(sub, "rm")) {
 		res = call(&c, path, "fs.remove",
@@ -993,6 +1011,7 @@ static int cmd_fs(int argc, char **argv)
 		    sub);
 	}
 	json_decref(res);
+	conn_close(&c);
 	return fflush(stdout) ? EXIT_FAILED : 0;
 }
 
@@ -1022,6 +1041,7 @@ static int cmd_simple(int argc, char **argv, const char *method)
 	else
 		print_json(res);
 	json_decref(res);
+	conn_close(&c);
 	return 0;
 }
 
@@ -1049,6 +1069,7 @@ static int cmd_policy(int argc, char **argv)
 		   json_pack("{s:o}", "policy", policy));
 	print_json(res);
 	json_decref(res);
+	conn_close(&c);
 	return 0;
 }
 
@@ -1128,6 +1149,7 @@ static int cmd_events(int argc, char **argv)
 	if (!ended)
 		die(EXIT_VMMCTL, "events: the VM closed the connection before "
 				 "its shutdown event");
+	conn_close(&c);
 	return 0;
 }
 

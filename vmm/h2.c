@@ -489,9 +489,11 @@ static ssize_t body_read(nghttp2_session *sess, int32_t id, uint8_t *buf,
 	int32_t from_id = from == H2_UP ? s->uid : s->gid;
 	size_t n = min_size(length, q->len);
 
-	memcpy(buf, bytequeue__peek(q), n);
-	if (q->data)
+	/* An empty queue may have no buffer: nothing to copy or wipe. */
+	if (n) {
+		memcpy(buf, bytequeue__peek(q), n);
 		explicit_bzero(bytequeue__peek(q), n);
+	}
 	bytequeue__consume(q, n);
 	if (n && !s->answered && !h->dead[from])
 		nghttp2_session_consume(h->sess[from], from_id, n);

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "lib/bytequeue.h"
+#include "lib/compiler.h"
 #include "vmm/hook-internal.h"
 #include "vmm/hook.h"
 
@@ -387,7 +388,7 @@ static void answer_http(struct hook *h, struct question *q,
 	switch (a->verdict) {
 	case HOOK_VERDICT_GRANT: /* no fields of its own */
 		edits->nr_headers = 0;
-		/* fall through */
+		fallthrough;
 	case HOOK_VERDICT_GRANT_HTTP:
 		resolve(h, q, NET_VERDICT_ALLOW, HOOK_GRANT, a->reason, edits);
 		break;

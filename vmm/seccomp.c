@@ -92,6 +92,16 @@ static const struct rule base[] = {
 	ALLOW(mremap), /* realloc of a large (mmapped) block */
 	ALLOW(clock_gettime),
 	ALLOW(clock_nanosleep),
+#if KILN_ASAN
+	/*
+	 * SAN=1 only (Documentation/fuzzing.md), never in a production
+	 * build: what AddressSanitizer's runtime calls on its own as threads
+	 * start and end and the process exits: its alternate signal stack,
+	 * and the CPUs it may run on (its allocator's caches).
+	 */
+	ALLOW(sigaltstack),
+	ALLOW(sched_getaffinity),
+#endif
 	/*
 	 * The clocks' vDSO entries fall back to the system call when the
 	 * clocksource has no vDSO read (a host with an unstable TSC, such

@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "devices/fs/memfs-internal.h"
+#include "lib/compiler.h"
 
 /* ---- ops ------------------------------------------------------------ */
 
@@ -211,7 +212,7 @@ static int memfs_mknod(struct fs_backend *b, const struct fs_ctx *ctx,
 	switch (type) {
 	case 0:
 		type = S_IFREG;
-		/* fall through */
+		fallthrough;
 	case S_IFREG:
 	case S_IFIFO:
 	case S_IFSOCK:

@@ -122,6 +122,11 @@ static void read_counters(struct __test_metadata *_metadata, struct egress *e,
 /* ---- hand-built frames ------------------------------------------- */
 
 struct frame {
+	/*
+	 * NET_IP_ALIGN, as drivers do: the IP header after the 14-byte
+	 * Ethernet header lands 4-byte aligned, as struct iphdr wants.
+	 */
+	uint8_t pad[2];
 	uint8_t b[FRAME_MAX];
 	size_t len;
 };

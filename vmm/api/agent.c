@@ -62,8 +62,9 @@ void agent_send_data(struct call *k, uint16_t type, const uint8_t *p,
 		size_t n = len < KILN_DATA_CHUNK ? len : KILN_DATA_CHUNK;
 
 		agent_send(k, type, eof && n == len ? KILN_F_EOF : 0, p, n);
-		p += n;
 		len -= n;
+		if (len) /* an empty upload has no buffer: p may be NULL */
+			p += n;
 	} while (len);
 }
 
