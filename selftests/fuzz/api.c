@@ -198,7 +198,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	snprintf(path, sizeof(path), "/tmp/kiln-fuzz-api-%d.sock", getpid());
 	p.socket_path = path;
 	fuzz_check(!api__create(&api, &p));
-	fuzz_check(!api__start(api));
+	fuzz_check(!api__start(api, NULL));
 	fd = connect_to(path);
 	fuzz_check(fd >= 0);
 	fuzz_check(converse(&f, fd, client, client_len));
