@@ -20,6 +20,7 @@
 
 #include "vmm/policy.h"
 #include "vmm/proxy.h"
+#include "vmm/seccomp.h"
 #include "selftests/kselftest.h"
 #include "selftests/vmnet.h"
 
@@ -122,6 +123,23 @@ static inline int proxyfix__guest_connect(struct __test_metadata *_metadata,
 	ASSERT_EQ(-1, connect(fd, (struct sockaddr *)&a, sizeof(a)));
 	ASSERT_EQ(EINPROGRESS, errno);
 	return fd;
+}
+
+/*
+ * The proxy's thread started under the vmm's own egress filter (the test
+ * links vmm/seccomp.o).
+ */
+static inline int proxyfix__start_filtered(struct proxy *p)
+{
+	const struct seccomp_needs needs = { .net = true };
+	struct seccomp_filters *f = NULL;
+	int ret = seccomp__build(&f, &needs);
+
+	if (!ret)
+		ret = proxy__start(p,
+				   seccomp__filter(f, SECCOMP_THREAD_EGRESS));
+	seccomp__destroy(f);
+	return ret;
 }
 
 /* Upstream's connection from the proxy on the listener lsn, accepted. */

@@ -679,6 +679,20 @@ static int parse_dns(json_t *obj, struct net_policy *p, const char *path,
 	return 0;
 }
 
+/* where.key: a duration in ms, an integer from 1 to max, into *out. */
+static int parse_ms(json_t *v, unsigned int max, const char *where,
+		    const char *key, unsigned int *out, char *err, size_t len)
+{
+	json_int_t ms = json_is_integer(v) ? json_integer_value(v) : -1;
+
+	if (ms < 1 || ms > max)
+		return errf(err, len, -EINVAL,
+			    "%s.%s: must be an integer from 1 to %u", where,
+			    key, max);
+	*out = (unsigned int)ms;
+	return 0;
+}
+
 static int parse_hook(json_t *obj, struct net_policy *p, const char *path,
 		      char *err, size_t len)
 {
@@ -707,16 +721,10 @@ static int parse_hook(json_t *obj, struct net_policy *p, const char *path,
 	p->hook_timeout_ms = NET_POLICY_DEFAULT_HOOK_TIMEOUT_MS;
 	timeout = json_object_get(obj, "timeoutMs");
 	if (timeout) {
-		json_int_t ms = json_is_integer(timeout) ?
-					json_integer_value(timeout) :
-					-1;
-
-		if (ms < 1 || ms > NET_POLICY_MAX_HOOK_TIMEOUT_MS)
-			return errf(err, len, -EINVAL,
-				    "%s.timeoutMs: must be an integer from 1 "
-				    "to %u",
-				    where, NET_POLICY_MAX_HOOK_TIMEOUT_MS);
-		p->hook_timeout_ms = ms;
+		ret = parse_ms(timeout, NET_POLICY_MAX_HOOK_TIMEOUT_MS, where,
+			       "timeoutMs", &p->hook_timeout_ms, err, len);
+		if (ret)
+			return ret;
 	}
 	p->hook_socket = strdup(s);
 	return p->hook_socket ? 0 : -ENOMEM;
@@ -1066,16 +1074,11 @@ static int parse_http_grant(json_t *obj, struct http_grant *g, const char *path,
 	if (ret)
 		return ret;
 	v = json_object_get(obj, "responseTimeoutMs");
-	if (v) {
-		json_int_t ms = json_is_integer(v) ? json_integer_value(v) : -1;
-
-		if (ms < 1 || ms > NET_POLICY_MAX_RESPONSE_TIMEOUT_MS)
-			return errf(err, len, -EINVAL,
-				    "%s.responseTimeoutMs: must be an integer "
-				    "from 1 to %u",
-				    path, NET_POLICY_MAX_RESPONSE_TIMEOUT_MS);
-		g->response_ms = ms;
-	}
+	if (v)
+		ret = parse_ms(v, NET_POLICY_MAX_RESPONSE_TIMEOUT_MS, path,
+			       "responseTimeoutMs", &g->response_ms, err, len);
+	if (ret)
+		return ret;
 	v = json_object_get(obj, "headers");
 	return v ? parse_http_headers(v, g, path, err, len) : 0;
 }

@@ -436,6 +436,40 @@ TEST_TIMEOUT(detached_console_log_holds_the_boot, BOOT_TIMEOUT)
 }
 
 /*
+ * A detached VM whose guest kernel panics (sysrq's crash, as a guest
+ * driver bug would): the vmm ends on its own, and the console log next
+ * to the socket keeps the guest's last words, the panic line.
+ */
+TEST_TIMEOUT(detached_guest_panic_leaves_its_last_words, BOOT_TIMEOUT)
+{
+	char path[160];
+	struct spawn_result r;
+	size_t len;
+	char *text;
+	struct vm v;
+	int i;
+
+	if (!can_boot(_metadata))
+		return;
+	vm_paths(&v);
+	snprintf(path, sizeof(path), "%s/vm1.console.log", v.dir);
+	ASSERT_TRUE(vm_start(_metadata, &v, NULL, true));
+	/* Its answer never comes: the guest is gone before it could. */
+	ctl(&v, ARGS("exec", v.sock, "--", "sh", "-c",
+		     "echo c >/proc/sysrq-trigger"),
+	    &r);
+	for (i = 0; i < 600 && !gone(v.detached); i++)
+		usleep(100000);
+	EXPECT_TRUE(gone(v.detached)) TH_LOG("the vmm outlived its guest");
+	text = slurp(path, &len);
+	ASSERT_NE(NULL, text) TH_LOG("no console log at %s", path);
+	EXPECT_NE(NULL, strstr(text, "Kernel panic - not syncing"))
+	TH_LOG("console log: %.3000s", len > 3000 ? text + len - 3000 : text);
+	free(text);
+	vm_cleanup(&v);
+}
+
+/*
  * A guest that prints far more than the cap: the live log never passes
  * it, the rotated ones are exactly the cap, and there are no more of them
  * than --console-log-keep: the disk holds at most (keep + 1) * cap.

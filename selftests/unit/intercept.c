@@ -179,19 +179,6 @@ static void tls_teardown(struct test_tls *t)
  * with a network, its netns thread made before it and not under it; the
  * filter is the proxy thread's alone, not the test's thread's.
  */
-static int start_filtered(struct proxy *p)
-{
-	const struct seccomp_needs needs = { .net = true };
-	struct seccomp_filters *f = NULL;
-	int ret = seccomp__build(&f, &needs);
-
-	if (!ret)
-		ret = proxy__start(p,
-				   seccomp__filter(f, SECCOMP_THREAD_EGRESS));
-	seccomp__destroy(f);
-	return ret;
-}
-
 static void proxy_up(struct __test_metadata *_metadata, FIXTURE_DATA(ic) * self,
 		     bool filtered)
 {
@@ -219,7 +206,7 @@ static void proxy_up(struct __test_metadata *_metadata, FIXTURE_DATA(ic) * self,
 		ASSERT_EQ(0, proxy__start(self->proxy, NULL));
 		return;
 	}
-	ASSERT_EQ(0, start_filtered(self->proxy));
+	ASSERT_EQ(0, proxyfix__start_filtered(self->proxy));
 }
 
 FIXTURE_SETUP(ic)

@@ -109,7 +109,9 @@ FIXTURE(px)
 	int up_tcp, denied_tcp, up_udp, denied_udp;
 };
 
-FIXTURE_SETUP(px)
+/* The fixture's proxy, made and started (filtered: under the vmm's filter). */
+static void px_proxy(struct __test_metadata *_metadata,
+		     FIXTURE_DATA(px) * self, bool filtered)
 {
 	struct proxy_params p = {
 		.ifname = VMNET_VETH_VM,
@@ -119,6 +121,21 @@ FIXTURE_SETUP(px)
 		.max_udp_flows = MAX_UDP,
 	};
 	char err[256] = "";
+
+	p.netns_fd = self->net.vm_ns;
+	p.decide_opaque = &self->policy;
+	p.egress.gateway.s_addr = ip4(VMNET_GATEWAY);
+	p.egress.guest.s_addr = ip4(VMNET_GUEST);
+	ASSERT_EQ(0, proxy__create(&self->proxy, &p, err, sizeof(err)))
+	TH_LOG("%s", err);
+	if (filtered)
+		ASSERT_EQ(0, proxyfix__start_filtered(self->proxy));
+	else
+		ASSERT_EQ(0, proxy__start(self->proxy, NULL));
+}
+
+FIXTURE_SETUP(px)
+{
 
 	vmnet__init(&self->net);
 	self->up_tcp = self->denied_tcp = self->up_udp = self->denied_udp = -1;
@@ -137,14 +154,7 @@ FIXTURE_SETUP(px)
 	self->up_udp = vmnet__server(_metadata, SOCK_DGRAM, ALLOWED, UDP_PORT);
 	self->denied_udp =
 		vmnet__server(_metadata, SOCK_DGRAM, DENIED, UDP_PORT);
-
-	p.netns_fd = self->net.vm_ns;
-	p.decide_opaque = &self->policy;
-	p.egress.gateway.s_addr = ip4(VMNET_GATEWAY);
-	p.egress.guest.s_addr = ip4(VMNET_GUEST);
-	ASSERT_EQ(0, proxy__create(&self->proxy, &p, err, sizeof(err)))
-	TH_LOG("%s", err);
-	ASSERT_EQ(0, proxy__start(self->proxy, NULL));
+	px_proxy(_metadata, self, false);
 }
 
 FIXTURE_TEARDOWN(px)
@@ -355,24 +365,11 @@ static bool bulk_one_way(int from, int to, uint8_t seed)
 				return false;
 		if (n > 0)
 			got += n;
-		else if (poll(p, sent < BULK ? 2 : 1 + 1, TIMEOUT_MS) <= 0)
+		else if (poll(sent < BULK ? p : p + 1, sent < BULK ? 2 : 1,
+			      TIMEOUT_MS) <= 0)
 			return false;
 	}
 	return true;
-}
-
-/* The proxy's thread under the vmm's own egress filter. */
-static int start_filtered(struct proxy *p)
-{
-	const struct seccomp_needs needs = { .net = true };
-	struct seccomp_filters *f = NULL;
-	int ret = seccomp__build(&f, &needs);
-
-	if (!ret)
-		ret = proxy__start(p,
-				   seccomp__filter(f, SECCOMP_THREAD_EGRESS));
-	seccomp__destroy(f);
-	return ret;
 }
 
 /*
@@ -383,26 +380,13 @@ static int start_filtered(struct proxy *p)
  */
 TEST_F_TIMEOUT(px, tcp_bulk_relay_through_pipes_under_the_filter, 120)
 {
-	struct proxy_params p = {
-		.ifname = VMNET_VETH_VM,
-		.egress = { .prefix_len = VMNET_PREFIX_LEN },
-		.decide = test_decide,
-		.max_tcp_flows = MAX_TCP,
-		.max_udp_flows = MAX_UDP,
-	};
 	unsigned int before;
 	struct proxy_stats s;
-	char err[256] = "";
 	int g, conn;
 
 	proxy__destroy(self->proxy);
-	p.netns_fd = self->net.vm_ns;
-	p.decide_opaque = &self->policy;
-	p.egress.gateway.s_addr = ip4(VMNET_GATEWAY);
-	p.egress.guest.s_addr = ip4(VMNET_GUEST);
-	ASSERT_EQ(0, proxy__create(&self->proxy, &p, err, sizeof(err)))
-	TH_LOG("%s", err);
-	ASSERT_EQ(0, start_filtered(self->proxy));
+	self->proxy = NULL;
+	px_proxy(_metadata, self, true);
 
 	before = pipes_open();
 	g = proxyfix__guest_connect(_metadata, &self->net, ALLOWED, TCP_PORT);
