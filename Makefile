@@ -46,6 +46,7 @@ core-obj-y += devices/uart.o
 core-obj-y += devices/virtio/guest-mem.o
 core-obj-y += devices/virtio/queue.o
 core-obj-y += devices/virtio/device.o
+core-obj-y += devices/virtio/device-state.o
 core-obj-y += devices/virtio/mmio.o
 core-obj-y += devices/virtio/blk.o
 core-obj-y += devices/virtio/vsock.o
