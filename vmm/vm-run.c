@@ -111,7 +111,7 @@ static void probe_vcpus(struct vm *vm)
 {
 	unsigned int i;
 
-	if (!vcpu__all_quiet(vm, HALT_PROBE_BUSY_NS))
+	if (vcpu__paused(vm) || !vcpu__all_quiet(vm, HALT_PROBE_BUSY_NS))
 		return;
 
 	if (atomic_fetch_add(&vm->probe_round, 1) + 1 == 0)

@@ -678,6 +678,25 @@ static void disable_halt_polling(struct vm *vm)
 		pr_debug("KVM_CAP_HALT_POLL: %s", strerror(errno));
 }
 
+/* What a snapshot will read, asked while any ioctl may still be made. */
+static int snapshot_probe(struct vm *vm)
+{
+	int ret;
+
+	ret = kvm__msr_index_list(vm->kvm_fd, &vm->msr_list);
+	if (ret) {
+		pr_err("/dev/kvm: KVM_GET_MSR_INDEX_LIST: %s", strerror(-ret));
+		return ret;
+	}
+	ret = ioctl(vm->vm_fd, KVM_CHECK_EXTENSION, KVM_CAP_XSAVE2);
+	vm->xsave_size = ret > 0 ? ret : 0;
+	vm->has_xsave = ioctl(vm->kvm_fd, KVM_CHECK_EXTENSION,
+			      KVM_CAP_XSAVE) > 0;
+	vm->has_xcrs = ioctl(vm->kvm_fd, KVM_CHECK_EXTENSION,
+			     KVM_CAP_XCRS) > 0;
+	return 0;
+}
+
 static int kvm_init(struct vm *vm)
 {
 	const char *why;
@@ -706,6 +725,9 @@ static int kvm_init(struct vm *vm)
 		return ret;
 	}
 	disable_halt_polling(vm);
+	ret = snapshot_probe(vm);
+	if (ret)
+		return ret;
 	if (ioctl(vm->vm_fd, KVM_SET_TSS_ADDR, KVM_TSS_ADDR) < 0 ||
 	    ioctl(vm->vm_fd, KVM_SET_IDENTITY_MAP_ADDR,
 		  &(uint64_t){ KVM_IDENTITY_MAP_ADDR }) < 0) {
@@ -726,6 +748,8 @@ static void kvm_exit(struct vm *vm)
 	vm->vm_fd = vm->kvm_fd = -1;
 	free(vm->cpuid);
 	vm->cpuid = NULL;
+	free(vm->msr_list);
+	vm->msr_list = NULL;
 }
 
 /* ---- step: memory ------------------------------------------------------- */

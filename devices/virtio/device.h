@@ -278,7 +278,7 @@ void virtio_device__kick_eventfd(struct virtio_device *dev, unsigned int index);
  */
 int __must_check virtio_device__pause(struct virtio_device *dev,
 				      unsigned int timeout_ms);
-int __must_check virtio_device__resume(struct virtio_device *dev);
+int virtio_device__resume(struct virtio_device *dev);
 bool virtio_device__is_paused(const struct virtio_device *dev);
 
 /*
