@@ -12,6 +12,7 @@
 
 #include "lib/compiler.h"
 #include "vmm/seccomp.h"
+#include "vmm/snapshot-file.h"
 
 /* What the vCPU threads and the event loop do, and how they end. */
 static const int allowed[] = {
@@ -153,6 +154,47 @@ static const unsigned long allowed_ioctls[] = {
 	TCSETSW,
 };
 
+/* vm.snapshot's: every one reads state, none changes it. */
+static const unsigned long snapshot_ioctls[] = {
+	KVM_GET_FPU,	     KVM_GET_XSAVE,	  KVM_GET_XSAVE2,
+	KVM_GET_XCRS,	     KVM_GET_MSRS,	  KVM_GET_LAPIC,
+	KVM_GET_VCPU_EVENTS, KVM_GET_DEBUGREGS,	  KVM_GET_CPUID2,
+	KVM_GET_TSC_KHZ,     KVM_GET_IRQCHIP,	  KVM_GET_PIT2,
+	KVM_GET_CLOCK,
+};
+
+static const int snapshot_syscalls[] = {
+	SCMP_SYS(mkdirat),   SCMP_SYS(fchmod),	  SCMP_SYS(fstat),
+	SCMP_SYS(newfstatat), SCMP_SYS(geteuid),  SCMP_SYS(pwrite64),
+	SCMP_SYS(ftruncate), SCMP_SYS(fsync),
+};
+
+/*
+ * The allowed openat flags go before the blanket EACCES below; libseccomp
+ * lets the rule with the matching argument win (selftests/unit/seccomp.c
+ * checks both ways).
+ */
+static int allow_snapshot(scmp_filter_ctx ctx)
+{
+	unsigned int i;
+	int ret = 0;
+
+	for (i = 0; !ret && i < ARRAY_SIZE(snapshot_syscalls); i++)
+		ret = seccomp_rule_add(ctx, SCMP_ACT_ALLOW,
+				       snapshot_syscalls[i], 0);
+	for (i = 0; !ret && i < ARRAY_SIZE(snapshot_ioctls); i++)
+		ret = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(ioctl), 1,
+				       SCMP_A1(SCMP_CMP_EQ,
+					       snapshot_ioctls[i]));
+	if (!ret)
+		ret = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(openat), 1,
+				       SCMP_A2(SCMP_CMP_EQ, SNAP_OPEN_NEW));
+	if (!ret)
+		ret = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(openat), 1,
+				       SCMP_A2(SCMP_CMP_EQ, SNAP_OPEN_DIR));
+	return ret;
+}
+
 #define SECCOMP_NR_FCHMODAT2 452 /* x86-64 */
 #define SECCOMP_EXIT_STATUS 125 /* VMM_EXIT_VMM_ERROR */
 
@@ -279,6 +321,8 @@ int seccomp__install(const struct seccomp_needs *needs)
 		ret = allow_proxy(ctx);
 	if (!ret && needs->console_log && !needs->fs_bind)
 		ret = allow_console_log(ctx, needs->console_log_dirfd);
+	if (!ret && needs->snapshot)
+		ret = allow_snapshot(ctx);
 	/*
 	 * Opening files stays forbidden, but as an error, not a trap: glibc's
 	 * malloc reads /proc/sys/vm/overcommit_memory the first time a

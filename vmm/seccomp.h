@@ -47,6 +47,16 @@ struct seccomp_needs {
 	 */
 	bool console_log;
 	int console_log_dirfd;
+	/*
+	 * vm.snapshot on the control API's thread (vmm/snapshot.c): the
+	 * KVM_GET_* ioctls of the vCPU and VM state; mkdirat, fchmod,
+	 * fstat, geteuid for its directory; openat with exactly the flags
+	 * of a new file or a directory (SNAP_OPEN_NEW, SNAP_OPEN_DIR:
+	 * O_EXCL and O_NOFOLLOW, so nothing is read, overwritten or
+	 * followed; any other openat still fails with EACCES); pwrite64,
+	 * ftruncate and fsync for the parts.
+	 */
+	bool snapshot;
 };
 
 int __must_check seccomp__install(const struct seccomp_needs *needs);

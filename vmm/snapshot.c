@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "devices/virtio/device.h"
+#include "vmm/api.h"
 #include "vmm/snapshot-file.h"
 #include "vmm/snapshot-state.h"
 #include "vmm/vm.h"
@@ -69,6 +70,7 @@ int vm__pause(struct vm *vm, char *err, size_t len)
 			return ret;
 		}
 	}
+	api__event(vm->api, "paused", NULL);
 	return 0;
 }
 
@@ -79,7 +81,10 @@ int vm__resume(struct vm *vm, char *err, size_t len)
 		return -EALREADY;
 	}
 	resume_devices(vm, VIRTIO_MMIO_SLOTS);
-	return vcpu__resume_all(vm);
+	if (vcpu__resume_all(vm))
+		return -EALREADY; /* only the API thread resumes */
+	api__event(vm->api, "resumed", NULL);
+	return 0;
 }
 
 /* ---- what the snapshot holds -------------------------------------- */
@@ -360,6 +365,8 @@ int vm__snapshot(struct vm *vm, const char *dir, bool resume, char *err,
 	if (!ret)
 		ret = write_snapshot(vm, dir, devices, err, len);
 	json_decref(devices);
+	if (!ret)
+		api__event(vm->api, "snapshot", json_pack("{s:s}", "dir", dir));
 	if ((ret && !was_paused) || (!ret && resume)) {
 		if (vm__resume(vm, rerr, sizeof(rerr)))
 			pr_warn("vm.snapshot: resuming: %s", rerr);

@@ -322,6 +322,7 @@ static int prepare_run(struct vm *vm, int sig_fd, struct loop **l)
 	needs.dns = vm->dns != NULL;
 	needs.console_log = vm->console_log != NULL;
 	needs.console_log_dirfd = console_log__dirfd(vm->console_log);
+	needs.snapshot = vm->api != NULL;
 	ret = seccomp__install(&needs);
 	if (ret)
 		pr_err("installing the seccomp filter: %s", strerror(-ret));
