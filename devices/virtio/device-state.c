@@ -102,8 +102,13 @@ static json_t *config_json(struct virtio_device *dev)
 		free(text);
 		return NULL;
 	}
-	if (dev->ops->config_read && dev->config_size)
-		dev->ops->config_read(dev, 0, buf, dev->config_size);
+	/* The op takes 1 to 8 bytes at a time (device.h). */
+	for (uint32_t at = 0; dev->ops->config_read && at < dev->config_size;
+	     at += 8)
+		dev->ops->config_read(dev, at, buf + at,
+				      dev->config_size - at < 8 ?
+					      dev->config_size - at :
+					      8);
 	base64__encode(buf, dev->config_size, text);
 	j = json_string(text);
 	free(buf);
