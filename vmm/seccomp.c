@@ -169,11 +169,7 @@ static const int snapshot_syscalls[] = {
 	SCMP_SYS(ftruncate), SCMP_SYS(fsync),
 };
 
-/*
- * The allowed openat flags go before the blanket EACCES below; libseccomp
- * lets the rule with the matching argument win (selftests/unit/seccomp.c
- * checks both ways).
- */
+/* The openat rules: see the EACCES for the others in seccomp__install. */
 static int allow_snapshot(scmp_filter_ctx ctx)
 {
 	unsigned int i;
@@ -328,9 +324,19 @@ int seccomp__install(const struct seccomp_needs *needs)
 	 * malloc reads /proc/sys/vm/overcommit_memory the first time a
 	 * thread's arena shrinks, and copes with the open failing.
 	 */
-	if (!ret)
+	if (!ret && !needs->snapshot)
 		ret = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EACCES),
 				       SCMP_SYS(openat), 0);
+	/*
+	 * With the snapshot's two openat rules: an argument-less rule
+	 * would override them (libseccomp), so the error is for every
+	 * flags but a new file's, and the directory's rule, which
+	 * overlaps it, wins (selftests/unit/seccomp.c).
+	 */
+	if (!ret && needs->snapshot)
+		ret = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EACCES),
+				       SCMP_SYS(openat), 1,
+				       SCMP_A2(SCMP_CMP_NE, SNAP_OPEN_NEW));
 	if (!ret)
 		ret = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EACCES),
 				       SCMP_SYS(open), 0);

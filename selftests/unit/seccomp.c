@@ -4,9 +4,12 @@
  * clocks work as raw system calls (what the vDSO falls back to on a host
  * whose clocksource it cannot read, such as the nested harness, where
  * wolfSSL's gettimeofday() once ended a VM), a call the filter does
- * not list ends the process with status 125, and the console log rotates
- * under it by its directory's descriptor, which no other rename may use.
+ * not list ends the process with status 125, the console log rotates
+ * under it by its directory's descriptor, which no other rename may use,
+ * and a snapshot is written under it (with `snapshot`) while every other
+ * open still fails with EACCES.
  */
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +24,7 @@
 #include "selftests/kselftest.h"
 #include "vmm/console-log.h"
 #include "vmm/seccomp.h"
+#include "vmm/snapshot-file.h"
 
 #define FILTERED_EXIT 125 /* vmm/seccomp.c: a blocked call */
 
@@ -135,6 +139,86 @@ TEST(console_log_rotates_under_the_filter_and_only_there)
 	unlink(rotated);
 	unlink(log_path);
 	rmdir(dir);
+}
+
+/* The snapshot directory of snapshot_child. */
+static char snap_path[96];
+
+/* A whole snapshot, the way vmm/snapshot.c writes one, under the filter. */
+static int snapshot_child(bool allowed)
+{
+	struct seccomp_needs needs = { .snapshot = allowed };
+	static uint8_t mem[4 * SNAP_PAGE_SIZE];
+	json_t *fields = json_object();
+	struct snap_dir d;
+	char err[256];
+	int fd;
+
+	mem[SNAP_PAGE_SIZE + 1] = 7;
+	if (!fields || seccomp__install(&needs))
+		return 2;
+	if (snap_dir__create(&d, snap_path, err, sizeof(err)) ||
+	    snap_dir__write_part(&d, "vm.state", "vm", "state", 5, err,
+				 sizeof(err)) ||
+	    snap_dir__write_memory(&d, "memory.raw", mem, sizeof(mem), err,
+				   sizeof(err)) ||
+	    snap_dir__finish(&d, fields, err, sizeof(err))) {
+		fprintf(stderr, "# the writer under the filter: %s\n", err);
+		return 3;
+	}
+	snap_dir__close(&d);
+	/* Reading a file, or writing one that is there, is still refused. */
+	fd = open("/etc/hostname", O_RDONLY | O_CLOEXEC);
+	if (fd >= 0 || errno != EACCES)
+		return 4;
+	fd = open(snap_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd >= 0 || errno != EACCES)
+		return 5;
+	return 0;
+}
+
+static int snapshot_allowed(void)
+{
+	return snapshot_child(true);
+}
+
+static int snapshot_not_allowed(void)
+{
+	return snapshot_child(false);
+}
+
+TEST(snapshot_written_under_the_filter_and_only_with_it)
+{
+	char dir[] = "/tmp/kiln-seccomp-XXXXXX", err[256], cmd[128];
+	json_t *m = NULL;
+	int status;
+	pid_t pid;
+
+	ASSERT_NE(NULL, mkdtemp(dir));
+	snprintf(snap_path, sizeof(snap_path), "%s/snap", dir);
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (pid == 0)
+		_exit(snapshot_allowed());
+	ASSERT_EQ(pid, waitpid(pid, &status, 0));
+	ASSERT_TRUE(WIFEXITED(status)) TH_LOG("status %#x", status);
+	EXPECT_EQ(0, WEXITSTATUS(status));
+	EXPECT_EQ(0, snap_dir__verify(snap_path, &m, err, sizeof(err)))
+	TH_LOG("%s", err);
+	json_decref(m);
+
+	/* Without it, making the directory is a blocked call. */
+	snprintf(snap_path, sizeof(snap_path), "%s/snap2", dir);
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (pid == 0)
+		_exit(snapshot_not_allowed());
+	ASSERT_EQ(pid, waitpid(pid, &status, 0));
+	ASSERT_TRUE(WIFEXITED(status)) TH_LOG("status %#x", status);
+	EXPECT_EQ(FILTERED_EXIT, WEXITSTATUS(status));
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	if (system(cmd))
+		(void)0;
 }
 
 TEST_HARNESS_MAIN
