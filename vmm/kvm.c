@@ -102,8 +102,7 @@ int kvm__msr_index_list(int kvm_fd, struct kvm_msr_list **out)
 	unsigned int n;
 
 	/* E2BIG, with nmsrs set to the count it needs. */
-	if (ioctl(kvm_fd, KVM_GET_MSR_INDEX_LIST, &probe) < 0 &&
-	    errno != E2BIG)
+	if (ioctl(kvm_fd, KVM_GET_MSR_INDEX_LIST, &probe) < 0 && errno != E2BIG)
 		return -errno;
 	n = probe.nmsrs;
 	if (n > MSR_LIST_MAX)

@@ -156,17 +156,16 @@ static const unsigned long allowed_ioctls[] = {
 
 /* vm.snapshot's: every one reads state, none changes it. */
 static const unsigned long snapshot_ioctls[] = {
-	KVM_GET_FPU,	     KVM_GET_XSAVE,	  KVM_GET_XSAVE2,
-	KVM_GET_XCRS,	     KVM_GET_MSRS,	  KVM_GET_LAPIC,
-	KVM_GET_VCPU_EVENTS, KVM_GET_DEBUGREGS,	  KVM_GET_CPUID2,
-	KVM_GET_TSC_KHZ,     KVM_GET_IRQCHIP,	  KVM_GET_PIT2,
+	KVM_GET_FPU,	KVM_GET_XSAVE,	 KVM_GET_XSAVE2,      KVM_GET_XCRS,
+	KVM_GET_MSRS,	KVM_GET_LAPIC,	 KVM_GET_VCPU_EVENTS, KVM_GET_DEBUGREGS,
+	KVM_GET_CPUID2, KVM_GET_TSC_KHZ, KVM_GET_IRQCHIP,     KVM_GET_PIT2,
 	KVM_GET_CLOCK,
 };
 
 static const int snapshot_syscalls[] = {
-	SCMP_SYS(mkdirat),   SCMP_SYS(fchmod),	  SCMP_SYS(fstat),
-	SCMP_SYS(newfstatat), SCMP_SYS(geteuid),  SCMP_SYS(pwrite64),
-	SCMP_SYS(ftruncate), SCMP_SYS(fsync),
+	SCMP_SYS(mkdirat),    SCMP_SYS(fchmod),	 SCMP_SYS(fstat),
+	SCMP_SYS(newfstatat), SCMP_SYS(geteuid), SCMP_SYS(pwrite64),
+	SCMP_SYS(ftruncate),  SCMP_SYS(fsync),
 };
 
 /* The openat rules: see the EACCES for the others in seccomp__install. */
@@ -179,9 +178,9 @@ static int allow_snapshot(scmp_filter_ctx ctx)
 		ret = seccomp_rule_add(ctx, SCMP_ACT_ALLOW,
 				       snapshot_syscalls[i], 0);
 	for (i = 0; !ret && i < ARRAY_SIZE(snapshot_ioctls); i++)
-		ret = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(ioctl), 1,
-				       SCMP_A1(SCMP_CMP_EQ,
-					       snapshot_ioctls[i]));
+		ret = seccomp_rule_add(
+			ctx, SCMP_ACT_ALLOW, SCMP_SYS(ioctl), 1,
+			SCMP_A1(SCMP_CMP_EQ, snapshot_ioctls[i]));
 	if (!ret)
 		ret = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(openat), 1,
 				       SCMP_A2(SCMP_CMP_EQ, SNAP_OPEN_NEW));

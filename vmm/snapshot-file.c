@@ -185,8 +185,7 @@ void snap_dir__close(struct snap_dir *d)
 }
 
 /* A new 0600 file in the directory; -EEXIST if there is one. */
-static int new_file(struct snap_dir *d, const char *file, char *err,
-		    size_t len)
+static int new_file(struct snap_dir *d, const char *file, char *err, size_t len)
 {
 	int fd;
 
@@ -211,9 +210,9 @@ static int add_part(struct snap_dir *d, const char *file, const char *kind,
 		    uint64_t bytes, const char *digest, const char *hex,
 		    uint64_t data_bytes)
 {
-	json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:s}", "file", file,
-			      "kind", kind, "bytes", (json_int_t)bytes,
-			      "digest", digest, "sha256", hex);
+	json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:s}", "file", file, "kind",
+			      kind, "bytes", (json_int_t)bytes, "digest",
+			      digest, "sha256", hex);
 
 	if (o && data_bytes != bytes)
 		json_object_set_new(o, "dataBytes",
@@ -233,9 +232,8 @@ static int sync_close(int fd, const char *file, char *err, size_t len)
 	return ret;
 }
 
-int snap_dir__write_part(struct snap_dir *d, const char *file,
-			 const char *kind, const void *buf, size_t n,
-			 char *err, size_t len)
+int snap_dir__write_part(struct snap_dir *d, const char *file, const char *kind,
+			 const void *buf, size_t n, char *err, size_t len)
 {
 	char hex[SNAP_SHA256_HEX + 1];
 	int fd, ret;
@@ -332,8 +330,9 @@ int snap_dir__finish(struct snap_dir *d, const json_t *fields, char *err,
 	char *text = NULL;
 	int fd, ret = -ENOMEM;
 
-	if (!m || json_object_set_new(m, "format",
-				      json_integer(SNAP_FORMAT_VERSION)) ||
+	if (!m ||
+	    json_object_set_new(m, "format",
+				json_integer(SNAP_FORMAT_VERSION)) ||
 	    json_object_set(m, "parts", d->parts))
 		goto out;
 	text = json_dumps(m, JSON_INDENT(2) | JSON_SORT_KEYS);
@@ -444,8 +443,7 @@ int snap_file__pages_sha256(int fd, char hex[SNAP_SHA256_HEX + 1])
 			break;
 		}
 		end = (uint64_t)at;
-		for (; !ret && off < end && off < size;
-		     off += SNAP_PAGE_SIZE) {
+		for (; !ret && off < end && off < size; off += SNAP_PAGE_SIZE) {
 			ret = read_full(fd, page, sizeof(page), off);
 			if (!ret && !page_is_zero(page))
 				ret = hash_page(&sha, off, page);
@@ -470,8 +468,9 @@ static int mode_check(int fd, mode_t want, const char *what, char *err,
 		return -errno;
 	}
 	if (st.st_uid != geteuid() || (st.st_mode & 07777) != want) {
-		snprintf(err, len, "%s: mode %04o uid %u, must be %04o and ours",
-			 what, (unsigned int)(st.st_mode & 07777),
+		snprintf(err, len,
+			 "%s: mode %04o uid %u, must be %04o and ours", what,
+			 (unsigned int)(st.st_mode & 07777),
 			 (unsigned int)st.st_uid, (unsigned int)want);
 		return -EPERM;
 	}
@@ -499,8 +498,8 @@ static int read_manifest(int dfd, json_t **out, char *err, size_t len)
 	}
 	if (!ret) {
 		text = malloc((size_t)st.st_size + 1);
-		ret = text ? read_full(fd, (uint8_t *)text,
-				       (size_t)st.st_size, 0) :
+		ret = text ? read_full(fd, (uint8_t *)text, (size_t)st.st_size,
+				       0) :
 			     -ENOMEM;
 	}
 	close(fd);
@@ -527,8 +526,7 @@ static int read_manifest(int dfd, json_t **out, char *err, size_t len)
 static int verify_part(int dfd, const json_t *part, char *err, size_t len)
 {
 	const char *file = json_string_value(json_object_get(part, "file"));
-	const char *digest =
-		json_string_value(json_object_get(part, "digest"));
+	const char *digest = json_string_value(json_object_get(part, "digest"));
 	const char *want = json_string_value(json_object_get(part, "sha256"));
 	json_t *bytes = json_object_get(part, "bytes");
 	char hex[SNAP_SHA256_HEX + 1];
@@ -539,8 +537,10 @@ static int verify_part(int dfd, const json_t *part, char *err, size_t len)
 	    strchr(file, '/') || file[0] == '.' ||
 	    (strcmp(digest, SNAP_DIGEST_FILE) &&
 	     strcmp(digest, SNAP_DIGEST_PAGES))) {
-		snprintf(err, len, "%s: a part without file, bytes, digest "
-			 "and sha256", SNAP_MANIFEST);
+		snprintf(err, len,
+			 "%s: a part without file, bytes, digest "
+			 "and sha256",
+			 SNAP_MANIFEST);
 		return -EINVAL;
 	}
 	fd = openat(dfd, file, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
@@ -551,8 +551,10 @@ static int verify_part(int dfd, const json_t *part, char *err, size_t len)
 	ret = mode_check(fd, SNAP_FILE_MODE, file, err, len);
 	if (!ret && (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
 		     st.st_size != json_integer_value(bytes))) {
-		snprintf(err, len, "%s: not a regular file of %" JSON_INTEGER_FORMAT
-			 " bytes", file, json_integer_value(bytes));
+		snprintf(err, len,
+			 "%s: not a regular file of %" JSON_INTEGER_FORMAT
+			 " bytes",
+			 file, json_integer_value(bytes));
 		ret = -EBADMSG;
 	}
 	if (!ret)
@@ -573,8 +575,7 @@ static int verify_part(int dfd, const json_t *part, char *err, size_t len)
 	return 0;
 }
 
-int snap_dir__verify(const char *path, json_t **manifest, char *err,
-		     size_t len)
+int snap_dir__verify(const char *path, json_t **manifest, char *err, size_t len)
 {
 	json_t *m = NULL, *parts;
 	size_t i;
@@ -589,9 +590,8 @@ int snap_dir__verify(const char *path, json_t **manifest, char *err,
 	ret = mode_check(dfd, SNAP_DIR_MODE, path, err, len);
 	if (!ret)
 		ret = read_manifest(dfd, &m, err, len);
-	if (!ret &&
-	    json_integer_value(json_object_get(m, "format")) !=
-		    SNAP_FORMAT_VERSION) {
+	if (!ret && json_integer_value(json_object_get(m, "format")) !=
+			    SNAP_FORMAT_VERSION) {
 		snprintf(err, len, "%s: format is not %d", SNAP_MANIFEST,
 			 SNAP_FORMAT_VERSION);
 		ret = -EINVAL;

@@ -84,8 +84,7 @@ void snap_dir__close(struct snap_dir *d);
 
 /* The digests above of an open file, as 64 hex digits and a NUL. */
 int __must_check snap_file__sha256(int fd, char hex[SNAP_SHA256_HEX + 1]);
-int __must_check snap_file__pages_sha256(int fd,
-					 char hex[SNAP_SHA256_HEX + 1]);
+int __must_check snap_file__pages_sha256(int fd, char hex[SNAP_SHA256_HEX + 1]);
 
 /*
  * Check the directory at path the way a restore will: owner-only

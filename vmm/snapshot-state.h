@@ -22,9 +22,9 @@
  * against the tag.
  */
 
-#define SNAP_STATE_MAGIC   "KILNSNAP"
-#define SNAP_STATE_VERSION 1U
-#define SNAP_STATE_ALIGN   8U
+#define SNAP_STATE_MAGIC       "KILNSNAP"
+#define SNAP_STATE_VERSION     1U
+#define SNAP_STATE_ALIGN       8U
 #define SNAP_STATE_MAX_SECTION (16U << 20) /* bytes: far above XSAVE */
 
 enum snap_kind {
@@ -88,7 +88,7 @@ int __must_check snap_reader__next(struct snap_reader *r, uint32_t *tag,
  * when there is none; -EINVAL for a malformed file or another length.
  */
 int __must_check snap_state__find(const void *p, size_t plen,
-				  enum snap_kind kind, uint32_t tag,
-				  size_t len, const void **data);
+				  enum snap_kind kind, uint32_t tag, size_t len,
+				  const void **data);
 
 #endif

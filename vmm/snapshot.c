@@ -48,10 +48,11 @@ int vm__pause(struct vm *vm, char *err, size_t len)
 	ret = vcpu__pause_all(vm, VM_PAUSE_VCPU_MS);
 	if (ret) {
 		snprintf(err, len, "%s",
-			 ret == -EALREADY  ? "the VM is paused already" :
-			 ret == -ESHUTDOWN ? "the VM is stopping" :
-					     "a vCPU did not leave the guest in "
-					     "time; the VM runs on");
+			 ret == -EALREADY ? "the VM is paused already" :
+			 ret == -ESHUTDOWN ?
+					    "the VM is stopping" :
+					    "a vCPU did not leave the guest in "
+					    "time; the VM runs on");
 		return ret;
 	}
 	for (i = 0; i < VIRTIO_MMIO_SLOTS; i++) {
@@ -191,8 +192,8 @@ static int identity(struct vm *vm, json_t **out)
 	char hex[SNAP_SHA256_HEX + 1], val[SNAP_SHA256_HEX + 8];
 	int ret;
 
-	o = json_pack("{s:s, s:I, s:I, s:s, s:i}", "vmm", KILN_VERSION,
-		      "cpus", (json_int_t)c->nr_cpus, "memoryMiB",
+	o = json_pack("{s:s, s:I, s:I, s:s, s:i}", "vmm", KILN_VERSION, "cpus",
+		      (json_int_t)c->nr_cpus, "memoryMiB",
 		      (json_int_t)c->mem_mib, "cmdline",
 		      vm->cmdline ? vm->cmdline : "", "net", (int)c->net.mode);
 	devs = json_array();
@@ -221,10 +222,10 @@ static int identity(struct vm *vm, json_t **out)
 					      (int)c->rootfs.mode));
 	for (unsigned int i = 0; i < VIRTIO_MMIO_SLOTS; i++)
 		if (vm->virtio[i].name[0])
-			json_array_append_new(
-				devs, json_pack("{s:I, s:s}", "slot",
-						(json_int_t)i, "name",
-						vm->virtio[i].name));
+			json_array_append_new(devs,
+					      json_pack("{s:I, s:s}", "slot",
+							(json_int_t)i, "name",
+							vm->virtio[i].name));
 	for (unsigned int i = 0; i < c->mounts.nr; i++)
 		json_array_append_new(
 			mounts, json_pack("{s:s, s:i}", "guestPath",
@@ -257,8 +258,8 @@ static int manifest_fields(struct vm *vm, json_t **out)
 		      "created", (json_int_t)time(NULL), "vcpus",
 		      (json_int_t)vm->nr_vcpus, "memoryBytes",
 		      (json_int_t)vm->ram_size, "identity", id);
-	ret = !text || !m ? -ENOMEM : add_digest(m, "identityDigest", text,
-						   strlen(text));
+	ret = !text || !m ? -ENOMEM :
+			    add_digest(m, "identityDigest", text, strlen(text));
 	free(text);
 	if (ret) {
 		json_decref(m);
@@ -276,8 +277,7 @@ static int write_state(struct snap_dir *d, const char *file, const char *kind,
 	return snap_dir__write_part(d, file, kind, w->buf, w->len, err, len);
 }
 
-static int write_vcpus(struct vm *vm, struct snap_dir *d, char *err,
-		       size_t len)
+static int write_vcpus(struct vm *vm, struct snap_dir *d, char *err, size_t len)
 {
 	char name[SNAP_NAME_LEN];
 	int ret = 0;
@@ -373,8 +373,7 @@ int vm__snapshot(struct vm *vm, const char *dir, bool resume, char *err,
 	}
 	if (!ret)
 		pr_info("vm.snapshot: %s written (%u vCPUs, %llu MiB)%s", dir,
-			vm->nr_vcpus,
-			(unsigned long long)(vm->ram_size >> 20),
+			vm->nr_vcpus, (unsigned long long)(vm->ram_size >> 20),
 			resume ? ", resumed" : ", paused");
 	return ret;
 }

@@ -602,15 +602,15 @@ bool vcpu__paused(struct vm *vm)
 }
 
 /* One structure read by ioctl req into the section tag. */
-#define SAVE_IOCTL(v, w, req, type, tag, what)                    \
-	do {                                                       \
-		type s_;                                           \
-		memset(&s_, 0, sizeof(s_));                        \
-		if (ioctl((v)->fd, req, &s_) < 0) {                \
-			*(what) = #req;                            \
-			return -errno;                             \
-		}                                                  \
-		snap_writer__add(w, tag, &s_, sizeof(s_));         \
+#define SAVE_IOCTL(v, w, req, type, tag, what)             \
+	do {                                               \
+		type s_;                                   \
+		memset(&s_, 0, sizeof(s_));                \
+		if (ioctl((v)->fd, req, &s_) < 0) {        \
+			*(what) = #req;                    \
+			return -errno;                     \
+		}                                          \
+		snap_writer__add(w, tag, &s_, sizeof(s_)); \
 	} while (0)
 
 /*
@@ -647,7 +647,8 @@ static int save_msrs(struct vcpu *v, struct snap_writer *w)
 		memcpy(&out->entries[got], in->entries,
 		       (size_t)r * sizeof(in->entries[0]));
 		got += (unsigned int)r;
-		from += (unsigned int)r + 1; /* past the one it could not read */
+		from += (unsigned int)r +
+			1; /* past the one it could not read */
 	}
 	out->nmsrs = got;
 	snap_writer__add(w, SNAP_VCPU_MSRS, out,
@@ -727,8 +728,8 @@ int vcpu__save(struct vcpu *v, struct snap_writer *w, const char **what)
 	ret = save_msrs(v, w);
 	if (ret)
 		return ret;
-	SAVE_IOCTL(v, w, KVM_GET_LAPIC, struct kvm_lapic_state,
-		   SNAP_VCPU_LAPIC, what);
+	SAVE_IOCTL(v, w, KVM_GET_LAPIC, struct kvm_lapic_state, SNAP_VCPU_LAPIC,
+		   what);
 	SAVE_IOCTL(v, w, KVM_GET_VCPU_EVENTS, struct kvm_vcpu_events,
 		   SNAP_VCPU_EVENTS, what);
 	SAVE_IOCTL(v, w, KVM_GET_DEBUGREGS, struct kvm_debugregs,

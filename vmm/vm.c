@@ -690,10 +690,9 @@ static int snapshot_probe(struct vm *vm)
 	}
 	ret = ioctl(vm->vm_fd, KVM_CHECK_EXTENSION, KVM_CAP_XSAVE2);
 	vm->xsave_size = ret > 0 ? ret : 0;
-	vm->has_xsave = ioctl(vm->kvm_fd, KVM_CHECK_EXTENSION,
-			      KVM_CAP_XSAVE) > 0;
-	vm->has_xcrs = ioctl(vm->kvm_fd, KVM_CHECK_EXTENSION,
-			     KVM_CAP_XCRS) > 0;
+	vm->has_xsave =
+		ioctl(vm->kvm_fd, KVM_CHECK_EXTENSION, KVM_CAP_XSAVE) > 0;
+	vm->has_xcrs = ioctl(vm->kvm_fd, KVM_CHECK_EXTENSION, KVM_CAP_XCRS) > 0;
 	return 0;
 }
 

@@ -667,10 +667,10 @@ static int blk_save(struct virtio_device *dev, json_t *obj)
 	struct virtio_blk *b = to_blk(dev);
 	int ret = 0;
 
-	ret |= json_object_set_new(obj, "queues",
-				   json_integer(b->nr_queues));
-	ret |= json_object_set_new(obj, "diskBytes",
-				   json_integer((json_int_t)disk__size(b->disk)));
+	ret |= json_object_set_new(obj, "queues", json_integer(b->nr_queues));
+	ret |= json_object_set_new(
+		obj, "diskBytes",
+		json_integer((json_int_t)disk__size(b->disk)));
 	ret |= json_object_set_new(obj, "readOnly",
 				   json_boolean(disk__read_only(b->disk)));
 	ret |= json_object_set_new(

@@ -105,10 +105,9 @@ static json_t *config_json(struct virtio_device *dev)
 	/* The op takes 1 to 8 bytes at a time (device.h). */
 	for (uint32_t at = 0; dev->ops->config_read && at < dev->config_size;
 	     at += 8)
-		dev->ops->config_read(dev, at, buf + at,
-				      dev->config_size - at < 8 ?
-					      dev->config_size - at :
-					      8);
+		dev->ops->config_read(
+			dev, at, buf + at,
+			dev->config_size - at < 8 ? dev->config_size - at : 8);
 	base64__encode(buf, dev->config_size, text);
 	j = json_string(text);
 	free(buf);
@@ -126,11 +125,10 @@ static json_t *core_json(struct virtio_device *dev)
 		      "deviceFeatures", (json_int_t)dev->device_features,
 		      "driverFeatures", (json_int_t)dev->driver_features,
 		      "features", (json_int_t)dev->features,
-		      "deviceFeaturesSel",
-		      (json_int_t)dev->device_features_sel,
-		      "driverFeaturesSel",
-		      (json_int_t)dev->driver_features_sel, "queueSel",
-		      (json_int_t)dev->queue_sel, "configGeneration",
+		      "deviceFeaturesSel", (json_int_t)dev->device_features_sel,
+		      "driverFeaturesSel", (json_int_t)dev->driver_features_sel,
+		      "queueSel", (json_int_t)dev->queue_sel,
+		      "configGeneration",
 		      (json_int_t)__atomic_load_n(&dev->config_generation,
 						  __ATOMIC_ACQUIRE));
 	queues = json_array();
@@ -221,8 +219,8 @@ static int load_queue(struct virtio_device *dev, struct virtio_queue *q,
 	uint64_t max, size, desc, drv, devr, last, used, sig;
 	bool ready, broken, event_idx, sig_valid;
 
-	if (!json_is_object(j) || !get_uint(j, "maxSize", UINT16_MAX, &max,
-					    err, len) ||
+	if (!json_is_object(j) ||
+	    !get_uint(j, "maxSize", UINT16_MAX, &max, err, len) ||
 	    !get_uint(j, "size", VIRTQUEUE_MAX_SIZE, &size, err, len) ||
 	    !get_uint(j, "desc", UINT64_MAX >> 1, &desc, err, len) ||
 	    !get_uint(j, "driver", UINT64_MAX >> 1, &drv, err, len) ||
@@ -236,9 +234,10 @@ static int load_queue(struct virtio_device *dev, struct virtio_queue *q,
 	    !get_bool(j, "signalledUsedValid", &sig_valid, err, len))
 		return -EINVAL;
 	if (max != q->max_size || size > max) {
-		snprintf(err, len, "%s: size %" PRIu64 " (max %" PRIu64
-			 "), the device's max is %u", q->name, size, max,
-			 q->max_size);
+		snprintf(err, len,
+			 "%s: size %" PRIu64 " (max %" PRIu64
+			 "), the device's max is %u",
+			 q->name, size, max, q->max_size);
 		return -EINVAL;
 	}
 	q->size = (uint32_t)size;
@@ -248,10 +247,12 @@ static int load_queue(struct virtio_device *dev, struct virtio_queue *q,
 	if (ready && !broken) {
 		if (event_idx != virtio_device__has_feature(
 					 dev, VIRTIO_RING_F_EVENT_IDX) ||
-		    virtqueue__configure(&q->vq, dev->mem, (uint16_t)size,
-					 desc, drv, devr, event_idx)) {
-			snprintf(err, len, "%s: the ring does not fit guest "
-				 "memory or the features", q->name);
+		    virtqueue__configure(&q->vq, dev->mem, (uint16_t)size, desc,
+					 drv, devr, event_idx)) {
+			snprintf(err, len,
+				 "%s: the ring does not fit guest "
+				 "memory or the features",
+				 q->name);
 			return -EINVAL;
 		}
 		q->vq.last_avail_idx = (uint16_t)last;
@@ -275,8 +276,7 @@ int virtio_device__load(struct virtio_device *dev, const json_t *state,
 	    !get_uint(state, "deviceId", UINT32_MAX, &id, err, len) ||
 	    !get_uint(state, "status", UINT8_MAX, &status, err, len) ||
 	    !get_uint(state, "deviceFeatures", INT64_MAX, &dfeat, err, len) ||
-	    !get_uint(state, "driverFeatures", INT64_MAX, &drvfeat, err,
-		      len) ||
+	    !get_uint(state, "driverFeatures", INT64_MAX, &drvfeat, err, len) ||
 	    !get_uint(state, "features", INT64_MAX, &feat, err, len) ||
 	    !get_uint(state, "deviceFeaturesSel", UINT32_MAX, &dsel, err,
 		      len) ||
@@ -288,9 +288,11 @@ int virtio_device__load(struct virtio_device *dev, const json_t *state,
 		      err, len))
 		return -EINVAL;
 	if (id != dev->device_id || dfeat != dev->device_features) {
-		snprintf(err, len, "%s: device id %" PRIu64 " features %#" PRIx64
-			 ", this one is %u with %#" PRIx64, dev->name, id,
-			 dfeat, dev->device_id, dev->device_features);
+		snprintf(err, len,
+			 "%s: device id %" PRIu64 " features %#" PRIx64
+			 ", this one is %u with %#" PRIx64,
+			 dev->name, id, dfeat, dev->device_id,
+			 dev->device_features);
 		return -EINVAL;
 	}
 	if (feat & ~dev->device_features) {
@@ -299,7 +301,8 @@ int virtio_device__load(struct virtio_device *dev, const json_t *state,
 		return -EINVAL;
 	}
 	queues = json_object_get(state, "queues");
-	if (!json_is_array(queues) || json_array_size(queues) != dev->nr_queues) {
+	if (!json_is_array(queues) ||
+	    json_array_size(queues) != dev->nr_queues) {
 		snprintf(err, len, "queues: not %u of them", dev->nr_queues);
 		return -EINVAL;
 	}

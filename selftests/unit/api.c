@@ -188,7 +188,8 @@ static int on_snapshot(void *opaque, const char *dir, bool resume, char *err,
 	struct server *s = opaque;
 
 	if (strstr(dir, "nohook")) {
-		snprintf(err, len, "virtio-fs0: this device cannot be saved "
+		snprintf(err, len,
+			 "virtio-fs0: this device cannot be saved "
 			 "yet (it has no save hook)");
 		return -EOPNOTSUPP;
 	}
@@ -1326,8 +1327,8 @@ TEST_F(srv, pause_resume_snapshot)
 
 	m = tc_call(&self->t, 10, "vm.snapshot",
 		    json_pack("{s:s, s:b}", "dir", "/tmp/s1", "resume", true));
-	EXPECT_STREQ("/tmp/s1", json_string_value(
-					json_object_get(result(m), "dir")));
+	EXPECT_STREQ("/tmp/s1",
+		     json_string_value(json_object_get(result(m), "dir")));
 	EXPECT_TRUE(json_is_true(json_object_get(result(m), "resumed")));
 	json_decref(m);
 	EXPECT_STREQ("/tmp/s1", self->s.snap_dir);
@@ -1378,8 +1379,9 @@ TEST_F(srv, vmmctl_pause_resume_snapshot)
 	}
 	{
 		/* A relative DIR is made absolute against vmmctl's cwd. */
-		const char *argv[] = { ctl, "snapshot", "--resume",
-				       self->s.api_sock, "snapdir", NULL };
+		const char *argv[] = { ctl,	   "snapshot",
+				       "--resume", self->s.api_sock,
+				       "snapdir",  NULL };
 
 		ASSERT_EQ(0, spawn__run(argv, NULL, r));
 		EXPECT_EQ(0, r->status) TH_LOG("%s", r->err);

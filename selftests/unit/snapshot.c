@@ -109,8 +109,7 @@ static uint8_t *guest(void)
 }
 
 /* One whole snapshot: two parts, memory, the manifest. */
-static int write_all(struct tmp *t, const uint8_t *mem, char *err,
-		     size_t len)
+static int write_all(struct tmp *t, const uint8_t *mem, char *err, size_t len)
 {
 	json_t *fields = json_pack("{s:s}", "vmm", "test");
 	struct snap_dir d;
@@ -119,8 +118,7 @@ static int write_all(struct tmp *t, const uint8_t *mem, char *err,
 	ret = snap_dir__create(&d, t->dir, err, len);
 	if (ret)
 		goto out;
-	ret = snap_dir__write_part(&d, "a.state", "vcpu", "hello", 5, err,
-				   len);
+	ret = snap_dir__write_part(&d, "a.state", "vcpu", "hello", 5, err, len);
 	if (!ret)
 		ret = snap_dir__write_part(&d, "empty", "devices", "", 0, err,
 					   len);
@@ -218,9 +216,9 @@ TEST(parts_and_manifest)
 	ASSERT_NE(NULL, f);
 	ASSERT_NE(NULL, fgets(line, sizeof(line), f));
 	pclose(f);
-	EXPECT_EQ(0, strncmp(line,
-			     json_string_value(json_object_get(p, "sha256")),
-			     SNAP_SHA256_HEX));
+	EXPECT_EQ(0,
+		  strncmp(line, json_string_value(json_object_get(p, "sha256")),
+			  SNAP_SHA256_HEX));
 	EXPECT_STREQ("2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e7304"
 		     "3362938b9824",
 		     json_string_value(json_object_get(p, "sha256")));
@@ -418,8 +416,7 @@ TEST(state_sections_round_trip)
 	/* Another kind, another version: not this file. */
 	EXPECT_EQ(-EINVAL, snap_reader__init(&r, w.buf, w.len, SNAP_KIND_VM));
 	w.buf[8] ^= 0xff;
-	EXPECT_EQ(-EINVAL, snap_reader__init(&r, w.buf, w.len,
-					     SNAP_KIND_VCPU));
+	EXPECT_EQ(-EINVAL, snap_reader__init(&r, w.buf, w.len, SNAP_KIND_VCPU));
 	w.buf[8] ^= 0xff;
 	snap_writer__release(&w);
 }
@@ -448,8 +445,8 @@ TEST(state_truncated_or_lying)
 		ret = snap_reader__init(&r, copy, n, SNAP_KIND_VM);
 		if (ret)
 			refused = true;
-		while (!ret && (ret = snap_reader__next(&r, &tag, &data,
-							&len)) == 1)
+		while (!ret &&
+		       (ret = snap_reader__next(&r, &tag, &data, &len)) == 1)
 			ret = 0;
 		if (ret < 0)
 			refused = true;

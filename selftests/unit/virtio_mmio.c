@@ -1147,8 +1147,8 @@ TEST_F(mmio, warns_once)
 
 static int fake_save(struct virtio_device *vdev, json_t *obj)
 {
-	return json_object_set_new(obj, "chains",
-				   json_integer((json_int_t)to_fake(vdev)->chains));
+	return json_object_set_new(
+		obj, "chains", json_integer((json_int_t)to_fake(vdev)->chains));
 }
 
 static const struct virtio_device_ops fake_save_ops = {
@@ -1233,7 +1233,8 @@ TEST(save_load_round_trip)
 	struct fake_dev a, b;
 	char err[256] = "";
 	json_t *st = NULL, *q0;
-	uint64_t feat = FEAT(VIRTIO_F_VERSION_1) | FEAT(VIRTIO_RING_F_EVENT_IDX);
+	uint64_t feat =
+		FEAT(VIRTIO_F_VERSION_1) | FEAT(VIRTIO_RING_F_EVENT_IDX);
 
 	ASSERT_EQ(0, fake_create_saving(&a));
 	ASSERT_EQ(0, fake_create_saving(&b));
@@ -1271,8 +1272,8 @@ TEST(save_load_round_trip)
 	TH_LOG("%s", err);
 	EXPECT_EQ(status(&a), status(&b));
 	EXPECT_EQ(a.vdev.features, b.vdev.features);
-	EXPECT_TRUE(virtio_device__has_feature(&b.vdev,
-					       VIRTIO_RING_F_EVENT_IDX));
+	EXPECT_TRUE(
+		virtio_device__has_feature(&b.vdev, VIRTIO_RING_F_EVENT_IDX));
 	EXPECT_EQ(a.vqs[0].vq.last_avail_idx, b.vqs[0].vq.last_avail_idx);
 	EXPECT_EQ(a.vqs[1].vq.used_idx, b.vqs[1].vq.used_idx);
 	EXPECT_TRUE(virtqueue__is_ready(&b.vqs[0].vq));

@@ -78,9 +78,9 @@ static void m_vm_status(struct rpc *r)
 	bool paused = api->p.is_paused && api->p.is_paused(api->p.opaque);
 
 	res = json_pack("{s:s, s:s, s:I, s:I, s:I}", "state",
-			paused ? "paused" : "running",
-			"agent", api->agent_ready ? "ready" : "unknown",
-			"clients", (json_int_t)api->nr_clients, "requests",
+			paused ? "paused" : "running", "agent",
+			api->agent_ready ? "ready" : "unknown", "clients",
+			(json_int_t)api->nr_clients, "requests",
 			(json_int_t)api->nr_calls, "streams",
 			(json_int_t)api->nr_streams);
 	if (res && api->p.status)
@@ -259,9 +259,9 @@ static void m_vm_snapshot(struct rpc *r)
 	if (ret)
 		vm_error(r, "vm.snapshot", ret, err);
 	else
-		client_reply(r->c, r->id,
-			     json_pack("{s:s, s:b}", "dir", dir, "resumed",
-				       resume));
+		client_reply(
+			r->c, r->id,
+			json_pack("{s:s, s:b}", "dir", dir, "resumed", resume));
 }
 
 const struct api_method vm_methods[] = {
