@@ -11,11 +11,13 @@
  * owner-only directory (vmm/snapshot-file.h).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "devices/virtio/device.h"
 #include "vmm/api.h"
@@ -178,6 +180,21 @@ static int add_digest(json_t *o, const char *key, const void *p, size_t n)
 	return json_object_set_new(o, key, json_string(val)) ? -ENOMEM : 0;
 }
 
+/* The file's digest as key, from the descriptor kept since the boot. */
+static int file_digest(json_t *o, const char *key, int fd)
+{
+	char hex[SNAP_SHA256_HEX + 1], val[SNAP_SHA256_HEX + 8];
+	int ret;
+
+	if (fd < 0)
+		return 0;
+	ret = snap_file__sha256(fd, hex);
+	if (ret)
+		return ret;
+	snprintf(val, sizeof(val), "sha256:%s", hex);
+	return json_object_set_new(o, key, json_string(val)) ? -ENOMEM : 0;
+}
+
 /*
  * What a restore must find the same (Documentation/snapshots.md,
  * "Identity"): what the guest was booted from (the kernel, the initrd
@@ -189,29 +206,27 @@ static int identity(struct vm *vm, json_t **out)
 {
 	const struct vm_config *c = vm->cfg;
 	json_t *o, *devs, *mounts;
-	char hex[SNAP_SHA256_HEX + 1], val[SNAP_SHA256_HEX + 8];
+	char val[SNAP_SHA256_HEX + 8];
 	int ret;
 
 	o = json_pack("{s:s, s:I, s:I, s:s, s:i}", "vmm", KILN_VERSION, "cpus",
 		      (json_int_t)c->nr_cpus, "memoryMiB",
 		      (json_int_t)c->mem_mib, "cmdline",
-		      vm->cmdline ? vm->cmdline : "", "net", (int)c->net.mode);
+		      vm->snap_cmdline ? vm->snap_cmdline : "", "net",
+		      (int)c->net.mode);
 	devs = json_array();
 	mounts = json_array();
 	if (!o || !devs || !mounts) {
 		ret = -ENOMEM;
 		goto out_fail;
 	}
-	ret = add_digest(o, "kernel", vm->kernel.data, vm->kernel.size);
-	if (!ret && vm->initrd_fd >= 0) {
-		ret = snap_file__sha256(vm->initrd_fd, hex);
-		snprintf(val, sizeof(val), "sha256:%s", hex);
-		if (!ret)
-			json_object_set_new(o, "initrd", json_string(val));
+	ret = file_digest(o, "kernel", vm->snap_kernel_fd);
+	if (!ret)
+		ret = file_digest(o, "initrd", vm->snap_initrd_fd);
+	if (!ret && vm->snap_appended[0]) {
+		snprintf(val, sizeof(val), "sha256:%s", vm->snap_appended);
+		json_object_set_new(o, "initrdAppended", json_string(val));
 	}
-	if (!ret && vm->argv_cpio_len)
-		ret = add_digest(o, "initrdAppended", vm->argv_cpio,
-				 vm->argv_cpio_len);
 	if (ret)
 		goto out_fail;
 	if (c->rootfs.descriptor)
@@ -241,6 +256,46 @@ out_fail:
 	json_decref(devs);
 	json_decref(o);
 	return ret;
+}
+
+int vm__snapshot_keep_boot(struct vm *vm)
+{
+	char hex[SNAP_SHA256_HEX + 1];
+	int ret;
+
+	if (!vm->cfg->control_socket)
+		return 0;
+	vm->snap_kernel_fd =
+		open(vm->cfg->kernel_path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	if (vm->snap_kernel_fd < 0)
+		return -errno;
+	if (vm->initrd_fd >= 0) {
+		vm->snap_initrd_fd = fcntl(vm->initrd_fd, F_DUPFD_CLOEXEC, 0);
+		if (vm->snap_initrd_fd < 0)
+			return -errno;
+	}
+	vm->snap_cmdline = strdup(vm->cmdline ? vm->cmdline : "");
+	if (!vm->snap_cmdline)
+		return -ENOMEM;
+	if (vm->argv_cpio_len) {
+		ret = snap__sha256(vm->argv_cpio, vm->argv_cpio_len, hex);
+		if (ret)
+			return ret;
+		snprintf(vm->snap_appended, sizeof(vm->snap_appended), "%s",
+			 hex);
+	}
+	return 0;
+}
+
+void vm__snapshot_drop_boot(struct vm *vm)
+{
+	if (vm->snap_kernel_fd >= 0)
+		close(vm->snap_kernel_fd);
+	if (vm->snap_initrd_fd >= 0)
+		close(vm->snap_initrd_fd);
+	vm->snap_kernel_fd = vm->snap_initrd_fd = -1;
+	free(vm->snap_cmdline);
+	vm->snap_cmdline = NULL;
 }
 
 /* The manifest's fields besides format and parts. */

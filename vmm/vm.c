@@ -273,6 +273,17 @@ static int image_init(struct vm *vm)
 	return 0;
 }
 
+/* What a snapshot's identity needs once boot_init released the files. */
+static int snapshot_identity_init(struct vm *vm)
+{
+	int ret = vm__snapshot_keep_boot(vm);
+
+	if (ret)
+		pr_err("keeping the boot's files for snapshots: %s",
+		       strerror(-ret));
+	return ret;
+}
+
 static void image_exit(struct vm *vm)
 {
 	kernel__close(&vm->kernel);
@@ -1194,6 +1205,8 @@ static const struct {
 	{ "dns", dns_init, dns_exit },
 	/* After the proxy: the interception CA rides in the initramfs. */
 	{ "image", image_init, image_exit },
+	/* Before the descriptor budget is set (control). */
+	{ "snapshot-identity", snapshot_identity_init, vm__snapshot_drop_boot },
 	{ "kvm", kvm_init, kvm_exit },
 	{ "memory", memory_init, memory_exit },
 	{ "irqchip", irqchip_init, NULL }, /* goes with the VM fd */
@@ -1237,6 +1250,7 @@ int vm__create(struct vm **out, const struct vm_config *cfg)
 		return -ENOMEM;
 	vm->cfg = cfg;
 	vm->kvm_fd = vm->vm_fd = vm->initrd_fd = -1;
+	vm->snap_kernel_fd = vm->snap_initrd_fd = -1;
 	vm->event_fd = vm->space_fd = -1;
 	vm->ready_fd = vm->null_fd = -1;
 	vm->tap.fd = vm->netns_fd = -1;

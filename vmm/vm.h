@@ -96,6 +96,16 @@ struct vm {
 	const char *guest_ca_pem;
 	size_t guest_ca_len;
 	char *cmdline; /* the complete kernel command line */
+	/*
+	 * What a snapshot's identity needs of the boot once the files
+	 * above are released (vmm/snapshot.c): with a control socket, the
+	 * kernel and initrd files kept open (hashed when a snapshot is
+	 * taken, not at every boot), the command line and the appended
+	 * archive's digest. -1, NULL, "": none.
+	 */
+	int snap_kernel_fd, snap_initrd_fd;
+	char *snap_cmdline;
+	char snap_appended[65];
 
 	uint8_t *ram;	      /* one host mapping for all guest RAM */
 	uint64_t ram_size;    /* bytes */
@@ -260,6 +270,9 @@ int __must_check vm__set_net_policy(struct vm *vm, json_t *obj, char *err,
 int __must_check vm__pause(struct vm *vm, char *err, size_t len);
 int __must_check vm__resume(struct vm *vm, char *err, size_t len);
 bool vm__is_paused(struct vm *vm);
+/* The boot step, before it releases the files: keep what identity needs. */
+int __must_check vm__snapshot_keep_boot(struct vm *vm);
+void vm__snapshot_drop_boot(struct vm *vm);
 /*
  * Pauses a running VM first; leaves it paused unless resume (or on a
  * failure, when it was running before).
