@@ -748,6 +748,13 @@ int vcpu__save(struct vcpu *v, struct snap_writer *w, const char **what)
 	return w->err;
 }
 
+void vcpu__wake_parked(struct vm *vm)
+{
+	pthread_mutex_lock(&vm->pause_lock);
+	pthread_cond_broadcast(&vm->pause_cv);
+	pthread_mutex_unlock(&vm->pause_lock);
+}
+
 unsigned int vcpu__id(const struct vcpu *v)
 {
 	return v->id;

@@ -428,6 +428,8 @@ int vm__run(struct vm *vm)
 	if (!atomic_load(&vm->stopping))
 		main_loop(vm, l);
 
+	/* A vCPU parked by vm.pause waits on pause_cv, not for a kick. */
+	vcpu__wake_parked(vm);
 	for (i = 0; i < vm->nr_vcpus; i++)
 		vcpu__kick(vm->vcpus[i]);
 	for (i = 0; i < vm->nr_vcpus; i++)

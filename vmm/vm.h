@@ -328,6 +328,8 @@ int __must_check vcpu__pause_all(struct vm *vm, unsigned int timeout_ms);
 /* Let them run again: 0, or -EALREADY when not paused. */
 int vcpu__resume_all(struct vm *vm);
 bool vcpu__paused(struct vm *vm);
+/* The VM is stopping: parked vCPUs wake, see it and end. */
+void vcpu__wake_parked(struct vm *vm);
 /*
  * A parked vCPU's state for a snapshot (vmm/snapshot.c): every section
  * of Documentation/snapshots.md, "vCPU state", into buf (a

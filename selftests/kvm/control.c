@@ -1788,6 +1788,7 @@ static void check_snapshot(struct __test_metadata *_metadata, const char *dir)
  * of the running VM: one that resumes, one that stays paused, one into
  * a directory already used that fails and leaves the VM running, their
  * manifests' digests checked against the files, and the events in order.
+ * Last, a paused VM stopped by SIGTERM exits as a running one does.
  */
 TEST_TIMEOUT(pause_resume_snapshot, BOOT_TIMEOUT)
 {
@@ -1900,7 +1901,13 @@ TEST_TIMEOUT(pause_resume_snapshot, BOOT_TIMEOUT)
 
 	kill(ctr, SIGKILL);
 	waitpid(ctr, NULL, 0);
-	vm_shutdown(_metadata, &c);
+	/* Stopped while paused: the parked vCPUs end, the vmm exits. */
+	CTL(&c, &r, "pause", c.sock);
+	ASSERT_EQ(0, r.status);
+	kill(c.vmm, SIGTERM);
+	EXPECT_EQ(128 + SIGTERM, wait_exit(c.vmm, 60));
+	c.vmm = 0;
+	vm_cleanup(&c);
 }
 
 TEST_HARNESS_MAIN
