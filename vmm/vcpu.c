@@ -755,11 +755,6 @@ void vcpu__wake_parked(struct vm *vm)
 	pthread_mutex_unlock(&vm->pause_lock);
 }
 
-unsigned int vcpu__id(const struct vcpu *v)
-{
-	return v->id;
-}
-
 static void *vcpu_thread(void *arg)
 {
 	struct vcpu *v = arg;

@@ -331,15 +331,13 @@ bool vcpu__paused(struct vm *vm);
 /* The VM is stopping: parked vCPUs wake, see it and end. */
 void vcpu__wake_parked(struct vm *vm);
 /*
- * A parked vCPU's state for a snapshot (vmm/snapshot.c): every section
- * of Documentation/snapshots.md, "vCPU state", into buf (a
- * snap_state_writer). 0 or -errno, naming the ioctl that failed in
- * *what.
+ * A parked vCPU's state for a snapshot (vmm/snapshot.c): the vCPU
+ * sections of Documentation/snapshots.md, "State files", added to w.
+ * 0 or -errno, with the ioctl that failed in *what.
  */
 struct snap_writer;
 int __must_check vcpu__save(struct vcpu *v, struct snap_writer *w,
 			    const char **what);
-unsigned int vcpu__id(const struct vcpu *v);
 
 /* vmm/control.c: the control API, a build step and its start. */
 int __must_check control__init(struct vm *vm);
