@@ -187,7 +187,7 @@ void snap_dir__close(struct snap_dir *d)
 /* A new 0600 file in the directory; -EEXIST if there is one. */
 static int new_file(struct snap_dir *d, const char *file, char *err, size_t len)
 {
-	int fd;
+	int fd, ret;
 
 	if (strchr(file, '/') || !strcmp(file, ".") || !strcmp(file, "..")) {
 		snprintf(err, len, "%s: not a plain file name", file);
@@ -195,13 +195,15 @@ static int new_file(struct snap_dir *d, const char *file, char *err, size_t len)
 	}
 	fd = openat(d->fd, file, SNAP_OPEN_NEW, SNAP_FILE_MODE);
 	if (fd < 0) {
-		snprintf(err, len, "%s: %s", file, strerror(errno));
-		return -errno;
+		ret = -errno;
+		snprintf(err, len, "%s: %s", file, strerror(-ret));
+		return ret;
 	}
 	if (fchmod(fd, SNAP_FILE_MODE) < 0) {
-		snprintf(err, len, "%s: chmod: %s", file, strerror(errno));
+		ret = -errno;
+		snprintf(err, len, "%s: chmod: %s", file, strerror(-ret));
 		close(fd);
-		return -errno;
+		return ret;
 	}
 	return fd;
 }
@@ -226,7 +228,7 @@ static int sync_close(int fd, const char *file, char *err, size_t len)
 
 	if (fsync(fd) < 0) {
 		ret = -errno;
-		snprintf(err, len, "%s: fsync: %s", file, strerror(errno));
+		snprintf(err, len, "%s: fsync: %s", file, strerror(-ret));
 	}
 	close(fd);
 	return ret;
@@ -464,8 +466,10 @@ static int mode_check(int fd, mode_t want, const char *what, char *err,
 	struct stat st;
 
 	if (fstat(fd, &st) < 0) {
-		snprintf(err, len, "%s: %s", what, strerror(errno));
-		return -errno;
+		int e = errno;
+
+		snprintf(err, len, "%s: %s", what, strerror(e));
+		return -e;
 	}
 	if (st.st_uid != geteuid() || (st.st_mode & 07777) != want) {
 		snprintf(err, len,
@@ -486,8 +490,10 @@ static int read_manifest(int dfd, json_t **out, char *err, size_t len)
 
 	fd = openat(dfd, SNAP_MANIFEST, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0) {
-		snprintf(err, len, "%s: %s", SNAP_MANIFEST, strerror(errno));
-		return -errno;
+		int e = errno;
+
+		snprintf(err, len, "%s: %s", SNAP_MANIFEST, strerror(e));
+		return -e;
 	}
 	ret = mode_check(fd, SNAP_FILE_MODE, SNAP_MANIFEST, err, len);
 	if (!ret && (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
@@ -545,8 +551,10 @@ static int verify_part(int dfd, const json_t *part, char *err, size_t len)
 	}
 	fd = openat(dfd, file, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0) {
-		snprintf(err, len, "%s: %s", file, strerror(errno));
-		return -errno;
+		int e = errno;
+
+		snprintf(err, len, "%s: %s", file, strerror(e));
+		return -e;
 	}
 	ret = mode_check(fd, SNAP_FILE_MODE, file, err, len);
 	if (!ret && (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
@@ -584,8 +592,10 @@ int snap_dir__verify(const char *path, json_t **manifest, char *err, size_t len)
 	err[0] = '\0';
 	dfd = openat(AT_FDCWD, path, SNAP_OPEN_DIR);
 	if (dfd < 0) {
-		snprintf(err, len, "%s: %s", path, strerror(errno));
-		return -errno;
+		int e = errno;
+
+		snprintf(err, len, "%s: %s", path, strerror(e));
+		return -e;
 	}
 	ret = mode_check(dfd, SNAP_DIR_MODE, path, err, len);
 	if (!ret)
