@@ -24,6 +24,7 @@ include Kbuild.mk
 # Objects that need no KVM: the vmm links them, and so do the unit tests.
 core-obj-y += lib/log.o
 core-obj-y += lib/worker.o
+core-obj-y += lib/thread-filter.o
 core-obj-y += lib/base64.o
 core-obj-y += lib/errf.o
 core-obj-y += lib/bytequeue.o
@@ -69,6 +70,7 @@ core-obj-y += vmm/config.o
 core-obj-y += vmm/identity.o
 core-obj-y += vmm/facts.o
 core-obj-y += vmm/console-log.o
+core-obj-y += vmm/metrics.o
 core-obj-y += vmm/options.o
 core-obj-y += vmm/bus.o
 core-obj-y += vmm/rootfs.o
@@ -111,6 +113,7 @@ obj-y += vmm/snapshot.o
 obj-y += vmm/cpuid.o
 obj-y += vmm/seccomp.o
 obj-y += vmm/control.o
+obj-y += vmm/vm-metrics.o
 obj-y += devices/i8042.o
 obj-y += devices/exit-dev.o
 obj-y += devices/console.o

@@ -25,63 +25,86 @@ static void stop_done(void *arg, int res)
  * io_uring_register_restrictions() and io_uring_enable_rings() but its
  * shared library does not export them.
  */
-static int ring_register(struct io_uring *ring, unsigned int op,
-			 const void *arg, unsigned int nr)
+static int ring_register(struct io_uring *ring, unsigned int op, void *arg,
+			 unsigned int nr)
 {
 	long ret = syscall(__NR_io_uring_register, ring->ring_fd, op, arg, nr);
 
 	return ret < 0 ? -errno : 0;
 }
 
+/* Every opcode the loop asks for is one this kernel has (REGISTER_PROBE). */
+static int probe_opcodes(struct evloop *l, const uint8_t *ops, unsigned int n)
+{
+	struct {
+		struct io_uring_probe p;
+		struct io_uring_probe_op ops[EVLOOP_PROBE_OPS];
+	} probe = { 0 };
+	int ret;
+
+	ret = ring_register(&l->ring, IORING_REGISTER_PROBE, &probe,
+			    EVLOOP_PROBE_OPS);
+	if (ret)
+		return ret;
+	for (unsigned int i = 0; i < n; i++) {
+		if (ops[i] > probe.p.last_op ||
+		    !(probe.ops[ops[i]].flags & IO_URING_OP_SUPPORTED)) {
+			pr_err("%s: io_uring: the kernel has no opcode %u",
+			       l->name, ops[i]);
+			return -EOPNOTSUPP;
+		}
+	}
+	return 0;
+}
+
 /*
- * A ring that can submit only the loop's opcodes. Any failure on the way
- * (a kernel before 5.10, or one that refuses) leaves an unrestricted
- * ring: the restriction hardens, it is not needed to work.
+ * A ring that can submit only the loop's opcodes, and register only the
+ * cancellation evloop__cancel() needs. Never a ring without: the vmm's
+ * seccomp filters forbid opening files and making sockets, and a ring
+ * that could OPENAT or SOCKET would do both for any thread that holds it
+ * (Documentation/security.md). A kernel that cannot restrict (before
+ * 5.10) is an error; the loop needs 6.0 anyway (SYNC_CANCEL).
  */
 static int ring_open(struct evloop *l, const struct evloop_params *p,
 		     struct io_uring_params *up)
 {
-	struct io_uring_restriction res[64];
-	unsigned int n = 0;
+	struct io_uring_restriction res[EVLOOP_MAX_OPCODES + 2];
+	uint8_t ops[EVLOOP_MAX_OPCODES + 1];
+	unsigned int n = 0, nr_ops = 0;
 	int ret;
 
-	if (!p->nr_opcodes || p->nr_opcodes >= ARRAY_SIZE(res) - 2)
-		goto unrestricted;
-	res[n++] = (struct io_uring_restriction){
-		.opcode = IORING_RESTRICTION_SQE_OP, .sqe_op = IORING_OP_READ
-	};
+	if (p->nr_opcodes > EVLOOP_MAX_OPCODES)
+		return -EINVAL;
+	ops[nr_ops++] = IORING_OP_READ; /* the loop's own: the stop fd */
+	for (unsigned int i = 0; i < p->nr_opcodes; i++)
+		ops[nr_ops++] = p->opcodes[i];
+	for (unsigned int i = 0; i < nr_ops; i++)
+		res[n++] = (struct io_uring_restriction){
+			.opcode = IORING_RESTRICTION_SQE_OP,
+			.sqe_op = ops[i],
+		};
 	/* evloop__cancel(), from another thread. */
 	res[n++] = (struct io_uring_restriction){
 		.opcode = IORING_RESTRICTION_REGISTER_OP,
 		.register_op = IORING_REGISTER_SYNC_CANCEL,
 	};
-	for (unsigned int i = 0; i < p->nr_opcodes; i++)
-		res[n++] = (struct io_uring_restriction){
-			.opcode = IORING_RESTRICTION_SQE_OP,
-			.sqe_op = p->opcodes[i],
-		};
 	up->flags |= IORING_SETUP_R_DISABLED;
 	ret = io_uring_queue_init_params(p->sq_entries, &l->ring, up);
-	if (ret) {
-		pr_debug("%s: io_uring without restrictions: setup: %s",
-			 l->name, strerror(-ret));
-		goto unrestricted;
-	}
-	ret = ring_register(&l->ring, IORING_REGISTER_RESTRICTIONS, res, n);
 	if (ret)
-		pr_debug("%s: io_uring without restrictions: %s", l->name,
-			 strerror(-ret));
-	l->restricted = !ret;
-	ret = ring_register(&l->ring, IORING_REGISTER_ENABLE_RINGS, NULL, 0);
+		return ret;
+	ret = probe_opcodes(l, ops, nr_ops);
 	if (!ret)
-		return 0;
-	pr_debug("%s: io_uring without restrictions: enable: %s", l->name,
-		 strerror(-ret));
-	io_uring_queue_exit(&l->ring);
-	l->restricted = false;
-unrestricted:
-	up->flags &= ~IORING_SETUP_R_DISABLED;
-	return io_uring_queue_init_params(p->sq_entries, &l->ring, up);
+		ret = ring_register(&l->ring, IORING_REGISTER_RESTRICTIONS, res,
+				    n);
+	if (!ret)
+		ret = ring_register(&l->ring, IORING_REGISTER_ENABLE_RINGS,
+				    NULL, 0);
+	if (ret) {
+		pr_err("%s: io_uring restrictions: %s", l->name,
+		       strerror(-ret));
+		io_uring_queue_exit(&l->ring);
+	}
+	return ret;
 }
 
 int evloop__open(struct evloop *l, const struct evloop_params *p)
@@ -237,11 +260,12 @@ static void *loop_thread(void *arg)
 	return NULL;
 }
 
-int evloop__start(struct evloop *l, const struct evloop_ops *ops, void *arg)
+int evloop__start(struct evloop *l, const struct evloop_ops *ops, void *arg,
+		  const struct sock_fprog *filter)
 {
 	l->ops = ops;
 	l->arg = arg;
 	evloop__read_eventfd(l, &l->stop, l->worker.stop_fd,
 			     &l->worker.stop_buf);
-	return worker__start(&l->worker, loop_thread, l);
+	return worker__start(&l->worker, filter, loop_thread, l);
 }

@@ -17,7 +17,7 @@
  *	evloop__init(&d->loop, name);             in create, before any fail
  *	evloop__open(&d->loop, &params);          the ring and the stop fd
  *	evloop__read_eventfd(&d->loop, &d->kick, fd, &d->kick_buf);
- *	evloop__start(&d->loop, &ops, d);         its own thread
+ *	evloop__start(&d->loop, &ops, d, filter); its own thread, filtered
  *	evloop__exit(&d->loop);                   stop, join, close the ring
  *
  * A submission's user_data is either a struct ev_source (tag 0: its
@@ -34,6 +34,10 @@
 
 #define EVLOOP_TAG_MASK 0x7UL
 #define EVLOOP_TAG_MAX	7U
+
+/* Opcodes a loop may declare; IORING_REGISTER_PROBE's table size. */
+#define EVLOOP_MAX_OPCODES 16U
+#define EVLOOP_PROBE_OPS   256U /* sqe->opcode is a u8 */
 
 struct ev_source {
 	void (*fn)(void *arg, int res); /* res: the CQE's */
@@ -52,19 +56,20 @@ struct evloop_params {
 	unsigned int cq_entries; /* 0: twice sq_entries */
 	/*
 	 * What the loop's submissions may be (IORING_OP_*), besides the
-	 * loop's own READ: registered as the ring's restrictions, so that a
-	 * ring cannot be used to get around the seccomp filter. A kernel
-	 * that refuses leaves the ring unrestricted (a debug line).
+	 * loop's own READ: registered as the ring's restrictions
+	 * (IORING_REGISTER_RESTRICTIONS; registration itself only
+	 * IORING_REGISTER_SYNC_CANCEL), so that a ring cannot be used to get
+	 * around the seccomp filter. Every ring is restricted: a kernel
+	 * that refuses, or lacks one of the opcodes, fails evloop__open().
 	 */
 	const uint8_t *opcodes;
-	unsigned int nr_opcodes;
+	unsigned int nr_opcodes; /* at most EVLOOP_MAX_OPCODES */
 };
 
 struct evloop {
 	const char *name; /* for the log; outlives the loop */
 	struct io_uring ring;
 	bool ring_ok;
-	bool restricted; /* the opcodes are enforced */
 	bool stopping;
 	struct worker worker;
 	struct ev_source stop;
@@ -86,9 +91,12 @@ void evloop__set_tag_handler(struct evloop *l, unsigned int tag,
 			     void (*fn)(void *arg, void *ptr, int res),
 			     void *arg);
 
-/* On a thread of its own (signals blocked), until the stop fd says so. */
+/*
+ * On a thread of its own (signals blocked), until the stop fd says so;
+ * the thread runs under filter (lib/thread-filter.h) from its start.
+ */
 int __must_check evloop__start(struct evloop *l, const struct evloop_ops *ops,
-			       void *arg);
+			       void *arg, const struct sock_fprog *filter);
 /*
  * On the caller's thread, until a handler or ops->end calls
  * evloop__stop(). 0, or the -errno of a ring that failed.

@@ -20,12 +20,13 @@ int worker__open(struct worker *w)
 	return w->stop_fd < 0 ? -errno : 0;
 }
 
-int worker__start(struct worker *w, void *(*loop)(void *), void *arg)
+int worker__start(struct worker *w, const struct sock_fprog *filter,
+		  void *(*loop)(void *), void *arg)
 {
-	int ret = pthread_create(&w->thread, NULL, loop, arg);
+	int ret = thread_filter__spawn(&w->thread, filter, loop, arg);
 
 	if (ret)
-		return -ret;
+		return ret;
 	w->started = true;
 	return 0;
 }

@@ -6,13 +6,15 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "lib/thread-filter.h"
+
 /*
  * A device's (or service's) own thread, told to stop through an eventfd
  * its loop waits on, never cancelled or signalled. The owner embeds it:
  *
  *	worker__init(&d->worker);           in create, before anything fails
  *	worker__open(&d->worker);           the stop eventfd
- *	worker__start(&d->worker, loop, d); once everything else is set up
+ *	worker__start(&d->worker, filter, loop, d); once everything is set up
  *	worker__exit(&d->worker, name);     in destroy: stop, join, close
  *
  * The loop calls worker__block_signals() first, waits for stop_fd to be
@@ -27,7 +29,9 @@ struct worker {
 
 void worker__init(struct worker *w);
 int worker__open(struct worker *w);
-int worker__start(struct worker *w, void *(*loop)(void *), void *arg);
+/* loop runs under filter from its first instruction (NULL: none). */
+int worker__start(struct worker *w, const struct sock_fprog *filter,
+		  void *(*loop)(void *), void *arg);
 /* Stops and joins the thread if it was started; closes the eventfd. */
 void worker__exit(struct worker *w, const char *name);
 

@@ -49,6 +49,7 @@ static const char usage[] =
 	"       vmmctl fs mkdir [-p] SOCK PATH\n"
 	"       vmmctl facts SOCK\n"
 	"       vmmctl status SOCK\n"
+	"       vmmctl metrics SOCK\n"
 	"       vmmctl shutdown SOCK\n"
 	"       vmmctl pause SOCK\n"
 	"       vmmctl resume SOCK\n"
@@ -1195,6 +1196,8 @@ int main(int argc, char **argv)
 		return cmd_simple(argc - 1, argv + 1, "vm.facts");
 	if (!strcmp(cmd, "status"))
 		return cmd_simple(argc - 1, argv + 1, "vm.status");
+	if (!strcmp(cmd, "metrics"))
+		return cmd_simple(argc - 1, argv + 1, "vm.metrics");
 	if (!strcmp(cmd, "shutdown"))
 		return cmd_simple(argc - 1, argv + 1, "vm.shutdown");
 	if (!strcmp(cmd, "pause"))

@@ -20,6 +20,8 @@
 #include "lib/fdbudget.h"
 #include "lib/log.h"
 
+struct sock_fprog; /* lib/thread-filter.h */
+
 #define API_MAX_MESSAGE	    (1U << 20)	 /* bytes in one request line */
 #define API_MAX_CLIENTS	    64U		 /* connected clients */
 #define API_MAX_CALLS	    256U	 /* agent connections, all clients */
@@ -101,6 +103,11 @@ struct api_params {
 	/* vm.status: add fields to the object; NULL: only the API's own. */
 	void (*status)(void *opaque, json_t *status);
 	/*
+	 * vm.metrics: add the monitor's members to the object, which holds
+	 * the API's own ("agent"); NULL: only those. On the API thread.
+	 */
+	void (*metrics)(void *opaque, json_t *metrics);
+	/*
 	 * net.setPolicy: replace the network policy with policy (the
 	 * request's "policy" value, borrowed). 0; or -EINVAL with one line
 	 * naming the key in err (answered as invalid params; the old
@@ -145,13 +152,32 @@ struct api_params {
 
 struct api;
 
+/*
+ * vm.metrics (Documentation/api.md): the agent connections the API
+ * opened and the processes the agent started for it. Counted on the API
+ * thread (lib/counter.h), monotonic.
+ */
+struct api_counters {
+	uint64_t agent_connections;   /* opened to the agent */
+	uint64_t agent_open_failures; /* attempts that could not open one */
+	uint64_t execs, spawns, ptys; /* processes started, by method */
+	uint64_t exits;		      /* of them, seen to end */
+};
+
+/*
+ * A copy of the counters, from any thread; NULL api: zeros. And as the
+ * metrics object's "agent" member.
+ */
+void api__counters(const struct api *api, struct api_counters *c);
+json_t *api__metrics_agent(const struct api *api);
+
 /* Binds and listens on the socket; no thread yet. */
 int __must_check api__create(struct api **out, const struct api_params *p);
 /*
  * Starts the event loop thread. Call it once the thread may run: it
  * inherits the caller's seccomp filter.
  */
-int __must_check api__start(struct api *api);
+int __must_check api__start(struct api *api, const struct sock_fprog *filter);
 /*
  * Stops and joins the thread, closes every client and agent connection
  * (the agent kills what they ran) and removes the socket; NULL ok.

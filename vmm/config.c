@@ -18,6 +18,7 @@
 #include "vmm/config.h"
 #include "vmm/console-log.h"
 #include "vmm/identity.h"
+#include "vmm/metrics.h"
 #include "vmm/options.h"
 #include "vmm/rootfs.h"
 
@@ -29,6 +30,7 @@ void config__init(struct vm_config *c)
 	c->vsock.cid = CONFIG_DEFAULT_VSOCK_CID;
 	c->console_log_max_bytes = CONSOLE_LOG_DEFAULT_MAX_BYTES;
 	c->console_log_keep = CONSOLE_LOG_DEFAULT_KEEP;
+	c->metrics_interval_ms = METRICS_DEFAULT_INTERVAL_MS;
 	c->seccomp = true;
 }
 
@@ -56,6 +58,7 @@ void config__free(struct vm_config *c)
 	free(c->cwd);
 	free(c->control_socket);
 	free(c->console_log);
+	free(c->metrics_path);
 	free(c->log_path);
 	free(c->pid_file);
 	memset(c, 0, sizeof(*c));
@@ -288,6 +291,20 @@ static int validate_control(const struct vm_config *c, char *err, size_t len)
 	return 0;
 }
 
+/* --metrics FILE and its interval (vmm/metrics.h). */
+static int validate_metrics(const struct vm_config *c, char *err, size_t len)
+{
+	if (c->metrics_path && !c->metrics_path[0])
+		return errf(err, len, -EINVAL, "metrics: empty path");
+	if (c->metrics_interval_ms < METRICS_MIN_INTERVAL_MS ||
+	    c->metrics_interval_ms > METRICS_MAX_INTERVAL_MS)
+		return errf(err, len, -EINVAL,
+			    "metrics interval %llu ms: must be %u to %u",
+			    (unsigned long long)c->metrics_interval_ms,
+			    METRICS_MIN_INTERVAL_MS, METRICS_MAX_INTERVAL_MS);
+	return 0;
+}
+
 /*
  * --console-log and its cap; start --detach without one gets
  * CONSOLE_LOG_DETACH_SUFFIX next to the control socket, so a detached
@@ -385,6 +402,9 @@ int config__validate(struct vm_config *c, char *err, size_t len)
 	if (ret)
 		return ret;
 	ret = validate_console_log(c, err, len);
+	if (ret)
+		return ret;
+	ret = validate_metrics(c, err, len);
 	if (ret)
 		return ret;
 	ret = mounts__validate(&c->mounts, err, len);

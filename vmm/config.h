@@ -77,6 +77,9 @@ struct vm_config {
 	uint64_t console_log_max_bytes; /* bytes: the live file's cap */
 	uint64_t console_log_keep;	/* rotated files kept */
 	uint64_t agent_timeout_ms; /* a call's wait for the agent; 0: default */
+	/* --metrics FILE (vmm/metrics.h): a line per interval; NULL: none */
+	char *metrics_path;
+	uint64_t metrics_interval_ms; /* ms, METRICS_MIN/MAX_INTERVAL_MS */
 	bool start;	/* `vmm start`: serve until shutdown, no command */
 	bool facts;	/* `vmm facts`: no VM; run's and start's options */
 	bool detach;	/* start: return once the guest agent is ready */

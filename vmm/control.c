@@ -28,6 +28,7 @@
 #include "vmm/facts.h"
 #include "vmm/net-status.h"
 #include "vmm/proxy.h"
+#include "vmm/seccomp.h"
 #include "vmm/vm.h"
 
 #define CONTROL_SHUTDOWN_GRACE_S 30  /* seconds for the guest to power off */
@@ -109,6 +110,11 @@ static void status_cb(void *opaque, json_t *status)
 				    json_string(vm->rootfs.name));
 	}
 	json_object_set_new(status, "net", net_status(vm));
+}
+
+static void metrics_cb(void *opaque, json_t *metrics)
+{
+	vm__metrics_fill(opaque, metrics);
 }
 
 static int set_policy_cb(void *opaque, json_t *policy, char *err, size_t len)
@@ -207,6 +213,7 @@ int control__init(struct vm *vm)
 		.shutdown = shutdown_cb,
 		.shutdown_failed = shutdown_failed_cb,
 		.status = status_cb,
+		.metrics = metrics_cb,
 		.set_policy = set_policy_cb,
 		.pause = pause_cb,
 		.resume = resume_cb,
@@ -242,7 +249,8 @@ int control__start(struct vm *vm)
 
 	if (!vm->api)
 		return 0;
-	ret = api__start(vm->api);
+	ret = api__start(vm->api,
+			 seccomp__filter(vm->seccomp, SECCOMP_THREAD_API));
 	if (ret)
 		pr_err("control socket: starting its thread: %s",
 		       strerror(-ret));

@@ -1048,14 +1048,14 @@ out_destroy:
 	return ret;
 }
 
-int dns__start(struct dns *d)
+int dns__start(struct dns *d, const struct sock_fprog *filter)
 {
 	int ret;
 
 	pthread_mutex_lock(&d->stats_lock);
 	d->stats.running = true;
 	pthread_mutex_unlock(&d->stats_lock);
-	ret = worker__start(&d->worker, dns_thread, d);
+	ret = worker__start(&d->worker, filter, dns_thread, d);
 	if (ret) {
 		pthread_mutex_lock(&d->stats_lock);
 		d->stats.running = false;

@@ -11,6 +11,8 @@
 #include "lib/compiler.h"
 #include "vmm/policy.h"
 
+struct sock_fprog; /* lib/thread-filter.h */
+
 /*
  * The VM's DNS resolver (Documentation/network.md, "DNS"): a UDP socket
  * and a TCP listener on the gateway's port 53 in the VM netns, served by
@@ -20,7 +22,7 @@
  * into the VM's trusted bindings.
  *
  *	ret = dns__create(&d, &params, err, sizeof(err));  before seccomp
- *	ret = dns__start(d);        its thread, under the seccomp filter
+ *	ret = dns__start(d, filter);  its thread, under its seccomp filter
  *	dns__stats(d, &stats);      from any thread
  *	dns__set_resolvers(d, np);  from any thread, after a policy change
  *	dns__destroy(d);            stops the thread, closes every socket
@@ -71,7 +73,7 @@ struct dns;
 int __must_check dns__create(struct dns **out, const struct dns_params *p,
 			     char *err, size_t errlen);
 /* Starts the resolver thread. */
-int __must_check dns__start(struct dns *d);
+int __must_check dns__start(struct dns *d, const struct sock_fprog *filter);
 /* Stops the thread, closes every socket. NULL and half-built are fine. */
 void dns__destroy(struct dns *d);
 

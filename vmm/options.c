@@ -21,6 +21,7 @@
 #include "lib/log.h"
 #include "vmm/config.h"
 #include "vmm/console-log.h"
+#include "vmm/metrics.h"
 #include "vmm/mounts.h"
 #include "vmm/netcfg.h"
 #include "vmm/options.h"
@@ -665,6 +666,22 @@ static const struct option_desc options[] = {
 		UINT_FIELD(console_log_keep, CONSOLE_LOG_MAX_KEEP),
 	},
 	{
+		.flag = "metrics",
+		.arg = "FILE",
+		.key = "metrics.path",
+		.help = "append the vm.metrics object there as one JSON line per\n"
+			"interval (a file or a FIFO; Documentation/api.md)",
+		STRING_FIELD(metrics_path),
+	},
+	{
+		.flag = "metrics-interval-ms",
+		.arg = "MS",
+		.key = "metrics.intervalMs",
+		.help = "--metrics: a line every MS, 100 to 3600000 (default\n"
+			"1000)",
+		UINT_FIELD(metrics_interval_ms, METRICS_MAX_INTERVAL_MS),
+	},
+	{
 		.flag = "detach",
 		.help = "start: return once the guest agent answers, the VM runs on",
 		FLAG_FIELD(detach),
@@ -680,7 +697,7 @@ static const struct option_desc options[] = {
 		.arg = "FILE",
 		.help = "JSON settings: kernel, initrd, cmdline, cpus, memoryMiB,\n"
 			"command, hostname, cwd, rootfs, vsock, mounts, net,\n"
-			"consoleLog, log; options after it override it",
+			"consoleLog, log, metrics; options after it override it",
 		.kind = OPTION_STRING,
 		.apply = apply_config_file,
 	},

@@ -1829,14 +1829,14 @@ out_destroy:
 	return ret;
 }
 
-int proxy__start(struct proxy *p)
+int proxy__start(struct proxy *p, const struct sock_fprog *filter)
 {
 	int ret;
 
 	pthread_mutex_lock(&p->stats_lock);
 	p->stats.running = true;
 	pthread_mutex_unlock(&p->stats_lock);
-	ret = worker__start(&p->worker, proxy_thread, p);
+	ret = worker__start(&p->worker, filter, proxy_thread, p);
 	if (ret) {
 		pthread_mutex_lock(&p->stats_lock);
 		p->stats.running = false;

@@ -12,6 +12,8 @@
 #include "vmm/hook.h"
 #include "vmm/intercept.h"
 
+struct sock_fprog; /* lib/thread-filter.h */
+
 /*
  * The vmm's egress proxy for one VM (Documentation/network.md, "The
  * proxy"): transparent TCP and UDP sockets in the VM netns that the
@@ -20,7 +22,7 @@
  * netns and relayed.
  *
  *	ret = proxy__create(&p, &params, err, sizeof(err));  before seccomp
- *	ret = proxy__start(p);         its thread, under the seccomp filter
+ *	ret = proxy__start(p, filter);  its thread, under its seccomp filter
  *	proxy__stats(p, &stats);       from any thread
  *	proxy__recheck(p);             from any thread, after the decide
  *	                               function's answers changed
@@ -125,7 +127,7 @@ struct proxy;
 int __must_check proxy__create(struct proxy **out, const struct proxy_params *p,
 			       char *err, size_t errlen);
 /* Starts the proxy thread. */
-int __must_check proxy__start(struct proxy *p);
+int __must_check proxy__start(struct proxy *p, const struct sock_fprog *filter);
 /*
  * Stops the proxy thread, closes every socket (the program's slots empty
  * themselves: nothing more leaves), detaches and frees the program.

@@ -1,197 +1,464 @@
 // SPDX-License-Identifier: GPL-2.0
+/*
+ * The running monitor's seccomp filters: one per thread type, compiled
+ * from the groups below (each syscall with why it is there) and the
+ * table that says which groups each thread type has. This file is the
+ * one place the allowed sets are kept; Documentation/security.md
+ * describes the layer.
+ */
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/if_tun.h>
+#include <linux/io_uring.h>
 #include <linux/kvm.h>
-#include <seccomp.h>
 #include <sched.h>
+#include <seccomp.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "lib/compiler.h"
+#include "lib/thread-filter.h"
 #include "vmm/seccomp.h"
 #include "vmm/snapshot-file.h"
 
-/* What the vCPU threads and the event loop do, and how they end. */
-static const int allowed[] = {
-	/* vCPU exits, console, eventfds and the ring */
-	SCMP_SYS(read),
-	SCMP_SYS(write),
-	SCMP_SYS(pread64),
-	SCMP_SYS(io_uring_setup),
-	SCMP_SYS(io_uring_enter),
-	SCMP_SYS(io_uring_register),
-	/* threads: creation, kicks, joins, exits */
-	SCMP_SYS(clone),
-	SCMP_SYS(clone3),
-	SCMP_SYS(set_robust_list),
-	SCMP_SYS(rseq),
-	SCMP_SYS(futex),
-	SCMP_SYS(tgkill),
-	SCMP_SYS(gettid),
-	SCMP_SYS(getpid),
-	SCMP_SYS(rt_sigprocmask),
-	SCMP_SYS(rt_sigreturn),
-	SCMP_SYS(rt_sigaction), /* glibc sets SIGCANCEL up on first thread */
-	SCMP_SYS(sched_yield),
-	SCMP_SYS(exit),
-	SCMP_SYS(exit_group),
+#define SECCOMP_NR_FCHMODAT2 452 /* x86-64; libseccomp 2.5 has no name */
+#define SECCOMP_EXIT_STATUS  125 /* VMM_EXIT_VMM_ERROR */
+/* socket()'s type argument without SOCK_NONBLOCK and SOCK_CLOEXEC. */
+#define SECCOMP_SOCK_TYPE_MASK 0xf
+
+/* One syscall a group allows (or fails with err), maybe only for args. */
+struct rule {
+	int nr;		      /* SCMP_SYS() */
+	int err;	      /* 0: allowed; else it fails with this errno */
+	bool log_dirfd;	      /* the args compare with the console log's dir */
+	unsigned int nr_args; /* up to 2 */
+	struct scmp_arg_cmp args[2];
+};
+
+/* Initializers, so one rule is one line of the tables below. */
+/* clang-format off */
+#define ALLOW(name) { .nr = SCMP_SYS(name) }
+#define ARG_EQ(i, v) { .arg = (i), .op = SCMP_CMP_EQ, .datum_a = (v) }
+#define ARG_NE(i, v) { .arg = (i), .op = SCMP_CMP_NE, .datum_a = (v) }
+#define NR_ARGS(...) ARRAY_SIZE(((struct scmp_arg_cmp[]){ __VA_ARGS__ }))
+#define ALLOW_IF(name, ...)						\
+	{								\
+		.nr = SCMP_SYS(name),					\
+		.nr_args = NR_ARGS(__VA_ARGS__),			\
+		.args = { __VA_ARGS__ },				\
+	}
+#define ALLOW_IOCTL(cmd) ALLOW_IF(ioctl, ARG_EQ(1, cmd))
+/* clang-format on */
+
+/* Every thread: memory, threads, signals, clocks, fds it was given. */
+static const struct rule base[] = {
+	/* eventfds, the console, pipes: the fds the thread was handed */
+	ALLOW(read),
+	ALLOW(write),
+	ALLOW(pread64),
+	ALLOW(close),
+	/*
+	 * The rings that exist (every one restricted, lib/evloop.c): submit,
+	 * wait, and evloop__cancel()'s registration, nothing else. No
+	 * io_uring_setup: no thread may make a ring after start.
+	 */
+	ALLOW(io_uring_enter),
+	ALLOW_IF(io_uring_register, ARG_EQ(1, IORING_REGISTER_SYNC_CANCEL)),
+	/* threads: creation (they inherit the filter), kicks, joins, exits */
+	ALLOW(clone),
+	ALLOW(clone3),
+	ALLOW(set_robust_list),
+	ALLOW(rseq),
+	ALLOW(futex),
+	ALLOW(tgkill),
+	ALLOW(gettid),
+	ALLOW(getpid),
+	ALLOW(rt_sigprocmask),
+	ALLOW(rt_sigreturn),
+	ALLOW(rt_sigaction), /* glibc sets SIGCANCEL up on first thread */
+	ALLOW(sched_yield),
+	ALLOW(exit),
+	ALLOW(exit_group),
 	/* memory: malloc, thread stacks, tear-down */
-	SCMP_SYS(brk),
-	SCMP_SYS(mmap),
-	SCMP_SYS(munmap),
-	SCMP_SYS(mprotect),
-	SCMP_SYS(madvise),
-	SCMP_SYS(mremap), /* realloc of a large (mmapped) block */
-	/*
-	 * The control API thread (vmm/api.c): its poll loop, clients
-	 * accepted on the listening socket, nonblocking socket I/O with
-	 * MSG_NOSIGNAL, one socketpair per agent connection (the vsock
-	 * device takes the other end), the socket file removed at exit.
-	 */
-	SCMP_SYS(poll),
-	SCMP_SYS(ppoll),
-	SCMP_SYS(accept4),
-	SCMP_SYS(sendto),
-	SCMP_SYS(recvfrom),
-	SCMP_SYS(fcntl),
-	SCMP_SYS(socketpair),
-	SCMP_SYS(unlink),
-	/* start --detach, once the agent answers: the console to /dev/null */
-	SCMP_SYS(dup2),
-	SCMP_SYS(dup3),
-	/*
-	 * virtio-vsock's event loop (devices/virtio/vsock.c): an epoll set
-	 * of Unix sockets, host clients accepted, bytes relayed with
-	 * sendmsg/recvmsg, half-closes, and guest connections connected to
-	 * "<socket>_PORT" (socket() itself is AF_UNIX only: see below).
-	 */
-	SCMP_SYS(epoll_wait),
-	SCMP_SYS(epoll_pwait),
-	SCMP_SYS(epoll_ctl),
-	SCMP_SYS(accept4),
-	SCMP_SYS(recvmsg),
-	SCMP_SYS(sendmsg),
-	SCMP_SYS(shutdown),
-	SCMP_SYS(connect),
-	/* tear-down */
-	SCMP_SYS(close),
-	SCMP_SYS(clock_gettime),
-	SCMP_SYS(clock_nanosleep),
+	ALLOW(brk),
+	ALLOW(mmap),
+	ALLOW(munmap),
+	ALLOW(mprotect),
+	ALLOW(madvise),
+	ALLOW(mremap), /* realloc of a large (mmapped) block */
+	ALLOW(clock_gettime),
+	ALLOW(clock_nanosleep),
 	/*
 	 * The clocks' vDSO entries fall back to the system call when the
 	 * clocksource has no vDSO read (a host with an unstable TSC, such
 	 * as the nested harness): wolfSSL's certificate dates and timers
 	 * (time(), gettimeofday()) reach the kernel there.
 	 */
-	SCMP_SYS(gettimeofday),
-	SCMP_SYS(time),
-	SCMP_SYS(clock_getres),
+	ALLOW(gettimeofday),
+	ALLOW(time),
+	ALLOW(clock_getres),
+	/* the tty the console set raw, restored at exit; isatty() */
+	ALLOW_IOCTL(TCGETS),
+	ALLOW_IOCTL(TCSETS),
+	ALLOW_IOCTL(TCSETSW),
+	/*
+	 * Opening files stays forbidden, but as an error, not a trap:
+	 * glibc's malloc reads /proc/sys/vm/overcommit_memory the first
+	 * time a thread's arena shrinks, and copes with the open failing.
+	 * openat's error is the group openat_refused (replaced by
+	 * snapshot_files' on the one thread that makes files).
+	 */
+	{ .nr = SCMP_SYS(open), .err = EACCES },
+};
+
+/* Every thread's openat fails with EACCES, as base's open does. */
+static const struct rule openat_refused[] = {
+	{ .nr = SCMP_SYS(openat), .err = EACCES },
+};
+
+/* I/O on sockets the thread holds: poll loops, relays, replies. */
+static const struct rule socket_io[] = {
+	/* waiting: the API's and the backend relay's poll, vsock's epoll */
+	ALLOW(poll),
+	ALLOW(ppoll),
+	ALLOW(epoll_wait),
+	ALLOW(epoll_pwait),
+	ALLOW(epoll_ctl),
+	/* bytes both ways: MSG_NOSIGNAL writes, relays, fds passed */
+	ALLOW(sendto),
+	ALLOW(recvfrom),
+	ALLOW(sendmsg),
+	ALLOW(recvmsg),
+	/* half-closes, and O_NONBLOCK on accepted sockets */
+	ALLOW(shutdown),
+	ALLOW(fcntl),
+};
+
+/*
+ * New Unix sockets: clients accepted on a listener (the API's, virtio-
+ * vsock's), one socketpair per agent connection (the API; the vsock
+ * device takes the other end), guest connections connected to
+ * "<socket>_PORT" (virtio-vsock). socket() for AF_UNIX only.
+ */
+static const struct rule socket_unix[] = {
+	ALLOW(accept4),
+	ALLOW(connect),
+	ALLOW(socketpair),
+	ALLOW_IF(socket, ARG_EQ(0, AF_UNIX)),
+};
+
+/*
+ * The control API's socket file removed at exit, and start --detach,
+ * once the agent answers: the console to /dev/null.
+ */
+static const struct rule api[] = {
+	ALLOW(unlink),
+	ALLOW(dup2),
+	ALLOW(dup3),
+};
+
+/*
+ * A vCPU's own: KVM_RUN, the halt probe (KVM_GET_MP_STATE, KVM_GET_REGS),
+ * the registers --verbose reports on a triple fault and SIGUSR2's report
+ * (KVM_GET_SREGS, KVM_TRANSLATE, read-only, to find the guest's stack).
+ */
+static const struct rule kvm_vcpu[] = {
+	ALLOW_IOCTL(KVM_RUN),
+	/* the halt probe */
+	ALLOW_IOCTL(KVM_GET_MP_STATE),
+	ALLOW_IOCTL(KVM_GET_REGS),
+	/* the reports */
+	ALLOW_IOCTL(KVM_GET_SREGS),
+	ALLOW_IOCTL(KVM_TRANSLATE),
+};
+
+/* An interrupt raised without an irqfd: the UART's, a device's. */
+static const struct rule kvm_irq[] = {
+	ALLOW_IOCTL(KVM_IRQ_LINE),
+};
+
+/* virtio-net's activation tells the tap the driver's offloads. */
+static const struct rule tun[] = {
+	ALLOW_IOCTL(TUNSETOFFLOAD),
+};
+
+/*
+ * vm.snapshot's reads of the KVM state (vmm/snapshot.c), made from the
+ * API thread while every vCPU waits parked outside KVM_RUN; every one
+ * reads, none changes anything. The vCPU's own thread never makes them.
+ */
+static const struct rule kvm_state[] = {
+	/* a parked vCPU's fd (vcpu__save) */
+	ALLOW_IOCTL(KVM_GET_MP_STATE),
+	ALLOW_IOCTL(KVM_GET_REGS),
+	ALLOW_IOCTL(KVM_GET_SREGS),
+	ALLOW_IOCTL(KVM_GET_FPU),
+	ALLOW_IOCTL(KVM_GET_XSAVE),
+	ALLOW_IOCTL(KVM_GET_XSAVE2),
+	ALLOW_IOCTL(KVM_GET_XCRS),
+	ALLOW_IOCTL(KVM_GET_MSRS),
+	ALLOW_IOCTL(KVM_GET_LAPIC),
+	ALLOW_IOCTL(KVM_GET_VCPU_EVENTS),
+	ALLOW_IOCTL(KVM_GET_DEBUGREGS),
+	ALLOW_IOCTL(KVM_GET_CPUID2),
+	ALLOW_IOCTL(KVM_GET_TSC_KHZ),
+	/* the VM's fd: the irqchip, the PIT, the clock */
+	ALLOW_IOCTL(KVM_GET_IRQCHIP),
+	ALLOW_IOCTL(KVM_GET_PIT2),
+	ALLOW_IOCTL(KVM_GET_CLOCK),
+};
+
+/*
+ * vm.snapshot's files (vmm/snapshot-file.c): it makes its directory and
+ * new files in it, writes them and never reads or reopens one. It
+ * replaces openat_refused: an argument-less openat rule would override
+ * any with arguments (libseccomp), so the error here is for every flags
+ * but a new file's, and the directory's rule, which overlaps it, wins
+ * (selftests/unit/seccomp.c writes a snapshot and checks both).
+ */
+static const struct rule snapshot_files[] = {
+	/* the directory: made 0700, or taken if the monitor's and 0700 */
+	ALLOW(mkdirat),
+	ALLOW(fchmod),
+	ALLOW(fstat),
+	ALLOW(newfstatat), /* glibc's fstat() */
+	ALLOW(geteuid),
+	/* the parts: written, the memory file sparse, made durable */
+	ALLOW(pwrite64),
+	ALLOW(ftruncate),
+	ALLOW(fsync),
+	/* exactly a new file (O_CREAT | O_EXCL | O_NOFOLLOW), the directory */
+	ALLOW_IF(openat, ARG_EQ(2, SNAP_OPEN_NEW)),
+	ALLOW_IF(openat, ARG_EQ(2, SNAP_OPEN_DIR)),
+	{ .nr = SCMP_SYS(openat),
+	  .err = EACCES,
+	  .nr_args = 1,
+	  .args = { ARG_NE(2, SNAP_OPEN_NEW) } },
+};
+
+/* The console log's rotation: beneath its directory's descriptor only. */
+static const struct rule console_log[] = {
+	{ .nr = SCMP_SYS(openat2),
+	  .log_dirfd = true,
+	  .nr_args = 1,
+	  .args = { ARG_EQ(0, 0) } },
+	{ .nr = SCMP_SYS(renameat),
+	  .log_dirfd = true,
+	  .nr_args = 2,
+	  .args = { ARG_EQ(0, 0), ARG_EQ(2, 0) } },
+	{ .nr = SCMP_SYS(renameat2),
+	  .log_dirfd = true,
+	  .nr_args = 2,
+	  .args = { ARG_EQ(0, 0), ARG_EQ(2, 0) } },
 };
 
 /*
  * virtio-fs over host directories (devices/fs/passthrough.c): every name
  * is resolved with openat2() beneath a directory fd (RESOLVE_BENEATH,
- * RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS), everything else is the
- * *at() family on those fds and plain fd calls; the data path is the
- * device's io_uring.
+ * RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS: a pointer argument, which
+ * the filter cannot see, so the virtio-fs threads alone have it), the
+ * rest is the *at() family on those fds and plain fd calls; the data
+ * path is the device's ring (READV/WRITEV only).
  */
-static const int allowed_fs_bind[] = {
-	SCMP_SYS(openat2),
-	SCMP_SYS(newfstatat),
-	SCMP_SYS(fstat),
-	SCMP_SYS(statx),
-	SCMP_SYS(fstatfs),
-	SCMP_SYS(mkdirat),
-	SCMP_SYS(mknodat),
-	SCMP_SYS(symlinkat),
-	SCMP_SYS(unlinkat),
-	SCMP_SYS(renameat2),
-	SCMP_SYS(renameat), /* glibc's renameat2() without flags */
-	SCMP_SYS(linkat),
-	SCMP_SYS(readlinkat),
-	SCMP_SYS(fchmod),
-	SCMP_SYS(fchmodat),
-	SCMP_SYS(fchown),
-	SCMP_SYS(fchownat),
-	SCMP_SYS(utimensat),
-	SCMP_SYS(ftruncate),
-	SCMP_SYS(fallocate),
-	SCMP_SYS(getdents64),
-	SCMP_SYS(lseek),
-	SCMP_SYS(fsync),
-	SCMP_SYS(fdatasync),
-	SCMP_SYS(preadv),
-	SCMP_SYS(pwritev),
-	SCMP_SYS(pwrite64),
-	SCMP_SYS(dup),
-	SCMP_SYS(geteuid),
-	SCMP_SYS(getegid),
+static const struct rule fs_bind[] = {
+	ALLOW(openat2),
+	ALLOW(newfstatat),
+	ALLOW(fstat),
+	ALLOW(statx),
+	ALLOW(fstatfs),
+	ALLOW(mkdirat),
+	ALLOW(mknodat),
+	ALLOW(symlinkat),
+	ALLOW(unlinkat),
+	ALLOW(renameat2),
+	ALLOW(renameat), /* glibc's renameat2() without flags */
+	ALLOW(linkat),
+	ALLOW(readlinkat),
+	ALLOW(fchmod),
+	ALLOW(fchmodat),
+	/*
+	 * fchmodat2 (Linux 6.6), which glibc tries first for fchmodat().
+	 * Older kernels answer ENOSYS and glibc falls back to fchmodat.
+	 */
+	{ .nr = SECCOMP_NR_FCHMODAT2 },
+	ALLOW(fchown),
+	ALLOW(fchownat),
+	ALLOW(utimensat),
+	ALLOW(ftruncate),
+	ALLOW(fallocate),
+	ALLOW(getdents64),
+	ALLOW(lseek),
+	ALLOW(fsync),
+	ALLOW(fdatasync),
+	ALLOW(preadv),
+	ALLOW(pwritev),
+	ALLOW(pwrite64),
+	ALLOW(dup),
+	ALLOW(geteuid),
+	ALLOW(getegid),
 	/*
 	 * Ownership "mapped": the user.kiln.stat xattr, of a directory
 	 * through a descriptor, of anything else by its one-component name
 	 * after fchdir() to its directory (in a working directory of the
-	 * device thread's own: unshare(CLONE_FS), allowed below).
+	 * device thread's own: unshare(CLONE_FS)).
 	 */
-	SCMP_SYS(fgetxattr),
-	SCMP_SYS(fsetxattr),
-	SCMP_SYS(lgetxattr),
-	SCMP_SYS(lsetxattr),
-	SCMP_SYS(fchdir),
+	ALLOW(fgetxattr),
+	ALLOW(fsetxattr),
+	ALLOW(lgetxattr),
+	ALLOW(lsetxattr),
+	ALLOW(fchdir),
+	ALLOW_IF(unshare, ARG_EQ(0, CLONE_FS)),
 };
 
 /*
- * ioctls allowed once running: the vCPU loop, IRQs, the halt probe, the
- * registers --verbose reports on a triple fault and SIGUSR2's report
- * (with KVM_TRANSLATE, read-only, to find the guest's stack), and
- * restoring the tty.
+ * The egress proxy (vmm/proxy.c) and the resolver (vmm/dns.c): upstream
+ * IPv4 TCP and UDP sockets. Their sockets in the VM netns are made before
+ * the filter (the proxy's netns thread, which predates the filters, is
+ * not under one: Documentation/security.md).
  */
-static const unsigned long allowed_ioctls[] = {
-	KVM_RUN,       KVM_IRQ_LINE, KVM_GET_MP_STATE, KVM_GET_REGS,
-	KVM_GET_SREGS, KVM_TRANSLATE, TCGETS,	       TCSETS,
-	TCSETSW,
+static const struct rule egress[] = {
+	ALLOW_IF(socket, ARG_EQ(0, AF_INET),
+		 { .arg = 1,
+		   .op = SCMP_CMP_MASKED_EQ,
+		   .datum_a = SECCOMP_SOCK_TYPE_MASK,
+		   .datum_b = SOCK_STREAM }),
+	ALLOW_IF(socket, ARG_EQ(0, AF_INET),
+		 { .arg = 1,
+		   .op = SCMP_CMP_MASKED_EQ,
+		   .datum_a = SECCOMP_SOCK_TYPE_MASK,
+		   .datum_b = SOCK_DGRAM }),
+	/* A relayed flow's pipes, and the bytes spliced through them. */
+	ALLOW(pipe2),
+	ALLOW(splice),
 };
 
-/* vm.snapshot's: every one reads state, none changes it. */
-static const unsigned long snapshot_ioctls[] = {
-	KVM_GET_FPU,	KVM_GET_XSAVE,	 KVM_GET_XSAVE2,      KVM_GET_XCRS,
-	KVM_GET_MSRS,	KVM_GET_LAPIC,	 KVM_GET_VCPU_EVENTS, KVM_GET_DEBUGREGS,
-	KVM_GET_CPUID2, KVM_GET_TSC_KHZ, KVM_GET_IRQCHIP,     KVM_GET_PIT2,
-	KVM_GET_CLOCK,
+/*
+ * The proxy's and the resolver's flows: SO_LINGER for the proxy's resets
+ * (also when the main thread tears the proxy down with flows open),
+ * SO_ERROR after a connect, getsockname for an accepted flow's original
+ * destination.
+ */
+static const struct rule egress_flows[] = {
+	ALLOW_IF(setsockopt, ARG_EQ(1, SOL_SOCKET), ARG_EQ(2, SO_LINGER)),
+	ALLOW_IF(getsockopt, ARG_EQ(1, SOL_SOCKET), ARG_EQ(2, SO_ERROR)),
+	ALLOW(getsockname),
 };
 
-static const int snapshot_syscalls[] = {
-	SCMP_SYS(mkdirat),    SCMP_SYS(fchmod),	 SCMP_SYS(fstat),
-	SCMP_SYS(newfstatat), SCMP_SYS(geteuid), SCMP_SYS(pwrite64),
-	SCMP_SYS(ftruncate),  SCMP_SYS(fsync),
+enum group_id {
+	G_BASE,
+	G_OPENAT_REFUSED,
+	G_SOCKET_IO,
+	G_SOCKET_UNIX,
+	G_API,
+	G_KVM_VCPU,
+	G_KVM_IRQ,
+	G_TUN,
+	G_CONSOLE_LOG,
+	G_FS_BIND,
+	G_EGRESS,
+	G_EGRESS_FLOWS,
+	G_KVM_STATE,
+	G_SNAPSHOT_FILES,
+	NR_GROUPS,
 };
 
-/* The openat rules: see the EACCES for the others in seccomp__install. */
-static int allow_snapshot(scmp_filter_ctx ctx)
-{
-	unsigned int i;
-	int ret = 0;
+/* What a group waits for in the VM (struct seccomp_needs). */
+enum need {
+	ALWAYS,
+	NEED_NET,
+	NEED_CONSOLE_LOG,
+	NEED_FS_BIND,
+	NEED_SNAPSHOT,
+};
 
-	for (i = 0; !ret && i < ARRAY_SIZE(snapshot_syscalls); i++)
-		ret = seccomp_rule_add(ctx, SCMP_ACT_ALLOW,
-				       snapshot_syscalls[i], 0);
-	for (i = 0; !ret && i < ARRAY_SIZE(snapshot_ioctls); i++)
-		ret = seccomp_rule_add(
-			ctx, SCMP_ACT_ALLOW, SCMP_SYS(ioctl), 1,
-			SCMP_A1(SCMP_CMP_EQ, snapshot_ioctls[i]));
-	if (!ret)
-		ret = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(openat), 1,
-				       SCMP_A2(SCMP_CMP_EQ, SNAP_OPEN_NEW));
-	if (!ret)
-		ret = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(openat), 1,
-				       SCMP_A2(SCMP_CMP_EQ, SNAP_OPEN_DIR));
-	return ret;
-}
+#define BIT(g) (1U << (g))
 
-#define SECCOMP_NR_FCHMODAT2 452 /* x86-64 */
-#define SECCOMP_EXIT_STATUS 125 /* VMM_EXIT_VMM_ERROR */
+static const struct group {
+	const struct rule *rules;
+	unsigned int nr;
+	enum need need;
+	/* Groups it takes the place of on a thread that has it (BIT()s). */
+	unsigned int replaces;
+} groups[NR_GROUPS] = {
+#define GROUP_REPLACING(id, r, n, rep) \
+	[id] = { .rules = r, .nr = ARRAY_SIZE(r), .need = n, .replaces = rep }
+#define GROUP(id, r, n) GROUP_REPLACING(id, r, n, 0)
+	GROUP(G_BASE, base, ALWAYS),
+	GROUP(G_OPENAT_REFUSED, openat_refused, ALWAYS),
+	GROUP(G_SOCKET_IO, socket_io, ALWAYS),
+	GROUP(G_SOCKET_UNIX, socket_unix, ALWAYS),
+	GROUP(G_API, api, ALWAYS),
+	GROUP(G_KVM_VCPU, kvm_vcpu, ALWAYS),
+	GROUP(G_KVM_IRQ, kvm_irq, ALWAYS),
+	GROUP(G_TUN, tun, NEED_NET),
+	GROUP(G_CONSOLE_LOG, console_log, NEED_CONSOLE_LOG),
+	GROUP(G_FS_BIND, fs_bind, NEED_FS_BIND),
+	GROUP(G_EGRESS, egress, ALWAYS),
+	GROUP(G_EGRESS_FLOWS, egress_flows, ALWAYS),
+	GROUP(G_KVM_STATE, kvm_state, NEED_SNAPSHOT),
+	GROUP_REPLACING(G_SNAPSHOT_FILES, snapshot_files, NEED_SNAPSHOT,
+			BIT(G_OPENAT_REFUSED)),
+#undef GROUP
+#undef GROUP_REPLACING
+};
+
+/* Every thread type's: the base set, and no file opened. */
+#define BASE_GROUPS (BIT(G_BASE) | BIT(G_OPENAT_REFUSED))
+
+/*
+ * The table: which groups each thread type has. A thread type lists only
+ * what its threads do once the guest runs; what they did while the VM
+ * was built (opening images, taps, listeners, netns sockets) is done.
+ */
+static const unsigned int thread_groups[SECCOMP_NR_THREADS] = {
+	/*
+	 * The main loop reads its ring (signalfd, stdin, the wake eventfd,
+	 * a timer), kicks vCPUs, writes the UART's input (its IRQ) and, when
+	 * the VM ends, tears everything down: joins, closes, unlinks the API
+	 * socket, resets the proxy's open flows, restores the tty. It may
+	 * flush the console log.
+	 */
+	[SECCOMP_THREAD_MAIN] = BASE_GROUPS | BIT(G_SOCKET_IO) | BIT(G_API) |
+				BIT(G_KVM_IRQ) | BIT(G_CONSOLE_LOG) |
+				BIT(G_EGRESS_FLOWS),
+	/*
+	 * KVM_RUN and its exits: MMIO to the virtio transports (eventfd
+	 * kicks, activations: TUNSETOFFLOAD), the UART's output (stdout,
+	 * the console log) and IRQ, the halt probe and reports.
+	 */
+	[SECCOMP_THREAD_VCPU] = BASE_GROUPS | BIT(G_KVM_VCPU) | BIT(G_KVM_IRQ) |
+				BIT(G_TUN) | BIT(G_CONSOLE_LOG),
+	/* Their rings, eventfds, virtio-vsock's Unix sockets and epoll. */
+	[SECCOMP_THREAD_DEVICE] = BASE_GROUPS | BIT(G_SOCKET_IO) |
+				  BIT(G_SOCKET_UNIX) | BIT(G_KVM_IRQ),
+	/* A device's, and the host directory of a bind mount beneath. */
+	[SECCOMP_THREAD_FS] = BASE_GROUPS | BIT(G_SOCKET_IO) |
+			      BIT(G_SOCKET_UNIX) | BIT(G_KVM_IRQ) |
+			      BIT(G_FS_BIND),
+	/*
+	 * Its poll loop, clients, agent connections. With a control socket
+	 * (needs.snapshot), vm.snapshot runs here: the parked vCPUs' and the
+	 * VM's KVM state read, and the snapshot's new files written; no
+	 * other thread has either. No other KVM call, no other file.
+	 */
+	[SECCOMP_THREAD_API] = BASE_GROUPS | BIT(G_SOCKET_IO) |
+			       BIT(G_SOCKET_UNIX) | BIT(G_API) |
+			       BIT(G_KVM_STATE) | BIT(G_SNAPSHOT_FILES),
+	/* The only threads with IPv4 sockets. */
+	[SECCOMP_THREAD_EGRESS] = BASE_GROUPS | BIT(G_SOCKET_IO) |
+				  BIT(G_SOCKET_UNIX) | BIT(G_EGRESS) |
+				  BIT(G_EGRESS_FLOWS),
+};
+
+struct seccomp_filters {
+	struct sock_fprog progs[SECCOMP_NR_THREADS];
+};
 
 /*
  * A blocked syscall is a monitor bug or an attack in progress: say which
@@ -204,6 +471,8 @@ static void on_sigsys(int sig, siginfo_t *si, void *uc)
 	int nr = si->si_syscall;
 	int i;
 
+	(void)sig;
+	(void)uc;
 	for (i = 0; i < 3; i++, nr /= 10)
 		*digit-- = '0' + nr % 10;
 	if (write(STDERR_FILENO, msg, sizeof(msg) - 1) < 0)
@@ -211,136 +480,150 @@ static void on_sigsys(int sig, siginfo_t *si, void *uc)
 	_exit(SECCOMP_EXIT_STATUS);
 }
 
-/* socket()'s type argument without SOCK_NONBLOCK and SOCK_CLOEXEC. */
-#define SECCOMP_SOCK_TYPE_MASK 0xf
-
-/*
- * The egress proxy's run time, besides what the list above has (epoll,
- * accept4, connect, sendto/recvfrom, sendmsg/recvmsg, shutdown, close):
- * upstream TCP and UDP sockets and the few options it sets and reads.
- * The resolver (vmm/dns.c) needs a subset of the same: its upstream
- * sockets and SO_ERROR.
- */
-static int allow_proxy(scmp_filter_ctx ctx)
+static bool needed(const struct group *g, const struct seccomp_needs *needs)
 {
-	static const int types[] = { SOCK_STREAM, SOCK_DGRAM };
-	int ret = 0;
-
-	for (unsigned int i = 0; !ret && i < ARRAY_SIZE(types); i++)
-		ret = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(socket), 2,
-				       SCMP_A0(SCMP_CMP_EQ, AF_INET),
-				       SCMP_A1(SCMP_CMP_MASKED_EQ,
-					       SECCOMP_SOCK_TYPE_MASK,
-					       types[i]));
-	if (!ret)
-		ret = seccomp_rule_add(ctx, SCMP_ACT_ALLOW,
-				       SCMP_SYS(setsockopt), 2,
-				       SCMP_A1(SCMP_CMP_EQ, SOL_SOCKET),
-				       SCMP_A2(SCMP_CMP_EQ, SO_LINGER));
-	if (!ret)
-		ret = seccomp_rule_add(ctx, SCMP_ACT_ALLOW,
-				       SCMP_SYS(getsockopt), 2,
-				       SCMP_A1(SCMP_CMP_EQ, SOL_SOCKET),
-				       SCMP_A2(SCMP_CMP_EQ, SO_ERROR));
-	if (!ret)
-		ret = seccomp_rule_add(ctx, SCMP_ACT_ALLOW,
-				       SCMP_SYS(getsockname), 0);
-	/* A relayed flow's pipes, and the bytes spliced through them. */
-	if (!ret)
-		ret = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(pipe2), 0);
-	if (!ret)
-		ret = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(splice), 0);
-	return ret;
+	switch (g->need) {
+	case NEED_NET:
+		return needs->net;
+	case NEED_CONSOLE_LOG:
+		return needs->console_log;
+	case NEED_FS_BIND:
+		return needs->fs_bind;
+	case NEED_SNAPSHOT:
+		return needs->snapshot;
+	default:
+		return true;
+	}
 }
 
-/* Renames and opens beneath the console log's directory only. */
-static int allow_console_log(scmp_filter_ctx ctx, int dirfd)
+static int add_rule(scmp_filter_ctx ctx, const struct rule *r,
+		    const struct seccomp_needs *needs)
 {
+	uint32_t action = r->err ? SCMP_ACT_ERRNO(r->err) : SCMP_ACT_ALLOW;
+	scmp_datum_t dirfd = (scmp_datum_t)needs->console_log_dirfd;
+	struct scmp_arg_cmp args[2];
+
+	for (unsigned int i = 0; i < r->nr_args; i++) {
+		args[i] = r->args[i];
+		if (r->log_dirfd)
+			args[i].datum_a = dirfd;
+	}
+	return seccomp_rule_add_array(ctx, action, r->nr, r->nr_args, args);
+}
+
+/* libseccomp's program for ctx, as the raw BPF the kernel takes. */
+static int export_prog(scmp_filter_ctx ctx, struct sock_fprog *prog)
+{
+	struct stat st;
+	void *buf = NULL;
+	int fd, ret;
+
+	fd = memfd_create("kiln-seccomp", MFD_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	ret = seccomp_export_bpf(ctx, fd);
+	if (!ret && fstat(fd, &st))
+		ret = -errno;
+	if (!ret && (!st.st_size || st.st_size % sizeof(struct sock_filter) ||
+		     st.st_size / sizeof(struct sock_filter) > BPF_MAXINSNS))
+		ret = -E2BIG;
+	if (!ret && !(buf = malloc(st.st_size)))
+		ret = -ENOMEM;
+	if (!ret && pread(fd, buf, st.st_size, 0) != st.st_size)
+		ret = -EIO;
+	close(fd);
+	if (ret) {
+		free(buf);
+		return ret;
+	}
+	prog->filter = buf;
+	prog->len = st.st_size / sizeof(struct sock_filter);
+	return 0;
+}
+
+static int build_one(struct sock_fprog *prog, enum seccomp_thread type,
+		     const struct seccomp_needs *needs)
+{
+	unsigned int have = 0;
+	scmp_filter_ctx ctx;
 	int ret;
 
-	ret = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(openat2), 1,
-			       SCMP_A0(SCMP_CMP_EQ, dirfd));
+	/* The type's groups this VM needs, less those another replaces. */
+	for (unsigned int g = 0; g < NR_GROUPS; g++)
+		if ((thread_groups[type] & BIT(g)) && needed(&groups[g], needs))
+			have |= BIT(g);
+	for (unsigned int g = 0; g < NR_GROUPS; g++)
+		if (have & BIT(g))
+			have &= ~groups[g].replaces;
+
+	ctx = seccomp_init(SCMP_ACT_TRAP);
+	if (!ctx)
+		return -ENOMEM;
+	/* Each thread its own filter: never synchronise the others. */
+	ret = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_TSYNC, 0);
+	for (unsigned int g = 0; !ret && g < NR_GROUPS; g++) {
+		if (!(have & BIT(g)))
+			continue;
+		for (unsigned int i = 0; !ret && i < groups[g].nr; i++)
+			ret = add_rule(ctx, &groups[g].rules[i], needs);
+	}
 	if (!ret)
-		ret = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(renameat),
-				       2, SCMP_A0(SCMP_CMP_EQ, dirfd),
-				       SCMP_A2(SCMP_CMP_EQ, dirfd));
-	if (!ret)
-		ret = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(renameat2),
-				       2, SCMP_A0(SCMP_CMP_EQ, dirfd),
-				       SCMP_A2(SCMP_CMP_EQ, dirfd));
-	return ret;
+		ret = export_prog(ctx, prog);
+	seccomp_release(ctx);
+	return ret; /* libseccomp returns -errno already */
 }
 
-int seccomp__install(const struct seccomp_needs *needs)
+int seccomp__build(struct seccomp_filters **out,
+		   const struct seccomp_needs *needs)
 {
 	struct sigaction sa = { .sa_sigaction = on_sigsys,
 				.sa_flags = SA_SIGINFO };
-	scmp_filter_ctx ctx;
-	unsigned int i;
+	struct seccomp_filters *f;
 	int ret = 0;
 
 	sigemptyset(&sa.sa_mask);
 	if (sigaction(SIGSYS, &sa, NULL) < 0)
 		return -errno;
-	ctx = seccomp_init(SCMP_ACT_TRAP);
-	if (!ctx)
+	f = calloc(1, sizeof(*f));
+	if (!f)
 		return -ENOMEM;
-	for (i = 0; !ret && i < ARRAY_SIZE(allowed); i++)
-		ret = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, allowed[i], 0);
-	for (i = 0; !ret && needs->fs_bind && i < ARRAY_SIZE(allowed_fs_bind);
-	     i++)
-		ret = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, allowed_fs_bind[i],
-				       0);
-	/*
-	 * fchmodat2 (Linux 6.6), which glibc tries first for fchmodat():
-	 * libseccomp 2.5 has no name for it yet. Older kernels answer
-	 * ENOSYS and glibc falls back to what is allowed above.
-	 */
-	if (!ret && needs->fs_bind)
-		ret = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SECCOMP_NR_FCHMODAT2,
-				       0);
-	if (!ret && needs->fs_bind)
-		ret = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(unshare), 1,
-				       SCMP_A0(SCMP_CMP_EQ, CLONE_FS));
-	for (i = 0; !ret && i < ARRAY_SIZE(allowed_ioctls); i++)
-		ret = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(ioctl), 1,
-				       SCMP_A1(SCMP_CMP_EQ, allowed_ioctls[i]));
-	if (!ret && needs->net)
-		ret = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(ioctl), 1,
-				       SCMP_A1(SCMP_CMP_EQ, TUNSETOFFLOAD));
-	/* virtio-vsock's guest connections: Unix sockets, nothing else. */
-	if (!ret)
-		ret = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(socket), 1,
-				       SCMP_A0(SCMP_CMP_EQ, AF_UNIX));
-	if (!ret && (needs->proxy || needs->dns))
-		ret = allow_proxy(ctx);
-	if (!ret && needs->console_log && !needs->fs_bind)
-		ret = allow_console_log(ctx, needs->console_log_dirfd);
-	if (!ret && needs->snapshot)
-		ret = allow_snapshot(ctx);
-	/*
-	 * Opening files stays forbidden, but as an error, not a trap: glibc's
-	 * malloc reads /proc/sys/vm/overcommit_memory the first time a
-	 * thread's arena shrinks, and copes with the open failing.
-	 */
-	if (!ret && !needs->snapshot)
-		ret = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EACCES),
-				       SCMP_SYS(openat), 0);
-	/*
-	 * With the snapshot's two openat rules: an argument-less rule
-	 * would override them (libseccomp), so the error is for every
-	 * flags but a new file's, and the directory's rule, which
-	 * overlaps it, wins (selftests/unit/seccomp.c).
-	 */
-	if (!ret && needs->snapshot)
-		ret = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EACCES),
-				       SCMP_SYS(openat), 1,
-				       SCMP_A2(SCMP_CMP_NE, SNAP_OPEN_NEW));
-	if (!ret)
-		ret = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EACCES),
-				       SCMP_SYS(open), 0);
-	if (!ret)
-		ret = seccomp_load(ctx);
-	seccomp_release(ctx);
-	return ret; /* libseccomp returns -errno already */
+	for (unsigned int t = 0; !ret && t < SECCOMP_NR_THREADS; t++)
+		ret = build_one(&f->progs[t], t, needs);
+	if (ret) {
+		seccomp__destroy(f);
+		return ret;
+	}
+	*out = f;
+	return 0;
+}
+
+const struct sock_fprog *seccomp__filter(const struct seccomp_filters *filters,
+					 enum seccomp_thread type)
+{
+	if (!filters || type >= SECCOMP_NR_THREADS)
+		return NULL;
+	return &filters->progs[type];
+}
+
+void seccomp__destroy(struct seccomp_filters *filters)
+{
+	if (!filters)
+		return;
+	for (unsigned int t = 0; t < SECCOMP_NR_THREADS; t++)
+		free(filters->progs[t].filter);
+	free(filters);
+}
+
+int seccomp__install(const struct seccomp_needs *needs,
+		     enum seccomp_thread type)
+{
+	struct seccomp_filters *f;
+	int ret;
+
+	ret = seccomp__build(&f, needs);
+	if (ret)
+		return ret;
+	ret = thread_filter__install(seccomp__filter(f, type));
+	seccomp__destroy(f);
+	return ret;
 }

@@ -2,22 +2,43 @@
 #ifndef KILN_SECCOMP_H
 #define KILN_SECCOMP_H
 
+#include <linux/filter.h>
 #include <stdbool.h>
 
 #include "lib/compiler.h"
 #include "lib/log.h"
 
 /*
- * Once the VM is built, the monitor needs only a few dozen syscalls to run
- * it. Installed just before the first vCPU thread starts (and so inherited
- * by all of them); anything else ends the process with a message naming
- * the system call (SIGSYS is caught for that) and status 125.
+ * One seccomp filter per thread type, each the syscalls that type needs
+ * once the VM is built (the table in vmm/seccomp.c; why each is there is
+ * written next to it). Each thread installs its own type's filter when
+ * it starts (lib/thread-filter.h: this thread only, no TSYNC), before a
+ * vCPU's first KVM_RUN; the main thread installs its own last, once
+ * every other thread runs. A call the filter does not list ends the
+ * process with a message naming it (SIGSYS is caught for that) and
+ * status 125. Documentation/security.md, "seccomp and io_uring".
  */
+enum seccomp_thread {
+	/* vm__run's loop: signals, stdin, the halt probe's timer, tear-down */
+	SECCOMP_THREAD_MAIN,
+	SECCOMP_THREAD_VCPU,
+	/* the event loops of virtio-blk, virtio-net and virtio-vsock */
+	SECCOMP_THREAD_DEVICE,
+	/* a virtio-fs event loop, and the threads its backend starts */
+	SECCOMP_THREAD_FS,
+	/* the control API (vmm/api/server.c) */
+	SECCOMP_THREAD_API,
+	/* the egress proxy's (vmm/proxy.c) and the resolver's (vmm/dns.c) */
+	SECCOMP_THREAD_EGRESS,
+	SECCOMP_NR_THREADS,
+};
+
+/* What this VM has, which some thread types then need. */
 struct seccomp_needs {
 	/*
 	 * virtio-fs bind mounts: the *at() family beneath the shared
-	 * directories (devices/fs/passthrough.c). Only then is any of it
-	 * allowed; a VM without binds keeps the list above.
+	 * directories (devices/fs/passthrough.c), on the virtio-fs threads
+	 * only.
 	 */
 	bool fs_bind;
 	/*
@@ -27,38 +48,42 @@ struct seccomp_needs {
 	 */
 	bool net;
 	/*
-	 * The egress proxy's thread (vmm/proxy.c): IPv4 TCP and UDP sockets
-	 * upstream, SO_LINGER for its resets, SO_ERROR after a connect,
-	 * getsockname for an accepted flow's original destination. Its
-	 * netns thread predates the filter and is not under it.
-	 */
-	bool proxy;
-	/*
-	 * The VM's resolver's thread (vmm/dns.c): upstream IPv4 UDP and TCP
-	 * sockets and SO_ERROR after a connect, which the proxy's rules
-	 * allow already; nothing of its own. Its sockets in the VM netns
-	 * are made before the filter.
-	 */
-	bool dns;
-	/*
-	 * The console log's rotation (vmm/console-log.c): renameat(2) and
-	 * openat2(2), each only with the log's directory descriptor,
-	 * console_log_dirfd, as its directory. fs_bind allows them anyway.
+	 * The console log's rotation (vmm/console-log.c), on the thread that
+	 * writes the UART's bytes (a vCPU's, or the main loop's):
+	 * renameat(2) and openat2(2), each only with the log's directory
+	 * descriptor, console_log_dirfd, as its directory.
 	 */
 	bool console_log;
 	int console_log_dirfd;
 	/*
-	 * vm.snapshot on the control API's thread (vmm/snapshot.c): the
-	 * KVM_GET_* ioctls of the vCPU and VM state; mkdirat, fchmod,
-	 * fstat, geteuid for its directory; openat with exactly the flags
-	 * of a new file or a directory (SNAP_OPEN_NEW, SNAP_OPEN_DIR:
-	 * O_EXCL and O_NOFOLLOW, so nothing is read, overwritten or
-	 * followed; any other openat still fails with EACCES); pwrite64,
-	 * ftruncate and fsync for the parts.
+	 * A control socket, so vm.snapshot (vmm/snapshot.c), which runs on
+	 * the control API's thread, and on the API thread only: the
+	 * read-only KVM_GET_* ioctls of the parked vCPUs' and the VM's
+	 * state; mkdirat, fchmod, fstat, geteuid for its directory; openat
+	 * with exactly the flags of a new file or a directory
+	 * (SNAP_OPEN_NEW, SNAP_OPEN_DIR: O_EXCL and O_NOFOLLOW, so nothing
+	 * is read, overwritten or followed; any other openat still fails
+	 * with EACCES); pwrite64, ftruncate and fsync for the parts.
 	 */
 	bool snapshot;
 };
 
-int __must_check seccomp__install(const struct seccomp_needs *needs);
+/* The compiled programs, one per enum seccomp_thread. */
+struct seccomp_filters;
+
+/*
+ * Compiles every thread type's filter for a VM with these needs (before
+ * any thread starts: libseccomp allocates) and catches SIGSYS.
+ */
+int __must_check seccomp__build(struct seccomp_filters **out,
+				const struct seccomp_needs *needs);
+/* filters NULL (seccomp off): NULL, which lib/thread-filter.h skips. */
+const struct sock_fprog *seccomp__filter(const struct seccomp_filters *filters,
+					 enum seccomp_thread type);
+void seccomp__destroy(struct seccomp_filters *filters);
+
+/* Builds type's filter and installs it on the calling thread only. */
+int __must_check seccomp__install(const struct seccomp_needs *needs,
+				  enum seccomp_thread type);
 
 #endif

@@ -15,7 +15,11 @@
 #include <asm/processor-flags.h>
 
 #include "lib/compiler.h"
+#include "lib/counter.h"
 #include "lib/timespec.h"
+#include "lib/thread-filter.h"
+#include "vmm/metrics.h"
+#include "vmm/seccomp.h"
 #include "vmm/snapshot-state.h"
 #include "vmm/vm.h"
 
@@ -56,6 +60,11 @@ struct vcpu {
 	unsigned int parked_gen; /* last pause it parked for (pause_lock) */
 	unsigned int report_gen; /* last report it logged */
 	long long cpu_ns;	 /* its thread's CPU time at the last look */
+	/* vm.metrics (lib/counter.h): written by its thread only. */
+	uint64_t exits[VCPU_EXIT_NR];
+	int tid;		/* its thread's, 0 until it runs (atomic) */
+	uint64_t final_cpu_ns;	/* its CPU time as it ended, then */
+	bool ended;		/* final_cpu_ns is set (atomic) */
 };
 
 static int setup_msrs(struct vcpu *v)
@@ -273,11 +282,30 @@ static void debug_where(struct vcpu *v, const char *what)
 		 (unsigned long long)sregs.efer);
 }
 
+static enum vcpu_exit_kind exit_kind(uint32_t reason)
+{
+	switch (reason) {
+	case KVM_EXIT_IO:
+		return VCPU_EXIT_IO;
+	case KVM_EXIT_MMIO:
+		return VCPU_EXIT_MMIO;
+	case KVM_EXIT_HLT:
+		return VCPU_EXIT_HLT;
+	case KVM_EXIT_SHUTDOWN:
+		return VCPU_EXIT_SHUTDOWN;
+	case KVM_EXIT_SYSTEM_EVENT:
+		return VCPU_EXIT_SYSTEM_EVENT;
+	default:
+		return VCPU_EXIT_OTHER;
+	}
+}
+
 /* Returns false when the vCPU must stop. */
 static bool handle_exit(struct vcpu *v)
 {
 	struct kvm_run *run = v->run;
 
+	counter__add(&v->exits[exit_kind(run->exit_reason)], 1);
 	switch (run->exit_reason) {
 	case KVM_EXIT_IO:
 		handle_io(v);
@@ -755,18 +783,69 @@ void vcpu__wake_parked(struct vm *vm)
 	pthread_mutex_unlock(&vm->pause_lock);
 }
 
+/*
+ * A thread's CPU-time clock by its tid, as the kernel encodes it
+ * (include/linux/posix-timers.h: CPUCLOCK_PERTHREAD_MASK, CPUCLOCK_SCHED)
+ * and pthread_getcpuclockid() builds it; unlike a pthread_t, a tid is
+ * safe to use from another thread while the vCPU ends (EINVAL once gone).
+ */
+#define CPUCLOCK_SCHED		2
+#define CPUCLOCK_PERTHREAD_MASK 4
+
+static clockid_t tid_cpu_clock(int tid)
+{
+	return (clockid_t)((~(unsigned int)tid) << 3) |
+	       CPUCLOCK_PERTHREAD_MASK | CPUCLOCK_SCHED;
+}
+
+static uint64_t ts_ns(const struct timespec *ts)
+{
+	return (uint64_t)ts->tv_sec * 1000000000ULL + (uint64_t)ts->tv_nsec;
+}
+
+void vcpu__stats(const struct vcpu *v, struct vcpu_stats *s)
+{
+	int tid = __atomic_load_n(&v->tid, __ATOMIC_ACQUIRE);
+	struct timespec ts;
+
+	for (unsigned int i = 0; i < VCPU_EXIT_NR; i++)
+		s->exits[i] = counter__get(&v->exits[i]);
+	s->cpu_ns = 0;
+	if (__atomic_load_n(&v->ended, __ATOMIC_ACQUIRE))
+		s->cpu_ns = v->final_cpu_ns;
+	else if (tid && !clock_gettime(tid_cpu_clock(tid), &ts))
+		s->cpu_ns = ts_ns(&ts);
+}
+
+/* The thread's last CPU time, for vm.metrics once it is gone. */
+static void note_end(struct vcpu *v)
+{
+	struct timespec ts;
+
+	if (!clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts))
+		v->final_cpu_ns = ts_ns(&ts);
+	__atomic_store_n(&v->ended, true, __ATOMIC_RELEASE);
+}
+
 static void *vcpu_thread(void *arg)
 {
 	struct vcpu *v = arg;
 	sigset_t kick;
 
+	__atomic_store_n(&v->tid, (int)gettid(), __ATOMIC_RELEASE);
 	sigemptyset(&kick);
 	sigaddset(&kick, VCPU_KICK_SIGNAL);
 	pthread_sigmask(SIG_UNBLOCK, &kick, NULL);
 
+	pthread_mutex_lock(&v->vm->pause_lock);
+	while (!v->vm->vcpus_released)
+		pthread_cond_wait(&v->vm->pause_cv, &v->vm->pause_lock);
+	pthread_mutex_unlock(&v->vm->pause_lock);
+
 	while (!atomic_load(&v->vm->stopping)) {
 		if (ioctl(v->fd, KVM_RUN, 0) < 0) {
 			if (errno == EINTR || errno == EAGAIN) {
+				counter__add(&v->exits[VCPU_EXIT_INTR], 1);
 				v->run->immediate_exit = 0;
 				kicked(v);
 				continue;
@@ -778,6 +857,7 @@ static void *vcpu_thread(void *arg)
 		if (!handle_exit(v))
 			break;
 	}
+	note_end(v);
 	return NULL;
 }
 
@@ -796,13 +876,23 @@ int vcpu__setup_kick(void)
 
 int vcpu__start(struct vcpu *v)
 {
+	const struct sock_fprog *filter =
+		seccomp__filter(v->vm->seccomp, SECCOMP_THREAD_VCPU);
 	int ret;
 
-	ret = pthread_create(&v->thread, NULL, vcpu_thread, v);
+	ret = thread_filter__spawn(&v->thread, filter, vcpu_thread, v);
 	if (ret)
-		return -ret;
+		return ret;
 	v->started = true;
 	return 0;
+}
+
+void vcpu__release_all(struct vm *vm)
+{
+	pthread_mutex_lock(&vm->pause_lock);
+	vm->vcpus_released = true;
+	pthread_cond_broadcast(&vm->pause_cv);
+	pthread_mutex_unlock(&vm->pause_lock);
 }
 
 /*

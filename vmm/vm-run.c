@@ -23,6 +23,7 @@
 #include "devices/virtio/vsock.h"
 #include "lib/compiler.h"
 #include "lib/evloop.h"
+#include "lib/thread-filter.h"
 #include "vmm/dns.h"
 #include "vmm/proxy.h"
 #include "vmm/seccomp.h"
@@ -60,10 +61,10 @@ struct loop {
 	struct evloop ev;
 	struct vm *vm;
 	int sig_fd;
-	struct ev_source wake, signal, input, space, probe;
+	struct ev_source wake, signal, input, space, probe, metrics;
 	uint64_t wake_buf, space_buf;
 	struct signalfd_siginfo si;
-	struct __kernel_timespec probe_ts;
+	struct __kernel_timespec probe_ts, metrics_ts;
 	uint8_t in_buf[STDIN_CHUNK];
 	bool stdin_armed, space_armed;
 };
@@ -99,6 +100,15 @@ static void maybe_arm_stdin(struct vm *vm, struct loop *l)
 static void arm_probe(struct loop *l)
 {
 	evloop__timeout(&l->ev, &l->probe, &l->probe_ts, HALT_PROBE_NS);
+}
+
+/* --metrics: the next line in metrics_interval_ms (config-checked). */
+static void arm_metrics(struct loop *l)
+{
+	if (!l->vm->metrics_file)
+		return;
+	evloop__timeout(&l->ev, &l->metrics, &l->metrics_ts,
+			(long long)l->vm->cfg->metrics_interval_ms * 1000000LL);
 }
 
 /*
@@ -205,6 +215,15 @@ static void probe_done(void *arg, int res)
 	shutdown_overdue(l->vm);
 }
 
+static void metrics_done(void *arg, int res)
+{
+	struct loop *l = arg;
+
+	pr_debug("event metrics: %d", res);
+	vm__metrics_write(l->vm);
+	arm_metrics(l);
+}
+
 /* After each round: stop once asked to, or see to host input. */
 static bool loop_end(void *arg)
 {
@@ -249,6 +268,7 @@ static int loop_init(struct loop **out, struct vm *vm, int sig_fd)
 	l->input = (struct ev_source){ .fn = input_done, .arg = l };
 	l->space = (struct ev_source){ .fn = space_done, .arg = l };
 	l->probe = (struct ev_source){ .fn = probe_done, .arg = l };
+	l->metrics = (struct ev_source){ .fn = metrics_done, .arg = l };
 	*out = l;
 	return 0;
 }
@@ -266,6 +286,7 @@ static void main_loop(struct vm *vm, struct loop *l)
 	arm_read(l, &l->wake, vm->event_fd, &l->wake_buf, sizeof(l->wake_buf));
 	arm_read(l, &l->signal, l->sig_fd, &l->si, sizeof(l->si));
 	arm_probe(l);
+	arm_metrics(l);
 	maybe_arm_stdin(vm, l);
 	if (evloop__run(&l->ev, &main_loop_ops, l))
 		vm__stop(vm, VM_STOP_ERROR, 0, "event loop failed");
@@ -298,7 +319,10 @@ static int exit_code(const struct vm *vm)
 	}
 }
 
-/* Everything that needs syscalls the running monitor may not make. */
+/*
+ * Everything that needs syscalls the running monitor may not make, and
+ * the seccomp filters each thread installs when it starts.
+ */
 static int prepare_run(struct vm *vm, int sig_fd, struct loop **l)
 {
 	struct seccomp_needs needs = { 0 };
@@ -318,24 +342,31 @@ static int prepare_run(struct vm *vm, int sig_fd, struct loop **l)
 	for (i = 0; i < vm->cfg->mounts.nr; i++)
 		needs.fs_bind |= vm->cfg->mounts.m[i].type == MOUNT_BIND;
 	needs.net = vm->net != NULL;
-	needs.proxy = vm->proxy != NULL;
-	needs.dns = vm->dns != NULL;
 	needs.console_log = vm->console_log != NULL;
 	needs.console_log_dirfd = console_log__dirfd(vm->console_log);
 	needs.snapshot = vm->api != NULL;
-	ret = seccomp__install(&needs);
+	ret = seccomp__build(&vm->seccomp, &needs);
 	if (ret)
-		pr_err("installing the seccomp filter: %s", strerror(-ret));
+		pr_err("building the seccomp filters: %s", strerror(-ret));
 	return ret;
 }
 
-/* Device threads start under the filter, and before any vCPU. */
+/*
+ * Device threads start, each under its type's filter from its first
+ * instruction, before any vCPU.
+ */
 static int start_devices(struct vm *vm)
 {
+	const struct sock_fprog *device =
+		seccomp__filter(vm->seccomp, SECCOMP_THREAD_DEVICE);
+	const struct sock_fprog *fs =
+		seccomp__filter(vm->seccomp, SECCOMP_THREAD_FS);
+	const struct sock_fprog *egress =
+		seccomp__filter(vm->seccomp, SECCOMP_THREAD_EGRESS);
 	int ret;
 
 	if (vm->blk) {
-		ret = virtio_blk__start(vm->blk);
+		ret = virtio_blk__start(vm->blk, device);
 		if (ret) {
 			pr_err("virtio-blk0: starting its thread: %s",
 			       strerror(-ret));
@@ -343,7 +374,7 @@ static int start_devices(struct vm *vm)
 		}
 	}
 	if (vm->vsock) {
-		ret = vsock__start(vm->vsock);
+		ret = vsock__start(vm->vsock, device);
 		if (ret) {
 			pr_err("virtio-vsock0: starting its thread: %s",
 			       strerror(-ret));
@@ -351,7 +382,7 @@ static int start_devices(struct vm *vm)
 		}
 	}
 	for (unsigned int i = 0; i < MOUNTS_MAX && vm->fs[i]; i++) {
-		ret = virtio_fs__start(vm->fs[i]);
+		ret = virtio_fs__start(vm->fs[i], fs);
 		if (ret) {
 			pr_err("%s: starting its thread: %s",
 			       vm__virtio_name(vm, VIRTIO_SLOT_FS0 + i),
@@ -360,7 +391,7 @@ static int start_devices(struct vm *vm)
 		}
 	}
 	if (vm->net) {
-		ret = virtio_net__start(vm->net);
+		ret = virtio_net__start(vm->net, device);
 		if (ret) {
 			pr_err("%s: starting its thread: %s",
 			       vm__virtio_name(vm, VIRTIO_SLOT_NET),
@@ -369,7 +400,7 @@ static int start_devices(struct vm *vm)
 		}
 	}
 	if (vm->proxy) {
-		ret = proxy__start(vm->proxy);
+		ret = proxy__start(vm->proxy, egress);
 		if (ret) {
 			pr_err("egress proxy: starting its thread: %s",
 			       strerror(-ret));
@@ -377,7 +408,7 @@ static int start_devices(struct vm *vm)
 		}
 	}
 	if (vm->dns) {
-		ret = dns__start(vm->dns);
+		ret = dns__start(vm->dns, egress);
 		if (ret) {
 			pr_err("dns: starting its thread: %s", strerror(-ret));
 			return ret;
@@ -425,6 +456,16 @@ int vm__run(struct vm *vm)
 			break;
 		}
 	}
+	/* Last, so that no thread inherits it; the guest waits for it. */
+	ret = thread_filter__install(
+		seccomp__filter(vm->seccomp, SECCOMP_THREAD_MAIN));
+	if (ret) {
+		pr_err("installing the main thread's seccomp filter: %s",
+		       strerror(-ret));
+		vm__stop(vm, VM_STOP_ERROR, 0, "seccomp failed");
+	}
+	/* Stopping already: they leave without entering the guest. */
+	vcpu__release_all(vm);
 	if (!atomic_load(&vm->stopping))
 		main_loop(vm, l);
 
@@ -435,8 +476,13 @@ int vm__run(struct vm *vm)
 	for (i = 0; i < vm->nr_vcpus; i++)
 		vcpu__join(vm->vcpus[i]);
 	ret = exit_code(vm);
+	/* The last line: the counters as the vCPUs left them. */
+	vm__metrics_write(vm);
 	control__stopped(vm, ret);
 out_loop:
+	/* Started threads keep their filters; the programs are copies. */
+	seccomp__destroy(vm->seccomp);
+	vm->seccomp = NULL;
 	loop_exit(l);
 	close(sig_fd);
 out_mask:

@@ -1182,12 +1182,17 @@ static int vcpus_init(struct vm *vm)
 
 static void vcpus_exit(struct vm *vm)
 {
+	struct vcpu **vcpus;
 	unsigned int i;
 
-	for (i = 0; vm->vcpus && i < vm->nr_vcpus; i++)
-		vcpu__destroy(vm->vcpus[i]);
-	free(vm->vcpus);
+	/* The API thread, which outlives this step, may be reading them. */
+	pthread_mutex_lock(&vm->vcpus_lock);
+	vcpus = vm->vcpus;
 	vm->vcpus = NULL;
+	pthread_mutex_unlock(&vm->vcpus_lock);
+	for (i = 0; vcpus && i < vm->nr_vcpus; i++)
+		vcpu__destroy(vcpus[i]);
+	free(vcpus);
 }
 
 /* ---- the builder -------------------------------------------------------- */
@@ -1211,6 +1216,7 @@ static const struct {
 	{ "memory", memory_init, memory_exit },
 	{ "irqchip", irqchip_init, NULL }, /* goes with the VM fd */
 	{ "devices", devices_init, devices_exit },
+	{ "metrics", vm_metrics__init, vm_metrics__exit },
 	{ "control", control__init, control__exit },
 	{ "boot", boot_init, NULL }, /* lives in guest memory */
 	{ "vcpus", vcpus_init, vcpus_exit },
@@ -1253,12 +1259,14 @@ int vm__create(struct vm **out, const struct vm_config *cfg)
 	vm->snap_kernel_fd = vm->snap_initrd_fd = -1;
 	vm->event_fd = vm->space_fd = -1;
 	vm->ready_fd = vm->null_fd = -1;
+	vm->proc_status_fd = -1;
 	vm->tap.fd = vm->netns_fd = -1;
 	vm->nr_vcpus = cfg->nr_cpus;
 	bus__init(&vm->pio, "pio", PIO_LIMIT);
 	bus__init(&vm->mmio, "mmio", MMIO_GAP_END);
 	vm->ram_size = cfg->mem_mib << 20;
 	pthread_mutex_init(&vm->stop_lock, NULL);
+	pthread_mutex_init(&vm->vcpus_lock, NULL);
 	pthread_mutex_init(&vm->bindings_lock, NULL);
 	pause_init(vm);
 
@@ -1269,6 +1277,7 @@ int vm__create(struct vm **out, const struct vm_config *cfg)
 				 ret);
 			vm_unwind(vm, i + 1);
 			pthread_mutex_destroy(&vm->stop_lock);
+			pthread_mutex_destroy(&vm->vcpus_lock);
 			pthread_mutex_destroy(&vm->bindings_lock);
 			pause_exit(vm);
 			free(vm);
@@ -1285,6 +1294,7 @@ void vm__destroy(struct vm *vm)
 		return;
 	vm_unwind(vm, ARRAY_SIZE(vm_steps));
 	pthread_mutex_destroy(&vm->stop_lock);
+	pthread_mutex_destroy(&vm->vcpus_lock);
 	pthread_mutex_destroy(&vm->bindings_lock);
 	pause_exit(vm);
 	free(vm);

@@ -64,6 +64,7 @@ struct proxy;
 struct dns;
 struct net_bindings;
 struct net_policy;
+struct metrics_file;
 
 struct vm {
 	const struct vm_config *cfg;
@@ -176,6 +177,14 @@ struct vm {
 	 */
 	struct intercept_tls http_tls;
 
+	/*
+	 * vm.metrics and --metrics (vmm/vm-metrics.c): /proc/self/status,
+	 * opened before the filter (-1: none), and the file (NULL: none),
+	 * written by the main loop every metrics_interval_ms.
+	 */
+	int proc_status_fd;
+	struct metrics_file *metrics_file;
+
 	/* The control socket (--control-socket, vmm/control.c). */
 	struct api *api;
 	int ready_fd; /* start --detach: the parent waits on it */
@@ -190,6 +199,11 @@ struct vm {
 
 	unsigned int nr_vcpus;
 	struct vcpu **vcpus;
+	/*
+	 * Held by vm.metrics (API thread) while it reads the vCPUs and by
+	 * their tear-down, which the API thread outlives; never by a vCPU.
+	 */
+	pthread_mutex_t vcpus_lock;
 
 	/*
 	 * Halt probes: without ACPI a guest powers off by halting every CPU
@@ -217,6 +231,14 @@ struct vm {
 	 * no halt probe runs meanwhile. Under pause_lock.
 	 */
 	bool pause_held;
+	/*
+	 * Under pause_lock: vCPU threads wait for it before their first
+	 * KVM_RUN, so that every thread's seccomp filter, the main
+	 * thread's last, is in before the guest's first instruction.
+	 */
+	bool vcpus_released;
+	/* Each thread type's filter (vmm/seccomp.h); NULL: --no-seccomp. */
+	struct seccomp_filters *seccomp;
 
 	int event_fd;	     /* vCPU threads wake the main loop */
 	int space_fd;	     /* the UART has room for host input */
@@ -292,7 +314,13 @@ int __must_check vcpu__create(struct vm *vm, unsigned int id,
 			      struct vcpu **out);
 void vcpu__destroy(struct vcpu *v);
 int __must_check vcpu__setup_kick(void);
+/*
+ * Its thread, under the vCPU seccomp filter from its start; it waits for
+ * vcpu__release_all() before entering the guest.
+ */
 int __must_check vcpu__start(struct vcpu *v);
+/* Every vCPU started may enter the guest (and one that stops, leave). */
+void vcpu__release_all(struct vm *vm);
 void vcpu__kick(struct vcpu *v);
 /* Has this vCPU been found halted for good in round `round`? */
 bool vcpu__dead_in(const struct vcpu *v, unsigned int round);
@@ -309,6 +337,9 @@ bool vcpu__snapshot_all_dead(struct vm *vm, unsigned int timeout_ms);
  * with and says no. Main loop only.
  */
 bool vcpu__all_quiet(struct vm *vm, long long busy_ns);
+struct vcpu_stats;
+/* Its exits by kind and its thread's CPU time (vm.metrics); any thread. */
+void vcpu__stats(const struct vcpu *v, struct vcpu_stats *s);
 /*
  * Ask every vCPU to log, from its own thread, where its guest is: mp
  * state, rip, rsp, rflags, cr3, and the kernel text addresses found on
@@ -338,6 +369,14 @@ void vcpu__wake_parked(struct vm *vm);
 struct snap_writer;
 int __must_check vcpu__save(struct vcpu *v, struct snap_writer *w,
 			    const char **what);
+
+/* vmm/vm-metrics.c: a build step, and the metrics object. */
+int __must_check vm_metrics__init(struct vm *vm);
+void vm_metrics__exit(struct vm *vm);
+/* Everything but the API's "agent" member, added to o; any thread. */
+void vm__metrics_fill(struct vm *vm, json_t *o);
+/* One line to the --metrics file, if there is one; main loop. */
+void vm__metrics_write(struct vm *vm);
 
 /* vmm/control.c: the control API, a build step and its start. */
 int __must_check control__init(struct vm *vm);

@@ -626,10 +626,17 @@ int disk__sync_fd(const struct disk *d)
 
 uint64_t disk__dirty_bytes(const struct disk *d)
 {
-	return d->dirty_blocks * DISK_BLOCK_SIZE;
+	return __atomic_load_n(&d->dirty_blocks, __ATOMIC_RELAXED) *
+	       DISK_BLOCK_SIZE;
 }
 
 /* ---- the data path: offsets and lengths come from the guest ---------- */
+
+/* Only the disk's thread writes it; vm.metrics reads it from another. */
+static void set_dirty(struct disk *d, uint64_t blocks)
+{
+	__atomic_store_n(&d->dirty_blocks, blocks, __ATOMIC_RELAXED);
+}
 
 /* Aligned, nonempty and inside the disk, written so nothing can wrap. */
 static bool range_ok(const struct disk *d, uint64_t offset, uint64_t len)
@@ -739,7 +746,7 @@ void disk__end_write(struct disk *d, uint64_t offset, uint64_t len,
 		if (d->map[blk] == DISK_BLOCK_DATA)
 			continue;
 		d->map[blk] = DISK_BLOCK_DATA;
-		d->dirty_blocks++;
+		set_dirty(d, d->dirty_blocks + 1);
 	}
 }
 
@@ -765,7 +772,7 @@ void disk__end_zero(struct disk *d, uint64_t offset, uint64_t len, bool ok)
 	end = first + len / DISK_BLOCK_SIZE;
 	for (blk = first; blk < end; blk++) {
 		if (d->map[blk] == DISK_BLOCK_DATA)
-			d->dirty_blocks--;
+			set_dirty(d, d->dirty_blocks - 1);
 		d->map[blk] = DISK_BLOCK_ZERO;
 	}
 }

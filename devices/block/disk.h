@@ -76,7 +76,7 @@ uint64_t disk__size(const struct disk *d); /* bytes, the base's */
 bool disk__read_only(const struct disk *d);
 /* The fd to fdatasync on a flush, -1 when there is nothing to sync. */
 int disk__sync_fd(const struct disk *d);
-/* Bytes in DISK_BLOCK_DATA blocks right now. */
+/* Bytes in DISK_BLOCK_DATA blocks right now; from any thread. */
 uint64_t disk__dirty_bytes(const struct disk *d);
 
 /*

@@ -196,6 +196,12 @@ struct fs_backend_ops {
 	 * set-user-ID, and set-group-ID if group-executable, as Linux does.
 	 */
 	int (*kill_suidgid)(struct fs_backend *b, uint64_t nodeid);
+	/*
+	 * Optional, for vm.metrics: the bytes the backend holds against its
+	 * limit. From any thread, without the backend's lock.
+	 */
+	void (*usage)(const struct fs_backend *b, uint64_t *used,
+		      uint64_t *max);
 	/* Frees the backend and everything it holds; called once, last. */
 	void (*destroy)(struct fs_backend *b);
 };

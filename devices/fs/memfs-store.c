@@ -19,13 +19,14 @@ int memfs_charge(struct memfs *fs, uint64_t bytes)
 {
 	if (bytes > fs->max_bytes - fs->used)
 		return -ENOSPC;
-	fs->used += bytes;
+	/* Written here only, read bare by memfs_usage (vm.metrics). */
+	__atomic_store_n(&fs->used, fs->used + bytes, __ATOMIC_RELAXED);
 	return 0;
 }
 
 void memfs_uncharge(struct memfs *fs, uint64_t bytes)
 {
-	fs->used -= bytes;
+	__atomic_store_n(&fs->used, fs->used - bytes, __ATOMIC_RELAXED);
 }
 
 struct timespec memfs_now(void)

@@ -735,6 +735,15 @@ static int memfs_fsyncdir(struct fs_backend *b, uint64_t nodeid, uint64_t fh,
 /* What creating one more (short-named) file charges. */
 #define FILE_COST (INODE_COST + DIRENT_COST(1))
 
+static void memfs_usage(const struct fs_backend *b, uint64_t *used,
+			uint64_t *max)
+{
+	const struct memfs *fs = container_of(b, const struct memfs, b);
+
+	*used = __atomic_load_n(&fs->used, __ATOMIC_RELAXED);
+	*max = fs->max_bytes;
+}
+
 static int memfs_statfs(struct fs_backend *b, uint64_t nodeid,
 			struct fuse_kstatfs *out)
 {
@@ -809,6 +818,7 @@ static const struct fs_backend_ops memfs_ops = {
 	.releasedir = memfs_releasedir,
 	.fsyncdir = memfs_fsyncdir,
 	.statfs = memfs_statfs,
+	.usage = memfs_usage,
 	.fallocate = memfs_fallocate,
 	.lseek = memfs_lseek,
 	.destroy = memfs_destroy,

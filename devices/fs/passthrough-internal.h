@@ -55,6 +55,12 @@
 #define PT_MAX_WALK	  4096U /* parent hops: deeper counts as cut off */
 #define PT_EAGAIN_RETRIES 8U	/* openat2 -EAGAIN: a racing rename */
 #define PT_MIN_FDS	  64U	/* descriptors a mount may always hold */
+/*
+ * Descriptors a mount may hold at most, whatever the limit: each pins a
+ * host inode and dentry (about a KiB of host kernel memory), so a guest
+ * that keeps a huge tree looked up costs the host 64 MiB at most.
+ */
+#define PT_MAX_FDS (64U << 10)
 #define PT_STORAGE_MODE	  0700	/* directories made inside mask_storage */
 #define PT_HASH_MIN_BITS  6U
 #define PT_HASH_MAX_BITS  26U

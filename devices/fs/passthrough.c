@@ -808,18 +808,21 @@ static int create_root(struct pt_backend *b, const struct fs_bind_params *p,
 }
 
 /*
- * At most half the process's descriptors (soft RLIMIT_NOFILE): the rest
- * stay for the vmm's other devices, however many files the guest keeps
- * looked up. The integrator raises the limit for big trees.
+ * At most half the process's descriptors (soft RLIMIT_NOFILE, which the
+ * vmm raises to the hard limit at start): the rest stay for the vmm's
+ * other devices, however many files the guest keeps looked up; and never
+ * more than PT_MAX_FDS.
  */
 static size_t fd_limit(void)
 {
 	struct rlimit rl;
 
 	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY)
-		return SIZE_MAX;
+		return PT_MAX_FDS;
 	if (rl.rlim_cur / 2 < PT_MIN_FDS)
 		return PT_MIN_FDS;
+	if (rl.rlim_cur / 2 > PT_MAX_FDS)
+		return PT_MAX_FDS;
 	return (size_t)(rl.rlim_cur / 2);
 }
 

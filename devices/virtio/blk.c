@@ -202,6 +202,8 @@ static void req_complete(struct blk_req *req, uint8_t status)
 	struct blk_queue *q = req->q;
 	struct virtio_blk *b = q->b;
 
+	if (status != VIRTIO_BLK_S_OK)
+		virtio_device__count_error(&b->vdev);
 	/* A reset since the pop: the buffers are no longer the device's. */
 	if (req->gen == b->gen) {
 		*req->status = status;
@@ -513,6 +515,8 @@ static void process_queue(struct blk_queue *q)
 	for (;;) {
 		if (!q->free) {
 			/* A completion frees a slot and comes back here. */
+			if (!q->starved)
+				virtio_device__count_queue_full(&b->vdev);
 			q->starved = true;
 			return;
 		}
@@ -812,11 +816,11 @@ struct virtio_device *virtio_blk__device(struct virtio_blk *b)
 	return &b->vdev;
 }
 
-int virtio_blk__start(struct virtio_blk *b)
+int virtio_blk__start(struct virtio_blk *b, const struct sock_fprog *filter)
 {
 	for (unsigned int i = 0; i < b->nr_queues; i++)
 		arm_kick(&b->queues[i]);
-	return evloop__start(&b->loop, &blk_loop_ops, b);
+	return evloop__start(&b->loop, &blk_loop_ops, b, filter);
 }
 
 void virtio_blk__destroy(struct virtio_blk *b)

@@ -12,6 +12,8 @@
 #include "devices/virtio/guest-mem.h"
 #include "lib/log.h"
 
+struct sock_fprog; /* lib/thread-filter.h */
+
 /*
  * virtio-blk (virtio 1.1, section 5.2) over a struct disk: read, write,
  * flush, get-id, discard and write-zeroes, one request queue per vCPU,
@@ -44,7 +46,8 @@ struct virtio_device *virtio_blk__device(struct virtio_blk *b);
  * Starts the event loop thread. Call it once the thread may run: it
  * inherits the caller's seccomp filter.
  */
-int __must_check virtio_blk__start(struct virtio_blk *b);
+int __must_check virtio_blk__start(struct virtio_blk *b,
+				 const struct sock_fprog *filter);
 /* Stops and joins the thread (I/O in flight completes first); NULL ok. */
 void virtio_blk__destroy(struct virtio_blk *b);
 

@@ -26,6 +26,7 @@
 
 #include "lib/compiler.h"
 #include "devices/virtio/device.h"
+#include "lib/counter.h"
 #include "lib/worker.h"
 
 _Static_assert(VIRTIO_CORE_FEATURES == ((1ULL << VIRTIO_RING_F_INDIRECT_DESC) |
@@ -301,6 +302,37 @@ void virtio_device__report(struct virtio_device *dev)
 	}
 	if (locked)
 		pthread_mutex_unlock(&dev->lock);
+}
+
+void virtio_device__count_error(struct virtio_device *dev)
+{
+	counter__add(&dev->errors, 1);
+}
+
+void virtio_device__count_queue_full(struct virtio_device *dev)
+{
+	counter__add(&dev->queue_full, 1);
+}
+
+void virtio_device__stats(const struct virtio_device *dev,
+			  struct virtio_device_stats *s)
+{
+	memset(s, 0, sizeof(*s));
+	for (unsigned int i = 0; i < dev->nr_queues; i++) {
+		const struct vq_stats *q = &dev->queues[i].vq.stats;
+		uint64_t popped = counter__get(&q->popped);
+		uint64_t done = counter__get(&q->used) +
+				counter__get(&q->forgotten);
+
+		s->requests += popped;
+		s->completed += counter__get(&q->used);
+		/* Read apart from popped: never below zero for a reader. */
+		s->in_flight += popped > done ? popped - done : 0;
+		s->bytes_out += counter__get(&q->bytes_out);
+		s->bytes_in += counter__get(&q->bytes_in);
+	}
+	s->errors = counter__get(&dev->errors);
+	s->queue_full = counter__get(&dev->queue_full);
 }
 
 bool virtio_device__notify_queue(struct virtio_device *dev, unsigned int index)

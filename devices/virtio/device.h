@@ -184,6 +184,25 @@ struct virtio_device {
 	pthread_mutex_t irq_lock;
 	uint32_t isr; /* VIRTIO_ISR_*: the line is high iff nonzero */
 	uint64_t irq_raises, irq_lowers; /* line changes, for the report */
+
+	/*
+	 * vm.metrics, counted by the device under its lock (lib/counter.h):
+	 * requests it failed, and times it stopped taking requests for want
+	 * of room of its own (request slots, buffers) until some came back.
+	 */
+	uint64_t errors;
+	uint64_t queue_full;
+};
+
+/* A device's counters summed over its queues, for vm.metrics. */
+struct virtio_device_stats {
+	uint64_t requests;  /* chains taken from the driver */
+	uint64_t completed; /* chains given back */
+	uint64_t in_flight; /* taken, not yet given back (nor reset) */
+	uint64_t bytes_out; /* readable bytes: driver to device */
+	uint64_t bytes_in;  /* bytes written: device to driver */
+	uint64_t errors;
+	uint64_t queue_full;
 };
 
 /*
@@ -229,6 +248,16 @@ void virtio_device__unlock(struct virtio_device *dev);
  * blocking on any lock, so a device stuck holding one is still shown.
  */
 void virtio_device__report(struct virtio_device *dev);
+
+/* Counters of struct virtio_device (lib/counter.h), from the device. */
+void virtio_device__count_error(struct virtio_device *dev);
+void virtio_device__count_queue_full(struct virtio_device *dev);
+/*
+ * The counters, read from any thread without the device lock: each is
+ * whole, the sums may be a request apart.
+ */
+void virtio_device__stats(const struct virtio_device *dev,
+			  struct virtio_device_stats *s);
 
 /*
  * After pushing used buffers on queue index: interrupt the driver if it

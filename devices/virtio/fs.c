@@ -37,6 +37,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <liburing.h>
+#include <linux/fuse.h>
 #include <linux/virtio_config.h>
 #include <linux/virtio_fs.h>
 #include <linux/virtio_ids.h>
@@ -167,6 +168,17 @@ static void fs_req_park(struct fuse_req *req)
 	virtio_device__unlock(&f->vdev);
 }
 
+/* A reply that carries an error (fuse_out_header.error), for the count. */
+static bool reply_failed(const void *reply, uint32_t len)
+{
+	struct fuse_out_header h;
+
+	if (!reply || len < sizeof(h))
+		return false;
+	memcpy(&h, reply, sizeof(h));
+	return h.error != 0;
+}
+
 static void fs_req_done(struct fuse_req *req, const void *reply, uint32_t len)
 {
 	struct fs_slot *slot = to_slot(req);
@@ -178,6 +190,8 @@ static void fs_req_done(struct fuse_req *req, const void *reply, uint32_t len)
 	virtio_device__lock(&f->vdev);
 	off_loop = f->joined ||
 		   !pthread_equal(pthread_self(), f->loop.worker.thread);
+	if (reply_failed(reply, len))
+		virtio_device__count_error(&f->vdev);
 	/* A reset since the pop: the buffers are no longer the device's. */
 	if (slot->gen == f->gen) {
 		if (reply)
@@ -235,6 +249,8 @@ static void process_queue(struct fs_queue *q)
 
 		if (!q->free) {
 			/* A completion frees a slot and comes back here. */
+			if (!q->starved)
+				virtio_device__count_queue_full(&f->vdev);
 			q->starved = true;
 			break;
 		}
@@ -409,6 +425,15 @@ static int fs_quiesce(struct virtio_device *dev,
 	return 0;
 }
 
+bool virtio_fs__usage(const struct virtio_fs *f, uint64_t *used,
+		      uint64_t *max)
+{
+	if (!f->backend->ops->usage)
+		return false;
+	f->backend->ops->usage(f->backend, used, max);
+	return true;
+}
+
 static const struct virtio_device_ops fs_ops = {
 	.config_read = fs_config_read,
 	.describe = fs_describe,
@@ -532,12 +557,12 @@ struct virtio_device *virtio_fs__device(struct virtio_fs *f)
 	return &f->vdev;
 }
 
-int virtio_fs__start(struct virtio_fs *f)
+int virtio_fs__start(struct virtio_fs *f, const struct sock_fprog *filter)
 {
 	evloop__read_eventfd(&f->loop, &f->wake, f->wake_fd, &f->wake_buf);
 	for (unsigned int i = 0; i < f->nr_vqs; i++)
 		arm_kick(&f->queues[i]);
-	return evloop__start(&f->loop, &fs_loop_ops, f);
+	return evloop__start(&f->loop, &fs_loop_ops, f, filter);
 }
 
 void virtio_fs__destroy(struct virtio_fs *f)

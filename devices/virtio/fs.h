@@ -2,12 +2,17 @@
 #ifndef KILN_VIRTIO_FS_H
 #define KILN_VIRTIO_FS_H
 
+#include <stdbool.h>
+#include <stdint.h>
+
 #include "lib/compiler.h"
 #include "devices/fs/backend.h"
 #include "devices/irq.h"
 #include "devices/virtio/device.h"
 #include "devices/virtio/guest-mem.h"
 #include "lib/log.h"
+
+struct sock_fprog; /* lib/thread-filter.h */
 
 /*
  * virtio-fs (virtio 1.2, section 5.11): a FUSE file system the guest
@@ -50,7 +55,14 @@ struct virtio_device *virtio_fs__device(struct virtio_fs *f);
  * Starts the event loop thread. Call it once the thread may run: it
  * inherits the caller's seccomp filter.
  */
-int __must_check virtio_fs__start(struct virtio_fs *f);
+int __must_check virtio_fs__start(struct virtio_fs *f,
+				 const struct sock_fprog *filter);
+/*
+ * The backend's bytes against its limit (fs_backend_ops.usage), from any
+ * thread: false when the backend keeps no such count (bind, virtual).
+ */
+bool virtio_fs__usage(const struct virtio_fs *f, uint64_t *used,
+		      uint64_t *max);
 /*
  * Stops and joins the thread (I/O in flight completes first), destroys
  * the backend; NULL ok.

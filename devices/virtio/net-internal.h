@@ -15,6 +15,7 @@
 #include <sys/uio.h>
 
 #include "devices/virtio/net.h"
+#include "lib/counter.h"
 #include "lib/evloop.h"
 #include "lib/warn.h"
 
@@ -76,17 +77,6 @@ struct tx_slot {
 	struct virtio_net_hdr_v1 hdr; /* the guest's, copied and checked */
 	unsigned int nr_iov;
 	struct iovec iov[1 + SEG_MAX]; /* hdr, then the frame in guest RAM */
-};
-
-struct net_stats {
-	uint64_t rx_frames, rx_bytes; /* delivered to the guest */
-	uint64_t rx_dropped;	      /* read from the tap, not deliverable */
-	uint64_t rx_held;	      /* frames that waited for buffers */
-	uint64_t rx_bad;	      /* receive buffers returned unused */
-	uint64_t tx_frames, tx_bytes; /* taken by the tap */
-	uint64_t tx_dropped;	  /* chains refused: the guest broke a rule */
-	uint64_t tx_errors;	  /* frames the tap refused */
-	uint64_t tx_budget_stops; /* rounds cut short by the budget */
 };
 
 struct virtio_net {

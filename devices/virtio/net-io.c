@@ -114,7 +114,7 @@ static void rx_refuse(struct virtio_net *n, const struct vq_chain *c,
 		      const char *why)
 {
 	net_warn(n, "receive buffer %u: %s", c->head, why);
-	n->stats.rx_bad++;
+	counter__add(&n->stats.rx_bad, 1);
 	push(n, RXQ, c->head, 0);
 }
 
@@ -258,7 +258,7 @@ static void rx_place(struct virtio_net *n)
 		rx_deliver(n, len);
 	} else if (!mrg || n->nr_held == RX_HELD_MAX) {
 		n->rx_frame_len = 0;
-		n->stats.rx_dropped++;
+		counter__add(&n->stats.rx_dropped, 1);
 	}
 }
 
@@ -325,7 +325,7 @@ static void rx_deliver(struct virtio_net *n, uint64_t len)
 	for (left = len; left && k < n->rx_nr_read; k++)
 		left -= left < held_at(n, k)->len ? left : held_at(n, k)->len;
 	if (rx_fix_header(n, &hdr, k)) {
-		n->stats.rx_dropped++;
+		counter__add(&n->stats.rx_dropped, 1);
 		return;
 	}
 	iov__from_buf(held_at(n, 0)->iov, held_at(n, 0)->nr_iov, 0, &hdr,
@@ -340,8 +340,8 @@ static void rx_deliver(struct virtio_net *n, uint64_t len)
 		n->held_head = (n->held_head + 1) % RX_HELD_MAX;
 		n->nr_held--;
 	}
-	n->stats.rx_frames++;
-	n->stats.rx_bytes += len - HDR_LEN;
+	counter__add(&n->stats.rx_frames, 1);
+	counter__add(&n->stats.rx_bytes, len - HDR_LEN);
 }
 
 void virtio_net__read_done(void *arg, int res)
@@ -379,7 +379,7 @@ void virtio_net__read_done(void *arg, int res)
 	n->rx_placed = n->rx_cap;
 	rx_place(n);
 	if (n->rx_frame_len)
-		n->stats.rx_held++;
+		counter__add(&n->stats.rx_held, 1);
 }
 
 void virtio_net__poll_done(void *arg, int res)
@@ -468,7 +468,7 @@ static void tx_refuse(struct virtio_net *n, const struct vq_chain *c,
 {
 	net_warn(n, "transmit chain %u (%" PRIu64 " bytes): %s", c->head,
 		 c->out_len, why);
-	n->stats.tx_dropped++;
+	counter__add(&n->stats.tx_dropped, 1);
 	push(n, TXQ, c->head, 0);
 }
 
@@ -532,7 +532,7 @@ void virtio_net__tx_pump(struct virtio_net *n)
 	virtqueue__drain_start(&d, &n->vqs[TXQ].vq);
 	for (;;) {
 		if (!budget--) {
-			n->stats.tx_budget_stops++;
+			counter__add(&n->stats.tx_budget_stops, 1);
 			n->more = true;
 			return;
 		}
@@ -562,10 +562,10 @@ void virtio_net__write_done(void *arg, void *ptr, int res)
 
 	if (s->gen == n->gen) {
 		if (res == (int)s->len) {
-			n->stats.tx_frames++;
-			n->stats.tx_bytes += s->len - HDR_LEN;
+			counter__add(&n->stats.tx_frames, 1);
+			counter__add(&n->stats.tx_bytes, s->len - HDR_LEN);
 		} else {
-			n->stats.tx_errors++;
+			counter__add(&n->stats.tx_errors, 1);
 			net_host_warn(n, "writing a frame of %u bytes: %s",
 				      s->len,
 				      res < 0 ? strerror(-res) : "short write");

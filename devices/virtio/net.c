@@ -220,6 +220,22 @@ static int net_quiesce(struct virtio_device *dev,
 	return 0;
 }
 
+void virtio_net__stats(const struct virtio_net *n, struct net_stats *s)
+{
+	const struct net_stats *c = &n->stats;
+
+	s->rx_frames = counter__get(&c->rx_frames);
+	s->rx_bytes = counter__get(&c->rx_bytes);
+	s->rx_dropped = counter__get(&c->rx_dropped);
+	s->rx_held = counter__get(&c->rx_held);
+	s->rx_bad = counter__get(&c->rx_bad);
+	s->tx_frames = counter__get(&c->tx_frames);
+	s->tx_bytes = counter__get(&c->tx_bytes);
+	s->tx_dropped = counter__get(&c->tx_dropped);
+	s->tx_errors = counter__get(&c->tx_errors);
+	s->tx_budget_stops = counter__get(&c->tx_budget_stops);
+}
+
 static const struct virtio_device_ops net_ops = {
 	.activate = net_activate,
 	.config_read = net_config_read,
@@ -385,13 +401,13 @@ struct virtio_device *virtio_net__device(struct virtio_net *n)
 	return &n->vdev;
 }
 
-int virtio_net__start(struct virtio_net *n)
+int virtio_net__start(struct virtio_net *n, const struct sock_fprog *filter)
 {
 	arm_kick(n, RXQ);
 	arm_kick(n, TXQ);
 	/* Kicks before the thread: the first round takes them. */
 	n->tx_pending = true;
-	return evloop__start(&n->loop, &net_loop_ops, n);
+	return evloop__start(&n->loop, &net_loop_ops, n, filter);
 }
 
 void virtio_net__destroy(struct virtio_net *n)

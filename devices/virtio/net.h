@@ -10,6 +10,8 @@
 #include "devices/virtio/guest-mem.h"
 #include "lib/log.h"
 
+struct sock_fprog; /* lib/thread-filter.h */
+
 /*
  * virtio-net (virtio 1.1, section 5.1) on a tap device: one receive queue
  * (0) and one transmit queue (1), no control queue. Frames go between
@@ -55,6 +57,24 @@ struct virtio_net_params {
 struct virtio_net;
 
 /*
+ * Frames each way, for the SIGUSR2 report and vm.metrics: counted by the
+ * device's loop (lib/counter.h), monotonic.
+ */
+struct net_stats {
+	uint64_t rx_frames, rx_bytes; /* delivered to the guest */
+	uint64_t rx_dropped;	      /* read from the tap, not deliverable */
+	uint64_t rx_held;	      /* frames that waited for buffers */
+	uint64_t rx_bad;	      /* receive buffers returned unused */
+	uint64_t tx_frames, tx_bytes; /* taken by the tap */
+	uint64_t tx_dropped;	  /* chains refused: the guest broke a rule */
+	uint64_t tx_errors;	  /* frames the tap refused */
+	uint64_t tx_budget_stops; /* rounds cut short by the budget */
+};
+
+/* A copy of the counters, from any thread. */
+void virtio_net__stats(const struct virtio_net *n, struct net_stats *s);
+
+/*
  * Sets the device up; its queues' kick_fd are eventfds, ready to bind.
  * -EBADF for no fd, -EINVAL for an fd that is not such a tap, a multicast
  * or zero MAC, or offloads that are not TUN_F_CSUM/TSO4/TSO6/TSO_ECN;
@@ -68,7 +88,8 @@ struct virtio_device *virtio_net__device(struct virtio_net *n);
  * Starts the event loop thread. Call it once the thread may run: it
  * inherits the caller's seccomp filter.
  */
-int __must_check virtio_net__start(struct virtio_net *n);
+int __must_check virtio_net__start(struct virtio_net *n,
+				 const struct sock_fprog *filter);
 /* Stops and joins the thread (I/O in flight completes first); NULL ok. */
 void virtio_net__destroy(struct virtio_net *n);
 

@@ -23,6 +23,7 @@
 #include <linux/virtio_ring.h>
 
 #include "devices/virtio/queue.h"
+#include "lib/counter.h"
 #include "lib/warn.h"
 
 /* Entries an indirect table may hold: more could never fit a chain. */
@@ -152,10 +153,15 @@ void virtqueue__reset(struct virtqueue *q)
 	const char *name = q->name;
 	uint64_t max = q->max_chain_bytes;
 	bool warned = q->warned;
+	struct vq_stats stats = q->stats;
 
 	virtqueue__init(q, name);
 	q->max_chain_bytes = max;
 	q->warned = warned;
+	/* What the driver gave and never got back is no longer in flight. */
+	counter__add(&stats.forgotten,
+		     stats.popped - stats.used - stats.forgotten);
+	q->stats = stats;
 }
 
 void virtqueue__set_max_chain_bytes(struct virtqueue *q, uint64_t max)
@@ -403,6 +409,8 @@ int virtqueue__pop(struct virtqueue *q, struct vq_chain *chain)
 	 * last_avail_idx no longer matters until the reset.
 	 */
 	q->last_avail_idx++;
+	counter__add(&q->stats.popped, 1);
+	counter__add(&q->stats.bytes_out, chain->out_len);
 	return 1;
 }
 
@@ -424,6 +432,8 @@ int virtqueue__fill(struct virtqueue *q, uint16_t head, uint32_t len)
 	store32(elem + offsetof(struct vring_used_elem, id), head);
 	store32(elem + offsetof(struct vring_used_elem, len), len);
 	q->used_idx++;
+	counter__add(&q->stats.used, 1);
+	counter__add(&q->stats.bytes_in, len);
 	return 0;
 }
 

@@ -48,6 +48,19 @@ struct vq_chain {
 	struct iovec iov[VQ_CHAIN_MAX_IOV];
 };
 
+/*
+ * What went through a queue, for vm.metrics: counted by the queue's
+ * writer (the device, under its lock), read by any thread with
+ * counter__get (lib/counter.h). Monotonic: a reset keeps them.
+ */
+struct vq_stats {
+	uint64_t popped;    /* chains taken from the driver */
+	uint64_t used;	    /* chains given back */
+	uint64_t forgotten; /* taken, then dropped by a reset */
+	uint64_t bytes_out; /* readable bytes of the chains taken */
+	uint64_t bytes_in;  /* bytes written into the chains given back */
+};
+
 struct virtqueue {
 	const char *name; /* for the log: "virtio-blk0 rq0" */
 	const struct guest_mem *mem;
@@ -77,6 +90,7 @@ struct virtqueue {
 	bool ready;
 	bool broken;
 	bool warned; /* survives resets: one message per queue */
+	struct vq_stats stats; /* survives resets */
 };
 
 /* Once, when the device is created: name must outlive the queue. */

@@ -656,8 +656,12 @@ static void reply_rst(struct vsock *v, const struct pkt *p)
 {
 	struct reply *r;
 
+	if (p->op == VIRTIO_VSOCK_OP_RST)
+		return;
+	/* A packet the device refused: an error, for vm.metrics. */
+	virtio_device__count_error(&v->vdev);
 	/* process_tx stops popping while the ring is full. */
-	if (p->op == VIRTIO_VSOCK_OP_RST || v->nr_replies == REPLY_MAX)
+	if (v->nr_replies == REPLY_MAX)
 		return;
 	r = &v->replies[(v->reply_head + v->nr_replies) % REPLY_MAX];
 	r->src_cid = p->dst_cid;
@@ -808,6 +812,7 @@ static void handle_tx(struct vsock *v, const struct vq_chain *ch)
 	if (ch->out_len < HDR_LEN) {
 		vsock_warn(v, "packet of %" PRIu64 " bytes: dropped",
 			   ch->out_len);
+		virtio_device__count_error(&v->vdev);
 		return;
 	}
 	iov__to_buf(ch->iov, ch->nr_out, 0, &h, sizeof(h));
@@ -816,6 +821,7 @@ static void handle_tx(struct vsock *v, const struct vq_chain *ch)
 	if (p.src_cid != v->guest_cid) {
 		vsock_warn(v, "packet from CID %" PRIu64 ": dropped",
 			   p.src_cid);
+		virtio_device__count_error(&v->vdev);
 		return;
 	}
 	c = p.dst_cid == VSOCK_HOST_CID ? lookup(v, p.dst_port, p.src_port) :
@@ -861,6 +867,8 @@ static void process_tx(struct vsock *v)
 	for (;;) {
 		/* Each packet may need a reply: resumed as replies go. */
 		if (v->nr_replies == REPLY_MAX) {
+			if (!v->tx_stalled)
+				virtio_device__count_queue_full(&v->vdev);
 			v->tx_stalled = true;
 			return;
 		}

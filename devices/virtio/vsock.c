@@ -433,7 +433,7 @@ struct virtio_device *vsock__device(struct vsock *v)
 	return &v->vdev;
 }
 
-int vsock__start(struct vsock *v)
+int vsock__start(struct vsock *v, const struct sock_fprog *filter)
 {
 	arm_wake(v);
 	arm_rx_kick(v);
@@ -445,7 +445,7 @@ int vsock__start(struct vsock *v)
 	 */
 	v->tx_kick = true;
 	worker__wake(v->wake_fd, v->vdev.name, "wake");
-	return evloop__start(&v->loop, &vsock_loop_ops, v);
+	return evloop__start(&v->loop, &vsock_loop_ops, v, filter);
 }
 
 int vsock__attach_stream(struct vsock *v, int fd)

@@ -11,6 +11,8 @@
 #include "devices/virtio/guest-mem.h"
 #include "lib/log.h"
 
+struct sock_fprog; /* lib/thread-filter.h */
+
 /*
  * virtio-vsock (virtio 1.1, section 5.10), stream sockets only, with the
  * host side on Unix stream sockets (the Firecracker convention):
@@ -75,7 +77,7 @@ struct virtio_device *vsock__device(struct vsock *v);
  * Starts the event loop thread. Call it once the thread may run: it
  * inherits the caller's seccomp filter.
  */
-int __must_check vsock__start(struct vsock *v);
+int __must_check vsock__start(struct vsock *v, const struct sock_fprog *filter);
 /*
  * Treat fd, a connected stream socket, like a client accepted on the
  * listening socket: it is expected to write "CONNECT <port>\n". Any

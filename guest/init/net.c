@@ -248,9 +248,11 @@ static int write_all(const char *path, int flags, const char *text)
  * takes a bind mount; a persistent one keeps its file as it was). Else
  * (the initramfs, or a root without the file) a new file, which needs a
  * writable /etc; through a dangling symlink (systemd-resolved's) only if
- * the directory it points into exists. 0, or -errno, reported.
+ * the directory it points into exists. 0, or -errno, reported; with
+ * optional, a read-only root without the file is left so, quietly.
  */
-static int etc_file(const char *path, const char *run, const char *text)
+static int etc_file(const char *path, const char *run, const char *text,
+		    bool optional)
 {
 	char msg[96];
 	int ret;
@@ -268,6 +270,8 @@ static int etc_file(const char *path, const char *run, const char *text)
 		ret = -errno;
 	else
 		ret = write_all(path, O_CREAT | O_TRUNC, text);
+	if (ret == -EROFS && optional)
+		return 0;
 	if (ret) {
 		snprintf(msg, sizeof(msg), "cannot write %s", path);
 		warn_net(msg, -ret);
@@ -281,7 +285,7 @@ int init_net__resolv_conf(const struct init_net *n)
 
 	inet_ntop(AF_INET, &n->dns, addr, sizeof(addr));
 	snprintf(line, sizeof(line), "nameserver %s\n", addr);
-	return etc_file(INIT_NET_RESOLV_CONF, INIT_NET_RESOLV_RUN, line);
+	return etc_file(INIT_NET_RESOLV_CONF, INIT_NET_RESOLV_RUN, line, false);
 }
 
 /*
@@ -331,9 +335,9 @@ int init_net__hostname_files(const char *hostname)
 	int ret, ret2 = -ENOMEM;
 
 	snprintf(line, sizeof(line), "%s\n", hostname);
-	ret = etc_file(INIT_NET_HOSTNAME, INIT_NET_HOSTNAME_RUN, line);
+	ret = etc_file(INIT_NET_HOSTNAME, INIT_NET_HOSTNAME_RUN, line, true);
 	if (hosts)
-		ret2 = etc_file(INIT_NET_HOSTS, INIT_NET_HOSTS_RUN, hosts);
+		ret2 = etc_file(INIT_NET_HOSTS, INIT_NET_HOSTS_RUN, hosts, true);
 	free(hosts);
 	return ret ? ret : ret2;
 }

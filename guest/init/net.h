@@ -49,7 +49,9 @@ int init_net__resolv_conf(const struct init_net *n);
  * root's own file with its 127.0.1.1 lines replaced), so that
  * `hostname -f` and sudo find it. Each as resolv.conf is: bound over
  * the root's own from /run/kiln (read-only and persistent roots keep
- * theirs), else a new file. 0, or the first -errno, reported.
+ * theirs), else a new file; a read-only root without them is left
+ * without them, quietly (nothing there names the host). 0, or the first
+ * -errno, reported.
  */
 int init_net__hostname_files(const char *hostname);
 

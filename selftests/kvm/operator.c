@@ -6,8 +6,10 @@
  * giving exactly the config facts vm.facts gives on the running VM for
  * the same options, a detached VM's console log next to its control
  * socket holding the boot's output, and the console log stopping at its
- * cap however much the guest prints. The initramfs guest (busybox) with
- * the agent; KILN_VMMCTL names the client (build/vmmctl).
+ * cap however much the guest prints, and vm.metrics' counters moving with
+ * a known workload (N execs, M bytes written to a bind and a memory
+ * mount) in vmmctl metrics and in the --metrics file. The initramfs guest
+ * (busybox) with the agent; KILN_VMMCTL names the client (build/vmmctl).
  */
 #include <jansson.h>
 #include <stdlib.h>
@@ -23,6 +25,8 @@
 #define CONSOLE_CAP  16384 /* --console-log-max-bytes in the cap test */
 #define CONSOLE_KEEP 2
 #define PRINTED	     100000 /* bytes the guest prints at the cap */
+#define METRIC_EXECS 5	     /* execs in the metrics test */
+#define METRIC_BYTES (1 << 20) /* bytes it writes to each mount */
 
 struct vm {
 	char dir[64];
@@ -294,7 +298,7 @@ TEST_TIMEOUT(hostname_and_cwd_given, BOOT_TIMEOUT)
 					  ARGS(v.sock, "--", "cat",
 					       "/etc/hosts"),
 					  &r),
-			       "127.0.1.1\tagent-42\n"));
+			       "127.0.1.1\tagent-42"));
 	EXPECT_STREQ("/workspace",
 		     guest_line(_metadata, &v, ARGS(v.sock, "--", "pwd"), &r));
 	EXPECT_STREQ("/tmp",
@@ -478,6 +482,207 @@ TEST_TIMEOUT(console_log_stops_at_its_cap, BOOT_TIMEOUT)
 	}
 	EXPECT_LE(total, (CONSOLE_KEEP + 1) * CONSOLE_CAP);
 	EXPECT_LT(total, PRINTED);
+	vm_cleanup(&v);
+}
+
+/* vmmctl metrics: the object, or NULL. */
+static json_t *metrics(struct __test_metadata *_metadata, struct vm *v)
+{
+	struct spawn_result r;
+
+	if (ctl(v, ARGS("metrics", v->sock), &r) || r.status) {
+		TH_LOG("vmmctl metrics: exit %d, err %.300s", r.status, r.err);
+		return NULL;
+	}
+	return json_loads(r.out, 0, NULL);
+}
+
+static json_int_t jint(const json_t *o, const char *member, const char *key)
+{
+	if (member)
+		o = json_object_get(o, member);
+	return json_integer_value(json_object_get(o, key));
+}
+
+/* The device object of the virtio-fs device for the mount at guest. */
+static const json_t *mount_dev(const json_t *m, const char *guest)
+{
+	const json_t *d;
+	size_t i;
+
+	json_array_foreach(json_object_get(m, "devices"), i, d)
+	{
+		const char *at =
+			json_string_value(json_object_get(d, "mount"));
+
+		if (at && !strcmp(at, guest))
+			return d;
+	}
+	return NULL;
+}
+
+/* Every vCPU's exits, all kinds. */
+static json_int_t all_exits(const json_t *m)
+{
+	json_int_t n = 0;
+	const json_t *c;
+	size_t i;
+
+	json_array_foreach(json_object_get(m, "vcpus"), i, c)
+		n += jint(json_object_get(c, "exits"), NULL, "total");
+	return n;
+}
+
+/*
+ * The --metrics file's lines from byte `from` on, each parsed (NULL: a
+ * line that is not JSON); *n receives how many.
+ */
+static json_t **file_lines(const char *path, long long from, size_t *n)
+{
+	size_t len, cap = 0;
+	json_t **lines = NULL;
+	char *text = slurp(path, &len), *p, *nl;
+
+	*n = 0;
+	if (!text || (size_t)from > len) {
+		free(text);
+		return NULL;
+	}
+	for (p = text + from; (nl = strchr(p, '\n')); p = nl + 1) {
+		*nl = '\0';
+		if (*n == cap) {
+			cap = cap ? 2 * cap : 64;
+			lines = realloc(lines, cap * sizeof(*lines));
+			if (!lines)
+				abort();
+		}
+		lines[(*n)++] = json_loads(p, 0, NULL);
+	}
+	free(text);
+	return lines;
+}
+
+static void free_lines(json_t **lines, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		json_decref(lines[i]);
+	free(lines);
+}
+
+/*
+ * N execs make the agent's exec count exactly N higher; M bytes written
+ * by dd to a bind mount add at least M to that device's bytes from the
+ * guest, and to a memory mount at least M to its bytes in use; the vCPUs
+ * exited and ran. The --metrics file meanwhile gets lines, each one
+ * whole JSON, counters never going back, the ones after the workload
+ * showing it (waited for, not timed), the last one written at the end.
+ */
+TEST_TIMEOUT(metrics_move_with_a_known_workload, BOOT_TIMEOUT)
+{
+	char file[160], share[160], mount[200], dd[160];
+	json_t *m0, *m1, **lines;
+	const json_t *d0, *d1;
+	long long before_size;
+	struct spawn_result r;
+	json_int_t execs0;
+	size_t n, i;
+	struct vm v;
+	bool seen;
+
+	if (!can_boot(_metadata))
+		return;
+	vm_paths(&v);
+	snprintf(file, sizeof(file), "%s/metrics.jsonl", v.dir);
+	snprintf(share, sizeof(share), "%s/share", v.dir);
+	ASSERT_EQ(0, mkdir(share, 0755));
+	snprintf(mount, sizeof(mount), "/mnt/share=bind:%s", share);
+	ASSERT_TRUE(vm_start(_metadata, &v,
+			     ARGS("--mount", mount, "--mount",
+				  "/mnt/mem=memory:8MiB", "--metrics", file,
+				  "--metrics-interval-ms", "100"),
+			     false));
+	/* A line exists before the workload (waited for). */
+	for (i = 0; i < 600 && file_size(file) <= 0; i++)
+		usleep(100000);
+	before_size = file_size(file);
+	ASSERT_LT(0, before_size);
+
+	m0 = metrics(_metadata, &v);
+	ASSERT_NE(NULL, m0);
+	/* vmmctl exec streams its output: each is a "spawn" to the API. */
+	execs0 = jint(m0, "agent", "spawns");
+	for (i = 0; i < METRIC_EXECS; i++) {
+		CTL(&v, &r, "exec", v.sock, "--", "true");
+		EXPECT_EQ(0, r.status);
+	}
+	m1 = metrics(_metadata, &v);
+	ASSERT_NE(NULL, m1);
+	EXPECT_EQ(execs0 + METRIC_EXECS, jint(m1, "agent", "spawns"));
+	EXPECT_EQ(jint(m0, "agent", "exits") + METRIC_EXECS,
+		  jint(m1, "agent", "exits"));
+	EXPECT_LE(jint(m0, "agent", "connections") + METRIC_EXECS,
+		  jint(m1, "agent", "connections"));
+	json_decref(m1);
+
+	snprintf(dd, sizeof(dd),
+		 "dd if=/dev/zero of=/mnt/share/f bs=65536 count=%d && "
+		 "dd if=/dev/zero of=/mnt/mem/f bs=65536 count=%d && sync",
+		 METRIC_BYTES / 65536, METRIC_BYTES / 65536);
+	CTL(&v, &r, "exec", v.sock, "--", "sh", "-c", dd);
+	EXPECT_EQ(0, r.status);
+	m1 = metrics(_metadata, &v);
+	ASSERT_NE(NULL, m1);
+	d0 = mount_dev(m0, "/mnt/share");
+	d1 = mount_dev(m1, "/mnt/share");
+	ASSERT_NE(NULL, d0);
+	ASSERT_NE(NULL, d1);
+	EXPECT_STREQ("virtio-fs", json_string_value(json_object_get(d1, "type")));
+	EXPECT_LE(jint(d0, NULL, "bytesFromGuest") + METRIC_BYTES,
+		  jint(d1, NULL, "bytesFromGuest"));
+	EXPECT_LT(jint(d0, NULL, "requests"), jint(d1, NULL, "requests"));
+	d1 = mount_dev(m1, "/mnt/mem");
+	ASSERT_NE(NULL, d1);
+	EXPECT_LE(METRIC_BYTES, jint(d1, "memory", "bytes"));
+	EXPECT_EQ(8 << 20, jint(d1, "memory", "limitBytes"));
+	EXPECT_LT(all_exits(m0), all_exits(m1));
+	EXPECT_LT(0, jint(json_array_get(json_object_get(m1, "vcpus"), 0),
+			  NULL, "cpuNs"));
+	EXPECT_LT(0, jint(m1, "process", "anonBytes"));
+	EXPECT_LE(jint(m1, "process", "anonBytes"),
+		  jint(m1, "process", "rssBytes"));
+
+	/* A line showing the execs follows the size taken before them. */
+	seen = false;
+	for (i = 0; i < 600 && !seen; i++) {
+		lines = file_lines(file, before_size, &n);
+		for (size_t j = 0; j < n && !seen; j++)
+			seen = jint(lines[j], "agent", "spawns") >=
+			       execs0 + METRIC_EXECS;
+		free_lines(lines, n);
+		if (!seen)
+			usleep(100000);
+	}
+	EXPECT_TRUE(seen);
+	EXPECT_EQ(0, vm_stop(&v));
+
+	/* Whole lines, never going back; the last has everything. */
+	lines = file_lines(file, 0, &n);
+	ASSERT_LE(2, n);
+	for (i = 0; i < n; i++) {
+		ASSERT_NE(NULL, lines[i]) TH_LOG("line %zu is not JSON", i);
+		if (!i)
+			continue;
+		EXPECT_LE(jint(lines[i - 1], "agent", "spawns"),
+			  jint(lines[i], "agent", "spawns"));
+		EXPECT_LE(all_exits(lines[i - 1]), all_exits(lines[i]));
+	}
+	EXPECT_LE(execs0 + METRIC_EXECS + 1,
+		  jint(lines[n - 1], "agent", "spawns"));
+	EXPECT_LT(jint(lines[0], "agent", "spawns"),
+		  jint(lines[n - 1], "agent", "spawns"));
+	free_lines(lines, n);
+	json_decref(m0);
+	json_decref(m1);
 	vm_cleanup(&v);
 }
 

@@ -864,7 +864,7 @@ static void put_conform_fixtures(struct __test_metadata *_metadata,
  * tools/fs-example-server. Each Kiln mount must pass whatever ext4
  * passes, but for conform_differences[].
  */
-TEST_TIMEOUT(posix_conformance_against_ext4, BOOT_TIMEOUT)
+TEST_TIMEOUT(posix_conformance_against_ext4, 3 * BOOT_TIMEOUT)
 {
 	static struct conform_run run; /* ~100 KiB: not on the stack */
 	char helper[300], cmd[700], desc[300], rw[400], ro[400], mem[64],

@@ -149,6 +149,12 @@ static void on_status(void *opaque, json_t *st)
 			    net_status__json(&test_stats, egress, NULL));
 }
 
+/* The monitor's members of vm.metrics: here one marker. */
+static void on_metrics(void *opaque, json_t *m)
+{
+	json_object_set_new(m, "test", json_true());
+}
+
 /* As the monitor does: the whole policy parsed, or the old one kept. */
 static int on_set_policy(void *opaque, json_t *policy, char *err, size_t len)
 {
@@ -225,6 +231,7 @@ static int server_start_api(struct server *s, unsigned int agent_timeout_ms)
 		.config_facts = facts,
 		.shutdown = on_shutdown,
 		.status = on_status,
+		.metrics = on_metrics,
 		.set_policy = on_set_policy,
 		.pause = on_pause,
 		.resume = on_resume,
@@ -237,7 +244,7 @@ static int server_start_api(struct server *s, unsigned int agent_timeout_ms)
 
 	json_decref(facts);
 	if (!ret)
-		ret = api__start(s->api);
+		ret = api__start(s->api, NULL);
 	return ret;
 }
 
@@ -632,6 +639,58 @@ TEST_F(srv, exec_round_trip)
 	EXPECT_EQ(API_E_ERRNO, err_code(m));
 	EXPECT_STREQ("ENOENT", err_errno(m));
 	json_decref(m);
+}
+
+static json_t *agent_metrics(struct tc *t, json_int_t id)
+{
+	json_t *m = tc_call(t, id, "vm.metrics", NULL);
+	json_t *agent;
+
+	if (!m)
+		return NULL;
+	agent = json_incref(json_object_get(result(m), "agent"));
+	json_decref(m);
+	return agent;
+}
+
+/*
+ * vm.metrics: the API's agent counters move with a known workload (N
+ * execs, one that cannot start, one spawn), and the monitor's members
+ * are added.
+ */
+TEST_F(srv, metrics_count_execs)
+{
+	const unsigned int n = 5;
+	json_t *m, *a0, *a1;
+
+	m = tc_call(&self->t, 1, "vm.metrics", NULL);
+	ASSERT_TRUE(m != NULL);
+	EXPECT_TRUE(json_is_true(json_object_get(result(m), "test")));
+	json_decref(m);
+	a0 = agent_metrics(&self->t, 2);
+	ASSERT_TRUE(json_is_object(a0));
+	for (unsigned int i = 0; i < n; i++) {
+		m = tc_call(&self->t, 10 + i, "exec",
+			    json_pack("{s:[s]}", "argv", "true"));
+		ASSERT_TRUE(m != NULL);
+		EXPECT_EQ(0, res_int(m, "exitCode"));
+		json_decref(m);
+	}
+	/* Refused by the guest: a connection, but no process. */
+	m = tc_call(&self->t, 20, "exec",
+		    json_pack("{s:[s]}", "argv", "/no/such/command"));
+	ASSERT_TRUE(m != NULL);
+	EXPECT_EQ(API_E_ERRNO, err_code(m));
+	json_decref(m);
+	a1 = agent_metrics(&self->t, 21);
+	ASSERT_TRUE(json_is_object(a1));
+	EXPECT_EQ(jint(a0, NULL, "execs") + n, jint(a1, NULL, "execs"));
+	EXPECT_EQ(jint(a0, NULL, "exits") + n, jint(a1, NULL, "exits"));
+	EXPECT_EQ(jint(a0, NULL, "spawns"), jint(a1, NULL, "spawns"));
+	EXPECT_LE(jint(a0, NULL, "connections") + n + 1,
+		  jint(a1, NULL, "connections"));
+	json_decref(a0);
+	json_decref(a1);
 }
 
 /*
@@ -1617,7 +1676,7 @@ static int vsock_api(FIXTURE_DATA(vsock) * self, unsigned int port)
 	int ret = api__create(&self->s.api, &p);
 
 	if (!ret)
-		ret = api__start(self->s.api);
+		ret = api__start(self->s.api, NULL);
 	return ret ?: tc_open(&self->t, self->s.api_sock);
 }
 

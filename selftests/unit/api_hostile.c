@@ -92,7 +92,7 @@ static int server_start(struct server *s)
 	snprintf(s->agent_sock, sizeof(s->agent_sock), "%s/agent.sock", s->dir);
 	snprintf(s->marker, sizeof(s->marker), "%s/poweroff", s->dir);
 	ret = api__create(&s->api, &p);
-	return ret ?: api__start(s->api);
+	return ret ?: api__start(s->api, NULL);
 }
 
 static void server_stop(struct server *s)

@@ -435,7 +435,7 @@ static void start(struct __test_metadata *_metadata, FIXTURE_DATA(dns) * self,
 	p.policy = self->policy;
 	ASSERT_EQ(0, dns__create(&self->dns, &p, err, sizeof(err)))
 	TH_LOG("%s", err);
-	ASSERT_EQ(0, dns__start(self->dns));
+	ASSERT_EQ(0, dns__start(self->dns, NULL));
 }
 
 static bool bound(FIXTURE_DATA(dns) * self, const char *host, const char *addr)

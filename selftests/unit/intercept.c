@@ -173,23 +173,23 @@ static void tls_teardown(struct test_tls *t)
 }
 
 /*
- * The proxy's thread under the vmm's own seccomp filter (vmm/seccomp.c:
- * opening a file is EACCES, a syscall it does not list ends the process
- * with status 125), as in a VM with a network, its netns thread made
- * before it and not under it: started from a thread that installs the
- * filter first (on itself and what it starts, not the test's thread).
+ * The proxy's thread under the vmm's own seccomp filter for it
+ * (vmm/seccomp.c, SECCOMP_THREAD_EGRESS: opening a file is EACCES, a
+ * syscall it does not list ends the process with status 125), as in a VM
+ * with a network, its netns thread made before it and not under it; the
+ * filter is the proxy thread's alone, not the test's thread's.
  */
-static void *start_filtered(void *arg)
+static int start_filtered(struct proxy *p)
 {
-	const struct seccomp_needs needs = { .net = true,
-					     .proxy = true,
-					     .dns = true };
-	struct proxy *p = arg;
-	int ret = seccomp__install(&needs);
+	const struct seccomp_needs needs = { .net = true };
+	struct seccomp_filters *f = NULL;
+	int ret = seccomp__build(&f, &needs);
 
 	if (!ret)
-		ret = proxy__start(p);
-	return (void *)(intptr_t)ret;
+		ret = proxy__start(p,
+				   seccomp__filter(f, SECCOMP_THREAD_EGRESS));
+	seccomp__destroy(f);
+	return ret;
 }
 
 static void proxy_up(struct __test_metadata *_metadata, FIXTURE_DATA(ic) * self,
@@ -208,8 +208,6 @@ static void proxy_up(struct __test_metadata *_metadata, FIXTURE_DATA(ic) * self,
 			 .client = self->tls.proxy_cli },
 	};
 	char err[256] = "";
-	pthread_t th;
-	void *ret;
 
 	p.netns_fd = self->net.vm_ns;
 	p.decide_opaque = &self->policy;
@@ -218,12 +216,10 @@ static void proxy_up(struct __test_metadata *_metadata, FIXTURE_DATA(ic) * self,
 	ASSERT_EQ(0, proxy__create(&self->proxy, &p, err, sizeof(err)))
 	TH_LOG("%s", err);
 	if (!filtered) {
-		ASSERT_EQ(0, proxy__start(self->proxy));
+		ASSERT_EQ(0, proxy__start(self->proxy, NULL));
 		return;
 	}
-	ASSERT_EQ(0, pthread_create(&th, NULL, start_filtered, self->proxy));
-	ASSERT_EQ(0, pthread_join(th, &ret));
-	ASSERT_EQ(0, (intptr_t)ret);
+	ASSERT_EQ(0, start_filtered(self->proxy));
 }
 
 FIXTURE_SETUP(ic)

@@ -144,7 +144,7 @@ FIXTURE_SETUP(px)
 	p.egress.guest.s_addr = ip4(VMNET_GUEST);
 	ASSERT_EQ(0, proxy__create(&self->proxy, &p, err, sizeof(err)))
 	TH_LOG("%s", err);
-	ASSERT_EQ(0, proxy__start(self->proxy));
+	ASSERT_EQ(0, proxy__start(self->proxy, NULL));
 }
 
 FIXTURE_TEARDOWN(px)
@@ -361,16 +361,18 @@ static bool bulk_one_way(int from, int to, uint8_t seed)
 	return true;
 }
 
-static void *start_filtered(void *arg)
+/* The proxy's thread under the vmm's own egress filter. */
+static int start_filtered(struct proxy *p)
 {
-	const struct seccomp_needs needs = { .net = true,
-					     .proxy = true,
-					     .dns = true };
-	int ret = seccomp__install(&needs);
+	const struct seccomp_needs needs = { .net = true };
+	struct seccomp_filters *f = NULL;
+	int ret = seccomp__build(&f, &needs);
 
 	if (!ret)
-		ret = proxy__start(arg);
-	return (void *)(intptr_t)ret;
+		ret = proxy__start(p,
+				   seccomp__filter(f, SECCOMP_THREAD_EGRESS));
+	seccomp__destroy(f);
+	return ret;
 }
 
 /*
@@ -391,8 +393,6 @@ TEST_F_TIMEOUT(px, tcp_bulk_relay_through_pipes_under_the_filter, 120)
 	unsigned int before;
 	struct proxy_stats s;
 	char err[256] = "";
-	pthread_t th;
-	void *ret;
 	int g, conn;
 
 	proxy__destroy(self->proxy);
@@ -402,9 +402,7 @@ TEST_F_TIMEOUT(px, tcp_bulk_relay_through_pipes_under_the_filter, 120)
 	p.egress.guest.s_addr = ip4(VMNET_GUEST);
 	ASSERT_EQ(0, proxy__create(&self->proxy, &p, err, sizeof(err)))
 	TH_LOG("%s", err);
-	ASSERT_EQ(0, pthread_create(&th, NULL, start_filtered, self->proxy));
-	ASSERT_EQ(0, pthread_join(th, &ret));
-	ASSERT_EQ(0, (intptr_t)ret);
+	ASSERT_EQ(0, start_filtered(self->proxy));
 
 	before = pipes_open();
 	g = proxyfix__guest_connect(_metadata, &self->net, ALLOWED, TCP_PORT);

@@ -1,19 +1,29 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * The vmm's seccomp filter (vmm/seccomp.c) from a child process: the
- * clocks work as raw system calls (what the vDSO falls back to on a host
- * whose clocksource it cannot read, such as the nested harness, where
- * wolfSSL's gettimeofday() once ended a VM), a call the filter does
- * not list ends the process with status 125, the console log rotates
- * under it by its directory's descriptor, which no other rename may use,
- * and a snapshot is written under it (with `snapshot`) while every other
- * open still fails with EACCES.
+ * The vmm's seccomp filters (vmm/seccomp.c), one per thread type, from
+ * child processes: the clocks work as raw system calls for every type
+ * (what the vDSO falls back to on a host whose clocksource it cannot
+ * read, such as the nested harness, where wolfSSL's gettimeofday() once
+ * ended a VM), a call a filter does not list ends the process with
+ * status 125, no thread makes a new io_uring, a device loop's thread
+ * cannot open a file while the thread that started it can (per-thread
+ * filters), a ring made before the filter refuses OPENAT and SOCKET
+ * (io_uring cannot get around the filter: issue 15), and the console
+ * log rotates under the vCPU filter by its directory's descriptor, which
+ * no other rename may use, and with a control socket a snapshot is
+ * written under the API thread's filter, and no other's, while every
+ * other open still fails with EACCES.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <linux/kvm.h>
+#include <linux/openat2.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
@@ -21,6 +31,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "lib/compiler.h"
+#include "lib/evloop.h"
+#include "lib/thread-filter.h"
 #include "selftests/kselftest.h"
 #include "vmm/console-log.h"
 #include "vmm/seccomp.h"
@@ -28,17 +41,21 @@
 
 #define FILTERED_EXIT 125 /* vmm/seccomp.c: a blocked call */
 
-/* A child under the filter running fn; its wait status. */
-static int filtered(int (*fn)(void))
+static const char *const type_names[SECCOMP_NR_THREADS] = {
+	[SECCOMP_THREAD_MAIN] = "main",	    [SECCOMP_THREAD_VCPU] = "vcpu",
+	[SECCOMP_THREAD_DEVICE] = "device", [SECCOMP_THREAD_FS] = "fs",
+	[SECCOMP_THREAD_API] = "api",	    [SECCOMP_THREAD_EGRESS] = "egress",
+};
+
+/* A child under type's filter (a VM with everything) running fn. */
+static int filtered(enum seccomp_thread type, int (*fn)(void))
 {
-	const struct seccomp_needs needs = { .net = true,
-					     .proxy = true,
-					     .dns = true };
+	const struct seccomp_needs needs = { .net = true, .fs_bind = true };
 	int status;
 	pid_t pid = fork();
 
 	if (pid == 0) {
-		if (seccomp__install(&needs))
+		if (seccomp__install(&needs, type))
 			_exit(2);
 		_exit(fn());
 	}
@@ -71,20 +88,182 @@ static int unlisted_call(void)
 	return 0;
 }
 
+/* Every thread may use the rings there are, none may make one. */
+static int new_ring(void)
+{
+	struct io_uring_params p = { 0 };
+
+	syscall(__NR_io_uring_setup, 4, &p);
+	return 0;
+}
+
 TEST(clocks_as_raw_system_calls_pass)
 {
-	int status = filtered(raw_clocks);
+	for (unsigned int t = 0; t < SECCOMP_NR_THREADS; t++) {
+		int status = filtered(t, raw_clocks);
 
-	ASSERT_TRUE(WIFEXITED(status)) TH_LOG("status %#x", status);
-	EXPECT_EQ(0, WEXITSTATUS(status));
+		ASSERT_TRUE(WIFEXITED(status))
+		TH_LOG("%s: status %#x", type_names[t], status);
+		EXPECT_EQ(0, WEXITSTATUS(status)) TH_LOG("%s", type_names[t]);
+	}
 }
 
 TEST(an_unlisted_call_ends_the_process)
 {
-	int status = filtered(unlisted_call);
+	for (unsigned int t = 0; t < SECCOMP_NR_THREADS; t++) {
+		int status = filtered(t, unlisted_call);
 
+		ASSERT_TRUE(WIFEXITED(status))
+		TH_LOG("%s: status %#x", type_names[t], status);
+		EXPECT_EQ(FILTERED_EXIT, WEXITSTATUS(status))
+		TH_LOG("%s", type_names[t]);
+	}
+}
+
+TEST(no_thread_makes_a_new_ring)
+{
+	for (unsigned int t = 0; t < SECCOMP_NR_THREADS; t++) {
+		int status = filtered(t, new_ring);
+
+		ASSERT_TRUE(WIFEXITED(status))
+		TH_LOG("%s: status %#x", type_names[t], status);
+		EXPECT_EQ(FILTERED_EXIT, WEXITSTATUS(status))
+		TH_LOG("%s", type_names[t]);
+	}
+}
+
+/* ---- per-thread filters --------------------------------------------- */
+
+static const char secret[] = "/etc/passwd"; /* readable, and a host file */
+
+/* On a thread under the device-loop filter: 0 if open() failed EACCES. */
+static void *device_open(void *arg)
+{
+	(void)arg;
+	if (open(secret, O_RDONLY | O_CLOEXEC) >= 0)
+		return (void *)1;
+	return (void *)(intptr_t)(errno == EACCES ? 0 : 2);
+}
+
+/* The same thread type, by openat2 (the fs threads' call): a trap. */
+static void *device_openat2(void *arg)
+{
+	struct open_how how = { .flags = O_RDONLY | O_CLOEXEC };
+
+	(void)arg;
+	syscall(SYS_openat2, AT_FDCWD, secret, &how, sizeof(how));
+	return (void *)3;
+}
+
+static int per_thread_child(void)
+{
+	/* A VM with a bind mount: the virtio-fs threads may openat2. */
+	const struct seccomp_needs needs = { .fs_bind = true };
+	struct seccomp_filters *f = NULL;
+	const struct sock_fprog *device;
+	pthread_t t;
+	void *res;
+	int fd;
+
+	if (seccomp__build(&f, &needs))
+		return 10;
+	device = seccomp__filter(f, SECCOMP_THREAD_DEVICE);
+	if (thread_filter__spawn(&t, device, device_open, NULL) ||
+	    pthread_join(t, &res))
+		return 11;
+	if (res)
+		return 12 + (int)(intptr_t)res; /* 13: opened; 14: errno */
+	/* The filter is that thread's alone (no TSYNC): this one opens. */
+	fd = open(secret, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 15;
+	close(fd);
+	if (thread_filter__spawn(&t, device, device_openat2, NULL) ||
+	    pthread_join(t, &res))
+		return 16;
+	return 17; /* openat2 returned: not trapped */
+}
+
+/*
+ * A device loop's thread cannot open a host file, by open() (EACCES) or
+ * by openat2() (the trap), even in a VM whose virtio-fs threads may; the
+ * thread that started it, not under its filter, still can.
+ */
+TEST(a_device_loop_thread_cannot_open_a_file)
+{
+	int status;
+	pid_t pid = fork();
+
+	ASSERT_LE(0, pid);
+	if (pid == 0)
+		_exit(per_thread_child());
+	ASSERT_EQ(pid, waitpid(pid, &status, 0));
 	ASSERT_TRUE(WIFEXITED(status)) TH_LOG("status %#x", status);
 	EXPECT_EQ(FILTERED_EXIT, WEXITSTATUS(status));
+}
+
+/* ---- the rings ------------------------------------------------------ */
+
+/* One submission on l's ring, its completion's result. */
+static int ring_result(struct evloop *l, struct io_uring_sqe *sqe)
+{
+	struct io_uring *ring = evloop__ring(l);
+	struct io_uring_cqe *cqe;
+	int res;
+
+	(void)sqe;
+	if (io_uring_submit(ring) != 1 || io_uring_wait_cqe(ring, &cqe))
+		return INT_MIN;
+	res = cqe->res;
+	io_uring_cqe_seen(ring, cqe);
+	return res;
+}
+
+/*
+ * Under the device-loop filter, with a ring made before it (as every
+ * ring is) that declared no opcode: the forbidden syscall and the ring's
+ * OPENAT and SOCKET all fail.
+ */
+static int ring_child(void)
+{
+	const struct evloop_params p = { .sq_entries = 4 };
+	const struct seccomp_needs needs = { 0 };
+	struct io_uring_sqe *sqe;
+	struct evloop l;
+	int res;
+
+	evloop__init(&l, "test");
+	if (evloop__open(&l, &p))
+		return 10;
+	if (seccomp__install(&needs, SECCOMP_THREAD_DEVICE))
+		return 11;
+	if (open(secret, O_RDONLY | O_CLOEXEC) >= 0 || errno != EACCES)
+		return 12;
+	sqe = evloop__get_sqe(&l);
+	io_uring_prep_openat(sqe, AT_FDCWD, secret, O_RDONLY | O_CLOEXEC, 0);
+	res = ring_result(&l, sqe);
+	if (res != -EACCES)
+		return res >= 0 ? 13 : 14; /* 13: the ring opened it */
+	sqe = evloop__get_sqe(&l);
+	io_uring_prep_socket(sqe, AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0, 0);
+	res = ring_result(&l, sqe);
+	if (res != -EACCES)
+		return res >= 0 ? 15 : 16; /* 15: an AF_INET socket */
+	evloop__exit(&l);
+	return 0;
+}
+
+TEST(a_restricted_ring_refuses_openat_and_socket_under_the_filter)
+{
+	int status;
+	pid_t pid = fork();
+
+	ASSERT_LE(0, pid);
+	if (pid == 0)
+		_exit(ring_child());
+	ASSERT_EQ(pid, waitpid(pid, &status, 0));
+	ASSERT_TRUE(WIFEXITED(status)) TH_LOG("status %#x", status);
+	EXPECT_EQ(0, WEXITSTATUS(status));
 }
 
 /* The console log of console_log_child, opened before its filter. */
@@ -102,7 +281,8 @@ static int console_log_child(void)
 			      sizeof(err)))
 		return 3;
 	needs.console_log_dirfd = console_log__dirfd(l);
-	if (seccomp__install(&needs))
+	/* The vCPU thread writes the UART's bytes, so rotates the log. */
+	if (seccomp__install(&needs, SECCOMP_THREAD_VCPU))
 		return 2;
 	memset(line, 'z', sizeof(line) - 1);
 	line[sizeof(line) - 1] = '\n';
@@ -141,22 +321,43 @@ TEST(console_log_rotates_under_the_filter_and_only_there)
 	rmdir(dir);
 }
 
-/* The snapshot directory of snapshot_child. */
+/* ---- vm.snapshot ------------------------------------------------------ */
+
+/* The snapshot directory of the children below. */
 static char snap_path[96];
 
-/* A whole snapshot, the way vmm/snapshot.c writes one, under the filter. */
-static int snapshot_child(bool allowed)
+/* vm.snapshot's reads of the KVM state (vmm/snapshot.c, vcpu__save). */
+static const unsigned long kvm_state_ioctls[] = {
+	KVM_GET_MP_STATE,    KVM_GET_REGS,	KVM_GET_SREGS,
+	KVM_GET_FPU,	     KVM_GET_XSAVE,	KVM_GET_XSAVE2,
+	KVM_GET_XCRS,	     KVM_GET_MSRS,	KVM_GET_LAPIC,
+	KVM_GET_VCPU_EVENTS, KVM_GET_DEBUGREGS, KVM_GET_CPUID2,
+	KVM_GET_TSC_KHZ,     KVM_GET_IRQCHIP,	KVM_GET_PIT2,
+	KVM_GET_CLOCK,
+};
+
+/*
+ * A whole snapshot, the way vmm/snapshot.c writes one, under type's
+ * filter: the KVM reads first (on /dev/null, which answers ENOTTY once
+ * the filter let the call through), then the files.
+ */
+static int snapshot_child(enum seccomp_thread type, bool allowed)
 {
 	struct seccomp_needs needs = { .snapshot = allowed };
 	static uint8_t mem[4 * SNAP_PAGE_SIZE];
 	json_t *fields = json_object();
 	struct snap_dir d;
 	char err[256];
-	int fd;
+	int fd, null;
 
 	mem[SNAP_PAGE_SIZE + 1] = 7;
-	if (!fields || seccomp__install(&needs))
+	null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (!fields || null < 0 || seccomp__install(&needs, type))
 		return 2;
+	for (unsigned int i = 0; i < ARRAY_SIZE(kvm_state_ioctls); i++)
+		if (ioctl(null, kvm_state_ioctls[i], NULL) >= 0 ||
+		    errno != ENOTTY)
+			return 6;
 	if (snap_dir__create(&d, snap_path, err, sizeof(err)) ||
 	    snap_dir__write_part(&d, "vm.state", "vm", "state", 5, err,
 				 sizeof(err)) ||
@@ -179,15 +380,15 @@ static int snapshot_child(bool allowed)
 
 static int snapshot_allowed(void)
 {
-	return snapshot_child(true);
+	return snapshot_child(SECCOMP_THREAD_API, true);
 }
 
 static int snapshot_not_allowed(void)
 {
-	return snapshot_child(false);
+	return snapshot_child(SECCOMP_THREAD_API, false);
 }
 
-TEST(snapshot_written_under_the_filter_and_only_with_it)
+TEST(snapshot_written_under_the_api_filter_and_only_with_it)
 {
 	char dir[] = "/tmp/kiln-seccomp-XXXXXX", err[256], cmd[128];
 	json_t *m = NULL;
@@ -207,7 +408,7 @@ TEST(snapshot_written_under_the_filter_and_only_with_it)
 	TH_LOG("%s", err);
 	json_decref(m);
 
-	/* Without it, making the directory is a blocked call. */
+	/* Without a control socket, the first KVM read is a blocked call. */
 	snprintf(snap_path, sizeof(snap_path), "%s/snap2", dir);
 	pid = fork();
 	ASSERT_LE(0, pid);
@@ -219,6 +420,56 @@ TEST(snapshot_written_under_the_filter_and_only_with_it)
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
 	if (system(cmd))
 		(void)0;
+}
+
+/*
+ * Any other thread type of a VM that may snapshot: a new file's openat
+ * still fails with EACCES (the snapshot's openat rules are the API
+ * thread's alone), and a KVM read of the VM's state is a blocked call.
+ */
+static int snapshot_elsewhere(void)
+{
+	int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+
+	if (openat(AT_FDCWD, snap_path, SNAP_OPEN_NEW, SNAP_FILE_MODE) >= 0)
+		return 6;
+	if (errno != EACCES)
+		return 7;
+	if (openat(AT_FDCWD, "/tmp", SNAP_OPEN_DIR) >= 0 || errno != EACCES)
+		return 8;
+	ioctl(null, KVM_GET_CLOCK, NULL);
+	return 9;
+}
+
+TEST(snapshot_calls_are_the_api_threads_alone)
+{
+	const struct seccomp_needs needs = { .snapshot = true };
+	char dir[] = "/tmp/kiln-seccomp-XXXXXX";
+	struct stat st;
+
+	ASSERT_NE(NULL, mkdtemp(dir));
+	snprintf(snap_path, sizeof(snap_path), "%s/file", dir);
+	for (unsigned int t = 0; t < SECCOMP_NR_THREADS; t++) {
+		int status;
+		pid_t pid;
+
+		if (t == SECCOMP_THREAD_API)
+			continue;
+		pid = fork();
+		ASSERT_LE(0, pid);
+		if (pid == 0) {
+			if (seccomp__install(&needs, t))
+				_exit(2);
+			_exit(snapshot_elsewhere());
+		}
+		ASSERT_EQ(pid, waitpid(pid, &status, 0));
+		ASSERT_TRUE(WIFEXITED(status))
+		TH_LOG("%s: status %#x", type_names[t], status);
+		EXPECT_EQ(FILTERED_EXIT, WEXITSTATUS(status))
+		TH_LOG("%s", type_names[t]);
+		EXPECT_NE(0, stat(snap_path, &st)) TH_LOG("%s", type_names[t]);
+	}
+	rmdir(dir);
 }
 
 TEST_HARNESS_MAIN

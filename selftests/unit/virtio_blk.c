@@ -39,6 +39,7 @@
 #include "devices/virtio/guest-mem.h"
 #include "devices/virtio/mmio.h"
 #include "selftests/kselftest.h"
+#include "selftests/rings.h"
 #include "selftests/testutil.h"
 #include "selftests/virtio_driver.h"
 
@@ -729,7 +730,7 @@ static int tdev_open(struct tdev *t, const struct topts *o)
 		return ret;
 	t->d.vdev = virtio_blk__device(t->blk);
 	t->nr_queues = bp.nr_queues;
-	return virtio_blk__start(t->blk);
+	return virtio_blk__start(t->blk, NULL);
 }
 
 static void tdev_close(struct tdev *t)
@@ -823,6 +824,22 @@ TEST_F(blk, create_rejects)
 	t->d.vdev = NULL;
 	virtio_blk__destroy(b);
 	virtio_blk__destroy(NULL);
+}
+
+/*
+ * The device's ring, made by its real constructor, is restricted
+ * (lib/evloop.c): nothing but its opcodes, so no OPENAT or SOCKET
+ * (issue 15). Seen from outside, by descriptor.
+ */
+TEST_F(blk, its_ring_is_restricted)
+{
+	struct tdev *t = &self->t;
+	struct ring_census c;
+
+	ASSERT_EQ(0, tdev_open(t, &(struct topts){ .mode = DISK_EPHEMERAL }));
+	ASSERT_EQ(0, ring_census__take(&c));
+	EXPECT_LE(1U, c.restricted);
+	EXPECT_EQ(0U, c.unrestricted);
 }
 
 TEST_F(blk, config_writable)

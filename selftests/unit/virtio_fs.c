@@ -38,6 +38,7 @@
 #include "devices/virtio/guest-mem.h"
 #include "devices/virtio/mmio.h"
 #include "selftests/kselftest.h"
+#include "selftests/rings.h"
 #include "selftests/testutil.h"
 #include "selftests/virtio_driver.h"
 
@@ -1095,7 +1096,7 @@ static int tdev_open(struct tdev *t, enum tkind kind, unsigned int nr_queues)
 	}
 	t->d.vdev = virtio_fs__device(t->fs);
 	t->nr_vqs = nr_queues + 1;
-	return virtio_fs__start(t->fs);
+	return virtio_fs__start(t->fs, NULL);
 }
 
 FIXTURE(vfs)
@@ -1161,10 +1162,22 @@ TEST_F(vfs, create_rejects)
 	p.mem = &t->d.mem;
 	p.nr_queues = VIRTIO_FS_MAX_QUEUES;
 	ASSERT_EQ(0, virtio_fs__create(&f, &p));
-	ASSERT_EQ(0, virtio_fs__start(f));
+	ASSERT_EQ(0, virtio_fs__start(f, NULL));
 	virtio_fs__destroy(f);
 	EXPECT_TRUE(t->destroyed);
 	virtio_fs__destroy(NULL);
+}
+
+/* Its ring, by the real constructor, is restricted (issue 15). */
+TEST_F(vfs, its_ring_is_restricted)
+{
+	struct tdev *t = &self->t;
+	struct ring_census c;
+
+	ASSERT_EQ(0, tdev_open(t, T_TFS, 2));
+	ASSERT_EQ(0, ring_census__take(&c));
+	EXPECT_LE(1U, c.restricted);
+	EXPECT_EQ(0U, c.unrestricted);
 }
 
 TEST_F(vfs, config_and_features)

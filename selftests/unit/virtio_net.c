@@ -50,6 +50,7 @@
 #include "devices/virtio/net.h"
 #include "vmm/tap.h"
 #include "selftests/kselftest.h"
+#include "selftests/rings.h"
 #include "selftests/testutil.h"
 #include "selftests/virtio_driver.h"
 
@@ -634,7 +635,7 @@ static int tdev_create(struct tdev *t, unsigned int offloads, bool start)
 	if (ret)
 		return ret;
 	t->d.vdev = virtio_net__device(t->nd);
-	return start ? virtio_net__start(t->nd) : 0;
+	return start ? virtio_net__start(t->nd, NULL) : 0;
 }
 
 static void tdev_destroy(struct tdev *t)
@@ -703,6 +704,16 @@ FIXTURE_TEARDOWN(net)
 }
 
 /* ---- tests: the device -------------------------------------------------- */
+
+/* Its ring, by the real constructor, is restricted (issue 15). */
+TEST_F(net, its_ring_is_restricted)
+{
+	struct ring_census c;
+
+	ASSERT_EQ(0, ring_census__take(&c));
+	EXPECT_LE(1U, c.restricted);
+	EXPECT_EQ(0U, c.unrestricted);
+}
 
 TEST_F(net, identity_config_and_features)
 {

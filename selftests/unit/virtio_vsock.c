@@ -44,6 +44,7 @@
 #include "devices/virtio/vsock.h"
 #include "vmm/config.h"
 #include "selftests/kselftest.h"
+#include "selftests/rings.h"
 #include "selftests/testutil.h"
 #include "selftests/virtio_driver.h"
 
@@ -669,7 +670,7 @@ static int tdev_create(struct tdev *t, bool start)
 	if (ret)
 		return ret;
 	t->d.vdev = vsock__device(t->vs);
-	return start ? vsock__start(t->vs) : 0;
+	return start ? vsock__start(t->vs, NULL) : 0;
 }
 
 FIXTURE(vsock)
@@ -713,6 +714,16 @@ FIXTURE_TEARDOWN(vsock)
 }
 
 /* ---- tests: the device ----------------------------------------------------- */
+
+/* Its ring, by the real constructor, is restricted (issue 15). */
+TEST_F(vsock, its_ring_is_restricted)
+{
+	struct ring_census c;
+
+	ASSERT_EQ(0, ring_census__take(&c));
+	EXPECT_LE(1U, c.restricted);
+	EXPECT_EQ(0U, c.unrestricted);
+}
 
 TEST_F(vsock, identity_config_and_features)
 {
@@ -1559,7 +1570,7 @@ TEST_F(vsock, attach_before_start_and_connect_before_driver)
 	ASSERT_EQ(0, socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv));
 	ASSERT_EQ(0, vsock__attach_stream(t->vs, sv[0]));
 	ASSERT_TRUE(write_str(sv[1], "CONNECT 8\n"));
-	ASSERT_EQ(0, vsock__start(t->vs));
+	ASSERT_EQ(0, vsock__start(t->vs, NULL));
 	/* A host client before the driver is there: waits for it. */
 	fd = unix_connect(t->uds);
 	ASSERT_LE(0, fd);

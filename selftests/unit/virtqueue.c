@@ -407,6 +407,56 @@ TEST_F(vq, out_of_order_completion)
 }
 
 /*
+ * vm.metrics' queue counters: chains and bytes each way, in flight as
+ * taken less given back; a reset forgets what was in flight but no
+ * counter goes back.
+ */
+TEST_F(vq, stats_count_and_survive_a_reset)
+{
+	struct fake_guest *g = &self->g;
+	const struct vq_stats *st = &g->q.stats;
+	uint16_t heads[2];
+
+	/* Two blk-like requests: 16 + 512 bytes out, 1 byte in. */
+	for (int i = 0; i < 2; i++) {
+		desc(g, 2 * i, DATA_GPA + i * 0x1000, 16 + 512,
+		     VRING_DESC_F_NEXT, 2 * i + 1);
+		desc(g, 2 * i + 1, DATA_GPA + i * 0x1000 + 0x800, 1,
+		     VRING_DESC_F_WRITE, 0);
+		publish(g, 2 * i);
+	}
+	for (int i = 0; i < 2; i++) {
+		ASSERT_EQ(1, virtqueue__pop(&g->q, &g->chain));
+		heads[i] = g->chain.head;
+	}
+	EXPECT_EQ(2, st->popped);
+	EXPECT_EQ(2 * (16 + 512), st->bytes_out);
+	EXPECT_EQ(0, st->used);
+	ASSERT_EQ(0, virtqueue__push(&g->q, heads[0], 1));
+	EXPECT_EQ(1, st->used);
+	EXPECT_EQ(1, st->bytes_in);
+	/* Nothing popped, nothing counted. */
+	EXPECT_EQ(0, virtqueue__pop(&g->q, &g->chain));
+	EXPECT_EQ(2, st->popped);
+
+	/* The driver resets with heads[1] in flight. */
+	ASSERT_EQ(0, ring_setup(g, 16, false));
+	EXPECT_EQ(2, st->popped);
+	EXPECT_EQ(1, st->used);
+	EXPECT_EQ(1, st->forgotten);
+	EXPECT_EQ(2 * (16 + 512), st->bytes_out);
+	/* A reset with nothing in flight forgets nothing more. */
+	ASSERT_EQ(0, ring_setup(g, 16, false));
+	EXPECT_EQ(1, st->forgotten);
+	/* Counting goes on from there. */
+	desc(g, 0, DATA_GPA, 100, 0, 0);
+	publish(g, 0);
+	ASSERT_EQ(1, virtqueue__pop(&g->q, &g->chain));
+	EXPECT_EQ(3, st->popped);
+	EXPECT_EQ(2 * (16 + 512) + 100, st->bytes_out);
+}
+
+/*
  * Fill and flush: the elements are written at once, the index only at the
  * flush, so the driver sees a batch (a merged receive frame) whole.
  */

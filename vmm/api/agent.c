@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "lib/counter.h"
 #include "vmm/api/api-internal.h"
 
 #define API_RETRY_MS	     100 /* between attempts to reach the agent */
@@ -112,9 +113,11 @@ void agent_try_open(struct call *k, uint64_t now)
 	if (fd < 0) {
 		if (api->p.fds)
 			fd_budget__put(api->p.fds, 1);
+		counter__add(&api->counters.agent_open_failures, 1);
 		agent_retry(k, fd, now);
 		return;
 	}
+	counter__add(&api->counters.agent_connections, 1);
 	k->fd = fd;
 	if (set_nonblock(fd)) {
 		agent_retry(k, -errno, now);

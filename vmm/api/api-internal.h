@@ -170,6 +170,7 @@ struct api {
 	struct pref *refs;
 	size_t pfd_cap;
 	struct api_events events;
+	struct api_counters counters; /* lib/counter.h: this thread writes */
 	uint8_t rbuf[API_READ_CHUNK];
 };
 

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/counter.h"
 #include "vmm/api/api-internal.h"
 
 #define API_KILL_GRACE_MS 2000 /* killed group: wait for its exit */
@@ -126,6 +127,10 @@ static void proc_started(struct call *k, const uint8_t *p, size_t len)
 			kiln_tlv__u64(val, vlen, &pid);
 	k->pid = pid;
 	k->started = true;
+	counter__add(k->kind == CALL_EXEC  ? &k->api->counters.execs :
+		     k->kind == CALL_SPAWN ? &k->api->counters.spawns :
+					     &k->api->counters.ptys,
+		     1);
 	proc_event(k, "exec-started", NULL);
 	if (k->killing) /* cancelled before it started: already signalled */
 		return;
@@ -164,6 +169,7 @@ static void proc_exit(struct call *k, const uint8_t *p, size_t len)
 	json_t *res = exit_params(k, p, len);
 
 	k->done_frame = true;
+	counter__add(&k->api->counters.exits, 1);
 	if (res)
 		proc_event(k, "exec-exited", json_deep_copy(res));
 	if (k->kind == CALL_EXEC) {

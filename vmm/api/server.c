@@ -33,6 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "lib/thread-filter.h"
 #include "vmm/api/api-internal.h"
 
 #define API_AGENT_TIMEOUT_MS 10000 /* default agent_timeout_ms */
@@ -333,7 +334,7 @@ out_free:
 	return ret;
 }
 
-int api__start(struct api *api)
+int api__start(struct api *api, const struct sock_fprog *filter)
 {
 	struct rpc r = { .api = api };
 	sigset_t all, old;
@@ -351,7 +352,7 @@ int api__start(struct api *api)
 	/* Not SIGSYS: the seccomp trap must reach its handler and say why. */
 	sigdelset(&all, SIGSYS);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
-	ret = -pthread_create(&api->thread, NULL, api_thread, api);
+	ret = thread_filter__spawn(&api->thread, filter, api_thread, api);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (!ret)
 		api->started = true;

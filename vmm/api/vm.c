@@ -7,6 +7,7 @@
 #include <limits.h>
 #include <string.h>
 
+#include "lib/counter.h"
 #include "vmm/api/api-internal.h"
 
 #define API_POLICY_ERR_LEN 256 /* one line naming the key */
@@ -85,6 +86,49 @@ static void m_vm_status(struct rpc *r)
 			(json_int_t)api->nr_streams);
 	if (res && api->p.status)
 		api->p.status(api->p.opaque, res);
+	client_reply(r->c, r->id, res);
+}
+
+void api__counters(const struct api *api, struct api_counters *c)
+{
+	const struct api_counters *s;
+
+	memset(c, 0, sizeof(*c));
+	if (!api)
+		return;
+	s = &api->counters;
+	c->agent_connections = counter__get(&s->agent_connections);
+	c->agent_open_failures = counter__get(&s->agent_open_failures);
+	c->execs = counter__get(&s->execs);
+	c->spawns = counter__get(&s->spawns);
+	c->ptys = counter__get(&s->ptys);
+	c->exits = counter__get(&s->exits);
+}
+
+json_t *api__metrics_agent(const struct api *api)
+{
+	struct api_counters c;
+
+	api__counters(api, &c);
+	return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "connections",
+			 (json_int_t)c.agent_connections, "openFailures",
+			 (json_int_t)c.agent_open_failures, "execs",
+			 (json_int_t)c.execs, "spawns", (json_int_t)c.spawns,
+			 "ptys", (json_int_t)c.ptys, "exits",
+			 (json_int_t)c.exits);
+}
+
+/* The API's own member; the monitor adds the rest (api_params.metrics). */
+static void m_vm_metrics(struct rpc *r)
+{
+	struct api *api = r->api;
+	json_t *res = json_object();
+
+	if (res) {
+		json_object_set_new(res, "agent", api__metrics_agent(api));
+		if (api->p.metrics)
+			api->p.metrics(api->p.opaque, res);
+	}
 	client_reply(r->c, r->id, res);
 }
 
@@ -268,6 +312,7 @@ const struct api_method vm_methods[] = {
 	{ "facts", m_facts },
 	{ "vm.facts", m_vm_facts },
 	{ "vm.status", m_vm_status },
+	{ "vm.metrics", m_vm_metrics },
 	{ "vm.shutdown", m_vm_shutdown },
 	{ "vm.pause", m_vm_pause },
 	{ "vm.resume", m_vm_resume },
