@@ -51,6 +51,9 @@ static const char usage[] =
 	"       vmmctl status SOCK\n"
 	"       vmmctl metrics SOCK\n"
 	"       vmmctl shutdown SOCK\n"
+	"       vmmctl pause SOCK\n"
+	"       vmmctl resume SOCK\n"
+	"       vmmctl snapshot [--resume] SOCK DIR\n"
 	"       vmmctl policy SOCK FILE\n"
 	"       vmmctl events [--since N] SOCK\n"
 	"       vmmctl call SOCK METHOD [PARAMS-JSON]\n"
@@ -1015,7 +1018,10 @@ static int cmd_fs(int argc, char **argv)
 	return fflush(stdout) ? EXIT_FAILED : 0;
 }
 
-/* facts, status, shutdown, call: one request, its result as JSON. */
+/*
+ * facts, status, shutdown, pause, resume, call: one request, its result
+ * as JSON.
+ */
 static int cmd_simple(int argc, char **argv, const char *method)
 {
 	json_t *params = NULL, *res;
@@ -1042,6 +1048,44 @@ static int cmd_simple(int argc, char **argv, const char *method)
 		print_json(res);
 	json_decref(res);
 	conn_close(&c);
+	return 0;
+}
+
+/*
+ * snapshot [--resume] SOCK DIR: vm.snapshot into DIR, made absolute
+ * here (the monitor's working directory is not ours); the VM stays
+ * paused unless --resume.
+ */
+static int cmd_snapshot(int argc, char **argv)
+{
+	char cwd[PATH_MAX], *dir;
+	bool resume = false;
+	json_t *res;
+	struct conn c;
+	int i = 1;
+
+	if (argc > 1 && !strcmp(argv[1], "--resume")) {
+		resume = true;
+		i++;
+	}
+	if (argc - i != 2)
+		die(EXIT_USAGE, "snapshot: expected [--resume] SOCK DIR");
+	if (argv[i + 1][0] == '/') {
+		dir = strdup(argv[i + 1]);
+	} else {
+		if (!getcwd(cwd, sizeof(cwd)))
+			die(EXIT_VMMCTL, "getcwd: %s", strerror(errno));
+		if (asprintf(&dir, "%s/%s", cwd, argv[i + 1]) < 0)
+			dir = NULL;
+	}
+	if (!dir)
+		die(EXIT_VMMCTL, "out of memory");
+	conn_open(&c, argv[i]);
+	res = call(&c, "snapshot", "vm.snapshot",
+		   json_pack("{s:s, s:b}", "dir", dir, "resume", resume));
+	print_json(res);
+	json_decref(res);
+	free(dir);
 	return 0;
 }
 
@@ -1178,6 +1222,12 @@ int main(int argc, char **argv)
 		return cmd_simple(argc - 1, argv + 1, "vm.metrics");
 	if (!strcmp(cmd, "shutdown"))
 		return cmd_simple(argc - 1, argv + 1, "vm.shutdown");
+	if (!strcmp(cmd, "pause"))
+		return cmd_simple(argc - 1, argv + 1, "vm.pause");
+	if (!strcmp(cmd, "resume"))
+		return cmd_simple(argc - 1, argv + 1, "vm.resume");
+	if (!strcmp(cmd, "snapshot"))
+		return cmd_snapshot(argc - 1, argv + 1);
 	if (!strcmp(cmd, "policy"))
 		return cmd_policy(argc - 1, argv + 1);
 	if (!strcmp(cmd, "events"))

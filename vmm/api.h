@@ -69,6 +69,9 @@ struct sock_fprog; /* lib/thread-filter.h */
 #define API_E_ABORTED	      -32002 /* cancelled by the client */
 #define API_E_AGENT	      -32003 /* agent unreachable or lost */
 #define API_E_LIMIT	      -32004 /* a limit above was reached */
+#define API_E_VM	      -32005 /* the monitor refused or failed: data.errno */
+
+#define API_VM_ERR_LEN 512 /* vm.pause, vm.resume, vm.snapshot: one line */
 
 struct api_params {
 	const char *socket_path; /* created here (an old socket replaced) */
@@ -112,6 +115,19 @@ struct api_params {
 	 * -errno (internal error). NULL: the method is not offered.
 	 */
 	int (*set_policy)(void *opaque, json_t *policy, char *err, size_t len);
+	/*
+	 * vm.pause, vm.resume, vm.snapshot (Documentation/snapshots.md):
+	 * 0, or -errno with one line in err (answered as API_E_VM with the
+	 * errno). They run on the API thread and return once done: pausing
+	 * waits for the vCPUs and the devices' requests in flight (bounded),
+	 * a snapshot for its files. is_paused: vm.status's "state". NULL:
+	 * not offered.
+	 */
+	int (*pause)(void *opaque, char *err, size_t len);
+	int (*resume)(void *opaque, char *err, size_t len);
+	int (*snapshot)(void *opaque, const char *dir, bool resume, char *err,
+			size_t len);
+	bool (*is_paused)(void *opaque);
 	/*
 	 * Called once, on the API thread, when the agent first greets.
 	 * Non-NULL: the API also probes the agent from api__start on (one

@@ -128,6 +128,43 @@ static int set_policy_cb(void *opaque, json_t *policy, char *err, size_t len)
 	return ret;
 }
 
+/* vm.pause, vm.resume, vm.snapshot: vmm/snapshot.c, logged here. */
+static int pause_cb(void *opaque, char *err, size_t len)
+{
+	struct vm *vm = opaque;
+	int ret = vm__pause(vm, err, len);
+
+	if (!ret)
+		pr_info("vm.pause: the VM is paused");
+	return ret;
+}
+
+static int resume_cb(void *opaque, char *err, size_t len)
+{
+	struct vm *vm = opaque;
+	int ret = vm__resume(vm, err, len);
+
+	if (!ret)
+		pr_info("vm.resume: the VM runs again");
+	return ret;
+}
+
+static int snapshot_cb(void *opaque, const char *dir, bool resume, char *err,
+		       size_t len)
+{
+	struct vm *vm = opaque;
+	int ret = vm__snapshot(vm, dir, resume, err, len);
+
+	if (ret)
+		pr_warn("vm.snapshot %s: %s", dir, err);
+	return ret;
+}
+
+static bool is_paused_cb(void *opaque)
+{
+	return vm__is_paused(opaque);
+}
+
 /*
  * The agent answered: a detached start returns now. The VM then owns no
  * terminal: its console output goes nowhere.
@@ -178,6 +215,10 @@ int control__init(struct vm *vm)
 		.status = status_cb,
 		.metrics = metrics_cb,
 		.set_policy = set_policy_cb,
+		.pause = pause_cb,
+		.resume = resume_cb,
+		.snapshot = snapshot_cb,
+		.is_paused = is_paused_cb,
 		.agent_ready = agent_ready_cb,
 		.agent_timeout_ms = (unsigned int)vm->cfg->agent_timeout_ms,
 		.fds = &vm->fds,

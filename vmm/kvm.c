@@ -93,6 +93,34 @@ void kvm__warn_if_software(void)
 		"Linux guests will not run usefully here; use tools/vmtest");
 }
 
+#define MSR_LIST_MAX 4096 /* entries: far above what KVM lists (~100) */
+
+int kvm__msr_index_list(int kvm_fd, struct kvm_msr_list **out)
+{
+	struct kvm_msr_list probe = { .nmsrs = 0 };
+	struct kvm_msr_list *l;
+	unsigned int n;
+
+	/* E2BIG, with nmsrs set to the count it needs. */
+	if (ioctl(kvm_fd, KVM_GET_MSR_INDEX_LIST, &probe) < 0 && errno != E2BIG)
+		return -errno;
+	n = probe.nmsrs;
+	if (n > MSR_LIST_MAX)
+		return -E2BIG;
+	l = calloc(1, sizeof(*l) + n * sizeof(l->indices[0]));
+	if (!l)
+		return -ENOMEM;
+	l->nmsrs = n;
+	if (n && ioctl(kvm_fd, KVM_GET_MSR_INDEX_LIST, l) < 0) {
+		int err = errno;
+
+		free(l);
+		return -err;
+	}
+	*out = l;
+	return 0;
+}
+
 int kvm__supported_cpuid(int kvm_fd, struct kvm_cpuid2 **out)
 {
 	unsigned int nent = 64;

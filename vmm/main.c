@@ -19,8 +19,6 @@
 #include "vmm/options.h"
 #include "vmm/vm.h"
 
-#define KILN_VERSION "0.1.0"
-
 /*
  * start --detach: the VM runs in a child in its own session; the parent
  * waits for one byte the child writes once the guest agent answers (or

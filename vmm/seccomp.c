@@ -25,6 +25,7 @@
 #include "lib/compiler.h"
 #include "lib/thread-filter.h"
 #include "vmm/seccomp.h"
+#include "vmm/snapshot-file.h"
 
 #define SECCOMP_NR_FCHMODAT2 452 /* x86-64; libseccomp 2.5 has no name */
 #define SECCOMP_EXIT_STATUS  125 /* VMM_EXIT_VMM_ERROR */
@@ -44,6 +45,7 @@ struct rule {
 /* clang-format off */
 #define ALLOW(name) { .nr = SCMP_SYS(name) }
 #define ARG_EQ(i, v) { .arg = (i), .op = SCMP_CMP_EQ, .datum_a = (v) }
+#define ARG_NE(i, v) { .arg = (i), .op = SCMP_CMP_NE, .datum_a = (v) }
 #define NR_ARGS(...) ARRAY_SIZE(((struct scmp_arg_cmp[]){ __VA_ARGS__ }))
 #define ALLOW_IF(name, ...)						\
 	{								\
@@ -119,9 +121,15 @@ static const struct rule base[] = {
 	 * Opening files stays forbidden, but as an error, not a trap:
 	 * glibc's malloc reads /proc/sys/vm/overcommit_memory the first
 	 * time a thread's arena shrinks, and copes with the open failing.
+	 * openat's error is the group openat_refused (replaced by
+	 * snapshot_files' on the one thread that makes files).
 	 */
-	{ .nr = SCMP_SYS(openat), .err = EACCES },
 	{ .nr = SCMP_SYS(open), .err = EACCES },
+};
+
+/* Every thread's openat fails with EACCES, as base's open does. */
+static const struct rule openat_refused[] = {
+	{ .nr = SCMP_SYS(openat), .err = EACCES },
 };
 
 /* I/O on sockets the thread holds: poll loops, relays, replies. */
@@ -188,6 +196,60 @@ static const struct rule kvm_irq[] = {
 /* virtio-net's activation tells the tap the driver's offloads. */
 static const struct rule tun[] = {
 	ALLOW_IOCTL(TUNSETOFFLOAD),
+};
+
+/*
+ * vm.snapshot's reads of the KVM state (vmm/snapshot.c), made from the
+ * API thread while every vCPU waits parked outside KVM_RUN; every one
+ * reads, none changes anything. The vCPU's own thread never makes them.
+ */
+static const struct rule kvm_state[] = {
+	/* a parked vCPU's fd (vcpu__save) */
+	ALLOW_IOCTL(KVM_GET_MP_STATE),
+	ALLOW_IOCTL(KVM_GET_REGS),
+	ALLOW_IOCTL(KVM_GET_SREGS),
+	ALLOW_IOCTL(KVM_GET_FPU),
+	ALLOW_IOCTL(KVM_GET_XSAVE),
+	ALLOW_IOCTL(KVM_GET_XSAVE2),
+	ALLOW_IOCTL(KVM_GET_XCRS),
+	ALLOW_IOCTL(KVM_GET_MSRS),
+	ALLOW_IOCTL(KVM_GET_LAPIC),
+	ALLOW_IOCTL(KVM_GET_VCPU_EVENTS),
+	ALLOW_IOCTL(KVM_GET_DEBUGREGS),
+	ALLOW_IOCTL(KVM_GET_CPUID2),
+	ALLOW_IOCTL(KVM_GET_TSC_KHZ),
+	/* the VM's fd: the irqchip, the PIT, the clock */
+	ALLOW_IOCTL(KVM_GET_IRQCHIP),
+	ALLOW_IOCTL(KVM_GET_PIT2),
+	ALLOW_IOCTL(KVM_GET_CLOCK),
+};
+
+/*
+ * vm.snapshot's files (vmm/snapshot-file.c): it makes its directory and
+ * new files in it, writes them and never reads or reopens one. It
+ * replaces openat_refused: an argument-less openat rule would override
+ * any with arguments (libseccomp), so the error here is for every flags
+ * but a new file's, and the directory's rule, which overlaps it, wins
+ * (selftests/unit/seccomp.c writes a snapshot and checks both).
+ */
+static const struct rule snapshot_files[] = {
+	/* the directory: made 0700, or taken if the monitor's and 0700 */
+	ALLOW(mkdirat),
+	ALLOW(fchmod),
+	ALLOW(fstat),
+	ALLOW(newfstatat), /* glibc's fstat() */
+	ALLOW(geteuid),
+	/* the parts: written, the memory file sparse, made durable */
+	ALLOW(pwrite64),
+	ALLOW(ftruncate),
+	ALLOW(fsync),
+	/* exactly a new file (O_CREAT | O_EXCL | O_NOFOLLOW), the directory */
+	ALLOW_IF(openat, ARG_EQ(2, SNAP_OPEN_NEW)),
+	ALLOW_IF(openat, ARG_EQ(2, SNAP_OPEN_DIR)),
+	{ .nr = SCMP_SYS(openat),
+	  .err = EACCES,
+	  .nr_args = 1,
+	  .args = { ARG_NE(2, SNAP_OPEN_NEW) } },
 };
 
 /* The console log's rotation: beneath its directory's descriptor only. */
@@ -300,6 +362,7 @@ static const struct rule egress_flows[] = {
 
 enum group_id {
 	G_BASE,
+	G_OPENAT_REFUSED,
 	G_SOCKET_IO,
 	G_SOCKET_UNIX,
 	G_API,
@@ -310,6 +373,8 @@ enum group_id {
 	G_FS_BIND,
 	G_EGRESS,
 	G_EGRESS_FLOWS,
+	G_KVM_STATE,
+	G_SNAPSHOT_FILES,
 	NR_GROUPS,
 };
 
@@ -319,15 +384,23 @@ enum need {
 	NEED_NET,
 	NEED_CONSOLE_LOG,
 	NEED_FS_BIND,
+	NEED_SNAPSHOT,
 };
+
+#define BIT(g) (1U << (g))
 
 static const struct group {
 	const struct rule *rules;
 	unsigned int nr;
 	enum need need;
+	/* Groups it takes the place of on a thread that has it (BIT()s). */
+	unsigned int replaces;
 } groups[NR_GROUPS] = {
-#define GROUP(id, r, n) [id] = { .rules = r, .nr = ARRAY_SIZE(r), .need = n }
+#define GROUP_REPLACING(id, r, n, rep) \
+	[id] = { .rules = r, .nr = ARRAY_SIZE(r), .need = n, .replaces = rep }
+#define GROUP(id, r, n) GROUP_REPLACING(id, r, n, 0)
 	GROUP(G_BASE, base, ALWAYS),
+	GROUP(G_OPENAT_REFUSED, openat_refused, ALWAYS),
 	GROUP(G_SOCKET_IO, socket_io, ALWAYS),
 	GROUP(G_SOCKET_UNIX, socket_unix, ALWAYS),
 	GROUP(G_API, api, ALWAYS),
@@ -338,10 +411,15 @@ static const struct group {
 	GROUP(G_FS_BIND, fs_bind, NEED_FS_BIND),
 	GROUP(G_EGRESS, egress, ALWAYS),
 	GROUP(G_EGRESS_FLOWS, egress_flows, ALWAYS),
+	GROUP(G_KVM_STATE, kvm_state, NEED_SNAPSHOT),
+	GROUP_REPLACING(G_SNAPSHOT_FILES, snapshot_files, NEED_SNAPSHOT,
+			BIT(G_OPENAT_REFUSED)),
 #undef GROUP
+#undef GROUP_REPLACING
 };
 
-#define BIT(g) (1U << (g))
+/* Every thread type's: the base set, and no file opened. */
+#define BASE_GROUPS (BIT(G_BASE) | BIT(G_OPENAT_REFUSED))
 
 /*
  * The table: which groups each thread type has. A thread type lists only
@@ -356,7 +434,7 @@ static const unsigned int thread_groups[SECCOMP_NR_THREADS] = {
 	 * socket, resets the proxy's open flows, restores the tty. It may
 	 * flush the console log.
 	 */
-	[SECCOMP_THREAD_MAIN] = BIT(G_BASE) | BIT(G_SOCKET_IO) | BIT(G_API) |
+	[SECCOMP_THREAD_MAIN] = BASE_GROUPS | BIT(G_SOCKET_IO) | BIT(G_API) |
 				BIT(G_KVM_IRQ) | BIT(G_CONSOLE_LOG) |
 				BIT(G_EGRESS_FLOWS),
 	/*
@@ -364,20 +442,26 @@ static const unsigned int thread_groups[SECCOMP_NR_THREADS] = {
 	 * kicks, activations: TUNSETOFFLOAD), the UART's output (stdout,
 	 * the console log) and IRQ, the halt probe and reports.
 	 */
-	[SECCOMP_THREAD_VCPU] = BIT(G_BASE) | BIT(G_KVM_VCPU) | BIT(G_KVM_IRQ) |
+	[SECCOMP_THREAD_VCPU] = BASE_GROUPS | BIT(G_KVM_VCPU) | BIT(G_KVM_IRQ) |
 				BIT(G_TUN) | BIT(G_CONSOLE_LOG),
 	/* Their rings, eventfds, virtio-vsock's Unix sockets and epoll. */
-	[SECCOMP_THREAD_DEVICE] = BIT(G_BASE) | BIT(G_SOCKET_IO) |
+	[SECCOMP_THREAD_DEVICE] = BASE_GROUPS | BIT(G_SOCKET_IO) |
 				  BIT(G_SOCKET_UNIX) | BIT(G_KVM_IRQ),
 	/* A device's, and the host directory of a bind mount beneath. */
-	[SECCOMP_THREAD_FS] = BIT(G_BASE) | BIT(G_SOCKET_IO) |
+	[SECCOMP_THREAD_FS] = BASE_GROUPS | BIT(G_SOCKET_IO) |
 			      BIT(G_SOCKET_UNIX) | BIT(G_KVM_IRQ) |
 			      BIT(G_FS_BIND),
-	/* Its poll loop, clients, agent connections; no KVM, no files. */
-	[SECCOMP_THREAD_API] = BIT(G_BASE) | BIT(G_SOCKET_IO) |
-			       BIT(G_SOCKET_UNIX) | BIT(G_API),
+	/*
+	 * Its poll loop, clients, agent connections. With a control socket
+	 * (needs.snapshot), vm.snapshot runs here: the parked vCPUs' and the
+	 * VM's KVM state read, and the snapshot's new files written; no
+	 * other thread has either. No other KVM call, no other file.
+	 */
+	[SECCOMP_THREAD_API] = BASE_GROUPS | BIT(G_SOCKET_IO) |
+			       BIT(G_SOCKET_UNIX) | BIT(G_API) |
+			       BIT(G_KVM_STATE) | BIT(G_SNAPSHOT_FILES),
 	/* The only threads with IPv4 sockets. */
-	[SECCOMP_THREAD_EGRESS] = BIT(G_BASE) | BIT(G_SOCKET_IO) |
+	[SECCOMP_THREAD_EGRESS] = BASE_GROUPS | BIT(G_SOCKET_IO) |
 				  BIT(G_SOCKET_UNIX) | BIT(G_EGRESS) |
 				  BIT(G_EGRESS_FLOWS),
 };
@@ -415,6 +499,8 @@ static bool needed(const struct group *g, const struct seccomp_needs *needs)
 		return needs->console_log;
 	case NEED_FS_BIND:
 		return needs->fs_bind;
+	case NEED_SNAPSHOT:
+		return needs->snapshot;
 	default:
 		return true;
 	}
@@ -468,8 +554,17 @@ static int export_prog(scmp_filter_ctx ctx, struct sock_fprog *prog)
 static int build_one(struct sock_fprog *prog, enum seccomp_thread type,
 		     const struct seccomp_needs *needs)
 {
+	unsigned int have = 0;
 	scmp_filter_ctx ctx;
 	int ret;
+
+	/* The type's groups this VM needs, less those another replaces. */
+	for (unsigned int g = 0; g < NR_GROUPS; g++)
+		if ((thread_groups[type] & BIT(g)) && needed(&groups[g], needs))
+			have |= BIT(g);
+	for (unsigned int g = 0; g < NR_GROUPS; g++)
+		if (have & BIT(g))
+			have &= ~groups[g].replaces;
 
 	ctx = seccomp_init(SCMP_ACT_TRAP);
 	if (!ctx)
@@ -477,8 +572,7 @@ static int build_one(struct sock_fprog *prog, enum seccomp_thread type,
 	/* Each thread its own filter: never synchronise the others. */
 	ret = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_TSYNC, 0);
 	for (unsigned int g = 0; !ret && g < NR_GROUPS; g++) {
-		if (!(thread_groups[type] & BIT(g)) ||
-		    !needed(&groups[g], needs))
+		if (!(have & BIT(g)))
 			continue;
 		for (unsigned int i = 0; !ret && i < groups[g].nr; i++)
 			ret = add_rule(ctx, &groups[g].rules[i], needs);

@@ -55,6 +55,17 @@ struct seccomp_needs {
 	 */
 	bool console_log;
 	int console_log_dirfd;
+	/*
+	 * A control socket, so vm.snapshot (vmm/snapshot.c), which runs on
+	 * the control API's thread, and on the API thread only: the
+	 * read-only KVM_GET_* ioctls of the parked vCPUs' and the VM's
+	 * state; mkdirat, fchmod, fstat, geteuid for its directory; openat
+	 * with exactly the flags of a new file or a directory
+	 * (SNAP_OPEN_NEW, SNAP_OPEN_DIR: O_EXCL and O_NOFOLLOW, so nothing
+	 * is read, overwritten or followed; any other openat still fails
+	 * with EACCES); pwrite64, ftruncate and fsync for the parts.
+	 */
+	bool snapshot;
 };
 
 /* The compiled programs, one per enum seccomp_thread. */

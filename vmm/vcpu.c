@@ -20,6 +20,7 @@
 #include "lib/thread-filter.h"
 #include "vmm/metrics.h"
 #include "vmm/seccomp.h"
+#include "vmm/snapshot-state.h"
 #include "vmm/vm.h"
 
 /* MSR numbers (SDM vol. 4) and their boot values. */
@@ -539,6 +540,11 @@ bool vcpu__snapshot_all_dead(struct vm *vm, unsigned int timeout_ms)
 	bool all_dead;
 
 	pthread_mutex_lock(&vm->pause_lock);
+	/* Paused by vm.pause: nothing runs, nothing to decide. */
+	if (vm->pause_held) {
+		pthread_mutex_unlock(&vm->pause_lock);
+		return false;
+	}
 	atomic_fetch_add(&vm->pause_gen, 1); /* odd: pause requested */
 	vm->paused = vm->paused_dead = 0;
 	pthread_mutex_unlock(&vm->pause_lock);
@@ -557,6 +563,224 @@ bool vcpu__snapshot_all_dead(struct vm *vm, unsigned int timeout_ms)
 	pthread_cond_broadcast(&vm->pause_cv);
 	pthread_mutex_unlock(&vm->pause_lock);
 	return all_dead;
+}
+
+int vcpu__pause_all(struct vm *vm, unsigned int timeout_ms)
+{
+	struct timespec deadline;
+	unsigned int i;
+	int ret = 0;
+
+	pthread_mutex_lock(&vm->pause_lock);
+	if (vm->pause_held) {
+		pthread_mutex_unlock(&vm->pause_lock);
+		return -EALREADY;
+	}
+	/* A halt snapshot (odd generation) ends in HALT_SNAPSHOT_MS. */
+	while (atomic_load(&vm->pause_gen) & 1)
+		pthread_cond_wait(&vm->pause_cv, &vm->pause_lock);
+	vm->pause_held = true;
+	atomic_fetch_add(&vm->pause_gen, 1); /* odd: pause requested */
+	vm->paused = vm->paused_dead = 0;
+	pthread_mutex_unlock(&vm->pause_lock);
+	for (i = 0; i < vm->nr_vcpus; i++)
+		vcpu__kick(vm->vcpus[i]);
+
+	timespec__deadline_in(&deadline, CLOCK_MONOTONIC, timeout_ms);
+	pthread_mutex_lock(&vm->pause_lock);
+	while (vm->paused < vm->nr_vcpus && !atomic_load(&vm->stopping) &&
+	       pthread_cond_timedwait(&vm->pause_cv, &vm->pause_lock,
+				      &deadline) != ETIMEDOUT)
+		;
+	if (atomic_load(&vm->stopping))
+		ret = -ESHUTDOWN;
+	else if (vm->paused < vm->nr_vcpus)
+		ret = -ETIMEDOUT;
+	if (ret) {
+		vm->pause_held = false;
+		atomic_fetch_add(&vm->pause_gen, 1); /* even: let them go */
+		pthread_cond_broadcast(&vm->pause_cv);
+	}
+	pthread_mutex_unlock(&vm->pause_lock);
+	return ret;
+}
+
+int vcpu__resume_all(struct vm *vm)
+{
+	pthread_mutex_lock(&vm->pause_lock);
+	if (!vm->pause_held) {
+		pthread_mutex_unlock(&vm->pause_lock);
+		return -EALREADY;
+	}
+	vm->pause_held = false;
+	atomic_fetch_add(&vm->pause_gen, 1); /* even: let them go */
+	pthread_cond_broadcast(&vm->pause_cv);
+	pthread_mutex_unlock(&vm->pause_lock);
+	return 0;
+}
+
+bool vcpu__paused(struct vm *vm)
+{
+	bool held;
+
+	pthread_mutex_lock(&vm->pause_lock);
+	held = vm->pause_held;
+	pthread_mutex_unlock(&vm->pause_lock);
+	return held;
+}
+
+/* One structure read by ioctl req into the section tag. */
+#define SAVE_IOCTL(v, w, req, type, tag, what)             \
+	do {                                               \
+		type s_;                                   \
+		memset(&s_, 0, sizeof(s_));                \
+		if (ioctl((v)->fd, req, &s_) < 0) {        \
+			*(what) = #req;                    \
+			return -errno;                     \
+		}                                          \
+		snap_writer__add(w, tag, &s_, sizeof(s_)); \
+	} while (0)
+
+/*
+ * Every MSR of the VM's list that KVM reads for this vCPU: KVM_GET_MSRS
+ * stops at the first it cannot read (one the guest's CPUID does not
+ * have), so that one is left out and the rest read again.
+ */
+static int save_msrs(struct vcpu *v, struct snap_writer *w)
+{
+	const struct kvm_msr_list *list = v->vm->msr_list;
+	unsigned int n = list->nmsrs, got = 0, from = 0;
+	struct kvm_msrs *in, *out;
+	int ret = 0;
+
+	in = calloc(1, sizeof(*in) + n * sizeof(in->entries[0]));
+	out = calloc(1, sizeof(*out) + n * sizeof(out->entries[0]));
+	if (!in || !out) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	while (from < n) {
+		int r;
+
+		in->nmsrs = n - from;
+		for (unsigned int i = from; i < n; i++)
+			in->entries[i - from] = (struct kvm_msr_entry){
+				.index = list->indices[i],
+			};
+		r = ioctl(v->fd, KVM_GET_MSRS, in);
+		if (r < 0) {
+			ret = -errno;
+			goto out;
+		}
+		memcpy(&out->entries[got], in->entries,
+		       (size_t)r * sizeof(in->entries[0]));
+		got += (unsigned int)r;
+		from += (unsigned int)r +
+			1; /* past the one it could not read */
+	}
+	out->nmsrs = got;
+	snap_writer__add(w, SNAP_VCPU_MSRS, out,
+			 sizeof(*out) + got * sizeof(out->entries[0]));
+out:
+	free(in);
+	free(out);
+	return ret;
+}
+
+static int save_xsave(struct vcpu *v, struct snap_writer *w)
+{
+	size_t size = v->vm->xsave_size ? (size_t)v->vm->xsave_size :
+					  sizeof(struct kvm_xsave);
+	void *buf = calloc(1, size);
+	int ret = 0;
+
+	if (!buf)
+		return -ENOMEM;
+	if (ioctl(v->fd, v->vm->xsave_size ? KVM_GET_XSAVE2 : KVM_GET_XSAVE,
+		  buf) < 0)
+		ret = -errno;
+	else
+		snap_writer__add(w, SNAP_VCPU_XSAVE, buf, size);
+	free(buf);
+	return ret;
+}
+
+#define CPUID_SAVE_MAX 1024 /* entries: what kvm.c asks KVM for at most */
+
+static int save_cpuid(struct vcpu *v, struct snap_writer *w)
+{
+	struct kvm_cpuid2 *c;
+	int ret = 0;
+
+	c = calloc(1, sizeof(*c) + CPUID_SAVE_MAX * sizeof(c->entries[0]));
+	if (!c)
+		return -ENOMEM;
+	c->nent = CPUID_SAVE_MAX;
+	if (ioctl(v->fd, KVM_GET_CPUID2, c) < 0)
+		ret = -errno;
+	else
+		snap_writer__add(w, SNAP_VCPU_CPUID, c,
+				 sizeof(*c) + c->nent * sizeof(c->entries[0]));
+	free(c);
+	return ret;
+}
+
+/*
+ * Called on a parked vCPU, from another thread: its thread waits in
+ * park() and makes no ioctl meanwhile.
+ */
+int vcpu__save(struct vcpu *v, struct snap_writer *w, const char **what)
+{
+	uint32_t id = v->id;
+	int ret, khz;
+
+	snap_writer__add(w, SNAP_VCPU_ID, &id, sizeof(id));
+	SAVE_IOCTL(v, w, KVM_GET_MP_STATE, struct kvm_mp_state,
+		   SNAP_VCPU_MP_STATE, what);
+	SAVE_IOCTL(v, w, KVM_GET_REGS, struct kvm_regs, SNAP_VCPU_REGS, what);
+	SAVE_IOCTL(v, w, KVM_GET_SREGS, struct kvm_sregs, SNAP_VCPU_SREGS,
+		   what);
+	if (v->vm->has_xsave) {
+		*what = "KVM_GET_XSAVE";
+		ret = save_xsave(v, w);
+		if (ret)
+			return ret;
+	} else {
+		SAVE_IOCTL(v, w, KVM_GET_FPU, struct kvm_fpu, SNAP_VCPU_FPU,
+			   what);
+	}
+	if (v->vm->has_xcrs)
+		SAVE_IOCTL(v, w, KVM_GET_XCRS, struct kvm_xcrs, SNAP_VCPU_XCRS,
+			   what);
+	*what = "KVM_GET_MSRS";
+	ret = save_msrs(v, w);
+	if (ret)
+		return ret;
+	SAVE_IOCTL(v, w, KVM_GET_LAPIC, struct kvm_lapic_state, SNAP_VCPU_LAPIC,
+		   what);
+	SAVE_IOCTL(v, w, KVM_GET_VCPU_EVENTS, struct kvm_vcpu_events,
+		   SNAP_VCPU_EVENTS, what);
+	SAVE_IOCTL(v, w, KVM_GET_DEBUGREGS, struct kvm_debugregs,
+		   SNAP_VCPU_DEBUGREGS, what);
+	*what = "KVM_GET_CPUID2";
+	ret = save_cpuid(v, w);
+	if (ret)
+		return ret;
+	khz = ioctl(v->fd, KVM_GET_TSC_KHZ, 0);
+	if (khz > 0) {
+		uint32_t k = (uint32_t)khz;
+
+		snap_writer__add(w, SNAP_VCPU_TSC_KHZ, &k, sizeof(k));
+	}
+	*what = "saving";
+	return w->err;
+}
+
+void vcpu__wake_parked(struct vm *vm)
+{
+	pthread_mutex_lock(&vm->pause_lock);
+	pthread_cond_broadcast(&vm->pause_cv);
+	pthread_mutex_unlock(&vm->pause_lock);
 }
 
 /*

@@ -121,7 +121,7 @@ static void probe_vcpus(struct vm *vm)
 {
 	unsigned int i;
 
-	if (!vcpu__all_quiet(vm, HALT_PROBE_BUSY_NS))
+	if (vcpu__paused(vm) || !vcpu__all_quiet(vm, HALT_PROBE_BUSY_NS))
 		return;
 
 	if (atomic_fetch_add(&vm->probe_round, 1) + 1 == 0)
@@ -344,6 +344,7 @@ static int prepare_run(struct vm *vm, int sig_fd, struct loop **l)
 	needs.net = vm->net != NULL;
 	needs.console_log = vm->console_log != NULL;
 	needs.console_log_dirfd = console_log__dirfd(vm->console_log);
+	needs.snapshot = vm->api != NULL;
 	ret = seccomp__build(&vm->seccomp, &needs);
 	if (ret)
 		pr_err("building the seccomp filters: %s", strerror(-ret));
@@ -468,6 +469,8 @@ int vm__run(struct vm *vm)
 	if (!atomic_load(&vm->stopping))
 		main_loop(vm, l);
 
+	/* A vCPU parked by vm.pause waits on pause_cv, not for a kick. */
+	vcpu__wake_parked(vm);
 	for (i = 0; i < vm->nr_vcpus; i++)
 		vcpu__kick(vm->vcpus[i]);
 	for (i = 0; i < vm->nr_vcpus; i++)

@@ -273,6 +273,17 @@ static int image_init(struct vm *vm)
 	return 0;
 }
 
+/* What a snapshot's identity needs once boot_init released the files. */
+static int snapshot_identity_init(struct vm *vm)
+{
+	int ret = vm__snapshot_keep_boot(vm);
+
+	if (ret)
+		pr_err("keeping the boot's files for snapshots: %s",
+		       strerror(-ret));
+	return ret;
+}
+
 static void image_exit(struct vm *vm)
 {
 	kernel__close(&vm->kernel);
@@ -678,6 +689,24 @@ static void disable_halt_polling(struct vm *vm)
 		pr_debug("KVM_CAP_HALT_POLL: %s", strerror(errno));
 }
 
+/* What a snapshot will read, asked while any ioctl may still be made. */
+static int snapshot_probe(struct vm *vm)
+{
+	int ret;
+
+	ret = kvm__msr_index_list(vm->kvm_fd, &vm->msr_list);
+	if (ret) {
+		pr_err("/dev/kvm: KVM_GET_MSR_INDEX_LIST: %s", strerror(-ret));
+		return ret;
+	}
+	ret = ioctl(vm->vm_fd, KVM_CHECK_EXTENSION, KVM_CAP_XSAVE2);
+	vm->xsave_size = ret > 0 ? ret : 0;
+	vm->has_xsave =
+		ioctl(vm->kvm_fd, KVM_CHECK_EXTENSION, KVM_CAP_XSAVE) > 0;
+	vm->has_xcrs = ioctl(vm->kvm_fd, KVM_CHECK_EXTENSION, KVM_CAP_XCRS) > 0;
+	return 0;
+}
+
 static int kvm_init(struct vm *vm)
 {
 	const char *why;
@@ -706,6 +735,9 @@ static int kvm_init(struct vm *vm)
 		return ret;
 	}
 	disable_halt_polling(vm);
+	ret = snapshot_probe(vm);
+	if (ret)
+		return ret;
 	if (ioctl(vm->vm_fd, KVM_SET_TSS_ADDR, KVM_TSS_ADDR) < 0 ||
 	    ioctl(vm->vm_fd, KVM_SET_IDENTITY_MAP_ADDR,
 		  &(uint64_t){ KVM_IDENTITY_MAP_ADDR }) < 0) {
@@ -726,6 +758,8 @@ static void kvm_exit(struct vm *vm)
 	vm->vm_fd = vm->kvm_fd = -1;
 	free(vm->cpuid);
 	vm->cpuid = NULL;
+	free(vm->msr_list);
+	vm->msr_list = NULL;
 }
 
 /* ---- step: memory ------------------------------------------------------- */
@@ -1176,6 +1210,8 @@ static const struct {
 	{ "dns", dns_init, dns_exit },
 	/* After the proxy: the interception CA rides in the initramfs. */
 	{ "image", image_init, image_exit },
+	/* Before the descriptor budget is set (control). */
+	{ "snapshot-identity", snapshot_identity_init, vm__snapshot_drop_boot },
 	{ "kvm", kvm_init, kvm_exit },
 	{ "memory", memory_init, memory_exit },
 	{ "irqchip", irqchip_init, NULL }, /* goes with the VM fd */
@@ -1220,6 +1256,7 @@ int vm__create(struct vm **out, const struct vm_config *cfg)
 		return -ENOMEM;
 	vm->cfg = cfg;
 	vm->kvm_fd = vm->vm_fd = vm->initrd_fd = -1;
+	vm->snap_kernel_fd = vm->snap_initrd_fd = -1;
 	vm->event_fd = vm->space_fd = -1;
 	vm->ready_fd = vm->null_fd = -1;
 	vm->proc_status_fd = -1;

@@ -23,6 +23,8 @@
 #include "vmm/tap.h"
 #include "vmm/virtio-attach.h"
 
+#define KILN_VERSION "0.1.0" /* `vmm --version`, and in a snapshot */
+
 /*
  * Exit codes of `vmm run` besides the command's own status (0..255, or
  * 128+N when a signal killed it). Documented in Documentation/cli.md.
@@ -71,6 +73,15 @@ struct vm {
 	int vm_fd;
 	int vcpu_mmap_size;
 	struct kvm_cpuid2 *cpuid; /* what KVM supports, patched per vCPU */
+	/*
+	 * For a snapshot, found before the seccomp filter: the MSRs KVM
+	 * saves (KVM_GET_MSR_INDEX_LIST), the XSAVE area's size
+	 * (KVM_CAP_XSAVE2; 0: KVM_GET_XSAVE's 4 KiB, or no XSAVE at all),
+	 * and whether there are XCRs.
+	 */
+	struct kvm_msr_list *msr_list;
+	int xsave_size;
+	bool has_xsave, has_xcrs;
 
 	/* What to boot, opened and checked before KVM is touched. */
 	struct kernel_image kernel;
@@ -86,6 +97,16 @@ struct vm {
 	const char *guest_ca_pem;
 	size_t guest_ca_len;
 	char *cmdline; /* the complete kernel command line */
+	/*
+	 * What a snapshot's identity needs of the boot once the files
+	 * above are released (vmm/snapshot.c): with a control socket, the
+	 * kernel and initrd files kept open (hashed when a snapshot is
+	 * taken, not at every boot), the command line and the appended
+	 * archive's digest. -1, NULL, "": none.
+	 */
+	int snap_kernel_fd, snap_initrd_fd;
+	char *snap_cmdline;
+	char snap_appended[65];
 
 	uint8_t *ram;	      /* one host mapping for all guest RAM */
 	uint64_t ram_size;    /* bytes */
@@ -206,6 +227,11 @@ struct vm {
 	unsigned int paused;	  /* vCPUs parked in this pause */
 	unsigned int paused_dead; /* of them, halted with IF clear */
 	/*
+	 * vm.pause: the vCPUs stay parked until vm.resume (vcpu__pause_all);
+	 * no halt probe runs meanwhile. Under pause_lock.
+	 */
+	bool pause_held;
+	/*
 	 * Under pause_lock: vCPU threads wait for it before their first
 	 * KVM_RUN, so that every thread's seccomp filter, the main
 	 * thread's last, is in before the guest's first instruction.
@@ -253,10 +279,35 @@ int __must_check vm__http_ca_pem(const struct vm *vm, const char **pem,
 int __must_check vm__set_net_policy(struct vm *vm, json_t *obj, char *err,
 				    size_t len);
 
+/*
+ * vmm/snapshot.c: vm.pause, vm.resume, vm.snapshot (Documentation/
+ * snapshots.md). Called on the control API's thread, one at a time.
+ * Each returns 0 or -errno with one line in err: -EALREADY (paused
+ * twice, resumed while running), -ETIMEDOUT (a vCPU or a device did not
+ * stop in time: the VM runs on), -EOPNOTSUPP (a device without a save
+ * hook, named), -EPERM (the directory's modes), another (I/O, KVM).
+ */
+#define VM_PAUSE_VCPU_MS   5000U /* for every vCPU to leave KVM_RUN */
+#define VM_PAUSE_DEVICE_MS 5000U /* for each device's requests in flight */
+int __must_check vm__pause(struct vm *vm, char *err, size_t len);
+int __must_check vm__resume(struct vm *vm, char *err, size_t len);
+bool vm__is_paused(struct vm *vm);
+/* The boot step, before it releases the files: keep what identity needs. */
+int __must_check vm__snapshot_keep_boot(struct vm *vm);
+void vm__snapshot_drop_boot(struct vm *vm);
+/*
+ * Pauses a running VM first; leaves it paused unless resume (or on a
+ * failure, when it was running before).
+ */
+int __must_check vm__snapshot(struct vm *vm, const char *dir, bool resume,
+			      char *err, size_t len);
+
 /* vmm/kvm.c: /dev/kvm and capability checks. */
 int __must_check kvm__open(int *kvm_fd, const char **why);
 void kvm__warn_if_software(void);
 int __must_check kvm__supported_cpuid(int kvm_fd, struct kvm_cpuid2 **out);
+/* KVM_GET_MSR_INDEX_LIST, as large as it is (calloc'ed, the caller's). */
+int __must_check kvm__msr_index_list(int kvm_fd, struct kvm_msr_list **out);
 
 /* vmm/vcpu.c */
 int __must_check vcpu__create(struct vm *vm, unsigned int id,
@@ -296,6 +347,28 @@ void vcpu__stats(const struct vcpu *v, struct vcpu_stats *s);
  */
 void vcpu__report_all(struct vm *vm);
 void vcpu__join(struct vcpu *v);
+/*
+ * vm.pause: park every vCPU outside KVM_RUN and keep it there. A vCPU
+ * parks only after KVM_RUN returned -EINTR, which completes the MMIO or
+ * port I/O exit it was in first (api.rst, "immediate_exit"): its state
+ * is then consistent for the KVM_GET_* ioctls, from any thread. 0;
+ * -EALREADY when paused already; -ETIMEDOUT when not every vCPU parked
+ * within timeout_ms (they all run again); -ESHUTDOWN when the VM stops.
+ */
+int __must_check vcpu__pause_all(struct vm *vm, unsigned int timeout_ms);
+/* Let them run again: 0, or -EALREADY when not paused. */
+int vcpu__resume_all(struct vm *vm);
+bool vcpu__paused(struct vm *vm);
+/* The VM is stopping: parked vCPUs wake, see it and end. */
+void vcpu__wake_parked(struct vm *vm);
+/*
+ * A parked vCPU's state for a snapshot (vmm/snapshot.c): the vCPU
+ * sections of Documentation/snapshots.md, "State files", added to w.
+ * 0 or -errno, with the ioctl that failed in *what.
+ */
+struct snap_writer;
+int __must_check vcpu__save(struct vcpu *v, struct snap_writer *w,
+			    const char **what);
 
 /* vmm/vm-metrics.c: a build step, and the metrics object. */
 int __must_check vm_metrics__init(struct vm *vm);

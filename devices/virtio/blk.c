@@ -646,10 +646,49 @@ static void blk_reset(struct virtio_device *dev)
 		b->queues[i].pushed = false;
 }
 
+/* Pause: the requests in flight complete (and are pushed) first. */
+static int blk_quiesce(struct virtio_device *dev,
+		       const struct timespec *deadline)
+{
+	struct virtio_blk *b = to_blk(dev);
+
+	while (b->busy)
+		if (pthread_cond_timedwait(&b->idle, &dev->lock, deadline) ==
+		    ETIMEDOUT)
+			return b->busy ? -ETIMEDOUT : 0;
+	return 0;
+}
+
+/*
+ * Nothing of the rings beyond the core's: a paused device holds no
+ * chain. What the disk is (its size, writable or not, the dirty bytes of
+ * its layer) lets a restore check it has the same one; the layer's
+ * contents are the snapshot's, not the device's (Documentation/
+ * snapshots.md).
+ */
+static int blk_save(struct virtio_device *dev, json_t *obj)
+{
+	struct virtio_blk *b = to_blk(dev);
+	int ret = 0;
+
+	ret |= json_object_set_new(obj, "queues", json_integer(b->nr_queues));
+	ret |= json_object_set_new(
+		obj, "diskBytes",
+		json_integer((json_int_t)disk__size(b->disk)));
+	ret |= json_object_set_new(obj, "readOnly",
+				   json_boolean(disk__read_only(b->disk)));
+	ret |= json_object_set_new(
+		obj, "dirtyBytes",
+		json_integer((json_int_t)disk__dirty_bytes(b->disk)));
+	return ret ? -ENOMEM : 0;
+}
+
 static const struct virtio_device_ops blk_ops = {
 	.config_read = blk_config_read,
 	.queue_notify = virtio_device__kick_eventfd,
 	.reset = blk_reset,
+	.quiesce = blk_quiesce,
+	.save = blk_save,
 };
 
 static void fill_config(struct virtio_blk *b)

@@ -275,7 +275,8 @@ uint8_t virtio_device__status(const struct virtio_device *dev)
 
 bool virtio_device__is_live(const struct virtio_device *dev)
 {
-	return status_live(status_get(dev));
+	return status_live(status_get(dev)) &&
+	       !__atomic_load_n(&dev->paused, __ATOMIC_ACQUIRE);
 }
 
 void virtio_device__report(struct virtio_device *dev)

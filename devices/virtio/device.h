@@ -2,9 +2,11 @@
 #ifndef KILN_VIRTIO_DEVICE_H
 #define KILN_VIRTIO_DEVICE_H
 
+#include <jansson.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "lib/compiler.h"
 #include "devices/irq.h"
@@ -94,6 +96,25 @@ struct virtio_device_ops {
 	 */
 	int (*describe)(struct virtio_device *dev, bool locked, char *buf,
 			size_t len);
+	/*
+	 * Pause (virtio_device__pause), called with the device lock held
+	 * and the device no longer live: wait, releasing the lock (the
+	 * device's own condition variable), until no request the device
+	 * started is still in flight (host I/O that writes guest memory or
+	 * pushes used buffers), at most until deadline (CLOCK_REALTIME).
+	 * 0, or -ETIMEDOUT. NULL: the device does all its work inside its
+	 * loop's rounds, under the lock, so nothing is ever in flight.
+	 */
+	int (*quiesce)(struct virtio_device *dev,
+		       const struct timespec *deadline);
+	/*
+	 * Snapshot (virtio_device__save), device lock held, the device
+	 * paused: the device's own state beyond the core's (which covers
+	 * status, features, queues and config space) as members of obj.
+	 * 0 or -errno. NULL: the device cannot be saved yet, and a snapshot
+	 * of a VM that has it is refused, naming it.
+	 */
+	int (*save)(struct virtio_device *dev, json_t *obj);
 };
 
 /*
@@ -152,6 +173,11 @@ struct virtio_device {
 	uint32_t driver_features_sel;
 	uint32_t queue_sel;
 	bool warned; /* one message per device, for its whole life */
+	/*
+	 * virtio_device__pause: not live, whatever the status (atomic
+	 * loads: device threads read it under the lock, the report bare).
+	 */
+	bool paused;
 
 	uint32_t config_generation; /* atomic */
 
@@ -265,6 +291,47 @@ void virtio_device__queue_notify(struct virtio_device *dev, unsigned int index);
  * writes to directly when it is bound as an ioeventfd).
  */
 void virtio_device__kick_eventfd(struct virtio_device *dev, unsigned int index);
+
+/*
+ * ---- Pause and snapshot (devices/virtio/device-state.c) ----
+ *
+ * Pause: the device stops taking buffers (virtio_device__is_live says
+ * no, so its loop pops nothing, guest kick or host data alike), then
+ * waits for what it has in flight (ops->quiesce). Used buffers that
+ * those requests push still interrupt the driver: the interrupt lands
+ * in the irqchip, which a snapshot saves with the rest. Resume makes it
+ * live again and kicks every queue, so kicks that came while it was
+ * paused (consumed and dropped by a device that was not live) are
+ * looked at. 0, -EALREADY (paused twice, or resumed when running), or
+ * quiesce's -ETIMEDOUT (the device is then live again).
+ */
+int __must_check virtio_device__pause(struct virtio_device *dev,
+				      unsigned int timeout_ms);
+int virtio_device__resume(struct virtio_device *dev);
+bool virtio_device__is_paused(const struct virtio_device *dev);
+
+/*
+ * Of a paused device: its state as a JSON object (Documentation/
+ * snapshots.md, "Device state"): device id, status, features both ways,
+ * the selectors, config generation, interrupt status, the config space
+ * (base64, as ops->config_read gives it) and each queue's size, ring
+ * addresses, readiness and indices, plus "device": what ops->save adds.
+ * -EOPNOTSUPP: no save op (the device cannot be saved yet); -EINVAL:
+ * not paused; -ENOMEM.
+ */
+int __must_check virtio_device__save(struct virtio_device *dev, json_t **out);
+
+/*
+ * Into a device just initialised with the same params (nothing the
+ * driver wrote yet): the core's part of what virtio_device__save gave,
+ * every field checked (device id, features a subset of the offered,
+ * queue count and sizes, ring addresses inside guest memory, through
+ * virtqueue__configure); the device's own part ("device") is for its
+ * restore. 0, or -EINVAL with one line naming the field in err.
+ */
+int __must_check virtio_device__load(struct virtio_device *dev,
+				     const json_t *state, char *err,
+				     size_t len);
 
 /*
  * ---- The transport's side ----

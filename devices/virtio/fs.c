@@ -407,6 +407,24 @@ static int fs_describe(struct virtio_device *dev, bool locked, char *buf,
 	return (int)at;
 }
 
+/*
+ * Pause: slots in flight complete first. A forwarded (parked) request
+ * waits on the file system server, not on us, and is not waited for;
+ * there is no save op: the server's state (open files, the memory file
+ * system's contents) is not in a snapshot yet, so one is refused.
+ */
+static int fs_quiesce(struct virtio_device *dev,
+		      const struct timespec *deadline)
+{
+	struct virtio_fs *f = to_fs(dev);
+
+	while (f->busy)
+		if (pthread_cond_timedwait(&f->idle, &dev->lock, deadline) ==
+		    ETIMEDOUT)
+			return f->busy ? -ETIMEDOUT : 0;
+	return 0;
+}
+
 bool virtio_fs__usage(const struct virtio_fs *f, uint64_t *used,
 		      uint64_t *max)
 {
@@ -421,6 +439,7 @@ static const struct virtio_device_ops fs_ops = {
 	.describe = fs_describe,
 	.queue_notify = virtio_device__kick_eventfd,
 	.reset = fs_reset,
+	.quiesce = fs_quiesce,
 };
 
 /* Every I/O that can be in flight (one per slot), kicks, wake and stop. */

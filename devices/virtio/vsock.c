@@ -245,11 +245,38 @@ static int vsock_describe(struct virtio_device *dev, bool locked, char *buf,
 	return (int)(at < len ? at : len - 1);
 }
 
+/*
+ * The loop does its work in rounds under the device lock, so a paused
+ * device has nothing in flight (no quiesce op). Its connections are host
+ * sockets and are not saved: a restored VM starts with none, the way a
+ * migrated one does, and tells its guest with a transport reset event
+ * (Documentation/snapshots.md). What is saved: the guest's CID and the
+ * receive buffer held for the next packet, if any: the core's
+ * lastAvailIdx counts it as taken, so a restore gives it back by
+ * popping it again (rxHeldHead is its head, for a check).
+ */
+static int vsock_save(struct virtio_device *dev, json_t *obj)
+{
+	struct vsock *v = to_vsock(dev);
+	int ret = 0;
+
+	ret |= json_object_set_new(obj, "guestCid",
+				   json_integer((json_int_t)v->guest_cid));
+	ret |= json_object_set_new(obj, "rxHeld", json_boolean(v->rx_held));
+	if (v->rx_held)
+		ret |= json_object_set_new(obj, "rxHeldHead",
+					   json_integer(v->rx_chain.head));
+	ret |= json_object_set_new(obj, "connections",
+				   json_integer(v->nr_conns));
+	return ret ? -ENOMEM : 0;
+}
+
 static const struct virtio_device_ops vsock_ops = {
 	.config_read = vsock_config_read,
 	.describe = vsock_describe,
 	.queue_notify = vsock_queue_notify,
 	.reset = vsock_reset,
+	.save = vsock_save,
 };
 
 /* ---- setup and tear-down ------------------------------------------------- */

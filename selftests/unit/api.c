@@ -83,6 +83,10 @@ struct server {
 	struct api *api;
 	atomic_int shutdowns;
 	struct net_policy *policy; /* net.setPolicy's, on the API thread */
+	/* vm.pause, vm.resume, vm.snapshot: as the monitor answers them. */
+	bool paused;
+	char snap_dir[128];
+	bool snap_resume;
 };
 
 static int open_agent(void *opaque)
@@ -159,6 +163,53 @@ static int on_set_policy(void *opaque, json_t *policy, char *err, size_t len)
 	return net_policy__replace(&s->policy, policy, "policy", err, len);
 }
 
+static int on_pause(void *opaque, char *err, size_t len)
+{
+	struct server *s = opaque;
+
+	if (s->paused) {
+		snprintf(err, len, "the VM is paused already");
+		return -EALREADY;
+	}
+	s->paused = true;
+	return 0;
+}
+
+static int on_resume(void *opaque, char *err, size_t len)
+{
+	struct server *s = opaque;
+
+	if (!s->paused) {
+		snprintf(err, len, "the VM is not paused");
+		return -EALREADY;
+	}
+	s->paused = false;
+	return 0;
+}
+
+/* A dir with "nohook" in it fails as a device without a save hook does. */
+static int on_snapshot(void *opaque, const char *dir, bool resume, char *err,
+		       size_t len)
+{
+	struct server *s = opaque;
+
+	if (strstr(dir, "nohook")) {
+		snprintf(err, len,
+			 "virtio-fs0: this device cannot be saved "
+			 "yet (it has no save hook)");
+		return -EOPNOTSUPP;
+	}
+	snprintf(s->snap_dir, sizeof(s->snap_dir), "%s", dir);
+	s->snap_resume = resume;
+	s->paused = !resume;
+	return 0;
+}
+
+static bool on_is_paused(void *opaque)
+{
+	return ((struct server *)opaque)->paused;
+}
+
 static int server_dir(struct server *s)
 {
 	snprintf(s->dir, sizeof(s->dir), "/tmp/kiln-api.XXXXXX");
@@ -182,6 +233,10 @@ static int server_start_api(struct server *s, unsigned int agent_timeout_ms)
 		.status = on_status,
 		.metrics = on_metrics,
 		.set_policy = on_set_policy,
+		.pause = on_pause,
+		.resume = on_resume,
+		.snapshot = on_snapshot,
+		.is_paused = on_is_paused,
 		.opaque = s,
 		.agent_timeout_ms = agent_timeout_ms,
 	};
@@ -1285,6 +1340,127 @@ static void write_text(const char *path, const char *text)
 }
 
 /* vmmctl policy SOCK FILE: net.setPolicy with the file's object. */
+static const char *state(json_t *m)
+{
+	return json_string_value(json_object_get(result(m), "state"));
+}
+
+TEST_F(srv, pause_resume_snapshot)
+{
+	json_t *m;
+
+	m = tc_call(&self->t, 1, "vm.pause", NULL);
+	ASSERT_NE(NULL, result(m));
+	json_decref(m);
+	m = tc_call(&self->t, 2, "vm.status", NULL);
+	EXPECT_STREQ("paused", state(m));
+	json_decref(m);
+	/* Twice: a clear error, with its errno. */
+	m = tc_call(&self->t, 3, "vm.pause", NULL);
+	EXPECT_EQ(API_E_VM, err_code(m));
+	EXPECT_STREQ("EALREADY", err_errno(m));
+	EXPECT_STREQ("vm.pause: the VM is paused already", err_message(m));
+	json_decref(m);
+	m = tc_call(&self->t, 4, "vm.resume", NULL);
+	ASSERT_NE(NULL, result(m));
+	json_decref(m);
+	m = tc_call(&self->t, 5, "vm.status", NULL);
+	EXPECT_STREQ("running", state(m));
+	json_decref(m);
+	m = tc_call(&self->t, 6, "vm.resume", NULL);
+	EXPECT_EQ(API_E_VM, err_code(m));
+	EXPECT_STREQ("vm.resume: the VM is not paused", err_message(m));
+	json_decref(m);
+
+	/* vm.snapshot's params. */
+	m = tc_call(&self->t, 7, "vm.snapshot", NULL);
+	EXPECT_EQ(API_E_INVALID_PARAMS, err_code(m));
+	json_decref(m);
+	m = tc_call(&self->t, 8, "vm.snapshot",
+		    json_pack("{s:s}", "dir", "relative/snap"));
+	EXPECT_EQ(API_E_INVALID_PARAMS, err_code(m));
+	json_decref(m);
+	m = tc_call(&self->t, 9, "vm.snapshot",
+		    json_pack("{s:s, s:s}", "dir", "/s", "resume", "yes"));
+	EXPECT_EQ(API_E_INVALID_PARAMS, err_code(m));
+	json_decref(m);
+	EXPECT_STREQ("", self->s.snap_dir);
+
+	m = tc_call(&self->t, 10, "vm.snapshot",
+		    json_pack("{s:s, s:b}", "dir", "/tmp/s1", "resume", true));
+	EXPECT_STREQ("/tmp/s1",
+		     json_string_value(json_object_get(result(m), "dir")));
+	EXPECT_TRUE(json_is_true(json_object_get(result(m), "resumed")));
+	json_decref(m);
+	EXPECT_STREQ("/tmp/s1", self->s.snap_dir);
+	EXPECT_TRUE(self->s.snap_resume);
+	/* Without resume it stays paused. */
+	m = tc_call(&self->t, 11, "vm.snapshot",
+		    json_pack("{s:s}", "dir", "/tmp/s2"));
+	EXPECT_TRUE(json_is_false(json_object_get(result(m), "resumed")));
+	json_decref(m);
+	EXPECT_FALSE(self->s.snap_resume);
+	m = tc_call(&self->t, 12, "vm.status", NULL);
+	EXPECT_STREQ("paused", state(m));
+	json_decref(m);
+	/* A device without a save hook: named, with EOPNOTSUPP. */
+	m = tc_call(&self->t, 13, "vm.snapshot",
+		    json_pack("{s:s}", "dir", "/tmp/nohook"));
+	EXPECT_EQ(API_E_VM, err_code(m));
+	EXPECT_STREQ("EOPNOTSUPP", err_errno(m));
+	EXPECT_NE(NULL, strstr(err_message(m), "virtio-fs0"));
+	json_decref(m);
+}
+
+TEST_F(srv, vmmctl_pause_resume_snapshot)
+{
+	const char *ctl = vmmctl_path();
+	struct spawn_result *r = malloc(sizeof(*r));
+	char want[PATH_MAX + 16];
+
+	ASSERT_TRUE(r != NULL);
+	ASSERT_EQ(0, access(ctl, X_OK)) TH_LOG("%s is not built", ctl);
+	{
+		const char *argv[] = { ctl, "pause", self->s.api_sock, NULL };
+
+		ASSERT_EQ(0, spawn__run(argv, NULL, r));
+		EXPECT_EQ(0, r->status) TH_LOG("%s", r->err);
+		EXPECT_TRUE(self->s.paused);
+		ASSERT_EQ(0, spawn__run(argv, NULL, r));
+		EXPECT_EQ(125, r->status);
+		EXPECT_NE(NULL, strstr(r->err, "paused already"))
+		TH_LOG("%s", r->err);
+	}
+	{
+		const char *argv[] = { ctl, "resume", self->s.api_sock, NULL };
+
+		ASSERT_EQ(0, spawn__run(argv, NULL, r));
+		EXPECT_EQ(0, r->status) TH_LOG("%s", r->err);
+		EXPECT_FALSE(self->s.paused);
+	}
+	{
+		/* A relative DIR is made absolute against vmmctl's cwd. */
+		const char *argv[] = { ctl,	   "snapshot",
+				       "--resume", self->s.api_sock,
+				       "snapdir",  NULL };
+
+		ASSERT_EQ(0, spawn__run(argv, NULL, r));
+		EXPECT_EQ(0, r->status) TH_LOG("%s", r->err);
+		ASSERT_NE(NULL, getcwd(want, PATH_MAX));
+		strcat(want, "/snapdir");
+		EXPECT_STREQ(want, self->s.snap_dir);
+		EXPECT_TRUE(self->s.snap_resume);
+	}
+	{
+		const char *argv[] = { ctl, "snapshot", self->s.api_sock,
+				       NULL };
+
+		ASSERT_EQ(0, spawn__run(argv, NULL, r));
+		EXPECT_EQ(2, r->status);
+	}
+	free(r);
+}
+
 TEST_F(srv, vmmctl_policy)
 {
 	const char *ctl = vmmctl_path();

@@ -10,16 +10,20 @@
  * filters), a ring made before the filter refuses OPENAT and SOCKET
  * (io_uring cannot get around the filter: issue 15), and the console
  * log rotates under the vCPU filter by its directory's descriptor, which
- * no other rename may use.
+ * no other rename may use, and with a control socket a snapshot is
+ * written under the API thread's filter, and no other's, while every
+ * other open still fails with EACCES.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <linux/kvm.h>
 #include <linux/openat2.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
@@ -27,11 +31,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "lib/compiler.h"
 #include "lib/evloop.h"
 #include "lib/thread-filter.h"
 #include "selftests/kselftest.h"
 #include "vmm/console-log.h"
 #include "vmm/seccomp.h"
+#include "vmm/snapshot-file.h"
 
 #define FILTERED_EXIT 125 /* vmm/seccomp.c: a blocked call */
 
@@ -312,6 +318,157 @@ TEST(console_log_rotates_under_the_filter_and_only_there)
 	EXPECT_EQ(CONSOLE_LOG_MIN_MAX_BYTES, st.st_size);
 	unlink(rotated);
 	unlink(log_path);
+	rmdir(dir);
+}
+
+/* ---- vm.snapshot ------------------------------------------------------ */
+
+/* The snapshot directory of the children below. */
+static char snap_path[96];
+
+/* vm.snapshot's reads of the KVM state (vmm/snapshot.c, vcpu__save). */
+static const unsigned long kvm_state_ioctls[] = {
+	KVM_GET_MP_STATE,    KVM_GET_REGS,	KVM_GET_SREGS,
+	KVM_GET_FPU,	     KVM_GET_XSAVE,	KVM_GET_XSAVE2,
+	KVM_GET_XCRS,	     KVM_GET_MSRS,	KVM_GET_LAPIC,
+	KVM_GET_VCPU_EVENTS, KVM_GET_DEBUGREGS, KVM_GET_CPUID2,
+	KVM_GET_TSC_KHZ,     KVM_GET_IRQCHIP,	KVM_GET_PIT2,
+	KVM_GET_CLOCK,
+};
+
+/*
+ * A whole snapshot, the way vmm/snapshot.c writes one, under type's
+ * filter: the KVM reads first (on /dev/null, which answers ENOTTY once
+ * the filter let the call through), then the files.
+ */
+static int snapshot_child(enum seccomp_thread type, bool allowed)
+{
+	struct seccomp_needs needs = { .snapshot = allowed };
+	static uint8_t mem[4 * SNAP_PAGE_SIZE];
+	json_t *fields = json_object();
+	struct snap_dir d;
+	char err[256];
+	int fd, null;
+
+	mem[SNAP_PAGE_SIZE + 1] = 7;
+	null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (!fields || null < 0 || seccomp__install(&needs, type))
+		return 2;
+	for (unsigned int i = 0; i < ARRAY_SIZE(kvm_state_ioctls); i++)
+		if (ioctl(null, kvm_state_ioctls[i], NULL) >= 0 ||
+		    errno != ENOTTY)
+			return 6;
+	if (snap_dir__create(&d, snap_path, err, sizeof(err)) ||
+	    snap_dir__write_part(&d, "vm.state", "vm", "state", 5, err,
+				 sizeof(err)) ||
+	    snap_dir__write_memory(&d, "memory.raw", mem, sizeof(mem), err,
+				   sizeof(err)) ||
+	    snap_dir__finish(&d, fields, err, sizeof(err))) {
+		fprintf(stderr, "# the writer under the filter: %s\n", err);
+		return 3;
+	}
+	snap_dir__close(&d);
+	/* Reading a file, or writing one that is there, is still refused. */
+	fd = open("/etc/hostname", O_RDONLY | O_CLOEXEC);
+	if (fd >= 0 || errno != EACCES)
+		return 4;
+	fd = open(snap_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd >= 0 || errno != EACCES)
+		return 5;
+	return 0;
+}
+
+static int snapshot_allowed(void)
+{
+	return snapshot_child(SECCOMP_THREAD_API, true);
+}
+
+static int snapshot_not_allowed(void)
+{
+	return snapshot_child(SECCOMP_THREAD_API, false);
+}
+
+TEST(snapshot_written_under_the_api_filter_and_only_with_it)
+{
+	char dir[] = "/tmp/kiln-seccomp-XXXXXX", err[256], cmd[128];
+	json_t *m = NULL;
+	int status;
+	pid_t pid;
+
+	ASSERT_NE(NULL, mkdtemp(dir));
+	snprintf(snap_path, sizeof(snap_path), "%s/snap", dir);
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (pid == 0)
+		_exit(snapshot_allowed());
+	ASSERT_EQ(pid, waitpid(pid, &status, 0));
+	ASSERT_TRUE(WIFEXITED(status)) TH_LOG("status %#x", status);
+	EXPECT_EQ(0, WEXITSTATUS(status));
+	EXPECT_EQ(0, snap_dir__verify(snap_path, &m, err, sizeof(err)))
+	TH_LOG("%s", err);
+	json_decref(m);
+
+	/* Without a control socket, the first KVM read is a blocked call. */
+	snprintf(snap_path, sizeof(snap_path), "%s/snap2", dir);
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (pid == 0)
+		_exit(snapshot_not_allowed());
+	ASSERT_EQ(pid, waitpid(pid, &status, 0));
+	ASSERT_TRUE(WIFEXITED(status)) TH_LOG("status %#x", status);
+	EXPECT_EQ(FILTERED_EXIT, WEXITSTATUS(status));
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	if (system(cmd))
+		(void)0;
+}
+
+/*
+ * Any other thread type of a VM that may snapshot: a new file's openat
+ * still fails with EACCES (the snapshot's openat rules are the API
+ * thread's alone), and a KVM read of the VM's state is a blocked call.
+ */
+static int snapshot_elsewhere(void)
+{
+	int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+
+	if (openat(AT_FDCWD, snap_path, SNAP_OPEN_NEW, SNAP_FILE_MODE) >= 0)
+		return 6;
+	if (errno != EACCES)
+		return 7;
+	if (openat(AT_FDCWD, "/tmp", SNAP_OPEN_DIR) >= 0 || errno != EACCES)
+		return 8;
+	ioctl(null, KVM_GET_CLOCK, NULL);
+	return 9;
+}
+
+TEST(snapshot_calls_are_the_api_threads_alone)
+{
+	const struct seccomp_needs needs = { .snapshot = true };
+	char dir[] = "/tmp/kiln-seccomp-XXXXXX";
+	struct stat st;
+
+	ASSERT_NE(NULL, mkdtemp(dir));
+	snprintf(snap_path, sizeof(snap_path), "%s/file", dir);
+	for (unsigned int t = 0; t < SECCOMP_NR_THREADS; t++) {
+		int status;
+		pid_t pid;
+
+		if (t == SECCOMP_THREAD_API)
+			continue;
+		pid = fork();
+		ASSERT_LE(0, pid);
+		if (pid == 0) {
+			if (seccomp__install(&needs, t))
+				_exit(2);
+			_exit(snapshot_elsewhere());
+		}
+		ASSERT_EQ(pid, waitpid(pid, &status, 0));
+		ASSERT_TRUE(WIFEXITED(status))
+		TH_LOG("%s: status %#x", type_names[t], status);
+		EXPECT_EQ(FILTERED_EXIT, WEXITSTATUS(status))
+		TH_LOG("%s", type_names[t]);
+		EXPECT_NE(0, stat(snap_path, &st)) TH_LOG("%s", type_names[t]);
+	}
 	rmdir(dir);
 }
 

@@ -2110,6 +2110,64 @@ TEST_F(blk, reset_with_io_in_flight)
 	EXPECT_TRUE(base_unchanged(t));
 }
 
+/* Ring indices of queue q, read under the device lock. */
+static void ring_indices(struct tdev *t, unsigned int q, uint16_t *popped,
+			 uint16_t *used)
+{
+	struct virtio_device *vdev = virtio_blk__device(t->blk);
+	struct virtqueue *vq = virtio_device__queue(vdev, q);
+
+	virtio_device__lock(vdev);
+	*popped = vq->last_avail_idx;
+	*used = vq->used_idx;
+	virtio_device__unlock(vdev);
+}
+
+/*
+ * Pause (a snapshot's) with a queue full of large requests: once it
+ * returns, every request the device took is back on the used ring, and
+ * the device takes no more, kicked or not, until it resumes; then the
+ * rest complete.
+ */
+TEST_F(blk, pause_completes_io_in_flight)
+{
+	struct tdev *t = &self->t;
+	struct virtio_device *vdev;
+	struct treq *r = reqs;
+	uint16_t popped, used, popped2, used2;
+	unsigned int cycle, i;
+
+	OPEN(.mode = DISK_EPHEMERAL);
+	vdev = virtio_blk__device(t->blk);
+	for (cycle = 0; cycle < 6; cycle++) {
+		for (i = 0; i < QSIZE; i++) {
+			rw_req(&r[i],
+			       i % 4 ? VIRTIO_BLK_T_IN : VIRTIO_BLK_T_OUT,
+			       (i * 16) % (NR_BLOCKS - 16), 16,
+			       JUNK_GPA + (i % 16) * 0x10000, 1 + i % 8, false);
+			r[i].indirect = true;
+		}
+		send_all(_metadata, t, 0, r, QSIZE / 2);
+		if (cycle >= 3) /* and some of it done first */
+			usleep(200);
+		ASSERT_EQ(0, virtio_device__pause(vdev, 10000));
+		ring_indices(t, 0, &popped, &used);
+		EXPECT_EQ(popped, used) TH_LOG("cycle %u", cycle);
+		EXPECT_EQ(used, vdrv_load16(&t->d, USED_GPA(0) + 2));
+		/* Kicked while paused: nothing is taken. */
+		send_all(_metadata, t, 0, r + QSIZE / 2, QSIZE / 2);
+		usleep(20 * 1000);
+		ring_indices(t, 0, &popped2, &used2);
+		EXPECT_EQ(popped, popped2);
+		EXPECT_EQ(used, used2);
+		ASSERT_EQ(0, virtio_device__resume(vdev));
+		ASSERT_TRUE(wait_done(t, r, QSIZE)) TH_LOG("cycle %u", cycle);
+	}
+	EXPECT_EQ(0, t->bad_used);
+	EXPECT_TRUE(vdrv_guards_intact(&t->d));
+	EXPECT_TRUE(base_unchanged(t));
+}
+
 /*
  * Once the driver has written 0 to Status (and reads 0 back), reads popped
  * before the reset must not write into buffers the driver now considers

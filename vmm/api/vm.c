@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * Control API facts and the VM: facts, vm.facts, vm.status,
- * vm.shutdown, net.setPolicy.
+ * vm.shutdown, vm.pause, vm.resume, vm.snapshot, net.setPolicy.
  */
 #include <errno.h>
+#include <limits.h>
 #include <string.h>
 
 #include "lib/counter.h"
@@ -75,9 +76,12 @@ static void m_vm_status(struct rpc *r)
 	struct api *api = r->api;
 	json_t *res;
 
-	res = json_pack("{s:s, s:s, s:I, s:I, s:I}", "state", "running",
-			"agent", api->agent_ready ? "ready" : "unknown",
-			"clients", (json_int_t)api->nr_clients, "requests",
+	bool paused = api->p.is_paused && api->p.is_paused(api->p.opaque);
+
+	res = json_pack("{s:s, s:s, s:I, s:I, s:I}", "state",
+			paused ? "paused" : "running", "agent",
+			api->agent_ready ? "ready" : "unknown", "clients",
+			(json_int_t)api->nr_clients, "requests",
 			(json_int_t)api->nr_calls, "streams",
 			(json_int_t)api->nr_streams);
 	if (res && api->p.status)
@@ -228,12 +232,91 @@ static void m_net_set_policy(struct rpc *r)
 				   err[0] ? err : strerror(-ret));
 }
 
+/* The monitor said no: API_E_VM with its errno, and its line. */
+static void vm_error(struct rpc *r, const char *method, int ret,
+		     const char *err)
+{
+	const char *name = strerrorname_np(-ret);
+	json_t *data = json_pack("{s:s, s:I}", "errno", name ? name : "?",
+				 "errnoValue", (json_int_t)-ret);
+
+	client_reply_error(r->c, r->id, API_E_VM, data, "%s: %s", method,
+			   err[0] ? err : strerror(-ret));
+}
+
+static bool offered(struct rpc *r, const char *method, const void *fn)
+{
+	if (fn)
+		return true;
+	client_reply_error(r->c, r->id, API_E_NO_METHOD, NULL,
+			   "%s is not offered here", method);
+	return false;
+}
+
+static void m_vm_pause(struct rpc *r)
+{
+	char err[API_VM_ERR_LEN] = "";
+	int ret;
+
+	if (!offered(r, "vm.pause", r->api->p.pause))
+		return;
+	ret = r->api->p.pause(r->api->p.opaque, err, sizeof(err));
+	if (ret)
+		vm_error(r, "vm.pause", ret, err);
+	else
+		client_reply(r->c, r->id, NULL);
+}
+
+static void m_vm_resume(struct rpc *r)
+{
+	char err[API_VM_ERR_LEN] = "";
+	int ret;
+
+	if (!offered(r, "vm.resume", r->api->p.resume))
+		return;
+	ret = r->api->p.resume(r->api->p.opaque, err, sizeof(err));
+	if (ret)
+		vm_error(r, "vm.resume", ret, err);
+	else
+		client_reply(r->c, r->id, NULL);
+}
+
+/* {dir, resume}: dir absolute; resume false unless given. */
+static void m_vm_snapshot(struct rpc *r)
+{
+	char err[API_VM_ERR_LEN] = "";
+	bool resume = false;
+	const char *dir;
+	size_t len;
+	int ret;
+
+	if (!offered(r, "vm.snapshot", r->api->p.snapshot) ||
+	    !param_str(r, "dir", true, &dir, &len) ||
+	    !param_bool(r, "resume", &resume))
+		return;
+	if (dir[0] != '/' || len >= PATH_MAX) {
+		param_error(r, "dir: must be an absolute path");
+		return;
+	}
+	ret = r->api->p.snapshot(r->api->p.opaque, dir, resume, err,
+				 sizeof(err));
+	if (ret)
+		vm_error(r, "vm.snapshot", ret, err);
+	else
+		client_reply(
+			r->c, r->id,
+			json_pack("{s:s, s:b}", "dir", dir, "resumed", resume));
+}
+
 const struct api_method vm_methods[] = {
 	{ "facts", m_facts },
 	{ "vm.facts", m_vm_facts },
 	{ "vm.status", m_vm_status },
 	{ "vm.metrics", m_vm_metrics },
 	{ "vm.shutdown", m_vm_shutdown },
+	{ "vm.pause", m_vm_pause },
+	{ "vm.resume", m_vm_resume },
+	{ "vm.snapshot", m_vm_snapshot },
 	{ "net.setPolicy", m_net_set_policy },
 	{ NULL, NULL },
 };
