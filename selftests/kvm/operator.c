@@ -143,10 +143,17 @@ static bool vm_start(struct __test_metadata *_metadata, struct vm *v,
 		return false;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	do {
+		int status;
+
 		if (!ctl(v, ARGS("status", v->sock), &r) && !r.status &&
 		    strstr(r.out, "\"agent\": \"ready\""))
 			return true;
-		if (waitpid(v->vmm, NULL, WNOHANG) == v->vmm) {
+		if (waitpid(v->vmm, &status, WNOHANG) == v->vmm) {
+			TH_LOG("vmm %d ended before its agent was ready: %s %d",
+			       (int)v->vmm,
+			       WIFSIGNALED(status) ? "signal" : "exit",
+			       WIFSIGNALED(status) ? WTERMSIG(status) :
+						     WEXITSTATUS(status));
 			v->vmm = 0;
 			vmm_log_show(_metadata, v->log);
 			return false;
@@ -154,6 +161,11 @@ static bool vm_start(struct __test_metadata *_metadata, struct vm *v,
 		usleep(100000);
 		clock_gettime(CLOCK_MONOTONIC, &now);
 	} while (now.tv_sec - t0.tv_sec < READY_SECS);
+	/* Still running, never ready: its devices and vCPUs into the log. */
+	TH_LOG("vmm %d: agent not ready after %d s; its state follows",
+	       (int)v->vmm, READY_SECS);
+	kill(v->vmm, SIGUSR2);
+	usleep(1000000);
 	vmm_log_show(_metadata, v->log);
 	return false;
 }
