@@ -60,8 +60,19 @@ static int ctl_run(struct vmctl *c, const char *const args[],
 static void ctl_vm_gone(struct __test_metadata *_metadata,
 			const struct vmctl *c, const struct spawn_result *r)
 {
-	if (c->vmm > 0 && r->err_len && strstr(r->err, "the VM went away"))
-		vmm_log_show(_metadata, c->log);
+	siginfo_t si = { 0 };
+
+	if (c->vmm <= 0 || !r->status)
+		return;
+	/* Ended (a zombie still: the test reaps it), or said it went away. */
+	if (!waitid(P_PID, c->vmm, &si, WEXITED | WNOHANG | WNOWAIT) &&
+	    si.si_pid == c->vmm)
+		TH_LOG("vmm %d has ended: %s %d", (int)c->vmm,
+		       si.si_code == CLD_EXITED ? "exit" : "signal",
+		       si.si_status);
+	else if (!r->err_len || !strstr(r->err, "the VM went away"))
+		return;
+	vmm_log_show(_metadata, c->log);
 }
 
 #define CTL(c, r, ...)                                                         \
@@ -194,7 +205,6 @@ static bool vm_start(struct __test_metadata *_metadata, struct vmctl *c,
 {
 	const char *argv[32];
 	struct spawn_result r;
-	struct timespec t0, now;
 	struct guest g;
 
 	guest_paths(&g);
@@ -220,23 +230,8 @@ static bool vm_start(struct __test_metadata *_metadata, struct vmctl *c,
 	c->vmm = spawn_logged(argv, c->log);
 	if (c->vmm < 0)
 		return false;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	do {
-		if (!ctl_run(c, ARGS("status", c->sock), &r) && !r.status &&
-		    strstr(r.out, "\"agent\": \"ready\""))
-			return true;
-		if (waitpid(c->vmm, NULL, WNOHANG) == c->vmm) {
-			c->vmm = 0;
-			TH_LOG("the vmm exited before its agent was ready");
-			vmm_log_show(_metadata, c->log);
-			return false;
-		}
-		usleep(100000);
-		clock_gettime(CLOCK_MONOTONIC, &now);
-	} while (now.tv_sec - t0.tv_sec < READY_TIMEOUT);
-	TH_LOG("no ready agent after %d s", READY_TIMEOUT);
-	vmm_log_show(_metadata, c->log);
-	return false;
+	return vmm_wait_ready(_metadata, &c->vmm, c->sock, c->log,
+			      READY_TIMEOUT);
 }
 
 /* Running: not gone, and not a zombie nobody has reaped yet. */

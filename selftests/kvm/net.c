@@ -626,12 +626,8 @@ static bool bg_vm_start(struct __test_metadata *_metadata, struct bg_vm *v,
 			const char *dir, const char *name,
 			const char *const opts[])
 {
-	const char *vmmctl = env_or("KILN_VMMCTL", "build/vmmctl");
 	const char *argv[40];
-	struct spawn_result r;
-	struct timespec t0, now;
 	struct guest g;
-	bool ready = false;
 	int i = 0;
 
 	guest_paths(&g);
@@ -653,19 +649,8 @@ static bool bg_vm_start(struct __test_metadata *_metadata, struct bg_vm *v,
 	argv[i] = NULL;
 	v->pid = spawn_logged(argv, v->log);
 	ASSERT_LT(0, v->pid);
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	do {
-		if (!spawn__run(ARGS(vmmctl, "status", v->sock), NULL, &r) &&
-		    !r.status && strstr(r.out, "\"agent\": \"ready\""))
-			ready = true;
-		else
-			usleep(100000);
-		clock_gettime(CLOCK_MONOTONIC, &now);
-	} while (!ready && now.tv_sec - t0.tv_sec < READY_SECS &&
-		 waitpid(v->pid, NULL, WNOHANG) != v->pid);
-	if (!ready)
-		vmm_log_show(_metadata, v->log);
-	ASSERT_TRUE(ready);
+	ASSERT_TRUE(vmm_wait_ready(_metadata, &v->pid, v->sock, v->log,
+				   READY_SECS));
 	return true;
 }
 

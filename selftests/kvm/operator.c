@@ -118,7 +118,6 @@ static bool vm_start(struct __test_metadata *_metadata, struct vm *v,
 		     const char *const opts[], bool detach)
 {
 	const char *argv[MAX_ARGV];
-	struct timespec t0, now;
 	struct spawn_result r;
 	struct guest g;
 	char buf[32] = "";
@@ -141,33 +140,7 @@ static bool vm_start(struct __test_metadata *_metadata, struct vm *v,
 	v->vmm = spawn_logged(argv, v->log);
 	if (v->vmm < 0)
 		return false;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	do {
-		int status;
-
-		if (!ctl(v, ARGS("status", v->sock), &r) && !r.status &&
-		    strstr(r.out, "\"agent\": \"ready\""))
-			return true;
-		if (waitpid(v->vmm, &status, WNOHANG) == v->vmm) {
-			TH_LOG("vmm %d ended before its agent was ready: %s %d",
-			       (int)v->vmm,
-			       WIFSIGNALED(status) ? "signal" : "exit",
-			       WIFSIGNALED(status) ? WTERMSIG(status) :
-						     WEXITSTATUS(status));
-			v->vmm = 0;
-			vmm_log_show(_metadata, v->log);
-			return false;
-		}
-		usleep(100000);
-		clock_gettime(CLOCK_MONOTONIC, &now);
-	} while (now.tv_sec - t0.tv_sec < READY_SECS);
-	/* Still running, never ready: its devices and vCPUs into the log. */
-	TH_LOG("vmm %d: agent not ready after %d s; its state follows",
-	       (int)v->vmm, READY_SECS);
-	kill(v->vmm, SIGUSR2);
-	usleep(1000000);
-	vmm_log_show(_metadata, v->log);
-	return false;
+	return vmm_wait_ready(_metadata, &v->vmm, v->sock, v->log, READY_SECS);
 }
 
 /* The detached vmm (not our child) is gone: its /proc entry with it. */

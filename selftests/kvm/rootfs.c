@@ -223,29 +223,37 @@ static bool state_locked(const char *path)
 	return locked;
 }
 
+/* In the background, its output in the scratch directory's vmm.log. */
 static pid_t start_persistent(const struct scratch *s, const char *mode,
 			      const char *const cmd[])
 {
-	int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
-	pid_t pid = vmm_start(
-		&(struct boot_spec){
-			.opts = ARGS("--rootfs", s->rootfs, "--rootfs-mode",
-				     mode),
-			.cmd = cmd,
-		},
-		null);
+	const struct boot_spec spec = {
+		.opts = ARGS("--rootfs", s->rootfs, "--rootfs-mode", mode),
+		.cmd = cmd,
+	};
+	const char *argv[64];
+	char log[96];
+	struct guest g;
 
-	close(null);
-	return pid;
+	guest_paths(&g);
+	boot_argv(&g, &spec, argv);
+	snprintf(log, sizeof(log), "%s/vmm.log", s->dir);
+	return spawn_logged(argv, log);
 }
 
-static bool wait_locked(const char *path, int secs)
+/* The vmm took the state file's lock; if not, its log says why. */
+static bool wait_locked(struct __test_metadata *_metadata,
+			const struct scratch *s, int secs)
 {
+	char log[96];
+
 	for (int i = 0; i < secs * 10; i++) {
-		if (state_locked(path))
+		if (state_locked(s->state))
 			return true;
 		usleep(100000);
 	}
+	snprintf(log, sizeof(log), "%s/vmm.log", s->dir);
+	vmm_log_show(_metadata, log);
 	return false;
 }
 
@@ -260,7 +268,7 @@ TEST_TIMEOUT(state_file_is_locked, BOOT_TIMEOUT)
 	snprintf(mode, sizeof(mode), "persistent:%s", s.state);
 	first = start_persistent(&s, mode, ARGS("sleep", "600"));
 	ASSERT_GT(first, 0);
-	ASSERT_TRUE(wait_locked(s.state, 60));
+	ASSERT_TRUE(wait_locked(_metadata, &s, 60));
 
 	BOOT(NULL, ARGS("--rootfs", s.rootfs, "--rootfs-mode", mode),
 	     ARGS("true"), NULL, &r);
@@ -282,7 +290,7 @@ TEST_TIMEOUT(state_file_is_locked, BOOT_TIMEOUT)
  */
 TEST_TIMEOUT(sigkill_mid_write_leaves_a_clean_filesystem, BOOT_TIMEOUT * 2)
 {
-	char mode[160], initrd[200], cmd[600];
+	char mode[160], initrd[200], cmd[600], log[96];
 	struct spawn_result r;
 	struct scratch s;
 	struct guest g;
@@ -300,7 +308,7 @@ TEST_TIMEOUT(sigkill_mid_write_leaves_a_clean_filesystem, BOOT_TIMEOUT * 2)
 		     "2>/dev/null; echo $i > /root/count; sync; "
 		     "i=$((i + 1)); done"));
 	ASSERT_GT(pid, 0);
-	ASSERT_TRUE(wait_locked(s.state, 60));
+	ASSERT_TRUE(wait_locked(_metadata, &s, 60));
 	/* Let it write for a while: the state file grows past 1 MiB. */
 	for (int i = 0; i < 600; i++) {
 		if (!stat(s.state, &st) && st.st_blocks * 512 > (2 << 20))
@@ -308,6 +316,12 @@ TEST_TIMEOUT(sigkill_mid_write_leaves_a_clean_filesystem, BOOT_TIMEOUT * 2)
 		usleep(100000);
 	}
 	usleep(1500000);
+	snprintf(log, sizeof(log), "%s/vmm.log", s.dir);
+	/* Still writing when killed: a vmm that ended first says why. */
+	if (waitpid(pid, NULL, WNOHANG) == pid) {
+		vmm_log_show(_metadata, log);
+		ASSERT_TRUE(0) TH_LOG("the vmm ended before its SIGKILL");
+	}
 	kill(pid, SIGKILL);
 	EXPECT_EQ(128 + SIGKILL, wait_exit(pid, 30));
 

@@ -216,6 +216,49 @@ static inline void vmm_log_show(struct __test_metadata *_metadata,
 	check_harness_flake_text(buf);
 }
 
+/*
+ * Waits at most secs for the vmm *pid (its output in log) to answer
+ * vm.status on sock with a ready agent. Otherwise the TAP log says why:
+ * the vmm's exit status or signal and its output, or, when it is still
+ * running, its devices' and vCPUs' state (SIGUSR2 writes it to the log).
+ * *pid is 0 once the vmm is reaped.
+ */
+static inline bool vmm_wait_ready(struct __test_metadata *_metadata,
+				  pid_t *pid, const char *sock,
+				  const char *log, int secs)
+{
+	const char *vmmctl = env_or("KILN_VMMCTL", "build/vmmctl");
+	const char *argv[] = { vmmctl, "status", sock, NULL };
+	struct timespec t0, now;
+	struct spawn_result r;
+	int status;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do {
+		if (!spawn__run(argv, NULL, &r) && !r.status &&
+		    strstr(r.out, "\"agent\": \"ready\""))
+			return true;
+		if (waitpid(*pid, &status, WNOHANG) == *pid) {
+			TH_LOG("vmm %d ended before its agent was ready: %s %d",
+			       (int)*pid,
+			       WIFSIGNALED(status) ? "signal" : "exit",
+			       WIFSIGNALED(status) ? WTERMSIG(status) :
+						     WEXITSTATUS(status));
+			*pid = 0;
+			vmm_log_show(_metadata, log);
+			return false;
+		}
+		usleep(100000);
+		clock_gettime(CLOCK_MONOTONIC, &now);
+	} while (now.tv_sec - t0.tv_sec < secs);
+	TH_LOG("vmm %d: agent not ready after %d s; its state follows",
+	       (int)*pid, secs);
+	kill(*pid, SIGUSR2);
+	usleep(1000000);
+	vmm_log_show(_metadata, log);
+	return false;
+}
+
 /* The exit code (128+N for signal N), or -1 after killing it at secs. */
 static inline int wait_exit(pid_t pid, int secs)
 {
