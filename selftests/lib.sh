@@ -5,6 +5,7 @@
 # suite's own TAP it carries these marker lines (all TAP comments):
 #   # kiln-selftest: NAME          a suite starts; its TAP follows
 #   # kiln-selftest-exit: NAME RC  it ended with exit status RC
+#   # kiln-selftest-time: NAME S   ...after S seconds (for the slowest list)
 #   # kiln-error: MESSAGE          something that counts as one failure
 #   # kiln-harness: CMD            run_all.sh starts the KVM suite
 #   # kiln-harness-exit: NAME RC   ...and it ended with exit status RC
@@ -17,11 +18,12 @@
 
 # run_suite NAME CMD [ARGS...]: run one TAP-producing suite, stderr merged.
 run_suite() {
-	local name=$1 rc=0
+	local name=$1 rc=0 t0=$SECONDS
 	shift
 	echo "# kiln-selftest: $name"
 	timeout -k 10 "$KILN_SUITE_TIMEOUT" "$@" 2>&1 </dev/null || rc=$?
 	echo "# kiln-selftest-exit: $name $rc"
+	echo "# kiln-selftest-time: $name $((SECONDS - t0))"
 	return "$rc"
 }
 

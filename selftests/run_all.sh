@@ -119,7 +119,7 @@ kvm_suite() {
 }
 
 pass=0 fail=0 skip=0
-failures=() flakes=() retries=()
+failures=() flakes=() retries=() times=()
 # The suite being read: name, plan (-1: none yet), tests seen, failures.
 cur='' plan=-1 seen=0 sfail=0
 # The harness run: failure count when it started, run_kvm.sh finished.
@@ -207,6 +207,9 @@ parse() {
 		"# kiln-run_kvm: done")
 			kvm_done=1
 			;;
+		"# kiln-selftest-time: "*)
+			times+=("${line#"# kiln-selftest-time: "}")
+			;;
 		"# kiln-harness-exit: "*)
 			if [ -n "$cur" ]; then
 				exit_mark=("${suite_mark[@]}")
@@ -270,6 +273,11 @@ done
 for f in "${flakes[@]}"; do
 	echo "# HARNESS FLAKE, test run again: $f"
 done
+# Where the time went: the slowest suites (CI's budget is in README.md).
+printf '%s\n' "${times[@]}" | sort -k2,2nr | head -8 |
+	while read -r name secs; do
+		[ -n "$name" ] && echo "# SLOW: $name ${secs}s"
+	done
 for f in "${failures[@]}"; do
 	echo "# FAILED: $f"
 done
