@@ -8,15 +8,20 @@
  * socket holding the boot's output, and the console log stopping at its
  * cap however much the guest prints, and vm.metrics' counters moving with
  * a known workload (N execs, M bytes written to a bind and a memory
- * mount) in vmmctl metrics and in the --metrics file. The initramfs guest
+ * mount) in vmmctl metrics and in the --metrics file; and ten detached
+ * VMs under one operator, followed, measured, one of them crashed, all
+ * shut down. The initramfs guest
  * (busybox) with the agent; KILN_VMMCTL names the client (build/vmmctl).
  */
+#include <dirent.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <time.h>
 
+#include "lib/compiler.h"
 #include "selftests/kselftest.h"
 #include "selftests/kvm/vmm_util.h"
 
@@ -703,6 +708,492 @@ TEST_TIMEOUT(metrics_move_with_a_known_workload, BOOT_TIMEOUT)
 	json_decref(m0);
 	json_decref(m1);
 	vm_cleanup(&v);
+}
+
+/* ---- ten detached VMs under one operator ----------------------------- */
+
+#define FLEET	    10
+#define FLEET_PANIC 6	  /* the one whose guest panics */
+#define FLEET_MEM   "128" /* MiB: the initramfs guest boots in it */
+/*
+ * Ten boots share the harness's two emulated CPUs: every wait is for
+ * something to happen, bounded only so that a lost VM ends the test.
+ */
+#define FLEET_WAIT_SECS (BOOT_TIMEOUT * 3)
+#define FLEET_TEST_SECS (BOOT_TIMEOUT * 4)
+/* Every wait ends this long before the test's timeout: the teardown's. */
+#define FLEET_TEARDOWN_SECS 60
+#define FLEET_MAX_EVENTS    64
+
+struct member {
+	char sock[128], console[128], pidfile[128], log[128];
+	char startlog[128], events[128], panicked[128];
+	pid_t start;	/* vmm start --detach, until it returns */
+	pid_t vmm;	/* the VM's process: ours to reap (a subreaper) */
+	pid_t follower; /* vmmctl events --since 0 SOCK */
+	pid_t crasher;	/* the exec that panics the guest */
+};
+
+FIXTURE(fleet)
+{
+	time_t end; /* no wait goes past it */
+	char dir[64];
+	char vmmctl[256];
+	struct member m[FLEET];
+};
+
+/*
+ * The test is the subreaper of what it starts: a detached vmm's parent
+ * (`vmm start`) exits once the agent answers, and the vmm becomes the
+ * test's child, whose exit status it can wait for.
+ */
+FIXTURE_SETUP(fleet)
+{
+	ASSERT_EQ(0, prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0));
+	snprintf(self->dir, sizeof(self->dir), "/tmp/kiln-fleet-XXXXXX");
+	ASSERT_NE(NULL, mkdtemp(self->dir));
+	snprintf(self->vmmctl, sizeof(self->vmmctl), "%s",
+		 env_or("KILN_VMMCTL", "build/vmmctl"));
+	for (int i = 0; i < FLEET; i++) {
+		struct member *m = &self->m[i];
+		const char *d = self->dir;
+
+		snprintf(m->sock, sizeof(m->sock), "%s/vm%d.sock", d, i);
+		snprintf(m->console, sizeof(m->console), "%s/vm%d.console.log",
+			 d, i);
+		snprintf(m->pidfile, sizeof(m->pidfile), "%s/vm%d.pid", d, i);
+		snprintf(m->log, sizeof(m->log), "%s/vm%d.vmm.log", d, i);
+		snprintf(m->startlog, sizeof(m->startlog), "%s/vm%d.start", d,
+			 i);
+		snprintf(m->events, sizeof(m->events), "%s/vm%d.events", d, i);
+		snprintf(m->panicked, sizeof(m->panicked), "%s/vm%d.crash", d,
+			 i);
+	}
+	self->end = time(NULL) + FLEET_TEST_SECS - FLEET_TEARDOWN_SECS;
+}
+
+/*
+ * A wait's deadline: SECS from now, but never past the fleet's end, so
+ * that a lost VM fails the test in time for the teardown to kill the
+ * detached vmms (the harness's timeout kills only the process group).
+ */
+static time_t fleet_deadline(const FIXTURE_DATA(fleet) * self, int secs)
+{
+	time_t t = time(NULL) + secs;
+
+	return t < self->end ? t : self->end;
+}
+
+static void fleet_kill(pid_t *pid)
+{
+	if (*pid <= 0)
+		return;
+	kill(*pid, SIGKILL);
+	waitpid(*pid, NULL, 0);
+	*pid = 0;
+}
+
+/*
+ * Whatever else is our child: a vmm whose pid file was not read yet
+ * (its `vmm start` killed above), anything orphaned below us.
+ */
+static void fleet_kill_orphans(void)
+{
+	DIR *d = opendir("/proc");
+	char path[64], line[512], *p;
+	struct dirent *e;
+	FILE *f;
+
+	while (d && (e = readdir(d))) {
+		pid_t pid = atoi(e->d_name);
+
+		if (pid <= 0)
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		p = fgets(line, sizeof(line), f) ? strrchr(line, ')') : NULL;
+		fclose(f);
+		/* ") S PPID": state, then the parent. */
+		if (p && atoi(p + 4) == getpid())
+			fleet_kill(&pid);
+	}
+	if (d)
+		closedir(d);
+}
+
+/* Every path ends here: whatever still runs is killed, the dir goes. */
+FIXTURE_TEARDOWN(fleet)
+{
+	char cmd[128];
+
+	for (int i = 0; i < FLEET; i++) {
+		struct member *m = &self->m[i];
+
+		fleet_kill(&m->start);
+		fleet_kill(&m->vmm);
+		fleet_kill(&m->follower);
+		fleet_kill(&m->crasher);
+	}
+	fleet_kill_orphans();
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", self->dir);
+	if (system(cmd))
+		fprintf(stderr, "# cannot remove %s\n", self->dir);
+}
+
+/* Our child's exit status (128+N: signal N), or -1 if still running. */
+static int reap_by(pid_t *pid, time_t deadline)
+{
+	int status;
+
+	while (*pid > 0) {
+		pid_t got = waitpid(*pid, &status, WNOHANG);
+
+		if (got < 0) /* not ours: no subreaper */
+			return -1;
+		if (got == *pid) {
+			*pid = 0;
+			return WIFEXITED(status) ? WEXITSTATUS(status) :
+						   128 + WTERMSIG(status);
+		}
+		if (time(NULL) > deadline)
+			return -1;
+		usleep(100000);
+	}
+	return -1;
+}
+
+static int fleet_ctl(FIXTURE_DATA(fleet) * self, const char *const args[],
+		     struct spawn_result *r)
+{
+	const char *argv[32];
+	int i = 0;
+
+	argv[i++] = self->vmmctl;
+	for (; *args && i < 31; args++)
+		argv[i++] = *args;
+	argv[i] = NULL;
+	return spawn__run(argv, NULL, r);
+}
+
+/* The follower's events so far, parsed, in order; *n how many. */
+static void fleet_events(const char *path, json_t *ev[FLEET_MAX_EVENTS],
+			 size_t *n)
+{
+	json_t **lines;
+	size_t k;
+
+	lines = file_lines(path, 0, &k);
+	*n = 0;
+	for (size_t j = 0; j < k; j++) {
+		if (lines[j] && *n < FLEET_MAX_EVENTS)
+			ev[(*n)++] = json_incref(lines[j]);
+	}
+	free_lines(lines, k);
+}
+
+static void fleet_events_free(json_t *ev[], size_t n)
+{
+	for (size_t j = 0; j < n; j++)
+		json_decref(ev[j]);
+}
+
+static const char *ev_type(const json_t *e)
+{
+	return json_string_value(json_object_get(e, "type")) ?: "";
+}
+
+/* How many events of TYPE the follower has printed. */
+static size_t fleet_count(const char *path, const char *type)
+{
+	json_t *ev[FLEET_MAX_EVENTS];
+	size_t n, c = 0;
+
+	fleet_events(path, ev, &n);
+	for (size_t j = 0; j < n; j++)
+		c += !strcmp(ev_type(ev[j]), type);
+	fleet_events_free(ev, n);
+	return c;
+}
+
+static bool fleet_wait_event(const char *path, const char *type, size_t count,
+			     time_t deadline)
+{
+	while (fleet_count(path, type) < count) {
+		if (time(NULL) > deadline)
+			return false;
+		usleep(200000);
+	}
+	return true;
+}
+
+/* A detached VM's own messages (--log), for a test that failed. */
+static void fleet_show(struct __test_metadata *_metadata,
+		       const struct member *m)
+{
+	TH_LOG("%s:", m->sock);
+	vmm_log_show(_metadata, m->startlog);
+	vmm_log_show(_metadata, m->log);
+	vmm_log_show(_metadata, m->events);
+}
+
+/*
+ * A vCPU that triple-faults in the nested harness (vmm_util.h) shows as
+ * a triple-fault event on a VM that was not told to crash.
+ */
+static void fleet_blame_triple_fault(const struct member *m)
+{
+	if (fleet_count(m->events, "triple-fault"))
+		check_harness_flake_text("guest triple-faulted");
+}
+
+/* Exec `echo TOKEN` in member i; true if it printed exactly that. */
+static bool fleet_echo(struct __test_metadata *_metadata,
+		       FIXTURE_DATA(fleet) * self, int i, const char *what)
+{
+	char token[64], want[80];
+	struct spawn_result r;
+
+	snprintf(token, sizeof(token), "kiln-fleet-vm%d-%s", i, what);
+	snprintf(want, sizeof(want), "%s\n", token);
+	if (fleet_ctl(self, ARGS("exec", self->m[i].sock, "--", "echo", token),
+		      &r))
+		return false;
+	if (r.status || strcmp(r.out, want)) {
+		TH_LOG("vm%d: exec echo %s: exit %d, out %.200s, err %.300s", i,
+		       token, r.status, r.out, r.err);
+		fleet_blame_triple_fault(&self->m[i]);
+		fleet_show(_metadata, &self->m[i]);
+		return false;
+	}
+	return true;
+}
+
+/*
+ * The events a follower printed for a VM that ran two execs and was shut
+ * down: exactly these, seq without gaps, each exec exiting 0.
+ */
+static void fleet_check_events(struct __test_metadata *_metadata, int i,
+			       const char *path)
+{
+	static const char *const want[] = {
+		"agent-ready",	"exec-started", "exec-exited",
+		"exec-started", "exec-exited",	"shutdown-requested",
+		"shutdown",
+	};
+	json_t *ev[FLEET_MAX_EVENTS];
+	size_t n, j;
+
+	fleet_events(path, ev, &n);
+	EXPECT_EQ(ARRAY_SIZE(want), n) TH_LOG("vm%d: %zu events", i, n);
+	for (j = 0; j < n && j < ARRAY_SIZE(want); j++) {
+		EXPECT_STREQ(want[j], ev_type(ev[j]))
+		TH_LOG("vm%d, event %zu", i, j);
+		EXPECT_EQ(j + 1, jint(ev[j], NULL, "seq"));
+		if (!strcmp(want[j], "exec-exited"))
+			EXPECT_EQ(0, jint(ev[j], NULL, "exitCode"));
+	}
+	if (n == ARRAY_SIZE(want)) {
+		EXPECT_EQ(0, jint(ev[n - 1], NULL, "exitCode"));
+	}
+	fleet_events_free(ev, n);
+}
+
+/*
+ * The panicked VM's events: agent-ready and the first exec as for the
+ * others; then at most the crashing exec's start (the guest may die
+ * before the agent reports it) and a guest-panic or triple-fault; last,
+ * shutdown: a Linux guest's panic (panic=-1) resets the machine,
+ * "guest-reset" with vmm start's status 123 (cli.md, "Exit status").
+ */
+static void fleet_check_panic_events(struct __test_metadata *_metadata,
+				     const char *path)
+{
+	static const char *const first[] = { "agent-ready", "exec-started",
+					     "exec-exited" };
+	json_t *ev[FLEET_MAX_EVENTS];
+	size_t n, j;
+
+	fleet_events(path, ev, &n);
+	ASSERT_LE(ARRAY_SIZE(first) + 1, n) TH_LOG("%zu events", n);
+	for (j = 0; j < ARRAY_SIZE(first); j++)
+		EXPECT_STREQ(first[j], ev_type(ev[j]));
+	if (j < n - 1 && !strcmp(ev_type(ev[j]), "exec-started"))
+		j++;
+	if (j < n - 1 && (!strcmp(ev_type(ev[j]), "guest-panic") ||
+			  !strcmp(ev_type(ev[j]), "triple-fault")))
+		j++;
+	EXPECT_EQ(n - 1, j) TH_LOG("unexpected event %s", ev_type(ev[j]));
+	EXPECT_STREQ("shutdown", ev_type(ev[n - 1]));
+	EXPECT_STREQ("guest-reset",
+		     json_string_value(json_object_get(ev[n - 1], "reason")) ?:
+			     "");
+	EXPECT_EQ(VMM_EXIT_GUEST_CRASH, jint(ev[n - 1], NULL, "exitCode"));
+	for (j = 0; j < n; j++)
+		EXPECT_EQ(j + 1, jint(ev[j], NULL, "seq"));
+	fleet_events_free(ev, n);
+}
+
+/*
+ * What an orchestrator does with ten VMs, through the documented
+ * interfaces only (cli.md, "Ten VMs"): ten `vmm start --detach` at once,
+ * each with its socket, console log and vmm log in one directory; a
+ * `vmmctl events --since 0` follower per VM; an exec per VM with its own
+ * token; `vmmctl metrics` moved; every console log holds the boot. Then
+ * one guest panics: its vmm ends with 123, its console log keeps the
+ * panic, its follower saw the reset, and the nine others still answer.
+ * Last, `vmmctl shutdown` for the nine: each vmm exits 0, each follower
+ * saw every event in order and ended with the VM, no socket is left.
+ */
+TEST_F_TIMEOUT(fleet, ten_detached_vms_under_one_operator, FLEET_TEST_SECS)
+{
+	const char *argv[MAX_ARGV];
+	struct spawn_result r;
+	struct guest g;
+	time_t deadline;
+	size_t len;
+	char *text;
+	int i, st;
+
+	if (!can_boot(_metadata))
+		return;
+	guest_paths(&g);
+	/* All ten at once; then each is waited for. */
+	for (i = 0; i < FLEET; i++) {
+		struct member *m = &self->m[i];
+
+		vmm_argv(&g, "start",
+			 ARGS("--cpus", "1", "--memory", FLEET_MEM, "--cmdline",
+			      "kiln.bootmark", "--control-socket", m->sock,
+			      "--agent-timeout-ms", "120000", "--log", m->log,
+			      "--detach", "--pid-file", m->pidfile),
+			 argv);
+		m->start = spawn_logged(argv, m->startlog);
+		ASSERT_LT(0, m->start);
+	}
+	deadline = fleet_deadline(self, FLEET_WAIT_SECS);
+	for (i = 0; i < FLEET; i++) {
+		struct member *m = &self->m[i];
+		char buf[32] = "";
+		FILE *f;
+
+		st = reap_by(&m->start, deadline);
+		if (st)
+			fleet_show(_metadata, m);
+		ASSERT_EQ(0, st) TH_LOG("vm%d: vmm start --detach", i);
+		f = fopen(m->pidfile, "r");
+		ASSERT_NE(NULL, f);
+		if (fgets(buf, sizeof(buf), f))
+			m->vmm = atoi(buf);
+		fclose(f);
+		ASSERT_LT(0, m->vmm);
+		m->follower = spawn_logged(
+			ARGS(self->vmmctl, "events", "--since", "0", m->sock),
+			m->events);
+		ASSERT_LT(0, m->follower);
+	}
+	deadline = fleet_deadline(self, FLEET_WAIT_SECS);
+	for (i = 0; i < FLEET; i++) {
+		ASSERT_TRUE(fleet_wait_event(self->m[i].events, "agent-ready",
+					     1, deadline))
+		TH_LOG("vm%d: its follower never saw agent-ready", i);
+	}
+
+	/* One exec each, its token back; the follower sees it come and go. */
+	for (i = 0; i < FLEET; i++) {
+		EXPECT_TRUE(fleet_echo(_metadata, self, i, "first"));
+		EXPECT_TRUE(fleet_wait_event(self->m[i].events, "exec-exited",
+					     1, deadline))
+		TH_LOG("vm%d: no exec-exited", i);
+	}
+
+	/* Counters that must have moved: counts, never times. */
+	for (i = 0; i < FLEET; i++) {
+		json_t *mt;
+
+		ASSERT_EQ(0, fleet_ctl(self, ARGS("metrics", self->m[i].sock),
+				       &r));
+		ASSERT_EQ(0, r.status) TH_LOG("vm%d: metrics: %s", i, r.err);
+		mt = json_loads(r.out, 0, NULL);
+		ASSERT_NE(NULL, mt) TH_LOG("vm%d: %.300s", i, r.out);
+		EXPECT_LE(1, jint(mt, "agent", "spawns"));
+		EXPECT_LE(1, jint(mt, "agent", "exits"));
+		EXPECT_LE(1, jint(mt, "agent", "connections"));
+		EXPECT_EQ(1, json_array_size(json_object_get(mt, "vcpus")));
+		EXPECT_LT(0, all_exits(mt));
+		EXPECT_LT(0, jint(json_array_get(json_object_get(mt, "devices"),
+						 0),
+				  NULL, "requests"));
+		json_decref(mt);
+	}
+
+	/* Every console log holds its boot. */
+	for (i = 0; i < FLEET; i++) {
+		text = slurp(self->m[i].console, &len);
+		ASSERT_NE(NULL, text) TH_LOG("no %s", self->m[i].console);
+		EXPECT_NE(NULL, strstr(text, "kiln-init: boot mark"))
+		TH_LOG("vm%d: console log: %.1000s", i, text);
+		free(text);
+	}
+
+	/* One guest panics; its answer never comes. */
+	{
+		struct member *m = &self->m[FLEET_PANIC];
+
+		m->crasher = spawn_logged(ARGS(self->vmmctl, "exec", m->sock,
+					       "--", "sh", "-c",
+					       "echo c >/proc/sysrq-trigger"),
+					  m->panicked);
+		ASSERT_LT(0, m->crasher);
+		deadline = fleet_deadline(self, FLEET_WAIT_SECS);
+		st = reap_by(&m->vmm, deadline);
+		if (st != VMM_EXIT_GUEST_CRASH)
+			fleet_show(_metadata, m);
+		EXPECT_EQ(VMM_EXIT_GUEST_CRASH, st);
+		EXPECT_EQ(0, reap_by(&m->follower, deadline));
+		/* The lost exec: vmmctl's failure, whatever it says. */
+		EXPECT_LT(0, reap_by(&m->crasher, deadline));
+		EXPECT_NE(0, access(m->sock, F_OK)) TH_LOG("%s left", m->sock);
+		text = slurp(m->console, &len);
+		ASSERT_NE(NULL, text);
+		EXPECT_NE(NULL, strstr(text, "Kernel panic - not syncing"))
+		TH_LOG("console log: %.3000s",
+		       len > 3000 ? text + len - 3000 : text);
+		free(text);
+		fleet_check_panic_events(_metadata, m->events);
+	}
+
+	/* The nine others still answer. */
+	for (i = 0; i < FLEET; i++)
+		if (i != FLEET_PANIC)
+			EXPECT_TRUE(fleet_echo(_metadata, self, i, "after"));
+
+	/* Shut the nine down: each vmm exits 0, its follower with it. */
+	for (i = 0; i < FLEET; i++) {
+		if (i == FLEET_PANIC)
+			continue;
+		EXPECT_EQ(0, fleet_ctl(self, ARGS("shutdown", self->m[i].sock),
+				       &r));
+		EXPECT_EQ(0, r.status) TH_LOG("vm%d: shutdown: %s", i, r.err);
+	}
+	deadline = fleet_deadline(self, FLEET_WAIT_SECS);
+	for (i = 0; i < FLEET; i++) {
+		struct member *m = &self->m[i];
+
+		if (i == FLEET_PANIC)
+			continue;
+		st = reap_by(&m->vmm, deadline);
+		if (st) {
+			fleet_blame_triple_fault(m);
+			fleet_show(_metadata, m);
+		}
+		EXPECT_EQ(0, st) TH_LOG("vm%d: the vmm's exit status", i);
+		EXPECT_EQ(0, reap_by(&m->follower, deadline))
+		TH_LOG("vm%d: vmmctl events", i);
+		EXPECT_NE(0, access(m->sock, F_OK)) TH_LOG("%s left", m->sock);
+		fleet_check_events(_metadata, i, m->events);
+	}
 }
 
 TEST_HARNESS_MAIN
