@@ -435,7 +435,7 @@ static void host(struct fuzz_vsock *f, struct fuzz_in *in)
 	switch ((enum host_op)(v % NR_HOST_OPS)) {
 	case HOST_WRITE:
 		p = fuzz_in__bytes(in, fuzz_in__u8(in), &n);
-		if (write(*fd, p, n) < 0 && errno != EAGAIN) {
+		if (send(*fd, p, n, MSG_NOSIGNAL) < 0 && errno != EAGAIN) {
 			close(*fd);
 			*fd = -1;
 		}
@@ -472,7 +472,7 @@ static void host_connect(struct fuzz_vsock *f, struct fuzz_in *in)
 		n = (size_t)snprintf(line, sizeof(line), "CONNECT %u\n",
 				     GUEST_PORT + v / 2 % 4);
 	}
-	if (write(fd, line, n) < 0) {
+	if (send(fd, line, n, MSG_NOSIGNAL) < 0) {
 		close(fd);
 		return;
 	}
