@@ -36,9 +36,15 @@ static int ring_register(struct io_uring *ring, unsigned int op, void *arg,
 /* Every opcode the loop asks for is one this kernel has (REGISTER_PROBE). */
 static int probe_opcodes(struct evloop *l, const uint8_t *ops, unsigned int n)
 {
-	struct {
+	/*
+	 * The probe and room for its ops (a flexible array): a union, since
+	 * a struct may not hold a variable-sized struct but at its end.
+	 */
+	union {
 		struct io_uring_probe p;
-		struct io_uring_probe_op ops[EVLOOP_PROBE_OPS];
+		uint8_t room[sizeof(struct io_uring_probe) +
+			     EVLOOP_PROBE_OPS *
+				     sizeof(struct io_uring_probe_op)];
 	} probe = { 0 };
 	int ret;
 
@@ -48,7 +54,7 @@ static int probe_opcodes(struct evloop *l, const uint8_t *ops, unsigned int n)
 		return ret;
 	for (unsigned int i = 0; i < n; i++) {
 		if (ops[i] > probe.p.last_op ||
-		    !(probe.ops[ops[i]].flags & IO_URING_OP_SUPPORTED)) {
+		    !(probe.p.ops[ops[i]].flags & IO_URING_OP_SUPPORTED)) {
 			pr_err("%s: io_uring: the kernel has no opcode %u",
 			       l->name, ops[i]);
 			return -EOPNOTSUPP;

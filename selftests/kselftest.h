@@ -262,8 +262,8 @@ static inline __ksft_printf(3, 4) void __ksft_log(const char *file, int line,
 
 #define TH_LOG(fmt, ...) __ksft_log(__FILE__, __LINE__, fmt, ##__VA_ARGS__)
 
-static inline void __ksft_vskip(struct __test_metadata *m, const char *fmt,
-				va_list ap)
+static inline __attribute__((format(printf, 2, 0))) void
+__ksft_vskip(struct __test_metadata *m, const char *fmt, va_list ap)
 {
 	char *c;
 
