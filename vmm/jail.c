@@ -454,14 +454,19 @@ const char *jail__bind_inside(const struct jail *j, unsigned int n)
 
 /* ---- the PID namespace and its PID 1 -------------------------------------- */
 
+int jail__check_root(const struct jail_config *c, char *err, size_t len)
+{
+	if (geteuid())
+		return errf(err, len, -EPERM,
+			    "jail %s: needs root (it makes namespaces, mounts "
+			    "and device nodes, then becomes uid %llu): run vmm "
+			    "as root",
+			    c->dir, (unsigned long long)c->uid);
+	return 0;
+}
+
 int jail__unshare_pid(struct jail *j)
 {
-	if (geteuid()) {
-		pr_err("jail %s: needs root (it makes namespaces, mounts and "
-		       "device nodes, then becomes uid %llu): run vmm as root",
-		       j->cfg->dir, (unsigned long long)j->cfg->uid);
-		return -EPERM;
-	}
 	if (unshare(CLONE_NEWPID)) {
 		pr_err("jail: a PID namespace: %s", strerror(errno));
 		return -errno;

@@ -63,8 +63,11 @@ unsigned int jail__nr_binds(const struct jail *j);
 const char *jail__bind_host(const struct jail *j, unsigned int n);
 const char *jail__bind_inside(const struct jail *j, unsigned int n);
 
+/* -EPERM, with err saying why, unless this process is root. */
+int __must_check jail__check_root(const struct jail_config *c, char *err,
+				  size_t len);
 /*
- * Root only (-EPERM otherwise, said). A new PID namespace for the
+ * A new PID namespace for the
  * children: the next fork (start --detach's, or jail__fork's) makes the
  * jail's PID 1, which runs the VM.
  */

@@ -106,6 +106,8 @@ static int cmd_run(int argc, char **argv, bool start)
 		goto out;
 	ret = config__validate(&cfg, err, sizeof(err));
 	if (!ret && cfg.jail.dir)
+		ret = jail__check_root(&cfg.jail, err, sizeof(err));
+	if (!ret && cfg.jail.dir)
 		ret = jail__plan(&jail, &cfg, err, sizeof(err));
 	if (ret) {
 		pr_err("%s", err);

@@ -340,7 +340,10 @@ TEST_F(tree, refused_without_root)
 		if (!geteuid() && (setresgid(65534, 65534, 65534) ||
 				   setresuid(65534, 65534, 65534)))
 			_exit(2);
-		_exit(jail__unshare_pid(j) == -EPERM ? 0 : 1);
+		err[0] = 0;
+		if (jail__check_root(&c.jail, err, sizeof(err)) != -EPERM)
+			_exit(1);
+		_exit(strstr(err, "jail /j: needs root") ? 0 : 3);
 	}
 	ASSERT_EQ(pid, waitpid(pid, &status, 0));
 	EXPECT_TRUE(WIFEXITED(status));
