@@ -684,8 +684,15 @@ static int mount_proc(const char *root)
 	snprintf(path, sizeof(path), "%s/proc", root);
 	if (mkdir(path, 0555) && errno != EEXIST)
 		return -errno;
-	if (!mount("proc", path, "proc", flags, "subset=pid"))
-		return 0;
+	if (!mount("proc", path, "proc", flags, "subset=pid")) {
+		/* The vmm reads /proc/self (fdbudget, metrics): kept? */
+		snprintf(path, sizeof(path), "%s/proc/self/fd", root);
+		if (!access(path, F_OK))
+			return 0;
+		snprintf(path, sizeof(path), "%s/proc", root);
+		if (umount2(path, MNT_DETACH))
+			return -errno;
+	}
 	pr_debug("jail: proc with subset=pid: %s; all of it", strerror(errno));
 	return mount("proc", path, "proc", flags, NULL) ? -errno : 0;
 }
