@@ -18,6 +18,7 @@
 #include "vmm/config.h"
 #include "vmm/console-log.h"
 #include "vmm/identity.h"
+#include "vmm/jail.h"
 #include "vmm/metrics.h"
 #include "vmm/options.h"
 #include "vmm/rootfs.h"
@@ -61,6 +62,7 @@ void config__free(struct vm_config *c)
 	free(c->metrics_path);
 	free(c->log_path);
 	free(c->pid_file);
+	jail__config_free(&c->jail);
 	memset(c, 0, sizeof(*c));
 }
 
@@ -411,6 +413,9 @@ int config__validate(struct vm_config *c, char *err, size_t len)
 	if (ret)
 		return ret;
 	ret = netcfg__validate(&c->net, err, len);
+	if (ret)
+		return ret;
+	ret = jail__validate(c, err, len);
 	if (ret)
 		return ret;
 	return validate_rootfs(&c->rootfs, err, len);

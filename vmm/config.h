@@ -8,6 +8,7 @@
 
 #include "lib/compiler.h"
 #include "lib/log.h"
+#include "vmm/jail.h"
 #include "vmm/mounts.h"
 #include "vmm/netcfg.h"
 
@@ -91,6 +92,7 @@ struct vm_config {
 	bool log_level_set;
 	enum log_format log_format;
 	bool seccomp; /* filter the running monitor */
+	struct jail_config jail; /* --jail (vmm/jail.h); dir NULL: none */
 };
 
 /* Room for a path, a field and two digests (rootfs verification). */

@@ -16,6 +16,7 @@
 #include "lib/errf.h"
 #include "vmm/config.h"
 #include "vmm/facts.h"
+#include "vmm/jail.h"
 #include "vmm/options.h"
 #include "vmm/vm.h"
 
@@ -91,6 +92,7 @@ static int cmd_run(int argc, char **argv, bool start)
 	char err[CONFIG_ERR_LEN];
 	struct vm_config cfg;
 	int ret, ready_fd = -1;
+	struct jail *jail = NULL;
 	struct vm *vm;
 
 	config__init(&cfg);
@@ -103,24 +105,42 @@ static int cmd_run(int argc, char **argv, bool start)
 	if (ret || setup_log(&cfg))
 		goto out;
 	ret = config__validate(&cfg, err, sizeof(err));
+	if (!ret && cfg.jail.dir)
+		ret = jail__check_root(&cfg.jail, err, sizeof(err));
+	if (!ret && cfg.jail.dir)
+		ret = jail__plan(&jail, &cfg, err, sizeof(err));
 	if (ret) {
 		pr_err("%s", err);
 		goto out;
 	}
+	if (jail && jail__unshare_pid(jail))
+		goto out;
+	/* In a jail, the fork makes its PID 1, which runs the VM. */
 	if (cfg.detach && detach(&cfg, &ready_fd))
+		goto out;
+	if (jail && !cfg.detach && jail__fork(jail))
+		goto out;
+	if (jail && jail__setup(jail))
 		goto out;
 	ret = vm__create(&vm, &cfg);
 	if (ret)
 		goto out;
+	/* Built: nothing privileged is left to do; no thread is filtered yet. */
+	if (jail && jail__drop(jail)) {
+		vm__destroy(vm);
+		goto out;
+	}
 	vm->ready_fd = ready_fd;
 	ret = vm__run(vm);
 	vm__destroy(vm);
+	jail__destroy(jail);
 	log__close();
 	config__free(&cfg);
 	return ret;
 out:
 	if (ready_fd >= 0)
 		close(ready_fd);
+	jail__destroy(jail);
 	log__close();
 	config__free(&cfg);
 	return VMM_EXIT_VMM_ERROR;

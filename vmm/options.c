@@ -354,6 +354,22 @@ static int apply_no_seccomp(struct vm_config *c, const union option_value *v,
 	return 0;
 }
 
+static int apply_jail_uid(struct vm_config *c, const union option_value *v,
+			  char *err, size_t len)
+{
+	c->jail.uid = v->u;
+	c->jail.uid_set = true;
+	return 0;
+}
+
+static int apply_jail_gid(struct vm_config *c, const union option_value *v,
+			  char *err, size_t len)
+{
+	c->jail.gid = v->u;
+	c->jail.gid_set = true;
+	return 0;
+}
+
 static int apply_log_level(struct vm_config *c, const union option_value *v,
 			   char *err, size_t len)
 {
@@ -697,7 +713,8 @@ static const struct option_desc options[] = {
 		.arg = "FILE",
 		.help = "JSON settings: kernel, initrd, cmdline, cpus, memoryMiB,\n"
 			"command, hostname, cwd, rootfs, vsock, mounts, net,\n"
-			"consoleLog, log, metrics; options after it override it",
+			"consoleLog, log, metrics, jail; options after it override\n"
+			"it",
 		.kind = OPTION_STRING,
 		.apply = apply_config_file,
 	},
@@ -706,6 +723,84 @@ static const struct option_desc options[] = {
 		.help = "do not filter the monitor's syscalls (debugging)",
 		.kind = OPTION_FLAG,
 		.apply = apply_no_seccomp,
+	},
+	{
+		.flag = "jail",
+		.arg = "DIR",
+		.key = "jail.dir",
+		.help = "run the VM jailed (root only): new mount, PID, IPC and\n"
+			"UTS namespaces, a tmpfs on DIR as its root holding only\n"
+			"the VM's files, then --uid/--gid, no capabilities\n"
+			"(Documentation/security.md)",
+		STRING_FIELD(jail.dir),
+	},
+	{
+		.flag = "uid",
+		.arg = "U",
+		.key = "jail.uid",
+		.help = "--jail: the uid the vmm runs as once the VM is built",
+		.kind = OPTION_UINT,
+		.max = JAIL_MAX_ID,
+		.apply = apply_jail_uid,
+	},
+	{
+		.flag = "gid",
+		.arg = "G",
+		.key = "jail.gid",
+		.help = "--jail: the gid (and no supplementary groups)",
+		.kind = OPTION_UINT,
+		.max = JAIL_MAX_ID,
+		.apply = apply_jail_gid,
+	},
+	{
+		.flag = "cgroup",
+		.arg = "PATH",
+		.key = "jail.cgroup",
+		.help = "--jail: place the vmm in this cgroup v2 directory\n"
+			"(made if missing; skipped, with a warning, where cgroup\n"
+			"v2 is not mounted writable)",
+		STRING_FIELD(jail.cgroup),
+	},
+	{
+		.flag = "cpu-max",
+		.arg = "QUOTA [PERIOD]",
+		.key = "jail.cpuMax",
+		.help = "--cgroup: its cpu.max, microseconds (\"max\": no limit)",
+		STRING_FIELD(jail.cpu_max),
+	},
+	{
+		.flag = "memory-max",
+		.arg = "BYTES",
+		.key = "jail.memoryMax",
+		.help = "--cgroup: its memory.max (K/M/G suffixes)",
+		.kind = OPTION_SIZE,
+		.max = INT64_MAX,
+		.offset = FIELD(jail.memory_max, uint64_t),
+	},
+	{
+		.flag = "rlimit-as",
+		.arg = "BYTES",
+		.key = "jail.rlimitAs",
+		.help = "--jail: RLIMIT_AS, the address space (guest memory\n"
+			"included; default unchanged)",
+		.kind = OPTION_SIZE,
+		.max = INT64_MAX,
+		.offset = FIELD(jail.rlimit_as, uint64_t),
+	},
+	{
+		.flag = "rlimit-nofile",
+		.arg = "N",
+		.key = "jail.rlimitNofile",
+		.help = "--jail: RLIMIT_NOFILE, open files (default unchanged)",
+		UINT_FIELD(jail.rlimit_nofile, INT32_MAX),
+	},
+	{
+		.flag = "rlimit-nproc",
+		.arg = "N",
+		.key = "jail.rlimitNproc",
+		.help = "--jail: RLIMIT_NPROC, processes and threads of the uid\n"
+			"(default unchanged)",
+		UINT_FIELD(jail.rlimit_nproc, INT32_MAX),
 	},
 	{
 		.flag = "log",
@@ -970,6 +1065,7 @@ static const char usage_head[] =
 	"               [--no-seccomp] [--verbose] [-- COMMAND ARGS...]\n"
 	"       vmm run --config FILE.json [options] [-- COMMAND ARGS...]\n"
 	"       vmm start --control-socket PATH [--detach [--pid-file PATH]] [options]\n"
+	"       vmm start --jail DIR --uid U --gid G [--cgroup PATH ...] [options]\n"
 	"       vmm facts [--config FILE.json] [options]\n"
 	"       vmm --help | --version\n"
 	"\n"

@@ -1,0 +1,295 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The jail on KVM (vmm/jail.h, Documentation/security.md "The jail"):
+ * `vmm start --jail DIR --uid 65534 --gid 65534 --detach` boots the test
+ * kernel and initramfs with the guest agent; from the host, the test then
+ * reads what the jailed vmm is: its ids, capabilities, no_new_privs and
+ * limits (/proc/PID/status, /proc/PID/limits), its namespaces against
+ * the test's own, and what its root holds (/proc/PID/root): the VM's
+ * files, not a marker file the test made outside it. The guest still
+ * runs a command. Root only (the jail needs it); KILN_VMMCTL names the
+ * client (build/vmmctl).
+ */
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "lib/compiler.h"
+#include "selftests/kselftest.h"
+#include "selftests/kvm/vmm_util.h"
+
+#define NOBODY	      "65534"
+#define NOBODY_ID     65534U
+#define AGENT_TIMEOUT "45000" /* ms; the nested harness is slow */
+#define JAIL_NOFILE   "4096"
+#define JAIL_NPROC    "4096"
+#define JAIL_AS	      "17179869184" /* 16 GiB: guest RAM and threads */
+
+struct jailed {
+	char dir[64];	   /* the test's scratch */
+	char root[96];	   /* --jail */
+	char run[96];	   /* the control socket's directory */
+	char sock[128];
+	char pidfile[128];
+	char log[128];
+	char marker[128]; /* outside the jail */
+	char vmmctl[256];
+	pid_t pid; /* the jailed vmm, host's view */
+};
+
+static bool can_jail(struct __test_metadata *_metadata)
+{
+	if (geteuid())
+		SKIP(return false, "the jail needs root");
+	if (access("/dev/kvm", R_OK | W_OK))
+		SKIP(return false,
+			    "no usable /dev/kvm (run through tools/vmtest)");
+	return true;
+}
+
+/* The value of "Key:" in /proc/PID/status (tabs and all); "" if none. */
+static void status_field(pid_t pid, const char *key, char *out, size_t len)
+{
+	char path[64], line[256];
+	size_t n = strlen(key);
+	FILE *f;
+
+	out[0] = 0;
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	f = fopen(path, "r");
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, key, n) && line[n] == ':') {
+			snprintf(out, len, "%s", line + n + 1 + strspn(line + n + 1, " \t"));
+			out[strcspn(out, "\n")] = 0;
+			break;
+		}
+	fclose(f);
+}
+
+/* The soft limit's column of "Max NAME" in /proc/PID/limits. */
+static void limit_soft(pid_t pid, const char *name, char *out, size_t len)
+{
+	char path[64], line[256];
+	FILE *f;
+
+	out[0] = 0;
+	snprintf(path, sizeof(path), "/proc/%d/limits", (int)pid);
+	f = fopen(path, "r");
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, name, strlen(name)) &&
+		    sscanf(line + 26, "%31s", out) == 1) /* "Limit" column */
+			break;
+	fclose(f);
+}
+
+static bool same_ns(pid_t pid, const char *ns)
+{
+	char a[64], b[64], la[64] = "", lb[64] = "";
+
+	snprintf(a, sizeof(a), "/proc/%d/ns/%s", (int)pid, ns);
+	snprintf(b, sizeof(b), "/proc/self/ns/%s", ns);
+	if (readlink(a, la, sizeof(la) - 1) < 0 ||
+	    readlink(b, lb, sizeof(lb) - 1) < 0)
+		return true; /* unreadable: counts as not shown different */
+	return !strcmp(la, lb);
+}
+
+/* path as the jailed vmm sees it: /proc/PID/root/path. */
+static bool jail_sees(pid_t pid, const char *path)
+{
+	char p[PATH_MAX];
+
+	snprintf(p, sizeof(p), "/proc/%d/root%s", (int)pid, path);
+	return !access(p, F_OK);
+}
+
+static bool start_jailed(struct __test_metadata *_metadata, struct jailed *j)
+{
+	struct spawn_result r;
+	struct guest g;
+	char buf[32] = "";
+	FILE *f;
+	int fd;
+
+	guest_paths(&g);
+	snprintf(j->dir, sizeof(j->dir), "/tmp/kiln-jail-XXXXXX");
+	if (!mkdtemp(j->dir))
+		return false;
+	snprintf(j->root, sizeof(j->root), "%s/root", j->dir);
+	snprintf(j->run, sizeof(j->run), "%s/run", j->dir);
+	snprintf(j->sock, sizeof(j->sock), "%s/ctl.sock", j->run);
+	snprintf(j->pidfile, sizeof(j->pidfile), "%s/vm.pid", j->dir);
+	snprintf(j->log, sizeof(j->log), "%s/vmm.log", j->dir);
+	snprintf(j->marker, sizeof(j->marker), "%s/outside-marker", j->dir);
+	snprintf(j->vmmctl, sizeof(j->vmmctl), "%s",
+		 env_or("KILN_VMMCTL", "build/vmmctl"));
+	if (mkdir(j->root, 0755) || mkdir(j->run, 0755) ||
+	    chown(j->run, NOBODY_ID, NOBODY_ID)) /* its console log rotates */
+		return false;
+	fd = open(j->marker, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return false;
+	close(fd);
+	if (spawn__run(ARGS(g.vmm, "start", "--kernel", g.vmlinux, "--initrd",
+			    g.initrd, "--control-socket", j->sock,
+			    "--agent-timeout-ms", AGENT_TIMEOUT, "--detach",
+			    "--pid-file", j->pidfile, "--log", j->log,
+			    "--jail", j->root, "--uid", NOBODY, "--gid",
+			    NOBODY, "--rlimit-nofile", JAIL_NOFILE,
+			    "--rlimit-nproc", JAIL_NPROC, "--rlimit-as",
+			    JAIL_AS),
+		       NULL, &r))
+		return false;
+	TH_LOG("start --jail --detach: exit %d, err %.300s", r.status, r.err);
+	check_harness_flake(&r);
+	if (r.status) {
+		vmm_log_show(_metadata, j->log);
+		return false;
+	}
+	f = fopen(j->pidfile, "r");
+	if (!f)
+		return false;
+	if (fgets(buf, sizeof(buf), f))
+		j->pid = atoi(buf);
+	fclose(f);
+	return j->pid > 0;
+}
+
+static void stop_jailed(struct jailed *j)
+{
+	char cmd[128];
+
+	if (j->pid > 0)
+		kill(j->pid, SIGKILL);
+	for (int i = 0; i < 100 && j->pid > 0 && !kill(j->pid, 0); i++)
+		usleep(100000);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", j->dir);
+	if (system(cmd))
+		fprintf(stderr, "# cannot remove %s\n", j->dir);
+}
+
+TEST_TIMEOUT(jailed_vmm_sees_only_its_jail, BOOT_TIMEOUT)
+{
+	static const char *const namespaces[] = { "mnt", "pid", "ipc", "uts" };
+	struct jailed j = { .pid = 0 };
+	struct spawn_result r;
+	char v[128];
+	unsigned int i;
+
+	if (!can_jail(_metadata))
+		return;
+	ASSERT_TRUE(start_jailed(_metadata, &j))
+	{
+		stop_jailed(&j);
+	}
+
+	/* The ids, every one of the four, and nothing to raise them. */
+	status_field(j.pid, "Uid", v, sizeof(v));
+	EXPECT_STREQ("65534\t65534\t65534\t65534", v);
+	status_field(j.pid, "Gid", v, sizeof(v));
+	EXPECT_STREQ("65534\t65534\t65534\t65534", v);
+	status_field(j.pid, "Groups", v, sizeof(v));
+	EXPECT_STREQ("", v);
+	status_field(j.pid, "CapEff", v, sizeof(v));
+	EXPECT_STREQ("0000000000000000", v);
+	status_field(j.pid, "CapPrm", v, sizeof(v));
+	EXPECT_STREQ("0000000000000000", v);
+	status_field(j.pid, "CapInh", v, sizeof(v));
+	EXPECT_STREQ("0000000000000000", v);
+	status_field(j.pid, "CapBnd", v, sizeof(v));
+	EXPECT_STREQ("0000000000000000", v);
+	status_field(j.pid, "CapAmb", v, sizeof(v));
+	EXPECT_STREQ("0000000000000000", v);
+	status_field(j.pid, "NoNewPrivs", v, sizeof(v));
+	EXPECT_STREQ("1", v);
+	/* PID 1 of its own namespace. */
+	status_field(j.pid, "NSpid", v, sizeof(v));
+	EXPECT_TRUE(strrchr(v, '\t') && !strcmp(strrchr(v, '\t'), "\t1"))
+	TH_LOG("NSpid: %s", v);
+
+	limit_soft(j.pid, "Max open files", v, sizeof(v));
+	EXPECT_STREQ(JAIL_NOFILE, v);
+	limit_soft(j.pid, "Max processes", v, sizeof(v));
+	EXPECT_STREQ(JAIL_NPROC, v);
+	limit_soft(j.pid, "Max address space", v, sizeof(v));
+	EXPECT_STREQ(JAIL_AS, v);
+	limit_soft(j.pid, "Max core file size", v, sizeof(v));
+	EXPECT_STREQ("0", v);
+
+	for (i = 0; i < ARRAY_SIZE(namespaces); i++)
+		EXPECT_FALSE(same_ns(j.pid, namespaces[i]))
+	TH_LOG("the jailed vmm shares the test's %s namespace",
+	       namespaces[i]);
+
+	/* Its root: the VM's files and devices, nothing of the host. */
+	EXPECT_TRUE(jail_sees(j.pid, "/kiln/kernel"));
+	EXPECT_TRUE(jail_sees(j.pid, "/kiln/initrd"));
+	EXPECT_TRUE(jail_sees(j.pid, "/kiln/d0/ctl.sock"));
+	EXPECT_TRUE(jail_sees(j.pid, "/dev/kvm"));
+	EXPECT_TRUE(jail_sees(j.pid, "/dev/urandom"));
+	EXPECT_FALSE(jail_sees(j.pid, j.marker)) TH_LOG("%s", j.marker);
+	EXPECT_FALSE(jail_sees(j.pid, j.dir));
+	EXPECT_FALSE(jail_sees(j.pid, "/dev/sda"));
+	EXPECT_FALSE(jail_sees(j.pid, "/etc/passwd"));
+	EXPECT_FALSE(jail_sees(j.pid, "/usr"));
+	EXPECT_FALSE(jail_sees(j.pid, "/tmp"));
+
+	/* The guest still runs commands. */
+	ASSERT_EQ(0, spawn__run(ARGS(j.vmmctl, "exec", j.sock, "--", "sh",
+				     "-c", "echo jailed-$((6 * 7))"),
+				NULL, &r));
+	TH_LOG("exec: exit %d, out %.200s, err %.200s", r.status, r.out, r.err);
+	EXPECT_EQ(0, r.status);
+	EXPECT_NE(NULL, strstr(r.out, "jailed-42"));
+	if (r.status)
+		vmm_log_show(_metadata, j.log);
+	ASSERT_EQ(0, spawn__run(ARGS(j.vmmctl, "shutdown", j.sock), NULL, &r));
+	EXPECT_EQ(0, r.status);
+	for (i = 0; i < 600 && !kill(j.pid, 0); i++)
+		usleep(100000);
+	EXPECT_NE(0, kill(j.pid, 0)) TH_LOG("the jailed vmm outlived shutdown");
+	stop_jailed(&j);
+}
+
+/* Without root: one line saying so, exit 125, nothing made. */
+TEST_TIMEOUT(jail_refused_without_root, BOOT_TIMEOUT)
+{
+	struct spawn_result r;
+	struct guest g;
+	char dir[64] = "/tmp/kiln-jail-XXXXXX", sock[96];
+	char cmd[128];
+
+	if (!can_jail(_metadata))
+		return;
+	guest_paths(&g);
+	ASSERT_NE(NULL, mkdtemp(dir));
+	snprintf(sock, sizeof(sock), "%s/ctl.sock", dir);
+	ASSERT_EQ(0, chmod(dir, 0777));
+	/* setpriv(1) from util-linux: the vmm as nobody, nothing kept. */
+	ASSERT_EQ(0, spawn__run(ARGS("setpriv", "--reuid", NOBODY, "--regid",
+				     NOBODY, "--clear-groups", g.vmm, "start",
+				     "--kernel", g.vmlinux, "--initrd",
+				     g.initrd, "--control-socket", sock,
+				     "--jail", dir, "--uid", NOBODY, "--gid",
+				     NOBODY),
+				NULL, &r));
+	TH_LOG("exit %d, err %.300s", r.status, r.err);
+	EXPECT_EQ(VMM_EXIT_VMM_ERROR, r.status);
+	EXPECT_NE(NULL, strstr(r.err, "needs root"));
+	EXPECT_NE(0, access(sock, F_OK));
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	if (system(cmd))
+		fprintf(stderr, "# cannot remove %s\n", dir);
+}
+
+TEST_HARNESS_MAIN

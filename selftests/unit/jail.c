@@ -1,0 +1,355 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The jail's parts that need neither root nor KVM (vmm/jail.h): its
+ * options from the command line and JSON, their validation, the plan
+ * (which host paths go in, where, and the configuration rewritten to
+ * them), and the refusal without root. The jail itself boots in
+ * selftests/kvm/jail.c.
+ */
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "selftests/kselftest.h"
+#include "vmm/config.h"
+#include "vmm/jail.h"
+#include "vmm/options.h"
+
+#define ZERO_BLOCK_DIGEST \
+	"sha256:"         \
+	"ad7facb2586fc6e966c004d7d1d16b024f5805ff7cb47c7a85dabd8b48892ca7"
+
+static int parse(struct vm_config *c, const char *const args[])
+{
+	char *argv[40];
+	int n = 0;
+
+	argv[n++] = (char *)"run";
+	while (*args && n < 39)
+		argv[n++] = (char *)*args++;
+	argv[n] = NULL;
+	config__init(c);
+	return options__parse_argv(c, n, argv);
+}
+
+/* config__validate's answer for args, its message in err. */
+static int validate(const char *const args[], char *err, size_t len)
+{
+	struct vm_config c;
+	int ret;
+
+	err[0] = 0;
+	ret = parse(&c, args);
+	if (!ret)
+		ret = config__validate(&c, err, len);
+	config__free(&c);
+	return ret;
+}
+
+#define ARGS(...) ((const char *const[]){ __VA_ARGS__, NULL })
+
+TEST(command_line_options)
+{
+	char err[CONFIG_ERR_LEN] = "";
+	struct vm_config c;
+
+	ASSERT_EQ(0, parse(&c, ARGS("--kernel", "/k", "--jail", "/j", "--uid",
+				    "65534", "--gid", "65533", "--cgroup",
+				    "/sys/fs/cgroup/kiln", "--cpu-max",
+				    "50000 100000", "--memory-max", "512M",
+				    "--rlimit-as", "8G", "--rlimit-nofile",
+				    "4096", "--rlimit-nproc", "64")));
+	EXPECT_STREQ("/j", c.jail.dir);
+	EXPECT_EQ(65534, c.jail.uid);
+	EXPECT_EQ(65533, c.jail.gid);
+	EXPECT_TRUE(c.jail.uid_set && c.jail.gid_set);
+	EXPECT_STREQ("/sys/fs/cgroup/kiln", c.jail.cgroup);
+	EXPECT_STREQ("50000 100000", c.jail.cpu_max);
+	EXPECT_EQ(512ULL << 20, c.jail.memory_max);
+	EXPECT_EQ(8ULL << 30, c.jail.rlimit_as);
+	EXPECT_EQ(4096, c.jail.rlimit_nofile);
+	EXPECT_EQ(64, c.jail.rlimit_nproc);
+	EXPECT_EQ(0, config__validate(&c, err, sizeof(err))) TH_LOG("%s", err);
+	config__free(&c);
+	/* (uid_t)-1 is "unchanged" to setresuid: out of range. */
+	EXPECT_EQ(-ERANGE, parse(&c, ARGS("--uid", "4294967295")));
+	config__free(&c);
+}
+
+TEST(json_section)
+{
+	static const char doc[] =
+		"{\"kernel\": \"/k\", \"jail\": {\"dir\": \"/j\", \"uid\": 1000,"
+		" \"gid\": 1001, \"cgroup\": \"/sys/fs/cgroup/v\", \"cpuMax\":"
+		" \"max\", \"memoryMax\": \"1GiB\", \"rlimitAs\": 1073741824,"
+		" \"rlimitNofile\": 512, \"rlimitNproc\": 32}}";
+	char err[CONFIG_ERR_LEN] = "";
+	struct vm_config c;
+	json_t *j = json_loads(doc, 0, NULL);
+
+	ASSERT_NE(NULL, j);
+	config__init(&c);
+	ASSERT_EQ(0, options__apply_json(&c, j, err, sizeof(err)))
+	TH_LOG("%s", err);
+	EXPECT_STREQ("/j", c.jail.dir);
+	EXPECT_EQ(1000, c.jail.uid);
+	EXPECT_EQ(1001, c.jail.gid);
+	EXPECT_STREQ("max", c.jail.cpu_max);
+	EXPECT_EQ(1ULL << 30, c.jail.memory_max);
+	EXPECT_EQ(1ULL << 30, c.jail.rlimit_as);
+	EXPECT_EQ(512, c.jail.rlimit_nofile);
+	EXPECT_EQ(32, c.jail.rlimit_nproc);
+	EXPECT_EQ(0, config__validate(&c, err, sizeof(err))) TH_LOG("%s", err);
+	config__free(&c);
+	json_decref(j);
+
+	j = json_loads("{\"jail\": {\"root\": \"/j\"}}", 0, NULL);
+	config__init(&c);
+	EXPECT_EQ(-EINVAL, options__apply_json(&c, j, err, sizeof(err)));
+	EXPECT_STREQ("unknown key \"jail.root\"", err);
+	config__free(&c);
+	json_decref(j);
+}
+
+TEST(validation)
+{
+	const struct {
+		const char *const *args;
+		int ret;
+		const char *msg; /* in the message */
+	} cases[] = {
+		{ ARGS("--uid", "1"), -EINVAL, "--uid given without --jail" },
+		{ ARGS("--cgroup", "/c"), -EINVAL, "--cgroup given without" },
+		{ ARGS("--jail", "j", "--uid", "1", "--gid", "1"), -EINVAL,
+		  "must be an absolute path" },
+		{ ARGS("--jail", "/", "--uid", "1", "--gid", "1"), -EINVAL,
+		  "a directory of its own" },
+		{ ARGS("--jail", "/j", "--uid", "1"), -EINVAL,
+		  "give the uid and gid" },
+		{ ARGS("--jail", "/j", "--uid", "0", "--gid", "1"), -EINVAL,
+		  "not root" },
+		{ ARGS("--jail", "/j", "--uid", "1", "--gid", "0"), -EINVAL,
+		  "not root" },
+		{ ARGS("--jail", "/j", "--uid", "1", "--gid", "1",
+		       "--memory-max", "1G"),
+		  -EINVAL, "need --cgroup" },
+		{ ARGS("--jail", "/j", "--uid", "1", "--gid", "1", "--cgroup",
+		       "cg"),
+		  -EINVAL, "cgroup cg: must be an absolute path" },
+		{ ARGS("--jail", "/j", "--uid", "1", "--gid", "1", "--net",
+		       "auto"),
+		  -EOPNOTSUPP, "--net auto needs capabilities" },
+	};
+	char err[CONFIG_ERR_LEN];
+	unsigned int i;
+
+	for (i = 0; i < ARRAY_SIZE(cases); i++) {
+		const char *args[16] = { "--kernel", "/k" };
+		int n = 2;
+
+		for (const char *const *a = cases[i].args; *a; a++)
+			args[n++] = *a;
+		args[n] = NULL;
+		EXPECT_EQ(cases[i].ret, validate(args, err, sizeof(err)))
+		TH_LOG("case %u: %s", i, err);
+		EXPECT_NE(NULL, strstr(err, cases[i].msg))
+		TH_LOG("case %u: \"%s\" lacks \"%s\"", i, err, cases[i].msg);
+	}
+}
+
+TEST(cpu_max_forms)
+{
+	static const char *const good[] = { "max", "100000", "50000 100000",
+					    "max 100000" };
+	static const char *const bad[] = { "0",	     "abc",	  "10 0",
+					   "10 20 30", "max 0",	  "-5",
+					   "10x",      "50000 100000 ", "" };
+	char err[CONFIG_ERR_LEN];
+	unsigned int i;
+
+	for (i = 0; i < ARRAY_SIZE(good); i++)
+		EXPECT_EQ(0, validate(ARGS("--kernel", "/k", "--jail", "/j",
+					   "--uid", "1", "--gid", "1",
+					   "--cgroup", "/c", "--cpu-max",
+					   good[i]),
+				      err, sizeof(err)))
+	TH_LOG("\"%s\": %s", good[i], err);
+	for (i = 0; i < ARRAY_SIZE(bad); i++)
+		EXPECT_EQ(-EINVAL, validate(ARGS("--kernel", "/k", "--jail",
+						 "/j", "--uid", "1", "--gid",
+						 "1", "--cgroup", "/c",
+						 "--cpu-max", bad[i]),
+					    err, sizeof(err)))
+	TH_LOG("\"%s\" was taken", bad[i]);
+}
+
+FIXTURE(tree)
+{
+	char dir[64];
+	char real[PATH_MAX]; /* dir, resolved (/tmp may be a link) */
+};
+
+static void touch(const char *dir, const char *name)
+{
+	char path[160];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%.100s/%s", dir, name);
+	f = fopen(path, "w");
+	if (f)
+		fclose(f);
+}
+
+FIXTURE_SETUP(tree)
+{
+	char path[128];
+
+	snprintf(self->dir, sizeof(self->dir), "/tmp/kiln-jail-XXXXXX");
+	ASSERT_NE(NULL, mkdtemp(self->dir));
+	ASSERT_NE(NULL, realpath(self->dir, self->real));
+	touch(self->dir, "vmlinux");
+	touch(self->dir, "initramfs.cpio");
+	snprintf(path, sizeof(path), "%s/run", self->dir);
+	ASSERT_EQ(0, mkdir(path, 0755));
+	snprintf(path, sizeof(path), "%s/share", self->dir);
+	ASSERT_EQ(0, mkdir(path, 0755));
+	snprintf(path, sizeof(path), "%s/images", self->dir);
+	ASSERT_EQ(0, mkdir(path, 0755));
+	touch(path, "root.img");
+	snprintf(path, sizeof(path), "%s/images/root.json", self->dir);
+	FILE *f = fopen(path, "w");
+	ASSERT_NE(NULL, f);
+	fprintf(f,
+		"{\"name\": \"test-root-1\", \"path\": \"root.img\", "
+		"\"format\": \"raw\", \"architecture\": \"x86_64\", "
+		"\"digest\": \"%s\", \"sizeBytes\": 4096}",
+		ZERO_BLOCK_DIGEST);
+	fclose(f);
+}
+
+FIXTURE_TEARDOWN(tree)
+{
+	char cmd[128];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", self->dir);
+	if (system(cmd))
+		TH_LOG("cannot remove %s", self->dir);
+}
+
+/* The bind whose place in the jail is inside: its host path; NULL: none. */
+static const char *host_of(const struct jail *j, const char *inside)
+{
+	for (unsigned int i = 0; i < jail__nr_binds(j); i++)
+		if (!strcmp(jail__bind_inside(j, i), inside))
+			return jail__bind_host(j, i);
+	return NULL;
+}
+
+TEST_F(tree, plan_rewrites_every_path)
+{
+	char kernel[128], initrd[128], sock[128], vsock[128], share[160];
+	char desc[128], want[PATH_MAX + 32], err[CONFIG_ERR_LEN] = "";
+	struct jail *j = NULL;
+	struct vm_config c;
+
+	snprintf(kernel, sizeof(kernel), "%s/vmlinux", self->dir);
+	snprintf(initrd, sizeof(initrd), "%s/initramfs.cpio", self->dir);
+	snprintf(sock, sizeof(sock), "%s/run/ctl.sock", self->dir);
+	snprintf(vsock, sizeof(vsock), "%s/vsock.sock", self->dir);
+	snprintf(share, sizeof(share), "/data=bind:%s/share:ro", self->dir);
+	snprintf(desc, sizeof(desc), "%s/images/root.json", self->dir);
+	ASSERT_EQ(0, parse(&c, ARGS("--kernel", kernel, "--initrd", initrd,
+				    "--rootfs", desc, "--control-socket", sock,
+				    "--vsock-socket", vsock, "--mount", share,
+				    "--jail", "/j", "--uid", "1", "--gid",
+				    "1")));
+	c.start = true;
+	c.detach = true; /* a console log next to the control socket */
+	ASSERT_EQ(0, config__validate(&c, err, sizeof(err))) TH_LOG("%s", err);
+	ASSERT_EQ(0, jail__plan(&j, &c, err, sizeof(err))) TH_LOG("%s", err);
+
+	EXPECT_STREQ("/kiln/kernel", c.kernel_path);
+	EXPECT_STREQ("/kiln/initrd", c.initrd_path);
+	EXPECT_STREQ("/kiln/rootfs.json", c.rootfs.descriptor);
+	EXPECT_STREQ("/kiln/mnt0", c.mounts.m[0].source);
+	EXPECT_STREQ("/kiln/d0/vsock.sock", c.vsock.socket_path);
+	/* The control socket's directory, once for its console log too. */
+	EXPECT_STREQ("/kiln/d1/ctl.sock", c.control_socket);
+	EXPECT_STREQ("/kiln/d1/ctl.console.log", c.console_log);
+
+	snprintf(want, sizeof(want), "%s/vmlinux", self->real);
+	EXPECT_STREQ(want, host_of(j, "/kiln/kernel"));
+	snprintf(want, sizeof(want), "%s/initramfs.cpio", self->real);
+	EXPECT_STREQ(want, host_of(j, "/kiln/initrd"));
+	/* The descriptor's relative path, resolved against its directory. */
+	snprintf(want, sizeof(want), "%s/images/root.img", self->real);
+	EXPECT_STREQ(want, host_of(j, "/kiln/rootfs.img"));
+	snprintf(want, sizeof(want), "%s/share", self->real);
+	EXPECT_STREQ(want, host_of(j, "/kiln/mnt0"));
+	EXPECT_STREQ(self->real, host_of(j, "/kiln/d0"));
+	snprintf(want, sizeof(want), "%s/run", self->real);
+	EXPECT_STREQ(want, host_of(j, "/kiln/d1"));
+	/* Nothing else: kernel, initrd, image, share, two directories. */
+	EXPECT_EQ(6, jail__nr_binds(j));
+	jail__destroy(j);
+	config__free(&c);
+}
+
+TEST_F(tree, plan_names_a_missing_path)
+{
+	char kernel[128], err[CONFIG_ERR_LEN] = "";
+	struct jail *j = NULL;
+	struct vm_config c;
+
+	snprintf(kernel, sizeof(kernel), "%s/nope", self->dir);
+	ASSERT_EQ(0, parse(&c, ARGS("--kernel", kernel, "--initrd", kernel,
+				    "--jail", "/j", "--uid", "1", "--gid",
+				    "1")));
+	EXPECT_EQ(-ENOENT, jail__plan(&j, &c, err, sizeof(err)));
+	EXPECT_NE(NULL, strstr(err, "jail: kernel"));
+	EXPECT_NE(NULL, strstr(err, "No such file or directory"));
+	EXPECT_EQ(NULL, j);
+	/* Untouched: the message names the path as given. */
+	EXPECT_STREQ(kernel, c.kernel_path);
+	config__free(&c);
+}
+
+/* Not root: said, before any namespace is made. */
+TEST_F(tree, refused_without_root)
+{
+	char kernel[128], err[CONFIG_ERR_LEN] = "";
+	struct jail *j = NULL;
+	struct vm_config c;
+	int status;
+	pid_t pid;
+
+	snprintf(kernel, sizeof(kernel), "%s/vmlinux", self->dir);
+	ASSERT_EQ(0, parse(&c, ARGS("--kernel", kernel, "--initrd", kernel,
+				    "--jail", "/j", "--uid", "65534", "--gid",
+				    "65534")));
+	ASSERT_EQ(0, jail__plan(&j, &c, err, sizeof(err))) TH_LOG("%s", err);
+	pid = fork();
+	ASSERT_GE(pid, 0);
+	if (pid == 0) {
+		if (!geteuid() && (setresgid(65534, 65534, 65534) ||
+				   setresuid(65534, 65534, 65534)))
+			_exit(2);
+		err[0] = 0;
+		if (jail__check_root(&c.jail, err, sizeof(err)) != -EPERM)
+			_exit(1);
+		_exit(strstr(err, "jail /j: needs root") ? 0 : 3);
+	}
+	ASSERT_EQ(pid, waitpid(pid, &status, 0));
+	EXPECT_TRUE(WIFEXITED(status));
+	EXPECT_EQ(0, WEXITSTATUS(status));
+	jail__destroy(j);
+	config__free(&c);
+}
+
+TEST_HARNESS_MAIN
