@@ -5,7 +5,7 @@
  * as /bin/bench-fs-guest.
  *
  *	bench-fs-guest [--dir DIR] [--tag TAG] [--files N] [--size MIB]
- *		       [--settle MS]
+ *		       [--settle MS] [--keep NAME]
  *
  * On the virtio-fs mount at DIR (/bench; mounted from TAG, kiln0, if the
  * init has not done so) it times, with CLOCK_MONOTONIC, in this order:
@@ -23,12 +23,17 @@
  * FORGETs of the cache drop are handled before read starts. N = 0 or
  * MIB = 0 skips those tests.
  *
+ * With --keep NAME it then makes the empty file DIR/NAME (mode 0644) and
+ * leaves it there, the one file of the run the host can look at
+ * afterwards: tools/bench-fs checks that a bind with ownership "mapped"
+ * kept the guest's metadata in its xattr, and one with "squash" did not.
+ *
  * Output, one line each, for tools/bench-fs to parse:
  *
  *	kiln-bench-fs: mount DIR tag=TAG by=init|self
  *	kiln-bench-fs: begin TEST
  *	kiln-bench-fs: end TEST n=OPS bytes=BYTES ns=NS usr_ns=U sys_ns=S
- *	kiln-bench-fs: info KEY=VALUE
+ *	kiln-bench-fs: info KEY=VALUE		(dropcache=HOW, keep=NAME)
  *	kiln-bench-fs: done
  *
  * n counts the operations (files, or 1 MiB requests), ns is the elapsed
@@ -59,6 +64,7 @@ struct opts {
 	unsigned int files;
 	unsigned int size_mib;
 	unsigned int settle_ms;
+	const char *keep; /* a file left in dir, or NULL */
 };
 
 /* Where a test started: the clock and this process's CPU time. */
@@ -330,6 +336,22 @@ static int data(const struct opts *o)
 	return 0;
 }
 
+/* The file the host checks afterwards; no test times it. */
+static int keep(const struct opts *o)
+{
+	char path[4200];
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/%s", o->dir, o->keep);
+	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return fail("create", path);
+	if (close(fd))
+		return fail("close", path);
+	printf(PREFIX "info keep=%s\n", o->keep);
+	return 0;
+}
+
 static bool number(const char *s, unsigned int max, unsigned int *out)
 {
 	char *e;
@@ -343,10 +365,20 @@ static bool number(const char *s, unsigned int max, unsigned int *out)
 	return true;
 }
 
+/* A name in DIR, not a path: no slash, not empty. */
+static bool one_name(const char *s, const char **out)
+{
+	if (!*s || strchr(s, '/'))
+		return false;
+	*out = s;
+	return true;
+}
+
 static int usage(void)
 {
 	fprintf(stderr, "usage: bench-fs-guest [--dir DIR] [--tag TAG] "
-			"[--files N] [--size MIB] [--settle MS]\n");
+			"[--files N] [--size MIB] [--settle MS] "
+			"[--keep NAME]\n");
 	return 2;
 }
 
@@ -373,6 +405,8 @@ int main(int argc, char **argv)
 			ok = number(v, 1 << 20, &o.size_mib);
 		else if (!strcmp(a, "--settle") && ok)
 			ok = number(v, 600000, &o.settle_ms);
+		else if (!strcmp(a, "--keep") && ok)
+			ok = one_name(v, &o.keep);
 		else
 			ok = false;
 		if (!ok)
@@ -385,6 +419,8 @@ int main(int argc, char **argv)
 	if (o.files && metadata(&o))
 		return 1;
 	if (o.size_mib && data(&o))
+		return 1;
+	if (o.keep && keep(&o))
 		return 1;
 	printf(PREFIX "done\n");
 	return 0;
