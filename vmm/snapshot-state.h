@@ -90,5 +90,9 @@ int __must_check snap_reader__next(struct snap_reader *r, uint32_t *tag,
 int __must_check snap_state__find(const void *p, size_t plen,
 				  enum snap_kind kind, uint32_t tag, size_t len,
 				  const void **data);
+/* The same for a section of any length (MSRs, CPUID, XSAVE): in *len. */
+int __must_check snap_state__find_var(const void *p, size_t plen,
+				      enum snap_kind kind, uint32_t tag,
+				      const void **data, size_t *len);
 
 #endif

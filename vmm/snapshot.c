@@ -324,6 +324,20 @@ static int manifest_fields(struct vm *vm, json_t **out)
 	return 0;
 }
 
+int vm__snapshot_identity_digest(struct vm *vm, char *out, size_t len)
+{
+	json_t *m = NULL;
+	int ret;
+
+	ret = manifest_fields(vm, &m);
+	if (ret)
+		return ret;
+	snprintf(out, len, "%s",
+		 json_string_value(json_object_get(m, "identityDigest")));
+	json_decref(m);
+	return 0;
+}
+
 /* ---- writing ------------------------------------------------------ */
 
 static int write_state(struct snap_dir *d, const char *file, const char *kind,
