@@ -23,6 +23,7 @@
 #include <time.h>
 
 #include "devices/console.h"
+#include "devices/uart.h"
 #include "devices/virtio/device.h"
 #include "vmm/snapshot-load.h"
 #include "vmm/snapshot-state.h"
@@ -137,6 +138,7 @@ static int restore_vm_state(struct vm *vm, const struct kvm_clock_data *saved,
 	const struct snap_blob *b = &vm->restore->vm_state;
 	struct kvm_clock_data clock;
 	struct kvm_pit_state2 pit;
+	struct uart_regs uart;
 	struct kvm_irqchip c;
 	const void *d;
 	int ret;
@@ -163,6 +165,12 @@ static int restore_vm_state(struct vm *vm, const struct kvm_clock_data *saved,
 	*what = "KVM_SET_PIT2";
 	if (ioctl(vm->vm_fd, KVM_SET_PIT2, &pit) < 0)
 		return -errno;
+	/* The UART's registers: a snapshot without them leaves the reset's. */
+	if (!snap_state__find(b->p, b->len, SNAP_KIND_VM, SNAP_VM_UART,
+			      sizeof(uart), &d)) {
+		memcpy(&uart, d, sizeof(uart));
+		uart__load(vm->uart, &uart);
+	}
 	/*
 	 * Last (api.rst 4.30, KVM_SET_CLOCK): with KVM_CLOCK_REALTIME, KVM
 	 * adds the real time elapsed since the saved realtime, so the

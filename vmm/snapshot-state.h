@@ -54,6 +54,7 @@ enum snap_tag {
 	SNAP_VM_IOAPIC = 0x102,	    /* struct kvm_irqchip, chip_id 2 */
 	SNAP_VM_PIT2 = 0x103,	    /* struct kvm_pit_state2 */
 	SNAP_VM_CLOCK = 0x104,	    /* struct kvm_clock_data */
+	SNAP_VM_UART = 0x105,	    /* struct uart_regs (devices/uart.h) */
 };
 
 /* Grows a buffer; the first failure sticks (err) and later adds do nothing. */
