@@ -269,6 +269,8 @@ static int vsock_save(struct virtio_device *dev, json_t *obj)
 					   json_integer(v->rx_chain.head));
 	ret |= json_object_set_new(obj, "connections",
 				   json_integer(v->nr_conns));
+	ret |= json_object_set_new(obj, "nextPort",
+				   json_integer((json_int_t)v->next_port));
 	return ret ? -ENOMEM : 0;
 }
 
@@ -357,6 +359,7 @@ static int vsock_restore(struct virtio_device *dev, const json_t *obj,
 	struct vsock *v = to_vsock(dev);
 	const json_t *cid = json_object_get(obj, "guestCid");
 	const json_t *held = json_object_get(obj, "rxHeld");
+	const json_t *port;
 	int ret;
 
 	if (!json_is_integer(cid) || !json_is_boolean(held)) {
@@ -377,6 +380,16 @@ static int vsock_restore(struct virtio_device *dev, const json_t *obj,
 		if (ret)
 			return ret;
 	}
+	/*
+	 * Host ports go on from the snapshot's: a guest socket of an old
+	 * connection, until the reset below reaches it, keeps its tuple,
+	 * and a new connection on that tuple would meet its RST.
+	 */
+	port = json_object_get(obj, "nextPort");
+	if (json_is_integer(port) &&
+	    json_integer_value(port) >= VSOCK_HOST_PORT_BASE &&
+	    json_integer_value(port) < UINT32_MAX)
+		v->next_port = (uint32_t)json_integer_value(port);
 	send_transport_reset(v);
 	return 0;
 }
