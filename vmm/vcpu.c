@@ -175,9 +175,9 @@ int vcpu__create(struct vm *vm, unsigned int id, struct vcpu **out)
 		goto out_destroy;
 	}
 	/* A restore sets everything from the snapshot (vcpu__restore). */
-	ret = vm->restore ? 0 : cpuid__setup(v->fd, vm->cpuid, id, vm->nr_vcpus);
-	if (!ret && vm->restore)
+	if (vm->restore)
 		goto out_done;
+	ret = cpuid__setup(v->fd, vm->cpuid, id, vm->nr_vcpus);
 	if (!ret)
 		ret = setup_msrs(v);
 	if (!ret)
