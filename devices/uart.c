@@ -318,3 +318,36 @@ void uart__set_rx_open(struct uart *u, bool open)
 	update_irq(u);
 	pthread_mutex_unlock(&u->lock);
 }
+
+void uart__save(struct uart *u, struct uart_regs *r)
+{
+	pthread_mutex_lock(&u->lock);
+	*r = (struct uart_regs){
+		.ier = u->ier,
+		.fcr = u->fcr,
+		.lcr = u->lcr,
+		.mcr = u->mcr,
+		.msr = u->msr,
+		.scr = u->scr,
+		.dll = u->dll,
+		.dlm = u->dlm,
+		.thr_ipending = u->thr_ipending,
+	};
+	pthread_mutex_unlock(&u->lock);
+}
+
+void uart__load(struct uart *u, const struct uart_regs *r)
+{
+	pthread_mutex_lock(&u->lock);
+	u->ier = r->ier;
+	u->fcr = r->fcr;
+	u->lcr = r->lcr;
+	u->mcr = r->mcr;
+	u->msr = r->msr;
+	u->scr = r->scr;
+	u->dll = r->dll;
+	u->dlm = r->dlm;
+	u->thr_ipending = r->thr_ipending != 0;
+	update_irq(u);
+	pthread_mutex_unlock(&u->lock);
+}

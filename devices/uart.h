@@ -49,4 +49,19 @@ size_t uart__rx_space(struct uart *u);
 /* Until the guest says it is ready, host input is held back. */
 void uart__set_rx_open(struct uart *u, bool open);
 
+/*
+ * The registers the guest's driver set, for a snapshot (Documentation/
+ * snapshots.md): its driver keeps its own copy of IER, so a restored
+ * UART must have the same, or the THR-empty interrupt it waits for
+ * never comes. Host input held is not kept. Little-endian bytes.
+ */
+struct uart_regs {
+	uint8_t ier, fcr, lcr, mcr, msr, scr, dll, dlm;
+	uint8_t thr_ipending; /* 0 or 1 */
+	uint8_t reserved[7];  /* zero */
+};
+void uart__save(struct uart *u, struct uart_regs *r);
+/* Before the guest runs, after the irqchip: the line follows the state. */
+void uart__load(struct uart *u, const struct uart_regs *r);
+
 #endif

@@ -63,6 +63,7 @@ void config__free(struct vm_config *c)
 	free(c->log_path);
 	free(c->pid_file);
 	jail__config_free(&c->jail);
+	free(c->restore_dir);
 	memset(c, 0, sizeof(*c));
 }
 
@@ -290,6 +291,8 @@ static int validate_control(const struct vm_config *c, char *err, size_t len)
 		return errf(err, len, -EINVAL, "--detach is for vmm start");
 	if (c->pid_file && !c->detach)
 		return errf(err, len, -EINVAL, "--pid-file needs --detach");
+	if (c->restore_dir && !c->start)
+		return errf(err, len, -EINVAL, "--restore is for vmm start");
 	return 0;
 }
 

@@ -85,6 +85,11 @@ struct vm_config {
 	bool facts;	/* `vmm facts`: no VM; run's and start's options */
 	bool detach;	/* start: return once the guest agent is ready */
 	char *pid_file; /* start --detach: the VM's pid goes here */
+	/*
+	 * start --restore DIR: the snapshot to resume instead of a boot
+	 * (Documentation/snapshots.md, "Restore"); NULL: boot.
+	 */
+	char *restore_dir;
 	bool verbose;
 	/* --log, --log-level, --log-format: the vmm's own lines (lib/log.h) */
 	char *log_path;		  /* NULL: stderr */

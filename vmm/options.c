@@ -709,6 +709,15 @@ static const struct option_desc options[] = {
 		STRING_FIELD(pid_file),
 	},
 	{
+		.flag = "restore",
+		.arg = "DIR",
+		.key = "restore",
+		.help = "start: resume the snapshot in DIR (vm.snapshot's) instead\n"
+			"of booting; the other options must be the snapshot's\n"
+			"(Documentation/snapshots.md)",
+		STRING_FIELD(restore_dir),
+	},
+	{
 		.flag = "config",
 		.arg = "FILE",
 		.help = "JSON settings: kernel, initrd, cmdline, cpus, memoryMiB,\n"
@@ -1064,7 +1073,8 @@ static const char usage_head[] =
 	"               [--net auto|netns:PATH|tap-fd:N [--net-address A.B.C.D/N] ...]\n"
 	"               [--no-seccomp] [--verbose] [-- COMMAND ARGS...]\n"
 	"       vmm run --config FILE.json [options] [-- COMMAND ARGS...]\n"
-	"       vmm start --control-socket PATH [--detach [--pid-file PATH]] [options]\n"
+	"       vmm start --control-socket PATH [--detach [--pid-file PATH]]\n"
+	"                 [--restore DIR] [options]\n"
 	"       vmm start --jail DIR --uid U --gid G [--cgroup PATH ...] [options]\n"
 	"       vmm facts [--config FILE.json] [options]\n"
 	"       vmm --help | --version\n"

@@ -143,3 +143,24 @@ int snap_state__find(const void *p, size_t plen, enum snap_kind kind,
 	}
 	return ret ? ret : -ENOENT;
 }
+
+int snap_state__find_var(const void *p, size_t plen, enum snap_kind kind,
+			 uint32_t tag, const void **data, size_t *len)
+{
+	struct snap_reader r;
+	const void *d;
+	uint32_t t, n;
+	int ret;
+
+	ret = snap_reader__init(&r, p, plen, kind);
+	if (ret)
+		return ret;
+	while ((ret = snap_reader__next(&r, &t, &d, &n)) == 1) {
+		if (t != tag)
+			continue;
+		*data = d;
+		*len = n;
+		return 0;
+	}
+	return ret ? ret : -ENOENT;
+}

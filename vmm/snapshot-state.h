@@ -54,6 +54,7 @@ enum snap_tag {
 	SNAP_VM_IOAPIC = 0x102,	    /* struct kvm_irqchip, chip_id 2 */
 	SNAP_VM_PIT2 = 0x103,	    /* struct kvm_pit_state2 */
 	SNAP_VM_CLOCK = 0x104,	    /* struct kvm_clock_data */
+	SNAP_VM_UART = 0x105,	    /* struct uart_regs (devices/uart.h) */
 };
 
 /* Grows a buffer; the first failure sticks (err) and later adds do nothing. */
@@ -90,5 +91,9 @@ int __must_check snap_reader__next(struct snap_reader *r, uint32_t *tag,
 int __must_check snap_state__find(const void *p, size_t plen,
 				  enum snap_kind kind, uint32_t tag, size_t len,
 				  const void **data);
+/* The same for a section of any length (MSRs, CPUID, XSAVE): in *len. */
+int __must_check snap_state__find_var(const void *p, size_t plen,
+				      enum snap_kind kind, uint32_t tag,
+				      const void **data, size_t *len);
 
 #endif

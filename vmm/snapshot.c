@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "devices/uart.h"
 #include "devices/virtio/device.h"
 #include "vmm/api.h"
 #include "vmm/snapshot-file.h"
@@ -142,6 +143,7 @@ static int save_vm_state(struct vm *vm, struct snap_writer *w,
 	};
 	struct kvm_pit_state2 pit;
 	struct kvm_clock_data clock;
+	struct uart_regs uart;
 
 	for (unsigned int i = 0; i < 3; i++) {
 		struct kvm_irqchip c = { .chip_id = chips[i].chip };
@@ -158,6 +160,8 @@ static int save_vm_state(struct vm *vm, struct snap_writer *w,
 		return -errno;
 	}
 	snap_writer__add(w, SNAP_VM_PIT2, &pit, sizeof(pit));
+	uart__save(vm->uart, &uart);
+	snap_writer__add(w, SNAP_VM_UART, &uart, sizeof(uart));
 	/* Last: the guest's clock at the moment the rest was read. */
 	memset(&clock, 0, sizeof(clock));
 	if (ioctl(vm->vm_fd, KVM_GET_CLOCK, &clock) < 0) {
@@ -321,6 +325,20 @@ static int manifest_fields(struct vm *vm, json_t **out)
 		return ret;
 	}
 	*out = m;
+	return 0;
+}
+
+int vm__snapshot_identity_digest(struct vm *vm, char *out, size_t len)
+{
+	json_t *m = NULL;
+	int ret;
+
+	ret = manifest_fields(vm, &m);
+	if (ret)
+		return ret;
+	snprintf(out, len, "%s",
+		 json_string_value(json_object_get(m, "identityDigest")));
+	json_decref(m);
 	return 0;
 }
 

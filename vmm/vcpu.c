@@ -174,6 +174,9 @@ int vcpu__create(struct vm *vm, unsigned int id, struct vcpu **out)
 		v->run = NULL;
 		goto out_destroy;
 	}
+	/* A restore sets everything from the snapshot (vcpu__restore). */
+	if (vm->restore)
+		goto out_done;
 	ret = cpuid__setup(v->fd, vm->cpuid, id, vm->nr_vcpus);
 	if (!ret)
 		ret = setup_msrs(v);
@@ -185,6 +188,7 @@ int vcpu__create(struct vm *vm, unsigned int id, struct vcpu **out)
 		ret = setup_boot_regs(v, vm->boot_entry);
 	if (ret)
 		goto out_destroy;
+out_done:
 	*out = v;
 	return 0;
 
@@ -774,6 +778,225 @@ int vcpu__save(struct vcpu *v, struct snap_writer *w, const char **what)
 	}
 	*what = "saving";
 	return w->err;
+}
+
+/* ---- restore ------------------------------------------------------ */
+
+#define MSR_IA32_TSC	 0x00000010
+#define MSR_RESTORE_MAX	 4096U /* entries: far above KVM's list */
+
+/* One section of exactly its structure's size, set by ioctl req. */
+#define RESTORE_IOCTL(v, p, plen, req, type, tag, what)                   \
+	do {                                                              \
+		type s_;                                                  \
+		const void *d_;                                           \
+		int r_ = snap_state__find(p, plen, SNAP_KIND_VCPU, tag,   \
+					  sizeof(s_), &d_);               \
+		if (r_) {                                                 \
+			*(what) = "the " #tag " section";                 \
+			return r_;                                        \
+		}                                                         \
+		memcpy(&s_, d_, sizeof(s_));                              \
+		if (ioctl((v)->fd, req, &s_) < 0) {                       \
+			*(what) = #req;                                   \
+			return -errno;                                    \
+		}                                                         \
+	} while (0)
+
+static int restore_cpuid(struct vcpu *v, const void *p, size_t plen)
+{
+	struct kvm_cpuid2 *c;
+	const void *d;
+	size_t len;
+	uint32_t nent;
+	int ret;
+
+	ret = snap_state__find_var(p, plen, SNAP_KIND_VCPU, SNAP_VCPU_CPUID, &d,
+				   &len);
+	if (ret)
+		return ret;
+	if (len < sizeof(*c))
+		return -EINVAL;
+	memcpy(&nent, d, sizeof(nent)); /* kvm_cpuid2.nent, first */
+	if (nent > CPUID_SAVE_MAX ||
+	    len != sizeof(*c) + nent * sizeof(c->entries[0]))
+		return -EINVAL;
+	c = calloc(1, len);
+	if (!c)
+		return -ENOMEM;
+	memcpy(c, d, len);
+	ret = ioctl(v->fd, KVM_SET_CPUID2, c) < 0 ? -errno : 0;
+	free(c);
+	return ret;
+}
+
+/* The guest's TSC rate, when this host's differs (KVM_CAP_TSC_CONTROL). */
+static int restore_tsc_khz(struct vcpu *v, const void *p, size_t plen)
+{
+	const void *d;
+	uint32_t khz;
+	int cur;
+
+	if (snap_state__find(p, plen, SNAP_KIND_VCPU, SNAP_VCPU_TSC_KHZ,
+			     sizeof(khz), &d))
+		return 0; /* not saved: KVM could not say */
+	memcpy(&khz, d, sizeof(khz));
+	cur = ioctl(v->fd, KVM_GET_TSC_KHZ, 0);
+	if (cur > 0 && (uint32_t)cur == khz)
+		return 0;
+	return ioctl(v->fd, KVM_SET_TSC_KHZ, (unsigned long)khz) < 0 ? -errno :
+								       0;
+}
+
+static int restore_xsave(struct vcpu *v, const void *p, size_t plen)
+{
+	size_t size = v->vm->xsave_size ? (size_t)v->vm->xsave_size :
+					  sizeof(struct kvm_xsave);
+	const void *d;
+	size_t len;
+	void *buf;
+	int ret;
+
+	ret = snap_state__find_var(p, plen, SNAP_KIND_VCPU, SNAP_VCPU_XSAVE, &d,
+				   &len);
+	if (ret)
+		return ret;
+	/* KVM_SET_XSAVE reads this host's size; what is past len is zero. */
+	if (len < sizeof(struct kvm_xsave) || len > size)
+		return -EINVAL;
+	buf = calloc(1, size);
+	if (!buf)
+		return -ENOMEM;
+	memcpy(buf, d, len);
+	ret = ioctl(v->fd, KVM_SET_XSAVE, buf) < 0 ? -errno : 0;
+	free(buf);
+	return ret;
+}
+
+/*
+ * Every MSR saved, the TSC moved on by tsc_advance ticks. KVM_SET_MSRS
+ * stops at the first it refuses: that one is named, left at KVM's value,
+ * and the rest set (a snapshot reads what KVM_GET_MSR_INDEX_LIST lists,
+ * and KVM may list one it reads but does not take from user space).
+ */
+static int restore_msrs(struct vcpu *v, const void *p, size_t plen,
+			uint64_t tsc_advance)
+{
+	struct kvm_msrs *m;
+	const void *d;
+	uint32_t n, from = 0;
+	size_t len;
+	int ret;
+
+	ret = snap_state__find_var(p, plen, SNAP_KIND_VCPU, SNAP_VCPU_MSRS, &d,
+				   &len);
+	if (ret)
+		return ret;
+	if (len < sizeof(*m))
+		return -EINVAL;
+	memcpy(&n, d, sizeof(n)); /* kvm_msrs.nmsrs, first */
+	if (n > MSR_RESTORE_MAX || len != sizeof(*m) + n * sizeof(m->entries[0]))
+		return -EINVAL;
+	m = calloc(1, len);
+	if (!m)
+		return -ENOMEM;
+	memcpy(m, d, len);
+	for (uint32_t i = 0; i < n; i++)
+		if (m->entries[i].index == MSR_IA32_TSC)
+			m->entries[i].data += tsc_advance;
+	while (from < n) {
+		int r;
+
+		memmove(m->entries, m->entries + from,
+			(n - from) * sizeof(m->entries[0]));
+		n -= from;
+		m->nmsrs = n;
+		r = ioctl(v->fd, KVM_SET_MSRS, m);
+		if (r < 0) {
+			ret = -errno;
+			break;
+		}
+		from = (uint32_t)r;
+		if (from < n) {
+			pr_warn("vcpu%u: MSR %#x: KVM does not take the saved "
+				"value %#llx; it keeps its own",
+				v->id, m->entries[from].index,
+				(unsigned long long)m->entries[from].data);
+			from++;
+		}
+	}
+	free(m);
+	return ret;
+}
+
+/*
+ * Order (Documentation/snapshots.md, "Restore"): CPUID first (what the
+ * rest is checked against), the TSC rate, the special registers before
+ * the general ones and the LAPIC (apic_base enables it), the FPU state,
+ * the LAPIC before the MSRs (KVM drops a TSC deadline written while the
+ * LAPIC timer is not in TSC-deadline mode), then the events, the MP
+ * state and the debug registers. Last, tell the guest's kvmclock it was
+ * stopped (KVM_KVMCLOCK_CTRL), so that its watchdogs do not count the
+ * gap as a lockup: only once kvmclock is set up, hence best effort.
+ */
+int vcpu__restore(struct vcpu *v, const void *p, size_t plen,
+		  uint64_t tsc_advance, const char **what)
+{
+	const void *d;
+	uint32_t id;
+	int ret;
+
+	*what = "the SNAP_VCPU_ID section";
+	ret = snap_state__find(p, plen, SNAP_KIND_VCPU, SNAP_VCPU_ID,
+			       sizeof(id), &d);
+	if (ret)
+		return ret;
+	memcpy(&id, d, sizeof(id));
+	if (id != v->id)
+		return -EINVAL;
+	*what = "KVM_SET_CPUID2";
+	ret = restore_cpuid(v, p, plen);
+	if (ret)
+		return ret;
+	*what = "KVM_SET_TSC_KHZ";
+	ret = restore_tsc_khz(v, p, plen);
+	if (ret)
+		return ret;
+	RESTORE_IOCTL(v, p, plen, KVM_SET_SREGS, struct kvm_sregs,
+		      SNAP_VCPU_SREGS, what);
+	RESTORE_IOCTL(v, p, plen, KVM_SET_REGS, struct kvm_regs, SNAP_VCPU_REGS,
+		      what);
+	if (v->vm->has_xsave) {
+		*what = "KVM_SET_XSAVE";
+		ret = restore_xsave(v, p, plen);
+		if (ret)
+			return ret;
+	} else {
+		RESTORE_IOCTL(v, p, plen, KVM_SET_FPU, struct kvm_fpu,
+			      SNAP_VCPU_FPU, what);
+	}
+	if (v->vm->has_xcrs &&
+	    !snap_state__find(p, plen, SNAP_KIND_VCPU, SNAP_VCPU_XCRS,
+			      sizeof(struct kvm_xcrs), &d))
+		RESTORE_IOCTL(v, p, plen, KVM_SET_XCRS, struct kvm_xcrs,
+			      SNAP_VCPU_XCRS, what);
+	RESTORE_IOCTL(v, p, plen, KVM_SET_LAPIC, struct kvm_lapic_state,
+		      SNAP_VCPU_LAPIC, what);
+	*what = "KVM_SET_MSRS";
+	ret = restore_msrs(v, p, plen, tsc_advance);
+	if (ret)
+		return ret;
+	RESTORE_IOCTL(v, p, plen, KVM_SET_VCPU_EVENTS, struct kvm_vcpu_events,
+		      SNAP_VCPU_EVENTS, what);
+	RESTORE_IOCTL(v, p, plen, KVM_SET_MP_STATE, struct kvm_mp_state,
+		      SNAP_VCPU_MP_STATE, what);
+	RESTORE_IOCTL(v, p, plen, KVM_SET_DEBUGREGS, struct kvm_debugregs,
+		      SNAP_VCPU_DEBUGREGS, what);
+	if (ioctl(v->fd, KVM_KVMCLOCK_CTRL, 0) < 0)
+		pr_debug("vcpu%u: KVM_KVMCLOCK_CTRL: %s", v->id,
+			 strerror(errno));
+	*what = "restoring";
+	return 0;
 }
 
 void vcpu__wake_parked(struct vm *vm)

@@ -34,6 +34,7 @@
 #include "vmm/policy.h"
 #include "vmm/proxy.h"
 #include "vmm/seccomp.h"
+#include "vmm/snapshot-load.h"
 #include "vmm/tls.h"
 #include "vmm/vm.h"
 #include "proto/initramfs.h"
@@ -782,9 +783,20 @@ static int memory_init(struct vm *vm)
 {
 	int ret;
 
-	/* Only touched pages cost host memory: that is the density story. */
-	vm->ram = mmap(NULL, vm->ram_size, PROT_READ | PROT_WRITE,
-		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	/*
+	 * Only touched pages cost host memory: that is the density story.
+	 * A restore maps the snapshot's memory file privately instead: a
+	 * page loads on first touch, from the page cache every VM restored
+	 * from the same file shares until it writes the page.
+	 */
+	if (vm->restore)
+		vm->ram = mmap(NULL, vm->ram_size, PROT_READ | PROT_WRITE,
+			       MAP_PRIVATE | MAP_NORESERVE, vm->restore->mem_fd,
+			       0);
+	else
+		vm->ram = mmap(NULL, vm->ram_size, PROT_READ | PROT_WRITE,
+			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1,
+			       0);
 	if (vm->ram == MAP_FAILED) {
 		vm->ram = NULL;
 		ret = -errno;
@@ -1143,6 +1155,10 @@ static int boot_init(struct vm *vm)
 			      .high_ram = vm->plan.high_ram };
 	int ret;
 
+	if (vm->restore) {
+		image_exit(vm); /* guest memory is the snapshot's */
+		return 0;
+	}
 	ret = kernel__load(&vm->kernel, &m);
 	if (!ret && vm->plan.initrd_size)
 		ret = load_initrd(vm);
@@ -1212,6 +1228,8 @@ static const struct {
 	{ "image", image_init, image_exit },
 	/* Before the descriptor budget is set (control). */
 	{ "snapshot-identity", snapshot_identity_init, vm__snapshot_drop_boot },
+	/* start --restore: the snapshot checked and read before KVM. */
+	{ "restore-check", vm__restore_open, vm__restore_close },
 	{ "kvm", kvm_init, kvm_exit },
 	{ "memory", memory_init, memory_exit },
 	{ "irqchip", irqchip_init, NULL }, /* goes with the VM fd */
@@ -1220,6 +1238,7 @@ static const struct {
 	{ "control", control__init, control__exit },
 	{ "boot", boot_init, NULL }, /* lives in guest memory */
 	{ "vcpus", vcpus_init, vcpus_exit },
+	{ "restore", vm__restore_state, NULL }, /* lives in KVM */
 };
 
 static void vm_unwind(struct vm *vm, unsigned int done)

@@ -237,6 +237,11 @@ struct vm {
 	 * thread's last, is in before the guest's first instruction.
 	 */
 	bool vcpus_released;
+	/*
+	 * start --restore: the snapshot, verified and read before KVM is
+	 * touched (vmm/restore.c); NULL: a boot.
+	 */
+	struct snap_load *restore;
 	/* Each thread type's filter (vmm/seccomp.h); NULL: --no-seccomp. */
 	struct seccomp_filters *seccomp;
 
@@ -295,6 +300,28 @@ bool vm__is_paused(struct vm *vm);
 /* The boot step, before it releases the files: keep what identity needs. */
 int __must_check vm__snapshot_keep_boot(struct vm *vm);
 void vm__snapshot_drop_boot(struct vm *vm);
+/*
+ * The identity digest a snapshot of this VM would have ("sha256:<hex>"
+ * into out), from what vm__snapshot_keep_boot kept: what a restore
+ * compares with the manifest's. 0 or -errno.
+ */
+#define VM_IDENTITY_DIGEST_LEN 80 /* "sha256:" + 64 hex + NUL, rounded */
+int __must_check vm__snapshot_identity_digest(struct vm *vm, char *out,
+					      size_t len);
+
+/*
+ * vmm/restore.c: start --restore DIR (Documentation/snapshots.md,
+ * "Restore"), two build steps. vm__restore_open, before KVM is touched:
+ * the snapshot verified against this monitor and config and read
+ * (vm->restore); any mismatch is one error line naming the file or the
+ * field. vm__restore_state, once the vCPUs and devices exist: the
+ * vCPUs', the VM's and the devices' state set. The memory step maps
+ * memory.raw instead of anonymous memory, and the boot step loads
+ * nothing.
+ */
+int __must_check vm__restore_open(struct vm *vm);
+void vm__restore_close(struct vm *vm);
+int __must_check vm__restore_state(struct vm *vm);
 /*
  * Pauses a running VM first; leaves it paused unless resume (or on a
  * failure, when it was running before).
@@ -369,6 +396,15 @@ void vcpu__wake_parked(struct vm *vm);
 struct snap_writer;
 int __must_check vcpu__save(struct vcpu *v, struct snap_writer *w,
 			    const char **what);
+/*
+ * A vCPU just created for a restore (vcpu__create skipped the boot
+ * setup): the sections of its state file p set in the order KVM needs
+ * (Documentation/snapshots.md, "Restore"), its TSC moved on by
+ * tsc_advance ticks. Before any thread runs it. 0 or -errno, with the
+ * ioctl or section that failed in *what.
+ */
+int __must_check vcpu__restore(struct vcpu *v, const void *p, size_t plen,
+			       uint64_t tsc_advance, const char **what);
 
 /* vmm/vm-metrics.c: a build step, and the metrics object. */
 int __must_check vm_metrics__init(struct vm *vm);

@@ -683,12 +683,50 @@ static int blk_save(struct virtio_device *dev, json_t *obj)
 	return ret ? -ENOMEM : 0;
 }
 
+/*
+ * The same disk as the snapshot's: its size, its mode and the queue
+ * count (the core checked the queues' sizes). A writable layer's
+ * contents do not travel yet, and the restore refuses such a root
+ * before any device is made (Documentation/snapshots.md).
+ */
+static int blk_restore(struct virtio_device *dev, const json_t *obj,
+		       char *err, size_t len)
+{
+	struct virtio_blk *b = to_blk(dev);
+	const json_t *q = json_object_get(obj, "queues");
+	const json_t *bytes = json_object_get(obj, "diskBytes");
+	const json_t *ro = json_object_get(obj, "readOnly");
+
+	if (!json_is_integer(q) || !json_is_integer(bytes) ||
+	    !json_is_boolean(ro)) {
+		snprintf(err, len, "%s: queues, diskBytes or readOnly missing",
+			 dev->name);
+		return -EINVAL;
+	}
+	if (json_integer_value(q) != (json_int_t)b->nr_queues ||
+	    (uint64_t)json_integer_value(bytes) != disk__size(b->disk) ||
+	    json_is_true(ro) != disk__read_only(b->disk)) {
+		snprintf(err, len,
+			 "%s: the snapshot's disk has %" JSON_INTEGER_FORMAT
+			 " bytes%s on %" JSON_INTEGER_FORMAT
+			 " queues; this one %" PRIu64 " bytes%s on %u",
+			 dev->name, json_integer_value(bytes),
+			 json_is_true(ro) ? " read-only" : "",
+			 json_integer_value(q), disk__size(b->disk),
+			 disk__read_only(b->disk) ? " read-only" : "",
+			 b->nr_queues);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 static const struct virtio_device_ops blk_ops = {
 	.config_read = blk_config_read,
 	.queue_notify = virtio_device__kick_eventfd,
 	.reset = blk_reset,
 	.quiesce = blk_quiesce,
 	.save = blk_save,
+	.restore = blk_restore,
 };
 
 static void fill_config(struct virtio_blk *b)

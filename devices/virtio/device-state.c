@@ -329,3 +329,41 @@ out:
 	pthread_mutex_unlock(&dev->lock);
 	return ret;
 }
+
+int virtio_device__restore(struct virtio_device *dev, const json_t *state,
+			   char *err, size_t len)
+{
+	const json_t *own = json_object_get(state, "device");
+	int ret;
+
+	if (!dev->ops->restore) {
+		snprintf(err, len, "%s: this device cannot be restored yet",
+			 dev->name);
+		return -EOPNOTSUPP;
+	}
+	ret = virtio_device__load(dev, state, err, len);
+	if (ret)
+		return ret;
+	if (!json_is_object(own)) {
+		snprintf(err, len, "%s: no \"device\" object", dev->name);
+		return -EINVAL;
+	}
+	pthread_mutex_lock(&dev->lock);
+	ret = dev->ops->restore(dev, own, err, len);
+	pthread_mutex_unlock(&dev->lock);
+	if (ret)
+		return ret;
+	for (unsigned int i = 0; i < dev->nr_queues; i++)
+		worker__wake(dev->queues[i].kick_fd, dev->name, "kick");
+	return 0;
+}
+
+void virtio_device__restore_irq(struct virtio_device *dev)
+{
+	pthread_mutex_lock(&dev->irq_lock);
+	if (dev->isr) {
+		irq_line__set(&dev->irq, 1);
+		dev->irq_raises++;
+	}
+	pthread_mutex_unlock(&dev->irq_lock);
+}

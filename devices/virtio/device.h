@@ -115,6 +115,16 @@ struct virtio_device_ops {
 	 * of a VM that has it is refused, naming it.
 	 */
 	int (*save)(struct virtio_device *dev, json_t *obj);
+	/*
+	 * Restore (virtio_device__restore), device lock held, after the
+	 * core's part is loaded and before the device's thread runs: obj
+	 * is what save added. Check it against this device (one line in
+	 * err, -EINVAL) and set what the device keeps of its own. NULL:
+	 * the device cannot be restored, and a restore of a snapshot that
+	 * has it is refused.
+	 */
+	int (*restore)(struct virtio_device *dev, const json_t *obj,
+		       char *err, size_t len);
 };
 
 /*
@@ -332,6 +342,24 @@ int __must_check virtio_device__save(struct virtio_device *dev, json_t **out);
 int __must_check virtio_device__load(struct virtio_device *dev,
 				     const json_t *state, char *err,
 				     size_t len);
+
+/*
+ * A restore (Documentation/snapshots.md, "Restore"): virtio_device__load,
+ * then ops->restore with "device", then every ready queue kicked (the
+ * device's loop looks at the rings once it runs, as after a resume).
+ * Call virtio_device__restore_irq once the irqchip is restored.
+ * -EOPNOTSUPP: no restore op; -EINVAL with one line in err.
+ */
+int __must_check virtio_device__restore(struct virtio_device *dev,
+					const json_t *state, char *err,
+					size_t len);
+/*
+ * A restored device whose interrupt status is set raises its line once
+ * more: the edge of its last raise may still have been in KVM's irqfd
+ * work when the irqchip was saved. A second edge is harmless: the
+ * driver reads the status.
+ */
+void virtio_device__restore_irq(struct virtio_device *dev);
 
 /*
  * ---- The transport's side ----

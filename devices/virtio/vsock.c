@@ -49,6 +49,7 @@
 #include <unistd.h>
 
 #include "devices/virtio/vsock-internal.h"
+#include "lib/iovec.h"
 
 static struct vsock *to_vsock(struct virtio_device *dev)
 {
@@ -268,7 +269,129 @@ static int vsock_save(struct virtio_device *dev, json_t *obj)
 					   json_integer(v->rx_chain.head));
 	ret |= json_object_set_new(obj, "connections",
 				   json_integer(v->nr_conns));
+	ret |= json_object_set_new(obj, "nextPort",
+				   json_integer((json_int_t)v->next_port));
 	return ret ? -ENOMEM : 0;
+}
+
+/*
+ * The receive buffer the snapshot's device held (popped, not used) goes
+ * back to the ring: the next pop takes it again. Its head must be the
+ * one saved, or the ring is not the one the snapshot saw.
+ */
+static int give_back_held(struct vsock *v, const json_t *head, char *err,
+			  size_t len)
+{
+	struct virtqueue *q = &v->vqs[RXQ].vq;
+	uint16_t idx, at;
+
+	if (!json_is_integer(head) || !q->ready || !q->size ||
+	    q->last_avail_idx == q->used_idx) {
+		snprintf(err, len, "%s: rxHeld without a receive buffer held",
+			 v->vdev.name);
+		return -EINVAL;
+	}
+	idx = (uint16_t)(q->last_avail_idx - 1);
+	/* The available ring: flags, idx, then ring[size] (2.7.6). */
+	memcpy(&at,
+	       q->avail + 2 * sizeof(uint16_t) +
+		       (size_t)(idx & (q->size - 1)) * sizeof(uint16_t),
+	       sizeof(at));
+	at = le16toh(at);
+	if (at != json_integer_value(head)) {
+		snprintf(err, len,
+			 "%s: rxHeldHead %" JSON_INTEGER_FORMAT
+			 ", the ring has %u there",
+			 v->vdev.name, json_integer_value(head), at);
+		return -EINVAL;
+	}
+	q->last_avail_idx = idx;
+	return 0;
+}
+
+/*
+ * VIRTIO_VSOCK_EVENT_TRANSPORT_RESET on the event queue (virtio 1.2,
+ * 5.10.6.6, "Device Events"): the driver resets every connection (its
+ * listeners stay) and reads the guest CID again. A driver that posted
+ * no event buffer is not told, and its connections end as the host
+ * side answers their packets with RST.
+ */
+static void send_transport_reset(struct vsock *v)
+{
+	const struct virtio_vsock_event ev = {
+		.id = htole32(VIRTIO_VSOCK_EVENT_TRANSPORT_RESET),
+	};
+	struct virtqueue *q = &v->vqs[EVQ].vq;
+	struct vq_chain ch;
+	int ret;
+
+	if (!virtio_device__is_live(&v->vdev) || !q->ready)
+		return; /* no driver yet, so no connections */
+	ret = virtqueue__pop(q, &ch);
+	if (ret <= 0) {
+		pr_warn("%s: no event buffer for the transport reset (%s)",
+			v->vdev.name, ret ? strerror(-ret) : "ring empty");
+		return;
+	}
+	if (ch.in_len < sizeof(ev))
+		pr_warn("%s: an event buffer of %llu bytes", v->vdev.name,
+			(unsigned long long)ch.in_len);
+	else
+		iov__from_buf(ch.iov + ch.nr_out, ch.nr_in, 0, &ev,
+			      sizeof(ev));
+	ret = virtqueue__push(q, ch.head,
+			      ch.in_len < sizeof(ev) ? 0 : sizeof(ev));
+	if (ret)
+		pr_warn("%s: the transport reset: %s", v->vdev.name,
+			strerror(-ret));
+	else
+		virtio_device__notify_queue(&v->vdev, EVQ);
+}
+
+/*
+ * A restored device (vsock_save's counterpart): the same guest CID, the
+ * held receive buffer given back, no connections (they were host
+ * sockets), and the guest told so with a transport reset.
+ */
+static int vsock_restore(struct virtio_device *dev, const json_t *obj,
+			 char *err, size_t len)
+{
+	struct vsock *v = to_vsock(dev);
+	const json_t *cid = json_object_get(obj, "guestCid");
+	const json_t *held = json_object_get(obj, "rxHeld");
+	const json_t *port;
+	int ret;
+
+	if (!json_is_integer(cid) || !json_is_boolean(held)) {
+		snprintf(err, len, "%s: guestCid or rxHeld missing", dev->name);
+		return -EINVAL;
+	}
+	if ((uint64_t)json_integer_value(cid) != v->guest_cid) {
+		snprintf(err, len,
+			 "%s: the snapshot's guest CID is %" JSON_INTEGER_FORMAT
+			 ", this one %llu",
+			 dev->name, json_integer_value(cid),
+			 (unsigned long long)v->guest_cid);
+		return -EINVAL;
+	}
+	if (json_is_true(held)) {
+		ret = give_back_held(v, json_object_get(obj, "rxHeldHead"), err,
+				     len);
+		if (ret)
+			return ret;
+	}
+	/*
+	 * Host ports go on from the snapshot's: a guest socket of an old
+	 * connection, until the reset below reaches it, keeps its tuple,
+	 * and a new connection on that tuple would meet its RST.
+	 */
+	port = json_object_get(obj, "nextPort");
+	if (json_is_integer(port) &&
+	    json_integer_value(port) >= VSOCK_HOST_PORT_BASE &&
+	    json_integer_value(port) < UINT32_MAX)
+		v->next_port = (uint32_t)json_integer_value(port);
+	send_transport_reset(v);
+	return 0;
 }
 
 static const struct virtio_device_ops vsock_ops = {
@@ -277,6 +400,7 @@ static const struct virtio_device_ops vsock_ops = {
 	.queue_notify = vsock_queue_notify,
 	.reset = vsock_reset,
 	.save = vsock_save,
+	.restore = vsock_restore,
 };
 
 /* ---- setup and tear-down ------------------------------------------------- */

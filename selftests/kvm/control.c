@@ -163,9 +163,15 @@ static void ctl_report(struct __test_metadata *_metadata)
 			"wakeup lost inside the nested guest");
 }
 
+/*
+ * extra (NULL-terminated, or NULL) goes last. "--rootfs-mode" in it
+ * drops the ephemeral layer's --max-dirty-bytes (only for that mode).
+ */
 static void start_argv(struct vmctl *c, const struct guest *g, bool detach,
-		       const char *argv[32])
+		       const char *const *extra, const char *argv[32])
 {
+	bool mode = false;
+
 	int i = 0;
 
 	argv[i++] = g->vmm;
@@ -178,9 +184,13 @@ static void start_argv(struct vmctl *c, const struct guest *g, bool detach,
 	argv[i++] = c->image;
 	argv[i++] = "--cpus";
 	argv[i++] = "2";
+	for (int j = 0; extra && extra[j]; j++)
+		mode |= !strcmp(extra[j], "--rootfs-mode");
 	/* Room in the ephemeral layer for the 64 MiB file test. */
-	argv[i++] = "--max-dirty-bytes";
-	argv[i++] = "256M";
+	if (!mode) {
+		argv[i++] = "--max-dirty-bytes";
+		argv[i++] = "256M";
+	}
 	argv[i++] = "--control-socket";
 	argv[i++] = c->sock;
 	argv[i++] = "--agent-timeout-ms";
@@ -190,6 +200,8 @@ static void start_argv(struct vmctl *c, const struct guest *g, bool detach,
 		argv[i++] = "--pid-file";
 		argv[i++] = c->pidfile;
 	}
+	for (int j = 0; extra && extra[j] && i < 31; j++)
+		argv[i++] = extra[j];
 	argv[i] = NULL;
 }
 
@@ -200,8 +212,8 @@ static void start_argv(struct vmctl *c, const struct guest *g, bool detach,
  * Boots; true once the agent answers vm.status with "agent": "ready".
  * Otherwise the vmm's output goes into the TAP log.
  */
-static bool vm_start(struct __test_metadata *_metadata, struct vmctl *c,
-		     bool detach)
+static bool vm_start_with(struct __test_metadata *_metadata, struct vmctl *c,
+			  bool detach, const char *const *extra)
 {
 	const char *argv[32];
 	struct spawn_result r;
@@ -217,7 +229,7 @@ static bool vm_start(struct __test_metadata *_metadata, struct vmctl *c,
 	snprintf(c->image, sizeof(c->image), "%s/kiln-test.json", g.images);
 	snprintf(c->vmmctl, sizeof(c->vmmctl), "%s",
 		 env_or("KILN_VMMCTL", "build/vmmctl"));
-	start_argv(c, &g, detach, argv);
+	start_argv(c, &g, detach, extra, argv);
 	c->vmm = 0;
 	vm_current = c;
 	if (detach) {
@@ -232,6 +244,12 @@ static bool vm_start(struct __test_metadata *_metadata, struct vmctl *c,
 		return false;
 	return vmm_wait_ready(_metadata, &c->vmm, c->sock, c->log,
 			      READY_TIMEOUT);
+}
+
+static bool vm_start(struct __test_metadata *_metadata, struct vmctl *c,
+		     bool detach)
+{
+	return vm_start_with(_metadata, c, detach, NULL);
 }
 
 /* Running: not gone, and not a zombie nobody has reaped yet. */
@@ -1970,6 +1988,134 @@ TEST_TIMEOUT(pause_resume_snapshot, BOOT_TIMEOUT)
 	kill(c.vmm, SIGTERM);
 	EXPECT_EQ(128 + SIGTERM, wait_exit(c.vmm, 60));
 	c.vmm = 0;
+	vm_cleanup(&c);
+}
+
+/*
+ * The restore's counter: in a session of its own (setsid), so that the
+ * exec that starts it returns at once and the agent, whose connections
+ * a restore resets, does not take it down with its request. It writes
+ * only the file: /tmp is a tmpfs, in guest memory, so in the snapshot.
+ */
+#define RESTORE_COUNTER                                                  \
+	"setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i >/tmp/ctr.new " \
+	"&& mv /tmp/ctr.new /tmp/ctr; sleep 0.05; done' "                 \
+	"</dev/null >/dev/null 2>&1 &"
+
+/* The guest's counter through exec (0: no value yet). */
+static long guest_counter(struct __test_metadata *_metadata, struct vmctl *c)
+{
+	struct spawn_result r;
+
+	/* Not CTL: polled, and its log would drown the TAP. */
+	if (ctl_run(c, ARGS("exec", c->sock, "--", "cat", "/tmp/ctr"), &r))
+		return 0;
+	ctl_vm_gone(_metadata, c, &r);
+	return r.status ? 0 : strtol(r.out, NULL, 10);
+}
+
+/* Wait until the counter passes above; its value, or -1 after the wait. */
+static long guest_counter_above(struct __test_metadata *_metadata,
+				struct vmctl *c, long above)
+{
+	for (int i = 0; i < COUNTER_WAIT_S * 4; i++) {
+		long v = guest_counter(_metadata, c);
+
+		if (v > above)
+			return v;
+		usleep(250000);
+	}
+	return -1;
+}
+
+/*
+ * vmm start --restore: a snapshot of a booted VM (read-only root: a
+ * writable layer does not travel yet) whose guest counts in a
+ * background loop, taken paused; the vmm stopped; a new vmm started
+ * from the snapshot with a new control socket. Its agent answers, and
+ * the counter goes on from where the snapshot left it (never from the
+ * start) and keeps counting. Then a snapshot with one byte of a part
+ * changed is refused before anything starts: exit 125, one line that
+ * names the file.
+ */
+TEST_TIMEOUT(snapshot_restore_keeps_a_counter, 2 * BOOT_TIMEOUT)
+{
+	const char *ro[] = { "--rootfs-mode", "readonly", NULL };
+	const char *rest[] = { "--rootfs-mode", "readonly", "--restore", NULL,
+			       NULL };
+	char snap[128], path[200], *log = NULL;
+	struct vmctl c, c2, c3;
+	struct spawn_result r;
+	const char *argv[32];
+	long before, v1, v2;
+	struct guest g;
+	size_t n = 0;
+	uint8_t b;
+	FILE *f;
+	int fd;
+
+	if (access("/dev/kvm", R_OK | W_OK))
+		SKIP(return, "no usable /dev/kvm (run through tools/vmtest)");
+	ASSERT_TRUE(vm_start_with(_metadata, &c, false, ro));
+	CTL(&c, &r, "exec", c.sock, "--", "sh", "-c", RESTORE_COUNTER);
+	ASSERT_EQ(0, r.status);
+	/* A second of counting: a value no restart could reach at once. */
+	before = guest_counter_above(_metadata, &c, 20);
+	ASSERT_LT(20, before) TH_LOG("the guest's counter did not start");
+
+	snprintf(snap, sizeof(snap), "%s/snap", c.dir);
+	CTL(&c, &r, "snapshot", c.sock, snap);
+	ASSERT_EQ(0, r.status);
+	CTL(&c, &r, "status", c.sock);
+	EXPECT_NE(NULL, strstr(r.out, "\"state\": \"paused\""));
+	kill(c.vmm, SIGTERM);
+	EXPECT_EQ(128 + SIGTERM, wait_exit(c.vmm, 60));
+	c.vmm = 0;
+
+	/* The same config, a new socket, and the snapshot. */
+	rest[3] = snap;
+	ASSERT_TRUE(vm_start_with(_metadata, &c2, false, rest));
+	v1 = guest_counter(_metadata, &c2);
+	EXPECT_LE(before, v1) TH_LOG("restored at %ld, snapshot after %ld", v1,
+				     before);
+	v2 = guest_counter_above(_metadata, &c2, v1);
+	EXPECT_LT(v1, v2) TH_LOG("the counter stopped at %ld", v1);
+	CTL(&c2, &r, "status", c2.sock);
+	EXPECT_NE(NULL, strstr(r.out, "\"state\": \"running\""));
+	f = fopen(c2.log, "r");
+	if (f) {
+		log = calloc(1, 1 << 20);
+		if (log)
+			n = fread(log, 1, (1 << 20) - 1, f);
+		fclose(f);
+	}
+	ASSERT_NE(NULL, log);
+	log[n] = '\0';
+	EXPECT_NE(NULL, strstr(log, "restored ")) TH_LOG("%.2000s", log);
+	free(log);
+	vm_cleanup(&c2);
+
+	/* One byte of vcpu0.state changed: refused before KVM, by name. */
+	snprintf(path, sizeof(path), "%s/vcpu0.state", snap);
+	fd = open(path, O_RDWR);
+	ASSERT_LE(0, fd);
+	ASSERT_EQ(1, pread(fd, &b, 1, 40));
+	b ^= 0x01;
+	ASSERT_EQ(1, pwrite(fd, &b, 1, 40));
+	close(fd);
+	guest_paths(&g);
+	snprintf(c3.dir, sizeof(c3.dir), "/tmp/kiln-ctl-XXXXXX");
+	ASSERT_NE(NULL, mkdtemp(c3.dir));
+	snprintf(c3.sock, sizeof(c3.sock), "%s/ctl.sock", c3.dir);
+	snprintf(c3.image, sizeof(c3.image), "%s/kiln-test.json", g.images);
+	c3.vmm = 0;
+	start_argv(&c3, &g, false, rest, argv);
+	ASSERT_EQ(0, spawn__run(argv, NULL, &r));
+	EXPECT_EQ(125, r.status);
+	EXPECT_NE(NULL, strstr(r.err, "vcpu0.state: sha256 "))
+	TH_LOG("%.500s", r.err);
+	EXPECT_NE(0, access(c3.sock, F_OK)); /* it never served */
+	vm_cleanup(&c3);
 	vm_cleanup(&c);
 }
 

@@ -2169,6 +2169,51 @@ TEST_F(blk, pause_completes_io_in_flight)
 }
 
 /*
+ * A snapshot's state restored into a new device on the same disk, over
+ * the same guest memory (Documentation/snapshots.md, "Restore"): the
+ * driver goes on with the requests after the ones already served, and
+ * a disk of another size is refused, by name.
+ */
+TEST_F(blk, restore_serves_on_and_checks_the_disk)
+{
+	struct tdev *t = &self->t;
+	struct treq *r = reqs;
+	json_t *st = NULL;
+	char err[256] = "";
+	uint16_t popped, used;
+	unsigned int i;
+
+	OPEN(.mode = DISK_READONLY);
+	for (i = 0; i < 2 * 8; i++)
+		rw_req(&r[i], VIRTIO_BLK_T_IN, i * 16, 16,
+		       JUNK_GPA + i * 0x10000, 1, false);
+	send_all(_metadata, t, 0, r, 8);
+	ASSERT_TRUE(wait_done(t, r, 8));
+	ASSERT_EQ(0, virtio_device__pause(t->d.vdev, 10000));
+	ASSERT_EQ(0, virtio_device__save(t->d.vdev, &st));
+	tdev_close(t);
+
+	ASSERT_EQ(0, tdev_open(t, &(struct topts){ .mode = DISK_READONLY }));
+	ASSERT_EQ(0, virtio_device__restore(t->d.vdev, st, err, sizeof(err)))
+	TH_LOG("%s", err);
+	ring_indices(t, 0, &popped, &used);
+	EXPECT_EQ(8, popped);
+	EXPECT_EQ(8, used);
+	send_all(_metadata, t, 0, r + 8, 8);
+	EXPECT_TRUE(wait_done(t, r + 8, 8));
+	EXPECT_EQ(0, t->bad_used);
+
+	tdev_close(t);
+	ASSERT_EQ(0, tdev_open(t, &(struct topts){ .mode = DISK_READONLY }));
+	json_object_set_new(json_object_get(st, "device"), "diskBytes",
+			    json_integer(DISK_SIZE + 4096));
+	EXPECT_EQ(-EINVAL,
+		  virtio_device__restore(t->d.vdev, st, err, sizeof(err)));
+	EXPECT_NE(NULL, strstr(err, "the snapshot's disk has")) TH_LOG("%s", err);
+	json_decref(st);
+}
+
+/*
  * Once the driver has written 0 to Status (and reads 0 back), reads popped
  * before the reset must not write into buffers the driver now considers
  * free (virtio 1.2, 2.4: no interaction with the queues after a reset).

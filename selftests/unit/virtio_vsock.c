@@ -1590,6 +1590,66 @@ TEST_F(vsock, attach_before_start_and_connect_before_driver)
 	close(fd);
 }
 
+/*
+ * A snapshot's device state restored into a new device over the same
+ * guest memory (Documentation/snapshots.md, "Restore"): the device tells
+ * the driver its connections are gone with a transport reset on the
+ * event queue (the first event buffer used, its id 0, an interrupt),
+ * and then serves a new host connection from where the rings were.
+ */
+TEST_F(vsock, restore_resets_the_transport_and_serves_on)
+{
+	struct tdev *t = &self->t;
+	unsigned int raises;
+	uint32_t hport;
+	json_t *st = NULL;
+	char err[256] = "";
+	int fd;
+
+	ASSERT_EQ(ST_LIVE, bring_up(t));
+	fd = host_open(_metadata, t, 5000, GBUF, &hport);
+	ASSERT_LE(0, fd);
+	ASSERT_EQ(0, virtio_device__pause(t->d.vdev, TIMEOUT_MS));
+	ASSERT_EQ(0, virtio_device__save(t->d.vdev, &st));
+	vsock__destroy(t->vs);
+	close(fd);
+	/* What the transport reset writes must show. */
+	memset(t->d.ram + EV_GPA, 0xff, 8);
+	/* A new device's line starts low, as an irqfd's edge does. */
+	pthread_mutex_lock(&t->d.irq.lock);
+	t->d.irq.level = 0;
+	pthread_mutex_unlock(&t->d.irq.lock);
+	raises = vdrv_irq_raises(&t->d);
+
+	ASSERT_EQ(0, tdev_create(t, false));
+	ASSERT_EQ(0, virtio_device__restore(t->d.vdev, st, err, sizeof(err)))
+	TH_LOG("%s", err);
+	/* As the VM does once the irqchip is back: an edge if isr is set. */
+	virtio_device__restore_irq(t->d.vdev);
+	EXPECT_EQ(1, vdrv_load16(&t->d, USED_GPA(EVQ) + 2));
+	EXPECT_EQ(0U, vdrv_get32(&t->d, USED_GPA(EVQ) + 4));	/* head 0 */
+	EXPECT_EQ(4U, vdrv_get32(&t->d, USED_GPA(EVQ) + 8));	/* its len */
+	EXPECT_EQ(VIRTIO_VSOCK_EVENT_TRANSPORT_RESET,
+		  vdrv_get32(&t->d, EV_GPA));
+	EXPECT_LT(raises, vdrv_irq_raises(&t->d));
+	t->q[EVQ].last_used = 1;
+
+	ASSERT_EQ(0, vsock__start(t->vs, NULL));
+	fd = host_open(_metadata, t, 5001, GBUF, &hport);
+	EXPECT_LE(0, fd);
+	close(fd);
+
+	/* Another guest CID: refused, by name. */
+	vsock__destroy(t->vs);
+	ASSERT_EQ(0, tdev_create(t, false));
+	json_object_set_new(json_object_get(st, "device"), "guestCid",
+			    json_integer(GUEST_CID + 1));
+	EXPECT_EQ(-EINVAL,
+		  virtio_device__restore(t->d.vdev, st, err, sizeof(err)));
+	EXPECT_NE(NULL, strstr(err, "guest CID")) TH_LOG("%s", err);
+	json_decref(st);
+}
+
 /* ---- tests: resets and tear-down --------------------------------------------- */
 
 TEST_F(vsock, driver_reset_drops_known_connections)

@@ -1,0 +1,285 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * vmm start --restore DIR (Documentation/snapshots.md, "Restore"): the
+ * VM is built through the same steps as a boot, with two of its own.
+ * vm__restore_open runs before KVM is touched: the snapshot is verified
+ * and matched against this monitor and this config, and its parts read.
+ * The memory step then maps memory.raw MAP_PRIVATE (pages load on first
+ * touch and stay shared page cache until written), the boot step loads
+ * nothing, and vm__restore_state, once the vCPUs exist, sets every
+ * vCPU's state, the irqchip, the PIT and the clock, and the devices'.
+ * All of it runs before vm__run installs any seccomp filter.
+ *
+ * What a clone changes: the clock moves on by the time since the
+ * snapshot (kvmclock through KVM_CLOCK_REALTIME, the TSC by as many
+ * ticks), and vsock connections are reset (the device tells the guest;
+ * the agent's listener stays and the control API reconnects).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <time.h>
+
+#include "devices/console.h"
+#include "devices/uart.h"
+#include "devices/virtio/device.h"
+#include "vmm/snapshot-load.h"
+#include "vmm/snapshot-state.h"
+#include "vmm/vm.h"
+
+#define NSEC_PER_SEC  1000000000ULL
+#define KHZ_PER_GHZ   1000000ULL /* ticks = ns * kHz / 10^6 */
+
+/* ---- before KVM ---------------------------------------------------- */
+
+int vm__restore_open(struct vm *vm)
+{
+	const struct vm_config *cfg = vm->cfg;
+	char digest[VM_IDENTITY_DIGEST_LEN], err[CONFIG_ERR_LEN];
+	struct snap_expect want = {
+		.vmm = KILN_VERSION,
+		.identity_digest = digest,
+		.vcpus = vm->nr_vcpus,
+		.memory_bytes = vm->ram_size,
+	};
+	struct snap_load *l;
+	int ret;
+
+	if (!cfg->restore_dir)
+		return 0;
+	if (cfg->rootfs.descriptor && cfg->rootfs.mode != ROOTFS_READONLY) {
+		pr_err("--restore %s: a writable root cannot be restored yet "
+		       "(its layer does not travel with the snapshot): use "
+		       "--rootfs-mode readonly",
+		       cfg->restore_dir);
+		return -EOPNOTSUPP;
+	}
+	ret = vm__snapshot_identity_digest(vm, digest, sizeof(digest));
+	if (ret) {
+		pr_err("--restore %s: this config's identity: %s",
+		       cfg->restore_dir, strerror(-ret));
+		return ret;
+	}
+	l = calloc(1, sizeof(*l));
+	if (!l)
+		return -ENOMEM;
+	ret = snap_load__open(l, cfg->restore_dir, &want, err, sizeof(err));
+	if (ret) {
+		pr_err("--restore %s: %s", cfg->restore_dir, err);
+		free(l);
+		return ret;
+	}
+	vm->restore = l;
+	return 0;
+}
+
+void vm__restore_close(struct vm *vm)
+{
+	if (!vm->restore)
+		return;
+	snap_load__close(vm->restore);
+	free(vm->restore);
+	vm->restore = NULL;
+}
+
+/* ---- the clock ----------------------------------------------------- */
+
+/*
+ * The snapshot's clock, and how far the guest's TSC moves on: the real
+ * time since it was read, in ticks of the guest's TSC rate (vcpu0's).
+ * Without KVM_CLOCK_REALTIME in the saved flags, nothing moves.
+ */
+static int saved_clock(struct vm *vm, struct kvm_clock_data *clock,
+		       uint64_t *tsc_advance)
+{
+	const struct snap_load *l = vm->restore;
+	struct timespec now;
+	const void *d;
+	uint64_t now_ns;
+	uint32_t khz;
+	int ret;
+
+	*tsc_advance = 0;
+	ret = snap_state__find(l->vm_state.p, l->vm_state.len, SNAP_KIND_VM,
+			       SNAP_VM_CLOCK, sizeof(*clock), &d);
+	if (ret)
+		return ret;
+	memcpy(clock, d, sizeof(*clock));
+	if (!(clock->flags & KVM_CLOCK_REALTIME) ||
+	    clock_gettime(CLOCK_REALTIME, &now))
+		return 0;
+	now_ns = (uint64_t)now.tv_sec * NSEC_PER_SEC + (uint64_t)now.tv_nsec;
+	if (now_ns <= clock->realtime ||
+	    snap_state__find(l->vcpu_state[0].p, l->vcpu_state[0].len,
+			     SNAP_KIND_VCPU, SNAP_VCPU_TSC_KHZ, sizeof(khz),
+			     &d))
+		return 0;
+	memcpy(&khz, d, sizeof(khz));
+	*tsc_advance = (uint64_t)((unsigned __int128)(now_ns - clock->realtime) *
+				  khz / KHZ_PER_GHZ);
+	return 0;
+}
+
+/* ---- the VM -------------------------------------------------------- */
+
+static int restore_vm_state(struct vm *vm, const struct kvm_clock_data *saved,
+			    const char **what)
+{
+	static const struct {
+		uint32_t chip;
+		uint32_t tag;
+	} chips[] = {
+		{ KVM_IRQCHIP_PIC_MASTER, SNAP_VM_PIC_MASTER },
+		{ KVM_IRQCHIP_PIC_SLAVE, SNAP_VM_PIC_SLAVE },
+		{ KVM_IRQCHIP_IOAPIC, SNAP_VM_IOAPIC },
+	};
+	const struct snap_blob *b = &vm->restore->vm_state;
+	struct kvm_clock_data clock;
+	struct kvm_pit_state2 pit;
+	struct uart_regs uart;
+	struct kvm_irqchip c;
+	const void *d;
+	int ret;
+
+	for (unsigned int i = 0; i < ARRAY_SIZE(chips); i++) {
+		*what = "an irqchip section";
+		ret = snap_state__find(b->p, b->len, SNAP_KIND_VM, chips[i].tag,
+				       sizeof(c), &d);
+		if (ret)
+			return ret;
+		memcpy(&c, d, sizeof(c));
+		if (c.chip_id != chips[i].chip)
+			return -EINVAL;
+		*what = "KVM_SET_IRQCHIP";
+		if (ioctl(vm->vm_fd, KVM_SET_IRQCHIP, &c) < 0)
+			return -errno;
+	}
+	*what = "the PIT section";
+	ret = snap_state__find(b->p, b->len, SNAP_KIND_VM, SNAP_VM_PIT2,
+			       sizeof(pit), &d);
+	if (ret)
+		return ret;
+	memcpy(&pit, d, sizeof(pit));
+	*what = "KVM_SET_PIT2";
+	if (ioctl(vm->vm_fd, KVM_SET_PIT2, &pit) < 0)
+		return -errno;
+	/* The UART's registers: a snapshot without them leaves the reset's. */
+	if (!snap_state__find(b->p, b->len, SNAP_KIND_VM, SNAP_VM_UART,
+			      sizeof(uart), &d)) {
+		memcpy(&uart, d, sizeof(uart));
+		uart__load(vm->uart, &uart);
+	}
+	/*
+	 * Last (api.rst 4.30, KVM_SET_CLOCK): with KVM_CLOCK_REALTIME, KVM
+	 * adds the real time elapsed since the saved realtime, so the
+	 * guest's kvmclock (its monotonic and wall clocks) resumes at the
+	 * time it is now; the other flags are only KVM_GET_CLOCK's.
+	 */
+	clock = (struct kvm_clock_data){
+		.clock = saved->clock,
+		.flags = saved->flags & KVM_CLOCK_REALTIME,
+		.realtime = saved->realtime,
+	};
+	*what = "KVM_SET_CLOCK";
+	if (ioctl(vm->vm_fd, KVM_SET_CLOCK, &clock) < 0)
+		return -errno;
+	return 0;
+}
+
+/* ---- the devices --------------------------------------------------- */
+
+/* Each attached device from its entry, and every entry's device there. */
+static int restore_devices(struct vm *vm)
+{
+	const json_t *arr = vm->restore->devices;
+	bool seen[VIRTIO_MMIO_SLOTS] = { false };
+	char err[CONFIG_ERR_LEN];
+	const json_t *e;
+	size_t i;
+	int ret;
+
+	json_array_foreach(arr, i, e)
+	{
+		json_int_t slot = json_integer_value(json_object_get(e, "slot"));
+		const char *name = json_string_value(json_object_get(e, "name"));
+		struct virtio_device *dev;
+
+		if (slot < 0 || slot >= VIRTIO_MMIO_SLOTS || !name ||
+		    !vm->virtio[slot].dev || seen[slot] ||
+		    strcmp(name, vm->virtio[slot].name)) {
+			pr_err("--restore %s: devices.json: entry %zu (%s in "
+			       "slot %lld) is not a device of this VM",
+			       vm->cfg->restore_dir, i, name ? name : "?",
+			       (long long)slot);
+			return -EINVAL;
+		}
+		seen[slot] = true;
+		dev = vm->virtio[slot].dev;
+		ret = virtio_device__restore(dev, e, err, sizeof(err));
+		if (ret) {
+			pr_err("--restore %s: devices.json: %s",
+			       vm->cfg->restore_dir, err);
+			return ret;
+		}
+	}
+	for (i = 0; i < VIRTIO_MMIO_SLOTS; i++)
+		if (vm->virtio[i].dev && !seen[i]) {
+			pr_err("--restore %s: devices.json: no state for %s",
+			       vm->cfg->restore_dir, vm->virtio[i].name);
+			return -EINVAL;
+		}
+	return 0;
+}
+
+/* ---- the step ------------------------------------------------------ */
+
+int vm__restore_state(struct vm *vm)
+{
+	const struct snap_load *l = vm->restore;
+	struct kvm_clock_data clock;
+	uint64_t tsc_advance;
+	const char *what = "restoring";
+	int ret;
+
+	if (!l)
+		return 0;
+	ret = saved_clock(vm, &clock, &tsc_advance);
+	if (ret) {
+		pr_err("--restore %s: vm.state: the clock section: %s",
+		       vm->cfg->restore_dir, strerror(-ret));
+		return ret;
+	}
+	for (unsigned int i = 0; i < vm->nr_vcpus; i++) {
+		ret = vcpu__restore(vm->vcpus[i], l->vcpu_state[i].p,
+				    l->vcpu_state[i].len, tsc_advance, &what);
+		if (ret) {
+			pr_err("--restore %s: vcpu%u.state: %s: %s",
+			       vm->cfg->restore_dir, i, what, strerror(-ret));
+			return ret;
+		}
+	}
+	ret = restore_vm_state(vm, &clock, &what);
+	if (ret) {
+		pr_err("--restore %s: vm.state: %s: %s", vm->cfg->restore_dir,
+		       what, strerror(-ret));
+		return ret;
+	}
+	/* After the irqchip: the devices' interrupts land in its state. */
+	ret = restore_devices(vm);
+	if (ret)
+		return ret;
+	for (unsigned int i = 0; i < VIRTIO_MMIO_SLOTS; i++)
+		if (vm->virtio[i].dev)
+			virtio_device__restore_irq(vm->virtio[i].dev);
+	/* The guest's init said it was ready before the snapshot. */
+	console__guest_ready(vm->console);
+	pr_info("restored %s (%u vCPUs, %llu MiB; the clock moved on %llu "
+		"TSC ticks)",
+		vm->cfg->restore_dir, vm->nr_vcpus,
+		(unsigned long long)(vm->ram_size >> 20),
+		(unsigned long long)tsc_advance);
+	/* The state files are set; the memory file stays mapped. */
+	return 0;
+}
