@@ -198,7 +198,16 @@ $(O)/selftests/kvm_%: selftests/kvm/%.c $(KILN_FLAGS_FILE) | pkg-check
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CC) $(filter-out $(SAN_FLAGS),$(KILN_CFLAGS) $(CFLAGS)) \
 		-fno-stack-protector $(filter-out $(SAN_FLAGS),$(HARDEN_LD)) \
-		-MMD -MP -MF $@.d -o $@ $< $(KILN_LDLIBS)
+		$(KVM_TEST_LDFLAGS) -MMD -MP -MF $@.d -o $@ $< \
+		$(KVM_TEST_OBJS) $(KILN_LDLIBS)
+
+# The hostile-guest tests (selftests/kvm/hostile.c) run the real devices
+# in the test process: they link the core objects, and with SAN=1 those
+# carry the sanitizers, whose runtime the link then needs (the test's own
+# guest code stays uninstrumented).
+$(O)/selftests/kvm_hostile: $(UNIT_OBJS)
+$(O)/selftests/kvm_hostile: KVM_TEST_OBJS = $(UNIT_OBJS)
+$(O)/selftests/kvm_hostile: KVM_TEST_LDFLAGS = $(SAN_FLAGS)
 
 selftests: $(unit-tests) $(kvm-tests) $(O)/vmm
 	@:

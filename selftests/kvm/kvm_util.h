@@ -13,6 +13,10 @@
  *	16 MiB..  vm_vaddr_alloc() heap
  *	top       one 64 KiB stack per vCPU, growing down from the top
  *
+ * Guest RAM is mapped between two PROT_NONE guard areas in the host
+ * (GUEST_MEM_GUARD_SIZE each): a device model that strays past either
+ * end faults instead of touching other host memory.
+ *
  * Guest code is ordinary C in the test binary, marked __guest_code (its
  * own "guest_text" section). Copying one function's bytes is not enough
  * (calls, string literals, constant pools and jump tables live elsewhere),
@@ -86,6 +90,12 @@ struct ucall {
 #define KVM_TEST_MAX_VCPUS 16
 #define GUEST_HEAP_END	   (GUEST_MEM_SIZE - KVM_TEST_MAX_VCPUS * GUEST_STACK_SIZE)
 #define GUEST_PAGE_SIZE	   0x1000ULL
+/*
+ * Guest RAM sits between two inaccessible (PROT_NONE) host mappings of
+ * this size: a device model that reads or writes past either end of guest
+ * memory faults at once instead of touching the monitor's own memory.
+ */
+#define GUEST_MEM_GUARD_SIZE 0x10000ULL
 
 /* ---- guest side ------------------------------------------------------ */
 
@@ -491,6 +501,7 @@ static inline struct kvm_vm *vm_create(void)
 {
 	struct kvm_userspace_memory_region region = { 0 };
 	struct kvm_vm *vm;
+	uint8_t *guarded;
 	int ret;
 
 	vm = calloc(1, sizeof(*vm));
@@ -512,10 +523,13 @@ static inline struct kvm_vm *vm_create(void)
 		    "kvm_run mmap size %zu too small", vm->run_size);
 
 	vm->mem_size = GUEST_MEM_SIZE;
-	vm->mem = mmap(NULL, vm->mem_size, PROT_READ | PROT_WRITE,
+	guarded = mmap(NULL, vm->mem_size + 2 * GUEST_MEM_GUARD_SIZE, PROT_NONE,
 		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	TEST_ASSERT(vm->mem != MAP_FAILED, "mmap of %#llx bytes: %s",
+	TEST_ASSERT(guarded != MAP_FAILED, "mmap of %#llx bytes: %s",
 		    (unsigned long long)vm->mem_size, strerror(errno));
+	vm->mem = guarded + GUEST_MEM_GUARD_SIZE;
+	TEST_ASSERT(!mprotect(vm->mem, vm->mem_size, PROT_READ | PROT_WRITE),
+		    "mprotect of guest memory: %s", strerror(errno));
 	region.slot = 0;
 	region.guest_phys_addr = 0;
 	region.memory_size = vm->mem_size;
@@ -858,8 +872,9 @@ static inline void kvm_vm_free(struct kvm_vm *vm)
 		close(vcpu->fd);
 		free(vcpu);
 	}
-	if (vm->mem && vm->mem != MAP_FAILED)
-		munmap(vm->mem, vm->mem_size);
+	if (vm->mem)
+		munmap(vm->mem - GUEST_MEM_GUARD_SIZE,
+		       vm->mem_size + 2 * GUEST_MEM_GUARD_SIZE);
 	if (vm->fd >= 0)
 		close(vm->fd);
 	close(vm->kvm_fd);
