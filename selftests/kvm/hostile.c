@@ -100,11 +100,11 @@ _Static_assert(LAYOUT_GPA + LAYOUT_SIZE <= GUEST_HEAP_END,
 
 /* What the guest reports (GUEST_SYNC2(step, value)). */
 enum step {
-	STEP_BROKE = 1,	 /* value: how the device answered one abuse */
-	STEP_RECOVERED,	 /* value: 0, or what failed after the reset */
-	STEP_ROUNDS,	 /* value: abuse rounds done */
-	STEP_SERVED,	 /* value: well-formed requests served (other VM) */
-	STEP_CONNECTED,	 /* value: the op that answered a vsock REQUEST */
+	STEP_BROKE = 1, /* value: how the device answered one abuse */
+	STEP_RECOVERED, /* value: 0, or what failed after the reset */
+	STEP_ROUNDS,	/* value: abuse rounds done */
+	STEP_SERVED,	/* value: well-formed requests served (other VM) */
+	STEP_CONNECTED, /* value: the op that answered a vsock REQUEST */
 };
 
 /* How the device answered an abuse (STEP_BROKE). */
@@ -138,27 +138,30 @@ enum recover_err {
 #define BLK_NR_BLOCKS 64U
 #define BLK_DISK_SIZE ((uint64_t)BLK_NR_BLOCKS * DISK_BLOCK_SIZE)
 #define BLK_SPB	      (DISK_BLOCK_SIZE / 512) /* sectors per block */
+/* What a scribbled chain into the junk can make the device write. */
+_Static_assert(JUNK_GPA + JUNK_SIZE + BLK_DISK_SIZE <= TABLE_GPA,
+	       "device writes through the junk stay below the table");
 
 #define SCRIBBLE_ROUNDS	 16U
-#define SCRIBBLES	 4096U /* per round, each followed by a kick */
+#define SCRIBBLES	 4096U	  /* per round, each followed by a kick */
 #define NOTIFY_FLOOD	 1000000U /* QueueNotify writes, bound as ioeventfd */
 #define NOTIFY_FLOOD_BAD 100000U  /* of bad indices, through user space */
 #define OTHER_VM_REQS	 200U
 
-#define VS_GUEST_CID   3U
-#define VS_LISTEN_PORT 5000U /* the host listens on "<uds>_5000" */
-#define VS_NR_RX       32U   /* receive buffers: two descriptors each */
-#define VS_RX_DATA     4096U
-#define VS_RX_GPA(b)   (DATA_GPA + (uint64_t)(b)*0x2000)
-#define VS_TX_SLOTS    32U /* packets in flight: two descriptors each */
-#define VS_TXHDR_GPA(p) (SLOT_GPA + (uint64_t)(p)*64)
+#define VS_GUEST_CID	 3U
+#define VS_LISTEN_PORT	 5000U /* the host listens on "<uds>_5000" */
+#define VS_NR_RX	 32U   /* receive buffers: two descriptors each */
+#define VS_RX_DATA	 4096U
+#define VS_RX_GPA(b)	 (DATA_GPA + (uint64_t)(b)*0x2000)
+#define VS_TX_SLOTS	 32U /* packets in flight: two descriptors each */
+#define VS_TXHDR_GPA(p)	 (SLOT_GPA + (uint64_t)(p)*64)
 #define VS_TXDATA_GPA(p) (DATA_GPA + 0x80000 + (uint64_t)(p)*0x1000)
-#define VS_FLOOD       20000U /* packets per kind of flood */
-#define VS_RXQ	       0U
-#define VS_TXQ	       1U
-#define VS_EVQ	       2U
-#define VS_HDR	       ((uint32_t)sizeof(struct virtio_vsock_hdr))
-#define VS_PING	       0x676e6970U /* "ping", the liveness payload */
+#define VS_FLOOD	 20000U /* packets per kind of flood */
+#define VS_RXQ		 0U
+#define VS_TXQ		 1U
+#define VS_EVQ		 2U
+#define VS_HDR		 ((uint32_t)sizeof(struct virtio_vsock_hdr))
+#define VS_PING		 0x676e6970U /* "ping", the liveness payload */
 _Static_assert(VS_RX_GPA(VS_NR_RX) <= VS_TXDATA_GPA(0), "rx before tx");
 _Static_assert(VS_TXDATA_GPA(VS_TX_SLOTS) <= DATA_GPA + DATA_SIZE, "tx");
 
@@ -183,8 +186,7 @@ struct gq {
 	volatile struct vring_used *used;
 };
 
-static inline __attribute__((always_inline)) void gw32(uint64_t off,
-						       uint32_t v)
+static inline __attribute__((always_inline)) void gw32(uint64_t off, uint32_t v)
 {
 	*(volatile uint32_t *)(MMIO_GPA + off) = v;
 }
@@ -378,8 +380,7 @@ static uint8_t __guest_code blk_status(unsigned int s)
  * The device serves again: bring it up, write block with a pattern of
  * seed, read it back elsewhere and compare. RECOVER_OK or what failed.
  */
-static enum recover_err __guest_code blk_roundtrip(struct gq *q,
-						   uint64_t block,
+static enum recover_err __guest_code blk_roundtrip(struct gq *q, uint64_t block,
 						   uint64_t seed)
 {
 	volatile uint8_t *out = (volatile uint8_t *)DATA_GPA;
@@ -387,8 +388,9 @@ static enum recover_err __guest_code blk_roundtrip(struct gq *q,
 	uint32_t st;
 	uint64_t i;
 
-	st = gdev_up(q, 1, FEAT(VIRTIO_F_VERSION_1) |
-				   FEAT(VIRTIO_RING_F_INDIRECT_DESC));
+	st = gdev_up(q, 1,
+		     FEAT(VIRTIO_F_VERSION_1) |
+			     FEAT(VIRTIO_RING_F_INDIRECT_DESC));
 	if (!(st & ST_FEATURES))
 		return RECOVER_NO_FEATURES_OK;
 	if (st != ST_LIVE)
@@ -426,8 +428,9 @@ static void __guest_code blk_abuse(struct gq *q, uint16_t head)
 
 static void __guest_code blk_up(struct gq *q)
 {
-	GUEST_ASSERT_EQ(gdev_up(q, 1, FEAT(VIRTIO_F_VERSION_1) |
-					      FEAT(VIRTIO_RING_F_INDIRECT_DESC)),
+	GUEST_ASSERT_EQ(gdev_up(q, 1,
+				FEAT(VIRTIO_F_VERSION_1) |
+					FEAT(VIRTIO_RING_F_INDIRECT_DESC)),
 			ST_LIVE);
 }
 
@@ -437,13 +440,14 @@ static void __guest_code guest_blk_scribble(uint64_t seed)
 	struct gq q;
 	unsigned int round, i, s;
 	uint64_t r, off, word;
+	bool is_addr;
 
 	for (round = 0; round < SCRIBBLE_ROUNDS; round++) {
 		blk_up(&q);
 		/* Real work in flight: reads of every other block. */
 		for (s = 0; s < 16; s++)
-			blk_post(&q, s, VIRTIO_BLK_T_IN, (s * 2 + round) %
-							    BLK_NR_BLOCKS,
+			blk_post(&q, s, VIRTIO_BLK_T_IN,
+				 (s * 2 + round) % BLK_NR_BLOCKS,
 				 DATA_GPA + s * DISK_BLOCK_SIZE,
 				 DISK_BLOCK_SIZE);
 		gq_kick(&q);
@@ -452,21 +456,28 @@ static void __guest_code guest_blk_scribble(uint64_t seed)
 			/* Any 8-byte word of the three rings. */
 			off = (r >> 8) % (0x3000 / 8) * 8;
 			word = grand(&seed);
+			/*
+			 * A descriptor's address is either fully random
+			 * (outside RAM but for a 2^-38 chance) or points
+			 * into the junk, never at the guest's code, page
+			 * tables, stack or the canary: the device may
+			 * write there, and up to the disk's size at most.
+			 */
+			is_addr = off < 0x1000 && !(off & 8);
 			switch (r & 3) {
 			case 0:
 				/* A plausible descriptor into the junk. */
-				if (off < 0x1000 && !(off & 8)) {
-					word = JUNK_GPA +
-					       word % (JUNK_SIZE - JUNK_LEN_MAX);
-					break;
-				}
-				if (off < 0x1000)
+				if (is_addr)
+					word = JUNK_GPA + word % (JUNK_SIZE -
+								  JUNK_LEN_MAX);
+				else if (off < 0x1000)
 					word = (word & ~0xffffffffULL) |
 					       word % JUNK_LEN_MAX;
 				break;
 			case 1:
-				/* A small head or index. */
-				word &= 0x00ff00ff00ff00ffULL;
+				/* Small heads, indices, lengths, nexts. */
+				if (!is_addr)
+					word &= 0x00ff00ff00ff00ffULL;
 				break;
 			default:
 				break;
@@ -619,8 +630,7 @@ static void __guest_code guest_blk_out_of_range(void)
 }
 
 /* Reads block into DATA slot s and checks it against the base image. */
-static enum recover_err __guest_code blk_read_base(struct gq *q,
-						   unsigned int s,
+static enum recover_err __guest_code blk_read_base(struct gq *q, unsigned int s,
 						   uint64_t block)
 {
 	volatile uint8_t *in =
@@ -703,12 +713,12 @@ static void __guest_code guest_blk_served(uint64_t n)
 
 struct gvs {
 	struct gq q[NR_RINGS];
-	unsigned int batch;  /* tx packets queued since the last flush */
-	uint32_t want_port;  /* our port awaiting RESPONSE or RST */
-	uint16_t answer;     /* what came for want_port, 0: nothing yet */
-	uint64_t ops[8];     /* packets received, by op */
-	uint64_t rx_bad;     /* used entries naming no receive buffer */
-	enum answer worst;   /* of the flushes since it was cleared */
+	unsigned int batch; /* tx packets queued since the last flush */
+	uint32_t want_port; /* our port awaiting RESPONSE or RST */
+	uint16_t answer;    /* what came for want_port, 0: nothing yet */
+	uint64_t ops[8];    /* packets received, by op */
+	uint64_t rx_bad;    /* used entries naming no receive buffer */
+	enum answer worst;  /* of the flushes since it was cleared */
 };
 
 static void __guest_code vs_rx_post(struct gvs *g, unsigned int b)
@@ -1155,9 +1165,8 @@ static void hvm_create(struct hvm *h, enum hdev_kind kind,
 		/* Where a guest connection to VS_LISTEN_PORT goes. */
 		snprintf(sa.sun_path, sizeof(sa.sun_path), "%s_%u", h->path,
 			 VS_LISTEN_PORT);
-		h->listen_fd = socket(AF_UNIX,
-				      SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK,
-				      0);
+		h->listen_fd = socket(
+			AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 		TEST_ASSERT(h->listen_fd >= 0, "socket: %s", strerror(errno));
 		TEST_ASSERT(!bind(h->listen_fd, (struct sockaddr *)&sa,
 				  sizeof(sa)) &&
@@ -1240,7 +1249,7 @@ static uint64_t hvm_ucall(struct hvm *h, struct ucall *uc)
 
 /* What a guest reported over its whole run. */
 struct report {
-	unsigned int broke[3]; /* by enum answer */
+	unsigned int broke[3];	/* by enum answer */
 	unsigned int recovered; /* STEP_RECOVERED seen */
 	uint64_t recover_err;	/* the last STEP_RECOVERED value */
 	unsigned int served;	/* STEP_SERVED seen */
