@@ -12,6 +12,7 @@
 #   make bench-net  network benchmark (iperf3 both ways, TCP round trips, through a policy) against QEMU microvm, vhost off and on
 #   make bench-https  small HTTPS GETs through the vmm's interception against a plain granted TCP flow, same boot
 #   make bench-agent  guest agent benchmark: exec round trip, stdout streaming, boot to agent ready
+#   make bench-snapshot  baselines: restore vs cold boot to agent ready, 256 MiB vs 2 GiB, Pss of 10 VMs, snapshot time and size
 #   make fuzz     build the libFuzzer targets (clang, ASan, UBSan) as build/fuzz/NAME
 #   make test-long  run each fuzz target for FUZZ_SECONDS (default 60); fails on a crash
 #   SAN=1         build everything the host runs with ASan and UBSan (Documentation/fuzzing.md)
@@ -405,6 +406,14 @@ bench-agent: deps
 	$(Q)$(MAKE) all
 	$(Q)$(MAKE) -f guest/guest.mk O=$(O)
 	$(Q)tools/bench-agent $(O)
+
+# Boots the kiln-test image read-only (what a snapshot restores) with and
+# without --baseline-cache (Documentation/benchmarks.md, "Snapshots").
+.PHONY: bench-snapshot
+bench-snapshot: deps
+	$(Q)$(MAKE) all
+	$(Q)$(MAKE) -f guest/guest.mk O=$(O)
+	$(Q)tools/bench-snapshot $(O)
 
 clean:
 	$(Q)rm -rf $(O)
