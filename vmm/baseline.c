@@ -255,6 +255,10 @@ int baseline__publish(int cache_fd, const char *tmp, const char *key,
 	if (renameat2(cache_fd, tmp, cache_fd, key, RENAME_NOREPLACE) < 0)
 		return errf(err, len, -errno, "renaming %s to %s: %s", tmp, key,
 			    strerror(errno));
+	/* The rename made durable; the entry's own files were synced. */
+	if (fsync(cache_fd) < 0)
+		pr_warn("baseline: syncing the cache after %s: %s", key,
+			strerror(errno));
 	return 0;
 }
 

@@ -81,8 +81,8 @@ int __must_check baseline__make_tmp(int cache_fd, const char *key, int *fd,
 				    char name[BASELINE_TMP_NAME_LEN],
 				    char *err, size_t len);
 /*
- * renameat2(RENAME_NOREPLACE) of tmp to key: the entry appears whole or
- * not at all; -EEXIST when another monitor published the same identity
+ * renameat2(RENAME_NOREPLACE) of tmp to key, then fsync of the cache:
+ * the entry appears whole or not at all; -EEXIST when another monitor published the same identity
  * first (tmp stays, the next sweep removes it).
  */
 int __must_check baseline__publish(int cache_fd, const char *tmp,
