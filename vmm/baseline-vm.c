@@ -230,12 +230,11 @@ int vm__baseline_failed(struct vm *vm, int err)
 		"booting cold",
 		b->cache, b->key, strerror(-err));
 	/*
-	 * Removed by the cold retry's lookup? No: that one looks nothing
-	 * up. Here, under our lease turned exclusive if no one else holds
-	 * one; otherwise the entry stays for the others.
+	 * Removed here (the cold retry looks nothing up), under this VM's
+	 * lease made exclusive; if another VM holds one, the entry stays.
 	 */
-	if (b->lease_fd >= 0 && !baseline__discard(b->cache_fd, b->key,
-						   b->lease_fd))
+	if (b->lease_fd >= 0 &&
+	    !baseline__discard(b->cache_fd, b->key, b->lease_fd))
 		pr_info("baseline %s: removed %s", b->cache, b->key);
 	return VM_BASELINE_COLD;
 }

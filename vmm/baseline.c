@@ -21,11 +21,11 @@
 #include "lib/log.h"
 #include "vmm/baseline.h"
 
-#define OPEN_DIR	(O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-#define DIGEST_PREFIX	"sha256:"
-#define BLOCK_BYTES	512ULL /* st_blocks' unit (stat(2)) */
-#define NAME_LEN	(BASELINE_TMP_NAME_LEN + 16)
-#define LOAD_ERR_LEN	512 /* snap_load__open's line */
+#define OPEN_DIR      (O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+#define DIGEST_PREFIX "sha256:"
+#define BLOCK_BYTES   512ULL /* st_blocks' unit (stat(2)) */
+#define NAME_LEN      (BASELINE_TMP_NAME_LEN + 16)
+#define LOAD_ERR_LEN  512 /* snap_load__open's line */
 
 static bool is_hex(const char *s, size_t n)
 {
@@ -202,7 +202,8 @@ int baseline__lookup(int cache_fd, const char *cache, const char *key,
 	if ((size_t)snprintf(path, sizeof(path), "%s/%s", cache, key) >=
 	    sizeof(path)) {
 		close(fd);
-		return errf(why, len, -ENAMETOOLONG, "%s: path too long", cache);
+		return errf(why, len, -ENAMETOOLONG, "%s: path too long",
+			    cache);
 	}
 	ret = snap_load__open(l, path, want, err, sizeof(err));
 	if (ret) {
@@ -249,8 +250,8 @@ out_rmdir:
 	return errf(err, len, ret, "%s: %s", name, strerror(-ret));
 }
 
-int baseline__publish(int cache_fd, const char *tmp, const char *key,
-		      char *err, size_t len)
+int baseline__publish(int cache_fd, const char *tmp, const char *key, char *err,
+		      size_t len)
 {
 	if (renameat2(cache_fd, tmp, cache_fd, key, RENAME_NOREPLACE) < 0)
 		return errf(err, len, -errno, "renaming %s to %s: %s", tmp, key,

@@ -27,9 +27,9 @@
  * Every function reports one line in err (or why) and returns -errno.
  */
 
-#define BASELINE_KEY_LEN	      64 /* the identity digest's hex */
-#define BASELINE_TMP_PREFIX	      ".tmp-"
-#define BASELINE_EVICT_PREFIX	      ".evict-"
+#define BASELINE_KEY_LEN      64 /* the identity digest's hex */
+#define BASELINE_TMP_PREFIX   ".tmp-"
+#define BASELINE_EVICT_PREFIX ".evict-"
 
 /*
  * The entry name for an identity digest ("sha256:<64 hex>"): its hex.
@@ -59,8 +59,8 @@ int __must_check baseline__open_cache(const char *path, int *fd, char *err,
 int __must_check baseline__lookup(int cache_fd, const char *cache,
 				  const char *key,
 				  const struct snap_expect *want,
-				  struct snap_load *l, int *lease_fd,
-				  char *why, size_t len);
+				  struct snap_load *l, int *lease_fd, char *why,
+				  size_t len);
 
 /*
  * Remove the entry key whose directory the caller holds open in
@@ -78,8 +78,8 @@ int baseline__discard(int cache_fd, const char *key, int lease_fd);
  */
 #define BASELINE_TMP_NAME_LEN 96
 int __must_check baseline__make_tmp(int cache_fd, const char *key, int *fd,
-				    char name[BASELINE_TMP_NAME_LEN],
-				    char *err, size_t len);
+				    char name[BASELINE_TMP_NAME_LEN], char *err,
+				    size_t len);
 /*
  * renameat2(RENAME_NOREPLACE) of tmp to key, then fsync of the cache:
  * the entry appears whole or not at all; -EEXIST when another monitor published the same identity

@@ -35,8 +35,8 @@
 #define ID_A	 "sha256:" HEX_A
 
 struct cache {
-	char base[64];	/* mkdtemp'ed */
-	char path[96];	/* base/cache */
+	char base[64]; /* mkdtemp'ed */
+	char path[96]; /* base/cache */
 	int fd;
 };
 
@@ -74,8 +74,8 @@ static int leftovers(const struct cache *c)
 {
 	char cmd[256];
 
-	snprintf(cmd, sizeof(cmd),
-		 "test -z \"$(ls -A '%s' | grep '^\\.')\"", c->path);
+	snprintf(cmd, sizeof(cmd), "test -z \"$(ls -A '%s' | grep '^\\.')\"",
+		 c->path);
 	return system(cmd) ? 1 : 0;
 }
 
@@ -183,7 +183,7 @@ TEST(the_key_is_the_identity_digests_hex_and_nothing_else)
 		HEX_A, /* no prefix */
 		"sha1:" HEX_A,
 		"sha256:00112233445566778899AABBCCDDEEFF00112233445566778899"
-		"aabbccddeeff", /* upper case */
+		"aabbccddeeff",	     /* upper case */
 		"sha256:" HEX_A "0", /* too long */
 		"sha256:0011",	     /* too short */
 		"sha256:../../../../../../../../../../../../../../../../../"
@@ -196,7 +196,7 @@ TEST(the_key_is_the_identity_digests_hex_and_nothing_else)
 	EXPECT_STREQ(HEX_A, key);
 	for (unsigned int i = 0; i < ARRAY_SIZE(bad); i++)
 		EXPECT_EQ(-EINVAL, baseline__key(bad[i], key))
-		TH_LOG("case %u: %s", i, bad[i]);
+	TH_LOG("case %u: %s", i, bad[i]);
 	EXPECT_EQ(-EINVAL, baseline__key(NULL, key));
 }
 
@@ -261,8 +261,8 @@ TEST(a_valid_entry_is_found_and_leased)
 	ASSERT_EQ(0, write_entry(&c, HEX_A, 2, err, sizeof(err)))
 	TH_LOG("%s", err);
 	set_used(_metadata, &c, HEX_A, 3600);
-	ASSERT_EQ(0, baseline__lookup(c.fd, c.path, HEX_A, &want_a, &l,
-				      &lease, why, sizeof(why)))
+	ASSERT_EQ(0, baseline__lookup(c.fd, c.path, HEX_A, &want_a, &l, &lease,
+				      why, sizeof(why)))
 	TH_LOG("%s", why);
 	EXPECT_LE(0, l.mem_fd);
 	EXPECT_EQ(MEM_SIZE, l.mem_bytes);
@@ -297,8 +297,7 @@ static void corrupt_manifest(struct __test_metadata *_metadata,
 	char path[256];
 	FILE *f;
 
-	snprintf(path, sizeof(path), "%s/%s/%s", c->path, HEX_A,
-		 SNAP_MANIFEST);
+	snprintf(path, sizeof(path), "%s/%s/%s", c->path, HEX_A, SNAP_MANIFEST);
 	f = fopen(path, "w");
 	ASSERT_NE(NULL, f);
 	fputs("{\"format\": 1, \"parts\": [", f); /* cut short */
@@ -386,15 +385,14 @@ TEST(an_entry_under_an_exclusive_lease_is_left_alone)
 	held = open_entry(&c, HEX_A);
 	ASSERT_LE(0, held);
 	ASSERT_EQ(0, flock(held, LOCK_EX | LOCK_NB));
-	EXPECT_EQ(-EWOULDBLOCK,
-		  baseline__lookup(c.fd, c.path, HEX_A, &want_a, &l, &lease,
-				   why, sizeof(why)));
+	EXPECT_EQ(-EWOULDBLOCK, baseline__lookup(c.fd, c.path, HEX_A, &want_a,
+						 &l, &lease, why, sizeof(why)));
 	EXPECT_NE(NULL, strstr(why, "exclusive lease")) TH_LOG("%s", why);
 	EXPECT_TRUE(exists(&c, HEX_A));
 	close(held);
 	/* Released: found. */
-	ASSERT_EQ(0, baseline__lookup(c.fd, c.path, HEX_A, &want_a, &l,
-				      &lease, why, sizeof(why)))
+	ASSERT_EQ(0, baseline__lookup(c.fd, c.path, HEX_A, &want_a, &l, &lease,
+				      why, sizeof(why)))
 	TH_LOG("%s", why);
 	snap_load__close(&l);
 	close(lease);
@@ -415,8 +413,8 @@ TEST(a_corrupt_entry_leased_by_another_stays)
 	ASSERT_LE(0, other);
 	ASSERT_EQ(0, flock(other, LOCK_SH | LOCK_NB));
 	corrupt_memory(_metadata, &c);
-	EXPECT_EQ(-EBADMSG, baseline__lookup(c.fd, c.path, HEX_A, &want_a,
-					     &l, &lease, why, sizeof(why)));
+	EXPECT_EQ(-EBADMSG, baseline__lookup(c.fd, c.path, HEX_A, &want_a, &l,
+					     &lease, why, sizeof(why)));
 	EXPECT_TRUE(exists(&c, HEX_A));
 	close(other);
 	cache_clean(&c);
@@ -433,8 +431,8 @@ TEST(a_capture_appears_whole_and_never_replaces)
 	int fd, fd2, lease;
 
 	cache_make(_metadata, &c);
-	ASSERT_EQ(0, baseline__make_tmp(c.fd, HEX_A, &fd, tmp, err,
-					sizeof(err)))
+	ASSERT_EQ(0,
+		  baseline__make_tmp(c.fd, HEX_A, &fd, tmp, err, sizeof(err)))
 	TH_LOG("%s", err);
 	EXPECT_EQ(0, strncmp(tmp, BASELINE_TMP_PREFIX,
 			     strlen(BASELINE_TMP_PREFIX)));
@@ -461,8 +459,8 @@ TEST(a_capture_appears_whole_and_never_replaces)
 	/* A second capture of the same identity does not replace it. */
 	ASSERT_EQ(0, baseline__make_tmp(c.fd, HEX_A, &fd2, tmp2, err,
 					sizeof(err)));
-	EXPECT_EQ(-EEXIST, baseline__publish(c.fd, tmp2, HEX_A, err,
-					     sizeof(err)))
+	EXPECT_EQ(-EEXIST,
+		  baseline__publish(c.fd, tmp2, HEX_A, err, sizeof(err)))
 	TH_LOG("%s", err);
 	EXPECT_TRUE(exists(&c, tmp2));
 	/* Its monitor gone (the lease with it): swept. */
@@ -553,8 +551,9 @@ TEST(eviction_keeps_the_data_bytes_within_max_bytes)
 	a = entry_bytes(&c, HEX_A);
 	b = entry_bytes(&c, HEX_B);
 	cc = entry_bytes(&c, HEX_C);
-	ASSERT_LT(b, a) TH_LOG("A %llu bytes, B %llu", (unsigned long long)a,
-			       (unsigned long long)b);
+	ASSERT_LT(b, a)
+	TH_LOG("A %llu bytes, B %llu", (unsigned long long)a,
+	       (unsigned long long)b);
 	/* All of it fits: nothing. */
 	EXPECT_EQ(0, baseline__evict(c.fd, 8, a + b + cc));
 	/* A and C fit, but not with B: B (oldest), then C, until A fits. */
