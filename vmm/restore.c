@@ -262,8 +262,8 @@ static int restore_state(struct vm *vm)
 	}
 	ret = restore_vm_state(vm, &clock, &what);
 	if (ret) {
-		pr_err("--restore %s: vm.state: %s: %s", vm->restore_dir,
-		       what, strerror(-ret));
+		pr_err("--restore %s: vm.state: %s: %s", vm->restore_dir, what,
+		       strerror(-ret));
 		return ret;
 	}
 	/* After the irqchip: the devices' interrupts land in its state. */

@@ -2315,7 +2315,8 @@ TEST_TIMEOUT(baseline_corrupt_entry_cold_boots, 4 * BOOT_TIMEOUT)
 			EXPECT_EQ(NULL, strstr(line + 1, "discarded ("))
 			TH_LOG("case %u: %.3000s", i, log);
 		}
-		EXPECT_EQ(NULL, strstr(log, "restored ")) TH_LOG("%.3000s", log);
+		EXPECT_EQ(NULL, strstr(log, "restored "))
+		TH_LOG("%.3000s", log);
 		free(log);
 		vm_stop_term(_metadata, &c2);
 		vm_cleanup(&c2);

@@ -291,17 +291,14 @@ static void corrupt_memory(struct __test_metadata *_metadata,
 	flip_byte(_metadata, c, HEX_A, "memory.raw", 100);
 }
 
+/* Cut to 10 bytes, as the booted test does: not JSON any more. */
 static void corrupt_manifest(struct __test_metadata *_metadata,
 			     const struct cache *c)
 {
 	char path[256];
-	FILE *f;
 
 	snprintf(path, sizeof(path), "%s/%s/%s", c->path, HEX_A, SNAP_MANIFEST);
-	f = fopen(path, "w");
-	ASSERT_NE(NULL, f);
-	fputs("{\"format\": 1, \"parts\": [", f); /* cut short */
-	fclose(f);
+	ASSERT_EQ(0, truncate(path, 10));
 }
 
 static void corrupt_vcpu(struct __test_metadata *_metadata,

@@ -543,12 +543,13 @@ TEST(a_baseline_is_published_under_the_api_filter_and_only_with_it)
 			_exit(baseline_child(how));
 		ASSERT_EQ(pid, waitpid(pid, &status, 0));
 		ASSERT_TRUE(WIFEXITED(status)) TH_LOG("status %#x", status);
-		EXPECT_EQ(want[how], WEXITSTATUS(status)) TH_LOG("case %d", how);
+		EXPECT_EQ(want[how], WEXITSTATUS(status))
+		TH_LOG("case %d", how);
 		snprintf(cmd, sizeof(cmd), "%s/%s", cache_path,
 			 BASELINE_TEST_KEY);
 		if (!how) {
-			EXPECT_EQ(0, snap_dir__verify(cmd, &m, err,
-						      sizeof(err)))
+			EXPECT_EQ(0,
+				  snap_dir__verify(cmd, &m, err, sizeof(err)))
 			TH_LOG("%s", err);
 			json_decref(m);
 		} else {
