@@ -33,6 +33,8 @@ void config__init(struct vm_config *c)
 	c->console_log_keep = CONSOLE_LOG_DEFAULT_KEEP;
 	c->metrics_interval_ms = METRICS_DEFAULT_INTERVAL_MS;
 	c->seccomp = true;
+	c->baseline.max_artifacts = CONFIG_DEFAULT_BASELINE_MAX_ARTIFACTS;
+	c->baseline.max_bytes = CONFIG_DEFAULT_BASELINE_MAX_BYTES;
 }
 
 static void free_argv(char **argv)
@@ -64,6 +66,7 @@ void config__free(struct vm_config *c)
 	free(c->pid_file);
 	jail__config_free(&c->jail);
 	free(c->restore_dir);
+	free(c->baseline.cache);
 	memset(c, 0, sizeof(*c));
 }
 
@@ -266,6 +269,34 @@ static int validate_vsock(const struct vsock_config *vs, char *err, size_t len)
 	return 0;
 }
 
+/* --baseline-cache and its bounds (Documentation/snapshots.md). */
+static int validate_baseline(const struct vm_config *c, char *err, size_t len)
+{
+	const struct baseline_config *b = &c->baseline;
+
+	if (!b->cache)
+		return 0;
+	if (!c->start)
+		return errf(err, len, -EINVAL,
+			    "--baseline-cache is for vmm start");
+	if (b->cache[0] != '/')
+		return errf(err, len, -EINVAL,
+			    "baseline cache %s: must be an absolute path",
+			    b->cache);
+	if (c->restore_dir)
+		return errf(err, len, -EINVAL,
+			    "--baseline-cache and --restore: one or the other");
+	if (c->jail.dir)
+		return errf(err, len, -EINVAL,
+			    "--baseline-cache: not with --jail yet (the jail's "
+			    "root holds only the VM's files)");
+	if (!b->max_artifacts || !b->max_bytes)
+		return errf(err, len, -EINVAL,
+			    "baseline: maxArtifacts and maxBytes must be at "
+			    "least 1");
+	return 0;
+}
+
 /* The control API and `vmm start`'s own options. */
 static int validate_control(const struct vm_config *c, char *err, size_t len)
 {
@@ -293,7 +324,7 @@ static int validate_control(const struct vm_config *c, char *err, size_t len)
 		return errf(err, len, -EINVAL, "--pid-file needs --detach");
 	if (c->restore_dir && !c->start)
 		return errf(err, len, -EINVAL, "--restore is for vmm start");
-	return 0;
+	return validate_baseline(c, err, len);
 }
 
 /* --metrics FILE and its interval (vmm/metrics.h). */

@@ -53,6 +53,25 @@ struct vsock_config {
 	bool cid_set;	   /* given explicitly */
 };
 
+/*
+ * start --baseline-cache DIR (Documentation/snapshots.md, "Baselines"):
+ * the cache of pre-workload snapshots and its bounds.
+ */
+#define CONFIG_DEFAULT_BASELINE_MAX_ARTIFACTS 8ULL
+#define CONFIG_DEFAULT_BASELINE_MAX_BYTES     (8ULL << 30) /* data bytes */
+#define CONFIG_MAX_BASELINE_MAX_ARTIFACTS     4096ULL
+
+struct baseline_config {
+	char *cache;		/* the cache directory; NULL: no baselines */
+	uint64_t max_artifacts; /* entries kept, 1.. */
+	uint64_t max_bytes;	/* bytes of the entries' data, 1.. */
+	/*
+	 * Set by main() alone, for its one cold retry after a restore
+	 * from the cache failed: look nothing up, capture anew.
+	 */
+	bool no_lookup;
+};
+
 /* Everything `vmm run` needs, validated before anything is built. */
 struct vm_config {
 	char *kernel_path;
@@ -90,6 +109,7 @@ struct vm_config {
 	 * (Documentation/snapshots.md, "Restore"); NULL: boot.
 	 */
 	char *restore_dir;
+	struct baseline_config baseline;
 	bool verbose;
 	/* --log, --log-level, --log-format: the vmm's own lines (lib/log.h) */
 	char *log_path;		  /* NULL: stderr */

@@ -110,6 +110,9 @@ static void status_cb(void *opaque, json_t *status)
 				    json_string(vm->rootfs.name));
 	}
 	json_object_set_new(status, "net", net_status(vm));
+	if (vm->baseline)
+		json_object_set_new(status, "baseline",
+				    vm__baseline_status(vm));
 }
 
 static void metrics_cb(void *opaque, json_t *metrics)
@@ -175,6 +178,12 @@ static void agent_ready_cb(void *opaque)
 	char one = 1;
 
 	pr_debug("guest agent is ready");
+	/*
+	 * --baseline-cache with no entry: saved now, before the request
+	 * that reached the agent first is sent to it (api/agent.c), and
+	 * before a detached start returns, so its caller finds the entry.
+	 */
+	vm__baseline_capture(vm);
 	if (vm->ready_fd < 0)
 		return;
 	if (write(vm->ready_fd, &one, 1) != 1)

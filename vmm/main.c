@@ -123,6 +123,14 @@ static int cmd_run(int argc, char **argv, bool start)
 	if (jail && jail__setup(jail))
 		goto out;
 	ret = vm__create(&vm, &cfg);
+	/*
+	 * A restore from the baseline cache failed once KVM had it (its
+	 * line is logged): cold, once (Documentation/snapshots.md).
+	 */
+	if (ret == VM_BASELINE_COLD && !cfg.baseline.no_lookup) {
+		cfg.baseline.no_lookup = true;
+		ret = vm__create(&vm, &cfg);
+	}
 	if (ret)
 		goto out;
 	/* Built: nothing privileged is left to do; no thread is filtered yet. */

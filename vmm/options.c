@@ -718,6 +718,35 @@ static const struct option_desc options[] = {
 		STRING_FIELD(restore_dir),
 	},
 	{
+		.flag = "baseline-cache",
+		.arg = "DIR",
+		.key = "baseline.cache",
+		.help = "start: restore from a pre-workload baseline of this\n"
+			"configuration in DIR (owner-only), or boot cold and save\n"
+			"one there when the agent is ready\n"
+			"(Documentation/snapshots.md)",
+		STRING_FIELD(baseline.cache),
+	},
+	{
+		.flag = "baseline-max-artifacts",
+		.arg = "N",
+		.key = "baseline.maxArtifacts",
+		.help = "--baseline-cache: entries kept, least recently used\n"
+			"evicted first (default 8)",
+		UINT_FIELD(baseline.max_artifacts,
+			   CONFIG_MAX_BASELINE_MAX_ARTIFACTS),
+	},
+	{
+		.flag = "baseline-max-bytes",
+		.arg = "BYTES",
+		.key = "baseline.maxBytes",
+		.help = "--baseline-cache: the entries' data bytes kept (default\n"
+			"8GiB)",
+		.kind = OPTION_SIZE,
+		.max = UINT64_MAX,
+		.offset = FIELD(baseline.max_bytes, uint64_t),
+	},
+	{
 		.flag = "config",
 		.arg = "FILE",
 		.help = "JSON settings: kernel, initrd, cmdline, cpus, memoryMiB,\n"
@@ -1074,7 +1103,7 @@ static const char usage_head[] =
 	"               [--no-seccomp] [--verbose] [-- COMMAND ARGS...]\n"
 	"       vmm run --config FILE.json [options] [-- COMMAND ARGS...]\n"
 	"       vmm start --control-socket PATH [--detach [--pid-file PATH]]\n"
-	"                 [--restore DIR] [options]\n"
+	"                 [--restore DIR | --baseline-cache DIR] [options]\n"
 	"       vmm start --jail DIR --uid U --gid G [--cgroup PATH ...] [options]\n"
 	"       vmm facts [--config FILE.json] [options]\n"
 	"       vmm --help | --version\n"

@@ -53,21 +53,21 @@ int vm__restore_open(struct vm *vm)
 		pr_err("--restore %s: a writable root cannot be restored yet "
 		       "(its layer does not travel with the snapshot): use "
 		       "--rootfs-mode readonly",
-		       cfg->restore_dir);
+		       vm->restore_dir);
 		return -EOPNOTSUPP;
 	}
 	ret = vm__snapshot_identity_digest(vm, digest, sizeof(digest));
 	if (ret) {
 		pr_err("--restore %s: this config's identity: %s",
-		       cfg->restore_dir, strerror(-ret));
+		       vm->restore_dir, strerror(-ret));
 		return ret;
 	}
 	l = calloc(1, sizeof(*l));
 	if (!l)
 		return -ENOMEM;
-	ret = snap_load__open(l, cfg->restore_dir, &want, err, sizeof(err));
+	ret = snap_load__open(l, vm->restore_dir, &want, err, sizeof(err));
 	if (ret) {
-		pr_err("--restore %s: %s", cfg->restore_dir, err);
+		pr_err("--restore %s: %s", vm->restore_dir, err);
 		free(l);
 		return ret;
 	}
@@ -211,7 +211,7 @@ static int restore_devices(struct vm *vm)
 		    strcmp(name, vm->virtio[slot].name)) {
 			pr_err("--restore %s: devices.json: entry %zu (%s in "
 			       "slot %lld) is not a device of this VM",
-			       vm->cfg->restore_dir, i, name ? name : "?",
+			       vm->restore_dir, i, name ? name : "?",
 			       (long long)slot);
 			return -EINVAL;
 		}
@@ -220,14 +220,14 @@ static int restore_devices(struct vm *vm)
 		ret = virtio_device__restore(dev, e, err, sizeof(err));
 		if (ret) {
 			pr_err("--restore %s: devices.json: %s",
-			       vm->cfg->restore_dir, err);
+			       vm->restore_dir, err);
 			return ret;
 		}
 	}
 	for (i = 0; i < VIRTIO_MMIO_SLOTS; i++)
 		if (vm->virtio[i].dev && !seen[i]) {
 			pr_err("--restore %s: devices.json: no state for %s",
-			       vm->cfg->restore_dir, vm->virtio[i].name);
+			       vm->restore_dir, vm->virtio[i].name);
 			return -EINVAL;
 		}
 	return 0;
@@ -235,7 +235,7 @@ static int restore_devices(struct vm *vm)
 
 /* ---- the step ------------------------------------------------------ */
 
-int vm__restore_state(struct vm *vm)
+static int restore_state(struct vm *vm)
 {
 	const struct snap_load *l = vm->restore;
 	struct kvm_clock_data clock;
@@ -248,7 +248,7 @@ int vm__restore_state(struct vm *vm)
 	ret = saved_clock(vm, &clock, &tsc_advance);
 	if (ret) {
 		pr_err("--restore %s: vm.state: the clock section: %s",
-		       vm->cfg->restore_dir, strerror(-ret));
+		       vm->restore_dir, strerror(-ret));
 		return ret;
 	}
 	for (unsigned int i = 0; i < vm->nr_vcpus; i++) {
@@ -256,14 +256,14 @@ int vm__restore_state(struct vm *vm)
 				    l->vcpu_state[i].len, tsc_advance, &what);
 		if (ret) {
 			pr_err("--restore %s: vcpu%u.state: %s: %s",
-			       vm->cfg->restore_dir, i, what, strerror(-ret));
+			       vm->restore_dir, i, what, strerror(-ret));
 			return ret;
 		}
 	}
 	ret = restore_vm_state(vm, &clock, &what);
 	if (ret) {
-		pr_err("--restore %s: vm.state: %s: %s", vm->cfg->restore_dir,
-		       what, strerror(-ret));
+		pr_err("--restore %s: vm.state: %s: %s", vm->restore_dir, what,
+		       strerror(-ret));
 		return ret;
 	}
 	/* After the irqchip: the devices' interrupts land in its state. */
@@ -277,9 +277,19 @@ int vm__restore_state(struct vm *vm)
 	console__guest_ready(vm->console);
 	pr_info("restored %s (%u vCPUs, %llu MiB; the clock moved on %llu "
 		"TSC ticks)",
-		vm->cfg->restore_dir, vm->nr_vcpus,
+		vm->restore_dir, vm->nr_vcpus,
 		(unsigned long long)(vm->ram_size >> 20),
 		(unsigned long long)tsc_advance);
 	/* The state files are set; the memory file stays mapped. */
 	return 0;
+}
+
+int vm__restore_state(struct vm *vm)
+{
+	int ret = restore_state(vm);
+
+	/* From a baseline: discard it and boot cold (vmm/baseline-vm.c). */
+	if (ret && vm__baseline_restoring(vm))
+		return vm__baseline_failed(vm, ret);
+	return ret;
 }

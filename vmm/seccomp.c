@@ -14,6 +14,7 @@
 #include <sched.h>
 #include <seccomp.h>
 #include <signal.h>
+#include <stdio.h> /* RENAME_NOREPLACE */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -252,6 +253,15 @@ static const struct rule snapshot_files[] = {
 	  .args = { ARG_NE(2, SNAP_OPEN_NEW) } },
 };
 
+/*
+ * A baseline's capture (vmm/baseline-vm.c): written as vm.snapshot
+ * writes (snapshot_files), then renamed into place in the cache, with
+ * RENAME_NOREPLACE so that it never replaces an entry.
+ */
+static const struct rule baseline_publish[] = {
+	ALLOW_IF(renameat2, ARG_EQ(4, RENAME_NOREPLACE)),
+};
+
 /* The console log's rotation: beneath its directory's descriptor only. */
 static const struct rule console_log[] = {
 	{ .nr = SCMP_SYS(openat2),
@@ -375,6 +385,7 @@ enum group_id {
 	G_EGRESS_FLOWS,
 	G_KVM_STATE,
 	G_SNAPSHOT_FILES,
+	G_BASELINE_PUBLISH,
 	NR_GROUPS,
 };
 
@@ -385,6 +396,7 @@ enum need {
 	NEED_CONSOLE_LOG,
 	NEED_FS_BIND,
 	NEED_SNAPSHOT,
+	NEED_BASELINE,
 };
 
 #define BIT(g) (1U << (g))
@@ -414,6 +426,7 @@ static const struct group {
 	GROUP(G_KVM_STATE, kvm_state, NEED_SNAPSHOT),
 	GROUP_REPLACING(G_SNAPSHOT_FILES, snapshot_files, NEED_SNAPSHOT,
 			BIT(G_OPENAT_REFUSED)),
+	GROUP(G_BASELINE_PUBLISH, baseline_publish, NEED_BASELINE),
 #undef GROUP
 #undef GROUP_REPLACING
 };
@@ -459,7 +472,8 @@ static const unsigned int thread_groups[SECCOMP_NR_THREADS] = {
 	 */
 	[SECCOMP_THREAD_API] = BASE_GROUPS | BIT(G_SOCKET_IO) |
 			       BIT(G_SOCKET_UNIX) | BIT(G_API) |
-			       BIT(G_KVM_STATE) | BIT(G_SNAPSHOT_FILES),
+			       BIT(G_KVM_STATE) | BIT(G_SNAPSHOT_FILES) |
+			       BIT(G_BASELINE_PUBLISH),
 	/* The only threads with IPv4 sockets. */
 	[SECCOMP_THREAD_EGRESS] = BASE_GROUPS | BIT(G_SOCKET_IO) |
 				  BIT(G_SOCKET_UNIX) | BIT(G_EGRESS) |
@@ -501,6 +515,8 @@ static bool needed(const struct group *g, const struct seccomp_needs *needs)
 		return needs->fs_bind;
 	case NEED_SNAPSHOT:
 		return needs->snapshot;
+	case NEED_BASELINE:
+		return needs->baseline;
 	default:
 		return true;
 	}

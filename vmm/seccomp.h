@@ -66,6 +66,12 @@ struct seccomp_needs {
 	 * with EACCES); pwrite64, ftruncate and fsync for the parts.
 	 */
 	bool snapshot;
+	/*
+	 * start --baseline-cache with a capture planned (vmm/baseline-vm.c):
+	 * on the API thread, which writes it as vm.snapshot does, the one
+	 * renameat2 that puts it in place in the cache.
+	 */
+	bool baseline;
 };
 
 /* The compiled programs, one per enum seccomp_thread. */

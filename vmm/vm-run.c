@@ -345,6 +345,7 @@ static int prepare_run(struct vm *vm, int sig_fd, struct loop **l)
 	needs.console_log = vm->console_log != NULL;
 	needs.console_log_dirfd = console_log__dirfd(vm->console_log);
 	needs.snapshot = vm->api != NULL;
+	needs.baseline = vm__baseline_needs_publish(vm);
 	ret = seccomp__build(&vm->seccomp, &needs);
 	if (ret)
 		pr_err("building the seccomp filters: %s", strerror(-ret));

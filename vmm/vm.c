@@ -1228,6 +1228,8 @@ static const struct {
 	{ "image", image_init, image_exit },
 	/* Before the descriptor budget is set (control). */
 	{ "snapshot-identity", snapshot_identity_init, vm__snapshot_drop_boot },
+	/* start --baseline-cache: an entry found (vm->restore), or a capture. */
+	{ "baseline", vm__baseline_open, vm__baseline_close },
 	/* start --restore: the snapshot checked and read before KVM. */
 	{ "restore-check", vm__restore_open, vm__restore_close },
 	{ "kvm", kvm_init, kvm_exit },
@@ -1281,6 +1283,7 @@ int vm__create(struct vm **out, const struct vm_config *cfg)
 	vm->proc_status_fd = -1;
 	vm->tap.fd = vm->netns_fd = -1;
 	vm->nr_vcpus = cfg->nr_cpus;
+	vm->restore_dir = cfg->restore_dir;
 	bus__init(&vm->pio, "pio", PIO_LIMIT);
 	bus__init(&vm->mmio, "mmio", MMIO_GAP_END);
 	vm->ram_size = cfg->mem_mib << 20;

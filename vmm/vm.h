@@ -2,6 +2,7 @@
 #ifndef KILN_VM_H
 #define KILN_VM_H
 
+#include <errno.h>
 #include <jansson.h>
 #include <linux/kvm.h>
 #include <pthread.h>
@@ -242,6 +243,10 @@ struct vm {
 	 * touched (vmm/restore.c); NULL: a boot.
 	 */
 	struct snap_load *restore;
+	/* The restore's directory: cfg->restore_dir, or a baseline's entry. */
+	const char *restore_dir;
+	/* start --baseline-cache (vmm/baseline-vm.c); NULL: none. */
+	struct vm_baseline *baseline;
 	/* Each thread type's filter (vmm/seccomp.h); NULL: --no-seccomp. */
 	struct seccomp_filters *seccomp;
 
@@ -322,6 +327,30 @@ int __must_check vm__snapshot_identity_digest(struct vm *vm, char *out,
 int __must_check vm__restore_open(struct vm *vm);
 void vm__restore_close(struct vm *vm);
 int __must_check vm__restore_state(struct vm *vm);
+/*
+ * vmm/baseline-vm.c: start --baseline-cache DIR (Documentation/
+ * snapshots.md, "Baselines"). vm__baseline_open, a build step after the
+ * identity and before restore-check: the cache checked (an unsafe one
+ * is an error), the identity looked up (a valid entry leased and set as
+ * vm->restore; an invalid one discarded with one line), the bounds
+ * enforced, and a capture prepared when there was no entry.
+ * vm__baseline_capture, on the API thread when the agent is first
+ * ready (before any request reaches it): the snapshot saved into the
+ * cache. vm__baseline_failed: a restore from the entry failed; logs
+ * why, discards it and returns VM_BASELINE_COLD, on which main() builds
+ * the VM once more with cfg->baseline.no_lookup.
+ */
+#define VM_BASELINE_COLD (-ESTALE)
+int __must_check vm__baseline_open(struct vm *vm);
+void vm__baseline_close(struct vm *vm);
+bool vm__baseline_restoring(const struct vm *vm);
+int __must_check vm__baseline_failed(struct vm *vm, int err);
+/* A capture is planned: the API thread renames (seccomp needs). */
+bool vm__baseline_needs_publish(const struct vm *vm);
+void vm__baseline_capture(struct vm *vm);
+/* vm.status's "baseline" object; NULL without a cache. */
+json_t *vm__baseline_status(const struct vm *vm);
+
 /*
  * Pauses a running VM first; leaves it paused unless resume (or on a
  * failure, when it was running before).

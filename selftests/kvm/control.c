@@ -2119,4 +2119,211 @@ TEST_TIMEOUT(snapshot_restore_keeps_a_counter, 2 * BOOT_TIMEOUT)
 	vm_cleanup(&c);
 }
 
+/* ---- baselines (Documentation/snapshots.md, "Baselines") ----------- */
+
+/* The foreground vmm's log as a string (the caller frees), or NULL. */
+static char *vmm_log_text(const struct vmctl *c)
+{
+	char *log = NULL;
+	size_t n = 0;
+	FILE *f;
+
+	f = fopen(c->log, "r");
+	if (!f)
+		return NULL;
+	log = calloc(1, 1 << 20);
+	if (log)
+		n = fread(log, 1, (1 << 20) - 1, f);
+	fclose(f);
+	if (log)
+		log[n] = '\0';
+	return log;
+}
+
+/* The one entry in the cache (a 64-hex name) into path, or false. */
+static bool baseline_entry(const char *cache, char *path, size_t len)
+{
+	struct dirent *de;
+	bool found = false;
+	DIR *d = opendir(cache);
+
+	if (!d)
+		return false;
+	while ((de = readdir(d)))
+		if (strlen(de->d_name) == 64 && de->d_name[0] != '.') {
+			snprintf(path, len, "%s/%s", cache, de->d_name);
+			found = true;
+		}
+	closedir(d);
+	return found;
+}
+
+/* The vmm stopped as a signal stops it; its entry lease with it. */
+static void vm_stop_term(struct __test_metadata *_metadata, struct vmctl *c)
+{
+	kill(c->vmm, SIGTERM);
+	EXPECT_EQ(128 + SIGTERM, wait_exit(c->vmm, 60));
+	c->vmm = 0;
+}
+
+/* vm.status's baseline result is want, and an exec answers. */
+static void baseline_check(struct __test_metadata *_metadata, struct vmctl *c,
+			   const char *want)
+{
+	struct spawn_result r;
+	char needle[64];
+
+	snprintf(needle, sizeof(needle), "\"result\": \"%s\"", want);
+	CTL(c, &r, "status", c->sock);
+	EXPECT_EQ(0, r.status);
+	EXPECT_NE(NULL, strstr(r.out, needle)) TH_LOG("%.2000s", r.out);
+	CTL(c, &r, "exec", c->sock, "--", "sh", "-c", "echo baseline-ok");
+	EXPECT_EQ(0, r.status);
+	EXPECT_STREQ("baseline-ok\n", r.out);
+}
+
+/*
+ * The first start with --baseline-cache boots cold and saves the
+ * entry when the agent is ready; the second start of the same config
+ * restores from it (vm.status and the log say so) and runs commands.
+ */
+TEST_TIMEOUT(baseline_second_start_restores, 2 * BOOT_TIMEOUT)
+{
+	const char *extra[] = { "--rootfs-mode", "readonly", "--baseline-cache",
+				NULL, NULL };
+	char base[64], cache[96], entry[200], path[260], *log;
+	struct vmctl c, c2;
+	struct stat st;
+
+	if (access("/dev/kvm", R_OK | W_OK))
+		SKIP(return, "no usable /dev/kvm (run through tools/vmtest)");
+	snprintf(base, sizeof(base), "/tmp/kiln-baseline-XXXXXX");
+	ASSERT_NE(NULL, mkdtemp(base));
+	snprintf(cache, sizeof(cache), "%s/cache", base);
+	extra[3] = cache;
+
+	ASSERT_TRUE(vm_start_with(_metadata, &c, false, extra));
+	baseline_check(_metadata, &c, "captured");
+	ASSERT_TRUE(baseline_entry(cache, entry, sizeof(entry)));
+	/* Owner-only: the cache, the entry and its manifest. */
+	ASSERT_EQ(0, stat(cache, &st));
+	EXPECT_EQ(0700, st.st_mode & 07777);
+	ASSERT_EQ(0, stat(entry, &st));
+	EXPECT_EQ(0700, st.st_mode & 07777);
+	snprintf(path, sizeof(path), "%s/manifest.json", entry);
+	ASSERT_EQ(0, stat(path, &st));
+	EXPECT_EQ(0600, st.st_mode & 07777);
+	log = vmm_log_text(&c);
+	ASSERT_NE(NULL, log);
+	EXPECT_NE(NULL, strstr(log, "no entry for ")) TH_LOG("%.3000s", log);
+	EXPECT_NE(NULL, strstr(log, ": saved ")) TH_LOG("%.3000s", log);
+	free(log);
+	vm_stop_term(_metadata, &c);
+
+	/* The same config, a new socket: restored. */
+	ASSERT_TRUE(vm_start_with(_metadata, &c2, false, extra));
+	baseline_check(_metadata, &c2, "restored");
+	log = vmm_log_text(&c2);
+	ASSERT_NE(NULL, log);
+	EXPECT_NE(NULL, strstr(log, "restoring from ")) TH_LOG("%.3000s", log);
+	EXPECT_NE(NULL, strstr(log, "restored ")) TH_LOG("%.3000s", log);
+	EXPECT_EQ(NULL, strstr(log, "discarded")) TH_LOG("%.3000s", log);
+	free(log);
+	vm_cleanup(&c2);
+	vm_cleanup(&c);
+	snprintf(path, sizeof(path), "rm -rf '%s'", base);
+	if (system(path))
+		(void)0;
+}
+
+/* One byte of the first page of data memory.raw holds, flipped. */
+static void flip_memory(struct __test_metadata *_metadata, const char *entry)
+{
+	char path[260];
+	off_t data;
+	uint8_t b;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/memory.raw", entry);
+	fd = open(path, O_RDWR);
+	ASSERT_LE(0, fd);
+	data = lseek(fd, 0, SEEK_DATA);
+	ASSERT_LE(0, data);
+	ASSERT_EQ(1, pread(fd, &b, 1, data + 7));
+	b ^= 0x01;
+	ASSERT_EQ(1, pwrite(fd, &b, 1, data + 7));
+	close(fd);
+}
+
+/* The manifest cut short: not JSON any more. */
+static void cut_manifest(struct __test_metadata *_metadata, const char *entry)
+{
+	char path[260];
+
+	snprintf(path, sizeof(path), "%s/manifest.json", entry);
+	ASSERT_EQ(0, truncate(path, 10));
+}
+
+/*
+ * A damaged entry (its memory, then its manifest) is discarded with one
+ * line naming the file, the VM boots cold, saves a new entry and runs
+ * commands.
+ */
+TEST_TIMEOUT(baseline_corrupt_entry_cold_boots, 4 * BOOT_TIMEOUT)
+{
+	static const struct {
+		void (*damage)(struct __test_metadata *_metadata,
+			       const char *entry);
+		const char *names;
+	} cases[] = {
+		{ flip_memory, "memory.raw" },
+		{ cut_manifest, "manifest.json" },
+	};
+	const char *extra[] = { "--rootfs-mode", "readonly", "--baseline-cache",
+				NULL, NULL };
+	char base[64], cache[96], entry[200], path[260], *log, *line;
+	struct vmctl c, c2;
+
+	if (access("/dev/kvm", R_OK | W_OK))
+		SKIP(return, "no usable /dev/kvm (run through tools/vmtest)");
+	snprintf(base, sizeof(base), "/tmp/kiln-baseline-XXXXXX");
+	ASSERT_NE(NULL, mkdtemp(base));
+	snprintf(cache, sizeof(cache), "%s/cache", base);
+	extra[3] = cache;
+
+	ASSERT_TRUE(vm_start_with(_metadata, &c, false, extra));
+	baseline_check(_metadata, &c, "captured");
+	vm_stop_term(_metadata, &c);
+	vm_cleanup(&c);
+	for (unsigned int i = 0; i < ARRAY_SIZE(cases); i++) {
+		ASSERT_TRUE(baseline_entry(cache, entry, sizeof(entry)))
+		TH_LOG("case %u: no entry in %s", i, cache);
+		cases[i].damage(_metadata, entry);
+		ASSERT_TRUE(vm_start_with(_metadata, &c2, false, extra));
+		/* Cold, and a new entry saved in the damaged one's place. */
+		baseline_check(_metadata, &c2, "captured");
+		log = vmm_log_text(&c2);
+		ASSERT_NE(NULL, log);
+		line = strstr(log, "discarded (");
+		EXPECT_NE(NULL, line) TH_LOG("case %u: %.3000s", i, log);
+		if (line) {
+			EXPECT_NE(NULL, strstr(line, cases[i].names))
+			TH_LOG("case %u: %.300s", i, line);
+			EXPECT_NE(NULL, strstr(line, "booting cold"))
+			TH_LOG("case %u: %.300s", i, line);
+			/* One line says why. */
+			EXPECT_EQ(NULL, strstr(line + 1, "discarded ("))
+			TH_LOG("case %u: %.3000s", i, log);
+		}
+		EXPECT_EQ(NULL, strstr(log, "restored "))
+		TH_LOG("%.3000s", log);
+		free(log);
+		vm_stop_term(_metadata, &c2);
+		vm_cleanup(&c2);
+	}
+	snprintf(path, sizeof(path), "rm -rf '%s'", base);
+	if (system(path))
+		(void)0;
+}
+
 TEST_HARNESS_MAIN
