@@ -712,31 +712,28 @@ static int save_xsave(struct vcpu *v, struct snap_writer *w)
 #define CPUID_SAVE_MAX 1024 /* entries: what kvm.c asks KVM for at most */
 
 /*
- * KVM_GET_CPUID2 leaves nent as given when it succeeds and sets it to the
- * vCPU's count only when that does not fit (E2BIG): ask with none first,
- * so the section holds exactly the vCPU's entries (KVM_SET_CPUID2 takes
- * at most KVM_MAX_CPUID_ENTRIES).
+ * KVM_GET_CPUID2 never says how many entries it wrote (nent comes back
+ * unchanged on success, and not at all with E2BIG), so ask for exactly
+ * the count every vCPU was given (cpuid__setup: vm->cpuid): the section
+ * must hold no more, KVM_SET_CPUID2 takes at most KVM_MAX_CPUID_ENTRIES.
  */
 static int save_cpuid(struct vcpu *v, struct snap_writer *w)
 {
-	struct kvm_cpuid2 probe = { .nent = 0 }, *c;
+	uint32_t nent = v->vm->cpuid->nent;
+	struct kvm_cpuid2 *c;
 	int ret = 0;
 
-	if (!ioctl(v->fd, KVM_GET_CPUID2, &probe))
-		probe.nent = 0; /* no entries at all */
-	else if (errno != E2BIG)
-		return -errno;
-	if (probe.nent > CPUID_SAVE_MAX)
+	if (nent > CPUID_SAVE_MAX)
 		return -E2BIG;
-	c = calloc(1, sizeof(*c) + probe.nent * sizeof(c->entries[0]));
+	c = calloc(1, sizeof(*c) + nent * sizeof(c->entries[0]));
 	if (!c)
 		return -ENOMEM;
-	c->nent = probe.nent;
+	c->nent = nent;
 	if (ioctl(v->fd, KVM_GET_CPUID2, c) < 0)
 		ret = -errno;
 	else
 		snap_writer__add(w, SNAP_VCPU_CPUID, c,
-				 sizeof(*c) + c->nent * sizeof(c->entries[0]));
+				 sizeof(*c) + nent * sizeof(c->entries[0]));
 	free(c);
 	return ret;
 }
