@@ -12,8 +12,10 @@
  *
  * What a clone changes: the clock moves on by the time since the
  * snapshot (kvmclock through KVM_CLOCK_REALTIME, the TSC by as many
- * ticks), and vsock connections are reset (the device tells the guest;
- * the agent's listener stays and the control API reconnects).
+ * ticks), vsock connections are reset (the device tells the guest;
+ * the agent's listener stays and the control API reconnects), and the
+ * guest's CRNG gets a new seed through the agent before it counts as
+ * ready (vmm/control.c draws it, vmm/api/reseed.c sends it).
  */
 #include <errno.h>
 #include <stdio.h>
