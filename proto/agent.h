@@ -130,8 +130,8 @@ enum kiln_msg {
 /* HELLO's T_FEATURES bits; an agent without a bit lacks what it names. */
 #define KILN_FEATURE_RESEED 0x1ULL /* takes KILN_MSG_RESEED */
 
-#define KILN_RESEED_BYTES 64U  /* what the vmm sends */
-#define KILN_RESEED_MIN	  32U  /* T_SEED bytes the agent takes */
+#define KILN_RESEED_BYTES 64U /* what the vmm sends */
+#define KILN_RESEED_MIN	  32U /* T_SEED bytes the agent takes */
 #define KILN_RESEED_MAX	  512U
 
 enum kiln_tag {

@@ -47,8 +47,8 @@
 static int check_root_state(struct vm *vm)
 {
 	const struct vm_config *cfg = vm->cfg;
-	const json_t *ref = json_object_get(vm->restore->manifest,
-					    SNAP_ROOT_STATE);
+	const json_t *ref =
+		json_object_get(vm->restore->manifest, SNAP_ROOT_STATE);
 	const char *path = json_string_value(json_object_get(ref, "path"));
 	const char *want = json_string_value(json_object_get(ref, "sha256"));
 	const json_t *bytes = json_object_get(ref, "bytes");

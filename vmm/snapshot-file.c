@@ -340,8 +340,8 @@ static int flush_run(int fd, const uint8_t *buf, uint64_t base, uint64_t run,
  * One chunk of src at off: its pages that are not all zeros hashed and
  * written in runs (a zero page ends a run and is left a hole).
  */
-static int copy_chunk(wc_Sha256 *sha, int fd, const uint8_t *buf,
-		      uint64_t off, uint64_t n, uint64_t *data)
+static int copy_chunk(wc_Sha256 *sha, int fd, const uint8_t *buf, uint64_t off,
+		      uint64_t n, uint64_t *data)
 {
 	uint64_t p, run = off;
 	int ret = 0;

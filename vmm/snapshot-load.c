@@ -204,8 +204,8 @@ static int open_layer(int dfd, struct snap_load *l, char *err, size_t len)
 			 SNAP_MANIFEST, SNAP_LAYER_FILE, SNAP_LAYER_KIND);
 		return -EINVAL;
 	}
-	l->layer_fd = openat(dfd, SNAP_LAYER_FILE,
-			     O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	l->layer_fd =
+		openat(dfd, SNAP_LAYER_FILE, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	if (l->layer_fd < 0 || fstat(l->layer_fd, &st) < 0) {
 		ret = -errno;
 		snprintf(err, len, "%s: %s", SNAP_LAYER_FILE, strerror(-ret));

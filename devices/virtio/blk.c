@@ -722,11 +722,12 @@ static int blk_restore(struct virtio_device *dev, const json_t *obj,
 	}
 	if (json_is_integer(dirty) &&
 	    (uint64_t)json_integer_value(dirty) != disk__dirty_bytes(b->disk)) {
-		snprintf(err, len,
-			 "%s: the snapshot's writable layer held %" JSON_INTEGER_FORMAT
-			 " dirty bytes, this one %" PRIu64,
-			 dev->name, json_integer_value(dirty),
-			 disk__dirty_bytes(b->disk));
+		snprintf(
+			err, len,
+			"%s: the snapshot's writable layer held %" JSON_INTEGER_FORMAT
+			" dirty bytes, this one %" PRIu64,
+			dev->name, json_integer_value(dirty),
+			disk__dirty_bytes(b->disk));
 		return -EINVAL;
 	}
 	return 0;

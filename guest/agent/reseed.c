@@ -31,8 +31,7 @@ static int feed(const uint8_t *seed, size_t len)
 		ret = -errno;
 		goto out_free;
 	}
-	if (ioctl(fd, RNDADDENTROPY, info) < 0 ||
-	    ioctl(fd, RNDRESEEDCRNG) < 0)
+	if (ioctl(fd, RNDADDENTROPY, info) < 0 || ioctl(fd, RNDRESEEDCRNG) < 0)
 		ret = -errno;
 	close(fd);
 out_free:

@@ -2224,7 +2224,7 @@ static void part_unchanged(struct __test_metadata *_metadata, const char *dir,
  * snapshot, so their pages are clean), so the bytes come from the
  * clone's writable layer, not from the memory it was restored with.
  */
-#define CLONE_READS_FILES                                               \
+#define CLONE_READS_FILES                                                  \
 	"sync && echo 3 >/proc/sys/vm/drop_caches && cat /root/snap-note " \
 	"&& cd /root && sha256sum -c snap-blob.sum"
 

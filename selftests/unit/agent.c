@@ -1560,8 +1560,8 @@ static bool has_sys_admin(void)
 	return eff & (1ULL << 21);
 }
 
-static int reseed(struct __test_metadata *_metadata,
-		  FIXTURE_DATA(agent) * self, const struct kiln_buf *b)
+static int reseed(struct __test_metadata *_metadata, FIXTURE_DATA(agent) * self,
+		  const struct kiln_buf *b)
 {
 	int fd = agent_connect(_metadata, self);
 

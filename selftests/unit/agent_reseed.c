@@ -127,8 +127,8 @@ TEST(hello_features_round_trip)
 
 	kiln_buf__init(&b);
 	ASSERT_EQ(0, kiln_tlv__put_u64(&b, KILN_T_VERSION, KILN_AGENT_VERSION));
-	ASSERT_EQ(0, kiln_tlv__put_u64(&b, KILN_T_FEATURES,
-				       KILN_FEATURE_RESEED));
+	ASSERT_EQ(0,
+		  kiln_tlv__put_u64(&b, KILN_T_FEATURES, KILN_FEATURE_RESEED));
 	ASSERT_EQ(0, kiln_hello__decode(b.data, b.len, &version, &features));
 	EXPECT_EQ(KILN_AGENT_VERSION, version);
 	EXPECT_EQ(KILN_FEATURE_RESEED, features);

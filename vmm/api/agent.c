@@ -260,8 +260,7 @@ static void agent_input(struct call *k, uint64_t now)
 static void agent_eof(struct call *k, int err, uint64_t now)
 {
 	/* A probe keeps trying, its RESEED included (a vsock reset). */
-	if (k->st == AG_CONNECT || k->st == AG_HELLO ||
-	    k->kind == CALL_PROBE) {
+	if (k->st == AG_CONNECT || k->st == AG_HELLO || k->kind == CALL_PROBE) {
 		agent_retry(k, err ? err : -ECONNRESET, now);
 		return;
 	}
