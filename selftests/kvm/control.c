@@ -2299,6 +2299,64 @@ TEST_TIMEOUT(snapshot_restore_ephemeral_root_keeps_files, 3 * BOOT_TIMEOUT)
 	vm_cleanup(&c);
 }
 
+/*
+ * A persistent root is referred to, not copied: a VM restored from the
+ * snapshot reads a file written before it from the state file; once
+ * that VM has written to the state file, the snapshot is refused for it
+ * (exit 125, one line saying the state file changed), and never serves.
+ */
+TEST_TIMEOUT(snapshot_restore_persistent_root_until_it_changes,
+	     3 * BOOT_TIMEOUT)
+{
+	const char *pers[] = { "--rootfs-mode", NULL, NULL };
+	const char *rest[] = { "--rootfs-mode", NULL, "--restore", NULL, NULL };
+	char sdir[] = "/tmp/kiln-state-XXXXXX", mode[128], snap[128], cmd[160];
+	struct vmctl c, a, c3;
+	struct spawn_result r;
+	const char *argv[32];
+	struct guest g;
+
+	if (access("/dev/kvm", R_OK | W_OK))
+		SKIP(return, "no usable /dev/kvm (run through tools/vmtest)");
+	ASSERT_NE(NULL, mkdtemp(sdir));
+	snprintf(mode, sizeof(mode), "persistent:%s/state", sdir);
+	pers[1] = rest[1] = mode;
+	ASSERT_TRUE(vm_start_with(_metadata, &c, false, pers));
+	ASSERT_EQ(0, clone_sh(_metadata, &c,
+			      "echo kiln-persistent-note >/root/pnote && sync",
+			      &r));
+	snapshot_and_stop(_metadata, &c, snap, sizeof(snap));
+	check_snapshot(_metadata, snap);
+
+	rest[3] = snap;
+	ASSERT_TRUE(vm_start_with(_metadata, &a, false, rest));
+	ASSERT_EQ(0,
+		  clone_sh(_metadata, &a,
+			   "echo 3 >/proc/sys/vm/drop_caches && "
+			   "cat /root/pnote && echo more >/root/pmore && sync",
+			   &r));
+	EXPECT_NE(NULL, strstr(r.out, "kiln-persistent-note"));
+	vm_cleanup(&a);
+
+	guest_paths(&g);
+	snprintf(c3.dir, sizeof(c3.dir), "/tmp/kiln-ctl-XXXXXX");
+	ASSERT_NE(NULL, mkdtemp(c3.dir));
+	snprintf(c3.sock, sizeof(c3.sock), "%s/ctl.sock", c3.dir);
+	snprintf(c3.image, sizeof(c3.image), "%s/kiln-test.json", g.images);
+	c3.vmm = 0;
+	start_argv(&c3, &g, false, rest, argv);
+	ASSERT_EQ(0, spawn__run(argv, NULL, &r));
+	EXPECT_EQ(125, r.status);
+	EXPECT_NE(NULL, strstr(r.err, "changed since the snapshot"))
+	TH_LOG("%.500s", r.err);
+	EXPECT_NE(0, access(c3.sock, F_OK));
+	vm_cleanup(&c3);
+	vm_cleanup(&c);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", sdir);
+	if (system(cmd))
+		(void)0;
+}
+
 /* 32 bytes of the guest's /dev/urandom, as od prints them (hex). */
 #define READ_URANDOM "od -An -tx1 -N32 /dev/urandom | tr -d ' \\n'"
 
