@@ -114,11 +114,29 @@ enum kiln_msg {
 	 * the VM goes away. ERROR ENOTSUP where the agent is not in a VM.
 	 */
 	KILN_MSG_POWEROFF = 49,
+	/*
+	 * RESEED (host -> agent; only to an agent whose HELLO has
+	 * KILN_FEATURE_RESEED): T_SEED, KILN_RESEED_MIN to KILN_RESEED_MAX
+	 * bytes from the host's getrandom(). The agent mixes them into the
+	 * kernel's input pool (RNDADDENTROPY, credited in full) and then
+	 * reseeds the CRNG from it (RNDRESEEDCRNG). RESULT, or ERROR
+	 * (EINVAL: no T_SEED or a bad length; the ioctls' errno). The host
+	 * sends it to a VM restored from a snapshot before it reports the
+	 * agent ready (Documentation/snapshots.md, "What a clone changes").
+	 */
+	KILN_MSG_RESEED = 50,
 };
+
+/* HELLO's T_FEATURES bits; an agent without a bit lacks what it names. */
+#define KILN_FEATURE_RESEED 0x1ULL /* takes KILN_MSG_RESEED */
+
+#define KILN_RESEED_BYTES 64U /* what the vmm sends */
+#define KILN_RESEED_MIN	  32U /* T_SEED bytes the agent takes */
+#define KILN_RESEED_MAX	  512U
 
 enum kiln_tag {
 	KILN_T_VERSION = 1,  /* u64 */
-	KILN_T_FEATURES = 2, /* u64, bits: none defined in version 1 */
+	KILN_T_FEATURES = 2, /* u64, bits: KILN_FEATURE_* */
 	KILN_T_ERRNO = 3,    /* u64: the guest's errno value */
 	KILN_T_ERRNAME = 4,  /* string: "ENOENT" */
 	KILN_T_MESSAGE = 5,  /* string: human-readable detail */
@@ -157,6 +175,8 @@ enum kiln_tag {
 	KILN_T_TOPIC = 65,    /* string */
 	KILN_T_RELATION = 66, /* string */
 	KILN_T_VALUE = 67,    /* string */
+
+	KILN_T_SEED = 80, /* bytes: RESEED's random bytes */
 };
 
 enum kiln_file_type {

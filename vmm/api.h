@@ -15,6 +15,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "lib/compiler.h"
 #include "lib/fdbudget.h"
@@ -134,6 +135,17 @@ struct api_params {
 	 * empty connection every 200 ms) until it answers.
 	 */
 	void (*agent_ready)(void *opaque);
+	/*
+	 * A VM restored from a snapshot: KILN_RESEED_BYTES (proto/agent.h)
+	 * from the monitor's getrandom(), copied (the caller wipes its
+	 * copy). The API then sends them to the agent (RESEED) on the
+	 * readiness probe, and reports the agent ready only once it
+	 * answered; until then every other request that reaches the agent
+	 * closes its connection and tries again, as if the agent were not
+	 * up (Documentation/snapshots.md, "Fresh entropy"). NULL: a boot,
+	 * nothing to send.
+	 */
+	const uint8_t *reseed;
 	void *opaque; /* for every callback */
 	/*
 	 * How long a request keeps trying to reach the agent (open, CONNECT,

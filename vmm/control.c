@@ -17,14 +17,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "devices/virtio/vsock.h"
-#include "vmm/dns.h"
 #include "proto/agent.h"
 #include "vmm/api.h"
+#include "vmm/dns.h"
 #include "vmm/facts.h"
 #include "vmm/net-status.h"
 #include "vmm/proxy.h"
@@ -213,6 +214,24 @@ static void fd_budget_init(struct vm *vm)
 	pr_debug("descriptor budget: %zu", atomic_load(&vm->fds.max));
 }
 
+/*
+ * A restored VM's new seed (Documentation/snapshots.md, "Fresh
+ * entropy"): blocking until the host's pool is ready, which it is on a
+ * host that has been up a moment.
+ */
+static int reseed_draw(uint8_t *buf, size_t len)
+{
+	ssize_t n;
+
+	do
+		n = getrandom(buf, len, 0);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return -errno;
+	/* Up to 256 bytes never come short (getrandom(2)). */
+	return (size_t)n == len ? 0 : -EIO;
+}
+
 int control__init(struct vm *vm)
 {
 	struct api_params p = {
@@ -235,6 +254,7 @@ int control__init(struct vm *vm)
 	};
 	const struct rootfs_image *img =
 		vm->cfg->rootfs.descriptor ? &vm->rootfs : NULL;
+	uint8_t seed[KILN_RESEED_BYTES];
 	int ret;
 
 	/* The last step before the vCPUs: every fixed descriptor is open. */
@@ -244,7 +264,19 @@ int control__init(struct vm *vm)
 	vm->null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
 	/* What `vmm facts` gives for the same config (vmm/facts.h). */
 	p.config_facts = facts__config(vm->cfg, img);
+	if (vm->restore) {
+		/* Now, before any seccomp filter: the API thread has none. */
+		ret = reseed_draw(seed, sizeof(seed));
+		if (ret) {
+			json_decref((json_t *)p.config_facts);
+			pr_err("--restore: the guest's new seed: getrandom: %s",
+			       strerror(-ret));
+			return ret;
+		}
+		p.reseed = seed;
+	}
 	ret = api__create(&vm->api, &p);
+	explicit_bzero(seed, sizeof(seed));
 	json_decref((json_t *)p.config_facts);
 	if (ret)
 		pr_err("control socket %s: %s", vm->cfg->control_socket,

@@ -12,16 +12,21 @@
  *
  * What a clone changes: the clock moves on by the time since the
  * snapshot (kvmclock through KVM_CLOCK_REALTIME, the TSC by as many
- * ticks), and vsock connections are reset (the device tells the guest;
- * the agent's listener stays and the control API reconnects).
+ * ticks), vsock connections are reset (the device tells the guest;
+ * the agent's listener stays and the control API reconnects), and the
+ * guest's CRNG gets a new seed through the agent before it counts as
+ * ready (vmm/control.c draws it, vmm/api/reseed.c sends it).
  */
 #include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <time.h>
 
+#include "devices/block/disk.h"
 #include "devices/console.h"
 #include "devices/uart.h"
 #include "devices/virtio/device.h"
@@ -33,6 +38,74 @@
 #define KHZ_PER_GHZ   1000000ULL /* ticks = ns * kHz / 10^6 */
 
 /* ---- before KVM ---------------------------------------------------- */
+
+/*
+ * A persistent root: the state file the config names must be the one
+ * the snapshot referred to, as it was then (path, size, pages digest).
+ * The guest's page cache in the snapshot matches that content only.
+ */
+static int check_root_state(struct vm *vm)
+{
+	const struct vm_config *cfg = vm->cfg;
+	const json_t *ref =
+		json_object_get(vm->restore->manifest, SNAP_ROOT_STATE);
+	const char *path = json_string_value(json_object_get(ref, "path"));
+	const char *want = json_string_value(json_object_get(ref, "sha256"));
+	const json_t *bytes = json_object_get(ref, "bytes");
+	char hex[SNAP_SHA256_HEX + 1], now[SNAP_SHA256_HEX + 8];
+	uint64_t size = disk__layer_bytes(vm->disk);
+	int ret;
+
+	if (!path || !want || !json_is_integer(bytes)) {
+		pr_err("--restore %s: %s: no %s {path, bytes, sha256}: the "
+		       "snapshot has no persistent root's state file",
+		       cfg->restore_dir, SNAP_MANIFEST, SNAP_ROOT_STATE);
+		return -EINVAL;
+	}
+	if (strcmp(path, cfg->rootfs.state_path)) {
+		pr_err("--restore %s: the snapshot's root state file is %s, "
+		       "not %s",
+		       cfg->restore_dir, path, cfg->rootfs.state_path);
+		return -EINVAL;
+	}
+	ret = snap_file__pages_sha256(disk__layer_fd(vm->disk), hex);
+	if (ret) {
+		pr_err("--restore %s: state file %s: %s", cfg->restore_dir,
+		       path, strerror(-ret));
+		return ret;
+	}
+	snprintf(now, sizeof(now), "sha256:%s", hex);
+	if ((uint64_t)json_integer_value(bytes) != size || strcmp(now, want)) {
+		pr_err("--restore %s: state file %s changed since the "
+		       "snapshot (now %" PRIu64 " bytes, %s; the snapshot "
+		       "has %" JSON_INTEGER_FORMAT " bytes, %.80s): a "
+		       "persistent root restores only onto the state file "
+		       "as the snapshot left it",
+		       cfg->restore_dir, path, size, now,
+		       json_integer_value(bytes), want);
+		return -EBADMSG;
+	}
+	return 0;
+}
+
+/*
+ * The root disk's writable layer (Documentation/snapshots.md, "The root
+ * disk"), the disk having been opened by the disk step: an ephemeral
+ * one takes a copy of the snapshot's, a persistent one must be as the
+ * snapshot left it. A read-only root has none.
+ */
+static int restore_root(struct vm *vm)
+{
+	char what[PATH_MAX + 64];
+
+	if (!vm->disk || vm->cfg->rootfs.mode == ROOTFS_READONLY)
+		return 0;
+	if (vm->cfg->rootfs.mode == ROOTFS_PERSISTENT)
+		return check_root_state(vm);
+	snprintf(what, sizeof(what), "--restore %s: %s", vm->cfg->restore_dir,
+		 SNAP_LAYER_FILE);
+	return disk__load_layer(vm->disk, vm->restore->layer_fd, what);
+}
 
 int vm__restore_open(struct vm *vm)
 {
@@ -49,13 +122,7 @@ int vm__restore_open(struct vm *vm)
 
 	if (!cfg->restore_dir)
 		return 0;
-	if (cfg->rootfs.descriptor && cfg->rootfs.mode != ROOTFS_READONLY) {
-		pr_err("--restore %s: a writable root cannot be restored yet "
-		       "(its layer does not travel with the snapshot): use "
-		       "--rootfs-mode readonly",
-		       vm->restore_dir);
-		return -EOPNOTSUPP;
-	}
+	want.root_layer = vm->disk && cfg->rootfs.mode == ROOTFS_EPHEMERAL;
 	ret = vm__snapshot_identity_digest(vm, digest, sizeof(digest));
 	if (ret) {
 		pr_err("--restore %s: this config's identity: %s",
@@ -72,6 +139,11 @@ int vm__restore_open(struct vm *vm)
 		return ret;
 	}
 	vm->restore = l;
+	ret = restore_root(vm);
+	if (ret) {
+		vm__restore_close(vm);
+		return ret;
+	}
 	return 0;
 }
 

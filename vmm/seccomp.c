@@ -240,6 +240,11 @@ static const struct rule snapshot_files[] = {
 	ALLOW(fstat),
 	ALLOW(newfstatat), /* glibc's fstat() */
 	ALLOW(geteuid),
+	/*
+	 * the root disk's writable layer, read where it has data (pread64
+	 * is in base): a descriptor the disk opened at build time
+	 */
+	ALLOW(lseek),
 	/* the parts: written, the memory file sparse, made durable */
 	ALLOW(pwrite64),
 	ALLOW(ftruncate),

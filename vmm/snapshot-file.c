@@ -3,8 +3,9 @@
  * A snapshot directory: its modes, its parts, the sparse memory file and
  * the manifest (vmm/snapshot-file.h). The writer runs in the monitor
  * under its seccomp filter: it creates (mkdirat, openat with O_EXCL) and
- * writes (pwrite64), never reads or reopens. The verifier is for a
- * restore and the tests, before any filter.
+ * writes (pwrite64), never reopens; the one file it reads is the root
+ * disk's writable layer it was handed (lseek, pread64). The verifier is
+ * for a restore and the tests, before any filter.
  */
 #include <endian.h>
 #include <errno.h>
@@ -120,6 +121,8 @@ static int write_all(int fd, const uint8_t *p, size_t n, uint64_t off)
 	}
 	return 0;
 }
+
+static int read_full(int fd, uint8_t *p, size_t n, uint64_t off);
 
 /* ---- the directory ------------------------------------------------- */
 
@@ -325,6 +328,125 @@ int snap_dir__write_memory(struct snap_dir *d, const char *file,
 	return ret;
 }
 
+/* A run of non-zero pages [run, off) of buf, which starts at base. */
+static int flush_run(int fd, const uint8_t *buf, uint64_t base, uint64_t run,
+		     uint64_t off)
+{
+	return off > run ? write_all(fd, buf + (run - base), off - run, run) :
+			   0;
+}
+
+/*
+ * One chunk of src at off: its pages that are not all zeros hashed and
+ * written in runs (a zero page ends a run and is left a hole).
+ */
+static int copy_chunk(wc_Sha256 *sha, int fd, const uint8_t *buf, uint64_t off,
+		      uint64_t n, uint64_t *data)
+{
+	uint64_t p, run = off;
+	int ret = 0;
+
+	for (p = off; !ret && p < off + n; p += SNAP_PAGE_SIZE) {
+		if (page_is_zero(buf + (p - off))) {
+			ret = flush_run(fd, buf, off, run, p);
+			run = p + SNAP_PAGE_SIZE;
+			continue;
+		}
+		ret = hash_page(sha, p, buf + (p - off));
+		*data += SNAP_PAGE_SIZE;
+	}
+	return ret ? ret : flush_run(fd, buf, off, run, off + n);
+}
+
+/* Every data extent of src (SEEK_DATA, SEEK_HOLE), chunk by chunk. */
+static int copy_sparse(wc_Sha256 *sha, int fd, int src, uint64_t size,
+		       uint64_t *data)
+{
+	uint64_t off = 0, end, n;
+	uint8_t *buf;
+	off_t at;
+	int ret = 0;
+
+	/* Aligned: src may be an O_DIRECT state file. */
+	buf = aligned_alloc(SNAP_PAGE_SIZE, SNAP_READ_CHUNK);
+	if (!buf)
+		return -ENOMEM;
+	while (!ret && off < size) {
+		at = lseek(src, (off_t)off, SEEK_DATA);
+		if (at < 0) {
+			ret = errno == ENXIO ? 0 : -errno;
+			break;
+		}
+		off = (uint64_t)at & ~(uint64_t)(SNAP_PAGE_SIZE - 1);
+		at = lseek(src, at, SEEK_HOLE);
+		if (at < 0) {
+			ret = -errno;
+			break;
+		}
+		/* Whole pages: a hole starts on a block boundary. */
+		end = ((uint64_t)at + SNAP_PAGE_SIZE - 1) &
+		      ~(uint64_t)(SNAP_PAGE_SIZE - 1);
+		if (end > size)
+			end = size;
+		for (; !ret && off < end; off += n) {
+			n = end - off < SNAP_READ_CHUNK ? end - off :
+							  SNAP_READ_CHUNK;
+			ret = read_full(src, buf, n, off);
+			if (!ret)
+				ret = copy_chunk(sha, fd, buf, off, n, data);
+		}
+	}
+	free(buf);
+	return ret;
+}
+
+int snap_dir__write_sparse(struct snap_dir *d, const char *file,
+			   const char *kind, int src, uint64_t size, char *err,
+			   size_t len)
+{
+	char hex[SNAP_SHA256_HEX + 1];
+	uint64_t data = 0;
+	wc_Sha256 sha;
+	int fd, ret;
+
+	if (size % SNAP_PAGE_SIZE) {
+		snprintf(err, len, "%s: %" PRIu64 " bytes: not whole pages",
+			 file, size);
+		return -EINVAL;
+	}
+	fd = new_file(d, file, err, len);
+	if (fd < 0)
+		return fd;
+	ret = wolf_errno(wc_InitSha256(&sha));
+	if (ret) {
+		close(fd);
+		snprintf(err, len, "%s: %s", file, strerror(-ret));
+		return ret;
+	}
+	ret = copy_sparse(&sha, fd, src, size, &data);
+	if (!ret)
+		ret = hash_size(&sha, size);
+	if (!ret && ftruncate(fd, (off_t)size) < 0)
+		ret = -errno;
+	if (ret) {
+		wc_Sha256Free(&sha);
+		snprintf(err, len, "%s: %s", file, strerror(-ret));
+		close(fd);
+		return ret;
+	}
+	ret = sync_close(fd, file, err, len);
+	if (!ret)
+		ret = sha_final(&sha, hex);
+	else
+		wc_Sha256Free(&sha);
+	if (!ret)
+		ret = add_part(d, file, kind, size, SNAP_DIGEST_PAGES, hex,
+			       data);
+	if (ret && !err[0])
+		snprintf(err, len, "%s: %s", file, strerror(-ret));
+	return ret;
+}
+
 int snap_dir__finish(struct snap_dir *d, const json_t *fields, char *err,
 		     size_t len)
 {
@@ -419,7 +541,8 @@ int snap_file__sha256(int fd, char hex[SNAP_SHA256_HEX + 1])
 /* SEEK_DATA and SEEK_HOLE: only the data is read. */
 int snap_file__pages_sha256(int fd, char hex[SNAP_SHA256_HEX + 1])
 {
-	uint8_t page[SNAP_PAGE_SIZE];
+	/* Aligned: fd may be an O_DIRECT state file. */
+	uint8_t page[SNAP_PAGE_SIZE] __attribute__((aligned(SNAP_PAGE_SIZE)));
 	struct stat st;
 	uint64_t size, off = 0, end;
 	wc_Sha256 sha;

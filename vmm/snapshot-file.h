@@ -34,6 +34,17 @@
 #define SNAP_SHA256_HEX	    64
 
 /*
+ * The root disk (Documentation/snapshots.md, "The root disk"): an
+ * ephemeral root's writable layer is the part SNAP_LAYER_FILE of kind
+ * SNAP_LAYER_KIND; a persistent root's state file is referred to by the
+ * manifest's SNAP_ROOT_STATE object {path, bytes, sha256: its pages
+ * digest} as it was when the snapshot was taken.
+ */
+#define SNAP_LAYER_FILE "disk.delta"
+#define SNAP_LAYER_KIND "disk"
+#define SNAP_ROOT_STATE "rootState"
+
+/*
  * SNAP_DIGEST_FILE: SHA-256 of the file's bytes (sha256sum's).
  * SNAP_DIGEST_PAGES: SHA-256 of, for every SNAP_PAGE_SIZE page of the
  * file that is not all zeros, in order, its offset (8 bytes,
@@ -74,6 +85,15 @@ int __must_check snap_dir__write_part(struct snap_dir *d, const char *file,
 int __must_check snap_dir__write_memory(struct snap_dir *d, const char *file,
 					const uint8_t *mem, uint64_t size,
 					char *err, size_t len);
+/*
+ * A sparse copy of the open file src, size bytes (whole pages): its data
+ * extents (SEEK_DATA, SEEK_HOLE) read, and of them the pages that are
+ * not all zeros written, the rest left holes; digest SNAP_DIGEST_PAGES.
+ * The root disk's writable layer (Documentation/snapshots.md).
+ */
+int __must_check snap_dir__write_sparse(struct snap_dir *d, const char *file,
+					const char *kind, int src,
+					uint64_t size, char *err, size_t len);
 /*
  * The manifest: fields (borrowed) plus "format" and "parts", written as
  * SNAP_MANIFEST, then the directory synced.

@@ -183,6 +183,53 @@ static int open_memory(int dfd, struct snap_load *l, const json_t *m,
 	return 0;
 }
 
+/*
+ * The root disk's writable layer (an ephemeral root): opened, and its
+ * pages digest taken again on the descriptor that will be copied from,
+ * so what a clone gets is what the manifest names.
+ */
+static int open_layer(int dfd, struct snap_load *l, char *err, size_t len)
+{
+	const json_t *part = find_part(l->manifest, SNAP_LAYER_FILE);
+	const char *k = json_string_value(json_object_get(part, "kind"));
+	const char *want = json_string_value(json_object_get(part, "sha256"));
+	char hex[SNAP_SHA256_HEX + 1];
+	struct stat st;
+	int ret;
+
+	if (!part || !k || strcmp(k, SNAP_LAYER_KIND) || !want) {
+		snprintf(err, len,
+			 "%s: no part %s of kind %s (a snapshot of a VM "
+			 "whose root was not ephemeral?)",
+			 SNAP_MANIFEST, SNAP_LAYER_FILE, SNAP_LAYER_KIND);
+		return -EINVAL;
+	}
+	l->layer_fd =
+		openat(dfd, SNAP_LAYER_FILE, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (l->layer_fd < 0 || fstat(l->layer_fd, &st) < 0) {
+		ret = -errno;
+		snprintf(err, len, "%s: %s", SNAP_LAYER_FILE, strerror(-ret));
+		return ret;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		snprintf(err, len, "%s: not a regular file", SNAP_LAYER_FILE);
+		return -EBADMSG;
+	}
+	l->layer_bytes = (uint64_t)st.st_size;
+	ret = snap_file__pages_sha256(l->layer_fd, hex);
+	if (ret) {
+		snprintf(err, len, "%s: %s", SNAP_LAYER_FILE, strerror(-ret));
+		return ret;
+	}
+	if (strcmp(hex, want)) {
+		snprintf(err, len,
+			 "%s: changed since it was verified (sha256 %s)",
+			 SNAP_LAYER_FILE, hex);
+		return -EBADMSG;
+	}
+	return 0;
+}
+
 static int load_parts(int dfd, struct snap_load *l,
 		      const struct snap_expect *want, char *err, size_t len)
 {
@@ -224,7 +271,10 @@ static int load_parts(int dfd, struct snap_load *l,
 			 l->devices ? "not an array" : jerr.text);
 		return -EINVAL;
 	}
-	return open_memory(dfd, l, l->manifest, want->memory_bytes, err, len);
+	ret = open_memory(dfd, l, l->manifest, want->memory_bytes, err, len);
+	if (!ret && want->root_layer)
+		ret = open_layer(dfd, l, err, len);
+	return ret;
 }
 
 int snap_load__open(struct snap_load *l, const char *dir,
@@ -232,7 +282,7 @@ int snap_load__open(struct snap_load *l, const char *dir,
 {
 	int dfd, ret;
 
-	*l = (struct snap_load){ .mem_fd = -1 };
+	*l = (struct snap_load){ .mem_fd = -1, .layer_fd = -1 };
 	err[0] = '\0';
 	ret = snap_dir__verify(dir, &l->manifest, err, len);
 	if (!ret)
@@ -268,5 +318,7 @@ void snap_load__close(struct snap_load *l)
 	json_decref(l->manifest);
 	if (l->mem_fd >= 0)
 		close(l->mem_fd);
-	*l = (struct snap_load){ .mem_fd = -1 };
+	if (l->layer_fd >= 0)
+		close(l->layer_fd);
+	*l = (struct snap_load){ .mem_fd = -1, .layer_fd = -1 };
 }

@@ -3,6 +3,7 @@
 #define KILN_SNAPSHOT_LOAD_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -26,6 +27,7 @@ struct snap_expect {
 	const char *identity_digest; /* "sha256:<hex>" of this config */
 	unsigned int vcpus;
 	uint64_t memory_bytes;
+	bool root_layer; /* an ephemeral root: SNAP_LAYER_FILE is needed */
 };
 
 struct snap_blob {
@@ -41,6 +43,8 @@ struct snap_load {
 	unsigned int vcpus;
 	int mem_fd; /* memory.raw, O_RDONLY; -1: none */
 	uint64_t mem_bytes;
+	int layer_fd; /* SNAP_LAYER_FILE, O_RDONLY, rehashed; -1: none */
+	uint64_t layer_bytes;
 };
 
 /*

@@ -7,7 +7,8 @@
  * flight; resume goes the other way. A snapshot of a paused VM reads
  * every device's state first (a device without a save hook refuses the
  * snapshot before anything is written), then each vCPU's and the VM's
- * KVM state, then writes them, guest memory and the manifest into an
+ * KVM state, then writes them, guest memory, the root disk's writable
+ * layer (or a reference to a persistent one) and the manifest into an
  * owner-only directory (vmm/snapshot-file.h).
  */
 #include <errno.h>
@@ -19,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "devices/block/disk.h"
 #include "devices/uart.h"
 #include "devices/virtio/device.h"
 #include "vmm/api.h"
@@ -372,6 +374,43 @@ static int write_vcpus(struct vm *vm, struct snap_dir *d, char *err, size_t len)
 	return ret;
 }
 
+/*
+ * The root disk's writable layer (Documentation/snapshots.md, "The root
+ * disk"), read while the VM is paused, so its block device has nothing
+ * in flight. Ephemeral: a sparse copy of the memfd, a part. Persistent:
+ * a reference to the state file, its pages digest now, into fields.
+ * Read-only, or no root disk: nothing.
+ */
+static int write_root_layer(struct vm *vm, struct snap_dir *d, json_t *fields,
+			    char *err, size_t len)
+{
+	const struct rootfs_config *r = &vm->cfg->rootfs;
+	char hex[SNAP_SHA256_HEX + 1], digest[SNAP_SHA256_HEX + 8];
+	int fd = vm->disk ? disk__layer_fd(vm->disk) : -1;
+	uint64_t bytes = vm->disk ? disk__layer_bytes(vm->disk) : 0;
+	json_t *ref;
+	int ret;
+
+	if (fd < 0 || r->mode == ROOTFS_READONLY)
+		return 0;
+	if (r->mode == ROOTFS_EPHEMERAL)
+		return snap_dir__write_sparse(d, SNAP_LAYER_FILE,
+					      SNAP_LAYER_KIND, fd, bytes, err,
+					      len);
+	ret = snap_file__pages_sha256(fd, hex);
+	if (ret) {
+		snprintf(err, len, "state file %s: %s", r->state_path,
+			 strerror(-ret));
+		return ret;
+	}
+	snprintf(digest, sizeof(digest), "sha256:%s", hex);
+	ref = json_pack("{s:s, s:I, s:s}", "path", r->state_path, "bytes",
+			(json_int_t)bytes, "sha256", digest);
+	if (!ref || json_object_set_new(fields, SNAP_ROOT_STATE, ref))
+		return -ENOMEM;
+	return 0;
+}
+
 static int write_snapshot(struct vm *vm, const char *dir, json_t *devices,
 			  char *err, size_t len)
 {
@@ -412,6 +451,8 @@ static int write_snapshot(struct vm *vm, const char *dir, json_t *devices,
 		if (ret)
 			snprintf(err, len, "the manifest: %s", strerror(-ret));
 	}
+	if (!ret)
+		ret = write_root_layer(vm, &d, fields, err, len);
 	if (!ret)
 		ret = snap_dir__finish(&d, fields, err, len);
 	json_decref(fields);

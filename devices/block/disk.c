@@ -18,6 +18,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -49,6 +51,9 @@
 #define HDR_DIGEST	56  /* char[256], NUL-padded */
 #define HDR_DIGEST_SIZE 256 /* the digest is at most 255 characters */
 #define HDR_FIELDS_END	(HDR_DIGEST + HDR_DIGEST_SIZE) /* zeros follow */
+
+#define DISK_WHAT_LEN	 (PATH_MAX + 32) /* "state file PATH" */
+#define LAYER_COPY_CHUNK (1024U * 1024U) /* bytes per read of a saved layer */
 
 struct disk {
 	enum disk_mode mode;
@@ -135,64 +140,62 @@ static void header_build(const struct disk *d, const char *digest, uint8_t *hdr)
 }
 
 /*
- * An existing state file's header must describe exactly this base; the
- * message names the field that differs. The layout fields follow from the base size, so
- * they can only differ in a damaged file.
+ * An existing delta's header (a state file's, or a saved layer's) must
+ * describe exactly this base; the message names the field that differs.
+ * The layout fields follow from the base size, so they can only differ
+ * in a damaged file. what: "state file PATH", for the messages.
  */
-static int header_check(const struct disk *d, const struct disk_params *p,
-			const uint8_t *hdr)
+static int header_check(const struct disk *d, const char *what,
+			const char *base_digest, const uint8_t *hdr)
 {
-	const char *path = p->state_path;
 	const char *digest = (const char *)hdr + HDR_DIGEST;
 	uint32_t v;
 
 	if (memcmp(hdr + HDR_MAGIC, DELTA_MAGIC, DELTA_MAGIC_LEN)) {
-		pr_err("state file %s is not a Kiln state file (bad magic)",
-		       path);
+		pr_err("%s is not a Kiln state file (bad magic)", what);
 		return -EINVAL;
 	}
 	v = get_le32(hdr + HDR_VERSION);
 	if (v != DELTA_VERSION) {
-		pr_err("state file %s has format version %u, this monitor "
-		       "reads version %u",
-		       path, v, DELTA_VERSION);
+		pr_err("%s has format version %u, this monitor reads "
+		       "version %u",
+		       what, v, DELTA_VERSION);
 		return -EINVAL;
 	}
 	if (get_le32(hdr + HDR_CHECKSUM) != header_checksum(hdr)) {
-		pr_err("state file %s: header checksum mismatch (damaged file)",
-		       path);
+		pr_err("%s: header checksum mismatch (damaged file)", what);
 		return -EINVAL;
 	}
 	v = get_le32(hdr + HDR_BLOCK_SIZE);
 	if (v != DISK_BLOCK_SIZE) {
-		pr_err("state file %s has block size %u, not %u", path, v,
+		pr_err("%s has block size %u, not %u", what, v,
 		       DISK_BLOCK_SIZE);
 		return -EINVAL;
 	}
 	if (memchr(digest, '\0', HDR_DIGEST_SIZE) == NULL) {
-		pr_err("state file %s: base digest field is not terminated "
+		pr_err("%s: base digest field is not terminated "
 		       "(damaged file)",
-		       path);
+		       what);
 		return -EINVAL;
 	}
-	if (strcmp(digest, p->base_digest)) {
-		pr_err("state file %s was made for base image %s not %s", path,
-		       digest, p->base_digest);
+	if (strcmp(digest, base_digest)) {
+		pr_err("%s was made for base image %s not %s", what, digest,
+		       base_digest);
 		return -EINVAL;
 	}
 	if (get_le64(hdr + HDR_BASE_SIZE) != d->size) {
-		pr_err("state file %s was made for a base image of %" PRIu64
+		pr_err("%s was made for a base image of %" PRIu64
 		       " bytes, not %" PRIu64,
-		       path, get_le64(hdr + HDR_BASE_SIZE), d->size);
+		       what, get_le64(hdr + HDR_BASE_SIZE), d->size);
 		return -EINVAL;
 	}
 	if (get_le32(hdr + HDR_HEADER_SIZE) != DELTA_HEADER_SIZE ||
 	    get_le64(hdr + HDR_MAP_OFFSET) != d->map_offset ||
 	    get_le64(hdr + HDR_MAP_SIZE) != d->nr_blocks ||
 	    get_le64(hdr + HDR_DATA_OFFSET) != d->data_offset) {
-		pr_err("state file %s: map or data layout does not match its "
+		pr_err("%s: map or data layout does not match its "
 		       "base size (damaged file)",
-		       path);
+		       what);
 		return -EINVAL;
 	}
 	return 0;
@@ -375,6 +378,7 @@ static int state_lock(struct disk *d, const char *path)
 
 static int state_read_header(struct disk *d, const struct disk_params *p)
 {
+	char what[DISK_WHAT_LEN];
 	uint8_t *hdr;
 	ssize_t n;
 	int ret;
@@ -397,13 +401,17 @@ static int state_read_header(struct disk *d, const struct disk_params *p)
 		free(hdr);
 		return ret;
 	}
-	ret = header_check(d, p, hdr);
+	snprintf(what, sizeof(what), "state file %s", p->state_path);
+	ret = header_check(d, what, p->base_digest, hdr);
 	free(hdr);
 	return ret;
 }
 
-/* Counts the DATA blocks; any byte that is not a block state is damage. */
-static int map_scan(struct disk *d, const char *path)
+/*
+ * Counts the DATA blocks; any byte that is not a block state is damage.
+ * what: "state file PATH", for the message.
+ */
+static int map_scan(struct disk *d, const char *what)
 {
 	uint64_t i;
 
@@ -416,9 +424,9 @@ static int map_scan(struct disk *d, const char *path)
 		case DISK_BLOCK_ZERO:
 			break;
 		default:
-			pr_err("state file %s: block map entry %" PRIu64
+			pr_err("%s: block map entry %" PRIu64
 			       " is %u, not a block state (damaged file)",
-			       path, i, d->map[i]);
+			       what, i, d->map[i]);
 			return -EINVAL;
 		}
 	}
@@ -428,6 +436,7 @@ static int map_scan(struct disk *d, const char *path)
 static int persistent_open(struct disk *d, const struct disk_params *p)
 {
 	const char *path = p->state_path;
+	char what[DISK_WHAT_LEN];
 	struct stat st;
 	int ret;
 
@@ -490,7 +499,8 @@ static int persistent_open(struct disk *d, const struct disk_params *p)
 	ret = map_delta(d, path);
 	if (ret)
 		return ret;
-	ret = map_scan(d, path);
+	snprintf(what, sizeof(what), "state file %s", path);
+	ret = map_scan(d, what);
 	if (ret)
 		return ret;
 	if (d->dirty_blocks > d->limit_blocks)
@@ -628,6 +638,169 @@ uint64_t disk__dirty_bytes(const struct disk *d)
 {
 	return __atomic_load_n(&d->dirty_blocks, __ATOMIC_RELAXED) *
 	       DISK_BLOCK_SIZE;
+}
+
+/* ---- the layer in a snapshot (Documentation/snapshots.md) ------------ */
+
+int disk__layer_fd(const struct disk *d)
+{
+	return d->delta_fd;
+}
+
+uint64_t disk__layer_bytes(const struct disk *d)
+{
+	return d->mode == DISK_READONLY ? 0 : delta_file_size(d);
+}
+
+static int read_exact(int fd, void *p, size_t n, uint64_t off)
+{
+	ssize_t r;
+
+	while (n) {
+		r = pread(fd, p, n, (off_t)off);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return r < 0 ? -errno : -EIO;
+		p = (uint8_t *)p + r;
+		n -= (size_t)r;
+		off += (uint64_t)r;
+	}
+	return 0;
+}
+
+static int write_exact(int fd, const void *p, size_t n, uint64_t off)
+{
+	ssize_t w;
+
+	while (n) {
+		w = pwrite(fd, p, n, (off_t)off);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return w < 0 ? -errno : -EIO;
+		p = (const uint8_t *)p + w;
+		n -= (size_t)w;
+		off += (uint64_t)w;
+	}
+	return 0;
+}
+
+/*
+ * The header of the saved layer, checked against this disk's own (the
+ * memfd's, built for this base): the same checks as a state file's.
+ */
+static int layer_header_check(struct disk *d, int fd, const char *what)
+{
+	uint8_t *own, *hdr;
+	int ret = -ENOMEM;
+
+	own = malloc(DELTA_HEADER_SIZE);
+	hdr = malloc(DELTA_HEADER_SIZE);
+	if (!own || !hdr) {
+		pr_err("%s: %s", what, strerror(ENOMEM));
+		goto out_free;
+	}
+	ret = read_exact(d->delta_fd, own, DELTA_HEADER_SIZE, 0);
+	if (ret) {
+		pr_err("%s: reading this disk's header: %s", what,
+		       strerror(-ret));
+		goto out_free;
+	}
+	ret = read_exact(fd, hdr, DELTA_HEADER_SIZE, 0);
+	if (ret) {
+		pr_err("%s: reading its header: %s", what, strerror(-ret));
+		goto out_free;
+	}
+	/* header_build NUL-terminates the digest in our own header. */
+	ret = header_check(d, what, (const char *)own + HDR_DIGEST, hdr);
+out_free:
+	free(hdr);
+	free(own);
+	return ret;
+}
+
+/*
+ * Copies what follows the header in fd's data extents (SEEK_DATA,
+ * SEEK_HOLE): the map and the data blocks, at the same offsets. The
+ * holes are already holes in the fresh memfd, so only data is written.
+ */
+static int layer_copy(struct disk *d, int fd, const char *what)
+{
+	uint64_t size = delta_file_size(d), off = DELTA_HEADER_SIZE, end, n;
+	uint8_t *buf;
+	off_t at;
+	int ret = 0;
+
+	buf = malloc(LAYER_COPY_CHUNK);
+	if (!buf) {
+		pr_err("%s: %s", what, strerror(ENOMEM));
+		return -ENOMEM;
+	}
+	while (!ret && off < size) {
+		at = lseek(fd, (off_t)off, SEEK_DATA);
+		if (at < 0) {
+			ret = errno == ENXIO ? 0 : -errno;
+			break;
+		}
+		off = (uint64_t)at;
+		at = lseek(fd, at, SEEK_HOLE);
+		if (at < 0) {
+			ret = -errno;
+			break;
+		}
+		end = (uint64_t)at < size ? (uint64_t)at : size;
+		for (; !ret && off < end; off += n) {
+			n = end - off < LAYER_COPY_CHUNK ? end - off :
+							   LAYER_COPY_CHUNK;
+			ret = read_exact(fd, buf, n, off);
+			if (!ret)
+				ret = write_exact(d->delta_fd, buf, n, off);
+		}
+	}
+	free(buf);
+	if (ret)
+		pr_err("%s: copying it into the new layer: %s", what,
+		       strerror(-ret));
+	return ret;
+}
+
+int disk__load_layer(struct disk *d, int fd, const char *what)
+{
+	struct stat st;
+	int ret;
+
+	if (d->mode != DISK_EPHEMERAL || d->dirty_blocks ||
+	    d->reserved_blocks) {
+		pr_err("%s: only a new ephemeral layer takes a saved one",
+		       what);
+		return -EINVAL;
+	}
+	if (fstat(fd, &st)) {
+		ret = -errno;
+		pr_err("%s: fstat: %s", what, strerror(-ret));
+		return ret;
+	}
+	if (!S_ISREG(st.st_mode) ||
+	    (uint64_t)st.st_size != delta_file_size(d)) {
+		pr_err("%s is %" PRIu64 " bytes, a layer of this base image "
+		       "has %" PRIu64,
+		       what, (uint64_t)st.st_size, delta_file_size(d));
+		return -EINVAL;
+	}
+	ret = layer_header_check(d, fd, what);
+	if (!ret)
+		ret = layer_copy(d, fd, what);
+	if (!ret)
+		ret = map_scan(d, what);
+	if (ret)
+		return ret;
+	if (d->dirty_blocks > d->limit_blocks)
+		pr_warn("%s holds %" PRIu64 " bytes, over this disk's limit "
+			"of %" PRIu64 ": writes to new blocks will fail",
+			what, d->dirty_blocks * DISK_BLOCK_SIZE,
+			d->limit_blocks * DISK_BLOCK_SIZE);
+	return 0;
 }
 
 /* ---- the data path: offsets and lengths come from the guest ---------- */

@@ -80,6 +80,26 @@ int disk__sync_fd(const struct disk *d);
 uint64_t disk__dirty_bytes(const struct disk *d);
 
 /*
+ * The writable layer as a snapshot saves it (Documentation/snapshots.md,
+ * "The root disk"): its file (the memfd of an ephemeral disk, the state
+ * file of a persistent one; -1 when read-only) and that file's length
+ * (0 when read-only). Read it only while the block device is paused:
+ * then no request is in flight and every map store is in the file.
+ */
+int disk__layer_fd(const struct disk *d);
+uint64_t disk__layer_bytes(const struct disk *d);
+/*
+ * A fresh ephemeral disk (nothing written yet) takes over the layer
+ * saved in fd (a sparse copy of an ephemeral delta): fd must be
+ * disk__layer_bytes long, with a header for this base checked as a
+ * state file's is; its map and data extents are copied into this
+ * disk's memfd, and the map is checked and counted again. Each disk
+ * restored from the same fd gets a copy of its own. Reports once with
+ * pr_err naming what; -EINVAL (not this base, damaged), another -errno.
+ */
+int __must_check disk__load_layer(struct disk *d, int fd, const char *what);
+
+/*
  * Splits the read of [offset, offset + len) into at most max extents,
  * merging neighbouring blocks with the same source. Returns the number
  * of extents, -EINVAL when the range is not block aligned or runs past

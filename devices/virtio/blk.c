@@ -685,9 +685,11 @@ static int blk_save(struct virtio_device *dev, json_t *obj)
 
 /*
  * The same disk as the snapshot's: its size, its mode and the queue
- * count (the core checked the queues' sizes). A writable layer's
- * contents do not travel yet, and the restore refuses such a root
- * before any device is made (Documentation/snapshots.md).
+ * count (the core checked the queues' sizes), and a writable layer that
+ * holds as many dirty bytes as the snapshot's did. The restore loaded
+ * (ephemeral) or checked (persistent) the layer before any device was
+ * made (Documentation/snapshots.md, "The root disk"); this catches a
+ * layer that is not the one the guest's page cache saw.
  */
 static int blk_restore(struct virtio_device *dev, const json_t *obj,
 		       char *err, size_t len)
@@ -696,6 +698,7 @@ static int blk_restore(struct virtio_device *dev, const json_t *obj,
 	const json_t *q = json_object_get(obj, "queues");
 	const json_t *bytes = json_object_get(obj, "diskBytes");
 	const json_t *ro = json_object_get(obj, "readOnly");
+	const json_t *dirty = json_object_get(obj, "dirtyBytes");
 
 	if (!json_is_integer(q) || !json_is_integer(bytes) ||
 	    !json_is_boolean(ro)) {
@@ -715,6 +718,16 @@ static int blk_restore(struct virtio_device *dev, const json_t *obj,
 			 json_integer_value(q), disk__size(b->disk),
 			 disk__read_only(b->disk) ? " read-only" : "",
 			 b->nr_queues);
+		return -EINVAL;
+	}
+	if (json_is_integer(dirty) &&
+	    (uint64_t)json_integer_value(dirty) != disk__dirty_bytes(b->disk)) {
+		snprintf(
+			err, len,
+			"%s: the snapshot's writable layer held %" JSON_INTEGER_FORMAT
+			" dirty bytes, this one %" PRIu64,
+			dev->name, json_integer_value(dirty),
+			disk__dirty_bytes(b->disk));
 		return -EINVAL;
 	}
 	return 0;

@@ -22,6 +22,7 @@
 #include "guest/agent/facts.h"
 #include "guest/agent/fs.h"
 #include "guest/agent/proc.h"
+#include "guest/agent/reseed.h"
 
 /* After a failed accept that may repeat at once (EMFILE...), pause. */
 #define ACCEPT_BACKOFF_NS (10 * 1000 * 1000)
@@ -64,7 +65,8 @@ static int send_hello(struct conn *c)
 	kiln_buf__init(&b);
 	ret = kiln_tlv__put_u64(&b, KILN_T_VERSION, KILN_AGENT_VERSION);
 	if (!ret)
-		ret = kiln_tlv__put_u64(&b, KILN_T_FEATURES, 0);
+		ret = kiln_tlv__put_u64(&b, KILN_T_FEATURES,
+					KILN_FEATURE_RESEED);
 	if (!ret)
 		ret = conn__send_buf(c, KILN_MSG_HELLO, &b);
 	kiln_buf__free(&b);
@@ -105,6 +107,8 @@ static void serve_connection(int fd, const struct agent_config *cfg)
 		facts__handle(&c, &req);
 	else if (req.type == KILN_MSG_POWEROFF)
 		poweroff(&c, cfg->poweroff_pid);
+	else if (req.type == KILN_MSG_RESEED)
+		reseed__handle(&c, &req);
 	else
 		conn__error(&c, EPROTO, "message type %u is not a request",
 			    req.type);

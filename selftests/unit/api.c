@@ -24,6 +24,7 @@
 #include "selftests/kselftest.h"
 #include "selftests/spawn.h"
 #include "selftests/testutil.h"
+#include "proto/reseed.h"
 #include "proto/tlv.h"
 #include "lib/base64.h"
 #include "vmm/api.h"
@@ -87,6 +88,9 @@ struct server {
 	bool paused;
 	char snap_dir[128];
 	bool snap_resume;
+	/* A restored VM's seed (api_params.reseed); NULL: a boot. */
+	const uint8_t *reseed;
+	atomic_int agent_ready;
 };
 
 static int open_agent(void *opaque)
@@ -210,6 +214,13 @@ static bool on_is_paused(void *opaque)
 	return ((struct server *)opaque)->paused;
 }
 
+static void on_agent_ready(void *opaque)
+{
+	struct server *s = opaque;
+
+	atomic_fetch_add(&s->agent_ready, 1);
+}
+
 static int server_dir(struct server *s)
 {
 	snprintf(s->dir, sizeof(s->dir), "/tmp/kiln-api.XXXXXX");
@@ -237,6 +248,8 @@ static int server_start_api(struct server *s, unsigned int agent_timeout_ms)
 		.resume = on_resume,
 		.snapshot = on_snapshot,
 		.is_paused = on_is_paused,
+		.agent_ready = s->reseed ? on_agent_ready : NULL,
+		.reseed = s->reseed,
 		.opaque = s,
 		.agent_timeout_ms = agent_timeout_ms,
 	};
@@ -1763,21 +1776,113 @@ enum fake_mode {
 	FAKE_GARBAGE,		/* a frame header announcing 4 GiB */
 	FAKE_SILENT,		/* accept, say nothing */
 	FAKE_OLD_VERSION,	/* HELLO with version 99 */
+	/* Logging each request into agent.log (fake_reseed_conn): */
+	FAKE_RESEED,		 /* takes RESEED */
+	FAKE_RESEED_REFUSE_ONCE, /* refuses the first RESEED (EPERM) */
+	FAKE_NO_RESEED,		 /* an agent from before RESEED */
 };
 
-static void fake_hello(int fd, uint64_t version)
+static void fake_hello_features(int fd, uint64_t version, uint64_t features)
 {
 	struct kiln_frame f;
 	struct kiln_buf b;
 
 	kiln_buf__init(&b);
-	if (kiln_tlv__put_u64(&b, KILN_T_VERSION, version))
+	if (kiln_tlv__put_u64(&b, KILN_T_VERSION, version) ||
+	    kiln_tlv__put_u64(&b, KILN_T_FEATURES, features))
 		_exit(1);
 	kiln_frame__pack(&f, KILN_MSG_HELLO, 0, b.len);
+	/* A peer gone already (run_fake's check): the next one comes. */
 	if (write(fd, &f, sizeof(f)) != sizeof(f) ||
 	    write(fd, b.data, b.len) != (ssize_t)b.len)
-		_exit(0);
+		(void)0;
 	kiln_buf__free(&b);
+}
+
+static void fake_hello(int fd, uint64_t version)
+{
+	fake_hello_features(fd, version, 0);
+}
+
+static bool fake_read_all(int fd, void *p, size_t len)
+{
+	ssize_t n;
+
+	while (len) {
+		n = read(fd, p, len);
+		if (n <= 0)
+			return false;
+		p = (uint8_t *)p + n;
+		len -= n;
+	}
+	return true;
+}
+
+static void fake_send(int fd, uint16_t type, struct kiln_buf *b)
+{
+	struct kiln_frame f;
+
+	kiln_frame__pack(&f, type, 0, b->len);
+	if (write(fd, &f, sizeof(f)) != sizeof(f) ||
+	    (b->len && write(fd, b->data, b->len) != (ssize_t)b->len))
+		return; /* the API went away: its test says so */
+	kiln_buf__reset(b);
+}
+
+/*
+ * One connection of the logging fakes: HELLO, the request, one line in
+ * log ("50 <the seed in hex>" for RESEED, the type otherwise), and the
+ * answer: RESULT or ERROR EPERM to RESEED, a process that exits 0 to
+ * PROC_START. Then it reads until the API closes.
+ */
+static void fake_reseed_conn(int fd, enum fake_mode mode, int log,
+			     unsigned int *reseeds)
+{
+	static uint8_t payload[KILN_FRAME_MAX];
+	char line[16 + 2 * KILN_RESEED_MAX];
+	const uint8_t *seed;
+	struct kiln_frame f;
+	uint16_t type, flags;
+	struct kiln_buf b;
+	size_t seed_len;
+	uint32_t len;
+	int n;
+
+	fake_hello_features(fd, KILN_AGENT_VERSION,
+			    mode == FAKE_NO_RESEED ? 0 : KILN_FEATURE_RESEED);
+	if (!fake_read_all(fd, &f, sizeof(f)) ||
+	    kiln_frame__unpack(&f, &type, &flags, &len) ||
+	    !fake_read_all(fd, payload, len))
+		return; /* an API call put off until the reseed: no request */
+	kiln_buf__init(&b);
+	n = snprintf(line, sizeof(line), "%u", type);
+	if (type == KILN_MSG_RESEED) {
+		if (kiln_reseed__decode(payload, len, &seed, &seed_len))
+			seed_len = 0;
+		n += snprintf(line + n, sizeof(line) - n, " ");
+		for (size_t i = 0; i < seed_len; i++)
+			n += snprintf(line + n, sizeof(line) - n, "%02x",
+				      seed[i]);
+		if (mode == FAKE_RESEED_REFUSE_ONCE && !(*reseeds)++) {
+			kiln_tlv__put_u64(&b, KILN_T_ERRNO, EPERM);
+			kiln_tlv__put_str(&b, KILN_T_ERRNAME, "EPERM");
+			fake_send(fd, KILN_MSG_ERROR, &b);
+		} else {
+			fake_send(fd, KILN_MSG_RESULT, &b);
+		}
+	} else if (type == KILN_MSG_PROC_START) {
+		kiln_tlv__put_u64(&b, KILN_T_PID, 4242);
+		fake_send(fd, KILN_MSG_PROC_STARTED, &b);
+		kiln_tlv__put_u64(&b, KILN_T_EXIT_CODE, 0);
+		fake_send(fd, KILN_MSG_PROC_EXIT, &b);
+	}
+	kiln_buf__free(&b);
+	line[n++] = '\n';
+	if (write(log, line, n) != n)
+		_exit(1);
+	shutdown(fd, SHUT_WR);
+	while (read(fd, payload, sizeof(payload)) > 0)
+		;
 }
 
 static void __attribute__((noreturn))
@@ -1786,8 +1891,18 @@ fake_agent(const char *path, enum fake_mode mode)
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	int lfd = socket(AF_UNIX, SOCK_STREAM, 0), fd;
 	static const uint8_t junk[8] = { 0xff, 0xff, 0xff, 0xff, 1, 0, 0, 0 };
-	char buf[4096];
+	char buf[4096], log_path[128];
+	unsigned int reseeds = 0;
+	int log = -1;
 
+	snprintf(log_path, sizeof(log_path), "%.*s/agent.log",
+		 (int)(strrchr(path, '/') - path), path);
+	if (mode >= FAKE_RESEED) {
+		log = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
+			   0600);
+		if (log < 0)
+			_exit(1);
+	}
 	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
 	if (bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) || listen(lfd, 64))
 		_exit(1);
@@ -1813,6 +1928,12 @@ fake_agent(const char *path, enum fake_mode mode)
 			break;
 		case FAKE_OLD_VERSION:
 			fake_hello(fd, 99);
+			close(fd);
+			break;
+		case FAKE_RESEED:
+		case FAKE_RESEED_REFUSE_ONCE:
+		case FAKE_NO_RESEED:
+			fake_reseed_conn(fd, mode, log, &reseeds);
 			close(fd);
 			break;
 		}
@@ -1921,6 +2042,81 @@ TEST_F(fake, agent_wrong_version)
 {
 	run_fake(&self->s, FAKE_OLD_VERSION);
 	expect_agent_errors(_metadata, &self->t);
+}
+
+/*
+ * A restored VM (api_params.reseed): an exec sent at once runs, but only
+ * after the probe's RESEED carried the seed and the agent took it; the
+ * agent is ready once, after that. want: agent.log's lines, in order.
+ */
+static void reseed_case(struct __test_metadata *_metadata, enum fake_mode mode,
+			unsigned int nr_reseeds)
+{
+	struct server s = { 0 };
+	char want[1024], got[1024] = "", path[160];
+	uint8_t seed[KILN_RESEED_BYTES];
+	struct tc t = { .fd = -1 };
+	size_t n = 0;
+	json_t *m;
+	int fd;
+
+	for (size_t i = 0; i < sizeof(seed); i++)
+		seed[i] = (uint8_t)(0x80 + i);
+	for (unsigned int r = 0; r < nr_reseeds; r++) {
+		n += snprintf(want + n, sizeof(want) - n, "%u ",
+			      KILN_MSG_RESEED);
+		for (size_t i = 0; i < sizeof(seed); i++)
+			n += snprintf(want + n, sizeof(want) - n, "%02x",
+				      seed[i]);
+		n += snprintf(want + n, sizeof(want) - n, "\n");
+	}
+	snprintf(want + n, sizeof(want) - n, "%u\n", KILN_MSG_PROC_START);
+
+	ASSERT_EQ(0, server_dir(&s));
+	s.reseed = seed;
+	run_fake(&s, mode);
+	ASSERT_EQ(0, server_start_api(&s, 5000));
+	/* The API took its copy: this one may go. */
+	memset(seed, 0, sizeof(seed));
+	ASSERT_EQ(0, tc_open(&t, s.api_sock));
+	m = tc_call(&t, 1, "exec", json_pack("{s:[s]}", "argv", "true"));
+	ASSERT_TRUE(m != NULL);
+	EXPECT_EQ(0, res_int(m, "exitCode")) TH_LOG("exec failed");
+	json_decref(m);
+	EXPECT_EQ(1, atomic_load(&s.agent_ready));
+	m = tc_call(&t, 2, "vm.status", NULL);
+	ASSERT_TRUE(m != NULL);
+	EXPECT_STREQ("ready",
+		     json_string_value(json_object_get(result(m), "agent")));
+	json_decref(m);
+
+	/* The fake logs before it answers: every line is in. */
+	snprintf(path, sizeof(path), "%s/agent.log", s.dir);
+	fd = open(path, O_RDONLY);
+	ASSERT_LE(0, fd);
+	n = 0;
+	for (ssize_t r; (r = read(fd, got + n, sizeof(got) - 1 - n)) > 0;)
+		n += r;
+	close(fd);
+	got[n] = '\0';
+	EXPECT_STREQ(want, got);
+	tc_close(&t);
+	server_stop(&s);
+}
+
+TEST(restored_vm_reseeds_before_any_request)
+{
+	reseed_case(_metadata, FAKE_RESEED, 1);
+}
+
+TEST(refused_reseed_is_sent_again_and_holds_requests_back)
+{
+	reseed_case(_metadata, FAKE_RESEED_REFUSE_ONCE, 2);
+}
+
+TEST(agent_without_reseed_feature_gets_none)
+{
+	reseed_case(_metadata, FAKE_NO_RESEED, 0);
 }
 
 TEST_F(fake, too_many_clients)

@@ -25,6 +25,7 @@
 #include "devices/block/disk.h"
 #include "selftests/kselftest.h"
 #include "selftests/testutil.h"
+#include "vmm/snapshot-file.h"
 
 #define BS	  DISK_BLOCK_SIZE
 #define NR_BLOCKS 64
@@ -1167,6 +1168,192 @@ TEST_F(disk, full_filesystem_is_not_fatal)
 	ioctl(loop_fd, LOOP_CLR_FD, 0);
 	close(loop_fd);
 	rmdir(mnt);
+}
+
+/* ---- the writable layer in a snapshot ----------------------------- */
+
+/*
+ * The layer of d saved as a snapshot saves it (snap_dir__write_sparse)
+ * into the fixture's directory (0700, ours) as file; its digest from
+ * the part into hex. Returns the saved file's fd (O_RDONLY), or -errno.
+ */
+static int save_layer(FIXTURE_DATA(disk) * self, struct disk *d,
+		      const char *file, char hex[SNAP_SHA256_HEX + 1])
+{
+	struct snap_dir sd;
+	char err[256] = "", path[192];
+	json_t *part;
+	int ret;
+
+	ret = snap_dir__create(&sd, self->dir, err, sizeof(err));
+	if (ret)
+		return ret;
+	ret = snap_dir__write_sparse(&sd, file, SNAP_LAYER_KIND,
+				     disk__layer_fd(d), disk__layer_bytes(d),
+				     err, sizeof(err));
+	part = json_array_get(sd.parts, 0);
+	if (!ret)
+		snprintf(hex, SNAP_SHA256_HEX + 1, "%s",
+			 json_string_value(json_object_get(part, "sha256")));
+	snap_dir__close(&sd);
+	if (ret)
+		return ret;
+	snprintf(path, sizeof(path), "%s/%s", self->dir, file);
+	ret = open(path, O_RDONLY | O_CLOEXEC);
+	return ret < 0 ? -errno : ret;
+}
+
+static int load_quiet(struct disk *d, int fd, char *msg, size_t len)
+{
+	struct stderr_capture c = { 0 };
+	int ret;
+
+	if (stderr_capture__begin(&c))
+		abort();
+	ret = disk__load_layer(d, fd, "disk.delta");
+	stderr_capture__end(&c, msg, len);
+	return ret;
+}
+
+/*
+ * Saved from one ephemeral disk and loaded into two new ones: each reads
+ * what the first held (data, zeros, base), and a write in one is seen in
+ * neither the other nor the first. The saved file is sparse, its digest
+ * the one the verifier computes, and it and the base stay unchanged.
+ */
+TEST_F(disk, ephemeral_layer_saved_and_loaded_into_two_clones)
+{
+	char hex[SNAP_SHA256_HEX + 1], again[SNAP_SHA256_HEX + 1];
+	struct disk *a, *b, *c;
+	struct stat st;
+	int fd;
+
+	ASSERT_EQ(0, disk__open(&a, &self->p));
+	ASSERT_EQ(0, disk_write(a, 1, 3, 5));
+	ASSERT_EQ(0, disk_write(a, 10, 1, 6));
+	ASSERT_EQ(0, disk_zero(a, 20, 1));
+	EXPECT_EQ((uint64_t)DATA_OFFSET + BASE_SIZE, disk__layer_bytes(a));
+
+	fd = save_layer(self, a, SNAP_LAYER_FILE, hex);
+	ASSERT_LE(0, fd) TH_LOG("saving: %s", strerror(-fd));
+	ASSERT_EQ(0, fstat(fd, &st));
+	EXPECT_EQ((off_t)disk__layer_bytes(a), st.st_size);
+	/* The header, a map page and four data blocks; not the 1 MiB+. */
+	EXPECT_GT((off_t)(DATA_OFFSET / 2), st.st_blocks * 512);
+	ASSERT_EQ(0, snap_file__pages_sha256(fd, again));
+	EXPECT_STREQ(hex, again);
+
+	ASSERT_EQ(0, disk__open(&b, &self->p));
+	ASSERT_EQ(0, disk__open(&c, &self->p));
+	ASSERT_EQ(0, disk__load_layer(b, fd, "disk.delta"));
+	ASSERT_EQ(0, disk__load_layer(c, fd, "disk.delta"));
+	for (struct disk *d = b; d; d = d == b ? c : NULL) {
+		EXPECT_EQ(4 * BS, disk__dirty_bytes(d));
+		EXPECT_TRUE(block_is(d, 0, 'b'));
+		for (uint64_t blk = 1; blk < 4; blk++)
+			EXPECT_TRUE(block_is(d, blk, 5));
+		EXPECT_TRUE(block_is(d, 4, 'b'));
+		EXPECT_TRUE(block_is(d, 10, 6));
+		EXPECT_TRUE(block_is(d, 20, 'z'));
+		EXPECT_TRUE(block_is(d, 63, 'b'));
+	}
+
+	/* A write in one clone: its own only. */
+	ASSERT_EQ(0, disk_write(b, 1, 1, 9));
+	ASSERT_EQ(0, disk_write(b, 30, 1, 9));
+	EXPECT_TRUE(block_is(b, 1, 9));
+	EXPECT_TRUE(block_is(b, 30, 9));
+	EXPECT_TRUE(block_is(c, 1, 5));
+	EXPECT_TRUE(block_is(c, 30, 'b'));
+	EXPECT_TRUE(block_is(a, 1, 5));
+	EXPECT_TRUE(block_is(a, 30, 'b'));
+	EXPECT_EQ(5 * BS, disk__dirty_bytes(b));
+	EXPECT_EQ(4 * BS, disk__dirty_bytes(c));
+
+	ASSERT_EQ(0, snap_file__pages_sha256(fd, again));
+	EXPECT_STREQ(hex, again);
+	close(fd);
+	disk__close(c);
+	disk__close(b);
+	disk__close(a);
+	EXPECT_TRUE(base_unchanged(self->base, NR_BLOCKS));
+}
+
+/* Writes len bytes of buf at off in the file at path. */
+static int patch_file(const char *path, const void *buf, size_t len,
+		      uint64_t off)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	int ret = 0;
+
+	if (fd < 0)
+		return -errno;
+	if (pwrite(fd, buf, len, off) != (ssize_t)len)
+		ret = -EIO;
+	close(fd);
+	return ret;
+}
+
+/*
+ * What a layer must be to be loaded: for this base (digest, size), not
+ * damaged (map bytes), into a new ephemeral disk only; each refusal is
+ * -EINVAL with a line naming the layer and the reason.
+ */
+TEST_F(disk, saved_layer_refused_unless_it_fits)
+{
+	char hex[SNAP_SHA256_HEX + 1], msg[512], path[192];
+	struct disk_params other = self->p;
+	struct disk *a, *b;
+	uint8_t bad = 7;
+	int fd;
+
+	ASSERT_EQ(0, disk__open(&a, &self->p));
+	ASSERT_EQ(0, disk_write(a, 2, 1, 3));
+	fd = save_layer(self, a, "layer", hex);
+	ASSERT_LE(0, fd);
+
+	/* Another base image. */
+	other.base_digest = DIGEST_2;
+	ASSERT_EQ(0, disk__open(&b, &other));
+	EXPECT_EQ(-EINVAL, load_quiet(b, fd, msg, sizeof(msg)));
+	EXPECT_NE(NULL, strstr(msg, "disk.delta was made for base image"))
+	TH_LOG("%s", msg);
+	disk__close(b);
+
+	/* A clone that has written already, a read-only disk. */
+	ASSERT_EQ(0, disk__open(&b, &self->p));
+	ASSERT_EQ(0, disk_write(b, 5, 1, 1));
+	EXPECT_EQ(-EINVAL, load_quiet(b, fd, msg, sizeof(msg)));
+	EXPECT_NE(NULL, strstr(msg, "only a new ephemeral layer"));
+	disk__close(b);
+	other = self->p;
+	other.mode = DISK_READONLY;
+	ASSERT_EQ(0, disk__open(&b, &other));
+	EXPECT_EQ(-EINVAL, load_quiet(b, fd, msg, sizeof(msg)));
+	disk__close(b);
+	close(fd);
+
+	/* A damaged map byte. */
+	snprintf(path, sizeof(path), "%s/layer", self->dir);
+	ASSERT_EQ(0, patch_file(path, &bad, 1, 4096 + 9));
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	ASSERT_LE(0, fd);
+	ASSERT_EQ(0, disk__open(&b, &self->p));
+	EXPECT_EQ(-EINVAL, load_quiet(b, fd, msg, sizeof(msg)));
+	EXPECT_NE(NULL, strstr(msg, "block map entry 9 is 7"))
+	TH_LOG("%s", msg);
+	disk__close(b);
+
+	/* Cut short. */
+	ASSERT_EQ(0, truncate(path, DATA_OFFSET));
+	ASSERT_EQ(0, disk__open(&b, &self->p));
+	EXPECT_EQ(-EINVAL, load_quiet(b, fd, msg, sizeof(msg)));
+	EXPECT_NE(NULL, strstr(msg, "a layer of this base image has"))
+	TH_LOG("%s", msg);
+	disk__close(b);
+	close(fd);
+	disk__close(a);
+	EXPECT_TRUE(base_unchanged(self->base, NR_BLOCKS));
 }
 
 TEST_HARNESS_MAIN

@@ -349,10 +349,15 @@ static int snapshot_child(enum seccomp_thread type, bool allowed)
 	json_t *fields = json_object();
 	struct snap_dir d;
 	char err[256];
-	int fd, null;
+	int fd, null, layer;
 
 	mem[SNAP_PAGE_SIZE + 1] = 7;
 	null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	/* An ephemeral root's layer: a memfd the disk made before the filter. */
+	layer = memfd_create("kiln-ephemeral", MFD_CLOEXEC);
+	if (layer < 0 || ftruncate(layer, 16 * SNAP_PAGE_SIZE) ||
+	    pwrite(layer, "layer", 5, 5 * SNAP_PAGE_SIZE) != 5)
+		return 2;
 	if (!fields || null < 0 || seccomp__install(&needs, type))
 		return 2;
 	for (unsigned int i = 0; i < ARRAY_SIZE(kvm_state_ioctls); i++)
@@ -364,6 +369,8 @@ static int snapshot_child(enum seccomp_thread type, bool allowed)
 				 sizeof(err)) ||
 	    snap_dir__write_memory(&d, "memory.raw", mem, sizeof(mem), err,
 				   sizeof(err)) ||
+	    snap_dir__write_sparse(&d, SNAP_LAYER_FILE, SNAP_LAYER_KIND, layer,
+				   16 * SNAP_PAGE_SIZE, err, sizeof(err)) ||
 	    snap_dir__finish(&d, fields, err, sizeof(err))) {
 		fprintf(stderr, "# the writer under the filter: %s\n", err);
 		return 3;

@@ -74,8 +74,12 @@ static int add_state(struct snap_dir *d, const char *file, enum snap_kind kind,
 	return ret;
 }
 
-/* A snapshot as vm.snapshot lays it out, of a 2-vCPU 1 MiB guest. */
-static int write_snapshot(const char *dir, char *err, size_t len)
+/*
+ * A snapshot as vm.snapshot lays it out, of a 2-vCPU 1 MiB guest; with
+ * layer >= 0, that file as an ephemeral root's layer.
+ */
+static int write_snapshot_layer(const char *dir, int layer, uint64_t bytes,
+				char *err, size_t len)
 {
 	static uint8_t mem[MEM_SIZE];
 	json_t *fields;
@@ -102,12 +106,21 @@ static int write_snapshot(const char *dir, char *err, size_t len)
 	if (!ret)
 		ret = snap_dir__write_memory(&d, "memory.raw", mem, MEM_SIZE,
 					     err, len);
+	if (!ret && layer >= 0)
+		ret = snap_dir__write_sparse(&d, SNAP_LAYER_FILE,
+					     SNAP_LAYER_KIND, layer, bytes, err,
+					     len);
 	if (!ret)
 		ret = snap_dir__finish(&d, fields, err, len);
 	snap_dir__close(&d);
 out:
 	json_decref(fields);
 	return ret;
+}
+
+static int write_snapshot(const char *dir, char *err, size_t len)
+{
+	return write_snapshot_layer(dir, -1, 0, err, len);
 }
 
 /* The manifest changed by edit(m), written back in place (mode kept). */
@@ -314,6 +327,65 @@ TEST(a_damaged_snapshot_is_refused_naming_the_file)
 		EXPECT_EQ(NULL, l.manifest);
 		tmp_clean(&t);
 	}
+}
+
+/*
+ * An ephemeral root (root_layer): the layer part must be there, and is
+ * opened and hashed again; a layer changed after the snapshot is
+ * refused naming it. Without root_layer it is not looked at.
+ */
+TEST(an_ephemeral_root_needs_its_layer)
+{
+	struct snap_expect want = good;
+	uint8_t page[SNAP_PAGE_SIZE];
+	char err[512] = "", path[192];
+	struct snap_load l;
+	struct tmp t;
+	int src, fd;
+
+	want.root_layer = true;
+	tmp_make(_metadata, &t);
+	ASSERT_EQ(0, write_snapshot(t.dir, err, sizeof(err))) TH_LOG("%s", err);
+	EXPECT_EQ(-EINVAL, snap_load__open(&l, t.dir, &want, err, sizeof(err)));
+	EXPECT_NE(NULL, strstr(err, "no part disk.delta of kind disk"))
+	TH_LOG("%s", err);
+	tmp_clean(&t);
+
+	/* A 64 KiB "layer" with one page of data, sparse. */
+	tmp_make(_metadata, &t);
+	snprintf(path, sizeof(path), "%s/src", t.base);
+	src = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	ASSERT_LE(0, src);
+	memset(page, 0xa5, sizeof(page));
+	ASSERT_EQ((ssize_t)sizeof(page), pwrite(src, page, sizeof(page), 8192));
+	ASSERT_EQ(0, ftruncate(src, 65536));
+	ASSERT_EQ(0, write_snapshot_layer(t.dir, src, 65536, err, sizeof(err)))
+	TH_LOG("%s", err);
+	close(src);
+	ASSERT_EQ(0, snap_load__open(&l, t.dir, &want, err, sizeof(err)))
+	TH_LOG("%s", err);
+	EXPECT_LE(0, l.layer_fd);
+	EXPECT_EQ(65536U, l.layer_bytes);
+	ASSERT_EQ((ssize_t)sizeof(page),
+		  pread(l.layer_fd, page, sizeof(page), 8192));
+	EXPECT_EQ(0xa5, page[100]);
+	snap_load__close(&l);
+	EXPECT_EQ(-1, l.layer_fd);
+	/* A boot's config: the layer is not opened. */
+	ASSERT_EQ(0, snap_load__open(&l, t.dir, &good, err, sizeof(err)));
+	EXPECT_EQ(-1, l.layer_fd);
+	snap_load__close(&l);
+
+	/* One byte of its data changed: the verifier names it. */
+	snprintf(path, sizeof(path), "%s/%s", t.dir, SNAP_LAYER_FILE);
+	fd = open(path, O_WRONLY | O_CLOEXEC);
+	ASSERT_LE(0, fd);
+	ASSERT_EQ(1, pwrite(fd, "x", 1, 8192 + 7));
+	close(fd);
+	EXPECT_EQ(-EBADMSG,
+		  snap_load__open(&l, t.dir, &want, err, sizeof(err)));
+	EXPECT_EQ(0, strncmp(err, "disk.delta: sha256 ", 19)) TH_LOG("%s", err);
+	tmp_clean(&t);
 }
 
 TEST_HARNESS_MAIN

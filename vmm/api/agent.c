@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 
 #include "lib/counter.h"
+#include "proto/reseed.h"
 #include "vmm/api/api-internal.h"
 
 #define API_RETRY_MS	     100 /* between attempts to reach the agent */
@@ -78,7 +79,7 @@ void agent_send_u64(struct call *k, uint16_t type, uint16_t tag, uint64_t v)
 	kiln_buf__free(&b);
 }
 
-static void agent_retry(struct call *k, int err, uint64_t now)
+void agent_retry(struct call *k, int err, uint64_t now)
 {
 	char why[160];
 
@@ -135,20 +136,24 @@ void agent_try_open(struct call *k, uint64_t now)
 	k->st = AG_CONNECT;
 }
 
+void agent_mark_ready(struct api *api)
+{
+	if (api->agent_ready)
+		return;
+	api->agent_ready = true;
+	api__event(api, "agent-ready", NULL);
+	if (api->p.agent_ready)
+		api->p.agent_ready(api->p.opaque);
+}
+
 static void agent_hello(struct call *k, const uint8_t *p, size_t len)
 {
 	struct api *api = k->api;
-	struct kiln_tlv_iter it;
-	const uint8_t *val;
-	uint64_t version = 0;
-	uint32_t vlen;
-	uint16_t tag;
+	uint64_t version, features;
 	char why[96];
 
-	kiln_tlv__iter(&it, p, len);
-	while (kiln_tlv__next(&it, &tag, &val, &vlen) == 1)
-		if (tag == KILN_T_VERSION)
-			kiln_tlv__u64(val, vlen, &version);
+	if (kiln_hello__decode(p, len, &version, &features))
+		version = 0;
 	if (version != KILN_AGENT_VERSION) {
 		snprintf(why, sizeof(why),
 			 "guest agent speaks protocol version %llu, not %u",
@@ -156,13 +161,17 @@ static void agent_hello(struct call *k, const uint8_t *p, size_t len)
 		call_lost(k, why);
 		return;
 	}
-	k->st = AG_ACTIVE;
-	if (!api->agent_ready) {
-		api->agent_ready = true;
-		api__event(api, "agent-ready", NULL);
-		if (api->p.agent_ready)
-			api->p.agent_ready(api->p.opaque);
+	if (api->reseed_pending) {
+		if (k->kind == CALL_PROBE) {
+			reseed_start(k, features);
+			return;
+		}
+		/* A restored VM runs nothing before its reseed: not yet. */
+		agent_retry(k, -EAGAIN, api_now_ms());
+		return;
 	}
+	k->st = AG_ACTIVE;
+	agent_mark_ready(api);
 	if (k->kind == CALL_PROBE) {
 		call_done(k);
 		return;
@@ -231,6 +240,8 @@ static void agent_input(struct call *k, uint64_t now)
 				agent_hello(k, payload, len);
 			else
 				call_lost(k, "agent protocol error: no HELLO");
+		} else if (k->kind == CALL_PROBE) {
+			reseed_frame(k, type, flags, payload, len);
 		} else if (call_is_proc(k)) {
 			proc_frame(k, type, flags, payload, len);
 		} else if (k->kind == CALL_FACTS || k->kind == CALL_VM_FACTS) {
@@ -248,7 +259,8 @@ static void agent_input(struct call *k, uint64_t now)
 
 static void agent_eof(struct call *k, int err, uint64_t now)
 {
-	if (k->st == AG_CONNECT || k->st == AG_HELLO) {
+	/* A probe keeps trying, its RESEED included (a vsock reset). */
+	if (k->st == AG_CONNECT || k->st == AG_HELLO || k->kind == CALL_PROBE) {
 		agent_retry(k, err ? err : -ECONNRESET, now);
 		return;
 	}

@@ -14,6 +14,7 @@
  *   json.c    bytes from the guest as JSON strings
  *   proc.c    exec, spawn, pty and their streams
  *   fs.c      fs.* (files in the guest)
+ *   reseed.c  RESEED on the probe of a restored VM
  *   vm.c      facts, vm.* and net.setPolicy
  *   events.c  vm.subscribe, vm.event and api__event
  *
@@ -154,6 +155,9 @@ struct api {
 	bool started;
 	atomic_bool stop;
 	bool agent_ready, shutdown_called;
+	/* p.reseed: the seed still to send; nothing else runs before it */
+	bool reseed_pending, reseed_warned;
+	uint8_t reseed[KILN_RESEED_BYTES];
 	bool events_ready; /* events_init done */
 	unsigned int agent_timeout_ms;
 
@@ -259,6 +263,9 @@ void agent_send_data(struct call *k, uint16_t type, const uint8_t *p,
 		     size_t len, bool eof);
 void agent_send_u64(struct call *k, uint16_t type, uint16_t tag, uint64_t v);
 void agent_try_open(struct call *k, uint64_t now);
+void agent_retry(struct call *k, int err, uint64_t now);
+/* agent-ready: the event and the callback, once. */
+void agent_mark_ready(struct api *api);
 void agent_readable(struct call *k, uint64_t now);
 void agent_writable(struct call *k, uint64_t now);
 
@@ -269,6 +276,14 @@ void fs_frame(struct call *k, uint16_t type, uint16_t flags, const uint8_t *p,
 	      size_t len);
 void facts_frame(struct call *k, uint16_t type, uint16_t flags,
 		 const uint8_t *p, size_t len);
+
+/*
+ * reseed.c: the probe greeted by the agent of a restored VM (features:
+ * HELLO's), and the agent's answer to its RESEED.
+ */
+void reseed_start(struct call *k, uint64_t features);
+void reseed_frame(struct call *k, uint16_t type, uint16_t flags,
+		  const uint8_t *p, size_t len);
 
 /* vm.c: vm.shutdown's POWEROFF, after the answer went out */
 void vm_poweroff_start(struct api *api);

@@ -298,6 +298,11 @@ int api__create(struct api **out, const struct api_params *p)
 					      json_array();
 	api->p.socket_path = api->path;
 	api->p.config_facts = NULL;
+	if (p->reseed) {
+		memcpy(api->reseed, p->reseed, sizeof(api->reseed));
+		api->reseed_pending = true;
+	}
+	api->p.reseed = NULL;
 	if (!api->path || !api->config_facts) {
 		ret = -ENOMEM;
 		goto out_free;
@@ -341,7 +346,7 @@ int api__start(struct api *api, const struct sock_fprog *filter)
 	struct call *k;
 	int ret;
 
-	if (api->p.agent_ready) {
+	if (api->p.agent_ready || api->reseed_pending) {
 		k = call_new(&r, CALL_PROBE, false);
 		if (!k)
 			return -ENOMEM;
@@ -390,5 +395,6 @@ void api__destroy(struct api *api)
 	free(api->pfds);
 	free(api->refs);
 	free(api->path);
+	explicit_bzero(api->reseed, sizeof(api->reseed));
 	free(api);
 }

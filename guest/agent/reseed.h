@@ -1,0 +1,17 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+#ifndef KILN_AGENT_RESEED_H_
+#define KILN_AGENT_RESEED_H_
+
+#include "guest/agent/conn.h"
+
+/*
+ * RESEED: the host's random bytes into the kernel's input pool
+ * (RNDADDENTROPY, credited in full), then a CRNG reseed from it
+ * (RNDRESEEDCRNG), so a VM restored from a snapshot stops drawing the
+ * random numbers of every other VM restored from it. RESULT, or ERROR
+ * with the errno (EINVAL for a bad payload; EPERM without
+ * CAP_SYS_ADMIN).
+ */
+void reseed__handle(struct conn *c, const struct frame *req);
+
+#endif
