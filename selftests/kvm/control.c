@@ -2121,23 +2121,24 @@ TEST_TIMEOUT(snapshot_restore_keeps_a_counter, 2 * BOOT_TIMEOUT)
 
 /* ---- baselines (Documentation/snapshots.md, "Baselines") ----------- */
 
-/* The foreground vmm's log as a string (the caller frees), or NULL. */
-static char *vmm_log_text(const struct vmctl *c)
+/* The vmm's log (its first MiB) as a string; NULL when unreadable. */
+static char *log_text(const char *path)
 {
-	char *log = NULL;
+	char *text = calloc(1, 1 << 20);
 	size_t n = 0;
 	FILE *f;
 
-	f = fopen(c->log, "r");
-	if (!f)
+	f = fopen(path, "r");
+	if (!f || !text) {
+		if (f)
+			fclose(f);
+		free(text);
 		return NULL;
-	log = calloc(1, 1 << 20);
-	if (log)
-		n = fread(log, 1, (1 << 20) - 1, f);
+	}
+	n = fread(text, 1, (1 << 20) - 1, f);
 	fclose(f);
-	if (log)
-		log[n] = '\0';
-	return log;
+	text[n] = '\0';
+	return text;
 }
 
 /* The one entry in the cache (a 64-hex name) into path, or false. */
@@ -2161,57 +2162,6 @@ static bool baseline_entry(const char *cache, char *path, size_t len)
 /* The vmm stopped as a signal stops it; its entry lease with it. */
 static void vm_stop_term(struct __test_metadata *_metadata, struct vmctl *c)
 {
-/* ---- clones: the root layer and fresh entropy (issue 14) ------------- */
-
-/* The vmm's log (its first MiB) as a string; NULL when unreadable. */
-static char *log_text(const char *path)
-{
-	char *text = calloc(1, 1 << 20);
-	size_t n = 0;
-	FILE *f;
-
-	f = fopen(path, "r");
-	if (!f || !text) {
-		if (f)
-			fclose(f);
-		free(text);
-		return NULL;
-	}
-	n = fread(text, 1, (1 << 20) - 1, f);
-	fclose(f);
-	text[n] = '\0';
-	return text;
-}
-
-/* The log holds needle (its text into the TAP log otherwise). */
-static void log_has(struct __test_metadata *_metadata, const char *path,
-		    const char *needle)
-{
-	char *text = log_text(path);
-
-	ASSERT_NE(NULL, text) TH_LOG("%s", path);
-	EXPECT_NE(NULL, strstr(text, needle))
-	TH_LOG("%s: no \"%s\" in %.3000s", path, needle, text);
-	free(text);
-}
-
-/* sh -c script in c's guest through vmmctl exec: its status, *r kept. */
-static int clone_sh(struct __test_metadata *_metadata, struct vmctl *c,
-		    const char *script, struct spawn_result *r)
-{
-	CTL(c, r, "exec", c->sock, "--", "sh", "-c", script);
-	return r->status;
-}
-
-/* Snapshots c's VM (paused) into its dir/snap and stops its vmm. */
-static void snapshot_and_stop(struct __test_metadata *_metadata,
-			      struct vmctl *c, char *snap, size_t len)
-{
-	struct spawn_result r;
-
-	snprintf(snap, len, "%s/snap", c->dir);
-	CTL(c, &r, "snapshot", c->sock, snap);
-	ASSERT_EQ(0, r.status);
 	kill(c->vmm, SIGTERM);
 	EXPECT_EQ(128 + SIGTERM, wait_exit(c->vmm, 60));
 	c->vmm = 0;
@@ -2375,6 +2325,43 @@ TEST_TIMEOUT(baseline_corrupt_entry_cold_boots, 4 * BOOT_TIMEOUT)
 	snprintf(path, sizeof(path), "rm -rf '%s'", base);
 	if (system(path))
 		(void)0;
+}
+
+/* ---- clones: the root layer and fresh entropy (issue 14) ------------- */
+
+
+/* The log holds needle (its text into the TAP log otherwise). */
+static void log_has(struct __test_metadata *_metadata, const char *path,
+		    const char *needle)
+{
+	char *text = log_text(path);
+
+	ASSERT_NE(NULL, text) TH_LOG("%s", path);
+	EXPECT_NE(NULL, strstr(text, needle))
+	TH_LOG("%s: no \"%s\" in %.3000s", path, needle, text);
+	free(text);
+}
+
+/* sh -c script in c's guest through vmmctl exec: its status, *r kept. */
+static int clone_sh(struct __test_metadata *_metadata, struct vmctl *c,
+		    const char *script, struct spawn_result *r)
+{
+	CTL(c, r, "exec", c->sock, "--", "sh", "-c", script);
+	return r->status;
+}
+
+/* Snapshots c's VM (paused) into its dir/snap and stops its vmm. */
+static void snapshot_and_stop(struct __test_metadata *_metadata,
+			      struct vmctl *c, char *snap, size_t len)
+{
+	struct spawn_result r;
+
+	snprintf(snap, len, "%s/snap", c->dir);
+	CTL(c, &r, "snapshot", c->sock, snap);
+	ASSERT_EQ(0, r.status);
+	kill(c->vmm, SIGTERM);
+	EXPECT_EQ(128 + SIGTERM, wait_exit(c->vmm, 60));
+	c->vmm = 0;
 }
 
 /* The base image of kiln-test.json: its path, and it has its digest. */
