@@ -2214,7 +2214,7 @@ TEST_TIMEOUT(baseline_second_start_restores, 2 * BOOT_TIMEOUT)
 	snprintf(path, sizeof(path), "%s/manifest.json", entry);
 	ASSERT_EQ(0, stat(path, &st));
 	EXPECT_EQ(0600, st.st_mode & 07777);
-	log = vmm_log_text(&c);
+	log = log_text(c.log);
 	ASSERT_NE(NULL, log);
 	EXPECT_NE(NULL, strstr(log, "no entry for ")) TH_LOG("%.3000s", log);
 	EXPECT_NE(NULL, strstr(log, ": saved ")) TH_LOG("%.3000s", log);
@@ -2224,7 +2224,7 @@ TEST_TIMEOUT(baseline_second_start_restores, 2 * BOOT_TIMEOUT)
 	/* The same config, a new socket: restored. */
 	ASSERT_TRUE(vm_start_with(_metadata, &c2, false, extra));
 	baseline_check(_metadata, &c2, "restored");
-	log = vmm_log_text(&c2);
+	log = log_text(c2.log);
 	ASSERT_NE(NULL, log);
 	EXPECT_NE(NULL, strstr(log, "restoring from ")) TH_LOG("%.3000s", log);
 	EXPECT_NE(NULL, strstr(log, "restored ")) TH_LOG("%.3000s", log);
@@ -2303,7 +2303,7 @@ TEST_TIMEOUT(baseline_corrupt_entry_cold_boots, 4 * BOOT_TIMEOUT)
 		ASSERT_TRUE(vm_start_with(_metadata, &c2, false, extra));
 		/* Cold, and a new entry saved in the damaged one's place. */
 		baseline_check(_metadata, &c2, "captured");
-		log = vmm_log_text(&c2);
+		log = log_text(c2.log);
 		ASSERT_NE(NULL, log);
 		line = strstr(log, "discarded (");
 		EXPECT_NE(NULL, line) TH_LOG("case %u: %.3000s", i, log);
