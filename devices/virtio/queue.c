@@ -89,6 +89,11 @@ static uint8_t *avail_ring(const struct virtqueue *q, uint16_t i)
 	       (size_t)i * sizeof(uint16_t);
 }
 
+uint16_t virtqueue__avail_idx(const struct virtqueue *q)
+{
+	return load16(avail_idx(q));
+}
+
 /* used_event sits right after the avail ring: avail->ring[size]. */
 static uint8_t *used_event(const struct virtqueue *q)
 {

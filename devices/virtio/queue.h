@@ -93,6 +93,9 @@ struct virtqueue {
 	struct vq_stats stats; /* survives resets */
 };
 
+/* The driver's avail idx as it is now (the queue must be ready). */
+uint16_t virtqueue__avail_idx(const struct virtqueue *q);
+
 /* Once, when the device is created: name must outlive the queue. */
 void virtqueue__init(struct virtqueue *q, const char *name);
 

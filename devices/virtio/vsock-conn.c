@@ -138,6 +138,9 @@ static bool can_read(const struct vsock_conn *c)
 /* Put c on the rx queue if it has something for the guest. */
 static void conn_update(struct vsock *v, struct vsock_conn *c)
 {
+	/* A host connect waits out a transport reset (reset_unseen). */
+	if (v->reset_unseen && (c->pend & PEND_REQUEST))
+		return;
 	if ((c->pend || can_read(c)) && list_empty(&c->rxnode))
 		list_add_tail(&c->rxnode, &v->rxq);
 }
@@ -1140,6 +1143,7 @@ static void teardown(struct vsock *v)
 	struct vsock_conn *c, *next;
 
 	v->reset_pending = false;
+	v->reset_unseen = false; /* a new driver: no reset owed */
 	v->nr_replies = 0;
 	v->tx_more = v->tx_stalled = false;
 	list_for_each_entry_safe(c, next, &v->conns, struct vsock_conn, node)
@@ -1156,10 +1160,29 @@ static void teardown(struct vsock *v)
 	}
 }
 
+/*
+ * The driver handled the transport reset once it gave an event buffer
+ * back (Linux: virtio_transport_event_work resets its connections, then
+ * refills): the host connects held meanwhile go to the guest now.
+ */
+static void reset_seen(struct vsock *v)
+{
+	struct virtqueue *q = &v->vqs[EVQ].vq;
+	struct vsock_conn *c;
+
+	if (q->ready && virtqueue__avail_idx(q) == v->reset_avail)
+		return;
+	v->reset_unseen = false;
+	list_for_each_entry(c, &v->conns, struct vsock_conn, node)
+		conn_update(v, c);
+}
+
 void vsock__run_round(struct vsock *v)
 {
 	if (v->reset_pending)
 		teardown(v);
+	if (v->reset_unseen)
+		reset_seen(v);
 	if (v->wake) {
 		v->wake = false;
 		take_attached(v);

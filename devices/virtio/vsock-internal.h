@@ -118,7 +118,8 @@ struct vsock {
 	int wake_fd;
 
 	struct evloop loop;
-	struct ev_source rx_kick_src, tx_kick_src, wake_src, ep_src, tick_src;
+	struct ev_source rx_kick_src, tx_kick_src, ev_kick_src, wake_src, ep_src,
+		tick_src;
 
 	/* Streams handed over by other threads: their own lock. */
 	pthread_mutex_t attach_lock;
@@ -130,11 +131,19 @@ struct vsock {
 	bool warned;	  /* one message about the guest, for its life */
 	bool host_warned; /* one about the host side */
 	bool reset_pending;
+	/*
+	 * A transport reset sent (a restore) that the driver has not yet
+	 * handled: Linux refills the event buffer (avail idx moves past
+	 * reset_avail) only after it reset its connections, and a host
+	 * connect delivered before that would be reset with them, silently.
+	 */
+	bool reset_unseen;
+	uint16_t reset_avail;
 	bool more; /* work left: poll the ring, do not wait */
 	bool wake, tick, tx_kick, tx_more, tx_stalled;
 	bool ep_armed, ep_ready, tick_armed, listen_ready, listen_retry;
 	bool pushed_rx, pushed_tx;
-	uint64_t kick_buf[2], wake_buf;
+	uint64_t kick_buf[3], wake_buf;
 	struct __kernel_timespec tick_ts;
 
 	struct list_head conns; /* every live connection, any state */

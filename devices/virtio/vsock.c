@@ -81,6 +81,12 @@ static void arm_tx_kick(struct vsock *v)
 			     &v->kick_buf[1]);
 }
 
+static void arm_ev_kick(struct vsock *v)
+{
+	evloop__read_eventfd(&v->loop, &v->ev_kick_src, v->vqs[EVQ].kick_fd,
+			     &v->kick_buf[2]);
+}
+
 static void arm_wake(struct vsock *v)
 {
 	evloop__read_eventfd(&v->loop, &v->wake_src, v->wake_fd, &v->wake_buf);
@@ -93,6 +99,15 @@ static void rx_kick_done(void *arg, int res)
 
 	if (eventfd_ok(v, res))
 		arm_rx_kick(v);
+}
+
+/* Event buffers given back: vsock__run_round looks at a transport reset. */
+static void ev_kick_done(void *arg, int res)
+{
+	struct vsock *v = arg;
+
+	if (eventfd_ok(v, res))
+		arm_ev_kick(v);
 }
 
 static void tx_kick_done(void *arg, int res)
@@ -174,8 +189,7 @@ static void vsock_config_read(struct virtio_device *dev, unsigned int offset,
 /* A kick that came through the transport: wake the loop the same way. */
 static void vsock_queue_notify(struct virtio_device *dev, unsigned int index)
 {
-	if (index != EVQ) /* EVQ: buffers for events we never send */
-		virtio_device__kick_eventfd(dev, index);
+	virtio_device__kick_eventfd(dev, index);
 }
 
 /*
@@ -341,11 +355,15 @@ static void send_transport_reset(struct vsock *v)
 			      sizeof(ev));
 	ret = virtqueue__push(q, ch.head,
 			      ch.in_len < sizeof(ev) ? 0 : sizeof(ev));
-	if (ret)
+	if (ret) {
 		pr_warn("%s: the transport reset: %s", v->vdev.name,
 			strerror(-ret));
-	else
-		virtio_device__notify_queue(&v->vdev, EVQ);
+		return;
+	}
+	/* Host connects wait for the driver's refill (vsock-internal.h). */
+	v->reset_unseen = true;
+	v->reset_avail = virtqueue__avail_idx(q);
+	virtio_device__notify_queue(&v->vdev, EVQ);
 }
 
 /*
@@ -516,6 +534,7 @@ int vsock__create(struct vsock **out, const struct vsock_params *p)
 	evloop__init(&v->loop, v->vdev.name);
 	v->rx_kick_src = (struct ev_source){ .fn = rx_kick_done, .arg = v };
 	v->tx_kick_src = (struct ev_source){ .fn = tx_kick_done, .arg = v };
+	v->ev_kick_src = (struct ev_source){ .fn = ev_kick_done, .arg = v };
 	v->wake_src = (struct ev_source){ .fn = wake_done, .arg = v };
 	v->ep_src = (struct ev_source){ .fn = epoll_done, .arg = v };
 	v->tick_src = (struct ev_source){ .fn = tick_done, .arg = v };
@@ -562,6 +581,7 @@ int vsock__start(struct vsock *v, const struct sock_fprog *filter)
 	arm_wake(v);
 	arm_rx_kick(v);
 	arm_tx_kick(v);
+	arm_ev_kick(v);
 	vsock__arm_epoll(v);
 	/*
 	 * Streams attached before the start, kicks before the thread: the

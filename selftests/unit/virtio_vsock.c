@@ -1633,6 +1633,13 @@ TEST_F(vsock, restore_resets_the_transport_and_serves_on)
 		  vdrv_get32(&t->d, EV_GPA));
 	EXPECT_LT(raises, vdrv_irq_raises(&t->d));
 	t->q[EVQ].last_used = 1;
+	/*
+	 * A host connect waits until the driver has handled the reset: Linux
+	 * gives the event buffer back after resetting its connections.
+	 */
+	put_desc(t, EVQ, 0, EV_GPA, 4, VRING_DESC_F_WRITE, 0);
+	publish(t, EVQ, 0);
+	kick(t, EVQ);
 
 	ASSERT_EQ(0, vsock__start(t->vs, NULL));
 	fd = host_open(_metadata, t, 5001, GBUF, &hport);
