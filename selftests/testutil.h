@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <sys/stat.h>
@@ -118,6 +119,33 @@ static inline void test_quiet_ipv6(void)
 		}
 		close(fd);
 	}
+}
+
+/*
+ * A scratch directory for a snapshot: base mkdtemp'ed (0700) from
+ * "/tmp/PREFIX-XXXXXX", dir its "snap" (not made: snap_dir__create's).
+ */
+struct snap_tmp {
+	char base[64];
+	char dir[96];
+};
+
+static inline bool snap_tmp__make(struct snap_tmp *t, const char *prefix)
+{
+	snprintf(t->base, sizeof(t->base), "/tmp/%s-XXXXXX", prefix);
+	if (!mkdtemp(t->base))
+		return false;
+	snprintf(t->dir, sizeof(t->dir), "%s/snap", t->base);
+	return true;
+}
+
+static inline void snap_tmp__clean(const struct snap_tmp *t)
+{
+	char cmd[128];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", t->base);
+	if (system(cmd))
+		(void)0;
 }
 
 #endif

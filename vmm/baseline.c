@@ -282,24 +282,35 @@ static int by_use(const void *a, const void *b)
 	return strcmp(x->key, y->key);
 }
 
+/* A stream over the directory dfd (dfd stays ours); NULL with errno. */
+static DIR *dir_stream(int dfd)
+{
+	int fd = fcntl(dfd, F_DUPFD_CLOEXEC, 0);
+	DIR *d;
+
+	if (fd < 0)
+		return NULL;
+	d = fdopendir(fd);
+	if (!d) {
+		close(fd);
+		errno = ENOMEM;
+		return NULL;
+	}
+	rewinddir(d);
+	return d;
+}
+
 /* The data bytes of the files in the directory dfd. */
 static int dir_bytes(int dfd, uint64_t *bytes)
 {
 	struct dirent *de;
 	struct stat st;
-	int fd;
 	DIR *d;
 
 	*bytes = 0;
-	fd = fcntl(dfd, F_DUPFD_CLOEXEC, 0);
-	if (fd < 0)
+	d = dir_stream(dfd);
+	if (!d)
 		return -errno;
-	d = fdopendir(fd);
-	if (!d) {
-		close(fd);
-		return -ENOMEM;
-	}
-	rewinddir(d);
 	while ((de = readdir(d)))
 		if (!fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) &&
 		    S_ISREG(st.st_mode))
@@ -331,18 +342,12 @@ static int list_entries(int cache_fd, struct entry **out, size_t *nr)
 	size_t n = 0, cap = 0;
 	struct dirent *de;
 	struct stat st;
-	int fd, efd;
+	int efd;
 	DIR *d;
 
-	fd = fcntl(cache_fd, F_DUPFD_CLOEXEC, 0);
-	if (fd < 0)
+	d = dir_stream(cache_fd);
+	if (!d)
 		return -errno;
-	d = fdopendir(fd);
-	if (!d) {
-		close(fd);
-		return -ENOMEM;
-	}
-	rewinddir(d);
 	while ((de = readdir(d))) {
 		const char *name = de->d_name;
 

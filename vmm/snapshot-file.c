@@ -264,6 +264,40 @@ int snap_dir__write_part(struct snap_dir *d, const char *file, const char *kind,
 }
 
 /*
+ * The end of a sparse part whose pages went to fd and into sha (ret: how
+ * that went): its size hashed and set, synced, closed, and named in the
+ * manifest with its digest. fd is closed and sha released either way.
+ */
+static int finish_sparse(struct snap_dir *d, wc_Sha256 *sha, int fd, int ret,
+			 const char *file, const char *kind, uint64_t size,
+			 uint64_t data, char *err, size_t len)
+{
+	char hex[SNAP_SHA256_HEX + 1];
+
+	if (!ret)
+		ret = hash_size(sha, size);
+	if (!ret && ftruncate(fd, (off_t)size) < 0)
+		ret = -errno;
+	if (ret) {
+		wc_Sha256Free(sha);
+		snprintf(err, len, "%s: %s", file, strerror(-ret));
+		close(fd);
+		return ret;
+	}
+	ret = sync_close(fd, file, err, len);
+	if (!ret)
+		ret = sha_final(sha, hex);
+	else
+		wc_Sha256Free(sha);
+	if (!ret)
+		ret = add_part(d, file, kind, size, SNAP_DIGEST_PAGES, hex,
+			       data);
+	if (ret && !err[0])
+		snprintf(err, len, "%s: %s", file, strerror(-ret));
+	return ret;
+}
+
+/*
  * Runs of pages that are not all zeros, each written with one pwrite;
  * the holes are what is never written, and ftruncate gives the file the
  * size of guest RAM. The pages read are guest RAM as KVM maps it: one
@@ -275,7 +309,6 @@ int snap_dir__write_memory(struct snap_dir *d, const char *file,
 			   const uint8_t *mem, uint64_t size, char *err,
 			   size_t len)
 {
-	char hex[SNAP_SHA256_HEX + 1];
 	uint64_t off, run = 0, data = 0;
 	bool in_run = false;
 	wc_Sha256 sha;
@@ -305,27 +338,8 @@ int snap_dir__write_memory(struct snap_dir *d, const char *file,
 			ret = write_all(fd, mem + run, off - run, run);
 		in_run = false;
 	}
-	if (!ret)
-		ret = hash_size(&sha, size);
-	if (!ret && ftruncate(fd, (off_t)size) < 0)
-		ret = -errno;
-	if (ret) {
-		wc_Sha256Free(&sha);
-		snprintf(err, len, "%s: %s", file, strerror(-ret));
-		close(fd);
-		return ret;
-	}
-	ret = sync_close(fd, file, err, len);
-	if (!ret)
-		ret = sha_final(&sha, hex);
-	else
-		wc_Sha256Free(&sha);
-	if (!ret)
-		ret = add_part(d, file, "memory", size, SNAP_DIGEST_PAGES, hex,
-			       data);
-	if (ret && !err[0])
-		snprintf(err, len, "%s: %s", file, strerror(-ret));
-	return ret;
+	return finish_sparse(d, &sha, fd, ret, file, "memory", size, data, err,
+			     len);
 }
 
 /* A run of non-zero pages [run, off) of buf, which starts at base. */
@@ -404,7 +418,6 @@ int snap_dir__write_sparse(struct snap_dir *d, const char *file,
 			   const char *kind, int src, uint64_t size, char *err,
 			   size_t len)
 {
-	char hex[SNAP_SHA256_HEX + 1];
 	uint64_t data = 0;
 	wc_Sha256 sha;
 	int fd, ret;
@@ -424,27 +437,8 @@ int snap_dir__write_sparse(struct snap_dir *d, const char *file,
 		return ret;
 	}
 	ret = copy_sparse(&sha, fd, src, size, &data);
-	if (!ret)
-		ret = hash_size(&sha, size);
-	if (!ret && ftruncate(fd, (off_t)size) < 0)
-		ret = -errno;
-	if (ret) {
-		wc_Sha256Free(&sha);
-		snprintf(err, len, "%s: %s", file, strerror(-ret));
-		close(fd);
-		return ret;
-	}
-	ret = sync_close(fd, file, err, len);
-	if (!ret)
-		ret = sha_final(&sha, hex);
-	else
-		wc_Sha256Free(&sha);
-	if (!ret)
-		ret = add_part(d, file, kind, size, SNAP_DIGEST_PAGES, hex,
-			       data);
-	if (ret && !err[0])
-		snprintf(err, len, "%s: %s", file, strerror(-ret));
-	return ret;
+	return finish_sparse(d, &sha, fd, ret, file, kind, size, data, err,
+			     len);
 }
 
 int snap_dir__finish(struct snap_dir *d, const json_t *fields, char *err,

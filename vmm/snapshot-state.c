@@ -125,23 +125,17 @@ int snap_reader__next(struct snap_reader *r, uint32_t *tag, const void **data,
 int snap_state__find(const void *p, size_t plen, enum snap_kind kind,
 		     uint32_t tag, size_t len, const void **data)
 {
-	struct snap_reader r;
 	const void *d;
-	uint32_t t, n;
+	size_t n;
 	int ret;
 
-	ret = snap_reader__init(&r, p, plen, kind);
+	ret = snap_state__find_var(p, plen, kind, tag, &d, &n);
 	if (ret)
 		return ret;
-	while ((ret = snap_reader__next(&r, &t, &d, &n)) == 1) {
-		if (t != tag)
-			continue;
-		if (n != len)
-			return -EINVAL;
-		*data = d;
-		return 0;
-	}
-	return ret ? ret : -ENOENT;
+	if (n != len)
+		return -EINVAL;
+	*data = d;
+	return 0;
 }
 
 int snap_state__find_var(const void *p, size_t plen, enum snap_kind kind,

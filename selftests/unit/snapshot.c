@@ -23,32 +23,12 @@
 #include <wolfssl/wolfcrypt/sha256.h>
 
 #include "selftests/kselftest.h"
+#include "selftests/testutil.h"
 #include "vmm/snapshot-file.h"
 #include "vmm/snapshot-state.h"
 
 #define MEM_SIZE (64ULL << 20) /* a guest of 64 MiB */
 #define PAGE	 SNAP_PAGE_SIZE
-
-struct tmp {
-	char base[64]; /* mkdtemp'ed, 0700 */
-	char dir[96];  /* base/snap: the snapshot's */
-};
-
-static void tmp_make(struct __test_metadata *_metadata, struct tmp *t)
-{
-	snprintf(t->base, sizeof(t->base), "/tmp/kiln-snap-XXXXXX");
-	ASSERT_NE(NULL, mkdtemp(t->base));
-	snprintf(t->dir, sizeof(t->dir), "%s/snap", t->base);
-}
-
-static void tmp_clean(struct tmp *t)
-{
-	char cmd[128];
-
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", t->base);
-	if (system(cmd))
-		(void)0;
-}
 
 static void hex_of(const uint8_t *md, char *out)
 {
@@ -109,7 +89,7 @@ static uint8_t *guest(void)
 }
 
 /* One whole snapshot: two parts, memory, the manifest. */
-static int write_all(struct tmp *t, const uint8_t *mem, char *err, size_t len)
+static int write_all(struct snap_tmp *t, const uint8_t *mem, char *err, size_t len)
 {
 	json_t *fields = json_pack("{s:s}", "vmm", "test");
 	struct snap_dir d;
@@ -141,12 +121,12 @@ TEST(memory_file_is_sparse_and_its_digest_verifies)
 	const json_t *p;
 	uint8_t *mem = guest(), page[PAGE];
 	struct stat st;
-	struct tmp t;
+	struct snap_tmp t;
 	off_t at;
 	int fd;
 
 	ASSERT_NE(NULL, mem);
-	tmp_make(_metadata, &t);
+	ASSERT_TRUE(snap_tmp__make(&t, "kiln-snap"));
 	ASSERT_EQ(0, write_all(&t, mem, err, sizeof(err))) TH_LOG("%s", err);
 
 	snprintf(path, sizeof(path), "%s/memory.raw", t.dir);
@@ -184,7 +164,7 @@ out:
 	json_decref(m);
 	close(fd);
 	munmap(mem, MEM_SIZE);
-	tmp_clean(&t);
+	snap_tmp__clean(&t);
 }
 
 TEST(parts_and_manifest)
@@ -194,11 +174,11 @@ TEST(parts_and_manifest)
 	json_t *m = NULL;
 	const json_t *p;
 	struct stat st;
-	struct tmp t;
+	struct snap_tmp t;
 	FILE *f;
 
 	ASSERT_NE(NULL, mem);
-	tmp_make(_metadata, &t);
+	ASSERT_TRUE(snap_tmp__make(&t, "kiln-snap"));
 	ASSERT_EQ(0, write_all(&t, mem, err, sizeof(err))) TH_LOG("%s", err);
 	ASSERT_EQ(0, snap_dir__verify(t.dir, &m, err, sizeof(err)))
 	TH_LOG("%s", err);
@@ -233,7 +213,7 @@ TEST(parts_and_manifest)
 	EXPECT_EQ(0600, st.st_mode & 07777);
 	json_decref(m);
 	munmap(mem, MEM_SIZE);
-	tmp_clean(&t);
+	snap_tmp__clean(&t);
 }
 
 /* Flip one byte of file at off (or truncate it to off: flip false). */
@@ -278,9 +258,9 @@ TEST(damage_fails_verification)
 
 	ASSERT_NE(NULL, mem);
 	for (unsigned int i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		struct tmp t;
+		struct snap_tmp t;
 
-		tmp_make(_metadata, &t);
+		ASSERT_TRUE(snap_tmp__make(&t, "kiln-snap"));
 		err[0] = '\0';
 		ASSERT_EQ(0, write_all(&t, mem, err, sizeof(err)))
 		TH_LOG("%s", err);
@@ -290,7 +270,7 @@ TEST(damage_fails_verification)
 			  snap_dir__verify(t.dir, &m, err, sizeof(err)))
 		TH_LOG("case %u: %s", i, err);
 		EXPECT_EQ(NULL, m);
-		tmp_clean(&t);
+		snap_tmp__clean(&t);
 	}
 	munmap(mem, MEM_SIZE);
 }
@@ -300,10 +280,10 @@ TEST(directory_modes)
 	char err[512], path[160], link[160];
 	struct snap_dir d;
 	struct stat st;
-	struct tmp t;
+	struct snap_tmp t;
 	mode_t old;
 
-	tmp_make(_metadata, &t);
+	ASSERT_TRUE(snap_tmp__make(&t, "kiln-snap"));
 	/* An existing directory that others may read: refused. */
 	ASSERT_EQ(0, mkdir(t.dir, 0755));
 	ASSERT_EQ(0, chmod(t.dir, 0755));
@@ -350,22 +330,22 @@ TEST(directory_modes)
 	ASSERT_EQ(0, chmod(path, 0755));
 	EXPECT_EQ(-EPERM, snap_dir__verify(path, &(json_t *){ NULL }, err,
 					   sizeof(err)));
-	tmp_clean(&t);
+	snap_tmp__clean(&t);
 }
 
 TEST(memory_of_partial_pages_refused)
 {
 	char err[256];
 	struct snap_dir d;
-	struct tmp t;
+	struct snap_tmp t;
 	static uint8_t mem[PAGE + 1];
 
-	tmp_make(_metadata, &t);
+	ASSERT_TRUE(snap_tmp__make(&t, "kiln-snap"));
 	ASSERT_EQ(0, snap_dir__create(&d, t.dir, err, sizeof(err)));
 	EXPECT_EQ(-EINVAL, snap_dir__write_memory(&d, "m", mem, sizeof(mem),
 						  err, sizeof(err)));
 	snap_dir__close(&d);
-	tmp_clean(&t);
+	snap_tmp__clean(&t);
 }
 
 /* ---- state files -------------------------------------------------- */

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "selftests/kselftest.h"
+#include "selftests/testutil.h"
 #include "vmm/snapshot-file.h"
 #include "vmm/snapshot-load.h"
 #include "vmm/snapshot-state.h"
@@ -27,27 +28,6 @@
 #define IDENTITY                                                          \
 	"sha256:00112233445566778899aabbccddeeff00112233445566778899aabbcc" \
 	"ddeeff"
-
-struct tmp {
-	char base[64]; /* mkdtemp'ed, 0700 */
-	char dir[96];  /* base/snap */
-};
-
-static void tmp_make(struct __test_metadata *_metadata, struct tmp *t)
-{
-	snprintf(t->base, sizeof(t->base), "/tmp/kiln-load-XXXXXX");
-	ASSERT_NE(NULL, mkdtemp(t->base));
-	snprintf(t->dir, sizeof(t->dir), "%s/snap", t->base);
-}
-
-static void tmp_clean(struct tmp *t)
-{
-	char cmd[128];
-
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", t->base);
-	if (system(cmd))
-		(void)0;
-}
 
 static const struct snap_expect good = {
 	.vmm = VMM,
@@ -158,9 +138,9 @@ TEST(a_whole_snapshot_loads)
 	char err[512] = "";
 	const void *d;
 	uint32_t v;
-	struct tmp t;
+	struct snap_tmp t;
 
-	tmp_make(_metadata, &t);
+	ASSERT_TRUE(snap_tmp__make(&t, "kiln-load"));
 	ASSERT_EQ(0, write_snapshot(t.dir, err, sizeof(err))) TH_LOG("%s", err);
 	ASSERT_EQ(0, snap_load__open(&l, t.dir, &good, err, sizeof(err)))
 	TH_LOG("%s", err);
@@ -180,7 +160,7 @@ TEST(a_whole_snapshot_loads)
 	snap_load__close(&l);
 	EXPECT_EQ(-1, l.mem_fd);
 	EXPECT_EQ(NULL, l.manifest);
-	tmp_clean(&t);
+	snap_tmp__clean(&t);
 }
 
 /* One expectation changed: refused, the field named, the values said. */
@@ -203,9 +183,9 @@ TEST(another_monitor_or_config_is_refused)
 	};
 	struct snap_load l;
 	char err[512] = "";
-	struct tmp t;
+	struct snap_tmp t;
 
-	tmp_make(_metadata, &t);
+	ASSERT_TRUE(snap_tmp__make(&t, "kiln-load"));
 	ASSERT_EQ(0, write_snapshot(t.dir, err, sizeof(err))) TH_LOG("%s", err);
 	for (unsigned int i = 0; i < ARRAY_SIZE(cases); i++) {
 		EXPECT_EQ(-EINVAL, snap_load__open(&l, t.dir, &cases[i].want,
@@ -215,7 +195,7 @@ TEST(another_monitor_or_config_is_refused)
 		TH_LOG("case %u: %s", i, err);
 		EXPECT_EQ(-1, l.mem_fd);
 	}
-	tmp_clean(&t);
+	snap_tmp__clean(&t);
 }
 
 static void bad_vm_digest(json_t *m)
@@ -303,9 +283,9 @@ TEST(a_damaged_snapshot_is_refused_naming_the_file)
 	char err[512];
 
 	for (unsigned int i = 0; i < ARRAY_SIZE(cases); i++) {
-		struct tmp t;
+		struct snap_tmp t;
 
-		tmp_make(_metadata, &t);
+		ASSERT_TRUE(snap_tmp__make(&t, "kiln-load"));
 		err[0] = '\0';
 		ASSERT_EQ(0, write_snapshot(t.dir, err, sizeof(err)))
 		TH_LOG("%s", err);
@@ -325,7 +305,7 @@ TEST(a_damaged_snapshot_is_refused_naming_the_file)
 				     strlen(cases[i].says)))
 		TH_LOG("case %u: %s", i, err);
 		EXPECT_EQ(NULL, l.manifest);
-		tmp_clean(&t);
+		snap_tmp__clean(&t);
 	}
 }
 
@@ -340,19 +320,19 @@ TEST(an_ephemeral_root_needs_its_layer)
 	uint8_t page[SNAP_PAGE_SIZE];
 	char err[512] = "", path[192];
 	struct snap_load l;
-	struct tmp t;
+	struct snap_tmp t;
 	int src, fd;
 
 	want.root_layer = true;
-	tmp_make(_metadata, &t);
+	ASSERT_TRUE(snap_tmp__make(&t, "kiln-load"));
 	ASSERT_EQ(0, write_snapshot(t.dir, err, sizeof(err))) TH_LOG("%s", err);
 	EXPECT_EQ(-EINVAL, snap_load__open(&l, t.dir, &want, err, sizeof(err)));
 	EXPECT_NE(NULL, strstr(err, "no part disk.delta of kind disk"))
 	TH_LOG("%s", err);
-	tmp_clean(&t);
+	snap_tmp__clean(&t);
 
 	/* A 64 KiB "layer" with one page of data, sparse. */
-	tmp_make(_metadata, &t);
+	ASSERT_TRUE(snap_tmp__make(&t, "kiln-load"));
 	snprintf(path, sizeof(path), "%s/src", t.base);
 	src = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 	ASSERT_LE(0, src);
@@ -385,7 +365,7 @@ TEST(an_ephemeral_root_needs_its_layer)
 	EXPECT_EQ(-EBADMSG,
 		  snap_load__open(&l, t.dir, &want, err, sizeof(err)));
 	EXPECT_EQ(0, strncmp(err, "disk.delta: sha256 ", 19)) TH_LOG("%s", err);
-	tmp_clean(&t);
+	snap_tmp__clean(&t);
 }
 
 TEST_HARNESS_MAIN
