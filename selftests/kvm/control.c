@@ -2038,20 +2038,62 @@ static long guest_counter_above(struct __test_metadata *_metadata,
  * changed is refused before anything starts: exit 125, one line that
  * names the file.
  */
+/* The vmm's log (its first MiB) as a string; NULL when unreadable. */
+static char *log_text(const char *path)
+{
+	char *text = calloc(1, 1 << 20);
+	size_t n = 0;
+	FILE *f;
+
+	f = fopen(path, "r");
+	if (!f || !text) {
+		if (f)
+			fclose(f);
+		free(text);
+		return NULL;
+	}
+	n = fread(text, 1, (1 << 20) - 1, f);
+	fclose(f);
+	text[n] = '\0';
+	return text;
+}
+
+/*
+ * A foreground start with opts that must be refused before it serves:
+ * exit 125, why in its error, no control socket ever.
+ */
+static void start_refused(struct __test_metadata *_metadata,
+			  const char *const opts[], const char *why)
+{
+	const char *argv[32];
+	struct spawn_result r;
+	struct vmctl c;
+	struct guest g;
+
+	guest_paths(&g);
+	snprintf(c.dir, sizeof(c.dir), "/tmp/kiln-ctl-XXXXXX");
+	ASSERT_NE(NULL, mkdtemp(c.dir));
+	snprintf(c.sock, sizeof(c.sock), "%s/ctl.sock", c.dir);
+	snprintf(c.image, sizeof(c.image), "%s/kiln-test.json", g.images);
+	c.vmm = 0;
+	start_argv(&c, &g, false, opts, argv);
+	ASSERT_EQ(0, spawn__run(argv, NULL, &r));
+	EXPECT_EQ(125, r.status);
+	EXPECT_NE(NULL, strstr(r.err, why)) TH_LOG("%.500s", r.err);
+	EXPECT_NE(0, access(c.sock, F_OK)); /* it never served */
+	vm_cleanup(&c);
+}
+
 TEST_TIMEOUT(snapshot_restore_keeps_a_counter, 2 * BOOT_TIMEOUT)
 {
 	const char *ro[] = { "--rootfs-mode", "readonly", NULL };
 	const char *rest[] = { "--rootfs-mode", "readonly", "--restore", NULL,
 			       NULL };
 	char snap[128], path[200], *log = NULL;
-	struct vmctl c, c2, c3;
+	struct vmctl c, c2;
 	struct spawn_result r;
-	const char *argv[32];
 	long before, v1, v2;
-	struct guest g;
-	size_t n = 0;
 	uint8_t b;
-	FILE *f;
 	int fd;
 
 	if (access("/dev/kvm", R_OK | W_OK))
@@ -2082,15 +2124,8 @@ TEST_TIMEOUT(snapshot_restore_keeps_a_counter, 2 * BOOT_TIMEOUT)
 	EXPECT_LT(v1, v2) TH_LOG("the counter stopped at %ld", v1);
 	CTL(&c2, &r, "status", c2.sock);
 	EXPECT_NE(NULL, strstr(r.out, "\"state\": \"running\""));
-	f = fopen(c2.log, "r");
-	if (f) {
-		log = calloc(1, 1 << 20);
-		if (log)
-			n = fread(log, 1, (1 << 20) - 1, f);
-		fclose(f);
-	}
+	log = log_text(c2.log);
 	ASSERT_NE(NULL, log);
-	log[n] = '\0';
 	EXPECT_NE(NULL, strstr(log, "restored ")) TH_LOG("%.2000s", log);
 	free(log);
 	vm_cleanup(&c2);
@@ -2103,43 +2138,12 @@ TEST_TIMEOUT(snapshot_restore_keeps_a_counter, 2 * BOOT_TIMEOUT)
 	b ^= 0x01;
 	ASSERT_EQ(1, pwrite(fd, &b, 1, 40));
 	close(fd);
-	guest_paths(&g);
-	snprintf(c3.dir, sizeof(c3.dir), "/tmp/kiln-ctl-XXXXXX");
-	ASSERT_NE(NULL, mkdtemp(c3.dir));
-	snprintf(c3.sock, sizeof(c3.sock), "%s/ctl.sock", c3.dir);
-	snprintf(c3.image, sizeof(c3.image), "%s/kiln-test.json", g.images);
-	c3.vmm = 0;
-	start_argv(&c3, &g, false, rest, argv);
-	ASSERT_EQ(0, spawn__run(argv, NULL, &r));
-	EXPECT_EQ(125, r.status);
-	EXPECT_NE(NULL, strstr(r.err, "vcpu0.state: sha256 "))
-	TH_LOG("%.500s", r.err);
-	EXPECT_NE(0, access(c3.sock, F_OK)); /* it never served */
-	vm_cleanup(&c3);
+	start_refused(_metadata, rest, "vcpu0.state: sha256 ");
 	vm_cleanup(&c);
 }
 
 /* ---- baselines (Documentation/snapshots.md, "Baselines") ----------- */
 
-/* The vmm's log (its first MiB) as a string; NULL when unreadable. */
-static char *log_text(const char *path)
-{
-	char *text = calloc(1, 1 << 20);
-	size_t n = 0;
-	FILE *f;
-
-	f = fopen(path, "r");
-	if (!f || !text) {
-		if (f)
-			fclose(f);
-		free(text);
-		return NULL;
-	}
-	n = fread(text, 1, (1 << 20) - 1, f);
-	fclose(f);
-	text[n] = '\0';
-	return text;
-}
 
 /* The one entry in the cache (a 64-hex name) into path, or false. */
 static bool baseline_entry(const char *cache, char *path, size_t len)
@@ -2500,10 +2504,8 @@ TEST_TIMEOUT(snapshot_restore_persistent_root_until_it_changes,
 	const char *pers[] = { "--rootfs-mode", NULL, NULL };
 	const char *rest[] = { "--rootfs-mode", NULL, "--restore", NULL, NULL };
 	char sdir[] = "/tmp/kiln-state-XXXXXX", mode[128], snap[128], cmd[160];
-	struct vmctl c, a, c3;
+	struct vmctl c, a;
 	struct spawn_result r;
-	const char *argv[32];
-	struct guest g;
 
 	if (access("/dev/kvm", R_OK | W_OK))
 		SKIP(return, "no usable /dev/kvm (run through tools/vmtest)");
@@ -2527,19 +2529,7 @@ TEST_TIMEOUT(snapshot_restore_persistent_root_until_it_changes,
 	EXPECT_NE(NULL, strstr(r.out, "kiln-persistent-note"));
 	vm_cleanup(&a);
 
-	guest_paths(&g);
-	snprintf(c3.dir, sizeof(c3.dir), "/tmp/kiln-ctl-XXXXXX");
-	ASSERT_NE(NULL, mkdtemp(c3.dir));
-	snprintf(c3.sock, sizeof(c3.sock), "%s/ctl.sock", c3.dir);
-	snprintf(c3.image, sizeof(c3.image), "%s/kiln-test.json", g.images);
-	c3.vmm = 0;
-	start_argv(&c3, &g, false, rest, argv);
-	ASSERT_EQ(0, spawn__run(argv, NULL, &r));
-	EXPECT_EQ(125, r.status);
-	EXPECT_NE(NULL, strstr(r.err, "changed since the snapshot"))
-	TH_LOG("%.500s", r.err);
-	EXPECT_NE(0, access(c3.sock, F_OK));
-	vm_cleanup(&c3);
+	start_refused(_metadata, rest, "changed since the snapshot");
 	vm_cleanup(&c);
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", sdir);
 	if (system(cmd))
