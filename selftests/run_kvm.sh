@@ -39,25 +39,6 @@ if [ "$(id -u)" -eq 0 ]; then
 	done
 fi
 
-# In the harness, /tmp is the host's, served by the harness's virtiofsd,
-# whose idle stalls (Documentation/harness.md) hit hardest the tests that
-# hammer a bind mount. The virtio-fs tests put their directories under
-# KILN_FS_TMP instead: an ext4 of the harness's own (a loop device over
-# /dev/shm; ext4 holds the user xattrs mapped ownership needs, tmpfs on
-# 6.1 does not). Best effort: without it they use /tmp as before.
-if [ -n "${KILN_IN_HARNESS:-}" ] && [ "$(id -u)" -eq 0 ] &&
-	[ -z "${KILN_FS_TMP:-}" ]; then
-	fs_img=/dev/shm/kiln-fs-tmp.img fs_mnt=/run/kiln-fs-tmp
-	modprobe -q loop 2>/dev/null || true
-	if truncate -s 2G "$fs_img" && mkfs.ext4 -q -F -m 0 "$fs_img" &&
-		mkdir -p "$fs_mnt" && mount -o loop "$fs_img" "$fs_mnt" &&
-		chmod 1777 "$fs_mnt"; then
-		export KILN_FS_TMP=$fs_mnt
-	else
-		echo "# run_kvm.sh: no harness-local ext4 for the fs tests: /tmp"
-	fi
-fi
-
 if [ ! -c "$KILN_KVM_DEVICE" ]; then
 	echo "# kiln-error: run_kvm.sh: no $KILN_KVM_DEVICE on $(uname -n):" \
 		"the KVM tests would only skip"

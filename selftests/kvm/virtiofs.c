@@ -89,9 +89,7 @@ static void fsx_init(struct __test_metadata *_metadata, struct fsx *s)
 	guest_paths(&g);
 	if (access("/dev/kvm", R_OK | W_OK))
 		SKIP(return, "no usable /dev/kvm (run through tools/vmtest)");
-	/* run_kvm.sh's harness-local ext4, when there is one. */
-	snprintf(s->dir, sizeof(s->dir), "%s/kiln-fs-XXXXXX",
-		 env_or("KILN_FS_TMP", "/tmp"));
+	snprintf(s->dir, sizeof(s->dir), "/tmp/kiln-fs-XXXXXX");
 	ASSERT_NE(NULL, mkdtemp(s->dir));
 	snprintf(s->src, sizeof(s->src), "%s/src", s->dir);
 	snprintf(s->outside, sizeof(s->outside), "%s/outside", s->dir);
