@@ -765,7 +765,10 @@ static void conform_name(char *dst, const char *src)
 	dst[n] = '\0';
 }
 
-/* Lines "FS: ok NAME", "FS: not ok NAME: why", "FS: conform: ...". */
+/*
+ * Lines "FS: ok NAME", "FS: not ok NAME: why", "FS: conform: ..."; the
+ * runner's remarks, "FS: # ...", are printed.
+ */
 static void conform_parse(struct conform_run *run, const char *out)
 {
 	for (const char *l = out; l && *l; l = strchr(l, '\n'), l = l ? l + 1 : l) {
@@ -775,6 +778,11 @@ static void conform_parse(struct conform_run *run, const char *out)
 
 		if (!colon || (eol && colon > eol) || colon - l > 12)
 			continue;
+		/* The runner's remarks: a guest that stood still, a hang. */
+		if (!strncmp(colon + 2, "# ", 2)) {
+			printf("# %.*s\n", eol ? (int)(eol - l) : (int)strlen(l), l);
+			continue;
+		}
 		if (strncmp(colon + 2, "ok ", 3) &&
 		    strncmp(colon + 2, "not ok ", 7) &&
 		    strncmp(colon + 2, "conform: ", 9))
