@@ -62,9 +62,9 @@ struct vm_baseline {
  */
 static const char *unsupported(const struct vm_config *c)
 {
-	if (c->rootfs.descriptor && c->rootfs.mode != ROOTFS_READONLY)
-		return "a writable root does not travel with a snapshot yet "
-		       "(--rootfs-mode readonly does)";
+	if (c->rootfs.descriptor && c->rootfs.mode == ROOTFS_PERSISTENT)
+		return "a persistent root is one VM's own state, not a "
+		       "baseline's (--rootfs-mode ephemeral or readonly)";
 	if (c->mounts.nr)
 		return "mounts are not saved yet (virtio-fs has no save hook)";
 	if (c->net.mode != NET_NONE)
@@ -92,6 +92,9 @@ static int lookup(struct vm *vm, struct vm_baseline *b, bool *capture)
 		.identity_digest = digest,
 		.vcpus = vm->nr_vcpus,
 		.memory_bytes = vm->ram_size,
+		/* Each clone takes its own copy of the entry's layer. */
+		.root_layer = vm->disk &&
+			      vm->cfg->rootfs.mode == ROOTFS_EPHEMERAL,
 	};
 	struct snap_load *l;
 	int ret;

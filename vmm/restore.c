@@ -102,9 +102,19 @@ static int restore_root(struct vm *vm)
 		return 0;
 	if (vm->cfg->rootfs.mode == ROOTFS_PERSISTENT)
 		return check_root_state(vm);
-	snprintf(what, sizeof(what), "--restore %s: %s", vm->cfg->restore_dir,
-		 SNAP_LAYER_FILE);
+	snprintf(what, sizeof(what), "%s: %s", vm->restore_dir, SNAP_LAYER_FILE);
 	return disk__load_layer(vm->disk, vm->restore->layer_fd, what);
+}
+
+/* A baseline's entry (vm__baseline_open set vm->restore): its layer. */
+static int restore_baseline_root(struct vm *vm)
+{
+	int ret = restore_root(vm);
+
+	if (!ret)
+		return 0;
+	vm__restore_close(vm);
+	return vm__baseline_failed(vm, ret);
 }
 
 int vm__restore_open(struct vm *vm)
@@ -121,7 +131,7 @@ int vm__restore_open(struct vm *vm)
 	int ret;
 
 	if (!cfg->restore_dir)
-		return 0;
+		return vm->restore ? restore_baseline_root(vm) : 0;
 	want.root_layer = vm->disk && cfg->rootfs.mode == ROOTFS_EPHEMERAL;
 	ret = vm__snapshot_identity_digest(vm, digest, sizeof(digest));
 	if (ret) {

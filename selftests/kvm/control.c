@@ -2241,6 +2241,56 @@ TEST_TIMEOUT(baseline_second_start_restores, 2 * BOOT_TIMEOUT)
 		(void)0;
 }
 
+/*
+ * An ephemeral root (the default) travels with a baseline: the entry
+ * holds the root's layer as the agent first saw it, and every clone
+ * writes into its own copy. What one clone wrote is in no other, and
+ * the entry is as it was (the third start's restore checks its hashes).
+ */
+TEST_TIMEOUT(baseline_ephemeral_root_clones_write_their_own_copy,
+	     3 * BOOT_TIMEOUT)
+{
+	const char *extra[] = { "--baseline-cache", NULL, NULL };
+	const char *mark = "test -e /var/tmp/mark && echo dirty || echo clean;"
+			   " mkdir -p /var/tmp && echo $$ > /var/tmp/mark &&"
+			   " sync && cat /var/tmp/mark";
+	char base[64], cache[96], entry[200], path[260], *log;
+	struct spawn_result r;
+	struct vmctl c[3];
+	struct stat st;
+
+	if (access("/dev/kvm", R_OK | W_OK))
+		SKIP(return, "no usable /dev/kvm (run through tools/vmtest)");
+	snprintf(base, sizeof(base), "/tmp/kiln-baseline-XXXXXX");
+	ASSERT_NE(NULL, mkdtemp(base));
+	snprintf(cache, sizeof(cache), "%s/cache", base);
+	extra[1] = cache;
+
+	for (int i = 0; i < 3; i++) {
+		ASSERT_TRUE(vm_start_with(_metadata, &c[i], false, extra));
+		baseline_check(_metadata, &c[i], i ? "restored" : "captured");
+		if (!i) {
+			ASSERT_TRUE(baseline_entry(cache, entry,
+						   sizeof(entry)));
+			snprintf(path, sizeof(path), "%s/disk.delta", entry);
+			EXPECT_EQ(0, stat(path, &st)) TH_LOG("no %s", path);
+		}
+		CTL(&c[i], &r, "exec", c[i].sock, "--", "sh", "-c", mark);
+		EXPECT_EQ(0, r.status);
+		EXPECT_EQ(0, strncmp(r.out, "clean\n", 6)) TH_LOG("%s", r.out);
+		log = log_text(c[i].log);
+		ASSERT_NE(NULL, log);
+		EXPECT_EQ(NULL, strstr(log, "not used")) TH_LOG("%.3000s", log);
+		EXPECT_EQ(NULL, strstr(log, "discarded")) TH_LOG("%.3000s", log);
+		free(log);
+		vm_stop_term(_metadata, &c[i]);
+		vm_cleanup(&c[i]);
+	}
+	snprintf(path, sizeof(path), "rm -rf '%s'", base);
+	if (system(path))
+		(void)0;
+}
+
 /* One byte of the first page of data memory.raw holds, flipped. */
 static void flip_memory(struct __test_metadata *_metadata, const char *entry)
 {
