@@ -80,6 +80,7 @@ core-obj-y += vmm/options.o
 core-obj-y += vmm/jail.o
 core-obj-y += vmm/bus.o
 core-obj-y += vmm/rootfs.o
+core-obj-y += vmm/verified.o
 core-obj-y += vmm/snapshot-file.o
 core-obj-y += vmm/snapshot-state.o
 core-obj-y += vmm/snapshot-load.o

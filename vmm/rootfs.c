@@ -25,10 +25,10 @@
 #include "lib/compiler.h"
 #include "lib/errf.h"
 #include "vmm/rootfs.h"
+#include "vmm/verified.h"
 
 #define DESCRIPTOR_MAX (64U << 10) /* bytes: a descriptor is ~300 */
 #define HASH_CHUNK     (1U << 20)  /* bytes per read while hashing */
-#define CACHE_KEY_MAX  512U
 
 void rootfs__free(struct rootfs_image *img)
 {
@@ -344,26 +344,6 @@ static void to_hex(const unsigned char *in, size_t n, char *out)
 	out[2 * n] = '\0';
 }
 
-/* SHA-256 of a small buffer as 64 hex digits. */
-static int sha256_hex(const void *buf, size_t n, char out[65])
-{
-	unsigned char md[WC_SHA256_DIGEST_SIZE];
-	wc_Sha256 sha;
-	int ret;
-
-	ret = wc_InitSha256(&sha);
-	if (ret)
-		return wolf_errno(ret);
-	ret = wc_Sha256Update(&sha, buf, n);
-	if (!ret)
-		ret = wc_Sha256Final(&sha, md);
-	wc_Sha256Free(&sha);
-	if (ret)
-		return wolf_errno(ret);
-	to_hex(md, sizeof(md), out);
-	return 0;
-}
-
 /*
  * Hash the first size bytes of fd into "sha256:<hex>". The file was
  * checked to be exactly that size; one that shrinks meanwhile is an error.
@@ -428,178 +408,16 @@ out:
 	return ret;
 }
 
-/* ---- the verification cache ------------------------------------------ */
-
-/*
- * An entry vouches that the file with this identity (device, inode), size
- * and modification and change times, to the nanosecond, had this digest.
- * Any write to a file moves its ctime, which no unprivileged call can set
- * back, so an entry can never vouch for content it did not hash.
- */
-static int cache_key(const struct stat *st, const char *digest, char *key,
-		     size_t len)
-{
-	int n = snprintf(key, len,
-			 "kiln rootfs verified v1\n"
-			 "dev %llu\nino %llu\nsize %lld\n"
-			 "mtime %lld.%09ld\nctime %lld.%09ld\n"
-			 "digest %s\n",
-			 (unsigned long long)st->st_dev,
-			 (unsigned long long)st->st_ino, (long long)st->st_size,
-			 (long long)st->st_mtim.tv_sec, st->st_mtim.tv_nsec,
-			 (long long)st->st_ctim.tv_sec, st->st_ctim.tv_nsec,
-			 digest);
-
-	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : n;
-}
-
-/* ${KILN_CACHE:-$HOME/.cache/kiln}/verified; NULL when there is none. */
-static char *cache_dir(void)
-{
-	const char *base = getenv("KILN_CACHE");
-	const char *home = getenv("HOME");
-	char *dir;
-	int n;
-
-	if (base && *base)
-		n = asprintf(&dir, "%s/verified", base);
-	else if (home && *home)
-		n = asprintf(&dir, "%s/.cache/kiln/verified", home);
-	else
-		return NULL;
-	return n < 0 ? NULL : dir;
-}
-
-/* The entry's file name: the key's own SHA-256. */
-static char *cache_entry(const char *dir, const char *key, size_t keylen)
-{
-	char hex[65], *path;
-
-	if (sha256_hex(key, keylen, hex))
-		return NULL;
-	if (asprintf(&path, "%s/%s", dir, hex) < 0)
-		return NULL;
-	return path;
-}
-
-/*
- * A hit needs the entry to hold exactly the key, and to be ours and not
- * writable by anyone else: an entry someone else could plant is ignored.
- */
-static bool cache_lookup(const char *entry, const char *key, size_t keylen)
-{
-	char buf[CACHE_KEY_MAX];
-	struct stat st;
-	bool hit = false;
-	ssize_t n;
-	int fd;
-
-	fd = open(entry, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-	if (fd < 0)
-		return false;
-	if (!fstat(fd, &st) && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
-	    !(st.st_mode & 022)) {
-		n = read(fd, buf, sizeof(buf));
-		hit = n == (ssize_t)keylen && !memcmp(buf, key, keylen);
-	}
-	close(fd);
-	return hit;
-}
-
-/* mkdir -p, new directories private to the user. */
-static int mkdir_p(const char *dir)
-{
-	char *p, *tmp = strdup(dir);
-	int ret = 0;
-
-	if (!tmp)
-		return -ENOMEM;
-	for (p = strchr(tmp + 1, '/'); p && !ret; p = strchr(p + 1, '/')) {
-		*p = '\0';
-		if (mkdir(tmp, 0700) && errno != EEXIST)
-			ret = -errno;
-		*p = '/';
-	}
-	if (!ret && mkdir(tmp, 0700) && errno != EEXIST)
-		ret = -errno;
-	free(tmp);
-	return ret;
-}
-
-/* Write the entry whole (a temporary file renamed over it), or not at all. */
-static int cache_store(const char *dir, const char *entry, const char *key,
-		       size_t keylen)
-{
-	char *tmp;
-	int fd, ret;
-
-	ret = mkdir_p(dir);
-	if (ret)
-		return ret;
-	if (asprintf(&tmp, "%s/.tmp-XXXXXX", dir) < 0)
-		return -ENOMEM;
-	fd = mkostemp(tmp, O_CLOEXEC);
-	if (fd < 0) {
-		ret = -errno;
-		goto out_free;
-	}
-	errno = 0;
-	if (write(fd, key, keylen) != (ssize_t)keylen)
-		ret = errno ? -errno : -EIO;
-	if (close(fd) && !ret)
-		ret = -errno;
-	if (!ret && rename(tmp, entry))
-		ret = -errno;
-	if (ret)
-		unlink(tmp);
-out_free:
-	free(tmp);
-	return ret;
-}
-
 /* ---- verification ---------------------------------------------------- */
-
-static bool same_file_state(const struct stat *a, const struct stat *b)
-{
-	return a->st_dev == b->st_dev && a->st_ino == b->st_ino &&
-	       a->st_size == b->st_size &&
-	       a->st_mtim.tv_sec == b->st_mtim.tv_sec &&
-	       a->st_mtim.tv_nsec == b->st_mtim.tv_nsec &&
-	       a->st_ctim.tv_sec == b->st_ctim.tv_sec &&
-	       a->st_ctim.tv_nsec == b->st_ctim.tv_nsec;
-}
-
-/*
- * File times come from a clock that ticks coarsely (a jiffy; a second or
- * two on some file systems), so a file changed twice within one tick keeps
- * the same ctime. Like git's "racily clean" index entries, a file whose
- * ctime is that close to now is hashed but not cached: any change after
- * this moment then gets a later ctime. A ctime with nanoseconds is from a
- * fine-grained file system, where a tick is at most 10 ms (HZ=100).
- */
-#define RACY_FINE_NS   (100LL * 1000 * 1000)	  /* 100 ms */
-#define RACY_COARSE_NS (2LL * 1000 * 1000 * 1000) /* 2 s (FAT: 2 s) */
-
-static bool changed_too_recently(const struct stat *st)
-{
-	struct timespec now;
-	long long age;
-
-	if (clock_gettime(CLOCK_REALTIME, &now))
-		return true;
-	age = (now.tv_sec - (long long)st->st_ctim.tv_sec) * 1000000000LL +
-	      (now.tv_nsec - st->st_ctim.tv_nsec);
-	return age < (st->st_ctim.tv_nsec ? RACY_FINE_NS : RACY_COARSE_NS);
-}
 
 static int verify(const struct rootfs_image *img, bool use_cache, char *err,
 		  size_t len)
 {
 	const char *desc = img->descriptor ? img->descriptor : img->path;
-	char actual[ROOTFS_DIGEST_LEN + 1], key[CACHE_KEY_MAX];
-	char *dir = NULL, *entry = NULL;
-	struct stat st, after;
-	int fd, ret, keylen;
+	char actual[ROOTFS_DIGEST_LEN + 1];
+	struct verified v = { .keylen = 0 };
+	struct stat st;
+	int fd, ret;
 
 	/* O_NONBLOCK: a FIFO must be refused, not wait for a writer. */
 	fd = open(img->path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
@@ -626,16 +444,10 @@ static int verify(const struct rootfs_image *img, bool use_cache, char *err,
 		goto out;
 	}
 
-	keylen = cache_key(&st, img->digest, key, sizeof(key));
-	dir = keylen > 0 ? cache_dir() : NULL;
-	entry = dir ? cache_entry(dir, key, keylen) : NULL;
-	if (!entry)
-		pr_debug("%s: no verification cache (set KILN_CACHE or HOME)",
-			 img->path);
-	if (use_cache && entry && cache_lookup(entry, key, keylen)) {
+	if (use_cache && verified__lookup(&v, &st, img->digest)) {
 		pr_debug("%s: digest vouched for by the verification cache "
 			 "(%s)",
-			 img->path, entry);
+			 img->path, v.entry);
 		ret = 0;
 		goto out;
 	}
@@ -649,29 +461,16 @@ static int verify(const struct rootfs_image *img, bool use_cache, char *err,
 			   img->digest, img->path, actual);
 		goto out;
 	}
-	/* What was hashed must still be what is there. */
-	if (fstat(fd, &after) || !same_file_state(&st, &after)) {
+	pr_debug("%s: hashed %llu bytes, digest matches", img->path,
+		 (unsigned long long)img->size_bytes);
+	if (!use_cache)
+		verified__lookup(&v, &st, img->digest);
+	if (verified__remember(&v, fd, &st, img->path))
 		ret = errf(err, len, -EBUSY,
 			   "%s: path \"%s\": changed while being verified",
 			   desc, img->path);
-		goto out;
-	}
-	pr_debug("%s: hashed %llu bytes, digest matches", img->path,
-		 (unsigned long long)img->size_bytes);
-	if (entry && changed_too_recently(&after)) {
-		pr_debug("%s: changed too recently to be cached", img->path);
-	} else if (entry) {
-		int cret = cache_store(dir, entry, key, keylen);
-
-		/* Only costs a hash next time: warn, and boot anyway. */
-		if (cret)
-			pr_warn("verification cache %s: %s (the image will be "
-				"hashed again next time)",
-				dir, strerror(-cret));
-	}
 out:
-	free(entry);
-	free(dir);
+	verified__release(&v);
 	close(fd);
 	return ret;
 }

@@ -24,6 +24,7 @@
 
 #include "lib/compiler.h"
 #include "vmm/snapshot-file.h"
+#include "vmm/verified.h"
 
 #define SNAP_READ_CHUNK (1U << 20) /* bytes per read while verifying */
 
@@ -646,6 +647,47 @@ static int read_manifest(int dfd, json_t **out, char *err, size_t len)
 	return 0;
 }
 
+/* Below this, a part is hashed every time: cheaper than a cache entry. */
+#define SNAP_VERIFIED_MIN_BYTES (1U << 20)
+
+static int snap_hash(int fd, const char *kind, const char *want,
+		     char hex[SNAP_SHA256_HEX + 1])
+{
+	int ret = strcmp(kind, SNAP_DIGEST_PAGES) ?
+			  snap_file__sha256(fd, hex) :
+			  snap_file__pages_sha256(fd, hex);
+
+	return !ret && strcmp(hex, want) ? -EBADMSG : ret;
+}
+
+/*
+ * fd's bytes against the manifest's sha256 (want) under the digest kind:
+ * 0, -EBADMSG (hex has what they hash to), -EBUSY (changed meanwhile) or
+ * an error. A good hash goes in the verification cache, so the next use
+ * of an untouched file (every restore from one baseline) skips it.
+ */
+static int verify_bytes(int fd, const struct stat *st, const char *file,
+			const char *kind, const char *want,
+			char hex[SNAP_SHA256_HEX + 1])
+{
+	char digest[SNAP_SHA256_HEX + 64];
+	struct verified v;
+	int ret;
+
+	snprintf(digest, sizeof(digest), "snapshot-%s:%.64s", kind, want);
+	if (st->st_size < SNAP_VERIFIED_MIN_BYTES)
+		return snap_hash(fd, kind, want, hex);
+	if (verified__lookup(&v, st, digest)) {
+		verified__release(&v);
+		return 0;
+	}
+	ret = snap_hash(fd, kind, want, hex);
+	if (!ret)
+		ret = verified__remember(&v, fd, st, file);
+	verified__release(&v);
+	return ret;
+}
+
 static int verify_part(int dfd, const json_t *part, char *err, size_t len)
 {
 	const char *file = json_string_value(json_object_get(part, "file"));
@@ -682,22 +724,21 @@ static int verify_part(int dfd, const json_t *part, char *err, size_t len)
 			 file, json_integer_value(bytes));
 		ret = -EBADMSG;
 	}
-	if (!ret)
-		ret = strcmp(digest, SNAP_DIGEST_PAGES) ?
-			      snap_file__sha256(fd, hex) :
-			      snap_file__pages_sha256(fd, hex);
-	close(fd);
-	if (ret) {
-		if (!err[0])
-			snprintf(err, len, "%s: %s", file, strerror(-ret));
-		return ret;
+	if (!ret) {
+		ret = verify_bytes(fd, &st, file, digest, want, hex);
+		if (ret == -EBUSY)
+			snprintf(err, len, "%s: changed while being verified",
+				 file);
 	}
-	if (strcmp(hex, want)) {
+	close(fd);
+	if (ret == -EBADMSG) {
 		snprintf(err, len, "%s: sha256 %s, the manifest says %.64s",
 			 file, hex, want);
-		return -EBADMSG;
+		return ret;
 	}
-	return 0;
+	if (ret && !err[0])
+		snprintf(err, len, "%s: %s", file, strerror(-ret));
+	return ret;
 }
 
 int snap_dir__verify(const char *path, json_t **manifest, char *err, size_t len)

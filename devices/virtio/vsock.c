@@ -353,6 +353,13 @@ static void send_transport_reset(struct vsock *v)
 	else
 		iov__from_buf(ch.iov + ch.nr_out, ch.nr_in, 0, &ev,
 			      sizeof(ev));
+	/*
+	 * The driver's refill must kick us (reset_seen waits for it): with
+	 * EVENT_IDX it kicks only past avail_event, which nothing else moves
+	 * on this queue. Asked before the event is pushed, so before the
+	 * refill; otherwise the held connects wait for the next TICK_MS.
+	 */
+	virtqueue__set_notify_suppression(q, false);
 	ret = virtqueue__push(q, ch.head,
 			      ch.in_len < sizeof(ev) ? 0 : sizeof(ev));
 	if (ret) {

@@ -2631,4 +2631,59 @@ TEST_TIMEOUT(restored_clones_draw_different_random_numbers, 3 * BOOT_TIMEOUT)
 	vm_cleanup(&c);
 }
 
+#define CLONES 10
+
+/*
+ * Ten VMs restored at once from one snapshot of a VM with the default
+ * ephemeral root: each writes its own number into the same file of its
+ * root and syncs it, then every clone reads back its own number (a
+ * layer shared between clones would show the last writer's), and the
+ * ten first draws of /dev/urandom after the restore are all different.
+ */
+TEST_TIMEOUT(ten_clones_of_one_snapshot_run_independently, 4 * BOOT_TIMEOUT)
+{
+	const char *rest[] = { "--restore", NULL, NULL };
+	char snap[128], cmd[200], want[16], draw[CLONES][80];
+	struct vmctl c, clone[CLONES];
+	struct spawn_result r;
+	int started = 0;
+
+	if (access("/dev/kvm", R_OK | W_OK))
+		SKIP(return, "no usable /dev/kvm (run through tools/vmtest)");
+	ASSERT_TRUE(vm_start(_metadata, &c, false));
+	ASSERT_EQ(0, clone_sh(_metadata, &c, "mkdir -p /var/tmp && sync", &r));
+	snapshot_and_stop(_metadata, &c, snap, sizeof(snap));
+
+	rest[1] = snap;
+	for (; started < CLONES; started++)
+		if (!vm_start_with(_metadata, &clone[started], false, rest))
+			break;
+	EXPECT_EQ(CLONES, started);
+	for (int i = 0; i < started; i++) {
+		vm_current = &clone[i];
+		snprintf(cmd, sizeof(cmd),
+			 "test -e /var/tmp/who && echo dirty;"
+			 " echo %d > /var/tmp/who && sync && " READ_URANDOM, i);
+		EXPECT_EQ(0, clone_sh(_metadata, &clone[i], cmd, &r));
+		snprintf(draw[i], sizeof(draw[i]), "%.79s", r.out);
+		EXPECT_EQ(64U, strlen(draw[i])) TH_LOG("clone %d: \"%s\"", i,
+						       draw[i]);
+		for (int j = 0; j < i; j++)
+			EXPECT_STRNE(draw[j], draw[i])
+		TH_LOG("clones %d and %d drew the same", j, i);
+	}
+	for (int i = 0; i < started; i++) {
+		vm_current = &clone[i];
+		snprintf(want, sizeof(want), "%d\n", i);
+		EXPECT_EQ(0, clone_sh(_metadata, &clone[i],
+				      "echo 3 >/proc/sys/vm/drop_caches &&"
+				      " cat /var/tmp/who",
+				      &r));
+		EXPECT_STREQ(want, r.out) TH_LOG("clone %d", i);
+	}
+	while (started--)
+		vm_cleanup(&clone[started]);
+	vm_cleanup(&c);
+}
+
 TEST_HARNESS_MAIN
