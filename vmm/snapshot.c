@@ -26,6 +26,7 @@
 #include "vmm/api.h"
 #include "vmm/snapshot-file.h"
 #include "vmm/snapshot-state.h"
+#include "vmm/verified.h"
 #include "vmm/vm.h"
 
 #define SNAP_NAME_LEN 32 /* "vcpu255.state" */
@@ -186,15 +187,48 @@ static int add_digest(json_t *o, const char *key, const void *p, size_t n)
 	return json_object_set_new(o, key, json_string(val)) ? -ENOMEM : 0;
 }
 
-/* The file's digest as key, from the descriptor kept since the boot. */
-static int file_digest(json_t *o, const char *key, int fd)
+/* The verification cache's name for a boot file's digest (a memo). */
+#define BOOT_FILE_MEMO "file-sha256"
+
+/*
+ * The digest of a boot file, from the descriptor kept since the boot,
+ * into hex once: the verification cache's memo for the file as it is,
+ * or a hash, noted in the cache when may_note (before any seccomp
+ * filter: the restore and baseline lookups; a snapshot under the API
+ * filter only reads it).
+ */
+static int boot_file_hex(int fd, char hex[SNAP_SHA256_HEX + 1], bool may_note)
 {
-	char hex[SNAP_SHA256_HEX + 1], val[SNAP_SHA256_HEX + 8];
+	struct stat st;
+	int ret;
+
+	if (hex[0])
+		return 0;
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	if (verified__recall(&st, BOOT_FILE_MEMO, hex, SNAP_SHA256_HEX + 1) &&
+	    strlen(hex) == SNAP_SHA256_HEX)
+		return 0;
+	ret = snap_file__sha256(fd, hex);
+	if (ret) {
+		hex[0] = '\0';
+		return ret;
+	}
+	if (may_note)
+		verified__note(fd, &st, BOOT_FILE_MEMO, hex, "a boot file");
+	return 0;
+}
+
+/* The file's digest as key (see boot_file_hex). */
+static int file_digest(json_t *o, const char *key, int fd,
+		       char hex[SNAP_SHA256_HEX + 1], bool may_note)
+{
+	char val[SNAP_SHA256_HEX + 8];
 	int ret;
 
 	if (fd < 0)
 		return 0;
-	ret = snap_file__sha256(fd, hex);
+	ret = boot_file_hex(fd, hex, may_note);
 	if (ret)
 		return ret;
 	snprintf(val, sizeof(val), "sha256:%s", hex);
@@ -208,7 +242,7 @@ static int file_digest(json_t *o, const char *key, int fd)
  * (vCPUs, memory, devices by slot, mounts, network) and this monitor's
  * version. The digest is of its compact JSON with sorted keys.
  */
-static int identity(struct vm *vm, json_t **out)
+static int identity(struct vm *vm, bool may_note, json_t **out)
 {
 	const struct vm_config *c = vm->cfg;
 	json_t *o, *devs, *mounts;
@@ -226,9 +260,11 @@ static int identity(struct vm *vm, json_t **out)
 		ret = -ENOMEM;
 		goto out_fail;
 	}
-	ret = file_digest(o, "kernel", vm->snap_kernel_fd);
+	ret = file_digest(o, "kernel", vm->snap_kernel_fd, vm->snap_kernel_hex,
+			  may_note);
 	if (!ret)
-		ret = file_digest(o, "initrd", vm->snap_initrd_fd);
+		ret = file_digest(o, "initrd", vm->snap_initrd_fd,
+				  vm->snap_initrd_hex, may_note);
 	if (!ret && vm->snap_appended[0]) {
 		snprintf(val, sizeof(val), "sha256:%s", vm->snap_appended);
 		json_object_set_new(o, "initrdAppended", json_string(val));
@@ -300,18 +336,19 @@ void vm__snapshot_drop_boot(struct vm *vm)
 	if (vm->snap_initrd_fd >= 0)
 		close(vm->snap_initrd_fd);
 	vm->snap_kernel_fd = vm->snap_initrd_fd = -1;
+	vm->snap_kernel_hex[0] = vm->snap_initrd_hex[0] = '\0';
 	free(vm->snap_cmdline);
 	vm->snap_cmdline = NULL;
 }
 
 /* The manifest's fields besides format and parts. */
-static int manifest_fields(struct vm *vm, json_t **out)
+static int manifest_fields(struct vm *vm, bool may_note, json_t **out)
 {
 	json_t *id = NULL, *m;
 	char *text;
 	int ret;
 
-	ret = identity(vm, &id);
+	ret = identity(vm, may_note, &id);
 	if (ret)
 		return ret;
 	text = json_dumps(id, JSON_COMPACT | JSON_SORT_KEYS);
@@ -335,7 +372,8 @@ int vm__snapshot_identity_digest(struct vm *vm, char *out, size_t len)
 	json_t *m = NULL;
 	int ret;
 
-	ret = manifest_fields(vm, &m);
+	/* Called before any seccomp filter (restore-check, baseline). */
+	ret = manifest_fields(vm, true, &m);
 	if (ret)
 		return ret;
 	snprintf(out, len, "%s",
@@ -447,7 +485,7 @@ static int write_snapshot(struct vm *vm, const char *dir, json_t *devices,
 		ret = snap_dir__write_memory(&d, "memory.raw", vm->ram,
 					     vm->ram_size, err, len);
 	if (!ret) {
-		ret = manifest_fields(vm, &fields);
+		ret = manifest_fields(vm, false, &fields);
 		if (ret)
 			snprintf(err, len, "the manifest: %s", strerror(-ret));
 	}

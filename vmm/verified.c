@@ -72,24 +72,28 @@ static char *cache_entry(const char *dir, const char *key, size_t keylen)
  * A hit needs the entry to hold exactly the key, and to be ours and not
  * writable by anyone else: an entry someone else could plant is ignored.
  */
-static bool cache_lookup(const char *entry, const char *key, size_t keylen)
+static ssize_t cache_read(const char *entry, char *buf, size_t len)
 {
-	char buf[VERIFIED_KEY_MAX];
 	struct stat st;
-	bool hit = false;
-	ssize_t n;
+	ssize_t n = -1;
 	int fd;
 
 	fd = open(entry, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
 	if (fd < 0)
-		return false;
+		return -1;
 	if (!fstat(fd, &st) && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
-	    !(st.st_mode & 022)) {
-		n = read(fd, buf, sizeof(buf));
-		hit = n == (ssize_t)keylen && !memcmp(buf, key, keylen);
-	}
+	    !(st.st_mode & 022))
+		n = read(fd, buf, len);
 	close(fd);
-	return hit;
+	return n;
+}
+
+static bool cache_lookup(const char *entry, const char *key, size_t keylen)
+{
+	char buf[VERIFIED_KEY_MAX];
+	ssize_t n = cache_read(entry, buf, sizeof(buf));
+
+	return n == (ssize_t)keylen && !memcmp(buf, key, keylen);
 }
 
 /* mkdir -p, new directories private to the user. */
@@ -220,4 +224,77 @@ void verified__release(struct verified *v)
 	free(v->entry);
 	free(v->dir);
 	*v = (struct verified){ .keylen = 0 };
+}
+
+/*
+ * A memo: the digest of a file not known beforehand (what a snapshot's
+ * identity names). Its key's digest line is "memo KIND"; the entry holds
+ * the key, then "is DIGEST\n".
+ */
+#define MEMO_IS "is "
+
+static int memo_open(struct verified *v, const struct stat *st,
+		     const char *kind)
+{
+	char what[64];
+
+	snprintf(what, sizeof(what), "memo %s", kind);
+	*v = (struct verified){ .keylen = 0 };
+	v->keylen = cache_key(st, what, v->key, sizeof(v->key));
+	v->dir = v->keylen > 0 ? cache_dir() : NULL;
+	v->entry = v->dir ? cache_entry(v->dir, v->key, v->keylen) : NULL;
+	return v->entry ? 0 : -ENOENT;
+}
+
+bool verified__recall(const struct stat *st, const char *kind, char *digest,
+		      size_t len)
+{
+	char buf[VERIFIED_KEY_MAX + 128];
+	struct verified v;
+	size_t rest;
+	ssize_t n;
+	bool hit = false;
+
+	if (memo_open(&v, st, kind))
+		goto out;
+	n = cache_read(v.entry, buf, sizeof(buf) - 1);
+	if (n <= v.keylen + (ssize_t)strlen(MEMO_IS) ||
+	    memcmp(buf, v.key, v.keylen) ||
+	    memcmp(buf + v.keylen, MEMO_IS, strlen(MEMO_IS)) || buf[n - 1] != '\n')
+		goto out;
+	rest = n - v.keylen - strlen(MEMO_IS) - 1;
+	if (rest + 1 > len || memchr(buf + v.keylen, '\0', n - v.keylen))
+		goto out;
+	memcpy(digest, buf + v.keylen + strlen(MEMO_IS), rest);
+	digest[rest] = '\0';
+	hit = true;
+out:
+	verified__release(&v);
+	return hit;
+}
+
+void verified__note(int fd, const struct stat *st, const char *kind,
+		    const char *digest, const char *what)
+{
+	char buf[VERIFIED_KEY_MAX + 128];
+	struct verified v;
+	struct stat after;
+	int n, ret;
+
+	if (memo_open(&v, st, kind))
+		goto out;
+	if (fstat(fd, &after) || !same_file_state(st, &after) ||
+	    changed_too_recently(&after))
+		goto out;
+	n = snprintf(buf, sizeof(buf), "%.*s" MEMO_IS "%s\n", v.keylen, v.key,
+		     digest);
+	if (n < 0 || (size_t)n >= sizeof(buf))
+		goto out;
+	ret = cache_store(v.dir, v.entry, buf, n);
+	if (ret)
+		pr_warn("verification cache %s: %s (%s will be hashed again "
+			"next time)",
+			v.dir, strerror(-ret), what);
+out:
+	verified__release(&v);
 }

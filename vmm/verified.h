@@ -40,4 +40,16 @@ int verified__remember(struct verified *v, int fd, const struct stat *st,
 
 void verified__release(struct verified *v);
 
+/*
+ * A memo of a digest computed before, for a file in state *st (KIND
+ * names what kind of digest): true with it in digest. verified__note()
+ * records one after fd was hashed, if the file is still in state *st and
+ * did not change too recently; before any seccomp filter only (it
+ * writes the cache).
+ */
+bool verified__recall(const struct stat *st, const char *kind, char *digest,
+		      size_t len);
+void verified__note(int fd, const struct stat *st, const char *kind,
+		    const char *digest, const char *what);
+
 #endif

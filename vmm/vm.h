@@ -103,11 +103,14 @@ struct vm {
 	 * above are released (vmm/snapshot.c): with a control socket, the
 	 * kernel and initrd files kept open (hashed when a snapshot is
 	 * taken, not at every boot), the command line and the appended
-	 * archive's digest. -1, NULL, "": none.
+	 * archive's digest. -1, NULL, "": none. The kernel's and initrd's
+	 * digests once known (a memo of the verification cache, or hashed
+	 * once): "" until then.
 	 */
 	int snap_kernel_fd, snap_initrd_fd;
 	char *snap_cmdline;
 	char snap_appended[65];
+	char snap_kernel_hex[65], snap_initrd_hex[65];
 
 	uint8_t *ram;	      /* one host mapping for all guest RAM */
 	uint64_t ram_size;    /* bytes */

@@ -19,6 +19,7 @@
 #include "selftests/testutil.h"
 #include "vmm/config.h"
 #include "vmm/rootfs.h"
+#include "vmm/verified.h"
 
 #define IMG_SIZE (3 * 4096)
 
@@ -524,6 +525,45 @@ TEST_F(rootfs, cache_skips_hash)
 	EXPECT_EQ(-EINVAL, verify_logged(self, false, log, sizeof(log)));
 	EXPECT_TRUE(strstr(self->err, ": digest: ") != NULL)
 	TH_LOG("%s", self->err);
+}
+
+/*
+ * A memo (what a snapshot's identity uses for the kernel and initrd):
+ * the digest noted for a file comes back for the file in the same state
+ * and kind only; an entry others may write, or a file touched since, is
+ * not believed.
+ */
+TEST_F(rootfs, memo_recalls_a_digest_until_the_file_changes)
+{
+	char got[80], entry[256];
+	struct stat st;
+	int fd;
+
+	let_image_settle(self);
+	fd = open(self->image, O_RDONLY);
+	ASSERT_LE(0, fd);
+	ASSERT_EQ(0, fstat(fd, &st));
+	EXPECT_FALSE(verified__recall(&st, "k", got, sizeof(got)));
+	verified__note(fd, &st, "k", "0123abcd", "the image");
+	ASSERT_EQ(1, cache_entries(self, entry, sizeof(entry)));
+	ASSERT_TRUE(verified__recall(&st, "k", got, sizeof(got)));
+	EXPECT_STREQ("0123abcd", got);
+	EXPECT_FALSE(verified__recall(&st, "other", got, sizeof(got)));
+	/* Too small a buffer for the digest: no recall. */
+	EXPECT_FALSE(verified__recall(&st, "k", got, 4));
+
+	ASSERT_EQ(0, chmod(entry, 0666));
+	EXPECT_FALSE(verified__recall(&st, "k", got, sizeof(got)));
+	ASSERT_EQ(0, chmod(entry, 0600));
+	ASSERT_TRUE(verified__recall(&st, "k", got, sizeof(got)));
+
+	ASSERT_EQ(0, utimensat(AT_FDCWD, self->image, NULL, 0));
+	ASSERT_EQ(0, fstat(fd, &st));
+	EXPECT_FALSE(verified__recall(&st, "k", got, sizeof(got)));
+	/* Changed this moment: not noted (racily clean). */
+	verified__note(fd, &st, "k", "0123abcd", "the image");
+	EXPECT_FALSE(verified__recall(&st, "k", got, sizeof(got)));
+	close(fd);
 }
 
 /* A file changed within the last clock tick or two is not cached. */
