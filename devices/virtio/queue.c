@@ -521,6 +521,23 @@ void virtqueue__set_notify_suppression(struct virtqueue *q, bool suppress)
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 }
 
+uint16_t virtqueue__kick_on_next_avail(struct virtqueue *q)
+{
+	uint16_t idx;
+
+	if (q->broken || !q->ready)
+		return 0;
+	if (!q->event_idx) {
+		virtqueue__set_notify_suppression(q, false);
+		return virtqueue__avail_idx(q);
+	}
+	idx = virtqueue__avail_idx(q);
+	store16(avail_event(q), idx);
+	/* As above: the request before the caller's next look at idx. */
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	return idx;
+}
+
 /* ---- describing a queue ------------------------------------------ */
 
 int virtqueue__describe(const struct virtqueue *q, char *buf, size_t len)

@@ -160,6 +160,16 @@ bool virtqueue__should_notify(struct virtqueue *q);
 void virtqueue__set_notify_suppression(struct virtqueue *q, bool suppress);
 
 /*
+ * A kick for the next buffer the driver makes available, however many it
+ * made available that were not taken (a queue the device takes from only
+ * now and then: vsock's events). With event indexes that is avail_event
+ * = avail->idx now; set_notify_suppression(false) asks for one past the
+ * last taken, which a driver already beyond it never kicks for. Returns
+ * the avail idx it read.
+ */
+uint16_t virtqueue__kick_on_next_avail(struct virtqueue *q);
+
+/*
  * Draining a queue, as every device does when kicked: notifications off
  * while popping, and once the ring looks empty, on again and one more
  * look, or a buffer made available in between sits unnoticed.

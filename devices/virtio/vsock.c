@@ -359,7 +359,7 @@ static void send_transport_reset(struct vsock *v)
 	 * on this queue. Asked before the event is pushed, so before the
 	 * refill; otherwise the held connects wait for the next TICK_MS.
 	 */
-	virtqueue__set_notify_suppression(q, false);
+	v->reset_avail = virtqueue__kick_on_next_avail(q);
 	ret = virtqueue__push(q, ch.head,
 			      ch.in_len < sizeof(ev) ? 0 : sizeof(ev));
 	if (ret) {
@@ -369,7 +369,6 @@ static void send_transport_reset(struct vsock *v)
 	}
 	/* Host connects wait for the driver's refill (vsock-internal.h). */
 	v->reset_unseen = true;
-	v->reset_avail = virtqueue__avail_idx(q);
 	virtio_device__notify_queue(&v->vdev, EVQ);
 }
 

@@ -1639,6 +1639,15 @@ TEST_F(vsock, restore_resets_the_transport_and_serves_on)
 	 */
 	put_desc(t, EVQ, 0, EV_GPA, 4, VRING_DESC_F_WRITE, 0);
 	publish(t, EVQ, 0);
+	/*
+	 * And the device asked for that refill's kick, though the driver
+	 * made more buffers available than it took (Linux posts 8): without
+	 * the kick it would see the refill only at its next tick.
+	 */
+	EXPECT_GT(t->q[EVQ].avail_idx, 2);
+	EXPECT_TRUE(vdrv_need_kick(&t->d, USED_GPA(EVQ), t->q[EVQ].size,
+				   t->q[EVQ].avail_idx - 1,
+				   t->q[EVQ].avail_idx));
 	kick(t, EVQ);
 
 	ASSERT_EQ(0, vsock__start(t->vs, NULL));
