@@ -2171,6 +2171,16 @@ static void vm_stop_term(struct __test_metadata *_metadata, struct vmctl *c)
 	c->vmm = 0;
 }
 
+/* A fresh directory base (64 bytes) and its cache (96), not made yet. */
+static bool baseline_cache_dir(char *base, char *cache)
+{
+	snprintf(base, 64, "/tmp/kiln-baseline-XXXXXX");
+	if (!mkdtemp(base))
+		return false;
+	snprintf(cache, 96, "%s/cache", base);
+	return true;
+}
+
 /* vm.status's baseline result is want, and an exec answers. */
 static void baseline_check(struct __test_metadata *_metadata, struct vmctl *c,
 			   const char *want)
@@ -2202,9 +2212,7 @@ TEST_TIMEOUT(baseline_second_start_restores, 2 * BOOT_TIMEOUT)
 
 	if (access("/dev/kvm", R_OK | W_OK))
 		SKIP(return, "no usable /dev/kvm (run through tools/vmtest)");
-	snprintf(base, sizeof(base), "/tmp/kiln-baseline-XXXXXX");
-	ASSERT_NE(NULL, mkdtemp(base));
-	snprintf(cache, sizeof(cache), "%s/cache", base);
+	ASSERT_TRUE(baseline_cache_dir(base, cache));
 	extra[3] = cache;
 
 	ASSERT_TRUE(vm_start_with(_metadata, &c, false, extra));
@@ -2261,9 +2269,7 @@ TEST_TIMEOUT(baseline_ephemeral_root_clones_write_their_own_copy,
 
 	if (access("/dev/kvm", R_OK | W_OK))
 		SKIP(return, "no usable /dev/kvm (run through tools/vmtest)");
-	snprintf(base, sizeof(base), "/tmp/kiln-baseline-XXXXXX");
-	ASSERT_NE(NULL, mkdtemp(base));
-	snprintf(cache, sizeof(cache), "%s/cache", base);
+	ASSERT_TRUE(baseline_cache_dir(base, cache));
 	extra[1] = cache;
 
 	for (int i = 0; i < 3; i++) {
@@ -2341,9 +2347,7 @@ TEST_TIMEOUT(baseline_corrupt_entry_cold_boots, 4 * BOOT_TIMEOUT)
 
 	if (access("/dev/kvm", R_OK | W_OK))
 		SKIP(return, "no usable /dev/kvm (run through tools/vmtest)");
-	snprintf(base, sizeof(base), "/tmp/kiln-baseline-XXXXXX");
-	ASSERT_NE(NULL, mkdtemp(base));
-	snprintf(cache, sizeof(cache), "%s/cache", base);
+	ASSERT_TRUE(baseline_cache_dir(base, cache));
 	extra[3] = cache;
 
 	ASSERT_TRUE(vm_start_with(_metadata, &c, false, extra));
