@@ -175,16 +175,16 @@ int jail__validate(const struct vm_config *c, char *err, size_t len)
 			    "optionally PERIOD (microseconds, both above 0)",
 			    j->cpu_max);
 	/*
-	 * The egress proxy's netns thread makes a transparent socket
-	 * (IP_TRANSPARENT: CAP_NET_ADMIN) per UDP flow and reads its BPF
-	 * maps (CAP_BPF on Linux 6.1) while the VM runs: it cannot run
-	 * without capabilities yet (Documentation/security.md).
+	 * --net auto works: its netns is made while the VM is built, and
+	 * the proxy's netns thread keeps the two capabilities it needs
+	 * (jail__keep_caps). A named netns is a host path the jail does
+	 * not hold.
 	 */
-	if (c->net.mode == NET_AUTO || c->net.mode == NET_NETNS)
+	if (c->net.mode == NET_NETNS)
 		return errf(err, len, -EOPNOTSUPP,
-			    "jail: --net %s needs capabilities while the VM "
-			    "runs (the egress proxy); use --net tap-fd:N or "
-			    "none in a jail",
+			    "jail: --net %s names a host path the jail does "
+			    "not hold; use --net auto, tap-fd:N or none in a "
+			    "jail",
 			    netcfg__mode_name(c->net.mode));
 	return 0;
 }
@@ -825,6 +825,76 @@ static int clear_caps(void)
 	for (i = 0; i < ARRAY_SIZE(data); i++)
 		if (data[i].permitted || data[i].effective ||
 		    data[i].inheritable)
+			return -EPERM;
+	return 0;
+}
+
+static void caps_mask(const int *caps, unsigned int n,
+		      struct __user_cap_data_struct *data)
+{
+	for (unsigned int i = 0; i < n; i++)
+		data[caps[i] / 32].permitted |= 1U << (caps[i] % 32);
+	for (unsigned int i = 0; i < _LINUX_CAPABILITY_U32S_3; i++)
+		data[i].effective = data[i].permitted;
+}
+
+static bool kept(const int *caps, unsigned int n, int cap)
+{
+	for (unsigned int i = 0; i < n; i++)
+		if (caps[i] == cap)
+			return true;
+	return false;
+}
+
+int jail__keep_caps(const int *caps, unsigned int n)
+{
+	/*
+	 * glibc's setresuid and setresgid run on every thread and abort
+	 * the process if one fails: this one needs those two for the drop
+	 * (jail__raise_kept_caps lets them go).
+	 */
+	static const int for_the_drop[] = { CAP_SETUID, CAP_SETGID };
+	struct __user_cap_header_struct hdr = {
+		.version = _LINUX_CAPABILITY_VERSION_3,
+	};
+	struct __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3] = { 0 };
+	int cap;
+
+	for (cap = 0; prctl(PR_CAPBSET_READ, cap, 0, 0, 0) >= 0; cap++)
+		if (!kept(caps, n, cap) && prctl(PR_CAPBSET_DROP, cap, 0, 0, 0))
+			return -errno;
+	if (errno != EINVAL)
+		return -errno;
+	if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0))
+		return -errno;
+	caps_mask(caps, n, data);
+	caps_mask(for_the_drop, ARRAY_SIZE(for_the_drop), data);
+	if (syscall(SYS_capset, &hdr, data))
+		return -errno;
+	if (prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) ||
+	    prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
+		return -errno;
+	return 0;
+}
+
+int jail__raise_kept_caps(const int *caps, unsigned int n)
+{
+	struct __user_cap_header_struct hdr = {
+		.version = _LINUX_CAPABILITY_VERSION_3,
+	};
+	struct __user_cap_data_struct want[_LINUX_CAPABILITY_U32S_3] = { 0 };
+	struct __user_cap_data_struct got[_LINUX_CAPABILITY_U32S_3] = { 0 };
+
+	if (!getuid() || !geteuid())
+		return -EPERM; /* the drop has not reached this thread */
+	caps_mask(caps, n, want);
+	if (syscall(SYS_capset, &hdr, want) || prctl(PR_SET_KEEPCAPS, 0, 0, 0, 0))
+		return -errno;
+	if (syscall(SYS_capget, &hdr, got))
+		return -errno;
+	for (unsigned int i = 0; i < ARRAY_SIZE(got); i++)
+		if (got[i].permitted != want[i].permitted ||
+		    got[i].effective != want[i].effective || got[i].inheritable)
 			return -EPERM;
 	return 0;
 }

@@ -78,6 +78,23 @@ int __must_check jail__unshare_pid(struct jail *j);
  * SIGQUIT, SIGUSR2) and exits as the child does.
  */
 int __must_check jail__fork(struct jail *j);
+
+/*
+ * For the one thread that keeps capabilities through jail__drop (the
+ * egress proxy's netns thread: CAP_NET_ADMIN for its transparent
+ * sockets, CAP_BPF for its maps; Documentation/security.md, "The
+ * jail"). jail__keep_caps runs on that thread before the drop: its
+ * bounding set loses every other capability, its permitted and
+ * effective sets hold just caps and, for the drop's setresgid and
+ * setresuid (which glibc runs on every thread), CAP_SETGID and
+ * CAP_SETUID; PR_SET_KEEPCAPS keeps them when the drop reaches the
+ * thread, and no_new_privs is set. jail__raise_kept_caps then leaves
+ * exactly caps.
+ * jail__raise_kept_caps runs on it after the drop, which cleared its
+ * effective set: caps effective again, and checked.
+ */
+int __must_check jail__keep_caps(const int *caps, unsigned int n);
+int __must_check jail__raise_kept_caps(const int *caps, unsigned int n);
 /*
  * In PID 1: mount, IPC and UTS namespaces, the cgroup, the tmpfs root
  * with the binds and /dev, /proc, pivot_root, the rlimits. Said once.

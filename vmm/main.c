@@ -134,7 +134,8 @@ static int cmd_run(int argc, char **argv, bool start)
 	if (ret)
 		goto out;
 	/* Built: nothing privileged is left to do; no thread is filtered yet. */
-	if (jail && jail__drop(jail)) {
+	if (jail && (vm__jail_keep_net_caps(vm) || jail__drop(jail) ||
+		     vm__jail_raise_net_caps(vm))) {
 		vm__destroy(vm);
 		goto out;
 	}

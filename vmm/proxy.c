@@ -879,7 +879,11 @@ static void icpt_upstream_failed(void *opaque, const struct net_flow *f,
  */
 static int icpt_unfiltered(void *opaque, int (*fn)(void *arg), void *arg)
 {
-	struct proxy *p = opaque;
+	return proxy__on_ns_thread(opaque, fn, arg);
+}
+
+int proxy__on_ns_thread(struct proxy *p, int (*fn)(void *arg), void *arg)
+{
 	int ret;
 
 	pthread_mutex_lock(&p->ns_ask_lock);

@@ -160,6 +160,14 @@ int __must_check proxy__egress_counters(struct proxy *p,
 					uint64_t counts[EGRESS_NR_REASONS],
 					char *err, size_t errlen);
 
+/*
+ * fn(arg) on the netns thread (unfiltered, in the VM's netns), the
+ * caller waiting: its return. From any thread between create and
+ * destroy, one call at a time (the jail's capability hand-over, the
+ * interception's TLS set-up).
+ */
+int proxy__on_ns_thread(struct proxy *p, int (*fn)(void *arg), void *arg);
+
 /* "allowed", "intercepted" (NET_VERDICT_HTTP) or "denied". */
 const char *proxy__verdict_name(enum net_verdict v);
 

@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +30,7 @@
 #include "devices/virtio/net.h"
 #include "devices/virtio/vsock.h"
 #include "vmm/dns.h"
+#include "vmm/jail.h"
 #include "vmm/mounts.h"
 #include "vmm/netns.h"
 #include "vmm/policy.h"
@@ -583,6 +585,50 @@ static void proxy_exit(struct vm *vm)
 	pthread_mutex_destroy(&vm->policy_lock);
 	net_bindings__destroy(vm->bindings);
 	vm->bindings = NULL;
+}
+
+/*
+ * In a jail, the proxy's netns thread keeps CAP_NET_ADMIN (a transparent
+ * socket per UDP flow) and CAP_BPF (its maps, every bpf() call on Linux
+ * 6.1) through the drop; every other thread keeps none.
+ */
+static const int proxy_caps[] = { CAP_NET_ADMIN, CAP_BPF };
+
+static int keep_proxy_caps(void *arg)
+{
+	(void)arg;
+	return jail__keep_caps(proxy_caps, ARRAY_SIZE(proxy_caps));
+}
+
+static int raise_proxy_caps(void *arg)
+{
+	(void)arg;
+	return jail__raise_kept_caps(proxy_caps, ARRAY_SIZE(proxy_caps));
+}
+
+int vm__jail_keep_net_caps(struct vm *vm)
+{
+	int ret = vm->proxy ? proxy__on_ns_thread(vm->proxy, keep_proxy_caps,
+						  NULL) :
+			      0;
+
+	if (ret)
+		pr_err("jail: the egress proxy's capabilities: %s",
+		       strerror(-ret));
+	return ret;
+}
+
+int vm__jail_raise_net_caps(struct vm *vm)
+{
+	int ret = vm->proxy ? proxy__on_ns_thread(vm->proxy, raise_proxy_caps,
+						  NULL) :
+			      0;
+
+	if (ret)
+		pr_err("jail: the egress proxy's capabilities after the drop: "
+		       "%s",
+		       strerror(-ret));
+	return ret;
 }
 
 /* ---- step: dns ---------------------------------------------------------- */

@@ -270,6 +270,13 @@ int __must_check vm__create(struct vm **out, const struct vm_config *cfg);
 void vm__destroy(struct vm *vm);
 /* Runs the guest to completion; returns the process exit code. */
 int vm__run(struct vm *vm);
+/*
+ * Around jail__drop (vmm/jail.h): the egress proxy's netns thread keeps
+ * its two capabilities, then has them effective again. 0 without a
+ * proxy; errors logged.
+ */
+int __must_check vm__jail_keep_net_caps(struct vm *vm);
+int __must_check vm__jail_raise_net_caps(struct vm *vm);
 
 /* Called from any thread: first caller's reason wins. */
 void vm__stop(struct vm *vm, enum vm_stop_reason reason, int status,

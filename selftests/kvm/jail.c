@@ -10,6 +10,7 @@
  * runs a command. Root only (the jail needs it); KILN_VMMCTL names the
  * client (build/vmmctl).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
@@ -22,6 +23,7 @@
 
 #include "lib/compiler.h"
 #include "selftests/kselftest.h"
+#include "selftests/kvm/test_host.h"
 #include "selftests/kvm/vmm_util.h"
 
 #define NOBODY	      "65534"
@@ -113,7 +115,9 @@ static bool jail_sees(pid_t pid, const char *path)
 	return !access(p, F_OK);
 }
 
-static bool start_jailed(struct __test_metadata *_metadata, struct jailed *j)
+/* Jailed, with --net auto under net_policy (a file) unless NULL. */
+static bool start_jailed(struct __test_metadata *_metadata, struct jailed *j,
+			 const char *net_policy)
 {
 	struct spawn_result r;
 	struct guest g;
@@ -140,16 +144,28 @@ static bool start_jailed(struct __test_metadata *_metadata, struct jailed *j)
 	if (fd < 0)
 		return false;
 	close(fd);
-	if (spawn__run(ARGS(g.vmm, "start", "--kernel", g.vmlinux, "--initrd",
-			    g.initrd, "--control-socket", j->sock,
-			    "--agent-timeout-ms", AGENT_TIMEOUT, "--detach",
-			    "--pid-file", j->pidfile, "--log", j->log,
-			    "--jail", j->root, "--uid", NOBODY, "--gid",
-			    NOBODY, "--rlimit-nofile", JAIL_NOFILE,
-			    "--rlimit-nproc", JAIL_NPROC, "--rlimit-as",
-			    JAIL_AS),
-		       NULL, &r))
-		return false;
+	{
+		const char *argv[40] = {
+			g.vmm, "start", "--kernel", g.vmlinux, "--initrd",
+			g.initrd, "--control-socket", j->sock,
+			"--agent-timeout-ms", AGENT_TIMEOUT, "--detach",
+			"--pid-file", j->pidfile, "--log", j->log, "--jail",
+			j->root, "--uid", NOBODY, "--gid", NOBODY,
+			"--rlimit-nofile", JAIL_NOFILE, "--rlimit-nproc",
+			JAIL_NPROC, "--rlimit-as", JAIL_AS,
+		};
+		int n = 27;
+
+		if (net_policy) {
+			argv[n++] = "--net";
+			argv[n++] = "auto";
+			argv[n++] = "--net-policy";
+			argv[n++] = net_policy;
+		}
+		argv[n] = NULL;
+		if (spawn__run(argv, NULL, &r))
+			return false;
+	}
 	TH_LOG("start --jail --detach: exit %d, err %.300s", r.status, r.err);
 	check_harness_flake(&r);
 	if (r.status) {
@@ -188,7 +204,7 @@ TEST_TIMEOUT(jailed_vmm_sees_only_its_jail, BOOT_TIMEOUT)
 
 	if (!can_jail(_metadata))
 		return;
-	ASSERT_TRUE(start_jailed(_metadata, &j))
+	ASSERT_TRUE(start_jailed(_metadata, &j, NULL))
 	{
 		stop_jailed(&j);
 	}
@@ -258,6 +274,107 @@ TEST_TIMEOUT(jailed_vmm_sees_only_its_jail, BOOT_TIMEOUT)
 	for (i = 0; i < 600 && !kill(j.pid, 0); i++)
 		usleep(100000);
 	EXPECT_NE(0, kill(j.pid, 0)) TH_LOG("the jailed vmm outlived shutdown");
+	stop_jailed(&j);
+}
+
+/*
+ * The jailed vmm's threads by their effective capabilities: how many
+ * have none, how many exactly want (hex as in /proc status), and how
+ * many something else.
+ */
+static void thread_caps(pid_t pid, const char *want, int *none, int *kept,
+			int *other)
+{
+	char path[64], line[256];
+	struct dirent *de;
+	DIR *d;
+
+	*none = *kept = *other = 0;
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	d = opendir(path);
+	if (!d)
+		return;
+	while ((de = readdir(d))) {
+		FILE *f;
+
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/task/%.16s/status",
+			 (int)pid, de->d_name);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		while (fgets(line, sizeof(line), f))
+			if (!strncmp(line, "CapEff:\t", 8)) {
+				line[strcspn(line, "\n")] = '\0';
+				if (!strcmp(line + 8, "0000000000000000"))
+					(*none)++;
+				else if (!strcmp(line + 8, want))
+					(*kept)++;
+				else
+					(*other)++;
+			}
+		fclose(f);
+	}
+	closedir(d);
+}
+
+/* CAP_NET_ADMIN (12) and CAP_BPF (39), as /proc/PID/status shows them. */
+#define PROXY_CAPS "0000008000001000"
+
+/*
+ * --net auto in a jail: a granted TCP flow from the guest reaches the
+ * test host (in the test's own network namespace) through the egress
+ * proxy, while exactly one thread of the vmm (the proxy's netns thread)
+ * holds CAP_NET_ADMIN and CAP_BPF and every other thread holds nothing.
+ */
+TEST_TIMEOUT(jailed_vmm_relays_a_granted_flow, BOOT_TIMEOUT)
+{
+	static const char grant[] =
+		"{\"tcp\": [{\"to\": \"" TEST_HOST "\", \"ports\": [8080]}]}";
+	struct jailed j = { .pid = 0 };
+	char policy[160], v[128];
+	struct spawn_result r;
+	struct test_host h;
+	int none, kept, other;
+	FILE *f;
+
+	if (!can_jail(_metadata))
+		return;
+	ASSERT_TRUE(test_host_start(_metadata, &h));
+	snprintf(policy, sizeof(policy), "/tmp/kiln-jail-policy-%d",
+		 (int)getpid());
+	f = fopen(policy, "w");
+	ASSERT_NE(NULL, f);
+	fputs(grant, f);
+	fclose(f);
+	ASSERT_TRUE(start_jailed(_metadata, &j, policy))
+	{
+		unlink(policy);
+		test_host_stop(&h);
+		stop_jailed(&j);
+	}
+	unlink(policy);
+
+	status_field(j.pid, "Uid", v, sizeof(v));
+	EXPECT_STREQ("65534\t65534\t65534\t65534", v);
+	thread_caps(j.pid, PROXY_CAPS, &none, &kept, &other);
+	EXPECT_EQ(1, kept);
+	EXPECT_EQ(0, other);
+	EXPECT_LT(2, none) TH_LOG("%d threads without capabilities", none);
+
+	ASSERT_EQ(0, spawn__run(ARGS(j.vmmctl, "exec", j.sock, "--", "sh",
+				     "-c",
+				     "printf 'GET / HTTP/1.0\\r\\n\\r\\n' |"
+				     " nc -w 20 " TEST_HOST " 8080 | tail -n 1"),
+				NULL, &r));
+	TH_LOG("exec: exit %d, out %.200s, err %.200s", r.status, r.out, r.err);
+	EXPECT_EQ(0, r.status);
+	EXPECT_STREQ(TEST_REPLY "\n", r.out);
+	if (r.status || strcmp(r.out, TEST_REPLY "\n"))
+		vmm_log_show(_metadata, j.log);
+	ASSERT_EQ(0, spawn__run(ARGS(j.vmmctl, "shutdown", j.sock), NULL, &r));
+	test_host_stop(&h);
 	stop_jailed(&j);
 }
 
