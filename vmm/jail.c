@@ -35,6 +35,7 @@
 #include "vmm/config.h"
 #include "vmm/jail.h"
 #include "vmm/rootfs.h"
+#include "vmm/tls.h"
 #include "vmm/vm.h" /* VMM_EXIT_VMM_ERROR */
 
 /* The jail's root: a tmpfs, read-only once set up. */
@@ -43,7 +44,9 @@
 /* The root image's place and its descriptor's copy. */
 #define JAIL_ROOTFS_IMAGE JAIL_KILN_DIR "/rootfs.img"
 #define JAIL_ROOTFS_DESC  JAIL_KILN_DIR "/rootfs.json"
-/* At most: kernel, initrd, image, 8 mounts, 5 directories. */
+#define JAIL_CA_BUNDLE	  JAIL_KILN_DIR "/ca-bundle.crt"
+#define JAIL_CPUS_POSSIBLE "/sys/devices/system/cpu/possible"
+/* At most: kernel, initrd, image, 8 mounts, 5 directories, 2 for net. */
 #define JAIL_MAX_ENTRIES 24U
 
 /* Device numbers, Documentation/admin-guide/devices.txt. */
@@ -370,6 +373,29 @@ static int plan_mounts(struct jail *j, struct mounts_config *mc, char *err,
 	return ret;
 }
 
+/*
+ * --net auto builds its egress program in the jail: libbpf sizes its
+ * per-CPU maps from JAIL_CPUS_POSSIBLE (libbpf_num_possible_cpus), and
+ * the http grants' TLS client reads the CA bundle (the default one only
+ * if the host has it: without, those flows are denied, as outside).
+ */
+static int plan_net(struct jail *j, struct net_config *n, char *err,
+		    size_t len)
+{
+	if (!add(j, JAIL_FILE, JAIL_CPUS_POSSIBLE, JAIL_CPUS_POSSIBLE, true))
+		return errf(err, len, -ENOMEM, "jail: %s: too many paths",
+			    JAIL_CPUS_POSSIBLE);
+	if (!n->ca_bundle && access(TLS_DEFAULT_CA_BUNDLE, R_OK))
+		return 0;
+	if (!n->ca_bundle) {
+		n->ca_bundle = strdup(TLS_DEFAULT_CA_BUNDLE);
+		if (!n->ca_bundle)
+			return -ENOMEM;
+	}
+	return plan_file(j, &n->ca_bundle, JAIL_CA_BUNDLE, true, "CA bundle",
+			 err, len);
+}
+
 int jail__plan(struct jail **out, struct vm_config *c, char *err, size_t len)
 {
 	struct jail *j = calloc(1, sizeof(*j));
@@ -397,6 +423,8 @@ int jail__plan(struct jail **out, struct vm_config *c, char *err, size_t len)
 		ret = plan_in_dir(j, &c->console_log, "console log", err, len);
 	if (!ret && c->metrics_path)
 		ret = plan_in_dir(j, &c->metrics_path, "metrics", err, len);
+	if (!ret && c->net.mode == NET_AUTO)
+		ret = plan_net(j, &c->net, err, len);
 	if (ret) {
 		jail__destroy(j);
 		return ret;
