@@ -291,18 +291,7 @@ static void *test_dns_serve(void *arg)
 static bool test_dns_start(struct __test_metadata *_metadata,
 			   struct udp_server *d)
 {
-	struct sockaddr_in sin = { .sin_family = AF_INET };
-	struct ifreq ifr = { 0 };
-	int sock;
-
-	sock = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	ASSERT_LE(0, sock);
-	snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "lo:2");
-	inet_pton(AF_INET, TEST_DNS, &sin.sin_addr);
-	memcpy(&ifr.ifr_addr, &sin, sizeof(sin));
-	ASSERT_EQ(0, ioctl(sock, SIOCSIFADDR, &ifr))
-	TH_LOG("%s on lo:2: %s", TEST_DNS, strerror(errno));
-	close(sock);
+	ASSERT_TRUE(test_host_alias(_metadata, "lo:2", TEST_DNS));
 	return udp_server_start(_metadata, d, TEST_DNS, DNS_PORT,
 				test_dns_serve);
 }

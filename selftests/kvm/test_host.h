@@ -52,8 +52,26 @@ static inline void *test_host_serve(void *arg)
 	return NULL;
 }
 
+/* addr on lo's alias label (lo:1, lo:2) of the test's namespace. */
+static inline bool test_host_alias(struct __test_metadata *_metadata,
+				   const char *label, const char *addr)
+{
+	struct sockaddr_in sin = { .sin_family = AF_INET };
+	struct ifreq ifr = { 0 };
+	int sock = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+
+	ASSERT_LE(0, sock);
+	snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", label);
+	inet_pton(AF_INET, addr, &sin.sin_addr);
+	memcpy(&ifr.ifr_addr, &sin, sizeof(sin));
+	ASSERT_EQ(0, ioctl(sock, SIOCSIFADDR, &ifr))
+	TH_LOG("%s on %s: %s", addr, label, strerror(errno));
+	close(sock);
+	return true;
+}
+
 static inline bool test_host_start(struct __test_metadata *_metadata,
-			    struct test_host *h)
+				   struct test_host *h)
 {
 	struct sockaddr_in sin = { .sin_family = AF_INET,
 				   .sin_port = htons(TEST_PORT) };
@@ -67,12 +85,9 @@ static inline bool test_host_start(struct __test_metadata *_metadata,
 	ASSERT_EQ(0, ioctl(sock, SIOCGIFFLAGS, &ifr));
 	ifr.ifr_flags |= IFF_UP;
 	ASSERT_EQ(0, ioctl(sock, SIOCSIFFLAGS, &ifr));
-	snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "lo:1");
-	inet_pton(AF_INET, TEST_HOST, &sin.sin_addr);
-	memcpy(&ifr.ifr_addr, &sin, sizeof(sin));
-	ASSERT_EQ(0, ioctl(sock, SIOCSIFADDR, &ifr))
-	TH_LOG("%s on lo:1: %s", TEST_HOST, strerror(errno));
 	close(sock);
+	ASSERT_TRUE(test_host_alias(_metadata, "lo:1", TEST_HOST));
+	inet_pton(AF_INET, TEST_HOST, &sin.sin_addr);
 	h->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	ASSERT_LE(0, h->listen_fd);
 	setsockopt(h->listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
