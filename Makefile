@@ -84,6 +84,7 @@ core-obj-y += vmm/verified.o
 core-obj-y += vmm/snapshot-file.o
 core-obj-y += vmm/snapshot-state.o
 core-obj-y += vmm/snapshot-load.o
+core-obj-y += vmm/snapshot-archive.o
 core-obj-y += vmm/baseline.o
 core-obj-y += vmm/mounts.o
 core-obj-y += vmm/tap.o

@@ -18,6 +18,7 @@
 #include "vmm/facts.h"
 #include "vmm/jail.h"
 #include "vmm/options.h"
+#include "vmm/snapshot-archive.h"
 #include "vmm/vm.h"
 
 /*
@@ -202,6 +203,48 @@ out:
 }
 
 /*
+ * vmm snapshot pack [--level N] DIR FILE | unpack FILE DIR: a snapshot
+ * directory to one archive and back (vmm/snapshot-archive.h), offline.
+ */
+static int cmd_snapshot(int argc, char **argv)
+{
+	char err[1024] = "", *end;
+	long level = SNAP_ARCHIVE_LEVEL;
+	int i = 2, ret;
+
+	if (argc > 1 && !strcmp(argv[1], "pack") && argc > 3 &&
+	    !strcmp(argv[2], "--level")) {
+		errno = 0;
+		level = strtol(argv[3], &end, 10);
+		if (errno || *end || end == argv[3] || level < 1 ||
+		    level > 22) {
+			pr_err("snapshot pack: --level %s: not a zstd level "
+			       "(1 to 22)",
+			       argv[3]);
+			return VMM_EXIT_VMM_ERROR;
+		}
+		i = 4;
+	}
+	if (argc - i != 2 ||
+	    (strcmp(argv[1], "pack") && strcmp(argv[1], "unpack"))) {
+		pr_err("snapshot: expected pack [--level N] DIR FILE or "
+		       "unpack FILE DIR");
+		return VMM_EXIT_VMM_ERROR;
+	}
+	if (!strcmp(argv[1], "pack"))
+		ret = snap_archive__pack(argv[i], argv[i + 1], (int)level, err,
+					 sizeof(err));
+	else
+		ret = snap_archive__unpack(argv[i], argv[i + 1], err,
+					   sizeof(err));
+	if (ret) {
+		pr_err("snapshot %s: %s", argv[1], err);
+		return VMM_EXIT_VMM_ERROR;
+	}
+	return 0;
+}
+
+/*
  * The soft RLIMIT_NOFILE up to the hard one, before anything is sized
  * from it: a bind mount holds a descriptor per node the guest keeps
  * looked up (half the soft limit at most, devices/fs/passthrough.c), and
@@ -241,6 +284,8 @@ int main(int argc, char **argv)
 		return cmd_run(argc - 1, argv + 1, true);
 	if (!strcmp(argv[1], "facts"))
 		return cmd_facts(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "snapshot"))
+		return cmd_snapshot(argc - 1, argv + 1);
 	pr_err("unknown command '%s' (try vmm --help)", argv[1]);
 	return VMM_EXIT_VMM_ERROR;
 }

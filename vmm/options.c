@@ -1106,11 +1106,15 @@ static const char usage_head[] =
 	"                 [--restore DIR | --baseline-cache DIR] [options]\n"
 	"       vmm start --jail DIR --uid U --gid G [--cgroup PATH ...] [options]\n"
 	"       vmm facts [--config FILE.json] [options]\n"
+	"       vmm snapshot pack [--level N] DIR FILE | unpack FILE DIR\n"
 	"       vmm --help | --version\n"
 	"\n"
 	"Boots a Linux microVM on KVM, runs COMMAND in it and exits with its status.\n"
 	"vmm facts prints the configuration facts vm.facts would give for the\n"
 	"same options, without booting (Documentation/api.md, \"Facts\").\n"
+	"vmm snapshot pack verifies the snapshot DIR and writes it as one zstd\n"
+	"archive FILE; unpack makes the directory DIR from one, verified, for\n"
+	"--restore (Documentation/snapshots.md, \"Archives\").\n"
 	"\n";
 
 static const char usage_tail[] =

@@ -752,7 +752,10 @@ int snap_dir__verify(const char *path, json_t **manifest, char *err, size_t len)
 	if (dfd < 0) {
 		int e = errno;
 
-		snprintf(err, len, "%s: %s", path, strerror(e));
+		snprintf(err, len, "%s: %s", path,
+			 e == ENOTDIR ? "not a directory (an archive? "
+					"`vmm snapshot unpack` makes one)" :
+					strerror(e));
 		return -e;
 	}
 	ret = mode_check(dfd, SNAP_DIR_MODE, path, err, len);

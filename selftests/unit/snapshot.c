@@ -6,8 +6,10 @@
  * here independently of the writer), parts and the manifest, whose
  * digests verify and whose corruption does not, the directory's modes
  * (refused when not owner-only, whatever the umask when made), files
- * never overwritten or followed, and the state files' sections, round
- * trip and truncation.
+ * never overwritten or followed, the state files' sections, round
+ * trip and truncation, and archives (vmm/snapshot-archive.h): a round
+ * trip that keeps holes and digests, and damaged, hostile or misplaced
+ * ones refused with nothing left behind.
  */
 #include <dirent.h>
 #include <endian.h>
@@ -20,11 +22,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <zstd.h>
+
 #include <wolfssl/options.h>
 #include <wolfssl/wolfcrypt/sha256.h>
 
 #include "selftests/kselftest.h"
 #include "selftests/testutil.h"
+#include "vmm/snapshot-archive.h"
 #include "vmm/snapshot-file.h"
 #include "vmm/snapshot-state.h"
 
@@ -501,6 +506,352 @@ TEST(state_truncated_or_lying)
 	snap_writer__add(&w, 1, "x", SNAP_STATE_MAX_SECTION + 1ULL);
 	EXPECT_EQ(-E2BIG, w.err);
 	snap_writer__release(&w);
+}
+
+/* ---- archives (vmm/snapshot-archive.h) ------------------------------ */
+
+/* base/NAME, in path. */
+static void in_base(const struct snap_tmp *t, const char *name, char *path,
+		    size_t len)
+{
+	snprintf(path, len, "%s/%s", t->base, name);
+}
+
+/* Bytes of file: its size, -1 if there is none. */
+static off_t file_size(const char *path)
+{
+	struct stat st;
+
+	return stat(path, &st) ? -1 : st.st_size;
+}
+
+/*
+ * A snapshot packed and unpacked elsewhere: the copy verifies (modes,
+ * manifest, every digest), its memory file keeps its holes, and the
+ * archive is smaller than the data it holds.
+ */
+TEST(archive_round_trip_keeps_holes_and_digests)
+{
+	char err[1024] = "", zst[160], copy[160], path[200];
+	uint8_t *mem = guest(), page[PAGE];
+	json_t *m = NULL;
+	struct stat st;
+	struct snap_tmp t;
+	int fd;
+
+	ASSERT_NE(NULL, mem);
+	ASSERT_TRUE(snap_tmp__make(&t, "kiln-snap"));
+	ASSERT_EQ(0, write_all(&t, mem, err, sizeof(err))) TH_LOG("%s", err);
+	in_base(&t, "snap.kiln.zst", zst, sizeof(zst));
+	in_base(&t, "copy", copy, sizeof(copy));
+	ASSERT_EQ(0, snap_archive__pack(t.dir, zst, SNAP_ARCHIVE_LEVEL, err,
+					sizeof(err)))
+	TH_LOG("%s", err);
+	ASSERT_EQ(0, stat(zst, &st));
+	EXPECT_EQ(0600, st.st_mode & 07777);
+	EXPECT_GT((off_t)(4 * PAGE), st.st_size)
+	TH_LOG("%lld bytes", (long long)st.st_size);
+	ASSERT_EQ(0, snap_archive__unpack(zst, copy, err, sizeof(err)))
+	TH_LOG("%s", err);
+	ASSERT_EQ(0, snap_dir__verify(copy, &m, err, sizeof(err)))
+	TH_LOG("%s", err);
+	EXPECT_EQ(3, json_array_size(json_object_get(m, "parts")));
+	EXPECT_STREQ("test", json_string_value(json_object_get(m, "vmm")));
+	snprintf(path, sizeof(path), "%s/memory.raw", copy);
+	fd = open(path, O_RDONLY);
+	ASSERT_LE(0, fd);
+	ASSERT_EQ(0, fstat(fd, &st));
+	EXPECT_EQ((off_t)MEM_SIZE, st.st_size);
+	EXPECT_GT(64 * PAGE, (uint64_t)st.st_blocks * 512)
+	TH_LOG("%lld blocks", (long long)st.st_blocks);
+	ASSERT_EQ((ssize_t)PAGE, pread(fd, page, PAGE, 6 * PAGE));
+	EXPECT_EQ(0, memcmp(page, mem + 6 * PAGE, PAGE));
+	close(fd);
+	/* Neither end overwrites: the archive and the copy exist now. */
+	EXPECT_EQ(-EEXIST, snap_archive__pack(t.dir, zst, SNAP_ARCHIVE_LEVEL,
+					      err, sizeof(err)));
+	EXPECT_EQ(-EEXIST, snap_archive__unpack(zst, copy, err, sizeof(err)));
+	EXPECT_NE(NULL, strstr(err, "exists")) TH_LOG("%s", err);
+	ASSERT_EQ(0, snap_dir__verify(copy, &m, err, sizeof(err)))
+	TH_LOG("%s", err);
+	json_decref(m);
+	munmap(mem, MEM_SIZE);
+	snap_tmp__clean(&t);
+}
+
+/* Only a snapshot that verifies, and whole, is packed; nothing is left. */
+TEST(pack_refuses_what_is_not_a_whole_snapshot)
+{
+	char err[1024] = "", zst[160];
+	uint8_t *mem = guest();
+	struct snap_tmp t;
+
+	ASSERT_NE(NULL, mem);
+	ASSERT_TRUE(snap_tmp__make(&t, "kiln-snap"));
+	in_base(&t, "snap.kiln.zst", zst, sizeof(zst));
+	EXPECT_EQ(-ENOENT, snap_archive__pack(t.dir, zst, SNAP_ARCHIVE_LEVEL,
+					      err, sizeof(err)));
+	ASSERT_EQ(0, write_all(&t, mem, err, sizeof(err))) TH_LOG("%s", err);
+	EXPECT_EQ(-EINVAL, snap_archive__pack(t.dir, zst, 0, err, sizeof(err)));
+	damage(_metadata, t.dir, "a.state", 1, true);
+	EXPECT_EQ(-EBADMSG, snap_archive__pack(t.dir, zst, SNAP_ARCHIVE_LEVEL,
+					       err, sizeof(err)));
+	EXPECT_NE(NULL, strstr(err, "a.state: sha256")) TH_LOG("%s", err);
+	EXPECT_EQ(-1, file_size(zst));
+	munmap(mem, MEM_SIZE);
+	snap_tmp__clean(&t);
+}
+
+/*
+ * Damage to the archive itself: a flipped byte (zstd's checksum or its
+ * decoding), cut short, bytes or a second frame after it. Each refused
+ * by the unpacker, with nothing of the directory left.
+ */
+TEST(damaged_archives_leave_nothing)
+{
+	static const uint8_t junk[] = { 'x', 'y', 'z' };
+	char err[1024] = "", zst[160], copy[160], cmd[400];
+	uint8_t *mem = guest(), frame[64];
+	size_t nframe;
+	struct snap_tmp t;
+	off_t size;
+	int fd;
+
+	ASSERT_NE(NULL, mem);
+	ASSERT_TRUE(snap_tmp__make(&t, "kiln-snap"));
+	ASSERT_EQ(0, write_all(&t, mem, err, sizeof(err))) TH_LOG("%s", err);
+	in_base(&t, "snap.kiln.zst", zst, sizeof(zst));
+	in_base(&t, "copy", copy, sizeof(copy));
+	ASSERT_EQ(0, snap_archive__pack(t.dir, zst, SNAP_ARCHIVE_LEVEL, err,
+					sizeof(err)))
+	TH_LOG("%s", err);
+	size = file_size(zst);
+	ASSERT_LT(64, size);
+	nframe = ZSTD_compress(frame, sizeof(frame), "", 0, 1);
+	ASSERT_FALSE(ZSTD_isError(nframe));
+	for (int i = 0; i < 5; i++) {
+		char bad[200];
+
+		snprintf(bad, sizeof(bad), "%s/bad%d.zst", t.base, i);
+		snprintf(cmd, sizeof(cmd), "cp '%s' '%s'", zst, bad);
+		ASSERT_EQ(0, system(cmd));
+		fd = open(bad, O_RDWR);
+		ASSERT_LE(0, fd);
+		if (i == 0 || i == 1) { /* a byte early, a byte at the end */
+			off_t at = i ? size - 1 : size / 2;
+			uint8_t b;
+
+			ASSERT_EQ(1, pread(fd, &b, 1, at));
+			b ^= 0x40;
+			ASSERT_EQ(1, pwrite(fd, &b, 1, at));
+		} else if (i == 2) {
+			ASSERT_EQ(0, ftruncate(fd, size - 5));
+		} else if (i == 3) {
+			ASSERT_EQ((ssize_t)sizeof(junk),
+				  pwrite(fd, junk, sizeof(junk), size));
+		} else {
+			ASSERT_EQ((ssize_t)nframe,
+				  pwrite(fd, frame, nframe, size));
+		}
+		close(fd);
+		err[0] = '\0';
+		EXPECT_GT(0, snap_archive__unpack(bad, copy, err, sizeof(err)))
+		TH_LOG("case %d unpacked", i);
+		EXPECT_NE(NULL, strstr(err, bad)) TH_LOG("case %d: %s", i, err);
+		EXPECT_EQ(-1, file_size(copy)) TH_LOG("case %d left it", i);
+	}
+	munmap(mem, MEM_SIZE);
+	snap_tmp__clean(&t);
+}
+
+/* A hand-made archive: its stream, grown as it is written. */
+struct raw {
+	uint8_t buf[4096];
+	size_t n;
+};
+
+static void raw_put(struct raw *r, const void *p, size_t n)
+{
+	if (r->n + n <= sizeof(r->buf))
+		memcpy(r->buf + r->n, p, n);
+	r->n += n;
+}
+
+static void raw_u16(struct raw *r, uint16_t v)
+{
+	v = htole16(v);
+	raw_put(r, &v, sizeof(v));
+}
+
+static void raw_u64(struct raw *r, uint64_t v)
+{
+	v = htole64(v);
+	raw_put(r, &v, sizeof(v));
+}
+
+/* A file of size bytes, one chunk of data at off (none if n is 0). */
+static void raw_file(struct raw *r, const char *name, uint64_t size,
+		     uint64_t off, const void *data, size_t n)
+{
+	raw_u16(r, (uint16_t)strlen(name));
+	raw_put(r, name, strlen(name));
+	raw_u64(r, size);
+	if (n) {
+		raw_u64(r, off);
+		raw_u64(r, n);
+		raw_put(r, data, n);
+	}
+	raw_u64(r, 0);
+	raw_u64(r, 0);
+}
+
+/* "hello" as the part FILE: its manifest, sha256sum's digest. */
+#define HELLO_SHA \
+	"2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"
+#define MANIFEST_OF(file)                                                        \
+	"{\"format\": 1, \"parts\": [{\"file\": \"" file "\", \"kind\": "        \
+	"\"vcpu\", \"bytes\": 5, \"digest\": \"file\", \"sha256\": \"" HELLO_SHA \
+	"\"}]}"
+
+/* The archive case i writes into r (false: no more cases). */
+static bool hostile(int i, struct raw *r, const char **why)
+{
+	static const char good[] = MANIFEST_OF("a");
+	static const char dotdot[] = MANIFEST_OF("../a");
+
+	r->n = 0;
+	if (i == 9) {
+		raw_put(r, "KILNSNAQ\x01\0\0\0", 12);
+		*why = "not a snapshot archive";
+		return true;
+	}
+	raw_put(r, SNAP_ARCHIVE_MAGIC, 8);
+	raw_put(r, "\x01\0\0\0", 4);
+	switch (i) {
+	case 0: /* the well-formed one the others spoil */
+		*why = NULL;
+		raw_file(r, SNAP_MANIFEST, strlen(good), 0, good, strlen(good));
+		raw_file(r, "a", 5, 0, "hello", 5);
+		break;
+	case 1:
+		*why = "first file is not";
+		raw_file(r, "a", 5, 0, "hello", 5);
+		break;
+	case 2:
+		*why = "no plain file name";
+		raw_file(r, SNAP_MANIFEST, strlen(dotdot), 0, dotdot,
+			 strlen(dotdot));
+		raw_file(r, "../a", 5, 0, "hello", 5);
+		break;
+	case 3:
+		*why = "does not name";
+		raw_file(r, SNAP_MANIFEST, strlen(good), 0, good, strlen(good));
+		raw_file(r, "b", 5, 0, "hello", 5);
+		break;
+	case 4:
+		*why = "outside its";
+		raw_file(r, SNAP_MANIFEST, strlen(good), 0, good, strlen(good));
+		raw_file(r, "a", 5, 3, "hello", 5);
+		break;
+	case 5:
+		*why = "twice";
+		raw_file(r, SNAP_MANIFEST, strlen(good), 0, good, strlen(good));
+		raw_file(r, "a", 5, 0, "hello", 5);
+		raw_file(r, "a", 5, 0, "hello", 5);
+		break;
+	case 6:
+		*why = "not in it";
+		raw_file(r, SNAP_MANIFEST, strlen(good), 0, good, strlen(good));
+		break;
+	case 7:
+		*why = "not the manifest's size";
+		raw_file(r, SNAP_MANIFEST, strlen(good), 0, good, strlen(good));
+		raw_file(r, "a", 1ULL << 40, 0, "hello", 5);
+		break;
+	case 8: /* a digest that does not match: caught by the verify */
+		*why = "sha256";
+		raw_file(r, SNAP_MANIFEST, strlen(good), 0, good, strlen(good));
+		raw_file(r, "a", 5, 0, "hellO", 5);
+		break;
+	default:
+		return false;
+	}
+	raw_u16(r, 0);
+	return true;
+}
+
+/*
+ * Archives made by hand, as a hostile sender would: the well-formed one
+ * unpacks and verifies (so the others are spoilt in one way only); a
+ * wrong magic, a first file that is not the manifest, a name with '/',
+ * a file the manifest does not name, a chunk outside its file, a file
+ * twice or missing, a size not the manifest's, a wrong digest: each
+ * refused, saying why, with nothing left, inside the directory or out.
+ */
+TEST(hostile_archives_are_refused)
+{
+	char err[1024], zst[160], copy[160], outside[160];
+	uint8_t packed[8192];
+	const char *why;
+	struct snap_tmp t;
+	struct raw r;
+	size_t n;
+	int fd;
+
+	ASSERT_TRUE(snap_tmp__make(&t, "kiln-snap"));
+	in_base(&t, "a", outside, sizeof(outside));
+	for (int i = 0; hostile(i, &r, &why); i++) {
+		ASSERT_GE(sizeof(r.buf), r.n);
+		n = ZSTD_compress(packed, sizeof(packed), r.buf, r.n, 3);
+		ASSERT_FALSE(ZSTD_isError(n));
+		snprintf(zst, sizeof(zst), "%s/case%d.zst", t.base, i);
+		snprintf(copy, sizeof(copy), "%s/copy%d", t.base, i);
+		fd = open(zst, O_WRONLY | O_CREAT | O_EXCL, 0600);
+		ASSERT_LE(0, fd);
+		ASSERT_EQ((ssize_t)n, write(fd, packed, n));
+		close(fd);
+		err[0] = '\0';
+		if (!why) {
+			EXPECT_EQ(0, snap_archive__unpack(zst, copy, err,
+							  sizeof(err)))
+			TH_LOG("%s", err);
+			EXPECT_EQ(5, file_size(strcat(copy, "/a")));
+			continue;
+		}
+		EXPECT_GT(0, snap_archive__unpack(zst, copy, err, sizeof(err)))
+		TH_LOG("case %d unpacked", i);
+		EXPECT_NE(NULL, strstr(err, why))
+		TH_LOG("case %d: want \"%s\" in: %s", i, why, err);
+		EXPECT_EQ(-1, file_size(copy)) TH_LOG("case %d left it", i);
+		EXPECT_EQ(-1, file_size(outside))
+		TH_LOG("case %d wrote out", i);
+	}
+	snap_tmp__clean(&t);
+}
+
+/* A snapshot whose root is a persistent root's state file stays home. */
+TEST(pack_refuses_a_snapshot_that_is_not_whole)
+{
+	char err[1024] = "", zst[160];
+	json_t *fields = json_pack("{s:{s:s}}", SNAP_ROOT_STATE, "path",
+				   "/var/lib/state");
+	struct snap_dir d;
+	struct snap_tmp t;
+
+	ASSERT_NE(NULL, fields);
+	ASSERT_TRUE(snap_tmp__make(&t, "kiln-snap"));
+	ASSERT_EQ(0, snap_dir__create(&d, t.dir, err, sizeof(err)));
+	ASSERT_EQ(0, snap_dir__write_part(&d, "a.state", "vcpu", "hello", 5,
+					  err, sizeof(err)));
+	ASSERT_EQ(0, snap_dir__finish(&d, fields, err, sizeof(err)));
+	snap_dir__close(&d);
+	in_base(&t, "snap.kiln.zst", zst, sizeof(zst));
+	EXPECT_EQ(-EXDEV, snap_archive__pack(t.dir, zst, SNAP_ARCHIVE_LEVEL,
+					     err, sizeof(err)));
+	EXPECT_NE(NULL, strstr(err, "persistent root")) TH_LOG("%s", err);
+	EXPECT_EQ(-1, file_size(zst));
+	json_decref(fields);
+	snap_tmp__clean(&t);
 }
 
 TEST_HARNESS_MAIN
