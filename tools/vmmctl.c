@@ -22,6 +22,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <termios.h>
 #include <time.h>
 #include <unistd.h>
@@ -53,7 +54,7 @@ static const char usage[] =
 	"       vmmctl shutdown SOCK\n"
 	"       vmmctl pause SOCK\n"
 	"       vmmctl resume SOCK\n"
-	"       vmmctl snapshot [--resume] SOCK DIR\n"
+	"       vmmctl snapshot [--resume] [--compress FILE] SOCK DIR\n"
 	"       vmmctl policy SOCK FILE\n"
 	"       vmmctl events [--since N] SOCK\n"
 	"       vmmctl call SOCK METHOD [PARAMS-JSON]\n"
@@ -1052,39 +1053,118 @@ static int cmd_simple(int argc, char **argv, const char *method)
 }
 
 /*
- * snapshot [--resume] SOCK DIR: vm.snapshot into DIR, made absolute
- * here (the monitor's working directory is not ours); the VM stays
- * paused unless --resume.
+ * The vmm binary for `vmm snapshot pack`: $KILN_VMM, else the vmm
+ * installed beside this vmmctl, else "vmm" on the PATH.
  */
-static int cmd_snapshot(int argc, char **argv)
+static char *vmm_binary(void)
 {
-	char cwd[PATH_MAX], *dir;
-	bool resume = false;
-	json_t *res;
-	struct conn c;
-	int i = 1;
+	const char *env = getenv("KILN_VMM");
+	char self[PATH_MAX], *slash, *path = NULL;
+	ssize_t n;
 
-	if (argc > 1 && !strcmp(argv[1], "--resume")) {
-		resume = true;
-		i++;
+	if (env && env[0])
+		return strdup(env);
+	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n > 0) {
+		self[n] = '\0';
+		slash = strrchr(self, '/');
+		if (slash) {
+			*slash = '\0';
+			if (asprintf(&path, "%s/vmm", self) < 0)
+				path = NULL;
+			if (path && !access(path, X_OK))
+				return path;
+			free(path);
+		}
 	}
-	if (argc - i != 2)
-		die(EXIT_USAGE, "snapshot: expected [--resume] SOCK DIR");
-	if (argv[i + 1][0] == '/') {
-		dir = strdup(argv[i + 1]);
+	return strdup("vmm");
+}
+
+/* `vmm snapshot pack DIR FILE`, waited for; its stderr is ours. */
+static void pack(const char *dir, const char *file)
+{
+	char *vmm = vmm_binary();
+	int status;
+	pid_t pid;
+
+	if (!vmm)
+		die(EXIT_VMMCTL, "out of memory");
+	pid = fork();
+	if (pid < 0)
+		die(EXIT_VMMCTL, "fork: %s", strerror(errno));
+	if (!pid) {
+		execlp(vmm, vmm, "snapshot", "pack", dir, file, (char *)NULL);
+		fprintf(stderr, "vmmctl: snapshot --compress: %s: %s\n", vmm,
+			strerror(errno));
+		_exit(EXIT_VMMCTL);
+	}
+	free(vmm);
+	while (waitpid(pid, &status, 0) < 0)
+		if (errno != EINTR)
+			die(EXIT_VMMCTL, "waitpid: %s", strerror(errno));
+	if (!WIFEXITED(status) || WEXITSTATUS(status))
+		die(EXIT_VMMCTL,
+		    "snapshot --compress: the snapshot is in %s; packing it "
+		    "into %s failed (above)",
+		    dir, file);
+}
+
+/* PATH made absolute: the monitor's working directory is not ours. */
+static char *absolute(const char *path)
+{
+	char cwd[PATH_MAX], *abs = NULL;
+
+	if (path[0] == '/') {
+		abs = strdup(path);
 	} else {
 		if (!getcwd(cwd, sizeof(cwd)))
 			die(EXIT_VMMCTL, "getcwd: %s", strerror(errno));
-		if (asprintf(&dir, "%s/%s", cwd, argv[i + 1]) < 0)
-			dir = NULL;
+		if (asprintf(&abs, "%s/%s", cwd, path) < 0)
+			abs = NULL;
 	}
-	if (!dir)
+	if (!abs)
 		die(EXIT_VMMCTL, "out of memory");
+	return abs;
+}
+
+/*
+ * snapshot [--resume] [--compress FILE] SOCK DIR: vm.snapshot into DIR,
+ * made absolute here; the VM stays paused unless --resume. --compress
+ * then packs DIR into the archive FILE (Documentation/snapshots.md,
+ * "Archives") and keeps DIR.
+ */
+static int cmd_snapshot(int argc, char **argv)
+{
+	const char *archive = NULL;
+	bool resume = false;
+	json_t *res;
+	struct conn c;
+	char *dir;
+	int i = 1;
+
+	for (;;) {
+		if (argc > i && !strcmp(argv[i], "--resume")) {
+			resume = true;
+			i++;
+		} else if (argc > i + 1 && !strcmp(argv[i], "--compress")) {
+			archive = argv[i + 1];
+			i += 2;
+		} else {
+			break;
+		}
+	}
+	if (argc - i != 2)
+		die(EXIT_USAGE,
+		    "snapshot: expected [--resume] [--compress FILE] SOCK DIR");
+	dir = absolute(argv[i + 1]);
 	conn_open(&c, argv[i]);
 	res = call(&c, "snapshot", "vm.snapshot",
 		   json_pack("{s:s, s:b}", "dir", dir, "resume", resume));
 	print_json(res);
 	json_decref(res);
+	conn_close(&c);
+	if (archive)
+		pack(dir, archive);
 	free(dir);
 	return 0;
 }

@@ -2002,6 +2002,46 @@ TEST_TIMEOUT(pause_resume_snapshot, BOOT_TIMEOUT)
 	"&& mv /tmp/ctr.new /tmp/ctr; sleep 0.05; done' "                 \
 	"</dev/null >/dev/null 2>&1 &"
 
+/* The pid in the guest file path through exec (0: none yet). */
+static long ctl_pid_file(struct vmctl *c, const char *path)
+{
+	struct spawn_result r;
+
+	if (ctl_run(c, ARGS("exec", c->sock, "--", "cat", path), &r))
+		return 0;
+	return r.status ? 0 : strtol(r.out, NULL, 10);
+}
+
+/*
+ * vmmctl exec of a command that writes its pid to /tmp/inflight and
+ * sleeps, in a child of the test (its pid) that stays in the exec.
+ */
+static pid_t exec_in_flight(struct __test_metadata *_metadata,
+			    struct vmctl *c, long *guest_pid)
+{
+	pid_t pid = fork();
+
+	if (!pid) {
+		int null = open("/dev/null", O_RDWR);
+
+		dup2(null, 0);
+		dup2(null, 1);
+		dup2(null, 2);
+		execl(c->vmmctl, c->vmmctl, "exec", c->sock, "--", "sh", "-c",
+		      "echo $$ >/tmp/inflight; exec sleep 600", (char *)NULL);
+		_exit(127);
+	}
+	*guest_pid = 0;
+	for (int i = 0; pid > 0 && !*guest_pid && i < COUNTER_WAIT_S * 4; i++) {
+		*guest_pid = ctl_pid_file(c, "/tmp/inflight");
+		if (!*guest_pid)
+			usleep(250000);
+	}
+	TH_LOG("exec in flight: vmmctl %d, guest pid %ld", (int)pid,
+	       *guest_pid);
+	return pid;
+}
+
 /* The guest's counter through exec (0: no value yet). */
 static long guest_counter(struct __test_metadata *_metadata, struct vmctl *c)
 {
@@ -2029,14 +2069,20 @@ static long guest_counter_above(struct __test_metadata *_metadata,
 }
 
 /*
- * vmm start --restore: a snapshot of a booted VM (read-only root: a
- * writable layer does not travel yet) whose guest counts in a
- * background loop, taken paused; the vmm stopped; a new vmm started
- * from the snapshot with a new control socket. Its agent answers, and
- * the counter goes on from where the snapshot left it (never from the
- * start) and keeps counting. Then a snapshot with one byte of a part
- * changed is refused before anything starts: exit 125, one line that
- * names the file.
+ * vmm start --restore: a snapshot of a booted VM (read-only root)
+ * whose guest counts in a background loop, with an exec in flight (its
+ * command sleeping), taken paused and packed
+ * into an archive (vmmctl snapshot --compress); the vmm stopped; the
+ * archive unpacked elsewhere (vmm snapshot unpack), as on another host;
+ * a new vmm started from that copy with a new control socket. Its agent
+ * answers, and the counter goes on from where the snapshot left it
+ * (never from the start) and keeps counting; the exec's client ended
+ * with the old vmm, and its command, whose connection the restore
+ * reset, is ended by the agent (snapshots.md, "What a clone changes"),
+ * while new execs work. Then the archive itself,
+ * given to --restore, is refused, saying it is one; and a snapshot with
+ * one byte of a part changed is refused before anything starts: exit
+ * 125, one line that names the file.
  */
 /* The vmm's log (its first MiB) as a string; NULL when unreadable. */
 static char *log_text(const char *path)
@@ -2089,10 +2135,14 @@ TEST_TIMEOUT(snapshot_restore_keeps_a_counter, 2 * BOOT_TIMEOUT)
 	const char *ro[] = { "--rootfs-mode", "readonly", NULL };
 	const char *rest[] = { "--rootfs-mode", "readonly", "--restore", NULL,
 			       NULL };
-	char snap[128], path[200], *log = NULL;
+	char snap[128], path[200], zst[140], copy[140], *log = NULL;
+	char alive[64];
 	struct vmctl c, c2;
 	struct spawn_result r;
-	long before, v1, v2;
+	long before, v1, v2, sleeper;
+	struct guest g;
+	pid_t inflight;
+	int i;
 	uint8_t b;
 	int fd;
 
@@ -2104,18 +2154,29 @@ TEST_TIMEOUT(snapshot_restore_keeps_a_counter, 2 * BOOT_TIMEOUT)
 	/* A second of counting: a value no restart could reach at once. */
 	before = guest_counter_above(_metadata, &c, 20);
 	ASSERT_LT(20, before) TH_LOG("the guest's counter did not start");
+	inflight = exec_in_flight(_metadata, &c, &sleeper);
+	ASSERT_LT(0, inflight);
+	ASSERT_LT(1, sleeper) TH_LOG("the exec in flight did not start");
 
 	snprintf(snap, sizeof(snap), "%s/snap", c.dir);
-	CTL(&c, &r, "snapshot", c.sock, snap);
+	snprintf(zst, sizeof(zst), "%s/snap.kiln.zst", c.dir);
+	snprintf(copy, sizeof(copy), "%s/copy", c.dir);
+	CTL(&c, &r, "snapshot", "--compress", zst, c.sock, snap);
 	ASSERT_EQ(0, r.status);
 	CTL(&c, &r, "status", c.sock);
 	EXPECT_NE(NULL, strstr(r.out, "\"state\": \"paused\""));
 	kill(c.vmm, SIGTERM);
 	EXPECT_EQ(128 + SIGTERM, wait_exit(c.vmm, 60));
 	c.vmm = 0;
+	/* Its exec's client ends with it, not with the command's status. */
+	EXPECT_EQ(125, wait_exit(inflight, 60));
+	guest_paths(&g);
+	ASSERT_EQ(0, spawn__run(ARGS(g.vmm, "snapshot", "unpack", zst, copy),
+				NULL, &r));
+	ASSERT_EQ(0, r.status) TH_LOG("unpack: %.500s", r.err);
 
-	/* The same config, a new socket, and the snapshot. */
-	rest[3] = snap;
+	/* The same config, a new socket, and the unpacked copy. */
+	rest[3] = copy;
 	ASSERT_TRUE(vm_start_with(_metadata, &c2, false, rest));
 	v1 = guest_counter(_metadata, &c2);
 	EXPECT_LE(before, v1) TH_LOG("restored at %ld, snapshot after %ld", v1,
@@ -2124,11 +2185,30 @@ TEST_TIMEOUT(snapshot_restore_keeps_a_counter, 2 * BOOT_TIMEOUT)
 	EXPECT_LT(v1, v2) TH_LOG("the counter stopped at %ld", v1);
 	CTL(&c2, &r, "status", c2.sock);
 	EXPECT_NE(NULL, strstr(r.out, "\"state\": \"running\""));
+	/* The exec in flight: restored with the guest, then ended. */
+	EXPECT_EQ(sleeper, ctl_pid_file(&c2, "/tmp/inflight"));
+	snprintf(alive, sizeof(alive), "kill -0 %ld", sleeper);
+	for (i = 0; i < COUNTER_WAIT_S * 4; i++) {
+		if (ctl_run(&c2, ARGS("exec", c2.sock, "--", "sh", "-c", alive),
+			    &r) ||
+		    r.status == 1)
+			break;
+		usleep(250000);
+	}
+	EXPECT_EQ(1, r.status)
+	TH_LOG("the exec in flight's command (guest pid %ld) lives on: "
+	       "exit %d, %.200s",
+	       sleeper, r.status, r.err);
 	log = log_text(c2.log);
 	ASSERT_NE(NULL, log);
 	EXPECT_NE(NULL, strstr(log, "restored ")) TH_LOG("%.2000s", log);
 	free(log);
 	vm_cleanup(&c2);
+
+	/* The archive is not a snapshot directory: said so, by name. */
+	rest[3] = zst;
+	start_refused(_metadata, rest, "not a directory (an archive?");
+	rest[3] = snap;
 
 	/* One byte of vcpu0.state changed: refused before KVM, by name. */
 	snprintf(path, sizeof(path), "%s/vcpu0.state", snap);
