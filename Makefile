@@ -17,11 +17,14 @@
 #   make test-long  run each fuzz target for FUZZ_SECONDS (default 60); fails on a crash
 #   SAN=1         build everything the host runs with ASan and UBSan (Documentation/fuzzing.md)
 #   V=1           show full commands
+#   JOBS=N        compile jobs of the goals that build first (run, test,
+#                 bench*): default one per CPU
 
 O          ?= build
 KILN_CACHE ?= $(HOME)/.cache/kiln
 export KILN_CACHE
 MAKEFLAGS += --no-print-directory
+JOBS       ?= $(shell nproc 2>/dev/null || echo 1)
 
 include Kbuild.mk
 
@@ -359,19 +362,19 @@ image: deps
 	$(Q)guest/images/build-debian.sh $(O)
 
 run: deps
-	$(Q)$(MAKE) all
+	$(Q)$(MAKE) -j$(JOBS) all
 	$(Q)$(MAKE) -f guest/guest.mk O=$(O)
 	$(Q)tools/vmtest $(O)/vmm run --kernel $(O)/guest/vmlinux \
 		--initrd $(O)/guest/initramfs.cpio -- uname -a
 
 test: deps
-	$(Q)$(MAKE) all selftests
+	$(Q)$(MAKE) -j$(JOBS) all selftests
 	$(Q)$(MAKE) -f guest/guest.mk O=$(O)
 	$(Q)guest/images/build-debian.sh $(O)
 	$(Q)selftests/run_all.sh $(O)
 
 bench: deps
-	$(Q)$(MAKE) all
+	$(Q)$(MAKE) -j$(JOBS) all
 	$(Q)$(MAKE) -f guest/guest.mk O=$(O)
 	$(Q)tools/bench-boot --cpus 1,4 $(O)
 
@@ -379,7 +382,7 @@ bench: deps
 # outside the tree like the agent image; the script prints its own line.
 .PHONY: bench-blk
 bench-blk: deps
-	$(Q)$(MAKE) all
+	$(Q)$(MAKE) -j$(JOBS) all
 	$(Q)$(MAKE) -f guest/guest.mk O=$(O)
 	$(Q)guest/images/build-debian.sh $(O) bench
 	$(Q)tools/bench-blk $(O)
@@ -392,7 +395,7 @@ bench-blk: deps
 # none, and there the mapped column would be skipped.
 .PHONY: bench-fs
 bench-fs: deps
-	$(Q)$(MAKE) all $(O)/tools/bench-fs-guest.cpio
+	$(Q)$(MAKE) -j$(JOBS) all $(O)/tools/bench-fs-guest.cpio
 	$(Q)$(MAKE) -f guest/guest.mk O=$(O)
 	$(Q)tools/bench-fs --host-fs ext4 $(O)
 
@@ -400,7 +403,7 @@ bench-fs: deps
 # it); the host's iperf3 (make deps) serves as the upstream.
 .PHONY: bench-net
 bench-net: deps
-	$(Q)$(MAKE) all
+	$(Q)$(MAKE) -j$(JOBS) all
 	$(Q)$(MAKE) -f guest/guest.mk O=$(O)
 	$(Q)guest/images/build-debian.sh $(O) bench
 	$(Q)tools/bench-net $(O)
@@ -409,7 +412,7 @@ bench-net: deps
 # it); openssl makes its test CA, tools/bench-https-rr.py is its upstream.
 .PHONY: bench-https
 bench-https: deps
-	$(Q)$(MAKE) all
+	$(Q)$(MAKE) -j$(JOBS) all
 	$(Q)$(MAKE) -f guest/guest.mk O=$(O)
 	$(Q)guest/images/build-debian.sh $(O) bench
 	$(Q)tools/bench-https $(O)
@@ -418,7 +421,7 @@ bench-https: deps
 # times the guest agent through the control socket.
 .PHONY: bench-agent
 bench-agent: deps
-	$(Q)$(MAKE) all
+	$(Q)$(MAKE) -j$(JOBS) all
 	$(Q)$(MAKE) -f guest/guest.mk O=$(O)
 	$(Q)tools/bench-agent $(O)
 
@@ -426,7 +429,7 @@ bench-agent: deps
 # without --baseline-cache (Documentation/benchmarks.md, "Snapshots").
 .PHONY: bench-snapshot
 bench-snapshot: deps
-	$(Q)$(MAKE) all
+	$(Q)$(MAKE) -j$(JOBS) all
 	$(Q)$(MAKE) -f guest/guest.mk O=$(O)
 	$(Q)tools/bench-snapshot $(O)
 
