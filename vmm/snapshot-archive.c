@@ -43,27 +43,11 @@ static uint64_t min_u64(uint64_t a, uint64_t b)
 
 struct zout {
 	int fd;
+	uint64_t off; /* bytes written to fd */
 	ZSTD_CCtx *cc;
 	uint8_t *buf;
 	size_t cap;
 };
-
-static int write_all(int fd, const uint8_t *p, size_t n)
-{
-	while (n) {
-		ssize_t w = write(fd, p, n);
-
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w < 0)
-			return -errno;
-		if (!w)
-			return -EIO;
-		p += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
 
 /* n bytes at p into the stream; ZSTD_e_end also ends the frame. */
 static int zout_put(struct zout *z, const void *p, size_t n,
@@ -79,9 +63,10 @@ static int zout_put(struct zout *z, const void *p, size_t n,
 		rem = ZSTD_compressStream2(z->cc, &out, &in, mode);
 		if (ZSTD_isError(rem))
 			return -EIO;
-		ret = write_all(z->fd, z->buf, out.pos);
+		ret = snap_file__pwrite_all(z->fd, z->buf, out.pos, z->off);
 		if (ret)
 			return ret;
+		z->off += out.pos;
 	} while (mode == ZSTD_e_end ? rem != 0 : in.pos < in.size);
 	return 0;
 }
@@ -437,22 +422,6 @@ static int members_from(struct unpack *u, char *err, size_t len)
 	return 0;
 }
 
-static int pwrite_all(int fd, const uint8_t *p, size_t n, uint64_t off)
-{
-	while (n) {
-		ssize_t w = pwrite(fd, p, n, (off_t)off);
-
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return w < 0 ? -errno : -EIO;
-		p += w;
-		n -= (size_t)w;
-		off += (uint64_t)w;
-	}
-	return 0;
-}
-
 /*
  * k bytes at off of a new file (all zeros after its ftruncate): pages
  * of zeros are left holes, so a file keeps its holes whatever the
@@ -468,7 +437,7 @@ static int write_data(int fd, const uint8_t *p, size_t k, uint64_t off)
 
 		if (!memcmp(p + i, zeros, n))
 			continue;
-		ret = pwrite_all(fd, p + i, n, off + i);
+		ret = snap_file__pwrite_all(fd, p + i, n, off + i);
 		if (ret)
 			return ret;
 	}

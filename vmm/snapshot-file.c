@@ -105,7 +105,7 @@ static int hash_size(wc_Sha256 *sha, uint64_t size)
 		wc_Sha256Update(sha, (const uint8_t *)&le, sizeof(le)));
 }
 
-static int write_all(int fd, const uint8_t *p, size_t n, uint64_t off)
+int snap_file__pwrite_all(int fd, const uint8_t *p, size_t n, uint64_t off)
 {
 	while (n) {
 		ssize_t w = pwrite(fd, p, n, (off_t)off);
@@ -247,7 +247,7 @@ int snap_dir__write_part(struct snap_dir *d, const char *file, const char *kind,
 	fd = new_file(d, file, err, len);
 	if (fd < 0)
 		return fd;
-	ret = write_all(fd, buf, n, 0);
+	ret = snap_file__pwrite_all(fd, buf, n, 0);
 	if (ret)
 		snprintf(err, len, "%s: write: %s", file, strerror(-ret));
 	if (!ret)
@@ -336,7 +336,8 @@ int snap_dir__write_memory(struct snap_dir *d, const char *file,
 			continue;
 		}
 		if (in_run)
-			ret = write_all(fd, mem + run, off - run, run);
+			ret = snap_file__pwrite_all(fd, mem + run, off - run,
+						    run);
 		in_run = false;
 	}
 	return finish_sparse(d, &sha, fd, ret, file, "memory", size, data, err,
@@ -347,7 +348,8 @@ int snap_dir__write_memory(struct snap_dir *d, const char *file,
 static int flush_run(int fd, const uint8_t *buf, uint64_t base, uint64_t run,
 		     uint64_t off)
 {
-	return off > run ? write_all(fd, buf + (run - base), off - run, run) :
+	return off > run ? snap_file__pwrite_all(fd, buf + (run - base),
+						 off - run, run) :
 			   0;
 }
 
@@ -462,7 +464,7 @@ int snap_dir__finish(struct snap_dir *d, const json_t *fields, char *err,
 		ret = fd;
 		goto out;
 	}
-	ret = write_all(fd, (const uint8_t *)text, strlen(text), 0);
+	ret = snap_file__pwrite_all(fd, (const uint8_t *)text, strlen(text), 0);
 	if (ret) {
 		snprintf(err, len, "%s: write: %s", SNAP_MANIFEST,
 			 strerror(-ret));

@@ -102,6 +102,10 @@ int __must_check snap_dir__finish(struct snap_dir *d, const json_t *fields,
 				  char *err, size_t len);
 void snap_dir__close(struct snap_dir *d);
 
+/* n bytes at p into fd at off, whole (EINTR retried): 0 or -errno. */
+int __must_check snap_file__pwrite_all(int fd, const uint8_t *p, size_t n,
+				       uint64_t off);
+
 /* The digests above of an open file, as 64 hex digits and a NUL. */
 int __must_check snap_file__sha256(int fd, char hex[SNAP_SHA256_HEX + 1]);
 int __must_check snap_file__pages_sha256(int fd, char hex[SNAP_SHA256_HEX + 1]);

@@ -526,6 +526,25 @@ static off_t file_size(const char *path)
 }
 
 /*
+ * The test snapshot of mem in t, packed into base/snap.kiln.zst (zst);
+ * copy is where it unpacks, base/copy (each 160 bytes).
+ */
+static void packed_snapshot(struct __test_metadata *_metadata,
+			    struct snap_tmp *t, const uint8_t *mem, char *zst,
+			    char *copy)
+{
+	char err[1024] = "";
+
+	ASSERT_TRUE(snap_tmp__make(t, "kiln-snap"));
+	ASSERT_EQ(0, write_all(t, mem, err, sizeof(err))) TH_LOG("%s", err);
+	in_base(t, "snap.kiln.zst", zst, 160);
+	in_base(t, "copy", copy, 160);
+	ASSERT_EQ(0, snap_archive__pack(t->dir, zst, SNAP_ARCHIVE_LEVEL, err,
+					sizeof(err)))
+	TH_LOG("%s", err);
+}
+
+/*
  * A snapshot packed and unpacked elsewhere: the copy verifies (modes,
  * manifest, every digest), its memory file keeps its holes, and the
  * archive is smaller than the data it holds.
@@ -540,13 +559,7 @@ TEST(archive_round_trip_keeps_holes_and_digests)
 	int fd;
 
 	ASSERT_NE(NULL, mem);
-	ASSERT_TRUE(snap_tmp__make(&t, "kiln-snap"));
-	ASSERT_EQ(0, write_all(&t, mem, err, sizeof(err))) TH_LOG("%s", err);
-	in_base(&t, "snap.kiln.zst", zst, sizeof(zst));
-	in_base(&t, "copy", copy, sizeof(copy));
-	ASSERT_EQ(0, snap_archive__pack(t.dir, zst, SNAP_ARCHIVE_LEVEL, err,
-					sizeof(err)))
-	TH_LOG("%s", err);
+	packed_snapshot(_metadata, &t, mem, zst, copy);
 	ASSERT_EQ(0, stat(zst, &st));
 	EXPECT_EQ(0600, st.st_mode & 07777);
 	EXPECT_GT((off_t)(4 * PAGE), st.st_size)
@@ -618,13 +631,7 @@ TEST(damaged_archives_leave_nothing)
 	int fd;
 
 	ASSERT_NE(NULL, mem);
-	ASSERT_TRUE(snap_tmp__make(&t, "kiln-snap"));
-	ASSERT_EQ(0, write_all(&t, mem, err, sizeof(err))) TH_LOG("%s", err);
-	in_base(&t, "snap.kiln.zst", zst, sizeof(zst));
-	in_base(&t, "copy", copy, sizeof(copy));
-	ASSERT_EQ(0, snap_archive__pack(t.dir, zst, SNAP_ARCHIVE_LEVEL, err,
-					sizeof(err)))
-	TH_LOG("%s", err);
+	packed_snapshot(_metadata, &t, mem, zst, copy);
 	size = file_size(zst);
 	ASSERT_LT(64, size);
 	nframe = ZSTD_compress(frame, sizeof(frame), "", 0, 1);
