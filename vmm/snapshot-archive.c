@@ -333,7 +333,11 @@ int snap_archive__pack(const char *dir, const char *file, int level, char *err,
 		ret = errf(err, len, -errno, "%s: %s", file, strerror(errno));
 		goto out;
 	}
-	ret = zout_init(&z, fd, level);
+	ret = fchmod(fd, SNAP_FILE_MODE) < 0 ? -errno : 0;
+	if (ret)
+		errf(err, len, ret, "%s: %s", file, strerror(-ret));
+	else
+		ret = zout_init(&z, fd, level);
 	if (ret)
 		errf(err, len, ret, "zstd: %s", strerror(-ret));
 	if (!ret)
@@ -540,7 +544,10 @@ static int unpack_file(struct unpack *u, bool *done, char *err, size_t len)
 		return errf(err, len, -errno, "%s: %s", name, strerror(errno));
 	if (m)
 		m->made = true;
-	ret = ftruncate(fd, (off_t)size) < 0 ? -errno : 0;
+	/* 0600 whatever the umask: the verify below wants exactly that. */
+	ret = fchmod(fd, SNAP_FILE_MODE) < 0 || ftruncate(fd, (off_t)size) < 0 ?
+		      -errno :
+		      0;
 	if (!ret)
 		ret = unpack_chunks(u, fd, name, size, err, len);
 	if (!ret && fsync(fd) < 0)
