@@ -176,9 +176,8 @@ static const struct rule api[] = {
 
 /*
  * A vCPU's own: KVM_RUN, the halt probe (KVM_GET_MP_STATE, KVM_GET_REGS),
- * the registers reported on a triple fault and by SIGUSR2 (KVM_GET_SREGS,
- * KVM_GET_MSRS for the kernel GS base, KVM_TRANSLATE: read-only, to find
- * the guest's stack).
+ * the registers --verbose reports on a triple fault and SIGUSR2's report
+ * (KVM_GET_SREGS, KVM_TRANSLATE, read-only, to find the guest's stack).
  */
 static const struct rule kvm_vcpu[] = {
 	ALLOW_IOCTL(KVM_RUN),
@@ -187,7 +186,6 @@ static const struct rule kvm_vcpu[] = {
 	ALLOW_IOCTL(KVM_GET_REGS),
 	/* the reports */
 	ALLOW_IOCTL(KVM_GET_SREGS),
-	ALLOW_IOCTL(KVM_GET_MSRS),
 	ALLOW_IOCTL(KVM_TRANSLATE),
 };
 

@@ -264,49 +264,26 @@ static void handle_system_event(struct vcpu *v)
 }
 
 /* With --verbose: where the vCPU was when it stopped the machine. */
-/* The kernel GS base the guest's next swapgs would load; 0 if unreadable. */
-static unsigned long long kernel_gs_base(struct vcpu *v)
-{
-	struct {
-		struct kvm_msrs hdr;
-		struct kvm_msr_entry e;
-	} m = { .hdr.nmsrs = 1, .e.index = MSR_KERNEL_GS_BASE };
-
-	return ioctl(v->fd, KVM_GET_MSRS, &m) == 1 ? m.e.data : 0;
-}
-
-/*
- * Where the vCPU is: one line, at debug level, or as a warning when
- * the guest died (a triple fault), where the segment bases say whether
- * a system call's entry or an exception ran with the wrong GS
- * (Documentation/harness.md).
- */
-static void report_where(struct vcpu *v, const char *what, bool warn)
+static void debug_where(struct vcpu *v, const char *what)
 {
 	struct kvm_sregs sregs;
 	struct kvm_regs regs;
 
-	if (!warn && !log__debug_enabled())
+	if (!log__debug_enabled())
 		return;
 	if (ioctl(v->fd, KVM_GET_REGS, &regs) < 0 ||
 	    ioctl(v->fd, KVM_GET_SREGS, &sregs) < 0) {
-		log__print(warn ? LOG_WARN : LOG_DEBUG,
-			   "vcpu%u: %s, registers unreadable: %s", v->id, what,
-			   strerror(errno));
+		pr_debug("vcpu%u: %s, registers unreadable: %s", v->id, what,
+			 strerror(errno));
 		return;
 	}
-	log__print(warn ? LOG_WARN : LOG_DEBUG,
-		   "vcpu%u: %s at cs:rip 0x%x:0x%llx rsp 0x%llx rflags 0x%llx "
-		   "cr0 0x%llx cr2 0x%llx cr3 0x%llx cr4 0x%llx efer 0x%llx "
-		   "fs.base 0x%llx gs.base 0x%llx kernel_gs_base 0x%llx",
-		   v->id, what, sregs.cs.selector, (unsigned long long)regs.rip,
-		   (unsigned long long)regs.rsp,
-		   (unsigned long long)regs.rflags,
-		   (unsigned long long)sregs.cr0, (unsigned long long)sregs.cr2,
-		   (unsigned long long)sregs.cr3, (unsigned long long)sregs.cr4,
-		   (unsigned long long)sregs.efer,
-		   (unsigned long long)sregs.fs.base,
-		   (unsigned long long)sregs.gs.base, kernel_gs_base(v));
+	pr_debug("vcpu%u: %s at cs:rip 0x%x:0x%llx rsp 0x%llx rflags 0x%llx "
+		 "cr0 0x%llx cr2 0x%llx cr3 0x%llx cr4 0x%llx efer 0x%llx",
+		 v->id, what, sregs.cs.selector, (unsigned long long)regs.rip,
+		 (unsigned long long)regs.rsp, (unsigned long long)regs.rflags,
+		 (unsigned long long)sregs.cr0, (unsigned long long)sregs.cr2,
+		 (unsigned long long)sregs.cr3, (unsigned long long)sregs.cr4,
+		 (unsigned long long)sregs.efer);
 }
 
 static enum vcpu_exit_kind exit_kind(uint32_t reason)
@@ -341,7 +318,7 @@ static bool handle_exit(struct vcpu *v)
 		handle_mmio(v);
 		return true;
 	case KVM_EXIT_SHUTDOWN:
-		report_where(v, "triple fault", true);
+		debug_where(v, "shutdown (triple fault)");
 		note_crash(v, VM_CRASH_TRIPLE_FAULT);
 		vm__stop(v->vm, VM_STOP_GUEST_RESET, 0, "guest triple-faulted");
 		return false;
