@@ -3,6 +3,7 @@
  * The verification cache (see verified.h): one small file per good hash,
  * named by the SHA-256 of its key and holding the key.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -116,6 +117,85 @@ static int mkdir_p(const char *dir)
 	return ret;
 }
 
+/*
+ * The cache is bounded (verified.h): an entry names a file state that may
+ * be long gone (every snapshot taken and every image rebuilt leaves one),
+ * and nothing else removes them. A store that finds more than
+ * VERIFIED_ENTRIES_MAX entries removes the least recently written down to
+ * VERIFIED_ENTRIES_KEEP; a removed entry that was still good only costs a
+ * hash. Temporary files older than VERIFIED_TMP_AGE_S (a writer that died
+ * between mkostemp and rename) go too.
+ */
+#define VERIFIED_NAME_LEN 64 /* hex SHA-256 */
+
+struct cache_old {
+	struct timespec mtime;
+	char name[VERIFIED_NAME_LEN + 1];
+};
+
+static int cache_old_cmp(const void *a, const void *b)
+{
+	const struct timespec *x = &((const struct cache_old *)a)->mtime;
+	const struct timespec *y = &((const struct cache_old *)b)->mtime;
+
+	if (x->tv_sec != y->tv_sec)
+		return x->tv_sec < y->tv_sec ? -1 : 1;
+	if (x->tv_nsec != y->tv_nsec)
+		return x->tv_nsec < y->tv_nsec ? -1 : 1;
+	return 0;
+}
+
+static bool cache_entry_name(const char *name)
+{
+	return strlen(name) == VERIFIED_NAME_LEN &&
+	       strspn(name, "0123456789abcdef") == VERIFIED_NAME_LEN;
+}
+
+/* Best effort: a sweep that fails leaves the cache as it was. */
+static void cache_sweep(const char *dir)
+{
+	struct cache_old *old = NULL, *grown;
+	size_t n = 0, cap = 0, i;
+	struct dirent *e;
+	struct stat st;
+	time_t now = time(NULL);
+	DIR *d = opendir(dir);
+
+	if (!d)
+		return;
+	while ((e = readdir(d))) {
+		if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) ||
+		    !S_ISREG(st.st_mode))
+			continue;
+		if (!strncmp(e->d_name, ".tmp-", 5)) {
+			if (now - st.st_mtim.tv_sec > VERIFIED_TMP_AGE_S)
+				unlinkat(dirfd(d), e->d_name, 0);
+			continue;
+		}
+		if (!cache_entry_name(e->d_name))
+			continue;
+		if (n == cap) {
+			cap = cap ? cap * 2 : VERIFIED_ENTRIES_MAX + 1;
+			grown = realloc(old, cap * sizeof(*old));
+			if (!grown)
+				goto out;
+			old = grown;
+		}
+		old[n].mtime = st.st_mtim;
+		memcpy(old[n].name, e->d_name, VERIFIED_NAME_LEN + 1);
+		n++;
+	}
+	if (n <= VERIFIED_ENTRIES_MAX)
+		goto out;
+	qsort(old, n, sizeof(*old), cache_old_cmp);
+	for (i = 0; i < n - VERIFIED_ENTRIES_KEEP; i++)
+		unlinkat(dirfd(d), old[i].name, 0);
+	pr_debug("verification cache %s: %zu old entries removed", dir, i);
+out:
+	free(old);
+	closedir(d);
+}
+
 /* Write the entry whole (a temporary file renamed over it), or not at all. */
 static int cache_store(const char *dir, const char *entry, const char *key,
 		       size_t keylen)
@@ -142,6 +222,8 @@ static int cache_store(const char *dir, const char *entry, const char *key,
 		ret = -errno;
 	if (ret)
 		unlink(tmp);
+	else
+		cache_sweep(dir);
 out_free:
 	free(tmp);
 	return ret;

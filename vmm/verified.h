@@ -13,6 +13,15 @@
 
 #define VERIFIED_KEY_MAX 512U
 
+/*
+ * The cache's bound: a store that finds more entries than this removes
+ * the least recently written down to VERIFIED_ENTRIES_KEEP, and temporary
+ * files older than VERIFIED_TMP_AGE_S.
+ */
+#define VERIFIED_ENTRIES_MAX  4096U
+#define VERIFIED_ENTRIES_KEEP (VERIFIED_ENTRIES_MAX * 3 / 4)
+#define VERIFIED_TMP_AGE_S    3600
+
 struct verified {
 	char *dir;   /* ${KILN_CACHE:-$HOME/.cache/kiln}/verified; NULL */
 	char *entry; /* dir/<sha256 of key>; NULL: no cache */

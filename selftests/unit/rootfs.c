@@ -578,6 +578,65 @@ TEST_F(rootfs, fresh_file_not_cached)
 }
 
 /* An entry that does not hold exactly the key is ignored and rewritten. */
+static void cache_plant(const char *dir, const char *name, time_t mtime)
+{
+	char path[256];
+	struct timespec t[2] = { { .tv_sec = mtime }, { .tv_sec = mtime } };
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd < 0 || write(fd, "x", 1) != 1 || futimens(fd, t) || close(fd))
+		abort();
+}
+
+/*
+ * Entries for file states long gone are not kept for ever: a store into
+ * a cache over its bound removes the oldest down to VERIFIED_ENTRIES_KEEP,
+ * and a dead writer's old temporary file, but keeps what is not an entry,
+ * a young temporary file, and the entry just made.
+ */
+TEST_F(rootfs, cache_is_bounded)
+{
+	char dir[128], name[256], log[4096];
+	unsigned int i, planted = VERIFIED_ENTRIES_MAX + 9;
+
+	snprintf(dir, sizeof(dir), "%s/verified", self->cache);
+	ASSERT_EQ(0, mkdir(self->cache, 0700));
+	ASSERT_EQ(0, mkdir(dir, 0700));
+	for (i = 0; i < planted; i++) {
+		snprintf(name, sizeof(name), "%064x", i);
+		cache_plant(dir, name, 1000000 + i);
+	}
+	cache_plant(dir, ".tmp-old", 1000);
+	cache_plant(dir, ".tmp-young", time(NULL));
+	cache_plant(dir, "README", 1000);
+
+	let_image_settle(self);
+	ASSERT_EQ(0, verify_logged(self, false, log, sizeof(log)))
+	TH_LOG("%s", self->err);
+	EXPECT_TRUE(strstr(log, "hashed") != NULL) TH_LOG("%s", log);
+	/* The entries kept, and README. */
+	EXPECT_EQ(VERIFIED_ENTRIES_KEEP + 1, cache_entries(self, NULL, 0));
+	snprintf(name, sizeof(name), "%s/%064x", dir, 0U);
+	EXPECT_NE(0, access(name, F_OK)) TH_LOG("the oldest entry stayed");
+	snprintf(name, sizeof(name), "%s/%064x", dir, planted - 1);
+	EXPECT_EQ(0, access(name, F_OK)) TH_LOG("the newest planted went");
+	snprintf(name, sizeof(name), "%s/.tmp-old", dir);
+	EXPECT_NE(0, access(name, F_OK)) TH_LOG("a dead writer's file stayed");
+	snprintf(name, sizeof(name), "%s/.tmp-young", dir);
+	EXPECT_EQ(0, access(name, F_OK)) TH_LOG("a live writer's file went");
+	snprintf(name, sizeof(name), "%s/README", dir);
+	EXPECT_EQ(0, access(name, F_OK)) TH_LOG("not an entry, but removed");
+
+	/* The entry just made is among those kept. */
+	ASSERT_EQ(0, verify_logged(self, false, log, sizeof(log)))
+	TH_LOG("%s", self->err);
+	EXPECT_TRUE(strstr(log, "vouched for by the verification cache") !=
+		    NULL)
+	TH_LOG("%s", log);
+}
+
 TEST_F(rootfs, cache_entry_tampered)
 {
 	char entry[256], log[4096];
