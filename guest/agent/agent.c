@@ -85,7 +85,7 @@ static void poweroff(struct conn *c, pid_t pid)
 	kill(pid, SIGUSR2); /* init's (and busybox's) power off signal */
 }
 
-static void serve_connection(int fd, const struct agent_config *cfg)
+void agent__serve_connection(int fd, const struct agent_config *cfg)
 {
 	struct frame req;
 	struct conn c;
@@ -124,7 +124,7 @@ connection_child(int listen_fd, int fd, const sigset_t *mask,
 	close(listen_fd);
 	signal(SIGCHLD, SIG_DFL);
 	sigprocmask(SIG_SETMASK, mask, NULL);
-	serve_connection(fd, cfg);
+	agent__serve_connection(fd, cfg);
 	_exit(0);
 }
 

@@ -34,4 +34,12 @@ struct agent_config {
 int agent__serve(int listen_fd, const struct agent_config *cfg)
 	__attribute__((warn_unused_result));
 
+/*
+ * One connection on @fd, as each child of agent__serve() serves it:
+ * HELLO, the one request, its exchange. Returns when the connection is
+ * over; @fd stays open (its owner closes it). selftests/fuzz/agent_conn.c
+ * calls it directly.
+ */
+void agent__serve_connection(int fd, const struct agent_config *cfg);
+
 #endif
