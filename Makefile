@@ -333,7 +333,7 @@ $(O)/fuzz/%: selftests/fuzz/%.c $(FUZZ_OBJS) | pkg-check
 	$(quiet) CLANG $<
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CLANG) $(FUZZ_CFLAGS) -fsanitize=fuzzer -MMD -MP -MF $@.d \
-		-o $@ $< $(FUZZ_OBJS) $(KILN_LDLIBS)
+		-o $@ $< $(FUZZ_OBJS) $(FUZZ_TARGET_OBJS) $(KILN_LDLIBS)
 
 $(O)/selftests/fuzz_%: selftests/fuzz/%.c selftests/fuzz/replay.c \
 		$(UNIT_OBJS) $(KILN_FLAGS_FILE) | pkg-check
@@ -341,7 +341,19 @@ $(O)/selftests/fuzz_%: selftests/fuzz/%.c selftests/fuzz/replay.c \
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CC) $(KILN_CFLAGS) $(CFLAGS) $(HARDEN_LD) -MMD -MP -MF $@.d \
 		-DFUZZ_CORPUS='"$(CURDIR)/selftests/fuzz/corpus/$*"' \
-		-o $@ $< selftests/fuzz/replay.c $(UNIT_OBJS) $(KILN_LDLIBS)
+		-o $@ $< selftests/fuzz/replay.c $(UNIT_OBJS) \
+		$(FUZZ_TARGET_OBJS) $(KILN_LDLIBS)
+
+# agent_conn serves the stream as the guest agent does: it links the
+# agent's own objects (not its main, guest/agent/host.o; proto/ is in
+# the core), built each way like the core's.
+fuzz-agent-obj-y := $(filter-out guest/agent/host.o proto/%,$(agent-host-obj-y))
+FUZZ_AGENT_OBJS   := $(addprefix $(O)/fuzz/obj/,$(fuzz-agent-obj-y))
+REPLAY_AGENT_OBJS := $(addprefix $(O)/obj/,$(fuzz-agent-obj-y))
+$(O)/fuzz/agent_conn: $(FUZZ_AGENT_OBJS)
+$(O)/fuzz/agent_conn: FUZZ_TARGET_OBJS = $(FUZZ_AGENT_OBJS)
+$(O)/selftests/fuzz_agent_conn: $(REPLAY_AGENT_OBJS)
+$(O)/selftests/fuzz_agent_conn: FUZZ_TARGET_OBJS = $(REPLAY_AGENT_OBJS)
 
 selftests: $(fuzz-replays)
 
@@ -440,4 +452,4 @@ clean:
 -include $(VMMCTL_OBJS:.o=.d)
 -include $(EBPF_OBJS:.o=.d) $(patsubst %,$(O)/ebpf/%.bpf.d,$(bpf-prog-y))
 -include $(wildcard $(O)/selftests/*.d $(O)/selftests/helpers/*.d $(O)/tools/*.d)
--include $(wildcard $(O)/fuzz/*.d) $(FUZZ_OBJS:.o=.d)
+-include $(wildcard $(O)/fuzz/*.d) $(FUZZ_OBJS:.o=.d) $(FUZZ_AGENT_OBJS:.o=.d)
