@@ -99,7 +99,7 @@ static int lookup(struct vm *vm, struct vm_baseline *b, bool *capture)
 	struct snap_load *l;
 	int ret;
 
-	ret = vm__snapshot_identity_digest(vm, digest, sizeof(digest));
+	ret = vm__snapshot_identity_digest(vm, digest, sizeof(digest), NULL);
 	if (!ret)
 		ret = baseline__key(digest, b->key);
 	if (ret) {

@@ -127,22 +127,27 @@ int vm__restore_open(struct vm *vm)
 		.vcpus = vm->nr_vcpus,
 		.memory_bytes = vm->ram_size,
 	};
+	json_t *identity = NULL;
 	struct snap_load *l;
 	int ret;
 
 	if (!cfg->restore_dir)
 		return vm->restore ? restore_baseline_root(vm) : 0;
 	want.root_layer = vm->disk && cfg->rootfs.mode == ROOTFS_EPHEMERAL;
-	ret = vm__snapshot_identity_digest(vm, digest, sizeof(digest));
+	ret = vm__snapshot_identity_digest(vm, digest, sizeof(digest),
+					   &identity);
 	if (ret) {
 		pr_err("--restore %s: this config's identity: %s",
 		       vm->restore_dir, strerror(-ret));
 		return ret;
 	}
+	want.identity = identity;
 	l = calloc(1, sizeof(*l));
+	ret = l ? snap_load__open(l, vm->restore_dir, &want, err, sizeof(err)) :
+		  -ENOMEM;
+	json_decref(identity);
 	if (!l)
-		return -ENOMEM;
-	ret = snap_load__open(l, vm->restore_dir, &want, err, sizeof(err));
+		return ret;
 	if (ret) {
 		pr_err("--restore %s: %s", vm->restore_dir, err);
 		free(l);

@@ -37,6 +37,93 @@ static const json_t *find_part(const json_t *m, const char *file)
 	return NULL;
 }
 
+/*
+ * Appends to out the words of command line a that b lacks, as
+ * " \"w\"", at most len bytes; the number of such words.
+ */
+static unsigned int words_missing(const char *a, const char *b, char *out,
+				  size_t len)
+{
+	unsigned int n = 0;
+	size_t at = strlen(out), wl;
+	const char *w, *p;
+
+	for (w = a; *w; w += wl) {
+		w += strspn(w, " ");
+		wl = strcspn(w, " ");
+		if (!wl)
+			break;
+		for (p = b; *p; p += strcspn(p, " ")) {
+			p += strspn(p, " ");
+			if (strcspn(p, " ") == wl && !strncmp(p, w, wl))
+				break;
+		}
+		if (*p)
+			continue;
+		n++;
+		if (at < len)
+			at += snprintf(out + at, len - at, " \"%.*s\"",
+				       (int)wl, w);
+	}
+	return n;
+}
+
+/*
+ * What of the identity differs between the snapshot's (the manifest's
+ * "identity" object) and this config's (want->identity), into why: the
+ * fields by name, and for the command line the words only one side has.
+ * Empty when either object is missing.
+ */
+static void identity_diff(const json_t *m, const struct snap_expect *want,
+			  char *why, size_t len)
+{
+	const json_t *theirs = json_object_get(m, "identity"), *v;
+	const char *key, *a, *b;
+	char fields[256] = "", words[512] = "";
+	size_t at = 0;
+
+	why[0] = '\0';
+	if (!json_is_object(theirs) || !json_is_object(want->identity))
+		return;
+	json_object_foreach((json_t *)want->identity, key, v) {
+		if (json_equal(v, json_object_get(theirs, key)))
+			continue;
+		if (at < sizeof(fields))
+			at += snprintf(fields + at, sizeof(fields) - at,
+				       "%s%s", at ? ", " : "", key);
+	}
+	json_object_foreach((json_t *)theirs, key, v) {
+		if (json_object_get(want->identity, key))
+			continue;
+		if (at < sizeof(fields))
+			at += snprintf(fields + at, sizeof(fields) - at,
+				       "%s%s", at ? ", " : "", key);
+	}
+	if (!fields[0])
+		return;
+	a = json_string_value(json_object_get(theirs, "cmdline"));
+	b = json_string_value(json_object_get(want->identity, "cmdline"));
+	if (a && b && strcmp(a, b)) {
+		char only_a[200] = "", only_b[200] = "";
+		unsigned int na = words_missing(a, b, only_a, sizeof(only_a));
+		unsigned int nb = words_missing(b, a, only_b, sizeof(only_b));
+		bool raw = strstr(only_a, "\"kiln.console=raw\"") ||
+			   strstr(only_b, "\"kiln.console=raw\"");
+
+		snprintf(words, sizeof(words), "%s%s%s%s%s",
+			 na ? "; only the snapshot's command line has" : "",
+			 only_a,
+			 nb ? "; only this config's command line has" : "",
+			 only_b,
+			 raw ? " (vmm adds kiln.console=raw when its stdin is "
+			       "not a terminal: restore with a stdin of the "
+			       "same kind)" :
+			       "");
+	}
+	snprintf(why, len, ": %s differ%s%s", fields, strchr(fields, ',') ?
+		 "" : "s", words);
+}
+
 /* The manifest against this monitor and this config. */
 static int check_fields(const json_t *m, const struct snap_expect *want,
 			char *err, size_t len)
@@ -70,13 +157,18 @@ static int check_fields(const json_t *m, const struct snap_expect *want,
 		return -EINVAL;
 	}
 	if (!id || strcmp(id, want->identity_digest)) {
+		char why[1024];
+
+		identity_diff(m, want, why, sizeof(why));
+		if (!why[0])
+			snprintf(why, sizeof(why),
+				 ": kernel, initrd, command line, cpus, "
+				 "memory, devices or mounts differ");
 		snprintf(err, len,
-			 "%s: identityDigest: the snapshot is of another "
-			 "configuration (kernel, initrd, command line, cpus, "
-			 "memory, devices or mounts differ): %.80s, this "
-			 "config is %s",
-			 SNAP_MANIFEST, id ? id : "(none)",
-			 want->identity_digest);
+			 "%s: identityDigest: the snapshot (%.23s...) is of "
+			 "another configuration than this (%.23s...)%s",
+			 SNAP_MANIFEST, id ? id : "none", want->identity_digest,
+			 why);
 		return -EINVAL;
 	}
 	return 0;

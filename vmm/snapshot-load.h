@@ -28,6 +28,12 @@ struct snap_expect {
 	unsigned int vcpus;
 	uint64_t memory_bytes;
 	bool root_layer; /* an ephemeral root: SNAP_LAYER_FILE is needed */
+	/*
+	 * This config's identity object, whose digest is identity_digest;
+	 * NULL: a digest that differs is reported without saying what of
+	 * it differs.
+	 */
+	const json_t *identity;
 };
 
 struct snap_blob {

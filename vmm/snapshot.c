@@ -367,7 +367,8 @@ static int manifest_fields(struct vm *vm, bool may_note, json_t **out)
 	return 0;
 }
 
-int vm__snapshot_identity_digest(struct vm *vm, char *out, size_t len)
+int vm__snapshot_identity_digest(struct vm *vm, char *out, size_t len,
+				 json_t **identity)
 {
 	json_t *m = NULL;
 	int ret;
@@ -378,6 +379,8 @@ int vm__snapshot_identity_digest(struct vm *vm, char *out, size_t len)
 		return ret;
 	snprintf(out, len, "%s",
 		 json_string_value(json_object_get(m, "identityDigest")));
+	if (identity)
+		*identity = json_incref(json_object_get(m, "identity"));
 	json_decref(m);
 	return 0;
 }

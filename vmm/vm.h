@@ -318,11 +318,13 @@ void vm__snapshot_drop_boot(struct vm *vm);
 /*
  * The identity digest a snapshot of this VM would have ("sha256:<hex>"
  * into out), from what vm__snapshot_keep_boot kept: what a restore
- * compares with the manifest's. 0 or -errno.
+ * compares with the manifest's. With identity, also the object hashed (a
+ * reference for the caller, which says what differs when the digests do).
+ * 0 or -errno.
  */
 #define VM_IDENTITY_DIGEST_LEN 80 /* "sha256:" + 64 hex + NUL, rounded */
 int __must_check vm__snapshot_identity_digest(struct vm *vm, char *out,
-					      size_t len);
+					      size_t len, json_t **identity);
 
 /*
  * vmm/restore.c: start --restore DIR (Documentation/snapshots.md,

@@ -198,6 +198,65 @@ TEST(another_monitor_or_config_is_refused)
 	snap_tmp__clean(&t);
 }
 
+static void add_identity(json_t *m)
+{
+	json_object_set_new(m, "identity",
+			    json_pack("{s:s, s:s, s:i}", "cmdline",
+				      "console=ttyS0 quiet kiln.console=raw",
+				      "kernel", "sha256:aa", "cpus", 2));
+}
+
+/*
+ * A digest that differs says what of the identity does: the fields by
+ * name, the command line's words that only one side has, and why vmm
+ * adds kiln.console=raw; without this config's identity, what may differ.
+ */
+TEST(another_identity_says_what_differs)
+{
+	json_t *ours = json_pack("{s:s, s:s, s:i, s:s}", "cmdline",
+				 "console=ttyS0 quiet foo=1", "kernel",
+				 "sha256:aa", "cpus", 2, "initrd", "sha256:bb");
+	struct snap_expect want = good;
+	struct snap_load l;
+	char err[1024] = "";
+	struct snap_tmp t;
+
+	ASSERT_NE(NULL, ours);
+	ASSERT_TRUE(snap_tmp__make(&t, "kiln-load"));
+	ASSERT_EQ(0, write_snapshot(t.dir, err, sizeof(err))) TH_LOG("%s", err);
+	edit_manifest(_metadata, t.dir, add_identity);
+	want.identity_digest = "sha256:ff";
+	want.identity = ours;
+	EXPECT_EQ(-EINVAL, snap_load__open(&l, t.dir, &want, err, sizeof(err)));
+	EXPECT_NE(NULL, strstr(err, ": cmdline, initrd differ; only the "
+				    "snapshot's command line has "
+				    "\"kiln.console=raw\"; only this config's "
+				    "command line has \"foo=1\" (vmm adds "
+				    "kiln.console=raw when its stdin is not a "
+				    "terminal"))
+	TH_LOG("%s", err);
+	EXPECT_EQ(NULL, strstr(err, "kernel")) TH_LOG("%s", err);
+
+	/* Only the console word: one field, no word of ours. */
+	json_object_set_new(ours, "cmdline", json_string("console=ttyS0 quiet"));
+	json_object_del(ours, "initrd");
+	EXPECT_EQ(-EINVAL, snap_load__open(&l, t.dir, &want, err, sizeof(err)));
+	EXPECT_NE(NULL, strstr(err, ": cmdline differs; only the snapshot's "
+				    "command line has \"kiln.console=raw\" ("))
+	TH_LOG("%s", err);
+	EXPECT_EQ(NULL, strstr(err, "this config's command line"))
+	TH_LOG("%s", err);
+
+	/* Without ours: the general list. */
+	want.identity = NULL;
+	EXPECT_EQ(-EINVAL, snap_load__open(&l, t.dir, &want, err, sizeof(err)));
+	EXPECT_NE(NULL, strstr(err, ": kernel, initrd, command line, cpus, "
+				    "memory, devices or mounts differ"))
+	TH_LOG("%s", err);
+	json_decref(ours);
+	snap_tmp__clean(&t);
+}
+
 static void bad_vm_digest(json_t *m)
 {
 	json_object_set_new(part(m, "vm.state"), "sha256",
