@@ -444,15 +444,22 @@ static inline void vm_load_image(struct kvm_vm *vm)
 	TEST_ASSERT(vm->image_base, "test binary image not found");
 }
 
-/* Identity map the first 1 GiB with 2 MiB pages. */
-static inline void vm_setup_page_tables(struct kvm_vm *vm)
+/*
+ * Identity map the first 1 GiB with 2 MiB pages: one page each of PML4,
+ * PDPT and PD, filled in @pt (3 * GUEST_PAGE_SIZE bytes, laid out as at
+ * GUEST_PML4_GPA).
+ */
+_Static_assert(GUEST_PDPT_GPA == GUEST_PML4_GPA + GUEST_PAGE_SIZE &&
+		       GUEST_PD_GPA == GUEST_PDPT_GPA + GUEST_PAGE_SIZE,
+	       "the page tables are three pages in a row");
+
+static inline void vm_fill_page_tables(uint64_t *pt)
 {
-	uint64_t *pml4 = addr_gpa2hva(vm, GUEST_PML4_GPA);
-	uint64_t *pdpt = addr_gpa2hva(vm, GUEST_PDPT_GPA);
-	uint64_t *pd = addr_gpa2hva(vm, GUEST_PD_GPA);
+	uint64_t *pml4 = pt, *pdpt = pt + 512, *pd = pt + 1024;
 	const uint64_t present = 1, writable = 2, huge = 0x80;
 	int i;
 
+	memset(pt, 0, 3 * GUEST_PAGE_SIZE);
 	pml4[0] = GUEST_PDPT_GPA | present | writable;
 	pdpt[0] = GUEST_PD_GPA | present | writable;
 	for (i = 0; i < 512; i++)
@@ -466,9 +473,8 @@ static inline void vm_setup_page_tables(struct kvm_vm *vm)
 #define TSS_LIMIT      0x67
 
 /* The same descriptors the vCPUs get through KVM_SET_SREGS. */
-static inline void vm_setup_gdt(struct kvm_vm *vm)
+static inline void vm_fill_gdt(uint64_t *gdt)
 {
-	uint64_t *gdt = addr_gpa2hva(vm, GUEST_GDT_GPA);
 	uint64_t base = GUEST_TSS_GPA;
 
 	gdt[0] = 0;
@@ -482,9 +488,8 @@ static inline void vm_setup_gdt(struct kvm_vm *vm)
 }
 
 /* 64-bit interrupt gates to the guest_exc_stubs, on the current stack. */
-static inline void vm_setup_idt(struct kvm_vm *vm)
+static inline void vm_fill_idt(struct kvm_vm *vm, uint64_t *idt)
 {
-	uint64_t *idt = addr_gpa2hva(vm, GUEST_IDT_GPA);
 	uint64_t stub;
 	int v;
 
@@ -495,6 +500,54 @@ static inline void vm_setup_idt(struct kvm_vm *vm)
 			     ((stub >> 16) & 0xffff) << 48;
 		idt[2 * v + 1] = stub >> 32;
 	}
+}
+
+/*
+ * What a guest of these tests never writes and a vCPU needs to take an
+ * exception: the page tables, GDT, TSS and IDT, and the guest's code. A
+ * guest that triple-faulted with all of them as vm_create() left them
+ * (and its stack pointer in its stack, which the vCPU's reset state hides)
+ * did not do it through memory: neither the guest's code nor a device
+ * writing guest RAM broke them. Returns 0, or -1 with what differs in
+ * @what.
+ */
+#define PTE_ACCESSED_DIRTY ((1ULL << 5) | (1ULL << 6)) /* A, D */
+
+static inline int vm_check_fixed(struct kvm_vm *vm, char *what, size_t len)
+{
+	uint64_t want[3 * GUEST_PAGE_SIZE / 8];
+	size_t text = (size_t)(__stop_guest_text - __start_guest_text);
+	const char *bad = NULL;
+
+	const uint64_t *pt = addr_gpa2hva(vm, GUEST_PML4_GPA);
+	unsigned int i;
+
+	vm_fill_page_tables(want);
+	/* The CPU sets Accessed and Dirty as it walks and writes. */
+	for (i = 0; i < sizeof(want) / sizeof(want[0]) && !bad; i++)
+		if ((pt[i] & ~PTE_ACCESSED_DIRTY) != want[i])
+			bad = "page tables";
+	memset(want, 0, sizeof(want));
+	vm_fill_gdt(want);
+	if (!bad && memcmp(addr_gpa2hva(vm, GUEST_GDT_GPA), want,
+			   GDT_ENTRIES * 8))
+		bad = "GDT";
+	memset(want, 0, sizeof(want));
+	if (!bad && memcmp(addr_gpa2hva(vm, GUEST_TSS_GPA), want,
+			   TSS_LIMIT + 1))
+		bad = "TSS";
+	vm_fill_idt(vm, want);
+	if (!bad && memcmp(addr_gpa2hva(vm, GUEST_IDT_GPA), want,
+			   GUEST_IDT_VECTORS * 16))
+		bad = "IDT";
+	if (!bad && text &&
+	    memcmp(addr_gva2hva(vm, addr_hva2gva_image(vm, __start_guest_text)),
+		   __start_guest_text, text))
+		bad = "guest code";
+	if (!bad)
+		return 0;
+	snprintf(what, len, "the guest's %s changed", bad);
+	return -1;
 }
 
 static inline struct kvm_vm *vm_create(void)
@@ -537,10 +590,10 @@ static inline struct kvm_vm *vm_create(void)
 	vm_ioctl(vm, KVM_SET_USER_MEMORY_REGION, &region);
 
 	vm->heap_next = GUEST_HEAP_GPA;
-	vm_setup_gdt(vm);
-	vm_setup_page_tables(vm);
+	vm_fill_gdt(addr_gpa2hva(vm, GUEST_GDT_GPA));
+	vm_fill_page_tables(addr_gpa2hva(vm, GUEST_PML4_GPA));
 	vm_load_image(vm);
-	vm_setup_idt(vm);
+	vm_fill_idt(vm, addr_gpa2hva(vm, GUEST_IDT_GPA));
 	return vm;
 }
 
