@@ -220,15 +220,16 @@ $(O)/selftests/kvm_hostile: KVM_TEST_OBJS = $(UNIT_OBJS)
 $(O)/selftests/kvm_hostile: KVM_TEST_LDFLAGS = $(SAN_FLAGS)
 
 # The control for the hostile notify flood (Documentation/harness.md): a
-# KVM test guest with no Kiln code under it, built like the KVM tests.
-$(O)/tools/exit-flood: tools/exit-flood.c $(KILN_FLAGS_FILE) | pkg-check
+# KVM test guest with no Kiln code under it, a host program built like the
+# KVM tests (this rule wins over the helpers' static one below).
+$(O)/selftests/helpers/exit-flood: selftests/helpers/exit-flood.c $(KILN_FLAGS_FILE) | pkg-check
 	$(quiet) CC $<
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CC) $(filter-out $(SAN_FLAGS),$(KILN_CFLAGS) $(CFLAGS)) \
 		-fno-stack-protector $(filter-out $(SAN_FLAGS),$(HARDEN_LD)) \
 		-MMD -MP -MF $@.d -o $@ $< $(KILN_LDLIBS)
 
-selftests: $(unit-tests) $(kvm-tests) $(O)/vmm $(O)/tools/exit-flood
+selftests: $(unit-tests) $(kvm-tests) $(O)/vmm $(O)/selftests/helpers/exit-flood
 	@:
 
 # The guest sides of KVM tests (vsock-peer, fs-probe, net-probe, posix-conform)
