@@ -43,9 +43,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
-#include <sched.h>
 #include <signal.h>
-#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -56,6 +54,7 @@
 #include "proto/reseed.h"
 #include "proto/tlv.h"
 #include "selftests/fuzz/fuzz.h"
+#include "selftests/fuzz/sandbox.h"
 
 #define HDR	      sizeof(struct kiln_frame)
 #define CHUNK_MAX     (64U << 10) /* a piece, at most */
@@ -198,47 +197,6 @@ static void read_frames(const uint8_t *s, size_t len, uint16_t split)
 static char sandbox[] = "/tmp/kiln-fuzz-agent-XXXXXX";
 static int sandbox_err = 1; /* 1: not made yet; 0: ready; -errno */
 
-static void remove_sandbox(void)
-{
-	umount2(sandbox, MNT_DETACH);
-	rmdir(sandbox);
-}
-
-static int write_text(const char *path, const char *text)
-{
-	int fd = open(path, O_WRONLY | O_CLOEXEC);
-	ssize_t n;
-
-	if (fd < 0)
-		return -errno;
-	n = write(fd, text, strlen(text));
-	close(fd);
-	return n == (ssize_t)strlen(text) ? 0 : -EIO;
-}
-
-/* Ourselves, mapped into the new user namespace, which owns the rest. */
-static int enter_namespaces(void)
-{
-	char map[64];
-	uid_t uid = getuid();
-	gid_t gid = getgid();
-	int ret;
-
-	if (unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET))
-		return -errno;
-	snprintf(map, sizeof(map), "%u %u 1", uid, uid);
-	ret = write_text("/proc/self/uid_map", map);
-	if (!ret)
-		ret = write_text("/proc/self/setgroups", "deny");
-	snprintf(map, sizeof(map), "%u %u 1", gid, gid);
-	if (!ret)
-		ret = write_text("/proc/self/gid_map", map);
-	/* Mounts here stay here. */
-	if (!ret && mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL))
-		ret = -errno;
-	return ret;
-}
-
 /*
  * Once, while the process has one thread: libFuzzer calls
  * LLVMFuzzerInitialize() before it starts any; the replay has none.
@@ -249,15 +207,7 @@ static void setup(void)
 		return;
 	/* As agent__serve(): writes to a closed socket are errors. */
 	signal(SIGPIPE, SIG_IGN);
-	if (!mkdtemp(sandbox)) {
-		sandbox_err = -errno;
-	} else {
-		sandbox_err = enter_namespaces();
-		if (sandbox_err)
-			rmdir(sandbox);
-		else
-			atexit(remove_sandbox);
-	}
+	sandbox_err = fuzz_sandbox__enter(sandbox, false);
 	if (sandbox_err)
 		fprintf(stderr,
 			"agent_conn: no sandbox (%s): frames read, "
@@ -271,16 +221,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	return 0;
 }
 
-static void put_file(int dir, const char *name, const void *p, size_t len)
-{
-	int fd = openat(dir, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
-			0644);
-
-	fuzz_check(fd >= 0);
-	fuzz_check(write(fd, p, len) == (ssize_t)len);
-	close(fd);
-}
-
 /* A fresh tmpfs with a little of everything the FS_* requests meet. */
 static void fill_sandbox(void)
 {
@@ -292,17 +232,16 @@ static void fill_sandbox(void)
 	if (!big[1])
 		for (size_t i = 0; i < sizeof(big); i++)
 			big[i] = (uint8_t)(i * 31);
-	fuzz_check(!mount("kiln-fuzz-agent", sandbox, "tmpfs",
-			  MS_NOSUID | MS_NODEV | MS_NOEXEC,
-			  "size=16m,nr_inodes=1024,mode=0755"));
+	fuzz_sandbox__mount(sandbox, "kiln-fuzz-agent");
 	dir = open(sandbox, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	fuzz_check(dir >= 0);
 	fuzz_check(!mkdirat(dir, "etc", 0755) && !mkdirat(dir, "dir", 0755) &&
 		   !mkdirat(dir, "dir/sub", 0700));
-	put_file(dir, "etc/os-release", os_release, sizeof(os_release) - 1);
-	put_file(dir, "data", big, sizeof(big));
-	put_file(dir, "dir/a", "a\n", 2);
-	put_file(dir, "dir/sub/b", "", 0);
+	fuzz_sandbox__put(dir, "etc/os-release", os_release,
+			  sizeof(os_release) - 1);
+	fuzz_sandbox__put(dir, "data", big, sizeof(big));
+	fuzz_sandbox__put(dir, "dir/a", "a\n", 2);
+	fuzz_sandbox__put(dir, "dir/sub/b", "", 0);
 	fuzz_check(!symlinkat("../data", dir, "dir/link") &&
 		   !symlinkat("/nowhere", dir, "dangling"));
 	close(dir);
@@ -342,9 +281,8 @@ static void *agent_thread(void *arg)
 						 .default_cwd = "/dir" };
 	int fd = *(int *)arg;
 
-	/* Never served outside the sandbox: stop here if it cannot be. */
-	fuzz_check(!unshare(CLONE_FS));
-	fuzz_check(!chroot(sandbox) && !chdir("/"));
+	/* Never served outside the sandbox. */
+	fuzz_sandbox__chroot(sandbox);
 	agent__serve_connection(fd, &cfg);
 	close(fd);
 	return NULL;
@@ -537,7 +475,7 @@ static void serve(const uint8_t *s, size_t len, uint16_t split)
 	host_end(sv[1], &pc, &a);
 	fuzz_check(!pthread_join(t, NULL));
 	close(sv[1]);
-	fuzz_check(!umount2(sandbox, MNT_DETACH));
+	fuzz_sandbox__umount(sandbox);
 	check_answer(&a, s, len);
 	free(a.p);
 }
