@@ -55,6 +55,33 @@ TEST_TIMEOUT(stalled_harness_is_killed, 240)
 		       r.out, r.err);
 }
 
+/*
+ * A harness whose init never beats (its vmtest.beat=0 comes first on the
+ * command line, so init takes it) is killed once the boot limit passes,
+ * with no beat on its console to report: the watchdog used to end there
+ * under set -e, leaving a harness stuck at boot to the whole --timeout.
+ */
+TEST_TIMEOUT(harness_that_never_beats_is_killed, 300)
+{
+	const char *argv[] = { "tools/vmtest", "--timeout", "900", "bash",
+			       "-c", "sleep 600; echo survived", NULL };
+	struct spawn_result r;
+
+	if (host_has_hw_kvm())
+		SKIP(return, "hardware KVM: vmtest starts no harness VM here");
+	setenv("KILN_VMTEST_APPEND", "vmtest.beat=0", 1);
+	setenv("KILN_VMTEST_BOOT_LIMIT", "60", 1);
+	ASSERT_EQ(0, spawn__run(argv, NULL, &r));
+	EXPECT_EQ(VMTEST_TIMEOUT, r.status);
+	EXPECT_EQ(NULL, strstr(r.out, "survived"));
+	EXPECT_NE(NULL, strstr(r.err, "vmtest: the harness VM stalled: no "
+				      "heartbeat from the harness init 60s "
+				      "after QEMU started"));
+	if (_metadata->result->failed)
+		TH_LOG("exit %d, stdout %.200s, stderr %.2000s", r.status,
+		       r.out, r.err);
+}
+
 TEST_TIMEOUT(crashed_harness_is_reported_with_its_oops, 240)
 {
 	const char *argv[] = { "tools/vmtest", "bash", "-c",
