@@ -263,7 +263,15 @@ $(O)/selftests/helpers/%.cpio: $(O)/selftests/helpers/%
 	$(bin_cpio)
 
 selftests: $(O)/selftests/helpers/vsock-peer.cpio $(O)/selftests/helpers/fs-probe.cpio \
-	$(O)/selftests/helpers/net-probe.cpio $(O)/selftests/helpers/posix-conform.cpio
+	$(O)/selftests/helpers/net-probe.cpio $(O)/selftests/helpers/posix-conform.cpio \
+	$(O)/selftests/helpers/hostile-agent.cpio
+
+# hostile-agent frames with the agent's own encoder (proto/tlv.c).
+$(O)/selftests/helpers/hostile-agent: selftests/helpers/hostile-agent.c proto/tlv.c
+	$(quiet) CC $<
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) -std=gnu11 $(WARNINGS) -Werror -O2 -D_GNU_SOURCE -I. -static \
+		-MMD -MP -MF $@.d -o $@ $^
 
 # The HTTPS upstream that speaks HTTP/2 alone (selftests/kvm/net.c): a
 # host program, not a guest's, on nghttp2 and wolfSSL like the vmm, so

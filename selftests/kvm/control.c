@@ -727,6 +727,125 @@ static void vm_shutdown(struct __test_metadata *_metadata, struct vmctl *c)
 	vm_cleanup(c);
 }
 
+/* A field of /proc/PID/status in KiB ("VmHWM:"), or -1. */
+static long proc_status_kib(pid_t pid, const char *name)
+{
+	char path[64], status[4096];
+	size_t n;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	n = fread(status, 1, sizeof(status) - 1, f);
+	fclose(f);
+	status[n] = '\0';
+	return status_field(status, name);
+}
+
+#define HOSTILE_GUEST_MIB "128"
+
+/*
+ * Issue 15's item 1 on KVM: the guest's agent is hostile
+ * (selftests/helpers/hostile-agent.c, the guest's command, the real agent
+ * off). Asked for a directory or the facts, it answers with 400 RESULT
+ * frames that each say "more follows" and carry a 250 KiB name that is
+ * not UTF-8 (100 MB), which grew the vmm by 441 MiB before the API had
+ * byte budgets. Each call ends at the budget with API_E_LIMIT, vm.facts
+ * still answers with the config's facts, the API serves the next client,
+ * and the vmm's peak memory grows by at most four budgets, 32 MiB of
+ * slack and the guest's RAM (which is the vmm's memory too, touched or
+ * not by the guest meanwhile). vm.shutdown's POWEROFF then ends the VM.
+ */
+TEST_TIMEOUT(hostile_agent_is_bounded, BOOT_TIMEOUT)
+{
+	const char *slash, *argv[32];
+	char cpio[300], initrd[200], cmd[800];
+	long before, after;
+	struct guest g;
+	struct vmctl c;
+	struct tc t;
+	json_t *m, *ge;
+	int i = 0;
+
+	if (access("/dev/kvm", R_OK | W_OK))
+		SKIP(return, "no usable /dev/kvm (run through tools/vmtest)");
+	guest_paths(&g);
+	slash = strrchr(g.vmm, '/');
+	snprintf(cpio, sizeof(cpio), "%.*s/selftests/helpers/hostile-agent.cpio",
+		 slash ? (int)(slash - g.vmm) : 1, slash ? g.vmm : ".");
+	ASSERT_EQ(0, access(cpio, R_OK)) TH_LOG("%s missing: make selftests",
+						 cpio);
+	memset(&c, 0, sizeof(c));
+	snprintf(c.dir, sizeof(c.dir), "/tmp/kiln-ctl-XXXXXX");
+	ASSERT_NE(NULL, mkdtemp(c.dir));
+	snprintf(c.sock, sizeof(c.sock), "%s/ctl.sock", c.dir);
+	snprintf(c.log, sizeof(c.log), "%s/vmm.log", c.dir);
+	snprintf(c.vmmctl, sizeof(c.vmmctl), "%s",
+		 env_or("KILN_VMMCTL", "build/vmmctl"));
+	snprintf(initrd, sizeof(initrd), "%s/initrd.cpio", c.dir);
+	snprintf(cmd, sizeof(cmd), "cat '%s' '%s' > '%s'", g.initrd, cpio,
+		 initrd);
+	ASSERT_EQ(0, system(cmd));
+
+	argv[i++] = g.vmm;
+	argv[i++] = "run";
+	argv[i++] = "--kernel";
+	argv[i++] = g.vmlinux;
+	argv[i++] = "--initrd";
+	argv[i++] = initrd;
+	argv[i++] = "--memory";
+	argv[i++] = HOSTILE_GUEST_MIB;
+	argv[i++] = "--control-socket";
+	argv[i++] = c.sock;
+	argv[i++] = "--agent-timeout-ms";
+	argv[i++] = AGENT_TIMEOUT_MS;
+	argv[i++] = "--cmdline";
+	argv[i++] = "kiln.agent=off"; /* the user's words come last */
+	argv[i++] = "--";
+	argv[i++] = "/bin/hostile-agent";
+	argv[i] = NULL;
+	vm_current = &c;
+	c.vmm = spawn_logged(argv, c.log);
+	ASSERT_LT(0, c.vmm);
+	ASSERT_TRUE(vmm_wait_ready(_metadata, &c.vmm, c.sock, c.log,
+				   READY_TIMEOUT));
+	api_open(_metadata, &c, &t);
+	before = proc_status_kib(c.vmm, "\nVmHWM:");
+	ASSERT_LT(0, before);
+
+	m = tc_call(&t, ++last_id, "fs.readDir",
+		    json_pack("{s:s}", "path", "/"));
+	ASSERT_TRUE(m != NULL);
+	EXPECT_EQ(API_E_LIMIT, err_code(m));
+	json_decref(m);
+	m = tc_call(&t, ++last_id, "facts", NULL);
+	ASSERT_TRUE(m != NULL);
+	EXPECT_EQ(API_E_LIMIT, err_code(m));
+	json_decref(m);
+	/* vm.facts: the config's facts, and why not the guest's. */
+	m = api_ok(_metadata, &t, "vm.facts", NULL);
+	ge = json_object_get(result(m), "guestError");
+	EXPECT_EQ(API_E_LIMIT, json_integer_value(json_object_get(ge, "code")));
+	json_decref(m);
+
+	after = proc_status_kib(c.vmm, "\nVmHWM:");
+	EXPECT_GT(4 * (long)(API_RESULT_MAX >> 10) + 32768 +
+			  strtol(HOSTILE_GUEST_MIB, NULL, 10) * 1024,
+		  after - before)
+	TH_LOG("peak memory grew by %ld KiB", after - before);
+	TH_LOG("vmm peak memory %ld -> %ld KiB", before, after);
+	/* The next client is served. */
+	m = api_ok(_metadata, &t, "vm.status", NULL);
+	EXPECT_EQ(1, res_int(m, "clients"));
+	json_decref(m);
+	tc_close(&t);
+
+	/* POWEROFF: the hostile agent answers it and its command ends. */
+	vm_shutdown(_metadata, &c);
+}
+
 /*
  * Every fs method on the real guest: results checked against what the
  * guest's own tools see, each errno case, ranges, and names that are not

@@ -22,6 +22,7 @@
 #include "lib/compiler.h"
 #include "selftests/jsonrpc_client.h"
 #include "selftests/kselftest.h"
+#include "selftests/hostile_agent.h"
 #include "selftests/testutil.h"
 #include "proto/tlv.h"
 #include "vmm/api.h"
@@ -135,71 +136,6 @@ enum hostile {
 	TRICKLED_HELLO, /* its HELLO one byte every 50 ms */
 };
 
-#define HUGE_FRAMES 400
-#define HUGE_NAME   (250U << 10)
-
-static void send_frame(int fd, uint16_t type, const struct kiln_buf *b)
-{
-	struct kiln_frame f;
-
-	kiln_frame__pack(&f, type, 0, b ? b->len : 0);
-	if (write(fd, &f, sizeof(f)) != sizeof(f) ||
-	    (b && b->len && write(fd, b->data, b->len) != (ssize_t)b->len))
-		_exit(0); /* the API hung up: its business */
-}
-
-static void send_hello(int fd)
-{
-	struct kiln_buf b;
-
-	kiln_buf__init(&b);
-	if (kiln_tlv__put_u64(&b, KILN_T_VERSION, KILN_AGENT_VERSION))
-		_exit(1);
-	send_frame(fd, KILN_MSG_HELLO, &b);
-	kiln_buf__free(&b);
-}
-
-/* The request's type; its payload skipped. */
-static uint16_t recv_request(int fd)
-{
-	struct kiln_frame f;
-	uint16_t type, flags;
-	uint32_t len;
-	char c;
-
-	if (recv(fd, &f, sizeof(f), MSG_WAITALL) != sizeof(f) ||
-	    kiln_frame__unpack(&f, &type, &flags, &len))
-		_exit(0);
-	while (len--)
-		if (recv(fd, &c, 1, 0) != 1)
-			_exit(0);
-	return type;
-}
-
-/* A RESULT with one T_ENTRY (or T_FACT) holding HUGE_NAME bytes 0xff. */
-static void send_huge(int fd, uint16_t request, bool more)
-{
-	bool facts = request == KILN_MSG_FACTS;
-	uint8_t *name = malloc(HUGE_NAME);
-	struct kiln_buf b;
-	size_t mark;
-
-	if (!name)
-		_exit(1);
-	memset(name, 0xff, HUGE_NAME); /* not UTF-8: lossy and base64 */
-	kiln_buf__init(&b);
-	if (kiln_tlv__begin(&b, facts ? KILN_T_FACT : KILN_T_ENTRY, &mark) ||
-	    kiln_tlv__put_bytes(&b, facts ? KILN_T_VALUE : KILN_T_NAME, name,
-				HUGE_NAME))
-		_exit(1);
-	kiln_tlv__end(&b, mark);
-	if (more && kiln_tlv__put_u64(&b, KILN_T_MORE, 1))
-		_exit(1);
-	send_frame(fd, KILN_MSG_RESULT, &b);
-	kiln_buf__free(&b);
-	free(name);
-}
-
 static void serve(int fd, enum hostile mode, const char *marker)
 {
 	static const uint8_t hello_bytes[16] = { 0 };
@@ -219,21 +155,21 @@ static void serve(int fd, enum hostile mode, const char *marker)
 			if (write(fd, &hello_bytes[i], 1) != 1)
 				_exit(0);
 	}
-	send_hello(fd);
-	type = recv_request(fd);
+	hostile_agent__send_hello(fd);
+	type = hostile_agent__recv_request(fd);
 	kiln_buf__init(&b);
 	switch (mode) {
 	case HUGE_ENTRIES:
-		for (i = 0; i < HUGE_FRAMES; i++)
-			send_huge(fd, type, true);
-		send_frame(fd, KILN_MSG_RESULT, NULL);
+		for (i = 0; i < HOSTILE_FRAMES; i++)
+			hostile_agent__send_huge(fd, type, true);
+		hostile_agent__send_frame(fd, KILN_MSG_RESULT, NULL);
 		break;
 	case STARTED_TWICE:
 		if (kiln_tlv__put_u64(&b, KILN_T_PID, 42))
 			_exit(1);
-		send_frame(fd, KILN_MSG_PROC_STARTED, &b);
-		send_frame(fd, KILN_MSG_PROC_STARTED, &b);
-		send_frame(fd, KILN_MSG_PROC_EXIT, NULL);
+		hostile_agent__send_frame(fd, KILN_MSG_PROC_STARTED, &b);
+		hostile_agent__send_frame(fd, KILN_MSG_PROC_STARTED, &b);
+		hostile_agent__send_frame(fd, KILN_MSG_PROC_EXIT, NULL);
 		break;
 	case POWEROFF_STUCK:
 	case POWEROFF_OK:
@@ -241,7 +177,7 @@ static void serve(int fd, enum hostile mode, const char *marker)
 			_exit(1);
 		close(open(marker, O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
 		if (mode == POWEROFF_OK)
-			send_frame(fd, KILN_MSG_RESULT, NULL);
+			hostile_agent__send_frame(fd, KILN_MSG_RESULT, NULL);
 		break;
 	default:
 		break;
@@ -409,10 +345,10 @@ TEST_F_TIMEOUT(hostile, huge_directory_streams, 120)
 		notes++;
 		json_decref(m);
 	}
-	EXPECT_EQ(HUGE_FRAMES, res_int(m, "count"));
+	EXPECT_EQ(HOSTILE_FRAMES, res_int(m, "count"));
 	json_decref(m);
-	EXPECT_EQ(HUGE_FRAMES, entries);
-	EXPECT_EQ(HUGE_FRAMES, notes);
+	EXPECT_EQ(HOSTILE_FRAMES, entries);
+	EXPECT_EQ(HOSTILE_FRAMES, notes);
 	if (!testutil__asan()) {
 		EXPECT_GT(4 * (long)(API_RESULT_MAX >> 10) + 32768,
 			  vm_hwm_kib() - before)
