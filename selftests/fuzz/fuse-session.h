@@ -4,9 +4,9 @@
 
 /*
  * What the FUSE decoder's targets share (fuse.c over the in-memory
- * backend, fuse_bind.c over the bind backend): a guest's session with
- * devices/fs/fuse.c, as virtio-fs drives it, and the checks of every
- * reply.
+ * backend, fuse_bind.c over the bind backend, fuse_virtual.c over the
+ * virtual one): a guest's session with devices/fs/fuse.c, as virtio-fs
+ * drives it, and the checks of every reply.
  *
  * Input: requests, each two bytes (little-endian) of its length, one of
  * the reply buffer's, a byte of how the two are split into segments,
@@ -17,14 +17,19 @@
  * Checked for every request: it is answered (or, for those that take
  * none, not) at once, never parked; or, with the server on a ring (a
  * READ or WRITE through the backend's io_fd), once the ring completes
- * what the server queued for it. A reply fits the buffer the guest gave,
+ * what the server queued for it; or, with a backend that forwards
+ * (f->forwards), once the backend answers, from its own thread, within
+ * FUZZ_FUSE_WAIT_S. A reply fits the buffer the guest gave,
  * its header says its own length and the request's unique, its error is
  * 0 or a negative errno.
  */
 #include <errno.h>
 #include <linux/fuse.h>
+#include <pthread.h>
+#include <time.h>
 
 #include "devices/fs/fuse.h"
+#include "lib/iovec.h"
 #include "selftests/fuzz/fuzz.h"
 
 #define FUZZ_FUSE_MAX_REQUESTS 64
@@ -34,6 +39,7 @@
 #define FUZZ_FUSE_MAX_IO       64U /* completions one request may take */
 #define FUZZ_FUSE_INIT_UNIQUE  1
 #define FUZZ_FUSE_ROOT_NODE    1
+#define FUZZ_FUSE_WAIT_S       10 /* a forwarded request's answer, at most */
 
 struct fuzz_fuse {
 	struct fuse_req req;
@@ -41,24 +47,43 @@ struct fuzz_fuse {
 	uint8_t *reply;
 	/* The server's ring (fuse_server_params.ring, FUZZ_FUSE_IO_TAG), or NULL. */
 	struct io_uring *ring;
+	/* The backend forwards: requests park and end on its thread. */
+	bool forwards;
+	/* done, parked and len are under lock once a request is parked. */
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool parked;
 	bool done;
 	uint32_t len;
 };
 
 static inline void fuzz_fuse_on_park(struct fuse_req *req)
 {
-	fuzz_check(false); /* no backend here forwards */
+	struct fuzz_fuse *f = (struct fuzz_fuse *)req;
+
+	fuzz_check(f->forwards);
+	pthread_mutex_lock(&f->lock);
+	fuzz_check(!f->done && !f->parked);
+	f->parked = true;
+	pthread_mutex_unlock(&f->lock);
 }
 
+/* As the device does: a parked request's reply is copied into its buffers. */
 static inline void fuzz_fuse_on_done(struct fuse_req *req, const void *reply,
 				     uint32_t len)
 {
 	struct fuzz_fuse *f = (struct fuzz_fuse *)req;
 
-	fuzz_check(!f->done && !reply);
+	pthread_mutex_lock(&f->lock);
+	fuzz_check(!f->done && (!reply || f->parked));
 	fuzz_check(len <= req->in_len);
+	if (reply)
+		fuzz_check(iov__from_buf(req->in, req->nr_in, 0, reply, len) ==
+			   len);
 	f->done = true;
 	f->len = len;
+	pthread_cond_signal(&f->cond);
+	pthread_mutex_unlock(&f->lock);
 }
 
 static const struct fuse_req_ops fuzz_fuse_ops = {
@@ -109,6 +134,20 @@ static inline void fuzz_fuse_drain(struct fuse_server *s, struct fuzz_fuse *f)
 	}
 }
 
+/* A forwarded request's end, from the backend's thread: bounded. */
+static inline void fuzz_fuse_wait(struct fuzz_fuse *f)
+{
+	struct timespec until;
+
+	clock_gettime(CLOCK_MONOTONIC, &until);
+	until.tv_sec += FUZZ_FUSE_WAIT_S;
+	pthread_mutex_lock(&f->lock);
+	while (!f->done)
+		fuzz_check(pthread_cond_timedwait(&f->cond, &f->lock, &until) !=
+			   ETIMEDOUT);
+	pthread_mutex_unlock(&f->lock);
+}
+
 /* One request; the reply checked against what the guest can see. */
 static inline void fuzz_fuse_request(struct fuse_server *s, struct fuzz_fuse *f,
 				     const uint8_t *p, size_t len,
@@ -129,8 +168,12 @@ static inline void fuzz_fuse_request(struct fuse_server *s, struct fuzz_fuse *f,
 	f->req.nr_in = fuzz_fuse_split(f->in, f->reply, reply_len, how >> 3);
 	f->req.in_len = reply_len;
 	f->done = false;
+	f->parked = false;
 	fuse_server__handle(s, &f->req);
-	fuzz_fuse_drain(s, f);
+	if (f->forwards)
+		fuzz_fuse_wait(f);
+	else
+		fuzz_fuse_drain(s, f);
 	if (f->len >= sizeof(oh)) {
 		memcpy(&oh, f->reply, sizeof(oh));
 		fuzz_check(oh.len == f->len);
@@ -167,7 +210,8 @@ static inline void fuzz_fuse_init_session(struct fuse_server *s,
 /*
  * The session the input describes, on server s: INIT, then each request
  * of the input in turn, at most FUZZ_FUSE_MAX_REQUESTS. f->ring must be
- * the server's ring (or NULL if it has none); f->reply is allocated on
+ * the server's ring (or NULL if it has none), f->forwards set if the
+ * backend forwards; f->reply, the lock and the condition are made on
  * the first call and kept.
  */
 static inline void fuzz_fuse__run(struct fuse_server *s, struct fuzz_fuse *f,
@@ -177,8 +221,15 @@ static inline void fuzz_fuse__run(struct fuse_server *s, struct fuzz_fuse *f,
 	int i;
 
 	if (!f->reply) {
+		pthread_condattr_t ca;
+
 		f->reply = malloc(FUZZ_FUSE_REPLY_MAX);
 		fuzz_check(f->reply);
+		fuzz_check(!pthread_mutex_init(&f->lock, NULL));
+		fuzz_check(!pthread_condattr_init(&ca));
+		fuzz_check(!pthread_condattr_setclock(&ca, CLOCK_MONOTONIC));
+		fuzz_check(!pthread_cond_init(&f->cond, &ca));
+		pthread_condattr_destroy(&ca);
 	}
 	fuzz_fuse_init_session(s, f);
 	fuzz_in__init(&in, data, size);
