@@ -169,8 +169,12 @@ static bool harness_stat(const char *path, char *state, pid_t *pgrp,
 	return got == 3;
 }
 
-/* The threads of the vmm processes in process group @pgid, at most @max. */
-static int harness_vmm_threads(pid_t pgid, struct harness_task *t, int max)
+/*
+ * The threads of the vmm processes in process group @pgid (or, with @only,
+ * of that vmm alone), at most @max.
+ */
+static int harness_vmm_threads(pid_t pgid, pid_t only, struct harness_task *t,
+			       int max)
 {
 	char path[96], comm[64], state;
 	struct dirent *p, *q;
@@ -186,10 +190,10 @@ static int harness_vmm_threads(pid_t pgid, struct harness_task *t, int max)
 		pid_t pid = atoi(p->d_name);
 
 		snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-		if (pid <= 0 ||
+		if (pid <= 0 || (only && pid != only) ||
 		    !harness_stat(path, &state, &pg, &guest, comm,
 				  sizeof(comm)) ||
-		    pg != pgid || strcmp(comm, "vmm"))
+		    (!only && pg != pgid) || strcmp(comm, "vmm"))
 			continue;
 		snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
 		tasks = opendir(path);
@@ -399,10 +403,14 @@ static bool harness_vmm_report(pid_t pgid, pid_t vmm)
 	return on && vcpus > 0 && settled && unread;
 }
 
-static bool harness_watch__timed_out(pid_t pgid, char *why, size_t len)
+/*
+ * Looks at threads @t HARNESS_SPIN_LOOKS times over HARNESS_SPIN_SECS and
+ * prints each one's state, wait channel, looks runnable and guest time;
+ * true, with why (@what says when), if one ran its guest non-stop.
+ */
+static bool harness_spinning(struct harness_task *t, int n, const char *what,
+			     char *why, size_t len)
 {
-	struct harness_task t[HARNESS_THREADS_MAX];
-	int n = harness_vmm_threads(pgid, t, HARNESS_THREADS_MAX);
 	int runnable[HARNESS_THREADS_MAX] = { 0 };
 	int looked[HARNESS_THREADS_MAX] = { 0 };
 	char path[96], wchan[64], state = '?';
@@ -410,8 +418,6 @@ static bool harness_watch__timed_out(pid_t pgid, char *why, size_t len)
 	long guest = 0;
 	FILE *f;
 
-	if (!n)
-		return false;
 	for (int look = 0; look < HARNESS_SPIN_LOOKS; look++) {
 		usleep(HARNESS_SPIN_SECS * 1000000 / HARNESS_SPIN_LOOKS);
 		for (int i = 0; i < n; i++) {
@@ -443,13 +449,39 @@ static bool harness_watch__timed_out(pid_t pgid, char *why, size_t len)
 		    runnable[i] == looked[i]) {
 			snprintf(why, len,
 				 "vmm thread %d ran its guest non-stop (runnable "
-				 "at each of %d looks) with the test stuck at "
-				 "its timeout",
-				 (int)t[i].tid, looked[i]);
+				 "at each of %d looks) %s",
+				 (int)t[i].tid, looked[i], what);
 			spun = true;
 		}
 	}
 	fflush(stdout);
+	return spun;
+}
+
+/*
+ * The same for vmm @pid whose guest never answered (a start whose agent
+ * was not ready in time): the spinning guest of a test at its timeout.
+ */
+static __attribute__((unused)) bool harness_vmm_spinning(pid_t pid, char *why,
+						     size_t len)
+{
+	struct harness_task t[HARNESS_THREADS_MAX];
+	int n = harness_vmm_threads(0, pid, t, HARNESS_THREADS_MAX);
+
+	return n && harness_spinning(t, n, "while its agent never became ready",
+				     why, len);
+}
+
+static bool harness_watch__timed_out(pid_t pgid, char *why, size_t len)
+{
+	struct harness_task t[HARNESS_THREADS_MAX];
+	int n = harness_vmm_threads(pgid, 0, t, HARNESS_THREADS_MAX);
+	bool spun;
+
+	if (!n)
+		return false;
+	spun = harness_spinning(t, n, "with the test stuck at its timeout", why,
+				len);
 	for (int i = 0; i < n; i++) {
 		if (t[i].tid != t[i].pid || !harness_vmm_report(pgid, t[i].pid) ||
 		    spun)
