@@ -3,6 +3,7 @@
  * Per-vCPU CPUID: what KVM supports, with the topology filled in so Linux
  * sees nr_cpus cores in one package, one thread each, APIC ID = vCPU index.
  */
+#include <cpuid.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,4 +118,23 @@ int cpuid__setup(int vcpu_fd, const struct kvm_cpuid2 *supported,
 		ret = -errno;
 	free(c);
 	return ret;
+}
+
+/*
+ * True when the host CPU is AMD's (or Hygon's, the same design): KVM runs
+ * guests with SVM there. From CPUID leaf 0's vendor string.
+ */
+bool cpuid__host_is_svm(void)
+{
+	unsigned int eax, ebx, ecx, edx;
+	char vendor[13];
+
+	if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx))
+		return false;
+	memcpy(vendor, &ebx, 4);
+	memcpy(vendor + 4, &edx, 4);
+	memcpy(vendor + 8, &ecx, 4);
+	vendor[12] = '\0';
+	return !strcmp(vendor, "AuthenticAMD") ||
+	       !strcmp(vendor, "HygonGenuine");
 }

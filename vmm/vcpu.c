@@ -938,6 +938,43 @@ static int restore_msrs(struct vcpu *v, const void *p, size_t plen,
 	return ret;
 }
 
+/* A system segment's type (SDM vol. 3, "System Descriptor Types"). */
+#define SEG_TYPE_TSS64_AVAIL 0x9
+#define SEG_TYPE_TSS64_BUSY  0xb
+
+/*
+ * The special registers, with the task register's busy bit put back as
+ * the CPU keeps it. On AMD, KVM_GET_SREGS reports TR busy (type 11)
+ * whatever the VMCB holds, because the VMCB does not reliably show the
+ * bit (KVM's svm_get_segment); SVM ignores it, and so does the CPU, long
+ * mode having no task switches. QEMU's emulated SVM does not: its I/O
+ * permission check wants the available type that its LTR leaves, and
+ * refuses every port a guest process was given with ioperm() once a
+ * restore has set busy (init's exit-status write faulted, so every
+ * restored VM ended in a panic in the harness). On AMD the TR goes back
+ * as LTR leaves it there; Intel's VM entry wants it busy, as saved.
+ */
+static int restore_sregs(struct vcpu *v, const void *p, size_t plen,
+			 const char **what)
+{
+	struct kvm_sregs sregs;
+	const void *d;
+	int ret;
+
+	*what = "the SNAP_VCPU_SREGS section";
+	ret = snap_state__find(p, plen, SNAP_KIND_VCPU, SNAP_VCPU_SREGS,
+			       sizeof(sregs), &d);
+	if (ret)
+		return ret;
+	memcpy(&sregs, d, sizeof(sregs));
+	if (v->vm->host_svm && sregs.tr.type == SEG_TYPE_TSS64_BUSY)
+		sregs.tr.type = SEG_TYPE_TSS64_AVAIL;
+	*what = "KVM_SET_SREGS";
+	if (ioctl(v->fd, KVM_SET_SREGS, &sregs) < 0)
+		return -errno;
+	return 0;
+}
+
 /*
  * Order (Documentation/snapshots.md, "Restore"): CPUID first (what the
  * rest is checked against), the TSC rate, the special registers before
@@ -971,8 +1008,9 @@ int vcpu__restore(struct vcpu *v, const void *p, size_t plen,
 	ret = restore_tsc_khz(v, p, plen);
 	if (ret)
 		return ret;
-	RESTORE_IOCTL(v, p, plen, KVM_SET_SREGS, struct kvm_sregs,
-		      SNAP_VCPU_SREGS, what);
+	ret = restore_sregs(v, p, plen, what);
+	if (ret)
+		return ret;
 	RESTORE_IOCTL(v, p, plen, KVM_SET_REGS, struct kvm_regs, SNAP_VCPU_REGS,
 		      what);
 	if (v->vm->has_xsave) {

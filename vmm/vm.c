@@ -751,6 +751,7 @@ static int snapshot_probe(struct vm *vm)
 	vm->has_xsave =
 		ioctl(vm->kvm_fd, KVM_CHECK_EXTENSION, KVM_CAP_XSAVE) > 0;
 	vm->has_xcrs = ioctl(vm->kvm_fd, KVM_CHECK_EXTENSION, KVM_CAP_XCRS) > 0;
+	vm->host_svm = cpuid__host_is_svm();
 	return 0;
 }
 

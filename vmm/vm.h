@@ -78,11 +78,12 @@ struct vm {
 	 * For a snapshot, found before the seccomp filter: the MSRs KVM
 	 * saves (KVM_GET_MSR_INDEX_LIST), the XSAVE area's size
 	 * (KVM_CAP_XSAVE2; 0: KVM_GET_XSAVE's 4 KiB, or no XSAVE at all),
-	 * and whether there are XCRs.
+	 * and whether there are XCRs; whether KVM runs guests with SVM
+	 * (an AMD host: how a restore puts back the task register).
 	 */
 	struct kvm_msr_list *msr_list;
 	int xsave_size;
-	bool has_xsave, has_xcrs;
+	bool has_xsave, has_xcrs, host_svm;
 
 	/* What to boot, opened and checked before KVM is touched. */
 	struct kernel_image kernel;
@@ -474,6 +475,7 @@ static inline bool vm__has_agent(const struct vm *vm)
 /* vmm/cpuid.c */
 /* Adds what KVM emulates but does not list as supported (TSC deadline). */
 void cpuid__add_emulated(int kvm_fd, struct kvm_cpuid2 *c);
+bool cpuid__host_is_svm(void);
 int __must_check cpuid__setup(int vcpu_fd, const struct kvm_cpuid2 *supported,
 			      unsigned int id, unsigned int nr_cpus);
 
