@@ -384,7 +384,8 @@ static int list_entries(int cache_fd, struct entry **out, size_t *nr)
 		n++;
 	}
 	closedir(d);
-	qsort(v, n, sizeof(*v), by_use);
+	if (n) /* v is NULL when the cache has no entry */
+		qsort(v, n, sizeof(*v), by_use);
 	*out = v;
 	*nr = n;
 	return 0;

@@ -79,7 +79,8 @@ void snap_writer__add(struct snap_writer *w, uint32_t tag, const void *data,
 		return;
 	put32(p, tag);
 	put32(p + 4, (uint32_t)len);
-	memcpy(p + SECTION_HEADER_LEN, data, len);
+	if (len) /* an empty section may come with no buffer */
+		memcpy(p + SECTION_HEADER_LEN, data, len);
 }
 
 void snap_writer__release(struct snap_writer *w)
