@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 
 #include "lib/counter.h"
+#include "lib/log.h"
 #include "proto/reseed.h"
 #include "vmm/api/api-internal.h"
 
@@ -88,6 +89,8 @@ void agent_retry(struct call *k, int err, uint64_t now)
 	k->last_err = err;
 	if (k->kind == CALL_PROBE) {
 		k->retry_at = now + API_PROBE_MS;
+		pr_debug("guest agent: readiness probe: %s; again in %d ms",
+			 err ? strerror(-err) : "no greeting", API_PROBE_MS);
 		return;
 	}
 	if (now + API_RETRY_MS < k->connect_deadline) {
