@@ -16,6 +16,7 @@
 #   make fuzz     build the libFuzzer targets (clang, ASan, UBSan) as build/fuzz/NAME
 #   make test-long  run each fuzz target for FUZZ_SECONDS (default 60); fails on a crash
 #   SAN=1         build everything the host runs with ASan and UBSan (Documentation/fuzzing.md)
+#   STATIC_LIBS=0 link the vmm's libraries shared (default: their archives; Kbuild.mk)
 #   V=1           show full commands
 #   JOBS=N        compile jobs of the goals that build first (run, test,
 #                 bench*): default one per CPU
@@ -164,7 +165,7 @@ $(EBPF_OBJS): $(BPF_SKELS)
 
 $(O)/vmm: $(VMM_OBJS)
 	$(quiet) LD $@
-	$(Q)$(CC) $(HARDEN_LD) -o $@ $^ $(KILN_LDLIBS) $(BPF_LDLIBS)
+	$(Q)$(CC) $(HARDEN_LD) -o $@ $^ $(VMM_LDLIBS)
 
 $(O)/vmmctl: $(VMMCTL_OBJS)
 	$(quiet) LD $@
