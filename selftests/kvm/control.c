@@ -12,8 +12,10 @@
  * KILN_VMMCTL names the client (build/vmmctl).
  */
 #include <dirent.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -2362,6 +2364,21 @@ static bool baseline_entry(const char *cache, char *path, size_t len)
 	return found;
 }
 
+/* How many entries (64-hex names) the cache holds. */
+static int baseline_entries(const char *cache)
+{
+	struct dirent *de;
+	DIR *d = opendir(cache);
+	int n = 0;
+
+	if (!d)
+		return -1;
+	while ((de = readdir(d)))
+		n += strlen(de->d_name) == 64 && de->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
 /* The vmm stopped as a signal stops it; its entry lease with it. */
 static void vm_stop_term(struct __test_metadata *_metadata, struct vmctl *c)
 {
@@ -2400,20 +2417,36 @@ static void baseline_check(struct __test_metadata *_metadata, struct vmctl *c,
  * The first start with --baseline-cache boots cold and saves the
  * entry when the agent is ready; the second start of the same config
  * restores from it (vm.status and the log say so) and runs commands.
+ * While it runs it holds the entry's shared lease: a start of another
+ * configuration with room for one entry captures its own and leaves the
+ * leased one. Once the restored VM is gone, that configuration's next
+ * start restores and evicts the first entry, now the least recently
+ * used and unleased.
  */
-TEST_TIMEOUT(baseline_second_start_restores, 2 * BOOT_TIMEOUT)
+TEST_TIMEOUT(baseline_second_start_restores, 4 * BOOT_TIMEOUT)
 {
 	const char *extra[] = { "--rootfs-mode", "readonly", "--baseline-cache",
 				NULL, NULL };
+	const char *other[] = { "--rootfs-mode",
+				"readonly",
+				"--baseline-cache",
+				NULL,
+				"--memory",
+				"320",
+				"--baseline-max-artifacts",
+				"1",
+				NULL };
 	char base[64], cache[96], entry[200], path[260], *log;
-	struct vmctl c, c2;
+	struct vmctl c, c2, c3, c4;
 	struct spawn_result r;
 	struct stat st;
+	int efd;
 
 	if (access("/dev/kvm", R_OK | W_OK))
 		SKIP(return, "no usable /dev/kvm (run through tools/vmtest)");
 	ASSERT_TRUE(baseline_cache_dir(base, cache));
 	extra[3] = cache;
+	other[3] = cache;
 
 	ASSERT_TRUE(vm_start_with(_metadata, &c, false, extra));
 	baseline_check(_metadata, &c, "captured");
@@ -2442,6 +2475,18 @@ TEST_TIMEOUT(baseline_second_start_restores, 2 * BOOT_TIMEOUT)
 	EXPECT_NE(NULL, strstr(log, "restored ")) TH_LOG("%.3000s", log);
 	EXPECT_EQ(NULL, strstr(log, "discarded")) TH_LOG("%.3000s", log);
 	free(log);
+
+	/* Its shared lease: no exclusive one while it runs. */
+	efd = open(entry, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	ASSERT_LE(0, efd);
+	EXPECT_EQ(-1, flock(efd, LOCK_EX | LOCK_NB));
+	EXPECT_EQ(EWOULDBLOCK, errno);
+	/* Another identity, room for one entry: the leased one stays. */
+	ASSERT_TRUE(vm_start_with(_metadata, &c3, false, other));
+	baseline_check(_metadata, &c3, "captured");
+	EXPECT_EQ(2, baseline_entries(cache));
+	EXPECT_EQ(0, stat(entry, &st)) TH_LOG("the leased entry went");
+
 	/*
 	 * A restored VM powers off cleanly: init's exit-status write (a port
 	 * its ioperm() opened) works after a restore. It faulted in QEMU's
@@ -2455,6 +2500,24 @@ TEST_TIMEOUT(baseline_second_start_restores, 2 * BOOT_TIMEOUT)
 	ASSERT_NE(NULL, log);
 	EXPECT_EQ(NULL, strstr(log, "Kernel panic")) TH_LOG("%.3000s", log);
 	free(log);
+	/* Its lease ended with it. */
+	EXPECT_EQ(0, flock(efd, LOCK_EX | LOCK_NB));
+	close(efd);
+	vm_stop_term(_metadata, &c3);
+
+	/* The other config again: restored, and the first entry evicted. */
+	ASSERT_TRUE(vm_start_with(_metadata, &c4, false, other));
+	baseline_check(_metadata, &c4, "restored");
+	EXPECT_EQ(1, baseline_entries(cache));
+	EXPECT_NE(0, stat(entry, &st)) TH_LOG("the unleased LRU entry stays");
+	log = log_text(c4.log);
+	ASSERT_NE(NULL, log);
+	snprintf(path, sizeof(path), "evicted %s (least recently used",
+		 strrchr(entry, '/') + 1);
+	EXPECT_NE(NULL, strstr(log, path)) TH_LOG("%.3000s", log);
+	free(log);
+	vm_cleanup(&c4);
+	vm_cleanup(&c3);
 	vm_cleanup(&c2);
 	vm_cleanup(&c);
 	snprintf(path, sizeof(path), "rm -rf '%s'", base);
