@@ -265,7 +265,7 @@ $(O)/selftests/helpers/%.cpio: $(O)/selftests/helpers/%
 
 selftests: $(O)/selftests/helpers/vsock-peer.cpio $(O)/selftests/helpers/fs-probe.cpio \
 	$(O)/selftests/helpers/net-probe.cpio $(O)/selftests/helpers/posix-conform.cpio \
-	$(O)/selftests/helpers/hostile-agent.cpio
+	$(O)/selftests/helpers/hostile-agent.cpio $(O)/selftests/helpers/cpuid-dump.cpio
 
 # hostile-agent frames with the agent's own encoder (proto/tlv.c).
 $(O)/selftests/helpers/hostile-agent: selftests/helpers/hostile-agent.c proto/tlv.c
