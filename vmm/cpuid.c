@@ -16,6 +16,8 @@
 #define CPUID_LEAF_TOPOLOGY    0xb
 #define CPUID_LEAF_TOPOLOGY_V2 0x1f
 #define CPUID_LEAF_AMD_SIZE    0x80000008
+#define CPUID_LEAF_AMD_TOPOLOGY 0x8000001e
+#define CPUID_4_EAX_CACHE_TYPE	0x1fU /* 0: no more caches */
 
 #define CPUID_1_ECX_TSC_DEADLINE (1U << 24)
 #define CPUID_1_ECX_HYPERVISOR	 (1U << 31)
@@ -66,6 +68,9 @@ static void patch_entry(struct kvm_cpuid_entry2 *e, unsigned int id,
 			e->edx |= CPUID_1_EDX_HTT;
 		break;
 	case CPUID_LEAF_CACHE:
+		/* AMD leaves it all zero: no caches to describe here. */
+		if (!(e->eax & CPUID_4_EAX_CACHE_TYPE))
+			break;
 		/* Cores per package - 1 in EAX[31:26]; caches per core. */
 		e->eax = (e->eax & 0x03ffffff) | ((nr_cpus - 1) << 26);
 		e->eax &= ~(0xfffU << 14);
@@ -79,6 +84,53 @@ static void patch_entry(struct kvm_cpuid_entry2 *e, unsigned int id,
 		e->ecx = (e->ecx & ~0xf0ffU) | (nr_cpus - 1) |
 			 (order_base_2(nr_cpus) << 12);
 		break;
+	case CPUID_LEAF_AMD_TOPOLOGY:
+		/*
+		 * KVM zeroes it (no host topology): the extended APIC ID in
+		 * EAX, in EBX the core ("compute unit") ID with one thread
+		 * each, node 0 of one in ECX (AMD APM vol. 3, E.4.24).
+		 */
+		e->eax = id;
+		e->ebx = id & 0xff;
+		e->ecx = 0;
+		e->edx = 0;
+		break;
+	}
+}
+
+static bool has_entry(const struct kvm_cpuid2 *c, unsigned int function,
+		      unsigned int index)
+{
+	for (unsigned int i = 0; i < c->nent; i++)
+		if (c->entries[i].function == function &&
+		    c->entries[i].index == index)
+			return true;
+	return false;
+}
+
+/*
+ * KVM lists a topology leaf's subleaves only as far as the host's own
+ * go (one, on a host with one thread per package): add the ones
+ * set_topology fills, so every guest sees its SMT and core levels.
+ */
+static void add_topology_subleaves(struct kvm_cpuid2 *c, unsigned int room)
+{
+	static const unsigned int leaves[] = { CPUID_LEAF_TOPOLOGY,
+					       CPUID_LEAF_TOPOLOGY_V2 };
+
+	for (unsigned int l = 0; l < sizeof(leaves) / sizeof(leaves[0]); l++) {
+		if (!has_entry(c, leaves[l], 0))
+			continue;
+		for (unsigned int sub = 1; sub < CPUID_TOPOLOGY_SUBLEAVES;
+		     sub++) {
+			if (has_entry(c, leaves[l], sub) || c->nent >= room)
+				continue;
+			c->entries[c->nent++] = (struct kvm_cpuid_entry2){
+				.function = leaves[l],
+				.index = sub,
+				.flags = KVM_CPUID_FLAG_SIGNIFCANT_INDEX,
+			};
+		}
 	}
 }
 
@@ -103,15 +155,19 @@ void cpuid__add_emulated(int kvm_fd, struct kvm_cpuid2 *c)
 int cpuid__setup(int vcpu_fd, const struct kvm_cpuid2 *supported,
 		 unsigned int id, unsigned int nr_cpus)
 {
+	/* Room for the subleaves of both topology leaves. */
+	unsigned int room = supported->nent + 2 * CPUID_TOPOLOGY_SUBLEAVES;
 	size_t size = sizeof(*supported) +
 		      supported->nent * sizeof(supported->entries[0]);
-	struct kvm_cpuid2 *c = malloc(size);
+	struct kvm_cpuid2 *c;
 	unsigned int i;
 	int ret = 0;
 
+	c = malloc(sizeof(*c) + room * sizeof(c->entries[0]));
 	if (!c)
 		return -ENOMEM;
 	memcpy(c, supported, size);
+	add_topology_subleaves(c, room);
 	for (i = 0; i < c->nent; i++)
 		patch_entry(&c->entries[i], id, nr_cpus);
 	if (ioctl(vcpu_fd, KVM_SET_CPUID2, c) < 0)

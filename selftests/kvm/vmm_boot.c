@@ -69,6 +69,59 @@ TEST_TIMEOUT(cpu_topology, BOOT_TIMEOUT)
 }
 
 /*
+ * The CPUID leaves Linux reads topology from, as a guest program sees them
+ * (selftests/helpers/cpuid-dump.c, packed next to the vmm): leaf 0xb's
+ * core level (subleaf 1: 2 logical processors, x2APIC ID = vCPU index),
+ * which KVM lists only as far as the host's own topology goes, and on AMD
+ * leaf 0x8000001e's extended APIC ID, which KVM zeroes. QEMU's guests
+ * see both (Documentation/harness.md, "The guests' CPUID").
+ */
+TEST_TIMEOUT(cpuid_topology_leaves, BOOT_TIMEOUT)
+{
+	const char *vmm = getenv("KILN_VMM") ? getenv("KILN_VMM") : "build/vmm";
+	const char *slash = strrchr(vmm, '/');
+	char dir[] = "/tmp/kiln-cpuid-XXXXXX", cpio[300], initrd[300];
+	char cmd[900], want[80];
+	struct spawn_result r;
+	struct guest g;
+	bool amd, ext;
+
+	guest_paths(&g);
+	snprintf(cpio, sizeof(cpio), "%.*s/selftests/helpers/cpuid-dump.cpio",
+		 slash ? (int)(slash - vmm) : 1, slash ? vmm : ".");
+	ASSERT_EQ(0, access(cpio, R_OK)) TH_LOG("%s missing: make selftests",
+						 cpio);
+	ASSERT_NE(NULL, mkdtemp(dir));
+	snprintf(initrd, sizeof(initrd), "%s/initrd.cpio", dir);
+	snprintf(cmd, sizeof(cmd), "cat '%s' '%s' > '%s'", g.initrd, cpio,
+		 initrd);
+	ASSERT_EQ(0, system(cmd));
+	BOOT_SPEC((&(struct boot_spec){ .initrd = initrd,
+					.opts = ARGS("--cpus", "2"),
+					.cmd = ARGS("cpuid-dump") }),
+		  &r);
+	unlink(initrd);
+	rmdir(dir);
+	EXPECT_EQ(0, r.status);
+	/* "AuthenticAMD": EBX "Auth", EDX "enti", ECX "cAMD". */
+	amd = strstr(r.out, "cpu0 00000000.00 ") &&
+	      strstr(strstr(r.out, "cpu0 00000000.00 "),
+		     " 68747541 444d4163 69746e65\n");
+	ext = strstr(r.out, "cpu0 8000001e.00 ") != NULL;
+	for (int cpu = 0; cpu < 2; cpu++) {
+		snprintf(want, sizeof(want),
+			 "cpu%d 0000000b.01 00000001 00000002 00000201 %08x\n",
+			 cpu, cpu);
+		EXPECT_NE(NULL, strstr(r.out, want)) TH_LOG("no '%s'", want);
+		if (!amd || !ext)
+			continue;
+		snprintf(want, sizeof(want), "cpu%d 8000001e.00 %08x %08x ",
+			 cpu, cpu, cpu);
+		EXPECT_NE(NULL, strstr(r.out, want)) TH_LOG("no '%s'", want);
+	}
+}
+
+/*
  * The TSC-deadline timer, on every vCPU, whenever KVM can emulate it (it
  * is never in KVM_GET_SUPPORTED_CPUID): Linux then arms its timer with one
  * WRMSR instead of LAPIC MMIO writes.
