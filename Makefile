@@ -112,6 +112,7 @@ core-obj-y += vmm/api/params.o
 core-obj-y += vmm/api/call.o
 core-obj-y += vmm/api/agent.o
 core-obj-y += vmm/api/reseed.o
+core-obj-y += vmm/api/mounts.o
 core-obj-y += vmm/api/json.o
 core-obj-y += vmm/api/proc.o
 core-obj-y += vmm/api/fs.o
