@@ -2414,6 +2414,24 @@ static void baseline_check(struct __test_metadata *_metadata, struct vmctl *c,
 }
 
 /*
+ * The log of a start restored from the cache, without a discarded
+ * candidate; also (NULL: nothing) is in it too.
+ */
+static void baseline_log_restored(struct __test_metadata *_metadata,
+				  const struct vmctl *c, const char *also)
+{
+	char *log = log_text(c->log);
+
+	ASSERT_NE(NULL, log);
+	EXPECT_NE(NULL, strstr(log, "restoring from ")) TH_LOG("%.3000s", log);
+	EXPECT_NE(NULL, strstr(log, "restored ")) TH_LOG("%.3000s", log);
+	EXPECT_EQ(NULL, strstr(log, "discarded")) TH_LOG("%.3000s", log);
+	if (also)
+		EXPECT_NE(NULL, strstr(log, also)) TH_LOG("%.3000s", log);
+	free(log);
+}
+
+/*
  * The first start with --baseline-cache boots cold and saves the
  * entry when the agent is ready; the second start of the same config
  * restores from it (vm.status and the log say so) and runs commands.
@@ -2469,12 +2487,7 @@ TEST_TIMEOUT(baseline_second_start_restores, 4 * BOOT_TIMEOUT)
 	/* The same config, a new socket: restored. */
 	ASSERT_TRUE(vm_start_with(_metadata, &c2, false, extra));
 	baseline_check(_metadata, &c2, "restored");
-	log = log_text(c2.log);
-	ASSERT_NE(NULL, log);
-	EXPECT_NE(NULL, strstr(log, "restoring from ")) TH_LOG("%.3000s", log);
-	EXPECT_NE(NULL, strstr(log, "restored ")) TH_LOG("%.3000s", log);
-	EXPECT_EQ(NULL, strstr(log, "discarded")) TH_LOG("%.3000s", log);
-	free(log);
+	baseline_log_restored(_metadata, &c2, NULL);
 
 	/* Its shared lease: no exclusive one while it runs. */
 	efd = open(entry, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -2727,14 +2740,7 @@ TEST_TIMEOUT(baseline_mounts_are_attached_from_this_boot, 3 * BOOT_TIMEOUT)
 	extra[3] = m2;
 	ASSERT_TRUE(vm_start_with(_metadata, &c2, false, extra));
 	baseline_check(_metadata, &c2, "restored");
-	log = log_text(c2.log);
-	ASSERT_NE(NULL, log);
-	EXPECT_NE(NULL, strstr(log, "restoring from ")) TH_LOG("%.3000s", log);
-	EXPECT_NE(NULL, strstr(log, "restored ")) TH_LOG("%.3000s", log);
-	EXPECT_NE(NULL, strstr(log, "the mounts are attached"))
-	TH_LOG("%.3000s", log);
-	EXPECT_EQ(NULL, strstr(log, "discarded")) TH_LOG("%.3000s", log);
-	free(log);
+	baseline_log_restored(_metadata, &c2, "the mounts are attached");
 	CTL(&c2, &r, "exec", c2.sock, "--", "sh", "-c",
 	    "echo from-guest > /workspace/written && sync &&"
 	    " ls -A /workspace; echo --; ls -A /scratch;"
