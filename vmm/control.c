@@ -105,8 +105,7 @@ static void mounts_failed_cb(void *opaque, const char *why)
  * attaches them (the snapshot holds none), a baseline's capture detaches
  * them around the snapshot. Their list into p, from b.
  */
-static int mounts_plan(struct vm *vm, struct kiln_buf *b,
-		       struct api_params *p)
+static int mounts_plan(struct vm *vm, struct kiln_buf *b, struct api_params *p)
 {
 	int ret;
 

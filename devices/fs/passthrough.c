@@ -742,7 +742,10 @@ static void pt_end_session(struct fs_backend *fs)
 	hashtable__for_each_safe(&b->handles, i, l, next)
 		pt_handle_free(b, hashtable__entry(l, struct pt_handle, link));
 	hashtable__for_each_safe(&b->by_id, i, l, next)
-		hashtable__entry(l, struct pt_node, by_id)->nlookup = 0;
+	{
+		n = hashtable__entry(l, struct pt_node, by_id);
+		n->nlookup = 0;
+	}
 	while (freed) {
 		freed = false;
 		hashtable__for_each_safe(&b->by_id, i, l, next)

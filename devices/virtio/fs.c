@@ -484,8 +484,8 @@ static int fs_save(struct virtio_device *dev, json_t *obj, char *err,
  * server): the snapshot has no session to take back, so the guest
  * mounts anew and its INIT starts one.
  */
-static int fs_restore(struct virtio_device *dev, const json_t *obj,
-		      char *err, size_t len)
+static int fs_restore(struct virtio_device *dev, const json_t *obj, char *err,
+		      size_t len)
 {
 	struct virtio_fs *f = to_fs(dev);
 	const json_t *saved = json_object_get(obj, "tag");

@@ -107,8 +107,7 @@ void mounts__handle(struct conn *c, const struct frame *req)
 	}
 	ret = kiln_mounts__decode(req->data, req->len, ms);
 	if (ret) {
-		conn__error(c, EINVAL, "a bad mounts list: %s",
-			    strerror(-ret));
+		conn__error(c, EINVAL, "a bad mounts list: %s", strerror(-ret));
 		goto out;
 	}
 	ret = detach ? detach_all(ms, &at) : attach_all(ms, &at);

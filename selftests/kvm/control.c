@@ -2702,8 +2702,10 @@ static bool put_file(const char *dir, const char *name, const char *text)
  */
 TEST_TIMEOUT(baseline_mounts_are_attached_from_this_boot, 3 * BOOT_TIMEOUT)
 {
-	const char *extra[] = { "--baseline-cache", NULL, "--mount", NULL,
-				"--mount", "/scratch=memory:16M", NULL };
+	const char *extra[] = {
+		"--baseline-cache",    NULL, "--mount", NULL, "--mount",
+		"/scratch=memory:16M", NULL
+	};
 	char base[64], cache[96], one[128], two[128], m1[200], m2[200];
 	char path[260], text[64], *log;
 	struct spawn_result r;

@@ -1593,7 +1593,8 @@ TEST_F(agent, reseed)
 	EXPECT_EQ(EINVAL, request(_metadata, self, KILN_MSG_RESEED, &b));
 	kiln_buf__reset(&b);
 	ASSERT_EQ(0, kiln_reseed__encode(&b, seed, sizeof(seed)));
-	EXPECT_EQ(has_sys_admin() ? 0 : EPERM, request(_metadata, self, KILN_MSG_RESEED, &b));
+	EXPECT_EQ(has_sys_admin() ? 0 : EPERM,
+		  request(_metadata, self, KILN_MSG_RESEED, &b));
 	kiln_buf__free(&b);
 
 	/* The agent serves on. */

@@ -2460,7 +2460,6 @@ TEST_F_TIMEOUT(vfs, fuzz, 120)
 	EXPECT_TRUE(vdrv_guards_intact(&t->d));
 }
 
-
 /* ---- sessions, snapshot and restore ------------------------------------ */
 
 /*
@@ -2507,8 +2506,8 @@ TEST_F(vfs, save_refuses_a_live_session_and_restores_onto_a_new_backend)
 	OPEN(T_TFS);
 	ASSERT_EQ(0, CALL(FUSE_LOOKUP, N_ROOT, "hello", 6));
 	ASSERT_EQ(0, virtio_device__pause(t->d.vdev, TIMEOUT_MS));
-	EXPECT_EQ(-EBUSY, virtio_device__save(t->d.vdev, &st, err,
-					      sizeof(err)));
+	EXPECT_EQ(-EBUSY,
+		  virtio_device__save(t->d.vdev, &st, err, sizeof(err)));
 	EXPECT_EQ(NULL, st);
 	EXPECT_NE(NULL, strstr(err, "FUSE session is live"));
 	EXPECT_NE(NULL, strstr(err, TAG));

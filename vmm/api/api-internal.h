@@ -166,7 +166,7 @@ struct api {
 		MOUNTS_ATTACH,
 		MOUNTS_FAILED, /* the attach failed: never ready */
 	} mounts_step;
-	uint8_t *mounts; /* p.mounts' copy */
+	uint8_t *mounts;	  /* p.mounts' copy */
 	uint64_t mounts_deadline; /* ms: the request's; 0 before its first */
 	bool events_ready; /* events_init done */
 	unsigned int agent_timeout_ms;
