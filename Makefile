@@ -45,6 +45,7 @@ core-obj-y += lib/warn.o
 core-obj-y += lib/evloop.o
 core-obj-y += proto/tlv.o
 core-obj-y += proto/reseed.o
+core-obj-y += proto/mounts.o
 core-obj-y += bootloader/loader.o
 core-obj-y += bootloader/elf.o
 core-obj-y += bootloader/bzimage.o
@@ -111,6 +112,7 @@ core-obj-y += vmm/api/params.o
 core-obj-y += vmm/api/call.o
 core-obj-y += vmm/api/agent.o
 core-obj-y += vmm/api/reseed.o
+core-obj-y += vmm/api/mounts.o
 core-obj-y += vmm/api/json.o
 core-obj-y += vmm/api/proc.o
 core-obj-y += vmm/api/fs.o
@@ -303,8 +305,10 @@ agent-host-obj-y += guest/agent/proc.o
 agent-host-obj-y += guest/agent/fs.o
 agent-host-obj-y += guest/agent/facts.o
 agent-host-obj-y += guest/agent/reseed.o
+agent-host-obj-y += guest/agent/mounts.o
 agent-host-obj-y += proto/tlv.o
 agent-host-obj-y += proto/reseed.o
+agent-host-obj-y += proto/mounts.o
 AGENT_HOST_OBJS := $(addprefix $(O)/obj/,$(agent-host-obj-y))
 
 $(O)/guest/kiln-agent-host: $(AGENT_HOST_OBJS)

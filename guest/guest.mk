@@ -30,8 +30,10 @@ init-obj-y += guest/agent/proc.o
 init-obj-y += guest/agent/fs.o
 init-obj-y += guest/agent/facts.o
 init-obj-y += guest/agent/reseed.o
+init-obj-y += guest/agent/mounts.o
 init-obj-y += proto/tlv.o
 init-obj-y += proto/reseed.o
+init-obj-y += proto/mounts.o
 INIT_OBJS := $(addprefix $(G)/obj/,$(init-obj-y))
 
 BUSYBOX ?= /bin/busybox

@@ -125,10 +125,27 @@ enum kiln_msg {
 	 * agent ready (Documentation/snapshots.md, "What a clone changes").
 	 */
 	KILN_MSG_RESEED = 50,
+	/*
+	 * MOUNTS_DETACH, MOUNTS_ATTACH (host -> agent; only to an agent
+	 * whose HELLO has KILN_FEATURE_MOUNTS): T_MOUNT (repeated, at most
+	 * KILN_MOUNTS_MAX, parents before children; each a nested T_TAG,
+	 * T_PATH, T_READ_ONLY), the VM's virtio-fs mounts. DETACH unmounts
+	 * them, children first (one that is not mounted is skipped), so the
+	 * guest kernel ends each FUSE session (DESTROY); ATTACH mounts each
+	 * that is not a mount point yet, making its directory. RESULT, or
+	 * ERROR (EINVAL: a bad list; the first failing umount's or mount's
+	 * errno, the path in T_MESSAGE: EBUSY when something in the guest
+	 * still uses a mount). The host detaches them around a baseline's
+	 * capture and attaches them after a restore, before it reports the
+	 * agent ready (Documentation/snapshots.md, "Baselines").
+	 */
+	KILN_MSG_MOUNTS_DETACH = 51,
+	KILN_MSG_MOUNTS_ATTACH = 52,
 };
 
 /* HELLO's T_FEATURES bits; an agent without a bit lacks what it names. */
 #define KILN_FEATURE_RESEED 0x1ULL /* takes KILN_MSG_RESEED */
+#define KILN_FEATURE_MOUNTS 0x2ULL /* takes KILN_MSG_MOUNTS_* */
 
 #define KILN_RESEED_BYTES 64U /* what the vmm sends */
 #define KILN_RESEED_MIN	  32U /* T_SEED bytes the agent takes */
@@ -177,6 +194,10 @@ enum kiln_tag {
 	KILN_T_VALUE = 67,    /* string */
 
 	KILN_T_SEED = 80, /* bytes: RESEED's random bytes */
+
+	KILN_T_MOUNT = 96,     /* nested TLV list: one virtio-fs mount */
+	KILN_T_TAG = 97,       /* bytes: its virtio-fs tag, 1..36 */
+	KILN_T_READ_ONLY = 98, /* u64: 0 or 1 */
 };
 
 enum kiln_file_type {

@@ -146,6 +146,32 @@ struct api_params {
 	 * nothing to send.
 	 */
 	const uint8_t *reseed;
+	/*
+	 * The VM's virtio-fs mounts, as MOUNTS_DETACH and MOUNTS_ATTACH's
+	 * payload (proto/mounts.h; copied), and what the readiness probe
+	 * does with them before the agent is ready (Documentation/
+	 * snapshots.md, "Baselines"); until it is, every other request
+	 * waits as for the reseed:
+	 * - API_MOUNTS_CAPTURE (a baseline's capture): MOUNTS_DETACH, then
+	 *   capture(opaque, 0, NULL) on the API thread (err -errno and why
+	 *   when they could not be detached: nothing must be captured),
+	 *   then MOUNTS_ATTACH; agent_ready follows its RESULT.
+	 * - API_MOUNTS_ATTACH (a restore): MOUNTS_ATTACH after the RESEED;
+	 *   agent_ready follows its RESULT.
+	 * Each request has the agent timeout from its first attempt. An
+	 * attach that fails (ERROR, no RESULT in time, an agent without
+	 * KILN_FEATURE_MOUNTS) calls mounts_failed with one line, and the
+	 * agent is never reported ready.
+	 */
+	const uint8_t *mounts;
+	size_t mounts_len;
+	enum api_mounts {
+		API_MOUNTS_NONE,
+		API_MOUNTS_CAPTURE,
+		API_MOUNTS_ATTACH,
+	} mounts_plan;
+	void (*capture)(void *opaque, int err, const char *why);
+	void (*mounts_failed)(void *opaque, const char *why);
 	void *opaque; /* for every callback */
 	/*
 	 * How long a request keeps trying to reach the agent (open, CONNECT,

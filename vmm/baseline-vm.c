@@ -65,8 +65,6 @@ static const char *unsupported(const struct vm_config *c)
 	if (c->rootfs.descriptor && c->rootfs.mode == ROOTFS_PERSISTENT)
 		return "a persistent root is one VM's own state, not a "
 		       "baseline's (--rootfs-mode ephemeral or readonly)";
-	if (c->mounts.nr)
-		return "mounts are not saved yet (virtio-fs has no save hook)";
 	if (c->net.mode != NET_NONE)
 		return "a network is not saved yet (virtio-net has no save "
 		       "hook)";
@@ -283,6 +281,41 @@ void vm__baseline_capture(struct vm *vm)
 	b->why[0] = '\0';
 	pr_info("baseline %s: saved %s in %.1f ms", b->cache, b->key,
 		b->capture_ms);
+}
+
+void vm__baseline_capture_detached(struct vm *vm, int err, const char *why)
+{
+	struct vm_baseline *b = vm->baseline;
+
+	if (!b || b->tmp_fd < 0)
+		return;
+	if (!err) {
+		vm__baseline_capture(vm);
+		return;
+	}
+	/* A mount still attached would be frozen: nothing is saved. */
+	close(b->tmp_fd);
+	b->tmp_fd = -1;
+	snprintf(b->why, sizeof(b->why), "not saved: %.480s", why);
+	pr_warn("baseline %s: no baseline saved: the mounts could not be "
+		"detached: %s",
+		b->cache, why);
+}
+
+void vm__baseline_attach_failed(struct vm *vm, const char *why)
+{
+	struct vm_baseline *b = vm->baseline;
+
+	if (!vm__baseline_restoring(vm))
+		return;
+	/*
+	 * Not the cold retry the other restore errors get: the monitor's
+	 * threads run under their filters by now, and a new VM cannot be
+	 * built in this process (Documentation/snapshots.md).
+	 */
+	pr_err("baseline %s/%s: the restored VM's mounts could not be "
+	       "attached (%s)",
+	       b->cache, b->key, why);
 }
 
 json_t *vm__baseline_status(const struct vm *vm)

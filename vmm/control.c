@@ -24,9 +24,11 @@
 
 #include "devices/virtio/vsock.h"
 #include "proto/agent.h"
+#include "proto/tlv.h"
 #include "vmm/api.h"
 #include "vmm/dns.h"
 #include "vmm/facts.h"
+#include "vmm/mounts.h"
 #include "vmm/net-status.h"
 #include "vmm/proxy.h"
 #include "vmm/seccomp.h"
@@ -74,6 +76,55 @@ static void shutdown_failed_cb(void *opaque, const char *why)
 		"request (%s); stopping the VM",
 		why);
 	vm__stop(vm, VM_STOP_SHUTDOWN, 0, NULL);
+}
+
+/*
+ * A baseline's capture of a VM with mounts: the agent detached them (or
+ * could not: nothing is saved), and attaches them again after this.
+ */
+static void capture_cb(void *opaque, int err, const char *why)
+{
+	vm__baseline_capture_detached(opaque, err, why);
+}
+
+/*
+ * The mounts could not be attached: the VM would run without them, so it
+ * does not run. A restore says so as a restore error.
+ */
+static void mounts_failed_cb(void *opaque, const char *why)
+{
+	struct vm *vm = opaque;
+
+	vm__baseline_attach_failed(vm, why);
+	pr_err("the guest's mounts: %s; stopping the VM", why);
+	vm__stop(vm, VM_STOP_ERROR, 0, "the mounts could not be attached");
+}
+
+/*
+ * What the readiness probe does with the mounts (vmm/api.h): a restore
+ * attaches them (the snapshot holds none), a baseline's capture detaches
+ * them around the snapshot. Their list into p, from b.
+ */
+static int mounts_plan(struct vm *vm, struct kiln_buf *b, struct api_params *p)
+{
+	int ret;
+
+	if (!vm->cfg->mounts.nr)
+		return 0;
+	if (vm->restore)
+		p->mounts_plan = API_MOUNTS_ATTACH;
+	else if (vm__baseline_needs_publish(vm))
+		p->mounts_plan = API_MOUNTS_CAPTURE;
+	else
+		return 0;
+	ret = mounts__agent_list(&vm->cfg->mounts, b);
+	if (ret) {
+		pr_err("the guest's mounts for its agent: %s", strerror(-ret));
+		return ret;
+	}
+	p->mounts = b->data;
+	p->mounts_len = b->len;
+	return 0;
 }
 
 /* The proxy's counters and the egress program's (vmm/net-status.h). */
@@ -248,6 +299,8 @@ int control__init(struct vm *vm)
 		.snapshot = snapshot_cb,
 		.is_paused = is_paused_cb,
 		.agent_ready = agent_ready_cb,
+		.capture = capture_cb,
+		.mounts_failed = mounts_failed_cb,
 		.agent_timeout_ms = (unsigned int)vm->cfg->agent_timeout_ms,
 		.fds = &vm->fds,
 		.opaque = vm,
@@ -255,6 +308,7 @@ int control__init(struct vm *vm)
 	const struct rootfs_image *img =
 		vm->cfg->rootfs.descriptor ? &vm->rootfs : NULL;
 	uint8_t seed[KILN_RESEED_BYTES];
+	struct kiln_buf mounts;
 	int ret;
 
 	/* The last step before the vCPUs: every fixed descriptor is open. */
@@ -264,11 +318,19 @@ int control__init(struct vm *vm)
 	vm->null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
 	/* What `vmm facts` gives for the same config (vmm/facts.h). */
 	p.config_facts = facts__config(vm->cfg, img);
+	kiln_buf__init(&mounts);
+	ret = mounts_plan(vm, &mounts, &p);
+	if (ret) {
+		json_decref((json_t *)p.config_facts);
+		kiln_buf__free(&mounts);
+		return ret;
+	}
 	if (vm->restore) {
 		/* Now, before any seccomp filter: the API thread has none. */
 		ret = reseed_draw(seed, sizeof(seed));
 		if (ret) {
 			json_decref((json_t *)p.config_facts);
+			kiln_buf__free(&mounts);
 			pr_err("--restore: the guest's new seed: getrandom: %s",
 			       strerror(-ret));
 			return ret;
@@ -278,6 +340,7 @@ int control__init(struct vm *vm)
 	ret = api__create(&vm->api, &p);
 	explicit_bzero(seed, sizeof(seed));
 	json_decref((json_t *)p.config_facts);
+	kiln_buf__free(&mounts);
 	if (ret)
 		pr_err("control socket %s: %s", vm->cfg->control_socket,
 		       strerror(-ret));

@@ -16,6 +16,7 @@
 #include "devices/fs/virtual.h"
 #include "lib/errf.h"
 #include "vmm/config.h"
+#include "proto/mounts.h"
 #include "vmm/mounts.h"
 
 static void mount_free(struct mount_config *m)
@@ -669,6 +670,20 @@ static int by_guest_path(const void *a, const void *b)
 	return strcmp((*x)->guest_path, (*y)->guest_path);
 }
 
+/* The mounts parents first: by guest path. */
+static void sorted(const struct mounts_config *mc,
+		   const struct mount_config **order)
+{
+	for (unsigned int i = 0; i < mc->nr; i++)
+		order[i] = &mc->m[i];
+	qsort(order, mc->nr, sizeof(order[0]), by_guest_path);
+}
+
+static bool guest_read_only(const struct mount_config *m)
+{
+	return m->type == MOUNT_BIND && m->read_only;
+}
+
 int mounts__manifest(const struct mounts_config *mc, uint8_t **out,
 		     size_t *len)
 {
@@ -678,11 +693,9 @@ int mounts__manifest(const struct mounts_config *mc, uint8_t **out,
 	uint8_t *buf;
 	char tag[16];
 
-	for (i = 0; i < mc->nr; i++) {
-		order[i] = &mc->m[i];
+	for (i = 0; i < mc->nr; i++)
 		size += sizeof(tag) + strlen(mc->m[i].guest_path) + 1 + 3;
-	}
-	qsort(order, mc->nr, sizeof(order[0]), by_guest_path);
+	sorted(mc, order);
 	buf = malloc(size ? size : 1);
 	if (!buf)
 		return -ENOMEM;
@@ -696,11 +709,32 @@ int mounts__manifest(const struct mounts_config *mc, uint8_t **out,
 		n = snprintf((char *)buf + at, size - at, "%s", m->guest_path);
 		at += n + 1;
 		n = snprintf((char *)buf + at, size - at, "%s",
-			     m->type == MOUNT_BIND && m->read_only ? "ro" :
-								      "rw");
+			     guest_read_only(m) ? "ro" : "rw");
 		at += n + 1;
 	}
 	*out = buf;
 	*len = at;
 	return 0;
+}
+
+int mounts__agent_list(const struct mounts_config *mc, struct kiln_buf *b)
+{
+	const struct mount_config *order[MOUNTS_MAX];
+	struct kiln_mount *list;
+	int ret;
+
+	list = calloc(mc->nr ? mc->nr : 1, sizeof(*list));
+	if (!list)
+		return -ENOMEM;
+	sorted(mc, order);
+	for (unsigned int i = 0; i < mc->nr; i++) {
+		mounts__tag((unsigned int)(order[i] - mc->m), list[i].tag,
+			    sizeof(list[i].tag));
+		snprintf(list[i].path, sizeof(list[i].path), "%s",
+			 order[i]->guest_path);
+		list[i].read_only = guest_read_only(order[i]);
+	}
+	ret = kiln_mounts__encode(b, list, mc->nr);
+	free(list);
+	return ret;
 }

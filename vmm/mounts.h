@@ -86,5 +86,12 @@ void mounts__tag(unsigned int index, char *buf, size_t len);
  */
 int __must_check mounts__manifest(const struct mounts_config *mc,
 				  uint8_t **out, size_t *len);
+/*
+ * The same list, in the same order, as the agent's MOUNTS_DETACH and
+ * MOUNTS_ATTACH payload (proto/mounts.h) into b.
+ */
+struct kiln_buf;
+int __must_check mounts__agent_list(const struct mounts_config *mc,
+				    struct kiln_buf *b);
 
 #endif

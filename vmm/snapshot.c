@@ -106,11 +106,12 @@ static int save_devices(struct vm *vm, json_t **out, char *err, size_t len)
 		return -ENOMEM;
 	for (unsigned int i = 0; !ret && i < VIRTIO_MMIO_SLOTS; i++) {
 		struct virtio_device *dev = vm->virtio[i].dev;
+		char why[VIRTIO_SAVE_WHY_LEN];
 		json_t *st = NULL;
 
 		if (!dev)
 			continue;
-		ret = virtio_device__save(dev, &st);
+		ret = virtio_device__save(dev, &st, why, sizeof(why));
 		if (ret == -EOPNOTSUPP)
 			snprintf(err, len,
 				 "%s: this device cannot be saved yet (it has "
@@ -118,7 +119,7 @@ static int save_devices(struct vm *vm, json_t **out, char *err, size_t len)
 				 dev->name);
 		else if (ret)
 			snprintf(err, len, "%s: saving its state: %s",
-				 dev->name, strerror(-ret));
+				 dev->name, why[0] ? why : strerror(-ret));
 		if (!ret) {
 			json_object_set_new(st, "slot", json_integer(i));
 			if (json_array_append_new(arr, st))

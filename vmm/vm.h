@@ -361,6 +361,13 @@ int __must_check vm__baseline_failed(struct vm *vm, int err);
 /* A capture is planned: the API thread renames (seccomp needs). */
 bool vm__baseline_needs_publish(const struct vm *vm);
 void vm__baseline_capture(struct vm *vm);
+/*
+ * A VM with mounts: the agent detached them for the capture (err 0: it
+ * runs now), or could not (-errno, why: nothing is saved).
+ */
+void vm__baseline_capture_detached(struct vm *vm, int err, const char *why);
+/* A VM restored from the cache whose mounts could not be attached. */
+void vm__baseline_attach_failed(struct vm *vm, const char *why);
 /* vm.status's "baseline" object; NULL without a cache. */
 json_t *vm__baseline_status(const struct vm *vm);
 

@@ -202,6 +202,16 @@ struct fs_backend_ops {
 	 */
 	void (*usage)(const struct fs_backend *b, uint64_t *used,
 		      uint64_t *max);
+	/*
+	 * Optional: the FUSE session that handed out node ids and handles
+	 * is over (the guest unmounted: DESTROY, or the driver reset the
+	 * device) and a new one starts (INIT). Forget every lookup count
+	 * and close every handle, as if each node had been forgotten and
+	 * each handle released: the guest's new session knows none of
+	 * them, and the old one's FORGETs were never sent (Linux stops its
+	 * forget queue before DESTROY). What a file system holds stays.
+	 */
+	void (*end_session)(struct fs_backend *b);
 	/* Frees the backend and everything it holds; called once, last. */
 	void (*destroy)(struct fs_backend *b);
 };

@@ -86,6 +86,7 @@ struct fuse_server {
 	uint64_t valid_sec; /* entry and attr timeouts */
 	uint32_t valid_nsec;
 	bool initialised; /* atomic: forwarded INITs complete anywhere */
+	bool had_session; /* an INIT was answered before: loop thread only */
 	bool warned;	  /* atomic: one message for the server's life */
 	/* The event loop's scratch: arguments, then READDIR and READLINK. */
 	uint8_t args[ARGS_MAX] __attribute__((aligned(8)));
@@ -317,6 +318,14 @@ static int do_init(struct fuse_call *c)
 	body = out.minor < 23 ? FUSE_COMPAT_22_INIT_OUT_SIZE : sizeof(out);
 	if (!has_room(c->req, body))
 		return -EINVAL;
+	/*
+	 * A new session after DESTROY (an unmount) or a device reset: the
+	 * guest knows none of the old one's nodes and handles, and Linux
+	 * sent no FORGET for them (its forget queue stops before DESTROY).
+	 */
+	if (c->s->had_session && HAS(c, end_session))
+		c->s->b->ops->end_session(c->s->b);
+	c->s->had_session = true;
 	__atomic_store_n(&c->s->initialised, true, __ATOMIC_RELEASE);
 	reply_ok(c->req, &out, body);
 	return REPLIED;
@@ -1347,6 +1356,11 @@ void fuse_server__io_complete(struct fuse_server *s, struct fuse_req *req,
 void fuse_server__reset(struct fuse_server *s)
 {
 	__atomic_store_n(&s->initialised, false, __ATOMIC_RELEASE);
+}
+
+bool fuse_server__live(const struct fuse_server *s)
+{
+	return __atomic_load_n(&s->initialised, __ATOMIC_ACQUIRE);
 }
 
 void fuse_server__abandon(struct fuse_server *s, struct fuse_req *req)

@@ -133,6 +133,13 @@ void fuse_server__io_complete(struct fuse_server *s, struct fuse_req *req,
 void fuse_server__reset(struct fuse_server *s);
 
 /*
+ * A FUSE session is open: the guest's INIT was answered and no DESTROY
+ * or device reset has ended it since (the guest has the file system
+ * mounted, or is mounting it). Any thread.
+ */
+bool fuse_server__live(const struct fuse_server *s);
+
+/*
  * A parked request whose backend was destroyed before it answered: free
  * what the server holds for it (done is not called).
  */

@@ -765,6 +765,45 @@ static int memfs_statfs(struct fs_backend *b, uint64_t nodeid,
 	return 0;
 }
 
+/*
+ * One handle, or one inode nothing names once its lookups are gone:
+ * released, and true. Removing may shrink its table, so each walk
+ * starts again after one.
+ */
+static bool end_one(struct memfs *fs)
+{
+	struct memfs_handle *h;
+	struct memfs_inode *ino;
+	struct hlink *l, *next;
+	size_t i;
+
+	hashtable__for_each_safe(&fs->handles, i, l, next)
+	{
+		h = hashtable__entry(l, struct memfs_handle, link);
+		return !memfs_handle_release(fs, h->inode->link.key,
+					     h->link.key, h->dir);
+	}
+	hashtable__for_each_safe(&fs->inodes, i, l, next)
+	{
+		ino = hashtable__entry(l, struct memfs_inode, link);
+		if (!ino->nlookup)
+			continue;
+		ino->nlookup = 0;
+		memfs_inode_put(fs, ino);
+		return true;
+	}
+	return false;
+}
+
+/* The files stay: only what the old session held goes (backend.h). */
+static void memfs_end_session(struct fs_backend *b)
+{
+	struct memfs *fs = to_memfs(b);
+
+	while (end_one(fs))
+		;
+}
+
 static void memfs_destroy(struct fs_backend *b)
 {
 	struct memfs *fs = to_memfs(b);
@@ -797,6 +836,7 @@ static void memfs_destroy(struct fs_backend *b)
 static const struct fs_backend_ops memfs_ops = {
 	.lookup = memfs_lookup,
 	.forget = memfs_forget,
+	.end_session = memfs_end_session,
 	.getattr = memfs_getattr,
 	.setattr = memfs_setattr,
 	.readlink = memfs_readlink,

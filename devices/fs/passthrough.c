@@ -725,6 +725,42 @@ static int pt_statfs(struct fs_backend *fs, uint64_t nodeid,
 
 /* ---- create and destroy --------------------------------------------- */
 
+/*
+ * The guest's new session knows no node but the root (backend.h): every
+ * handle closed, every lookup forgotten, and each node freed once no
+ * child counts it (children first: a walk frees the leaves, and the
+ * next their parents).
+ */
+static void pt_end_session(struct fs_backend *fs)
+{
+	struct pt_backend *b = to_pt(fs);
+	struct hlink *l, *next;
+	struct pt_node *n;
+	bool freed = true;
+	size_t i;
+
+	hashtable__for_each_safe(&b->handles, i, l, next)
+		pt_handle_free(b, hashtable__entry(l, struct pt_handle, link));
+	hashtable__for_each_safe(&b->by_id, i, l, next)
+	{
+		n = hashtable__entry(l, struct pt_node, by_id);
+		n->nlookup = 0;
+	}
+	while (freed) {
+		freed = false;
+		hashtable__for_each_safe(&b->by_id, i, l, next)
+		{
+			n = hashtable__entry(l, struct pt_node, by_id);
+			if (n == b->root || n->nref)
+				continue;
+			if (n->parent)
+				n->parent->nref--;
+			pt_node_free(b, n);
+			freed = true;
+		}
+	}
+}
+
 static void pt_destroy(struct fs_backend *fs)
 {
 	struct pt_backend *b = to_pt(fs);
@@ -749,6 +785,7 @@ static void pt_destroy(struct fs_backend *fs)
 static const struct fs_backend_ops pt_ops = {
 	.lookup = pt_lookup,
 	.forget = pt_forget,
+	.end_session = pt_end_session,
 	.getattr = pt_getattr,
 	.setattr = pt_setattr,
 	.readlink = pt_readlink,

@@ -666,7 +666,8 @@ static int blk_quiesce(struct virtio_device *dev,
  * contents are the snapshot's, not the device's (Documentation/
  * snapshots.md).
  */
-static int blk_save(struct virtio_device *dev, json_t *obj)
+static int blk_save(struct virtio_device *dev, json_t *obj, char *err,
+		    size_t len)
 {
 	struct virtio_blk *b = to_blk(dev);
 	int ret = 0;

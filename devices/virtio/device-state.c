@@ -149,11 +149,14 @@ out_fail:
 	return NULL;
 }
 
-int virtio_device__save(struct virtio_device *dev, json_t **out)
+int virtio_device__save(struct virtio_device *dev, json_t **out, char *err,
+			size_t len)
 {
 	json_t *o = NULL, *own = NULL;
 	int ret;
 
+	if (len)
+		err[0] = '\0';
 	pthread_mutex_lock(&dev->lock);
 	if (!dev->ops->save) {
 		ret = -EOPNOTSUPP;
@@ -168,7 +171,7 @@ int virtio_device__save(struct virtio_device *dev, json_t **out)
 	own = json_object();
 	if (!o || !own)
 		goto out;
-	ret = dev->ops->save(dev, own);
+	ret = dev->ops->save(dev, own, err, len);
 	if (!ret && json_object_set(o, "device", own))
 		ret = -ENOMEM;
 out:

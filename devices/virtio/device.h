@@ -111,10 +111,13 @@ struct virtio_device_ops {
 	 * Snapshot (virtio_device__save), device lock held, the device
 	 * paused: the device's own state beyond the core's (which covers
 	 * status, features, queues and config space) as members of obj.
-	 * 0 or -errno. NULL: the device cannot be saved yet, and a snapshot
-	 * of a VM that has it is refused, naming it.
+	 * 0 or -errno; a device that refuses to be saved in its present
+	 * state (-EBUSY) says why in err, one line without its name. NULL:
+	 * the device cannot be saved yet, and a snapshot of a VM that has
+	 * it is refused, naming it.
 	 */
-	int (*save)(struct virtio_device *dev, json_t *obj);
+	int (*save)(struct virtio_device *dev, json_t *obj, char *err,
+		    size_t len);
 	/*
 	 * Restore (virtio_device__restore), device lock held, after the
 	 * core's part is loaded and before the device's thread runs: obj
@@ -320,6 +323,8 @@ int __must_check virtio_device__pause(struct virtio_device *dev,
 int virtio_device__resume(struct virtio_device *dev);
 bool virtio_device__is_paused(const struct virtio_device *dev);
 
+#define VIRTIO_SAVE_WHY_LEN 256 /* a save op's refusal: one line */
+
 /*
  * Of a paused device: its state as a JSON object (Documentation/
  * snapshots.md, "Device state"): device id, status, features both ways,
@@ -327,9 +332,11 @@ bool virtio_device__is_paused(const struct virtio_device *dev);
  * (base64, as ops->config_read gives it) and each queue's size, ring
  * addresses, readiness and indices, plus "device": what ops->save adds.
  * -EOPNOTSUPP: no save op (the device cannot be saved yet); -EINVAL:
- * not paused; -ENOMEM.
+ * not paused; -ENOMEM; or the save op's -errno, with its reason in err
+ * ("" when it gave none).
  */
-int __must_check virtio_device__save(struct virtio_device *dev, json_t **out);
+int __must_check virtio_device__save(struct virtio_device *dev, json_t **out,
+				     char *err, size_t len);
 
 /*
  * Into a device just initialised with the same params (nothing the

@@ -410,8 +410,7 @@ static int fs_describe(struct virtio_device *dev, bool locked, char *buf,
 /*
  * Pause: slots in flight complete first. A forwarded (parked) request
  * waits on the file system server, not on us, and is not waited for;
- * there is no save op: the server's state (open files, the memory file
- * system's contents) is not in a snapshot yet, so one is refused.
+ * the save op refuses while one is there.
  */
 static int fs_quiesce(struct virtio_device *dev,
 		      const struct timespec *deadline)
@@ -422,6 +421,95 @@ static int fs_quiesce(struct virtio_device *dev,
 		if (pthread_cond_timedwait(&f->idle, &dev->lock, deadline) ==
 		    ETIMEDOUT)
 			return f->busy ? -ETIMEDOUT : 0;
+	return 0;
+}
+
+/* The tag as the config space has it: NUL-padded, not terminated. */
+static const char *tag_of(const struct virtio_fs *f, size_t *len)
+{
+	const char *tag = (const char *)f->config.tag;
+
+	*len = strnlen(tag, FS_TAG_MAX);
+	return tag;
+}
+
+/* Forwarded requests still waiting for their answer (device lock held). */
+static unsigned int parked(const struct virtio_fs *f)
+{
+	unsigned int n = 0;
+
+	for (unsigned int i = 0; i < f->nr_vqs; i++)
+		for (unsigned int j = 0; j < FS_QUEUE_SLOTS; j++)
+			n += f->queues[i].slots[j].in_use &&
+			     f->queues[i].slots[j].parked;
+	return n;
+}
+
+/*
+ * Snapshot, paused: only the device's shape, never a mount. The FUSE
+ * session (the server's nodes and handles, a memory mount's files) is
+ * not saved, so a live one refuses: the guest must unmount first
+ * (Documentation/snapshots.md, "Capture"), which ends it with DESTROY.
+ */
+static int fs_save(struct virtio_device *dev, json_t *obj, char *err,
+		   size_t len)
+{
+	struct virtio_fs *f = to_fs(dev);
+	unsigned int waiting = parked(f);
+	size_t tag_len;
+	const char *tag = tag_of(f, &tag_len);
+	int ret = 0;
+
+	if (fuse_server__live(f->server)) {
+		snprintf(err, len,
+			 "its FUSE session is live (the guest has %.*s "
+			 "mounted): a snapshot never holds a mount",
+			 (int)tag_len, tag);
+		return -EBUSY;
+	}
+	if (f->busy || waiting) {
+		snprintf(err, len, "%u FUSE requests in flight",
+			 f->busy + waiting);
+		return -EBUSY;
+	}
+	ret |= json_object_set_new(obj, "tag", json_stringn(tag, tag_len));
+	ret |= json_object_set_new(obj, "requestQueues",
+				   json_integer(f->nr_vqs - 1));
+	return ret ? -ENOMEM : 0;
+}
+
+/*
+ * Restore: the same tag and queue count as the snapshot's. The source
+ * is this boot's (the device was made from this config, with a fresh
+ * server): the snapshot has no session to take back, so the guest
+ * mounts anew and its INIT starts one.
+ */
+static int fs_restore(struct virtio_device *dev, const json_t *obj, char *err,
+		      size_t len)
+{
+	struct virtio_fs *f = to_fs(dev);
+	const json_t *saved = json_object_get(obj, "tag");
+	const json_t *q = json_object_get(obj, "requestQueues");
+	size_t tag_len;
+	const char *tag = tag_of(f, &tag_len);
+
+	if (!json_is_string(saved) || !json_is_integer(q)) {
+		snprintf(err, len, "%s: tag or requestQueues missing",
+			 dev->name);
+		return -EINVAL;
+	}
+	if (json_string_length(saved) != tag_len ||
+	    memcmp(json_string_value(saved), tag, tag_len) ||
+	    json_integer_value(q) != (json_int_t)(f->nr_vqs - 1)) {
+		snprintf(err, len,
+			 "%s: the snapshot's device has tag %.36s on "
+			 "%" JSON_INTEGER_FORMAT " request queues; this one "
+			 "%.*s on %u",
+			 dev->name, json_string_value(saved),
+			 json_integer_value(q), (int)tag_len, tag,
+			 f->nr_vqs - 1);
+		return -EINVAL;
+	}
 	return 0;
 }
 
@@ -440,6 +528,8 @@ static const struct virtio_device_ops fs_ops = {
 	.queue_notify = virtio_device__kick_eventfd,
 	.reset = fs_reset,
 	.quiesce = fs_quiesce,
+	.save = fs_save,
+	.restore = fs_restore,
 };
 
 /* Every I/O that can be in flight (one per slot), kicks, wake and stop. */

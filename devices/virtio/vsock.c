@@ -270,7 +270,8 @@ static int vsock_describe(struct virtio_device *dev, bool locked, char *buf,
  * lastAvailIdx counts it as taken, so a restore gives it back by
  * popping it again (rxHeldHead is its head, for a check).
  */
-static int vsock_save(struct virtio_device *dev, json_t *obj)
+static int vsock_save(struct virtio_device *dev, json_t *obj, char *err,
+		      size_t len)
 {
 	struct vsock *v = to_vsock(dev);
 	int ret = 0;

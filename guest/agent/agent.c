@@ -22,6 +22,7 @@
 #include "guest/agent/facts.h"
 #include "guest/agent/fs.h"
 #include "guest/agent/proc.h"
+#include "guest/agent/mounts.h"
 #include "guest/agent/reseed.h"
 
 /* After a failed accept that may repeat at once (EMFILE...), pause. */
@@ -66,7 +67,8 @@ static int send_hello(struct conn *c)
 	ret = kiln_tlv__put_u64(&b, KILN_T_VERSION, KILN_AGENT_VERSION);
 	if (!ret)
 		ret = kiln_tlv__put_u64(&b, KILN_T_FEATURES,
-					KILN_FEATURE_RESEED);
+					KILN_FEATURE_RESEED |
+						KILN_FEATURE_MOUNTS);
 	if (!ret)
 		ret = conn__send_buf(c, KILN_MSG_HELLO, &b);
 	kiln_buf__free(&b);
@@ -109,6 +111,9 @@ void agent__serve_connection(int fd, const struct agent_config *cfg)
 		poweroff(&c, cfg->poweroff_pid);
 	else if (req.type == KILN_MSG_RESEED)
 		reseed__handle(&c, &req);
+	else if (req.type == KILN_MSG_MOUNTS_DETACH ||
+		 req.type == KILN_MSG_MOUNTS_ATTACH)
+		mounts__handle(&c, &req);
 	else
 		conn__error(&c, EPROTO, "message type %u is not a request",
 			    req.type);

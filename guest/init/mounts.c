@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "guest/agent/mounts.h"
 #include "guest/init/mounts.h"
 
 #define MOUNTS_FILE_MAX (64 << 10) /* written by the host: bounded */
@@ -100,26 +101,6 @@ struct init_mounts *init_mounts__load(void)
 	return m;
 }
 
-/* mkdir -p, 0755. */
-static int make_dirs(const char *path)
-{
-	char buf[4096];
-	size_t i, n = strlen(path);
-
-	if (n >= sizeof(buf))
-		return -ENAMETOOLONG;
-	memcpy(buf, path, n + 1);
-	for (i = 1; i <= n; i++) {
-		if (buf[i] != '/' && buf[i] != '\0')
-			continue;
-		buf[i] = '\0';
-		if (mkdir(buf, 0755) && errno != EEXIST)
-			return -errno;
-		buf[i] = path[i];
-	}
-	return 0;
-}
-
 int init_mounts__mount(const struct init_mounts *m)
 {
 	unsigned int i;
@@ -128,22 +109,12 @@ int init_mounts__mount(const struct init_mounts *m)
 	for (i = 0; m && i < m->nr; i++) {
 		const struct init_mount *e = &m->m[i];
 
-		ret = make_dirs(e->path);
+		ret = mounts__attach_one(e->tag, e->path, e->read_only);
 		if (ret) {
-			fprintf(stderr,
-				"kiln-init: cannot create mount point %s: "
-				"%s\n",
-				e->path, strerror(-ret));
-			return ret;
-		}
-		if (mount(e->tag, e->path, "virtiofs",
-			  MS_NOSUID | MS_NODEV | (e->read_only ? MS_RDONLY : 0),
-			  NULL)) {
-			ret = -errno;
 			fprintf(stderr,
 				"kiln-init: cannot mount %s (virtio-fs %s): "
 				"%s\n",
-				e->path, e->tag, strerror(errno));
+				e->path, e->tag, strerror(-ret));
 			return ret;
 		}
 	}

@@ -2414,6 +2414,24 @@ static void baseline_check(struct __test_metadata *_metadata, struct vmctl *c,
 }
 
 /*
+ * The log of a start restored from the cache, without a discarded
+ * candidate; also (NULL: nothing) is in it too.
+ */
+static void baseline_log_restored(struct __test_metadata *_metadata,
+				  const struct vmctl *c, const char *also)
+{
+	char *log = log_text(c->log);
+
+	ASSERT_NE(NULL, log);
+	EXPECT_NE(NULL, strstr(log, "restoring from ")) TH_LOG("%.3000s", log);
+	EXPECT_NE(NULL, strstr(log, "restored ")) TH_LOG("%.3000s", log);
+	EXPECT_EQ(NULL, strstr(log, "discarded")) TH_LOG("%.3000s", log);
+	if (also)
+		EXPECT_NE(NULL, strstr(log, also)) TH_LOG("%.3000s", log);
+	free(log);
+}
+
+/*
  * The first start with --baseline-cache boots cold and saves the
  * entry when the agent is ready; the second start of the same config
  * restores from it (vm.status and the log say so) and runs commands.
@@ -2469,12 +2487,7 @@ TEST_TIMEOUT(baseline_second_start_restores, 4 * BOOT_TIMEOUT)
 	/* The same config, a new socket: restored. */
 	ASSERT_TRUE(vm_start_with(_metadata, &c2, false, extra));
 	baseline_check(_metadata, &c2, "restored");
-	log = log_text(c2.log);
-	ASSERT_NE(NULL, log);
-	EXPECT_NE(NULL, strstr(log, "restoring from ")) TH_LOG("%.3000s", log);
-	EXPECT_NE(NULL, strstr(log, "restored ")) TH_LOG("%.3000s", log);
-	EXPECT_EQ(NULL, strstr(log, "discarded")) TH_LOG("%.3000s", log);
-	free(log);
+	baseline_log_restored(_metadata, &c2, NULL);
 
 	/* Its shared lease: no exclusive one while it runs. */
 	efd = open(entry, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -2656,6 +2669,109 @@ TEST_TIMEOUT(baseline_corrupt_entry_cold_boots, 4 * BOOT_TIMEOUT)
 		vm_stop_term(_metadata, &c2);
 		vm_cleanup(&c2);
 	}
+	snprintf(path, sizeof(path), "rm -rf '%s'", base);
+	if (system(path))
+		(void)0;
+}
+
+/* A file of text at dir/name. */
+static bool put_file(const char *dir, const char *name, const char *text)
+{
+	char path[260];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	f = fopen(path, "w");
+	if (!f)
+		return false;
+	fputs(text, f);
+	return !fclose(f);
+}
+
+/*
+ * Mounts are attached per boot, not frozen (Documentation/snapshots.md,
+ * "Baselines"): the first start of a config with a read-write bind mount
+ * and a memory mount captures (its agent detaches them for the snapshot
+ * and attaches them again: the first VM still sees its directory), and
+ * a second start of the same config with ANOTHER host directory for the
+ * bind mount restores, attaches this boot's sources, and only then is
+ * ready. A file written in the guest lands in the second directory, the
+ * first one's file is not there, the memory mount is empty and
+ * writable, a vm.snapshot with the mounts live is refused naming the
+ * device, and vm.shutdown ends it with 0.
+ */
+TEST_TIMEOUT(baseline_mounts_are_attached_from_this_boot, 3 * BOOT_TIMEOUT)
+{
+	const char *extra[] = {
+		"--baseline-cache",    NULL, "--mount", NULL, "--mount",
+		"/scratch=memory:16M", NULL
+	};
+	char base[64], cache[96], one[128], two[128], m1[200], m2[200];
+	char path[260], text[64], *log;
+	struct spawn_result r;
+	struct vmctl c, c2;
+	FILE *f;
+
+	if (access("/dev/kvm", R_OK | W_OK))
+		SKIP(return, "no usable /dev/kvm (run through tools/vmtest)");
+	ASSERT_TRUE(baseline_cache_dir(base, cache));
+	snprintf(one, sizeof(one), "%s/one", base);
+	snprintf(two, sizeof(two), "%s/two", base);
+	ASSERT_EQ(0, mkdir(one, 0755));
+	ASSERT_EQ(0, mkdir(two, 0755));
+	ASSERT_TRUE(put_file(one, "only-in-one", "one\n"));
+	snprintf(m1, sizeof(m1), "/workspace=bind:%s:rw", one);
+	snprintf(m2, sizeof(m2), "/workspace=bind:%s:rw", two);
+	extra[1] = cache;
+	extra[3] = m1;
+
+	ASSERT_TRUE(vm_start_with(_metadata, &c, false, extra));
+	baseline_check(_metadata, &c, "captured");
+	CTL(&c, &r, "exec", c.sock, "--", "cat", "/workspace/only-in-one");
+	EXPECT_EQ(0, r.status);
+	EXPECT_STREQ("one\n", r.out);
+	log = log_text(c.log);
+	ASSERT_NE(NULL, log);
+	EXPECT_NE(NULL, strstr(log, ": saved ")) TH_LOG("%.3000s", log);
+	EXPECT_NE(NULL, strstr(log, "the mounts are attached"))
+	TH_LOG("%.3000s", log);
+	free(log);
+	vm_stop_term(_metadata, &c);
+
+	/* The same shape, another host directory: restored onto it. */
+	extra[3] = m2;
+	ASSERT_TRUE(vm_start_with(_metadata, &c2, false, extra));
+	baseline_check(_metadata, &c2, "restored");
+	baseline_log_restored(_metadata, &c2, "the mounts are attached");
+	CTL(&c2, &r, "exec", c2.sock, "--", "sh", "-c",
+	    "echo from-guest > /workspace/written && sync &&"
+	    " ls -A /workspace; echo --; ls -A /scratch;"
+	    " echo m > /scratch/x && cat /scratch/x");
+	EXPECT_EQ(0, r.status) TH_LOG("%.1000s", r.err);
+	EXPECT_STREQ("written\n--\nm\n", r.out);
+	snprintf(path, sizeof(path), "%s/written", two);
+	f = fopen(path, "r");
+	ASSERT_NE(NULL, f) TH_LOG("%s: %s", path, strerror(errno));
+	EXPECT_NE(NULL, fgets(text, sizeof(text), f));
+	fclose(f);
+	EXPECT_STREQ("from-guest\n", text);
+	snprintf(path, sizeof(path), "%s/written", one);
+	EXPECT_NE(0, access(path, F_OK));
+
+	/* A snapshot never freezes a mount: refused, naming the device. */
+	snprintf(path, sizeof(path), "%s/snap", c2.dir);
+	CTL(&c2, &r, "snapshot", "--resume", c2.sock, path);
+	EXPECT_NE(0, r.status);
+	EXPECT_NE(NULL, strstr(r.err, "virtio-fs")) TH_LOG("%.1000s", r.err);
+	EXPECT_NE(NULL, strstr(r.err, "FUSE session is live"))
+	TH_LOG("%.1000s", r.err);
+
+	CTL(&c2, &r, "shutdown", c2.sock);
+	EXPECT_EQ(0, r.status);
+	EXPECT_EQ(0, wait_exit(c2.vmm, 60));
+	c2.vmm = 0;
+	vm_cleanup(&c2);
+	vm_cleanup(&c);
 	snprintf(path, sizeof(path), "rm -rf '%s'", base);
 	if (system(path))
 		(void)0;

@@ -19,6 +19,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include "proto/mounts.h"
 #include "proto/reseed.h"
 #include "selftests/agent_client.h"
 #include "selftests/kselftest.h"
@@ -396,7 +397,7 @@ TEST_F(agent, hello)
 	EXPECT_TRUE(agent_msg__u64(&m, KILN_T_VERSION, &v));
 	EXPECT_EQ(1, v);
 	EXPECT_TRUE(agent_msg__u64(&m, KILN_T_FEATURES, &v));
-	EXPECT_EQ(KILN_FEATURE_RESEED, v);
+	EXPECT_EQ(KILN_FEATURE_RESEED | KILN_FEATURE_MOUNTS, v);
 	agent_msg__free(&m);
 	close(fd);
 }
@@ -1560,12 +1561,14 @@ static bool has_sys_admin(void)
 	return eff & (1ULL << 21);
 }
 
-static int reseed(struct __test_metadata *_metadata, FIXTURE_DATA(agent) * self,
-		  const struct kiln_buf *b)
+/* One request with b as its payload: 0 (RESULT) or ERROR's errno. */
+static int request(struct __test_metadata *_metadata,
+		   FIXTURE_DATA(agent) * self, uint16_t type,
+		   const struct kiln_buf *b)
 {
 	int fd = agent_connect(_metadata, self);
 
-	EXPECT_EQ(0, agent_client__send_buf(fd, KILN_MSG_RESEED, b));
+	EXPECT_EQ(0, agent_client__send_buf(fd, type, b));
 	EXPECT_EQ(0, agent_client__recv(fd, &self->m));
 	close(fd);
 	return answer(_metadata, self);
@@ -1585,12 +1588,13 @@ TEST_F(agent, reseed)
 
 	ASSERT_EQ(0, getentropy(seed, sizeof(seed)));
 	kiln_buf__init(&b);
-	EXPECT_EQ(EINVAL, reseed(_metadata, self, &b));
+	EXPECT_EQ(EINVAL, request(_metadata, self, KILN_MSG_RESEED, &b));
 	ASSERT_EQ(0, kiln_tlv__put_bytes(&b, KILN_T_SEED, seed, 8));
-	EXPECT_EQ(EINVAL, reseed(_metadata, self, &b));
+	EXPECT_EQ(EINVAL, request(_metadata, self, KILN_MSG_RESEED, &b));
 	kiln_buf__reset(&b);
 	ASSERT_EQ(0, kiln_reseed__encode(&b, seed, sizeof(seed)));
-	EXPECT_EQ(has_sys_admin() ? 0 : EPERM, reseed(_metadata, self, &b));
+	EXPECT_EQ(has_sys_admin() ? 0 : EPERM,
+		  request(_metadata, self, KILN_MSG_RESEED, &b));
 	kiln_buf__free(&b);
 
 	/* The agent serves on. */
@@ -1599,6 +1603,49 @@ TEST_F(agent, reseed)
 	ASSERT_EQ(0, agent_client__recv(fd, &self->m));
 	close(fd);
 	EXPECT_EQ(KILN_MSG_RESULT, self->m.type);
+}
+
+/* ---- mounts --------------------------------------------------------------- */
+
+/*
+ * MOUNTS_DETACH and MOUNTS_ATTACH read their list as the vmm writes it
+ * (proto/mounts.h): a bad one is EINVAL either way. Detaching what is
+ * not mounted (a plain directory, a path that is not there) is done
+ * already; attaching at a path that is a mount point already (/proc
+ * here) leaves it alone, and one that is not fails with mount's errno
+ * and says which.
+ */
+TEST_F(agent, mounts)
+{
+	struct kiln_mount m[2] = {
+		{ .tag = "kiln0", .path = "/proc" },
+		{ .tag = "kiln1", .path = "/nonexistent/kiln-test" },
+	};
+	static const uint16_t both[] = { KILN_MSG_MOUNTS_DETACH,
+					 KILN_MSG_MOUNTS_ATTACH };
+	char msg[256] = "";
+	struct kiln_buf b;
+
+	kiln_buf__init(&b);
+	ASSERT_EQ(0, kiln_tlv__put_bytes(&b, KILN_T_MOUNT, "x", 1));
+	for (unsigned int i = 0; i < ARRAY_SIZE(both); i++)
+		EXPECT_EQ(EINVAL, request(_metadata, self, both[i], &b));
+	kiln_buf__reset(&b);
+	snprintf(m[0].path, sizeof(m[0].path), "%s", self->dir);
+	ASSERT_EQ(0, kiln_mounts__encode(&b, m, 2));
+	EXPECT_EQ(0, request(_metadata, self, KILN_MSG_MOUNTS_DETACH, &b));
+	kiln_buf__reset(&b);
+	snprintf(m[0].path, sizeof(m[0].path), "/proc");
+	ASSERT_EQ(0, kiln_mounts__encode(&b, m, 1));
+	EXPECT_EQ(0, request(_metadata, self, KILN_MSG_MOUNTS_ATTACH, &b));
+	kiln_buf__reset(&b);
+	snprintf(m[0].path, sizeof(m[0].path), "%s", self->dir);
+	ASSERT_EQ(0, kiln_mounts__encode(&b, m, 1));
+	EXPECT_NE(0, request(_metadata, self, KILN_MSG_MOUNTS_ATTACH, &b));
+	ASSERT_TRUE(agent_msg__str(&self->m, KILN_T_MESSAGE, msg, sizeof(msg)));
+	EXPECT_NE(NULL, strstr(msg, self->dir))
+	TH_LOG("%s", msg);
+	kiln_buf__free(&b);
 }
 
 /* ---- malformed input ------------------------------------------------------ */

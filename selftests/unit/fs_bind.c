@@ -649,6 +649,36 @@ TEST_F(bind, lookup_and_getattr)
 	EXPECT_EQ(-ESTALE, battr(b, 0, &a));
 }
 
+/*
+ * A new FUSE session (backend.h, end_session): every node the old one
+ * looked up is forgotten (its id answers ESTALE; deep ones go with their
+ * parents), every handle is closed (EBADF), the root stays, and the host
+ * directory is as it was: the next session looks everything up anew.
+ */
+TEST_F(bind, end_session_forgets_nodes_and_closes_handles)
+{
+	struct fs_backend *b;
+	struct fuse_attr a;
+	uint64_t d, f, f2, fh;
+	char buf[32];
+
+	ASSERT_EQ(0, bind_new(self, false, NULL, 0, false));
+	b = self->b;
+	ASSERT_EQ(0, do_mkdir(b, FUSE_ROOT_ID, "d", &d));
+	ASSERT_EQ(0, do_create(b, d, "f", O_RDWR, &f, &fh));
+	ASSERT_EQ(2, bwrite(b, f, fh, "hi", 0));
+	b->ops->end_session(b);
+	EXPECT_EQ(-ESTALE, battr(b, f, &a));
+	EXPECT_EQ(-ESTALE, battr(b, d, &a));
+	EXPECT_NE(0, b->ops->release(b, f, fh));
+	EXPECT_EQ(0, battr(b, FUSE_ROOT_ID, &a));
+	EXPECT_STREQ("hi", get(self->src, "d/f", buf, sizeof(buf)));
+	ASSERT_EQ(0, lookup(b, FUSE_ROOT_ID, "d", &d));
+	ASSERT_EQ(0, lookup(b, d, "f", &f2));
+	EXPECT_EQ(0, battr(b, f2, &a));
+	EXPECT_EQ(2U, a.size);
+}
+
 TEST_F(bind, forget_and_node_lifetime)
 {
 	struct fs_backend *b = self->b;

@@ -615,6 +615,47 @@ TEST(unlink_while_open)
 	fs_backend__destroy(b);
 }
 
+/*
+ * The session that looked files up and opened them is over (an unmount,
+ * then a new INIT): its handles close and its lookups are forgotten, so
+ * an unlinked file it still held goes and gives its bytes back, while
+ * the files the mount holds stay, with their contents.
+ */
+TEST(end_session_keeps_files_and_drops_what_the_session_held)
+{
+	struct fs_backend *b = make_fs(_metadata, NULL, 0, 1 * MiB);
+	static char data[64 * 1024];
+	uint64_t before, gone, kept, fh, fh2;
+	struct fuse_attr a;
+	char buf[4];
+
+	before = free_fingerprint(_metadata, b);
+	memset(data, 'z', sizeof(data));
+	gone = mkfile(_metadata, b, ROOT, "gone", 0644);
+	kept = mkfile(_metadata, b, ROOT, "kept", 0644);
+	fh = open_(_metadata, b, gone, O_RDWR);
+	ASSERT_EQ((ssize_t)sizeof(data),
+		  pwrite_(b, gone, fh, data, sizeof(data), 0));
+	fh2 = open_(_metadata, b, kept, O_RDWR);
+	ASSERT_EQ(4, pwrite_(b, kept, fh2, "kept", 4, 0));
+	ASSERT_EQ(0, b->ops->unlink(b, ROOT, "gone"));
+	EXPECT_LT(free_fingerprint(_metadata, b), before - 16 * PAGE);
+
+	b->ops->end_session(b);
+	EXPECT_EQ(-ESTALE, b->ops->getattr(b, gone, &a));
+	EXPECT_EQ(-EBADF, b->ops->release(b, kept, fh2));
+	EXPECT_EQ((int64_t)kept, id_of(b, ROOT, "kept"));
+	fh2 = open_(_metadata, b, kept, O_RDONLY);
+	EXPECT_EQ(4, pread_(b, kept, fh2, buf, 4, 0));
+	EXPECT_EQ(0, memcmp(buf, "kept", 4));
+	EXPECT_EQ(0, b->ops->release(b, kept, fh2));
+	/* A second end with nothing held is harmless. */
+	b->ops->end_session(b);
+	EXPECT_EQ(0, b->ops->unlink(b, ROOT, "kept"));
+	EXPECT_EQ(before, free_fingerprint(_metadata, b));
+	fs_backend__destroy(b);
+}
+
 /* ---- rename --------------------------------------------------------- */
 
 TEST(rename_matrix)

@@ -2190,7 +2190,7 @@ TEST_F(blk, restore_serves_on_and_checks_the_disk)
 	send_all(_metadata, t, 0, r, 8);
 	ASSERT_TRUE(wait_done(t, r, 8));
 	ASSERT_EQ(0, virtio_device__pause(t->d.vdev, 10000));
-	ASSERT_EQ(0, virtio_device__save(t->d.vdev, &st));
+	ASSERT_EQ(0, virtio_device__save(t->d.vdev, &st, NULL, 0));
 	tdev_close(t);
 
 	ASSERT_EQ(0, tdev_open(t, &(struct topts){ .mode = DISK_READONLY }));

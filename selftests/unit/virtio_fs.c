@@ -107,6 +107,7 @@ struct tfs {
 	bool *destroyed;
 	unsigned int calls; /* every op */
 	unsigned int reads, writes, io_fds;
+	unsigned int sessions_ended; /* end_session calls */
 	uint64_t forgotten[N_NODES];
 	uint32_t open_flags;
 	uint32_t mode, umask, rename_flags;
@@ -456,6 +457,11 @@ static int64_t tfs_lseek(struct fs_backend *b, uint64_t node, uint64_t fh,
 	return whence == SEEK_HOLE ? (int64_t)DATA_SIZE : (int64_t)offset;
 }
 
+static void tfs_end_session(struct fs_backend *b)
+{
+	to_tfs(b)->sessions_ended++;
+}
+
 static void tfs_destroy(struct fs_backend *b)
 {
 	struct tfs *t = to_tfs(b);
@@ -494,6 +500,7 @@ static const struct fs_backend_ops tfs_ops = {
 	.statfs = tfs_statfs,
 	.fallocate = tfs_fallocate,
 	.lseek = tfs_lseek,
+	.end_session = tfs_end_session,
 	.destroy = tfs_destroy,
 };
 
@@ -1060,7 +1067,7 @@ static int do_init(struct __test_metadata *_metadata, struct tdev *t,
 
 enum tkind { T_TFS, T_TFS_RO, T_FWD };
 
-static int tdev_open(struct tdev *t, enum tkind kind, unsigned int nr_queues)
+static int tdev_create(struct tdev *t, enum tkind kind, unsigned int nr_queues)
 {
 	struct virtio_fs_params p = {
 		.name = "virtio-fs-test",
@@ -1096,7 +1103,14 @@ static int tdev_open(struct tdev *t, enum tkind kind, unsigned int nr_queues)
 	}
 	t->d.vdev = virtio_fs__device(t->fs);
 	t->nr_vqs = nr_queues + 1;
-	return virtio_fs__start(t->fs, NULL);
+	return 0;
+}
+
+static int tdev_open(struct tdev *t, enum tkind kind, unsigned int nr_queues)
+{
+	int ret = tdev_create(t, kind, nr_queues);
+
+	return ret ? ret : virtio_fs__start(t->fs, NULL);
 }
 
 FIXTURE(vfs)
@@ -2444,6 +2458,92 @@ TEST_F_TIMEOUT(vfs, fuzz, 120)
 	}
 	EXPECT_EQ(0, t->bad_used);
 	EXPECT_TRUE(vdrv_guards_intact(&t->d));
+}
+
+/* ---- sessions, snapshot and restore ------------------------------------ */
+
+/*
+ * An unmount ends the FUSE session (DESTROY); the guest's next mount
+ * sends INIT on the same server, which first drops what the old session
+ * held (the backend's end_session: Linux sent no FORGET for it). A
+ * first INIT, or INIT again while a session is open, has nothing to drop
+ * only the first time.
+ */
+TEST_F(vfs, destroy_then_init_starts_a_new_session)
+{
+	struct tdev *t = &self->t;
+
+	OPEN(T_TFS);
+	EXPECT_EQ(0U, t->tfs->sessions_ended);
+	ASSERT_EQ(0, CALL(FUSE_LOOKUP, N_ROOT, "hello", 6));
+	ASSERT_EQ(0, CALL(FUSE_DESTROY, 0, NULL, 0));
+	/* No session: everything but INIT fails, and nothing is dropped. */
+	EXPECT_EQ(-EIO, CALL(FUSE_LOOKUP, N_ROOT, "hello", 6));
+	EXPECT_EQ(0U, t->tfs->sessions_ended);
+	ASSERT_EQ(0, do_init(_metadata, t, 7, 38, LINUX_FLAGS, NULL));
+	EXPECT_EQ(1U, t->tfs->sessions_ended);
+	EXPECT_EQ(0, CALL(FUSE_LOOKUP, N_ROOT, "hello", 6));
+	/* A device reset ends it too: the driver's next INIT drops it. */
+	ASSERT_EQ(ST_LIVE, bring_up(t));
+	ASSERT_EQ(0, do_init(_metadata, t, 7, 38, LINUX_FLAGS, NULL));
+	EXPECT_EQ(2U, t->tfs->sessions_ended);
+}
+
+/*
+ * A snapshot of the device holds its shape, never a mount: refused
+ * (EBUSY, saying why) while the guest has it mounted; once DESTROY ended
+ * the session, saved, and restored into a new device on a new backend
+ * over the same guest memory, which serves the guest's new mount from
+ * where the rings were. Another tag is refused by name.
+ */
+TEST_F(vfs, save_refuses_a_live_session_and_restores_onto_a_new_backend)
+{
+	struct tdev *t = &self->t;
+	char err[VIRTIO_SAVE_WHY_LEN] = "";
+	json_t *st = NULL, *dev;
+	struct fuse_entry_out e;
+
+	OPEN(T_TFS);
+	ASSERT_EQ(0, CALL(FUSE_LOOKUP, N_ROOT, "hello", 6));
+	ASSERT_EQ(0, virtio_device__pause(t->d.vdev, TIMEOUT_MS));
+	EXPECT_EQ(-EBUSY,
+		  virtio_device__save(t->d.vdev, &st, err, sizeof(err)));
+	EXPECT_EQ(NULL, st);
+	EXPECT_NE(NULL, strstr(err, "FUSE session is live"));
+	EXPECT_NE(NULL, strstr(err, TAG));
+	ASSERT_EQ(0, virtio_device__resume(t->d.vdev));
+
+	ASSERT_EQ(0, CALL(FUSE_DESTROY, 0, NULL, 0));
+	ASSERT_EQ(0, virtio_device__pause(t->d.vdev, TIMEOUT_MS));
+	ASSERT_EQ(0, virtio_device__save(t->d.vdev, &st, err, sizeof(err)))
+	TH_LOG("%s", err);
+	dev = json_object_get(st, "device");
+	EXPECT_STREQ(TAG, json_string_value(json_object_get(dev, "tag")));
+	EXPECT_EQ(2, json_integer_value(json_object_get(dev, "requestQueues")));
+	virtio_fs__destroy(t->fs);
+	t->fs = NULL;
+
+	/* This boot's source: a new backend, a fresh server. */
+	ASSERT_EQ(0, tdev_create(t, T_TFS, 2));
+	ASSERT_EQ(0, virtio_device__restore(t->d.vdev, st, err, sizeof(err)))
+	TH_LOG("%s", err);
+	ASSERT_EQ(0, virtio_fs__start(t->fs, NULL));
+	EXPECT_EQ(-EIO, CALL(FUSE_LOOKUP, N_ROOT, "hello", 6));
+	ASSERT_EQ(0, do_init(_metadata, t, 7, 38, LINUX_FLAGS, NULL));
+	EXPECT_EQ(0U, t->tfs->sessions_ended);
+	ASSERT_EQ(0, CALL(FUSE_LOOKUP, N_ROOT, "hello", 6));
+	memcpy(&e, rep.body, sizeof(e));
+	EXPECT_EQ(N_HELLO, e.nodeid);
+
+	/* Another tag: this device is not the snapshot's. */
+	virtio_fs__destroy(t->fs);
+	t->fs = NULL;
+	ASSERT_EQ(0, tdev_create(t, T_TFS, 2));
+	json_object_set_new(dev, "tag", json_string("other"));
+	EXPECT_EQ(-EINVAL,
+		  virtio_device__restore(t->d.vdev, st, err, sizeof(err)));
+	EXPECT_NE(NULL, strstr(err, "tag other"));
+	json_decref(st);
 }
 
 TEST_HARNESS_MAIN

@@ -1145,7 +1145,8 @@ TEST_F(mmio, warns_once)
 
 /* ---- pause and snapshot (device-state.c) ------------------------- */
 
-static int fake_save(struct virtio_device *vdev, json_t *obj)
+static int fake_save(struct virtio_device *vdev, json_t *obj, char *err,
+		     size_t len)
 {
 	return json_object_set_new(
 		obj, "chains", json_integer((json_int_t)to_fake(vdev)->chains));
@@ -1211,7 +1212,7 @@ TEST_F(mmio, save_refused_without_a_hook_or_a_pause)
 
 	bring_up(f, FEAT(VIRTIO_F_VERSION_1));
 	ASSERT_EQ(0, virtio_device__pause(&f->vdev, 1000));
-	EXPECT_EQ(-EOPNOTSUPP, virtio_device__save(&f->vdev, &st));
+	EXPECT_EQ(-EOPNOTSUPP, virtio_device__save(&f->vdev, &st, NULL, 0));
 	EXPECT_EQ(NULL, st);
 	ASSERT_EQ(0, virtio_device__resume(&f->vdev));
 
@@ -1219,7 +1220,7 @@ TEST_F(mmio, save_refused_without_a_hook_or_a_pause)
 	ASSERT_EQ(0, fake_create_saving(f));
 	bring_up(f, FEAT(VIRTIO_F_VERSION_1));
 	/* A running device is not saved: its rings move. */
-	EXPECT_EQ(-EINVAL, virtio_device__save(&f->vdev, &st));
+	EXPECT_EQ(-EINVAL, virtio_device__save(&f->vdev, &st, NULL, 0));
 	EXPECT_EQ(NULL, st);
 }
 
@@ -1247,7 +1248,7 @@ TEST(save_load_round_trip)
 	wr32(&a, VIRTIO_MMIO_QUEUE_NOTIFY, 1);
 	ASSERT_EQ(2, used_idx(&a, 0));
 	ASSERT_EQ(0, virtio_device__pause(&a.vdev, 1000));
-	ASSERT_EQ(0, virtio_device__save(&a.vdev, &st));
+	ASSERT_EQ(0, virtio_device__save(&a.vdev, &st, NULL, 0));
 	EXPECT_EQ(3, json_integer_value(json_object_get(
 			     json_object_get(st, "device"), "chains")));
 	q0 = json_array_get(json_object_get(st, "queues"), 0);
@@ -1300,7 +1301,7 @@ TEST(load_checks_every_field)
 	ASSERT_EQ(0, fake_create_saving(&a));
 	bring_up(&a, FEAT(VIRTIO_F_VERSION_1));
 	ASSERT_EQ(0, virtio_device__pause(&a.vdev, 1000));
-	ASSERT_EQ(0, virtio_device__save(&a.vdev, &st));
+	ASSERT_EQ(0, virtio_device__save(&a.vdev, &st, NULL, 0));
 
 	/* Another device. */
 	ASSERT_EQ(0, fake_create_saving(&b));

@@ -1610,7 +1610,7 @@ TEST_F(vsock, restore_resets_the_transport_and_serves_on)
 	fd = host_open(_metadata, t, 5000, GBUF, &hport);
 	ASSERT_LE(0, fd);
 	ASSERT_EQ(0, virtio_device__pause(t->d.vdev, TIMEOUT_MS));
-	ASSERT_EQ(0, virtio_device__save(t->d.vdev, &st));
+	ASSERT_EQ(0, virtio_device__save(t->d.vdev, &st, NULL, 0));
 	vsock__destroy(t->vs);
 	close(fd);
 	/* What the transport reset writes must show. */

@@ -103,6 +103,28 @@ void agent_retry(struct call *k, int err, uint64_t now)
 	call_done(k);
 }
 
+void agent_reopen(struct call *k)
+{
+	call_close_fd(k);
+	k->st = AG_WAIT;
+	k->retry_at = api_now_ms();
+}
+
+bool agent_gated(const struct api *api)
+{
+	return api->reseed_pending || api->mounts_step != MOUNTS_READY;
+}
+
+void agent_gate_next(struct call *k)
+{
+	if (agent_gated(k->api)) {
+		agent_reopen(k);
+		return;
+	}
+	agent_mark_ready(k->api);
+	call_done(k);
+}
+
 /* One attempt to reach the agent; a failure schedules the next. */
 void agent_try_open(struct call *k, uint64_t now)
 {
@@ -164,13 +186,13 @@ static void agent_hello(struct call *k, const uint8_t *p, size_t len)
 		call_lost(k, why);
 		return;
 	}
-	if (api->reseed_pending) {
-		if (k->kind == CALL_PROBE) {
+	if (agent_gated(api)) {
+		if (k->kind == CALL_PROBE && api->reseed_pending)
 			reseed_start(k, features);
-			return;
-		}
-		/* A restored VM runs nothing before its reseed: not yet. */
-		agent_retry(k, -EAGAIN, api_now_ms());
+		else if (k->kind == CALL_PROBE)
+			mounts_start(k, features);
+		else /* nothing runs before the reseed and the mounts */
+			agent_retry(k, -EAGAIN, api_now_ms());
 		return;
 	}
 	k->st = AG_ACTIVE;
@@ -243,8 +265,10 @@ static void agent_input(struct call *k, uint64_t now)
 				agent_hello(k, payload, len);
 			else
 				call_lost(k, "agent protocol error: no HELLO");
-		} else if (k->kind == CALL_PROBE) {
+		} else if (k->kind == CALL_PROBE && k->api->reseed_pending) {
 			reseed_frame(k, type, flags, payload, len);
+		} else if (k->kind == CALL_PROBE) {
+			mounts_frame(k, type, flags, payload, len);
 		} else if (call_is_proc(k)) {
 			proc_frame(k, type, flags, payload, len);
 		} else if (k->kind == CALL_FACTS || k->kind == CALL_VM_FACTS) {

@@ -15,6 +15,7 @@
  *   proc.c    exec, spawn, pty and their streams
  *   fs.c      fs.* (files in the guest)
  *   reseed.c  RESEED on the probe of a restored VM
+ *   mounts.c  MOUNTS_DETACH and MOUNTS_ATTACH on the probe
  *   vm.c      facts, vm.* and net.setPolicy
  *   events.c  vm.subscribe, vm.event and api__event
  *
@@ -158,6 +159,15 @@ struct api {
 	/* p.reseed: the seed still to send; nothing else runs before it */
 	bool reseed_pending, reseed_warned;
 	uint8_t reseed[KILN_RESEED_BYTES];
+	/* p.mounts_plan: the probe's next mounts request, or where it ended */
+	enum api_mounts_step {
+		MOUNTS_READY,  /* nothing (left) to do */
+		MOUNTS_DETACH, /* then the capture, then MOUNTS_ATTACH */
+		MOUNTS_ATTACH,
+		MOUNTS_FAILED, /* the attach failed: never ready */
+	} mounts_step;
+	uint8_t *mounts;	  /* p.mounts' copy */
+	uint64_t mounts_deadline; /* ms: the request's; 0 before its first */
 	bool events_ready; /* events_init done */
 	unsigned int agent_timeout_ms;
 
@@ -264,6 +274,15 @@ void agent_send_data(struct call *k, uint16_t type, const uint8_t *p,
 void agent_send_u64(struct call *k, uint16_t type, uint16_t tag, uint64_t v);
 void agent_try_open(struct call *k, uint64_t now);
 void agent_retry(struct call *k, int err, uint64_t now);
+/* The probe's next request, on a new connection right away. */
+void agent_reopen(struct call *k);
+/*
+ * Until the probe has done the reseed and the mounts, nothing else runs:
+ * true while one of them is left.
+ */
+bool agent_gated(const struct api *api);
+/* A gate's request done: the probe goes on to the next, or it is ready. */
+void agent_gate_next(struct call *k);
 /* agent-ready: the event and the callback, once. */
 void agent_mark_ready(struct api *api);
 void agent_readable(struct call *k, uint64_t now);
@@ -284,6 +303,12 @@ void facts_frame(struct call *k, uint16_t type, uint16_t flags,
 void reseed_start(struct call *k, uint64_t features);
 void reseed_frame(struct call *k, uint16_t type, uint16_t flags,
 		  const uint8_t *p, size_t len);
+
+/* mounts.c: the probe's MOUNTS_* request, its answer, its deadline */
+void mounts_start(struct call *k, uint64_t features);
+void mounts_frame(struct call *k, uint16_t type, uint16_t flags,
+		  const uint8_t *p, size_t len);
+void mounts_timeout(struct call *k);
 
 /* vm.c: vm.shutdown's POWEROFF, after the answer went out */
 void vm_poweroff_start(struct api *api);

@@ -449,6 +449,10 @@ void call_tick(struct call *k, uint64_t now)
 	if (!k->deadline || now < k->deadline)
 		return;
 	k->deadline = 0;
+	if (k->kind == CALL_PROBE) {
+		mounts_timeout(k);
+		return;
+	}
 	if (k->st != AG_ACTIVE || !call_is_proc(k)) {
 		call_fail(k, API_E_TIMEOUT, NULL,
 			  "timed out before the guest agent answered");

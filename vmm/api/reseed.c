@@ -20,7 +20,6 @@ static void reseed_done(struct api *api)
 	api->reseed_pending = false;
 	/* The seed is the guest's secret now: no copy stays here. */
 	explicit_bzero(api->reseed, sizeof(api->reseed));
-	agent_mark_ready(api);
 }
 
 void reseed_start(struct call *k, uint64_t features)
@@ -39,7 +38,7 @@ void reseed_start(struct call *k, uint64_t features)
 			"until its kernel reseeds",
 			(unsigned long long)features);
 		reseed_done(api);
-		call_done(k);
+		agent_gate_next(k);
 		return;
 	}
 	kiln_buf__init(&b);
@@ -97,5 +96,5 @@ void reseed_frame(struct call *k, uint16_t type, uint16_t flags,
 		"from the host",
 		(unsigned int)sizeof(api->reseed));
 	reseed_done(api);
-	call_done(k);
+	agent_gate_next(k);
 }

@@ -303,7 +303,17 @@ int api__create(struct api **out, const struct api_params *p)
 		api->reseed_pending = true;
 	}
 	api->p.reseed = NULL;
-	if (!api->path || !api->config_facts) {
+	if (p->mounts_plan != API_MOUNTS_NONE) {
+		api->mounts = malloc(p->mounts_len ? p->mounts_len : 1);
+		if (api->mounts)
+			memcpy(api->mounts, p->mounts, p->mounts_len);
+		api->mounts_step = p->mounts_plan == API_MOUNTS_CAPTURE ?
+					   MOUNTS_DETACH :
+					   MOUNTS_ATTACH;
+	}
+	api->p.mounts = NULL;
+	if (!api->path || !api->config_facts ||
+	    (p->mounts_plan != API_MOUNTS_NONE && !api->mounts)) {
 		ret = -ENOMEM;
 		goto out_free;
 	}
@@ -334,6 +344,7 @@ out_free:
 	if (api->events_ready)
 		events_exit(&api->events);
 	json_decref(api->config_facts);
+	free(api->mounts);
 	free(api->path);
 	free(api);
 	return ret;
@@ -346,7 +357,7 @@ int api__start(struct api *api, const struct sock_fprog *filter)
 	struct call *k;
 	int ret;
 
-	if (api->p.agent_ready || api->reseed_pending) {
+	if (api->p.agent_ready || agent_gated(api)) {
 		k = call_new(&r, CALL_PROBE, false);
 		if (!k)
 			return -ENOMEM;
@@ -394,6 +405,7 @@ void api__destroy(struct api *api)
 	json_decref(api->config_facts);
 	free(api->pfds);
 	free(api->refs);
+	free(api->mounts);
 	free(api->path);
 	explicit_bzero(api->reseed, sizeof(api->reseed));
 	free(api);
