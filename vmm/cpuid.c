@@ -141,10 +141,13 @@ static void add_topology_subleaves(struct kvm_cpuid2 *c, unsigned int room)
  * it is one WRMSR; without it Linux programs the LAPIC timer through
  * MMIO writes that KVM must decode and emulate, at every idle entry.
  */
-void cpuid__add_emulated(int kvm_fd, struct kvm_cpuid2 *c)
+void cpuid__add_emulated(int kvm_fd, struct kvm_cpuid2 *c, unsigned int room)
 {
 	unsigned int i;
 
+	_Static_assert(2 * (CPUID_TOPOLOGY_SUBLEAVES - 1) <= CPUID_ADDED_MAX,
+		       "room for both topology leaves' subleaves");
+	add_topology_subleaves(c, room);
 	if (ioctl(kvm_fd, KVM_CHECK_EXTENSION, KVM_CAP_TSC_DEADLINE_TIMER) <= 0)
 		return;
 	for (i = 0; i < c->nent; i++)
@@ -155,19 +158,15 @@ void cpuid__add_emulated(int kvm_fd, struct kvm_cpuid2 *c)
 int cpuid__setup(int vcpu_fd, const struct kvm_cpuid2 *supported,
 		 unsigned int id, unsigned int nr_cpus)
 {
-	/* Room for the subleaves of both topology leaves. */
-	unsigned int room = supported->nent + 2 * CPUID_TOPOLOGY_SUBLEAVES;
 	size_t size = sizeof(*supported) +
 		      supported->nent * sizeof(supported->entries[0]);
-	struct kvm_cpuid2 *c;
+	struct kvm_cpuid2 *c = malloc(size);
 	unsigned int i;
 	int ret = 0;
 
-	c = malloc(sizeof(*c) + room * sizeof(c->entries[0]));
 	if (!c)
 		return -ENOMEM;
 	memcpy(c, supported, size);
-	add_topology_subleaves(c, room);
 	for (i = 0; i < c->nent; i++)
 		patch_entry(&c->entries[i], id, nr_cpus);
 	if (ioctl(vcpu_fd, KVM_SET_CPUID2, c) < 0)

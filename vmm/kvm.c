@@ -124,7 +124,7 @@ int kvm__msr_index_list(int kvm_fd, struct kvm_msr_list **out)
 int kvm__supported_cpuid(int kvm_fd, struct kvm_cpuid2 **out)
 {
 	unsigned int nent = 64;
-	struct kvm_cpuid2 *c;
+	struct kvm_cpuid2 *c, *grown;
 	int err;
 
 	for (;;) {
@@ -140,7 +140,18 @@ int kvm__supported_cpuid(int kvm_fd, struct kvm_cpuid2 **out)
 			return -err;
 		nent *= 2;
 	}
-	cpuid__add_emulated(kvm_fd, c);
+	/*
+	 * Room for what cpuid.c adds: every vCPU gets this list, so its
+	 * count is what a snapshot reads back (vcpu.c, save_cpuid).
+	 */
+	grown = realloc(c, sizeof(*c) + (c->nent + CPUID_ADDED_MAX) *
+						 sizeof(c->entries[0]));
+	if (!grown) {
+		free(c);
+		return -ENOMEM;
+	}
+	c = grown;
+	cpuid__add_emulated(kvm_fd, c, c->nent + CPUID_ADDED_MAX);
 	*out = c;
 	return 0;
 }
