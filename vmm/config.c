@@ -322,6 +322,10 @@ static int validate_control(const struct vm_config *c, char *err, size_t len)
 		return errf(err, len, -EINVAL, "--detach is for vmm start");
 	if (c->pid_file && !c->detach)
 		return errf(err, len, -EINVAL, "--pid-file needs --detach");
+	if (c->ready_timeout_set && c->ready_timeout_ms && !c->control_socket)
+		return errf(err, len, -EINVAL,
+			    "--ready-timeout-ms needs --control-socket: the "
+			    "guest agent runs only with one");
 	if (c->restore_dir && !c->start)
 		return errf(err, len, -EINVAL, "--restore is for vmm start");
 	return validate_baseline(c, err, len);
@@ -434,6 +438,8 @@ int config__validate(struct vm_config *c, char *err, size_t len)
 	ret = validate_control(c, err, len);
 	if (ret)
 		return ret;
+	if (!c->ready_timeout_set && c->detach)
+		c->ready_timeout_ms = CONFIG_DETACH_READY_TIMEOUT_MS;
 	ret = validate_identity(c, err, len);
 	if (ret)
 		return ret;

@@ -58,6 +58,8 @@ struct vsock_config {
  * the cache of pre-workload snapshots and its bounds.
  */
 #define CONFIG_DEFAULT_BASELINE_MAX_ARTIFACTS 8ULL
+/* start --detach: the guest agent's first answer is due in 5 minutes. */
+#define CONFIG_DETACH_READY_TIMEOUT_MS 300000ULL
 #define CONFIG_DEFAULT_BASELINE_MAX_BYTES     (8ULL << 30) /* data bytes */
 #define CONFIG_MAX_BASELINE_MAX_ARTIFACTS     4096ULL
 
@@ -97,6 +99,13 @@ struct vm_config {
 	uint64_t console_log_max_bytes; /* bytes: the live file's cap */
 	uint64_t console_log_keep;	/* rotated files kept */
 	uint64_t agent_timeout_ms; /* a call's wait for the agent; 0: default */
+	/*
+	 * start: the guest agent's first answer is due this long after the
+	 * start, or the VM is stopped (0: no limit); with ready_timeout_set
+	 * clear, CONFIG_DETACH_READY_TIMEOUT_MS for --detach, else 0.
+	 */
+	uint64_t ready_timeout_ms;
+	bool ready_timeout_set;
 	/* --metrics FILE (vmm/metrics.h): a line per interval; NULL: none */
 	char *metrics_path;
 	uint64_t metrics_interval_ms; /* ms, METRICS_MIN/MAX_INTERVAL_MS */

@@ -227,9 +227,14 @@ static bool is_paused_cb(void *opaque)
 static void agent_ready_cb(void *opaque)
 {
 	struct vm *vm = opaque;
-	char one = 1;
+	char agent = VM_AGENT_BYTE, ready = VM_READY_BYTE;
 
 	pr_debug("guest agent is ready");
+	/* Too late: --ready-timeout-ms has stopped the VM (vm-run.c). */
+	if (atomic_exchange(&vm->ready_deadline_ms, 0) == VM_READY_STOPPING)
+		return;
+	if (vm->ready_fd >= 0 && write(vm->ready_fd, &agent, 1) != 1)
+		pr_debug("ready pipe: %s", strerror(errno));
 	/*
 	 * --baseline-cache with no entry: saved now, before the request
 	 * that reached the agent first is sent to it (api/agent.c), and
@@ -238,7 +243,7 @@ static void agent_ready_cb(void *opaque)
 	vm__baseline_capture(vm);
 	if (vm->ready_fd < 0)
 		return;
-	if (write(vm->ready_fd, &one, 1) != 1)
+	if (write(vm->ready_fd, &ready, 1) != 1)
 		pr_debug("ready pipe: %s", strerror(errno));
 	close(vm->ready_fd);
 	vm->ready_fd = -1;
@@ -349,10 +354,17 @@ int control__init(struct vm *vm)
 
 int control__start(struct vm *vm)
 {
+	struct timespec now;
 	int ret;
 
 	if (!vm->api)
 		return 0;
+	if (vm->cfg->ready_timeout_ms) {
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		atomic_store(&vm->ready_deadline_ms,
+			     now.tv_sec * 1000LL + now.tv_nsec / 1000000 +
+				     (long long)vm->cfg->ready_timeout_ms);
+	}
 	ret = api__start(vm->api,
 			 seccomp__filter(vm->seccomp, SECCOMP_THREAD_API));
 	if (ret)

@@ -4,6 +4,9 @@
  * exits with that command's status.
  */
 #include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <time.h>
 #include <unistd.h>
 #include <sys/wait.h>
 #include <signal.h>
@@ -23,14 +26,71 @@
 
 /*
  * start --detach: the VM runs in a child in its own session; the parent
- * waits for one byte the child writes once the guest agent answers (or
- * for the pipe to close: the start failed, and the child said why) and
- * exits. Returns in the child with *ready_fd set; exits in the parent.
+ * waits for the child's VM_READY_BYTE, written once the guest agent
+ * answers (and a baseline is captured), or for the pipe to close (the
+ * start failed, and the child said why), and exits. The child stops a VM
+ * whose agent is late (--ready-timeout-ms, vm-run.c); should the child
+ * itself be stuck, the parent kills it DETACH_GRACE_MS later, unless the
+ * child said VM_AGENT_BYTE (the agent answered, a capture is under way).
+ * Returns in the child with *ready_fd set; exits in the parent.
  */
+#define DETACH_GRACE_MS 60000
+
+static void detach_wait(const struct vm_config *cfg, int fd, pid_t pid)
+{
+	long long left = cfg->ready_timeout_ms ?
+				 (long long)cfg->ready_timeout_ms +
+					 DETACH_GRACE_MS :
+				 -1;
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	struct timespec t0, t1;
+	int n, status;
+	char byte;
+
+	for (;;) {
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		n = poll(&p, 1,
+			 left < 0	  ? -1 :
+			 left > INT_MAX ? INT_MAX :
+					  (int)left);
+		if (n < 0 && errno == EINTR)
+			goto count;
+		if (n == 0) {
+			pr_err("vmm start: the VM process %d neither reported "
+			       "a ready guest agent nor exited within %lld ms; "
+			       "killed it",
+			       (int)pid,
+			       (long long)cfg->ready_timeout_ms +
+				       DETACH_GRACE_MS);
+			kill(pid, SIGKILL);
+			break;
+		}
+		if (n < 0 || read(fd, &byte, 1) != 1)
+			break;
+		if (byte == VM_READY_BYTE)
+			exit(0);
+		if (byte == VM_AGENT_BYTE)
+			left = -1;
+count:
+		if (left < 0)
+			continue;
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		left -= (t1.tv_sec - t0.tv_sec) * 1000LL +
+			(t1.tv_nsec - t0.tv_nsec) / 1000000;
+		if (left < 0)
+			left = 0;
+	}
+	if (cfg->pid_file)
+		unlink(cfg->pid_file);
+	if (waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+	    WEXITSTATUS(status))
+		exit(WEXITSTATUS(status));
+	exit(VMM_EXIT_VMM_ERROR);
+}
+
 static int detach(const struct vm_config *cfg, int *ready_fd)
 {
-	int pipefd[2], status;
-	char byte;
+	int pipefd[2];
 	pid_t pid;
 	FILE *f;
 
@@ -58,14 +118,8 @@ static int detach(const struct vm_config *cfg, int *ready_fd)
 			exit(VMM_EXIT_VMM_ERROR);
 		}
 	}
-	if (read(pipefd[0], &byte, 1) == 1)
-		exit(0);
-	if (cfg->pid_file)
-		unlink(cfg->pid_file);
-	if (waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
-	    WEXITSTATUS(status))
-		exit(WEXITSTATUS(status));
-	exit(VMM_EXIT_VMM_ERROR);
+	detach_wait(cfg, pipefd[0], pid);
+	return 0; /* not reached */
 }
 
 /*

@@ -192,6 +192,15 @@ static int apply_vsock_cid(struct vm_config *c, const union option_value *v,
 	return 0;
 }
 
+static int apply_ready_timeout(struct vm_config *c,
+			       const union option_value *v, char *err,
+			       size_t len)
+{
+	c->ready_timeout_ms = v->u;
+	c->ready_timeout_set = true;
+	return 0;
+}
+
 static int apply_mount(struct vm_config *c, const union option_value *v,
 		       char *err, size_t len)
 {
@@ -653,6 +662,18 @@ static const struct option_desc options[] = {
 			"accept its connection (default 10000; a busy host's guest\n"
 			"may need more)",
 		UINT_FIELD(agent_timeout_ms, AGENT_TIMEOUT_MAX_MS),
+	},
+	{
+		.flag = "ready-timeout-ms",
+		.arg = "MS",
+		.key = "readyTimeoutMs",
+		.help = "stop the VM (status 125, its vCPUs and devices\n"
+			"logged) when the guest agent has not answered MS after\n"
+			"the start; 0: no limit (default 300000 with --detach,\n"
+			"else 0)",
+		.kind = OPTION_UINT,
+		.max = AGENT_TIMEOUT_MAX_MS,
+		.apply = apply_ready_timeout,
 	},
 	{
 		.flag = "console-log",

@@ -153,6 +153,41 @@ static void shutdown_overdue(struct vm *vm)
 		vm__stop(vm, VM_STOP_SHUTDOWN, 0, NULL);
 }
 
+/*
+ * --ready-timeout-ms: the guest agent has not answered in time. Once
+ * overdue, every vCPU and device says where it is (the vCPUs on their
+ * next kick, as for SIGUSR2); a probe later the VM stops, unless the
+ * agent answered meanwhile.
+ */
+static void ready_overdue(struct vm *vm)
+{
+	long long deadline = atomic_load(&vm->ready_deadline_ms);
+	long long reported = VM_READY_REPORTED;
+	struct timespec now;
+
+	if (deadline == VM_READY_REPORTED &&
+	    atomic_compare_exchange_strong(&vm->ready_deadline_ms, &reported,
+					   VM_READY_STOPPING)) {
+		pr_err("the guest agent did not answer within %llu ms of the "
+		       "start (--ready-timeout-ms); stopping the VM",
+		       (unsigned long long)vm->cfg->ready_timeout_ms);
+		vm__stop(vm, VM_STOP_ERROR, 0, "the guest agent never answered");
+		return;
+	}
+	if (deadline <= 0)
+		return;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	if (now.tv_sec * 1000LL + now.tv_nsec / 1000000 < deadline ||
+	    !atomic_compare_exchange_strong(&vm->ready_deadline_ms, &deadline,
+					    VM_READY_REPORTED))
+		return;
+	pr_warn("the guest agent has not answered %llu ms after the start; "
+		"the state of the virtio devices and vCPUs:",
+		(unsigned long long)vm->cfg->ready_timeout_ms);
+	vm__report_virtio(vm);
+	vcpu__report_all(vm);
+}
+
 static void wake_done(void *arg, int res)
 {
 	struct loop *l = arg;
@@ -213,6 +248,7 @@ static void probe_done(void *arg, int res)
 	probe_vcpus(l->vm);
 	arm_probe(l);
 	shutdown_overdue(l->vm);
+	ready_overdue(l->vm);
 }
 
 static void metrics_done(void *arg, int res)

@@ -33,6 +33,17 @@
 #define VMM_EXIT_GUEST_CRASH 123 /* reset, panic or triple fault */
 #define VMM_EXIT_VMM_ERROR   125 /* bad input or a monitor failure */
 
+/*
+ * start --detach: what the VM process writes to its waiting parent
+ * (main.c): the agent answered (a baseline capture may follow); ready.
+ */
+#define VM_AGENT_BYTE 'a'
+#define VM_READY_BYTE 'r'
+
+/* struct vm's ready_deadline_ms past its deadline (vm-run.c). */
+#define VM_READY_REPORTED (-1LL)
+#define VM_READY_STOPPING (-2LL)
+
 enum vm_stop_reason {
 	VM_STOP_NONE,
 	VM_STOP_GUEST_EXIT,  /* status reported through the exit device */
@@ -195,6 +206,12 @@ struct vm {
 	int ready_fd; /* start --detach: the parent waits on it */
 	int null_fd;  /* /dev/null, for after a detach */
 	atomic_llong shutdown_deadline; /* CLOCK_MONOTONIC s; 0: none */
+	/*
+	 * --ready-timeout-ms: CLOCK_MONOTONIC ms by which the guest agent
+	 * must have answered (0: no limit, or it has), or VM_READY_REPORTED
+	 * (overdue, the state logged) and VM_READY_STOPPING (the VM stops).
+	 */
+	atomic_llong ready_deadline_ms;
 	/*
 	 * The descriptor budget the guest and the API's clients draw on
 	 * (lib/fdbudget.h): vsock connections, API clients and agent

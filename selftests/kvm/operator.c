@@ -389,6 +389,19 @@ static long long file_size(const char *path)
 	return stat(path, &st) ? -1 : (long long)st.st_size;
 }
 
+/* The console log at path holds what (its start in the TAP log if not). */
+static void expect_console_has(struct __test_metadata *_metadata,
+			       const char *path, const char *what)
+{
+	size_t len;
+	char *text = slurp(path, &len);
+
+	ASSERT_NE(NULL, text) TH_LOG("no console log at %s", path);
+	EXPECT_NE(NULL, strstr(text, what))
+	TH_LOG("console log: %.1000s", text);
+	free(text);
+}
+
 /*
  * start --detach without --console-log: SOCKET less ".sock" plus
  * ".console.log" holds the boot's output (init's boot mark) and what the
@@ -398,8 +411,6 @@ TEST_TIMEOUT(detached_console_log_holds_the_boot, BOOT_TIMEOUT)
 {
 	char path[160];
 	struct spawn_result r;
-	size_t len;
-	char *text;
 	struct vm v;
 
 	if (!can_boot(_metadata))
@@ -408,20 +419,12 @@ TEST_TIMEOUT(detached_console_log_holds_the_boot, BOOT_TIMEOUT)
 	snprintf(path, sizeof(path), "%s/vm1.console.log", v.dir);
 	ASSERT_TRUE(vm_start(_metadata, &v, ARGS("--cmdline", "kiln.bootmark"),
 			     true));
-	text = slurp(path, &len);
-	ASSERT_NE(NULL, text) TH_LOG("no console log at %s", path);
-	EXPECT_NE(NULL, strstr(text, "kiln-init: boot mark"))
-	TH_LOG("console log: %.1000s", text);
-	free(text);
+	expect_console_has(_metadata, path, "kiln-init: boot mark");
 	CTL(&v, &r, "exec", v.sock, "--", "sh", "-c",
 	    "echo after-detach-marker >/dev/console");
 	EXPECT_EQ(0, r.status);
 	EXPECT_EQ(0, vm_stop(&v));
-	text = slurp(path, &len);
-	ASSERT_NE(NULL, text);
-	EXPECT_NE(NULL, strstr(text, "after-detach-marker"))
-	TH_LOG("console log: %.1000s", text);
-	free(text);
+	expect_console_has(_metadata, path, "after-detach-marker");
 	vm_cleanup(&v);
 }
 
@@ -456,6 +459,46 @@ TEST_TIMEOUT(detached_guest_panic_leaves_its_last_words, BOOT_TIMEOUT)
 	EXPECT_NE(NULL, strstr(text, "Kernel panic - not syncing"))
 	TH_LOG("console log: %.3000s", len > 3000 ? text + len - 3000 : text);
 	free(text);
+	vm_cleanup(&v);
+}
+
+/*
+ * A detached start whose guest never runs the agent (kiln.agent=off, the
+ * user's word last): once --ready-timeout-ms has passed, the VM process
+ * logs its devices' state and stops, and vmm start returns 125 with the
+ * line that says why, the pid file gone. The guest booted (its console
+ * log has the boot mark): only the agent's answer was missing. However
+ * slow the machine, that answer never comes.
+ */
+TEST_TIMEOUT(detached_start_gives_up_on_a_silent_guest, BOOT_TIMEOUT)
+{
+	const char *argv[MAX_ARGV];
+	struct spawn_result r;
+	struct guest g;
+	char path[160];
+	struct stat st;
+	struct vm v;
+
+	if (!can_boot(_metadata))
+		return;
+	vm_paths(&v);
+	snprintf(path, sizeof(path), "%s/vm1.console.log", v.dir);
+	guest_paths(&g);
+	start_argv(&g, &v, "start",
+		   ARGS("--cmdline", "kiln.bootmark kiln.agent=off",
+			"--ready-timeout-ms", "20000"),
+		   true, argv);
+	ASSERT_EQ(0, spawn__run(argv, NULL, &r));
+	EXPECT_EQ(VMM_EXIT_VMM_ERROR, r.status) TH_LOG("err %.2000s", r.err);
+	EXPECT_NE(NULL, strstr(r.err, "the guest agent did not answer within "
+				      "20000 ms of the start "
+				      "(--ready-timeout-ms)"))
+	TH_LOG("err %.2000s", r.err);
+	/* The main thread's report of the devices, before the stop. */
+	EXPECT_NE(NULL, strstr(r.err, "virtio-vsock"))
+	TH_LOG("err %.2000s", r.err);
+	EXPECT_NE(0, stat(v.pidfile, &st)) TH_LOG("pid file left");
+	expect_console_has(_metadata, path, "kiln-init: boot mark");
 	vm_cleanup(&v);
 }
 
@@ -936,6 +979,7 @@ static void fleet_show(struct __test_metadata *_metadata,
 	vmm_log_show(_metadata, m->startlog);
 	vmm_log_show(_metadata, m->log);
 	vmm_log_show(_metadata, m->events);
+	vmm_log_show(_metadata, m->console);
 }
 
 /*

@@ -570,6 +570,11 @@ TEST_F(files, start_bad_input)
 				  "--pid-file", "/tmp/x.pid", NULL },
 		NULL, &r);
 	EXPECT_BAD_INPUT(&r, "--pid-file needs --detach");
+	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel,
+				  "--ready-timeout-ms", "1000", "--", "true",
+				  NULL },
+		NULL, &r);
+	EXPECT_BAD_INPUT(&r, "--ready-timeout-ms needs --control-socket");
 	run_vmm((const char *[]){ "", "start", "--kernel", self->kernel,
 				  "--control-socket", "", NULL },
 		NULL, &r);
