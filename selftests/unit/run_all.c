@@ -2,7 +2,8 @@
 /*
  * run_all - tests of selftests/run_all.sh's resuming after a harness stall.
  *
- * Each test makes a fake build tree: one host suite and three KVM suites
+ * Each test makes a fake build tree: two host suites (one run while the
+ * harness runs, one after it, as vmtest's is) and three KVM suites
  * (kvm_a, kvm_b, kvm_c, shell scripts printing TAP and noting each run),
  * and a fake vmtest that runs its command in a process group of its own.
  * kvm_b "stalls" a given number of times: it prints part of its TAP, then
@@ -57,9 +58,29 @@ static const char kvm_suite[] =
 	"if [ \"$n\" = kvm_a ]; then echo 'not ok 2 second'; exit 1; fi\n"
 	"echo 'ok 2 second'\n";
 
-static const char host_suite[] = "#!/bin/bash\n"
-				 "echo 1..1\n"
-				 "echo 'ok 1 host'\n";
+/*
+ * host_ok runs while the harness does: it passes once kvm_a has run,
+ * which a host suite run before the harness would wait for in vain.
+ */
+static const char host_suite[] =
+	"#!/bin/bash\n"
+	"T=${KILN_FAKE_TREE:?}\n"
+	"echo 1..1\n"
+	"for i in $(seq 150); do\n"
+	"	grep -qx kvm_a \"$T/runs\" 2>/dev/null && break\n"
+	"	sleep 0.1\n"
+	"done\n"
+	"if grep -qx kvm_a \"$T/runs\"; then echo 'ok 1 host'\n"
+	"else echo 'not ok 1 host: ran before the harness'; fi\n";
+
+/* The host suite named vmtest runs after the harness has ended. */
+static const char host_after_suite[] =
+	"#!/bin/bash\n"
+	"T=${KILN_FAKE_TREE:?}\n"
+	"echo 1..1\n"
+	"if [ -e \"$T/harness.on\" ]; then\n"
+	"	echo 'not ok 1 after: ran with the harness'\n"
+	"else echo 'ok 1 after'; fi\n";
 
 /*
  * vmtest --timeout N CMD...: CMD in its own group; if it "stalled", the
@@ -69,10 +90,12 @@ static const char fake_vmtest[] =
 	"#!/bin/bash\n"
 	"T=${KILN_FAKE_TREE:?}\n"
 	"[ \"$1\" = --timeout ] && shift 2\n"
+	"touch \"$T/harness.on\"\n"
 	"setsid \"$@\" &\n"
 	"echo $! >\"$T/runner.pid\"\n"
 	"wait $!\n"
 	"rc=$?\n"
+	"rm -f \"$T/harness.on\"\n"
 	"if [ -e \"$T/stalled\" ]; then rm \"$T/stalled\"; exit \"$(cat "
 	"\"$T/rc\")\"; fi\n"
 	"exit $rc\n";
@@ -100,6 +123,9 @@ static int tree_make(struct tree *t)
 	}
 	snprintf(path, sizeof(path), "%s/selftests/host_ok", t->o);
 	ret = write_script(path, host_suite);
+	snprintf(path, sizeof(path), "%s/selftests/vmtest", t->o);
+	if (!ret)
+		ret = write_script(path, host_after_suite);
 	if (!ret)
 		ret = write_script(t->vmtest, fake_vmtest);
 	return ret;
@@ -188,7 +214,7 @@ TEST_F(tree, stall_resumes_at_the_cut_off_suite)
 	run_stalling(_metadata, self, 1, 124);
 	EXPECT_EQ(1, self->r.status);
 	EXPECT_STREQ("kvm_a\nkvm_b\nkvm_b\nkvm_c\n", self->runs);
-	EXPECT_NE(NULL, strstr(out, "\n6 passed, 1 failed, 1 harness stall(s)\n"));
+	EXPECT_NE(NULL, strstr(out, "\n7 passed, 1 failed, 1 harness stall(s)\n"));
 	EXPECT_NE(NULL, strstr(out, "# FAILED: "));
 	EXPECT_NE(NULL, strstr(out, "kvm_a: 2 second\n"));
 	EXPECT_EQ(NULL, strstr(out, "timed out (exit 124)"));
@@ -214,8 +240,11 @@ TEST_F(tree, stall_every_time_fails_after_three_runs)
 	EXPECT_NE(NULL, strstr(out, "kvm_b: cut off (the harness ended "
 				    "mid-suite)\n"));
 	EXPECT_NE(NULL, strstr(out, "timed out (exit 124)\n"));
-	/* host 1, kvm_a 1 and the last run's half of kvm_b; three failures. */
-	EXPECT_NE(NULL, strstr(out, "\n3 passed, 3 failed, 2 harness stall(s)\n"));
+	/*
+	 * host_ok, vmtest, kvm_a 1 and the last run's half of kvm_b; three
+	 * failures.
+	 */
+	EXPECT_NE(NULL, strstr(out, "\n4 passed, 3 failed, 2 harness stall(s)\n"));
 }
 
 /* A harness kernel that crashed (vmtest 125) resumes as after a stall. */
@@ -224,7 +253,7 @@ TEST_F(tree, crash_resumes_like_a_stall)
 	run_stalling(_metadata, self, 1, 125);
 	EXPECT_EQ(1, self->r.status);
 	EXPECT_STREQ("kvm_a\nkvm_b\nkvm_b\nkvm_c\n", self->runs);
-	EXPECT_NE(NULL, strstr(self->r.out, "\n6 passed, 1 failed, 1 harness stall(s)\n"));
+	EXPECT_NE(NULL, strstr(self->r.out, "\n7 passed, 1 failed, 1 harness stall(s)\n"));
 	EXPECT_EQ(NULL, strstr(self->r.out, "the harness failed (exit 125)"));
 	EXPECT_NE(NULL, strstr(self->r.out, "or failed (exit 125) in "));
 }
@@ -236,7 +265,7 @@ TEST_F(tree, no_stall_runs_once)
 	EXPECT_EQ(1, self->r.status);
 	EXPECT_STREQ("kvm_a\nkvm_b\nkvm_c\n", self->runs);
 	EXPECT_EQ(NULL, strstr(self->r.out, "HARNESS STALL"));
-	EXPECT_NE(NULL, strstr(self->r.out, "\n6 passed, 1 failed\n"));
+	EXPECT_NE(NULL, strstr(self->r.out, "\n7 passed, 1 failed\n"));
 }
 
 TEST_HARNESS_MAIN

@@ -70,12 +70,12 @@ TEST_TIMEOUT(harness_that_never_beats_is_killed, 300)
 	if (host_has_hw_kvm())
 		SKIP(return, "hardware KVM: vmtest starts no harness VM here");
 	setenv("KILN_VMTEST_APPEND", "vmtest.beat=0", 1);
-	setenv("KILN_VMTEST_BOOT_LIMIT", "60", 1);
+	setenv("KILN_VMTEST_BOOT_LIMIT", "20", 1);
 	ASSERT_EQ(0, spawn__run(argv, NULL, &r));
 	EXPECT_EQ(VMTEST_TIMEOUT, r.status);
 	EXPECT_EQ(NULL, strstr(r.out, "survived"));
 	EXPECT_NE(NULL, strstr(r.err, "vmtest: the harness VM stalled: no "
-				      "heartbeat from the harness init 60s "
+				      "heartbeat from the harness init 20s "
 				      "after QEMU started"));
 	if (_metadata->result->failed)
 		TH_LOG("exit %d, stdout %.200s, stderr %.2000s", r.status,
