@@ -39,6 +39,13 @@ if [ "$(id -u)" -eq 0 ]; then
 	done
 fi
 
+# In the harness VM the tests' scratch directories go to its own tmpfs:
+# its /tmp is the host's, over virtiofs (selftests/kvm/test_tmp.h).
+if [ -n "${KILN_IN_HARNESS:-}" ] && [ -z "${KILN_TEST_TMP:-}" ] &&
+	[ -d /dev/shm ] && [ -w /dev/shm ]; then
+	export KILN_TEST_TMP=/dev/shm
+fi
+
 if [ ! -c "$KILN_KVM_DEVICE" ]; then
 	echo "# kiln-error: run_kvm.sh: no $KILN_KVM_DEVICE on $(uname -n):" \
 		"the KVM tests would only skip"

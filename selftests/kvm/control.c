@@ -222,7 +222,7 @@ static bool vm_start_with(struct __test_metadata *_metadata, struct vmctl *c,
 	struct guest g;
 
 	guest_paths(&g);
-	snprintf(c->dir, sizeof(c->dir), "/tmp/kiln-ctl-XXXXXX");
+	test_tmp_name(c->dir, sizeof(c->dir), "kiln-ctl-XXXXXX");
 	if (!mkdtemp(c->dir))
 		return false;
 	snprintf(c->sock, sizeof(c->sock), "%s/ctl.sock", c->dir);
@@ -780,7 +780,7 @@ TEST_TIMEOUT(hostile_agent_is_bounded, BOOT_TIMEOUT)
 	ASSERT_EQ(0, access(cpio, R_OK)) TH_LOG("%s missing: make selftests",
 						 cpio);
 	memset(&c, 0, sizeof(c));
-	snprintf(c.dir, sizeof(c.dir), "/tmp/kiln-ctl-XXXXXX");
+	test_tmp_name(c.dir, sizeof(c.dir), "kiln-ctl-XXXXXX");
 	ASSERT_NE(NULL, mkdtemp(c.dir));
 	snprintf(c.sock, sizeof(c.sock), "%s/ctl.sock", c.dir);
 	snprintf(c.log, sizeof(c.log), "%s/vmm.log", c.dir);
@@ -2238,7 +2238,7 @@ static void start_refused(struct __test_metadata *_metadata,
 	struct guest g;
 
 	guest_paths(&g);
-	snprintf(c.dir, sizeof(c.dir), "/tmp/kiln-ctl-XXXXXX");
+	test_tmp_name(c.dir, sizeof(c.dir), "kiln-ctl-XXXXXX");
 	ASSERT_NE(NULL, mkdtemp(c.dir));
 	snprintf(c.sock, sizeof(c.sock), "%s/ctl.sock", c.dir);
 	snprintf(c.image, sizeof(c.image), "%s/kiln-test.json", g.images);
@@ -2390,7 +2390,7 @@ static void vm_stop_term(struct __test_metadata *_metadata, struct vmctl *c)
 /* A fresh directory base (64 bytes) and its cache (96), not made yet. */
 static bool baseline_cache_dir(char *base, char *cache)
 {
-	snprintf(base, 64, "/tmp/kiln-baseline-XXXXXX");
+	test_tmp_name(base, 64, "kiln-baseline-XXXXXX");
 	if (!mkdtemp(base))
 		return false;
 	snprintf(cache, 96, "%s/cache", base);
@@ -2949,10 +2949,11 @@ TEST_TIMEOUT(snapshot_restore_persistent_root_until_it_changes,
 {
 	const char *pers[] = { "--rootfs-mode", NULL, NULL };
 	const char *rest[] = { "--rootfs-mode", NULL, "--restore", NULL, NULL };
-	char sdir[] = "/tmp/kiln-state-XXXXXX", mode[128], snap[128], cmd[160];
+	char sdir[64], mode[128], snap[128], cmd[160];
 	struct vmctl c, a;
 	struct spawn_result r;
 
+	test_tmp_name(sdir, sizeof(sdir), "kiln-state-XXXXXX");
 	if (access("/dev/kvm", R_OK | W_OK))
 		SKIP(return, "no usable /dev/kvm (run through tools/vmtest)");
 	ASSERT_NE(NULL, mkdtemp(sdir));

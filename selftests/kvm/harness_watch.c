@@ -41,10 +41,11 @@ TEST_MANUAL_TIMEOUT(sample_sleeping_guest, SAMPLE_TIMEOUT)
  */
 TEST_MANUAL_TIMEOUT(sample_logged_sleeping_guest, SAMPLE_TIMEOUT)
 {
-	char log[] = "/tmp/kiln-watch-log-XXXXXX";
+	char log[64];
 	struct guest g;
 	int fd = mkstemp(log);
 
+	test_tmp_name(log, sizeof(log), "kiln-watch-log-XXXXXX");
 	ASSERT_LE(0, fd);
 	close(fd);
 	guest_paths(&g);

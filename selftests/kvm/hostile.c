@@ -60,6 +60,7 @@
 #include "vmm/bus.h"
 #include "selftests/kselftest.h"
 #include "selftests/kvm/kvm_util.h"
+#include "selftests/kvm/test_tmp.h"
 
 /* ---- shared by guest and host: the guest's physical layout --------- */
 
@@ -979,8 +980,8 @@ struct hvm {
 	struct guest_mem mem;
 	struct bus mmio;
 	unsigned int irq_raises; /* atomic: the interrupt stub's count */
-	char dir[32];
-	char path[64]; /* the base image, or the vsock socket */
+	char dir[48];
+	char path[80]; /* the base image, or the vsock socket */
 	struct disk *disk;
 	struct virtio_blk *blk;
 	struct vsock *vs;
@@ -1116,7 +1117,7 @@ static void hvm_create(struct hvm *h, enum hdev_kind kind,
 		    "guest_mem__add");
 	bus__init(&h->mmio, "mmio", 1ULL << 32);
 
-	strcpy(h->dir, "/tmp/kiln-hostile-XXXXXX");
+	test_tmp_name(h->dir, sizeof(h->dir), "kiln-hostile-XXXXXX");
 	TEST_ASSERT(mkdtemp(h->dir), "mkdtemp: %s", strerror(errno));
 	if (kind == HDEV_BLK) {
 		struct disk_params dp = {

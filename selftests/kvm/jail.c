@@ -126,7 +126,7 @@ static bool start_jailed(struct __test_metadata *_metadata, struct jailed *j,
 	int fd;
 
 	guest_paths(&g);
-	snprintf(j->dir, sizeof(j->dir), "/tmp/kiln-jail-XXXXXX");
+	test_tmp_name(j->dir, sizeof(j->dir), "kiln-jail-XXXXXX");
 	if (!mkdtemp(j->dir))
 		return false;
 	snprintf(j->root, sizeof(j->root), "%s/root", j->dir);
@@ -342,7 +342,7 @@ TEST_TIMEOUT(jailed_vmm_relays_a_granted_flow, BOOT_TIMEOUT)
 	if (!can_jail(_metadata))
 		return;
 	ASSERT_TRUE(test_host_start(_metadata, &h));
-	snprintf(policy, sizeof(policy), "/tmp/kiln-jail-policy-%d",
+	snprintf(policy, sizeof(policy), "%s/kiln-jail-policy-%d", test_tmp(),
 		 (int)getpid());
 	f = fopen(policy, "w");
 	ASSERT_NE(NULL, f);
@@ -383,9 +383,10 @@ TEST_TIMEOUT(jail_refused_without_root, BOOT_TIMEOUT)
 {
 	struct spawn_result r;
 	struct guest g;
-	char dir[64] = "/tmp/kiln-jail-XXXXXX", sock[96];
+	char dir[64], sock[96];
 	char cmd[128];
 
+	test_tmp_name(dir, sizeof(dir), "kiln-jail-XXXXXX");
 	if (!can_jail(_metadata))
 		return;
 	guest_paths(&g);

@@ -160,13 +160,14 @@ TEST_TIMEOUT(nothing_leaves_by_default, BOOT_TIMEOUT)
  */
 TEST_TIMEOUT(granted_tcp_reaches_the_test_host, BOOT_TIMEOUT)
 {
-	char policy[] = "/tmp/kiln-net-policy-XXXXXX";
+	char policy[64];
 	static const char grant[] =
 		"{\"tcp\": [{\"to\": \"" TEST_HOST "\", \"ports\": [8080]}]}";
 	struct spawn_result r;
 	struct test_host h;
 	int fd;
 
+	test_tmp_name(policy, sizeof(policy), "kiln-net-policy-XXXXXX");
 	if (!is_root(_metadata))
 		return;
 	ASSERT_TRUE(test_host_start(_metadata, &h));
@@ -305,7 +306,7 @@ static bool test_dns_start(struct __test_metadata *_metadata,
  */
 TEST_TIMEOUT(hostname_grant_through_trusted_dns, BOOT_TIMEOUT)
 {
-	char policy[] = "/tmp/kiln-net-policy-XXXXXX";
+	char policy[64];
 	static const char grant[] =
 		"{\"dns\": {\"resolvers\": [\"" TEST_DNS "\"]}, "
 		"\"tcp\": [{\"to\": \"granted.test\", \"ports\": [8080]}]}";
@@ -314,6 +315,7 @@ TEST_TIMEOUT(hostname_grant_through_trusted_dns, BOOT_TIMEOUT)
 	struct udp_server d;
 	int fd;
 
+	test_tmp_name(policy, sizeof(policy), "kiln-net-policy-XXXXXX");
 	if (!is_root(_metadata))
 		return;
 	ASSERT_TRUE(test_host_start(_metadata, &h));
@@ -429,7 +431,7 @@ static void squeeze(char *s)
 /* vm.facts: "network-* is VALUE", one fact per setting (api.md, "Facts"). */
 TEST_TIMEOUT(facts_report_the_network, BOOT_TIMEOUT)
 {
-	char dir[] = "/tmp/kiln-net-XXXXXX", sock[96], log[96];
+	char dir[64], sock[96], log[96];
 	const char *vmmctl = env_or("KILN_VMMCTL", "build/vmmctl");
 #define NET_FACT(topic, value) \
 	"\"topic\":\"" topic "\",\"relation\":\"is\",\"value\":\"" value "\""
@@ -449,6 +451,7 @@ TEST_TIMEOUT(facts_report_the_network, BOOT_TIMEOUT)
 	bool ready = false;
 	pid_t vmm;
 
+	test_tmp_name(dir, sizeof(dir), "kiln-net-XXXXXX");
 	if (!can_boot(_metadata))
 		return;
 	guest_paths(&g);
@@ -640,7 +643,7 @@ static void policy_file(struct __test_metadata *_metadata, char *out,
  */
 TEST_TIMEOUT(live_policy_replacement_cuts_a_running_flow, BOOT_TIMEOUT)
 {
-	char dir[] = "/tmp/kiln-net-live-XXXXXX", nclog[96];
+	char dir[64], nclog[96];
 	char before[128], after[128], bad[128];
 	const char *vmmctl = env_or("KILN_VMMCTL", "build/vmmctl");
 	struct spawn_result r;
@@ -651,6 +654,7 @@ TEST_TIMEOUT(live_policy_replacement_cuts_a_running_flow, BOOT_TIMEOUT)
 	pid_t nc;
 	char c;
 
+	test_tmp_name(dir, sizeof(dir), "kiln-net-live-XXXXXX");
 	if (!can_boot(_metadata))
 		return;
 	ASSERT_TRUE(test_host_start(_metadata, &h));
@@ -735,11 +739,12 @@ static bool debian_world(struct __test_metadata *_metadata, char *image,
  */
 TEST_TIMEOUT(curl_on_the_debian_image_through_trusted_dns, BOOT_TIMEOUT)
 {
-	char dir[] = "/tmp/kiln-net-curl-XXXXXX", policy[128], image[300];
+	char dir[64], policy[128], image[300];
 	struct spawn_result r;
 	struct test_host h;
 	struct udp_server d;
 
+	test_tmp_name(dir, sizeof(dir), "kiln-net-curl-XXXXXX");
 	if (!is_root(_metadata))
 		return;
 	ASSERT_TRUE(debian_world(_metadata, image, sizeof(image), dir, &h, &d));
@@ -808,13 +813,14 @@ static void *udp_echo_serve(void *arg)
  */
 TEST_TIMEOUT(udp_grant_gets_its_reply_and_nothing_else_leaves, BOOT_TIMEOUT)
 {
-	char dir[] = "/tmp/kiln-net-udp-XXXXXX", policy[128], initrd[128];
+	char dir[64], policy[128], initrd[128];
 	struct spawn_result r;
 	struct test_host h;
 	struct udp_server d;
 	struct udp_server u;
 	struct guest g;
 
+	test_tmp_name(dir, sizeof(dir), "kiln-net-udp-XXXXXX");
 	if (!is_root(_metadata))
 		return;
 	guest_paths(&g);
@@ -899,7 +905,7 @@ static long peak_rss_kib(pid_t pid)
  */
 TEST_TIMEOUT(garbage_frames_are_dropped_and_the_vmm_stays_up, BOOT_TIMEOUT)
 {
-	char dir[] = "/tmp/kiln-net-flood-XXXXXX", policy[128], initrd[128];
+	char dir[64], policy[128], initrd[128];
 	const char *vmmctl = env_or("KILN_VMMCTL", "build/vmmctl");
 	struct spawn_result r;
 	struct test_host h;
@@ -909,6 +915,7 @@ TEST_TIMEOUT(garbage_frames_are_dropped_and_the_vmm_stays_up, BOOT_TIMEOUT)
 	long hwm;
 	int loop;
 
+	test_tmp_name(dir, sizeof(dir), "kiln-net-flood-XXXXXX");
 	if (!can_boot(_metadata))
 		return;
 	guest_paths(&g);
@@ -971,7 +978,7 @@ TEST_TIMEOUT(garbage_frames_are_dropped_and_the_vmm_stays_up, BOOT_TIMEOUT)
  */
 TEST_TIMEOUT(two_vms_and_the_host_stay_apart, BOOT_TIMEOUT * 2)
 {
-	char dir[] = "/tmp/kiln-net-two-XXXXXX", policy[128], nclog[128];
+	char dir[64], policy[128], nclog[128];
 	char out[256] = "";
 	const char *vmmctl = env_or("KILN_VMMCTL", "build/vmmctl");
 	struct spawn_result r;
@@ -983,6 +990,7 @@ TEST_TIMEOUT(two_vms_and_the_host_stay_apart, BOOT_TIMEOUT * 2)
 	pid_t nc;
 	FILE *f;
 
+	test_tmp_name(dir, sizeof(dir), "kiln-net-two-XXXXXX");
 	if (!can_boot(_metadata))
 		return;
 	ASSERT_TRUE(mkdtemp(dir) != NULL);
@@ -1044,7 +1052,7 @@ TEST_TIMEOUT(two_vms_and_the_host_stay_apart, BOOT_TIMEOUT * 2)
  */
 TEST_TIMEOUT(a_killed_vmm_leaves_no_flow_open, BOOT_TIMEOUT)
 {
-	char dir[] = "/tmp/kiln-net-kill-XXXXXX", policy[128], nclog[128];
+	char dir[64], policy[128], nclog[128];
 	struct test_host h;
 	struct pollfd pfd;
 	struct bg_vm v;
@@ -1052,6 +1060,7 @@ TEST_TIMEOUT(a_killed_vmm_leaves_no_flow_open, BOOT_TIMEOUT)
 	pid_t nc;
 	char c;
 
+	test_tmp_name(dir, sizeof(dir), "kiln-net-kill-XXXXXX");
 	if (!can_boot(_metadata))
 		return;
 	ASSERT_TRUE(mkdtemp(dir) != NULL);
@@ -1196,11 +1205,12 @@ static void test_hook_stop(struct test_hook *k)
  */
 TEST_TIMEOUT(hook_grants_denies_and_times_out, BOOT_TIMEOUT)
 {
-	char dir[] = "/tmp/kiln-net-hook-XXXXXX", policy[128], doc[400];
+	char dir[64], policy[128], doc[400];
 	struct spawn_result r;
 	struct test_host h;
 	struct test_hook k;
 
+	test_tmp_name(dir, sizeof(dir), "kiln-net-hook-XXXXXX");
 	if (!is_root(_metadata))
 		return;
 	ASSERT_TRUE(mkdtemp(dir) != NULL);
@@ -1433,11 +1443,12 @@ static void remove_tree(struct __test_metadata *_metadata, const char *dir)
  */
 TEST_TIMEOUT(https_credentials_injected_on_the_host_only, BOOT_TIMEOUT)
 {
-	char dir[] = "/tmp/kiln-net-https-XXXXXX", seen[8192];
+	char dir[64], seen[8192];
 	struct spawn_result r;
 	struct https_world w;
 	int ret;
 
+	test_tmp_name(dir, sizeof(dir), "kiln-net-https-XXXXXX");
 	if (!can_boot(_metadata))
 		return;
 	ASSERT_TRUE(https_world_start(_metadata, &w, dir, false));
@@ -1504,12 +1515,13 @@ TEST_TIMEOUT(https_credentials_injected_on_the_host_only, BOOT_TIMEOUT)
  */
 TEST_TIMEOUT(https_credentials_from_the_hook, BOOT_TIMEOUT)
 {
-	char dir[] = "/tmp/kiln-net-hookhttp-XXXXXX", seen[8192], doc[512];
+	char dir[64], seen[8192], doc[512];
 	struct spawn_result r;
 	struct https_world w;
 	struct test_hook k;
 	int ret;
 
+	test_tmp_name(dir, sizeof(dir), "kiln-net-hookhttp-XXXXXX");
 	if (!can_boot(_metadata))
 		return;
 	ASSERT_TRUE(https_world_start(_metadata, &w, dir, false));
@@ -1570,12 +1582,13 @@ TEST_TIMEOUT(https_credentials_from_the_hook, BOOT_TIMEOUT)
  */
 TEST_TIMEOUT(https_h2_credentials_injected_on_the_host_only, BOOT_TIMEOUT)
 {
-	char dir[] = "/tmp/kiln-net-h2-XXXXXX", seen[8192];
+	char dir[64], seen[8192];
 	struct spawn_result r;
 	struct https_world w;
 	const char *p;
 	int requests = 0, ret;
 
+	test_tmp_name(dir, sizeof(dir), "kiln-net-h2-XXXXXX");
 	if (!can_boot(_metadata))
 		return;
 	ASSERT_TRUE(https_world_start(_metadata, &w, dir, true));

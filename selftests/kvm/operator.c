@@ -46,7 +46,7 @@ struct vm {
 static void vm_paths(struct vm *v)
 {
 	memset(v, 0, sizeof(*v));
-	snprintf(v->dir, sizeof(v->dir), "/tmp/kiln-op-XXXXXX");
+	test_tmp_name(v->dir, sizeof(v->dir), "kiln-op-XXXXXX");
 	if (!mkdtemp(v->dir))
 		abort();
 	snprintf(v->sock, sizeof(v->sock), "%s/vm1.sock", v->dir);
@@ -793,7 +793,7 @@ FIXTURE(fleet)
 FIXTURE_SETUP(fleet)
 {
 	ASSERT_EQ(0, prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0));
-	snprintf(self->dir, sizeof(self->dir), "/tmp/kiln-fleet-XXXXXX");
+	test_tmp_name(self->dir, sizeof(self->dir), "kiln-fleet-XXXXXX");
 	ASSERT_NE(NULL, mkdtemp(self->dir));
 	snprintf(self->vmmctl, sizeof(self->vmmctl), "%s",
 		 env_or("KILN_VMMCTL", "build/vmmctl"));

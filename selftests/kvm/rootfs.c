@@ -29,7 +29,7 @@ static void scratch_init(struct __test_metadata *_metadata, struct scratch *s,
 	struct guest g;
 
 	guest_paths(&g);
-	snprintf(s->dir, sizeof(s->dir), "/tmp/kiln-rootfs-XXXXXX");
+	test_tmp_name(s->dir, sizeof(s->dir), "kiln-rootfs-XXXXXX");
 	ASSERT_NE(NULL, mkdtemp(s->dir));
 	snprintf(s->state, sizeof(s->state), "%s/state", s->dir);
 	snprintf(s->rootfs, sizeof(s->rootfs), "%s/%s", g.images, image);

@@ -89,7 +89,7 @@ static void fsx_init(struct __test_metadata *_metadata, struct fsx *s)
 	guest_paths(&g);
 	if (access("/dev/kvm", R_OK | W_OK))
 		SKIP(return, "no usable /dev/kvm (run through tools/vmtest)");
-	snprintf(s->dir, sizeof(s->dir), "/tmp/kiln-fs-XXXXXX");
+	test_tmp_name(s->dir, sizeof(s->dir), "kiln-fs-XXXXXX");
 	ASSERT_NE(NULL, mkdtemp(s->dir));
 	snprintf(s->src, sizeof(s->src), "%s/src", s->dir);
 	snprintf(s->outside, sizeof(s->outside), "%s/outside", s->dir);

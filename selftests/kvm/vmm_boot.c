@@ -80,12 +80,13 @@ TEST_TIMEOUT(cpuid_topology_leaves, BOOT_TIMEOUT)
 {
 	const char *vmm = getenv("KILN_VMM") ? getenv("KILN_VMM") : "build/vmm";
 	const char *slash = strrchr(vmm, '/');
-	char dir[] = "/tmp/kiln-cpuid-XXXXXX", cpio[300], initrd[300];
+	char dir[64], cpio[300], initrd[300];
 	char cmd[900], want[80];
 	struct spawn_result r;
 	struct guest g;
 	bool amd, ext;
 
+	test_tmp_name(dir, sizeof(dir), "kiln-cpuid-XXXXXX");
 	guest_paths(&g);
 	snprintf(cpio, sizeof(cpio), "%.*s/selftests/helpers/cpuid-dump.cpio",
 		 slash ? (int)(slash - vmm) : 1, slash ? vmm : ".");
@@ -293,11 +294,12 @@ TEST_TIMEOUT(guest_forced_reboot, BOOT_TIMEOUT)
 
 TEST_TIMEOUT(stdin_reaches_the_command, BOOT_TIMEOUT)
 {
-	char path[] = "/tmp/kiln-stdin-XXXXXX";
+	char path[64];
 	static const char text[] = "one\ntwo\nthree\n";
 	struct spawn_result r;
 	int fd = mkstemp(path);
 
+	test_tmp_name(path, sizeof(path), "kiln-stdin-XXXXXX");
 	ASSERT_GE(fd, 0);
 	ASSERT_EQ((ssize_t)sizeof(text) - 1, write(fd, text, sizeof(text) - 1));
 	close(fd);
@@ -335,11 +337,12 @@ TEST_TIMEOUT(memory_above_the_mmio_gap, BOOT_TIMEOUT)
 
 TEST_TIMEOUT(json_config, BOOT_TIMEOUT)
 {
-	char path[] = "/tmp/kiln-vm-XXXXXX", doc[1024], opt[300];
+	char path[64], doc[1024], opt[300];
 	struct spawn_result r;
 	struct guest g;
 	int fd = mkstemp(path);
 
+	test_tmp_name(path, sizeof(path), "kiln-vm-XXXXXX");
 	guest_paths(&g);
 	ASSERT_GE(fd, 0);
 	snprintf(doc, sizeof(doc),

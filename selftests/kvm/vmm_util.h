@@ -19,6 +19,7 @@
 
 #include "selftests/kselftest.h"
 #include "selftests/kvm/harness_watch.h"
+#include "selftests/kvm/test_tmp.h"
 #include "selftests/spawn.h"
 
 #define BOOT_TIMEOUT	     300 /* seconds; nested virtualisation is slow */

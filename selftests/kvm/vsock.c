@@ -71,7 +71,7 @@ static void scratch_init(struct __test_metadata *_metadata, struct scratch *s)
 	ASSERT_EQ(0, access(g.initrd, R_OK)) TH_LOG("no guest: make guest");
 	ASSERT_EQ(0, access(peer, R_OK))
 	TH_LOG("%s missing: make selftests", peer);
-	snprintf(s->dir, sizeof(s->dir), "/tmp/kiln-vsock-XXXXXX");
+	test_tmp_name(s->dir, sizeof(s->dir), "kiln-vsock-XXXXXX");
 	ASSERT_NE(NULL, mkdtemp(s->dir));
 	snprintf(s->sock, sizeof(s->sock), "%s/v.sock", s->dir);
 	snprintf(s->initrd, sizeof(s->initrd), "%s/initrd.cpio", s->dir);
