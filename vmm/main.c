@@ -63,7 +63,10 @@ static void detach_wait(const struct vm_config *cfg, int fd, pid_t pid)
 			       (long long)cfg->ready_timeout_ms +
 				       DETACH_GRACE_MS);
 			kill(pid, SIGKILL);
-			break;
+			waitpid(pid, NULL, 0);
+			if (cfg->pid_file)
+				unlink(cfg->pid_file);
+			exit(VMM_EXIT_VMM_ERROR);
 		}
 		if (n < 0 || read(fd, &byte, 1) != 1)
 			break;
@@ -82,9 +85,22 @@ count:
 	}
 	if (cfg->pid_file)
 		unlink(cfg->pid_file);
-	if (waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
-	    WEXITSTATUS(status))
+	if (waitpid(pid, &status, 0) != pid) {
+		pr_err("vmm start: waiting for the VM process %d: %s", (int)pid,
+		       strerror(errno));
+		exit(VMM_EXIT_VMM_ERROR);
+	}
+	/* A failure the VM process reported itself: its status. */
+	if (WIFEXITED(status) && WEXITSTATUS(status))
 		exit(WEXITSTATUS(status));
+	/* Nobody said why yet: the guest powered off, or a signal. */
+	if (WIFEXITED(status))
+		pr_err("vmm start: the guest powered off before its agent "
+		       "answered");
+	else if (WIFSIGNALED(status))
+		pr_err("vmm start: the VM process was killed by signal %d "
+		       "(%s) before the guest agent answered",
+		       WTERMSIG(status), strsignal(WTERMSIG(status)));
 	exit(VMM_EXIT_VMM_ERROR);
 }
 

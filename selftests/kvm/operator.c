@@ -464,31 +464,40 @@ TEST_TIMEOUT(detached_guest_panic_leaves_its_last_words, BOOT_TIMEOUT)
 
 /*
  * A detached start whose guest never runs the agent (kiln.agent=off, the
- * user's word last): once --ready-timeout-ms has passed, the VM process
- * logs its devices' state and stops, and vmm start returns 125 with the
- * line that says why, the pid file gone. The guest booted (its console
- * log has the boot mark): only the agent's answer was missing. However
- * slow the machine, that answer never comes.
+ * user's word last; with no agent and no command the init serves a shell
+ * on the console, whose input here is a FIFO that never ends): once
+ * --ready-timeout-ms has passed, the VM process logs its devices' state
+ * and stops, and vmm start returns 125 with the line that says why, the
+ * pid file gone. The guest booted (its console log has the boot mark):
+ * only the agent's answer was missing. However slow the machine, that
+ * answer never comes.
  */
 TEST_TIMEOUT(detached_start_gives_up_on_a_silent_guest, BOOT_TIMEOUT)
 {
 	const char *argv[MAX_ARGV];
 	struct spawn_result r;
 	struct guest g;
-	char path[160];
+	char path[160], fifo[160];
 	struct stat st;
 	struct vm v;
+	int hold;
 
 	if (!can_boot(_metadata))
 		return;
 	vm_paths(&v);
 	snprintf(path, sizeof(path), "%s/vm1.console.log", v.dir);
+	snprintf(fifo, sizeof(fifo), "%s/console.in", v.dir);
+	ASSERT_EQ(0, mkfifo(fifo, 0600));
+	/* A writer that never writes: the console's input never ends. */
+	hold = open(fifo, O_RDWR | O_CLOEXEC);
+	ASSERT_LE(0, hold);
 	guest_paths(&g);
 	start_argv(&g, &v, "start",
 		   ARGS("--cmdline", "kiln.bootmark kiln.agent=off",
 			"--ready-timeout-ms", "20000"),
 		   true, argv);
-	ASSERT_EQ(0, spawn__run(argv, NULL, &r));
+	ASSERT_EQ(0, spawn__run(argv, fifo, &r));
+	close(hold);
 	EXPECT_EQ(VMM_EXIT_VMM_ERROR, r.status) TH_LOG("err %.2000s", r.err);
 	EXPECT_NE(NULL, strstr(r.err, "the guest agent did not answer within "
 				      "20000 ms of the start "
@@ -499,6 +508,34 @@ TEST_TIMEOUT(detached_start_gives_up_on_a_silent_guest, BOOT_TIMEOUT)
 	TH_LOG("err %.2000s", r.err);
 	EXPECT_NE(0, stat(v.pidfile, &st)) TH_LOG("pid file left");
 	expect_console_has(_metadata, path, "kiln-init: boot mark");
+	vm_cleanup(&v);
+}
+
+/*
+ * A detached start whose guest powers off before any agent answered (no
+ * agent, and the console shell's input ends at once): the VM process has
+ * nothing to report, so vmm start says it, 125, the pid file gone.
+ */
+TEST_TIMEOUT(detached_start_says_the_guest_powered_off, BOOT_TIMEOUT)
+{
+	const char *argv[MAX_ARGV];
+	struct spawn_result r;
+	struct guest g;
+	struct stat st;
+	struct vm v;
+
+	if (!can_boot(_metadata))
+		return;
+	vm_paths(&v);
+	guest_paths(&g);
+	start_argv(&g, &v, "start", ARGS("--cmdline", "kiln.agent=off"), true,
+		   argv);
+	ASSERT_EQ(0, spawn__run(argv, NULL, &r));
+	EXPECT_EQ(VMM_EXIT_VMM_ERROR, r.status) TH_LOG("err %.2000s", r.err);
+	EXPECT_NE(NULL, strstr(r.err, "vmm start: the guest powered off "
+				      "before its agent answered"))
+	TH_LOG("err %.2000s", r.err);
+	EXPECT_NE(0, stat(v.pidfile, &st)) TH_LOG("pid file left");
 	vm_cleanup(&v);
 }
 
