@@ -643,8 +643,10 @@ static inline void __ksft_run_one(struct __test_metadata *t, unsigned int nr,
 	bool timed_out;
 	sigset_t chld, oldmask;
 	int status = 0;
+	struct timespec t0, t1;
 	pid_t pid;
 
+	clock_gettime(CLOCK_MONOTONIC, &t0);
 rerun:
 	memset(res, 0, sizeof(*res));
 	timed_out = false;
@@ -728,6 +730,10 @@ rerun:
 		printf("ok %u %s\n", nr, t->name);
 		totals->pass++;
 	}
+	/* Its reruns included: for run_all.sh's list of the slowest. */
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	printf("# kiln-test-time: %s %lld\n", t->name,
+	       (long long)(t1.tv_sec - t0.tv_sec));
 out:
 	fflush(stdout);
 	sigprocmask(SIG_SETMASK, &oldmask, NULL);

@@ -139,7 +139,7 @@ kvm_suite() {
 }
 
 pass=0 fail=0 skip=0
-failures=() flakes=() retries=() times=()
+failures=() flakes=() retries=() times=() test_times=()
 # The suite being read: name, plan (-1: none yet), tests seen, failures.
 cur='' plan=-1 seen=0 sfail=0
 # The harness run: failure count when it started, run_kvm.sh finished.
@@ -230,6 +230,10 @@ parse() {
 		"# kiln-selftest-time: "*)
 			times+=("${line#"# kiln-selftest-time: "}")
 			;;
+		"# kiln-test-time: "*)
+			[ -n "$cur" ] &&
+				test_times+=("${cur##*/}.${line#"# kiln-test-time: "}")
+			;;
 		"# kiln-harness-exit: "*)
 			if [ -n "$cur" ]; then
 				exit_mark=("${suite_mark[@]}")
@@ -317,6 +321,11 @@ done
 printf '%s\n' "${times[@]}" | sort -k2,2nr | head -8 |
 	while read -r name secs; do
 		[ -n "$name" ] && echo "# SLOW: $name ${secs}s"
+	done
+# And the slowest tests (reruns included), for where to cut.
+printf '%s\n' "${test_times[@]}" | sort -k2,2nr | head -10 |
+	while read -r name secs; do
+		[ -n "$name" ] && echo "# SLOW TEST: $name ${secs}s"
 	done
 for f in "${failures[@]}"; do
 	echo "# FAILED: $f"

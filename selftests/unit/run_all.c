@@ -71,7 +71,8 @@ static const char host_suite[] =
 	"	sleep 0.1\n"
 	"done\n"
 	"if grep -qx kvm_a \"$T/runs\"; then echo 'ok 1 host'\n"
-	"else echo 'not ok 1 host: ran before the harness'; fi\n";
+	"else echo 'not ok 1 host: ran before the harness'; fi\n"
+	"echo '# kiln-test-time: host 3'\n";
 
 /* The host suite named vmtest runs after the harness has ended. */
 static const char host_after_suite[] =
@@ -266,6 +267,7 @@ TEST_F(tree, no_stall_runs_once)
 	EXPECT_STREQ("kvm_a\nkvm_b\nkvm_c\n", self->runs);
 	EXPECT_EQ(NULL, strstr(self->r.out, "HARNESS STALL"));
 	EXPECT_NE(NULL, strstr(self->r.out, "\n7 passed, 1 failed\n"));
+	EXPECT_NE(NULL, strstr(self->r.out, "\n# SLOW TEST: host_ok.host 3s\n"));
 }
 
 TEST_HARNESS_MAIN
