@@ -43,9 +43,10 @@ TEST_MANUAL_TIMEOUT(sample_logged_sleeping_guest, SAMPLE_TIMEOUT)
 {
 	char log[64];
 	struct guest g;
-	int fd = mkstemp(log);
+	int fd;
 
 	test_tmp_name(log, sizeof(log), "kiln-watch-log-XXXXXX");
+	fd = mkstemp(log);
 	ASSERT_LE(0, fd);
 	close(fd);
 	guest_paths(&g);

@@ -81,7 +81,13 @@ static void probe_cpio(const struct guest *g, char *out, size_t len)
 		 slash ? (int)(slash - vmm) : 1, slash ? vmm : ".");
 }
 
-static void fsx_init(struct __test_metadata *_metadata, struct fsx *s)
+/*
+ * The test's directory: under test_tmp(), or, for a test whose bind
+ * mount keeps ownership in user.* extended attributes (xattrs), under
+ * /tmp: the harness's tmpfs (Linux 6.1) cannot hold those.
+ */
+static void fsx_init_xattrs(struct __test_metadata *_metadata, struct fsx *s,
+			    bool xattrs)
 {
 	char probe[300], cmd[800];
 	struct guest g;
@@ -89,7 +95,10 @@ static void fsx_init(struct __test_metadata *_metadata, struct fsx *s)
 	guest_paths(&g);
 	if (access("/dev/kvm", R_OK | W_OK))
 		SKIP(return, "no usable /dev/kvm (run through tools/vmtest)");
-	test_tmp_name(s->dir, sizeof(s->dir), "kiln-fs-XXXXXX");
+	if (xattrs)
+		snprintf(s->dir, sizeof(s->dir), "/tmp/kiln-fs-XXXXXX");
+	else
+		test_tmp_name(s->dir, sizeof(s->dir), "kiln-fs-XXXXXX");
 	ASSERT_NE(NULL, mkdtemp(s->dir));
 	snprintf(s->src, sizeof(s->src), "%s/src", s->dir);
 	snprintf(s->outside, sizeof(s->outside), "%s/outside", s->dir);
@@ -107,6 +116,11 @@ static void fsx_init(struct __test_metadata *_metadata, struct fsx *s)
 	snprintf(cmd, sizeof(cmd), "cat '%s' '%s' > '%s'", g.initrd, probe,
 		 s->initrd);
 	ASSERT_EQ(0, system(cmd));
+}
+
+static void fsx_init(struct __test_metadata *_metadata, struct fsx *s)
+{
+	fsx_init_xattrs(_metadata, s, false);
 }
 
 static void fsx_fini(struct fsx *s)
@@ -633,7 +647,7 @@ TEST_TIMEOUT(debian_agent_user_owns_its_files_in_a_bind, BOOT_TIMEOUT)
 	struct guest g;
 	struct fsx s;
 
-	fsx_init(_metadata, &s);
+	fsx_init_xattrs(_metadata, &s, true);
 	guest_paths(&g);
 	snprintf(desc, sizeof(desc), "%s/debian-12-agent.json", g.images);
 	ASSERT_EQ(0, access(desc, R_OK)) TH_LOG("%s missing: make image", desc);
@@ -884,7 +898,7 @@ TEST_TIMEOUT(posix_conformance_against_ext4, 3 * BOOT_TIMEOUT)
 	pid_t srv;
 
 	memset(&run, 0, sizeof(run));
-	fsx_init(_metadata, &s);
+	fsx_init_xattrs(_metadata, &s, true);
 	guest_paths(&g);
 	snprintf(desc, sizeof(desc), "%s/kiln-test.json", g.images);
 	ASSERT_EQ(0, access(desc, R_OK)) TH_LOG("%s missing: make guest", desc);

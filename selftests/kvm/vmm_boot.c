@@ -297,9 +297,10 @@ TEST_TIMEOUT(stdin_reaches_the_command, BOOT_TIMEOUT)
 	char path[64];
 	static const char text[] = "one\ntwo\nthree\n";
 	struct spawn_result r;
-	int fd = mkstemp(path);
+	int fd;
 
 	test_tmp_name(path, sizeof(path), "kiln-stdin-XXXXXX");
+	fd = mkstemp(path);
 	ASSERT_GE(fd, 0);
 	ASSERT_EQ((ssize_t)sizeof(text) - 1, write(fd, text, sizeof(text) - 1));
 	close(fd);
@@ -340,9 +341,10 @@ TEST_TIMEOUT(json_config, BOOT_TIMEOUT)
 	char path[64], doc[1024], opt[300];
 	struct spawn_result r;
 	struct guest g;
-	int fd = mkstemp(path);
+	int fd;
 
 	test_tmp_name(path, sizeof(path), "kiln-vm-XXXXXX");
+	fd = mkstemp(path);
 	guest_paths(&g);
 	ASSERT_GE(fd, 0);
 	snprintf(doc, sizeof(doc),
