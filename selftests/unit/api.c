@@ -91,6 +91,9 @@ struct server {
 	/* A restored VM's seed (api_params.reseed); NULL: a boot. */
 	const uint8_t *reseed;
 	atomic_int agent_ready;
+	/* api_params.mounts_plan; its calls noted in agent.log too. */
+	enum api_mounts mounts_plan;
+	atomic_int captures, mounts_failures;
 };
 
 static int open_agent(void *opaque)
@@ -221,6 +224,37 @@ static void on_agent_ready(void *opaque)
 	atomic_fetch_add(&s->agent_ready, 1);
 }
 
+/* A line in agent.log, after the fake's own (the API thread calls us). */
+static void note_line(struct server *s, const char *line)
+{
+	char path[160];
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/agent.log", s->dir);
+	fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return;
+	if (write(fd, line, strlen(line)) < 0)
+		(void)0;
+	close(fd);
+}
+
+static void on_capture(void *opaque, int err, const char *why)
+{
+	struct server *s = opaque;
+
+	atomic_fetch_add(&s->captures, 1);
+	note_line(s, err ? "capture refused\n" : "capture\n");
+}
+
+static void on_mounts_failed(void *opaque, const char *why)
+{
+	struct server *s = opaque;
+
+	atomic_fetch_add(&s->mounts_failures, 1);
+	note_line(s, "mounts failed\n");
+}
+
 static int server_dir(struct server *s)
 {
 	snprintf(s->dir, sizeof(s->dir), "/tmp/kiln-api.XXXXXX");
@@ -248,8 +282,14 @@ static int server_start_api(struct server *s, unsigned int agent_timeout_ms)
 		.resume = on_resume,
 		.snapshot = on_snapshot,
 		.is_paused = on_is_paused,
-		.agent_ready = s->reseed ? on_agent_ready : NULL,
+		.agent_ready = s->reseed || s->mounts_plan ? on_agent_ready :
+							     NULL,
 		.reseed = s->reseed,
+		.mounts = s->mounts_plan ? (const uint8_t *)"mounts" : NULL,
+		.mounts_len = s->mounts_plan ? 6 : 0,
+		.mounts_plan = s->mounts_plan,
+		.capture = on_capture,
+		.mounts_failed = on_mounts_failed,
 		.opaque = s,
 		.agent_timeout_ms = agent_timeout_ms,
 	};
@@ -1780,6 +1820,9 @@ enum fake_mode {
 	FAKE_RESEED,		 /* takes RESEED */
 	FAKE_RESEED_REFUSE_ONCE, /* refuses the first RESEED (EPERM) */
 	FAKE_NO_RESEED,		 /* an agent from before RESEED */
+	/* ...and taking MOUNTS_DETACH and MOUNTS_ATTACH too: */
+	FAKE_MOUNTS,		  /* takes both */
+	FAKE_MOUNTS_REFUSE_ATTACH, /* ERROR EIO to MOUNTS_ATTACH */
 };
 
 static void fake_hello_features(int fd, uint64_t version, uint64_t features)
@@ -1831,9 +1874,10 @@ static void fake_send(int fd, uint16_t type, struct kiln_buf *b)
 
 /*
  * One connection of the logging fakes: HELLO, the request, one line in
- * log ("50 <the seed in hex>" for RESEED, the type otherwise), and the
- * answer: RESULT or ERROR EPERM to RESEED, a process that exits 0 to
- * PROC_START. Then it reads until the API closes.
+ * log ("50 <the seed in hex>" for RESEED, the type otherwise), and then
+ * the answer: RESULT or ERROR EPERM to RESEED, RESULT or ERROR EIO to
+ * MOUNTS_*, a process that exits 0 to PROC_START. Then it reads until the
+ * API closes.
  */
 static void fake_reseed_conn(int fd, enum fake_mode mode, int log,
 			     unsigned int *reseeds)
@@ -1849,7 +1893,9 @@ static void fake_reseed_conn(int fd, enum fake_mode mode, int log,
 	int n;
 
 	fake_hello_features(fd, KILN_AGENT_VERSION,
-			    mode == FAKE_NO_RESEED ? 0 : KILN_FEATURE_RESEED);
+			    (mode == FAKE_NO_RESEED ? 0 : KILN_FEATURE_RESEED) |
+				    (mode >= FAKE_MOUNTS ? KILN_FEATURE_MOUNTS :
+							   0));
 	if (!fake_read_all(fd, &f, sizeof(f)) ||
 	    kiln_frame__unpack(&f, &type, &flags, &len) ||
 	    !fake_read_all(fd, payload, len))
@@ -1863,6 +1909,12 @@ static void fake_reseed_conn(int fd, enum fake_mode mode, int log,
 		for (size_t i = 0; i < seed_len; i++)
 			n += snprintf(line + n, sizeof(line) - n, "%02x",
 				      seed[i]);
+	}
+	/* Logged before the answer: whoever reads after it finds the line. */
+	line[n++] = '\n';
+	if (write(log, line, n) != n)
+		_exit(1);
+	if (type == KILN_MSG_RESEED) {
 		if (mode == FAKE_RESEED_REFUSE_ONCE && !(*reseeds)++) {
 			kiln_tlv__put_u64(&b, KILN_T_ERRNO, EPERM);
 			kiln_tlv__put_str(&b, KILN_T_ERRNAME, "EPERM");
@@ -1870,6 +1922,14 @@ static void fake_reseed_conn(int fd, enum fake_mode mode, int log,
 		} else {
 			fake_send(fd, KILN_MSG_RESULT, &b);
 		}
+	} else if (type == KILN_MSG_MOUNTS_ATTACH &&
+		   mode == FAKE_MOUNTS_REFUSE_ATTACH) {
+		kiln_tlv__put_u64(&b, KILN_T_ERRNO, EIO);
+		kiln_tlv__put_str(&b, KILN_T_ERRNAME, "EIO");
+		fake_send(fd, KILN_MSG_ERROR, &b);
+	} else if (type == KILN_MSG_MOUNTS_DETACH ||
+		   type == KILN_MSG_MOUNTS_ATTACH) {
+		fake_send(fd, KILN_MSG_RESULT, &b);
 	} else if (type == KILN_MSG_PROC_START) {
 		kiln_tlv__put_u64(&b, KILN_T_PID, 4242);
 		fake_send(fd, KILN_MSG_PROC_STARTED, &b);
@@ -1877,9 +1937,6 @@ static void fake_reseed_conn(int fd, enum fake_mode mode, int log,
 		fake_send(fd, KILN_MSG_PROC_EXIT, &b);
 	}
 	kiln_buf__free(&b);
-	line[n++] = '\n';
-	if (write(log, line, n) != n)
-		_exit(1);
 	shutdown(fd, SHUT_WR);
 	while (read(fd, payload, sizeof(payload)) > 0)
 		;
@@ -1933,6 +1990,8 @@ fake_agent(const char *path, enum fake_mode mode)
 		case FAKE_RESEED:
 		case FAKE_RESEED_REFUSE_ONCE:
 		case FAKE_NO_RESEED:
+		case FAKE_MOUNTS:
+		case FAKE_MOUNTS_REFUSE_ATTACH:
 			fake_reseed_conn(fd, mode, log, &reseeds);
 			close(fd);
 			break;
@@ -2117,6 +2176,115 @@ TEST(refused_reseed_is_sent_again_and_holds_requests_back)
 TEST(agent_without_reseed_feature_gets_none)
 {
 	reseed_case(_metadata, FAKE_NO_RESEED, 0);
+}
+
+/* agent.log of server s, whole, in got (len bytes at most). */
+static void read_agent_log(struct server *s, char *got, size_t len)
+{
+	char path[160];
+	size_t n = 0;
+	int fd;
+
+	got[0] = '\0';
+	snprintf(path, sizeof(path), "%s/agent.log", s->dir);
+	fd = open(path, O_RDONLY);
+	if (fd < 0)
+		return;
+	for (ssize_t r; (r = read(fd, got + n, len - 1 - n)) > 0;)
+		n += r;
+	close(fd);
+	got[n] = '\0';
+}
+
+/*
+ * A VM with mounts (api_params.mounts_plan, Documentation/snapshots.md,
+ * "Baselines"): an exec sent at once reaches the agent only after the
+ * probe's sequence. For a baseline's capture: MOUNTS_DETACH, the capture
+ * (nothing attached), MOUNTS_ATTACH. For a restore: RESEED, then
+ * MOUNTS_ATTACH. The agent is ready once, after that.
+ */
+static void mounts_case(struct __test_metadata *_metadata,
+			enum api_mounts plan, const char *want)
+{
+	uint8_t seed[KILN_RESEED_BYTES] = { 1 };
+	struct tc t = { .fd = -1 };
+	struct server s = { 0 };
+	char got[1024];
+	json_t *m;
+
+	ASSERT_EQ(0, server_dir(&s));
+	s.mounts_plan = plan;
+	if (plan == API_MOUNTS_ATTACH)
+		s.reseed = seed;
+	run_fake(&s, FAKE_MOUNTS);
+	ASSERT_EQ(0, server_start_api(&s, 5000));
+	ASSERT_EQ(0, tc_open(&t, s.api_sock));
+	m = tc_call(&t, 1, "exec", json_pack("{s:[s]}", "argv", "true"));
+	ASSERT_TRUE(m != NULL);
+	EXPECT_EQ(0, res_int(m, "exitCode")) TH_LOG("exec failed");
+	json_decref(m);
+	EXPECT_EQ(1, atomic_load(&s.agent_ready));
+	EXPECT_EQ(plan == API_MOUNTS_CAPTURE, atomic_load(&s.captures));
+	EXPECT_EQ(0, atomic_load(&s.mounts_failures));
+	read_agent_log(&s, got, sizeof(got));
+	EXPECT_STREQ(want, got);
+	tc_close(&t);
+	server_stop(&s);
+}
+
+TEST(capture_detaches_the_mounts_around_it)
+{
+	char want[128];
+
+	snprintf(want, sizeof(want), "%u\ncapture\n%u\n%u\n",
+		 KILN_MSG_MOUNTS_DETACH, KILN_MSG_MOUNTS_ATTACH,
+		 KILN_MSG_PROC_START);
+	mounts_case(_metadata, API_MOUNTS_CAPTURE, want);
+}
+
+TEST(restore_attaches_the_mounts_after_the_reseed)
+{
+	char want[256];
+	int n;
+
+	n = snprintf(want, sizeof(want), "%u 01", KILN_MSG_RESEED);
+	for (size_t i = 1; i < KILN_RESEED_BYTES; i++)
+		n += snprintf(want + n, sizeof(want) - n, "00");
+	snprintf(want + n, sizeof(want) - n, "\n%u\n%u\n",
+		 KILN_MSG_MOUNTS_ATTACH, KILN_MSG_PROC_START);
+	mounts_case(_metadata, API_MOUNTS_ATTACH, want);
+}
+
+/*
+ * A restore whose attach the agent refuses: mounts_failed once, the agent
+ * never reported ready, and the exec waiting for it fails (at the agent
+ * timeout, 500 ms here) without ever reaching the agent.
+ */
+TEST(refused_attach_never_makes_the_agent_ready)
+{
+	uint8_t seed[KILN_RESEED_BYTES] = { 1 };
+	struct tc t = { .fd = -1 };
+	struct server s = { 0 };
+	char got[1024];
+	json_t *m;
+
+	ASSERT_EQ(0, server_dir(&s));
+	s.mounts_plan = API_MOUNTS_ATTACH;
+	s.reseed = seed;
+	run_fake(&s, FAKE_MOUNTS_REFUSE_ATTACH);
+	ASSERT_EQ(0, server_start_api(&s, 500));
+	ASSERT_EQ(0, tc_open(&t, s.api_sock));
+	m = tc_call(&t, 1, "exec", json_pack("{s:[s]}", "argv", "true"));
+	ASSERT_TRUE(m != NULL);
+	EXPECT_NE(0, err_code(m)) TH_LOG("the exec ran");
+	json_decref(m);
+	EXPECT_EQ(0, atomic_load(&s.agent_ready));
+	EXPECT_EQ(1, atomic_load(&s.mounts_failures));
+	read_agent_log(&s, got, sizeof(got));
+	EXPECT_NE(NULL, strstr(got, "mounts failed\n")) TH_LOG("%s", got);
+	EXPECT_EQ(NULL, strstr(got, "capture")) TH_LOG("%s", got);
+	tc_close(&t);
+	server_stop(&s);
 }
 
 TEST_F(fake, too_many_clients)
