@@ -2197,6 +2197,26 @@ static void read_agent_log(struct server *s, char *got, size_t len)
 }
 
 /*
+ * A server for the mounts cases: plan, the fake agent in mode, agent
+ * timeout ms, a restore's seed; a client connected in t. 0 or -errno.
+ */
+static int mounts_server(struct server *s, struct tc *t, enum api_mounts plan,
+			 enum fake_mode mode, unsigned int ms,
+			 const uint8_t *seed)
+{
+	int ret = server_dir(s);
+
+	if (ret)
+		return ret;
+	s->mounts_plan = plan;
+	if (plan == API_MOUNTS_ATTACH)
+		s->reseed = seed;
+	run_fake(s, mode);
+	ret = server_start_api(s, ms);
+	return ret ? ret : tc_open(t, s->api_sock);
+}
+
+/*
  * A VM with mounts (api_params.mounts_plan, Documentation/snapshots.md,
  * "Baselines"): an exec sent at once reaches the agent only after the
  * probe's sequence. For a baseline's capture: MOUNTS_DETACH, the capture
@@ -2212,13 +2232,7 @@ static void mounts_case(struct __test_metadata *_metadata,
 	char got[1024];
 	json_t *m;
 
-	ASSERT_EQ(0, server_dir(&s));
-	s.mounts_plan = plan;
-	if (plan == API_MOUNTS_ATTACH)
-		s.reseed = seed;
-	run_fake(&s, FAKE_MOUNTS);
-	ASSERT_EQ(0, server_start_api(&s, 5000));
-	ASSERT_EQ(0, tc_open(&t, s.api_sock));
+	ASSERT_EQ(0, mounts_server(&s, &t, plan, FAKE_MOUNTS, 5000, seed));
 	m = tc_call(&t, 1, "exec", json_pack("{s:[s]}", "argv", "true"));
 	ASSERT_TRUE(m != NULL);
 	EXPECT_EQ(0, res_int(m, "exitCode")) TH_LOG("exec failed");
@@ -2268,12 +2282,8 @@ TEST(refused_attach_never_makes_the_agent_ready)
 	char got[1024];
 	json_t *m;
 
-	ASSERT_EQ(0, server_dir(&s));
-	s.mounts_plan = API_MOUNTS_ATTACH;
-	s.reseed = seed;
-	run_fake(&s, FAKE_MOUNTS_REFUSE_ATTACH);
-	ASSERT_EQ(0, server_start_api(&s, 500));
-	ASSERT_EQ(0, tc_open(&t, s.api_sock));
+	ASSERT_EQ(0, mounts_server(&s, &t, API_MOUNTS_ATTACH,
+				   FAKE_MOUNTS_REFUSE_ATTACH, 500, seed));
 	m = tc_call(&t, 1, "exec", json_pack("{s:[s]}", "argv", "true"));
 	ASSERT_TRUE(m != NULL);
 	EXPECT_NE(0, err_code(m)) TH_LOG("the exec ran");
