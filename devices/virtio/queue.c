@@ -538,6 +538,33 @@ uint16_t virtqueue__kick_on_next_avail(struct virtqueue *q)
 	return idx;
 }
 
+/* ---- giving popped chains back (snapshots) ------------------------ */
+
+bool virtqueue__popped_last(const struct virtqueue *q, const uint16_t *heads,
+			    unsigned int nr)
+{
+	/* Popped and not used: last_avail_idx - used_idx at most. */
+	if (!q->ready || !q->size || nr > q->size ||
+	    nr > (uint16_t)(q->last_avail_idx - q->used_idx))
+		return false;
+	for (unsigned int i = 0; i < nr; i++) {
+		uint16_t idx = (uint16_t)(q->last_avail_idx - nr + i);
+
+		if (load16(avail_ring(q, idx & (q->size - 1))) != heads[i])
+			return false;
+	}
+	return true;
+}
+
+int virtqueue__unpop(struct virtqueue *q, const uint16_t *heads,
+		     unsigned int nr)
+{
+	if (!virtqueue__popped_last(q, heads, nr))
+		return -EINVAL;
+	q->last_avail_idx = (uint16_t)(q->last_avail_idx - nr);
+	return 0;
+}
+
 /* ---- describing a queue ------------------------------------------ */
 
 int virtqueue__describe(const struct virtqueue *q, char *buf, size_t len)

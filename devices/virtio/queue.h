@@ -203,6 +203,23 @@ int __must_check virtqueue__pop_or_rearm(struct vq_drain *d,
 					 struct vq_chain *chain);
 
 /*
+ * For a snapshot: are heads[0 .. nr) the chains of the last nr avail
+ * entries popped (the ones just before last_avail_idx, in order)? A
+ * device that holds popped chains it has not used saves them this way,
+ * and its restore gives them back with virtqueue__unpop.
+ */
+bool virtqueue__popped_last(const struct virtqueue *q, const uint16_t *heads,
+			    unsigned int nr);
+/*
+ * A restore: the last nr chains popped go back to the ring (the next pop
+ * takes them again), when they are heads[0 .. nr) as saved. 0, or
+ * -EINVAL when the queue is not ready or its ring does not hold them
+ * there: not the ring the snapshot saw.
+ */
+int __must_check virtqueue__unpop(struct virtqueue *q, const uint16_t *heads,
+				  unsigned int nr);
+
+/*
  * One line on the state of q and of the driver's side of its ring, for a
  * stuck-device report: snprintf's return. Takes no lock.
  */

@@ -297,30 +297,22 @@ static int vsock_save(struct virtio_device *dev, json_t *obj, char *err,
 static int give_back_held(struct vsock *v, const json_t *head, char *err,
 			  size_t len)
 {
-	struct virtqueue *q = &v->vqs[RXQ].vq;
-	uint16_t idx, at;
+	uint16_t h;
 
-	if (!json_is_integer(head) || !q->ready || !q->size ||
-	    q->last_avail_idx == q->used_idx) {
-		snprintf(err, len, "%s: rxHeld without a receive buffer held",
+	if (!json_is_integer(head) || json_integer_value(head) < 0 ||
+	    json_integer_value(head) > UINT16_MAX) {
+		snprintf(err, len, "%s: rxHeld without a receive buffer head",
 			 v->vdev.name);
 		return -EINVAL;
 	}
-	idx = (uint16_t)(q->last_avail_idx - 1);
-	/* The available ring: flags, idx, then ring[size] (2.7.6). */
-	memcpy(&at,
-	       q->avail + 2 * sizeof(uint16_t) +
-		       (size_t)(idx & (q->size - 1)) * sizeof(uint16_t),
-	       sizeof(at));
-	at = le16toh(at);
-	if (at != json_integer_value(head)) {
+	h = (uint16_t)json_integer_value(head);
+	if (virtqueue__unpop(&v->vqs[RXQ].vq, &h, 1)) {
 		snprintf(err, len,
-			 "%s: rxHeldHead %" JSON_INTEGER_FORMAT
-			 ", the ring has %u there",
-			 v->vdev.name, json_integer_value(head), at);
+			 "%s: rxHeldHead %u is not the last receive buffer "
+			 "taken from the ring",
+			 v->vdev.name, h);
 		return -EINVAL;
 	}
-	q->last_avail_idx = idx;
 	return 0;
 }
 
