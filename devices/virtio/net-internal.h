@@ -160,6 +160,8 @@ void virtio_net__flush(struct virtio_net *n);
 void virtio_net__read_done(void *arg, int res);
 void virtio_net__poll_done(void *arg, int res);
 void virtio_net__write_done(void *arg, void *ptr, int res);
+/* The head of held receive buffer i (0: the oldest), for a snapshot. */
+uint16_t virtio_net__held_head(struct virtio_net *n, unsigned int i);
 /* A reset, nothing in flight: forget the held receive buffers. */
 void virtio_net__drop_buffers(struct virtio_net *n);
 /* At create: every slot free. */

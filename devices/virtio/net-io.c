@@ -357,7 +357,8 @@ void virtio_net__read_done(void *arg, int res)
 		rx_poll(n);
 		return;
 	}
-	if (res == -EINTR)
+	/* ECANCELED: a snapshot took the parked read back (net.c). */
+	if (res == -EINTR || res == -ECANCELED)
 		return; /* the next round reads again */
 	/*
 	 * EBADFD: the interface went away; polling would spin. Nor does a
@@ -393,6 +394,11 @@ void virtio_net__poll_done(void *arg, int res)
 			      strerror(-res));
 		n->tap_dead = true;
 	}
+}
+
+uint16_t virtio_net__held_head(struct virtio_net *n, unsigned int i)
+{
+	return held_at(n, i)->head;
 }
 
 void virtio_net__drop_buffers(struct virtio_net *n)

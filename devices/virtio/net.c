@@ -31,6 +31,9 @@
 #include "devices/virtio/net-internal.h"
 #include "lib/timespec.h"
 
+/* A snapshot waits this long for the parked read to be taken back. */
+#define NET_SAVE_TIMEOUT_MS 5000U
+
 /* The offloads a tap may be told about (TUNSETOFFLOAD). */
 #define TAP_OFFLOADS (TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6 | TUN_F_TSO_ECN)
 /* What the tap must be: frames with the virtio header, no extra header. */
@@ -202,9 +205,8 @@ static int net_describe(struct virtio_device *dev, bool locked, char *buf,
  * Pause: writes to the tap and reads that found a frame complete first.
  * A read parked on an empty tap (see net_reset) is not waited for: it
  * may never end. A frame that comes while paused still lands in buffers
- * the guest gave before, as if it came just before the pause; there is
- * no save op (the held buffers and the tap are not in a snapshot yet),
- * so a snapshot of a VM with a network is refused.
+ * the guest gave before, as if it came just before the pause. A
+ * snapshot takes that read back (net_save).
  */
 static int net_quiesce(struct virtio_device *dev,
 		       const struct timespec *deadline)
@@ -217,6 +219,135 @@ static int net_quiesce(struct virtio_device *dev,
 			return n->busy > (n->rx_reading ? 1U : 0U) ?
 				       -ETIMEDOUT :
 				       0;
+	return 0;
+}
+
+/*
+ * The parked read, if any, taken back (cancelled) and waited for, with
+ * the device lock held (the condition variable releases it). A read
+ * that found a frame first completes as usual: the frame is delivered.
+ * 0, or -ETIMEDOUT after NET_SAVE_TIMEOUT_MS.
+ */
+static int take_back_read(struct virtio_net *n)
+{
+	unsigned int tries = NET_SAVE_TIMEOUT_MS / RESET_RETRY_MS;
+	struct timespec until;
+
+	while (n->busy) {
+		if (!tries--)
+			return -ETIMEDOUT;
+		if (n->rx_reading)
+			evloop__cancel(&n->loop, &n->read_src);
+		timespec__deadline_in(&until, CLOCK_REALTIME, RESET_RETRY_MS);
+		pthread_cond_timedwait(&n->idle, &n->vdev.lock, &until);
+	}
+	return 0;
+}
+
+/*
+ * A snapshot (paused; net_quiesce let the writes finish): nothing may
+ * write guest memory once the state is taken, so the parked read goes
+ * first; the round after the resume reads again. The receive buffers
+ * the device holds (popped, not used) are the last ones taken from the
+ * ring: saved by head, in order, and a restore gives them back to the
+ * ring. A frame waiting in them for more buffers is not saved: a VM
+ * restored from the snapshot never gets it (a link may lose a frame),
+ * this one still does. The tap is the host's and is not saved; the MAC
+ * is, for the record (a restored VM has its own, vmm/netcfg.h).
+ */
+static int net_save(struct virtio_device *dev, json_t *obj, char *err,
+		    size_t len)
+{
+	struct virtio_net *n = to_net(dev);
+	uint16_t heads[RX_HELD_MAX];
+	char mac[3 * VIRTIO_NET_MAC_LEN];
+	json_t *held;
+	int ret;
+
+	if (take_back_read(n)) {
+		snprintf(err, len,
+			 "%s: a read of the tap did not end within %u ms",
+			 dev->name, NET_SAVE_TIMEOUT_MS);
+		return -ETIMEDOUT;
+	}
+	for (unsigned int i = 0; i < n->nr_held; i++)
+		heads[i] = virtio_net__held_head(n, i);
+	if (n->nr_held &&
+	    !virtqueue__popped_last(&n->vqs[RXQ].vq, heads, n->nr_held)) {
+		/* Only a driver that posted a bad buffer after good ones. */
+		snprintf(err, len,
+			 "%s: the %u receive buffers held are not the last "
+			 "ones taken from the ring (a refused one came after "
+			 "them)",
+			 dev->name, n->nr_held);
+		return -EBUSY;
+	}
+	held = json_array();
+	if (!held)
+		return -ENOMEM;
+	for (unsigned int i = 0; i < n->nr_held; i++)
+		if (json_array_append_new(held, json_integer(heads[i]))) {
+			json_decref(held);
+			return -ENOMEM;
+		}
+	snprintf(mac, sizeof(mac), "%02x:%02x:%02x:%02x:%02x:%02x",
+		 n->config.mac[0], n->config.mac[1], n->config.mac[2],
+		 n->config.mac[3], n->config.mac[4], n->config.mac[5]);
+	ret = json_object_set_new(obj, "rxHeld", held);
+	ret |= json_object_set_new(obj, "mac", json_string(mac));
+	return ret ? -ENOMEM : 0;
+}
+
+/*
+ * A restored device (net_save's counterpart) on this VM's own tap: the
+ * held receive buffers go back to the ring, and the tap is told what
+ * offloads the snapshot's driver accepted, as at its DRIVER_OK. The
+ * config space keeps this device's MAC: the guest's driver read the
+ * snapshot's at probe, and its agent takes the new one with the reseed
+ * (proto/agent.h, KILN_MSG_RESEED).
+ */
+static int net_restore(struct virtio_device *dev, const json_t *obj, char *err,
+		       size_t len)
+{
+	struct virtio_net *n = to_net(dev);
+	const json_t *held = json_object_get(obj, "rxHeld");
+	uint16_t heads[RX_HELD_MAX];
+	size_t nr, i;
+
+	if (!json_is_array(held) || json_array_size(held) > RX_HELD_MAX) {
+		snprintf(err, len,
+			 "%s: rxHeld is not an array of at most %u heads",
+			 dev->name, RX_HELD_MAX);
+		return -EINVAL;
+	}
+	nr = json_array_size(held);
+	for (i = 0; i < nr; i++) {
+		const json_t *h = json_array_get(held, i);
+
+		if (!json_is_integer(h) || json_integer_value(h) < 0 ||
+		    json_integer_value(h) > UINT16_MAX) {
+			snprintf(err, len, "%s: rxHeld[%zu] is not a head",
+				 dev->name, i);
+			return -EINVAL;
+		}
+		heads[i] = (uint16_t)json_integer_value(h);
+	}
+	if (nr && virtqueue__unpop(&n->vqs[RXQ].vq, heads, (unsigned int)nr)) {
+		snprintf(err, len,
+			 "%s: the %zu held receive buffers are not the last "
+			 "ones the ring says were taken",
+			 dev->name, nr);
+		return -EINVAL;
+	}
+	if ((virtio_device__status(dev) & VIRTIO_CONFIG_S_DRIVER_OK) &&
+	    ioctl(n->tap_fd, TUNSETOFFLOAD, guest_offloads(dev)) < 0) {
+		int e = errno;
+
+		snprintf(err, len, "%s: the tap's offloads: %s", dev->name,
+			 strerror(e));
+		return -e;
+	}
+	n->tx_pending = true;
 	return 0;
 }
 
@@ -243,6 +374,8 @@ static const struct virtio_device_ops net_ops = {
 	.queue_notify = virtio_device__kick_eventfd,
 	.reset = net_reset,
 	.quiesce = net_quiesce,
+	.save = net_save,
+	.restore = net_restore,
 };
 
 /* ---- setup and tear-down ------------------------------------------------- */
