@@ -306,6 +306,7 @@ agent-host-obj-y += guest/agent/fs.o
 agent-host-obj-y += guest/agent/facts.o
 agent-host-obj-y += guest/agent/reseed.o
 agent-host-obj-y += guest/agent/mounts.o
+agent-host-obj-y += guest/init/net.o
 agent-host-obj-y += proto/tlv.o
 agent-host-obj-y += proto/reseed.o
 agent-host-obj-y += proto/mounts.o

@@ -123,6 +123,14 @@ enum kiln_msg {
 	 * (EINVAL: no T_SEED or a bad length; the ioctls' errno). The host
 	 * sends it to a VM restored from a snapshot before it reports the
 	 * agent ready (Documentation/snapshots.md, "What a clone changes").
+	 * With a network, and only to an agent whose HELLO has
+	 * KILN_FEATURE_NET_RENEW, it also carries the clone's own network:
+	 * T_NET_MAC and T_NET, both or neither. The agent then takes eth0
+	 * down (the kernel forgets its neighbours and routes: the host side
+	 * is a new tap), gives it the MAC, and configures it from T_NET as
+	 * init does at boot (MTU, address, up, the default route). ERROR
+	 * EINVAL for one without the other or a bad value; the ioctls'
+	 * errno, the step in T_MESSAGE.
 	 */
 	KILN_MSG_RESEED = 50,
 	/*
@@ -146,10 +154,13 @@ enum kiln_msg {
 /* HELLO's T_FEATURES bits; an agent without a bit lacks what it names. */
 #define KILN_FEATURE_RESEED 0x1ULL /* takes KILN_MSG_RESEED */
 #define KILN_FEATURE_MOUNTS 0x2ULL /* takes KILN_MSG_MOUNTS_* */
+#define KILN_FEATURE_NET_RENEW 0x4ULL /* RESEED with T_NET_MAC, T_NET */
 
 #define KILN_RESEED_BYTES 64U /* what the vmm sends */
 #define KILN_RESEED_MIN	  32U /* T_SEED bytes the agent takes */
 #define KILN_RESEED_MAX	  512U
+#define KILN_NET_MAC_LEN  6U  /* ETH_ALEN */
+#define KILN_NET_MAX	  63U /* T_NET bytes at most */
 
 enum kiln_tag {
 	KILN_T_VERSION = 1,  /* u64 */
@@ -193,7 +204,10 @@ enum kiln_tag {
 	KILN_T_RELATION = 66, /* string */
 	KILN_T_VALUE = 67,    /* string */
 
-	KILN_T_SEED = 80, /* bytes: RESEED's random bytes */
+	KILN_T_SEED = 80,    /* bytes: RESEED's random bytes */
+	KILN_T_NET_MAC = 81, /* bytes, KILN_NET_MAC_LEN: eth0's new MAC */
+	/* string: kiln.net's value, "ADDRESS/PREFIX,GATEWAY,MTU,DNS" */
+	KILN_T_NET = 82,
 
 	KILN_T_MOUNT = 96,     /* nested TLV list: one virtio-fs mount */
 	KILN_T_TAG = 97,       /* bytes: its virtio-fs tag, 1..36 */

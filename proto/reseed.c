@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /* RESEED and HELLO's feature bits (see reseed.h). */
 #include <errno.h>
+#include <string.h>
 
 #include "proto/reseed.h"
 
@@ -40,6 +41,55 @@ int kiln_reseed__decode(const void *payload, size_t len, const uint8_t **seed,
 		return -EINVAL;
 	*seed = found;
 	*seed_len = flen;
+	return 0;
+}
+
+int kiln_reseed__encode_net(struct kiln_buf *b,
+			    const uint8_t mac[KILN_NET_MAC_LEN],
+			    const char *net)
+{
+	size_t n = strlen(net);
+	int ret;
+
+	if (!n || n > KILN_NET_MAX)
+		return -EINVAL;
+	ret = kiln_tlv__put_bytes(b, KILN_T_NET_MAC, mac, KILN_NET_MAC_LEN);
+	return ret ? ret : kiln_tlv__put_bytes(b, KILN_T_NET, net, n);
+}
+
+int kiln_reseed__decode_net(const void *payload, size_t len,
+			    const uint8_t **mac, const char **net,
+			    size_t *net_len)
+{
+	const uint8_t *val, *m = NULL, *t = NULL;
+	unsigned int nm = 0, nt = 0;
+	struct kiln_tlv_iter it;
+	uint32_t vlen, mlen = 0, tlen = 0;
+	uint16_t tag;
+	int ret;
+
+	kiln_tlv__iter(&it, payload, len);
+	while ((ret = kiln_tlv__next(&it, &tag, &val, &vlen)) == 1) {
+		if (tag == KILN_T_NET_MAC) {
+			nm++;
+			m = val;
+			mlen = vlen;
+		} else if (tag == KILN_T_NET) {
+			nt++;
+			t = val;
+			tlen = vlen;
+		}
+	}
+	if (ret < 0)
+		return ret;
+	if (!nm && !nt)
+		return -ENOENT;
+	if (nm != 1 || nt != 1 || mlen != KILN_NET_MAC_LEN || !tlen ||
+	    tlen > KILN_NET_MAX)
+		return -EINVAL;
+	*mac = m;
+	*net = (const char *)t;
+	*net_len = tlen;
 	return 0;
 }
 

@@ -29,6 +29,25 @@ int kiln_reseed__decode(const void *payload, size_t len, const uint8_t **seed,
 			size_t *seed_len);
 
 /*
+ * A restored VM's network into RESEED's payload b (after the seed):
+ * T_NET_MAC, then T_NET (net is kiln.net's value, 1..KILN_NET_MAX
+ * bytes). -EINVAL for a bad length, else kiln_tlv__put_bytes's.
+ */
+int kiln_reseed__encode_net(struct kiln_buf *b,
+			    const uint8_t mac[KILN_NET_MAC_LEN],
+			    const char *net);
+/*
+ * The network in a RESEED payload, pointing into it (net is not
+ * terminated): 0; -ENOENT when it has neither field; -EPROTO when the
+ * payload does not parse; -EINVAL for one without the other, either
+ * twice, a MAC not of KILN_NET_MAC_LEN bytes or a T_NET outside
+ * 1..KILN_NET_MAX bytes.
+ */
+int kiln_reseed__decode_net(const void *payload, size_t len,
+			    const uint8_t **mac, const char **net,
+			    size_t *net_len);
+
+/*
  * HELLO's T_VERSION and T_FEATURES (0 when absent): 0, or -EPROTO when
  * the payload does not parse or either field is not a u64.
  */

@@ -68,7 +68,8 @@ static int send_hello(struct conn *c)
 	if (!ret)
 		ret = kiln_tlv__put_u64(&b, KILN_T_FEATURES,
 					KILN_FEATURE_RESEED |
-						KILN_FEATURE_MOUNTS);
+						KILN_FEATURE_MOUNTS |
+						KILN_FEATURE_NET_RENEW);
 	if (!ret)
 		ret = conn__send_buf(c, KILN_MSG_HELLO, &b);
 	kiln_buf__free(&b);
@@ -110,7 +111,8 @@ void agent__serve_connection(int fd, const struct agent_config *cfg)
 	else if (req.type == KILN_MSG_POWEROFF)
 		poweroff(&c, cfg->poweroff_pid);
 	else if (req.type == KILN_MSG_RESEED)
-		reseed__handle(&c, &req);
+		/* init's pid only in a VM: eth0 is never the host's. */
+		reseed__handle(&c, &req, cfg->poweroff_pid != 0);
 	else if (req.type == KILN_MSG_MOUNTS_DETACH ||
 		 req.type == KILN_MSG_MOUNTS_ATTACH)
 		mounts__handle(&c, &req);

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <net/if.h>
+#include <net/if_arp.h>
 #include <net/route.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -224,6 +225,52 @@ int init_net__configure(const struct init_net *n)
 out_report:
 	snprintf(msg, sizeof(msg), "network: %s %s", INIT_NET_IFNAME, what);
 	warn_net(msg, -ret);
+	return ret;
+}
+
+static int set_down(int sock, const char *name)
+{
+	struct ifreq ifr;
+
+	ifr_for(&ifr, name);
+	if (ioctl(sock, SIOCGIFFLAGS, &ifr))
+		return -errno;
+	ifr.ifr_flags &= ~IFF_UP;
+	return ioctl(sock, SIOCSIFFLAGS, &ifr) ? -errno : 0;
+}
+
+static int set_mac(int sock, const uint8_t mac[INIT_NET_MAC_LEN])
+{
+	struct ifreq ifr;
+
+	ifr_for(&ifr, INIT_NET_IFNAME);
+	ifr.ifr_hwaddr.sa_family = ARPHRD_ETHER;
+	memcpy(ifr.ifr_hwaddr.sa_data, mac, INIT_NET_MAC_LEN);
+	return ioctl(sock, SIOCSIFHWADDR, &ifr) ? -errno : 0;
+}
+
+int init_net__renew(const uint8_t mac[INIT_NET_MAC_LEN],
+		    const struct init_net *n, const char **what)
+{
+	int sock, ret;
+
+	*what = "socket";
+	sock = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (sock < 0)
+		return -errno;
+	*what = "link down";
+	ret = set_down(sock, INIT_NET_IFNAME);
+	if (!ret) {
+		*what = "MAC";
+		ret = set_mac(sock, mac);
+	}
+	if (!ret)
+		ret = configure_link(sock, n, what);
+	if (!ret) {
+		*what = "default route";
+		ret = add_default_route(sock, n);
+	}
+	close(sock);
 	return ret;
 }
 

@@ -4,6 +4,7 @@
 
 #include <netinet/in.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /*
  * The guest's network (Documentation/network.md): lo always, and with
@@ -36,6 +37,16 @@ void init_net__lo_up(void);
  * default route via the gateway. 0, or -errno, reported on stderr.
  */
 int init_net__configure(const struct init_net *n);
+#define INIT_NET_MAC_LEN 6 /* ETH_ALEN */
+/*
+ * A VM restored from a snapshot takes its own network (the agent's
+ * RESEED, proto/agent.h): eth0 down, so the kernel forgets the
+ * neighbours and routes of the snapshot's host side; the new MAC; then
+ * as init_net__configure (without its wait: eth0 is there). 0, or
+ * -errno with the step that failed in *what; nothing is printed.
+ */
+int init_net__renew(const uint8_t mac[INIT_NET_MAC_LEN],
+		    const struct init_net *n, const char **what);
 /*
  * "nameserver DNS" as /etc/resolv.conf of the root in use: a file bound
  * over the root's own when it has one (so a read-only root works and a

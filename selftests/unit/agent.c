@@ -397,7 +397,9 @@ TEST_F(agent, hello)
 	EXPECT_TRUE(agent_msg__u64(&m, KILN_T_VERSION, &v));
 	EXPECT_EQ(1, v);
 	EXPECT_TRUE(agent_msg__u64(&m, KILN_T_FEATURES, &v));
-	EXPECT_EQ(KILN_FEATURE_RESEED | KILN_FEATURE_MOUNTS, v);
+	EXPECT_EQ(KILN_FEATURE_RESEED | KILN_FEATURE_MOUNTS |
+			  KILN_FEATURE_NET_RENEW,
+		  v);
 	agent_msg__free(&m);
 	close(fd);
 }
@@ -1595,6 +1597,20 @@ TEST_F(agent, reseed)
 	ASSERT_EQ(0, kiln_reseed__encode(&b, seed, sizeof(seed)));
 	EXPECT_EQ(has_sys_admin() ? 0 : EPERM,
 		  request(_metadata, self, KILN_MSG_RESEED, &b));
+	/*
+	 * With a network: a MAC without T_NET is EINVAL; a whole one is
+	 * ENOTSUP here, before the seed: eth0 is the host's (the host
+	 * build has no init pid), and nothing of it is touched.
+	 */
+	ASSERT_EQ(0, kiln_tlv__put_bytes(&b, KILN_T_NET_MAC, seed,
+					 KILN_NET_MAC_LEN));
+	EXPECT_EQ(EINVAL, request(_metadata, self, KILN_MSG_RESEED, &b));
+	kiln_buf__reset(&b);
+	ASSERT_EQ(0, kiln_reseed__encode(&b, seed, sizeof(seed)));
+	ASSERT_EQ(0, kiln_reseed__encode_net(&b, seed,
+					     "10.0.2.15/24,10.0.2.2,1500,"
+					     "10.0.2.2"));
+	EXPECT_EQ(ENOTSUP, request(_metadata, self, KILN_MSG_RESEED, &b));
 	kiln_buf__free(&b);
 
 	/* The agent serves on. */

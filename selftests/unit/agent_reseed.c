@@ -120,6 +120,80 @@ TEST(decode_refuses_what_is_not_one_good_seed)
 	kiln_buf__free(&b);
 }
 
+#define NET_VALUE "10.0.2.15/24,10.0.2.2,1500,10.0.2.2"
+
+/* A restored VM's network after the seed: both fields back, exactly. */
+TEST(net_encode_then_decode_gives_both_back)
+{
+	static const uint8_t mac[KILN_NET_MAC_LEN] = { 2, 0x4b, 0x4c, 1, 2, 3 };
+	uint8_t seed[KILN_RESEED_BYTES];
+	const uint8_t *got_mac = NULL, *got;
+	const char *net = NULL;
+	size_t len = 0, net_len = 0;
+	struct kiln_buf b;
+
+	fill(seed, sizeof(seed), 5);
+	kiln_buf__init(&b);
+	ASSERT_EQ(0, kiln_reseed__encode(&b, seed, sizeof(seed)));
+	/* Without the fields: none, and the seed alone is whole. */
+	EXPECT_EQ(-ENOENT, kiln_reseed__decode_net(b.data, b.len, &got_mac,
+						   &net, &net_len));
+	ASSERT_EQ(0, kiln_reseed__encode_net(&b, mac, NET_VALUE));
+	ASSERT_EQ(0, kiln_reseed__decode(b.data, b.len, &got, &len));
+	EXPECT_EQ(sizeof(seed), len);
+	ASSERT_EQ(0, kiln_reseed__decode_net(b.data, b.len, &got_mac, &net,
+					     &net_len));
+	EXPECT_EQ(0, memcmp(mac, got_mac, sizeof(mac)));
+	ASSERT_EQ(strlen(NET_VALUE), net_len);
+	EXPECT_EQ(0, memcmp(NET_VALUE, net, net_len));
+	kiln_buf__free(&b);
+}
+
+TEST(net_refuses_what_is_not_one_mac_and_one_value)
+{
+	static const uint8_t mac[KILN_NET_MAC_LEN + 1] = { 2 };
+	char longv[KILN_NET_MAX + 2];
+	const uint8_t *got_mac = NULL;
+	const char *net = NULL;
+	size_t net_len = 0;
+	struct kiln_buf b;
+
+	memset(longv, '1', sizeof(longv) - 1);
+	longv[sizeof(longv) - 1] = '\0';
+	kiln_buf__init(&b);
+	EXPECT_EQ(-EINVAL, kiln_reseed__encode_net(&b, mac, ""));
+	EXPECT_EQ(-EINVAL, kiln_reseed__encode_net(&b, mac, longv));
+	EXPECT_EQ(0U, b.len);
+	/* A MAC alone, a value alone. */
+	ASSERT_EQ(0, kiln_tlv__put_bytes(&b, KILN_T_NET_MAC, mac,
+					 KILN_NET_MAC_LEN));
+	EXPECT_EQ(-EINVAL, kiln_reseed__decode_net(b.data, b.len, &got_mac,
+						   &net, &net_len));
+	kiln_buf__reset(&b);
+	ASSERT_EQ(0, kiln_tlv__put_bytes(&b, KILN_T_NET, NET_VALUE,
+					 strlen(NET_VALUE)));
+	EXPECT_EQ(-EINVAL, kiln_reseed__decode_net(b.data, b.len, &got_mac,
+						   &net, &net_len));
+	/* A MAC of 7 bytes. */
+	ASSERT_EQ(0, kiln_tlv__put_bytes(&b, KILN_T_NET_MAC, mac,
+					 KILN_NET_MAC_LEN + 1));
+	EXPECT_EQ(-EINVAL, kiln_reseed__decode_net(b.data, b.len, &got_mac,
+						   &net, &net_len));
+	/* Both twice. */
+	kiln_buf__reset(&b);
+	ASSERT_EQ(0, kiln_reseed__encode_net(&b, mac, NET_VALUE));
+	ASSERT_EQ(0, kiln_reseed__encode_net(&b, mac, NET_VALUE));
+	EXPECT_EQ(-EINVAL, kiln_reseed__decode_net(b.data, b.len, &got_mac,
+						   &net, &net_len));
+	/* Cut short. */
+	kiln_buf__reset(&b);
+	ASSERT_EQ(0, kiln_reseed__encode_net(&b, mac, NET_VALUE));
+	EXPECT_EQ(-EPROTO, kiln_reseed__decode_net(b.data, b.len - 1, &got_mac,
+						   &net, &net_len));
+	EXPECT_TRUE(got_mac == NULL);
+	kiln_buf__free(&b);
+}
+
 TEST(hello_features_round_trip)
 {
 	uint64_t version = 7, features = 7;

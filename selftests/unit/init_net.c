@@ -152,6 +152,87 @@ TEST(configures_eth0_and_lo)
 	tap__close(&tap);
 }
 
+/* A completed ARP entry for addr on eth0, as a reply would leave. */
+static int arp_set(int sock, struct in_addr addr, const uint8_t *mac)
+{
+	struct arpreq r = { .arp_flags = ATF_COM };
+
+	set_sin(&r.arp_pa, addr);
+	r.arp_ha.sa_family = ARPHRD_ETHER;
+	memcpy(r.arp_ha.sa_data, mac, INIT_NET_MAC_LEN);
+	snprintf(r.arp_dev, sizeof(r.arp_dev), "%s", INIT_NET_IFNAME);
+	return ioctl(sock, SIOCSARP, &r) ? -errno : 0;
+}
+
+static bool arp_has(int sock, struct in_addr addr)
+{
+	struct arpreq r = { 0 };
+
+	set_sin(&r.arp_pa, addr);
+	snprintf(r.arp_dev, sizeof(r.arp_dev), "%s", INIT_NET_IFNAME);
+	return !ioctl(sock, SIOCGARP, &r) && (r.arp_flags & ATF_COM);
+}
+
+/*
+ * A restored VM's eth0 (the agent's RESEED): the new MAC, the same
+ * address, MTU and default route, and no neighbour left from the
+ * snapshot's host side (its tap had another MAC).
+ */
+TEST(renew_gives_eth0_the_new_mac_and_forgets_its_neighbours)
+{
+	static const uint8_t old_gw[INIT_NET_MAC_LEN] = { 0x02, 0x11, 0x22,
+							  0x33, 0x44, 0x55 };
+	static const uint8_t mac[INIT_NET_MAC_LEN] = { 0x02, 0x4b, 0x4c,
+						       0x0a, 0x0b, 0x0c };
+	char err[256] = "", b[INET_ADDRSTRLEN];
+	const char *what = NULL;
+	struct init_net n;
+	struct ifreq ifr;
+	struct tap tap;
+	int sock;
+
+	if (geteuid() || access("/dev/net/tun", R_OK | W_OK))
+		SKIP(return, "needs root and /dev/net/tun");
+	ASSERT_EQ(0, unshare(CLONE_NEWNET)) TH_LOG("%s", strerror(errno));
+	ASSERT_EQ(0, tap__open(&tap,
+			       &(struct tap_params){ .name = INIT_NET_IFNAME },
+			       err, sizeof(err)))
+	TH_LOG("%s", err);
+	ASSERT_EQ(0, init_net__parse(PARAM("10.0.2.15/24,10.0.2.2,1280,"
+					   "10.0.2.2"),
+				     &n));
+	ASSERT_EQ(0, init_net__configure(&n));
+	sock = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	ASSERT_LE(0, sock);
+	ASSERT_EQ(0, arp_set(sock, n.gateway, old_gw));
+	ASSERT_TRUE(arp_has(sock, n.gateway));
+
+	EXPECT_EQ(0, init_net__renew(mac, &n, &what)) TH_LOG("%s", what);
+
+	ifr_for(&ifr, INIT_NET_IFNAME);
+	ASSERT_EQ(0, ioctl(sock, SIOCGIFHWADDR, &ifr));
+	EXPECT_EQ(0, memcmp(ifr.ifr_hwaddr.sa_data, mac, sizeof(mac)));
+	ASSERT_EQ(0, ioctl(sock, SIOCGIFFLAGS, &ifr));
+	EXPECT_TRUE(ifr.ifr_flags & IFF_UP);
+	ASSERT_EQ(0, ioctl(sock, SIOCGIFMTU, &ifr));
+	EXPECT_EQ(1280, ifr.ifr_mtu);
+	ASSERT_EQ(0, ioctl(sock, SIOCGIFADDR, &ifr));
+	EXPECT_STREQ("10.0.2.15",
+		     ip(((struct sockaddr_in *)&ifr.ifr_addr)->sin_addr, b));
+	EXPECT_TRUE(has_default_via(INIT_NET_IFNAME, n.gateway));
+	EXPECT_FALSE(arp_has(sock, n.gateway));
+
+	/* Twice (a RESEED sent again): the same end. */
+	EXPECT_EQ(0, init_net__renew(mac, &n, &what)) TH_LOG("%s", what);
+	EXPECT_TRUE(has_default_via(INIT_NET_IFNAME, n.gateway));
+
+	/* No eth0: the failing step is named. */
+	tap__close(&tap);
+	EXPECT_EQ(-ENODEV, init_net__renew(mac, &n, &what));
+	EXPECT_STREQ("link down", what);
+	close(sock);
+}
+
 static void read_text(const char *path, char *buf, size_t len)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
