@@ -147,6 +147,16 @@ struct api_params {
 	 */
 	const uint8_t *reseed;
 	/*
+	 * With reseed, for a VM with a network: its own MAC (6 bytes) and
+	 * kiln.net's value (vmm/netcfg.h), copied. The RESEED carries them
+	 * (T_NET_MAC, T_NET) to an agent with KILN_FEATURE_NET_RENEW, which
+	 * gives eth0 this VM's network instead of the snapshot's; one
+	 * without it is warned about and keeps the snapshot's MAC. NULL:
+	 * no network.
+	 */
+	const uint8_t *net_mac;
+	const char *net;
+	/*
 	 * The VM's virtio-fs mounts, as MOUNTS_DETACH and MOUNTS_ATTACH's
 	 * payload (proto/mounts.h; copied), and what the readiness probe
 	 * does with them before the agent is ready (Documentation/

@@ -65,9 +65,6 @@ static const char *unsupported(const struct vm_config *c)
 	if (c->rootfs.descriptor && c->rootfs.mode == ROOTFS_PERSISTENT)
 		return "a persistent root is one VM's own state, not a "
 		       "baseline's (--rootfs-mode ephemeral or readonly)";
-	if (c->net.mode != NET_NONE)
-		return "a network is not saved yet (virtio-net has no save "
-		       "hook)";
 	return NULL;
 }
 

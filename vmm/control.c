@@ -313,6 +313,7 @@ int control__init(struct vm *vm)
 	const struct rootfs_image *img =
 		vm->cfg->rootfs.descriptor ? &vm->rootfs : NULL;
 	uint8_t seed[KILN_RESEED_BYTES];
+	char net[KILN_NET_MAX + 1];
 	struct kiln_buf mounts;
 	int ret;
 
@@ -341,6 +342,18 @@ int control__init(struct vm *vm)
 			return ret;
 		}
 		p.reseed = seed;
+		if (vm->cfg->net.mode != NET_NONE) {
+			/* Fits: NET_CMDLINE_MAX holds the key and the value. */
+			if (netcfg__guest_value(&vm->cfg->net, net,
+						sizeof(net))) {
+				pr_warn("--restore: kiln.net's value is over %zu "
+					"bytes; eth0 keeps the snapshot's MAC",
+					sizeof(net) - 1);
+			} else {
+				p.net_mac = vm->cfg->net.mac;
+				p.net = net;
+			}
+		}
 	}
 	ret = api__create(&vm->api, &p);
 	explicit_bzero(seed, sizeof(seed));

@@ -335,18 +335,32 @@ int netcfg__validate(struct net_config *n, char *err, size_t len)
 	return 0;
 }
 
-int netcfg__cmdline(const struct net_config *n, char *buf, size_t len)
+int netcfg__guest_value(const struct net_config *n, char *buf, size_t len)
 {
 	char a[NET_ADDR_STRLEN], g[NET_ADDR_STRLEN], d[NET_ADDR_STRLEN];
 	int m;
 
-	buf[0] = '\0';
-	if (n->mode == NET_NONE)
-		return 0;
+	if (len)
+		buf[0] = '\0';
 	netcfg__format_ipv4(n->address, a);
 	netcfg__format_ipv4(n->gateway, g);
 	netcfg__format_ipv4(n->dns, d);
-	m = snprintf(buf, len, " kiln.net=%s/%u,%s,%llu,%s", a, n->prefix, g,
+	m = snprintf(buf, len, "%s/%u,%s,%llu,%s", a, n->prefix, g,
 		     (unsigned long long)n->mtu, d);
 	return m < 0 || (size_t)m >= len ? -ENOSPC : 0;
+}
+
+int netcfg__cmdline(const struct net_config *n, char *buf, size_t len)
+{
+	static const char key[] = " kiln.net=";
+
+	if (len)
+		buf[0] = '\0';
+	if (n->mode == NET_NONE)
+		return 0;
+	if (len <= sizeof(key) - 1)
+		return -ENOSPC;
+	memcpy(buf, key, sizeof(key) - 1);
+	return netcfg__guest_value(n, buf + sizeof(key) - 1,
+				   len - (sizeof(key) - 1));
 }

@@ -92,7 +92,14 @@ int __must_check netcfg__parse_arg(struct net_config *n, const char *arg,
  */
 int __must_check netcfg__validate(struct net_config *n, char *err, size_t len);
 
-/* " kiln.net=10.0.2.15/24,10.0.2.2,1500,10.0.2.2"; -ENOSPC if too short. */
+/*
+ * kiln.net's value, "10.0.2.15/24,10.0.2.2,1500,10.0.2.2": what the
+ * guest's init configures eth0 from, and its agent after a restore
+ * (proto/agent.h, RESEED). -ENOSPC if buf is too short.
+ */
+int __must_check netcfg__guest_value(const struct net_config *n, char *buf,
+				     size_t len);
+/* " kiln.net=VALUE", "" without a network; -ENOSPC if too short. */
 int __must_check netcfg__cmdline(const struct net_config *n, char *buf,
 				 size_t len);
 

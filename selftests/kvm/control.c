@@ -2205,26 +2205,6 @@ static long guest_counter_above(struct __test_metadata *_metadata,
  * one byte of a part changed is refused before anything starts: exit
  * 125, one line that names the file.
  */
-/* The vmm's log (its first MiB) as a string; NULL when unreadable. */
-static char *log_text(const char *path)
-{
-	char *text = calloc(1, 1 << 20);
-	size_t n = 0;
-	FILE *f;
-
-	f = fopen(path, "r");
-	if (!f || !text) {
-		if (f)
-			fclose(f);
-		free(text);
-		return NULL;
-	}
-	n = fread(text, 1, (1 << 20) - 1, f);
-	fclose(f);
-	text[n] = '\0';
-	return text;
-}
-
 /*
  * A foreground start with opts that must be refused before it serves:
  * exit 125, why in its error, no control socket ever.

@@ -710,6 +710,91 @@ TEST_TIMEOUT(live_policy_replacement_cuts_a_running_flow, BOOT_TIMEOUT)
 	rmdir(dir);
 }
 
+#define CLONE_MAC "02:4b:4c:00:00:2b"
+
+/*
+ * What a VM of the baseline test sees: eth0's MAC, a granted request's
+ * answer through the proxy, and the gateway's ARP answer (the tap of the
+ * start's own namespace, not the snapshot's).
+ */
+static const char baseline_probe[] =
+	"cat /sys/class/net/eth0/address; "
+	"printf 'GET / HTTP/1.0\\r\\n\\r\\n' | "
+	"nc -w 20 " TEST_HOST " 8080 2>/dev/null | tail -n 1; "
+	"arping -c 1 -w 10 -I eth0 10.0.2.2 >/dev/null && echo gateway answers";
+
+static void baseline_vm_check(struct __test_metadata *_metadata,
+			      const struct bg_vm *v, const char *result,
+			      const char *mac)
+{
+	const char *vmmctl = env_or("KILN_VMMCTL", "build/vmmctl");
+	struct spawn_result r;
+	char want[160];
+
+	ASSERT_EQ(0, spawn__run(ARGS(vmmctl, "status", v->sock), NULL, &r));
+	squeeze(r.out);
+	snprintf(want, sizeof(want), "\"result\":\"%s\"", result);
+	EXPECT_TRUE(strstr(r.out, want) != NULL) TH_LOG("%.2000s", r.out);
+	ASSERT_EQ(0, spawn__run(ARGS(vmmctl, "exec", v->sock, "--", "sh", "-c",
+				     baseline_probe),
+				NULL, &r));
+	EXPECT_EQ(0, r.status) TH_LOG("%s", r.err);
+	snprintf(want, sizeof(want), "%s\n" TEST_REPLY "\ngateway answers\n",
+		 mac);
+	EXPECT_STREQ(want, r.out);
+}
+
+/*
+ * A VM with a network in a baseline (Documentation/snapshots.md, "What
+ * a clone changes"): the first start captures it, the second restores
+ * it into a namespace and tap of its own, with its own MAC. Its eth0
+ * takes that MAC (the agent's RESEED), its neighbours are the new tap's
+ * (the gateway answers at once, no stale ARP entry), and a granted flow
+ * goes through the new proxy: the virtio-net device came back with its
+ * receive buffers and the tap's offloads.
+ */
+TEST_TIMEOUT(baseline_with_a_network_restores_with_its_own_mac,
+	     2 * BOOT_TIMEOUT)
+{
+	char dir[64], cache[96], policy[128], cmd[128], *log;
+	struct test_host h;
+	struct bg_vm v;
+
+	test_tmp_name(dir, sizeof(dir), "kiln-net-base-XXXXXX");
+	if (!can_boot(_metadata))
+		return;
+	ASSERT_TRUE(test_host_start(_metadata, &h));
+	ASSERT_TRUE(mkdtemp(dir) != NULL);
+	snprintf(cache, sizeof(cache), "%s/cache", dir);
+	policy_file(_metadata, policy, sizeof(policy), dir, "policy.json",
+		    "{\"tcp\": [{\"to\": \"" TEST_HOST
+		    "\", \"ports\": [8080]}]}");
+
+	ASSERT_TRUE(bg_vm_start(_metadata, &v, dir, "first",
+				ARGS("--net", "auto", "--net-mac", GUEST_MAC,
+				     "--net-policy", policy, "--baseline-cache",
+				     cache)));
+	baseline_vm_check(_metadata, &v, "captured", GUEST_MAC);
+	bg_vm_stop(_metadata, &v);
+
+	ASSERT_TRUE(bg_vm_start(_metadata, &v, dir, "clone",
+				ARGS("--net", "auto", "--net-mac", CLONE_MAC,
+				     "--net-policy", policy, "--baseline-cache",
+				     cache)));
+	baseline_vm_check(_metadata, &v, "restored", CLONE_MAC);
+	log = log_text(v.log);
+	ASSERT_NE(NULL, log);
+	EXPECT_TRUE(strstr(log, "eth0 has this VM's MAC and network") != NULL)
+	TH_LOG("%.3000s", log);
+	free(log);
+	bg_vm_stop(_metadata, &v);
+
+	test_host_stop(&h);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	if (system(cmd))
+		(void)0;
+}
+
 /*
  * For a test on the Debian image: its descriptor in image, the test's
  * scratch directory dir made, the test host and its resolver up.

@@ -191,6 +191,26 @@ static inline pid_t spawn_logged(const char *const argv[], const char *log)
 	return pid;
 }
 
+/* A vmm's output file (its first MiB), malloc'd; NULL if unreadable. */
+static inline char *log_text(const char *path)
+{
+	char *text = calloc(1, 1 << 20);
+	size_t n = 0;
+	FILE *f;
+
+	f = fopen(path, "r");
+	if (!f || !text) {
+		if (f)
+			fclose(f);
+		free(text);
+		return NULL;
+	}
+	n = fread(text, 1, (1 << 20) - 1, f);
+	fclose(f);
+	text[n] = '\0';
+	return text;
+}
+
 /*
  * The end of a vmm's output file (spawn_logged) into the TAP log, for a
  * test that failed; a triple fault said there blames the harness

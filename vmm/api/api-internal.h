@@ -159,6 +159,10 @@ struct api {
 	/* p.reseed: the seed still to send; nothing else runs before it */
 	bool reseed_pending, reseed_warned;
 	uint8_t reseed[KILN_RESEED_BYTES];
+	/* p.net_mac and p.net: with the reseed; has_net false without */
+	bool has_net, net_warned;
+	uint8_t net_mac[KILN_NET_MAC_LEN];
+	char net[KILN_NET_MAX + 1];
 	/* p.mounts_plan: the probe's next mounts request, or where it ended */
 	enum api_mounts_step {
 		MOUNTS_READY,  /* nothing (left) to do */

@@ -43,8 +43,16 @@ void reseed_start(struct call *k, uint64_t features)
 	}
 	kiln_buf__init(&b);
 	ret = kiln_reseed__encode(&b, api->reseed, sizeof(api->reseed));
+	if (!ret && api->has_net && (features & KILN_FEATURE_NET_RENEW))
+		ret = kiln_reseed__encode_net(&b, api->net_mac, api->net);
+	else if (!ret && api->has_net && !api->net_warned) {
+		pr_warn("guest agent: no NET_RENEW in its features (0x%llx): "
+			"this restored VM's eth0 keeps the snapshot's MAC",
+			(unsigned long long)features);
+		api->net_warned = true;
+	}
 	if (ret) {
-		/* Only -ENOMEM: KILN_RESEED_BYTES is within the bounds. */
+		/* Only -ENOMEM: the values are within the bounds. */
 		kiln_buf__free(&b);
 		agent_retry(k, ret, api_now_ms());
 		return;
@@ -93,8 +101,11 @@ void reseed_frame(struct call *k, uint16_t type, uint16_t flags,
 		return;
 	}
 	pr_info("guest agent: reseeded the restored VM's CRNG with %u bytes "
-		"from the host",
-		(unsigned int)sizeof(api->reseed));
+		"from the host%s",
+		(unsigned int)sizeof(api->reseed),
+		api->has_net && !api->net_warned ?
+			"; eth0 has this VM's MAC and network" :
+			"");
 	reseed_done(api);
 	agent_gate_next(k);
 }

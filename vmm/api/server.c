@@ -303,6 +303,14 @@ int api__create(struct api **out, const struct api_params *p)
 		api->reseed_pending = true;
 	}
 	api->p.reseed = NULL;
+	if (p->reseed && p->net_mac && p->net &&
+	    strlen(p->net) < sizeof(api->net)) {
+		memcpy(api->net_mac, p->net_mac, sizeof(api->net_mac));
+		snprintf(api->net, sizeof(api->net), "%s", p->net);
+		api->has_net = true;
+	}
+	api->p.net_mac = NULL;
+	api->p.net = NULL;
 	if (p->mounts_plan != API_MOUNTS_NONE) {
 		api->mounts = malloc(p->mounts_len ? p->mounts_len : 1);
 		if (api->mounts)
