@@ -90,6 +90,9 @@ struct server {
 	bool snap_resume;
 	/* A restored VM's seed (api_params.reseed); NULL: a boot. */
 	const uint8_t *reseed;
+	/* With it: api_params.net_mac and net; NULL: no network. */
+	const uint8_t *net_mac;
+	const char *net;
 	atomic_int agent_ready;
 	/* api_params.mounts_plan; its calls noted in agent.log too. */
 	enum api_mounts mounts_plan;
@@ -285,6 +288,8 @@ static int server_start_api(struct server *s, unsigned int agent_timeout_ms)
 		.agent_ready = s->reseed || s->mounts_plan ? on_agent_ready :
 							     NULL,
 		.reseed = s->reseed,
+		.net_mac = s->net_mac,
+		.net = s->net,
 		.mounts = s->mounts_plan ? (const uint8_t *)"mounts" : NULL,
 		.mounts_len = s->mounts_plan ? 6 : 0,
 		.mounts_plan = s->mounts_plan,
@@ -1820,6 +1825,7 @@ enum fake_mode {
 	FAKE_RESEED,		 /* takes RESEED */
 	FAKE_RESEED_REFUSE_ONCE, /* refuses the first RESEED (EPERM) */
 	FAKE_NO_RESEED,		 /* an agent from before RESEED */
+	FAKE_NET_RENEW,		 /* takes RESEED with a network */
 	/* ...and taking MOUNTS_DETACH and MOUNTS_ATTACH too: */
 	FAKE_MOUNTS,		  /* takes both */
 	FAKE_MOUNTS_REFUSE_ATTACH, /* ERROR EIO to MOUNTS_ATTACH */
@@ -1883,8 +1889,10 @@ static void fake_reseed_conn(int fd, enum fake_mode mode, int log,
 			     unsigned int *reseeds)
 {
 	static uint8_t payload[KILN_FRAME_MAX];
-	char line[16 + 2 * KILN_RESEED_MAX];
-	const uint8_t *seed;
+	char line[16 + 2 * KILN_RESEED_MAX + 32 + KILN_NET_MAX];
+	const uint8_t *seed, *mac;
+	const char *net;
+	size_t net_len;
 	struct kiln_frame f;
 	uint16_t type, flags;
 	struct kiln_buf b;
@@ -1894,6 +1902,9 @@ static void fake_reseed_conn(int fd, enum fake_mode mode, int log,
 
 	fake_hello_features(fd, KILN_AGENT_VERSION,
 			    (mode == FAKE_NO_RESEED ? 0 : KILN_FEATURE_RESEED) |
+				    (mode == FAKE_NET_RENEW ?
+					     KILN_FEATURE_NET_RENEW :
+					     0) |
 				    (mode >= FAKE_MOUNTS ? KILN_FEATURE_MOUNTS :
 							   0));
 	if (!fake_read_all(fd, &f, sizeof(f)) ||
@@ -1909,6 +1920,12 @@ static void fake_reseed_conn(int fd, enum fake_mode mode, int log,
 		for (size_t i = 0; i < seed_len; i++)
 			n += snprintf(line + n, sizeof(line) - n, "%02x",
 				      seed[i]);
+		if (!kiln_reseed__decode_net(payload, len, &mac, &net,
+					     &net_len))
+			n += snprintf(line + n, sizeof(line) - n,
+				      " net %02x:%02x:%02x:%02x:%02x:%02x %.*s",
+				      mac[0], mac[1], mac[2], mac[3], mac[4],
+				      mac[5], (int)net_len, net);
 	}
 	/* Logged before the answer: whoever reads after it finds the line. */
 	line[n++] = '\n';
@@ -1990,6 +2007,7 @@ fake_agent(const char *path, enum fake_mode mode)
 		case FAKE_RESEED:
 		case FAKE_RESEED_REFUSE_ONCE:
 		case FAKE_NO_RESEED:
+		case FAKE_NET_RENEW:
 		case FAKE_MOUNTS:
 		case FAKE_MOUNTS_REFUSE_ATTACH:
 			fake_reseed_conn(fd, mode, log, &reseeds);
@@ -2103,13 +2121,18 @@ TEST_F(fake, agent_wrong_version)
 	expect_agent_errors(_metadata, &self->t);
 }
 
+static const uint8_t test_mac[KILN_NET_MAC_LEN] = { 0x02, 0x4b, 0x4c,
+						    0x00, 0x00, 0x07 };
+#define TEST_NET "10.0.2.15/24,10.0.2.2,1500,10.0.2.2"
+
 /*
  * A restored VM (api_params.reseed): an exec sent at once runs, but only
  * after the probe's RESEED carried the seed and the agent took it; the
  * agent is ready once, after that. want: agent.log's lines, in order.
  */
-static void reseed_case(struct __test_metadata *_metadata, enum fake_mode mode,
-			unsigned int nr_reseeds)
+static void reseed_net_case(struct __test_metadata *_metadata,
+			    enum fake_mode mode, unsigned int nr_reseeds,
+			    const char *net_line)
 {
 	struct server s = { 0 };
 	char want[1024], got[1024] = "", path[160];
@@ -2127,12 +2150,17 @@ static void reseed_case(struct __test_metadata *_metadata, enum fake_mode mode,
 		for (size_t i = 0; i < sizeof(seed); i++)
 			n += snprintf(want + n, sizeof(want) - n, "%02x",
 				      seed[i]);
-		n += snprintf(want + n, sizeof(want) - n, "\n");
+		n += snprintf(want + n, sizeof(want) - n, "%s\n",
+			      net_line ? net_line : "");
 	}
 	snprintf(want + n, sizeof(want) - n, "%u\n", KILN_MSG_PROC_START);
 
 	ASSERT_EQ(0, server_dir(&s));
 	s.reseed = seed;
+	if (net_line) {
+		s.net_mac = test_mac;
+		s.net = TEST_NET;
+	}
 	run_fake(&s, mode);
 	ASSERT_EQ(0, server_start_api(&s, 5000));
 	/* The API took its copy: this one may go. */
@@ -2163,9 +2191,31 @@ static void reseed_case(struct __test_metadata *_metadata, enum fake_mode mode,
 	server_stop(&s);
 }
 
+static void reseed_case(struct __test_metadata *_metadata, enum fake_mode mode,
+			unsigned int nr_reseeds)
+{
+	reseed_net_case(_metadata, mode, nr_reseeds, NULL);
+}
+
 TEST(restored_vm_reseeds_before_any_request)
 {
 	reseed_case(_metadata, FAKE_RESEED, 1);
+}
+
+/*
+ * With a network, the RESEED also carries this VM's MAC and kiln.net
+ * value to an agent that takes them; one that does not gets the seed
+ * alone (and the monitor warns), and is ready all the same.
+ */
+TEST(restored_vm_with_a_network_sends_its_mac_with_the_seed)
+{
+	reseed_net_case(_metadata, FAKE_NET_RENEW, 1,
+			" net 02:4b:4c:00:00:07 " TEST_NET);
+}
+
+TEST(agent_without_net_renew_gets_the_seed_alone)
+{
+	reseed_net_case(_metadata, FAKE_RESEED, 1, "");
 }
 
 TEST(refused_reseed_is_sent_again_and_holds_requests_back)
