@@ -313,17 +313,18 @@ TEST_TIMEOUT(exec_files_and_shutdown, BOOT_TIMEOUT)
 	EXPECT_EQ(127, r.status);
 
 	/*
-	 * A 64 MiB file both ways, byte for byte (streamed in chunks), on
-	 * the guest's tmpfs: the test image has 32 MiB of disk.
+	 * An 8 MiB file both ways, byte for byte, on the guest's tmpfs: in
+	 * 171 of vmmctl's 48 KiB write messages, so streamed all the same
+	 * (64 MiB took most of this test's 106 s in the harness).
 	 */
 	snprintf(src, sizeof(src), "%s/src.bin", c.dir);
 	snprintf(back, sizeof(back), "%s/back.bin", c.dir);
-	snprintf(cmd, sizeof(cmd), "head -c 67108864 /dev/urandom > '%s'", src);
+	snprintf(cmd, sizeof(cmd), "head -c 8388608 /dev/urandom > '%s'", src);
 	ASSERT_EQ(0, system(cmd));
 	CTL(&c, &r, "cp", c.sock, src, ":/tmp/blob");
 	ASSERT_EQ(0, r.status);
 	CTL(&c, &r, "exec", c.sock, "--", "sh", "-c", "wc -c < /tmp/blob");
-	EXPECT_STREQ("67108864\n", r.out);
+	EXPECT_STREQ("8388608\n", r.out);
 	CTL(&c, &r, "cp", c.sock, ":/tmp/blob", back);
 	ASSERT_EQ(0, r.status);
 	snprintf(cmd, sizeof(cmd), "cmp -s '%s' '%s'", src, back);
