@@ -57,14 +57,23 @@ struct vm_baseline {
 };
 
 /*
- * What a snapshot cannot hold yet, so a baseline cannot either: the VM
- * boots cold and nothing is saved. NULL: nothing.
+ * What a baseline must not hold: the VM boots cold and nothing is
+ * saved. NULL: nothing.
  */
-static const char *unsupported(const struct vm_config *c)
+static const char *unsupported(const struct vm *vm)
 {
+	const struct vm_config *c = vm->cfg;
+
 	if (c->rootfs.descriptor && c->rootfs.mode == ROOTFS_PERSISTENT)
 		return "a persistent root is one VM's own state, not a "
 		       "baseline's (--rootfs-mode ephemeral or readonly)";
+	/*
+	 * The CA is made for each start, its key in that monitor only: a
+	 * clone would trust the capture's, not its own monitor's.
+	 */
+	if (vm->guest_ca_len)
+		return "the guest trusts this start's own interception CA "
+		       "(the policy has http grants)";
 	return NULL;
 }
 
@@ -157,7 +166,7 @@ int vm__baseline_open(struct vm *vm)
 	b->cache = cfg->cache;
 	b->cache_fd = b->lease_fd = b->tmp_fd = -1;
 	vm->baseline = b;
-	no = unsupported(vm->cfg);
+	no = unsupported(vm);
 	if (no) {
 		snprintf(b->why, sizeof(b->why), "%s", no);
 		pr_info("baseline %s: not used: %s; booting cold", b->cache,

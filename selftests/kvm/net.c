@@ -796,6 +796,53 @@ TEST_TIMEOUT(baseline_with_a_network_restores_with_its_own_mac,
 }
 
 /*
+ * A policy with http grants puts this start's own interception CA in the
+ * guest's trust, and its key is in this monitor only: a clone would
+ * trust the capture's. So such a VM is not baselined: the start says
+ * why, boots cold and leaves the cache empty. (The test initramfs has no
+ * trust store, so its init then ends the VM: not what is tested here.)
+ */
+TEST_TIMEOUT(baseline_not_used_when_the_guest_trusts_its_own_ca, BOOT_TIMEOUT)
+{
+	char dir[64], cache[96], policy[128], sock[128], logp[128], cmd[160];
+	struct guest g;
+	char *log;
+	pid_t pid;
+
+	test_tmp_name(dir, sizeof(dir), "kiln-net-baseca-XXXXXX");
+	if (!can_boot(_metadata))
+		return;
+	ASSERT_TRUE(mkdtemp(dir) != NULL);
+	snprintf(cache, sizeof(cache), "%s/cache", dir);
+	snprintf(sock, sizeof(sock), "%s/vm.sock", dir);
+	snprintf(logp, sizeof(logp), "%s/vm.log", dir);
+	policy_file(_metadata, policy, sizeof(policy), dir, "policy.json",
+		    "{\"http\": [{\"host\": \"api.kiln.test\", "
+		    "\"ports\": [443]}]}");
+	guest_paths(&g);
+	pid = spawn_logged(ARGS(g.vmm, "start", "--kernel", g.vmlinux,
+				"--initrd", g.initrd, "--control-socket", sock,
+				"--net", "auto", "--net-policy", policy,
+				"--baseline-cache", cache),
+			   logp);
+	ASSERT_LT(0, pid);
+	EXPECT_NE(0, wait_exit(pid, 120));
+	log = log_text(logp);
+	ASSERT_NE(NULL, log);
+	EXPECT_TRUE(strstr(log, ": not used: the guest trusts this start's "
+				"own interception CA (the policy has http "
+				"grants); booting cold") != NULL)
+	TH_LOG("%.3000s", log);
+	free(log);
+	snprintf(cmd, sizeof(cmd), "test -z \"$(ls -A '%s' 2>/dev/null)\"",
+		 cache);
+	EXPECT_EQ(0, system(cmd)) TH_LOG("the cache holds an entry");
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	if (system(cmd))
+		(void)0;
+}
+
+/*
  * For a test on the Debian image: its descriptor in image, the test's
  * scratch directory dir made, the test host and its resolver up.
  */
