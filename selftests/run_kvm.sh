@@ -52,6 +52,41 @@ if [ ! -c "$KILN_KVM_DEVICE" ]; then
 	status=1
 fi
 
+# The leftover vmms: their command name and the signal that stops them.
+# A test of this script itself names a stand-in and a signal it survives
+# (selftests/unit/run_all.c), as SIGKILL cannot be survived on purpose.
+vmm_comm=${KILN_RUN_KVM_VMM_COMM:-vmm}
+leftover_signal=${KILN_RUN_KVM_LEFTOVER_SIGNAL:-KILL}
+
+# Of the pids "$1", those still there (not zombies) after 10 s.
+wait_gone() {
+	local p i left
+	for ((i = 0; i < 100; i++)); do
+		left=
+		for p in $1; do
+			[ -d "/proc/$p" ] &&
+				! grep -q '^State:.*Z' "/proc/$p/status" 2>/dev/null &&
+				left+="${left:+ }$p"
+		done
+		[ -n "$left" ] || return 0
+		sleep 0.1
+	done
+	echo "$left"
+}
+
+# Each thread of the pids "$1": state, wait channel, kernel stack.
+show_stuck() {
+	local p d
+	for p in $1; do
+		for d in /proc/"$p"/task/*; do
+			echo "# kiln-harness-stuck: vmm $p thread ${d##*/}:" \
+				"$(awk '/^State:/ { print $2 }' "$d/status" 2>/dev/null)," \
+				"wait $(cat "$d/wchan" 2>/dev/null)"
+			sed "s/^/# kiln-harness-stuck:   /" "$d/stack" 2>/dev/null
+		done
+	done
+}
+
 for t in "${suites[@]}"; do
 	if [ ! -f "$t" ] || [ ! -x "$t" ]; then
 		echo "# kiln-error: run_kvm.sh: no KVM suite $t"
@@ -67,10 +102,26 @@ for t in "${suites[@]}"; do
 	[ "$rc" -eq 0 ] || [ "$rc" -eq 4 ] || status=1
 	# A vmm a suite left behind starves the harness's CPUs (suspected
 	# cause of whole-harness stalls): report it as a failure, stop it.
-	left=$(pgrep -d ' ' -x vmm || true)
+	left=$(pgrep -d ' ' -x "$vmm_comm" || true)
 	if [ -n "$left" ]; then
+		kill -s "$leftover_signal" $left 2>/dev/null || true
+		# SIGKILL ends a process unless one of its threads is stuck in
+		# the kernel, which no process can do to itself. ci49 had a
+		# vCPU thread spinning in the harness kernel: it survived, held
+		# a CPU for the rest of the run and was reported after every
+		# later suite. Such a harness runs nothing more: its threads'
+		# kernel stacks are shown, and the exit status is the one
+		# run_all.sh gives the unfinished suites a fresh harness for
+		# (counted as a harness stall in the summary).
+		stuck=$(wait_gone "$left")
+		if [ -n "$stuck" ]; then
+			show_stuck "$stuck"
+			echo "# kiln-harness-stuck: vmm $stuck survived SIGKILL" \
+				"after $t: a thread stuck in the harness kernel;" \
+				"this harness runs no more suites"
+			exit 125
+		fi
 		echo "# kiln-error: $t left vmm processes running: $left"
-		kill -9 $left 2>/dev/null || true
 		status=1
 	fi
 done

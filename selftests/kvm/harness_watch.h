@@ -404,9 +404,33 @@ static bool harness_vmm_report(pid_t pgid, pid_t vmm)
 }
 
 /*
+ * The kernel stack of a thread (/proc/PID/task/TID/stack, root only),
+ * one line a frame: where a thread that spins without running its guest
+ * is stuck in the harness kernel.
+ */
+static void harness_print_kstack(pid_t pid, pid_t tid)
+{
+	char path[96], line[160];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/stack", (int)pid,
+		 (int)tid);
+	f = fopen(path, "r");
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f))
+		printf("# harness watch: vmm %d thread %d kernel stack: %s",
+		       (int)pid, (int)tid, line);
+	fclose(f);
+}
+
+/*
  * Looks at threads @t HARNESS_SPIN_LOOKS times over HARNESS_SPIN_SECS and
  * prints each one's state, wait channel, looks runnable and guest time;
- * true, with why (@what says when), if one ran its guest non-stop.
+ * true, with why (@what says when), if one ran non-stop: in its guest,
+ * or, when its guest time did not move, in the harness kernel (its
+ * kernel stack is printed: ci49 had such a vCPU thread, and SIGKILL
+ * never ended it).
  */
 static bool harness_spinning(struct harness_task *t, int n, const char *what,
 			     char *why, size_t len)
@@ -447,10 +471,18 @@ static bool harness_spinning(struct harness_task *t, int n, const char *what,
 		       HARNESS_SPIN_SECS, guest, guest - t[i].guest);
 		if (!spun && guest > 0 && looked[i] == HARNESS_SPIN_LOOKS &&
 		    runnable[i] == looked[i]) {
+			bool in_kernel = guest == t[i].guest;
+
+			if (in_kernel)
+				harness_print_kstack(t[i].pid, t[i].tid);
 			snprintf(why, len,
-				 "vmm thread %d ran its guest non-stop (runnable "
-				 "at each of %d looks) %s",
-				 (int)t[i].tid, looked[i], what);
+				 "vmm thread %d %s (runnable at each of %d "
+				 "looks) %s",
+				 (int)t[i].tid,
+				 in_kernel ? "spun in the harness kernel, its "
+					     "guest time still" :
+					     "ran its guest non-stop",
+				 looked[i], what);
 			spun = true;
 		}
 	}

@@ -56,6 +56,10 @@ static const char kvm_suite[] =
 	"	exit 0\n"
 	"fi\n"
 	"if [ \"$n\" = kvm_a ]; then echo 'not ok 2 second'; exit 1; fi\n"
+	"if [ \"$n\" = kvm_b ] && [ -e \"$T/leave\" ]; then\n"
+	"	rm \"$T/leave\"\n"
+	"	setsid \"$T/kiln-fake-vmm\" 600 </dev/null >/dev/null 2>&1 &\n"
+	"fi\n"
 	"echo 'ok 2 second'\n";
 
 /*
@@ -97,13 +101,17 @@ static const char fake_vmtest[] =
 	"wait $!\n"
 	"rc=$?\n"
 	"rm -f \"$T/harness.on\"\n"
+	/* The harness VM is gone, and its processes with it. */
+	"pkill -KILL -x kiln-fake-vmm\n"
+	"for i in $(seq 50); do pgrep -x kiln-fake-vmm >/dev/null || break;"
+	" sleep 0.1; done\n"
 	"if [ -e \"$T/stalled\" ]; then rm \"$T/stalled\"; exit \"$(cat "
 	"\"$T/rc\")\"; fi\n"
 	"exit $rc\n";
 
 static int tree_make(struct tree *t)
 {
-	char path[160];
+	char path[160], cmd[160];
 	const char *names[] = { "kvm_a", "kvm_b", "kvm_c" };
 	int ret;
 
@@ -129,6 +137,10 @@ static int tree_make(struct tree *t)
 		ret = write_script(path, host_after_suite);
 	if (!ret)
 		ret = write_script(t->vmtest, fake_vmtest);
+	/* A stand-in for a vmm a suite leaves behind (comm kiln-fake-vmm). */
+	snprintf(cmd, sizeof(cmd), "cp /bin/sleep '%s/kiln-fake-vmm'", t->dir);
+	if (!ret && system(cmd))
+		ret = -EIO;
 	return ret;
 }
 
@@ -257,6 +269,38 @@ TEST_F(tree, crash_resumes_like_a_stall)
 	EXPECT_NE(NULL, strstr(self->r.out, "\n7 passed, 1 failed, 1 harness stall(s)\n"));
 	EXPECT_EQ(NULL, strstr(self->r.out, "the harness failed (exit 125)"));
 	EXPECT_NE(NULL, strstr(self->r.out, "or failed (exit 125) in "));
+}
+
+/*
+ * A vmm that survives its SIGKILL after kvm_b (a thread stuck in the
+ * harness kernel; here a stand-in and a signal it survives): its
+ * threads are shown, that harness runs no more suites, and kvm_c runs
+ * in the next one. Counted as a harness stall, not as kvm_b's failure.
+ */
+TEST_F(tree, unkillable_vmm_ends_the_harness_run)
+{
+	const char *out = self->r.out;
+	char path[160];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/leave", self->t.dir);
+	f = fopen(path, "w");
+	ASSERT_NE(NULL, f);
+	fclose(f);
+	setenv("KILN_RUN_KVM_VMM_COMM", "kiln-fake-vmm", 1);
+	setenv("KILN_RUN_KVM_LEFTOVER_SIGNAL", "0", 1);
+	run_stalling(_metadata, self, 0, 124);
+	unsetenv("KILN_RUN_KVM_VMM_COMM");
+	unsetenv("KILN_RUN_KVM_LEFTOVER_SIGNAL");
+	EXPECT_EQ(1, self->r.status);
+	EXPECT_STREQ("kvm_a\nkvm_b\nkvm_c\n", self->runs);
+	EXPECT_NE(NULL, strstr(out, "survived SIGKILL after "));
+	EXPECT_NE(NULL, strstr(out, "kvm_b: a thread stuck in the harness "
+				    "kernel; this harness runs no more suites"));
+	EXPECT_NE(NULL, strstr(out, "# kiln-harness-stuck: vmm "));
+	EXPECT_EQ(NULL, strstr(out, "left vmm processes"));
+	EXPECT_NE(NULL, strstr(out, "\n7 passed, 1 failed, 1 harness "
+				    "stall(s)\n"));
 }
 
 /* No stall: one run, nothing said about stalls. */
