@@ -285,8 +285,8 @@ static int server_start_api(struct server *s, unsigned int agent_timeout_ms)
 		.resume = on_resume,
 		.snapshot = on_snapshot,
 		.is_paused = on_is_paused,
-		.agent_ready = s->reseed || s->mounts_plan ? on_agent_ready :
-							     NULL,
+		.agent_ready =
+			s->reseed || s->mounts_plan ? on_agent_ready : NULL,
 		.reseed = s->reseed,
 		.net_mac = s->net_mac,
 		.net = s->net,
@@ -1827,7 +1827,7 @@ enum fake_mode {
 	FAKE_NO_RESEED,		 /* an agent from before RESEED */
 	FAKE_NET_RENEW,		 /* takes RESEED with a network */
 	/* ...and taking MOUNTS_DETACH and MOUNTS_ATTACH too: */
-	FAKE_MOUNTS,		  /* takes both */
+	FAKE_MOUNTS,		   /* takes both */
 	FAKE_MOUNTS_REFUSE_ATTACH, /* ERROR EIO to MOUNTS_ATTACH */
 };
 
@@ -1900,13 +1900,11 @@ static void fake_reseed_conn(int fd, enum fake_mode mode, int log,
 	uint32_t len;
 	int n;
 
-	fake_hello_features(fd, KILN_AGENT_VERSION,
-			    (mode == FAKE_NO_RESEED ? 0 : KILN_FEATURE_RESEED) |
-				    (mode == FAKE_NET_RENEW ?
-					     KILN_FEATURE_NET_RENEW :
-					     0) |
-				    (mode >= FAKE_MOUNTS ? KILN_FEATURE_MOUNTS :
-							   0));
+	fake_hello_features(
+		fd, KILN_AGENT_VERSION,
+		(mode == FAKE_NO_RESEED ? 0 : KILN_FEATURE_RESEED) |
+			(mode == FAKE_NET_RENEW ? KILN_FEATURE_NET_RENEW : 0) |
+			(mode >= FAKE_MOUNTS ? KILN_FEATURE_MOUNTS : 0));
 	if (!fake_read_all(fd, &f, sizeof(f)) ||
 	    kiln_frame__unpack(&f, &type, &flags, &len) ||
 	    !fake_read_all(fd, payload, len))

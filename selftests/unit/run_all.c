@@ -295,8 +295,9 @@ TEST_F(tree, unkillable_vmm_ends_the_harness_run)
 	EXPECT_EQ(1, self->r.status);
 	EXPECT_STREQ("kvm_a\nkvm_b\nkvm_c\n", self->runs);
 	EXPECT_NE(NULL, strstr(out, "survived SIGKILL after "));
-	EXPECT_NE(NULL, strstr(out, "kvm_b: a thread stuck in the harness "
-				    "kernel; this harness runs no more suites"));
+	EXPECT_NE(NULL,
+		  strstr(out, "kvm_b: a thread stuck in the harness "
+			      "kernel; this harness runs no more suites"));
 	EXPECT_NE(NULL, strstr(out, "# kiln-harness-stuck: vmm "));
 	EXPECT_EQ(NULL, strstr(out, "left vmm processes"));
 	EXPECT_NE(NULL, strstr(out, "\n7 passed, 1 failed, 1 harness "
