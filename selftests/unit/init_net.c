@@ -109,22 +109,34 @@ static bool has_default_via(const char *dev, struct in_addr gw)
 	return found;
 }
 
+/*
+ * A network namespace of the test's own with a tap named eth0 standing
+ * in for the virtio-net interface; false (a skip) without root or tun.
+ */
+static bool own_eth0(struct __test_metadata *_metadata, struct tap *tap)
+{
+	char err[256] = "";
+
+	if (geteuid() || access("/dev/net/tun", R_OK | W_OK))
+		SKIP(return false, "needs root and /dev/net/tun");
+	ASSERT_EQ(0, unshare(CLONE_NEWNET)) TH_LOG("%s", strerror(errno));
+	ASSERT_EQ(0, tap__open(tap,
+			       &(struct tap_params){ .name = INIT_NET_IFNAME },
+			       err, sizeof(err)))
+	TH_LOG("%s", err);
+	return true;
+}
+
 TEST(configures_eth0_and_lo)
 {
-	char err[256] = "", b[INET_ADDRSTRLEN];
+	char b[INET_ADDRSTRLEN];
 	struct init_net n;
 	struct ifreq ifr;
 	struct tap tap;
 	int sock;
 
-	if (geteuid() || access("/dev/net/tun", R_OK | W_OK))
-		SKIP(return, "needs root and /dev/net/tun");
-	ASSERT_EQ(0, unshare(CLONE_NEWNET)) TH_LOG("%s", strerror(errno));
-	/* A tap stands in for the virtio-net interface. */
-	ASSERT_EQ(0, tap__open(&tap,
-			       &(struct tap_params){ .name = INIT_NET_IFNAME },
-			       err, sizeof(err)))
-	TH_LOG("%s", err);
+	if (!own_eth0(_metadata, &tap))
+		return;
 	ASSERT_EQ(0, init_net__parse(PARAM("10.0.2.15/24,10.0.2.2,1280,"
 					   "10.0.2.3"),
 				     &n));
@@ -184,20 +196,15 @@ TEST(renew_gives_eth0_the_new_mac_and_forgets_its_neighbours)
 							  0x33, 0x44, 0x55 };
 	static const uint8_t mac[INIT_NET_MAC_LEN] = { 0x02, 0x4b, 0x4c,
 						       0x0a, 0x0b, 0x0c };
-	char err[256] = "", b[INET_ADDRSTRLEN];
+	char b[INET_ADDRSTRLEN];
 	const char *what = NULL;
 	struct init_net n;
 	struct ifreq ifr;
 	struct tap tap;
 	int sock;
 
-	if (geteuid() || access("/dev/net/tun", R_OK | W_OK))
-		SKIP(return, "needs root and /dev/net/tun");
-	ASSERT_EQ(0, unshare(CLONE_NEWNET)) TH_LOG("%s", strerror(errno));
-	ASSERT_EQ(0, tap__open(&tap,
-			       &(struct tap_params){ .name = INIT_NET_IFNAME },
-			       err, sizeof(err)))
-	TH_LOG("%s", err);
+	if (!own_eth0(_metadata, &tap))
+		return;
 	ASSERT_EQ(0, init_net__parse(PARAM("10.0.2.15/24,10.0.2.2,1280,"
 					   "10.0.2.2"),
 				     &n));
