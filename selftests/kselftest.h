@@ -32,8 +32,11 @@
  * Output is TAP 13 on stdout; diagnostics are "# " lines. The binary
  * exits 0 when nothing failed, 1 when something failed and 4 (KSFT_SKIP)
  * when every test skipped. Options: -t NAME runs only the named test(s)
- * (repeatable), -l lists the tests. TEST_MANUAL() declares a test that
- * only runs when named with -t (used by the harness's own selftest).
+ * (repeatable), -x NAME leaves the named test(s) out (repeatable: how
+ * run_all.sh resumes a suite that a crashed harness cut off, without the
+ * tests that had already ended), -l lists the tests. TEST_MANUAL()
+ * declares a test that only runs when named with -t (used by the
+ * harness's own selftest).
  *
  * Registration: a constructor per test inserts it into a list kept in
  * this header, ordered by the line of its declaration, so the run order
@@ -739,25 +742,35 @@ out:
 	sigprocmask(SIG_SETMASK, &oldmask, NULL);
 }
 
-static inline bool __ksft_selected(const struct __test_metadata *t,
-				   char **names, int nr_names)
+static inline bool __ksft_named(const struct __test_metadata *t,
+				char **names, int nr_names)
 {
 	int i;
 
-	if (!nr_names)
-		return !t->manual;
 	for (i = 0; i < nr_names; i++)
 		if (!strcmp(names[i], t->name))
 			return true;
 	return false;
 }
 
+static inline bool __ksft_selected(const struct __test_metadata *t,
+				   char **names, int nr_names, char **out,
+				   int nr_out)
+{
+	if (__ksft_named(t, out, nr_out))
+		return false;
+	if (!nr_names)
+		return !t->manual;
+	return __ksft_named(t, names, nr_names);
+}
+
 static inline void __ksft_usage(const char *prog)
 {
 	fprintf(stderr,
-		"usage: %s [-l] [-t TEST]...\n"
+		"usage: %s [-l] [-t TEST]... [-x TEST]...\n"
 		"  -t TEST  run only TEST (repeatable; also runs manual "
 		"tests)\n"
+		"  -x TEST  leave TEST out (repeatable)\n"
 		"  -l       list the tests\n"
 		"  %s=SECS  default per-test timeout (%d s)\n",
 		prog, KSFT_TIMEOUT_ENV, KSFT_DEFAULT_TIMEOUT);
@@ -769,18 +782,24 @@ static inline int __ksft_main(int argc, char **argv)
 	struct __test_metadata *t;
 	struct __test_result *res;
 	unsigned int secs, planned = 0, nr = 0;
-	int opt, nr_names = 0, i, ret;
-	char **names;
+	int opt, nr_names = 0, nr_out = 0, i, ret;
+	char **names, **out;
 
+	/* One array: -t names from the front, -x names from the back. */
 	names = calloc(argc, sizeof(*names));
 	if (!names) {
 		perror("calloc");
 		return KSFT_FAIL;
 	}
-	while ((opt = getopt(argc, argv, "hlt:")) != -1) {
+	out = names + argc;
+	while ((opt = getopt(argc, argv, "hlt:x:")) != -1) {
 		switch (opt) {
 		case 't':
 			names[nr_names++] = optarg;
+			break;
+		case 'x':
+			*--out = optarg;
+			nr_out++;
 			break;
 		case 'l':
 			for (t = __ksft_tests; t; t = t->next)
@@ -798,13 +817,15 @@ static inline int __ksft_main(int argc, char **argv)
 			return KSFT_FAIL;
 		}
 	}
-	for (i = 0; i < nr_names; i++) {
+	for (i = 0; i < nr_names + nr_out; i++) {
+		const char *name = i < nr_names ? names[i] : out[i - nr_names];
+
 		for (t = __ksft_tests; t; t = t->next)
-			if (!strcmp(names[i], t->name))
+			if (!strcmp(name, t->name))
 				break;
 		if (!t) {
 			fprintf(stderr, "%s: no test named '%s'\n", argv[0],
-				names[i]);
+				name);
 			free(names);
 			return KSFT_FAIL;
 		}
@@ -818,13 +839,13 @@ static inline int __ksft_main(int argc, char **argv)
 		return KSFT_FAIL;
 	}
 	for (t = __ksft_tests; t; t = t->next)
-		planned += __ksft_selected(t, names, nr_names);
+		planned += __ksft_selected(t, names, nr_names, out, nr_out);
 	secs = __ksft_default_timeout();
 
 	printf("TAP version 13\n");
 	printf("1..%u\n", planned);
 	for (t = __ksft_tests; t; t = t->next)
-		if (__ksft_selected(t, names, nr_names))
+		if (__ksft_selected(t, names, nr_names, out, nr_out))
 			__ksft_run_one(t, ++nr, secs, res, &totals);
 	printf("# Totals: pass:%u fail:%u skip:%u\n", totals.pass, totals.fail,
 	       totals.skip);

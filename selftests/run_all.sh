@@ -87,6 +87,17 @@ harness_run() {
 	return "$rc"
 }
 
+# The tests of suite $1 that ended (ok or not ok) in the run saved in
+# $log, one name a line: those a resumed run leaves out.
+ended_tests() {
+	awk -v p="# kiln-selftest: $1" '
+		$0 == p { in_suite = 1; n = 0; next }
+		/^# kiln-selftest: / { in_suite = 0 }
+		in_suite && /^ok / { done[n++] = $3 }
+		in_suite && /^not ok / { done[n++] = $4 }
+		END { for (i = 0; i < n; i++) print done[i] }' "$log"
+}
+
 # The suites of "$@" that the run saved in $log did not finish, in order.
 unfinished() {
 	local t
@@ -101,12 +112,16 @@ unfinished() {
 # (no timeout inside it fires) and its kernel to crash, while the same
 # suites pass on the next boot. vmtest's watchdog (or its timeout) ends
 # a stalled run with 124, a crashed one ends with 125. The suites it did
-# not finish then run again in a fresh harness, the one
-# cut off from its start, said so in the output; only that run of them
-# counts. At most KILN_HARNESS_ATTEMPTS runs. A test that fails is never
-# retried here (see ksft_blame_environment for what is).
+# not finish then run again in a fresh harness, said so in the output.
+# The one it cut off resumes: its tests that had ended (passed or
+# failed) keep their results and are left out (run_kvm.sh passes them
+# to the binary as -x NAME in KILN_RESUME_ENDED), so a crash costs the
+# test it interrupted, not the whole suite; a suite that is a script
+# runs again from its start, and only that run of it counts. At most
+# KILN_HARNESS_ATTEMPTS runs. A test that fails is never retried here
+# (see ksft_blame_environment for what is).
 kvm_suite() {
-	local rc=0 attempt=1 suites
+	local rc=0 attempt=1 suites ended='' ended_in='' resume
 
 	if [ -x "$KILN_VMTEST" ]; then
 		log=$(mktemp /tmp/kiln-harness.XXXXXX) || {
@@ -117,16 +132,31 @@ kvm_suite() {
 		mapfile -t suites < <(kvm_suites "$O")
 		while :; do
 			rc=0
-			harness_run "${suites[@]}" || rc=$?
+			KILN_RESUME_ENDED=$ended harness_run "${suites[@]}" || rc=$?
 			[ "$rc" -eq 124 ] || [ "$rc" -eq 125 ] || break
 			mapfile -t suites < <(unfinished "${suites[@]}")
 			[ "${#suites[@]}" -gt 0 ] || break
 			[ "$attempt" -lt "$KILN_HARNESS_ATTEMPTS" ] || break
 			attempt=$((attempt + 1))
+			# A resumed suite cut off again keeps what ended in
+			# both runs.
+			[ "${suites[0]}" = "$ended_in" ] || ended=
+			ended_in=${suites[0]}
+			case $ended_in in
+			*.sh) ended= ;;
+			*)
+				# shellcheck disable=SC2046,SC2086 # names, a word each
+				ended=$(printf '%s\n' $ended $(ended_tests "$ended_in") |
+					awk 'NF && !seen[$0]++' | tr '\n' ' ')
+				;;
+			esac
+			resume=
+			[ -z "$ended" ] ||
+				resume="; resuming: the $(wc -w <<<"$ended") tests of ${ended_in##*/} that had ended keep their results"
 			echo "# kiln-harness-retry: the harness VM stalled, timed out" \
-				"or failed (exit $rc) in ${suites[0]};" \
+				"or failed (exit $rc) in $ended_in;" \
 				"the ${#suites[@]} suites it did not finish run again" \
-				"(run $attempt of at most $KILN_HARNESS_ATTEMPTS)"
+				"(run $attempt of at most $KILN_HARNESS_ATTEMPTS)$resume"
 		done
 		rm -f "$log"
 	elif [ -c /dev/kvm ]; then
@@ -145,8 +175,9 @@ cur='' plan=-1 seen=0 sfail=0
 # The harness run: failure count when it started, run_kvm.sh finished.
 harness_mark=0 kvm_done=0
 # The counts when the suite being read started, and when the harness
-# ended: what a retry goes back to (it runs the cut-off suite again).
-suite_mark=() exit_mark=()
+# ended: what a retry goes back to (it runs the cut-off suite again);
+# and the counts at the harness's end, what a resumed retry keeps.
+suite_mark=() exit_mark=() end_mark=()
 
 # mark NAME: set array NAME to the counts now, for restore.
 mark() {
@@ -217,6 +248,10 @@ parse() {
 		"# kiln-harness: "*)
 			harness_mark=$fail kvm_done=0
 			;;
+		"# kiln-harness-retry: "*"; resuming: "*)
+			restore "${end_mark[@]}"
+			retries+=("${line#"# kiln-harness-retry: "}")
+			;;
 		"# kiln-harness-retry: "*)
 			restore "${exit_mark[@]}"
 			retries+=("${line#"# kiln-harness-retry: "}")
@@ -235,6 +270,7 @@ parse() {
 				test_times+=("${cur##*/}.${line#"# kiln-test-time: "}")
 			;;
 		"# kiln-harness-exit: "*)
+			mark end_mark
 			if [ -n "$cur" ]; then
 				exit_mark=("${suite_mark[@]}")
 			else

@@ -22,11 +22,11 @@ struct sample_run {
 };
 
 /*
- * Run this binary with "-t @name" (and KILN_TEST_TIMEOUT=@timeout_env
- * when given), collecting its stdout and stderr. Returns 0 or -errno.
+ * Run this binary with @args (and KILN_TEST_TIMEOUT=@timeout_env when
+ * given), collecting its stdout and stderr. Returns 0 or -errno.
  */
-static int run_sample(const char *name, const char *timeout_env,
-		      struct sample_run *run)
+static int run_self(const char *const args[], const char *timeout_env,
+		    struct sample_run *run)
 {
 	size_t len = 0;
 	int pipefd[2], status;
@@ -50,8 +50,7 @@ static int run_sample(const char *name, const char *timeout_env,
 			setenv(KSFT_TIMEOUT_ENV, timeout_env, 1);
 		else
 			unsetenv(KSFT_TIMEOUT_ENV);
-		execl("/proc/self/exe", "harness_selftest", "-t", name,
-		      (char *)NULL);
+		execv("/proc/self/exe", (char *const *)args);
 		_exit(127);
 	}
 	close(pipefd[1]);
@@ -71,6 +70,15 @@ static int run_sample(const char *name, const char *timeout_env,
 	run->status = WIFEXITED(status) ? WEXITSTATUS(status) :
 					  128 + WTERMSIG(status);
 	return 0;
+}
+
+/* This binary with "-t @name": see run_self(). */
+static int run_sample(const char *name, const char *timeout_env,
+		      struct sample_run *run)
+{
+	const char *const args[] = { "harness_selftest", "-t", name, NULL };
+
+	return run_self(args, timeout_env, run);
 }
 
 /* ---- samples: run only through run_sample() ------------------------ */
@@ -493,6 +501,33 @@ TEST(unknown_test_name)
 	struct sample_run run;
 
 	ASSERT_EQ(0, run_sample("no_such_test", NULL, &run));
+	EXPECT_EQ(KSFT_FAIL, run.status);
+	EXPECT_NE(NULL, strstr(run.out, "no test named 'no_such_test'"));
+}
+
+/*
+ * -x leaves a test out of the plan and the run (how run_all.sh resumes a
+ * suite a crashed harness cut off); a name it does not know is refused.
+ */
+TEST(excluded_tests_left_out)
+{
+	const char *const args[] = { "harness_selftest", "-t",
+				     "sample_expect_continues",
+			       "-t", "sample_skip", "-x",
+			       "sample_expect_continues", NULL };
+	const char *const unknown[] = { "harness_selftest", "-x",
+					"no_such_test", NULL };
+	struct sample_run run;
+
+	ASSERT_EQ(0, run_self(args, NULL, &run));
+	EXPECT_EQ(KSFT_SKIP, run.status);
+	EXPECT_NE(NULL, strstr(run.out, "\n1..1\n"));
+	EXPECT_NE(NULL, strstr(run.out, "\nok 1 sample_skip # SKIP"));
+	EXPECT_EQ(NULL, strstr(run.out, "sample_expect_continues"));
+	if (_metadata->result->failed)
+		TH_LOG("output:\n%s", run.out);
+
+	ASSERT_EQ(0, run_self(unknown, NULL, &run));
 	EXPECT_EQ(KSFT_FAIL, run.status);
 	EXPECT_NE(NULL, strstr(run.out, "no test named 'no_such_test'"));
 }
