@@ -36,12 +36,14 @@ static bool host_has_hw_kvm(void)
  */
 TEST_TIMEOUT(stalled_harness_is_killed, 240)
 {
-	const char *argv[] = { "tools/vmtest", "bash", "-c",
-			       "sed -n 's/^Tick Device: mode: */tick mode /p'"
-			       " /proc/timer_list; mount --bind /dev/null "
-			       HARNESS_DIR "/heartbeat && sleep 600;"
-			       " echo survived",
-			       NULL };
+	const char *argv[] = {
+		"tools/vmtest", "bash", "-c",
+		"sed -n 's/^Tick Device: mode: */tick mode /p'"
+		" /proc/timer_list; mount --bind /dev/null " HARNESS_DIR
+		"/heartbeat && sleep 600;"
+		" echo survived",
+		NULL
+	};
 	struct spawn_result r;
 
 	if (host_has_hw_kvm())
