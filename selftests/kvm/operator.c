@@ -27,9 +27,9 @@
 
 #define READY_SECS   (BOOT_TIMEOUT * 3 / 4)
 #define MAX_ARGV     48
-#define CONSOLE_CAP  16384 /* --console-log-max-bytes in the cap test */
+#define CONSOLE_CAP  4096 /* --console-log-max-bytes in the cap test: its least */
 #define CONSOLE_KEEP 2
-#define PRINTED	     100000 /* bytes the guest prints at the cap */
+#define PRINTED	     25000 /* bytes the guest prints at the cap: each a UART exit */
 #define METRIC_EXECS 5	     /* execs in the metrics test */
 #define METRIC_BYTES (1 << 20) /* bytes it writes to each mount */
 
