@@ -145,8 +145,8 @@ _Static_assert(JUNK_GPA + JUNK_SIZE + BLK_DISK_SIZE <= TABLE_GPA,
 
 #define SCRIBBLE_ROUNDS	 16U
 #define SCRIBBLES	 4096U	  /* per round, each followed by a kick */
-#define NOTIFY_FLOOD	 250000U /* QueueNotify writes, bound as ioeventfd */
-#define NOTIFY_FLOOD_BAD 100000U  /* of bad indices, through user space */
+#define NOTIFY_FLOOD	 100000U /* QueueNotify writes, bound as ioeventfd */
+#define NOTIFY_FLOOD_BAD 40000U  /* of bad indices, through user space */
 #define OTHER_VM_REQS	 200U
 
 #define VS_GUEST_CID	 3U
@@ -655,7 +655,7 @@ static enum recover_err __guest_code blk_read_base(struct gq *q, unsigned int s,
 }
 
 /*
- * (d) A million kicks through the ioeventfd, a request in the middle of
+ * (d) A hundred thousand kicks through the ioeventfd, a request in the middle of
  * them; then kicks of queues that do not exist, through user space.
  */
 static void __guest_code guest_blk_notify_flood(void)
