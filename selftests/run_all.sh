@@ -3,11 +3,12 @@
 #
 # 1. Every host-side test binary $O/selftests/* (not kvm_*), on the host.
 # 2. The KVM suites: "tools/vmtest selftests/run_kvm.sh O SUITE...", so
-#    the harness VM boots a single time (vmtest runs it directly when the
-#    host has hardware KVM); again, for the suites not finished, only if
-#    the harness stalled (kvm_suite). Without tools/vmtest they run
-#    directly if /dev/kvm exists; otherwise that is a failure, never a
-#    silent skip.
+#    each harness VM boots a single time (vmtest runs it directly when the
+#    host has hardware KVM); where the host has the CPUs for it, two or
+#    more harness VMs side by side, each with its share of the suites
+#    (lanes, kvm_suite); again, for the suites not finished, only if a
+#    harness stalled (lane_run). Without tools/vmtest they run directly if
+#    /dev/kvm exists; otherwise that is a failure, never a silent skip.
 #
 # Each suite's TAP is streamed under a "# kiln-selftest: NAME" header (the
 # markers are listed in lib.sh). The TAP lines are counted across all
@@ -66,12 +67,12 @@ host_suites() {
 # suite and test inside has its own, shorter timeout, and vmtest's
 # watchdog ends a harness that stops making progress long before this.
 : "${KILN_HARNESS_TIMEOUT:=2400}"
-# Harness runs at most, the first included (see kvm_suite).
+# Harness runs at most in a lane, the first included (see lane_run).
 : "${KILN_HARNESS_ATTEMPTS:=4}"
 # The harness command; a test of this script names a fake one.
 : "${KILN_VMTEST:=tools/vmtest}"
 
-# The output of the last harness run (kvm_suite makes the file).
+# The output of the lane's last harness run (lane_run makes the file).
 log=
 
 # One harness run of the KVM suites "$@" (all of them when none are
@@ -79,7 +80,7 @@ log=
 harness_run() {
 	local rc
 
-	echo "# kiln-harness: $KILN_VMTEST selftests/run_kvm.sh $O${1:+ ($# suites)}"
+	echo "# kiln-harness: $KILN_VMTEST selftests/run_kvm.sh $O${1:+ ($# suites${KILN_HARNESS_LANE:+, lane $KILN_HARNESS_LANE})}"
 	"$KILN_VMTEST" --timeout "$KILN_HARNESS_TIMEOUT" selftests/run_kvm.sh \
 		"$O" "$@" 2>&1 </dev/null | tee "$log"
 	rc=${PIPESTATUS[0]}
@@ -108,9 +109,9 @@ unfinished() {
 	done
 }
 
-# The harness VM (nested SVM under TCG) has been seen to stall outright
-# (no timeout inside it fires) and its kernel to crash, while the same
-# suites pass on the next boot. vmtest's watchdog (or its timeout) ends
+# lane_run SUITE...: the lane's harness runs. The harness VM (nested SVM
+# under TCG) has been seen to stall outright (no timeout inside it fires)
+# and its kernel to crash, while the same suites pass on the next boot. vmtest's watchdog (or its timeout) ends
 # a stalled run with 124, a crashed one ends with 125. The suites it did
 # not finish then run again in a fresh harness, said so in the output.
 # The one it cut off resumes: its tests that had ended (passed or
@@ -120,46 +121,134 @@ unfinished() {
 # runs again from its start, and only that run of it counts. At most
 # KILN_HARNESS_ATTEMPTS runs. A test that fails is never retried here
 # (see ksft_blame_environment for what is).
-kvm_suite() {
+lane_run() {
 	local rc=0 attempt=1 suites ended='' ended_in='' resume
 
+	log=$(mktemp /tmp/kiln-harness.XXXXXX) || {
+		echo "# kiln-error: mktemp for the harness log failed"
+		return
+	}
+	trap 'rm -f "$log"' EXIT
+	suites=("$@")
+	while :; do
+		rc=0
+		KILN_RESUME_ENDED=$ended harness_run "${suites[@]}" || rc=$?
+		[ "$rc" -eq 124 ] || [ "$rc" -eq 125 ] || break
+		mapfile -t suites < <(unfinished "${suites[@]}")
+		[ "${#suites[@]}" -gt 0 ] || break
+		[ "$attempt" -lt "$KILN_HARNESS_ATTEMPTS" ] || break
+		attempt=$((attempt + 1))
+		# A resumed suite cut off again keeps what ended in both runs.
+		[ "${suites[0]}" = "$ended_in" ] || ended=
+		ended_in=${suites[0]}
+		case $ended_in in
+		*.sh) ended= ;;
+		*)
+			# shellcheck disable=SC2046,SC2086 # names, a word each
+			ended=$(printf '%s\n' $ended $(ended_tests "$ended_in") |
+				awk 'NF && !seen[$0]++' | tr '\n' ' ')
+			;;
+		esac
+		resume=
+		[ -z "$ended" ] ||
+			resume="; resuming: the $(wc -w <<<"$ended") tests of ${ended_in##*/} that had ended keep their results"
+		echo "# kiln-harness-retry: the harness VM stalled, timed out" \
+			"or failed (exit $rc) in $ended_in;" \
+			"the ${#suites[@]} suites it did not finish run again" \
+			"(run $attempt of at most $KILN_HARNESS_ATTEMPTS)$resume"
+	done
+	rm -f "$log"
+}
+
+# kvm_suite_cost SUITE: about how many seconds the KVM suite takes in a
+# harness VM of one CPU (ci56, 2026-12-04), 60 for one not listed: what
+# shares the suites among the lanes. A stale figure costs minutes, never
+# a result.
+kvm_suite_cost() {
+	case ${1##*/} in
+	kvm_control) echo 290 ;;
+	kvm_net) echo 185 ;;
+	kvm_virtiofs) echo 115 ;;
+	kvm_rootfs) echo 105 ;;
+	kvm_operator) echo 100 ;;
+	kvm_vmm_boot) echo 95 ;;
+	kvm_harness_watch) echo 90 ;;
+	kvm_hostile) echo 60 ;;
+	kvm_vsock) echo 15 ;;
+	kvm_jail) echo 10 ;;
+	kvm_mailbox) echo 5 ;;
+	*) echo 60 ;;
+	esac
+}
+
+# split_lanes N SUITE...: "LANE SUITE" lines, each suite, costliest
+# first, going to the lane (0 to N-1) that has the least cost so far.
+split_lanes() {
+	local n=$1 i best c s
+	local -a load=()
+	shift
+	for ((i = 0; i < n; i++)); do
+		load[i]=0
+	done
+	while read -r c s; do
+		best=0
+		for ((i = 1; i < n; i++)); do
+			[ "${load[i]}" -lt "${load[best]}" ] && best=$i
+		done
+		load[best]=$((load[best] + c))
+		echo "$best $s"
+	done < <(for s in "$@"; do
+		echo "$(kvm_suite_cost "$s") $s"
+	done | sort -s -k1,1nr)
+}
+
+# The KVM suites, in KILN_HARNESS_LANES harness VMs side by side (by
+# default as many as "vmtest --lanes" says: one per host CPU, the
+# harness having one), each running its share of the suites one after
+# the other and resuming on its own after a stall (lane_run). Lane 0's
+# output streams; the others' follows it once all have ended, each
+# lane's whole, as the parser wants one harness run at a time.
+kvm_suite() {
+	local all lanes i s dir rc
+	local -a mine
+	local -A lane_of=()
+
 	if [ -x "$KILN_VMTEST" ]; then
-		log=$(mktemp /tmp/kiln-harness.XXXXXX) || {
-			echo "# kiln-error: mktemp for the harness log failed"
+		mapfile -t all < <(kvm_suites "$O")
+		lanes=${KILN_HARNESS_LANES:-$("$KILN_VMTEST" --lanes 2>/dev/null)}
+		[[ $lanes =~ ^[1-9][0-9]*$ ]] || lanes=1
+		[ "$lanes" -le "${#all[@]}" ] || lanes=${#all[@]}
+		if [ "$lanes" -le 1 ]; then
+			(lane_run "${all[@]}")
+			return
+		fi
+		dir=$(mktemp -d /tmp/kiln-lanes.XXXXXX) || {
+			echo "# kiln-error: mktemp for the harness lanes failed"
 			return
 		}
-		trap 'rm -f "$log"' EXIT
-		mapfile -t suites < <(kvm_suites "$O")
-		while :; do
-			rc=0
-			KILN_RESUME_ENDED=$ended harness_run "${suites[@]}" || rc=$?
-			[ "$rc" -eq 124 ] || [ "$rc" -eq 125 ] || break
-			mapfile -t suites < <(unfinished "${suites[@]}")
-			[ "${#suites[@]}" -gt 0 ] || break
-			[ "$attempt" -lt "$KILN_HARNESS_ATTEMPTS" ] || break
-			attempt=$((attempt + 1))
-			# A resumed suite cut off again keeps what ended in
-			# both runs.
-			[ "${suites[0]}" = "$ended_in" ] || ended=
-			ended_in=${suites[0]}
-			case $ended_in in
-			*.sh) ended= ;;
-			*)
-				# shellcheck disable=SC2046,SC2086 # names, a word each
-				ended=$(printf '%s\n' $ended $(ended_tests "$ended_in") |
-					awk 'NF && !seen[$0]++' | tr '\n' ' ')
-				;;
-			esac
-			resume=
-			[ -z "$ended" ] ||
-				resume="; resuming: the $(wc -w <<<"$ended") tests of ${ended_in##*/} that had ended keep their results"
-			echo "# kiln-harness-retry: the harness VM stalled, timed out" \
-				"or failed (exit $rc) in $ended_in;" \
-				"the ${#suites[@]} suites it did not finish run again" \
-				"(run $attempt of at most $KILN_HARNESS_ATTEMPTS)$resume"
+		while read -r i s; do
+			lane_of[$s]=$i
+		done < <(split_lanes "$lanes" "${all[@]}")
+		for ((i = lanes - 1; i >= 0; i--)); do
+			mine=()
+			for s in "${all[@]}"; do
+				[ "${lane_of[$s]}" = "$i" ] && mine+=("$s")
+			done
+			echo "# kiln-harness-lane: $i of $lanes runs ${mine[*]##*/}"
+			if [ "$i" -gt 0 ]; then
+				(KILN_HARNESS_LANE=$i lane_run "${mine[@]}") \
+					>"$dir/$i" 2>&1 &
+			else
+				(KILN_HARNESS_LANE=0 lane_run "${mine[@]}")
+			fi
 		done
-		rm -f "$log"
+		wait
+		for ((i = 1; i < lanes; i++)); do
+			cat "$dir/$i"
+		done
+		rm -rf "$dir"
 	elif [ -c /dev/kvm ]; then
+		rc=0
 		echo "# kiln-harness: selftests/run_kvm.sh $O (no tools/vmtest, host KVM)"
 		selftests/run_kvm.sh "$O" 2>&1 </dev/null || rc=$?
 		echo "# kiln-harness-exit: selftests/run_kvm.sh $rc"
@@ -321,9 +410,9 @@ harness_end() {
 	fi
 }
 
-# The host suites run while the harness runs the KVM suites: the harness
-# VM keeps the 2-core host about three quarters busy, and they mostly use
-# what it leaves. Their output is kept and comes after the harness's;
+# The host suites run while the harness VMs run the KVM suites, sharing
+# the host's CPUs with them (one harness VM of one CPU left about half of
+# the 2-core host idle). Their output is kept and comes after the harness's;
 # then the host suites that boot harnesses of their own run.
 run_everything() {
 	local host_log host_pid

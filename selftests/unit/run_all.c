@@ -10,7 +10,8 @@
  * kills that process group, as the watchdog's kill of a stalled harness
  * VM would end run_kvm.sh, and the fake vmtest exits 124. The real
  * run_all.sh and run_kvm.sh run on it; KILN_KVM_DEVICE=/dev/null stands
- * in for /dev/kvm.
+ * in for /dev/kvm. The fake's files are per lane ($L: KILN_HARNESS_LANE),
+ * as two or more fake harnesses may run side by side.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -46,7 +47,7 @@ static int write_script(const char *path, const char *text)
  */
 static const char kvm_suite[] =
 	"#!/bin/bash\n"
-	"T=${KILN_FAKE_TREE:?}\n"
+	"T=${KILN_FAKE_TREE:?} L=${KILN_HARNESS_LANE:-}\n"
 	"n=${0##*/}\n"
 	"echo \"$n${*:+ $*}\" >>\"$T/runs\"\n"
 	"args=\" $* \"\n"
@@ -57,8 +58,8 @@ static const char kvm_suite[] =
 	"if runs first; then i=$((i + 1)); echo \"ok $i first\"; fi\n"
 	"if [ \"$n\" = kvm_b ] && [ \"$(cat \"$T/stalls\")\" -gt 0 ]; then\n"
 	"	echo $(($(cat \"$T/stalls\") - 1)) >\"$T/stalls\"\n"
-	"	touch \"$T/stalled\"\n"
-	"	kill -KILL -- -\"$(cat \"$T/runner.pid\")\"\n"
+	"	touch \"$T/stalled$L\"\n"
+	"	kill -KILL -- -\"$(cat \"$T/runner$L.pid\")\"\n"
 	"	exit 0\n"
 	"fi\n"
 	"runs second || exit 0\n"
@@ -94,7 +95,7 @@ static const char host_after_suite[] =
 	"#!/bin/bash\n"
 	"T=${KILN_FAKE_TREE:?}\n"
 	"echo 1..1\n"
-	"if [ -e \"$T/harness.on\" ]; then\n"
+	"if ls \"$T\"/harness.on* >/dev/null 2>&1; then\n"
 	"	echo 'not ok 1 after: ran with the harness'\n"
 	"else echo 'ok 1 after'; fi\n";
 
@@ -104,19 +105,26 @@ static const char host_after_suite[] =
  */
 static const char fake_vmtest[] =
 	"#!/bin/bash\n"
-	"T=${KILN_FAKE_TREE:?}\n"
+	"T=${KILN_FAKE_TREE:?} L=${KILN_HARNESS_LANE:-}\n"
 	"[ \"$1\" = --timeout ] && shift 2\n"
-	"touch \"$T/harness.on\"\n"
+	"echo \"${L:-none}\" >>\"$T/lanes\"\n"
+	"touch \"$T/harness.on$L\"\n"
 	"setsid \"$@\" &\n"
-	"echo $! >\"$T/runner.pid\"\n"
+	"echo $! >\"$T/runner$L.pid\"\n"
 	"wait $!\n"
 	"rc=$?\n"
-	"rm -f \"$T/harness.on\"\n"
-	/* The harness VM is gone, and its processes with it. */
-	"pkill -KILL -x kiln-fake-vmm\n"
-	"for i in $(seq 50); do pgrep -x kiln-fake-vmm >/dev/null || break;"
-	" sleep 0.1; done\n"
-	"if [ -e \"$T/stalled\" ]; then rm \"$T/stalled\"; exit \"$(cat "
+	"rm -f \"$T/harness.on$L\"\n"
+	/*
+	 * The harness VM is gone, and its processes with it: this tree's
+	 * (by path: other runs of this test may have theirs), until reaped.
+	 */
+	"left=$(pgrep -f \"^$T/kiln-fake-vmm\")\n"
+	"[ -z \"$left\" ] || kill -KILL $left\n"
+	"for i in $(seq 50); do\n"
+	"	for p in $left; do [ -d /proc/$p ] && break; p=; done\n"
+	"	[ -z \"$p\" ] && break; sleep 0.1\n"
+	"done\n"
+	"if [ -e \"$T/stalled$L\" ]; then rm \"$T/stalled$L\"; exit \"$(cat "
 	"\"$T/rc\")\"; fi\n"
 	"exit $rc\n";
 
@@ -169,6 +177,8 @@ FIXTURE(tree)
 	struct tree t;
 	struct spawn_result r; /* of run_all.sh */
 	char runs[256];	       /* the suites' runs, a line each */
+	char lanes[64];	       /* the fake harnesses' lanes, a line each */
+	int nlanes;	       /* KILN_HARNESS_LANES; 0 for 1 */
 };
 
 FIXTURE_SETUP(tree)
@@ -192,7 +202,7 @@ static void run_stalling(struct __test_metadata *_metadata,
 			 FIXTURE_DATA(tree) * self, int stalls, int rc)
 {
 	const char *argv[] = { "selftests/run_all.sh", self->t.o, NULL };
-	char path[160];
+	char path[160], lanes[16];
 	size_t n = 0;
 	FILE *f;
 
@@ -210,6 +220,8 @@ static void run_stalling(struct __test_metadata *_metadata,
 	setenv("KILN_VMTEST", self->t.vmtest, 1);
 	setenv("KILN_KVM_DEVICE", "/dev/null", 1);
 	setenv("KILN_HARNESS_ATTEMPTS", "3", 1);
+	snprintf(lanes, sizeof(lanes), "%d", self->nlanes ? self->nlanes : 1);
+	setenv("KILN_HARNESS_LANES", lanes, 1);
 	ASSERT_EQ(0, spawn__run(argv, NULL, &self->r));
 	f = fopen(self->t.runs, "r");
 	if (f) {
@@ -217,6 +229,24 @@ static void run_stalling(struct __test_metadata *_metadata,
 		fclose(f);
 	}
 	self->runs[n] = '\0';
+	n = 0;
+	snprintf(path, sizeof(path), "%s/lanes", self->t.dir);
+	f = fopen(path, "r");
+	if (f) {
+		n = fread(self->lanes, 1, sizeof(self->lanes) - 1, f);
+		fclose(f);
+	}
+	self->lanes[n] = '\0';
+}
+
+/* How many times @needle is in @hay. */
+static int count(const char *hay, const char *needle)
+{
+	int n = 0;
+
+	for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle))
+		n++;
+	return n;
 }
 
 static char *suite(struct tree *t, const char *name, char *buf, size_t len)
@@ -315,6 +345,69 @@ TEST_F(tree, unkillable_vmm_ends_the_harness_run)
 			      "kernel; this harness runs no more suites"));
 	EXPECT_NE(NULL, strstr(out, "# kiln-harness-stuck: vmm "));
 	EXPECT_EQ(NULL, strstr(out, "left vmm processes"));
+	EXPECT_NE(NULL, strstr(out, "\n7 passed, 1 failed, 1 harness "
+				    "stall(s)\n"));
+}
+
+/*
+ * Two lanes: kvm_a and kvm_c in lane 0, kvm_b in lane 1 (the suites cost
+ * the same, so each goes to the lane with less so far, lane 0 on a tie),
+ * two fake harnesses side by side, every suite run once and counted
+ * once, lane 1's output whole after lane 0's.
+ */
+TEST_F(tree, two_lanes_share_the_suites)
+{
+	const char *out = self->r.out, *l0, *l1, *end0;
+
+	self->nlanes = 2;
+	run_stalling(_metadata, self, 0, 124);
+	EXPECT_EQ(1, self->r.status);
+	EXPECT_EQ(1, count(self->runs, "kvm_a\n"));
+	EXPECT_EQ(1, count(self->runs, "kvm_b\n"));
+	EXPECT_EQ(1, count(self->runs, "kvm_c\n"));
+	EXPECT_EQ(1, count(self->lanes, "0\n"));
+	EXPECT_EQ(1, count(self->lanes, "1\n"));
+	EXPECT_NE(NULL, strstr(out, "# kiln-harness-lane: 0 of 2 runs "
+				    "kvm_a kvm_c\n"));
+	EXPECT_NE(NULL, strstr(out, "# kiln-harness-lane: 1 of 2 runs "
+				    "kvm_b\n"));
+	l0 = strstr(out, "(2 suites, lane 0)\n");
+	l1 = strstr(out, "(1 suites, lane 1)\n");
+	ASSERT_NE(NULL, l0);
+	ASSERT_NE(NULL, l1);
+	EXPECT_LT(l0, l1);
+	/* Lane 0's exit comes before lane 1's first line. */
+	end0 = strstr(l0, "# kiln-harness-exit: ");
+	ASSERT_NE(NULL, end0);
+	EXPECT_LT(end0, l1);
+	EXPECT_EQ(NULL, strstr(out, "HARNESS STALL"));
+	EXPECT_NE(NULL, strstr(out, "\n7 passed, 1 failed\n"));
+}
+
+/*
+ * A stall in lane 1 (kvm_b): that lane resumes kvm_b in a fresh harness
+ * while lane 0 runs on; the counts are as with one lane.
+ */
+TEST_F(tree, stall_in_one_lane_resumes_in_that_lane)
+{
+	const char *out = self->r.out;
+
+	self->nlanes = 2;
+	run_stalling(_metadata, self, 1, 124);
+	EXPECT_EQ(1, self->r.status);
+	EXPECT_EQ(1, count(self->runs, "kvm_a\n"));
+	EXPECT_EQ(1, count(self->runs, "kvm_b\n"));
+	EXPECT_EQ(1, count(self->runs, "kvm_b -x first\n"));
+	EXPECT_LT(strstr(self->runs, "kvm_b\n"),
+		  strstr(self->runs, "kvm_b -x first\n"));
+	EXPECT_EQ(1, count(self->runs, "kvm_c\n"));
+	EXPECT_EQ(1, count(self->lanes, "0\n"));
+	EXPECT_EQ(2, count(self->lanes, "1\n"));
+	EXPECT_NE(NULL, strstr(out, "(1 suites, lane 1)\n# kiln-selftest: "));
+	EXPECT_NE(NULL, strstr(out, "the 1 suites it did not finish run again "
+				    "(run 2 of at most 3); resuming: the 1 "
+				    "tests of kvm_b that had ended keep their "
+				    "results\n"));
 	EXPECT_NE(NULL, strstr(out, "\n7 passed, 1 failed, 1 harness "
 				    "stall(s)\n"));
 }

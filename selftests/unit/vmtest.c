@@ -110,6 +110,40 @@ TEST_TIMEOUT(harness_that_never_beats_is_killed, 300)
 		       r.out, r.err);
 }
 
+/*
+ * --lanes: how many harness VMs run_all.sh runs side by side, one per
+ * KILN_VMTEST_SMP host CPUs (at least one, at most four; fewer if memory
+ * is short); one where vmtest runs commands directly. It boots nothing.
+ */
+TEST(lanes_are_one_per_harness_cpus)
+{
+	const char *argv[] = { "tools/vmtest", "--lanes", NULL };
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	struct spawn_result r;
+	char smp[24];
+	long n;
+
+	ASSERT_LT(0, cpus);
+	setenv("KILN_VMTEST_SMP", "1", 1);
+	ASSERT_EQ(0, spawn__run(argv, NULL, &r));
+	EXPECT_EQ(0, r.status);
+	n = strtol(r.out, NULL, 10);
+	if (host_has_hw_kvm()) {
+		EXPECT_EQ(1, n);
+	} else {
+		EXPECT_LE(1, n);
+		EXPECT_GE(cpus < 4 ? cpus : 4, n) TH_LOG("%ld CPUs", cpus);
+	}
+	/* A harness wanting every host CPU, or more: one lane. */
+	for (int mul = 1; mul <= 2; mul++) {
+		snprintf(smp, sizeof(smp), "%ld", cpus * mul);
+		setenv("KILN_VMTEST_SMP", smp, 1);
+		ASSERT_EQ(0, spawn__run(argv, NULL, &r));
+		EXPECT_EQ(0, r.status);
+		EXPECT_STREQ("1\n", r.out) TH_LOG("KILN_VMTEST_SMP=%s", smp);
+	}
+}
+
 TEST_TIMEOUT(crashed_harness_is_reported_with_its_oops, 240)
 {
 	const char *argv[] = { "tools/vmtest", "bash", "-c",
