@@ -501,38 +501,44 @@ static void conn_drained(struct vsock *v, struct vsock_conn *c)
 	}
 }
 
-static void flush(struct vsock *v, struct vsock_conn *c)
+/* One send of c's buffered bytes (the ring's one or two pieces). */
+static ssize_t buf_send(struct vsock_conn *c)
 {
+	uint32_t first = VSOCK_BUF_ALLOC - c->buf_head;
 	struct iovec iov[2];
-	unsigned int n;
+	unsigned int n = 1;
 	ssize_t r;
 
-	/* Until EAGAIN or empty: a few turns (two pieces, EINTR). */
-	for (int i = 0; i < 8 && c->buf_len && c->writable; i++) {
-		uint32_t first = VSOCK_BUF_ALLOC - c->buf_head;
-
-		iov[0].iov_base = c->buf + c->buf_head;
-		iov[0].iov_len = first < c->buf_len ? first : c->buf_len;
-		n = 1;
-		if (first < c->buf_len) {
-			iov[1].iov_base = c->buf;
-			iov[1].iov_len = c->buf_len - first;
-			n = 2;
-		}
-		r = send_iov(c->fd, iov, n);
-		if (r < 0) {
-			if (would_block(errno)) {
-				blocked(v, c);
-				break;
-			}
-			if (errno == EINTR)
-				continue;
-			conn_kill(v, c, true);
-			return;
-		}
+	iov[0].iov_base = c->buf + c->buf_head;
+	iov[0].iov_len = first < c->buf_len ? first : c->buf_len;
+	if (first < c->buf_len) {
+		iov[1].iov_base = c->buf;
+		iov[1].iov_len = c->buf_len - first;
+		n = 2;
+	}
+	r = send_iov(c->fd, iov, n);
+	if (r > 0) {
 		c->buf_head = (c->buf_head + r) % VSOCK_BUF_ALLOC;
 		c->buf_len -= r;
 		c->fwd_cnt += r;
+	}
+	return r;
+}
+
+static void flush(struct vsock *v, struct vsock_conn *c)
+{
+	/* Until EAGAIN or empty: a few turns (two pieces, EINTR). */
+	for (int i = 0; i < 8 && c->buf_len && c->writable; i++) {
+		if (buf_send(c) >= 0)
+			continue;
+		if (would_block(errno)) {
+			blocked(v, c);
+			break;
+		}
+		if (errno == EINTR)
+			continue;
+		conn_kill(v, c, true);
+		return;
 	}
 	if (!c->buf_len) {
 		free(c->buf);
@@ -1216,8 +1222,40 @@ void vsock__run_round(struct vsock *v)
 	}
 }
 
+/*
+ * Bytes the guest sent (its credit spent on them) that the host had no
+ * room for yet: delivered before the sockets close, as a guest that
+ * writes its last bytes and powers off expects. DRAIN_MS in all, so a
+ * host that never reads cannot hold the exit; what is left is said.
+ */
+static void drain_conns(struct vsock *v)
+{
+	uint64_t end = now_ms() + DRAIN_MS;
+	struct vsock_conn *c;
+
+	list_for_each_entry(c, &v->conns, struct vsock_conn, node) {
+		while (c->fd >= 0 && c->buf_len) {
+			struct pollfd p = { .fd = c->fd, .events = POLLOUT };
+			uint64_t now = now_ms();
+
+			if (now >= end ||
+			    poll(&p, 1, (int)(end - now)) <= 0 ||
+			    (p.revents & (POLLERR | POLLHUP | POLLNVAL)))
+				break;
+			if (buf_send(c) < 0 && !would_block(errno) &&
+			    errno != EINTR)
+				break;
+		}
+		if (c->fd >= 0 && c->buf_len)
+			pr_warn("%s: guest port %" PRIu32 ": %" PRIu32
+				" bytes the host did not read dropped at exit",
+				v->vdev.name, c->peer_port, c->buf_len);
+	}
+}
+
 void vsock__free_conns(struct vsock *v)
 {
+	drain_conns(v);
 	while (!list_empty(&v->conns)) {
 		struct vsock_conn *c =
 			list_first_entry(&v->conns, struct vsock_conn, node);

@@ -37,6 +37,7 @@
 #define RX_BUDGET      256U /* packets to the guest per iteration */
 #define TX_BUDGET      256U /* packets from the guest per iteration */
 #define TICK_MS	       1000U
+#define DRAIN_MS       3000U /* at destroy: all conns' buffered bytes */
 #define SQ_ENTRIES     16U
 #define LISTEN_BACKLOG 128
 
