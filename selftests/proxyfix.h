@@ -18,11 +18,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "vmm/policy.h"
-#include "vmm/proxy.h"
-#include "vmm/seccomp.h"
+#include "net/policy.h"
+#include "net/proxy.h"
 #include "selftests/kselftest.h"
 #include "selftests/vmnet.h"
+#include "vmm/seccomp.h"
 
 #define PROXYFIX_TIMEOUT_MS 10000 /* what should happen does, well within */
 #define PROXYFIX_POLL_US    10000

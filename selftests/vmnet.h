@@ -9,7 +9,7 @@
  * - the "host" one, the test process's: where the vmm's threads run and
  *   open upstream sockets; test servers listen on addresses added to
  *   its lo (VMNET_IP("addr", "add", ...) once set up);
- * - the "VM netns", as vmm/netns.c makes it: a veth end standing in for
+ * - the "VM netns", as net/netns.c makes it: a veth end standing in for
  *   the tap (same ingress), the gateway's address, the table 100 local
  *   route and its rule;
  * - the "guest netns", the veth's other end with the guest's address and

@@ -148,7 +148,7 @@ struct api_params {
 	const uint8_t *reseed;
 	/*
 	 * With reseed, for a VM with a network: its own MAC (6 bytes) and
-	 * kiln.net's value (vmm/netcfg.h), copied. The RESEED carries them
+	 * kiln.net's value (net/netcfg.h), copied. The RESEED carries them
 	 * (T_NET_MAC, T_NET) to an agent with KILN_FEATURE_NET_RENEW, which
 	 * gives eth0 this VM's network instead of the snapshot's; one
 	 * without it is warned about and keeps the snapshot's MAC. NULL:

@@ -27,8 +27,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "vmm/baseline.h"
-#include "vmm/snapshot-load.h"
+#include "snapshot/baseline.h"
+#include "snapshot/load.h"
 #include "vmm/vm.h"
 
 #define BASELINE_WHY_LEN 512

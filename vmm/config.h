@@ -8,9 +8,9 @@
 
 #include "lib/compiler.h"
 #include "lib/log.h"
+#include "net/netcfg.h"
 #include "vmm/jail.h"
 #include "vmm/mounts.h"
-#include "vmm/netcfg.h"
 
 #define CONFIG_DEFAULT_CPUS    1U
 #define CONFIG_DEFAULT_MEM_MIB 256U
@@ -147,14 +147,6 @@ int __must_check config__set_argv(struct vm_config *c, char *const argv[],
  */
 int __must_check config__validate(struct vm_config *c, char *err,
 				  size_t errlen);
-/* Parse a decimal count with no sign, junk or overflow. */
-int __must_check config__parse_uint(const char *s, uint64_t max, uint64_t *out);
-/*
- * Parse a byte count: decimal, optionally followed by K, M, G or T (powers
- * of 1024, also spelled KiB, MiB, GiB, TiB). -EINVAL for junk, -ERANGE
- * above max.
- */
-int __must_check config__parse_size(const char *s, uint64_t max, uint64_t *out);
 /* The modes' names ("ephemeral", ...) by enum rootfs_mode, NULL-terminated. */
 extern const char *const config__rootfs_modes[];
 const char *config__rootfs_mode_name(enum rootfs_mode mode);

@@ -23,14 +23,14 @@
 #include <unistd.h>
 
 #include "devices/virtio/vsock.h"
+#include "net/dns.h"
+#include "net/proxy.h"
+#include "net/status.h"
 #include "proto/agent.h"
 #include "proto/tlv.h"
 #include "vmm/api.h"
-#include "vmm/dns.h"
 #include "vmm/facts.h"
 #include "vmm/mounts.h"
-#include "vmm/net-status.h"
-#include "vmm/proxy.h"
 #include "vmm/seccomp.h"
 #include "vmm/vm.h"
 
@@ -127,7 +127,7 @@ static int mounts_plan(struct vm *vm, struct kiln_buf *b, struct api_params *p)
 	return 0;
 }
 
-/* The proxy's counters and the egress program's (vmm/net-status.h). */
+/* The proxy's counters and the egress program's (net/status.h). */
 static json_t *net_status(struct vm *vm)
 {
 	uint64_t egress[EGRESS_NR_REASONS];

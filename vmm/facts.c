@@ -12,9 +12,9 @@
 #include <string.h>
 
 #include "lib/errf.h"
+#include "net/netcfg.h"
 #include "vmm/facts.h"
 #include "vmm/mounts.h"
-#include "vmm/netcfg.h"
 
 /* Room for the longest "mount:PATH" topic. */
 #define FACTS_TOPIC_MAX (sizeof("mount:") + MOUNTS_PATH_MAX)

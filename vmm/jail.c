@@ -32,10 +32,10 @@
 #include "lib/compiler.h"
 #include "lib/errf.h"
 #include "lib/log.h"
+#include "net/tls.h"
 #include "vmm/config.h"
 #include "vmm/jail.h"
 #include "vmm/rootfs.h"
-#include "vmm/tls.h"
 #include "vmm/vm.h" /* VMM_EXIT_VMM_ERROR */
 
 /* The jail's root: a tmpfs, read-only once set up. */

@@ -17,11 +17,11 @@
 #include <sys/resource.h>
 
 #include "lib/errf.h"
+#include "snapshot/archive.h"
 #include "vmm/config.h"
 #include "vmm/facts.h"
 #include "vmm/jail.h"
 #include "vmm/options.h"
-#include "vmm/snapshot-archive.h"
 #include "vmm/vm.h"
 
 /*
@@ -274,7 +274,7 @@ out:
 
 /*
  * vmm snapshot pack [--level N] DIR FILE | unpack FILE DIR: a snapshot
- * directory to one archive and back (vmm/snapshot-archive.h), offline.
+ * directory to one archive and back (snapshot/archive.h), offline.
  */
 static int cmd_snapshot(int argc, char **argv)
 {

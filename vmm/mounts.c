@@ -15,8 +15,9 @@
 #include "devices/fs/passthrough.h"
 #include "devices/fs/virtual.h"
 #include "lib/errf.h"
-#include "vmm/config.h"
+#include "lib/parse.h"
 #include "proto/mounts.h"
+#include "vmm/config.h"
 #include "vmm/mounts.h"
 
 static void mount_free(struct mount_config *m)
@@ -192,7 +193,7 @@ int mounts__parse_cli(struct mounts_config *mc, const char *spec, char *err,
 	if (!strcmp(src, "memory") || !strncmp(src, "memory:", 7)) {
 		m->type = MOUNT_MEMORY;
 		if (src[6] == ':' &&
-		    config__parse_size(src + 7, INT64_MAX, &n))
+		    parse__size(src + 7, INT64_MAX, &n))
 			return errf(err, len, -EINVAL,
 				    "--mount %s: memory size \"%s\" is not a "
 				    "byte count (K/M/G suffixes)",
@@ -395,7 +396,7 @@ static int parse_memory(struct mount_config *m, const char *where, json_t *o,
 			if (json_is_integer(v) && json_integer_value(v) > 0)
 				m->max_bytes = json_integer_value(v);
 			else if (!json_is_string(v) ||
-				 config__parse_size(json_string_value(v),
+				 parse__size(json_string_value(v),
 						    INT64_MAX, &m->max_bytes) ||
 				 !m->max_bytes)
 				ret = errf(err, len, -EINVAL,

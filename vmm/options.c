@@ -19,18 +19,19 @@
 #include "lib/compiler.h"
 #include "lib/errf.h"
 #include "lib/log.h"
+#include "lib/parse.h"
+#include "net/netcfg.h"
+#include "net/policy.h"
 #include "vmm/config.h"
 #include "vmm/console-log.h"
 #include "vmm/metrics.h"
 #include "vmm/mounts.h"
-#include "vmm/netcfg.h"
 #include "vmm/options.h"
-#include "vmm/policy.h"
 
 enum option_kind {
 	OPTION_STRING, /* text as given; JSON: a string */
 	OPTION_UINT,   /* decimal count up to max; JSON: an integer */
-	OPTION_SIZE,   /* byte count (config__parse_size) up to max; JSON:
+	OPTION_SIZE,   /* byte count (parse__size) up to max; JSON:
 			* an integer, or a string with a suffix */
 	OPTION_FLAG,   /* command line: no argument, true; JSON: a boolean */
 	OPTION_CHOICE, /* one of choices[], as its index; JSON: a string */
@@ -978,7 +979,7 @@ static int from_text(const struct option_desc *o, const char *arg,
 		v->b = true;
 		return 0;
 	case OPTION_UINT:
-		ret = config__parse_uint(arg, o->max, &v->u);
+		ret = parse__uint(arg, o->max, &v->u);
 		if (ret == -EINVAL)
 			return errf(err, len, ret,
 				    "--%s %s: not a decimal number", o->flag,
@@ -988,7 +989,7 @@ static int from_text(const struct option_desc *o, const char *arg,
 				    o->flag, arg);
 		return 0;
 	case OPTION_SIZE:
-		ret = config__parse_size(arg, o->max, &v->u);
+		ret = parse__size(arg, o->max, &v->u);
 		if (ret == -EINVAL)
 			return errf(err, len, ret,
 				    "--%s %s: not a byte count (digits, "
@@ -1055,7 +1056,7 @@ static int from_json(const struct option_desc *o, json_t *j,
 			return 0;
 		}
 		if (json_is_string(j) &&
-		    !config__parse_size(json_string_value(j), o->max, &v->u))
+		    !parse__size(json_string_value(j), o->max, &v->u))
 			return 0;
 		return errf(err, len, -EINVAL,
 			    "\"%s\" must be a byte count (an integer, or a "

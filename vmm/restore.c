@@ -30,8 +30,8 @@
 #include "devices/console.h"
 #include "devices/uart.h"
 #include "devices/virtio/device.h"
-#include "vmm/snapshot-load.h"
-#include "vmm/snapshot-state.h"
+#include "snapshot/load.h"
+#include "snapshot/state.h"
 #include "vmm/vm.h"
 
 #define NSEC_PER_SEC  1000000000ULL

@@ -18,14 +18,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <wolfssl/options.h>
-#include <wolfssl/wolfcrypt/error-crypt.h>
-#include <wolfssl/wolfcrypt/sha256.h>
 
 #include "lib/compiler.h"
 #include "lib/errf.h"
+#include "lib/sha256.h"
+#include "snapshot/verified.h"
 #include "vmm/rootfs.h"
-#include "vmm/verified.h"
 
 #define DESCRIPTOR_MAX (64U << 10) /* bytes: a descriptor is ~300 */
 #define HASH_CHUNK     (1U << 20)  /* bytes per read while hashing */
@@ -317,33 +315,6 @@ out_close:
 
 /* ---- hashing --------------------------------------------------------- */
 
-/* wolfSSL returns its own negative codes: turn them into -errno. */
-static int wolf_errno(int ret)
-{
-	switch (ret) {
-	case 0:
-		return 0;
-	case MEMORY_E:
-		return -ENOMEM;
-	case BAD_FUNC_ARG:
-		return -EINVAL;
-	default:
-		return -EIO;
-	}
-}
-
-static void to_hex(const unsigned char *in, size_t n, char *out)
-{
-	static const char hex[] = "0123456789abcdef";
-	size_t i;
-
-	for (i = 0; i < n; i++) {
-		out[2 * i] = hex[in[i] >> 4];
-		out[2 * i + 1] = hex[in[i] & 15];
-	}
-	out[2 * n] = '\0';
-}
-
 /*
  * Hash the first size bytes of fd into "sha256:<hex>". The file was
  * checked to be exactly that size; one that shrinks meanwhile is an error.
@@ -351,9 +322,9 @@ static void to_hex(const unsigned char *in, size_t n, char *out)
 static int hash_file(const struct rootfs_image *img, int fd, uint64_t size,
 		     char out[ROOTFS_DIGEST_LEN + 1], char *err, size_t len)
 {
-	unsigned char md[WC_SHA256_DIGEST_SIZE];
+	char hex[SHA256_HEX_LEN + 1];
+	struct sha256 sha;
 	uint64_t off = 0;
-	wc_Sha256 sha;
 	ssize_t n;
 	void *buf;
 	int ret;
@@ -362,11 +333,11 @@ static int hash_file(const struct rootfs_image *img, int fd, uint64_t size,
 	if (!buf)
 		return errf(err, len, -ENOMEM, "%s: hashing: %s", img->path,
 			    strerror(ENOMEM));
-	ret = wc_InitSha256(&sha);
+	ret = sha256__init(&sha);
 	if (ret) {
 		free(buf);
-		return errf(err, len, wolf_errno(ret), "%s: sha256: %s",
-			    img->path, wc_GetErrorString(ret));
+		return errf(err, len, ret, "%s: sha256: %s", img->path,
+			    strerror(-ret));
 	}
 	posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
 	while (off < size) {
@@ -378,32 +349,31 @@ static int hash_file(const struct rootfs_image *img, int fd, uint64_t size,
 		if (n < 0) {
 			ret = errf(err, len, -errno, "%s: reading: %s",
 				   img->path, strerror(errno));
-			goto out;
+			goto out_free;
 		}
 		if (n == 0) {
 			ret = errf(err, len, -EIO,
 				   "%s: ended at %llu bytes while being hashed",
 				   img->path, (unsigned long long)off);
-			goto out;
+			goto out_free;
 		}
-		ret = wc_Sha256Update(&sha, buf, n);
+		ret = sha256__update(&sha, buf, n);
 		if (ret) {
-			ret = errf(err, len, wolf_errno(ret), "%s: sha256: %s",
-				   img->path, wc_GetErrorString(ret));
-			goto out;
+			ret = errf(err, len, ret, "%s: sha256: %s", img->path,
+				   strerror(-ret));
+			goto out_free;
 		}
 		off += n;
 	}
-	ret = wc_Sha256Final(&sha, md);
-	if (ret) {
-		ret = errf(err, len, wolf_errno(ret), "%s: sha256: %s",
-			   img->path, wc_GetErrorString(ret));
-		goto out;
-	}
-	memcpy(out, ROOTFS_DIGEST_PREFIX, strlen(ROOTFS_DIGEST_PREFIX));
-	to_hex(md, sizeof(md), out + strlen(ROOTFS_DIGEST_PREFIX));
-out:
-	wc_Sha256Free(&sha);
+	free(buf);
+	ret = sha256__final_hex(&sha, hex);
+	if (ret)
+		return errf(err, len, ret, "%s: sha256: %s", img->path,
+			    strerror(-ret));
+	snprintf(out, ROOTFS_DIGEST_LEN + 1, "%s%s", ROOTFS_DIGEST_PREFIX, hex);
+	return 0;
+out_free:
+	sha256__free(&sha);
 	free(buf);
 	return ret;
 }

@@ -25,8 +25,8 @@
 
 #include "lib/compiler.h"
 #include "lib/thread-filter.h"
+#include "snapshot/file.h"
 #include "vmm/seccomp.h"
-#include "vmm/snapshot-file.h"
 
 #define SECCOMP_NR_FCHMODAT2 452 /* x86-64; libseccomp 2.5 has no name */
 #define SECCOMP_EXIT_STATUS  125 /* VMM_EXIT_VMM_ERROR */
@@ -226,7 +226,7 @@ static const struct rule kvm_state[] = {
 };
 
 /*
- * vm.snapshot's files (vmm/snapshot-file.c): it makes its directory and
+ * vm.snapshot's files (snapshot/file.c): it makes its directory and
  * new files in it, writes them and never reads or reopens one. It
  * replaces openat_refused: an argument-less openat rule would override
  * any with arguments (libseccomp), so the error here is for every flags
@@ -342,7 +342,7 @@ static const struct rule fs_bind[] = {
 };
 
 /*
- * The egress proxy (vmm/proxy.c) and the resolver (vmm/dns.c): upstream
+ * The egress proxy (net/proxy.c) and the resolver (net/dns.c): upstream
  * IPv4 TCP and UDP sockets. Their sockets in the VM netns are made before
  * the filter (the proxy's netns thread, which predates the filters, is
  * not under one: Documentation/security.md).

@@ -28,7 +28,7 @@ enum seccomp_thread {
 	SECCOMP_THREAD_FS,
 	/* the control API (vmm/api/server.c) */
 	SECCOMP_THREAD_API,
-	/* the egress proxy's (vmm/proxy.c) and the resolver's (vmm/dns.c) */
+	/* the egress proxy's (net/proxy.c) and the resolver's (net/dns.c) */
 	SECCOMP_THREAD_EGRESS,
 	SECCOMP_NR_THREADS,
 };

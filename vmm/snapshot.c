@@ -9,7 +9,7 @@
  * snapshot before anything is written), then each vCPU's and the VM's
  * KVM state, then writes them, guest memory, the root disk's writable
  * layer (or a reference to a persistent one) and the manifest into an
- * owner-only directory (vmm/snapshot-file.h).
+ * owner-only directory (snapshot/file.h).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -23,10 +23,10 @@
 #include "devices/block/disk.h"
 #include "devices/uart.h"
 #include "devices/virtio/device.h"
+#include "snapshot/file.h"
+#include "snapshot/state.h"
+#include "snapshot/verified.h"
 #include "vmm/api.h"
-#include "vmm/snapshot-file.h"
-#include "vmm/snapshot-state.h"
-#include "vmm/verified.h"
 #include "vmm/vm.h"
 
 #define SNAP_NAME_LEN 32 /* "vcpu255.state" */
@@ -180,7 +180,7 @@ static int save_vm_state(struct vm *vm, struct snap_writer *w,
 static int add_digest(json_t *o, const char *key, const void *p, size_t n)
 {
 	char hex[SNAP_SHA256_HEX + 1], val[SNAP_SHA256_HEX + 8];
-	int ret = snap__sha256(p, n, hex);
+	int ret = sha256__hex(p, n, hex);
 
 	if (ret)
 		return ret;
@@ -321,7 +321,7 @@ int vm__snapshot_keep_boot(struct vm *vm)
 	if (!vm->snap_cmdline)
 		return -ENOMEM;
 	if (vm->argv_cpio_len) {
-		ret = snap__sha256(vm->argv_cpio, vm->argv_cpio_len, hex);
+		ret = sha256__hex(vm->argv_cpio, vm->argv_cpio_len, hex);
 		if (ret)
 			return ret;
 		snprintf(vm->snap_appended, sizeof(vm->snap_appended), "%s",

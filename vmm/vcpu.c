@@ -16,11 +16,11 @@
 
 #include "lib/compiler.h"
 #include "lib/counter.h"
-#include "lib/timespec.h"
 #include "lib/thread-filter.h"
+#include "lib/timespec.h"
+#include "snapshot/state.h"
 #include "vmm/metrics.h"
 #include "vmm/seccomp.h"
-#include "vmm/snapshot-state.h"
 #include "vmm/vm.h"
 
 /* MSR numbers (SDM vol. 4) and their boot values. */

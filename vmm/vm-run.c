@@ -16,7 +16,6 @@
 #include <unistd.h>
 
 #include "devices/console.h"
-#include "vmm/console-log.h"
 #include "devices/virtio/blk.h"
 #include "devices/virtio/fs.h"
 #include "devices/virtio/net.h"
@@ -24,8 +23,9 @@
 #include "lib/compiler.h"
 #include "lib/evloop.h"
 #include "lib/thread-filter.h"
-#include "vmm/dns.h"
-#include "vmm/proxy.h"
+#include "net/dns.h"
+#include "net/proxy.h"
+#include "vmm/console-log.h"
 #include "vmm/seccomp.h"
 #include "vmm/vm.h"
 

@@ -10,18 +10,18 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "lib/compiler.h"
-#include "lib/fdbudget.h"
 #include "bootloader/boot.h"
 #include "devices/exit-dev.h"
-#include "devices/virtio/guest-mem.h"
 #include "devices/i8042.h"
-#include "vmm/config.h"
-#include "vmm/bus.h"
-#include "vmm/intercept.h"
+#include "devices/virtio/guest-mem.h"
+#include "lib/compiler.h"
+#include "lib/fdbudget.h"
 #include "lib/log.h"
+#include "net/intercept.h"
+#include "net/tap.h"
+#include "vmm/bus.h"
+#include "vmm/config.h"
 #include "vmm/rootfs.h"
-#include "vmm/tap.h"
 #include "vmm/virtio-attach.h"
 
 #define KILN_VERSION "0.1.0" /* `vmm --version`, and in a snapshot */
@@ -161,7 +161,7 @@ struct vm {
 	int netns_fd; /* -1: tap-fd mode, or no network */
 	struct virtio_net *net;
 	/*
-	 * The egress proxy and its program on the tap (vmm/proxy.h), in
+	 * The egress proxy and its program on the tap (net/proxy.h), in
 	 * auto and netns modes; with tap-fd the host side is the
 	 * orchestrator's.
 	 */
@@ -176,17 +176,17 @@ struct vm {
 	const struct net_policy *policy; /* the config's, or policy_owned */
 	struct net_policy *policy_owned; /* the last replacement: the VM's */
 	/*
-	 * The trusted DNS bindings (vmm/policy.h): made in the proxy step,
+	 * The trusted DNS bindings (net/policy.h): made in the proxy step,
 	 * freed after the proxy is gone. The resolver's thread inserts and
 	 * expires, the proxy's looks up (decide_by_policy); the table does
 	 * not lock, so both take bindings_lock around it.
 	 */
 	struct net_bindings *bindings;
 	pthread_mutex_t bindings_lock;
-	/* The resolver on the gateway's port 53 (vmm/dns.h), with the proxy. */
+	/* The resolver on the gateway's port 53 (net/dns.h), with the proxy. */
 	struct dns *dns;
 	/*
-	 * The http grants' TLS interception (vmm/tls.h), with the proxy:
+	 * The http grants' TLS interception (net/tls.h), with the proxy:
 	 * the VM's CA (made at start, its key in memory only), a server on
 	 * it and a client trusting --net-ca-bundle; freed after the proxy.
 	 * client NULL: the default bundle could not be read.

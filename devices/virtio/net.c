@@ -253,7 +253,7 @@ static int take_back_read(struct virtio_net *n)
  * ring. A frame waiting in them for more buffers is not saved: a VM
  * restored from the snapshot never gets it (a link may lose a frame),
  * this one still does. The tap is the host's and is not saved; the MAC
- * is, for the record (a restored VM has its own, vmm/netcfg.h).
+ * is, for the record (a restored VM has its own, net/netcfg.h).
  */
 static int net_save(struct virtio_device *dev, json_t *obj, char *err,
 		    size_t len)

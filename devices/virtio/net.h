@@ -4,10 +4,10 @@
 
 #include <stdint.h>
 
-#include "lib/compiler.h"
 #include "devices/irq.h"
 #include "devices/virtio/device.h"
 #include "devices/virtio/guest-mem.h"
+#include "lib/compiler.h"
 #include "lib/log.h"
 
 struct sock_fprog; /* lib/thread-filter.h */
@@ -19,7 +19,7 @@ struct sock_fprog; /* lib/thread-filter.h */
  * front, which the tap (IFF_VNET_HDR, TUNSETVNETHDRSZ 12) reads and
  * writes as it is: checksum and segmentation offloads pass straight
  * through. The device never opens a tap: its creator hands one in
- * (vmm/tap.h makes one) together with the offloads the tap accepts, and
+ * (net/tap.h makes one) together with the offloads the tap accepts, and
  * closes it after the device is gone.
  *
  * Offered: VERSION_1, EVENT_IDX, INDIRECT_DESC, MAC, STATUS (the link is

@@ -8,7 +8,7 @@
 
 /*
  * The guest's network (Documentation/network.md): lo always, and with
- * kiln.net=ADDRESS/PREFIX,GATEWAY,MTU,DNS from the host (vmm/netcfg.c)
+ * kiln.net=ADDRESS/PREFIX,GATEWAY,MTU,DNS from the host (net/netcfg.c)
  * the virtio-net interface eth0 and the resolver.
  */
 #define INIT_NET_IFNAME	     "eth0"

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * fuzz dns_msg - the DNS message reader (vmm/dns-msg.c) on any bytes,
+ * fuzz dns_msg - the DNS message reader (net/dns-msg.c) on any bytes,
  * read both as a guest's query and as an upstream's answer.
  *
  * An answer is only read for bindings after it matches its query, so the
@@ -14,7 +14,7 @@
 #include <errno.h>
 
 #include "lib/compiler.h"
-#include "vmm/dns-internal.h"
+#include "net/dns-internal.h"
 #include "selftests/fuzz/fuzz.h"
 
 #define OUT_RECORDS 8U

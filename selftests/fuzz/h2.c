@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * fuzz h2 - the HTTP/2 interception (vmm/h2.c): frames from the guest
+ * fuzz h2 - the HTTP/2 interception (net/h2.c): frames from the guest
  * and from upstream, interleaved, with the clock's sweeps and the
  * decisions' resumptions in between.
  *
@@ -18,7 +18,7 @@
 #include <nghttp2/nghttp2.h>
 
 #include "lib/compiler.h"
-#include "vmm/h2.h"
+#include "net/h2.h"
 #include "selftests/fuzz/fuzz.h"
 
 #define HOST  "api.example.com"

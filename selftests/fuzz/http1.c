@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * fuzz http1 - the HTTP/1.1 rewriter (vmm/http1.c): a guest's request
+ * fuzz http1 - the HTTP/1.1 rewriter (net/http1.c): a guest's request
  * bytes, then upstream's response bytes on the same connection.
  *
  * Input: a byte of options (the decision: allow with an injected
@@ -16,7 +16,7 @@
 #include <errno.h>
 
 #include "lib/compiler.h"
-#include "vmm/http1.h"
+#include "net/http1.h"
 #include "selftests/fuzz/fuzz.h"
 
 #define HOST  "api.example.com"

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * fuzz policy - the network policy's JSON (vmm/policy.c,
+ * fuzz policy - the network policy's JSON (net/policy.c,
  * Documentation/network.md), then decisions under a policy that parsed:
  * new flows to a bound name, a public, a private and the gateway's
  * address, TCP and UDP, and HTTP requests naming the bound name, another
@@ -16,8 +16,8 @@
 #include <netinet/in.h>
 
 #include "lib/compiler.h"
-#include "vmm/flow.h"
-#include "vmm/policy.h"
+#include "net/flow.h"
+#include "net/policy.h"
 #include "selftests/fuzz/fuzz.h"
 
 #define PATH	"net.policy"

@@ -3,7 +3,7 @@
  * fuzz snapshot - what a restore reads back from a snapshot directory
  * (Documentation/snapshots.md): the binary state files (vmm/
  * snapshot-state.c: a header, then tagged sections) and the manifest
- * that names every part with its size and SHA-256 (vmm/snapshot-file.c,
+ * that names every part with its size and SHA-256 (snapshot/file.c,
  * snap_dir__verify).
  *
  * Input: a byte that picks what the rest is: a vCPU's or the VM's state
@@ -31,8 +31,8 @@
 #include "lib/compiler.h"
 
 #include "selftests/fuzz/fuzz.h"
-#include "vmm/snapshot-file.h"
-#include "vmm/snapshot-state.h"
+#include "snapshot/file.h"
+#include "snapshot/state.h"
 
 #define MAX_SECTIONS	4096
 #define HEADER_LEN	16U /* magic, version, kind */

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * fuzz snapshot_archive - what `vmm snapshot unpack` reads from an
- * archive another host made (vmm/snapshot-archive.h): the stream inside
+ * archive another host made (snapshot/archive.h): the stream inside
  * the zstd frame (names, sizes, chunks, the manifest and its parts).
  *
  * Input: the stream as it is before compression; the target compresses
@@ -24,8 +24,8 @@
 #include <zstd.h>
 
 #include "selftests/fuzz/fuzz.h"
-#include "vmm/snapshot-archive.h"
-#include "vmm/snapshot-file.h"
+#include "snapshot/archive.h"
+#include "snapshot/file.h"
 
 #define ERR_LEN 1024
 

@@ -1,15 +1,15 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * fuzz tls_sni - the peek at a guest's TLS ClientHello for its server
- * name (tls__hello_sni, vmm/tls-conn.c), on any first record of a
+ * name (tls__hello_sni, net/tls-conn.c), on any first record of a
  * connection. Checked for every input: one of the documented results,
  * and a name it returns is normalized (net_hostname__normalize gives it
  * back unchanged) and fits NET_HOSTNAME_MAX.
  */
 #include <errno.h>
 
-#include "vmm/policy.h"
-#include "vmm/tls.h"
+#include "net/policy.h"
+#include "net/tls.h"
 #include "selftests/fuzz/fuzz.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -1709,7 +1709,7 @@ TEST_TIMEOUT(https_credentials_from_the_hook, BOOT_TIMEOUT)
 /*
  * The same scenario toward an upstream that speaks HTTP/2 alone
  * (h2-upstream: ALPN "h2" only): the guest's `curl --http2` is offered
- * h2 (upstream chose it) and goes through vmm/h2.c; its answer comes
+ * h2 (upstream chose it) and goes through net/h2.c; its answer comes
  * back over h2 (curl says 2) and upstream saw an h2 request with the
  * host's authorization in place of the guest's. `curl --http1.1` on the
  * same grant gets the vmm's 502 `upstream tls failed`: its first

@@ -19,17 +19,17 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 
+#include "lib/base64.h"
 #include "lib/compiler.h"
+#include "net/policy.h"
+#include "net/status.h"
+#include "proto/reseed.h"
+#include "proto/tlv.h"
 #include "selftests/jsonrpc_client.h"
 #include "selftests/kselftest.h"
 #include "selftests/spawn.h"
 #include "selftests/testutil.h"
-#include "proto/reseed.h"
-#include "proto/tlv.h"
-#include "lib/base64.h"
 #include "vmm/api.h"
-#include "vmm/net-status.h"
-#include "vmm/policy.h"
 
 #define WAIT_MS TC_WAIT_MS /* for any one answer */
 

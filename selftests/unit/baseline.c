@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * The baseline cache on disk (vmm/baseline.h), without KVM: the entry
+ * The baseline cache on disk (snapshot/baseline.h), without KVM: the entry
  * name an identity gives; a cache that is not owner-only is refused;
  * a valid entry is found and leased; an entry whose memory, manifest or
  * identity is wrong is discarded (removed) and one under an exclusive
@@ -21,10 +21,10 @@
 #include <unistd.h>
 
 #include "selftests/kselftest.h"
-#include "vmm/baseline.h"
-#include "vmm/snapshot-file.h"
-#include "vmm/snapshot-load.h"
-#include "vmm/snapshot-state.h"
+#include "snapshot/baseline.h"
+#include "snapshot/file.h"
+#include "snapshot/load.h"
+#include "snapshot/state.h"
 
 #define MEM_SIZE (1ULL << 20) /* a guest of 1 MiB */
 #define VCPUS	 1U

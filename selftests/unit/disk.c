@@ -21,11 +21,11 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
-#include "lib/compiler.h"
 #include "devices/block/disk.h"
+#include "lib/compiler.h"
 #include "selftests/kselftest.h"
 #include "selftests/testutil.h"
-#include "vmm/snapshot-file.h"
+#include "snapshot/file.h"
 
 #define BS	  DISK_BLOCK_SIZE
 #define NR_BLOCKS 64

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * The VM's DNS resolver (vmm/dns.c, vmm/dns-msg.c).
+ * The VM's DNS resolver (net/dns.c, net/dns-msg.c).
  *
  * The message reader first, on hand-made and random bytes (anyone). Then
  * end to end across namespaces (root only, a skip otherwise;
@@ -24,9 +24,9 @@
 #include <unistd.h>
 
 #include "lib/compiler.h"
-#include "vmm/dns-internal.h"
-#include "vmm/dns.h"
-#include "vmm/policy.h"
+#include "net/dns-internal.h"
+#include "net/dns.h"
+#include "net/policy.h"
 #include "selftests/kselftest.h"
 #include "selftests/testutil.h"
 #include "selftests/vmnet.h"

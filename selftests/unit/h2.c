@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * HTTP/2 interception (vmm/h2.c): an nghttp2 client plays the guest, an
+ * HTTP/2 interception (net/h2.c): an nghttp2 client plays the guest, an
  * nghttp2 server upstream, and the test moves the bytes between them and
  * the module in memory. What upstream gets (the decision's edits, bodies
  * byte for byte, trailers), what a refused stream gets (and that the
@@ -16,7 +16,7 @@
 
 #include "lib/bytequeue.h"
 #include "lib/compiler.h"
-#include "vmm/h2.h"
+#include "net/h2.h"
 #include "selftests/kselftest.h"
 #include "selftests/testutil.h"
 

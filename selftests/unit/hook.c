@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * The policy hook (vmm/hook.c, vmm/hook-msg.c), without a proxy and
+ * The policy hook (net/hook.c, net/hook-msg.c), without a proxy and
  * without root: the JSON lines on their own (the question's exact text,
  * the answers taken and refused), then the client against a fake hook
  * (selftests/fakehook.h) the test plays by hand on a Unix socket: grant
@@ -23,8 +23,8 @@
 #include <time.h>
 
 #include "lib/compiler.h"
-#include "vmm/hook-internal.h"
-#include "vmm/hook.h"
+#include "net/hook-internal.h"
+#include "net/hook.h"
 #include "selftests/fakehook.h"
 #include "selftests/kselftest.h"
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * HTTP/1.1 interception (vmm/http1.c): what goes upstream, byte for
+ * HTTP/1.1 interception (net/http1.c): what goes upstream, byte for
  * byte, for requests the decision allows and edits; what is refused, with
  * which status, and that nothing of a refused request goes upstream; that
  * the guest's splits change nothing; that an injected value never reaches
@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "lib/compiler.h"
-#include "vmm/http1.h"
+#include "net/http1.h"
 #include "selftests/kselftest.h"
 #include "selftests/testutil.h"
 

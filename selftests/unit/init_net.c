@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * The guest init's network (guest/init/net.c, built into this test as it
- * is into the init): kiln.net's parser, what vmm/netcfg.c writes read
+ * is into the init): kiln.net's parser, what net/netcfg.c writes read
  * back, and the configuration itself run against a tap named eth0 in a
  * network namespace of the test's own, and resolv.conf in a mount
  * namespace of its own with a tmpfs on /run (root only: a skip
@@ -20,10 +20,10 @@
 
 #include "guest/init/net.c"
 
+#include "net/netcfg.h"
+#include "net/tap.h"
 #include "selftests/kselftest.h"
 #include "vmm/config.h"
-#include "vmm/netcfg.h"
-#include "vmm/tap.h"
 
 #define PARAM(s) (s), strlen(s)
 #define BUF_LEN	 4096

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * HTTP grants end to end, without a VM (vmm/intercept.c through the
- * proxy, vmm/proxy.c, deciding by a real policy, vmm/policy.c): the
+ * HTTP grants end to end, without a VM (net/intercept.c through the
+ * proxy, net/proxy.c, deciding by a real policy, net/policy.c): the
  * namespaces of selftests/vmnet.h, the guest's sockets in the guest
  * netns, the test's upstream servers on the host netns's lo. Root only:
  * a skip otherwise.
@@ -37,14 +37,14 @@
 #include <nghttp2/nghttp2.h>
 
 #include "lib/compiler.h"
-#include "vmm/policy.h"
-#include "vmm/proxy.h"
-#include "vmm/seccomp.h"
-#include "vmm/tls.h"
+#include "net/policy.h"
+#include "net/proxy.h"
+#include "net/tls.h"
 #include "selftests/fakehook.h"
 #include "selftests/kselftest.h"
 #include "selftests/proxyfix.h"
 #include "selftests/vmnet.h"
+#include "vmm/seccomp.h"
 
 #define API_ADDR    "198.51.100.7" /* RFC 5737, on the host netns's lo */
 #define RAW_ADDR    "203.0.113.9"

@@ -5,8 +5,9 @@
  * The real tree must pass; small fake trees show that each kind of back
  * edge (a device including vmm/, the bootloader including devices/, lib/
  * including anything above it, ebpf/ including devices/, the host
- * including guest/) is caught and named with its file and line, and that
- * allowed edges are not.
+ * including guest/, net/ or snapshot/ including vmm/ or each other, or
+ * naming struct vm or KVM) is caught and named with its file and line,
+ * and that allowed edges are not.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,6 +77,31 @@ static const struct {
 	{ "vmm/ok.c", "#include \"devices/uart.h\"\n#include \"proto/tlv.h\"\n",
 	  NULL },
 	{ "guest/ok.c", "#include \"proto/agent.h\"\n", NULL },
+	{ "net/n.c", "#include \"vmm/vm.h\"\n",
+	  "net/n.c:1: net/ may not include vmm/vm.h" },
+	{ "net/d.h", "#include \"devices/virtio/net.h\"\n",
+	  "net/d.h:1: net/ may not include devices/virtio/net.h" },
+	{ "net/s.c", "#include \"snapshot/file.h\"\n",
+	  "net/s.c:1: net/ may not include snapshot/file.h" },
+	{ "net/v.c", "\nstruct vm;\n",
+	  "net/v.c:2: net/ may not see struct vm" },
+	{ "net/ok.c",
+	  "#include \"lib/log.h\"\n#include \"ebpf/loader.h\"\n"
+	  "#include \"net/flow.h\"\nstruct vm_config;\n",
+	  NULL },
+	{ "snapshot/s.c", "#include \"vmm/vm.h\"\n",
+	  "snapshot/s.c:1: snapshot/ may not include vmm/vm.h" },
+	{ "snapshot/n.c", "#include \"net/policy.h\"\n",
+	  "snapshot/n.c:1: snapshot/ may not include net/policy.h" },
+	{ "snapshot/k.c", "#include <errno.h>\n#include <linux/kvm.h>\n",
+	  "snapshot/k.c:2: snapshot/ may not include <linux/kvm.h>" },
+	{ "snapshot/v.h", "int f(struct vm *vm);\n",
+	  "snapshot/v.h:1: snapshot/ may not see struct vm" },
+	{ "snapshot/ok.c",
+	  "#include \"lib/sha256.h\"\n#include \"snapshot/file.h\"\n",
+	  NULL },
+	{ "vmm/layers.c",
+	  "#include \"net/proxy.h\"\n#include \"snapshot/load.h\"\n", NULL },
 };
 
 TEST(each_back_edge_is_named)

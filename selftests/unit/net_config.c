@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * --net and "net" (vmm/netcfg.c through the option table): the forms
+ * --net and "net" (net/netcfg.c through the option table): the forms
  * accepted, the defaults filled in, what the guest is told on the kernel
  * command line, and the values refused with the reason naming the option.
  * In-process: options__parse_argv, config__load_json, config__validate.
@@ -11,9 +11,9 @@
 #include <unistd.h>
 
 #include "lib/compiler.h"
+#include "net/netcfg.h"
 #include "selftests/kselftest.h"
 #include "vmm/config.h"
-#include "vmm/netcfg.h"
 #include "vmm/options.h"
 
 #define MAX_ARGS 32

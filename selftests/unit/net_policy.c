@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * The network policy (vmm/policy.c, vmm/bindings.c): the JSON accepted
+ * The network policy (net/policy.c, net/bindings.c): the JSON accepted
  * and each refusal's one line, the address classes at their edges, CIDR
  * and port matching, hostname grants only through trusted DNS bindings
  * (and their expiry), what is denied whatever the rules, replacement
@@ -14,12 +14,12 @@
 #include <unistd.h>
 
 #include "lib/compiler.h"
+#include "net/flow.h"
+#include "net/netcfg.h"
+#include "net/policy.h"
 #include "selftests/kselftest.h"
 #include "vmm/config.h"
-#include "vmm/flow.h"
-#include "vmm/netcfg.h"
 #include "vmm/options.h"
-#include "vmm/policy.h"
 
 #define ERR_LEN	 512
 #define DOC_MAX	 (64 * 1024)

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * --net auto's and netns:PATH's host side (vmm/netns.c), and tap-fd:N's
+ * --net auto's and netns:PATH's host side (net/netns.c), and tap-fd:N's
  * check (tap__adopt): the namespace made or entered on a thread while the
  * caller stays where it was, the tap kiln0 in it with the gateway's
  * address and MTU, lo up, the route local 0.0.0.0/0 dev lo in table 100
@@ -31,10 +31,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "net/netcfg.h"
+#include "net/netns.h"
+#include "net/tap.h"
 #include "selftests/kselftest.h"
-#include "vmm/netcfg.h"
-#include "vmm/netns.h"
-#include "vmm/tap.h"
 
 #define GATEWAY	    "10.0.2.2"
 #define GUEST	    "10.0.2.15"

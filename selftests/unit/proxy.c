@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * The vmm's egress proxy (vmm/proxy.c) end to end, without a VM. Root
+ * The vmm's egress proxy (net/proxy.c) end to end, without a VM. Root
  * only (BPF, namespaces, transparent sockets): a skip otherwise.
  *
  * Each test process makes three network namespaces of its own:
  * - the "host" one, this process's: where the proxy thread runs and
  *   connects upstream; the test servers listen on addresses of its lo
  *   (TEST_NET2, allowed by the test's policy; TEST_NET3, denied);
- * - the "VM netns", as vmm/netns.c makes it: a veth end standing in for
+ * - the "VM netns", as net/netns.c makes it: a veth end standing in for
  *   the tap (same ingress), the gateway's address, the table 100 local
  *   route and its rule; the proxy's sockets and program go there;
  * - the "guest netns", the veth's other end with the guest's address
@@ -16,7 +16,7 @@
  * Nothing waits for a fixed time: negative checks wait for the proxy's
  * counters to show its decision, then look.
  *
- * The hook's tests decide by a real policy (vmm/policy.c) with a hook on
+ * The hook's tests decide by a real policy (net/policy.c) with a hook on
  * a Unix socket the test plays by hand (selftests/fakehook.h): the test
  * thread reads the proxy's questions and answers them while the proxy's
  * thread holds the guest's flow.
@@ -41,13 +41,13 @@
 #include <dirent.h>
 
 #include "lib/compiler.h"
-#include "vmm/policy.h"
-#include "vmm/proxy.h"
-#include "vmm/seccomp.h"
+#include "net/policy.h"
+#include "net/proxy.h"
 #include "selftests/fakehook.h"
 #include "selftests/kselftest.h"
 #include "selftests/proxyfix.h"
 #include "selftests/vmnet.h"
+#include "vmm/seccomp.h"
 
 #define ALLOWED "198.51.100.7" /* RFC 5737: on the host netns's lo */
 #define DENIED	"203.0.113.9"

@@ -15,11 +15,12 @@
 #include <wolfssl/wolfcrypt/sha256.h>
 
 #include "lib/compiler.h"
+#include "lib/parse.h"
 #include "selftests/kselftest.h"
 #include "selftests/testutil.h"
+#include "snapshot/verified.h"
 #include "vmm/config.h"
 #include "vmm/rootfs.h"
-#include "vmm/verified.h"
 
 #define IMG_SIZE (3 * 4096)
 
@@ -707,31 +708,31 @@ TEST(parse_size)
 {
 	uint64_t v;
 
-	ASSERT_EQ(0, config__parse_size("0", INT64_MAX, &v));
+	ASSERT_EQ(0, parse__size("0", INT64_MAX, &v));
 	EXPECT_EQ(0, v);
-	ASSERT_EQ(0, config__parse_size("4096", INT64_MAX, &v));
+	ASSERT_EQ(0, parse__size("4096", INT64_MAX, &v));
 	EXPECT_EQ(4096, v);
-	ASSERT_EQ(0, config__parse_size("64M", INT64_MAX, &v));
+	ASSERT_EQ(0, parse__size("64M", INT64_MAX, &v));
 	EXPECT_EQ(64ULL << 20, v);
-	ASSERT_EQ(0, config__parse_size("64MiB", INT64_MAX, &v));
+	ASSERT_EQ(0, parse__size("64MiB", INT64_MAX, &v));
 	EXPECT_EQ(64ULL << 20, v);
-	ASSERT_EQ(0, config__parse_size("3K", INT64_MAX, &v));
+	ASSERT_EQ(0, parse__size("3K", INT64_MAX, &v));
 	EXPECT_EQ(3072, v);
-	ASSERT_EQ(0, config__parse_size("2GiB", INT64_MAX, &v));
+	ASSERT_EQ(0, parse__size("2GiB", INT64_MAX, &v));
 	EXPECT_EQ(2ULL << 30, v);
-	ASSERT_EQ(0, config__parse_size("1T", INT64_MAX, &v));
+	ASSERT_EQ(0, parse__size("1T", INT64_MAX, &v));
 	EXPECT_EQ(1ULL << 40, v);
-	EXPECT_EQ(-EINVAL, config__parse_size("", INT64_MAX, &v));
-	EXPECT_EQ(-EINVAL, config__parse_size("-1", INT64_MAX, &v));
-	EXPECT_EQ(-EINVAL, config__parse_size("1.5G", INT64_MAX, &v));
-	EXPECT_EQ(-EINVAL, config__parse_size("12X", INT64_MAX, &v));
-	EXPECT_EQ(-EINVAL, config__parse_size("12 M", INT64_MAX, &v));
-	EXPECT_EQ(-EINVAL, config__parse_size("12MB", INT64_MAX, &v));
-	EXPECT_EQ(-EINVAL, config__parse_size("M", INT64_MAX, &v));
+	EXPECT_EQ(-EINVAL, parse__size("", INT64_MAX, &v));
+	EXPECT_EQ(-EINVAL, parse__size("-1", INT64_MAX, &v));
+	EXPECT_EQ(-EINVAL, parse__size("1.5G", INT64_MAX, &v));
+	EXPECT_EQ(-EINVAL, parse__size("12X", INT64_MAX, &v));
+	EXPECT_EQ(-EINVAL, parse__size("12 M", INT64_MAX, &v));
+	EXPECT_EQ(-EINVAL, parse__size("12MB", INT64_MAX, &v));
+	EXPECT_EQ(-EINVAL, parse__size("M", INT64_MAX, &v));
 	EXPECT_EQ(-ERANGE,
-		  config__parse_size("99999999999999999999", INT64_MAX, &v));
-	EXPECT_EQ(-ERANGE, config__parse_size("8388608T", INT64_MAX, &v));
-	EXPECT_EQ(-ERANGE, config__parse_size("2K", 2047, &v));
+		  parse__size("99999999999999999999", INT64_MAX, &v));
+	EXPECT_EQ(-ERANGE, parse__size("8388608T", INT64_MAX, &v));
+	EXPECT_EQ(-ERANGE, parse__size("2K", 2047, &v));
 }
 
 /* The mode-dependent defaults config__validate fills in. */

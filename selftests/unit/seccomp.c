@@ -35,10 +35,10 @@
 #include "lib/evloop.h"
 #include "lib/thread-filter.h"
 #include "selftests/kselftest.h"
-#include "vmm/baseline.h"
+#include "snapshot/baseline.h"
+#include "snapshot/file.h"
 #include "vmm/console-log.h"
 #include "vmm/seccomp.h"
-#include "vmm/snapshot-file.h"
 
 #define FILTERED_EXIT 125 /* vmm/seccomp.c: a blocked call */
 

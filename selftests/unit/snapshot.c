@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * A snapshot's files without KVM (vmm/snapshot-file.h,
- * vmm/snapshot-state.h): the sparse memory file (a mostly-zero buffer
+ * A snapshot's files without KVM (snapshot/file.h,
+ * snapshot/state.h): the sparse memory file (a mostly-zero buffer
  * gives a file with holes that SEEK_DATA skips, and a digest computed
  * here independently of the writer), parts and the manifest, whose
  * digests verify and whose corruption does not, the directory's modes
  * (refused when not owner-only, whatever the umask when made), files
  * never overwritten or followed, the state files' sections, round
- * trip and truncation, and archives (vmm/snapshot-archive.h): a round
+ * trip and truncation, and archives (snapshot/archive.h): a round
  * trip that keeps holes and digests, and damaged, hostile or misplaced
  * ones refused with nothing left behind.
  */
@@ -29,9 +29,9 @@
 
 #include "selftests/kselftest.h"
 #include "selftests/testutil.h"
-#include "vmm/snapshot-archive.h"
-#include "vmm/snapshot-file.h"
-#include "vmm/snapshot-state.h"
+#include "snapshot/archive.h"
+#include "snapshot/file.h"
+#include "snapshot/state.h"
 
 #define MEM_SIZE (64ULL << 20) /* a guest of 64 MiB */
 #define PAGE	 SNAP_PAGE_SIZE
@@ -508,7 +508,7 @@ TEST(state_truncated_or_lying)
 	snap_writer__release(&w);
 }
 
-/* ---- archives (vmm/snapshot-archive.h) ------------------------------ */
+/* ---- archives (snapshot/archive.h) ------------------------------ */
 
 /* base/NAME, in path. */
 static void in_base(const struct snap_tmp *t, const char *name, char *path,

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * What a restore reads of a snapshot before it touches KVM
- * (vmm/snapshot-load.h): a whole snapshot loads, with its parts' bytes;
+ * (snapshot/load.h): a whole snapshot loads, with its parts' bytes;
  * and every way it can be wrong is refused with one line that names the
  * file or the manifest's field: another vmm version, format, identity,
  * vCPU count or memory size; a part's bytes or the manifest's digest
@@ -18,9 +18,9 @@
 
 #include "selftests/kselftest.h"
 #include "selftests/testutil.h"
-#include "vmm/snapshot-file.h"
-#include "vmm/snapshot-load.h"
-#include "vmm/snapshot-state.h"
+#include "snapshot/file.h"
+#include "snapshot/load.h"
+#include "snapshot/state.h"
 
 #define MEM_SIZE (1ULL << 20) /* a guest of 1 MiB */
 #define VCPUS	 2U

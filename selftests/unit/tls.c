@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * TLS interception's building blocks (vmm/tls-ca.c, vmm/tls-conn.c).
+ * TLS interception's building blocks (net/tls-ca.c, net/tls-conn.c).
  *
  * The CA: generated (a self-signed P-256 CA certificate, in PEM), or
  * loaded from files an "orchestrator" (this test, with wolfCrypt) wrote,
@@ -34,9 +34,9 @@
 #include <wolfssl/wolfcrypt/random.h>
 
 #include "lib/compiler.h"
-#include "vmm/policy.h"
-#include "vmm/tls-internal.h"
-#include "vmm/tls.h"
+#include "net/policy.h"
+#include "net/tls-internal.h"
+#include "net/tls.h"
 #include "selftests/kselftest.h"
 #include "selftests/testutil.h"
 

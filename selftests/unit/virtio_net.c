@@ -2,7 +2,7 @@
 /*
  * virtio-net and its event loop, driven through the MMIO registers the
  * way Linux's virtio_mmio and virtio_net drivers do, on a real tap made
- * by vmm/tap.c. Each test process unshares a network namespace of its
+ * by net/tap.c. Each test process unshares a network namespace of its
  * own (root only: a skip otherwise), so nothing reaches or comes from
  * any other network; an AF_PACKET socket bound to the tap injects frames
  * for the guest and captures the frames the guest sends. IPv6 is turned
@@ -44,11 +44,11 @@
 #include <linux/virtio_net.h>
 #include <linux/virtio_ring.h>
 
-#include "lib/compiler.h"
 #include "devices/virtio/device.h"
 #include "devices/virtio/mmio.h"
 #include "devices/virtio/net.h"
-#include "vmm/tap.h"
+#include "lib/compiler.h"
+#include "net/tap.h"
 #include "selftests/kselftest.h"
 #include "selftests/rings.h"
 #include "selftests/testutil.h"

@@ -1,0 +1,1116 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The VM's DNS resolver (dns.h, Documentation/network.md "DNS").
+ *
+ * Its two guest-facing sockets are made in the VM netns by a short-lived
+ * thread (as net/netns.c does) and keep that netns; the resolver thread
+ * never leaves the vmm's own, so every upstream socket it makes is the
+ * host's. One epoll loop serves the guest's UDP socket, its TCP listener
+ * and connections, and one upstream socket per query in flight.
+ *
+ * A query upstream carries an ID of ours (SipHash of a counter under a
+ * key drawn at create), not the guest's, and goes out from a fresh
+ * connected socket: an answer must come from the resolver asked, to that
+ * socket's port, with that ID and the same question, before it is relayed
+ * and its A records bound. A guest cannot choose what is trusted.
+ *
+ * New upstream tries start only after a batch of epoll events has been
+ * handled: an event still in the batch never meets a socket made in a
+ * slot it belonged to.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "lib/errf.h"
+#include "lib/log.h"
+#include "lib/siphash.h"
+#include "lib/worker.h"
+#include "net/dns-internal.h"
+#include "net/dns.h"
+
+#define DNS_NAME	  "dns"
+#define DNS_MAX_TRIES	  2U	 /* the first resolver, then the next one */
+#define DNS_TCP_IDLE_MS	  10000U /* a guest connection with nothing asked */
+#define DNS_BACKLOG	  64
+#define DNS_EPOLL_EVENTS  64
+#define DNS_DGRAM_BUDGET  32	/* guest datagrams per round */
+#define DNS_ACCEPT_BUDGET 8	/* guest connections per round */
+#define DNS_SWEEP_MS	  1000U /* bindings expired, idle connections */
+#define DNS_MAX_BINDINGS  32U	/* A records bound per answer */
+
+enum ep_kind { EP_STOP, EP_UDP, EP_LISTEN, EP_GUEST_TCP, EP_UP };
+
+/* What epoll_event.data points at. */
+struct endpoint {
+	enum ep_kind kind;
+	int fd;		 /* -1: closed */
+	uint32_t events; /* registered; UINT32_MAX: not yet */
+	void *owner;
+};
+
+struct query;
+
+/* A guest TCP connection: length-prefixed messages, one query at a time. */
+struct tcp_conn {
+	bool used;
+	struct endpoint ep;
+	uint8_t *in; /* DNS_TCP_LEN + DNS_TCP_MAX, read ahead */
+	size_t in_len;
+	uint8_t *out; /* an answer being written, with its prefix */
+	size_t out_off, out_len;
+	struct query *q; /* in flight for this connection */
+	uint64_t last_ms;
+};
+
+struct query {
+	bool used;
+	bool tcp;		  /* asked over TCP, forwarded over TCP */
+	bool due;		  /* its next try starts after this batch */
+	uint64_t seq;		  /* age: the oldest is dropped when full */
+	struct sockaddr_in guest; /* UDP: where the answer goes */
+	struct tcp_conn *conn;	  /* TCP: the same */
+	struct dns_query_info qi; /* the guest's ID, flags, question */
+	uint16_t up_id;
+	unsigned int udp_max; /* bytes the guest takes over UDP */
+	uint8_t *wire;	      /* 2-byte length, then the query (our ID) */
+	size_t len;	      /* of the query, without the prefix */
+	unsigned int resolver, tries;
+	uint64_t deadline_ms;
+	struct endpoint up; /* host netns, connected to the resolver */
+	/* TCP upstream: bytes of wire sent, the answer read so far. */
+	bool connecting;
+	size_t sent;
+	uint8_t *ans;
+	size_t ans_len;
+};
+
+struct dns {
+	struct dns_params p;
+	struct sockaddr_in resolvers[NET_POLICY_MAX_RESOLVERS];
+	unsigned int nr_resolvers;
+	int udp_fd, lsn_fd, epoll_fd;
+	struct endpoint ep_stop, ep_udp, ep_lsn;
+	struct worker worker;
+
+	struct query *queries; /* max_pending */
+	struct tcp_conn conns[DNS_MAX_TCP_CONNS];
+	uint64_t seq;
+	uint8_t id_key[SIPHASH__KEY_LEN];
+	uint64_t id_counter;
+	uint8_t *buf;	    /* one datagram, DNS_EDNS_MAX */
+	struct dns_rr *rrs; /* DNS_MAX_ANSWER_RRS, scratch */
+
+	pthread_mutex_t stats_lock; /* stats, and the resolvers handed over */
+	struct dns_stats stats;
+	/* dns__set_resolvers(): taken by the thread at its next wake. */
+	struct sockaddr_in next_resolvers[NET_POLICY_MAX_RESOLVERS];
+	unsigned int nr_next_resolvers;
+	bool resolvers_changed;
+};
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void count(struct dns *d, uint64_t *what, uint64_t n)
+{
+	pthread_mutex_lock(&d->stats_lock);
+	*what += n;
+	pthread_mutex_unlock(&d->stats_lock);
+}
+
+/* ---- epoll ------------------------------------------------------------- */
+
+static int ep_set(struct dns *d, struct endpoint *e, uint32_t events)
+{
+	struct epoll_event ev = { .events = events, .data.ptr = e };
+	int op = e->events == UINT32_MAX ? EPOLL_CTL_ADD : EPOLL_CTL_MOD;
+
+	if (e->events == events)
+		return 0;
+	if (epoll_ctl(d->epoll_fd, op, e->fd, &ev))
+		return -errno;
+	e->events = events;
+	return 0;
+}
+
+static int ep_add(struct dns *d, struct endpoint *e, enum ep_kind kind, int fd,
+		  void *owner, uint32_t events)
+{
+	*e = (struct endpoint){
+		.kind = kind, .fd = fd, .events = UINT32_MAX, .owner = owner
+	};
+	return ep_set(d, e, events);
+}
+
+/* Closing the fd takes it out of the epoll set too. */
+static void ep_close(struct endpoint *e)
+{
+	if (e->fd >= 0)
+		close(e->fd);
+	e->fd = -1;
+}
+
+/* ---- guest TCP connections ----------------------------------------------- */
+
+static void query_release(struct dns *d, struct query *q);
+
+static void conn_close(struct dns *d, struct tcp_conn *c)
+{
+	if (c->q)
+		query_release(d, c->q);
+	ep_close(&c->ep);
+	free(c->in);
+	free(c->out);
+	*c = (struct tcp_conn){ .ep.fd = -1 };
+}
+
+/* Writes what is left of the answer; 0 also when the socket is full. */
+static int conn_flush(struct tcp_conn *c, uint64_t now)
+{
+	ssize_t n;
+
+	while (c->out && c->out_off < c->out_len) {
+		n = send(c->ep.fd, c->out + c->out_off, c->out_len - c->out_off,
+			 MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (n < 0)
+			return errno == EAGAIN || errno == EINTR ? 0 : -errno;
+		c->out_off += n;
+		c->last_ms = now;
+	}
+	free(c->out);
+	c->out = NULL;
+	c->out_off = c->out_len = 0;
+	return 0;
+}
+
+/* Queues msg (its length prefix added) and writes what the socket takes. */
+static int conn_send(struct tcp_conn *c, const uint8_t *msg, size_t len,
+		     uint64_t now)
+{
+	c->out = malloc(DNS_TCP_LEN + len);
+	if (!c->out)
+		return -ENOMEM;
+	dns_put16(c->out, (uint16_t)len);
+	memcpy(c->out + DNS_TCP_LEN, msg, len);
+	c->out_off = 0;
+	c->out_len = DNS_TCP_LEN + len;
+	return conn_flush(c, now);
+}
+
+static uint32_t conn_interest(const struct tcp_conn *c)
+{
+	if (c->out)
+		return EPOLLOUT;
+	if (!c->q && c->in_len < DNS_TCP_LEN + DNS_TCP_MAX)
+		return EPOLLIN;
+	return 0; /* waiting for upstream: no more reading meanwhile */
+}
+
+/* ---- replies of our own -------------------------------------------------- */
+
+/* Our reply (REFUSED, FORMERR, SERVFAIL, TC) to the guest's query. */
+static void reply_own(struct dns *d, const uint8_t *qm,
+		      const struct dns_query_info *qi,
+		      const struct sockaddr_in *guest, struct tcp_conn *c,
+		      uint16_t flags, unsigned int rcode, bool with_question)
+{
+	uint8_t out[DNS_SHORT_REPLY_MAX];
+	size_t n = dns_msg__reply(out, qm, qi, flags, rcode, with_question);
+	int ret = 0;
+
+	if (c)
+		ret = conn_send(c, out, n, now_ms());
+	else if (sendto(d->udp_fd, out, n, MSG_DONTWAIT,
+			(const struct sockaddr *)guest,
+			sizeof(*guest)) != (ssize_t)n)
+		ret = -errno;
+	if (ret)
+		count(d, &d->stats.errors, 1);
+}
+
+/* ---- queries ------------------------------------------------------------- */
+
+static void up_close(struct query *q)
+{
+	ep_close(&q->up);
+	free(q->ans);
+	q->ans = NULL;
+	q->ans_len = q->sent = 0;
+	q->connecting = false;
+}
+
+static void query_release(struct dns *d, struct query *q)
+{
+	up_close(q);
+	if (q->conn)
+		q->conn->q = NULL;
+	free(q->wire);
+	*q = (struct query){ .up.fd = -1 };
+}
+
+/* A free slot, or the oldest query's, dropped (its guest gets nothing). */
+static struct query *query_slot(struct dns *d)
+{
+	struct query *oldest = NULL;
+
+	for (unsigned int i = 0; i < d->p.max_pending; i++) {
+		struct query *q = &d->queries[i];
+
+		if (!q->used)
+			return q;
+		if (!oldest || q->seq < oldest->seq)
+			oldest = q;
+	}
+	count(d, &d->stats.dropped, 1);
+	/* A TCP guest waits on its connection: closing it says so. */
+	if (oldest->conn)
+		conn_close(d, oldest->conn);
+	else
+		query_release(d, oldest);
+	return oldest;
+}
+
+/* An ID the guest cannot predict: a keyed hash of a counter. */
+static uint16_t query_id(struct dns *d)
+{
+	uint64_t h =
+		siphash__24(d->id_key, &d->id_counter, sizeof(d->id_counter));
+
+	d->id_counter++;
+	return (uint16_t)h;
+}
+
+static unsigned int udp_limit(const struct dns_query_info *qi)
+{
+	if (!qi->opt_class_off || qi->udp_max < DNS_UDP_MAX)
+		return DNS_UDP_MAX;
+	return qi->udp_max < DNS_EDNS_MAX ? qi->udp_max : DNS_EDNS_MAX;
+}
+
+/*
+ * A new query for upstream: the guest's message without trailing bytes,
+ * our ID in it, an EDNS size over our cap lowered to it. It starts after
+ * this batch.
+ */
+static void query_new(struct dns *d, const uint8_t *m,
+		      const struct dns_query_info *qi,
+		      const struct sockaddr_in *guest, struct tcp_conn *c)
+{
+	struct query *q = query_slot(d);
+	uint8_t *wire = malloc(DNS_TCP_LEN + qi->len);
+
+	if (!wire) {
+		count(d, &d->stats.errors, 1);
+		return;
+	}
+	*q = (struct query){ .used = true,
+			     .tcp = c != NULL,
+			     .due = true,
+			     .seq = d->seq++,
+			     .conn = c,
+			     .qi = *qi,
+			     .udp_max = udp_limit(qi),
+			     .wire = wire,
+			     .len = qi->len,
+			     .up.fd = -1 };
+	if (guest)
+		q->guest = *guest;
+	dns_put16(wire, (uint16_t)qi->len);
+	memcpy(wire + DNS_TCP_LEN, m, qi->len);
+	q->up_id = query_id(d);
+	dns_put16(wire + DNS_TCP_LEN, q->up_id);
+	if (qi->opt_class_off && qi->udp_max > DNS_EDNS_MAX)
+		dns_put16(wire + DNS_TCP_LEN + qi->opt_class_off, DNS_EDNS_MAX);
+	if (c)
+		c->q = q;
+}
+
+/* One guest message, from UDP (guest) or a TCP connection (c). */
+static void guest_message(struct dns *d, const uint8_t *m, size_t len,
+			  const struct sockaddr_in *guest, struct tcp_conn *c)
+{
+	struct dns_query_info qi;
+
+	switch (dns_msg__parse_query(m, len, &qi)) {
+	case DNS_QUERY_DROP:
+		count(d, &d->stats.malformed, 1);
+		return;
+	case DNS_QUERY_FORMERR:
+		count(d, &d->stats.malformed, 1);
+		reply_own(d, m, &qi, guest, c, 0, DNS_RCODE_FORMERR, false);
+		return;
+	case DNS_QUERY_NOTIMP:
+		count(d, &d->stats.malformed, 1);
+		reply_own(d, m, &qi, guest, c, 0, DNS_RCODE_NOTIMP, false);
+		return;
+	case DNS_QUERY_OK:
+		break;
+	}
+	count(d, &d->stats.queries, 1);
+	if (!d->nr_resolvers) {
+		/* Denied DNS: REFUSED, and nothing leaves. */
+		count(d, &d->stats.refused, 1);
+		reply_own(d, m, &qi, guest, c, 0, DNS_RCODE_REFUSED, true);
+		return;
+	}
+	query_new(d, m, &qi, guest, c);
+}
+
+/* The A records for the question's name, bound; how many. */
+static unsigned int bind_answer(struct dns *d, const struct query *q,
+				const uint8_t *m, size_t len)
+{
+	struct dns_a_record a[DNS_MAX_BINDINGS];
+	char host[NET_HOSTNAME_MAX + 1];
+	unsigned int bound = 0;
+	int n;
+
+	if (dns_rcode(m) != DNS_RCODE_NOERROR || q->qi.q.type != DNS_TYPE_A ||
+	    q->qi.q.qclass != DNS_CLASS_IN ||
+	    dns_msg__name_text(q->qi.q.name, q->qi.q.name_len, host,
+			       sizeof(host)))
+		return 0;
+	n = dns_msg__a_records(m, len, &q->qi.q, d->rrs, a, ARRAY_SIZE(a));
+	if (n < 0) {
+		count(d, &d->stats.bad_answers, 1);
+		return 0;
+	}
+	pthread_mutex_lock(d->p.bindings_lock);
+	for (int i = 0; i < n; i++)
+		if (!net_bindings__insert(d->p.bindings, host, a[i].addr,
+					  a[i].ttl_s))
+			bound++;
+	pthread_mutex_unlock(d->p.bindings_lock);
+	return bound;
+}
+
+static void conn_after(struct dns *d, struct tcp_conn *c, uint64_t now);
+
+/*
+ * Upstream's answer m[0, len) (the first len bytes of a message of
+ * full_len) to the guest, with its own ID, and its bindings.
+ */
+static void query_answered(struct dns *d, struct query *q, uint8_t *m,
+			   size_t len, size_t full_len, uint64_t now)
+{
+	struct tcp_conn *c = q->conn;
+	unsigned int bound = 0;
+	int ret = 0;
+
+	if (len == full_len)
+		bound = bind_answer(d, q, m, len);
+	/* Counted before the guest can see the answer. */
+	pthread_mutex_lock(&d->stats_lock);
+	d->stats.answered++;
+	d->stats.bindings += bound;
+	pthread_mutex_unlock(&d->stats_lock);
+	dns_put16(m, q->qi.id);
+	if (c) {
+		ret = conn_send(c, m, len, now);
+	} else if (full_len > q->udp_max) {
+		/* More than the guest takes: TC, and it asks over TCP. */
+		reply_own(d, q->wire + DNS_TCP_LEN, &q->qi, &q->guest, NULL,
+			  DNS_FLAG_TC | DNS_FLAG_RA, DNS_RCODE_NOERROR, true);
+	} else if (sendto(d->udp_fd, m, len, MSG_DONTWAIT,
+			  (const struct sockaddr *)&q->guest,
+			  sizeof(q->guest)) != (ssize_t)len) {
+		ret = -errno;
+	}
+	if (ret)
+		count(d, &d->stats.errors, 1);
+	query_release(d, q);
+	if (c)
+		conn_after(d, c, now);
+}
+
+/* This try failed: the next resolver after this batch, or SERVFAIL. */
+static void try_failed(struct dns *d, struct query *q, uint64_t now)
+{
+	struct tcp_conn *c = q->conn;
+
+	up_close(q);
+	if (++q->tries < DNS_MAX_TRIES) {
+		q->resolver = (q->resolver + 1) % d->nr_resolvers;
+		q->due = true;
+		return;
+	}
+	count(d, &d->stats.servfail, 1);
+	reply_own(d, q->wire + DNS_TCP_LEN, &q->qi, &q->guest, c, DNS_FLAG_RA,
+		  DNS_RCODE_SERVFAIL, true);
+	query_release(d, q);
+	if (c)
+		conn_after(d, c, now);
+}
+
+/* A socket to the resolver, from the host netns, and the query sent. */
+static int try_open(struct dns *d, struct query *q)
+{
+	const struct sockaddr_in *to = &d->resolvers[q->resolver];
+	int type = q->tcp ? SOCK_STREAM : SOCK_DGRAM;
+	int fd;
+
+	fd = socket(AF_INET, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	q->up = (struct endpoint){
+		.kind = EP_UP, .fd = fd, .events = UINT32_MAX, .owner = q
+	};
+	if (connect(fd, (const struct sockaddr *)to, sizeof(*to))) {
+		if (!q->tcp || errno != EINPROGRESS)
+			return -errno;
+		q->connecting = true;
+		return ep_set(d, &q->up, EPOLLOUT);
+	}
+	if (q->tcp)
+		return ep_set(d, &q->up, EPOLLOUT);
+	if (send(fd, q->wire + DNS_TCP_LEN, q->len, MSG_DONTWAIT) !=
+	    (ssize_t)q->len)
+		return -errno;
+	return ep_set(d, &q->up, EPOLLIN);
+}
+
+static void try_start(struct dns *d, struct query *q, uint64_t now)
+{
+	int ret;
+
+	while (q->used && q->due) {
+		q->due = false;
+		q->deadline_ms = now + d->p.timeout_ms;
+		count(d, &d->stats.forwarded, 1);
+		ret = try_open(d, q);
+		if (ret) {
+			pr_debug("%s: upstream: %s", DNS_NAME, strerror(-ret));
+			count(d, &d->stats.errors, 1);
+			try_failed(d, q, now);
+		}
+	}
+}
+
+/* Datagrams from the resolver: the first that answers the query counts. */
+static void up_udp_event(struct dns *d, struct query *q, uint64_t now)
+{
+	ssize_t n;
+
+	for (int i = 0; i < DNS_DGRAM_BUDGET; i++) {
+		n = recv(q->up.fd, d->buf, DNS_EDNS_MAX,
+			 MSG_DONTWAIT | MSG_TRUNC);
+		if (n < 0) {
+			if (errno == EAGAIN || errno == EINTR)
+				return;
+			/* ECONNREFUSED: nothing listens there. */
+			count(d, &d->stats.errors, 1);
+			try_failed(d, q, now);
+			return;
+		}
+		if (!dns_msg__answers(d->buf,
+				      (size_t)n < DNS_EDNS_MAX ? (size_t)n :
+								 DNS_EDNS_MAX,
+				      q->up_id, &q->qi.q)) {
+			count(d, &d->stats.bad_answers, 1);
+			continue;
+		}
+		query_answered(d, q, d->buf,
+			       (size_t)n < DNS_EDNS_MAX ? (size_t)n :
+							  DNS_EDNS_MAX,
+			       (size_t)n, now);
+		return;
+	}
+}
+
+static int up_tcp_connected(struct query *q)
+{
+	int soerr = 0;
+	socklen_t len = sizeof(soerr);
+
+	if (getsockopt(q->up.fd, SOL_SOCKET, SO_ERROR, &soerr, &len))
+		return -errno;
+	if (soerr)
+		return -soerr;
+	q->connecting = false;
+	return 0;
+}
+
+/* The query out, then the answer in; 1 when it is all there. */
+static int up_tcp_io(struct dns *d, struct query *q)
+{
+	size_t total = DNS_TCP_LEN + q->len, want;
+	ssize_t n;
+	int ret;
+
+	if (q->connecting) {
+		ret = up_tcp_connected(q);
+		if (ret)
+			return ret;
+	}
+	while (q->sent < total) {
+		n = send(q->up.fd, q->wire + q->sent, total - q->sent,
+			 MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (n < 0)
+			return errno == EAGAIN || errno == EINTR ? 0 : -errno;
+		q->sent += n;
+	}
+	if (!q->ans) {
+		q->ans = malloc(DNS_TCP_LEN + DNS_TCP_MAX);
+		if (!q->ans)
+			return -ENOMEM;
+	}
+	for (;;) {
+		want = q->ans_len < DNS_TCP_LEN ?
+			       DNS_TCP_LEN :
+			       DNS_TCP_LEN + dns_get16(q->ans);
+		if (q->ans_len >= DNS_TCP_LEN && q->ans_len == want)
+			return 1;
+		n = recv(q->up.fd, q->ans + q->ans_len, want - q->ans_len,
+			 MSG_DONTWAIT);
+		if (n < 0)
+			return errno == EAGAIN || errno == EINTR ? 0 : -errno;
+		if (!n)
+			return -ECONNRESET; /* closed before a whole answer */
+		q->ans_len += n;
+	}
+}
+
+static void up_tcp_event(struct dns *d, struct query *q, uint64_t now)
+{
+	size_t len;
+	int ret;
+
+	ret = up_tcp_io(d, q);
+	if (ret == 1) {
+		len = q->ans_len - DNS_TCP_LEN;
+		if (dns_msg__answers(q->ans + DNS_TCP_LEN, len, q->up_id,
+				     &q->qi.q)) {
+			query_answered(d, q, q->ans + DNS_TCP_LEN, len, len,
+				       now);
+			return;
+		}
+		count(d, &d->stats.bad_answers, 1);
+		ret = -EBADMSG; /* a stream that answers wrong is done */
+	}
+	if (!ret)
+		ret = ep_set(d, &q->up,
+			     q->sent < DNS_TCP_LEN + q->len ? EPOLLOUT :
+							      EPOLLIN);
+	if (ret) {
+		pr_debug("%s: tcp upstream: %s", DNS_NAME, strerror(-ret));
+		count(d, &d->stats.errors, 1);
+		try_failed(d, q, now);
+	}
+}
+
+/* ---- the guest's sockets ------------------------------------------------- */
+
+static void udp_from_guest(struct dns *d)
+{
+	struct sockaddr_in src;
+	socklen_t slen;
+	ssize_t n;
+
+	for (int i = 0; i < DNS_DGRAM_BUDGET; i++) {
+		slen = sizeof(src);
+		n = recvfrom(d->udp_fd, d->buf, DNS_EDNS_MAX,
+			     MSG_DONTWAIT | MSG_TRUNC, (struct sockaddr *)&src,
+			     &slen);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return;
+		}
+		if (slen != sizeof(src) || (size_t)n > DNS_EDNS_MAX) {
+			count(d, &d->stats.malformed, 1);
+			continue;
+		}
+		guest_message(d, d->buf, (size_t)n, &src, NULL);
+	}
+}
+
+/*
+ * Each whole message read, while nothing is in flight for the
+ * connection and nothing is being written to it; then its interest.
+ */
+static void conn_after(struct dns *d, struct tcp_conn *c, uint64_t now)
+{
+	size_t len;
+	int ret = 0;
+
+	while (!c->q && !c->out && c->in_len >= DNS_TCP_LEN) {
+		len = dns_get16(c->in);
+		if (c->in_len < DNS_TCP_LEN + len)
+			break;
+		if (len < DNS_HDR_LEN) {
+			/* Not even a header: no ID to answer to. */
+			count(d, &d->stats.malformed, 1);
+			conn_close(d, c);
+			return;
+		}
+		guest_message(d, c->in + DNS_TCP_LEN, len, NULL, c);
+		c->in_len -= DNS_TCP_LEN + len;
+		memmove(c->in, c->in + DNS_TCP_LEN + len, c->in_len);
+	}
+	ret = ep_set(d, &c->ep, conn_interest(c));
+	if (ret) {
+		count(d, &d->stats.errors, 1);
+		conn_close(d, c);
+	}
+}
+
+static void conn_event(struct dns *d, struct tcp_conn *c, uint32_t events,
+		       uint64_t now)
+{
+	size_t room = DNS_TCP_LEN + DNS_TCP_MAX - c->in_len;
+	ssize_t n;
+	int ret = 0;
+
+	/* Reset, or shut both ways: nobody to answer (and HUP never stops). */
+	if (events & (EPOLLHUP | EPOLLERR)) {
+		conn_close(d, c);
+		return;
+	}
+	if (c->out)
+		ret = conn_flush(c, now);
+	if (!ret && !c->out && !c->q && room && (events & EPOLLIN)) {
+		n = recv(c->ep.fd, c->in + c->in_len, room, MSG_DONTWAIT);
+		if (n < 0 && errno != EAGAIN && errno != EINTR)
+			ret = -errno;
+		else if (!n)
+			ret = -ECONNRESET; /* the guest is done */
+		else if (n > 0)
+			c->in_len += n;
+		c->last_ms = now;
+	}
+	if (ret) {
+		conn_close(d, c);
+		return;
+	}
+	conn_after(d, c, now);
+}
+
+static void tcp_accept(struct dns *d, uint64_t now)
+{
+	struct tcp_conn *c;
+	int fd;
+
+	for (int i = 0; i < DNS_ACCEPT_BUDGET; i++) {
+		fd = accept4(d->lsn_fd, NULL, NULL,
+			     SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0) {
+			if (errno == ECONNABORTED || errno == EINTR)
+				continue;
+			return;
+		}
+		c = NULL;
+		for (unsigned int j = 0; !c && j < DNS_MAX_TCP_CONNS; j++)
+			if (!d->conns[j].used)
+				c = &d->conns[j];
+		/* Full: this one is closed, the guest retries. */
+		if (!c || !(c->in = malloc(DNS_TCP_LEN + DNS_TCP_MAX))) {
+			count(d, &d->stats.dropped, 1);
+			close(fd);
+			continue;
+		}
+		c->used = true;
+		c->last_ms = now;
+		if (ep_add(d, &c->ep, EP_GUEST_TCP, fd, c, EPOLLIN)) {
+			count(d, &d->stats.errors, 1);
+			c->ep.fd = fd;
+			conn_close(d, c);
+		}
+	}
+}
+
+/* ---- the resolver thread ------------------------------------------------- */
+
+/* Until the nearest deadline, at most a sweep away. */
+static int loop_timeout(struct dns *d, uint64_t now)
+{
+	uint64_t next = now + DNS_SWEEP_MS;
+
+	for (unsigned int i = 0; i < d->p.max_pending; i++) {
+		struct query *q = &d->queries[i];
+
+		if (q->used && q->deadline_ms < next)
+			next = q->deadline_ms;
+	}
+	return next > now ? (int)(next - now) : 0;
+}
+
+static void sweep(struct dns *d, uint64_t now)
+{
+	pthread_mutex_lock(d->p.bindings_lock);
+	net_bindings__expire(d->p.bindings);
+	pthread_mutex_unlock(d->p.bindings_lock);
+	for (unsigned int i = 0; i < DNS_MAX_TCP_CONNS; i++) {
+		struct tcp_conn *c = &d->conns[i];
+
+		if (c->used && !c->q && now - c->last_ms >= DNS_TCP_IDLE_MS)
+			conn_close(d, c);
+	}
+}
+
+static void event(struct dns *d, struct endpoint *e, uint32_t events,
+		  uint64_t now)
+{
+	struct query *q;
+
+	switch (e->kind) {
+	case EP_STOP:
+	case EP_UDP:
+	case EP_LISTEN:
+		break; /* the loop's */
+	case EP_GUEST_TCP:
+		conn_event(d, e->owner, events, now);
+		break;
+	case EP_UP:
+		q = e->owner;
+		if (q->tcp)
+			up_tcp_event(d, q, now);
+		else
+			up_udp_event(d, q, now);
+		break;
+	}
+}
+
+/*
+ * A replaced policy's resolvers: queries in flight start over on the new
+ * list's first resolver (an answer from one the new policy dropped is
+ * never relayed), or get REFUSED when the new list is empty.
+ */
+static void resolvers_take(struct dns *d, uint64_t now)
+{
+	bool changed;
+
+	pthread_mutex_lock(&d->stats_lock);
+	changed = d->resolvers_changed;
+	if (changed) {
+		memcpy(d->resolvers, d->next_resolvers, sizeof(d->resolvers));
+		d->nr_resolvers = d->nr_next_resolvers;
+		d->resolvers_changed = false;
+	}
+	pthread_mutex_unlock(&d->stats_lock);
+	if (!changed)
+		return;
+	for (unsigned int i = 0; i < d->p.max_pending; i++) {
+		struct query *q = &d->queries[i];
+		struct tcp_conn *c = q->conn;
+
+		if (!q->used)
+			continue;
+		up_close(q);
+		if (d->nr_resolvers) {
+			q->resolver = q->tries = 0;
+			q->due = true;
+			continue;
+		}
+		count(d, &d->stats.refused, 1);
+		reply_own(d, q->wire + DNS_TCP_LEN, &q->qi, &q->guest, c, 0,
+			  DNS_RCODE_REFUSED, true);
+		query_release(d, q);
+		if (c)
+			conn_after(d, c, now);
+	}
+}
+
+static int dns_loop(struct dns *d)
+{
+	struct epoll_event evs[DNS_EPOLL_EVENTS];
+	uint64_t now = now_ms(), last_sweep = now;
+	bool udp_ready, accept_ready;
+	int n;
+
+	for (;;) {
+		n = epoll_wait(d->epoll_fd, evs, DNS_EPOLL_EVENTS,
+			       loop_timeout(d, now));
+		if (n < 0 && errno != EINTR)
+			return -errno;
+		now = now_ms();
+		udp_ready = accept_ready = false;
+		for (int i = 0; i < n; i++) {
+			struct endpoint *e = evs[i].data.ptr;
+
+			if (e->fd < 0)
+				continue; /* closed in this batch */
+			if (e->kind == EP_STOP)
+				return 0;
+			udp_ready |= e->kind == EP_UDP;
+			accept_ready |= e->kind == EP_LISTEN;
+			event(d, e, evs[i].events, now);
+		}
+		if (udp_ready)
+			udp_from_guest(d);
+		if (accept_ready)
+			tcp_accept(d, now);
+		resolvers_take(d, now);
+		for (unsigned int i = 0; i < d->p.max_pending; i++) {
+			struct query *q = &d->queries[i];
+
+			if (q->used && !q->due && q->deadline_ms <= now)
+				try_failed(d, q, now); /* timed out */
+			try_start(d, q, now);
+		}
+		if (now - last_sweep >= DNS_SWEEP_MS) {
+			sweep(d, now);
+			last_sweep = now;
+		}
+	}
+}
+
+static void close_all(struct dns *d)
+{
+	for (unsigned int i = 0; i < DNS_MAX_TCP_CONNS; i++)
+		if (d->conns[i].used)
+			conn_close(d, &d->conns[i]);
+	for (unsigned int i = 0; d->queries && i < d->p.max_pending; i++)
+		if (d->queries[i].used)
+			query_release(d, &d->queries[i]);
+	if (d->udp_fd >= 0)
+		close(d->udp_fd);
+	if (d->lsn_fd >= 0)
+		close(d->lsn_fd);
+	d->udp_fd = d->lsn_fd = -1;
+}
+
+static void *dns_thread(void *arg)
+{
+	struct dns *d = arg;
+	int ret;
+
+	worker__block_signals();
+	ret = dns_loop(d);
+	if (ret)
+		pr_err("%s: epoll_wait: %s; the guest's DNS gets no answers "
+		       "from now on",
+		       DNS_NAME, strerror(-ret));
+	close_all(d);
+	pthread_mutex_lock(&d->stats_lock);
+	d->stats.running = false;
+	pthread_mutex_unlock(&d->stats_lock);
+	return NULL;
+}
+
+/* ---- the VM netns side --------------------------------------------------- */
+
+struct ns_job {
+	struct dns *d;
+	int ret;
+	char *err;
+	size_t errlen;
+};
+
+static int gateway_socket(struct ns_job *j, int type, const char *what)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET,
+				 .sin_port = htons(j->d->p.port),
+				 .sin_addr = j->d->p.gateway };
+	char addr[INET_ADDRSTRLEN];
+	int fd, ret = 0;
+
+	fd = socket(AF_INET, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		ret = -errno;
+	if (!ret && bind(fd, (struct sockaddr *)&a, sizeof(a)))
+		ret = -errno;
+	if (!ret && type == SOCK_STREAM && listen(fd, DNS_BACKLOG))
+		ret = -errno;
+	if (!ret)
+		return fd;
+	if (fd >= 0)
+		close(fd);
+	inet_ntop(AF_INET, &a.sin_addr, addr, sizeof(addr));
+	return errf(j->err, j->errlen, ret, "%s: %s on %s:%u: %s", DNS_NAME,
+		    what, addr, j->d->p.port, strerror(-ret));
+}
+
+/* Enters the VM netns and ends with the thread; the sockets stay there. */
+static void *ns_thread(void *arg)
+{
+	struct ns_job *j = arg;
+	struct dns *d = j->d;
+
+	if (setns(d->p.netns_fd, CLONE_NEWNET)) {
+		j->ret = errf(j->err, j->errlen, -errno, "%s: setns: %s",
+			      DNS_NAME, strerror(errno));
+		return NULL;
+	}
+	d->udp_fd = gateway_socket(j, SOCK_DGRAM, "UDP socket");
+	if (d->udp_fd < 0) {
+		j->ret = d->udp_fd;
+		return NULL;
+	}
+	d->lsn_fd = gateway_socket(j, SOCK_STREAM, "TCP listener");
+	if (d->lsn_fd < 0)
+		j->ret = d->lsn_fd;
+	return NULL;
+}
+
+static int make_sockets(struct dns *d, char *err, size_t errlen)
+{
+	struct ns_job j = { .d = d, .err = err, .errlen = errlen };
+	pthread_t t;
+	int ret;
+
+	ret = -pthread_create(&t, NULL, ns_thread, &j);
+	if (ret)
+		return errf(err, errlen, ret, "%s: a thread: %s", DNS_NAME,
+			    strerror(-ret));
+	pthread_join(t, NULL);
+	return j.ret;
+}
+
+/* ---- create, start, destroy ---------------------------------------------- */
+
+static int dns_alloc(struct dns *d, char *err, size_t errlen)
+{
+	d->queries = calloc(d->p.max_pending, sizeof(*d->queries));
+	d->buf = malloc(DNS_EDNS_MAX);
+	d->rrs = calloc(DNS_MAX_ANSWER_RRS, sizeof(*d->rrs));
+	if (!d->queries || !d->buf || !d->rrs)
+		return errf(err, errlen, -ENOMEM, "%s: out of memory",
+			    DNS_NAME);
+	for (unsigned int i = 0; i < d->p.max_pending; i++)
+		d->queries[i].up.fd = -1;
+	for (unsigned int i = 0; i < DNS_MAX_TCP_CONNS; i++)
+		d->conns[i].ep.fd = -1;
+	if (getrandom(d->id_key, sizeof(d->id_key), 0) !=
+	    (ssize_t)sizeof(d->id_key))
+		return errf(err, errlen, -EIO, "%s: getrandom: %s", DNS_NAME,
+			    strerror(errno));
+	d->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+	if (d->epoll_fd < 0 || worker__open(&d->worker))
+		return errf(err, errlen, -errno, "%s: %s", DNS_NAME,
+			    strerror(errno));
+	return 0;
+}
+
+int dns__create(struct dns **out, const struct dns_params *params, char *err,
+		size_t errlen)
+{
+	struct dns *d;
+	int ret;
+
+	*out = NULL;
+	if (!params->bindings || !params->bindings_lock)
+		return errf(err, errlen, -EINVAL, "%s: bad parameters",
+			    DNS_NAME);
+	d = calloc(1, sizeof(*d));
+	if (!d)
+		return errf(err, errlen, -ENOMEM, "%s: out of memory",
+			    DNS_NAME);
+	d->p = *params;
+	if (!d->p.timeout_ms)
+		d->p.timeout_ms = DNS_QUERY_TIMEOUT_MS;
+	if (!d->p.max_pending)
+		d->p.max_pending = DNS_MAX_PENDING;
+	if (!d->p.port)
+		d->p.port = DNS_PORT;
+	d->p.policy = NULL; /* copied below, not kept */
+	d->nr_resolvers = net_policy__nr_resolvers(params->policy);
+	for (unsigned int i = 0; i < d->nr_resolvers; i++)
+		net_policy__resolver(params->policy, i, &d->resolvers[i]);
+	d->udp_fd = d->lsn_fd = d->epoll_fd = -1;
+	worker__init(&d->worker);
+	pthread_mutex_init(&d->stats_lock, NULL);
+	ret = dns_alloc(d, err, errlen);
+	if (!ret)
+		ret = make_sockets(d, err, errlen);
+	if (ret)
+		goto out_destroy;
+	ret = ep_add(d, &d->ep_stop, EP_STOP, d->worker.stop_fd, NULL, EPOLLIN);
+	if (!ret)
+		ret = ep_add(d, &d->ep_udp, EP_UDP, d->udp_fd, NULL, EPOLLIN);
+	if (!ret)
+		ret = ep_add(d, &d->ep_lsn, EP_LISTEN, d->lsn_fd, NULL,
+			     EPOLLIN);
+	if (ret) {
+		errf(err, errlen, ret, "%s: epoll: %s", DNS_NAME,
+		     strerror(-ret));
+		goto out_destroy;
+	}
+	*out = d;
+	return 0;
+
+out_destroy:
+	dns__destroy(d);
+	return ret;
+}
+
+int dns__start(struct dns *d, const struct sock_fprog *filter)
+{
+	int ret;
+
+	pthread_mutex_lock(&d->stats_lock);
+	d->stats.running = true;
+	pthread_mutex_unlock(&d->stats_lock);
+	ret = worker__start(&d->worker, filter, dns_thread, d);
+	if (ret) {
+		pthread_mutex_lock(&d->stats_lock);
+		d->stats.running = false;
+		pthread_mutex_unlock(&d->stats_lock);
+	}
+	return ret;
+}
+
+void dns__destroy(struct dns *d)
+{
+	if (!d)
+		return;
+	worker__exit(&d->worker, DNS_NAME);
+	close_all(d);
+	if (d->epoll_fd >= 0)
+		close(d->epoll_fd);
+	free(d->queries);
+	free(d->buf);
+	free(d->rrs);
+	pthread_mutex_destroy(&d->stats_lock);
+	free(d);
+}
+
+void dns__set_resolvers(struct dns *d, const struct net_policy *policy)
+{
+	unsigned int n = net_policy__nr_resolvers(policy);
+
+	pthread_mutex_lock(&d->stats_lock);
+	for (unsigned int i = 0; i < n; i++)
+		net_policy__resolver(policy, i, &d->next_resolvers[i]);
+	d->nr_next_resolvers = n;
+	d->resolvers_changed = true;
+	pthread_mutex_unlock(&d->stats_lock);
+}
+
+void dns__stats(struct dns *d, struct dns_stats *s)
+{
+	pthread_mutex_lock(&d->stats_lock);
+	*s = d->stats;
+	pthread_mutex_unlock(&d->stats_lock);
+}
+
+void dns__report(struct dns *d)
+{
+	struct dns_stats s;
+
+	dns__stats(d, &s);
+	pr_info("%s: %s; %u resolvers; queries %llu refused %llu forwarded "
+		"%llu answered %llu servfail %llu dropped %llu malformed %llu "
+		"bad answers %llu bindings %llu errors %llu",
+		DNS_NAME, s.running ? "running" : "stopped", d->nr_resolvers,
+		(unsigned long long)s.queries, (unsigned long long)s.refused,
+		(unsigned long long)s.forwarded, (unsigned long long)s.answered,
+		(unsigned long long)s.servfail, (unsigned long long)s.dropped,
+		(unsigned long long)s.malformed,
+		(unsigned long long)s.bad_answers,
+		(unsigned long long)s.bindings, (unsigned long long)s.errors);
+}

@@ -1,0 +1,362 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The hook's JSON lines (hook-internal.h): a question written from a
+ * flow, an answer read and checked. The answer is the orchestrator's
+ * bytes: only a JSON object with the keys we know, of the types we
+ * expect, is an answer; what its texts say reaches the log only as
+ * printable ASCII.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <jansson.h>
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "net/hook-internal.h"
+
+/* "255.255.255.255:65535" and its NUL. */
+#define HOOK_ADDR_STRLEN (INET_ADDRSTRLEN + sizeof(":65535") - 1)
+/* The largest id a JSON reader holding numbers as doubles keeps exact. */
+#define HOOK_ID_MAX ((1ULL << 53) - 1)
+#define ASCII_FIRST ' '
+#define ASCII_LAST  '~'
+#define ASCII_DEL   0x7f
+/* What one field costs in a question line at most: each byte escaped. */
+#define FIELD_COST(nlen, vlen) (2 * ((nlen) + (vlen)) + 8)
+
+static void addr_port(const struct sockaddr_in *a, char out[HOOK_ADDR_STRLEN])
+{
+	char ip[INET_ADDRSTRLEN];
+
+	inet_ntop(AF_INET, &a->sin_addr, ip, sizeof(ip));
+	snprintf(out, HOOK_ADDR_STRLEN, "%s:%u", ip, ntohs(a->sin_port));
+}
+
+/*
+ * o (taken over) as one line into buf: no indent, ", " and ": " between
+ * items, then '\n'. Its length, -ENOSPC, or -ENOMEM.
+ */
+static int dump_line(json_t *o, char *buf, size_t len)
+{
+	size_t n = json_dumpb(o, buf, len, 0);
+
+	json_decref(o);
+	if (!n)
+		return -ENOMEM;
+	if (n + 1 > len)
+		return -ENOSPC;
+	buf[n] = '\n';
+	return (int)(n + 1);
+}
+
+static json_t *hostnames_json(const struct net_ask *a)
+{
+	json_t *arr = json_array();
+	unsigned int n = a->nr_hostnames;
+
+	if (n > NET_ASK_MAX_HOSTNAMES)
+		n = NET_ASK_MAX_HOSTNAMES;
+	for (unsigned int i = 0; arr && i < n; i++) {
+		if (json_array_append_new(arr, json_string(a->hostnames[i]))) {
+			json_decref(arr);
+			return NULL;
+		}
+	}
+	return arr;
+}
+
+int hook_msg__question(char *buf, size_t len, uint64_t id,
+		       const struct net_flow *f, const struct net_ask *a)
+{
+	char src[HOOK_ADDR_STRLEN], dst[HOOK_ADDR_STRLEN];
+	json_t *q, *names;
+
+	addr_port(&f->src, src);
+	addr_port(&f->dst, dst);
+	names = hostnames_json(a);
+	if (!names)
+		return -ENOMEM;
+	/* "o" takes names over, on failure too. */
+	q = json_pack("{s:I, s:s, s:s, s:s, s:s, s:o}", "id", (json_int_t)id,
+		      "proto", f->proto == IPPROTO_TCP ? "tcp" : "udp", "src",
+		      src, "dst", dst, "class", a->class_name, "hostnames",
+		      names);
+	if (!q)
+		return -ENOMEM;
+	return dump_line(q, buf, len);
+}
+
+/* n bytes of s as printable ASCII (else '?'), a JSON string; NULL: ENOMEM. */
+static json_t *ascii_json(const char *s, size_t n)
+{
+	char *t = malloc(n + 1);
+	json_t *j;
+
+	if (!t)
+		return NULL;
+	for (size_t i = 0; i < n; i++)
+		t[i] = s[i] >= ASCII_FIRST && s[i] <= ASCII_LAST ? s[i] : '?';
+	j = json_stringn(t, n);
+	explicit_bzero(t, n);
+	free(t);
+	return j;
+}
+
+static bool same_nocase(const char *a, size_t alen, const char *b)
+{
+	return alen == strlen(b) && !strncasecmp(a, b, alen);
+}
+
+/*
+ * Whether a field's value stays out of the question: the guest's own
+ * credentials (the hook decides on who asks what where, and never needs
+ * them), and the fields the grant sets (replaced upstream anyway).
+ */
+static bool value_omitted(const struct hook_http_question *q,
+			  const struct http1_header *h)
+{
+	const struct net_http_decision *g = q->grant_fields;
+
+	if (same_nocase(h->name, h->name_len, "authorization") ||
+	    same_nocase(h->name, h->name_len, "proxy-authorization") ||
+	    same_nocase(h->name, h->name_len, "cookie"))
+		return true;
+	for (unsigned int i = 0;
+	     g && i < g->nr_headers && i < NET_HTTP_MAX_HEADERS; i++)
+		if (g->headers[i].name < sizeof(g->buf) &&
+		    same_nocase(h->name, h->name_len,
+				g->buf + g->headers[i].name))
+			return true;
+	return false;
+}
+
+/* The fields as [name, value] pairs, and the omitted names, as fit. */
+static int fields_json(const struct hook_http_question *q, size_t budget,
+		       json_t *fields, json_t *omitted, bool *truncated)
+{
+	size_t used = 0;
+
+	*truncated = false;
+	for (unsigned int i = 0; i < q->nr_fields; i++) {
+		const struct http1_header *h = &q->fields[i];
+		bool omit = value_omitted(q, h);
+		size_t cost = FIELD_COST(h->name_len, omit ? 0 : h->value_len);
+		json_t *v;
+
+		if (used + cost > budget) {
+			*truncated = true;
+			return 0;
+		}
+		used += cost;
+		if (omit)
+			v = ascii_json(h->name, h->name_len);
+		else
+			v = json_pack("[o, o]",
+				      ascii_json(h->name, h->name_len),
+				      ascii_json(h->value, h->value_len));
+		if (json_array_append_new(omit ? omitted : fields, v))
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+/* scheme://host[:port]path, printable. */
+static json_t *url_json(const struct hook_http_question *q)
+{
+	bool dflt = q->port == (q->tls ? 443 : 80);
+	size_t n = q->path_len + strlen(q->host) + sizeof("https://:65535");
+	char *u = malloc(n);
+	json_t *j;
+	int at;
+
+	if (!u)
+		return NULL;
+	at = snprintf(u, n, "%s://%s", q->tls ? "https" : "http", q->host);
+	if (!dflt)
+		at += snprintf(u + at, n - at, ":%u", q->port);
+	memcpy(u + at, q->path, q->path_len);
+	j = ascii_json(u, at + q->path_len);
+	free(u);
+	return j;
+}
+
+int hook_msg__http_question(char *buf, size_t len, uint64_t id,
+			    const struct net_flow *f,
+			    const struct hook_http_question *q)
+{
+	char src[HOOK_ADDR_STRLEN], dst[HOOK_ADDR_STRLEN];
+	size_t fixed = HOOK_HTTP_FIXED +
+		       2 * (q->path_len + strlen(q->host) + strlen(q->method));
+	json_t *o, *fields = json_array(), *omitted = json_array();
+	bool truncated;
+	int ret;
+
+	if (!fields || !omitted) {
+		ret = -ENOMEM;
+		goto out_free;
+	}
+	ret = fixed < len ?
+		      fields_json(q, len - fixed, fields, omitted, &truncated) :
+		      -ENOSPC;
+	if (ret)
+		goto out_free;
+	addr_port(&f->src, src);
+	addr_port(&f->dst, dst);
+	/* "o" takes each over, on failure too. */
+	o = json_pack("{s:I, s:s, s:s, s:s, s:s, s:I, s:o, s:o, s:o, s:s, "
+		      "s:o, s:o, s:b}",
+		      "id", (json_int_t)id, "type", "http", "proto", "tcp",
+		      "src", src, "dst", dst, "grant", (json_int_t)q->grant,
+		      "host", ascii_json(q->host, strlen(q->host)), "method",
+		      ascii_json(q->method, strlen(q->method)), "url",
+		      url_json(q), "protocol", q->protocol, "headers", fields,
+		      "omitted", omitted, "truncated", truncated);
+	if (!o)
+		return -ENOMEM;
+	return dump_line(o, buf, len);
+
+out_free:
+	json_decref(fields);
+	json_decref(omitted);
+	return ret;
+}
+
+/* s as printable ASCII into out, cut short. */
+static void printable(const char *s, char out[HOOK_DETAIL_MAX])
+{
+	size_t i;
+
+	for (i = 0; s[i] && i + 1 < HOOK_DETAIL_MAX; i++)
+		out[i] = s[i] >= ASCII_FIRST && s[i] <= ASCII_LAST ? s[i] : '?';
+	out[i] = '\0';
+}
+
+/* A value a field may carry: no control byte but tab (no CR LF). */
+static bool value_valid(const char *s)
+{
+	for (; *s; s++)
+		if (((unsigned char)*s < ' ' && *s != '\t') || *s == ASCII_DEL)
+			return false;
+	return true;
+}
+
+/* One field of a grant-http into d: NULL, or the rule it broke. */
+static const char *edit_add(struct net_http_decision *d, size_t *used,
+			    const char *name, const char *value)
+{
+	size_t nlen = strlen(name), vlen = strlen(value);
+	unsigned int k = d->nr_headers;
+
+	if (!http1__editable_name(name))
+		return "field name not editable";
+	if (!value_valid(value))
+		return "field value with a control byte";
+	for (unsigned int i = 0; i < k; i++)
+		if (!strcasecmp(d->buf + d->headers[i].name, name))
+			return "field named twice";
+	if (k == NET_HTTP_MAX_HEADERS)
+		return "too many fields";
+	if (*used + nlen + vlen + 2 > sizeof(d->buf))
+		return "fields too large";
+	d->headers[k].name = *used;
+	for (size_t i = 0; i <= nlen; i++)
+		d->buf[*used + i] = tolower((unsigned char)name[i]);
+	*used += nlen + 1;
+	d->headers[k].value = *used;
+	memcpy(d->buf + *used, value, vlen + 1);
+	*used += vlen + 1;
+	d->headers[k].hook = false;
+	d->headers[k].remove = false;
+	d->nr_headers++;
+	return NULL;
+}
+
+/* "set" and "remove" into d: NULL, or the rule they broke. */
+static const char *read_edits(json_t *o, struct net_http_decision *d)
+{
+	json_t *set = json_object_get(o, "set");
+	json_t *remove = json_object_get(o, "remove");
+	const char *why = NULL, *key;
+	size_t used = 0, i;
+	json_t *v;
+
+	d->verdict = NET_VERDICT_ALLOW;
+	d->nr_headers = 0;
+	if ((set && !json_is_object(set)) || (remove && !json_is_array(remove)))
+		return "set not an object or remove not an array";
+	json_object_foreach(set, key, v)
+	{
+		if (!json_is_string(v))
+			return "set value not a string";
+		why = edit_add(d, &used, key, json_string_value(v));
+		if (why)
+			return why;
+	}
+	json_array_foreach(remove, i, v)
+	{
+		if (!json_is_string(v))
+			return "remove entry not a string";
+		why = edit_add(d, &used, json_string_value(v), "");
+		if (why)
+			return why;
+		d->headers[d->nr_headers - 1].remove = true;
+	}
+	return NULL;
+}
+
+static int read_answer(json_t *o, struct hook_answer *a,
+		       struct net_http_decision *edits)
+{
+	json_t *id = json_object_get(o, "id");
+	json_t *verdict = json_object_get(o, "verdict");
+	json_t *reason = json_object_get(o, "reason");
+	const char *v;
+
+	if (!json_is_integer(id) || json_integer_value(id) < 1 ||
+	    (unsigned long long)json_integer_value(id) > HOOK_ID_MAX)
+		return -EBADMSG;
+	if (!json_is_string(verdict) || (reason && !json_is_string(reason)))
+		return -EBADMSG;
+	a->id = json_integer_value(id);
+	v = json_string_value(verdict);
+	if (!strcmp(v, "grant"))
+		a->verdict = HOOK_VERDICT_GRANT;
+	else if (!strcmp(v, "deny"))
+		a->verdict = HOOK_VERDICT_DENY;
+	else if (!strcmp(v, "grant-http"))
+		a->verdict = HOOK_VERDICT_GRANT_HTTP;
+	else
+		a->verdict = HOOK_VERDICT_UNKNOWN;
+	printable(v, a->verdict_text);
+	printable(reason ? json_string_value(reason) : "", a->reason);
+	if (a->verdict == HOOK_VERDICT_GRANT_HTTP && edits) {
+		const char *why = read_edits(o, edits);
+
+		if (why) {
+			explicit_bzero(edits, sizeof(*edits));
+			a->verdict = HOOK_VERDICT_INVALID;
+			printable(why, a->reason);
+		}
+	}
+	return 0;
+}
+
+int hook_msg__answer(const char *line, size_t n, struct hook_answer *a,
+		     struct net_http_decision *edits)
+{
+	json_error_t err;
+	json_t *o;
+	int ret;
+
+	*a = (struct hook_answer){ 0 };
+	/* Neither NULs in strings nor anything after the object. */
+	o = json_loadb(line, n, JSON_REJECT_DUPLICATES, &err);
+	if (!o)
+		return -EBADMSG;
+	ret = json_is_object(o) ? read_answer(o, a, edits) : -EBADMSG;
+	json_decref(o);
+	return ret;
+}

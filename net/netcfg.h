@@ -1,0 +1,110 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+#ifndef KILN_NETCFG_H
+#define KILN_NETCFG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lib/compiler.h"
+
+/*
+ * The VM's network (--net, "net": Documentation/network.md): who makes
+ * the tap and the guest's IPv4 settings. This module owns the settings:
+ * their text forms, their checks and defaults, the kernel command line
+ * the guest init reads them from (kiln.net=) and their names in reports.
+ * Building the tap and its namespace is net/netns.c's.
+ */
+
+enum net_mode {
+	NET_NONE,   /* no network device */
+	NET_AUTO,   /* a namespace of the vmm's own with the tap kiln0 */
+	NET_NETNS,  /* the tap kiln0 in the namespace at netns_path */
+	NET_TAP_FD, /* the orchestrator's tap, already open as tap_fd */
+};
+
+#define NET_MAC_LEN	6U
+#define NET_DEFAULT_MTU 1500U
+#define NET_MIN_MTU	68U    /* the least IPv4 needs (RFC 791) */
+#define NET_MAX_MTU	65535U /* a tap's limit, and virtio-net's */
+#define NET_MIN_PREFIX	1U
+#define NET_MAX_PREFIX	30U /* room for the guest and the gateway */
+#define NET_MIN_TAP_FD	3U  /* 0-2: stdin, stdout, stderr */
+#define NET_MAX_TAP_FD	0x7fffffffU
+#define NET_TAP_NAME	"kiln0" /* the tap in auto and netns modes */
+#define NET_ADDR_STRLEN 16U	/* "255.255.255.255" */
+#define NET_CIDR_STRLEN 19U	/* "255.255.255.255/32" */
+#define NET_MAC_STRLEN	18U	/* "02:4b:4c:00:00:00" */
+/* kiln.net=ADDRESS/PREFIX,GATEWAY,MTU,DNS */
+#define NET_CMDLINE_MAX 64U
+
+struct net_policy; /* net/policy.h */
+
+/* All addresses in network byte order, as in struct in_addr. */
+struct net_config {
+	enum net_mode mode;
+	char *netns_path; /* NET_NETNS: a network namespace file */
+	uint64_t tap_fd;  /* NET_TAP_FD: NET_MIN_TAP_FD..NET_MAX_TAP_FD */
+	bool tap_fd_set;
+	uint32_t address;    /* the guest's (eth0) */
+	unsigned int prefix; /* bits, NET_MIN_PREFIX..NET_MAX_PREFIX */
+	uint32_t gateway;    /* the tap's host side in auto and netns modes */
+	uint32_t dns;	     /* the guest's resolver (/etc/resolv.conf) */
+	uint64_t mtu;	     /* bytes, both sides of the link */
+	uint8_t mac[NET_MAC_LEN]; /* the guest's: unicast, nonzero */
+	bool address_set, gateway_set, dns_set, mtu_set, mac_set;
+	/* --net-policy, "net.policy"; NULL: deny every flow */
+	struct net_policy *policy;
+	/*
+	 * --net-ca-bundle, "net.caBundle": the PEM certificates upstream
+	 * servers of the http grants' TLS flows must chain to; NULL:
+	 * TLS_DEFAULT_CA_BUNDLE (net/tls.h). Auto and netns modes only.
+	 */
+	char *ca_bundle;
+};
+
+/* The modes' JSON names ("none", "auto", ...), NULL-terminated. */
+extern const char *const netcfg__modes[];
+const char *netcfg__mode_name(enum net_mode mode);
+
+void netcfg__free(struct net_config *n);
+
+/* "A.B.C.D", four decimal parts; -EINVAL otherwise. */
+int __must_check netcfg__parse_ipv4(const char *s, uint32_t *addr);
+/* "A.B.C.D/N" (N 0..32); -EINVAL otherwise. */
+int __must_check netcfg__parse_cidr(const char *s, uint32_t *addr,
+				    unsigned int *prefix);
+/* "xx:xx:xx:xx:xx:xx", hex; -EINVAL otherwise. */
+int __must_check netcfg__parse_mac(const char *s, uint8_t mac[NET_MAC_LEN]);
+/*
+ * --net's argument: "auto", "netns:PATH", "tap-fd:N" or "none". Replaces
+ * the mode and what went with the previous one (a path, an fd); err
+ * receives "--net ARG: why".
+ */
+int __must_check netcfg__parse_arg(struct net_config *n, const char *arg,
+				   char *err, size_t len);
+
+/*
+ * The settings against each other, and the defaults for what was not
+ * given: 10.0.2.15/24, gateway 10.0.2.2, DNS the gateway, MTU 1500, a
+ * random locally administered MAC (02:4b:4c:xx:xx:xx). err receives
+ * "net ...: why" naming the option and key.
+ */
+int __must_check netcfg__validate(struct net_config *n, char *err, size_t len);
+
+/*
+ * kiln.net's value, "10.0.2.15/24,10.0.2.2,1500,10.0.2.2": what the
+ * guest's init configures eth0 from, and its agent after a restore
+ * (proto/agent.h, RESEED). -ENOSPC if buf is too short.
+ */
+int __must_check netcfg__guest_value(const struct net_config *n, char *buf,
+				     size_t len);
+/* " kiln.net=VALUE", "" without a network; -ENOSPC if too short. */
+int __must_check netcfg__cmdline(const struct net_config *n, char *buf,
+				 size_t len);
+
+void netcfg__format_ipv4(uint32_t addr, char buf[NET_ADDR_STRLEN]);
+void netcfg__format_mac(const uint8_t mac[NET_MAC_LEN],
+			char buf[NET_MAC_STRLEN]);
+
+#endif

@@ -1,0 +1,271 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The VM's network namespace and its tap (netns.h): made on a thread of
+ * its own, configured over rtnetlink.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/fib_rules.h>
+#include <linux/netlink.h>
+#include <linux/nsfs.h>
+#include <linux/rtnetlink.h>
+#include <net/if.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "lib/errf.h"
+#include "net/netns.h"
+
+#define THREAD_NS_PATH	"/proc/thread-self/ns/net"
+#define NETLINK_MSG_MAX 256U  /* one request: a header and a few attributes */
+#define NETLINK_ACK_MAX 1024U /* an error with the request echoed */
+
+/* ---- rtnetlink ---------------------------------------------------------- */
+
+struct nl_request {
+	struct nlmsghdr h;
+	uint8_t body[NETLINK_MSG_MAX];
+};
+
+static void nl_init(struct nl_request *r, uint16_t type, uint16_t flags,
+		    const void *msg, size_t len)
+{
+	memset(r, 0, sizeof(*r));
+	r->h.nlmsg_len = NLMSG_LENGTH(len);
+	r->h.nlmsg_type = type;
+	r->h.nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK | flags;
+	memcpy(NLMSG_DATA(&r->h), msg, len);
+}
+
+/* Every attribute we add fits NETLINK_MSG_MAX by construction. */
+static void nl_attr(struct nl_request *r, uint16_t type, const void *data,
+		    size_t len)
+{
+	struct rtattr *a = (struct rtattr *)((uint8_t *)&r->h +
+					     NLMSG_ALIGN(r->h.nlmsg_len));
+
+	a->rta_type = type;
+	a->rta_len = RTA_LENGTH(len);
+	memcpy(RTA_DATA(a), data, len);
+	r->h.nlmsg_len = NLMSG_ALIGN(r->h.nlmsg_len) + RTA_ALIGN(a->rta_len);
+}
+
+/* Sends the request and reads its acknowledgement: 0 or -errno. */
+static int nl_talk(int sock, struct nl_request *r)
+{
+	uint8_t buf[NETLINK_ACK_MAX];
+	struct nlmsghdr *h = (struct nlmsghdr *)buf;
+	struct nlmsgerr *e;
+	ssize_t n;
+
+	if (send(sock, &r->h, r->h.nlmsg_len, 0) < 0)
+		return -errno;
+	n = recv(sock, buf, sizeof(buf), 0);
+	if (n < 0)
+		return -errno;
+	if (!NLMSG_OK(h, (size_t)n) || h->nlmsg_type != NLMSG_ERROR ||
+	    h->nlmsg_len < NLMSG_LENGTH(sizeof(*e)))
+		return -EPROTO;
+	e = NLMSG_DATA(h);
+	return e->error; /* 0 or -errno */
+}
+
+static int link_up(int sock, unsigned int ifindex)
+{
+	struct ifinfomsg ifi = { .ifi_family = AF_UNSPEC,
+				 .ifi_index = (int)ifindex,
+				 .ifi_flags = IFF_UP,
+				 .ifi_change = IFF_UP };
+	struct nl_request r;
+
+	nl_init(&r, RTM_NEWLINK, 0, &ifi, sizeof(ifi));
+	return nl_talk(sock, &r);
+}
+
+/* Replaces one the namespace may have already (an orchestrator's). */
+static int add_address(int sock, unsigned int ifindex, uint32_t addr,
+		       unsigned int prefix)
+{
+	struct ifaddrmsg ifa = { .ifa_family = AF_INET,
+				 .ifa_prefixlen = prefix,
+				 .ifa_scope = RT_SCOPE_UNIVERSE,
+				 .ifa_index = ifindex };
+	struct nl_request r;
+
+	nl_init(&r, RTM_NEWADDR, NLM_F_CREATE | NLM_F_REPLACE, &ifa,
+		sizeof(ifa));
+	nl_attr(&r, IFA_LOCAL, &addr, sizeof(addr));
+	nl_attr(&r, IFA_ADDRESS, &addr, sizeof(addr));
+	return nl_talk(sock, &r);
+}
+
+/*
+ * The table of the guest's packets: "local 0.0.0.0/0 dev lo" in it makes
+ * every destination local for what comes in from the tap, and only for
+ * that (add_steer_rule): in table local it would make the guest's own
+ * address local too, and the replies to it would go into lo.
+ */
+/* NETNS_STEER_PREF: before the main table's rule (32766). */
+/* local 0.0.0.0/0 dev lo table NETNS_STEER_TABLE */
+static int add_local_default(int sock, unsigned int lo)
+{
+	struct rtmsg rt = { .rtm_family = AF_INET,
+			    .rtm_dst_len = 0,
+			    .rtm_table = RT_TABLE_UNSPEC, /* RTA_TABLE says */
+			    .rtm_protocol = RTPROT_BOOT,
+			    .rtm_scope = RT_SCOPE_HOST,
+			    .rtm_type = RTN_LOCAL };
+	uint32_t table = NETNS_STEER_TABLE, oif = lo;
+	struct nl_request r;
+
+	nl_init(&r, RTM_NEWROUTE, NLM_F_CREATE | NLM_F_REPLACE, &rt,
+		sizeof(rt));
+	nl_attr(&r, RTA_TABLE, &table, sizeof(table));
+	nl_attr(&r, RTA_OIF, &oif, sizeof(oif));
+	return nl_talk(sock, &r);
+}
+
+/* pref NETNS_STEER_PREF iif TAP lookup NETNS_STEER_TABLE */
+static int add_steer_rule(int sock, const char *tap)
+{
+	struct fib_rule_hdr frh = { .family = AF_INET,
+				    .table = RT_TABLE_UNSPEC,
+				    .action = FR_ACT_TO_TBL };
+	uint32_t table = NETNS_STEER_TABLE, pref = NETNS_STEER_PREF;
+	struct nl_request r;
+
+	/* Without NLM_F_EXCL, the same rule already there is no error. */
+	nl_init(&r, RTM_NEWRULE, NLM_F_CREATE, &frh, sizeof(frh));
+	nl_attr(&r, FRA_PRIORITY, &pref, sizeof(pref));
+	nl_attr(&r, FRA_TABLE, &table, sizeof(table));
+	nl_attr(&r, FRA_IFNAME, tap, strlen(tap) + 1);
+	return nl_talk(sock, &r);
+}
+
+/* ---- the thread ---------------------------------------------------------- */
+
+struct netns_job {
+	const struct netns_params *p;
+	int ns_fd;
+	struct tap tap;
+	int ret;
+	char *err;
+	size_t errlen;
+};
+
+/* Into the namespace: a new one, or the one at p->path. */
+static int enter(struct netns_job *j)
+{
+	const char *path = j->p->path;
+	int fd;
+
+	if (!path) {
+		if (unshare(CLONE_NEWNET) < 0)
+			return errf(j->err, j->errlen, -errno,
+				    "net: a new network namespace: %s",
+				    strerror(errno));
+		path = THREAD_NS_PATH;
+	}
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errf(j->err, j->errlen, -errno, "net namespace %s: %s",
+			    path, strerror(errno));
+	j->ns_fd = fd;
+	if (j->p->path && ioctl(fd, NS_GET_NSTYPE) != CLONE_NEWNET)
+		return errf(j->err, j->errlen, -EINVAL,
+			    "net namespace %s: not a network namespace", path);
+	if (j->p->path && setns(fd, CLONE_NEWNET) < 0)
+		return errf(j->err, j->errlen, -errno,
+			    "net namespace %s: setns: %s", path,
+			    strerror(errno));
+	return 0;
+}
+
+/* The gateway's address on the tap, lo up, the guest's local route. */
+static int configure(struct netns_job *j)
+{
+	unsigned int lo, tap;
+	const char *what;
+	int sock, ret;
+
+	lo = if_nametoindex("lo");
+	tap = if_nametoindex(j->tap.name);
+	if (!lo || !tap)
+		return errf(j->err, j->errlen, -ENODEV,
+			    "net: %s: no such interface",
+			    lo ? j->tap.name : "lo");
+	sock = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+	if (sock < 0)
+		return errf(j->err, j->errlen, -errno, "net: rtnetlink: %s",
+			    strerror(errno));
+	what = "lo up";
+	ret = link_up(sock, lo);
+	if (!ret) {
+		what = "the tap's address";
+		ret = add_address(sock, tap, j->p->host_addr, j->p->prefix);
+	}
+	if (!ret) {
+		what = "the route local 0.0.0.0/0 dev lo table 100";
+		ret = add_local_default(sock, lo);
+	}
+	if (!ret) {
+		what = "the rule iif <tap> lookup 100";
+		ret = add_steer_rule(sock, j->tap.name);
+	}
+	close(sock);
+	if (ret)
+		return errf(j->err, j->errlen, ret, "net %s: %s: %s",
+			    j->tap.name, what, strerror(-ret));
+	return 0;
+}
+
+/*
+ * Runs in the namespace and ends with the thread: the namespace lives on
+ * in ns_fd and in the tap.
+ */
+static void *netns_thread(void *arg)
+{
+	struct netns_job *j = arg;
+	struct tap_params tp = { .name = j->p->tap_name, .mtu = j->p->mtu };
+
+	j->ret = enter(j);
+	if (!j->ret)
+		j->ret = tap__open(&j->tap, &tp, j->err, j->errlen);
+	if (!j->ret)
+		j->ret = configure(j);
+	return NULL;
+}
+
+int netns__create_tap(const struct netns_params *p, int *ns_fd, struct tap *tap,
+		      char *err, size_t errlen)
+{
+	struct netns_job j = {
+		.p = p,
+		.ns_fd = -1,
+		.tap = { .fd = -1 },
+		.err = err,
+		.errlen = errlen,
+	};
+	pthread_t t;
+	int ret;
+
+	ret = -pthread_create(&t, NULL, netns_thread, &j);
+	if (ret)
+		return errf(err, errlen, ret, "net: a thread: %s",
+			    strerror(-ret));
+	pthread_join(t, NULL);
+	if (j.ret) {
+		tap__close(&j.tap);
+		if (j.ns_fd >= 0)
+			close(j.ns_fd);
+		return j.ret;
+	}
+	*ns_fd = j.ns_fd;
+	*tap = j.tap;
+	return 0;
+}
