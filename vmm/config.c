@@ -20,7 +20,6 @@
 #include "vmm/identity.h"
 #include "vmm/jail.h"
 #include "vmm/metrics.h"
-#include "vmm/options.h"
 #include "vmm/rootfs.h"
 
 void config__init(struct vm_config *c)
@@ -102,29 +101,6 @@ int config__set_argv(struct vm_config *c, char *const argv[], int argc)
 	free_argv(c->argv);
 	c->argv = v;
 	return 0;
-}
-
-int config__load_json(struct vm_config *c, const char *path, char *err,
-		      size_t len)
-{
-	json_error_t jerr;
-	json_t *root;
-	int ret;
-
-	root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
-	if (!root) {
-		if (jerr.line < 0)
-			return errf(err, len, -ENOENT, "%s", jerr.text);
-		return errf(err, len, -EINVAL, "line %d column %d: %s",
-			    jerr.line, jerr.column, jerr.text);
-	}
-	if (!json_is_object(root)) {
-		json_decref(root);
-		return errf(err, len, -EINVAL, "top level must be an object");
-	}
-	ret = options__apply_json(c, root, err, len);
-	json_decref(root);
-	return ret;
 }
 
 static uint64_t host_mem_mib(void)

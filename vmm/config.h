@@ -134,9 +134,6 @@ struct vm_config {
 
 void config__init(struct vm_config *c);
 void config__free(struct vm_config *c);
-/* Fill c from a JSON document; err receives "what: why" on failure. */
-int __must_check config__load_json(struct vm_config *c, const char *path,
-				   char *err, size_t errlen);
 int __must_check config__set_argv(struct vm_config *c, char *const argv[],
 				  int argc);
 /*

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 
 #include "devices/fs/backend.h"
 #include "devices/fs/memfs.h"
@@ -17,7 +18,6 @@
 #include "lib/errf.h"
 #include "lib/parse.h"
 #include "proto/mounts.h"
-#include "vmm/config.h"
 #include "vmm/mounts.h"
 
 static void mount_free(struct mount_config *m)
@@ -571,7 +571,7 @@ static int validate_one(const struct mount_config *m, char *err, size_t len)
 		return 0;
 	case MOUNT_VIRTUAL:
 		if (!m->socket[0] ||
-		    strlen(m->socket) >= CONFIG_VSOCK_PATH_MAX + 12)
+		    strlen(m->socket) >= sizeof(((struct sockaddr_un *)0)->sun_path))
 			return errf(err, len, -EINVAL,
 				    "mount %s: virtual socket \"%s\": empty or "
 				    "longer than a Unix socket path",

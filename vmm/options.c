@@ -343,13 +343,36 @@ static int apply_command(struct vm_config *c, const union option_value *v,
 	return ret;
 }
 
+int options__load_json(struct vm_config *c, const char *path, char *err,
+		       size_t len)
+{
+	json_error_t jerr;
+	json_t *root;
+	int ret;
+
+	root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+	if (!root) {
+		if (jerr.line < 0)
+			return errf(err, len, -ENOENT, "%s", jerr.text);
+		return errf(err, len, -EINVAL, "line %d column %d: %s",
+			    jerr.line, jerr.column, jerr.text);
+	}
+	if (!json_is_object(root)) {
+		json_decref(root);
+		return errf(err, len, -EINVAL, "top level must be an object");
+	}
+	ret = options__apply_json(c, root, err, len);
+	json_decref(root);
+	return ret;
+}
+
 static int apply_config_file(struct vm_config *c, const union option_value *v,
 			     char *err, size_t len)
 {
 	char why[CONFIG_ERR_LEN] = "";
 	int ret;
 
-	ret = config__load_json(c, v->s, why, sizeof(why));
+	ret = options__load_json(c, v->s, why, sizeof(why));
 	if (ret && !why[0])
 		snprintf(why, sizeof(why), "%s", strerror(-ret));
 	if (ret)

@@ -32,6 +32,9 @@ int __must_check options__parse_argv(struct vm_config *c, int argc,
  */
 int __must_check options__apply_json(struct vm_config *c, void *json_obj,
 				     char *err, size_t errlen);
+/* Fill c from a JSON document; err receives "what: why" on failure. */
+int __must_check options__load_json(struct vm_config *c, const char *path,
+				    char *err, size_t errlen);
 /* The --help text. */
 void options__usage(FILE *f);
 

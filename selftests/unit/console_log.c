@@ -519,7 +519,7 @@ TEST(json_section)
 	ASSERT_EQ((ssize_t)strlen(doc), write(fd, doc, strlen(doc)));
 	close(fd);
 	config__init(&c);
-	ASSERT_EQ(0, config__load_json(&c, path, err, sizeof(err)))
+	ASSERT_EQ(0, options__load_json(&c, path, err, sizeof(err)))
 	TH_LOG("%s", err);
 	EXPECT_STREQ("/tmp/j.log", c.console_log);
 	EXPECT_EQ(8192, c.console_log_max_bytes);

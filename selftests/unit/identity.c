@@ -3,7 +3,7 @@
  * --hostname and --cwd (vmm/identity.c through the option table): the
  * names and paths accepted, the default hostname filled in, and the bad
  * ones refused in one line naming the value and why. In-process:
- * options__parse_argv, config__load_json, config__validate;
+ * options__parse_argv, options__load_json, config__validate;
  * selftests/unit/cli.c checks that the vmm says it on stderr and exits.
  */
 #include <stdio.h>
@@ -51,7 +51,7 @@ static int parse_json(struct vm_config *c, const char *doc, char *err,
 	close(fd);
 	config__init(c);
 	err[0] = '\0';
-	ret = config__load_json(c, path, err, len);
+	ret = options__load_json(c, path, err, len);
 	unlink(path);
 	if (!ret)
 		ret = config__validate(c, err, len);

@@ -322,7 +322,7 @@ TEST(options)
 	ASSERT_EQ((ssize_t)strlen(doc), write(fd, doc, strlen(doc)));
 	close(fd);
 	config__init(&c);
-	ASSERT_EQ(0, config__load_json(&c, path, err, sizeof(err)))
+	ASSERT_EQ(0, options__load_json(&c, path, err, sizeof(err)))
 	TH_LOG("%s", err);
 	EXPECT_STREQ("/tmp/m.jsonl", c.metrics_path);
 	EXPECT_EQ(250, c.metrics_interval_ms);

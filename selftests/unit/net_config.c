@@ -3,7 +3,7 @@
  * --net and "net" (net/netcfg.c through the option table): the forms
  * accepted, the defaults filled in, what the guest is told on the kernel
  * command line, and the values refused with the reason naming the option.
- * In-process: options__parse_argv, config__load_json, config__validate.
+ * In-process: options__parse_argv, options__load_json, config__validate.
  * selftests/unit/cli.c checks that the vmm says it in one line.
  */
 #include <arpa/inet.h>
@@ -159,7 +159,7 @@ static int parse_json(struct vm_config *c, const char *doc,
 	write_json(path, doc);
 	config__init(c);
 	err[0] = '\0';
-	ret = config__load_json(c, path, err, len);
+	ret = options__load_json(c, path, err, len);
 	unlink(path);
 	if (ret)
 		return ret;

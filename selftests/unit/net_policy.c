@@ -1084,7 +1084,7 @@ static int config_json(struct vm_config *c, const char *doc, char *err,
 	write_file(path, doc);
 	config__init(c);
 	err[0] = '\0';
-	ret = config__load_json(c, path, err, len);
+	ret = options__load_json(c, path, err, len);
 	unlink(path);
 	if (!ret)
 		ret = config__validate(c, err, len);

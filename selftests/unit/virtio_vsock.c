@@ -46,6 +46,7 @@
 #include "selftests/kselftest.h"
 #include "selftests/rings.h"
 #include "selftests/testutil.h"
+#include "vmm/options.h"
 #include "selftests/virtio_driver.h"
 
 #define HDR	  ((uint32_t)sizeof(struct virtio_vsock_hdr))
@@ -1292,7 +1293,7 @@ static int load_config(struct vm_config *c, const char *dir, const char *doc,
 	fclose(f);
 	config__init(c);
 	c->kernel_path = strdup("vmlinux");
-	ret = config__load_json(c, path, err, len);
+	ret = options__load_json(c, path, err, len);
 	if (!ret)
 		ret = config__validate(c, err, len);
 	return ret;
