@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "lib/log.h"
-#include "snapshot/file.h"
+#include "lib/sha256.h"
 #include "snapshot/verified.h"
 
 /*
@@ -60,7 +60,7 @@ static char *cache_dir(void)
 /* The entry's file name: the key's own SHA-256. */
 static char *cache_entry(const char *dir, const char *key, size_t keylen)
 {
-	char hex[65], *path;
+	char hex[SHA256_HEX_LEN + 1], *path;
 
 	if (sha256__hex(key, keylen, hex))
 		return NULL;
