@@ -5,6 +5,8 @@
 /*
  * Run a program the way a user would and keep what it printed: stdout and
  * stderr captured separately (bounded), stdin from /dev/null or a file.
+ * ARGS() writes an argv in place; spawn__vmm_path() names the vmm under
+ * test.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -15,6 +17,9 @@
 #include <unistd.h>
 
 #define SPAWN_OUT_MAX (64 * 1024)
+
+/* A NULL-terminated argv: ARGS("vmm", "run", "--kernel", k). */
+#define ARGS(...) ((const char *const[]){ __VA_ARGS__, NULL })
 
 struct spawn_result {
 	int status;		 /* exit status, or 128 + signal */
@@ -39,6 +44,14 @@ static inline void spawn__drain(int fd, char *buf, size_t *len, bool *open)
 	memcpy(buf + *len, tmp, n);
 	*len += n;
 	buf[*len] = 0;
+}
+
+/* The vmm binary the tests run: $KILN_VMM, else build/vmm. */
+static inline const char *spawn__vmm_path(void)
+{
+	const char *p = getenv("KILN_VMM");
+
+	return p ? p : "build/vmm";
 }
 
 /* argv[0] is the program; stdin_path NULL means /dev/null. */

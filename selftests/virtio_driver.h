@@ -6,8 +6,10 @@
  * The fake virtio-mmio driver the device unit tests share: guest RAM
  * between two guard areas, the register file read and written through
  * devices/virtio/mmio.c as a vCPU would, feature negotiation, queue set-up,
- * the kick decision of virtqueue_kick() and the interrupt line. Each test
- * keeps its own queue bookkeeping and layout of guest memory.
+ * the kick decision of virtqueue_kick() and the interrupt line, and
+ * struct vdrv_queue: one queue's bookkeeping (free descriptors, chains
+ * in flight, the indices), as drivers/virtio/virtio_ring.c keeps it.
+ * Each test keeps its own layout of guest memory.
  *
  *	struct vdrv d;
  *	vdrv_init(&d, RAM_SIZE);         guest memory, mapped at GPA 0
@@ -246,24 +248,271 @@ static inline void vdrv_publish(struct vdrv *d, uint64_t avail, uint16_t size,
 				uint16_t *avail_idx, uint16_t head)
 {
 	vdrv_store16(d, avail + 4 + 2 * (*avail_idx % size), head);
-	/* virtio_wmb: the entry before the index. */
+	/*
+	 * virtio_wmb: the entry and the descriptors before the index (the
+	 * index is a release store).
+	 */
 	(*avail_idx)++;
 	vdrv_store16(d, avail + 2, *avail_idx);
 }
 
-/*
- * virtqueue_kick(): notify queue q, whose used ring is at used, only when
- * the device asked for it since *kicked (then moved to avail_idx).
- */
-static inline void vdrv_kick(struct vdrv *d, unsigned int q, uint64_t used,
-			     uint16_t size, uint16_t *kicked,
-			     uint16_t avail_idx)
-{
-	uint16_t old = *kicked;
+/* ---- one queue, as a driver keeps it ------------------------------- */
 
-	*kicked = avail_idx;
-	if (vdrv_need_kick(d, used, size, old, avail_idx))
-		vdrv_wr32(d, VIRTIO_MMIO_QUEUE_NOTIFY, q);
+#define VDRV_QUEUE_MAX 256 /* entries of the largest queue a test sets up */
+
+/*
+ * The driver's side of one split virtqueue (struct vring_virtqueue): where
+ * its rings are, its indices, the free descriptors and the chains in
+ * flight by head. Zeroed (size 0) it is not set up and reaps nothing.
+ */
+struct vdrv_queue {
+	unsigned int index;	    /* QueueSel, QueueNotify */
+	uint64_t desc, avail, used; /* GPAs of the rings */
+	uint16_t size;		    /* 0: not set up */
+	uint16_t avail_idx;
+	uint16_t last_used;
+	uint16_t kicked; /* avail_idx at the last kick decision */
+	uint16_t nr_free;
+	uint16_t free[VDRV_QUEUE_MAX];	   /* popped from the end */
+	uint16_t link[VDRV_QUEUE_MAX];	   /* the driver's copy of each next */
+	uint16_t ndesc[VDRV_QUEUE_MAX];	   /* by head: held, 0: none */
+	uint32_t used_len[VDRV_QUEUE_MAX]; /* by head: what the device said */
+	void *data[VDRV_QUEUE_MAX];	   /* by head: the caller's */
+};
+
+/*
+ * vm_setup_vq(): queue index of size entries (at most VDRV_QUEUE_MAX),
+ * its rings at those GPAs (below 4 GiB), every descriptor free. Heads
+ * come out 0, 1, 2, ... at first. The rings are not cleared.
+ */
+static inline void vdrv_queue_setup(struct vdrv *d, struct vdrv_queue *vq,
+				    unsigned int index, uint16_t size,
+				    uint64_t desc, uint64_t avail,
+				    uint64_t used)
+{
+	memset(vq, 0, sizeof(*vq));
+	vq->index = index;
+	vq->desc = desc;
+	vq->avail = avail;
+	vq->used = used;
+	vdrv_setup_queue(d, index, size, desc, avail, used);
+	vq->size = size;
+	for (unsigned int i = 0; i < size; i++)
+		vq->free[i] = size - 1 - i;
+	vq->nr_free = size;
+}
+
+/* The descriptor the next vdrv_queue_alloc() returns; nr_free > 0. */
+static inline uint16_t vdrv_queue_peek(const struct vdrv_queue *vq)
+{
+	return vq->free[vq->nr_free - 1];
+}
+
+/* Takes a free descriptor; nr_free > 0. */
+static inline uint16_t vdrv_queue_alloc(struct vdrv_queue *vq)
+{
+	return vq->free[--vq->nr_free];
+}
+
+/* Descriptor i of vq's table, written as it is. */
+static inline void vdrv_queue_desc(struct vdrv *d, struct vdrv_queue *vq,
+				   uint16_t i, uint64_t addr, uint32_t len,
+				   uint16_t flags, uint16_t next)
+{
+	vdrv_put_desc(d, vq->desc, i, addr, len, flags, next);
+}
+
+/* Records head as in flight, holding ndesc descriptors, with data. */
+static inline void vdrv_queue_track(struct vdrv_queue *vq, uint16_t head,
+				    uint16_t ndesc, void *data)
+{
+	vq->ndesc[head] = ndesc;
+	vq->data[head] = data;
+	vq->used_len[head] = UINT32_MAX;
+}
+
+/*
+ * virtqueue_add(): the n descriptors of chain (addr, len and flags in CPU
+ * order; NEXT and next are filled in) in free descriptors of vq, in
+ * flight with data, not yet available. Returns the head, or -ENOSPC.
+ */
+static inline int vdrv_queue_add(struct vdrv *d, struct vdrv_queue *vq,
+				 const struct vring_desc *chain, unsigned int n,
+				 void *data)
+{
+	uint16_t idx[VDRV_QUEUE_MAX];
+	unsigned int i;
+
+	if (!n || n > vq->nr_free)
+		return -ENOSPC;
+	for (i = 0; i < n; i++)
+		idx[i] = vdrv_queue_alloc(vq);
+	for (i = 0; i < n; i++) {
+		bool more = i + 1 < n;
+
+		vdrv_queue_desc(d, vq, idx[i], chain[i].addr, chain[i].len,
+				chain[i].flags | (more ? VRING_DESC_F_NEXT : 0),
+				more ? idx[i + 1] : 0);
+		if (more)
+			vq->link[idx[i]] = idx[i + 1];
+	}
+	vdrv_queue_track(vq, idx[0], n, data);
+	return idx[0];
+}
+
+/*
+ * The same, the chain in an indirect table at table (linked 0, 1, 2, ...)
+ * behind one descriptor of vq. Returns the head, or -ENOSPC.
+ */
+static inline int vdrv_queue_add_indirect(struct vdrv *d, struct vdrv_queue *vq,
+					  uint64_t table,
+					  const struct vring_desc *chain,
+					  unsigned int n, void *data)
+{
+	uint16_t head;
+
+	if (!n || !vq->nr_free)
+		return -ENOSPC;
+	for (unsigned int i = 0; i < n; i++) {
+		bool more = i + 1 < n;
+
+		vdrv_put_desc(d, table, i, chain[i].addr, chain[i].len,
+			      chain[i].flags | (more ? VRING_DESC_F_NEXT : 0),
+			      more ? i + 1 : 0);
+	}
+	head = vdrv_queue_alloc(vq);
+	vdrv_queue_desc(d, vq, head, table, n * sizeof(*chain),
+			VRING_DESC_F_INDIRECT, 0);
+	vdrv_queue_track(vq, head, 1, data);
+	return head;
+}
+
+/* Makes head available (the end of virtqueue_add()). */
+static inline void vdrv_queue_publish(struct vdrv *d, struct vdrv_queue *vq,
+				      uint16_t head)
+{
+	vdrv_publish(d, vq->avail, vq->size, &vq->avail_idx, head);
+}
+
+/* The QueueNotify write, whether the device asked for it or not. */
+static inline void vdrv_queue_notify(struct vdrv *d,
+				     const struct vdrv_queue *vq)
+{
+	vdrv_wr32(d, VIRTIO_MMIO_QUEUE_NOTIFY, vq->index);
+}
+
+/* virtqueue_kick(): notifies only when the device asked; true if so. */
+static inline bool vdrv_queue_kick(struct vdrv *d, struct vdrv_queue *vq)
+{
+	uint16_t old = vq->kicked;
+
+	vq->kicked = vq->avail_idx;
+	if (!vdrv_need_kick(d, vq->used, vq->size, old, vq->avail_idx))
+		return false;
+	vdrv_queue_notify(d, vq);
+	return true;
+}
+
+/* The device's used->idx (an acquire: entries are read after it). */
+static inline uint16_t vdrv_queue_used_idx(const struct vdrv *d,
+					   const struct vdrv_queue *vq)
+{
+	return vdrv_load16(d, vq->used + 2);
+}
+
+/*
+ * The next used entry, if the device returned one: its id and length,
+ * taken (last_used moves on). False when none, or vq is not set up.
+ */
+static inline bool vdrv_queue_pop_used(const struct vdrv *d,
+				       struct vdrv_queue *vq, uint32_t *id,
+				       uint32_t *len)
+{
+	uint64_t elem;
+
+	if (!vq->size || vq->last_used == vdrv_queue_used_idx(d, vq))
+		return false;
+	elem = vq->used + 4 + 8 * (vq->last_used % vq->size);
+	*id = vdrv_get32(d, elem);
+	*len = vdrv_get32(d, elem + 4);
+	vq->last_used++;
+	return true;
+}
+
+/* Whether id names a chain in flight. */
+static inline bool vdrv_queue_in_flight(const struct vdrv_queue *vq,
+					uint32_t id)
+{
+	return id < vq->size && vq->ndesc[id];
+}
+
+/* The chain at head back to the free list; returns its data. */
+static inline void *vdrv_queue_release(struct vdrv_queue *vq, uint16_t head)
+{
+	void *data = vq->data[head];
+
+	for (uint16_t i = head, k = 0; k < vq->ndesc[head]; k++) {
+		vq->free[vq->nr_free++] = i;
+		i = vq->link[i];
+	}
+	vq->ndesc[head] = 0;
+	vq->data[head] = NULL;
+	return data;
+}
+
+/*
+ * virtqueue_get_buf() until the used ring is empty: each chain returned
+ * goes back to the free list with its used_len set, then done(arg, data,
+ * len) when given. Entries naming no chain in flight count in *bad.
+ * Returns how many entries were taken.
+ */
+static inline unsigned int
+vdrv_queue_reap(struct vdrv *d, struct vdrv_queue *vq,
+		void (*done)(void *arg, void *data, uint32_t len), void *arg,
+		unsigned int *bad)
+{
+	unsigned int n = 0;
+	uint32_t id, len;
+	void *data;
+
+	while (vdrv_queue_pop_used(d, vq, &id, &len)) {
+		n++;
+		if (!vdrv_queue_in_flight(vq, id)) {
+			(*bad)++;
+			continue;
+		}
+		vq->used_len[id] = len;
+		data = vdrv_queue_release(vq, id);
+		if (done)
+			done(arg, data, len);
+	}
+	return n;
+}
+
+/*
+ * vdrv_queue_reap(), then virtqueue_enable_cb(): with EVENT_IDX, asks for
+ * an interrupt at the next used entry (used_event), and looks again.
+ */
+static inline unsigned int
+vdrv_queue_reap_cb(struct vdrv *d, struct vdrv_queue *vq,
+		   void (*done)(void *arg, void *data, uint32_t len), void *arg,
+		   unsigned int *bad)
+{
+	unsigned int n = 0;
+
+	if (!vq->size)
+		return 0;
+	while (vdrv_queue_used_idx(d, vq) != vq->last_used) {
+		n += vdrv_queue_reap(d, vq, done, arg, bad);
+		vdrv_store16(d, vq->avail + 4 + 2 * vq->size, vq->last_used);
+		/*
+		 * virtio_mb: used_event before we look at used->idx again.
+		 * The device may have pushed and read the old used_event
+		 * meanwhile, and then it does not interrupt: look again.
+		 */
+		__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	}
+	return n;
 }
 
 /* ---- the interrupt line ------------------------------------------- */

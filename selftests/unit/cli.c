@@ -14,13 +14,6 @@
 
 #define VMM_EXIT_VMM_ERROR 125
 
-static const char *vmm_path(void)
-{
-	const char *p = getenv("KILN_VMM");
-
-	return p ? p : "build/vmm";
-}
-
 /* Run vmm with argv (argv[0] ignored), as user uid when given. */
 static void run_vmm(const char *const argv[], const char *uid,
 		    struct spawn_result *r)
@@ -34,7 +27,7 @@ static void run_vmm(const char *const argv[], const char *uid,
 		args[i++] = "--regid=65534";
 		args[i++] = "--clear-groups";
 	}
-	args[i++] = vmm_path();
+	args[i++] = spawn__vmm_path();
 	while (argv[j] && i < 63)
 		args[i++] = argv[j++];
 	args[i] = NULL;
@@ -515,9 +508,9 @@ TEST_F(files, software_kvm_warning)
 	 * so the run is cut short.
 	 */
 	ASSERT_EQ(0, spawn__run((const char *[]){ "timeout", "-k", "5", "5",
-						  vmm_path(), "run", "--kernel",
-						  self->kernel, "--", "true",
-						  NULL },
+						  spawn__vmm_path(), "run",
+						  "--kernel", self->kernel,
+						  "--", "true", NULL },
 				NULL, &r));
 	w = strstr(r.err, "software PVM backend");
 	ASSERT_TRUE(w != NULL) TH_LOG("stderr: %s", r.err);

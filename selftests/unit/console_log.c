@@ -16,6 +16,7 @@
 
 #include "lib/compiler.h"
 #include "selftests/kselftest.h"
+#include "selftests/options_argv.h"
 #include "vmm/config.h"
 #include "vmm/console-log.h"
 #include "vmm/options.h"
@@ -420,26 +421,13 @@ TEST(default_path_next_to_the_socket)
 
 /* ---- the options ----------------------------------------------------- */
 
-#define MAX_ARGS  32
-#define ARGS(...) ((const char *const[]){ __VA_ARGS__, NULL })
-
 static int parse(struct vm_config *c, const char *cmd, const char *const args[],
 		 char *err, size_t len)
 {
-	char *argv[MAX_ARGS] = { (char *)cmd, (char *)"--kernel",
-				 (char *)"/k" };
-	int argc = 3, ret;
-
 	config__init(c);
 	c->start = !strcmp(cmd, "start");
-	for (; args && *args && argc < MAX_ARGS - 1; args++)
-		argv[argc++] = (char *)*args;
-	argv[argc] = NULL;
-	err[0] = '\0';
-	ret = options__parse_argv(c, argc, argv);
-	if (!ret)
-		ret = config__validate(c, err, len);
-	return ret;
+	return options_argv__check(c, ARGS(cmd, "--kernel", "/k"), args, err,
+				   len);
 }
 
 TEST(options)

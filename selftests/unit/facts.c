@@ -16,6 +16,7 @@
 
 #include "lib/compiler.h"
 #include "selftests/kselftest.h"
+#include "selftests/options_argv.h"
 #include "selftests/spawn.h"
 #include "vmm/config.h"
 #include "vmm/facts.h"
@@ -23,7 +24,6 @@
 #include "vmm/rootfs.h"
 
 #define MAX_ARGS	   40
-#define ARGS(...)	   ((const char *const[]){ __VA_ARGS__, NULL })
 #define VMM_EXIT_VMM_ERROR 125
 
 /* SHA-256 of 4096 zero bytes. */
@@ -96,19 +96,9 @@ FIXTURE_TEARDOWN(cfg)
 static int parse(struct vm_config *c, const char *const args[], char *err,
 		 size_t len)
 {
-	char *argv[MAX_ARGS] = { (char *)"facts" };
-	int argc = 1, ret;
-
 	config__init(c);
 	c->facts = true;
-	for (; args && *args && argc < MAX_ARGS - 1; args++)
-		argv[argc++] = (char *)*args;
-	argv[argc] = NULL;
-	err[0] = '\0';
-	ret = options__parse_argv(c, argc, argv);
-	if (!ret)
-		ret = config__validate(c, err, len);
-	return ret;
+	return options_argv__check(c, ARGS("facts"), args, err, len);
 }
 
 /* The options of a configuration with every kind of fact. */
@@ -249,13 +239,6 @@ TEST_F(cfg, offline_equals_booted_path)
 	config__free(&c);
 }
 
-static const char *vmm_path(void)
-{
-	const char *p = getenv("KILN_VMM");
-
-	return p ? p : "build/vmm";
-}
-
 /* vmm facts ARGS (as user 65534 with as_nobody): its stdout as JSON. */
 static json_t *vmm_facts(struct __test_metadata *_metadata,
 			 const char *const args[], bool as_nobody)
@@ -272,7 +255,7 @@ static json_t *vmm_facts(struct __test_metadata *_metadata,
 		argv[n++] = "--regid=65534";
 		argv[n++] = "--clear-groups";
 	}
-	argv[n++] = vmm_path();
+	argv[n++] = spawn__vmm_path();
 	argv[n++] = "facts";
 	for (; *args && n < MAX_ARGS - 1; args++)
 		argv[n++] = *args;
@@ -339,15 +322,15 @@ TEST_F(cfg, vmm_facts_bad_input)
 	char missing[128];
 
 	snprintf(missing, sizeof(missing), "%s/none.json", self->dir);
-	if (spawn__run(ARGS(vmm_path(), "facts", "--config", missing), NULL,
-		       &r))
+	if (spawn__run(ARGS(spawn__vmm_path(), "facts", "--config", missing),
+		       NULL, &r))
 		abort();
 	EXPECT_EQ(VMM_EXIT_VMM_ERROR, r.status);
 	EXPECT_EQ(1, spawn__count_lines(r.err)) TH_LOG("%s", r.err);
 	EXPECT_TRUE(strstr(r.err, "none.json") != NULL) TH_LOG("%s", r.err);
 	EXPECT_EQ(0, r.out_len);
-	if (spawn__run(ARGS(vmm_path(), "facts", "--kernel", "/k", "--hostname",
-			    "no_way"),
+	if (spawn__run(ARGS(spawn__vmm_path(), "facts", "--kernel", "/k",
+			    "--hostname", "no_way"),
 		       NULL, &r))
 		abort();
 	EXPECT_EQ(VMM_EXIT_VMM_ERROR, r.status);

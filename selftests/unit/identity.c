@@ -13,30 +13,16 @@
 
 #include "lib/compiler.h"
 #include "selftests/kselftest.h"
+#include "selftests/options_argv.h"
 #include "vmm/config.h"
 #include "vmm/identity.h"
 #include "vmm/options.h"
-
-#define MAX_ARGS  32
-#define ARGS(...) ((const char *const[]){ __VA_ARGS__, NULL })
 
 /* argv of `vmm run --kernel /k ARGS...`, parsed and validated. */
 static int parse(struct vm_config *c, const char *const args[], char *err,
 		 size_t len)
 {
-	char *argv[MAX_ARGS] = { (char *)"run", (char *)"--kernel",
-				 (char *)"/k" };
-	int argc = 3, ret;
-
-	config__init(c);
-	for (; args && *args && argc < MAX_ARGS - 1; args++)
-		argv[argc++] = (char *)*args;
-	argv[argc] = NULL;
-	err[0] = '\0';
-	ret = options__parse_argv(c, argc, argv);
-	if (!ret)
-		ret = config__validate(c, err, len);
-	return ret;
+	return options_argv__run(c, args, err, len);
 }
 
 /* A JSON document through --config, then validated. */

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "selftests/kselftest.h"
+#include "selftests/options_argv.h"
 #include "vmm/config.h"
 #include "vmm/jail.h"
 #include "vmm/options.h"
@@ -30,15 +31,8 @@
 
 static int parse(struct vm_config *c, const char *const args[])
 {
-	char *argv[40];
-	int n = 0;
-
-	argv[n++] = (char *)"run";
-	while (*args && n < 39)
-		argv[n++] = (char *)*args++;
-	argv[n] = NULL;
 	config__init(c);
-	return options__parse_argv(c, n, argv);
+	return options_argv__parse(c, ARGS("run"), args);
 }
 
 /* config__validate's answer for args, its message in err. */
@@ -54,8 +48,6 @@ static int validate(const char *const args[], char *err, size_t len)
 	config__free(&c);
 	return ret;
 }
-
-#define ARGS(...) ((const char *const[]){ __VA_ARGS__, NULL })
 
 TEST(command_line_options)
 {

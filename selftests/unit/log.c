@@ -20,15 +20,7 @@
 #include "selftests/kselftest.h"
 #include "selftests/spawn.h"
 
-#define ARGS(...)	   ((const char *const[]){ __VA_ARGS__, NULL })
 #define VMM_EXIT_VMM_ERROR 125
-
-static const char *vmm_path(void)
-{
-	const char *p = getenv("KILN_VMM");
-
-	return p ? p : "build/vmm";
-}
 
 TEST(text_lines_as_before)
 {
@@ -170,9 +162,9 @@ TEST(vmm_writes_its_log_file)
 	ASSERT_NE(NULL, mkdtemp(dir));
 	snprintf(path, sizeof(path), "%s/vmm.log", dir);
 	snprintf(missing, sizeof(missing), "%s/no-kernel", dir);
-	ASSERT_EQ(0, spawn__run(ARGS(vmm_path(), "run", "--kernel", missing,
-				     "--log", path, "--log-format", "json",
-				     "--", "true"),
+	ASSERT_EQ(0, spawn__run(ARGS(spawn__vmm_path(), "run", "--kernel",
+				     missing, "--log", path, "--log-format",
+				     "json", "--", "true"),
 				NULL, &r));
 	EXPECT_EQ(VMM_EXIT_VMM_ERROR, r.status);
 	EXPECT_EQ(0, r.err_len) TH_LOG("stderr: %s", r.err);
@@ -188,9 +180,9 @@ TEST(vmm_writes_its_log_file)
 
 	/* Text by default; an error passes --log-level error. */
 	unlink(path);
-	ASSERT_EQ(0, spawn__run(ARGS(vmm_path(), "run", "--kernel", missing,
-				     "--log", path, "--log-level", "error",
-				     "--", "true"),
+	ASSERT_EQ(0, spawn__run(ARGS(spawn__vmm_path(), "run", "--kernel",
+				     missing, "--log", path, "--log-level",
+				     "error", "--", "true"),
 				NULL, &r));
 	EXPECT_EQ(0, r.err_len) TH_LOG("stderr: %s", r.err);
 	text = read_all(path);
@@ -208,7 +200,7 @@ TEST(vmm_bad_log_options)
 {
 	struct spawn_result r;
 
-	ASSERT_EQ(0, spawn__run(ARGS(vmm_path(), "run", "--kernel", "/k",
+	ASSERT_EQ(0, spawn__run(ARGS(spawn__vmm_path(), "run", "--kernel", "/k",
 				     "--log", "/nonexistent-kiln-dir/vmm.log",
 				     "--", "true"),
 				NULL, &r));
@@ -217,7 +209,7 @@ TEST(vmm_bad_log_options)
 	EXPECT_TRUE(strstr(r.err, "log /nonexistent-kiln-dir/vmm.log: No such "
 				  "file or directory") != NULL)
 	TH_LOG("%s", r.err);
-	ASSERT_EQ(0, spawn__run(ARGS(vmm_path(), "run", "--kernel", "/k",
+	ASSERT_EQ(0, spawn__run(ARGS(spawn__vmm_path(), "run", "--kernel", "/k",
 				     "--log-level", "loud", "--", "true"),
 				NULL, &r));
 	EXPECT_EQ(VMM_EXIT_VMM_ERROR, r.status);
@@ -225,8 +217,8 @@ TEST(vmm_bad_log_options)
 	EXPECT_TRUE(strstr(r.err, "--log-level loud: must be error, warn, "
 				  "info or debug") != NULL)
 	TH_LOG("%s", r.err);
-	ASSERT_EQ(0, spawn__run(ARGS(vmm_path(), "facts", "--kernel", "/k",
-				     "--log-format", "xml"),
+	ASSERT_EQ(0, spawn__run(ARGS(spawn__vmm_path(), "facts", "--kernel",
+				     "/k", "--log-format", "xml"),
 				NULL, &r));
 	EXPECT_EQ(VMM_EXIT_VMM_ERROR, r.status);
 	EXPECT_TRUE(strstr(r.err, "--log-format xml: must be text or json") !=

@@ -16,12 +16,10 @@
 
 #include "lib/compiler.h"
 #include "selftests/kselftest.h"
+#include "selftests/options_argv.h"
 #include "vmm/config.h"
 #include "vmm/metrics.h"
 #include "vmm/options.h"
-
-#define MAX_ARGS  16
-#define ARGS(...) ((const char *const[]){ __VA_ARGS__, NULL })
 
 static json_int_t int_at(const json_t *o, const char *key)
 {
@@ -273,19 +271,7 @@ TEST(file_fifo_reader_behind)
 static int parse(struct vm_config *c, const char *const args[], char *err,
 		 size_t len)
 {
-	char *argv[MAX_ARGS] = { (char *)"run", (char *)"--kernel",
-				 (char *)"/k" };
-	int argc = 3, ret;
-
-	config__init(c);
-	for (; args && *args && argc < MAX_ARGS - 1; args++)
-		argv[argc++] = (char *)*args;
-	argv[argc] = NULL;
-	err[0] = '\0';
-	ret = options__parse_argv(c, argc, argv);
-	if (!ret)
-		ret = config__validate(c, err, len);
-	return ret;
+	return options_argv__run(c, args, err, len);
 }
 
 TEST(options)

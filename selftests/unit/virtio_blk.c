@@ -127,19 +127,6 @@ struct treq {
 	uint8_t status;
 };
 
-/* The fake driver's view of one queue. */
-struct drvq {
-	uint16_t size; /* 0: not set up */
-	uint16_t avail_idx;
-	uint16_t last_used;
-	uint16_t kicked; /* avail_idx at the last kick decision */
-	uint16_t nr_free;
-	uint16_t free[QSIZE];
-	uint16_t link[QSIZE];  /* the driver's copy of each next */
-	uint16_t ndesc[QSIZE]; /* by head: descriptors the chain took */
-	struct treq *req[QSIZE];
-};
-
 struct tdev {
 	char dir[64];
 	char base[128];
@@ -148,7 +135,7 @@ struct tdev {
 	struct virtio_blk *blk;
 	struct vdrv d;
 	unsigned int nr_queues;
-	struct drvq q[MAX_QUEUES];
+	struct vdrv_queue q[MAX_QUEUES];
 	unsigned int bad_used;	       /* used entries that name no request */
 	unsigned long kicks, no_kicks; /* what the device asked for */
 };
@@ -242,16 +229,8 @@ static uint64_t rd(struct tdev *t, uint64_t off, unsigned int len)
 
 static void setup_queue(struct tdev *t, unsigned int q, uint16_t size)
 {
-	struct drvq *dq = &t->q[q];
-	unsigned int i;
-
-	vdrv_setup_queue(&t->d, q, size, DESC_GPA(q), AVAIL_GPA(q),
+	vdrv_queue_setup(&t->d, &t->q[q], q, size, DESC_GPA(q), AVAIL_GPA(q),
 			 USED_GPA(q));
-	dq->size = size;
-	/* Popped from the end: heads come out 0, 1, 2, ... at first. */
-	for (i = 0; i < size; i++)
-		dq->free[i] = size - 1 - i;
-	dq->nr_free = size;
 }
 
 /*
@@ -284,22 +263,16 @@ static uint32_t bring_up(struct tdev *t)
 /* The QueueNotify write, whether the device asked for it or not. */
 static void notify(struct tdev *t, unsigned int q)
 {
-	vdrv_wr32(&t->d, VIRTIO_MMIO_QUEUE_NOTIFY, q);
+	vdrv_queue_notify(&t->d, &t->q[q]);
 }
 
 /* virtqueue_kick(): notify only when the device asked for it. */
 static void kick(struct tdev *t, unsigned int q)
 {
-	struct drvq *dq = &t->q[q];
-	uint16_t old = dq->kicked;
-
-	dq->kicked = dq->avail_idx;
-	if (vdrv_need_kick(&t->d, USED_GPA(q), dq->size, old, dq->avail_idx)) {
+	if (vdrv_queue_kick(&t->d, &t->q[q]))
 		t->kicks++;
-		notify(t, q);
-	} else {
+	else
 		t->no_kicks++;
-	}
 }
 
 /* ---- the fake driver: requests -------------------------------------- */
@@ -510,28 +483,13 @@ static unsigned int build_chain(struct tdev *t, struct treq *r, uint64_t slot,
 
 static void put_desc(struct tdev *t, uint64_t gpa, const struct vring_desc *d)
 {
-	struct vring_desc le = {
-		.addr = htole64(d->addr),
-		.len = htole32(d->len),
-		.flags = htole16(d->flags),
-		.next = htole16(d->next),
-	};
-
-	memcpy(t->d.ram + gpa, &le, sizeof(le));
+	vdrv_put_desc(&t->d, gpa, 0, d->addr, d->len, d->flags, d->next);
 }
 
-/* Makes head available on queue q (virtqueue_add + kick_prepare). */
+/* Makes head available on queue q. */
 static void publish(struct tdev *t, unsigned int q, uint16_t head)
 {
-	struct drvq *dq = &t->q[q];
-
-	vdrv_store16(&t->d,
-		     AVAIL_GPA(q) + 4 + 2 * (dq->avail_idx & (dq->size - 1)),
-		     head);
-	dq->avail_idx++;
-	/* The entry and its descriptors before the index (virtio_wmb). */
-	__atomic_thread_fence(__ATOMIC_RELEASE);
-	vdrv_store16(&t->d, AVAIL_GPA(q) + 2, dq->avail_idx);
+	vdrv_queue_publish(&t->d, &t->q[q], head);
 }
 
 /*
@@ -540,54 +498,41 @@ static void publish(struct tdev *t, unsigned int q, uint16_t head)
  */
 static bool submit(struct tdev *t, unsigned int q, struct treq *r)
 {
-	struct drvq *dq = &t->q[q];
+	struct vdrv_queue *vq = &t->q[q];
 	struct vring_desc d[MAX_DESC];
-	uint16_t idx[MAX_DESC], head;
-	unsigned int i, n, need;
+	unsigned int n;
 	uint64_t slot;
+	int head;
 
-	if (!dq->nr_free)
+	if (!vq->nr_free)
 		return false;
-	head = dq->free[dq->nr_free - 1];
-	slot = SLOT_GPA(q, head);
+	slot = SLOT_GPA(q, vdrv_queue_peek(vq));
 	n = build_chain(t, r, slot, d);
-	need = r->indirect ? 1 : n;
-	if (!n || need > dq->nr_free || (r->indirect && n > TABLE_MAX))
+	if (r->indirect && n > TABLE_MAX)
 		return false;
-
-	for (i = 0; i < need; i++)
-		idx[i] = dq->free[--dq->nr_free];
-	if (r->indirect) {
-		for (i = 0; i < n; i++) {
-			if (i + 1 < n) {
-				d[i].flags |= VRING_DESC_F_NEXT;
-				d[i].next = i + 1;
-			}
-			put_desc(t, slot + SLOT_TABLE + i * sizeof(d[0]),
-				 &d[i]);
-		}
-		put_desc(
-			t, DESC_GPA(q) + head * sizeof(d[0]),
-			&(struct vring_desc){ .addr = slot + SLOT_TABLE,
-					      .len = n * sizeof(d[0]),
-					      .flags = VRING_DESC_F_INDIRECT });
-	} else {
-		for (i = 0; i < n; i++) {
-			if (i + 1 < n) {
-				d[i].flags |= VRING_DESC_F_NEXT;
-				d[i].next = idx[i + 1];
-				dq->link[idx[i]] = idx[i + 1];
-			}
-			put_desc(t, DESC_GPA(q) + idx[i] * sizeof(d[0]), &d[i]);
-		}
-	}
-	dq->ndesc[head] = need;
-	dq->req[head] = r;
+	if (r->indirect)
+		head = vdrv_queue_add_indirect(&t->d, vq, slot + SLOT_TABLE, d,
+					       n, r);
+	else
+		head = vdrv_queue_add(&t->d, vq, d, n, r);
+	if (head < 0)
+		return false;
 	r->head = head;
 	r->done = false;
 	r->used_len = UINT32_MAX;
 	publish(t, q, head);
 	return true;
+}
+
+/* A request came back: its length and status byte. */
+static void req_done(void *arg, void *data, uint32_t len)
+{
+	struct tdev *t = arg;
+	struct treq *r = data;
+
+	r->used_len = len;
+	r->status = t->d.ram[r->status_gpa];
+	r->done = true;
 }
 
 /*
@@ -596,47 +541,7 @@ static bool submit(struct tdev *t, unsigned int q, struct treq *r)
  */
 static unsigned int reap(struct tdev *t, unsigned int q)
 {
-	struct drvq *dq = &t->q[q];
-	unsigned int n = 0;
-	uint16_t used;
-
-	if (!dq->size)
-		return 0;
-	/* load16 is an acquire: the entries are read after the index. */
-	while ((used = vdrv_load16(&t->d, USED_GPA(q) + 2)) != dq->last_used) {
-		while (dq->last_used != used) {
-			uint64_t elem = USED_GPA(q) + 4 +
-					8 * (dq->last_used & (dq->size - 1));
-			uint32_t id = vdrv_get32(&t->d, elem),
-				 len = vdrv_get32(&t->d, elem + 4);
-			struct treq *r = id < dq->size ? dq->req[id] : NULL;
-
-			dq->last_used++;
-			n++;
-			if (!r) {
-				t->bad_used++;
-				continue;
-			}
-			r->used_len = len;
-			r->status = t->d.ram[r->status_gpa];
-			r->done = true;
-			dq->req[id] = NULL;
-			for (uint16_t i = id, k = 0; k < dq->ndesc[id]; k++) {
-				dq->free[dq->nr_free++] = i;
-				i = dq->link[i];
-			}
-		}
-		/* EVENT_IDX: interrupt us for the next one (used_event). */
-		vdrv_store16(&t->d, AVAIL_GPA(q) + 4 + 2 * dq->size,
-			     dq->last_used);
-		/*
-		 * virtio_mb: used_event before we look at used->idx again.
-		 * The device may have pushed and read the old used_event
-		 * meanwhile, and then it does not interrupt: look again.
-		 */
-		__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	}
-	return n;
+	return vdrv_queue_reap_cb(&t->d, &t->q[q], req_done, t, &t->bad_used);
 }
 
 static void reap_all(struct tdev *t)
@@ -693,11 +598,7 @@ static int run(struct tdev *t, unsigned int q, struct treq *r)
 static void raw_desc(struct tdev *t, unsigned int q, uint16_t i, uint64_t addr,
 		     uint32_t len, uint16_t flags, uint16_t next)
 {
-	put_desc(t, DESC_GPA(q) + i * sizeof(struct vring_desc),
-		 &(struct vring_desc){ .addr = addr,
-				       .len = len,
-				       .flags = flags,
-				       .next = next });
+	vdrv_put_desc(&t->d, DESC_GPA(q), i, addr, len, flags, next);
 }
 
 /* ---- the device ----------------------------------------------------- */

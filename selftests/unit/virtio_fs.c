@@ -636,18 +636,6 @@ struct treq {
 	uint32_t used_len;
 };
 
-struct drvq {
-	uint16_t size;
-	uint16_t avail_idx;
-	uint16_t last_used;
-	uint16_t kicked;
-	uint16_t nr_free;
-	uint16_t free[QSIZE];
-	uint16_t link[QSIZE];
-	uint16_t ndesc[QSIZE];
-	struct treq *req[QSIZE];
-};
-
 struct tdev {
 	struct virtio_fs *fs;
 	struct vdrv d;
@@ -656,20 +644,14 @@ struct tdev {
 	bool destroyed;
 	unsigned int nr_vqs;
 	uint64_t unique;
-	struct drvq q[MAX_QUEUES];
+	struct vdrv_queue q[MAX_QUEUES];
 	unsigned int bad_used;
 };
 
 static void setup_queue(struct tdev *t, unsigned int q)
 {
-	struct drvq *dq = &t->q[q];
-
-	vdrv_setup_queue(&t->d, q, QSIZE, DESC_GPA(q), AVAIL_GPA(q),
+	vdrv_queue_setup(&t->d, &t->q[q], q, QSIZE, DESC_GPA(q), AVAIL_GPA(q),
 			 USED_GPA(q));
-	dq->size = QSIZE;
-	for (unsigned int i = 0; i < QSIZE; i++)
-		dq->free[i] = QSIZE - 1 - i;
-	dq->nr_free = QSIZE;
 }
 
 /* virtio_dev_probe(): reset, every feature offered, all queues, DRIVER_OK. */
@@ -689,86 +671,52 @@ static uint32_t bring_up(struct tdev *t)
 
 static void notify(struct tdev *t, unsigned int q)
 {
-	vdrv_wr32(&t->d, VIRTIO_MMIO_QUEUE_NOTIFY, q);
+	vdrv_queue_notify(&t->d, &t->q[q]);
 }
 
 /* virtqueue_kick(): only when the device asks for it. */
 static void kick(struct tdev *t, unsigned int q)
 {
-	struct drvq *dq = &t->q[q];
-	uint16_t old = dq->kicked;
-
-	dq->kicked = dq->avail_idx;
-	if (vdrv_need_kick(&t->d, USED_GPA(q), dq->size, old, dq->avail_idx))
-		notify(t, q);
+	vdrv_queue_kick(&t->d, &t->q[q]);
 }
 
 static void put_desc(struct tdev *t, uint64_t gpa, uint64_t addr, uint32_t len,
 		     uint16_t flags, uint16_t next)
 {
-	struct vring_desc le = {
-		.addr = htole64(addr),
-		.len = htole32(len),
-		.flags = htole16(flags),
-		.next = htole16(next),
-	};
-
-	memcpy(t->d.ram + gpa, &le, sizeof(le));
+	vdrv_put_desc(&t->d, gpa, 0, addr, len, flags, next);
 }
 
 static void raw_desc(struct tdev *t, unsigned int q, uint16_t i, uint64_t addr,
 		     uint32_t len, uint16_t flags, uint16_t next)
 {
-	put_desc(t, DESC_GPA(q) + i * sizeof(struct vring_desc), addr, len,
-		 flags, next);
+	vdrv_put_desc(&t->d, DESC_GPA(q), i, addr, len, flags, next);
 }
 
 static void publish(struct tdev *t, unsigned int q, uint16_t head)
 {
-	struct drvq *dq = &t->q[q];
-
-	vdrv_store16(&t->d,
-		     AVAIL_GPA(q) + 4 + 2 * (dq->avail_idx & (dq->size - 1)),
-		     head);
-	dq->avail_idx++;
-	__atomic_thread_fence(__ATOMIC_RELEASE);
-	vdrv_store16(&t->d, AVAIL_GPA(q) + 2, dq->avail_idx);
+	vdrv_queue_publish(&t->d, &t->q[q], head);
 }
 
 /* Lays r out on queue q and makes it available (no kick). */
 static bool submit(struct tdev *t, unsigned int q, struct treq *r)
 {
-	struct drvq *dq = &t->q[q];
-	uint16_t idx[MAX_SEGS], head;
-	unsigned int need = r->indirect ? 1 : r->n;
-	uint64_t table = r->table ? r->table : TABLE_GPA;
+	struct vdrv_queue *vq = &t->q[q];
+	struct vring_desc d[MAX_SEGS];
+	int head;
 
-	if (!r->n || need > dq->nr_free)
-		return false;
-	head = dq->free[dq->nr_free - 1];
-	for (unsigned int i = 0; i < need; i++)
-		idx[i] = dq->free[--dq->nr_free];
-	for (unsigned int i = 0; i < r->n; i++) {
-		uint16_t flags = r->seg[i].w ? VRING_DESC_F_WRITE : 0;
-		bool more = i + 1 < r->n;
-
-		if (more)
-			flags |= VRING_DESC_F_NEXT;
-		if (r->indirect) {
-			put_desc(t, table + i * 16, r->seg[i].gpa,
-				 r->seg[i].len, flags, more ? i + 1 : 0);
-		} else {
-			raw_desc(t, q, idx[i], r->seg[i].gpa, r->seg[i].len,
-				 flags, more ? idx[i + 1] : 0);
-			if (more)
-				dq->link[idx[i]] = idx[i + 1];
-		}
-	}
+	for (unsigned int i = 0; i < r->n; i++)
+		d[i] = (struct vring_desc){
+			.addr = r->seg[i].gpa,
+			.len = r->seg[i].len,
+			.flags = r->seg[i].w ? VRING_DESC_F_WRITE : 0,
+		};
 	if (r->indirect)
-		raw_desc(t, q, head, table, r->n * 16, VRING_DESC_F_INDIRECT,
-			 0);
-	dq->ndesc[head] = need;
-	dq->req[head] = r;
+		head = vdrv_queue_add_indirect(
+			&t->d, vq, r->table ? r->table : TABLE_GPA, d, r->n, r);
+	else
+		head = vdrv_queue_add(&t->d, vq, d, r->n, r);
+	if (head < 0)
+		return false;
 	r->head = head;
 	r->done = false;
 	r->used_len = UINT32_MAX;
@@ -776,41 +724,19 @@ static bool submit(struct tdev *t, unsigned int q, struct treq *r)
 	return true;
 }
 
+static void req_done(void *arg, void *data, uint32_t len)
+{
+	struct treq *r = data;
+
+	(void)arg;
+	r->used_len = len;
+	r->done = true;
+}
+
 static unsigned int reap(struct tdev *t, unsigned int q)
 {
-	struct drvq *dq = &t->q[q];
-	unsigned int n = 0;
-	uint16_t used;
-
-	if (!dq->size)
-		return 0;
-	while ((used = vdrv_load16(&t->d, USED_GPA(q) + 2)) != dq->last_used) {
-		while (dq->last_used != used) {
-			uint64_t elem = USED_GPA(q) + 4 +
-					8 * (dq->last_used & (dq->size - 1));
-			uint32_t id = vdrv_get32(&t->d, elem),
-				 len = vdrv_get32(&t->d, elem + 4);
-			struct treq *r = id < dq->size ? dq->req[id] : NULL;
-
-			dq->last_used++;
-			n++;
-			if (!r) {
-				t->bad_used++;
-				continue;
-			}
-			r->used_len = len;
-			r->done = true;
-			dq->req[id] = NULL;
-			for (uint16_t i = id, k = 0; k < dq->ndesc[id]; k++) {
-				dq->free[dq->nr_free++] = i;
-				i = dq->link[i];
-			}
-		}
-		vdrv_store16(&t->d, AVAIL_GPA(q) + 4 + 2 * dq->size,
-			     dq->last_used);
-		__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	}
-	return n;
+	return vdrv_queue_reap_cb(&t->d, &t->q[q], req_done, NULL,
+				  &t->bad_used);
 }
 
 static bool wait_done(struct tdev *t, unsigned int q, struct treq *r,

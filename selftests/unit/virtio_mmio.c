@@ -3,8 +3,9 @@
  * The virtio-mmio transport and the device core, driven through the
  * registers the way Linux's virtio_mmio driver probes and runs a device:
  * a fake device with two queues and a 12-byte config space, guest memory
- * from malloc framed by guard bytes, and an interrupt line that records
- * its level. A fixed-seed fuzz loop then throws random register accesses
+ * from malloc framed by guard bytes and the registers through the shared
+ * fake driver (selftests/virtio_driver.h), and an interrupt line that
+ * records its level. A fixed-seed fuzz loop then throws random register accesses
  * and random rings at it.
  */
 #include <endian.h>
@@ -26,10 +27,9 @@
 #include "devices/virtio/mmio.h"
 #include "selftests/kselftest.h"
 #include "selftests/testutil.h"
+#include "selftests/virtio_driver.h"
 
 #define RAM_SIZE    (1024 * 1024)
-#define GUARD_SIZE  4096
-#define GUARD_BYTE  0xa5
 #define CONFIG_SIZE 12
 #define QUEUE_MAX   64
 #define NR_QUEUES   2
@@ -71,9 +71,7 @@ struct fake_dev {
 	unsigned int bad_config_access;
 	unsigned int bad_iov;
 
-	uint8_t *block; /* guard, RAM, guard */
-	uint8_t *ram;
-	struct guest_mem mem;
+	struct vdrv d; /* RAM, guards, registers; its irq unused */
 	struct vq_chain chain;
 	struct irq_log irq;
 	uint16_t avail_idx[NR_QUEUES]; /* the fake driver's shadows */
@@ -127,8 +125,8 @@ static bool iov_in_ram(const struct fake_dev *f, const struct iovec *iov)
 {
 	const uint8_t *p = iov->iov_base;
 
-	return iov->iov_len && p >= f->ram && p < f->ram + RAM_SIZE &&
-	       iov->iov_len <= (size_t)(f->ram + RAM_SIZE - p);
+	return iov->iov_len && p >= f->d.ram && p < f->d.ram + RAM_SIZE &&
+	       iov->iov_len <= (size_t)(f->d.ram + RAM_SIZE - p);
 }
 
 /* Serve every available chain, as a device would: pop, push, interrupt. */
@@ -189,7 +187,7 @@ static void fake_params(struct fake_dev *f, struct virtio_device_params *p)
 		.queues = f->vqs,
 		.nr_queues = NR_QUEUES,
 		.queue_max_size = QUEUE_MAX,
-		.mem = &f->mem,
+		.mem = &f->d.mem,
 		.irq = { .set = record_irq, .opaque = &f->irq, .gsi = 5 },
 	};
 }
@@ -200,15 +198,9 @@ static int fake_create(struct fake_dev *f)
 	unsigned int i;
 
 	memset(f, 0, sizeof(*f));
-	f->block = aligned_alloc(4096, GUARD_SIZE + RAM_SIZE + GUARD_SIZE);
-	if (!f->block)
+	if (vdrv_init(&f->d, RAM_SIZE))
 		return -ENOMEM;
-	memset(f->block, GUARD_BYTE, GUARD_SIZE + RAM_SIZE + GUARD_SIZE);
-	f->ram = f->block + GUARD_SIZE;
-	memset(f->ram, 0, RAM_SIZE);
-	guest_mem__init(&f->mem);
-	if (guest_mem__add(&f->mem, 0, RAM_SIZE, f->ram))
-		return -EINVAL;
+	f->d.vdev = &f->vdev;
 	for (i = 0; i < CONFIG_SIZE; i++)
 		f->config[i] = 0x10 + i;
 	fake_params(f, &p);
@@ -218,35 +210,24 @@ static int fake_create(struct fake_dev *f)
 static void fake_destroy(struct fake_dev *f)
 {
 	virtio_device__exit(&f->vdev);
-	free(f->block);
-	f->block = NULL;
+	vdrv_exit(&f->d);
 }
 
 static bool guards_intact(const struct fake_dev *f)
 {
-	size_t i;
-
-	for (i = 0; i < GUARD_SIZE; i++)
-		if (f->block[i] != GUARD_BYTE ||
-		    f->block[GUARD_SIZE + RAM_SIZE + i] != GUARD_BYTE)
-			return false;
-	return true;
+	return vdrv_guards_intact(&f->d);
 }
 
 /* ---- the fake driver: register accesses ---------------------------- */
 
 static uint32_t rd32(struct fake_dev *f, uint64_t off)
 {
-	uint32_t v = 0xdeadbeef;
-
-	virtio_mmio__read(&f->vdev, off, &v, sizeof(v));
-	return le32toh(v);
+	return vdrv_rd32(&f->d, off);
 }
 
 static void wr32(struct fake_dev *f, uint64_t off, uint32_t v)
 {
-	v = htole32(v);
-	virtio_mmio__write(&f->vdev, off, &v, sizeof(v));
+	vdrv_wr32(&f->d, off, v);
 }
 
 /* A read of len bytes, as a little-endian number (len <= 8). */
@@ -269,22 +250,17 @@ static void wr(struct fake_dev *f, uint64_t off, uint64_t v, unsigned int len)
 
 static uint32_t status(struct fake_dev *f)
 {
-	return rd32(f, VIRTIO_MMIO_STATUS);
+	return vdrv_status(&f->d);
 }
 
 static void add_status(struct fake_dev *f, uint32_t bits)
 {
-	wr32(f, VIRTIO_MMIO_STATUS, status(f) | bits);
+	vdrv_add_status(&f->d, bits);
 }
 
 static uint64_t device_features(struct fake_dev *f)
 {
-	uint64_t v;
-
-	wr32(f, VIRTIO_MMIO_DEVICE_FEATURES_SEL, 1);
-	v = (uint64_t)rd32(f, VIRTIO_MMIO_DEVICE_FEATURES) << 32;
-	wr32(f, VIRTIO_MMIO_DEVICE_FEATURES_SEL, 0);
-	return v | rd32(f, VIRTIO_MMIO_DEVICE_FEATURES);
+	return vdrv_device_features(&f->d);
 }
 
 static void write_features(struct fake_dev *f, uint64_t features)
@@ -313,15 +289,7 @@ static uint32_t negotiate(struct fake_dev *f, uint64_t features)
 static void setup_queue_at(struct fake_dev *f, unsigned int q, uint32_t num,
 			   uint64_t desc, uint64_t avail, uint64_t used)
 {
-	wr32(f, VIRTIO_MMIO_QUEUE_SEL, q);
-	wr32(f, VIRTIO_MMIO_QUEUE_NUM, num);
-	wr32(f, VIRTIO_MMIO_QUEUE_DESC_LOW, (uint32_t)desc);
-	wr32(f, VIRTIO_MMIO_QUEUE_DESC_HIGH, desc >> 32);
-	wr32(f, VIRTIO_MMIO_QUEUE_AVAIL_LOW, (uint32_t)avail);
-	wr32(f, VIRTIO_MMIO_QUEUE_AVAIL_HIGH, avail >> 32);
-	wr32(f, VIRTIO_MMIO_QUEUE_USED_LOW, (uint32_t)used);
-	wr32(f, VIRTIO_MMIO_QUEUE_USED_HIGH, used >> 32);
-	wr32(f, VIRTIO_MMIO_QUEUE_READY, 1);
+	vdrv_setup_queue(&f->d, q, num, desc, avail, used);
 }
 
 static void setup_queue(struct fake_dev *f, unsigned int q, uint32_t num)
@@ -342,32 +310,21 @@ static void bring_up(struct fake_dev *f, uint64_t features)
 
 static void put16(struct fake_dev *f, uint64_t gpa, uint16_t v)
 {
-	v = htole16(v);
-	memcpy(f->ram + gpa, &v, sizeof(v));
+	vdrv_store16(&f->d, gpa, v);
 }
 
 static uint16_t get16(struct fake_dev *f, uint64_t gpa)
 {
-	uint16_t v;
-
-	memcpy(&v, f->ram + gpa, sizeof(v));
-	return le16toh(v);
+	return vdrv_load16(&f->d, gpa);
 }
 
 /* One writable buffer in descriptor head of queue q, made available. */
 static void publish(struct fake_dev *f, unsigned int q, uint16_t head,
 		    uint16_t size)
 {
-	struct vring_desc d = {
-		.addr = htole64(DATA_GPA + head * 0x100),
-		.len = htole32(0x100),
-		.flags = htole16(VRING_DESC_F_WRITE),
-	};
-
-	memcpy(f->ram + DESC_GPA(q) + head * sizeof(d), &d, sizeof(d));
-	put16(f, AVAIL_GPA(q) + 4 + 2 * (f->avail_idx[q] % size), head);
-	f->avail_idx[q]++;
-	put16(f, AVAIL_GPA(q) + 2, f->avail_idx[q]);
+	vdrv_put_desc(&f->d, DESC_GPA(q), head, DATA_GPA + head * 0x100, 0x100,
+		      VRING_DESC_F_WRITE, 0);
+	vdrv_publish(&f->d, AVAIL_GPA(q), size, &f->avail_idx[q], head);
 }
 
 static uint16_t used_idx(struct fake_dev *f, unsigned int q)
@@ -1015,7 +972,7 @@ TEST_F(mmio, reset_clears_everything)
 	EXPECT_FALSE(virtio_device__notify_queue(&f->vdev, 0));
 
 	/* And the device comes up again from scratch. */
-	memset(f->ram + DESC_GPA(0), 0, 0x10000);
+	memset(f->d.ram + DESC_GPA(0), 0, 0x10000);
 	f->avail_idx[0] = 0;
 	bring_up(f, FEAT(VIRTIO_F_VERSION_1));
 	publish(f, 0, 4, 16);
@@ -1268,7 +1225,7 @@ TEST(save_load_round_trip)
 		st = back;
 		ASSERT_NE(NULL, st);
 	}
-	memcpy(b.ram, a.ram, RAM_SIZE);
+	memcpy(b.d.ram, a.d.ram, RAM_SIZE);
 	ASSERT_EQ(0, virtio_device__load(&b.vdev, st, err, sizeof(err)))
 	TH_LOG("%s", err);
 	EXPECT_EQ(status(&a), status(&b));
@@ -1439,9 +1396,10 @@ static void sane_chain(struct fake_dev *f, unsigned int q, uint16_t head,
 		},
 	};
 
-	memcpy(f->ram + DESC_GPA(q) + head * sizeof(d[0]), &d[0], sizeof(d[0]));
+	memcpy(f->d.ram + DESC_GPA(q) + head * sizeof(d[0]), &d[0],
+	       sizeof(d[0]));
 	if (two)
-		memcpy(f->ram + DESC_GPA(q) + second * sizeof(d[0]), &d[1],
+		memcpy(f->d.ram + DESC_GPA(q) + second * sizeof(d[0]), &d[1],
 		       sizeof(d[1]));
 }
 
@@ -1479,7 +1437,7 @@ static void fuzz_ring(struct fake_dev *f)
 			.next = htole16(rnd() % 4 ? rnd() % QUEUE_MAX : rnd()),
 		};
 
-		memcpy(f->ram + DESC_GPA(q) + (rnd() % QUEUE_MAX) * sizeof(d),
+		memcpy(f->d.ram + DESC_GPA(q) + (rnd() % QUEUE_MAX) * sizeof(d),
 		       &d, sizeof(d));
 		put16(f, AVAIL_GPA(q) + 4 + 2 * (rnd() % QUEUE_MAX),
 		      rnd() % 4 ? rnd() % QUEUE_MAX : rnd());
@@ -1504,7 +1462,7 @@ static void fuzz_bring_up(struct fake_dev *f)
 		feat |= FEAT(VIRTIO_RING_F_INDIRECT_DESC);
 	negotiate(f, feat);
 	for (q = 0; q < NR_QUEUES; q++) {
-		memset(f->ram + DESC_GPA(q), 0, 0x10000);
+		memset(f->d.ram + DESC_GPA(q), 0, 0x10000);
 		if (rnd() % 4)
 			setup_queue(f, q, 1u << (rnd() % 7));
 		else /* sizes and addresses good, bad or wild */

@@ -107,16 +107,6 @@ static const uint8_t host_mac[ETH_ALEN] = {
 };
 static const uint8_t bcast[ETH_ALEN] = { 0xff, 0xff, 0xff, 0xff, 0xff, 0xff };
 
-struct drvq {
-	uint16_t size;
-	uint16_t avail_idx, last_used, kicked;
-	uint16_t nr_free;
-	uint16_t free[QSIZE];
-	uint16_t ndesc[QSIZE]; /* tx: descriptors of the chain, by head */
-	uint16_t descs[QSIZE][2];
-	uint32_t used_len[QSIZE]; /* tx: what the device said, by head */
-};
-
 /* A frame the device put in receive buffers. */
 struct rframe {
 	struct virtio_net_hdr_v1 hdr;
@@ -131,7 +121,7 @@ struct tdev {
 	int pkt; /* AF_PACKET on the tap */
 	struct virtio_net *nd;
 	struct vdrv d;
-	struct drvq q[NQ];
+	struct vdrv_queue q[NQ];
 	uint32_t rx_buf_len; /* bytes of each receive buffer posted */
 	bool rx_posted[NR_RX];
 	bool refill;		 /* give receive buffers back once read */
@@ -215,15 +205,12 @@ static void put_desc(struct tdev *t, unsigned int q, uint16_t i, uint64_t addr,
 
 static void kick(struct tdev *t, unsigned int q)
 {
-	struct drvq *dq = &t->q[q];
-
-	vdrv_kick(&t->d, q, USED_GPA(q), dq->size, &dq->kicked, dq->avail_idx);
+	vdrv_queue_kick(&t->d, &t->q[q]);
 }
 
 static void publish(struct tdev *t, unsigned int q, uint16_t head)
 {
-	vdrv_publish(&t->d, AVAIL_GPA(q), t->q[q].size, &t->q[q].avail_idx,
-		     head);
+	vdrv_queue_publish(&t->d, &t->q[q], head);
 }
 
 /* Receive buffer b: one descriptor of len bytes with those flags. */
@@ -252,14 +239,8 @@ static void rx_fill(struct tdev *t)
 
 static void setup_queue(struct tdev *t, unsigned int q)
 {
-	struct drvq *dq = &t->q[q];
-
-	vdrv_setup_queue(&t->d, q, QSIZE, DESC_GPA(q), AVAIL_GPA(q),
+	vdrv_queue_setup(&t->d, &t->q[q], q, QSIZE, DESC_GPA(q), AVAIL_GPA(q),
 			 USED_GPA(q));
-	dq->size = QSIZE;
-	for (unsigned int i = 0; i < QSIZE; i++)
-		dq->free[i] = QSIZE - 1 - i;
-	dq->nr_free = QSIZE;
 }
 
 /*
@@ -292,27 +273,20 @@ static uint32_t bring_up(struct tdev *t)
 /* The next used receive entry within ms: its id and length. */
 static bool rx_used(struct tdev *t, uint16_t *id, uint32_t *len, long ms)
 {
-	struct drvq *dq = &t->q[RXQ];
 	long end = vdrv_now_ms() + ms;
+	uint32_t v;
 
-	while (dq->last_used == vdrv_load16(&t->d, USED_GPA(RXQ) + 2)) {
+	while (!vdrv_queue_pop_used(&t->d, &t->q[RXQ], &v, len)) {
 		if (vdrv_now_ms() >= end)
 			return false;
 		nap();
 	}
-	{
-		uint64_t e = USED_GPA(RXQ) + 4 + 8 * (dq->last_used % dq->size);
-		uint32_t v = vdrv_get32(&t->d, e);
-
-		*len = vdrv_get32(&t->d, e + 4);
-		dq->last_used++;
-		if (v >= NR_RX || !t->rx_posted[v]) {
-			t->bad_used = true;
-			return false;
-		}
-		t->rx_posted[v] = false;
-		*id = (uint16_t)v;
+	if (v >= NR_RX || !t->rx_posted[v]) {
+		t->bad_used = true;
+		return false;
 	}
+	t->rx_posted[v] = false;
+	*id = (uint16_t)v;
 	return true;
 }
 
@@ -394,23 +368,13 @@ static bool rx_expect(struct tdev *t, const uint8_t *want, uint32_t len)
 /* Reclaim finished tx chains; true when none is outstanding. */
 static bool tx_reap(struct tdev *t)
 {
-	struct drvq *dq = &t->q[TXQ];
+	struct vdrv_queue *vq = &t->q[TXQ];
+	unsigned int bad = 0;
 
-	while (dq->last_used != vdrv_load16(&t->d, USED_GPA(TXQ) + 2)) {
-		uint64_t e = USED_GPA(TXQ) + 4 + 8 * (dq->last_used % dq->size);
-		uint32_t id = vdrv_get32(&t->d, e);
-
-		dq->last_used++;
-		if (id >= QSIZE || !dq->ndesc[id]) {
-			t->bad_used = true;
-			continue;
-		}
-		dq->used_len[id] = vdrv_get32(&t->d, e + 4);
-		for (unsigned int i = 0; i < dq->ndesc[id]; i++)
-			dq->free[dq->nr_free++] = dq->descs[id][i];
-		dq->ndesc[id] = 0;
-	}
-	return dq->nr_free == dq->size;
+	vdrv_queue_reap(&t->d, vq, NULL, NULL, &bad);
+	if (bad)
+		t->bad_used = true;
+	return vq->nr_free == vq->size;
 }
 
 /* Until every tx chain is back; false on timeout. */
@@ -434,33 +398,29 @@ static bool tx_wait(struct tdev *t)
 static int tx_queue(struct tdev *t, const void *bytes, uint32_t len,
 		    uint32_t split, uint16_t flags2)
 {
-	struct drvq *dq = &t->q[TXQ];
+	struct vdrv_queue *dq = &t->q[TXQ];
 	long end = vdrv_now_ms() + TIMEOUT_MS;
-	uint16_t head, second;
+	bool two = split && split < len;
+	uint16_t head;
 
-	while (dq->nr_free < (split && split < len ? 2 : 1)) {
+	while (dq->nr_free < (two ? 2 : 1)) {
 		if (tx_reap(t))
 			break;
 		if (vdrv_now_ms() >= end)
 			return -1;
 		nap();
 	}
-	head = dq->free[--dq->nr_free];
+	head = vdrv_queue_peek(dq);
 	memcpy(t->d.ram + TX_GPA(head), bytes, len);
-	dq->descs[head][0] = head;
-	dq->ndesc[head] = 1;
-	dq->used_len[head] = UINT32_MAX;
-	if (split && split < len) {
-		second = dq->free[--dq->nr_free];
-		dq->descs[head][1] = second;
-		dq->ndesc[head] = 2;
-		put_desc(t, TXQ, head, TX_GPA(head), split, VRING_DESC_F_NEXT,
-			 second);
-		put_desc(t, TXQ, second, TX_GPA(head) + split, len - split,
-			 flags2, 0);
-	} else {
-		put_desc(t, TXQ, head, TX_GPA(head), len, 0, 0);
-	}
+	vdrv_queue_add(
+		&t->d, dq,
+		(struct vring_desc[]){
+			{ .addr = TX_GPA(head), .len = two ? split : len },
+			{ .addr = TX_GPA(head) + split,
+			  .len = len - split,
+			  .flags = flags2 },
+		},
+		two ? 2 : 1, NULL);
 	publish(t, TXQ, head);
 	return head;
 }
@@ -1426,13 +1386,11 @@ static void tx_hostile_header(struct tdev *t, uint8_t flags, uint8_t gso,
 /* One descriptor of len bytes from JUNK_GPA: what the device wrote. */
 static uint32_t tx_oversized(struct tdev *t, uint32_t len)
 {
-	struct drvq *dq = &t->q[TXQ];
-	uint16_t head = dq->free[--dq->nr_free];
+	struct vdrv_queue *dq = &t->q[TXQ];
+	uint16_t head = vdrv_queue_alloc(dq);
 
 	memset(t->d.ram + JUNK_GPA, 0, JUNK_SIZE);
-	dq->descs[head][0] = head;
-	dq->ndesc[head] = 1;
-	dq->used_len[head] = UINT32_MAX;
+	vdrv_queue_track(dq, head, 1, NULL);
 	put_desc(t, TXQ, head, JUNK_GPA, len, 0, 0);
 	publish(t, TXQ, head);
 	kick(t, TXQ);
@@ -1442,14 +1400,13 @@ static uint32_t tx_oversized(struct tdev *t, uint32_t len)
 /* A header, then nr descriptors of 16 bytes each: a valid frame. */
 static void tx_many_segments(struct tdev *t, unsigned int nr)
 {
-	struct drvq *dq = &t->q[TXQ];
-	uint16_t head = dq->free[--dq->nr_free], d = head, next;
+	struct vdrv_queue *dq = &t->q[TXQ];
+	uint16_t head = vdrv_queue_alloc(dq), d = head, next;
 
 	memset(t->d.ram + JUNK_GPA, 0, JUNK_SIZE);
-	dq->descs[head][0] = head;
 	dq->ndesc[head] = 1; /* the caller takes the others back */
 	for (unsigned int i = 0; i < nr; i++) {
-		next = dq->free[--dq->nr_free];
+		next = vdrv_queue_alloc(dq);
 		put_desc(t, TXQ, d, d == head ? JUNK_GPA : JUNK_GPA + HDR,
 			 d == head ? HDR : 16, VRING_DESC_F_NEXT, next);
 		d = next;

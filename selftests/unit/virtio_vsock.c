@@ -114,21 +114,12 @@ struct rpkt {
 
 #define RXPK_MAX 64
 
-struct drvq {
-	uint16_t size;
-	uint16_t avail_idx, last_used, kicked;
-	uint16_t nr_free;
-	uint16_t free[QSIZE];
-	uint16_t ndesc[QSIZE]; /* by head */
-	uint16_t descs[QSIZE][2];
-};
-
 struct tdev {
 	char dir[64];
 	char uds[128];
 	struct vsock *vs;
 	struct vdrv d;
-	struct drvq q[NQ];
+	struct vdrv_queue q[NQ];
 	bool rx_posted[NR_RX];
 	bool refill;		 /* give receive buffers back once read */
 	bool no_fill;		 /* bring_up posts no receive buffers */
@@ -185,15 +176,12 @@ static void put_desc(struct tdev *t, unsigned int q, uint16_t i, uint64_t addr,
 
 static void kick(struct tdev *t, unsigned int q)
 {
-	struct drvq *dq = &t->q[q];
-
-	vdrv_kick(&t->d, q, USED_GPA(q), dq->size, &dq->kicked, dq->avail_idx);
+	vdrv_queue_kick(&t->d, &t->q[q]);
 }
 
 static void publish(struct tdev *t, unsigned int q, uint16_t head)
 {
-	vdrv_publish(&t->d, AVAIL_GPA(q), t->q[q].size, &t->q[q].avail_idx,
-		     head);
+	vdrv_queue_publish(&t->d, &t->q[q], head);
 }
 
 /* Receive buffer b: header descriptor 2b, data descriptor 2b + 1. */
@@ -226,14 +214,8 @@ static void rx_fill(struct tdev *t)
 
 static void setup_queue(struct tdev *t, unsigned int q)
 {
-	struct drvq *dq = &t->q[q];
-
-	vdrv_setup_queue(&t->d, q, QSIZE, DESC_GPA(q), AVAIL_GPA(q),
+	vdrv_queue_setup(&t->d, &t->q[q], q, QSIZE, DESC_GPA(q), AVAIL_GPA(q),
 			 USED_GPA(q));
-	dq->size = QSIZE;
-	for (unsigned int i = 0; i < QSIZE; i++)
-		dq->free[i] = QSIZE - 1 - i;
-	dq->nr_free = QSIZE;
 }
 
 /*
@@ -317,19 +299,14 @@ static struct hdr gh(uint16_t op, uint32_t gport, uint32_t hport)
 /* Collect what the device used on the rx queue; refill if asked to. */
 static void rx_poll(struct tdev *t)
 {
-	struct drvq *dq = &t->q[RXQ];
 	bool refilled = false;
+	uint32_t id, len;
 
-	while (dq->size &&
-	       dq->last_used != vdrv_load16(&t->d, USED_GPA(RXQ) + 2)) {
-		uint64_t e = USED_GPA(RXQ) + 4 + 8 * (dq->last_used % dq->size);
-		uint32_t id = vdrv_get32(&t->d, e),
-			 len = vdrv_get32(&t->d, e + 4);
+	while (vdrv_queue_pop_used(&t->d, &t->q[RXQ], &id, &len)) {
 		unsigned int b = id / 2;
 		struct virtio_vsock_hdr le;
 		struct rpkt *p;
 
-		dq->last_used++;
 		if (id % 2 || b >= NR_RX || !t->rx_posted[b]) {
 			t->bad_used = true;
 			continue;
@@ -385,22 +362,13 @@ static bool rx_next(struct tdev *t, struct rpkt *out, long ms)
 /* Reclaim finished tx chains; true when none is outstanding. */
 static bool tx_reap(struct tdev *t)
 {
-	struct drvq *dq = &t->q[TXQ];
+	struct vdrv_queue *vq = &t->q[TXQ];
+	unsigned int bad = 0;
 
-	while (dq->last_used != vdrv_load16(&t->d, USED_GPA(TXQ) + 2)) {
-		uint64_t e = USED_GPA(TXQ) + 4 + 8 * (dq->last_used % dq->size);
-		uint32_t id = vdrv_get32(&t->d, e);
-
-		dq->last_used++;
-		if (id >= QSIZE || !dq->ndesc[id]) {
-			t->bad_used = true;
-			continue;
-		}
-		for (unsigned int i = 0; i < dq->ndesc[id]; i++)
-			dq->free[dq->nr_free++] = dq->descs[id][i];
-		dq->ndesc[id] = 0;
-	}
-	return dq->nr_free == dq->size;
+	vdrv_queue_reap(&t->d, vq, NULL, NULL, &bad);
+	if (bad)
+		t->bad_used = true;
+	return vq->nr_free == vq->size;
 }
 
 /* Until every tx chain is back (receiving meanwhile); false on timeout. */
@@ -424,26 +392,21 @@ static bool tx_wait(struct tdev *t)
 static bool tx_raw(struct tdev *t, const void *bytes, uint32_t len,
 		   uint32_t split, bool wait)
 {
-	struct drvq *dq = &t->q[TXQ];
-	uint16_t head, second;
+	struct vdrv_queue *dq = &t->q[TXQ];
+	bool two = split && split < len;
+	uint16_t head;
 
 	if (dq->nr_free < 2 && !tx_wait(t))
 		return false;
-	head = dq->free[--dq->nr_free];
+	head = vdrv_queue_peek(dq);
 	memcpy(t->d.ram + TX_GPA(head), bytes, len);
-	dq->descs[head][0] = head;
-	dq->ndesc[head] = 1;
-	if (split && split < len) {
-		second = dq->free[--dq->nr_free];
-		dq->descs[head][1] = second;
-		dq->ndesc[head] = 2;
-		put_desc(t, TXQ, head, TX_GPA(head), split, VRING_DESC_F_NEXT,
-			 second);
-		put_desc(t, TXQ, second, TX_GPA(head) + split, len - split, 0,
-			 0);
-	} else {
-		put_desc(t, TXQ, head, TX_GPA(head), len, 0, 0);
-	}
+	vdrv_queue_add(
+		&t->d, dq,
+		(struct vring_desc[]){
+			{ .addr = TX_GPA(head), .len = two ? split : len },
+			{ .addr = TX_GPA(head) + split, .len = len - split },
+		},
+		two ? 2 : 1, NULL);
 	publish(t, TXQ, head);
 	kick(t, TXQ);
 	return !wait || tx_wait(t);
@@ -1875,7 +1838,7 @@ TEST_F(vsock, hostile_packets_are_dropped_or_reset)
 TEST_F(vsock, hostile_buffers)
 {
 	struct tdev *t = &self->t;
-	struct drvq *dq = &t->q[TXQ];
+	struct vdrv_queue *dq = &t->q[TXQ];
 	uint16_t head;
 	uint32_t hport;
 	struct rpkt p;
@@ -1902,9 +1865,8 @@ TEST_F(vsock, hostile_buffers)
 	close(fd);
 
 	/* A packet whose buffer lies outside guest memory breaks the ring. */
-	head = dq->free[--dq->nr_free];
-	dq->descs[head][0] = head;
-	dq->ndesc[head] = 1;
+	head = vdrv_queue_alloc(dq);
+	vdrv_queue_track(dq, head, 1, NULL);
 	put_desc(t, TXQ, head, RAM_SIZE - 8, 64, 0, 0);
 	publish(t, TXQ, head);
 	kick(t, TXQ);
@@ -2173,8 +2135,8 @@ TEST_F_TIMEOUT(vsock, fuzz, 120)
 
 enum lg_rule { LG_RULE_6_1_192, LG_RULE_OLD };
 
+/* Beside the driver's indices in tdev's queue of the same number. */
 struct lg_vq {
-	uint16_t avail_idx, kicked, last_used;
 	bool no_interrupt;    /* avail_flags_shadow */
 	bool event_triggered; /* a hint: the device signalled already */
 	bool work;	      /* the interrupt scheduled the queue's work */
@@ -2236,9 +2198,14 @@ static uint64_t lg_used_event_gpa(unsigned int q)
 	return AVAIL_GPA(q) + 4 + 2 * QSIZE;
 }
 
+static struct vdrv_queue *lg_q(struct lg *g, unsigned int q)
+{
+	return &g->t->q[q];
+}
+
 static uint16_t lg_used_idx(struct lg *g, unsigned int q)
 {
-	return vdrv_load16(&g->t->d, USED_GPA(q) + 2);
+	return vdrv_queue_used_idx(&g->t->d, lg_q(g, q));
 }
 
 /* virtqueue_disable_cb() */
@@ -2261,38 +2228,23 @@ static bool lg_enable_cb(struct lg *g, unsigned int q)
 
 	vq->event_triggered = false;
 	vq->no_interrupt = false;
-	vdrv_store16(&g->t->d, lg_used_event_gpa(q), vq->last_used);
+	vdrv_store16(&g->t->d, lg_used_event_gpa(q), lg_q(g, q)->last_used);
 	/* virtio_mb: used_event before we look at used->idx again. */
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	return lg_used_idx(g, q) == vq->last_used;
+	return lg_used_idx(g, q) == lg_q(g, q)->last_used;
 }
 
 /* virtqueue_get_buf(): the next used entry, false if none. */
 static bool lg_get_buf(struct lg *g, unsigned int q, uint32_t *id,
 		       uint32_t *len)
 {
-	struct lg_vq *vq = &g->vq[q];
-	uint64_t e;
-
-	if (lg_used_idx(g, q) == vq->last_used)
-		return false;
-	e = USED_GPA(q) + 4 + 8 * (vq->last_used % QSIZE);
-	*id = vdrv_get32(&g->t->d, e);
-	*len = vdrv_get32(&g->t->d, e + 4);
-	vq->last_used++;
-	return true;
+	return vdrv_queue_pop_used(&g->t->d, lg_q(g, q), id, len);
 }
 
 static void lg_kick(struct lg *g, unsigned int q)
 {
-	struct lg_vq *vq = &g->vq[q];
-	uint16_t old = vq->kicked;
-
-	vq->kicked = vq->avail_idx;
-	if (vdrv_need_kick(&g->t->d, USED_GPA(q), QSIZE, old, vq->avail_idx)) {
-		vdrv_wr32(&g->t->d, VIRTIO_MMIO_QUEUE_NOTIFY, q);
+	if (vdrv_queue_kick(&g->t->d, lg_q(g, q)))
 		g->kicks[q]++;
-	}
 }
 
 /* virtio_vsock_rx_fill(): every free descriptor, then a kick. */
@@ -2305,8 +2257,7 @@ static void lg_rx_fill(struct lg *g)
 		put_desc(g->t, RXQ, b, RX_GPA(b), LG_RXB, VRING_DESC_F_WRITE,
 			 0);
 		g->rx_posted[b] = true;
-		vdrv_publish(&g->t->d, AVAIL_GPA(RXQ), QSIZE,
-			     &g->vq[RXQ].avail_idx, b);
+		vdrv_queue_publish(&g->t->d, lg_q(g, RXQ), b);
 		g->rx_buf_nr++;
 	}
 	if (g->rx_buf_nr > g->rx_buf_max_nr)
@@ -2349,8 +2300,7 @@ static void lg_send_work(struct lg *g)
 		g->sq_nr--;
 		memcpy(g->t->d.ram + TX_GPA(d), &le, sizeof(le));
 		put_desc(g->t, TXQ, d, TX_GPA(d), HDR, 0, 0);
-		vdrv_publish(&g->t->d, AVAIL_GPA(TXQ), QSIZE,
-			     &g->vq[TXQ].avail_idx, d);
+		vdrv_queue_publish(&g->t->d, lg_q(g, TXQ), d);
 		added = true;
 	}
 	if (added)
@@ -2546,7 +2496,7 @@ static void lg_read(struct lg *g, uint32_t want)
 /* vring_interrupt() for queue q */
 static void lg_vring_interrupt(struct lg *g, unsigned int q)
 {
-	if (lg_used_idx(g, q) == g->vq[q].last_used)
+	if (lg_used_idx(g, q) == lg_q(g, q)->last_used)
 		return;
 	g->vq[q].event_triggered = true;
 	g->vq[q].work = true;
@@ -2630,14 +2580,14 @@ static void lg_report(struct lg *g, const struct lg_host *h)
 		"%u, peer %u/%u | received %llu read %llu written %llu | "
 		"irqs %lu updates %lu packets %lu kicks %lu/%lu\n",
 		g->failed[0] ? g->failed : "stalled", g->connected, g->rst_seen,
-		g->peer_shut, g->rx_buf_nr, g->vq[RXQ].avail_idx,
-		g->vq[RXQ].kicked, lg_used_idx(g, RXQ), g->vq[RXQ].last_used,
-		vdrv_load16(d, lg_used_event_gpa(RXQ)),
+		g->peer_shut, g->rx_buf_nr, lg_q(g, RXQ)->avail_idx,
+		lg_q(g, RXQ)->kicked, lg_used_idx(g, RXQ),
+		lg_q(g, RXQ)->last_used, vdrv_load16(d, lg_used_event_gpa(RXQ)),
 		vdrv_load16(d, USED_GPA(RXQ) + 4 + 8 * QSIZE), g->tx_nr_free,
-		g->sq_nr, g->vq[TXQ].avail_idx, lg_used_idx(g, TXQ),
-		g->vq[TXQ].last_used, g->buf_alloc, g->fwd_cnt, g->last_fwd_cnt,
-		g->rx_bytes, g->peer_buf_alloc, g->peer_fwd_cnt,
-		(unsigned long long)g->received,
+		g->sq_nr, lg_q(g, TXQ)->avail_idx, lg_used_idx(g, TXQ),
+		lg_q(g, TXQ)->last_used, g->buf_alloc, g->fwd_cnt,
+		g->last_fwd_cnt, g->rx_bytes, g->peer_buf_alloc,
+		g->peer_fwd_cnt, (unsigned long long)g->received,
 		(unsigned long long)g->consumed, (unsigned long long)h->written,
 		g->irqs, g->updates, g->packets, g->kicks[RXQ], g->kicks[TXQ]);
 	virtio_device__report(d->vdev);
