@@ -254,10 +254,11 @@ static int image_init(struct vm *vm)
 	if (net_policy__nr_http(vm->policy) &&
 	    !vm__http_ca_pem(vm, &vm->guest_ca_pem, &vm->guest_ca_len))
 		pr_debug("the interception CA goes to the guest");
-	if (cfg->argv || cfg->mounts.nr || vm->guest_ca_len) {
+	if (cfg->argv || cfg->mounts.nr || vm->guest_ca_len || cfg->hostname ||
+	    cfg->cwd) {
 		ret = kiln_archive(vm);
 		if (ret) {
-			pr_err("command and mounts archive: %s",
+			pr_err("the boot's archive (command, mounts, CA, identity): %s",
 			       strerror(-ret));
 			return ret;
 		}

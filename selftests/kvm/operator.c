@@ -304,6 +304,76 @@ TEST_TIMEOUT(hostname_and_cwd_given, BOOT_TIMEOUT)
 }
 
 /*
+ * --hostname and --cwd with nothing else per boot (no mount, no command,
+ * no interception CA): the guest still gets both, under `start` in the
+ * foreground and with --detach alike (the archive that carries them was
+ * once built only for a command, a mount or a CA).
+ */
+static void identity_without_mounts(struct __test_metadata *_metadata,
+				    bool detach)
+{
+	struct spawn_result r;
+	struct vm v;
+
+	vm_paths(&v);
+	ASSERT_TRUE(vm_start(_metadata, &v,
+			     ARGS("--hostname", "agent-43", "--cwd", "/tmp"),
+			     detach));
+	EXPECT_STREQ("agent-43", guest_line(_metadata, &v,
+					    ARGS(v.sock, "--", "hostname"),
+					    &r));
+	EXPECT_EQ(0, r.status);
+	EXPECT_STREQ("agent-43",
+		     guest_line(_metadata, &v,
+				ARGS(v.sock, "--", "cat", "/etc/hostname"),
+				&r));
+	EXPECT_STREQ("/tmp",
+		     guest_line(_metadata, &v, ARGS(v.sock, "--", "pwd"), &r));
+	EXPECT_EQ(0, r.status);
+	CTL(&v, &r, "facts", v.sock);
+	EXPECT_TRUE(has_fact(r.out, "guest", "hostname", "agent-43"));
+	EXPECT_EQ(0, vm_stop(&v));
+	vm_cleanup(&v);
+}
+
+TEST_TIMEOUT(hostname_and_cwd_without_mounts, BOOT_TIMEOUT)
+{
+	if (!can_boot(_metadata))
+		return;
+	identity_without_mounts(_metadata, false);
+}
+
+TEST_TIMEOUT(hostname_and_cwd_without_mounts_detached, BOOT_TIMEOUT)
+{
+	if (!can_boot(_metadata))
+		return;
+	identity_without_mounts(_metadata, true);
+}
+
+/* `vmm run` with a command and no mount: the command sees both too. */
+TEST_TIMEOUT(hostname_and_cwd_under_run, BOOT_TIMEOUT)
+{
+	const char *argv[MAX_ARGV];
+	struct spawn_result r;
+	struct guest g;
+	struct vm v;
+
+	if (!can_boot(_metadata))
+		return;
+	guest_paths(&g);
+	vm_paths(&v);
+	vmm_argv(&g, "run",
+		 ARGS("--hostname", "agent-44", "--cwd", "/tmp", "--", "sh",
+		      "-c", "echo $(hostname) $(pwd)"),
+		 argv);
+	ASSERT_EQ(0, spawn__run(argv, NULL, &r));
+	EXPECT_EQ(0, r.status) TH_LOG("vmm run: %.600s", r.err);
+	EXPECT_NE(NULL, strstr(r.out, "agent-44 /tmp"))
+	TH_LOG("vmm run printed %.600s", r.out);
+	vm_cleanup(&v);
+}
+
+/*
  * `vmm facts` with the options a VM is started with prints exactly the
  * config facts vm.facts gives on that VM: same triples, same order.
  */
