@@ -124,11 +124,12 @@ enum dns_query_verdict dns_msg__parse_query(const uint8_t *m, size_t len,
 bool dns_msg__answers(const uint8_t *m, size_t len, uint16_t id,
 		      const struct dns_question *q);
 /*
- * A reply of our own into out (DNS_SHORT_REPLY_MAX bytes) to query qm
- * (parsed as qi): the header with id, QR, the opcode and RD of the query,
- * extra flags and rcode; the question too when with_question. Its length.
+ * A reply of our own into out (out_size bytes, at least DNS_HDR_LEN;
+ * DNS_SHORT_REPLY_MAX holds any) to query qm (parsed as qi): the header
+ * with id, QR, the opcode and RD of the query, extra flags and rcode;
+ * the question too when with_question and it fits. Its length.
  */
-size_t dns_msg__reply(uint8_t *out, const uint8_t *qm,
+size_t dns_msg__reply(uint8_t *out, size_t out_size, const uint8_t *qm,
 		      const struct dns_query_info *qi, uint16_t extra_flags,
 		      unsigned int rcode, bool with_question);
 /*

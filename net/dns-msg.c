@@ -28,7 +28,7 @@ static uint8_t ascii_lower(uint8_t c)
  * it where it sits (past the first pointer, if any).
  */
 static int name_read(const uint8_t *m, size_t len, size_t *off, uint8_t *out,
-		     size_t *out_len)
+		     size_t *out_len, bool pointers)
 {
 	size_t pos = *off, next = 0, n = 0, to;
 	unsigned int hops = 0;
@@ -39,7 +39,7 @@ static int name_read(const uint8_t *m, size_t len, size_t *off, uint8_t *out,
 			return -EBADMSG;
 		l = m[pos];
 		if ((l & DNS_PTR_MASK) == DNS_PTR_MASK) {
-			if (pos + 1 >= len)
+			if (!pointers || pos + 1 >= len)
 				return -EBADMSG;
 			to = dns_get16(m + pos) & DNS_PTR_OFF_MASK;
 			/* Backwards only, never into the header: no loops. */
@@ -73,10 +73,16 @@ static bool same_name(const uint8_t *a, size_t alen, const uint8_t *b,
 	return alen == blen && !memcmp(a, b, alen);
 }
 
+/*
+ * A query's question is read with pointers refused (query is true): it
+ * is the first thing after the header, so there is nothing earlier a
+ * pointer could save repeating, and a reply repeats it as it is, within
+ * DNS_QUESTION_MAX. An answer's may be compressed.
+ */
 static int question_read(const uint8_t *m, size_t len, size_t off,
-			 struct dns_question *q)
+			 struct dns_question *q, bool query)
 {
-	int ret = name_read(m, len, &off, q->name, &q->name_len);
+	int ret = name_read(m, len, &off, q->name, &q->name_len, !query);
 
 	if (ret)
 		return ret;
@@ -102,7 +108,7 @@ static int rr_read(const uint8_t *m, size_t len, size_t *off, struct rr_at *r)
 	size_t at = *off;
 	int ret;
 
-	ret = name_read(m, len, &at, r->owner, &r->owner_len);
+	ret = name_read(m, len, &at, r->owner, &r->owner_len, true);
 	if (ret)
 		return ret;
 	if (at + DNS_RR_FIXED > len)
@@ -163,7 +169,7 @@ enum dns_query_verdict dns_msg__parse_query(const uint8_t *m, size_t len,
 	if (dns_get16(m + DNS_OFF_QDCOUNT) != 1 ||
 	    dns_get16(m + DNS_OFF_ANCOUNT) || dns_get16(m + DNS_OFF_NSCOUNT))
 		return DNS_QUERY_FORMERR;
-	if (question_read(m, len, DNS_HDR_LEN, &qi->q))
+	if (question_read(m, len, DNS_HDR_LEN, &qi->q, true))
 		return DNS_QUERY_FORMERR;
 	off = qi->q.end;
 	if (query_additional(m, len, &off, dns_get16(m + DNS_OFF_ARCOUNT), qi))
@@ -181,13 +187,13 @@ bool dns_msg__answers(const uint8_t *m, size_t len, uint16_t id,
 	    !(dns_get16(m + DNS_OFF_FLAGS) & DNS_FLAG_QR) ||
 	    dns_get16(m + DNS_OFF_QDCOUNT) != 1)
 		return false;
-	if (question_read(m, len, DNS_HDR_LEN, &a))
+	if (question_read(m, len, DNS_HDR_LEN, &a, false))
 		return false;
 	return same_name(a.name, a.name_len, q->name, q->name_len) &&
 	       a.type == q->type && a.qclass == q->qclass;
 }
 
-size_t dns_msg__reply(uint8_t *out, const uint8_t *qm,
+size_t dns_msg__reply(uint8_t *out, size_t out_size, const uint8_t *qm,
 		      const struct dns_query_info *qi, uint16_t extra_flags,
 		      unsigned int rcode, bool with_question)
 {
@@ -199,9 +205,13 @@ size_t dns_msg__reply(uint8_t *out, const uint8_t *qm,
 	memset(out, 0, DNS_HDR_LEN);
 	dns_put16(out + DNS_OFF_ID, qi->id);
 	dns_put16(out + DNS_OFF_FLAGS, flags);
-	if (!qlen)
+	/*
+	 * A parsed query's question is uncompressed: at most
+	 * DNS_QUESTION_MAX bytes, which DNS_SHORT_REPLY_MAX holds. Checked
+	 * all the same: without its question a reply is still an answer.
+	 */
+	if (!qlen || qlen > out_size - DNS_HDR_LEN)
 		return DNS_HDR_LEN;
-	/* A parsed query's question is uncompressed: at most 259 bytes. */
 	dns_put16(out + DNS_OFF_QDCOUNT, 1);
 	memcpy(out + DNS_HDR_LEN, qm + DNS_HDR_LEN, qlen);
 	return DNS_HDR_LEN + qlen;
@@ -237,7 +247,7 @@ static int answer_read(const uint8_t *m, size_t len, size_t off,
 		} else {
 			at = r.rdata;
 			ret = name_read(m, len, &at, rrs[n].target,
-					&rrs[n].target_len);
+					&rrs[n].target_len, true);
 			if (ret || at != r.rdata + r.rdlen)
 				return -EBADMSG;
 		}
@@ -257,7 +267,8 @@ int dns_msg__a_records(const uint8_t *m, size_t len,
 	struct dns_question a;
 	int n;
 
-	if (len < DNS_HDR_LEN || question_read(m, len, DNS_HDR_LEN, &a))
+	if (len < DNS_HDR_LEN ||
+	    question_read(m, len, DNS_HDR_LEN, &a, false))
 		return -EBADMSG;
 	n = answer_read(m, len, a.end, rrs);
 	if (n < 0)

@@ -230,7 +230,8 @@ static void reply_own(struct dns *d, const uint8_t *qm,
 		      uint16_t flags, unsigned int rcode, bool with_question)
 {
 	uint8_t out[DNS_SHORT_REPLY_MAX];
-	size_t n = dns_msg__reply(out, qm, qi, flags, rcode, with_question);
+	size_t n = dns_msg__reply(out, sizeof(out), qm, qi, flags, rcode,
+				  with_question);
 	int ret = 0;
 
 	if (c)

@@ -6,8 +6,9 @@
  * An answer is only read for bindings after it matches its query, so the
  * bytes are also read as the answer to their own question: a copy with
  * QR cleared parsed as a query gives the question, the bytes as they are
- * the answer. Checked for every input: a query's reply fits
- * DNS_SHORT_REPLY_MAX and repeats the question byte for byte; an
+ * the answer. Checked for every input: a query's question is at most
+ * DNS_QUESTION_MAX bytes on the wire (a pointer in it is FORMERR), and
+ * its reply fits DNS_SHORT_REPLY_MAX and repeats it byte for byte; an
  * answer gives at most the records asked for, -EBADMSG else; a name as
  * text is a hostname (no dot at either end, only [a-z0-9.-]).
  */
@@ -42,7 +43,8 @@ static void as_query(const uint8_t *m, size_t len)
 	v = dns_msg__parse_query(m, len, &qi);
 	if (v == DNS_QUERY_DROP)
 		return;
-	n = dns_msg__reply(reply, m, &qi, DNS_FLAG_RA, DNS_RCODE_REFUSED,
+	n = dns_msg__reply(reply, sizeof(reply), m, &qi, DNS_FLAG_RA,
+			   DNS_RCODE_REFUSED,
 			   v == DNS_QUERY_OK);
 	fuzz_check(n >= DNS_HDR_LEN && n <= sizeof(reply));
 	fuzz_check(dns_get16(reply + DNS_OFF_FLAGS) & DNS_FLAG_QR);
@@ -50,6 +52,9 @@ static void as_query(const uint8_t *m, size_t len)
 		return;
 	fuzz_check(qi.len <= len && qi.q.end <= qi.len);
 	fuzz_check(qi.q.name_len >= 1 && qi.q.name_len <= DNS_NAME_WIRE_MAX);
+	/* The question repeats whole: never longer than the longest. */
+	fuzz_check(qi.q.end - DNS_HDR_LEN <= DNS_QUESTION_MAX);
+	fuzz_check(n == qi.q.end);
 	fuzz_check(
 		!memcmp(reply + DNS_HDR_LEN, m + DNS_HDR_LEN, n - DNS_HDR_LEN));
 	check_name_text(&qi.q);

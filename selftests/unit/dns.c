@@ -163,7 +163,8 @@ TEST(parse_query_verdicts)
 	EXPECT_EQ(n, qi.len);
 
 	/* REFUSED: the header and the question, as asked. */
-	EXPECT_EQ(n, dns_msg__reply(r, m, &qi, 0, DNS_RCODE_REFUSED, true));
+	EXPECT_EQ(n, dns_msg__reply(r, sizeof(r), m, &qi, 0, DNS_RCODE_REFUSED,
+				    true));
 	EXPECT_EQ(DNS_RCODE_REFUSED, dns_rcode(r));
 	EXPECT_EQ(0, memcmp(r + DNS_HDR_LEN, m + DNS_HDR_LEN, n - DNS_HDR_LEN));
 
