@@ -69,6 +69,7 @@ core-obj-y += devices/virtio/net.o
 core-obj-y += devices/virtio/net-io.o
 core-obj-y += devices/block/disk.o
 core-obj-y += devices/fs/fuse.o
+core-obj-y += devices/fs/fuse-ops.o
 core-obj-y += devices/fs/virtual.o
 core-obj-y += devices/fs/memfs.o
 core-obj-y += devices/fs/memfs-store.o
