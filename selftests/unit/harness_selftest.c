@@ -719,8 +719,9 @@ TEST(report_settled_lines)
 					       &rx_idle))
 		TH_LOG("case %zu: %s", i, cases[i].line);
 		EXPECT_EQ(cases[i].vcpus, vcpus) TH_LOG("case %zu", i);
-		if (cases[i].settled)
+		if (cases[i].settled) {
 			EXPECT_EQ(cases[i].unread, unread) TH_LOG("case %zu", i);
+		}
 	}
 }
 
