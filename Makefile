@@ -131,6 +131,7 @@ obj-y += vmm/vm.o
 obj-y += vmm/vm-run.o
 obj-y += vmm/virtio-attach.o
 obj-y += vmm/vcpu.o
+obj-y += vmm/vcpu-state.o
 obj-y += vmm/snapshot.o
 obj-y += vmm/restore.o
 obj-y += vmm/baseline-vm.o
