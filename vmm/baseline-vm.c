@@ -29,6 +29,8 @@
 
 #include "snapshot/baseline.h"
 #include "snapshot/load.h"
+#include "vmm/baseline-vm.h"
+#include "vmm/snapshot.h"
 #include "vmm/vm.h"
 
 #define BASELINE_WHY_LEN 512

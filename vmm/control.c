@@ -10,6 +10,11 @@
  * disk is left clean; the API sends it without blocking its thread. A
  * guest that does not comply within CONTROL_SHUTDOWN_GRACE_S is
  * stopped, and one whose agent refuses or cannot be reached at once.
+ *
+ * This file calls nothing of the run loop (vm-run.c) or the builder
+ * (vm.c), which call it: the VM's actions come in the control_ops given
+ * at control__start, and a stop is an exit reported through the
+ * lifecycle (vm-state.h), which the run loop acts on.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -29,9 +34,13 @@
 #include "proto/agent.h"
 #include "proto/tlv.h"
 #include "vmm/api.h"
+#include "vmm/baseline-vm.h"
+#include "vmm/control.h"
 #include "vmm/facts.h"
 #include "vmm/mounts.h"
 #include "vmm/seccomp.h"
+#include "vmm/vm-metrics.h"
+#include "vmm/vm-state.h"
 #include "vmm/vm.h"
 
 #define CONTROL_SHUTDOWN_GRACE_S 30  /* seconds for the guest to power off */
@@ -64,7 +73,7 @@ static void shutdown_cb(void *opaque)
 	struct timespec now;
 
 	clock_gettime(CLOCK_MONOTONIC, &now);
-	atomic_store(&vm->shutdown_deadline,
+	atomic_store(&vm->lc.shutdown_deadline,
 		     now.tv_sec + CONTROL_SHUTDOWN_GRACE_S);
 }
 
@@ -75,7 +84,7 @@ static void shutdown_failed_cb(void *opaque, const char *why)
 	pr_warn("vm.shutdown: the guest agent did not take the power off "
 		"request (%s); stopping the VM",
 		why);
-	vm__stop(vm, VM_STOP_SHUTDOWN, 0, NULL);
+	vm_state__report_exit(&vm->lc, VM_STOP_SHUTDOWN, 0, NULL);
 }
 
 /*
@@ -84,7 +93,9 @@ static void shutdown_failed_cb(void *opaque, const char *why)
  */
 static void capture_cb(void *opaque, int err, const char *why)
 {
-	vm__baseline_capture_detached(opaque, err, why);
+	struct vm *vm = opaque;
+
+	vm->control_ops->capture(vm, err, why);
 }
 
 /*
@@ -97,7 +108,8 @@ static void mounts_failed_cb(void *opaque, const char *why)
 
 	vm__baseline_attach_failed(vm, why);
 	pr_err("the guest's mounts: %s; stopping the VM", why);
-	vm__stop(vm, VM_STOP_ERROR, 0, "the mounts could not be attached");
+	vm_state__report_exit(&vm->lc, VM_STOP_ERROR, 0,
+			      "the mounts could not be attached");
 }
 
 /*
@@ -177,17 +189,17 @@ static int set_policy_cb(void *opaque, json_t *policy, char *err, size_t len)
 	struct vm *vm = opaque;
 	int ret;
 
-	ret = vm__set_net_policy(vm, policy, err, len);
+	ret = vm->control_ops->set_net_policy(vm, policy, err, len);
 	if (!ret)
 		pr_info("net.setPolicy: the network policy was replaced");
 	return ret;
 }
 
-/* vm.pause, vm.resume, vm.snapshot: vmm/snapshot.c, logged here. */
+/* vm.pause, vm.resume, vm.snapshot: through control_ops, logged here. */
 static int pause_cb(void *opaque, char *err, size_t len)
 {
 	struct vm *vm = opaque;
-	int ret = vm__pause(vm, err, len);
+	int ret = vm->control_ops->pause(vm, err, len);
 
 	if (!ret)
 		pr_info("vm.pause: the VM is paused");
@@ -197,7 +209,7 @@ static int pause_cb(void *opaque, char *err, size_t len)
 static int resume_cb(void *opaque, char *err, size_t len)
 {
 	struct vm *vm = opaque;
-	int ret = vm__resume(vm, err, len);
+	int ret = vm->control_ops->resume(vm, err, len);
 
 	if (!ret)
 		pr_info("vm.resume: the VM runs again");
@@ -208,7 +220,7 @@ static int snapshot_cb(void *opaque, const char *dir, bool resume, char *err,
 		       size_t len)
 {
 	struct vm *vm = opaque;
-	int ret = vm__snapshot(vm, dir, resume, err, len);
+	int ret = vm->control_ops->snapshot(vm, dir, resume, err, len);
 
 	if (ret)
 		pr_warn("vm.snapshot %s: %s", dir, err);
@@ -217,7 +229,9 @@ static int snapshot_cb(void *opaque, const char *dir, bool resume, char *err,
 
 static bool is_paused_cb(void *opaque)
 {
-	return vm__is_paused(opaque);
+	struct vm *vm = opaque;
+
+	return vm_state__get(&vm->lc) == VM_STATE_PAUSED;
 }
 
 /*
@@ -230,8 +244,8 @@ static void agent_ready_cb(void *opaque)
 	char agent = VM_AGENT_BYTE, ready = VM_READY_BYTE;
 
 	pr_debug("guest agent is ready");
-	/* Too late: --ready-timeout-ms has stopped the VM (vm-run.c). */
-	if (atomic_exchange(&vm->ready_deadline_ms, 0) == VM_READY_STOPPING)
+	/* BOOTING -> RUNNING; too late when the VM stops (vm-run.c). */
+	if (vm_state__booted(&vm->lc))
 		return;
 	if (vm->ready_fd >= 0 && write(vm->ready_fd, &agent, 1) != 1)
 		pr_debug("ready pipe: %s", strerror(errno));
@@ -240,7 +254,7 @@ static void agent_ready_cb(void *opaque)
 	 * that reached the agent first is sent to it (api/agent.c), and
 	 * before a detached start returns, so its caller finds the entry.
 	 */
-	vm__baseline_capture(vm);
+	vm->control_ops->capture(vm, 0, NULL);
 	if (vm->ready_fd < 0)
 		return;
 	if (write(vm->ready_fd, &ready, 1) != 1)
@@ -365,19 +379,13 @@ int control__init(struct vm *vm)
 	return ret;
 }
 
-int control__start(struct vm *vm)
+int control__start(struct vm *vm, const struct control_ops *ops)
 {
-	struct timespec now;
 	int ret;
 
 	if (!vm->api)
 		return 0;
-	if (vm->cfg->ready_timeout_ms) {
-		clock_gettime(CLOCK_MONOTONIC, &now);
-		atomic_store(&vm->ready_deadline_ms,
-			     now.tv_sec * 1000LL + now.tv_nsec / 1000000 +
-				     (long long)vm->cfg->ready_timeout_ms);
-	}
+	vm->control_ops = ops;
 	ret = api__start(vm->api,
 			 seccomp__filter(vm->seccomp, SECCOMP_THREAD_API));
 	if (ret)
@@ -397,6 +405,8 @@ void control__stopped(struct vm *vm, int exit_code)
 		[VM_STOP_SIGNAL] = "signal",
 		[VM_STOP_SHUTDOWN] = "shutdown-forced",
 	};
+	const struct vm_lifecycle *lc = &vm->lc;
+	int reason = atomic_load(&lc->stop_reason);
 	unsigned int vcpu = atomic_load(&vm->crash_vcpu);
 	int crash = atomic_load(&vm->crash);
 	json_t *o;
@@ -408,13 +418,12 @@ void control__stopped(struct vm *vm, int exit_code)
 			   crash == VM_CRASH_PANIC ? "guest-panic" :
 						     "triple-fault",
 			   json_pack("{s:I}", "vcpu", (json_int_t)vcpu - 1));
-	o = json_pack("{s:s, s:i}", "reason", reasons[vm->stop_reason],
-		      "exitCode", exit_code);
-	if (o && vm->stop_detail)
-		json_object_set_new(o, "detail", json_string(vm->stop_detail));
-	if (o && vm->stop_reason == VM_STOP_SIGNAL)
-		json_object_set_new(o, "signal",
-				    json_integer(vm->stop_status));
+	o = json_pack("{s:s, s:i}", "reason", reasons[reason], "exitCode",
+		      exit_code);
+	if (o && lc->stop_detail)
+		json_object_set_new(o, "detail", json_string(lc->stop_detail));
+	if (o && reason == VM_STOP_SIGNAL)
+		json_object_set_new(o, "signal", json_integer(lc->stop_status));
 	api__event(vm->api, "shutdown", o);
 }
 

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 
+#include "vmm/cpuid.h"
 #include "vmm/vm.h"
 
 #define CPUID_LEAF_FEATURES    0x1

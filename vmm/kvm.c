@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include "lib/compiler.h"
+#include "vmm/cpuid.h"
+#include "vmm/kvm.h"
 #include "vmm/vm.h"
 
 #define KVM_DEV		  "/dev/kvm"

@@ -22,6 +22,10 @@
 #include "vmm/facts.h"
 #include "vmm/jail.h"
 #include "vmm/options.h"
+#include "vmm/baseline-vm.h"
+#include "vmm/control.h"
+#include "vmm/snapshot.h"
+#include "vmm/vm-run.h"
 #include "vmm/vm.h"
 
 /*
@@ -158,6 +162,18 @@ static int setup_log(const struct vm_config *cfg)
 	return ret;
 }
 
+/*
+ * What the control API may ask of the VM (vmm/control.h), wired here, at
+ * the top: the control server calls none of these modules itself.
+ */
+static const struct control_ops control_ops = {
+	.pause = vm__pause,
+	.resume = vm__resume,
+	.snapshot = vm__snapshot,
+	.set_net_policy = vm__set_net_policy,
+	.capture = vm__baseline_capture_detached,
+};
+
 static int cmd_run(int argc, char **argv, bool start)
 {
 	char err[CONFIG_ERR_LEN];
@@ -211,7 +227,7 @@ static int cmd_run(int argc, char **argv, bool start)
 		goto out;
 	}
 	vm->ready_fd = ready_fd;
-	ret = vm__run(vm);
+	ret = vm__run(vm, &control_ops);
 	vm__destroy(vm);
 	jail__destroy(jail);
 	log__close();

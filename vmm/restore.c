@@ -32,6 +32,10 @@
 #include "devices/virtio/device.h"
 #include "snapshot/load.h"
 #include "snapshot/state.h"
+#include "vmm/baseline-vm.h"
+#include "vmm/restore.h"
+#include "vmm/snapshot.h"
+#include "vmm/vcpu.h"
 #include "vmm/vm.h"
 
 #define NSEC_PER_SEC  1000000000ULL

@@ -1,10 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * vm.pause, vm.resume and vm.snapshot (Documentation/snapshots.md).
- *
- * Pause parks the vCPUs first (no new kick or MMIO access after that),
- * then pauses each virtio device, which waits for its requests in
- * flight; resume goes the other way. A snapshot of a paused VM reads
+ * vm.snapshot (Documentation/snapshots.md), on a VM vm.pause paused
+ * (vmm/vm-run.c) or paused for it. A snapshot of a paused VM reads
  * every device's state first (a device without a save hook refuses the
  * snapshot before anything is written), then each vCPU's and the VM's
  * KVM state, then writes them, guest memory, the root disk's writable
@@ -27,72 +24,13 @@
 #include "snapshot/state.h"
 #include "snapshot/verified.h"
 #include "vmm/api.h"
+#include "vmm/snapshot.h"
+#include "vmm/vcpu.h"
+#include "vmm/vm-run.h"
+#include "vmm/vm-state.h"
 #include "vmm/vm.h"
 
 #define SNAP_NAME_LEN 32 /* "vcpu255.state" */
-
-/* ---- pause and resume -------------------------------------------- */
-
-bool vm__is_paused(struct vm *vm)
-{
-	return vcpu__paused(vm);
-}
-
-static void resume_devices(struct vm *vm, unsigned int upto)
-{
-	for (unsigned int i = 0; i < upto; i++)
-		if (vm->virtio[i].dev &&
-		    virtio_device__is_paused(vm->virtio[i].dev))
-			virtio_device__resume(vm->virtio[i].dev);
-}
-
-int vm__pause(struct vm *vm, char *err, size_t len)
-{
-	unsigned int i;
-	int ret;
-
-	ret = vcpu__pause_all(vm, VM_PAUSE_VCPU_MS);
-	if (ret) {
-		snprintf(err, len, "%s",
-			 ret == -EALREADY ? "the VM is paused already" :
-			 ret == -ESHUTDOWN ?
-					    "the VM is stopping" :
-					    "a vCPU did not leave the guest in "
-					    "time; the VM runs on");
-		return ret;
-	}
-	for (i = 0; i < VIRTIO_MMIO_SLOTS; i++) {
-		struct virtio_device *dev = vm->virtio[i].dev;
-
-		if (!dev)
-			continue;
-		ret = virtio_device__pause(dev, VM_PAUSE_DEVICE_MS);
-		if (ret) {
-			snprintf(err, len,
-				 "%s: its requests in flight did not complete "
-				 "in %u ms (%s); the VM runs on",
-				 dev->name, VM_PAUSE_DEVICE_MS, strerror(-ret));
-			resume_devices(vm, i);
-			vcpu__resume_all(vm);
-			return ret;
-		}
-	}
-	api__event(vm->api, "paused", NULL);
-	return 0;
-}
-
-int vm__resume(struct vm *vm, char *err, size_t len)
-{
-	if (!vcpu__paused(vm)) {
-		snprintf(err, len, "the VM is not paused");
-		return -EALREADY;
-	}
-	resume_devices(vm, VIRTIO_MMIO_SLOTS);
-	if (vcpu__resume_all(vm))
-		return -EALREADY; /* only the API thread resumes */
-	api__event(vm->api, "resumed", NULL);
-	return 0;
-}
 
 /* ---- what the snapshot holds -------------------------------------- */
 
@@ -507,7 +445,7 @@ static int write_snapshot(struct vm *vm, const char *dir, json_t *devices,
 int vm__snapshot(struct vm *vm, const char *dir, bool resume, char *err,
 		 size_t len)
 {
-	bool was_paused = vcpu__paused(vm);
+	bool was_paused = vm_state__get(&vm->lc) == VM_STATE_PAUSED;
 	json_t *devices = NULL;
 	char rerr[128];
 	int ret = 0;

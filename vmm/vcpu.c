@@ -2,6 +2,10 @@
 /*
  * vCPUs: one thread each, running KVM_RUN and dispatching exits. A vCPU is
  * told to stop through kvm_run->immediate_exit plus a signal, never killed.
+ * It never stops the VM itself: an exit that ends the guest is reported
+ * through the lifecycle's exit event (vmm/vm-state.h), which the run loop
+ * reads, and the vCPU leaves the guest. Its registers for a snapshot and
+ * a restore are in vcpu-state.c.
  */
 #include <errno.h>
 #include <signal.h>
@@ -18,9 +22,11 @@
 #include "lib/counter.h"
 #include "lib/thread-filter.h"
 #include "lib/timespec.h"
-#include "snapshot/state.h"
+#include "vmm/cpuid.h"
 #include "vmm/metrics.h"
 #include "vmm/seccomp.h"
+#include "vmm/vcpu-internal.h"
+#include "vmm/vm-state.h"
 #include "vmm/vm.h"
 
 /* MSR numbers (SDM vol. 4) and their boot values. */
@@ -48,24 +54,6 @@
 #define APIC_DM_MASK   0x700
 
 #define VCPU_KICK_SIGNAL SIGUSR1
-
-struct vcpu {
-	struct vm *vm;
-	unsigned int id;
-	int fd;
-	struct kvm_run *run;
-	pthread_t thread;
-	bool started;
-	atomic_uint dead_round;	 /* last probe round that found it dead */
-	unsigned int parked_gen; /* last pause it parked for (pause_lock) */
-	unsigned int report_gen; /* last report it logged */
-	long long cpu_ns;	 /* its thread's CPU time at the last look */
-	/* vm.metrics (lib/counter.h): written by its thread only. */
-	uint64_t exits[VCPU_EXIT_NR];
-	int tid;		/* its thread's, 0 until it runs (atomic) */
-	uint64_t final_cpu_ns;	/* its CPU time as it ended, then */
-	bool ended;		/* final_cpu_ns is set (atomic) */
-};
 
 static int setup_msrs(struct vcpu *v)
 {
@@ -249,16 +237,23 @@ static void note_crash(struct vcpu *v, enum vm_crash what)
 		atomic_store(&v->vm->crash_vcpu, v->id + 1);
 }
 
+/* The guest is done, or this vCPU failed: the run loop stops the VM. */
+static void report_exit(struct vcpu *v, enum vm_stop_reason reason,
+			const char *detail)
+{
+	vm_state__report_exit(&v->vm->lc, reason, 0, detail);
+}
+
 static void handle_system_event(struct vcpu *v)
 {
 	switch (v->run->system_event.type) {
 	case KVM_SYSTEM_EVENT_CRASH:
 		note_crash(v, VM_CRASH_PANIC);
-		vm__stop(v->vm, VM_STOP_GUEST_RESET, 0, "guest crashed");
+		report_exit(v, VM_STOP_GUEST_RESET, "guest crashed");
 		break;
 	default:
-		vm__stop(v->vm, VM_STOP_GUEST_RESET, 0,
-			 "guest requested a reset or shutdown");
+		report_exit(v, VM_STOP_GUEST_RESET,
+			    "guest requested a reset or shutdown");
 		break;
 	}
 }
@@ -320,14 +315,14 @@ static bool handle_exit(struct vcpu *v)
 	case KVM_EXIT_SHUTDOWN:
 		debug_where(v, "shutdown (triple fault)");
 		note_crash(v, VM_CRASH_TRIPLE_FAULT);
-		vm__stop(v->vm, VM_STOP_GUEST_RESET, 0, "guest triple-faulted");
+		report_exit(v, VM_STOP_GUEST_RESET, "guest triple-faulted");
 		return false;
 	case KVM_EXIT_SYSTEM_EVENT:
 		handle_system_event(v);
 		return false;
 	case KVM_EXIT_HLT:
-		vm__stop(v->vm, VM_STOP_GUEST_RESET, 0,
-			 "guest halted with interrupts off");
+		report_exit(v, VM_STOP_GUEST_RESET,
+			    "guest halted with interrupts off");
 		return false;
 	case KVM_EXIT_FAIL_ENTRY:
 		pr_err("vcpu%u: KVM entry failed, hardware reason 0x%llx",
@@ -344,7 +339,7 @@ static bool handle_exit(struct vcpu *v)
 		       run->exit_reason);
 		break;
 	}
-	vm__stop(v->vm, VM_STOP_ERROR, 0, "vCPU failed");
+	report_exit(v, VM_STOP_ERROR, "vCPU failed");
 	return false;
 }
 
@@ -389,23 +384,36 @@ static void probe_halt(struct vcpu *v)
 		pr_debug("event_fd: %s", strerror(errno));
 }
 
-/* Park for the pause generation gen: report, then wait to be let go. */
-static void park(struct vcpu *v, unsigned int gen)
+/* PAUSING or PAUSED: a parked vCPU stays parked. */
+static bool parking(const struct vm_lifecycle *lc)
 {
-	struct vm *vm = v->vm;
-	bool dead = halted_for_good(v);
+	enum vm_state st = vm_state__get(lc);
 
-	pthread_mutex_lock(&vm->pause_lock);
-	if (atomic_load(&vm->pause_gen) == gen && v->parked_gen != gen) {
+	return st == VM_STATE_PAUSING || st == VM_STATE_PAUSED;
+}
+
+/*
+ * Park for the request being made (PAUSING): report, then wait to be let
+ * go, which is a move out of PAUSING or PAUSED (back to running, or to
+ * STOPPING) or a newer request.
+ */
+static void park(struct vcpu *v)
+{
+	struct vm_lifecycle *lc = &v->vm->lc;
+	bool dead = halted_for_good(v);
+	unsigned int gen;
+
+	pthread_mutex_lock(&lc->lock);
+	gen = atomic_load(&lc->pause_gen);
+	if (vm_state__get(lc) == VM_STATE_PAUSING && v->parked_gen != gen) {
 		v->parked_gen = gen;
-		vm->paused++;
-		vm->paused_dead += dead;
-		pthread_cond_broadcast(&vm->pause_cv);
-		while (atomic_load(&vm->pause_gen) == gen &&
-		       !atomic_load(&vm->stopping))
-			pthread_cond_wait(&vm->pause_cv, &vm->pause_lock);
+		lc->paused++;
+		lc->paused_dead += dead;
+		pthread_cond_broadcast(&lc->cv);
+		while (atomic_load(&lc->pause_gen) == gen && parking(lc))
+			pthread_cond_wait(&lc->cv, &lc->lock);
 	}
-	pthread_mutex_unlock(&vm->pause_lock);
+	pthread_mutex_unlock(&lc->lock);
 }
 
 static const char *mp_state_name(uint32_t state)
@@ -521,9 +529,12 @@ void vcpu__report_all(struct vm *vm)
 		vcpu__kick(vm->vcpus[i]);
 }
 
+/*
+ * The requester of a pause moves to PAUSING before it kicks: a vCPU that
+ * read the state just before takes the kick on its next KVM_RUN.
+ */
 static void kicked(struct vcpu *v)
 {
-	unsigned int gen = atomic_load(&v->vm->pause_gen);
 	unsigned int report_gen = atomic_load(&v->vm->report_gen);
 
 	if (v->report_gen != report_gen) {
@@ -531,526 +542,135 @@ static void kicked(struct vcpu *v)
 		report(v);
 	}
 
-	if (gen & 1)
-		park(v, gen);
+	if (vm_state__get(&v->vm->lc) == VM_STATE_PAUSING)
+		park(v);
 	else
 		probe_halt(v);
 }
 
+/*
+ * A request to park every vCPU (lc->lock held): from BOOTING or RUNNING,
+ * remembered as where it goes back to.
+ */
+static int request_park(struct vm *vm)
+{
+	struct vm_lifecycle *lc = &vm->lc;
+	enum vm_state from = vm_state__get(lc);
+	int ret;
+
+	ret = vm_state__set_locked(lc, VM_STATE_PAUSING);
+	if (ret)
+		return ret;
+	lc->resume_to = from;
+	atomic_fetch_add(&lc->pause_gen, 1);
+	lc->paused = lc->paused_dead = 0;
+	return 0;
+}
+
+static void kick_all(struct vm *vm)
+{
+	for (unsigned int i = 0; i < vm->nr_vcpus; i++)
+		vcpu__kick(vm->vcpus[i]);
+}
+
+/* Until every vCPU parked, the state left PAUSING, or the deadline. */
+static void wait_parked(struct vm *vm, const struct timespec *deadline)
+{
+	struct vm_lifecycle *lc = &vm->lc;
+
+	while (lc->paused < vm->nr_vcpus &&
+	       vm_state__get(lc) == VM_STATE_PAUSING &&
+	       pthread_cond_timedwait(&lc->cv, &lc->lock, deadline) !=
+		       ETIMEDOUT)
+		;
+}
+
 bool vcpu__snapshot_all_dead(struct vm *vm, unsigned int timeout_ms)
 {
+	struct vm_lifecycle *lc = &vm->lc;
 	struct timespec deadline;
-	unsigned int i;
+	enum vm_state st;
 	bool all_dead;
 
-	pthread_mutex_lock(&vm->pause_lock);
-	/* Paused by vm.pause: nothing runs, nothing to decide. */
-	if (vm->pause_held) {
-		pthread_mutex_unlock(&vm->pause_lock);
+	pthread_mutex_lock(&lc->lock);
+	st = vm_state__get(lc);
+	/* Paused by vm.pause, or stopping: nothing to decide. */
+	if ((st != VM_STATE_BOOTING && st != VM_STATE_RUNNING) ||
+	    request_park(vm)) {
+		pthread_mutex_unlock(&lc->lock);
 		return false;
 	}
-	atomic_fetch_add(&vm->pause_gen, 1); /* odd: pause requested */
-	vm->paused = vm->paused_dead = 0;
-	pthread_mutex_unlock(&vm->pause_lock);
-	for (i = 0; i < vm->nr_vcpus; i++)
-		vcpu__kick(vm->vcpus[i]);
+	pthread_mutex_unlock(&lc->lock);
+	kick_all(vm);
 
 	timespec__deadline_in(&deadline, CLOCK_MONOTONIC, timeout_ms);
-	pthread_mutex_lock(&vm->pause_lock);
-	while (vm->paused < vm->nr_vcpus &&
-	       pthread_cond_timedwait(&vm->pause_cv, &vm->pause_lock,
-				      &deadline) != ETIMEDOUT)
-		;
-	all_dead =
-		vm->paused == vm->nr_vcpus && vm->paused_dead == vm->nr_vcpus;
-	atomic_fetch_add(&vm->pause_gen, 1); /* even: let them go */
-	pthread_cond_broadcast(&vm->pause_cv);
-	pthread_mutex_unlock(&vm->pause_lock);
+	pthread_mutex_lock(&lc->lock);
+	wait_parked(vm, &deadline);
+	all_dead = lc->paused == vm->nr_vcpus &&
+		   lc->paused_dead == vm->nr_vcpus;
+	/* Let them go, unless the VM stops meanwhile. */
+	if (vm_state__get(lc) == VM_STATE_PAUSING &&
+	    vm_state__set_locked(lc, lc->resume_to))
+		all_dead = false;
+	pthread_mutex_unlock(&lc->lock);
 	return all_dead;
 }
 
 int vcpu__pause_all(struct vm *vm, unsigned int timeout_ms)
 {
+	struct vm_lifecycle *lc = &vm->lc;
 	struct timespec deadline;
-	unsigned int i;
+	enum vm_state st;
 	int ret = 0;
 
-	pthread_mutex_lock(&vm->pause_lock);
-	if (vm->pause_held) {
-		pthread_mutex_unlock(&vm->pause_lock);
-		return -EALREADY;
-	}
-	/* A halt snapshot (odd generation) ends in HALT_SNAPSHOT_MS. */
-	while (atomic_load(&vm->pause_gen) & 1)
-		pthread_cond_wait(&vm->pause_cv, &vm->pause_lock);
-	vm->pause_held = true;
-	atomic_fetch_add(&vm->pause_gen, 1); /* odd: pause requested */
-	vm->paused = vm->paused_dead = 0;
-	pthread_mutex_unlock(&vm->pause_lock);
-	for (i = 0; i < vm->nr_vcpus; i++)
-		vcpu__kick(vm->vcpus[i]);
-
 	timespec__deadline_in(&deadline, CLOCK_MONOTONIC, timeout_ms);
-	pthread_mutex_lock(&vm->pause_lock);
-	while (vm->paused < vm->nr_vcpus && !atomic_load(&vm->stopping) &&
-	       pthread_cond_timedwait(&vm->pause_cv, &vm->pause_lock,
-				      &deadline) != ETIMEDOUT)
-		;
-	if (atomic_load(&vm->stopping))
+	pthread_mutex_lock(&lc->lock);
+	/*
+	 * A halt look (PAUSING) ends in HALT_SNAPSHOT_MS; vCPUs not yet
+	 * released (CREATED) are, right after the API thread starts.
+	 */
+	for (st = vm_state__get(lc);
+	     st == VM_STATE_PAUSING || st == VM_STATE_CREATED;
+	     st = vm_state__get(lc))
+		if (pthread_cond_timedwait(&lc->cv, &lc->lock, &deadline) ==
+		    ETIMEDOUT)
+			break;
+	if (st == VM_STATE_PAUSED)
+		ret = -EALREADY;
+	else if (vm_state__ending(lc))
 		ret = -ESHUTDOWN;
-	else if (vm->paused < vm->nr_vcpus)
+	else if (st != VM_STATE_BOOTING && st != VM_STATE_RUNNING)
 		ret = -ETIMEDOUT;
-	if (ret) {
-		vm->pause_held = false;
-		atomic_fetch_add(&vm->pause_gen, 1); /* even: let them go */
-		pthread_cond_broadcast(&vm->pause_cv);
-	}
-	pthread_mutex_unlock(&vm->pause_lock);
+	else
+		ret = request_park(vm);
+	pthread_mutex_unlock(&lc->lock);
+	if (ret)
+		return ret;
+	kick_all(vm);
+
+	pthread_mutex_lock(&lc->lock);
+	wait_parked(vm, &deadline);
+	if (vm_state__get(lc) != VM_STATE_PAUSING)
+		ret = -ESHUTDOWN; /* only a stop leaves PAUSING meanwhile */
+	else if (lc->paused < vm->nr_vcpus)
+		ret = vm_state__set_locked(lc, lc->resume_to) ? -EINVAL :
+								-ETIMEDOUT;
+	else
+		ret = vm_state__set_locked(lc, VM_STATE_PAUSED);
+	pthread_mutex_unlock(&lc->lock);
 	return ret;
 }
 
 int vcpu__resume_all(struct vm *vm)
 {
-	pthread_mutex_lock(&vm->pause_lock);
-	if (!vm->pause_held) {
-		pthread_mutex_unlock(&vm->pause_lock);
-		return -EALREADY;
-	}
-	vm->pause_held = false;
-	atomic_fetch_add(&vm->pause_gen, 1); /* even: let them go */
-	pthread_cond_broadcast(&vm->pause_cv);
-	pthread_mutex_unlock(&vm->pause_lock);
-	return 0;
-}
+	struct vm_lifecycle *lc = &vm->lc;
+	int ret = -EALREADY;
 
-bool vcpu__paused(struct vm *vm)
-{
-	bool held;
-
-	pthread_mutex_lock(&vm->pause_lock);
-	held = vm->pause_held;
-	pthread_mutex_unlock(&vm->pause_lock);
-	return held;
-}
-
-/* One structure read by ioctl req into the section tag. */
-#define SAVE_IOCTL(v, w, req, type, tag, what)             \
-	do {                                               \
-		type s_;                                   \
-		memset(&s_, 0, sizeof(s_));                \
-		if (ioctl((v)->fd, req, &s_) < 0) {        \
-			*(what) = #req;                    \
-			return -errno;                     \
-		}                                          \
-		snap_writer__add(w, tag, &s_, sizeof(s_)); \
-	} while (0)
-
-/*
- * Every MSR of the VM's list that KVM reads for this vCPU: KVM_GET_MSRS
- * stops at the first it cannot read (one the guest's CPUID does not
- * have), so that one is left out and the rest read again.
- */
-static int save_msrs(struct vcpu *v, struct snap_writer *w)
-{
-	const struct kvm_msr_list *list = v->vm->msr_list;
-	unsigned int n = list->nmsrs, got = 0, from = 0;
-	struct kvm_msrs *in, *out;
-	int ret = 0;
-
-	in = calloc(1, sizeof(*in) + n * sizeof(in->entries[0]));
-	out = calloc(1, sizeof(*out) + n * sizeof(out->entries[0]));
-	if (!in || !out) {
-		ret = -ENOMEM;
-		goto out;
-	}
-	while (from < n) {
-		int r;
-
-		in->nmsrs = n - from;
-		for (unsigned int i = from; i < n; i++)
-			in->entries[i - from] = (struct kvm_msr_entry){
-				.index = list->indices[i],
-			};
-		r = ioctl(v->fd, KVM_GET_MSRS, in);
-		if (r < 0) {
-			ret = -errno;
-			goto out;
-		}
-		memcpy(&out->entries[got], in->entries,
-		       (size_t)r * sizeof(in->entries[0]));
-		got += (unsigned int)r;
-		from += (unsigned int)r +
-			1; /* past the one it could not read */
-	}
-	out->nmsrs = got;
-	snap_writer__add(w, SNAP_VCPU_MSRS, out,
-			 sizeof(*out) + got * sizeof(out->entries[0]));
-out:
-	free(in);
-	free(out);
+	pthread_mutex_lock(&lc->lock);
+	if (vm_state__get(lc) == VM_STATE_PAUSED)
+		ret = vm_state__set_locked(lc, lc->resume_to);
+	pthread_mutex_unlock(&lc->lock);
 	return ret;
-}
-
-static int save_xsave(struct vcpu *v, struct snap_writer *w)
-{
-	size_t size = v->vm->xsave_size ? (size_t)v->vm->xsave_size :
-					  sizeof(struct kvm_xsave);
-	void *buf = calloc(1, size);
-	int ret = 0;
-
-	if (!buf)
-		return -ENOMEM;
-	if (ioctl(v->fd, v->vm->xsave_size ? KVM_GET_XSAVE2 : KVM_GET_XSAVE,
-		  buf) < 0)
-		ret = -errno;
-	else
-		snap_writer__add(w, SNAP_VCPU_XSAVE, buf, size);
-	free(buf);
-	return ret;
-}
-
-#define CPUID_SAVE_MAX 1024 /* entries: what kvm.c asks KVM for at most */
-
-/*
- * KVM_GET_CPUID2 never says how many entries it wrote (nent comes back
- * unchanged on success, and not at all with E2BIG), so ask for exactly
- * the count every vCPU was given (cpuid__setup: vm->cpuid): the section
- * must hold no more, KVM_SET_CPUID2 takes at most KVM_MAX_CPUID_ENTRIES.
- */
-static int save_cpuid(struct vcpu *v, struct snap_writer *w)
-{
-	uint32_t nent = v->vm->cpuid->nent;
-	struct kvm_cpuid2 *c;
-	int ret = 0;
-
-	if (nent > CPUID_SAVE_MAX)
-		return -E2BIG;
-	c = calloc(1, sizeof(*c) + nent * sizeof(c->entries[0]));
-	if (!c)
-		return -ENOMEM;
-	c->nent = nent;
-	if (ioctl(v->fd, KVM_GET_CPUID2, c) < 0)
-		ret = -errno;
-	else
-		snap_writer__add(w, SNAP_VCPU_CPUID, c,
-				 sizeof(*c) + nent * sizeof(c->entries[0]));
-	free(c);
-	return ret;
-}
-
-/*
- * Called on a parked vCPU, from another thread: its thread waits in
- * park() and makes no ioctl meanwhile.
- */
-int vcpu__save(struct vcpu *v, struct snap_writer *w, const char **what)
-{
-	uint32_t id = v->id;
-	int ret, khz;
-
-	snap_writer__add(w, SNAP_VCPU_ID, &id, sizeof(id));
-	SAVE_IOCTL(v, w, KVM_GET_MP_STATE, struct kvm_mp_state,
-		   SNAP_VCPU_MP_STATE, what);
-	SAVE_IOCTL(v, w, KVM_GET_REGS, struct kvm_regs, SNAP_VCPU_REGS, what);
-	SAVE_IOCTL(v, w, KVM_GET_SREGS, struct kvm_sregs, SNAP_VCPU_SREGS,
-		   what);
-	if (v->vm->has_xsave) {
-		*what = "KVM_GET_XSAVE";
-		ret = save_xsave(v, w);
-		if (ret)
-			return ret;
-	} else {
-		SAVE_IOCTL(v, w, KVM_GET_FPU, struct kvm_fpu, SNAP_VCPU_FPU,
-			   what);
-	}
-	if (v->vm->has_xcrs)
-		SAVE_IOCTL(v, w, KVM_GET_XCRS, struct kvm_xcrs, SNAP_VCPU_XCRS,
-			   what);
-	*what = "KVM_GET_MSRS";
-	ret = save_msrs(v, w);
-	if (ret)
-		return ret;
-	SAVE_IOCTL(v, w, KVM_GET_LAPIC, struct kvm_lapic_state, SNAP_VCPU_LAPIC,
-		   what);
-	SAVE_IOCTL(v, w, KVM_GET_VCPU_EVENTS, struct kvm_vcpu_events,
-		   SNAP_VCPU_EVENTS, what);
-	SAVE_IOCTL(v, w, KVM_GET_DEBUGREGS, struct kvm_debugregs,
-		   SNAP_VCPU_DEBUGREGS, what);
-	*what = "KVM_GET_CPUID2";
-	ret = save_cpuid(v, w);
-	if (ret)
-		return ret;
-	khz = ioctl(v->fd, KVM_GET_TSC_KHZ, 0);
-	if (khz > 0) {
-		uint32_t k = (uint32_t)khz;
-
-		snap_writer__add(w, SNAP_VCPU_TSC_KHZ, &k, sizeof(k));
-	}
-	*what = "saving";
-	return w->err;
-}
-
-/* ---- restore ------------------------------------------------------ */
-
-#define MSR_IA32_TSC	 0x00000010
-#define MSR_RESTORE_MAX	 4096U /* entries: far above KVM's list */
-
-/* One section of exactly its structure's size, set by ioctl req. */
-#define RESTORE_IOCTL(v, p, plen, req, type, tag, what)                   \
-	do {                                                              \
-		type s_;                                                  \
-		const void *d_;                                           \
-		int r_ = snap_state__find(p, plen, SNAP_KIND_VCPU, tag,   \
-					  sizeof(s_), &d_);               \
-		if (r_) {                                                 \
-			*(what) = "the " #tag " section";                 \
-			return r_;                                        \
-		}                                                         \
-		memcpy(&s_, d_, sizeof(s_));                              \
-		if (ioctl((v)->fd, req, &s_) < 0) {                       \
-			*(what) = #req;                                   \
-			return -errno;                                    \
-		}                                                         \
-	} while (0)
-
-static int restore_cpuid(struct vcpu *v, const void *p, size_t plen)
-{
-	struct kvm_cpuid2 *c;
-	const void *d;
-	size_t len;
-	uint32_t nent;
-	int ret;
-
-	ret = snap_state__find_var(p, plen, SNAP_KIND_VCPU, SNAP_VCPU_CPUID, &d,
-				   &len);
-	if (ret)
-		return ret;
-	if (len < sizeof(*c))
-		return -EINVAL;
-	memcpy(&nent, d, sizeof(nent)); /* kvm_cpuid2.nent, first */
-	if (nent > CPUID_SAVE_MAX ||
-	    len != sizeof(*c) + nent * sizeof(c->entries[0]))
-		return -EINVAL;
-	c = calloc(1, len);
-	if (!c)
-		return -ENOMEM;
-	memcpy(c, d, len);
-	ret = ioctl(v->fd, KVM_SET_CPUID2, c) < 0 ? -errno : 0;
-	free(c);
-	return ret;
-}
-
-/* The guest's TSC rate, when this host's differs (KVM_CAP_TSC_CONTROL). */
-static int restore_tsc_khz(struct vcpu *v, const void *p, size_t plen)
-{
-	const void *d;
-	uint32_t khz;
-	int cur;
-
-	if (snap_state__find(p, plen, SNAP_KIND_VCPU, SNAP_VCPU_TSC_KHZ,
-			     sizeof(khz), &d))
-		return 0; /* not saved: KVM could not say */
-	memcpy(&khz, d, sizeof(khz));
-	cur = ioctl(v->fd, KVM_GET_TSC_KHZ, 0);
-	if (cur > 0 && (uint32_t)cur == khz)
-		return 0;
-	return ioctl(v->fd, KVM_SET_TSC_KHZ, (unsigned long)khz) < 0 ? -errno :
-								       0;
-}
-
-static int restore_xsave(struct vcpu *v, const void *p, size_t plen)
-{
-	size_t size = v->vm->xsave_size ? (size_t)v->vm->xsave_size :
-					  sizeof(struct kvm_xsave);
-	const void *d;
-	size_t len;
-	void *buf;
-	int ret;
-
-	ret = snap_state__find_var(p, plen, SNAP_KIND_VCPU, SNAP_VCPU_XSAVE, &d,
-				   &len);
-	if (ret)
-		return ret;
-	/* KVM_SET_XSAVE reads this host's size; what is past len is zero. */
-	if (len < sizeof(struct kvm_xsave) || len > size)
-		return -EINVAL;
-	buf = calloc(1, size);
-	if (!buf)
-		return -ENOMEM;
-	memcpy(buf, d, len);
-	ret = ioctl(v->fd, KVM_SET_XSAVE, buf) < 0 ? -errno : 0;
-	free(buf);
-	return ret;
-}
-
-/*
- * Every MSR saved, the TSC moved on by tsc_advance ticks. KVM_SET_MSRS
- * stops at the first it refuses: that one is named, left at KVM's value,
- * and the rest set (a snapshot reads what KVM_GET_MSR_INDEX_LIST lists,
- * and KVM may list one it reads but does not take from user space).
- */
-static int restore_msrs(struct vcpu *v, const void *p, size_t plen,
-			uint64_t tsc_advance)
-{
-	struct kvm_msrs *m;
-	const void *d;
-	uint32_t n, from = 0;
-	size_t len;
-	int ret;
-
-	ret = snap_state__find_var(p, plen, SNAP_KIND_VCPU, SNAP_VCPU_MSRS, &d,
-				   &len);
-	if (ret)
-		return ret;
-	if (len < sizeof(*m))
-		return -EINVAL;
-	memcpy(&n, d, sizeof(n)); /* kvm_msrs.nmsrs, first */
-	if (n > MSR_RESTORE_MAX || len != sizeof(*m) + n * sizeof(m->entries[0]))
-		return -EINVAL;
-	m = calloc(1, len);
-	if (!m)
-		return -ENOMEM;
-	memcpy(m, d, len);
-	for (uint32_t i = 0; i < n; i++)
-		if (m->entries[i].index == MSR_IA32_TSC)
-			m->entries[i].data += tsc_advance;
-	while (from < n) {
-		int r;
-
-		memmove(m->entries, m->entries + from,
-			(n - from) * sizeof(m->entries[0]));
-		n -= from;
-		m->nmsrs = n;
-		r = ioctl(v->fd, KVM_SET_MSRS, m);
-		if (r < 0) {
-			ret = -errno;
-			break;
-		}
-		from = (uint32_t)r;
-		if (from < n) {
-			pr_warn("vcpu%u: MSR %#x: KVM does not take the saved "
-				"value %#llx; it keeps its own",
-				v->id, m->entries[from].index,
-				(unsigned long long)m->entries[from].data);
-			from++;
-		}
-	}
-	free(m);
-	return ret;
-}
-
-/* A system segment's type (SDM vol. 3, "System Descriptor Types"). */
-#define SEG_TYPE_TSS64_AVAIL 0x9
-#define SEG_TYPE_TSS64_BUSY  0xb
-
-/*
- * The special registers, with the task register's busy bit put back as
- * the CPU keeps it. On AMD, KVM_GET_SREGS reports TR busy (type 11)
- * whatever the VMCB holds, because the VMCB does not reliably show the
- * bit (KVM's svm_get_segment); SVM ignores it, and so does the CPU, long
- * mode having no task switches. QEMU's emulated SVM does not: its I/O
- * permission check wants the available type that its LTR leaves, and
- * refuses every port a guest process was given with ioperm() once a
- * restore has set busy (init's exit-status write faulted, so every
- * restored VM ended in a panic in the harness). On AMD the TR goes back
- * as LTR leaves it there; Intel's VM entry wants it busy, as saved.
- */
-static int restore_sregs(struct vcpu *v, const void *p, size_t plen,
-			 const char **what)
-{
-	struct kvm_sregs sregs;
-	const void *d;
-	int ret;
-
-	*what = "the SNAP_VCPU_SREGS section";
-	ret = snap_state__find(p, plen, SNAP_KIND_VCPU, SNAP_VCPU_SREGS,
-			       sizeof(sregs), &d);
-	if (ret)
-		return ret;
-	memcpy(&sregs, d, sizeof(sregs));
-	if (v->vm->host_svm && sregs.tr.type == SEG_TYPE_TSS64_BUSY)
-		sregs.tr.type = SEG_TYPE_TSS64_AVAIL;
-	*what = "KVM_SET_SREGS";
-	if (ioctl(v->fd, KVM_SET_SREGS, &sregs) < 0)
-		return -errno;
-	return 0;
-}
-
-/*
- * Order (Documentation/snapshots.md, "Restore"): CPUID first (what the
- * rest is checked against), the TSC rate, the special registers before
- * the general ones and the LAPIC (apic_base enables it), the FPU state,
- * the LAPIC before the MSRs (KVM drops a TSC deadline written while the
- * LAPIC timer is not in TSC-deadline mode), then the events, the MP
- * state and the debug registers. Last, tell the guest's kvmclock it was
- * stopped (KVM_KVMCLOCK_CTRL), so that its watchdogs do not count the
- * gap as a lockup: only once kvmclock is set up, hence best effort.
- */
-int vcpu__restore(struct vcpu *v, const void *p, size_t plen,
-		  uint64_t tsc_advance, const char **what)
-{
-	const void *d;
-	uint32_t id;
-	int ret;
-
-	*what = "the SNAP_VCPU_ID section";
-	ret = snap_state__find(p, plen, SNAP_KIND_VCPU, SNAP_VCPU_ID,
-			       sizeof(id), &d);
-	if (ret)
-		return ret;
-	memcpy(&id, d, sizeof(id));
-	if (id != v->id)
-		return -EINVAL;
-	*what = "KVM_SET_CPUID2";
-	ret = restore_cpuid(v, p, plen);
-	if (ret)
-		return ret;
-	*what = "KVM_SET_TSC_KHZ";
-	ret = restore_tsc_khz(v, p, plen);
-	if (ret)
-		return ret;
-	ret = restore_sregs(v, p, plen, what);
-	if (ret)
-		return ret;
-	RESTORE_IOCTL(v, p, plen, KVM_SET_REGS, struct kvm_regs, SNAP_VCPU_REGS,
-		      what);
-	if (v->vm->has_xsave) {
-		*what = "KVM_SET_XSAVE";
-		ret = restore_xsave(v, p, plen);
-		if (ret)
-			return ret;
-	} else {
-		RESTORE_IOCTL(v, p, plen, KVM_SET_FPU, struct kvm_fpu,
-			      SNAP_VCPU_FPU, what);
-	}
-	if (v->vm->has_xcrs &&
-	    !snap_state__find(p, plen, SNAP_KIND_VCPU, SNAP_VCPU_XCRS,
-			      sizeof(struct kvm_xcrs), &d))
-		RESTORE_IOCTL(v, p, plen, KVM_SET_XCRS, struct kvm_xcrs,
-			      SNAP_VCPU_XCRS, what);
-	RESTORE_IOCTL(v, p, plen, KVM_SET_LAPIC, struct kvm_lapic_state,
-		      SNAP_VCPU_LAPIC, what);
-	*what = "KVM_SET_MSRS";
-	ret = restore_msrs(v, p, plen, tsc_advance);
-	if (ret)
-		return ret;
-	RESTORE_IOCTL(v, p, plen, KVM_SET_VCPU_EVENTS, struct kvm_vcpu_events,
-		      SNAP_VCPU_EVENTS, what);
-	RESTORE_IOCTL(v, p, plen, KVM_SET_MP_STATE, struct kvm_mp_state,
-		      SNAP_VCPU_MP_STATE, what);
-	RESTORE_IOCTL(v, p, plen, KVM_SET_DEBUGREGS, struct kvm_debugregs,
-		      SNAP_VCPU_DEBUGREGS, what);
-	if (ioctl(v->fd, KVM_KVMCLOCK_CTRL, 0) < 0)
-		pr_debug("vcpu%u: KVM_KVMCLOCK_CTRL: %s", v->id,
-			 strerror(errno));
-	*what = "restoring";
-	return 0;
-}
-
-void vcpu__wake_parked(struct vm *vm)
-{
-	pthread_mutex_lock(&vm->pause_lock);
-	pthread_cond_broadcast(&vm->pause_cv);
-	pthread_mutex_unlock(&vm->pause_lock);
 }
 
 /*
@@ -1100,6 +720,7 @@ static void note_end(struct vcpu *v)
 static void *vcpu_thread(void *arg)
 {
 	struct vcpu *v = arg;
+	struct vm_lifecycle *lc = &v->vm->lc;
 	sigset_t kick;
 
 	__atomic_store_n(&v->tid, (int)gettid(), __ATOMIC_RELEASE);
@@ -1107,12 +728,17 @@ static void *vcpu_thread(void *arg)
 	sigaddset(&kick, VCPU_KICK_SIGNAL);
 	pthread_sigmask(SIG_UNBLOCK, &kick, NULL);
 
-	pthread_mutex_lock(&v->vm->pause_lock);
-	while (!v->vm->vcpus_released)
-		pthread_cond_wait(&v->vm->pause_cv, &v->vm->pause_lock);
-	pthread_mutex_unlock(&v->vm->pause_lock);
+	/*
+	 * The gate: every thread's seccomp filter, the main thread's last,
+	 * is in before the guest's first instruction (vm-run.c releases the
+	 * vCPUs by leaving VM_STATE_CREATED).
+	 */
+	pthread_mutex_lock(&lc->lock);
+	while (vm_state__get(lc) == VM_STATE_CREATED)
+		pthread_cond_wait(&lc->cv, &lc->lock);
+	pthread_mutex_unlock(&lc->lock);
 
-	while (!atomic_load(&v->vm->stopping)) {
+	while (!vm_state__ending(lc)) {
 		if (ioctl(v->fd, KVM_RUN, 0) < 0) {
 			if (errno == EINTR || errno == EAGAIN) {
 				counter__add(&v->exits[VCPU_EXIT_INTR], 1);
@@ -1121,7 +747,7 @@ static void *vcpu_thread(void *arg)
 				continue;
 			}
 			pr_err("vcpu%u: KVM_RUN: %s", v->id, strerror(errno));
-			vm__stop(v->vm, VM_STOP_ERROR, 0, "KVM_RUN failed");
+			report_exit(v, VM_STOP_ERROR, "KVM_RUN failed");
 			break;
 		}
 		if (!handle_exit(v))
@@ -1157,18 +783,10 @@ int vcpu__start(struct vcpu *v)
 	return 0;
 }
 
-void vcpu__release_all(struct vm *vm)
-{
-	pthread_mutex_lock(&vm->pause_lock);
-	vm->vcpus_released = true;
-	pthread_cond_broadcast(&vm->pause_cv);
-	pthread_mutex_unlock(&vm->pause_lock);
-}
-
 /*
  * immediate_exit first, then the signal: a vCPU about to enter KVM_RUN sees
  * the flag, one inside it is interrupted by the signal. Either way it
- * returns -EINTR and finds vm->stopping set.
+ * returns -EINTR and finds the VM stopping (vm_state__ending).
  */
 void vcpu__kick(struct vcpu *v)
 {

@@ -18,6 +18,8 @@
 #include "devices/virtio/net.h"
 #include "vmm/api.h"
 #include "vmm/metrics.h"
+#include "vmm/vcpu.h"
+#include "vmm/vm-metrics.h"
 #include "vmm/vm.h"
 
 static json_t *vcpus_json(struct vm *vm)

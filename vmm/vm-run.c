@@ -2,9 +2,13 @@
 /*
  * Running the VM that vm__create built: the device threads and the vCPUs
  * start under the seccomp filter, the main thread runs its event loop
- * (host signals, stdin for the console, halt probes, vCPU wakeups) until
- * something stops the VM, then everything is joined and the stop reason
- * becomes the exit code.
+ * (host signals, stdin for the console, halt probes, vCPU wakeups, the
+ * exit event) until something stops the VM, then everything is joined
+ * and the stop reason becomes the exit code. The loop owns the VM's
+ * lifecycle (vmm/vm-state.h): vCPUs, devices and the control API only
+ * report an exit; the move to STOPPING is made here. vm.pause and
+ * vm.resume, the other transitions the control API asks for, are here
+ * too.
  */
 #include <errno.h>
 #include <signal.h>
@@ -17,6 +21,7 @@
 
 #include "devices/console.h"
 #include "devices/virtio/blk.h"
+#include "devices/virtio/device.h"
 #include "devices/virtio/fs.h"
 #include "devices/virtio/net.h"
 #include "devices/virtio/vsock.h"
@@ -25,30 +30,94 @@
 #include "lib/thread-filter.h"
 #include "net/dns.h"
 #include "net/proxy.h"
+#include "vmm/api.h"
+#include "vmm/baseline-vm.h"
 #include "vmm/console-log.h"
+#include "vmm/control.h"
 #include "vmm/seccomp.h"
+#include "vmm/vcpu.h"
+#include "vmm/vm-metrics.h"
+#include "vmm/vm-run.h"
+#include "vmm/vm-state.h"
 #include "vmm/vm.h"
 
 #define RING_ENTRIES 8
 #define STDIN_CHUNK  4096
 
+/* ---- pause and resume --------------------------------------------- */
+
+static void resume_devices(struct vm *vm, unsigned int upto)
+{
+	for (unsigned int i = 0; i < upto; i++)
+		if (vm->virtio[i].dev &&
+		    virtio_device__is_paused(vm->virtio[i].dev))
+			virtio_device__resume(vm->virtio[i].dev);
+}
+
+int vm__pause(struct vm *vm, char *err, size_t len)
+{
+	unsigned int i;
+	int ret;
+
+	ret = vcpu__pause_all(vm, VM_PAUSE_VCPU_MS);
+	if (ret) {
+		snprintf(err, len, "%s",
+			 ret == -EALREADY ? "the VM is paused already" :
+			 ret == -ESHUTDOWN ?
+					    "the VM is stopping" :
+					    "a vCPU did not leave the guest in "
+					    "time; the VM runs on");
+		return ret;
+	}
+	for (i = 0; i < VIRTIO_MMIO_SLOTS; i++) {
+		struct virtio_device *dev = vm->virtio[i].dev;
+
+		if (!dev)
+			continue;
+		ret = virtio_device__pause(dev, VM_PAUSE_DEVICE_MS);
+		if (ret) {
+			snprintf(err, len,
+				 "%s: its requests in flight did not complete "
+				 "in %u ms (%s); the VM runs on",
+				 dev->name, VM_PAUSE_DEVICE_MS, strerror(-ret));
+			resume_devices(vm, i);
+			if (vcpu__resume_all(vm))
+				pr_debug("vm.pause: the vCPUs were not paused");
+			return ret;
+		}
+	}
+	api__event(vm->api, "paused", NULL);
+	return 0;
+}
+
+int vm__resume(struct vm *vm, char *err, size_t len)
+{
+	if (vm_state__get(&vm->lc) != VM_STATE_PAUSED) {
+		snprintf(err, len, "the VM is not paused");
+		return -EALREADY;
+	}
+	resume_devices(vm, VIRTIO_MMIO_SLOTS);
+	if (vcpu__resume_all(vm))
+		return -EALREADY; /* only the API thread resumes */
+	api__event(vm->api, "resumed", NULL);
+	return 0;
+}
+
 /* ---- running ------------------------------------------------------------ */
 
-void vm__stop(struct vm *vm, enum vm_stop_reason reason, int status,
-	      const char *detail)
+/*
+ * The loop's own reasons to stop (a signal, a power off, a deadline): the
+ * reason recorded as any reported one is (the first wins), and STOPPING
+ * now; VM_STOP_NONE: the one reported already. Main thread only.
+ */
+static void stop(struct vm *vm, enum vm_stop_reason reason, int status,
+		 const char *detail)
 {
-	uint64_t one = 1;
-
-	pthread_mutex_lock(&vm->stop_lock);
-	if (vm->stop_reason == VM_STOP_NONE) {
-		vm->stop_reason = reason;
-		vm->stop_status = status;
-		vm->stop_detail = detail;
-	}
-	pthread_mutex_unlock(&vm->stop_lock);
-	atomic_store(&vm->stopping, 1);
-	if (write(vm->event_fd, &one, sizeof(one)) < 0)
-		pr_debug("event_fd: %s", strerror(errno));
+	if (reason != VM_STOP_NONE)
+		vm_state__report_exit(&vm->lc, reason, status, detail);
+	if (vm_state__stop(&vm->lc))
+		pr_debug("VM state: cannot stop from %s",
+			 vm_state__name(vm_state__get(&vm->lc)));
 }
 
 #define HALT_PROBE_NS	 1000000000LL /* once a second */
@@ -61,12 +130,19 @@ struct loop {
 	struct evloop ev;
 	struct vm *vm;
 	int sig_fd;
-	struct ev_source wake, signal, input, space, probe, metrics;
-	uint64_t wake_buf, space_buf;
+	struct ev_source wake, exit, signal, input, space, probe, metrics;
+	uint64_t wake_buf, exit_buf, space_buf;
 	struct signalfd_siginfo si;
 	struct __kernel_timespec probe_ts, metrics_ts;
 	uint8_t in_buf[STDIN_CHUNK];
 	bool stdin_armed, space_armed;
+	/*
+	 * --ready-timeout-ms: CLOCK_MONOTONIC ms by which the guest agent
+	 * must have answered (0: no limit), and whether the state was
+	 * logged as overdue (the next probe stops a VM still booting).
+	 */
+	long long ready_deadline_ms;
+	bool ready_reported;
 };
 
 /*
@@ -121,7 +197,10 @@ static void probe_vcpus(struct vm *vm)
 {
 	unsigned int i;
 
-	if (vcpu__paused(vm) || !vcpu__all_quiet(vm, HALT_PROBE_BUSY_NS))
+	enum vm_state st = vm_state__get(&vm->lc);
+
+	if ((st != VM_STATE_BOOTING && st != VM_STATE_RUNNING) ||
+	    !vcpu__all_quiet(vm, HALT_PROBE_BUSY_NS))
 		return;
 
 	if (atomic_fetch_add(&vm->probe_round, 1) + 1 == 0)
@@ -133,59 +212,74 @@ static void probe_vcpus(struct vm *vm)
 /* A probe round saw every vCPU dead: believe it only on a snapshot. */
 static void confirm_halt(struct vm *vm)
 {
-	if (!atomic_exchange(&vm->halt_suspect, 0) ||
-	    atomic_load(&vm->stopping))
+	if (!atomic_exchange(&vm->halt_suspect, 0) || vm_state__ending(&vm->lc))
 		return;
 	if (vcpu__snapshot_all_dead(vm, HALT_SNAPSHOT_MS))
-		vm__stop(vm, VM_STOP_GUEST_HALT, 0, NULL);
+		stop(vm, VM_STOP_GUEST_HALT, 0, NULL);
 }
 
 /* vm.shutdown asked the guest to power off: give it so long. */
 static void shutdown_overdue(struct vm *vm)
 {
-	long long deadline = atomic_load(&vm->shutdown_deadline);
+	long long deadline = atomic_load(&vm->lc.shutdown_deadline);
 	struct timespec now;
 
 	if (!deadline)
 		return;
 	clock_gettime(CLOCK_MONOTONIC, &now);
 	if (now.tv_sec >= deadline)
-		vm__stop(vm, VM_STOP_SHUTDOWN, 0, NULL);
+		stop(vm, VM_STOP_SHUTDOWN, 0, NULL);
 }
 
 /*
  * --ready-timeout-ms: the guest agent has not answered in time. Once
  * overdue, every vCPU and device says where it is (the vCPUs on their
  * next kick, as for SIGUSR2); a probe later the VM stops, unless the
- * agent answered meanwhile.
+ * agent answered meanwhile (the VM left BOOTING).
  */
-static void ready_overdue(struct vm *vm)
+static void ready_overdue(struct loop *l)
 {
-	long long deadline = atomic_load(&vm->ready_deadline_ms);
-	long long reported = VM_READY_REPORTED;
+	struct vm *vm = l->vm;
 	struct timespec now;
 
-	if (deadline == VM_READY_REPORTED &&
-	    atomic_compare_exchange_strong(&vm->ready_deadline_ms, &reported,
-					   VM_READY_STOPPING)) {
+	if (!l->ready_deadline_ms)
+		return;
+	if (l->ready_reported) {
+		l->ready_deadline_ms = 0;
+		if (!vm_state__report_boot_timeout(
+			    &vm->lc, "the guest agent never answered"))
+			return;
 		pr_err("the guest agent did not answer within %llu ms of the "
 		       "start (--ready-timeout-ms); stopping the VM",
 		       (unsigned long long)vm->cfg->ready_timeout_ms);
-		vm__stop(vm, VM_STOP_ERROR, 0, "the guest agent never answered");
+		stop(vm, VM_STOP_NONE, 0, NULL); /* reported just above */
 		return;
 	}
-	if (deadline <= 0)
-		return;
 	clock_gettime(CLOCK_MONOTONIC, &now);
-	if (now.tv_sec * 1000LL + now.tv_nsec / 1000000 < deadline ||
-	    !atomic_compare_exchange_strong(&vm->ready_deadline_ms, &deadline,
-					    VM_READY_REPORTED))
+	if (now.tv_sec * 1000LL + now.tv_nsec / 1000000 < l->ready_deadline_ms)
 		return;
+	if (!vm_state__booting(&vm->lc)) {
+		l->ready_deadline_ms = 0; /* it answered */
+		return;
+	}
+	l->ready_reported = true;
 	pr_warn("the guest agent has not answered %llu ms after the start; "
 		"the state of the virtio devices and vCPUs:",
 		(unsigned long long)vm->cfg->ready_timeout_ms);
 	vm__report_virtio(vm);
 	vcpu__report_all(vm);
+}
+
+/* --ready-timeout-ms runs from the start of the control API. */
+static void arm_ready(struct loop *l)
+{
+	struct timespec now;
+
+	if (!l->vm->api || !l->vm->cfg->ready_timeout_ms)
+		return;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	l->ready_deadline_ms = now.tv_sec * 1000LL + now.tv_nsec / 1000000 +
+			       (long long)l->vm->cfg->ready_timeout_ms;
 }
 
 static void wake_done(void *arg, int res)
@@ -198,13 +292,37 @@ static void wake_done(void *arg, int res)
 	confirm_halt(l->vm);
 }
 
+/*
+ * The exit event (vmm/vm-state.h): a vCPU, a device or the control API
+ * reported why the VM should stop; the loop makes it STOPPING and ends.
+ */
+static void exit_done(void *arg, int res)
+{
+	struct loop *l = arg;
+
+	pr_debug("event exit: %d", res);
+	if (res == -EINTR || res == -EAGAIN) {
+		arm_read(l, &l->exit, l->vm->lc.exit_fd, &l->exit_buf,
+			 sizeof(l->exit_buf));
+		return;
+	}
+	if (res == sizeof(l->exit_buf)) {
+		/* The reason is the one reported. */
+		stop(l->vm, VM_STOP_NONE, 0, NULL);
+		return;
+	}
+	/* Unreadable, the exit event is lost: stop rather than spin. */
+	pr_err("the exit event: %s", strerror(res < 0 ? -res : EIO));
+	stop(l->vm, VM_STOP_ERROR, 0, "the exit event failed");
+}
+
 static void signal_done(void *arg, int res)
 {
 	struct loop *l = arg;
 
 	pr_debug("event signal: %d", res);
 	if (res == sizeof(l->si) && l->si.ssi_signo != SIGUSR2) {
-		vm__stop(l->vm, VM_STOP_SIGNAL, l->si.ssi_signo, NULL);
+		stop(l->vm, VM_STOP_SIGNAL, l->si.ssi_signo, NULL);
 		return;
 	}
 	/* SIGUSR2: what each device and its rings look like right now. */
@@ -248,7 +366,7 @@ static void probe_done(void *arg, int res)
 	probe_vcpus(l->vm);
 	arm_probe(l);
 	shutdown_overdue(l->vm);
-	ready_overdue(l->vm);
+	ready_overdue(l);
 }
 
 static void metrics_done(void *arg, int res)
@@ -265,7 +383,7 @@ static bool loop_end(void *arg)
 {
 	struct loop *l = arg;
 
-	if (atomic_load(&l->vm->stopping))
+	if (vm_state__stopping(&l->vm->lc))
 		evloop__stop(&l->ev);
 	else
 		maybe_arm_stdin(l->vm, l);
@@ -300,6 +418,7 @@ static int loop_init(struct loop **out, struct vm *vm, int sig_fd)
 	l->vm = vm;
 	l->sig_fd = sig_fd;
 	l->wake = (struct ev_source){ .fn = wake_done, .arg = l };
+	l->exit = (struct ev_source){ .fn = exit_done, .arg = l };
 	l->signal = (struct ev_source){ .fn = signal_done, .arg = l };
 	l->input = (struct ev_source){ .fn = input_done, .arg = l };
 	l->space = (struct ev_source){ .fn = space_done, .arg = l };
@@ -320,19 +439,23 @@ static void loop_exit(struct loop *l)
 static void main_loop(struct vm *vm, struct loop *l)
 {
 	arm_read(l, &l->wake, vm->event_fd, &l->wake_buf, sizeof(l->wake_buf));
+	arm_read(l, &l->exit, vm->lc.exit_fd, &l->exit_buf,
+		 sizeof(l->exit_buf));
 	arm_read(l, &l->signal, l->sig_fd, &l->si, sizeof(l->si));
 	arm_probe(l);
 	arm_metrics(l);
 	maybe_arm_stdin(vm, l);
 	if (evloop__run(&l->ev, &main_loop_ops, l))
-		vm__stop(vm, VM_STOP_ERROR, 0, "event loop failed");
+		stop(vm, VM_STOP_ERROR, 0, "event loop failed");
 }
 
 static int exit_code(const struct vm *vm)
 {
-	switch (vm->stop_reason) {
+	const struct vm_lifecycle *lc = &vm->lc;
+
+	switch (atomic_load(&lc->stop_reason)) {
 	case VM_STOP_GUEST_EXIT:
-		return vm->stop_status;
+		return lc->stop_status;
 	case VM_STOP_GUEST_HALT:
 		/* The guest powered off or halted without ACPI: clean. */
 		pr_info("guest halted every vCPU with interrupts off: powered "
@@ -341,12 +464,12 @@ static int exit_code(const struct vm *vm)
 	case VM_STOP_GUEST_RESET:
 		pr_err("%s before reporting a status (panic, triple fault "
 		       "or reboot)",
-		       vm->stop_detail);
+		       lc->stop_detail);
 		return VMM_EXIT_GUEST_CRASH;
 	case VM_STOP_SIGNAL:
-		pr_err("stopped by signal %d (%s)", vm->stop_status,
-		       strsignal(vm->stop_status));
-		return 128 + vm->stop_status;
+		pr_err("stopped by signal %d (%s)", lc->stop_status,
+		       strsignal(lc->stop_status));
+		return 128 + lc->stop_status;
 	case VM_STOP_SHUTDOWN:
 		pr_warn("vm.shutdown: the guest did not power off; stopped it");
 		return 0;
@@ -392,7 +515,7 @@ static int prepare_run(struct vm *vm, int sig_fd, struct loop **l)
  * Device threads start, each under its type's filter from its first
  * instruction, before any vCPU.
  */
-static int start_devices(struct vm *vm)
+static int start_devices(struct vm *vm, const struct control_ops *ops)
 {
 	const struct sock_fprog *device =
 		seccomp__filter(vm->seccomp, SECCOMP_THREAD_DEVICE);
@@ -451,10 +574,10 @@ static int start_devices(struct vm *vm)
 			return ret;
 		}
 	}
-	return control__start(vm);
+	return control__start(vm, ops);
 }
 
-int vm__run(struct vm *vm)
+int vm__run(struct vm *vm, const struct control_ops *ops)
 {
 	struct loop *l = NULL;
 	sigset_t mask, old;
@@ -480,16 +603,17 @@ int vm__run(struct vm *vm)
 	}
 	ret = prepare_run(vm, sig_fd, &l);
 	if (!ret)
-		ret = start_devices(vm);
+		ret = start_devices(vm, ops);
 	if (ret)
 		goto out_loop;
+	arm_ready(l);
 
 	for (i = 0; i < vm->nr_vcpus; i++) {
 		ret = vcpu__start(vm->vcpus[i]);
 		if (ret) {
 			pr_err("vcpu%u: starting its thread: %s", i,
 			       strerror(-ret));
-			vm__stop(vm, VM_STOP_ERROR, 0, "vCPU start failed");
+			stop(vm, VM_STOP_ERROR, 0, "vCPU start failed");
 			break;
 		}
 	}
@@ -499,19 +623,29 @@ int vm__run(struct vm *vm)
 	if (ret) {
 		pr_err("installing the main thread's seccomp filter: %s",
 		       strerror(-ret));
-		vm__stop(vm, VM_STOP_ERROR, 0, "seccomp failed");
+		stop(vm, VM_STOP_ERROR, 0, "seccomp failed");
 	}
-	/* Stopping already: they leave without entering the guest. */
-	vcpu__release_all(vm);
-	if (!atomic_load(&vm->stopping))
+	/*
+	 * The vCPUs enter the guest: BOOTING until the guest agent answers,
+	 * if there is one. Stopping already: they leave without entering.
+	 */
+	if (!vm_state__stopping(&vm->lc) &&
+	    vm_state__set(&vm->lc,
+			  vm->api ? VM_STATE_BOOTING : VM_STATE_RUNNING))
+		stop(vm, VM_STOP_ERROR, 0, "VM state");
+	if (!vm_state__stopping(&vm->lc))
 		main_loop(vm, l);
 
-	/* A vCPU parked by vm.pause waits on pause_cv, not for a kick. */
-	vcpu__wake_parked(vm);
+	/*
+	 * STOPPING woke every vCPU parked by vm.pause (they wait on the
+	 * lifecycle's condition, not for a kick); the others are kicked.
+	 */
 	for (i = 0; i < vm->nr_vcpus; i++)
 		vcpu__kick(vm->vcpus[i]);
 	for (i = 0; i < vm->nr_vcpus; i++)
 		vcpu__join(vm->vcpus[i]);
+	if (vm_state__set(&vm->lc, VM_STATE_STOPPED))
+		pr_debug("VM state: not stopping when joined");
 	ret = exit_code(vm);
 	/* The last line: the counters as the vCPUs left them. */
 	vm__metrics_write(vm);

@@ -35,10 +35,19 @@
 #include "net/tls.h"
 #include "proto/initramfs.h"
 #include "snapshot/load.h"
+#include "vmm/baseline-vm.h"
 #include "vmm/console-log.h"
+#include "vmm/control.h"
+#include "vmm/cpuid.h"
 #include "vmm/jail.h"
+#include "vmm/kvm.h"
 #include "vmm/mounts.h"
+#include "vmm/restore.h"
 #include "vmm/seccomp.h"
+#include "vmm/snapshot.h"
+#include "vmm/vcpu.h"
+#include "vmm/vm-metrics.h"
+#include "vmm/vm-state.h"
 #include "vmm/vm.h"
 
 /* Above RAM and the devices, below 4 GiB: what KVM needs on Intel. */
@@ -915,14 +924,20 @@ static void sys_ready(void *opaque)
 		pr_debug("event_fd: %s", strerror(errno));
 }
 
+/* On a vCPU's thread: reported to the run loop (vmm/vm-state.h). */
 static void sys_exit(void *opaque, uint32_t status)
 {
-	vm__stop(opaque, VM_STOP_GUEST_EXIT, status, NULL);
+	struct vm *vm = opaque;
+
+	vm_state__report_exit(&vm->lc, VM_STOP_GUEST_EXIT, status, NULL);
 }
 
 static void sys_reset(void *opaque)
 {
-	vm__stop(opaque, VM_STOP_GUEST_RESET, 0, "guest reset the machine");
+	struct vm *vm = opaque;
+
+	vm_state__report_exit(&vm->lc, VM_STOP_GUEST_RESET, 0,
+			      "guest reset the machine");
 }
 
 static const struct exit_dev_ops sys_ops = {
@@ -1106,8 +1121,9 @@ static int devices_init(struct vm *vm)
 		pr_err("eventfd: %s", strerror(errno));
 		return ret;
 	}
-	vm->uart =
-		uart__create(STDOUT_FILENO, vm->space_fd, &com1, &vm->stopping);
+	/* A stop reason is reported once the VM is going away. */
+	vm->uart = uart__create(STDOUT_FILENO, vm->space_fd, &com1,
+				&vm->lc.stop_reason);
 	if (!vm->uart)
 		return -ENOMEM;
 	ret = console_log_init(vm);
@@ -1298,23 +1314,6 @@ static void vm_unwind(struct vm *vm, unsigned int done)
 			vm_steps[done].exit(vm);
 }
 
-static void pause_init(struct vm *vm)
-{
-	pthread_condattr_t attr;
-
-	pthread_mutex_init(&vm->pause_lock, NULL);
-	pthread_condattr_init(&attr);
-	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-	pthread_cond_init(&vm->pause_cv, &attr);
-	pthread_condattr_destroy(&attr);
-}
-
-static void pause_exit(struct vm *vm)
-{
-	pthread_cond_destroy(&vm->pause_cv);
-	pthread_mutex_destroy(&vm->pause_lock);
-}
-
 int vm__create(struct vm **out, const struct vm_config *cfg)
 {
 	struct vm *vm = calloc(1, sizeof(*vm));
@@ -1323,6 +1322,12 @@ int vm__create(struct vm **out, const struct vm_config *cfg)
 
 	if (!vm)
 		return -ENOMEM;
+	ret = vm_state__init(&vm->lc);
+	if (ret) {
+		pr_err("eventfd: %s", strerror(-ret));
+		free(vm);
+		return ret;
+	}
 	vm->cfg = cfg;
 	vm->kvm_fd = vm->vm_fd = vm->initrd_fd = -1;
 	vm->snap_kernel_fd = vm->snap_initrd_fd = -1;
@@ -1335,10 +1340,8 @@ int vm__create(struct vm **out, const struct vm_config *cfg)
 	bus__init(&vm->pio, "pio", PIO_LIMIT);
 	bus__init(&vm->mmio, "mmio", MMIO_GAP_END);
 	vm->ram_size = cfg->mem_mib << 20;
-	pthread_mutex_init(&vm->stop_lock, NULL);
 	pthread_mutex_init(&vm->vcpus_lock, NULL);
 	pthread_mutex_init(&vm->bindings_lock, NULL);
-	pause_init(vm);
 
 	for (i = 0; i < ARRAY_SIZE(vm_steps); i++) {
 		ret = vm_steps[i].init(vm);
@@ -1346,10 +1349,9 @@ int vm__create(struct vm **out, const struct vm_config *cfg)
 			pr_debug("build step %s failed: %d", vm_steps[i].name,
 				 ret);
 			vm_unwind(vm, i + 1);
-			pthread_mutex_destroy(&vm->stop_lock);
 			pthread_mutex_destroy(&vm->vcpus_lock);
 			pthread_mutex_destroy(&vm->bindings_lock);
-			pause_exit(vm);
+			vm_state__exit(&vm->lc);
 			free(vm);
 			return ret;
 		}
@@ -1363,9 +1365,8 @@ void vm__destroy(struct vm *vm)
 	if (!vm)
 		return;
 	vm_unwind(vm, ARRAY_SIZE(vm_steps));
-	pthread_mutex_destroy(&vm->stop_lock);
 	pthread_mutex_destroy(&vm->vcpus_lock);
 	pthread_mutex_destroy(&vm->bindings_lock);
-	pause_exit(vm);
+	vm_state__exit(&vm->lc);
 	free(vm);
 }
