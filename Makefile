@@ -81,6 +81,7 @@ core-obj-y += devices/fs/passthrough-meta.o
 # net/: the egress stack (Documentation/network.md); never sees struct vm.
 core-obj-y += net/tap.o
 core-obj-y += net/netcfg.o
+core-obj-y += net/nsthread.o
 core-obj-y += net/netns.o
 core-obj-y += net/policy.o
 core-obj-y += net/bindings.o
