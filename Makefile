@@ -82,6 +82,7 @@ core-obj-y += devices/fs/passthrough-meta.o
 core-obj-y += net/tap.o
 core-obj-y += net/netcfg.o
 core-obj-y += net/nsthread.o
+core-obj-y += net/endpoint.o
 core-obj-y += net/netns.o
 core-obj-y += net/policy.o
 core-obj-y += net/bindings.o
