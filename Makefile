@@ -147,8 +147,11 @@ obj-y += devices/console.o
 # linked, with libbpf, only into what uses them.
 ebpf-obj-y += ebpf/loader.o
 bpf-prog-y += egress
-# The vmm's egress proxy (net/proxy.c): on the loader, so with it.
+# The vmm's egress proxy (net/proxy*.c): on the loader, so with it.
 ebpf-obj-y += net/proxy.o
+ebpf-obj-y += net/proxy-ns.o
+ebpf-obj-y += net/proxy-tcp.o
+ebpf-obj-y += net/proxy-udp.o
 ebpf-obj-y += net/status.o
 
 # vmmctl, the control socket's client: shares only the base64 code.
