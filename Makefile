@@ -84,6 +84,8 @@ core-obj-y += devices/fs/passthrough-meta.o
 # net/: the egress stack (Documentation/network.md); never sees struct vm.
 core-obj-y += net/tap.o
 core-obj-y += net/netcfg.o
+core-obj-y += net/nsthread.o
+core-obj-y += net/endpoint.o
 core-obj-y += net/netns.o
 core-obj-y += net/policy.o
 core-obj-y += net/bindings.o
@@ -150,8 +152,11 @@ obj-y += devices/console.o
 # linked, with libbpf, only into what uses them.
 ebpf-obj-y += ebpf/loader.o
 bpf-prog-y += egress
-# The vmm's egress proxy (net/proxy.c): on the loader, so with it.
+# The vmm's egress proxy (net/proxy*.c): on the loader, so with it.
 ebpf-obj-y += net/proxy.o
+ebpf-obj-y += net/proxy-ns.o
+ebpf-obj-y += net/proxy-tcp.o
+ebpf-obj-y += net/proxy-udp.o
 ebpf-obj-y += net/status.o
 
 # vmmctl, the control socket's client: shares only the base64 code.

@@ -3,7 +3,7 @@
  * The VM's DNS resolver (dns.h, Documentation/network.md "DNS").
  *
  * Its two guest-facing sockets are made in the VM netns by a short-lived
- * thread (as net/netns.c does) and keep that netns; the resolver thread
+ * thread (net/nsthread.h) and keep that netns; the resolver thread
  * never leaves the vmm's own, so every upstream socket it makes is the
  * host's. One epoll loop serves the guest's UDP socket, its TCP listener
  * and connections, and one upstream socket per query in flight.
@@ -21,7 +21,6 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +36,8 @@
 #include "lib/worker.h"
 #include "net/dns-internal.h"
 #include "net/dns.h"
+#include "net/endpoint.h"
+#include "net/nsthread.h"
 
 #define DNS_NAME	  "dns"
 #define DNS_MAX_TRIES	  2U	 /* the first resolver, then the next one */
@@ -50,20 +51,12 @@
 
 enum ep_kind { EP_STOP, EP_UDP, EP_LISTEN, EP_GUEST_TCP, EP_UP };
 
-/* What epoll_event.data points at. */
-struct endpoint {
-	enum ep_kind kind;
-	int fd;		 /* -1: closed */
-	uint32_t events; /* registered; UINT32_MAX: not yet */
-	void *owner;
-};
-
 struct query;
 
 /* A guest TCP connection: length-prefixed messages, one query at a time. */
 struct tcp_conn {
 	bool used;
-	struct endpoint ep;
+	struct net_endpoint ep;
 	uint8_t *in; /* DNS_TCP_LEN + DNS_TCP_MAX, read ahead */
 	size_t in_len;
 	uint8_t *out; /* an answer being written, with its prefix */
@@ -86,7 +79,7 @@ struct query {
 	size_t len;	      /* of the query, without the prefix */
 	unsigned int resolver, tries;
 	uint64_t deadline_ms;
-	struct endpoint up; /* host netns, connected to the resolver */
+	struct net_endpoint up; /* host netns, connected to the resolver */
 	/* TCP upstream: bytes of wire sent, the answer read so far. */
 	bool connecting;
 	size_t sent;
@@ -98,9 +91,9 @@ struct dns {
 	struct dns_params p;
 	struct sockaddr_in resolvers[NET_POLICY_MAX_RESOLVERS];
 	unsigned int nr_resolvers;
-	int udp_fd, lsn_fd, epoll_fd;
-	struct endpoint ep_stop, ep_udp, ep_lsn;
-	struct worker worker;
+	int udp_fd, lsn_fd;
+	struct net_endpoints eps; /* the resolver thread's */
+	struct net_endpoint ep_udp, ep_lsn;
 
 	struct query *queries; /* max_pending */
 	struct tcp_conn conns[DNS_MAX_TCP_CONNS];
@@ -133,38 +126,6 @@ static void count(struct dns *d, uint64_t *what, uint64_t n)
 	pthread_mutex_unlock(&d->stats_lock);
 }
 
-/* ---- epoll ------------------------------------------------------------- */
-
-static int ep_set(struct dns *d, struct endpoint *e, uint32_t events)
-{
-	struct epoll_event ev = { .events = events, .data.ptr = e };
-	int op = e->events == UINT32_MAX ? EPOLL_CTL_ADD : EPOLL_CTL_MOD;
-
-	if (e->events == events)
-		return 0;
-	if (epoll_ctl(d->epoll_fd, op, e->fd, &ev))
-		return -errno;
-	e->events = events;
-	return 0;
-}
-
-static int ep_add(struct dns *d, struct endpoint *e, enum ep_kind kind, int fd,
-		  void *owner, uint32_t events)
-{
-	*e = (struct endpoint){
-		.kind = kind, .fd = fd, .events = UINT32_MAX, .owner = owner
-	};
-	return ep_set(d, e, events);
-}
-
-/* Closing the fd takes it out of the epoll set too. */
-static void ep_close(struct endpoint *e)
-{
-	if (e->fd >= 0)
-		close(e->fd);
-	e->fd = -1;
-}
-
 /* ---- guest TCP connections ----------------------------------------------- */
 
 static void query_release(struct dns *d, struct query *q);
@@ -173,7 +134,7 @@ static void conn_close(struct dns *d, struct tcp_conn *c)
 {
 	if (c->q)
 		query_release(d, c->q);
-	ep_close(&c->ep);
+	net_endpoint__close(&c->ep);
 	free(c->in);
 	free(c->out);
 	*c = (struct tcp_conn){ .ep.fd = -1 };
@@ -248,7 +209,7 @@ static void reply_own(struct dns *d, const uint8_t *qm,
 
 static void up_close(struct query *q)
 {
-	ep_close(&q->up);
+	net_endpoint__close(&q->up);
 	free(q->ans);
 	q->ans = NULL;
 	q->ans_len = q->sent = 0;
@@ -468,21 +429,21 @@ static int try_open(struct dns *d, struct query *q)
 	fd = socket(AF_INET, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
-	q->up = (struct endpoint){
+	q->up = (struct net_endpoint){
 		.kind = EP_UP, .fd = fd, .events = UINT32_MAX, .owner = q
 	};
 	if (connect(fd, (const struct sockaddr *)to, sizeof(*to))) {
 		if (!q->tcp || errno != EINPROGRESS)
 			return -errno;
 		q->connecting = true;
-		return ep_set(d, &q->up, EPOLLOUT);
+		return net_endpoints__set(&d->eps, &q->up, EPOLLOUT);
 	}
 	if (q->tcp)
-		return ep_set(d, &q->up, EPOLLOUT);
+		return net_endpoints__set(&d->eps, &q->up, EPOLLOUT);
 	if (send(fd, q->wire + DNS_TCP_LEN, q->len, MSG_DONTWAIT) !=
 	    (ssize_t)q->len)
 		return -errno;
-	return ep_set(d, &q->up, EPOLLIN);
+	return net_endpoints__set(&d->eps, &q->up, EPOLLIN);
 }
 
 static void try_start(struct dns *d, struct query *q, uint64_t now)
@@ -604,9 +565,9 @@ static void up_tcp_event(struct dns *d, struct query *q, uint64_t now)
 		ret = -EBADMSG; /* a stream that answers wrong is done */
 	}
 	if (!ret)
-		ret = ep_set(d, &q->up,
-			     q->sent < DNS_TCP_LEN + q->len ? EPOLLOUT :
-							      EPOLLIN);
+		ret = net_endpoints__set(
+			&d->eps, &q->up,
+			q->sent < DNS_TCP_LEN + q->len ? EPOLLOUT : EPOLLIN);
 	if (ret) {
 		pr_debug("%s: tcp upstream: %s", DNS_NAME, strerror(-ret));
 		count(d, &d->stats.errors, 1);
@@ -663,7 +624,7 @@ static void conn_after(struct dns *d, struct tcp_conn *c, uint64_t now)
 		c->in_len -= DNS_TCP_LEN + len;
 		memmove(c->in, c->in + DNS_TCP_LEN + len, c->in_len);
 	}
-	ret = ep_set(d, &c->ep, conn_interest(c));
+	ret = net_endpoints__set(&d->eps, &c->ep, conn_interest(c));
 	if (ret) {
 		count(d, &d->stats.errors, 1);
 		conn_close(d, c);
@@ -726,7 +687,8 @@ static void tcp_accept(struct dns *d, uint64_t now)
 		}
 		c->used = true;
 		c->last_ms = now;
-		if (ep_add(d, &c->ep, EP_GUEST_TCP, fd, c, EPOLLIN)) {
+		if (net_endpoints__add(&d->eps, &c->ep, EP_GUEST_TCP, fd, c,
+				       EPOLLIN)) {
 			count(d, &d->stats.errors, 1);
 			c->ep.fd = fd;
 			conn_close(d, c);
@@ -763,12 +725,12 @@ static void sweep(struct dns *d, uint64_t now)
 	}
 }
 
-static void event(struct dns *d, struct endpoint *e, uint32_t events,
+static void event(struct dns *d, struct net_endpoint *e, uint32_t events,
 		  uint64_t now)
 {
 	struct query *q;
 
-	switch (e->kind) {
+	switch ((enum ep_kind)e->kind) {
 	case EP_STOP:
 	case EP_UDP:
 	case EP_LISTEN:
@@ -834,14 +796,14 @@ static int dns_loop(struct dns *d)
 	int n;
 
 	for (;;) {
-		n = epoll_wait(d->epoll_fd, evs, DNS_EPOLL_EVENTS,
-			       loop_timeout(d, now));
-		if (n < 0 && errno != EINTR)
-			return -errno;
+		n = net_endpoints__wait(&d->eps, evs, DNS_EPOLL_EVENTS,
+					loop_timeout(d, now));
+		if (n < 0)
+			return n;
 		now = now_ms();
 		udp_ready = accept_ready = false;
 		for (int i = 0; i < n; i++) {
-			struct endpoint *e = evs[i].data.ptr;
+			struct net_endpoint *e = evs[i].data.ptr;
 
 			if (e->fd < 0)
 				continue; /* closed in this batch */
@@ -905,18 +867,12 @@ static void *dns_thread(void *arg)
 
 /* ---- the VM netns side --------------------------------------------------- */
 
-struct ns_job {
-	struct dns *d;
-	int ret;
-	char *err;
-	size_t errlen;
-};
-
-static int gateway_socket(struct ns_job *j, int type, const char *what)
+static int gateway_socket(struct dns *d, int type, const char *what, char *err,
+			  size_t errlen)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET,
-				 .sin_port = htons(j->d->p.port),
-				 .sin_addr = j->d->p.gateway };
+				 .sin_port = htons(d->p.port),
+				 .sin_addr = d->p.gateway };
 	char addr[INET_ADDRSTRLEN];
 	int fd, ret = 0;
 
@@ -932,50 +888,45 @@ static int gateway_socket(struct ns_job *j, int type, const char *what)
 	if (fd >= 0)
 		close(fd);
 	inet_ntop(AF_INET, &a.sin_addr, addr, sizeof(addr));
-	return errf(j->err, j->errlen, ret, "%s: %s on %s:%u: %s", DNS_NAME,
-		    what, addr, j->d->p.port, strerror(-ret));
+	return errf(err, errlen, ret, "%s: %s on %s:%u: %s", DNS_NAME, what,
+		    addr, d->p.port, strerror(-ret));
 }
 
-/* Enters the VM netns and ends with the thread; the sockets stay there. */
-static void *ns_thread(void *arg)
+struct ns_job {
+	struct dns *d;
+	char *err;
+	size_t errlen;
+};
+
+/* In the VM netns, on a thread of its own; the sockets stay there. */
+static int in_netns(void *arg)
 {
 	struct ns_job *j = arg;
 	struct dns *d = j->d;
 
-	if (setns(d->p.netns_fd, CLONE_NEWNET)) {
-		j->ret = errf(j->err, j->errlen, -errno, "%s: setns: %s",
-			      DNS_NAME, strerror(errno));
-		return NULL;
-	}
-	d->udp_fd = gateway_socket(j, SOCK_DGRAM, "UDP socket");
-	if (d->udp_fd < 0) {
-		j->ret = d->udp_fd;
-		return NULL;
-	}
-	d->lsn_fd = gateway_socket(j, SOCK_STREAM, "TCP listener");
-	if (d->lsn_fd < 0)
-		j->ret = d->lsn_fd;
-	return NULL;
+	d->udp_fd =
+		gateway_socket(d, SOCK_DGRAM, "UDP socket", j->err, j->errlen);
+	if (d->udp_fd < 0)
+		return d->udp_fd;
+	d->lsn_fd = gateway_socket(d, SOCK_STREAM, "TCP listener", j->err,
+				   j->errlen);
+	return d->lsn_fd < 0 ? d->lsn_fd : 0;
 }
 
 static int make_sockets(struct dns *d, char *err, size_t errlen)
 {
 	struct ns_job j = { .d = d, .err = err, .errlen = errlen };
-	pthread_t t;
-	int ret;
 
-	ret = -pthread_create(&t, NULL, ns_thread, &j);
-	if (ret)
-		return errf(err, errlen, ret, "%s: a thread: %s", DNS_NAME,
-			    strerror(-ret));
-	pthread_join(t, NULL);
-	return j.ret;
+	return nsthread__run(d->p.netns_fd, DNS_NAME, in_netns, &j, err,
+			     errlen);
 }
 
 /* ---- create, start, destroy ---------------------------------------------- */
 
 static int dns_alloc(struct dns *d, char *err, size_t errlen)
 {
+	int ret;
+
 	d->queries = calloc(d->p.max_pending, sizeof(*d->queries));
 	d->buf = malloc(DNS_EDNS_MAX);
 	d->rrs = calloc(DNS_MAX_ANSWER_RRS, sizeof(*d->rrs));
@@ -990,10 +941,10 @@ static int dns_alloc(struct dns *d, char *err, size_t errlen)
 	    (ssize_t)sizeof(d->id_key))
 		return errf(err, errlen, -EIO, "%s: getrandom: %s", DNS_NAME,
 			    strerror(errno));
-	d->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
-	if (d->epoll_fd < 0 || worker__open(&d->worker))
-		return errf(err, errlen, -errno, "%s: %s", DNS_NAME,
-			    strerror(errno));
+	ret = net_endpoints__open(&d->eps, EP_STOP);
+	if (ret)
+		return errf(err, errlen, ret, "%s: %s", DNS_NAME,
+			    strerror(-ret));
 	return 0;
 }
 
@@ -1022,20 +973,19 @@ int dns__create(struct dns **out, const struct dns_params *params, char *err,
 	d->nr_resolvers = net_policy__nr_resolvers(params->policy);
 	for (unsigned int i = 0; i < d->nr_resolvers; i++)
 		net_policy__resolver(params->policy, i, &d->resolvers[i]);
-	d->udp_fd = d->lsn_fd = d->epoll_fd = -1;
-	worker__init(&d->worker);
+	d->udp_fd = d->lsn_fd = -1;
+	net_endpoints__init(&d->eps, DNS_NAME);
 	pthread_mutex_init(&d->stats_lock, NULL);
 	ret = dns_alloc(d, err, errlen);
 	if (!ret)
 		ret = make_sockets(d, err, errlen);
 	if (ret)
 		goto out_destroy;
-	ret = ep_add(d, &d->ep_stop, EP_STOP, d->worker.stop_fd, NULL, EPOLLIN);
+	ret = net_endpoints__add(&d->eps, &d->ep_udp, EP_UDP, d->udp_fd, NULL,
+				 EPOLLIN);
 	if (!ret)
-		ret = ep_add(d, &d->ep_udp, EP_UDP, d->udp_fd, NULL, EPOLLIN);
-	if (!ret)
-		ret = ep_add(d, &d->ep_lsn, EP_LISTEN, d->lsn_fd, NULL,
-			     EPOLLIN);
+		ret = net_endpoints__add(&d->eps, &d->ep_lsn, EP_LISTEN,
+					 d->lsn_fd, NULL, EPOLLIN);
 	if (ret) {
 		errf(err, errlen, ret, "%s: epoll: %s", DNS_NAME,
 		     strerror(-ret));
@@ -1056,7 +1006,7 @@ int dns__start(struct dns *d, const struct sock_fprog *filter)
 	pthread_mutex_lock(&d->stats_lock);
 	d->stats.running = true;
 	pthread_mutex_unlock(&d->stats_lock);
-	ret = worker__start(&d->worker, filter, dns_thread, d);
+	ret = net_endpoints__start(&d->eps, filter, dns_thread, d);
 	if (ret) {
 		pthread_mutex_lock(&d->stats_lock);
 		d->stats.running = false;
@@ -1069,10 +1019,8 @@ void dns__destroy(struct dns *d)
 {
 	if (!d)
 		return;
-	worker__exit(&d->worker, DNS_NAME);
+	net_endpoints__exit(&d->eps);
 	close_all(d);
-	if (d->epoll_fd >= 0)
-		close(d->epoll_fd);
 	free(d->queries);
 	free(d->buf);
 	free(d->rrs);

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * The VM's network namespace and its tap (netns.h): made on a thread of
- * its own, configured over rtnetlink.
+ * its own (nsthread.h), configured over rtnetlink.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -10,7 +10,7 @@
 #include <linux/nsfs.h>
 #include <linux/rtnetlink.h>
 #include <net/if.h>
-#include <pthread.h>
+#include <limits.h>
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
@@ -20,6 +20,7 @@
 
 #include "lib/errf.h"
 #include "net/netns.h"
+#include "net/nsthread.h"
 
 #define THREAD_NS_PATH	"/proc/thread-self/ns/net"
 #define NETLINK_MSG_MAX 256U  /* one request: a header and a few attributes */
@@ -147,42 +148,33 @@ static int add_steer_rule(int sock, const char *tap)
 	return nl_talk(sock, &r);
 }
 
-/* ---- the thread ---------------------------------------------------------- */
+/* ---- the namespace ------------------------------------------------------- */
 
 struct netns_job {
 	const struct netns_params *p;
 	int ns_fd;
 	struct tap tap;
-	int ret;
 	char *err;
 	size_t errlen;
 };
 
-/* Into the namespace: a new one, or the one at p->path. */
-static int enter(struct netns_job *j)
+/*
+ * The namespace at p->path, opened and checked here: its thread enters
+ * it. A new one is made by its thread (ns_fd stays -1 until then).
+ */
+static int open_given(struct netns_job *j)
 {
 	const char *path = j->p->path;
 	int fd;
 
-	if (!path) {
-		if (unshare(CLONE_NEWNET) < 0)
-			return errf(j->err, j->errlen, -errno,
-				    "net: a new network namespace: %s",
-				    strerror(errno));
-		path = THREAD_NS_PATH;
-	}
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return errf(j->err, j->errlen, -errno, "net namespace %s: %s",
 			    path, strerror(errno));
 	j->ns_fd = fd;
-	if (j->p->path && ioctl(fd, NS_GET_NSTYPE) != CLONE_NEWNET)
+	if (ioctl(fd, NS_GET_NSTYPE) != CLONE_NEWNET)
 		return errf(j->err, j->errlen, -EINVAL,
 			    "net namespace %s: not a network namespace", path);
-	if (j->p->path && setns(fd, CLONE_NEWNET) < 0)
-		return errf(j->err, j->errlen, -errno,
-			    "net namespace %s: setns: %s", path,
-			    strerror(errno));
 	return 0;
 }
 
@@ -225,20 +217,26 @@ static int configure(struct netns_job *j)
 }
 
 /*
- * Runs in the namespace and ends with the thread: the namespace lives on
- * in ns_fd and in the tap.
+ * Runs in the namespace, on its thread (nsthread.h): the namespace lives
+ * on in ns_fd and in the tap.
  */
-static void *netns_thread(void *arg)
+static int in_netns(void *arg)
 {
 	struct netns_job *j = arg;
 	struct tap_params tp = { .name = j->p->tap_name, .mtu = j->p->mtu };
+	int ret;
 
-	j->ret = enter(j);
-	if (!j->ret)
-		j->ret = tap__open(&j->tap, &tp, j->err, j->errlen);
-	if (!j->ret)
-		j->ret = configure(j);
-	return NULL;
+	if (j->ns_fd < 0) {
+		j->ns_fd = open(THREAD_NS_PATH, O_RDONLY | O_CLOEXEC);
+		if (j->ns_fd < 0)
+			return errf(j->err, j->errlen, -errno,
+				    "net namespace %s: %s", THREAD_NS_PATH,
+				    strerror(errno));
+	}
+	ret = tap__open(&j->tap, &tp, j->err, j->errlen);
+	if (!ret)
+		ret = configure(j);
+	return ret;
 }
 
 int netns__create_tap(const struct netns_params *p, int *ns_fd, struct tap *tap,
@@ -251,19 +249,21 @@ int netns__create_tap(const struct netns_params *p, int *ns_fd, struct tap *tap,
 		.err = err,
 		.errlen = errlen,
 	};
-	pthread_t t;
-	int ret;
+	char name[sizeof("net namespace ") + PATH_MAX];
+	int ret = 0;
 
-	ret = -pthread_create(&t, NULL, netns_thread, &j);
-	if (ret)
-		return errf(err, errlen, ret, "net: a thread: %s",
-			    strerror(-ret));
-	pthread_join(t, NULL);
-	if (j.ret) {
+	snprintf(name, sizeof(name), "%s%s", p->path ? "net namespace " : "net",
+		 p->path ? p->path : "");
+	if (p->path)
+		ret = open_given(&j);
+	if (!ret)
+		ret = nsthread__run(p->path ? j.ns_fd : NSTHREAD_NEW, name,
+				    in_netns, &j, err, errlen);
+	if (ret) {
 		tap__close(&j.tap);
 		if (j.ns_fd >= 0)
 			close(j.ns_fd);
-		return j.ret;
+		return ret;
 	}
 	*ns_fd = j.ns_fd;
 	*tap = j.tap;

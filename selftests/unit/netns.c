@@ -10,6 +10,8 @@
  * nobody has is delivered to a socket of the namespace, while the
  * namespace's own datagram to it finds no route. Root only (a skip
  * otherwise); every namespace is the test's own, nothing leaves them.
+ * And the thread all of net/ enters a namespace with (net/nsthread.c):
+ * its function runs there, its caller stays, a bad fd is an error.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -33,6 +35,7 @@
 
 #include "net/netcfg.h"
 #include "net/netns.h"
+#include "net/nsthread.h"
 #include "net/tap.h"
 #include "selftests/kselftest.h"
 
@@ -405,6 +408,114 @@ TEST(tap_fd_adopted_or_refused)
 	TH_LOG("%s", err);
 	close(plain);
 	tap__close(&made);
+}
+
+/* ---- net/nsthread.c ------------------------------------------------------ */
+
+struct ns_probe {
+	int fd;	   /* the namespace the function ran in, opened there */
+	ino_t ino; /* its inode */
+	int ret;   /* what the function returns */
+	bool ran, served;
+};
+
+static int probe_ns(void *arg)
+{
+	struct ns_probe *pr = arg;
+
+	pr->ran = true;
+	pr->fd = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+	pr->ino = ns_inode(pr->fd);
+	return pr->ret;
+}
+
+static void probe_serve(void *arg)
+{
+	struct ns_probe *pr = arg;
+
+	pr->served = my_ns() == pr->ino;
+}
+
+static bool is_root(struct __test_metadata *_metadata)
+{
+	if (geteuid())
+		SKIP(return false, "needs root (CAP_SYS_ADMIN)");
+	return true;
+}
+
+TEST(nsthread_runs_in_a_new_or_given_namespace)
+{
+	struct ns_probe made = { .fd = -1 }, given = { .fd = -1 };
+	char err[ERR_LEN] = "";
+	ino_t before = my_ns();
+
+	if (!is_root(_metadata))
+		return;
+	ASSERT_EQ(0, nsthread__run(NSTHREAD_NEW, "test", probe_ns, &made, err,
+				   sizeof(err)))
+	TH_LOG("%s", err);
+	ASSERT_TRUE(made.ran);
+	ASSERT_LE(0, made.fd);
+	EXPECT_NE(before, made.ino);
+	EXPECT_EQ(before, my_ns());
+
+	/* Into the one just made, and the function's return is the run's. */
+	given.ret = -ENOTSUP;
+	EXPECT_EQ(-ENOTSUP, nsthread__run(made.fd, "test", probe_ns, &given,
+					  err, sizeof(err)));
+	EXPECT_EQ(made.ino, given.ino);
+	EXPECT_EQ(before, my_ns());
+	close(given.fd);
+	close(made.fd);
+}
+
+TEST(nsthread_refuses_a_bad_fd)
+{
+	struct ns_probe pr = { .fd = -1 };
+	char err[ERR_LEN] = "";
+	int pipefd[2];
+
+	ASSERT_EQ(0, pipe(pipefd));
+	EXPECT_EQ(-EINVAL, nsthread__run(pipefd[0], "test", probe_ns, &pr, err,
+					 sizeof(err)));
+	EXPECT_STREQ("test: setns: Invalid argument", err);
+	close(pipefd[0]);
+	close(pipefd[1]);
+	EXPECT_EQ(-EBADF, nsthread__run(pipefd[0], "test", probe_ns, &pr, err,
+					sizeof(err)));
+	EXPECT_STREQ("test: setns: Bad file descriptor", err);
+	EXPECT_FALSE(pr.ran);
+}
+
+/* A thread that stays: serve runs there after set-up, only if it worked. */
+TEST(nsthread_serves_after_its_setup)
+{
+	struct nsthread t = { 0 };
+	struct ns_probe pr = { .fd = -1 }, bad = { .fd = -1, .ret = -EIO };
+	struct nsthread_params p = { .ns_fd = NSTHREAD_NEW,
+				     .name = "test",
+				     .setup = probe_ns,
+				     .serve = probe_serve,
+				     .arg = &pr };
+	char err[ERR_LEN] = "";
+
+	if (!is_root(_metadata))
+		return;
+	ASSERT_EQ(0, nsthread__start(&t, &p, err, sizeof(err)))
+	TH_LOG("%s", err);
+	nsthread__join(&t);
+	EXPECT_TRUE(pr.served);
+	EXPECT_FALSE(t.started);
+	nsthread__join(&t); /* again: nothing */
+	close(pr.fd);
+
+	p.arg = &bad;
+	EXPECT_EQ(-EIO, nsthread__start(&t, &p, err, sizeof(err)));
+	EXPECT_TRUE(t.started);
+	nsthread__join(&t);
+	EXPECT_TRUE(bad.ran);
+	EXPECT_FALSE(bad.served);
+	close(bad.fd);
 }
 
 TEST_HARNESS_MAIN

@@ -1,0 +1,667 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The egress proxy's TCP flows (proxy-internal.h): the guest's connection
+ * accepted from the transparent listener, decided, and either relayed to
+ * its upstream connection (host netns) through a pipe each way (splice()),
+ * held while the hook is asked, or, for an http grant, intercepted
+ * (net/intercept.h) with the glue below.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "lib/log.h"
+#include "net/proxy-internal.h"
+
+/* Closes with an RST rather than a FIN: the peer learns it failed. */
+static void close_reset(int fd)
+{
+	struct linger lg = { .l_onoff = 1, .l_linger = 0 };
+
+	if (setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)))
+		pr_debug("%s: SO_LINGER: %s", PROXY_NAME, strerror(errno));
+	close(fd);
+}
+
+/* A held flow's question is cancelled: it was never open. */
+void proxy_tcp__close(struct proxy *p, struct tcp_flow *t, bool reset)
+{
+	bool was_open = !t->asking;
+
+	if (t->asking)
+		hook__cancel(p->hook, t->hook_id);
+	t->asking = false;
+	/* It borrows the sockets: gone before they are. */
+	intercept__destroy(t->ic);
+	t->ic = NULL;
+	for (int s = 0; s < NR_SIDES; s++) {
+		if (t->ep[s].fd >= 0 && reset) {
+			close_reset(t->ep[s].fd);
+			t->ep[s].fd = -1;
+		}
+		net_endpoint__close(&t->ep[s]);
+		if (t->dir[s].piped) {
+			close(t->dir[s].pipe[0]);
+			close(t->dir[s].pipe[1]);
+		}
+		free(t->dir[s].buf);
+		t->dir[s] = (struct relay_dir){ 0 };
+	}
+	t->used = false;
+	if (was_open)
+		count_sub(p, &p->stats.tcp_open);
+}
+
+static uint32_t tcp_interest(const struct tcp_flow *t, int s)
+{
+	const struct relay_dir *in = &t->dir[s], *out = &t->dir[!s];
+	uint32_t ev = 0;
+
+	if (s == SIDE_UP && t->connecting)
+		return EPOLLOUT;
+	if (t->ic)
+		return intercept__interest(t->ic, s);
+	if (!in->eof && in->len < PROXY_RELAY_BUF && !in->full)
+		ev |= EPOLLIN;
+	if (out->off < out->len)
+		ev |= EPOLLOUT;
+	return ev;
+}
+
+/*
+ * Into the pipe, as far as it has room. EAGAIN with bytes in it: taken
+ * as no room (the socket may have been empty instead; either way the
+ * next write to the other side clears it and reading goes on).
+ */
+static ssize_t relay_splice_in(struct tcp_flow *t, int s)
+{
+	struct relay_dir *d = &t->dir[s];
+	ssize_t n;
+
+	n = splice(t->ep[s].fd, NULL, d->pipe[1], NULL,
+		   PROXY_RELAY_BUF - d->len, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+	if (n < 0 && errno == EAGAIN && d->len)
+		d->full = true;
+	return n;
+}
+
+/* Reads what side s has, as far as its buffer has room. */
+static int relay_read(struct proxy *p, struct tcp_flow *t, int s)
+{
+	struct relay_dir *d = &t->dir[s];
+	ssize_t n;
+
+	if (d->eof)
+		return 0;
+	if (d->piped) {
+		if (d->len == PROXY_RELAY_BUF || d->full)
+			return 0;
+		n = relay_splice_in(t, s);
+		goto count;
+	}
+	if (d->off) {
+		memmove(d->buf, d->buf + d->off, d->len - d->off);
+		d->len -= d->off;
+		d->off = 0;
+	}
+	if (d->len == PROXY_RELAY_BUF)
+		return 0; /* back-pressure: the other side drains first */
+	n = recv(t->ep[s].fd, d->buf + d->len, PROXY_RELAY_BUF - d->len,
+		 MSG_DONTWAIT);
+count:
+	if (n < 0)
+		return errno == EAGAIN || errno == EINTR ? 0 : -errno;
+	if (!n)
+		d->eof = true;
+	d->len += n;
+	count_add(p, s == SIDE_GUEST ? &p->stats.bytes_out : &p->stats.bytes_in,
+		  n);
+	return 0;
+}
+
+/* Writes to side s what the other side sent; its FIN once all is out. */
+static int relay_write(struct tcp_flow *t, int s)
+{
+	struct relay_dir *d = &t->dir[!s];
+	ssize_t n;
+
+	if (s == SIDE_UP && t->connecting)
+		return 0;
+	while (d->piped && d->len) {
+		n = splice(d->pipe[0], NULL, t->ep[s].fd, NULL, d->len,
+			   SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+		if (n < 0)
+			return errno == EAGAIN || errno == EINTR ? 0 : -errno;
+		d->len -= n;
+		d->full = false;
+	}
+	while (d->off < d->len) {
+		n = send(t->ep[s].fd, d->buf + d->off, d->len - d->off,
+			 MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (n < 0)
+			return errno == EAGAIN || errno == EINTR ? 0 : -errno;
+		d->off += n;
+	}
+	d->off = d->len = 0;
+	if (d->eof && !d->shut) {
+		if (shutdown(t->ep[s].fd, SHUT_WR))
+			return -errno;
+		d->shut = true;
+	}
+	return 0;
+}
+
+static int upstream_connected(struct tcp_flow *t)
+{
+	int soerr = 0;
+	socklen_t len = sizeof(soerr);
+
+	if (getsockopt(t->ep[SIDE_UP].fd, SOL_SOCKET, SO_ERROR, &soerr, &len))
+		return -errno;
+	if (soerr)
+		return -soerr;
+	t->connecting = false;
+	return 0;
+}
+
+static void icpt_event(struct proxy *p, struct tcp_flow *t, int s,
+		       uint32_t events);
+
+void proxy_tcp__event(struct proxy *p, struct tcp_flow *t, int s,
+		      uint32_t events)
+{
+	int ret = 0;
+
+	if (t->ic) {
+		icpt_event(p, t, s, events);
+		return;
+	}
+	if (s == SIDE_UP && t->connecting) {
+		ret = upstream_connected(t);
+		if (ret) {
+			count_add(p, &p->stats.upstream_failed, 1);
+			goto fail;
+		}
+		ret = relay_write(t, SIDE_UP);
+	}
+	if (!ret && (events & (EPOLLIN | EPOLLHUP | EPOLLERR))) {
+		ret = relay_read(p, t, s);
+		/* Straight on to the other side, and its FIN with it. */
+		if (!ret)
+			ret = relay_write(t, !s);
+	}
+	if (!ret && (events & EPOLLOUT))
+		ret = relay_write(t, s);
+	if (ret)
+		goto fail;
+	if (t->dir[SIDE_GUEST].shut && t->dir[SIDE_UP].shut) {
+		proxy_tcp__close(p, t, false);
+		return;
+	}
+	for (int i = 0; !ret && i < NR_SIDES; i++)
+		ret = net_endpoints__set(&p->eps, &t->ep[i],
+					 tcp_interest(t, i));
+	if (!ret)
+		return;
+fail:
+	pr_debug("%s: tcp flow: %s", PROXY_NAME, strerror(-ret));
+	proxy_tcp__close(p, t, true);
+}
+
+static struct tcp_flow *tcp_slot(struct proxy *p)
+{
+	for (unsigned int i = 0; i < p->p.max_tcp_flows; i++)
+		if (!p->tcp[i].used)
+			return &p->tcp[i];
+	return NULL;
+}
+
+/* A connection to dst from the host netns, under way: its fd, or -errno. */
+static int upstream_socket(const struct sockaddr_in *dst)
+{
+	int fd, ret;
+
+	fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, (const struct sockaddr *)dst, sizeof(*dst)) &&
+	    errno != EINPROGRESS) {
+		ret = -errno;
+		close(fd);
+		return ret;
+	}
+	return fd;
+}
+
+/*
+ * A pipe for the direction (PROXY_RELAY_BUF of room: the default size
+ * on Linux, set in case it is not); out of descriptors or pipe memory,
+ * a buffer instead. 0 or -ENOMEM.
+ */
+static int relay_dir_init(struct relay_dir *d)
+{
+	if (!pipe2(d->pipe, O_NONBLOCK | O_CLOEXEC)) {
+		d->piped = true;
+		if (fcntl(d->pipe[1], F_SETPIPE_SZ, PROXY_RELAY_BUF) < 0)
+			pr_debug("%s: a relay pipe's size: %s", PROXY_NAME,
+				 strerror(errno));
+		return 0;
+	}
+	pr_debug("%s: a relay pipe: %s: relayed through a buffer", PROXY_NAME,
+		 strerror(errno));
+	d->buf = malloc(PROXY_RELAY_BUF);
+	return d->buf ? 0 : -ENOMEM;
+}
+
+/* An allowed flow: its upstream connection, from the host netns. */
+static int tcp_open(struct proxy *p, struct tcp_flow *t, int guest_fd,
+		    const struct net_flow *f)
+{
+	int up, ret;
+
+	*t = (struct tcp_flow){ .used = true, .connecting = true, .flow = *f };
+	t->ep[SIDE_GUEST].fd = guest_fd;
+	t->ep[SIDE_UP].fd = -1;
+	count_add(p, &p->stats.tcp_open, 1);
+	for (int s = 0; s < NR_SIDES; s++) {
+		ret = relay_dir_init(&t->dir[s]);
+		if (ret)
+			return ret;
+	}
+	up = upstream_socket(&f->dst);
+	if (up < 0)
+		return up;
+	t->ep[SIDE_UP].fd = up;
+	ret = net_endpoints__add(&p->eps, &t->ep[SIDE_GUEST], EP_TCP_GUEST,
+				 guest_fd, t, tcp_interest(t, SIDE_GUEST));
+	if (!ret)
+		ret = net_endpoints__add(&p->eps, &t->ep[SIDE_UP], EP_TCP_UP,
+					 up, t, tcp_interest(t, SIDE_UP));
+	return ret;
+}
+
+/* ---- HTTP interception ------------------------------------------------------ */
+
+static void icpt_request(void *opaque, const struct net_flow *f,
+			 const char *detail, bool ok, const char *reason)
+{
+	struct proxy *p = opaque;
+
+	pthread_mutex_lock(&p->stats_lock);
+	ok ? p->stats.http_allowed++ : p->stats.http_refused++;
+	proxy__count_reason(p->stats.http_reasons, &p->stats.nr_http_reasons,
+			    IPPROTO_TCP,
+			    ok ? NET_VERDICT_ALLOW : NET_VERDICT_DENY, reason);
+	pthread_mutex_unlock(&p->stats_lock);
+	if (!ok)
+		proxy__log_flow(p, "refused an http request of", f, reason,
+				detail ? detail : "");
+}
+
+static void icpt_upstream_failed(void *opaque, const struct net_flow *f,
+				 const char *why)
+{
+	struct proxy *p = opaque;
+
+	count_add(p, &p->stats.upstream_failed, 1);
+	proxy__log_flow(p, "upstream failed for", f, why, "");
+}
+
+/*
+ * fn(arg) on the netns thread, which runs without the seccomp filter
+ * (it was started before it): wolfSSL opens /dev/urandom for each new
+ * TLS connection. The proxy thread waits, so only one thread at a time
+ * uses what fn touches.
+ */
+static int icpt_unfiltered(void *opaque, int (*fn)(void *arg), void *arg)
+{
+	return proxy__on_ns_thread(opaque, fn, arg);
+}
+
+/* A request put to the hook; its cookie is the flow (owner). */
+static int icpt_ask(void *opaque, void *owner, const struct net_flow *f,
+		    const struct hook_http_question *q, uint64_t *id)
+{
+	struct proxy *p = opaque;
+	int ret;
+
+	ret = hook__ask_http(p->hook, f, q, owner, now_ms(), id);
+	proxy__hook_copy_stats(p);
+	if (ret && ret != -EBUSY)
+		pr_debug("%s: the hook: %s", PROXY_NAME, strerror(-ret));
+	return ret;
+}
+
+static void icpt_cancel(void *opaque, uint64_t id)
+{
+	struct proxy *p = opaque;
+
+	hook__cancel(p->hook, id);
+}
+
+static void icpt_bytes(void *opaque, size_t out, size_t in)
+{
+	struct proxy *p = opaque;
+
+	pthread_mutex_lock(&p->stats_lock);
+	p->stats.bytes_out += out;
+	p->stats.bytes_in += in;
+	pthread_mutex_unlock(&p->stats_lock);
+}
+
+void proxy_tcp__init_intercept(struct proxy *p)
+{
+	p->icpt_ops =
+		(struct intercept_ops){ .decide = p->p.decide_http,
+					.decide_opaque = p->p.decide_opaque,
+					.request = icpt_request,
+					.upstream_failed = icpt_upstream_failed,
+					.ask = icpt_ask,
+					.cancel = icpt_cancel,
+					.bytes = icpt_bytes,
+					.unfiltered = icpt_unfiltered,
+					.opaque = p };
+}
+
+/*
+ * A flow an http grant covers: the guest's side only, until a request
+ * is allowed and the interception asks for upstream (icpt_connect).
+ */
+static void tcp_intercept(struct proxy *p, struct tcp_flow *t, int fd,
+			  const struct net_flow *f,
+			  const struct net_decision *d)
+{
+	struct intercept_params ip = { .flow = *f,
+				       .guest_fd = fd,
+				       .ops = &p->icpt_ops,
+				       .owner = t,
+				       .response_ms = p->p.http_response_ms };
+	int ret;
+
+	if (d->http_tls)
+		ip.tls = &p->p.tls;
+	*t = (struct tcp_flow){ .used = true, .flow = *f, .tls = d->http_tls };
+	if (d->http_tls)
+		t->setup_deadline_ms = now_ms() + p->p.tls_setup_ms;
+	t->ep[SIDE_GUEST].fd = fd;
+	t->ep[SIDE_UP].fd = -1;
+	count_add(p, &p->stats.tcp_open, 1);
+	ret = intercept__create(&t->ic, &ip);
+	if (!ret)
+		ret = net_endpoints__add(
+			&p->eps, &t->ep[SIDE_GUEST], EP_TCP_GUEST, fd, t,
+			intercept__interest(t->ic, INTERCEPT_GUEST));
+	if (ret) {
+		pr_debug("%s: tcp interception: %s", PROXY_NAME,
+			 strerror(-ret));
+		proxy_tcp__close(p, t, true);
+	}
+}
+
+/* Upstream's connection failed: the guest gets the interception's 502. */
+static int icpt_connect_failed(struct proxy *p, struct tcp_flow *t)
+{
+	count_add(p, &p->stats.upstream_failed, 1);
+	t->connecting = false;
+	net_endpoint__close(&t->ep[SIDE_UP]);
+	return intercept__upstream_failed(t->ic);
+}
+
+/* Upstream, asked for by the interception once a request was allowed. */
+static int icpt_connect(struct proxy *p, struct tcp_flow *t)
+{
+	int fd = upstream_socket(&t->flow.dst);
+
+	if (fd < 0)
+		return icpt_connect_failed(p, t);
+	t->connecting = true;
+	return net_endpoints__add(&p->eps, &t->ep[SIDE_UP], EP_TCP_UP, fd, t,
+				  EPOLLOUT);
+}
+
+/*
+ * What the interception said (intercept__run() and the like) carried
+ * out: upstream asked for or closed, the flow closed or reset, or its
+ * sides watched for what it waits for now.
+ */
+static void icpt_settle(struct proxy *p, struct tcp_flow *t, int ret)
+{
+	if (!ret && t->ep[SIDE_UP].fd < 0 && intercept__wants_upstream(t->ic))
+		ret = icpt_connect(p, t);
+	if (ret == INTERCEPT_DONE) {
+		proxy_tcp__close(p, t, false);
+		return;
+	}
+	if (!ret && t->ep[SIDE_UP].fd >= 0 && intercept__upstream_done(t->ic))
+		net_endpoint__close(&t->ep[SIDE_UP]);
+	for (int i = 0; !ret && i < NR_SIDES; i++)
+		if (t->ep[i].fd >= 0)
+			ret = net_endpoints__set(&p->eps, &t->ep[i],
+						 tcp_interest(t, i));
+	if (ret) {
+		pr_debug("%s: intercepted tcp flow: %s", PROXY_NAME,
+			 strerror(-ret));
+		proxy_tcp__close(p, t, true);
+	}
+}
+
+static void icpt_event(struct proxy *p, struct tcp_flow *t, int s,
+		       uint32_t events)
+{
+	int ret;
+
+	if (s == SIDE_UP && t->connecting)
+		ret = upstream_connected(t) ?
+			      icpt_connect_failed(p, t) :
+			      intercept__upstream(t->ic, t->ep[SIDE_UP].fd);
+	else
+		ret = intercept__run(t->ic, s, events);
+	icpt_settle(p, t, ret);
+}
+
+/* An allowed flow, opened; one whose upstream fails is reset. */
+static void tcp_start(struct proxy *p, struct tcp_flow *t, int guest_fd,
+		      const struct net_flow *f, uint64_t hook_gen)
+{
+	int ret;
+
+	ret = tcp_open(p, t, guest_fd, f);
+	t->hook_gen = hook_gen;
+	if (ret) {
+		pr_debug("%s: tcp upstream: %s", PROXY_NAME, strerror(-ret));
+		count_add(p, &p->stats.upstream_failed, 1);
+		proxy_tcp__close(p, t, true);
+	}
+}
+
+/*
+ * The guest's connection held while the hook is asked: accepted, not
+ * read (what the guest sends waits in its socket), nothing upstream.
+ */
+static void tcp_hold(struct proxy *p, struct tcp_flow *t, int fd,
+		     const struct net_flow *f, struct net_decision *d)
+{
+	*t = (struct tcp_flow){ .used = true, .asking = true, .flow = *f };
+	t->ep[SIDE_GUEST].fd = fd;
+	t->ep[SIDE_UP].fd = -1;
+	if (proxy__hook_ask(p, f, d, t, &t->hook_id))
+		return;
+	t->asking = false; /* no question to cancel, not open */
+	t->ep[SIDE_GUEST].fd = -1;
+	t->used = false;
+	close_reset(fd);
+}
+
+/*
+ * A held flow decided, its question answered or cancelled: by the hook
+ * (hook_gen, its generation) or by a recheck's rules (0).
+ */
+void proxy_tcp__settled(struct proxy *p, struct tcp_flow *t,
+			const struct net_decision *d, const char *detail,
+			uint64_t hook_gen)
+{
+	struct net_flow f = t->flow;
+	int fd = t->ep[SIDE_GUEST].fd;
+
+	/* Still asking, so a denied one is closed as never open. */
+	proxy__settle(p, &f, d, detail);
+	if (d->verdict == NET_VERDICT_ALLOW) {
+		tcp_start(p, t, fd, &f, hook_gen);
+	} else if (d->verdict == NET_VERDICT_HTTP) {
+		t->asking = false; /* its question is answered or cancelled */
+		tcp_intercept(p, t, fd, &f, d);
+	} else {
+		proxy_tcp__close(p, t, true);
+	}
+}
+
+static void tcp_accept_one(struct proxy *p, int fd,
+			   const struct sockaddr_in *peer)
+{
+	struct net_flow f = { .proto = IPPROTO_TCP, .src = *peer };
+	socklen_t len = sizeof(f.dst);
+	struct net_decision d;
+	struct tcp_flow *t;
+
+	/* A transparent socket's own address is where the guest went. */
+	if (getsockname(fd, (struct sockaddr *)&f.dst, &len)) {
+		close_reset(fd);
+		return;
+	}
+	t = tcp_slot(p);
+	if (!t) {
+		d = (struct net_decision){ .verdict = NET_VERDICT_DENY,
+					   .reason = "flow limit" };
+		proxy__count_flow(p, &f, &d);
+		proxy__log_flow(p, "denied", &f, d.reason, "");
+		close_reset(fd);
+		return;
+	}
+	proxy__decide(p, &f, &d);
+	if (d.verdict == NET_VERDICT_ASK)
+		tcp_hold(p, t, fd, &f, &d);
+	else if (d.verdict == NET_VERDICT_ALLOW)
+		tcp_start(p, t, fd, &f, 0);
+	else if (d.verdict == NET_VERDICT_HTTP)
+		tcp_intercept(p, t, fd, &f, &d);
+	else
+		close_reset(fd);
+}
+
+void proxy_tcp__accept(struct proxy *p)
+{
+	struct sockaddr_in peer;
+	socklen_t len;
+	int fd;
+
+	for (int i = 0; i < PROXY_ACCEPT_BUDGET; i++) {
+		len = sizeof(peer);
+		fd = accept4(p->lsn_fd, (struct sockaddr *)&peer, &len,
+			     SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0) {
+			if (errno == ECONNABORTED || errno == EINTR)
+				continue;
+			if (errno != EAGAIN)
+				pr_debug("%s: accept: %s", PROXY_NAME,
+					 strerror(errno));
+			return;
+		}
+		tcp_accept_one(p, fd, &peer);
+	}
+}
+
+/*
+ * Intercepted TLS flows whose setup (the ClientHello, upstream, the
+ * guest's handshake) passed its deadline: reset, counted by the
+ * interception. The others: their responses' deadlines.
+ */
+void proxy_tcp__sweep(struct proxy *p, uint64_t now)
+{
+	for (unsigned int i = 0; i < p->p.max_tcp_flows; i++) {
+		struct tcp_flow *t = &p->tcp[i];
+
+		if (!t->used || !t->ic)
+			continue;
+		if (t->setup_deadline_ms && !intercept__setting_up(t->ic))
+			t->setup_deadline_ms = 0;
+		if (!t->setup_deadline_ms) {
+			icpt_settle(p, t, intercept__sweep(t->ic, now));
+			continue;
+		}
+		if (now < t->setup_deadline_ms)
+			continue;
+		pr_debug("%s: intercepted tcp flow: %s", PROXY_NAME,
+			 strerror(-intercept__expire(t->ic)));
+		proxy_tcp__close(p, t, true);
+	}
+}
+
+/*
+ * A request's answer; its cookie is the intercepted flow (its question
+ * is cancelled when the flow closes). Kept by the interception, applied
+ * by proxy_tcp__answers_apply() once hook__run() returned: the hook takes no
+ * question from within its callback, and a request decided may ask.
+ */
+void proxy_tcp__http_answered(void *opaque, void *cookie, uint64_t id,
+			      const struct net_http_decision *d,
+			      const char *detail)
+{
+	struct proxy *p = opaque;
+	struct tcp_flow *t = cookie;
+
+	(void)detail; /* the request's refusal is logged with its reason */
+	proxy__hook_copy_stats(p);
+	if (!t->used || !t->ic)
+		return;
+	intercept__hook_answer(t->ic, id, d);
+	p->icpt_answers = true;
+}
+
+/* The intercepted flows whose requests the hook answered, run. */
+void proxy_tcp__answers_apply(struct proxy *p)
+{
+	if (!p->icpt_answers)
+		return;
+	p->icpt_answers = false;
+	for (unsigned int i = 0; i < p->p.max_tcp_flows; i++) {
+		struct tcp_flow *t = &p->tcp[i];
+
+		if (t->used && t->ic && intercept__has_answers(t->ic))
+			icpt_event(p, t, SIDE_GUEST, 0);
+	}
+}
+
+/* An open TCP flow the decide function no longer allows: reset both ways. */
+void proxy_tcp__recheck(struct proxy *p, struct tcp_flow *t)
+{
+	struct net_decision d;
+	const char *why;
+
+	proxy__ask_policy(p, &t->flow, &d);
+	if (t->asking) {
+		if (!proxy__recheck_held(p, t->hook_id, &d))
+			proxy_tcp__settled(p, t, &d, "", 0);
+		return;
+	}
+	if (t->ic) {
+		/* Intercepted while an http grant covers it, the same way. */
+		if (d.verdict == NET_VERDICT_HTTP && d.http_tls == t->tls)
+			return;
+		why = d.verdict == NET_VERDICT_HTTP ? "http tls changed" :
+		      allowed(&d)		    ? "no http grant" :
+						      d.reason;
+	} else if (d.verdict == NET_VERDICT_ALLOW ||
+		   proxy__hook_still_grants(p, t->hook_gen, &d, &why)) {
+		return;
+	} else if (d.verdict == NET_VERDICT_HTTP) {
+		/* Relayed as it is no more: an http grant's is intercepted. */
+		why = "intercepted from now on";
+	}
+	proxy__log_flow(p, "cut", &t->flow, why, "");
+	proxy_tcp__close(p, t, true);
+	/* After the close: whoever sees the cut sees one flow less open. */
+	count_add(p, &p->stats.tcp_cut, 1);
+}
