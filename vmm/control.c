@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * The VM's control socket: the JSON-RPC API (vmm/api.c) wired to this VM.
+ * The VM's control socket: the JSON-RPC API (vmm/api.h, vmm/api/) wired to this VM.
  * The API reaches the guest agent through the vsock device: each agent
  * connection is a socketpair whose far end the device treats as a host
  * client (vsock__attach_stream), the API writing "CONNECT 1024".
