@@ -88,6 +88,7 @@ core-obj-y += net/dns-msg.o
 core-obj-y += net/dns.o
 core-obj-y += net/hook-msg.o
 core-obj-y += net/hook.o
+core-obj-y += net/http.o
 core-obj-y += net/http1.o
 core-obj-y += net/h2.o
 core-obj-y += net/tls-ca.o

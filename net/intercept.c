@@ -127,7 +127,7 @@ struct intercept {
 	bool verified;	/* the name the guest gave was found bound */
 	bool counted;	/* the refusal was reported already */
 	bool up_closed; /* upstream's socket is not used: the proxy closes it */
-	char host[HTTP1_HOSTNAME_MAX + 1]; /* the guest's name, once passed */
+	char host[HTTP_HOSTNAME_MAX + 1]; /* the guest's name, once passed */
 	/* TLS: the ClientHello's SNI, allowed (IC_HELLO); "": none. */
 	char peeked[NET_HOSTNAME_MAX + 1];
 	uint8_t *hello; /* IC_HELLO: TLS_RECORD_MAX bytes peeked into */
@@ -273,7 +273,7 @@ static void refuse_with(struct net_http_decision *d, const char *reason)
 }
 
 /* The request as the hook's question sees it. */
-static void question(const struct intercept *ic, const struct http1_request *rq,
+static void question(const struct intercept *ic, const struct http_request *rq,
 		     const struct net_http_decision *d,
 		     struct hook_http_question *q)
 {
@@ -299,9 +299,9 @@ static void question(const struct intercept *ic, const struct http1_request *rq,
 /*
  * A request whose grant asks the hook (d: NET_VERDICT_ASK): its answer
  * if it came (*ans; d stays ASK), else the question out and
- * HTTP1_PENDING, else d refused. 0 when decided.
+ * HTTP_PENDING, else d refused. 0 when decided.
  */
-static int hook_decision(struct intercept *ic, const struct http1_request *rq,
+static int hook_decision(struct intercept *ic, const struct http_request *rq,
 			 struct net_http_decision *d,
 			 const struct net_http_decision **ans)
 {
@@ -319,7 +319,7 @@ static int hook_decision(struct intercept *ic, const struct http1_request *rq,
 		return 0;
 	}
 	if (a)
-		return HTTP1_PENDING; /* its question is out */
+		return HTTP_PENDING; /* its question is out */
 	for (unsigned int i = 0; !a && i < IC_MAX_ASKS; i++)
 		if (!ic->asks[i].used)
 			a = &ic->asks[i];
@@ -337,7 +337,7 @@ static int hook_decision(struct intercept *ic, const struct http1_request *rq,
 	}
 	a->used = true;
 	a->index = index;
-	return HTTP1_PENDING;
+	return HTTP_PENDING;
 }
 
 /* The fields the grant gives the hook include name. */
@@ -373,7 +373,7 @@ static const char *hook_value(const struct net_http_decision *ans,
  */
 static const char *edits_apply(const struct net_http_decision *d,
 			       const struct net_http_decision *ans,
-			       struct http1_edits *e)
+			       struct http_edits *e)
 {
 	for (unsigned int i = 0;
 	     ans && i < ans->nr_headers && i < NET_HTTP_MAX_HEADERS; i++) {
@@ -383,7 +383,7 @@ static const char *edits_apply(const struct net_http_decision *d,
 			return "http header edit failed";
 		if (!ans->headers[i].remove && !hook_field(d, name))
 			return "hook set a field not granted";
-		if (ans->headers[i].remove && http1_edits__remove(e, name))
+		if (ans->headers[i].remove && http_edits__remove(e, name))
 			return "http header edit failed";
 	}
 	for (unsigned int i = 0; i < d->nr_headers && i < NET_HTTP_MAX_HEADERS;
@@ -397,8 +397,8 @@ static const char *edits_apply(const struct net_http_decision *d,
 		name = d->buf + d->headers[i].name;
 		value = d->headers[i].hook ? hook_value(ans, name) :
 					     d->buf + d->headers[i].value;
-		if (value ? http1_edits__set(e, name, value) :
-			    http1_edits__remove(e, name))
+		if (value ? http_edits__set(e, name, value) :
+			    http_edits__remove(e, name))
 			return "http header edit failed";
 	}
 	return NULL;
@@ -409,27 +409,27 @@ static const char *edits_apply(const struct net_http_decision *d,
  * grant says so). The decision is wiped before it goes out of scope,
  * whichever way it went.
  */
-static int on_request(void *opaque, const struct http1_request *rq,
-		      struct http1_edits *e)
+static int on_request(void *opaque, const struct http_request *rq,
+		      struct http_edits *e)
 {
 	struct intercept *ic = opaque;
 	const struct net_http_decision *ans = NULL;
 	struct net_http_decision d;
 	const char *failed;
-	int ret = HTTP1_ALLOW;
+	int ret = HTTP_ALLOW;
 
 	/* Refused here rather than by the rewriter, so it counts once. */
 	if (rq->upgrade) {
 		d = (struct net_http_decision){
 			.reason = "http upgrade not allowed"
 		};
-		ret = http1_edits__refuse(e, HTTP_STATUS_FORBIDDEN, d.reason);
+		ret = http_edits__refuse(e, HTTP_STATUS_FORBIDDEN, d.reason);
 		goto out_report;
 	}
 	decide(ic, rq->hostname, &d);
 	if (d.verdict == NET_VERDICT_ASK) {
 		ret = hook_decision(ic, rq, &d, &ans);
-		if (ret == HTTP1_PENDING) {
+		if (ret == HTTP_PENDING) {
 			/* Reported once decided. */
 			explicit_bzero(&d, sizeof(d));
 			return ret;
@@ -447,13 +447,13 @@ static int on_request(void *opaque, const struct http1_request *rq,
 		}
 	}
 	if (d.verdict != NET_VERDICT_ALLOW) {
-		ret = http1_edits__refuse(e, d.status, d.reason);
+		ret = http_edits__refuse(e, d.status, d.reason);
 		goto out_report;
 	}
 	failed = edits_apply(&d, ans, e);
 	if (failed) {
 		snprintf(d.reason, sizeof(d.reason), "%s", failed);
-		ret = http1_edits__refuse(
+		ret = http_edits__refuse(
 			e,
 			strcmp(failed, "http header edit failed") ?
 				HTTP_STATUS_FORBIDDEN :
@@ -467,8 +467,8 @@ static int on_request(void *opaque, const struct http1_request *rq,
 	if (d.response_ms)
 		ic->response_ms = d.response_ms;
 out_report:
-	ic->counted = ret != HTTP1_ALLOW;
-	report(ic, rq->hostname, ret == HTTP1_ALLOW, d.reason);
+	ic->counted = ret != HTTP_ALLOW;
+	report(ic, rq->hostname, ret == HTTP_ALLOW, d.reason);
 	explicit_bzero(&d, sizeof(d));
 	return ret;
 }

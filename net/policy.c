@@ -15,7 +15,7 @@
 
 #include "lib/compiler.h"
 #include "lib/errf.h"
-#include "net/http1.h"
+#include "net/http.h"
 #include "net/netcfg.h"
 #include "net/policy-internal.h"
 #include "net/policy.h"
@@ -128,7 +128,7 @@ struct rule {
 };
 
 /* A header field an http grant sets; value is a secret (wiped at free). */
-struct http_header {
+struct grant_header {
 	char *name;  /* lower case, a token no framing field has */
 	char *value; /* "" when from_hook */
 	size_t value_len;
@@ -151,7 +151,7 @@ struct http_grant {
 	unsigned int nr_tls;
 	uint16_t tls[NET_POLICY_MAX_PORTS];
 	unsigned int nr_headers;
-	struct http_header headers[NET_HTTP_MAX_HEADERS];
+	struct grant_header headers[NET_HTTP_MAX_HEADERS];
 	enum http_ask ask;
 	unsigned int response_ms; /* 0: the proxy's deadline */
 };
@@ -192,7 +192,7 @@ static void http_grant_free(struct http_grant *g)
 
 	rule_free(&g->r);
 	for (i = 0; i < g->nr_headers; i++) {
-		struct http_header *h = &g->headers[i];
+		struct grant_header *h = &g->headers[i];
 
 		if (h->value)
 			explicit_bzero(h->value, h->value_len);
@@ -813,7 +813,7 @@ static ssize_t read_secret_file(const char *path, char *buf)
  * "from": the value, resolved now, into h. Error lines name where it was
  * to come from (the variable, the path), never a byte of it.
  */
-static int parse_header_from(json_t *spec, struct http_header *h,
+static int parse_header_from(json_t *spec, struct grant_header *h,
 			     const char *where, char *err, size_t len)
 {
 	static const char *const keys[] = { "from", NULL };
@@ -921,9 +921,9 @@ static int parse_http_headers(json_t *obj, struct http_grant *g,
 			    json_object_size(obj), NET_HTTP_MAX_HEADERS);
 	json_object_foreach(obj, key, v)
 	{
-		struct http_header *h = &g->headers[g->nr_headers];
+		struct grant_header *h = &g->headers[g->nr_headers];
 
-		if (!http1__editable_name(key))
+		if (!http__editable_name(key))
 			return errf(err, len, -EINVAL,
 				    "%s.headers: \"%s\" is not a field a grant "
 				    "may set (a token, and not one that frames "
@@ -1379,7 +1379,7 @@ static void http_allow(const struct net_policy *p, const struct http_grant *g,
 		d->ask_each_request = g->ask == HTTP_ASK_REQUEST;
 	}
 	for (unsigned int k = 0; k < g->nr_headers; k++) {
-		const struct http_header *h = &g->headers[k];
+		const struct grant_header *h = &g->headers[k];
 
 		n = strlen(h->name) + 1;
 		d->headers[k].name = used;
