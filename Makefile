@@ -94,6 +94,7 @@ core-obj-y += net/h2.o
 core-obj-y += net/tls-ca.o
 core-obj-y += net/tls-conn.o
 core-obj-y += net/intercept.o
+core-obj-y += net/intercept-request.o
 # snapshot/: the on-disk format, archive and baseline cache (Documentation/snapshots.md).
 core-obj-y += snapshot/verified.o
 core-obj-y += snapshot/file.o
