@@ -83,6 +83,7 @@ core-obj-y += net/tap.o
 core-obj-y += net/netcfg.o
 core-obj-y += net/netns.o
 core-obj-y += net/policy.o
+core-obj-y += net/policy-parse.o
 core-obj-y += net/bindings.o
 core-obj-y += net/dns-msg.o
 core-obj-y += net/dns.o
