@@ -71,7 +71,7 @@ typedef void (*net_decide_fn)(void *opaque, const struct net_flow *f,
 
 /* Header fields an http grant sets on each request it allows. */
 #define NET_HTTP_MAX_HEADERS 16U
-/* Their names and values, NULs included (= HTTP1_EDITS_MAX, http1.h). */
+/* Their names and values, NULs included (= HTTP_EDITS_MAX, http.h). */
 #define NET_HTTP_HEADERS_MAX (16U << 10)
 
 /*

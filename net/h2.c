@@ -27,7 +27,7 @@
 
 #include "lib/bytequeue.h"
 #include "net/h2.h"
-#include "net/http1-internal.h"
+#include "net/http-internal.h"
 
 #define STATUS_BAD_REQUEST	  400U
 #define STATUS_METHOD_NOT_ALLOWED 405U
@@ -82,10 +82,10 @@ struct h2_stream {
 };
 
 struct h2 {
-	char hostname[HTTP1_HOSTNAME_MAX + 1];
+	char hostname[HTTP_HOSTNAME_MAX + 1];
 	uint16_t port;
-	int (*on_request)(void *opaque, const struct http1_request *req,
-			  struct http1_edits *edits);
+	int (*on_request)(void *opaque, const struct http_request *req,
+			  struct http_edits *edits);
 	void (*on_refused)(void *opaque, unsigned int status,
 			   const char *reason);
 	void *opaque;
@@ -99,10 +99,10 @@ struct h2 {
 	bool destroying;	/* callbacks do nothing */
 	int err;		/* a callback's failure */
 	unsigned int up_status; /* upstream failed: the answer, else 0 */
-	char up_reason[HTTP1_REASON_MAX];
+	char up_reason[HTTP_REASON_MAX];
 
 	struct h2_stream *streams;
-	struct http1_edits edits;
+	struct http_edits edits;
 };
 
 /* ---- small helpers ------------------------------------------------ */
@@ -512,7 +512,7 @@ static ssize_t body_read(nghttp2_session *sess, int32_t id, uint8_t *buf,
 
 /*
  * A stream answered here, not upstream: status, a text body with the
- * reason (sanitized by http1_edits__refuse() or constant), nothing of the
+ * reason (sanitized by http_edits__refuse() or constant), nothing of the
  * request's nor of any edit's bytes.
  */
 static int answer(struct h2 *h, struct h2_stream *s, unsigned int status,
@@ -626,8 +626,8 @@ static int request_check(struct h2 *h, struct h2_stream *s, const char **reason)
 			return STATUS_BAD_REQUEST;
 	*reason = "authority does not match";
 	if (auth) {
-		if (!http1__authority_matches(h->hostname, h->port, true,
-					      (const char *)auth, alen))
+		if (!http__authority_matches(h->hostname, h->port, true,
+					     (const char *)auth, alen))
 			return STATUS_MISDIRECTED;
 		named = true;
 	}
@@ -644,9 +644,9 @@ static int request_check(struct h2 *h, struct h2_stream *s, const char **reason)
 		/* RFC 9113 8.3.1: Host, when there, names the same. */
 		if (is_lit(n, x->name_len, "host")) {
 			*reason = "host header does not match";
-			if (!http1__authority_matches(h->hostname, h->port,
-						      true, (const char *)v,
-						      x->value_len))
+			if (!http__authority_matches(h->hostname, h->port, true,
+						     (const char *)v,
+						     x->value_len))
 				return STATUS_MISDIRECTED;
 			named = true;
 		}
@@ -665,7 +665,7 @@ static int request_check(struct h2 *h, struct h2_stream *s, const char **reason)
 static size_t request_nv(struct h2 *h, struct h2_stream *s, char *lower,
 			 nghttp2_nv *nv)
 {
-	struct http1_edits *e = &h->edits;
+	struct http_edits *e = &h->edits;
 	const struct h2_fields *f = &s->req;
 	size_t n = 0;
 
@@ -683,7 +683,7 @@ static size_t request_nv(struct h2 *h, struct h2_stream *s, char *lower,
 		}
 		if (prefix_nocase(name, x->name_len, PROXY_PREFIX))
 			continue;
-		j = http1_edits__find(e, (const char *)name, x->name_len);
+		j = http_edits__find(e, (const char *)name, x->name_len);
 		if (j < 0) {
 			nv[n++] = nv_make(name, x->name_len, field_value(f, x),
 					  x->value_len, NGHTTP2_NV_FLAG_NONE);
@@ -709,7 +709,7 @@ static size_t request_nv(struct h2 *h, struct h2_stream *s, char *lower,
 /* The edits' names, for the trailers (which may not carry them). */
 static int edit_names_keep(struct h2 *h, struct h2_stream *s, const char *lower)
 {
-	const struct http1_edits *e = &h->edits;
+	const struct http_edits *e = &h->edits;
 
 	for (unsigned int i = 0; i < e->nr; i++)
 		if (bytequeue__append(&s->edit_names, lower + e->e[i].name_off,
@@ -724,8 +724,8 @@ static int forward(struct h2 *h, struct h2_stream *s, bool end)
 {
 	nghttp2_data_provider prd = { .source.ptr = s,
 				      .read_callback = body_read };
-	struct http1_edits *e = &h->edits;
-	char lower[HTTP1_EDITS_MAX];
+	struct http_edits *e = &h->edits;
+	char lower[HTTP_EDITS_MAX];
 	nghttp2_nv *nv;
 	int32_t id;
 	size_t n;
@@ -762,13 +762,13 @@ static int forward(struct h2 *h, struct h2_stream *s, bool end)
 
 /*
  * A checked request head, decided: forwarded, answered, or left pending
- * (HTTP1_PENDING: its head kept for h2__resume()).
+ * (HTTP_PENDING: its head kept for h2__resume()).
  */
 static int request_decide(struct h2 *h, struct h2_stream *s)
 {
-	struct http1_header hdrs[H2_MAX_FIELDS];
-	struct http1_request req = { .version_minor = 1 };
-	struct http1_edits *e = &h->edits;
+	struct http_header hdrs[H2_MAX_FIELDS];
+	struct http_request req = { .version_minor = 1 };
+	struct http_edits *e = &h->edits;
 	char method[METHOD_MAX];
 	const uint8_t *m, *p;
 	size_t mlen = 0, plen = 0;
@@ -795,36 +795,36 @@ static int request_decide(struct h2 *h, struct h2_stream *s)
 
 		if (field_name(&s->req, x)[0] == ':')
 			continue;
-		hdrs[req.nr_headers++] = (struct http1_header){
+		hdrs[req.nr_headers++] = (struct http_header){
 			.name = (const char *)field_name(&s->req, x),
 			.name_len = x->name_len,
 			.value = (const char *)field_value(&s->req, x),
 			.value_len = x->value_len,
 		};
 	}
-	http1_edits__reset(e);
+	http_edits__reset(e);
 	verdict = h->on_request(h->opaque, &req, e);
 	switch (verdict) {
-	case HTTP1_PENDING: /* its body waits in req_body, under its window */
+	case HTTP_PENDING: /* its body waits in req_body, under its window */
 		s->pending = true;
-		http1_edits__reset(e);
+		http_edits__reset(e);
 		return 0;
-	case HTTP1_ALLOW:
-	case HTTP1_ALLOW_UPGRADE: /* no upgrade in HTTP/2: as allowed */
+	case HTTP_ALLOW:
+	case HTTP_ALLOW_UPGRADE: /* no upgrade in HTTP/2: as allowed */
 		ret = forward(h, s, s->head_end);
 		break;
-	case HTTP1_REFUSE:
+	case HTTP_REFUSE:
 		/* A reason naming an injected value would hand it over. */
 		ret = answer(
 			h, s, e->status ? e->status : 403,
-			!e->status || http1_edits__reason_leaks(e, e->reason) ?
+			!e->status || http_edits__reason_leaks(e, e->reason) ?
 				"refused" :
 				e->reason);
 		break;
 	default:
 		ret = answer(h, s, STATUS_INTERNAL, "decision failed");
 	}
-	http1_edits__reset(e);
+	http_edits__reset(e);
 	fields_reset(&s->req);
 	return ret;
 }
@@ -1382,7 +1382,7 @@ int h2__create(struct h2 **out, const struct h2_params *p)
 
 	*out = NULL;
 	if (!p->hostname || !p->hostname[0] ||
-	    strlen(p->hostname) > HTTP1_HOSTNAME_MAX || !p->on_request)
+	    strlen(p->hostname) > HTTP_HOSTNAME_MAX || !p->on_request)
 		return -EINVAL;
 	h = calloc(1, sizeof(*h));
 	if (!h)

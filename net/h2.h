@@ -8,7 +8,7 @@
 #include <sys/types.h>
 
 #include "lib/compiler.h"
-#include "net/http1.h"
+#include "net/http.h"
 
 /*
  * HTTP/2 interception of one guest connection (Documentation/network.md,
@@ -17,7 +17,7 @@
  * same hostname; upstream chose h2 by ALPN). Each guest stream's request
  * head is checked (:scheme https, :authority and Host naming the flow's
  * trusted hostname, no CONNECT, no connection-specific field), decided
- * by the caller with the same callback as HTTP/1.1 (http1.h), and sent
+ * by the caller with the same callback as HTTP/1.1 (http.h), and sent
  * upstream as a new stream with the decision's edits; bodies, responses
  * and trailers stream through under both sessions' flow control; resets
  * pass both ways. A refused stream is answered alone (its status, a
@@ -60,12 +60,12 @@ struct h2_params {
 	 * Each stream's request, when its head is complete and passed the
 	 * checks, as for HTTP/1.1 (http1_params.on_request): the method and
 	 * :path (target and path), the fields but the pseudo-headers,
-	 * version_minor 1, never an upgrade. HTTP1_ALLOW (or _UPGRADE):
-	 * forwarded with the edits; HTTP1_REFUSE: that stream answered with
+	 * version_minor 1, never an upgrade. HTTP_ALLOW (or _UPGRADE):
+	 * forwarded with the edits; HTTP_REFUSE: that stream answered with
 	 * the edits' status and reason; anything else: 500.
 	 */
-	int (*on_request)(void *opaque, const struct http1_request *req,
-			  struct http1_edits *edits);
+	int (*on_request)(void *opaque, const struct http_request *req,
+			  struct http_edits *edits);
 	/*
 	 * A stream this module refused before any decision (status, a
 	 * constant reason), for the log; NULL: not told.
@@ -119,7 +119,7 @@ void h2__upstream_failed(struct h2 *h, unsigned int status, const char *reason);
 int __must_check h2__expire(struct h2 *h, uint64_t now, uint64_t limit,
 			    unsigned int status, const char *reason);
 /*
- * The streams on_request left HTTP1_PENDING (their heads kept, their
+ * The streams on_request left HTTP_PENDING (their heads kept, their
  * bodies waiting under their windows) are decided again: on_request
  * is called for each with the same request. 0, or -errno (reset both).
  * Trailers that come before a stream's decision reset that stream.

@@ -8,7 +8,7 @@
 #include "lib/compiler.h"
 #include "net/flow.h"
 #include "net/hook.h"
-#include "net/http1.h"
+#include "net/http.h"
 
 /*
  * Between hook.c and hook-msg.c (and the unit test): the hook's JSON
@@ -65,7 +65,7 @@ int __must_check hook_msg__question(char *buf, size_t len, uint64_t id,
  * "grant-http": its "set" (an object of field name to value) and
  * "remove" (an array of field names) into *edits (NULL: not read):
  * NET_VERDICT_ALLOW, each field's name in lower case, removed ones with
- * remove set. Names a grant could not set (http1__editable_name), a
+ * remove set. Names a grant could not set (http__editable_name), a
  * value with a control byte, a name twice, more than
  * NET_HTTP_MAX_HEADERS fields or NET_HTTP_HEADERS_MAX bytes: the
  * verdict is HOOK_VERDICT_INVALID, a.reason says which rule (never a

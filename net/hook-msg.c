@@ -116,7 +116,7 @@ static bool same_nocase(const char *a, size_t alen, const char *b)
  * them), and the fields the grant sets (replaced upstream anyway).
  */
 static bool value_omitted(const struct hook_http_question *q,
-			  const struct http1_header *h)
+			  const struct http_header *h)
 {
 	const struct net_http_decision *g = q->grant_fields;
 
@@ -141,7 +141,7 @@ static int fields_json(const struct hook_http_question *q, size_t budget,
 
 	*truncated = false;
 	for (unsigned int i = 0; i < q->nr_fields; i++) {
-		const struct http1_header *h = &q->fields[i];
+		const struct http_header *h = &q->fields[i];
 		bool omit = value_omitted(q, h);
 		size_t cost = FIELD_COST(h->name_len, omit ? 0 : h->value_len);
 		json_t *v;
@@ -250,7 +250,7 @@ static const char *edit_add(struct net_http_decision *d, size_t *used,
 	size_t nlen = strlen(name), vlen = strlen(value);
 	unsigned int k = d->nr_headers;
 
-	if (!http1__editable_name(name))
+	if (!http__editable_name(name))
 		return "field name not editable";
 	if (!value_valid(value))
 		return "field value with a control byte";

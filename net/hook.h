@@ -7,7 +7,7 @@
 
 #include "lib/compiler.h"
 #include "net/flow.h"
-#include "net/http1.h"
+#include "net/http.h"
 
 /*
  * The policy hook's client (Documentation/network.md, "The hook"): flows
@@ -77,7 +77,7 @@ struct hook_http_question {
 	const char *method;
 	const char *path; /* from the path on (origin form) */
 	size_t path_len;
-	const struct http1_header *fields; /* the guest's, in its order */
+	const struct http_header *fields; /* the guest's, in its order */
 	unsigned int nr_fields;
 	/* The grant's own fields: their names' values stay out too. */
 	const struct net_http_decision *grant_fields;

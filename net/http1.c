@@ -25,13 +25,11 @@
 #include <string.h>
 
 #include "lib/bytequeue.h"
-#include "net/http1-internal.h"
+#include "net/http-internal.h"
 #include "net/http1.h"
 
 #define HTTP_DEFAULT_PORT  80U
 #define HTTPS_DEFAULT_PORT 443U
-#define PORT_DIGITS_MAX	   5U
-#define PORT_MAX	   65535U
 #define VERSION_LEN	   8U /* "HTTP/1.1" */
 #define CRLF		   "\r\n"
 #define CRLF_LEN	   2U
@@ -40,7 +38,6 @@
 #define CHUNK_LINE_MAX	   (16U + CRLF_LEN) /* a 64-bit size in hex */
 #define ASCII_DEL	   0x7fU
 #define PROXY_PREFIX	   "proxy-"
-#define LEAK_RUN	   8U /* bytes a reason may share with a set value */
 
 enum piece_kind { PIECE_NONE, PIECE_URL, PIECE_FIELD, PIECE_VALUE };
 
@@ -63,12 +60,12 @@ struct field {
 };
 
 struct http1_req {
-	char hostname[HTTP1_HOSTNAME_MAX + 1];
+	char hostname[HTTP_HOSTNAME_MAX + 1];
 	size_t hostname_len;
 	uint16_t port;
 	bool tls;
-	int (*on_request)(void *opaque, const struct http1_request *req,
-			  struct http1_edits *edits);
+	int (*on_request)(void *opaque, const struct http_request *req,
+			  struct http_edits *edits);
 	void *opaque;
 
 	http_parser parser;
@@ -91,7 +88,7 @@ struct http1_req {
 	bool last;	/* the connection ends with it */
 
 	struct bytequeue out;
-	struct http1_edits edits;
+	struct http_edits edits;
 	struct http1_refusal refusal;
 
 	/* Forwarded heads; answered by the tracker (http1_resp). */
@@ -116,95 +113,16 @@ static size_t min_size(size_t a, size_t b)
 	return a < b ? a : b;
 }
 
-static char ascii_lower(char c)
-{
-	return c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c;
-}
-
-static bool same_nocase(const char *a, size_t alen, const char *b, size_t blen)
-{
-	if (alen != blen)
-		return false;
-	for (size_t i = 0; i < alen; i++)
-		if (ascii_lower(a[i]) != ascii_lower(b[i]))
-			return false;
-	return true;
-}
-
 static bool is_name(const char *a, size_t alen, const char *lit)
 {
-	return same_nocase(a, alen, lit, strlen(lit));
-}
-
-/* RFC 9110 5.6.2: tchar. */
-static bool is_tchar(unsigned char c)
-{
-	if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') ||
-	    (c >= 'A' && c <= 'Z'))
-		return true;
-	return c && strchr("!#$%&'*+-.^_`|~", c);
-}
-
-static bool is_token(const char *s, size_t len)
-{
-	if (!len)
-		return false;
-	for (size_t i = 0; i < len; i++)
-		if (!is_tchar((unsigned char)s[i]))
-			return false;
-	return true;
-}
-
-/* A field value: visible bytes, blanks and obs-text; no control bytes. */
-static bool is_value(const char *s, size_t len)
-{
-	for (size_t i = 0; i < len; i++) {
-		unsigned char c = s[i];
-
-		if ((c < ' ' && c != '\t') || c == ASCII_DEL)
-			return false;
-	}
-	return true;
-}
-
-/* Fields a decision may not edit: they frame or route the message. */
-static bool is_framing_name(const char *s, size_t len)
-{
-	static const char *const names[] = {
-		"host",	      "content-length", "transfer-encoding",
-		"connection", "upgrade",	"te",
-		"trailer",    "keep-alive",
-	};
-
-	for (size_t i = 0; i < ARRAY_SIZE(names); i++)
-		if (is_name(s, len, names[i]))
-			return true;
-	return false;
-}
-
-bool http1__editable_name(const char *name)
-{
-	size_t len = name ? strlen(name) : 0;
-
-	return is_token(name, len) && !is_framing_name(name, len);
+	return http__same_nocase(a, alen, lit, strlen(lit));
 }
 
 static bool is_proxy_name(const char *s, size_t len)
 {
 	size_t plen = strlen(PROXY_PREFIX);
 
-	return len >= plen && same_nocase(s, plen, PROXY_PREFIX, plen);
-}
-
-/* Printable ASCII only, truncated: what may reach the guest as text. */
-static void text_copy(char *dst, size_t size, const char *src)
-{
-	size_t i;
-
-	for (i = 0; src && src[i] && i + 1 < size; i++)
-		dst[i] = src[i] >= ' ' && src[i] < (char)ASCII_DEL ? src[i] :
-								     '?';
-	dst[i] = '\0';
+	return len >= plen && http__same_nocase(s, plen, PROXY_PREFIX, plen);
 }
 
 /* ---- refusals ----------------------------------------------------- */
@@ -218,7 +136,7 @@ static ssize_t refuse(struct http1_req *h, unsigned int status,
 	h->refusal.head_sent = h->state == REQ_BODY;
 	h->refusal.request = h->forwarded - h->refusal.head_sent;
 	h->refusal.status = status;
-	text_copy(h->refusal.reason, sizeof(h->refusal.reason), reason);
+	http__text_copy(h->refusal.reason, sizeof(h->refusal.reason), reason);
 	h->state = REQ_DEAD;
 	h->dead_ret = -EPROTO;
 	return h->dead_ret;
@@ -262,113 +180,6 @@ static size_t out_room(const struct http1_req *h)
 {
 	return h->out.len < HTTP1_OUTPUT_MAX ? HTTP1_OUTPUT_MAX - h->out.len :
 					       0;
-}
-
-/* ---- edits -------------------------------------------------------- */
-
-int http1_edits__find(const struct http1_edits *e, const char *name, size_t len)
-{
-	for (unsigned int i = 0; i < e->nr; i++)
-		if (same_nocase(e->buf + e->e[i].name_off, e->e[i].name_len,
-				name, len))
-			return i;
-	return -1;
-}
-
-static int edit_add(struct http1_edits *e, const char *name, const char *value,
-		    bool remove)
-{
-	size_t nlen = name ? strlen(name) : 0;
-	size_t vlen = value ? strlen(value) : 0;
-	struct http1_edit *ed;
-	int i;
-
-	if (!is_token(name, nlen) || is_framing_name(name, nlen) ||
-	    !is_value(value, vlen))
-		return -EINVAL;
-	if (e->used + nlen + vlen > sizeof(e->buf))
-		return -ENOSPC;
-	i = http1_edits__find(e, name, nlen);
-	if (i < 0) {
-		if (e->nr == HTTP1_MAX_EDITS)
-			return -ENOSPC;
-		i = e->nr++;
-	} else {
-		/* A name edited again: the last edit stands. */
-		explicit_bzero(e->buf + e->e[i].value_off, e->e[i].value_len);
-	}
-	ed = &e->e[i];
-	ed->remove = remove;
-	ed->written = false;
-	ed->name_off = e->used;
-	ed->name_len = nlen;
-	memcpy(e->buf + e->used, name, nlen);
-	e->used += nlen;
-	ed->value_off = e->used;
-	ed->value_len = vlen;
-	memcpy(e->buf + e->used, value, vlen);
-	e->used += vlen;
-	return 0;
-}
-
-int http1_edits__set(struct http1_edits *e, const char *name, const char *value)
-{
-	if (!value)
-		return -EINVAL;
-	return edit_add(e, name, value, false);
-}
-
-int http1_edits__remove(struct http1_edits *e, const char *name)
-{
-	return edit_add(e, name, "", true);
-}
-
-int http1_edits__refuse(struct http1_edits *e, unsigned int status,
-			const char *reason)
-{
-	if (status < HTTP_STATUS_BAD_REQUEST || status > 599)
-		status = HTTP_STATUS_FORBIDDEN;
-	e->status = status;
-	text_copy(e->reason, sizeof(e->reason), reason ? reason : "refused");
-	return HTTP1_REFUSE;
-}
-
-void http1_edits__wipe_values(struct http1_edits *e)
-{
-	for (unsigned int i = 0; i < e->nr; i++)
-		explicit_bzero(e->buf + e->e[i].value_off, e->e[i].value_len);
-}
-
-void http1_edits__reset(struct http1_edits *e)
-{
-	explicit_bzero(e->buf, e->used);
-	e->nr = 0;
-	e->used = 0;
-	e->status = 0;
-	e->reason[0] = '\0';
-}
-
-/*
- * The reason shares LEAK_RUN bytes in a row with a value the decision
- * set (all of a shorter one): it might carry a secret, or part of one
- * ("Bearer <token>" set, the token named), so it must not go out.
- */
-bool http1_edits__reason_leaks(const struct http1_edits *e, const char *reason)
-{
-	size_t rlen = strlen(reason);
-
-	for (unsigned int i = 0; i < e->nr; i++) {
-		const struct http1_edit *ed = &e->e[i];
-		const char *v = e->buf + ed->value_off;
-		size_t run = min_size(ed->value_len, LEAK_RUN);
-
-		if (ed->remove || !run)
-			continue;
-		for (size_t at = 0; at + run <= rlen; at++)
-			if (memmem(v, ed->value_len, reason + at, run))
-				return true;
-	}
-	return false;
 }
 
 /* ---- the arena of pieces ------------------------------------------ */
@@ -533,12 +344,13 @@ static int trailers_write(struct http1_req *h)
 		while (vlen &&
 		       (value[vlen - 1] == ' ' || value[vlen - 1] == '\t'))
 			vlen--;
-		if (!is_token(name, f->name.len) || !is_value(value, vlen))
+		if (!http__is_token(name, f->name.len) ||
+		    !http__is_value(value, vlen))
 			return refuse(h, HTTP_STATUS_BAD_REQUEST,
 				      "malformed trailer");
 		/* The decision's fields are the head's alone. */
 		if (is_proxy_name(name, f->name.len) ||
-		    http1_edits__find(&h->edits, name, f->name.len) >= 0)
+		    http_edits__find(&h->edits, name, f->name.len) >= 0)
 			continue;
 		if (out_put(h, name, f->name.len) ||
 		    out_put(h, FIELD_SEP, FIELD_SEP_LEN) ||
@@ -575,7 +387,7 @@ static const http_parser_settings req_settings = {
 /* What the checks need to know of a head's fields. */
 struct head_facts {
 	unsigned int hosts, tes, cls;
-	const struct http1_header *host, *te;
+	const struct http_header *host, *te;
 	bool upgrade;
 };
 
@@ -606,75 +418,26 @@ static uint16_t default_port(const struct http1_req *h)
 	return h->tls ? HTTPS_DEFAULT_PORT : HTTP_DEFAULT_PORT;
 }
 
-/* An authority's port: none (the default port), or 1-5 digits. */
-static bool port_is(uint16_t want, uint16_t dflt, const char *s, size_t len,
-		    bool given)
-{
-	unsigned int port = 0;
-
-	if (!given)
-		return want == dflt;
-	if (!len || len > PORT_DIGITS_MAX)
-		return false;
-	for (size_t i = 0; i < len; i++) {
-		if (s[i] < '0' || s[i] > '9')
-			return false;
-		port = port * 10 + (s[i] - '0');
-	}
-	return port <= PORT_MAX && port == want;
-}
-
 static bool port_matches(const struct http1_req *h, const char *s, size_t len,
 			 bool given)
 {
-	return port_is(h->port, default_port(h), s, len, given);
+	return http__port_is(h->port, default_port(h), s, len, given);
 }
 
 static bool hostname_matches(const struct http1_req *h, const char *s,
 			     size_t len)
 {
-	return same_nocase(s, len, h->hostname, h->hostname_len);
-}
-
-/* Host: uri-host [ ":" port ], uri-host a name or an [IPv6] literal. */
-bool http1__authority_matches(const char *hostname, uint16_t port, bool tls,
-			      const char *v, size_t len)
-{
-	uint16_t dflt = tls ? HTTPS_DEFAULT_PORT : HTTP_DEFAULT_PORT;
-	const char *name = v, *rest;
-	size_t name_len;
-
-	if (len && v[0] == '[') {
-		const char *close = memchr(v, ']', len);
-
-		if (!close)
-			return false;
-		name = v + 1;
-		name_len = close - name;
-		rest = close + 1;
-	} else {
-		const char *colon = memchr(v, ':', len);
-
-		name_len = colon ? (size_t)(colon - v) : len;
-		rest = v + name_len;
-	}
-	if (!same_nocase(name, name_len, hostname, strlen(hostname)))
-		return false;
-	if (rest == v + len)
-		return port_is(port, dflt, NULL, 0, false);
-	if (*rest != ':')
-		return false;
-	return port_is(port, dflt, rest + 1, v + len - rest - 1, true);
+	return http__same_nocase(s, len, h->hostname, h->hostname_len);
 }
 
 static bool host_matches(const struct http1_req *h, const char *v, size_t len)
 {
-	return http1__authority_matches(h->hostname, h->port, h->tls, v, len);
+	return http__authority_matches(h->hostname, h->port, h->tls, v, len);
 }
 
 static bool hostname_valid(const char *s, size_t len)
 {
-	if (!len || len > HTTP1_HOSTNAME_MAX)
+	if (!len || len > HTTP_HOSTNAME_MAX)
 		return false;
 	for (size_t i = 0; i < len; i++) {
 		char c = s[i];
@@ -710,7 +473,7 @@ static bool host_pin(struct http1_req *h, const char *v, size_t len)
  * flow's scheme, hostname and port (RFC 9112 3.2.2: it overrides Host,
  * so it must match as well). Sets the request's path.
  */
-static ssize_t target_check(struct http1_req *h, struct http1_request *req)
+static ssize_t target_check(struct http1_req *h, struct http_request *req)
 {
 	const char *t = req->target;
 	size_t len = req->target_len;
@@ -764,11 +527,11 @@ static ssize_t target_check(struct http1_req *h, struct http1_request *req)
 }
 
 /* The request as on_request sees it; each field's syntax checked. */
-static ssize_t head_view(struct http1_req *h, struct http1_header *hdrs,
-			 struct http1_request *req, struct head_facts *f)
+static ssize_t head_view(struct http1_req *h, struct http_header *hdrs,
+			 struct http_request *req, struct head_facts *f)
 {
 	for (unsigned int i = 0; i < h->nr_fields; i++) {
-		struct http1_header *hd = &hdrs[i];
+		struct http_header *hd = &hdrs[i];
 		struct field *fl = &h->fields[i];
 
 		hd->name = arena_at(h, fl->name);
@@ -781,10 +544,10 @@ static ssize_t head_view(struct http1_req *h, struct http1_header *hdrs,
 		while (hd->value_len && (hd->value[hd->value_len - 1] == ' ' ||
 					 hd->value[hd->value_len - 1] == '\t'))
 			hd->value_len--;
-		if (!is_token(hd->name, hd->name_len))
+		if (!http__is_token(hd->name, hd->name_len))
 			return refuse(h, HTTP_STATUS_BAD_REQUEST,
 				      "malformed header name");
-		if (!is_value(hd->value, hd->value_len))
+		if (!http__is_value(hd->value, hd->value_len))
 			return refuse(h, HTTP_STATUS_BAD_REQUEST,
 				      "malformed header value");
 		if (is_name(hd->name, hd->name_len, "host")) {
@@ -817,7 +580,7 @@ static ssize_t head_view(struct http1_req *h, struct http1_header *hdrs,
 }
 
 /* The rules every request passes before it is decided. */
-static ssize_t head_check(struct http1_req *h, struct http1_request *req,
+static ssize_t head_check(struct http1_req *h, struct http_request *req,
 			  const struct head_facts *f)
 {
 	if (h->parser.http_major != 1 || h->parser.http_minor > 1)
@@ -852,26 +615,26 @@ static ssize_t head_check(struct http1_req *h, struct http1_request *req,
 }
 
 static ssize_t verdict_apply(struct http1_req *h,
-			     const struct http1_request *req, int verdict)
+			     const struct http_request *req, int verdict)
 {
-	struct http1_edits *e = &h->edits;
+	struct http_edits *e = &h->edits;
 
 	switch (verdict) {
-	case HTTP1_ALLOW:
+	case HTTP_ALLOW:
 		if (req->upgrade)
 			return refuse(h, HTTP_STATUS_FORBIDDEN,
 				      "upgrade not allowed");
 		return 0;
-	case HTTP1_ALLOW_UPGRADE:
+	case HTTP_ALLOW_UPGRADE:
 		/* Opaque only after a real one (both fields), as upstream. */
 		h->upgrading = h->parser.upgrade;
 		return 0;
-	case HTTP1_REFUSE:
+	case HTTP_REFUSE:
 		if (!e->status)
 			return refuse(h, HTTP_STATUS_FORBIDDEN, "refused");
 		/* A reason naming an injected value would hand it over. */
 		return refuse(h, e->status,
-			      http1_edits__reason_leaks(e, e->reason) ?
+			      http_edits__reason_leaks(e, e->reason) ?
 				      "refused" :
 				      e->reason);
 	default:
@@ -899,8 +662,8 @@ static void put_field(char **w, size_t *n, const char *name, size_t nlen,
 	put(w, n, CRLF, CRLF_LEN);
 }
 
-static void put_edit(char **w, size_t *n, struct http1_edits *e,
-		     struct http1_edit *ed)
+static void put_edit(char **w, size_t *n, struct http_edits *e,
+		     struct http_edit *ed)
 {
 	put_field(w, n, e->buf + ed->name_off, ed->name_len,
 		  e->buf + ed->value_off, ed->value_len);
@@ -913,10 +676,10 @@ static void put_edit(char **w, size_t *n, struct http1_edits *e,
  * for a proxy the guest did not ask for) and the edited ones, each set
  * field at the place of the first it replaces, else at the end.
  */
-static size_t head_put(struct http1_req *h, const struct http1_request *req,
-		       const struct http1_header *hdrs, char *w)
+static size_t head_put(struct http1_req *h, const struct http_request *req,
+		       const struct http_header *hdrs, char *w)
 {
-	struct http1_edits *e = &h->edits;
+	struct http_edits *e = &h->edits;
 	char version[VERSION_LEN + 1];
 	size_t n = 0;
 
@@ -931,8 +694,8 @@ static size_t head_put(struct http1_req *h, const struct http1_request *req,
 	put(&w, &n, version, VERSION_LEN);
 	put(&w, &n, CRLF, CRLF_LEN);
 	for (unsigned int i = 0; i < req->nr_headers; i++) {
-		const struct http1_header *hd = &hdrs[i];
-		int j = http1_edits__find(e, hd->name, hd->name_len);
+		const struct http_header *hd = &hdrs[i];
+		int j = http_edits__find(e, hd->name, hd->name_len);
 
 		if (is_proxy_name(hd->name, hd->name_len))
 			continue;
@@ -951,8 +714,8 @@ static size_t head_put(struct http1_req *h, const struct http1_request *req,
 	return n;
 }
 
-static ssize_t head_write(struct http1_req *h, const struct http1_request *req,
-			  const struct http1_header *hdrs)
+static ssize_t head_write(struct http1_req *h, const struct http_request *req,
+			  const struct http_header *hdrs)
 {
 	size_t size = head_put(h, req, hdrs, NULL);
 
@@ -966,8 +729,8 @@ static ssize_t head_write(struct http1_req *h, const struct http1_request *req,
 /* The head is complete: check it, have it decided, write it out. */
 static ssize_t head_decide(struct http1_req *h)
 {
-	struct http1_header hdrs[HTTP1_MAX_HEADERS];
-	struct http1_request req = { 0 };
+	struct http_header hdrs[HTTP1_MAX_HEADERS];
+	struct http_request req = { 0 };
 	struct head_facts f = { 0 };
 	ssize_t ret;
 	int verdict;
@@ -977,18 +740,18 @@ static ssize_t head_decide(struct http1_req *h)
 		ret = head_check(h, &req, &f);
 	if (ret)
 		return ret;
-	http1_edits__reset(&h->edits);
+	http_edits__reset(&h->edits);
 	verdict = h->on_request(h->opaque, &req, &h->edits);
-	if (verdict == HTTP1_PENDING) {
+	if (verdict == HTTP_PENDING) {
 		/* The head stays in the arena; resume decides it again. */
-		http1_edits__reset(&h->edits);
+		http_edits__reset(&h->edits);
 		h->state = REQ_PENDING;
 		return 0;
 	}
 	ret = verdict_apply(h, &req, verdict);
 	if (!ret)
 		ret = head_write(h, &req, hdrs);
-	http1_edits__wipe_values(&h->edits);
+	http_edits__wipe_values(&h->edits);
 	if (ret)
 		return ret;
 	h->chunked = f.te;
@@ -1034,7 +797,7 @@ static ssize_t head_feed(struct http1_req *h, const char *in, size_t len)
 
 static void message_done(struct http1_req *h)
 {
-	http1_edits__reset(&h->edits);
+	http_edits__reset(&h->edits);
 	head_reset(h);
 	h->chunked = false;
 	if (h->upgrading)
@@ -1212,7 +975,7 @@ void http1_req__destroy(struct http1_req *h)
 ssize_t http1__error_response(unsigned int status, const char *reason,
 			      char *buf, size_t len)
 {
-	char text[HTTP1_REASON_MAX];
+	char text[HTTP_REASON_MAX];
 	const char *phrase;
 	int n;
 
@@ -1221,7 +984,8 @@ ssize_t http1__error_response(unsigned int status, const char *reason,
 	phrase = http_status_str(status);
 	if (!strcmp(phrase, "<unknown>"))
 		phrase = "Error";
-	text_copy(text, sizeof(text), reason && *reason ? reason : phrase);
+	http__text_copy(text, sizeof(text),
+			reason && *reason ? reason : phrase);
 	n = snprintf(buf, len,
 		     "HTTP/1.1 %u %s\r\n"
 		     "Content-Type: text/plain\r\n"

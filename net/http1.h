@@ -8,15 +8,16 @@
 #include <sys/types.h>
 
 #include "lib/compiler.h"
+#include "net/http.h"
 
 /*
  * HTTP/1.1 interception of one guest connection (Documentation/network.md,
  * "HTTP/1.1 interception"): the guest's requests read with Debian's
  * http_parser, checked (Host against the flow's trusted hostname, no
  * request smuggling, no CONNECT, no unasked-for upgrade), decided one by
- * one by the caller, and re-written for upstream with the decision's
- * header edits; bodies stream through. No sockets, no threads, no TLS:
- * the caller moves the bytes.
+ * one by the caller (http.h), and re-written for upstream with the
+ * decision's header edits; bodies stream through. No sockets, no threads,
+ * no TLS: the caller moves the bytes.
  *
  *	ret = http1_req__create(&h, &params);
  *	ret = http1_resp__create(&r, h);       optional: response tracking
@@ -40,52 +41,8 @@
 #define HTTP1_HEAD_MAX		 (64U << 10) /* a head as received; longer: 431 */
 #define HTTP1_MAX_HEADERS	 100U	     /* fields in a head; more: 431 */
 #define HTTP1_OUTPUT_MAX	 (64U << 10) /* queued for upstream: feed stops */
-#define HTTP1_MAX_PIPELINE	 64U /* tracked requests awaiting an answer */
-#define HTTP1_MAX_EDITS		 16U
-#define HTTP1_EDITS_MAX		 (16U << 10) /* bytes of one decision's edits */
-#define HTTP1_HOSTNAME_MAX	 253U
-#define HTTP1_REASON_MAX	 64U  /* a refusal's reason, NUL included */
+#define HTTP1_MAX_PIPELINE	 64U  /* tracked requests awaiting an answer */
 #define HTTP1_ERROR_RESPONSE_MAX 256U /* room for any error response */
-
-/* A field of a request head, as received (not NUL-terminated). */
-struct http1_header {
-	const char *name;
-	size_t name_len;
-	const char *value; /* without leading and trailing blanks */
-	size_t value_len;
-};
-
-/* A request head, valid during the on_request call only. */
-struct http1_request {
-	uint64_t index;	    /* 0 for the connection's first request */
-	const char *method; /* "GET", NUL-terminated */
-	const char *target; /* as received: origin, absolute or "*" form */
-	size_t target_len;
-	const char *path; /* the target from its path on (may be empty) */
-	size_t path_len;
-	unsigned int version_minor;	    /* HTTP/1.0 or HTTP/1.1 */
-	const struct http1_header *headers; /* the guest's order */
-	unsigned int nr_headers;
-	bool upgrade;	      /* an Upgrade field or Connection: upgrade */
-	const char *hostname; /* the flow's, from the params */
-	uint16_t port;
-};
-
-/* What on_request returns. */
-enum http1_verdict {
-	HTTP1_ALLOW,	     /* forward it, with the edits */
-	HTTP1_ALLOW_UPGRADE, /* the same, and an upgrade may follow */
-	HTTP1_REFUSE,	     /* http1_edits__refuse() returns it */
-	/*
-	 * Not decided yet (the hook is asked): the request waits, head
-	 * kept, nothing more taken, until the caller resumes it and
-	 * on_request is called again with the same request.
-	 */
-	HTTP1_PENDING,
-};
-
-/* A decision's header edits and refusal, filled by on_request. */
-struct http1_edits;
 
 struct http1_params {
 	/*
@@ -101,18 +58,18 @@ struct http1_params {
 	bool tls; /* default port 443 and https, else 80 and http */
 	/*
 	 * Called once per request, when its head is complete and has
-	 * passed the checks: an enum http1_verdict. Anything else refuses
+	 * passed the checks: an enum http_verdict. Anything else refuses
 	 * it (500). It must not block; req is valid during the call only.
 	 */
-	int (*on_request)(void *opaque, const struct http1_request *req,
-			  struct http1_edits *edits);
+	int (*on_request)(void *opaque, const struct http_request *req,
+			  struct http_edits *edits);
 	void *opaque;
 };
 
 /* Why the transformer stopped; it answers request number `request`. */
 struct http1_refusal {
 	unsigned int status; /* 4xx or 5xx */
-	char reason[HTTP1_REASON_MAX];
+	char reason[HTTP_REASON_MAX];
 	uint64_t request;
 	/*
 	 * The request's head already went upstream (its body broke): no
@@ -141,12 +98,12 @@ void http1_req__destroy(struct http1_req *h);
 ssize_t __must_check http1_req__feed(struct http1_req *h, const void *in,
 				     size_t len);
 /*
- * A request on_request left HTTP1_PENDING: on_request is called again
+ * A request on_request left HTTP_PENDING: on_request is called again
  * for it (the same head, the same index) and its verdict applied. 0
  * (decided, or pending still: feed the rest), or as feed fails.
  */
 ssize_t __must_check http1_req__resume(struct http1_req *h);
-/* Whether a request waits for its decision (HTTP1_PENDING). */
+/* Whether a request waits for its decision (HTTP_PENDING). */
 bool http1_req__pending(const struct http1_req *h);
 /* The bytes ready for upstream: *len of them at the result. */
 const uint8_t *http1_req__output(const struct http1_req *h, size_t *len);
@@ -154,31 +111,6 @@ const uint8_t *http1_req__output(const struct http1_req *h, size_t *len);
 void http1_req__drain(struct http1_req *h, size_t n);
 /* Why feed failed; NULL while it has not. */
 const struct http1_refusal *http1_req__refusal(const struct http1_req *h);
-
-/*
- * In on_request: have the forwarded head carry NAME: VALUE, in place of
- * every field of that name (case-insensitive; at the first one's place,
- * else after the last field). 0, -EINVAL (NAME not a token or one that
- * frames or routes the message: Host, Content-Length, Transfer-Encoding,
- * Connection, Upgrade, TE, Trailer, Keep-Alive; VALUE with a control
- * byte) or -ENOSPC. The value is copied, and wiped once written.
- */
-int __must_check http1_edits__set(struct http1_edits *e, const char *name,
-				  const char *value);
-/*
- * Whether a decision may set or remove NAME: a token (RFC 9110 5.6.2)
- * that does not frame or route the message (the names above).
- */
-bool http1__editable_name(const char *name);
-/* In on_request: have the forwarded head lose every NAME field. */
-int __must_check http1_edits__remove(struct http1_edits *e, const char *name);
-/*
- * In on_request: refuse with status (400-599, else 403) and a short
- * constant reason (printable ASCII; it reaches the guest). Returns
- * HTTP1_REFUSE, for `return http1_edits__refuse(e, 403, "not granted");`.
- */
-int http1_edits__refuse(struct http1_edits *e, unsigned int status,
-			const char *reason);
 
 /*
  * A complete response for the guest: status (400-599), its phrase,

@@ -37,31 +37,25 @@
  *
  * The whole setup (IC_HELLO to IC_RELAY) is bounded by the proxy's
  * deadline (intercept__expire). The rest is the same, on the plaintext.
+ *
+ * Each request's decision (the policy, the hook, the header edits that
+ * inject credentials) is intercept-request.c's (intercept-internal.h).
  */
-#include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <strings.h>
 #include <sys/socket.h>
 
-#include "net/h2.h"
-#include "net/http1.h"
-#include "net/intercept.h"
-#include "net/tls.h"
+#include "net/intercept-internal.h"
 
 /* What the guest gets when upstream cannot be reached (RFC 9110 15.6.3). */
 #define HTTP_STATUS_BAD_GATEWAY 502U
-/* An upgrade (WebSocket...) asked for on an http grant (15.5.4). */
-#define HTTP_STATUS_FORBIDDEN 403U
 /* Upstream owed a response and was silent past the deadline (15.6.5). */
 #define HTTP_STATUS_GATEWAY_TIMEOUT 504U
 /* What the guest reads then; the host's log says how long it waited. */
 #define UPSTREAM_TIMED_OUT "upstream timed out"
-/* The policy's fields did not go in: a bug, not the guest's (15.6.1). */
-#define HTTP_STATUS_INTERNAL 500U
 /* Plaintext given to one TLS write at most: a record's worth. */
 #define TLS_WRITE_MAX (16U << 10)
 /*
@@ -73,123 +67,6 @@
 #define GUEST_ALPN_H2 "h2,http/1.1"
 #define ALPN_H2	      "h2"
 #define ALPN_HTTP1    "http/1.1"
-/* Questions to the hook a connection has out at once: every h2 stream. */
-#define IC_MAX_ASKS (H2_MAX_STREAMS + 1U)
-/* The index of a connection's question ("ask": "connection"). */
-#define IC_CONNECTION UINT64_MAX
-
-enum ic_state {
-	IC_HELLO,     /* TLS: the guest's ClientHello peeked at, its SNI */
-	IC_UPSTREAM,  /* TLS: upstream's connection and handshake */
-	IC_HANDSHAKE, /* TLS: the guest's handshake, its SNI checked */
-	IC_RELAY,     /* requests go up, responses come back */
-	IC_REFUSED,   /* the responses before the refused request still come */
-	IC_ANSWER,    /* the error response goes to the guest, then its end */
-	IC_LINGER,    /* the guest's bytes dropped until its end */
-};
-
-struct ic_side {
-	int fd;		      /* borrowed; -1: none (yet), or done with */
-	struct tls_conn *tls; /* NULL: plain */
-	bool eof;	      /* its peer's end was read */
-	bool clean;	      /* TLS: that end was a close_notify */
-	bool shut;	      /* ours was sent */
-	bool shutting;	      /* TLS: our close_notify waits for room */
-	uint32_t rwant;	      /* TLS: what a read that waited waits for */
-	uint32_t wwant;	      /* TLS: the same for a write, or shutdown */
-	size_t wpend;	      /* TLS: a write that waited: its length */
-};
-
-/*
- * A request's question to the hook (IC_CONNECTION: the connection's,
- * whose answer is kept for its later requests), and its answer once
- * come, until the request is decided again with it.
- */
-struct ic_ask {
-	bool used;
-	bool answered;
-	bool taken; /* decided with in this pass (apply_answers) */
-	uint64_t index;
-	uint64_t id;		       /* the hook's question */
-	struct net_http_decision *ans; /* answered: a copy, wiped at free */
-};
-
-struct intercept {
-	struct net_flow flow;
-	void *owner;
-	struct intercept_ops ops;
-	struct intercept_tls tls; /* all NULL: plain */
-	struct ic_side side[INTERCEPT_SIDES];
-	enum ic_state state;
-	bool want_up;	/* upstream wanted: the SNI or a request allowed */
-	bool asked_up;	/* the proxy answered (upstream or failed) */
-	bool up_ready;	/* upstream connected, TLS handshake done */
-	bool verified;	/* the name the guest gave was found bound */
-	bool counted;	/* the refusal was reported already */
-	bool up_closed; /* upstream's socket is not used: the proxy closes it */
-	char host[HTTP1_HOSTNAME_MAX + 1]; /* the guest's name, once passed */
-	/* TLS: the ClientHello's SNI, allowed (IC_HELLO); "": none. */
-	char peeked[NET_HOSTNAME_MAX + 1];
-	uint8_t *hello; /* IC_HELLO: TLS_RECORD_MAX bytes peeked into */
-	/* Upstream failed before the guest's handshake: its 502's reason. */
-	const char *up_error;
-
-	struct http1_req *req; /* from the end of the TLS handshake on */
-	struct http1_resp *resp;
-	bool resp_dead; /* the tracker stopped: no boundaries known */
-	/*
-	 * Or, the guest having chosen h2: both directions through it, and
-	 * upstream's bytes wait in up_in until it takes them.
-	 */
-	struct h2 *h2;
-	uint8_t *up_in;
-	size_t up_len;
-	bool eof_told[INTERCEPT_SIDES]; /* h2__eof() called */
-
-	uint8_t *in; /* read from the guest, not yet taken by req */
-	size_t in_len;
-	uint8_t *back; /* for the guest: upstream's bytes, an error answer */
-	size_t back_off, back_len;
-	size_t lingered; /* guest bytes dropped in IC_LINGER */
-
-	struct ic_ask asks[IC_MAX_ASKS];
-	bool answers_new; /* an answer came: decide the pending again */
-
-	/*
-	 * HTTP/1.1's response deadline (h2 keeps one per stream): upstream
-	 * may stay silent this long while it owes a response (an allowed
-	 * request's grant may say, else the params'); a byte either way
-	 * since the last sweep (up_heard) restarts it at that sweep.
-	 */
-	uint64_t response_ms;
-	bool up_heard;
-	uint64_t quiet_since; /* the sweep's clock; 0: nothing owed */
-};
-
-/* ---- the decision --------------------------------------------------- */
-
-static void report(struct intercept *ic, const char *detail, bool allowed,
-		   const char *reason)
-{
-	if (ic->ops.request)
-		ic->ops.request(ic->ops.opaque, &ic->flow,
-				detail && detail[0] ? detail : NULL, allowed,
-				reason);
-}
-
-/*
- * The policy, now, on the name the guest gave. The decision holds the
- * fields' values (secrets): the caller wipes it.
- */
-static void decide(struct intercept *ic, const char *host,
-		   struct net_http_decision *d)
-{
-	*d = (struct net_http_decision){ .verdict = NET_VERDICT_DENY };
-	ic->ops.decide(ic->ops.decide_opaque, &ic->flow, host, ic->verified, d);
-	d->reason[sizeof(d->reason) - 1] = '\0';
-	if (!d->reason[0])
-		snprintf(d->reason, sizeof(d->reason), "%s", "refused");
-}
 
 static int unfiltered(struct intercept *ic, int (*fn)(void *), void *arg);
 
@@ -224,18 +101,18 @@ static bool sni_ok(void *opaque, const char *sni)
 
 	/* A second ClientHello (after a HelloRetryRequest) names the same. */
 	if (ic->peeked[0] && strcmp(sni, ic->peeked)) {
-		report(ic, sni, false, "tls sni changed");
+		intercept__report(ic, sni, false, "tls sni changed");
 		ic->counted = true;
 		return false;
 	}
-	decide(ic, sni, &d);
+	intercept__decide(ic, sni, &d);
 	/* A grant that asks the hook does so request by request. */
 	ok = d.verdict == NET_VERDICT_ALLOW || d.verdict == NET_VERDICT_ASK;
 	if (ok) {
 		ic->verified = true;
 		snprintf(ic->host, sizeof(ic->host), "%s", sni);
 	} else {
-		report(ic, sni, false, d.reason);
+		intercept__report(ic, sni, false, d.reason);
 		ic->counted = true;
 	}
 	explicit_bzero(&d, sizeof(d));
@@ -243,234 +120,6 @@ static bool sni_ok(void *opaque, const char *sni)
 	if (ok)
 		unfiltered(ic, do_mint, &m);
 	return ok;
-}
-
-/* ---- the hook, request by request ------------------------------------ */
-
-static struct ic_ask *ask_find(struct intercept *ic, uint64_t index)
-{
-	for (unsigned int i = 0; i < IC_MAX_ASKS; i++)
-		if (ic->asks[i].used && ic->asks[i].index == index)
-			return &ic->asks[i];
-	return NULL;
-}
-
-static void ask_free(struct intercept *ic, struct ic_ask *a)
-{
-	if (a->used && !a->answered && ic->ops.cancel)
-		ic->ops.cancel(ic->ops.opaque, a->id);
-	if (a->ans)
-		explicit_bzero(a->ans, sizeof(*a->ans));
-	free(a->ans);
-	*a = (struct ic_ask){ 0 };
-}
-
-static void refuse_with(struct net_http_decision *d, const char *reason)
-{
-	d->verdict = NET_VERDICT_DENY;
-	d->status = HTTP_STATUS_FORBIDDEN;
-	snprintf(d->reason, sizeof(d->reason), "%s", reason);
-}
-
-/* The request as the hook's question sees it. */
-static void question(const struct intercept *ic, const struct http1_request *rq,
-		     const struct net_http_decision *d,
-		     struct hook_http_question *q)
-{
-	*q = (struct hook_http_question){
-		.socket = d->hook_socket,
-		.timeout_ms = d->hook_timeout_ms,
-		.grant = d->grant,
-		.host = rq->hostname,
-		.port = rq->port,
-		.tls = ic->tls.server,
-		.protocol = ic->h2	      ? "h2" :
-			    rq->version_minor ? "HTTP/1.1" :
-						"HTTP/1.0",
-		.method = rq->method,
-		.path = rq->path,
-		.path_len = rq->path_len,
-		.fields = rq->headers,
-		.nr_fields = rq->nr_headers,
-		.grant_fields = d,
-	};
-}
-
-/*
- * A request whose grant asks the hook (d: NET_VERDICT_ASK): its answer
- * if it came (*ans; d stays ASK), else the question out and
- * HTTP1_PENDING, else d refused. 0 when decided.
- */
-static int hook_decision(struct intercept *ic, const struct http1_request *rq,
-			 struct net_http_decision *d,
-			 const struct net_http_decision **ans)
-{
-	uint64_t index = d->ask_each_request ? rq->index : IC_CONNECTION;
-	struct ic_ask *a = ask_find(ic, index);
-	struct hook_http_question q;
-	int ret;
-
-	*ans = NULL;
-	if (a && a->answered) {
-		a->taken = true;
-		if (!a->ans)
-			refuse_with(d, HOOK_ERROR); /* no memory for it */
-		*ans = a->ans;
-		return 0;
-	}
-	if (a)
-		return HTTP1_PENDING; /* its question is out */
-	for (unsigned int i = 0; !a && i < IC_MAX_ASKS; i++)
-		if (!ic->asks[i].used)
-			a = &ic->asks[i];
-	if (!a) {
-		refuse_with(d, HOOK_BUSY);
-		return 0;
-	}
-	question(ic, rq, d, &q);
-	ret = ic->ops.ask ? ic->ops.ask(ic->ops.opaque, ic->owner, &ic->flow,
-					&q, &a->id) :
-			    -ENOTCONN;
-	if (ret) {
-		refuse_with(d, hook__failure(ret));
-		return 0;
-	}
-	a->used = true;
-	a->index = index;
-	return HTTP1_PENDING;
-}
-
-/* The fields the grant gives the hook include name. */
-static bool hook_field(const struct net_http_decision *d, const char *name)
-{
-	for (unsigned int i = 0; i < d->nr_headers && i < NET_HTTP_MAX_HEADERS;
-	     i++)
-		if (d->headers[i].hook && d->headers[i].name < sizeof(d->buf) &&
-		    !strcasecmp(d->buf + d->headers[i].name, name))
-			return true;
-	return false;
-}
-
-/* The value the answer sets for name, or NULL. */
-static const char *hook_value(const struct net_http_decision *ans,
-			      const char *name)
-{
-	for (unsigned int i = 0;
-	     ans && i < ans->nr_headers && i < NET_HTTP_MAX_HEADERS; i++)
-		if (!ans->headers[i].remove &&
-		    ans->headers[i].name < sizeof(ans->buf) &&
-		    ans->headers[i].value < sizeof(ans->buf) &&
-		    !strcasecmp(ans->buf + ans->headers[i].name, name))
-			return ans->buf + ans->headers[i].value;
-	return NULL;
-}
-
-/*
- * The edits of an allowed request: the hook's removals first, then the
- * grant's fields (a later edit of a name wins), those it gives the hook
- * with the answer's values, or removed when it set none: the guest
- * never supplies a field the host brokers. 0, or the refusal's reason.
- */
-static const char *edits_apply(const struct net_http_decision *d,
-			       const struct net_http_decision *ans,
-			       struct http1_edits *e)
-{
-	for (unsigned int i = 0;
-	     ans && i < ans->nr_headers && i < NET_HTTP_MAX_HEADERS; i++) {
-		const char *name = ans->buf + ans->headers[i].name;
-
-		if (ans->headers[i].name >= sizeof(ans->buf))
-			return "http header edit failed";
-		if (!ans->headers[i].remove && !hook_field(d, name))
-			return "hook set a field not granted";
-		if (ans->headers[i].remove && http1_edits__remove(e, name))
-			return "http header edit failed";
-	}
-	for (unsigned int i = 0; i < d->nr_headers && i < NET_HTTP_MAX_HEADERS;
-	     i++) {
-		const char *name, *value;
-
-		/* The policy checked both; a failure here is a bug. */
-		if (d->headers[i].name >= sizeof(d->buf) ||
-		    d->headers[i].value >= sizeof(d->buf))
-			return "http header edit failed";
-		name = d->buf + d->headers[i].name;
-		value = d->headers[i].hook ? hook_value(ans, name) :
-					     d->buf + d->headers[i].value;
-		if (value ? http1_edits__set(e, name, value) :
-			    http1_edits__remove(e, name))
-			return "http header edit failed";
-	}
-	return NULL;
-}
-
-/*
- * Each request, by the policy as it is now (and the hook, when its
- * grant says so). The decision is wiped before it goes out of scope,
- * whichever way it went.
- */
-static int on_request(void *opaque, const struct http1_request *rq,
-		      struct http1_edits *e)
-{
-	struct intercept *ic = opaque;
-	const struct net_http_decision *ans = NULL;
-	struct net_http_decision d;
-	const char *failed;
-	int ret = HTTP1_ALLOW;
-
-	/* Refused here rather than by the rewriter, so it counts once. */
-	if (rq->upgrade) {
-		d = (struct net_http_decision){
-			.reason = "http upgrade not allowed"
-		};
-		ret = http1_edits__refuse(e, HTTP_STATUS_FORBIDDEN, d.reason);
-		goto out_report;
-	}
-	decide(ic, rq->hostname, &d);
-	if (d.verdict == NET_VERDICT_ASK) {
-		ret = hook_decision(ic, rq, &d, &ans);
-		if (ret == HTTP1_PENDING) {
-			/* Reported once decided. */
-			explicit_bzero(&d, sizeof(d));
-			return ret;
-		}
-		if (ans && ans->verdict != NET_VERDICT_ALLOW) {
-			d.verdict = NET_VERDICT_DENY;
-			d.status = ans->status ? ans->status :
-						 HTTP_STATUS_FORBIDDEN;
-			snprintf(d.reason, sizeof(d.reason), "%s", ans->reason);
-		} else if (d.verdict == NET_VERDICT_ASK) {
-			d.verdict = NET_VERDICT_ALLOW;
-			if (ans)
-				snprintf(d.reason, sizeof(d.reason), "%s",
-					 ans->reason);
-		}
-	}
-	if (d.verdict != NET_VERDICT_ALLOW) {
-		ret = http1_edits__refuse(e, d.status, d.reason);
-		goto out_report;
-	}
-	failed = edits_apply(&d, ans, e);
-	if (failed) {
-		snprintf(d.reason, sizeof(d.reason), "%s", failed);
-		ret = http1_edits__refuse(
-			e,
-			strcmp(failed, "http header edit failed") ?
-				HTTP_STATUS_FORBIDDEN :
-				HTTP_STATUS_INTERNAL,
-			d.reason);
-		goto out_report;
-	}
-	ic->verified = true;
-	snprintf(ic->host, sizeof(ic->host), "%s", rq->hostname);
-	ic->want_up = true;
-	if (d.response_ms)
-		ic->response_ms = d.response_ms;
-out_report:
-	ic->counted = ret != HTTP1_ALLOW;
-	report(ic, rq->hostname, ret == HTTP1_ALLOW, d.reason);
-	explicit_bzero(&d, sizeof(d));
-	return ret;
 }
 
 /* ---- the sides: plain sockets or TLS --------------------------------- */
@@ -847,14 +496,14 @@ static int answer(struct intercept *ic, unsigned int status, const char *reason)
 }
 
 /* The rewriter refused (feed's ret): report it, stop reading the guest. */
-static int refused(struct intercept *ic, ssize_t ret)
+int intercept__refused(struct intercept *ic, ssize_t ret)
 {
 	const struct http1_refusal *r = http1_req__refusal(ic->req);
 
 	if (!r || ret == -ENOMEM)
 		return ret ? (int)ret : -EPROTO;
 	if (!ic->counted)
-		report(ic, ic->host, false, r->reason);
+		intercept__report(ic, ic->host, false, r->reason);
 	ic->counted = true;
 	/* Its head went upstream, its body broke: no answer is coming. */
 	if (r->head_sent)
@@ -984,10 +633,11 @@ static int pump(struct intercept *ic)
 		if (!ret) {
 			ret = feed(ic, &progress);
 			if (ret < 0 && ic->h2 && !ic->counted) {
-				report(ic, ic->host, false, "malformed http/2");
+				intercept__report(ic, ic->host, false,
+						  "malformed http/2");
 				ic->counted = true;
 			} else if (ret < 0 && !ic->h2) {
-				ret = refused(ic, ret);
+				ret = intercept__refused(ic, ret);
 			}
 		}
 		if (!ret)
@@ -1016,45 +666,6 @@ static int pump(struct intercept *ic)
 
 /* ---- TLS handshakes ---------------------------------------------------- */
 
-static int make_http1(struct intercept *ic, const char *hostname, bool tls)
-{
-	struct http1_params hp = {
-		.hostname = hostname,
-		.port = ntohs(ic->flow.dst.sin_port),
-		.tls = tls,
-		.on_request = on_request,
-		.opaque = ic,
-	};
-	int ret;
-
-	ret = http1_req__create(&ic->req, &hp);
-	return ret ? ret : http1_resp__create(&ic->resp, ic->req);
-}
-
-/* h2: a stream refused by the module's own checks, for the log. */
-static void h2_refused(void *opaque, unsigned int status, const char *reason)
-{
-	struct intercept *ic = opaque;
-
-	report(ic, ic->host, false, reason);
-}
-
-static int make_h2(struct intercept *ic)
-{
-	struct h2_params hp = {
-		.hostname = ic->host,
-		.port = ntohs(ic->flow.dst.sin_port),
-		.on_request = on_request,
-		.on_refused = h2_refused,
-		.opaque = ic,
-	};
-
-	ic->up_in = malloc(INTERCEPT_BUF);
-	if (!ic->up_in)
-		return -ENOMEM;
-	return h2__create(&ic->h2, &hp);
-}
-
 /*
  * The guest's handshake: the SNI was checked by sni_ok (a refusal was
  * reported there); any other failure is the guest's (not TLS, no SNI,
@@ -1073,16 +684,16 @@ static int guest_handshake(struct intercept *ic)
 		return 0;
 	if (ret) {
 		if (!ic->counted)
-			report(ic, tls_conn__error(c), false,
-			       "tls handshake failed");
+			intercept__report(ic, tls_conn__error(c), false,
+					  "tls handshake failed");
 		ic->counted = true;
 		return ret;
 	}
 	alpn = tls_conn__alpn(c);
 	if (alpn && !strcmp(alpn, ALPN_H2))
-		ret = make_h2(ic);
+		ret = intercept__make_h2(ic);
 	else
-		ret = make_http1(ic, ic->host, true);
+		ret = intercept__make_http1(ic, ic->host, true);
 	if (ret)
 		return ret;
 	ic->state = IC_RELAY;
@@ -1176,7 +787,7 @@ static int hello_peek(struct intercept *ic)
 		return 0;
 	if (ret)
 		return guest_accept(ic);
-	decide(ic, sni, &d);
+	intercept__decide(ic, sni, &d);
 	ok = d.verdict == NET_VERDICT_ALLOW || d.verdict == NET_VERDICT_ASK;
 	explicit_bzero(&d, sizeof(d));
 	if (!ok)
@@ -1249,57 +860,6 @@ static int do_connect(void *arg)
 
 /* ---- the interface ----------------------------------------------------- */
 
-/*
- * Answers came: the requests that wait are decided again (each takes
- * its answer); answers no request took are for requests gone (an h2
- * stream reset meanwhile): freed. A connection's answer stays.
- */
-static int apply_answers(struct intercept *ic)
-{
-	ssize_t ret = 0;
-
-	if (!ic->answers_new)
-		return 0;
-	ic->answers_new = false;
-	if (ic->h2)
-		ret = h2__resume(ic->h2);
-	else if (ic->req && ic->state == IC_RELAY)
-		ret = http1_req__resume(ic->req);
-	for (unsigned int i = 0; i < IC_MAX_ASKS; i++) {
-		struct ic_ask *a = &ic->asks[i];
-
-		if (a->used && a->answered && a->index != IC_CONNECTION)
-			ask_free(ic, a);
-		a->taken = false;
-	}
-	if (ret < 0 && !ic->h2)
-		return refused(ic, ret);
-	return ret;
-}
-
-void intercept__hook_answer(struct intercept *ic, uint64_t id,
-			    const struct net_http_decision *d)
-{
-	for (unsigned int i = 0; i < IC_MAX_ASKS; i++) {
-		struct ic_ask *a = &ic->asks[i];
-
-		if (!a->used || a->answered || a->id != id)
-			continue;
-		a->answered = true;
-		/* Failed, its request is refused (hook_decision). */
-		a->ans = malloc(sizeof(*a->ans));
-		if (a->ans)
-			memcpy(a->ans, d, sizeof(*d));
-		ic->answers_new = true;
-		return;
-	}
-}
-
-bool intercept__has_answers(const struct intercept *ic)
-{
-	return ic->answers_new;
-}
-
 int intercept__run(struct intercept *ic, enum intercept_side side,
 		   uint32_t events)
 {
@@ -1325,7 +885,7 @@ int intercept__run(struct intercept *ic, enum intercept_side side,
 			return ret;
 		break;
 	default:
-		ret = apply_answers(ic);
+		ret = intercept__apply_answers(ic);
 		if (ret)
 			return ret;
 		if (side == INTERCEPT_UP && S->tls && !ic->up_ready &&
@@ -1461,8 +1021,8 @@ bool intercept__setting_up(const struct intercept *ic)
 int intercept__expire(struct intercept *ic)
 {
 	if (!ic->counted)
-		report(ic, "no TLS handshake within the deadline", false,
-		       "tls handshake failed");
+		intercept__report(ic, "no TLS handshake within the deadline",
+				  false, "tls handshake failed");
 	ic->counted = true;
 	return -ETIMEDOUT;
 }
@@ -1565,7 +1125,7 @@ int intercept__create(struct intercept **out, const struct intercept_params *p)
 		 */
 		ret = (ic->hello = calloc(1, TLS_RECORD_MAX)) ? 0 : -ENOMEM;
 	else /* plain: the first request's Host names the connection */
-		ret = make_http1(ic, NULL, false);
+		ret = intercept__make_http1(ic, NULL, false);
 	if (ret) {
 		intercept__destroy(ic);
 		return ret;
@@ -1581,7 +1141,7 @@ void intercept__destroy(struct intercept *ic)
 		return;
 	/* Questions out are cancelled; answers kept are wiped. */
 	for (unsigned int i = 0; i < IC_MAX_ASKS; i++)
-		ask_free(ic, &ic->asks[i]);
+		intercept__ask_free(ic, &ic->asks[i]);
 	for (int s = 0; s < INTERCEPT_SIDES; s++)
 		tls_conn__free(ic->side[s].tls);
 	http1_resp__destroy(ic->resp);

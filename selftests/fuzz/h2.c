@@ -49,8 +49,8 @@ struct fuzz_h2 {
 	uint64_t now;
 };
 
-static int decide(void *opaque, const struct http1_request *req,
-		  struct http1_edits *e)
+static int decide(void *opaque, const struct http_request *req,
+		  struct http_edits *e)
 {
 	struct fuzz_h2 *f = opaque;
 
@@ -58,14 +58,14 @@ static int decide(void *opaque, const struct http1_request *req,
 	switch (f->d) {
 	case WAIT:
 		if (!f->resuming)
-			return HTTP1_PENDING;
+			return HTTP_PENDING;
 		fallthrough;
 	case ALLOW_INJECT:
-		if (http1_edits__set(e, "authorization", "Bearer " TOKEN))
-			return http1_edits__refuse(e, 500, "edit failed");
-		return HTTP1_ALLOW;
+		if (http_edits__set(e, "authorization", "Bearer " TOKEN))
+			return http_edits__refuse(e, 500, "edit failed");
+		return HTTP_ALLOW;
 	default:
-		return http1_edits__refuse(e, 403, "not granted");
+		return http_edits__refuse(e, 403, "not granted");
 	}
 }
 

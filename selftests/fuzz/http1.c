@@ -35,8 +35,8 @@ struct decider {
 	bool resumed;
 };
 
-static int decide(void *opaque, const struct http1_request *req,
-		  struct http1_edits *e)
+static int decide(void *opaque, const struct http_request *req,
+		  struct http_edits *e)
 {
 	struct decider *dc = opaque;
 
@@ -46,18 +46,18 @@ static int decide(void *opaque, const struct http1_request *req,
 	switch (dc->d) {
 	case WAIT:
 		if (!dc->resumed)
-			return HTTP1_PENDING;
+			return HTTP_PENDING;
 		fallthrough;
 	case ALLOW_INJECT:
-		if (http1_edits__set(e, "authorization", "Bearer " TOKEN))
-			return http1_edits__refuse(e, 500, "edit failed");
-		return req->upgrade ? HTTP1_ALLOW_UPGRADE : HTTP1_ALLOW;
+		if (http_edits__set(e, "authorization", "Bearer " TOKEN))
+			return http_edits__refuse(e, 500, "edit failed");
+		return req->upgrade ? HTTP_ALLOW_UPGRADE : HTTP_ALLOW;
 	case REMOVE:
-		if (http1_edits__remove(e, "user-agent"))
-			return http1_edits__refuse(e, 500, "edit failed");
-		return HTTP1_ALLOW;
+		if (http_edits__remove(e, "user-agent"))
+			return http_edits__refuse(e, 500, "edit failed");
+		return HTTP_ALLOW;
 	default:
-		return http1_edits__refuse(e, 403, "not granted");
+		return http_edits__refuse(e, 403, "not granted");
 	}
 }
 
@@ -81,7 +81,7 @@ static void drain(struct http1_req *h)
 	size_t len;
 
 	http1_req__output(h, &len);
-	fuzz_check(len <= HTTP1_OUTPUT_MAX + HTTP1_HEAD_MAX + HTTP1_EDITS_MAX);
+	fuzz_check(len <= HTTP1_OUTPUT_MAX + HTTP1_HEAD_MAX + HTTP_EDITS_MAX);
 	http1_req__drain(h, len);
 }
 

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * fuzz policy - the network policy's JSON (net/policy.c,
- * Documentation/network.md), then decisions under a policy that parsed:
- * new flows to a bound name, a public, a private and the gateway's
- * address, TCP and UDP, and HTTP requests naming the bound name, another
- * name and an address.
+ * fuzz policy - the network policy's JSON (net/policy-parse.c,
+ * Documentation/network.md), then decisions (net/policy.c) under a
+ * policy that parsed: new flows to a bound name, a public, a private and
+ * the gateway's address, TCP and UDP, and HTTP requests naming the bound
+ * name, another name and an address.
  *
  * Checked for every input: a policy that does not parse says why, under
  * its path; a decision is one of the verdicts with its reason; the

@@ -110,18 +110,18 @@ static struct rec *rec_of(struct peer *p, int32_t id)
 
 /* ---- the decision -------------------------------------------------- */
 
-static int decide(void *opaque, const struct http1_request *req,
-		  struct http1_edits *e)
+static int decide(void *opaque, const struct http_request *req,
+		  struct http_edits *e)
 {
 	struct world *w = opaque;
 
 	w->calls++;
 	snprintf(w->last_method, sizeof(w->last_method), "%s", req->method);
 	if (w->refuse)
-		return http1_edits__refuse(e, w->refuse, w->refuse_reason);
-	if (w->inject && http1_edits__set(e, "Authorization", AUTH))
-		return http1_edits__refuse(e, 500, "edit failed");
-	return HTTP1_ALLOW;
+		return http_edits__refuse(e, w->refuse, w->refuse_reason);
+	if (w->inject && http_edits__set(e, "Authorization", AUTH))
+		return http_edits__refuse(e, 500, "edit failed");
+	return HTTP_ALLOW;
 }
 
 static void on_refused(void *opaque, unsigned int status, const char *reason)

@@ -25,6 +25,7 @@
 #include "lib/compiler.h"
 #include "net/hook-internal.h"
 #include "net/hook.h"
+#include "net/http1.h"
 #include "selftests/fakehook.h"
 #include "selftests/kselftest.h"
 
@@ -227,7 +228,7 @@ TEST(answer_texts_printable_and_cut)
 
 /* ---- a request's lines ----------------------------------------------------- */
 
-static const struct http1_header req_fields[] = {
+static const struct http_header req_fields[] = {
 	{ "Host", 4, "api.example.test", 16 },
 	{ "Authorization", 13, "Bearer guest-secret", 19 },
 	{ "User-Agent", 10, "t\x01t\xc3\xa9", 5 },
@@ -330,7 +331,7 @@ TEST(http_question_truncated_to_a_line)
 	struct net_flow f =
 		flow(IPPROTO_TCP, "10.0.2.15", 40000, "192.0.2.10", 80);
 	static char big[HTTP1_HEAD_MAX / HTTP1_MAX_HEADERS];
-	struct http1_header many[HTTP1_MAX_HEADERS];
+	struct http_header many[HTTP1_MAX_HEADERS];
 	struct hook_http_question q = http_question("/run/h.sock", 100, NULL);
 	char buf[HOOK_HTTP_LINE_MAX];
 	json_t *o;
@@ -338,7 +339,7 @@ TEST(http_question_truncated_to_a_line)
 
 	memset(big, '"', sizeof(big));
 	for (unsigned int i = 0; i < ARRAY_SIZE(many); i++)
-		many[i] = (struct http1_header){ "X-Big", 5, big, sizeof(big) };
+		many[i] = (struct http_header){ "X-Big", 5, big, sizeof(big) };
 	q.fields = many;
 	q.nr_fields = ARRAY_SIZE(many);
 	q.tls = false;

@@ -48,7 +48,7 @@ struct seen {
 	char method[16];
 	char target[256];
 	char path[256];
-	char hostname[HTTP1_HOSTNAME_MAX + 1];
+	char hostname[HTTP_HOSTNAME_MAX + 1];
 	unsigned int nr_headers, version_minor;
 	bool upgrade;
 };
@@ -75,31 +75,31 @@ static void copy_text(char *dst, size_t size, const char *src, size_t len)
 	dst[len] = '\0';
 }
 
-static int decide_edit_errors(struct decider *d, struct http1_edits *e)
+static int decide_edit_errors(struct decider *d, struct http_edits *e)
 {
-	char big[HTTP1_EDITS_MAX + 1];
+	char big[HTTP_EDITS_MAX + 1];
 	char name[16];
 	int *r = d->edit_rets;
 
 	memset(big, 'v', sizeof(big) - 1);
 	big[sizeof(big) - 1] = '\0';
-	r[0] = http1_edits__set(e, "Host", "evil.example.com");
-	r[1] = http1_edits__set(e, "content-length", "0");
-	r[2] = http1_edits__set(e, "bad name", "x");
-	r[3] = http1_edits__set(e, "x-ok", "a\r\nInjected: yes");
-	r[4] = http1_edits__remove(e, "Transfer-Encoding");
-	r[5] = http1_edits__set(e, "x-big", big);
+	r[0] = http_edits__set(e, "Host", "evil.example.com");
+	r[1] = http_edits__set(e, "content-length", "0");
+	r[2] = http_edits__set(e, "bad name", "x");
+	r[3] = http_edits__set(e, "x-ok", "a\r\nInjected: yes");
+	r[4] = http_edits__remove(e, "Transfer-Encoding");
+	r[5] = http_edits__set(e, "x-big", big);
 	r[6] = 0;
-	for (unsigned int i = 0; i <= HTTP1_MAX_EDITS && !r[6]; i++) {
+	for (unsigned int i = 0; i <= HTTP_MAX_EDITS && !r[6]; i++) {
 		snprintf(name, sizeof(name), "x-e%u", i);
-		r[6] = http1_edits__set(e, name, "1");
+		r[6] = http_edits__set(e, name, "1");
 	}
-	r[7] = http1_edits__set(e, "x-e0", "2"); /* an edit again: fine */
-	return HTTP1_ALLOW;
+	r[7] = http_edits__set(e, "x-e0", "2"); /* an edit again: fine */
+	return HTTP_ALLOW;
 }
 
-static int decide(void *opaque, const struct http1_request *req,
-		  struct http1_edits *e)
+static int decide(void *opaque, const struct http_request *req,
+		  struct http_edits *e)
 {
 	struct decider *d = opaque;
 	struct seen *s = &d->seen[d->calls % MAX_SEEN];
@@ -120,22 +120,22 @@ static int decide(void *opaque, const struct http1_request *req,
 		return decide_edit_errors(d, e);
 	if (d->by_path) {
 		if (!strcmp(s->path, "/a"))
-			ret = http1_edits__set(e, "X-A", "1");
+			ret = http_edits__set(e, "X-A", "1");
 		else if (!strcmp(s->path, "/b"))
-			ret = http1_edits__remove(e, "user-agent");
+			ret = http_edits__remove(e, "user-agent");
 		else if (!strcmp(s->path, "/c"))
-			ret = http1_edits__set(e, "authorization", AUTH);
+			ret = http_edits__set(e, "authorization", AUTH);
 		else
-			return http1_edits__refuse(e, 403, "not granted");
-		return ret ? http1_edits__refuse(e, 500, "edit failed") :
-			     HTTP1_ALLOW;
+			return http_edits__refuse(e, 403, "not granted");
+		return ret ? http_edits__refuse(e, 500, "edit failed") :
+			     HTTP_ALLOW;
 	}
-	if (d->inject && http1_edits__set(e, "authorization", AUTH))
-		return http1_edits__refuse(e, 500, "edit failed");
-	if (d->remove && http1_edits__remove(e, d->remove))
-		return http1_edits__refuse(e, 500, "edit failed");
+	if (d->inject && http_edits__set(e, "authorization", AUTH))
+		return http_edits__refuse(e, 500, "edit failed");
+	if (d->remove && http_edits__remove(e, d->remove))
+		return http_edits__refuse(e, 500, "edit failed");
 	if (d->refuse)
-		return http1_edits__refuse(e, d->refuse, d->refuse_reason);
+		return http_edits__refuse(e, d->refuse, d->refuse_reason);
 	return d->verdict;
 }
 
@@ -466,7 +466,7 @@ TEST(chunked_framing_is_written_anew)
 
 TEST(content_length_body_passes)
 {
-	struct decider d = { .verdict = HTTP1_ALLOW };
+	struct decider d = { .verdict = HTTP_ALLOW };
 	struct sink s;
 	const char *req = "PUT /f HTTP/1.1\r\n"
 			  "Host: api.example.com\r\n"
@@ -530,7 +530,7 @@ TEST(any_split_gives_the_same_output)
 
 TEST(http_1_0_and_keep_alive)
 {
-	struct decider d = { .verdict = HTTP1_ALLOW };
+	struct decider d = { .verdict = HTTP_ALLOW };
 	struct http1_refusal f;
 	struct sink s;
 	const char *two = "GET /1 HTTP/1.0\r\nHost: api.example.com\r\n"
@@ -556,7 +556,7 @@ TEST(http_1_0_and_keep_alive)
 
 TEST(expect_100_continue_passes)
 {
-	struct decider d = { .verdict = HTTP1_ALLOW };
+	struct decider d = { .verdict = HTTP_ALLOW };
 	const char *req = "POST /u HTTP/1.1\r\nHost: api.example.com\r\n"
 			  "Content-Length: 5\r\nExpect: 100-continue\r\n\r\n";
 	struct http1_req *h = req_new(_metadata, &d, true, PORT);
@@ -587,7 +587,7 @@ TEST(expect_100_continue_passes)
 
 TEST(host_must_match_the_flow)
 {
-	struct decider d = { .verdict = HTTP1_ALLOW };
+	struct decider d = { .verdict = HTTP_ALLOW };
 	struct sink s;
 
 	sink_init(_metadata, &s);
@@ -644,7 +644,7 @@ TEST(hostname_taken_from_the_first_request)
 	const char *other = "GET /c HTTP/1.1\r\nHost: other.test\r\n\r\n";
 	const struct http1_params p = { .port = 80, .on_request = decide };
 	struct http1_params pd = p;
-	struct decider d = { .verdict = HTTP1_ALLOW };
+	struct decider d = { .verdict = HTTP_ALLOW };
 	struct http1_req *h;
 	struct sink s;
 
@@ -683,7 +683,7 @@ TEST(hostname_taken_from_the_first_request)
 /* On a non-default port the port must be named, and be the flow's. */
 TEST(host_port_on_a_non_default_port)
 {
-	struct decider d = { .verdict = HTTP1_ALLOW };
+	struct decider d = { .verdict = HTTP_ALLOW };
 	struct http1_req *h = req_new(_metadata, &d, false, 8080);
 	const char *ok = "GET / HTTP/1.1\r\nHost: api.example.com:8080\r\n\r\n";
 	const char *no = "GET / HTTP/1.1\r\nHost: api.example.com\r\n\r\n";
@@ -725,7 +725,7 @@ TEST(spoofed_host_refused_after_a_good_request)
 
 TEST(absolute_form_must_match_too)
 {
-	struct decider d = { .verdict = HTTP1_ALLOW };
+	struct decider d = { .verdict = HTTP_ALLOW };
 	struct sink s;
 	const char *ok =
 		"GET https://API.example.com:443/v1/user?x=1 HTTP/1.1\r\n"
@@ -761,7 +761,7 @@ TEST(absolute_form_must_match_too)
 
 TEST(double_host_refused)
 {
-	struct decider d = { .verdict = HTTP1_ALLOW };
+	struct decider d = { .verdict = HTTP_ALLOW };
 
 	EXPECT_REFUSED(&d,
 		       "GET / HTTP/1.1\r\nHost: api.example.com\r\n"
@@ -778,7 +778,7 @@ TEST(double_host_refused)
 
 TEST(te_and_cl_smuggling_refused)
 {
-	struct decider d = { .verdict = HTTP1_ALLOW };
+	struct decider d = { .verdict = HTTP_ALLOW };
 
 	EXPECT_REFUSED(&d,
 		       "POST / HTTP/1.1\r\nHost: api.example.com\r\n"
@@ -820,7 +820,7 @@ TEST(folded_line_refused_however_split)
 	static const char req[] = "GET / HTTP/1.1\r\nHost: api.example.com\r\n"
 				  "X-A: one\r\n two\r\n\r\n";
 	size_t len = sizeof(req) - 1;
-	struct decider d = { .verdict = HTTP1_ALLOW };
+	struct decider d = { .verdict = HTTP_ALLOW };
 	struct http1_refusal f;
 	struct sink s;
 
@@ -838,7 +838,7 @@ TEST(folded_line_refused_however_split)
 
 TEST(connect_refused)
 {
-	struct decider d = { .verdict = HTTP1_ALLOW_UPGRADE };
+	struct decider d = { .verdict = HTTP_ALLOW_UPGRADE };
 
 	EXPECT_REFUSED(&d,
 		       "CONNECT api.example.com:443 HTTP/1.1\r\n"
@@ -849,7 +849,7 @@ TEST(connect_refused)
 
 TEST(upgrade_refused_unless_allowed)
 {
-	struct decider d = { .verdict = HTTP1_ALLOW };
+	struct decider d = { .verdict = HTTP_ALLOW };
 	const char *ws = "GET /ws HTTP/1.1\r\nHost: api.example.com\r\n"
 			 "Upgrade: websocket\r\nConnection: Upgrade\r\n\r\n";
 	struct sink s;
@@ -866,7 +866,7 @@ TEST(upgrade_refused_unless_allowed)
 		       403U, "upgrade not allowed");
 
 	/* Allowed: after the request, bytes pass as they are. */
-	d.verdict = HTTP1_ALLOW_UPGRADE;
+	d.verdict = HTTP_ALLOW_UPGRADE;
 	d.inject = true;
 	sink_init(_metadata, &s);
 	ASSERT_EQ(0, RUN(&d,
@@ -883,7 +883,7 @@ TEST(upgrade_refused_unless_allowed)
 
 TEST(non_http_bytes_refused_400)
 {
-	struct decider d = { .verdict = HTTP1_ALLOW };
+	struct decider d = { .verdict = HTTP_ALLOW };
 	static const char hello[] = "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03";
 	struct http1_refusal f;
 	struct sink s;
@@ -905,7 +905,7 @@ TEST(non_http_bytes_refused_400)
 	free(s.buf);
 }
 
-/* A decision that is not a verdict, or a bare HTTP1_REFUSE: refused. */
+/* A decision that is not a verdict, or a bare HTTP_REFUSE: refused. */
 TEST(odd_verdicts_refuse)
 {
 	const char *req = "GET / HTTP/1.1\r\nHost: api.example.com\r\n\r\n";
@@ -914,9 +914,9 @@ TEST(odd_verdicts_refuse)
 	struct sink s;
 
 	EXPECT_REFUSED(&d, req, 500U, "decision failed");
-	d.verdict = HTTP1_REFUSE;
+	d.verdict = HTTP_REFUSE;
 	EXPECT_REFUSED(&d, req, 403U, "refused");
-	d.verdict = HTTP1_ALLOW;
+	d.verdict = HTTP_ALLOW;
 	sink_init(_metadata, &s);
 	ASSERT_EQ(0, RUN(&d, opt, &s, NULL));
 	EXPECT_OUT(&s, opt);
@@ -927,7 +927,7 @@ TEST(odd_verdicts_refuse)
 /* A chunked body that breaks after its head went: close both sides. */
 TEST(broken_body_refused_with_head_sent)
 {
-	struct decider d = { .verdict = HTTP1_ALLOW };
+	struct decider d = { .verdict = HTTP_ALLOW };
 	struct http1_refusal f;
 	struct sink s;
 
@@ -963,7 +963,7 @@ TEST(oversize_heads_refused)
 {
 	/* "GET " + target + " HTTP/1.1\r\n" is the request line. */
 	size_t target_max = HTTP1_REQUEST_LINE_MAX - 4 - 11;
-	struct decider d = { .verdict = HTTP1_ALLOW };
+	struct decider d = { .verdict = HTTP_ALLOW };
 	struct sink s;
 	char *big, *line;
 
@@ -1009,7 +1009,7 @@ TEST(oversize_heads_refused)
 /* The output stops growing at HTTP1_OUTPUT_MAX; feed resumes on drain. */
 TEST(output_back_pressure)
 {
-	struct decider d = { .verdict = HTTP1_ALLOW };
+	struct decider d = { .verdict = HTTP_ALLOW };
 	struct http1_req *h = req_new(_metadata, &d, true, PORT);
 	char head[128];
 	size_t hlen = snprintf(head, sizeof(head),
@@ -1085,7 +1085,7 @@ TEST(token_never_in_an_error_response)
 
 	/* Edits decided and allowed, then refused by the upgrade rule. */
 	d.refuse = 0;
-	d.verdict = HTTP1_ALLOW;
+	d.verdict = HTTP_ALLOW;
 	ASSERT_EQ(-EPROTO, RUN(&d, ws, &s, &f));
 	EXPECT_EQ(403U, f.status);
 	EXPECT_EQ(0U, s.len);
@@ -1156,7 +1156,7 @@ TEST(create_checks_params)
  * after its trailers; the connection is idle between exchanges only. */
 TEST(response_boundaries)
 {
-	struct decider d = { .verdict = HTTP1_ALLOW };
+	struct decider d = { .verdict = HTTP_ALLOW };
 	struct http1_req *h = req_new(_metadata, &d, true, PORT);
 	const char *reqs = "HEAD /1 HTTP/1.1\r\nHost: api.example.com\r\n\r\n"
 			   "GET /2 HTTP/1.1\r\nHost: api.example.com\r\n\r\n"
@@ -1199,7 +1199,7 @@ TEST(response_boundaries)
 
 TEST(response_close_delimited)
 {
-	struct decider d = { .verdict = HTTP1_ALLOW };
+	struct decider d = { .verdict = HTTP_ALLOW };
 	struct http1_req *h = req_new(_metadata, &d, true, PORT);
 	const char *resp = "HTTP/1.1 200 OK\r\n\r\nuntil the end";
 	struct http1_resp *r;
@@ -1231,7 +1231,7 @@ TEST(response_close_delimited)
 
 TEST(response_unsolicited_and_101)
 {
-	struct decider d = { .verdict = HTTP1_ALLOW_UPGRADE };
+	struct decider d = { .verdict = HTTP_ALLOW_UPGRADE };
 	struct http1_req *h = req_new(_metadata, &d, true, PORT);
 	const char *ws = "GET /ws HTTP/1.1\r\nHost: api.example.com\r\n"
 			 "Upgrade: websocket\r\nConnection: Upgrade\r\n\r\n";
@@ -1258,7 +1258,7 @@ TEST(response_unsolicited_and_101)
 /* Tracked, at most HTTP1_MAX_PIPELINE requests wait for an answer. */
 TEST(pipeline_bounded_when_tracked)
 {
-	struct decider d = { .verdict = HTTP1_ALLOW };
+	struct decider d = { .verdict = HTTP_ALLOW };
 	struct http1_req *h = req_new(_metadata, &d, true, PORT);
 	const char *one = "GET / HTTP/1.1\r\nHost: api.example.com\r\n\r\n";
 	const char *ok = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n";
