@@ -108,6 +108,7 @@ core-obj-y += vmm/metrics.o
 core-obj-y += vmm/options.o
 core-obj-y += vmm/jail.o
 core-obj-y += vmm/bus.o
+core-obj-y += vmm/virtio-slots.o
 core-obj-y += vmm/rootfs.o
 core-obj-y += vmm/mounts.o
 core-obj-y += vmm/api/server.o

@@ -16,10 +16,6 @@
 #include <unistd.h>
 
 #include "devices/console.h"
-#include "devices/virtio/blk.h"
-#include "devices/virtio/fs.h"
-#include "devices/virtio/net.h"
-#include "devices/virtio/vsock.h"
 #include "lib/compiler.h"
 #include "lib/evloop.h"
 #include "lib/thread-filter.h"
@@ -390,52 +386,21 @@ static int prepare_run(struct vm *vm, int sig_fd, struct loop **l)
 
 /*
  * Device threads start, each under its type's filter from its first
- * instruction, before any vCPU.
+ * instruction, before any vCPU: every attached virtio device's, in slot
+ * order (vmm/virtio-attach.h), then the network's.
  */
 static int start_devices(struct vm *vm)
 {
-	const struct sock_fprog *device =
-		seccomp__filter(vm->seccomp, SECCOMP_THREAD_DEVICE);
-	const struct sock_fprog *fs =
-		seccomp__filter(vm->seccomp, SECCOMP_THREAD_FS);
+	const struct sock_fprog *filters[SECCOMP_NR_THREADS];
 	const struct sock_fprog *egress =
 		seccomp__filter(vm->seccomp, SECCOMP_THREAD_EGRESS);
 	int ret;
 
-	if (vm->blk) {
-		ret = virtio_blk__start(vm->blk, device);
-		if (ret) {
-			pr_err("virtio-blk0: starting its thread: %s",
-			       strerror(-ret));
-			return ret;
-		}
-	}
-	if (vm->vsock) {
-		ret = vsock__start(vm->vsock, device);
-		if (ret) {
-			pr_err("virtio-vsock0: starting its thread: %s",
-			       strerror(-ret));
-			return ret;
-		}
-	}
-	for (unsigned int i = 0; i < MOUNTS_MAX && vm->fs[i]; i++) {
-		ret = virtio_fs__start(vm->fs[i], fs);
-		if (ret) {
-			pr_err("%s: starting its thread: %s",
-			       vm__virtio_name(vm, VIRTIO_SLOT_FS0 + i),
-			       strerror(-ret));
-			return ret;
-		}
-	}
-	if (vm->net) {
-		ret = virtio_net__start(vm->net, device);
-		if (ret) {
-			pr_err("%s: starting its thread: %s",
-			       vm__virtio_name(vm, VIRTIO_SLOT_NET),
-			       strerror(-ret));
-			return ret;
-		}
-	}
+	for (unsigned int t = 0; t < SECCOMP_NR_THREADS; t++)
+		filters[t] = seccomp__filter(vm->seccomp, t);
+	ret = virtio_slots__start(vm->virtio, filters);
+	if (ret)
+		return ret;
 	if (vm->proxy) {
 		ret = proxy__start(vm->proxy, egress);
 		if (ret) {

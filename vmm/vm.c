@@ -37,6 +37,7 @@
 #include "snapshot/load.h"
 #include "vmm/console-log.h"
 #include "vmm/jail.h"
+#include "vmm/metrics.h"
 #include "vmm/mounts.h"
 #include "vmm/seccomp.h"
 #include "vmm/vm.h"
@@ -929,6 +930,17 @@ static const struct exit_dev_ops sys_ops = {
 	.exit = sys_exit,
 };
 
+static int blk_start(void *dev, const struct sock_fprog *filter)
+{
+	return virtio_blk__start(dev, filter);
+}
+
+static const struct virtio_slot_ops blk_slot_ops = {
+	.type = "virtio-blk",
+	.thread = SECCOMP_THREAD_DEVICE,
+	.start = blk_start,
+};
+
 static int blk_init(struct vm *vm)
 {
 	struct virtio_blk_params p = {
@@ -951,8 +963,20 @@ static int blk_init(struct vm *vm)
 		return ret;
 	}
 	return vm__attach_virtio(vm, VIRTIO_SLOT_BLK,
-				 virtio_blk__device(vm->blk));
+				 virtio_blk__device(vm->blk), &blk_slot_ops,
+				 vm->blk);
 }
+
+static int vsock_start(void *dev, const struct sock_fprog *filter)
+{
+	return vsock__start(dev, filter);
+}
+
+static const struct virtio_slot_ops vsock_slot_ops = {
+	.type = "virtio-vsock",
+	.thread = SECCOMP_THREAD_DEVICE,
+	.start = vsock_start,
+};
 
 static int vsock_init(struct vm *vm)
 {
@@ -983,7 +1007,8 @@ static int vsock_init(struct vm *vm)
 		return ret;
 	}
 	return vm__attach_virtio(vm, VIRTIO_SLOT_VSOCK,
-				 vsock__device(vm->vsock));
+				 vsock__device(vm->vsock), &vsock_slot_ops,
+				 vm->vsock);
 }
 
 /*
@@ -992,6 +1017,47 @@ static int vsock_init(struct vm *vm)
  * workspace), and a second is what virtiofsd's "auto" cache mode gives.
  */
 #define VM_FS_ATTR_TIMEOUT_MS 1000U
+
+/* A mount's device, and what vm.metrics says of it: its mount. */
+struct vm_fs {
+	struct virtio_fs *fs;
+	const char *guest_path; /* the config's */
+};
+
+static int fs_start(void *priv, const struct sock_fprog *filter)
+{
+	struct vm_fs *f = priv;
+
+	return virtio_fs__start(f->fs, filter);
+}
+
+/* A memory mount's bytes against its limit. */
+static void fs_metrics(void *priv, json_t *o)
+{
+	struct vm_fs *f = priv;
+	uint64_t used, max;
+
+	json_object_set_new(o, "mount", json_string(f->guest_path));
+	if (virtio_fs__usage(f->fs, &used, &max))
+		json_object_set_new(o, "memory",
+				    metrics__usage_json(used, max));
+}
+
+static void fs_destroy(void *priv)
+{
+	struct vm_fs *f = priv;
+
+	virtio_fs__destroy(f->fs);
+	free(f);
+}
+
+static const struct virtio_slot_ops fs_slot_ops = {
+	.type = "virtio-fs",
+	.thread = SECCOMP_THREAD_FS,
+	.start = fs_start,
+	.metrics = fs_metrics,
+	.destroy = fs_destroy,
+};
 
 /* Mount index's virtio-fs device, with its backend, in its slot. */
 static int fs_init_one(struct vm *vm, unsigned int index)
@@ -1009,17 +1075,24 @@ static int fs_init_one(struct vm *vm, unsigned int index)
 		.mem = &vm->mem,
 		.irq = vm__virtio_irq(vm, slot),
 	};
+	struct vm_fs *f;
 	int ret;
 
+	f = calloc(1, sizeof(*f));
+	if (!f)
+		return -ENOMEM;
+	f->guest_path = m->guest_path;
 	mounts__tag(index, tag, sizeof(tag));
 	p.backend = vm->fs_backend[index];
-	ret = virtio_fs__create(&vm->fs[index], &p);
+	ret = virtio_fs__create(&f->fs, &p);
 	if (ret) {
 		pr_err("%s (%s): %s", p.name, m->guest_path, strerror(-ret));
+		free(f);
 		return ret;
 	}
 	vm->fs_backend[index] = NULL; /* the device's from now on */
-	return vm__attach_virtio(vm, slot, virtio_fs__device(vm->fs[index]));
+	return vm__attach_virtio(vm, slot, virtio_fs__device(f->fs),
+				 &fs_slot_ops, f);
 }
 
 static int fs_init(struct vm *vm)
@@ -1034,6 +1107,47 @@ static int fs_init(struct vm *vm)
 	}
 	return 0;
 }
+
+static int net_device_start(void *dev, const struct sock_fprog *filter)
+{
+	return virtio_net__start(dev, filter);
+}
+
+/*
+ * virtio-net keeps its own frame counters (devices/virtio/net.h): its
+ * errors and queue-full events are read from them, not counted twice.
+ */
+static void net_device_metrics(void *dev, json_t *o)
+{
+	struct net_stats s;
+
+	virtio_net__stats(dev, &s);
+	json_object_set_new(
+		o, "errors",
+		json_integer((json_int_t)(s.tx_errors + s.tx_dropped +
+					  s.rx_dropped)));
+	json_object_set_new(o, "queueFull",
+			    json_integer((json_int_t)s.rx_held));
+	json_object_set_new(o, "rxFrames",
+			    json_integer((json_int_t)s.rx_frames));
+	json_object_set_new(o, "rxBytes", json_integer((json_int_t)s.rx_bytes));
+	json_object_set_new(o, "rxDropped",
+			    json_integer((json_int_t)s.rx_dropped));
+	json_object_set_new(o, "txFrames",
+			    json_integer((json_int_t)s.tx_frames));
+	json_object_set_new(o, "txBytes", json_integer((json_int_t)s.tx_bytes));
+	json_object_set_new(o, "txDropped",
+			    json_integer((json_int_t)s.tx_dropped));
+	json_object_set_new(o, "txErrors",
+			    json_integer((json_int_t)s.tx_errors));
+}
+
+static const struct virtio_slot_ops net_device_slot_ops = {
+	.type = "virtio-net",
+	.thread = SECCOMP_THREAD_DEVICE,
+	.start = net_device_start,
+	.metrics = net_device_metrics,
+};
 
 static int net_device_init(struct vm *vm)
 {
@@ -1060,7 +1174,8 @@ static int net_device_init(struct vm *vm)
 		return ret;
 	}
 	return vm__attach_virtio(vm, VIRTIO_SLOT_NET,
-				 virtio_net__device(vm->net));
+				 virtio_net__device(vm->net),
+				 &net_device_slot_ops, vm->net);
 }
 
 static void console_log_byte(void *opaque, const uint8_t *buf, size_t n)
@@ -1144,12 +1259,9 @@ static int devices_init(struct vm *vm)
 static void devices_exit(struct vm *vm)
 {
 	vm__detach_virtio(vm);
+	virtio_slots__destroy(vm->virtio);
 	virtio_net__destroy(vm->net);
 	vm->net = NULL;
-	for (unsigned int i = 0; i < MOUNTS_MAX; i++) {
-		virtio_fs__destroy(vm->fs[i]);
-		vm->fs[i] = NULL;
-	}
 	vsock__destroy(vm->vsock);
 	vm->vsock = NULL;
 	virtio_blk__destroy(vm->blk);

@@ -69,7 +69,6 @@ struct disk;
 struct virtio_blk;
 struct api;
 struct vsock;
-struct virtio_fs;
 struct fs_backend;
 struct virtio_net;
 struct proxy;
@@ -148,9 +147,11 @@ struct vm {
 	/* virtio-vsock (--vsock-socket, or the agent's control socket). */
 	struct vsock *vsock;
 
-	/* virtio-fs (--mount): one device per mount, slot 2 + index. */
-	struct fs_backend *fs_backend[MOUNTS_MAX]; /* until a device has it */
-	struct virtio_fs *fs[MOUNTS_MAX];
+	/*
+	 * --mount: each mount's backend until its virtio-fs device (in
+	 * slot 2 + index, which owns it) has it.
+	 */
+	struct fs_backend *fs_backend[MOUNTS_MAX];
 
 	/*
 	 * virtio-net (--net): the tap, in the VM's network namespace (auto,
