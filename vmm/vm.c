@@ -935,10 +935,16 @@ static int blk_start(void *dev, const struct sock_fprog *filter)
 	return virtio_blk__start(dev, filter);
 }
 
+static void blk_destroy(void *dev)
+{
+	virtio_blk__destroy(dev);
+}
+
 static const struct virtio_slot_ops blk_slot_ops = {
 	.type = "virtio-blk",
 	.thread = SECCOMP_THREAD_DEVICE,
 	.start = blk_start,
+	.destroy = blk_destroy,
 };
 
 static int blk_init(struct vm *vm)
@@ -953,18 +959,18 @@ static int blk_init(struct vm *vm)
 		.mem = &vm->mem,
 		.irq = vm__virtio_irq(vm, VIRTIO_SLOT_BLK),
 	};
+	struct virtio_blk *b;
 	int ret;
 
 	if (!vm->disk)
 		return 0;
-	ret = virtio_blk__create(&vm->blk, &p);
+	ret = virtio_blk__create(&b, &p);
 	if (ret) {
 		pr_err("%s: %s", p.name, strerror(-ret));
 		return ret;
 	}
-	return vm__attach_virtio(vm, VIRTIO_SLOT_BLK,
-				 virtio_blk__device(vm->blk), &blk_slot_ops,
-				 vm->blk);
+	return vm__attach_virtio(vm, VIRTIO_SLOT_BLK, virtio_blk__device(b),
+				 &blk_slot_ops, b);
 }
 
 static int vsock_start(void *dev, const struct sock_fprog *filter)
@@ -1264,8 +1270,6 @@ static void devices_exit(struct vm *vm)
 	vm->net = NULL;
 	vsock__destroy(vm->vsock);
 	vm->vsock = NULL;
-	virtio_blk__destroy(vm->blk);
-	vm->blk = NULL;
 	console__destroy(vm->console);
 	vm->console = NULL;
 	uart__destroy(vm->uart);

@@ -66,7 +66,6 @@ struct uart;
 struct console;
 struct console_log;
 struct disk;
-struct virtio_blk;
 struct api;
 struct vsock;
 struct fs_backend;
@@ -139,10 +138,12 @@ struct vm {
 	struct i8042 i8042;
 	struct exit_dev exit_dev;
 
-	/* The root disk (--rootfs): checked image, writable layer, device. */
+	/*
+	 * The root disk (--rootfs): checked image, writable layer (its
+	 * virtio-blk device is slot 0's).
+	 */
 	struct rootfs_image rootfs;
 	struct disk *disk;
-	struct virtio_blk *blk;
 
 	/* virtio-vsock (--vsock-socket, or the agent's control socket). */
 	struct vsock *vsock;
