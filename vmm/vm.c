@@ -978,10 +978,16 @@ static int vsock_start(void *dev, const struct sock_fprog *filter)
 	return vsock__start(dev, filter);
 }
 
+static void vsock_destroy(void *dev)
+{
+	vsock__destroy(dev);
+}
+
 static const struct virtio_slot_ops vsock_slot_ops = {
 	.type = "virtio-vsock",
 	.thread = SECCOMP_THREAD_DEVICE,
 	.start = vsock_start,
+	.destroy = vsock_destroy,
 };
 
 static int vsock_init(struct vm *vm)
@@ -1266,10 +1272,9 @@ static void devices_exit(struct vm *vm)
 {
 	vm__detach_virtio(vm);
 	virtio_slots__destroy(vm->virtio);
+	vm->vsock = NULL; /* destroyed with its slot */
 	virtio_net__destroy(vm->net);
 	vm->net = NULL;
-	vsock__destroy(vm->vsock);
-	vm->vsock = NULL;
 	console__destroy(vm->console);
 	vm->console = NULL;
 	uart__destroy(vm->uart);

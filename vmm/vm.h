@@ -145,7 +145,10 @@ struct vm {
 	struct rootfs_image rootfs;
 	struct disk *disk;
 
-	/* virtio-vsock (--vsock-socket, or the agent's control socket). */
+	/*
+	 * virtio-vsock (--vsock-socket, or the agent's control socket),
+	 * for the control API's agent channel: slot 1's, which destroys it.
+	 */
 	struct vsock *vsock;
 
 	/*
