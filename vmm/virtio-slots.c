@@ -70,8 +70,7 @@ int virtio_slots__attach(struct virtio_slot *slots, unsigned int slot,
 	if (!s || !reserved(s) || s->ops) {
 		pr_err("%s: virtio-mmio slot %u is not reserved for it",
 		       dev->name, slot);
-		if (ops->destroy)
-			ops->destroy(priv);
+		ops->destroy(priv);
 		return -EINVAL;
 	}
 	s->ops = ops;
@@ -135,8 +134,7 @@ void virtio_slots__destroy(struct virtio_slot *slots)
 		if (!s->ops)
 			continue;
 		s->dev = NULL;
-		if (s->ops->destroy)
-			s->ops->destroy(s->priv);
+		s->ops->destroy(s->priv);
 		s->ops = NULL;
 		s->priv = NULL;
 	}

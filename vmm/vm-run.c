@@ -373,7 +373,7 @@ static int prepare_run(struct vm *vm, int sig_fd, struct loop **l)
 		return 0;
 	for (i = 0; i < vm->cfg->mounts.nr; i++)
 		needs.fs_bind |= vm->cfg->mounts.m[i].type == MOUNT_BIND;
-	needs.net = vm->net != NULL;
+	needs.net = vm->tap.fd >= 0; /* with a virtio-net device */
 	needs.console_log = vm->console_log != NULL;
 	needs.console_log_dirfd = console_log__dirfd(vm->console_log);
 	needs.snapshot = vm->api != NULL;

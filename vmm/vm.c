@@ -1154,11 +1154,17 @@ static void net_device_metrics(void *dev, json_t *o)
 			    json_integer((json_int_t)s.tx_errors));
 }
 
+static void net_device_destroy(void *dev)
+{
+	virtio_net__destroy(dev);
+}
+
 static const struct virtio_slot_ops net_device_slot_ops = {
 	.type = "virtio-net",
 	.thread = SECCOMP_THREAD_DEVICE,
 	.start = net_device_start,
 	.metrics = net_device_metrics,
+	.destroy = net_device_destroy,
 };
 
 static int net_device_init(struct vm *vm)
@@ -1170,13 +1176,14 @@ static int net_device_init(struct vm *vm)
 		.mem = &vm->mem,
 		.irq = vm__virtio_irq(vm, VIRTIO_SLOT_NET),
 	};
+	struct virtio_net *n;
 	int ret;
 
 	if (vm->tap.fd < 0)
 		return 0;
 	_Static_assert(sizeof(p.mac) == sizeof(vm->cfg->net.mac), "MAC");
 	memcpy(p.mac, vm->cfg->net.mac, sizeof(p.mac));
-	ret = virtio_net__create(&vm->net, &p);
+	ret = virtio_net__create(&n, &p);
 	if (ret) {
 		pr_err("%s (tap %s): %s", p.name, vm->tap.name,
 		       ret == -EOPNOTSUPP ?
@@ -1185,9 +1192,8 @@ static int net_device_init(struct vm *vm)
 			       strerror(-ret));
 		return ret;
 	}
-	return vm__attach_virtio(vm, VIRTIO_SLOT_NET,
-				 virtio_net__device(vm->net),
-				 &net_device_slot_ops, vm->net);
+	return vm__attach_virtio(vm, VIRTIO_SLOT_NET, virtio_net__device(n),
+				 &net_device_slot_ops, n);
 }
 
 static void console_log_byte(void *opaque, const uint8_t *buf, size_t n)
@@ -1273,8 +1279,6 @@ static void devices_exit(struct vm *vm)
 	vm__detach_virtio(vm);
 	virtio_slots__destroy(vm->virtio);
 	vm->vsock = NULL; /* destroyed with its slot */
-	virtio_net__destroy(vm->net);
-	vm->net = NULL;
 	console__destroy(vm->console);
 	vm->console = NULL;
 	uart__destroy(vm->uart);

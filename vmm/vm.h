@@ -69,7 +69,6 @@ struct disk;
 struct api;
 struct vsock;
 struct fs_backend;
-struct virtio_net;
 struct proxy;
 struct dns;
 struct net_bindings;
@@ -160,11 +159,10 @@ struct vm {
 	/*
 	 * virtio-net (--net): the tap, in the VM's network namespace (auto,
 	 * netns:PATH) or the orchestrator's (tap-fd:N); both fds are the
-	 * VM's, closed after the device is gone.
+	 * VM's, closed after the device (slot 10's) is gone.
 	 */
 	struct tap tap;
 	int netns_fd; /* -1: tap-fd mode, or no network */
-	struct virtio_net *net;
 	/*
 	 * The egress proxy and its program on the tap (net/proxy.h), in
 	 * auto and netns modes; with tap-fd the host side is the
