@@ -128,6 +128,7 @@ core-obj-y += vmm/api/events.o
 obj-y += vmm/main.o
 obj-y += vmm/kvm.o
 obj-y += vmm/vm.o
+obj-y += vmm/vm-net.o
 obj-y += vmm/vm-run.o
 obj-y += vmm/virtio-attach.o
 obj-y += vmm/vcpu.o

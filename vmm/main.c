@@ -205,8 +205,8 @@ static int cmd_run(int argc, char **argv, bool start)
 	if (ret)
 		goto out;
 	/* Built: nothing privileged is left to do; no thread is filtered yet. */
-	if (jail && (vm__jail_keep_net_caps(vm) || jail__drop(jail) ||
-		     vm__jail_raise_net_caps(vm))) {
+	if (jail && (vm_net__jail_keep_caps(vm) || jail__drop(jail) ||
+		     vm_net__jail_raise_caps(vm))) {
 		vm__destroy(vm);
 		goto out;
 	}

@@ -19,8 +19,6 @@
 #include "lib/compiler.h"
 #include "lib/evloop.h"
 #include "lib/thread-filter.h"
-#include "net/dns.h"
-#include "net/proxy.h"
 #include "vmm/console-log.h"
 #include "vmm/seccomp.h"
 #include "vmm/vm.h"
@@ -207,10 +205,7 @@ static void signal_done(void *arg, int res)
 	if (res == sizeof(l->si)) {
 		pr_info("SIGUSR2: the state of the virtio devices and vCPUs");
 		vm__report_virtio(l->vm);
-		if (l->vm->proxy)
-			proxy__report(l->vm->proxy);
-		if (l->vm->dns)
-			dns__report(l->vm->dns);
+		vm_net__report(l->vm);
 		vcpu__report_all(l->vm);
 	}
 	arm_read(l, &l->signal, l->sig_fd, &l->si, sizeof(l->si));
@@ -373,7 +368,7 @@ static int prepare_run(struct vm *vm, int sig_fd, struct loop **l)
 		return 0;
 	for (i = 0; i < vm->cfg->mounts.nr; i++)
 		needs.fs_bind |= vm->cfg->mounts.m[i].type == MOUNT_BIND;
-	needs.net = vm->tap.fd >= 0; /* with a virtio-net device */
+	needs.net = vm_net__has_tap(vm);
 	needs.console_log = vm->console_log != NULL;
 	needs.console_log_dirfd = console_log__dirfd(vm->console_log);
 	needs.snapshot = vm->api != NULL;
@@ -401,21 +396,9 @@ static int start_devices(struct vm *vm)
 	ret = virtio_slots__start(vm->virtio, filters);
 	if (ret)
 		return ret;
-	if (vm->proxy) {
-		ret = proxy__start(vm->proxy, egress);
-		if (ret) {
-			pr_err("egress proxy: starting its thread: %s",
-			       strerror(-ret));
-			return ret;
-		}
-	}
-	if (vm->dns) {
-		ret = dns__start(vm->dns, egress);
-		if (ret) {
-			pr_err("dns: starting its thread: %s", strerror(-ret));
-			return ret;
-		}
-	}
+	ret = vm_net__start(vm, egress);
+	if (ret)
+		return ret;
 	return control__start(vm);
 }
 

@@ -17,12 +17,11 @@
 #include "lib/compiler.h"
 #include "lib/fdbudget.h"
 #include "lib/log.h"
-#include "net/intercept.h"
-#include "net/tap.h"
 #include "vmm/bus.h"
 #include "vmm/config.h"
 #include "vmm/rootfs.h"
 #include "vmm/virtio-attach.h"
+#include "vmm/vm-net.h"
 
 #define KILN_VERSION "0.1.0" /* `vmm --version`, and in a snapshot */
 
@@ -69,10 +68,6 @@ struct disk;
 struct api;
 struct vsock;
 struct fs_backend;
-struct proxy;
-struct dns;
-struct net_bindings;
-struct net_policy;
 struct metrics_file;
 
 struct vm {
@@ -156,45 +151,8 @@ struct vm {
 	 */
 	struct fs_backend *fs_backend[MOUNTS_MAX];
 
-	/*
-	 * virtio-net (--net): the tap, in the VM's network namespace (auto,
-	 * netns:PATH) or the orchestrator's (tap-fd:N); both fds are the
-	 * VM's, closed after the device (slot 10's) is gone.
-	 */
-	struct tap tap;
-	int netns_fd; /* -1: tap-fd mode, or no network */
-	/*
-	 * The egress proxy and its program on the tap (net/proxy.h), in
-	 * auto and netns modes; with tap-fd the host side is the
-	 * orchestrator's.
-	 */
-	struct proxy *proxy;
-	/*
-	 * The policy the proxy decides by: the config's until
-	 * vm__set_net_policy replaces it. policy_lock is held around each
-	 * decision (proxy thread) and each swap (API thread), so no
-	 * decision ever runs on a policy being freed.
-	 */
-	pthread_mutex_t policy_lock;
-	const struct net_policy *policy; /* the config's, or policy_owned */
-	struct net_policy *policy_owned; /* the last replacement: the VM's */
-	/*
-	 * The trusted DNS bindings (net/policy.h): made in the proxy step,
-	 * freed after the proxy is gone. The resolver's thread inserts and
-	 * expires, the proxy's looks up (decide_by_policy); the table does
-	 * not lock, so both take bindings_lock around it.
-	 */
-	struct net_bindings *bindings;
-	pthread_mutex_t bindings_lock;
-	/* The resolver on the gateway's port 53 (net/dns.h), with the proxy. */
-	struct dns *dns;
-	/*
-	 * The http grants' TLS interception (net/tls.h), with the proxy:
-	 * the VM's CA (made at start, its key in memory only), a server on
-	 * it and a client trusting --net-ca-bundle; freed after the proxy.
-	 * client NULL: the default bundle could not be read.
-	 */
-	struct intercept_tls http_tls;
+	/* The network (--net): vmm/vm-net.h. */
+	struct vm_net net;
 
 	/*
 	 * vm.metrics and --metrics (vmm/vm-metrics.c): /proc/self/status,
@@ -291,35 +249,10 @@ int __must_check vm__create(struct vm **out, const struct vm_config *cfg);
 void vm__destroy(struct vm *vm);
 /* Runs the guest to completion; returns the process exit code. */
 int vm__run(struct vm *vm);
-/*
- * Around jail__drop (vmm/jail.h): the egress proxy's netns thread keeps
- * its two capabilities, then has them effective again. 0 without a
- * proxy; errors logged.
- */
-int __must_check vm__jail_keep_net_caps(struct vm *vm);
-int __must_check vm__jail_raise_net_caps(struct vm *vm);
-
 /* Called from any thread: first caller's reason wins. */
 void vm__stop(struct vm *vm, enum vm_stop_reason reason, int status,
 	      const char *detail);
 void vm__irq_line(void *opaque, unsigned int gsi, int level);
-/*
- * The VM's interception CA certificate, PEM and NUL-terminated, for the
- * guest to trust (Documentation/network.md, "HTTPS"): valid while
- * the VM lives. 0, or -ENOENT when the VM has no egress proxy (no CA).
- */
-int __must_check vm__http_ca_pem(const struct vm *vm, const char **pem,
-				 size_t *len);
-
-/*
- * net.setPolicy: parses obj (the "policy" param) completely, swaps it in
- * and has the proxy recheck its open flows (those no longer granted are
- * cut). On any error the old policy stays and err has one line naming
- * the key: -EINVAL for a bad policy, -EOPNOTSUPP without a proxy.
- */
-int __must_check vm__set_net_policy(struct vm *vm, json_t *obj, char *err,
-				    size_t len);
-
 /*
  * vmm/snapshot.c: vm.pause, vm.resume, vm.snapshot (Documentation/
  * snapshots.md). Called on the control API's thread, one at a time.
