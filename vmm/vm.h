@@ -124,7 +124,10 @@ struct vm {
 
 	struct bus pio;	 /* port I/O, 64 KiB */
 	struct bus mmio; /* the 3-4 GiB gap */
-	/* virtio-mmio devices, by slot (vmm/virtio-attach.h). */
+	/*
+	 * virtio-mmio devices by slot, each slot its device's owner
+	 * (vmm/virtio-attach.h).
+	 */
 	struct virtio_slot virtio[VIRTIO_MMIO_SLOTS];
 	struct uart *uart;
 	struct console *console;
