@@ -147,10 +147,10 @@ static json_t *net_status(struct vm *vm)
 	struct proxy_stats s;
 	int ret;
 
-	if (!vm->proxy)
+	if (!vm->net.proxy)
 		return net_status__none();
-	proxy__stats(vm->proxy, &s);
-	ret = proxy__egress_counters(vm->proxy, egress, err, sizeof(err));
+	proxy__stats(vm->net.proxy, &s);
+	ret = proxy__egress_counters(vm->net.proxy, egress, err, sizeof(err));
 	return net_status__json(&s, ret ? NULL : egress, err);
 }
 
@@ -276,9 +276,9 @@ static void fd_budget_init(struct vm *vm)
 {
 	size_t reserve = CONTROL_FD_SPARE;
 
-	if (vm->proxy)
+	if (vm->net.proxy)
 		reserve += PROXY_MAX_FDS;
-	if (vm->dns)
+	if (vm->net.dns)
 		reserve += DNS_MAX_PENDING + DNS_MAX_TCP_CONNS;
 	fd_budget__set(&vm->fds, reserve);
 	pr_debug("descriptor budget: %zu", atomic_load(&vm->fds.max));

@@ -170,7 +170,7 @@ static const struct control_ops control_ops = {
 	.pause = vm__pause,
 	.resume = vm__resume,
 	.snapshot = vm__snapshot,
-	.set_net_policy = vm__set_net_policy,
+	.set_net_policy = vm_net__set_policy,
 	.capture = vm__baseline_capture_detached,
 };
 
@@ -221,8 +221,8 @@ static int cmd_run(int argc, char **argv, bool start)
 	if (ret)
 		goto out;
 	/* Built: nothing privileged is left to do; no thread is filtered yet. */
-	if (jail && (vm__jail_keep_net_caps(vm) || jail__drop(jail) ||
-		     vm__jail_raise_net_caps(vm))) {
+	if (jail && (vm_net__jail_keep_caps(vm) || jail__drop(jail) ||
+		     vm_net__jail_raise_caps(vm))) {
 		vm__destroy(vm);
 		goto out;
 	}

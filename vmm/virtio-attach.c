@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * Wiring a virtio-mmio device into the VM, the one place that does it:
- * its slot (window and GSI), the kernel parameter that declares it, its
- * interrupt as a KVM irqfd, each queue's kick as a KVM ioeventfd and its
- * register window on the MMIO bus, with the undo of each.
+ * its slot (window and GSI; the table is vmm/virtio-slots.c), the kernel
+ * parameter that declares it, its interrupt as a KVM irqfd, each queue's
+ * kick as a KVM ioeventfd and its register window on the MMIO bus, with
+ * the undo of each.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -49,41 +50,12 @@ static bool reserved(const struct virtio_slot *s)
 
 int vm__reserve_virtio(struct vm *vm, unsigned int slot, const char *name)
 {
-	struct virtio_slot *s;
-	int ret;
-
-	if (slot >= VIRTIO_MMIO_SLOTS || !name || !name[0]) {
-		pr_err("%s: no virtio-mmio slot %u", name ? name : "?", slot);
-		return -EINVAL;
-	}
-	s = &vm->virtio[slot];
-	if (reserved(s)) {
-		pr_err("%s: virtio-mmio slot %u is %s's", name, slot, s->name);
-		return -EBUSY;
-	}
-	if (strlen(name) >= sizeof(s->name)) {
-		pr_err("%s: name too long for a virtio-mmio slot", name);
-		return -ENAMETOOLONG;
-	}
-	s->irq_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (s->irq_fd < 0) {
-		ret = -errno;
-		pr_err("%s: eventfd: %s", name, strerror(errno));
-		return ret;
-	}
-	strcpy(s->name, name);
-	return 0;
+	return virtio_slots__reserve(vm->virtio, slot, name);
 }
 
 void vm__release_virtio(struct vm *vm)
 {
-	for (unsigned int i = 0; i < VIRTIO_MMIO_SLOTS; i++) {
-		struct virtio_slot *s = &vm->virtio[i];
-
-		if (reserved(s))
-			close(s->irq_fd);
-		memset(s, 0, sizeof(*s));
-	}
+	virtio_slots__release(vm->virtio);
 }
 
 const char *vm__virtio_name(const struct vm *vm, unsigned int slot)
@@ -160,7 +132,10 @@ static int set_ioeventfd(struct vm *vm, unsigned int slot,
 	return ioctl(vm->vm_fd, KVM_IOEVENTFD, &e) < 0 ? -errno : 0;
 }
 
-/* Undoes what a failed attach did, in reverse, before any filter. */
+/*
+ * Undoes what a failed attach did, in reverse, before any filter; the
+ * slot keeps the device, for virtio_slots__destroy.
+ */
 static void detach(struct vm *vm, unsigned int slot, bool irqfd)
 {
 	struct virtio_slot *s = &vm->virtio[slot];
@@ -182,19 +157,16 @@ static void detach(struct vm *vm, unsigned int slot, bool irqfd)
 }
 
 int vm__attach_virtio(struct vm *vm, unsigned int slot,
-		      struct virtio_device *dev)
+		      struct virtio_device *dev,
+		      const struct virtio_slot_ops *ops, void *priv)
 {
 	struct virtio_slot *s;
 	int ret;
 
-	if (slot >= VIRTIO_MMIO_SLOTS || !reserved(&vm->virtio[slot]) ||
-	    vm->virtio[slot].dev) {
-		pr_err("%s: virtio-mmio slot %u is not reserved for it",
-		       dev->name, slot);
-		return -EINVAL;
-	}
+	ret = virtio_slots__attach(vm->virtio, slot, dev, ops, priv);
+	if (ret)
+		return ret;
 	s = &vm->virtio[slot];
-	s->dev = dev;
 	ret = set_irqfd(vm, slot, true);
 	if (ret) {
 		pr_err("%s: KVM_IRQFD: %s", s->name, strerror(-ret));
@@ -237,7 +209,5 @@ void vm__detach_virtio(struct vm *vm)
 
 void vm__report_virtio(struct vm *vm)
 {
-	for (unsigned int i = 0; i < VIRTIO_MMIO_SLOTS; i++)
-		if (vm->virtio[i].dev)
-			virtio_device__report(vm->virtio[i].dev);
+	virtio_slots__report(vm->virtio);
 }

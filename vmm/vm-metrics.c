@@ -8,14 +8,11 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/virtio_ids.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "devices/block/disk.h"
-#include "devices/virtio/fs.h"
-#include "devices/virtio/net.h"
 #include "vmm/api.h"
 #include "vmm/metrics.h"
 #include "vmm/vcpu.h"
@@ -34,93 +31,6 @@ static json_t *vcpus_json(struct vm *vm)
 		json_array_append_new(a, metrics__vcpu_json(i, &s));
 	}
 	pthread_mutex_unlock(&vm->vcpus_lock);
-	return a;
-}
-
-/*
- * virtio-net keeps its own frame counters (devices/virtio/net.h): its
- * errors and queue-full events are read from them, not counted twice.
- */
-static void net_json(struct virtio_net *n, json_t *o)
-{
-	struct net_stats s;
-
-	virtio_net__stats(n, &s);
-	json_object_set_new(
-		o, "errors",
-		json_integer((json_int_t)(s.tx_errors + s.tx_dropped +
-					  s.rx_dropped)));
-	json_object_set_new(o, "queueFull",
-			    json_integer((json_int_t)s.rx_held));
-	json_object_set_new(o, "rxFrames",
-			    json_integer((json_int_t)s.rx_frames));
-	json_object_set_new(o, "rxBytes", json_integer((json_int_t)s.rx_bytes));
-	json_object_set_new(o, "rxDropped",
-			    json_integer((json_int_t)s.rx_dropped));
-	json_object_set_new(o, "txFrames",
-			    json_integer((json_int_t)s.tx_frames));
-	json_object_set_new(o, "txBytes", json_integer((json_int_t)s.tx_bytes));
-	json_object_set_new(o, "txDropped",
-			    json_integer((json_int_t)s.tx_dropped));
-	json_object_set_new(o, "txErrors",
-			    json_integer((json_int_t)s.tx_errors));
-}
-
-/* A memory mount's bytes against its limit, on its device's object. */
-static void fs_json(struct vm *vm, struct virtio_device *dev, json_t *o)
-{
-	uint64_t used, max;
-
-	for (unsigned int i = 0; i < MOUNTS_MAX && vm->fs[i]; i++) {
-		if (virtio_fs__device(vm->fs[i]) != dev)
-			continue;
-		json_object_set_new(
-			o, "mount",
-			json_string(vm->cfg->mounts.m[i].guest_path));
-		if (virtio_fs__usage(vm->fs[i], &used, &max))
-			json_object_set_new(o, "memory",
-					    metrics__usage_json(used, max));
-		return;
-	}
-}
-
-static json_t *devices_json(struct vm *vm)
-{
-	json_t *a = json_array();
-
-	for (unsigned int slot = 0; a && slot < VIRTIO_MMIO_SLOTS; slot++) {
-		struct virtio_device *dev = vm->virtio[slot].dev;
-		struct virtio_device_stats s;
-		const char *type;
-		json_t *o;
-
-		if (!dev)
-			continue;
-		switch (dev->device_id) {
-		case VIRTIO_ID_BLOCK:
-			type = "virtio-blk";
-			break;
-		case VIRTIO_ID_FS:
-			type = "virtio-fs";
-			break;
-		case VIRTIO_ID_VSOCK:
-			type = "virtio-vsock";
-			break;
-		case VIRTIO_ID_NET:
-			type = "virtio-net";
-			break;
-		default:
-			type = "virtio";
-			break;
-		}
-		virtio_device__stats(dev, &s);
-		o = metrics__device_json(vm->virtio[slot].name, type, &s);
-		if (o && dev->device_id == VIRTIO_ID_NET && vm->net)
-			net_json(vm->net, o);
-		if (o && dev->device_id == VIRTIO_ID_FS)
-			fs_json(vm, dev, o);
-		json_array_append_new(a, o);
-	}
 	return a;
 }
 
@@ -161,7 +71,7 @@ void vm__metrics_fill(struct vm *vm, json_t *o)
 			    json_integer((json_int_t)now.tv_sec * 1000 +
 					 now.tv_nsec / 1000000));
 	json_object_set_new(o, "vcpus", vcpus_json(vm));
-	json_object_set_new(o, "devices", devices_json(vm));
+	json_object_set_new(o, "devices", virtio_slots__metrics(vm->virtio));
 	json_object_set_new(o, "rootfs", rootfs_json(vm));
 	json_object_set_new(o, "process", process_json(vm));
 	if (vm->metrics_file)

@@ -20,16 +20,10 @@
 #include <unistd.h>
 
 #include "devices/console.h"
-#include "devices/virtio/blk.h"
 #include "devices/virtio/device.h"
-#include "devices/virtio/fs.h"
-#include "devices/virtio/net.h"
-#include "devices/virtio/vsock.h"
 #include "lib/compiler.h"
 #include "lib/evloop.h"
 #include "lib/thread-filter.h"
-#include "net/dns.h"
-#include "net/proxy.h"
 #include "vmm/api.h"
 #include "vmm/baseline-vm.h"
 #include "vmm/console-log.h"
@@ -329,10 +323,7 @@ static void signal_done(void *arg, int res)
 	if (res == sizeof(l->si)) {
 		pr_info("SIGUSR2: the state of the virtio devices and vCPUs");
 		vm__report_virtio(l->vm);
-		if (l->vm->proxy)
-			proxy__report(l->vm->proxy);
-		if (l->vm->dns)
-			dns__report(l->vm->dns);
+		vm_net__report(l->vm);
 		vcpu__report_all(l->vm);
 	}
 	arm_read(l, &l->signal, l->sig_fd, &l->si, sizeof(l->si));
@@ -500,7 +491,7 @@ static int prepare_run(struct vm *vm, int sig_fd, struct loop **l)
 		return 0;
 	for (i = 0; i < vm->cfg->mounts.nr; i++)
 		needs.fs_bind |= vm->cfg->mounts.m[i].type == MOUNT_BIND;
-	needs.net = vm->net != NULL;
+	needs.net = vm_net__has_tap(vm);
 	needs.console_log = vm->console_log != NULL;
 	needs.console_log_dirfd = console_log__dirfd(vm->console_log);
 	needs.snapshot = vm->api != NULL;
@@ -513,67 +504,24 @@ static int prepare_run(struct vm *vm, int sig_fd, struct loop **l)
 
 /*
  * Device threads start, each under its type's filter from its first
- * instruction, before any vCPU.
+ * instruction, before any vCPU: every attached virtio device's, in slot
+ * order (vmm/virtio-attach.h), then the network's.
  */
 static int start_devices(struct vm *vm, const struct control_ops *ops)
 {
-	const struct sock_fprog *device =
-		seccomp__filter(vm->seccomp, SECCOMP_THREAD_DEVICE);
-	const struct sock_fprog *fs =
-		seccomp__filter(vm->seccomp, SECCOMP_THREAD_FS);
+	const struct sock_fprog *filters[SECCOMP_NR_THREADS];
 	const struct sock_fprog *egress =
 		seccomp__filter(vm->seccomp, SECCOMP_THREAD_EGRESS);
 	int ret;
 
-	if (vm->blk) {
-		ret = virtio_blk__start(vm->blk, device);
-		if (ret) {
-			pr_err("virtio-blk0: starting its thread: %s",
-			       strerror(-ret));
-			return ret;
-		}
-	}
-	if (vm->vsock) {
-		ret = vsock__start(vm->vsock, device);
-		if (ret) {
-			pr_err("virtio-vsock0: starting its thread: %s",
-			       strerror(-ret));
-			return ret;
-		}
-	}
-	for (unsigned int i = 0; i < MOUNTS_MAX && vm->fs[i]; i++) {
-		ret = virtio_fs__start(vm->fs[i], fs);
-		if (ret) {
-			pr_err("%s: starting its thread: %s",
-			       vm__virtio_name(vm, VIRTIO_SLOT_FS0 + i),
-			       strerror(-ret));
-			return ret;
-		}
-	}
-	if (vm->net) {
-		ret = virtio_net__start(vm->net, device);
-		if (ret) {
-			pr_err("%s: starting its thread: %s",
-			       vm__virtio_name(vm, VIRTIO_SLOT_NET),
-			       strerror(-ret));
-			return ret;
-		}
-	}
-	if (vm->proxy) {
-		ret = proxy__start(vm->proxy, egress);
-		if (ret) {
-			pr_err("egress proxy: starting its thread: %s",
-			       strerror(-ret));
-			return ret;
-		}
-	}
-	if (vm->dns) {
-		ret = dns__start(vm->dns, egress);
-		if (ret) {
-			pr_err("dns: starting its thread: %s", strerror(-ret));
-			return ret;
-		}
-	}
+	for (unsigned int t = 0; t < SECCOMP_NR_THREADS; t++)
+		filters[t] = seccomp__filter(vm->seccomp, t);
+	ret = virtio_slots__start(vm->virtio, filters);
+	if (ret)
+		return ret;
+	ret = vm_net__start(vm, egress);
+	if (ret)
+		return ret;
 	return control__start(vm, ops);
 }
 

@@ -6,7 +6,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/capability.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,15 +23,8 @@
 #include "devices/uart.h"
 #include "devices/virtio/blk.h"
 #include "devices/virtio/fs.h"
-#include "devices/virtio/net.h"
 #include "devices/virtio/vsock.h"
 #include "lib/compiler.h"
-#include "lib/errf.h"
-#include "net/dns.h"
-#include "net/netns.h"
-#include "net/policy.h"
-#include "net/proxy.h"
-#include "net/tls.h"
 #include "proto/initramfs.h"
 #include "snapshot/load.h"
 #include "vmm/baseline-vm.h"
@@ -41,6 +33,7 @@
 #include "vmm/cpuid.h"
 #include "vmm/jail.h"
 #include "vmm/kvm.h"
+#include "vmm/metrics.h"
 #include "vmm/mounts.h"
 #include "vmm/restore.h"
 #include "vmm/seccomp.h"
@@ -93,6 +86,28 @@ static int slots_init(struct vm *vm)
 	if (!ret && vm->cfg->net.mode != NET_NONE)
 		ret = vm__reserve_virtio(vm, VIRTIO_SLOT_NET, "virtio-net0");
 	return ret;
+}
+
+/*
+ * Room for `more` fds on top of what we hold, as far as the hard limit
+ * allows (past it accept4 and socket fail, and those flows or queries
+ * fail).
+ */
+void vm__nofile_room(rlim_t more)
+{
+	struct rlimit rl;
+	rlim_t want;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl))
+		return;
+	want = rl.rlim_cur + more;
+	if (rl.rlim_max != RLIM_INFINITY && want > rl.rlim_max)
+		want = rl.rlim_max;
+	if (want > rl.rlim_cur) {
+		rl.rlim_cur = want;
+		if (setrlimit(RLIMIT_NOFILE, &rl))
+			pr_debug("RLIMIT_NOFILE: %s", strerror(errno));
+	}
 }
 
 /* ---- step: image ------------------------------------------------------ */
@@ -257,11 +272,10 @@ static int image_init(struct vm *vm)
 		return ret;
 	/*
 	 * The guest trusts the interception CA when the policy it boots
-	 * with has http grants (Documentation/network.md, "The CA in the
-	 * guest"); a root without a trust store then fails closed.
+	 * with has http grants (vmm/vm-net.c); a root without a trust store
+	 * then fails closed.
 	 */
-	if (net_policy__nr_http(vm->policy) &&
-	    !vm__http_ca_pem(vm, &vm->guest_ca_pem, &vm->guest_ca_len))
+	if (!vm_net__guest_ca(vm, &vm->guest_ca_pem, &vm->guest_ca_len))
 		pr_debug("the interception CA goes to the guest");
 	if (cfg->argv || cfg->mounts.nr || vm->guest_ca_len || cfg->hostname ||
 	    cfg->cwd) {
@@ -337,345 +351,6 @@ static void mounts_exit(struct vm *vm)
 		fs_backend__destroy(vm->fs_backend[i]);
 		vm->fs_backend[i] = NULL;
 	}
-}
-
-/* ---- step: net ---------------------------------------------------------- */
-
-/*
- * The tap, before KVM is touched: a namespace that cannot be made or
- * entered, or an fd that is not a tap, fails here, once.
- */
-static int net_init(struct vm *vm)
-{
-	const struct net_config *n = &vm->cfg->net;
-	struct netns_params p = {
-		.path = n->netns_path, /* NULL for auto: a new one */
-		.tap_name = NET_TAP_NAME,
-		.mtu = (unsigned int)n->mtu,
-		.host_addr = n->gateway,
-		.prefix = n->prefix,
-	};
-	char err[CONFIG_ERR_LEN];
-	int ret;
-
-	switch (n->mode) {
-	case NET_NONE:
-		return 0;
-	case NET_TAP_FD:
-		/* The fd is the VM's from here on. */
-		ret = tap__adopt(&vm->tap, (int)n->tap_fd, err, sizeof(err));
-		if (ret)
-			pr_err("net %s", err);
-		return ret;
-	case NET_AUTO:
-	case NET_NETNS:
-		break;
-	}
-	ret = netns__create_tap(&p, &vm->netns_fd, &vm->tap, err, sizeof(err));
-	if (ret)
-		pr_err("%s", err);
-	return ret;
-}
-
-/* After the device is gone (the devices step is undone first). */
-static void net_exit(struct vm *vm)
-{
-	tap__close(&vm->tap);
-	if (vm->netns_fd >= 0)
-		close(vm->netns_fd);
-	vm->netns_fd = -1;
-}
-
-/* ---- step: proxy -------------------------------------------------------- */
-
-/*
- * Each new flow (and, after a replacement, each open one) against the
- * VM's policy (--net-policy, "net.policy", or net.setPolicy's), on the
- * proxy's thread, its only caller: default deny, "no grant" when no rule
- * (or no policy) allows it. Hostname rules match through the resolver's
- * bindings. Under policy_lock (the API thread may be swapping the
- * policy), then bindings_lock (the resolver's thread writes them). A
- * policy with a hook answers NET_VERDICT_ASK instead of "no grant", the
- * hook's socket and the destination's bound names copied out: the proxy
- * asks the hook after both locks are released.
- */
-static void decide_by_policy(void *opaque, const struct net_flow *f,
-			     struct net_decision *d)
-{
-	struct vm *vm = opaque;
-
-	pthread_mutex_lock(&vm->policy_lock);
-	pthread_mutex_lock(&vm->bindings_lock);
-	net_policy__decide(vm->policy, f, vm->bindings, d);
-	pthread_mutex_unlock(&vm->bindings_lock);
-	pthread_mutex_unlock(&vm->policy_lock);
-}
-
-/*
- * Each request of a flow an http grant covers (NET_VERDICT_HTTP), on the
- * proxy's thread, under the same locks in the same order: the policy as
- * it is now, and what the resolver binds now. The grant's fields (their
- * values are secrets) are copied into d, which the interception wipes.
- */
-static void decide_http_by_policy(void *opaque, const struct net_flow *f,
-				  const char *host, bool verified,
-				  struct net_http_decision *d)
-{
-	struct vm *vm = opaque;
-
-	pthread_mutex_lock(&vm->policy_lock);
-	pthread_mutex_lock(&vm->bindings_lock);
-	net_policy__decide_http(vm->policy, f, host, verified, vm->bindings, d);
-	pthread_mutex_unlock(&vm->bindings_lock);
-	pthread_mutex_unlock(&vm->policy_lock);
-}
-
-/*
- * Parsed outside the lock (the proxy keeps deciding by the old one
- * meanwhile), swapped under it, the old one freed after it: no decision
- * can be using it then. The config's policy is the config's to free.
- */
-int vm__set_net_policy(struct vm *vm, json_t *obj, char *err, size_t len)
-{
-	struct net_policy *np, *old;
-	int ret;
-
-	if (!vm->proxy)
-		return errf(err, len, -EOPNOTSUPP,
-			    "this VM has no egress proxy (--net auto or "
-			    "netns:PATH)");
-	ret = net_policy__parse(obj, "policy", &np, err, len);
-	if (ret)
-		return ret;
-	/* The tap's host side stays denied, whatever the new one grants. */
-	net_policy__set_gateway(np, vm->cfg->net.gateway);
-	pthread_mutex_lock(&vm->policy_lock);
-	old = vm->policy_owned;
-	vm->policy = vm->policy_owned = np;
-	if (vm->dns)
-		dns__set_resolvers(vm->dns, np);
-	pthread_mutex_unlock(&vm->policy_lock);
-	net_policy__free(old);
-	proxy__recheck(vm->proxy);
-	return 0;
-}
-
-/*
- * Room for `more` fds on top of what we hold, as far as the hard limit
- * allows (past it accept4 and socket fail, and those flows or queries
- * fail).
- */
-static void nofile_room(rlim_t more)
-{
-	struct rlimit rl;
-	rlim_t want;
-
-	if (getrlimit(RLIMIT_NOFILE, &rl))
-		return;
-	want = rl.rlim_cur + more;
-	if (rl.rlim_max != RLIM_INFINITY && want > rl.rlim_max)
-		want = rl.rlim_max;
-	if (want > rl.rlim_cur) {
-		rl.rlim_cur = want;
-		if (setrlimit(RLIMIT_NOFILE, &rl))
-			pr_debug("RLIMIT_NOFILE: %s", strerror(errno));
-	}
-}
-
-/*
- * The http grants' TLS interception: the VM's CA (fresh, its key in
- * memory only), a server minting on it, a client trusting the CA bundle
- * (read now, before the seccomp filter). Made whenever the proxy is,
- * whatever the policy: net.setPolicy may add http grants later, and the
- * guest trusts the CA from boot. A --net-ca-bundle that cannot be read
- * stops the VM; the default one missing costs the grants' TLS flows only
- * (denied, "http tls unavailable"), with a warning.
- */
-static int http_tls_init(struct vm *vm)
-{
-	const char *bundle = vm->cfg->net.ca_bundle;
-	struct intercept_tls *t = &vm->http_tls;
-	struct tls_client_params cp = { .ca_bundle = bundle };
-	struct tls_ca_params cap = { 0 };
-	char err[CONFIG_ERR_LEN];
-	int ret;
-
-	ret = tls_ca__create(&t->ca, &cap, err, sizeof(err));
-	if (!ret)
-		ret = tls_server__create(&t->server, t->ca, err, sizeof(err));
-	if (ret) {
-		pr_err("net %s: the interception CA: %s", vm->tap.name, err);
-		return ret;
-	}
-	ret = tls_client__create(&t->client, &cp, err, sizeof(err));
-	if (ret && bundle) {
-		pr_err("net %s: --net-ca-bundle: %s", vm->tap.name, err);
-		return ret;
-	}
-	if (ret)
-		pr_warn("net %s: %s: the http grants' TLS flows will be "
-			"denied",
-			vm->tap.name, err);
-	return 0;
-}
-
-static void http_tls_exit(struct vm *vm)
-{
-	struct intercept_tls *t = &vm->http_tls;
-
-	tls_client__destroy(t->client);
-	tls_server__destroy(t->server);
-	tls_ca__destroy(t->ca);
-	*t = (struct intercept_tls){ 0 };
-}
-
-int vm__http_ca_pem(const struct vm *vm, const char **pem, size_t *len)
-{
-	if (!vm->http_tls.ca)
-		return -ENOENT;
-	tls_ca__cert_pem(vm->http_tls.ca, pem, len);
-	return 0;
-}
-
-/*
- * The proxy's sockets in the VM netns and the egress program on the tap,
- * before KVM is touched and before the seccomp filter (bpf(), setns()).
- * Its thread starts with the devices'. Undone after the device is gone.
- */
-static int proxy_init(struct vm *vm)
-{
-	const struct net_config *n = &vm->cfg->net;
-	struct proxy_params p = {
-		.netns_fd = vm->netns_fd,
-		.ifname = vm->tap.name,
-		.egress = { .gateway.s_addr = n->gateway,
-			    .guest.s_addr = n->address,
-			    .prefix_len = n->prefix },
-		.decide = decide_by_policy,
-		.decide_http = decide_http_by_policy,
-		.decide_opaque = vm,
-	};
-	char err[CONFIG_ERR_LEN];
-	int ret;
-
-	pthread_mutex_init(&vm->policy_lock, NULL);
-	vm->policy = n->policy;
-	if (vm->netns_fd < 0)
-		return 0; /* no network, or the orchestrator's tap */
-	vm->bindings = net_bindings__create(NULL, NULL);
-	if (!vm->bindings) {
-		pr_err("net %s: the DNS bindings: %s", vm->tap.name,
-		       strerror(ENOMEM));
-		return -ENOMEM;
-	}
-	ret = http_tls_init(vm);
-	if (ret)
-		return ret;
-	p.tls = vm->http_tls;
-	/*
-	 * What the proxy may hold at most (PROXY_MAX_FDS: sockets, relay
-	 * pipes, the hook's connection).
-	 */
-	nofile_room(PROXY_MAX_FDS);
-	ret = proxy__create(&vm->proxy, &p, err, sizeof(err));
-	if (ret)
-		pr_err("net %s: %s", vm->tap.name, err);
-	return ret;
-}
-
-/* The bindings and the TLS objects outlive the proxy's thread. */
-static void proxy_exit(struct vm *vm)
-{
-	proxy__destroy(vm->proxy);
-	vm->proxy = NULL;
-	http_tls_exit(vm);
-	net_policy__free(vm->policy_owned);
-	vm->policy_owned = NULL;
-	vm->policy = NULL;
-	pthread_mutex_destroy(&vm->policy_lock);
-	net_bindings__destroy(vm->bindings);
-	vm->bindings = NULL;
-}
-
-/*
- * In a jail, the proxy's netns thread keeps CAP_NET_ADMIN (a transparent
- * socket per UDP flow) and CAP_BPF (its maps, every bpf() call on Linux
- * 6.1) through the drop; every other thread keeps none.
- */
-static const int proxy_caps[] = { CAP_NET_ADMIN, CAP_BPF };
-
-static int keep_proxy_caps(void *arg)
-{
-	(void)arg;
-	return jail__keep_caps(proxy_caps, ARRAY_SIZE(proxy_caps));
-}
-
-static int raise_proxy_caps(void *arg)
-{
-	(void)arg;
-	return jail__raise_kept_caps(proxy_caps, ARRAY_SIZE(proxy_caps));
-}
-
-int vm__jail_keep_net_caps(struct vm *vm)
-{
-	int ret = vm->proxy ? proxy__on_ns_thread(vm->proxy, keep_proxy_caps,
-						  NULL) :
-			      0;
-
-	if (ret)
-		pr_err("jail: the egress proxy's capabilities: %s",
-		       strerror(-ret));
-	return ret;
-}
-
-int vm__jail_raise_net_caps(struct vm *vm)
-{
-	int ret = vm->proxy ? proxy__on_ns_thread(vm->proxy, raise_proxy_caps,
-						  NULL) :
-			      0;
-
-	if (ret)
-		pr_err("jail: the egress proxy's capabilities after the drop: "
-		       "%s",
-		       strerror(-ret));
-	return ret;
-}
-
-/* ---- step: dns ---------------------------------------------------------- */
-
-/*
- * The resolver's sockets on the gateway's port 53 in the VM netns, with
- * the proxy (the egress program passes DNS to the gateway to them), its
- * upstream resolvers from the policy; before the seccomp filter (setns).
- * Its thread starts with the proxy's; undone before the proxy step.
- */
-static int dns_init(struct vm *vm)
-{
-	const struct net_config *n = &vm->cfg->net;
-	struct dns_params p = {
-		.netns_fd = vm->netns_fd,
-		.gateway.s_addr = n->gateway,
-		.policy = n->policy,
-		.bindings = vm->bindings,
-		.bindings_lock = &vm->bindings_lock,
-	};
-	char err[CONFIG_ERR_LEN];
-	int ret;
-
-	if (!vm->proxy)
-		return 0;
-	/* A socket per query upstream, and per guest connection. */
-	nofile_room(DNS_MAX_PENDING + DNS_MAX_TCP_CONNS);
-	ret = dns__create(&vm->dns, &p, err, sizeof(err));
-	if (ret)
-		pr_err("net %s: %s", vm->tap.name, err);
-	return ret;
-}
-
-static void dns_exit(struct vm *vm)
-{
-	dns__destroy(vm->dns);
-	vm->dns = NULL;
 }
 
 /* ---- step: disk --------------------------------------------------------- */
@@ -945,6 +620,23 @@ static const struct exit_dev_ops sys_ops = {
 	.exit = sys_exit,
 };
 
+static int blk_start(void *dev, const struct sock_fprog *filter)
+{
+	return virtio_blk__start(dev, filter);
+}
+
+static void blk_destroy(void *dev)
+{
+	virtio_blk__destroy(dev);
+}
+
+static const struct virtio_slot_ops blk_slot_ops = {
+	.type = "virtio-blk",
+	.thread = SECCOMP_THREAD_DEVICE,
+	.start = blk_start,
+	.destroy = blk_destroy,
+};
+
 static int blk_init(struct vm *vm)
 {
 	struct virtio_blk_params p = {
@@ -957,18 +649,36 @@ static int blk_init(struct vm *vm)
 		.mem = &vm->mem,
 		.irq = vm__virtio_irq(vm, VIRTIO_SLOT_BLK),
 	};
+	struct virtio_blk *b;
 	int ret;
 
 	if (!vm->disk)
 		return 0;
-	ret = virtio_blk__create(&vm->blk, &p);
+	ret = virtio_blk__create(&b, &p);
 	if (ret) {
 		pr_err("%s: %s", p.name, strerror(-ret));
 		return ret;
 	}
-	return vm__attach_virtio(vm, VIRTIO_SLOT_BLK,
-				 virtio_blk__device(vm->blk));
+	return vm__attach_virtio(vm, VIRTIO_SLOT_BLK, virtio_blk__device(b),
+				 &blk_slot_ops, b);
 }
+
+static int vsock_start(void *dev, const struct sock_fprog *filter)
+{
+	return vsock__start(dev, filter);
+}
+
+static void vsock_destroy(void *dev)
+{
+	vsock__destroy(dev);
+}
+
+static const struct virtio_slot_ops vsock_slot_ops = {
+	.type = "virtio-vsock",
+	.thread = SECCOMP_THREAD_DEVICE,
+	.start = vsock_start,
+	.destroy = vsock_destroy,
+};
 
 static int vsock_init(struct vm *vm)
 {
@@ -990,7 +700,7 @@ static int vsock_init(struct vm *vm)
 	 * limit (beyond it, socket() and accept4() fail and those
 	 * connections are refused).
 	 */
-	nofile_room(2 * VSOCK_MAX_CONNS);
+	vm__nofile_room(2 * VSOCK_MAX_CONNS);
 	ret = vsock__create(&vm->vsock, &p);
 	if (ret) {
 		pr_err("%s: %s: %s", p.name, c->socket_path,
@@ -999,7 +709,8 @@ static int vsock_init(struct vm *vm)
 		return ret;
 	}
 	return vm__attach_virtio(vm, VIRTIO_SLOT_VSOCK,
-				 vsock__device(vm->vsock));
+				 vsock__device(vm->vsock), &vsock_slot_ops,
+				 vm->vsock);
 }
 
 /*
@@ -1008,6 +719,47 @@ static int vsock_init(struct vm *vm)
  * workspace), and a second is what virtiofsd's "auto" cache mode gives.
  */
 #define VM_FS_ATTR_TIMEOUT_MS 1000U
+
+/* A mount's device, and what vm.metrics says of it: its mount. */
+struct vm_fs {
+	struct virtio_fs *fs;
+	const char *guest_path; /* the config's */
+};
+
+static int fs_start(void *priv, const struct sock_fprog *filter)
+{
+	struct vm_fs *f = priv;
+
+	return virtio_fs__start(f->fs, filter);
+}
+
+/* A memory mount's bytes against its limit. */
+static void fs_metrics(void *priv, json_t *o)
+{
+	struct vm_fs *f = priv;
+	uint64_t used, max;
+
+	json_object_set_new(o, "mount", json_string(f->guest_path));
+	if (virtio_fs__usage(f->fs, &used, &max))
+		json_object_set_new(o, "memory",
+				    metrics__usage_json(used, max));
+}
+
+static void fs_destroy(void *priv)
+{
+	struct vm_fs *f = priv;
+
+	virtio_fs__destroy(f->fs);
+	free(f);
+}
+
+static const struct virtio_slot_ops fs_slot_ops = {
+	.type = "virtio-fs",
+	.thread = SECCOMP_THREAD_FS,
+	.start = fs_start,
+	.metrics = fs_metrics,
+	.destroy = fs_destroy,
+};
 
 /* Mount index's virtio-fs device, with its backend, in its slot. */
 static int fs_init_one(struct vm *vm, unsigned int index)
@@ -1025,17 +777,24 @@ static int fs_init_one(struct vm *vm, unsigned int index)
 		.mem = &vm->mem,
 		.irq = vm__virtio_irq(vm, slot),
 	};
+	struct vm_fs *f;
 	int ret;
 
+	f = calloc(1, sizeof(*f));
+	if (!f)
+		return -ENOMEM;
+	f->guest_path = m->guest_path;
 	mounts__tag(index, tag, sizeof(tag));
 	p.backend = vm->fs_backend[index];
-	ret = virtio_fs__create(&vm->fs[index], &p);
+	ret = virtio_fs__create(&f->fs, &p);
 	if (ret) {
 		pr_err("%s (%s): %s", p.name, m->guest_path, strerror(-ret));
+		free(f);
 		return ret;
 	}
 	vm->fs_backend[index] = NULL; /* the device's from now on */
-	return vm__attach_virtio(vm, slot, virtio_fs__device(vm->fs[index]));
+	return vm__attach_virtio(vm, slot, virtio_fs__device(f->fs),
+				 &fs_slot_ops, f);
 }
 
 static int fs_init(struct vm *vm)
@@ -1049,34 +808,6 @@ static int fs_init(struct vm *vm)
 			return ret;
 	}
 	return 0;
-}
-
-static int net_device_init(struct vm *vm)
-{
-	struct virtio_net_params p = {
-		.name = vm__virtio_name(vm, VIRTIO_SLOT_NET),
-		.tap_fd = vm->tap.fd,
-		.tap_offloads = vm->tap.offloads,
-		.mem = &vm->mem,
-		.irq = vm__virtio_irq(vm, VIRTIO_SLOT_NET),
-	};
-	int ret;
-
-	if (vm->tap.fd < 0)
-		return 0;
-	_Static_assert(sizeof(p.mac) == sizeof(vm->cfg->net.mac), "MAC");
-	memcpy(p.mac, vm->cfg->net.mac, sizeof(p.mac));
-	ret = virtio_net__create(&vm->net, &p);
-	if (ret) {
-		pr_err("%s (tap %s): %s", p.name, vm->tap.name,
-		       ret == -EOPNOTSUPP ?
-			       "the tap cannot do nonblocking reads "
-			       "(RWF_NOWAIT)" :
-			       strerror(-ret));
-		return ret;
-	}
-	return vm__attach_virtio(vm, VIRTIO_SLOT_NET,
-				 virtio_net__device(vm->net));
 }
 
 static void console_log_byte(void *opaque, const uint8_t *buf, size_t n)
@@ -1154,23 +885,15 @@ static int devices_init(struct vm *vm)
 	if (!ret)
 		ret = fs_init(vm);
 	if (!ret)
-		ret = net_device_init(vm);
+		ret = vm_net__device_init(vm);
 	return ret;
 }
 
 static void devices_exit(struct vm *vm)
 {
 	vm__detach_virtio(vm);
-	virtio_net__destroy(vm->net);
-	vm->net = NULL;
-	for (unsigned int i = 0; i < MOUNTS_MAX; i++) {
-		virtio_fs__destroy(vm->fs[i]);
-		vm->fs[i] = NULL;
-	}
-	vsock__destroy(vm->vsock);
-	vm->vsock = NULL;
-	virtio_blk__destroy(vm->blk);
-	vm->blk = NULL;
+	virtio_slots__destroy(vm->virtio);
+	vm->vsock = NULL; /* destroyed with its slot */
 	console__destroy(vm->console);
 	vm->console = NULL;
 	uart__destroy(vm->uart);
@@ -1285,9 +1008,9 @@ static const struct {
 	{ "slots", slots_init, vm__release_virtio },
 	{ "disk", disk_init, disk_exit },
 	{ "mounts", mounts_init, mounts_exit },
-	{ "net", net_init, net_exit },
-	{ "proxy", proxy_init, proxy_exit },
-	{ "dns", dns_init, dns_exit },
+	{ "net", vm_net__init, vm_net__exit },
+	{ "proxy", vm_net__proxy_init, vm_net__proxy_exit },
+	{ "dns", vm_net__dns_init, vm_net__dns_exit },
 	/* After the proxy: the interception CA rides in the initramfs. */
 	{ "image", image_init, image_exit },
 	/* Before the descriptor budget is set (control). */
@@ -1334,14 +1057,13 @@ int vm__create(struct vm **out, const struct vm_config *cfg)
 	vm->event_fd = vm->space_fd = -1;
 	vm->ready_fd = vm->null_fd = -1;
 	vm->proc_status_fd = -1;
-	vm->tap.fd = vm->netns_fd = -1;
 	vm->nr_vcpus = cfg->nr_cpus;
 	vm->restore_dir = cfg->restore_dir;
 	bus__init(&vm->pio, "pio", PIO_LIMIT);
 	bus__init(&vm->mmio, "mmio", MMIO_GAP_END);
 	vm->ram_size = cfg->mem_mib << 20;
 	pthread_mutex_init(&vm->vcpus_lock, NULL);
-	pthread_mutex_init(&vm->bindings_lock, NULL);
+	vm_net__prepare(&vm->net);
 
 	for (i = 0; i < ARRAY_SIZE(vm_steps); i++) {
 		ret = vm_steps[i].init(vm);
@@ -1350,7 +1072,7 @@ int vm__create(struct vm **out, const struct vm_config *cfg)
 				 ret);
 			vm_unwind(vm, i + 1);
 			pthread_mutex_destroy(&vm->vcpus_lock);
-			pthread_mutex_destroy(&vm->bindings_lock);
+			vm_net__release(&vm->net);
 			vm_state__exit(&vm->lc);
 			free(vm);
 			return ret;
@@ -1366,7 +1088,7 @@ void vm__destroy(struct vm *vm)
 		return;
 	vm_unwind(vm, ARRAY_SIZE(vm_steps));
 	pthread_mutex_destroy(&vm->vcpus_lock);
-	pthread_mutex_destroy(&vm->bindings_lock);
+	vm_net__release(&vm->net);
 	vm_state__exit(&vm->lc);
 	free(vm);
 }

@@ -17,12 +17,11 @@
 #include "lib/compiler.h"
 #include "lib/fdbudget.h"
 #include "lib/log.h"
-#include "net/intercept.h"
-#include "net/tap.h"
 #include "vmm/bus.h"
 #include "vmm/config.h"
 #include "vmm/rootfs.h"
 #include "vmm/virtio-attach.h"
+#include "vmm/vm-net.h"
 #include "vmm/vm-state.h"
 
 #define KILN_VERSION "0.1.0" /* `vmm --version`, and in a snapshot */
@@ -46,16 +45,9 @@ struct uart;
 struct console;
 struct console_log;
 struct disk;
-struct virtio_blk;
 struct api;
 struct vsock;
-struct virtio_fs;
 struct fs_backend;
-struct virtio_net;
-struct proxy;
-struct dns;
-struct net_bindings;
-struct net_policy;
 struct metrics_file;
 struct control_ops;
 
@@ -113,7 +105,10 @@ struct vm {
 
 	struct bus pio;	 /* port I/O, 64 KiB */
 	struct bus mmio; /* the 3-4 GiB gap */
-	/* virtio-mmio devices, by slot (vmm/virtio-attach.h). */
+	/*
+	 * virtio-mmio devices by slot, each slot its device's owner
+	 * (vmm/virtio-attach.h).
+	 */
 	struct virtio_slot virtio[VIRTIO_MMIO_SLOTS];
 	struct uart *uart;
 	struct console *console;
@@ -121,58 +116,27 @@ struct vm {
 	struct i8042 i8042;
 	struct exit_dev exit_dev;
 
-	/* The root disk (--rootfs): checked image, writable layer, device. */
+	/*
+	 * The root disk (--rootfs): checked image, writable layer (its
+	 * virtio-blk device is slot 0's).
+	 */
 	struct rootfs_image rootfs;
 	struct disk *disk;
-	struct virtio_blk *blk;
 
-	/* virtio-vsock (--vsock-socket, or the agent's control socket). */
+	/*
+	 * virtio-vsock (--vsock-socket, or the agent's control socket),
+	 * for the control API's agent channel: slot 1's, which destroys it.
+	 */
 	struct vsock *vsock;
 
-	/* virtio-fs (--mount): one device per mount, slot 2 + index. */
-	struct fs_backend *fs_backend[MOUNTS_MAX]; /* until a device has it */
-	struct virtio_fs *fs[MOUNTS_MAX];
+	/*
+	 * --mount: each mount's backend until its virtio-fs device (in
+	 * slot 2 + index, which owns it) has it.
+	 */
+	struct fs_backend *fs_backend[MOUNTS_MAX];
 
-	/*
-	 * virtio-net (--net): the tap, in the VM's network namespace (auto,
-	 * netns:PATH) or the orchestrator's (tap-fd:N); both fds are the
-	 * VM's, closed after the device is gone.
-	 */
-	struct tap tap;
-	int netns_fd; /* -1: tap-fd mode, or no network */
-	struct virtio_net *net;
-	/*
-	 * The egress proxy and its program on the tap (net/proxy.h), in
-	 * auto and netns modes; with tap-fd the host side is the
-	 * orchestrator's.
-	 */
-	struct proxy *proxy;
-	/*
-	 * The policy the proxy decides by: the config's until
-	 * vm__set_net_policy replaces it. policy_lock is held around each
-	 * decision (proxy thread) and each swap (API thread), so no
-	 * decision ever runs on a policy being freed.
-	 */
-	pthread_mutex_t policy_lock;
-	const struct net_policy *policy; /* the config's, or policy_owned */
-	struct net_policy *policy_owned; /* the last replacement: the VM's */
-	/*
-	 * The trusted DNS bindings (net/policy.h): made in the proxy step,
-	 * freed after the proxy is gone. The resolver's thread inserts and
-	 * expires, the proxy's looks up (decide_by_policy); the table does
-	 * not lock, so both take bindings_lock around it.
-	 */
-	struct net_bindings *bindings;
-	pthread_mutex_t bindings_lock;
-	/* The resolver on the gateway's port 53 (net/dns.h), with the proxy. */
-	struct dns *dns;
-	/*
-	 * The http grants' TLS interception (net/tls.h), with the proxy:
-	 * the VM's CA (made at start, its key in memory only), a server on
-	 * it and a client trusting --net-ca-bundle; freed after the proxy.
-	 * client NULL: the default bundle could not be read.
-	 */
-	struct intercept_tls http_tls;
+	/* The network (--net): vmm/vm-net.h. */
+	struct vm_net net;
 
 	/*
 	 * vm.metrics and --metrics (vmm/vm-metrics.c): /proc/self/status,
@@ -249,31 +213,7 @@ struct vm {
 /* Builds everything; errors are reported here, with what failed. */
 int __must_check vm__create(struct vm **out, const struct vm_config *cfg);
 void vm__destroy(struct vm *vm);
-/*
- * Around jail__drop (vmm/jail.h): the egress proxy's netns thread keeps
- * its two capabilities, then has them effective again. 0 without a
- * proxy; errors logged.
- */
-int __must_check vm__jail_keep_net_caps(struct vm *vm);
-int __must_check vm__jail_raise_net_caps(struct vm *vm);
-
 void vm__irq_line(void *opaque, unsigned int gsi, int level);
-/*
- * The VM's interception CA certificate, PEM and NUL-terminated, for the
- * guest to trust (Documentation/network.md, "HTTPS"): valid while
- * the VM lives. 0, or -ENOENT when the VM has no egress proxy (no CA).
- */
-int __must_check vm__http_ca_pem(const struct vm *vm, const char **pem,
-				 size_t *len);
-
-/*
- * net.setPolicy: parses obj (the "policy" param) completely, swaps it in
- * and has the proxy recheck its open flows (those no longer granted are
- * cut). On any error the old policy stays and err has one line naming
- * the key: -EINVAL for a bad policy, -EOPNOTSUPP without a proxy.
- */
-int __must_check vm__set_net_policy(struct vm *vm, json_t *obj, char *err,
-				    size_t len);
 
 /* The guest agent runs (kiln.agent=on): there is a control socket. */
 static inline bool vm__has_agent(const struct vm *vm)
