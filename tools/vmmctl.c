@@ -7,7 +7,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <jansson.h>
 #include <limits.h>
 #include <poll.h>
@@ -28,6 +27,7 @@
 #include <unistd.h>
 
 #include "lib/base64.h"
+#include "lib/getopt-exact.h"
 
 /* Exit statuses of vmmctl itself (exec and shell pass the command's). */
 #define EXIT_FAILED 1	/* the guest refused: ENOENT, EACCES... */
@@ -85,6 +85,22 @@ static void die(int status, const char *fmt, ...)
 	va_end(ap);
 	fputc('\n', stderr);
 	exit(status);
+}
+
+/*
+ * The next option of command what (getopt_exact__next: exact long names,
+ * optstring "+:..."); a bad one is one line and exit 2.
+ */
+static int next_option(const char *what, int argc, char **argv,
+		       const char *optstring, const struct option *opts)
+{
+	char err[256];
+	int opt = getopt_exact__next(argc, argv, optstring, opts, err,
+				     sizeof(err));
+
+	if (opt == '?')
+		die(EXIT_USAGE, "%s: %s", what, err);
+	return opt;
 }
 
 /* ---- the connection ------------------------------------------------------ */
@@ -582,7 +598,8 @@ static int cmd_exec(int argc, char **argv)
 	char *end;
 	int opt, i, ret;
 
-	while ((opt = getopt_long(argc, argv, "+e:C:t:", opts, NULL)) != -1) {
+	while ((opt = next_option("exec", argc, argv, "+:e:C:t:", opts)) !=
+	       -1) {
 		switch (opt) {
 		case 't':
 			errno = 0;
@@ -606,9 +623,6 @@ static int cmd_exec(int argc, char **argv)
 				env = json_array();
 			json_array_append_new(env, json_string(optarg));
 			break;
-		default:
-			fputs(usage, stderr);
-			return EXIT_USAGE;
 		}
 	}
 	if (argc - optind < 3 || strcmp(argv[optind + 1], "--"))
@@ -652,13 +666,8 @@ static int cmd_shell(int argc, char **argv)
 	struct conn c;
 	int opt, i, ret;
 
-	while ((opt = getopt_long(argc, argv, "+C:", opts, NULL)) != -1) {
-		if (opt != 'C') {
-			fputs(usage, stderr);
-			return EXIT_USAGE;
-		}
+	while ((opt = next_option("shell", argc, argv, "+:C:", opts)) != -1)
 		json_object_set_new(params, "cwd", json_string(optarg));
-	}
 	if (optind >= argc)
 		die(EXIT_USAGE, "shell: expected SOCK");
 	if (optind + 1 < argc) {
@@ -814,14 +823,10 @@ static int cmd_cp(int argc, char **argv)
 	struct conn c;
 	char *end;
 
-	while ((opt = getopt_long(argc, argv, "+pm:", opts, NULL)) != -1) {
+	while ((opt = next_option("cp", argc, argv, "+:pm:", opts)) != -1) {
 		if (opt == 'p') {
 			parents = true;
 			continue;
-		}
-		if (opt != 'm') {
-			fputs(usage, stderr);
-			return EXIT_USAGE;
 		}
 		mode = strtol(optarg, &end, 8);
 		if (*end || mode < 0 || mode > 07777)
@@ -944,6 +949,7 @@ static void print_json(json_t *j)
 
 static int cmd_fs(int argc, char **argv)
 {
+	static const struct option none[] = { { NULL, 0, NULL, 0 } };
 	bool recursive = false, force = false, parents = false, longf = false;
 	const char *sub, *path, *why = NULL;
 	json_t *res, *entries, **v;
@@ -957,17 +963,15 @@ static int cmd_fs(int argc, char **argv)
 	argc--;
 	argv++;
 	optind = 1;
-	while ((opt = getopt(argc, argv, "+rfpl")) != -1) {
+	while ((opt = next_option("fs", argc, argv, "+:rfpl", none)) != -1) {
 		if (opt == 'r')
 			recursive = true;
 		else if (opt == 'f')
 			force = true;
 		else if (opt == 'p')
 			parents = true;
-		else if (opt == 'l')
-			longf = true;
 		else
-			return EXIT_USAGE;
+			longf = true;
 	}
 	if (argc - optind != 2)
 		die(EXIT_USAGE, "fs %s: expected SOCK PATH", sub);
@@ -1314,6 +1318,9 @@ int main(int argc, char **argv)
 		return cmd_events(argc - 1, argv + 1);
 	if (!strcmp(cmd, "call"))
 		return cmd_simple(argc - 1, argv + 1, NULL);
+	if (*cmd)
+		die(EXIT_USAGE,
+		    "unknown command '%s' (vmmctl --help lists them)", cmd);
 	fputs(usage, stderr);
 	return EXIT_USAGE;
 }

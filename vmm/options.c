@@ -8,7 +8,6 @@
  * message), so each value is parsed in one place whichever way it came.
  */
 #include <errno.h>
-#include <getopt.h>
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -18,6 +17,7 @@
 
 #include "lib/compiler.h"
 #include "lib/errf.h"
+#include "lib/getopt-exact.h"
 #include "lib/log.h"
 #include "lib/parse.h"
 #include "net/netcfg.h"
@@ -1242,12 +1242,16 @@ static void long_options(struct option *lo)
 	lo[n] = (struct option){ 0 };
 }
 
-/* "+h" and each short flag: stop at the first non-option (the command). */
+/*
+ * "+:h" and each short flag: stop at the first non-option (the command);
+ * ':' for a missing value (lib/getopt-exact.h).
+ */
 static void short_options(char *s, size_t len)
 {
 	size_t i, n = 0;
 
 	s[n++] = '+';
+	s[n++] = ':';
 	s[n++] = 'h';
 	for (i = 0; i < ARRAY_SIZE(options) && n + 1 < len; i++)
 		if (options[i].short_flag)
@@ -1289,22 +1293,23 @@ static int apply_arg(struct vm_config *c, const struct option_desc *o,
 int options__parse_argv(struct vm_config *c, int argc, char **argv)
 {
 	struct option lo[ARRAY_SIZE(options) + 2];
+	char so[16], err[OPTIONS_ERR_LEN] = "";
 	const struct option_desc *o;
-	char so[16];
 	int opt, ret;
 
 	long_options(lo);
 	short_options(so, sizeof(so));
 	optind = 1;
-	while ((opt = getopt_long(argc, argv, so, lo, NULL)) != -1) {
+	while ((opt = getopt_exact__next(argc, argv, so, lo, err,
+					 sizeof(err))) != -1) {
 		if (opt == 'h') {
 			options__usage(stdout);
 			return OPTIONS_HELP;
 		}
 		o = option_for_val(opt);
 		if (!o) {
-			/* getopt said what was wrong; the usage says more. */
-			options__usage(stderr);
+			/* One line, not the usage: the contract for bad input. */
+			pr_err("%s: %s", argv[0], err);
 			return -EINVAL;
 		}
 		ret = apply_arg(c, o, optarg);

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "lib/compiler.h"
 #include "selftests/kselftest.h"
 #include "selftests/fake_kernel.h"
 #include "selftests/spawn.h"
@@ -529,6 +530,53 @@ TEST(usage_errors)
 	run_vmm((const char *[]){ "", "run", "--kernel", "x", "stray", NULL },
 		NULL, &r);
 	EXPECT_BAD_INPUT(&r, "unexpected argument 'stray'");
+}
+
+/*
+ * A mistyped option: one line naming it and the nearest spelling, exit
+ * 125, never the usage. Names are exact: a prefix getopt_long would have
+ * taken ("--kern" for --kernel) is refused like any unknown name.
+ */
+TEST(unknown_options)
+{
+	static const struct {
+		const char *argv[6];
+		const char *want;
+	} cases[] = {
+		{ { "", "run", "--memroy", "256" },
+		  "run: unknown option --memroy (did you mean --memory?)" },
+		{ { "", "run", "--cpu", "2" },
+		  "run: unknown option --cpu (did you mean --cpus?)" },
+		{ { "", "run", "--mem", "256" },
+		  "run: unknown option --mem (did you mean --memory?)" },
+		{ { "", "run", "--kern", "/k" },
+		  "run: unknown option --kern (did you mean --kernel?)" },
+		{ { "", "run", "--kernel=/k", "--cpus=2", "--memroy=64" },
+		  "run: unknown option --memroy (did you mean --memory?)" },
+		{ { "", "start", "--control-sock", "/tmp/x.sock" },
+		  "start: unknown option --control-sock (did you mean "
+		  "--control-socket?)" },
+		{ { "", "facts", "--hostnme", "h" },
+		  "facts: unknown option --hostnme (did you mean --hostname?)" },
+		{ { "", "run", "--frobnicate" },
+		  "run: unknown option --frobnicate" },
+		{ { "", "run", "--kernel", "/k", "--cpus" },
+		  "run: --cpus needs a value" },
+		{ { "", "run", "--verbose=yes" },
+		  "run: --verbose takes no value" },
+		{ { "", "run", "-x" }, "run: unknown option -x" },
+	};
+	struct spawn_result r;
+	size_t i;
+
+	for (i = 0; i < ARRAY_SIZE(cases); i++) {
+		run_vmm(cases[i].argv, NULL, &r);
+		EXPECT_BAD_INPUT(&r, cases[i].want);
+		EXPECT_TRUE(strstr(r.err, "usage") == NULL);
+	}
+	/* Nothing close: the name alone, no suggestion. */
+	run_vmm((const char *[]){ "", "run", "--frobnicate", NULL }, NULL, &r);
+	EXPECT_TRUE(strstr(r.err, "did you mean") == NULL) TH_LOG("%s", r.err);
 }
 
 TEST(help_and_version)
