@@ -274,7 +274,71 @@ TEST_F(files, memory_sizes)
 	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel,
 				  "--memory", "12abc", NULL },
 		NULL, &r);
-	EXPECT_BAD_INPUT(&r, "--memory 12abc: not a decimal number");
+	EXPECT_BAD_INPUT(&r, "--memory 12abc: not a size (MiB, or bytes with "
+			     "a K, M, G or T suffix: 256, 512M, 2G)");
+	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel,
+				  "--memory", "1536K", NULL },
+		NULL, &r);
+	EXPECT_BAD_INPUT(&r, "--memory 1536K: not a whole number of MiB");
+	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel,
+				  "--memory", "8M", NULL },
+		NULL, &r);
+	EXPECT_BAD_INPUT(&r, "memory 8 MiB: must be between");
+	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel,
+				  "--memory", "99999T", NULL },
+		NULL, &r);
+	EXPECT_BAD_INPUT(&r, "--memory 99999T: out of range");
+}
+
+/*
+ * --memory and "memoryMiB" take a size: a plain number is MiB, as it
+ * always was; a suffix makes it bytes (K, M, G, T, KiB...). vmm facts
+ * says what was understood, without KVM.
+ */
+TEST_F(files, memory_size_suffixes)
+{
+	static const struct {
+		const char *arg, *mib;
+	} cases[] = {
+		{ "300", "\"300\"" },	{ "256M", "\"256\"" },
+		{ "2G", "\"2048\"" },	{ "512MiB", "\"512\"" },
+		{ "65536K", "\"64\"" }, { "1GiB", "\"1024\"" },
+	};
+	struct spawn_result r;
+	char doc[256];
+	size_t i;
+
+	for (i = 0; i < ARRAY_SIZE(cases); i++) {
+		run_vmm((const char *[]){ "", "facts", "--kernel", self->kernel,
+					  "--memory", cases[i].arg, NULL },
+			NULL, &r);
+		EXPECT_EQ(0, r.status)
+		TH_LOG("--memory %s: %s", cases[i].arg, r.err);
+		EXPECT_TRUE(strstr(r.out, "\"memory-mib\"") != NULL);
+		EXPECT_TRUE(strstr(r.out, cases[i].mib) != NULL)
+		TH_LOG("--memory %s: want %s in %s", cases[i].arg, cases[i].mib,
+		       r.out);
+	}
+	snprintf(doc, sizeof(doc),
+		 "{\"kernel\": \"%s\", \"memoryMiB\": \"1G\"}", self->kernel);
+	write_file(self->json, doc, strlen(doc));
+	run_vmm((const char *[]){ "", "facts", "--config", self->json, NULL },
+		NULL, &r);
+	EXPECT_EQ(0, r.status) TH_LOG("%s", r.err);
+	EXPECT_TRUE(strstr(r.out, "\"1024\"") != NULL) TH_LOG("%s", r.out);
+	snprintf(doc, sizeof(doc),
+		 "{\"kernel\": \"%s\", \"memoryMiB\": \"lots\"}", self->kernel);
+	write_file(self->json, doc, strlen(doc));
+	run_vmm((const char *[]){ "", "run", "--config", self->json, NULL },
+		NULL, &r);
+	EXPECT_BAD_INPUT(&r, "\"memoryMiB\" lots: not a size");
+	snprintf(doc, sizeof(doc), "{\"kernel\": \"%s\", \"memoryMiB\": -1}",
+		 self->kernel);
+	write_file(self->json, doc, strlen(doc));
+	run_vmm((const char *[]){ "", "run", "--config", self->json, NULL },
+		NULL, &r);
+	EXPECT_BAD_INPUT(&r, "\"memoryMiB\" must be an integer from 0 to "
+			     "4294967295, or a string such as \"2G\"");
 }
 
 TEST_F(files, json_config_errors)
