@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "lib/compiler.h"
 #include "lib/errf.h"
@@ -1356,6 +1357,73 @@ static int apply_arg(struct vm_config *c, const struct option_desc *o,
 	return ret;
 }
 
+/*
+ * What the top-level Makefile builds where (O=DIR, default build): the
+ * guest in DIR/guest/, its test image's descriptor and the root images'
+ * in DIR/images/; and the make target that builds each.
+ */
+static const struct {
+	const char *path; /* under DIR */
+	const char *target;
+} built_files[] = {
+	{ "guest/vmlinux", "guest" },
+	{ "guest/bzImage", "guest" },
+	{ "guest/initramfs.cpio", "guest" },
+	{ "guest/e2fsck.cpio", "guest" },
+	{ "images/kiln-test.json", "guest" },
+	{ "images/debian-12-agent.json", "image" },
+};
+
+/*
+ * A kernel, initrd or image descriptor that does not exist, at a path
+ * ending in one of built_files[]: one line that says which make target
+ * builds it, as the options are read: "build/guest/vmlinux: No such file
+ * or directory (make guest builds it)"; when DIR is not named build,
+ * "(make O=DIR guest builds it)". Any other path (guest/vmlinux with no
+ * DIR before it too), and any other failure, is for the file's reader to
+ * report (vm.c, rootfs.c), as it was.
+ */
+static int check_built_file(const char *path)
+{
+	size_t n, fn, dn, i;
+	const char *base;
+
+	if (!path || !access(path, F_OK) || errno != ENOENT)
+		return 0;
+	n = strlen(path);
+	for (i = 0; i < ARRAY_SIZE(built_files); i++) {
+		fn = strlen(built_files[i].path);
+		if (n <= fn + 1 || path[n - fn - 1] != '/' ||
+		    strcmp(path + n - fn, built_files[i].path))
+			continue;
+		/* DIR is path[0..dn), its last component at base. */
+		dn = n - fn - 1;
+		base = memrchr(path, '/', dn);
+		base = base ? base + 1 : path;
+		if (path + dn - base == 5 && !strncmp(base, "build", 5))
+			pr_err("%s: %s (make %s builds it)", path,
+			       strerror(ENOENT), built_files[i].target);
+		else
+			pr_err("%s: %s (make O=%.*s %s builds it)", path,
+			       strerror(ENOENT), (int)dn, path,
+			       built_files[i].target);
+		return -ENOENT;
+	}
+	return 0;
+}
+
+static int check_built(const struct vm_config *c)
+{
+	int ret;
+
+	ret = check_built_file(c->kernel_path);
+	if (!ret)
+		ret = check_built_file(c->initrd_path);
+	if (!ret)
+		ret = check_built_file(c->rootfs.descriptor);
+	return ret;
+}
+
 int options__parse_argv(struct vm_config *c, int argc, char **argv)
 {
 	struct option lo[ARRAY_SIZE(options) + 2];
@@ -1388,9 +1456,12 @@ int options__parse_argv(struct vm_config *c, int argc, char **argv)
 		       argv[optind]);
 		return -EINVAL;
 	}
-	if (optind < argc)
-		return config__set_argv(c, argv + optind, argc - optind);
-	return 0;
+	if (optind < argc) {
+		ret = config__set_argv(c, argv + optind, argc - optind);
+		if (ret)
+			return ret;
+	}
+	return c->facts ? 0 : check_built(c);
 }
 
 /* ---- JSON ------------------------------------------------------------ */

@@ -145,6 +145,8 @@ TEST_F(files, missing_kernel)
 		&r);
 	EXPECT_BAD_INPUT(&r, "No such file or directory");
 	EXPECT_TRUE(strstr(r.err, path) != NULL);
+	/* Not where the Makefile builds one: no make target named. */
+	EXPECT_TRUE(strstr(r.err, "make") == NULL) TH_LOG("%s", r.err);
 }
 
 TEST_F(files, missing_initrd)
@@ -641,6 +643,61 @@ TEST(unknown_options)
 	/* Nothing close: the name alone, no suggestion. */
 	run_vmm((const char *[]){ "", "run", "--frobnicate", NULL }, NULL, &r);
 	EXPECT_TRUE(strstr(r.err, "did you mean") == NULL) TH_LOG("%s", r.err);
+}
+
+/*
+ * A kernel, initrd or image that is not there, at the path the Makefile
+ * builds it at (DIR/guest/..., DIR/images/...): the line says which make
+ * target builds it, with O=DIR unless DIR is named build. Elsewhere, the
+ * plain message.
+ */
+TEST_F(files, missing_build_outputs)
+{
+	char kernel[160], other[160], initrd[160], image[160], want[512];
+	struct spawn_result r;
+
+	snprintf(kernel, sizeof(kernel), "%s/build/guest/vmlinux", self->dir);
+	snprintf(other, sizeof(other), "%s/out/guest/bzImage", self->dir);
+	snprintf(initrd, sizeof(initrd), "%s/build/guest/initramfs.cpio",
+		 self->dir);
+	snprintf(image, sizeof(image), "%s/build/images/debian-12-agent.json",
+		 self->dir);
+
+	run_vmm((const char *[]){ "", "run", "--kernel", kernel, "--", "true",
+				  NULL },
+		NULL, &r);
+	snprintf(want, sizeof(want),
+		 "%s: No such file or directory (make guest builds it)",
+		 kernel);
+	EXPECT_BAD_INPUT(&r, want);
+	run_vmm((const char *[]){ "", "run", "--kernel", other, NULL }, NULL,
+		&r);
+	snprintf(want, sizeof(want),
+		 "%s: No such file or directory (make O=%s/out guest builds "
+		 "it)",
+		 other, self->dir);
+	EXPECT_BAD_INPUT(&r, want);
+	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel,
+				  "--initrd", initrd, NULL },
+		NULL, &r);
+	snprintf(want, sizeof(want),
+		 "%s: No such file or directory (make guest builds it)",
+		 initrd);
+	EXPECT_BAD_INPUT(&r, want);
+	run_vmm((const char *[]){ "", "start", "--kernel", self->kernel,
+				  "--control-socket", "/tmp/x.sock", "--rootfs",
+				  image, NULL },
+		NULL, &r);
+	snprintf(want, sizeof(want),
+		 "%s: No such file or directory (make image builds it)", image);
+	EXPECT_BAD_INPUT(&r, want);
+
+	/* Another name in the same place: no target to name. */
+	snprintf(other, sizeof(other), "%s/build/guest/vmlinux.old", self->dir);
+	run_vmm((const char *[]){ "", "run", "--kernel", other, NULL }, NULL,
+		&r);
+	EXPECT_BAD_INPUT(&r, "No such file or directory");
+	EXPECT_TRUE(strstr(r.err, "make") == NULL) TH_LOG("%s", r.err);
 }
 
 TEST(help_and_version)
