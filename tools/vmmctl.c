@@ -33,6 +33,11 @@
 #define EXIT_FAILED 1	/* the guest refused: ENOENT, EACCES... */
 #define EXIT_USAGE  2	/* bad command line */
 #define EXIT_VMMCTL 125 /* no VM at the socket, or the API failed */
+/*
+ * exec and shell: the guest could not enter --cwd (systemd's EXIT_CHDIR),
+ * told apart from 127, no such command, though both are ENOENT.
+ */
+#define EXIT_CWD 200
 
 #define CHUNK	  (48 * 1024)  /* bytes per write message */
 #define IN_FLIGHT 4	       /* fs.write / spawn.write not yet answered */
@@ -65,9 +70,11 @@ static const char usage[] =
 	"- is\n"
 	"stdin or stdout. exec and shell exit with the command's status "
 	"(124: timed\n"
-	"out, 128+N: signal N); otherwise 0 is success, 1 a refusal from the "
-	"guest,\n"
-	"2 a usage error and 125 a failure to talk to the VM.\n";
+	"out, 128+N: signal N; 127: no such command, 126: not executable, "
+	"200: no such\n"
+	"--cwd); otherwise 0 is success, 1 a refusal from the guest, 2 a usage "
+	"error\n"
+	"and 125 a failure to talk to the VM.\n";
 
 static void die(int status, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3), noreturn));
@@ -552,12 +559,18 @@ static int session_run(struct session *s, bool pty)
 	return s->status;
 }
 
-/* A refused start: like a shell, 127 for no such command, 126 for EACCES. */
+/*
+ * A refused start: like a shell, 127 for no such command, 126 for EACCES;
+ * EXIT_CWD when it was the working directory (the error's data has "cwd").
+ */
 static void start_failed(json_t *msg, const char *cmd)
 {
+	json_t *data = json_object_get(json_object_get(msg, "error"), "data");
 	const char *en = error_errno(msg);
 	int status = EXIT_VMMCTL;
 
+	if (json_object_get(data, "cwd"))
+		die(EXIT_CWD, "%s", error_text(msg));
 	if (en && !strcmp(en, "ENOENT"))
 		status = 127;
 	else if (en && (!strcmp(en, "EACCES") || !strcmp(en, "ENOEXEC")))
