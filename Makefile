@@ -1,6 +1,8 @@
 # Kiln - a microVM monitor on Linux KVM.
 #
-#   make          build build/vmm
+#   make          deps, then build vmm, vmmctl and the guest (all + guest):
+#                 everything README.md's examples run but the root image
+#   make all      build vmm, vmmctl and the tools, nothing else
 #   make deps     install the Debian 12 packages Kiln needs (idempotent)
 #   make guest    build the guest kernel and initramfs (cached outside the tree)
 #   make image    build the debian-12-agent root image (cached outside the tree)
@@ -20,8 +22,9 @@
 #   SAN=1         build everything the host runs with ASan and UBSan (Documentation/fuzzing.md)
 #   STATIC_LIBS=0 link the vmm's libraries shared (default: their archives; Kbuild.mk)
 #   V=1           show full commands
-#   JOBS=N        compile jobs of the goals that build first (run, test,
-#                 bench*): default one per CPU
+#   JOBS=N        compile jobs of the goals that build first (the default
+#                 goal unless -j is given, run, test, bench*): default one
+#                 per CPU
 
 O          ?= build
 KILN_CACHE ?= $(HOME)/.cache/kiln
@@ -178,6 +181,17 @@ EBPF_OBJS := $(addprefix $(O)/obj/,$(ebpf-obj-y))
 BPF_SKELS := $(patsubst %,$(O)/include/ebpf/%.skel.h,$(bpf-prog-y))
 
 .PHONY: all deps guest image run test bench clean selftests check-deps
+# The default goal (`make`): what the README's examples need, the vmm,
+# vmmctl and the guest (kernel, initramfs, test image), after the Debian
+# packages as run and test do. The guest's kernel is cached in
+# $(KILN_CACHE), keyed by its inputs, so a second make only checks it. A
+# missing kernel, initramfs or image makes the vmm say which target
+# builds it (vmm/options.c, Documentation/cli.md).
+.PHONY: default
+default: deps
+	$(Q)$(MAKE) $(if $(filter -j%,$(MAKEFLAGS)),,-j$(JOBS)) all
+	$(Q)$(MAKE) -f guest/guest.mk O=$(O)
+
 all: $(O)/vmm $(O)/vmmctl $(O)/tools/fs-example-server $(EBPF_OBJS)
 	@:
 

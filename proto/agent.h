@@ -61,7 +61,8 @@ enum kiln_msg {
 	 * T_TIMEOUT_MS (0: none), T_PTY (1: a terminal of T_ROWS x T_COLS
 	 * on stdin/out/err; stderr then comes as STDOUT). The process runs
 	 * in a new session and process group. Answered by PROC_STARTED
-	 * (T_PID) or ERROR (ENOENT: no such command, EACCES, ...).
+	 * (T_PID) or ERROR (ENOENT: no such command, EACCES, ...); an
+	 * ERROR for the working directory also carries T_CWD, the path.
 	 */
 	KILN_MSG_PROC_START = 16,
 	KILN_MSG_PROC_STARTED = 17,

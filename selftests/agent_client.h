@@ -222,6 +222,7 @@ struct agent_exec_opts {
 struct agent_exec_result {
 	int error; /* the ERROR's errno; 0 when the command ran */
 	char errname[32];
+	char err_cwd[256]; /* its T_CWD (the directory that failed), or "" */
 	uint64_t pid;
 	uint64_t exit_code;
 	int64_t signal; /* -1: not killed by a signal */
@@ -395,6 +396,8 @@ static inline int agent_client__finish(int fd, const struct agent_exec_opts *o,
 			r->error = e;
 			agent_msg__str(&m, KILN_T_ERRNAME, r->errname,
 				       sizeof(r->errname));
+			agent_msg__str(&m, KILN_T_CWD, r->err_cwd,
+				       sizeof(r->err_cwd));
 			break;
 		} else {
 			ret = -EPROTO;

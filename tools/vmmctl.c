@@ -7,7 +7,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <jansson.h>
 #include <limits.h>
 #include <poll.h>
@@ -28,11 +27,17 @@
 #include <unistd.h>
 
 #include "lib/base64.h"
+#include "lib/getopt-exact.h"
 
 /* Exit statuses of vmmctl itself (exec and shell pass the command's). */
 #define EXIT_FAILED 1	/* the guest refused: ENOENT, EACCES... */
 #define EXIT_USAGE  2	/* bad command line */
 #define EXIT_VMMCTL 125 /* no VM at the socket, or the API failed */
+/*
+ * exec and shell: the guest could not enter --cwd (systemd's EXIT_CHDIR),
+ * told apart from 127, no such command, though both are ENOENT.
+ */
+#define EXIT_CWD 200
 
 #define CHUNK	  (48 * 1024)  /* bytes per write message */
 #define IN_FLIGHT 4	       /* fs.write / spawn.write not yet answered */
@@ -65,9 +70,11 @@ static const char usage[] =
 	"- is\n"
 	"stdin or stdout. exec and shell exit with the command's status "
 	"(124: timed\n"
-	"out, 128+N: signal N); otherwise 0 is success, 1 a refusal from the "
-	"guest,\n"
-	"2 a usage error and 125 a failure to talk to the VM.\n";
+	"out, 128+N: signal N; 127: no such command, 126: not executable, "
+	"200: no such\n"
+	"--cwd); otherwise 0 is success, 1 a refusal from the guest, 2 a usage "
+	"error\n"
+	"and 125 a failure to talk to the VM.\n";
 
 static void die(int status, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3), noreturn));
@@ -85,6 +92,22 @@ static void die(int status, const char *fmt, ...)
 	va_end(ap);
 	fputc('\n', stderr);
 	exit(status);
+}
+
+/*
+ * The next option of command what (getopt_exact__next: exact long names,
+ * optstring "+:..."); a bad one is one line and exit 2.
+ */
+static int next_option(const char *what, int argc, char **argv,
+		       const char *optstring, const struct option *opts)
+{
+	char err[256];
+	int opt = getopt_exact__next(argc, argv, optstring, opts, err,
+				     sizeof(err));
+
+	if (opt == '?')
+		die(EXIT_USAGE, "%s: %s", what, err);
+	return opt;
 }
 
 /* ---- the connection ------------------------------------------------------ */
@@ -536,12 +559,18 @@ static int session_run(struct session *s, bool pty)
 	return s->status;
 }
 
-/* A refused start: like a shell, 127 for no such command, 126 for EACCES. */
+/*
+ * A refused start: like a shell, 127 for no such command, 126 for EACCES;
+ * EXIT_CWD when it was the working directory (the error's data has "cwd").
+ */
 static void start_failed(json_t *msg, const char *cmd)
 {
+	json_t *data = json_object_get(json_object_get(msg, "error"), "data");
 	const char *en = error_errno(msg);
 	int status = EXIT_VMMCTL;
 
+	if (json_object_get(data, "cwd"))
+		die(EXIT_CWD, "%s", error_text(msg));
 	if (en && !strcmp(en, "ENOENT"))
 		status = 127;
 	else if (en && (!strcmp(en, "EACCES") || !strcmp(en, "ENOEXEC")))
@@ -582,7 +611,8 @@ static int cmd_exec(int argc, char **argv)
 	char *end;
 	int opt, i, ret;
 
-	while ((opt = getopt_long(argc, argv, "+e:C:t:", opts, NULL)) != -1) {
+	while ((opt = next_option("exec", argc, argv, "+:e:C:t:", opts)) !=
+	       -1) {
 		switch (opt) {
 		case 't':
 			errno = 0;
@@ -606,9 +636,6 @@ static int cmd_exec(int argc, char **argv)
 				env = json_array();
 			json_array_append_new(env, json_string(optarg));
 			break;
-		default:
-			fputs(usage, stderr);
-			return EXIT_USAGE;
 		}
 	}
 	if (argc - optind < 3 || strcmp(argv[optind + 1], "--"))
@@ -652,13 +679,8 @@ static int cmd_shell(int argc, char **argv)
 	struct conn c;
 	int opt, i, ret;
 
-	while ((opt = getopt_long(argc, argv, "+C:", opts, NULL)) != -1) {
-		if (opt != 'C') {
-			fputs(usage, stderr);
-			return EXIT_USAGE;
-		}
+	while ((opt = next_option("shell", argc, argv, "+:C:", opts)) != -1)
 		json_object_set_new(params, "cwd", json_string(optarg));
-	}
 	if (optind >= argc)
 		die(EXIT_USAGE, "shell: expected SOCK");
 	if (optind + 1 < argc) {
@@ -814,14 +836,10 @@ static int cmd_cp(int argc, char **argv)
 	struct conn c;
 	char *end;
 
-	while ((opt = getopt_long(argc, argv, "+pm:", opts, NULL)) != -1) {
+	while ((opt = next_option("cp", argc, argv, "+:pm:", opts)) != -1) {
 		if (opt == 'p') {
 			parents = true;
 			continue;
-		}
-		if (opt != 'm') {
-			fputs(usage, stderr);
-			return EXIT_USAGE;
 		}
 		mode = strtol(optarg, &end, 8);
 		if (*end || mode < 0 || mode > 07777)
@@ -944,6 +962,7 @@ static void print_json(json_t *j)
 
 static int cmd_fs(int argc, char **argv)
 {
+	static const struct option none[] = { { NULL, 0, NULL, 0 } };
 	bool recursive = false, force = false, parents = false, longf = false;
 	const char *sub, *path, *why = NULL;
 	json_t *res, *entries, **v;
@@ -957,17 +976,15 @@ static int cmd_fs(int argc, char **argv)
 	argc--;
 	argv++;
 	optind = 1;
-	while ((opt = getopt(argc, argv, "+rfpl")) != -1) {
+	while ((opt = next_option("fs", argc, argv, "+:rfpl", none)) != -1) {
 		if (opt == 'r')
 			recursive = true;
 		else if (opt == 'f')
 			force = true;
 		else if (opt == 'p')
 			parents = true;
-		else if (opt == 'l')
-			longf = true;
 		else
-			return EXIT_USAGE;
+			longf = true;
 	}
 	if (argc - optind != 2)
 		die(EXIT_USAGE, "fs %s: expected SOCK PATH", sub);
@@ -1314,6 +1331,9 @@ int main(int argc, char **argv)
 		return cmd_events(argc - 1, argv + 1);
 	if (!strcmp(cmd, "call"))
 		return cmd_simple(argc - 1, argv + 1, NULL);
+	if (*cmd)
+		die(EXIT_USAGE,
+		    "unknown command '%s' (vmmctl --help lists them)", cmd);
 	fputs(usage, stderr);
 	return EXIT_USAGE;
 }

@@ -8,16 +8,17 @@
  * message), so each value is parsed in one place whichever way it came.
  */
 #include <errno.h>
-#include <getopt.h>
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "lib/compiler.h"
 #include "lib/errf.h"
+#include "lib/getopt-exact.h"
 #include "lib/log.h"
 #include "lib/parse.h"
 #include "net/netcfg.h"
@@ -33,6 +34,9 @@ enum option_kind {
 	OPTION_UINT,   /* decimal count up to max; JSON: an integer */
 	OPTION_SIZE,   /* byte count (parse__size) up to max; JSON:
 			* an integer, or a string with a suffix */
+	OPTION_MIB,    /* MiB up to max: a plain count, or a byte count
+			* with a suffix (parse__size) in whole MiB; JSON:
+			* an integer, or a string as on the command line */
 	OPTION_FLAG,   /* command line: no argument, true; JSON: a boolean */
 	OPTION_CHOICE, /* one of choices[], as its index; JSON: a string */
 	OPTION_JSON,   /* JSON only: the value as it is, for apply to walk */
@@ -44,7 +48,7 @@ enum option_kind {
 /* A value converted by its option's kind. */
 union option_value {
 	const char *s;	     /* OPTION_STRING */
-	uint64_t u;	     /* OPTION_UINT, OPTION_SIZE */
+	uint64_t u;	     /* OPTION_UINT, OPTION_SIZE, OPTION_MIB */
 	bool b;		     /* OPTION_FLAG */
 	unsigned int choice; /* OPTION_CHOICE: index into choices[] */
 	json_t *json;	     /* OPTION_JSON */
@@ -64,7 +68,7 @@ struct option_desc {
 	const char *key;
 	const char *help; /* --help lines; NULL: not listed */
 	enum option_kind kind;
-	uint64_t max;		    /* OPTION_UINT, OPTION_SIZE */
+	uint64_t max;		    /* OPTION_UINT, OPTION_SIZE, OPTION_MIB */
 	const char *const *choices; /* OPTION_CHOICE, NULL-terminated */
 	/*
 	 * Stores the value; err receives "what: why". NULL: the value is
@@ -463,10 +467,13 @@ static const struct option_desc options[] = {
 	},
 	{
 		.flag = "memory",
-		.arg = "MiB",
+		.arg = "SIZE",
 		.key = "memoryMiB",
-		.help = "guest memory in MiB (default 256)",
-		UINT_FIELD(mem_mib, UINT32_MAX),
+		.help = "guest memory: MiB, or bytes with a K, M, G or T suffix\n"
+			"(256, 512M, 2G; default 256)",
+		.kind = OPTION_MIB,
+		.max = UINT32_MAX,
+		.offset = FIELD(mem_mib, uint64_t),
 	},
 	{
 		.flag = "rootfs",
@@ -987,6 +994,43 @@ static int from_string(const struct option_desc *o, const char *s,
 	}
 }
 
+/*
+ * OPTION_MIB: "256" is 256 MiB, as --memory always read it; "512M",
+ * "2G", "1048576K" are bytes (parse__size) in whole MiB. -EDOM: not
+ * whole MiB.
+ */
+static int parse_mib(const char *s, uint64_t max, uint64_t *out)
+{
+	uint64_t bytes;
+	int ret;
+
+	ret = parse__uint(s, max, out);
+	if (ret != -EINVAL)
+		return ret;
+	ret = parse__size(s, max << 20, &bytes);
+	if (ret)
+		return ret;
+	if (bytes & ((1ULL << 20) - 1))
+		return -EDOM;
+	*out = bytes >> 20;
+	return 0;
+}
+
+/* OPTION_MIB's message for parse_mib's ret; what is "--flag" or "\"key\"". */
+static int mib_error(const char *what, const char *s, int ret, char *err,
+		     size_t len)
+{
+	if (ret == -EDOM)
+		return errf(err, len, -EINVAL,
+			    "%s %s: not a whole number of MiB", what, s);
+	if (ret == -ERANGE)
+		return errf(err, len, ret, "%s %s: out of range", what, s);
+	return errf(err, len, -EINVAL,
+		    "%s %s: not a size (MiB, or bytes with a K, M, G or T "
+		    "suffix: 256, 512M, 2G)",
+		    what, s);
+}
+
 /* --flag TEXT (TEXT NULL for a flag that takes none). */
 static int from_text(const struct option_desc *o, const char *arg,
 		     union option_value *v, char *err, size_t len)
@@ -1021,6 +1065,13 @@ static int from_text(const struct option_desc *o, const char *arg,
 		if (ret)
 			return errf(err, len, ret, "--%s %s: out of range",
 				    o->flag, arg);
+		return 0;
+	case OPTION_MIB:
+		ret = parse_mib(arg, o->max, &v->u);
+		if (ret) {
+			snprintf(choices, sizeof(choices), "--%s", o->flag);
+			return mib_error(choices, arg, ret, err, len);
+		}
 		return 0;
 	case OPTION_CHOICE:
 		i = choice_index(o->choices, arg);
@@ -1085,6 +1136,21 @@ static int from_json(const struct option_desc *o, json_t *j,
 			    "\"%s\" must be a byte count (an integer, or a "
 			    "string such as \"64MiB\")",
 			    o->key);
+	case OPTION_MIB:
+		if (n >= 0 && (uint64_t)n <= o->max) {
+			v->u = n;
+			return 0;
+		}
+		if (!json_is_string(j))
+			return errf(err, len, -EINVAL,
+				    "\"%s\" must be an integer from 0 to %llu, "
+				    "or a string such as \"2G\"",
+				    o->key, (unsigned long long)o->max);
+		i = parse_mib(json_string_value(j), o->max, &v->u);
+		if (!i)
+			return 0;
+		snprintf(choices, sizeof(choices), "\"%s\"", o->key);
+		return mib_error(choices, json_string_value(j), i, err, len);
 	case OPTION_CHOICE:
 		i = json_is_string(j) ?
 			    choice_index(o->choices, json_string_value(j)) :
@@ -1123,6 +1189,7 @@ static int store(struct vm_config *c, const struct option_desc *o,
 		return replace_string(field, v->s);
 	case OPTION_UINT:
 	case OPTION_SIZE:
+	case OPTION_MIB:
 		*(uint64_t *)field = v->u;
 		return 0;
 	case OPTION_FLAG:
@@ -1142,7 +1209,7 @@ static int store(struct vm_config *c, const struct option_desc *o,
 
 static const char usage_head[] =
 	"usage: vmm run --kernel PATH [--initrd PATH] [--cmdline STR] [--cpus N]\n"
-	"               [--memory MiB] [--rootfs DESC [--rootfs-mode M] ...]\n"
+	"               [--memory SIZE] [--rootfs DESC [--rootfs-mode M] ...]\n"
 	"               [--vsock-socket PATH [--vsock-cid N]] [--mount SPEC]...\n"
 	"               [--net auto|netns:PATH|tap-fd:N [--net-address A.B.C.D/N] ...]\n"
 	"               [--no-seccomp] [--verbose] [-- COMMAND ARGS...]\n"
@@ -1242,12 +1309,16 @@ static void long_options(struct option *lo)
 	lo[n] = (struct option){ 0 };
 }
 
-/* "+h" and each short flag: stop at the first non-option (the command). */
+/*
+ * "+:h" and each short flag: stop at the first non-option (the command);
+ * ':' for a missing value (lib/getopt-exact.h).
+ */
 static void short_options(char *s, size_t len)
 {
 	size_t i, n = 0;
 
 	s[n++] = '+';
+	s[n++] = ':';
 	s[n++] = 'h';
 	for (i = 0; i < ARRAY_SIZE(options) && n + 1 < len; i++)
 		if (options[i].short_flag)
@@ -1286,25 +1357,93 @@ static int apply_arg(struct vm_config *c, const struct option_desc *o,
 	return ret;
 }
 
+/*
+ * What the top-level Makefile builds where (O=DIR, default build): the
+ * guest in DIR/guest/, its test image's descriptor and the root images'
+ * in DIR/images/; and the make target that builds each.
+ */
+static const struct {
+	const char *path; /* under DIR */
+	const char *target;
+} built_files[] = {
+	{ "guest/vmlinux", "guest" },
+	{ "guest/bzImage", "guest" },
+	{ "guest/initramfs.cpio", "guest" },
+	{ "guest/e2fsck.cpio", "guest" },
+	{ "images/kiln-test.json", "guest" },
+	{ "images/debian-12-agent.json", "image" },
+};
+
+/*
+ * A kernel, initrd or image descriptor that does not exist, at a path
+ * ending in one of built_files[]: one line that says which make target
+ * builds it, as the options are read: "build/guest/vmlinux: No such file
+ * or directory (make guest builds it)"; when DIR is not named build,
+ * "(make O=DIR guest builds it)". Any other path (guest/vmlinux with no
+ * DIR before it too), and any other failure, is for the file's reader to
+ * report (vm.c, rootfs.c), as it was.
+ */
+static int check_built_file(const char *path)
+{
+	size_t n, fn, dn, i;
+	const char *base;
+
+	if (!path || !access(path, F_OK) || errno != ENOENT)
+		return 0;
+	n = strlen(path);
+	for (i = 0; i < ARRAY_SIZE(built_files); i++) {
+		fn = strlen(built_files[i].path);
+		if (n <= fn + 1 || path[n - fn - 1] != '/' ||
+		    strcmp(path + n - fn, built_files[i].path))
+			continue;
+		/* DIR is path[0..dn), its last component at base. */
+		dn = n - fn - 1;
+		base = memrchr(path, '/', dn);
+		base = base ? base + 1 : path;
+		if (path + dn - base == 5 && !strncmp(base, "build", 5))
+			pr_err("%s: %s (make %s builds it)", path,
+			       strerror(ENOENT), built_files[i].target);
+		else
+			pr_err("%s: %s (make O=%.*s %s builds it)", path,
+			       strerror(ENOENT), (int)dn, path,
+			       built_files[i].target);
+		return -ENOENT;
+	}
+	return 0;
+}
+
+static int check_built(const struct vm_config *c)
+{
+	int ret;
+
+	ret = check_built_file(c->kernel_path);
+	if (!ret)
+		ret = check_built_file(c->initrd_path);
+	if (!ret)
+		ret = check_built_file(c->rootfs.descriptor);
+	return ret;
+}
+
 int options__parse_argv(struct vm_config *c, int argc, char **argv)
 {
 	struct option lo[ARRAY_SIZE(options) + 2];
+	char so[16], err[OPTIONS_ERR_LEN] = "";
 	const struct option_desc *o;
-	char so[16];
 	int opt, ret;
 
 	long_options(lo);
 	short_options(so, sizeof(so));
 	optind = 1;
-	while ((opt = getopt_long(argc, argv, so, lo, NULL)) != -1) {
+	while ((opt = getopt_exact__next(argc, argv, so, lo, err,
+					 sizeof(err))) != -1) {
 		if (opt == 'h') {
 			options__usage(stdout);
 			return OPTIONS_HELP;
 		}
 		o = option_for_val(opt);
 		if (!o) {
-			/* getopt said what was wrong; the usage says more. */
-			options__usage(stderr);
+			/* One line, not the usage: the contract for bad input. */
+			pr_err("%s: %s", argv[0], err);
 			return -EINVAL;
 		}
 		ret = apply_arg(c, o, optarg);
@@ -1317,9 +1456,12 @@ int options__parse_argv(struct vm_config *c, int argc, char **argv)
 		       argv[optind]);
 		return -EINVAL;
 	}
-	if (optind < argc)
-		return config__set_argv(c, argv + optind, argc - optind);
-	return 0;
+	if (optind < argc) {
+		ret = config__set_argv(c, argv + optind, argc - optind);
+		if (ret)
+			return ret;
+	}
+	return c->facts ? 0 : check_built(c);
 }
 
 /* ---- JSON ------------------------------------------------------------ */

@@ -374,6 +374,30 @@ static const char *stage_what(int stage)
 }
 
 /*
+ * The child's report: ERROR with the errno and a message naming the
+ * directory or the command; with T_CWD too when the working directory
+ * failed, which tells the host that ENOENT from the command (proto/agent.h).
+ */
+static void exec_failed(struct conn *c, const struct proc_req *r,
+			const struct exec_failure *fail)
+{
+	struct kiln_buf b;
+	char msg[512];
+	int ret;
+
+	snprintf(msg, sizeof(msg), "%s %s: %s", stage_what(fail->stage),
+		 fail->stage == STAGE_CWD ? r->cwd : r->argv[0],
+		 strerror(fail->err));
+	kiln_buf__init(&b);
+	ret = conn__error_payload(&b, fail->err, msg);
+	if (!ret && fail->stage == STAGE_CWD)
+		ret = kiln_tlv__put_str(&b, KILN_T_CWD, r->cwd);
+	if (!ret)
+		conn__send_buf(c, KILN_MSG_ERROR, &b);
+	kiln_buf__free(&b);
+}
+
+/*
  * Forks and execs; on success fills @p's fds and pid and returns 0. On
  * failure the ERROR has been sent and a negative value is returned.
  */
@@ -417,9 +441,7 @@ static int spawn(struct proc *p, const struct proc_req *r)
 	if (n == sizeof(fail)) {
 		waitpid(pid, NULL, 0);
 		err = -fail.err;
-		conn__error(p->c, fail.err, "%s %s: %s", stage_what(fail.stage),
-			    fail.stage == STAGE_CWD ? r->cwd : r->argv[0],
-			    strerror(fail.err));
+		exec_failed(p->c, r, &fail);
 		goto out_close;
 	}
 

@@ -547,6 +547,8 @@ TEST_F(agent, exec_errors_before_exec)
 	    &r);
 	EXPECT_EQ(ENOENT, r.error);
 	EXPECT_STREQ("ENOENT", r.errname);
+	/* A missing command, not a missing directory: no T_CWD. */
+	EXPECT_STREQ("", r.err_cwd);
 	agent_exec_result__free(&r);
 
 	/* Not executable (root too needs an x bit). */
@@ -556,13 +558,19 @@ TEST_F(agent, exec_errors_before_exec)
 	    &r);
 	EXPECT_EQ(EACCES, r.error);
 	EXPECT_STREQ("EACCES", r.errname);
+	EXPECT_STREQ("", r.err_cwd);
 	agent_exec_result__free(&r);
 
+	/*
+	 * The working directory: the same ENOENT as a missing command, so
+	 * the ERROR names the directory in T_CWD (vmmctl's exit 200).
+	 */
 	run(_metadata, self,
 	    &(struct agent_exec_opts){ .argv = ARGV("true"),
 				       .cwd = wpath(self, "missing") },
 	    &r);
 	EXPECT_EQ(ENOENT, r.error);
+	EXPECT_STREQ(wpath(self, "missing"), r.err_cwd);
 	agent_exec_result__free(&r);
 
 	run(_metadata, self,
@@ -570,6 +578,7 @@ TEST_F(agent, exec_errors_before_exec)
 	    &r);
 	EXPECT_EQ(ENOTDIR, r.error);
 	EXPECT_STREQ("ENOTDIR", r.errname);
+	EXPECT_STREQ(script, r.err_cwd);
 	agent_exec_result__free(&r);
 
 	/* No T_ARG at all: a malformed request. */

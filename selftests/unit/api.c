@@ -667,6 +667,12 @@ TEST_F(srv, oversized_message)
 	EXPECT_SERVING(self->s.api_sock);
 }
 
+/* An error answer's data object, or NULL. */
+static json_t *err_data(json_t *m)
+{
+	return json_object_get(json_object_get(m, "error"), "data");
+}
+
 TEST_F(srv, exec_round_trip)
 {
 	json_t *m;
@@ -696,6 +702,18 @@ TEST_F(srv, exec_round_trip)
 	ASSERT_TRUE(m != NULL);
 	EXPECT_EQ(API_E_ERRNO, err_code(m));
 	EXPECT_STREQ("ENOENT", err_errno(m));
+	EXPECT_TRUE(json_object_get(err_data(m), "cwd") == NULL);
+	json_decref(m);
+
+	/* No such directory: ENOENT too, told apart by "cwd" in the data. */
+	m = tc_call(&self->t, 3, "exec",
+		    json_pack("{s:[s], s:s}", "argv", "true", "cwd",
+			      "/no/such/dir"));
+	ASSERT_TRUE(m != NULL);
+	EXPECT_EQ(API_E_ERRNO, err_code(m));
+	EXPECT_STREQ("ENOENT", err_errno(m));
+	EXPECT_STREQ("/no/such/dir",
+		     json_string_value(json_object_get(err_data(m), "cwd")));
 	json_decref(m);
 }
 
@@ -1583,6 +1601,27 @@ TEST_F(srv, vmmctl_smoke)
 
 		ASSERT_EQ(0, spawn__run(argv, NULL, r));
 		EXPECT_EQ(124, r->status);
+	}
+	/* A missing command is 127; a missing --cwd has its own 200. */
+	{
+		const char *argv[] = {
+			ctl, "exec", self->s.api_sock, "--", "/no/such/command",
+			NULL
+		};
+
+		ASSERT_EQ(0, spawn__run(argv, NULL, r));
+		EXPECT_EQ(127, r->status);
+	}
+	{
+		const char *argv[] = {
+			ctl,  "exec", "--cwd", "/no/such/dir", self->s.api_sock,
+			"--", "true", NULL
+		};
+
+		ASSERT_EQ(0, spawn__run(argv, NULL, r));
+		EXPECT_EQ(200, r->status);
+		EXPECT_EQ(1, spawn__count_lines(r->err)) TH_LOG("%s", r->err);
+		EXPECT_TRUE(strstr(r->err, "/no/such/dir") != NULL);
 	}
 	snprintf(dir, sizeof(dir), "%s/d", self->s.dir);
 	ASSERT_EQ(0, mkdir(dir, 0755));

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "lib/compiler.h"
 #include "selftests/kselftest.h"
 #include "selftests/fake_kernel.h"
 #include "selftests/spawn.h"
@@ -144,6 +145,8 @@ TEST_F(files, missing_kernel)
 		&r);
 	EXPECT_BAD_INPUT(&r, "No such file or directory");
 	EXPECT_TRUE(strstr(r.err, path) != NULL);
+	/* Not where the Makefile builds one: no make target named. */
+	EXPECT_TRUE(strstr(r.err, "make") == NULL) TH_LOG("%s", r.err);
 }
 
 TEST_F(files, missing_initrd)
@@ -273,7 +276,71 @@ TEST_F(files, memory_sizes)
 	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel,
 				  "--memory", "12abc", NULL },
 		NULL, &r);
-	EXPECT_BAD_INPUT(&r, "--memory 12abc: not a decimal number");
+	EXPECT_BAD_INPUT(&r, "--memory 12abc: not a size (MiB, or bytes with "
+			     "a K, M, G or T suffix: 256, 512M, 2G)");
+	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel,
+				  "--memory", "1536K", NULL },
+		NULL, &r);
+	EXPECT_BAD_INPUT(&r, "--memory 1536K: not a whole number of MiB");
+	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel,
+				  "--memory", "8M", NULL },
+		NULL, &r);
+	EXPECT_BAD_INPUT(&r, "memory 8 MiB: must be between");
+	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel,
+				  "--memory", "99999T", NULL },
+		NULL, &r);
+	EXPECT_BAD_INPUT(&r, "--memory 99999T: out of range");
+}
+
+/*
+ * --memory and "memoryMiB" take a size: a plain number is MiB, as it
+ * always was; a suffix makes it bytes (K, M, G, T, KiB...). vmm facts
+ * says what was understood, without KVM.
+ */
+TEST_F(files, memory_size_suffixes)
+{
+	static const struct {
+		const char *arg, *mib;
+	} cases[] = {
+		{ "300", "\"300\"" },	{ "256M", "\"256\"" },
+		{ "2G", "\"2048\"" },	{ "512MiB", "\"512\"" },
+		{ "65536K", "\"64\"" }, { "1GiB", "\"1024\"" },
+	};
+	struct spawn_result r;
+	char doc[256];
+	size_t i;
+
+	for (i = 0; i < ARRAY_SIZE(cases); i++) {
+		run_vmm((const char *[]){ "", "facts", "--kernel", self->kernel,
+					  "--memory", cases[i].arg, NULL },
+			NULL, &r);
+		EXPECT_EQ(0, r.status)
+		TH_LOG("--memory %s: %s", cases[i].arg, r.err);
+		EXPECT_TRUE(strstr(r.out, "\"memory-mib\"") != NULL);
+		EXPECT_TRUE(strstr(r.out, cases[i].mib) != NULL)
+		TH_LOG("--memory %s: want %s in %s", cases[i].arg, cases[i].mib,
+		       r.out);
+	}
+	snprintf(doc, sizeof(doc),
+		 "{\"kernel\": \"%s\", \"memoryMiB\": \"1G\"}", self->kernel);
+	write_file(self->json, doc, strlen(doc));
+	run_vmm((const char *[]){ "", "facts", "--config", self->json, NULL },
+		NULL, &r);
+	EXPECT_EQ(0, r.status) TH_LOG("%s", r.err);
+	EXPECT_TRUE(strstr(r.out, "\"1024\"") != NULL) TH_LOG("%s", r.out);
+	snprintf(doc, sizeof(doc),
+		 "{\"kernel\": \"%s\", \"memoryMiB\": \"lots\"}", self->kernel);
+	write_file(self->json, doc, strlen(doc));
+	run_vmm((const char *[]){ "", "run", "--config", self->json, NULL },
+		NULL, &r);
+	EXPECT_BAD_INPUT(&r, "\"memoryMiB\" lots: not a size");
+	snprintf(doc, sizeof(doc), "{\"kernel\": \"%s\", \"memoryMiB\": -1}",
+		 self->kernel);
+	write_file(self->json, doc, strlen(doc));
+	run_vmm((const char *[]){ "", "run", "--config", self->json, NULL },
+		NULL, &r);
+	EXPECT_BAD_INPUT(&r, "\"memoryMiB\" must be an integer from 0 to "
+			     "4294967295, or a string such as \"2G\"");
 }
 
 TEST_F(files, json_config_errors)
@@ -529,6 +596,108 @@ TEST(usage_errors)
 	run_vmm((const char *[]){ "", "run", "--kernel", "x", "stray", NULL },
 		NULL, &r);
 	EXPECT_BAD_INPUT(&r, "unexpected argument 'stray'");
+}
+
+/*
+ * A mistyped option: one line naming it and the nearest spelling, exit
+ * 125, never the usage. Names are exact: a prefix getopt_long would have
+ * taken ("--kern" for --kernel) is refused like any unknown name.
+ */
+TEST(unknown_options)
+{
+	static const struct {
+		const char *argv[6];
+		const char *want;
+	} cases[] = {
+		{ { "", "run", "--memroy", "256" },
+		  "run: unknown option --memroy (did you mean --memory?)" },
+		{ { "", "run", "--cpu", "2" },
+		  "run: unknown option --cpu (did you mean --cpus?)" },
+		{ { "", "run", "--mem", "256" },
+		  "run: unknown option --mem (did you mean --memory?)" },
+		{ { "", "run", "--kern", "/k" },
+		  "run: unknown option --kern (did you mean --kernel?)" },
+		{ { "", "run", "--kernel=/k", "--cpus=2", "--memroy=64" },
+		  "run: unknown option --memroy (did you mean --memory?)" },
+		{ { "", "start", "--control-sock", "/tmp/x.sock" },
+		  "start: unknown option --control-sock (did you mean "
+		  "--control-socket?)" },
+		{ { "", "facts", "--hostnme", "h" },
+		  "facts: unknown option --hostnme (did you mean --hostname?)" },
+		{ { "", "run", "--frobnicate" },
+		  "run: unknown option --frobnicate" },
+		{ { "", "run", "--kernel", "/k", "--cpus" },
+		  "run: --cpus needs a value" },
+		{ { "", "run", "--verbose=yes" },
+		  "run: --verbose takes no value" },
+		{ { "", "run", "-x" }, "run: unknown option -x" },
+	};
+	struct spawn_result r;
+	size_t i;
+
+	for (i = 0; i < ARRAY_SIZE(cases); i++) {
+		run_vmm(cases[i].argv, NULL, &r);
+		EXPECT_BAD_INPUT(&r, cases[i].want);
+		EXPECT_TRUE(strstr(r.err, "usage") == NULL);
+	}
+	/* Nothing close: the name alone, no suggestion. */
+	run_vmm((const char *[]){ "", "run", "--frobnicate", NULL }, NULL, &r);
+	EXPECT_TRUE(strstr(r.err, "did you mean") == NULL) TH_LOG("%s", r.err);
+}
+
+/*
+ * A kernel, initrd or image that is not there, at the path the Makefile
+ * builds it at (DIR/guest/..., DIR/images/...): the line says which make
+ * target builds it, with O=DIR unless DIR is named build. Elsewhere, the
+ * plain message.
+ */
+TEST_F(files, missing_build_outputs)
+{
+	char kernel[160], other[160], initrd[160], image[160], want[512];
+	struct spawn_result r;
+
+	snprintf(kernel, sizeof(kernel), "%s/build/guest/vmlinux", self->dir);
+	snprintf(other, sizeof(other), "%s/out/guest/bzImage", self->dir);
+	snprintf(initrd, sizeof(initrd), "%s/build/guest/initramfs.cpio",
+		 self->dir);
+	snprintf(image, sizeof(image), "%s/build/images/debian-12-agent.json",
+		 self->dir);
+
+	run_vmm((const char *[]){ "", "run", "--kernel", kernel, "--", "true",
+				  NULL },
+		NULL, &r);
+	snprintf(want, sizeof(want),
+		 "%s: No such file or directory (make guest builds it)",
+		 kernel);
+	EXPECT_BAD_INPUT(&r, want);
+	run_vmm((const char *[]){ "", "run", "--kernel", other, NULL }, NULL,
+		&r);
+	snprintf(want, sizeof(want),
+		 "%s: No such file or directory (make O=%s/out guest builds "
+		 "it)",
+		 other, self->dir);
+	EXPECT_BAD_INPUT(&r, want);
+	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel,
+				  "--initrd", initrd, NULL },
+		NULL, &r);
+	snprintf(want, sizeof(want),
+		 "%s: No such file or directory (make guest builds it)",
+		 initrd);
+	EXPECT_BAD_INPUT(&r, want);
+	run_vmm((const char *[]){ "", "start", "--kernel", self->kernel,
+				  "--control-socket", "/tmp/x.sock", "--rootfs",
+				  image, NULL },
+		NULL, &r);
+	snprintf(want, sizeof(want),
+		 "%s: No such file or directory (make image builds it)", image);
+	EXPECT_BAD_INPUT(&r, want);
+
+	/* Another name in the same place: no target to name. */
+	snprintf(other, sizeof(other), "%s/build/guest/vmlinux.old", self->dir);
+	run_vmm((const char *[]){ "", "run", "--kernel", other, NULL }, NULL,
+		&r);
+	EXPECT_BAD_INPUT(&r, "No such file or directory");
+	EXPECT_TRUE(strstr(r.err, "make") == NULL) TH_LOG("%s", r.err);
 }
 
 TEST(help_and_version)

@@ -257,6 +257,11 @@ void call_fail(struct call *k, int code, json_t *data, const char *why);
 void call_close_fd(struct call *k);
 void call_done(struct call *k);
 void call_lost(struct call *k, const char *why);
+/*
+ * An agent's ERROR payload as the -32000 error's data ({"errno",
+ * "errnoValue"}); msg receives its message (strerror without one).
+ */
+json_t *call_errno_data(const uint8_t *p, size_t len, char *msg, size_t msglen);
 void call_errno(struct call *k, const uint8_t *p, size_t len);
 void call_abort(struct call *k, bool cancelled);
 int call_hold(struct call *k, size_t n);

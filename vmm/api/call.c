@@ -226,7 +226,7 @@ void call_lost(struct call *k, const char *why)
 }
 
 /* An ERROR frame: the guest's errno, its name and maybe a message. */
-void call_errno(struct call *k, const uint8_t *p, size_t len)
+json_t *call_errno_data(const uint8_t *p, size_t len, char *msg, size_t msglen)
 {
 	const char *name = NULL;
 	const uint8_t *val;
@@ -234,9 +234,8 @@ void call_errno(struct call *k, const uint8_t *p, size_t len)
 	uint64_t value = EIO;
 	uint32_t vlen, name_len = 0;
 	uint16_t tag;
-	char msg[256] = "";
-	json_t *data;
 
+	msg[0] = 0;
 	kiln_tlv__iter(&it, p, len);
 	while (kiln_tlv__next(&it, &tag, &val, &vlen) == 1) {
 		if (tag == KILN_T_ERRNO)
@@ -244,7 +243,7 @@ void call_errno(struct call *k, const uint8_t *p, size_t len)
 		else if (tag == KILN_T_ERRNAME)
 			name = (const char *)val, name_len = vlen;
 		else if (tag == KILN_T_MESSAGE)
-			snprintf(msg, sizeof(msg), "%.*s",
+			snprintf(msg, msglen, "%.*s",
 				 (int)(vlen < 200 ? vlen : 200), val);
 	}
 	if (!name) {
@@ -252,10 +251,17 @@ void call_errno(struct call *k, const uint8_t *p, size_t len)
 		name_len = strlen(name);
 	}
 	if (!msg[0])
-		snprintf(msg, sizeof(msg), "%s", strerror(value));
-	data = json_pack("{s:o, s:I}", "errno",
+		snprintf(msg, msglen, "%s", strerror(value));
+	return json_pack("{s:o, s:I}", "errno",
 			 api_json_lossy((const uint8_t *)name, name_len),
 			 "errnoValue", (json_int_t)value);
+}
+
+void call_errno(struct call *k, const uint8_t *p, size_t len)
+{
+	char msg[256];
+	json_t *data = call_errno_data(p, len, msg, sizeof(msg));
+
 	call_fail(k, API_E_ERRNO, data, msg);
 	call_done(k);
 }

@@ -195,6 +195,29 @@ static void proc_exit(struct call *k, const uint8_t *p, size_t len)
 	call_done(k);
 }
 
+/*
+ * The command did not start: the guest's errno (call_errno), and when it
+ * was the working directory that failed (the agent's ERROR carries T_CWD
+ * then), "cwd" in the data too, so that a client can tell a bad directory
+ * from a missing command, both ENOENT.
+ */
+static void proc_error(struct call *k, const uint8_t *p, size_t len)
+{
+	struct kiln_tlv_iter it;
+	const uint8_t *val;
+	uint32_t vlen;
+	uint16_t tag;
+	char msg[256];
+	json_t *data = call_errno_data(p, len, msg, sizeof(msg));
+
+	kiln_tlv__iter(&it, p, len);
+	while (data && kiln_tlv__next(&it, &tag, &val, &vlen) == 1)
+		if (tag == KILN_T_CWD)
+			api_json_guest_bytes(data, "cwd", val, vlen);
+	call_fail(k, API_E_ERRNO, data, msg);
+	call_done(k);
+}
+
 void proc_frame(struct call *k, uint16_t type, uint16_t flags, const uint8_t *p,
 		size_t len)
 {
@@ -210,7 +233,7 @@ void proc_frame(struct call *k, uint16_t type, uint16_t flags, const uint8_t *p,
 		proc_exit(k, p, len);
 		break;
 	case KILN_MSG_ERROR:
-		call_errno(k, p, len);
+		proc_error(k, p, len);
 		break;
 	default:
 		call_lost(k, "agent protocol error: unexpected message");
