@@ -267,8 +267,7 @@ int dns_msg__a_records(const uint8_t *m, size_t len,
 	struct dns_question a;
 	int n;
 
-	if (len < DNS_HDR_LEN ||
-	    question_read(m, len, DNS_HDR_LEN, &a, false))
+	if (len < DNS_HDR_LEN || question_read(m, len, DNS_HDR_LEN, &a, false))
 		return -EBADMSG;
 	n = answer_read(m, len, a.end, rrs);
 	if (n < 0)

@@ -1104,8 +1104,8 @@ int intercept__create(struct intercept **out, const struct intercept_params *p)
 		return -ENOMEM;
 	ic->flow = p->flow;
 	ic->owner = p->owner;
-	ic->response_ms = p->response_ms ? p->response_ms :
-					   INTERCEPT_RESPONSE_MS;
+	ic->response_ms =
+		p->response_ms ? p->response_ms : INTERCEPT_RESPONSE_MS;
 	ic->ops = *p->ops;
 	if (p->tls)
 		ic->tls = *p->tls;

@@ -75,8 +75,8 @@ int netcfg__parse_cidr(const char *s, uint32_t *addr, unsigned int *prefix)
 		return -EINVAL;
 	memcpy(ip, s, slash - s);
 	ip[slash - s] = '\0';
-	if (netcfg__parse_ipv4(ip, addr) ||
-	    parse__uint(slash + 1, 32, &bits) || strlen(slash + 1) > 2)
+	if (netcfg__parse_ipv4(ip, addr) || parse__uint(slash + 1, 32, &bits) ||
+	    strlen(slash + 1) > 2)
 		return -EINVAL;
 	*prefix = bits;
 	return 0;
@@ -132,8 +132,7 @@ int netcfg__parse_arg(struct net_config *n, const char *arg, char *err,
 		return 0;
 	}
 	if (!strncmp(arg, tap_fd, sizeof(tap_fd) - 1)) {
-		if (parse__uint(arg + sizeof(tap_fd) - 1, NET_MAX_TAP_FD,
-				       &fd))
+		if (parse__uint(arg + sizeof(tap_fd) - 1, NET_MAX_TAP_FD, &fd))
 			return errf(err, len, -EINVAL,
 				    "--net %s: give the tap's fd: tap-fd:N "
 				    "(a decimal number)",

@@ -796,10 +796,10 @@ static int parse_http_ask(json_t *v, struct http_grant *g, const char *path,
 static int parse_http_grant(json_t *obj, struct http_grant *g, const char *path,
 			    char *err, size_t len)
 {
-	static const char *const keys[] = {
-		"host", "ports", "tls", "headers", "ask", "responseTimeoutMs",
-		NULL
-	};
+	static const char *const keys[] = { "host", "ports",
+					    "tls",  "headers",
+					    "ask",  "responseTimeoutMs",
+					    NULL };
 	static const uint16_t default_ports[] = { HTTP_PORT, HTTPS_PORT };
 	const char *s;
 	json_t *v;

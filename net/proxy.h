@@ -48,10 +48,9 @@ struct sock_fprog; /* lib/thread-filter.h */
  * and, relayed, a pipe each way; per UDP flow two sockets; the hook's
  * connection.
  */
-#define PROXY_MAX_FDS \
-	(6U * PROXY_MAX_TCP_FLOWS + 2U * PROXY_MAX_UDP_FLOWS + 1U)
-#define PROXY_REASONS_MAX   16U /* distinct reasons counted; more: "other" */
-#define PROXY_REASON_LEN    64U /* sizeof(struct net_decision.reason) */
+#define PROXY_MAX_FDS	  (6U * PROXY_MAX_TCP_FLOWS + 2U * PROXY_MAX_UDP_FLOWS + 1U)
+#define PROXY_REASONS_MAX 16U /* distinct reasons counted; more: "other" */
+#define PROXY_REASON_LEN  64U /* sizeof(struct net_decision.reason) */
 
 struct proxy_params {
 	int netns_fd;	    /* the VM netns; borrowed */

@@ -153,8 +153,8 @@ enum kiln_msg {
 };
 
 /* HELLO's T_FEATURES bits; an agent without a bit lacks what it names. */
-#define KILN_FEATURE_RESEED 0x1ULL /* takes KILN_MSG_RESEED */
-#define KILN_FEATURE_MOUNTS 0x2ULL /* takes KILN_MSG_MOUNTS_* */
+#define KILN_FEATURE_RESEED    0x1ULL /* takes KILN_MSG_RESEED */
+#define KILN_FEATURE_MOUNTS    0x2ULL /* takes KILN_MSG_MOUNTS_* */
 #define KILN_FEATURE_NET_RENEW 0x4ULL /* RESEED with T_NET_MAC, T_NET */
 
 #define KILN_RESEED_BYTES 64U /* what the vmm sends */

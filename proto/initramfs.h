@@ -7,10 +7,11 @@
  * (bootloader/initrd.c) and the guest init reads before anything else
  * (guest/init): names inside the archive, without the leading slash.
  */
-#define KILN_INITRAMFS_DIR    "kiln"
-#define KILN_INITRAMFS_ARGV   KILN_INITRAMFS_DIR "/argv"   /* the command */
-#define KILN_INITRAMFS_MOUNTS KILN_INITRAMFS_DIR "/mounts" /* virtio-fs mounts */
-#define KILN_INITRAMFS_CA     KILN_INITRAMFS_DIR "/ca.pem" /* the interception CA */
+#define KILN_INITRAMFS_DIR  "kiln"
+#define KILN_INITRAMFS_ARGV KILN_INITRAMFS_DIR "/argv" /* the command */
+#define KILN_INITRAMFS_MOUNTS \
+	KILN_INITRAMFS_DIR "/mounts"		       /* virtio-fs mounts */
+#define KILN_INITRAMFS_CA KILN_INITRAMFS_DIR "/ca.pem" /* the interception CA */
 /* The boot's identity (vmm/identity.h): the bytes, no newline, no NUL. */
 #define KILN_INITRAMFS_HOSTNAME KILN_INITRAMFS_DIR "/hostname" /* always */
 #define KILN_INITRAMFS_CWD	KILN_INITRAMFS_DIR "/cwd"      /* with --cwd */

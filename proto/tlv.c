@@ -104,8 +104,8 @@ void kiln_tlv__iter(struct kiln_tlv_iter *it, const void *payload, size_t len)
 	it->left = len;
 }
 
-int kiln_tlv__next(struct kiln_tlv_iter *it, uint16_t *tag,
-		   const uint8_t **val, uint32_t *len)
+int kiln_tlv__next(struct kiln_tlv_iter *it, uint16_t *tag, const uint8_t **val,
+		   uint32_t *len)
 {
 	struct kiln_tlv t;
 	uint32_t n;
@@ -154,20 +154,23 @@ int kiln_frame__unpack(const struct kiln_frame *wire, uint16_t *type,
 	return *len > KILN_FRAME_MAX ? -EPROTO : 0;
 }
 
-#define E(x) { x, #x }
+#define E(x)          \
+	{             \
+		x, #x \
+	}
 static const struct {
 	int value;
 	const char *name;
 } errnos[] = {
-	E(EPERM),     E(ENOENT),    E(ESRCH),	  E(EINTR),	E(EIO),
-	E(ENXIO),     E(E2BIG),	    E(ENOEXEC),	  E(EBADF),	E(ECHILD),
-	E(EAGAIN),    E(ENOMEM),    E(EACCES),	  E(EFAULT),	E(EBUSY),
-	E(EEXIST),    E(EXDEV),	    E(ENODEV),	  E(ENOTDIR),	E(EISDIR),
-	E(EINVAL),    E(ENFILE),    E(EMFILE),	  E(ENOTTY),	E(ETXTBSY),
-	E(EFBIG),     E(ENOSPC),    E(ESPIPE),	  E(EROFS),	E(EMLINK),
-	E(EPIPE),     E(ERANGE),    E(ENAMETOOLONG), E(ENOSYS), E(ENOTEMPTY),
-	E(ELOOP),     E(EPROTO),    E(EOVERFLOW), E(EILSEQ),	E(ENOTSUP),
-	E(ETIMEDOUT), E(ECANCELED), E(EDQUOT),	  E(ESTALE),	E(ECONNRESET),
+	E(EPERM),     E(ENOENT),    E(ESRCH),	     E(EINTR),	 E(EIO),
+	E(ENXIO),     E(E2BIG),	    E(ENOEXEC),	     E(EBADF),	 E(ECHILD),
+	E(EAGAIN),    E(ENOMEM),    E(EACCES),	     E(EFAULT),	 E(EBUSY),
+	E(EEXIST),    E(EXDEV),	    E(ENODEV),	     E(ENOTDIR), E(EISDIR),
+	E(EINVAL),    E(ENFILE),    E(EMFILE),	     E(ENOTTY),	 E(ETXTBSY),
+	E(EFBIG),     E(ENOSPC),    E(ESPIPE),	     E(EROFS),	 E(EMLINK),
+	E(EPIPE),     E(ERANGE),    E(ENAMETOOLONG), E(ENOSYS),	 E(ENOTEMPTY),
+	E(ELOOP),     E(EPROTO),    E(EOVERFLOW),    E(EILSEQ),	 E(ENOTSUP),
+	E(ETIMEDOUT), E(ECANCELED), E(EDQUOT),	     E(ESTALE),	 E(ECONNRESET),
 };
 #undef E
 

@@ -40,14 +40,13 @@ struct kiln_tlv_iter {
 	size_t left;
 };
 
-void kiln_tlv__iter(struct kiln_tlv_iter *it, const void *payload,
-		    size_t len);
+void kiln_tlv__iter(struct kiln_tlv_iter *it, const void *payload, size_t len);
 /*
  * The next field: 1 with *tag, *val and *len set, 0 at the end, -EPROTO
  * when the rest is not a whole field.
  */
-int kiln_tlv__next(struct kiln_tlv_iter *it, uint16_t *tag,
-		   const uint8_t **val, uint32_t *len);
+int kiln_tlv__next(struct kiln_tlv_iter *it, uint16_t *tag, const uint8_t **val,
+		   uint32_t *len);
 /* A u64 value (exactly 8 bytes): 0, or -EPROTO. */
 int kiln_tlv__u64(const uint8_t *val, uint32_t len, uint64_t *out);
 

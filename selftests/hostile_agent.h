@@ -72,8 +72,7 @@ static inline uint16_t hostile_agent__recv_request(int fd)
  * HOSTILE_NAME bytes 0xff (not UTF-8: stored lossy and as base64), with
  * T_MORE when more follows.
  */
-static inline void hostile_agent__send_huge(int fd, uint16_t request,
-					    bool more)
+static inline void hostile_agent__send_huge(int fd, uint16_t request, bool more)
 {
 	bool facts = request == KILN_MSG_FACTS;
 	uint8_t *name = malloc(HOSTILE_NAME);

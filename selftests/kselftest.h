@@ -742,8 +742,8 @@ out:
 	sigprocmask(SIG_SETMASK, &oldmask, NULL);
 }
 
-static inline bool __ksft_named(const struct __test_metadata *t,
-				char **names, int nr_names)
+static inline bool __ksft_named(const struct __test_metadata *t, char **names,
+				int nr_names)
 {
 	int i;
 

@@ -18,7 +18,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-
 #include "lib/compiler.h"
 #include "lib/sha256.h"
 #include "snapshot/file.h"
@@ -213,9 +212,9 @@ int snap_dir__write_part(struct snap_dir *d, const char *file, const char *kind,
  * that went): its size hashed and set, synced, closed, and named in the
  * manifest with its digest. fd is closed and sha released either way.
  */
-static int finish_sparse(struct snap_dir *d, struct sha256 *sha, int fd, int ret,
-			 const char *file, const char *kind, uint64_t size,
-			 uint64_t data, char *err, size_t len)
+static int finish_sparse(struct snap_dir *d, struct sha256 *sha, int fd,
+			 int ret, const char *file, const char *kind,
+			 uint64_t size, uint64_t data, char *err, size_t len)
 {
 	char hex[SNAP_SHA256_HEX + 1];
 
@@ -301,8 +300,8 @@ static int flush_run(int fd, const uint8_t *buf, uint64_t base, uint64_t run,
  * One chunk of src at off: its pages that are not all zeros hashed and
  * written in runs (a zero page ends a run and is left a hole).
  */
-static int copy_chunk(struct sha256 *sha, int fd, const uint8_t *buf, uint64_t off,
-		      uint64_t n, uint64_t *data)
+static int copy_chunk(struct sha256 *sha, int fd, const uint8_t *buf,
+		      uint64_t off, uint64_t n, uint64_t *data)
 {
 	uint64_t p, run = off;
 	int ret = 0;

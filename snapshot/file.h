@@ -62,7 +62,6 @@
 #define SNAP_OPEN_DIR (O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
 #define SNAP_OPEN_NEW (O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC)
 
-
 struct snap_dir {
 	int fd;
 	json_t *parts; /* the manifest's "parts" so far */

@@ -17,7 +17,7 @@
 
 #include "snapshot/load.h"
 
-#define SNAP_PART_NAME_LEN 32 /* "vcpu254.state" */
+#define SNAP_PART_NAME_LEN 32	       /* "vcpu254.state" */
 #define SNAP_PART_MAX	   (64U << 20) /* bytes: a state file, devices.json */
 
 /* The manifest's part named file, or NULL. */
@@ -62,8 +62,8 @@ static unsigned int words_missing(const char *a, const char *b, char *out,
 			continue;
 		n++;
 		if (at < len)
-			at += snprintf(out + at, len - at, " \"%.*s\"",
-				       (int)wl, w);
+			at += snprintf(out + at, len - at, " \"%.*s\"", (int)wl,
+				       w);
 	}
 	return n;
 }
@@ -85,19 +85,21 @@ static void identity_diff(const json_t *m, const struct snap_expect *want,
 	why[0] = '\0';
 	if (!json_is_object(theirs) || !json_is_object(want->identity))
 		return;
-	json_object_foreach((json_t *)want->identity, key, v) {
+	json_object_foreach((json_t *)want->identity, key, v)
+	{
 		if (json_equal(v, json_object_get(theirs, key)))
 			continue;
 		if (at < sizeof(fields))
-			at += snprintf(fields + at, sizeof(fields) - at,
-				       "%s%s", at ? ", " : "", key);
+			at += snprintf(fields + at, sizeof(fields) - at, "%s%s",
+				       at ? ", " : "", key);
 	}
-	json_object_foreach((json_t *)theirs, key, v) {
+	json_object_foreach((json_t *)theirs, key, v)
+	{
 		if (json_object_get(want->identity, key))
 			continue;
 		if (at < sizeof(fields))
-			at += snprintf(fields + at, sizeof(fields) - at,
-				       "%s%s", at ? ", " : "", key);
+			at += snprintf(fields + at, sizeof(fields) - at, "%s%s",
+				       at ? ", " : "", key);
 	}
 	if (!fields[0])
 		return;
@@ -120,8 +122,8 @@ static void identity_diff(const json_t *m, const struct snap_expect *want,
 			       "same kind)" :
 			       "");
 	}
-	snprintf(why, len, ": %s differ%s%s", fields, strchr(fields, ',') ?
-		 "" : "s", words);
+	snprintf(why, len, ": %s differ%s%s", fields,
+		 strchr(fields, ',') ? "" : "s", words);
 }
 
 /* The manifest against this monitor and this config. */
@@ -129,7 +131,8 @@ static int check_fields(const json_t *m, const struct snap_expect *want,
 			char *err, size_t len)
 {
 	const char *vmm = json_string_value(json_object_get(m, "vmm"));
-	const char *id = json_string_value(json_object_get(m, "identityDigest"));
+	const char *id =
+		json_string_value(json_object_get(m, "identityDigest"));
 	const json_t *vcpus = json_object_get(m, "vcpus");
 	const json_t *mem = json_object_get(m, "memoryBytes");
 
@@ -149,11 +152,12 @@ static int check_fields(const json_t *m, const struct snap_expect *want,
 	}
 	if (!json_is_integer(mem) ||
 	    (uint64_t)json_integer_value(mem) != want->memory_bytes) {
-		snprintf(err, len,
-			 "%s: memoryBytes: the snapshot has %" JSON_INTEGER_FORMAT
-			 ", the config %" PRIu64,
-			 SNAP_MANIFEST, json_integer_value(mem),
-			 want->memory_bytes);
+		snprintf(
+			err, len,
+			"%s: memoryBytes: the snapshot has %" JSON_INTEGER_FORMAT
+			", the config %" PRIu64,
+			SNAP_MANIFEST, json_integer_value(mem),
+			want->memory_bytes);
 		return -EINVAL;
 	}
 	if (!id || strcmp(id, want->identity_digest)) {
@@ -259,7 +263,8 @@ static int open_memory(int dfd, struct snap_load *l, const json_t *m,
 			 SNAP_MANIFEST);
 		return -EINVAL;
 	}
-	l->mem_fd = openat(dfd, "memory.raw", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	l->mem_fd =
+		openat(dfd, "memory.raw", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	if (l->mem_fd < 0 || fstat(l->mem_fd, &st) < 0) {
 		ret = -errno;
 		snprintf(err, len, "memory.raw: %s", strerror(-ret));
@@ -355,8 +360,8 @@ static int load_parts(int dfd, struct snap_load *l,
 		free(dev.p);
 		return ret;
 	}
-	l->devices = json_loads((const char *)dev.p, JSON_REJECT_DUPLICATES,
-				&jerr);
+	l->devices =
+		json_loads((const char *)dev.p, JSON_REJECT_DUPLICATES, &jerr);
 	free(dev.p);
 	if (!json_is_array(l->devices)) {
 		snprintf(err, len, "devices.json: line %d: %s", jerr.line,

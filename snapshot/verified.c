@@ -262,7 +262,6 @@ static bool changed_too_recently(const struct stat *st)
 	return age < (st->st_ctim.tv_nsec ? RACY_FINE_NS : RACY_COARSE_NS);
 }
 
-
 bool verified__lookup(struct verified *v, const struct stat *st,
 		      const char *digest)
 {
@@ -342,7 +341,8 @@ bool verified__recall(const struct stat *st, const char *kind, char *digest,
 	n = cache_read(v.entry, buf, sizeof(buf) - 1);
 	if (n <= v.keylen + (ssize_t)strlen(MEMO_IS) ||
 	    memcmp(buf, v.key, v.keylen) ||
-	    memcmp(buf + v.keylen, MEMO_IS, strlen(MEMO_IS)) || buf[n - 1] != '\n')
+	    memcmp(buf + v.keylen, MEMO_IS, strlen(MEMO_IS)) ||
+	    buf[n - 1] != '\n')
 		goto out;
 	rest = n - v.keylen - strlen(MEMO_IS) - 1;
 	if (rest + 1 > len || memchr(buf + v.keylen, '\0', n - v.keylen))

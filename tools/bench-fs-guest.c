@@ -252,8 +252,8 @@ static const char *drop_cache(const char *path)
 
 static int data(const struct opts *o)
 {
-	unsigned long long total = 0, want = (unsigned long long)o->size_mib *
-					     CHUNK;
+	unsigned long long total = 0,
+			   want = (unsigned long long)o->size_mib * CHUNK;
 	char path[4200];
 	const char *how;
 	struct mark m;

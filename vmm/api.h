@@ -49,7 +49,7 @@ struct sock_fprog; /* lib/thread-filter.h */
  */
 #define API_ACCEPT_BACKOFF_MS 100U
 /* Unsent bytes to one agent connection: past them it is not reading. */
-#define API_AGENT_OUT_MAX   (4U << 20)
+#define API_AGENT_OUT_MAX      (4U << 20)
 #define API_POWEROFF_ANSWER_MS 5000U /* vm.shutdown: the agent's RESULT */
 /*
  * vm.subscribe: events held for the subscribers (each one's queue: past

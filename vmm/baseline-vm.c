@@ -99,8 +99,8 @@ static int lookup(struct vm *vm, struct vm_baseline *b, bool *capture)
 		.vcpus = vm->nr_vcpus,
 		.memory_bytes = vm->ram_size,
 		/* Each clone takes its own copy of the entry's layer. */
-		.root_layer = vm->disk &&
-			      vm->cfg->rootfs.mode == ROOTFS_EPHEMERAL,
+		.root_layer =
+			vm->disk && vm->cfg->rootfs.mode == ROOTFS_EPHEMERAL,
 	};
 	struct snap_load *l;
 	int ret;

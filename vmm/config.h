@@ -59,9 +59,9 @@ struct vsock_config {
  */
 #define CONFIG_DEFAULT_BASELINE_MAX_ARTIFACTS 8ULL
 /* start --detach: the guest agent's first answer is due in 5 minutes. */
-#define CONFIG_DETACH_READY_TIMEOUT_MS 300000ULL
-#define CONFIG_DEFAULT_BASELINE_MAX_BYTES     (8ULL << 30) /* data bytes */
-#define CONFIG_MAX_BASELINE_MAX_ARTIFACTS     4096ULL
+#define CONFIG_DETACH_READY_TIMEOUT_MS	  300000ULL
+#define CONFIG_DEFAULT_BASELINE_MAX_BYTES (8ULL << 30) /* data bytes */
+#define CONFIG_MAX_BASELINE_MAX_ARTIFACTS 4096ULL
 
 struct baseline_config {
 	char *cache;		/* the cache directory; NULL: no baselines */
@@ -84,7 +84,8 @@ struct vm_config {
 	char **argv;	      /* command for the guest; NULL: none */
 	struct rootfs_config rootfs;
 	struct vsock_config vsock;
-	struct mounts_config mounts; /* virtio-fs (Documentation/virtio-fs.md) */
+	struct mounts_config
+		mounts; /* virtio-fs (Documentation/virtio-fs.md) */
 	/* virtio-net (Documentation/network.md) */
 	struct net_config net;
 	/* The boot's identity (vmm/identity.h), checked by config__validate. */
@@ -125,7 +126,7 @@ struct vm_config {
 	enum log_level log_level; /* with log_level_set */
 	bool log_level_set;
 	enum log_format log_format;
-	bool seccomp; /* filter the running monitor */
+	bool seccomp;		 /* filter the running monitor */
 	struct jail_config jail; /* --jail (vmm/jail.h); dir NULL: none */
 };
 

@@ -12,11 +12,11 @@
 #include "vmm/cpuid.h"
 #include "vmm/vm.h"
 
-#define CPUID_LEAF_FEATURES    0x1
-#define CPUID_LEAF_CACHE       0x4
-#define CPUID_LEAF_TOPOLOGY    0xb
-#define CPUID_LEAF_TOPOLOGY_V2 0x1f
-#define CPUID_LEAF_AMD_SIZE    0x80000008
+#define CPUID_LEAF_FEATURES	0x1
+#define CPUID_LEAF_CACHE	0x4
+#define CPUID_LEAF_TOPOLOGY	0xb
+#define CPUID_LEAF_TOPOLOGY_V2	0x1f
+#define CPUID_LEAF_AMD_SIZE	0x80000008
 #define CPUID_LEAF_AMD_TOPOLOGY 0x8000001e
 #define CPUID_4_EAX_CACHE_TYPE	0x1fU /* 0: no more caches */
 

@@ -42,9 +42,9 @@
 #define JAIL_TMPFS_OPTS "mode=0755,size=4m"
 #define JAIL_HOSTNAME	"kiln"
 /* The root image's place and its descriptor's copy. */
-#define JAIL_ROOTFS_IMAGE JAIL_KILN_DIR "/rootfs.img"
-#define JAIL_ROOTFS_DESC  JAIL_KILN_DIR "/rootfs.json"
-#define JAIL_CA_BUNDLE	  JAIL_KILN_DIR "/ca-bundle.crt"
+#define JAIL_ROOTFS_IMAGE  JAIL_KILN_DIR "/rootfs.img"
+#define JAIL_ROOTFS_DESC   JAIL_KILN_DIR "/rootfs.json"
+#define JAIL_CA_BUNDLE	   JAIL_KILN_DIR "/ca-bundle.crt"
 #define JAIL_CPUS_POSSIBLE "/sys/devices/system/cpu/possible"
 /* At most: kernel, initrd, image, 8 mounts, 5 directories, 2 for net. */
 #define JAIL_MAX_ENTRIES 24U
@@ -227,8 +227,8 @@ static int set_path(char **field, const char *dir, const char *name)
 }
 
 /* A file bound in at inside; *field becomes inside. */
-static int plan_file(struct jail *j, char **field, const char *inside,
-		     bool ro, const char *what, char *err, size_t len)
+static int plan_file(struct jail *j, char **field, const char *inside, bool ro,
+		     const char *what, char *err, size_t len)
 {
 	char *host = realpath(*field, NULL);
 
@@ -322,8 +322,8 @@ static int plan_rootfs(struct jail *j, struct rootfs_config *r, char *err,
 	if (ret)
 		return ret;
 	desc = json_load_file(r->descriptor, JSON_REJECT_DUPLICATES, &jerr);
-	if (!desc || json_object_set_new(desc, "path",
-					 json_string(JAIL_ROOTFS_IMAGE))) {
+	if (!desc ||
+	    json_object_set_new(desc, "path", json_string(JAIL_ROOTFS_IMAGE))) {
 		json_decref(desc);
 		return errf(err, len, -EINVAL, "jail: %s: %s", r->descriptor,
 			    jerr.text);
@@ -379,8 +379,7 @@ static int plan_mounts(struct jail *j, struct mounts_config *mc, char *err,
  * the http grants' TLS client reads the CA bundle (the default one only
  * if the host has it: without, those flows are denied, as outside).
  */
-static int plan_net(struct jail *j, struct net_config *n, char *err,
-		    size_t len)
+static int plan_net(struct jail *j, struct net_config *n, char *err, size_t len)
 {
 	if (!add(j, JAIL_FILE, JAIL_CPUS_POSSIBLE, JAIL_CPUS_POSSIBLE, true))
 		return errf(err, len, -ENOMEM, "jail: %s: too many paths",
@@ -503,8 +502,7 @@ int jail__unshare_pid(struct jail *j)
 }
 
 /* The parent outside: the host's signals go on to the jail's PID 1. */
-static void __attribute__((noreturn))
-relay(pid_t child, const sigset_t *set)
+static void __attribute__((noreturn)) relay(pid_t child, const sigset_t *set)
 {
 	siginfo_t si;
 	int status;
@@ -785,7 +783,8 @@ int jail__setup(struct jail *j)
 	if (!ret) {
 		cgroup_join(c);
 		step = "its root (tmpfs)";
-		if (mount("kiln-jail", root, "tmpfs", MS_NOSUID, JAIL_TMPFS_OPTS))
+		if (mount("kiln-jail", root, "tmpfs", MS_NOSUID,
+			  JAIL_TMPFS_OPTS))
 			ret = -errno;
 	}
 	for (i = 0; !ret && i < j->nr; i++) {
@@ -916,7 +915,8 @@ int jail__raise_kept_caps(const int *caps, unsigned int n)
 	if (!getuid() || !geteuid())
 		return -EPERM; /* the drop has not reached this thread */
 	caps_mask(caps, n, want);
-	if (syscall(SYS_capset, &hdr, want) || prctl(PR_SET_KEEPCAPS, 0, 0, 0, 0))
+	if (syscall(SYS_capset, &hdr, want) ||
+	    prctl(PR_SET_KEEPCAPS, 0, 0, 0, 0))
 		return -errno;
 	if (syscall(SYS_capget, &hdr, got))
 		return -errno;

@@ -23,12 +23,12 @@
 #define JAIL_KILN_DIR "/kiln"
 
 struct jail_config {
-	char *dir;	  /* --jail: absolute, a directory; NULL: no jail */
-	uint64_t uid;	  /* with uid_set: 1..JAIL_MAX_ID */
-	uint64_t gid;	  /* with gid_set: 1..JAIL_MAX_ID */
+	char *dir;    /* --jail: absolute, a directory; NULL: no jail */
+	uint64_t uid; /* with uid_set: 1..JAIL_MAX_ID */
+	uint64_t gid; /* with gid_set: 1..JAIL_MAX_ID */
 	bool uid_set, gid_set;
-	char *cgroup;	  /* cgroup v2 directory (made); NULL: none */
-	char *cpu_max;	  /* its cpu.max: "max" or "QUOTA" [PERIOD] (us) */
+	char *cgroup;	     /* cgroup v2 directory (made); NULL: none */
+	char *cpu_max;	     /* its cpu.max: "max" or "QUOTA" [PERIOD] (us) */
 	uint64_t memory_max; /* bytes, its memory.max; 0: not set */
 	uint64_t rlimit_as;  /* bytes, RLIMIT_AS; 0: unchanged */
 	uint64_t rlimit_nofile; /* RLIMIT_NOFILE; 0: unchanged */
@@ -55,8 +55,8 @@ int __must_check jail__validate(const struct vm_config *c, char *err,
  * rewritten to those places. Reads the root image's descriptor (its
  * copy in the jail names the image at its new place). No mounts yet.
  */
-int __must_check jail__plan(struct jail **out, struct vm_config *c,
-			    char *err, size_t len);
+int __must_check jail__plan(struct jail **out, struct vm_config *c, char *err,
+			    size_t len);
 void jail__destroy(struct jail *j);
 /* How many host paths are bound in, for tests; the nth one's places. */
 unsigned int jail__nr_binds(const struct jail *j);

@@ -147,7 +147,7 @@ int kvm__supported_cpuid(int kvm_fd, struct kvm_cpuid2 **out)
 	 * count is what a snapshot reads back (vcpu.c, save_cpuid).
 	 */
 	grown = realloc(c, sizeof(*c) + (c->nent + CPUID_ADDED_MAX) *
-						 sizeof(c->entries[0]));
+						sizeof(c->entries[0]));
 	if (!grown) {
 		free(c);
 		return -ENOMEM;

@@ -42,10 +42,10 @@
 
 static void detach_wait(const struct vm_config *cfg, int fd, pid_t pid)
 {
-	long long left = cfg->ready_timeout_ms ?
-				 (long long)cfg->ready_timeout_ms +
-					 DETACH_GRACE_MS :
-				 -1;
+	long long left =
+		cfg->ready_timeout_ms ?
+			(long long)cfg->ready_timeout_ms + DETACH_GRACE_MS :
+			-1;
 	struct pollfd p = { .fd = fd, .events = POLLIN };
 	struct timespec t0, t1;
 	int n, status;
@@ -54,7 +54,7 @@ static void detach_wait(const struct vm_config *cfg, int fd, pid_t pid)
 	for (;;) {
 		clock_gettime(CLOCK_MONOTONIC, &t0);
 		n = poll(&p, 1,
-			 left < 0	  ? -1 :
+			 left < 0	? -1 :
 			 left > INT_MAX ? INT_MAX :
 					  (int)left);
 		if (n < 0 && errno == EINTR)
@@ -78,7 +78,7 @@ static void detach_wait(const struct vm_config *cfg, int fd, pid_t pid)
 			exit(0);
 		if (byte == VM_AGENT_BYTE)
 			left = -1;
-count:
+	count:
 		if (left < 0)
 			continue;
 		clock_gettime(CLOCK_MONOTONIC, &t1);

@@ -136,7 +136,8 @@ static int parse_ownership(const char *s, size_t n, enum fs_ownership *out)
 	unsigned int i;
 
 	for (i = 0; i < ARRAY_SIZE(names); i++) {
-		if (strlen(names[i].name) == n && !memcmp(s, names[i].name, n)) {
+		if (strlen(names[i].name) == n &&
+		    !memcmp(s, names[i].name, n)) {
 			*out = names[i].own;
 			return 0;
 		}
@@ -155,11 +156,12 @@ int mounts__parse_cli(struct mounts_config *mc, const char *spec, char *err,
 	int ret = 0;
 
 	if (!eq)
-		return errf(err, len, -EINVAL,
-			    "--mount %s: expected GUEST_PATH=bind:DIR[:ro|:rw], "
-			    "GUEST_PATH=memory[:MAXBYTES] or "
-			    "GUEST_PATH=virtual:SOCKET",
-			    spec);
+		return errf(
+			err, len, -EINVAL,
+			"--mount %s: expected GUEST_PATH=bind:DIR[:ro|:rw], "
+			"GUEST_PATH=memory[:MAXBYTES] or "
+			"GUEST_PATH=virtual:SOCKET",
+			spec);
 	guest = strndup(spec, eq - spec);
 	if (!guest)
 		return -ENOMEM;
@@ -175,8 +177,9 @@ int mounts__parse_cli(struct mounts_config *mc, const char *spec, char *err,
 		src += 5;
 		end = src + strlen(src);
 		colon = memrchr(src, ':', (size_t)(end - src));
-		if (colon && !parse_ownership(colon + 1, (size_t)(end - colon - 1),
-					      &m->ownership))
+		if (colon &&
+		    !parse_ownership(colon + 1, (size_t)(end - colon - 1),
+				     &m->ownership))
 			end = colon;
 		colon = memrchr(src, ':', (size_t)(end - src));
 		if (colon && end - colon == 3 &&
@@ -192,8 +195,7 @@ int mounts__parse_cli(struct mounts_config *mc, const char *spec, char *err,
 	}
 	if (!strcmp(src, "memory") || !strncmp(src, "memory:", 7)) {
 		m->type = MOUNT_MEMORY;
-		if (src[6] == ':' &&
-		    parse__size(src + 7, INT64_MAX, &n))
+		if (src[6] == ':' && parse__size(src + 7, INT64_MAX, &n))
 			return errf(err, len, -EINVAL,
 				    "--mount %s: memory size \"%s\" is not a "
 				    "byte count (K/M/G suffixes)",
@@ -396,8 +398,8 @@ static int parse_memory(struct mount_config *m, const char *where, json_t *o,
 			if (json_is_integer(v) && json_integer_value(v) > 0)
 				m->max_bytes = json_integer_value(v);
 			else if (!json_is_string(v) ||
-				 parse__size(json_string_value(v),
-						    INT64_MAX, &m->max_bytes) ||
+				 parse__size(json_string_value(v), INT64_MAX,
+					     &m->max_bytes) ||
 				 !m->max_bytes)
 				ret = errf(err, len, -EINVAL,
 					   "%s.memory.maxBytes: must be a "
@@ -535,11 +537,12 @@ static int validate_one(const struct mount_config *m, char *err, size_t len)
 						    g, m->mask_paths[i]);
 		}
 		if (m->nr_mask_paths && !m->read_only && !m->mask_storage)
-			return errf(err, len, -EINVAL,
-				    "mount %s: a read-write bind with masked "
-				    "paths needs mask.storage (where the guest's "
-				    "entries under them go)",
-				    g);
+			return errf(
+				err, len, -EINVAL,
+				"mount %s: a read-write bind with masked "
+				"paths needs mask.storage (where the guest's "
+				"entries under them go)",
+				g);
 		if (m->mask_storage && (m->read_only || !m->nr_mask_paths))
 			return errf(err, len, -EINVAL,
 				    "mount %s: mask.storage is only for a "
@@ -571,7 +574,8 @@ static int validate_one(const struct mount_config *m, char *err, size_t len)
 		return 0;
 	case MOUNT_VIRTUAL:
 		if (!m->socket[0] ||
-		    strlen(m->socket) >= sizeof(((struct sockaddr_un *)0)->sun_path))
+		    strlen(m->socket) >=
+			    sizeof(((struct sockaddr_un *)0)->sun_path))
 			return errf(err, len, -EINVAL,
 				    "mount %s: virtual socket \"%s\": empty or "
 				    "longer than a Unix socket path",
@@ -642,9 +646,10 @@ int mounts__create_backend(const struct mount_config *m, unsigned int index,
 		if (!files)
 			return -ENOMEM;
 		for (i = 0; i < m->nr_files; i++)
-			files[i] = (struct memfs_file){ .path = m->files[i].path,
-							.data = m->files[i].data,
-							.len = m->files[i].len };
+			files[i] =
+				(struct memfs_file){ .path = m->files[i].path,
+						     .data = m->files[i].data,
+						     .len = m->files[i].len };
 		p.files = files;
 		ret = memfs__create(out, &p);
 		free(files);
@@ -685,8 +690,7 @@ static bool guest_read_only(const struct mount_config *m)
 	return m->type == MOUNT_BIND && m->read_only;
 }
 
-int mounts__manifest(const struct mounts_config *mc, uint8_t **out,
-		     size_t *len)
+int mounts__manifest(const struct mounts_config *mc, uint8_t **out, size_t *len)
 {
 	const struct mount_config *order[MOUNTS_MAX];
 	size_t size = 0, at = 0;

@@ -18,10 +18,10 @@
  * init reads (/kiln/mounts).
  */
 
-#define MOUNTS_MAX	    8U	 /* virtio-mmio slots 2..9 */
-#define MOUNTS_FILES_MAX    1024U /* memory: seeded files */
-#define MOUNTS_MASKS_MAX    64U	 /* bind: masked paths */
-#define MOUNTS_PATH_MAX	    4096U
+#define MOUNTS_MAX	 8U    /* virtio-mmio slots 2..9 */
+#define MOUNTS_FILES_MAX 1024U /* memory: seeded files */
+#define MOUNTS_MASKS_MAX 64U   /* bind: masked paths */
+#define MOUNTS_PATH_MAX	 4096U
 
 enum mount_type {
 	MOUNT_BIND,
@@ -84,8 +84,8 @@ void mounts__tag(unsigned int index, char *buf, size_t len);
 /*
  * The guest's manifest: per mount "tag\0path\0ro|rw\0". Caller frees.
  */
-int __must_check mounts__manifest(const struct mounts_config *mc,
-				  uint8_t **out, size_t *len);
+int __must_check mounts__manifest(const struct mounts_config *mc, uint8_t **out,
+				  size_t *len);
 /*
  * The same list, in the same order, as the agent's MOUNTS_DETACH and
  * MOUNTS_ATTACH payload (proto/mounts.h) into b.

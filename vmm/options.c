@@ -197,9 +197,8 @@ static int apply_vsock_cid(struct vm_config *c, const union option_value *v,
 	return 0;
 }
 
-static int apply_ready_timeout(struct vm_config *c,
-			       const union option_value *v, char *err,
-			       size_t len)
+static int apply_ready_timeout(struct vm_config *c, const union option_value *v,
+			       char *err, size_t len)
 {
 	c->ready_timeout_ms = v->u;
 	c->ready_timeout_set = true;

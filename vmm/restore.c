@@ -38,8 +38,8 @@
 #include "vmm/vcpu.h"
 #include "vmm/vm.h"
 
-#define NSEC_PER_SEC  1000000000ULL
-#define KHZ_PER_GHZ   1000000ULL /* ticks = ns * kHz / 10^6 */
+#define NSEC_PER_SEC 1000000000ULL
+#define KHZ_PER_GHZ  1000000ULL /* ticks = ns * kHz / 10^6 */
 
 /* ---- before KVM ---------------------------------------------------- */
 
@@ -106,7 +106,8 @@ static int restore_root(struct vm *vm)
 		return 0;
 	if (vm->cfg->rootfs.mode == ROOTFS_PERSISTENT)
 		return check_root_state(vm);
-	snprintf(what, sizeof(what), "%s: %s", vm->restore_dir, SNAP_LAYER_FILE);
+	snprintf(what, sizeof(what), "%s: %s", vm->restore_dir,
+		 SNAP_LAYER_FILE);
 	return disk__load_layer(vm->disk, vm->restore->layer_fd, what);
 }
 
@@ -208,8 +209,9 @@ static int saved_clock(struct vm *vm, struct kvm_clock_data *clock,
 			     &d))
 		return 0;
 	memcpy(&khz, d, sizeof(khz));
-	*tsc_advance = (uint64_t)((unsigned __int128)(now_ns - clock->realtime) *
-				  khz / KHZ_PER_GHZ);
+	*tsc_advance =
+		(uint64_t)((unsigned __int128)(now_ns - clock->realtime) * khz /
+			   KHZ_PER_GHZ);
 	return 0;
 }
 
@@ -293,8 +295,10 @@ static int restore_devices(struct vm *vm)
 
 	json_array_foreach(arr, i, e)
 	{
-		json_int_t slot = json_integer_value(json_object_get(e, "slot"));
-		const char *name = json_string_value(json_object_get(e, "name"));
+		json_int_t slot =
+			json_integer_value(json_object_get(e, "slot"));
+		const char *name =
+			json_string_value(json_object_get(e, "name"));
 		struct virtio_device *dev;
 
 		if (slot < 0 || slot >= VIRTIO_MMIO_SLOTS || !name ||

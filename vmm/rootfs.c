@@ -18,7 +18,6 @@
 #include <time.h>
 #include <unistd.h>
 
-
 #include "lib/compiler.h"
 #include "lib/errf.h"
 #include "lib/sha256.h"

@@ -489,9 +489,8 @@ static void report(struct vcpu *v)
 	stack_text(v, regs.rsp, stack, sizeof(stack));
 	pr_info("vcpu%u: %s, rip %#llx rsp %#llx rflags %#llx cr3 %#llx; "
 		"text on the stack:%s",
-		v->id, mp_state_name(mp.mp_state),
-		(unsigned long long)regs.rip, (unsigned long long)regs.rsp,
-		(unsigned long long)regs.rflags,
+		v->id, mp_state_name(mp.mp_state), (unsigned long long)regs.rip,
+		(unsigned long long)regs.rsp, (unsigned long long)regs.rflags,
 		(unsigned long long)sregs.cr3, stack[0] ? stack : " none");
 }
 
@@ -606,8 +605,8 @@ bool vcpu__snapshot_all_dead(struct vm *vm, unsigned int timeout_ms)
 	timespec__deadline_in(&deadline, CLOCK_MONOTONIC, timeout_ms);
 	pthread_mutex_lock(&lc->lock);
 	wait_parked(vm, &deadline);
-	all_dead = lc->paused == vm->nr_vcpus &&
-		   lc->paused_dead == vm->nr_vcpus;
+	all_dead =
+		lc->paused == vm->nr_vcpus && lc->paused_dead == vm->nr_vcpus;
 	/* Let them go, unless the VM stops meanwhile. */
 	if (vm_state__get(lc) == VM_STATE_PAUSING &&
 	    vm_state__set_locked(lc, lc->resume_to))

@@ -114,10 +114,10 @@ static void stop(struct vm *vm, enum vm_stop_reason reason, int status,
 			 vm_state__name(vm_state__get(&vm->lc)));
 }
 
-#define HALT_PROBE_NS	 1000000000LL /* once a second */
+#define HALT_PROBE_NS 1000000000LL /* once a second */
 /* A vCPU thread that ran more than this since the last round is working. */
 #define HALT_PROBE_BUSY_NS (HALT_PROBE_NS / 10)
-#define HALT_SNAPSHOT_MS 200	      /* for every vCPU to park */
+#define HALT_SNAPSHOT_MS   200 /* for every vCPU to park */
 
 /* The main thread's event loop: its sources and their buffers. */
 struct loop {

@@ -132,8 +132,8 @@ void disk__end_write(struct disk *d, uint64_t offset, uint64_t len,
  * disk__end_zero marks the blocks DISK_BLOCK_ZERO. Same errors as
  * disk__begin_write but never -ENOSPC (zero blocks take no room).
  */
-int __must_check disk__begin_zero(struct disk *d, uint64_t offset,
-				  uint64_t len, struct disk_extent *ext);
+int __must_check disk__begin_zero(struct disk *d, uint64_t offset, uint64_t len,
+				  struct disk_extent *ext);
 void disk__end_zero(struct disk *d, uint64_t offset, uint64_t len, bool ok);
 
 #endif

@@ -118,8 +118,7 @@ struct fs_backend_ops {
 
 	int (*lookup)(struct fs_backend *b, uint64_t parent, const char *name,
 		      struct fs_entry *out);
-	void (*forget)(struct fs_backend *b, uint64_t nodeid,
-		       uint64_t nlookup);
+	void (*forget)(struct fs_backend *b, uint64_t nodeid, uint64_t nlookup);
 	int (*getattr)(struct fs_backend *b, uint64_t nodeid,
 		       struct fuse_attr *out);
 	/* in->valid says which fields (FATTR_*); fh valid with FATTR_FH. */

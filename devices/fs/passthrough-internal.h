@@ -60,10 +60,10 @@
  * host inode and dentry (about a KiB of host kernel memory), so a guest
  * that keeps a huge tree looked up costs the host 64 MiB at most.
  */
-#define PT_MAX_FDS (64U << 10)
-#define PT_STORAGE_MODE	  0700	/* directories made inside mask_storage */
-#define PT_HASH_MIN_BITS  6U
-#define PT_HASH_MAX_BITS  26U
+#define PT_MAX_FDS	 (64U << 10)
+#define PT_STORAGE_MODE	 0700 /* directories made inside mask_storage */
+#define PT_HASH_MIN_BITS 6U
+#define PT_HASH_MAX_BITS 26U
 
 /*
  * The guest's metadata of a file in a mapped bind: the user.kiln.stat
@@ -81,7 +81,7 @@
  * Anything else (another version or size, a type the host file cannot
  * be) is not ours: the file shows its host metadata.
  */
-#define PT_META_XATTR  "user.kiln.stat"
+#define PT_META_XATTR	"user.kiln.stat"
 #define PT_META_VERSION 1
 #define PT_META_SIZE	20U
 /* What a mapped host file's mode always has: the vmm's user reads it. */

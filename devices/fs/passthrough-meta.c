@@ -342,8 +342,8 @@ int pt_meta_setattr(struct pt_backend *b, struct pt_node *n,
 	mode_t hp;
 	int ret;
 
-	if (!(in->valid & (FATTR_MODE | FATTR_UID | FATTR_GID |
-			   FATTR_KILL_SUIDGID)))
+	if (!(in->valid &
+	      (FATTR_MODE | FATTR_UID | FATTR_GID | FATTR_KILL_SUIDGID)))
 		return 0;
 	pt_node_attr(b, n, st, &a);
 	m = (struct pt_meta){ .valid = true,

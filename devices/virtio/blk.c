@@ -692,8 +692,8 @@ static int blk_save(struct virtio_device *dev, json_t *obj, char *err,
  * made (Documentation/snapshots.md, "The root disk"); this catches a
  * layer that is not the one the guest's page cache saw.
  */
-static int blk_restore(struct virtio_device *dev, const json_t *obj,
-		       char *err, size_t len)
+static int blk_restore(struct virtio_device *dev, const json_t *obj, char *err,
+		       size_t len)
 {
 	struct virtio_blk *b = to_blk(dev);
 	const json_t *q = json_object_get(obj, "queues");

@@ -47,7 +47,7 @@ struct virtio_device *virtio_blk__device(struct virtio_blk *b);
  * inherits the caller's seccomp filter.
  */
 int __must_check virtio_blk__start(struct virtio_blk *b,
-				 const struct sock_fprog *filter);
+				   const struct sock_fprog *filter);
 /* Stops and joins the thread (I/O in flight completes first); NULL ok. */
 void virtio_blk__destroy(struct virtio_blk *b);
 

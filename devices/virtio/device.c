@@ -289,12 +289,11 @@ void virtio_device__report(struct virtio_device *dev)
 	else
 		line[0] = '\0';
 	/* isr is read bare: irq_lock may be what the device is stuck on. */
-	pr_info("%s: status %#x features %#" PRIx64 " isr %#x (line raised %"
-		PRIu64 ", lowered %" PRIu64 ")%s%s%s",
+	pr_info("%s: status %#x features %#" PRIx64
+		" isr %#x (line raised %" PRIu64 ", lowered %" PRIu64 ")%s%s%s",
 		dev->name, status_get(dev), dev->features,
 		__atomic_load_n(&dev->isr, __ATOMIC_RELAXED), dev->irq_raises,
-		dev->irq_lowers,
-		locked ? "" : " (device lock held elsewhere)",
+		dev->irq_lowers, locked ? "" : " (device lock held elsewhere)",
 		line[0] ? " | " : "", line);
 	for (unsigned int i = 0; i < dev->nr_queues; i++) {
 		virtqueue__describe(&dev->queues[i].vq, line, sizeof(line));
@@ -321,8 +320,8 @@ void virtio_device__stats(const struct virtio_device *dev,
 	for (unsigned int i = 0; i < dev->nr_queues; i++) {
 		const struct vq_stats *q = &dev->queues[i].vq.stats;
 		uint64_t popped = counter__get(&q->popped);
-		uint64_t done = counter__get(&q->used) +
-				counter__get(&q->forgotten);
+		uint64_t done =
+			counter__get(&q->used) + counter__get(&q->forgotten);
 
 		s->requests += popped;
 		s->completed += counter__get(&q->used);

@@ -126,8 +126,8 @@ struct virtio_device_ops {
 	 * the device cannot be restored, and a restore of a snapshot that
 	 * has it is refused.
 	 */
-	int (*restore)(struct virtio_device *dev, const json_t *obj,
-		       char *err, size_t len);
+	int (*restore)(struct virtio_device *dev, const json_t *obj, char *err,
+		       size_t len);
 };
 
 /*

@@ -513,8 +513,7 @@ static int fs_restore(struct virtio_device *dev, const json_t *obj, char *err,
 	return 0;
 }
 
-bool virtio_fs__usage(const struct virtio_fs *f, uint64_t *used,
-		      uint64_t *max)
+bool virtio_fs__usage(const struct virtio_fs *f, uint64_t *used, uint64_t *max)
 {
 	if (!f->backend->ops->usage)
 		return false;

@@ -56,13 +56,12 @@ struct virtio_device *virtio_fs__device(struct virtio_fs *f);
  * inherits the caller's seccomp filter.
  */
 int __must_check virtio_fs__start(struct virtio_fs *f,
-				 const struct sock_fprog *filter);
+				  const struct sock_fprog *filter);
 /*
  * The backend's bytes against its limit (fs_backend_ops.usage), from any
  * thread: false when the backend keeps no such count (bind, virtual).
  */
-bool virtio_fs__usage(const struct virtio_fs *f, uint64_t *used,
-		      uint64_t *max);
+bool virtio_fs__usage(const struct virtio_fs *f, uint64_t *used, uint64_t *max);
 /*
  * Stops and joins the thread (I/O in flight completes first), destroys
  * the backend; NULL ok.

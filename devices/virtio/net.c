@@ -423,8 +423,7 @@ static bool tap_takes_nowait(int fd)
 	uint8_t byte;
 	struct iovec iov = { .iov_base = &byte, .iov_len = sizeof(byte) };
 
-	return preadv2(fd, &iov, 1, -1, RWF_NOWAIT) >= 0 ||
-	       errno != EOPNOTSUPP;
+	return preadv2(fd, &iov, 1, -1, RWF_NOWAIT) >= 0 || errno != EOPNOTSUPP;
 }
 
 /*

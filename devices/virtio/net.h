@@ -89,7 +89,7 @@ struct virtio_device *virtio_net__device(struct virtio_net *n);
  * inherits the caller's seccomp filter.
  */
 int __must_check virtio_net__start(struct virtio_net *n,
-				 const struct sock_fprog *filter);
+				   const struct sock_fprog *filter);
 /* Stops and joins the thread (I/O in flight completes first); NULL ok. */
 void virtio_net__destroy(struct virtio_net *n);
 

@@ -578,19 +578,17 @@ int virtqueue__describe(const struct virtqueue *q, char *buf, size_t len)
 	 * used_event with the interrupt status set: an interrupt the driver
 	 * did not take).
 	 */
-	return snprintf(buf, len,
-			"%s: size %u%s avail idx %u flags %#x taken %u | used "
-			"idx %u flags %#x signalled %u%s notified %u | "
-			"used_event %u (last read %u) avail_event %u",
-			q->name, q->size, q->broken ? " BROKEN" : "",
-			load16(avail_idx(q)), load16(avail_flags(q)),
-			q->last_avail_idx, q->used_idx, load16(used_flags(q)),
-			q->signalled_used,
-			q->signalled_used_valid ? "" : " (none yet)",
-			q->notified_used,
-			q->event_idx ? load16(used_event(q)) : 0,
-			q->seen_used_event,
-			q->event_idx ? load16(avail_event(q)) : 0);
+	return snprintf(
+		buf, len,
+		"%s: size %u%s avail idx %u flags %#x taken %u | used "
+		"idx %u flags %#x signalled %u%s notified %u | "
+		"used_event %u (last read %u) avail_event %u",
+		q->name, q->size, q->broken ? " BROKEN" : "",
+		load16(avail_idx(q)), load16(avail_flags(q)), q->last_avail_idx,
+		q->used_idx, load16(used_flags(q)), q->signalled_used,
+		q->signalled_used_valid ? "" : " (none yet)", q->notified_used,
+		q->event_idx ? load16(used_event(q)) : 0, q->seen_used_event,
+		q->event_idx ? load16(avail_event(q)) : 0);
 }
 
 void virtqueue__drain_start(struct vq_drain *d, struct virtqueue *q)

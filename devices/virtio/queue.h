@@ -89,7 +89,7 @@ struct virtqueue {
 
 	bool ready;
 	bool broken;
-	bool warned; /* survives resets: one message per queue */
+	bool warned;	       /* survives resets: one message per queue */
 	struct vq_stats stats; /* survives resets */
 };
 

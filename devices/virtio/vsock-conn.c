@@ -1233,13 +1233,13 @@ static void drain_conns(struct vsock *v)
 	uint64_t end = now_ms() + DRAIN_MS;
 	struct vsock_conn *c;
 
-	list_for_each_entry(c, &v->conns, struct vsock_conn, node) {
+	list_for_each_entry(c, &v->conns, struct vsock_conn, node)
+	{
 		while (c->fd >= 0 && c->buf_len) {
 			struct pollfd p = { .fd = c->fd, .events = POLLOUT };
 			uint64_t now = now_ms();
 
-			if (now >= end ||
-			    poll(&p, 1, (int)(end - now)) <= 0 ||
+			if (now >= end || poll(&p, 1, (int)(end - now)) <= 0 ||
 			    (p.revents & (POLLERR | POLLHUP | POLLNVAL)))
 				break;
 			if (buf_send(c) < 0 && !would_block(errno) &&

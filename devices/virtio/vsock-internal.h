@@ -119,8 +119,8 @@ struct vsock {
 	int wake_fd;
 
 	struct evloop loop;
-	struct ev_source rx_kick_src, tx_kick_src, ev_kick_src, wake_src, ep_src,
-		tick_src;
+	struct ev_source rx_kick_src, tx_kick_src, ev_kick_src, wake_src,
+		ep_src, tick_src;
 
 	/* Streams handed over by other threads: their own lock. */
 	pthread_mutex_t attach_lock;

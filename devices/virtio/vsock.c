@@ -231,31 +231,30 @@ static int vsock_describe(struct virtio_device *dev, bool locked, char *buf,
 	unsigned int n = 0, nrx = 0;
 	size_t at;
 
-	at = (size_t)snprintf(
-		buf, len,
-		"replies %u%s%s%s%s%s", v->nr_replies, v->rx_held ? " rx-held" : "",
-		v->tx_stalled ? " tx-stalled" : "", v->more ? " more" : "",
-		v->reset_pending ? " reset-pending" : "",
-		v->tick_armed ? " tick" : "");
+	at = (size_t)snprintf(buf, len, "replies %u%s%s%s%s%s", v->nr_replies,
+			      v->rx_held ? " rx-held" : "",
+			      v->tx_stalled ? " tx-stalled" : "",
+			      v->more ? " more" : "",
+			      v->reset_pending ? " reset-pending" : "",
+			      v->tick_armed ? " tick" : "");
 	if (!locked) {
 		at += (size_t)snprintf(buf + at, at < len ? len - at : 0,
 				       "; loop busy, connections not read");
 		return (int)at;
 	}
-	list_for_each_entry(c, &v->rxq, struct vsock_conn, rxnode)
-		nrx++;
+	list_for_each_entry(c, &v->rxq, struct vsock_conn, rxnode) nrx++;
 	at += (size_t)snprintf(buf + at, at < len ? len - at : 0,
 			       "; conns %u owing %u", v->nr_conns, nrx);
-	list_for_each_entry(c, &v->conns, struct vsock_conn, node) {
+	list_for_each_entry(c, &v->conns, struct vsock_conn, node)
+	{
 		if (n++ == DESCRIBE_CONNS || at >= len)
 			break;
 		at += (size_t)snprintf(
 			buf + at, len - at,
 			"; %s %u:%u pend %#x%s to-guest %u from-guest %u%s",
-			conn_state_names[c->state], c->local_port,
-			c->peer_port, c->pend,
-			c->guest_knows ? " known" : "", c->tx_cnt, c->rx_cnt,
-			c->deadline ? " deadline" : "");
+			conn_state_names[c->state], c->local_port, c->peer_port,
+			c->pend, c->guest_knows ? " known" : "", c->tx_cnt,
+			c->rx_cnt, c->deadline ? " deadline" : "");
 	}
 	return (int)(at < len ? at : len - 1);
 }
@@ -344,8 +343,7 @@ static void send_transport_reset(struct vsock *v)
 		pr_warn("%s: an event buffer of %llu bytes", v->vdev.name,
 			(unsigned long long)ch.in_len);
 	else
-		iov__from_buf(ch.iov + ch.nr_out, ch.nr_in, 0, &ev,
-			      sizeof(ev));
+		iov__from_buf(ch.iov + ch.nr_out, ch.nr_in, 0, &ev, sizeof(ev));
 	/*
 	 * The driver's refill must kick us (reset_seen waits for it): with
 	 * EVENT_IDX it kicks only past avail_event, which nothing else moves

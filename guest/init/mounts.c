@@ -87,8 +87,9 @@ struct init_mounts *init_mounts__load(void)
 	       (path = field(m->buf, len, &at)) &&
 	       (mode = field(m->buf, len, &at))) {
 		if (path[0] != '/') {
-			fprintf(stderr, "kiln-init: %s: mount path \"%s\" is "
-					"not absolute, skipped\n",
+			fprintf(stderr,
+				"kiln-init: %s: mount path \"%s\" is "
+				"not absolute, skipped\n",
 				KILN_MOUNTS_FILE, path);
 			continue;
 		}

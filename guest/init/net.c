@@ -384,7 +384,8 @@ int init_net__hostname_files(const char *hostname)
 	snprintf(line, sizeof(line), "%s\n", hostname);
 	ret = etc_file(INIT_NET_HOSTNAME, INIT_NET_HOSTNAME_RUN, line, true);
 	if (hosts)
-		ret2 = etc_file(INIT_NET_HOSTS, INIT_NET_HOSTS_RUN, hosts, true);
+		ret2 = etc_file(INIT_NET_HOSTS, INIT_NET_HOSTS_RUN, hosts,
+				true);
 	free(hosts);
 	return ret ? ret : ret2;
 }

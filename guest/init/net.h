@@ -14,7 +14,7 @@
 #define INIT_NET_IFNAME	     "eth0"
 #define INIT_NET_RESOLV_CONF "/etc/resolv.conf"
 /* The file a read-only or persistent root's resolv.conf is bound to. */
-#define INIT_NET_RESOLV_RUN "/run/kiln/resolv.conf"
+#define INIT_NET_RESOLV_RUN   "/run/kiln/resolv.conf"
 #define INIT_NET_HOSTNAME     "/etc/hostname"
 #define INIT_NET_HOSTNAME_RUN "/run/kiln/hostname"
 #define INIT_NET_HOSTS	      "/etc/hosts"

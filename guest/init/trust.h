@@ -18,11 +18,11 @@
  * the CA: the VM ends rather than run a workload whose HTTPS would fail
  * in confusing ways.
  */
-#define INIT_TRUST_CA_FILE "/" KILN_INITRAMFS_CA
-#define INIT_TRUST_BUNDLE  "/etc/ssl/certs/ca-certificates.crt"
-#define INIT_TRUST_RUN	   "/run/kiln/ca-certificates.crt"
-#define INIT_TRUST_CA_MAX  (16U << 10) /* one certificate, generously */
-#define INIT_TRUST_BUNDLE_MAX (8U << 20) /* Debian's is about 200 KiB */
+#define INIT_TRUST_CA_FILE    "/" KILN_INITRAMFS_CA
+#define INIT_TRUST_BUNDLE     "/etc/ssl/certs/ca-certificates.crt"
+#define INIT_TRUST_RUN	      "/run/kiln/ca-certificates.crt"
+#define INIT_TRUST_CA_MAX     (16U << 10) /* one certificate, generously */
+#define INIT_TRUST_BUNDLE_MAX (8U << 20)  /* Debian's is about 200 KiB */
 
 struct init_trust {
 	char *pem; /* NULL: no interception, nothing to install */

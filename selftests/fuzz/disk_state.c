@@ -31,19 +31,19 @@
 #include "devices/block/disk.h"
 #include "selftests/fuzz/fuzz.h"
 
-#define DIGEST                                                               \
+#define DIGEST \
 	"sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
-#define HEADER_SIZE	 4096U	   /* DELTA_HEADER_SIZE */
-#define HDR_CHECKSUM	 20	   /* le32, CRC-32C with this field 0 */
-#define MAP_OFFSET	 HEADER_SIZE
-#define DATA_ALIGN	 (1U << 20) /* DELTA_DATA_ALIGN */
-#define TEMPLATE_SIZE	 (12U << 10) /* header and the largest map */
-#define NR_BASES	 4
-#define MAX_PATCHES	 32
-#define PATCH_MAX	 32U
-#define MAX_CALLS	 64
-#define MAX_EXT		 16
-#define CRC32C_POLY	 0x82f63b78U /* reflected Castagnoli */
+#define HEADER_SIZE   4096U /* DELTA_HEADER_SIZE */
+#define HDR_CHECKSUM  20    /* le32, CRC-32C with this field 0 */
+#define MAP_OFFSET    HEADER_SIZE
+#define DATA_ALIGN    (1U << 20)  /* DELTA_DATA_ALIGN */
+#define TEMPLATE_SIZE (12U << 10) /* header and the largest map */
+#define NR_BASES      4
+#define MAX_PATCHES   32
+#define PATCH_MAX     32U
+#define MAX_CALLS     64
+#define MAX_EXT	      16
+#define CRC32C_POLY   0x82f63b78U /* reflected Castagnoli */
 
 static const uint64_t base_blocks[NR_BASES] = { 1, 7, 64, 5000 };
 
@@ -245,13 +245,14 @@ static void run(struct fuzz_disk *f, struct fuzz_in *in)
 	int fd, ret;
 
 	if (opt & 0x10) /* a damaged size: short, empty or long */
-		size = (uint64_t)fuzz_in__u32(in) % (size + 2 * DISK_BLOCK_SIZE);
+		size = (uint64_t)fuzz_in__u32(in) %
+		       (size + 2 * DISK_BLOCK_SIZE);
 	memcpy(f->file, b->template, TEMPLATE_SIZE);
 	for (int i = 0; i < MAX_PATCHES && in->left; i++) {
 		uint16_t at = fuzz_in__u16(in) % TEMPLATE_SIZE;
 		size_t len;
-		const uint8_t *p = fuzz_in__bytes(in, fuzz_in__u8(in) % PATCH_MAX,
-						  &len);
+		const uint8_t *p =
+			fuzz_in__bytes(in, fuzz_in__u8(in) % PATCH_MAX, &len);
 
 		/* A zero-length patch ends them: the calls follow. */
 		if (!len)

@@ -44,8 +44,7 @@ static void as_query(const uint8_t *m, size_t len)
 	if (v == DNS_QUERY_DROP)
 		return;
 	n = dns_msg__reply(reply, sizeof(reply), m, &qi, DNS_FLAG_RA,
-			   DNS_RCODE_REFUSED,
-			   v == DNS_QUERY_OK);
+			   DNS_RCODE_REFUSED, v == DNS_QUERY_OK);
 	fuzz_check(n >= DNS_HDR_LEN && n <= sizeof(reply));
 	fuzz_check(dns_get16(reply + DNS_OFF_FLAGS) & DNS_FLAG_QR);
 	if (v != DNS_QUERY_OK)

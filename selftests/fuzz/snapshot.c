@@ -45,8 +45,8 @@
 
 /* The tags a restore looks for, and sizes it may ask for. */
 static const uint32_t tags[] = {
-	SNAP_VCPU_ID,	 SNAP_VCPU_REGS,   SNAP_VCPU_XSAVE,  SNAP_VCPU_MSRS,
-	SNAP_VCPU_CPUID, SNAP_VM_PIC_MASTER, SNAP_VM_CLOCK, 0xffffffffU,
+	SNAP_VCPU_ID,	 SNAP_VCPU_REGS,     SNAP_VCPU_XSAVE, SNAP_VCPU_MSRS,
+	SNAP_VCPU_CPUID, SNAP_VM_PIC_MASTER, SNAP_VM_CLOCK,   0xffffffffU,
 };
 
 static char dir[64];
@@ -152,7 +152,8 @@ static void check_manifest(const json_t *m)
 	fuzz_check(json_integer_value(json_object_get(m, "format")) ==
 		   SNAP_FORMAT_VERSION);
 	fuzz_check(json_is_array(parts));
-	json_array_foreach(parts, i, part) {
+	json_array_foreach(parts, i, part)
+	{
 		const char *file =
 			json_string_value(json_object_get(part, "file"));
 		json_int_t bytes =
@@ -176,9 +177,9 @@ static void manifest(const uint8_t *p, size_t len)
 	ret = snap_dir__verify(dir, &m, err, sizeof(err));
 	if (ret) {
 		fuzz_check(ret == -EINVAL || ret == -EBADMSG ||
-			   ret == -ENOENT || ret == -ELOOP ||
-			   ret == -EISDIR || ret == -EPERM ||
-			   ret == -ENOTDIR || ret == -ENAMETOOLONG);
+			   ret == -ENOENT || ret == -ELOOP || ret == -EISDIR ||
+			   ret == -EPERM || ret == -ENOTDIR ||
+			   ret == -ENAMETOOLONG);
 		fuzz_check(err[0]);
 		return;
 	}

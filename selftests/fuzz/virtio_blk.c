@@ -59,11 +59,11 @@
 #define HDR_LEN		sizeof(struct virtio_blk_outhdr)
 #define ZERO_SEG_LEN	sizeof(struct virtio_blk_discard_write_zeroes)
 #define SERIAL		"fuzz-serial"
-#define DIGEST                                                               \
+#define DIGEST \
 	"sha256:0000000000000000000000000000000000000000000000000000000000000000"
 
-#define ST_LIVE                                                    \
-	(VIRTIO_CONFIG_S_ACKNOWLEDGE | VIRTIO_CONFIG_S_DRIVER |    \
+#define ST_LIVE                                                 \
+	(VIRTIO_CONFIG_S_ACKNOWLEDGE | VIRTIO_CONFIG_S_DRIVER | \
 	 VIRTIO_CONFIG_S_FEATURES_OK | VIRTIO_CONFIG_S_DRIVER_OK)
 #define FEAT(bit) (1ULL << (bit))
 
@@ -71,8 +71,9 @@ enum step { STEP_REQUEST, STEP_KICK, STEP_SCRIBBLE, STEP_RESET, NR_STEPS };
 
 /* The request types a guest may name, and one that no device knows. */
 static const uint32_t types[] = {
-	VIRTIO_BLK_T_IN,      VIRTIO_BLK_T_OUT,		 VIRTIO_BLK_T_FLUSH,
-	VIRTIO_BLK_T_GET_ID,  VIRTIO_BLK_T_DISCARD,	 VIRTIO_BLK_T_WRITE_ZEROES,
+	VIRTIO_BLK_T_IN,	   VIRTIO_BLK_T_OUT,
+	VIRTIO_BLK_T_FLUSH,	   VIRTIO_BLK_T_GET_ID,
+	VIRTIO_BLK_T_DISCARD,	   VIRTIO_BLK_T_WRITE_ZEROES,
 	VIRTIO_BLK_T_SECURE_ERASE, 0xdead,
 };
 
@@ -131,8 +132,7 @@ static bool bring_up(struct fuzz_blk *f)
 	f->nr_free = f->size;
 	f->batch = 0;
 	f->live = false;
-	if (!vdrv_negotiate(&f->d, f->features &
-					   vdrv_device_features(&f->d)))
+	if (!vdrv_negotiate(&f->d, f->features & vdrv_device_features(&f->d)))
 		return false;
 	vdrv_setup_queue(&f->d, 0, f->size, DESC_GPA, AVAIL_GPA, USED_GPA);
 	vdrv_add_status(&f->d, VIRTIO_CONFIG_S_DRIVER_OK);
@@ -157,8 +157,7 @@ static bool checkable(const struct inflight *r, uint64_t status_gpa)
 
 		if (!s->write || !s->len || s->gpa + s->len > RAM_SIZE)
 			return false;
-		if (i < r->nr - 1 &&
-		    !disjoint(s->gpa, s->len, status_gpa, 1))
+		if (i < r->nr - 1 && !disjoint(s->gpa, s->len, status_gpa, 1))
 			return false;
 		for (unsigned int j = 1; j < i; j++)
 			if (!disjoint(s->gpa, s->len, r->segs[j].gpa,
@@ -172,8 +171,8 @@ static void check_read(const struct fuzz_blk *f, const struct inflight *r,
 		       uint32_t used_len)
 {
 	uint64_t off = r->sector << SECTOR_SHIFT, data = 0;
-	uint8_t status = f->d.ram[r->segs[r->nr - 1].gpa +
-				  r->segs[r->nr - 1].len - 1];
+	uint8_t status =
+		f->d.ram[r->segs[r->nr - 1].gpa + r->segs[r->nr - 1].len - 1];
 
 	if (status != VIRTIO_BLK_S_OK)
 		return;
@@ -182,8 +181,7 @@ static void check_read(const struct fuzz_blk *f, const struct inflight *r,
 		uint32_t len = i == r->nr - 1 ? s->len - 1 : s->len;
 
 		for (uint32_t k = 0; k < len; k++, data++)
-			fuzz_check(f->d.ram[s->gpa + k] ==
-				   f->base[off + data]);
+			fuzz_check(f->d.ram[s->gpa + k] == f->base[off + data]);
 	}
 	fuzz_check(used_len == data + 1);
 }
@@ -195,7 +193,8 @@ static void reap(struct fuzz_blk *f)
 
 	while (f->last_used != used) {
 		uint64_t e = USED_GPA + 4 + 8ULL * (f->last_used % f->size);
-		uint32_t id = vdrv_get32(&f->d, e), len = vdrv_get32(&f->d, e + 4);
+		uint32_t id = vdrv_get32(&f->d, e),
+			 len = vdrv_get32(&f->d, e + 4);
 		struct inflight *r;
 
 		fuzz_check(id < f->size);
@@ -286,8 +285,8 @@ static void request(struct fuzz_blk *f, struct fuzz_in *in)
 {
 	uint8_t shape = fuzz_in__u8(in);
 	unsigned int nr = 1 + shape % MAX_SEGS;
-	bool indirect = shape & 0x80 &&
-			f->features & FEAT(VIRTIO_RING_F_INDIRECT_DESC);
+	bool indirect =
+		shape & 0x80 && f->features & FEAT(VIRTIO_RING_F_INDIRECT_DESC);
 	uint32_t type = types[fuzz_in__u8(in) % ARRAY_SIZE(types)];
 	struct virtio_blk_outhdr hdr = { .type = htole32(type) };
 	struct virtio_blk_discard_write_zeroes zs;
@@ -303,8 +302,9 @@ static void request(struct fuzz_blk *f, struct fuzz_in *in)
 		return;
 	head = f->next_desc;
 	r = &f->fl[head];
-	*r = (struct inflight){ .busy = true, .ndesc = need, .type = type,
-				.nr = nr };
+	*r = (struct inflight){
+		.busy = true, .ndesc = need, .type = type, .nr = nr
+	};
 	r->sector = pick_sector(in);
 	hdr.sector = htole64(r->sector);
 	for (unsigned int i = 0; i < nr; i++) {
@@ -315,12 +315,14 @@ static void request(struct fuzz_blk *f, struct fuzz_in *in)
 		if (how & 0x40)
 			s->len = pick_len(in);
 		else
-			s->len = !i ? HDR_LEN : i == nr - 1 ? 1 : DISK_BLOCK_SIZE;
+			s->len = !i	     ? HDR_LEN :
+				 i == nr - 1 ? 1 :
+					       DISK_BLOCK_SIZE;
 		if (!i && type >= VIRTIO_BLK_T_DISCARD &&
 		    type <= VIRTIO_BLK_T_WRITE_ZEROES && !(how & 0x40))
 			s->len = HDR_LEN + ZERO_SEG_LEN;
-		s->write = how & 0x20 ? how & 1 :
-			   i == 0     ? false :
+		s->write = how & 0x20  ? how & 1 :
+			   i == 0      ? false :
 			   i == nr - 1 ? true :
 					 type != VIRTIO_BLK_T_OUT;
 		s->gpa = pick_gpa(in);
@@ -334,8 +336,8 @@ static void request(struct fuzz_blk *f, struct fuzz_in *in)
 		.flags = htole32(fuzz_in__u8(in) % 4),
 	};
 	put_bytes(f, r->segs[0].gpa + HDR_LEN, &zs, sizeof(zs));
-	r->checkable = checkable(r, r->segs[nr - 1].gpa + r->segs[nr - 1].len -
-					    1);
+	r->checkable =
+		checkable(r, r->segs[nr - 1].gpa + r->segs[nr - 1].len - 1);
 	if (type == VIRTIO_BLK_T_OUT || type == VIRTIO_BLK_T_DISCARD ||
 	    type == VIRTIO_BLK_T_WRITE_ZEROES ||
 	    type == VIRTIO_BLK_T_SECURE_ERASE)

@@ -51,16 +51,16 @@
 #define RXQ	      0U
 #define TXQ	      1U
 #define EVQ	      2U
-#define DESC_GPA(q)   ((uint64_t)(q) * 0x1000)
-#define AVAIL_GPA(q)  (DESC_GPA(q) + 0x400)  /* 4 + 2 * 64 + 2 bytes */
-#define USED_GPA(q)   (DESC_GPA(q) + 0x800)  /* 4 + 8 * 64 + 2 bytes */
+#define DESC_GPA(q)   ((uint64_t)(q)*0x1000)
+#define AVAIL_GPA(q)  (DESC_GPA(q) + 0x400) /* 4 + 2 * 64 + 2 bytes */
+#define USED_GPA(q)   (DESC_GPA(q) + 0x800) /* 4 + 8 * 64 + 2 bytes */
 #define EV_GPA	      0x3000ULL
 #define NR_RX	      16U
 #define RX_DATA	      4096U
 #define RX_SLOT	      0x1100ULL
-#define RX_GPA(b)     (0x4000ULL + (b) * RX_SLOT)
+#define RX_GPA(b)     (0x4000ULL + (b)*RX_SLOT)
 #define TX_SLOT	      0x800ULL
-#define TX_GPA(h)     (0x20000ULL + (h) * TX_SLOT)
+#define TX_GPA(h)     (0x20000ULL + (h)*TX_SLOT)
 #define HDR	      ((uint32_t)sizeof(struct virtio_vsock_hdr))
 #define PAYLOAD_MAX   (TX_SLOT - HDR)
 #define GUEST_CID     3U
@@ -225,7 +225,8 @@ static void rx_poll(struct fuzz_vsock *f)
 
 	while (q->last_used != vdrv_load16(&f->d, USED_GPA(RXQ) + 2)) {
 		uint64_t e = USED_GPA(RXQ) + 4 + 8ULL * (q->last_used % QSIZE);
-		uint32_t id = vdrv_get32(&f->d, e), len = vdrv_get32(&f->d, e + 4);
+		uint32_t id = vdrv_get32(&f->d, e),
+			 len = vdrv_get32(&f->d, e + 4);
 		unsigned int b = id / 2;
 
 		q->last_used++;
@@ -298,8 +299,8 @@ static bool bring_up(struct fuzz_vsock *f)
 	for (uint16_t i = 0; i < 4; i++) {
 		vdrv_put_desc(&f->d, DESC_GPA(EVQ), i, EV_GPA + 8 * i, 4,
 			      VRING_DESC_F_WRITE, 0);
-		vdrv_publish(&f->d, AVAIL_GPA(EVQ), QSIZE,
-			     &f->q[EVQ].avail_idx, i);
+		vdrv_publish(&f->d, AVAIL_GPA(EVQ), QSIZE, &f->q[EVQ].avail_idx,
+			     i);
 	}
 	f->live = vdrv_status(&f->d) == ST_LIVE;
 	return f->live;
@@ -488,7 +489,8 @@ static void host_close_all(struct fuzz_vsock *f)
 		f->host[i] = -1;
 	}
 	/* Connections the device made after the last accept, too. */
-	for (int fd; (fd = accept4(f->listen_fd, NULL, NULL, SOCK_CLOEXEC)) >= 0;)
+	for (int fd;
+	     (fd = accept4(f->listen_fd, NULL, NULL, SOCK_CLOEXEC)) >= 0;)
 		close(fd);
 }
 

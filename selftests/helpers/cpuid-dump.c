@@ -16,17 +16,28 @@
 #include <unistd.h>
 
 #define LEAF_BASIC	0x00000000U
-#define LEAF_HYPERVISOR	0x40000000U
+#define LEAF_HYPERVISOR 0x40000000U
 #define LEAF_EXTENDED	0x80000000U
-#define LEAF_SPAN_MAX	0x100U	/* more leaves than any range has */
-#define SUBLEAF_MAX	64U	/* XSAVE (0xd) has the most in use */
+#define LEAF_SPAN_MAX	0x100U /* more leaves than any range has */
+#define SUBLEAF_MAX	64U    /* XSAVE (0xd) has the most in use */
 
 static unsigned int subleaves(unsigned int leaf)
 {
 	switch (leaf) {
-	case 0x4: case 0x7: case 0xb: case 0xd: case 0xf: case 0x10:
-	case 0x12: case 0x14: case 0x17: case 0x18: case 0x1d: case 0x1f:
-	case 0x8000001d: case 0x80000020:
+	case 0x4:
+	case 0x7:
+	case 0xb:
+	case 0xd:
+	case 0xf:
+	case 0x10:
+	case 0x12:
+	case 0x14:
+	case 0x17:
+	case 0x18:
+	case 0x1d:
+	case 0x1f:
+	case 0x8000001d:
+	case 0x80000020:
 		return SUBLEAF_MAX;
 	default:
 		return 1;

@@ -186,8 +186,10 @@ int main(int argc, char **argv)
 		}
 	}
 	if (access("/dev/kvm", R_OK | W_OK)) {
-		fprintf(stderr, "exit-flood: /dev/kvm: %s (run it inside "
-				"tools/vmtest)\n", strerror(errno));
+		fprintf(stderr,
+			"exit-flood: /dev/kvm: %s (run it inside "
+			"tools/vmtest)\n",
+			strerror(errno));
 		return 2;
 	}
 	for (i = 1; i <= runs; i++)

@@ -155,8 +155,8 @@ static int do_errno(const char *op, const char *a, const char *b)
 	if (!ret)
 		printf("OK\n");
 	else
-		printf("%s\n", strerrorname_np(errno) ? strerrorname_np(errno) :
-							"E?");
+		printf("%s\n",
+		       strerrorname_np(errno) ? strerrorname_np(errno) : "E?");
 	return 0;
 }
 

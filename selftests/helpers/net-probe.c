@@ -36,22 +36,22 @@
 #include <time.h>
 #include <unistd.h>
 
-#define IFNAME	     "eth0"
-#define GATEWAY	     "10.0.2.2"
-#define GUEST	     "10.0.2.15"
-#define SPOOFED	     "10.0.2.99"
-#define TARGET	     "192.0.2.10" /* the tests' host */
-#define TARGET6	     "2001:db8::10"
-#define LOOPBACK     "127.0.0.1"
+#define IFNAME	      "eth0"
+#define GATEWAY	      "10.0.2.2"
+#define GUEST	      "10.0.2.15"
+#define SPOOFED	      "10.0.2.99"
+#define TARGET	      "192.0.2.10" /* the tests' host */
+#define TARGET6	      "2001:db8::10"
+#define LOOPBACK      "127.0.0.1"
 #define LOOPBACK_PORT 7001 /* the test's listener on the host's loopback */
-#define PROTO_EXP    253 /* RFC 3692: for experimentation */
-#define FRAME_MIN    ETH_HLEN
-#define FRAME_MAX    (ETH_HLEN + ETH_DATA_LEN)
-#define MSG_MAX	     512
-#define DISCARD_PORT 9 /* RFC 863 */
-#define ARP_POLL_MS  100
-#define ARP_RETRY_MS 1000
-#define ARP_WAIT_MS  30000
+#define PROTO_EXP     253  /* RFC 3692: for experimentation */
+#define FRAME_MIN     ETH_HLEN
+#define FRAME_MAX     (ETH_HLEN + ETH_DATA_LEN)
+#define MSG_MAX	      512
+#define DISCARD_PORT  9 /* RFC 863 */
+#define ARP_POLL_MS   100
+#define ARP_RETRY_MS  1000
+#define ARP_WAIT_MS   30000
 
 static int fail(const char *what)
 {
@@ -162,7 +162,8 @@ static int link_open(struct link *l)
 		return fail("SIOCGIFHWADDR " IFNAME);
 	memcpy(l->src, ifr.ifr_hwaddr.sa_data, ETH_ALEN);
 	l->to = (struct sockaddr_ll){ .sll_family = AF_PACKET,
-				      .sll_ifindex = (int)if_nametoindex(IFNAME),
+				      .sll_ifindex =
+					      (int)if_nametoindex(IFNAME),
 				      .sll_halen = ETH_ALEN };
 	memcpy(l->to.sll_addr, l->dst, ETH_ALEN);
 	return l->to.sll_ifindex ? 0 : fail(IFNAME);
@@ -171,7 +172,9 @@ static int link_open(struct link *l)
 static int link_send(struct link *l, const void *frame, size_t len)
 {
 	return sendto(l->fd, frame, len, 0, (struct sockaddr *)&l->to,
-		      sizeof(l->to)) == (ssize_t)len ? 0 : -errno;
+		      sizeof(l->to)) == (ssize_t)len ?
+		       0 :
+		       -errno;
 }
 
 static void eth(const struct link *l, uint8_t *f, uint16_t type)
@@ -196,8 +199,8 @@ static uint16_t ip_sum(const void *hdr, size_t len)
 	return htons((uint16_t)~s);
 }
 
-static size_t ipv4(uint8_t *f, const char *src, const char *dst,
-		   uint8_t proto, size_t payload)
+static size_t ipv4(uint8_t *f, const char *src, const char *dst, uint8_t proto,
+		   size_t payload)
 {
 	struct iphdr *ip = (struct iphdr *)(f + ETH_HLEN);
 
@@ -253,7 +256,8 @@ static int frames(void)
 	inet_pton(AF_INET6, "fe80::1", &ip6->ip6_src);
 	inet_pton(AF_INET6, TARGET6, &ip6->ip6_dst);
 	u = (struct udphdr *)(ip6 + 1);
-	*u = (struct udphdr){ .source = htons(40000), .dest = htons(9000),
+	*u = (struct udphdr){ .source = htons(40000),
+			      .dest = htons(9000),
 			      .len = htons(sizeof(*u) + 4) };
 	sent += !link_send(&l, f, ETH_HLEN + sizeof(*ip6) + sizeof(*u) + 4);
 
@@ -302,12 +306,14 @@ static int flood(int secs)
 	seed = (uint64_t)end.tv_nsec | 1;
 	end.tv_sec += secs;
 	do {
-		size_t len = FRAME_MIN + next(&seed) % (FRAME_MAX - FRAME_MIN + 1);
+		size_t len =
+			FRAME_MIN + next(&seed) % (FRAME_MAX - FRAME_MIN + 1);
 
 		for (size_t i = 0; i < len; i += sizeof(uint64_t)) {
 			uint64_t r = next(&seed);
 
-			memcpy(f + i, &r, len - i < sizeof(r) ? len - i : sizeof(r));
+			memcpy(f + i, &r,
+			       len - i < sizeof(r) ? len - i : sizeof(r));
 		}
 		/* Half of them to the gateway, looking like IPv4. */
 		if (n & 1) {

@@ -1601,7 +1601,8 @@ int main(int argc, char **argv)
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (argc != 3 && argc != 4) {
-		fprintf(stderr, "usage: posix-conform rw|ro|setup DIR [CASE]\n");
+		fprintf(stderr,
+			"usage: posix-conform rw|ro|setup DIR [CASE]\n");
 		return 2;
 	}
 	if (geteuid()) {

@@ -154,9 +154,9 @@ static void ctl_report(struct __test_metadata *_metadata)
 		if (!*line)
 			continue;
 		TH_LOG("vmm state: %s", line);
-		settled = harness_line_settled(line, &vcpus, &unread,
-					       &rx_idle) &&
-			  settled;
+		settled =
+			harness_line_settled(line, &vcpus, &unread, &rx_idle) &&
+			settled;
 	}
 	if (vcpus > 0 && settled && unread)
 		ksft_blame_environment(
@@ -776,10 +776,11 @@ TEST_TIMEOUT(hostile_agent_is_bounded, BOOT_TIMEOUT)
 		SKIP(return, "no usable /dev/kvm (run through tools/vmtest)");
 	guest_paths(&g);
 	slash = strrchr(g.vmm, '/');
-	snprintf(cpio, sizeof(cpio), "%.*s/selftests/helpers/hostile-agent.cpio",
+	snprintf(cpio, sizeof(cpio),
+		 "%.*s/selftests/helpers/hostile-agent.cpio",
 		 slash ? (int)(slash - g.vmm) : 1, slash ? g.vmm : ".");
-	ASSERT_EQ(0, access(cpio, R_OK)) TH_LOG("%s missing: make selftests",
-						 cpio);
+	ASSERT_EQ(0, access(cpio, R_OK))
+	TH_LOG("%s missing: make selftests", cpio);
 	memset(&c, 0, sizeof(c));
 	test_tmp_name(c.dir, sizeof(c.dir), "kiln-ctl-XXXXXX");
 	ASSERT_NE(NULL, mkdtemp(c.dir));
@@ -1748,8 +1749,8 @@ TEST_TIMEOUT(api_bad_inputs, BOOT_TIMEOUT)
 TEST_TIMEOUT(lifecycle_events, BOOT_TIMEOUT)
 {
 	static const char *const want[] = {
-		"agent-ready",	 "exec-started",       "exec-exited",
-		"exec-started",	 "exec-exited",	       "shutdown-requested",
+		"agent-ready",	"exec-started", "exec-exited",
+		"exec-started", "exec-exited",	"shutdown-requested",
 		"shutdown",
 	};
 	struct vmctl c = { 0 };
@@ -1779,8 +1780,8 @@ TEST_TIMEOUT(lifecycle_events, BOOT_TIMEOUT)
 		}
 		ASSERT_LT(i, ARRAY_SIZE(want)) TH_LOG("extra %s", dump(ev));
 		EXPECT_STREQ(want[i], str_of(ev, "type") ?: "");
-		EXPECT_EQ(seq + 1, json_integer_value(
-					   json_object_get(ev, "seq")));
+		EXPECT_EQ(seq + 1,
+			  json_integer_value(json_object_get(ev, "seq")));
 		seq = json_integer_value(json_object_get(ev, "seq"));
 		i++;
 		json_decref(m);
@@ -2119,9 +2120,9 @@ TEST_TIMEOUT(pause_resume_snapshot, BOOT_TIMEOUT)
  * a restore resets, does not take it down with its request. It writes
  * only the file: /tmp is a tmpfs, in guest memory, so in the snapshot.
  */
-#define RESTORE_COUNTER                                                  \
+#define RESTORE_COUNTER                                                     \
 	"setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i >/tmp/ctr.new " \
-	"&& mv /tmp/ctr.new /tmp/ctr; sleep 0.05; done' "                 \
+	"&& mv /tmp/ctr.new /tmp/ctr; sleep 0.05; done' "                   \
 	"</dev/null >/dev/null 2>&1 &"
 
 /* The pid in the guest file path through exec (0: none yet). */
@@ -2138,8 +2139,8 @@ static long ctl_pid_file(struct vmctl *c, const char *path)
  * vmmctl exec of a command that writes its pid to /tmp/inflight and
  * sleeps, in a child of the test (its pid) that stays in the exec.
  */
-static pid_t exec_in_flight(struct __test_metadata *_metadata,
-			    struct vmctl *c, long *guest_pid)
+static pid_t exec_in_flight(struct __test_metadata *_metadata, struct vmctl *c,
+			    long *guest_pid)
 {
 	pid_t pid = fork();
 
@@ -2281,8 +2282,8 @@ TEST_TIMEOUT(snapshot_restore_keeps_a_counter, 2 * BOOT_TIMEOUT)
 	rest[3] = copy;
 	ASSERT_TRUE(vm_start_with(_metadata, &c2, false, rest));
 	v1 = guest_counter(_metadata, &c2);
-	EXPECT_LE(before, v1) TH_LOG("restored at %ld, snapshot after %ld", v1,
-				     before);
+	EXPECT_LE(before, v1)
+	TH_LOG("restored at %ld, snapshot after %ld", v1, before);
 	v2 = guest_counter_above(_metadata, &c2, v1);
 	EXPECT_LT(v1, v2) TH_LOG("the counter stopped at %ld", v1);
 	CTL(&c2, &r, "status", c2.sock);
@@ -2325,7 +2326,6 @@ TEST_TIMEOUT(snapshot_restore_keeps_a_counter, 2 * BOOT_TIMEOUT)
 }
 
 /* ---- baselines (Documentation/snapshots.md, "Baselines") ----------- */
-
 
 /* The one entry in the cache (a 64-hex name) into path, or false. */
 static bool baseline_entry(const char *cache, char *path, size_t len)
@@ -2546,8 +2546,8 @@ TEST_TIMEOUT(baseline_ephemeral_root_clones_write_their_own_copy,
 		ASSERT_TRUE(vm_start_with(_metadata, &c[i], false, extra));
 		baseline_check(_metadata, &c[i], i ? "restored" : "captured");
 		if (!i) {
-			ASSERT_TRUE(baseline_entry(cache, entry,
-						   sizeof(entry)));
+			ASSERT_TRUE(
+				baseline_entry(cache, entry, sizeof(entry)));
 			snprintf(path, sizeof(path), "%s/disk.delta", entry);
 			EXPECT_EQ(0, stat(path, &st)) TH_LOG("no %s", path);
 		}
@@ -2557,7 +2557,8 @@ TEST_TIMEOUT(baseline_ephemeral_root_clones_write_their_own_copy,
 		log = log_text(c[i].log);
 		ASSERT_NE(NULL, log);
 		EXPECT_EQ(NULL, strstr(log, "not used")) TH_LOG("%.3000s", log);
-		EXPECT_EQ(NULL, strstr(log, "discarded")) TH_LOG("%.3000s", log);
+		EXPECT_EQ(NULL, strstr(log, "discarded"))
+		TH_LOG("%.3000s", log);
 		free(log);
 		vm_stop_term(_metadata, &c[i]);
 		vm_cleanup(&c[i]);
@@ -2759,7 +2760,6 @@ TEST_TIMEOUT(baseline_mounts_are_attached_from_this_boot, 3 * BOOT_TIMEOUT)
 }
 
 /* ---- clones: the root layer and fresh entropy (issue 14) ------------- */
-
 
 /* The log holds needle (its text into the TAP log otherwise). */
 static void log_has(struct __test_metadata *_metadata, const char *path,
@@ -3041,11 +3041,12 @@ TEST_TIMEOUT(ten_clones_of_one_snapshot_run_independently, 4 * BOOT_TIMEOUT)
 		vm_current = &clone[i];
 		snprintf(cmd, sizeof(cmd),
 			 "test -e /var/tmp/who && echo dirty;"
-			 " echo %d > /var/tmp/who && sync && " READ_URANDOM, i);
+			 " echo %d > /var/tmp/who && sync && " READ_URANDOM,
+			 i);
 		EXPECT_EQ(0, clone_sh(_metadata, &clone[i], cmd, &r));
 		snprintf(draw[i], sizeof(draw[i]), "%.79s", r.out);
-		EXPECT_EQ(64U, strlen(draw[i])) TH_LOG("clone %d: \"%s\"", i,
-						       draw[i]);
+		EXPECT_EQ(64U, strlen(draw[i]))
+		TH_LOG("clone %d: \"%s\"", i, draw[i]);
 		for (int j = 0; j < i; j++)
 			EXPECT_STRNE(draw[j], draw[i])
 		TH_LOG("clones %d and %d drew the same", j, i);

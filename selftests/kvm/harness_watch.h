@@ -328,9 +328,10 @@ static bool harness_line_settled(const char *line, int *vcpus, bool *unread,
 			   &ae) != 11)
 			return false;
 		/* Buffers not taken: a lost kick, unless nothing is owed. */
-		if (a != t && !(*rx_idle &&
-				(strstr(line, " q0: ") || strstr(line, " q2: ")) &&
-				(uint16_t)(a - t) <= sz))
+		if (a != t &&
+		    !(*rx_idle &&
+		      (strstr(line, " q0: ") || strstr(line, " q2: ")) &&
+		      (uint16_t)(a - t) <= sz))
 			return false;
 		if (u != t || u != sig)
 			return false;
@@ -395,9 +396,9 @@ static bool harness_vmm_report(pid_t pgid, pid_t vmm)
 		if (!on || !*line)
 			continue;
 		printf("# vmm state: %d: %s\n", (int)vmm, line);
-		settled = harness_line_settled(line, &vcpus, &unread,
-					       &rx_idle) &&
-			  settled;
+		settled =
+			harness_line_settled(line, &vcpus, &unread, &rx_idle) &&
+			settled;
 	}
 	fflush(stdout);
 	return on && vcpus > 0 && settled && unread;
@@ -495,7 +496,7 @@ static bool harness_spinning(struct harness_task *t, int n, const char *what,
  * was not ready in time): the spinning guest of a test at its timeout.
  */
 static __attribute__((unused)) bool harness_vmm_spinning(pid_t pid, char *why,
-						     size_t len)
+							 size_t len)
 {
 	struct harness_task t[HARNESS_THREADS_MAX];
 	int n = harness_vmm_threads(0, pid, t, HARNESS_THREADS_MAX);
@@ -515,16 +516,17 @@ static bool harness_watch__timed_out(pid_t pgid, char *why, size_t len)
 	spun = harness_spinning(t, n, "with the test stuck at its timeout", why,
 				len);
 	for (int i = 0; i < n; i++) {
-		if (t[i].tid != t[i].pid || !harness_vmm_report(pgid, t[i].pid) ||
-		    spun)
+		if (t[i].tid != t[i].pid ||
+		    !harness_vmm_report(pgid, t[i].pid) || spun)
 			continue;
-		snprintf(why, len,
-			 "vmm %d stopped with every vCPU halted and every virtio "
-			 "ring settled (all buffers taken and used, the driver "
-			 "told of each, every interrupt acknowledged) and "
-			 "completions the guest was told of left unread: a "
-			 "wakeup lost inside the nested guest",
-			 (int)t[i].pid);
+		snprintf(
+			why, len,
+			"vmm %d stopped with every vCPU halted and every virtio "
+			"ring settled (all buffers taken and used, the driver "
+			"told of each, every interrupt acknowledged) and "
+			"completions the guest was told of left unread: a "
+			"wakeup lost inside the nested guest",
+			(int)t[i].pid);
 		spun = true;
 	}
 	return spun;

@@ -144,9 +144,9 @@ _Static_assert(JUNK_GPA + JUNK_SIZE + BLK_DISK_SIZE <= TABLE_GPA,
 	       "device writes through the junk stay below the table");
 
 #define SCRIBBLE_ROUNDS	 16U
-#define SCRIBBLES	 4096U	  /* per round, each followed by a kick */
+#define SCRIBBLES	 4096U	 /* per round, each followed by a kick */
 #define NOTIFY_FLOOD	 100000U /* QueueNotify writes, bound as ioeventfd */
-#define NOTIFY_FLOOD_BAD 40000U  /* of bad indices, through user space */
+#define NOTIFY_FLOOD_BAD 40000U	 /* of bad indices, through user space */
 #define OTHER_VM_REQS	 200U
 
 #define VS_GUEST_CID	 3U

@@ -34,9 +34,9 @@
 #define JAIL_AS	      "17179869184" /* 16 GiB: guest RAM and threads */
 
 struct jailed {
-	char dir[64];	   /* the test's scratch */
-	char root[96];	   /* --jail */
-	char run[96];	   /* the control socket's directory */
+	char dir[64];  /* the test's scratch */
+	char root[96]; /* --jail */
+	char run[96];  /* the control socket's directory */
 	char sock[128];
 	char pidfile[128];
 	char log[128];
@@ -69,7 +69,8 @@ static void status_field(pid_t pid, const char *key, char *out, size_t len)
 		return;
 	while (fgets(line, sizeof(line), f))
 		if (!strncmp(line, key, n) && line[n] == ':') {
-			snprintf(out, len, "%s", line + n + 1 + strspn(line + n + 1, " \t"));
+			snprintf(out, len, "%s",
+				 line + n + 1 + strspn(line + n + 1, " \t"));
 			out[strcspn(out, "\n")] = 0;
 			break;
 		}
@@ -146,13 +147,33 @@ static bool start_jailed(struct __test_metadata *_metadata, struct jailed *j,
 	close(fd);
 	{
 		const char *argv[40] = {
-			g.vmm, "start", "--kernel", g.vmlinux, "--initrd",
-			g.initrd, "--control-socket", j->sock,
-			"--agent-timeout-ms", AGENT_TIMEOUT, "--detach",
-			"--pid-file", j->pidfile, "--log", j->log, "--jail",
-			j->root, "--uid", NOBODY, "--gid", NOBODY,
-			"--rlimit-nofile", JAIL_NOFILE, "--rlimit-nproc",
-			JAIL_NPROC, "--rlimit-as", JAIL_AS,
+			g.vmm,
+			"start",
+			"--kernel",
+			g.vmlinux,
+			"--initrd",
+			g.initrd,
+			"--control-socket",
+			j->sock,
+			"--agent-timeout-ms",
+			AGENT_TIMEOUT,
+			"--detach",
+			"--pid-file",
+			j->pidfile,
+			"--log",
+			j->log,
+			"--jail",
+			j->root,
+			"--uid",
+			NOBODY,
+			"--gid",
+			NOBODY,
+			"--rlimit-nofile",
+			JAIL_NOFILE,
+			"--rlimit-nproc",
+			JAIL_NPROC,
+			"--rlimit-as",
+			JAIL_AS,
 		};
 		int n = 27;
 
@@ -244,8 +265,7 @@ TEST_TIMEOUT(jailed_vmm_sees_only_its_jail, BOOT_TIMEOUT)
 
 	for (i = 0; i < ARRAY_SIZE(namespaces); i++)
 		EXPECT_FALSE(same_ns(j.pid, namespaces[i]))
-	TH_LOG("the jailed vmm shares the test's %s namespace",
-	       namespaces[i]);
+	TH_LOG("the jailed vmm shares the test's %s namespace", namespaces[i]);
 
 	/* Its root: the VM's files and devices, nothing of the host. */
 	EXPECT_TRUE(jail_sees(j.pid, "/kiln/kernel"));
@@ -261,8 +281,8 @@ TEST_TIMEOUT(jailed_vmm_sees_only_its_jail, BOOT_TIMEOUT)
 	EXPECT_FALSE(jail_sees(j.pid, "/tmp"));
 
 	/* The guest still runs commands. */
-	ASSERT_EQ(0, spawn__run(ARGS(j.vmmctl, "exec", j.sock, "--", "sh",
-				     "-c", "echo jailed-$((6 * 7))"),
+	ASSERT_EQ(0, spawn__run(ARGS(j.vmmctl, "exec", j.sock, "--", "sh", "-c",
+				     "echo jailed-$((6 * 7))"),
 				NULL, &r));
 	TH_LOG("exec: exit %d, out %.200s, err %.200s", r.status, r.out, r.err);
 	EXPECT_EQ(0, r.status);
@@ -363,11 +383,11 @@ TEST_TIMEOUT(jailed_vmm_relays_a_granted_flow, BOOT_TIMEOUT)
 	EXPECT_EQ(0, other);
 	EXPECT_LT(2, none) TH_LOG("%d threads without capabilities", none);
 
-	ASSERT_EQ(0, spawn__run(ARGS(j.vmmctl, "exec", j.sock, "--", "sh",
-				     "-c",
-				     "printf 'GET / HTTP/1.0\\r\\n\\r\\n' |"
-				     " nc -w 20 " TEST_HOST " 8080 | tail -n 1"),
-				NULL, &r));
+	ASSERT_EQ(0,
+		  spawn__run(ARGS(j.vmmctl, "exec", j.sock, "--", "sh", "-c",
+				  "printf 'GET / HTTP/1.0\\r\\n\\r\\n' |"
+				  " nc -w 20 " TEST_HOST " 8080 | tail -n 1"),
+			     NULL, &r));
 	TH_LOG("exec: exit %d, out %.200s, err %.200s", r.status, r.out, r.err);
 	EXPECT_EQ(0, r.status);
 	EXPECT_STREQ(TEST_REPLY "\n", r.out);
@@ -394,13 +414,13 @@ TEST_TIMEOUT(jail_refused_without_root, BOOT_TIMEOUT)
 	snprintf(sock, sizeof(sock), "%s/ctl.sock", dir);
 	ASSERT_EQ(0, chmod(dir, 0777));
 	/* setpriv(1) from util-linux: the vmm as nobody, nothing kept. */
-	ASSERT_EQ(0, spawn__run(ARGS("setpriv", "--reuid", NOBODY, "--regid",
-				     NOBODY, "--clear-groups", g.vmm, "start",
-				     "--kernel", g.vmlinux, "--initrd",
-				     g.initrd, "--control-socket", sock,
-				     "--jail", dir, "--uid", NOBODY, "--gid",
-				     NOBODY),
-				NULL, &r));
+	ASSERT_EQ(0,
+		  spawn__run(ARGS("setpriv", "--reuid", NOBODY, "--regid",
+				  NOBODY, "--clear-groups", g.vmm, "start",
+				  "--kernel", g.vmlinux, "--initrd", g.initrd,
+				  "--control-socket", sock, "--jail", dir,
+				  "--uid", NOBODY, "--gid", NOBODY),
+			     NULL, &r));
 	TH_LOG("exit %d, err %.300s", r.status, r.err);
 	EXPECT_EQ(VMM_EXIT_VMM_ERROR, r.status);
 	EXPECT_NE(NULL, strstr(r.err, "needs root"));

@@ -529,12 +529,12 @@ static inline int vm_check_fixed(struct kvm_vm *vm, char *what, size_t len)
 			bad = "page tables";
 	memset(want, 0, sizeof(want));
 	vm_fill_gdt(want);
-	if (!bad && memcmp(addr_gpa2hva(vm, GUEST_GDT_GPA), want,
-			   GDT_ENTRIES * 8))
+	if (!bad &&
+	    memcmp(addr_gpa2hva(vm, GUEST_GDT_GPA), want, GDT_ENTRIES * 8))
 		bad = "GDT";
 	memset(want, 0, sizeof(want));
-	if (!bad && memcmp(addr_gpa2hva(vm, GUEST_TSS_GPA), want,
-			   TSS_LIMIT + 1))
+	if (!bad &&
+	    memcmp(addr_gpa2hva(vm, GUEST_TSS_GPA), want, TSS_LIMIT + 1))
 		bad = "TSS";
 	vm_fill_idt(vm, want);
 	if (!bad && memcmp(addr_gpa2hva(vm, GUEST_IDT_GPA), want,

@@ -271,8 +271,8 @@ static void run_to_triple_fault(struct __test_metadata *_metadata,
 	vcpu_args_set(self->vcpu, 1, scribble);
 	ASSERT_EQ(0, __vcpu_run(self->vcpu));
 	ASSERT_EQ(KVM_EXIT_SHUTDOWN, self->vcpu->run->exit_reason)
-	TH_LOG("%s", vcpu_describe_exit(self->vcpu, self->buf,
-					sizeof(self->buf)));
+	TH_LOG("%s",
+	       vcpu_describe_exit(self->vcpu, self->buf, sizeof(self->buf)));
 }
 
 TEST_F(vm, triple_fault_with_tables_intact)

@@ -254,9 +254,18 @@ static bool dns_asks_for_a(const uint8_t *q, size_t n)
 static void *test_dns_serve(void *arg)
 {
 	/* The answer: a pointer to the question's name (offset 12), A, IN. */
-	static const uint8_t answer[] = { 0xc0, DNS_HDR_LEN, 0, 1, 0, 1,
-					  0, 0, TEST_DNS_TTL >> 8,
-					  TEST_DNS_TTL & 0xff, 0, 4 };
+	static const uint8_t answer[] = { 0xc0,
+					  DNS_HDR_LEN,
+					  0,
+					  1,
+					  0,
+					  1,
+					  0,
+					  0,
+					  TEST_DNS_TTL >> 8,
+					  TEST_DNS_TTL & 0xff,
+					  0,
+					  4 };
 	struct udp_server *d = arg;
 	struct sockaddr_in from;
 	uint8_t msg[512 + sizeof(answer) + 4];
@@ -530,8 +539,8 @@ static void net_probe_initrd(struct __test_metadata *_metadata,
 
 	snprintf(cpio, sizeof(cpio), "%.*s/selftests/helpers/net-probe.cpio",
 		 slash ? (int)(slash - g->vmm) : 1, slash ? g->vmm : ".");
-	ASSERT_EQ(0, access(cpio, R_OK)) TH_LOG("%s missing: make selftests",
-						 cpio);
+	ASSERT_EQ(0, access(cpio, R_OK))
+	TH_LOG("%s missing: make selftests", cpio);
 	snprintf(out, len, "%s/initrd.cpio", dir);
 	snprintf(cmd, sizeof(cmd), "cat '%s' '%s' > '%s'", g->initrd, cpio,
 		 out);
@@ -607,7 +616,8 @@ static int hold_flow(struct __test_metadata *_metadata, const struct bg_vm *v,
 	int conn;
 
 	*nc = spawn_logged(ARGS(vmmctl, "exec", v->sock, "--", "sh", "-c",
-				"sleep " HOLD_SECS " | nc " TEST_HOST " " STR_HOLD_PORT),
+				"sleep " HOLD_SECS " | nc " TEST_HOST
+				" " STR_HOLD_PORT),
 			   log);
 	ASSERT_LT(0, *nc);
 	ASSERT_EQ(1, poll(&pfd, 1, 60000)) TH_LOG("the guest never connected");
@@ -667,7 +677,8 @@ TEST_TIMEOUT(live_policy_replacement_cuts_a_running_flow, BOOT_TIMEOUT)
 		    "{\"tcp\": [{\"to\": \"" TEST_HOST
 		    "\", \"ports\": [8080, 8081]}]}");
 	policy_file(_metadata, after, sizeof(after), dir, "after.json",
-		    "{\"tcp\": [{\"to\": \"" TEST_HOST "\", \"ports\": [8080]}]}");
+		    "{\"tcp\": [{\"to\": \"" TEST_HOST
+		    "\", \"ports\": [8080]}]}");
 	policy_file(_metadata, bad, sizeof(bad), dir, "bad.json",
 		    "{\"tcp\": [{\"to\": \"" TEST_HOST
 		    "\", \"ports\": [\"9-1\"]}]}");
@@ -685,7 +696,8 @@ TEST_TIMEOUT(live_policy_replacement_cuts_a_running_flow, BOOT_TIMEOUT)
 	EXPECT_EQ(0, poll(&pfd, 1, KEEP_SECS * 1000));
 
 	/* Replaced: port 8081 is no longer granted, the flow is cut. */
-	ASSERT_EQ(0, spawn__run(ARGS(vmmctl, "policy", v.sock, after), NULL, &r));
+	ASSERT_EQ(0,
+		  spawn__run(ARGS(vmmctl, "policy", v.sock, after), NULL, &r));
 	EXPECT_EQ(0, r.status) TH_LOG("%s", r.err);
 	ASSERT_EQ(1, poll(&pfd, 1, CUT_SECS * 1000))
 	TH_LOG("the flow was not cut within %d s", CUT_SECS);
@@ -856,8 +868,8 @@ static bool debian_world(struct __test_metadata *_metadata, char *image,
 
 	guest_paths(&g);
 	snprintf(image, len, "%s/debian-12-agent.json", g.images);
-	ASSERT_EQ(0, access(image, R_OK)) TH_LOG("%s missing: make image",
-						 image);
+	ASSERT_EQ(0, access(image, R_OK))
+	TH_LOG("%s missing: make image", image);
 	ASSERT_TRUE(mkdtemp(dir) != NULL);
 	ASSERT_TRUE(test_host_start(_metadata, h));
 	ASSERT_TRUE(test_dns_start(_metadata, d));
@@ -882,25 +894,27 @@ TEST_TIMEOUT(curl_on_the_debian_image_through_trusted_dns, BOOT_TIMEOUT)
 	if (!is_root(_metadata))
 		return;
 	ASSERT_TRUE(debian_world(_metadata, image, sizeof(image), dir, &h, &d));
-	policy_file(_metadata, policy, sizeof(policy), dir, "policy.json",
-		    "{\"dns\": {\"resolvers\": [\"" TEST_DNS "\"]}, "
-		    "\"tcp\": [{\"to\": \"granted.test\", \"ports\": [8080]}]}");
-	BOOT_SPEC((&(struct boot_spec){
-			  .initrd = "",
-			  .opts = ARGS("--rootfs", image, "--net", "auto",
-				       "--net-policy", policy),
-			  .cmd = ARGS("bash", "-c",
-				      "c() { curl -sS --max-time 30 \"$@\" "
-				      "2>/dev/null; }; "
-				      "c http://granted.test:8080/; "
-				      "c http://granted.test:8081/ "
-				      "|| echo other port denied; "
-				      "c http://192.0.2.11:8080/ "
-				      "|| echo other host denied; "
-				      "c --resolve granted.test:8080:192.0.2.11 "
-				      "http://granted.test:8080/ "
-				      "|| echo unbound address denied") }),
-		  &r);
+	policy_file(
+		_metadata, policy, sizeof(policy), dir, "policy.json",
+		"{\"dns\": {\"resolvers\": [\"" TEST_DNS "\"]}, "
+		"\"tcp\": [{\"to\": \"granted.test\", \"ports\": [8080]}]}");
+	BOOT_SPEC(
+		(&(struct boot_spec){
+			.initrd = "",
+			.opts = ARGS("--rootfs", image, "--net", "auto",
+				     "--net-policy", policy),
+			.cmd = ARGS("bash", "-c",
+				    "c() { curl -sS --max-time 30 \"$@\" "
+				    "2>/dev/null; }; "
+				    "c http://granted.test:8080/; "
+				    "c http://granted.test:8081/ "
+				    "|| echo other port denied; "
+				    "c http://192.0.2.11:8080/ "
+				    "|| echo other host denied; "
+				    "c --resolve granted.test:8080:192.0.2.11 "
+				    "http://granted.test:8080/ "
+				    "|| echo unbound address denied") }),
+		&r);
 	udp_server_stop(&d);
 	test_host_stop(&h);
 	EXPECT_EQ(0, r.status);
@@ -965,18 +979,20 @@ TEST_TIMEOUT(udp_grant_gets_its_reply_and_nothing_else_leaves, BOOT_TIMEOUT)
 	ASSERT_TRUE(udp_server_start(_metadata, &u, TEST_HOST, UDP_PORT,
 				     udp_echo_serve));
 	policy_file(_metadata, policy, sizeof(policy), dir, "policy.json",
-		    "{\"udp\": [{\"to\": \"" TEST_HOST "\", \"ports\": [9000]}]}");
-	BOOT_SPEC((&(struct boot_spec){
-			  .initrd = initrd,
-			  .opts = ARGS("--net", "auto", "--net-policy", policy),
-			  .cmd = ARGS("sh", "-c",
-				      "net-probe udp " TEST_HOST " 9000 ping 30; "
-				      "net-probe udp " TEST_HOST " 9001 x 3; "
-				      "net-probe udp " TEST_DNS " 53 x 3; "
-				      "nslookup granted.test 10.0.2.2 "
-				      ">/dev/null 2>&1 && echo dns answered "
-				      "|| echo dns refused") }),
-		  &r);
+		    "{\"udp\": [{\"to\": \"" TEST_HOST
+		    "\", \"ports\": [9000]}]}");
+	BOOT_SPEC(
+		(&(struct boot_spec){
+			.initrd = initrd,
+			.opts = ARGS("--net", "auto", "--net-policy", policy),
+			.cmd = ARGS("sh", "-c",
+				    "net-probe udp " TEST_HOST " 9000 ping 30; "
+				    "net-probe udp " TEST_HOST " 9001 x 3; "
+				    "net-probe udp " TEST_DNS " 53 x 3; "
+				    "nslookup granted.test 10.0.2.2 "
+				    ">/dev/null 2>&1 && echo dns answered "
+				    "|| echo dns refused") }),
+		&r);
 	udp_server_stop(&u);
 	udp_server_stop(&d);
 	test_host_stop(&h);
@@ -1023,8 +1039,8 @@ static long peak_rss_kib(pid_t pid)
 
 #define LOOP_PORT 7001 /* net-probe's LOOPBACK_PORT */
 
-#define FLOOD_SECS    "20" /* seconds */
-#define GUEST_MIB     256 /* the vmm's default */
+#define FLOOD_SECS "20" /* seconds */
+#define GUEST_MIB  256	/* the vmm's default */
 /* What the vmm may hold besides guest memory, flood or not. */
 #define MONITOR_BOUND_MIB 64
 
@@ -1058,7 +1074,8 @@ TEST_TIMEOUT(garbage_frames_are_dropped_and_the_vmm_stays_up, BOOT_TIMEOUT)
 	ASSERT_TRUE(test_host_start(_metadata, &h));
 	loop = tcp_listener(_metadata, "127.0.0.1", LOOP_PORT);
 	policy_file(_metadata, policy, sizeof(policy), dir, "policy.json",
-		    "{\"tcp\": [{\"to\": \"" TEST_HOST "\", \"ports\": [8080]}]}");
+		    "{\"tcp\": [{\"to\": \"" TEST_HOST
+		    "\", \"ports\": [8080]}]}");
 	ASSERT_TRUE(bg_vm_start(_metadata, &v, dir, "vm",
 				ARGS("--initrd", initrd, "--net", "auto",
 				     "--net-policy", policy)));
@@ -1138,10 +1155,9 @@ TEST_TIMEOUT(two_vms_and_the_host_stay_apart, BOOT_TIMEOUT * 2)
 		    "{\"to\": \"" TEST_HOST "\", \"ports\": [8080]}]}");
 
 	ASSERT_TRUE(bg_vm_start(_metadata, &a, dir, "a",
-				ARGS("--net", "auto",
-				     "--net-address", "10.0.3.15/24",
-				     "--net-gateway", "10.0.3.2",
-				     "--net-policy", policy)));
+				ARGS("--net", "auto", "--net-address",
+				     "10.0.3.15/24", "--net-gateway",
+				     "10.0.3.2", "--net-policy", policy)));
 	snprintf(nclog, sizeof(nclog), "%s/nc.log", dir);
 	nc = spawn_logged(ARGS(vmmctl, "exec", a.sock, "--", "sh", "-c",
 			       "nc -l -p " PEER_PORT " && echo a was reached"),
@@ -1159,8 +1175,7 @@ TEST_TIMEOUT(two_vms_and_the_host_stay_apart, BOOT_TIMEOUT * 2)
 		  "&& echo gateway reached || echo gateway unreachable"),
 	     NULL, &r);
 	EXPECT_EQ(0, r.status);
-	EXPECT_STREQ(TEST_REPLY "\na unreachable\ngateway unreachable\n",
-		     r.out)
+	EXPECT_STREQ(TEST_REPLY "\na unreachable\ngateway unreachable\n", r.out)
 	TH_LOG("stderr: %s", r.err);
 	/* Nothing reached the host's loopback, nor A. */
 	pfd = (struct pollfd){ .fd = loop, .events = POLLIN };
@@ -1204,10 +1219,10 @@ TEST_TIMEOUT(a_killed_vmm_leaves_no_flow_open, BOOT_TIMEOUT)
 	ASSERT_TRUE(test_host_start(_metadata, &h));
 	lsn = tcp_listener(_metadata, TEST_HOST, HOLD_PORT);
 	policy_file(_metadata, policy, sizeof(policy), dir, "policy.json",
-		    "{\"tcp\": [{\"to\": \"" TEST_HOST "\", \"ports\": [8081]}]}");
+		    "{\"tcp\": [{\"to\": \"" TEST_HOST
+		    "\", \"ports\": [8081]}]}");
 	ASSERT_TRUE(bg_vm_start(_metadata, &v, dir, "vm",
-				ARGS("--net", "auto",
-				     "--net-policy", policy)));
+				ARGS("--net", "auto", "--net-policy", policy)));
 	snprintf(nclog, sizeof(nclog), "%s/nc.log", dir);
 	conn = hold_flow(_metadata, &v, lsn, nclog, &nc);
 	pfd = (struct pollfd){ .fd = conn, .events = POLLIN };
@@ -1279,7 +1294,8 @@ static void *test_hook_serve(void *arg)
 			if (k->asked_len >= sizeof(k->asked))
 				k->asked_len = sizeof(k->asked) - 1;
 			pthread_mutex_unlock(&k->lock);
-			grant = strstr(line, "\"dst\": \"" TEST_HOST ":8080\"") &&
+			grant = strstr(line,
+				       "\"dst\": \"" TEST_HOST ":8080\"") &&
 				strstr(line, "\"proto\": \"tcp\"");
 			if (strstr(line, "\"type\": \"http\"")) {
 				n = snprintf(reply, sizeof(reply),
@@ -1291,10 +1307,11 @@ static void *test_hook_serve(void *arg)
 				if (write(fd, reply, (size_t)n) != n)
 					break;
 			} else if (!strstr(line, HOOK_SILENT_PORT)) {
-				n = snprintf(reply, sizeof(reply),
-					     "{\"id\": %ld, \"verdict\": \"%s\", "
-					     "\"reason\": \"test hook\"}\n",
-					     id, grant ? "grant" : "deny");
+				n = snprintf(
+					reply, sizeof(reply),
+					"{\"id\": %ld, \"verdict\": \"%s\", "
+					"\"reason\": \"test hook\"}\n",
+					id, grant ? "grant" : "deny");
 				if (write(fd, reply, (size_t)n) != n)
 					break;
 			}
@@ -1374,8 +1391,8 @@ TEST_TIMEOUT(hook_grants_denies_and_times_out, BOOT_TIMEOUT)
 	EXPECT_STREQ(TEST_REPLY "\ndenied port stays\nsilent port stays\n",
 		     r.out)
 	TH_LOG("stderr: %s", r.err);
-	EXPECT_TRUE(strstr(k.asked, "\"proto\": \"tcp\", \"src\": \"10.0.2.15:") !=
-		    NULL)
+	EXPECT_TRUE(strstr(k.asked,
+			   "\"proto\": \"tcp\", \"src\": \"10.0.2.15:") != NULL)
 	TH_LOG("asked: %s", k.asked);
 	EXPECT_TRUE(strstr(k.asked, "\"dst\": \"" TEST_HOST ":8081\", "
 				    "\"class\": \"documentation\"") != NULL)
@@ -1413,8 +1430,8 @@ static void h2_upstream_path(struct __test_metadata *_metadata, char *path,
 	slash = strrchr(g.vmm, '/');
 	snprintf(path, len, "%.*s/selftests/helpers/h2-upstream",
 		 slash ? (int)(slash - g.vmm) : 1, slash ? g.vmm : ".");
-	ASSERT_EQ(0, access(path, X_OK)) TH_LOG("%s missing: make selftests",
-						path);
+	ASSERT_EQ(0, access(path, X_OK))
+	TH_LOG("%s missing: make selftests", path);
 }
 
 /*
@@ -1430,21 +1447,22 @@ static bool https_upstream_start(struct __test_metadata *_metadata,
 				   .sin_port = htons(443) };
 	int fd, i;
 
-	snprintf(cmd, sizeof(cmd),
-		 "set -e; cd '%s'; "
-		 "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 "
-		 "-nodes -keyout ca.key -out ca.crt -subj /CN=kiln-test-ca "
-		 "-days 2 -addext basicConstraints=critical,CA:TRUE "
-		 "-addext keyUsage=critical,keyCertSign 2>/dev/null; "
-		 "openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 "
-		 "-nodes -keyout srv.key -out srv.csr -subj /CN=" API_HOST
-		 " 2>/dev/null; "
-		 "printf 'subjectAltName=DNS:" API_HOST
-		 "\\nextendedKeyUsage=serverAuth\\n' > srv.ext; "
-		 "openssl x509 -req -in srv.csr -CA ca.crt -CAkey ca.key "
-		 "-CAcreateserial -out srv.crt -days 2 -extfile srv.ext "
-		 "2>/dev/null",
-		 dir);
+	snprintf(
+		cmd, sizeof(cmd),
+		"set -e; cd '%s'; "
+		"openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 "
+		"-nodes -keyout ca.key -out ca.crt -subj /CN=kiln-test-ca "
+		"-days 2 -addext basicConstraints=critical,CA:TRUE "
+		"-addext keyUsage=critical,keyCertSign 2>/dev/null; "
+		"openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 "
+		"-nodes -keyout srv.key -out srv.csr -subj /CN=" API_HOST
+		" 2>/dev/null; "
+		"printf 'subjectAltName=DNS:" API_HOST
+		"\\nextendedKeyUsage=serverAuth\\n' > srv.ext; "
+		"openssl x509 -req -in srv.csr -CA ca.crt -CAkey ca.key "
+		"-CAcreateserial -out srv.crt -days 2 -extfile srv.ext "
+		"2>/dev/null",
+		dir);
 	ASSERT_EQ(0, system(cmd)) TH_LOG("openssl: the test CA");
 	snprintf(crt, sizeof(crt), "%s/srv.crt", dir);
 	snprintf(key, sizeof(key), "%s/srv.key", dir);
@@ -1502,7 +1520,7 @@ struct https_world {
 };
 
 /* The guest's leak probe: its environments and files, then "done". */
-#define LEAK_PROBE(token)                                          \
+#define LEAK_PROBE(token)                                         \
 	"env; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'; " \
 	"grep -rl " token " /etc /tmp /run /root 2>/dev/null; echo done"
 
@@ -1561,10 +1579,10 @@ static void remove_tree(struct __test_metadata *_metadata, const char *dir)
 		TH_LOG("cannot remove %s", dir);
 }
 
-#define API_POLICY                                                     \
-	"{\"dns\": {\"resolvers\": [\"" TEST_DNS "\"]}, "               \
-	"\"http\": [{\"host\": \"" API_HOST "\", \"ports\": [443], "     \
-	"\"headers\": {\"authorization\": "                             \
+#define API_POLICY                                                   \
+	"{\"dns\": {\"resolvers\": [\"" TEST_DNS "\"]}, "            \
+	"\"http\": [{\"host\": \"" API_HOST "\", \"ports\": [443], " \
+	"\"headers\": {\"authorization\": "                          \
 	"{\"from\": \"env:" TOKEN_ENV "\"}}}]}"
 
 /*
@@ -1592,26 +1610,27 @@ TEST_TIMEOUT(https_credentials_injected_on_the_host_only, BOOT_TIMEOUT)
 	policy_file(_metadata, w.policy, sizeof(w.policy), dir, "policy.json",
 		    API_POLICY);
 	ASSERT_EQ(0, setenv(TOKEN_ENV, API_TOKEN, 1));
-	ret = https_world_boot(_metadata, &w,
-			       "c() { curl -sS --max-time 60 \"$@\"; }; "
-			       "c -H 'Authorization: guest-own' "
-			       "https://" API_HOST "/user; "
-			       "python3 -c 'import urllib.request as u; "
-			       "print(u.urlopen(\"https://" API_HOST
-			       "/user\", timeout=60).read().decode(), "
-			       "end=\"\")'; "
-			       "c -o /dev/null -w '%{http_code}\\n' "
-			       "-H 'Host: evil.kiln.test' "
-			       "https://" API_HOST "/user; "
-			       "c https://192.0.2.10/user 2>/dev/null "
-			       "|| echo ip literal refused; "
-			       "c https://other.kiln.test/user 2>/dev/null "
-			       "|| echo ungranted name refused; "
-			       "grep -rlI 'PRIVATE KEY' /etc/ssl/certs "
-			       "/usr/local/share/ca-certificates /kiln /run "
-			       "/tmp /root 2>/dev/null; echo keys-checked; "
-			       LEAK_PROBE("kiln-s3cr3t"),
-			       &r);
+	ret = https_world_boot(
+		_metadata, &w,
+		"c() { curl -sS --max-time 60 \"$@\"; }; "
+		"c -H 'Authorization: guest-own' "
+		"https://" API_HOST "/user; "
+		"python3 -c 'import urllib.request as u; "
+		"print(u.urlopen(\"https://" API_HOST
+		"/user\", timeout=60).read().decode(), "
+		"end=\"\")'; "
+		"c -o /dev/null -w '%{http_code}\\n' "
+		"-H 'Host: evil.kiln.test' "
+		"https://" API_HOST "/user; "
+		"c https://192.0.2.10/user 2>/dev/null "
+		"|| echo ip literal refused; "
+		"c https://other.kiln.test/user 2>/dev/null "
+		"|| echo ungranted name refused; "
+		"grep -rlI 'PRIVATE KEY' /etc/ssl/certs "
+		"/usr/local/share/ca-certificates /kiln /run "
+		"/tmp /root 2>/dev/null; echo keys-checked; " LEAK_PROBE(
+			"kiln-s3cr3t"),
+		&r);
 	unsetenv(TOKEN_ENV);
 	https_world_stop(&w);
 	if (ret)
@@ -1631,8 +1650,8 @@ TEST_TIMEOUT(https_credentials_injected_on_the_host_only, BOOT_TIMEOUT)
 	TH_LOG("upstream saw: %s", seen);
 	EXPECT_TRUE(strstr(seen, "authorization: " API_TOKEN "\n") != NULL)
 	TH_LOG("upstream saw: %s", seen);
-	EXPECT_EQ(NULL, strstr(seen, "guest-own")) TH_LOG("upstream saw: %s",
-							  seen);
+	EXPECT_EQ(NULL, strstr(seen, "guest-own"))
+	TH_LOG("upstream saw: %s", seen);
 	EXPECT_TRUE(strstr(seen, "host: " API_HOST "\n") != NULL)
 	TH_LOG("upstream saw: %s", seen);
 	/* The refused Host never reached it: two requests, both granted. */
@@ -1739,8 +1758,8 @@ TEST_TIMEOUT(https_h2_credentials_injected_on_the_host_only, BOOT_TIMEOUT)
 			       "https://" API_HOST "/user; "
 			       "c --http1.1 "
 			       "-w '%{http_code} %{http_version}\\n' "
-			       "https://" API_HOST "/user; " LEAK_PROBE(
-				       "kiln-s3cr3t"),
+			       "https://" API_HOST
+			       "/user; " LEAK_PROBE("kiln-s3cr3t"),
 			       &r);
 	unsetenv(TOKEN_ENV);
 	https_world_stop(&w);

@@ -25,12 +25,13 @@
 #include "selftests/kselftest.h"
 #include "selftests/kvm/vmm_util.h"
 
-#define READY_SECS   (BOOT_TIMEOUT * 3 / 4)
-#define MAX_ARGV     48
-#define CONSOLE_CAP  4096 /* --console-log-max-bytes in the cap test: its least */
+#define READY_SECS (BOOT_TIMEOUT * 3 / 4)
+#define MAX_ARGV   48
+#define CONSOLE_CAP \
+	4096 /* --console-log-max-bytes in the cap test: its least */
 #define CONSOLE_KEEP 2
 #define PRINTED	     25000 /* bytes the guest prints at the cap: each a UART exit */
-#define METRIC_EXECS 5	     /* execs in the metrics test */
+#define METRIC_EXECS 5	   /* execs in the metrics test */
 #define METRIC_BYTES (1 << 20) /* bytes it writes to each mount */
 
 struct vm {
@@ -284,11 +285,11 @@ TEST_TIMEOUT(hostname_and_cwd_given, BOOT_TIMEOUT)
 		     guest_line(_metadata, &v,
 				ARGS(v.sock, "--", "cat", "/etc/hostname"),
 				&r));
-	EXPECT_NE(NULL, strstr(guest_line(_metadata, &v,
-					  ARGS(v.sock, "--", "cat",
-					       "/etc/hosts"),
-					  &r),
-			       "127.0.1.1\tagent-42"));
+	EXPECT_NE(
+		NULL,
+		strstr(guest_line(_metadata, &v,
+				  ARGS(v.sock, "--", "cat", "/etc/hosts"), &r),
+		       "127.0.1.1\tagent-42"));
 	EXPECT_STREQ("/workspace",
 		     guest_line(_metadata, &v, ARGS(v.sock, "--", "pwd"), &r));
 	EXPECT_STREQ("/tmp",
@@ -319,9 +320,9 @@ static void identity_without_mounts(struct __test_metadata *_metadata,
 	ASSERT_TRUE(vm_start(_metadata, &v,
 			     ARGS("--hostname", "agent-43", "--cwd", "/tmp"),
 			     detach));
-	EXPECT_STREQ("agent-43", guest_line(_metadata, &v,
-					    ARGS(v.sock, "--", "hostname"),
-					    &r));
+	EXPECT_STREQ(
+		"agent-43",
+		guest_line(_metadata, &v, ARGS(v.sock, "--", "hostname"), &r));
 	EXPECT_EQ(0, r.status);
 	EXPECT_STREQ("agent-43",
 		     guest_line(_metadata, &v,
@@ -518,8 +519,9 @@ TEST_TIMEOUT(detached_guest_panic_leaves_its_last_words, BOOT_TIMEOUT)
 	snprintf(path, sizeof(path), "%s/vm1.console.log", v.dir);
 	ASSERT_TRUE(vm_start(_metadata, &v, NULL, true));
 	/* Its answer never comes: the guest is gone before it could. */
-	ctl(&v, ARGS("exec", v.sock, "--", "sh", "-c",
-		     "echo c >/proc/sysrq-trigger"),
+	ctl(&v,
+	    ARGS("exec", v.sock, "--", "sh", "-c",
+		 "echo c >/proc/sysrq-trigger"),
 	    &r);
 	for (i = 0; i < 600 && !gone(v.detached); i++)
 		usleep(100000);
@@ -686,8 +688,7 @@ static const json_t *mount_dev(const json_t *m, const char *guest)
 
 	json_array_foreach(json_object_get(m, "devices"), i, d)
 	{
-		const char *at =
-			json_string_value(json_object_get(d, "mount"));
+		const char *at = json_string_value(json_object_get(d, "mount"));
 
 		if (at && !strcmp(at, guest))
 			return d;
@@ -702,8 +703,8 @@ static json_int_t all_exits(const json_t *m)
 	const json_t *c;
 	size_t i;
 
-	json_array_foreach(json_object_get(m, "vcpus"), i, c)
-		n += jint(json_object_get(c, "exits"), NULL, "total");
+	json_array_foreach(json_object_get(m, "vcpus"), i, c) n +=
+		jint(json_object_get(c, "exits"), NULL, "total");
 	return n;
 }
 
@@ -810,7 +811,8 @@ TEST_TIMEOUT(metrics_move_with_a_known_workload, BOOT_TIMEOUT)
 	d1 = mount_dev(m1, "/mnt/share");
 	ASSERT_NE(NULL, d0);
 	ASSERT_NE(NULL, d1);
-	EXPECT_STREQ("virtio-fs", json_string_value(json_object_get(d1, "type")));
+	EXPECT_STREQ("virtio-fs",
+		     json_string_value(json_object_get(d1, "type")));
 	EXPECT_LE(jint(d0, NULL, "bytesFromGuest") + METRIC_BYTES,
 		  jint(d1, NULL, "bytesFromGuest"));
 	EXPECT_LT(jint(d0, NULL, "requests"), jint(d1, NULL, "requests"));
@@ -819,8 +821,8 @@ TEST_TIMEOUT(metrics_move_with_a_known_workload, BOOT_TIMEOUT)
 	EXPECT_LE(METRIC_BYTES, jint(d1, "memory", "bytes"));
 	EXPECT_EQ(8 << 20, jint(d1, "memory", "limitBytes"));
 	EXPECT_LT(all_exits(m0), all_exits(m1));
-	EXPECT_LT(0, jint(json_array_get(json_object_get(m1, "vcpus"), 0),
-			  NULL, "cpuNs"));
+	EXPECT_LT(0, jint(json_array_get(json_object_get(m1, "vcpus"), 0), NULL,
+			  "cpuNs"));
 	EXPECT_LT(0, jint(m1, "process", "anonBytes"));
 	EXPECT_LE(jint(m1, "process", "anonBytes"),
 		  jint(m1, "process", "rssBytes"));

@@ -654,36 +654,37 @@ TEST_TIMEOUT(debian_agent_user_owns_its_files_in_a_bind, BOOT_TIMEOUT)
 	put_file(_metadata, s.src, "README", "from the host\n");
 	/* rw binds are "mapped" by default: no ownership option given. */
 	snprintf(s.opt, sizeof(s.opt), "/workspace=bind:%s:rw", s.src);
-	BOOT_SPEC((&(struct boot_spec){
-			  .initrd = "",
-			  .opts = ARGS("--cpus", "2", "--rootfs", desc,
-				       "--mount", s.opt),
-			  .cmd = ARGS(
-				  "bash", "-c",
-				  "set -e; useradd -m agent;"
-				  "chown -R agent /workspace;"
-				  "su agent -c 'set -e; cd /workspace;"
-				  " git init -q; git config user.email a@kiln;"
-				  " git config user.name agent;"
-				  " mkdir -p src/pkg;"
-				  " python3 -c \"open(\\\"src/pkg/m.py\\\", \\\"w\\\")"
-				  ".write(\\\"X = 1\\\\n\\\")\";"
-				  " python3 -m compileall -q src;"
-				  " echo hi > notes.txt; cp -a notes.txt copy.txt;"
-				  " chmod 4755 copy.txt; mkdir shared;"
-				  " chmod 2775 shared; touch shared/in;"
-				  " mkfifo pipe; ln -s notes.txt link;"
-				  " echo pipe > .gitignore;"
-				  " git add -A; git commit -q -m by-agent;"
-				  " echo hi >> copy.txt; echo agent-ok';"
-				  "mknod /workspace/null c 1 3;"
-				  "cd /workspace;"
-				  "stat -c 'st %U %G %a %F %n' README notes.txt "
-				  "copy.txt shared shared/in pipe null "
-				  ".git/HEAD src/pkg/m.py;"
-				  "su agent -c 'rm -f /workspace/notes.txt "
-				  "&& echo rm-ok'; echo done") }),
-		  &r);
+	BOOT_SPEC(
+		(&(struct boot_spec){
+			.initrd = "",
+			.opts = ARGS("--cpus", "2", "--rootfs", desc, "--mount",
+				     s.opt),
+			.cmd = ARGS(
+				"bash", "-c",
+				"set -e; useradd -m agent;"
+				"chown -R agent /workspace;"
+				"su agent -c 'set -e; cd /workspace;"
+				" git init -q; git config user.email a@kiln;"
+				" git config user.name agent;"
+				" mkdir -p src/pkg;"
+				" python3 -c \"open(\\\"src/pkg/m.py\\\", \\\"w\\\")"
+				".write(\\\"X = 1\\\\n\\\")\";"
+				" python3 -m compileall -q src;"
+				" echo hi > notes.txt; cp -a notes.txt copy.txt;"
+				" chmod 4755 copy.txt; mkdir shared;"
+				" chmod 2775 shared; touch shared/in;"
+				" mkfifo pipe; ln -s notes.txt link;"
+				" echo pipe > .gitignore;"
+				" git add -A; git commit -q -m by-agent;"
+				" echo hi >> copy.txt; echo agent-ok';"
+				"mknod /workspace/null c 1 3;"
+				"cd /workspace;"
+				"stat -c 'st %U %G %a %F %n' README notes.txt "
+				"copy.txt shared shared/in pipe null "
+				".git/HEAD src/pkg/m.py;"
+				"su agent -c 'rm -f /workspace/notes.txt "
+				"&& echo rm-ok'; echo done") }),
+		&r);
 	EXPECT_EQ(0, r.status) TH_LOG("%s", r.out);
 	EXPECT_NE(NULL, strstr(r.out, "agent-ok"));
 	EXPECT_NE(NULL, strstr(r.out, "rm-ok"));
@@ -785,7 +786,8 @@ static void conform_name(char *dst, const char *src)
  */
 static void conform_parse(struct conform_run *run, const char *out)
 {
-	for (const char *l = out; l && *l; l = strchr(l, '\n'), l = l ? l + 1 : l) {
+	for (const char *l = out; l && *l;
+	     l = strchr(l, '\n'), l = l ? l + 1 : l) {
 		const char *colon = strstr(l, ": ");
 		const char *eol = strchr(l, '\n');
 		struct conform_fs *f;
@@ -794,7 +796,8 @@ static void conform_parse(struct conform_run *run, const char *out)
 			continue;
 		/* The runner's remarks: a guest that stood still, a hang. */
 		if (!strncmp(colon + 2, "# ", 2)) {
-			printf("# %.*s\n", eol ? (int)(eol - l) : (int)strlen(l), l);
+			printf("# %.*s\n",
+			       eol ? (int)(eol - l) : (int)strlen(l), l);
 			continue;
 		}
 		if (strncmp(colon + 2, "ok ", 3) &&
@@ -806,13 +809,15 @@ static void conform_parse(struct conform_run *run, const char *out)
 			continue;
 		if (!strncmp(colon + 2, "conform: ", 9)) {
 			f->summary = true;
-			printf("# %.*s\n", eol ? (int)(eol - l) : (int)strlen(l), l);
+			printf("# %.*s\n",
+			       eol ? (int)(eol - l) : (int)strlen(l), l);
 		} else if (!strncmp(colon + 2, "ok ", 3)) {
 			if (f->nr_ok < CONFORM_CASES_MAX)
 				conform_name(f->ok[f->nr_ok++], colon + 5);
 		} else if (f->nr_bad < CONFORM_CASES_MAX) {
 			conform_name(f->bad[f->nr_bad++], colon + 9);
-			printf("# %.*s\n", eol ? (int)(eol - l) : (int)strlen(l), l);
+			printf("# %.*s\n",
+			       eol ? (int)(eol - l) : (int)strlen(l), l);
 		}
 	}
 }
@@ -827,7 +832,8 @@ static bool conform_passed(const struct conform_fs *f, const char *name)
 
 static bool conform_documented(const char *fs, const char *name)
 {
-	for (size_t i = 0; i < sizeof(conform_differences) / sizeof(conform_differences[0]);
+	for (size_t i = 0;
+	     i < sizeof(conform_differences) / sizeof(conform_differences[0]);
 	     i++)
 		if (!strcmp(conform_differences[i].fs, fs) &&
 		    !strcmp(conform_differences[i].name, name))
@@ -902,11 +908,12 @@ TEST_TIMEOUT(posix_conformance_against_ext4, 3 * BOOT_TIMEOUT)
 	guest_paths(&g);
 	snprintf(desc, sizeof(desc), "%s/kiln-test.json", g.images);
 	ASSERT_EQ(0, access(desc, R_OK)) TH_LOG("%s missing: make guest", desc);
-	snprintf(helper, sizeof(helper), "%.*s/selftests/helpers/posix-conform.cpio",
+	snprintf(helper, sizeof(helper),
+		 "%.*s/selftests/helpers/posix-conform.cpio",
 		 (int)(strrchr(g.vmm, '/') ? strrchr(g.vmm, '/') - g.vmm : 1),
 		 strrchr(g.vmm, '/') ? g.vmm : ".");
-	ASSERT_EQ(0, access(helper, R_OK)) TH_LOG("%s missing: make selftests",
-						  helper);
+	ASSERT_EQ(0, access(helper, R_OK))
+	TH_LOG("%s missing: make selftests", helper);
 	snprintf(cmd, sizeof(cmd), "cat '%s' >> '%s'", helper, s.initrd);
 	ASSERT_EQ(0, system(cmd));
 	snprintf(rodir, sizeof(rodir), "%s/ro", s.dir);

@@ -90,8 +90,8 @@ TEST_TIMEOUT(cpuid_topology_leaves, BOOT_TIMEOUT)
 	guest_paths(&g);
 	snprintf(cpio, sizeof(cpio), "%.*s/selftests/helpers/cpuid-dump.cpio",
 		 slash ? (int)(slash - vmm) : 1, slash ? vmm : ".");
-	ASSERT_EQ(0, access(cpio, R_OK)) TH_LOG("%s missing: make selftests",
-						 cpio);
+	ASSERT_EQ(0, access(cpio, R_OK))
+	TH_LOG("%s missing: make selftests", cpio);
 	ASSERT_NE(NULL, mkdtemp(dir));
 	snprintf(initrd, sizeof(initrd), "%s/initrd.cpio", dir);
 	snprintf(cmd, sizeof(cmd), "cat '%s' '%s' > '%s'", g.initrd, cpio,

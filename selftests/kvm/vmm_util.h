@@ -52,7 +52,8 @@ static inline void guest_paths(struct guest *g)
 /* How a test boots: all optional, NULL-terminated lists. */
 struct boot_spec {
 	const char *kernel; /* default: vmlinux */
-	const char *initrd; /* default: the guest's initramfs; "": no --initrd */
+	const char
+		*initrd; /* default: the guest's initramfs; "": no --initrd */
 	const char *const *opts;
 	const char *const *cmd;
 	const char *stdin_path;
@@ -244,9 +245,8 @@ static inline void vmm_log_show(struct __test_metadata *_metadata,
  * running, its devices' and vCPUs' state (SIGUSR2 writes it to the log).
  * *pid is 0 once the vmm is reaped.
  */
-static inline bool vmm_wait_ready(struct __test_metadata *_metadata,
-				  pid_t *pid, const char *sock,
-				  const char *log, int secs)
+static inline bool vmm_wait_ready(struct __test_metadata *_metadata, pid_t *pid,
+				  const char *sock, const char *log, int secs)
 {
 	const char *vmmctl = env_or("KILN_VMMCTL", "build/vmmctl");
 	const char *argv[] = { vmmctl, "status", sock, NULL };

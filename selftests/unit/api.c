@@ -2310,8 +2310,8 @@ static int mounts_server(struct server *s, struct tc *t, enum api_mounts plan,
  * (nothing attached), MOUNTS_ATTACH. For a restore: RESEED, then
  * MOUNTS_ATTACH. The agent is ready once, after that.
  */
-static void mounts_case(struct __test_metadata *_metadata,
-			enum api_mounts plan, const char *want)
+static void mounts_case(struct __test_metadata *_metadata, enum api_mounts plan,
+			const char *want)
 {
 	uint8_t seed[KILN_RESEED_BYTES] = { 1 };
 	struct tc t = { .fd = -1 };
@@ -2435,7 +2435,7 @@ static json_t *next_event(struct tc *t, bool *eof)
 		if (!m)
 			return NULL;
 		if (!strcmp(json_string_value(json_object_get(m, "method")) ?:
-				    "",
+									      "",
 			    "vm.event")) {
 			p = json_incref(json_object_get(m, "params"));
 			json_decref(m);
@@ -2458,9 +2458,9 @@ static json_int_t ev_int(json_t *ev, const char *key)
 /* Subscribed (since: -1 leaves it out): the seq of the last event. */
 static json_int_t subscribe(struct tc *t, json_int_t id, json_int_t since)
 {
-	json_t *m = tc_call(t, id, "vm.subscribe",
-			    since < 0 ? NULL :
-					json_pack("{s:I}", "since", since));
+	json_t *m =
+		tc_call(t, id, "vm.subscribe",
+			since < 0 ? NULL : json_pack("{s:I}", "since", since));
 	json_int_t seq = -1;
 
 	if (m && result(m))
@@ -2492,16 +2492,16 @@ TEST_F(srv, events_in_order)
 	EXPECT_EQ(3, res_int(m, "exitCode"));
 	pid = res_int(m, "pid");
 	json_decref(m);
-	api__event(self->s.api, "shutdown",
-		   json_pack("{s:s, s:i}", "reason", "guest-exit", "exitCode",
-			     0));
+	api__event(
+		self->s.api, "shutdown",
+		json_pack("{s:s, s:i}", "reason", "guest-exit", "exitCode", 0));
 	api__destroy(self->s.api);
 	self->s.api = NULL;
 
 	for (i = 0; i < ARRAY_SIZE(want); i++) {
 		ev = next_event(&sub, &eof);
-		ASSERT_TRUE(ev != NULL) TH_LOG("event %u (%s) missing", i,
-					       want[i]);
+		ASSERT_TRUE(ev != NULL)
+		TH_LOG("event %u (%s) missing", i, want[i]);
 		EXPECT_STREQ(want[i], ev_type(ev));
 		EXPECT_EQ(seq + 1, ev_int(ev, "seq"));
 		EXPECT_LT(0, ev_int(ev, "time"));
@@ -2527,8 +2527,8 @@ TEST_F(srv, events_in_order)
 	tc_close(&sub);
 }
 
-#define EV_PAD	  8192U /* bytes of padding in each event */
-#define EV_BURST  600U	/* events posted to a subscriber that reads none */
+#define EV_PAD	 8192U /* bytes of padding in each event */
+#define EV_BURST 600U  /* events posted to a subscriber that reads none */
 
 /*
  * A subscriber that reads nothing: the API keeps at most
@@ -2562,7 +2562,8 @@ TEST_F(srv, events_bound_and_dropped_count)
 	seq = base;
 	while (seq < base + (json_int_t)EV_BURST) {
 		ev = next_event(&sub, NULL);
-		ASSERT_TRUE(ev != NULL) TH_LOG("after seq %lld", (long long)seq);
+		ASSERT_TRUE(ev != NULL)
+		TH_LOG("after seq %lld", (long long)seq);
 		d = ev_int(ev, "dropped");
 		/* Every gap is announced by the event after it. */
 		EXPECT_EQ(seq + 1 + d, ev_int(ev, "seq"));

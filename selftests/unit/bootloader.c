@@ -461,8 +461,8 @@ TEST(mptable_lists_every_cpu)
 }
 
 /* One file in dir "kiln". */
-static int archive(uint8_t **a, size_t *len, const char *name,
-		   const void *data, size_t data_len)
+static int archive(uint8_t **a, size_t *len, const char *name, const void *data,
+		   size_t data_len)
 {
 	const struct initrd_file f = { name, data, data_len };
 
@@ -499,8 +499,8 @@ TEST(mounts_archive_without_a_command)
 	uint8_t *a;
 	size_t len;
 
-	ASSERT_EQ(0, archive(&a, &len, "kiln/mounts", mounts,
-			     sizeof(mounts) - 1));
+	ASSERT_EQ(0,
+		  archive(&a, &len, "kiln/mounts", mounts, sizeof(mounts) - 1));
 	EXPECT_EQ(0U, len % 4);
 	EXPECT_TRUE(memmem(a, len, "kiln/argv", 9) == NULL);
 	EXPECT_TRUE(memmem(a, len, "kiln/mounts", 12) != NULL);

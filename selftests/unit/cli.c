@@ -775,9 +775,9 @@ TEST_F(files, mount_bad_input)
 	char missing[160], nosock[160], spec[200];
 	struct spawn_result r;
 
-#define RUN_MOUNT(...)                                                      \
-	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel,      \
-				  __VA_ARGS__, "--", "true", NULL },        \
+#define RUN_MOUNT(...)                                                 \
+	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel, \
+				  __VA_ARGS__, "--", "true", NULL },   \
 		NULL, &r)
 	RUN_MOUNT("--mount", "nothing");
 	EXPECT_BAD_INPUT(&r, "--mount nothing: expected GUEST_PATH=");
@@ -811,15 +811,17 @@ TEST_F(files, mount_bad_input)
 	EXPECT_BAD_INPUT(&r, nosock);
 
 	/* JSON: unknown keys and types, by their full name. */
-	write_str(self->json, "{\"mounts\": {\"/w\": {\"bind\": {\"sorce\": \"/tmp\"}}}}");
+	write_str(self->json,
+		  "{\"mounts\": {\"/w\": {\"bind\": {\"sorce\": \"/tmp\"}}}}");
 	RUN_MOUNT("--config", self->json);
 	EXPECT_BAD_INPUT(&r, "unknown key \"mounts[\"/w\"].bind.sorce\"");
-	write_str(self->json, "{\"mounts\": {\"/w\": {\"bind\": {\"source\": \"/tmp\", "
-		   "\"mask\": {\"paths\": [\"/x\"]}}}}}");
+	write_str(self->json,
+		  "{\"mounts\": {\"/w\": {\"bind\": {\"source\": \"/tmp\", "
+		  "\"mask\": {\"paths\": [\"/x\"]}}}}}");
 	RUN_MOUNT("--config", self->json);
 	EXPECT_BAD_INPUT(&r, "needs mask.storage");
 	write_str(self->json, "{\"mounts\": {\"/m\": {\"memory\": {\"files\": "
-		   "{\"rel\": \"x\"}}}}}");
+			      "{\"rel\": \"x\"}}}}}");
 	RUN_MOUNT("--config", self->json);
 	EXPECT_BAD_INPUT(&r, "memory file \"rel\" must be an absolute path");
 	write_str(self->json, "{\"mounts\": [\"/w\"]}");

@@ -49,16 +49,16 @@ TEST(real_tree_matches_design_md)
 	EXPECT_EQ(0, r.status);
 }
 
-#define VM_C                                        \
-	"static const struct step {\n"              \
-	"\tint x;\n"                                \
-	"} vm_steps[] = {\n"                        \
+#define VM_C                                         \
+	"static const struct step {\n"               \
+	"\tint x;\n"                                 \
+	"} vm_steps[] = {\n"                         \
 	"\t{ \"slots\", slots_init, slots_exit },\n" \
-	"\t/* a comment */\n"                       \
+	"\t/* a comment */\n"                        \
 	"\t{ \"kvm\", kvm_init, NULL },\n"           \
 	"};\n"
 
-#define LAYOUT                                                        \
+#define LAYOUT \
 	"# Kiln design\n\n## Layout\n\n| `vmm/` | `vmm/vm.c`, `net/a.c` |\n\n"
 
 static const struct {
@@ -96,8 +96,7 @@ TEST(each_mismatch_is_named)
 		snprintf(sub, sizeof(sub), "%s/%zu", root, i);
 		ASSERT_EQ(0, put(sub, "vmm/vm.c", VM_C));
 		ASSERT_EQ(0, put(sub, "net/a.c", "int a;\n"));
-		ASSERT_EQ(0, put(sub, "Documentation/design.md",
-				 cases[i].doc));
+		ASSERT_EQ(0, put(sub, "Documentation/design.md", cases[i].doc));
 		ASSERT_EQ(0, check(sub, &r));
 		if (cases[i].want) {
 			EXPECT_EQ(1, r.status);

@@ -605,8 +605,8 @@ static struct net_policy *policy_of(struct __test_metadata *_metadata,
 
 	obj = json_loads(doc, JSON_REJECT_DUPLICATES, &jerr);
 	ASSERT_NE(NULL, obj) TH_LOG("%s", jerr.text);
-	ASSERT_EQ(0, net_policy__parse(obj, "net.policy", &np, err,
-				       sizeof(err)))
+	ASSERT_EQ(0,
+		  net_policy__parse(obj, "net.policy", &np, err, sizeof(err)))
 	TH_LOG("%s", err);
 	json_decref(obj);
 	return np;

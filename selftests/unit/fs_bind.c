@@ -489,7 +489,8 @@ FIXTURE_SETUP(bind)
 		TH_LOG("the working directory's path is too long");
 		parent = cwd;
 	}
-	snprintf(self->top, sizeof(self->top), "%.40s/kiln-bind-XXXXXX", parent);
+	snprintf(self->top, sizeof(self->top), "%.40s/kiln-bind-XXXXXX",
+		 parent);
 	ASSERT_NE(NULL, mkdtemp(self->top));
 	snprintf(self->src, sizeof(self->src), "%s/src", self->top);
 	snprintf(self->out, sizeof(self->out), "%s/outside", self->top);
@@ -1826,14 +1827,15 @@ TEST_F(bind, create_never_opens_fifo_or_device)
 		ifd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
 		ASSERT_LE(0, ifd);
 		ASSERT_LE(0, inotify_add_watch(ifd, path, IN_OPEN));
-		EXPECT_EQ(-ENXIO,
-			  b->ops->create(b, &ctx, ROOT, names[i],
-					 S_IFREG | 0644, O_RDONLY, 0, &e, &fh,
-					 &of)) TH_LOG("%s", names[i]);
+		EXPECT_EQ(-ENXIO, b->ops->create(b, &ctx, ROOT, names[i],
+						 S_IFREG | 0644, O_RDONLY, 0,
+						 &e, &fh, &of))
+		TH_LOG("%s", names[i]);
 		EXPECT_EQ(-ENXIO,
 			  b->ops->create(b, &ctx, ROOT, names[i],
 					 S_IFREG | 0644, O_WRONLY | O_TRUNC, 0,
-					 &e, &fh, &of)) TH_LOG("%s", names[i]);
+					 &e, &fh, &of))
+		TH_LOG("%s", names[i]);
 		EXPECT_EQ(0, count_opens(ifd)) TH_LOG("%s opened", names[i]);
 		close(ifd);
 	}
@@ -1976,8 +1978,8 @@ static uint32_t le32_at(const uint8_t *p)
 	       (uint32_t)p[3] << 24;
 }
 
-static void host_owned_safe(struct __test_metadata *_metadata,
-			    const char *dir, const char *rel)
+static void host_owned_safe(struct __test_metadata *_metadata, const char *dir,
+			    const char *rel)
 {
 	char path[512];
 	struct stat st;
@@ -2073,8 +2075,8 @@ TEST_F(bind, mapped_create_chown_chmod)
 	EXPECT_EQ(S_IFDIR | 02755, e.attr.mode);
 	EXPECT_EQ(0, e.attr.uid);
 	EXPECT_EQ(1000, e.attr.gid);
-	ASSERT_EQ(0, b->ops->mknod(b, &ctx, sub, "f", S_IFREG | 0644, 0, 0,
-				   &e));
+	ASSERT_EQ(0,
+		  b->ops->mknod(b, &ctx, sub, "f", S_IFREG | 0644, 0, 0, &e));
 	EXPECT_EQ(1000, e.attr.gid);
 	host_owned_safe(_metadata, self->src, "shared/sub/f");
 
@@ -2120,10 +2122,9 @@ TEST_F(bind, mapped_special_files)
 		host_owned_safe(_metadata, self->src, nodes[i].name);
 		/* Never opened, whatever the host file is. */
 		EXPECT_EQ(-ENXIO, b->ops->open(b, id, O_RDONLY, &fh, &of));
-		EXPECT_EQ(-ENXIO,
-			  b->ops->create(b, &ctx, ROOT, nodes[i].name,
-					 S_IFREG | 0644, O_RDWR, 0, &e, &fh,
-					 &of));
+		EXPECT_EQ(-ENXIO, b->ops->create(b, &ctx, ROOT, nodes[i].name,
+						 S_IFREG | 0644, O_RDWR, 0, &e,
+						 &fh, &of));
 		/* Written to on the host: still the guest's device. */
 		ASSERT_EQ(0, put(self->src, nodes[i].name, "host data"));
 		b->ops->forget(b, id, 2);

@@ -177,8 +177,7 @@ static void respond(struct peer *p, int32_t id)
 			   .trailers = w->resp_trailers,
 			   .hold = w->resp_hold };
 	nghttp2_submit_response(p->s, id, nv, 2,
-				s->len || s->trailers || s->hold ? &prd :
-								   NULL);
+				s->len || s->trailers || s->hold ? &prd : NULL);
 }
 
 static int p_begin(nghttp2_session *sess, const nghttp2_frame *fr, void *ud)

@@ -511,10 +511,10 @@ TEST(unknown_test_name)
  */
 TEST(excluded_tests_left_out)
 {
-	const char *const args[] = { "harness_selftest", "-t",
-				     "sample_expect_continues",
-			       "-t", "sample_skip", "-x",
-			       "sample_expect_continues", NULL };
+	const char *const args[] = {
+		"harness_selftest", "-t", "sample_expect_continues", "-t",
+		"sample_skip",	    "-x", "sample_expect_continues", NULL
+	};
 	const char *const unknown[] = { "harness_selftest", "-x",
 					"no_such_test", NULL };
 	struct sample_run run;
@@ -615,11 +615,12 @@ TEST(environment_blamed)
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		const char *at;
 
-		snprintf(again, sizeof(again),
-			 "# kiln-harness-flake: %s: %s; running it again (run 2 "
-			 "of at most %d)\n",
-			 cases[i].sample, cases[i].why ?: "",
-			 KSFT_ENVIRONMENT_RUNS);
+		snprintf(
+			again, sizeof(again),
+			"# kiln-harness-flake: %s: %s; running it again (run 2 "
+			"of at most %d)\n",
+			cases[i].sample, cases[i].why ?: "",
+			KSFT_ENVIRONMENT_RUNS);
 		snprintf(ok, sizeof(ok), "ok 1 %s", cases[i].sample);
 		setenv("KILN_SAMPLE_WATCH", cases[i].watch, 1);
 		ASSERT_EQ(0, run_counted_sample(cases[i].sample, cases[i].fails,
@@ -720,7 +721,8 @@ TEST(report_settled_lines)
 		TH_LOG("case %zu: %s", i, cases[i].line);
 		EXPECT_EQ(cases[i].vcpus, vcpus) TH_LOG("case %zu", i);
 		if (cases[i].settled) {
-			EXPECT_EQ(cases[i].unread, unread) TH_LOG("case %zu", i);
+			EXPECT_EQ(cases[i].unread, unread)
+			TH_LOG("case %zu", i);
 		}
 	}
 }
@@ -766,12 +768,12 @@ TEST(report_vsock_receive_queue)
 	/* Its event queue: buffers for events that never came. */
 	EXPECT_TRUE(harness_line_settled(evq, &vcpus, &unread, &rx_idle));
 	/* Not its transmit queue: buffers there not taken are a lost kick. */
-	EXPECT_FALSE(harness_line_settled(txq_untaken, &vcpus, &unread,
-					  &rx_idle));
+	EXPECT_FALSE(
+		harness_line_settled(txq_untaken, &vcpus, &unread, &rx_idle));
 	/* A connection with something to send: the device's move. */
 	unread = false;
-	EXPECT_FALSE(harness_line_settled(dev_owing, &vcpus, &unread,
-					  &rx_idle));
+	EXPECT_FALSE(
+		harness_line_settled(dev_owing, &vcpus, &unread, &rx_idle));
 	EXPECT_FALSE(rx_idle);
 	EXPECT_FALSE(harness_line_settled(rxq, &vcpus, &unread, &rx_idle));
 }

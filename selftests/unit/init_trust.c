@@ -17,7 +17,7 @@
 #include "guest/init/trust.c"
 #include "selftests/kselftest.h"
 
-#define CA_PEM                                                     \
+#define CA_PEM \
 	"-----BEGIN CERTIFICATE-----\nMIIBtest\n-----END CERTIFICATE-----\n"
 #define ROOTS "-----BEGIN CERTIFICATE-----\nMIIBroot\n-----END CERTIFICATE-----"
 
@@ -83,7 +83,8 @@ TEST(load_takes_one_certificate_only)
 
 	/* A key is never taken, even next to a certificate. */
 	put(_metadata, d.ca,
-	    CA_PEM "-----BEGIN PRIVATE KEY-----\nx\n-----END PRIVATE KEY-----\n",
+	    CA_PEM
+	    "-----BEGIN PRIVATE KEY-----\nx\n-----END PRIVATE KEY-----\n",
 	    strlen(CA_PEM) + 56);
 	EXPECT_EQ(-EINVAL, init_trust__load(&t, d.ca));
 	EXPECT_EQ(NULL, t.pem);

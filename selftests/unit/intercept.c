@@ -57,8 +57,8 @@
 #define TIMEOUT_MS  PROXYFIX_TIMEOUT_MS
 /* Upstream's response deadline in the tests that wait it out. */
 #define QUICK_DEADLINE_MS 200U
-#define BUF_MAX	    (64U << 10)
-#define MAX_TCP	    8
+#define BUF_MAX		  (64U << 10)
+#define MAX_TCP		  8
 
 #define POLICY                                                                 \
 	"{\"tcp\": [{\"to\": \"" RAW_ADDR "\"}],"                              \
@@ -631,7 +631,8 @@ TEST_F_TIMEOUT(ic, upstream_silent_mid_response_is_reset, 60)
 	proxy_quick_deadline(_metadata, self);
 	g = guest_send(_metadata, self, API_ADDR, HTTP_PORT, req);
 	up = proxyfix__up_accept(_metadata, self->api);
-	ASSERT_EQ((ssize_t)sizeof(part) - 1, send(up, part, sizeof(part) - 1, 0));
+	ASSERT_EQ((ssize_t)sizeof(part) - 1,
+		  send(up, part, sizeof(part) - 1, 0));
 	EXPECT_EQ(sizeof(part) - 1, read_until(g, buf, sizeof(buf), 0, &eof));
 	EXPECT_STREQ(part, buf);
 	EXPECT_FALSE(eof) TH_LOG("a FIN would pass the part as the whole");

@@ -162,25 +162,25 @@ TEST(cpu_max_forms)
 {
 	static const char *const good[] = { "max", "100000", "50000 100000",
 					    "max 100000" };
-	static const char *const bad[] = { "0",	     "abc",	  "10 0",
-					   "10 20 30", "max 0",	  "-5",
+	static const char *const bad[] = { "0",	       "abc",		"10 0",
+					   "10 20 30", "max 0",		"-5",
 					   "10x",      "50000 100000 ", "" };
 	char err[CONFIG_ERR_LEN];
 	unsigned int i;
 
 	for (i = 0; i < ARRAY_SIZE(good); i++)
-		EXPECT_EQ(0, validate(ARGS("--kernel", "/k", "--jail", "/j",
-					   "--uid", "1", "--gid", "1",
-					   "--cgroup", "/c", "--cpu-max",
-					   good[i]),
-				      err, sizeof(err)))
+		EXPECT_EQ(0,
+			  validate(ARGS("--kernel", "/k", "--jail", "/j",
+					"--uid", "1", "--gid", "1", "--cgroup",
+					"/c", "--cpu-max", good[i]),
+				   err, sizeof(err)))
 	TH_LOG("\"%s\": %s", good[i], err);
 	for (i = 0; i < ARRAY_SIZE(bad); i++)
-		EXPECT_EQ(-EINVAL, validate(ARGS("--kernel", "/k", "--jail",
-						 "/j", "--uid", "1", "--gid",
-						 "1", "--cgroup", "/c",
-						 "--cpu-max", bad[i]),
-					    err, sizeof(err)))
+		EXPECT_EQ(-EINVAL,
+			  validate(ARGS("--kernel", "/k", "--jail", "/j",
+					"--uid", "1", "--gid", "1", "--cgroup",
+					"/c", "--cpu-max", bad[i]),
+				   err, sizeof(err)))
 	TH_LOG("\"%s\" was taken", bad[i]);
 }
 
@@ -259,11 +259,11 @@ TEST_F(tree, plan_rewrites_every_path)
 	snprintf(vsock, sizeof(vsock), "%s/vsock.sock", self->dir);
 	snprintf(share, sizeof(share), "/data=bind:%s/share:ro", self->dir);
 	snprintf(desc, sizeof(desc), "%s/images/root.json", self->dir);
-	ASSERT_EQ(0, parse(&c, ARGS("--kernel", kernel, "--initrd", initrd,
-				    "--rootfs", desc, "--control-socket", sock,
-				    "--vsock-socket", vsock, "--mount", share,
-				    "--jail", "/j", "--uid", "1", "--gid",
-				    "1")));
+	ASSERT_EQ(0,
+		  parse(&c, ARGS("--kernel", kernel, "--initrd", initrd,
+				 "--rootfs", desc, "--control-socket", sock,
+				 "--vsock-socket", vsock, "--mount", share,
+				 "--jail", "/j", "--uid", "1", "--gid", "1")));
 	c.start = true;
 	c.detach = true; /* a console log next to the control socket */
 	ASSERT_EQ(0, config__validate(&c, err, sizeof(err))) TH_LOG("%s", err);
@@ -303,9 +303,9 @@ TEST_F(tree, plan_names_a_missing_path)
 	struct vm_config c;
 
 	snprintf(kernel, sizeof(kernel), "%s/nope", self->dir);
-	ASSERT_EQ(0, parse(&c, ARGS("--kernel", kernel, "--initrd", kernel,
-				    "--jail", "/j", "--uid", "1", "--gid",
-				    "1")));
+	ASSERT_EQ(0,
+		  parse(&c, ARGS("--kernel", kernel, "--initrd", kernel,
+				 "--jail", "/j", "--uid", "1", "--gid", "1")));
 	EXPECT_EQ(-ENOENT, jail__plan(&j, &c, err, sizeof(err)));
 	EXPECT_NE(NULL, strstr(err, "jail: kernel"));
 	EXPECT_NE(NULL, strstr(err, "No such file or directory"));
@@ -361,7 +361,8 @@ static bool task_field(pid_t tid, const char *name, char *out, size_t len)
 		return false;
 	while (!found && fgets(line, sizeof(line), f))
 		if (!strncmp(line, name, n) && line[n] == ':') {
-			snprintf(out, len, "%s", line + n + 1 + strspn(line + n + 1, " \t"));
+			snprintf(out, len, "%s",
+				 line + n + 1 + strspn(line + n + 1, " \t"));
 			out[strcspn(out, "\n")] = '\0';
 			found = true;
 		}
@@ -403,8 +404,7 @@ static void *keeper_thread(void *arg)
 	k->tid = (pid_t)syscall(SYS_gettid);
 	keeper_set(k, 1, jail__keep_caps(net_caps, ARRAY_SIZE(net_caps)));
 	keeper_wait(k, 2);
-	keeper_set(k, 3,
-		   jail__raise_kept_caps(net_caps, ARRAY_SIZE(net_caps)));
+	keeper_set(k, 3, jail__raise_kept_caps(net_caps, ARRAY_SIZE(net_caps)));
 	keeper_wait(k, 4); /* alive while its status is read */
 	return NULL;
 }

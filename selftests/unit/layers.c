@@ -98,8 +98,7 @@ static const struct {
 	{ "snapshot/v.h", "int f(struct vm *vm);\n",
 	  "snapshot/v.h:1: snapshot/ may not see struct vm" },
 	{ "snapshot/ok.c",
-	  "#include \"lib/sha256.h\"\n#include \"snapshot/file.h\"\n",
-	  NULL },
+	  "#include \"lib/sha256.h\"\n#include \"snapshot/file.h\"\n", NULL },
 	{ "vmm/layers.c",
 	  "#include \"net/proxy.h\"\n#include \"snapshot/load.h\"\n", NULL },
 };

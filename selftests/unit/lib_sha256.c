@@ -12,8 +12,10 @@
 #include "selftests/kselftest.h"
 
 /* FIPS 180-2, appendix B.1 and the empty message. */
-#define ABC_HEX   "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
-#define EMPTY_HEX "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+#define ABC_HEX \
+	"ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+#define EMPTY_HEX \
+	"e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 /* B.2: "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq". */
 #define TWO_BLOCK_HEX \
 	"248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"

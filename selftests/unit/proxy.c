@@ -110,8 +110,8 @@ FIXTURE(px)
 };
 
 /* The fixture's proxy, made and started (filtered: under the vmm's filter). */
-static void px_proxy(struct __test_metadata *_metadata,
-		     FIXTURE_DATA(px) * self, bool filtered)
+static void px_proxy(struct __test_metadata *_metadata, FIXTURE_DATA(px) * self,
+		     bool filtered)
 {
 	struct proxy_params p = {
 		.ifname = VMNET_VETH_VM,

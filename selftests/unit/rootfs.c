@@ -729,8 +729,7 @@ TEST(parse_size)
 	EXPECT_EQ(-EINVAL, parse__size("12 M", INT64_MAX, &v));
 	EXPECT_EQ(-EINVAL, parse__size("12MB", INT64_MAX, &v));
 	EXPECT_EQ(-EINVAL, parse__size("M", INT64_MAX, &v));
-	EXPECT_EQ(-ERANGE,
-		  parse__size("99999999999999999999", INT64_MAX, &v));
+	EXPECT_EQ(-ERANGE, parse__size("99999999999999999999", INT64_MAX, &v));
 	EXPECT_EQ(-ERANGE, parse__size("8388608T", INT64_MAX, &v));
 	EXPECT_EQ(-ERANGE, parse__size("2K", 2047, &v));
 }

@@ -269,7 +269,8 @@ TEST_F(tree, stall_resumes_at_the_cut_off_suite)
 	run_stalling(_metadata, self, 1, 124);
 	EXPECT_EQ(1, self->r.status);
 	EXPECT_STREQ("kvm_a\nkvm_b\nkvm_b -x first\nkvm_c\n", self->runs);
-	EXPECT_NE(NULL, strstr(out, "\n7 passed, 1 failed, 1 harness stall(s)\n"));
+	EXPECT_NE(NULL,
+		  strstr(out, "\n7 passed, 1 failed, 1 harness stall(s)\n"));
 	EXPECT_NE(NULL, strstr(out, "; resuming: the 1 tests of kvm_b that "
 				    "had ended keep their results\n"));
 	EXPECT_NE(NULL, strstr(out, "# FAILED: "));
@@ -302,7 +303,8 @@ TEST_F(tree, stall_every_time_fails_after_three_runs)
 	 * host_ok, vmtest, kvm_a 1 and kvm_b's first (from its first run,
 	 * left out of the next two); three failures.
 	 */
-	EXPECT_NE(NULL, strstr(out, "\n4 passed, 3 failed, 2 harness stall(s)\n"));
+	EXPECT_NE(NULL,
+		  strstr(out, "\n4 passed, 3 failed, 2 harness stall(s)\n"));
 }
 
 /* A harness kernel that crashed (vmtest 125) resumes as after a stall. */
@@ -311,7 +313,8 @@ TEST_F(tree, crash_resumes_like_a_stall)
 	run_stalling(_metadata, self, 1, 125);
 	EXPECT_EQ(1, self->r.status);
 	EXPECT_STREQ("kvm_a\nkvm_b\nkvm_b -x first\nkvm_c\n", self->runs);
-	EXPECT_NE(NULL, strstr(self->r.out, "\n7 passed, 1 failed, 1 harness stall(s)\n"));
+	EXPECT_NE(NULL, strstr(self->r.out,
+			       "\n7 passed, 1 failed, 1 harness stall(s)\n"));
 	EXPECT_EQ(NULL, strstr(self->r.out, "the harness failed (exit 125)"));
 	EXPECT_NE(NULL, strstr(self->r.out, "or failed (exit 125) in "));
 }
@@ -420,7 +423,8 @@ TEST_F(tree, no_stall_runs_once)
 	EXPECT_STREQ("kvm_a\nkvm_b\nkvm_c\n", self->runs);
 	EXPECT_EQ(NULL, strstr(self->r.out, "HARNESS STALL"));
 	EXPECT_NE(NULL, strstr(self->r.out, "\n7 passed, 1 failed\n"));
-	EXPECT_NE(NULL, strstr(self->r.out, "\n# SLOW TEST: host_ok.host 3s\n"));
+	EXPECT_NE(NULL,
+		  strstr(self->r.out, "\n# SLOW TEST: host_ok.host 3s\n"));
 }
 
 TEST_HARNESS_MAIN

@@ -95,7 +95,8 @@ static uint8_t *guest(void)
 }
 
 /* One whole snapshot: two parts, memory, the manifest. */
-static int write_all(struct snap_tmp *t, const uint8_t *mem, char *err, size_t len)
+static int write_all(struct snap_tmp *t, const uint8_t *mem, char *err,
+		     size_t len)
 {
 	json_t *fields = json_pack("{s:s}", "vmm", "test");
 	struct snap_dir d;

@@ -25,7 +25,7 @@
 #define MEM_SIZE (1ULL << 20) /* a guest of 1 MiB */
 #define VCPUS	 2U
 #define VMM	 "0.1.0"
-#define IDENTITY                                                          \
+#define IDENTITY                                                            \
 	"sha256:00112233445566778899aabbccddeeff00112233445566778899aabbcc" \
 	"ddeeff"
 
@@ -46,10 +46,9 @@ static int add_state(struct snap_dir *d, const char *file, enum snap_kind kind,
 	snap_writer__init(&w, kind);
 	snap_writer__add(&w, 1, &v, sizeof(v));
 	ret = w.err ? w.err :
-		      snap_dir__write_part(d, file, kind == SNAP_KIND_VCPU ?
-							    "vcpu" :
-							    "vm",
-					   w.buf, w.len, err, len);
+		      snap_dir__write_part(
+			      d, file, kind == SNAP_KIND_VCPU ? "vcpu" : "vm",
+			      w.buf, w.len, err, len);
 	snap_writer__release(&w);
 	return ret;
 }
@@ -190,8 +189,7 @@ TEST(another_monitor_or_config_is_refused)
 	for (unsigned int i = 0; i < ARRAY_SIZE(cases); i++) {
 		EXPECT_EQ(-EINVAL, snap_load__open(&l, t.dir, &cases[i].want,
 						   err, sizeof(err)));
-		EXPECT_EQ(0, strncmp(err, cases[i].says,
-				     strlen(cases[i].says)))
+		EXPECT_EQ(0, strncmp(err, cases[i].says, strlen(cases[i].says)))
 		TH_LOG("case %u: %s", i, err);
 		EXPECT_EQ(-1, l.mem_fd);
 	}
@@ -238,7 +236,8 @@ TEST(another_identity_says_what_differs)
 	EXPECT_EQ(NULL, strstr(err, "kernel")) TH_LOG("%s", err);
 
 	/* Only the console word: one field, no word of ours. */
-	json_object_set_new(ours, "cmdline", json_string("console=ttyS0 quiet"));
+	json_object_set_new(ours, "cmdline",
+			    json_string("console=ttyS0 quiet"));
 	json_object_del(ours, "initrd");
 	EXPECT_EQ(-EINVAL, snap_load__open(&l, t.dir, &want, err, sizeof(err)));
 	EXPECT_NE(NULL, strstr(err, ": cmdline differs; only the snapshot's "
@@ -323,8 +322,7 @@ TEST(a_damaged_snapshot_is_refused_naming_the_file)
 		{ FLIP, "vcpu1.state", NULL, -EBADMSG, "vcpu1.state: sha256 " },
 		{ FLIP, "memory.raw", NULL, -EBADMSG, "memory.raw: sha256 " },
 		/* The manifest's digest changed. */
-		{ EDIT, NULL, bad_vm_digest, -EBADMSG,
-		  "vm.state: sha256 " },
+		{ EDIT, NULL, bad_vm_digest, -EBADMSG, "vm.state: sha256 " },
 		{ EDIT, NULL, format_two, -EINVAL,
 		  "manifest.json: format is not 1" },
 		/* A part the restore needs is not in the manifest. */
@@ -360,8 +358,7 @@ TEST(a_damaged_snapshot_is_refused_naming_the_file)
 		EXPECT_EQ(cases[i].err,
 			  snap_load__open(&l, t.dir, &good, err, sizeof(err)))
 		TH_LOG("case %u: %s", i, err);
-		EXPECT_EQ(0, strncmp(err, cases[i].says,
-				     strlen(cases[i].says)))
+		EXPECT_EQ(0, strncmp(err, cases[i].says, strlen(cases[i].says)))
 		TH_LOG("case %u: %s", i, err);
 		EXPECT_EQ(NULL, l.manifest);
 		snap_tmp__clean(&t);

@@ -2110,7 +2110,8 @@ TEST_F(blk, restore_serves_on_and_checks_the_disk)
 			    json_integer(DISK_SIZE + 4096));
 	EXPECT_EQ(-EINVAL,
 		  virtio_device__restore(t->d.vdev, st, err, sizeof(err)));
-	EXPECT_NE(NULL, strstr(err, "the snapshot's disk has")) TH_LOG("%s", err);
+	EXPECT_NE(NULL, strstr(err, "the snapshot's disk has"))
+	TH_LOG("%s", err);
 	json_decref(st);
 }
 

@@ -1220,7 +1220,8 @@ TEST_F(vfs, report_names_slots_and_rings)
 	ASSERT_EQ(0, stderr_capture__begin(&cap));
 	virtio_device__report(t->d.vdev);
 	EXPECT_EQ(1 + 3, stderr_capture__end(&cap, log, sizeof(log)));
-	EXPECT_NE(NULL, strstr(log, "virtio-fs-test: status 0xf ")) TH_LOG("%s", log);
+	EXPECT_NE(NULL, strstr(log, "virtio-fs-test: status 0xf "))
+	TH_LOG("%s", log);
 	EXPECT_NE(NULL, strstr(log, "busy 0; q0 free slots 64; q1 free "
 				    "slots 64; q2 free slots 64"))
 	TH_LOG("%s", log);

@@ -128,7 +128,7 @@ struct tdev {
 	unsigned int empty_used; /* receive buffers given back unused */
 	unsigned int lost;	 /* packets past RXPK_MAX, not kept */
 	unsigned long op_count[16];
-	struct hdr seen[16]; /* sink: REQUESTs, RESPONSEs, RSTs */
+	struct hdr seen[16];  /* sink: REQUESTs, RESPONSEs, RSTs */
 	struct fd_budget fds; /* the device's; zeroed: refuses nothing */
 	unsigned int nr_seen;
 	struct rpkt rxpk[RXPK_MAX];
@@ -1591,8 +1591,8 @@ TEST_F(vsock, restore_resets_the_transport_and_serves_on)
 	/* As the VM does once the irqchip is back: an edge if isr is set. */
 	virtio_device__restore_irq(t->d.vdev);
 	EXPECT_EQ(1, vdrv_load16(&t->d, USED_GPA(EVQ) + 2));
-	EXPECT_EQ(0U, vdrv_get32(&t->d, USED_GPA(EVQ) + 4));	/* head 0 */
-	EXPECT_EQ(4U, vdrv_get32(&t->d, USED_GPA(EVQ) + 8));	/* its len */
+	EXPECT_EQ(0U, vdrv_get32(&t->d, USED_GPA(EVQ) + 4)); /* head 0 */
+	EXPECT_EQ(4U, vdrv_get32(&t->d, USED_GPA(EVQ) + 8)); /* its len */
 	EXPECT_EQ(VIRTIO_VSOCK_EVENT_TRANSPORT_RESET,
 		  vdrv_get32(&t->d, EV_GPA));
 	EXPECT_LT(raises, vdrv_irq_raises(&t->d));
@@ -1734,8 +1734,8 @@ TEST_F(vsock, destroy_delivers_what_the_guest_sent)
 	/* Within credit, more than the host's socket takes unread. */
 	for (uint32_t i = 0; i < 4; i++) {
 		fill_pat(chunk, sizeof(chunk), i * sizeof(chunk), 4);
-		ASSERT_TRUE(tx_pkt(t, gh(OP_RW, 90, hport), chunk,
-				   sizeof(chunk)));
+		ASSERT_TRUE(
+			tx_pkt(t, gh(OP_RW, 90, hport), chunk, sizeof(chunk)));
 	}
 	ASSERT_EQ(0, pthread_create(&th, NULL, slow_reader_thread, &rd));
 	vsock__destroy(t->vs);

@@ -91,8 +91,13 @@ TEST_TIMEOUT(stalled_harness_is_killed, 240)
  */
 TEST_TIMEOUT(harness_that_never_beats_is_killed, 300)
 {
-	const char *argv[] = { "tools/vmtest", "--timeout", "900", "bash",
-			       "-c", "sleep 600; echo survived", NULL };
+	const char *argv[] = { "tools/vmtest",
+			       "--timeout",
+			       "900",
+			       "bash",
+			       "-c",
+			       "sleep 600; echo survived",
+			       NULL };
 	struct spawn_result r;
 
 	if (host_has_hw_kvm())

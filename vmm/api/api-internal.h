@@ -67,7 +67,7 @@ struct client {
 	struct bytequeue in, out;
 	size_t scanned; /* bytes of in already searched for '\n' */
 	unsigned int nr_calls;
-	size_t held; /* bytes its calls hold for answers: call_hold() */
+	size_t held;	     /* bytes its calls hold for answers: call_hold() */
 	bool read_eof;	     /* half-closed: answer, then close */
 	bool closing;	     /* flush out, then close (protocol error) */
 	bool shutdown_after; /* vm.shutdown once out is flushed */
@@ -172,7 +172,7 @@ struct api {
 	} mounts_step;
 	uint8_t *mounts;	  /* p.mounts' copy */
 	uint64_t mounts_deadline; /* ms: the request's; 0 before its first */
-	bool events_ready; /* events_init done */
+	bool events_ready;	  /* events_init done */
 	unsigned int agent_timeout_ms;
 
 	struct client *clients;

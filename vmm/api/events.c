@@ -118,7 +118,8 @@ static int event_send(struct client *c, const struct api_event *slot,
 			     slot->seq);
 	/* body is a JSON object: its own '{' is replaced by ours. */
 	if (bytequeue__append(&c->out, pre, n) ||
-	    bytequeue__append(&c->out, slot->body + 1, strlen(slot->body + 1)) ||
+	    bytequeue__append(&c->out, slot->body + 1,
+			      strlen(slot->body + 1)) ||
 	    bytequeue__append(&c->out, tail, sizeof(tail) - 1))
 		return -ENOMEM;
 	return 0;
@@ -220,8 +221,7 @@ static void m_vm_subscribe(struct rpc *r)
 		from = seq;
 	r->c->subscribed = true;
 	r->c->ev_next = from + 1;
-	client_reply(r->c, r->id,
-		     json_pack("{s:I}", "seq", (json_int_t)seq));
+	client_reply(r->c, r->id, json_pack("{s:I}", "seq", (json_int_t)seq));
 }
 
 const struct api_method event_methods[] = {

@@ -64,11 +64,11 @@ static void proc_event(struct call *k, const char *type, json_t *fields)
 
 	if (!o)
 		return;
-	json_object_set_new(o, "kind",
-			    json_string(k->kind < ARRAY_SIZE(kinds) &&
-						kinds[k->kind] ?
-						kinds[k->kind] :
-						"exec"));
+	json_object_set_new(
+		o, "kind",
+		json_string(k->kind < ARRAY_SIZE(kinds) && kinds[k->kind] ?
+				    kinds[k->kind] :
+				    "exec"));
 	if (k->id)
 		json_object_set(o, "id", k->id);
 	if (k->stream)
