@@ -117,6 +117,7 @@ core-obj-y += vmm/facts.o
 core-obj-y += vmm/console-log.o
 core-obj-y += vmm/metrics.o
 core-obj-y += vmm/options.o
+core-obj-y += vmm/options-parse.o
 core-obj-y += vmm/jail.o
 core-obj-y += vmm/bus.o
 core-obj-y += vmm/vm-state.o
