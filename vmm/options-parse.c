@@ -249,7 +249,8 @@ static int from_json(const struct option_desc *o, json_t *j,
 		return mib_error(choices, json_string_value(j), i, err, len);
 	case OPTION_CHOICE:
 		i = json_is_string(j) ?
-			    options__choice_index(o->choices, json_string_value(j)) :
+			    options__choice_index(o->choices,
+						  json_string_value(j)) :
 			    -1;
 		if (i >= 0) {
 			v->choice = i;
@@ -430,7 +431,8 @@ static const struct option_desc *option_for_val(int val)
 	    (size_t)(val - OPTION_VAL_BASE) < options__nr)
 		return &options__table[val - OPTION_VAL_BASE];
 	for (i = 0; i < options__nr; i++)
-		if (options__table[i].short_flag && options__table[i].short_flag == val)
+		if (options__table[i].short_flag &&
+		    options__table[i].short_flag == val)
 			return &options__table[i];
 	return NULL;
 }

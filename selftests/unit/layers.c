@@ -131,4 +131,42 @@ TEST(each_back_edge_is_named)
 	EXPECT_EQ(0, system(cmd));
 }
 
+/* n lines of "int x;" as root/rel. */
+static int put_lines(const char *root, const char *rel, unsigned int n)
+{
+	char *text = malloc(n * 7 + 1);
+	int ret;
+
+	if (!text)
+		return -ENOMEM;
+	text[0] = '\0';
+	for (unsigned int i = 0; i < n; i++)
+		memcpy(text + i * 7, "int x;\n", 8);
+	ret = put(root, rel, text);
+	free(text);
+	return ret;
+}
+
+/* One job per file: 1500 lines at most, for the layers, not the tests. */
+TEST(a_file_over_1500_lines_is_named)
+{
+	static struct spawn_result r;
+	char root[] = "/tmp/kiln-layers-long.XXXXXX";
+	char cmd[128];
+
+	ASSERT_TRUE(mkdtemp(root) != NULL);
+	ASSERT_EQ(0, put_lines(root, "net/ok.c", 1500));
+	ASSERT_EQ(0, put_lines(root, "selftests/unit/big.c", 3000));
+	ASSERT_EQ(0, check(root, &r));
+	EXPECT_EQ(0, r.status);
+	EXPECT_STREQ("", r.err);
+	ASSERT_EQ(0, put_lines(root, "vmm/long.c", 1501));
+	ASSERT_EQ(0, check(root, &r));
+	EXPECT_EQ(1, r.status);
+	EXPECT_STREQ("vmm/long.c: 1501 lines, over 1500: split it by job\n",
+		     r.err);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
+	EXPECT_EQ(0, system(cmd));
+}
+
 TEST_HARNESS_MAIN
