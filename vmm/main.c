@@ -25,6 +25,7 @@
 #include "vmm/baseline-vm.h"
 #include "vmm/control.h"
 #include "vmm/snapshot.h"
+#include "vmm/vm-pause.h"
 #include "vmm/vm-run.h"
 #include "vmm/vm.h"
 

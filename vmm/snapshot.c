@@ -26,7 +26,7 @@
 #include "vmm/api.h"
 #include "vmm/snapshot.h"
 #include "vmm/vcpu.h"
-#include "vmm/vm-run.h"
+#include "vmm/vm-pause.h"
 #include "vmm/vm-state.h"
 #include "vmm/vm.h"
 

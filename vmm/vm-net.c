@@ -13,6 +13,7 @@
 
 #include "devices/virtio/net.h"
 #include "lib/compiler.h"
+#include "lib/nofile.h"
 #include "lib/errf.h"
 #include "net/dns.h"
 #include "net/netns.h"
@@ -254,7 +255,7 @@ int vm_net__proxy_init(struct vm *vm)
 	 * What the proxy may hold at most (PROXY_MAX_FDS: sockets, relay
 	 * pipes, the hook's connection).
 	 */
-	vm__nofile_room(PROXY_MAX_FDS);
+	nofile__room(PROXY_MAX_FDS);
 	ret = proxy__create(&vm->net.proxy, &p, err, sizeof(err));
 	if (ret)
 		pr_err("net %s: %s", vm->net.tap.name, err);
@@ -343,7 +344,7 @@ int vm_net__dns_init(struct vm *vm)
 	if (!vm->net.proxy)
 		return 0;
 	/* A socket per query upstream, and per guest connection. */
-	vm__nofile_room(DNS_MAX_PENDING + DNS_MAX_TCP_CONNS);
+	nofile__room(DNS_MAX_PENDING + DNS_MAX_TCP_CONNS);
 	ret = dns__create(&vm->net.dns, &p, err, sizeof(err));
 	if (ret)
 		pr_err("net %s: %s", vm->net.tap.name, err);

@@ -118,10 +118,4 @@ int __must_check vm_net__set_policy(struct vm *vm, json_t *obj, char *err,
 int __must_check vm_net__jail_keep_caps(struct vm *vm);
 int __must_check vm_net__jail_raise_caps(struct vm *vm);
 
-/*
- * vm.c's, for the steps here too: room for `more` fds on top of what we
- * hold, as far as the hard limit allows.
- */
-void vm__nofile_room(rlim_t more);
-
 #endif

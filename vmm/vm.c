@@ -25,6 +25,7 @@
 #include "devices/virtio/fs.h"
 #include "devices/virtio/vsock.h"
 #include "lib/compiler.h"
+#include "lib/nofile.h"
 #include "proto/initramfs.h"
 #include "snapshot/load.h"
 #include "vmm/baseline-vm.h"
@@ -86,28 +87,6 @@ static int slots_init(struct vm *vm)
 	if (!ret && vm->cfg->net.mode != NET_NONE)
 		ret = vm__reserve_virtio(vm, VIRTIO_SLOT_NET, "virtio-net0");
 	return ret;
-}
-
-/*
- * Room for `more` fds on top of what we hold, as far as the hard limit
- * allows (past it accept4 and socket fail, and those flows or queries
- * fail).
- */
-void vm__nofile_room(rlim_t more)
-{
-	struct rlimit rl;
-	rlim_t want;
-
-	if (getrlimit(RLIMIT_NOFILE, &rl))
-		return;
-	want = rl.rlim_cur + more;
-	if (rl.rlim_max != RLIM_INFINITY && want > rl.rlim_max)
-		want = rl.rlim_max;
-	if (want > rl.rlim_cur) {
-		rl.rlim_cur = want;
-		if (setrlimit(RLIMIT_NOFILE, &rl))
-			pr_debug("RLIMIT_NOFILE: %s", strerror(errno));
-	}
 }
 
 /* ---- step: image ------------------------------------------------------ */
@@ -700,7 +679,7 @@ static int vsock_init(struct vm *vm)
 	 * limit (beyond it, socket() and accept4() fail and those
 	 * connections are refused).
 	 */
-	vm__nofile_room(2 * VSOCK_MAX_CONNS);
+	nofile__room(2 * VSOCK_MAX_CONNS);
 	ret = vsock__create(&vm->vsock, &p);
 	if (ret) {
 		pr_err("%s: %s: %s", p.name, c->socket_path,
