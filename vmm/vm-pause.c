@@ -73,4 +73,3 @@ int vm__resume(struct vm *vm, char *err, size_t len)
 	api__event(vm->api, "resumed", NULL);
 	return 0;
 }
-
