@@ -87,6 +87,7 @@ core-obj-y += devices/fs/passthrough-mask.o
 core-obj-y += devices/fs/passthrough-meta.o
 # net/: the egress stack (Documentation/network.md); never sees struct vm.
 core-obj-y += net/tap.o
+core-obj-y += net/addr.o
 core-obj-y += net/netcfg.o
 core-obj-y += net/nsthread.o
 core-obj-y += net/endpoint.o

@@ -53,64 +53,6 @@ void netcfg__free(struct net_config *n)
 	n->policy = NULL;
 }
 
-int netcfg__parse_ipv4(const char *s, uint32_t *addr)
-{
-	struct in_addr a;
-
-	/* inet_pton takes exactly four decimal parts, no octal, no hex. */
-	if (!s || inet_pton(AF_INET, s, &a) != 1)
-		return -EINVAL;
-	*addr = a.s_addr;
-	return 0;
-}
-
-int netcfg__parse_cidr(const char *s, uint32_t *addr, unsigned int *prefix)
-{
-	char ip[NET_ADDR_STRLEN];
-	const char *slash;
-	uint64_t bits;
-
-	slash = s ? strchr(s, '/') : NULL;
-	if (!slash || (size_t)(slash - s) >= sizeof(ip))
-		return -EINVAL;
-	memcpy(ip, s, slash - s);
-	ip[slash - s] = '\0';
-	if (netcfg__parse_ipv4(ip, addr) || parse__uint(slash + 1, 32, &bits) ||
-	    strlen(slash + 1) > 2)
-		return -EINVAL;
-	*prefix = bits;
-	return 0;
-}
-
-static int hex_digit(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
-int netcfg__parse_mac(const char *s, uint8_t mac[NET_MAC_LEN])
-{
-	uint8_t out[NET_MAC_LEN];
-	int hi, lo;
-
-	if (!s || strlen(s) != NET_MAC_STRLEN - 1)
-		return -EINVAL;
-	for (unsigned int i = 0; i < NET_MAC_LEN; i++, s += 3) {
-		hi = hex_digit(s[0]);
-		lo = hex_digit(s[1]);
-		if (hi < 0 || lo < 0 || (i + 1 < NET_MAC_LEN && s[2] != ':'))
-			return -EINVAL;
-		out[i] = hi << 4 | lo;
-	}
-	memcpy(mac, out, sizeof(out));
-	return 0;
-}
-
 int netcfg__parse_arg(struct net_config *n, const char *arg, char *err,
 		      size_t len)
 {
@@ -154,21 +96,6 @@ int netcfg__parse_arg(struct net_config *n, const char *arg, char *err,
 	free(n->netns_path);
 	n->netns_path = NULL;
 	return 0;
-}
-
-void netcfg__format_ipv4(uint32_t addr, char buf[NET_ADDR_STRLEN])
-{
-	struct in_addr a = { .s_addr = addr };
-
-	if (!inet_ntop(AF_INET, &a, buf, NET_ADDR_STRLEN))
-		snprintf(buf, NET_ADDR_STRLEN, "?");
-}
-
-void netcfg__format_mac(const uint8_t mac[NET_MAC_LEN],
-			char buf[NET_MAC_STRLEN])
-{
-	snprintf(buf, NET_MAC_STRLEN, "%02x:%02x:%02x:%02x:%02x:%02x", mac[0],
-		 mac[1], mac[2], mac[3], mac[4], mac[5]);
 }
 
 /* The mask of a prefix, host byte order. */
@@ -251,8 +178,8 @@ static int validate_addresses(struct net_config *n, char *err, size_t len)
 {
 	char a[NET_ADDR_STRLEN], g[NET_ADDR_STRLEN];
 
-	netcfg__format_ipv4(n->address, a);
-	netcfg__format_ipv4(n->gateway, g);
+	net_addr__format_ipv4(n->address, a);
+	net_addr__format_ipv4(n->gateway, g);
 	if (n->prefix < NET_MIN_PREFIX || n->prefix > NET_MAX_PREFIX)
 		return errf(err, len, -EINVAL,
 			    "net address %s/%u (--net-address, "
@@ -272,7 +199,7 @@ static int validate_addresses(struct net_config *n, char *err, size_t len)
 			    g, n->gateway_set ? "" : " (the default)", a,
 			    n->prefix);
 	if (!is_host_address(n->dns) && n->dns_set) {
-		netcfg__format_ipv4(n->dns, a);
+		net_addr__format_ipv4(n->dns, a);
 		return errf(err, len, -EINVAL,
 			    "net DNS server %s (--net-dns, \"net.dns\"): not "
 			    "a unicast address",
@@ -297,11 +224,11 @@ int netcfg__validate(struct net_config *n, char *err, size_t len)
 		return 0;
 	}
 	if (!n->address_set) {
-		ret = netcfg__parse_ipv4(NET_DEFAULT_ADDRESS, &n->address);
+		ret = net_addr__parse_ipv4(NET_DEFAULT_ADDRESS, &n->address);
 		n->prefix = NET_DEFAULT_PREFIX;
 	}
 	if (!ret && !n->gateway_set)
-		ret = netcfg__parse_ipv4(NET_DEFAULT_GATEWAY, &n->gateway);
+		ret = net_addr__parse_ipv4(NET_DEFAULT_GATEWAY, &n->gateway);
 	if (ret)
 		return ret;
 	if (!n->dns_set)
@@ -320,7 +247,7 @@ int netcfg__validate(struct net_config *n, char *err, size_t len)
 	    !memcmp(n->mac, (uint8_t[NET_MAC_LEN]){ 0 }, NET_MAC_LEN)) {
 		char m[NET_MAC_STRLEN];
 
-		netcfg__format_mac(n->mac, m);
+		net_addr__format_mac(n->mac, m);
 		return errf(err, len, -EINVAL,
 			    "net MAC %s (--net-mac, \"net.mac\"): must be a "
 			    "nonzero unicast address",
@@ -341,9 +268,9 @@ int netcfg__guest_value(const struct net_config *n, char *buf, size_t len)
 
 	if (len)
 		buf[0] = '\0';
-	netcfg__format_ipv4(n->address, a);
-	netcfg__format_ipv4(n->gateway, g);
-	netcfg__format_ipv4(n->dns, d);
+	net_addr__format_ipv4(n->address, a);
+	net_addr__format_ipv4(n->gateway, g);
+	net_addr__format_ipv4(n->dns, d);
 	m = snprintf(buf, len, "%s/%u,%s,%llu,%s", a, n->prefix, g,
 		     (unsigned long long)n->mtu, d);
 	return m < 0 || (size_t)m >= len ? -ENOSPC : 0;

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "lib/compiler.h"
+#include "net/addr.h"
 
 /*
  * The VM's network (--net, "net": Documentation/network.md): who makes
@@ -23,7 +24,6 @@ enum net_mode {
 	NET_TAP_FD, /* the orchestrator's tap, already open as tap_fd */
 };
 
-#define NET_MAC_LEN	6U
 #define NET_DEFAULT_MTU 1500U
 #define NET_MIN_MTU	68U    /* the least IPv4 needs (RFC 791) */
 #define NET_MAX_MTU	65535U /* a tap's limit, and virtio-net's */
@@ -32,9 +32,6 @@ enum net_mode {
 #define NET_MIN_TAP_FD	3U  /* 0-2: stdin, stdout, stderr */
 #define NET_MAX_TAP_FD	0x7fffffffU
 #define NET_TAP_NAME	"kiln0" /* the tap in auto and netns modes */
-#define NET_ADDR_STRLEN 16U	/* "255.255.255.255" */
-#define NET_CIDR_STRLEN 19U	/* "255.255.255.255/32" */
-#define NET_MAC_STRLEN	18U	/* "02:4b:4c:00:00:00" */
 /* kiln.net=ADDRESS/PREFIX,GATEWAY,MTU,DNS */
 #define NET_CMDLINE_MAX 64U
 
@@ -69,13 +66,6 @@ const char *netcfg__mode_name(enum net_mode mode);
 
 void netcfg__free(struct net_config *n);
 
-/* "A.B.C.D", four decimal parts; -EINVAL otherwise. */
-int __must_check netcfg__parse_ipv4(const char *s, uint32_t *addr);
-/* "A.B.C.D/N" (N 0..32); -EINVAL otherwise. */
-int __must_check netcfg__parse_cidr(const char *s, uint32_t *addr,
-				    unsigned int *prefix);
-/* "xx:xx:xx:xx:xx:xx", hex; -EINVAL otherwise. */
-int __must_check netcfg__parse_mac(const char *s, uint8_t mac[NET_MAC_LEN]);
 /*
  * --net's argument: "auto", "netns:PATH", "tap-fd:N" or "none". Replaces
  * the mode and what went with the previous one (a path, an fd); err
@@ -102,9 +92,5 @@ int __must_check netcfg__guest_value(const struct net_config *n, char *buf,
 /* " kiln.net=VALUE", "" without a network; -ENOSPC if too short. */
 int __must_check netcfg__cmdline(const struct net_config *n, char *buf,
 				 size_t len);
-
-void netcfg__format_ipv4(uint32_t addr, char buf[NET_ADDR_STRLEN]);
-void netcfg__format_mac(const uint8_t mac[NET_MAC_LEN],
-			char buf[NET_MAC_STRLEN]);
 
 #endif

@@ -16,7 +16,7 @@
 #include "lib/compiler.h"
 #include "lib/errf.h"
 #include "net/http.h"
-#include "net/netcfg.h"
+#include "net/addr.h"
 #include "net/policy-internal.h"
 #include "net/policy.h"
 
@@ -179,7 +179,7 @@ static bool parse_addr_port(const char *s, uint32_t *addr, uint16_t *port)
 		return false;
 	memcpy(ip, s, colon - s);
 	ip[colon - s] = '\0';
-	return !netcfg__parse_ipv4(ip, addr) &&
+	return !net_addr__parse_ipv4(ip, addr) &&
 	       parse_port(colon + 1, strlen(colon + 1), port);
 }
 
@@ -306,7 +306,7 @@ static int parse_to(const char *to, struct rule *r, bool *has_port,
 		return 0;
 	}
 	if (strchr(to, '/')) {
-		if (netcfg__parse_cidr(to, &addr, &prefix))
+		if (net_addr__parse_cidr(to, &addr, &prefix))
 			return errf(err, len, -EINVAL,
 				    "%s.to: \"%s\" is not a CIDR (A.B.C.D/N, "
 				    "N 0 to 32)",
@@ -324,7 +324,7 @@ static int parse_to(const char *to, struct rule *r, bool *has_port,
 		return 0;
 	}
 	*has_port = parse_addr_port(to, &addr, &port);
-	if (*has_port || !netcfg__parse_ipv4(to, &addr)) {
+	if (*has_port || !net_addr__parse_ipv4(to, &addr)) {
 		r->kind = DEST_CIDR;
 		r->net = ntohl(addr);
 		r->mask = ~0U;
@@ -418,7 +418,7 @@ static int parse_resolver(json_t *v, struct sockaddr_in *sa, const char *path,
 			    "%s.dns.resolvers[%zu]: \"%s\" is IPv6, not "
 			    "supported yet (the data path is IPv4-only)",
 			    path, i, s);
-	if (netcfg__parse_ipv4(s, &addr) && !parse_addr_port(s, &addr, &port))
+	if (net_addr__parse_ipv4(s, &addr) && !parse_addr_port(s, &addr, &port))
 		return errf(err, len, -EINVAL,
 			    "%s.dns.resolvers[%zu]: \"%s\" is not an IPv4 "
 			    "address (\"A.B.C.D\" or \"A.B.C.D:PORT\")",

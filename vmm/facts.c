@@ -105,19 +105,19 @@ static int net_facts(const struct net_config *n, json_t *facts)
 	if (ret || n->mode == NET_NONE)
 		return ret;
 	ret = add(facts, "network-mode", "is", netcfg__mode_name(n->mode));
-	netcfg__format_ipv4(n->address, a);
+	net_addr__format_ipv4(n->address, a);
 	snprintf(cidr, sizeof(cidr), "%s/%u", a, n->prefix);
 	if (!ret)
 		ret = add(facts, "network-address", "is", cidr);
-	netcfg__format_ipv4(n->gateway, a);
+	net_addr__format_ipv4(n->gateway, a);
 	if (!ret)
 		ret = add(facts, "network-gateway", "is", a);
-	netcfg__format_ipv4(n->dns, a);
+	net_addr__format_ipv4(n->dns, a);
 	if (!ret)
 		ret = add(facts, "network-dns", "is", a);
 	if (!ret)
 		ret = add_u64(facts, "network-mtu", n->mtu);
-	netcfg__format_mac(n->mac, m);
+	net_addr__format_mac(n->mac, m);
 	if (!ret && n->mac_set)
 		ret = add(facts, "network-mac", "is", m);
 	return ret;

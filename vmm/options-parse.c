@@ -80,11 +80,11 @@ static int from_string(const struct option_desc *o, const char *s,
 	switch (o->kind) {
 	case OPTION_IPV4:
 		v->ip.prefix = 0;
-		return netcfg__parse_ipv4(s, &v->ip.addr);
+		return net_addr__parse_ipv4(s, &v->ip.addr);
 	case OPTION_CIDR:
-		return netcfg__parse_cidr(s, &v->ip.addr, &v->ip.prefix);
+		return net_addr__parse_cidr(s, &v->ip.addr, &v->ip.prefix);
 	case OPTION_MAC:
-		return netcfg__parse_mac(s, v->mac);
+		return net_addr__parse_mac(s, v->mac);
 	default:
 		return -EINVAL;
 	}

@@ -26,7 +26,7 @@ static int parse(struct vm_config *c, const char *const args[], char *err,
 
 static const char *ip(uint32_t addr, char buf[NET_ADDR_STRLEN])
 {
-	netcfg__format_ipv4(addr, buf);
+	net_addr__format_ipv4(addr, buf);
 	return buf;
 }
 
@@ -117,7 +117,7 @@ TEST(every_setting)
 	ASSERT_EQ(0, netcfg__cmdline(&c.net, line, sizeof(line)));
 	EXPECT_STREQ(" kiln.net=192.168.7.2/28,192.168.7.14,9000,192.0.2.53",
 		     line);
-	netcfg__format_mac(c.net.mac, m);
+	net_addr__format_mac(c.net.mac, m);
 	EXPECT_STREQ("02:00:5e:10:00:01", m);
 	config__free(&c);
 }
@@ -174,7 +174,7 @@ TEST(json_forms)
 	EXPECT_EQ(NET_AUTO, c.net.mode);
 	ASSERT_EQ(0, netcfg__cmdline(&c.net, line, sizeof(line)));
 	EXPECT_STREQ(" kiln.net=10.9.0.2/16,10.9.0.1,1400,10.9.0.53", line);
-	netcfg__format_mac(c.net.mac, m);
+	net_addr__format_mac(c.net.mac, m);
 	EXPECT_STREQ("02:aa:bb:cc:dd:ee", m);
 	config__free(&c);
 
