@@ -14,6 +14,13 @@
  * socket's port, with that ID and the same question, before it is relayed
  * and its A records bound. A guest cannot choose what is trusted.
  *
+ * A retry does not give up on the try before it: that try's socket stays
+ * open until the query ends, and the first answer to either is relayed.
+ * An upstream slower than the per-try timeout (a recursive resolver with
+ * a cold cache) is still heard; closing the first try's socket at the
+ * retry lost its answer, and the guest's first lookups failed
+ * (Documentation/network.md, "Slow upstreams").
+ *
  * New upstream tries start only after a batch of epoll events has been
  * handled: an event still in the batch never meets a socket made in a
  * slot it belonged to.
@@ -53,6 +60,17 @@ enum ep_kind { EP_STOP, EP_UDP, EP_LISTEN, EP_GUEST_TCP, EP_UP };
 
 struct query;
 
+/* One try upstream: a socket connected to one resolver (host netns). */
+struct up_try {
+	struct query *q;
+	struct net_endpoint ep; /* EP_UP, owner: this try */
+	/* TCP: bytes of the query sent, the answer read so far. */
+	bool connecting;
+	size_t sent;
+	uint8_t *ans;
+	size_t ans_len;
+};
+
 /* A guest TCP connection: length-prefixed messages, one query at a time. */
 struct tcp_conn {
 	bool used;
@@ -74,17 +92,13 @@ struct query {
 	struct tcp_conn *conn;	  /* TCP: the same */
 	struct dns_query_info qi; /* the guest's ID, flags, question */
 	uint16_t up_id;
-	unsigned int udp_max; /* bytes the guest takes over UDP */
-	uint8_t *wire;	      /* 2-byte length, then the query (our ID) */
-	size_t len;	      /* of the query, without the prefix */
-	unsigned int resolver, tries;
-	uint64_t deadline_ms;
-	struct net_endpoint up; /* host netns, connected to the resolver */
-	/* TCP upstream: bytes of wire sent, the answer read so far. */
-	bool connecting;
-	size_t sent;
-	uint8_t *ans;
-	size_t ans_len;
+	unsigned int udp_max;  /* bytes the guest takes over UDP */
+	uint8_t *wire;	       /* 2-byte length, then the query (our ID) */
+	size_t len;	       /* of the query, without the prefix */
+	unsigned int resolver; /* of the next try */
+	unsigned int tries;   /* started; each keeps its socket until the end */
+	uint64_t deadline_ms; /* of the latest try */
+	struct up_try up[DNS_MAX_TRIES];
 };
 
 struct dns {
@@ -92,6 +106,7 @@ struct dns {
 	struct sockaddr_in resolvers[NET_POLICY_MAX_RESOLVERS];
 	unsigned int nr_resolvers;
 	int udp_fd, lsn_fd;
+	unsigned int nr_up; /* upstream sockets open: at most max_pending */
 	struct net_endpoints eps; /* the resolver thread's */
 	struct net_endpoint ep_udp, ep_lsn;
 
@@ -207,22 +222,53 @@ static void reply_own(struct dns *d, const uint8_t *qm,
 
 /* ---- queries ------------------------------------------------------------- */
 
-static void up_close(struct query *q)
+static void try_close(struct dns *d, struct up_try *t)
 {
-	net_endpoint__close(&q->up);
-	free(q->ans);
-	q->ans = NULL;
-	q->ans_len = q->sent = 0;
-	q->connecting = false;
+	if (t->ep.fd >= 0)
+		d->nr_up--;
+	net_endpoint__close(&t->ep);
+	free(t->ans);
+	t->ans = NULL;
+	t->ans_len = t->sent = 0;
+	t->connecting = false;
+}
+
+/* Every try's socket closed. */
+static void up_close(struct dns *d, struct query *q)
+{
+	for (unsigned int i = 0; i < DNS_MAX_TRIES; i++)
+		try_close(d, &q->up[i]);
+}
+
+static bool try_open_now(const struct up_try *t)
+{
+	return t->ep.fd >= 0;
+}
+
+static unsigned int tries_open(const struct query *q)
+{
+	unsigned int open = 0;
+
+	for (unsigned int i = 0; i < q->tries; i++)
+		open += try_open_now(&q->up[i]);
+	return open;
+}
+
+/* An empty query slot: no tries, every socket closed. */
+static void query_clear(struct query *q)
+{
+	*q = (struct query){ .used = false };
+	for (unsigned int i = 0; i < DNS_MAX_TRIES; i++)
+		q->up[i] = (struct up_try){ .q = q, .ep.fd = -1 };
 }
 
 static void query_release(struct dns *d, struct query *q)
 {
-	up_close(q);
+	up_close(d, q);
 	if (q->conn)
 		q->conn->q = NULL;
 	free(q->wire);
-	*q = (struct query){ .up.fd = -1 };
+	query_clear(q);
 }
 
 /* A free slot, or the oldest query's, dropped (its guest gets nothing). */
@@ -280,16 +326,16 @@ static void query_new(struct dns *d, const uint8_t *m,
 		count(d, &d->stats.errors, 1);
 		return;
 	}
-	*q = (struct query){ .used = true,
-			     .tcp = c != NULL,
-			     .due = true,
-			     .seq = d->seq++,
-			     .conn = c,
-			     .qi = *qi,
-			     .udp_max = udp_limit(qi),
-			     .wire = wire,
-			     .len = qi->len,
-			     .up.fd = -1 };
+	query_clear(q);
+	q->used = true;
+	q->tcp = c != NULL;
+	q->due = true;
+	q->seq = d->seq++;
+	q->conn = c;
+	q->qi = *qi;
+	q->udp_max = udp_limit(qi);
+	q->wire = wire;
+	q->len = qi->len;
 	if (guest)
 		q->guest = *guest;
 	dns_put16(wire, (uint16_t)qi->len);
@@ -400,17 +446,11 @@ static void query_answered(struct dns *d, struct query *q, uint8_t *m,
 		conn_after(d, c, now);
 }
 
-/* This try failed: the next resolver after this batch, or SERVFAIL. */
-static void try_failed(struct dns *d, struct query *q, uint64_t now)
+/* Every try has failed or timed out: SERVFAIL. */
+static void query_servfail(struct dns *d, struct query *q, uint64_t now)
 {
 	struct tcp_conn *c = q->conn;
 
-	up_close(q);
-	if (++q->tries < DNS_MAX_TRIES) {
-		q->resolver = (q->resolver + 1) % d->nr_resolvers;
-		q->due = true;
-		return;
-	}
 	count(d, &d->stats.servfail, 1);
 	reply_own(d, q->wire + DNS_TCP_LEN, &q->qi, &q->guest, c, DNS_FLAG_RA,
 		  DNS_RCODE_SERVFAIL, true);
@@ -419,64 +459,129 @@ static void try_failed(struct dns *d, struct query *q, uint64_t now)
 		conn_after(d, c, now);
 }
 
-/* A socket to the resolver, from the host netns, and the query sent. */
-static int try_open(struct dns *d, struct query *q)
+/*
+ * The latest try's time is up (its socket stays open: a late answer to
+ * it still counts): the next resolver after this batch, or SERVFAIL.
+ */
+static void try_timed_out(struct dns *d, struct query *q, uint64_t now)
 {
-	const struct sockaddr_in *to = &d->resolvers[q->resolver];
+	if (q->tries < DNS_MAX_TRIES) {
+		q->due = true;
+		return;
+	}
+	query_servfail(d, q, now);
+}
+
+/*
+ * Try t failed outright (refused, closed early, a wrong answer on TCP):
+ * its socket closed; if it was the latest, the next try after this
+ * batch; SERVFAIL once no try is left open and none is to come.
+ */
+static void try_failed(struct dns *d, struct query *q, struct up_try *t,
+		       uint64_t now)
+{
+	try_close(d, t);
+	if (t == &q->up[q->tries - 1] && q->tries < DNS_MAX_TRIES) {
+		q->due = true;
+		return;
+	}
+	if (!tries_open(q) && q->tries == DNS_MAX_TRIES)
+		query_servfail(d, q, now); /* else an earlier try may answer */
+}
+
+/* The oldest open try of q closed. */
+static void close_oldest_try(struct dns *d, struct query *q)
+{
+	for (unsigned int i = 0; i < q->tries; i++)
+		if (try_open_now(&q->up[i])) {
+			try_close(d, &q->up[i]);
+			return;
+		}
+}
+
+/*
+ * Room for q's next upstream socket: at most max_pending are open (the
+ * vmm's descriptor budget counts one a query). When full, the oldest open
+ * try of a query that has two open gives way, or else q's own earlier
+ * try (as many queries as sockets: one each).
+ */
+static void up_room(struct dns *d, struct query *q)
+{
+	if (d->nr_up < d->p.max_pending)
+		return;
+	for (unsigned int i = 0; i < d->p.max_pending; i++)
+		if (d->queries[i].used && tries_open(&d->queries[i]) >= 2) {
+			close_oldest_try(d, &d->queries[i]);
+			return;
+		}
+	close_oldest_try(d, q);
+}
+
+/* A socket to the resolver, from the host netns, and the query sent. */
+static int try_open(struct dns *d, struct query *q, struct up_try *t,
+		    const struct sockaddr_in *to)
+{
 	int type = q->tcp ? SOCK_STREAM : SOCK_DGRAM;
 	int fd;
 
+	up_room(d, q);
 	fd = socket(AF_INET, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
-	q->up = (struct net_endpoint){
-		.kind = EP_UP, .fd = fd, .events = UINT32_MAX, .owner = q
+	d->nr_up++;
+	t->ep = (struct net_endpoint){
+		.kind = EP_UP, .fd = fd, .events = UINT32_MAX, .owner = t
 	};
 	if (connect(fd, (const struct sockaddr *)to, sizeof(*to))) {
 		if (!q->tcp || errno != EINPROGRESS)
 			return -errno;
-		q->connecting = true;
-		return net_endpoints__set(&d->eps, &q->up, EPOLLOUT);
+		t->connecting = true;
+		return net_endpoints__set(&d->eps, &t->ep, EPOLLOUT);
 	}
 	if (q->tcp)
-		return net_endpoints__set(&d->eps, &q->up, EPOLLOUT);
+		return net_endpoints__set(&d->eps, &t->ep, EPOLLOUT);
 	if (send(fd, q->wire + DNS_TCP_LEN, q->len, MSG_DONTWAIT) !=
 	    (ssize_t)q->len)
 		return -errno;
-	return net_endpoints__set(&d->eps, &q->up, EPOLLIN);
+	return net_endpoints__set(&d->eps, &t->ep, EPOLLIN);
 }
 
+/* The next try: the next resolver in the list (the same one if alone). */
 static void try_start(struct dns *d, struct query *q, uint64_t now)
 {
+	struct up_try *t;
 	int ret;
 
-	while (q->used && q->due) {
+	while (q->used && q->due && q->tries < DNS_MAX_TRIES) {
 		q->due = false;
 		q->deadline_ms = now + d->p.timeout_ms;
 		count(d, &d->stats.forwarded, 1);
-		ret = try_open(d, q);
+		t = &q->up[q->tries++];
+		ret = try_open(d, q, t, &d->resolvers[q->resolver]);
+		q->resolver = (q->resolver + 1) % d->nr_resolvers;
 		if (ret) {
 			pr_debug("%s: upstream: %s", DNS_NAME, strerror(-ret));
 			count(d, &d->stats.errors, 1);
-			try_failed(d, q, now);
+			try_failed(d, q, t, now);
 		}
 	}
 }
 
 /* Datagrams from the resolver: the first that answers the query counts. */
-static void up_udp_event(struct dns *d, struct query *q, uint64_t now)
+static void up_udp_event(struct dns *d, struct up_try *t, uint64_t now)
 {
+	struct query *q = t->q;
 	ssize_t n;
 
 	for (int i = 0; i < DNS_DGRAM_BUDGET; i++) {
-		n = recv(q->up.fd, d->buf, DNS_EDNS_MAX,
+		n = recv(t->ep.fd, d->buf, DNS_EDNS_MAX,
 			 MSG_DONTWAIT | MSG_TRUNC);
 		if (n < 0) {
 			if (errno == EAGAIN || errno == EINTR)
 				return;
 			/* ECONNREFUSED: nothing listens there. */
 			count(d, &d->stats.errors, 1);
-			try_failed(d, q, now);
+			try_failed(d, q, t, now);
 			return;
 		}
 		if (!dns_msg__answers(d->buf,
@@ -494,70 +599,72 @@ static void up_udp_event(struct dns *d, struct query *q, uint64_t now)
 	}
 }
 
-static int up_tcp_connected(struct query *q)
+static int up_tcp_connected(struct up_try *t)
 {
 	int soerr = 0;
 	socklen_t len = sizeof(soerr);
 
-	if (getsockopt(q->up.fd, SOL_SOCKET, SO_ERROR, &soerr, &len))
+	if (getsockopt(t->ep.fd, SOL_SOCKET, SO_ERROR, &soerr, &len))
 		return -errno;
 	if (soerr)
 		return -soerr;
-	q->connecting = false;
+	t->connecting = false;
 	return 0;
 }
 
 /* The query out, then the answer in; 1 when it is all there. */
-static int up_tcp_io(struct dns *d, struct query *q)
+static int up_tcp_io(struct up_try *t)
 {
+	const struct query *q = t->q;
 	size_t total = DNS_TCP_LEN + q->len, want;
 	ssize_t n;
 	int ret;
 
-	if (q->connecting) {
-		ret = up_tcp_connected(q);
+	if (t->connecting) {
+		ret = up_tcp_connected(t);
 		if (ret)
 			return ret;
 	}
-	while (q->sent < total) {
-		n = send(q->up.fd, q->wire + q->sent, total - q->sent,
+	while (t->sent < total) {
+		n = send(t->ep.fd, q->wire + t->sent, total - t->sent,
 			 MSG_DONTWAIT | MSG_NOSIGNAL);
 		if (n < 0)
 			return errno == EAGAIN || errno == EINTR ? 0 : -errno;
-		q->sent += n;
+		t->sent += n;
 	}
-	if (!q->ans) {
-		q->ans = malloc(DNS_TCP_LEN + DNS_TCP_MAX);
-		if (!q->ans)
+	if (!t->ans) {
+		t->ans = malloc(DNS_TCP_LEN + DNS_TCP_MAX);
+		if (!t->ans)
 			return -ENOMEM;
 	}
 	for (;;) {
-		want = q->ans_len < DNS_TCP_LEN ?
+		want = t->ans_len < DNS_TCP_LEN ?
 			       DNS_TCP_LEN :
-			       DNS_TCP_LEN + dns_get16(q->ans);
-		if (q->ans_len >= DNS_TCP_LEN && q->ans_len == want)
+			       DNS_TCP_LEN + dns_get16(t->ans);
+		if (t->ans_len >= DNS_TCP_LEN && t->ans_len == want)
 			return 1;
-		n = recv(q->up.fd, q->ans + q->ans_len, want - q->ans_len,
+		n = recv(t->ep.fd, t->ans + t->ans_len, want - t->ans_len,
 			 MSG_DONTWAIT);
 		if (n < 0)
 			return errno == EAGAIN || errno == EINTR ? 0 : -errno;
 		if (!n)
 			return -ECONNRESET; /* closed before a whole answer */
-		q->ans_len += n;
+		t->ans_len += n;
 	}
 }
 
-static void up_tcp_event(struct dns *d, struct query *q, uint64_t now)
+static void up_tcp_event(struct dns *d, struct up_try *t, uint64_t now)
 {
+	struct query *q = t->q;
 	size_t len;
 	int ret;
 
-	ret = up_tcp_io(d, q);
+	ret = up_tcp_io(t);
 	if (ret == 1) {
-		len = q->ans_len - DNS_TCP_LEN;
-		if (dns_msg__answers(q->ans + DNS_TCP_LEN, len, q->up_id,
+		len = t->ans_len - DNS_TCP_LEN;
+		if (dns_msg__answers(t->ans + DNS_TCP_LEN, len, q->up_id,
 				     &q->qi.q)) {
-			query_answered(d, q, q->ans + DNS_TCP_LEN, len, len,
+			query_answered(d, q, t->ans + DNS_TCP_LEN, len, len,
 				       now);
 			return;
 		}
@@ -566,12 +673,12 @@ static void up_tcp_event(struct dns *d, struct query *q, uint64_t now)
 	}
 	if (!ret)
 		ret = net_endpoints__set(
-			&d->eps, &q->up,
-			q->sent < DNS_TCP_LEN + q->len ? EPOLLOUT : EPOLLIN);
+			&d->eps, &t->ep,
+			t->sent < DNS_TCP_LEN + q->len ? EPOLLOUT : EPOLLIN);
 	if (ret) {
 		pr_debug("%s: tcp upstream: %s", DNS_NAME, strerror(-ret));
 		count(d, &d->stats.errors, 1);
-		try_failed(d, q, now);
+		try_failed(d, q, t, now);
 	}
 }
 
@@ -728,7 +835,7 @@ static void sweep(struct dns *d, uint64_t now)
 static void event(struct dns *d, struct net_endpoint *e, uint32_t events,
 		  uint64_t now)
 {
-	struct query *q;
+	struct up_try *t;
 
 	switch ((enum ep_kind)e->kind) {
 	case EP_STOP:
@@ -739,11 +846,11 @@ static void event(struct dns *d, struct net_endpoint *e, uint32_t events,
 		conn_event(d, e->owner, events, now);
 		break;
 	case EP_UP:
-		q = e->owner;
-		if (q->tcp)
-			up_tcp_event(d, q, now);
+		t = e->owner;
+		if (t->q->tcp)
+			up_tcp_event(d, t, now);
 		else
-			up_udp_event(d, q, now);
+			up_udp_event(d, t, now);
 		break;
 	}
 }
@@ -773,7 +880,7 @@ static void resolvers_take(struct dns *d, uint64_t now)
 
 		if (!q->used)
 			continue;
-		up_close(q);
+		up_close(d, q);
 		if (d->nr_resolvers) {
 			q->resolver = q->tries = 0;
 			q->due = true;
@@ -822,7 +929,7 @@ static int dns_loop(struct dns *d)
 			struct query *q = &d->queries[i];
 
 			if (q->used && !q->due && q->deadline_ms <= now)
-				try_failed(d, q, now); /* timed out */
+				try_timed_out(d, q, now);
 			try_start(d, q, now);
 		}
 		if (now - last_sweep >= DNS_SWEEP_MS) {
@@ -934,7 +1041,7 @@ static int dns_alloc(struct dns *d, char *err, size_t errlen)
 		return errf(err, errlen, -ENOMEM, "%s: out of memory",
 			    DNS_NAME);
 	for (unsigned int i = 0; i < d->p.max_pending; i++)
-		d->queries[i].up.fd = -1;
+		query_clear(&d->queries[i]);
 	for (unsigned int i = 0; i < DNS_MAX_TCP_CONNS; i++)
 		d->conns[i].ep.fd = -1;
 	if (getrandom(d->id_key, sizeof(d->id_key), 0) !=
