@@ -13,25 +13,9 @@
 #include <sys/stat.h>
 
 #include "lib/compiler.h"
+#include "selftests/faketree.h"
 #include "selftests/kselftest.h"
 #include "selftests/spawn.h"
-
-/* Writes root/rel, making its folders: paths here are short and ours. */
-static int put(const char *root, const char *rel, const char *text)
-{
-	char cmd[320], path[256];
-	FILE *f;
-
-	snprintf(path, sizeof(path), "%s/%s", root, rel);
-	snprintf(cmd, sizeof(cmd), "mkdir -p \"$(dirname '%s')\"", path);
-	if (system(cmd))
-		return -1;
-	f = fopen(path, "w");
-	if (!f)
-		return -errno;
-	fputs(text, f);
-	return fclose(f) ? -errno : 0;
-}
 
 static int check(const char *tree, struct spawn_result *r)
 {
@@ -94,9 +78,10 @@ TEST(each_mismatch_is_named)
 
 		/* One fake tree per case, so each verdict is its own. */
 		snprintf(sub, sizeof(sub), "%s/%zu", root, i);
-		ASSERT_EQ(0, put(sub, "vmm/vm.c", VM_C));
-		ASSERT_EQ(0, put(sub, "net/a.c", "int a;\n"));
-		ASSERT_EQ(0, put(sub, "Documentation/design.md", cases[i].doc));
+		ASSERT_EQ(0, faketree__put(sub, "vmm/vm.c", VM_C));
+		ASSERT_EQ(0, faketree__put(sub, "net/a.c", "int a;\n"));
+		ASSERT_EQ(0, faketree__put(sub, "Documentation/design.md",
+					   cases[i].doc));
 		ASSERT_EQ(0, check(sub, &r));
 		if (cases[i].want) {
 			EXPECT_EQ(1, r.status);

@@ -14,28 +14,12 @@
 #include <string.h>
 
 #include "lib/compiler.h"
+#include "selftests/faketree.h"
 #include "selftests/kselftest.h"
 #include "selftests/spawn.h"
 
 #define FORMATTED    "int main(void)\n{\n\treturn 0;\n}\n"
 #define MISFORMATTED "int  main( void ){ return 0; }\n"
-
-/* Writes root/rel, making its folders: paths here are short and ours. */
-static int put(const char *root, const char *rel, const char *text)
-{
-	char cmd[320], path[256];
-	FILE *f;
-
-	snprintf(path, sizeof(path), "%s/%s", root, rel);
-	snprintf(cmd, sizeof(cmd), "mkdir -p \"$(dirname '%s')\"", path);
-	if (system(cmd))
-		return -1;
-	f = fopen(path, "w");
-	if (!f)
-		return -errno;
-	fputs(text, f);
-	return fclose(f) ? -errno : 0;
-}
 
 /* root/rel's text, NUL-terminated, in buf (truncated to size). */
 static int get(const char *root, const char *rel, char *buf, size_t size)
@@ -116,8 +100,9 @@ TEST(formatted_tree_passes)
 	char root[] = "/tmp/kiln-format.XXXXXX";
 
 	ASSERT_EQ(0, make_tree(root));
-	ASSERT_EQ(0, put(root, "lib/good.c", FORMATTED));
-	ASSERT_EQ(0, put(root, "lib/good.h", "int f(int a, int b);\n"));
+	ASSERT_EQ(0, faketree__put(root, "lib/good.c", FORMATTED));
+	ASSERT_EQ(0,
+		  faketree__put(root, "lib/good.h", "int f(int a, int b);\n"));
 	ASSERT_EQ(0, check(root, false, &r));
 	remove_tree(root);
 	SKIP_WITHOUT_CLANG_FORMAT(&r);
@@ -131,12 +116,14 @@ TEST(each_misformatted_file_is_named)
 	char root[] = "/tmp/kiln-format.XXXXXX";
 
 	ASSERT_EQ(0, make_tree(root));
-	ASSERT_EQ(0, put(root, "lib/good.c", FORMATTED));
-	ASSERT_EQ(0, put(root, "lib/bad.c", MISFORMATTED));
-	ASSERT_EQ(0, put(root, "devices/x/bad.h", "int  f(int a,int b);\n"));
+	ASSERT_EQ(0, faketree__put(root, "lib/good.c", FORMATTED));
+	ASSERT_EQ(0, faketree__put(root, "lib/bad.c", MISFORMATTED));
+	ASSERT_EQ(0, faketree__put(root, "devices/x/bad.h",
+				   "int  f(int a,int b);\n"));
 	/* Inputs, not source, whatever their name; and the build. */
-	ASSERT_EQ(0, put(root, "selftests/fuzz/corpus/t/seed.c", MISFORMATTED));
-	ASSERT_EQ(0, put(root, "build/gen.c", MISFORMATTED));
+	ASSERT_EQ(0, faketree__put(root, "selftests/fuzz/corpus/t/seed.c",
+				   MISFORMATTED));
+	ASSERT_EQ(0, faketree__put(root, "build/gen.c", MISFORMATTED));
 	ASSERT_EQ(0, check(root, false, &r));
 	remove_tree(root);
 	SKIP_WITHOUT_CLANG_FORMAT(&r);
@@ -158,8 +145,8 @@ TEST(fix_formats_in_place)
 	char text[256];
 
 	ASSERT_EQ(0, make_tree(root));
-	ASSERT_EQ(0, put(root, "lib/bad.c", MISFORMATTED));
-	ASSERT_EQ(0, put(root, "lib/good.c", FORMATTED));
+	ASSERT_EQ(0, faketree__put(root, "lib/bad.c", MISFORMATTED));
+	ASSERT_EQ(0, faketree__put(root, "lib/good.c", FORMATTED));
 	ASSERT_EQ(0, check(root, true, &r));
 	if (r.status == 4)
 		remove_tree(root);
@@ -182,8 +169,8 @@ TEST(only_tracked_files_count_in_git)
 	char cmd[160];
 
 	ASSERT_EQ(0, make_tree(root));
-	ASSERT_EQ(0, put(root, "lib/tracked.c", MISFORMATTED));
-	ASSERT_EQ(0, put(root, "lib/untracked.c", MISFORMATTED));
+	ASSERT_EQ(0, faketree__put(root, "lib/tracked.c", MISFORMATTED));
+	ASSERT_EQ(0, faketree__put(root, "lib/untracked.c", MISFORMATTED));
 	snprintf(cmd, sizeof(cmd),
 		 "cd '%s' && git init -q && git add lib/tracked.c", root);
 	if (system(cmd)) {

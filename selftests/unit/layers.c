@@ -14,25 +14,9 @@
 #include <sys/stat.h>
 
 #include "lib/compiler.h"
+#include "selftests/faketree.h"
 #include "selftests/kselftest.h"
 #include "selftests/spawn.h"
-
-/* Writes root/rel, making its folders: paths here are short and ours. */
-static int put(const char *root, const char *rel, const char *text)
-{
-	char cmd[320], path[256];
-	FILE *f;
-
-	snprintf(path, sizeof(path), "%s/%s", root, rel);
-	snprintf(cmd, sizeof(cmd), "mkdir -p \"$(dirname '%s')\"", path);
-	if (system(cmd))
-		return -1;
-	f = fopen(path, "w");
-	if (!f)
-		return -errno;
-	fputs(text, f);
-	return fclose(f) ? -errno : 0;
-}
 
 static int check(const char *tree, struct spawn_result *r)
 {
@@ -116,7 +100,7 @@ TEST(each_back_edge_is_named)
 
 		/* One fake tree per case, so each verdict is its own. */
 		snprintf(sub, sizeof(sub), "%s/%zu", root, i);
-		ASSERT_EQ(0, put(sub, cases[i].file, cases[i].text));
+		ASSERT_EQ(0, faketree__put(sub, cases[i].file, cases[i].text));
 		ASSERT_EQ(0, check(sub, &r));
 		if (cases[i].want) {
 			EXPECT_EQ(1, r.status);
@@ -142,7 +126,7 @@ static int put_lines(const char *root, const char *rel, unsigned int n)
 	text[0] = '\0';
 	for (unsigned int i = 0; i < n; i++)
 		memcpy(text + i * 7, "int x;\n", 8);
-	ret = put(root, rel, text);
+	ret = faketree__put(root, rel, text);
 	free(text);
 	return ret;
 }
