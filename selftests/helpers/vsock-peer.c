@@ -5,8 +5,9 @@
  * has no vsock support).
  *
  *	vsock-peer echo PORT [COUNT]	accept COUNT (1) connections on PORT,
- *					one after the other, and echo each
- *					until its EOF
+ *					one after the other, echo each
+ *					until its EOF, then wait for the
+ *					host to close it
  *	vsock-peer send PORT BYTES	connect to the host (CID 2) on PORT,
  *					send BYTES of the test pattern while
  *					reading them back, check the echo
@@ -40,6 +41,30 @@ static int fail(const char *what)
 {
 	fprintf(stderr, "vsock-peer: %s: %s\n", what, strerror(errno));
 	return 1;
+}
+
+/*
+ * The echo's last bytes may still be on their way when its write()s
+ * return (in this kernel's socket, waiting for the host's credit), and
+ * Linux does not linger on close: a guest that closed and powered off
+ * then would lose them (Documentation/cli.md, "At exit"). So: our EOF,
+ * then the host's close, which comes once it has read everything;
+ * ECHO_CLOSE_MS at most.
+ */
+#define ECHO_CLOSE_MS 30000
+
+static void wait_for_close(int fd)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	char c;
+
+	shutdown(fd, SHUT_WR);
+	while (poll(&p, 1, ECHO_CLOSE_MS) > 0) {
+		ssize_t n = read(fd, &c, 1);
+
+		if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN))
+			return;
+	}
 }
 
 static int echo(unsigned int port, unsigned int count)
@@ -81,6 +106,7 @@ static int echo(unsigned int port, unsigned int count)
 			}
 			total += n;
 		}
+		wait_for_close(fd);
 		close(fd);
 	}
 	close(lfd);
