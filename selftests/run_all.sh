@@ -177,6 +177,7 @@ kvm_suite_cost() {
 	kvm_vsock) echo 15 ;;
 	kvm_jail) echo 10 ;;
 	kvm_mailbox) echo 5 ;;
+	docs.sh) echo 120 ;;
 	*) echo 60 ;;
 	esac
 }
