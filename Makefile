@@ -449,6 +449,7 @@ test: deps
 	$(Q)$(MAKE) -j$(JOBS) all selftests
 	$(Q)$(MAKE) -f guest/guest.mk O=$(O)
 	$(Q)guest/images/build-debian.sh $(O)
+	$(Q)tools/sdk-build $(O)
 	$(Q)selftests/run_all.sh $(O)
 
 bench: deps
@@ -510,6 +511,13 @@ bench-snapshot: deps
 	$(Q)$(MAKE) -j$(JOBS) all
 	$(Q)$(MAKE) -f guest/guest.mk O=$(O)
 	$(Q)tools/bench-snapshot $(O)
+
+# The TypeScript SDK (sdk/README.md): npm ci once per package-lock.json
+# (cached in $(KILN_CACHE)), tsc, and its unit tests as the host suite
+# $(O)/selftests/sdk_unit. Needs Node.js 20 or later.
+.PHONY: sdk
+sdk:
+	$(Q)tools/sdk-build $(O)
 
 clean:
 	$(Q)rm -rf $(O)

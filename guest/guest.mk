@@ -41,8 +41,8 @@ export BUSYBOX
 # Debian's e2fsck-static: needs no libraries in the initramfs.
 E2FSCK ?= /sbin/e2fsck.static
 
-.PHONY: all kernel test-image
-all: $(G)/init $(G)/initramfs.cpio $(G)/e2fsck.cpio kernel test-image
+.PHONY: all kernel test-image pins
+all: $(G)/init $(G)/initramfs.cpio $(G)/e2fsck.cpio kernel test-image pins
 
 $(G)/obj/%.o: %.c guest/guest.mk
 	$(quiet) CC $<
@@ -72,6 +72,15 @@ $(G)/e2fsck.cpio: $(E2FSCK) guest/guest.mk
 # Prints its own "KERNEL" line, and only when it has to build.
 kernel:
 	$(Q)guest/build-kernel.sh $(G)
+
+# $(G)/pins.json: the sha256 of the kernel and the initramfs as built, which
+# the TypeScript SDK checks before it boots them (sdk/README.md, "Locating
+# Kiln"). Rewritten only when a digest changed.
+pins: kernel $(G)/initramfs.cpio
+	$(Q)printf '{\n  "vmlinux": "sha256:%s",\n  "bzImage": "sha256:%s",\n  "initramfs.cpio": "sha256:%s"\n}\n' \
+		$$(sha256sum $(G)/vmlinux $(G)/bzImage $(G)/initramfs.cpio | cut -c1-64) >$(G)/pins.json.tmp
+	$(Q)if cmp -s $(G)/pins.json.tmp $(G)/pins.json; then rm $(G)/pins.json.tmp; \
+		else mv $(G)/pins.json.tmp $(G)/pins.json; fi
 
 # kiln-test.ext4 in the cache, $(O)/images/kiln-test.json here; prints its
 # own "IMAGE" line, and only when it has to build.

@@ -1,0 +1,30 @@
+// @kiln/sandbox: seed 003's Sandbox API on Kiln microVMs.
+
+export { defineSandbox } from "./sandbox.js";
+export type { Sandbox, SandboxOptions } from "./sandbox.js";
+export type { BootOptions, SandboxResources } from "./config.js";
+export { rootfs } from "./rootfs.js";
+export type {
+	RootfsCowOptions, RootfsImageInput, SandboxBlockChunk, SandboxBlockRange, SandboxBlockStore,
+	SandboxBlockStoreContext, SandboxEphemeralRootfs, SandboxImage, SandboxPersistentRootfs, SandboxRootfs,
+} from "./rootfs.js";
+export { fs } from "./fs.js";
+export type { BindMount, BindOptions, SandboxMount } from "./fs.js";
+export type {
+	MemoryFileSystemOptions, SandboxFileSystem, SandboxFileSystemStat, VirtualMount,
+} from "./vfs/index.js";
+export { network } from "./network/index.js";
+export type {
+	DnsConnectionMatch, EndpointMatcher, HttpConnectionMatch, HttpMiddleware, NetworkPolicy, OnConnectionRequest,
+	SandboxAddress, SandboxConnection, SandboxHttpDestination, SandboxHttpRequest, TransportMatch,
+} from "./network/index.js";
+export type { SandboxEnvironmentFact } from "./facts.js";
+export { SandboxVm } from "./vm.js";
+export type { ExecOptions, PtyOptions, SandboxExecResult, SpawnOptions, ProcessOptions } from "./vm.js";
+export type { SandboxChildProcess, SandboxExit, SandboxPty, SandboxSignal } from "./process.js";
+export type { SandboxDirEntry, SandboxFileStat, SandboxFileType, SandboxVmFileSystem } from "./vmfs.js";
+export type { KilnOptions } from "./locate.js";
+export {
+	AgentUnreachableError, CancelledError, ConnectionClosedError, GuestError, KilnRpcError, LimitError,
+	NotSupportedError, PinMismatchError, SandboxConfigError, SandboxError, VmmError,
+} from "./errors.js";

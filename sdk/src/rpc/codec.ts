@@ -1,0 +1,119 @@
+// The control socket's framing and messages (Documentation/api.md,
+// "Messages"): one JSON text per line, "\n"-terminated.
+
+import { SandboxError, isRecord } from "../errors.js";
+
+/** Longest line accepted from the vmm: an answer holds at most 16 MiB of
+ * collected data (api.md, "What the guest can make the API hold"), which
+ * base64 and JSON escapes grow by at most 4/3 and 6/1 for names. */
+export const MAX_LINE_BYTES = 128 * 1024 * 1024;
+
+/** Longest request line the vmm reads (api.md, "Limits": 1 MiB). */
+export const MAX_REQUEST_BYTES = 1024 * 1024;
+
+/** Splits a byte stream into lines, whatever way the stream cut it:
+ * a message over several chunks, several messages in one chunk. */
+export class LineDecoder {
+	#parts: Buffer[] = [];
+	#held = 0;
+	readonly #max: number;
+
+	constructor(maxLineBytes: number = MAX_LINE_BYTES) {
+		this.#max = maxLineBytes;
+	}
+
+	/** The complete lines `chunk` ends, without their "\n". */
+	push(chunk: Buffer): string[] {
+		const lines: string[] = [];
+		let start = 0;
+		for (;;) {
+			const nl = chunk.indexOf(0x0a, start);
+			if (nl < 0)
+				break;
+			const piece = chunk.subarray(start, nl);
+			if (this.#held + piece.length > this.#max)
+				throw new SandboxError(`control socket: a line over ${this.#max} bytes`);
+			this.#parts.push(piece);
+			lines.push(Buffer.concat(this.#parts).toString("utf8"));
+			this.#parts = [];
+			this.#held = 0;
+			start = nl + 1;
+		}
+		if (start < chunk.length) {
+			const rest = chunk.subarray(start);
+			this.#held += rest.length;
+			if (this.#held > this.#max)
+				throw new SandboxError(`control socket: a line over ${this.#max} bytes`);
+			// Copy: the caller may reuse its buffer.
+			this.#parts.push(Buffer.from(rest));
+		}
+		return lines;
+	}
+
+	/** Bytes of an unfinished line held. */
+	get pending(): number {
+		return this.#held;
+	}
+}
+
+export type RpcId = number;
+
+export interface RpcErrorObject {
+	code: number;
+	message: string;
+	data?: unknown;
+}
+
+export type RpcMessage =
+	| { kind: "result"; id: RpcId; result: unknown }
+	| { kind: "error"; id: RpcId | null; error: RpcErrorObject }
+	| { kind: "notification"; method: string; params: Record<string, unknown> };
+
+/** Keys whose integers may pass 2^53 (nanosecond times): parsed as bigint. */
+const BIG_KEYS = /"(mtimeNs)":(-?\d+)/g;
+
+/** One line from the vmm as a message; throws naming what is wrong. */
+export function parseMessage(line: string): RpcMessage {
+	let v: unknown;
+	try {
+		// A JSON string cannot hold an unescaped quote, so the pattern only
+		// matches members; their digits become strings, read back below.
+		v = JSON.parse(line.replace(BIG_KEYS, '"$1":"$2"'), (key, value: unknown) =>
+			key === "mtimeNs" && typeof value === "string" && /^-?\d+$/.test(value) ? BigInt(value) : value);
+	} catch (e) {
+		throw new SandboxError(`control socket: not JSON: ${(e as Error).message}: ${preview(line)}`);
+	}
+	if (!isRecord(v) || v["jsonrpc"] !== "2.0")
+		throw new SandboxError(`control socket: not a JSON-RPC 2.0 message: ${preview(line)}`);
+	const id = v["id"];
+	if (typeof v["method"] === "string" && id === undefined) {
+		const params = v["params"];
+		return { kind: "notification", method: v["method"], params: isRecord(params) ? params : {} };
+	}
+	if (id !== null && typeof id !== "number")
+		throw new SandboxError(`control socket: an answer with id ${JSON.stringify(id)}, not one of ours`);
+	if ("error" in v) {
+		const err = v["error"];
+		if (!isRecord(err) || typeof err["code"] !== "number" || typeof err["message"] !== "string")
+			throw new SandboxError(`control socket: a malformed error: ${preview(line)}`);
+		const error: RpcErrorObject = { code: err["code"], message: err["message"] };
+		if ("data" in err)
+			error.data = err["data"];
+		return { kind: "error", id, error };
+	}
+	if (id === null || !("result" in v))
+		throw new SandboxError(`control socket: an answer with neither result nor error: ${preview(line)}`);
+	return { kind: "result", id, result: v["result"] };
+}
+
+/** A request line, "\n" included. */
+export function encodeRequest(id: RpcId, method: string, params: Record<string, unknown> | undefined): string {
+	const msg: Record<string, unknown> = { jsonrpc: "2.0", id, method };
+	if (params !== undefined)
+		msg["params"] = params;
+	return JSON.stringify(msg, (_k, value: unknown) => (typeof value === "bigint" ? Number(value) : value)) + "\n";
+}
+
+function preview(line: string): string {
+	return line.length > 120 ? JSON.stringify(line.slice(0, 120)) + "..." : JSON.stringify(line);
+}

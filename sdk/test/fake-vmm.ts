@@ -1,0 +1,224 @@
+// A stand-in for `vmm` in the unit tests (no KVM): `facts --config F`
+// prints facts, `start --config F` serves a small fake of the control API
+// on the config's controlSocket. Run through a shell wrapper the tests
+// write (the SDK executes the vmm directly).
+
+import { readFileSync, rmSync } from "node:fs";
+import net from "node:net";
+import path from "node:path";
+import { LineDecoder } from "../src/rpc/codec.js";
+
+type Req = { id?: number; method: string; params?: Record<string, unknown> };
+
+const [cmd, flag, file] = process.argv.slice(2);
+if (flag !== "--config" || !file) {
+	process.stderr.write(`vmm: ${cmd ?? ""}: fake vmm wants --config FILE\n`);
+	process.exit(125);
+}
+const config = JSON.parse(readFileSync(file, "utf8")) as Record<string, unknown>;
+const rootfs = config["rootfs"] as { image: string; mode: string };
+const imageFacts = JSON.parse(readFileSync(rootfs.image.replace(/\.json$/, ".facts.json"), "utf8")) as unknown[];
+const configFacts = [
+	{ source: "config", topic: "kernel-path", relation: "is", value: String(config["kernel"]) },
+	{ source: "config", topic: "hostname", relation: "is", value: String(config["hostname"] ?? "sandbox") },
+	{ source: "config", topic: "rootfs-write-mode", relation: "is", value: rootfs.mode },
+	...imageFacts,
+];
+
+if (cmd === "facts") {
+	process.stdout.write(JSON.stringify(configFacts, null, 2) + "\n");
+	process.exit(0);
+}
+if (process.env["FAKE_VMM_FAIL"]) {
+	process.stderr.write("vmm: /dev/kvm: No such file or directory\n");
+	process.exit(125);
+}
+
+const socketPath = String(config["controlSocket"]);
+const files = new Map<string, Buffer>();
+let nextStream = 100;
+let flooded = 0;
+
+const server = net.createServer((sock) => {
+	const d = new LineDecoder();
+	const send = (o: unknown): boolean => sock.write(JSON.stringify({ jsonrpc: "2.0", ...(o as object) }) + "\n");
+	const ok = (id: number | undefined, result: unknown): void => {
+		send({ id, result });
+	};
+	const err = (id: number | undefined, code: number, message: string, data?: unknown): void => {
+		send({ id, error: { code, message, ...(data ? { data } : {}) } });
+	};
+	const held = new Map<number, () => void>();
+	const streams = new Map<number, { input: Buffer[]; argv: string[] }>();
+	const uploads = new Map<number, { path: string; parts: Buffer[] }>();
+
+	const handle = (r: Req): void => {
+		const p = r.params ?? {};
+		switch (r.method) {
+		case "vm.subscribe":
+			ok(r.id, { seq: 0 });
+			setTimeout(() => send({ method: "vm.event", params: { seq: 1, time: Date.now(), type: "agent-ready" } }), 30);
+			return;
+		case "vm.facts":
+			ok(r.id, { facts: [...configFacts, { source: "guest", topic: "kernel", relation: "is", value: "Linux" }] });
+			return;
+		case "vm.shutdown":
+			ok(r.id, {});
+			setTimeout(() => {
+				rmSync(socketPath, { force: true });
+				process.exit(0);
+			}, 50);
+			return;
+		case "test.flooded":
+			ok(r.id, { bytes: flooded });
+			return;
+		case "exec": {
+			const argv = p["argv"] as string[];
+			if (argv.includes("sleep")) {
+				const id = r.id as number;
+				const t = typeof p["timeoutMs"] === "number"
+					? setTimeout(() => {
+						held.delete(id);
+						ok(id, { exitCode: 124, timedOut: true, pid: 1, stdout: "", stderr: "" });
+					}, p["timeoutMs"]) : undefined;
+				held.set(id, () => {
+					clearTimeout(t);
+					err(id, -32002, "cancelled");
+				});
+				return;
+			}
+			if (argv[0] === "missing") {
+				err(r.id, -32000, "No such file or directory", { errno: "ENOENT", errnoValue: 2 });
+				return;
+			}
+			const out = Buffer.from(JSON.stringify({ argv, cwd: p["cwd"] ?? null, stdin: p["stdin"] ?? null })).toString("base64");
+			ok(r.id, { exitCode: 3, timedOut: false, pid: 1, stdout: out, stderr: Buffer.from("warn\n").toString("base64") });
+			return;
+		}
+		case "cancel": {
+			const h = held.get(p["id"] as number);
+			held.delete(p["id"] as number);
+			h?.();
+			ok(r.id, { cancelled: h !== undefined });
+			return;
+		}
+		case "spawn":
+		case "pty.open": {
+			const argv = p["argv"] as string[];
+			if (argv[0] === "missing") {
+				err(r.id, -32000, "No such file or directory", { errno: "ENOENT", errnoValue: 2 });
+				return;
+			}
+			const stream = nextStream++;
+			streams.set(stream, { input: [], argv });
+			ok(r.id, { stream, pid: 42 });
+			if (argv[0] === "flood") {
+				const chunk = Buffer.alloc(64 * 1024, 0x61).toString("base64");
+				const total = Number(argv[1]);
+				const pump = (): void => {
+					while (flooded < total) {
+						flooded += 64 * 1024;
+						if (!send({ method: "stream.stdout", params: { stream, data: chunk } })) {
+							sock.once("drain", pump);
+							return;
+						}
+					}
+					send({ method: "stream.exit", params: { stream, exitCode: 0, timedOut: false } });
+				};
+				pump();
+			}
+			if (r.method === "pty.open")
+				send({ method: "stream.stdout", params: { stream, data: Buffer.from(`${String(p["rows"])}x${String(p["cols"])}\n`).toString("base64") } });
+			return;
+		}
+		case "spawn.write": {
+			const s = streams.get(p["stream"] as number);
+			s?.input.push(Buffer.from(String(p["data"]), "base64"));
+			ok(r.id, {});
+			return;
+		}
+		case "spawn.closeStdin": {
+			const stream = p["stream"] as number;
+			const s = streams.get(stream);
+			ok(r.id, {});
+			if (s) {
+				const text = Buffer.concat(s.input).toString().toUpperCase();
+				send({ method: "stream.stdout", params: { stream, data: Buffer.from(text).toString("base64") } });
+				send({ method: "stream.stderr", params: { stream, data: Buffer.from("done\n").toString("base64") } });
+				send({ method: "stream.exit", params: { stream, exitCode: 0, timedOut: false } });
+			}
+			return;
+		}
+		case "pty.resize": {
+			const stream = p["stream"] as number;
+			ok(r.id, {});
+			send({ method: "stream.stdout", params: { stream, data: Buffer.from(`${String(p["rows"])}x${String(p["cols"])}\n`).toString("base64") } });
+			return;
+		}
+		case "spawn.kill": {
+			ok(r.id, {});
+			send({ method: "stream.exit", params: { stream: p["stream"], exitCode: p["signal"] === "KILL" ? 137 : 143, timedOut: false, signal: p["signal"] === "KILL" ? 9 : 15 } });
+			return;
+		}
+		case "fs.writeFile": {
+			if (p["stream"] === true) {
+				const stream = nextStream++;
+				uploads.set(stream, { path: String(p["path"]), parts: [] });
+				ok(r.id, { stream });
+			} else {
+				files.set(String(p["path"]), Buffer.from(String(p["data"]), "base64"));
+				ok(r.id, { size: files.get(String(p["path"]))?.length });
+			}
+			return;
+		}
+		case "fs.write":
+			uploads.get(p["stream"] as number)?.parts.push(Buffer.from(String(p["data"]), "base64"));
+			ok(r.id, {});
+			return;
+		case "fs.close": {
+			const u = uploads.get(p["stream"] as number);
+			if (u)
+				files.set(u.path, Buffer.concat(u.parts));
+			ok(r.id, { size: u ? files.get(u.path)?.length : 0 });
+			return;
+		}
+		case "fs.readFile": {
+			const f = files.get(String(p["path"]));
+			if (!f) {
+				err(r.id, -32000, "No such file or directory", { errno: "ENOENT", errnoValue: 2 });
+				return;
+			}
+			const off = typeof p["offset"] === "number" ? p["offset"] : 0;
+			const end = typeof p["length"] === "number" ? Math.min(f.length, off + p["length"]) : f.length;
+			for (let at = off; at < end; at += 65536)
+				send({ method: "fs.chunk", params: { id: r.id, offset: at, data: f.subarray(at, Math.min(end, at + 65536)).toString("base64") } });
+			ok(r.id, { size: Math.max(0, end - off) });
+			return;
+		}
+		case "fs.readDir": {
+			const entry = (name: string) => ({ name, type: "file", mode: 33188, size: 1, mtimeNs: 1716800000123456789n, uid: 0, gid: 0 });
+			const line = (o: unknown): string => JSON.stringify(o, (_k, v: unknown) => (typeof v === "bigint" ? `@@${v}@@` : v)).replace(/"@@(\d+)@@"/g, "$1");
+			sock.write(line({ jsonrpc: "2.0", method: "fs.entries", params: { id: r.id, entries: [entry("a.txt")] } }) + "\n");
+			sock.write(line({ jsonrpc: "2.0", method: "fs.entries", params: { id: r.id, entries: [{ ...entry("caf\ufffd"), nameBytes: "Y2Fm6Q==" }] } }) + "\n");
+			ok(r.id, { count: 2 });
+			return;
+		}
+		case "fs.stat":
+			err(r.id, -32000, "No such file or directory", { errno: "ENOENT", errnoValue: 2 });
+			return;
+		default:
+			ok(r.id, { method: r.method, params: p });
+		}
+	};
+	sock.on("data", (c) => {
+		for (const line of d.push(c))
+			handle(JSON.parse(line) as Req);
+	});
+	sock.on("error", () => undefined);
+});
+server.listen(socketPath);
+process.on("SIGTERM", () => {
+	rmSync(socketPath, { force: true });
+	process.exit(143);
+});
+void path;

@@ -1,0 +1,237 @@
+// The control socket's codec and the JSON-RPC client, against a fake
+// server on a Unix socket: framing of cut and merged messages, answers
+// out of order, notifications, errors as Error subclasses naming the
+// method, cancellation.
+
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync } from "node:fs";
+import net from "node:net";
+import os from "node:os";
+import path from "node:path";
+import { describe, test } from "./flat.js";
+import { LineDecoder, encodeRequest, parseMessage } from "../src/rpc/codec.js";
+import { RpcConnection } from "../src/rpc/client.js";
+import { AgentUnreachableError, ConnectionClosedError, GuestError, KilnRpcError, LimitError } from "../src/errors.js";
+
+describe("LineDecoder", () => {
+	test("one message cut into single bytes", () => {
+		const d = new LineDecoder();
+		const msg = Buffer.from('{"a":"é"}\n');
+		const lines: string[] = [];
+		for (const b of msg)
+			lines.push(...d.push(Buffer.from([b])));
+		assert.deepEqual(lines, ['{"a":"é"}']);
+		assert.equal(d.pending, 0);
+	});
+	test("several messages in one chunk, the last unfinished", () => {
+		const d = new LineDecoder();
+		assert.deepEqual(d.push(Buffer.from("one\ntwo\nthr")), ["one", "two"]);
+		assert.equal(d.pending, 3);
+		assert.deepEqual(d.push(Buffer.from("ee\n")), ["three"]);
+	});
+	test("the caller's buffer may be reused", () => {
+		const d = new LineDecoder();
+		const buf = Buffer.from("abc");
+		d.push(buf);
+		buf.fill(0x78);
+		assert.deepEqual(d.push(Buffer.from("\n")), ["abc"]);
+	});
+	test("a line over the limit is refused", () => {
+		const d = new LineDecoder(8);
+		d.push(Buffer.from("12345"));
+		assert.throws(() => d.push(Buffer.from("6789")), /a line over 8 bytes/);
+		assert.throws(() => new LineDecoder(4).push(Buffer.from("123456\n")), /a line over 4 bytes/);
+	});
+});
+
+describe("parseMessage", () => {
+	test("results, errors and notifications", () => {
+		assert.deepEqual(parseMessage('{"jsonrpc":"2.0","id":3,"result":{}}'), { kind: "result", id: 3, result: {} });
+		assert.deepEqual(parseMessage('{"jsonrpc":"2.0","id":4,"error":{"code":-32000,"message":"x","data":{"errno":"ENOENT"}}}'),
+			{ kind: "error", id: 4, error: { code: -32000, message: "x", data: { errno: "ENOENT" } } });
+		assert.deepEqual(parseMessage('{"jsonrpc":"2.0","method":"stream.exit","params":{"stream":7}}'),
+			{ kind: "notification", method: "stream.exit", params: { stream: 7 } });
+	});
+	test("nanosecond times keep every digit", () => {
+		const m = parseMessage('{"jsonrpc":"2.0","id":1,"result":{"mtimeNs":1716800000123456789,"name":"\\"mtimeNs\\":5"}}');
+		assert.equal(m.kind, "result");
+		const r = (m as { result: { mtimeNs: bigint; name: string } }).result;
+		assert.equal(r.mtimeNs, 1716800000123456789n);
+		assert.equal(r.name, '"mtimeNs":5');
+	});
+	test("malformed lines are named", () => {
+		assert.throws(() => parseMessage("{nope"), /control socket: not JSON/);
+		assert.throws(() => parseMessage('{"id":1,"result":{}}'), /not a JSON-RPC 2.0 message/);
+		assert.throws(() => parseMessage('{"jsonrpc":"2.0","id":"x","result":{}}'), /an answer with id "x"/);
+		assert.throws(() => parseMessage('{"jsonrpc":"2.0","id":1,"error":{"code":"bad"}}'), /a malformed error/);
+		assert.throws(() => parseMessage('{"jsonrpc":"2.0","id":1}'), /neither result nor error/);
+	});
+	test("requests are one line", () => {
+		const line = encodeRequest(5, "exec", { argv: ["echo", "a\nb"] });
+		assert.equal(line.indexOf("\n"), line.length - 1);
+		assert.deepEqual(JSON.parse(line), { jsonrpc: "2.0", id: 5, method: "exec", params: { argv: ["echo", "a\nb"] } });
+	});
+});
+
+type Handler = (req: { id: number; method: string; params: Record<string, unknown> }, send: (o: unknown) => void, sock: net.Socket) => void;
+
+async function fakeServer(handler: Handler): Promise<{ path: string; close: () => void; requests: { method: string; params: Record<string, unknown> }[] }> {
+	const dir = mkdtempSync(path.join(os.tmpdir(), "kiln-sdk-rpc-"));
+	const p = path.join(dir, "s.sock");
+	const requests: { method: string; params: Record<string, unknown> }[] = [];
+	const sockets: net.Socket[] = [];
+	const server = net.createServer((sock) => {
+		sockets.push(sock);
+		const d = new LineDecoder();
+		sock.on("data", (c) => {
+			for (const line of d.push(c)) {
+				const req = JSON.parse(line) as { id: number; method: string; params: Record<string, unknown> };
+				requests.push({ method: req.method, params: req.params ?? {} });
+				handler(req, (o) => sock.write(JSON.stringify(o) + "\n"), sock);
+			}
+		});
+		sock.on("error", () => undefined);
+	});
+	await new Promise<void>((r) => server.listen(p, r));
+	return {
+		path: p, requests,
+		close: () => {
+			for (const s of sockets)
+				s.destroy();
+			server.close();
+			rmSync(dir, { recursive: true, force: true });
+		},
+	};
+}
+
+describe("RpcConnection", () => {
+	test("answers matched by id whatever their order, in bytes cut anywhere", async () => {
+		const held: { id: number; method: string }[] = [];
+		const srv = await fakeServer((req, _send, sock) => {
+			held.push(req);
+			if (held.length < 3)
+				return;
+			// Reverse order, one message split over writes, two merged.
+			const text = held.reverse().map((r) => JSON.stringify({ jsonrpc: "2.0", id: r.id, result: { m: r.method } }) + "\n").join("");
+			sock.write(text.slice(0, 7));
+			setTimeout(() => sock.write(text.slice(7)), 10);
+		});
+		const c = await RpcConnection.connect(srv.path);
+		try {
+			const r = await Promise.all([c.call("a"), c.call("b"), c.call("c")]);
+			assert.deepEqual(r, [{ m: "a" }, { m: "b" }, { m: "c" }]);
+		} finally {
+			c.close();
+			srv.close();
+		}
+	});
+	test("notifications reach their handlers", async () => {
+		const srv = await fakeServer((req, send) => {
+			send({ jsonrpc: "2.0", method: "stream.stdout", params: { stream: 1, data: "aGk=" } });
+			send({ jsonrpc: "2.0", id: req.id, result: {} });
+		});
+		const c = await RpcConnection.connect(srv.path);
+		try {
+			const got: unknown[] = [];
+			const off = c.on("stream.stdout", (p) => got.push(p));
+			await c.call("x");
+			off();
+			await c.call("y");
+			assert.deepEqual(got, [{ stream: 1, data: "aGk=" }]);
+		} finally {
+			c.close();
+			srv.close();
+		}
+	});
+	test("errors become subclasses naming the method", async () => {
+		const codes: Record<string, [number, unknown]> = {
+			"fs.stat": [-32000, { errno: "ENOENT", errnoValue: 2 }],
+			exec: [-32003, undefined],
+			"fs.readDir": [-32004, { limit: 16777216 }],
+			bogus: [-32601, undefined],
+		};
+		const srv = await fakeServer((req, send) => {
+			const [code, data] = codes[req.method] ?? [-32603, undefined];
+			send({ jsonrpc: "2.0", id: req.id, error: { code, message: "No such file or directory", ...(data ? { data } : {}) } });
+		});
+		const c = await RpcConnection.connect(srv.path);
+		try {
+			await assert.rejects(c.call("fs.stat", { path: "/nope" }), (e: Error) => {
+				assert.ok(e instanceof GuestError);
+				assert.equal(e.code, "ENOENT");
+				assert.equal(e.errno, 2);
+				assert.equal(e.method, "fs.stat");
+				assert.equal(e.message, "fs.stat: No such file or directory");
+				return true;
+			});
+			await assert.rejects(c.call("exec"), AgentUnreachableError);
+			await assert.rejects(c.call("fs.readDir"), (e: Error) => e instanceof LimitError && (e.data as { limit: number }).limit === 16777216);
+			await assert.rejects(c.call("bogus"), (e: Error) => e instanceof KilnRpcError && e.rpcCode === -32601 && e.message.startsWith("bogus: "));
+		} finally {
+			c.close();
+			srv.close();
+		}
+	});
+	test("an abort sends cancel {id} and rejects with an AbortError", async () => {
+		let pendingId = -1;
+		const srv = await fakeServer((req, send) => {
+			if (req.method === "exec") {
+				pendingId = req.id;
+				return;
+			}
+			if (req.method === "cancel") {
+				send({ jsonrpc: "2.0", id: pendingId, error: { code: -32002, message: "cancelled" } });
+				send({ jsonrpc: "2.0", id: req.id, result: { cancelled: req.params["id"] === pendingId } });
+			}
+		});
+		const c = await RpcConnection.connect(srv.path);
+		try {
+			const ac = new AbortController();
+			const p = c.call("exec", { argv: ["sleep", "60"] }, { signal: ac.signal });
+			await new Promise((r) => setTimeout(r, 20));
+			ac.abort();
+			await assert.rejects(p, { name: "AbortError" });
+			await new Promise((r) => setTimeout(r, 20));
+			assert.deepEqual(srv.requests.map((r) => r.method), ["exec", "cancel"]);
+			assert.equal(srv.requests[1]?.params["id"], pendingId);
+			// Aborted before the call: nothing is sent.
+			await assert.rejects(c.call("exec", {}, { signal: AbortSignal.abort() }), { name: "AbortError" });
+			assert.equal(srv.requests.length, 2);
+		} finally {
+			c.close();
+			srv.close();
+		}
+	});
+	test("a closed connection fails what is pending, naming the method", async () => {
+		const srv = await fakeServer((_req, _send, sock) => sock.destroy());
+		const c = await RpcConnection.connect(srv.path);
+		try {
+			await assert.rejects(c.call("vm.facts"), (e: Error) =>
+				e instanceof ConnectionClosedError && e.method === "vm.facts" && /vm.facts: the control connection closed/.test(e.message));
+			await c.closed;
+			await assert.rejects(c.call("exec"), ConnectionClosedError);
+		} finally {
+			srv.close();
+		}
+	});
+	test("a server that sends garbage ends the connection with why", async () => {
+		const srv = await fakeServer((_req, _send, sock) => sock.write("not json\n"));
+		const c = await RpcConnection.connect(srv.path);
+		try {
+			await assert.rejects(c.call("x"), /x: the control connection closed before the answer \(control socket: not JSON/);
+		} finally {
+			srv.close();
+		}
+	});
+	test("a request over the 1 MiB line limit is refused before sending", async () => {
+		const srv = await fakeServer(() => undefined);
+		const c = await RpcConnection.connect(srv.path);
+		try {
+			await assert.rejects(c.call("fs.writeFile", { data: "x".repeat(1024 * 1024) }), /fs.writeFile: the request is over/);
+			assert.equal(srv.requests.length, 0);
+		} finally {
+			c.close();
+			srv.close();
+		}
+	});
+});

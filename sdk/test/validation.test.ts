@@ -1,0 +1,163 @@
+// Option validation: every refusal names what the caller passed.
+
+import assert from "node:assert/strict";
+import { describe, test } from "./flat.js";
+import { NotSupportedError, SandboxConfigError, defineSandbox, fs, network, rootfs } from "../src/index.js";
+import type { RootfsImageInput } from "../src/index.js";
+import { checkBoot } from "../src/config.js";
+
+const good: RootfsImageInput = {
+	name: "alpine:3.23-agent",
+	path: "/absolute/path/to/alpine-3.23-agent.img",
+	format: "raw",
+	architecture: "x64",
+	digest: "sha256:" + "0123456789abcdef".repeat(4),
+	sizeBytes: 167772160n,
+	facts: [{ source: "config", topic: "rootfs-image", relation: "is", value: "alpine:3.23-agent" }],
+};
+
+function refuses(fn: () => unknown, message: string | RegExp, kind: new (...a: never[]) => Error = SandboxConfigError): void {
+	assert.throws(fn, (e: Error) => {
+		assert.ok(e instanceof kind, `${e.name}: ${e.message}`);
+		if (typeof message === "string")
+			assert.equal(e.message, message);
+		else
+			assert.match(e.message, message);
+		return true;
+	});
+}
+
+describe("rootfs.image", () => {
+	test("a complete descriptor; x64 is x86_64", () => {
+		const img = rootfs.image(good);
+		assert.equal(img.architecture, "x86_64");
+		assert.equal(img.sizeBytes, 167772160n);
+		assert.ok(Object.isFrozen(img));
+		assert.equal(rootfs.image({ ...good, architecture: "x86_64" }).architecture, "x86_64");
+	});
+	test("the digest must be sha256 and 64 lowercase hex", () => {
+		refuses(() => rootfs.image({ ...good, digest: "sha256:ABC" }),
+			'rootfs.image: digest must be "sha256:" + 64 lowercase hex, got "sha256:ABC"');
+		refuses(() => rootfs.image({ ...good, digest: "sha256:" + "A".repeat(64) }), /64 lowercase hex/);
+		refuses(() => rootfs.image({ ...good, digest: "md5:" + "a".repeat(64) }), /"sha256:"/);
+	});
+	for (const alias of ["latest", "stable", "current", "lts", "LTS", "edge", "sid"])
+		test(`the moving alias ${alias} is refused`, () => {
+			refuses(() => rootfs.image({ ...good, name: `alpine:${alias}` }),
+				`rootfs.image: name "alpine:${alias}" names a moving alias ("${alias}"): pin a version`);
+		});
+	test("a word merely containing an alias is not one", () => {
+		assert.equal(rootfs.image({ ...good, name: "latestness-3" }).name, "latestness-3");
+	});
+	test("every field is required", () => {
+		const { facts: _f, ...rest } = good;
+		refuses(() => rootfs.image(rest as RootfsImageInput), "rootfs.image: facts is required (every field of an image descriptor is)");
+	});
+	test("architecture, sizeBytes, path, format, facts", () => {
+		refuses(() => rootfs.image({ ...good, architecture: "arm64" }),
+			'rootfs.image: architecture must be "x64" or "x86_64" (Kiln runs x86-64 guests), got "arm64"');
+		refuses(() => rootfs.image({ ...good, sizeBytes: 4096 as unknown as bigint }),
+			"rootfs.image: sizeBytes must be a bigint (e.g. 167772160n), got 4096");
+		refuses(() => rootfs.image({ ...good, sizeBytes: 4097n }), /multiple of 4096, got 4097n/);
+		refuses(() => rootfs.image({ ...good, path: "relative.img" }),
+			'rootfs.image: path: must be an absolute path, got "relative.img"');
+		refuses(() => rootfs.image({ ...good, format: "qcow2" }), /^rootfs.image format "qcow2" is not supported yet/, NotSupportedError);
+		refuses(() => rootfs.image({ ...good, facts: [{ source: "guest", topic: "a", relation: "is", value: "b" }] as never }),
+			/facts\[0\].source: an image's facts are "config" facts, got "guest"/);
+		refuses(() => rootfs.image({ ...good, facts: [{ source: "config", topic: "", relation: "is", value: "b" }] }),
+			/facts\[0\].topic: must be a non-empty printable string/);
+		refuses(() => rootfs.image({ ...good, facts: Array(257).fill(good.facts[0]) }), /257 facts, over 256/);
+		refuses(() => rootfs.image({ ...good, extra: 1 } as RootfsImageInput), /unknown option "extra"/);
+	});
+});
+
+describe("rootfs modes", () => {
+	const base = rootfs.image(good);
+	test("ephemeral defaults to 64 MiB", () => {
+		assert.equal(rootfs.ephemeral({ base }).maxDirtyBytes, 64 * 1024 * 1024);
+		assert.equal(rootfs.ephemeral({ base, maxDirtyBytes: 1 << 20 }).maxDirtyBytes, 1 << 20);
+	});
+	test("a base must come from rootfs.image", () => {
+		refuses(() => rootfs.ephemeral({ base: { ...base } }), /rootfs.ephemeral: base: must be an image from rootfs.image/);
+	});
+	test("persistent needs an absolute path", () => {
+		refuses(() => rootfs.persistent({ base, path: ".sandbox/state" }),
+			'rootfs.persistent: path: must be an absolute path, got ".sandbox/state"');
+		assert.equal(rootfs.persistent({ base, path: "/x/state" }).path, "/x/state");
+	});
+	test("cow, compose, flatten and bytes wait for the block-store issue", async () => {
+		const why = "caller-owned block stores come with Kiln's block-store issue (33)";
+		refuses(() => rootfs.cow({ source: null }), `rootfs.cow is not supported yet: ${why}`, NotSupportedError);
+		refuses(() => rootfs.compose({ base, overlay: null as never }), `rootfs.compose is not supported yet: ${why}`, NotSupportedError);
+		refuses(() => rootfs.bytes(base), `rootfs.bytes is not supported yet: ${why}`, NotSupportedError);
+		await assert.rejects(rootfs.flatten({ format: "qcow2", source: base, dest: null as never }),
+			{ name: "NotSupportedError", message: `rootfs.flatten is not supported yet: ${why}` });
+	});
+});
+
+describe("fs", () => {
+	test("bind: source and access required", () => {
+		refuses(() => fs.bind({ source: "/p" } as never), 'fs.bind: access is required ("ro" or "rw")');
+		refuses(() => fs.bind({ source: "/p", access: "rx" as never }), 'fs.bind: access: must be "ro" or "rw", got "rx"');
+		refuses(() => fs.bind({ source: "p", access: "ro" }), 'fs.bind: source: must be an absolute path, got "p"');
+	});
+	test("bind: masks", () => {
+		const ro = fs.bind({ source: "/p", access: "ro", mask: { paths: ["/.git", "/node_modules"] } });
+		assert.deepEqual(ro.mask?.paths, ["/.git", "/node_modules"]);
+		refuses(() => fs.bind({ source: "/p", access: "ro", mask: { paths: ["node_modules"] } }),
+			'fs.bind: mask.paths[0]: must be an absolute path, got "node_modules"');
+		refuses(() => fs.bind({ source: "/p", access: "ro", mask: { paths: ["/a/../.."] } }), /inside the bound directory/);
+		refuses(() => fs.bind({ source: "/p", access: "rw", mask: { paths: ["/node_modules"] } }),
+			/a writable \("rw"\) bind with mask.paths needs mask.storage/);
+		const storage = fs.bind({ source: "/s", access: "rw" });
+		refuses(() => fs.bind({ source: "/p", access: "ro", mask: { paths: ["/x"], storage } }), /mask.storage is for writable binds/);
+		refuses(() => fs.bind({ source: "/p", access: "rw", mask: { paths: ["/x"], storage: fs.bind({ source: "/s", access: "ro" }) } }),
+			/must be writable/);
+		refuses(() => fs.bind({ source: "/p", access: "rw", mask: { paths: ["/x"], storage: fs.bind({ source: "/p/s", access: "rw" }) } }),
+			/must not contain one another/);
+		const rw = fs.bind({ source: "/p", access: "rw", mask: { paths: ["/node_modules"], storage } });
+		assert.equal(rw.mask?.storage?.source, "/s");
+	});
+	test("memory and virtual say what they wait for", () => {
+		refuses(() => fs.memory({ files: { "/a": "b" } }), /^fs.memory is not supported yet: .*stream virtual-fs seam/, NotSupportedError);
+		refuses(() => fs.virtual({} as never), /^fs.virtual is not supported yet/, NotSupportedError);
+	});
+	test("network.policy says what it waits for", () => {
+		refuses(() => network.policy(() => undefined), /^network.policy is not supported yet: .*hook verdicts/, NotSupportedError);
+	});
+});
+
+describe("defineSandbox and boot options", () => {
+	const base = rootfs.image(good);
+	test("rootfs is required and checked", () => {
+		refuses(() => defineSandbox({} as never), /^defineSandbox: rootfs is required/);
+		refuses(() => defineSandbox({ rootfs: "alpine" as never }), /defineSandbox: rootfs: must be rootfs.image/);
+		refuses(() => defineSandbox({ rootfs: base, resources: { cpus: 0 } }),
+			"defineSandbox: resources.cpus: must be from 1 to 64, got 0");
+		refuses(() => defineSandbox({ rootfs: base, resources: { memoryMiB: 1.5 } }), /memoryMiB: must be an integer, got 1.5/);
+		refuses(() => defineSandbox({ rootfs: base, cpus: 2 } as never), /unknown option "cpus"/);
+	});
+	test("defineSandbox starts nothing", () => {
+		// No vmm anywhere: defining still works.
+		const s = defineSandbox({ rootfs: base, kiln: { vmm: "/nonexistent/vmm" } });
+		assert.equal(typeof s.boot, "function");
+	});
+	test("hostname, mounts and cwd", () => {
+		assert.deepEqual(checkBoot(undefined), { hostname: undefined, mounts: [], cwd: undefined });
+		refuses(() => checkBoot({ hostname: "-bad" }), /sandbox.boot: hostname: must be labels.*got "-bad"/);
+		refuses(() => checkBoot({ hostname: "a".repeat(65) }), /hostname/);
+		refuses(() => checkBoot({ cwd: "workspace" }), 'sandbox.boot: cwd: must be an absolute path, got "workspace"');
+		refuses(() => checkBoot({ cwd: "/a/../b" }), /must not have "." or ".." components/);
+		const bind = fs.bind({ source: "/p", access: "ro" });
+		refuses(() => checkBoot({ mounts: { workspace: bind } }), /mounts\["workspace"\]: must be an absolute path/);
+		refuses(() => checkBoot({ mounts: { "/": bind } }), /cannot mount over the root/);
+		refuses(() => checkBoot({ mounts: { "/w": { kind: "bind", source: "/p" } as never } }), /must be fs.bind\(...\) or fs.virtual/);
+		refuses(() => checkBoot({ mounts: { "/w": { kind: "virtual" } as never } }), /^fs.virtual mounts is not supported yet/, NotSupportedError);
+		const many: Record<string, typeof bind> = {};
+		for (let i = 0; i < 9; i++)
+			many[`/m${i}`] = bind;
+		refuses(() => checkBoot({ mounts: many }), "sandbox.boot: mounts: 9 mounts, Kiln takes at most 8");
+		assert.deepEqual(checkBoot({ hostname: "agent-42", mounts: { "/workspace/": bind }, cwd: "/workspace" }),
+			{ hostname: "agent-42", mounts: [["/workspace", bind]], cwd: "/workspace" });
+	});
+});
