@@ -699,6 +699,14 @@ const struct option_desc options__table[] = {
 		FLAG_FIELD(detach),
 	},
 	{
+		.flag = "die-with-parent",
+		.key = "dieWithParent",
+		.help = "shut the VM down (the guest powers off, 5 s at most)\n"
+			"and remove its sockets when the process that ran the\n"
+			"vmm exits",
+		FLAG_FIELD(die_with_parent),
+	},
+	{
 		.flag = "pid-file",
 		.arg = "PATH",
 		.help = "start --detach: write the VM process's pid there",
