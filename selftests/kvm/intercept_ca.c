@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -48,16 +49,16 @@ static const char probe[] =
 
 /* The subject line of a VM's CA (net/tls-ca.c's CA_CN_PREFIX). */
 #define CA_SUBJECT "subject=CN = Kiln VM CA HEX\n"
-#define HASHED                                                      \
-	"entry 0: the CA\n"                                         \
-	": OK\n"                                                    \
-	"mounted /etc/ssl/certs overlay\n"                          \
-	"mounted /etc/ssl/certs/ca-certificates.crt tmpfs\n"        \
+#define HASHED                                               \
+	"entry 0: the CA\n"                                  \
+	": OK\n"                                             \
+	"mounted /etc/ssl/certs overlay\n"                   \
+	"mounted /etc/ssl/certs/ca-certificates.crt tmpfs\n" \
 	"flow refused\n"
 
 /* A hook that denies every flow and counts the questions. */
 struct deny_hook {
-	char path[128];
+	char path[100]; /* sun_path holds 108 */
 	int lsn;
 	pthread_t thread;
 	unsigned int asked; /* read after the join */
@@ -204,11 +205,10 @@ TEST_TIMEOUT(intercept_ca_without_a_policy_trusts_the_ca, BOOT_TIMEOUT)
 	put_text(_metadata, config,
 		 "{\"net\": {\"mode\": \"auto\", \"interceptCa\": true}}");
 	ret = boot_spec(_metadata,
-			&(struct boot_spec){
-				.initrd = "",
-				.opts = ARGS("--config", config, "--rootfs",
-					     image),
-				.cmd = ARGS("bash", "-c", probe) },
+			&(struct boot_spec){ .initrd = "",
+					     .opts = ARGS("--config", config,
+							  "--rootfs", image),
+					     .cmd = ARGS("bash", "-c", probe) },
 			&r);
 	remove_dir(dir, ARGS("vm.json"));
 	if (ret)
@@ -229,10 +229,10 @@ TEST_TIMEOUT(neither_leaves_the_store_alone, BOOT_TIMEOUT)
 	if (!debian_ready(_metadata, image, sizeof(image), dir))
 		return;
 	ret = boot_spec(_metadata,
-			&(struct boot_spec){
-				.initrd = "",
-				.opts = ARGS("--rootfs", image, "--net", "auto"),
-				.cmd = ARGS("bash", "-c", probe) },
+			&(struct boot_spec){ .initrd = "",
+					     .opts = ARGS("--rootfs", image,
+							  "--net", "auto"),
+					     .cmd = ARGS("bash", "-c", probe) },
 			&r);
 	rmdir(dir);
 	if (ret)
