@@ -599,6 +599,13 @@ const struct option_desc options__table[] = {
 		STRING_FIELD(net.ca_bundle),
 	},
 	{
+		.flag = "net-intercept-ca",
+		.key = "net.interceptCa",
+		.help = "the guest trusts the interception CA from boot even\n"
+			"when the policy has no http grant and no hook",
+		FLAG_FIELD(net.intercept_ca),
+	},
+	{
 		.key = "command",
 		.kind = OPTION_JSON,
 		.apply = apply_command,
