@@ -34,6 +34,7 @@ init-obj-y += guest/agent/mounts.o
 init-obj-y += proto/tlv.o
 init-obj-y += proto/reseed.o
 init-obj-y += proto/mounts.o
+init-obj-y += proto/env.o
 INIT_OBJS := $(addprefix $(G)/obj/,$(init-obj-y))
 
 BUSYBOX ?= /bin/busybox

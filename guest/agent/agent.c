@@ -69,7 +69,8 @@ static int send_hello(struct conn *c)
 		ret = kiln_tlv__put_u64(&b, KILN_T_FEATURES,
 					KILN_FEATURE_RESEED |
 						KILN_FEATURE_MOUNTS |
-						KILN_FEATURE_NET_RENEW);
+						KILN_FEATURE_NET_RENEW |
+						KILN_FEATURE_ENV_MERGE);
 	if (!ret)
 		ret = conn__send_buf(c, KILN_MSG_HELLO, &b);
 	kiln_buf__free(&b);
