@@ -39,6 +39,7 @@
 
 #include "guest/agent/agent.h"
 #include "proto/agent.h"
+#include "guest/init/env.h"
 #include "guest/init/mounts.h"
 #include "guest/init/net.h"
 #include "guest/init/trust.h"
@@ -1000,6 +1001,18 @@ static void check_cwd(const struct identity *id)
 }
 
 /*
+ * The image's /etc/environment over init's defaults, for the command and
+ * the agent's processes; one that cannot be read only warns.
+ */
+static void load_image_env(void)
+{
+	int ret = init_env__load(INIT_ENV_FILE);
+
+	if (ret < 0)
+		warn_errno("cannot read", INIT_ENV_FILE, -ret);
+}
+
+/*
  * lo always; with kiln.net, eth0 and the resolver, in the final root and
  * before anything runs that may use them. A network the host asked for
  * and the guest cannot have ends the VM, as a missing root does.
@@ -1050,6 +1063,7 @@ int main(int argc, char **argv)
 		end_vm(STATUS_INIT_FAILED);
 	check_cwd(&id);
 	agent.cwd = id.cwd;
+	load_image_env();
 	setup_network(&params);
 	/* The hostname where Debian's tools look for it; a failure warns. */
 	init_net__hostname_files(id.hostname);
