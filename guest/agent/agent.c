@@ -108,7 +108,7 @@ void agent__serve_connection(int fd, const struct agent_config *cfg)
 	else if (fs__is_request(req.type))
 		fs__handle(&c, &req);
 	else if (req.type == KILN_MSG_FACTS)
-		facts__handle(&c, &req);
+		facts__handle(&c, &req, cfg->made_points);
 	else if (req.type == KILN_MSG_POWEROFF)
 		poweroff(&c, cfg->poweroff_pid);
 	else if (req.type == KILN_MSG_RESEED)
