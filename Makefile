@@ -54,6 +54,7 @@ core-obj-y += lib/nofile.o
 core-obj-y += proto/tlv.o
 core-obj-y += proto/reseed.o
 core-obj-y += proto/mounts.o
+core-obj-y += proto/env.o
 core-obj-y += bootloader/loader.o
 core-obj-y += bootloader/elf.o
 core-obj-y += bootloader/bzimage.o
@@ -347,6 +348,7 @@ agent-host-obj-y += guest/init/net.o
 agent-host-obj-y += proto/tlv.o
 agent-host-obj-y += proto/reseed.o
 agent-host-obj-y += proto/mounts.o
+agent-host-obj-y += proto/env.o
 AGENT_HOST_OBJS := $(addprefix $(O)/obj/,$(agent-host-obj-y))
 
 $(O)/guest/kiln-agent-host: $(AGENT_HOST_OBJS)

@@ -176,6 +176,7 @@ kvm_suite_cost() {
 	kvm_harness_watch) echo 90 ;;
 	kvm_die_with_parent) echo 90 ;;
 	kvm_hostile) echo 60 ;;
+	kvm_seams_guest) echo 60 ;;
 	kvm_intercept_ca) echo 20 ;;
 	kvm_vsock) echo 15 ;;
 	kvm_jail) echo 10 ;;
