@@ -65,6 +65,32 @@ typedef void (*hook_http_answer_fn)(void *opaque, void *cookie, uint64_t id,
 				    const struct net_http_decision *d,
 				    const char *detail);
 
+/*
+ * A question of another type, whose line its asker writes and whose
+ * answer line it reads (hook__ask_line(); the DNS resolver's,
+ * net/dns-hook.c). build writes the question for id into buf (len
+ * bytes), its newline included, no NUL: its length, -ENOSPC, -ENOMEM.
+ */
+typedef int (*hook_line_build_fn)(char *buf, size_t len, uint64_t id,
+				  const void *arg);
+struct hook_line_question {
+	const char *socket; /* the hook's Unix socket */
+	unsigned int timeout_ms;
+	hook_line_build_fn build;
+	const void *arg; /* build's, read during hook__ask_line() only */
+};
+
+/*
+ * Its answer: line (n bytes, its newline left off) is an answer line
+ * with this question's id, a verdict and maybe a reason, as
+ * hook_msg__answer() checks them; the asker reads the rest. Or line
+ * NULL when none came: reason says why (HOOK_TIMEOUT, HOOK_UNREACHABLE,
+ * HOOK_ERROR, HOOK_CHANGED). The line is wiped after the call.
+ */
+typedef void (*hook_line_answer_fn)(void *opaque, void *cookie,
+				    const char *line, size_t n,
+				    const char *reason);
+
 /* An HTTP request put to the hook (hook__ask_http()). */
 struct hook_http_question {
 	const char *socket; /* the hook's Unix socket */
@@ -86,6 +112,7 @@ struct hook_http_question {
 struct hook_params {
 	hook_answer_fn answer;
 	hook_http_answer_fn http_answer; /* NULL: hook__ask_http refused */
+	hook_line_answer_fn line_answer; /* NULL: hook__ask_line refused */
 	void *opaque;
 	unsigned int max_pending; /* 0: HOOK_MAX_PENDING */
 };
@@ -130,6 +157,14 @@ int __must_check hook__ask(struct hook *h, const struct net_flow *f,
  */
 int __must_check hook__ask_http(struct hook *h, const struct net_flow *f,
 				const struct hook_http_question *q,
+				void *cookie, uint64_t now, uint64_t *id);
+/*
+ * Puts question q to the hook at q->socket, as hook__ask does a flow
+ * (the same connection, deadline and errors); its answer comes through
+ * params.line_answer. -EINVAL without one.
+ */
+int __must_check hook__ask_line(struct hook *h,
+				const struct hook_line_question *q,
 				void *cookie, uint64_t now, uint64_t *id);
 /* hook__ask's error as a reason: HOOK_BUSY, HOOK_ERROR, HOOK_UNREACHABLE. */
 const char *hook__failure(int err);
