@@ -400,7 +400,8 @@ static struct query *query_new(struct dns *d, const uint8_t *m,
 	q->tcp = c != NULL;
 	q->due = nr > 0;
 	q->deadline_ms = nr ? 0 : UINT64_MAX; /* the hook's deadline rules */
-	memcpy(q->res, res, nr * sizeof(*res));
+	if (nr)
+		memcpy(q->res, res, nr * sizeof(*res));
 	q->nr_res = nr;
 	q->seq = d->seq++;
 	q->conn = c;

@@ -14,12 +14,14 @@
  * the policy's rules did not decide are put to the orchestrator's
  * decision service, one JSON line each way on one Unix stream connection,
  * each question with a deadline. Nothing here blocks and nothing locks:
- * one thread (the proxy's) owns it and runs it from its epoll loop.
+ * one thread owns each client and runs it from its epoll loop (the
+ * proxy's for flows and requests, the DNS resolver's a client of its own).
  *
  *	ret = hook__create(&h, &params);
  *	epoll_ctl(ADD, hook__fd(h), EPOLLIN)    once, in the owner's set
  *	ret = hook__ask(h, f, ask, cookie, now, &id);  a question out
  *	ret = hook__ask_http(h, f, q, cookie, now, &id);  a request's
+ *	ret = hook__ask_line(h, lq, cookie, now, &id);  another type's
  *	hook__cancel(h, id);          the flow went away first
  *	ms = hook__timeout(h, now);   for the owner's epoll_wait
  *	hook__run(h, now);            hook__fd readable, or the timeout
@@ -27,7 +29,8 @@
  *	hook__destroy(h);
  *
  * Every question asked gets exactly one call of params.answer (a
- * request's: params.http_answer), from hook__run (never from hook__ask),
+ * request's: params.http_answer; a line question's: params.line_answer),
+ * from hook__run (never from hook__ask),
  * unless it is cancelled first.
  */
 
