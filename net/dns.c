@@ -98,7 +98,7 @@ struct query {
 	struct sockaddr_in res[NET_POLICY_MAX_RESOLVERS];
 	unsigned int nr_res;
 	bool asking;	  /* waiting for the hook's answer (hook_id) */
-	bool granted;	  /* by the hook: its answer's TTL keeps the grant */
+	bool granted;	  /* by a hook's answer: its TTL keeps the grant */
 	uint64_t hook_id; /* hook__cancel's */
 	struct dns_query_info qi; /* the guest's ID, flags, question */
 	uint16_t up_id;
@@ -513,10 +513,9 @@ static void hook_query(struct dns *d, const uint8_t *m,
 
 	nr = dns_hook_cache__lookup(d->cache, &qi->q, now, res);
 	if (nr) {
+		/* Its answer does not renew the grant: the hook is asked. */
 		count(d, &d->stats.hook_cached, 1);
-		q = query_new(d, m, qi, g, res, nr);
-		if (q)
-			q->granted = true;
+		query_new(d, m, qi, g, res, nr);
 		return;
 	}
 	q = query_new(d, m, qi, g, NULL, 0);
