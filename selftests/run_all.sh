@@ -176,6 +176,7 @@ kvm_suite_cost() {
 	kvm_hostile) echo 60 ;;
 	kvm_vsock) echo 15 ;;
 	kvm_jail) echo 10 ;;
+	kvm_net_dns_hook) echo 5 ;;
 	kvm_mailbox) echo 5 ;;
 	*) echo 60 ;;
 	esac

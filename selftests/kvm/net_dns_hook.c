@@ -62,10 +62,18 @@ static bool asks_for_a(const uint8_t *q, size_t n)
 /* Query msg (n bytes, room for 16 more) answered in place: A gets TEST_HOST. */
 static size_t answer(uint8_t *msg, size_t n)
 {
-	static const uint8_t rr[] = { 0xc0, DNS_HDR_LEN, 0, DNS_TYPE_A,
-				      0,    DNS_CLASS_IN, 0, 0,
-				      TEST_DNS_TTL >> 8, TEST_DNS_TTL & 0xff,
-				      0,    4 };
+	static const uint8_t rr[] = { 0xc0,
+				      DNS_HDR_LEN,
+				      0,
+				      DNS_TYPE_A,
+				      0,
+				      DNS_CLASS_IN,
+				      0,
+				      0,
+				      TEST_DNS_TTL >> 8,
+				      TEST_DNS_TTL & 0xff,
+				      0,
+				      4 };
 
 	msg[2] = 0x81; /* QR, RD */
 	msg[3] = 0x80; /* RA, NOERROR */
@@ -92,7 +100,7 @@ static void *test_dns_serve(void *arg)
 		if (n < DNS_HDR_LEN)
 			break; /* shut down: the test is over */
 		__atomic_add_fetch(&d->got, 1, __ATOMIC_RELAXED);
-		if (memmem(msg, (size_t)n, "\x06denied", 7))
+		if (memmem(msg, (size_t)n, "\006denied", 7))
 			__atomic_add_fetch(&d->got_denied, 1, __ATOMIC_RELAXED);
 		sendto(d->fd, msg, answer(msg, (size_t)n), 0,
 		       (struct sockaddr *)&from, fl);
@@ -183,16 +191,16 @@ static bool hook_lines(struct test_hook *k, struct hook_conn *c)
 		*nl = '\0';
 		at = strstr(c->line, "\"id\": ");
 		pthread_mutex_lock(&k->lock);
-		k->asked_len += (size_t)snprintf(k->asked + k->asked_len,
-						 sizeof(k->asked) -
-							 k->asked_len,
-						 "%s\n", c->line);
+		k->asked_len += (size_t)snprintf(
+			k->asked + k->asked_len,
+			sizeof(k->asked) - k->asked_len, "%s\n", c->line);
 		if (k->asked_len >= sizeof(k->asked))
 			k->asked_len = sizeof(k->asked) - 1;
 		pthread_mutex_unlock(&k->lock);
 		decide(c->line, at ? strtol(at + 6, NULL, 10) : -1, reply,
 		       sizeof(reply));
-		if (write(c->fd, reply, strlen(reply)) != (ssize_t)strlen(reply))
+		if (write(c->fd, reply, strlen(reply)) !=
+		    (ssize_t)strlen(reply))
 			return false;
 		c->got -= (size_t)(nl + 1 - c->line);
 		memmove(c->line, nl + 1, c->got + 1);
@@ -289,8 +297,8 @@ static bool asked(struct test_hook *k, const char *a, const char *b)
 	pthread_mutex_lock(&k->lock);
 	copy = strdup(k->asked);
 	pthread_mutex_unlock(&k->lock);
-	for (line = copy ? strtok_r(copy, "\n", &save) : NULL;
-	     line && !found; line = strtok_r(NULL, "\n", &save))
+	for (line = copy ? strtok_r(copy, "\n", &save) : NULL; line && !found;
+	     line = strtok_r(NULL, "\n", &save))
 		found = strstr(line, a) && strstr(line, b);
 	free(copy);
 	return found;
