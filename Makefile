@@ -96,6 +96,7 @@ core-obj-y += net/netns.o
 core-obj-y += net/policy.o
 core-obj-y += net/policy-parse.o
 core-obj-y += net/bindings.o
+core-obj-y += net/dns-hook.o
 core-obj-y += net/dns-msg.o
 core-obj-y += net/dns.o
 core-obj-y += net/hook-msg.o

@@ -38,6 +38,7 @@ _Static_assert(sizeof(((struct sockaddr_un *)0)->sun_path) > NET_HOOK_PATH_MAX,
 struct question {
 	bool used;
 	bool http; /* a request's (hook__ask_http): params.http_answer */
+	bool line; /* another type's (hook__ask_line): params.line_answer */
 	uint64_t id;
 	uint64_t deadline_ms; /* CLOCK_MONOTONIC */
 	void *cookie;
@@ -204,6 +205,10 @@ static void resolve(struct hook *h, struct question *q, enum net_verdict v,
 
 	q->used = false;
 	h->stats.pending--;
+	if (q->line) {
+		h->p.line_answer(h->p.opaque, cookie, NULL, 0, reason);
+		return;
+	}
 	if (!q->http) {
 		snprintf(d.reason, sizeof(d.reason), "%s", reason);
 		h->p.answer(h->p.opaque, cookie, &d, detail);
@@ -254,7 +259,8 @@ struct asking {
 	unsigned int timeout_ms;
 	const struct net_flow *f;
 	const struct net_ask *flow;	       /* a flow's, or */
-	const struct hook_http_question *http; /* a request's */
+	const struct hook_http_question *http; /* a request's, or */
+	const struct hook_line_question *line; /* another type's */
 };
 
 static int ask(struct hook *h, const struct asking *a, void *cookie,
@@ -288,6 +294,8 @@ static int ask(struct hook *h, const struct asking *a, void *cookie,
 	line = ret ? NULL : (char *)bytequeue__space(&h->out);
 	if (ret)
 		n = ret;
+	else if (a->line)
+		n = a->line->build(line, line_max, h->next_id, a->line->arg);
 	else if (a->http)
 		n = hook_msg__http_question(line, line_max, h->next_id, a->f,
 					    a->http);
@@ -301,6 +309,7 @@ static int ask(struct hook *h, const struct asking *a, void *cookie,
 	bytequeue__commit(&h->out, n);
 	*q = (struct question){ .used = true,
 				.http = a->http,
+				.line = a->line,
 				.id = h->next_id++,
 				.deadline_ms = now + a->timeout_ms,
 				.cookie = cookie };
@@ -337,6 +346,18 @@ int hook__ask_http(struct hook *h, const struct net_flow *f,
 			     .http = q };
 
 	if (!h->p.http_answer)
+		return -EINVAL;
+	return ask(h, &as, cookie, now, id);
+}
+
+int hook__ask_line(struct hook *h, const struct hook_line_question *q,
+		   void *cookie, uint64_t now, uint64_t *id)
+{
+	struct asking as = { .socket = q->socket,
+			     .timeout_ms = q->timeout_ms,
+			     .line = q };
+
+	if (!h->p.line_answer || !q->build)
 		return -EINVAL;
 	return ask(h, &as, cookie, now, id);
 }
@@ -425,6 +446,12 @@ static int answer_line(struct hook *h, const char *line, size_t n)
 		goto out_wipe;
 	}
 	h->stats.answers++;
+	if (q->line) {
+		q->used = false;
+		h->stats.pending--;
+		h->p.line_answer(h->p.opaque, q->cookie, line, n, NULL);
+		goto out_wipe;
+	}
 	if (q->http) {
 		answer_http(h, q, &a, &edits);
 		goto out_wipe;

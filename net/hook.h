@@ -14,12 +14,14 @@
  * the policy's rules did not decide are put to the orchestrator's
  * decision service, one JSON line each way on one Unix stream connection,
  * each question with a deadline. Nothing here blocks and nothing locks:
- * one thread (the proxy's) owns it and runs it from its epoll loop.
+ * one thread owns each client and runs it from its epoll loop (the
+ * proxy's for flows and requests, the DNS resolver's a client of its own).
  *
  *	ret = hook__create(&h, &params);
  *	epoll_ctl(ADD, hook__fd(h), EPOLLIN)    once, in the owner's set
  *	ret = hook__ask(h, f, ask, cookie, now, &id);  a question out
  *	ret = hook__ask_http(h, f, q, cookie, now, &id);  a request's
+ *	ret = hook__ask_line(h, lq, cookie, now, &id);  another type's
  *	hook__cancel(h, id);          the flow went away first
  *	ms = hook__timeout(h, now);   for the owner's epoll_wait
  *	hook__run(h, now);            hook__fd readable, or the timeout
@@ -27,7 +29,8 @@
  *	hook__destroy(h);
  *
  * Every question asked gets exactly one call of params.answer (a
- * request's: params.http_answer), from hook__run (never from hook__ask),
+ * request's: params.http_answer; a line question's: params.line_answer),
+ * from hook__run (never from hook__ask),
  * unless it is cancelled first.
  */
 
@@ -65,6 +68,32 @@ typedef void (*hook_http_answer_fn)(void *opaque, void *cookie, uint64_t id,
 				    const struct net_http_decision *d,
 				    const char *detail);
 
+/*
+ * A question of another type, whose line its asker writes and whose
+ * answer line it reads (hook__ask_line(); the DNS resolver's,
+ * net/dns-hook.c). build writes the question for id into buf (len
+ * bytes), its newline included, no NUL: its length, -ENOSPC, -ENOMEM.
+ */
+typedef int (*hook_line_build_fn)(char *buf, size_t len, uint64_t id,
+				  const void *arg);
+struct hook_line_question {
+	const char *socket; /* the hook's Unix socket */
+	unsigned int timeout_ms;
+	hook_line_build_fn build;
+	const void *arg; /* build's, read during hook__ask_line() only */
+};
+
+/*
+ * Its answer: line (n bytes, its newline left off) is an answer line
+ * with this question's id, a verdict and maybe a reason, as
+ * hook_msg__answer() checks them; the asker reads the rest. Or line
+ * NULL when none came: reason says why (HOOK_TIMEOUT, HOOK_UNREACHABLE,
+ * HOOK_ERROR, HOOK_CHANGED). The line is wiped after the call.
+ */
+typedef void (*hook_line_answer_fn)(void *opaque, void *cookie,
+				    const char *line, size_t n,
+				    const char *reason);
+
 /* An HTTP request put to the hook (hook__ask_http()). */
 struct hook_http_question {
 	const char *socket; /* the hook's Unix socket */
@@ -86,6 +115,7 @@ struct hook_http_question {
 struct hook_params {
 	hook_answer_fn answer;
 	hook_http_answer_fn http_answer; /* NULL: hook__ask_http refused */
+	hook_line_answer_fn line_answer; /* NULL: hook__ask_line refused */
 	void *opaque;
 	unsigned int max_pending; /* 0: HOOK_MAX_PENDING */
 };
@@ -130,6 +160,14 @@ int __must_check hook__ask(struct hook *h, const struct net_flow *f,
  */
 int __must_check hook__ask_http(struct hook *h, const struct net_flow *f,
 				const struct hook_http_question *q,
+				void *cookie, uint64_t now, uint64_t *id);
+/*
+ * Puts question q to the hook at q->socket, as hook__ask does a flow
+ * (the same connection, deadline and errors); its answer comes through
+ * params.line_answer. -EINVAL without one.
+ */
+int __must_check hook__ask_line(struct hook *h,
+				const struct hook_line_question *q,
 				void *cookie, uint64_t now, uint64_t *id);
 /* hook__ask's error as a reason: HOOK_BUSY, HOOK_ERROR, HOOK_UNREACHABLE. */
 const char *hook__failure(int err);

@@ -200,6 +200,14 @@ const char *net_policy__hook(const struct net_policy *p,
 	return p ? p->hook_socket : NULL;
 }
 
+const char *net_policy__dns_hook(const struct net_policy *p,
+				 unsigned int *timeout_ms)
+{
+	if (p && p->has_dns)
+		p = NULL; /* a static dns rule decides */
+	return net_policy__hook(p, timeout_ms);
+}
+
 /* What a refused request gets (RFC 9110 15.5.4, 15.5.20). */
 #define HTTP_STATUS_FORBIDDEN	403U
 #define HTTP_STATUS_MISDIRECTED 421U

@@ -139,6 +139,21 @@ const char *net_policy__hook(const struct net_policy *p,
 			     unsigned int *timeout_ms);
 
 /*
+ * The hook the DNS resolver asks (Documentation/network.md, "DNS
+ * through the hook"): the policy's hook socket when the policy has a
+ * hook and no "dns" key (a "dns" key, even with no resolvers, is a
+ * static rule and decides alone); else NULL.
+ */
+const char *net_policy__dns_hook(const struct net_policy *p,
+				 unsigned int *timeout_ms);
+/*
+ * A resolver's address "A.B.C.D" or "A.B.C.D:PORT" (port 53 when not
+ * given) into *sa, as "dns.resolvers" takes it: NULL, or why it is not
+ * one ("is not a unicast address", ...).
+ */
+const char *net_policy__parse_resolver(const char *s, struct sockaddr_in *sa);
+
+/*
  * Trusted hostname -> IPv4 bindings, from this VM's DNS answers: a
  * bounded table, each binding kept for its answer's TTL clamped to
  * [NET_BINDING_MIN_TTL_S, NET_BINDING_MAX_TTL_S]. Names are compared

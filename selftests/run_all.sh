@@ -180,6 +180,7 @@ kvm_suite_cost() {
 	kvm_intercept_ca) echo 20 ;;
 	kvm_vsock) echo 15 ;;
 	kvm_jail) echo 10 ;;
+	kvm_net_dns_hook) echo 5 ;;
 	kvm_mailbox) echo 5 ;;
 	docs.sh) echo 120 ;;
 	*) echo 60 ;;
