@@ -1636,6 +1636,66 @@ static void dirent_names(const uint8_t *buf, int len, char *out, size_t size)
 	}
 }
 
+/*
+ * --stream: the same tree over SOCK_STREAM, found by the backend at
+ * connect; a 128 KiB write and read go through in parts. Killed and
+ * started again: the next request reaches the new process, which learns
+ * the session from the replayed FUSE_INIT.
+ */
+TEST_F(example, stream_mode_and_restart)
+{
+	enum { SIZE = 128 * 1024 };
+	struct fuse_create_in ci = { .flags = O_RDWR, .mode = S_IFREG | 0644 };
+	struct fuse_write_in wi = { .size = SIZE };
+	struct {
+		struct fuse_entry_out e;
+		struct fuse_open_out o;
+	} co;
+	struct fuse_entry_out e;
+	uint8_t arg[sizeof(ci) + 8];
+	char *data = malloc(SIZE), *back = malloc(SIZE);
+	char buf[256];
+
+	ASSERT_NE(NULL, data);
+	ASSERT_NE(NULL, back);
+	for (int i = 0; i < SIZE; i++)
+		data[i] = (char)('a' + i % 23);
+	start_server(_metadata, self, "--stream", NULL);
+	example_connect(_metadata, self, NO_TIMEOUT_MS);
+	ASSERT_LT(0, do_init(_metadata, self, NULL));
+	ASSERT_LT(0, lookup(_metadata, self, FUSE_ROOT_ID, "hello.txt", &e));
+	ASSERT_EQ((int)strlen(HELLO),
+		  read_file(_metadata, self, e.nodeid, 0, buf, sizeof(buf)));
+	EXPECT_EQ(0, memcmp(buf, HELLO, strlen(HELLO)));
+	memcpy(arg, &ci, sizeof(ci));
+	memcpy(arg + sizeof(ci), "big", 4);
+	ASSERT_EQ((int)sizeof(co),
+		  call_ok(_metadata, self, FUSE_CREATE, FUSE_ROOT_ID, arg,
+			  sizeof(ci) + 4, NULL, 0, &co, sizeof(co)));
+	ASSERT_EQ((int)sizeof(struct fuse_write_out),
+		  call_ok(_metadata, self, FUSE_WRITE, co.e.nodeid, &wi,
+			  sizeof(wi), data, SIZE, buf,
+			  sizeof(struct fuse_write_out)));
+	ASSERT_EQ(SIZE, read_file(_metadata, self, co.e.nodeid, 0, back,
+				  SIZE));
+	EXPECT_EQ(0, memcmp(data, back, SIZE));
+
+	/* Killed: EIO while nothing listens; started again: served. */
+	kill(self->pid, SIGKILL);
+	waitpid(self->pid, NULL, 0);
+	self->pid = 0;
+	EXPECT_EQ(-EIO, lookup(_metadata, self, FUSE_ROOT_ID, "hello.txt", &e));
+	/* start_server() waits for the path: not the dead server's. */
+	unlink(self->path);
+	start_server(_metadata, self, "--stream", NULL);
+	sleep_ms(VIRTUAL_FS_RETRY_MS + 50);
+	ASSERT_LT(0, lookup(_metadata, self, FUSE_ROOT_ID, "hello.txt", &e));
+	ASSERT_EQ((int)strlen(HELLO),
+		  read_file(_metadata, self, e.nodeid, 0, buf, sizeof(buf)));
+	free(data);
+	free(back);
+}
+
 TEST_F(example, readdir_readlink_subdir)
 {
 	struct fuse_open_in oi = { 0 };
