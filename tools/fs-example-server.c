@@ -86,7 +86,7 @@ struct server {
 	unsigned long received;
 	long die_after; /* -1: never */
 	unsigned long served;
-	bool stream; /* SOCK_STREAM: messages framed by their len */
+	bool stream;	   /* SOCK_STREAM: messages framed by their len */
 	uint8_t *in, *out; /* MSG_MAX each */
 };
 

@@ -105,10 +105,10 @@ struct virtual_fs {
 	struct vreq *unsent; /* the first on pending not sent, or NULL */
 	struct vreq *hash[VIRTUAL_FS_HASH_SIZE];
 	unsigned int nr_sent;
-	bool dead;	      /* no connection: the next request makes one */
-	uint64_t retry_at;    /* no new connection before (CLOCK_MONOTONIC) */
-	bool replay_wait;     /* the replayed FUSE_INIT is unanswered */
-	uint8_t *out;	      /* FS_FORWARD_MAX: bytes to send first */
+	bool dead;	   /* no connection: the next request makes one */
+	uint64_t retry_at; /* no new connection before (CLOCK_MONOTONIC) */
+	bool replay_wait;  /* the replayed FUSE_INIT is unanswered */
+	uint8_t *out;	   /* FS_FORWARD_MAX: bytes to send first */
 	size_t out_len, out_off;
 	uint8_t init[VIRTUAL_FS_INIT_MAX]; /* the guest's last FUSE_INIT */
 	size_t init_len;		   /* 0: none kept */
@@ -382,7 +382,8 @@ static void flush_sends(struct virtual_fs *v, struct list_head *done)
 			/* A stream took a part: the rest is the backend's. */
 			v->out_len = e->req->len - (size_t)n;
 			v->out_off = 0;
-			memcpy(v->out, (const uint8_t *)e->req->msg + n, v->out_len);
+			memcpy(v->out, (const uint8_t *)e->req->msg + n,
+			       v->out_len);
 		}
 		v->unsent = pending_next(v, e);
 		if (e->no_reply) {

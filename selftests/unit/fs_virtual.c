@@ -974,9 +974,11 @@ static void fake_accept(struct __test_metadata *_metadata,
 static void fake_init(struct __test_metadata *_metadata,
 		      FIXTURE_DATA(fake) * self, struct treq **init)
 {
-	struct fuse_init_in in = { .major = 7, .minor = 31,
+	struct fuse_init_in in = { .major = 7,
+				   .minor = 31,
 				   .max_readahead = 65536 };
-	struct fuse_init_out out = { .major = 7, .minor = 31,
+	struct fuse_init_out out = { .major = 7,
+				     .minor = 31,
 				     .max_write = 65536 };
 
 	*init = treq_new(FUSE_INIT, 0, 1, &in, sizeof(in), NULL, 0,
@@ -1676,8 +1678,7 @@ TEST_F(example, stream_mode_and_restart)
 		  call_ok(_metadata, self, FUSE_WRITE, co.e.nodeid, &wi,
 			  sizeof(wi), data, SIZE, buf,
 			  sizeof(struct fuse_write_out)));
-	ASSERT_EQ(SIZE, read_file(_metadata, self, co.e.nodeid, 0, back,
-				  SIZE));
+	ASSERT_EQ(SIZE, read_file(_metadata, self, co.e.nodeid, 0, back, SIZE));
 	EXPECT_EQ(0, memcmp(data, back, SIZE));
 
 	/* Killed: EIO while nothing listens; started again: served. */
@@ -1694,6 +1695,105 @@ TEST_F(example, stream_mode_and_restart)
 		  read_file(_metadata, self, e.nodeid, 0, buf, sizeof(buf)));
 	free(data);
 	free(back);
+}
+
+/* Documentation/virtual-fs.md, from the top of the tree or of the build. */
+static FILE *open_doc(void)
+{
+	char self[PATH_MAX], path[PATH_MAX + 32];
+	FILE *f = fopen("Documentation/virtual-fs.md", "r");
+	ssize_t n;
+	char *s;
+
+	if (f)
+		return f;
+	/* build/selftests/fs_virtual -> the tree above build/ */
+	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	self[n > 0 ? n : 0] = '\0';
+	for (int i = 0; i < 3; i++) {
+		s = strrchr(self, '/');
+		if (s)
+			*s = '\0';
+	}
+	snprintf(path, sizeof(path), "%s/Documentation/virtual-fs.md", self);
+	return fopen(path, "r");
+}
+
+/*
+ * The Python stream server of Documentation/virtual-fs.md, as it stands:
+ * the block after "<!-- stream-example -->" is run with python3 and
+ * serves its tree through the backend (found to be a stream at connect),
+ * then is killed and started again and serves the same node ids.
+ */
+TEST_F(example, doc_python_stream_server)
+{
+	static const char mark[] = "<!-- stream-example -->\n```python\n";
+	struct fuse_read_in ri = { .size = 4096 };
+	char *doc = calloc(1, 1 << 20), *code, *end, script[160], buf[256];
+	struct fuse_entry_out e, a;
+	size_t n;
+	FILE *f;
+
+	if (access("/usr/bin/python3", X_OK))
+		SKIP(return, "no /usr/bin/python3 to run the example");
+	ASSERT_NE(NULL, doc);
+	f = open_doc();
+	ASSERT_NE(NULL, f) TH_LOG("Documentation/virtual-fs.md not found");
+	n = fread(doc, 1, (1 << 20) - 1, f);
+	fclose(f);
+	doc[n] = '\0';
+	code = strstr(doc, mark);
+	ASSERT_NE(NULL, code) TH_LOG("no stream-example block");
+	code += strlen(mark);
+	end = strstr(code, "\n```");
+	ASSERT_NE(NULL, end);
+	end[1] = '\0';
+	snprintf(script, sizeof(script), "%s/serve.py", self->dir);
+	f = fopen(script, "w");
+	ASSERT_NE(NULL, f);
+	fputs(code, f);
+	ASSERT_EQ(0, fclose(f));
+	free(doc);
+
+	for (int round = 0; round < 2; round++) {
+		self->pid = fork();
+		ASSERT_LE(0, self->pid);
+		if (self->pid == 0) {
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			execl("/usr/bin/python3", "python3", script, self->path,
+			      NULL);
+			_exit(127);
+		}
+		for (int i = 0; i < 500 && access(self->path, F_OK); i++)
+			sleep_ms(10);
+		ASSERT_EQ(0, access(self->path, F_OK))
+		TH_LOG("the example does not listen");
+		if (!round) {
+			example_connect(_metadata, self, NO_TIMEOUT_MS);
+			ASSERT_LT(0, do_init(_metadata, self, NULL));
+		} else {
+			sleep_ms(VIRTUAL_FS_RETRY_MS + 50);
+		}
+		ASSERT_LT(0, lookup(_metadata, self, FUSE_ROOT_ID, "hello.txt",
+				    &e));
+		ASSERT_EQ(18, read_file(_metadata, self, e.nodeid, 0, buf,
+					sizeof(buf)));
+		EXPECT_EQ(0, memcmp(buf, "hello from python\n", 18));
+		ASSERT_LT(0, lookup(_metadata, self, FUSE_ROOT_ID, "dir", &e));
+		ASSERT_LT(0, lookup(_metadata, self, e.nodeid, "a.txt", &a));
+		ASSERT_LT(0,
+			  call_ok(_metadata, self, FUSE_READDIR, FUSE_ROOT_ID,
+				  &ri, sizeof(ri), NULL, 0, buf, sizeof(buf)));
+		EXPECT_TRUE(memmem(buf, sizeof(buf), "hello.txt", 9));
+		EXPECT_TRUE(memmem(buf, sizeof(buf), "dir", 3));
+		/* Killed: EIO while its socket file stays dead. */
+		kill(self->pid, SIGKILL);
+		waitpid(self->pid, NULL, 0);
+		self->pid = 0;
+		EXPECT_EQ(-EIO, lookup(_metadata, self, FUSE_ROOT_ID,
+				       "hello.txt", &e));
+		unlink(self->path);
+	}
 }
 
 TEST_F(example, readdir_readlink_subdir)
