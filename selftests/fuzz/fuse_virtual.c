@@ -106,8 +106,8 @@ static void listen_once(void)
 	atexit(remove_dir);
 	memcpy(sa.sun_path, path, strlen(path));
 	/* Nonblocking: the backend's connect() is queued before accept. */
-	listener = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK,
-			  0);
+	listener = socket(AF_UNIX,
+			  SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	fuzz_check(listener >= 0);
 	fuzz_check(!bind(listener, (struct sockaddr *)&sa, sizeof(sa)));
 	fuzz_check(!listen(listener, 4));
