@@ -78,6 +78,7 @@ core-obj-y += devices/block/disk.o
 core-obj-y += devices/fs/fuse.o
 core-obj-y += devices/fs/fuse-ops.o
 core-obj-y += devices/fs/virtual.o
+core-obj-y += devices/fs/virtual-wire.o
 core-obj-y += devices/fs/memfs.o
 core-obj-y += devices/fs/memfs-store.o
 core-obj-y += devices/fs/memfs-data.o

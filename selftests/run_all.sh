@@ -178,6 +178,7 @@ kvm_suite_cost() {
 	kvm_hostile) echo 60 ;;
 	kvm_seams_guest) echo 60 ;;
 	kvm_intercept_ca) echo 20 ;;
+	kvm_virtual_stream) echo 20 ;;
 	kvm_vsock) echo 15 ;;
 	kvm_jail) echo 10 ;;
 	kvm_net_dns_hook) echo 5 ;;
