@@ -234,8 +234,8 @@ static int http_context(json_t *o, const struct net_flow *f,
 					   q->sni ? strlen(q->sni) : 0),
 				"alpn",
 				q->alpn ? json_string(q->alpn) : json_null());
-	dst = json_pack("{s:o, s:o, s:o}", "src", endpoint_json(&f->src),
-			"dst", endpoint_json(&f->dst), "hostname",
+	dst = json_pack("{s:o, s:o, s:o}", "src", endpoint_json(&f->src), "dst",
+			endpoint_json(&f->dst), "hostname",
 			bytes_json(q->host, strlen(q->host)));
 	if (q->flow)
 		ret |= json_object_set_new(o, "flow",
@@ -254,9 +254,9 @@ int hook_msg__http_question(char *buf, size_t len, uint64_t id,
 {
 	char src[HOOK_ADDR_STRLEN], dst[HOOK_ADDR_STRLEN];
 	/* The host in "host", "url", "destination" and "tls" (its SNI). */
-	size_t fixed = HOOK_HTTP_FIXED +
-		       2 * (q->path_len + 4 * strlen(q->host) +
-			    strlen(q->method));
+	size_t fixed =
+		HOOK_HTTP_FIXED +
+		2 * (q->path_len + 4 * strlen(q->host) + strlen(q->method));
 	json_t *o, *fields = json_array(), *omitted = json_array();
 	bool truncated;
 	int ret;

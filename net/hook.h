@@ -43,7 +43,7 @@
 #define HOOK_BUSY	 "hook busy"
 #define HOOK_CHANGED	 "hook changed"
 #define HOOK_INVALID	 "hook answer invalid" /* a grant-http's fields */
-#define HOOK_GRANT_HTTP	 NET_HOOK_GRANT_HTTP /* a flow's, intercepted */
+#define HOOK_GRANT_HTTP	 NET_HOOK_GRANT_HTTP   /* a flow's, intercepted */
 
 /*
  * A question's answer: d is NET_VERDICT_ALLOW or NET_VERDICT_DENY with
@@ -79,8 +79,8 @@ struct hook_http_question {
 	const char *host; /* the trusted hostname */
 	uint16_t port;
 	bool tls;
-	const char *sni;      /* tls: the guest's server name */
-	const char *alpn;     /* tls: the protocol it chose by ALPN; NULL: none */
+	const char *sni;  /* tls: the guest's server name */
+	const char *alpn; /* tls: the protocol it chose by ALPN; NULL: none */
 	const char *protocol; /* "HTTP/1.1", "HTTP/1.0", "h2" */
 	const char *method;
 	const char *path; /* from the path on (origin form) */

@@ -224,7 +224,8 @@ static void hook_answered(void *opaque, void *cookie,
 {
 	struct proxy *p = opaque;
 	uintptr_t c = (uintptr_t)cookie, tcp = (uintptr_t)p->tcp;
-	bool is_tcp = c >= tcp && c < tcp + p->p.max_tcp_flows * sizeof(*p->tcp);
+	bool is_tcp =
+		c >= tcp && c < tcp + p->p.max_tcp_flows * sizeof(*p->tcp);
 	struct net_decision d = *answer;
 	uint64_t gen;
 

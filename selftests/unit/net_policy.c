@@ -1450,7 +1450,8 @@ TEST(http_request_of_a_hook_flow)
 	EXPECT_EQ(0, d.nr_headers);
 	EXPECT_EQ(0, d.response_ms);
 	/* The policy replaced by one without a hook: no grant. */
-	EXPECT_EQ(DENY, decide_http(none, b, "api.example.test", 80, false, &d));
+	EXPECT_EQ(DENY,
+		  decide_http(none, b, "api.example.test", 80, false, &d));
 	EXPECT_EQ(403, d.status);
 	EXPECT_STREQ("http no grant", d.reason);
 	/* The same policy, a static grant's flow: no grant covers it. */
