@@ -68,11 +68,14 @@ struct net_decision {
 	 * the flow's request questions carry; http_tls_auto: the guest's
 	 * first bytes say TLS or clear text ("tls": "auto"), else http_tls
 	 * does; hook_each_request: every request is put to the hook ("ask":
-	 * "request"), else none is ("connection").
+	 * "request"), else none is ("connection"); http_host: the name the
+	 * hook pinned it to ("host"; "": any name DNS binds to it).
 	 */
 	uint64_t hook_flow;
 	bool http_tls_auto;
 	bool hook_each_request;
+	/* The hook's "host": the one name its requests may give; "": any. */
+	char http_host[NET_HOSTNAME_MAX + 1];
 };
 
 /* The reason of a flow the hook's "grant-http" intercepts, and its requests'. */
@@ -126,6 +129,7 @@ struct net_http_decision {
 	 */
 	uint64_t hook_flow;
 	bool hook_flow_each;
+	char hook_host[NET_HOSTNAME_MAX + 1]; /* its "host"; "": any bound */
 };
 
 /*

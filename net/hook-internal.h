@@ -61,6 +61,8 @@ struct hook_answer {
 	enum hook_tls tls;
 	bool each_request;
 	const char *flow_invalid;
+	/* "host", normalized: the flow's one name; "": any it is bound to. */
+	char host[NET_HOSTNAME_MAX + 1];
 	/* The verdict's text as sent, cut short: for the log. */
 	char verdict_text[HOOK_DETAIL_MAX];
 	/* "reason", printable ASCII only (others become '?'), cut short. */
@@ -81,7 +83,7 @@ int __must_check hook_msg__question(char *buf, size_t len, uint64_t id,
  * -EBADMSG when it is not an answer (not a JSON object, "id" or "flow"
  * not an integer from 1 to 2^53 - 1, "verdict" not a string, "reason"
  * there and not a string, a key twice). Other keys are left alone, but
- * for a "grant-http": "tls" and "ask" (struct hook_answer), and its
+ * for a "grant-http": "tls", "ask" and "host" (struct hook_answer), and its
  * "set" (an object of field name to value, each value's characters
  * U+0000 to U+00FF one byte each) and "remove" (an array of field names)
  * into *edits (NULL: not read): NET_VERDICT_ALLOW, each field's name in

@@ -17,6 +17,7 @@
 #include <sys/types.h>
 
 #include "net/hook-internal.h"
+#include "net/policy.h"
 
 /* "255.255.255.255:65535" and its NUL. */
 #define HOOK_ADDR_STRLEN (INET_ADDRSTRLEN + sizeof(":65535") - 1)
@@ -437,7 +438,9 @@ static void read_flow_grant(json_t *o, struct hook_answer *a)
 {
 	json_t *tls = json_object_get(o, "tls");
 	json_t *ask = json_object_get(o, "ask");
+	json_t *host = json_object_get(o, "host");
 	const char *t = json_string_value(tls), *k = json_string_value(ask);
+	bool wildcard;
 
 	a->tls = HOOK_TLS_AUTO;
 	a->each_request = true;
@@ -449,6 +452,10 @@ static void read_flow_grant(json_t *o, struct hook_answer *a)
 		a->each_request = false;
 	else if (ask && !(k && !strcmp(k, "request")))
 		a->flow_invalid = "ask not \"request\" or \"connection\"";
+	if (host && (!json_is_string(host) ||
+		     net_hostname__normalize(json_string_value(host), a->host,
+					     false, &wildcard)))
+		a->flow_invalid = "host not a hostname";
 	if (json_object_get(o, "set") || json_object_get(o, "remove"))
 		a->flow_invalid = "set or remove in a flow's grant-http";
 }

@@ -426,6 +426,7 @@ static void grant_flow_http(struct hook *h, struct question *q,
 	q->used = false;
 	h->stats.pending--;
 	snprintf(d.reason, sizeof(d.reason), "%s", HOOK_GRANT_HTTP);
+	snprintf(d.http_host, sizeof(d.http_host), "%s", a->host);
 	h->p.answer(h->p.opaque, cookie, &d, a->reason);
 }
 

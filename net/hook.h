@@ -49,7 +49,8 @@
  * A question's answer: d is NET_VERDICT_ALLOW or NET_VERDICT_DENY with
  * one of the reasons above, or NET_VERDICT_HTTP (HOOK_GRANT_HTTP: the
  * hook's "grant-http", d->hook_flow the question's id, d->http_tls,
- * d->http_tls_auto and d->hook_each_request as it said); detail is the
+ * d->http_tls_auto, d->hook_each_request and d->http_host as it said);
+ * detail is the
  * hook's own reason text ("" when it gave none, or for a failure ours;
  * HOOK_INVALID: which rule the answer broke), printable ASCII. The
  * callback may cancel questions, not ask new ones.

@@ -44,6 +44,8 @@ void intercept__decide(struct intercept *ic, const char *host,
 					 .hook_flow = ic->hook_flow,
 					 .hook_flow_each =
 						 ic->hook_each_request };
+
+	snprintf(d->hook_host, sizeof(d->hook_host), "%s", ic->hook_host);
 	ic->ops.decide(ic->ops.decide_opaque, &ic->flow, host, ic->verified, d);
 	d->reason[sizeof(d->reason) - 1] = '\0';
 	if (!d->reason[0])

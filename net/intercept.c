@@ -1131,6 +1131,8 @@ int intercept__create(struct intercept **out, const struct intercept_params *p)
 	ic->tls_auto = p->tls && p->tls_auto;
 	ic->hook_flow = p->hook_flow;
 	ic->hook_each_request = p->hook_each_request;
+	snprintf(ic->hook_host, sizeof(ic->hook_host), "%s",
+		 p->hook_host ? p->hook_host : "");
 	ic->response_ms =
 		p->response_ms ? p->response_ms : INTERCEPT_RESPONSE_MS;
 	ic->ops = *p->ops;

@@ -133,6 +133,7 @@ struct intercept_params {
 	 */
 	uint64_t hook_flow;
 	bool hook_each_request; /* its requests put to the hook each */
+	const char *hook_host;	/* the one name it may give; NULL, "": any */
 };
 
 struct intercept;

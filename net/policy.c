@@ -410,6 +410,9 @@ void net_policy__decide_http(const struct net_policy *p,
 	if (!verified && !(b && net_bindings__match(b, name, false, dst)))
 		return http_refuse(d, HTTP_STATUS_MISDIRECTED,
 				   "http host mismatch");
+	if (d->hook_flow && d->hook_host[0] && strcmp(name, d->hook_host))
+		return http_refuse(d, HTTP_STATUS_MISDIRECTED,
+				   "http host mismatch");
 	if (d->hook_flow)
 		return http_hook_flow(p, d);
 	for (unsigned int i = 0; p && i < p->nr_http; i++) {

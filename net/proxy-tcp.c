@@ -390,6 +390,7 @@ static void tcp_intercept(struct proxy *p, struct tcp_flow *t, int fd,
 		.tls_auto = d->http_tls_auto,
 		.hook_flow = d->hook_flow,
 		.hook_each_request = d->hook_each_request,
+		.hook_host = d->http_host,
 	};
 	int ret;
 

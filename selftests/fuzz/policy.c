@@ -95,6 +95,7 @@ static void decide_all(const struct net_policy *p, const struct net_bindings *b)
 					/* The inputs: a static grant's flow. */
 					hd->hook_flow = 0;
 					hd->hook_flow_each = false;
+					hd->hook_host[0] = '\0';
 					net_policy__decide_http(p, &f, hosts[h],
 								h == 1, b, hd);
 					check_http(hd);

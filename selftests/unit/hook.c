@@ -568,6 +568,10 @@ static const struct {
 	{ "\"tls\": true, \"set\": {\"x-a\": \"v\"}", HOOK_TLS_YES, true,
 	  false },
 	{ "\"tls\": true, \"remove\": []", HOOK_TLS_YES, true, false },
+	{ "\"host\": \"Api.Example.Test.\"", HOOK_TLS_AUTO, true, true },
+	{ "\"host\": \"*.example.test\"", HOOK_TLS_AUTO, true, false },
+	{ "\"host\": \"192.0.2.1\"", HOOK_TLS_AUTO, true, false },
+	{ "\"host\": [\"a.test\"]", HOOK_TLS_AUTO, true, false },
 };
 
 /* A flow's grant-http: "tls" and "ask" read, junk in them flagged. */
@@ -591,6 +595,8 @@ TEST(flow_grant_http_read)
 		EXPECT_EQ(flow_grants[i].tls, a.tls) TH_LOG("%s", l);
 		EXPECT_EQ(flow_grants[i].each_request, a.each_request)
 		TH_LOG("%s", l);
+		EXPECT_STREQ(strstr(l, "host") ? "api.example.test" : "",
+			     a.host);
 	}
 }
 
@@ -974,7 +980,7 @@ TEST_F(hk, flow_grant_http_intercepts)
 	id = question_id(_metadata, &self->fh);
 	snprintf(line, sizeof(line),
 		 "{\"id\": %lld, \"verdict\": \"grant-http\", \"tls\": true, "
-		 "\"ask\": \"request\"}\n",
+		 "\"ask\": \"request\", \"host\": \"api.example.test\"}\n",
 		 id);
 	ASSERT_EQ(0, fakehook__send(&self->fh, line));
 	ASSERT_TRUE(run_until(self->hook, &self->answers, 2));
@@ -983,6 +989,7 @@ TEST_F(hk, flow_grant_http_intercepts)
 	EXPECT_TRUE(d->http_tls);
 	EXPECT_FALSE(d->http_tls_auto);
 	EXPECT_TRUE(d->hook_each_request);
+	EXPECT_STREQ("api.example.test", d->http_host);
 
 	ask(_metadata, self, self->fh.path, LONG_MS, &cookie3);
 	id = question_id(_metadata, &self->fh);

@@ -1223,6 +1223,7 @@ static void secret_file(struct __test_metadata *_metadata, char *path,
 /* A hook's grant-http flow for decide_http() (0: a static grant's). */
 static uint64_t test_hook_flow;
 static bool test_hook_flow_each;
+static const char *test_hook_host = "";
 
 /* The request to API_ADDR:port naming host: d filled. */
 static enum net_verdict decide_http(const struct net_policy *p,
@@ -1244,6 +1245,7 @@ static enum net_verdict decide_http(const struct net_policy *p,
 	/* The inputs: a static grant's flow (0), unless the test says. */
 	d->hook_flow = test_hook_flow;
 	d->hook_flow_each = test_hook_flow_each;
+	snprintf(d->hook_host, sizeof(d->hook_host), "%s", test_hook_host);
 	net_policy__decide_http(p, &f, host, verified, b, d);
 	return d->verdict;
 }
@@ -1443,6 +1445,18 @@ TEST(http_request_of_a_hook_flow)
 	EXPECT_STREQ("http host mismatch", d.reason);
 	EXPECT_EQ(DENY, decide_http(p, b, API_ADDR, 443, false, &d));
 	EXPECT_STREQ("http host not a name", d.reason);
+	/* Pinned to one name ("host"): another bound there is a mismatch. */
+	ASSERT_EQ(0, net_bindings__insert(b, "www.example.test", ip(API_ADDR),
+					  60));
+	test_hook_host = "api.example.test";
+	EXPECT_EQ(NET_VERDICT_ASK,
+		  decide_http(p, b, "API.example.test", 443, false, &d));
+	EXPECT_EQ(DENY, decide_http(p, b, "www.example.test", 443, false, &d));
+	EXPECT_EQ(421, d.status);
+	EXPECT_STREQ("http host mismatch", d.reason);
+	test_hook_host = "";
+	EXPECT_EQ(NET_VERDICT_ASK,
+		  decide_http(p, b, "www.example.test", 443, false, &d));
 	/* "ask": "connection": allowed, nothing set, no question. */
 	test_hook_flow_each = false;
 	ASSERT_EQ(ALLOW, decide_http(p, b, "api.example.test", 80, false, &d));
