@@ -1879,4 +1879,31 @@ TEST_F_TIMEOUT(ic, hook_flow_grant_http_tls_auto, 60)
 	EXPECT_EQ(1, s.http_allowed);
 }
 
+/*
+ * "host" pins the flow to one name: a TLS server name that is another
+ * name DNS binds to the same address is refused before any certificate
+ * or upstream connection, with no request question.
+ */
+TEST_F_TIMEOUT(ic, hook_flow_host_pins_the_name, 60)
+{
+	struct proxy_stats s;
+	struct tls_conn *g;
+	int gfd;
+
+	hook_only_policy(_metadata, self);
+	g = guest_tls(_metadata, self, "other.example.test", &gfd);
+	ASSERT_EQ(0, fakehook__accept(&self->fh));
+	hook_grant_flow(_metadata, &self->fh,
+			"\"tls\": true, \"ask\": \"request\", \"host\": "
+			"\"" API_HOST "\"");
+	EXPECT_NE(0, tls_handshake(g, gfd));
+	tls_conn__free(g);
+	close(gfd);
+	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, refused_at_least, 1, &s));
+	EXPECT_EQ(1, http_reason(&s, "http host mismatch"));
+	EXPECT_EQ(0, s.http_allowed);
+	EXPECT_EQ(1, s.hook.questions);
+	EXPECT_FALSE(vmnet__wait_for(self->api_tls, POLLIN, 0));
+}
+
 TEST_HARNESS_MAIN
