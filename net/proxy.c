@@ -126,7 +126,6 @@ void proxy__log_flow(struct proxy *p, const char *what,
 		detail[0] ? ")" : "");
 }
 
-/* Asks the policy; a decision without a reason gets one. */
 /*
  * An http grant's flow (the policy's or the hook's) the proxy cannot
  * intercept is denied: never relayed as it is. "tls": "auto" without
@@ -144,6 +143,7 @@ void proxy__http_usable(struct proxy *p, const struct net_flow *f,
 		deny(d, "http tls unavailable");
 }
 
+/* Asks the policy; a decision without a reason gets one. */
 void proxy__ask_policy(struct proxy *p, const struct net_flow *f,
 		       struct net_decision *d)
 {
