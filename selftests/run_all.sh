@@ -168,7 +168,7 @@ kvm_suite_cost() {
 	case ${1##*/} in
 	kvm_control) echo 290 ;;
 	kvm_net) echo 185 ;;
-	kvm_net_hook) echo 120 ;;
+	kvm_net_hook) echo 35 ;;
 	kvm_virtiofs) echo 115 ;;
 	kvm_rootfs) echo 105 ;;
 	kvm_operator) echo 100 ;;
