@@ -39,18 +39,23 @@
 /* The reasons of the decisions it gives, for the counters and the log. */
 #define HOOK_GRANT	 "hook grant"
 #define HOOK_DENY	 "hook deny"
-#define HOOK_UNKNOWN	 "hook verdict unknown" /* or grant-http to a flow */
+#define HOOK_UNKNOWN	 "hook verdict unknown"
 #define HOOK_TIMEOUT	 "hook timeout"
 #define HOOK_UNREACHABLE "hook unreachable"
 #define HOOK_ERROR	 "hook error"
 #define HOOK_BUSY	 "hook busy"
 #define HOOK_CHANGED	 "hook changed"
 #define HOOK_INVALID	 "hook answer invalid" /* a grant-http's fields */
+#define HOOK_GRANT_HTTP	 NET_HOOK_GRANT_HTTP   /* a flow's, intercepted */
 
 /*
  * A question's answer: d is NET_VERDICT_ALLOW or NET_VERDICT_DENY with
- * one of the reasons above; detail is the hook's own reason text (""
- * when it gave none, or for a failure ours), printable ASCII. The
+ * one of the reasons above, or NET_VERDICT_HTTP (HOOK_GRANT_HTTP: the
+ * hook's "grant-http", d->hook_flow the question's id, d->http_tls,
+ * d->http_tls_auto, d->hook_each_request and d->http_host as it said);
+ * detail is the
+ * hook's own reason text ("" when it gave none, or for a failure ours;
+ * HOOK_INVALID: which rule the answer broke), printable ASCII. The
  * callback may cancel questions, not ask new ones.
  */
 typedef void (*hook_answer_fn)(void *opaque, void *cookie,
@@ -98,10 +103,14 @@ typedef void (*hook_line_answer_fn)(void *opaque, void *cookie,
 struct hook_http_question {
 	const char *socket; /* the hook's Unix socket */
 	unsigned int timeout_ms;
-	unsigned int grant; /* the http grant's index */
-	const char *host;   /* the trusted hostname */
+	unsigned int grant; /* the http grant's index, when flow is 0 */
+	/* The hook's "grant-http" of the flow: its question's id; 0: none. */
+	uint64_t flow;
+	const char *host; /* the trusted hostname */
 	uint16_t port;
 	bool tls;
+	const char *sni;  /* tls: the guest's server name */
+	const char *alpn; /* tls: the protocol it chose by ALPN; NULL: none */
 	const char *protocol; /* "HTTP/1.1", "HTTP/1.0", "h2" */
 	const char *method;
 	const char *path; /* from the path on (origin form) */

@@ -120,7 +120,14 @@ void net_policy__decide(const struct net_policy *p, const struct net_flow *f,
  * (not bound there), 403 "http no grant", or 403 and the reason the flow
  * is always denied. A grant that asks the hook ("ask", or a field "from":
  * "hook") answers NET_VERDICT_ASK instead of ALLOW, with its own fields,
- * the hook's marked, and the policy's hook socket and deadline.
+ * the hook's marked, and the policy's hook socket and deadline. A flow
+ * the hook's "grant-http" intercepts (d->hook_flow set by the caller):
+ * host checked the same way (and it must be d->hook_host when that is
+ * set: else 421 "http host mismatch"), then no grant is looked for:
+ * NET_VERDICT_ASK
+ * with the hook's socket and deadline when d->hook_flow_each, else ALLOW
+ * with no field, NET_HOOK_GRANT_HTTP; 403 "http no grant" when the policy
+ * has no hook any more.
  */
 void net_policy__decide_http(const struct net_policy *p,
 			     const struct net_flow *f, const char *host,

@@ -169,6 +169,7 @@ kvm_suite_cost() {
 	sdk.sh) echo 625 ;;
 	kvm_control) echo 290 ;;
 	kvm_net) echo 185 ;;
+	kvm_net_hook) echo 35 ;;
 	kvm_virtiofs) echo 115 ;;
 	kvm_rootfs) echo 105 ;;
 	kvm_operator) echo 100 ;;
