@@ -296,6 +296,12 @@ int netcfg__cmdline(const struct net_config *n, char *buf, size_t len)
 				   len - (sizeof(key) - 1));
 }
 
+bool netcfg__guest_ca_required(const struct net_config *n,
+			       const struct net_policy *p)
+{
+	return n->intercept_ca || net_policy__nr_http(p);
+}
+
 bool netcfg__guest_ca(const struct net_config *n, const struct net_policy *p)
 {
 	unsigned int timeout_ms;

@@ -78,6 +78,14 @@ void netcfg__free(struct net_config *n);
  * grants or by its hook's "grant-http" answers.
  */
 bool netcfg__guest_ca(const struct net_config *n, const struct net_policy *p);
+/*
+ * Whether a root without a trust store must refuse to boot: the CA was
+ * asked for (intercept_ca) or p's http grants intercept from the start.
+ * A hook alone may never intercept: its CA is installed where there is a
+ * trust store, and its absence is said, not fatal.
+ */
+bool netcfg__guest_ca_required(const struct net_config *n,
+			       const struct net_policy *p);
 
 /*
  * --net's argument: "auto", "netns:PATH", "tap-fd:N" or "none". Replaces

@@ -18,6 +18,12 @@
  */
 #define KILN_INITRAMFS_CA_HASH KILN_INITRAMFS_DIR "/ca.hash"
 #define KILN_CA_HASH_LEN       8U /* "%08x" of X509_NAME_hash */
+/*
+ * With the CA, when only a hook could intercept (no http grant, no
+ * net.interceptCa): "1". A root without a trust store then boots, its
+ * guest trusting no interception (Documentation/network.md).
+ */
+#define KILN_INITRAMFS_CA_OPTIONAL KILN_INITRAMFS_DIR "/ca.optional"
 /* The boot's identity (vmm/identity.h): the bytes, no newline, no NUL. */
 #define KILN_INITRAMFS_HOSTNAME KILN_INITRAMFS_DIR "/hostname" /* always */
 #define KILN_INITRAMFS_CWD	KILN_INITRAMFS_DIR "/cwd"      /* with --cwd */

@@ -442,6 +442,11 @@ int vm_net__device_init(struct vm *vm)
  * (Documentation/network.md, "The CA in the guest"). A policy set later
  * does not reach the guest's trust store: it is written at boot only.
  */
+bool vm_net__guest_ca_required(const struct vm *vm)
+{
+	return netcfg__guest_ca_required(&vm->cfg->net, vm->net.policy);
+}
+
 int vm_net__guest_ca(const struct vm *vm, const char **pem, size_t *len,
 		     char *hash, size_t hash_len)
 {

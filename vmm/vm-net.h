@@ -92,6 +92,8 @@ int __must_check vm_net__device_init(struct vm *vm);
  */
 int __must_check vm_net__guest_ca(const struct vm *vm, const char **pem,
 				  size_t *len, char *hash, size_t hash_len);
+/* Whether a root without a trust store refuses it (netcfg__guest_ca_required). */
+bool vm_net__guest_ca_required(const struct vm *vm);
 
 /* A tap, hence a virtio-net device: what the seccomp filters need. */
 bool vm_net__has_tap(const struct vm *vm);

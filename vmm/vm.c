@@ -178,7 +178,7 @@ static int open_initrd(struct vm *vm)
 static int kiln_archive(struct vm *vm)
 {
 	const struct vm_config *cfg = vm->cfg;
-	struct initrd_file files[6];
+	struct initrd_file files[7];
 	uint8_t *mounts = NULL;
 	size_t mounts_len = 0, argv_len = 0;
 	unsigned int nr = 0;
@@ -204,6 +204,9 @@ static int kiln_archive(struct vm *vm)
 		files[nr++] = (struct initrd_file){ KILN_INITRAMFS_CA_HASH,
 						    vm->guest_ca_hash,
 						    strlen(vm->guest_ca_hash) };
+	if (vm->guest_ca_len && !vm_net__guest_ca_required(vm))
+		files[nr++] = (struct initrd_file){ KILN_INITRAMFS_CA_OPTIONAL,
+						    "1", 1 };
 	if (cfg->hostname)
 		files[nr++] = (struct initrd_file){ KILN_INITRAMFS_HOSTNAME,
 						    cfg->hostname,
@@ -256,7 +259,8 @@ static int image_init(struct vm *vm)
 	/*
 	 * The guest trusts the interception CA when the policy it boots
 	 * with can intercept (http grants, a hook) or net.interceptCa asks
-	 * (vmm/vm-net.c); a root without a trust store then fails closed.
+	 * (vmm/vm-net.c); a root without a trust store then fails closed,
+	 * unless only a hook could intercept (KILN_INITRAMFS_CA_OPTIONAL).
 	 */
 	if (!vm_net__guest_ca(vm, &vm->guest_ca_pem, &vm->guest_ca_len,
 			      vm->guest_ca_hash, sizeof(vm->guest_ca_hash)))

@@ -1063,6 +1063,7 @@ int main(int argc, char **argv)
 	fs_mounts = init_mounts__load();
 	if (init_trust__load(&trust, INIT_TRUST_CA_FILE, INIT_TRUST_HASH_FILE))
 		end_vm(STATUS_INIT_FAILED);
+	trust.optional = !access(INIT_TRUST_OPTIONAL_FILE, F_OK);
 	if (root_wanted(&params))
 		enter_root(&params, fs_mounts);
 	/* In the final root, before anything runs that may use them. */

@@ -98,6 +98,7 @@ int init_trust__load(struct init_trust *t, const char *path,
 	t->pem = NULL;
 	t->len = 0;
 	t->hash[0] = '\0';
+	t->optional = false;
 	ret = read_whole(path, INIT_TRUST_CA_MAX, &t->pem, &t->len);
 	if (ret == -ENOENT)
 		return 0;
@@ -265,6 +266,14 @@ int init_trust__install(const struct init_trust *t, const char *bundle,
 
 	if (!t->pem)
 		return 0;
+	if ((stat(bundle, &st) || !S_ISREG(st.st_mode)) && t->optional) {
+		fprintf(stderr,
+			"kiln-init: the root has no trust store (%s): the "
+			"host's CA is not installed, so HTTPS its hook "
+			"intercepts fails in the guest\n",
+			bundle);
+		return 0;
+	}
 	if (stat(bundle, &st) || !S_ISREG(st.st_mode)) {
 		fprintf(stderr,
 			"kiln-init: the host intercepts HTTPS for this VM, but "

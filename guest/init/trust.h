@@ -2,6 +2,7 @@
 #ifndef KILN_GUEST_INIT_TRUST_H
 #define KILN_GUEST_INIT_TRUST_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "proto/initramfs.h"
@@ -22,12 +23,13 @@
  * with no bundle cannot trust the CA: the VM ends rather than run a
  * workload whose HTTPS would fail in confusing ways.
  */
-#define INIT_TRUST_CA_FILE    "/" KILN_INITRAMFS_CA
-#define INIT_TRUST_HASH_FILE  "/" KILN_INITRAMFS_CA_HASH
-#define INIT_TRUST_BUNDLE     "/etc/ssl/certs/ca-certificates.crt"
-#define INIT_TRUST_RUN	      "/run/kiln/ca-certificates.crt"
-#define INIT_TRUST_CA_MAX     (16U << 10) /* one certificate, generously */
-#define INIT_TRUST_BUNDLE_MAX (8U << 20)  /* Debian's is about 200 KiB */
+#define INIT_TRUST_CA_FILE	 "/" KILN_INITRAMFS_CA
+#define INIT_TRUST_HASH_FILE	 "/" KILN_INITRAMFS_CA_HASH
+#define INIT_TRUST_OPTIONAL_FILE "/" KILN_INITRAMFS_CA_OPTIONAL
+#define INIT_TRUST_BUNDLE	 "/etc/ssl/certs/ca-certificates.crt"
+#define INIT_TRUST_RUN		 "/run/kiln/ca-certificates.crt"
+#define INIT_TRUST_CA_MAX	 (16U << 10) /* one certificate, generously */
+#define INIT_TRUST_BUNDLE_MAX	 (8U << 20)  /* Debian's is about 200 KiB */
 /* HASH.0 to HASH.9: OpenSSL stops at the first suffix missing. */
 #define INIT_TRUST_HASH_SUFFIXES 10U
 
@@ -36,6 +38,8 @@ struct init_trust {
 	size_t len;
 	/* KILN_CA_HASH_LEN lowercase hex digits; "": no hashed entry */
 	char hash[KILN_CA_HASH_LEN + 1];
+	/* INIT_TRUST_OPTIONAL_FILE was there: no trust store is no error */
+	bool optional;
 };
 
 /*
@@ -52,7 +56,7 @@ int init_trust__load(struct init_trust *t, const char *path,
  * (INIT_TRUST_RUN; its directory is made); with a hash, overlays the
  * bundle's directory (upper layer and work directory beside run) and
  * writes the CA there as HASH.N. 0 with nothing to do; -ENOENT when the
- * root has no bundle; -ENOSPC when HASH.0 to HASH.9 are all taken;
+ * root has no bundle (0, said, when t->optional); -ENOSPC when HASH.0 to HASH.9 are all taken;
  * -errno otherwise; each said once.
  */
 int init_trust__install(const struct init_trust *t, const char *bundle,

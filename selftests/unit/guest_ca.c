@@ -111,10 +111,14 @@ static int gets_ca(const char *net_json, const char *const args[])
 		return ret;
 	}
 	ret = netcfg__guest_ca(&c.net, c.net.policy);
+	/* 2: required, a root without a trust store refuses to boot. */
+	if (ret && netcfg__guest_ca_required(&c.net, c.net.policy))
+		ret = 2;
 	config__free(&c);
 	return ret;
 }
 
+/* Optional: a hook may never intercept (KILN_INITRAMFS_CA_OPTIONAL). */
 TEST(hook_only_policy_gets_the_ca)
 {
 	EXPECT_EQ(1, gets_ca("{\"mode\": \"auto\", \"policy\": {\"hook\": "
@@ -124,7 +128,7 @@ TEST(hook_only_policy_gets_the_ca)
 
 TEST(http_grant_gets_the_ca)
 {
-	EXPECT_EQ(1, gets_ca("{\"mode\": \"auto\", \"policy\": {\"http\": "
+	EXPECT_EQ(2, gets_ca("{\"mode\": \"auto\", \"policy\": {\"http\": "
 			     "[{\"host\": \"example.com\"}]}}",
 			     NULL));
 }
@@ -132,11 +136,11 @@ TEST(http_grant_gets_the_ca)
 TEST(intercept_ca_flag_gets_the_ca)
 {
 	/* No policy at all, and one that cannot intercept. */
-	EXPECT_EQ(1,
+	EXPECT_EQ(2,
 		  gets_ca("{\"mode\": \"auto\", \"interceptCa\": true}", NULL));
-	EXPECT_EQ(1,
+	EXPECT_EQ(2,
 		  gets_ca("{\"mode\": \"auto\"}", ARGS("--net-intercept-ca")));
-	EXPECT_EQ(1, gets_ca("{\"mode\": \"netns\", \"netns\": \"/n\", "
+	EXPECT_EQ(2, gets_ca("{\"mode\": \"netns\", \"netns\": \"/n\", "
 			     "\"interceptCa\": true, \"policy\": {\"tcp\": "
 			     "[{\"to\": \"10.1.0.0/16\"}]}}",
 			     NULL));

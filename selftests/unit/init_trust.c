@@ -256,4 +256,25 @@ TEST(no_trust_store_fails_closed)
 	dir_remove(&d);
 }
 
+/*
+ * A CA only a hook could use (KILN_INITRAMFS_CA_OPTIONAL): no trust
+ * store is said and the boot goes on, with nothing installed; a trust
+ * store there still gets the CA (install_binds_the_bundle_with_the_ca).
+ */
+TEST(no_trust_store_with_an_optional_ca_boots)
+{
+	struct init_trust t;
+	struct dir d;
+
+	dir_make(_metadata, &d);
+	put(_metadata, d.ca, CA_PEM, strlen(CA_PEM));
+	ASSERT_EQ(0, init_trust__load(&t, d.ca, d.hash));
+	EXPECT_FALSE(t.optional);
+	t.optional = true;
+	EXPECT_EQ(0, init_trust__install(&t, d.bundle, d.run));
+	EXPECT_NE(0, access(d.run, F_OK));
+	init_trust__free(&t);
+	dir_remove(&d);
+}
+
 TEST_HARNESS_MAIN
