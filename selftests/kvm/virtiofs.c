@@ -661,7 +661,8 @@ TEST_TIMEOUT(debian_agent_user_owns_its_files_in_a_bind, BOOT_TIMEOUT)
 				     s.opt),
 			.cmd = ARGS(
 				"bash", "-c",
-				"set -e; useradd -m agent;"
+				/* The image's own agent user (images.md). */
+				"set -e; id agent >/dev/null;"
 				"chown -R agent /workspace;"
 				"su agent -c 'set -e; cd /workspace;"
 				" git init -q; git config user.email a@kiln;"
