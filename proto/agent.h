@@ -59,12 +59,15 @@ enum kiln_msg {
 	 * Processes. PROC_START: T_ARG (repeated, at least one), T_ENV
 	 * (repeated "K=V"; the agent's own environment otherwise; with
 	 * T_ENV_MERGE 1, added to the agent's own instead: proto/env.h),
-	 * T_CWD,
+	 * T_CWD, T_USER (run as that user of the guest's /etc/passwd, with
+	 * its groups; HOME, USER and LOGNAME from it unless T_ENV replaces
+	 * the environment; no T_CWD and no boot cwd: its home directory),
 	 * T_TIMEOUT_MS (0: none), T_PTY (1: a terminal of T_ROWS x T_COLS
 	 * on stdin/out/err; stderr then comes as STDOUT). The process runs
 	 * in a new session and process group. Answered by PROC_STARTED
 	 * (T_PID) or ERROR (ENOENT: no such command, EACCES, ...); an
-	 * ERROR for the working directory also carries T_CWD, the path.
+	 * ERROR for the working directory also carries T_CWD, the path; one
+	 * for T_USER (no such user: ENOENT) carries T_USER, the name asked.
 	 */
 	KILN_MSG_PROC_START = 16,
 	KILN_MSG_PROC_STARTED = 17,
@@ -155,16 +158,18 @@ enum kiln_msg {
 };
 
 /* HELLO's T_FEATURES bits; an agent without a bit lacks what it names. */
-#define KILN_FEATURE_RESEED    0x1ULL /* takes KILN_MSG_RESEED */
-#define KILN_FEATURE_MOUNTS    0x2ULL /* takes KILN_MSG_MOUNTS_* */
-#define KILN_FEATURE_NET_RENEW 0x4ULL /* RESEED with T_NET_MAC, T_NET */
-#define KILN_FEATURE_ENV_MERGE 0x8ULL /* PROC_START takes T_ENV_MERGE */
+#define KILN_FEATURE_RESEED    0x1ULL  /* takes KILN_MSG_RESEED */
+#define KILN_FEATURE_MOUNTS    0x2ULL  /* takes KILN_MSG_MOUNTS_* */
+#define KILN_FEATURE_NET_RENEW 0x4ULL  /* RESEED with T_NET_MAC, T_NET */
+#define KILN_FEATURE_ENV_MERGE 0x8ULL  /* PROC_START takes T_ENV_MERGE */
+#define KILN_FEATURE_USER      0x10ULL /* PROC_START takes T_USER */
 
 #define KILN_RESEED_BYTES 64U /* what the vmm sends */
 #define KILN_RESEED_MIN	  32U /* T_SEED bytes the agent takes */
 #define KILN_RESEED_MAX	  512U
-#define KILN_NET_MAC_LEN  6U  /* ETH_ALEN */
-#define KILN_NET_MAX	  63U /* T_NET bytes at most */
+#define KILN_NET_MAC_LEN  6U   /* ETH_ALEN */
+#define KILN_NET_MAX	  63U  /* T_NET bytes at most */
+#define KILN_USER_MAX	  256U /* T_USER bytes at most (a name or a uid) */
 
 enum kiln_tag {
 	KILN_T_VERSION = 1,  /* u64 */
@@ -185,6 +190,7 @@ enum kiln_tag {
 	KILN_T_SIGNAL = 25,	/* u64 */
 	KILN_T_TIMED_OUT = 26,	/* u64: 0 or 1 */
 	KILN_T_ENV_MERGE = 27,	/* u64: 0 (T_ENV replaces) or 1 (adds) */
+	KILN_T_USER = 28,	/* string: a user name or a decimal uid */
 
 	KILN_T_PATH = 32,	    /* path */
 	KILN_T_PATH2 = 33,	    /* path */

@@ -214,6 +214,8 @@ struct agent_exec_opts {
 	const void *raw_env;	 /* one more T_ENV of raw_env_len bytes */
 	size_t raw_env_len;
 	const char *cwd;
+	const char *user; /* T_USER of user_len bytes (0: strlen) */
+	size_t user_len;
 	uint64_t timeout_ms;
 	bool pty;
 	uint16_t rows, cols;
@@ -225,8 +227,9 @@ struct agent_exec_opts {
 struct agent_exec_result {
 	int error; /* the ERROR's errno; 0 when the command ran */
 	char errname[32];
-	char err_cwd[256]; /* its T_CWD (the directory that failed), or "" */
-	char message[256]; /* its T_MESSAGE, or "" */
+	char err_cwd[256];  /* its T_CWD (the directory that failed), or "" */
+	char err_user[256]; /* its T_USER (no such user), or "" */
+	char message[256];  /* its T_MESSAGE, or "" */
 	uint64_t pid;
 	uint64_t exit_code;
 	int64_t signal; /* -1: not killed by a signal */
@@ -259,6 +262,9 @@ static inline int agent_client__start(int fd, const struct agent_exec_opts *o)
 		ret = kiln_tlv__put_u64(&b, KILN_T_ENV_MERGE, o->env_merge);
 	if (!ret && o->cwd)
 		ret = kiln_tlv__put_str(&b, KILN_T_CWD, o->cwd);
+	if (!ret && o->user)
+		ret = kiln_tlv__put_bytes(&b, KILN_T_USER, o->user,
+					  o->user_len ?: strlen(o->user));
 	if (!ret && o->timeout_ms)
 		ret = kiln_tlv__put_u64(&b, KILN_T_TIMEOUT_MS, o->timeout_ms);
 	if (!ret && o->pty)
@@ -407,6 +413,8 @@ static inline int agent_client__finish(int fd, const struct agent_exec_opts *o,
 				       sizeof(r->errname));
 			agent_msg__str(&m, KILN_T_CWD, r->err_cwd,
 				       sizeof(r->err_cwd));
+			agent_msg__str(&m, KILN_T_USER, r->err_user,
+				       sizeof(r->err_user));
 			agent_msg__str(&m, KILN_T_MESSAGE, r->message,
 				       sizeof(r->message));
 			break;

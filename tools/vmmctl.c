@@ -38,15 +38,19 @@
  * told apart from 127, no such command, though both are ENOENT.
  */
 #define EXIT_CWD 200
+/* exec and shell: no such --user in the guest (systemd's EXIT_USER). */
+#define EXIT_USER 217
 
 #define CHUNK	  (48 * 1024)  /* bytes per write message */
 #define IN_FLIGHT 4	       /* fs.write / spawn.write not yet answered */
 #define MSG_MAX	  (256U << 20) /* a bigger line from the server is junk */
 
 static const char usage[] =
-	"usage: vmmctl exec [--timeout-ms N] [--cwd DIR] [--env K=V]... SOCK "
-	"-- CMD [ARG...]\n"
-	"       vmmctl shell [--cwd DIR] SOCK [-- CMD [ARG...]]\n"
+	"usage: vmmctl exec [--timeout-ms N] [--cwd DIR] [--env K=V]... "
+	"[--user NAME|UID]\n"
+	"                   SOCK -- CMD [ARG...]\n"
+	"       vmmctl shell [--cwd DIR] [--user NAME|UID] SOCK [-- CMD "
+	"[ARG...]]\n"
 	"       vmmctl cp [-p] [--mode MODE] SOCK SRC DST\n"
 	"       vmmctl fs ls [-l] SOCK PATH\n"
 	"       vmmctl fs stat SOCK PATH\n"
@@ -72,7 +76,7 @@ static const char usage[] =
 	"(124: timed\n"
 	"out, 128+N: signal N; 127: no such command, 126: not executable, "
 	"200: no such\n"
-	"--cwd); otherwise 0 is success, 1 a refusal from the guest, 2 a usage "
+	"--cwd, 217: no such --user); otherwise 0 is success, 1 a refusal from the guest, 2 a usage "
 	"error\n"
 	"and 125 a failure to talk to the VM.\n";
 
@@ -561,7 +565,8 @@ static int session_run(struct session *s, bool pty)
 
 /*
  * A refused start: like a shell, 127 for no such command, 126 for EACCES;
- * EXIT_CWD when it was the working directory (the error's data has "cwd").
+ * EXIT_CWD when it was the working directory (the error's data has "cwd"),
+ * EXIT_USER when no such user (it has "user").
  */
 static void start_failed(json_t *msg, const char *cmd)
 {
@@ -571,6 +576,8 @@ static void start_failed(json_t *msg, const char *cmd)
 
 	if (json_object_get(data, "cwd"))
 		die(EXIT_CWD, "%s", error_text(msg));
+	if (json_object_get(data, "user"))
+		die(EXIT_USER, "%s", error_text(msg));
 	if (en && !strcmp(en, "ENOENT"))
 		status = 127;
 	else if (en && (!strcmp(en, "EACCES") || !strcmp(en, "ENOEXEC")))
@@ -604,6 +611,7 @@ static int cmd_exec(int argc, char **argv)
 		{ "timeout-ms", required_argument, NULL, 't' },
 		{ "cwd", required_argument, NULL, 'C' },
 		{ "env", required_argument, NULL, 'e' },
+		{ "user", required_argument, NULL, 'u' },
 		{ NULL, 0, NULL, 0 },
 	};
 	json_t *params = json_object(), *av = json_array(), *env = NULL;
@@ -611,7 +619,7 @@ static int cmd_exec(int argc, char **argv)
 	char *end;
 	int opt, i, ret;
 
-	while ((opt = next_option("exec", argc, argv, "+:e:C:t:", opts)) !=
+	while ((opt = next_option("exec", argc, argv, "+:e:C:t:u:", opts)) !=
 	       -1) {
 		switch (opt) {
 		case 't':
@@ -627,6 +635,10 @@ static int cmd_exec(int argc, char **argv)
 			break;
 		case 'C':
 			json_object_set_new(params, "cwd", json_string(optarg));
+			break;
+		case 'u':
+			json_object_set_new(params, "user",
+					    json_string(optarg));
 			break;
 		case 'e':
 			if (!strchr(optarg, '=') || optarg[0] == '=')
@@ -666,6 +678,7 @@ static int cmd_shell(int argc, char **argv)
 {
 	static const struct option opts[] = {
 		{ "cwd", required_argument, NULL, 'C' },
+		{ "user", required_argument, NULL, 'u' },
 		{ NULL, 0, NULL, 0 },
 	};
 	json_t *params = json_object(), *av = json_array();
@@ -674,8 +687,9 @@ static int cmd_shell(int argc, char **argv)
 	struct conn c;
 	int opt, i, ret;
 
-	while ((opt = next_option("shell", argc, argv, "+:C:", opts)) != -1)
-		json_object_set_new(params, "cwd", json_string(optarg));
+	while ((opt = next_option("shell", argc, argv, "+:C:u:", opts)) != -1)
+		json_object_set_new(params, opt == 'u' ? "user" : "cwd",
+				    json_string(optarg));
 	if (optind >= argc)
 		die(EXIT_USAGE, "shell: expected SOCK");
 	if (optind + 1 < argc) {

@@ -66,11 +66,11 @@ static int send_hello(struct conn *c)
 	kiln_buf__init(&b);
 	ret = kiln_tlv__put_u64(&b, KILN_T_VERSION, KILN_AGENT_VERSION);
 	if (!ret)
-		ret = kiln_tlv__put_u64(&b, KILN_T_FEATURES,
-					KILN_FEATURE_RESEED |
-						KILN_FEATURE_MOUNTS |
-						KILN_FEATURE_NET_RENEW |
-						KILN_FEATURE_ENV_MERGE);
+		ret = kiln_tlv__put_u64(
+			&b, KILN_T_FEATURES,
+			KILN_FEATURE_RESEED | KILN_FEATURE_MOUNTS |
+				KILN_FEATURE_NET_RENEW |
+				KILN_FEATURE_ENV_MERGE | KILN_FEATURE_USER);
 	if (!ret)
 		ret = conn__send_buf(c, KILN_MSG_HELLO, &b);
 	kiln_buf__free(&b);

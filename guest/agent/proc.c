@@ -24,7 +24,9 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +52,14 @@
 #define KILL_PASSES 16
 /* Bytes of a bad variable's name that an error message repeats. */
 #define ENV_NAME_SHOWN 64
+/*
+ * T_USER is looked up in these files directly (fgetpwent, fgetgrent):
+ * the agent is static, so getpwnam()'s NSS modules are not available.
+ */
+#define PASSWD_FILE "/etc/passwd"
+#define GROUP_FILE  "/etc/group"
+/* A uid that is not a uid: (uid_t)-1, what setuid() cannot take. */
+#define NO_UID ((uid_t)-1)
 
 struct proc_req {
 	char **argv; /* NULL-terminated, at least one */
@@ -59,11 +69,20 @@ struct proc_req {
 	bool pty;
 	bool env_merge; /* T_ENV_MERGE: envp adds to the agent's own */
 	struct winsize ws;
-	char why[ENV_NAME_SHOWN + 64]; /* a bad entry's error, naming it */
+	char why[KILN_USER_MAX + 64]; /* a bad entry's or user's error */
+
+	/* T_USER: NULL runs the command as the agent's own user */
+	char *user;
+	uid_t uid;
+	gid_t gid;
+	gid_t *groups; /* the primary gid, then /etc/group's for the user */
+	size_t ngroups;
+	char *user_env[4]; /* HOME=, USER=, LOGNAME=, NULL */
+	bool cwd_is_home;  /* cwd is the user's home: failing it is not fatal */
 };
 
 /* What the child writes to the status pipe when it cannot exec. */
-enum exec_stage { STAGE_SETUP, STAGE_CWD, STAGE_EXEC };
+enum exec_stage { STAGE_SETUP, STAGE_USER, STAGE_CWD, STAGE_EXEC };
 
 struct exec_failure {
 	int stage;
@@ -136,6 +155,10 @@ static void req_free(struct proc_req *r)
 	free_strv(r->argv);
 	free_strv(r->envp);
 	free(r->cwd);
+	free(r->user);
+	free(r->groups);
+	for (int i = 0; r->user_env[i]; i++)
+		free(r->user_env[i]);
 }
 
 /* A C string of wire bytes: -EINVAL if they hold a NUL. */
@@ -237,6 +260,15 @@ static int parse_req(const struct frame *f, struct proc_req *r,
 				ret = -EINVAL;
 			r->env_merge = v == 1;
 			break;
+		case KILN_T_USER:
+			*why = "T_USER is not a user name or uid";
+			free(r->user);
+			r->user = NULL;
+			if (!len || len > KILN_USER_MAX)
+				ret = -EINVAL;
+			else
+				ret = dup_bytes(val, len, &r->user);
+			break;
 		case KILN_T_CWD:
 			*why = "the working directory holds a NUL byte";
 			free(r->cwd);
@@ -289,37 +321,195 @@ static bool env_overridden(const char *entry, char *const *add)
 }
 
 /*
- * T_ENV_MERGE: the agent's own environment (init's PATH, HOME, TERM and
- * the image's /etc/environment: guest/init/env.h) without the variables
- * the request sets, then the request's entries, in r->envp (copies:
- * req_free() frees them all).
+ * The command's environment when it is not T_ENV alone: the agent's own
+ * (init's PATH, HOME, TERM and the image's /etc/environment:
+ * guest/init/env.h), then T_USER's HOME, USER and LOGNAME, then with
+ * T_ENV_MERGE the request's entries; each replaces a variable of the
+ * same name before it. Into r->envp (copies: req_free() frees them all).
  */
 static int merge_env(struct proc_req *r)
 {
-	size_t n_own = 0, n_add = 0, i = 0;
+	char *none[] = { NULL };
+	char **add = r->envp ? r->envp : none;
+	char **user = r->user ? r->user_env : none;
+	size_t n_own = 0, n_user = 0, n_add = 0, i = 0;
 	char **merged;
 
-	if (!r->env_merge || !r->envp)
+	if (r->envp ? !r->env_merge : !r->user)
 		return 0;
 	while (environ && environ[n_own])
 		n_own++;
-	while (r->envp[n_add])
+	while (user[n_user])
+		n_user++;
+	while (add[n_add])
 		n_add++;
-	merged = calloc(n_own + n_add + 1, sizeof(*merged));
+	merged = calloc(n_own + n_user + n_add + 1, sizeof(*merged));
 	if (!merged)
 		return -ENOMEM;
-	for (size_t j = 0; j < n_own; j++) {
-		if (env_overridden(environ[j], r->envp))
+	for (size_t j = 0; j < n_own + n_user; j++) {
+		char *e = j < n_own ? environ[j] : user[j - n_own];
+
+		if (env_overridden(e, add) ||
+		    (j < n_own && env_overridden(e, user)))
 			continue;
-		merged[i] = strdup(environ[j]);
+		merged[i] = strdup(e);
 		if (!merged[i++]) {
 			free_strv(merged);
 			return -ENOMEM;
 		}
 	}
-	memcpy(merged + i, r->envp, n_add * sizeof(*merged));
+	memcpy(merged + i, add, n_add * sizeof(*merged));
 	free(r->envp); /* its strings are in merged now */
 	r->envp = merged;
+	return 0;
+}
+
+/* ---- T_USER --------------------------------------------------------- */
+
+/* A decimal uid, as T_USER may give one. */
+static bool parse_uid(const char *s, uid_t *out)
+{
+	unsigned long long v = 0;
+
+	if (!*s)
+		return false;
+	for (; *s; s++) {
+		if (*s < '0' || *s > '9')
+			return false;
+		v = v * 10 + (*s - '0');
+		if (v >= NO_UID)
+			return false;
+	}
+	*out = v;
+	return true;
+}
+
+/*
+ * The passwd entry of @want: the one of that name, else (a decimal
+ * @want) the first with that uid. Its fields are copied into @r.
+ */
+static int find_passwd(struct proc_req *r, const char *want)
+{
+	struct passwd *pw;
+	uid_t uid;
+	FILE *f;
+	int ret = 0;
+
+	f = fopen(PASSWD_FILE, "re");
+	if (!f)
+		return -errno;
+	while ((pw = fgetpwent(f)) && strcmp(pw->pw_name, want))
+		;
+	if (!pw && parse_uid(want, &uid)) {
+		rewind(f);
+		while ((pw = fgetpwent(f)) && pw->pw_uid != uid)
+			;
+	}
+	if (!pw) {
+		fclose(f);
+		return -ENOENT;
+	}
+	r->uid = pw->pw_uid;
+	r->gid = pw->pw_gid;
+	if (asprintf(&r->user_env[0], "HOME=%s", pw->pw_dir) < 0 ||
+	    asprintf(&r->user_env[1], "USER=%s", pw->pw_name) < 0 ||
+	    asprintf(&r->user_env[2], "LOGNAME=%s", pw->pw_name) < 0)
+		ret = -ENOMEM;
+	fclose(f);
+	return ret;
+}
+
+/* Is @name among a group's members (NULL-terminated)? */
+static bool group_has(char **members, const char *name)
+{
+	for (; *members; members++)
+		if (!strcmp(*members, name))
+			return true;
+	return false;
+}
+
+/*
+ * The user's groups, as initgroups() would set them from files: the
+ * primary gid, then every group of /etc/group that lists the user (no
+ * /etc/group: the primary alone), at most NGROUPS_MAX.
+ */
+static int find_groups(struct proc_req *r)
+{
+	const char *name = r->user_env[1] + strlen("USER=");
+	long max = sysconf(_SC_NGROUPS_MAX);
+	struct group *g;
+	gid_t *more;
+	FILE *f;
+
+	r->groups = malloc(sizeof(*r->groups));
+	if (!r->groups)
+		return -ENOMEM;
+	r->groups[r->ngroups++] = r->gid;
+	f = fopen(GROUP_FILE, "re");
+	if (!f)
+		return errno == ENOENT ? 0 : -errno;
+	while ((g = fgetgrent(f)) && (long)r->ngroups < max) {
+		if (g->gr_gid == r->gid || !group_has(g->gr_mem, name))
+			continue;
+		more = reallocarray(r->groups, r->ngroups + 1,
+				    sizeof(*r->groups));
+		if (!more) {
+			fclose(f);
+			return -ENOMEM;
+		}
+		r->groups = more;
+		r->groups[r->ngroups++] = g->gr_gid;
+	}
+	fclose(f);
+	return 0;
+}
+
+/*
+ * T_USER resolved before the fork, so that an unknown user is an ERROR
+ * naming it (ENOENT with T_USER) rather than a child that cannot exec.
+ * Sends the ERROR itself; 0 or a negative errno.
+ */
+static int resolve_user(struct conn *c, struct proc_req *r)
+{
+	char shown[KILN_USER_MAX + 1];
+	struct kiln_buf b;
+	int ret;
+
+	if (!r->user)
+		return 0;
+	ret = find_passwd(r, r->user);
+	if (!ret)
+		ret = find_groups(r);
+	if (!ret)
+		return 0;
+	kiln_env__show(r->user, strlen(r->user), shown, sizeof(shown));
+	if (ret == -ENOENT)
+		snprintf(r->why, sizeof(r->why),
+			 "no user \"%s\" in the guest's " PASSWD_FILE, shown);
+	else
+		snprintf(r->why, sizeof(r->why),
+			 "cannot look up user \"%s\": %s", shown,
+			 strerror(-ret));
+	kiln_buf__init(&b);
+	if (!conn__error_payload(&b, -ret, r->why) &&
+	    (ret != -ENOENT || !kiln_tlv__put_str(&b, KILN_T_USER, r->user)))
+		conn__send_buf(c, KILN_MSG_ERROR, &b);
+	kiln_buf__free(&b);
+	return ret;
+}
+
+/*
+ * In the child: the user's groups, gid and uid, in that order (setuid
+ * last: it takes the right to change the others). An agent that is not
+ * root (kiln-agent-host in the tests) can only be itself: nothing to do.
+ */
+static int become_user(const struct proc_req *r)
+{
+	if (geteuid() && r->uid == geteuid() && r->gid == getegid())
+		return 0;
+	if (setgroups(r->ngroups, r->groups) || setgid(r->gid) ||
+	    setuid(r->uid))
+		return -1;
 	return 0;
 }
 
@@ -347,6 +537,9 @@ exec_child(const struct proc_req *r, const int fds[3], const char *slave,
 		tty = open(slave, O_RDWR | O_NOCTTY | O_CLOEXEC);
 		if (tty < 0 || ioctl(tty, TIOCSCTTY, 0))
 			goto fail;
+		/* The user's terminal: theirs to set modes on and reopen. */
+		if (r->user && fchown(tty, r->uid, NO_UID))
+			goto fail;
 		tty_fds[0] = tty_fds[1] = tty_fds[2] = tty;
 		fds = tty_fds;
 	}
@@ -354,8 +547,12 @@ exec_child(const struct proc_req *r, const int fds[3], const char *slave,
 	for (i = 0; i < 3; i++)
 		if (dup2(fds[i], i) < 0)
 			goto fail;
+	fail.stage = STAGE_USER;
+	if (r->user && become_user(r))
+		goto fail;
+	/* A home that is gone or shut: "/", as login(1) does. */
 	fail.stage = STAGE_CWD;
-	if (r->cwd && chdir(r->cwd))
+	if (r->cwd && chdir(r->cwd) && (!r->cwd_is_home || chdir("/")))
 		goto fail;
 	fail.stage = STAGE_EXEC;
 	if (!r->envp) {
@@ -439,6 +636,8 @@ static int open_pipes(struct stdio_pipes *sp)
 static const char *stage_what(int stage)
 {
 	switch (stage) {
+	case STAGE_USER:
+		return "cannot run as user";
 	case STAGE_CWD:
 		return "cannot change to the working directory";
 	case STAGE_EXEC:
@@ -461,7 +660,9 @@ static void exec_failed(struct conn *c, const struct proc_req *r,
 	int ret;
 
 	snprintf(msg, sizeof(msg), "%s %s: %s", stage_what(fail->stage),
-		 fail->stage == STAGE_CWD ? r->cwd : r->argv[0],
+		 fail->stage == STAGE_CWD  ? r->cwd :
+		 fail->stage == STAGE_USER ? r->user :
+					     r->argv[0],
 		 strerror(fail->err));
 	kiln_buf__init(&b);
 	ret = conn__error_payload(&b, fail->err, msg);
@@ -1150,10 +1351,17 @@ void proc__start(struct conn *c, const struct frame *f, const char *default_cwd)
 
 	kiln_buf__init(&b);
 	ret = parse_req(f, &r, &why);
+	if (!ret && resolve_user(c, &r))
+		goto out;
 	if (!ret)
 		ret = merge_env(&r);
 	if (!ret && !r.cwd && default_cwd) {
 		r.cwd = strdup(default_cwd);
+		ret = r.cwd ? 0 : -ENOMEM;
+	} else if (!ret && !r.cwd && r.user) {
+		/* No T_CWD, no boot cwd: the user's home. */
+		r.cwd = strdup(r.user_env[0] + strlen("HOME="));
+		r.cwd_is_home = true;
 		ret = r.cwd ? 0 : -ENOMEM;
 	}
 	if (ret) {

@@ -10,7 +10,8 @@
  * small busybox test image (kiln-test.json) is hashed whole before and
  * after; the Debian agent image (make image: debian-12-agent.json), too
  * big to hash in the nested harness, is checked by what any write
- * through its file system changes (size, mtime, ctime).
+ * through its file system changes (size, mtime, ctime). Last, exec,
+ * spawn and pty.open as the image's user agent (issue 40, item 4).
  */
 #include <jansson.h>
 #include <stdlib.h>
@@ -341,6 +342,55 @@ TEST_TIMEOUT(debian_readonly_workspace_and_exec_env, BOOT_TIMEOUT)
 	EXPECT_EQ(before.st_mtim.tv_nsec, after.st_mtim.tv_nsec);
 	EXPECT_EQ(before.st_ctim.tv_sec, after.st_ctim.tv_sec);
 	EXPECT_EQ(before.st_ctim.tv_nsec, after.st_ctim.tv_nsec);
+	vm_cleanup(&v);
+}
+
+/*
+ * The Debian image's unprivileged user, through each way in: the API's
+ * exec with "user" (its uid, groups, HOME and home directory as the
+ * working directory, a file it makes in /tmp is its own), vmmctl exec
+ * --user by name and by uid (spawn), vmmctl shell --user (pty.open: the
+ * terminal is the user's), and an unknown user refused with 217.
+ */
+TEST_TIMEOUT(debian_exec_spawn_pty_as_agent, BOOT_TIMEOUT)
+{
+	char got[256];
+	struct spawn_result r;
+	struct vm v;
+
+	if (!can_boot(_metadata))
+		return;
+	vm_paths(_metadata, &v, DEBIAN_IMAGE);
+	ASSERT_TRUE(vm_start(_metadata, &v, NULL));
+
+	CTL(&v, &r, "call", v.sock, "exec",
+	    "{\"argv\":[\"/bin/sh\",\"-c\",\"id -u; id -g; echo $HOME $USER "
+	    "$LOGNAME; pwd; touch /tmp/mine; stat -c %u /tmp/mine\"],"
+	    "\"user\":\"agent\"}");
+	EXPECT_EQ(0, r.status);
+	exec_stdout(_metadata, r.out, got, sizeof(got));
+	EXPECT_STREQ("1000\n1000\n/home/agent agent agent\n/home/agent\n"
+		     "1000\n",
+		     got);
+
+	CTL(&v, &r, "exec", "--user", "agent", v.sock, "--", "id", "-u");
+	EXPECT_EQ(0, r.status);
+	EXPECT_STREQ("1000\n", r.out);
+	CTL(&v, &r, "exec", "--user", "1000", "--env", "CI=1", v.sock, "--",
+	    "sh", "-c", "echo $(id -un) $HOME $CI");
+	EXPECT_EQ(0, r.status);
+	EXPECT_STREQ("agent /home/agent 1\n", r.out);
+
+	CTL(&v, &r, "shell", "--user", "agent", v.sock, "--", "sh", "-c",
+	    "echo uid=$(id -u) tty=$(stat -c %u \"$(tty)\")");
+	EXPECT_EQ(0, r.status);
+	EXPECT_NE(NULL, strstr(r.out, "uid=1000 tty=1000"));
+
+	CTL(&v, &r, "exec", "--user", "kiln-nobody", v.sock, "--", "true");
+	EXPECT_EQ(217, r.status);
+	EXPECT_NE(NULL, strstr(r.err, "no user \"kiln-nobody\""));
+
+	EXPECT_EQ(0, vm_stop(&v));
 	vm_cleanup(&v);
 }
 

@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
+#include <pwd.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/time.h>
@@ -398,7 +399,8 @@ TEST_F(agent, hello)
 	EXPECT_EQ(1, v);
 	EXPECT_TRUE(agent_msg__u64(&m, KILN_T_FEATURES, &v));
 	EXPECT_EQ(KILN_FEATURE_RESEED | KILN_FEATURE_MOUNTS |
-			  KILN_FEATURE_NET_RENEW | KILN_FEATURE_ENV_MERGE,
+			  KILN_FEATURE_NET_RENEW | KILN_FEATURE_ENV_MERGE |
+			  KILN_FEATURE_USER,
 		  v);
 	agent_msg__free(&m);
 	close(fd);
@@ -903,6 +905,175 @@ TEST_F(agent, exec_malformed_frame_kills_the_command)
 	ASSERT_LT(0, r.pid);
 	EXPECT_TRUE(wait_gone(r.pid));
 	agent_exec_result__free(&r);
+}
+
+/* ---- T_USER ------------------------------------------------------------ */
+
+/*
+ * nobody of the host's /etc/passwd (the agent's, as the guest's is in
+ * a VM): false, with a skip, where the agent cannot change user.
+ */
+static bool nobody(struct __test_metadata *_metadata, struct passwd *out,
+		   char *uid, size_t len)
+{
+	struct passwd *pw = getpwnam("nobody");
+
+	if (geteuid())
+		SKIP(return false, "the agent changes user only as root");
+	ASSERT_NE(NULL, pw) TH_LOG("no user nobody in /etc/passwd");
+	*out = *pw;
+	snprintf(uid, len, "%u", (unsigned)pw->pw_uid);
+	return true;
+}
+
+/*
+ * By name and by uid: the uid, gid, HOME, USER and LOGNAME of the
+ * passwd entry, and the home as the working directory ("/" when it is
+ * not a directory, as nobody's /nonexistent is not).
+ */
+TEST_F(agent, exec_as_user)
+{
+	static const char script[] = "echo \"$(id -u) $(id -g) $HOME $USER "
+				     "$LOGNAME $KILN_AGENT_TEST_MARK\"; pwd";
+	const char *as[2] = { "nobody", NULL };
+	struct agent_exec_result r;
+	char uid[16], want[512];
+	struct stat st;
+	struct passwd pw;
+
+	if (!nobody(_metadata, &pw, uid, sizeof(uid)))
+		return;
+	as[1] = uid;
+	snprintf(want, sizeof(want), "%u %u %s nobody nobody inherited\n%s\n",
+		 (unsigned)pw.pw_uid, (unsigned)pw.pw_gid, pw.pw_dir,
+		 stat(pw.pw_dir, &st) || !S_ISDIR(st.st_mode) ? "/" :
+								pw.pw_dir);
+	for (int i = 0; i < 2; i++) {
+		run(_metadata, self,
+		    &(struct agent_exec_opts){ .argv = ARGV("sh", "-c", script),
+					       .user = as[i] },
+		    &r);
+		EXPECT_EQ(0, r.error) TH_LOG("%s: %s", as[i], r.message);
+		EXPECT_STREQ(want, (char *)r.out) TH_LOG("user %s", as[i]);
+		agent_exec_result__free(&r);
+	}
+
+	/* root by uid: its home (a directory) is where it runs. */
+	pw = *getpwuid(0);
+	snprintf(want, sizeof(want), "0 %s root\n%s\n", pw.pw_dir, pw.pw_dir);
+	run(_metadata, self,
+	    &(struct agent_exec_opts){
+		    .argv = ARGV("sh", "-c", "echo $(id -u) $HOME $USER; pwd"),
+		    .user = "0" },
+	    &r);
+	EXPECT_STREQ(want, (char *)r.out);
+	agent_exec_result__free(&r);
+
+	/* T_CWD wins over the home. */
+	run(_metadata, self,
+	    &(struct agent_exec_opts){
+		    .argv = ARGV("pwd"), .user = "0", .cwd = self->work },
+	    &r);
+	snprintf(want, sizeof(want), "%s\n", self->work);
+	EXPECT_STREQ(want, (char *)r.out);
+	agent_exec_result__free(&r);
+}
+
+/*
+ * The user's variables under the request's: merged env sets them
+ * unless it names them; a replacing env is the whole environment.
+ */
+TEST_F(agent, exec_as_user_environment)
+{
+	static const char script[] = "echo \"$HOME|$USER|${LOGNAME-unset}\"";
+	struct agent_exec_result r;
+	char uid[16], want[512];
+	struct passwd pw;
+
+	if (!nobody(_metadata, &pw, uid, sizeof(uid)))
+		return;
+	run(_metadata, self,
+	    &(struct agent_exec_opts){ .argv = ARGV("sh", "-c", script),
+				       .envp = ARGV("USER=someone"),
+				       .env_merge = 1,
+				       .user = "nobody" },
+	    &r);
+	snprintf(want, sizeof(want), "%s|someone|nobody\n", pw.pw_dir);
+	EXPECT_STREQ(want, (char *)r.out);
+	agent_exec_result__free(&r);
+
+	run(_metadata, self,
+	    &(struct agent_exec_opts){
+		    .argv = ARGV("sh", "-c", script),
+		    .envp = ARGV("PATH=/usr/bin:/bin", "HOME=/h", "USER=u"),
+		    .user = "nobody" },
+	    &r);
+	EXPECT_STREQ("/h|u|unset\n", (char *)r.out);
+	agent_exec_result__free(&r);
+}
+
+/* A pty for a user is theirs: the slave belongs to them. */
+TEST_F(agent, pty_as_user_owns_the_terminal)
+{
+	struct agent_exec_result r;
+	char uid[16], want[64];
+	struct passwd pw;
+
+	if (!nobody(_metadata, &pw, uid, sizeof(uid)))
+		return;
+	run(_metadata, self,
+	    &(struct agent_exec_opts){
+		    .argv = ARGV("sh", "-c",
+				 "echo $(id -u) $(stat -c %u \"$(tty)\")"),
+		    .pty = true,
+		    .user = uid },
+	    &r);
+	EXPECT_EQ(0, r.error) TH_LOG("%s", r.message);
+	snprintf(want, sizeof(want), "%s %s", uid, uid);
+	EXPECT_NE(NULL, strstr((char *)r.out, want)) TH_LOG("out: %s", r.out);
+	agent_exec_result__free(&r);
+}
+
+/*
+ * No such user, by name or uid: ENOENT naming it, with T_USER; an
+ * empty T_USER, one with a NUL or over KILN_USER_MAX is malformed.
+ */
+TEST_F(agent, exec_as_unknown_or_bad_user)
+{
+	static const char *const unknown[] = { "kiln-no-such-user",
+					       "4000000000", "4294967295" };
+	struct agent_exec_result r;
+	char msg[128], big[KILN_USER_MAX + 2];
+
+	for (size_t i = 0; i < ARRAY_SIZE(unknown); i++) {
+		run(_metadata, self,
+		    &(struct agent_exec_opts){ .argv = ARGV("true"),
+					       .user = unknown[i] },
+		    &r);
+		EXPECT_EQ(ENOENT, r.error);
+		EXPECT_STREQ(unknown[i], r.err_user);
+		snprintf(msg, sizeof(msg),
+			 "no user \"%s\" in the guest's /etc/passwd",
+			 unknown[i]);
+		EXPECT_STREQ(msg, r.message);
+		EXPECT_STREQ("", r.err_cwd);
+		agent_exec_result__free(&r);
+	}
+
+	memset(big, 'a', sizeof(big) - 1);
+	big[sizeof(big) - 1] = '\0';
+	const struct agent_exec_opts bad[] = {
+		{ .argv = ARGV("true"), .user = "" },
+		{ .argv = ARGV("true"), .user = "ro\0ot", .user_len = 5 },
+		{ .argv = ARGV("true"), .user = big },
+	};
+	for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
+		run(_metadata, self, &bad[i], &r);
+		EXPECT_EQ(EINVAL, r.error) TH_LOG("case %zu", i);
+		EXPECT_STREQ("T_USER is not a user name or uid", r.message);
+		EXPECT_STREQ("", r.err_user);
+		agent_exec_result__free(&r);
+	}
 }
 
 /* ---- pty ----------------------------------------------------------------- */

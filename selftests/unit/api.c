@@ -14,6 +14,7 @@
 #include <jansson.h>
 #include <poll.h>
 #include <pthread.h>
+#include <pwd.h>
 #include <stdatomic.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -798,6 +799,84 @@ TEST_F(srv, exec_env_bad_names_refused)
 		  "envMode: expected \"replace\" or \"merge\"" },
 		{ "{\"argv\":[\"true\"],\"envMode\":true}",
 		  "envMode: expected a string" },
+	};
+	static const char *const methods[] = { "exec", "spawn", "pty.open" };
+	json_error_t jerr;
+	json_t *m;
+
+	for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+		for (size_t j = 0; j < ARRAY_SIZE(methods); j++) {
+			m = tc_call(&self->t, 1, methods[j],
+				    json_loads(cases[i].params, 0, &jerr));
+			ASSERT_TRUE(m != NULL);
+			EXPECT_EQ(API_E_INVALID_PARAMS, err_code(m));
+			EXPECT_STREQ(cases[i].message, err_message(m))
+			TH_LOG("%s %s", methods[j], cases[i].params);
+			json_decref(m);
+		}
+	}
+}
+
+/*
+ * user: by name (a string) and by uid (an integer) the command runs as
+ * that user; no such user is the guest's ENOENT with "user" in the
+ * data. The agent is this test's: it changes user only as root.
+ */
+TEST_F(srv, exec_as_user)
+{
+	struct passwd *pw = getpwnam("nobody");
+	char want[64];
+	json_t *m, *user;
+	char *out;
+
+	if (geteuid())
+		SKIP(return, "the agent changes user only as root");
+	ASSERT_TRUE(pw != NULL) TH_LOG("no user nobody in /etc/passwd");
+	snprintf(want, sizeof(want), "%u nobody\n", (unsigned)pw->pw_uid);
+	for (int i = 0; i < 2; i++) {
+		user = i ? json_integer(pw->pw_uid) : json_string("nobody");
+		m = tc_call(&self->t, 1 + i, "exec",
+			    json_pack("{s:[s, s, s], s:o}", "argv", "sh", "-c",
+				      "echo $(id -u) $USER", "user", user));
+		ASSERT_TRUE(m != NULL);
+		ASSERT_TRUE(result(m) != NULL) TH_LOG("%s", err_message(m));
+		out = b64_str(result(m), "stdout", NULL);
+		EXPECT_STREQ(want, out);
+		free(out);
+		json_decref(m);
+	}
+	m = tc_call(&self->t, 3, "exec",
+		    json_pack("{s:[s], s:s}", "argv", "true", "user",
+			      "kiln-no-such-user"));
+	ASSERT_TRUE(m != NULL);
+	EXPECT_EQ(API_E_ERRNO, err_code(m));
+	EXPECT_STREQ("ENOENT", err_errno(m));
+	EXPECT_STREQ("kiln-no-such-user",
+		     json_string_value(json_object_get(err_data(m), "user")));
+	EXPECT_STREQ("no user \"kiln-no-such-user\" in the guest's "
+		     "/etc/passwd",
+		     err_message(m));
+	json_decref(m);
+}
+
+/* A user that is no name or uid is refused before the guest sees it. */
+TEST_F(srv, exec_bad_user_refused)
+{
+	static const struct {
+		const char *params, *message;
+	} cases[] = {
+		{ "{\"argv\":[\"true\"],\"user\":true}",
+		  "user: expected a user name or a uid" },
+		{ "{\"argv\":[\"true\"],\"user\":-1}",
+		  "user: a uid is from 0 to 4294967294" },
+		{ "{\"argv\":[\"true\"],\"user\":4294967295}",
+		  "user: a uid is from 0 to 4294967294" },
+		{ "{\"argv\":[\"true\"],\"user\":\"\"}",
+		  "user: expected a user name or a uid (1 to 256 bytes, no "
+		  "':' or newline)" },
+		{ "{\"argv\":[\"true\"],\"user\":\"a:b\"}",
+		  "user: expected a user name or a uid (1 to 256 bytes, no "
+		  "':' or newline)" },
 	};
 	static const char *const methods[] = { "exec", "spawn", "pty.open" };
 	json_error_t jerr;
@@ -1781,6 +1860,52 @@ TEST_F(srv, vmmctl_smoke)
 		EXPECT_EQ(1, spawn__count_lines(r->err)) TH_LOG("%s", r->err);
 		EXPECT_TRUE(strstr(r->err, "/no/such/dir") != NULL);
 	}
+	/* No such --user: 217, one line naming the user. */
+	{
+		const char *argv[] = { ctl,
+				       "exec",
+				       "--user",
+				       "kiln-no-such-user",
+				       self->s.api_sock,
+				       "--",
+				       "true",
+				       NULL };
+
+		ASSERT_EQ(0, spawn__run(argv, NULL, r));
+		EXPECT_EQ(217, r->status);
+		EXPECT_EQ(1, spawn__count_lines(r->err)) TH_LOG("%s", r->err);
+		EXPECT_TRUE(strstr(r->err, "\"kiln-no-such-user\"") != NULL);
+	}
+	{
+		const char *argv[] = { ctl,
+				       "shell",
+				       "--user",
+				       "kiln-no-such-user",
+				       self->s.api_sock,
+				       "--",
+				       "true",
+				       NULL };
+
+		ASSERT_EQ(0, spawn__run(argv, NULL, r));
+		EXPECT_EQ(217, r->status) TH_LOG("%s", r->err);
+	}
+	/* --user 0 (root's uid, what this test may run as): HOME is root's. */
+	if (!geteuid()) {
+		const char *argv[] = { ctl,
+				       "exec",
+				       "--user",
+				       "0",
+				       self->s.api_sock,
+				       "--",
+				       "sh",
+				       "-c",
+				       "echo $(id -u) $USER",
+				       NULL };
+
+		ASSERT_EQ(0, spawn__run(argv, NULL, r));
+		EXPECT_EQ(0, r->status) TH_LOG("%s", r->err);
+		EXPECT_STREQ("0 root\n", r->out);
+	}
 	snprintf(dir, sizeof(dir), "%s/d", self->s.dir);
 	ASSERT_EQ(0, mkdir(dir, 0755));
 	snprintf(file, sizeof(file), "%s/one", dir);
@@ -2351,6 +2476,43 @@ TEST_F(fake, env_merge_needs_the_feature)
 	close(fd);
 	got[n > 0 ? n : 0] = '\0';
 	EXPECT_STREQ("16\n", got);
+}
+
+/*
+ * An agent without KILN_FEATURE_USER would ignore T_USER and run the
+ * command as root: the call fails naming the feature, for exec, spawn
+ * and pty.open, and nothing reaches the agent.
+ */
+TEST_F(fake, user_needs_the_feature)
+{
+	static const char *const methods[] = { "exec", "spawn", "pty.open" };
+	char path[160], got[64] = "";
+	json_t *m;
+	ssize_t n;
+	int fd;
+
+	run_fake(&self->s, FAKE_NO_RESEED);
+	for (size_t i = 0; i < ARRAY_SIZE(methods); i++) {
+		m = tc_call(&self->t, 1 + i, methods[i],
+			    json_pack("{s:[s], s:s}", "argv", "true", "user",
+				      "agent"));
+		ASSERT_TRUE(m != NULL);
+		EXPECT_EQ(API_E_AGENT, err_code(m));
+		EXPECT_NE(NULL,
+			  strstr(err_message(m) ?: "",
+				 "lacks USER (features 0x0): user needs a "
+				 "newer guest agent"))
+		TH_LOG("%s: %s", methods[i], err_message(m));
+		json_decref(m);
+	}
+	snprintf(path, sizeof(path), "%s/agent.log", self->s.dir);
+	fd = open(path, O_RDONLY);
+	if (fd >= 0) {
+		n = read(fd, got, sizeof(got) - 1);
+		close(fd);
+		got[n > 0 ? n : 0] = '\0';
+	}
+	EXPECT_STREQ("", got);
 }
 
 static const uint8_t test_mac[KILN_NET_MAC_LEN] = { 0x02, 0x4b, 0x4c,

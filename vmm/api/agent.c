@@ -174,19 +174,33 @@ void agent_mark_ready(struct api *api)
 /*
  * The request needs what this agent lacks (one from an older initramfs,
  * in a restored snapshot): refused, rather than sent and misread (an
- * agent ignores fields it does not know: T_ENV_MERGE would replace).
+ * agent ignores fields it does not know: T_ENV_MERGE would replace,
+ * T_USER would run the command as root).
  */
 static void feature_missing(struct call *k, uint64_t features)
 {
+	static const struct {
+		uint64_t bit;
+		const char *name, *what;
+	} needs[] = {
+		{ KILN_FEATURE_ENV_MERGE, "ENV_MERGE", "envMode \"merge\"" },
+		{ KILN_FEATURE_USER, "USER", "user" },
+	};
+	uint64_t missing = k->need_features & ~features;
+	const char *name = "a feature", *what = "the request";
 	char why[160];
 
-	snprintf(why, sizeof(why), "guest agent lacks %s (features 0x%llx): %s",
-		 k->need_features & KILN_FEATURE_ENV_MERGE ? "ENV_MERGE" :
-							     "a feature",
-		 (unsigned long long)features,
-		 k->need_features & KILN_FEATURE_ENV_MERGE ?
-			 "envMode \"merge\" needs a newer guest agent" :
-			 "the request needs a newer guest agent");
+	for (size_t i = 0; i < ARRAY_SIZE(needs); i++) {
+		if (missing & needs[i].bit) {
+			name = needs[i].name;
+			what = needs[i].what;
+			break;
+		}
+	}
+	snprintf(why, sizeof(why),
+		 "guest agent lacks %s (features 0x%llx): %s needs a newer "
+		 "guest agent",
+		 name, (unsigned long long)features, what);
 	call_lost(k, why);
 }
 

@@ -17,6 +17,7 @@
 #define API_KILL_GRACE_MS  2000 /* killed group: wait for its exit */
 #define API_EXEC_GRACE_MS  5000 /* past timeoutMs: the agent is stuck */
 #define API_ENV_NAME_SHOWN 65	/* bytes of a bad env name an error repeats */
+#define API_UID_INVALID	   0xffffffffLL /* (uid_t)-1: no uid */
 
 /* Signals the process; past API_KILL_GRACE_MS call_tick() gives up. */
 void proc_kill(struct call *k, int sig, uint64_t now)
@@ -201,7 +202,8 @@ static void proc_exit(struct call *k, const uint8_t *p, size_t len)
  * The command did not start: the guest's errno (call_errno), and when it
  * was the working directory that failed (the agent's ERROR carries T_CWD
  * then), "cwd" in the data too, so that a client can tell a bad directory
- * from a missing command, both ENOENT.
+ * from a missing command, both ENOENT; likewise "user" for no such user
+ * (T_USER).
  */
 static void proc_error(struct call *k, const uint8_t *p, size_t len)
 {
@@ -216,6 +218,8 @@ static void proc_error(struct call *k, const uint8_t *p, size_t len)
 	while (data && kiln_tlv__next(&it, &tag, &val, &vlen) == 1)
 		if (tag == KILN_T_CWD)
 			api_json_guest_bytes(data, "cwd", val, vlen);
+		else if (tag == KILN_T_USER)
+			api_json_guest_bytes(data, "user", val, vlen);
 	call_fail(k, API_E_ERRNO, data, msg);
 	call_done(k);
 }
@@ -369,7 +373,51 @@ static bool param_env(struct rpc *r, struct kiln_buf *b, uint64_t *need)
 	return true;
 }
 
-/* argv, env, envMode, cwd and timeoutMs of exec, spawn and pty.open. */
+/*
+ * user: a name or a uid of the guest's /etc/passwd, a string or an
+ * integer, sent as T_USER (a uid in decimal); needs an agent with
+ * KILN_FEATURE_USER (*need). The guest resolves it: an unknown user is
+ * its ENOENT, with "user" in the error's data.
+ */
+static bool param_user(struct rpc *r, struct kiln_buf *b, uint64_t *need)
+{
+	json_t *v = json_object_get(r->params, "user");
+	char uid[16];
+	const char *s;
+	size_t n;
+
+	if (!v)
+		return true;
+	if (json_is_integer(v)) {
+		if (json_integer_value(v) < 0 ||
+		    json_integer_value(v) >= API_UID_INVALID)
+			return param_error(r, "user: a uid is from 0 to %llu",
+					   API_UID_INVALID - 1);
+		snprintf(uid, sizeof(uid), "%lld",
+			 (long long)json_integer_value(v));
+		s = uid;
+		n = strlen(uid);
+	} else if (!json_is_string(v)) {
+		return param_error(r, "user: expected a user name or a uid");
+	} else if (!param_str(r, "user", false, &s, &n)) {
+		return false;
+	}
+	if (!n || n > KILN_USER_MAX || strpbrk(s, ":\n"))
+		return param_error(r,
+				   "user: expected a user name or a uid (1 to "
+				   "%u bytes, no ':' or newline)",
+				   KILN_USER_MAX);
+	*need |= KILN_FEATURE_USER;
+	if (kiln_tlv__put_bytes(b, KILN_T_USER, s, n))
+		return param_error(r, "argv and env: too long (limit %u bytes)",
+				   KILN_FRAME_MAX);
+	return true;
+}
+
+/*
+ * argv, env, envMode, cwd, user and timeoutMs of exec, spawn and
+ * pty.open.
+ */
 static bool param_process(struct rpc *r, struct kiln_buf *b, bool argv_required,
 			  uint64_t *timeout_ms, uint64_t *need)
 {
@@ -401,7 +449,7 @@ static bool param_process(struct rpc *r, struct kiln_buf *b, bool argv_required,
 				   KILN_FRAME_MAX);
 	if (!param_env(r, b, need))
 		return false;
-	if (!param_str(r, "cwd", false, &cwd, &n))
+	if (!param_user(r, b, need) || !param_str(r, "cwd", false, &cwd, &n))
 		return false;
 	if (cwd)
 		ret = ret ?: kiln_tlv__put_bytes(b, KILN_T_CWD, cwd, n);
