@@ -110,9 +110,9 @@ describe("policy callback -> hook answers", () => {
 			conn.matchHttp((c) => c.hostname.endsWith(".example.org"))?.accept();
 		});
 		assert.deepEqual(await d.answer(flow(1, "192.0.2.10:443", ["api.example.com"])),
-			{ id: 1, verdict: "grant-http", tls: "auto", ask: "request" });
+			{ id: 1, verdict: "grant-http", tls: "auto", ask: "request", host: "api.example.com" });
 		assert.deepEqual(await d.answer(flow(2, "192.0.2.11:80", ["a.b.example.org"])),
-			{ id: 2, verdict: "grant-http", tls: "auto", ask: "connection" });
+			{ id: 2, verdict: "grant-http", tls: "auto", ask: "connection", host: "a.b.example.org" });
 		// No trusted name: whatever Host the guest will send, no match.
 		assert.equal((await d.answer(flow(3, "192.0.2.10:443", []))).verdict, "deny");
 		assert.equal((await d.answer(flow(4, "192.0.2.10:443", ["evil.example.net"]))).verdict, "deny");

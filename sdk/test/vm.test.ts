@@ -106,7 +106,7 @@ describe("sandbox", () => {
 				assert.deepEqual(seams, {
 					hook: [
 						{ id: 1, verdict: "grant-dns", resolvers: ["192.0.2.53"] },
-						{ id: 2, verdict: "grant-http", tls: "auto", ask: "request" },
+						{ id: 2, verdict: "grant-http", tls: "auto", ask: "request", host: "api.example.com" },
 						{ id: 3, verdict: "grant-http", set: { authorization: "Bearer for /user" } },
 						{ id: 4, verdict: "deny", reason: "no grant" },
 					],

@@ -8,8 +8,8 @@
 //   flow question {"id", "proto", "src", "dst", "class", "hostnames"}
 //     conn.accept() / matchTcp / matchUdp ...accept()   -> "grant"
 //     matchHttp(...).accept(middleware?)                  -> "grant-http"
-//       ("tls": "auto"; "ask": "request" with middleware, else
-//       "connection": no request is asked)
+//       ("tls": "auto"; "host": the matched name; "ask": "request" with
+//       middleware, else "connection": no request is asked)
 //   DNS question {"id", "type": "dns", "proto", "src", "dst", "name", "qtype"}
 //     matchDns().accept({resolvers})                      -> "grant-dns"
 //   anything else, a throw, or no settle by the deadline  -> "deny"
@@ -97,7 +97,7 @@ export type HookAnswer = Record<string, unknown> & { id: number; verdict: string
 type Grant =
 	| { kind: "grant" }
 	| { kind: "dns"; resolvers: string[] }
-	| { kind: "http"; middleware: HttpMiddleware | undefined };
+	| { kind: "http"; hostname: string; middleware: HttpMiddleware | undefined };
 
 const MAX_RESOLVERS = 16;
 const HOSTNAME = /^(?=.{1,253}$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$/;
@@ -211,7 +211,7 @@ function connection(q: FlowQuestion | DnsQuestion): { conn: SandboxConnection; g
 				accept(middleware?: HttpMiddleware): boolean {
 					if (middleware !== undefined && typeof middleware !== "function")
 						throw new TypeError("HttpConnectionMatch.accept: middleware must be a function");
-					return decide({ kind: "http", middleware });
+					return decide({ kind: "http", hostname, middleware });
 				},
 			});
 		},
@@ -316,7 +316,9 @@ export class PolicyDecider {
 		if (g.kind === "dns")
 			return { id: q.id, verdict: "grant-dns", resolvers: g.resolvers };
 		this.#remember(q.id, g.middleware);
-		return { id: q.id, verdict: "grant-http", tls: "auto", ask: g.middleware ? "request" : "connection" };
+		// "host": the flow may give the matched name alone (its SNI, its
+		// requests' Host), not another name DNS bound to the address.
+		return { id: q.id, verdict: "grant-http", tls: "auto", ask: g.middleware ? "request" : "connection", host: g.hostname };
 	}
 
 	#remember(flow: number, mw: HttpMiddleware | undefined): void {
