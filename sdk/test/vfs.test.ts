@@ -112,6 +112,11 @@ describe("the FUSE session", () => {
 		assert.deepEqual(await w.readDir("/"), ["prompt.txt"]);
 		assert.equal((await ok(s, m.statfs())).readUInt32LE(40), 4096);
 		assert.equal(await s.handle(m.forget(e.node, 1n)), undefined, "no reply to a forget");
+		// A file removed and made again gets a node of its own.
+		const gone = m.entry(await ok(s, m.create(ROOT, "again.txt"))).node;
+		await ok(s, m.unlink(ROOT, "again.txt"));
+		const fresh = m.entry(await ok(s, m.create(ROOT, "again.txt"))).node;
+		assert.notEqual(fresh, gone);
 	});
 
 	test("lookup counts: a node goes when the guest forgets it; at most MAX_NODES", async () => {

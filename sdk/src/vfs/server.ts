@@ -54,6 +54,8 @@ const DIRENT = 24;
 interface NodeEntry {
 	path: string;
 	lookups: bigint;
+	/** Removed or replaced: no path names it any more. */
+	orphan?: boolean;
 }
 
 /** One mount's FUSE state and its answers, apart from any socket. */
@@ -142,10 +144,20 @@ export class FuseSession {
 		}
 	}
 
+	/** A removed path no longer names its node (which lives on, unnamed,
+	 * until the guest forgets it). */
+	#unlinked(path: string): void {
+		const id = this.#byPath.get(path);
+		const e = id === undefined ? undefined : this.#byId.get(id);
+		if (e)
+			e.orphan = true;
+		this.#byPath.delete(path);
+	}
+
 	/** Moves every node at or under from to under to (after a rename). */
 	#moved(from: string, to: string): void {
 		for (const [id, e] of this.#byId) {
-			if (e.path !== from && !e.path.startsWith(from + "/"))
+			if (e.orphan || (e.path !== from && !e.path.startsWith(from + "/")))
 				continue;
 			if (this.#byPath.get(e.path) === id)
 				this.#byPath.delete(e.path);
@@ -310,6 +322,9 @@ export class FuseSession {
 			if (req.opcode === Op.RMDIR && st.type !== "directory")
 				throw new FuseError(Errno.ENOTDIR, "rmdir of a file");
 			await fs.remove(path);
+			// The guest may still hold the node (an open file); a new
+			// file of the same name must get a node of its own.
+			this.#unlinked(path);
 			return undefined;
 		}
 		case Op.RENAME:
@@ -330,7 +345,10 @@ export class FuseSession {
 					throw new FuseError(Errno.EEXIST, "exists");
 			}
 			await fs.rename(src, dst);
-			this.#moved(src, dst);
+			if (src !== dst) {
+				this.#unlinked(dst); // what it replaced
+				this.#moved(src, dst);
+			}
 			return undefined;
 		}
 		case Op.READDIR: {
