@@ -164,6 +164,11 @@ static int validate_mode(const struct net_config *n, char *err, size_t len)
 			    "net CA bundle \"%s\": only with an egress proxy "
 			    "(mode auto or netns; mode is %s)",
 			    n->ca_bundle, mode);
+	if (n->intercept_ca && n->mode != NET_AUTO && n->mode != NET_NETNS)
+		return errf(err, len, -EINVAL,
+			    "net interceptCa: only with an egress proxy (mode "
+			    "auto or netns; mode is %s)",
+			    mode);
 	if (n->ca_bundle && !n->ca_bundle[0])
 		return errf(err, len, -EINVAL, "net CA bundle: empty path");
 	if (n->tap_fd_set && n->tap_fd < NET_MIN_TAP_FD)
@@ -289,4 +294,12 @@ int netcfg__cmdline(const struct net_config *n, char *buf, size_t len)
 	memcpy(buf, key, sizeof(key) - 1);
 	return netcfg__guest_value(n, buf + sizeof(key) - 1,
 				   len - (sizeof(key) - 1));
+}
+
+bool netcfg__guest_ca(const struct net_config *n, const struct net_policy *p)
+{
+	unsigned int timeout_ms;
+
+	return n->intercept_ca || net_policy__nr_http(p) ||
+	       net_policy__hook(p, &timeout_ms);
 }

@@ -58,6 +58,11 @@ struct net_config {
 	 * TLS_DEFAULT_CA_BUNDLE (net/tls.h). Auto and netns modes only.
 	 */
 	char *ca_bundle;
+	/*
+	 * --net-intercept-ca, "net.interceptCa": the guest trusts the
+	 * interception CA whatever the boot's policy (netcfg__guest_ca).
+	 */
+	bool intercept_ca;
 };
 
 /* The modes' JSON names ("none", "auto", ...), NULL-terminated. */
@@ -65,6 +70,14 @@ extern const char *const netcfg__modes[];
 const char *netcfg__mode_name(enum net_mode mode);
 
 void netcfg__free(struct net_config *n);
+
+/*
+ * Whether the guest trusts the interception CA from boot
+ * (Documentation/network.md, "The CA in the guest"): when asked
+ * (intercept_ca), or when the boot's policy p can intercept, by its http
+ * grants or by its hook's "grant-http" answers.
+ */
+bool netcfg__guest_ca(const struct net_config *n, const struct net_policy *p);
 
 /*
  * --net's argument: "auto", "netns:PATH", "tap-fd:N" or "none". Replaces

@@ -742,3 +742,56 @@ void tls_ca__cert_der(const struct tls_ca *ca, const uint8_t **der, size_t *len)
 	*der = ca->cert_der;
 	*len = ca->cert_len;
 }
+
+/*
+ * A value OpenSSL's canonical form leaves as it is, but for case:
+ * printable ASCII, no space at either end, no two spaces in a row.
+ * wolfSSL's canonical encoding (5.5.4) lowercases and re-tags as
+ * UTF8String as OpenSSL's does, but keeps whitespace as it is where
+ * OpenSSL trims and folds it; its hash is OpenSSL's only for these.
+ */
+static bool canon_as_openssl(const unsigned char *s, int n)
+{
+	int i;
+
+	if (n <= 0 || s[0] == ' ' || s[n - 1] == ' ')
+		return n == 0;
+	for (i = 0; i < n; i++) {
+		if (s[i] < 0x20 || s[i] > 0x7e)
+			return false;
+		if (s[i] == ' ' && s[i + 1] == ' ')
+			return false;
+	}
+	return true;
+}
+
+int tls__subject_hash(const uint8_t *der, size_t len, uint32_t *hash)
+{
+	const unsigned char *p = der;
+	WOLFSSL_X509_NAME *name;
+	WOLFSSL_X509 *x;
+	int i, nr, ret = 0;
+
+	if (!len || len > INT_MAX)
+		return -EINVAL;
+	x = wolfSSL_d2i_X509(NULL, &p, (int)len);
+	if (!x)
+		return -EINVAL;
+	name = wolfSSL_X509_get_subject_name(x);
+	nr = name ? wolfSSL_X509_NAME_entry_count(name) : 0;
+	for (i = 0; i < nr && !ret; i++) {
+		WOLFSSL_X509_NAME_ENTRY *e =
+			wolfSSL_X509_NAME_get_entry(name, i);
+		WOLFSSL_ASN1_STRING *v =
+			e ? wolfSSL_X509_NAME_ENTRY_get_data(e) : NULL;
+
+		if (!v || !canon_as_openssl(wolfSSL_ASN1_STRING_data(v),
+					    wolfSSL_ASN1_STRING_length(v)))
+			ret = -EOPNOTSUPP;
+	}
+	/* X509_NAME_hash: SHA-1's first four bytes, little-endian. */
+	if (!ret)
+		*hash = (uint32_t)wolfSSL_X509_subject_name_hash(x);
+	wolfSSL_X509_free(x);
+	return ret;
+}

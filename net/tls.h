@@ -100,6 +100,16 @@ int __must_check tls_ca__leaf(struct tls_ca *ca, const char *host,
 			      const uint8_t **der, size_t *len);
 /* Leaves minted since create (cache misses), for the tests and stats. */
 uint64_t tls_ca__minted(const struct tls_ca *ca);
+/*
+ * OpenSSL's subject hash (X509_NAME_hash: SHA-1 of the canonical subject)
+ * of a certificate (DER), the name of its file in a hashed directory
+ * ("%08x.0", what -CApath looks up). 0; -EINVAL for a certificate that
+ * does not parse; -EOPNOTSUPP for a subject whose values are not
+ * printable ASCII with single inner spaces (wolfSSL's canonical form
+ * differs from OpenSSL's there, so its hash would name the wrong file).
+ */
+int __must_check tls__subject_hash(const uint8_t *der, size_t len,
+				   uint32_t *hash);
 
 /* Toward the guest: TLS 1.2 and 1.3, certificates minted by ca per SNI. */
 int __must_check tls_server__create(struct tls_server **out, struct tls_ca *ca,

@@ -174,7 +174,9 @@ kvm_suite_cost() {
 	kvm_operator) echo 100 ;;
 	kvm_vmm_boot) echo 95 ;;
 	kvm_harness_watch) echo 90 ;;
+	kvm_die_with_parent) echo 90 ;;
 	kvm_hostile) echo 60 ;;
+	kvm_intercept_ca) echo 20 ;;
 	kvm_vsock) echo 15 ;;
 	kvm_jail) echo 10 ;;
 	kvm_mailbox) echo 5 ;;

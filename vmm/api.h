@@ -240,5 +240,13 @@ void api__destroy(struct api *api);
  * but waking the API thread).
  */
 void api__event(struct api *api, const char *type, json_t *fields);
+/*
+ * What vm.shutdown does once answered, asked by the monitor itself
+ * (--die-with-parent): p.shutdown, then POWEROFF to the agent on a
+ * connection of its own (p.shutdown_failed when it cannot be told). Any
+ * thread, any time between api__create and api__destroy; done once, on
+ * the API thread, with vm.shutdown's (NULL api or p.shutdown: nothing).
+ */
+void api__shutdown(struct api *api);
 
 #endif

@@ -115,6 +115,11 @@ struct vm_config {
 	bool detach;	/* start: return once the guest agent is ready */
 	char *pid_file; /* start --detach: the VM's pid goes here */
 	/*
+	 * --die-with-parent: the process that ran the vmm exits, the VM is
+	 * shut down (vmm/vm-run.c, Documentation/cli.md).
+	 */
+	bool die_with_parent;
+	/*
 	 * start --restore DIR: the snapshot to resume instead of a boot
 	 * (Documentation/snapshots.md, "Restore"); NULL: boot.
 	 */

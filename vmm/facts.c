@@ -140,6 +140,26 @@ static int rootfs_facts(const struct rootfs_config *r,
 	return ret;
 }
 
+/*
+ * The descriptor's own "facts" (checked by rootfs__load), after Kiln's:
+ * one that says what Kiln said already ("rootfs-image is NAME") once.
+ */
+static int descriptor_facts(const json_t *image, json_t *facts)
+{
+	size_t i, j, n = json_array_size(facts);
+	json_t *f;
+
+	json_array_foreach(image, i, f)
+	{
+		for (j = 0; j < n; j++)
+			if (json_equal(f, json_array_get(facts, j)))
+				break;
+		if (j == n && json_array_append(facts, f))
+			return -ENOMEM;
+	}
+	return 0;
+}
+
 /* NAME.facts.json next to NAME.json, if the builder left one. */
 static void image_facts(const char *descriptor, json_t *facts)
 {
@@ -180,6 +200,8 @@ json_t *facts__config(const struct vm_config *c, const struct rootfs_image *img)
 		ret = mount_facts(&c->mounts, facts);
 	if (!ret)
 		ret = net_facts(&c->net, facts);
+	if (!ret && img && img->facts)
+		ret = descriptor_facts(img->facts, facts);
 	if (ret) {
 		json_decref(facts);
 		return NULL;

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 
 #include "lib/errf.h"
 #include "snapshot/archive.h"
@@ -164,6 +165,41 @@ static int setup_log(const struct vm_config *cfg)
 }
 
 /*
+ * --die-with-parent: a pidfd (pidfd_open, Linux 5.3) for the process that
+ * ran the vmm, opened before any fork (start --detach, --jail), so that
+ * the VM process watches that one and not the vmm it forked from; the run
+ * loop polls it (vm-run.c). Not PR_SET_PDEATHSIG: it fires on the exit of
+ * the forking thread, so the detached start's own parent, which exits
+ * once the agent answers, would kill the VM. A parent that exited before
+ * the pidfd was open has left the vmm reparented: refused, the VM would
+ * start orphaned. *fd: the pidfd, or -1 without the option.
+ */
+static int watch_parent(const struct vm_config *cfg, int *fd)
+{
+	pid_t ppid = getppid();
+
+	*fd = -1;
+	if (!cfg->die_with_parent)
+		return 0;
+	*fd = (int)syscall(SYS_pidfd_open, ppid, 0);
+	if (*fd < 0) {
+		pr_err("--die-with-parent: pidfd_open(%d): %s (Linux 5.3 or "
+		       "later is needed)",
+		       (int)ppid, strerror(errno));
+		return -errno;
+	}
+	if (getppid() != ppid) {
+		pr_err("--die-with-parent: the parent process %d exited before "
+		       "the vmm started",
+		       (int)ppid);
+		close(*fd);
+		*fd = -1;
+		return -ESRCH;
+	}
+	return 0;
+}
+
+/*
  * What the control API may ask of the VM (vmm/control.h), wired here, at
  * the top: the control server calls none of these modules itself.
  */
@@ -179,7 +215,7 @@ static int cmd_run(int argc, char **argv, bool start)
 {
 	char err[CONFIG_ERR_LEN];
 	struct vm_config cfg;
-	int ret, ready_fd = -1;
+	int ret, ready_fd = -1, parent_fd = -1;
 	struct jail *jail = NULL;
 	struct vm *vm;
 
@@ -201,6 +237,8 @@ static int cmd_run(int argc, char **argv, bool start)
 		pr_err("%s", err);
 		goto out;
 	}
+	if (watch_parent(&cfg, &parent_fd))
+		goto out;
 	if (jail && jail__unshare_pid(jail))
 		goto out;
 	/* In a jail, the fork makes its PID 1, which runs the VM. */
@@ -228,8 +266,10 @@ static int cmd_run(int argc, char **argv, bool start)
 		goto out;
 	}
 	vm->ready_fd = ready_fd;
-	ret = vm__run(vm, &control_ops);
+	ret = vm__run(vm, &control_ops, parent_fd);
 	vm__destroy(vm);
+	if (parent_fd >= 0)
+		close(parent_fd);
 	jail__destroy(jail);
 	log__close();
 	config__free(&cfg);
@@ -237,6 +277,8 @@ static int cmd_run(int argc, char **argv, bool start)
 out:
 	if (ready_fd >= 0)
 		close(ready_fd);
+	if (parent_fd >= 0)
+		close(parent_fd);
 	jail__destroy(jail);
 	log__close();
 	config__free(&cfg);

@@ -599,6 +599,13 @@ const struct option_desc options__table[] = {
 		STRING_FIELD(net.ca_bundle),
 	},
 	{
+		.flag = "net-intercept-ca",
+		.key = "net.interceptCa",
+		.help = "the guest trusts the interception CA from boot even\n"
+			"when the policy has no http grant and no hook",
+		FLAG_FIELD(net.intercept_ca),
+	},
+	{
 		.key = "command",
 		.kind = OPTION_JSON,
 		.apply = apply_command,
@@ -697,6 +704,14 @@ const struct option_desc options__table[] = {
 		.flag = "detach",
 		.help = "start: return once the guest agent answers, the VM runs on",
 		FLAG_FIELD(detach),
+	},
+	{
+		.flag = "die-with-parent",
+		.key = "dieWithParent",
+		.help = "shut the VM down (the guest powers off, 5 s at most)\n"
+			"and remove its sockets when the process that ran the\n"
+			"vmm exits",
+		FLAG_FIELD(die_with_parent),
 	},
 	{
 		.flag = "pid-file",

@@ -35,6 +35,7 @@ void rootfs__free(struct rootfs_image *img)
 	free(img->architecture);
 	free(img->digest);
 	free(img->descriptor);
+	json_decref(img->facts);
 	memset(img, 0, sizeof(*img));
 }
 
@@ -47,7 +48,7 @@ void rootfs__free(struct rootfs_image *img)
  */
 static const char *const moving_aliases[] = {
 	"latest", "stable",  "current", "edge",	    "nightly", "head",
-	"newest", "rolling", "testing", "unstable", "sid",
+	"newest", "rolling", "testing", "unstable", "sid",     "lts",
 };
 
 static const char *moving_word(const char *name)
@@ -143,6 +144,7 @@ enum field {
 	F_ARCH,
 	F_DIGEST,
 	F_SIZE,
+	F_FACTS, /* optional: the first one after the required ones */
 	NR_FIELDS,
 };
 
@@ -150,7 +152,115 @@ static const char *const field_names[NR_FIELDS] = {
 	[F_NAME] = "name",     [F_PATH] = "path",
 	[F_FORMAT] = "format", [F_ARCH] = "architecture",
 	[F_DIGEST] = "digest", [F_SIZE] = "sizeBytes",
+	[F_FACTS] = "facts",
 };
+
+/* What else a descriptor may call x86_64: Debian's name, and Node's. */
+static const char *const x86_64_aliases[] = { "amd64", "x64" };
+
+/* The keys of a fact, in the order vm.facts gives them. */
+static const char *const fact_keys[] = { "source", "topic", "relation",
+					 "value" };
+
+static bool printable_ascii(const char *s, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		if (s[i] < 0x20 || s[i] > 0x7e)
+			return false;
+	return true;
+}
+
+/*
+ * facts[i]: an object of exactly fact_keys, each a non-empty printable
+ * ASCII string, source "config"; appended to out as a new object.
+ */
+static int get_fact(const char *desc, size_t i, json_t *f, json_t *out,
+		    char *err, size_t len)
+{
+	json_t *copy, *v;
+	const char *key;
+	size_t k;
+
+	if (!json_is_object(f))
+		return errf(err, len, -EINVAL,
+			    "%s: facts[%zu]: must be an object {\"source\", "
+			    "\"topic\", \"relation\", \"value\"}",
+			    desc, i);
+	json_object_foreach(f, key, v)
+	{
+		for (k = 0; k < ARRAY_SIZE(fact_keys); k++)
+			if (!strcmp(key, fact_keys[k]))
+				break;
+		if (k == ARRAY_SIZE(fact_keys))
+			return errf(err, len, -EINVAL,
+				    "%s: facts[%zu]: unknown key \"%.64s\"",
+				    desc, i, key);
+	}
+	copy = json_object();
+	if (!copy)
+		return -ENOMEM;
+	for (k = 0; k < ARRAY_SIZE(fact_keys); k++) {
+		v = json_object_get(f, fact_keys[k]);
+		if (!v) {
+			json_decref(copy);
+			return errf(err, len, -EINVAL,
+				    "%s: facts[%zu].%s: missing", desc, i,
+				    fact_keys[k]);
+		}
+		if (!json_is_string(v) || !json_string_length(v) ||
+		    !printable_ascii(json_string_value(v),
+				     json_string_length(v))) {
+			json_decref(copy);
+			return errf(err, len, -EINVAL,
+				    "%s: facts[%zu].%s: must be a non-empty "
+				    "string of printable ASCII",
+				    desc, i, fact_keys[k]);
+		}
+		if (json_object_set(copy, fact_keys[k], v)) {
+			json_decref(copy);
+			return -ENOMEM;
+		}
+	}
+	if (strcmp(json_string_value(json_object_get(copy, "source")),
+		   "config")) {
+		json_decref(copy);
+		return errf(err, len, -EINVAL,
+			    "%s: facts[%zu].source \"%.64s\": must be "
+			    "\"config\" (guest facts come from the guest)",
+			    desc, i,
+			    json_string_value(json_object_get(f, "source")));
+	}
+	return json_array_append_new(out, copy) ? -ENOMEM : 0;
+}
+
+static int get_facts(const char *desc, json_t *v, json_t **out, char *err,
+		     size_t len)
+{
+	size_t i, n;
+	json_t *f;
+	int ret;
+
+	if (!json_is_array(v))
+		return errf(err, len, -EINVAL,
+			    "%s: facts: must be an array of facts", desc);
+	n = json_array_size(v);
+	if (n > ROOTFS_FACTS_MAX)
+		return errf(err, len, -EINVAL,
+			    "%s: facts: %zu entries, at most %u", desc, n,
+			    ROOTFS_FACTS_MAX);
+	*out = json_array();
+	if (!*out)
+		return -ENOMEM;
+	json_array_foreach(v, i, f)
+	{
+		ret = get_fact(desc, i, f, *out, err, len);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
 
 static int get_str(const char *desc, json_t *v, enum field f, char **out,
 		   char *err, size_t len)
@@ -207,7 +317,7 @@ static int parse_fields(struct rootfs_image *img, json_t *root, char *err,
 				    desc, key);
 		v[f] = val;
 	}
-	for (f = 0; f < NR_FIELDS; f++)
+	for (f = 0; f < F_FACTS; f++)
 		if (!v[f])
 			return errf(err, len, -EINVAL,
 				    "%s: %s: missing (every field is required)",
@@ -226,7 +336,9 @@ static int parse_fields(struct rootfs_image *img, json_t *root, char *err,
 	if (!ret)
 		ret = get_str(desc, v[F_ARCH], F_ARCH, &img->architecture, err,
 			      len);
-	if (!ret && !strcmp(img->architecture, "amd64")) {
+	for (f = 0; !ret && f < (int)ARRAY_SIZE(x86_64_aliases); f++) {
+		if (strcmp(img->architecture, x86_64_aliases[f]))
+			continue;
 		free(img->architecture);
 		img->architecture = strdup("x86_64");
 		if (!img->architecture)
@@ -234,8 +346,9 @@ static int parse_fields(struct rootfs_image *img, json_t *root, char *err,
 	}
 	if (!ret && strcmp(img->architecture, "x86_64"))
 		ret = errf(err, len, -EINVAL,
-			   "%s: architecture \"%s\": this host runs only "
-			   "\"x86_64\" guests",
+			   "%s: architecture \"%.64s\": this host runs only "
+			   "\"x86_64\" guests (also written \"amd64\" or "
+			   "\"x64\")",
 			   desc, img->architecture);
 	if (!ret)
 		ret = get_str(desc, v[F_DIGEST], F_DIGEST, &img->digest, err,
@@ -247,6 +360,8 @@ static int parse_fields(struct rootfs_image *img, json_t *root, char *err,
 			   desc, img->digest);
 	if (!ret)
 		ret = get_size(desc, v[F_SIZE], &img->size_bytes, err, len);
+	if (!ret && v[F_FACTS])
+		ret = get_facts(desc, v[F_FACTS], &img->facts, err, len);
 	if (!ret)
 		ret = get_str(desc, v[F_PATH], F_PATH, &path, err, len);
 	if (!ret) {

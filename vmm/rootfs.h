@@ -2,6 +2,7 @@
 #ifndef KILN_ROOTFS_H
 #define KILN_ROOTFS_H
 
+#include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -18,16 +19,23 @@
 #define ROOTFS_DIGEST_PREFIX "sha256:"
 #define ROOTFS_DIGEST_LEN    (sizeof(ROOTFS_DIGEST_PREFIX) - 1 + 64)
 #define ROOTFS_NAME_MAX	     128U
+#define ROOTFS_FACTS_MAX     256U /* entries in a descriptor's "facts" */
 
 struct rootfs_image {
 	char *name;	     /* pinned: never a moving alias like "latest" */
 	char *path;	     /* the base file; relative ones resolved against
 			     * the descriptor's directory */
 	char *format;	     /* "raw" */
-	char *architecture;  /* "x86_64" ("amd64" is normalized to it) */
+	char *architecture;  /* "x86_64" ("amd64", "x64" normalized to it) */
 	char *digest;	     /* "sha256:" + 64 lowercase hex digits */
 	uint64_t size_bytes; /* bytes, > 0, a multiple of ROOTFS_BLOCK_SIZE */
 	char *descriptor;    /* where it was loaded from, for messages */
+	/*
+	 * The descriptor's optional "facts": an array of {"source":
+	 * "config", "topic", "relation", "value"}, each checked (printable
+	 * ASCII, none empty), at most ROOTFS_FACTS_MAX; NULL: none given.
+	 */
+	json_t *facts;
 };
 
 /*

@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <linux/capability.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -436,14 +437,35 @@ int vm_net__device_init(struct vm *vm)
 }
 
 /*
- * The guest trusts the interception CA when the policy it boots with has
- * http grants (Documentation/network.md, "The CA in the guest").
+ * The guest trusts the interception CA when the policy it boots with can
+ * intercept (http grants, a hook) or the config asks for it
+ * (Documentation/network.md, "The CA in the guest"). A policy set later
+ * does not reach the guest's trust store: it is written at boot only.
  */
-int vm_net__guest_ca(const struct vm *vm, const char **pem, size_t *len)
+int vm_net__guest_ca(const struct vm *vm, const char **pem, size_t *len,
+		     char *hash, size_t hash_len)
 {
-	if (!net_policy__nr_http(vm->net.policy))
+	const uint8_t *der;
+	size_t der_len;
+	uint32_t h;
+	int ret;
+
+	if (!netcfg__guest_ca(&vm->cfg->net, vm->net.policy))
 		return -ENOENT;
-	return http_ca_pem(vm, pem, len);
+	ret = http_ca_pem(vm, pem, len);
+	if (ret)
+		return ret;
+	hash[0] = '\0';
+	tls_ca__cert_der(vm->net.http_tls.ca, &der, &der_len);
+	ret = tls__subject_hash(der, der_len, &h);
+	if (ret)
+		pr_warn("net %s: the interception CA's subject has no OpenSSL "
+			"hash here (%s): the guest's bundle trusts it, its "
+			"hashed directory does not",
+			vm->net.tap.name, strerror(-ret));
+	else
+		snprintf(hash, hash_len, "%08x", h);
+	return 0;
 }
 
 bool vm_net__has_tap(const struct vm *vm)

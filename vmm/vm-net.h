@@ -85,12 +85,13 @@ int __must_check vm_net__device_init(struct vm *vm);
 
 /*
  * The interception CA's certificate, PEM and NUL-terminated, for the
- * guest to trust (Documentation/network.md, "HTTPS"), valid while the VM
- * lives: 0 when the boot's policy has http grants and the VM has an
- * egress proxy (the CA), -ENOENT otherwise.
+ * guest to trust (Documentation/network.md, "The CA in the guest"),
+ * valid while the VM lives, and its OpenSSL subject hash in hash ("" if
+ * it has none: warned): 0 when the VM has an egress proxy (the CA) and
+ * netcfg__guest_ca says so for the boot's policy, -ENOENT otherwise.
  */
 int __must_check vm_net__guest_ca(const struct vm *vm, const char **pem,
-				  size_t *len);
+				  size_t *len, char *hash, size_t hash_len);
 
 /* A tap, hence a virtio-net device: what the seccomp filters need. */
 bool vm_net__has_tap(const struct vm *vm);

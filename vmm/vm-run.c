@@ -11,6 +11,7 @@
  * too.
  */
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,7 +36,7 @@
 #include "vmm/vm-state.h"
 #include "vmm/vm.h"
 
-#define RING_ENTRIES 8
+#define RING_ENTRIES 16 /* struct loop's sources, all in flight at once */
 #define STDIN_CHUNK  4096
 
 /* ---- running ------------------------------------------------------------ */
@@ -60,15 +61,25 @@ static void stop(struct vm *vm, enum vm_stop_reason reason, int status,
 #define HALT_PROBE_BUSY_NS (HALT_PROBE_NS / 10)
 #define HALT_SNAPSHOT_MS   200 /* for every vCPU to park */
 
+/*
+ * --die-with-parent: once the parent exited, the guest has this long to
+ * power off through its agent (vm.shutdown's path) before the VM is
+ * stopped; the bound Documentation/cli.md gives is built on it.
+ */
+#define PARENT_GONE_GRACE_MS 5000LL
+#define PARENT_GONE	     "the parent process exited (--die-with-parent)"
+
 /* The main thread's event loop: its sources and their buffers. */
 struct loop {
 	struct evloop ev;
 	struct vm *vm;
 	int sig_fd;
+	int parent_fd; /* --die-with-parent: the parent's pidfd; -1: none */
 	struct ev_source wake, exit, signal, input, space, probe, metrics;
+	struct ev_source parent, parent_grace;
 	uint64_t wake_buf, exit_buf, space_buf;
 	struct signalfd_siginfo si;
-	struct __kernel_timespec probe_ts, metrics_ts;
+	struct __kernel_timespec probe_ts, metrics_ts, grace_ts;
 	uint8_t in_buf[STDIN_CHUNK];
 	bool stdin_armed, space_armed;
 	/*
@@ -301,6 +312,43 @@ static void probe_done(void *arg, int res)
 	ready_overdue(l);
 }
 
+/*
+ * --die-with-parent: the pidfd is readable once the parent exited (a
+ * zombie counts), whoever reaps it. The guest is asked to power off as
+ * vm.shutdown asks it, and stopped PARENT_GONE_GRACE_MS later if it has
+ * not; without a control socket there is no agent to ask: stopped now.
+ * A pidfd that cannot be polled is taken for a parent gone: the VM must
+ * not outlive it unwatched.
+ */
+static void parent_done(void *arg, int res)
+{
+	struct loop *l = arg;
+	struct vm *vm = l->vm;
+
+	pr_debug("event parent: %d", res);
+	if (res < 0)
+		pr_err("--die-with-parent: polling the parent's pidfd: %s; "
+		       "shutting the VM down",
+		       strerror(-res));
+	else
+		pr_warn("%s: shutting the VM down", PARENT_GONE);
+	if (!vm->api) {
+		stop(vm, VM_STOP_SHUTDOWN, 0, PARENT_GONE);
+		return;
+	}
+	api__shutdown(vm->api);
+	evloop__timeout(&l->ev, &l->parent_grace, &l->grace_ts,
+			PARENT_GONE_GRACE_MS * 1000000LL);
+}
+
+static void parent_grace_done(void *arg, int res)
+{
+	struct loop *l = arg;
+
+	pr_debug("event parent grace: %d", res);
+	stop(l->vm, VM_STOP_SHUTDOWN, 0, PARENT_GONE);
+}
+
 static void metrics_done(void *arg, int res)
 {
 	struct loop *l = arg;
@@ -326,9 +374,11 @@ static const struct evloop_ops main_loop_ops = {
 	.end = loop_end,
 };
 
-static int loop_init(struct loop **out, struct vm *vm, int sig_fd)
+static int loop_init(struct loop **out, struct vm *vm, int sig_fd,
+		     int parent_fd)
 {
-	static const uint8_t opcodes[] = { IORING_OP_TIMEOUT };
+	static const uint8_t opcodes[] = { IORING_OP_TIMEOUT,
+					   IORING_OP_POLL_ADD };
 	static const struct evloop_params lp = {
 		.sq_entries = RING_ENTRIES,
 		.opcodes = opcodes,
@@ -349,6 +399,7 @@ static int loop_init(struct loop **out, struct vm *vm, int sig_fd)
 	}
 	l->vm = vm;
 	l->sig_fd = sig_fd;
+	l->parent_fd = parent_fd;
 	l->wake = (struct ev_source){ .fn = wake_done, .arg = l };
 	l->exit = (struct ev_source){ .fn = exit_done, .arg = l };
 	l->signal = (struct ev_source){ .fn = signal_done, .arg = l };
@@ -356,6 +407,9 @@ static int loop_init(struct loop **out, struct vm *vm, int sig_fd)
 	l->space = (struct ev_source){ .fn = space_done, .arg = l };
 	l->probe = (struct ev_source){ .fn = probe_done, .arg = l };
 	l->metrics = (struct ev_source){ .fn = metrics_done, .arg = l };
+	l->parent = (struct ev_source){ .fn = parent_done, .arg = l };
+	l->parent_grace =
+		(struct ev_source){ .fn = parent_grace_done, .arg = l };
 	*out = l;
 	return 0;
 }
@@ -376,6 +430,8 @@ static void main_loop(struct vm *vm, struct loop *l)
 	arm_read(l, &l->signal, l->sig_fd, &l->si, sizeof(l->si));
 	arm_probe(l);
 	arm_metrics(l);
+	if (l->parent_fd >= 0)
+		evloop__poll(&l->ev, &l->parent, l->parent_fd, POLLIN);
 	maybe_arm_stdin(vm, l);
 	if (evloop__run(&l->ev, &main_loop_ops, l))
 		stop(vm, VM_STOP_ERROR, 0, "event loop failed");
@@ -403,7 +459,11 @@ static int exit_code(const struct vm *vm)
 		       strsignal(lc->stop_status));
 		return 128 + lc->stop_status;
 	case VM_STOP_SHUTDOWN:
-		pr_warn("vm.shutdown: the guest did not power off; stopped it");
+		if (lc->stop_detail)
+			pr_warn("%s: stopped the VM", lc->stop_detail);
+		else
+			pr_warn("vm.shutdown: the guest did not power off; "
+				"stopped it");
 		return 0;
 	default:
 		return VMM_EXIT_VMM_ERROR;
@@ -414,7 +474,8 @@ static int exit_code(const struct vm *vm)
  * Everything that needs syscalls the running monitor may not make, and
  * the seccomp filters each thread installs when it starts.
  */
-static int prepare_run(struct vm *vm, int sig_fd, struct loop **l)
+static int prepare_run(struct vm *vm, int sig_fd, int parent_fd,
+		       struct loop **l)
 {
 	struct seccomp_needs needs = { 0 };
 	unsigned int i;
@@ -425,7 +486,7 @@ static int prepare_run(struct vm *vm, int sig_fd, struct loop **l)
 		pr_err("installing the vCPU kick handler: %s", strerror(-ret));
 		return ret;
 	}
-	ret = loop_init(l, vm, sig_fd);
+	ret = loop_init(l, vm, sig_fd, parent_fd);
 	if (ret)
 		return ret;
 	if (!vm->cfg->seccomp)
@@ -466,7 +527,21 @@ static int start_devices(struct vm *vm, const struct control_ops *ops)
 	return control__start(vm, ops);
 }
 
-int vm__run(struct vm *vm, const struct control_ops *ops)
+/*
+ * The socket files the VM listens on go with it: the vsock device's
+ * here, while its listener still holds the path (so the file is this
+ * VM's, not a later vmm's); the control socket's in api__destroy.
+ */
+static void unlink_sockets(const struct vm *vm)
+{
+	const char *path = vm->cfg->vsock.socket_path;
+
+	if (path && unlink(path) && errno != ENOENT)
+		pr_warn("--vsock-socket %s: removing it: %s", path,
+			strerror(errno));
+}
+
+int vm__run(struct vm *vm, const struct control_ops *ops, int parent_fd)
 {
 	struct loop *l = NULL;
 	sigset_t mask, old;
@@ -490,7 +565,7 @@ int vm__run(struct vm *vm, const struct control_ops *ops)
 		pr_err("signalfd: %s", strerror(errno));
 		goto out_mask;
 	}
-	ret = prepare_run(vm, sig_fd, &l);
+	ret = prepare_run(vm, sig_fd, parent_fd, &l);
 	if (!ret)
 		ret = start_devices(vm, ops);
 	if (ret)
@@ -545,6 +620,7 @@ out_loop:
 	vm->seccomp = NULL;
 	loop_exit(l);
 	close(sig_fd);
+	unlink_sockets(vm);
 out_mask:
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	return ret < 0 ? VMM_EXIT_VMM_ERROR : ret;

@@ -172,13 +172,13 @@ static int open_initrd(struct vm *vm)
 
 /*
  * The archive appended to the initrd (proto/initramfs.h): the command,
- * the virtio-fs mounts, the interception CA, whichever the VM has, and
- * the boot's hostname and working directory.
+ * the virtio-fs mounts, the interception CA and its subject hash,
+ * whichever the VM has, and the boot's hostname and working directory.
  */
 static int kiln_archive(struct vm *vm)
 {
 	const struct vm_config *cfg = vm->cfg;
-	struct initrd_file files[5];
+	struct initrd_file files[6];
 	uint8_t *mounts = NULL;
 	size_t mounts_len = 0, argv_len = 0;
 	unsigned int nr = 0;
@@ -200,6 +200,10 @@ static int kiln_archive(struct vm *vm)
 		files[nr++] = (struct initrd_file){ KILN_INITRAMFS_CA,
 						    vm->guest_ca_pem,
 						    vm->guest_ca_len };
+	if (vm->guest_ca_len && vm->guest_ca_hash[0])
+		files[nr++] = (struct initrd_file){ KILN_INITRAMFS_CA_HASH,
+						    vm->guest_ca_hash,
+						    strlen(vm->guest_ca_hash) };
 	if (cfg->hostname)
 		files[nr++] = (struct initrd_file){ KILN_INITRAMFS_HOSTNAME,
 						    cfg->hostname,
@@ -251,10 +255,11 @@ static int image_init(struct vm *vm)
 		return ret;
 	/*
 	 * The guest trusts the interception CA when the policy it boots
-	 * with has http grants (vmm/vm-net.c); a root without a trust store
-	 * then fails closed.
+	 * with can intercept (http grants, a hook) or net.interceptCa asks
+	 * (vmm/vm-net.c); a root without a trust store then fails closed.
 	 */
-	if (!vm_net__guest_ca(vm, &vm->guest_ca_pem, &vm->guest_ca_len))
+	if (!vm_net__guest_ca(vm, &vm->guest_ca_pem, &vm->guest_ca_len,
+			      vm->guest_ca_hash, sizeof(vm->guest_ca_hash)))
 		pr_debug("the interception CA goes to the guest");
 	if (cfg->argv || cfg->mounts.nr || vm->guest_ca_len || cfg->hostname ||
 	    cfg->cwd) {

@@ -17,6 +17,7 @@
 #include "lib/compiler.h"
 #include "lib/fdbudget.h"
 #include "lib/log.h"
+#include "proto/initramfs.h"
 #include "vmm/bus.h"
 #include "vmm/config.h"
 #include "vmm/rootfs.h"
@@ -82,6 +83,8 @@ struct vm {
 	 */
 	const char *guest_ca_pem;
 	size_t guest_ca_len;
+	/* Its subject hash (/kiln/ca.hash); "": none computed. */
+	char guest_ca_hash[KILN_CA_HASH_LEN + 1];
 	char *cmdline; /* the complete kernel command line */
 	/*
 	 * What a snapshot's identity needs of the boot once the files

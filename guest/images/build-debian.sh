@@ -265,6 +265,18 @@ configure() {
 	chmod 1777 "$root/tmp" "$root/var/tmp"
 	# The root user: present, with bash, locked password.
 	grep -q '^root:[^:]*:0:0:[^:]*:/root:/bin/bash$' "$root/etc/passwd"
+	# The unprivileged user agents run as (exec's "user": "agent"):
+	# uid and gid 1000, bash, a home of its own, password locked. Its
+	# password-change date is SOURCE_DATE_EPOCH's day (shadow honours
+	# it), so the image stays reproducible.
+	"${clean_env[@]}" chroot "$root" /usr/sbin/useradd --create-home \
+		--uid 1000 --user-group --shell /bin/bash agent
+	grep -q '^agent:[^:]*:1000:1000:[^:]*:/home/agent:/bin/bash$' \
+		"$root/etc/passwd"
+	# git refuses a repository another uid owns ("dubious ownership"):
+	# a host directory bound in belongs to whoever made it on the host,
+	# and the guest is one user's sandbox, so every directory is safe.
+	printf '[safe]\n\tdirectory = *\n' >"$root/etc/gitconfig"
 }
 step "configure" configure
 
@@ -273,6 +285,7 @@ step "configure" configure
 probe=(bash sh dash env ls cat cp mv rm mkdir ln chmod chown find xargs
 	grep sed awk sort head tail tr cut wc tee date sleep tar gzip xz zstd
 	curl wget git python3 pip3 perl ps top kill pgrep free ip ss ping fio
+	node npm jq rg gcc cc make useradd
 	apt apt-get apt-cache dpkg dpkg-query update-ca-certificates openssl
 	mount umount hostname id su sudo which less vi nano ssh sshd systemctl)
 # shellcheck disable=SC2016 # expanded by the image's bash
@@ -324,7 +337,10 @@ fact("os", "package_backend", "dpkg")
 fact("os", "packages_installed", int(npkgs))
 fact("shell", "default", login)
 fact("shell", "posix_sh", os.path.basename(os.readlink(root + "/usr/bin/sh")))
-fact("user", "exists", "root")
+for line in read("/etc/passwd").splitlines():
+    user, _, uid = line.split(":")[:3]
+    if uid == "0" or 1000 <= int(uid) < 65534:
+        fact("user", "exists", user)
 for c in probed:
     fact("command", "available" if c in have else "absent", c)
 for line in open(tmp + "/versions").read().splitlines():

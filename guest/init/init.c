@@ -1041,7 +1041,7 @@ int main(int argc, char **argv)
 	setup_env(&params, &id);
 	cmd = command_argv(argc, argv);
 	fs_mounts = init_mounts__load();
-	if (init_trust__load(&trust, INIT_TRUST_CA_FILE))
+	if (init_trust__load(&trust, INIT_TRUST_CA_FILE, INIT_TRUST_HASH_FILE))
 		end_vm(STATUS_INIT_FAILED);
 	if (root_wanted(&params))
 		enter_root(&params);

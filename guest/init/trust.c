@@ -60,12 +60,44 @@ static int read_whole(const char *path, size_t max, char **out, size_t *len)
 	return 0;
 }
 
-int init_trust__load(struct init_trust *t, const char *path)
+/* hash_path's KILN_CA_HASH_LEN lowercase hex digits into t->hash. */
+static int load_hash(struct init_trust *t, const char *hash_path)
+{
+	char *buf = NULL;
+	size_t len = 0, i;
+	int ret;
+
+	ret = read_whole(hash_path, KILN_CA_HASH_LEN, &buf, &len);
+	if (ret == -ENOENT)
+		return 0;
+	if (ret && ret != -EFBIG) {
+		warn_trust("cannot read the host's CA hash", hash_path, -ret);
+		return ret;
+	}
+	ret = len == KILN_CA_HASH_LEN ? 0 : -EINVAL;
+	for (i = 0; !ret && i < len; i++)
+		if (!buf[i] || !strchr("0123456789abcdef", buf[i]))
+			ret = -EINVAL;
+	if (!ret) {
+		memcpy(t->hash, buf, len);
+		t->hash[len] = '\0';
+	} else {
+		fprintf(stderr,
+			"kiln-init: %s is not %u lowercase hex digits\n",
+			hash_path, KILN_CA_HASH_LEN);
+	}
+	free(buf);
+	return ret;
+}
+
+int init_trust__load(struct init_trust *t, const char *path,
+		     const char *hash_path)
 {
 	int ret;
 
 	t->pem = NULL;
 	t->len = 0;
+	t->hash[0] = '\0';
 	ret = read_whole(path, INIT_TRUST_CA_MAX, &t->pem, &t->len);
 	if (ret == -ENOENT)
 		return 0;
@@ -82,7 +114,10 @@ int init_trust__load(struct init_trust *t, const char *path)
 		init_trust__free(t);
 		return -EINVAL;
 	}
-	return 0;
+	ret = load_hash(t, hash_path);
+	if (ret)
+		init_trust__free(t);
+	return ret;
 }
 
 static int write_all(int fd, const char *buf, size_t len)
@@ -98,6 +133,126 @@ static int write_all(int fd, const char *buf, size_t len)
 		len -= (size_t)n;
 	}
 	return 0;
+}
+
+/* path's directory into dir (len bytes): -ENAMETOOLONG, -EINVAL. */
+static int dir_of(const char *path, char *dir, size_t len)
+{
+	char *slash;
+
+	if ((size_t)snprintf(dir, len, "%s", path) >= len)
+		return -ENAMETOOLONG;
+	slash = strrchr(dir, '/');
+	if (!slash)
+		return -EINVAL;
+	if (slash == dir)
+		slash[1] = '\0';
+	else
+		*slash = '\0';
+	return 0;
+}
+
+static int make_dir(const char *path)
+{
+	int err;
+
+	if (mkdir(path, 0755) && errno != EEXIST) {
+		err = errno;
+		warn_trust("cannot make", path, err);
+		return -err;
+	}
+	return 0;
+}
+
+/*
+ * An overlay over certs (the bundle's directory) whose upper layer is in
+ * base (run's directory, tmpfs): the image is never written. Option
+ * strings split on ',' and ':', so paths holding them are refused.
+ */
+static int overlay_certs(const char *certs, const char *base)
+{
+	char upper[256], work[256], opts[800];
+	int ret;
+
+	if ((size_t)snprintf(upper, sizeof(upper), "%s/certs.upper", base) >=
+		    sizeof(upper) ||
+	    (size_t)snprintf(work, sizeof(work), "%s/certs.work", base) >=
+		    sizeof(work) ||
+	    (size_t)snprintf(opts, sizeof(opts),
+			     "lowerdir=%s,upperdir=%s,workdir=%s", certs, upper,
+			     work) >= sizeof(opts)) {
+		warn_trust("path too long for an overlay over", certs,
+			   ENAMETOOLONG);
+		return -ENAMETOOLONG;
+	}
+	if (strpbrk(certs, ",:\\") || strpbrk(base, ",:\\")) {
+		warn_trust("cannot overlay", certs, EINVAL);
+		return -EINVAL;
+	}
+	ret = make_dir(upper);
+	if (!ret)
+		ret = make_dir(work);
+	if (ret)
+		return ret;
+	if (mount("overlay", certs, "overlay", MS_NOSUID | MS_NODEV, opts)) {
+		ret = -errno;
+		warn_trust("cannot overlay", certs, -ret);
+		return ret;
+	}
+	return 0;
+}
+
+/* The CA as certs/HASH.N, N the first free: OpenSSL's -CApath entry. */
+static int write_hashed(const struct init_trust *t, const char *certs)
+{
+	char path[320];
+	unsigned int n;
+	int fd = -1, ret;
+
+	for (n = 0; n < INIT_TRUST_HASH_SUFFIXES && fd < 0; n++) {
+		snprintf(path, sizeof(path), "%s/%s.%u", certs, t->hash, n);
+		fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+		if (fd < 0 && errno != EEXIST) {
+			ret = -errno;
+			warn_trust("cannot write", path, -ret);
+			return ret;
+		}
+	}
+	if (fd < 0) {
+		fprintf(stderr,
+			"kiln-init: %s/%s.0 to .%u are all taken: no room for "
+			"the host's CA\n",
+			certs, t->hash, INIT_TRUST_HASH_SUFFIXES - 1);
+		return -ENOSPC;
+	}
+	ret = write_all(fd, t->pem, t->len);
+	if (close(fd) && !ret)
+		ret = -errno;
+	if (ret)
+		warn_trust("cannot write", path, -ret);
+	return ret;
+}
+
+static int install_hashed(const struct init_trust *t, const char *bundle,
+			  const char *run)
+{
+	char certs[256], base[256];
+	int ret;
+
+	if (!t->hash[0])
+		return 0;
+	ret = dir_of(bundle, certs, sizeof(certs));
+	if (!ret)
+		ret = dir_of(run, base, sizeof(base));
+	if (ret) {
+		warn_trust("no directory for the hashed entry of", bundle,
+			   -ret);
+		return ret;
+	}
+	ret = overlay_certs(certs, base);
+	if (!ret)
+		ret = write_hashed(t, certs);
+	return ret;
 }
 
 int init_trust__install(const struct init_trust *t, const char *bundle,
@@ -152,6 +307,10 @@ int init_trust__install(const struct init_trust *t, const char *bundle,
 		warn_trust("cannot write", run, -ret);
 		return ret;
 	}
+	/* The overlay first: the bind over the bundle is then on top. */
+	ret = install_hashed(t, bundle, run);
+	if (ret)
+		return ret;
 	if (mount(run, bundle, NULL, MS_BIND, NULL)) {
 		ret = -errno;
 		warn_trust("cannot bind the trust store over", bundle, -ret);

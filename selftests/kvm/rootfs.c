@@ -117,6 +117,43 @@ TEST_TIMEOUT(debian_agent_image_boots, BOOT_TIMEOUT)
 	scratch_fini(&s);
 }
 
+/*
+ * What an agent runs first (Documentation/images.md, "What's in it"), as
+ * the unprivileged user: a virtual environment with pip, a native
+ * compile, node, jq and rg, and git in a repository root made.
+ */
+TEST_TIMEOUT(debian_agent_image_has_the_agents_tools, BOOT_TIMEOUT * 2)
+{
+	struct spawn_result r;
+	struct scratch s;
+
+	scratch_init(_metadata, &s, DEBIAN_IMAGE);
+	BOOT_SPEC(
+		(&(struct boot_spec){
+			.opts = ARGS("--rootfs", s.rootfs),
+			.cmd = ARGS(
+				"sh", "-c",
+				"set -e; id agent; mkdir /tmp/repo;"
+				" git -C /tmp/repo init -q;"
+				" chmod -R a+rwX /tmp/repo;"
+				" su -s /bin/sh agent -c '"
+				"cd /tmp && python3 -m venv v &&"
+				" v/bin/pip --version >/dev/null &&"
+				" echo pip ok &&"
+				" printf \"int main(void){return 0;}\" >t.c &&"
+				" cc -o t t.c && ./t && echo cc ok &&"
+				" node -e \"console.log(1+1)\" &&"
+				" echo {\\\"a\\\":7} | jq .a &&"
+				" rg --version >/dev/null && echo rg ok &&"
+				" git -C /tmp/repo status --short &&"
+				" echo git ok'") }),
+		&r);
+	EXPECT_EQ(0, r.status);
+	EXPECT_NE(NULL, strstr(r.out, "uid=1000(agent) gid=1000(agent)"));
+	EXPECT_NE(NULL, strstr(r.out, "pip ok\ncc ok\n2\n7\nrg ok\ngit ok\n"));
+	scratch_fini(&s);
+}
+
 TEST_TIMEOUT(persistent_keeps_and_ephemeral_forgets, BOOT_TIMEOUT * 2)
 {
 	char mode[160];

@@ -83,7 +83,8 @@ struct server {
 	pid_t agent;
 	struct api *api;
 	atomic_int shutdowns;
-	struct net_policy *policy; /* net.setPolicy's, on the API thread */
+	atomic_int shutdown_failures; /* the agent did not take POWEROFF */
+	struct net_policy *policy;    /* net.setPolicy's, on the API thread */
 	/* vm.pause, vm.resume, vm.snapshot: as the monitor answers them. */
 	bool paused;
 	char snap_dir[128];
@@ -111,6 +112,14 @@ static void on_shutdown(void *opaque)
 	struct server *s = opaque;
 
 	atomic_fetch_add(&s->shutdowns, 1);
+}
+
+/* The host agent is not in a VM: it answers POWEROFF with an error. */
+static void on_shutdown_failed(void *opaque, const char *why)
+{
+	struct server *s = opaque;
+
+	atomic_fetch_add(&s->shutdown_failures, 1);
 }
 
 /* What a VM's proxy might have counted: vm.status's net object from it. */
@@ -278,6 +287,7 @@ static int server_start_api(struct server *s, unsigned int agent_timeout_ms)
 		.open_agent = open_agent,
 		.config_facts = facts,
 		.shutdown = on_shutdown,
+		.shutdown_failed = on_shutdown_failed,
 		.status = on_status,
 		.metrics = on_metrics,
 		.set_policy = on_set_policy,
@@ -1348,6 +1358,44 @@ TEST_F(srv, facts_and_shutdown)
 	while (!atomic_load(&self->s.shutdowns))
 		sleep_ms(10);
 	EXPECT_EQ(1, atomic_load(&self->s.shutdowns));
+}
+
+/* n reached within 10 s. */
+static bool wait_count(atomic_int *v, int n)
+{
+	uint64_t end = ms_now() + 10000;
+
+	while (atomic_load(v) < n && ms_now() < end)
+		sleep_ms(10);
+	return atomic_load(v) >= n;
+}
+
+/*
+ * api__shutdown (--die-with-parent): what vm.shutdown does, asked by the
+ * monitor from another thread: p.shutdown, then POWEROFF to the agent
+ * (the host agent refuses it: p.shutdown_failed); once, also with a
+ * vm.shutdown after it.
+ */
+TEST_F(srv, monitor_asks_shutdown)
+{
+	json_t *m;
+
+	api__shutdown(self->s.api);
+	EXPECT_TRUE(wait_count(&self->s.shutdowns, 1));
+	EXPECT_TRUE(wait_count(&self->s.shutdown_failures, 1));
+	api__shutdown(self->s.api);
+	m = tc_call(&self->t, 1, "vm.shutdown", NULL);
+	ASSERT_TRUE(m != NULL);
+	EXPECT_TRUE(result(m) != NULL);
+	json_decref(m);
+	/* The API still serves; nothing more was asked of the monitor. */
+	m = tc_call(&self->t, 2, "vm.status", NULL);
+	ASSERT_TRUE(m != NULL);
+	json_decref(m);
+	sleep_ms(200);
+	EXPECT_EQ(1, atomic_load(&self->s.shutdowns));
+	EXPECT_EQ(1, atomic_load(&self->s.shutdown_failures));
+	api__shutdown(NULL); /* nothing */
 }
 
 static pid_t parent_of(pid_t pid)

@@ -316,6 +316,64 @@ TEST_F(cfg, vmm_facts_without_kvm)
 	json_decref(nobodys);
 }
 
+/*
+ * The descriptor's own "facts" follow Kiln's, the one that repeats
+ * "rootfs-image is NAME" once, then the builder's NAME.facts.json; `vmm
+ * facts` prints them as vm.facts would give them.
+ */
+TEST_F(cfg, descriptor_facts)
+{
+	static const char *const want[][3] = {
+		{ "rootfs-image", "is", "test-root:1" },
+		{ "rootfs-write-mode", "is", "ephemeral" },
+		{ "network-egress", "is", "none" },
+		{ "distro", "is", "alpine" },
+		{ "command", "exists", "apk" },
+		{ "os", "distribution", "debian" },
+	};
+	char doc[1024];
+	json_t *facts, *f;
+	size_t i, j, seen;
+
+	snprintf(doc, sizeof(doc),
+		 "{\"name\": \"test-root:1\", \"path\": \"%s\", \"format\": "
+		 "\"raw\", \"architecture\": \"x64\", \"digest\": \"%s\", "
+		 "\"sizeBytes\": 4096, \"facts\": ["
+		 "{\"source\": \"config\", \"topic\": \"rootfs-image\", "
+		 "\"relation\": \"is\", \"value\": \"test-root:1\"}, "
+		 "{\"source\": \"config\", \"topic\": \"distro\", "
+		 "\"relation\": \"is\", \"value\": \"alpine\"}, "
+		 "{\"source\": \"config\", \"topic\": \"command\", "
+		 "\"relation\": \"exists\", \"value\": \"apk\"}]}",
+		 self->image, ZERO_BLOCK_DIGEST);
+	write_str(self->desc, doc);
+	facts = vmm_facts(
+		_metadata,
+		ARGS("--kernel", "/boot/vmlinux", "--rootfs", self->desc),
+		false);
+	ASSERT_TRUE(json_is_array(facts));
+	for (i = 0; i < ARRAY_SIZE(want); i++) {
+		seen = 0;
+		json_array_foreach(facts, j, f)
+		{
+			if (!strcmp(field(f, "topic"), want[i][0]) &&
+			    !strcmp(field(f, "relation"), want[i][1]) &&
+			    !strcmp(field(f, "value"), want[i][2]))
+				seen++;
+			EXPECT_STREQ("config", field(f, "source"));
+		}
+		EXPECT_EQ(1, seen)
+		TH_LOG("%s %s %s: %zu times", want[i][0], want[i][1],
+		       want[i][2], seen);
+	}
+	/* In that order: Kiln's, the descriptor's, the builder's. */
+	f = json_array_get(facts, json_array_size(facts) - 3);
+	EXPECT_STREQ("distro", field(f, "topic"));
+	f = json_array_get(facts, json_array_size(facts) - 1);
+	EXPECT_STREQ("os", field(f, "topic"));
+	json_decref(facts);
+}
+
 TEST_F(cfg, vmm_facts_bad_input)
 {
 	struct spawn_result r;
@@ -336,6 +394,22 @@ TEST_F(cfg, vmm_facts_bad_input)
 	EXPECT_EQ(VMM_EXIT_VMM_ERROR, r.status);
 	EXPECT_EQ(1, spawn__count_lines(r.err)) TH_LOG("%s", r.err);
 	EXPECT_TRUE(strstr(r.err, "hostname \"no_way\"") != NULL)
+	TH_LOG("%s", r.err);
+	/* A descriptor's bad fact: one line naming it. */
+	write_str(
+		self->desc,
+		"{\"name\": \"a\", \"path\": \"/x\", \"format\": \"raw\", "
+		"\"architecture\": \"x86_64\", \"digest\": \"" ZERO_BLOCK_DIGEST
+		"\", \"sizeBytes\": 4096, \"facts\": [{\"source\": "
+		"\"guest\", \"topic\": \"t\", \"relation\": \"is\", "
+		"\"value\": \"v\"}]}");
+	if (spawn__run(ARGS(spawn__vmm_path(), "facts", "--kernel", "/k",
+			    "--rootfs", self->desc),
+		       NULL, &r))
+		abort();
+	EXPECT_EQ(VMM_EXIT_VMM_ERROR, r.status);
+	EXPECT_EQ(1, spawn__count_lines(r.err)) TH_LOG("%s", r.err);
+	EXPECT_TRUE(strstr(r.err, "facts[0].source \"guest\"") != NULL)
 	TH_LOG("%s", r.err);
 }
 

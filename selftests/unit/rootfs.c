@@ -200,7 +200,11 @@ static const struct {
 	{ "{\"name\": \"a\", \"path\": \"/x\", \"format\": \"raw\", "
 	  "\"architecture\": \"aarch64\", \"digest\": \"D\", \"sizeBytes\": "
 	  "4096}",
-	  "architecture \"aarch64\"" },
+	  "architecture \"aarch64\": this host runs only \"x86_64\"" },
+	{ "{\"name\": \"a\", \"path\": \"/x\", \"format\": \"raw\", "
+	  "\"architecture\": \"X64\", \"digest\": \"D\", \"sizeBytes\": "
+	  "4096}",
+	  "architecture \"X64\"" },
 	{ "{\"name\": \"a\", \"path\": \"/x\", \"format\": \"raw\", "
 	  "\"architecture\": \"x86_64\", \"digest\": \"sha256:abc\", "
 	  "\"sizeBytes\": 4096}",
@@ -325,13 +329,12 @@ TEST_F(rootfs, moving_aliases)
 		"latest",	  "debian:latest",     "debian-12-agent:stable",
 		"Current",	  "registry/img:edge", "agent-nightly",
 		"debian-testing", "debian_sid",	       "img@HEAD",
+		"node:lts",	  "ubuntu-LTS",
 	};
 	static const char *const accepted[] = {
-		"debian-12-agent",
-		"debian:12.8",
-		"agent-20250101",
-		"latestness",
-		"my.registry/img:1.2.3+build4",
+		"debian-12-agent", "debian:12.8",
+		"agent-20250101",  "latestness",
+		"alts-2",	   "my.registry/img:1.2.3+build4",
 	};
 	size_t i;
 
@@ -345,6 +348,158 @@ TEST_F(rootfs, moving_aliases)
 	for (i = 0; i < ARRAY_SIZE(accepted); i++)
 		EXPECT_EQ(0, load_named(self, accepted[i]))
 	TH_LOG("%s", self->err);
+}
+
+/* The descriptor with "facts": FACTS (JSON text) loaded into img. */
+static int load_facts(FIXTURE_DATA(rootfs) * self, const char *facts,
+		      struct rootfs_image *img)
+{
+	size_t n = strlen(facts) + 512;
+	char *doc = malloc(n);
+	int ret;
+
+	if (!doc)
+		abort();
+	snprintf(doc, n,
+		 "{\"name\": \"alpine:3.23-agent\", \"path\": \"/x\", "
+		 "\"format\": \"raw\", \"architecture\": \"x64\", "
+		 "\"digest\": \"%s\", \"sizeBytes\": 4096, \"facts\": %s}",
+		 good_digest, facts);
+	write_desc(self, doc);
+	free(doc);
+	ret = load(self, img);
+	return ret;
+}
+
+/* x64 (Node's process.arch) and amd64 are x86_64; others are refused. */
+TEST_F(rootfs, architecture_aliases)
+{
+	struct rootfs_image img;
+
+	ASSERT_EQ(0, load_facts(self, "[]", &img)) TH_LOG("%s", self->err);
+	EXPECT_STREQ("x86_64", img.architecture);
+	rootfs__free(&img);
+}
+
+TEST_F(rootfs, facts_good)
+{
+	struct rootfs_image img;
+	json_t *f;
+
+	ASSERT_EQ(0, load_facts(self,
+				"[{\"source\": \"config\", \"topic\": "
+				"\"rootfs-image\", \"relation\": \"is\", "
+				"\"value\": \"alpine:3.23-agent\"}, "
+				"{\"value\": \"/bin/sh\", \"relation\": "
+				"\"exists\", \"topic\": \"command\", "
+				"\"source\": \"config\"}]",
+				&img))
+	TH_LOG("%s", self->err);
+	ASSERT_EQ(2, json_array_size(img.facts));
+	f = json_array_get(img.facts, 1);
+	EXPECT_STREQ("config", json_string_value(json_object_get(f, "source")));
+	EXPECT_STREQ("command", json_string_value(json_object_get(f, "topic")));
+	EXPECT_STREQ("exists",
+		     json_string_value(json_object_get(f, "relation")));
+	EXPECT_STREQ("/bin/sh", json_string_value(json_object_get(f, "value")));
+	rootfs__free(&img);
+	/* None given: none, and the descriptor is valid without them. */
+	write_good_desc(self);
+	ASSERT_EQ(0, load(self, &img)) TH_LOG("%s", self->err);
+	EXPECT_TRUE(img.facts == NULL);
+	rootfs__free(&img);
+}
+
+/* ROOTFS_FACTS_MAX facts are fine; one more is refused, counted. */
+TEST_F(rootfs, facts_at_most_256)
+{
+	static const char one[] = "{\"source\": \"config\", \"topic\": "
+				  "\"command\", \"relation\": \"exists\", "
+				  "\"value\": \"sh\"}";
+	size_t n = (ROOTFS_FACTS_MAX + 1) * (sizeof(one) + 1) + 4;
+	struct rootfs_image img;
+	char *facts = malloc(n);
+	unsigned int i;
+	size_t at;
+
+	ASSERT_TRUE(facts != NULL);
+	for (int extra = 0; extra < 2; extra++) {
+		at = snprintf(facts, n, "[");
+		for (i = 0; i < ROOTFS_FACTS_MAX + extra; i++)
+			at += snprintf(facts + at, n - at, "%s%s", i ? "," : "",
+				       one);
+		snprintf(facts + at, n - at, "]");
+		if (!extra) {
+			EXPECT_EQ(0, load_facts(self, facts, &img))
+			TH_LOG("%s", self->err);
+			EXPECT_EQ(ROOTFS_FACTS_MAX, json_array_size(img.facts));
+		} else {
+			EXPECT_EQ(-EINVAL, load_facts(self, facts, &img));
+			EXPECT_TRUE(strstr(self->err,
+					   "facts: 257 entries, at most 256") !=
+				    NULL)
+			TH_LOG("%s", self->err);
+		}
+		rootfs__free(&img);
+	}
+	free(facts);
+}
+
+TEST_F(rootfs, facts_errors)
+{
+	static const struct {
+		const char *facts, *needle;
+	} bad[] = {
+		{ "{}", "facts: must be an array" },
+		{ "[\"rootfs-image is a\"]", "facts[0]: must be an object" },
+		{ "[{\"source\": \"config\", \"topic\": \"\", \"relation\": "
+		  "\"is\", \"value\": \"a\"}]",
+		  "facts[0].topic: must be a non-empty string of printable "
+		  "ASCII" },
+		{ "[{\"source\": \"config\", \"topic\": \"t\", \"relation\": "
+		  "\"\", \"value\": \"a\"}]",
+		  "facts[0].relation: must be a non-empty" },
+		{ "[{\"source\": \"config\", \"topic\": \"t\", \"relation\": "
+		  "\"is\", \"value\": \"\"}]",
+		  "facts[0].value: must be a non-empty" },
+		{ "[{\"source\": \"config\", \"topic\": \"t\", \"relation\": "
+		  "\"is\", \"value\": \"a\"}, {\"source\": \"config\", "
+		  "\"topic\": \"t\", \"relation\": \"is\", \"value\": "
+		  "\"caf\\u00e9\"}]",
+		  "facts[1].value: must be a non-empty string of printable "
+		  "ASCII" },
+		{ "[{\"source\": \"config\", \"topic\": \"t\\nx\", "
+		  "\"relation\": \"is\", \"value\": \"a\"}]",
+		  "facts[0].topic: must be a non-empty string of printable" },
+		{ "[{\"source\": \"config\", \"topic\": \"t\", \"relation\": "
+		  "\"is\", \"value\": \"a\\u007fb\"}]",
+		  "facts[0].value: must be a non-empty string of printable" },
+		{ "[{\"source\": \"guest\", \"topic\": \"t\", \"relation\": "
+		  "\"is\", \"value\": \"a\"}]",
+		  "facts[0].source \"guest\": must be \"config\"" },
+		{ "[{\"topic\": \"t\", \"relation\": \"is\", \"value\": "
+		  "\"a\"}]",
+		  "facts[0].source: missing" },
+		{ "[{\"source\": \"config\", \"topic\": \"t\", \"relation\": "
+		  "\"is\", \"value\": 3}]",
+		  "facts[0].value: must be a non-empty string" },
+		{ "[{\"source\": \"config\", \"topic\": \"t\", \"relation\": "
+		  "\"is\", \"value\": \"a\", \"since\": \"2025\"}]",
+		  "facts[0]: unknown key \"since\"" },
+	};
+	struct rootfs_image img;
+	size_t i;
+
+	for (i = 0; i < ARRAY_SIZE(bad); i++) {
+		EXPECT_EQ(-EINVAL, load_facts(self, bad[i].facts, &img))
+		TH_LOG("accepted: %s", bad[i].facts);
+		EXPECT_TRUE(strstr(self->err, bad[i].needle) != NULL)
+		TH_LOG("want '%s' in: %s", bad[i].needle, self->err);
+		EXPECT_EQ(0, strncmp(self->err, self->desc, strlen(self->desc)))
+		TH_LOG("%s", self->err);
+		EXPECT_TRUE(strchr(self->err, '\n') == NULL);
+		rootfs__free(&img);
+	}
 }
 
 /* Verify with debug messages captured; returns the verify result. */

@@ -156,6 +156,7 @@ struct api {
 	bool started;
 	atomic_bool stop;
 	bool agent_ready, shutdown_called;
+	atomic_bool shutdown_asked; /* api__shutdown: for the API thread */
 	/* p.reseed: the seed still to send; nothing else runs before it */
 	bool reseed_pending, reseed_warned;
 	uint8_t reseed[KILN_RESEED_BYTES];
@@ -236,6 +237,8 @@ void client_readable(struct client *c);
 void client_writable(struct client *c);
 void client_maybe_close(struct client *c);
 void client_accept(struct api *api);
+/* The API thread: what api__shutdown asked for, once. */
+void client_shutdown_asked(struct api *api);
 
 /* params.c: false once the request has been answered with the error */
 bool param_error(struct rpc *r, const char *fmt, ...)

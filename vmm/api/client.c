@@ -164,6 +164,24 @@ static void do_shutdown(struct api *api)
 	vm_poweroff_start(api);
 }
 
+void api__shutdown(struct api *api)
+{
+	uint64_t one = 1;
+
+	if (!api || !api->p.shutdown)
+		return;
+	atomic_store(&api->shutdown_asked, true);
+	/* An eventfd write never blocks; saturated, it is awake anyway. */
+	if (write(api->wake_fd, &one, sizeof(one)) < 0)
+		(void)0;
+}
+
+void client_shutdown_asked(struct api *api)
+{
+	if (atomic_exchange(&api->shutdown_asked, false))
+		do_shutdown(api);
+}
+
 /* Gone: its calls run on without it (processes are killed). */
 void client_kill(struct client *c)
 {

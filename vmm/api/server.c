@@ -212,6 +212,7 @@ static void *api_thread(void *arg)
 			client_pump(api, c);
 			client_maybe_close(c);
 		}
+		client_shutdown_asked(api);
 		events_pump(api);
 		reap(api);
 		if (poll_build(api, &n, now, &timeout)) {
