@@ -85,9 +85,9 @@ export function baseOf(r: SandboxRootfs): SandboxImage {
 	return r.kind === "image" ? r : r.base;
 }
 
-/** Writes DIR/image.json (the descriptor as the vmm reads it) and
- * DIR/image.facts.json (its facts, which the vmm adds to its config
- * facts: Documentation/api.md, "Facts"); returns the descriptor's path. */
+/** Writes DIR/image.json, the descriptor as the vmm reads it, its facts
+ * in it (Documentation/rootfs.md, "Image facts": the vmm gives them after
+ * its own config facts); returns the descriptor's path. */
 export function writeImage(dir: string, image: SandboxImage): string {
 	const descriptor = path.join(dir, "image.json");
 	writeFileSync(descriptor, JSON.stringify({
@@ -97,8 +97,8 @@ export function writeImage(dir: string, image: SandboxImage): string {
 		architecture: image.architecture,
 		digest: image.digest,
 		sizeBytes: Number(image.sizeBytes),
+		facts: image.facts,
 	}, null, 2) + "\n", { mode: 0o600 });
-	writeFileSync(path.join(dir, "image.facts.json"), JSON.stringify(image.facts, null, 2) + "\n", { mode: 0o600 });
 	return descriptor;
 }
 

@@ -18,7 +18,7 @@ if (flag !== "--config" || !file) {
 }
 const config = JSON.parse(readFileSync(file, "utf8")) as Record<string, unknown>;
 const rootfs = config["rootfs"] as { image: string; mode: string };
-const imageFacts = JSON.parse(readFileSync(rootfs.image.replace(/\.json$/, ".facts.json"), "utf8")) as unknown[];
+const imageFacts = (JSON.parse(readFileSync(rootfs.image, "utf8")) as { facts?: unknown[] }).facts ?? [];
 const configFacts = [
 	{ source: "config", topic: "kernel-path", relation: "is", value: String(config["kernel"]) },
 	{ source: "config", topic: "hostname", relation: "is", value: String(config["hostname"] ?? "sandbox") },

@@ -65,7 +65,9 @@ describe("rootfs.image", () => {
 		refuses(() => rootfs.image({ ...good, facts: [{ source: "guest", topic: "a", relation: "is", value: "b" }] as never }),
 			/facts\[0\].source: an image's facts are "config" facts, got "guest"/);
 		refuses(() => rootfs.image({ ...good, facts: [{ source: "config", topic: "", relation: "is", value: "b" }] }),
-			/facts\[0\].topic: must be a non-empty printable string/);
+			/facts\[0\].topic: must be a non-empty string of printable ASCII/);
+		refuses(() => rootfs.image({ ...good, facts: [{ source: "config", topic: "os", relation: "is", value: "caf\u00e9" }] }),
+			/facts\[0\].value: must be a non-empty string of printable ASCII, got "caf\u00e9"/);
 		refuses(() => rootfs.image({ ...good, facts: Array(257).fill(good.facts[0]) }), /257 facts, over 256/);
 		refuses(() => rootfs.image({ ...good, extra: 1 } as RootfsImageInput), /unknown option "extra"/);
 	});

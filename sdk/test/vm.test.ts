@@ -55,6 +55,7 @@ describe("sandbox", () => {
 			const descriptor = JSON.parse(readFileSync(socket.replace(/control\.sock$/, "image.json"), "utf8")) as Record<string, unknown>;
 			assert.equal(descriptor["architecture"], "x86_64");
 			assert.equal(descriptor["sizeBytes"], 4096);
+			assert.deepEqual(descriptor["facts"], [{ source: "config", topic: "os", relation: "distribution", value: "testix" }], "the image's facts ride in its descriptor");
 			const facts = await vm.environmentFacts();
 			assert.ok(facts.some((f) => f.source === "guest"));
 		}, {
