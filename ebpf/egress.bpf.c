@@ -3,8 +3,8 @@
  * Default-deny egress for one VM: a tc clsact program (direct action) on
  * the tap's ingress, which is every frame the guest sends. Each frame gets
  * one verdict and one counter (egress.h). The program passes a frame only
- * to the kernel of the VM netns, for one of its local sockets: ARP and DNS
- * to the gateway address, the rest steered with bpf_sk_assign() to a
+ * to the kernel of the VM netns, for one of its local sockets: ARP to the
+ * gateway address, DNS (port 53) to any address, the rest steered with bpf_sk_assign() to a
  * socket of the vmm's (or to the socket of a flow the vmm accepted). It
  * never redirects, rewrites or forwards anything; everything else drops.
  * Documentation/network.md, "Design: default-deny egress".
@@ -155,6 +155,18 @@ static __always_inline enum egress_reason to_gateway(__be16 dport)
 	return EGRESS_TO_GATEWAY_OTHER;
 }
 
+/*
+ * Port 53 at any address is the vmm's resolver's too: passed to the
+ * kernel of the VM netns, where every address is local to what comes
+ * from the tap and the resolver's sockets take port 53 at any address.
+ * A guest that asks a server of its own choosing is still answered (and
+ * decided) by the vmm, never by that server.
+ */
+static __always_inline bool is_dns(__be16 dport)
+{
+	return dport == bpf_htons(DNS_PORT);
+}
+
 static __always_inline enum egress_reason
 classify_tcp(struct __sk_buff *skb, const struct iphdr *ip, __u32 l4)
 {
@@ -166,6 +178,8 @@ classify_tcp(struct __sk_buff *skb, const struct iphdr *ip, __u32 l4)
 		return EGRESS_MALFORMED;
 	if (ip->daddr == gateway_ip)
 		return to_gateway(tcp.dest);
+	if (is_dns(tcp.dest))
+		return EGRESS_DNS;
 
 	/*
 	 * A flow the vmm took already: the accepted socket (or its request
@@ -197,6 +211,8 @@ classify_udp(struct __sk_buff *skb, const struct iphdr *ip, __u32 l4)
 		return EGRESS_MALFORMED;
 	if (ip->daddr == gateway_ip)
 		return to_gateway(udp.dest);
+	if (is_dns(udp.dest))
+		return EGRESS_DNS;
 	return assign_proxy(skb, EGRESS_SLOT_UDP, EGRESS_UDP_PROXY);
 }
 

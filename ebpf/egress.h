@@ -21,7 +21,7 @@ enum egress_slot {
  */
 enum egress_reason {
 	EGRESS_ARP_PASS, /* ARP from the guest's address for the gateway */
-	EGRESS_DNS,	 /* TCP or UDP to the gateway's port 53 */
+	EGRESS_DNS,	 /* TCP or UDP to port 53, the gateway's or any */
 	EGRESS_TCP_ESTABLISHED, /* TCP of a flow the VM netns has a socket for */
 	EGRESS_TCP_PROXY,	/* SYN given to the vmm's TCP listener */
 	EGRESS_UDP_PROXY,	/* datagram given to the vmm's UDP socket */

@@ -22,6 +22,7 @@ GUEST_CFLAGS := -std=gnu11 $(WARNINGS) -Werror -O2 -D_GNU_SOURCE -static -I.
 
 init-obj-y += guest/init/init.o
 init-obj-y += guest/init/mounts.o
+init-obj-y += guest/init/env.o
 init-obj-y += guest/init/net.o
 init-obj-y += guest/init/trust.o
 init-obj-y += guest/agent/agent.o
@@ -34,6 +35,7 @@ init-obj-y += guest/agent/mounts.o
 init-obj-y += proto/tlv.o
 init-obj-y += proto/reseed.o
 init-obj-y += proto/mounts.o
+init-obj-y += proto/env.o
 INIT_OBJS := $(addprefix $(G)/obj/,$(init-obj-y))
 
 BUSYBOX ?= /bin/busybox

@@ -2,6 +2,7 @@
 #ifndef KILN_VMM_DNS_INTERNAL_H
 #define KILN_VMM_DNS_INTERNAL_H
 
+#include <netinet/in.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -9,7 +10,8 @@
 #include "lib/compiler.h"
 
 /*
- * Between dns.c and dns-msg.c (and the unit test): DNS messages (RFC
+ * Between dns.c, dns-msg.c and dns-hook.c (and the unit tests): DNS
+ * messages (RFC
  * 1035 4.1) read from untrusted bytes, every length and offset checked
  * against the message. Both sides are untrusted: the guest's queries,
  * and upstream's answers, which become trusted bindings only after they
@@ -144,11 +146,131 @@ int __must_check dns_msg__a_records(const uint8_t *m, size_t len,
 				    struct dns_rr *rrs,
 				    struct dns_a_record *out, unsigned int max);
 /*
+ * The lowest TTL of the answer section's records (the first
+ * DNS_MAX_ANSWER_RRS, any type) into *ttl_s, UINT32_MAX when it has
+ * none: how many it has, or -EBADMSG.
+ */
+int __must_check dns_msg__min_ttl(const uint8_t *m, size_t len,
+				  uint32_t *ttl_s);
+/*
  * A wire name as a hostname ("api.example.com"), for the bindings:
  * -EINVAL for the root, or a label with a byte that a hostname cannot
  * have (net_bindings__insert checks the rest).
  */
 int __must_check dns_msg__name_text(const uint8_t *wire, size_t len, char *out,
 				    size_t outlen);
+
+/* ---- DNS through the hook (dns-hook.c) --------------------------------- */
+
+/*
+ * A guest's question put to the policy's hook when the policy has a hook
+ * and no "dns" key (net_policy__dns_hook; Documentation/network.md, "DNS
+ * through the hook"). Its line, its answer read and checked, and the
+ * grants kept for their TTL so one lookup is not a question per retry.
+ * All of it belongs to the resolver's thread: nothing here locks.
+ */
+#define DNS_HOOK_MAX_RESOLVERS 8U   /* in one grant-dns; more: invalid */
+#define DNS_HOOK_CACHE_MAX     256U /* grants kept; full: soonest out */
+#define DNS_HOOK_MIN_TTL_S     5U   /* a grant is kept at least this */
+#define DNS_HOOK_MAX_TTL_S     300U /* and at most this */
+/* A name as text: each wire byte at most "\DDD", and the NUL. */
+#define DNS_HOOK_NAME_MAX (4U * DNS_NAME_WIRE_MAX + 1U)
+/* The hook's reason text kept for the log (HOOK_DETAIL_MAX). */
+#define DNS_HOOK_WHY_MAX 64U
+
+/* What a question says; the build argument of hook__ask_line(). */
+struct dns_hook_question {
+	bool tcp;
+	struct sockaddr_in src; /* the guest's address and port */
+	struct sockaddr_in dst; /* where the guest sent it */
+	const struct dns_question *q;
+};
+
+enum dns_hook_verdict {
+	DNS_HOOK_GRANT,	  /* "grant-dns": forwarded to its resolvers */
+	DNS_HOOK_DENY,	  /* "deny": REFUSED */
+	DNS_HOOK_INVALID, /* a grant-dns that breaks a rule: SERVFAIL */
+	DNS_HOOK_UNKNOWN, /* another verdict ("grant" included): SERVFAIL */
+};
+
+struct dns_hook_answer {
+	enum dns_hook_verdict verdict;
+	struct sockaddr_in resolvers[DNS_HOOK_MAX_RESOLVERS];
+	unsigned int nr_resolvers;
+	/* The hook's reason, the rule broken, or the verdict unknown. */
+	char why[DNS_HOOK_WHY_MAX];
+};
+
+/*
+ * A wire name (lower case, as dns_msg__parse_query reads it) as text:
+ * labels joined by '.', no trailing dot, "." for the root; a byte that
+ * is not a letter, digit, '-' or '_' as "\DDD" (RFC 1035 5.1). out
+ * holds DNS_HOOK_NAME_MAX.
+ */
+void dns_hook__name(const uint8_t *wire, size_t len,
+		    char out[DNS_HOOK_NAME_MAX]);
+/* "A", "AAAA", ... or "TYPE%u" (RFC 3597 5) into out (16 bytes). */
+void dns_hook__qtype(uint16_t type, char out[16]);
+/*
+ * The question line for arg (a struct dns_hook_question) with id into
+ * buf (hook_line_build_fn): its length with the newline, no NUL, or
+ * -ENOSPC, -ENOMEM.
+ */
+int dns_hook__question(char *buf, size_t len, uint64_t id, const void *arg);
+/*
+ * The answer line (n bytes, checked by the hook client: an object with
+ * the id, a string verdict) to the question about q, into *a. Never
+ * fails: what is wrong with it is the verdict (DNS_HOOK_INVALID, a->why
+ * the rule).
+ */
+void dns_hook__answer(const char *line, size_t n, const struct dns_question *q,
+		      struct dns_hook_answer *a);
+
+/* Lines logged: at most DNS_HOOK_LOG_BURST a DNS_HOOK_LOG_WINDOW_MS. */
+#define DNS_HOOK_LOG_WINDOW_MS 10000U
+#define DNS_HOOK_LOG_BURST     20U
+struct dns_hook_log {
+	uint64_t window_ms;
+	unsigned int lines;
+	uint64_t suppressed;
+};
+
+/*
+ * One line for a query the hook did not grant: refused (REFUSED) or
+ * not (SERVFAIL), its type and name, who asked whom, the reason and the
+ * hook's own detail ("" for none); rate-limited by l.
+ */
+void dns_hook__log(struct dns_hook_log *l, uint64_t now_ms,
+		   const struct dns_question *q, bool tcp,
+		   const struct sockaddr_in *src, const struct sockaddr_in *dst,
+		   bool refused, const char *reason, const char *detail);
+
+/* The grants kept (one resolver thread's: no locks). */
+struct dns_hook_cache;
+
+/* max 0: DNS_HOOK_CACHE_MAX. NULL on -ENOMEM. */
+struct dns_hook_cache *dns_hook_cache__create(unsigned int max);
+void dns_hook_cache__destroy(struct dns_hook_cache *c);
+/*
+ * The live grant for q's name and type at now_ms: its resolvers into
+ * res (DNS_HOOK_MAX_RESOLVERS), how many; 0: none (asked again).
+ */
+unsigned int dns_hook_cache__lookup(const struct dns_hook_cache *c,
+				    const struct dns_question *q,
+				    uint64_t now_ms, struct sockaddr_in *res);
+/*
+ * A grant for q's name and type to nr resolvers res, kept ttl_s seconds
+ * (clamped to DNS_HOOK_MIN_TTL_S..DNS_HOOK_MAX_TTL_S) from now_ms: the
+ * entry made or replaced. Full: an expired entry goes, else the one that
+ * expires soonest.
+ */
+void dns_hook_cache__insert(struct dns_hook_cache *c,
+			    const struct dns_question *q,
+			    const struct sockaddr_in *res, unsigned int nr,
+			    uint32_t ttl_s, uint64_t now_ms);
+/* Every grant forgotten (a policy replaced). */
+void dns_hook_cache__flush(struct dns_hook_cache *c);
+/* Entries held, expired ones not yet replaced included. */
+unsigned int dns_hook_cache__count(const struct dns_hook_cache *c);
 
 #endif

@@ -326,3 +326,26 @@ int dns_msg__name_text(const uint8_t *wire, size_t len, char *out,
 	out[n] = '\0';
 	return 0;
 }
+
+int dns_msg__min_ttl(const uint8_t *m, size_t len, uint32_t *ttl_s)
+{
+	unsigned int count;
+	struct dns_question a;
+	struct rr_at r;
+	size_t off;
+
+	*ttl_s = UINT32_MAX;
+	if (len < DNS_HDR_LEN || question_read(m, len, DNS_HDR_LEN, &a, false))
+		return -EBADMSG;
+	count = dns_get16(m + DNS_OFF_ANCOUNT);
+	if (count > DNS_MAX_ANSWER_RRS)
+		count = DNS_MAX_ANSWER_RRS;
+	off = a.end;
+	for (unsigned int i = 0; i < count; i++) {
+		if (rr_read(m, len, &off, &r))
+			return -EBADMSG;
+		if (r.ttl_s < *ttl_s)
+			*ttl_s = r.ttl_s;
+	}
+	return (int)count;
+}

@@ -44,6 +44,7 @@
 #include "net/dns-internal.h"
 #include "net/dns.h"
 #include "net/endpoint.h"
+#include "net/hook.h"
 #include "net/nsthread.h"
 
 #define DNS_NAME	  "dns"
@@ -56,7 +57,7 @@
 #define DNS_SWEEP_MS	  1000U /* bindings expired, idle connections */
 #define DNS_MAX_BINDINGS  32U	/* A records bound per answer */
 
-enum ep_kind { EP_STOP, EP_UDP, EP_LISTEN, EP_GUEST_TCP, EP_UP };
+enum ep_kind { EP_STOP, EP_UDP, EP_LISTEN, EP_GUEST_TCP, EP_UP, EP_HOOK };
 
 struct query;
 
@@ -75,7 +76,9 @@ struct up_try {
 struct tcp_conn {
 	bool used;
 	struct net_endpoint ep;
-	uint8_t *in; /* DNS_TCP_LEN + DNS_TCP_MAX, read ahead */
+	struct sockaddr_in peer,
+		local; /* the guest's, and where it connected */
+	uint8_t *in;   /* DNS_TCP_LEN + DNS_TCP_MAX, read ahead */
 	size_t in_len;
 	uint8_t *out; /* an answer being written, with its prefix */
 	size_t out_off, out_len;
@@ -89,7 +92,14 @@ struct query {
 	bool due;		  /* its next try starts after this batch */
 	uint64_t seq;		  /* age: the oldest is dropped when full */
 	struct sockaddr_in guest; /* UDP: where the answer goes */
+	struct sockaddr_in local; /* UDP: what it was sent to: the source */
 	struct tcp_conn *conn;	  /* TCP: the same */
+	/* The resolvers it goes to: the policy's, or a hook's grant. */
+	struct sockaddr_in res[NET_POLICY_MAX_RESOLVERS];
+	unsigned int nr_res;
+	bool asking;	  /* waiting for the hook's answer (hook_id) */
+	bool granted;	  /* by a hook's answer: its TTL keeps the grant */
+	uint64_t hook_id; /* hook__cancel's */
 	struct dns_query_info qi; /* the guest's ID, flags, question */
 	uint16_t up_id;
 	unsigned int udp_max;  /* bytes the guest takes over UDP */
@@ -105,6 +115,18 @@ struct dns {
 	struct dns_params p;
 	struct sockaddr_in resolvers[NET_POLICY_MAX_RESOLVERS];
 	unsigned int nr_resolvers;
+	/*
+	 * DNS through the hook (net_policy__dns_hook): its socket ("": the
+	 * policy's resolvers decide) and deadline. The hook client is this
+	 * thread's own connection, apart from the proxy's: each has one
+	 * owner, and nothing locks.
+	 */
+	char hook_socket[NET_HOOK_PATH_MAX + 1];
+	unsigned int hook_timeout_ms;
+	struct hook *hook;
+	struct net_endpoint ep_hook;
+	struct dns_hook_cache *cache;
+	struct dns_hook_log log;
 	int udp_fd, lsn_fd;
 	unsigned int nr_up; /* upstream sockets open: at most max_pending */
 	struct net_endpoints eps; /* the resolver thread's */
@@ -123,6 +145,8 @@ struct dns {
 	/* dns__set_resolvers(): taken by the thread at its next wake. */
 	struct sockaddr_in next_resolvers[NET_POLICY_MAX_RESOLVERS];
 	unsigned int nr_next_resolvers;
+	char next_hook_socket[NET_HOOK_PATH_MAX + 1];
+	unsigned int next_hook_timeout_ms;
 	bool resolvers_changed;
 };
 
@@ -199,10 +223,45 @@ static uint32_t conn_interest(const struct tcp_conn *c)
 
 /* ---- replies of our own -------------------------------------------------- */
 
-/* Our reply (REFUSED, FORMERR, SERVFAIL, TC) to the guest's query. */
+/*
+ * A datagram to the guest at to, from the address it sent its query to
+ * (from): the gateway, or any address the egress program passed port 53
+ * of (the socket is transparent, so that address may be its source).
+ */
+static int udp_send(struct dns *d, const void *m, size_t len,
+		    const struct sockaddr_in *to,
+		    const struct sockaddr_in *from)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(struct in_pktinfo))];
+		struct cmsghdr align;
+	} ctl = { 0 };
+	struct iovec iov = { .iov_base = (void *)m, .iov_len = len };
+	struct msghdr mh = { .msg_name = (void *)to,
+			     .msg_namelen = sizeof(*to),
+			     .msg_iov = &iov,
+			     .msg_iovlen = 1,
+			     .msg_control = ctl.buf,
+			     .msg_controllen = sizeof(ctl.buf) };
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+	struct in_pktinfo pi = { .ipi_spec_dst = from->sin_addr };
+
+	cm->cmsg_level = SOL_IP;
+	cm->cmsg_type = IP_PKTINFO;
+	cm->cmsg_len = CMSG_LEN(sizeof(pi));
+	memcpy(CMSG_DATA(cm), &pi, sizeof(pi));
+	return sendmsg(d->udp_fd, &mh, MSG_DONTWAIT) == (ssize_t)len ? 0 :
+								       -errno;
+}
+
+/*
+ * Our reply (REFUSED, FORMERR, SERVFAIL, TC) to the guest's query, from
+ * local over UDP, or on connection c.
+ */
 static void reply_own(struct dns *d, const uint8_t *qm,
 		      const struct dns_query_info *qi,
-		      const struct sockaddr_in *guest, struct tcp_conn *c,
+		      const struct sockaddr_in *guest,
+		      const struct sockaddr_in *local, struct tcp_conn *c,
 		      uint16_t flags, unsigned int rcode, bool with_question)
 {
 	uint8_t out[DNS_SHORT_REPLY_MAX];
@@ -212,10 +271,8 @@ static void reply_own(struct dns *d, const uint8_t *qm,
 
 	if (c)
 		ret = conn_send(c, out, n, now_ms());
-	else if (sendto(d->udp_fd, out, n, MSG_DONTWAIT,
-			(const struct sockaddr *)guest,
-			sizeof(*guest)) != (ssize_t)n)
-		ret = -errno;
+	else
+		ret = udp_send(d, out, n, guest, local);
 	if (ret)
 		count(d, &d->stats.errors, 1);
 }
@@ -264,6 +321,8 @@ static void query_clear(struct query *q)
 
 static void query_release(struct dns *d, struct query *q)
 {
+	if (q->asking)
+		hook__cancel(d->hook, q->hook_id);
 	up_close(d, q);
 	if (q->conn)
 		q->conn->q = NULL;
@@ -310,34 +369,50 @@ static unsigned int udp_limit(const struct dns_query_info *qi)
 	return qi->udp_max < DNS_EDNS_MAX ? qi->udp_max : DNS_EDNS_MAX;
 }
 
+/* Where a guest's message came from and went to. */
+struct guest_addr {
+	const struct sockaddr_in *guest; /* UDP: the guest's; TCP: NULL */
+	const struct sockaddr_in *local; /* UDP: what it was sent to */
+	struct tcp_conn *c;		 /* TCP: its connection */
+};
+
 /*
- * A new query for upstream: the guest's message without trailing bytes,
- * our ID in it, an EDNS size over our cap lowered to it. It starts after
- * this batch.
+ * A new query for upstream to nr resolvers res (none: it waits for the
+ * hook's grant): the guest's message without trailing bytes, our ID in
+ * it, an EDNS size over our cap lowered to it. It starts after this
+ * batch. NULL when out of memory.
  */
-static void query_new(struct dns *d, const uint8_t *m,
-		      const struct dns_query_info *qi,
-		      const struct sockaddr_in *guest, struct tcp_conn *c)
+static struct query *query_new(struct dns *d, const uint8_t *m,
+			       const struct dns_query_info *qi,
+			       const struct guest_addr *g,
+			       const struct sockaddr_in *res, unsigned int nr)
 {
+	struct tcp_conn *c = g->c;
 	struct query *q = query_slot(d);
 	uint8_t *wire = malloc(DNS_TCP_LEN + qi->len);
 
 	if (!wire) {
 		count(d, &d->stats.errors, 1);
-		return;
+		return NULL;
 	}
 	query_clear(q);
 	q->used = true;
 	q->tcp = c != NULL;
-	q->due = true;
+	q->due = nr > 0;
+	q->deadline_ms = nr ? 0 : UINT64_MAX; /* the hook's deadline rules */
+	if (nr)
+		memcpy(q->res, res, nr * sizeof(*res));
+	q->nr_res = nr;
 	q->seq = d->seq++;
 	q->conn = c;
 	q->qi = *qi;
 	q->udp_max = udp_limit(qi);
 	q->wire = wire;
 	q->len = qi->len;
-	if (guest)
-		q->guest = *guest;
+	if (g->guest) {
+		q->guest = *g->guest;
+		q->local = *g->local;
+	}
 	dns_put16(wire, (uint16_t)qi->len);
 	memcpy(wire + DNS_TCP_LEN, m, qi->len);
 	q->up_id = query_id(d);
@@ -346,11 +421,117 @@ static void query_new(struct dns *d, const uint8_t *m,
 		dns_put16(wire + DNS_TCP_LEN + qi->opt_class_off, DNS_EDNS_MAX);
 	if (c)
 		c->q = q;
+	return q;
 }
 
-/* One guest message, from UDP (guest) or a TCP connection (c). */
+static void conn_after(struct dns *d, struct tcp_conn *c, uint64_t now);
+
+/* Where q's guest is, and where it sent q. */
+static void query_ends(const struct query *q, struct sockaddr_in *src,
+		       struct sockaddr_in *dst)
+{
+	*src = q->conn ? q->conn->peer : q->guest;
+	*dst = q->conn ? q->conn->local : q->local;
+}
+
+/* The hook did not grant q: rcode to the guest, counted and logged. */
+static void hook_refuse(struct dns *d, struct query *q, unsigned int rcode,
+			const char *reason, const char *detail)
+{
+	struct tcp_conn *c = q->conn;
+	struct sockaddr_in src, dst;
+
+	count(d,
+	      rcode == DNS_RCODE_REFUSED ? &d->stats.hook_refused :
+					   &d->stats.hook_failed,
+	      1);
+	query_ends(q, &src, &dst);
+	dns_hook__log(&d->log, now_ms(), &q->qi.q, q->tcp, &src, &dst,
+		      rcode == DNS_RCODE_REFUSED, reason, detail);
+	reply_own(d, q->wire + DNS_TCP_LEN, &q->qi, &q->guest, &q->local, c,
+		  DNS_FLAG_RA, rcode, true);
+	query_release(d, q);
+	if (c)
+		conn_after(d, c, now_ms());
+}
+
+/* The hook's answer to q's question (hook_line_answer_fn). */
+static void hook_answered(void *opaque, void *cookie, const char *line,
+			  size_t n, const char *reason)
+{
+	struct dns *d = opaque;
+	struct query *q = cookie;
+	struct dns_hook_answer a;
+
+	q->asking = false;
+	if (!line) {
+		hook_refuse(d, q, DNS_RCODE_SERVFAIL, reason, "");
+		return;
+	}
+	dns_hook__answer(line, n, &q->qi.q, &a);
+	switch (a.verdict) {
+	case DNS_HOOK_GRANT:
+		count(d, &d->stats.hook_granted, 1);
+		memcpy(q->res, a.resolvers, a.nr_resolvers * sizeof(*q->res));
+		q->nr_res = a.nr_resolvers;
+		q->granted = true;
+		q->due = true;
+		/* Kept meanwhile: a retry before the answer is not asked. */
+		dns_hook_cache__insert(d->cache, &q->qi.q, q->res, q->nr_res,
+				       DNS_HOOK_MIN_TTL_S, now_ms());
+		break;
+	case DNS_HOOK_DENY:
+		hook_refuse(d, q, DNS_RCODE_REFUSED, HOOK_DENY, a.why);
+		break;
+	case DNS_HOOK_INVALID:
+		hook_refuse(d, q, DNS_RCODE_SERVFAIL, HOOK_INVALID, a.why);
+		break;
+	case DNS_HOOK_UNKNOWN:
+		hook_refuse(d, q, DNS_RCODE_SERVFAIL, HOOK_UNKNOWN, a.why);
+		break;
+	}
+}
+
+/*
+ * A query the policy puts to the hook: a grant kept for its name and
+ * type forwards it at once; else it waits for the hook's answer.
+ */
+static void hook_query(struct dns *d, const uint8_t *m,
+		       const struct dns_query_info *qi,
+		       const struct guest_addr *g)
+{
+	struct sockaddr_in res[DNS_HOOK_MAX_RESOLVERS];
+	struct dns_hook_question hq = { .tcp = g->c != NULL, .q = &qi->q };
+	struct hook_line_question lq = { .socket = d->hook_socket,
+					 .timeout_ms = d->hook_timeout_ms,
+					 .build = dns_hook__question,
+					 .arg = &hq };
+	uint64_t now = now_ms();
+	unsigned int nr;
+	struct query *q;
+	int ret;
+
+	nr = dns_hook_cache__lookup(d->cache, &qi->q, now, res);
+	if (nr) {
+		/* Its answer does not renew the grant: the hook is asked. */
+		count(d, &d->stats.hook_cached, 1);
+		query_new(d, m, qi, g, res, nr);
+		return;
+	}
+	q = query_new(d, m, qi, g, NULL, 0);
+	if (!q)
+		return;
+	query_ends(q, &hq.src, &hq.dst);
+	count(d, &d->stats.hook_asked, 1);
+	ret = hook__ask_line(d->hook, &lq, q, now, &q->hook_id);
+	q->asking = !ret;
+	if (ret)
+		hook_refuse(d, q, DNS_RCODE_SERVFAIL, hook__failure(ret), "");
+}
+
+/* One guest message, from UDP (g->guest) or a TCP connection (g->c). */
 static void guest_message(struct dns *d, const uint8_t *m, size_t len,
-			  const struct sockaddr_in *guest, struct tcp_conn *c)
+			  const struct guest_addr *g)
 {
 	struct dns_query_info qi;
 
@@ -360,23 +541,30 @@ static void guest_message(struct dns *d, const uint8_t *m, size_t len,
 		return;
 	case DNS_QUERY_FORMERR:
 		count(d, &d->stats.malformed, 1);
-		reply_own(d, m, &qi, guest, c, 0, DNS_RCODE_FORMERR, false);
+		reply_own(d, m, &qi, g->guest, g->local, g->c, 0,
+			  DNS_RCODE_FORMERR, false);
 		return;
 	case DNS_QUERY_NOTIMP:
 		count(d, &d->stats.malformed, 1);
-		reply_own(d, m, &qi, guest, c, 0, DNS_RCODE_NOTIMP, false);
+		reply_own(d, m, &qi, g->guest, g->local, g->c, 0,
+			  DNS_RCODE_NOTIMP, false);
 		return;
 	case DNS_QUERY_OK:
 		break;
 	}
 	count(d, &d->stats.queries, 1);
+	if (d->hook_socket[0]) {
+		hook_query(d, m, &qi, g);
+		return;
+	}
 	if (!d->nr_resolvers) {
 		/* Denied DNS: REFUSED, and nothing leaves. */
 		count(d, &d->stats.refused, 1);
-		reply_own(d, m, &qi, guest, c, 0, DNS_RCODE_REFUSED, true);
+		reply_own(d, m, &qi, g->guest, g->local, g->c, 0,
+			  DNS_RCODE_REFUSED, true);
 		return;
 	}
-	query_new(d, m, &qi, guest, c);
+	query_new(d, m, &qi, g, d->resolvers, d->nr_resolvers);
 }
 
 /* The A records for the question's name, bound; how many. */
@@ -407,7 +595,17 @@ static unsigned int bind_answer(struct dns *d, const struct query *q,
 	return bound;
 }
 
-static void conn_after(struct dns *d, struct tcp_conn *c, uint64_t now);
+/* A hook's grant is kept for the lowest TTL of the answer it led to. */
+static void keep_grant(struct dns *d, const struct query *q, const uint8_t *m,
+		       size_t len, uint64_t now)
+{
+	uint32_t ttl_s;
+
+	if (dns_msg__min_ttl(m, len, &ttl_s) < 0)
+		ttl_s = DNS_HOOK_MIN_TTL_S;
+	dns_hook_cache__insert(d->cache, &q->qi.q, q->res, q->nr_res, ttl_s,
+			       now);
+}
 
 /*
  * Upstream's answer m[0, len) (the first len bytes of a message of
@@ -422,6 +620,8 @@ static void query_answered(struct dns *d, struct query *q, uint8_t *m,
 
 	if (len == full_len)
 		bound = bind_answer(d, q, m, len);
+	if (len == full_len && q->granted)
+		keep_grant(d, q, m, len, now);
 	/* Counted before the guest can see the answer. */
 	pthread_mutex_lock(&d->stats_lock);
 	d->stats.answered++;
@@ -432,12 +632,11 @@ static void query_answered(struct dns *d, struct query *q, uint8_t *m,
 		ret = conn_send(c, m, len, now);
 	} else if (full_len > q->udp_max) {
 		/* More than the guest takes: TC, and it asks over TCP. */
-		reply_own(d, q->wire + DNS_TCP_LEN, &q->qi, &q->guest, NULL,
-			  DNS_FLAG_TC | DNS_FLAG_RA, DNS_RCODE_NOERROR, true);
-	} else if (sendto(d->udp_fd, m, len, MSG_DONTWAIT,
-			  (const struct sockaddr *)&q->guest,
-			  sizeof(q->guest)) != (ssize_t)len) {
-		ret = -errno;
+		reply_own(d, q->wire + DNS_TCP_LEN, &q->qi, &q->guest,
+			  &q->local, NULL, DNS_FLAG_TC | DNS_FLAG_RA,
+			  DNS_RCODE_NOERROR, true);
+	} else {
+		ret = udp_send(d, m, len, &q->guest, &q->local);
 	}
 	if (ret)
 		count(d, &d->stats.errors, 1);
@@ -452,8 +651,8 @@ static void query_servfail(struct dns *d, struct query *q, uint64_t now)
 	struct tcp_conn *c = q->conn;
 
 	count(d, &d->stats.servfail, 1);
-	reply_own(d, q->wire + DNS_TCP_LEN, &q->qi, &q->guest, c, DNS_FLAG_RA,
-		  DNS_RCODE_SERVFAIL, true);
+	reply_own(d, q->wire + DNS_TCP_LEN, &q->qi, &q->guest, &q->local, c,
+		  DNS_FLAG_RA, DNS_RCODE_SERVFAIL, true);
 	query_release(d, q);
 	if (c)
 		conn_after(d, c, now);
@@ -557,8 +756,8 @@ static void try_start(struct dns *d, struct query *q, uint64_t now)
 		q->deadline_ms = now + d->p.timeout_ms;
 		count(d, &d->stats.forwarded, 1);
 		t = &q->up[q->tries++];
-		ret = try_open(d, q, t, &d->resolvers[q->resolver]);
-		q->resolver = (q->resolver + 1) % d->nr_resolvers;
+		ret = try_open(d, q, t, &q->res[q->resolver]);
+		q->resolver = (q->resolver + 1) % q->nr_res;
 		if (ret) {
 			pr_debug("%s: upstream: %s", DNS_NAME, strerror(-ret));
 			count(d, &d->stats.errors, 1);
@@ -684,27 +883,56 @@ static void up_tcp_event(struct dns *d, struct up_try *t, uint64_t now)
 
 /* ---- the guest's sockets ------------------------------------------------- */
 
+/* The address a datagram was sent to (IP_PKTINFO); false: not said. */
+static bool sent_to(struct msghdr *mh, uint16_t port, struct sockaddr_in *to)
+{
+	struct in_pktinfo pi;
+
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm;
+	     cm = CMSG_NXTHDR(mh, cm))
+		if (cm->cmsg_level == SOL_IP && cm->cmsg_type == IP_PKTINFO &&
+		    cm->cmsg_len >= CMSG_LEN(sizeof(pi))) {
+			memcpy(&pi, CMSG_DATA(cm), sizeof(pi));
+			*to = (struct sockaddr_in){ .sin_family = AF_INET,
+						    .sin_port = htons(port),
+						    .sin_addr = pi.ipi_addr };
+			return true;
+		}
+	return false;
+}
+
 static void udp_from_guest(struct dns *d)
 {
-	struct sockaddr_in src;
-	socklen_t slen;
+	union {
+		char buf[CMSG_SPACE(sizeof(struct in_pktinfo))];
+		struct cmsghdr align;
+	} ctl;
+	struct sockaddr_in src, dst;
+	struct iovec iov = { .iov_base = d->buf, .iov_len = DNS_EDNS_MAX };
+	struct msghdr mh;
 	ssize_t n;
 
 	for (int i = 0; i < DNS_DGRAM_BUDGET; i++) {
-		slen = sizeof(src);
-		n = recvfrom(d->udp_fd, d->buf, DNS_EDNS_MAX,
-			     MSG_DONTWAIT | MSG_TRUNC, (struct sockaddr *)&src,
-			     &slen);
+		mh = (struct msghdr){ .msg_name = &src,
+				      .msg_namelen = sizeof(src),
+				      .msg_iov = &iov,
+				      .msg_iovlen = 1,
+				      .msg_control = ctl.buf,
+				      .msg_controllen = sizeof(ctl.buf) };
+		n = recvmsg(d->udp_fd, &mh, MSG_DONTWAIT | MSG_TRUNC);
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
 			return;
 		}
-		if (slen != sizeof(src) || (size_t)n > DNS_EDNS_MAX) {
+		if (mh.msg_namelen != sizeof(src) || (size_t)n > DNS_EDNS_MAX ||
+		    !sent_to(&mh, d->p.port, &dst)) {
 			count(d, &d->stats.malformed, 1);
 			continue;
 		}
-		guest_message(d, d->buf, (size_t)n, &src, NULL);
+		guest_message(
+			d, d->buf, (size_t)n,
+			&(struct guest_addr){ .guest = &src, .local = &dst });
 	}
 }
 
@@ -727,7 +955,8 @@ static void conn_after(struct dns *d, struct tcp_conn *c, uint64_t now)
 			conn_close(d, c);
 			return;
 		}
-		guest_message(d, c->in + DNS_TCP_LEN, len, NULL, c);
+		guest_message(d, c->in + DNS_TCP_LEN, len,
+			      &(struct guest_addr){ .c = c });
 		c->in_len -= DNS_TCP_LEN + len;
 		memmove(c->in, c->in + DNS_TCP_LEN + len, c->in_len);
 	}
@@ -771,11 +1000,14 @@ static void conn_event(struct dns *d, struct tcp_conn *c, uint32_t events,
 
 static void tcp_accept(struct dns *d, uint64_t now)
 {
+	struct sockaddr_in peer, local;
+	socklen_t plen, llen;
 	struct tcp_conn *c;
 	int fd;
 
 	for (int i = 0; i < DNS_ACCEPT_BUDGET; i++) {
-		fd = accept4(d->lsn_fd, NULL, NULL,
+		plen = sizeof(peer);
+		fd = accept4(d->lsn_fd, (struct sockaddr *)&peer, &plen,
 			     SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0) {
 			if (errno == ECONNABORTED || errno == EINTR)
@@ -794,6 +1026,11 @@ static void tcp_accept(struct dns *d, uint64_t now)
 		}
 		c->used = true;
 		c->last_ms = now;
+		c->peer = peer;
+		/* Where the guest connected: the gateway, or another address. */
+		llen = sizeof(local);
+		if (!getsockname(fd, (struct sockaddr *)&local, &llen))
+			c->local = local;
 		if (net_endpoints__add(&d->eps, &c->ep, EP_GUEST_TCP, fd, c,
 				       EPOLLIN)) {
 			count(d, &d->stats.errors, 1);
@@ -809,6 +1046,10 @@ static void tcp_accept(struct dns *d, uint64_t now)
 static int loop_timeout(struct dns *d, uint64_t now)
 {
 	uint64_t next = now + DNS_SWEEP_MS;
+	int hook_ms = hook__timeout(d->hook, now);
+
+	if (hook_ms >= 0 && now + (uint64_t)hook_ms < next)
+		next = now + (uint64_t)hook_ms;
 
 	for (unsigned int i = 0; i < d->p.max_pending; i++) {
 		struct query *q = &d->queries[i];
@@ -841,6 +1082,7 @@ static void event(struct dns *d, struct net_endpoint *e, uint32_t events,
 	case EP_STOP:
 	case EP_UDP:
 	case EP_LISTEN:
+	case EP_HOOK:
 		break; /* the loop's */
 	case EP_GUEST_TCP:
 		conn_event(d, e->owner, events, now);
@@ -869,11 +1111,16 @@ static void resolvers_take(struct dns *d, uint64_t now)
 	if (changed) {
 		memcpy(d->resolvers, d->next_resolvers, sizeof(d->resolvers));
 		d->nr_resolvers = d->nr_next_resolvers;
+		memcpy(d->hook_socket, d->next_hook_socket,
+		       sizeof(d->hook_socket));
+		d->hook_timeout_ms = d->next_hook_timeout_ms;
 		d->resolvers_changed = false;
 	}
 	pthread_mutex_unlock(&d->stats_lock);
 	if (!changed)
 		return;
+	/* The old policy's hook granted them: the new one decides anew. */
+	dns_hook_cache__flush(d->cache);
 	for (unsigned int i = 0; i < d->p.max_pending; i++) {
 		struct query *q = &d->queries[i];
 		struct tcp_conn *c = q->conn;
@@ -881,14 +1128,24 @@ static void resolvers_take(struct dns *d, uint64_t now)
 		if (!q->used)
 			continue;
 		up_close(d, q);
+		if (d->hook_socket[0]) {
+			/* The guest asks again, and the hook is asked. */
+			hook_refuse(d, q, DNS_RCODE_SERVFAIL, HOOK_CHANGED, "");
+			continue;
+		}
+		if (q->asking)
+			hook__cancel(d->hook, q->hook_id);
+		q->asking = q->granted = false;
 		if (d->nr_resolvers) {
+			memcpy(q->res, d->resolvers, sizeof(q->res));
+			q->nr_res = d->nr_resolvers;
 			q->resolver = q->tries = 0;
 			q->due = true;
 			continue;
 		}
 		count(d, &d->stats.refused, 1);
-		reply_own(d, q->wire + DNS_TCP_LEN, &q->qi, &q->guest, c, 0,
-			  DNS_RCODE_REFUSED, true);
+		reply_own(d, q->wire + DNS_TCP_LEN, &q->qi, &q->guest,
+			  &q->local, c, 0, DNS_RCODE_REFUSED, true);
 		query_release(d, q);
 		if (c)
 			conn_after(d, c, now);
@@ -925,6 +1182,8 @@ static int dns_loop(struct dns *d)
 		if (accept_ready)
 			tcp_accept(d, now);
 		resolvers_take(d, now);
+		/* Answers (or deadlines) of the hook: grants start below. */
+		hook__run(d->hook, now);
 		for (unsigned int i = 0; i < d->p.max_pending; i++) {
 			struct query *q = &d->queries[i];
 
@@ -979,12 +1238,22 @@ static int gateway_socket(struct dns *d, int type, const char *what, char *err,
 {
 	struct sockaddr_in a = { .sin_family = AF_INET,
 				 .sin_port = htons(d->p.port),
-				 .sin_addr = d->p.gateway };
+				 .sin_addr.s_addr = htonl(INADDR_ANY) };
 	char addr[INET_ADDRSTRLEN];
-	int fd, ret = 0;
+	int fd, ret = 0, one = 1;
 
 	fd = socket(AF_INET, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
+		ret = -errno;
+	/*
+	 * Every address of the VM netns is local to what the guest sends,
+	 * so these get port 53 at any address the egress program passes;
+	 * transparent, the answers may come from that address.
+	 */
+	if (!ret && setsockopt(fd, SOL_IP, IP_TRANSPARENT, &one, sizeof(one)))
+		ret = -errno;
+	if (!ret && type == SOCK_DGRAM &&
+	    setsockopt(fd, SOL_IP, IP_PKTINFO, &one, sizeof(one)))
 		ret = -errno;
 	if (!ret && bind(fd, (struct sockaddr *)&a, sizeof(a)))
 		ret = -errno;
@@ -1037,7 +1306,8 @@ static int dns_alloc(struct dns *d, char *err, size_t errlen)
 	d->queries = calloc(d->p.max_pending, sizeof(*d->queries));
 	d->buf = malloc(DNS_EDNS_MAX);
 	d->rrs = calloc(DNS_MAX_ANSWER_RRS, sizeof(*d->rrs));
-	if (!d->queries || !d->buf || !d->rrs)
+	d->cache = dns_hook_cache__create(0);
+	if (!d->queries || !d->buf || !d->rrs || !d->cache)
 		return errf(err, errlen, -ENOMEM, "%s: out of memory",
 			    DNS_NAME);
 	for (unsigned int i = 0; i < d->p.max_pending; i++)
@@ -1052,7 +1322,26 @@ static int dns_alloc(struct dns *d, char *err, size_t errlen)
 	if (ret)
 		return errf(err, errlen, ret, "%s: %s", DNS_NAME,
 			    strerror(-ret));
+	ret = hook__create(&d->hook,
+			   &(struct hook_params){ .line_answer = hook_answered,
+						  .opaque = d });
+	if (ret)
+		return errf(err, errlen, ret, "%s: hook: %s", DNS_NAME,
+			    strerror(-ret));
 	return 0;
+}
+
+/* The policy's resolvers and, when it puts DNS to it, its hook. */
+static void policy_copy(const struct net_policy *policy,
+			struct sockaddr_in *res, unsigned int *nr,
+			char hook[NET_HOOK_PATH_MAX + 1], unsigned int *timeout)
+{
+	const char *sock = net_policy__dns_hook(policy, timeout);
+
+	*nr = net_policy__nr_resolvers(policy);
+	for (unsigned int i = 0; i < *nr; i++)
+		net_policy__resolver(policy, i, &res[i]);
+	snprintf(hook, NET_HOOK_PATH_MAX + 1, "%s", sock ? sock : "");
 }
 
 int dns__create(struct dns **out, const struct dns_params *params, char *err,
@@ -1077,9 +1366,8 @@ int dns__create(struct dns **out, const struct dns_params *params, char *err,
 	if (!d->p.port)
 		d->p.port = DNS_PORT;
 	d->p.policy = NULL; /* copied below, not kept */
-	d->nr_resolvers = net_policy__nr_resolvers(params->policy);
-	for (unsigned int i = 0; i < d->nr_resolvers; i++)
-		net_policy__resolver(params->policy, i, &d->resolvers[i]);
+	policy_copy(params->policy, d->resolvers, &d->nr_resolvers,
+		    d->hook_socket, &d->hook_timeout_ms);
 	d->udp_fd = d->lsn_fd = -1;
 	net_endpoints__init(&d->eps, DNS_NAME);
 	pthread_mutex_init(&d->stats_lock, NULL);
@@ -1093,6 +1381,10 @@ int dns__create(struct dns **out, const struct dns_params *params, char *err,
 	if (!ret)
 		ret = net_endpoints__add(&d->eps, &d->ep_lsn, EP_LISTEN,
 					 d->lsn_fd, NULL, EPOLLIN);
+	/* Its fd is its own epoll set's: the same for the hook's life. */
+	if (!ret)
+		ret = net_endpoints__add(&d->eps, &d->ep_hook, EP_HOOK,
+					 hook__fd(d->hook), NULL, EPOLLIN);
 	if (ret) {
 		errf(err, errlen, ret, "%s: epoll: %s", DNS_NAME,
 		     strerror(-ret));
@@ -1128,6 +1420,9 @@ void dns__destroy(struct dns *d)
 		return;
 	net_endpoints__exit(&d->eps);
 	close_all(d);
+	/* ep_hook's fd is the hook's, closed with it. */
+	hook__destroy(d->hook);
+	dns_hook_cache__destroy(d->cache);
 	free(d->queries);
 	free(d->buf);
 	free(d->rrs);
@@ -1137,12 +1432,9 @@ void dns__destroy(struct dns *d)
 
 void dns__set_resolvers(struct dns *d, const struct net_policy *policy)
 {
-	unsigned int n = net_policy__nr_resolvers(policy);
-
 	pthread_mutex_lock(&d->stats_lock);
-	for (unsigned int i = 0; i < n; i++)
-		net_policy__resolver(policy, i, &d->next_resolvers[i]);
-	d->nr_next_resolvers = n;
+	policy_copy(policy, d->next_resolvers, &d->nr_next_resolvers,
+		    d->next_hook_socket, &d->next_hook_timeout_ms);
 	d->resolvers_changed = true;
 	pthread_mutex_unlock(&d->stats_lock);
 }
@@ -1161,12 +1453,18 @@ void dns__report(struct dns *d)
 	dns__stats(d, &s);
 	pr_info("%s: %s; %u resolvers; queries %llu refused %llu forwarded "
 		"%llu answered %llu servfail %llu dropped %llu malformed %llu "
-		"bad answers %llu bindings %llu errors %llu",
+		"bad answers %llu bindings %llu errors %llu; hook asked %llu "
+		"granted %llu cached %llu refused %llu failed %llu",
 		DNS_NAME, s.running ? "running" : "stopped", d->nr_resolvers,
 		(unsigned long long)s.queries, (unsigned long long)s.refused,
 		(unsigned long long)s.forwarded, (unsigned long long)s.answered,
 		(unsigned long long)s.servfail, (unsigned long long)s.dropped,
 		(unsigned long long)s.malformed,
 		(unsigned long long)s.bad_answers,
-		(unsigned long long)s.bindings, (unsigned long long)s.errors);
+		(unsigned long long)s.bindings, (unsigned long long)s.errors,
+		(unsigned long long)s.hook_asked,
+		(unsigned long long)s.hook_granted,
+		(unsigned long long)s.hook_cached,
+		(unsigned long long)s.hook_refused,
+		(unsigned long long)s.hook_failed);
 }

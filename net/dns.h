@@ -15,11 +15,13 @@ struct sock_fprog; /* lib/thread-filter.h */
 
 /*
  * The VM's DNS resolver (Documentation/network.md, "DNS"): a UDP socket
- * and a TCP listener on the gateway's port 53 in the VM netns, served by
+ * and a TCP listener on port 53 in the VM netns (the gateway's, and any
+ * other address the guest sends port 53 to), served by
  * a thread in the vmm's own (host) netns. Each guest query goes to the
- * policy's upstream resolvers only (REFUSED when there are none), the
- * answer back to the guest, and the A records for the question's name
- * into the VM's trusted bindings.
+ * policy's upstream resolvers only (REFUSED when there are none), or,
+ * when the policy has a hook and no "dns", to the resolvers the hook's
+ * answer names; the answer back to the guest, and the A records for the
+ * question's name into the VM's trusted bindings.
  *
  *	ret = dns__create(&d, &params, err, sizeof(err));  before seccomp
  *	ret = dns__start(d, filter);  its thread, under its seccomp filter
@@ -37,8 +39,9 @@ struct sock_fprog; /* lib/thread-filter.h */
 #define DNS_TCP_MAX	     65535U /* a TCP message (its 2-byte length) */
 
 struct dns_params {
-	int netns_fd;		/* the VM netns; borrowed */
-	struct in_addr gateway; /* the sockets' address there */
+	int netns_fd; /* the VM netns; borrowed */
+	/* The guest's resolver; the sockets take port 53 at any address. */
+	struct in_addr gateway;
 	/* Read at create: its resolvers (none: every query REFUSED). */
 	const struct net_policy *policy;
 	/* Where answers become bindings; taken under bindings_lock. */
@@ -60,7 +63,13 @@ struct dns_stats {
 	uint64_t bad_answers; /* upstream messages ignored (wrong ID, ...) */
 	uint64_t bindings;    /* hostname -> address bindings made or renewed */
 	uint64_t errors;      /* socket errors on either side */
-	bool running;	      /* the resolver thread's loop */
+	/* DNS through the hook (Documentation/network.md). */
+	uint64_t hook_asked;   /* questions put to the hook */
+	uint64_t hook_granted; /* grant-dns answers: forwarded */
+	uint64_t hook_cached;  /* forwarded on a grant kept, not asked */
+	uint64_t hook_refused; /* deny answers: REFUSED */
+	uint64_t hook_failed;  /* no valid answer: SERVFAIL */
+	bool running;	       /* the resolver thread's loop */
 };
 
 struct dns;
@@ -78,10 +87,12 @@ int __must_check dns__start(struct dns *d, const struct sock_fprog *filter);
 void dns__destroy(struct dns *d);
 
 /*
- * A replaced policy's resolvers, from any thread (policy is only read
- * here). The resolver thread takes them at its next wake, within a
- * second (it wakes at least once a second): queries in flight start
- * over on the new list, or are REFUSED if it is empty.
+ * A replaced policy's resolvers and DNS hook (net_policy__dns_hook),
+ * from any thread (policy is only read here). The resolver thread takes
+ * them at its next wake, within a second (it wakes at least once a
+ * second) and forgets the hook's grants it kept: queries in flight start
+ * over on the new list, are REFUSED if it is empty, or SERVFAIL ("hook
+ * changed") when the new policy puts DNS to a hook.
  */
 void dns__set_resolvers(struct dns *d, const struct net_policy *policy);
 /* A copy of the counters, from any thread. */

@@ -61,7 +61,26 @@ struct net_decision {
 	char reason[64];
 	struct net_ask ask; /* NET_VERDICT_ASK only */
 	bool http_tls;	    /* NET_VERDICT_HTTP: the port carries TLS */
+	/*
+	 * NET_VERDICT_HTTP from the hook's "grant-http" to the flow's
+	 * question (Documentation/network.md, "The hook intercepts"):
+	 * hook_flow is that question's id (0: a static grant's flow), which
+	 * the flow's request questions carry; http_tls_auto: the guest's
+	 * first bytes say TLS or clear text ("tls": "auto"), else http_tls
+	 * does; hook_each_request: every request is put to the hook ("ask":
+	 * "request"), else none is ("connection"); http_host: the name the
+	 * hook pinned it to ("host"; "": any name DNS binds to it).
+	 */
+	uint64_t hook_flow;
+	bool http_tls_auto;
+	bool hook_each_request;
+	/* The hook's "host": the one name its requests may give; "": any. */
+	char http_host[NET_HOSTNAME_MAX + 1];
 };
+
+/* The reason of a flow the hook's "grant-http" intercepts, and its requests'. */
+#define NET_HOOK_GRANT_HTTP "hook grant-http"
+
 /*
  * Decides one new flow; must not block: a flow that needs the hook comes
  * back as NET_VERDICT_ASK and the caller asks.
@@ -102,6 +121,15 @@ struct net_http_decision {
 	unsigned int grant;    /* the http grant's index */
 	/* ALLOW: the grant's upstream response deadline; 0: the proxy's. */
 	unsigned int response_ms;
+	/*
+	 * In, set by the caller before the decision: the flow is the hook's
+	 * "grant-http" (net_decision.hook_flow, its question's id; 0: a
+	 * static grant's), its requests each put to the hook (ASK,
+	 * ask_each_request) when hook_flow_each, else allowed with no field.
+	 */
+	uint64_t hook_flow;
+	bool hook_flow_each;
+	char hook_host[NET_HOSTNAME_MAX + 1]; /* its "host"; "": any bound */
 };
 
 /*

@@ -38,7 +38,9 @@ _Static_assert(sizeof(((struct sockaddr_un *)0)->sun_path) > NET_HOOK_PATH_MAX,
 struct question {
 	bool used;
 	bool http; /* a request's (hook__ask_http): params.http_answer */
+	bool line; /* another type's (hook__ask_line): params.line_answer */
 	uint64_t id;
+	uint64_t flow; /* a request's: its flow's "grant-http" question */
 	uint64_t deadline_ms; /* CLOCK_MONOTONIC */
 	void *cookie;
 	const char *fail; /* set: answered with this reason at the next run */
@@ -204,6 +206,10 @@ static void resolve(struct hook *h, struct question *q, enum net_verdict v,
 
 	q->used = false;
 	h->stats.pending--;
+	if (q->line) {
+		h->p.line_answer(h->p.opaque, cookie, NULL, 0, reason);
+		return;
+	}
 	if (!q->http) {
 		snprintf(d.reason, sizeof(d.reason), "%s", reason);
 		h->p.answer(h->p.opaque, cookie, &d, detail);
@@ -254,7 +260,8 @@ struct asking {
 	unsigned int timeout_ms;
 	const struct net_flow *f;
 	const struct net_ask *flow;	       /* a flow's, or */
-	const struct hook_http_question *http; /* a request's */
+	const struct hook_http_question *http; /* a request's, or */
+	const struct hook_line_question *line; /* another type's */
 };
 
 static int ask(struct hook *h, const struct asking *a, void *cookie,
@@ -288,6 +295,8 @@ static int ask(struct hook *h, const struct asking *a, void *cookie,
 	line = ret ? NULL : (char *)bytequeue__space(&h->out);
 	if (ret)
 		n = ret;
+	else if (a->line)
+		n = a->line->build(line, line_max, h->next_id, a->line->arg);
 	else if (a->http)
 		n = hook_msg__http_question(line, line_max, h->next_id, a->f,
 					    a->http);
@@ -301,6 +310,8 @@ static int ask(struct hook *h, const struct asking *a, void *cookie,
 	bytequeue__commit(&h->out, n);
 	*q = (struct question){ .used = true,
 				.http = a->http,
+				.line = a->line,
+				.flow = a->http ? a->http->flow : 0,
 				.id = h->next_id++,
 				.deadline_ms = now + a->timeout_ms,
 				.cookie = cookie };
@@ -337,6 +348,18 @@ int hook__ask_http(struct hook *h, const struct net_flow *f,
 			     .http = q };
 
 	if (!h->p.http_answer)
+		return -EINVAL;
+	return ask(h, &as, cookie, now, id);
+}
+
+int hook__ask_line(struct hook *h, const struct hook_line_question *q,
+		   void *cookie, uint64_t now, uint64_t *id)
+{
+	struct asking as = { .socket = q->socket,
+			     .timeout_ms = q->timeout_ms,
+			     .line = q };
+
+	if (!h->p.line_answer || !q->build)
 		return -EINVAL;
 	return ask(h, &as, cookie, now, id);
 }
@@ -406,8 +429,61 @@ static void answer_http(struct hook *h, struct question *q,
 }
 
 /*
+ * A flow's "grant-http": intercepted (NET_VERDICT_HTTP), as the answer
+ * says; its question's id goes with it, for its requests' questions.
+ */
+static void grant_flow_http(struct hook *h, struct question *q,
+			    const struct hook_answer *a)
+{
+	struct net_decision d = {
+		.verdict = NET_VERDICT_HTTP,
+		.http_tls = a->tls == HOOK_TLS_YES,
+		.http_tls_auto = a->tls == HOOK_TLS_AUTO,
+		.hook_flow = q->id,
+		.hook_each_request = a->each_request,
+	};
+	void *cookie = q->cookie;
+
+	q->used = false;
+	h->stats.pending--;
+	snprintf(d.reason, sizeof(d.reason), "%s", HOOK_GRANT_HTTP);
+	snprintf(d.http_host, sizeof(d.http_host), "%s", a->host);
+	h->p.answer(h->p.opaque, cookie, &d, a->reason);
+}
+
+/* A flow's answer, by its verdict. */
+static void answer_flow(struct hook *h, struct question *q,
+			const struct hook_answer *a)
+{
+	switch (a->verdict) {
+	case HOOK_VERDICT_GRANT:
+		resolve(h, q, NET_VERDICT_ALLOW, HOOK_GRANT, a->reason, NULL);
+		break;
+	case HOOK_VERDICT_DENY:
+		resolve(h, q, NET_VERDICT_DENY, HOOK_DENY, a->reason, NULL);
+		break;
+	case HOOK_VERDICT_GRANT_HTTP:
+		if (!a->flow_invalid) {
+			grant_flow_http(h, q, a);
+			break;
+		}
+		resolve(h, q, NET_VERDICT_DENY, HOOK_INVALID, a->flow_invalid,
+			NULL);
+		break;
+	case HOOK_VERDICT_INVALID:
+		resolve(h, q, NET_VERDICT_DENY, HOOK_INVALID, a->reason, NULL);
+		break;
+	case HOOK_VERDICT_UNKNOWN:
+		resolve(h, q, NET_VERDICT_DENY, HOOK_UNKNOWN, a->verdict_text,
+			NULL);
+		break;
+	}
+}
+
+/*
  * One answer line; -EBADMSG when it is not one. The line and the fields
- * read from it may hold the hook's secrets: wiped here.
+ * read from it may hold the hook's secrets: wiped here. An answer that
+ * names a "flow" must name its request's.
  */
 static int answer_line(struct hook *h, const char *line, size_t n)
 {
@@ -425,23 +501,19 @@ static int answer_line(struct hook *h, const char *line, size_t n)
 		goto out_wipe;
 	}
 	h->stats.answers++;
-	if (q->http) {
-		answer_http(h, q, &a, &edits);
+	if (q->line) {
+		q->used = false;
+		h->stats.pending--;
+		h->p.line_answer(h->p.opaque, q->cookie, line, n, NULL);
 		goto out_wipe;
 	}
-	switch (a.verdict) {
-	case HOOK_VERDICT_GRANT:
-		resolve(h, q, NET_VERDICT_ALLOW, HOOK_GRANT, a.reason, NULL);
-		break;
-	case HOOK_VERDICT_DENY:
-		resolve(h, q, NET_VERDICT_DENY, HOOK_DENY, a.reason, NULL);
-		break;
-	default:
-		/* grant-http answers a request, not a flow. */
-		resolve(h, q, NET_VERDICT_DENY, HOOK_UNKNOWN, a.verdict_text,
-			NULL);
-		break;
-	}
+	if (a.flow && a.flow != q->flow)
+		resolve(h, q, NET_VERDICT_DENY, HOOK_INVALID,
+			"flow not the question's", NULL);
+	else if (q->http)
+		answer_http(h, q, &a, &edits);
+	else
+		answer_flow(h, q, &a);
 out_wipe:
 	explicit_bzero(&edits, sizeof(edits));
 	return ret;

@@ -64,6 +64,10 @@ struct ic_ask {
 struct intercept {
 	struct net_flow flow;
 	void *owner;
+	bool tls_auto;	    /* IC_HELLO: the first byte says TLS or not */
+	uint64_t hook_flow; /* the hook's "grant-http" of the flow; 0: none */
+	bool hook_each_request;
+	char hook_host[NET_HOSTNAME_MAX + 1]; /* its "host"; "": any */
 	struct intercept_ops ops;
 	struct intercept_tls tls; /* all NULL: plain */
 	struct ic_side side[INTERCEPT_SIDES];

@@ -40,7 +40,12 @@ void intercept__report(struct intercept *ic, const char *detail, bool allowed,
 void intercept__decide(struct intercept *ic, const char *host,
 		       struct net_http_decision *d)
 {
-	*d = (struct net_http_decision){ .verdict = NET_VERDICT_DENY };
+	*d = (struct net_http_decision){ .verdict = NET_VERDICT_DENY,
+					 .hook_flow = ic->hook_flow,
+					 .hook_flow_each =
+						 ic->hook_each_request };
+
+	snprintf(d->hook_host, sizeof(d->hook_host), "%s", ic->hook_host);
 	ic->ops.decide(ic->ops.decide_opaque, &ic->flow, host, ic->verified, d);
 	d->reason[sizeof(d->reason) - 1] = '\0';
 	if (!d->reason[0])
@@ -79,13 +84,19 @@ static void question(const struct intercept *ic, const struct http_request *rq,
 		     const struct net_http_decision *d,
 		     struct hook_http_question *q)
 {
+	struct tls_conn *g = ic->side[INTERCEPT_GUEST].tls;
+
 	*q = (struct hook_http_question){
 		.socket = d->hook_socket,
 		.timeout_ms = d->hook_timeout_ms,
 		.grant = d->grant,
+		.flow = ic->hook_flow,
 		.host = rq->hostname,
 		.port = rq->port,
-		.tls = ic->tls.server,
+		.tls = g,
+		/* Requests must name the SNI's host: it is rq->hostname. */
+		.sni = g ? ic->host : NULL,
+		.alpn = g ? tls_conn__alpn(g) : NULL,
 		.protocol = ic->h2	      ? "h2" :
 			    rq->version_minor ? "HTTP/1.1" :
 						"HTTP/1.0",
@@ -168,10 +179,13 @@ static const char *hook_value(const struct net_http_decision *ans,
 }
 
 /*
- * The edits of an allowed request: the hook's removals first, then the
- * grant's fields (a later edit of a name wins), those it gives the hook
- * with the answer's values, or removed when it set none: the guest
- * never supplies a field the host brokers. 0, or the refusal's reason.
+ * The edits of an allowed request: the hook's first (removals, and
+ * fields the grant does not name), then the grant's fields (a later
+ * edit of a name wins, so the grant's own values stand), those it gives
+ * the hook with the answer's values, or removed when it set none: the
+ * guest never supplies a field the host brokers. The answer's names are
+ * ones a grant could set (hook-msg.c checked). 0, or the refusal's
+ * reason.
  */
 static const char *edits_apply(const struct net_http_decision *d,
 			       const struct net_http_decision *ans,
@@ -180,12 +194,19 @@ static const char *edits_apply(const struct net_http_decision *d,
 	for (unsigned int i = 0;
 	     ans && i < ans->nr_headers && i < NET_HTTP_MAX_HEADERS; i++) {
 		const char *name = ans->buf + ans->headers[i].name;
+		int ret;
 
-		if (ans->headers[i].name >= sizeof(ans->buf))
+		if (ans->headers[i].name >= sizeof(ans->buf) ||
+		    ans->headers[i].value >= sizeof(ans->buf))
 			return "http header edit failed";
-		if (!ans->headers[i].remove && !hook_field(d, name))
-			return "hook set a field not granted";
-		if (ans->headers[i].remove && http_edits__remove(e, name))
+		if (ans->headers[i].remove)
+			ret = http_edits__remove(e, name);
+		else if (hook_field(d, name))
+			ret = 0; /* set below, in the grant's order */
+		else
+			ret = http_edits__set(e, name,
+					      ans->buf + ans->headers[i].value);
+		if (ret)
 			return "http header edit failed";
 	}
 	for (unsigned int i = 0; i < d->nr_headers && i < NET_HTTP_MAX_HEADERS;

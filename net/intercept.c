@@ -67,6 +67,8 @@
 #define GUEST_ALPN_H2 "h2,http/1.1"
 #define ALPN_H2	      "h2"
 #define ALPN_HTTP1    "http/1.1"
+/* A TLS record's first byte when it carries a handshake (RFC 8446 5.1). */
+#define TLS_CONTENT_HANDSHAKE 0x16U
 
 static int unfiltered(struct intercept *ic, int (*fn)(void *), void *arg);
 
@@ -761,6 +763,20 @@ static int guest_accept(struct intercept *ic)
 }
 
 /*
+ * A flow whose first byte is not TLS's ("tls": "auto"): clear-text HTTP
+ * from now on, the first request's Host naming the connection, as on a
+ * plain port.
+ */
+static int clear_text(struct intercept *ic)
+{
+	free(ic->hello);
+	ic->hello = NULL;
+	ic->tls = (struct intercept_tls){ 0 };
+	ic->state = IC_RELAY;
+	return intercept__make_http1(ic, NULL, false);
+}
+
+/*
  * IC_HELLO: the guest's first record, peeked at (it stays in the socket
  * for the handshake). A ClientHello whose SNI the policy allows, as
  * sni_ok would: upstream first. Anything else goes to the handshake
@@ -770,6 +786,7 @@ static int guest_accept(struct intercept *ic)
 static int hello_peek(struct intercept *ic)
 {
 	struct net_http_decision d;
+	bool progress = false;
 	char sni[NET_HOSTNAME_MAX + 1];
 	ssize_t n;
 	bool ok;
@@ -781,6 +798,13 @@ static int hello_peek(struct intercept *ic)
 		return 0;
 	if (n < 0)
 		return -errno;
+	/* "tls": "auto": anything but a handshake record is clear text. */
+	if (ic->tls_auto && n && ic->hello[0] != TLS_CONTENT_HANDSHAKE) {
+		ret = clear_text(ic);
+		if (!ret)
+			ret = guest_read(ic, &progress);
+		return ret ? ret : pump(ic);
+	}
 	ret = tls__hello_sni(ic->hello, n, sni);
 	/* Not all there, and more can come: the next edge (EPOLLET). */
 	if (ret == -EAGAIN && n && n < (ssize_t)TLS_RECORD_MAX)
@@ -1104,6 +1128,11 @@ int intercept__create(struct intercept **out, const struct intercept_params *p)
 		return -ENOMEM;
 	ic->flow = p->flow;
 	ic->owner = p->owner;
+	ic->tls_auto = p->tls && p->tls_auto;
+	ic->hook_flow = p->hook_flow;
+	ic->hook_each_request = p->hook_each_request;
+	snprintf(ic->hook_host, sizeof(ic->hook_host), "%s",
+		 p->hook_host ? p->hook_host : "");
 	ic->response_ms =
 		p->response_ms ? p->response_ms : INTERCEPT_RESPONSE_MS;
 	ic->ops = *p->ops;

@@ -120,6 +120,20 @@ struct intercept_params {
 	void *owner;			 /* for ops->ask */
 	/* Upstream's silence owing a response, at most; 0: the default. */
 	unsigned int response_ms;
+	/*
+	 * With tls: the guest's first byte says which (a TLS handshake
+	 * record: TLS; anything else: clear-text HTTP), the hook's "tls":
+	 * "auto".
+	 */
+	bool tls_auto;
+	/*
+	 * A flow the hook's "grant-http" intercepts: its question's id,
+	 * which each request's decision (net_http_decision.hook_flow) and
+	 * question ("flow") carry; 0: a static grant's flow.
+	 */
+	uint64_t hook_flow;
+	bool hook_each_request; /* its requests put to the hook each */
+	const char *hook_host;	/* the one name it may give; NULL, "": any */
 };
 
 struct intercept;

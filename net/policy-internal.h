@@ -92,6 +92,7 @@ struct net_policy {
 	unsigned int nr_http;
 	struct sockaddr_in resolvers[NET_POLICY_MAX_RESOLVERS];
 	unsigned int nr_resolvers;
+	bool has_dns;	   /* a "dns" key, even with no resolvers */
 	char *hook_socket; /* NULL: no hook */
 	unsigned int hook_timeout_ms;
 	uint32_t gateway; /* runtime context, network byte order; 0: none */

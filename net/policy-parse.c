@@ -400,39 +400,44 @@ static int parse_rules(json_t *arr, struct net_policy *p, unsigned int proto,
 	return 0;
 }
 
+const char *net_policy__parse_resolver(const char *s, struct sockaddr_in *sa)
+{
+	uint16_t port = NET_POLICY_DNS_PORT;
+	enum net_addr_class cls;
+	uint32_t addr;
+
+	if (is_ipv6_literal(s))
+		return "is IPv6, not supported yet (the data path is "
+		       "IPv4-only)";
+	if (net_addr__parse_ipv4(s, &addr) && !parse_addr_port(s, &addr, &port))
+		return "is not an IPv4 address (\"A.B.C.D\" or "
+		       "\"A.B.C.D:PORT\")";
+	cls = net_policy__classify(addr);
+	if (cls == NET_CLASS_MULTICAST || cls == NET_CLASS_BROADCAST ||
+	    ntohl(addr) >> 24 == THIS_NETWORK_NET)
+		return "is not a unicast address";
+	*sa = (struct sockaddr_in){ .sin_family = AF_INET,
+				    .sin_addr.s_addr = addr,
+				    .sin_port = htons(port) };
+	return NULL;
+}
+
 static int parse_resolver(json_t *v, struct sockaddr_in *sa, const char *path,
 			  size_t i, char *err, size_t len)
 {
 	const char *s = json_is_string(v) ? json_string_value(v) : NULL;
-	uint16_t port = NET_POLICY_DNS_PORT;
-	enum net_addr_class cls;
-	uint32_t addr;
+	const char *why;
 
 	if (!s)
 		return errf(err, len, -EINVAL,
 			    "%s.dns.resolvers[%zu]: must be a string "
 			    "(\"A.B.C.D\" or \"A.B.C.D:PORT\")",
 			    path, i);
-	if (is_ipv6_literal(s))
+	why = net_policy__parse_resolver(s, sa);
+	if (why)
 		return errf(err, len, -EINVAL,
-			    "%s.dns.resolvers[%zu]: \"%s\" is IPv6, not "
-			    "supported yet (the data path is IPv4-only)",
-			    path, i, s);
-	if (net_addr__parse_ipv4(s, &addr) && !parse_addr_port(s, &addr, &port))
-		return errf(err, len, -EINVAL,
-			    "%s.dns.resolvers[%zu]: \"%s\" is not an IPv4 "
-			    "address (\"A.B.C.D\" or \"A.B.C.D:PORT\")",
-			    path, i, s);
-	cls = net_policy__classify(addr);
-	if (cls == NET_CLASS_MULTICAST || cls == NET_CLASS_BROADCAST ||
-	    ntohl(addr) >> 24 == THIS_NETWORK_NET)
-		return errf(err, len, -EINVAL,
-			    "%s.dns.resolvers[%zu]: \"%s\" is not a unicast "
-			    "address",
-			    path, i, s);
-	sa->sin_family = AF_INET;
-	sa->sin_addr.s_addr = addr;
-	sa->sin_port = htons(port);
+			    "%s.dns.resolvers[%zu]: \"%s\" %s", path, i, s,
+			    why);
 	return 0;
 }
 
@@ -447,6 +452,7 @@ static int parse_dns(json_t *obj, struct net_policy *p, const char *path,
 	int ret;
 
 	snprintf(where, sizeof(where), "%s.dns", path);
+	p->has_dns = true;
 	ret = check_object(obj, keys, "{\"resolvers\": [...]}", where, err,
 			   len);
 	if (!ret)

@@ -200,6 +200,14 @@ const char *net_policy__hook(const struct net_policy *p,
 	return p ? p->hook_socket : NULL;
 }
 
+const char *net_policy__dns_hook(const struct net_policy *p,
+				 unsigned int *timeout_ms)
+{
+	if (p && p->has_dns)
+		p = NULL; /* a static dns rule decides */
+	return net_policy__hook(p, timeout_ms);
+}
+
 /* What a refused request gets (RFC 9110 15.5.4, 15.5.20). */
 #define HTTP_STATUS_FORBIDDEN	403U
 #define HTTP_STATUS_MISDIRECTED 421U
@@ -364,6 +372,30 @@ static void http_refuse(struct net_http_decision *d, unsigned int status,
 	snprintf(d->reason, sizeof(d->reason), "%s", reason);
 }
 
+/*
+ * A request of a flow the hook's "grant-http" intercepts, its name
+ * checked: put to the hook when the flow's grant says so, else allowed
+ * with no field. A policy with no hook any more grants nothing (the
+ * recheck cuts the flow).
+ */
+static void http_hook_flow(const struct net_policy *p,
+			   struct net_http_decision *d)
+{
+	if (!p || !p->hook_socket)
+		return http_refuse(d, HTTP_STATUS_FORBIDDEN, "http no grant");
+	d->verdict = NET_VERDICT_ALLOW;
+	snprintf(d->reason, sizeof(d->reason), "%s", NET_HOOK_GRANT_HTTP);
+	d->grant = 0;
+	d->response_ms = 0; /* the proxy's */
+	d->ask_each_request = false;
+	if (!d->hook_flow_each)
+		return;
+	d->verdict = NET_VERDICT_ASK;
+	snprintf(d->hook_socket, sizeof(d->hook_socket), "%s", p->hook_socket);
+	d->hook_timeout_ms = p->hook_timeout_ms;
+	d->ask_each_request = true;
+}
+
 void net_policy__decide_http(const struct net_policy *p,
 			     const struct net_flow *f, const char *host,
 			     bool verified, const struct net_bindings *b,
@@ -386,6 +418,11 @@ void net_policy__decide_http(const struct net_policy *p,
 	if (!verified && !(b && net_bindings__match(b, name, false, dst)))
 		return http_refuse(d, HTTP_STATUS_MISDIRECTED,
 				   "http host mismatch");
+	if (d->hook_flow && d->hook_host[0] && strcmp(name, d->hook_host))
+		return http_refuse(d, HTTP_STATUS_MISDIRECTED,
+				   "http host mismatch");
+	if (d->hook_flow)
+		return http_hook_flow(p, d);
 	for (unsigned int i = 0; p && i < p->nr_http; i++) {
 		const struct http_grant *g = &p->http[i];
 

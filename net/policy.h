@@ -120,7 +120,14 @@ void net_policy__decide(const struct net_policy *p, const struct net_flow *f,
  * (not bound there), 403 "http no grant", or 403 and the reason the flow
  * is always denied. A grant that asks the hook ("ask", or a field "from":
  * "hook") answers NET_VERDICT_ASK instead of ALLOW, with its own fields,
- * the hook's marked, and the policy's hook socket and deadline.
+ * the hook's marked, and the policy's hook socket and deadline. A flow
+ * the hook's "grant-http" intercepts (d->hook_flow set by the caller):
+ * host checked the same way (and it must be d->hook_host when that is
+ * set: else 421 "http host mismatch"), then no grant is looked for:
+ * NET_VERDICT_ASK
+ * with the hook's socket and deadline when d->hook_flow_each, else ALLOW
+ * with no field, NET_HOOK_GRANT_HTTP; 403 "http no grant" when the policy
+ * has no hook any more.
  */
 void net_policy__decide_http(const struct net_policy *p,
 			     const struct net_flow *f, const char *host,
@@ -137,6 +144,21 @@ void net_policy__resolver(const struct net_policy *p, unsigned int i,
 /* The hook's socket path (NULL: no hook) and its deadline in ms. */
 const char *net_policy__hook(const struct net_policy *p,
 			     unsigned int *timeout_ms);
+
+/*
+ * The hook the DNS resolver asks (Documentation/network.md, "DNS
+ * through the hook"): the policy's hook socket when the policy has a
+ * hook and no "dns" key (a "dns" key, even with no resolvers, is a
+ * static rule and decides alone); else NULL.
+ */
+const char *net_policy__dns_hook(const struct net_policy *p,
+				 unsigned int *timeout_ms);
+/*
+ * A resolver's address "A.B.C.D" or "A.B.C.D:PORT" (port 53 when not
+ * given) into *sa, as "dns.resolvers" takes it: NULL, or why it is not
+ * one ("is not a unicast address", ...).
+ */
+const char *net_policy__parse_resolver(const char *s, struct sockaddr_in *sa);
 
 /*
  * Trusted hostname -> IPv4 bindings, from this VM's DNS answers: a

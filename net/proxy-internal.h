@@ -203,6 +203,8 @@ void proxy__hook_copy_stats(struct proxy *p);
 void proxy__log_flow(struct proxy *p, const char *what,
 		     const struct net_flow *f, const char *reason,
 		     const char *detail);
+void proxy__http_usable(struct proxy *p, const struct net_flow *f,
+			struct net_decision *d);
 void proxy__ask_policy(struct proxy *p, const struct net_flow *f,
 		       struct net_decision *d);
 void proxy__settle(struct proxy *p, const struct net_flow *f,

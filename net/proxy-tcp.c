@@ -366,25 +366,41 @@ void proxy_tcp__init_intercept(struct proxy *p)
 					.opaque = p };
 }
 
+/* The VM's TLS interception is whole (http_tls_init in the vmm). */
+static bool tls_usable(const struct proxy *p)
+{
+	return p->p.tls.ca && p->p.tls.server && p->p.tls.client;
+}
+
 /*
- * A flow an http grant covers: the guest's side only, until a request
- * is allowed and the interception asks for upstream (icpt_connect).
+ * A flow an http grant covers (the policy's, or the hook's: hook_gen,
+ * its generation): the guest's side only, until a request is allowed
+ * and the interception asks for upstream (icpt_connect).
  */
 static void tcp_intercept(struct proxy *p, struct tcp_flow *t, int fd,
 			  const struct net_flow *f,
-			  const struct net_decision *d)
+			  const struct net_decision *d, uint64_t hook_gen)
 {
-	struct intercept_params ip = { .flow = *f,
-				       .guest_fd = fd,
-				       .ops = &p->icpt_ops,
-				       .owner = t,
-				       .response_ms = p->p.http_response_ms };
+	struct intercept_params ip = {
+		.flow = *f,
+		.guest_fd = fd,
+		.ops = &p->icpt_ops,
+		.owner = t,
+		.response_ms = p->p.http_response_ms,
+		.tls_auto = d->http_tls_auto,
+		.hook_flow = d->hook_flow,
+		.hook_each_request = d->hook_each_request,
+		.hook_host = d->http_host,
+	};
 	int ret;
 
-	if (d->http_tls)
+	if (d->http_tls || (d->http_tls_auto && tls_usable(p)))
 		ip.tls = &p->p.tls;
-	*t = (struct tcp_flow){ .used = true, .flow = *f, .tls = d->http_tls };
-	if (d->http_tls)
+	*t = (struct tcp_flow){ .used = true,
+				.flow = *f,
+				.tls = d->http_tls,
+				.hook_gen = hook_gen };
+	if (ip.tls)
 		t->setup_deadline_ms = now_ms() + p->p.tls_setup_ms;
 	t->ep[SIDE_GUEST].fd = fd;
 	t->ep[SIDE_UP].fd = -1;
@@ -512,7 +528,7 @@ void proxy_tcp__settled(struct proxy *p, struct tcp_flow *t,
 		tcp_start(p, t, fd, &f, hook_gen);
 	} else if (d->verdict == NET_VERDICT_HTTP) {
 		t->asking = false; /* its question is answered or cancelled */
-		tcp_intercept(p, t, fd, &f, d);
+		tcp_intercept(p, t, fd, &f, d, hook_gen);
 	} else {
 		proxy_tcp__close(p, t, true);
 	}
@@ -546,7 +562,7 @@ static void tcp_accept_one(struct proxy *p, int fd,
 	else if (d.verdict == NET_VERDICT_ALLOW)
 		tcp_start(p, t, fd, &f, 0);
 	else if (d.verdict == NET_VERDICT_HTTP)
-		tcp_intercept(p, t, fd, &f, &d);
+		tcp_intercept(p, t, fd, &f, &d, 0);
 	else
 		close_reset(fd);
 }
@@ -612,10 +628,16 @@ void proxy_tcp__http_answered(void *opaque, void *cookie, uint64_t id,
 	struct proxy *p = opaque;
 	struct tcp_flow *t = cookie;
 
-	(void)detail; /* the request's refusal is logged with its reason */
 	proxy__hook_copy_stats(p);
 	if (!t->used || !t->ic)
 		return;
+	/*
+	 * The request's refusal is logged with its reason; an invalid
+	 * answer's rule (which field, which limit) is for the hook's author.
+	 */
+	if (d->verdict != NET_VERDICT_ALLOW && !strcmp(d->reason, HOOK_INVALID))
+		proxy__log_flow(p, "invalid hook answer for a request of",
+				&t->flow, HOOK_INVALID, detail);
 	intercept__hook_answer(t->ic, id, d);
 	p->icpt_answers = true;
 }
@@ -646,7 +668,11 @@ void proxy_tcp__recheck(struct proxy *p, struct tcp_flow *t)
 			proxy_tcp__settled(p, t, &d, "", 0);
 		return;
 	}
-	if (t->ic) {
+	if (t->ic && t->hook_gen) {
+		/* The hook's grant-http: while the same hook would be asked. */
+		if (proxy__hook_still_grants(p, t->hook_gen, &d, &why))
+			return;
+	} else if (t->ic) {
 		/* Intercepted while an http grant covers it, the same way. */
 		if (d.verdict == NET_VERDICT_HTTP && d.http_tls == t->tls)
 			return;

@@ -127,9 +127,23 @@ void proxy__log_flow(struct proxy *p, const char *what,
 }
 
 /*
- * Asks the policy; a decision without a reason gets one. An http grant's
- * flow the proxy cannot intercept is denied: never relayed as it is.
+ * An http grant's flow (the policy's or the hook's) the proxy cannot
+ * intercept is denied: never relayed as it is. "tls": "auto" without
+ * TLS takes clear text only.
  */
+void proxy__http_usable(struct proxy *p, const struct net_flow *f,
+			struct net_decision *d)
+{
+	if (d->verdict != NET_VERDICT_HTTP)
+		return;
+	if (f->proto != IPPROTO_TCP || !p->p.decide_http)
+		deny(d, "http interception unavailable");
+	else if (d->http_tls &&
+		 (!p->p.tls.ca || !p->p.tls.server || !p->p.tls.client))
+		deny(d, "http tls unavailable");
+}
+
+/* Asks the policy; a decision without a reason gets one. */
 void proxy__ask_policy(struct proxy *p, const struct net_flow *f,
 		       struct net_decision *d)
 {
@@ -137,12 +151,7 @@ void proxy__ask_policy(struct proxy *p, const struct net_flow *f,
 	p->p.decide(p->p.decide_opaque, f, d);
 	d->reason[sizeof(d->reason) - 1] = '\0';
 	d->ask.socket[sizeof(d->ask.socket) - 1] = '\0';
-	if (d->verdict == NET_VERDICT_HTTP &&
-	    (f->proto != IPPROTO_TCP || !p->p.decide_http))
-		deny(d, "http interception unavailable");
-	else if (d->verdict == NET_VERDICT_HTTP && d->http_tls &&
-		 (!p->p.tls.ca || !p->p.tls.server || !p->p.tls.client))
-		deny(d, "http tls unavailable");
+	proxy__http_usable(p, f, d);
 	if (!d->reason[0])
 		snprintf(d->reason, sizeof(d->reason), "%s",
 			 allowed(d) ? "allowed" : "denied");
@@ -206,20 +215,30 @@ bool proxy__hook_still_grants(struct proxy *p, uint64_t gen,
 
 /* ---- the hook --------------------------------------------------------------- */
 
-/* A question's answer; its cookie is the held flow, TCP or UDP. */
+/*
+ * A question's answer; its cookie is the held flow, TCP or UDP. A
+ * "grant-http" the proxy cannot carry out is denied.
+ */
 static void hook_answered(void *opaque, void *cookie,
-			  const struct net_decision *d, const char *detail)
+			  const struct net_decision *answer, const char *detail)
 {
 	struct proxy *p = opaque;
 	uintptr_t c = (uintptr_t)cookie, tcp = (uintptr_t)p->tcp;
-	uint64_t gen =
-		d->verdict == NET_VERDICT_ALLOW ? hook__generation(p->hook) : 0;
+	bool is_tcp =
+		c >= tcp && c < tcp + p->p.max_tcp_flows * sizeof(*p->tcp);
+	struct net_decision d = *answer;
+	uint64_t gen;
 
+	proxy__http_usable(p,
+			   is_tcp ? &((struct tcp_flow *)cookie)->flow :
+				    &(struct net_flow){ .proto = IPPROTO_UDP },
+			   &d);
+	gen = allowed(&d) ? hook__generation(p->hook) : 0;
 	proxy__hook_copy_stats(p);
-	if (c >= tcp && c < tcp + p->p.max_tcp_flows * sizeof(*p->tcp))
-		proxy_tcp__settled(p, cookie, d, detail, gen);
+	if (is_tcp)
+		proxy_tcp__settled(p, cookie, &d, detail, gen);
 	else
-		proxy_udp__settled(p, cookie, d, detail, gen);
+		proxy_udp__settled(p, cookie, &d, detail, gen);
 }
 
 /* Until the sweep, or sooner the hook's nearest deadline. */

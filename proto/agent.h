@@ -57,7 +57,9 @@ enum kiln_msg {
 
 	/*
 	 * Processes. PROC_START: T_ARG (repeated, at least one), T_ENV
-	 * (repeated "K=V"; the agent's own environment otherwise), T_CWD,
+	 * (repeated "K=V"; the agent's own environment otherwise; with
+	 * T_ENV_MERGE 1, added to the agent's own instead: proto/env.h),
+	 * T_CWD,
 	 * T_TIMEOUT_MS (0: none), T_PTY (1: a terminal of T_ROWS x T_COLS
 	 * on stdin/out/err; stderr then comes as STDOUT). The process runs
 	 * in a new session and process group. Answered by PROC_STARTED
@@ -156,6 +158,7 @@ enum kiln_msg {
 #define KILN_FEATURE_RESEED    0x1ULL /* takes KILN_MSG_RESEED */
 #define KILN_FEATURE_MOUNTS    0x2ULL /* takes KILN_MSG_MOUNTS_* */
 #define KILN_FEATURE_NET_RENEW 0x4ULL /* RESEED with T_NET_MAC, T_NET */
+#define KILN_FEATURE_ENV_MERGE 0x8ULL /* PROC_START takes T_ENV_MERGE */
 
 #define KILN_RESEED_BYTES 64U /* what the vmm sends */
 #define KILN_RESEED_MIN	  32U /* T_SEED bytes the agent takes */
@@ -181,6 +184,7 @@ enum kiln_tag {
 	KILN_T_EXIT_CODE = 24,	/* u64 */
 	KILN_T_SIGNAL = 25,	/* u64 */
 	KILN_T_TIMED_OUT = 26,	/* u64: 0 or 1 */
+	KILN_T_ENV_MERGE = 27,	/* u64: 0 (T_ENV replaces) or 1 (adds) */
 
 	KILN_T_PATH = 32,	    /* path */
 	KILN_T_PATH2 = 33,	    /* path */

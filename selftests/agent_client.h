@@ -210,6 +210,9 @@ static inline int agent_client__hello(int fd)
 struct agent_exec_opts {
 	const char *const *argv; /* NULL-terminated */
 	const char *const *envp; /* NULL: the agent's environment */
+	uint64_t env_merge;	 /* sent as T_ENV_MERGE when not 0 */
+	const void *raw_env;	 /* one more T_ENV of raw_env_len bytes */
+	size_t raw_env_len;
 	const char *cwd;
 	uint64_t timeout_ms;
 	bool pty;
@@ -223,6 +226,7 @@ struct agent_exec_result {
 	int error; /* the ERROR's errno; 0 when the command ran */
 	char errname[32];
 	char err_cwd[256]; /* its T_CWD (the directory that failed), or "" */
+	char message[256]; /* its T_MESSAGE, or "" */
 	uint64_t pid;
 	uint64_t exit_code;
 	int64_t signal; /* -1: not killed by a signal */
@@ -248,6 +252,11 @@ static inline int agent_client__start(int fd, const struct agent_exec_opts *o)
 		ret = kiln_tlv__put_str(&b, KILN_T_ARG, *a);
 	for (const char *const *e = o->envp; e && *e && !ret; e++)
 		ret = kiln_tlv__put_str(&b, KILN_T_ENV, *e);
+	if (!ret && o->raw_env)
+		ret = kiln_tlv__put_bytes(&b, KILN_T_ENV, o->raw_env,
+					  o->raw_env_len);
+	if (!ret && o->env_merge)
+		ret = kiln_tlv__put_u64(&b, KILN_T_ENV_MERGE, o->env_merge);
 	if (!ret && o->cwd)
 		ret = kiln_tlv__put_str(&b, KILN_T_CWD, o->cwd);
 	if (!ret && o->timeout_ms)
@@ -398,6 +407,8 @@ static inline int agent_client__finish(int fd, const struct agent_exec_opts *o,
 				       sizeof(r->errname));
 			agent_msg__str(&m, KILN_T_CWD, r->err_cwd,
 				       sizeof(r->err_cwd));
+			agent_msg__str(&m, KILN_T_MESSAGE, r->message,
+				       sizeof(r->message));
 			break;
 		} else {
 			ret = -EPROTO;

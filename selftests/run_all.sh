@@ -169,6 +169,7 @@ kvm_suite_cost() {
 	sdk.sh) echo 625 ;;
 	kvm_control) echo 290 ;;
 	kvm_net) echo 185 ;;
+	kvm_net_hook) echo 35 ;;
 	kvm_virtiofs) echo 115 ;;
 	kvm_rootfs) echo 105 ;;
 	kvm_operator) echo 100 ;;
@@ -176,9 +177,12 @@ kvm_suite_cost() {
 	kvm_harness_watch) echo 90 ;;
 	kvm_die_with_parent) echo 90 ;;
 	kvm_hostile) echo 60 ;;
+	kvm_seams_guest) echo 60 ;;
 	kvm_intercept_ca) echo 20 ;;
+	kvm_virtual_stream) echo 20 ;;
 	kvm_vsock) echo 15 ;;
 	kvm_jail) echo 10 ;;
+	kvm_net_dns_hook) echo 5 ;;
 	kvm_mailbox) echo 5 ;;
 	docs.sh) echo 120 ;;
 	*) echo 60 ;;

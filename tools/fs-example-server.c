@@ -2,7 +2,8 @@
 /*
  * fs-example-server: a small FUSE server for a `virtual` mount, speaking
  * the protocol of Documentation/virtual-fs.md (one FUSE message per
- * SOCK_SEQPACKET packet) on a listening socket the vmm connects to.
+ * SOCK_SEQPACKET packet, or with --stream messages back to back on a
+ * SOCK_STREAM socket) on a listening socket the vmm connects to.
  *
  * It serves an in-memory tree, seeded read-mostly:
  *
@@ -23,6 +24,7 @@
  *	--die-after N	answer N requests, then exit as soon as the next
  *			one arrives, without answering it (server death)
  *	--once		serve one connection, then exit
+ *	--stream	listen on SOCK_STREAM: each message framed by its len
  *
  * The socket appears under SOCKET_PATH only once it listens (bound under
  * a temporary name, then renamed), so a client can wait for the path.
@@ -84,6 +86,7 @@ struct server {
 	unsigned long received;
 	long die_after; /* -1: never */
 	unsigned long served;
+	bool stream;	   /* SOCK_STREAM: messages framed by their len */
 	uint8_t *in, *out; /* MSG_MAX each */
 };
 
@@ -343,10 +346,18 @@ static int reply(struct server *s, int fd, const struct request *r, int error,
 		memcpy(s->out + sizeof(oh), payload, len);
 	if (s->delay_ms && s->received > s->delay_after)
 		sleep_ms(s->delay_ms);
-	if (send(fd, s->out, oh.len, MSG_NOSIGNAL) < 0) {
-		fprintf(stderr, "fs-example-server: send: %s\n",
-			strerror(errno));
-		return -1;
+	/* A packet goes whole; a stream may take it in parts. */
+	for (size_t off = 0; off < oh.len;) {
+		ssize_t n = send(fd, s->out + off, oh.len - off, MSG_NOSIGNAL);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			fprintf(stderr, "fs-example-server: send: %s\n",
+				strerror(errno));
+			return -1;
+		}
+		off += (size_t)n;
 	}
 	return 0;
 }
@@ -964,13 +975,54 @@ static int handle(struct server *s, int fd, const struct request *r)
 	}
 }
 
-/* Reads and answers one packet; -1 when the connection is over. */
+/* Exactly len bytes of a stream (blocking); false at EOF or an error. */
+static bool read_all(int fd, uint8_t *buf, size_t len)
+{
+	while (len) {
+		ssize_t n = recv(fd, buf, len, 0);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return false;
+		buf += n;
+		len -= (size_t)n;
+	}
+	return true;
+}
+
+/*
+ * One message of a stream: the header, then len - 40 more bytes. A len
+ * shorter than the header or longer than MSG_MAX cannot be framed: the
+ * connection ends. The message's length, or -1.
+ */
+static ssize_t recv_stream(int fd, uint8_t *buf)
+{
+	struct fuse_in_header h;
+
+	if (!read_all(fd, buf, sizeof(h)))
+		return -1;
+	memcpy(&h, buf, sizeof(h));
+	if (h.len < sizeof(h) || h.len > MSG_MAX) {
+		fprintf(stderr, "fs-example-server: request len %u: closing\n",
+			h.len);
+		return -1;
+	}
+	if (!read_all(fd, buf + sizeof(h), h.len - sizeof(h)))
+		return -1;
+	return h.len;
+}
+
+/* Reads and answers one message; -1 when the connection is over. */
 static int serve_one(struct server *s, int fd)
 {
 	struct request r;
 	ssize_t n;
 
-	n = recv(fd, s->in, MSG_MAX, MSG_TRUNC);
+	if (s->stream)
+		n = recv_stream(fd, s->in);
+	else
+		n = recv(fd, s->in, MSG_MAX, MSG_TRUNC);
 	if (n < 0 && errno == EINTR)
 		return 0;
 	if (n <= 0)
@@ -994,7 +1046,7 @@ static int serve_one(struct server *s, int fd)
 	return handle(s, fd, &r);
 }
 
-static int listen_on(const char *path)
+static int listen_on(const char *path, int type)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	char tmp[sizeof(sa.sun_path)];
@@ -1010,7 +1062,7 @@ static int listen_on(const char *path)
 		fprintf(stderr, "fs-example-server: %s exists\n", path);
 		return -1;
 	}
-	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	fd = socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
 	if (fd < 0) {
 		perror("fs-example-server: socket");
 		return -1;
@@ -1082,7 +1134,7 @@ static int serve(struct server *s, int lfd, bool once)
 
 static const char usage[] =
 	"usage: fs-example-server [--delay-ms N [--delay-after N]] "
-	"[--die-after N] [--once] "
+	"[--die-after N] [--once] [--stream] "
 	"SOCKET_PATH\n";
 
 static bool parse_uint(const char *arg, unsigned long max, unsigned long *out)
@@ -1101,6 +1153,7 @@ int main(int argc, char **argv)
 		{ "delay-after", required_argument, NULL, 'a' },
 		{ "die-after", required_argument, NULL, 'k' },
 		{ "once", no_argument, NULL, 'o' },
+		{ "stream", no_argument, NULL, 's' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -1129,6 +1182,9 @@ int main(int argc, char **argv)
 		case 'o':
 			once = true;
 			break;
+		case 's':
+			s.stream = true;
+			break;
 		case 'h':
 			fputs(usage, stdout);
 			return 0;
@@ -1145,7 +1201,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	signal(SIGPIPE, SIG_IGN);
-	lfd = listen_on(argv[optind]);
+	lfd = listen_on(argv[optind], s.stream ? SOCK_STREAM : SOCK_SEQPACKET);
 	if (lfd < 0)
 		return 1;
 	ret = serve(&s, lfd, once);

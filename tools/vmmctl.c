@@ -640,15 +640,10 @@ static int cmd_exec(int argc, char **argv)
 	}
 	if (argc - optind < 3 || strcmp(argv[optind + 1], "--"))
 		die(EXIT_USAGE, "exec: expected SOCK -- CMD [ARG...]");
-	/*
-	 * The agent's env replaces its environment: run the command through
-	 * env(1) so --env adds to it instead.
-	 */
+	/* --env adds to the guest's default environment (api.md). */
 	if (env) {
-		json_array_append_new(av, json_string("env"));
-		json_array_append_new(av, json_string("--"));
-		json_array_extend(av, env);
-		json_decref(env);
+		json_object_set_new(params, "env", env);
+		json_object_set_new(params, "envMode", json_string("merge"));
 	}
 	for (i = optind + 2; i < argc; i++)
 		json_array_append_new(av, json_string(argv[i]));

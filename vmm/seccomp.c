@@ -155,13 +155,16 @@ static const struct rule socket_io[] = {
  * New Unix sockets: clients accepted on a listener (the API's, virtio-
  * vsock's), one socketpair per agent connection (the API; the vsock
  * device takes the other end), guest connections connected to
- * "<socket>_PORT" (virtio-vsock). socket() for AF_UNIX only.
+ * "<socket>_PORT" (virtio-vsock), a virtual mount's server connected
+ * again (devices/fs/virtual.c). socket() for AF_UNIX only.
  */
 static const struct rule socket_unix[] = {
 	ALLOW(accept4),
 	ALLOW(connect),
 	ALLOW(socketpair),
 	ALLOW_IF(socket, ARG_EQ(0, AF_UNIX)),
+	/* a virtual mount's reconnection: room for its largest packet */
+	ALLOW_IF(setsockopt, ARG_EQ(1, SOL_SOCKET), ARG_EQ(2, SO_SNDBUF)),
 };
 
 /*

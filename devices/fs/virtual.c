@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * The virtual backend: FUSE requests relayed, byte for byte, to a server
- * the orchestrator runs, over one Unix SOCK_SEQPACKET connection (one
- * message per packet; Documentation/virtual-fs.md is the protocol).
+ * the orchestrator runs, over one Unix connection: SOCK_SEQPACKET (one
+ * message per packet) or SOCK_STREAM (messages back to back, each framed
+ * by its header's len); Documentation/virtual-fs.md is the protocol.
  *
  * forward() runs on the device thread and never waits: it records the
  * request and sends it with MSG_DONTWAIT, or leaves it queued, in order,
@@ -12,7 +13,11 @@
  * queued when there is room, matches replies to requests by unique,
  * completes them, and fails with -EIO the requests whose deadline
  * (forward time + timeout) passed and, once the server is gone, all of
- * them.
+ * them. A request that comes while the server is gone makes the relay
+ * thread connect again (at most once per VIRTUAL_FS_RETRY_MS); the new
+ * connection first gets the guest's FUSE_INIT again, with unique 0. The
+ * requests a lost connection carried fail with EIO; those it had not
+ * carried yet go to the next one.
  *
  * Pending requests sit on one list in arrival order. The timeout is the
  * same for all, so that is also deadline order: the head is the next to
@@ -20,9 +25,15 @@
  * suffix of the list, starting at ->unsent. Sent requests that wait for a
  * reply are also in a hash table by unique.
  *
- * The list, the hash, ->unsent, ->nr_sent, ->dead and ->stopping are
- * under ->lock; completions are called without it (a completion may well
- * call forward() again).
+ * On a stream a request may go out in part: the rest is copied to ->out
+ * (the backend's, so the request can complete, by a timeout, while its
+ * tail still waits for room) and goes before anything else. The replayed
+ * FUSE_INIT goes out from ->out too.
+ *
+ * The list, the hash, ->unsent, ->nr_sent, ->out, ->sock, ->dead and
+ * ->stopping are under ->lock; completions are called without it (a
+ * completion may well call forward() again). Only the relay thread closes
+ * or replaces ->sock, and only it reads from it.
  */
 #include <errno.h>
 #include <limits.h>
@@ -30,6 +41,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -39,65 +51,10 @@
 #include <unistd.h>
 
 #include "lib/compiler.h"
-#include "devices/fs/virtual.h"
+#include "devices/fs/virtual-internal.h"
 #include "lib/list.h"
 #include "lib/warn.h"
 #include "lib/worker.h"
-
-/*
- * At most this many requests are at the server, unanswered, at once; the
- * others wait in order. The guest's rings bound how many there are in all.
- */
-#define VIRTUAL_FS_MAX_SENT 256U
-/* Buckets of the unique -> request table (a power of two). */
-#define VIRTUAL_FS_HASH_SIZE 256U
-/* Packets read per wakeup before deadlines are looked at again. */
-#define VIRTUAL_FS_RECV_BATCH 64U
-/* fuse_dev_do_write() takes errors in -511..-1 only (-ERESTARTSYS..). */
-#define FUSE_ERRNO_MAX 511
-/* The kernel doubles SO_SNDBUF; a packet fits in sndbuf - 32 bytes. */
-#define VIRTUAL_FS_SNDBUF (FS_FORWARD_MAX + 4096U)
-
-#define NSEC_PER_MSEC 1000000ULL
-#define NSEC_PER_SEC  1000000000ULL
-
-struct vreq {
-	struct fs_forward_req *req;
-	uint64_t deadline;     /* CLOCK_MONOTONIC, ns */
-	struct list_head node; /* the pending list, then a done list */
-	struct vreq *hnext;    /* the hash chain, while sent */
-	bool no_reply;	       /* FORGET, BATCH_FORGET, INTERRUPT */
-	bool sent;	       /* at the server (and in the hash) */
-	int err;	       /* on the done list: what it completes with */
-};
-
-struct virtual_fs {
-	struct fs_backend base;
-	char *path;
-	uint64_t timeout_ns;
-	unsigned int timeout_ms;
-	int sock;
-	int wake; /* eventfd: the relay thread has something new to look at */
-	pthread_t thread;
-	bool started;
-	bool lock_ok;
-	pthread_mutex_t lock;
-
-	/* Under lock. */
-	struct list_head pending;
-	struct vreq *unsent; /* the first on pending not sent, or NULL */
-	struct vreq *hash[VIRTUAL_FS_HASH_SIZE];
-	unsigned int nr_sent;
-	bool dead;
-	bool stopping;
-	bool warned_msgsize;
-
-	/* The relay thread's. */
-	uint8_t *rbuf; /* FS_FORWARD_MAX: one reply */
-	bool warned_invalid;
-	bool warned_timeout;
-	bool warned_start; /* the device thread's */
-};
 
 static struct virtual_fs *to_vfs(struct fs_backend *b)
 {
@@ -118,31 +75,6 @@ static bool opcode_has_no_reply(uint32_t opcode)
 	       opcode == FUSE_INTERRUPT;
 }
 
-/* Requests without a reply complete with NULL, 0 whatever became of them. */
-static void finish(struct fs_forward_req *req, bool no_reply, int err)
-{
-	req->complete(req, NULL, no_reply ? 0 : err);
-}
-
-/* Completes and frees what is on done, the last pushed first. */
-static void finish_list(struct list_head *done)
-{
-	while (!list_empty(done)) {
-		struct vreq *e = list_first_entry(done, struct vreq, node);
-
-		list_del(&e->node);
-		finish(e->req, e->no_reply, e->err);
-		free(e);
-	}
-}
-
-/* e is on no list. */
-static void push_done(struct list_head *done, struct vreq *e, int err)
-{
-	e->err = err;
-	list_add(&e->node, done);
-}
-
 /* ---- the pending list and the hash, under lock ----------------------- */
 
 static unsigned int hash_of(uint64_t unique)
@@ -151,7 +83,7 @@ static unsigned int hash_of(uint64_t unique)
 	       (VIRTUAL_FS_HASH_SIZE - 1);
 }
 
-static void hash_add(struct virtual_fs *v, struct vreq *e)
+void virtual_fs__hash_add(struct virtual_fs *v, struct vreq *e)
 {
 	struct vreq **p = &v->hash[hash_of(e->req->unique)];
 
@@ -172,7 +104,7 @@ static void hash_del(struct virtual_fs *v, struct vreq *e)
 	}
 }
 
-static struct vreq *hash_find(struct virtual_fs *v, uint64_t unique)
+struct vreq *virtual_fs__hash_find(struct virtual_fs *v, uint64_t unique)
 {
 	struct vreq *e = v->hash[hash_of(unique)];
 
@@ -182,7 +114,7 @@ static struct vreq *hash_find(struct virtual_fs *v, uint64_t unique)
 }
 
 /* The request after e on the pending list, or NULL. */
-static struct vreq *pending_next(struct virtual_fs *v, struct vreq *e)
+struct vreq *virtual_fs__pending_next(struct virtual_fs *v, struct vreq *e)
 {
 	if (e->node.next == &v->pending)
 		return NULL;
@@ -204,84 +136,79 @@ static void pending_add(struct virtual_fs *v, struct vreq *e)
 }
 
 /* Takes e off the pending list (and the hash, if it was sent). */
-static void pending_del(struct virtual_fs *v, struct vreq *e)
+void virtual_fs__pending_del(struct virtual_fs *v, struct vreq *e)
 {
 	if (v->unsent == e)
-		v->unsent = pending_next(v, e);
+		v->unsent = virtual_fs__pending_next(v, e);
 	list_del(&e->node);
 	if (e->sent)
 		hash_del(v, e);
 }
 
-/* The server went away: everything pending fails. */
-static void server_gone(struct virtual_fs *v, int err, struct list_head *done)
+/* Every pending request fails with err. */
+void virtual_fs__fail_pending(struct virtual_fs *v, int err,
+			      struct list_head *done)
 {
 	struct vreq *e, *next;
 
-	if (v->dead)
-		return;
-	v->dead = true;
-	if (err)
-		pr_err("%s: server on %s: %s: requests fail with EIO",
-		       v->base.name, v->path, strerror(err));
-	else
-		pr_err("%s: server on %s closed the connection: EIO",
-		       v->base.name, v->path);
 	list_for_each_entry_safe(e, next, &v->pending, struct vreq, node)
 	{
 		list_del(&e->node);
-		push_done(done, e, -EIO);
+		push_done(done, e, err);
 	}
 	v->unsent = NULL;
 	memset(v->hash, 0, sizeof(v->hash));
 	v->nr_sent = 0;
 }
 
-/* Whether the first unsent request may go now, room in the socket given. */
-static bool can_send(const struct virtual_fs *v)
+/*
+ * The requests the server was sent (the pending ones before ->unsent) fail
+ * with err: it may have acted on them. The unsent ones stay queued.
+ */
+static void fail_sent(struct virtual_fs *v, int err, struct list_head *done)
 {
-	return !v->dead && v->unsent &&
-	       (v->unsent->no_reply || v->nr_sent < VIRTUAL_FS_MAX_SENT);
+	struct vreq *e;
+
+	while ((e = pending_first(v)) && e != v->unsent) {
+		list_del(&e->node);
+		push_done(done, e, err);
+	}
+	memset(v->hash, 0, sizeof(v->hash));
+	v->nr_sent = 0;
 }
 
 /*
- * Sends queued requests in order until the socket is full (EAGAIN: the
- * relay thread waits for POLLOUT) or the cap is reached. SOCK_SEQPACKET
- * sends a packet whole or not at all.
+ * The connection is over (why says how, for the one line logged): the
+ * requests it carried fail with EIO; those not sent yet wait for the next
+ * connection, which the relay thread makes at once. The socket stays open
+ * until the relay thread closes it.
  */
-static void flush_sends(struct virtual_fs *v, struct list_head *done)
+void virtual_fs__server_gone(struct virtual_fs *v, const char *why,
+			     struct list_head *done)
 {
-	while (can_send(v)) {
-		struct vreq *e = v->unsent;
-		ssize_t n = send(v->sock, e->req->msg, e->req->len,
-				 MSG_NOSIGNAL | MSG_DONTWAIT);
+	if (v->dead)
+		return;
+	v->dead = true;
+	v->replay_wait = false;
+	v->out_len = v->out_off = 0;
+	v->retry_at = 0;
+	pr_err("%s: server on %s %s: requests it was sent fail with EIO, "
+	       "the next ones reconnect",
+	       v->base.name, v->path, why);
+	fail_sent(v, -EIO, done);
+}
 
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-			return;
-		if (n < 0 && errno == EMSGSIZE) {
-			/* Larger than the socket's send buffer allows. */
-			warn__once(&v->warned_msgsize, v->base.name, "",
-				   "%zu-byte request > SO_SNDBUF: EIO",
-				   e->req->len);
-			pending_del(v, e);
-			push_done(done, e, -EIO);
-			continue;
-		}
-		if (n < 0) {
-			server_gone(v, errno, done);
-			return;
-		}
-		v->unsent = pending_next(v, e);
-		if (e->no_reply) {
-			pending_del(v, e);
-			push_done(done, e, 0);
-		} else {
-			e->sent = true;
-			hash_add(v, e);
-		}
+void virtual_fs__server_error(struct virtual_fs *v, int err,
+			      struct list_head *done)
+{
+	char why[64];
+
+	if (!err) {
+		virtual_fs__server_gone(v, "closed the connection", done);
+		return;
 	}
+	snprintf(why, sizeof(why), "failed: %s", strerror(err));
+	virtual_fs__server_gone(v, why, done);
 }
 
 /* Fails, with -EIO, the requests whose deadline has passed. */
@@ -290,103 +217,13 @@ static void expire(struct virtual_fs *v, uint64_t now, struct list_head *done)
 	struct vreq *e;
 
 	while ((e = pending_first(v)) && e->deadline <= now) {
-		pending_del(v, e);
+		virtual_fs__pending_del(v, e);
 		if (!e->no_reply)
 			warn__once(&v->warned_timeout, v->base.name, "",
 				   "opcode %u unanswered after %u ms: EIO",
 				   e->req->opcode, v->timeout_ms);
 		push_done(done, e, -EIO);
 	}
-}
-
-/* ---- the relay thread ------------------------------------------------- */
-
-/* Logs the first bad packet of the backend; later ones are not. */
-static void bad_reply(struct virtual_fs *v, const char *what,
-		      unsigned long long value)
-{
-	warn__once(&v->warned_invalid, v->base.name, "",
-		   "invalid reply from %s: %s (%llu)", v->path, what, value);
-}
-
-/* One packet of n bytes in rbuf (n may exceed the buffer: MSG_TRUNC). */
-static void handle_packet(struct virtual_fs *v, size_t n)
-{
-	struct fuse_out_header oh;
-	struct vreq *e;
-
-	if (n > FS_FORWARD_MAX) {
-		bad_reply(v, "longer than FS_FORWARD_MAX, dropped", n);
-		return;
-	}
-	if (n < sizeof(oh)) {
-		bad_reply(v, "shorter than a header, dropped", n);
-		return;
-	}
-	memcpy(&oh, v->rbuf, sizeof(oh));
-	if (oh.len != n) {
-		bad_reply(v, "len is not the packet's, dropped", oh.len);
-		return;
-	}
-	pthread_mutex_lock(&v->lock);
-	e = hash_find(v, oh.unique);
-	if (e)
-		pending_del(v, e);
-	pthread_mutex_unlock(&v->lock);
-	if (!e) {
-		/* A late reply (the request timed out), or nobody's. */
-		bad_reply(v, "unknown unique, dropped", oh.unique);
-		return;
-	}
-	/* The server did answer this one, wrongly: the guest gets EIO now. */
-	if (oh.error > 0 || oh.error < -FUSE_ERRNO_MAX) {
-		bad_reply(v, "error out of range: EIO for", oh.unique);
-		finish(e->req, false, -EIO);
-	} else if (oh.error && n != sizeof(oh)) {
-		bad_reply(v, "error with a payload: EIO for", oh.unique);
-		finish(e->req, false, -EIO);
-	} else if (n > e->req->reply_room) {
-		bad_reply(v, "longer than the guest's room: EIO for",
-			  oh.unique);
-		finish(e->req, false, -EIO);
-	} else {
-		e->req->complete(e->req, v->rbuf, (ssize_t)n);
-	}
-	free(e);
-}
-
-/* Reads what the socket holds, a batch at most. */
-static void receive(struct virtual_fs *v)
-{
-	struct list_head done;
-	unsigned int i;
-	ssize_t n;
-	int err = 0;
-
-	list_init(&done);
-	for (i = 0; i < VIRTUAL_FS_RECV_BATCH; i++) {
-		n = recv(v->sock, v->rbuf, FS_FORWARD_MAX,
-			 MSG_DONTWAIT | MSG_TRUNC);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-			return;
-		if (n <= 0) {
-			/*
-			 * 0 is EOF (SOCK_SEQPACKET cannot tell an empty
-			 * packet from it: the protocol has none).
-			 */
-			err = n < 0 ? errno : 0;
-			break;
-		}
-		handle_packet(v, (size_t)n);
-	}
-	if (i == VIRTUAL_FS_RECV_BATCH)
-		return;
-	pthread_mutex_lock(&v->lock);
-	server_gone(v, err, &done);
-	pthread_mutex_unlock(&v->lock);
-	finish_list(&done);
 }
 
 static int poll_timeout(const struct virtual_fs *v, uint64_t now)
@@ -402,6 +239,24 @@ static int poll_timeout(const struct virtual_fs *v, uint64_t now)
 	/* Rounded up: waking before the deadline would spin. */
 	ms = (first->deadline - now + NSEC_PER_MSEC - 1) / NSEC_PER_MSEC;
 	return ms > INT_MAX ? INT_MAX : (int)ms;
+}
+
+/*
+ * Under lock, at the top of each round: a connection that ended is
+ * closed here, where nothing polls it; a request waiting without one
+ * makes a new one.
+ */
+static void tend_connection(struct virtual_fs *v, uint64_t now,
+			    struct list_head *done)
+{
+	if (!v->dead)
+		return;
+	if (v->sock >= 0) {
+		close(v->sock);
+		v->sock = -1;
+	}
+	if (v->unsent && now >= v->retry_at)
+		virtual_fs__reconnect(v, now, done);
 }
 
 static void *relay_thread(void *arg)
@@ -423,13 +278,15 @@ static void *relay_thread(void *arg)
 			pthread_mutex_unlock(&v->lock);
 			break;
 		}
-		flush_sends(v, &done);
+		tend_connection(v, now_ns(), &done);
+		virtual_fs__flush_sends(v, &done);
 		expire(v, now_ns(), &done);
 		timeout = poll_timeout(v, now_ns());
 		pfd[0] = (struct pollfd){ .fd = v->wake, .events = POLLIN };
 		pfd[1] = (struct pollfd){
 			.fd = v->dead ? -1 : v->sock,
-			.events = POLLIN | (can_send(v) ? POLLOUT : 0),
+			.events = POLLIN |
+				  (virtual_fs__wants_out(v) ? POLLOUT : 0),
 		};
 		pthread_mutex_unlock(&v->lock);
 		completed = !list_empty(&done);
@@ -443,7 +300,8 @@ static void *relay_thread(void *arg)
 			/* Only EFAULT/EINVAL/ENOMEM: nothing to wait on. */
 			pr_err("%s: poll: %s", v->base.name, strerror(errno));
 			pthread_mutex_lock(&v->lock);
-			server_gone(v, errno, &done);
+			virtual_fs__server_error(v, errno, &done);
+			v->stopping = true; /* forward() fails at once */
 			pthread_mutex_unlock(&v->lock);
 			finish_list(&done);
 			break;
@@ -455,7 +313,7 @@ static void *relay_thread(void *arg)
 					 strerror(errno));
 		}
 		if (pfd[1].revents & (POLLIN | POLLERR | POLLHUP))
-			receive(v);
+			virtual_fs__receive(v);
 	}
 	return NULL;
 }
@@ -486,25 +344,32 @@ static int start_relay(struct virtual_fs *v)
 	return 0;
 }
 
+/*
+ * What the server reads must hold together: the header's len is the
+ * message's, its unique the one the reply is matched by, and not the
+ * replayed FUSE_INIT's.
+ */
+static bool request_ok(const struct fs_forward_req *req)
+{
+	struct fuse_in_header ih;
+
+	if (req->len < sizeof(ih) || req->len > FS_FORWARD_MAX)
+		return false;
+	memcpy(&ih, req->msg, sizeof(ih));
+	return ih.len == req->len && ih.unique == req->unique &&
+	       ih.unique != VIRTUAL_FS_REPLAY_UNIQUE;
+}
+
 static int virtual_forward(struct fs_backend *b, struct fs_forward_req *req)
 {
 	struct virtual_fs *v = to_vfs(b);
 	bool no_reply = opcode_has_no_reply(req->opcode);
 	struct list_head done;
-	struct fuse_in_header ih;
 	struct vreq *e;
+	uint64_t now;
 	bool was_empty, wake;
 
-	/*
-	 * What the server reads must hold together: its header's len is
-	 * the packet's, its unique the one the reply is matched by.
-	 */
-	if (req->len < sizeof(ih) || req->len > FS_FORWARD_MAX) {
-		finish(req, no_reply, -EINVAL);
-		return 0;
-	}
-	memcpy(&ih, req->msg, sizeof(ih));
-	if (ih.len != req->len || ih.unique != req->unique) {
+	if (!request_ok(req)) {
 		finish(req, no_reply, -EINVAL);
 		return 0;
 	}
@@ -517,26 +382,29 @@ static int virtual_forward(struct fs_backend *b, struct fs_forward_req *req)
 		finish(req, no_reply, -ENOMEM);
 		return 0;
 	}
+	now = now_ns();
 	e->req = req;
 	e->no_reply = no_reply;
-	e->deadline = now_ns() + v->timeout_ns;
+	e->deadline = now + v->timeout_ns;
 
 	pthread_mutex_lock(&v->lock);
-	if (v->dead) {
+	/* No server, and the last attempt at one was just now: EIO. */
+	if (v->stopping || (v->dead && now < v->retry_at)) {
 		pthread_mutex_unlock(&v->lock);
 		free(e);
 		finish(req, no_reply, -EIO);
 		return 0;
 	}
+	virtual_fs__keep_init(v, req);
 	was_empty = list_empty(&v->pending);
 	pending_add(v, e);
 	list_init(&done);
-	flush_sends(v, &done);
+	virtual_fs__flush_sends(v, &done);
 	/*
-	 * The thread must see a new earliest deadline, a request left to
-	 * send (POLLOUT) or a dead socket it should no longer poll.
+	 * The thread must see a new earliest deadline, something left to
+	 * send (POLLOUT) or a dead socket it should close and replace.
 	 */
-	wake = was_empty || v->unsent || v->dead;
+	wake = was_empty || v->unsent || out_pending(v) || v->dead;
 	pthread_mutex_unlock(&v->lock);
 	if (wake)
 		wake_relay(v);
@@ -548,7 +416,6 @@ static void virtual_destroy(struct fs_backend *b)
 {
 	struct virtual_fs *v = to_vfs(b);
 	struct list_head done;
-	struct vreq *e, *next;
 
 	list_init(&done);
 	if (v->started) {
@@ -559,11 +426,7 @@ static void virtual_destroy(struct fs_backend *b)
 		pthread_join(v->thread, NULL);
 	}
 	/* The thread is gone: what is still pending fails here. */
-	list_for_each_entry_safe(e, next, &v->pending, struct vreq, node)
-	{
-		list_del(&e->node);
-		push_done(&done, e, -EIO);
-	}
+	virtual_fs__fail_pending(v, -EIO, &done);
 	finish_list(&done);
 	if (v->sock >= 0)
 		close(v->sock);
@@ -572,6 +435,7 @@ static void virtual_destroy(struct fs_backend *b)
 	if (v->lock_ok)
 		pthread_mutex_destroy(&v->lock);
 	free(v->rbuf);
+	free(v->out);
 	free(v->path);
 	free((char *)v->base.name);
 	free(v);
@@ -581,45 +445,6 @@ static const struct fs_backend_ops virtual_ops = {
 	.forward = virtual_forward,
 	.destroy = virtual_destroy,
 };
-
-static int connect_server(struct virtual_fs *v)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int sndbuf = VIRTUAL_FS_SNDBUF;
-	int ret;
-
-	if (v->path[0] != '/' || strlen(v->path) >= sizeof(sa.sun_path)) {
-		pr_err("%s: socket %s: not an absolute path < %zu bytes",
-		       v->base.name, v->path, sizeof(sa.sun_path));
-		return -EINVAL;
-	}
-	memcpy(sa.sun_path, v->path, strlen(v->path));
-	/*
-	 * Nonblocking from the start: connect() to a listener whose
-	 * backlog is full fails with EAGAIN instead of waiting for it.
-	 */
-	v->sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK,
-			 0);
-	if (v->sock < 0) {
-		ret = -errno;
-		pr_err("%s: socket: %s", v->base.name, strerror(errno));
-		return ret;
-	}
-	/*
-	 * Room for the largest request (clamped to net.core.wmem_max; a
-	 * request that does not fit then fails alone, with EIO).
-	 */
-	if (setsockopt(v->sock, SOL_SOCKET, SO_SNDBUF, &sndbuf,
-		       sizeof(sndbuf)) < 0)
-		pr_debug("%s: SO_SNDBUF: %s", v->base.name, strerror(errno));
-	if (connect(v->sock, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		ret = -errno;
-		pr_err("%s: cannot connect to the server's socket %s: %s",
-		       v->base.name, v->path, strerror(errno));
-		return ret;
-	}
-	return 0;
-}
 
 int virtual_fs__create(struct fs_backend **out,
 		       const struct virtual_fs_params *p)
@@ -642,7 +467,8 @@ int virtual_fs__create(struct fs_backend **out,
 	v->base.name = strdup(p->name ? p->name : "virtual");
 	v->path = strdup(p->socket);
 	v->rbuf = malloc(FS_FORWARD_MAX);
-	if (!v->base.name || !v->path || !v->rbuf) {
+	v->out = malloc(FS_FORWARD_MAX);
+	if (!v->base.name || !v->path || !v->rbuf || !v->out) {
 		ret = -ENOMEM;
 		goto out_destroy;
 	}
@@ -660,9 +486,18 @@ int virtual_fs__create(struct fs_backend **out,
 		pr_err("%s: eventfd: %s", v->base.name, strerror(errno));
 		goto out_destroy;
 	}
-	ret = connect_server(v);
+	ret = virtual_fs__connect(v);
+	if (ret == -EINVAL)
+		pr_err("%s: socket %s: not an absolute path < %zu bytes",
+		       v->base.name, v->path,
+		       sizeof(((struct sockaddr_un *)0)->sun_path));
+	else if (ret)
+		pr_err("%s: cannot connect to the server's socket %s: %s",
+		       v->base.name, v->path, strerror(-ret));
 	if (ret)
 		goto out_destroy;
+	pr_debug("%s: connected to %s (%s)", v->base.name, v->path,
+		 virtual_fs__type_name(v->type));
 	*out = &v->base;
 	return 0;
 

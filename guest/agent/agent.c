@@ -69,7 +69,8 @@ static int send_hello(struct conn *c)
 		ret = kiln_tlv__put_u64(&b, KILN_T_FEATURES,
 					KILN_FEATURE_RESEED |
 						KILN_FEATURE_MOUNTS |
-						KILN_FEATURE_NET_RENEW);
+						KILN_FEATURE_NET_RENEW |
+						KILN_FEATURE_ENV_MERGE);
 	if (!ret)
 		ret = conn__send_buf(c, KILN_MSG_HELLO, &b);
 	kiln_buf__free(&b);
@@ -107,7 +108,7 @@ void agent__serve_connection(int fd, const struct agent_config *cfg)
 	else if (fs__is_request(req.type))
 		fs__handle(&c, &req);
 	else if (req.type == KILN_MSG_FACTS)
-		facts__handle(&c, &req);
+		facts__handle(&c, &req, cfg->made_points);
 	else if (req.type == KILN_MSG_POWEROFF)
 		poweroff(&c, cfg->poweroff_pid);
 	else if (req.type == KILN_MSG_RESEED)

@@ -23,6 +23,11 @@ struct agent_config {
 	 * --cwd); NULL: the agent's own.
 	 */
 	const char *default_cwd;
+	/*
+	 * The mount points init made on a read-only root (NULL-terminated;
+	 * NULL: none), reported as facts.
+	 */
+	const char *const *made_points;
 };
 
 /*

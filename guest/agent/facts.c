@@ -223,7 +223,22 @@ static int put_commands(struct kiln_buf *b)
 	return ret;
 }
 
-void facts__handle(struct conn *c, const struct frame *req)
+/*
+ * "rootfs-mount-point created PATH" per directory init made for a mount
+ * on a read-only root (guest/init/mounts.h: an overlay, the disk itself
+ * unwritten).
+ */
+static int put_made_points(struct kiln_buf *b, const char *const *made)
+{
+	int ret = 0;
+
+	for (; made && *made && !ret; made++)
+		ret = put_fact(b, "rootfs-mount-point", "created", *made);
+	return ret;
+}
+
+void facts__handle(struct conn *c, const struct frame *req,
+		   const char *const *made_points)
 {
 	char host[HOST_NAME_MAX + 1];
 	unsigned long long mem;
@@ -256,6 +271,8 @@ void facts__handle(struct conn *c, const struct frame *req)
 		ret = put_is_u64(&b, "memory-bytes", mem);
 	if (!ret)
 		ret = put_commands(&b);
+	if (!ret)
+		ret = put_made_points(&b, made_points);
 	if (ret)
 		conn__error(c, -ret, "cannot list the facts");
 	else

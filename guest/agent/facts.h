@@ -7,7 +7,10 @@
 /*
  * FACTS: what the guest observes about itself, as {topic, relation,
  * value} triples (the vocabulary is in Documentation/agent-protocol.md).
+ * @made_points: the mount points init made on a read-only root
+ * (agent_config), NULL-terminated; NULL: none.
  */
-void facts__handle(struct conn *c, const struct frame *req);
+void facts__handle(struct conn *c, const struct frame *req,
+		   const char *const *made_points);
 
 #endif

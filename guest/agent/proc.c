@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include "guest/agent/proc.h"
+#include "proto/env.h"
 
 /* Output is read from the pipes only while less than this is queued. */
 #define OUT_HIGH KILN_DATA_CHUNK
@@ -47,6 +48,8 @@
 #define DEFAULT_COLS  80
 /* Passes over /proc to kill a session that keeps forking. */
 #define KILL_PASSES 16
+/* Bytes of a bad variable's name that an error message repeats. */
+#define ENV_NAME_SHOWN 64
 
 struct proc_req {
 	char **argv; /* NULL-terminated, at least one */
@@ -54,7 +57,9 @@ struct proc_req {
 	char *cwd;   /* NULL: the agent's */
 	uint64_t timeout_ms;
 	bool pty;
+	bool env_merge; /* T_ENV_MERGE: envp adds to the agent's own */
 	struct winsize ws;
+	char why[ENV_NAME_SHOWN + 64]; /* a bad entry's error, naming it */
 };
 
 /* What the child writes to the status pipe when it cannot exec. */
@@ -169,6 +174,24 @@ static int parse_u16(const uint8_t *val, uint32_t len, unsigned short *out)
 	return 0;
 }
 
+/* One T_ENV entry, "NAME=value" (proto/env.h); a bad one is named. */
+static int parse_env(const uint8_t *val, uint32_t len, struct proc_req *r,
+		     char **out, const char **why)
+{
+	const char *entry = (const char *)val, *bad;
+	char name[ENV_NAME_SHOWN + 1];
+
+	bad = kiln_env__entry_error(entry, len);
+	if (!bad)
+		return dup_bytes(val, len, out);
+	kiln_env__show(entry, kiln_env__name_len(entry, len), name,
+		       sizeof(name));
+	snprintf(r->why, sizeof(r->why), "environment variable \"%s\": %s",
+		 name, bad);
+	*why = r->why;
+	return -EINVAL;
+}
+
 static int parse_req(const struct frame *f, struct proc_req *r,
 		     const char **why)
 {
@@ -205,8 +228,14 @@ static int parse_req(const struct frame *f, struct proc_req *r,
 			ret = dup_bytes(val, len, &r->argv[ia++]);
 			break;
 		case KILN_T_ENV:
-			*why = "an environment entry holds a NUL byte";
-			ret = dup_bytes(val, len, &r->envp[ie++]);
+			ret = parse_env(val, len, r, &r->envp[ie++], why);
+			break;
+		case KILN_T_ENV_MERGE:
+			*why = "malformed T_ENV_MERGE";
+			ret = kiln_tlv__u64(val, len, &v);
+			if (!ret && v > 1)
+				ret = -EINVAL;
+			r->env_merge = v == 1;
 			break;
 		case KILN_T_CWD:
 			*why = "the working directory holds a NUL byte";
@@ -246,6 +275,52 @@ static bool env_has_path(char **envp)
 		if (!strncmp(*envp, "PATH=", 5))
 			return true;
 	return false;
+}
+
+/* Does @add set the variable @entry ("NAME=value") sets? */
+static bool env_overridden(const char *entry, char *const *add)
+{
+	size_t n = strcspn(entry, "=");
+
+	for (; *add; add++)
+		if (!strncmp(*add, entry, n) && (*add)[n] == '=')
+			return true;
+	return false;
+}
+
+/*
+ * T_ENV_MERGE: the agent's own environment (init's PATH, HOME, TERM and
+ * the image's /etc/environment: guest/init/env.h) without the variables
+ * the request sets, then the request's entries, in r->envp (copies:
+ * req_free() frees them all).
+ */
+static int merge_env(struct proc_req *r)
+{
+	size_t n_own = 0, n_add = 0, i = 0;
+	char **merged;
+
+	if (!r->env_merge || !r->envp)
+		return 0;
+	while (environ && environ[n_own])
+		n_own++;
+	while (r->envp[n_add])
+		n_add++;
+	merged = calloc(n_own + n_add + 1, sizeof(*merged));
+	if (!merged)
+		return -ENOMEM;
+	for (size_t j = 0; j < n_own; j++) {
+		if (env_overridden(environ[j], r->envp))
+			continue;
+		merged[i] = strdup(environ[j]);
+		if (!merged[i++]) {
+			free_strv(merged);
+			return -ENOMEM;
+		}
+	}
+	memcpy(merged + i, r->envp, n_add * sizeof(*merged));
+	free(r->envp); /* its strings are in merged now */
+	r->envp = merged;
+	return 0;
 }
 
 /*
@@ -1075,6 +1150,8 @@ void proc__start(struct conn *c, const struct frame *f, const char *default_cwd)
 
 	kiln_buf__init(&b);
 	ret = parse_req(f, &r, &why);
+	if (!ret)
+		ret = merge_env(&r);
 	if (!ret && !r.cwd && default_cwd) {
 		r.cwd = strdup(default_cwd);
 		ret = r.cwd ? 0 : -ENOMEM;

@@ -39,6 +39,7 @@
 
 #include "guest/agent/agent.h"
 #include "proto/agent.h"
+#include "guest/init/env.h"
 #include "guest/init/mounts.h"
 #include "guest/init/net.h"
 #include "guest/init/trust.h"
@@ -115,6 +116,7 @@ struct agent_server {
 	pid_t pid;     /* 0 while none runs */
 	struct timespec started;
 	const char *cwd; /* its processes' default directory; NULL: "/" */
+	const char *const *made_points; /* init_mounts__made() */
 };
 
 /*
@@ -600,10 +602,11 @@ static int agent_listen(void)
 
 /* The agent process: init's signal settings undone, a session of its own. */
 static void __attribute__((noreturn))
-agent_child(int listen_fd, const char *cwd)
+agent_child(int listen_fd, const struct agent_server *a)
 {
 	const struct agent_config cfg = { .poweroff_pid = 1,
-					  .default_cwd = cwd };
+					  .default_cwd = a->cwd,
+					  .made_points = a->made_points };
 	static const int sigs[] = { SIGUSR1, SIGUSR2, SIGTERM, SIGTTOU };
 	sigset_t none;
 	size_t i;
@@ -641,7 +644,7 @@ static void agent_start(struct agent_server *a)
 	clock_gettime(CLOCK_MONOTONIC, &a->started);
 	pid = fork();
 	if (pid == 0)
-		agent_child(a->listen_fd, a->cwd);
+		agent_child(a->listen_fd, a);
 	if (pid < 0)
 		warn_errno("cannot fork for", "the agent", errno);
 	else
@@ -953,9 +956,11 @@ static const char *switch_root(void)
 /*
  * kiln.root=NAME: mount /dev/NAME (ext4) and make it the root. A root that
  * cannot be had ends the VM with STATUS_INIT_FAILED: running the command
- * in the initramfs instead would only fail later, less clearly.
+ * in the initramfs instead would only fail later, less clearly. A
+ * read-only one gets the directories its mounts lack from an overlay
+ * (init_mounts__make_points); one that cannot have them ends the VM too.
  */
-static void enter_root(const struct kiln_params *p)
+static void enter_root(const struct kiln_params *p, struct init_mounts *fs)
 {
 	const char *why;
 	char dev[64];
@@ -967,6 +972,9 @@ static void enter_root(const struct kiln_params *p)
 			why);
 		end_vm(STATUS_INIT_FAILED);
 	}
+	if (!strcmp(p->rootflags, "ro") &&
+	    init_mounts__make_points(fs, NEWROOT))
+		end_vm(STATUS_INIT_FAILED);
 	why = switch_root();
 	if (why) {
 		fprintf(stderr, "kiln-init: cannot switch to root %s: %s\n",
@@ -997,6 +1005,18 @@ static void check_cwd(const struct identity *id)
 			id->cwd);
 		end_vm(STATUS_INIT_FAILED);
 	}
+}
+
+/*
+ * The image's /etc/environment over init's defaults, for the command and
+ * the agent's processes; one that cannot be read only warns.
+ */
+static void load_image_env(void)
+{
+	int ret = init_env__load(INIT_ENV_FILE);
+
+	if (ret < 0)
+		warn_errno("cannot read", INIT_ENV_FILE, -ret);
 }
 
 /*
@@ -1044,12 +1064,14 @@ int main(int argc, char **argv)
 	if (init_trust__load(&trust, INIT_TRUST_CA_FILE, INIT_TRUST_HASH_FILE))
 		end_vm(STATUS_INIT_FAILED);
 	if (root_wanted(&params))
-		enter_root(&params);
+		enter_root(&params, fs_mounts);
 	/* In the final root, before anything runs that may use them. */
 	if (init_mounts__mount(fs_mounts))
 		end_vm(STATUS_INIT_FAILED);
 	check_cwd(&id);
 	agent.cwd = id.cwd;
+	agent.made_points = init_mounts__made(fs_mounts);
+	load_image_env();
 	setup_network(&params);
 	/* The hostname where Debian's tools look for it; a failure warns. */
 	init_net__hostname_files(id.hostname);

@@ -92,6 +92,10 @@ static void decide_all(const struct net_policy *p, const struct net_bindings *b)
 				if (f.proto != IPPROTO_TCP)
 					continue;
 				for (size_t h = 0; h < ARRAY_SIZE(hosts); h++) {
+					/* The inputs: a static grant's flow. */
+					hd->hook_flow = 0;
+					hd->hook_flow_each = false;
+					hd->hook_host[0] = '\0';
 					net_policy__decide_http(p, &f, hosts[h],
 								h == 1, b, hd);
 					check_http(hd);

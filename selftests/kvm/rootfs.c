@@ -120,7 +120,8 @@ TEST_TIMEOUT(debian_agent_image_boots, BOOT_TIMEOUT)
 /*
  * What an agent runs first (Documentation/images.md, "What's in it"), as
  * the unprivileged user: a virtual environment with pip, a native
- * compile, node, jq and rg, and git in a repository root made.
+ * compile, node, jq and rg, and git in a repository root made. The
+ * console is a terminal: node prints a string and jq -M, uncoloured.
  */
 TEST_TIMEOUT(debian_agent_image_has_the_agents_tools, BOOT_TIMEOUT * 2)
 {
@@ -142,8 +143,8 @@ TEST_TIMEOUT(debian_agent_image_has_the_agents_tools, BOOT_TIMEOUT * 2)
 				" echo pip ok &&"
 				" printf \"int main(void){return 0;}\" >t.c &&"
 				" cc -o t t.c && ./t && echo cc ok &&"
-				" node -e \"console.log(1+1)\" &&"
-				" echo {\\\"a\\\":7} | jq .a &&"
+				" node -e \"console.log(String(1+1))\" &&"
+				" echo {\\\"a\\\":7} | jq -M .a &&"
 				" rg --version >/dev/null && echo rg ok &&"
 				" git -C /tmp/repo status --short &&"
 				" echo git ok'") }),

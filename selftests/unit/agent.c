@@ -398,7 +398,7 @@ TEST_F(agent, hello)
 	EXPECT_EQ(1, v);
 	EXPECT_TRUE(agent_msg__u64(&m, KILN_T_FEATURES, &v));
 	EXPECT_EQ(KILN_FEATURE_RESEED | KILN_FEATURE_MOUNTS |
-			  KILN_FEATURE_NET_RENEW,
+			  KILN_FEATURE_NET_RENEW | KILN_FEATURE_ENV_MERGE,
 		  v);
 	agent_msg__free(&m);
 	close(fd);
@@ -484,6 +484,80 @@ TEST_F(agent, exec_environment)
 	    &r);
 	EXPECT_EQ(0, r.error);
 	EXPECT_STREQ("bar baz unset nohome\n", (char *)r.out);
+	agent_exec_result__free(&r);
+}
+
+/*
+ * T_ENV_MERGE 1: the entries add to the agent's own environment (its
+ * PATH and our mark stay; a name given replaces the agent's, once).
+ */
+TEST_F(agent, exec_environment_merge)
+{
+	struct agent_exec_result r;
+
+	run(_metadata, self,
+	    &(struct agent_exec_opts){
+		    .argv = ARGV("sh", "-c",
+				 "echo \"$FOO|$KILN_AGENT_TEST_MARK|"
+				 "$(env | grep -c '^KILN_AGENT_TEST_MARK=')|"
+				 "$(env | grep -c '^PATH=')\""),
+		    .envp = ARGV("FOO=bar baz",
+				 "KILN_AGENT_TEST_MARK=replaced"),
+		    .env_merge = 1 },
+	    &r);
+	EXPECT_EQ(0, r.error) TH_LOG("%s", r.message);
+	EXPECT_STREQ("bar baz|replaced|1|1\n", (char *)r.out);
+	agent_exec_result__free(&r);
+
+	/* T_ENV_MERGE alone: the agent's own, as without it. */
+	run(_metadata, self,
+	    &(struct agent_exec_opts){
+		    .argv = ARGV("sh", "-c", "echo $KILN_AGENT_TEST_MARK"),
+		    .env_merge = 1 },
+	    &r);
+	EXPECT_STREQ("inherited\n", (char *)r.out);
+	agent_exec_result__free(&r);
+}
+
+/* A bad entry (a host that bypassed the vmm) is refused by name. */
+TEST_F(agent, exec_environment_bad_entries)
+{
+	static const struct {
+		const char *entry;
+		size_t len;
+		const char *message;
+	} cases[] = {
+		{ "NOEQUALS", 8,
+		  "environment variable \"NOEQUALS\": no '=' (expected "
+		  "NAME=value)" },
+		{ "=x", 2, "environment variable \"\": an empty name" },
+		{ "A\0B=1", 5, "environment variable \"A?B\": a NUL byte" },
+		{ "CI=1\0", 5, "environment variable \"CI\": a NUL byte" },
+	};
+	struct agent_exec_result r;
+
+	for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+		for (uint64_t merge = 0; merge < 2; merge++) {
+			run(_metadata, self,
+			    &(struct agent_exec_opts){
+				    .argv = ARGV("true"),
+				    .raw_env = cases[i].entry,
+				    .raw_env_len = cases[i].len,
+				    .env_merge = merge },
+			    &r);
+			EXPECT_EQ(EINVAL, r.error);
+			EXPECT_STREQ(cases[i].message, r.message);
+			agent_exec_result__free(&r);
+		}
+	}
+	/* T_ENV_MERGE is 0 or 1. */
+	run(_metadata, self,
+	    &(struct agent_exec_opts){ .argv = ARGV("true"),
+				       .envp = ARGV("CI=1"),
+				       .env_merge = 2 },
+	    &r);
+	EXPECT_EQ(EINVAL, r.error);
+	EXPECT_STREQ("malformed T_ENV_MERGE", r.message);
 	agent_exec_result__free(&r);
 }
 

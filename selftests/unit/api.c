@@ -327,6 +327,8 @@ static int start_agent(struct server *s)
 	if (s->agent < 0)
 		return -errno;
 	if (s->agent == 0) {
+		/* The agent's own environment, which env merges into. */
+		setenv("KILN_AGENT_TEST_MARK", "inherited", 1);
 		execl(bin, bin, "--unix", s->agent_sock, "--die-with-parent",
 		      (char *)NULL);
 		_exit(127);
@@ -725,6 +727,93 @@ TEST_F(srv, exec_round_trip)
 	EXPECT_STREQ("/no/such/dir",
 		     json_string_value(json_object_get(err_data(m), "cwd")));
 	json_decref(m);
+}
+
+/*
+ * envMode "merge": env adds to the agent's own environment (its PATH and
+ * the test's mark stay), an added name replaces the agent's value;
+ * "replace" (and no envMode) keeps the old meaning. The same for spawn
+ * and pty.open, which share the parameters.
+ */
+TEST_F(srv, exec_env_merge_adds)
+{
+	static const char script[] =
+		"echo \"$KILN_X|${KILN_AGENT_TEST_MARK-unset}|"
+		"$(env | grep -c '^PATH=')\"";
+	const char *const modes[] = { "merge", "replace", NULL };
+	const char *const want[] = { "from-env|inherited|1\n",
+				     "from-env|unset|0\n",
+				     "from-env|unset|0\n" };
+	json_t *m, *p;
+	char *out;
+
+	for (int i = 0; i < 3; i++) {
+		p = json_pack("{s:[s, s, s], s:{s:s}}", "argv", "sh", "-c",
+			      script, "env", "KILN_X", "from-env");
+		if (modes[i])
+			json_object_set_new(p, "envMode",
+					    json_string(modes[i]));
+		m = tc_call(&self->t, 1 + i, "exec", p);
+		ASSERT_TRUE(m != NULL);
+		ASSERT_TRUE(result(m) != NULL)
+		TH_LOG("%s: %s", modes[i] ?: "(none)", err_message(m));
+		out = b64_str(result(m), "stdout", NULL);
+		EXPECT_STREQ(want[i], out) TH_LOG("%s", modes[i] ?: "(none)");
+		free(out);
+		json_decref(m);
+	}
+	/* An added PATH is the one the command has: once. */
+	m = tc_call(&self->t, 4, "exec",
+		    json_pack("{s:[s, s, s], s:[s], s:s}", "argv", "sh", "-c",
+			      "env | grep -c '^PATH='; echo $PATH", "env",
+			      "PATH=/usr/bin:/bin:/kiln-added", "envMode",
+			      "merge"));
+	ASSERT_TRUE(m != NULL);
+	ASSERT_TRUE(result(m) != NULL) TH_LOG("%s", err_message(m));
+	out = b64_str(result(m), "stdout", NULL);
+	EXPECT_STREQ("1\n/usr/bin:/bin:/kiln-added\n", out);
+	free(out);
+	json_decref(m);
+}
+
+/* Each bad variable is refused by name before anything runs. */
+TEST_F(srv, exec_env_bad_names_refused)
+{
+	static const struct {
+		const char *params, *message;
+	} cases[] = {
+		{ "{\"argv\":[\"true\"],\"env\":{\"\":\"x\"}}",
+		  "env: variable \"\": an empty name" },
+		{ "{\"argv\":[\"true\"],\"env\":{\"A=B\":\"x\"}}",
+		  "env: variable \"A=B\": '=' in the name" },
+		{ "{\"argv\":[\"true\"],\"env\":{\"CI\":1}}",
+		  "env: variable \"CI\": expected a string value without NUL" },
+		{ "{\"argv\":[\"true\"],\"env\":[\"=x\"]}",
+		  "env: variable \"\": an empty name" },
+		{ "{\"argv\":[\"true\"],\"env\":[\"NOEQUALS\"]}",
+		  "env: variable \"NOEQUALS\": no '=' (expected NAME=value)" },
+		{ "{\"argv\":[\"true\"],\"env\":[7]}",
+		  "env[0]: expected \"NAME=value\"" },
+		{ "{\"argv\":[\"true\"],\"envMode\":\"add\"}",
+		  "envMode: expected \"replace\" or \"merge\"" },
+		{ "{\"argv\":[\"true\"],\"envMode\":true}",
+		  "envMode: expected a string" },
+	};
+	static const char *const methods[] = { "exec", "spawn", "pty.open" };
+	json_error_t jerr;
+	json_t *m;
+
+	for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+		for (size_t j = 0; j < ARRAY_SIZE(methods); j++) {
+			m = tc_call(&self->t, 1, methods[j],
+				    json_loads(cases[i].params, 0, &jerr));
+			ASSERT_TRUE(m != NULL);
+			EXPECT_EQ(API_E_INVALID_PARAMS, err_code(m));
+			EXPECT_STREQ(cases[i].message, err_message(m))
+			TH_LOG("%s %s", methods[j], cases[i].params);
+			json_decref(m);
+		}
+	}
 }
 
 static json_t *agent_metrics(struct tc *t, json_int_t id)
@@ -1650,6 +1739,27 @@ TEST_F(srv, vmmctl_smoke)
 		ASSERT_EQ(0, spawn__run(argv, NULL, r));
 		EXPECT_EQ(124, r->status);
 	}
+	/* --env adds (envMode "merge"): the agent's own variables stay. */
+	{
+		const char *argv[] = {
+			ctl,
+			"exec",
+			"--env",
+			"KILN_X=1",
+			"--env",
+			"KILN_Y=a b",
+			self->s.api_sock,
+			"--",
+			"sh",
+			"-c",
+			"echo \"$KILN_X|$KILN_Y|$KILN_AGENT_TEST_MARK\"",
+			NULL
+		};
+
+		ASSERT_EQ(0, spawn__run(argv, NULL, r));
+		EXPECT_EQ(0, r->status) TH_LOG("%s", r->err);
+		EXPECT_STREQ("1|a b|inherited\n", r->out);
+	}
 	/* A missing command is 127; a missing --cwd has its own 200. */
 	{
 		const char *argv[] = {
@@ -2204,6 +2314,43 @@ TEST_F(fake, agent_wrong_version)
 {
 	run_fake(&self->s, FAKE_OLD_VERSION);
 	expect_agent_errors(_metadata, &self->t);
+}
+
+/*
+ * An agent without KILN_FEATURE_ENV_MERGE (one from an older initramfs)
+ * never gets a merge request, which it would take as a replace: the
+ * call fails naming the feature; without envMode it runs.
+ */
+TEST_F(fake, env_merge_needs_the_feature)
+{
+	char path[160], got[64] = "";
+	json_t *m;
+	ssize_t n;
+	int fd;
+
+	run_fake(&self->s, FAKE_NO_RESEED);
+	m = tc_call(&self->t, 1, "exec",
+		    json_pack("{s:[s], s:{s:s}, s:s}", "argv", "true", "env",
+			      "CI", "1", "envMode", "merge"));
+	ASSERT_TRUE(m != NULL);
+	EXPECT_EQ(API_E_AGENT, err_code(m));
+	EXPECT_NE(NULL, strstr(err_message(m) ?: "", "lacks ENV_MERGE"))
+	TH_LOG("%s", err_message(m));
+	json_decref(m);
+	m = tc_call(&self->t, 2, "exec",
+		    json_pack("{s:[s], s:{s:s}}", "argv", "true", "env", "CI",
+			      "1"));
+	ASSERT_TRUE(m != NULL);
+	EXPECT_EQ(0, res_int(m, "exitCode")) TH_LOG("%s", err_message(m));
+	json_decref(m);
+	/* One PROC_START reached the agent: the second. */
+	snprintf(path, sizeof(path), "%s/agent.log", self->s.dir);
+	fd = open(path, O_RDONLY);
+	ASSERT_LE(0, fd);
+	n = read(fd, got, sizeof(got) - 1);
+	close(fd);
+	got[n > 0 ? n : 0] = '\0';
+	EXPECT_STREQ("16\n", got);
 }
 
 static const uint8_t test_mac[KILN_NET_MAC_LEN] = { 0x02, 0x4b, 0x4c,

@@ -403,6 +403,24 @@ TEST_F(prog, gateway_offers_only_dns)
 	EXPECT_VERDICT(self->e, &self->f, EGRESS_TO_GATEWAY_OTHER);
 }
 
+/*
+ * Port 53 at any other address is the vmm's resolver's too (issue 31):
+ * passed to the VM netns's own sockets, never to the proxy, whatever the
+ * proxy's slots hold; a segment of a DNS stream as well as its SYN.
+ */
+TEST_F(prog, dns_to_any_address_passes_to_the_resolver)
+{
+	udp(&self->f, lo_mac, GUEST, TEST_NET3, DNS_PORT);
+	EXPECT_VERDICT(self->e, &self->f, EGRESS_DNS);
+	tcp(&self->f, GUEST, TEST_NET2, DNS_PORT, true, false);
+	EXPECT_VERDICT(self->e, &self->f, EGRESS_DNS);
+	tcp(&self->f, GUEST, TEST_NET2, DNS_PORT, false, true);
+	EXPECT_VERDICT(self->e, &self->f, EGRESS_DNS);
+	/* Another port there still goes to the proxy (no slot here). */
+	udp(&self->f, lo_mac, GUEST, TEST_NET3, UDP_TEST_PORT);
+	EXPECT_VERDICT(self->e, &self->f, EGRESS_NO_PROXY);
+}
+
 TEST_F(prog, addresses_checked)
 {
 	udp(&self->f, lo_mac, "10.0.2.16", TEST_NET3, UDP_TEST_PORT);

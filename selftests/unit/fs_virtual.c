@@ -197,10 +197,10 @@ static int rm_one(const char *path, const struct stat *st, int flag,
 	return flag == FTW_DP ? rmdir(path) : unlink(path);
 }
 
-static int listen_at(const char *path)
+static int listen_type(const char *path, int type)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	int fd = socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
 
 	if (fd < 0)
 		return -1;
@@ -225,6 +225,11 @@ static int connect_to(const char *path)
 		return -1;
 	}
 	return fd;
+}
+
+static int listen_at(const char *path)
+{
+	return listen_type(path, SOCK_SEQPACKET);
 }
 
 /* One packet within ms into buf (size bytes); its length, or -1. */
@@ -263,6 +268,7 @@ FIXTURE(fake)
 	char dir[64];
 	char path[96];
 	int lfd, cfd;
+	int type; /* the listener's: SOCK_SEQPACKET unless relisten() */
 	struct fs_backend *b;
 	uint8_t *buf; /* FS_FORWARD_MAX + 1 */
 };
@@ -274,6 +280,7 @@ FIXTURE_SETUP(fake)
 	ASSERT_NE(NULL, mkdtemp(self->dir));
 	snprintf(self->path, sizeof(self->path), "%s/sock", self->dir);
 	self->lfd = listen_at(self->path);
+	self->type = SOCK_SEQPACKET;
 	ASSERT_LE(0, self->lfd) TH_LOG("listen: %s", strerror(errno));
 	self->buf = malloc(FS_FORWARD_MAX + 1);
 	ASSERT_NE(NULL, self->buf);
@@ -331,13 +338,51 @@ static struct treq *forward_simple(struct __test_metadata *_metadata,
 	return forward_room(self, opcode, unique, ROOM_DEFAULT);
 }
 
+/* Exactly len bytes of a stream within ms each wait; false if not. */
+static bool read_exact(int fd, uint8_t *buf, size_t len, unsigned int ms)
+{
+	size_t got = 0;
+	ssize_t n;
+
+	while (got < len) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+
+		if (poll(&p, 1, (int)ms) != 1)
+			return false;
+		n = recv(fd, buf + got, len - got, MSG_DONTWAIT);
+		if (n < 0 && (errno == EAGAIN || errno == EINTR))
+			continue;
+		if (n <= 0)
+			return false;
+		got += (size_t)n;
+	}
+	return true;
+}
+
+/* A stream's next message, framed by its header's len; its length or -1. */
+static ssize_t stream_recv(int fd, uint8_t *buf, unsigned int ms)
+{
+	struct fuse_in_header h;
+
+	if (!read_exact(fd, buf, sizeof(h), ms))
+		return -1;
+	memcpy(&h, buf, sizeof(h));
+	if (h.len < sizeof(h) || h.len > FS_FORWARD_MAX)
+		return -1;
+	if (!read_exact(fd, buf + sizeof(h), h.len - sizeof(h), ms))
+		return -1;
+	return h.len;
+}
+
 /* The fake server's next request: its header; ASSERTs that it arrives. */
 static struct fuse_in_header fake_recv(struct __test_metadata *_metadata,
 				       FIXTURE_DATA(fake) * self, ssize_t *len)
 {
 	struct fuse_in_header h = { 0 };
-	ssize_t n =
-		recv_within(self->cfd, self->buf, FS_FORWARD_MAX + 1, WAIT_MS);
+	ssize_t n = self->type == SOCK_STREAM ?
+			    stream_recv(self->cfd, self->buf, WAIT_MS) :
+			    recv_within(self->cfd, self->buf,
+					FS_FORWARD_MAX + 1, WAIT_MS);
 
 	ASSERT_LE((ssize_t)sizeof(h), n);
 	memcpy(&h, self->buf, sizeof(h));
@@ -650,6 +695,13 @@ TEST_F(fake, malformed_request_refused)
 	EXPECT_EQ(1, done_of(t));
 	EXPECT_EQ(-EINVAL, t->len);
 	treq_free(t);
+	/* Unique 0 is the replayed FUSE_INIT's, never a guest's. */
+	t = treq_new(FUSE_GETATTR, 1, 0, NULL, 0, NULL, 0, ROOM_DEFAULT);
+	ASSERT_NE(NULL, t);
+	ASSERT_EQ(0, self->b->ops->forward(self->b, &t->req));
+	EXPECT_EQ(1, done_of(t));
+	EXPECT_EQ(-EINVAL, t->len);
+	treq_free(t);
 	/* None of them reached the server. */
 	EXPECT_GT(0, recv_within(self->cfd, self->buf, 64, QUIET_MS));
 }
@@ -676,7 +728,12 @@ TEST_F(fake, server_death_fails_everything)
 		EXPECT_EQ(-EIO, t[i]->len);
 		treq_free(t[i]);
 	}
-	/* Later requests fail at once, forever. */
+	/*
+	 * Nothing listens any more (the socket file stays): later requests
+	 * try to connect again, fail, and complete with EIO at once.
+	 */
+	close(self->lfd);
+	self->lfd = -1;
 	for (int i = 0; i < 3; i++) {
 		late = forward_simple(_metadata, self, FUSE_GETATTR, 70 + i);
 		ASSERT_NE(NULL, late);
@@ -687,6 +744,7 @@ TEST_F(fake, server_death_fails_everything)
 	}
 	stderr_capture__end(&cap, log, sizeof(log));
 	EXPECT_NE(NULL, strstr(log, "closed the connection")) TH_LOG("%s", log);
+	EXPECT_NE(NULL, strstr(log, "cannot reconnect")) TH_LOG("%s", log);
 }
 
 TEST_F(fake, full_socket_queues_in_order)
@@ -882,6 +940,374 @@ TEST_F(fake, destroy_completes_pending)
 	while (recv_within(self->cfd, self->buf, 64, WAIT_MS) > 0)
 		;
 	EXPECT_EQ(0, recv(self->cfd, self->buf, 64, MSG_DONTWAIT));
+}
+
+/* ---- reconnection and the stream transport ----------------------------- */
+
+/* Replaces the listener with one of type at the same path. */
+static void relisten(struct __test_metadata *_metadata,
+		     FIXTURE_DATA(fake) * self, int type)
+{
+	if (self->lfd >= 0)
+		close(self->lfd);
+	unlink(self->path);
+	self->lfd = listen_type(self->path, type);
+	self->type = type;
+	ASSERT_LE(0, self->lfd) TH_LOG("listen: %s", strerror(errno));
+}
+
+/* Takes the backend's next connection, within WAIT_MS. */
+static void fake_accept(struct __test_metadata *_metadata,
+			FIXTURE_DATA(fake) * self)
+{
+	struct pollfd p = { .fd = self->lfd, .events = POLLIN };
+
+	if (self->cfd >= 0)
+		close(self->cfd);
+	self->cfd = -1;
+	ASSERT_EQ(1, poll(&p, 1, (int)WAIT_MS)) TH_LOG("no new connection");
+	self->cfd = accept4(self->lfd, NULL, NULL, SOCK_CLOEXEC);
+	ASSERT_LE(0, self->cfd);
+}
+
+/* The guest's FUSE_INIT (unique 1), answered; *init is a copy of it. */
+static void fake_init(struct __test_metadata *_metadata,
+		      FIXTURE_DATA(fake) * self, struct treq **init)
+{
+	struct fuse_init_in in = { .major = 7,
+				   .minor = 31,
+				   .max_readahead = 65536 };
+	struct fuse_init_out out = { .major = 7,
+				     .minor = 31,
+				     .max_write = 65536 };
+
+	*init = treq_new(FUSE_INIT, 0, 1, &in, sizeof(in), NULL, 0,
+			 ROOM_DEFAULT);
+	ASSERT_NE(NULL, *init);
+	ASSERT_EQ(0, self->b->ops->forward(self->b, &(*init)->req));
+	ASSERT_EQ(1, fake_recv(_metadata, self, NULL).unique);
+	ASSERT_EQ(0, send_reply(self->cfd, 1, 0, &out, sizeof(out)));
+	ASSERT_TRUE(wait_done(1, WAIT_MS));
+	ASSERT_EQ((ssize_t)(REPLY_HDR + sizeof(out)), (*init)->len);
+}
+
+/*
+ * The server drops the connection with a request pending and comes back
+ * (on the same listener): the pending request fails with EIO, the next
+ * one reconnects, and the new connection gets the guest's FUSE_INIT again
+ * with unique 0, then the request.
+ */
+static void check_reconnect(struct __test_metadata *_metadata,
+			    FIXTURE_DATA(fake) * self)
+{
+	struct stderr_capture cap = { 0 };
+	struct treq *init, *lost, *t;
+	struct fuse_in_header h;
+	uint64_t tag = 3;
+	char log[2048];
+	ssize_t n;
+
+	fake_connect(_metadata, self, NO_TIMEOUT_MS);
+	fake_init(_metadata, self, &init);
+	lost = forward_simple(_metadata, self, FUSE_GETATTR, 2);
+	ASSERT_NE(NULL, lost);
+	ASSERT_EQ(2, fake_recv(_metadata, self, NULL).unique);
+	ASSERT_EQ(0, stderr_capture__begin(&cap));
+	close(self->cfd);
+	self->cfd = -1;
+	/* Only the close completes it: NO_TIMEOUT_MS is never reached. */
+	ASSERT_TRUE(wait_done(2, WAIT_MS));
+	EXPECT_EQ(-EIO, lost->len);
+
+	t = forward_simple(_metadata, self, FUSE_GETATTR, 3);
+	ASSERT_NE(NULL, t);
+	fake_accept(_metadata, self);
+	h = fake_recv(_metadata, self, &n);
+	EXPECT_EQ(FUSE_INIT, h.opcode);
+	EXPECT_EQ(0, h.unique);
+	ASSERT_EQ((ssize_t)init->req.len, n);
+	/* The guest's bytes but the unique (offset 8, 8 bytes). */
+	EXPECT_EQ(0, memcmp(self->buf, init->msg, 8));
+	EXPECT_EQ(0, memcmp(self->buf + 16, init->msg + 16, n - 16));
+	EXPECT_EQ(3, fake_recv(_metadata, self, NULL).unique);
+	EXPECT_EQ(0, done_of(t));
+	/* The answer to the replay is the backend's: nobody completes. */
+	ASSERT_EQ(0, send_reply(self->cfd, 0, 0, NULL, 0));
+	ASSERT_EQ(0, send_reply(self->cfd, 3, 0, &tag, sizeof(tag)));
+	ASSERT_TRUE(wait_done(3, WAIT_MS));
+	sleep_ms(QUIET_MS);
+	stderr_capture__end(&cap, log, sizeof(log));
+	EXPECT_EQ(1, done_of(t));
+	EXPECT_EQ((ssize_t)(REPLY_HDR + sizeof(tag)), t->len);
+	EXPECT_EQ(1, done_of(init));
+	EXPECT_NE(NULL, strstr(log, "closed the connection")) TH_LOG("%s", log);
+	EXPECT_NE(NULL, strstr(log, "reconnected to")) TH_LOG("%s", log);
+	/* The replay's answer was not taken for a stray reply. */
+	EXPECT_EQ(NULL, strstr(log, "unknown unique")) TH_LOG("%s", log);
+	treq_free(init);
+	treq_free(lost);
+	treq_free(t);
+}
+
+TEST_F(fake, reconnect_replays_init)
+{
+	check_reconnect(_metadata, self);
+}
+
+TEST_F(fake, stream_reconnect_replays_init)
+{
+	relisten(_metadata, self, SOCK_STREAM);
+	check_reconnect(_metadata, self);
+}
+
+/*
+ * Nothing listens: requests fail with EIO at once (one attempt per
+ * VIRTUAL_FS_RETRY_MS, the others without one). A server that listens
+ * again, of the other socket type, is reached by a later request. No
+ * FUSE_INIT was seen, so none is replayed.
+ */
+TEST_F(fake, reconnect_waits_for_a_listener)
+{
+	struct stderr_capture cap = { 0 };
+	struct treq *t[3], *ok;
+	uint64_t tag = 9;
+	char log[2048];
+
+	fake_connect(_metadata, self, NO_TIMEOUT_MS);
+	ASSERT_EQ(0, stderr_capture__begin(&cap));
+	close(self->lfd);
+	self->lfd = -1;
+	close(self->cfd);
+	self->cfd = -1;
+	for (int i = 0; i < 3; i++) {
+		t[i] = forward_simple(_metadata, self, FUSE_GETATTR, 5 + i);
+		ASSERT_NE(NULL, t[i]);
+		ASSERT_TRUE(wait_done(i + 1, WAIT_MS));
+		EXPECT_EQ(-EIO, t[i]->len);
+	}
+	relisten(_metadata, self, SOCK_STREAM);
+	sleep_ms(VIRTUAL_FS_RETRY_MS + 50);
+	ok = forward_simple(_metadata, self, FUSE_GETATTR, 8);
+	ASSERT_NE(NULL, ok);
+	fake_accept(_metadata, self);
+	ASSERT_EQ(8, fake_recv(_metadata, self, NULL).unique);
+	ASSERT_EQ(0, send_reply(self->cfd, 8, 0, &tag, sizeof(tag)));
+	ASSERT_TRUE(wait_done(4, WAIT_MS));
+	stderr_capture__end(&cap, log, sizeof(log));
+	EXPECT_EQ((ssize_t)(REPLY_HDR + sizeof(tag)), ok->len);
+	EXPECT_NE(NULL, strstr(log, "cannot reconnect")) TH_LOG("%s", log);
+	EXPECT_NE(NULL, strstr(log, "SOCK_STREAM")) TH_LOG("%s", log);
+	for (int i = 0; i < 3; i++)
+		treq_free(t[i]);
+	treq_free(ok);
+}
+
+/* A server that refuses the replayed FUSE_INIT is dropped again. */
+TEST_F(fake, replay_refused_drops_the_server)
+{
+	struct stderr_capture cap = { 0 };
+	struct treq *init, *t;
+	char log[2048];
+
+	fake_connect(_metadata, self, NO_TIMEOUT_MS);
+	fake_init(_metadata, self, &init);
+	close(self->cfd);
+	self->cfd = -1;
+	ASSERT_EQ(0, stderr_capture__begin(&cap));
+	t = forward_simple(_metadata, self, FUSE_GETATTR, 2);
+	ASSERT_NE(NULL, t);
+	fake_accept(_metadata, self);
+	ASSERT_EQ(0, fake_recv(_metadata, self, NULL).unique);
+	ASSERT_EQ(2, fake_recv(_metadata, self, NULL).unique);
+	ASSERT_EQ(0, send_reply(self->cfd, 0, -EPROTO, NULL, 0));
+	ASSERT_TRUE(wait_done(2, WAIT_MS));
+	stderr_capture__end(&cap, log, sizeof(log));
+	EXPECT_EQ(-EIO, t->len);
+	EXPECT_NE(NULL, strstr(log, "refused the replayed FUSE_INIT"))
+	TH_LOG("%s", log);
+	/* And the backend closed that connection. */
+	while (recv_within(self->cfd, self->buf, 64, WAIT_MS) > 0)
+		;
+	EXPECT_EQ(0, recv(self->cfd, self->buf, 64, MSG_DONTWAIT));
+	treq_free(init);
+	treq_free(t);
+}
+
+/* A reply in three writes; two replies, and part of a third, in one. */
+TEST_F(fake, stream_partial_and_joined_replies)
+{
+	struct fuse_out_header oh[3];
+	uint8_t wire[3 * (REPLY_HDR + sizeof(uint64_t))];
+	struct treq *t[3];
+	size_t one = REPLY_HDR + sizeof(uint64_t);
+
+	relisten(_metadata, self, SOCK_STREAM);
+	fake_connect(_metadata, self, NO_TIMEOUT_MS);
+	for (int i = 0; i < 3; i++) {
+		t[i] = forward_simple(_metadata, self, FUSE_GETATTR, 10 + i);
+		ASSERT_NE(NULL, t[i]);
+		ASSERT_EQ(10 + i, fake_recv(_metadata, self, NULL).unique);
+	}
+	for (int i = 0; i < 3; i++) {
+		uint64_t tag = 10 + i;
+
+		oh[i] = (struct fuse_out_header){ .len = (uint32_t)one,
+						  .unique = tag };
+		memcpy(wire + i * one, &oh[i], REPLY_HDR);
+		memcpy(wire + i * one + REPLY_HDR, &tag, sizeof(tag));
+	}
+	/* 5 bytes (not even a header), then 10, then the rest. */
+	ASSERT_EQ(0, send_raw(self->cfd, wire, 5));
+	sleep_ms(QUIET_MS);
+	EXPECT_EQ(0, done_of(t[0]));
+	ASSERT_EQ(0, send_raw(self->cfd, wire + 5, 10));
+	sleep_ms(QUIET_MS);
+	EXPECT_EQ(0, done_of(t[0]));
+	ASSERT_EQ(0, send_raw(self->cfd, wire + 15, one - 15));
+	ASSERT_TRUE(wait_done(1, WAIT_MS));
+	EXPECT_EQ((ssize_t)one, t[0]->len);
+	/* The second whole and 7 bytes of the third in one write. */
+	ASSERT_EQ(0, send_raw(self->cfd, wire + one, one + 7));
+	ASSERT_TRUE(wait_done(2, WAIT_MS));
+	sleep_ms(QUIET_MS);
+	EXPECT_EQ(1, done_of(t[1]));
+	EXPECT_EQ(0, done_of(t[2]));
+	ASSERT_EQ(0, send_raw(self->cfd, wire + 2 * one + 7, one - 7));
+	ASSERT_TRUE(wait_done(3, WAIT_MS));
+	for (int i = 0; i < 3; i++) {
+		uint64_t tag = 0;
+
+		EXPECT_EQ(1, done_of(t[i]));
+		ASSERT_EQ((ssize_t)one, t[i]->len);
+		memcpy(&tag, t[i]->reply + REPLY_HDR, sizeof(tag));
+		EXPECT_EQ(10 + i, tag);
+		treq_free(t[i]);
+	}
+}
+
+/*
+ * A len no reply can have ends the connection (the stream cannot be
+ * resynchronised): every pending request fails with EIO, one line is
+ * logged; the next request reconnects. Shorter than the header, then
+ * longer than FS_FORWARD_MAX (which the backend must not wait for).
+ */
+TEST_F(fake, stream_bad_len_drops_the_server)
+{
+	static const uint32_t bad[] = { 8, FS_FORWARD_MAX + 1, 0xffffffffU };
+	struct stderr_capture cap = { 0 };
+	struct fuse_out_header oh;
+	struct treq *a, *b;
+	unsigned int done = 0;
+	char log[4096];
+
+	relisten(_metadata, self, SOCK_STREAM);
+	fake_connect(_metadata, self, NO_TIMEOUT_MS);
+	ASSERT_EQ(0, stderr_capture__begin(&cap));
+	for (unsigned int i = 0; i < ARRAY_SIZE(bad); i++) {
+		a = forward_simple(_metadata, self, FUSE_GETATTR, 20 + 2 * i);
+		b = forward_simple(_metadata, self, FUSE_GETATTR, 21 + 2 * i);
+		ASSERT_NE(NULL, a);
+		ASSERT_NE(NULL, b);
+		if (i)
+			fake_accept(_metadata, self);
+		fake_recv(_metadata, self, NULL);
+		fake_recv(_metadata, self, NULL);
+		oh = (struct fuse_out_header){ .len = bad[i],
+					       .unique = 20 + 2 * i };
+		ASSERT_EQ(0, send_raw(self->cfd, &oh, sizeof(oh)));
+		done += 2;
+		ASSERT_TRUE(wait_done(done, WAIT_MS));
+		EXPECT_EQ(-EIO, a->len);
+		EXPECT_EQ(-EIO, b->len);
+		treq_free(a);
+		treq_free(b);
+		/* The backend closed its end. */
+		while (recv_within(self->cfd, self->buf, 64, WAIT_MS) > 0)
+			;
+		EXPECT_EQ(0, recv(self->cfd, self->buf, 64, MSG_DONTWAIT));
+	}
+	stderr_capture__end(&cap, log, sizeof(log));
+	EXPECT_NE(NULL, strstr(log, "reply len of 8 (not 16..1052672): "
+				    "protocol error"))
+	TH_LOG("%s", log);
+	EXPECT_NE(NULL, strstr(log, "reply len of 1052673"));
+	EXPECT_NE(NULL, strstr(log, "reply len of 4294967295"));
+}
+
+TEST_F(fake, stream_closed_in_a_message)
+{
+	struct stderr_capture cap = { 0 };
+	struct fuse_out_header oh = { .len = REPLY_HDR + 8, .unique = 30 };
+	struct treq *t;
+	char log[2048];
+
+	relisten(_metadata, self, SOCK_STREAM);
+	fake_connect(_metadata, self, NO_TIMEOUT_MS);
+	t = forward_simple(_metadata, self, FUSE_GETATTR, 30);
+	ASSERT_NE(NULL, t);
+	fake_recv(_metadata, self, NULL);
+	ASSERT_EQ(0, stderr_capture__begin(&cap));
+	ASSERT_EQ(0, send_raw(self->cfd, &oh, sizeof(oh)));
+	ASSERT_EQ(0, send_raw(self->cfd, "abcd", 4));
+	close(self->cfd);
+	self->cfd = -1;
+	ASSERT_TRUE(wait_done(1, WAIT_MS));
+	stderr_capture__end(&cap, log, sizeof(log));
+	EXPECT_EQ(-EIO, t->len);
+	EXPECT_NE(NULL, strstr(log, "in a message (20 bytes of it came)"))
+	TH_LOG("%s", log);
+	treq_free(t);
+}
+
+/*
+ * A 1 MiB write the stream takes in part while the server reads nothing:
+ * it times out (the guest's buffer is given back), yet the server later
+ * reads it whole and intact, then the next request, framed as ever. The
+ * request queued behind it expired unsent and never goes.
+ */
+TEST_F(fake, stream_large_request_outlives_its_timeout)
+{
+	enum { SIZE = 1U << 20 };
+	struct fuse_write_in wi = { .size = SIZE };
+	struct treq *w, *queued, *next;
+	uint8_t *data = malloc(SIZE), *copy;
+	uint64_t tag = 42;
+	ssize_t n;
+
+	ASSERT_NE(NULL, data);
+	for (unsigned int i = 0; i < SIZE; i++)
+		data[i] = (uint8_t)(i * 7 + i / 4096);
+	relisten(_metadata, self, SOCK_STREAM);
+	fake_connect(_metadata, self, 200);
+	w = treq_new(FUSE_WRITE, 5, 40, &wi, sizeof(wi), data, SIZE,
+		     ROOM_DEFAULT);
+	ASSERT_NE(NULL, w);
+	copy = malloc(w->req.len);
+	ASSERT_NE(NULL, copy);
+	memcpy(copy, w->msg, w->req.len);
+	ASSERT_EQ(0, self->b->ops->forward(self->b, &w->req));
+	queued = forward_simple(_metadata, self, FUSE_GETATTR, 41);
+	ASSERT_NE(NULL, queued);
+	ASSERT_TRUE(wait_done(2, WAIT_MS));
+	EXPECT_EQ(-EIO, w->len);
+	EXPECT_EQ(-EIO, queued->len);
+	/* The guest's buffer is no longer the backend's to read. */
+	memset(w->msg, 0xaa, w->req.len);
+	n = stream_recv(self->cfd, self->buf, WAIT_MS);
+	ASSERT_EQ((ssize_t)w->req.len, n);
+	EXPECT_EQ(0, memcmp(self->buf, copy, n));
+
+	next = forward_simple(_metadata, self, FUSE_GETATTR, 42);
+	ASSERT_NE(NULL, next);
+	ASSERT_EQ(42, fake_recv(_metadata, self, NULL).unique);
+	ASSERT_EQ(0, send_reply(self->cfd, 42, 0, &tag, sizeof(tag)));
+	ASSERT_TRUE(wait_done(3, WAIT_MS));
+	EXPECT_EQ((ssize_t)(REPLY_HDR + sizeof(tag)), next->len);
+	free(copy);
+	free(data);
+	treq_free(w);
+	treq_free(queued);
+	treq_free(next);
 }
 
 /* Whether a SOCK_SEQPACKET socket of ours can carry FS_FORWARD_MAX. */
@@ -1209,6 +1635,164 @@ static void dirent_names(const uint8_t *buf, int len, char *out, size_t size)
 			 (int)d.namelen,
 			 (const char *)buf + off + FUSE_NAME_OFFSET);
 		off += FUSE_DIRENT_SIZE(&d);
+	}
+}
+
+/*
+ * --stream: the same tree over SOCK_STREAM, found by the backend at
+ * connect; a 128 KiB write and read go through in parts. Killed and
+ * started again: the next request reaches the new process, which learns
+ * the session from the replayed FUSE_INIT.
+ */
+TEST_F(example, stream_mode_and_restart)
+{
+	enum { SIZE = 128 * 1024 };
+	struct fuse_create_in ci = { .flags = O_RDWR, .mode = S_IFREG | 0644 };
+	struct fuse_write_in wi = { .size = SIZE };
+	struct {
+		struct fuse_entry_out e;
+		struct fuse_open_out o;
+	} co;
+	struct fuse_entry_out e;
+	uint8_t arg[sizeof(ci) + 8];
+	char *data = malloc(SIZE), *back = malloc(SIZE);
+	char buf[256];
+
+	ASSERT_NE(NULL, data);
+	ASSERT_NE(NULL, back);
+	for (int i = 0; i < SIZE; i++)
+		data[i] = (char)('a' + i % 23);
+	start_server(_metadata, self, "--stream", NULL);
+	example_connect(_metadata, self, NO_TIMEOUT_MS);
+	ASSERT_LT(0, do_init(_metadata, self, NULL));
+	ASSERT_LT(0, lookup(_metadata, self, FUSE_ROOT_ID, "hello.txt", &e));
+	ASSERT_EQ((int)strlen(HELLO),
+		  read_file(_metadata, self, e.nodeid, 0, buf, sizeof(buf)));
+	EXPECT_EQ(0, memcmp(buf, HELLO, strlen(HELLO)));
+	memcpy(arg, &ci, sizeof(ci));
+	memcpy(arg + sizeof(ci), "big", 4);
+	ASSERT_EQ((int)sizeof(co),
+		  call_ok(_metadata, self, FUSE_CREATE, FUSE_ROOT_ID, arg,
+			  sizeof(ci) + 4, NULL, 0, &co, sizeof(co)));
+	ASSERT_EQ((int)sizeof(struct fuse_write_out),
+		  call_ok(_metadata, self, FUSE_WRITE, co.e.nodeid, &wi,
+			  sizeof(wi), data, SIZE, buf,
+			  sizeof(struct fuse_write_out)));
+	ASSERT_EQ(SIZE, read_file(_metadata, self, co.e.nodeid, 0, back, SIZE));
+	EXPECT_EQ(0, memcmp(data, back, SIZE));
+
+	/* Killed: EIO while nothing listens; started again: served. */
+	kill(self->pid, SIGKILL);
+	waitpid(self->pid, NULL, 0);
+	self->pid = 0;
+	EXPECT_EQ(-EIO, lookup(_metadata, self, FUSE_ROOT_ID, "hello.txt", &e));
+	/* start_server() waits for the path: not the dead server's. */
+	unlink(self->path);
+	start_server(_metadata, self, "--stream", NULL);
+	sleep_ms(VIRTUAL_FS_RETRY_MS + 50);
+	ASSERT_LT(0, lookup(_metadata, self, FUSE_ROOT_ID, "hello.txt", &e));
+	ASSERT_EQ((int)strlen(HELLO),
+		  read_file(_metadata, self, e.nodeid, 0, buf, sizeof(buf)));
+	free(data);
+	free(back);
+}
+
+/* Documentation/virtual-fs.md, from the top of the tree or of the build. */
+static FILE *open_doc(void)
+{
+	char self[PATH_MAX], path[PATH_MAX + 32];
+	FILE *f = fopen("Documentation/virtual-fs.md", "r");
+	ssize_t n;
+	char *s;
+
+	if (f)
+		return f;
+	/* build/selftests/fs_virtual -> the tree above build/ */
+	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	self[n > 0 ? n : 0] = '\0';
+	for (int i = 0; i < 3; i++) {
+		s = strrchr(self, '/');
+		if (s)
+			*s = '\0';
+	}
+	snprintf(path, sizeof(path), "%s/Documentation/virtual-fs.md", self);
+	return fopen(path, "r");
+}
+
+/*
+ * The Python stream server of Documentation/virtual-fs.md, as it stands:
+ * the block after "<!-- stream-example -->" is run with python3 and
+ * serves its tree through the backend (found to be a stream at connect),
+ * then is killed and started again and serves the same node ids.
+ */
+TEST_F(example, doc_python_stream_server)
+{
+	static const char mark[] = "<!-- stream-example -->\n```python\n";
+	struct fuse_read_in ri = { .size = 4096 };
+	char *doc = calloc(1, 1 << 20), *code, *end, script[160], buf[256];
+	struct fuse_entry_out e, a;
+	size_t n;
+	FILE *f;
+
+	if (access("/usr/bin/python3", X_OK))
+		SKIP(return, "no /usr/bin/python3 to run the example");
+	ASSERT_NE(NULL, doc);
+	f = open_doc();
+	ASSERT_NE(NULL, f) TH_LOG("Documentation/virtual-fs.md not found");
+	n = fread(doc, 1, (1 << 20) - 1, f);
+	fclose(f);
+	doc[n] = '\0';
+	code = strstr(doc, mark);
+	ASSERT_NE(NULL, code) TH_LOG("no stream-example block");
+	code += strlen(mark);
+	end = strstr(code, "\n```");
+	ASSERT_NE(NULL, end);
+	end[1] = '\0';
+	snprintf(script, sizeof(script), "%s/serve.py", self->dir);
+	f = fopen(script, "w");
+	ASSERT_NE(NULL, f);
+	fputs(code, f);
+	ASSERT_EQ(0, fclose(f));
+	free(doc);
+
+	for (int round = 0; round < 2; round++) {
+		self->pid = fork();
+		ASSERT_LE(0, self->pid);
+		if (self->pid == 0) {
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			execl("/usr/bin/python3", "python3", script, self->path,
+			      NULL);
+			_exit(127);
+		}
+		for (int i = 0; i < 500 && access(self->path, F_OK); i++)
+			sleep_ms(10);
+		ASSERT_EQ(0, access(self->path, F_OK))
+		TH_LOG("the example does not listen");
+		if (!round) {
+			example_connect(_metadata, self, NO_TIMEOUT_MS);
+			ASSERT_LT(0, do_init(_metadata, self, NULL));
+		} else {
+			sleep_ms(VIRTUAL_FS_RETRY_MS + 50);
+		}
+		ASSERT_LT(0, lookup(_metadata, self, FUSE_ROOT_ID, "hello.txt",
+				    &e));
+		ASSERT_EQ(18, read_file(_metadata, self, e.nodeid, 0, buf,
+					sizeof(buf)));
+		EXPECT_EQ(0, memcmp(buf, "hello from python\n", 18));
+		ASSERT_LT(0, lookup(_metadata, self, FUSE_ROOT_ID, "dir", &e));
+		ASSERT_LT(0, lookup(_metadata, self, e.nodeid, "a.txt", &a));
+		ASSERT_LT(0,
+			  call_ok(_metadata, self, FUSE_READDIR, FUSE_ROOT_ID,
+				  &ri, sizeof(ri), NULL, 0, buf, sizeof(buf)));
+		EXPECT_TRUE(memmem(buf, sizeof(buf), "hello.txt", 9));
+		EXPECT_TRUE(memmem(buf, sizeof(buf), "dir", 3));
+		/* Killed: EIO while its socket file stays dead. */
+		kill(self->pid, SIGKILL);
+		waitpid(self->pid, NULL, 0);
+		self->pid = 0;
+		EXPECT_EQ(-EIO, lookup(_metadata, self, FUSE_ROOT_ID,
+				       "hello.txt", &e));
+		unlink(self->path);
 	}
 }
 

@@ -10,6 +10,11 @@
  * the socket changing under pending questions. Requests (issue 12): the
  * question's fields without the guest's credentials, grant-http's fields
  * read and checked, and a request answered, denied and timed out.
+ * Interception by the hook (issue 31): a flow's grant-http read (tls,
+ * ask, junk) and carried out, a request question's flow, tls and
+ * destination, values that are not ASCII byte for byte both ways, any
+ * editable field set, framing fields and limits refused by name, and an
+ * answer naming another flow.
  *
  * Nothing asserts how fast anything is: a deadline that must pass is
  * short, one that must not is long, and waits are bounded polls.
@@ -193,6 +198,10 @@ static const char *const bad_answers[] = {
 	"{\"id\": 7, \"verdict\": \"grant\"} {\"id\": 8}",
 	"{\"id\": 7, \"verdict\": \"gr\\u0000ant\"}",
 	"{\"id\": 7, \"verdict\": \"grant\"",
+	"{\"id\": 7, \"verdict\": \"grant\", \"flow\": \"7\"}",
+	"{\"id\": 7, \"verdict\": \"grant\", \"flow\": 0}",
+	"{\"id\": 7, \"verdict\": \"grant-http\", \"tls\": true} junk",
+	"{\"id\": 7, \"verdict\": \"grant-http\", \"tls\": true,}",
 };
 
 TEST(answers_refused)
@@ -260,6 +269,8 @@ http_question(const char *socket, unsigned int timeout_ms,
 		.host = "api.example.test",
 		.port = 443,
 		.tls = true,
+		.sni = "api.example.test",
+		.alpn = "h2",
 		.protocol = "h2",
 		.method = "GET",
 		.path = "/user?q=\"1\"",
@@ -314,9 +325,27 @@ TEST(http_question_leaves_credentials_out)
 				     json_array_get(json_array_get(hs, 0), 0)));
 	EXPECT_STREQ("api.example.test", json_string_value(json_array_get(
 						 json_array_get(hs, 0), 1)));
-	/* A control byte and the two of U+00E9: '?' each. */
-	EXPECT_STREQ("t?t??", json_string_value(json_array_get(
-				      json_array_get(hs, 1), 1)));
+	/* Byte for byte: 0x01, and 0xc3 0xa9 as U+00C3 U+00A9. */
+	EXPECT_STREQ(
+		"t\x01t\xc3\x83\xc2\xa9",
+		json_string_value(json_array_get(json_array_get(hs, 1), 1)));
+	/* No flow of the hook's: the grant's index; TLS; where. */
+	EXPECT_EQ(NULL, json_object_get(o, "flow"));
+	EXPECT_STREQ("api.example.test",
+		     json_string_value(json_object_get(
+			     json_object_get(o, "tls"), "sni")));
+	EXPECT_STREQ("h2", json_string_value(json_object_get(
+				   json_object_get(o, "tls"), "alpn")));
+	EXPECT_STREQ("10.0.2.15",
+		     json_string_value(json_object_get(
+			     json_object_get(json_object_get(o, "destination"),
+					     "src"),
+			     "ip")));
+	EXPECT_EQ(443,
+		  json_integer_value(json_object_get(
+			  json_object_get(json_object_get(o, "destination"),
+					  "dst"),
+			  "port")));
 	om = json_object_get(o, "omitted");
 	ASSERT_EQ(3, json_array_size(om));
 	EXPECT_STREQ("Authorization", json_string_value(json_array_get(om, 0)));
@@ -357,6 +386,72 @@ TEST(http_question_truncated_to_a_line)
 	json_decref(o);
 }
 
+/*
+ * What a hook reads of the request of a flow it granted: "flow", the
+ * exact "tls" and "destination" objects, and the bytes of a value that
+ * is not ASCII back as they were (Python: value.encode("latin-1")).
+ */
+TEST(http_question_of_a_hook_flow_exact)
+{
+	static const char utf8[] = "caf\xc3\xa9 \xe2\x82\xac\t\x7f";
+	struct net_flow f =
+		flow(IPPROTO_TCP, "10.0.2.15", 40000, "192.0.2.10", 80);
+	struct http_header fields[] = {
+		{ "Host", 4, "api.example.test", 16 },
+		{ "X-Name", 6, utf8, sizeof(utf8) - 1 },
+	};
+	struct hook_http_question q = http_question("/run/h.sock", 100, NULL);
+	char buf[HOOK_HTTP_LINE_MAX], back[64];
+	const char *v;
+	size_t k = 0;
+	json_t *o;
+	int n;
+
+	q.fields = fields;
+	q.nr_fields = ARRAY_SIZE(fields);
+	q.flow = 12;
+	q.tls = false;
+	q.sni = q.alpn = NULL;
+	q.port = 80;
+	q.protocol = "HTTP/1.1";
+	n = hook_msg__http_question(buf, sizeof(buf), 13, &f, &q);
+	ASSERT_LT(0, n);
+	EXPECT_NE(NULL,
+		  memmem(buf, n,
+			 "\"flow\": 12, \"tls\": null, \"destination\": "
+			 "{\"src\": {\"ip\": \"10.0.2.15\", \"port\": "
+			 "40000}, \"dst\": {\"ip\": \"192.0.2.10\", "
+			 "\"port\": 80}, \"hostname\": "
+			 "\"api.example.test\"}}\n",
+			 strlen("\"flow\": 12, \"tls\": null, "
+				"\"destination\": {\"src\": {\"ip\": "
+				"\"10.0.2.15\", \"port\": 40000}, \"dst\": "
+				"{\"ip\": \"192.0.2.10\", \"port\": 80}, "
+				"\"hostname\": \"api.example.test\"}}\n")))
+	TH_LOG("%.*s", n, buf);
+	/* Tab as JSON escapes it, DEL as it is, the others as U+0080.. */
+	EXPECT_NE(NULL, memmem(buf, n, "\\t\x7f\"", 4)) TH_LOG("%.*s", n, buf);
+	o = json_loadb(buf, n - 1, 0, NULL);
+	ASSERT_NE(NULL, o);
+	EXPECT_EQ(NULL, json_object_get(o, "grant"));
+	EXPECT_EQ(12, json_integer_value(json_object_get(o, "flow")));
+	v = json_string_value(json_array_get(
+		json_array_get(json_object_get(o, "headers"), 1), 1));
+	ASSERT_NE(NULL, v);
+	/* UTF-8 of U+0000..U+00FF back to one byte each. */
+	for (size_t i = 0; v[i] && k < sizeof(back); i++) {
+		unsigned char c = v[i];
+
+		ASSERT_GE(0xc3, c);
+		back[k++] = c < 0x80 ?
+				    c :
+				    (char)((c & 0x03) << 6 | (v[++i] & 0x3f));
+	}
+	ASSERT_EQ(sizeof(utf8) - 1, k);
+	EXPECT_EQ(0, memcmp(utf8, back, k));
+	json_decref(o);
+}
+
 static const char *edit_name(const struct net_http_decision *d, unsigned i)
 {
 	return d->buf + d->headers[i].name;
@@ -382,6 +477,127 @@ TEST(grant_http_fields_read)
 	/* Without edits to read into, the verdict alone. */
 	ASSERT_EQ(0, hook_msg__answer(l, strlen(l), &a, NULL));
 	EXPECT_EQ(HOOK_VERDICT_GRANT_HTTP, a.verdict);
+}
+
+/* A value's characters U+0000..U+00FF are its bytes, as questions send them. */
+TEST(grant_http_values_are_latin1)
+{
+	const char *l = "{\"id\": 4, \"verdict\": \"grant-http\", \"set\": "
+			"{\"X-Name\": \"caf\\u00e9 \\u00e2\\u0082\\u00ac\"}}";
+	const char *bad = "{\"id\": 4, \"verdict\": \"grant-http\", \"set\": "
+			  "{\"X-Name\": \"\\u20ac\"}}";
+	struct net_http_decision d;
+	struct hook_answer a;
+
+	ASSERT_EQ(0, hook_msg__answer(l, strlen(l), &a, &d));
+	ASSERT_EQ(HOOK_VERDICT_GRANT_HTTP, a.verdict) TH_LOG("%s", a.reason);
+	ASSERT_EQ(1, d.nr_headers);
+	EXPECT_STREQ("x-name", edit_name(&d, 0));
+	EXPECT_STREQ("caf\xe9 \xe2\x82\xac", d.buf + d.headers[0].value);
+	ASSERT_EQ(0, hook_msg__answer(bad, strlen(bad), &a, &d));
+	EXPECT_EQ(HOOK_VERDICT_INVALID, a.verdict);
+	EXPECT_STREQ("field value past U+00FF: X-Name", a.reason);
+}
+
+/* Any field a grant could set, declared by no grant: taken. */
+TEST(grant_http_sets_any_editable_field)
+{
+	const char *l = "{\"id\": 4, \"verdict\": \"grant-http\", \"set\": "
+			"{\"X-Agent-Policy\": \"allowed\", \"User-Agent\": "
+			"\"kiln\"}}";
+	struct net_http_decision d;
+	struct hook_answer a;
+
+	ASSERT_EQ(0, hook_msg__answer(l, strlen(l), &a, &d));
+	ASSERT_EQ(HOOK_VERDICT_GRANT_HTTP, a.verdict) TH_LOG("%s", a.reason);
+	ASSERT_EQ(2, d.nr_headers);
+	EXPECT_STREQ("x-agent-policy", edit_name(&d, 0));
+	EXPECT_FALSE(d.headers[0].hook);
+	EXPECT_STREQ("user-agent", edit_name(&d, 1));
+}
+
+/* Past 16 fields or 16 KiB: refused, the reason naming the limit. */
+TEST(grant_http_limits_named)
+{
+	static char l[HOOK_ANSWER_MAX];
+	struct net_http_decision d;
+	struct hook_answer a;
+	int at;
+
+	at = snprintf(l, sizeof(l),
+		      "{\"id\": 4, \"verdict\": \"grant-http\", "
+		      "\"set\": {");
+	for (unsigned int i = 0; i <= NET_HTTP_MAX_HEADERS; i++)
+		at += snprintf(l + at, sizeof(l) - at, "%s\"x-f%u\": \"v\"",
+			       i ? ", " : "", i);
+	snprintf(l + at, sizeof(l) - at, "}}");
+	ASSERT_EQ(0, hook_msg__answer(l, strlen(l), &a, &d));
+	EXPECT_EQ(HOOK_VERDICT_INVALID, a.verdict);
+	EXPECT_STREQ("too many fields: at most 16 fields", a.reason);
+	EXPECT_EQ(0, d.nr_headers);
+
+	at = snprintf(l, sizeof(l),
+		      "{\"id\": 4, \"verdict\": \"grant-http\", "
+		      "\"set\": {\"x-big\": \"");
+	memset(l + at, 'v', NET_HTTP_HEADERS_MAX);
+	at += NET_HTTP_HEADERS_MAX;
+	snprintf(l + at, sizeof(l) - at, "\"}}");
+	ASSERT_EQ(0, hook_msg__answer(l, strlen(l), &a, &d));
+	EXPECT_EQ(HOOK_VERDICT_INVALID, a.verdict);
+	EXPECT_STREQ("fields too large: at most 16384 bytes", a.reason);
+	EXPECT_EQ(0, d.nr_headers);
+}
+
+static const struct {
+	const char *keys;
+	enum hook_tls tls;
+	bool each_request;
+	bool valid;
+} flow_grants[] = {
+	{ "\"tls\": true, \"ask\": \"request\"", HOOK_TLS_YES, true, true },
+	{ "\"tls\": false, \"ask\": \"connection\"", HOOK_TLS_NO, false, true },
+	{ "\"ask\": \"connection\", \"tls\": \"auto\"", HOOK_TLS_AUTO, false,
+	  true },
+	{ "\"reason\": \"defaults\"", HOOK_TLS_AUTO, true, true },
+	{ "\"tls\": \"yes\", \"ask\": \"request\"", HOOK_TLS_AUTO, true,
+	  false },
+	{ "\"tls\": 1", HOOK_TLS_AUTO, true, false },
+	{ "\"tls\": null", HOOK_TLS_AUTO, true, false },
+	{ "\"ask\": \"stream\"", HOOK_TLS_AUTO, true, false },
+	{ "\"ask\": true", HOOK_TLS_AUTO, true, false },
+	{ "\"tls\": true, \"set\": {\"x-a\": \"v\"}", HOOK_TLS_YES, true,
+	  false },
+	{ "\"tls\": true, \"remove\": []", HOOK_TLS_YES, true, false },
+	{ "\"host\": \"Api.Example.Test.\"", HOOK_TLS_AUTO, true, true },
+	{ "\"host\": \"*.example.test\"", HOOK_TLS_AUTO, true, false },
+	{ "\"host\": \"192.0.2.1\"", HOOK_TLS_AUTO, true, false },
+	{ "\"host\": [\"a.test\"]", HOOK_TLS_AUTO, true, false },
+};
+
+/* A flow's grant-http: "tls" and "ask" read, junk in them flagged. */
+TEST(flow_grant_http_read)
+{
+	struct net_http_decision d;
+	struct hook_answer a;
+	char l[256];
+
+	for (unsigned int i = 0; i < ARRAY_SIZE(flow_grants); i++) {
+		snprintf(l, sizeof(l),
+			 "{\"id\": 3, \"verdict\": \"grant-http\", %s}",
+			 flow_grants[i].keys);
+		ASSERT_EQ(0, hook_msg__answer(l, strlen(l), &a, &d))
+		TH_LOG("%s", l);
+		EXPECT_EQ(flow_grants[i].valid, !a.flow_invalid)
+		TH_LOG("%s", l);
+		if (!flow_grants[i].valid)
+			continue;
+		EXPECT_EQ(HOOK_VERDICT_GRANT_HTTP, a.verdict);
+		EXPECT_EQ(flow_grants[i].tls, a.tls) TH_LOG("%s", l);
+		EXPECT_EQ(flow_grants[i].each_request, a.each_request)
+		TH_LOG("%s", l);
+		EXPECT_STREQ(strstr(l, "host") ? "api.example.test" : "",
+			     a.host);
+	}
 }
 
 static const char *const bad_edits[] = {
@@ -416,11 +632,35 @@ TEST(grant_http_bad_fields_invalid)
 	}
 }
 
+/* A framing or routing field: refused, the reason naming it. */
+TEST(grant_http_framing_field_named)
+{
+	static const char *const names[] = { "Content-Length",	  "host",
+					     "Transfer-Encoding", "connection",
+					     "upgrade",		  "te" };
+	struct net_http_decision d;
+	struct hook_answer a;
+	char l[256], want[HOOK_DETAIL_MAX];
+
+	for (unsigned int i = 0; i < ARRAY_SIZE(names); i++) {
+		snprintf(l, sizeof(l),
+			 "{\"id\": 4, \"verdict\": \"grant-http\", \"set\": "
+			 "{\"%s\": \"1\"}}",
+			 names[i]);
+		ASSERT_EQ(0, hook_msg__answer(l, strlen(l), &a, &d));
+		EXPECT_EQ(HOOK_VERDICT_INVALID, a.verdict);
+		snprintf(want, sizeof(want), "field not editable: %s",
+			 names[i]);
+		EXPECT_STREQ(want, a.reason);
+	}
+}
+
 /* ---- the client ----------------------------------------------------------- */
 
 struct answer {
 	void *cookie;
 	enum net_verdict verdict;
+	struct net_decision d; /* a flow's, as given */
 	char reason[64];
 	char detail[HOOK_DETAIL_MAX];
 };
@@ -444,6 +684,7 @@ static void on_answer(void *opaque, void *cookie, const struct net_decision *d,
 	a = &as->a[as->n++];
 	a->cookie = cookie;
 	a->verdict = d->verdict;
+	a->d = *d;
 	snprintf(a->reason, sizeof(a->reason), "%s", d->reason);
 	snprintf(a->detail, sizeof(a->detail), "%s", detail);
 }
@@ -697,11 +938,126 @@ TEST_F(hk, unknown_verdict_denied)
 	ask(_metadata, self, self->fh.path, LONG_MS, &cookie1);
 	ASSERT_EQ(0, fakehook__accept(&self->fh));
 	id = question_id(_metadata, &self->fh);
-	ASSERT_EQ(0, fakehook__answer(&self->fh, id, "grant-http", "api"));
+	ASSERT_EQ(0, fakehook__answer(&self->fh, id, "intercept", "api"));
 	ASSERT_TRUE(run_until(self->hook, &self->answers, 1));
 	EXPECT_EQ(NET_VERDICT_DENY, self->answers.a[0].verdict);
 	EXPECT_STREQ(HOOK_UNKNOWN, self->answers.a[0].reason);
-	EXPECT_STREQ("grant-http", self->answers.a[0].detail);
+	EXPECT_STREQ("intercept", self->answers.a[0].detail);
+}
+
+/*
+ * grant-http to a flow: intercepted as it says (its question's id with
+ * it); one with a "tls" or "ask" we do not know, or fields, denied
+ * "hook answer invalid", the connection kept.
+ */
+TEST_F(hk, flow_grant_http_intercepts)
+{
+	const struct net_decision *d = &self->answers.a[0].d;
+	struct hook_stats s;
+	char line[256];
+	long long id;
+
+	open_hook(_metadata, self, 0);
+	ask(_metadata, self, self->fh.path, LONG_MS, &cookie1);
+	ASSERT_EQ(0, fakehook__accept(&self->fh));
+	id = question_id(_metadata, &self->fh);
+	snprintf(line, sizeof(line),
+		 "{\"id\": %lld, \"verdict\": \"grant-http\", \"tls\": "
+		 "\"auto\", \"ask\": \"connection\", \"reason\": \"api\"}\n",
+		 id);
+	ASSERT_EQ(0, fakehook__send(&self->fh, line));
+	ASSERT_TRUE(run_until(self->hook, &self->answers, 1));
+	EXPECT_EQ(&cookie1, self->answers.a[0].cookie);
+	EXPECT_EQ(NET_VERDICT_HTTP, d->verdict);
+	EXPECT_STREQ(HOOK_GRANT_HTTP, d->reason);
+	EXPECT_EQ(id, (long long)d->hook_flow);
+	EXPECT_TRUE(d->http_tls_auto);
+	EXPECT_FALSE(d->http_tls);
+	EXPECT_FALSE(d->hook_each_request);
+	EXPECT_STREQ("api", self->answers.a[0].detail);
+
+	ask(_metadata, self, self->fh.path, LONG_MS, &cookie2);
+	id = question_id(_metadata, &self->fh);
+	snprintf(line, sizeof(line),
+		 "{\"id\": %lld, \"verdict\": \"grant-http\", \"tls\": true, "
+		 "\"ask\": \"request\", \"host\": \"api.example.test\"}\n",
+		 id);
+	ASSERT_EQ(0, fakehook__send(&self->fh, line));
+	ASSERT_TRUE(run_until(self->hook, &self->answers, 2));
+	d = &self->answers.a[1].d;
+	EXPECT_EQ(NET_VERDICT_HTTP, d->verdict);
+	EXPECT_TRUE(d->http_tls);
+	EXPECT_FALSE(d->http_tls_auto);
+	EXPECT_TRUE(d->hook_each_request);
+	EXPECT_STREQ("api.example.test", d->http_host);
+
+	ask(_metadata, self, self->fh.path, LONG_MS, &cookie3);
+	id = question_id(_metadata, &self->fh);
+	snprintf(line, sizeof(line),
+		 "{\"id\": %lld, \"verdict\": \"grant-http\", \"tls\": "
+		 "\"maybe\", \"ask\": \"request\"}\n",
+		 id);
+	ASSERT_EQ(0, fakehook__send(&self->fh, line));
+	ASSERT_TRUE(run_until(self->hook, &self->answers, 3));
+	EXPECT_EQ(NET_VERDICT_DENY, self->answers.a[2].verdict);
+	EXPECT_STREQ(HOOK_INVALID, self->answers.a[2].reason);
+	EXPECT_STREQ("tls not true, false or \"auto\"",
+		     self->answers.a[2].detail);
+	hook__stats(self->hook, &s);
+	EXPECT_EQ(1, s.connects);
+	EXPECT_EQ(3, s.answers);
+}
+
+/*
+ * A request's answer that names a "flow" must name its request's (the
+ * flow question's id it was asked with); a flow's answer names none.
+ */
+TEST_F(hk, answer_naming_another_flow_invalid)
+{
+	struct hook_http_question q =
+		http_question(self->fh.path, LONG_MS, NULL);
+	struct net_http_decision *d = &self->answers.http;
+	char line[256];
+	uint64_t id = 0;
+	long long fid;
+
+	open_hook(_metadata, self, 0);
+	q.flow = 5;
+	ASSERT_EQ(0, hook__ask_http(self->hook, &self->f, &q, &cookie1,
+				    now_ms(), &id));
+	ASSERT_EQ(0, fakehook__accept(&self->fh));
+	question_id(_metadata, &self->fh);
+	snprintf(line, sizeof(line),
+		 "{\"id\": %llu, \"flow\": 6, \"verdict\": \"grant\"}\n",
+		 (unsigned long long)id);
+	ASSERT_EQ(0, fakehook__send(&self->fh, line));
+	ASSERT_TRUE(run_until(self->hook, &self->answers, 1));
+	EXPECT_EQ(NET_VERDICT_DENY, d->verdict);
+	EXPECT_STREQ(HOOK_INVALID, d->reason);
+	EXPECT_STREQ("flow not the question's", self->answers.a[0].detail);
+
+	ASSERT_EQ(0, hook__ask_http(self->hook, &self->f, &q, &cookie2,
+				    now_ms(), &id));
+	question_id(_metadata, &self->fh);
+	snprintf(line, sizeof(line),
+		 "{\"id\": %llu, \"flow\": 5, \"verdict\": \"grant-http\", "
+		 "\"set\": {\"x-agent-policy\": \"allowed\"}}\n",
+		 (unsigned long long)id);
+	ASSERT_EQ(0, fakehook__send(&self->fh, line));
+	ASSERT_TRUE(run_until(self->hook, &self->answers, 2));
+	EXPECT_EQ(NET_VERDICT_ALLOW, d->verdict);
+	ASSERT_EQ(1, d->nr_headers);
+	EXPECT_STREQ("x-agent-policy", d->buf + d->headers[0].name);
+
+	ask(_metadata, self, self->fh.path, LONG_MS, &cookie3);
+	fid = question_id(_metadata, &self->fh);
+	snprintf(line, sizeof(line),
+		 "{\"id\": %lld, \"flow\": %lld, \"verdict\": \"grant\"}\n",
+		 fid, fid);
+	ASSERT_EQ(0, fakehook__send(&self->fh, line));
+	ASSERT_TRUE(run_until(self->hook, &self->answers, 3));
+	EXPECT_EQ(NET_VERDICT_DENY, self->answers.a[2].verdict);
+	EXPECT_STREQ(HOOK_INVALID, self->answers.a[2].reason);
 }
 
 TEST_F(hk, unknown_and_cancelled_ids_ignored)

@@ -1651,4 +1651,259 @@ TEST_F_TIMEOUT(ic, hook_headers_on_an_h2_stream, 60)
 	EXPECT_EQ(1, http_reason(&s, HOOK_GRANT));
 }
 
+/* ---- the hook decides interception (issue 31) ------------------------- */
+
+/* A policy of a hook alone: no rule, no grant. */
+static void hook_only_policy(struct __test_metadata *_metadata,
+			     FIXTURE_DATA(ic) * self)
+{
+	char doc[512];
+
+	snprintf(doc, sizeof(doc),
+		 "{\"hook\": {\"socket\": \"%s\", \"timeoutMs\": 5000}}",
+		 self->fh.path);
+	proxyfix__policy_set(_metadata, &self->policy, doc);
+}
+
+/* The hook's next line, parsed (the caller frees it). */
+static json_t *hook_line(struct __test_metadata *_metadata, struct fakehook *fh)
+{
+	char line[FAKEHOOK_LINE_MAX];
+	json_t *q;
+
+	ASSERT_LT(0, fakehook__read_line(fh, line, sizeof(line)));
+	q = json_loads(line, 0, NULL);
+	ASSERT_NE(NULL, q) TH_LOG("not JSON: %s", line);
+	return q;
+}
+
+/*
+ * The flow's question (a flow's: no "type", the name bound to its
+ * destination), answered grant-http with keys (tls, ask): its id.
+ */
+static long long hook_grant_flow(struct __test_metadata *_metadata,
+				 struct fakehook *fh, const char *keys)
+{
+	char line[512];
+	long long id;
+	json_t *q = hook_line(_metadata, fh);
+
+	EXPECT_EQ(NULL, json_object_get(q, "type"));
+	EXPECT_STREQ(API_HOST, json_string_value(json_array_get(
+				       json_object_get(q, "hostnames"), 0)));
+	id = json_integer_value(json_object_get(q, "id"));
+	json_decref(q);
+	snprintf(line, sizeof(line),
+		 "{\"id\": %lld, \"verdict\": \"grant-http\", %s}\n", id, keys);
+	EXPECT_EQ(0, fakehook__send(fh, line));
+	return id;
+}
+
+/*
+ * A hook-only policy, clear text ("tls": "auto" on port 80): the flow
+ * is intercepted, its request put to the hook with the flow's id, no
+ * "tls", where it goes, and a value that is not ASCII byte for byte; the
+ * hook sets a field no grant declared, which reaches upstream only.
+ */
+TEST_F_TIMEOUT(ic, hook_flow_grant_http_clear_text, 60)
+{
+	const char *req = "GET /v1?q=1 HTTP/1.1\r\nHost: " API_HOST
+			  "\r\nX-Name: caf\xc3\xa9\r\n\r\n";
+	const char *want = "GET /v1?q=1 HTTP/1.1\r\nHost: " API_HOST
+			   "\r\nX-Name: caf\xc3\xa9\r\n"
+			   "x-agent-policy: /v1?q=1\r\n\r\n";
+	struct proxy_stats s;
+	long long fid, id;
+	char line[512];
+	json_t *q, *dst;
+	int g, up;
+
+	hook_only_policy(_metadata, self);
+	g = guest_send(_metadata, self, API_ADDR, HTTP_PORT, req);
+	ASSERT_EQ(0, fakehook__accept(&self->fh));
+	fid = hook_grant_flow(_metadata, &self->fh,
+			      "\"tls\": \"auto\", \"ask\": \"request\"");
+	q = hook_line(_metadata, &self->fh);
+	EXPECT_STREQ("http", json_string_value(json_object_get(q, "type")));
+	EXPECT_EQ(fid, json_integer_value(json_object_get(q, "flow")));
+	EXPECT_EQ(NULL, json_object_get(q, "grant"));
+	EXPECT_TRUE(json_is_null(json_object_get(q, "tls")));
+	EXPECT_STREQ("http://" API_HOST "/v1?q=1",
+		     json_string_value(json_object_get(q, "url")));
+	dst = json_object_get(q, "destination");
+	EXPECT_STREQ(API_HOST,
+		     json_string_value(json_object_get(dst, "hostname")));
+	EXPECT_STREQ(API_ADDR, json_string_value(json_object_get(
+				       json_object_get(dst, "dst"), "ip")));
+	EXPECT_EQ(HTTP_PORT, json_integer_value(json_object_get(
+				     json_object_get(dst, "dst"), "port")));
+	EXPECT_STREQ(VMNET_GUEST, json_string_value(json_object_get(
+					  json_object_get(dst, "src"), "ip")));
+	/* 0xc3 0xa9 as U+00C3 U+00A9: UTF-8 c3 83 c2 a9. */
+	EXPECT_STREQ(
+		"caf\xc3\x83\xc2\xa9",
+		json_string_value(json_array_get(
+			json_array_get(json_object_get(q, "headers"), 1), 1)));
+	id = json_integer_value(json_object_get(q, "id"));
+	json_decref(q);
+	snprintf(line, sizeof(line),
+		 "{\"id\": %lld, \"flow\": %lld, \"verdict\": \"grant-http\", "
+		 "\"set\": {\"X-Agent-Policy\": \"/v1?q=1\"}}\n",
+		 id, fid);
+	ASSERT_EQ(0, fakehook__send(&self->fh, line));
+	up = proxyfix__up_accept(_metadata, self->api);
+	exchange(_metadata, g, up, want);
+	close(g);
+	close(up);
+	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, proxyfix__tcp_open_is, 0,
+					 &s));
+	EXPECT_EQ(1, s.tcp_intercepted);
+	EXPECT_EQ(1, s.http_allowed);
+	EXPECT_EQ(2, s.hook.questions);
+}
+
+/*
+ * "ask": "connection": the flow's grant stands for its requests, none
+ * is put to the hook, nothing is set; a framing field the hook sets on
+ * a request of an "ask": "request" flow is refused (403) naming nothing
+ * to the guest but the reason.
+ */
+TEST_F_TIMEOUT(ic, hook_flow_connection_then_framing_refused, 60)
+{
+	const char *req = "GET /a HTTP/1.1\r\nHost: " API_HOST "\r\n\r\n";
+	struct proxy_stats s;
+	char buf[4096], line[512];
+	long long id;
+	json_t *q;
+	int g, up;
+
+	hook_only_policy(_metadata, self);
+	g = guest_send(_metadata, self, API_ADDR, HTTP_PORT, req);
+	ASSERT_EQ(0, fakehook__accept(&self->fh));
+	hook_grant_flow(_metadata, &self->fh,
+			"\"tls\": false, \"ask\": \"connection\"");
+	up = proxyfix__up_accept(_metadata, self->api);
+	exchange(_metadata, g, up, req);
+	ASSERT_EQ((ssize_t)strlen(req), send(g, req, strlen(req), 0));
+	exchange(_metadata, g, up, req);
+	EXPECT_FALSE(fakehook__wait(self->fh.conn, POLLIN, 0));
+	close(g);
+	close(up);
+
+	g = guest_send(_metadata, self, API_ADDR, HTTP_PORT, req);
+	hook_grant_flow(_metadata, &self->fh,
+			"\"tls\": false, \"ask\": \"request\"");
+	q = hook_line(_metadata, &self->fh);
+	id = json_integer_value(json_object_get(q, "id"));
+	json_decref(q);
+	snprintf(line, sizeof(line),
+		 "{\"id\": %lld, \"verdict\": \"grant-http\", \"set\": "
+		 "{\"Content-Length\": \"0\"}}\n",
+		 id);
+	ASSERT_EQ(0, fakehook__send(&self->fh, line));
+	expect_answer(_metadata, g, buf, sizeof(buf), "HTTP/1.1 403 ");
+	EXPECT_NE(NULL, strstr(buf, HOOK_INVALID)) TH_LOG("%s", buf);
+	EXPECT_FALSE(vmnet__wait_for(self->api, POLLIN, 0));
+	close(g);
+	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, proxyfix__tcp_open_is, 0,
+					 &s));
+	EXPECT_EQ(2, s.http_allowed);
+	EXPECT_EQ(1, http_reason(&s, HOOK_INVALID));
+	EXPECT_EQ(3, s.hook.questions);
+}
+
+/*
+ * HTTPS by "tls": "auto" (the ClientHello says so): the request's
+ * question has the SNI and the ALPN the guest chose, and the hook's
+ * field reaches upstream. A second name the hook denies is reset.
+ */
+TEST_F_TIMEOUT(ic, hook_flow_grant_http_tls_auto, 60)
+{
+	const char *req = "GET /user HTTP/1.1\r\nHost: " API_HOST "\r\n\r\n";
+	const char *want = "GET /user HTTP/1.1\r\nHost: " API_HOST
+			   "\r\nx-agent-policy: allowed\r\n\r\n";
+	struct tls_conn *g, *u;
+	char buf[4096], line[512];
+	struct proxy_stats s;
+	int gfd, ufd;
+	long long id;
+	json_t *q, *tls;
+	bool end;
+
+	hook_only_policy(_metadata, self);
+	g = guest_tls(_metadata, self, API_HOST, &gfd);
+	ASSERT_EQ(0, fakehook__accept(&self->fh));
+	hook_grant_flow(_metadata, &self->fh,
+			"\"tls\": \"auto\", \"ask\": \"request\"");
+	u = up_tls(_metadata, self, self->tls.up_srv, &ufd);
+	ASSERT_EQ(0, tls_handshake(u, ufd)) TH_LOG("%s", tls_conn__error(u));
+	ASSERT_EQ(0, tls_handshake(g, gfd)) TH_LOG("%s", tls_conn__error(g));
+	ASSERT_EQ(0, tls_write_all(g, gfd, req));
+	q = hook_line(_metadata, &self->fh);
+	tls = json_object_get(q, "tls");
+	EXPECT_STREQ(API_HOST, json_string_value(json_object_get(tls, "sni")));
+	EXPECT_STREQ("http/1.1",
+		     json_string_value(json_object_get(tls, "alpn")));
+	EXPECT_STREQ("https://" API_HOST "/user",
+		     json_string_value(json_object_get(q, "url")));
+	id = json_integer_value(json_object_get(q, "id"));
+	json_decref(q);
+	snprintf(line, sizeof(line),
+		 "{\"id\": %lld, \"verdict\": \"grant-http\", \"set\": "
+		 "{\"x-agent-policy\": \"allowed\"}}\n",
+		 id);
+	ASSERT_EQ(0, fakehook__send(&self->fh, line));
+	tls_read_until(u, ufd, buf, sizeof(buf), strlen(want), &end);
+	EXPECT_STREQ(want, buf);
+	ASSERT_EQ(0, tls_write_all(u, ufd, RESPONSE));
+	tls_read_until(g, gfd, buf, sizeof(buf), strlen(RESPONSE), &end);
+	EXPECT_STREQ(RESPONSE, buf);
+	tls_conn__free(g);
+	tls_conn__free(u);
+	close(gfd);
+	close(ufd);
+
+	/* Another flow the hook denies: reset, never intercepted. */
+	gfd = guest_send(_metadata, self, API_ADDR, HTTPS_PORT, NULL);
+	q = hook_line(_metadata, &self->fh);
+	EXPECT_EQ(0,
+		  fakehook__answer(&self->fh,
+				   json_integer_value(json_object_get(q, "id")),
+				   "deny", "not this one"));
+	json_decref(q);
+	EXPECT_EQ(0, read_until(gfd, buf, sizeof(buf), 0, &end));
+	close(gfd);
+	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, proxyfix__tcp_open_is, 0,
+					 &s));
+	EXPECT_EQ(1, s.tcp_intercepted);
+	EXPECT_EQ(1, s.http_allowed);
+}
+
+/*
+ * "host" pins the flow to one name: a TLS server name that is another
+ * name DNS binds to the same address is refused before any certificate
+ * or upstream connection, with no request question.
+ */
+TEST_F_TIMEOUT(ic, hook_flow_host_pins_the_name, 60)
+{
+	struct proxy_stats s;
+	struct tls_conn *g;
+	int gfd;
+
+	hook_only_policy(_metadata, self);
+	g = guest_tls(_metadata, self, "other.example.test", &gfd);
+	ASSERT_EQ(0, fakehook__accept(&self->fh));
+	hook_grant_flow(_metadata, &self->fh,
+			"\"tls\": true, \"ask\": \"request\", \"host\": "
+			"\"" API_HOST "\"");
+	EXPECT_NE(0, tls_handshake(g, gfd));
+	tls_conn__free(g);
+	close(gfd);
+	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, refused_at_least, 1, &s));
+	EXPECT_EQ(1, http_reason(&s, "http host mismatch"));
+	EXPECT_EQ(0, s.http_allowed);
+	EXPECT_EQ(1, s.hook.questions);
+	EXPECT_FALSE(vmnet__wait_for(self->api_tls, POLLIN, 0));
+}
+
 TEST_HARNESS_MAIN

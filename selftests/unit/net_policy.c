@@ -1220,6 +1220,11 @@ static void secret_file(struct __test_metadata *_metadata, char *path,
 	close(fd);
 }
 
+/* A hook's grant-http flow for decide_http() (0: a static grant's). */
+static uint64_t test_hook_flow;
+static bool test_hook_flow_each;
+static const char *test_hook_host = "";
+
 /* The request to API_ADDR:port naming host: d filled. */
 static enum net_verdict decide_http(const struct net_policy *p,
 				    const struct net_bindings *b,
@@ -1237,6 +1242,10 @@ static enum net_verdict decide_http(const struct net_policy *p,
 	};
 
 	memset(d, 0xa5, sizeof(*d));
+	/* The inputs: a static grant's flow (0), unless the test says. */
+	d->hook_flow = test_hook_flow;
+	d->hook_flow_each = test_hook_flow_each;
+	snprintf(d->hook_host, sizeof(d->hook_host), "%s", test_hook_host);
 	net_policy__decide_http(p, &f, host, verified, b, d);
 	return d->verdict;
 }
@@ -1395,6 +1404,77 @@ TEST(http_request_decisions)
 	net_bindings__destroy(b);
 	net_policy__free(p);
 	unsetenv(OTHER_ENV);
+}
+
+/*
+ * A flow the hook's grant-http intercepts (issue 31): no static grant
+ * is looked for; its name is checked as a grant's is, then each request
+ * is put to the hook ("ask": "request") or allowed with no field
+ * ("connection"); a policy with no hook any more grants nothing.
+ */
+TEST(http_request_of_a_hook_flow)
+{
+	struct net_http_decision d;
+	struct net_bindings *b;
+	struct net_policy *p, *none;
+	char err[ERR_LEN];
+
+	ASSERT_EQ(0, parse("{'hook': {'socket': '/run/h.sock', 'timeoutMs': "
+			   "300}}",
+			   &p, err, sizeof(err)))
+	TH_LOG("%s", err);
+	ASSERT_EQ(0, parse("{'tcp': [{'to': '203.0.113.7/32'}]}", &none, err,
+			   sizeof(err)))
+	TH_LOG("%s", err);
+	b = net_bindings__create(NULL, NULL);
+	ASSERT_NE(NULL, b);
+	ASSERT_EQ(0, net_bindings__insert(b, "api.example.test", ip(API_ADDR),
+					  60));
+	test_hook_flow = 7;
+	test_hook_flow_each = true;
+	ASSERT_EQ(NET_VERDICT_ASK,
+		  decide_http(p, b, "api.example.test", 443, false, &d));
+	EXPECT_STREQ(NET_HOOK_GRANT_HTTP, d.reason);
+	EXPECT_STREQ("/run/h.sock", d.hook_socket);
+	EXPECT_EQ(300, d.hook_timeout_ms);
+	EXPECT_TRUE(d.ask_each_request);
+	EXPECT_EQ(0, d.nr_headers);
+	EXPECT_EQ(0, d.response_ms);
+	/* The name is checked as a static grant's: bound there, a name. */
+	EXPECT_EQ(DENY, decide_http(p, b, "new.example.test", 443, false, &d));
+	EXPECT_STREQ("http host mismatch", d.reason);
+	EXPECT_EQ(DENY, decide_http(p, b, API_ADDR, 443, false, &d));
+	EXPECT_STREQ("http host not a name", d.reason);
+	/* Pinned to one name ("host"): another bound there is a mismatch. */
+	ASSERT_EQ(0, net_bindings__insert(b, "www.example.test", ip(API_ADDR),
+					  60));
+	test_hook_host = "api.example.test";
+	EXPECT_EQ(NET_VERDICT_ASK,
+		  decide_http(p, b, "API.example.test", 443, false, &d));
+	EXPECT_EQ(DENY, decide_http(p, b, "www.example.test", 443, false, &d));
+	EXPECT_EQ(421, d.status);
+	EXPECT_STREQ("http host mismatch", d.reason);
+	test_hook_host = "";
+	EXPECT_EQ(NET_VERDICT_ASK,
+		  decide_http(p, b, "www.example.test", 443, false, &d));
+	/* "ask": "connection": allowed, nothing set, no question. */
+	test_hook_flow_each = false;
+	ASSERT_EQ(ALLOW, decide_http(p, b, "api.example.test", 80, false, &d));
+	EXPECT_STREQ(NET_HOOK_GRANT_HTTP, d.reason);
+	EXPECT_EQ(0, d.nr_headers);
+	EXPECT_EQ(0, d.response_ms);
+	/* The policy replaced by one without a hook: no grant. */
+	EXPECT_EQ(DENY,
+		  decide_http(none, b, "api.example.test", 80, false, &d));
+	EXPECT_EQ(403, d.status);
+	EXPECT_STREQ("http no grant", d.reason);
+	/* The same policy, a static grant's flow: no grant covers it. */
+	test_hook_flow = 0;
+	EXPECT_EQ(DENY, decide_http(p, b, "api.example.test", 80, false, &d));
+	EXPECT_STREQ("http no grant", d.reason);
+	net_bindings__destroy(b);
+	net_policy__free(none);
+	net_policy__free(p);
 }
 
 /* A file's value: read whole, its one trailing newline (or CR LF) dropped. */

@@ -171,6 +171,25 @@ void agent_mark_ready(struct api *api)
 		api->p.agent_ready(api->p.opaque);
 }
 
+/*
+ * The request needs what this agent lacks (one from an older initramfs,
+ * in a restored snapshot): refused, rather than sent and misread (an
+ * agent ignores fields it does not know: T_ENV_MERGE would replace).
+ */
+static void feature_missing(struct call *k, uint64_t features)
+{
+	char why[160];
+
+	snprintf(why, sizeof(why), "guest agent lacks %s (features 0x%llx): %s",
+		 k->need_features & KILN_FEATURE_ENV_MERGE ? "ENV_MERGE" :
+							     "a feature",
+		 (unsigned long long)features,
+		 k->need_features & KILN_FEATURE_ENV_MERGE ?
+			 "envMode \"merge\" needs a newer guest agent" :
+			 "the request needs a newer guest agent");
+	call_lost(k, why);
+}
+
 static void agent_hello(struct call *k, const uint8_t *p, size_t len)
 {
 	struct api *api = k->api;
@@ -199,6 +218,10 @@ static void agent_hello(struct call *k, const uint8_t *p, size_t len)
 	agent_mark_ready(api);
 	if (k->kind == CALL_PROBE) {
 		call_done(k);
+		return;
+	}
+	if (k->need_features & ~features) {
+		feature_missing(k, features);
 		return;
 	}
 	agent_send(k, k->req_type, 0, k->req.data, k->req.len);

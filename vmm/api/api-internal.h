@@ -94,6 +94,7 @@ struct call {
 	struct bytequeue aout; /* to the agent */
 	struct kiln_buf req;
 	uint16_t req_type;
+	uint64_t need_features; /* KILN_FEATURE_* the request needs */
 	uint64_t connect_deadline, retry_at, deadline; /* ms, 0: none */
 
 	/* streams: spawn, pty, fs.writeFile with stream */

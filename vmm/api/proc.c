@@ -11,10 +11,12 @@
 #include <string.h>
 
 #include "lib/counter.h"
+#include "proto/env.h"
 #include "vmm/api/api-internal.h"
 
-#define API_KILL_GRACE_MS 2000 /* killed group: wait for its exit */
-#define API_EXEC_GRACE_MS 5000 /* past timeoutMs: the agent is stuck */
+#define API_KILL_GRACE_MS  2000 /* killed group: wait for its exit */
+#define API_EXEC_GRACE_MS  5000 /* past timeoutMs: the agent is stuck */
+#define API_ENV_NAME_SHOWN 65	/* bytes of a bad env name an error repeats */
 
 /* Signals the process; past API_KILL_GRACE_MS call_tick() gives up. */
 void proc_kill(struct call *k, int sig, uint64_t now)
@@ -292,13 +294,87 @@ static int put_kv(struct kiln_buf *b, const char *key, const char *value)
 	return ret;
 }
 
-/* argv, env, cwd and timeoutMs of exec, spawn and pty.open. */
+/* A bad variable of env, named as the client wrote it (proto/env.h). */
+static bool env_error(struct rpc *r, const char *name, size_t len,
+		      const char *why)
+{
+	char shown[API_ENV_NAME_SHOWN];
+
+	kiln_env__show(name, len, shown, sizeof(shown));
+	return param_error(r, "env: variable \"%s\": %s", shown, why);
+}
+
+/*
+ * env: an array of "NAME=value" or an object {NAME: value}, into T_ENV
+ * fields; envMode: "replace" (the default: env is the whole environment)
+ * or "merge" (env adds to the guest's default environment: T_ENV_MERGE,
+ * which needs an agent with KILN_FEATURE_ENV_MERGE, *need).
+ */
+static bool param_env(struct rpc *r, struct kiln_buf *b, uint64_t *need)
+{
+	json_t *env = json_object_get(r->params, "env");
+	const char *key, *s, *mode, *why;
+	size_t i, n;
+	json_t *v;
+	int ret = 0;
+
+	if (!param_str(r, "envMode", false, &mode, &n))
+		return false;
+	if (mode && strcmp(mode, "replace") && strcmp(mode, "merge"))
+		return param_error(r, "envMode: expected \"replace\" or "
+				      "\"merge\"");
+	if (json_is_array(env)) {
+		json_array_foreach(env, i, v)
+		{
+			s = json_string_value(v);
+			if (!s)
+				return param_error(r,
+						   "env[%zu]: expected "
+						   "\"NAME=value\"",
+						   i);
+			n = json_string_length(v);
+			why = kiln_env__entry_error(s, n);
+			if (why)
+				return env_error(r, s, kiln_env__name_len(s, n),
+						 why);
+			ret = ret ?: kiln_tlv__put_bytes(b, KILN_T_ENV, s, n);
+		}
+	} else if (json_is_object(env)) {
+		json_object_foreach(env, key, v)
+		{
+			n = strlen(key);
+			if (!kiln_env__name_ok(key, n))
+				return env_error(r, key, n,
+						 !n ? "an empty name" :
+						      "'=' in the name");
+			s = json_string_value(v);
+			if (!s || strlen(s) != json_string_length(v))
+				return env_error(r, key, n,
+						 "expected a string value "
+						 "without NUL");
+			ret = ret ?: put_kv(b, key, s);
+		}
+	} else if (env) {
+		return param_error(r,
+				   "env: expected an array of \"NAME=value\" "
+				   "or an object");
+	}
+	if (mode && !strcmp(mode, "merge")) {
+		ret = ret ?: kiln_tlv__put_u64(b, KILN_T_ENV_MERGE, 1);
+		*need |= KILN_FEATURE_ENV_MERGE;
+	}
+	if (ret)
+		return param_error(r, "argv and env: too long (limit %u bytes)",
+				   KILN_FRAME_MAX);
+	return true;
+}
+
+/* argv, env, envMode, cwd and timeoutMs of exec, spawn and pty.open. */
 static bool param_process(struct rpc *r, struct kiln_buf *b, bool argv_required,
-			  uint64_t *timeout_ms)
+			  uint64_t *timeout_ms, uint64_t *need)
 {
 	json_t *argv = json_object_get(r->params, "argv");
-	json_t *env = json_object_get(r->params, "env");
-	const char *key, *cwd;
+	const char *cwd;
 	json_t *v;
 	size_t i, n;
 	int ret = 0;
@@ -320,33 +396,11 @@ static bool param_process(struct rpc *r, struct kiln_buf *b, bool argv_required,
 			      kiln_tlv__put_str(b, KILN_T_ARG,
 						json_string_value(v));
 	}
-	if (json_is_array(env)) {
-		json_array_foreach(env, i, v)
-		{
-			const char *s = json_string_value(v);
-
-			if (!s || !strchr(s, '=') || s[0] == '=')
-				return param_error(r,
-						   "env[%zu]: expected "
-						   "\"NAME=value\"",
-						   i);
-			ret = ret ?: kiln_tlv__put_str(b, KILN_T_ENV, s);
-		}
-	} else if (json_is_object(env)) {
-		json_object_foreach(env, key, v)
-		{
-			if (!json_is_string(v) || !key[0] || strchr(key, '='))
-				return param_error(r,
-						   "env.%s: expected a "
-						   "string value",
-						   key);
-			ret = ret ?: put_kv(b, key, json_string_value(v));
-		}
-	} else if (env) {
-		return param_error(r,
-				   "env: expected an array of \"NAME=value\" "
-				   "or an object");
-	}
+	if (ret)
+		return param_error(r, "argv and env: too long (limit %u bytes)",
+				   KILN_FRAME_MAX);
+	if (!param_env(r, b, need))
+		return false;
 	if (!param_str(r, "cwd", false, &cwd, &n))
 		return false;
 	if (cwd)
@@ -365,14 +419,14 @@ static bool param_process(struct rpc *r, struct kiln_buf *b, bool argv_required,
 
 static void m_exec(struct rpc *r)
 {
-	uint64_t timeout = 0;
+	uint64_t timeout = 0, need = 0;
 	struct kiln_buf b;
 	uint8_t *in;
 	size_t in_len;
 	struct call *k;
 
 	kiln_buf__init(&b);
-	if (!param_process(r, &b, true, &timeout) ||
+	if (!param_process(r, &b, true, &timeout, &need) ||
 	    !param_b64(r, "stdin", &in, &in_len))
 		goto out;
 	k = call_new(r, CALL_EXEC, false);
@@ -380,6 +434,7 @@ static void m_exec(struct rpc *r)
 		free(in);
 		goto out;
 	}
+	k->need_features = need;
 	k->stdin_data = in;
 	k->stdin_len = in_len;
 	if (timeout)
@@ -391,7 +446,7 @@ out:
 
 static void m_spawn(struct rpc *r)
 {
-	uint64_t timeout = 0;
+	uint64_t timeout = 0, need = 0;
 	struct kiln_buf b;
 	bool in = true;
 	struct call *k;
@@ -401,12 +456,13 @@ static void m_spawn(struct rpc *r)
 		param_error(r, "spawn needs a request id");
 		goto out;
 	}
-	if (!param_process(r, &b, true, &timeout) ||
+	if (!param_process(r, &b, true, &timeout, &need) ||
 	    !param_bool(r, "stdin", &in))
 		goto out;
 	k = call_new(r, CALL_SPAWN, true);
 	if (!k)
 		goto out;
+	k->need_features = need;
 	k->stdin_closed = !in;
 	call_start(k, KILN_MSG_PROC_START, &b);
 out:
@@ -415,7 +471,7 @@ out:
 
 static void m_pty_open(struct rpc *r)
 {
-	uint64_t timeout = 0, rows = 24, cols = 80;
+	uint64_t timeout = 0, rows = 24, cols = 80, need = 0;
 	struct kiln_buf b;
 	struct call *k;
 
@@ -424,7 +480,7 @@ static void m_pty_open(struct rpc *r)
 		param_error(r, "pty.open needs a request id");
 		goto out;
 	}
-	if (!param_process(r, &b, false, &timeout) ||
+	if (!param_process(r, &b, false, &timeout, &need) ||
 	    !param_uint(r, "rows", 65535, &rows) ||
 	    !param_uint(r, "cols", 65535, &cols))
 		goto out;
@@ -435,8 +491,10 @@ static void m_pty_open(struct rpc *r)
 		goto out;
 	}
 	k = call_new(r, CALL_PTY, true);
-	if (k)
-		call_start(k, KILN_MSG_PROC_START, &b);
+	if (!k)
+		goto out;
+	k->need_features = need;
+	call_start(k, KILN_MSG_PROC_START, &b);
 out:
 	kiln_buf__free(&b);
 }
