@@ -230,7 +230,14 @@ export class SandboxVm implements AsyncDisposable {
 				this.#conn.call("vm.shutdown").catch(() => undefined),
 				this.#exited,
 			]);
-			const done = await Promise.race([this.#exited.then(() => true), sleep(SHUTDOWN_WAIT_MS, false)]);
+			// The wait is cancelled once the vmm exits: a timer left pending
+			// would keep this process alive 40 s after its last close.
+			const wait = new AbortController();
+			const done = await Promise.race([
+				this.#exited.then(() => true),
+				sleep(SHUTDOWN_WAIT_MS, false, { signal: wait.signal }).catch(() => false),
+			]);
+			wait.abort();
 			if (!done) {
 				this.#child.kill("SIGKILL");
 				await this.#exited;

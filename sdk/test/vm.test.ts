@@ -69,6 +69,9 @@ describe("sandbox", () => {
 			},
 		});
 		assert.ok(socket && !existsSync(socket.replace(/control\.sock$/, "")), "the runtime directory is removed");
+		// Nothing of the VM keeps this process alive once it is closed
+		// (a pending shutdown timer once held it 40 s).
+		assert.deepEqual(process.getActiveResourcesInfo().filter((r) => r === "Timeout"), []);
 	});
 	test("network.policy and fs.virtual are served from this process while the VM runs", async () => {
 		const k = fakeKiln();
