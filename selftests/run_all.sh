@@ -166,7 +166,7 @@ lane_run() {
 # a result.
 kvm_suite_cost() {
 	case ${1##*/} in
-	sdk.sh) echo 625 ;;
+	sdk.sh) echo 100 ;;
 	kvm_control) echo 290 ;;
 	kvm_net) echo 185 ;;
 	kvm_net_hook) echo 35 ;;

@@ -1,14 +1,15 @@
-// Scenario 3 of the seed, its fs.bind part (fs.virtual comes with the
-// stream virtual-fs seam): a host directory bound read-only with masked
+// Scenario 3 of the seed, its fs.bind part (3-virtual-workspaces.ts is
+// its fs.virtual part): a host directory bound read-only with masked
 // paths, then read-write with mask storage. A temporary directory stands
-// in for /Users/alice/project. The image is read-only and cannot create
-// /workspace yet (issue 31's seam), so the root is ephemeral.
+// in for /Users/alice/project. The root is the bare read-only image, as
+// the seed writes it: /workspace, which the image lacks, is made without
+// writing the image.
 
 import assert from "node:assert/strict";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { defineSandbox, fs, rootfs } from "@kiln/sandbox";
+import { defineSandbox, fs } from "@kiln/sandbox";
 import { image as debian12Agent } from "./image.js";
 
 const scratch = mkdtempSync(path.join(os.tmpdir(), "kiln-sdk-scenario3-"));
@@ -20,14 +21,14 @@ writeFileSync(path.join(project, ".git", "config"), "[core]\n");
 writeFileSync(path.join(project, "src", "input.json"), JSON.stringify({ repo: "torkbot/sandbox" }));
 
 const sandbox = defineSandbox({
-	rootfs: rootfs.ephemeral({ base: debian12Agent }),
+	rootfs: debian12Agent,
 });
 
 const configFacts = sandbox.environmentFacts();
 const has = (facts: { topic: string; relation: string; value: string }[], t: string, r: string, v: string) =>
 	facts.some((f) => f.topic === t && f.relation === r && f.value === v);
 assert.ok(has(configFacts, "rootfs-image", "is", "debian-12-agent"), JSON.stringify(configFacts));
-assert.ok(has(configFacts, "rootfs-write-mode", "is", "ephemeral"));
+assert.ok(has(configFacts, "rootfs-write-mode", "is", "readonly"));
 assert.ok(has(configFacts, "network-egress", "is", "none"));
 assert.ok(has(configFacts, "os", "distribution", "debian"), "the image's facts are the definition's");
 assert.ok(configFacts.every((f) => f.source === "config"));

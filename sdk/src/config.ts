@@ -6,7 +6,8 @@ import path from "node:path";
 import type { BindMount, SandboxMount } from "./fs.js";
 import type { KilnPaths } from "./locate.js";
 import type { SandboxImage, SandboxRootfs } from "./rootfs.js";
-import { NotSupportedError } from "./errors.js";
+import type { NetworkPolicy } from "./network/index.js";
+import { HOOK_SLACK_MS } from "./network/index.js";
 import { cleanAbsolutePath, fail, integer, nonEmpty, record, shown } from "./validate.js";
 
 export interface SandboxResources {
@@ -58,11 +59,9 @@ export function checkBoot(options: BootOptions | undefined): CheckedBoot {
 			if (mounts.some(([g]) => g === gp))
 				fail(at, `mounts ${gp} twice`);
 			const k = (mount as { kind?: unknown } | null)?.kind;
-			if (k === "virtual")
-				throw new NotSupportedError("fs.virtual mounts", "host-served file systems come with Kiln's stream virtual-fs seam (issue 31)");
-			if (k !== "bind" || !Object.isFrozen(mount))
+			if ((k !== "bind" && k !== "virtual") || !Object.isFrozen(mount))
 				fail(at, `must be fs.bind(...) or fs.virtual(...), got ${shown(mount)}`);
-			mounts.push([gp, mount as BindMount]);
+			mounts.push([gp, mount as SandboxMount]);
 		}
 		if (mounts.length > MAX_MOUNTS)
 			fail(`${what}: mounts`, `${mounts.length} mounts, Kiln takes at most ${MAX_MOUNTS}`);
@@ -86,9 +85,9 @@ export function baseOf(r: SandboxRootfs): SandboxImage {
 	return r.kind === "image" ? r : r.base;
 }
 
-/** Writes DIR/image.json (the descriptor as the vmm reads it) and
- * DIR/image.facts.json (its facts, which the vmm adds to its config
- * facts: Documentation/api.md, "Facts"); returns the descriptor's path. */
+/** Writes DIR/image.json, the descriptor as the vmm reads it, its facts
+ * in it (Documentation/rootfs.md, "Image facts": the vmm gives them after
+ * its own config facts); returns the descriptor's path. */
 export function writeImage(dir: string, image: SandboxImage): string {
 	const descriptor = path.join(dir, "image.json");
 	writeFileSync(descriptor, JSON.stringify({
@@ -98,8 +97,8 @@ export function writeImage(dir: string, image: SandboxImage): string {
 		architecture: image.architecture,
 		digest: image.digest,
 		sizeBytes: Number(image.sizeBytes),
+		facts: image.facts,
 	}, null, 2) + "\n", { mode: 0o600 });
-	writeFileSync(path.join(dir, "image.facts.json"), JSON.stringify(image.facts, null, 2) + "\n", { mode: 0o600 });
 	return descriptor;
 }
 
@@ -114,8 +113,18 @@ function bindConfig(b: BindMount): Record<string, unknown> {
 	return { bind };
 }
 
+/** The sockets this process serves for one VM (in its runtime dir). */
+export interface ServedSockets {
+	/** The policy hook's, when the sandbox has network.policy. */
+	hook?: string;
+	/** Each virtual mount's, by guest path. */
+	virtual: ReadonlyMap<string, string>;
+}
+
 export interface VmmConfigInput {
 	kiln: KilnPaths;
+	network?: NetworkPolicy | undefined;
+	sockets?: ServedSockets;
 	rootfs: SandboxRootfs;
 	resources: Required<SandboxResources> | undefined;
 	boot: CheckedBoot;
@@ -151,10 +160,34 @@ export function vmmConfig(i: VmmConfigInput): Record<string, unknown> {
 		c["cwd"] = i.boot.cwd;
 	if (i.boot.mounts.length > 0) {
 		const mounts: Record<string, unknown> = {};
-		for (const [g, m] of i.boot.mounts)
-			mounts[g] = bindConfig(m as BindMount);
+		for (const [g, m] of i.boot.mounts) {
+			if (m.kind === "bind") {
+				mounts[g] = bindConfig(m);
+				continue;
+			}
+			const socket = i.sockets?.virtual.get(g);
+			if (socket === undefined)
+				throw new Error(`internal: no socket served for the virtual mount ${g}`);
+			mounts[g] = { virtual: { socket, timeoutMs: m.timeoutMs } };
+		}
 		c["mounts"] = mounts;
 	}
+	if (i.network) {
+		if (i.sockets?.hook === undefined)
+			throw new Error("internal: no hook socket served for network.policy");
+		// A hook alone: every flow, DNS question and HTTP request the
+		// guest makes is the callback's (Documentation/network.md).
+		const net: Record<string, unknown> = {
+			mode: "auto",
+			policy: { hook: { socket: i.sockets.hook, timeoutMs: i.network.timeoutMs + HOOK_SLACK_MS } },
+		};
+		if (i.network.upstreamCaBundle !== undefined)
+			net["caBundle"] = i.network.upstreamCaBundle;
+		c["net"] = net;
+	}
+	// The VM goes when this process does, even by SIGKILL
+	// (Documentation/cli.md, "Dying with the orchestrator").
+	c["dieWithParent"] = true;
 	if (i.controlSocket !== undefined)
 		c["controlSocket"] = i.controlSocket;
 	if (i.consoleLog !== undefined)

@@ -15,7 +15,7 @@ export type SandboxEnvironmentFact = {
 export const MAX_IMAGE_FACTS = 256;
 
 /** The facts array an image descriptor carries: source "config", each
- * member a non-empty printable string. */
+ * member a non-empty string of printable ASCII. */
 export function imageFacts(what: string, v: unknown): readonly SandboxEnvironmentFact[] {
 	if (!Array.isArray(v))
 		fail(what, `must be an array of facts, got ${shown(v)}`);
@@ -33,8 +33,10 @@ export function imageFacts(what: string, v: unknown): readonly SandboxEnvironmen
 		const out: SandboxEnvironmentFact = { source: "config", topic: "", relation: "", value: "" };
 		for (const k of ["topic", "relation", "value"] as const) {
 			const s = f[k];
-			if (typeof s !== "string" || s.length === 0 || s.length > 4096 || /[\x00-\x1f\x7f]/.test(s))
-				fail(`${at}.${k}`, `must be a non-empty printable string, got ${shown(s)}`);
+			// Printable ASCII, as the vmm takes a descriptor's facts
+			// (Documentation/rootfs.md, "Image facts").
+			if (typeof s !== "string" || s.length === 0 || s.length > 4096 || !/^[\x20-\x7e]+$/.test(s))
+				fail(`${at}.${k}`, `must be a non-empty string of printable ASCII, got ${shown(s)}`);
 			out[k] = s;
 		}
 		return Object.freeze(out);

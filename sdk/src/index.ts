@@ -11,12 +11,14 @@ export type {
 export { fs } from "./fs.js";
 export type { BindMount, BindOptions, SandboxMount } from "./fs.js";
 export type {
-	MemoryFileSystemOptions, SandboxFileSystem, SandboxFileSystemStat, VirtualMount,
+	MemoryFileSystemOptions, SandboxFileSystem, SandboxFileSystemStat, VirtualMount, WriteOptions,
 } from "./vfs/index.js";
-export { network } from "./network/index.js";
+export { MemoryFileSystem, fsError } from "./vfs/index.js";
+export { network, SandboxHeaders, addressClass } from "./network/index.js";
 export type {
-	DnsConnectionMatch, EndpointMatcher, HttpConnectionMatch, HttpMiddleware, NetworkPolicy, OnConnectionRequest,
-	SandboxAddress, SandboxConnection, SandboxHttpDestination, SandboxHttpRequest, TransportMatch,
+	AddressClass, DnsConnectionMatch, EndpointMatcher, HttpConnectionMatch, HttpMiddleware, NetworkPolicy,
+	NetworkPolicyOptions, OnConnectionRequest, SandboxAddress, SandboxConnection, SandboxHttpDestination,
+	SandboxHttpRequest, TransportMatch,
 } from "./network/index.js";
 export type { SandboxEnvironmentFact } from "./facts.js";
 export { SandboxVm } from "./vm.js";

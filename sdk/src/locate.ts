@@ -136,11 +136,45 @@ export function readPin(pinsPath: string, file: string): string {
 	return pin;
 }
 
+/**
+ * Digests this process computed, by path, with the file's identity and
+ * times when it did: a later boot whose file has the same device, inode,
+ * size, mtime and ctime (nanoseconds) reuses the digest instead of
+ * hashing 20 MB again (as the vmm's verification cache does for images:
+ * Documentation/rootfs.md). Any write through the file system changes
+ * mtime and ctime; a file changed less than 100 ms before it was hashed
+ * is not remembered (it may still be changing within the timestamp).
+ */
+const digests = new Map<string, { key: string; digest: string }>();
+const RACY_NS = 100_000_000n;
+
+function identity(p: string): { key: string; settled: boolean } {
+	const st = statSync(p, { bigint: true });
+	const now = BigInt(Date.now()) * 1_000_000n;
+	return {
+		key: `${st.dev}:${st.ino}:${st.size}:${st.mtimeNs}:${st.ctimeNs}`,
+		settled: now - st.mtimeNs > RACY_NS && now - st.ctimeNs > RACY_NS,
+	};
+}
+
+/** sha256File, remembered per process (above). */
+export async function cachedSha256(p: string): Promise<string> {
+	const before = identity(p);
+	const hit = digests.get(p);
+	if (hit && hit.key === before.key)
+		return hit.digest;
+	const digest = await sha256File(p);
+	const after = identity(p);
+	if (before.settled && after.key === before.key)
+		digests.set(p, { key: after.key, digest });
+	return digest;
+}
+
 /** Refuses a kernel or initramfs whose digest is not its pin. */
 export async function verifyPins(kiln: KilnPaths): Promise<void> {
 	for (const [file, pins] of [[kiln.kernel, kiln.kernelPins], [kiln.initrd, kiln.initrdPins]] as const) {
 		const expected = readPin(pins, file);
-		const actual = await sha256File(file);
+		const actual = await cachedSha256(file);
 		if (actual !== expected)
 			throw new PinMismatchError(file, pins, expected, actual);
 	}

@@ -8,10 +8,13 @@ import { VmmError } from "./errors.js";
 import type { SandboxEnvironmentFact } from "./facts.js";
 import { baseOf, checkBoot, checkResources, vmmConfig, writeImage } from "./config.js";
 import type { BootOptions, SandboxResources } from "./config.js";
+import type { SandboxMount } from "./fs.js";
 import { locateKiln, verifyPins } from "./locate.js";
 import type { KilnOptions, KilnPaths } from "./locate.js";
 import type { NetworkPolicy } from "./network/index.js";
-import { NotSupportedError } from "./errors.js";
+import { HookServer } from "./network/hook.js";
+import { VirtualFsServer } from "./vfs/server.js";
+import type { ServedSockets } from "./config.js";
 import { checkRootfs } from "./rootfs.js";
 import type { SandboxRootfs } from "./rootfs.js";
 import { fail, record } from "./validate.js";
@@ -40,18 +43,17 @@ export function defineSandbox(options: SandboxOptions): Sandbox {
 		fail(what, "rootfs is required: rootfs.image(...), rootfs.ephemeral(...) or rootfs.persistent(...)");
 	const rootfs = checkRootfs(`${what}: rootfs`, o["rootfs"]);
 	const resources = checkResources(o["resources"]);
-	if (o["network"] !== undefined)
-		throw new NotSupportedError("defineSandbox: network", "network.policy comes with Kiln's hook verdicts (issue 31)");
+	const network = checkNetwork(o["network"]);
 	const kilnOptions = (o["kiln"] ?? {}) as KilnOptions;
 	// Checked now, so a bad option is said at definition time.
 	record(`${what}: kiln`, kilnOptions, ["vmm", "kernel", "initrd", "pins"]);
 
 	const writeConfig = (kiln: KilnPaths, dir: string, boot: BootOptions | undefined, extra: {
-		controlSocket?: string; consoleLog?: string; readyTimeoutMs?: number;
+		controlSocket?: string; consoleLog?: string; readyTimeoutMs?: number; sockets?: ServedSockets;
 	}): string => {
 		const descriptor = writeImage(dir, baseOf(rootfs));
 		const file = path.join(dir, "vm.json");
-		const config = vmmConfig({ kiln, rootfs, resources, boot: checkBoot(boot), descriptor, ...extra });
+		const config = vmmConfig({ kiln, rootfs, resources, network, boot: checkBoot(boot), descriptor, ...extra });
 		writeFileSync(file, JSON.stringify(config, null, 2) + "\n", { mode: 0o600 });
 		return file;
 	};
@@ -59,7 +61,9 @@ export function defineSandbox(options: SandboxOptions): Sandbox {
 	return Object.freeze({
 		environmentFacts(): SandboxEnvironmentFact[] {
 			const kiln = locateKiln(kilnOptions);
-			return configFacts(kiln.vmm, (dir) => writeConfig(kiln, dir, undefined, {}), (file, args) => {
+			// vmm facts connects to nothing: the sockets are only named.
+			const named = (dir: string): ServedSockets => ({ hook: path.join(dir, "hook.sock"), virtual: new Map() });
+			return configFacts(kiln.vmm, (dir) => writeConfig(kiln, dir, undefined, { sockets: named(dir) }), (file, args) => {
 				try {
 					return execFileSync(file, args, { encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] });
 				} catch (e) {
@@ -71,15 +75,60 @@ export function defineSandbox(options: SandboxOptions): Sandbox {
 		},
 
 		async boot(bootOptions?: BootOptions): Promise<SandboxVm> {
-			checkBoot(bootOptions);
+			const boot = checkBoot(bootOptions);
 			const kiln = locateKiln(kilnOptions);
 			await verifyPins(kiln);
 			return bootVm({
 				vmm: kiln.vmm,
-				writeConfig: (dir, controlSocket, consoleLog, readyTimeoutMs) =>
-					writeConfig(kiln, dir, bootOptions, { controlSocket, consoleLog, readyTimeoutMs }),
+				serve: (dir, log) => serve(dir, boot.mounts, network, log),
+				writeConfig: (dir, controlSocket, consoleLog, readyTimeoutMs, sockets) =>
+					writeConfig(kiln, dir, bootOptions, { controlSocket, consoleLog, readyTimeoutMs, sockets }),
 			});
 		},
 	});
 }
 
+
+function checkNetwork(v: unknown): NetworkPolicy | undefined {
+	if (v === undefined)
+		return undefined;
+	const p = v as Partial<NetworkPolicy> | null;
+	if (typeof p !== "object" || p === null || p.kind !== "policy" || !Object.isFrozen(p))
+		fail("defineSandbox: network", `must be network.policy(...), got ${typeof v}`);
+	return p as NetworkPolicy;
+}
+
+/** What this process serves for one VM: the policy hook and each virtual
+ * mount, listening in its runtime directory before the vmm starts. */
+async function serve(dir: string, mounts: [string, SandboxMount][], network: NetworkPolicy | undefined,
+	log: (line: string) => void): Promise<{ sockets: ServedSockets; close(): Promise<void> }> {
+	const closers: (() => Promise<void>)[] = [];
+	const close = async (): Promise<void> => {
+		await Promise.all(closers.map((c) => c()));
+	};
+	try {
+		const virtual = new Map<string, string>();
+		let hook: string | undefined;
+		if (network) {
+			const h = new HookServer(network.onConnectionRequest, network.timeoutMs, log);
+			hook = path.join(dir, "hook.sock");
+			await h.listen(hook);
+			closers.push(() => h.close());
+		}
+		let n = 0;
+		for (const [guest, m] of mounts) {
+			if (m.kind !== "virtual")
+				continue;
+			const v = new VirtualFsServer(m.fileSystem, log);
+			const socket = path.join(dir, `vfs-${n++}.sock`);
+			await v.listen(socket);
+			closers.push(() => v.close());
+			virtual.set(guest, socket);
+		}
+		const sockets: ServedSockets = hook === undefined ? { virtual } : { hook, virtual };
+		return { sockets, close };
+	} catch (e) {
+		await close();
+		throw e;
+	}
+}

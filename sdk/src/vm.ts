@@ -17,6 +17,7 @@ import type { Params } from "./rpc/client.js";
 import { integer, nonEmpty, record, shown, string } from "./validate.js";
 import { vmFileSystem } from "./vmfs.js";
 import type { SandboxVmFileSystem } from "./vmfs.js";
+import type { ServedSockets } from "./config.js";
 
 export interface ProcessOptions {
 	/** Working directory; default: the boot's cwd. */
@@ -64,8 +65,8 @@ const STDERR_KEPT = 16 * 1024;
 const MAX_SOCKET_PATH = 95;
 
 // Every vmm this process started, stopped if this process exits first
-// (a normal exit or an uncaught error; a SIGKILL leaves them running
-// until `vmm start --die-with-parent` is used).
+// (a normal exit or an uncaught error; on a SIGKILL the vmm sees it
+// itself: "dieWithParent", Documentation/cli.md).
 const running = new Set<ChildProcess>();
 let exitHookInstalled = false;
 
@@ -87,27 +88,24 @@ function checkEnvName(what: string, name: string): void {
 }
 
 /** argv and params shared by exec, spawn and pty.open. The API's `env`
- * replaces the guest's environment, where the seed's adds to it: the
- * command runs under `env -- NAME=value... COMMAND` (as vmmctl --env). */
+ * adds to the guest's default environment (PATH, HOME, LANG...): the
+ * vmm's envMode "merge" (Documentation/api.md, "exec"). */
 function processParams(what: string, command: unknown, args: unknown, options: ProcessOptions & { timeoutMs?: number }): Params {
 	const cmd = nonEmpty(`${what}: command`, command);
 	if (!Array.isArray(args))
 		throw new SandboxConfigError(`${what}: args must be an array of strings, got ${shown(args)}`);
 	const argv = [cmd, ...args.map((a: unknown, i) => string(`${what}: args[${i}]`, a))];
-	const params: Params = {};
+	const params: Params = { argv };
 	if (options.env !== undefined) {
 		const env = record(`${what}: env`, options.env, Object.keys(options.env ?? {}));
-		const assigns = Object.entries(env).map(([k, v]) => {
+		const merged: Record<string, string> = {};
+		for (const [k, v] of Object.entries(env)) {
 			checkEnvName(`${what}: env`, k);
-			return `${k}=${string(`${what}: env.${k}`, v)}`;
-		});
-		if (assigns.length > 0) {
-			if (cmd.includes("="))
-				throw new SandboxConfigError(`${what}: a command with "=" (${shown(cmd)}) cannot take env yet`);
-			argv.unshift("env", "--", ...assigns);
+			merged[k] = string(`${what}: env.${k}`, v);
 		}
+		params["env"] = merged;
+		params["envMode"] = "merge";
 	}
-	params["argv"] = argv;
 	if (options.cwd !== undefined)
 		params["cwd"] = nonEmpty(`${what}: cwd`, options.cwd);
 	if (options.timeoutMs !== undefined)
@@ -124,11 +122,13 @@ export class SandboxVm implements AsyncDisposable {
 	readonly #dir: string;
 	readonly #exited: Promise<number | null>;
 	readonly #stderr: () => string;
+	readonly #services: Services;
 	#closing: Promise<void> | undefined;
 
 	/** @internal */
 	constructor(child: ChildProcess, conn: RpcConnection, socket: string, dir: string,
-		exited: Promise<number | null>, stderr: () => string) {
+		exited: Promise<number | null>, stderr: () => string, services: Services) {
+		this.#services = services;
 		this.#child = child;
 		this.#conn = conn;
 		this.#socket = socket;
@@ -230,13 +230,21 @@ export class SandboxVm implements AsyncDisposable {
 				this.#conn.call("vm.shutdown").catch(() => undefined),
 				this.#exited,
 			]);
-			const done = await Promise.race([this.#exited.then(() => true), sleep(SHUTDOWN_WAIT_MS, false)]);
+			// The wait is cancelled once the vmm exits: a timer left pending
+			// would keep this process alive 40 s after its last close.
+			const wait = new AbortController();
+			const done = await Promise.race([
+				this.#exited.then(() => true),
+				sleep(SHUTDOWN_WAIT_MS, false, { signal: wait.signal }).catch(() => false),
+			]);
+			wait.abort();
 			if (!done) {
 				this.#child.kill("SIGKILL");
 				await this.#exited;
 			}
 		}
 		this.#conn.close();
+		await this.#services.close();
 		rmSync(this.#dir, { recursive: true, force: true });
 	}
 
@@ -246,10 +254,19 @@ export class SandboxVm implements AsyncDisposable {
 	}
 }
 
+/** What this process serves for a VM (its hook, its virtual mounts). */
+export interface Services {
+	sockets: ServedSockets;
+	close(): Promise<void>;
+}
+
 export interface BootPlan {
 	vmm: string;
+	/** Starts what this process serves for the VM, listening in DIR
+	 * before the vmm starts (it connects while the VM is built). */
+	serve?(dir: string, log: (line: string) => void): Promise<Services>;
 	/** Writes the config file into DIR, naming DIR/control.sock. */
-	writeConfig(dir: string, socket: string, consoleLog: string, readyTimeoutMs: number): string;
+	writeConfig(dir: string, socket: string, consoleLog: string, readyTimeoutMs: number, sockets: ServedSockets): string;
 }
 
 function runtimeDir(): string {
@@ -273,8 +290,11 @@ export async function bootVm(plan: BootPlan): Promise<SandboxVm> {
 	const consoleLog = path.join(dir, "console.log");
 	let child: ChildProcess | undefined;
 	let conn: RpcConnection | undefined;
+	let services: Services = { sockets: { virtual: new Map() }, close: async () => undefined };
 	try {
-		const config = plan.writeConfig(dir, socket, consoleLog, READY_TIMEOUT_MS);
+		if (plan.serve)
+			services = await plan.serve(dir, (line) => process.emitWarning(line, "KilnSandboxWarning"));
+		const config = plan.writeConfig(dir, socket, consoleLog, READY_TIMEOUT_MS, services.sockets);
 		child = spawnChild(plan.vmm, ["start", "--config", config], { stdio: ["ignore", "ignore", "pipe"] });
 		track(child);
 		let stderr = "";
@@ -332,11 +352,12 @@ export async function bootVm(plan: BootPlan): Promise<SandboxVm> {
 		const r = await Promise.race([ready.then(() => "ready" as const), exited.then(() => "exited" as const)]);
 		if (r === "exited")
 			throw failed(`exited with status ${await exited} before the guest agent answered`, await exited);
-		return new SandboxVm(c, cn, socket, dir, exited, () => stderr);
+		return new SandboxVm(c, cn, socket, dir, exited, () => stderr, services);
 	} catch (e) {
 		conn?.close();
 		if (child && child.exitCode === null && child.signalCode === null)
 			child.kill("SIGKILL");
+		await services.close();
 		rmSync(dir, { recursive: true, force: true });
 		throw e;
 	}

@@ -7,6 +7,7 @@ import { readFileSync, rmSync } from "node:fs";
 import net from "node:net";
 import path from "node:path";
 import { LineDecoder } from "../src/rpc/codec.js";
+import * as fuse from "./fuse-msg.js";
 
 type Req = { id?: number; method: string; params?: Record<string, unknown> };
 
@@ -17,7 +18,7 @@ if (flag !== "--config" || !file) {
 }
 const config = JSON.parse(readFileSync(file, "utf8")) as Record<string, unknown>;
 const rootfs = config["rootfs"] as { image: string; mode: string };
-const imageFacts = JSON.parse(readFileSync(rootfs.image.replace(/\.json$/, ".facts.json"), "utf8")) as unknown[];
+const imageFacts = (JSON.parse(readFileSync(rootfs.image, "utf8")) as { facts?: unknown[] }).facts ?? [];
 const configFacts = [
 	{ source: "config", topic: "kernel-path", relation: "is", value: String(config["kernel"]) },
 	{ source: "config", topic: "hostname", relation: "is", value: String(config["hostname"] ?? "sandbox") },
@@ -91,7 +92,7 @@ const server = net.createServer((sock) => {
 				err(r.id, -32000, "No such file or directory", { errno: "ENOENT", errnoValue: 2 });
 				return;
 			}
-			const out = Buffer.from(JSON.stringify({ argv, cwd: p["cwd"] ?? null, stdin: p["stdin"] ?? null })).toString("base64");
+			const out = Buffer.from(JSON.stringify({ argv, cwd: p["cwd"] ?? null, stdin: p["stdin"] ?? null, env: p["env"] ?? null, envMode: p["envMode"] ?? null })).toString("base64");
 			ok(r.id, { exitCode: 3, timedOut: false, pid: 1, stdout: out, stderr: Buffer.from("warn\n").toString("base64") });
 			return;
 		}
@@ -203,6 +204,9 @@ const server = net.createServer((sock) => {
 			ok(r.id, { count: 2 });
 			return;
 		}
+		case "test.seams":
+			void seams.then((v) => ok(r.id, v));
+			return;
 		case "fs.stat":
 			err(r.id, -32000, "No such file or directory", { errno: "ENOENT", errnoValue: 2 });
 			return;
@@ -216,6 +220,73 @@ const server = net.createServer((sock) => {
 	});
 	sock.on("error", () => undefined);
 });
+// As the vmm does while it builds the VM: connect to the hook and to each
+// virtual mount's server (Documentation/network.md, virtual-fs.md). The
+// hook gets FAKE_VMM_HOOK's questions (a JSON array); each virtual mount
+// is asked FUSE_INIT, a lookup of /task.txt and a read of it. What came
+// back is test.seams's answer.
+async function askHook(): Promise<unknown[]> {
+	const policy = (config["net"] as { policy?: { hook?: { socket: string } } } | undefined)?.policy;
+	const questions = JSON.parse(process.env["FAKE_VMM_HOOK"] ?? "[]") as unknown[];
+	if (!policy?.hook || questions.length === 0)
+		return [];
+	const s = net.connect(policy.hook.socket);
+	const d = new LineDecoder();
+	const answers: unknown[] = [];
+	await new Promise((r) => s.once("connect", r));
+	// One at a time: a flow's requests come after its answer.
+	let wake = (): void => undefined;
+	s.on("data", (c) => {
+		for (const line of d.push(c))
+			answers.push(JSON.parse(line));
+		wake();
+	});
+	for (const q of questions) {
+		const want = answers.length + 1;
+		s.write(JSON.stringify(q) + "\n");
+		while (answers.length < want)
+			await new Promise<void>((r) => {
+				wake = r;
+			});
+	}
+	s.destroy();
+	return answers;
+}
+
+async function readVirtual(): Promise<Record<string, string>> {
+	const out: Record<string, string> = {};
+	const mounts = (config["mounts"] ?? {}) as Record<string, { virtual?: { socket: string } }>;
+	for (const [guest, m] of Object.entries(mounts)) {
+		if (!m.virtual)
+			continue;
+		const s = net.connect(m.virtual.socket);
+		await new Promise((r) => s.once("connect", r));
+		let buf = Buffer.alloc(0);
+		const replies: Buffer[] = [];
+		s.on("data", (c: Buffer) => {
+			buf = Buffer.concat([buf, c]);
+			while (buf.length >= 16 && buf.readUInt32LE(0) <= buf.length) {
+				replies.push(buf.subarray(16, buf.readUInt32LE(0)));
+				buf = buf.subarray(buf.readUInt32LE(0));
+			}
+		});
+		const next = async (n: number): Promise<Buffer> => {
+			while (replies.length < n)
+				await new Promise((r) => setTimeout(r, 5));
+			return replies[n - 1] ?? Buffer.alloc(0);
+		};
+		s.write(fuse.init(0n));
+		await next(1);
+		s.write(fuse.lookup(1n, "task.txt"));
+		const node = fuse.entry(await next(2)).node;
+		s.write(fuse.read(node, 0, 4096));
+		out[guest] = (await next(3)).toString();
+		s.destroy();
+	}
+	return out;
+}
+
+const seams = Promise.all([askHook(), readVirtual()]).then(([hook, vfs]) => ({ hook, vfs }));
 server.listen(socketPath);
 process.on("SIGTERM", () => {
 	rmSync(socketPath, { force: true });

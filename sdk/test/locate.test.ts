@@ -2,11 +2,11 @@
 // pins of the kernel and initramfs.
 
 import assert from "node:assert/strict";
-import { mkdirSync, writeFileSync } from "node:fs";
+import { mkdirSync, utimesSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { describe, test } from "./flat.js";
 import { PinMismatchError, SandboxConfigError } from "../src/errors.js";
-import { locateKiln, readPin, treeRoot, verifyPins } from "../src/locate.js";
+import { cachedSha256, locateKiln, readPin, treeRoot, verifyPins } from "../src/locate.js";
 import { fakeKiln, sha } from "./kiln-fixture.js";
 
 describe("locateKiln", () => {
@@ -71,6 +71,25 @@ describe("pins", () => {
 						`${sha("not really an initramfs\n")}: refusing to boot it`);
 					return true;
 				});
+		} finally {
+			k.remove();
+		}
+	});
+	test("a digest is remembered per file identity; a changed file is hashed again", async () => {
+		const k = fakeKiln();
+		try {
+			const kiln = locateKiln({ vmm: k.vmm, kernel: k.kernel, initrd: k.initrd }, {}, null);
+			// Old enough not to be racy.
+			const old = new Date(Date.now() - 10_000);
+			utimesSync(k.initrd, old, old);
+			await new Promise((r) => setTimeout(r, 150));
+			assert.equal(await cachedSha256(k.initrd), sha("not really an initramfs\n"));
+			await verifyPins(kiln);
+			// The same size, another content: mtime and ctime move, so it is
+			// hashed again and refused.
+			writeFileSync(k.initrd, "not really an initramfZ\n");
+			await assert.rejects(verifyPins(kiln), PinMismatchError);
+			assert.equal(await cachedSha256(k.initrd), sha("not really an initramfZ\n"));
 		} finally {
 			k.remove();
 		}

@@ -65,7 +65,9 @@ describe("rootfs.image", () => {
 		refuses(() => rootfs.image({ ...good, facts: [{ source: "guest", topic: "a", relation: "is", value: "b" }] as never }),
 			/facts\[0\].source: an image's facts are "config" facts, got "guest"/);
 		refuses(() => rootfs.image({ ...good, facts: [{ source: "config", topic: "", relation: "is", value: "b" }] }),
-			/facts\[0\].topic: must be a non-empty printable string/);
+			/facts\[0\].topic: must be a non-empty string of printable ASCII/);
+		refuses(() => rootfs.image({ ...good, facts: [{ source: "config", topic: "os", relation: "is", value: "caf\u00e9" }] }),
+			/facts\[0\].value: must be a non-empty string of printable ASCII, got "caf\u00e9"/);
 		refuses(() => rootfs.image({ ...good, facts: Array(257).fill(good.facts[0]) }), /257 facts, over 256/);
 		refuses(() => rootfs.image({ ...good, extra: 1 } as RootfsImageInput), /unknown option "extra"/);
 	});
@@ -118,12 +120,19 @@ describe("fs", () => {
 		const rw = fs.bind({ source: "/p", access: "rw", mask: { paths: ["/node_modules"], storage } });
 		assert.equal(rw.mask?.storage?.source, "/s");
 	});
-	test("memory and virtual say what they wait for", () => {
-		refuses(() => fs.memory({ files: { "/a": "b" } }), /^fs.memory is not supported yet: .*stream virtual-fs seam/, NotSupportedError);
-		refuses(() => fs.virtual({} as never), /^fs.virtual is not supported yet/, NotSupportedError);
+	test("memory and virtual", () => {
+		refuses(() => fs.memory({ files: { "a": "b" } }), /^fs.memory: files\["a"\] must be an absolute path/);
+		refuses(() => fs.virtual({} as never), /^fs.virtual: fileSystem must implement SandboxFileSystem/);
+		refuses(() => fs.virtual(fs.memory(), { timeoutMs: 0 }), /timeoutMs must be an integer from 1 to 3600000, got 0/);
+		const v = fs.virtual(fs.memory({ files: { "/a": "b" } }));
+		assert.equal(v.kind, "virtual");
+		assert.equal(v.timeoutMs, 5000);
 	});
-	test("network.policy says what it waits for", () => {
-		refuses(() => network.policy(() => undefined), /^network.policy is not supported yet: .*hook verdicts/, NotSupportedError);
+	test("network.policy", () => {
+		refuses(() => network.policy(() => undefined, { timeoutMs: 0 }), /network.policy: timeoutMs: must be from 1 to 9900, got 0/);
+		refuses(() => network.policy(() => undefined, { upstreamCaBundle: "ca.pem" }), /upstreamCaBundle: must be an absolute path/);
+		refuses(() => defineSandbox({ rootfs: rootfs.image(good), network: { kind: "policy" } as never }),
+			/defineSandbox: network: must be network.policy/);
 	});
 });
 
@@ -152,7 +161,9 @@ describe("defineSandbox and boot options", () => {
 		refuses(() => checkBoot({ mounts: { workspace: bind } }), /mounts\["workspace"\]: must be an absolute path/);
 		refuses(() => checkBoot({ mounts: { "/": bind } }), /cannot mount over the root/);
 		refuses(() => checkBoot({ mounts: { "/w": { kind: "bind", source: "/p" } as never } }), /must be fs.bind\(...\) or fs.virtual/);
-		refuses(() => checkBoot({ mounts: { "/w": { kind: "virtual" } as never } }), /^fs.virtual mounts is not supported yet/, NotSupportedError);
+		refuses(() => checkBoot({ mounts: { "/w": { kind: "virtual" } as never } }), /must be fs.bind\(...\) or fs.virtual/);
+		const v = fs.virtual(fs.memory());
+		assert.deepEqual(checkBoot({ mounts: { "/w": v } }).mounts, [["/w", v]]);
 		const many: Record<string, typeof bind> = {};
 		for (let i = 0; i < 9; i++)
 			many[`/m${i}`] = bind;

@@ -4,7 +4,8 @@
 import assert from "node:assert/strict";
 import { existsSync, readFileSync } from "node:fs";
 import { describe, test } from "./flat.js";
-import { GuestError, PinMismatchError, VmmError, defineSandbox, fs, rootfs } from "../src/index.js";
+import path from "node:path";
+import { GuestError, PinMismatchError, VmmError, defineSandbox, fs, network, rootfs } from "../src/index.js";
 import type { SandboxVm } from "../src/index.js";
 import { fakeKiln } from "./kiln-fixture.js";
 import type { FakeKiln } from "./kiln-fixture.js";
@@ -48,10 +49,13 @@ describe("sandbox", () => {
 			});
 			assert.equal(config["hostname"], "agent-42");
 			assert.equal(config["cwd"], "/workspace");
+			assert.equal(config["dieWithParent"], true, "the VM goes with this process");
+			assert.equal(config["net"], undefined, "no network.policy: no network device");
 			assert.deepEqual(config["rootfs"], { image: socket.replace(/control\.sock$/, "image.json"), mode: "readonly" });
 			const descriptor = JSON.parse(readFileSync(socket.replace(/control\.sock$/, "image.json"), "utf8")) as Record<string, unknown>;
 			assert.equal(descriptor["architecture"], "x86_64");
 			assert.equal(descriptor["sizeBytes"], 4096);
+			assert.deepEqual(descriptor["facts"], [{ source: "config", topic: "os", relation: "distribution", value: "testix" }], "the image's facts ride in its descriptor");
 			const facts = await vm.environmentFacts();
 			assert.ok(facts.some((f) => f.source === "guest"));
 		}, {
@@ -65,7 +69,62 @@ describe("sandbox", () => {
 			},
 		});
 		assert.ok(socket && !existsSync(socket.replace(/control\.sock$/, "")), "the runtime directory is removed");
+		// Nothing of the VM keeps this process alive once it is closed
+		// (a pending shutdown timer once held it 40 s).
+		assert.deepEqual(process.getActiveResourcesInfo().filter((r) => r === "Timeout"), []);
 	});
+	test("network.policy and fs.virtual are served from this process while the VM runs", async () => {
+		const k = fakeKiln();
+		const workspace = fs.memory({ files: { "/task.txt": "Summarize the current user\n" } });
+		process.env["FAKE_VMM_HOOK"] = JSON.stringify([
+			{ id: 1, type: "dns", proto: "udp", src: "10.0.2.15:5353", dst: "10.0.2.2:53", name: "api.example.com", qtype: "A" },
+			{ id: 2, proto: "tcp", src: "10.0.2.15:40000", dst: "192.0.2.10:443", class: "documentation", hostnames: ["api.example.com"] },
+			{ id: 3, type: "http", proto: "tcp", src: "10.0.2.15:40000", dst: "192.0.2.10:443", flow: 2, host: "api.example.com",
+				method: "GET", url: "https://api.example.com/user", protocol: "HTTP/1.1", headers: [["Host", "api.example.com"]],
+				omitted: [], truncated: false, tls: { sni: "api.example.com", alpn: "http/1.1" } },
+			{ id: 4, proto: "tcp", src: "10.0.2.15:40001", dst: "192.0.2.11:443", class: "documentation", hostnames: ["other.example.com"] },
+		]);
+		try {
+			const sandbox = defineSandbox({
+				rootfs: k.image,
+				kiln: { vmm: k.vmm, kernel: k.kernel, initrd: k.initrd },
+				network: network.policy(async (conn) => {
+					if (conn.matchDns()?.accept({ resolvers: ["192.0.2.53"] }))
+						return;
+					const api = conn.matchHttp("api.example.com");
+					if (!api)
+						return;
+					api.accept(async (request) => {
+						request.headers.set("authorization", `Bearer for ${request.url.pathname}`);
+					});
+				}),
+			});
+			let dir = "";
+			{
+				await using vm = await sandbox.boot({ mounts: { "/workspace": fs.virtual(workspace) }, cwd: "/workspace" });
+				dir = vm.controlSocket.replace(/control\.sock$/, "");
+				const config = JSON.parse(readFileSync(path.join(dir, "vm.json"), "utf8")) as Record<string, unknown>;
+				assert.deepEqual(config["net"], { mode: "auto", policy: { hook: { socket: path.join(dir, "hook.sock"), timeoutMs: 2100 } } });
+				assert.deepEqual(config["mounts"], { "/workspace": { virtual: { socket: path.join(dir, "vfs-0.sock"), timeoutMs: 5000 } } });
+				const seams = await callRaw(vm.controlSocket, "test.seams");
+				assert.deepEqual(seams, {
+					hook: [
+						{ id: 1, verdict: "grant-dns", resolvers: ["192.0.2.53"] },
+						{ id: 2, verdict: "grant-http", tls: "auto", ask: "request", host: "api.example.com" },
+						{ id: 3, verdict: "grant-http", set: { authorization: "Bearer for /user" } },
+						{ id: 4, verdict: "deny", reason: "no grant" },
+					],
+					vfs: { "/workspace": "Summarize the current user\n" },
+				});
+				assert.ok(existsSync(path.join(dir, "hook.sock")));
+			}
+			assert.ok(!existsSync(dir), "the sockets and the runtime directory are gone");
+		} finally {
+			delete process.env["FAKE_VMM_HOOK"];
+			k.remove();
+		}
+	});
+
 	test("a vmm that fails to start is reported with its message", async () => {
 		const k = fakeKiln();
 		process.env["FAKE_VMM_FAIL"] = "1";
@@ -92,12 +151,16 @@ describe("sandbox", () => {
 });
 
 describe("vm.exec", () => {
-	test("argv, env added through env(1), cwd, stdin; the result decoded", () => withVm(async (vm) => {
+	test("argv, env merged into the guest's (envMode merge), cwd, stdin; the result decoded", () => withVm(async (vm) => {
 		const r = await vm.exec("sh", ["-c", "x"], { cwd: "/w", env: { CI: "1" }, stdin: "in" });
 		assert.equal(r.exitCode, 3);
 		assert.equal(r.stderr, "warn\n");
-		assert.deepEqual(JSON.parse(r.stdout), { argv: ["env", "--", "CI=1", "sh", "-c", "x"], cwd: "/w", stdin: "aW4=" });
-		assert.deepEqual(JSON.parse((await vm.exec("true")).stdout).argv, ["true"]);
+		assert.deepEqual(JSON.parse(r.stdout), {
+			argv: ["sh", "-c", "x"], cwd: "/w", stdin: "aW4=", env: { CI: "1" }, envMode: "merge",
+		});
+		const plain = JSON.parse((await vm.exec("true")).stdout) as Record<string, unknown>;
+		assert.deepEqual(plain["argv"], ["true"]);
+		assert.equal(plain["envMode"], null, "no env: the guest's own environment, no envMode");
 	}));
 	test("timeoutMs gives 124", () => withVm(async (vm) => {
 		const r = await vm.exec("sleep", ["60"], { timeoutMs: 20 });
@@ -223,3 +286,14 @@ describe("vm.fs", () => {
 		}
 	});
 });
+
+/** One JSON-RPC call on a control socket, its result. */
+async function callRaw(socket: string, method: string): Promise<unknown> {
+	const { RpcConnection } = await import("../src/rpc/client.js");
+	const c = await RpcConnection.connect(socket);
+	try {
+		return await c.call(method);
+	} finally {
+		c.close();
+	}
+}

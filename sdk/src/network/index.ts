@@ -1,88 +1,51 @@
-// network.policy(...) (seed 003, "network.policy(onConnectionRequest)").
-//
-// Served next round as the VM's policy hook (Documentation/network.md,
-// "The hook", with issue 31's grant-http and grant-dns verdicts): each
-// hook question becomes a SandboxConnection given to the callback, its
-// grants the answer. The types below are that round's public surface;
-// network.policy(...) throws a NotSupportedError until then. Without a
-// network option a VM has no network device at all (every flow denied).
+// network.policy(...) (seed 003, "network.policy(onConnectionRequest)"),
+// served as the VM's policy hook (Documentation/network.md, "The hook"):
+// policy.ts turns each hook question into a SandboxConnection for the
+// callback and its grant into the answer; hook.ts is the socket. Without
+// a network option a VM has no network device at all (every flow denied).
 
-import { NotSupportedError } from "../errors.js";
+import { absolutePath, integer, record } from "../validate.js";
 
-export interface SandboxAddress {
-	readonly ip: string;
-	readonly port: number;
-	isLoopback(): boolean;
-	isPrivate(): boolean;
-	isLinkLocal(): boolean;
-	isMulticast(): boolean;
-	isBroadcast(): boolean;
-	isDocumentation(): boolean;
-	isReserved(): boolean;
-	isPublicInternet(): boolean;
+export type { AddressClass, SandboxAddress } from "./address.js";
+export { addressClass } from "./address.js";
+export { SandboxHeaders } from "./headers.js";
+export type {
+	DnsConnectionMatch, EndpointMatcher, HttpConnectionMatch, HttpMiddleware, OnConnectionRequest,
+	SandboxConnection, SandboxHttpDestination, SandboxHttpRequest, TransportMatch,
+} from "./policy.js";
+import type { OnConnectionRequest } from "./policy.js";
+
+export interface NetworkPolicyOptions {
+	/** How long the callback (and each middleware call) may take before
+	 * its flow or request is denied, 1 to 9900 ms (default 2000). */
+	timeoutMs?: number;
+	/** PEM file of the CAs the intercepted flows' upstream servers must
+	 * chain to (default: the host's trust store). */
+	upstreamCaBundle?: string;
 }
-
-export type EndpointMatcher =
-	| string
-	| { ip?: string; port?: number }
-	| ((endpoint: SandboxAddress) => boolean);
-
-export interface TransportMatch {
-	accept(): boolean;
-}
-
-export interface DnsConnectionMatch {
-	accept(options: { resolvers: readonly string[] }): boolean;
-}
-
-export interface SandboxHttpDestination {
-	readonly sourceIp: string;
-	readonly sourcePort: number;
-	readonly originalIp: string;
-	readonly originalPort: number;
-	readonly hostname: string | undefined;
-}
-
-/** The request HTTP middleware sees (seed 003, "SandboxHttpRequest"). */
-export interface SandboxHttpRequest {
-	readonly protocol: "http/1.1" | "h2";
-	readonly url: URL;
-	readonly method: string;
-	/** Mutable: edits apply to the upstream request only. */
-	readonly headers: Headers;
-	readonly destination: SandboxHttpDestination;
-	readonly tls?: { readonly sni: string | undefined; readonly alpn: string | undefined };
-}
-
-export type HttpMiddleware = (request: SandboxHttpRequest) => void | Promise<void>;
-
-export interface HttpConnectionMatch {
-	readonly hostname: string;
-	accept(middleware?: HttpMiddleware): boolean;
-}
-
-export interface SandboxConnection {
-	readonly protocol: "tcp" | "udp";
-	readonly src: SandboxAddress;
-	readonly dst: SandboxAddress;
-	accept(): void;
-	matchDns(): DnsConnectionMatch | undefined;
-	matchTcp(matcher: EndpointMatcher): TransportMatch | undefined;
-	matchUdp(matcher: EndpointMatcher): TransportMatch | undefined;
-	matchHttp(matcher: string | ((candidate: { hostname: string }) => boolean)): HttpConnectionMatch | undefined;
-}
-
-export type OnConnectionRequest = (conn: SandboxConnection) => void | Promise<void>;
 
 export interface NetworkPolicy {
 	readonly kind: "policy";
 	readonly onConnectionRequest: OnConnectionRequest;
+	readonly timeoutMs: number;
+	readonly upstreamCaBundle: string | undefined;
 }
 
-function policy(_onConnectionRequest: OnConnectionRequest): NetworkPolicy {
-	throw new NotSupportedError("network.policy",
-		"policy callbacks come with Kiln's hook verdicts for HTTP and DNS (issue 31); " +
-		"a sandbox without network has no network device (every flow denied)");
+/** The most the vmm waits for a hook answer (hook.timeoutMs). */
+const VMM_HOOK_MAX_MS = 10_000;
+/** The vmm waits this much longer than the callback may take, so the
+ * SDK's own deny, not the vmm's timeout, answers a slow callback. */
+export const HOOK_SLACK_MS = 100;
+
+function policy(onConnectionRequest: OnConnectionRequest, options: NetworkPolicyOptions = {}): NetworkPolicy {
+	const what = "network.policy";
+	if (typeof onConnectionRequest !== "function")
+		throw new TypeError(`${what}: onConnectionRequest must be a function`);
+	const o = record(`${what}: options`, options, ["timeoutMs", "upstreamCaBundle"]);
+	const timeoutMs = o["timeoutMs"] === undefined ? 2000
+		: integer(`${what}: timeoutMs`, o["timeoutMs"], 1, VMM_HOOK_MAX_MS - HOOK_SLACK_MS);
+	const ca = o["upstreamCaBundle"] === undefined ? undefined : absolutePath(`${what}: upstreamCaBundle`, o["upstreamCaBundle"]);
+	return Object.freeze({ kind: "policy", onConnectionRequest, timeoutMs, upstreamCaBundle: ca });
 }
 
 export const network = Object.freeze({ policy });
