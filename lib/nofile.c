@@ -33,8 +33,8 @@ void nofile__raise(void)
 
 	if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur >= rl.rlim_max)
 		return;
-	if (setrlimit(RLIMIT_NOFILE, &(struct rlimit){ rl.rlim_max,
-						       rl.rlim_max })) {
+	if (setrlimit(RLIMIT_NOFILE,
+		      &(struct rlimit){ rl.rlim_max, rl.rlim_max })) {
 		pr_debug("RLIMIT_NOFILE: soft limit stays %llu: %s",
 			 (unsigned long long)rl.rlim_cur, strerror(errno));
 		return;
