@@ -77,13 +77,16 @@ void pt_fd_close(struct pt_backend *b, struct pt_node *n)
  */
 int pt_fd_budget(struct pt_backend *b, size_t want)
 {
+	struct list_head *l = b->lru.prev, *prev;
 	struct pt_node *n;
 
-	while (b->nr_fds + want > b->max_fds && !list_empty(&b->lru)) {
-		n = list_entry(b->lru.prev, struct pt_node, lru);
-		if (n->used == b->epoch)
-			break; /* the rest are newer still */
-		pt_fd_close(b, n);
+	/* From the oldest; those of this op are few, and skipped. */
+	while (b->nr_fds + want > b->max_fds && l != &b->lru) {
+		prev = l->prev;
+		n = list_entry(l, struct pt_node, lru);
+		if (n->used != b->epoch)
+			pt_fd_close(b, n);
+		l = prev;
 	}
 	if (b->nr_fds + want <= b->max_fds)
 		return 0;
