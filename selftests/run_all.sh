@@ -166,10 +166,10 @@ lane_run() {
 # a result.
 kvm_suite_cost() {
 	case ${1##*/} in
+	kvm_bind_nofile) echo 440 ;;
 	kvm_control) echo 290 ;;
 	kvm_net) echo 185 ;;
 	kvm_virtiofs) echo 115 ;;
-	kvm_bind_nofile) echo 240 ;;
 	kvm_rootfs) echo 105 ;;
 	kvm_operator) echo 100 ;;
 	kvm_vmm_boot) echo 95 ;;

