@@ -85,6 +85,7 @@ core-obj-y += devices/fs/memfs-data.o
 core-obj-y += devices/fs/passthrough.o
 core-obj-y += devices/fs/passthrough-io.o
 core-obj-y += devices/fs/passthrough-node.o
+core-obj-y += devices/fs/passthrough-fds.o
 core-obj-y += devices/fs/passthrough-mask.o
 core-obj-y += devices/fs/passthrough-meta.o
 # net/: the egress stack (Documentation/network.md); never sees struct vm.

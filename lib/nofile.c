@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * The soft descriptor limit raised for what a part will open (nofile.h).
+ * The soft descriptor limit raised: to the hard one at start, and for
+ * what a part will open (nofile.h).
  */
 #include <errno.h>
 #include <string.h>
@@ -24,4 +25,21 @@ void nofile__room(rlim_t more)
 		if (setrlimit(RLIMIT_NOFILE, &rl))
 			pr_debug("RLIMIT_NOFILE: %s", strerror(errno));
 	}
+}
+
+void nofile__raise(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur >= rl.rlim_max)
+		return;
+	if (setrlimit(RLIMIT_NOFILE,
+		      &(struct rlimit){ rl.rlim_max, rl.rlim_max })) {
+		pr_debug("RLIMIT_NOFILE: soft limit stays %llu: %s",
+			 (unsigned long long)rl.rlim_cur, strerror(errno));
+		return;
+	}
+	pr_debug("RLIMIT_NOFILE: soft limit %llu raised to the hard limit %llu",
+		 (unsigned long long)rl.rlim_cur,
+		 (unsigned long long)rl.rlim_max);
 }

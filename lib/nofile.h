@@ -12,4 +12,13 @@
  */
 void nofile__room(rlim_t more);
 
+/*
+ * The soft RLIMIT_NOFILE up to the hard one, as systemd and Go's runtime
+ * do at start: called before anything is sized from it (a bind mount's
+ * descriptor budget is half the soft limit). Nothing here uses select(),
+ * so high descriptors are fine. Best effort: said once at debug level,
+ * a failure too; the limit stays as it was then.
+ */
+void nofile__raise(void);
+
 #endif

@@ -166,6 +166,7 @@ lane_run() {
 # a result.
 kvm_suite_cost() {
 	case ${1##*/} in
+	kvm_bind_nofile) echo 440 ;;
 	sdk.sh) echo 100 ;;
 	kvm_control) echo 290 ;;
 	kvm_net) echo 185 ;;

@@ -18,6 +18,7 @@
 #include <sys/syscall.h>
 
 #include "lib/errf.h"
+#include "lib/nofile.h"
 #include "snapshot/archive.h"
 #include "vmm/config.h"
 #include "vmm/facts.h"
@@ -373,28 +374,9 @@ static int cmd_snapshot(int argc, char **argv)
 	return 0;
 }
 
-/*
- * The soft RLIMIT_NOFILE up to the hard one, before anything is sized
- * from it: a bind mount holds a descriptor per node the guest keeps
- * looked up (half the soft limit at most, devices/fs/passthrough.c), and
- * Debian's default soft limit of 1024 gave a guest ENFILE after 512
- * files. select() is used nowhere, so high descriptors are fine. A
- * failure leaves the limit as it was (said once, at debug level).
- */
-static void nofile_raise(void)
-{
-	struct rlimit rl;
-
-	if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur >= rl.rlim_max)
-		return;
-	rl.rlim_cur = rl.rlim_max;
-	if (setrlimit(RLIMIT_NOFILE, &rl))
-		pr_debug("RLIMIT_NOFILE: %s", strerror(errno));
-}
-
 int main(int argc, char **argv)
 {
-	nofile_raise();
+	nofile__raise(); /* before anything is sized from it */
 	if (argc < 2) {
 		options__usage(stderr);
 		return VMM_EXIT_VMM_ERROR;

@@ -342,6 +342,15 @@ static const struct rule fs_bind[] = {
 	ALLOW(lsetxattr),
 	ALLOW(fchdir),
 	ALLOW_IF(unshare, ARG_EQ(0, CLONE_FS)),
+	/*
+	 * Node descriptors closed for the budget and opened again
+	 * (devices/fs/passthrough-fds.c): a node's file handle, and with
+	 * CAP_DAC_READ_SEARCH the node opened by it (handles the backend
+	 * took itself, never the guest's; a jailed vmm gets EPERM and goes
+	 * by name).
+	 */
+	ALLOW(name_to_handle_at),
+	ALLOW(open_by_handle_at),
 };
 
 /*

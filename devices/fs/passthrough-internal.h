@@ -10,6 +10,7 @@
  *   passthrough.c       the FUSE ops on names and attributes, create, destroy
  *   passthrough-io.c    the FUSE ops on open files and directories
  *   passthrough-node.c  nodes and handles, and the system calls beneath them
+ *   passthrough-fds.c   node descriptors: the budget, LRU, reopening
  *   passthrough-mask.c  the mask trie, and where a name lives on the host
  *   passthrough-meta.c  ownership: the guest's metadata in user.kiln.stat
  *
@@ -25,6 +26,7 @@
 
 #include "devices/fs/passthrough.h"
 #include "lib/hashtable.h"
+#include "lib/list.h"
 
 /* How every guest name is resolved: one component, never a symlink. */
 #define PT_RESOLVE \
@@ -55,12 +57,21 @@
 #define PT_MAX_WALK	  4096U /* parent hops: deeper counts as cut off */
 #define PT_EAGAIN_RETRIES 8U	/* openat2 -EAGAIN: a racing rename */
 #define PT_MIN_FDS	  64U	/* descriptors a mount may always hold */
+#define PT_MIN_FDS_PARAM  8U	/* the least fs_bind_params.max_fds */
 /*
  * Descriptors a mount may hold at most, whatever the limit: each pins a
  * host inode and dentry (about a KiB of host kernel memory), so a guest
- * that keeps a huge tree looked up costs the host 64 MiB at most.
+ * that keeps a huge tree open costs the host 64 MiB at most.
  */
-#define PT_MAX_FDS	 (64U << 10)
+#define PT_MAX_FDS (64U << 10)
+/*
+ * Nodes a mount keeps at most (the inodes the guest holds looked up):
+ * each is about 200 bytes with its name and file handle, so 256 Ki of
+ * them cost at most some 64 MiB; past it a lookup answers -ENFILE until
+ * the guest forgets some (its kernel does under memory pressure).
+ */
+#define PT_MAX_NODES	 (256U << 10)
+#define PT_HANDLE_MAX	 128U /* MAX_HANDLE_SZ: the largest file handle */
 #define PT_STORAGE_MODE	 0700 /* directories made inside mask_storage */
 #define PT_HASH_MIN_BITS 6U
 #define PT_HASH_MAX_BITS 26U
@@ -121,7 +132,17 @@ struct pt_node {
 	dev_t dev;
 	ino_t ino;
 	mode_t type; /* S_IFMT bits */
-	int fd;	     /* O_PATH | O_NOFOLLOW */
+	/*
+	 * O_PATH | O_NOFOLLOW, or -1 while closed (passthrough-fds.c): then
+	 * reopened by fh, or by name and checked against fh.
+	 */
+	int fd;
+	struct list_head lru;	/* on pt_backend.lru iff open, closable */
+	uint64_t used;		/* the epoch of the last op that used fd */
+	unsigned int nopen;	/* handles open on it: fd stays open */
+	struct file_handle *fh; /* NULL: the file system has none */
+	int mnt_id;		/* of fh */
+	bool stale;		/* its inode number now names another file */
 	uint64_t nlookup;
 	uint64_t nref; /* nodes whose parent this is, and pins */
 	/*
@@ -169,6 +190,18 @@ struct pt_backend {
 	uint64_t next_id, next_fh;
 	size_t nr_fds, max_fds; /* descriptors held in nodes and handles */
 	bool fds_warned;
+	size_t nr_nodes;
+	bool nodes_warned;
+	/* Node descriptors that may be closed, most recently used first. */
+	struct list_head lru;
+	uint64_t epoch; /* of the op at hand (pt_op_begin) */
+	bool by_handle; /* open_by_handle_at works (CAP_DAC_READ_SEARCH) */
+	/*
+	 * open_by_handle_at's mount descriptors (not O_PATH: it refuses
+	 * those), source's and storage's, or -1; storage's mount id.
+	 */
+	int mount_fd, storage_mount_fd;
+	int storage_mnt;
 	uid_t euid;
 	gid_t egid;
 	enum fs_ownership own; /* DEFAULT resolved at create */
@@ -241,7 +274,7 @@ void pt_to_attr(const struct pt_backend *b, const struct stat *st,
 		struct fuse_attr *a);
 void pt_node_attr(const struct pt_backend *b, const struct pt_node *n,
 		  const struct stat *st, struct fuse_attr *a);
-int pt_check_self(struct pt_backend *b, const struct pt_node *n);
+int pt_check_self(struct pt_backend *b, struct pt_node *n);
 uint64_t pt_ino_key(dev_t dev, ino_t ino);
 void pt_hash_add(struct hashtable *h, struct hlink *l, uint64_t key);
 struct pt_node *pt_node_get(struct pt_backend *b, uint64_t id);
@@ -253,7 +286,6 @@ void pt_node_unpin(struct pt_backend *b, struct pt_node *n);
 void pt_node_place(struct pt_backend *b, struct pt_node *n,
 		   struct pt_node *parent, char *name,
 		   const struct pt_where *w);
-int pt_fd_budget(struct pt_backend *b, size_t want);
 void pt_fill_entry(const struct pt_backend *b, const struct pt_node *n,
 		   const struct stat *st, struct fs_entry *out);
 int pt_node_add(struct pt_backend *b, struct pt_node *dir, const char *name,
@@ -261,11 +293,11 @@ int pt_node_add(struct pt_backend *b, struct pt_node *dir, const char *name,
 void pt_node_forget(struct pt_backend *b, struct pt_node *n, uint64_t nlookup);
 int pt_node_dirfd(struct pt_backend *b, const struct pt_node *n, int *fdp,
 		  bool *owned);
-int pt_check_connected(struct pt_backend *b, const struct pt_node *dir);
+int pt_check_connected(struct pt_backend *b, struct pt_node *dir);
 int pt_dir_begin(struct pt_backend *b, uint64_t parent, const char *name,
 		 struct pt_node **dirp);
-int pt_reopen_file(struct pt_backend *b, const struct pt_node *n, int flags);
-int pt_chmod_node(struct pt_backend *b, const struct pt_node *n, mode_t mode,
+int pt_reopen_file(struct pt_backend *b, struct pt_node *n, int flags);
+int pt_chmod_node(struct pt_backend *b, struct pt_node *n, mode_t mode,
 		  int hfd);
 int pt_handle_new(struct pt_backend *b, uint64_t nodeid, int fd, int flags,
 		  bool dir, uint64_t *fh);
@@ -295,12 +327,26 @@ bool pt_host_suid(const struct stat *st);
 uint32_t pt_killed_mode(uint32_t mode);
 int pt_own_create(struct pt_backend *b, const struct fs_bind_params *p);
 
+/* passthrough-fds.c: node descriptors */
+void pt_op_begin(struct pt_backend *b);
+int pt_fd(struct pt_backend *b, struct pt_node *n);
+int pt_node_stat(struct pt_backend *b, struct pt_node *n, struct stat *st);
+int pt_fd_budget(struct pt_backend *b, size_t want);
+void pt_fd_install(struct pt_backend *b, struct pt_node *n, int fd);
+void pt_fd_close(struct pt_backend *b, struct pt_node *n);
+void pt_node_opened(struct pt_backend *b, struct pt_node *n);
+void pt_node_closed(struct pt_backend *b, struct pt_node *n);
+void pt_node_set_handle(struct pt_node *n, int fd);
+bool pt_node_same_file(const struct pt_node *n, int fd);
+void pt_fds_create(struct pt_backend *b);
+void pt_fds_destroy(struct pt_backend *b);
+
 /* passthrough-mask.c: masks and storage */
 const struct pt_mask *pt_mask_child(const struct pt_mask *m, const char *name);
 void pt_mask_free(struct pt_mask *m);
 int pt_storage_dir(struct pt_backend *b, const struct pt_mask *m, bool create,
 		   int *fdp);
-int pt_locate(struct pt_backend *b, const struct pt_node *dir, const char *name,
+int pt_locate(struct pt_backend *b, struct pt_node *dir, const char *name,
 	      bool create, struct pt_where *w);
 void pt_locate_done(struct pt_where *w);
 bool pt_mask_ancestor(const struct pt_where *w);

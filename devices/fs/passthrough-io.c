@@ -140,7 +140,7 @@ static int created_setup(struct pt_backend *b, const struct fs_ctx *ctx,
 		return ret ? ret : pt_meta_write_fd(fd, &m);
 	}
 	if (b->own == FS_OWNERSHIP_PASSTHROUGH) {
-		ret = pt_stat_fd(dir->fd, &dst);
+		ret = pt_node_stat(b, dir, &dst);
 		if (ret)
 			return ret;
 		gid = (dst.st_mode & S_ISGID) ? dst.st_gid : ctx->gid;
@@ -162,6 +162,7 @@ int pt_open(struct fs_backend *fs, uint64_t nodeid, uint32_t flags,
 	struct pt_node *n = pt_node_get(b, nodeid);
 	int fd, ret;
 
+	pt_op_begin(b);
 	ret = check_open_flags(b, flags);
 	if (ret)
 		return ret;
@@ -177,8 +178,11 @@ int pt_open(struct fs_backend *fs, uint64_t nodeid, uint32_t flags,
 	 */
 	if (pt_guest_type(n) != S_IFREG)
 		return -ENXIO;
-	ret = pt_fd_budget(b, 1);
-	if (ret)
+	/* n's own first: it stays open while the handle is (pt_handle_new) */
+	ret = pt_fd(b, n);
+	if (ret >= 0)
+		ret = pt_fd_budget(b, 1);
+	if (ret < 0)
 		return ret;
 	fd = pt_reopen_file(b, n, (int)(flags & (PT_OPEN_KEEP | O_TRUNC)));
 	if (fd < 0)
@@ -199,6 +203,7 @@ int pt_create(struct fs_backend *fs, const struct fs_ctx *ctx, uint64_t parent,
 	mode_t perm;
 	int fd, opath, oflags, fl, ret;
 
+	pt_op_begin(b);
 	if (b->fs.read_only)
 		return -EROFS;
 	ret = check_open_flags(b, flags);
@@ -419,12 +424,15 @@ int pt_opendir(struct fs_backend *fs, uint64_t nodeid, uint64_t *fh)
 	struct pt_node *n;
 	int fd, ret;
 
+	pt_op_begin(b);
 	ret = pt_dir_get(b, nodeid, &n);
 	if (!ret)
 		ret = pt_check_connected(b, n);
 	if (!ret)
+		ret = pt_fd(b, n);
+	if (ret >= 0)
 		ret = pt_fd_budget(b, 1);
-	if (ret)
+	if (ret < 0)
 		return ret;
 	fd = pt_openat2(n->fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0,
 			PT_RESOLVE);

@@ -152,13 +152,17 @@ int pt_storage_dir(struct pt_backend *b, const struct pt_mask *m, bool create,
 	return 0;
 }
 
-int pt_locate(struct pt_backend *b, const struct pt_node *dir, const char *name,
+int pt_locate(struct pt_backend *b, struct pt_node *dir, const char *name,
 	      bool create, struct pt_where *w)
 {
 	const struct pt_mask *m = NULL;
 	int ret;
 
-	*w = (struct pt_where){ .dirfd = dir->fd, .tree = dir->tree };
+	*w = (struct pt_where){ .dirfd = -1, .tree = dir->tree };
+	ret = pt_fd(b, dir);
+	if (ret < 0)
+		return ret;
+	w->dirfd = ret;
 	if (dir->tree == PT_SOURCE && dir->mask)
 		m = pt_mask_child(dir->mask, name);
 	if (!m)

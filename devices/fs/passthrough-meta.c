@@ -209,7 +209,9 @@ void pt_meta_load(struct pt_backend *b, struct pt_node *n, int dirfd,
 	if (!pt_mapped(b))
 		return;
 	if (S_ISDIR(n->type)) {
-		len = xattr_dir(n->fd, buf, NULL, sizeof(buf));
+		len = pt_fd(b, n);
+		if (len >= 0)
+			len = xattr_dir((int)len, buf, NULL, sizeof(buf));
 	} else if (S_ISREG(n->type)) {
 		if (dirfd < 0) {
 			if (pt_node_dirfd(b, n, &dirfd, &owned))
@@ -261,7 +263,9 @@ int pt_meta_write(struct pt_backend *b, struct pt_node *n,
 	if (hfd >= 0) {
 		ret = pt_meta_write_fd(hfd, m);
 	} else if (S_ISDIR(n->type)) {
-		ret = xattr_dir(n->fd, NULL, buf, sizeof(buf));
+		ret = pt_fd(b, n);
+		if (ret >= 0)
+			ret = xattr_dir((int)ret, NULL, buf, sizeof(buf));
 	} else if (S_ISREG(n->type)) {
 		ret = pt_node_dirfd(b, n, &dirfd, &owned);
 		if (ret)
@@ -292,7 +296,7 @@ int pt_meta_for_new(struct pt_backend *b, const struct fs_ctx *ctx,
 	struct stat st;
 	int ret;
 
-	ret = pt_stat_fd(dir->fd, &st);
+	ret = pt_node_stat(b, dir, &st);
 	if (ret)
 		return ret;
 	pt_node_attr(b, dir, &st, &da);
@@ -392,6 +396,7 @@ int pt_kill_suidgid(struct fs_backend *fs, uint64_t nodeid)
 	struct stat st;
 	int ret;
 
+	pt_op_begin(b);
 	if (b->fs.read_only)
 		return -EROFS;
 	if (!n)
@@ -405,7 +410,7 @@ int pt_kill_suidgid(struct fs_backend *fs, uint64_t nodeid)
 	}
 	if (!S_ISREG(n->type))
 		return 0;
-	ret = pt_stat_fd(n->fd, &st);
+	ret = pt_node_stat(b, n, &st);
 	if (ret || !pt_host_suid(&st))
 		return ret;
 	return pt_chmod_node(b, n, pt_killed_mode(st.st_mode) & 07777, -1);

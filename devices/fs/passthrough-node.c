@@ -275,9 +275,11 @@ struct pt_node *pt_node_find(struct pt_backend *b, dev_t dev, ino_t ino)
 void pt_node_free(struct pt_backend *b, struct pt_node *n)
 {
 	hashtable__del(&b->by_id, &n->by_id);
-	hashtable__del(&b->by_ino, &n->by_ino);
-	close(n->fd);
-	b->nr_fds--;
+	if (!n->stale)
+		hashtable__del(&b->by_ino, &n->by_ino);
+	pt_fd_close(b, n);
+	b->nr_nodes--;
+	free(n->fh);
 	free(n->name);
 	free(n);
 }
@@ -344,20 +346,6 @@ void pt_node_place(struct pt_backend *b, struct pt_node *n,
 		pt_node_unpin(b, old);
 }
 
-int pt_fd_budget(struct pt_backend *b, size_t want)
-{
-	if (b->nr_fds + want <= b->max_fds)
-		return 0;
-	if (!b->fds_warned) {
-		pr_warn("%s: holding %zu host file descriptors, as many as "
-			"this mount may: lookups and opens fail with ENFILE "
-			"until the guest forgets or closes some",
-			b->name, b->nr_fds);
-		b->fds_warned = true;
-	}
-	return -ENFILE;
-}
-
 void pt_fill_entry(const struct pt_backend *b, const struct pt_node *n,
 		   const struct stat *st, struct fs_entry *out)
 {
@@ -367,8 +355,68 @@ void pt_fill_entry(const struct pt_backend *b, const struct pt_node *n,
 }
 
 /*
+ * The node of the inode behind fd, if there is one. A node whose
+ * descriptor was closed may have lost its inode meanwhile, and its
+ * number gone to a new file: then (another file handle) it is stale,
+ * out of the inode table, and the new file gets a node of its own. A
+ * node found without a descriptor takes fd over (*fdp then -1).
+ */
+static struct pt_node *node_of(struct pt_backend *b, const struct stat *st,
+			       int *fdp)
+{
+	struct pt_node *n = pt_node_find(b, st->st_dev, st->st_ino);
+
+	if (!n || n->fd >= 0)
+		return n;
+	if (!pt_node_same_file(n, *fdp) || (st->st_mode & S_IFMT) != n->type) {
+		hashtable__del(&b->by_ino, &n->by_ino);
+		n->stale = true;
+		return NULL;
+	}
+	if (!pt_fd_budget(b, 1)) {
+		pt_fd_install(b, n, *fdp);
+		*fdp = -1;
+	}
+	return n;
+}
+
+static int node_new(struct pt_backend *b, const struct stat *st, int fd,
+		    struct pt_node **np)
+{
+	struct pt_node *n;
+	int ret;
+
+	if (b->nr_nodes >= PT_MAX_NODES) {
+		if (!b->nodes_warned)
+			pr_warn("%s: the guest holds %zu files looked up, as "
+				"many as a mount may: lookups fail with ENFILE "
+				"until it forgets some",
+				b->name, b->nr_nodes);
+		b->nodes_warned = true;
+		return -ENFILE;
+	}
+	ret = pt_fd_budget(b, 1);
+	n = ret ? NULL : calloc(1, sizeof(*n));
+	if (!n)
+		return ret ? ret : -ENOMEM;
+	n->id = b->next_id++;
+	n->dev = st->st_dev;
+	n->ino = st->st_ino;
+	n->type = st->st_mode & S_IFMT;
+	n->fd = -1;
+	list_init(&n->lru);
+	pt_node_set_handle(n, fd);
+	pt_hash_add(&b->by_id, &n->by_id, n->id);
+	pt_hash_add(&b->by_ino, &n->by_ino, pt_ino_key(n->dev, n->ino));
+	b->nr_nodes++;
+	pt_fd_install(b, n, fd);
+	*np = n;
+	return 0;
+}
+
+/*
  * Counts one lookup of the inode behind fd (an O_PATH descriptor of name
- * in dir, taken over: kept as a new node's or closed) and fills out.
+ * in dir, taken over: kept as a node's or closed) and fills out.
  */
 int pt_node_add(struct pt_backend *b, struct pt_node *dir, const char *name,
 		const struct pt_where *w, int fd, struct fs_entry *out)
@@ -386,31 +434,23 @@ int pt_node_add(struct pt_backend *b, struct pt_node *dir, const char *name,
 		close(fd);
 		return ret;
 	}
-	n = pt_node_find(b, st.st_dev, st.st_ino);
+	n = node_of(b, &st, &fd);
 	if (n) {
-		close(fd);
+		if (fd >= 0)
+			close(fd);
 		pt_node_place(b, n, dir, nm, w);
 		n->nlookup++;
 		pt_meta_load(b, n, w->dirfd, name);
 		pt_fill_entry(b, n, &st, out);
 		return 0;
 	}
-	ret = pt_fd_budget(b, 1);
-	n = ret ? NULL : calloc(1, sizeof(*n));
-	if (!n) {
+	ret = node_new(b, &st, fd, &n);
+	if (ret) {
 		close(fd);
 		free(nm);
-		return ret ? ret : -ENOMEM;
+		return ret;
 	}
-	n->id = b->next_id++;
-	n->dev = st.st_dev;
-	n->ino = st.st_ino;
-	n->type = st.st_mode & S_IFMT;
-	n->fd = fd;
 	n->nlookup = 1;
-	pt_hash_add(&b->by_id, &n->by_id, n->id);
-	pt_hash_add(&b->by_ino, &n->by_ino, pt_ino_key(n->dev, n->ino));
-	b->nr_fds++;
 	pt_node_place(b, n, dir, nm, w);
 	pt_meta_load(b, n, w->dirfd, name);
 	pt_fill_entry(b, n, &st, out);
@@ -442,7 +482,10 @@ int pt_node_dirfd(struct pt_backend *b, const struct pt_node *n, int *fdp,
 	}
 	if (!n->parent)
 		return -ESTALE;
-	*fdp = n->parent->fd;
+	ret = pt_fd(b, n->parent);
+	if (ret < 0)
+		return ret;
+	*fdp = ret;
 	return 0;
 }
 
@@ -469,13 +512,13 @@ static bool hop_ok(struct pt_backend *b, const struct pt_node *n)
  * removed). A host process racing a move with the op can still get that
  * one op through: see the documentation.
  */
-int pt_check_connected(struct pt_backend *b, const struct pt_node *dir)
+int pt_check_connected(struct pt_backend *b, struct pt_node *dir)
 {
 	const struct pt_node *n = dir;
 	unsigned int hops;
 	dev_t dev;
 	ino_t ino;
-	int ret;
+	int fd, ret;
 
 	for (hops = 0; n && n != b->root && hops < PT_MAX_WALK; hops++) {
 		if (!hop_ok(b, n))
@@ -493,7 +536,10 @@ int pt_check_connected(struct pt_backend *b, const struct pt_node *dir)
 		dev = b->root->dev;
 		ino = b->root->ino;
 	}
-	ret = pt_beneath(dir->fd, dev, ino);
+	fd = pt_fd(b, dir);
+	if (fd < 0)
+		return fd;
+	ret = pt_beneath(fd, dev, ino);
 	return ret == 1 ? 0 : -ESTALE;
 }
 
@@ -506,10 +552,10 @@ int pt_check_connected(struct pt_backend *b, const struct pt_node *dir)
  * of the tree answers -ESTALE, so the guest cannot change it or link it
  * back in.
  */
-int pt_check_self(struct pt_backend *b, const struct pt_node *n)
+int pt_check_self(struct pt_backend *b, struct pt_node *n)
 {
 	struct stat st;
-	int ret;
+	int fd, ret;
 
 	if (S_ISDIR(n->type) || n == b->root)
 		return pt_check_connected(b, n);
@@ -520,7 +566,8 @@ int pt_check_self(struct pt_backend *b, const struct pt_node *n)
 	}
 	if (hop_ok(b, n))
 		return 0;
-	ret = pt_stat_fd(n->fd, &st);
+	fd = pt_fd(b, n);
+	ret = fd < 0 ? fd : pt_stat_fd(fd, &st);
 	if (ret)
 		return ret;
 	return st.st_nlink ? -ESTALE : 0;
@@ -547,7 +594,7 @@ int pt_dir_begin(struct pt_backend *b, uint64_t parent, const char *name,
  * FIFO a host process swapped in from blocking the thread; O_TRUNC is
  * applied only once the file is known to be n.
  */
-int pt_reopen_file(struct pt_backend *b, const struct pt_node *n, int flags)
+int pt_reopen_file(struct pt_backend *b, struct pt_node *n, int flags)
 {
 	struct stat st;
 	bool owned;
@@ -590,14 +637,16 @@ int pt_reopen_file(struct pt_backend *b, const struct pt_node *n, int flags)
 }
 
 /* chmod n; hfd, if >= 0, is an open descriptor of it. */
-int pt_chmod_node(struct pt_backend *b, const struct pt_node *n, mode_t mode,
-		  int hfd)
+int pt_chmod_node(struct pt_backend *b, struct pt_node *n, mode_t mode, int hfd)
 {
-	int fd, ret;
+	int fd, nfd, ret;
 
 	if (S_ISLNK(n->type))
 		return -EOPNOTSUPP; /* Linux keeps symlinks' modes fixed */
-	if (!syscall(PT_NR_FCHMODAT2, n->fd, "", mode, AT_EMPTY_PATH))
+	nfd = pt_fd(b, n);
+	if (nfd < 0)
+		return nfd;
+	if (!syscall(PT_NR_FCHMODAT2, nfd, "", mode, AT_EMPTY_PATH))
 		return 0;
 	if (errno != ENOSYS)
 		return -errno;
@@ -605,8 +654,8 @@ int pt_chmod_node(struct pt_backend *b, const struct pt_node *n, mode_t mode,
 	if (hfd >= 0)
 		return fchmod(hfd, mode) ? -errno : 0;
 	if (S_ISDIR(n->type))
-		fd = pt_openat2(n->fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC,
-				0, PT_RESOLVE);
+		fd = pt_openat2(nfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0,
+				PT_RESOLVE);
 	else if (S_ISREG(n->type) || S_ISFIFO(n->type))
 		fd = pt_reopen_file(b, n, O_RDONLY);
 	else
@@ -623,12 +672,22 @@ int pt_chmod_node(struct pt_backend *b, const struct pt_node *n, mode_t mode,
 int pt_handle_new(struct pt_backend *b, uint64_t nodeid, int fd, int flags,
 		  bool dir, uint64_t *fh)
 {
-	struct pt_handle *h = calloc(1, sizeof(*h));
+	struct pt_node *n = pt_node_get(b, nodeid);
+	struct pt_handle *h;
+	int ret;
 
+	/*
+	 * The node's own descriptor stays open while a handle is: a file
+	 * the guest unlinks while it holds it open has no name to be
+	 * opened by again.
+	 */
+	ret = n ? pt_fd(b, n) : -ESTALE;
+	h = ret < 0 ? NULL : calloc(1, sizeof(*h));
 	if (!h) {
 		close(fd);
-		return -ENOMEM;
+		return ret < 0 ? ret : -ENOMEM;
 	}
+	pt_node_opened(b, n);
 	h->nodeid = nodeid;
 	h->fd = fd;
 	h->flags = flags;
@@ -654,6 +713,10 @@ struct pt_handle *pt_handle_get(struct pt_backend *b, uint64_t nodeid,
 
 void pt_handle_free(struct pt_backend *b, struct pt_handle *h)
 {
+	struct pt_node *n = pt_node_get(b, h->nodeid);
+
+	if (n)
+		pt_node_closed(b, n);
 	hashtable__del(&b->handles, &h->link);
 	close(h->fd);
 	b->nr_fds--;

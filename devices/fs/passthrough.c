@@ -48,6 +48,7 @@ static int pt_lookup(struct fs_backend *fs, uint64_t parent, const char *name,
 	struct pt_where w;
 	int fd, ret;
 
+	pt_op_begin(b);
 	ret = pt_dir_begin(b, parent, name, &dir);
 	if (!ret)
 		ret = pt_locate(b, dir, name, false, &w);
@@ -76,9 +77,10 @@ static int pt_getattr(struct fs_backend *fs, uint64_t nodeid,
 	struct stat st;
 	int ret;
 
+	pt_op_begin(b);
 	if (!n)
 		return -ESTALE;
-	ret = pt_stat_fd(n->fd, &st);
+	ret = pt_node_stat(b, n, &st);
 	if (!ret)
 		pt_node_attr(b, n, &st, out);
 	return ret;
@@ -111,12 +113,12 @@ static int node_made(struct pt_backend *b, struct pt_node *dir,
 	}
 	if (type == S_IFLNK)
 		return 0;
-	ret = pt_stat_fd(n->fd, &st);
+	ret = pt_node_stat(b, n, &st);
 	if (!ret && (perm & ~st.st_mode & 07777)) {
 		ret = pt_chmod_node(b, n, (st.st_mode & 07777) | perm, -1);
 		/* a socket before Linux 6.6: the host's mode stands */
 		if (!ret)
-			ret = pt_stat_fd(n->fd, &st);
+			ret = pt_node_stat(b, n, &st);
 		else if (ret == -EOPNOTSUPP)
 			ret = 0;
 	}
@@ -140,18 +142,21 @@ static int passthrough_owner(struct pt_backend *b, const struct fs_ctx *ctx,
 	struct pt_node *n = pt_node_get(b, out->nodeid);
 	struct stat st, dst;
 	gid_t gid = ctx->gid;
-	int ret;
+	int fd, ret;
 
-	ret = pt_stat_fd(dir->fd, &dst);
+	ret = pt_node_stat(b, dir, &dst);
 	if (!ret && (dst.st_mode & S_ISGID))
 		gid = dst.st_gid;
-	if (!ret && fchownat(n->fd, "", ctx->uid, gid,
+	fd = ret ? -1 : pt_fd(b, n);
+	if (!ret && fd < 0)
+		ret = fd;
+	if (!ret && fchownat(fd, "", ctx->uid, gid,
 			     AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0)
 		ret = -errno;
 	if (!ret && !S_ISLNK(n->type))
 		ret = pt_chmod_node(b, n, perm, -1);
 	if (!ret)
-		ret = pt_stat_fd(n->fd, &st);
+		ret = pt_node_stat(b, n, &st);
 	if (ret) {
 		pt_node_forget(b, n, 1);
 		return ret;
@@ -223,6 +228,7 @@ static int pt_mknod(struct fs_backend *fs, const struct fs_ctx *ctx,
 	struct pt_where w;
 	int ret;
 
+	pt_op_begin(b);
 	if (b->fs.read_only)
 		return -EROFS;
 	if (!type)
@@ -273,6 +279,7 @@ static int pt_mkdir(struct fs_backend *fs, const struct fs_ctx *ctx,
 	mode_t perm;
 	int ret;
 
+	pt_op_begin(b);
 	if (b->fs.read_only)
 		return -EROFS;
 	ret = pt_dir_begin(b, parent, name, &dir);
@@ -310,6 +317,7 @@ static int pt_symlink(struct fs_backend *fs, const struct fs_ctx *ctx,
 	size_t len;
 	int ret;
 
+	pt_op_begin(b);
 	if (b->fs.read_only)
 		return -EROFS;
 	if (!target)
@@ -341,12 +349,17 @@ static ssize_t pt_readlink(struct fs_backend *fs, uint64_t nodeid, char *buf,
 	struct pt_backend *b = to_pt(fs);
 	struct pt_node *n = pt_node_get(b, nodeid);
 	ssize_t len;
+	int fd;
 
+	pt_op_begin(b);
 	if (!n)
 		return -ESTALE;
 	if (!S_ISLNK(n->type))
 		return -EINVAL;
-	len = readlinkat(n->fd, "", buf, size);
+	fd = pt_fd(b, n);
+	if (fd < 0)
+		return fd;
+	len = readlinkat(fd, "", buf, size);
 	return len < 0 ? -errno : len;
 }
 
@@ -357,6 +370,7 @@ static int remove_entry(struct pt_backend *b, uint64_t parent, const char *name,
 	struct pt_where w;
 	int ret;
 
+	pt_op_begin(b);
 	if (b->fs.read_only)
 		return -EROFS;
 	ret = pt_dir_begin(b, parent, name, &dir);
@@ -404,6 +418,7 @@ static int pt_rename(struct fs_backend *fs, uint64_t parent, const char *name,
 	struct stat st_from, st_to;
 	int ret;
 
+	pt_op_begin(b);
 	if (b->fs.read_only)
 		return -EROFS;
 	if (flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE))
@@ -486,8 +501,9 @@ static int pt_link(struct fs_backend *fs, uint64_t nodeid, uint64_t newparent,
 	struct pt_node *n, *dir;
 	struct pt_where w;
 	struct stat st;
-	int ret;
+	int fd, ret;
 
+	pt_op_begin(b);
 	if (b->fs.read_only)
 		return -EROFS;
 	n = pt_node_get(b, nodeid);
@@ -511,11 +527,14 @@ static int pt_link(struct fs_backend *fs, uint64_t nodeid, uint64_t newparent,
 		ret = -EXDEV;
 		goto out;
 	}
-	ret = linkat(n->fd, "", w.dirfd, newname, AT_EMPTY_PATH) ? -errno : 0;
+	fd = pt_fd(b, n);
+	ret = fd < 0 ? fd : 0;
+	if (!ret && linkat(fd, "", w.dirfd, newname, AT_EMPTY_PATH))
+		ret = -errno;
 	if (ret == -ENOENT || ret == -EPERM)
 		ret = link_by_name(b, n, w.dirfd, newname);
 	if (!ret)
-		ret = pt_stat_fd(n->fd, &st);
+		ret = pt_node_stat(b, n, &st);
 	if (!ret) {
 		n->nlookup++;
 		pt_fill_entry(b, n, &st, out);
@@ -527,8 +546,8 @@ out:
 
 /* ---- ops: attributes ------------------------------------------------ */
 
-static int truncate_node(struct pt_backend *b, const struct pt_node *n,
-			 uint64_t size, const struct pt_handle *h)
+static int truncate_node(struct pt_backend *b, struct pt_node *n, uint64_t size,
+			 const struct pt_handle *h)
 {
 	int fd, ret;
 
@@ -548,8 +567,11 @@ static int truncate_node(struct pt_backend *b, const struct pt_node *n,
 	return ret;
 }
 
-static int set_times(const struct pt_node *n, const struct fuse_setattr_in *in)
+static int set_times(struct pt_backend *b, struct pt_node *n,
+		     const struct fuse_setattr_in *in)
 {
+	int fd = pt_fd(b, n);
+
 	struct timespec ts[2] = { { .tv_nsec = UTIME_OMIT },
 				  { .tv_nsec = UTIME_OMIT } };
 
@@ -567,7 +589,9 @@ static int set_times(const struct pt_node *n, const struct fuse_setattr_in *in)
 			ts[1] = (struct timespec){ .tv_sec = (time_t)in->mtime,
 						   .tv_nsec = in->mtimensec };
 	}
-	return utimensat(n->fd, "", ts, AT_EMPTY_PATH) ? -errno : 0;
+	if (fd < 0)
+		return fd;
+	return utimensat(fd, "", ts, AT_EMPTY_PATH) ? -errno : 0;
 }
 
 /*
@@ -595,15 +619,14 @@ static int check_chown(const struct pt_backend *b, const struct stat *st,
  * set-user-ID on the host, whoever the guest says writes (a root vmm
  * keeps them otherwise).
  */
-static int drop_host_suid(struct pt_backend *b, const struct pt_node *n,
-			  int hfd)
+static int drop_host_suid(struct pt_backend *b, struct pt_node *n, int hfd)
 {
 	struct stat st;
 	int ret;
 
 	if (b->own == FS_OWNERSHIP_PASSTHROUGH || !S_ISREG(n->type))
 		return 0;
-	ret = pt_stat_fd(n->fd, &st);
+	ret = pt_node_stat(b, n, &st);
 	if (ret || !pt_host_suid(&st))
 		return ret;
 	return pt_chmod_node(b, n, pt_killed_mode(st.st_mode) & 07777, hfd);
@@ -632,16 +655,19 @@ static int passthrough_setattr(struct pt_backend *b, struct pt_node *n,
 	uid_t uid = (in->valid & FATTR_UID) ? in->uid : (uid_t)-1;
 	gid_t gid = (in->valid & FATTR_GID) ? in->gid : (gid_t)-1;
 	struct stat st;
-	int ret = 0;
+	int fd, ret = 0;
 
+	fd = pt_fd(b, n);
+	if (fd < 0)
+		return fd;
 	if ((in->valid & (FATTR_UID | FATTR_GID)) &&
-	    fchownat(n->fd, "", uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
+	    fchownat(fd, "", uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
 		return -errno;
 	if (in->valid & FATTR_MODE)
 		ret = pt_chmod_node(b, n, in->mode & 07777, hfd);
 	if (ret || !(in->valid & FATTR_KILL_SUIDGID) || !S_ISREG(n->type))
 		return ret;
-	ret = pt_stat_fd(n->fd, &st);
+	ret = pt_node_stat(b, n, &st);
 	if (ret || !pt_host_suid(&st))
 		return ret;
 	return pt_chmod_node(b, n, pt_killed_mode(st.st_mode) & 07777, hfd);
@@ -657,6 +683,7 @@ static int pt_setattr(struct fs_backend *fs, const struct fs_ctx *ctx,
 	struct stat st;
 	int hfd, ret;
 
+	pt_op_begin(b);
 	if (b->fs.read_only)
 		return -EROFS;
 	if (!n)
@@ -676,7 +703,7 @@ static int pt_setattr(struct fs_backend *fs, const struct fs_ctx *ctx,
 	else
 		ret = pt_check_self(b, n);
 	if (!ret)
-		ret = pt_stat_fd(n->fd, &st);
+		ret = pt_node_stat(b, n, &st);
 	if (ret)
 		return ret;
 	if (b->own == FS_OWNERSHIP_MAPPED)
@@ -691,9 +718,9 @@ static int pt_setattr(struct fs_backend *fs, const struct fs_ctx *ctx,
 			ret = drop_host_suid(b, n, hfd);
 	}
 	if (!ret && (in->valid & (FATTR_ATIME | FATTR_MTIME)))
-		ret = set_times(n, in);
+		ret = set_times(b, n, in);
 	if (!ret)
-		ret = pt_stat_fd(n->fd, &st);
+		ret = pt_node_stat(b, n, &st);
 	if (!ret)
 		pt_node_attr(b, n, &st, out);
 	return ret;
@@ -705,10 +732,15 @@ static int pt_statfs(struct fs_backend *fs, uint64_t nodeid,
 	struct pt_backend *b = to_pt(fs);
 	struct pt_node *n = pt_node_get(b, nodeid);
 	struct statfs sf;
+	int fd;
 
+	pt_op_begin(b);
 	if (!n)
 		return -ESTALE;
-	if (fstatfs(n->fd, &sf) < 0)
+	fd = pt_fd(b, n);
+	if (fd < 0)
+		return fd;
+	if (fstatfs(fd, &sf) < 0)
 		return -errno;
 	*out = (struct fuse_kstatfs){
 		.blocks = sf.f_blocks,
@@ -776,6 +808,7 @@ static void pt_destroy(struct fs_backend *fs)
 	hashtable__exit(&b->by_id);
 	hashtable__exit(&b->by_ino);
 	pt_mask_free(b->masks);
+	pt_fds_destroy(b);
 	if (b->storage_fd >= 0)
 		close(b->storage_fd);
 	free(b->name);
@@ -833,27 +866,33 @@ static int create_root(struct pt_backend *b, const struct fs_bind_params *p,
 	n->dev = st->st_dev;
 	n->ino = st->st_ino;
 	n->type = S_IFDIR;
-	n->fd = fd;
 	n->nlookup = 1;
 	n->tree = PT_SOURCE;
 	n->mask = b->masks;
+	list_init(&n->lru);
 	pt_hash_add(&b->by_id, &n->by_id, n->id);
 	pt_hash_add(&b->by_ino, &n->by_ino, pt_ino_key(n->dev, n->ino));
-	b->nr_fds++;
+	b->nr_nodes++;
 	b->root = n;
+	pt_fd_install(b, n, fd); /* the root's stays open: never listed */
 	return 0;
 }
 
 /*
  * At most half the process's descriptors (soft RLIMIT_NOFILE, which the
  * vmm raises to the hard limit at start): the rest stay for the vmm's
- * other devices, however many files the guest keeps looked up; and never
- * more than PT_MAX_FDS.
+ * other devices, however many files the guest keeps open; and never
+ * more than PT_MAX_FDS. Node descriptors beyond it are closed, least
+ * recently used first (passthrough-fds.c).
  */
-static size_t fd_limit(void)
+static size_t fd_limit(const struct fs_bind_params *p)
 {
 	struct rlimit rl;
 
+	if (p->max_fds)
+		return p->max_fds < PT_MIN_FDS_PARAM ? PT_MIN_FDS_PARAM :
+		       p->max_fds > PT_MAX_FDS	     ? PT_MAX_FDS :
+						       p->max_fds;
 	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY)
 		return PT_MAX_FDS;
 	if (rl.rlim_cur / 2 < PT_MIN_FDS)
@@ -876,11 +915,13 @@ int passthrough__create(struct fs_backend **out, const struct fs_bind_params *p)
 	if (!b)
 		return -ENOMEM;
 	b->storage_fd = -1;
+	b->mount_fd = b->storage_mount_fd = -1;
+	list_init(&b->lru);
 	b->next_id = FUSE_ROOT_ID + 1;
 	b->next_fh = 1;
 	b->euid = geteuid();
 	b->egid = getegid();
-	b->max_fds = fd_limit();
+	b->max_fds = fd_limit(p);
 	b->fs.ops = &pt_ops;
 	b->fs.read_only = p->read_only;
 	if (p->name)
@@ -905,6 +946,8 @@ int passthrough__create(struct fs_backend **out, const struct fs_bind_params *p)
 		ret = pt_create_storage(b, p, &src);
 	if (!ret)
 		ret = pt_own_create(b, p);
+	if (!ret)
+		pt_fds_create(b);
 	if (ret) {
 		pt_destroy(&b->fs);
 		return ret;

@@ -56,6 +56,13 @@ struct fs_bind_params {
 	 */
 	const char *mask_storage;
 	enum fs_ownership ownership;
+	/*
+	 * Host descriptors the mount may hold (node descriptors it closes
+	 * least recently used first, and open files): 0 for half the soft
+	 * RLIMIT_NOFILE at create (between 64 and 65536); else at least 8.
+	 * Documentation/virtio-fs.md, "Limits".
+	 */
+	unsigned int max_fds;
 };
 
 /*
