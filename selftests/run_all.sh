@@ -168,12 +168,12 @@ kvm_suite_cost() {
 	case ${1##*/} in
 	kvm_bind_nofile) echo 440 ;;
 	sdk.sh) echo 100 ;;
-	kvm_control) echo 290 ;;
-	kvm_net) echo 185 ;;
+	kvm_control) echo 240 ;;
+	kvm_net) echo 280 ;;
 	kvm_net_hook) echo 35 ;;
-	kvm_virtiofs) echo 115 ;;
-	kvm_rootfs) echo 105 ;;
-	kvm_operator) echo 100 ;;
+	kvm_virtiofs) echo 235 ;;
+	kvm_rootfs) echo 145 ;;
+	kvm_operator) echo 80 ;;
 	kvm_vmm_boot) echo 95 ;;
 	kvm_harness_watch) echo 90 ;;
 	kvm_die_with_parent) echo 90 ;;
