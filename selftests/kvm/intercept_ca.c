@@ -44,8 +44,9 @@ static const char probe[] =
 	"/tmp/last.pem 2>&1 | grep -o ': OK$' || echo capath refuses; "
 	"awk '$2 ~ \"^/etc/ssl/certs\" { print \"mounted\", $2, $3 }' "
 	"/proc/mounts; "
-	"timeout 20 bash -c 'echo > /dev/tcp/203.0.113.9/80' 2>/dev/null "
-	"|| echo flow refused";
+	/* The proxy takes the handshake, then cuts a denied flow: read. */
+	"timeout 20 bash -c 'exec 3<>/dev/tcp/203.0.113.9/80 && echo x >&3 "
+	"&& read -t 10 l <&3' 2>/dev/null || echo flow refused";
 
 /* The subject line of a VM's CA (net/tls-ca.c's CA_CN_PREFIX). */
 #define CA_SUBJECT "subject=CN = Kiln VM CA HEX\n"
