@@ -31,7 +31,9 @@ run_suite() {
 # $O/selftests/kvm_* and every selftests/kvm/*.sh (which get O as argument).
 kvm_suites() {
 	local t
-	for t in "$1"/selftests/kvm_* selftests/kvm/*.sh; do
+	# KILN_KVM_SCRIPTS: another directory of script suites ("" none),
+	# for a test of run_all.sh itself on a fake tree.
+	for t in "$1"/selftests/kvm_* ${KILN_KVM_SCRIPTS-selftests/kvm}/*.sh; do
 		[ -f "$t" ] && [ -x "$t" ] && echo "$t"
 	done
 	return 0
