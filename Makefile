@@ -18,7 +18,8 @@
 #   make bench-agent  guest agent benchmark: exec round trip, stdout streaming, boot to agent ready
 #   make bench-snapshot  baselines: restore vs cold boot to agent ready, 256 MiB vs 2 GiB, Pss of 10 VMs, snapshot time and size
 #   make fuzz     build the libFuzzer targets (clang, ASan, UBSan) as build/fuzz/NAME
-#   make test-long  run each fuzz target for FUZZ_SECONDS (default 60); fails on a crash
+#   make test-long  run each fuzz target for FUZZ_SECONDS (default 60), then the
+#                 long KVM suites (kvm_*_long); fails on a crash or a failure
 #   SAN=1         build everything the host runs with ASan and UBSan (Documentation/fuzzing.md)
 #   STATIC_LIBS=0 link the vmm's libraries shared (default: their archives; Kbuild.mk)
 #   V=1           show full commands
@@ -425,9 +426,16 @@ selftests: $(fuzz-replays)
 
 # Each target for FUZZ_SECONDS from its corpus; fails on a crash, whose
 # input selftests/fuzz/run.sh names (keep it in the corpus with the fix).
+# Then the long KVM suites (kvm_*_long: selftests/lib.sh) in one harness
+# run; fails when one of them does.
 test-long: deps
 	$(Q)$(MAKE) fuzz
 	$(Q)FUZZ_SECONDS=$(FUZZ_SECONDS) selftests/fuzz/run.sh $(O) $(fuzz-targets)
+	$(Q)$(MAKE) -j$(JOBS) all selftests
+	$(Q)$(MAKE) -f guest/guest.mk O=$(O)
+	$(Q)guest/images/build-debian.sh $(O)
+	$(Q)tools/vmtest --timeout 7200 selftests/run_kvm.sh $(O) \
+		$$(bash -c '. selftests/lib.sh && kvm_long_suites "$$1"' - $(O))
 
 deps:
 	$(Q)tools/install-deps

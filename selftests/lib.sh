@@ -33,7 +33,19 @@ kvm_suites() {
 	local t
 	# KILN_KVM_SCRIPTS: another directory of script suites ("" none),
 	# for a test of run_all.sh itself on a fake tree.
+	# kvm_*_long: make test-long's (kvm_long_suites), not make test's.
 	for t in "$1"/selftests/kvm_* ${KILN_KVM_SCRIPTS-selftests/kvm}/*.sh; do
+		case $t in *_long) continue ;; esac
+		[ -f "$t" ] && [ -x "$t" ] && echo "$t"
+	done
+	return 0
+}
+
+# kvm_long_suites O: the suites only make test-long runs (kvm_*_long).
+kvm_long_suites() {
+	local t
+
+	for t in "$1"/selftests/kvm_*_long; do
 		[ -f "$t" ] && [ -x "$t" ] && echo "$t"
 	done
 	return 0

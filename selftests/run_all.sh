@@ -166,7 +166,7 @@ lane_run() {
 # a result.
 kvm_suite_cost() {
 	case ${1##*/} in
-	kvm_bind_nofile) echo 440 ;;
+	kvm_bind_nofile) echo 120 ;;
 	sdk.sh) echo 100 ;;
 	kvm_control) echo 240 ;;
 	kvm_net) echo 280 ;;

@@ -131,7 +131,8 @@ static const char fake_vmtest[] =
 static int tree_make(struct tree *t)
 {
 	char path[160], cmd[160];
-	const char *names[] = { "kvm_a", "kvm_b", "kvm_c" };
+	/* kvm_d_long: make test-long's, never run here (lib.sh). */
+	const char *names[] = { "kvm_a", "kvm_b", "kvm_c", "kvm_d_long" };
 	int ret;
 
 	snprintf(t->dir, sizeof(t->dir), "/tmp/kiln-run_all-XXXXXX");
@@ -418,6 +419,7 @@ TEST_F(tree, stall_in_one_lane_resumes_in_that_lane)
 }
 
 /* No stall: one run, nothing said about stalls. */
+/* Each suite once, and kvm_d_long (make test-long's) not at all. */
 TEST_F(tree, no_stall_runs_once)
 {
 	run_stalling(_metadata, self, 0, 124);
