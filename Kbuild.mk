@@ -3,7 +3,7 @@
 
 CC      ?= gcc
 O       ?= build
-PKGS    := liburing jansson libseccomp wolfssl libnghttp2 libzstd
+PKGS    := liburing jansson libseccomp wolfssl libnghttp2 libzstd zlib
 # Linked only into what uses ebpf/ (BPF_LDLIBS), not into everything.
 BPF_PKGS := libbpf
 
