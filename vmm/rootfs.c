@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * Root image descriptors: parse one (jansson), then check the base file it
- * names against its size and SHA-256 digest (wolfSSL) before the guest
+ * names (raw, or qcow2: devices/block/qcow2.h) against its size and
+ * SHA-256 digest (wolfSSL) before the guest
  * boots. Hashing a few hundred MiB is slow on a nested or emulated host, so
  * a good hash is remembered in a small verification cache keyed by the
  * file's identity and timestamps (Documentation/rootfs.md).
@@ -18,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "devices/block/qcow2.h"
 #include "lib/compiler.h"
 #include "lib/errf.h"
 #include "lib/sha256.h"
@@ -329,10 +331,13 @@ static int parse_fields(struct rootfs_image *img, json_t *root, char *err,
 	if (!ret)
 		ret = get_str(desc, v[F_FORMAT], F_FORMAT, &img->format, err,
 			      len);
-	if (!ret && strcmp(img->format, "raw"))
+	if (!ret && strcmp(img->format, "raw") && strcmp(img->format, "qcow2"))
 		ret = errf(err, len, -EINVAL,
-			   "%s: format \"%s\": only \"raw\" is supported", desc,
-			   img->format);
+			   "%s: format \"%.64s\": must be \"raw\" or "
+			   "\"qcow2\"",
+			   desc, img->format);
+	if (!ret)
+		img->qcow2 = !strcmp(img->format, "qcow2");
 	if (!ret)
 		ret = get_str(desc, v[F_ARCH], F_ARCH, &img->architecture, err,
 			      len);
@@ -494,6 +499,41 @@ out_free:
 
 /* ---- verification ---------------------------------------------------- */
 
+/*
+ * sizeBytes is the disk the guest sees: a raw file's size, or a qcow2
+ * image's virtual size (its header, checked whole here so that a bad
+ * image is refused before anything is built).
+ */
+static int check_size(const struct rootfs_image *img, const char *desc, int fd,
+		      const struct stat *st, char *err, size_t len)
+{
+	struct qcow2 *q;
+	uint64_t vsize;
+	int ret;
+
+	if (!img->qcow2) {
+		if ((uint64_t)st->st_size == img->size_bytes)
+			return 0;
+		return errf(err, len, -EINVAL,
+			    "%s: sizeBytes: the descriptor says %llu, \"%s\" "
+			    "has %lld bytes",
+			    desc, (unsigned long long)img->size_bytes,
+			    img->path, (long long)st->st_size);
+	}
+	ret = qcow2__open(&q, fd, img->path, err, len);
+	if (ret)
+		return ret;
+	vsize = qcow2__virtual_size(q);
+	qcow2__close(q);
+	if (vsize == img->size_bytes)
+		return 0;
+	return errf(err, len, -EINVAL,
+		    "%s: sizeBytes: the descriptor says %llu, the qcow2 image "
+		    "\"%s\" has a virtual size of %llu bytes",
+		    desc, (unsigned long long)img->size_bytes, img->path,
+		    (unsigned long long)vsize);
+}
+
 static int verify(const struct rootfs_image *img, bool use_cache, char *err,
 		  size_t len)
 {
@@ -519,14 +559,9 @@ static int verify(const struct rootfs_image *img, bool use_cache, char *err,
 			   img->path);
 		goto out;
 	}
-	if ((uint64_t)st.st_size != img->size_bytes) {
-		ret = errf(err, len, -EINVAL,
-			   "%s: sizeBytes: the descriptor says %llu, \"%s\" "
-			   "has %lld bytes",
-			   desc, (unsigned long long)img->size_bytes, img->path,
-			   (long long)st.st_size);
+	ret = check_size(img, desc, fd, &st, err, len);
+	if (ret)
 		goto out;
-	}
 
 	if (use_cache && verified__lookup(&v, &st, img->digest)) {
 		pr_debug("%s: digest vouched for by the verification cache "
@@ -536,7 +571,7 @@ static int verify(const struct rootfs_image *img, bool use_cache, char *err,
 		goto out;
 	}
 
-	ret = hash_file(img, fd, img->size_bytes, actual, err, len);
+	ret = hash_file(img, fd, (uint64_t)st.st_size, actual, err, len);
 	if (ret)
 		goto out;
 	if (strcmp(actual, img->digest)) {
@@ -546,7 +581,7 @@ static int verify(const struct rootfs_image *img, bool use_cache, char *err,
 		goto out;
 	}
 	pr_debug("%s: hashed %llu bytes, digest matches", img->path,
-		 (unsigned long long)img->size_bytes);
+		 (unsigned long long)st.st_size);
 	if (!use_cache)
 		verified__lookup(&v, &st, img->digest);
 	if (verified__remember(&v, fd, &st, img->path))

@@ -3,6 +3,7 @@
 #define KILN_ROOTFS_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -10,8 +11,9 @@
 #include "lib/log.h"
 
 /*
- * A root image descriptor (Documentation/rootfs.md): which raw file to use
- * as the guest's base disk, and the size and digest it must have. Loading
+ * A root image descriptor (Documentation/rootfs.md): which raw or qcow2 file
+ * to use as the guest's base disk, and the size and digest it must have.
+ * Loading
  * checks the descriptor only; verifying checks the file against it.
  */
 
@@ -25,10 +27,12 @@ struct rootfs_image {
 	char *name;	     /* pinned: never a moving alias like "latest" */
 	char *path;	     /* the base file; relative ones resolved against
 			     * the descriptor's directory */
-	char *format;	     /* "raw" */
+	char *format;	     /* "raw" or "qcow2" */
+	bool qcow2;	     /* format is "qcow2" */
 	char *architecture;  /* "x86_64" ("amd64", "x64" normalized to it) */
 	char *digest;	     /* "sha256:" + 64 lowercase hex digits */
-	uint64_t size_bytes; /* bytes, > 0, a multiple of ROOTFS_BLOCK_SIZE */
+	uint64_t size_bytes; /* bytes the guest sees (qcow2: the virtual
+			      * size), > 0, a multiple of ROOTFS_BLOCK_SIZE */
 	char *descriptor;    /* where it was loaded from, for messages */
 	/*
 	 * The descriptor's optional "facts": an array of {"source":
@@ -49,7 +53,9 @@ int __must_check rootfs__load(struct rootfs_image *img,
 
 /*
  * Check the base file against the descriptor: a regular file, opened
- * read-only, of exactly sizeBytes, whose SHA-256 is the digest. The hash
+ * read-only, of exactly sizeBytes (a qcow2 image: a header the reader
+ * accepts, whose virtual size is sizeBytes), whose SHA-256 (over the
+ * whole file) is the digest. The hash
  * is skipped when the verification cache (Documentation/rootfs.md) holds
  * an entry for the same file identity, timestamps and digest; a good hash
  * records one (failing to record it is only a warning). err names the

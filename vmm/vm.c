@@ -375,6 +375,8 @@ static int disk_init(struct vm *vm)
 	}
 	p = (struct disk_params){
 		.base_path = vm->rootfs.path,
+		.base_format =
+			vm->rootfs.qcow2 ? DISK_FORMAT_QCOW2 : DISK_FORMAT_RAW,
 		.base_size = vm->rootfs.size_bytes,
 		.base_digest = vm->rootfs.digest,
 		.mode = disk_modes[r->mode],

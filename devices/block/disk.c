@@ -30,6 +30,7 @@
 #include <sys/stat.h>
 
 #include "devices/block/disk.h"
+#include "devices/block/qcow2.h"
 
 /* ---- the delta header (all fields little-endian) ------------------- */
 
@@ -60,7 +61,8 @@ struct disk {
 	uint64_t size;	    /* bytes */
 	uint64_t nr_blocks; /* size / DISK_BLOCK_SIZE */
 	int base_fd;
-	dev_t base_dev; /* to refuse the base as its own state file */
+	struct qcow2 *qcow2; /* a qcow2 base's reader; NULL: raw */
+	dev_t base_dev;	     /* to refuse the base as its own state file */
 	ino_t base_ino;
 	int delta_fd; /* -1 when read-only */
 	uint64_t map_offset, data_offset;
@@ -216,6 +218,38 @@ static const char *direct_hint(const struct disk_params *p, int err)
 		       "";
 }
 
+/*
+ * A qcow2 base: the reader checks the header and L1 table; the guest
+ * sees the virtual size. Its metadata and compressed clusters are read
+ * at byte offsets, which O_DIRECT does not allow.
+ */
+static int qcow2_base_open(struct disk *d, const struct disk_params *p)
+{
+	char err[DISK_WHAT_LEN + 256];
+	int ret;
+
+	if (p->direct) {
+		pr_err("base image %s: direct I/O is not supported on a qcow2 "
+		       "base",
+		       p->base_path);
+		return -EINVAL;
+	}
+	ret = qcow2__open(&d->qcow2, d->base_fd, p->base_path, err,
+			  sizeof(err));
+	if (ret) {
+		pr_err("%s", err);
+		return ret;
+	}
+	if (qcow2__virtual_size(d->qcow2) != p->base_size) {
+		pr_err("base image %s: qcow2 virtual size %" PRIu64
+		       " bytes, its descriptor says %" PRIu64,
+		       p->base_path, qcow2__virtual_size(d->qcow2),
+		       p->base_size);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 static int base_open(struct disk *d, const struct disk_params *p)
 {
 	const char *path = p->base_path;
@@ -252,6 +286,8 @@ static int base_open(struct disk *d, const struct disk_params *p)
 		       path);
 		return -EINVAL;
 	}
+	if (p->base_format == DISK_FORMAT_QCOW2)
+		return qcow2_base_open(d, p);
 	if (size != p->base_size) {
 		pr_err("base image %s is %" PRIu64
 		       " bytes, its descriptor says %" PRIu64,
@@ -612,6 +648,7 @@ void disk__close(struct disk *d)
 	/* Closing the last fd of the file description drops the flock. */
 	if (d->delta_fd >= 0)
 		close(d->delta_fd);
+	qcow2__close(d->qcow2);
 	if (d->base_fd >= 0)
 		close(d->base_fd);
 	free(d);
@@ -845,7 +882,30 @@ static bool extent_continues(const struct disk_extent *last,
 {
 	if (last->fd != next->fd)
 		return false;
-	return last->fd < 0 || last->offset + last->len == next->offset;
+	if (last->fd >= 0)
+		return last->offset + last->len == next->offset;
+	if (!last->buf || !next->buf)
+		return !last->buf && !next->buf;
+	return (const uint8_t *)last->buf + last->len == next->buf;
+}
+
+/* A qcow2 base's block: in its file, zeros, or an inflated cluster. */
+static int qcow2_source(const struct disk *d, uint64_t blk,
+			struct disk_extent *e)
+{
+	struct qcow2_extent q;
+	int ret;
+
+	ret = qcow2__map(d->qcow2, blk * DISK_BLOCK_SIZE, DISK_BLOCK_SIZE, &q);
+	if (ret)
+		return ret;
+	*e = (struct disk_extent){
+		.fd = q.kind == QCOW2_EXTENT_FILE ? d->base_fd : -1,
+		.offset = q.kind == QCOW2_EXTENT_FILE ? q.offset : 0,
+		.len = DISK_BLOCK_SIZE,
+		.buf = q.kind == QCOW2_EXTENT_BUFFER ? q.buf : NULL,
+	};
+	return 0;
 }
 
 int disk__map_read(const struct disk *d, uint64_t offset, uint64_t len,
@@ -853,15 +913,23 @@ int disk__map_read(const struct disk *d, uint64_t offset, uint64_t len,
 {
 	uint64_t blk, first, end;
 	unsigned int n = 0;
+	int ret;
 
 	if (!range_ok(d, offset, len))
 		return -EINVAL;
 	first = offset / DISK_BLOCK_SIZE;
 	end = first + len / DISK_BLOCK_SIZE;
+	if (d->qcow2)
+		qcow2__map_begin(d->qcow2);
 	/* Bounded by the disk size: range_ok checked end <= nr_blocks. */
 	for (blk = first; blk < end; blk++) {
 		struct disk_extent e = block_source(d, blk);
 
+		if (d->qcow2 && e.fd == d->base_fd) {
+			ret = qcow2_source(d, blk, &e);
+			if (ret)
+				return ret;
+		}
 		if (n && extent_continues(&ext[n - 1], &e)) {
 			ext[n - 1].len += e.len;
 			continue;

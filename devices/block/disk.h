@@ -42,9 +42,17 @@ enum disk_block_state {
 	DISK_BLOCK_ZERO = 2,
 };
 
+enum disk_format {
+	DISK_FORMAT_RAW = 0, /* the file is the disk */
+	DISK_FORMAT_QCOW2,   /* devices/block/qcow2.h: read-only, v2 or v3 */
+};
+
 struct disk_params {
-	const char *base_path;	 /* opened O_RDONLY, never written */
-	uint64_t base_size;	 /* bytes, a multiple of DISK_BLOCK_SIZE */
+	const char *base_path; /* opened O_RDONLY, never written */
+	enum disk_format base_format;
+	/* bytes the guest sees (a qcow2 base: its virtual size), a multiple
+	 * of DISK_BLOCK_SIZE */
+	uint64_t base_size;
 	const char *base_digest; /* "sha256:<64 hex>": recorded in the state */
 	enum disk_mode mode;
 	const char *state_path;	  /* DISK_PERSISTENT: absolute path */
@@ -52,11 +60,16 @@ struct disk_params {
 	bool direct;		  /* O_DIRECT on the base and the state file */
 };
 
-/* Where a piece of a request is: in a file, or zeros (fd == -1). */
+/*
+ * Where a piece of a request is: in a file, zeros (fd == -1, buf NULL),
+ * or in memory (fd == -1, buf: a qcow2 base's inflated compressed
+ * cluster, to copy before the next disk__map_read).
+ */
 struct disk_extent {
-	int fd;		 /* -1: zeros, no I/O */
+	int fd;		 /* -1: no I/O */
 	uint64_t offset; /* in fd */
 	uint64_t len;	 /* bytes */
+	const void *buf; /* fd == -1: the bytes, or NULL for zeros */
 };
 
 struct disk;
@@ -103,7 +116,9 @@ int __must_check disk__load_layer(struct disk *d, int fd, const char *what);
  * Splits the read of [offset, offset + len) into at most max extents,
  * merging neighbouring blocks with the same source. Returns the number
  * of extents, -EINVAL when the range is not block aligned or runs past
- * the end, -E2BIG when max extents are not enough.
+ * the end, -E2BIG when max extents (or a qcow2 base's inflated-cluster
+ * buffers) are not enough: one block always fits. A qcow2 base may also
+ * answer -EIO (a damaged table entry) or a read's -errno.
  */
 int __must_check disk__map_read(const struct disk *d, uint64_t offset,
 				uint64_t len, struct disk_extent *ext,

@@ -295,9 +295,18 @@ static void read_window(struct blk_req *req)
 				break;
 			}
 			if (ext[i].fd < 0) {
-				for (int j = 0; j < cnt; j++)
-					memset(iov[j].iov_base, 0,
-					       iov[j].iov_len);
+				/* buf: valid until the next map_read */
+				const uint8_t *src = ext[i].buf;
+
+				for (int j = 0; j < cnt; j++) {
+					if (src)
+						memcpy(iov[j].iov_base, src,
+						       iov[j].iov_len);
+					else
+						memset(iov[j].iov_base, 0,
+						       iov[j].iov_len);
+					src = src ? src + iov[j].iov_len : NULL;
+				}
 			} else {
 				struct blk_op *op =
 					new_op(req, OP_READ, ext[i].fd,

@@ -6,9 +6,9 @@
  * fuzzing process).
  *
  * Checked for every input: a refusal says why, naming the descriptor; a
- * descriptor that loads has every field, a pinned name, a "raw" x86_64
- * image (amd64 normalized), a digest of its documented form, and a size
- * that is a positive multiple of the block size.
+ * descriptor that loads has every field, a pinned name, a "raw" or
+ * "qcow2" x86_64 image (amd64 normalized), a digest of its documented
+ * form, and a size that is a positive multiple of the block size.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -56,7 +56,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		fuzz_check(img.name && img.path && img.format &&
 			   img.architecture && img.digest);
 		fuzz_check(*img.name && strlen(img.name) <= ROOTFS_NAME_MAX);
-		fuzz_check(!strcmp(img.format, "raw"));
+		fuzz_check(!strcmp(img.format, img.qcow2 ? "qcow2" : "raw"));
 		fuzz_check(!strcmp(img.architecture, "x86_64"));
 		fuzz_check(strlen(img.digest) == ROOTFS_DIGEST_LEN);
 		fuzz_check(!strncmp(img.digest, ROOTFS_DIGEST_PREFIX,

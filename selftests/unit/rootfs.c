@@ -193,10 +193,10 @@ static const struct {
 	  "\"architecture\": \"x86_64\", \"digest\": \"D\", \"sizeBytes\": "
 	  "4096}",
 	  "path: must be a non-empty string" },
-	{ "{\"name\": \"a\", \"path\": \"/x\", \"format\": \"qcow2\", "
+	{ "{\"name\": \"a\", \"path\": \"/x\", \"format\": \"vmdk\", "
 	  "\"architecture\": \"x86_64\", \"digest\": \"D\", \"sizeBytes\": "
 	  "4096}",
-	  "format \"qcow2\": only \"raw\"" },
+	  "format \"vmdk\": must be \"raw\" or \"qcow2\"" },
 	{ "{\"name\": \"a\", \"path\": \"/x\", \"format\": \"raw\", "
 	  "\"architecture\": \"aarch64\", \"digest\": \"D\", \"sizeBytes\": "
 	  "4096}",
