@@ -191,6 +191,65 @@ TEST_TIMEOUT(persistent_keeps_and_ephemeral_forgets, BOOT_TIMEOUT * 2)
 	scratch_fini(&s);
 }
 
+/*
+ * A qcow2 base (Documentation/rootfs.md, "qcow2 bases"): the test image
+ * converted by qemu-img with compressed 64 KiB clusters (zstd), so both
+ * data clusters read from the file and inflated ones are on the path.
+ * Read-only, the guest reads the whole disk and its SHA-256 is the raw
+ * image's digest; ephemeral, a write sits over the qcow2 base.
+ */
+TEST_TIMEOUT(qcow2_base_boots_readonly_and_ephemeral, BOOT_TIMEOUT * 2)
+{
+	char raw[300], digest[128], qdigest[128], size[32], cmd[1024];
+	char qcow2[160], desc[160];
+	struct spawn_result r;
+	struct scratch s;
+	FILE *f;
+
+	scratch_init(_metadata, &s, TEST_IMAGE);
+	descriptor_field(_metadata, s.rootfs, "path", raw, sizeof(raw));
+	descriptor_field(_metadata, s.rootfs, "digest", digest, sizeof(digest));
+	descriptor_field(_metadata, s.rootfs, "sizeBytes", size, sizeof(size));
+	snprintf(qcow2, sizeof(qcow2), "%s/base.qcow2", s.dir);
+	snprintf(desc, sizeof(desc), "%s/base.json", s.dir);
+	snprintf(cmd, sizeof(cmd),
+		 "qemu-img convert -q -c -f raw -O qcow2 -o "
+		 "compression_type=zstd '%s' '%s'",
+		 raw, qcow2);
+	ASSERT_EQ(0, system(cmd));
+	file_sha256(_metadata, qcow2, qdigest, sizeof(qdigest));
+	f = fopen(desc, "w");
+	ASSERT_NE(NULL, f);
+	fprintf(f,
+		"{\"name\": \"kiln-test-qcow2\", \"path\": \"base.qcow2\", "
+		"\"format\": \"qcow2\", \"architecture\": \"x86_64\", "
+		"\"digest\": \"sha256:%s\", \"sizeBytes\": %s}\n",
+		qdigest, size);
+	ASSERT_EQ(0, fclose(f));
+
+	BOOT(NULL, ARGS("--rootfs", desc, "--rootfs-mode", "readonly"),
+	     ARGS("sh", "-c",
+		  "grep ^ID= /etc/os-release; sha256sum /dev/vda | "
+		  "cut -d' ' -f1"),
+	     NULL, &r);
+	EXPECT_EQ(0, r.status) TH_LOG("%s", r.err);
+	snprintf(cmd, sizeof(cmd), "ID=kiln-test\n%s\n",
+		 digest + strlen("sha256:"));
+	EXPECT_STREQ(cmd, r.out);
+
+	BOOT(NULL, ARGS("--rootfs", desc),
+	     ARGS("sh", "-c",
+		  "echo over-qcow2 > /root/q && sync && cat /root/q && "
+		  "grep ^ID= /etc/os-release"),
+	     NULL, &r);
+	EXPECT_EQ(0, r.status) TH_LOG("%s", r.err);
+	EXPECT_STREQ("over-qcow2\nID=kiln-test\n", r.out);
+
+	file_sha256(_metadata, qcow2, digest, sizeof(digest));
+	EXPECT_STREQ(qdigest, digest);
+	scratch_fini(&s);
+}
+
 TEST_TIMEOUT(readonly_root_refuses_writes, BOOT_TIMEOUT)
 {
 	struct spawn_result r;
