@@ -459,6 +459,11 @@ static bool cow_write_waits(struct blk_req *req)
 /* A waiting request, again from where it stopped. */
 static void cow_retry(struct blk_req *req)
 {
+	/* After a reset: no I/O into buffers that are the driver's again. */
+	if (req->gen != req->q->b->gen) {
+		req_complete(req, VIRTIO_BLK_S_IOERR);
+		return;
+	}
 	switch (req->type) {
 	case VIRTIO_BLK_T_IN:
 		cow_read(req);
@@ -505,7 +510,7 @@ static void cow_done(void *arg, int res)
 		else if (req->type == VIRTIO_BLK_T_FLUSH)
 			req_complete(req, VIRTIO_BLK_S_OK);
 		else
-			cow_read(req); /* more blocks to fetch, or its data */
+			cow_retry(req); /* more blocks to fetch, or its data */
 	}
 	/* Each either goes on, waits again, or takes the free job slot. */
 	for (wait = b->wait_head, b->wait_head = b->wait_tail = NULL; wait;) {
