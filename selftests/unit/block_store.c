@@ -696,7 +696,7 @@ static void store_spawn(struct __test_metadata *_metadata, struct mem_store *m,
 			      "tools/kiln-store-mem", m->path, (char *)NULL);
 		_exit(127);
 	}
-	for (int i = 0; i < 500 && access(m->path, F_OK); i++)
+	for (int i = 0; i < 2000 && access(m->path, F_OK); i++)
 		usleep(10000);
 	ASSERT_EQ(0, access(m->path, F_OK))
 	TH_LOG("the reference store did not make %s", m->path);

@@ -634,7 +634,7 @@ static int tdev_open(struct tdev *t, const struct topts *o)
 		struct store_params sp = { .socket_path = o->store,
 					   .base = DIGEST,
 					   .nr_blocks = NR_BLOCKS,
-					   .timeout_ms = 2000,
+					   .timeout_ms = 10000,
 					   .claim = true };
 		struct store_cow_params cp = { .name = "cow-test",
 					       .disk = t->disk };
@@ -1127,7 +1127,7 @@ static pid_t mem_store(struct tdev *t, char *sock, size_t len)
 		      sock, (char *)NULL);
 		_exit(127);
 	}
-	for (int i = 0; i < 500 && access(sock, F_OK); i++)
+	for (int i = 0; i < 2000 && access(sock, F_OK); i++)
 		usleep(10000);
 	sp.socket_path = sock;
 	if (store__connect(&st, &sp, err, sizeof(err)))
