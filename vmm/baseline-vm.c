@@ -69,6 +69,9 @@ static const char *unsupported(const struct vm *vm)
 	if (c->rootfs.descriptor && c->rootfs.mode == ROOTFS_PERSISTENT)
 		return "a persistent root is one VM's own state, not a "
 		       "baseline's (--rootfs-mode ephemeral or readonly)";
+	if (c->rootfs.descriptor && c->rootfs.mode == ROOTFS_COW)
+		return "a cow root's changes are its block store's, not a "
+		       "baseline's (--rootfs-mode ephemeral or readonly)";
 	/*
 	 * The CA is made for each start, its key in that monitor only: a
 	 * clone would trust the capture's, not its own monitor's.

@@ -53,6 +53,7 @@ void config__free(struct vm_config *c)
 	free_argv(c->argv);
 	free(c->rootfs.descriptor);
 	free(c->rootfs.state_path);
+	free(c->rootfs.store_socket);
 	mounts__free(&c->mounts);
 	netcfg__free(&c->net);
 	free(c->vsock.socket_path);
@@ -73,6 +74,7 @@ const char *const config__rootfs_modes[] = {
 	[ROOTFS_EPHEMERAL] = "ephemeral",
 	[ROOTFS_READONLY] = "readonly",
 	[ROOTFS_PERSISTENT] = "persistent",
+	[ROOTFS_COW] = "cow",
 	NULL,
 };
 
@@ -125,7 +127,8 @@ static int validate_rootfs(struct rootfs_config *r, char *err, size_t len)
 
 	if (!r->descriptor) {
 		if (r->mode != ROOTFS_EPHEMERAL || r->state_path ||
-		    r->max_dirty_set || r->direct || r->verify_full)
+		    r->store_socket || r->max_dirty_set || r->direct ||
+		    r->verify_full)
 			return errf(err, len, -EINVAL,
 				    "rootfs options given without a root image "
 				    "(--rootfs DESCRIPTOR.json or "
@@ -145,6 +148,22 @@ static int validate_rootfs(struct rootfs_config *r, char *err, size_t len)
 			    "rootfs state file \"%s\": only the persistent "
 			    "mode keeps one (mode is %s)",
 			    r->state_path, mode);
+	if (r->mode == ROOTFS_COW && (!r->store_socket || !*r->store_socket))
+		return errf(err, len, -EINVAL,
+			    "rootfs mode cow needs a block store's socket "
+			    "(--rootfs-mode cow:/path/store.sock or "
+			    "\"storeSocket\")");
+	if (r->mode != ROOTFS_COW && r->store_socket)
+		return errf(err, len, -EINVAL,
+			    "rootfs block store \"%s\": only the cow mode "
+			    "uses one (mode is %s)",
+			    r->store_socket, mode);
+	if (r->store_socket &&
+	    strlen(r->store_socket) >= CONFIG_ROOTFS_SOCKET_MAX)
+		return errf(err, len, -EINVAL,
+			    "rootfs block store \"%s\": longer than a Unix "
+			    "socket path (%u bytes)",
+			    r->store_socket, CONFIG_ROOTFS_SOCKET_MAX - 1);
 	if (r->state_path && r->state_path[0] != '/')
 		return errf(err, len, -EINVAL,
 			    "rootfs state file \"%s\": must be an absolute "
@@ -155,9 +174,10 @@ static int validate_rootfs(struct rootfs_config *r, char *err, size_t len)
 			    "--max-dirty-bytes/\"maxDirtyBytes\": only for a "
 			    "writable root (mode is readonly)");
 	if (!r->max_dirty_set)
-		r->max_dirty_bytes = r->mode == ROOTFS_EPHEMERAL ?
-					     CONFIG_DEFAULT_MAX_DIRTY_BYTES :
-					     0;
+		r->max_dirty_bytes =
+			r->mode == ROOTFS_EPHEMERAL || r->mode == ROOTFS_COW ?
+				CONFIG_DEFAULT_MAX_DIRTY_BYTES :
+				0;
 
 	ret = rootfs__load(&img, r->descriptor, err, len);
 	if (!ret && r->state_path)

@@ -24,14 +24,17 @@ enum rootfs_mode {
 	ROOTFS_EPHEMERAL, /* default: changes in memory for one boot */
 	ROOTFS_READONLY,
 	ROOTFS_PERSISTENT, /* changes kept in state_path */
+	ROOTFS_COW,	   /* changes kept by the block store at store_socket */
 };
 
-#define CONFIG_DEFAULT_MAX_DIRTY_BYTES (64ULL << 20) /* ephemeral */
+#define CONFIG_DEFAULT_MAX_DIRTY_BYTES (64ULL << 20) /* ephemeral, cow */
+#define CONFIG_ROOTFS_SOCKET_MAX       108U /* sun_path, NUL included */
 
 struct rootfs_config {
 	char *descriptor; /* image descriptor JSON; NULL: no root disk */
 	enum rootfs_mode mode;
 	char *state_path;	  /* ROOTFS_PERSISTENT: absolute path */
+	char *store_socket;	  /* ROOTFS_COW: the store's Unix socket */
 	uint64_t max_dirty_bytes; /* bytes; 0: no limit */
 	bool max_dirty_set;	  /* given explicitly (else mode's default) */
 	bool direct;		  /* O_DIRECT on the image and state file */

@@ -162,6 +162,7 @@ static void status_cb(void *opaque, json_t *status)
 		[ROOTFS_EPHEMERAL] = "ephemeral",
 		[ROOTFS_READONLY] = "readonly",
 		[ROOTFS_PERSISTENT] = "persistent",
+		[ROOTFS_COW] = "cow",
 	};
 
 	json_object_set_new(status, "cpus", json_integer(c->nr_cpus));
@@ -173,6 +174,15 @@ static void status_cb(void *opaque, json_t *status)
 		json_object_set_new(status, "rootfsImage",
 				    json_string(vm->rootfs.name));
 	}
+	/* The block store's failures (each a guest I/O error too). */
+	if (vm->store_cow)
+		json_object_set_new(
+			status, "rootfsStore",
+			json_pack("{sI sI}", "errors",
+				  (json_int_t)store_cow__errors(vm->store_cow),
+				  "dirtyBytes",
+				  (json_int_t)store_cow__dirty_bytes(
+					  vm->store_cow)));
 	json_object_set_new(status, "net", net_status(vm));
 	if (vm->baseline)
 		json_object_set_new(status, "baseline",

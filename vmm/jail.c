@@ -310,6 +310,11 @@ static int plan_rootfs(struct jail *j, struct rootfs_config *r, char *err,
 	char *img_path;
 	int ret;
 
+	if (r->store_socket)
+		return errf(err, len, -EINVAL,
+			    "jail: a cow root's block store (%s) is not bound "
+			    "into the jail (not supported yet)",
+			    r->store_socket);
 	ret = rootfs__load(&img, r->descriptor, err, len);
 	img_path = ret ? NULL : img.path;
 	img.path = NULL;

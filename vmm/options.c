@@ -80,13 +80,17 @@ static int apply_cpus(struct vm_config *c, const union option_value *v,
 	return 0;
 }
 
-/* --rootfs-mode ephemeral | readonly | persistent:/abs/state/file */
+/*
+ * --rootfs-mode ephemeral | readonly | persistent:/abs/state/file |
+ * cow:/path/store.sock
+ */
 static int apply_rootfs_mode_arg(struct vm_config *c,
 				 const union option_value *v, char *err,
 				 size_t len)
 {
 	static const char persistent[] = "persistent:";
-	const size_t plen = sizeof(persistent) - 1;
+	static const char cow[] = "cow:";
+	const size_t plen = sizeof(persistent) - 1, clen = sizeof(cow) - 1;
 	struct rootfs_config *r = &c->rootfs;
 	const char *arg = v->s;
 	int mode = options__choice_index(config__rootfs_modes, arg);
@@ -96,19 +100,34 @@ static int apply_rootfs_mode_arg(struct vm_config *c,
 			    "--rootfs-mode %s: give the state file: "
 			    "persistent:/abs/path",
 			    arg);
+	if (mode == ROOTFS_COW || !strcmp(arg, cow))
+		return errf(err, len, -EINVAL,
+			    "--rootfs-mode %s: give the block store's socket: "
+			    "cow:/path/store.sock",
+			    arg);
+	/* Each overrides a mode from --config, its file included. */
 	if (!strncmp(arg, persistent, plen)) {
 		r->mode = ROOTFS_PERSISTENT;
+		free(r->store_socket);
+		r->store_socket = NULL;
 		return options__replace_string(&r->state_path, arg + plen);
+	}
+	if (!strncmp(arg, cow, clen)) {
+		r->mode = ROOTFS_COW;
+		free(r->state_path);
+		r->state_path = NULL;
+		return options__replace_string(&r->store_socket, arg + clen);
 	}
 	if (mode < 0)
 		return errf(err, len, -EINVAL,
-			    "--rootfs-mode %s: must be ephemeral, readonly or "
-			    "persistent:/abs/path",
+			    "--rootfs-mode %s: must be ephemeral, readonly, "
+			    "persistent:/abs/path or cow:/path/store.sock",
 			    arg);
 	r->mode = mode;
-	/* Overrides a persistent mode from --config, state file included. */
 	free(r->state_path);
 	r->state_path = NULL;
+	free(r->store_socket);
+	r->store_socket = NULL;
 	return 0;
 }
 
@@ -431,7 +450,8 @@ const struct option_desc options__table[] = {
 		.flag = "rootfs-mode",
 		.arg = "M",
 		.help = "ephemeral (default: changes in memory for one boot),\n"
-			"readonly, or persistent:/abs/state/file",
+			"readonly, persistent:/abs/state/file, or\n"
+			"cow:/path/store.sock (changes kept by a block store)",
 		.kind = OPTION_STRING,
 		.apply = apply_rootfs_mode_arg,
 	},
@@ -446,11 +466,15 @@ const struct option_desc options__table[] = {
 		STRING_FIELD(rootfs.state_path),
 	},
 	{
+		.key = "rootfs.storeSocket",
+		STRING_FIELD(rootfs.store_socket),
+	},
+	{
 		.flag = "max-dirty-bytes",
 		.arg = "N",
 		.key = "rootfs.maxDirtyBytes",
 		.help = "cap on changed bytes, K/M/G/KiB/MiB/GiB suffixes, 0: no\n"
-			"cap (default 64MiB ephemeral, none persistent)",
+			"cap (default 64MiB ephemeral and cow, none persistent)",
 		.kind = OPTION_SIZE,
 		.max = INT64_MAX,
 		.apply = apply_max_dirty,

@@ -197,6 +197,15 @@ static const struct rule kvm_irq[] = {
 	ALLOW_IOCTL(KVM_IRQ_LINE),
 };
 
+/*
+ * A cow root over a block store (devices/block/store-cow.c): its worker
+ * writes the blocks it fetched into the VM's local layer, the memfd the
+ * disk opened at build time.
+ */
+static const struct rule block_store[] = {
+	ALLOW(pwrite64),
+};
+
 /* virtio-net's activation tells the tap the driver's offloads. */
 static const struct rule tun[] = {
 	ALLOW_IOCTL(TUNSETOFFLOAD),
@@ -403,6 +412,7 @@ enum group_id {
 	G_KVM_STATE,
 	G_SNAPSHOT_FILES,
 	G_BASELINE_PUBLISH,
+	G_BLOCK_STORE,
 	NR_GROUPS,
 };
 
@@ -414,6 +424,7 @@ enum need {
 	NEED_FS_BIND,
 	NEED_SNAPSHOT,
 	NEED_BASELINE,
+	NEED_BLOCK_STORE,
 };
 
 #define BIT(g) (1U << (g))
@@ -444,6 +455,7 @@ static const struct group {
 	GROUP_REPLACING(G_SNAPSHOT_FILES, snapshot_files, NEED_SNAPSHOT,
 			BIT(G_OPENAT_REFUSED)),
 	GROUP(G_BASELINE_PUBLISH, baseline_publish, NEED_BASELINE),
+	GROUP(G_BLOCK_STORE, block_store, NEED_BLOCK_STORE),
 #undef GROUP
 #undef GROUP_REPLACING
 };
@@ -476,7 +488,8 @@ static const unsigned int thread_groups[SECCOMP_NR_THREADS] = {
 				BIT(G_TUN) | BIT(G_CONSOLE_LOG),
 	/* Their rings, eventfds, virtio-vsock's Unix sockets and epoll. */
 	[SECCOMP_THREAD_DEVICE] = BASE_GROUPS | BIT(G_SOCKET_IO) |
-				  BIT(G_SOCKET_UNIX) | BIT(G_KVM_IRQ),
+				  BIT(G_SOCKET_UNIX) | BIT(G_KVM_IRQ) |
+				  BIT(G_BLOCK_STORE),
 	/* A device's, and the host directory of a bind mount beneath. */
 	[SECCOMP_THREAD_FS] = BASE_GROUPS | BIT(G_SOCKET_IO) |
 			      BIT(G_SOCKET_UNIX) | BIT(G_KVM_IRQ) |
@@ -534,6 +547,8 @@ static bool needed(const struct group *g, const struct seccomp_needs *needs)
 		return needs->snapshot;
 	case NEED_BASELINE:
 		return needs->baseline;
+	case NEED_BLOCK_STORE:
+		return needs->block_store;
 	default:
 		return true;
 	}

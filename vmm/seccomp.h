@@ -72,6 +72,12 @@ struct seccomp_needs {
 	 * renameat2 that puts it in place in the cache.
 	 */
 	bool baseline;
+	/*
+	 * A cow root (devices/block/store-cow.c): on the device threads, the
+	 * block store worker's pwrite64 of fetched blocks into the local
+	 * layer.
+	 */
+	bool block_store;
 };
 
 /* The compiled programs, one per enum seccomp_thread. */

@@ -373,6 +373,13 @@ static int write_root_layer(struct vm *vm, struct snap_dir *d, json_t *fields,
 
 	if (fd < 0 || r->mode == ROOTFS_READONLY)
 		return 0;
+	/* Its layer is a cache of the store's: saved alone it would lie. */
+	if (r->mode == ROOTFS_COW) {
+		snprintf(err, len,
+			 "a cow root's snapshot is not supported yet (its "
+			 "changes are its block store's)");
+		return -EOPNOTSUPP;
+	}
 	if (r->mode == ROOTFS_EPHEMERAL)
 		return snap_dir__write_sparse(d, SNAP_LAYER_FILE,
 					      SNAP_LAYER_KIND, fd, bytes, err,

@@ -498,6 +498,7 @@ static int prepare_run(struct vm *vm, int sig_fd, int parent_fd,
 	needs.console_log_dirfd = console_log__dirfd(vm->console_log);
 	needs.snapshot = vm->api != NULL;
 	needs.baseline = vm__baseline_needs_publish(vm);
+	needs.block_store = vm->store_cow != NULL;
 	ret = seccomp__build(&vm->seccomp, &needs);
 	if (ret)
 		pr_err("building the seccomp filters: %s", strerror(-ret));

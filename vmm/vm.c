@@ -347,7 +347,38 @@ static const enum disk_mode disk_modes[] = {
 	[ROOTFS_EPHEMERAL] = DISK_EPHEMERAL,
 	[ROOTFS_READONLY] = DISK_READONLY,
 	[ROOTFS_PERSISTENT] = DISK_PERSISTENT,
+	/* The local layer of a cow root; its cap is the store layer's. */
+	[ROOTFS_COW] = DISK_EPHEMERAL,
 };
+
+/*
+ * A cow root: its block store says hello (base, block size, the single
+ * writer's claim) and lists its blocks before the guest exists.
+ */
+static int store_open(struct vm *vm)
+{
+	const struct rootfs_config *r = &vm->cfg->rootfs;
+	struct store_params sp = {
+		.socket_path = r->store_socket,
+		.base = vm->rootfs.digest,
+		.nr_blocks = vm->rootfs.size_bytes / STORE_BLOCK_SIZE,
+		.claim = true,
+	};
+	struct store_cow_params cp = {
+		.name = "rootfs",
+		.disk = vm->disk,
+		.max_dirty_bytes = r->max_dirty_bytes,
+	};
+	char err[512];
+	int ret;
+
+	ret = store__connect(&cp.store, &sp, err, sizeof(err));
+	if (!ret)
+		ret = store_cow__open(&vm->store_cow, &cp, err, sizeof(err));
+	if (ret)
+		pr_err("rootfs block store \"%s\": %s", r->store_socket, err);
+	return ret;
+}
 
 /*
  * The root image is checked (descriptor, size, digest) and its writable
@@ -381,14 +412,20 @@ static int disk_init(struct vm *vm)
 		.base_digest = vm->rootfs.digest,
 		.mode = disk_modes[r->mode],
 		.state_path = r->state_path,
-		.max_dirty_bytes = r->max_dirty_bytes,
+		.max_dirty_bytes =
+			r->mode == ROOTFS_COW ? 0 : r->max_dirty_bytes,
 		.direct = r->direct,
 	};
-	return disk__open(&vm->disk, &p); /* reports its own errors */
+	ret = disk__open(&vm->disk, &p); /* reports its own errors */
+	if (!ret && r->mode == ROOTFS_COW)
+		ret = store_open(vm);
+	return ret;
 }
 
 static void disk_exit(struct vm *vm)
 {
+	store_cow__close(vm->store_cow);
+	vm->store_cow = NULL;
 	disk__close(vm->disk);
 	vm->disk = NULL;
 	rootfs__free(&vm->rootfs);
@@ -632,6 +669,7 @@ static int blk_init(struct vm *vm)
 	struct virtio_blk_params p = {
 		.name = vm__virtio_name(vm, VIRTIO_SLOT_BLK),
 		.disk = vm->disk,
+		.store_cow = vm->store_cow,
 		.serial = vm->rootfs.name,
 		.nr_queues = vm->nr_vcpus < VIRTIO_BLK_MAX_QUEUES ?
 				     vm->nr_vcpus :

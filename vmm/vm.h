@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "bootloader/boot.h"
+#include "devices/block/store-cow.h"
 #include "devices/exit-dev.h"
 #include "devices/i8042.h"
 #include "devices/virtio/guest-mem.h"
@@ -125,6 +126,8 @@ struct vm {
 	 */
 	struct rootfs_image rootfs;
 	struct disk *disk;
+	/* A cow root's layer over its block store; NULL for the others. */
+	struct store_cow *store_cow;
 
 	/*
 	 * virtio-vsock (--vsock-socket, or the agent's control socket),

@@ -71,6 +71,7 @@ struct blk_op {
 struct blk_req {
 	struct blk_queue *q;
 	struct blk_req *next_free;
+	struct blk_req *next_wait; /* waiting for the block store's worker */
 	uint16_t head;
 	uint32_t gen; /* the device's at pop time */
 	uint32_t type;
@@ -113,6 +114,16 @@ struct virtio_blk {
 	unsigned int busy;   /* request slots taken, all queues */
 	pthread_cond_t idle; /* busy fell to 0, with the device lock */
 	bool idle_ok;
+
+	/*
+	 * A cow root's store layer ("cow roots" below): the request its job is
+	 * for, the requests waiting for the job slot, its done eventfd.
+	 */
+	struct store_cow *cow;
+	struct blk_req *cow_req;
+	struct blk_req *wait_head, *wait_tail;
+	struct ev_source cow_done;
+	uint64_t cow_buf;
 
 	struct evloop loop;
 	bool warned;	       /* one message for the device's life */
@@ -236,10 +247,16 @@ static void req_stage_done(struct blk_req *req)
 	case VIRTIO_BLK_T_OUT:
 		disk__end_write(b->disk, req->offset, req->len, req->reserved,
 				!req->failed);
+		if (b->cow && !req->failed)
+			store_cow__end_write(b->cow, req->offset, req->len,
+					     false);
 		break;
 	case VIRTIO_BLK_T_DISCARD:
 	case VIRTIO_BLK_T_WRITE_ZEROES:
 		disk__end_zero(b->disk, req->offset, req->len, !req->failed);
+		if (b->cow && !req->failed)
+			store_cow__end_write(b->cow, req->offset, req->len,
+					     true);
 		break;
 	}
 	req_complete(req, req->failed ? VIRTIO_BLK_S_IOERR : VIRTIO_BLK_S_OK);
@@ -340,6 +357,8 @@ static bool sector_offset(uint64_t sector, uint64_t *offset)
 	return true;
 }
 
+static bool cow_write_waits(struct blk_req *req);
+
 static void start_write(struct blk_req *req)
 {
 	struct virtio_blk *b = req->q->b;
@@ -347,8 +366,13 @@ static void start_write(struct blk_req *req)
 	struct blk_op *op;
 	int ret;
 
-	ret = disk__begin_write(b->disk, req->offset, req->len, &ext,
-				&req->reserved);
+	if (cow_write_waits(req))
+		return;
+	ret = b->cow ? store_cow__begin_write(b->cow, req->offset, req->len) :
+		       0;
+	if (!ret)
+		ret = disk__begin_write(b->disk, req->offset, req->len, &ext,
+					&req->reserved);
 	if (ret) {
 		if (ret == -ENOSPC)
 			blk_warn(b,
@@ -369,14 +393,149 @@ static void start_write(struct blk_req *req)
 	op_submit(b, op);
 }
 
+static void start_zero_range(struct blk_req *req);
+
+/* ---- cow roots ---------------------------------------------------------- */
+
+/*
+ * A cow root's requests that need the block store (store-cow.h): a read
+ * of blocks still only in the store waits for their fetch, a flush for
+ * the store's acknowledgement, a write or discard of blocks being
+ * fetched for the fetch's end. One job runs at a time on the store's
+ * worker thread; the others wait here, in order, each in its request
+ * slot (so the queue is as bounded as the slots). A store that fails a
+ * job (an error, its deadline, a cut connection) fails that request
+ * with VIRTIO_BLK_S_IOERR; the layer logs it once and counts it.
+ */
+static void wait_for_store(struct blk_req *req)
+{
+	struct virtio_blk *b = req->q->b;
+
+	req->next_wait = NULL;
+	if (b->wait_tail)
+		b->wait_tail->next_wait = req;
+	else
+		b->wait_head = req;
+	b->wait_tail = req;
+}
+
+static void cow_read(struct blk_req *req)
+{
+	struct virtio_blk *b = req->q->b;
+
+	if (!store_cow__missing(b->cow, req->offset, req->len)) {
+		read_window(req);
+		return;
+	}
+	if (store_cow__busy(b->cow)) {
+		wait_for_store(req);
+		return;
+	}
+	/* The first blocks missing; the rest on the next round. */
+	if (store_cow__fetch(b->cow, req->offset, req->len)) {
+		req_complete(req, VIRTIO_BLK_S_IOERR);
+		return;
+	}
+	b->cow_req = req;
+}
+
+static void cow_flush(struct blk_req *req)
+{
+	struct virtio_blk *b = req->q->b;
+
+	if (store_cow__busy(b->cow)) {
+		wait_for_store(req);
+		return;
+	}
+	if (store_cow__flush(b->cow)) {
+		req_complete(req, VIRTIO_BLK_S_IOERR);
+		return;
+	}
+	b->cow_req = req;
+}
+
+/* A write or discard may not land in blocks a fetch is filling. */
+static bool cow_write_waits(struct blk_req *req)
+{
+	struct virtio_blk *b = req->q->b;
+
+	if (!b->cow || !store_cow__fetching(b->cow, req->offset, req->len))
+		return false;
+	wait_for_store(req);
+	return true;
+}
+
+/* A waiting request, again from where it stopped. */
+static void cow_retry(struct blk_req *req)
+{
+	/* After a reset: no I/O into buffers that are the driver's again. */
+	if (req->gen != req->q->b->gen) {
+		req_complete(req, VIRTIO_BLK_S_IOERR);
+		return;
+	}
+	switch (req->type) {
+	case VIRTIO_BLK_T_IN:
+		cow_read(req);
+		break;
+	case VIRTIO_BLK_T_OUT:
+		start_write(req);
+		break;
+	case VIRTIO_BLK_T_FLUSH:
+		cow_flush(req);
+		break;
+	default: /* discard, write-zeroes */
+		start_zero_range(req);
+		break;
+	}
+}
+
+static void arm_cow(struct virtio_blk *b)
+{
+	evloop__read_eventfd(&b->loop, &b->cow_done, store_cow__done_fd(b->cow),
+			     &b->cow_buf);
+}
+
+/* The worker ran its job: finish it, then let the waiting requests on. */
+static void cow_done(void *arg, int res)
+{
+	struct virtio_blk *b = arg;
+	struct blk_req *req = b->cow_req, *wait;
+	int ret;
+
+	if (res < 0 && res != -EINTR && res != -EAGAIN) {
+		pr_err("%s: block store eventfd: %s", b->vdev.name,
+		       strerror(-res));
+		evloop__stop(&b->loop);
+		return;
+	}
+	arm_cow(b);
+	ret = store_cow__finish(b->cow);
+	if (ret == -EAGAIN || store_cow__busy(b->cow))
+		return; /* not done yet: a stale wake-up */
+	b->cow_req = NULL;
+	if (req) {
+		if (ret)
+			req_complete(req, VIRTIO_BLK_S_IOERR);
+		else if (req->type == VIRTIO_BLK_T_FLUSH)
+			req_complete(req, VIRTIO_BLK_S_OK);
+		else
+			cow_retry(req); /* more blocks to fetch, or its data */
+	}
+	/* Each either goes on, waits again, or takes the free job slot. */
+	for (wait = b->wait_head, b->wait_head = b->wait_tail = NULL; wait;) {
+		struct blk_req *next = wait->next_wait;
+
+		cow_retry(wait);
+		wait = next;
+	}
+}
+
 /* Discard and write-zeroes: one segment (max_*_seg is 1). */
 static void start_zero(struct blk_req *req, const struct vq_chain *c)
 {
 	struct virtio_blk *b = req->q->b;
 	struct virtio_blk_discard_write_zeroes seg;
 	uint32_t flags, allowed;
-	struct disk_extent ext;
-	int ret;
 
 	if (c->out_len - sizeof(struct virtio_blk_outhdr) != sizeof(seg) ||
 	    iov__to_buf(c->iov, c->nr_out, sizeof(struct virtio_blk_outhdr),
@@ -406,6 +565,18 @@ static void start_zero(struct blk_req *req, const struct vq_chain *c)
 		req_complete(req, VIRTIO_BLK_S_OK);
 		return;
 	}
+	start_zero_range(req);
+}
+
+/* The range of a parsed discard or write-zeroes. */
+static void start_zero_range(struct blk_req *req)
+{
+	struct virtio_blk *b = req->q->b;
+	struct disk_extent ext;
+	int ret;
+
+	if (cow_write_waits(req))
+		return;
 	ret = disk__begin_zero(b->disk, req->offset, req->len, &ext);
 	if (ret) {
 		blk_warn(b, "zeroing %" PRIu64 " bytes at %" PRIu64 ": %s",
@@ -462,7 +633,9 @@ static void start_request(struct blk_queue *q, const struct vq_chain *c)
 	case VIRTIO_BLK_T_FLUSH: {
 		int fd = disk__sync_fd(b->disk);
 
-		if (fd < 0)
+		if (b->cow)
+			cow_flush(req);
+		else if (fd < 0)
 			req_complete(req, VIRTIO_BLK_S_OK);
 		else
 			op_submit(b, new_op(req, OP_FLUSH, fd, 0, 0));
@@ -505,10 +678,12 @@ static void start_request(struct blk_queue *q, const struct vq_chain *c)
 		req_complete(req, VIRTIO_BLK_S_OK);
 		return;
 	}
-	if (req->type == VIRTIO_BLK_T_IN)
-		read_window(req);
-	else
+	if (req->type != VIRTIO_BLK_T_IN)
 		start_write(req);
+	else if (b->cow)
+		cow_read(req);
+	else
+		read_window(req);
 }
 
 static void process_queue(struct blk_queue *q)
@@ -787,8 +962,8 @@ static uint64_t blk_features(const struct virtio_blk *b)
 static unsigned int cq_entries(unsigned int nr_queues)
 {
 	unsigned int need = nr_queues * BLK_QUEUE_SIZE * BLK_WINDOW_OPS +
-			    nr_queues + 1,
-		     n = BLK_SQ_ENTRIES;
+			    nr_queues + 2, /* + the block store's eventfd */
+		n = BLK_SQ_ENTRIES;
 
 	while (n < need)
 		n <<= 1;
@@ -816,6 +991,8 @@ int virtio_blk__create(struct virtio_blk **out,
 	if (!b)
 		return -ENOMEM;
 	b->disk = p->disk;
+	b->cow = p->store_cow;
+	b->cow_done = (struct ev_source){ .fn = cow_done, .arg = b };
 	pthread_cond_init(&b->idle, NULL);
 	b->idle_ok = true;
 	b->nr_queues = p->nr_queues;
@@ -879,6 +1056,14 @@ struct virtio_device *virtio_blk__device(struct virtio_blk *b)
 
 int virtio_blk__start(struct virtio_blk *b, const struct sock_fprog *filter)
 {
+	int ret;
+
+	if (b->cow) {
+		ret = store_cow__start(b->cow, filter);
+		if (ret)
+			return ret;
+		arm_cow(b);
+	}
 	for (unsigned int i = 0; i < b->nr_queues; i++)
 		arm_kick(&b->queues[i]);
 	return evloop__start(&b->loop, &blk_loop_ops, b, filter);
@@ -891,6 +1076,8 @@ void virtio_blk__destroy(struct virtio_blk *b)
 	/* Waits for I/O in flight: it may still write into guest memory. */
 	if (b->vdev_ok)
 		evloop__exit(&b->loop);
+	/* The changes since the guest's last flush go to the store. */
+	store_cow__stop(b->cow);
 	for (unsigned int i = 0; i < b->nr_queues; i++)
 		free(b->queues[i].reqs);
 	if (b->vdev_ok)

@@ -7,6 +7,7 @@
 
 #include "lib/compiler.h"
 #include "devices/block/disk.h"
+#include "devices/block/store-cow.h"
 #include "devices/irq.h"
 #include "devices/virtio/device.h"
 #include "devices/virtio/guest-mem.h"
@@ -28,10 +29,12 @@ struct sock_fprog; /* lib/thread-filter.h */
 #define VIRTIO_BLK_MAX_QUEUES 32U /* the rest of the vCPUs share */
 
 struct virtio_blk_params {
-	const char *name;	/* "virtio-blk0"; outlives the device */
-	struct disk *disk;	/* borrowed: outlives the device */
-	const char *serial;	/* GET_ID, cut to 20 bytes */
-	unsigned int nr_queues; /* 1..VIRTIO_BLK_MAX_QUEUES */
+	const char *name;  /* "virtio-blk0"; outlives the device */
+	struct disk *disk; /* borrowed: outlives the device */
+	/* a cow root's layer over its store (on disk); NULL: none */
+	struct store_cow *store_cow; /* borrowed: outlives the device */
+	const char *serial;	     /* GET_ID, cut to 20 bytes */
+	unsigned int nr_queues;	     /* 1..VIRTIO_BLK_MAX_QUEUES */
 	const struct guest_mem *mem;
 	struct irq_line irq;
 };

@@ -392,7 +392,25 @@ TEST_F(files, rootfs_options)
 				  "bogus", NULL },
 		NULL, &r);
 	EXPECT_BAD_INPUT(&r, "--rootfs-mode bogus: must be ephemeral, "
-			     "readonly or persistent:/abs/path");
+			     "readonly, persistent:/abs/path or "
+			     "cow:/path/store.sock");
+	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel,
+				  "--rootfs", self->rootdesc, "--rootfs-mode",
+				  "cow", NULL },
+		NULL, &r);
+	EXPECT_BAD_INPUT(&r, "give the block store's socket: "
+			     "cow:/path/store.sock");
+	/* A store that is not there: said before anything is built. */
+	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel,
+				  "--rootfs", self->rootdesc, "--rootfs-mode",
+				  "cow:/nonexistent/store.sock", NULL },
+		NULL, &r);
+	EXPECT_NE(0, r.status);
+	EXPECT_NE(NULL, strstr(r.err, "rootfs block store "
+				      "\"/nonexistent/store.sock\": store "
+				      "socket \"/nonexistent/store.sock\": No "
+				      "such file or directory"))
+	TH_LOG("stderr: %s", r.err);
 	run_vmm((const char *[]){ "", "run", "--kernel", self->kernel,
 				  "--rootfs", self->rootdesc, "--rootfs-mode",
 				  "persistent", NULL },
@@ -473,8 +491,8 @@ TEST_F(files, rootfs_json_errors)
 	} cases[] = {
 		{ "\"DESC\"", "\"rootfs\" must be an object" },
 		{ "{\"image\": \"DESC\", \"mode\": \"temp\"}",
-		  "\"rootfs.mode\" must be \"ephemeral\", \"readonly\" or "
-		  "\"persistent\"" },
+		  "\"rootfs.mode\" must be \"ephemeral\", \"readonly\", "
+		  "\"persistent\" or \"cow\"" },
 		{ "{\"image\": \"DESC\", \"size\": 1}",
 		  "unknown key \"rootfs.size\"" },
 		{ "{\"image\": \"DESC\", \"maxDirtyBytes\": \"lots\"}",
@@ -496,6 +514,10 @@ TEST_F(files, rootfs_json_errors)
 		  "only for a writable root" },
 		{ "{\"mode\": \"readonly\"}",
 		  "rootfs options given without a root image" },
+		{ "{\"image\": \"DESC\", \"mode\": \"cow\"}",
+		  "rootfs mode cow needs a block store's socket" },
+		{ "{\"image\": \"DESC\", \"storeSocket\": \"/tmp/s\"}",
+		  "only the cow mode uses one (mode is ephemeral)" },
 	};
 	char doc[1024], val[512];
 	struct spawn_result r;

@@ -180,7 +180,7 @@ TEST_F(cfg, defaults)
 	char err[CONFIG_ERR_LEN];
 	struct vm_config c;
 	json_t *facts, *f;
-	size_t i;
+	size_t i, j;
 
 	ASSERT_EQ(0, parse(&c, ARGS("--kernel", "/k"), err, sizeof(err)));
 	ASSERT_EQ(0, facts__config_offline(&c, &facts, err, sizeof(err)));
@@ -211,6 +211,25 @@ TEST_F(cfg, defaults)
 		if (!strcmp(field(f, "topic"), "network-egress"))
 			EXPECT_STREQ("deny", field(f, "value"));
 	}
+	json_decref(facts);
+	config__free(&c);
+
+	/* A cow root: its mode and its cap on unflushed bytes. */
+	ASSERT_EQ(0, parse(&c,
+			   ARGS("--kernel", "/k", "--rootfs", self->desc,
+				"--rootfs-mode", "cow:/run/store.sock"),
+			   err, sizeof(err)))
+	TH_LOG("%s", err);
+	ASSERT_EQ(0, facts__config_offline(&c, &facts, err, sizeof(err)));
+	i = 0;
+	json_array_foreach(facts, j, f)
+	{
+		if (!strcmp(field(f, "topic"), "rootfs-write-mode"))
+			i += !strcmp("cow", field(f, "value"));
+		if (!strcmp(field(f, "topic"), "rootfs-max-dirty-bytes"))
+			i += !strcmp("67108864", field(f, "value"));
+	}
+	EXPECT_EQ(2, i);
 	json_decref(facts);
 	config__free(&c);
 }

@@ -23,7 +23,9 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #define VIRTIO_RING_NO_LEGACY
 #include <linux/virtio_blk.h>
@@ -34,6 +36,7 @@
 
 #include "lib/compiler.h"
 #include "devices/block/disk.h"
+#include "devices/block/store-cow.h"
 #include "devices/virtio/blk.h"
 #include "devices/virtio/device.h"
 #include "devices/virtio/guest-mem.h"
@@ -132,6 +135,7 @@ struct tdev {
 	char base[128];
 	char state[128];
 	struct disk *disk;
+	struct store_cow *cow;
 	struct virtio_blk *blk;
 	struct vdrv d;
 	unsigned int nr_queues;
@@ -148,6 +152,7 @@ struct topts {
 	unsigned int nr_queues;
 	const char *serial;
 	bool qcow2; /* base is a qcow2 image */
+	const char *store; /* a cow root's block store socket; NULL: none */
 };
 
 /* ---- the base image and the data patterns --------------------------- */
@@ -627,6 +632,23 @@ static int tdev_open(struct tdev *t, const struct topts *o)
 	ret = disk__open(&t->disk, &dp);
 	if (ret)
 		return ret;
+	if (o->store) {
+		struct store_params sp = { .socket_path = o->store,
+					   .base = DIGEST,
+					   .nr_blocks = NR_BLOCKS,
+					   .timeout_ms = 10000,
+					   .claim = true };
+		struct store_cow_params cp = { .name = "cow-test",
+					       .disk = t->disk };
+		char err[256];
+
+		ret = store__connect(&cp.store, &sp, err, sizeof(err));
+		if (!ret)
+			ret = store_cow__open(&t->cow, &cp, err, sizeof(err));
+		if (ret)
+			return ret;
+		bp.store_cow = t->cow;
+	}
 	bp.disk = t->disk;
 	ret = virtio_blk__create(&t->blk, &bp);
 	if (ret)
@@ -641,6 +663,8 @@ static void tdev_close(struct tdev *t)
 	virtio_blk__destroy(t->blk);
 	t->blk = NULL;
 	t->d.vdev = NULL;
+	store_cow__close(t->cow);
+	t->cow = NULL;
 	disk__close(t->disk);
 	t->disk = NULL;
 }
@@ -1146,6 +1170,120 @@ TEST_F(blk, flush_get_id_unsupported)
 	for (i = 3; i < VIRTIO_BLK_ID_BYTES; i++)
 		EXPECT_EQ(0, t->d.ram[DATA_GPA + i]);
 	EXPECT_EQ(0xcc, t->d.ram[DATA_GPA + VIRTIO_BLK_ID_BYTES]);
+}
+
+/*
+ * tools/kiln-store-mem on dir/store.sock, with block 3 stored (seed 9);
+ * its pid, or -1.
+ */
+static pid_t mem_store(struct tdev *t, char *sock, size_t len)
+{
+	struct store_params sp = { .base = DIGEST,
+				   .nr_blocks = NR_BLOCKS,
+				   .timeout_ms = 5000,
+				   .claim = true };
+	static uint8_t block[BS];
+	struct store *st;
+	char err[256];
+	int ret = -EBUSY;
+	pid_t pid;
+
+	snprintf(sock, len, "%s/store.sock", t->dir);
+	pid = fork();
+	if (!pid) {
+		execl("/usr/bin/python3", "python3", "tools/kiln-store-mem",
+		      sock, (char *)NULL);
+		_exit(127);
+	}
+	for (int i = 0; i < 2000 && access(sock, F_OK); i++)
+		usleep(10000);
+	sp.socket_path = sock;
+	if (store__connect(&st, &sp, err, sizeof(err)))
+		return -1;
+	for (unsigned int i = 0; i < BS; i++)
+		block[i] = pat(3 * BS + i, 9);
+	store__write_begin(st);
+	if (store__write_add(st, 3, block) ||
+	    store__write_send(st, err, sizeof(err)) ||
+	    store__flush(st, err, sizeof(err)))
+		pid = -1;
+	store__close(st);
+	/* The store lets the claim go once it has seen the close. */
+	for (int i = 0; i < 500 && ret == -EBUSY; i++) {
+		ret = store__connect(&st, &sp, err, sizeof(err));
+		if (!ret)
+			store__close(st);
+		else
+			usleep(10000);
+	}
+	return pid;
+}
+
+static void store_listed(void *arg, uint64_t block)
+{
+	*(uint64_t *)arg |= 1ULL << block;
+}
+
+/*
+ * A cow root through the device: the store's block read back, a write
+ * and a FLUSH the store acknowledged, then a dead store: local blocks
+ * still served, FLUSH fails with IOERR (counted), the device goes on.
+ */
+TEST_F(blk, cow_over_a_block_store)
+{
+	struct store_params sp = { .base = DIGEST,
+				   .nr_blocks = NR_BLOCKS,
+				   .timeout_ms = 5000 };
+	struct tdev *t = &self->t;
+	struct treq *r = &reqs[0];
+	char sock[128], err[256];
+	uint64_t listed = 0;
+	struct store *st;
+	pid_t pid;
+
+	pid = mem_store(t, sock, sizeof(sock));
+	ASSERT_LT(0, pid);
+	OPEN(.mode = DISK_EPHEMERAL, .store = sock);
+	memset(disk_model, 0, sizeof(disk_model));
+	disk_model[3] = 9;
+
+	/* Blocks 2..4: the base, the store's block 3, the base. */
+	rw_req(r, VIRTIO_BLK_T_IN, 2, 3, DATA_GPA, 2, false);
+	ASSERT_EQ(VIRTIO_BLK_S_OK, run(t, 0, r));
+	EXPECT_EQ(0, check_data(t, r, 2 * BS, disk_model));
+
+	/* A write, then FLUSH: done once the store has it. */
+	rw_req(r, VIRTIO_BLK_T_OUT, 10, 1, DATA_GPA, 1, false);
+	fill_data(t, r, 10 * BS, 5);
+	ASSERT_EQ(VIRTIO_BLK_S_OK, run(t, 0, r));
+	EXPECT_EQ(BS, store_cow__dirty_bytes(t->cow));
+	req_init(r, VIRTIO_BLK_T_FLUSH, 0);
+	ASSERT_EQ(VIRTIO_BLK_S_OK, run(t, 0, r));
+	EXPECT_EQ(0, store_cow__dirty_bytes(t->cow));
+	/* A reader without the claim sees both blocks. */
+	sp.socket_path = sock;
+	ASSERT_EQ(0, store__connect(&st, &sp, err, sizeof(err)));
+	ASSERT_EQ(0, store__list(st, store_listed, &listed, err, sizeof(err)));
+	EXPECT_EQ((1ULL << 3) | (1ULL << 10), listed);
+	store__close(st);
+
+	/* The store dies: what is local still reads and writes. */
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	disk_model[10] = 5;
+	rw_req(r, VIRTIO_BLK_T_IN, 2, 9, DATA_GPA, 3, false);
+	ASSERT_EQ(VIRTIO_BLK_S_OK, run(t, 0, r));
+	EXPECT_EQ(0, check_data(t, r, 2 * BS, disk_model));
+	rw_req(r, VIRTIO_BLK_T_OUT, 11, 1, DATA_GPA, 1, false);
+	fill_data(t, r, 11 * BS, 6);
+	ASSERT_EQ(VIRTIO_BLK_S_OK, run(t, 0, r));
+	req_init(r, VIRTIO_BLK_T_FLUSH, 0);
+	EXPECT_EQ(VIRTIO_BLK_S_IOERR, run(t, 0, r));
+	EXPECT_EQ(1, store_cow__errors(t->cow));
+	EXPECT_EQ(BS, store_cow__dirty_bytes(t->cow)); /* still to send */
+	req_init(r, VIRTIO_BLK_T_FLUSH, 0);
+	EXPECT_EQ(VIRTIO_BLK_S_IOERR, run(t, 0, r));
+	EXPECT_EQ(2, store_cow__errors(t->cow));
 }
 
 TEST_F(blk, discard_write_zeroes)
