@@ -12,10 +12,12 @@
  */
 #include <fcntl.h>
 #include <jansson.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "devices/block/disk.h"
+#include "devices/block/qcow2-write.h"
 #include "lib/sha256.h"
 #include "selftests/kselftest.h"
 #include "selftests/spawn.h"
@@ -711,6 +713,99 @@ TEST_F(flatten, no_half_image)
 	    r);
 	EXPECT_BAD_INPUT(r, "File too large");
 	EXPECT_EQ(0, stray_files(self->dir));
+	free(r);
+}
+
+/* The writer's own refusals, before anything is written. */
+TEST(qcow2_writer_refusals)
+{
+	uint8_t cluster[4096] = { 1 };
+	struct qcow2_writer *w;
+	char err[256];
+	int fd = memfd_create("qcow2-test", MFD_CLOEXEC);
+
+	ASSERT_TRUE(fd >= 0);
+	EXPECT_EQ(-EINVAL,
+		  qcow2_writer__create(&w, fd, MIB, 4097, err, sizeof(err)));
+	EXPECT_EQ(-EINVAL,
+		  qcow2_writer__create(&w, fd, MIB, 2048, err, sizeof(err)));
+	EXPECT_EQ(-EINVAL,
+		  qcow2_writer__create(&w, fd, MIB, 4 * MIB, err, sizeof(err)));
+	EXPECT_EQ(-EINVAL,
+		  qcow2_writer__create(&w, fd, 0, 4096, err, sizeof(err)));
+	/* 2^50 bytes in 4 KiB clusters: an L1 table of 2 GiB. */
+	EXPECT_EQ(-EFBIG, qcow2_writer__create(&w, fd, 1ULL << 50, 4096, err,
+					       sizeof(err)));
+	EXPECT_TRUE(strstr(err, "use larger clusters") != NULL)
+	TH_LOG("%s", err);
+
+	ASSERT_EQ(0, qcow2_writer__create(&w, fd, MIB, 4096, err, sizeof(err)));
+	EXPECT_EQ(0, qcow2_writer__put(w, 8192, cluster, err, sizeof(err)));
+	EXPECT_EQ(-EINVAL, qcow2_writer__put(w, 8192, cluster, err,
+					     sizeof(err))); /* again */
+	EXPECT_EQ(-EINVAL, qcow2_writer__put(w, 4096, cluster, err,
+					     sizeof(err))); /* backwards */
+	EXPECT_EQ(-EINVAL,
+		  qcow2_writer__put(w, 12288 + 1, cluster, err, sizeof(err)));
+	EXPECT_EQ(-EINVAL,
+		  qcow2_writer__put(w, MIB, cluster, err, sizeof(err)));
+	EXPECT_EQ(0, qcow2_writer__finish(w, err, sizeof(err)));
+	EXPECT_EQ(-EINVAL, qcow2_writer__finish(w, err, sizeof(err)));
+	EXPECT_EQ(-EINVAL,
+		  qcow2_writer__put(w, 16384, cluster, err, sizeof(err)));
+	qcow2_writer__destroy(w);
+	close(fd);
+}
+
+/*
+ * Tables past one cluster: a 2 GiB disk in 4 KiB clusters has a two-
+ * cluster L1 table, and 4,097 data clusters need three refcount blocks
+ * (2,048 refcounts each). QEMU's tools read back exactly what was put.
+ */
+TEST(qcow2_writer_big_tables)
+{
+	const uint64_t size = 2 * 1024 * MIB + 4096, dense = 4097;
+	char dir[] = "/tmp/kiln-qcow2-XXXXXX", img[64], raw[64], cmd[160];
+	struct spawn_result *r = malloc(sizeof(*r));
+	struct qcow2_writer *w;
+	uint8_t cluster[4096];
+	char err[256];
+	uint64_t i;
+	int fd, rfd;
+
+	ASSERT_TRUE(r != NULL && mkdtemp(dir) != NULL);
+	snprintf(img, sizeof(img), "%s/w.qcow2", dir);
+	snprintf(raw, sizeof(raw), "%s/w.raw", dir);
+	fd = open(img, O_RDWR | O_CREAT | O_EXCL, 0600);
+	rfd = open(raw, O_RDWR | O_CREAT | O_EXCL, 0600);
+	ASSERT_TRUE(fd >= 0 && rfd >= 0);
+	ASSERT_EQ(0, ftruncate(rfd, size));
+	ASSERT_EQ(0, qcow2_writer__create(&w, fd, size, 4096, err, sizeof(err)))
+	TH_LOG("%s", err);
+	for (i = 0; i < dense + 1; i++) {
+		/* dense clusters from 0, then the very last one */
+		uint64_t off = i < dense ? i * 4096 : size - 4096;
+
+		memset(cluster, (int)(i % 251) + 1, sizeof(cluster));
+		ASSERT_EQ(0,
+			  qcow2_writer__put(w, off, cluster, err, sizeof(err)))
+		TH_LOG("%s", err);
+		ASSERT_EQ((ssize_t)sizeof(cluster),
+			  pwrite(rfd, cluster, sizeof(cluster), off));
+	}
+	ASSERT_EQ(0, qcow2_writer__finish(w, err, sizeof(err)))
+	TH_LOG("%s", err);
+	qcow2_writer__destroy(w);
+	close(fd);
+	close(rfd);
+	run(ARGS("qemu-img", "check", "-f", "qcow2", img), r);
+	EXPECT_EQ(0, r->status) TH_LOG("check: %s %s", r->out, r->err);
+	run(ARGS("qemu-img", "compare", "-f", "raw", "-F", "qcow2", raw, img),
+	    r);
+	EXPECT_EQ(0, r->status) TH_LOG("compare: %s %s", r->out, r->err);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	if (system(cmd))
+		TH_LOG("could not remove %s", dir);
 	free(r);
 }
 
