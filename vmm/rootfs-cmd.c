@@ -793,6 +793,15 @@ static int flatten(int argc, char **argv, char *err, size_t len)
 			    "--out %s: exists (flatten writes a new file)",
 			    o.out);
 	ret = rootfs__load(&img, o.base, err, len);
+	/*
+	 * The disk's map gives offsets in a raw base; a qcow2 base needs
+	 * the reader's translation first.
+	 */
+	if (!ret && strcmp(img.format, "raw"))
+		ret = errf(err, len, -EOPNOTSUPP,
+			   "--base %s: format \"%s\": flatten reads raw bases "
+			   "only",
+			   o.base, img.format);
 	if (!ret)
 		ret = rootfs__verify(&img, err, len);
 	if (!ret && o.overlay) {

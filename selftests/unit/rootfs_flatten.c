@@ -623,6 +623,12 @@ TEST_F(flatten, bytes_reader_gone)
 	free(r);
 }
 
+static const char qcow2_desc[] =
+	"{\"name\": \"q\", \"path\": \"base.raw\", \"format\": \"qcow2\", "
+	"\"architecture\": \"x86_64\", \"digest\": \"sha256:"
+	"0000000000000000000000000000000000000000000000000000000000000000\", "
+	"\"sizeBytes\": 4096}";
+
 TEST_F(flatten, refusals)
 {
 	struct spawn_result *r = malloc(sizeof(*r));
@@ -680,6 +686,12 @@ TEST_F(flatten, refusals)
 	EXPECT_BAD_INPUT(r, "--format vmdk");
 	vmm(ARGS("vmm", "rootfs", "flatten", "--base", desc), r);
 	EXPECT_BAD_INPUT(r, "--out FILE are required");
+	/* A qcow2 base: not through the raw map. */
+	write_file(self->path[P_OTHER_DESC], qcow2_desc, strlen(qcow2_desc));
+	vmm(ARGS("vmm", "rootfs", "flatten", "--base", self->path[P_OTHER_DESC],
+		 "--out", out),
+	    r);
+	EXPECT_BAD_INPUT(r, "format \"qcow2\"");
 	vmm(ARGS("vmm", "rootfs", "flatten", "--bsae", desc), r);
 	EXPECT_BAD_INPUT(r, "did you mean --base?");
 	vmm(ARGS("vmm", "rootfs", "shrink"), r);
