@@ -24,6 +24,7 @@
 #include "vmm/facts.h"
 #include "vmm/jail.h"
 #include "vmm/options.h"
+#include "vmm/rootfs-cmd.h"
 #include "vmm/baseline-vm.h"
 #include "vmm/control.h"
 #include "vmm/snapshot.h"
@@ -374,6 +375,19 @@ static int cmd_snapshot(int argc, char **argv)
 	return 0;
 }
 
+/*
+ * vmm rootfs describe | bytes | flatten (vmm/rootfs-cmd.h), offline. A
+ * reader of bytes that went away ends it as SIGPIPE would have, quietly.
+ */
+static int cmd_rootfs(int argc, char **argv)
+{
+	int ret = rootfs_cmd__main(argc, argv);
+
+	if (ret == ROOTFS_CMD_EPIPE)
+		return 128 + SIGPIPE;
+	return ret ? VMM_EXIT_VMM_ERROR : 0;
+}
+
 int main(int argc, char **argv)
 {
 	nofile__raise(); /* before anything is sized from it */
@@ -397,6 +411,8 @@ int main(int argc, char **argv)
 		return cmd_facts(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "snapshot"))
 		return cmd_snapshot(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "rootfs"))
+		return cmd_rootfs(argc - 1, argv + 1);
 	pr_err("unknown command '%s' (try vmm --help)", argv[1]);
 	return VMM_EXIT_VMM_ERROR;
 }

@@ -316,6 +316,10 @@ static const char usage_head[] =
 	"       vmm start --jail DIR --uid U --gid G [--cgroup PATH ...] [options]\n"
 	"       vmm facts [--config FILE.json] [options]\n"
 	"       vmm snapshot pack [--level N] DIR FILE | unpack FILE DIR\n"
+	"       vmm rootfs describe FILE [--format raw|qcow2] [--name NAME]\n"
+	"       vmm rootfs bytes DESC [--chunk-size N]\n"
+	"       vmm rootfs flatten --base DESC [--overlay persistent:STATEFILE]\n"
+	"                  [--format qcow2|raw] [--cluster-size N] --out FILE\n"
 	"       vmm --help | --version\n"
 	"\n"
 	"Boots a Linux microVM on KVM, runs COMMAND in it and exits with its status.\n"
@@ -324,6 +328,9 @@ static const char usage_head[] =
 	"vmm snapshot pack verifies the snapshot DIR and writes it as one zstd\n"
 	"archive FILE; unpack makes the directory DIR from one, verified, for\n"
 	"--restore (Documentation/snapshots.md, \"Archives\").\n"
+	"vmm rootfs describe prints a descriptor for an image file; bytes streams\n"
+	"an image to stdout, checked against its digest; flatten writes base +\n"
+	"state file as one standalone image (Documentation/rootfs.md).\n"
 	"\n";
 
 static const char usage_tail[] =

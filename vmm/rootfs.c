@@ -107,6 +107,12 @@ static int check_name(const char *desc, const char *name, char *err, size_t len)
 	return 0;
 }
 
+int rootfs__check_name(const char *desc, const char *name, char *err,
+		       size_t len)
+{
+	return check_name(desc, name, err, len);
+}
+
 static bool digest_ok(const char *d)
 {
 	const size_t plen = strlen(ROOTFS_DIGEST_PREFIX);

@@ -75,6 +75,14 @@ int __must_check rootfs__check_state_path(const struct rootfs_image *img,
 					  const char *state_path, char *err,
 					  size_t errlen);
 
+/*
+ * The descriptor's rule for "name" (1 to ROOTFS_NAME_MAX characters of
+ * [A-Za-z0-9._+:/@-], no moving alias such as "latest"); err gets one
+ * line starting with desc.
+ */
+int __must_check rootfs__check_name(const char *desc, const char *name,
+				    char *err, size_t errlen);
+
 void rootfs__free(struct rootfs_image *img); /* fields may be NULL */
 
 #endif
