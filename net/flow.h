@@ -121,6 +121,13 @@ struct net_http_decision {
 	unsigned int grant;    /* the http grant's index */
 	/* ALLOW: the grant's upstream response deadline; 0: the proxy's. */
 	unsigned int response_ms;
+	/* The grant lets TRACE through ("trace"), with none of its fields. */
+	bool trace;
+	/*
+	 * Fields may be set on a clear-text flow: the grant's "clearText",
+	 * or in a hook's answer to a request, the answer's.
+	 */
+	bool clear_text;
 	/*
 	 * In, set by the caller before the decision: the flow is the hook's
 	 * "grant-http" (net_decision.hook_flow, its question's id; 0: a

@@ -811,7 +811,12 @@ static int request_decide(struct h2 *h, struct h2_stream *s)
 		return 0;
 	case HTTP_ALLOW:
 	case HTTP_ALLOW_UPGRADE: /* no upgrade in HTTP/2: as allowed */
-		ret = forward(h, s, s->head_end);
+		/* Its response would hand what was set back to the guest. */
+		if (http__echoes_request(method) && http_edits__sets(e))
+			ret = refuse(h, s, STATUS_METHOD_NOT_ALLOWED,
+				     HTTP_ECHO_REFUSED);
+		else
+			ret = forward(h, s, s->head_end);
 		break;
 	case HTTP_REFUSE:
 		/* A reason naming an injected value would hand it over. */

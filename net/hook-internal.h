@@ -87,7 +87,9 @@ int __must_check hook_msg__question(char *buf, size_t len, uint64_t id,
  * "set" (an object of field name to value, each value's characters
  * U+0000 to U+00FF one byte each) and "remove" (an array of field names)
  * into *edits (NULL: not read): NET_VERDICT_ALLOW, each field's name in
- * lower case, removed ones with remove set. Names a grant could not set
+ * lower case, removed ones with remove set, and its "clearText" (true:
+ * what it sets may go on a clear-text flow) as clear_text. "clearText"
+ * not a boolean, names a grant could not set
  * (http__editable_name), a value with a control byte or a character past
  * U+00FF, a name twice, more than NET_HTTP_MAX_HEADERS fields or
  * NET_HTTP_HEADERS_MAX bytes: the verdict is HOOK_VERDICT_INVALID,

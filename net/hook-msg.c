@@ -397,6 +397,7 @@ static const char *read_edits(json_t *o, struct net_http_decision *d,
 {
 	json_t *set = json_object_get(o, "set");
 	json_t *remove = json_object_get(o, "remove");
+	json_t *clear = json_object_get(o, "clearText");
 	const char *why = NULL, *key;
 	size_t used = 0, i;
 	json_t *v;
@@ -404,8 +405,12 @@ static const char *read_edits(json_t *o, struct net_http_decision *d,
 	*e = (struct edit_error){ 0 };
 	d->verdict = NET_VERDICT_ALLOW;
 	d->nr_headers = 0;
+	/* "set" on a clear-text flow needs it (intercept-request.c). */
+	d->clear_text = json_is_true(clear);
 	if ((set && !json_is_object(set)) || (remove && !json_is_array(remove)))
 		return "set not an object or remove not an array";
+	if (clear && !json_is_boolean(clear))
+		return "clearText not true or false";
 	json_object_foreach(set, key, v)
 	{
 		if (!json_is_string(v)) {

@@ -99,6 +99,13 @@ bool http__editable_name(const char *name)
 	return http__is_token(name, len) && !is_framing_name(name, len);
 }
 
+bool http__echoes_request(const char *method)
+{
+	size_t len = method ? strlen(method) : 0;
+
+	return is_name(method, len, "TRACE") || is_name(method, len, "TRACK");
+}
+
 /* Printable ASCII only, truncated: what may reach the guest as text. */
 void http__text_copy(char *dst, size_t size, const char *src)
 {
@@ -178,6 +185,14 @@ int http_edits__refuse(struct http_edits *e, unsigned int status,
 	http__text_copy(e->reason, sizeof(e->reason),
 			reason ? reason : "refused");
 	return HTTP_REFUSE;
+}
+
+bool http_edits__sets(const struct http_edits *e)
+{
+	for (unsigned int i = 0; i < e->nr; i++)
+		if (!e->e[i].remove)
+			return true;
+	return false;
 }
 
 void http_edits__wipe_values(struct http_edits *e)

@@ -62,8 +62,21 @@ enum http_verdict {
 	HTTP_PENDING,
 };
 
+/*
+ * A method whose response echoes the request it got: TRACE (RFC 9110
+ * 9.3.8, where a client must not send sensitive fields) and TRACK (IIS's
+ * old copy of it), in any case (h2's :method is any token). Such a
+ * request never carries a field a decision set: the rewriters refuse it
+ * (405, HTTP_ECHO_REFUSED) when on_request sets a value on it.
+ */
+bool http__echoes_request(const char *method);
+#define HTTP_ECHO_REFUSED "TRACE not allowed"
+
 /* A decision's header edits and refusal, filled by on_request. */
 struct http_edits;
+
+/* Whether e sets a value (a field upstream gets), not only removals. */
+bool http_edits__sets(const struct http_edits *e);
 
 /*
  * In on_request: have the forwarded head carry NAME: VALUE, in place of

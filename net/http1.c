@@ -619,6 +619,11 @@ static ssize_t verdict_apply(struct http1_req *h,
 {
 	struct http_edits *e = &h->edits;
 
+	/* Its response would hand what was set back to the guest. */
+	if ((verdict == HTTP_ALLOW || verdict == HTTP_ALLOW_UPGRADE) &&
+	    http__echoes_request(req->method) && http_edits__sets(e))
+		return refuse(h, HTTP_STATUS_METHOD_NOT_ALLOWED,
+			      HTTP_ECHO_REFUSED);
 	switch (verdict) {
 	case HTTP_ALLOW:
 		if (req->upgrade)

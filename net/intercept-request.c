@@ -19,6 +19,10 @@
 
 /* An upgrade (WebSocket...) asked for on an http grant (15.5.4). */
 #define HTTP_STATUS_FORBIDDEN 403U
+/* TRACE on a grant that does not let it through (15.5.6). */
+#define HTTP_STATUS_METHOD_NOT_ALLOWED 405U
+/* Fields set on a clear-text flow with no opt-in ("clearText"). */
+#define HTTP_CLEAR_TEXT_REFUSED "http field in clear text"
 /* The policy's fields did not go in: a bug, not the guest's (15.6.1). */
 #define HTTP_STATUS_INTERNAL 500U
 
@@ -183,12 +187,13 @@ static const char *hook_value(const struct net_http_decision *ans,
  * fields the grant does not name), then the grant's fields (a later
  * edit of a name wins, so the grant's own values stand), those it gives
  * the hook with the answer's values, or removed when it set none: the
- * guest never supplies a field the host brokers. The answer's names are
- * ones a grant could set (hook-msg.c checked). 0, or the refusal's
- * reason.
+ * guest never supplies a field the host brokers. With strip (a TRACE the
+ * grant lets through) every field is removed and none set. The answer's
+ * names are ones a grant could set (hook-msg.c checked). 0, or the
+ * refusal's reason.
  */
 static const char *edits_apply(const struct net_http_decision *d,
-			       const struct net_http_decision *ans,
+			       const struct net_http_decision *ans, bool strip,
 			       struct http_edits *e)
 {
 	for (unsigned int i = 0;
@@ -199,7 +204,7 @@ static const char *edits_apply(const struct net_http_decision *d,
 		if (ans->headers[i].name >= sizeof(ans->buf) ||
 		    ans->headers[i].value >= sizeof(ans->buf))
 			return "http header edit failed";
-		if (ans->headers[i].remove)
+		if (ans->headers[i].remove || strip)
 			ret = http_edits__remove(e, name);
 		else if (hook_field(d, name))
 			ret = 0; /* set below, in the grant's order */
@@ -218,7 +223,8 @@ static const char *edits_apply(const struct net_http_decision *d,
 		    d->headers[i].value >= sizeof(d->buf))
 			return "http header edit failed";
 		name = d->buf + d->headers[i].name;
-		value = d->headers[i].hook ? hook_value(ans, name) :
+		value = strip		   ? NULL :
+			d->headers[i].hook ? hook_value(ans, name) :
 					     d->buf + d->headers[i].value;
 		if (value ? http_edits__set(e, name, value) :
 			    http_edits__remove(e, name))
@@ -237,6 +243,8 @@ static int on_request(void *opaque, const struct http_request *rq,
 {
 	struct intercept *ic = opaque;
 	const struct net_http_decision *ans = NULL;
+	bool trace = http__echoes_request(rq->method);
+	bool clear = !ic->side[INTERCEPT_GUEST].tls;
 	struct net_http_decision d;
 	const char *failed;
 	int ret = HTTP_ALLOW;
@@ -250,6 +258,14 @@ static int on_request(void *opaque, const struct http_request *rq,
 		goto out_report;
 	}
 	intercept__decide(ic, rq->hostname, &d);
+	/*
+	 * Its response would echo the fields set on it (RFC 9110 9.3.8):
+	 * only a grant's "trace" lets it through, with none of them.
+	 */
+	if (trace && d.verdict != NET_VERDICT_DENY && !d.trace) {
+		refuse_with(&d, HTTP_ECHO_REFUSED);
+		d.status = HTTP_STATUS_METHOD_NOT_ALLOWED;
+	}
 	if (d.verdict == NET_VERDICT_ASK) {
 		ret = hook_decision(ic, rq, &d, &ans);
 		if (ret == HTTP_PENDING) {
@@ -273,7 +289,14 @@ static int on_request(void *opaque, const struct http_request *rq,
 		ret = http_edits__refuse(e, d.status, d.reason);
 		goto out_report;
 	}
-	failed = edits_apply(&d, ans, e);
+	failed = edits_apply(&d, ans, trace, e);
+	/*
+	 * A value in clear text only where the policy's grant or the hook's
+	 * answer says "clearText": one written for TLS must not leak on 80.
+	 */
+	if (!failed && clear && !d.clear_text && !(ans && ans->clear_text) &&
+	    http_edits__sets(e))
+		failed = HTTP_CLEAR_TEXT_REFUSED;
 	if (failed) {
 		snprintf(d.reason, sizeof(d.reason), "%s", failed);
 		ret = http_edits__refuse(

@@ -83,6 +83,8 @@ struct http_grant {
 	struct grant_header headers[NET_HTTP_MAX_HEADERS];
 	enum http_ask ask;
 	unsigned int response_ms; /* 0: the proxy's deadline */
+	bool trace;	 /* "trace": TRACE requests pass, with no field */
+	bool clear_text; /* "clearText": fields on its clear-text ports */
 };
 
 struct net_policy {

@@ -799,12 +799,68 @@ static int parse_http_ask(json_t *v, struct http_grant *g, const char *path,
 	return 0;
 }
 
+/* path.key, when given: true or false into *out. */
+static int parse_flag(json_t *obj, const char *key, bool *out, const char *path,
+		      char *err, size_t len)
+{
+	json_t *v = json_object_get(obj, key);
+
+	if (v && !json_is_boolean(v))
+		return errf(err, len, -EINVAL, "%s.%s: must be true or false",
+			    path, key);
+	*out = json_is_true(v);
+	return 0;
+}
+
+/* g's first port that carries no TLS (its fields would go in clear), or 0. */
+static unsigned int http_clear_port(const struct http_grant *g)
+{
+	const struct port_range every = { NET_POLICY_MIN_PORT,
+					  NET_POLICY_MAX_PORT };
+	const struct port_range *r = g->r.nr_ports ? g->r.ports : &every;
+	unsigned int n = g->r.nr_ports ? g->r.nr_ports : 1;
+
+	/* At most NET_POLICY_MAX_PORTS + 1 ports of a range are looked at. */
+	for (unsigned int i = 0; i < n; i++)
+		for (unsigned int port = r[i].lo; port <= r[i].hi; port++)
+			if (!net_http_grant__tls(g, port))
+				return port;
+	return 0;
+}
+
+/*
+ * Fields go in clear text only where the grant says so: a grant that
+ * sets any on a port without TLS needs "clearText": true (finding 7 of
+ * issue 34: its default ports, [80, 443], had them sent on 80).
+ */
+static int check_http_clear_text(const struct net_policy *p, const char *path,
+				 char *err, size_t len)
+{
+	for (unsigned int i = 0; i < p->nr_http; i++) {
+		const struct http_grant *g = &p->http[i];
+		unsigned int port;
+
+		if (!g->nr_headers || g->clear_text)
+			continue;
+		port = http_clear_port(g);
+		if (port)
+			return errf(err, len, -EINVAL,
+				    "%s.http[%u].headers: would be sent in "
+				    "clear text on port %u (not in \"tls\"): "
+				    "grant only TLS ports, or say "
+				    "\"clearText\": true",
+				    path, i, port);
+	}
+	return 0;
+}
+
 static int parse_http_grant(json_t *obj, struct http_grant *g, const char *path,
 			    char *err, size_t len)
 {
-	static const char *const keys[] = { "host", "ports",
-					    "tls",  "headers",
-					    "ask",  "responseTimeoutMs",
+	static const char *const keys[] = { "host",  "ports",
+					    "tls",   "headers",
+					    "ask",   "responseTimeoutMs",
+					    "trace", "clearText",
 					    NULL };
 	static const uint16_t default_ports[] = { HTTP_PORT, HTTPS_PORT };
 	const char *s;
@@ -814,7 +870,8 @@ static int parse_http_grant(json_t *obj, struct http_grant *g, const char *path,
 	ret = check_object(obj, keys,
 			   "{\"host\": ..., \"ports\": [...], \"tls\": [...], "
 			   "\"headers\": {...}, \"ask\": ..., "
-			   "\"responseTimeoutMs\": ...}",
+			   "\"responseTimeoutMs\": ..., \"trace\": ..., "
+			   "\"clearText\": ...}",
 			   path, err, len);
 	if (!ret)
 		ret = need_key(obj, "host", &v, path, err, len);
@@ -860,8 +917,14 @@ static int parse_http_grant(json_t *obj, struct http_grant *g, const char *path,
 			       "responseTimeoutMs", &g->response_ms, err, len);
 	if (ret)
 		return ret;
+	ret = parse_flag(obj, "trace", &g->trace, path, err, len);
+	if (!ret)
+		ret = parse_flag(obj, "clearText", &g->clear_text, path, err,
+				 len);
 	v = json_object_get(obj, "headers");
-	return v ? parse_http_headers(v, g, path, err, len) : 0;
+	if (v && !ret)
+		ret = parse_http_headers(v, g, path, err, len);
+	return ret;
 }
 
 /* A grant that asks the hook needs the policy to have one. */
@@ -965,6 +1028,8 @@ int net_policy__parse(json_t *obj, const char *path, struct net_policy **out,
 		ret = parse_hook(v, p, path, err, len);
 	if (!ret)
 		ret = check_http_hook(p, path, err, len);
+	if (!ret)
+		ret = check_http_clear_text(p, path, err, len);
 	if (ret) {
 		net_policy__free(p);
 		return ret;

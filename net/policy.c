@@ -341,6 +341,8 @@ static void http_allow(const struct net_policy *p, const struct http_grant *g,
 	snprintf(d->reason, sizeof(d->reason), "http grant %u", i);
 	d->grant = i;
 	d->response_ms = g->response_ms;
+	d->trace = g->trace;
+	d->clear_text = g->clear_text;
 	if (g->ask != HTTP_ASK_NEVER && p->hook_socket) {
 		d->verdict = NET_VERDICT_ASK;
 		snprintf(d->hook_socket, sizeof(d->hook_socket), "%s",
@@ -408,6 +410,8 @@ void net_policy__decide_http(const struct net_policy *p,
 	bool wildcard;
 
 	d->nr_headers = 0;
+	d->trace = false;
+	d->clear_text = false;
 	if (why || f->proto != IPPROTO_TCP)
 		return http_refuse(d, HTTP_STATUS_FORBIDDEN,
 				   why ? why : "not tcp");

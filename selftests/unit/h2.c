@@ -843,6 +843,72 @@ TEST(connect_scheme_and_hop_by_hop_refused)
 	world_fini(w);
 }
 
+/*
+ * Issue 34, finding 2: a TRACE stream (any case: h2's :method is any
+ * token; TRACK too) whose decision sets a field is answered 405 on its
+ * own, nothing of it upstream, the token in nothing the guest gets; the
+ * next stream is served. Without a field set, TRACE goes up.
+ */
+TEST(trace_with_a_set_field_refused_405)
+{
+	static const char *const methods[] = { "TRACE", "trace", "TrAcK" };
+	int32_t ids[ARRAY_SIZE(methods)], fine, bare;
+	struct world *w;
+
+	w = world_new(_metadata);
+	w->inject = true;
+	for (size_t i = 0; i < ARRAY_SIZE(methods); i++) {
+		nghttp2_nv nv[] = {
+			{ (uint8_t *)":method", (uint8_t *)methods[i], 7,
+			  strlen(methods[i]), 0 },
+			NV(":scheme", "https"),
+			NV(":authority", HOST),
+			NV(":path", "/user"),
+		};
+
+		ids[i] = request(w, nv, ARRAY_SIZE(nv));
+		ASSERT_LT(0, ids[i]);
+	}
+	fine = get(w, HOST, "/fine");
+	ASSERT_EQ(0, shuttle(w));
+	for (size_t i = 0; i < ARRAY_SIZE(methods); i++) {
+		struct rec *g = GUEST(w, ids[i]);
+
+		EXPECT_TRUE(has(g->head, g->head_len, ":status: 405\n"))
+		TH_LOG("%s: %s", methods[i], g->head);
+		EXPECT_TRUE(has((char *)bytequeue__peek(&g->body), g->body.len,
+				"TRACE not allowed"));
+		EXPECT_FALSE(has((char *)bytequeue__peek(&g->body), g->body.len,
+				 TOKEN));
+		EXPECT_FALSE(has(g->head, g->head_len, TOKEN));
+	}
+	EXPECT_EQ(3, w->refused);
+	/* Only the GET went upstream, as its stream 1. */
+	EXPECT_TRUE(has(UP(w, 1)->head, UP(w, 1)->head_len, ":path: /fine\n"));
+	EXPECT_FALSE(UP(w, 3)->used);
+	EXPECT_TRUE(has(GUEST(w, fine)->head, GUEST(w, fine)->head_len,
+			":status: 200\n"));
+
+	w->inject = false;
+	{
+		nghttp2_nv nv[] = {
+			NV(":method", "TRACE"),
+			NV(":scheme", "https"),
+			NV(":authority", HOST),
+			NV(":path", "/t"),
+		};
+
+		bare = request(w, nv, ARRAY_SIZE(nv));
+	}
+	ASSERT_EQ(0, shuttle(w));
+	EXPECT_TRUE(
+		has(UP(w, 3)->head, UP(w, 3)->head_len, ":method: TRACE\n"));
+	EXPECT_FALSE(has(UP(w, 3)->head, UP(w, 3)->head_len, "authorization"));
+	EXPECT_TRUE(has(GUEST(w, bare)->head, GUEST(w, bare)->head_len,
+			":status: 200\n"));
+	world_fini(w);
+}
+
 TEST(oversize_head_refused_431)
 {
 	static char big[H2_HEADER_LIST_MAX];

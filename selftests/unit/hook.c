@@ -479,6 +479,50 @@ TEST(grant_http_fields_read)
 	EXPECT_EQ(HOOK_VERDICT_GRANT_HTTP, a.verdict);
 }
 
+/*
+ * Issue 34, finding 7: "clearText" opts a request's answer in to setting
+ * fields on a clear-text flow; left out (or false) it does not; any
+ * other value makes the answer invalid, its fields read into nothing.
+ */
+TEST(grant_http_clear_text_read)
+{
+	static const struct {
+		const char *keys;
+		bool valid, clear_text;
+	} cases[] = {
+		{ "", true, false },
+		{ ", \"clearText\": true", true, true },
+		{ ", \"clearText\": false", true, false },
+		{ ", \"clearText\": \"true\"", false, false },
+		{ ", \"clearText\": 1", false, false },
+		{ ", \"clearText\": null", false, false },
+	};
+	struct net_http_decision d;
+	struct hook_answer a;
+	char l[256];
+
+	for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+		snprintf(l, sizeof(l),
+			 "{\"id\": 4, \"verdict\": \"grant-http\", \"set\": "
+			 "{\"x-a\": \"v\"}%s}",
+			 cases[i].keys);
+		memset(&d, 0xff, sizeof(d));
+		ASSERT_EQ(0, hook_msg__answer(l, strlen(l), &a, &d));
+		if (!cases[i].valid) {
+			EXPECT_EQ(HOOK_VERDICT_INVALID, a.verdict)
+			TH_LOG("%s", l);
+			EXPECT_STREQ("clearText not true or false", a.reason);
+			EXPECT_FALSE(d.clear_text);
+			EXPECT_EQ(0, d.nr_headers);
+			continue;
+		}
+		EXPECT_EQ(HOOK_VERDICT_GRANT_HTTP, a.verdict)
+		TH_LOG("%s: %s", l, a.reason);
+		EXPECT_EQ(cases[i].clear_text, d.clear_text) TH_LOG("%s", l);
+		EXPECT_EQ(1, d.nr_headers);
+	}
+}
+
 /* A value's characters U+0000..U+00FF are its bytes, as questions send them. */
 TEST(grant_http_values_are_latin1)
 {

@@ -847,6 +847,49 @@ TEST(connect_refused)
 	EXPECT_EQ(0, d.calls);
 }
 
+/*
+ * Issue 34, finding 2: a TRACE (or TRACK) whose decision sets a field is
+ * refused 405 before a byte goes upstream, the token in nothing the
+ * guest gets; one whose decision sets none (a grant's "trace": its
+ * fields removed) passes, removals applied.
+ */
+TEST(trace_never_carries_a_set_field)
+{
+	static const char *const reqs[] = {
+		"TRACE /user HTTP/1.1\r\nHost: api.example.com\r\n\r\n",
+		"TRACK /user HTTP/1.1\r\nHost: api.example.com\r\n\r\n",
+	};
+	struct decider d = { .inject = true, .verdict = HTTP_ALLOW };
+	struct decider up = { .inject = true, .verdict = HTTP_ALLOW_UPGRADE };
+	struct decider strip = { .remove = "authorization",
+				 .verdict = HTTP_ALLOW };
+	struct http1_refusal f;
+	char answer[512];
+	struct sink s;
+	ssize_t n;
+
+	EXPECT_REFUSED(&d, reqs[0], 405U, "TRACE not allowed");
+	EXPECT_EQ(1, d.calls);
+	EXPECT_REFUSED(&up, reqs[0], 405U, "TRACE not allowed");
+	sink_init(_metadata, &s);
+	/* TRACK: http_parser knows no such method, so no request at all. */
+	EXPECT_EQ(-EPROTO, RUN(&d, reqs[1], &s, &f));
+	EXPECT_EQ(0U, s.len);
+	EXPECT_FALSE(has(s.buf, s.len, TOKEN));
+	EXPECT_EQ(-EPROTO, RUN(&d, reqs[0], &s, &f));
+	n = http1__error_response(f.status, f.reason, answer, sizeof(answer));
+	ASSERT_LT(0, n);
+	EXPECT_FALSE(has(answer, n, TOKEN));
+	EXPECT_TRUE(has(answer, n, "405")) TH_LOG("%.*s", (int)n, answer);
+
+	ASSERT_EQ(0, RUN(&strip,
+			 "TRACE /user HTTP/1.1\r\nHost: api.example.com\r\n"
+			 "Authorization: Bearer guest-own\r\n\r\n",
+			 &s, NULL));
+	EXPECT_OUT(&s, "TRACE /user HTTP/1.1\r\nHost: api.example.com\r\n\r\n");
+	free(s.buf);
+}
+
 TEST(upgrade_refused_unless_allowed)
 {
 	struct decider d = { .verdict = HTTP_ALLOW };

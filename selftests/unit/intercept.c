@@ -63,6 +63,7 @@
 #define POLICY                                                                 \
 	"{\"tcp\": [{\"to\": \"" RAW_ADDR "\"}],"                              \
 	" \"http\": [{\"host\": \"" API_HOST "\", \"ports\": [80, 443, 8080]," \
+	" \"clearText\": true,"                                                \
 	" \"headers\": {\"Authorization\": {\"from\": \"env:" TOKEN_ENV        \
 	"\"}}}]}"
 
@@ -700,7 +701,8 @@ TEST_F_TIMEOUT(ic, recheck_keeps_or_cuts_intercepted_flows, 60)
 	ASSERT_EQ(0, setenv("KILN_TEST_INTERCEPT_NEW", "rotated", 1));
 	proxyfix__policy_set(
 		_metadata, &self->policy,
-		"{\"http\": [{\"host\": \"" API_HOST "\", \"headers\": "
+		"{\"http\": [{\"host\": \"" API_HOST
+		"\", \"clearText\": true, \"headers\": "
 		"{\"x-new\": {\"from\": \"env:KILN_TEST_INTERCEPT_NEW\"}}}]}");
 	proxy__recheck(self->proxy);
 	/* The same connection, the new policy's field. */
@@ -1440,13 +1442,14 @@ static void hook_policy(struct __test_metadata *_metadata,
 {
 	char doc[1024];
 
-	snprintf(doc, sizeof(doc),
-		 "{\"http\": [{\"host\": \"" API_HOST "\", \"ports\": [80, "
-		 "443],%s%s%s \"headers\": {\"Authorization\": {\"from\": "
-		 "\"hook\"}}}], \"hook\": {\"socket\": \"%s\", \"timeoutMs\": "
-		 "%u}}",
-		 ask ? " \"ask\": \"" : "", ask ? ask : "", ask ? "\"," : "",
-		 socket, timeout_ms);
+	snprintf(
+		doc, sizeof(doc),
+		"{\"http\": [{\"host\": \"" API_HOST "\", \"ports\": [80, "
+		"443], \"clearText\": true,%s%s%s \"headers\": {\"Authorization\": {\"from\": "
+		"\"hook\"}}}], \"hook\": {\"socket\": \"%s\", \"timeoutMs\": "
+		"%u}}",
+		ask ? " \"ask\": \"" : "", ask ? ask : "", ask ? "\"," : "",
+		socket, timeout_ms);
 	proxyfix__policy_set(_metadata, &self->policy, doc);
 }
 
@@ -1703,7 +1706,8 @@ static long long hook_grant_flow(struct __test_metadata *_metadata,
  * A hook-only policy, clear text ("tls": "auto" on port 80): the flow
  * is intercepted, its request put to the hook with the flow's id, no
  * "tls", where it goes, and a value that is not ASCII byte for byte; the
- * hook sets a field no grant declared, which reaches upstream only.
+ * hook sets a field no grant declared, saying "clearText" (the flow has
+ * no TLS), which reaches upstream only.
  */
 TEST_F_TIMEOUT(ic, hook_flow_grant_http_clear_text, 60)
 {
@@ -1748,7 +1752,8 @@ TEST_F_TIMEOUT(ic, hook_flow_grant_http_clear_text, 60)
 	json_decref(q);
 	snprintf(line, sizeof(line),
 		 "{\"id\": %lld, \"flow\": %lld, \"verdict\": \"grant-http\", "
-		 "\"set\": {\"X-Agent-Policy\": \"/v1?q=1\"}}\n",
+		 "\"set\": {\"X-Agent-Policy\": \"/v1?q=1\"}, "
+		 "\"clearText\": true}\n",
 		 id, fid);
 	ASSERT_EQ(0, fakehook__send(&self->fh, line));
 	up = proxyfix__up_accept(_metadata, self->api);
@@ -1760,6 +1765,125 @@ TEST_F_TIMEOUT(ic, hook_flow_grant_http_clear_text, 60)
 	EXPECT_EQ(1, s.tcp_intercepted);
 	EXPECT_EQ(1, s.http_allowed);
 	EXPECT_EQ(2, s.hook.questions);
+}
+
+/*
+ * Issue 34, finding 7: a value the hook sets on a clear-text flow needs
+ * "clearText" in its answer; without it the request is refused 403
+ * ("http field in clear text"), nothing of it upstream, the value
+ * nowhere. A removal alone needs none.
+ */
+TEST_F_TIMEOUT(ic, hook_flow_clear_text_needs_the_answers_opt_in, 60)
+{
+	const char *req = "GET /v1 HTTP/1.1\r\nHost: " API_HOST
+			  "\r\nX-Gone: guest\r\n\r\n";
+	const char *want = "GET /v1 HTTP/1.1\r\nHost: " API_HOST "\r\n\r\n";
+	struct proxy_stats s;
+	char line[512], buf[4096];
+	long long fid, id;
+	json_t *q;
+	int g, up;
+
+	hook_only_policy(_metadata, self);
+	g = guest_send(_metadata, self, API_ADDR, HTTP_PORT, req);
+	ASSERT_EQ(0, fakehook__accept(&self->fh));
+	fid = hook_grant_flow(_metadata, &self->fh,
+			      "\"tls\": \"auto\", \"ask\": \"request\"");
+	q = hook_line(_metadata, &self->fh);
+	id = json_integer_value(json_object_get(q, "id"));
+	json_decref(q);
+	snprintf(line, sizeof(line),
+		 "{\"id\": %lld, \"flow\": %lld, \"verdict\": \"grant-http\", "
+		 "\"set\": {\"authorization\": \"Bearer " TOKEN "\"}}\n",
+		 id, fid);
+	ASSERT_EQ(0, fakehook__send(&self->fh, line));
+	expect_answer(_metadata, g, buf, sizeof(buf), "HTTP/1.1 403 ");
+	EXPECT_NE(NULL, strstr(buf, "http field in clear text"))
+	TH_LOG("%s", buf);
+	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, refused_at_least, 1, &s));
+	EXPECT_EQ(1, http_reason(&s, "http field in clear text"));
+	EXPECT_EQ(0, s.http_allowed);
+	EXPECT_FALSE(vmnet__wait_for(self->api, POLLIN, 0));
+	close(g);
+
+	/* A removal sends nothing: no opt-in needed. */
+	g = guest_send(_metadata, self, API_ADDR, HTTP_PORT, req);
+	fid = hook_grant_flow(_metadata, &self->fh,
+			      "\"tls\": \"auto\", \"ask\": \"request\"");
+	q = hook_line(_metadata, &self->fh);
+	id = json_integer_value(json_object_get(q, "id"));
+	json_decref(q);
+	snprintf(line, sizeof(line),
+		 "{\"id\": %lld, \"flow\": %lld, \"verdict\": \"grant-http\", "
+		 "\"remove\": [\"x-gone\"]}\n",
+		 id, fid);
+	ASSERT_EQ(0, fakehook__send(&self->fh, line));
+	up = proxyfix__up_accept(_metadata, self->api);
+	exchange(_metadata, g, up, want);
+	close(g);
+	close(up);
+}
+
+/*
+ * Issue 34, finding 2: TRACE through a granted flow (its grant sets the
+ * token) is refused 405 before anything goes upstream, in clear and
+ * over TLS; the token is in no byte the guest gets, nor upstream.
+ */
+TEST_F_TIMEOUT(ic, trace_refused_on_a_grant_with_fields, 60)
+{
+	const char *req = "TRACE /user HTTP/1.1\r\nHost: " API_HOST
+			  "\r\nAuthorization: Bearer guest-own\r\n\r\n";
+	struct tls_conn *g, *u;
+	char buf[4096];
+	int gfd, ufd;
+	bool end;
+
+	expect_refused(_metadata, self, req, "HTTP/1.1 405 ",
+		       "TRACE not allowed");
+	/* Over TLS: upstream took the handshake, and never a byte more. */
+	g = guest_tls_send(_metadata, self, req, &gfd, &u, &ufd);
+	tls_read_until(g, gfd, buf, sizeof(buf), 0, &end);
+	EXPECT_EQ(0, strncmp(buf, "HTTP/1.1 405 ", 13)) TH_LOG("%s", buf);
+	EXPECT_NE(NULL, strstr(buf, "TRACE not allowed")) TH_LOG("%s", buf);
+	EXPECT_EQ(NULL, strstr(buf, TOKEN));
+	EXPECT_EQ(0, tls_read_until(u, ufd, buf, sizeof(buf), 0, &end));
+	EXPECT_EQ(NULL, strstr(buf, TOKEN));
+	tls_conn__free(g);
+	tls_conn__free(u);
+	close(gfd);
+	close(ufd);
+}
+
+/*
+ * A grant that says "trace": TRACE goes upstream with none of its
+ * fields (the guest's own of those names removed too): an echo of it
+ * could hand back nothing of the token; a GET on the same connection
+ * still gets it.
+ */
+TEST_F_TIMEOUT(ic, trace_allowed_by_a_grant_carries_no_field, 60)
+{
+	const char *req = "TRACE /t HTTP/1.1\r\nHost: " API_HOST
+			  "\r\nAuthorization: Bearer guest-own\r\n\r\n";
+	const char *want = "TRACE /t HTTP/1.1\r\nHost: " API_HOST "\r\n\r\n";
+	const char *get = "GET /g HTTP/1.1\r\nHost: " API_HOST "\r\n\r\n";
+	const char *want_get = "GET /g HTTP/1.1\r\nHost: " API_HOST
+			       "\r\nauthorization: Bearer " TOKEN "\r\n\r\n";
+	int g, up;
+
+	ASSERT_EQ(0, setenv(TOKEN_ENV, "Bearer " TOKEN, 1));
+	proxyfix__policy_set(
+		_metadata, &self->policy,
+		"{\"http\": [{\"host\": \"" API_HOST "\", \"ports\": [80],"
+		" \"clearText\": true, \"trace\": true, \"headers\":"
+		" {\"Authorization\": {\"from\": \"env:" TOKEN_ENV "\"}}}]}");
+	ASSERT_EQ(0, unsetenv(TOKEN_ENV));
+	g = guest_send(_metadata, self, API_ADDR, HTTP_PORT, req);
+	up = proxyfix__up_accept(_metadata, self->api);
+	exchange(_metadata, g, up, want);
+	ASSERT_EQ((ssize_t)strlen(get), send(g, get, strlen(get), 0));
+	exchange(_metadata, g, up, want_get);
+	close(g);
+	close(up);
 }
 
 /*

@@ -309,7 +309,8 @@ static const struct {
 	{ "{'http': ['a.com']}",
 	  "net.policy.http[0]: must be an object ({\"host\": ..., \"ports\": "
 	  "[...], \"tls\": [...], \"headers\": {...}, \"ask\": ..., "
-	  "\"responseTimeoutMs\": ...})" },
+	  "\"responseTimeoutMs\": ..., \"trace\": ..., \"clearText\": "
+	  "...})" },
 	{ "{'http': [{'host': 'a.com', 'responseTimeoutMs': 0}]}",
 	  "net.policy.http[0].responseTimeoutMs: must be an integer from 1 to "
 	  "3600000" },
@@ -406,6 +407,36 @@ static const struct {
 	  "'hook': {'socket': 's'}}",
 	  "net.policy.http[0].ask: must be \"request\" or \"connection\"" },
 	{ "{'http': [{'host': 'a.com', 'ask': 'request'}]}",
+	  "net.policy.http[0]: asks the hook (\"ask\", or a field \"from\": "
+	  "\"hook\") and the policy has no \"hook\"" },
+	/* Issue 34: "trace" and "clearText", and fields sent in clear. */
+	{ "{'http': [{'host': 'a.com', 'trace': 'yes'}]}",
+	  "net.policy.http[0].trace: must be true or false" },
+	{ "{'http': [{'host': 'a.com', 'trace': 1}]}",
+	  "net.policy.http[0].trace: must be true or false" },
+	{ "{'http': [{'host': 'a.com', 'clearText': null}]}",
+	  "net.policy.http[0].clearText: must be true or false" },
+	{ "{'http': [{'host': 'a.com', 'clearText': 'true'}]}",
+	  "net.policy.http[0].clearText: must be true or false" },
+	{ "{'http': [{'host': 'a.com', 'cleartext': true}]}",
+	  "net.policy.http[0]: unknown key \"cleartext\"" },
+	{ "{'http': [{'host': 'a.com', 'headers': {'x-a': {'from': 'hook'}}}],"
+	  " 'hook': {'socket': 's'}}",
+	  "net.policy.http[0].headers: would be sent in clear text on port 80 "
+	  "(not in \"tls\"): grant only TLS ports, or say \"clearText\": "
+	  "true" },
+	{ "{'http': [{'host': 'a.com', 'ports': [443]},"
+	  " {'host': 'b.com', 'ports': [443, 8080], 'clearText': false,"
+	  " 'headers': {'x-a': {'from': 'hook'}}}], 'hook': {'socket': 's'}}",
+	  "net.policy.http[1].headers: would be sent in clear text on port "
+	  "8080 (not in \"tls\"): grant only TLS ports, or say "
+	  "\"clearText\": true" },
+	{ "{'http': [{'host': 'a.com', 'ports': ['440-450'], 'tls': [440, 441],"
+	  " 'headers': {'x-a': {'from': 'hook'}}}], 'hook': {'socket': 's'}}",
+	  "net.policy.http[0].headers: would be sent in clear text on port 442 "
+	  "(not in \"tls\"): grant only TLS ports, or say \"clearText\": "
+	  "true" },
+	{ "{'http': [{'host': 'a.com', 'headers': {'x-a': {'from': 'hook'}}}]}",
 	  "net.policy.http[0]: asks the hook (\"ask\", or a field \"from\": "
 	  "\"hook\") and the policy has no \"hook\"" },
 };
@@ -1277,7 +1308,7 @@ TEST(http_grant_flows_through_bindings)
 	ASSERT_EQ(
 		0,
 		parse("{'tcp': [{'to': '" API_ADDR "'}],"
-		      " 'http': [{'host': 'api.example.test',"
+		      " 'http': [{'host': 'api.example.test', 'clearText': true,"
 		      "  'headers': {'Authorization': {'from': 'env:" SECRET_ENV
 		      "'}}},"
 		      " {'host': '*.cdn.test', 'ports': [8080, 8443],"
@@ -1343,7 +1374,8 @@ TEST(http_request_decisions)
 	ASSERT_EQ(
 		0,
 		parse("{'http': [{'host': 'api.example.test', 'ports': "
-		      "[80], 'headers': {'Authorization': {'from': 'env:" SECRET_ENV
+		      "[80], 'clearText': true, 'trace': true,"
+		      " 'headers': {'Authorization': {'from': 'env:" SECRET_ENV
 		      "'}, 'X-Agent': {'from': 'env:" OTHER_ENV
 		      "'}}}, {'host': '*.example.test',"
 		      " 'ports': [80, 8080], 'responseTimeoutMs': 900000}]}",
@@ -1368,12 +1400,17 @@ TEST(http_request_decisions)
 	EXPECT_STREQ("kiln", field_value(&d, 1));
 	/* No deadline of its own: the proxy's. */
 	EXPECT_EQ(0, d.response_ms);
+	/* Its "clearText" and "trace" come with its fields. */
+	EXPECT_TRUE(d.clear_text);
+	EXPECT_TRUE(d.trace);
 	/* The wildcard grant, which sets nothing but its deadline. */
 	ASSERT_EQ(ALLOW,
 		  decide_http(p, b, "www.example.test", 8080, false, &d));
 	EXPECT_STREQ("http grant 1", d.reason);
 	EXPECT_EQ(0, d.nr_headers);
 	EXPECT_EQ(900000, d.response_ms);
+	EXPECT_FALSE(d.clear_text);
+	EXPECT_FALSE(d.trace);
 	/* Bound there, but no grant names it; granted, not on that port. */
 	EXPECT_EQ(DENY, decide_http(p, b, "other.test", 80, false, &d));
 	EXPECT_EQ(403, d.status);
@@ -1404,6 +1441,58 @@ TEST(http_request_decisions)
 	net_bindings__destroy(b);
 	net_policy__free(p);
 	unsetenv(OTHER_ENV);
+}
+
+/*
+ * Issue 34, finding 7: a grant's fields go only on its TLS ports unless
+ * it says "clearText": the shapes it accepts (the refusals are in the
+ * table), and what a decision then carries. The docs' example and a
+ * grant without fields keep their default ports, 80 included.
+ */
+TEST(http_fields_on_tls_ports_unless_clear_text)
+{
+	static const char *const ok[] = {
+		"{'http': [{'host': 'a.com', 'ports': [443], 'headers': "
+		"{'x-a': {'from': 'env:" SECRET_ENV "'}}}]}",
+		"{'http': [{'host': 'a.com', 'ports': [8443], 'tls': [8443], "
+		"'headers': {'x-a': {'from': 'env:" SECRET_ENV "'}}}]}",
+		"{'http': [{'host': 'a.com', 'ports': ['8440-8443'], 'tls': "
+		"[8440, 8441, 8442, 8443], 'headers': {'x-a': {'from': 'env:" SECRET_ENV
+		"'}}}]}",
+		"{'http': [{'host': 'a.com', 'clearText': true, 'headers': "
+		"{'x-a': {'from': 'env:" SECRET_ENV "'}}}]}",
+		"{'http': [{'host': '*.example.com'}]}",
+		"{'http': [{'host': 'a.com', 'ask': 'request', 'trace': false}],"
+		" 'hook': {'socket': 's'}}",
+	};
+	struct net_http_decision d;
+	struct net_bindings *b;
+	struct net_policy *p;
+	char err[ERR_LEN];
+
+	setenv(SECRET_ENV, SECRET, 1);
+	for (size_t i = 0; i < ARRAY_SIZE(ok); i++) {
+		EXPECT_EQ(0, parse(ok[i], &p, err, sizeof(err)))
+		TH_LOG("%s: %s", ok[i], err);
+		net_policy__free(p);
+	}
+	/* Not said: neither TRACE nor clear text for its fields. */
+	ASSERT_EQ(0, parse(ok[0], &p, err, sizeof(err))) TH_LOG("%s", err);
+	b = net_bindings__create(NULL, NULL);
+	ASSERT_NE(NULL, b);
+	ASSERT_EQ(0, net_bindings__insert(b, "a.com", ip(API_ADDR), 60));
+	ASSERT_EQ(ALLOW, decide_http(p, b, "a.com", 443, false, &d));
+	EXPECT_EQ(1, d.nr_headers);
+	EXPECT_FALSE(d.trace);
+	EXPECT_FALSE(d.clear_text);
+	net_policy__free(p);
+	ASSERT_EQ(0, parse(ok[3], &p, err, sizeof(err))) TH_LOG("%s", err);
+	ASSERT_EQ(ALLOW, decide_http(p, b, "a.com", 80, false, &d));
+	EXPECT_TRUE(d.clear_text);
+	EXPECT_FALSE(d.trace);
+	net_policy__free(p);
+	net_bindings__destroy(b);
+	unsetenv(SECRET_ENV);
 }
 
 /*
@@ -1495,7 +1584,7 @@ TEST(http_header_from_file)
 		secret_file(_metadata, path, files[i], strlen(files[i]));
 		snprintf(doc, sizeof(doc),
 			 "{'http': [{'host': 'api.example.test', 'headers': "
-			 "{'x-token': {'from': 'file:%s'}}}]}",
+			 "{'x-token': {'from': 'file:%s'}}, 'ports': [443]}]}",
 			 path);
 		ASSERT_EQ(0, parse(doc, &p, err, sizeof(err)))
 		TH_LOG("%s", err);
@@ -1567,7 +1656,7 @@ TEST(http_header_values_refused_without_showing_them)
 	secret_file(_metadata, path, big, NET_POLICY_SECRET_MAX);
 	snprintf(doc, sizeof(doc),
 		 "{'http': [{'host': 'a.com', 'headers': {'x-a': {'from': "
-		 "'file:%s'}}}]}",
+		 "'file:%s'}}, 'clearText': true}]}",
 		 path);
 	{
 		struct net_policy *p;
