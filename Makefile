@@ -101,6 +101,7 @@ core-obj-y += net/policy-parse.o
 core-obj-y += net/bindings.o
 core-obj-y += net/dns-hook.o
 core-obj-y += net/dns-msg.o
+core-obj-y += net/dns-up.o
 core-obj-y += net/dns.o
 core-obj-y += net/hook-msg.o
 core-obj-y += net/hook.o
