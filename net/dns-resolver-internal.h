@@ -89,18 +89,32 @@ struct query {
 	struct up_try up[DNS_MAX_TRIES];
 };
 
-struct dns {
-	struct dns_params p;
+/*
+ * What the resolver takes from a policy (dns.c's policy_copy): where
+ * questions go, and which the rules let through (Documentation/
+ * network.md, "Which names").
+ */
+struct dns_rules {
 	struct sockaddr_in resolvers[NET_POLICY_MAX_RESOLVERS];
 	unsigned int nr_resolvers;
 	/*
-	 * DNS through the hook (net_policy__dns_hook): its socket ("": the
-	 * policy's resolvers decide) and deadline. The hook client is this
-	 * thread's own connection, apart from the proxy's: each has one
-	 * owner, and nothing locks.
+	 * The policy's hook: its socket ("": none) and deadline. hook_all
+	 * (a hook and no "dns" key, net_policy__dns_hook): every question
+	 * goes to it; else only those the name rules do not let through.
 	 */
 	char hook_socket[NET_HOOK_PATH_MAX + 1];
 	unsigned int hook_timeout_ms;
+	bool hook_all;
+	struct net_dns_names *names; /* owned; NULL: no name */
+};
+
+struct dns {
+	struct dns_params p;
+	struct dns_rules rules;
+	/*
+	 * The hook client is this thread's own connection, apart from the
+	 * proxy's: each has one owner, and nothing locks.
+	 */
 	struct hook *hook;
 	struct net_endpoint ep_hook;
 	struct dns_hook_cache *cache;
@@ -121,10 +135,7 @@ struct dns {
 	pthread_mutex_t stats_lock; /* stats, and the resolvers handed over */
 	struct dns_stats stats;
 	/* dns__set_resolvers(): taken by the thread at its next wake. */
-	struct sockaddr_in next_resolvers[NET_POLICY_MAX_RESOLVERS];
-	unsigned int nr_next_resolvers;
-	char next_hook_socket[NET_HOOK_PATH_MAX + 1];
-	unsigned int next_hook_timeout_ms;
+	struct dns_rules next;
 	bool resolvers_changed;
 };
 

@@ -346,8 +346,8 @@ static void hook_query(struct dns *d, const uint8_t *m,
 {
 	struct sockaddr_in res[DNS_HOOK_MAX_RESOLVERS];
 	struct dns_hook_question hq = { .tcp = g->c != NULL, .q = &qi->q };
-	struct hook_line_question lq = { .socket = d->hook_socket,
-					 .timeout_ms = d->hook_timeout_ms,
+	struct hook_line_question lq = { .socket = d->rules.hook_socket,
+					 .timeout_ms = d->rules.hook_timeout_ms,
 					 .build = dns_hook__question,
 					 .arg = &hq };
 	uint64_t now = dns_now_ms();
@@ -373,11 +373,62 @@ static void hook_query(struct dns *d, const uint8_t *m,
 		hook_refuse(d, q, DNS_RCODE_SERVFAIL, hook__failure(ret), "");
 }
 
+/*
+ * Why the rules refuse question q (Documentation/network.md, "Which
+ * names"), RULES_PASS when they let it through: a type other than A, AAAA and
+ * CNAME or a class other than IN, or a name that is neither in
+ * "dns.names" nor one a grant names.
+ */
+enum rules_verdict { RULES_PASS, RULES_TYPE, RULES_NAME };
+
+static const char *const rules_why[] = {
+	[RULES_TYPE] = "type not allowed",
+	[RULES_NAME] = "name not granted",
+};
+
+static enum rules_verdict rules_refuse(const struct dns_rules *r,
+				       const struct dns_question *q)
+{
+	char name[NET_HOSTNAME_MAX + 1];
+
+	if (q->qclass != DNS_CLASS_IN ||
+	    (q->type != DNS_TYPE_A && q->type != DNS_TYPE_AAAA &&
+	     q->type != DNS_TYPE_CNAME))
+		return RULES_TYPE;
+	if (dns_msg__name_text(q->name, q->name_len, name, sizeof(name)) ||
+	    !net_dns_names__allows(r->names, name))
+		return RULES_NAME;
+	return RULES_PASS;
+}
+
+/*
+ * A question the rules refuse (why): REFUSED, counted by why, logged
+ * (rate-limited); nothing leaves.
+ */
+static void rules_refused(struct dns *d, const uint8_t *m,
+			  const struct dns_query_info *qi,
+			  const struct sockaddr_in *guest,
+			  const struct sockaddr_in *local, struct tcp_conn *c,
+			  enum rules_verdict why)
+{
+	const struct sockaddr_in *src = c ? &c->peer : guest;
+	const struct sockaddr_in *dst = c ? &c->local : local;
+
+	dns_count(d,
+		  why == RULES_TYPE ? &d->stats.refused_type :
+				      &d->stats.refused_name,
+		  1);
+	dns_hook__log(&d->log, dns_now_ms(), &qi->q, c != NULL, src, dst, true,
+		      rules_why[why], "");
+	dns_reply__own(d, m, qi, guest, local, c, 0, DNS_RCODE_REFUSED, true);
+}
+
 /* One guest message, from UDP (g->guest) or a TCP connection (g->c). */
 static void guest_message(struct dns *d, const uint8_t *m, size_t len,
 			  const struct guest_addr *g)
 {
 	struct dns_query_info qi;
+	enum rules_verdict why;
 
 	switch (dns_msg__parse_query(m, len, &qi)) {
 	case DNS_QUERY_DROP:
@@ -397,18 +448,34 @@ static void guest_message(struct dns *d, const uint8_t *m, size_t len,
 		break;
 	}
 	dns_count(d, &d->stats.queries, 1);
-	if (d->hook_socket[0]) {
+	if (d->rules.hook_all) {
 		hook_query(d, m, &qi, g);
 		return;
 	}
-	if (!d->nr_resolvers) {
+	if (!d->rules.nr_resolvers && !d->rules.hook_socket[0]) {
 		/* Denied DNS: REFUSED, and nothing leaves. */
 		dns_count(d, &d->stats.refused, 1);
 		dns_reply__own(d, m, &qi, g->guest, g->local, g->c, 0,
 			       DNS_RCODE_REFUSED, true);
 		return;
 	}
-	query_new(d, m, &qi, g, d->resolvers, d->nr_resolvers);
+	why = rules_refuse(&d->rules, &qi.q);
+	if (why == RULES_NAME && d->rules.hook_socket[0]) {
+		/* A name no rule lets through: the hook decides it. */
+		hook_query(d, m, &qi, g);
+		return;
+	}
+	if (why) {
+		rules_refused(d, m, &qi, g->guest, g->local, g->c, why);
+		return;
+	}
+	if (!d->rules.nr_resolvers) {
+		dns_count(d, &d->stats.refused, 1);
+		dns_reply__own(d, m, &qi, g->guest, g->local, g->c, 0,
+			       DNS_RCODE_REFUSED, true);
+		return;
+	}
+	query_new(d, m, &qi, g, d->rules.resolvers, d->rules.nr_resolvers);
 }
 
 /* ---- the guest's sockets ------------------------------------------------- */
@@ -628,25 +695,28 @@ static void event(struct dns *d, struct net_endpoint *e, uint32_t events,
 }
 
 /*
- * A replaced policy's resolvers: queries in flight start over on the new
+ * A replaced policy's rules: queries in flight start over on the new
  * list's first resolver (an answer from one the new policy dropped is
- * never relayed), or get REFUSED when the new list is empty.
+ * never relayed), or get REFUSED when the new list is empty or the new
+ * rules refuse them; SERVFAIL when the new policy's hook is to decide
+ * them (the guest asks again, and the hook is asked).
  */
 static void resolvers_take(struct dns *d, uint64_t now)
 {
+	struct net_dns_names *old = NULL;
+	enum rules_verdict why;
 	bool changed;
 
 	pthread_mutex_lock(&d->stats_lock);
 	changed = d->resolvers_changed;
 	if (changed) {
-		memcpy(d->resolvers, d->next_resolvers, sizeof(d->resolvers));
-		d->nr_resolvers = d->nr_next_resolvers;
-		memcpy(d->hook_socket, d->next_hook_socket,
-		       sizeof(d->hook_socket));
-		d->hook_timeout_ms = d->next_hook_timeout_ms;
+		old = d->rules.names;
+		d->rules = d->next;
+		d->next.names = NULL; /* the thread's now */
 		d->resolvers_changed = false;
 	}
 	pthread_mutex_unlock(&d->stats_lock);
+	net_dns_names__free(old);
 	if (!changed)
 		return;
 	/* The old policy's hook granted them: the new one decides anew. */
@@ -658,7 +728,9 @@ static void resolvers_take(struct dns *d, uint64_t now)
 		if (!q->used)
 			continue;
 		dns_up__close(d, q);
-		if (d->hook_socket[0]) {
+		why = rules_refuse(&d->rules, &q->qi.q);
+		if (d->rules.hook_all ||
+		    (why == RULES_NAME && d->rules.hook_socket[0])) {
 			/* The guest asks again, and the hook is asked. */
 			hook_refuse(d, q, DNS_RCODE_SERVFAIL, HOOK_CHANGED, "");
 			continue;
@@ -666,9 +738,17 @@ static void resolvers_take(struct dns *d, uint64_t now)
 		if (q->asking)
 			hook__cancel(d->hook, q->hook_id);
 		q->asking = q->granted = false;
-		if (d->nr_resolvers) {
-			memcpy(q->res, d->resolvers, sizeof(q->res));
-			q->nr_res = d->nr_resolvers;
+		if (why && d->rules.nr_resolvers) {
+			rules_refused(d, q->wire + DNS_TCP_LEN, &q->qi,
+				      &q->guest, &q->local, c, why);
+			dns_query__release(d, q);
+			if (c)
+				dns_conn__after(d, c, now);
+			continue;
+		}
+		if (d->rules.nr_resolvers) {
+			memcpy(q->res, d->rules.resolvers, sizeof(q->res));
+			q->nr_res = d->rules.nr_resolvers;
 			q->resolver = q->tries = 0;
 			q->due = true;
 			continue;
@@ -861,17 +941,25 @@ static int dns_alloc(struct dns *d, char *err, size_t errlen)
 	return 0;
 }
 
-/* The policy's resolvers and, when it puts DNS to it, its hook. */
-static void policy_copy(const struct net_policy *policy,
-			struct sockaddr_in *res, unsigned int *nr,
-			char hook[NET_HOOK_PATH_MAX + 1], unsigned int *timeout)
+/*
+ * The policy's resolvers, its hook, and the names its rules let through,
+ * into r (whose names it replaces).
+ */
+static void policy_copy(const struct net_policy *policy, struct dns_rules *r)
 {
-	const char *sock = net_policy__dns_hook(policy, timeout);
+	unsigned int timeout = 0;
+	const char *sock = net_policy__hook(policy, &timeout);
 
-	*nr = net_policy__nr_resolvers(policy);
-	for (unsigned int i = 0; i < *nr; i++)
-		net_policy__resolver(policy, i, &res[i]);
-	snprintf(hook, NET_HOOK_PATH_MAX + 1, "%s", sock ? sock : "");
+	r->nr_resolvers = net_policy__nr_resolvers(policy);
+	for (unsigned int i = 0; i < r->nr_resolvers; i++)
+		net_policy__resolver(policy, i, &r->resolvers[i]);
+	snprintf(r->hook_socket, sizeof(r->hook_socket), "%s",
+		 sock ? sock : "");
+	r->hook_timeout_ms = timeout;
+	r->hook_all = net_policy__dns_hook(policy, &timeout) != NULL;
+	net_dns_names__free(r->names);
+	/* NULL (out of memory): no name is let through, fail closed. */
+	r->names = net_policy__dns_names(policy);
 }
 
 int dns__create(struct dns **out, const struct dns_params *params, char *err,
@@ -896,8 +984,7 @@ int dns__create(struct dns **out, const struct dns_params *params, char *err,
 	if (!d->p.port)
 		d->p.port = DNS_PORT;
 	d->p.policy = NULL; /* copied below, not kept */
-	policy_copy(params->policy, d->resolvers, &d->nr_resolvers,
-		    d->hook_socket, &d->hook_timeout_ms);
+	policy_copy(params->policy, &d->rules);
 	d->udp_fd = d->lsn_fd = -1;
 	net_endpoints__init(&d->eps, DNS_NAME);
 	pthread_mutex_init(&d->stats_lock, NULL);
@@ -956,6 +1043,8 @@ void dns__destroy(struct dns *d)
 	free(d->queries);
 	free(d->buf);
 	free(d->rrs);
+	net_dns_names__free(d->rules.names);
+	net_dns_names__free(d->next.names);
 	pthread_mutex_destroy(&d->stats_lock);
 	free(d);
 }
@@ -963,8 +1052,7 @@ void dns__destroy(struct dns *d)
 void dns__set_resolvers(struct dns *d, const struct net_policy *policy)
 {
 	pthread_mutex_lock(&d->stats_lock);
-	policy_copy(policy, d->next_resolvers, &d->nr_next_resolvers,
-		    d->next_hook_socket, &d->next_hook_timeout_ms);
+	policy_copy(policy, &d->next);
 	d->resolvers_changed = true;
 	pthread_mutex_unlock(&d->stats_lock);
 }
@@ -981,12 +1069,16 @@ void dns__report(struct dns *d)
 	struct dns_stats s;
 
 	dns__stats(d, &s);
-	pr_info("%s: %s; %u resolvers; queries %llu refused %llu forwarded "
+	pr_info("%s: %s; %u resolvers; queries %llu refused %llu (type %llu "
+		"name %llu) forwarded "
 		"%llu answered %llu servfail %llu dropped %llu malformed %llu "
 		"bad answers %llu bindings %llu errors %llu; hook asked %llu "
 		"granted %llu cached %llu refused %llu failed %llu",
-		DNS_NAME, s.running ? "running" : "stopped", d->nr_resolvers,
-		(unsigned long long)s.queries, (unsigned long long)s.refused,
+		DNS_NAME, s.running ? "running" : "stopped",
+		d->rules.nr_resolvers, (unsigned long long)s.queries,
+		(unsigned long long)s.refused,
+		(unsigned long long)s.refused_type,
+		(unsigned long long)s.refused_name,
 		(unsigned long long)s.forwarded, (unsigned long long)s.answered,
 		(unsigned long long)s.servfail, (unsigned long long)s.dropped,
 		(unsigned long long)s.malformed,

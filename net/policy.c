@@ -9,6 +9,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "lib/compiler.h"
@@ -436,4 +437,92 @@ void net_policy__decide_http(const struct net_policy *p,
 unsigned int net_policy__nr_http(const struct net_policy *p)
 {
 	return p ? p->nr_http : 0;
+}
+
+/* ---- the resolver's names ------------------------------------------- */
+
+struct net_dns_names {
+	bool any;
+	unsigned int nr;
+	struct dns_name names[]; /* hosts in the same allocation, after */
+};
+
+/* Calls fn on each name p lets the resolver forward (but "*"). */
+static void each_dns_name(const struct net_policy *p,
+			  void (*fn)(void *arg, const char *host, bool wc),
+			  void *arg)
+{
+	for (unsigned int i = 0; i < p->nr_dns_names; i++)
+		fn(arg, p->dns_names[i].host, p->dns_names[i].wildcard);
+	for (unsigned int proto = 0; proto < PROTO_COUNT; proto++)
+		for (unsigned int i = 0; i < p->nr_rules[proto]; i++)
+			if (p->rules[proto][i].kind == DEST_HOST)
+				fn(arg, p->rules[proto][i].host,
+				   p->rules[proto][i].wildcard);
+	for (unsigned int i = 0; i < p->nr_http; i++)
+		fn(arg, p->http[i].r.host, p->http[i].r.wildcard);
+}
+
+struct names_size {
+	size_t nr, bytes;
+};
+
+static void names_size(void *arg, const char *host, bool wc)
+{
+	struct names_size *n = arg;
+
+	(void)wc;
+	n->nr++;
+	n->bytes += strlen(host) + 1;
+}
+
+struct names_fill {
+	struct net_dns_names *s;
+	char *pool;
+};
+
+static void names_fill(void *arg, const char *host, bool wc)
+{
+	struct names_fill *f = arg;
+	size_t n = strlen(host) + 1;
+
+	memcpy(f->pool, host, n);
+	f->s->names[f->s->nr++] =
+		(struct dns_name){ .host = f->pool, .wildcard = wc };
+	f->pool += n;
+}
+
+struct net_dns_names *net_policy__dns_names(const struct net_policy *p)
+{
+	struct names_size n = { 0 };
+	struct net_dns_names *s;
+	struct names_fill f;
+
+	if (p)
+		each_dns_name(p, names_size, &n);
+	s = calloc(1, sizeof(*s) + n.nr * sizeof(s->names[0]) + n.bytes);
+	if (!s || !p)
+		return s;
+	s->any = p->dns_any_name;
+	f = (struct names_fill){ .s = s, .pool = (char *)&s->names[n.nr] };
+	each_dns_name(p, names_fill, &f);
+	return s;
+}
+
+void net_dns_names__free(struct net_dns_names *s)
+{
+	free(s);
+}
+
+bool net_dns_names__allows(const struct net_dns_names *s, const char *name)
+{
+	if (!s)
+		return false;
+	if (s->any)
+		return true;
+	for (unsigned int i = 0; i < s->nr; i++)
+		if (net_hostname__matches(name, s->names[i].host,
+					  s->names[i].wildcard))
+			return true;
+	return false;
 }

@@ -23,7 +23,8 @@
 
 #define NET_POLICY_MAX_RULES		   256U /* per protocol */
 #define NET_POLICY_MAX_RESOLVERS	   16U
-#define NET_POLICY_MAX_PORTS		   64U /* "ports" entries per rule */
+#define NET_POLICY_MAX_DNS_NAMES	   256U /* "dns.names" entries */
+#define NET_POLICY_MAX_PORTS		   64U	/* "ports" entries per rule */
 #define NET_POLICY_DNS_PORT		   53U /* a resolver's port when not given */
 #define NET_POLICY_MIN_PORT		   1U
 #define NET_POLICY_MAX_PORT		   65535U
@@ -153,6 +154,23 @@ const char *net_policy__hook(const struct net_policy *p,
  */
 const char *net_policy__dns_hook(const struct net_policy *p,
 				 unsigned int *timeout_ms);
+/*
+ * The names the resolver forwards questions about (Documentation/
+ * network.md, "Which names"): "dns.names", and every hostname a tcp,
+ * udp or http grant names (wildcards kept). A copy of its own, apart
+ * from p (which may be replaced and freed meanwhile); p NULL: no name.
+ * NULL on -ENOMEM: net_dns_names__allows() then allows nothing.
+ */
+struct net_dns_names;
+struct net_dns_names *net_policy__dns_names(const struct net_policy *p);
+/* NULL is fine. */
+void net_dns_names__free(struct net_dns_names *s);
+/*
+ * Whether s allows name (lower case, no trailing dot): one of its names,
+ * or below one of its wildcards, or any name when "dns.names" has "*".
+ */
+bool net_dns_names__allows(const struct net_dns_names *s, const char *name);
+
 /*
  * A resolver's address "A.B.C.D" or "A.B.C.D:PORT" (port 53 when not
  * given) into *sa, as "dns.resolvers" takes it: NULL, or why it is not

@@ -268,10 +268,30 @@ static const struct {
 	{ "{'tcp': [{'to': '1.2.3.4:443', 'ports': [443]}]}",
 	  "net.policy.tcp[0].ports: the port is in \"to\" already" },
 	{ "{'dns': []}",
-	  "net.policy.dns: must be an object ({\"resolvers\": [...]})" },
+	  "net.policy.dns: must be an object ({\"resolvers\": [...], "
+	  "\"names\": [...]})" },
 	{ "{'dns': {}}", "net.policy.dns: needs \"resolvers\"" },
 	{ "{'dns': {'resolvers': [], 'search': []}}",
 	  "net.policy.dns: unknown key \"search\"" },
+	{ "{'dns': {'resolvers': [], 'names': 'a.com'}}",
+	  "net.policy.dns.names: must be an array of hostnames" },
+	{ "{'dns': {'resolvers': [], 'names': ['a.com', 7]}}",
+	  "net.policy.dns.names[1]: must be a string (a hostname, \"*.NAME\" "
+	  "or \"*\")" },
+	{ "{'dns': {'resolvers': [], 'names': ['a..com']}}",
+	  "net.policy.dns.names[0]: \"a..com\" is not a hostname "
+	  "(\"api.example.com\", \"*.example.com\") or \"*\"" },
+	{ "{'dns': {'resolvers': [], 'names': ['*']}, 'x': 1}",
+	  "net.policy: unknown key \"x\"" },
+	{ "{'dns': {'resolvers': [], 'names': ['a.*.com']}}",
+	  "net.policy.dns.names[0]: \"a.*.com\" is not a hostname "
+	  "(\"api.example.com\", \"*.example.com\") or \"*\"" },
+	{ "{'dns': {'resolvers': [], 'names': ['10.0.0.1']}}",
+	  "net.policy.dns.names[0]: \"10.0.0.1\" is not a hostname "
+	  "(\"api.example.com\", \"*.example.com\") or \"*\"" },
+	{ "{'dns': {'resolvers': [], 'names': ['**.a.com']}}",
+	  "net.policy.dns.names[0]: \"**.a.com\" is not a hostname "
+	  "(\"api.example.com\", \"*.example.com\") or \"*\"" },
 	{ "{'dns': {'resolvers': '1.1.1.1'}}",
 	  "net.policy.dns.resolvers: must be an array of addresses" },
 	{ "{'dns': {'resolvers': ['1.1.1.1', 'dns.google']}}",
@@ -952,6 +972,63 @@ TEST(bindings_table)
 	EXPECT_EQ(1, net_bindings__count(b));
 	net_bindings__destroy(b);
 	net_bindings__destroy(NULL);
+}
+
+/* Whether p's resolver names allow name. */
+static bool dns_allows(const struct net_policy *p, const char *name)
+{
+	struct net_dns_names *s = net_policy__dns_names(p);
+	bool ret = net_dns_names__allows(s, name);
+
+	net_dns_names__free(s);
+	return ret;
+}
+
+/*
+ * Issue 34, finding 5: the names the resolver forwards are "dns.names"
+ * and the names the grants use (tcp, udp, http; wildcards as in rules),
+ * none by default; "*" is every name.
+ */
+TEST(dns_names)
+{
+	struct net_policy *p;
+	char err[ERR_LEN];
+
+	ASSERT_EQ(0, parse("{'dns': {'resolvers': ['9.9.9.9'], 'names': "
+			   "['Extra.Example.', '*.corp.example']},"
+			   " 'tcp': [{'to': 'api.example.com', 'ports': [443]},"
+			   " {'to': '203.0.113.0/24'}],"
+			   " 'udp': [{'to': '*.udp.example'}],"
+			   " 'http': [{'host': 'gh.example'}]}",
+			   &p, err, sizeof(err)))
+	TH_LOG("%s", err);
+	EXPECT_TRUE(dns_allows(p, "api.example.com"));
+	EXPECT_TRUE(dns_allows(p, "extra.example"));
+	EXPECT_TRUE(dns_allows(p, "a.corp.example"));
+	EXPECT_TRUE(dns_allows(p, "b.a.corp.example"));
+	EXPECT_TRUE(dns_allows(p, "x.udp.example"));
+	EXPECT_TRUE(dns_allows(p, "gh.example"));
+	EXPECT_FALSE(dns_allows(p, "corp.example"));
+	EXPECT_FALSE(dns_allows(p, "udp.example"));
+	EXPECT_FALSE(dns_allows(p, "example.com"));
+	EXPECT_FALSE(dns_allows(p, "x.api.example.com"));
+	EXPECT_FALSE(dns_allows(p, "x.gh.example"));
+	EXPECT_FALSE(dns_allows(p, "leak.evil.example"));
+	net_policy__free(p);
+
+	/* CIDR grants only: no name at all. */
+	ASSERT_EQ(0, parse("{'dns': {'resolvers': ['9.9.9.9']},"
+			   " 'tcp': [{'to': 'public-internet'}]}",
+			   &p, err, sizeof(err)));
+	EXPECT_FALSE(dns_allows(p, "example.com"));
+	net_policy__free(p);
+	ASSERT_EQ(0,
+		  parse("{'dns': {'resolvers': ['9.9.9.9'], 'names': ['*']}}",
+			&p, err, sizeof(err)));
+	EXPECT_TRUE(dns_allows(p, "anything.example"));
+	net_policy__free(p);
+	EXPECT_FALSE(dns_allows(NULL, "example.com"));
+	EXPECT_FALSE(net_dns_names__allows(NULL, "example.com"));
 }
 
 TEST(always_denied)
