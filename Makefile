@@ -103,6 +103,7 @@ core-obj-y += net/dns-hook.o
 core-obj-y += net/dns-msg.o
 core-obj-y += net/dns-up.o
 core-obj-y += net/dns.o
+core-obj-y += net/hostaddr.o
 core-obj-y += net/hook-msg.o
 core-obj-y += net/hook.o
 core-obj-y += net/http.o

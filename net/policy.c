@@ -266,14 +266,28 @@ static void ask_hook(const struct net_policy *p, const struct net_flow *f,
 }
 
 /*
+ * Whether r names one address exactly: "A.B.C.D" (a /32), or a hostname
+ * without a wildcard (through the bindings). Only such a rule opens an
+ * address of the host's own (f->dst_local).
+ */
+static bool rule_exact(const struct rule *r)
+{
+	return (r->kind == DEST_CIDR && r->mask == ~0U) ||
+	       (r->kind == DEST_HOST && !r->wildcard);
+}
+
+/*
  * The first http grant that covers a TCP flow to dst:port: the port is
- * one of its ports and b binds dst to a name it grants. -1: none.
+ * one of its ports and b binds dst to a name it grants (exactly, when
+ * only_exact). -1: none.
  */
 static int http_flow_grant(const struct net_policy *p, uint32_t dst,
-			   uint16_t port, const struct net_bindings *b)
+			   uint16_t port, const struct net_bindings *b,
+			   bool only_exact)
 {
 	for (unsigned int i = 0; p && i < p->nr_http; i++)
-		if (net_rule__port_matches(&p->http[i].r, port) &&
+		if ((!only_exact || rule_exact(&p->http[i].r)) &&
+		    net_rule__port_matches(&p->http[i].r, port) &&
 		    dest_matches(&p->http[i].r, dst, b))
 			return i;
 	return -1;
@@ -304,9 +318,9 @@ void net_policy__decide(const struct net_policy *p, const struct net_flow *f,
 		return;
 	}
 	/* Before the rules: a flow an http grant covers is intercepted. */
-	g = proto == PROTO_TCP ?
-		    http_flow_grant(p, f->dst.sin_addr.s_addr, port, b) :
-		    -1;
+	g = proto == PROTO_TCP ? http_flow_grant(p, f->dst.sin_addr.s_addr,
+						 port, b, f->dst_local) :
+				 -1;
 	if (g >= 0) {
 		d->verdict = NET_VERDICT_HTTP;
 		d->http_tls = http_port_tls(p, port);
@@ -316,6 +330,8 @@ void net_policy__decide(const struct net_policy *p, const struct net_flow *f,
 	for (i = 0; p && i < p->nr_rules[proto]; i++) {
 		const struct rule *r = &p->rules[proto][i];
 
+		if (f->dst_local && !rule_exact(r))
+			continue;
 		if (net_rule__port_matches(r, port) &&
 		    dest_matches(r, f->dst.sin_addr.s_addr, b)) {
 			d->verdict = NET_VERDICT_ALLOW;
@@ -324,8 +340,10 @@ void net_policy__decide(const struct net_policy *p, const struct net_flow *f,
 			return;
 		}
 	}
-	snprintf(d->reason, sizeof(d->reason), "no grant");
-	if (p && p->hook_socket)
+	/* The host's own address: always denied unless named (not asked). */
+	snprintf(d->reason, sizeof(d->reason), "%s",
+		 f->dst_local ? "host address" : "no grant");
+	if (p && p->hook_socket && !f->dst_local)
 		ask_hook(p, f, b, d);
 }
 
@@ -422,16 +440,21 @@ void net_policy__decide_http(const struct net_policy *p,
 	if (d->hook_flow && d->hook_host[0] && strcmp(name, d->hook_host))
 		return http_refuse(d, HTTP_STATUS_MISDIRECTED,
 				   "http host mismatch");
+	if (d->hook_flow && f->dst_local)
+		return http_refuse(d, HTTP_STATUS_FORBIDDEN, "host address");
 	if (d->hook_flow)
 		return http_hook_flow(p, d);
 	for (unsigned int i = 0; p && i < p->nr_http; i++) {
 		const struct http_grant *g = &p->http[i];
 
+		if (f->dst_local && !rule_exact(&g->r))
+			continue;
 		if (net_rule__port_matches(&g->r, port) &&
 		    net_hostname__matches(name, g->r.host, g->r.wildcard))
 			return http_allow(p, g, i, d);
 	}
-	http_refuse(d, HTTP_STATUS_FORBIDDEN, "http no grant");
+	http_refuse(d, HTTP_STATUS_FORBIDDEN,
+		    f->dst_local ? "host address" : "http no grant");
 }
 
 unsigned int net_policy__nr_http(const struct net_policy *p)

@@ -97,7 +97,11 @@ int __must_check net_policy__replace(struct net_policy **cur, json_t *obj,
  * One new flow: default deny ("no grant"). Always denied, whatever the
  * rules: 127.0.0.0/8 ("host loopback"), the gateway ("host side of the
  * tap"), 0.0.0.0/8 ("this network"), port 0 ("port 0"), anything but
- * TCP and UDP over IPv4 ("not tcp or udp over ipv4"). Then a TCP flow
+ * TCP and UDP over IPv4 ("not tcp or udp over ipv4"). A flow to an
+ * address of the host's own (f->dst_local) is matched only by rules and
+ * http grants that name it exactly (an address, a /32, a hostname
+ * without "*."), and is denied "host address" (never asked) when none
+ * does. Then a TCP flow
  * an http grant covers (its port granted, its destination bound by b to
  * a name the grant names) is NET_VERDICT_HTTP, "http grant N" (the
  * first), d->http_tls set when the port carries TLS. Otherwise the

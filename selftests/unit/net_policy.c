@@ -10,11 +10,14 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 #include "lib/compiler.h"
 #include "net/flow.h"
+#include "net/hostaddr.h"
 #include "net/netcfg.h"
 #include "net/policy.h"
 #include "selftests/kselftest.h"
@@ -1029,6 +1032,127 @@ TEST(dns_names)
 	net_policy__free(p);
 	EXPECT_FALSE(dns_allows(NULL, "example.com"));
 	EXPECT_FALSE(net_dns_names__allows(NULL, "example.com"));
+}
+
+/* decide() with the destination one of the host's own addresses. */
+static enum net_verdict decide_local(const struct net_policy *p,
+				     const struct net_bindings *b,
+				     uint8_t proto, const char *dst,
+				     unsigned int port, struct net_decision *d)
+{
+	struct net_flow f = {
+		.proto = proto,
+		.src = { .sin_family = AF_INET,
+			 .sin_addr.s_addr = ip("10.0.2.15"),
+			 .sin_port = htons(40000) },
+		.dst = { .sin_family = AF_INET,
+			 .sin_addr.s_addr = ip(dst),
+			 .sin_port = htons(port) },
+		.dst_local = true,
+	};
+
+	memset(d, 0, sizeof(*d));
+	net_policy__decide(p, &f, b, d);
+	return d->verdict;
+}
+
+/*
+ * Issue 34, finding 6: a class or CIDR grant covering a host address does
+ * not open it (denied "host address", the hook never asked); a grant of
+ * that exact address, or of an exact hostname bound to it, does.
+ */
+TEST(host_addresses_denied_unless_named)
+{
+	struct net_bindings *b;
+	struct net_decision d;
+	struct net_policy *p;
+	uint64_t now = 0;
+	char err[ERR_LEN];
+
+	b = net_bindings__create(fake_clock, &now);
+	ASSERT_NE(NULL, b);
+	ASSERT_EQ(0,
+		  net_bindings__insert(b, "h.example", ip("192.168.1.5"), 60));
+	ASSERT_EQ(0, parse("{'tcp': [{'to': 'private'}, {'to': '0.0.0.0/0'},"
+			   " {'to': '*.example'}],"
+			   " 'hook': {'socket': '/run/h.sock'}}",
+			   &p, err, sizeof(err)));
+	EXPECT_EQ(DENY, decide_local(p, b, TCP, "192.168.1.5", 22, &d));
+	EXPECT_STREQ("host address", d.reason);
+	EXPECT_EQ(DENY, decide_local(p, b, TCP, "203.0.113.1", 22, &d));
+	EXPECT_STREQ("host address", d.reason);
+	/* The same address, not the host's: the grant opens it. */
+	EXPECT_EQ(ALLOW, decide(p, b, TCP, "192.168.1.5", 22, &d));
+	net_policy__free(p);
+
+	ASSERT_EQ(0, parse("{'tcp': [{'to': '0.0.0.0/0', 'ports': [80]},"
+			   " {'to': '192.168.1.5', 'ports': [8080]},"
+			   " {'to': 'h.example', 'ports': [9000]}],"
+			   " 'udp': [{'to': '192.168.1.5/32'}]}",
+			   &p, err, sizeof(err)));
+	EXPECT_EQ(ALLOW, decide_local(p, b, TCP, "192.168.1.5", 8080, &d));
+	EXPECT_STREQ("tcp grant 1", d.reason);
+	EXPECT_EQ(ALLOW, decide_local(p, b, TCP, "192.168.1.5", 9000, &d));
+	EXPECT_STREQ("tcp grant 2", d.reason);
+	EXPECT_EQ(ALLOW, decide_local(p, b, UDP, "192.168.1.5", 53, &d));
+	/* The exact grant's port only: the /0 grant does not count here. */
+	EXPECT_EQ(DENY, decide_local(p, b, TCP, "192.168.1.5", 80, &d));
+	EXPECT_STREQ("host address", d.reason);
+	net_policy__free(p);
+	net_bindings__destroy(b);
+}
+
+/* RTM_NEWADDR / RTM_DELADDR bytes for addr (AF_INET, IFA_LOCAL). */
+static size_t addr_msg(uint8_t *buf, uint16_t type, const char *addr,
+		       bool with_local)
+{
+	struct nlmsghdr *nh = (struct nlmsghdr *)buf;
+	struct ifaddrmsg *ifa = NLMSG_DATA(nh);
+	struct rtattr *rta;
+	uint32_t a = ip(addr);
+
+	memset(buf, 0, NLMSG_SPACE(sizeof(*ifa)) + 2 * RTA_SPACE(4));
+	nh->nlmsg_type = type;
+	nh->nlmsg_len = NLMSG_LENGTH(sizeof(*ifa));
+	ifa->ifa_family = AF_INET;
+	ifa->ifa_prefixlen = 24;
+	rta = (struct rtattr *)(buf + NLMSG_ALIGN(nh->nlmsg_len));
+	rta->rta_type = with_local ? IFA_LOCAL : IFA_ADDRESS;
+	rta->rta_len = RTA_LENGTH(4);
+	memcpy(RTA_DATA(rta), &a, 4);
+	nh->nlmsg_len = NLMSG_ALIGN(nh->nlmsg_len) + RTA_SPACE(4);
+	return nh->nlmsg_len;
+}
+
+/* The host-address set kept from netlink messages read from bytes. */
+TEST(host_addresses_from_netlink)
+{
+	struct net_host_addrs *h = net_host_addrs__create_empty();
+	uint32_t buf[256];
+	uint8_t *m = (uint8_t *)buf;
+	size_t n;
+
+	ASSERT_NE(NULL, h);
+	n = addr_msg(m, RTM_NEWADDR, "192.168.1.5", true);
+	n += addr_msg(m + n, RTM_NEWADDR, "203.0.113.1", false);
+	EXPECT_EQ(2, net_host_addrs__apply(h, m, n));
+	EXPECT_TRUE(net_host_addrs__contains(h, ip("192.168.1.5")));
+	EXPECT_TRUE(net_host_addrs__contains(h, ip("203.0.113.1")));
+	EXPECT_FALSE(net_host_addrs__contains(h, ip("192.168.1.6")));
+	/* Again: no change; then one deleted. */
+	EXPECT_EQ(0, net_host_addrs__apply(h, m, n));
+	n = addr_msg(m, RTM_DELADDR, "192.168.1.5", true);
+	EXPECT_EQ(1, net_host_addrs__apply(h, m, n));
+	EXPECT_FALSE(net_host_addrs__contains(h, ip("192.168.1.5")));
+	EXPECT_EQ(1, net_host_addrs__count(h));
+	/* Cut, or a length past the bytes: refused, nothing applied. */
+	n = addr_msg(m, RTM_NEWADDR, "10.9.9.9", true);
+	EXPECT_EQ(-EBADMSG, net_host_addrs__apply(h, m, n - 1));
+	EXPECT_EQ(-EBADMSG, net_host_addrs__apply(h, m, 3));
+	((struct nlmsghdr *)m)->nlmsg_len = 4;
+	EXPECT_EQ(-EBADMSG, net_host_addrs__apply(h, m, n));
+	EXPECT_FALSE(net_host_addrs__contains(h, ip("10.9.9.9")));
+	net_host_addrs__destroy(h);
 }
 
 TEST(always_denied)
