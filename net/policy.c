@@ -340,10 +340,13 @@ void net_policy__decide(const struct net_policy *p, const struct net_flow *f,
 			return;
 		}
 	}
-	/* The host's own address: always denied unless named (not asked). */
+	/*
+	 * The host's own address: denied unless named; the hook, asked
+	 * about this exact address, may name it.
+	 */
 	snprintf(d->reason, sizeof(d->reason), "%s",
 		 f->dst_local ? "host address" : "no grant");
-	if (p && p->hook_socket && !f->dst_local)
+	if (p && p->hook_socket)
 		ask_hook(p, f, b, d);
 }
 

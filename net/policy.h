@@ -100,8 +100,8 @@ int __must_check net_policy__replace(struct net_policy **cur, json_t *obj,
  * TCP and UDP over IPv4 ("not tcp or udp over ipv4"). A flow to an
  * address of the host's own (f->dst_local) is matched only by rules and
  * http grants that name it exactly (an address, a /32, a hostname
- * without "*."), and is denied "host address" (never asked) when none
- * does. Then a TCP flow
+ * without "*."), and is denied "host address" when none does (asked,
+ * when the policy has a hook: its answer is about that exact address). Then a TCP flow
  * an http grant covers (its port granted, its destination bound by b to
  * a name the grant names) is NET_VERDICT_HTTP, "http grant N" (the
  * first), d->http_tls set when the port carries TLS. Otherwise the

@@ -191,7 +191,12 @@ TEST_TIMEOUT(granted_tcp_reaches_the_test_host, BOOT_TIMEOUT)
 	EXPECT_STREQ(TEST_REPLY "\nother port denied\nother host denied\n",
 		     r.out)
 	TH_LOG("stderr: %s", r.err);
-	EXPECT_TRUE(strstr(r.err, " -> " TEST_HOST ":8081: no grant") != NULL)
+	/*
+	 * The test host is an address of the vmm's own netns here: only
+	 * the exact grant (its port) opens it (issue 34, finding 6).
+	 */
+	EXPECT_TRUE(strstr(r.err, " -> " TEST_HOST ":8081: host address") !=
+		    NULL)
 	TH_LOG("stderr: %s", r.err);
 	EXPECT_TRUE(strstr(r.err, " -> 192.0.2.11:8080: no grant") != NULL)
 	TH_LOG("stderr: %s", r.err);

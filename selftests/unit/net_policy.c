@@ -1058,8 +1058,9 @@ static enum net_verdict decide_local(const struct net_policy *p,
 
 /*
  * Issue 34, finding 6: a class or CIDR grant covering a host address does
- * not open it (denied "host address", the hook never asked); a grant of
- * that exact address, or of an exact hostname bound to it, does.
+ * not open it (denied "host address", or put to the hook, whose answer
+ * is about that exact address); a grant of that exact address, or of an
+ * exact hostname bound to it, does.
  */
 TEST(host_addresses_denied_unless_named)
 {
@@ -1077,9 +1078,10 @@ TEST(host_addresses_denied_unless_named)
 			   " {'to': '*.example'}],"
 			   " 'hook': {'socket': '/run/h.sock'}}",
 			   &p, err, sizeof(err)));
-	EXPECT_EQ(DENY, decide_local(p, b, TCP, "192.168.1.5", 22, &d));
+	/* No rule opens it: the hook is asked about the exact address. */
+	EXPECT_EQ(ASK, decide_local(p, b, TCP, "192.168.1.5", 22, &d));
 	EXPECT_STREQ("host address", d.reason);
-	EXPECT_EQ(DENY, decide_local(p, b, TCP, "203.0.113.1", 22, &d));
+	EXPECT_EQ(ASK, decide_local(p, b, TCP, "203.0.113.1", 22, &d));
 	EXPECT_STREQ("host address", d.reason);
 	/* The same address, not the host's: the grant opens it. */
 	EXPECT_EQ(ALLOW, decide(p, b, TCP, "192.168.1.5", 22, &d));
