@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * The VM's DNS resolver (dns.h, Documentation/network.md "DNS").
+ * The VM's DNS resolver (dns.h, Documentation/network.md "DNS"): the
+ * guest's side, each question checked and decided, the thread; the
+ * tries upstream and the answers are dns-up.c's.
  *
  * Its two guest-facing sockets are made in the VM netns by a short-lived
  * thread (net/nsthread.h) and keep that netns; the resolver thread
@@ -41,138 +43,15 @@
 #include "lib/log.h"
 #include "lib/siphash.h"
 #include "lib/worker.h"
-#include "net/dns-internal.h"
-#include "net/dns.h"
-#include "net/endpoint.h"
-#include "net/hook.h"
+#include "net/dns-resolver-internal.h"
 #include "net/nsthread.h"
 
-#define DNS_NAME	  "dns"
-#define DNS_MAX_TRIES	  2U	 /* the first resolver, then the next one */
-#define DNS_TCP_IDLE_MS	  10000U /* a guest connection with nothing asked */
-#define DNS_BACKLOG	  64
-#define DNS_EPOLL_EVENTS  64
-#define DNS_DGRAM_BUDGET  32	/* guest datagrams per round */
-#define DNS_ACCEPT_BUDGET 8	/* guest connections per round */
-#define DNS_SWEEP_MS	  1000U /* bindings expired, idle connections */
-#define DNS_MAX_BINDINGS  32U	/* A records bound per answer */
-
-enum ep_kind { EP_STOP, EP_UDP, EP_LISTEN, EP_GUEST_TCP, EP_UP, EP_HOOK };
-
-struct query;
-
-/* One try upstream: a socket connected to one resolver (host netns). */
-struct up_try {
-	struct query *q;
-	struct net_endpoint ep; /* EP_UP, owner: this try */
-	/* TCP: bytes of the query sent, the answer read so far. */
-	bool connecting;
-	size_t sent;
-	uint8_t *ans;
-	size_t ans_len;
-};
-
-/* A guest TCP connection: length-prefixed messages, one query at a time. */
-struct tcp_conn {
-	bool used;
-	struct net_endpoint ep;
-	struct sockaddr_in peer,
-		local; /* the guest's, and where it connected */
-	uint8_t *in;   /* DNS_TCP_LEN + DNS_TCP_MAX, read ahead */
-	size_t in_len;
-	uint8_t *out; /* an answer being written, with its prefix */
-	size_t out_off, out_len;
-	struct query *q; /* in flight for this connection */
-	uint64_t last_ms;
-};
-
-struct query {
-	bool used;
-	bool tcp;		  /* asked over TCP, forwarded over TCP */
-	bool due;		  /* its next try starts after this batch */
-	uint64_t seq;		  /* age: the oldest is dropped when full */
-	struct sockaddr_in guest; /* UDP: where the answer goes */
-	struct sockaddr_in local; /* UDP: what it was sent to: the source */
-	struct tcp_conn *conn;	  /* TCP: the same */
-	/* The resolvers it goes to: the policy's, or a hook's grant. */
-	struct sockaddr_in res[NET_POLICY_MAX_RESOLVERS];
-	unsigned int nr_res;
-	bool asking;	  /* waiting for the hook's answer (hook_id) */
-	bool granted;	  /* by a hook's answer: its TTL keeps the grant */
-	uint64_t hook_id; /* hook__cancel's */
-	struct dns_query_info qi; /* the guest's ID, flags, question */
-	uint16_t up_id;
-	unsigned int udp_max;  /* bytes the guest takes over UDP */
-	uint8_t *wire;	       /* 2-byte length, then the query (our ID) */
-	size_t len;	       /* of the query, without the prefix */
-	unsigned int resolver; /* of the next try */
-	unsigned int tries;   /* started; each keeps its socket until the end */
-	uint64_t deadline_ms; /* of the latest try */
-	struct up_try up[DNS_MAX_TRIES];
-};
-
-struct dns {
-	struct dns_params p;
-	struct sockaddr_in resolvers[NET_POLICY_MAX_RESOLVERS];
-	unsigned int nr_resolvers;
-	/*
-	 * DNS through the hook (net_policy__dns_hook): its socket ("": the
-	 * policy's resolvers decide) and deadline. The hook client is this
-	 * thread's own connection, apart from the proxy's: each has one
-	 * owner, and nothing locks.
-	 */
-	char hook_socket[NET_HOOK_PATH_MAX + 1];
-	unsigned int hook_timeout_ms;
-	struct hook *hook;
-	struct net_endpoint ep_hook;
-	struct dns_hook_cache *cache;
-	struct dns_hook_log log;
-	int udp_fd, lsn_fd;
-	unsigned int nr_up; /* upstream sockets open: at most max_pending */
-	struct net_endpoints eps; /* the resolver thread's */
-	struct net_endpoint ep_udp, ep_lsn;
-
-	struct query *queries; /* max_pending */
-	struct tcp_conn conns[DNS_MAX_TCP_CONNS];
-	uint64_t seq;
-	uint8_t id_key[SIPHASH__KEY_LEN];
-	uint64_t id_counter;
-	uint8_t *buf;	    /* one datagram, DNS_EDNS_MAX */
-	struct dns_rr *rrs; /* DNS_MAX_ANSWER_RRS, scratch */
-
-	pthread_mutex_t stats_lock; /* stats, and the resolvers handed over */
-	struct dns_stats stats;
-	/* dns__set_resolvers(): taken by the thread at its next wake. */
-	struct sockaddr_in next_resolvers[NET_POLICY_MAX_RESOLVERS];
-	unsigned int nr_next_resolvers;
-	char next_hook_socket[NET_HOOK_PATH_MAX + 1];
-	unsigned int next_hook_timeout_ms;
-	bool resolvers_changed;
-};
-
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void count(struct dns *d, uint64_t *what, uint64_t n)
-{
-	pthread_mutex_lock(&d->stats_lock);
-	*what += n;
-	pthread_mutex_unlock(&d->stats_lock);
-}
-
 /* ---- guest TCP connections ----------------------------------------------- */
-
-static void query_release(struct dns *d, struct query *q);
 
 static void conn_close(struct dns *d, struct tcp_conn *c)
 {
 	if (c->q)
-		query_release(d, c->q);
+		dns_query__release(d, c->q);
 	net_endpoint__close(&c->ep);
 	free(c->in);
 	free(c->out);
@@ -199,8 +78,8 @@ static int conn_flush(struct tcp_conn *c, uint64_t now)
 }
 
 /* Queues msg (its length prefix added) and writes what the socket takes. */
-static int conn_send(struct tcp_conn *c, const uint8_t *msg, size_t len,
-		     uint64_t now)
+int dns_conn__send(struct tcp_conn *c, const uint8_t *msg, size_t len,
+		   uint64_t now)
 {
 	c->out = malloc(DNS_TCP_LEN + len);
 	if (!c->out)
@@ -228,9 +107,8 @@ static uint32_t conn_interest(const struct tcp_conn *c)
  * (from): the gateway, or any address the egress program passed port 53
  * of (the socket is transparent, so that address may be its source).
  */
-static int udp_send(struct dns *d, const void *m, size_t len,
-		    const struct sockaddr_in *to,
-		    const struct sockaddr_in *from)
+int dns_udp__send(struct dns *d, const void *m, size_t len,
+		  const struct sockaddr_in *to, const struct sockaddr_in *from)
 {
 	union {
 		char buf[CMSG_SPACE(sizeof(struct in_pktinfo))];
@@ -258,11 +136,11 @@ static int udp_send(struct dns *d, const void *m, size_t len,
  * Our reply (REFUSED, FORMERR, SERVFAIL, TC) to the guest's query, from
  * local over UDP, or on connection c.
  */
-static void reply_own(struct dns *d, const uint8_t *qm,
-		      const struct dns_query_info *qi,
-		      const struct sockaddr_in *guest,
-		      const struct sockaddr_in *local, struct tcp_conn *c,
-		      uint16_t flags, unsigned int rcode, bool with_question)
+void dns_reply__own(struct dns *d, const uint8_t *qm,
+		    const struct dns_query_info *qi,
+		    const struct sockaddr_in *guest,
+		    const struct sockaddr_in *local, struct tcp_conn *c,
+		    uint16_t flags, unsigned int rcode, bool with_question)
 {
 	uint8_t out[DNS_SHORT_REPLY_MAX];
 	size_t n = dns_msg__reply(out, sizeof(out), qm, qi, flags, rcode,
@@ -270,46 +148,14 @@ static void reply_own(struct dns *d, const uint8_t *qm,
 	int ret = 0;
 
 	if (c)
-		ret = conn_send(c, out, n, now_ms());
+		ret = dns_conn__send(c, out, n, dns_now_ms());
 	else
-		ret = udp_send(d, out, n, guest, local);
+		ret = dns_udp__send(d, out, n, guest, local);
 	if (ret)
-		count(d, &d->stats.errors, 1);
+		dns_count(d, &d->stats.errors, 1);
 }
 
 /* ---- queries ------------------------------------------------------------- */
-
-static void try_close(struct dns *d, struct up_try *t)
-{
-	if (t->ep.fd >= 0)
-		d->nr_up--;
-	net_endpoint__close(&t->ep);
-	free(t->ans);
-	t->ans = NULL;
-	t->ans_len = t->sent = 0;
-	t->connecting = false;
-}
-
-/* Every try's socket closed. */
-static void up_close(struct dns *d, struct query *q)
-{
-	for (unsigned int i = 0; i < DNS_MAX_TRIES; i++)
-		try_close(d, &q->up[i]);
-}
-
-static bool try_open_now(const struct up_try *t)
-{
-	return t->ep.fd >= 0;
-}
-
-static unsigned int tries_open(const struct query *q)
-{
-	unsigned int open = 0;
-
-	for (unsigned int i = 0; i < q->tries; i++)
-		open += try_open_now(&q->up[i]);
-	return open;
-}
 
 /* An empty query slot: no tries, every socket closed. */
 static void query_clear(struct query *q)
@@ -319,11 +165,11 @@ static void query_clear(struct query *q)
 		q->up[i] = (struct up_try){ .q = q, .ep.fd = -1 };
 }
 
-static void query_release(struct dns *d, struct query *q)
+void dns_query__release(struct dns *d, struct query *q)
 {
 	if (q->asking)
 		hook__cancel(d->hook, q->hook_id);
-	up_close(d, q);
+	dns_up__close(d, q);
 	if (q->conn)
 		q->conn->q = NULL;
 	free(q->wire);
@@ -343,12 +189,12 @@ static struct query *query_slot(struct dns *d)
 		if (!oldest || q->seq < oldest->seq)
 			oldest = q;
 	}
-	count(d, &d->stats.dropped, 1);
+	dns_count(d, &d->stats.dropped, 1);
 	/* A TCP guest waits on its connection: closing it says so. */
 	if (oldest->conn)
 		conn_close(d, oldest->conn);
 	else
-		query_release(d, oldest);
+		dns_query__release(d, oldest);
 	return oldest;
 }
 
@@ -392,7 +238,7 @@ static struct query *query_new(struct dns *d, const uint8_t *m,
 	uint8_t *wire = malloc(DNS_TCP_LEN + qi->len);
 
 	if (!wire) {
-		count(d, &d->stats.errors, 1);
+		dns_count(d, &d->stats.errors, 1);
 		return NULL;
 	}
 	query_clear(q);
@@ -424,8 +270,6 @@ static struct query *query_new(struct dns *d, const uint8_t *m,
 	return q;
 }
 
-static void conn_after(struct dns *d, struct tcp_conn *c, uint64_t now);
-
 /* Where q's guest is, and where it sent q. */
 static void query_ends(const struct query *q, struct sockaddr_in *src,
 		       struct sockaddr_in *dst)
@@ -441,18 +285,18 @@ static void hook_refuse(struct dns *d, struct query *q, unsigned int rcode,
 	struct tcp_conn *c = q->conn;
 	struct sockaddr_in src, dst;
 
-	count(d,
-	      rcode == DNS_RCODE_REFUSED ? &d->stats.hook_refused :
-					   &d->stats.hook_failed,
-	      1);
+	dns_count(d,
+		  rcode == DNS_RCODE_REFUSED ? &d->stats.hook_refused :
+					       &d->stats.hook_failed,
+		  1);
 	query_ends(q, &src, &dst);
-	dns_hook__log(&d->log, now_ms(), &q->qi.q, q->tcp, &src, &dst,
+	dns_hook__log(&d->log, dns_now_ms(), &q->qi.q, q->tcp, &src, &dst,
 		      rcode == DNS_RCODE_REFUSED, reason, detail);
-	reply_own(d, q->wire + DNS_TCP_LEN, &q->qi, &q->guest, &q->local, c,
-		  DNS_FLAG_RA, rcode, true);
-	query_release(d, q);
+	dns_reply__own(d, q->wire + DNS_TCP_LEN, &q->qi, &q->guest, &q->local,
+		       c, DNS_FLAG_RA, rcode, true);
+	dns_query__release(d, q);
 	if (c)
-		conn_after(d, c, now_ms());
+		dns_conn__after(d, c, dns_now_ms());
 }
 
 /* The hook's answer to q's question (hook_line_answer_fn). */
@@ -471,14 +315,14 @@ static void hook_answered(void *opaque, void *cookie, const char *line,
 	dns_hook__answer(line, n, &q->qi.q, &a);
 	switch (a.verdict) {
 	case DNS_HOOK_GRANT:
-		count(d, &d->stats.hook_granted, 1);
+		dns_count(d, &d->stats.hook_granted, 1);
 		memcpy(q->res, a.resolvers, a.nr_resolvers * sizeof(*q->res));
 		q->nr_res = a.nr_resolvers;
 		q->granted = true;
 		q->due = true;
 		/* Kept meanwhile: a retry before the answer is not asked. */
 		dns_hook_cache__insert(d->cache, &q->qi.q, q->res, q->nr_res,
-				       DNS_HOOK_MIN_TTL_S, now_ms());
+				       DNS_HOOK_MIN_TTL_S, dns_now_ms());
 		break;
 	case DNS_HOOK_DENY:
 		hook_refuse(d, q, DNS_RCODE_REFUSED, HOOK_DENY, a.why);
@@ -502,11 +346,11 @@ static void hook_query(struct dns *d, const uint8_t *m,
 {
 	struct sockaddr_in res[DNS_HOOK_MAX_RESOLVERS];
 	struct dns_hook_question hq = { .tcp = g->c != NULL, .q = &qi->q };
-	struct hook_line_question lq = { .socket = d->hook_socket,
-					 .timeout_ms = d->hook_timeout_ms,
+	struct hook_line_question lq = { .socket = d->rules.hook_socket,
+					 .timeout_ms = d->rules.hook_timeout_ms,
 					 .build = dns_hook__question,
 					 .arg = &hq };
-	uint64_t now = now_ms();
+	uint64_t now = dns_now_ms();
 	unsigned int nr;
 	struct query *q;
 	int ret;
@@ -514,7 +358,7 @@ static void hook_query(struct dns *d, const uint8_t *m,
 	nr = dns_hook_cache__lookup(d->cache, &qi->q, now, res);
 	if (nr) {
 		/* Its answer does not renew the grant: the hook is asked. */
-		count(d, &d->stats.hook_cached, 1);
+		dns_count(d, &d->stats.hook_cached, 1);
 		query_new(d, m, qi, g, res, nr);
 		return;
 	}
@@ -522,11 +366,61 @@ static void hook_query(struct dns *d, const uint8_t *m,
 	if (!q)
 		return;
 	query_ends(q, &hq.src, &hq.dst);
-	count(d, &d->stats.hook_asked, 1);
+	dns_count(d, &d->stats.hook_asked, 1);
 	ret = hook__ask_line(d->hook, &lq, q, now, &q->hook_id);
 	q->asking = !ret;
 	if (ret)
 		hook_refuse(d, q, DNS_RCODE_SERVFAIL, hook__failure(ret), "");
+}
+
+/*
+ * Why the rules refuse question q (Documentation/network.md, "Which
+ * names"), RULES_PASS when they let it through: a type other than A, AAAA and
+ * CNAME or a class other than IN, or a name that is neither in
+ * "dns.names" nor one a grant names.
+ */
+enum rules_verdict { RULES_PASS, RULES_TYPE, RULES_NAME };
+
+static const char *const rules_why[] = {
+	[RULES_TYPE] = "type not allowed",
+	[RULES_NAME] = "name not granted",
+};
+
+static enum rules_verdict rules_refuse(const struct dns_rules *r,
+				       const struct dns_question *q)
+{
+	char name[NET_HOSTNAME_MAX + 1];
+
+	if (q->qclass != DNS_CLASS_IN ||
+	    (q->type != DNS_TYPE_A && q->type != DNS_TYPE_AAAA &&
+	     q->type != DNS_TYPE_CNAME))
+		return RULES_TYPE;
+	if (dns_msg__name_text(q->name, q->name_len, name, sizeof(name)) ||
+	    !net_dns_names__allows(r->names, name))
+		return RULES_NAME;
+	return RULES_PASS;
+}
+
+/*
+ * A question the rules refuse (why): REFUSED, counted by why, logged
+ * (rate-limited); nothing leaves.
+ */
+static void rules_refused(struct dns *d, const uint8_t *m,
+			  const struct dns_query_info *qi,
+			  const struct sockaddr_in *guest,
+			  const struct sockaddr_in *local, struct tcp_conn *c,
+			  enum rules_verdict why)
+{
+	const struct sockaddr_in *src = c ? &c->peer : guest;
+	const struct sockaddr_in *dst = c ? &c->local : local;
+
+	dns_count(d,
+		  why == RULES_TYPE ? &d->stats.refused_type :
+				      &d->stats.refused_name,
+		  1);
+	dns_hook__log(&d->log, dns_now_ms(), &qi->q, c != NULL, src, dst, true,
+		      rules_why[why], "");
+	dns_reply__own(d, m, qi, guest, local, c, 0, DNS_RCODE_REFUSED, true);
 }
 
 /* One guest message, from UDP (g->guest) or a TCP connection (g->c). */
@@ -534,351 +428,54 @@ static void guest_message(struct dns *d, const uint8_t *m, size_t len,
 			  const struct guest_addr *g)
 {
 	struct dns_query_info qi;
+	enum rules_verdict why;
 
 	switch (dns_msg__parse_query(m, len, &qi)) {
 	case DNS_QUERY_DROP:
-		count(d, &d->stats.malformed, 1);
+		dns_count(d, &d->stats.malformed, 1);
 		return;
 	case DNS_QUERY_FORMERR:
-		count(d, &d->stats.malformed, 1);
-		reply_own(d, m, &qi, g->guest, g->local, g->c, 0,
-			  DNS_RCODE_FORMERR, false);
+		dns_count(d, &d->stats.malformed, 1);
+		dns_reply__own(d, m, &qi, g->guest, g->local, g->c, 0,
+			       DNS_RCODE_FORMERR, false);
 		return;
 	case DNS_QUERY_NOTIMP:
-		count(d, &d->stats.malformed, 1);
-		reply_own(d, m, &qi, g->guest, g->local, g->c, 0,
-			  DNS_RCODE_NOTIMP, false);
+		dns_count(d, &d->stats.malformed, 1);
+		dns_reply__own(d, m, &qi, g->guest, g->local, g->c, 0,
+			       DNS_RCODE_NOTIMP, false);
 		return;
 	case DNS_QUERY_OK:
 		break;
 	}
-	count(d, &d->stats.queries, 1);
-	if (d->hook_socket[0]) {
+	dns_count(d, &d->stats.queries, 1);
+	if (d->rules.hook_all) {
 		hook_query(d, m, &qi, g);
 		return;
 	}
-	if (!d->nr_resolvers) {
+	if (!d->rules.nr_resolvers && !d->rules.hook_socket[0]) {
 		/* Denied DNS: REFUSED, and nothing leaves. */
-		count(d, &d->stats.refused, 1);
-		reply_own(d, m, &qi, g->guest, g->local, g->c, 0,
-			  DNS_RCODE_REFUSED, true);
+		dns_count(d, &d->stats.refused, 1);
+		dns_reply__own(d, m, &qi, g->guest, g->local, g->c, 0,
+			       DNS_RCODE_REFUSED, true);
 		return;
 	}
-	query_new(d, m, &qi, g, d->resolvers, d->nr_resolvers);
-}
-
-/* The A records for the question's name, bound; how many. */
-static unsigned int bind_answer(struct dns *d, const struct query *q,
-				const uint8_t *m, size_t len)
-{
-	struct dns_a_record a[DNS_MAX_BINDINGS];
-	char host[NET_HOSTNAME_MAX + 1];
-	unsigned int bound = 0;
-	int n;
-
-	if (dns_rcode(m) != DNS_RCODE_NOERROR || q->qi.q.type != DNS_TYPE_A ||
-	    q->qi.q.qclass != DNS_CLASS_IN ||
-	    dns_msg__name_text(q->qi.q.name, q->qi.q.name_len, host,
-			       sizeof(host)))
-		return 0;
-	n = dns_msg__a_records(m, len, &q->qi.q, d->rrs, a, ARRAY_SIZE(a));
-	if (n < 0) {
-		count(d, &d->stats.bad_answers, 1);
-		return 0;
-	}
-	pthread_mutex_lock(d->p.bindings_lock);
-	for (int i = 0; i < n; i++)
-		if (!net_bindings__insert(d->p.bindings, host, a[i].addr,
-					  a[i].ttl_s))
-			bound++;
-	pthread_mutex_unlock(d->p.bindings_lock);
-	return bound;
-}
-
-/* A hook's grant is kept for the lowest TTL of the answer it led to. */
-static void keep_grant(struct dns *d, const struct query *q, const uint8_t *m,
-		       size_t len, uint64_t now)
-{
-	uint32_t ttl_s;
-
-	if (dns_msg__min_ttl(m, len, &ttl_s) < 0)
-		ttl_s = DNS_HOOK_MIN_TTL_S;
-	dns_hook_cache__insert(d->cache, &q->qi.q, q->res, q->nr_res, ttl_s,
-			       now);
-}
-
-/*
- * Upstream's answer m[0, len) (the first len bytes of a message of
- * full_len) to the guest, with its own ID, and its bindings.
- */
-static void query_answered(struct dns *d, struct query *q, uint8_t *m,
-			   size_t len, size_t full_len, uint64_t now)
-{
-	struct tcp_conn *c = q->conn;
-	unsigned int bound = 0;
-	int ret = 0;
-
-	if (len == full_len)
-		bound = bind_answer(d, q, m, len);
-	if (len == full_len && q->granted)
-		keep_grant(d, q, m, len, now);
-	/* Counted before the guest can see the answer. */
-	pthread_mutex_lock(&d->stats_lock);
-	d->stats.answered++;
-	d->stats.bindings += bound;
-	pthread_mutex_unlock(&d->stats_lock);
-	dns_put16(m, q->qi.id);
-	if (c) {
-		ret = conn_send(c, m, len, now);
-	} else if (full_len > q->udp_max) {
-		/* More than the guest takes: TC, and it asks over TCP. */
-		reply_own(d, q->wire + DNS_TCP_LEN, &q->qi, &q->guest,
-			  &q->local, NULL, DNS_FLAG_TC | DNS_FLAG_RA,
-			  DNS_RCODE_NOERROR, true);
-	} else {
-		ret = udp_send(d, m, len, &q->guest, &q->local);
-	}
-	if (ret)
-		count(d, &d->stats.errors, 1);
-	query_release(d, q);
-	if (c)
-		conn_after(d, c, now);
-}
-
-/* Every try has failed or timed out: SERVFAIL. */
-static void query_servfail(struct dns *d, struct query *q, uint64_t now)
-{
-	struct tcp_conn *c = q->conn;
-
-	count(d, &d->stats.servfail, 1);
-	reply_own(d, q->wire + DNS_TCP_LEN, &q->qi, &q->guest, &q->local, c,
-		  DNS_FLAG_RA, DNS_RCODE_SERVFAIL, true);
-	query_release(d, q);
-	if (c)
-		conn_after(d, c, now);
-}
-
-/*
- * The latest try's time is up (its socket stays open: a late answer to
- * it still counts): the next resolver after this batch, or SERVFAIL.
- */
-static void try_timed_out(struct dns *d, struct query *q, uint64_t now)
-{
-	if (q->tries < DNS_MAX_TRIES) {
-		q->due = true;
+	why = rules_refuse(&d->rules, &qi.q);
+	if (why == RULES_NAME && d->rules.hook_socket[0]) {
+		/* A name no rule lets through: the hook decides it. */
+		hook_query(d, m, &qi, g);
 		return;
 	}
-	query_servfail(d, q, now);
-}
-
-/*
- * Try t failed outright (refused, closed early, a wrong answer on TCP):
- * its socket closed; if it was the latest, the next try after this
- * batch; SERVFAIL once no try is left open and none is to come.
- */
-static void try_failed(struct dns *d, struct query *q, struct up_try *t,
-		       uint64_t now)
-{
-	try_close(d, t);
-	if (t == &q->up[q->tries - 1] && q->tries < DNS_MAX_TRIES) {
-		q->due = true;
+	if (why) {
+		rules_refused(d, m, &qi, g->guest, g->local, g->c, why);
 		return;
 	}
-	if (!tries_open(q) && q->tries == DNS_MAX_TRIES)
-		query_servfail(d, q, now); /* else an earlier try may answer */
-}
-
-/* The oldest open try of q closed. */
-static void close_oldest_try(struct dns *d, struct query *q)
-{
-	for (unsigned int i = 0; i < q->tries; i++)
-		if (try_open_now(&q->up[i])) {
-			try_close(d, &q->up[i]);
-			return;
-		}
-}
-
-/*
- * Room for q's next upstream socket: at most max_pending are open (the
- * vmm's descriptor budget counts one a query). When full, the oldest open
- * try of a query that has two open gives way, or else q's own earlier
- * try (as many queries as sockets: one each).
- */
-static void up_room(struct dns *d, struct query *q)
-{
-	if (d->nr_up < d->p.max_pending)
-		return;
-	for (unsigned int i = 0; i < d->p.max_pending; i++)
-		if (d->queries[i].used && tries_open(&d->queries[i]) >= 2) {
-			close_oldest_try(d, &d->queries[i]);
-			return;
-		}
-	close_oldest_try(d, q);
-}
-
-/* A socket to the resolver, from the host netns, and the query sent. */
-static int try_open(struct dns *d, struct query *q, struct up_try *t,
-		    const struct sockaddr_in *to)
-{
-	int type = q->tcp ? SOCK_STREAM : SOCK_DGRAM;
-	int fd;
-
-	up_room(d, q);
-	fd = socket(AF_INET, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	d->nr_up++;
-	t->ep = (struct net_endpoint){
-		.kind = EP_UP, .fd = fd, .events = UINT32_MAX, .owner = t
-	};
-	if (connect(fd, (const struct sockaddr *)to, sizeof(*to))) {
-		if (!q->tcp || errno != EINPROGRESS)
-			return -errno;
-		t->connecting = true;
-		return net_endpoints__set(&d->eps, &t->ep, EPOLLOUT);
-	}
-	if (q->tcp)
-		return net_endpoints__set(&d->eps, &t->ep, EPOLLOUT);
-	if (send(fd, q->wire + DNS_TCP_LEN, q->len, MSG_DONTWAIT) !=
-	    (ssize_t)q->len)
-		return -errno;
-	return net_endpoints__set(&d->eps, &t->ep, EPOLLIN);
-}
-
-/* The next try: the next resolver in the list (the same one if alone). */
-static void try_start(struct dns *d, struct query *q, uint64_t now)
-{
-	struct up_try *t;
-	int ret;
-
-	while (q->used && q->due && q->tries < DNS_MAX_TRIES) {
-		q->due = false;
-		q->deadline_ms = now + d->p.timeout_ms;
-		count(d, &d->stats.forwarded, 1);
-		t = &q->up[q->tries++];
-		ret = try_open(d, q, t, &q->res[q->resolver]);
-		q->resolver = (q->resolver + 1) % q->nr_res;
-		if (ret) {
-			pr_debug("%s: upstream: %s", DNS_NAME, strerror(-ret));
-			count(d, &d->stats.errors, 1);
-			try_failed(d, q, t, now);
-		}
-	}
-}
-
-/* Datagrams from the resolver: the first that answers the query counts. */
-static void up_udp_event(struct dns *d, struct up_try *t, uint64_t now)
-{
-	struct query *q = t->q;
-	ssize_t n;
-
-	for (int i = 0; i < DNS_DGRAM_BUDGET; i++) {
-		n = recv(t->ep.fd, d->buf, DNS_EDNS_MAX,
-			 MSG_DONTWAIT | MSG_TRUNC);
-		if (n < 0) {
-			if (errno == EAGAIN || errno == EINTR)
-				return;
-			/* ECONNREFUSED: nothing listens there. */
-			count(d, &d->stats.errors, 1);
-			try_failed(d, q, t, now);
-			return;
-		}
-		if (!dns_msg__answers(d->buf,
-				      (size_t)n < DNS_EDNS_MAX ? (size_t)n :
-								 DNS_EDNS_MAX,
-				      q->up_id, &q->qi.q)) {
-			count(d, &d->stats.bad_answers, 1);
-			continue;
-		}
-		query_answered(d, q, d->buf,
-			       (size_t)n < DNS_EDNS_MAX ? (size_t)n :
-							  DNS_EDNS_MAX,
-			       (size_t)n, now);
+	if (!d->rules.nr_resolvers) {
+		dns_count(d, &d->stats.refused, 1);
+		dns_reply__own(d, m, &qi, g->guest, g->local, g->c, 0,
+			       DNS_RCODE_REFUSED, true);
 		return;
 	}
-}
-
-static int up_tcp_connected(struct up_try *t)
-{
-	int soerr = 0;
-	socklen_t len = sizeof(soerr);
-
-	if (getsockopt(t->ep.fd, SOL_SOCKET, SO_ERROR, &soerr, &len))
-		return -errno;
-	if (soerr)
-		return -soerr;
-	t->connecting = false;
-	return 0;
-}
-
-/* The query out, then the answer in; 1 when it is all there. */
-static int up_tcp_io(struct up_try *t)
-{
-	const struct query *q = t->q;
-	size_t total = DNS_TCP_LEN + q->len, want;
-	ssize_t n;
-	int ret;
-
-	if (t->connecting) {
-		ret = up_tcp_connected(t);
-		if (ret)
-			return ret;
-	}
-	while (t->sent < total) {
-		n = send(t->ep.fd, q->wire + t->sent, total - t->sent,
-			 MSG_DONTWAIT | MSG_NOSIGNAL);
-		if (n < 0)
-			return errno == EAGAIN || errno == EINTR ? 0 : -errno;
-		t->sent += n;
-	}
-	if (!t->ans) {
-		t->ans = malloc(DNS_TCP_LEN + DNS_TCP_MAX);
-		if (!t->ans)
-			return -ENOMEM;
-	}
-	for (;;) {
-		want = t->ans_len < DNS_TCP_LEN ?
-			       DNS_TCP_LEN :
-			       DNS_TCP_LEN + dns_get16(t->ans);
-		if (t->ans_len >= DNS_TCP_LEN && t->ans_len == want)
-			return 1;
-		n = recv(t->ep.fd, t->ans + t->ans_len, want - t->ans_len,
-			 MSG_DONTWAIT);
-		if (n < 0)
-			return errno == EAGAIN || errno == EINTR ? 0 : -errno;
-		if (!n)
-			return -ECONNRESET; /* closed before a whole answer */
-		t->ans_len += n;
-	}
-}
-
-static void up_tcp_event(struct dns *d, struct up_try *t, uint64_t now)
-{
-	struct query *q = t->q;
-	size_t len;
-	int ret;
-
-	ret = up_tcp_io(t);
-	if (ret == 1) {
-		len = t->ans_len - DNS_TCP_LEN;
-		if (dns_msg__answers(t->ans + DNS_TCP_LEN, len, q->up_id,
-				     &q->qi.q)) {
-			query_answered(d, q, t->ans + DNS_TCP_LEN, len, len,
-				       now);
-			return;
-		}
-		count(d, &d->stats.bad_answers, 1);
-		ret = -EBADMSG; /* a stream that answers wrong is done */
-	}
-	if (!ret)
-		ret = net_endpoints__set(
-			&d->eps, &t->ep,
-			t->sent < DNS_TCP_LEN + q->len ? EPOLLOUT : EPOLLIN);
-	if (ret) {
-		pr_debug("%s: tcp upstream: %s", DNS_NAME, strerror(-ret));
-		count(d, &d->stats.errors, 1);
-		try_failed(d, q, t, now);
-	}
+	query_new(d, m, &qi, g, d->rules.resolvers, d->rules.nr_resolvers);
 }
 
 /* ---- the guest's sockets ------------------------------------------------- */
@@ -927,7 +524,7 @@ static void udp_from_guest(struct dns *d)
 		}
 		if (mh.msg_namelen != sizeof(src) || (size_t)n > DNS_EDNS_MAX ||
 		    !sent_to(&mh, d->p.port, &dst)) {
-			count(d, &d->stats.malformed, 1);
+			dns_count(d, &d->stats.malformed, 1);
 			continue;
 		}
 		guest_message(
@@ -940,7 +537,7 @@ static void udp_from_guest(struct dns *d)
  * Each whole message read, while nothing is in flight for the
  * connection and nothing is being written to it; then its interest.
  */
-static void conn_after(struct dns *d, struct tcp_conn *c, uint64_t now)
+void dns_conn__after(struct dns *d, struct tcp_conn *c, uint64_t now)
 {
 	size_t len;
 	int ret = 0;
@@ -951,7 +548,7 @@ static void conn_after(struct dns *d, struct tcp_conn *c, uint64_t now)
 			break;
 		if (len < DNS_HDR_LEN) {
 			/* Not even a header: no ID to answer to. */
-			count(d, &d->stats.malformed, 1);
+			dns_count(d, &d->stats.malformed, 1);
 			conn_close(d, c);
 			return;
 		}
@@ -962,7 +559,7 @@ static void conn_after(struct dns *d, struct tcp_conn *c, uint64_t now)
 	}
 	ret = net_endpoints__set(&d->eps, &c->ep, conn_interest(c));
 	if (ret) {
-		count(d, &d->stats.errors, 1);
+		dns_count(d, &d->stats.errors, 1);
 		conn_close(d, c);
 	}
 }
@@ -995,7 +592,7 @@ static void conn_event(struct dns *d, struct tcp_conn *c, uint32_t events,
 		conn_close(d, c);
 		return;
 	}
-	conn_after(d, c, now);
+	dns_conn__after(d, c, now);
 }
 
 static void tcp_accept(struct dns *d, uint64_t now)
@@ -1020,7 +617,7 @@ static void tcp_accept(struct dns *d, uint64_t now)
 				c = &d->conns[j];
 		/* Full: this one is closed, the guest retries. */
 		if (!c || !(c->in = malloc(DNS_TCP_LEN + DNS_TCP_MAX))) {
-			count(d, &d->stats.dropped, 1);
+			dns_count(d, &d->stats.dropped, 1);
 			close(fd);
 			continue;
 		}
@@ -1033,7 +630,7 @@ static void tcp_accept(struct dns *d, uint64_t now)
 			c->local = local;
 		if (net_endpoints__add(&d->eps, &c->ep, EP_GUEST_TCP, fd, c,
 				       EPOLLIN)) {
-			count(d, &d->stats.errors, 1);
+			dns_count(d, &d->stats.errors, 1);
 			c->ep.fd = fd;
 			conn_close(d, c);
 		}
@@ -1090,33 +687,36 @@ static void event(struct dns *d, struct net_endpoint *e, uint32_t events,
 	case EP_UP:
 		t = e->owner;
 		if (t->q->tcp)
-			up_tcp_event(d, t, now);
+			dns_up__tcp_event(d, t, now);
 		else
-			up_udp_event(d, t, now);
+			dns_up__udp_event(d, t, now);
 		break;
 	}
 }
 
 /*
- * A replaced policy's resolvers: queries in flight start over on the new
+ * A replaced policy's rules: queries in flight start over on the new
  * list's first resolver (an answer from one the new policy dropped is
- * never relayed), or get REFUSED when the new list is empty.
+ * never relayed), or get REFUSED when the new list is empty or the new
+ * rules refuse them; SERVFAIL when the new policy's hook is to decide
+ * them (the guest asks again, and the hook is asked).
  */
 static void resolvers_take(struct dns *d, uint64_t now)
 {
+	struct net_dns_names *old = NULL;
+	enum rules_verdict why;
 	bool changed;
 
 	pthread_mutex_lock(&d->stats_lock);
 	changed = d->resolvers_changed;
 	if (changed) {
-		memcpy(d->resolvers, d->next_resolvers, sizeof(d->resolvers));
-		d->nr_resolvers = d->nr_next_resolvers;
-		memcpy(d->hook_socket, d->next_hook_socket,
-		       sizeof(d->hook_socket));
-		d->hook_timeout_ms = d->next_hook_timeout_ms;
+		old = d->rules.names;
+		d->rules = d->next;
+		d->next.names = NULL; /* the thread's now */
 		d->resolvers_changed = false;
 	}
 	pthread_mutex_unlock(&d->stats_lock);
+	net_dns_names__free(old);
 	if (!changed)
 		return;
 	/* The old policy's hook granted them: the new one decides anew. */
@@ -1127,8 +727,10 @@ static void resolvers_take(struct dns *d, uint64_t now)
 
 		if (!q->used)
 			continue;
-		up_close(d, q);
-		if (d->hook_socket[0]) {
+		dns_up__close(d, q);
+		why = rules_refuse(&d->rules, &q->qi.q);
+		if (d->rules.hook_all ||
+		    (why == RULES_NAME && d->rules.hook_socket[0])) {
 			/* The guest asks again, and the hook is asked. */
 			hook_refuse(d, q, DNS_RCODE_SERVFAIL, HOOK_CHANGED, "");
 			continue;
@@ -1136,26 +738,34 @@ static void resolvers_take(struct dns *d, uint64_t now)
 		if (q->asking)
 			hook__cancel(d->hook, q->hook_id);
 		q->asking = q->granted = false;
-		if (d->nr_resolvers) {
-			memcpy(q->res, d->resolvers, sizeof(q->res));
-			q->nr_res = d->nr_resolvers;
+		if (why && d->rules.nr_resolvers) {
+			rules_refused(d, q->wire + DNS_TCP_LEN, &q->qi,
+				      &q->guest, &q->local, c, why);
+			dns_query__release(d, q);
+			if (c)
+				dns_conn__after(d, c, now);
+			continue;
+		}
+		if (d->rules.nr_resolvers) {
+			memcpy(q->res, d->rules.resolvers, sizeof(q->res));
+			q->nr_res = d->rules.nr_resolvers;
 			q->resolver = q->tries = 0;
 			q->due = true;
 			continue;
 		}
-		count(d, &d->stats.refused, 1);
-		reply_own(d, q->wire + DNS_TCP_LEN, &q->qi, &q->guest,
-			  &q->local, c, 0, DNS_RCODE_REFUSED, true);
-		query_release(d, q);
+		dns_count(d, &d->stats.refused, 1);
+		dns_reply__own(d, q->wire + DNS_TCP_LEN, &q->qi, &q->guest,
+			       &q->local, c, 0, DNS_RCODE_REFUSED, true);
+		dns_query__release(d, q);
 		if (c)
-			conn_after(d, c, now);
+			dns_conn__after(d, c, now);
 	}
 }
 
 static int dns_loop(struct dns *d)
 {
 	struct epoll_event evs[DNS_EPOLL_EVENTS];
-	uint64_t now = now_ms(), last_sweep = now;
+	uint64_t now = dns_now_ms(), last_sweep = now;
 	bool udp_ready, accept_ready;
 	int n;
 
@@ -1164,7 +774,7 @@ static int dns_loop(struct dns *d)
 					loop_timeout(d, now));
 		if (n < 0)
 			return n;
-		now = now_ms();
+		now = dns_now_ms();
 		udp_ready = accept_ready = false;
 		for (int i = 0; i < n; i++) {
 			struct net_endpoint *e = evs[i].data.ptr;
@@ -1188,8 +798,8 @@ static int dns_loop(struct dns *d)
 			struct query *q = &d->queries[i];
 
 			if (q->used && !q->due && q->deadline_ms <= now)
-				try_timed_out(d, q, now);
-			try_start(d, q, now);
+				dns_up__timed_out(d, q, now);
+			dns_up__start(d, q, now);
 		}
 		if (now - last_sweep >= DNS_SWEEP_MS) {
 			sweep(d, now);
@@ -1205,7 +815,7 @@ static void close_all(struct dns *d)
 			conn_close(d, &d->conns[i]);
 	for (unsigned int i = 0; d->queries && i < d->p.max_pending; i++)
 		if (d->queries[i].used)
-			query_release(d, &d->queries[i]);
+			dns_query__release(d, &d->queries[i]);
 	if (d->udp_fd >= 0)
 		close(d->udp_fd);
 	if (d->lsn_fd >= 0)
@@ -1331,17 +941,25 @@ static int dns_alloc(struct dns *d, char *err, size_t errlen)
 	return 0;
 }
 
-/* The policy's resolvers and, when it puts DNS to it, its hook. */
-static void policy_copy(const struct net_policy *policy,
-			struct sockaddr_in *res, unsigned int *nr,
-			char hook[NET_HOOK_PATH_MAX + 1], unsigned int *timeout)
+/*
+ * The policy's resolvers, its hook, and the names its rules let through,
+ * into r (whose names it replaces).
+ */
+static void policy_copy(const struct net_policy *policy, struct dns_rules *r)
 {
-	const char *sock = net_policy__dns_hook(policy, timeout);
+	unsigned int timeout = 0;
+	const char *sock = net_policy__hook(policy, &timeout);
 
-	*nr = net_policy__nr_resolvers(policy);
-	for (unsigned int i = 0; i < *nr; i++)
-		net_policy__resolver(policy, i, &res[i]);
-	snprintf(hook, NET_HOOK_PATH_MAX + 1, "%s", sock ? sock : "");
+	r->nr_resolvers = net_policy__nr_resolvers(policy);
+	for (unsigned int i = 0; i < r->nr_resolvers; i++)
+		net_policy__resolver(policy, i, &r->resolvers[i]);
+	snprintf(r->hook_socket, sizeof(r->hook_socket), "%s",
+		 sock ? sock : "");
+	r->hook_timeout_ms = timeout;
+	r->hook_all = net_policy__dns_hook(policy, &timeout) != NULL;
+	net_dns_names__free(r->names);
+	/* NULL (out of memory): no name is let through, fail closed. */
+	r->names = net_policy__dns_names(policy);
 }
 
 int dns__create(struct dns **out, const struct dns_params *params, char *err,
@@ -1366,8 +984,7 @@ int dns__create(struct dns **out, const struct dns_params *params, char *err,
 	if (!d->p.port)
 		d->p.port = DNS_PORT;
 	d->p.policy = NULL; /* copied below, not kept */
-	policy_copy(params->policy, d->resolvers, &d->nr_resolvers,
-		    d->hook_socket, &d->hook_timeout_ms);
+	policy_copy(params->policy, &d->rules);
 	d->udp_fd = d->lsn_fd = -1;
 	net_endpoints__init(&d->eps, DNS_NAME);
 	pthread_mutex_init(&d->stats_lock, NULL);
@@ -1426,6 +1043,8 @@ void dns__destroy(struct dns *d)
 	free(d->queries);
 	free(d->buf);
 	free(d->rrs);
+	net_dns_names__free(d->rules.names);
+	net_dns_names__free(d->next.names);
 	pthread_mutex_destroy(&d->stats_lock);
 	free(d);
 }
@@ -1433,8 +1052,7 @@ void dns__destroy(struct dns *d)
 void dns__set_resolvers(struct dns *d, const struct net_policy *policy)
 {
 	pthread_mutex_lock(&d->stats_lock);
-	policy_copy(policy, d->next_resolvers, &d->nr_next_resolvers,
-		    d->next_hook_socket, &d->next_hook_timeout_ms);
+	policy_copy(policy, &d->next);
 	d->resolvers_changed = true;
 	pthread_mutex_unlock(&d->stats_lock);
 }
@@ -1451,12 +1069,16 @@ void dns__report(struct dns *d)
 	struct dns_stats s;
 
 	dns__stats(d, &s);
-	pr_info("%s: %s; %u resolvers; queries %llu refused %llu forwarded "
+	pr_info("%s: %s; %u resolvers; queries %llu refused %llu (type %llu "
+		"name %llu) forwarded "
 		"%llu answered %llu servfail %llu dropped %llu malformed %llu "
 		"bad answers %llu bindings %llu errors %llu; hook asked %llu "
 		"granted %llu cached %llu refused %llu failed %llu",
-		DNS_NAME, s.running ? "running" : "stopped", d->nr_resolvers,
-		(unsigned long long)s.queries, (unsigned long long)s.refused,
+		DNS_NAME, s.running ? "running" : "stopped",
+		d->rules.nr_resolvers, (unsigned long long)s.queries,
+		(unsigned long long)s.refused,
+		(unsigned long long)s.refused_type,
+		(unsigned long long)s.refused_name,
 		(unsigned long long)s.forwarded, (unsigned long long)s.answered,
 		(unsigned long long)s.servfail, (unsigned long long)s.dropped,
 		(unsigned long long)s.malformed,

@@ -53,16 +53,19 @@ struct dns_params {
 };
 
 struct dns_stats {
-	uint64_t queries;     /* well-formed guest queries, UDP and TCP */
-	uint64_t refused;     /* answered REFUSED: no resolvers */
-	uint64_t forwarded;   /* upstream tries, retries included */
-	uint64_t answered;    /* upstream answers relayed to the guest */
-	uint64_t servfail;    /* every try timed out or failed: SERVFAIL */
-	uint64_t dropped;     /* queries dropped for newer ones, TCP refused */
-	uint64_t malformed;   /* guest messages refused (FORMERR) or dropped */
-	uint64_t bad_answers; /* upstream messages ignored (wrong ID, ...) */
-	uint64_t bindings;    /* hostname -> address bindings made or renewed */
-	uint64_t errors;      /* socket errors on either side */
+	uint64_t queries; /* well-formed guest queries, UDP and TCP */
+	uint64_t refused; /* answered REFUSED: no resolvers */
+	/* REFUSED by the rules (Documentation/network.md, "Which names"). */
+	uint64_t refused_type; /* not A, AAAA or CNAME of class IN */
+	uint64_t refused_name; /* not a name the policy lets through */
+	uint64_t forwarded;    /* upstream tries, retries included */
+	uint64_t answered;     /* upstream answers relayed to the guest */
+	uint64_t servfail;     /* every try timed out or failed: SERVFAIL */
+	uint64_t dropped;      /* queries dropped for newer ones, TCP refused */
+	uint64_t malformed;    /* guest messages refused (FORMERR) or dropped */
+	uint64_t bad_answers;  /* upstream messages ignored (wrong ID, ...) */
+	uint64_t bindings; /* hostname -> address bindings made or renewed */
+	uint64_t errors;   /* socket errors on either side */
 	/* DNS through the hook (Documentation/network.md). */
 	uint64_t hook_asked;   /* questions put to the hook */
 	uint64_t hook_granted; /* grant-dns answers: forwarded */

@@ -24,6 +24,12 @@ struct net_flow {
 	uint8_t proto;		/* IPPROTO_TCP or IPPROTO_UDP */
 	struct sockaddr_in src; /* the guest's address and port */
 	struct sockaddr_in dst; /* where the guest sent it (original) */
+	/*
+	 * dst is an address of the host's own interfaces (the netns the
+	 * proxy originates from: net/hostaddr.h), set by the proxy: only
+	 * a grant that names that exact address may open it.
+	 */
+	bool dst_local;
 };
 
 /*

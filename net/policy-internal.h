@@ -87,6 +87,12 @@ struct http_grant {
 	bool clear_text; /* "clearText": fields on its clear-text ports */
 };
 
+/* A "dns.names" entry (the resolver's names: Documentation/network.md). */
+struct dns_name {
+	char *host;    /* lower case, no trailing dot, no "*." */
+	bool wildcard; /* "*.host": names below host only */
+};
+
 struct net_policy {
 	struct rule *rules[PROTO_COUNT];
 	unsigned int nr_rules[PROTO_COUNT];
@@ -94,7 +100,10 @@ struct net_policy {
 	unsigned int nr_http;
 	struct sockaddr_in resolvers[NET_POLICY_MAX_RESOLVERS];
 	unsigned int nr_resolvers;
-	bool has_dns;	   /* a "dns" key, even with no resolvers */
+	bool has_dns;		    /* a "dns" key, even with no resolvers */
+	struct dns_name *dns_names; /* "dns.names" */
+	unsigned int nr_dns_names;
+	bool dns_any_name; /* "dns.names" holds "*" */
 	char *hook_socket; /* NULL: no hook */
 	unsigned int hook_timeout_ms;
 	uint32_t gateway; /* runtime context, network byte order; 0: none */

@@ -57,6 +57,9 @@ void net_policy__free(struct net_policy *p)
 	for (i = 0; i < p->nr_http; i++)
 		http_grant_free(&p->http[i]);
 	free(p->http);
+	for (i = 0; i < p->nr_dns_names; i++)
+		free(p->dns_names[i].host);
+	free(p->dns_names);
 	free(p->hook_socket);
 	free(p);
 }
@@ -441,10 +444,60 @@ static int parse_resolver(json_t *v, struct sockaddr_in *sa, const char *path,
 	return 0;
 }
 
+/*
+ * "dns.names": the names the resolver forwards besides the grants'
+ * ("Which names"): hostnames, "*.example.com", or "*" for every name.
+ */
+static int parse_dns_names(json_t *arr, struct net_policy *p, const char *where,
+			   char *err, size_t len)
+{
+	char name[NET_HOSTNAME_MAX + 1];
+	struct dns_name *e;
+	const char *s;
+	ssize_t n;
+	size_t i;
+	json_t *v;
+
+	n = check_array(arr, where, "names", "hostnames", "names",
+			NET_POLICY_MAX_DNS_NAMES, err, len);
+	if (n < 0)
+		return n;
+	p->dns_names = calloc(n ? n : 1, sizeof(*p->dns_names));
+	if (!p->dns_names)
+		return errf(err, len, -ENOMEM, "%s.names: out of memory",
+			    where);
+	json_array_foreach(arr, i, v)
+	{
+		s = json_is_string(v) ? json_string_value(v) : NULL;
+		if (!s)
+			return errf(err, len, -EINVAL,
+				    "%s.names[%zu]: must be a string (a "
+				    "hostname, \"*.NAME\" or \"*\")",
+				    where, i);
+		if (!strcmp(s, "*")) {
+			p->dns_any_name = true;
+			continue;
+		}
+		e = &p->dns_names[p->nr_dns_names];
+		if (net_hostname__normalize(s, name, true, &e->wildcard))
+			return errf(err, len, -EINVAL,
+				    "%s.names[%zu]: \"%s\" is not a hostname "
+				    "(\"api.example.com\", \"*.example.com\") "
+				    "or \"*\"",
+				    where, i, s);
+		e->host = strdup(name);
+		if (!e->host)
+			return errf(err, len, -ENOMEM,
+				    "%s.names: out of memory", where);
+		p->nr_dns_names++;
+	}
+	return 0;
+}
+
 static int parse_dns(json_t *obj, struct net_policy *p, const char *path,
 		     char *err, size_t len)
 {
-	static const char *const keys[] = { "resolvers", NULL };
+	static const char *const keys[] = { "resolvers", "names", NULL };
 	char where[128];
 	json_t *arr, *v;
 	ssize_t n;
@@ -453,8 +506,9 @@ static int parse_dns(json_t *obj, struct net_policy *p, const char *path,
 
 	snprintf(where, sizeof(where), "%s.dns", path);
 	p->has_dns = true;
-	ret = check_object(obj, keys, "{\"resolvers\": [...]}", where, err,
-			   len);
+	ret = check_object(obj, keys,
+			   "{\"resolvers\": [...], \"names\": [...]}", where,
+			   err, len);
 	if (!ret)
 		ret = need_key(obj, "resolvers", &arr, where, err, len);
 	if (ret)
@@ -470,7 +524,8 @@ static int parse_dns(json_t *obj, struct net_policy *p, const char *path,
 			return ret;
 		p->nr_resolvers++;
 	}
-	return 0;
+	v = json_object_get(obj, "names");
+	return v ? parse_dns_names(v, p, where, err, len) : 0;
 }
 
 /* where.key: a duration in ms, an integer from 1 to max, into *out. */

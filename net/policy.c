@@ -9,6 +9,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "lib/compiler.h"
@@ -265,14 +266,28 @@ static void ask_hook(const struct net_policy *p, const struct net_flow *f,
 }
 
 /*
+ * Whether r names one address exactly: "A.B.C.D" (a /32), or a hostname
+ * without a wildcard (through the bindings). Only such a rule opens an
+ * address of the host's own (f->dst_local).
+ */
+static bool rule_exact(const struct rule *r)
+{
+	return (r->kind == DEST_CIDR && r->mask == ~0U) ||
+	       (r->kind == DEST_HOST && !r->wildcard);
+}
+
+/*
  * The first http grant that covers a TCP flow to dst:port: the port is
- * one of its ports and b binds dst to a name it grants. -1: none.
+ * one of its ports and b binds dst to a name it grants (exactly, when
+ * only_exact). -1: none.
  */
 static int http_flow_grant(const struct net_policy *p, uint32_t dst,
-			   uint16_t port, const struct net_bindings *b)
+			   uint16_t port, const struct net_bindings *b,
+			   bool only_exact)
 {
 	for (unsigned int i = 0; p && i < p->nr_http; i++)
-		if (net_rule__port_matches(&p->http[i].r, port) &&
+		if ((!only_exact || rule_exact(&p->http[i].r)) &&
+		    net_rule__port_matches(&p->http[i].r, port) &&
 		    dest_matches(&p->http[i].r, dst, b))
 			return i;
 	return -1;
@@ -303,9 +318,9 @@ void net_policy__decide(const struct net_policy *p, const struct net_flow *f,
 		return;
 	}
 	/* Before the rules: a flow an http grant covers is intercepted. */
-	g = proto == PROTO_TCP ?
-		    http_flow_grant(p, f->dst.sin_addr.s_addr, port, b) :
-		    -1;
+	g = proto == PROTO_TCP ? http_flow_grant(p, f->dst.sin_addr.s_addr,
+						 port, b, f->dst_local) :
+				 -1;
 	if (g >= 0) {
 		d->verdict = NET_VERDICT_HTTP;
 		d->http_tls = http_port_tls(p, port);
@@ -315,6 +330,8 @@ void net_policy__decide(const struct net_policy *p, const struct net_flow *f,
 	for (i = 0; p && i < p->nr_rules[proto]; i++) {
 		const struct rule *r = &p->rules[proto][i];
 
+		if (f->dst_local && !rule_exact(r))
+			continue;
 		if (net_rule__port_matches(r, port) &&
 		    dest_matches(r, f->dst.sin_addr.s_addr, b)) {
 			d->verdict = NET_VERDICT_ALLOW;
@@ -323,7 +340,12 @@ void net_policy__decide(const struct net_policy *p, const struct net_flow *f,
 			return;
 		}
 	}
-	snprintf(d->reason, sizeof(d->reason), "no grant");
+	/*
+	 * The host's own address: denied unless named; the hook, asked
+	 * about this exact address, may name it.
+	 */
+	snprintf(d->reason, sizeof(d->reason), "%s",
+		 f->dst_local ? "host address" : "no grant");
 	if (p && p->hook_socket)
 		ask_hook(p, f, b, d);
 }
@@ -425,19 +447,112 @@ void net_policy__decide_http(const struct net_policy *p,
 	if (d->hook_flow && d->hook_host[0] && strcmp(name, d->hook_host))
 		return http_refuse(d, HTTP_STATUS_MISDIRECTED,
 				   "http host mismatch");
+	if (d->hook_flow && f->dst_local)
+		return http_refuse(d, HTTP_STATUS_FORBIDDEN, "host address");
 	if (d->hook_flow)
 		return http_hook_flow(p, d);
 	for (unsigned int i = 0; p && i < p->nr_http; i++) {
 		const struct http_grant *g = &p->http[i];
 
+		if (f->dst_local && !rule_exact(&g->r))
+			continue;
 		if (net_rule__port_matches(&g->r, port) &&
 		    net_hostname__matches(name, g->r.host, g->r.wildcard))
 			return http_allow(p, g, i, d);
 	}
-	http_refuse(d, HTTP_STATUS_FORBIDDEN, "http no grant");
+	http_refuse(d, HTTP_STATUS_FORBIDDEN,
+		    f->dst_local ? "host address" : "http no grant");
 }
 
 unsigned int net_policy__nr_http(const struct net_policy *p)
 {
 	return p ? p->nr_http : 0;
+}
+
+/* ---- the resolver's names ------------------------------------------- */
+
+struct net_dns_names {
+	bool any;
+	unsigned int nr;
+	struct dns_name names[]; /* hosts in the same allocation, after */
+};
+
+/* Calls fn on each name p lets the resolver forward (but "*"). */
+static void each_dns_name(const struct net_policy *p,
+			  void (*fn)(void *arg, const char *host, bool wc),
+			  void *arg)
+{
+	for (unsigned int i = 0; i < p->nr_dns_names; i++)
+		fn(arg, p->dns_names[i].host, p->dns_names[i].wildcard);
+	for (unsigned int proto = 0; proto < PROTO_COUNT; proto++)
+		for (unsigned int i = 0; i < p->nr_rules[proto]; i++)
+			if (p->rules[proto][i].kind == DEST_HOST)
+				fn(arg, p->rules[proto][i].host,
+				   p->rules[proto][i].wildcard);
+	for (unsigned int i = 0; i < p->nr_http; i++)
+		fn(arg, p->http[i].r.host, p->http[i].r.wildcard);
+}
+
+struct names_size {
+	size_t nr, bytes;
+};
+
+static void names_size(void *arg, const char *host, bool wc)
+{
+	struct names_size *n = arg;
+
+	(void)wc;
+	n->nr++;
+	n->bytes += strlen(host) + 1;
+}
+
+struct names_fill {
+	struct net_dns_names *s;
+	char *pool;
+};
+
+static void names_fill(void *arg, const char *host, bool wc)
+{
+	struct names_fill *f = arg;
+	size_t n = strlen(host) + 1;
+
+	memcpy(f->pool, host, n);
+	f->s->names[f->s->nr++] =
+		(struct dns_name){ .host = f->pool, .wildcard = wc };
+	f->pool += n;
+}
+
+struct net_dns_names *net_policy__dns_names(const struct net_policy *p)
+{
+	struct names_size n = { 0 };
+	struct net_dns_names *s;
+	struct names_fill f;
+
+	if (p)
+		each_dns_name(p, names_size, &n);
+	s = calloc(1, sizeof(*s) + n.nr * sizeof(s->names[0]) + n.bytes);
+	if (!s || !p)
+		return s;
+	s->any = p->dns_any_name;
+	f = (struct names_fill){ .s = s, .pool = (char *)&s->names[n.nr] };
+	each_dns_name(p, names_fill, &f);
+	return s;
+}
+
+void net_dns_names__free(struct net_dns_names *s)
+{
+	free(s);
+}
+
+bool net_dns_names__allows(const struct net_dns_names *s, const char *name)
+{
+	if (!s)
+		return false;
+	if (s->any)
+		return true;
+	for (unsigned int i = 0; i < s->nr; i++)
+		if (net_hostname__matches(name, s->names[i].host,
+					  s->names[i].wildcard))
+			return true;
+	return false;
 }

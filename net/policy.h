@@ -23,7 +23,8 @@
 
 #define NET_POLICY_MAX_RULES		   256U /* per protocol */
 #define NET_POLICY_MAX_RESOLVERS	   16U
-#define NET_POLICY_MAX_PORTS		   64U /* "ports" entries per rule */
+#define NET_POLICY_MAX_DNS_NAMES	   256U /* "dns.names" entries */
+#define NET_POLICY_MAX_PORTS		   64U	/* "ports" entries per rule */
 #define NET_POLICY_DNS_PORT		   53U /* a resolver's port when not given */
 #define NET_POLICY_MIN_PORT		   1U
 #define NET_POLICY_MAX_PORT		   65535U
@@ -96,7 +97,11 @@ int __must_check net_policy__replace(struct net_policy **cur, json_t *obj,
  * One new flow: default deny ("no grant"). Always denied, whatever the
  * rules: 127.0.0.0/8 ("host loopback"), the gateway ("host side of the
  * tap"), 0.0.0.0/8 ("this network"), port 0 ("port 0"), anything but
- * TCP and UDP over IPv4 ("not tcp or udp over ipv4"). Then a TCP flow
+ * TCP and UDP over IPv4 ("not tcp or udp over ipv4"). A flow to an
+ * address of the host's own (f->dst_local) is matched only by rules and
+ * http grants that name it exactly (an address, a /32, a hostname
+ * without "*."), and is denied "host address" when none does (asked,
+ * when the policy has a hook: its answer is about that exact address). Then a TCP flow
  * an http grant covers (its port granted, its destination bound by b to
  * a name the grant names) is NET_VERDICT_HTTP, "http grant N" (the
  * first), d->http_tls set when the port carries TLS. Otherwise the
@@ -153,6 +158,23 @@ const char *net_policy__hook(const struct net_policy *p,
  */
 const char *net_policy__dns_hook(const struct net_policy *p,
 				 unsigned int *timeout_ms);
+/*
+ * The names the resolver forwards questions about (Documentation/
+ * network.md, "Which names"): "dns.names", and every hostname a tcp,
+ * udp or http grant names (wildcards kept). A copy of its own, apart
+ * from p (which may be replaced and freed meanwhile); p NULL: no name.
+ * NULL on -ENOMEM: net_dns_names__allows() then allows nothing.
+ */
+struct net_dns_names;
+struct net_dns_names *net_policy__dns_names(const struct net_policy *p);
+/* NULL is fine. */
+void net_dns_names__free(struct net_dns_names *s);
+/*
+ * Whether s allows name (lower case, no trailing dot): one of its names,
+ * or below one of its wildcards, or any name when "dns.names" has "*".
+ */
+bool net_dns_names__allows(const struct net_dns_names *s, const char *name);
+
 /*
  * A resolver's address "A.B.C.D" or "A.B.C.D:PORT" (port 53 when not
  * given) into *sa, as "dns.resolvers" takes it: NULL, or why it is not

@@ -12,6 +12,7 @@
 
 #include "net/endpoint.h"
 #include "net/hook.h"
+#include "net/hostaddr.h"
 #include "net/intercept.h"
 #include "net/nsthread.h"
 #include "net/proxy.h"
@@ -53,6 +54,7 @@ enum ep_kind {
 	EP_TCP_UP,
 	EP_UDP_UP,
 	EP_HOOK,
+	EP_HOSTADDR,
 };
 
 enum { SIDE_GUEST, SIDE_UP, NR_SIDES };
@@ -121,7 +123,15 @@ struct proxy {
 	struct net_endpoints eps; /* the proxy thread's epoll set */
 	struct net_endpoint ep_recheck, ep_lsn, ep_udp, ep_hook;
 	struct hook *hook; /* the proxy thread's, in its epoll set */
-	struct intercept_ops icpt_ops; /* every intercepted flow's */
+	/*
+	 * The host's own addresses (always denied): the params' set, or
+	 * host_addrs_owned, kept current here.
+	 */
+	const struct net_host_addrs *host_addrs;
+	struct net_host_addrs *host_addrs_owned;
+	struct net_endpoint ep_hostaddr; /* its fd is host_addrs's */
+	bool host_addrs_failed;		 /* its socket failed: logged */
+	struct intercept_ops icpt_ops;	 /* every intercepted flow's */
 	bool icpt_answers; /* the hook answered an intercepted flow's request */
 
 	/*
@@ -205,6 +215,8 @@ void proxy__log_flow(struct proxy *p, const char *what,
 		     const char *detail);
 void proxy__http_usable(struct proxy *p, const struct net_flow *f,
 			struct net_decision *d);
+/* Whether addr (network byte order) is the host's own now. */
+bool proxy__host_addr(const struct proxy *p, uint32_t addr);
 void proxy__ask_policy(struct proxy *p, const struct net_flow *f,
 		       struct net_decision *d);
 void proxy__settle(struct proxy *p, const struct net_flow *f,

@@ -547,6 +547,7 @@ static void tcp_accept_one(struct proxy *p, int fd,
 		close_reset(fd);
 		return;
 	}
+	f.dst_local = proxy__host_addr(p, f.dst.sin_addr.s_addr);
 	t = tcp_slot(p);
 	if (!t) {
 		d = (struct net_decision){ .verdict = NET_VERDICT_DENY,

@@ -170,7 +170,11 @@ void proxy_udp__settled(struct proxy *p, struct udp_flow *u,
 static struct udp_flow *udp_new(struct proxy *p, const struct sockaddr_in *src,
 				const struct sockaddr_in *dst)
 {
-	struct net_flow f = { .proto = IPPROTO_UDP, .src = *src, .dst = *dst };
+	struct net_flow f = { .proto = IPPROTO_UDP,
+			      .src = *src,
+			      .dst = *dst,
+			      .dst_local = proxy__host_addr(
+				      p, dst->sin_addr.s_addr) };
 	struct udp_flow *u = udp_slot(p);
 	struct net_decision d;
 

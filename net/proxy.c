@@ -143,12 +143,23 @@ void proxy__http_usable(struct proxy *p, const struct net_flow *f,
 		deny(d, "http tls unavailable");
 }
 
-/* Asks the policy; a decision without a reason gets one. */
+bool proxy__host_addr(const struct proxy *p, uint32_t addr)
+{
+	return net_host_addrs__contains(p->host_addrs, addr);
+}
+
+/*
+ * Asks the policy, whether the destination is the host's own address
+ * as it is now; a decision without a reason gets one.
+ */
 void proxy__ask_policy(struct proxy *p, const struct net_flow *f,
 		       struct net_decision *d)
 {
+	struct net_flow now = *f;
+
+	now.dst_local = proxy__host_addr(p, f->dst.sin_addr.s_addr);
 	*d = (struct net_decision){ .verdict = NET_VERDICT_DENY };
-	p->p.decide(p->p.decide_opaque, f, d);
+	p->p.decide(p->p.decide_opaque, &now, d);
 	d->reason[sizeof(d->reason) - 1] = '\0';
 	d->ask.socket[sizeof(d->ask.socket) - 1] = '\0';
 	proxy__http_usable(p, f, d);
@@ -290,6 +301,20 @@ void proxy__recheck(struct proxy *p)
 
 /* ---- the proxy thread -------------------------------------------------------- */
 
+/*
+ * The host's addresses changed: applied (new flows and rechecks see
+ * them). A socket error is logged once; the set keeps what it has.
+ */
+static void host_addrs_changed(struct proxy *p)
+{
+	int ret = net_host_addrs__read(p->host_addrs_owned);
+
+	if (ret && !p->host_addrs_failed)
+		pr_err("%s: host addresses: %s; the set stays as it is",
+		       PROXY_NAME, strerror(-ret));
+	p->host_addrs_failed |= ret != 0;
+}
+
 static int proxy_loop(struct proxy *p)
 {
 	struct epoll_event evs[PROXY_EPOLL_EVENTS];
@@ -338,6 +363,9 @@ static int proxy_loop(struct proxy *p)
 				break;
 			case EP_HOOK:
 				hook_ready = true;
+				break;
+			case EP_HOSTADDR:
+				host_addrs_changed(p);
 				break;
 			}
 		}
@@ -422,6 +450,14 @@ static int proxy_alloc(struct proxy *p, char *err, size_t errlen)
 	if (ret)
 		return errf(err, errlen, ret, "%s: the hook: %s", PROXY_NAME,
 			    strerror(-ret));
+	/* In the vmm's own netns, where the flows are re-originated. */
+	p->host_addrs = p->p.host_addrs;
+	if (!p->host_addrs) {
+		ret = net_host_addrs__create(&p->host_addrs_owned, err, errlen);
+		if (ret)
+			return ret;
+		p->host_addrs = p->host_addrs_owned;
+	}
 	ret = net_endpoints__open(&p->eps, EP_STOP);
 	if (ret)
 		return errf(err, errlen, ret, "%s: %s", PROXY_NAME,
@@ -494,6 +530,10 @@ int proxy__create(struct proxy **out, const struct proxy_params *params,
 	if (!ret)
 		ret = net_endpoints__add(&p->eps, &p->ep_hook, EP_HOOK,
 					 hook__fd(p->hook), NULL, EPOLLIN);
+	if (!ret && p->host_addrs_owned)
+		ret = net_endpoints__add(
+			&p->eps, &p->ep_hostaddr, EP_HOSTADDR,
+			net_host_addrs__fd(p->host_addrs_owned), NULL, EPOLLIN);
 	if (ret) {
 		errf(err, errlen, ret, "%s: epoll: %s", PROXY_NAME,
 		     strerror(-ret));
@@ -533,6 +573,7 @@ void proxy__destroy(struct proxy *p)
 	if (p->recheck_fd >= 0)
 		close(p->recheck_fd);
 	hook__destroy(p->hook); /* after close_all cancelled its questions */
+	net_host_addrs__destroy(p->host_addrs_owned); /* ep_hostaddr's fd */
 	free(p->tcp);
 	free(p->udp);
 	free(p->dgram);

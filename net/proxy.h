@@ -46,11 +46,13 @@ struct sock_fprog; /* lib/thread-filter.h */
 /*
  * Descriptors the proxy may hold at most: per TCP flow its two sockets
  * and, relayed, a pipe each way; per UDP flow two sockets; the hook's
- * connection.
+ * connection; the host addresses' netlink socket.
  */
-#define PROXY_MAX_FDS	  (6U * PROXY_MAX_TCP_FLOWS + 2U * PROXY_MAX_UDP_FLOWS + 1U)
+#define PROXY_MAX_FDS	  (6U * PROXY_MAX_TCP_FLOWS + 2U * PROXY_MAX_UDP_FLOWS + 2U)
 #define PROXY_REASONS_MAX 16U /* distinct reasons counted; more: "other" */
 #define PROXY_REASON_LEN  64U /* sizeof(struct net_decision.reason) */
+
+struct net_host_addrs; /* net/hostaddr.h */
 
 struct proxy_params {
 	int netns_fd;	    /* the VM netns; borrowed */
@@ -88,6 +90,13 @@ struct proxy_params {
 	 */
 	unsigned int http_response_ms;
 	uint16_t tcp_port, udp_port; /* 0: PROXY_TCP_PORT, PROXY_UDP_PORT */
+	/*
+	 * The host's own addresses (net/hostaddr.h), denied unless a grant
+	 * names one: NULL, read from the netns proxy__create runs in and
+	 * kept current; else this set, borrowed, as it is (tests, whose
+	 * upstreams on that netns's lo stand in for the internet).
+	 */
+	const struct net_host_addrs *host_addrs;
 };
 
 struct proxy_reason_count {

@@ -300,7 +300,8 @@ static bool world_start(struct __test_metadata *_metadata, struct world *w,
 	ASSERT_TRUE(upstream_start(_metadata, w, h2));
 	ASSERT_TRUE(hook_start(_metadata, w));
 	snprintf(doc, sizeof(doc),
-		 "{\"dns\": {\"resolvers\": [\"" TEST_DNS "\"]}, "
+		 "{\"dns\": {\"resolvers\": [\"" TEST_DNS "\"], "
+		 "\"names\": [\"*.kiln.test\"]}, "
 		 "\"hook\": {\"socket\": \"%s\", \"timeoutMs\": 5000}}",
 		 w->hook_sock);
 	snprintf(w->policy, sizeof(w->policy), "%s/policy.json", w->dir);

@@ -36,11 +36,24 @@
 #define UNLISTED     "203.0.113.53"  /* a resolver the policy does not list */
 #define NR_UPSTREAMS 3
 
-#define POLICY_TWO                                                 \
-	"{\"dns\": {\"resolvers\": [\"" RES1 "\", \"" RES2 "\"]}," \
+#define POLICY_TWO                                                \
+	"{\"dns\": {\"resolvers\": [\"" RES1 "\", \"" RES2 "\"]," \
+	" \"names\": [\"www.example.com\"]},"                     \
 	" \"tcp\": [{\"to\": \"api.example.com\", \"ports\": [443]}]}"
-#define POLICY_ONE  "{\"dns\": {\"resolvers\": [\"" RES1 "\"]}}"
-#define POLICY_NONE "{\"dns\": {\"resolvers\": []}}"
+#define POLICY_ONE                                   \
+	"{\"dns\": {\"resolvers\": [\"" RES1 "\"], " \
+	"\"names\": [\"*.example.com\"]}}"
+/* The issue's policy: one hostname grant, and the resolver it needs. */
+#define POLICY_GRANT                                  \
+	"{\"dns\": {\"resolvers\": [\"" RES1 "\"]}, " \
+	"\"tcp\": [{\"to\": \"api.example.com\", \"ports\": [443]}]}"
+/* CIDR grants only: the names are dns.names's alone. */
+#define POLICY_NAMES                                            \
+	"{\"dns\": {\"resolvers\": [\"" RES1 "\"], \"names\": " \
+	"[\"*.corp.example\", \"exact.example.org\"]}, "        \
+	"\"tcp\": [{\"to\": \"198.51.100.0/24\"}]}"
+#define DNS_TYPE_TXT 16U /* RFC 1035 3.2.2 */
+#define POLICY_NONE  "{\"dns\": {\"resolvers\": []}}"
 
 #define TEST_TIMEOUT_MS 300   /* the resolver's per-try timeout here */
 #define SLOW_TRY_MS	2000  /* per-try: room to answer a try late */
@@ -638,7 +651,8 @@ TEST_F_TIMEOUT(dns, replaced_resolvers_take_over, 60)
 	mn = up_recv(_metadata, &self->up[0], m, sizeof(m), &from1);
 	ASSERT_EQ(qn, mn);
 
-	np = policy_of(_metadata, "{\"dns\": {\"resolvers\": [\"" RES2 "\"]}}");
+	np = policy_of(_metadata, "{\"dns\": {\"resolvers\": [\"" RES2
+				  "\"], \"names\": [\"api.example.com\"]}}");
 	dns__set_resolvers(self->dns, np);
 	net_policy__free(np);
 	mn = up_recv(_metadata, &self->up[1], m, sizeof(m), &from);
@@ -730,6 +744,88 @@ static void expect_refused(struct __test_metadata *_metadata,
 	for (int i = 0; i < NR_UPSTREAMS; i++)
 		EXPECT_TRUE(untouched(&self->up[i]));
 	close(g);
+}
+
+/*
+ * The guest asks name (type) on a socket of its own: forwarded to RES1
+ * (the same question), or answered REFUSED with nothing upstream.
+ */
+static void ask_expect(struct __test_metadata *_metadata,
+		       FIXTURE_DATA(dns) * self, const char *name,
+		       uint16_t type, bool forwarded)
+{
+	static uint8_t q[512], m[512];
+	struct sockaddr_in from;
+	size_t qn, n;
+	int g;
+
+	g = guest_udp(_metadata, self);
+	qn = build_query(q, 0x7e57, name, type);
+	guest_send(_metadata, g, q, qn);
+	if (forwarded) {
+		n = up_recv(_metadata, &self->up[0], m, sizeof(m), &from);
+		ASSERT_EQ(qn, n);
+		EXPECT_EQ(0, memcmp(m + 2, q + 2, qn - 2))
+		TH_LOG("%s: another question upstream", name);
+	} else {
+		n = guest_recv(_metadata, g, m, sizeof(m));
+		EXPECT_EQ(DNS_RCODE_REFUSED, dns_rcode(m))
+		TH_LOG("%s type %u: rcode %u", name, type, dns_rcode(m));
+		EXPECT_EQ(0x7e57, dns_get16(m));
+		EXPECT_TRUE(untouched(&self->up[0]))
+		TH_LOG("%s type %u reached upstream", name, type);
+	}
+	close(g);
+}
+
+/*
+ * Issue 34, finding 5: under a policy that grants only tcp to
+ * api.example.com, a TXT question (even for the granted name) and an A
+ * question for any other name (data in its labels) are REFUSED and
+ * counted, nothing upstream; the granted name's A and AAAA go on.
+ */
+TEST_F_TIMEOUT(dns, exfiltration_refused_under_a_hostname_grant, 60)
+{
+	struct dns_stats s;
+
+	start(_metadata, self, POLICY_GRANT, 0, WAIT_MS);
+	ask_expect(_metadata, self, "api.example.com", DNS_TYPE_TXT, false);
+	ask_expect(_metadata, self,
+		   "6b696c6e2d736563726574.x1.exfil.example.net", DNS_TYPE_A,
+		   false);
+	ask_expect(_metadata, self, "example.com", DNS_TYPE_A, false);
+	ask_expect(_metadata, self, "a.api.example.com", DNS_TYPE_A, false);
+	ask_expect(_metadata, self, "api.example.com", DNS_TYPE_A, true);
+	ask_expect(_metadata, self, "api.example.com", DNS_TYPE_AAAA, true);
+	dns__stats(self->dns, &s);
+	EXPECT_EQ(6, s.queries);
+	EXPECT_EQ(1, s.refused_type);
+	EXPECT_EQ(3, s.refused_name);
+	EXPECT_EQ(0, s.refused);
+	EXPECT_EQ(2, s.forwarded);
+	EXPECT_TRUE(untouched(&self->up[1]));
+	EXPECT_TRUE(untouched(&self->up[2]));
+}
+
+/*
+ * dns.names with CIDR grants only: its names and what is below its
+ * wildcards go on, nothing else (not the wildcard's own name).
+ */
+TEST_F_TIMEOUT(dns, dns_names_and_wildcards, 60)
+{
+	struct dns_stats s;
+
+	start(_metadata, self, POLICY_NAMES, 0, WAIT_MS);
+	ask_expect(_metadata, self, "a.corp.example", DNS_TYPE_A, true);
+	ask_expect(_metadata, self, "B.a.Corp.example", DNS_TYPE_A, true);
+	ask_expect(_metadata, self, "corp.example", DNS_TYPE_A, false);
+	ask_expect(_metadata, self, "exact.example.org", DNS_TYPE_A, true);
+	ask_expect(_metadata, self, "x.exact.example.org", DNS_TYPE_A, false);
+	ask_expect(_metadata, self, "a.corp.example", DNS_TYPE_TXT, false);
+	dns__stats(self->dns, &s);
+	EXPECT_EQ(2, s.refused_name);
+	EXPECT_EQ(1, s.refused_type);
+	EXPECT_EQ(3, s.forwarded);
 }
 
 TEST_F_TIMEOUT(dns, no_resolvers_refused_and_nothing_leaves, 60)

@@ -38,6 +38,7 @@
 
 #include "lib/compiler.h"
 #include "net/policy.h"
+#include "net/hostaddr.h"
 #include "net/proxy.h"
 #include "net/tls.h"
 #include "selftests/fakehook.h"
@@ -198,6 +199,16 @@ static void proxy_up(struct __test_metadata *_metadata, FIXTURE_DATA(ic) * self,
 	char err[256] = "";
 
 	p.netns_fd = self->net.vm_ns;
+	/*
+	 * The upstreams on the host netns's lo stand in for the internet:
+	 * no address counts as the host's own here.
+	 */
+	static struct net_host_addrs *none;
+
+	if (!none)
+		none = net_host_addrs__create_empty();
+	ASSERT_NE(NULL, none);
+	p.host_addrs = none;
 	p.decide_opaque = &self->policy;
 	p.egress.gateway.s_addr = inet_addr(VMNET_GATEWAY);
 	p.egress.guest.s_addr = inet_addr(VMNET_GUEST);

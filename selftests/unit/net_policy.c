@@ -10,11 +10,14 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 #include "lib/compiler.h"
 #include "net/flow.h"
+#include "net/hostaddr.h"
 #include "net/netcfg.h"
 #include "net/policy.h"
 #include "selftests/kselftest.h"
@@ -268,10 +271,30 @@ static const struct {
 	{ "{'tcp': [{'to': '1.2.3.4:443', 'ports': [443]}]}",
 	  "net.policy.tcp[0].ports: the port is in \"to\" already" },
 	{ "{'dns': []}",
-	  "net.policy.dns: must be an object ({\"resolvers\": [...]})" },
+	  "net.policy.dns: must be an object ({\"resolvers\": [...], "
+	  "\"names\": [...]})" },
 	{ "{'dns': {}}", "net.policy.dns: needs \"resolvers\"" },
 	{ "{'dns': {'resolvers': [], 'search': []}}",
 	  "net.policy.dns: unknown key \"search\"" },
+	{ "{'dns': {'resolvers': [], 'names': 'a.com'}}",
+	  "net.policy.dns.names: must be an array of hostnames" },
+	{ "{'dns': {'resolvers': [], 'names': ['a.com', 7]}}",
+	  "net.policy.dns.names[1]: must be a string (a hostname, \"*.NAME\" "
+	  "or \"*\")" },
+	{ "{'dns': {'resolvers': [], 'names': ['a..com']}}",
+	  "net.policy.dns.names[0]: \"a..com\" is not a hostname "
+	  "(\"api.example.com\", \"*.example.com\") or \"*\"" },
+	{ "{'dns': {'resolvers': [], 'names': ['*']}, 'x': 1}",
+	  "net.policy: unknown key \"x\"" },
+	{ "{'dns': {'resolvers': [], 'names': ['a.*.com']}}",
+	  "net.policy.dns.names[0]: \"a.*.com\" is not a hostname "
+	  "(\"api.example.com\", \"*.example.com\") or \"*\"" },
+	{ "{'dns': {'resolvers': [], 'names': ['10.0.0.1']}}",
+	  "net.policy.dns.names[0]: \"10.0.0.1\" is not a hostname "
+	  "(\"api.example.com\", \"*.example.com\") or \"*\"" },
+	{ "{'dns': {'resolvers': [], 'names': ['**.a.com']}}",
+	  "net.policy.dns.names[0]: \"**.a.com\" is not a hostname "
+	  "(\"api.example.com\", \"*.example.com\") or \"*\"" },
 	{ "{'dns': {'resolvers': '1.1.1.1'}}",
 	  "net.policy.dns.resolvers: must be an array of addresses" },
 	{ "{'dns': {'resolvers': ['1.1.1.1', 'dns.google']}}",
@@ -983,6 +1006,186 @@ TEST(bindings_table)
 	EXPECT_EQ(1, net_bindings__count(b));
 	net_bindings__destroy(b);
 	net_bindings__destroy(NULL);
+}
+
+/* Whether p's resolver names allow name. */
+static bool dns_allows(const struct net_policy *p, const char *name)
+{
+	struct net_dns_names *s = net_policy__dns_names(p);
+	bool ret = net_dns_names__allows(s, name);
+
+	net_dns_names__free(s);
+	return ret;
+}
+
+/*
+ * Issue 34, finding 5: the names the resolver forwards are "dns.names"
+ * and the names the grants use (tcp, udp, http; wildcards as in rules),
+ * none by default; "*" is every name.
+ */
+TEST(dns_names)
+{
+	struct net_policy *p;
+	char err[ERR_LEN];
+
+	ASSERT_EQ(0, parse("{'dns': {'resolvers': ['9.9.9.9'], 'names': "
+			   "['Extra.Example.', '*.corp.example']},"
+			   " 'tcp': [{'to': 'api.example.com', 'ports': [443]},"
+			   " {'to': '203.0.113.0/24'}],"
+			   " 'udp': [{'to': '*.udp.example'}],"
+			   " 'http': [{'host': 'gh.example'}]}",
+			   &p, err, sizeof(err)))
+	TH_LOG("%s", err);
+	EXPECT_TRUE(dns_allows(p, "api.example.com"));
+	EXPECT_TRUE(dns_allows(p, "extra.example"));
+	EXPECT_TRUE(dns_allows(p, "a.corp.example"));
+	EXPECT_TRUE(dns_allows(p, "b.a.corp.example"));
+	EXPECT_TRUE(dns_allows(p, "x.udp.example"));
+	EXPECT_TRUE(dns_allows(p, "gh.example"));
+	EXPECT_FALSE(dns_allows(p, "corp.example"));
+	EXPECT_FALSE(dns_allows(p, "udp.example"));
+	EXPECT_FALSE(dns_allows(p, "example.com"));
+	EXPECT_FALSE(dns_allows(p, "x.api.example.com"));
+	EXPECT_FALSE(dns_allows(p, "x.gh.example"));
+	EXPECT_FALSE(dns_allows(p, "leak.evil.example"));
+	net_policy__free(p);
+
+	/* CIDR grants only: no name at all. */
+	ASSERT_EQ(0, parse("{'dns': {'resolvers': ['9.9.9.9']},"
+			   " 'tcp': [{'to': 'public-internet'}]}",
+			   &p, err, sizeof(err)));
+	EXPECT_FALSE(dns_allows(p, "example.com"));
+	net_policy__free(p);
+	ASSERT_EQ(0,
+		  parse("{'dns': {'resolvers': ['9.9.9.9'], 'names': ['*']}}",
+			&p, err, sizeof(err)));
+	EXPECT_TRUE(dns_allows(p, "anything.example"));
+	net_policy__free(p);
+	EXPECT_FALSE(dns_allows(NULL, "example.com"));
+	EXPECT_FALSE(net_dns_names__allows(NULL, "example.com"));
+}
+
+/* decide() with the destination one of the host's own addresses. */
+static enum net_verdict decide_local(const struct net_policy *p,
+				     const struct net_bindings *b,
+				     uint8_t proto, const char *dst,
+				     unsigned int port, struct net_decision *d)
+{
+	struct net_flow f = {
+		.proto = proto,
+		.src = { .sin_family = AF_INET,
+			 .sin_addr.s_addr = ip("10.0.2.15"),
+			 .sin_port = htons(40000) },
+		.dst = { .sin_family = AF_INET,
+			 .sin_addr.s_addr = ip(dst),
+			 .sin_port = htons(port) },
+		.dst_local = true,
+	};
+
+	memset(d, 0, sizeof(*d));
+	net_policy__decide(p, &f, b, d);
+	return d->verdict;
+}
+
+/*
+ * Issue 34, finding 6: a class or CIDR grant covering a host address does
+ * not open it (denied "host address", or put to the hook, whose answer
+ * is about that exact address); a grant of that exact address, or of an
+ * exact hostname bound to it, does.
+ */
+TEST(host_addresses_denied_unless_named)
+{
+	struct net_bindings *b;
+	struct net_decision d;
+	struct net_policy *p;
+	uint64_t now = 0;
+	char err[ERR_LEN];
+
+	b = net_bindings__create(fake_clock, &now);
+	ASSERT_NE(NULL, b);
+	ASSERT_EQ(0,
+		  net_bindings__insert(b, "h.example", ip("192.168.1.5"), 60));
+	ASSERT_EQ(0, parse("{'tcp': [{'to': 'private'}, {'to': '0.0.0.0/0'},"
+			   " {'to': '*.example'}],"
+			   " 'hook': {'socket': '/run/h.sock'}}",
+			   &p, err, sizeof(err)));
+	/* No rule opens it: the hook is asked about the exact address. */
+	EXPECT_EQ(ASK, decide_local(p, b, TCP, "192.168.1.5", 22, &d));
+	EXPECT_STREQ("host address", d.reason);
+	EXPECT_EQ(ASK, decide_local(p, b, TCP, "203.0.113.1", 22, &d));
+	EXPECT_STREQ("host address", d.reason);
+	/* The same address, not the host's: the grant opens it. */
+	EXPECT_EQ(ALLOW, decide(p, b, TCP, "192.168.1.5", 22, &d));
+	net_policy__free(p);
+
+	ASSERT_EQ(0, parse("{'tcp': [{'to': '0.0.0.0/0', 'ports': [80]},"
+			   " {'to': '192.168.1.5', 'ports': [8080]},"
+			   " {'to': 'h.example', 'ports': [9000]}],"
+			   " 'udp': [{'to': '192.168.1.5/32'}]}",
+			   &p, err, sizeof(err)));
+	EXPECT_EQ(ALLOW, decide_local(p, b, TCP, "192.168.1.5", 8080, &d));
+	EXPECT_STREQ("tcp grant 1", d.reason);
+	EXPECT_EQ(ALLOW, decide_local(p, b, TCP, "192.168.1.5", 9000, &d));
+	EXPECT_STREQ("tcp grant 2", d.reason);
+	EXPECT_EQ(ALLOW, decide_local(p, b, UDP, "192.168.1.5", 53, &d));
+	/* The exact grant's port only: the /0 grant does not count here. */
+	EXPECT_EQ(DENY, decide_local(p, b, TCP, "192.168.1.5", 80, &d));
+	EXPECT_STREQ("host address", d.reason);
+	net_policy__free(p);
+	net_bindings__destroy(b);
+}
+
+/* RTM_NEWADDR / RTM_DELADDR bytes for addr (AF_INET, IFA_LOCAL). */
+static size_t addr_msg(uint8_t *buf, uint16_t type, const char *addr,
+		       bool with_local)
+{
+	struct nlmsghdr *nh = (struct nlmsghdr *)buf;
+	struct ifaddrmsg *ifa = NLMSG_DATA(nh);
+	struct rtattr *rta;
+	uint32_t a = ip(addr);
+
+	memset(buf, 0, NLMSG_SPACE(sizeof(*ifa)) + 2 * RTA_SPACE(4));
+	nh->nlmsg_type = type;
+	nh->nlmsg_len = NLMSG_LENGTH(sizeof(*ifa));
+	ifa->ifa_family = AF_INET;
+	ifa->ifa_prefixlen = 24;
+	rta = (struct rtattr *)(buf + NLMSG_ALIGN(nh->nlmsg_len));
+	rta->rta_type = with_local ? IFA_LOCAL : IFA_ADDRESS;
+	rta->rta_len = RTA_LENGTH(4);
+	memcpy(RTA_DATA(rta), &a, 4);
+	nh->nlmsg_len = NLMSG_ALIGN(nh->nlmsg_len) + RTA_SPACE(4);
+	return nh->nlmsg_len;
+}
+
+/* The host-address set kept from netlink messages read from bytes. */
+TEST(host_addresses_from_netlink)
+{
+	struct net_host_addrs *h = net_host_addrs__create_empty();
+	uint32_t buf[256];
+	uint8_t *m = (uint8_t *)buf;
+	size_t n;
+
+	ASSERT_NE(NULL, h);
+	n = addr_msg(m, RTM_NEWADDR, "192.168.1.5", true);
+	n += addr_msg(m + n, RTM_NEWADDR, "203.0.113.1", false);
+	EXPECT_EQ(2, net_host_addrs__apply(h, m, n));
+	EXPECT_TRUE(net_host_addrs__contains(h, ip("192.168.1.5")));
+	EXPECT_TRUE(net_host_addrs__contains(h, ip("203.0.113.1")));
+	EXPECT_FALSE(net_host_addrs__contains(h, ip("192.168.1.6")));
+	/* Again: no change; then one deleted. */
+	EXPECT_EQ(0, net_host_addrs__apply(h, m, n));
+	n = addr_msg(m, RTM_DELADDR, "192.168.1.5", true);
+	EXPECT_EQ(1, net_host_addrs__apply(h, m, n));
+	EXPECT_FALSE(net_host_addrs__contains(h, ip("192.168.1.5")));
+	EXPECT_EQ(1, net_host_addrs__count(h));
+	/* Cut, or a length past the bytes: refused, nothing applied. */
+	n = addr_msg(m, RTM_NEWADDR, "10.9.9.9", true);
+	EXPECT_EQ(-EBADMSG, net_host_addrs__apply(h, m, n - 1));
+	EXPECT_EQ(-EBADMSG, net_host_addrs__apply(h, m, 3));
+	((struct nlmsghdr *)m)->nlmsg_len = 4;
+	EXPECT_EQ(-EBADMSG, net_host_addrs__apply(h, m, n));
+	EXPECT_FALSE(net_host_addrs__contains(h, ip("10.9.9.9")));
+	net_host_addrs__destroy(h);
 }
 
 TEST(always_denied)

@@ -42,6 +42,7 @@
 
 #include "lib/compiler.h"
 #include "net/policy.h"
+#include "net/hostaddr.h"
 #include "net/proxy.h"
 #include "selftests/fakehook.h"
 #include "selftests/kselftest.h"
@@ -123,6 +124,16 @@ static void px_proxy(struct __test_metadata *_metadata, FIXTURE_DATA(px) * self,
 	char err[256] = "";
 
 	p.netns_fd = self->net.vm_ns;
+	/*
+	 * The upstreams on the host netns's lo stand in for the internet:
+	 * no address counts as the host's own here.
+	 */
+	static struct net_host_addrs *none;
+
+	if (!none)
+		none = net_host_addrs__create_empty();
+	ASSERT_NE(NULL, none);
+	p.host_addrs = none;
 	p.decide_opaque = &self->policy;
 	p.egress.gateway.s_addr = ip4(VMNET_GATEWAY);
 	p.egress.guest.s_addr = ip4(VMNET_GUEST);
