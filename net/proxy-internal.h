@@ -123,6 +123,7 @@ struct proxy {
 	struct hook *hook; /* the proxy thread's, in its epoll set */
 	struct intercept_ops icpt_ops; /* every intercepted flow's */
 	bool icpt_answers; /* the hook answered an intercepted flow's request */
+	struct bytebudget icpt_budget; /* INTERCEPT_VM_BUDGET, all flows' */
 
 	/*
 	 * The netns thread and its one request at a time, under ns_lock;
