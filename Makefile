@@ -115,6 +115,7 @@ core-obj-y += net/hook.o
 core-obj-y += net/http.o
 core-obj-y += net/http1.o
 core-obj-y += net/h2.o
+core-obj-y += net/h2-mem.o
 core-obj-y += net/tls-ca.o
 core-obj-y += net/tls-conn.o
 core-obj-y += net/intercept.o

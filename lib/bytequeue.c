@@ -6,10 +6,40 @@
 
 #include "lib/bytequeue.h"
 
+bool bytebudget__room(const struct bytebudget *b, size_t n)
+{
+	for (; b; b = b->parent)
+		if (b->limit && (b->held > b->limit || n > b->limit - b->held))
+			return false;
+	return true;
+}
+
+int bytebudget__charge(struct bytebudget *b, size_t n)
+{
+	if (!bytebudget__room(b, n))
+		return -ENOBUFS;
+	for (; b; b = b->parent) {
+		b->held += n;
+		if (b->held > b->peak)
+			b->peak = b->held;
+	}
+	return 0;
+}
+
+void bytebudget__credit(struct bytebudget *b, size_t n)
+{
+	for (; b; b = b->parent)
+		b->held -= n < b->held ? n : b->held;
+}
+
 void bytequeue__free(struct bytequeue *q)
 {
+	struct bytebudget *budget = q->budget;
+
 	free(q->data);
+	bytebudget__credit(budget, q->cap);
 	memset(q, 0, sizeof(*q));
+	q->budget = budget;
 }
 
 int bytequeue__reserve(struct bytequeue *q, size_t more)
@@ -26,9 +56,13 @@ int bytequeue__reserve(struct bytequeue *q, size_t more)
 	cap = q->cap ? q->cap : 4096;
 	while (cap < q->len + more)
 		cap *= 2;
+	if (bytebudget__charge(q->budget, cap - q->cap))
+		return -ENOBUFS;
 	p = realloc(q->data, cap);
-	if (!p)
+	if (!p) {
+		bytebudget__credit(q->budget, cap - q->cap);
 		return -ENOMEM;
+	}
 	q->data = p;
 	q->cap = cap;
 	return 0;

@@ -9,6 +9,7 @@
  * can be parsed in place. A zeroed struct is an empty queue.
  */
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -17,18 +18,44 @@
 /* Emptied, a queue whose buffer grew beyond this gives it back. */
 #define BYTEQUEUE_KEEP_MAX (256U << 10)
 
+/*
+ * A bound on the bytes some owner holds (a connection's, a VM's), in
+ * a chain: a charge is taken from each budget up to the top, all or
+ * nothing, and fails with -ENOBUFS where one would pass its limit.
+ * peak is the most ever held, for the tests and the status. One thread
+ * owns a chain: no locking. A zeroed struct has no limit.
+ */
+struct bytebudget {
+	size_t held;
+	size_t peak;
+	size_t limit; /* bytes; 0: unbounded */
+	struct bytebudget *parent;
+};
+
+/* 0, or -ENOBUFS (nothing charged). NULL is unbounded. */
+int __must_check bytebudget__charge(struct bytebudget *b, size_t n);
+/* Gives back n bytes charged before, along the chain. */
+void bytebudget__credit(struct bytebudget *b, size_t n);
+/* Whether n more bytes would fit everywhere up the chain. */
+bool bytebudget__room(const struct bytebudget *b, size_t n);
+
 struct bytequeue {
 	uint8_t *data;
 	size_t head; /* first byte still queued */
 	size_t len;  /* bytes queued */
 	size_t cap;
+	/* Its buffer's bytes are charged here; NULL: to nobody. */
+	struct bytebudget *budget;
 };
 
-/* Frees the buffer; the queue is empty and usable again. */
+/* Frees the buffer; the queue is empty and usable again (same budget). */
 void bytequeue__free(struct bytequeue *q);
-/* Room for `more` bytes after the queued ones: 0 or -ENOMEM. */
+/*
+ * Room for `more` bytes after the queued ones: 0, -ENOMEM, or -ENOBUFS
+ * (its budget would pass its limit).
+ */
 int __must_check bytequeue__reserve(struct bytequeue *q, size_t more);
-/* Appends n bytes (all or nothing): 0 or -ENOMEM. */
+/* Appends n bytes (all or nothing): 0, -ENOMEM or -ENOBUFS. */
 int __must_check bytequeue__append(struct bytequeue *q, const void *p,
 				   size_t n);
 /* Drops the first n queued bytes (n <= len). */

@@ -5,8 +5,8 @@
 /*
  * One budget of file descriptors for the whole monitor, shared by what a
  * guest or a client can make it open: the control API's clients and agent
- * connections, the vsock device's host connections (and, once they take
- * from it, the bind mounts' held files). Each takes before it opens and
+ * connections, the vsock device's host connections and the bind mounts'
+ * held files. Each takes before it opens and
  * gives back when it closes; an empty budget is a refusal the guest or
  * client sees (a reset, an error answer, ENFILE), never a monitor that
  * cannot make its next socketpair(). Documentation/design.md, "The

@@ -16,9 +16,18 @@
  * its window reopened, only when the other session took them into a
  * DATA frame. So a stream's buffer holds at most its window, a
  * connection's at most H2_CONN_WINDOW, whatever either peer does.
+ *
+ * Memory is bounded per connection (H2_CONN_BUDGET) and, through the
+ * params' budget, per VM: every buffer here and everything either
+ * nghttp2 session allocates is charged to the connection's budget, a
+ * stream's header block is freed once decided, its body queues when
+ * they empty. A new stream is refused (RST_STREAM REFUSED_STREAM, the
+ * guest may retry) past H2_MAX_STREAMS held streams, past H2_QUEUED_MAX
+ * requests waiting for upstream's concurrency, or when either budget
+ * lacks H2_STREAM_RESERVE; an allocation past a budget fails the
+ * connection (-ENOBUFS).
  */
 #include <errno.h>
-#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +35,7 @@
 #include <nghttp2/nghttp2.h>
 
 #include "lib/bytequeue.h"
+#include "net/h2-internal.h"
 #include "net/h2.h"
 #include "net/http-internal.h"
 
@@ -76,6 +86,7 @@ struct h2_stream {
 	 */
 	bool heard;
 	uint64_t quiet_since;
+	bool u_sent; /* its request HEADERS went upstream (not queued) */
 	struct h2_fields req, resp;
 	struct bytequeue req_body, resp_body;
 	struct bytequeue edit_names; /* lower case, each NUL-terminated */
@@ -102,7 +113,13 @@ struct h2 {
 	char up_reason[HTTP_REASON_MAX];
 
 	struct h2_stream *streams;
+	unsigned int live;	  /* streams held (either side open) */
+	unsigned int queued;	  /* forwarded, not sent upstream yet */
+	unsigned int up_active;	  /* forwarded and sent, upstream's open */
+	uint64_t refused_streams; /* REFUSED_STREAM: past a bound */
 	struct http_edits edits;
+
+	struct h2_alloc alloc; /* the connection's budget (the VM's parent) */
 };
 
 /* ---- small helpers ------------------------------------------------ */
@@ -165,53 +182,6 @@ static void queue_wipe(struct bytequeue *q)
 	bytequeue__free(q);
 }
 
-/*
- * Upstream's session holds the injected values (frames, HPACK): what it
- * frees is wiped first. malloc_usable_size() covers the whole block.
- */
-static void *mem_malloc(size_t size, void *ud)
-{
-	return malloc(size);
-}
-
-static void mem_free(void *p, void *ud)
-{
-	if (p)
-		explicit_bzero(p, malloc_usable_size(p));
-	free(p);
-}
-
-static void *mem_calloc(size_t n, size_t size, void *ud)
-{
-	return calloc(n, size);
-}
-
-static void *mem_realloc(void *p, size_t size, void *ud)
-{
-	size_t old = p ? malloc_usable_size(p) : 0;
-	void *q;
-
-	if (!size) {
-		mem_free(p, ud);
-		return NULL;
-	}
-	q = malloc(size);
-	if (!q)
-		return NULL;
-	if (p) {
-		memcpy(q, p, min_size(old, size));
-		mem_free(p, ud);
-	}
-	return q;
-}
-
-static nghttp2_mem wiping_mem = {
-	.malloc = mem_malloc,
-	.free = mem_free,
-	.calloc = mem_calloc,
-	.realloc = mem_realloc,
-};
-
 /* ---- header blocks ----------------------------------------------- */
 
 static unsigned int fields_nr(const struct h2_fields *f)
@@ -237,20 +207,13 @@ static const uint8_t *field_value(const struct h2_fields *f,
 	return bytequeue__peek(&f->arena) + x->value_off;
 }
 
+/* Done with a block: its buffers go (a stream may be held long after). */
 static void fields_reset(struct h2_fields *f)
-{
-	if (f->arena.data)
-		explicit_bzero(f->arena.data, f->arena.cap);
-	bytequeue__consume(&f->arena, f->arena.len);
-	bytequeue__consume(&f->index, f->index.len);
-	f->list_size = 0;
-	f->over = false;
-}
-
-static void fields_free(struct h2_fields *f)
 {
 	queue_wipe(&f->arena);
 	bytequeue__free(&f->index);
+	f->list_size = 0;
+	f->over = false;
 }
 
 /* One field; past the limits the block is marked over, not kept. */
@@ -258,6 +221,7 @@ static int fields_add(struct h2_fields *f, const uint8_t *name, size_t nlen,
 		      const uint8_t *value, size_t vlen)
 {
 	struct h2_field x;
+	int ret;
 
 	f->list_size += nlen + vlen + FIELD_OVERHEAD;
 	if (f->over || f->list_size > H2_HEADER_LIST_MAX ||
@@ -269,11 +233,12 @@ static int fields_add(struct h2_fields *f, const uint8_t *name, size_t nlen,
 	x.name_len = nlen;
 	x.value_off = f->arena.len + nlen;
 	x.value_len = vlen;
-	if (bytequeue__append(&f->arena, name, nlen) ||
-	    bytequeue__append(&f->arena, value, vlen) ||
-	    bytequeue__append(&f->index, &x, sizeof(x)))
-		return -ENOMEM;
-	return 0;
+	ret = bytequeue__append(&f->arena, name, nlen);
+	if (!ret)
+		ret = bytequeue__append(&f->arena, value, vlen);
+	if (!ret)
+		ret = bytequeue__append(&f->index, &x, sizeof(x));
+	return ret;
 }
 
 /* A pseudo-header's value, or NULL. */
@@ -348,13 +313,23 @@ static struct h2_stream *stream_find(struct h2 *h, enum h2_side side,
 
 static struct h2_stream *stream_new(struct h2 *h, int32_t gid)
 {
-	struct h2_stream *s = calloc(1, sizeof(*s));
+	struct h2_stream *s;
 
-	if (!s)
+	if (bytebudget__charge(&h->alloc.budget, sizeof(*s)))
 		return NULL;
+	s = calloc(1, sizeof(*s));
+	if (!s) {
+		bytebudget__credit(&h->alloc.budget, sizeof(*s));
+		return NULL;
+	}
 	s->h = h;
 	s->gid = gid;
 	s->g_open = true;
+	s->req.arena.budget = s->req.index.budget = &h->alloc.budget;
+	s->resp.arena.budget = s->resp.index.budget = &h->alloc.budget;
+	s->req_body.budget = s->resp_body.budget = &h->alloc.budget;
+	s->edit_names.budget = &h->alloc.budget;
+	h->live++;
 	s->next = h->streams;
 	if (h->streams)
 		h->streams->prev = s;
@@ -362,14 +337,31 @@ static struct h2_stream *stream_new(struct h2 *h, int32_t gid)
 	return s;
 }
 
+/* Upstream's session is done with it (sent or not): not counted there. */
+static void up_forget(struct h2_stream *s)
+{
+	if (!s->u_open)
+		return;
+	if (s->u_sent)
+		s->h->up_active--;
+	else
+		s->h->queued--;
+	s->u_open = false;
+}
+
 static void stream_free(struct h2_stream *s)
 {
-	fields_free(&s->req);
-	fields_free(&s->resp);
+	struct h2 *h = s->h;
+
+	fields_reset(&s->req);
+	fields_reset(&s->resp);
 	queue_wipe(&s->req_body);
 	bytequeue__free(&s->resp_body);
 	bytequeue__free(&s->edit_names);
+	up_forget(s);
+	h->live--;
 	free(s);
+	bytebudget__credit(&h->alloc.budget, sizeof(*s));
 }
 
 /* Both sessions are done with it: unlinked and freed. */
@@ -396,9 +388,7 @@ static void body_drop(struct h2 *h, enum h2_side from, struct bytequeue *q)
 {
 	if (q->len && !h->dead[from])
 		nghttp2_session_consume_connection(h->sess[from], q->len);
-	if (q->data)
-		explicit_bzero(q->data, q->cap);
-	bytequeue__consume(q, q->len);
+	queue_wipe(q);
 }
 
 static void resume(struct h2 *h, enum h2_side side, int32_t id)
@@ -495,6 +485,9 @@ static ssize_t body_read(nghttp2_session *sess, int32_t id, uint8_t *buf,
 		explicit_bzero(bytequeue__peek(q), n);
 	}
 	bytequeue__consume(q, n);
+	/* Emptied: its buffer goes, the stream may idle long. */
+	if (!q->len)
+		bytequeue__free(q);
 	if (n && !s->answered && !h->dead[from])
 		nghttp2_session_consume(h->sess[from], from_id, n);
 	if (n)
@@ -563,7 +556,7 @@ static void up_closed(struct h2 *h, struct h2_stream *s, uint32_t code)
 {
 	if (!s->u_open)
 		return;
-	s->u_open = false;
+	up_forget(s);
 	body_drop(h, H2_GUEST, &s->req_body);
 	/* A complete response still goes to the guest, whatever came after. */
 	if (!s->g_open || s->resp_end)
@@ -719,6 +712,22 @@ static int edit_names_keep(struct h2 *h, struct h2_stream *s, const char *lower)
 	return 0;
 }
 
+/*
+ * Whether one more request may go to upstream's session: beyond what
+ * upstream's SETTINGS_MAX_CONCURRENT_STREAMS lets it send now, at most
+ * H2_QUEUED_MAX wait there (each holds a copy of its head), and the
+ * budgets keep room for that copy.
+ */
+static bool up_room(const struct h2 *h)
+{
+	uint64_t mcs = nghttp2_session_get_remote_settings(
+		h->sess[H2_UP], NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS);
+	uint64_t now = mcs > h->up_active ? mcs - h->up_active : 0;
+
+	return h->queued < now + H2_QUEUED_MAX &&
+	       bytebudget__room(&h->alloc.budget, H2_STREAM_RESERVE);
+}
+
 /* Allowed: the request goes upstream as a new stream. */
 static int forward(struct h2 *h, struct h2_stream *s, bool end)
 {
@@ -731,6 +740,11 @@ static int forward(struct h2 *h, struct h2_stream *s, bool end)
 	size_t n;
 	int ret;
 
+	if (!up_room(h)) { /* the guest may retry it later */
+		h->refused_streams++;
+		rst(h, H2_GUEST, s->gid, NGHTTP2_REFUSED_STREAM);
+		return 0;
+	}
 	nv = calloc(fields_nr(&s->req) + e->nr + 1, sizeof(*nv));
 	if (!nv)
 		return -ENOMEM;
@@ -755,6 +769,7 @@ static int forward(struct h2 *h, struct h2_stream *s, bool end)
 	}
 	s->uid = id;
 	s->u_open = true;
+	h->queued++;
 	s->heard = true;
 	h->allowed = true;
 	return 0;
@@ -913,8 +928,19 @@ static int on_begin_headers(nghttp2_session *sess, const nghttp2_frame *fr,
 	if (h->destroying || side_of(h, sess) != H2_GUEST ||
 	    fr->headers.cat != NGHTTP2_HCAT_REQUEST)
 		return 0;
+	/*
+	 * Past the streams held (the guest's open ones and those it reset
+	 * that upstream still holds) or without room for one more head:
+	 * refused, its block decoded and dropped (no stream to keep it).
+	 */
+	if (h->live >= H2_MAX_STREAMS ||
+	    !bytebudget__room(&h->alloc.budget, H2_STREAM_RESERVE)) {
+		h->refused_streams++;
+		rst(h, H2_GUEST, fr->hd.stream_id, NGHTTP2_REFUSED_STREAM);
+		return 0;
+	}
 	s = stream_new(h, fr->hd.stream_id);
-	return s ? 0 : cb_result(h, -ENOMEM);
+	return s ? 0 : cb_result(h, -ENOBUFS);
 }
 
 static int on_header(nghttp2_session *sess, const nghttp2_frame *fr,
@@ -1026,6 +1052,16 @@ static int on_frame_send(nghttp2_session *sess, const nghttp2_frame *fr,
 	struct h2 *h = of(user_data);
 	struct h2_stream *s;
 
+	if (!h->destroying && side_of(h, sess) == H2_UP &&
+	    fr->hd.type == NGHTTP2_HEADERS) {
+		s = stream_find(h, H2_UP, fr->hd.stream_id);
+		if (s && !s->u_sent) { /* out of the queue */
+			s->u_sent = true;
+			h->queued--;
+			h->up_active++;
+		}
+		return 0;
+	}
 	if (h->destroying || side_of(h, sess) != H2_GUEST ||
 	    !(fr->hd.flags & NGHTTP2_FLAG_END_STREAM))
 		return 0;
@@ -1112,10 +1148,11 @@ static int session_new(struct h2 *h, enum h2_side side)
 	nghttp2_option_set_max_send_header_block_length(opt,
 							H2_HEADER_LIST_MAX);
 	if (side == H2_GUEST)
-		ret = nghttp2_session_server_new2(&h->sess[side], cb, h, opt);
+		ret = nghttp2_session_server_new3(&h->sess[side], cb, h, opt,
+						  &h->alloc.mem);
 	else
 		ret = nghttp2_session_client_new3(&h->sess[side], cb, h, opt,
-						  &wiping_mem);
+						  &h->alloc.mem);
 	nghttp2_option_del(opt);
 	nghttp2_session_callbacks_del(cb);
 	return ret ? -ENOMEM : 0;
@@ -1370,6 +1407,16 @@ bool h2__waiting(const struct h2 *h)
 	return false;
 }
 
+size_t h2__held(const struct h2 *h)
+{
+	return h->alloc.budget.held;
+}
+
+uint64_t h2__refused_streams(const struct h2 *h)
+{
+	return h->refused_streams;
+}
+
 bool h2__wants_upstream(const struct h2 *h)
 {
 	return h->allowed;
@@ -1397,6 +1444,8 @@ int h2__create(struct h2 **out, const struct h2_params *p)
 	h->on_request = p->on_request;
 	h->on_refused = p->on_refused;
 	h->opaque = p->opaque;
+	h2_alloc__init(&h->alloc, H2_CONN_BUDGET, p->budget, &h->err);
+	h->out[H2_GUEST].budget = h->out[H2_UP].budget = &h->alloc.budget;
 	ret = session_new(h, H2_GUEST);
 	if (!ret)
 		ret = session_new(h, H2_UP);

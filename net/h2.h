@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "lib/bytequeue.h"
 #include "lib/compiler.h"
 #include "net/http.h"
 
@@ -41,7 +42,12 @@
  * constant reason, never a request's or an edit's bytes.
  */
 
-#define H2_MAX_STREAMS	   100U		/* concurrent guest streams */
+/*
+ * Concurrent guest streams (SETTINGS_MAX_CONCURRENT_STREAMS), and the
+ * streams a connection holds at most: a guest's reset stream upstream
+ * still holds counts until upstream lets it go. Past it: REFUSED_STREAM.
+ */
+#define H2_MAX_STREAMS	   100U
 #define H2_HEADER_LIST_MAX (64U << 10)	/* RFC 9113 6.5.2 size; more: 431 */
 #define H2_MAX_FIELDS	   256U		/* fields of one header block */
 #define H2_STREAM_WINDOW   65535U	/* per stream, each way */
@@ -49,6 +55,15 @@
 #define H2_OUTPUT_MAX	   (64U << 10)	/* queued for a side: feed stops */
 #define H2_FEED_CHUNK	   (16U << 10)	/* bytes given nghttp2 at a time */
 #define H2_REFUSAL_MAX	   128U		/* a refusal's body */
+/* Requests waiting for upstream's concurrency, past it: REFUSED_STREAM. */
+#define H2_QUEUED_MAX 16U
+/*
+ * Bytes one connection holds at most (its buffers, both nghttp2
+ * sessions, its streams); a new stream needs H2_STREAM_RESERVE of it
+ * free (its head, and upstream's session's copy), else REFUSED_STREAM.
+ */
+#define H2_CONN_BUDGET	  (4U << 20)
+#define H2_STREAM_RESERVE (2U * H2_HEADER_LIST_MAX)
 
 enum h2_side { H2_GUEST, H2_UP, H2_SIDES };
 
@@ -73,6 +88,11 @@ struct h2_params {
 	void (*on_refused)(void *opaque, unsigned int status,
 			   const char *reason);
 	void *opaque;
+	/*
+	 * The VM's budget the connection's (H2_CONN_BUDGET) is charged
+	 * to as well; NULL: none. Borrowed: outlives it; one thread.
+	 */
+	struct bytebudget *budget;
 };
 
 struct h2;
@@ -85,7 +105,8 @@ void h2__destroy(struct h2 *h);
 /*
  * Bytes read from a side: how many were taken (fewer than len while
  * either side's output holds H2_OUTPUT_MAX: feed the rest once drained),
- * or -EPROTO (not HTTP/2, or its session failed: reset both), -ENOMEM.
+ * or -EPROTO (not HTTP/2, or its session failed: reset both), -ENOMEM,
+ * -ENOBUFS (the connection's or the VM's budget would be passed).
  * A side that is over takes and drops everything.
  */
 ssize_t __must_check h2__feed(struct h2 *h, enum h2_side side, const void *in,
@@ -127,6 +148,10 @@ int __must_check h2__expire(struct h2 *h, uint64_t now, uint64_t limit,
 int __must_check h2__resume(struct h2 *h);
 /* Whether a stream waits for its decision. */
 bool h2__waiting(const struct h2 *h);
+/* The bytes the connection holds now (its budget's). */
+size_t h2__held(const struct h2 *h);
+/* Streams refused with REFUSED_STREAM past a bound, so far. */
+uint64_t h2__refused_streams(const struct h2 *h);
 /* A request was allowed: upstream is needed. */
 bool h2__wants_upstream(const struct h2 *h);
 /* A side's session is over and its output sent: its end may go. */

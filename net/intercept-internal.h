@@ -68,6 +68,7 @@ struct intercept {
 	uint64_t hook_flow; /* the hook's "grant-http" of the flow; 0: none */
 	bool hook_each_request;
 	char hook_host[NET_HOSTNAME_MAX + 1]; /* its "host"; "": any */
+	struct bytebudget *budget; /* the VM's (h2's parent); NULL: none */
 	struct intercept_ops ops;
 	struct intercept_tls tls; /* all NULL: plain */
 	struct ic_side side[INTERCEPT_SIDES];

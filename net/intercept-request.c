@@ -352,6 +352,7 @@ int intercept__make_h2(struct intercept *ic)
 		.on_request = on_request,
 		.on_refused = h2_refused,
 		.opaque = ic,
+		.budget = ic->budget,
 	};
 
 	ic->up_in = malloc(INTERCEPT_BUF);

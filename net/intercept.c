@@ -1128,6 +1128,7 @@ int intercept__create(struct intercept **out, const struct intercept_params *p)
 		return -ENOMEM;
 	ic->flow = p->flow;
 	ic->owner = p->owner;
+	ic->budget = p->budget;
 	ic->tls_auto = p->tls && p->tls_auto;
 	ic->hook_flow = p->hook_flow;
 	ic->hook_each_request = p->hook_each_request;

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "lib/bytequeue.h"
 #include "lib/compiler.h"
 #include "net/flow.h"
 #include "net/hook.h"
@@ -52,6 +53,12 @@
  */
 
 #define INTERCEPT_BUF (16U << 10) /* bytes per direction */
+/*
+ * The bytes all of a VM's h2 interceptions hold at most (each
+ * connection's at most H2_CONN_BUDGET): past it, new streams are
+ * refused and a connection that needs more fails.
+ */
+#define INTERCEPT_VM_BUDGET (128U << 20)
 /* Guest bytes read and dropped after a refusal, at most: then a reset. */
 #define INTERCEPT_LINGER_MAX (64U << 10)
 /*
@@ -134,6 +141,12 @@ struct intercept_params {
 	uint64_t hook_flow;
 	bool hook_each_request; /* its requests put to the hook each */
 	const char *hook_host;	/* the one name it may give; NULL, "": any */
+	/*
+	 * The VM's bound on interception memory (INTERCEPT_VM_BUDGET),
+	 * which each h2 connection's (H2_CONN_BUDGET) is charged to as
+	 * well; NULL: none. Borrowed; the proxy thread's alone.
+	 */
+	struct bytebudget *budget;
 };
 
 struct intercept;

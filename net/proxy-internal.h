@@ -133,6 +133,7 @@ struct proxy {
 	bool host_addrs_failed;		 /* its socket failed: logged */
 	struct intercept_ops icpt_ops;	 /* every intercepted flow's */
 	bool icpt_answers; /* the hook answered an intercepted flow's request */
+	struct bytebudget icpt_budget; /* INTERCEPT_VM_BUDGET, all flows' */
 
 	/*
 	 * The netns thread and its one request at a time, under ns_lock;

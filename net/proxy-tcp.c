@@ -364,6 +364,7 @@ void proxy_tcp__init_intercept(struct proxy *p)
 					.bytes = icpt_bytes,
 					.unfiltered = icpt_unfiltered,
 					.opaque = p };
+	p->icpt_budget = (struct bytebudget){ .limit = INTERCEPT_VM_BUDGET };
 }
 
 /* The VM's TLS interception is whole (http_tls_init in the vmm). */
@@ -391,6 +392,7 @@ static void tcp_intercept(struct proxy *p, struct tcp_flow *t, int fd,
 		.hook_flow = d->hook_flow,
 		.hook_each_request = d->hook_each_request,
 		.hook_host = d->http_host,
+		.budget = &p->icpt_budget,
 	};
 	int ret;
 

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -372,6 +373,8 @@ struct member {
 struct unpack {
 	struct zin z;
 	int dfd;
+	uint64_t written;   /* bytes of data written (not holes) */
+	uint64_t write_max; /* SNAP_ARCHIVE_RATIO_MAX x the archive's size */
 	struct member *members;
 	size_t n;
 	json_t *manifest;
@@ -384,6 +387,31 @@ static bool plain_name(const char *s)
 {
 	return s && s[0] && s[0] != '.' && !strchr(s, '/') &&
 	       strlen(s) <= SNAP_ARCHIVE_NAME_MAX;
+}
+
+/*
+ * The most a part of this kind may declare (archive.h): 0 and a why when
+ * it declares more.
+ */
+static uint64_t kind_max(const json_t *manifest, const char *kind,
+			 const char **what)
+{
+	const json_t *mem = json_object_get(manifest, "memoryBytes");
+	json_int_t mb = json_integer_value(mem);
+
+	if (kind && !strcmp(kind, "memory")) {
+		*what = "the manifest's memoryBytes";
+		return json_is_integer(mem) && mb > 0 &&
+				       (uint64_t)mb <= SNAP_ARCHIVE_MEMORY_MAX ?
+			       (uint64_t)mb :
+			       0;
+	}
+	if (kind && !strcmp(kind, SNAP_LAYER_KIND)) {
+		*what = "SNAP_ARCHIVE_DISK_MAX";
+		return SNAP_ARCHIVE_DISK_MAX;
+	}
+	*what = "SNAP_PART_MAX";
+	return SNAP_PART_MAX;
 }
 
 /* The manifest's parts become the members after it; -EBADMSG if odd. */
@@ -409,12 +437,25 @@ static int members_from(struct unpack *u, char *err, size_t len)
 			json_string_value(json_object_get(p, "file"));
 		json_int_t bytes =
 			json_integer_value(json_object_get(p, "bytes"));
+		const char *kind =
+			json_string_value(json_object_get(p, "kind"));
+		const char *what;
+		uint64_t max = kind_max(u->manifest, kind, &what);
 
 		if (!plain_name(name) || bytes < 0)
 			return errf(err, len, -EBADMSG,
 				    "%s: part %zu has no plain file name "
 				    "and size",
 				    SNAP_MANIFEST, i);
+		/* Memory is exactly what the manifest says the VM had. */
+		if (!strcmp(kind ? kind : "", "memory") ?
+			    (uint64_t)bytes != max :
+			    (uint64_t)bytes > max)
+			return errf(err, len, -EFBIG,
+				    "%s: %" PRIu64
+				    " bytes, not within its bound of %" PRIu64
+				    " (%s)",
+				    name, (uint64_t)bytes, max, what);
 		for (j = 0; j < u->n; j++)
 			if (!strcmp(u->members[j].name, name))
 				return errf(err, len, -EBADMSG,
@@ -424,6 +465,51 @@ static int members_from(struct unpack *u, char *err, size_t len)
 			(struct member){ name, (uint64_t)bytes, false };
 	}
 	return 0;
+}
+
+/*
+ * Before data bytes are written: within what the archive's size allows,
+ * and with them plus SNAP_ARCHIVE_FREE_MIN free where they go.
+ */
+static int data_room(struct unpack *u, int fd, const char *name, uint64_t bytes,
+		     char *err, size_t len)
+{
+	struct statvfs sv;
+	uint64_t avail;
+
+	if (bytes > u->write_max - u->written)
+		return errf(err, len, -EFBIG,
+			    "%s: more data than %u times the archive's "
+			    "%" PRIu64 " bytes (SNAP_ARCHIVE_RATIO_MAX)",
+			    name, SNAP_ARCHIVE_RATIO_MAX,
+			    u->write_max / SNAP_ARCHIVE_RATIO_MAX);
+	if (fstatvfs(fd, &sv) < 0)
+		return errf(err, len, -errno, "%s: statvfs: %s", name,
+			    strerror(errno));
+	avail = (uint64_t)sv.f_bavail * sv.f_frsize;
+	if (avail < SNAP_ARCHIVE_FREE_MIN ||
+	    bytes > avail - SNAP_ARCHIVE_FREE_MIN)
+		return errf(err, len, -ENOSPC,
+			    "%s: %" PRIu64 " more bytes with %" PRIu64
+			    " free (SNAP_ARCHIVE_FREE_MIN %llu kept)",
+			    name, bytes, avail, SNAP_ARCHIVE_FREE_MIN);
+	u->written += bytes;
+	return 0;
+}
+
+/* The bytes of k at p that write_data() writes: its non-zero pages. */
+static uint64_t data_bytes(const uint8_t *p, size_t k)
+{
+	static const uint8_t zeros[SNAP_PAGE_SIZE];
+	uint64_t n = 0;
+
+	for (size_t i = 0; i < k; i += SNAP_PAGE_SIZE) {
+		size_t m = (size_t)min_u64(k - i, SNAP_PAGE_SIZE);
+
+		if (memcmp(p + i, zeros, m))
+			n += m;
+	}
+	return n;
 }
 
 /*
@@ -482,6 +568,10 @@ static int unpack_chunks(struct unpack *u, int fd, const char *name,
 			ret = zin_get(&u->z, u->buf, k);
 			if (!ret && u->text)
 				memcpy(u->text + off, u->buf, k);
+			if (!ret)
+				ret = data_room(u, fd, name,
+						data_bytes(u->buf, k), err,
+						len);
 			if (!ret)
 				ret = write_data(fd, u->buf, k, off);
 			if (ret)
@@ -611,12 +701,19 @@ int snap_archive__unpack(const char *file, const char *dir, char *err,
 	struct unpack u = { .dfd = -1, .z.fd = -1 };
 	json_t *verified = NULL;
 	char why[512] = "";
+	struct stat st;
 	int ret;
 
 	err[0] = '\0';
 	u.z.fd = open(file, O_RDONLY | O_CLOEXEC);
 	if (u.z.fd < 0)
 		return errf(err, len, -errno, "%s: %s", file, strerror(errno));
+	if (fstat(u.z.fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		ret = errf(err, len, -EINVAL, "%s: not a regular file", file);
+		close(u.z.fd);
+		return ret;
+	}
+	u.write_max = (uint64_t)st.st_size * SNAP_ARCHIVE_RATIO_MAX;
 	if (mkdir(dir, SNAP_DIR_MODE) < 0) {
 		ret = errf(err, len, -errno, "%s: %s", dir,
 			   errno == EEXIST ? "exists (unpack makes it)" :

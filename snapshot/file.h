@@ -31,7 +31,8 @@
 #define SNAP_PAGE_SIZE	    4096U /* the memory file's unit */
 #define SNAP_DIR_MODE	    0700
 #define SNAP_FILE_MODE	    0600
-#define SNAP_MANIFEST_MAX   (1U << 20) /* bytes */
+#define SNAP_MANIFEST_MAX   (1U << 20)	/* bytes */
+#define SNAP_PART_MAX	    (64U << 20) /* bytes: a state file, devices.json */
 #define SNAP_SHA256_HEX	    SHA256_HEX_LEN
 
 /*

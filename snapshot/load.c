@@ -17,8 +17,7 @@
 
 #include "snapshot/load.h"
 
-#define SNAP_PART_NAME_LEN 32	       /* "vcpu254.state" */
-#define SNAP_PART_MAX	   (64U << 20) /* bytes: a state file, devices.json */
+#define SNAP_PART_NAME_LEN 32 /* "vcpu254.state" */
 
 /* The manifest's part named file, or NULL. */
 static const json_t *find_part(const json_t *m, const char *file)

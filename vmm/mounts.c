@@ -609,7 +609,7 @@ void mounts__tag(unsigned int index, char *buf, size_t len)
 }
 
 int mounts__create_backend(const struct mount_config *m, unsigned int index,
-			   struct fs_backend **out)
+			   struct fd_budget *fds, struct fs_backend **out)
 {
 	char name[80];
 
@@ -628,6 +628,7 @@ int mounts__create_backend(const struct mount_config *m, unsigned int index,
 			.nr_mask_paths = m->nr_mask_paths,
 			.mask_storage = m->mask_storage,
 			.ownership = m->ownership,
+			.fds = fds,
 		};
 
 		return passthrough__create(out, &p);

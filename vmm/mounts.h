@@ -75,9 +75,13 @@ int __must_check mounts__parse_json(struct mounts_config *mc, void *json_obj,
 /* Everything but what needs the host: paths, duplicates, nesting. */
 int __must_check mounts__validate(const struct mounts_config *mc, char *err,
 				  size_t errlen);
-/* The backend for mount i (opens its host side; reports once on error). */
+/*
+ * The backend for mount i (opens its host side; reports once on error);
+ * a bind mount's descriptors charged to fds too (the VM's budget).
+ */
 int __must_check mounts__create_backend(const struct mount_config *m,
 					unsigned int index,
+					struct fd_budget *fds,
 					struct fs_backend **out);
 /* "kiln<index>": the mount's virtio-fs tag. */
 void mounts__tag(unsigned int index, char *buf, size_t len);

@@ -324,7 +324,7 @@ static int mounts_init(struct vm *vm)
 
 	for (i = 0; i < vm->cfg->mounts.nr; i++) {
 		/* The backend reports its own errors, naming the mount. */
-		ret = mounts__create_backend(&vm->cfg->mounts.m[i], i,
+		ret = mounts__create_backend(&vm->cfg->mounts.m[i], i, &vm->fds,
 					     &vm->fs_backend[i]);
 		if (ret)
 			return ret;

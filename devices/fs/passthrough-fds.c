@@ -34,6 +34,45 @@ struct pt_fh_buf {
 void pt_op_begin(struct pt_backend *b)
 {
 	b->epoch++;
+	/* What the last op reserved and did not open goes back. */
+	if (b->shared && b->reserved)
+		fd_budget__put(b->shared, b->reserved);
+	b->reserved = 0;
+}
+
+/*
+ * The monitor's budget follows nr_fds: a descriptor opened takes the
+ * op's reservation (pt_fd_budget), else one of its own; one that could
+ * not (opened outside an op: create) is simply not charged, and closing
+ * gives back only what was charged.
+ */
+void pt_fd_held(struct pt_backend *b)
+{
+	b->nr_fds++;
+	if (!b->shared)
+		return;
+	if (b->reserved) {
+		b->reserved--;
+		b->charged++;
+	} else if (!fd_budget__take(b->shared, 1)) {
+		b->charged++;
+	}
+}
+
+void pt_fd_released(struct pt_backend *b)
+{
+	b->nr_fds--;
+	if (b->shared && b->charged > b->nr_fds) {
+		b->charged--;
+		fd_budget__put(b->shared, 1);
+	}
+}
+
+void pt_fd_unshare(struct pt_backend *b)
+{
+	if (b->shared)
+		fd_budget__put(b->shared, b->charged + b->reserved);
+	b->charged = b->reserved = 0;
 }
 
 static bool on_lru(const struct pt_node *n)
@@ -54,7 +93,7 @@ static void touch(struct pt_backend *b, struct pt_node *n)
 void pt_fd_install(struct pt_backend *b, struct pt_node *n, int fd)
 {
 	n->fd = fd;
-	b->nr_fds++;
+	pt_fd_held(b);
 	if (n != b->root && !n->nopen)
 		list_add(&n->lru, &b->lru);
 	touch(b, n);
@@ -66,7 +105,7 @@ void pt_fd_close(struct pt_backend *b, struct pt_node *n)
 		list_del(&n->lru);
 	if (n->fd >= 0) {
 		close(n->fd);
-		b->nr_fds--;
+		pt_fd_released(b);
 	}
 	n->fd = -1;
 }
@@ -75,6 +114,46 @@ void pt_fd_close(struct pt_backend *b, struct pt_node *n)
  * Room for want more descriptors: the least recently used node
  * descriptors closed until there is, but none an op of this epoch uses.
  */
+/* The least recently used node descriptor no op of this epoch uses. */
+static bool evict_one(struct pt_backend *b)
+{
+	struct pt_node *n;
+
+	for (struct list_head *l = b->lru.prev; l != &b->lru; l = l->prev) {
+		n = list_entry(l, struct pt_node, lru);
+		if (n->used != b->epoch) {
+			pt_fd_close(b, n);
+			return true;
+		}
+	}
+	return false;
+}
+
+/*
+ * The monitor's budget (shared by every bind mount, vsock, the API): the
+ * op's want reserved from it, idle node descriptors closed while it
+ * has no room. 0, or -EMFILE.
+ */
+static int shared_budget(struct pt_backend *b, size_t want)
+{
+	size_t need = want > b->reserved ? want - b->reserved : 0;
+
+	if (!b->shared || !need)
+		return 0;
+	while (fd_budget__take(b->shared, need))
+		if (!evict_one(b)) {
+			if (!b->shared_warned)
+				pr_warn("%s: the monitor's descriptor budget "
+					"is spent: opens fail with EMFILE "
+					"until the guest closes some",
+					b->name);
+			b->shared_warned = true;
+			return -EMFILE;
+		}
+	b->reserved += need;
+	return 0;
+}
+
 int pt_fd_budget(struct pt_backend *b, size_t want)
 {
 	struct list_head *l = b->lru.prev, *prev;
@@ -89,7 +168,7 @@ int pt_fd_budget(struct pt_backend *b, size_t want)
 		l = prev;
 	}
 	if (b->nr_fds + want <= b->max_fds)
-		return 0;
+		return shared_budget(b, want);
 	if (!b->fds_warned) {
 		pr_warn("%s: %zu host file descriptors in use, as many as this "
 			"mount may, by open files and the op at hand: opens "
@@ -279,7 +358,7 @@ static int mount_fd(struct pt_backend *b, int dfd)
 
 	if (fd < 0)
 		return -1;
-	b->nr_fds++;
+	pt_fd_held(b);
 	return fd;
 }
 
@@ -320,11 +399,11 @@ void pt_fds_destroy(struct pt_backend *b)
 {
 	if (b->mount_fd >= 0) {
 		close(b->mount_fd);
-		b->nr_fds--;
+		pt_fd_released(b);
 	}
 	if (b->storage_mount_fd >= 0) {
 		close(b->storage_mount_fd);
-		b->nr_fds--;
+		pt_fd_released(b);
 	}
 	b->mount_fd = b->storage_mount_fd = -1;
 }

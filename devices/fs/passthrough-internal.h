@@ -190,6 +190,15 @@ struct pt_backend {
 	uint64_t next_id, next_fh;
 	size_t nr_fds, max_fds; /* descriptors held in nodes and handles */
 	bool fds_warned;
+	/*
+	 * The monitor's budget (fs_bind_params.fds; NULL: none): charged
+	 * counts what nr_fds took from it, reserved what pt_fd_budget()
+	 * took for the op at hand and nothing holds yet (given back at the
+	 * next op).
+	 */
+	struct fd_budget *shared;
+	size_t charged, reserved;
+	bool shared_warned;
 	size_t nr_nodes;
 	bool nodes_warned;
 	/* Node descriptors that may be closed, most recently used first. */
@@ -329,6 +338,11 @@ int pt_own_create(struct pt_backend *b, const struct fs_bind_params *p);
 
 /* passthrough-fds.c: node descriptors */
 void pt_op_begin(struct pt_backend *b);
+/* A descriptor the mount holds now, or holds no more (nr_fds). */
+void pt_fd_held(struct pt_backend *b);
+void pt_fd_released(struct pt_backend *b);
+/* At destroy: all it took from the monitor's budget, given back. */
+void pt_fd_unshare(struct pt_backend *b);
 int pt_fd(struct pt_backend *b, struct pt_node *n);
 int pt_node_stat(struct pt_backend *b, struct pt_node *n, struct stat *st);
 int pt_fd_budget(struct pt_backend *b, size_t want);

@@ -694,7 +694,7 @@ int pt_handle_new(struct pt_backend *b, uint64_t nodeid, int fd, int flags,
 	h->dir = dir;
 	*fh = b->next_fh++;
 	pt_hash_add(&b->handles, &h->link, *fh);
-	b->nr_fds++;
+	pt_fd_held(b);
 	return 0;
 }
 
@@ -719,7 +719,7 @@ void pt_handle_free(struct pt_backend *b, struct pt_handle *h)
 		pt_node_closed(b, n);
 	hashtable__del(&b->handles, &h->link);
 	close(h->fd);
-	b->nr_fds--;
+	pt_fd_released(b);
 	free(h->dents);
 	free(h);
 }

@@ -809,6 +809,7 @@ static void pt_destroy(struct fs_backend *fs)
 	hashtable__exit(&b->by_ino);
 	pt_mask_free(b->masks);
 	pt_fds_destroy(b);
+	pt_fd_unshare(b);
 	if (b->storage_fd >= 0)
 		close(b->storage_fd);
 	free(b->name);
@@ -922,6 +923,7 @@ int passthrough__create(struct fs_backend **out, const struct fs_bind_params *p)
 	b->euid = geteuid();
 	b->egid = getegid();
 	b->max_fds = fd_limit(p);
+	b->shared = p->fds;
 	b->fs.ops = &pt_ops;
 	b->fs.read_only = p->read_only;
 	if (p->name)

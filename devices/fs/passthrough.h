@@ -6,6 +6,7 @@
 
 #include "lib/compiler.h"
 #include "devices/fs/backend.h"
+#include "lib/fdbudget.h"
 #include "lib/log.h"
 
 /*
@@ -63,6 +64,13 @@ struct fs_bind_params {
 	 * Documentation/virtio-fs.md, "Limits".
 	 */
 	unsigned int max_fds;
+	/*
+	 * The monitor's descriptor budget (lib/fdbudget.h) the mount's
+	 * descriptors are charged to as well: past it an open fails with
+	 * EMFILE once no idle node descriptor is left to close. NULL: only
+	 * max_fds. Borrowed: outlives the backend.
+	 */
+	struct fd_budget *fds;
 };
 
 /*

@@ -11,8 +11,9 @@
  * guest's stream starts with the client preface, which the target sends
  * itself, so inputs are frames from their first byte. After each step
  * both sides' output is taken. Checked for every input: feed takes at
- * most what it is given or fails -EPROTO/-ENOMEM; what a side is given
- * to send is bounded; a refusal is a 4xx or 5xx.
+ * most what it is given or fails -EPROTO/-ENOMEM/-ENOBUFS; what a side
+ * is given to send is bounded; the connection holds at most
+ * H2_CONN_BUDGET; a refusal is a 4xx or 5xx.
  */
 #include <errno.h>
 #include <nghttp2/nghttp2.h>
@@ -95,10 +96,13 @@ static bool feed(struct h2 *h, enum h2_side side, const uint8_t *p, size_t len)
 		n = h2__feed(h, side, p, len);
 		take_output(h);
 		if (n < 0) {
-			fuzz_check(n == -EPROTO || n == -ENOMEM);
+			fuzz_check(n == -EPROTO || n == -ENOMEM ||
+				   n == -ENOBUFS);
 			return false;
 		}
 		fuzz_check((size_t)n <= len);
+		/* Whatever the guest does: within the connection's budget. */
+		fuzz_check(h2__held(h) <= H2_CONN_BUDGET);
 		if (!n)
 			break;
 		p += n;

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /* The byte queue: order, contiguity, compaction and giving memory back. */
+#include <errno.h>
 #include <string.h>
 
 #include "lib/bytequeue.h"
@@ -77,6 +78,37 @@ TEST(gives_big_buffers_back)
 	EXPECT_TRUE(!q.data);
 	EXPECT_EQ(0U, q.cap);
 	EXPECT_EQ(0U, q.len);
+}
+
+/* A queue's buffer is charged up its budget's chain, all or nothing. */
+TEST(budget_charges_the_chain_and_refuses_past_it)
+{
+	static uint8_t big[3 * 4096];
+	struct bytebudget vm = { .limit = 3 * 4096 };
+	struct bytebudget conn = { .limit = 2 * 4096, .parent = &vm };
+	struct bytebudget other = { .parent = &vm };
+	struct bytequeue q = { .budget = &conn }, r = { .budget = &other };
+
+	ASSERT_EQ(0, bytequeue__append(&q, big, 10));
+	EXPECT_EQ(4096U, conn.held);
+	EXPECT_EQ(4096U, vm.held);
+	/* 8192 fits the connection's, then 16384 would not. */
+	ASSERT_EQ(0, bytequeue__append(&q, big, 4096));
+	EXPECT_EQ(-ENOBUFS, bytequeue__append(&q, big, 2 * 4096));
+	EXPECT_EQ(2 * 4096U, conn.held);
+	EXPECT_EQ(4096U + 10, q.len); /* nothing taken */
+	/* The VM's bound holds whoever else charges it. */
+	ASSERT_EQ(0, bytequeue__append(&r, big, 10));
+	EXPECT_EQ(-ENOBUFS, bytequeue__append(&r, big, 4096));
+	EXPECT_EQ(3 * 4096U, vm.held);
+	EXPECT_FALSE(bytebudget__room(&other, 1));
+	/* Freed: given back everywhere, the budget kept. */
+	bytequeue__free(&q);
+	bytequeue__free(&r);
+	EXPECT_EQ(0U, conn.held);
+	EXPECT_EQ(0U, vm.held);
+	EXPECT_EQ(3 * 4096U, vm.peak);
+	EXPECT_TRUE(q.budget == &conn);
 }
 
 TEST_HARNESS_MAIN

@@ -25,10 +25,11 @@
 #include "devices/fs/passthrough.h"
 #include "selftests/kselftest.h"
 
-#define ROOT	FUSE_ROOT_ID
-#define NR_DIRS 10
-#define NR_PER	100 /* files per directory: 1,000 in all */
-#define BUDGET	16
+#define ROOT	    FUSE_ROOT_ID
+#define NR_DIRS	    10
+#define NR_PER	    100 /* files per directory: 1,000 in all */
+#define BUDGET	    16
+#define MONITOR_FDS 24 /* the monitor's budget, in the last test */
 
 FIXTURE(lru)
 {
@@ -359,6 +360,60 @@ TEST_F(lru, deeper_than_the_budget)
 	EXPECT_LT(BUDGET / 2, i);
 	if (ret)
 		EXPECT_EQ(-ENFILE, ret);
+}
+
+/*
+ * Bind mounts are on the monitor's descriptor budget (lib/fdbudget.h,
+ * issue 34 finding 9): a guest holding open more files than it has gets
+ * EMFILE on the bind (its idle node descriptors closed first); the
+ * budget is never passed, the process holds no more, and once the guest
+ * closes its files, opens work again and everything is given back.
+ */
+TEST_F(lru, open_files_past_the_monitors_budget)
+{
+	struct fs_backend *b;
+	struct fd_budget fds = { 0 };
+	struct fs_bind_params p = {
+		.name = "bind:/lru",
+		.source = self->top,
+		.ownership = FS_OWNERSHIP_SQUASH,
+		.max_fds = 4 * MONITOR_FDS,
+		.fds = &fds,
+	};
+	uint64_t d0, id[NR_PER], fh[NR_PER], of_fh;
+	char name[8], buf[32];
+	int before, n = 0, ret = 0;
+	uint32_t of;
+
+	before = fds_open();
+	ASSERT_EQ(0, passthrough__create(&self->b, &p));
+	b = self->b;
+	atomic_store(&fds.max, MONITOR_FDS);
+	ASSERT_EQ(0, lookup(b, ROOT, "d0", &d0, NULL));
+	for (n = 0; n < NR_PER; n++) {
+		snprintf(name, sizeof(name), "f%03d", n);
+		ret = lookup(b, d0, name, &id[n], NULL);
+		if (!ret)
+			ret = b->ops->open(b, id[n], O_RDONLY, &fh[n], &of);
+		if (ret)
+			break;
+	}
+	/* Refused before the budget, never past it. */
+	EXPECT_EQ(-EMFILE, ret);
+	EXPECT_LT(MONITOR_FDS / 4, n); /* a node and a handle each */
+	EXPECT_GE(MONITOR_FDS, n);
+	EXPECT_GE((size_t)MONITOR_FDS, atomic_load(&fds.held));
+	EXPECT_GE(before + MONITOR_FDS + 8, fds_open());
+	/* The guest closes its files: the mount serves again. */
+	for (int i = 0; i < n; i++)
+		EXPECT_EQ(0, b->ops->release(b, id[i], fh[i]));
+	EXPECT_EQ(0, cat(b, id[0], buf, sizeof(buf)));
+	EXPECT_STREQ("d0/f000\n", buf);
+	EXPECT_EQ(0, b->ops->open(b, id[1], O_RDONLY, &of_fh, &of));
+	EXPECT_EQ(0, b->ops->release(b, id[1], of_fh));
+	fs_backend__destroy(self->b);
+	self->b = NULL;
+	EXPECT_EQ(0U, atomic_load(&fds.held));
 }
 
 TEST_HARNESS_MAIN

@@ -33,6 +33,17 @@
 #define FUZZ_SEED      0x6b696c6e68327a7aULL
 #define FUZZ_MAX       1024
 #define SEND_BLOCK_MAX (256U << 10)
+/*
+ * The worst case of issue 34: heads near H2_HEADER_LIST_MAX that cost
+ * the guest a few bytes each (one HPACK entry referenced PAD_FIELDS
+ * times), opened and reset in rounds behind an upstream that takes one
+ * stream at a time and holds it. The old module kept every such stream
+ * (its head's arena, upstream's queued copy): about 125 MiB.
+ */
+#define PAD_LEN	      3000U /* indexed: under 3/4 of HPACK's 4096 */
+#define PAD_FIELDS    20U   /* about 60 KiB of head */
+#define RESET_ROUNDS  10
+#define HWM_BOUND_KIB (32U << 10)
 
 /* What one side of the test saw of one stream. */
 struct rec {
@@ -70,6 +81,7 @@ struct peer {
 
 struct world {
 	struct h2 *h;
+	struct bytebudget vm; /* the VM's: the connection's parent */
 	struct peer guest, up;
 	/* the decision */
 	bool inject;
@@ -287,7 +299,8 @@ static struct world *world_new(struct __test_metadata *_metadata)
 				      .port = PORT,
 				      .on_request = decide,
 				      .on_refused = on_refused,
-				      .opaque = w };
+				      .opaque = w,
+				      .budget = w ? &w->vm : NULL };
 
 	if (!w)
 		return NULL;
@@ -303,6 +316,7 @@ static void world_fini(struct world *w)
 	struct peer *ps[] = { &w->guest, &w->up };
 
 	h2__destroy(w->h);
+	w->h = NULL;
 	for (size_t i = 0; i < ARRAY_SIZE(ps); i++) {
 		nghttp2_session_del(ps[i]->s);
 		bytequeue__free(&ps[i]->pend);
@@ -934,6 +948,120 @@ TEST(oversize_head_refused_431)
 	EXPECT_FALSE(UP(w, 1)->used);
 	EXPECT_EQ(0, w->calls);
 	EXPECT_EQ(1, w->refused);
+	world_fini(w);
+}
+
+/* ---- memory bounds ------------------------------------------------------ */
+
+/* This process's peak resident set (VmHWM), KiB; -1 if unknown. */
+static long hwm_kib(void)
+{
+	char line[256];
+	long kib = -1;
+	FILE *f = fopen("/proc/self/status", "r");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmHWM: %ld kB", &kib) == 1)
+			break;
+	fclose(f);
+	return kib;
+}
+
+TEST(reset_streams_behind_a_slow_upstream_stay_in_budget)
+{
+	static char pad[PAD_LEN];
+	nghttp2_settings_entry one = { NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS,
+				       1 };
+	nghttp2_nv nv[4 + PAD_FIELDS] = {
+		NV(":method", "GET"),
+		NV(":scheme", "https"),
+		NV(":authority", HOST),
+		NV(":path", "/r"),
+	};
+	int32_t ids[H2_MAX_STREAMS], hold;
+	long before, after;
+	size_t peak_conn = 0;
+	struct world *w;
+
+	memset(pad, 'p', sizeof(pad));
+	for (size_t i = 4; i < ARRAY_SIZE(nv); i++)
+		nv[i] = (nghttp2_nv){ (uint8_t *)"x-pad", (uint8_t *)pad, 5,
+				      sizeof(pad), NGHTTP2_NV_FLAG_NONE };
+	w = world_new(_metadata);
+	w->up_hold = true;
+	ASSERT_EQ(0, nghttp2_submit_settings(w->up.s, 0, &one, 1));
+	/* A long poll takes upstream's one slot and keeps it. */
+	hold = get(w, HOST, "/hold");
+	ASSERT_EQ(0, shuttle(w));
+	ASSERT_TRUE(UP(w, 1)->used);
+	before = hwm_kib();
+	ASSERT_LT(0, before);
+	for (int r = 0; r < RESET_ROUNDS; r++) {
+		for (unsigned int i = 0; i < H2_MAX_STREAMS - 1; i++) {
+			ids[i] = request(w, nv, ARRAY_SIZE(nv));
+			ASSERT_LT(0, ids[i]);
+		}
+		ASSERT_EQ(0, shuttle(w));
+		if (h2__held(w->h) > peak_conn)
+			peak_conn = h2__held(w->h);
+		for (unsigned int i = 0; i < H2_MAX_STREAMS - 1; i++)
+			nghttp2_submit_rst_stream(w->guest.s, 0, ids[i],
+						  NGHTTP2_CANCEL);
+		ASSERT_EQ(0, shuttle(w));
+	}
+	after = hwm_kib();
+	/* Counted: the connection (and so the VM) stayed in its budget. */
+	EXPECT_GE(H2_CONN_BUDGET, peak_conn);
+	EXPECT_GE(H2_CONN_BUDGET, w->vm.peak);
+	EXPECT_LT(0, w->vm.held);
+	/* Measured: the process's peak grew by less than the bound. */
+	EXPECT_GT(HWM_BOUND_KIB, after - before)
+	TH_LOG("VmHWM %ld -> %ld kB, budget peak %zu", before, after,
+	       w->vm.peak);
+	/* Past the queue the guest was told to retry, and it goes on. */
+	EXPECT_LT(0, h2__refused_streams(w->h));
+	EXPECT_FALSE(GUEST(w, hold)->closed);
+	EXPECT_FALSE(w->guest.goaway);
+	h2__destroy(w->h);
+	w->h = NULL;
+	/* Everything charged was given back. */
+	EXPECT_EQ(0, w->vm.held);
+	world_fini(w);
+}
+
+TEST(refused_past_the_streams_held)
+{
+	nghttp2_settings_entry one = { NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS,
+				       1 };
+	int32_t ids[H2_MAX_STREAMS];
+	unsigned int refused = 0;
+	struct world *w;
+
+	w = world_new(_metadata);
+	w->up_hold = true;
+	ASSERT_EQ(0, nghttp2_submit_settings(w->up.s, 0, &one, 1));
+	get(w, HOST, "/hold");
+	ASSERT_EQ(0, shuttle(w));
+	/* Two rounds of streams opened and reset while upstream holds. */
+	for (int r = 0; r < 2; r++) {
+		for (unsigned int i = 0; i < H2_MAX_STREAMS - 1; i++)
+			ids[i] = get(w, HOST, "/q");
+		ASSERT_EQ(0, shuttle(w));
+		for (unsigned int i = 0; i < H2_MAX_STREAMS - 1; i++) {
+			struct rec *g = rec_of(&w->guest, ids[i]);
+
+			refused += g && g->closed &&
+				   g->code == NGHTTP2_REFUSED_STREAM;
+			nghttp2_submit_rst_stream(w->guest.s, 0, ids[i],
+						  NGHTTP2_CANCEL);
+		}
+		ASSERT_EQ(0, shuttle(w));
+	}
+	/* One upstream holds, H2_QUEUED_MAX wait: the rest were refused. */
+	EXPECT_EQ(2 * (H2_MAX_STREAMS - 1) - H2_QUEUED_MAX, refused);
+	EXPECT_EQ(refused, h2__refused_streams(w->h));
 	world_fini(w);
 }
 

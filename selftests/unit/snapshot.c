@@ -98,7 +98,8 @@ static uint8_t *guest(void)
 static int write_all(struct snap_tmp *t, const uint8_t *mem, char *err,
 		     size_t len)
 {
-	json_t *fields = json_pack("{s:s}", "vmm", "test");
+	json_t *fields = json_pack("{s:s, s:I}", "vmm", "test", "memoryBytes",
+				   (json_int_t)MEM_SIZE);
 	struct snap_dir d;
 	int ret;
 
@@ -721,11 +722,25 @@ static void raw_file(struct raw *r, const char *name, uint64_t size,
 	"\"vcpu\", \"bytes\": 5, \"digest\": \"file\", \"sha256\": \"" HELLO_SHA \
 	"\"}]}"
 
+/* A manifest of one part, its kind and size, and the VM's memoryBytes. */
+#define MANIFEST_SIZED(kind, bytes, mem)                                    \
+	"{\"format\": 1, \"memoryBytes\": " mem ", \"parts\": [{\"file\": " \
+	"\"a\", \"kind\": \"" kind "\", \"bytes\": " bytes                  \
+	", \"digest\": \"pages\", \"sha256\": \"" HELLO_SHA "\"}]}"
+
 /* The archive case i writes into r (false: no more cases). */
 static bool hostile(int i, struct raw *r, const char **why)
 {
 	static const char good[] = MANIFEST_OF("a");
 	static const char dotdot[] = MANIFEST_OF("../a");
+	static const char huge_state[] =
+		MANIFEST_SIZED("vcpu", "1099511627776", "8192");
+	static const char huge_memory[] = MANIFEST_SIZED(
+		"memory", "1125899906842624", "1125899906842624");
+	static const char memory_past[] =
+		MANIFEST_SIZED("memory", "16384", "8192");
+	const char *m = NULL;
+	uint64_t size = 0;
 
 	r->n = 0;
 	if (i == 9) {
@@ -781,8 +796,30 @@ static bool hostile(int i, struct raw *r, const char **why)
 		raw_file(r, SNAP_MANIFEST, strlen(good), 0, good, strlen(good));
 		raw_file(r, "a", 5, 0, "hellO", 5);
 		break;
+	case 10: /* 1 TiB of state, a hole but for 5 bytes */
+		*why = "a: 1099511627776 bytes, not within its bound of "
+		       "67108864 (SNAP_PART_MAX)";
+		m = huge_state;
+		size = 1ULL << 40;
+		break;
+	case 11: /* 1 PiB of RAM, as the manifest says */
+		*why = "a: 1125899906842624 bytes, not within its bound of 0 "
+		       "(the manifest's memoryBytes)";
+		m = huge_memory;
+		size = 1ULL << 50;
+		break;
+	case 12: /* memory larger than the VM's */
+		*why = "a: 16384 bytes, not within its bound of 8192 (the "
+		       "manifest's memoryBytes)";
+		m = memory_past;
+		size = 16384;
+		break;
 	default:
 		return false;
+	}
+	if (m) {
+		raw_file(r, SNAP_MANIFEST, strlen(m), 0, m, strlen(m));
+		raw_file(r, "a", size, 0, "hello", 5);
 	}
 	raw_u16(r, 0);
 	return true;
@@ -834,6 +871,78 @@ TEST(hostile_archives_are_refused)
 		EXPECT_EQ(-1, file_size(outside))
 		TH_LOG("case %d wrote out", i);
 	}
+	snap_tmp__clean(&t);
+}
+
+/*
+ * A small archive whose data would be far larger than it (64 MiB of one
+ * byte, which zstd packs into a few KiB): refused past
+ * SNAP_ARCHIVE_RATIO_MAX times its size, naming the file; nothing left.
+ */
+TEST(archive_data_bounded_by_its_size)
+{
+	static const char man[] =
+		MANIFEST_SIZED("memory", "67108864", "67108864");
+	const size_t data = 64U << 20, cap = data + 4096;
+	char err[1024] = "", zst[160], copy[160];
+	uint8_t *raw = malloc(cap), *packed = malloc(cap);
+	struct snap_tmp t;
+	size_t n = 0, z;
+	uint64_t v;
+	uint16_t l;
+	int fd;
+
+	ASSERT_TRUE(raw && packed);
+	ASSERT_TRUE(snap_tmp__make(&t, "kiln-snap"));
+#define PUT(p, k) (memcpy(raw + n, (p), (k)), n += (k))
+	PUT(SNAP_ARCHIVE_MAGIC "\x01\0\0\0", 12);
+	l = htole16(strlen(SNAP_MANIFEST));
+	PUT(&l, 2);
+	PUT(SNAP_MANIFEST, strlen(SNAP_MANIFEST));
+	v = htole64(strlen(man));
+	PUT(&v, 8);
+	v = 0;
+	PUT(&v, 8);
+	v = htole64(strlen(man));
+	PUT(&v, 8);
+	PUT(man, strlen(man));
+	v = 0;
+	PUT(&v, 8);
+	PUT(&v, 8);
+	l = htole16(1);
+	PUT(&l, 2);
+	PUT("a", 1);
+	v = htole64(data);
+	PUT(&v, 8);
+	v = 0;
+	PUT(&v, 8);
+	v = htole64(data);
+	PUT(&v, 8);
+	memset(raw + n, 1, data);
+	n += data;
+	v = 0;
+	PUT(&v, 8);
+	PUT(&v, 8);
+	l = 0;
+	PUT(&l, 2);
+#undef PUT
+	z = ZSTD_compress(packed, cap, raw, n, 3);
+	ASSERT_FALSE(ZSTD_isError(z));
+	ASSERT_GT(data / SNAP_ARCHIVE_RATIO_MAX, z);
+	snprintf(zst, sizeof(zst), "%s/ratio.zst", t.base);
+	snprintf(copy, sizeof(copy), "%s/ratio", t.base);
+	fd = open(zst, O_WRONLY | O_CREAT | O_EXCL, 0600);
+	ASSERT_LE(0, fd);
+	ASSERT_EQ((ssize_t)z, write(fd, packed, z));
+	close(fd);
+	EXPECT_EQ(-EFBIG, snap_archive__unpack(zst, copy, err, sizeof(err)));
+	EXPECT_NE(NULL, strstr(err, "a: more data than 4096 times"))
+	TH_LOG("%s", err);
+	EXPECT_NE(NULL, strstr(err, "SNAP_ARCHIVE_RATIO_MAX"))
+	TH_LOG("%s", err);
+	EXPECT_EQ(-1, file_size(copy));
+	free(raw);
+	free(packed);
 	snap_tmp__clean(&t);
 }
 
