@@ -5,7 +5,8 @@
  * be there (the listener, the UDP socket, each UDP flow's reply socket)
  * is made by it, and it loads, attaches and detaches the egress program
  * (the loader's netlink and netns checks are the calling thread's). It
- * runs without the proxy thread's seccomp filter, one request at a time.
+ * serves one request at a time, under a seccomp filter of its own once
+ * the VM runs (proxy__filter_ns_thread; vmm/seccomp.c, "netns").
  */
 #include <errno.h>
 #include <net/if.h>
@@ -16,6 +17,7 @@
 #include <unistd.h>
 
 #include "lib/errf.h"
+#include "lib/thread-filter.h"
 #include "lib/worker.h"
 #include "net/proxy-internal.h"
 
@@ -261,4 +263,16 @@ int proxy__egress_counters(struct proxy *p, uint64_t counts[EGRESS_NR_REASONS],
 	p->ns_err = NULL;
 	pthread_mutex_unlock(&p->ns_ask_lock);
 	return ret;
+}
+
+static int install_filter(void *arg)
+{
+	return thread_filter__install(arg);
+}
+
+int proxy__filter_ns_thread(struct proxy *p, const struct sock_fprog *prog)
+{
+	if (!prog)
+		return 0;
+	return proxy__on_ns_thread(p, install_filter, (void *)prog);
 }

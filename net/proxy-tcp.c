@@ -311,10 +311,10 @@ static void icpt_upstream_failed(void *opaque, const struct net_flow *f,
 }
 
 /*
- * fn(arg) on the netns thread, which runs without the seccomp filter
- * (it was started before it): wolfSSL opens /dev/urandom for each new
- * TLS connection. The proxy thread waits, so only one thread at a time
- * uses what fn touches.
+ * fn(arg) on the netns thread, whose own seccomp filter allows read-only
+ * opens (the proxy thread's refuses them): wolfSSL opens /dev/urandom
+ * for each new TLS connection. The proxy thread waits, so only one
+ * thread at a time uses what fn touches.
  */
 static int icpt_unfiltered(void *opaque, int (*fn)(void *arg), void *arg)
 {

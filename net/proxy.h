@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <linux/filter.h>
+
 #include "ebpf/loader.h"
 #include "lib/compiler.h"
 #include "net/flow.h"
@@ -169,12 +171,20 @@ int __must_check proxy__egress_counters(struct proxy *p,
 					char *err, size_t errlen);
 
 /*
- * fn(arg) on the netns thread (unfiltered, in the VM's netns), the
- * caller waiting: its return. From any thread between create and
- * destroy, one call at a time (the jail's capability hand-over, the
- * interception's TLS set-up).
+ * fn(arg) on the netns thread (in the VM's netns; under its own filter
+ * once proxy__filter_ns_thread installed one), the caller waiting: its
+ * return. From any thread between create and destroy, one call at a
+ * time (the jail's capability hand-over, the interception's TLS set-up).
  */
 int proxy__on_ns_thread(struct proxy *p, int (*fn)(void *arg), void *arg);
+
+/*
+ * The netns thread's seccomp program (lib/thread-filter.h), installed on
+ * that thread for the rest of its life: once, after the jail's hand-over
+ * and before the proxy's thread starts. NULL: none. 0 or -errno.
+ */
+int __must_check proxy__filter_ns_thread(struct proxy *p,
+					 const struct sock_fprog *prog);
 
 /* "allowed", "intercepted" (NET_VERDICT_HTTP) or "denied". */
 const char *proxy__verdict_name(enum net_verdict v);

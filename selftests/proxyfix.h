@@ -126,7 +126,8 @@ static inline int proxyfix__guest_connect(struct __test_metadata *_metadata,
 }
 
 /*
- * The proxy's thread started under the vmm's own egress filter (the test
+ * The proxy's thread started under the vmm's own egress filter, its
+ * netns thread under the netns one, as vm_net__start does (the test
  * links vmm/seccomp.o).
  */
 static inline int proxyfix__start_filtered(struct proxy *p)
@@ -135,6 +136,9 @@ static inline int proxyfix__start_filtered(struct proxy *p)
 	struct seccomp_filters *f = NULL;
 	int ret = seccomp__build(&f, &needs);
 
+	if (!ret)
+		ret = proxy__filter_ns_thread(
+			p, seccomp__filter(f, SECCOMP_THREAD_NETNS));
 	if (!ret)
 		ret = proxy__start(p,
 				   seccomp__filter(f, SECCOMP_THREAD_EGRESS));

@@ -81,7 +81,7 @@ int __must_check jail__fork(struct jail *j);
 
 /*
  * For the one thread that keeps capabilities through jail__drop (the
- * egress proxy's netns thread: CAP_NET_ADMIN for its transparent
+ * egress proxy's netns thread: CAP_NET_RAW for its transparent
  * sockets, CAP_BPF for its maps; Documentation/security.md, "The
  * jail"). jail__keep_caps runs on that thread before the drop: its
  * bounding set loses every other capability, its permitted and

@@ -30,6 +30,8 @@ enum seccomp_thread {
 	SECCOMP_THREAD_API,
 	/* the egress proxy's (net/proxy.c) and the resolver's (net/dns.c) */
 	SECCOMP_THREAD_EGRESS,
+	/* the egress proxy's netns thread (net/proxy-ns.c), once it serves */
+	SECCOMP_THREAD_NETNS,
 	SECCOMP_NR_THREADS,
 };
 

@@ -278,11 +278,15 @@ void vm_net__proxy_exit(struct vm *vm)
 }
 
 /*
- * In a jail, the proxy's netns thread keeps CAP_NET_ADMIN (a transparent
- * socket per UDP flow) and CAP_BPF (its maps, every bpf() call on Linux
- * 6.1) through the drop; every other thread keeps none.
+ * In a jail, the proxy's netns thread keeps CAP_NET_RAW (IP_TRANSPARENT
+ * on a reply socket per UDP flow, which CAP_NET_RAW allows as well as
+ * CAP_NET_ADMIN) and CAP_BPF (its maps, every bpf() call on Linux 6.1)
+ * through the drop; every other thread keeps none. Not CAP_NET_ADMIN:
+ * with it, rtnetlink (IFLA_NET_NS_FD, IFLA_LINK_NETNSID) reaches the
+ * host's namespace; its netlink work (the tap's address, routes, the
+ * program's attachment) is all done before the drop.
  */
-static const int proxy_caps[] = { CAP_NET_ADMIN, CAP_BPF };
+static const int proxy_caps[] = { CAP_NET_RAW, CAP_BPF };
 
 static int keep_proxy_caps(void *arg)
 {
@@ -478,12 +482,23 @@ bool vm_net__has_tap(const struct vm *vm)
 	return vm->net.tap.fd >= 0;
 }
 
-/* The proxy's and the resolver's threads, under filter; any started run. */
+/*
+ * The proxy's netns thread under its own filter, then the proxy's and
+ * the resolver's threads under filter; any started run.
+ */
 int vm_net__start(struct vm *vm, const struct sock_fprog *filter)
 {
 	int ret;
 
 	if (vm->net.proxy) {
+		ret = proxy__filter_ns_thread(
+			vm->net.proxy,
+			seccomp__filter(vm->seccomp, SECCOMP_THREAD_NETNS));
+		if (ret) {
+			pr_err("egress proxy: its netns thread's filter: %s",
+			       strerror(-ret));
+			return ret;
+		}
 		ret = proxy__start(vm->net.proxy, filter);
 		if (ret) {
 			pr_err("egress proxy: starting its thread: %s",

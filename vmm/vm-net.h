@@ -98,8 +98,9 @@ bool vm_net__guest_ca_required(const struct vm *vm);
 /* A tap, hence a virtio-net device: what the seccomp filters need. */
 bool vm_net__has_tap(const struct vm *vm);
 /*
- * vm__run: the proxy's and the resolver's threads, under filter; a
- * failure is reported here. SIGUSR2: their state into the log.
+ * vm__run: the proxy's netns thread under its own filter (vm->seccomp's
+ * SECCOMP_THREAD_NETNS), the proxy's and the resolver's threads under
+ * filter; a failure is reported here. SIGUSR2: their state into the log.
  */
 int __must_check vm_net__start(struct vm *vm, const struct sock_fprog *filter);
 void vm_net__report(struct vm *vm);

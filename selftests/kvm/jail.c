@@ -339,14 +339,14 @@ static void thread_caps(pid_t pid, const char *want, int *none, int *kept,
 	closedir(d);
 }
 
-/* CAP_NET_ADMIN (12) and CAP_BPF (39), as /proc/PID/status shows them. */
-#define PROXY_CAPS "0000008000001000"
+/* CAP_NET_RAW (13) and CAP_BPF (39), as /proc/PID/status shows them. */
+#define PROXY_CAPS "0000008000002000"
 
 /*
  * --net auto in a jail: a granted TCP flow from the guest reaches the
  * test host (in the test's own network namespace) through the egress
  * proxy, while exactly one thread of the vmm (the proxy's netns thread)
- * holds CAP_NET_ADMIN and CAP_BPF and every other thread holds nothing.
+ * holds CAP_NET_RAW and CAP_BPF and every other thread holds nothing.
  */
 TEST_TIMEOUT(jailed_vmm_relays_a_granted_flow, BOOT_TIMEOUT)
 {

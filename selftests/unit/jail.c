@@ -8,12 +8,18 @@
  */
 #include <errno.h>
 #include <linux/capability.h>
+#include <linux/if_link.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
+#include <netinet/in.h>
 #include <pthread.h>
+#include <sched.h>
 #include <jansson.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -370,13 +376,17 @@ static bool task_field(pid_t tid, const char *name, char *out, size_t len)
 	return found;
 }
 
-static const int net_caps[] = { CAP_NET_ADMIN, CAP_BPF };
+/* vmm/vm-net.c's proxy_caps: CAP_NET_RAW (13), CAP_BPF (39). */
+static const int net_caps[] = { CAP_NET_RAW, CAP_BPF };
+#define NET_CAPS_HEX "0000008000002000"
 
 struct keeper {
 	pthread_mutex_t lock;
 	pthread_cond_t cv;
 	int step; /* 1: kept (ret), 2: dropped (main), 3: raised (ret) */
 	int ret;
+	int newlink;	 /* after the raise: RTM_NEWLINK's answer, -errno */
+	int transparent; /* IP_TRANSPARENT on a UDP socket: 0 or -errno */
 	pid_t tid;
 };
 
@@ -397,14 +407,87 @@ static void keeper_set(struct keeper *k, int step, int ret)
 	pthread_mutex_unlock(&k->lock);
 }
 
+/*
+ * What finding 3 of issue 34 did with the kept CAP_NET_ADMIN: a link
+ * made over rtnetlink (a veth pair here, in the child's own namespace; the
+ * permission is the initial user namespace's either way). The ack's
+ * error, or -errno.
+ */
+static int new_veth(const char *name)
+{
+	static const char kind[] = "veth";
+	struct {
+		struct nlmsghdr h;
+		struct ifinfomsg ifi;
+		uint8_t attrs[64];
+	} req = { .h = { .nlmsg_type = RTM_NEWLINK,
+			 .nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK |
+					NLM_F_CREATE | NLM_F_EXCL },
+		  .ifi = { .ifi_family = AF_UNSPEC } };
+	struct {
+		struct nlmsghdr h;
+		struct nlmsgerr e;
+		uint8_t rest[256];
+	} ack;
+	struct rtattr *a = (struct rtattr *)req.attrs, *info, *k;
+	int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+	ssize_t n;
+
+	if (fd < 0)
+		return -errno;
+	a->rta_type = IFLA_IFNAME;
+	a->rta_len = RTA_LENGTH(strlen(name) + 1);
+	memcpy(RTA_DATA(a), name, strlen(name) + 1);
+	info = (struct rtattr *)((uint8_t *)a + RTA_ALIGN(a->rta_len));
+	info->rta_type = IFLA_LINKINFO;
+	k = RTA_DATA(info);
+	k->rta_type = IFLA_INFO_KIND;
+	k->rta_len = RTA_LENGTH(sizeof(kind) - 1);
+	memcpy(RTA_DATA(k), kind, sizeof(kind) - 1);
+	info->rta_len = RTA_LENGTH(RTA_ALIGN(k->rta_len));
+	req.h.nlmsg_len =
+		(uint32_t)((uint8_t *)info + info->rta_len - (uint8_t *)&req);
+	if (send(fd, &req, req.h.nlmsg_len, 0) < 0) {
+		n = -errno;
+		close(fd);
+		return (int)n;
+	}
+	n = recv(fd, &ack, sizeof(ack), 0);
+	close(fd);
+	if (n < (ssize_t)sizeof(ack.h) + (ssize_t)sizeof(ack.e) ||
+	    ack.h.nlmsg_type != NLMSG_ERROR)
+		return -EPROTO;
+	return ack.e.error;
+}
+
+/* What the kept capabilities are for: a reply socket's IP_TRANSPARENT. */
+static int udp_transparent(void)
+{
+	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0), one = 1, ret;
+
+	if (fd < 0)
+		return -errno;
+	ret = setsockopt(fd, SOL_IP, IP_TRANSPARENT, &one, sizeof(one)) ?
+		      -errno :
+		      0;
+	close(fd);
+	return ret;
+}
+
 static void *keeper_thread(void *arg)
 {
 	struct keeper *k = arg;
+	int ret;
 
 	k->tid = (pid_t)syscall(SYS_gettid);
 	keeper_set(k, 1, jail__keep_caps(net_caps, ARRAY_SIZE(net_caps)));
 	keeper_wait(k, 2);
-	keeper_set(k, 3, jail__raise_kept_caps(net_caps, ARRAY_SIZE(net_caps)));
+	ret = jail__raise_kept_caps(net_caps, ARRAY_SIZE(net_caps));
+	if (!ret) {
+		k->newlink = new_veth("kilnx0");
+		k->transparent = udp_transparent();
+	}
+	keeper_set(k, 3, ret);
 	keeper_wait(k, 4); /* alive while its status is read */
 	return NULL;
 }
@@ -414,14 +497,11 @@ static int kept_caps_status(pid_t tid)
 {
 	char v[64];
 
-	if (!task_field(tid, "CapEff", v, sizeof(v)) ||
-	    strcmp(v, "0000008000001000"))
+	if (!task_field(tid, "CapEff", v, sizeof(v)) || strcmp(v, NET_CAPS_HEX))
 		return 14;
-	if (!task_field(tid, "CapPrm", v, sizeof(v)) ||
-	    strcmp(v, "0000008000001000"))
+	if (!task_field(tid, "CapPrm", v, sizeof(v)) || strcmp(v, NET_CAPS_HEX))
 		return 15;
-	if (!task_field(tid, "CapBnd", v, sizeof(v)) ||
-	    strcmp(v, "0000008000001000"))
+	if (!task_field(tid, "CapBnd", v, sizeof(v)) || strcmp(v, NET_CAPS_HEX))
 		return 16;
 	if (!task_field(tid, "NoNewPrivs", v, sizeof(v)) || strcmp(v, "1"))
 		return 17;
@@ -435,9 +515,12 @@ static int kept_caps_status(pid_t tid)
 }
 
 /*
- * The egress proxy's hand-over, in a child of root's: one thread keeps
- * CAP_NET_ADMIN and CAP_BPF (and nothing else, bounding set included)
- * through the drop that takes every capability from the others.
+ * The egress proxy's hand-over, in a child of root's, in a network
+ * namespace of its own (made as the jail's is, by root in the initial
+ * user namespace): one thread keeps CAP_NET_RAW and CAP_BPF (and nothing
+ * else, bounding set included) through the drop that takes every
+ * capability from the others; with them it still makes a transparent
+ * socket, and it can no longer make a link (RTM_NEWLINK: EPERM).
  */
 static int keep_caps_child(void)
 {
@@ -446,6 +529,11 @@ static int keep_caps_child(void)
 	pthread_t t;
 	int ret;
 
+	if (unshare(CLONE_NEWNET))
+		return 9;
+	/* Root first: the request succeeds (the test can fail). */
+	if (new_veth("kilnr0"))
+		return 20;
 	if (pthread_create(&t, NULL, keeper_thread, &k))
 		return 10;
 	keeper_wait(&k, 1);
@@ -457,6 +545,10 @@ static int keep_caps_child(void)
 	keeper_set(&k, 2, 0);
 	keeper_wait(&k, 3);
 	ret = k.ret ? 13 : kept_caps_status(k.tid);
+	if (!ret && k.newlink != -EPERM)
+		ret = 21;
+	if (!ret && k.transparent)
+		ret = 22;
 	keeper_set(&k, 4, 0);
 	pthread_join(t, NULL);
 	return ret;
@@ -475,7 +567,11 @@ TEST(one_thread_keeps_the_proxy_caps_through_the_drop)
 		_exit(keep_caps_child());
 	ASSERT_EQ(pid, waitpid(pid, &status, 0));
 	ASSERT_TRUE(WIFEXITED(status)) TH_LOG("status %#x", status);
-	/* 14..16: the kept thread's sets; 19: the others kept something. */
+	/*
+	 * 14..16: the kept thread's sets; 19: the others kept something;
+	 * 20: root could not make the link; 21: the kept thread could;
+	 * 22: it could not make its transparent socket.
+	 */
 	EXPECT_EQ(0, WEXITSTATUS(status));
 }
 

@@ -438,7 +438,8 @@ TEST_F_TIMEOUT(px, tcp_denied_is_reset, 60)
 	close(g);
 }
 
-TEST_F_TIMEOUT(px, udp_allowed_round_trip, 60)
+static void udp_round_trip(struct __test_metadata *_metadata,
+			   FIXTURE_DATA(px) * self)
 {
 	struct sockaddr_in dst = vmnet__sin(ALLOWED, UDP_PORT), from;
 	struct proxy_stats s;
@@ -477,6 +478,31 @@ TEST_F_TIMEOUT(px, udp_allowed_round_trip, 60)
 	EXPECT_EQ(8, s.bytes_out);
 	EXPECT_EQ(4, s.bytes_in);
 	close(g);
+}
+
+TEST_F_TIMEOUT(px, udp_allowed_round_trip, 60)
+{
+	udp_round_trip(_metadata, self);
+}
+
+/*
+ * The same under the vmm's filters, the netns thread's included: its
+ * reply socket (IP_TRANSPARENT, SO_REUSEADDR, bind, connect) and the
+ * egress counters (a map lookup) are what that filter allows; the
+ * proxy's destroy (the program's detach, netlink: EPERM) ends cleanly.
+ */
+TEST_F_TIMEOUT(px, udp_round_trip_and_counters_under_the_filters, 60)
+{
+	uint64_t counts[EGRESS_NR_REASONS];
+	char err[256] = "";
+
+	proxy__destroy(self->proxy);
+	self->proxy = NULL;
+	px_proxy(_metadata, self, true);
+	udp_round_trip(_metadata, self);
+	EXPECT_EQ(0,
+		  proxy__egress_counters(self->proxy, counts, err, sizeof(err)))
+	TH_LOG("%s", err);
 }
 
 TEST_F_TIMEOUT(px, udp_denied_gets_nothing, 60)

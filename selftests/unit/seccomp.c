@@ -24,8 +24,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -46,6 +48,7 @@ static const char *const type_names[SECCOMP_NR_THREADS] = {
 	[SECCOMP_THREAD_MAIN] = "main",	    [SECCOMP_THREAD_VCPU] = "vcpu",
 	[SECCOMP_THREAD_DEVICE] = "device", [SECCOMP_THREAD_FS] = "fs",
 	[SECCOMP_THREAD_API] = "api",	    [SECCOMP_THREAD_EGRESS] = "egress",
+	[SECCOMP_THREAD_NETNS] = "netns",
 };
 
 /* A child under type's filter (a VM with everything) running fn. */
@@ -566,6 +569,213 @@ TEST(a_baseline_is_published_under_the_api_filter_and_only_with_it)
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
 	if (system(cmd))
 		(void)0;
+}
+
+/* ---- no process, no program, no file outside (issue 34) --------------- */
+
+static int forks(void)
+{
+	pid_t pid = fork(); /* clone without CLONE_THREAD: the trap */
+
+	if (pid == 0)
+		_exit(0);
+	return 3;
+}
+
+static int execs(void)
+{
+	static char sh[] = "/bin/sh", c[] = "-c", cmd[] = "exit 0";
+	char *const argv[] = { sh, c, cmd, NULL };
+
+	execve(sh, argv, NULL);
+	return 3;
+}
+
+static void *nothing(void *arg)
+{
+	return arg;
+}
+
+/* pthread_create: clone3 says ENOSYS, glibc falls back to clone. */
+static int makes_a_thread(void)
+{
+	pthread_t t;
+	void *res = (void *)1;
+
+	if (pthread_create(&t, NULL, nothing, NULL) || pthread_join(t, &res))
+		return 3;
+	return res ? 4 : 0;
+}
+
+/* Every thread type: threads yes, fork and execve end the process. */
+TEST(no_thread_forks_or_execs_but_every_one_makes_threads)
+{
+	for (unsigned int t = 0; t < SECCOMP_NR_THREADS; t++) {
+		int status = filtered(t, forks);
+
+		ASSERT_TRUE(WIFEXITED(status))
+		TH_LOG("%s: status %#x", type_names[t], status);
+		EXPECT_EQ(FILTERED_EXIT, WEXITSTATUS(status))
+		TH_LOG("%s: fork", type_names[t]);
+		status = filtered(t, execs);
+		ASSERT_TRUE(WIFEXITED(status));
+		EXPECT_EQ(FILTERED_EXIT, WEXITSTATUS(status))
+		TH_LOG("%s: execve", type_names[t]);
+		status = filtered(t, makes_a_thread);
+		ASSERT_TRUE(WIFEXITED(status));
+		EXPECT_EQ(0, WEXITSTATUS(status))
+		TH_LOG("%s: a thread", type_names[t]);
+	}
+}
+
+static char fs_dir[64];
+
+/*
+ * The virtio-fs threads' filter: openat2 beneath a descriptor only,
+ * never from AT_FDCWD (with any upper half), and no device node.
+ */
+static int fs_child(void)
+{
+	struct open_how how = { .flags = O_RDONLY | O_CLOEXEC };
+	const unsigned long cwd_zero_ext = (unsigned int)AT_FDCWD;
+	int dfd = open(fs_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	const struct seccomp_needs needs = { .fs_bind = true };
+	int fd;
+
+	if (dfd < 0 || seccomp__install(&needs, SECCOMP_THREAD_FS))
+		return 2;
+	fd = syscall(SYS_openat2, AT_FDCWD, "/etc/shadow", &how, sizeof(how));
+	if (fd >= 0 || errno != EACCES)
+		return 3;
+	fd = syscall(SYS_openat2, cwd_zero_ext, "/etc/passwd", &how,
+		     sizeof(how));
+	if (fd >= 0 || errno != EACCES)
+		return 4;
+	fd = syscall(SYS_openat2, dfd, ".", &how, sizeof(how));
+	if (fd < 0)
+		return 5;
+	close(fd);
+	if (mknodat(dfd, "blk", S_IFBLK | 0600, makedev(8, 0)) == 0 ||
+	    errno != EPERM)
+		return 6;
+	if (mknodat(dfd, "chr", S_IFCHR | 0600, makedev(1, 3)) == 0 ||
+	    errno != EPERM)
+		return 7;
+	if (mknodat(dfd, "fifo", S_IFIFO | 0600, 0))
+		return 8;
+	return 0;
+}
+
+TEST(fs_thread_opens_beneath_only_and_makes_no_device)
+{
+	struct stat st;
+	int status, dfd;
+	pid_t pid;
+
+	snprintf(fs_dir, sizeof(fs_dir), "/tmp/kiln-seccomp-fs-XXXXXX");
+	ASSERT_NE(NULL, mkdtemp(fs_dir));
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (pid == 0)
+		_exit(fs_child());
+	ASSERT_EQ(pid, waitpid(pid, &status, 0));
+	ASSERT_TRUE(WIFEXITED(status)) TH_LOG("status %#x", status);
+	EXPECT_EQ(0, WEXITSTATUS(status));
+	dfd = open(fs_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	ASSERT_LE(0, dfd);
+	EXPECT_NE(0, fstatat(dfd, "blk", &st, AT_SYMLINK_NOFOLLOW));
+	EXPECT_NE(0, fstatat(dfd, "chr", &st, AT_SYMLINK_NOFOLLOW));
+	EXPECT_EQ(0, fstatat(dfd, "fifo", &st, AT_SYMLINK_NOFOLLOW));
+	EXPECT_TRUE(S_ISFIFO(st.st_mode));
+	unlinkat(dfd, "fifo", 0);
+	close(dfd);
+	rmdir(fs_dir);
+}
+
+static char api_file[96];
+
+/*
+ * The API thread (snapshots on): a new file by an absolute path, the
+ * snapshot's own flags from AT_FDCWD, ends the process; any other
+ * flags there are EACCES.
+ */
+static int api_child(void)
+{
+	const struct seccomp_needs needs = { .snapshot = true };
+
+	if (seccomp__install(&needs, SECCOMP_THREAD_API))
+		return 2;
+	if (open(api_file, O_WRONLY | O_CREAT | O_CLOEXEC, 0644) >= 0 ||
+	    errno != EACCES)
+		return 3;
+	openat(AT_FDCWD, api_file, SNAP_OPEN_NEW, 0644);
+	return 4;
+}
+
+/*
+ * The cron.d shape (an absolute path, a new file) refused on the API
+ * thread: in a temporary directory here, so that a regression makes no
+ * file where cron would run it.
+ */
+TEST(api_thread_makes_no_file_by_an_absolute_path)
+{
+	char dir[64] = "/tmp/kiln-seccomp-api-XXXXXX";
+	int status;
+	pid_t pid;
+
+	ASSERT_NE(NULL, mkdtemp(dir));
+	snprintf(api_file, sizeof(api_file), "%s/x", dir);
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (pid == 0)
+		_exit(api_child());
+	ASSERT_EQ(pid, waitpid(pid, &status, 0));
+	ASSERT_TRUE(WIFEXITED(status)) TH_LOG("status %#x", status);
+	EXPECT_EQ(FILTERED_EXIT, WEXITSTATUS(status));
+	EXPECT_NE(0, access(api_file, F_OK));
+	unlink(api_file);
+	rmdir(dir);
+}
+
+/*
+ * The proxy's netns thread: no netlink (EPERM), no file but read-only
+ * ones (wolfSSL's /dev/urandom), its UDP reply sockets.
+ */
+static int netns_calls(void)
+{
+	int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, 0);
+
+	if (fd >= 0 || errno != EPERM)
+		return 3;
+	fd = open("/dev/urandom", O_RDONLY);
+	if (fd < 0)
+		return 4;
+	close(fd);
+	fd = open("/tmp/kiln-netns-x", O_WRONLY | O_CREAT, 0600);
+	if (fd >= 0 || errno != EACCES)
+		return 5;
+	fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return 6;
+	close(fd);
+	return 0;
+}
+
+static int netns_stream(void)
+{
+	socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	return 3;
+}
+
+TEST(netns_thread_has_no_netlink_and_no_stream_socket)
+{
+	int status = filtered(SECCOMP_THREAD_NETNS, netns_calls);
+
+	ASSERT_TRUE(WIFEXITED(status)) TH_LOG("status %#x", status);
+	EXPECT_EQ(0, WEXITSTATUS(status));
+	status = filtered(SECCOMP_THREAD_NETNS, netns_stream);
+	ASSERT_TRUE(WIFEXITED(status)) TH_LOG("status %#x", status);
+	EXPECT_EQ(FILTERED_EXIT, WEXITSTATUS(status));
 }
 
 TEST_HARNESS_MAIN
