@@ -448,9 +448,12 @@ format:
 guest: deps
 	$(Q)$(MAKE) -f guest/guest.mk O=$(O)
 
-# Prints its own "IMAGE" line, and only when it has to build.
+# Prints its own "IMAGE" line, and only when it has to build. Then the
+# image as an ES module package, $(O)/images/debian-12-agent/
+# (@kiln/sandbox-image-debian-12-agent: sdk/README.md, "Image packages").
 image: deps
 	$(Q)guest/images/build-debian.sh $(O)
+	$(Q)guest/images/image-package.sh $(O)/images/debian-12-agent.json
 
 run: deps
 	$(Q)$(MAKE) -j$(JOBS) all
@@ -462,6 +465,7 @@ test: deps
 	$(Q)$(MAKE) -j$(JOBS) all selftests
 	$(Q)$(MAKE) -f guest/guest.mk O=$(O)
 	$(Q)guest/images/build-debian.sh $(O)
+	$(Q)guest/images/image-package.sh $(O)/images/debian-12-agent.json
 	$(Q)tools/sdk-build $(O)
 	$(Q)selftests/run_all.sh $(O)
 
