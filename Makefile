@@ -16,6 +16,7 @@
 #   make bench-net  network benchmark (iperf3 both ways, TCP round trips, through a policy) against QEMU microvm, vhost off and on
 #   make bench-https  small HTTPS GETs through the vmm's interception against a plain granted TCP flow, same boot
 #   make bench-agent  guest agent benchmark: exec round trip, stdout streaming, boot to agent ready
+#   make bench-sdk  the TypeScript SDK against raw JSON-RPC (exec, streaming, boot)
 #   make bench-snapshot  baselines: restore vs cold boot to agent ready, 256 MiB vs 2 GiB, Pss of 10 VMs, snapshot time and size
 #   make fuzz     build the libFuzzer targets (clang, ASan, UBSan) as build/fuzz/NAME
 #   make test-long  run each fuzz target for FUZZ_SECONDS (default 60), then the
@@ -520,6 +521,16 @@ bench-agent: deps
 	$(Q)$(MAKE) -j$(JOBS) all
 	$(Q)$(MAKE) -f guest/guest.mk O=$(O)
 	$(Q)tools/bench-agent $(O)
+
+# The TypeScript SDK against raw JSON-RPC (tools/bench-agent-client.py) on
+# the kiln-test image, in one harness run (Documentation/benchmarks.md,
+# "SDK benchmark"). Needs Node.js 20 or later.
+.PHONY: bench-sdk
+bench-sdk: deps
+	$(Q)$(MAKE) -j$(JOBS) all
+	$(Q)$(MAKE) -f guest/guest.mk O=$(O)
+	$(Q)tools/sdk-build $(O)
+	$(Q)tools/bench-sdk $(O)
 
 # Boots the kiln-test image read-only (what a snapshot restores) with and
 # without --baseline-cache (Documentation/benchmarks.md, "Snapshots").
