@@ -16,6 +16,7 @@
 #   make bench-net  network benchmark (iperf3 both ways, TCP round trips, through a policy) against QEMU microvm, vhost off and on
 #   make bench-https  small HTTPS GETs through the vmm's interception against a plain granted TCP flow, same boot
 #   make bench-agent  guest agent benchmark: exec round trip, stdout streaming, boot to agent ready
+#   make bench-sdk  the TypeScript SDK against raw JSON-RPC (exec, streaming, boot)
 #   make bench-snapshot  baselines: restore vs cold boot to agent ready, 256 MiB vs 2 GiB, Pss of 10 VMs, snapshot time and size
 #   make fuzz     build the libFuzzer targets (clang, ASan, UBSan) as build/fuzz/NAME
 #   make test-long  run each fuzz target for FUZZ_SECONDS (default 60), then the
@@ -458,9 +459,12 @@ format:
 guest: deps
 	$(Q)$(MAKE) -f guest/guest.mk O=$(O)
 
-# Prints its own "IMAGE" line, and only when it has to build.
+# Prints its own "IMAGE" line, and only when it has to build. Then the
+# image as an ES module package, $(O)/images/debian-12-agent/
+# (@kiln/sandbox-image-debian-12-agent: sdk/README.md, "Image packages").
 image: deps
 	$(Q)guest/images/build-debian.sh $(O)
+	$(Q)guest/images/image-package.sh $(O)/images/debian-12-agent.json
 
 run: deps
 	$(Q)$(MAKE) -j$(JOBS) all
@@ -472,6 +476,7 @@ test: deps
 	$(Q)$(MAKE) -j$(JOBS) all selftests
 	$(Q)$(MAKE) -f guest/guest.mk O=$(O)
 	$(Q)guest/images/build-debian.sh $(O)
+	$(Q)guest/images/image-package.sh $(O)/images/debian-12-agent.json
 	$(Q)tools/sdk-build $(O)
 	$(Q)selftests/run_all.sh $(O)
 
@@ -526,6 +531,16 @@ bench-agent: deps
 	$(Q)$(MAKE) -j$(JOBS) all
 	$(Q)$(MAKE) -f guest/guest.mk O=$(O)
 	$(Q)tools/bench-agent $(O)
+
+# The TypeScript SDK against raw JSON-RPC (tools/bench-agent-client.py) on
+# the kiln-test image, in one harness run (Documentation/benchmarks.md,
+# "SDK benchmark"). Needs Node.js 20 or later.
+.PHONY: bench-sdk
+bench-sdk: deps
+	$(Q)$(MAKE) -j$(JOBS) all
+	$(Q)$(MAKE) -f guest/guest.mk O=$(O)
+	$(Q)tools/sdk-build $(O)
+	$(Q)tools/bench-sdk $(O)
 
 # Boots the kiln-test image read-only (what a snapshot restores) with and
 # without --baseline-cache (Documentation/benchmarks.md, "Snapshots").

@@ -1,10 +1,11 @@
 // Scenario 1 of the seed: run one command in a clean VM, with a
 // memory-backed workspace. A pinned read-only image (the Debian image
-// `make image` builds), the workspace served from this process's memory
-// over Kiln's virtual-fs socket. Asserts what the scenario claims: the
-// command reads the workspace file; the workspace is host-owned memory
-// (what the host changes the guest sees, what the guest writes the host
-// holds, and nothing of it is in the image); no machine state is left.
+// `make image` builds, imported as its image package), the workspace
+// served from this process's memory over Kiln's virtual-fs socket.
+// Asserts what the scenario claims: the command reads the workspace
+// file; the workspace is host-owned memory (what the host changes the
+// guest sees, what the guest writes the host holds, and nothing of it is
+// in the image); no machine state is left.
 //
 // The seed runs `node --version`: the image's facts say whether it has
 // Node.js (the lead's image change adds Debian's nodejs); until then
@@ -12,7 +13,7 @@
 
 import assert from "node:assert/strict";
 import { defineSandbox, fs } from "@kiln/sandbox";
-import { image as debian12Agent } from "./image.js";
+import { image as debian12Agent } from "@kiln/sandbox-image-debian-12-agent";
 
 const hasNode = debian12Agent.facts.some((f) => f.topic === "command" && f.relation === "available" && f.value === "node");
 const runtime = hasNode ? "node" : "python3";

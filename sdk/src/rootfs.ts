@@ -95,14 +95,23 @@ function image(input: RootfsImageInput): SandboxImage {
 	});
 }
 
+/** What an image package exports (guest/images/image-package.sh): the
+ * input of rootfs.image, taken wherever an image goes and validated by it
+ * then, as the seed's packages export an image ready to use. */
+function isImageInput(v: unknown): v is RootfsImageInput {
+	return typeof v === "object" && v !== null && !("kind" in v) && "digest" in v;
+}
+
 function baseImage(what: string, v: unknown): SandboxImage {
+	if (isImageInput(v))
+		return image(v);
 	const o = v as Partial<SandboxImage> | null;
 	if (typeof o !== "object" || o === null || o.kind !== "image" || !Object.isFrozen(o))
-		fail(what, `must be an image from rootfs.image(...), got ${shown(v)}`);
+		fail(what, `must be an image from rootfs.image(...) or an image package, got ${shown(v)}`);
 	return o as SandboxImage;
 }
 
-function ephemeral(options: { base: SandboxImage; maxDirtyBytes?: number }): SandboxEphemeralRootfs {
+function ephemeral(options: { base: SandboxImage | RootfsImageInput; maxDirtyBytes?: number }): SandboxEphemeralRootfs {
 	const what = "rootfs.ephemeral";
 	const o = record(what, options, ["base", "maxDirtyBytes"]);
 	const base = baseImage(`${what}: base`, o["base"]);
@@ -111,7 +120,7 @@ function ephemeral(options: { base: SandboxImage; maxDirtyBytes?: number }): San
 	return Object.freeze({ kind: "ephemeral", base, maxDirtyBytes: max });
 }
 
-function persistent(options: { base: SandboxImage; path: string }): SandboxPersistentRootfs {
+function persistent(options: { base: SandboxImage | RootfsImageInput; path: string }): SandboxPersistentRootfs {
 	const what = "rootfs.persistent";
 	const o = record(what, options, ["base", "path"]);
 	const base = baseImage(`${what}: base`, o["base"]);
@@ -147,11 +156,13 @@ export const rootfs = Object.freeze({ image, ephemeral, persistent, cow, compose
 
 /** Is `v` a root `defineSandbox` takes? (Throws naming it otherwise.) */
 export function checkRootfs(what: string, v: unknown): SandboxRootfs {
+	if (isImageInput(v))
+		return image(v);
 	const o = v as { kind?: unknown } | null;
 	if (typeof o === "object" && o !== null && Object.isFrozen(o) &&
 	    (o.kind === "image" || o.kind === "ephemeral" || o.kind === "persistent"))
 		return o as SandboxRootfs;
-	return fail(what, `must be rootfs.image(...), rootfs.ephemeral(...) or rootfs.persistent(...), got ${shown(v)}`);
+	return fail(what, `must be rootfs.image(...), an image package's image, rootfs.ephemeral(...) or rootfs.persistent(...), got ${shown(v)}`);
 }
 
 // The block store interface (seed 003, "SandboxBlockStore"): typed now,

@@ -16,13 +16,14 @@ import { HookServer } from "./network/hook.js";
 import { VirtualFsServer } from "./vfs/server.js";
 import type { ServedSockets } from "./config.js";
 import { checkRootfs } from "./rootfs.js";
-import type { SandboxRootfs } from "./rootfs.js";
+import type { RootfsImageInput, SandboxRootfs } from "./rootfs.js";
 import { fail, record } from "./validate.js";
 import { SandboxVm, bootVm, configFacts } from "./vm.js";
 
 export interface SandboxOptions {
-	/** The machine the VM starts from (required). */
-	rootfs: SandboxRootfs;
+	/** The machine the VM starts from (required): an image package's
+	 * `image` is validated by rootfs.image here. */
+	rootfs: SandboxRootfs | RootfsImageInput;
 	resources?: SandboxResources;
 	network?: NetworkPolicy;
 	/** Where Kiln's vmm, kernel and initramfs are, when not the defaults. */
