@@ -249,6 +249,10 @@ TEST_TIMEOUT(qcow2_base_boots_readonly_and_ephemeral, BOOT_TIMEOUT * 2)
 
 	file_sha256(_metadata, qcow2, digest, sizeof(digest));
 	EXPECT_STREQ(qdigest, digest);
+	scratch_fini(&s);
+}
+
+/*
  * A cow root over the directory store (tools/kiln-store-dir): a file
  * written and synced in one boot is in the store's directory once that
  * VM is gone, and the next VM on the same store reads it back.
