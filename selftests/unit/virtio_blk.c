@@ -151,7 +151,7 @@ struct topts {
 	uint64_t max_dirty; /* bytes, 0: none */
 	unsigned int nr_queues;
 	const char *serial;
-	bool qcow2; /* base is a qcow2 image */
+	bool qcow2;	   /* base is a qcow2 image */
 	const char *store; /* a cow root's block store socket; NULL: none */
 };
 
