@@ -447,8 +447,10 @@ void net_policy__decide_http(const struct net_policy *p,
 	if (d->hook_flow && d->hook_host[0] && strcmp(name, d->hook_host))
 		return http_refuse(d, HTTP_STATUS_MISDIRECTED,
 				   "http host mismatch");
-	if (d->hook_flow && f->dst_local)
-		return http_refuse(d, HTTP_STATUS_FORBIDDEN, "host address");
+	/*
+	 * The hook's grant-http answered this exact flow: like its tcp
+	 * grant, it names the address, a host address included.
+	 */
 	if (d->hook_flow)
 		return http_hook_flow(p, d);
 	for (unsigned int i = 0; p && i < p->nr_http; i++) {
