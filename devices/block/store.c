@@ -24,6 +24,7 @@
 struct store {
 	int fd;
 	bool broken;
+	bool claimed; /* the hello had the writer's claim */
 	unsigned int timeout_ms;
 	uint64_t nr_blocks;
 	uint64_t stored;
@@ -233,6 +234,7 @@ static int hello(struct store *s, const struct store_params *p, char *err,
 		return bad_answer(s, "hello", why, err, elen);
 	}
 	s->stored = r.stored;
+	s->claimed = p->claim;
 	return 0;
 }
 
@@ -278,10 +280,38 @@ out_close:
 	return ret;
 }
 
+/*
+ * A store lets the writer's claim go before it closes its end of the
+ * connection ("Block stores" in Documentation/rootfs.md): half-close and
+ * wait for that end, within the deadline, so whoever connects next (the
+ * same machine booted again) finds the claim free, not still held while
+ * the store notices this connection's end.
+ */
+static void release_claim(struct store *s)
+{
+	int64_t deadline = now_ms() + s->timeout_ms;
+	uint8_t sink[256];
+
+	if (shutdown(s->fd, SHUT_WR))
+		return;
+	for (;;) {
+		ssize_t n = recv(s->fd, sink, sizeof(sink), MSG_DONTWAIT);
+
+		if (!n)
+			return;
+		if (n > 0 || errno == EINTR)
+			continue;
+		if (errno != EAGAIN || wait_fd(s, POLLIN, deadline))
+			return;
+	}
+}
+
 void store__close(struct store *s)
 {
 	if (!s)
 		return;
+	if (s->fd >= 0 && s->claimed && !s->broken)
+		release_claim(s);
 	if (s->fd >= 0)
 		close(s->fd);
 	free(s->buf);

@@ -1185,7 +1185,7 @@ static pid_t mem_store(struct tdev *t, char *sock, size_t len)
 	static uint8_t block[BS];
 	struct store *st;
 	char err[256];
-	int ret = -EBUSY;
+	int ret;
 	pid_t pid;
 
 	snprintf(sock, len, "%s/store.sock", t->dir);
@@ -1208,14 +1208,14 @@ static pid_t mem_store(struct tdev *t, char *sock, size_t len)
 	    store__flush(st, err, sizeof(err)))
 		pid = -1;
 	store__close(st);
-	/* The store lets the claim go once it has seen the close. */
-	for (int i = 0; i < 500 && ret == -EBUSY; i++) {
-		ret = store__connect(&st, &sp, err, sizeof(err));
-		if (!ret)
-			store__close(st);
-		else
-			usleep(10000);
-	}
+	/*
+	 * The close waited for the store to let the claim go: a claim made
+	 * right away is not refused EBUSY (nor is the device's, after it).
+	 */
+	ret = store__connect(&st, &sp, err, sizeof(err));
+	if (ret)
+		return ret == -EBUSY ? -2 : -1;
+	store__close(st);
 	return pid;
 }
 
