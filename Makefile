@@ -269,11 +269,18 @@ $(O)/selftests/kvm_%: selftests/kvm/%.c $(KILN_FLAGS_FILE) | pkg-check
 
 # The hostile-guest tests (selftests/kvm/hostile.c) run the real devices
 # in the test process: they link the core objects, and with SAN=1 those
-# carry the sanitizers, whose runtime the link then needs (the test's own
-# guest code stays uninstrumented).
-$(O)/selftests/kvm_hostile: $(UNIT_OBJS)
-$(O)/selftests/kvm_hostile: KVM_TEST_OBJS = $(UNIT_OBJS)
-$(O)/selftests/kvm_hostile: KVM_TEST_LDFLAGS = $(SAN_FLAGS)
+# carry the sanitizers, whose runtime the link then needs. The test's own
+# code, its guest code with it, is compiled without them: a step of its
+# own, as the link's -fsanitize would instrument it too.
+$(O)/selftests/kvm_hostile: selftests/kvm/hostile.c $(UNIT_OBJS) $(KILN_FLAGS_FILE) | pkg-check
+	$(quiet) CC $<
+	$(Q)mkdir -p $(dir $@) $(O)/obj/selftests
+	$(Q)$(CC) $(filter-out $(SAN_FLAGS),$(KILN_CFLAGS) $(CFLAGS)) \
+		-fno-stack-protector -MMD -MP -MF $@.d -MT $@ -c \
+		-o $(O)/obj/selftests/kvm_hostile.o $<
+	$(Q)$(CC) $(filter-out $(SAN_FLAGS),$(KILN_CFLAGS) $(CFLAGS)) \
+		$(HARDEN_LD) -o $@ $(O)/obj/selftests/kvm_hostile.o \
+		$(UNIT_OBJS) $(KILN_LDLIBS)
 
 # The control for the hostile notify flood (Documentation/harness.md): a
 # KVM test guest with no Kiln code under it, a host program built like the
