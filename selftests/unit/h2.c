@@ -1016,10 +1016,16 @@ TEST(reset_streams_behind_a_slow_upstream_stay_in_budget)
 	EXPECT_GE(H2_CONN_BUDGET, peak_conn);
 	EXPECT_GE(H2_CONN_BUDGET, w->vm.peak);
 	EXPECT_LT(0, w->vm.held);
-	/* Measured: the process's peak grew by less than the bound. */
-	EXPECT_GT(HWM_BOUND_KIB, after - before)
-	TH_LOG("VmHWM %ld -> %ld kB, budget peak %zu", before, after,
-	       w->vm.peak);
+	/*
+	 * Measured: the process's peak grew by less than the bound. Not
+	 * under ASan (testutil__asan()), whose quarantine keeps every freed
+	 * head for a while: 212 MiB more there, for the same budget peak.
+	 */
+	if (!testutil__asan()) {
+		EXPECT_GT(HWM_BOUND_KIB, after - before)
+		TH_LOG("VmHWM %ld -> %ld kB, budget peak %zu", before, after,
+		       w->vm.peak);
+	}
 	/* Past the queue the guest was told to retry, and it goes on. */
 	EXPECT_LT(0, h2__refused_streams(w->h));
 	EXPECT_FALSE(GUEST(w, hold)->closed);
