@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "lib/compiler.h"
+#include "lib/log.h"
 #include "net/dns-internal.h"
 #include "net/dns.h"
 #include "net/policy.h"
@@ -778,6 +779,29 @@ static void ask_expect(struct __test_metadata *_metadata,
 	close(g);
 }
 
+/* dns__report()'s line, through the log into a file, holds want. */
+static void expect_report(struct __test_metadata *_metadata, struct dns *d,
+			  const char *want)
+{
+	char path[] = "/tmp/kiln-dns-report-XXXXXX", line[1024] = "";
+	ssize_t n;
+	int fd;
+
+	fd = mkstemp(path);
+	ASSERT_LE(0, fd);
+	ASSERT_EQ(0, log__open(path));
+	dns__report(d);
+	log__close();
+	n = pread(fd, line, sizeof(line) - 1, 0);
+	unlink(path);
+	close(fd);
+	ASSERT_LT(0, n);
+	EXPECT_NE(NULL, strstr(line, want))
+	TH_LOG("the report: %s", line);
+	EXPECT_NE(NULL, strstr(line, "dns: running; "))
+	TH_LOG("the report: %s", line);
+}
+
 /*
  * Issue 34, finding 5: under a policy that grants only tcp to
  * api.example.com, a TXT question (even for the granted name) and an A
@@ -805,6 +829,9 @@ TEST_F_TIMEOUT(dns, exfiltration_refused_under_a_hostname_grant, 60)
 	EXPECT_EQ(2, s.forwarded);
 	EXPECT_TRUE(untouched(&self->up[1]));
 	EXPECT_TRUE(untouched(&self->up[2]));
+	/* SIGUSR2's line as Documentation/network.md shows it. */
+	expect_report(_metadata, self->dns,
+		      "queries 6 refused 0 (type 1 name 3) forwarded 2 ");
 }
 
 /*
