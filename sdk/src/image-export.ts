@@ -98,8 +98,8 @@ function checkFlatten(options: RootfsFlattenOptions): {
 		}
 	}
 	if (base.stored)
-		fail(`${what}: source`, `${base.name} is an image in a block store: boot it once (which copies it to a file) or ` +
-			"flatten its source again");
+		fail(`${what}: source`, `${base.name} is an image rootfs.flatten wrote (qcow2, in a block store): ` +
+			"Kiln's flatten reads raw bases; flatten its source again");
 	const dest = checkBlockStore(`${what}: dest`, o["dest"]);
 	if (overlay === dest)
 		fail(what, "dest is the source's overlay: write the image to another store");
