@@ -97,9 +97,6 @@ function checkFlatten(options: RootfsFlattenOptions): {
 				(e instanceof SandboxConfigError && isRecord(src) && "digest" in src ? ` (${e.message})` : ""));
 		}
 	}
-	if (base.stored)
-		fail(`${what}: source`, `${base.name} is an image rootfs.flatten wrote (qcow2, in a block store): ` +
-			"Kiln's flatten reads raw bases; flatten its source again");
 	const dest = checkBlockStore(`${what}: dest`, o["dest"]);
 	if (overlay === dest)
 		fail(what, "dest is the source's overlay: write the image to another store");
@@ -173,7 +170,16 @@ export async function flatten(options: RootfsFlattenOptions): Promise<SandboxIma
 	const owner = {};
 	if (!claimStore(dest, owner))
 		throw new SandboxConfigError("rootfs.flatten: dest is the writable store of a running VM (or of another flatten)");
-	const dir = await mkdtemp(path.join(os.tmpdir(), "kiln-flatten-"));
+	let dir: string;
+	try {
+		// An image a flatten wrote into a store is read from its local
+		// copy, as a boot reads it.
+		await materialise(base);
+		dir = await mkdtemp(path.join(os.tmpdir(), "kiln-flatten-"));
+	} catch (e) {
+		releaseStore(dest, owner);
+		throw e;
+	}
 	let served: { socket: string; close(): Promise<void> } | undefined;
 	try {
 		const desc = path.join(dir, "base.json");
