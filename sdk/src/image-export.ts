@@ -69,8 +69,10 @@ export function imageCacheDir(env: NodeJS.ProcessEnv = process.env): string {
 
 function flattenedName(base: SandboxImage, digest: string): string {
 	// "<base>.flat-<12 hex>": still pinned (no moving alias is added).
+	// A flattened image flattened again is named for its own digest alone.
 	const tail = `.flat-${digest.slice(7, 19)}`;
-	return base.name.slice(0, NAME_MAX - tail.length) + tail;
+	const stem = base.name.replace(/\.flat-[0-9a-f]{12}$/, "");
+	return stem.slice(0, NAME_MAX - tail.length) + tail;
 }
 
 function checkFlatten(options: RootfsFlattenOptions): {
