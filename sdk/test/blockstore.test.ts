@@ -17,6 +17,7 @@ import { Errno, STORE_MSG_MAX, StoreFramer, cutUtf8, decodeRequest, errorFrame }
 import { vmmConfig } from "../src/config.js";
 import { materialise } from "../src/image-export.js";
 import { fakeKiln } from "./kiln-fixture.js";
+import { treeRoot } from "../src/locate.js";
 
 const BS = 4096;
 const DIGEST = "sha256:" + "ab".repeat(32);
@@ -180,9 +181,10 @@ function error(a: Answer): { errno: number; text: string } {
 	return { errno: a.payload.readUInt32LE(0), text: a.payload.subarray(6).toString("utf8") };
 }
 
-async function withServer(store: SandboxBlockStore, body: (socket: string) => Promise<void>): Promise<void> {
+async function withServer(store: SandboxBlockStore, body: (socket: string) => Promise<void>,
+	base: { name: string; digest: string; sizeBytes: bigint } = BASE): Promise<void> {
 	const dir = mkdtempSync(path.join(os.tmpdir(), "kiln-store-test-"));
-	const server = new BlockStoreServer(store, BASE);
+	const server = new BlockStoreServer(store, base);
 	const socket = path.join(dir, "s.sock");
 	await server.listen(socket);
 	try {
@@ -565,6 +567,57 @@ describe("rootfs.cow boot", () => {
 			assert.equal(existsSync(socket), false, "the store's socket goes with the VM");
 		} finally {
 			k.remove();
+		}
+	});
+});
+
+describe("rootfs.flatten with Kiln's vmm", () => {
+	const vmm = process.env["KILN_VMM"] ?? path.join(treeRoot() ?? "/nonexistent", "build", "vmm");
+	test("a raw image to qcow2 in a store: bytes read it back, its digest; a boot's local copy is the file", async (t) => {
+		if (!existsSync(vmm)) {
+			t.skip(`no vmm at ${vmm} (make)`);
+			return;
+		}
+		const dir = mkdtempSync(path.join(os.tmpdir(), "kiln-flatten-test-"));
+		const cache = process.env["KILN_CACHE"];
+		process.env["KILN_CACHE"] = path.join(dir, "cache");
+		try {
+			// 1 MiB: a block of data every 64 KiB cluster but one, and zeros.
+			const raw = Buffer.alloc(1 << 20);
+			for (let c = 0; c < 16; c++)
+				if (c !== 5)
+					raw.fill(c + 1, c * 65536 + 8192, c * 65536 + 12288);
+			const input = fileImage(dir, raw);
+			const dest = new MemStore();
+			const image = await rootfs.flatten({ format: "qcow2", source: input, dest, clusterSize: 65536, kiln: { vmm } });
+			assert.equal(image.format, "qcow2");
+			assert.equal(image.sizeBytes, 1n << 20n);
+			assert.match(image.name, /^img-1\.flat-[0-9a-f]{12}$/);
+			assert.equal(image.path, path.join(dir, "cache", "sdk-images", `${image.digest.slice(7)}.qcow2`));
+			const fileBytes = image.stored?.fileBytes ?? 0n;
+			assert.equal(fileBytes % 4096n, 0n);
+			assert.equal(BigInt(dest.blocks.size) * 4096n, fileBytes, "every block of the file, 0 to n-1");
+			assert.ok(dest.contexts.every((c) => c.base.digest === image.digest && c.base.name === image.name));
+			assert.equal(dest.calls.at(-1), "flush");
+			const streamed = Buffer.concat(await collect(rootfs.bytes(image, { chunkSize: 65536 })));
+			assert.equal(`sha256:${createHash("sha256").update(streamed).digest("hex")}`, image.digest);
+			assert.deepEqual([...streamed.subarray(0, 4)], [0x51, 0x46, 0x49, 0xfb], "a qcow2 file");
+			await materialise(image);
+			assert.deepEqual(readFileSync(image.path), streamed);
+			// A dest a VM holds is refused before anything runs.
+			await withServer(dest, async (socket) => {
+				const c = new Client(socket);
+				await c.ok(hello({ claim: true, base: image.digest, blocks: fileBytes / 4096n }));
+				await assert.rejects(rootfs.flatten({ format: "qcow2", source: input, dest, kiln: { vmm } }),
+					/rootfs.flatten: dest is the writable store of a running VM/);
+				c.s.destroy();
+			}, { name: image.name, digest: image.digest, sizeBytes: fileBytes });
+		} finally {
+			if (cache === undefined)
+				delete process.env["KILN_CACHE"];
+			else
+				process.env["KILN_CACHE"] = cache;
+			rmSync(dir, { recursive: true, force: true });
 		}
 	});
 });
