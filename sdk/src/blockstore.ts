@@ -194,11 +194,12 @@ class StoreConnection {
 			this.#s.end();
 	}
 
-	/** Aborts the connection (the server closes). */
+	/** Aborts the connection (the server closes: its VM has exited). The
+	 * claim goes now even with a store call still pending: a store that
+	 * never settles must not keep the next VM off it for good. */
 	destroy(): void {
 		this.#ended = true;
-		if (!this.#busy)
-			this.#finish();
+		this.#finish();
 		this.#s.destroy();
 	}
 

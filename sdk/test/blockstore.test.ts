@@ -394,6 +394,22 @@ describe("block store server", () => {
 		});
 	});
 
+	test("a store call that never settles: closing the server (the VM exited) lets the claim go", async () => {
+		const store = new MemStore();
+		store.write = () => new Promise<void>(() => undefined);
+		await withServer(store, async (socket) => {
+			const c = new Client(socket);
+			await c.ok(hello({ claim: true }));
+			c.s.write(write([[1n, 1]]));
+			await new Promise((r) => setTimeout(r, 50));
+		});
+		await withServer(store, async (socket) => {
+			const c = new Client(socket);
+			await c.ok(hello({ claim: true }));
+			c.s.destroy();
+		});
+	});
+
 	test("codec: recorded bytes decode; error text is cut at a character boundary", () => {
 		const h = hello({ claim: true });
 		assert.deepEqual(decodeRequest(1, h.subarray(5)), { type: "hello", version: 1, blockSize: 4096, blocks: 64n, claim: true, base: DIGEST });
