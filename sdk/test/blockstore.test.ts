@@ -620,6 +620,20 @@ describe("rootfs.flatten with Kiln's vmm", () => {
 			assert.deepEqual([...streamed.subarray(0, 4)], [0x51, 0x46, 0x49, 0xfb], "a qcow2 file");
 			await materialise(image);
 			assert.deepEqual(readFileSync(image.path), streamed);
+			// base + overlay (served to the vmm's flatten) is the image of
+			// the changed disk: the same qcow2, byte for byte.
+			const overlay = new MemStore();
+			const inputImage = rootfs.image(input);
+			const ctx = { base: { name: inputImage.name, digest: inputImage.digest } };
+			await overlay.write([{ index: 20n, bytes: new Uint8Array(BS).fill(0x77) }], ctx);
+			const composedDest = new MemStore();
+			const composed = await rootfs.flatten({ format: "qcow2", source: rootfs.compose({ base: inputImage, overlay }),
+				dest: composedDest, kiln: { vmm } });
+			assert.deepEqual(overlay.calls, ["write", "list", "list", "read"], "hello's list, list, read: no claim needed");
+			raw.fill(0x77, 20 * BS, 21 * BS);
+			const d2 = mkdtempSync(path.join(dir, "changed-"));
+			const direct = await rootfs.flatten({ format: "qcow2", source: fileImage(d2, raw), dest: new MemStore(), kiln: { vmm } });
+			assert.equal(composed.digest, direct.digest);
 			// A dest a VM holds is refused before anything runs.
 			await withServer(dest, async (socket) => {
 				const c = new Client(socket);
