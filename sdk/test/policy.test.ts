@@ -233,9 +233,9 @@ describe("policy callback -> hook answers", () => {
 
 	test("network.policy validates its options", () => {
 		assert.throws(() => network.policy("x" as never), /must be a function/);
-		assert.throws(() => network.policy(() => undefined, { timeoutMs: 20000 }), /timeoutMs: must be from 1 to 9900/);
+		assert.throws(() => network.policy(() => undefined, { timeoutMs: 20000 }), /timeoutMs: must be from 1 to 9500/);
 		assert.throws(() => network.policy(() => undefined, { nope: 1 } as never), /unknown option "nope"/);
-		assert.equal(network.policy(() => undefined).timeoutMs, 2000);
+		assert.equal(network.policy(() => undefined).timeoutMs, 5000);
 	});
 });
 

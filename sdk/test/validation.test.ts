@@ -147,7 +147,7 @@ describe("fs", () => {
 		assert.equal(v.timeoutMs, 5000);
 	});
 	test("network.policy", () => {
-		refuses(() => network.policy(() => undefined, { timeoutMs: 0 }), /network.policy: timeoutMs: must be from 1 to 9900, got 0/);
+		refuses(() => network.policy(() => undefined, { timeoutMs: 0 }), /network.policy: timeoutMs: must be from 1 to 9500, got 0/);
 		refuses(() => network.policy(() => undefined, { upstreamCaBundle: "ca.pem" }), /upstreamCaBundle: must be an absolute path/);
 		refuses(() => defineSandbox({ rootfs: rootfs.image(good), network: { kind: "policy" } as never }),
 			/defineSandbox: network: must be network.policy/);

@@ -104,7 +104,7 @@ describe("sandbox", () => {
 				await using vm = await sandbox.boot({ mounts: { "/workspace": fs.virtual(workspace) }, cwd: "/workspace" });
 				dir = vm.controlSocket.replace(/control\.sock$/, "");
 				const config = JSON.parse(readFileSync(path.join(dir, "vm.json"), "utf8")) as Record<string, unknown>;
-				assert.deepEqual(config["net"], { mode: "auto", policy: { hook: { socket: path.join(dir, "hook.sock"), timeoutMs: 2100 } } });
+				assert.deepEqual(config["net"], { mode: "auto", policy: { hook: { socket: path.join(dir, "hook.sock"), timeoutMs: 5500 } } });
 				assert.deepEqual(config["mounts"], { "/workspace": { virtual: { socket: path.join(dir, "vfs-0.sock"), timeoutMs: 5000 } } });
 				const seams = await callRaw(vm.controlSocket, "test.seams");
 				assert.deepEqual(seams, {

@@ -1195,28 +1195,49 @@ static pid_t mem_store(struct tdev *t, char *sock, size_t len)
 		      sock, (char *)NULL);
 		_exit(127);
 	}
-	for (int i = 0; i < 2000 && access(sock, F_OK); i++)
-		usleep(10000);
 	sp.socket_path = sock;
-	if (store__connect(&st, &sp, err, sizeof(err)))
-		return -1;
+	/*
+	 * Until the store listens: its socket file appears at bind(), a
+	 * moment before listen() (ECONNREFUSED), and Python may take seconds
+	 * to start on a loaded machine.
+	 */
+	for (int i = 0; i < 2000; i++) {
+		ret = store__connect(&st, &sp, err, sizeof(err));
+		if (ret != -ENOENT && ret != -ECONNREFUSED)
+			break;
+		usleep(10000);
+	}
+	if (ret) {
+		fprintf(stderr, "# mem store: %s\n", err);
+		goto out_kill;
+	}
 	for (unsigned int i = 0; i < BS; i++)
 		block[i] = pat(3 * BS + i, 9);
 	store__write_begin(st);
 	if (store__write_add(st, 3, block) ||
 	    store__write_send(st, err, sizeof(err)) ||
-	    store__flush(st, err, sizeof(err)))
-		pid = -1;
+	    store__flush(st, err, sizeof(err))) {
+		fprintf(stderr, "# mem store: %s\n", err);
+		store__close(st);
+		goto out_kill;
+	}
 	store__close(st);
 	/*
 	 * The close waited for the store to let the claim go: a claim made
 	 * right away is not refused EBUSY (nor is the device's, after it).
 	 */
 	ret = store__connect(&st, &sp, err, sizeof(err));
-	if (ret)
-		return ret == -EBUSY ? -2 : -1;
+	if (ret) {
+		fprintf(stderr, "# claim after the close: %s\n", err);
+		goto out_kill;
+	}
 	store__close(st);
 	return pid;
+
+out_kill:
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	return -1;
 }
 
 static void store_listed(void *arg, uint64_t block)

@@ -17,7 +17,8 @@ import type { OnConnectionRequest } from "./policy.js";
 
 export interface NetworkPolicyOptions {
 	/** How long the callback (and each middleware call) may take before
-	 * its flow or request is denied, 1 to 9900 ms (default 2000). */
+	 * its flow or request is denied, 1 to 9500 ms (default 5000: a callback
+	 * often asks another service, as the seed's token broker does). */
 	timeoutMs?: number;
 	/** PEM file of the CAs the intercepted flows' upstream servers must
 	 * chain to (default: the host's trust store). */
@@ -34,15 +35,18 @@ export interface NetworkPolicy {
 /** The most the vmm waits for a hook answer (hook.timeoutMs). */
 const VMM_HOOK_MAX_MS = 10_000;
 /** The vmm waits this much longer than the callback may take, so the
- * SDK's own deny, not the vmm's timeout, answers a slow callback. */
-export const HOOK_SLACK_MS = 100;
+ * SDK's own deny (and its warning), not the vmm's timeout, answers a slow
+ * callback, even when this process is slow to be scheduled. */
+export const HOOK_SLACK_MS = 500;
+/** How long a callback may take by default. */
+const DEFAULT_TIMEOUT_MS = 5000;
 
 function policy(onConnectionRequest: OnConnectionRequest, options: NetworkPolicyOptions = {}): NetworkPolicy {
 	const what = "network.policy";
 	if (typeof onConnectionRequest !== "function")
 		throw new TypeError(`${what}: onConnectionRequest must be a function`);
 	const o = record(`${what}: options`, options, ["timeoutMs", "upstreamCaBundle"]);
-	const timeoutMs = o["timeoutMs"] === undefined ? 2000
+	const timeoutMs = o["timeoutMs"] === undefined ? DEFAULT_TIMEOUT_MS
 		: integer(`${what}: timeoutMs`, o["timeoutMs"], 1, VMM_HOOK_MAX_MS - HOOK_SLACK_MS);
 	const ca = o["upstreamCaBundle"] === undefined ? undefined : absolutePath(`${what}: upstreamCaBundle`, o["upstreamCaBundle"]);
 	return Object.freeze({ kind: "policy", onConnectionRequest, timeoutMs, upstreamCaBundle: ca });
