@@ -119,6 +119,8 @@ export interface ServedSockets {
 	hook?: string;
 	/** Each virtual mount's, by guest path. */
 	virtual: ReadonlyMap<string, string>;
+	/** The block store's, for a rootfs.cow root. */
+	store?: string;
 }
 
 export interface VmmConfigInput {
@@ -147,6 +149,13 @@ export function vmmConfig(i: VmmConfigInput): Record<string, unknown> {
 	case "persistent":
 		rootfs["mode"] = "persistent";
 		rootfs["statePath"] = i.rootfs.path;
+		break;
+	case "cow":
+		if (i.sockets?.store === undefined)
+			throw new Error("internal: no block store served for rootfs.cow");
+		rootfs["mode"] = "cow";
+		rootfs["storeSocket"] = i.sockets.store;
+		rootfs["maxDirtyBytes"] = i.rootfs.maxDirtyBytes;
 		break;
 	}
 	const c: Record<string, unknown> = { kernel: i.kiln.kernel, initrd: i.kiln.initrd, rootfs };

@@ -5,8 +5,9 @@ export type { Sandbox, SandboxOptions } from "./sandbox.js";
 export type { BootOptions, SandboxResources } from "./config.js";
 export { rootfs } from "./rootfs.js";
 export type {
-	RootfsCowOptions, RootfsImageInput, SandboxBlockChunk, SandboxBlockRange, SandboxBlockStore,
-	SandboxBlockStoreContext, SandboxEphemeralRootfs, SandboxImage, SandboxPersistentRootfs, SandboxRootfs,
+	RootfsBytesOptions, RootfsCowOptions, RootfsFlattenOptions, RootfsImageInput, SandboxBlockChunk,
+	SandboxBlockRange, SandboxBlockStore, SandboxBlockStoreContext, SandboxComposedSource, SandboxCowRootfs,
+	SandboxEphemeralRootfs, SandboxImage, SandboxPersistentRootfs, SandboxRootfs,
 } from "./rootfs.js";
 export { fs } from "./fs.js";
 export type { BindMount, BindOptions, SandboxMount } from "./fs.js";

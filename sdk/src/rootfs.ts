@@ -1,8 +1,9 @@
 // rootfs: the machine a VM starts from (seed 003, "rootfs.image(input)" and
 // the sections after it; Kiln: Documentation/rootfs.md).
 
-import { NotSupportedError } from "./errors.js";
+import { checkBlockStore } from "./blockstore.js";
 import { imageFacts } from "./facts.js";
+import { bytes, flatten } from "./image-export.js";
 import type { SandboxEnvironmentFact } from "./facts.js";
 import { absolutePath, fail, integer, nonEmpty, record, shown, string } from "./validate.js";
 
@@ -10,13 +11,21 @@ import { absolutePath, fail, integer, nonEmpty, record, shown, string } from "./
 export interface SandboxImage {
 	readonly kind: "image";
 	readonly name: string;
+	/** The file the vmm boots. For an image rootfs.flatten wrote into a
+	 * store: where booting it materialises the file (`stored` below). */
 	readonly path: string;
-	readonly format: "raw";
+	/** "qcow2": digest over the qcow2 file, sizeBytes its virtual size. */
+	readonly format: "raw" | "qcow2";
 	/** Normalised: Node's `process.arch` "x64" is Kiln's "x86_64". */
 	readonly architecture: "x86_64";
 	readonly digest: string;
 	readonly sizeBytes: bigint;
 	readonly facts: readonly SandboxEnvironmentFact[];
+	/** Set on what rootfs.flatten returns: the image file is the first
+	 * `fileBytes` bytes of the store's blocks 0, 1, ... (under
+	 * `context.base` = this image), read back by rootfs.bytes and copied to
+	 * `path` (verified) when a VM boots it. */
+	readonly stored?: { readonly store: SandboxBlockStore; readonly fileBytes: bigint };
 }
 
 export interface RootfsImageInput {
@@ -43,8 +52,26 @@ export interface SandboxPersistentRootfs {
 	readonly path: string;
 }
 
+/** Machine state in a caller-owned block store (rootfs.cow). */
+export interface SandboxCowRootfs {
+	readonly kind: "cow";
+	readonly base: SandboxImage;
+	readonly writable: SandboxBlockStore;
+	/** Changed bytes not yet flushed to the store, at most (the vmm's
+	 * `--max-dirty-bytes`). */
+	readonly maxDirtyBytes: number;
+}
+
+/** A base and the machine changes saved over it (rootfs.compose): what
+ * rootfs.cow({source}) boots and rootfs.flatten turns into one image. */
+export interface SandboxComposedSource {
+	readonly kind: "composed";
+	readonly base: SandboxImage;
+	readonly overlay: SandboxBlockStore;
+}
+
 /** What `defineSandbox({rootfs})` takes. */
-export type SandboxRootfs = SandboxImage | SandboxEphemeralRootfs | SandboxPersistentRootfs;
+export type SandboxRootfs = SandboxImage | SandboxEphemeralRootfs | SandboxPersistentRootfs | SandboxCowRootfs;
 
 /** Words of an image name that move: refused (as Kiln's rootfs.md lists them). */
 const MOVING_ALIASES = [
@@ -72,8 +99,8 @@ function image(input: RootfsImageInput): SandboxImage {
 
 	const p = absolutePath(`${what}: path`, o["path"]);
 	const format = string(`${what}: format`, o["format"]);
-	if (format !== "raw")
-		throw new NotSupportedError(`rootfs.image format ${shown(format)}`, 'Kiln serves "raw" images (an ext4 file system, no partition table)');
+	if (format !== "raw" && format !== "qcow2")
+		fail(what, `format must be "raw" (an ext4 file system) or "qcow2" (a qcow2 file of one), got ${shown(format)}`);
 
 	const arch = string(`${what}: architecture`, o["architecture"]);
 	if (arch !== "x64" && arch !== "x86_64")
@@ -91,7 +118,7 @@ function image(input: RootfsImageInput): SandboxImage {
 
 	const facts = imageFacts(`${what}: facts`, o["facts"]);
 	return Object.freeze({
-		kind: "image", name, path: p, format: "raw", architecture: "x86_64", digest, sizeBytes: size, facts,
+		kind: "image", name, path: p, format, architecture: "x86_64", digest, sizeBytes: size, facts,
 	});
 }
 
@@ -130,29 +157,50 @@ function persistent(options: { base: SandboxImage | RootfsImageInput; path: stri
 	return Object.freeze({ kind: "persistent", base, path: p });
 }
 
-const BLOCK_STORE_ISSUE = "caller-owned block stores come with Kiln's block-store issue (33)";
-
-function cow(_options: RootfsCowOptions): never {
-	throw new NotSupportedError("rootfs.cow", BLOCK_STORE_ISSUE);
+function cow(options: RootfsCowOptions): SandboxCowRootfs {
+	const what = "rootfs.cow";
+	const o = record(what, options, ["base", "writable", "source", "maxDirtyBytes"]);
+	const max = o["maxDirtyBytes"] === undefined ? DEFAULT_MAX_DIRTY_BYTES
+		: integer(`${what}: maxDirtyBytes`, o["maxDirtyBytes"], 4096, Number.MAX_SAFE_INTEGER);
+	if (o["source"] !== undefined) {
+		if (o["base"] !== undefined || o["writable"] !== undefined)
+			fail(what, "takes {base, writable} or {source}, not both");
+		const src = composedSource(`${what}: source`, o["source"]);
+		return Object.freeze({ kind: "cow", base: src.base, writable: src.overlay, maxDirtyBytes: max });
+	}
+	if (o["base"] === undefined || o["writable"] === undefined)
+		fail(what, "base and writable are required (or a composed source: rootfs.cow({source}))");
+	const base = baseImage(`${what}: base`, o["base"]);
+	const writable = checkBlockStore(`${what}: writable`, o["writable"]);
+	return Object.freeze({ kind: "cow", base, writable, maxDirtyBytes: max });
 }
 
-function compose(_options: { base: SandboxImage; overlay: SandboxBlockStore }): never {
-	throw new NotSupportedError("rootfs.compose", BLOCK_STORE_ISSUE);
+function compose(options: { base: SandboxImage | RootfsImageInput; overlay: SandboxBlockStore }): SandboxComposedSource {
+	const what = "rootfs.compose";
+	const o = record(what, options, ["base", "overlay"]);
+	if (o["base"] === undefined || o["overlay"] === undefined)
+		fail(what, "base and overlay are required");
+	const base = baseImage(`${what}: base`, o["base"]);
+	const overlay = checkBlockStore(`${what}: overlay`, o["overlay"]);
+	return Object.freeze({ kind: "composed", base, overlay });
 }
 
-function flatten(_options: { format: "qcow2"; source: SandboxImage; dest: SandboxBlockStore; clusterSize?: number }): Promise<never> {
-	return Promise.reject(new NotSupportedError("rootfs.flatten", BLOCK_STORE_ISSUE));
-}
-
-function bytes(_image: SandboxImage, _options?: { chunkSize?: number }): AsyncIterable<Uint8Array> {
-	throw new NotSupportedError("rootfs.bytes", BLOCK_STORE_ISSUE);
+export function composedSource(what: string, v: unknown): SandboxComposedSource {
+	const o = v as { kind?: unknown } | null;
+	if (typeof o !== "object" || o === null || o.kind !== "composed" || !Object.isFrozen(o))
+		fail(what, `must be rootfs.compose(...), got ${shown(v)}`);
+	return o as SandboxComposedSource;
 }
 
 export type RootfsCowOptions =
-	| { base: SandboxImage; writable: SandboxBlockStore; maxDirtyBytes?: number }
-	| { source: unknown; maxDirtyBytes?: number };
+	| { base: SandboxImage | RootfsImageInput; writable: SandboxBlockStore; maxDirtyBytes?: number }
+	| { source: SandboxComposedSource; maxDirtyBytes?: number };
+
+export type { RootfsBytesOptions, RootfsFlattenOptions } from "./image-export.js";
 
 export const rootfs = Object.freeze({ image, ephemeral, persistent, cow, compose, flatten, bytes });
+
+export { baseImage };
 
 /** Is `v` a root `defineSandbox` takes? (Throws naming it otherwise.) */
 export function checkRootfs(what: string, v: unknown): SandboxRootfs {
@@ -160,16 +208,19 @@ export function checkRootfs(what: string, v: unknown): SandboxRootfs {
 		return image(v);
 	const o = v as { kind?: unknown } | null;
 	if (typeof o === "object" && o !== null && Object.isFrozen(o) &&
-	    (o.kind === "image" || o.kind === "ephemeral" || o.kind === "persistent"))
+	    (o.kind === "image" || o.kind === "ephemeral" || o.kind === "persistent" || o.kind === "cow"))
 		return o as SandboxRootfs;
-	return fail(what, `must be rootfs.image(...), an image package's image, rootfs.ephemeral(...) or rootfs.persistent(...), got ${shown(v)}`);
+	return fail(what, "must be rootfs.image(...), an image package's image, rootfs.ephemeral(...), " +
+		`rootfs.persistent(...) or rootfs.cow(...), got ${shown(v)}`);
 }
 
-// The block store interface (seed 003, "SandboxBlockStore"): typed now,
-// served with the block-store issue.
+// The block store interface (seed 003, "SandboxBlockStore"), served to
+// the vmm by blockstore.ts (Documentation/rootfs.md, "Block stores").
 
 export interface SandboxBlockStoreContext {
-	/** The starting (or generated) image the deltas belong to. */
+	/** The starting (or generated) image the blocks belong to: its name
+	 * and its digest, "sha256:<hex>" (the identity the vmm's hello
+	 * carries). */
 	readonly base: { readonly name: string; readonly digest: string };
 }
 

@@ -14,6 +14,8 @@ import type { KilnOptions, KilnPaths } from "./locate.js";
 import type { NetworkPolicy } from "./network/index.js";
 import { HookServer } from "./network/hook.js";
 import { VirtualFsServer } from "./vfs/server.js";
+import { BlockStoreServer } from "./blockstore.js";
+import { materialise } from "./image-export.js";
 import type { ServedSockets } from "./config.js";
 import { checkRootfs } from "./rootfs.js";
 import type { RootfsImageInput, SandboxRootfs } from "./rootfs.js";
@@ -41,7 +43,7 @@ export function defineSandbox(options: SandboxOptions): Sandbox {
 	const what = "defineSandbox";
 	const o = record(what, options, ["rootfs", "resources", "network", "kiln"]);
 	if (o["rootfs"] === undefined)
-		fail(what, "rootfs is required: rootfs.image(...), rootfs.ephemeral(...) or rootfs.persistent(...)");
+		fail(what, "rootfs is required: rootfs.image(...), rootfs.ephemeral(...), rootfs.persistent(...) or rootfs.cow(...)");
 	const rootfs = checkRootfs(`${what}: rootfs`, o["rootfs"]);
 	const resources = checkResources(o["resources"]);
 	const network = checkNetwork(o["network"]);
@@ -63,7 +65,9 @@ export function defineSandbox(options: SandboxOptions): Sandbox {
 		environmentFacts(): SandboxEnvironmentFact[] {
 			const kiln = locateKiln(kilnOptions);
 			// vmm facts connects to nothing: the sockets are only named.
-			const named = (dir: string): ServedSockets => ({ hook: path.join(dir, "hook.sock"), virtual: new Map() });
+			const named = (dir: string): ServedSockets => ({
+				hook: path.join(dir, "hook.sock"), virtual: new Map(), store: path.join(dir, "store.sock"),
+			});
 			return configFacts(kiln.vmm, (dir) => writeConfig(kiln, dir, undefined, { sockets: named(dir) }), (file, args) => {
 				try {
 					return execFileSync(file, args, { encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] });
@@ -79,9 +83,12 @@ export function defineSandbox(options: SandboxOptions): Sandbox {
 			const boot = checkBoot(bootOptions);
 			const kiln = locateKiln(kilnOptions);
 			await verifyPins(kiln);
+			// An image rootfs.flatten wrote into a store boots from a
+			// local copy (Documentation/sdk.md, "Images out of a machine").
+			await materialise(baseOf(rootfs));
 			return bootVm({
 				vmm: kiln.vmm,
-				serve: (dir, log) => serve(dir, boot.mounts, network, log),
+				serve: (dir, log) => serve(dir, rootfs, boot.mounts, network, log),
 				writeConfig: (dir, controlSocket, consoleLog, readyTimeoutMs, sockets) =>
 					writeConfig(kiln, dir, bootOptions, { controlSocket, consoleLog, readyTimeoutMs, sockets }),
 			});
@@ -101,8 +108,9 @@ function checkNetwork(v: unknown): NetworkPolicy | undefined {
 
 /** What this process serves for one VM: the policy hook and each virtual
  * mount, listening in its runtime directory before the vmm starts. */
-async function serve(dir: string, mounts: [string, SandboxMount][], network: NetworkPolicy | undefined,
-	log: (line: string) => void): Promise<{ sockets: ServedSockets; close(): Promise<void> }> {
+async function serve(dir: string, rootfs: SandboxRootfs, mounts: [string, SandboxMount][],
+	network: NetworkPolicy | undefined, log: (line: string) => void):
+	Promise<{ sockets: ServedSockets; close(): Promise<void> }> {
 	const closers: (() => Promise<void>)[] = [];
 	const close = async (): Promise<void> => {
 		await Promise.all(closers.map((c) => c()));
@@ -127,6 +135,14 @@ async function serve(dir: string, mounts: [string, SandboxMount][], network: Net
 			virtual.set(guest, socket);
 		}
 		const sockets: ServedSockets = hook === undefined ? { virtual } : { hook, virtual };
+		if (rootfs.kind === "cow") {
+			// The store is served until the vmm has exited (the VM's
+			// close closes these after it), so its last flush lands.
+			const st = new BlockStoreServer(rootfs.writable, rootfs.base);
+			sockets.store = path.join(dir, "store.sock");
+			await st.listen(sockets.store);
+			closers.push(() => st.close());
+		}
 		return { sockets, close };
 	} catch (e) {
 		await close();

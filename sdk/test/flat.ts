@@ -4,6 +4,7 @@
 // declares.
 
 import { test as nodeTest } from "node:test";
+import type { TestContext } from "node:test";
 
 let prefix = "";
 
@@ -17,6 +18,6 @@ export function describe(name: string, body: () => void): void {
 	}
 }
 
-export function test(name: string, fn: () => void | Promise<void>): void {
+export function test(name: string, fn: (t: TestContext) => void | Promise<void>): void {
 	void nodeTest(prefix ? `${prefix}: ${name}` : name, fn);
 }

@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { describe, test } from "./flat.js";
-import { NotSupportedError, SandboxConfigError, defineSandbox, rootfs } from "../src/index.js";
+import { SandboxConfigError, defineSandbox, rootfs } from "../src/index.js";
 import type { RootfsImageInput } from "../src/index.js";
 
 const script = fileURLToPath(new URL("../../../guest/images/image-package.sh", import.meta.url));
@@ -102,7 +102,7 @@ describe("image packages", () => {
 
 	test("rootfs.image refuses what the package passes but Kiln cannot take", async () => {
 		const cases: [Record<string, unknown>, unknown[], RegExp, (new (...a: never[]) => Error)?][] = [
-			[{ format: "qcow2" }, facts, /^rootfs.image format "qcow2" is not supported yet/, NotSupportedError],
+			[{ format: "vmdk" }, facts, /^rootfs.image: format must be "raw" \(an ext4 file system\) or "qcow2" .*got "vmdk"/],
 			[{ architecture: "arm64" }, facts, /architecture must be "x64" or "x86_64".*got "arm64"/],
 			[{ sizeBytes: 4097 }, facts, /sizeBytes must be positive and a multiple of 4096, got 4097n/],
 			[{ name: "debian-latest" }, facts, /names a moving alias \("latest"\): pin a version/],

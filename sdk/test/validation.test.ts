@@ -2,7 +2,7 @@
 
 import assert from "node:assert/strict";
 import { describe, test } from "./flat.js";
-import { NotSupportedError, SandboxConfigError, defineSandbox, fs, network, rootfs } from "../src/index.js";
+import { SandboxConfigError, defineSandbox, fs, network, rootfs } from "../src/index.js";
 import type { RootfsImageInput } from "../src/index.js";
 import { checkBoot } from "../src/config.js";
 
@@ -61,7 +61,9 @@ describe("rootfs.image", () => {
 		refuses(() => rootfs.image({ ...good, sizeBytes: 4097n }), /multiple of 4096, got 4097n/);
 		refuses(() => rootfs.image({ ...good, path: "relative.img" }),
 			'rootfs.image: path: must be an absolute path, got "relative.img"');
-		refuses(() => rootfs.image({ ...good, format: "qcow2" }), /^rootfs.image format "qcow2" is not supported yet/, NotSupportedError);
+		refuses(() => rootfs.image({ ...good, format: "vmdk" }),
+			'rootfs.image: format must be "raw" (an ext4 file system) or "qcow2" (a qcow2 file of one), got "vmdk"');
+		assert.equal(rootfs.image({ ...good, format: "qcow2" }).format, "qcow2");
 		refuses(() => rootfs.image({ ...good, facts: [{ source: "guest", topic: "a", relation: "is", value: "b" }] as never }),
 			/facts\[0\].source: an image's facts are "config" facts, got "guest"/);
 		refuses(() => rootfs.image({ ...good, facts: [{ source: "config", topic: "", relation: "is", value: "b" }] }),
@@ -87,13 +89,29 @@ describe("rootfs modes", () => {
 			'rootfs.persistent: path: must be an absolute path, got ".sandbox/state"');
 		assert.equal(rootfs.persistent({ base, path: "/x/state" }).path, "/x/state");
 	});
-	test("cow, compose, flatten and bytes wait for the block-store issue", async () => {
-		const why = "caller-owned block stores come with Kiln's block-store issue (33)";
-		refuses(() => rootfs.cow({ source: null }), `rootfs.cow is not supported yet: ${why}`, NotSupportedError);
-		refuses(() => rootfs.compose({ base, overlay: null as never }), `rootfs.compose is not supported yet: ${why}`, NotSupportedError);
-		refuses(() => rootfs.bytes(base), `rootfs.bytes is not supported yet: ${why}`, NotSupportedError);
-		await assert.rejects(rootfs.flatten({ format: "qcow2", source: base, dest: null as never }),
-			{ name: "NotSupportedError", message: `rootfs.flatten is not supported yet: ${why}` });
+	test("cow takes {base, writable} or a composed source; the store keeps 4096-byte blocks", () => {
+		const store = { blockSize: 4096, list: async () => [], read: async () => [], write: async () => undefined };
+		const c = rootfs.cow({ base, writable: store });
+		assert.equal(c.kind, "cow");
+		assert.equal(c.maxDirtyBytes, 64 * 1024 * 1024);
+		assert.equal(c.writable, store);
+		const s = rootfs.compose({ base, overlay: store });
+		const c2 = rootfs.cow({ source: s, maxDirtyBytes: 1 << 20 });
+		assert.equal(c2.base, base);
+		assert.equal(c2.maxDirtyBytes, 1 << 20);
+		refuses(() => rootfs.cow({ base, writable: { ...store, blockSize: 512 } }),
+			"rootfs.cow: writable: blockSize 512: Kiln's block stores keep 4096-byte blocks");
+		refuses(() => rootfs.cow({ base, writable: { blockSize: 4096 } as never }),
+			"rootfs.cow: writable: not a SandboxBlockStore: list, read, write must be methods");
+		refuses(() => rootfs.cow({ base } as never), /rootfs.cow: base and writable are required/);
+		refuses(() => rootfs.cow({ source: { base, overlay: store } as never }),
+			/rootfs.cow: source: must be rootfs.compose\(...\), got/);
+		refuses(() => rootfs.cow({ source: s, base } as never), "rootfs.cow: takes {base, writable} or {source}, not both");
+		refuses(() => rootfs.cow({ base, writable: store, maxDirtyBytes: 10 }),
+			"rootfs.cow: maxDirtyBytes: must be from 4096 to 9007199254740991, got 10");
+		refuses(() => rootfs.compose({ base, overlay: { ...store, flush: 1 } as never }),
+			"rootfs.compose: overlay: flush must be a method when given, got 1");
+		refuses(() => defineSandbox({ rootfs: s as never }), /defineSandbox: rootfs: must be .* or rootfs.cow\(...\)/);
 	});
 });
 
