@@ -10,12 +10,17 @@
 // per process). Every boot times boot to agent ready, the first exec of
 // `true` and the shutdown; the last round's two VMs also run W unmeasured
 // and N measured exec calls of `true`, one at a time, and one spawn of
-// `head -c BYTES /dev/zero` read to its end. Prints the table: figures
-// per side and SDK/raw. Exits 1 when a boot or a workload fails, 2 on
-// usage errors.
+// `head -c BYTES /dev/zero` read to its end (the SDK's after one
+// unmeasured spawn of `true`). On the SDK's VM the exec calls alternate
+// with those of a bare Node client (NodeRpc, below), which then runs N
+// more on a connection subscribed to the VM's events: the breakdown of
+// what the SDK adds. Prints the table: figures per side and SDK/raw, then
+// the breakdown. Exits 1 when a boot or a workload fails, 2 on usage
+// errors.
 
 import { spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
+import net from "node:net";
 import os from "node:os";
 import { defineSandbox, rootfs } from "@kiln/sandbox";
 import type { SandboxEnvironmentFact } from "@kiln/sandbox";
@@ -27,6 +32,11 @@ interface Run {
 	shutdown: number;
 	exec?: number[];
 	stream?: Stream;
+	/** SDK side: the same exec from a bare Node client, its connection
+	 * not subscribed, then subscribed (with the notifications it got). */
+	node_exec?: number[];
+	node_sub_exec?: number[];
+	node_sub_notes?: number;
 }
 
 const USAGE = "usage: bench.js --descriptor FILE --python PATH --client FILE --vmm FILE --kernel FILE " +
@@ -85,6 +95,71 @@ const sandbox = defineSandbox({
 	kiln: { vmm: String(opt["vmm"]), kernel: String(opt["kernel"]), initrd: String(opt["initrd"]) },
 });
 
+/** JSON-RPC on the control socket with nothing of the SDK: one call at
+ * a time, notifications counted and dropped. Where the SDK's exec is
+ * slower than the raw side's, this says how much is Node's own and how
+ * much the SDK's (the raw side is Python). */
+class NodeRpc {
+	readonly #sock: net.Socket;
+	#buf = "";
+	#next = 1;
+	#answer: ((msg: Record<string, unknown>) => void) | undefined;
+	notifications = 0;
+
+	private constructor(sock: net.Socket) {
+		this.#sock = sock;
+		sock.setEncoding("utf8");
+		sock.on("data", (s: string) => {
+			this.#buf += s;
+			for (let nl = this.#buf.indexOf("\n"); nl >= 0; nl = this.#buf.indexOf("\n")) {
+				const msg = JSON.parse(this.#buf.slice(0, nl)) as Record<string, unknown>;
+				this.#buf = this.#buf.slice(nl + 1);
+				if (msg["id"] === undefined)
+					this.notifications++;
+				else
+					this.#answer?.(msg);
+			}
+		});
+	}
+
+	static open(path: string): Promise<NodeRpc> {
+		return new Promise((resolve, reject) => {
+			const sock = net.createConnection({ path });
+			sock.once("error", reject);
+			sock.once("connect", () => resolve(new NodeRpc(sock)));
+		});
+	}
+
+	call(method: string, params?: Record<string, unknown>): Promise<Record<string, unknown>> {
+		return new Promise((resolve, reject) => {
+			const id = this.#next++;
+			this.#answer = (msg) => {
+				if (msg["id"] !== id)
+					return;
+				this.#answer = undefined;
+				if (msg["error"] !== undefined)
+					reject(new Error(`${method}: ${JSON.stringify(msg["error"])}`));
+				else
+					resolve(msg["result"] as Record<string, unknown>);
+			};
+			this.#sock.write(JSON.stringify({ jsonrpc: "2.0", id, method, params }) + "\n");
+		});
+	}
+
+	close(): void {
+		this.#sock.destroy();
+	}
+}
+
+async function nodeExecTrue(c: NodeRpc): Promise<number> {
+	const t0 = now();
+	const r = await c.call("exec", { argv: ["true"] });
+	const dt = now() - t0;
+	if (r["exitCode"] !== 0)
+		throw new Error(`exec true (Node client): ${JSON.stringify(r)}`);
+	return dt;
+}
+
 async function sdkBoot(work: boolean): Promise<Run> {
 	let t = now();
 	const vm = await sandbox.boot();
@@ -100,11 +175,35 @@ async function sdkBoot(work: boolean): Promise<Run> {
 		};
 		const run: Run = { ready, first_exec: await execTrue(), shutdown: 0 };
 		if (work) {
-			for (let i = 0; i < warmup; i++)
+			// vm.exec and the bare client alternating, then the bare
+			// client subscribed to the VM's events on its connection.
+			const plain = await NodeRpc.open(vm.controlSocket);
+			for (let i = 0; i < warmup; i++) {
 				await execTrue();
+				await nodeExecTrue(plain);
+			}
 			run.exec = [];
-			for (let i = 0; i < execs; i++)
+			run.node_exec = [];
+			for (let i = 0; i < execs; i++) {
 				run.exec.push(await execTrue());
+				run.node_exec.push(await nodeExecTrue(plain));
+			}
+			plain.close();
+			const sub = await NodeRpc.open(vm.controlSocket);
+			await sub.call("vm.subscribe");
+			for (let i = 0; i < warmup; i++)
+				await nodeExecTrue(sub);
+			const before = sub.notifications;
+			run.node_sub_exec = [];
+			for (let i = 0; i < execs; i++)
+				run.node_sub_exec.push(await nodeExecTrue(sub));
+			run.node_sub_notes = sub.notifications - before;
+			sub.close();
+			// Unmeasured: a process's first spawn loads what streams need.
+			const w = vm.spawn("true");
+			for await (const chunk of w.stdout)
+				void chunk;
+			await w.exit;
 			t = now();
 			const p = vm.spawn("head", ["-c", String(streamBytes), "/dev/zero"]);
 			const s: Stream = { bytes: 0, seconds: 0, first_byte: 0, chunks: 0, max_chunk: 0 };
@@ -199,15 +298,31 @@ if (rawW?.exec && sdkW?.exec && rawW.stream && sdkW.stream) {
 		(mbs(rawW.stream) / mbs(sdkW.stream)).toFixed(2)]);
 	row("  first byte (ms)", rawW.stream.first_byte, sdkW.stream.first_byte);
 }
+const breakdown: string[] = [];
+if (rawW?.exec && sdkW?.exec && sdkW.node_exec && sdkW.node_sub_exec) {
+	const r = median(rawW.exec), s = median(sdkW.exec), n = median(sdkW.node_exec), ns = median(sdkW.node_sub_exec);
+	breakdown.push(`exec true round trip, medians of ${execs} on the SDK's VM (ms):`,
+		`  vm.exec ${ms(s)}, alternating with a bare Node client: ${ms(n)} (SDK/Node ${(s / n).toFixed(2)}, Node/raw ${(n / r).toFixed(2)})`,
+		`  the bare Node client subscribed to vm.event: ${ms(ns)} (${(ns / n).toFixed(2)} x unsubscribed), ` +
+		`${((sdkW.node_sub_notes ?? 0) / execs).toFixed(1)} notifications per exec`);
+	if (execs >= 20) {
+		const ends = (v: number[]): string => `${ms(median(v.slice(0, 10)))} / ${ms(median(v.slice(-10)))}`;
+		breakdown.push(`  medians of the first / last 10: raw ${ends(rawW.exec)}, vm.exec ${ends(sdkW.exec)}, ` +
+			`Node ${ends(sdkW.node_exec)}, Node subscribed ${ends(sdkW.node_sub_exec)}`);
+	}
+}
 row(`shutdown to exit (ms, median of ${boots})`, median(all(runs.raw, "shutdown")), median(all(runs.sdk, "shutdown")));
 
 const head = ["metric", "raw JSON-RPC", "SDK", "SDK/raw"];
 const widths = head.map((_, i) => Math.max(...[head, ...rows].map((r) => (r[i] ?? "").length)));
 for (const r of [head, ...rows])
 	console.log(r.map((x, i) => (i === 0 ? x.padEnd(widths[i] ?? 0) : x.padStart(widths[i] ?? 0))).join("  ").trimEnd());
+if (breakdown.length > 0)
+	console.log(`\n${breakdown.join("\n")}`);
 if (rawW?.stream && sdkW?.stream)
 	console.log(`\nstreaming: raw ${rawW.stream.chunks} stream.stdout notifications of up to ${rawW.stream.max_chunk} ` +
 		`bytes; SDK ${sdkW.stream.chunks} chunks of up to ${sdkW.stream.max_chunk} bytes`);
 console.log(`raw: ${opt["python"]} ${opt["client"]}; SDK: Node ${process.versions.node}, ${os.cpus().length} CPU`);
 console.log(`\nraw runs: ${JSON.stringify(runs.raw.map(({ exec, ...r }) => ({ ...r, execs: exec?.length })))}`);
-console.log(`SDK runs: ${JSON.stringify(runs.sdk.map(({ exec, ...r }) => ({ ...r, execs: exec?.length })))}`);
+console.log(`SDK runs: ${JSON.stringify(runs.sdk.map(({ exec, node_exec, node_sub_exec, ...r }) =>
+	({ ...r, execs: exec?.length, node_execs: node_exec?.length, node_sub_execs: node_sub_exec?.length })))}`);

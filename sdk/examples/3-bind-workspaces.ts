@@ -10,7 +10,7 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync
 import os from "node:os";
 import path from "node:path";
 import { defineSandbox, fs } from "@kiln/sandbox";
-import { image as debian12Agent } from "./image.js";
+import { image as debian12Agent } from "@kiln/sandbox-image-debian-12-agent";
 
 const scratch = mkdtempSync(path.join(os.tmpdir(), "kiln-sdk-scenario3-"));
 const project = path.join(scratch, "project");

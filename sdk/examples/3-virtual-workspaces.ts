@@ -9,7 +9,7 @@
 import assert from "node:assert/strict";
 import { defineSandbox, fs, fsError } from "@kiln/sandbox";
 import type { SandboxFileSystem, SandboxFileSystemStat } from "@kiln/sandbox";
-import { image as debian12Agent } from "./image.js";
+import { image as debian12Agent } from "@kiln/sandbox-image-debian-12-agent";
 
 const sandbox = defineSandbox({ rootfs: debian12Agent });
 

@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { defineSandbox } from "@kiln/sandbox";
-import { image as debian12Agent } from "./image.js";
+import { image as debian12Agent } from "@kiln/sandbox-image-debian-12-agent";
 
 const sandbox = defineSandbox({
 	rootfs: debian12Agent,

@@ -8,7 +8,7 @@
 import assert from "node:assert/strict";
 import { Writable } from "node:stream";
 import { defineSandbox } from "@kiln/sandbox";
-import { image as debian12Agent } from "./image.js";
+import { image as debian12Agent } from "@kiln/sandbox-image-debian-12-agent";
 
 const sandbox = defineSandbox({ rootfs: debian12Agent });
 await using vm = await sandbox.boot({ cwd: "/tmp" });

@@ -11,7 +11,7 @@
 import assert from "node:assert/strict";
 import net from "node:net";
 import { defineSandbox, network } from "@kiln/sandbox";
-import { image as debian12Agent } from "./image.js";
+import { image as debian12Agent } from "@kiln/sandbox-image-debian-12-agent";
 import { RESOLVER, checkLocalNetwork, json, startHttp, startResolver } from "./local-world.js";
 
 checkLocalNetwork([RESOLVER, "192.0.2.10", "192.0.2.11", "203.0.113.10"]);

@@ -18,7 +18,7 @@ import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { defineSandbox, fs, network, rootfs } from "@kiln/sandbox";
 import type { HttpConnectionMatch, SandboxHttpRequest } from "@kiln/sandbox";
-import { image as debian12Agent } from "./image.js";
+import { image as debian12Agent } from "@kiln/sandbox-image-debian-12-agent";
 import { RESOLVER, checkLocalNetwork, json, makeCertificates, startHttp, startHttps, startResolver } from "./local-world.js";
 
 const API_HOST = "api.github.test";

@@ -290,6 +290,7 @@ export async function bootVm(plan: BootPlan): Promise<SandboxVm> {
 	const consoleLog = path.join(dir, "console.log");
 	let child: ChildProcess | undefined;
 	let conn: RpcConnection | undefined;
+	let events: RpcConnection | undefined;
 	let services: Services = { sockets: { virtual: new Map() }, close: async () => undefined };
 	try {
 		if (plan.serve)
@@ -334,26 +335,31 @@ export async function bootVm(plan: BootPlan): Promise<SandboxVm> {
 				await sleep(20);
 			}
 		}
-		// Ready when the guest agent first answered (api.md, vm.subscribe).
-		const cn = conn;
+		// Ready when the guest agent first answered (api.md, vm.subscribe),
+		// told on a connection of its own, closed then. A subscription
+		// lasts as long as its connection: on the one calls go through,
+		// every exec would also bring its exec-started and exec-exited
+		// events, two more messages to read per round trip.
+		events = await RpcConnection.connect(socket);
+		const ev = events;
 		const ready = new Promise<void>((resolve, reject) => {
-			const off = cn.on("vm.event", (p) => {
-				if (p["type"] === "agent-ready") {
-					off();
+			ev.on("vm.event", (p) => {
+				if (p["type"] === "agent-ready")
 					resolve();
-				} else if (p["type"] === "shutdown") {
-					off();
+				else if (p["type"] === "shutdown")
 					reject(failed(`the VM stopped before its agent answered (${shown(p["reason"])})`,
 						typeof p["exitCode"] === "number" ? p["exitCode"] : null));
-				}
 			});
 		});
-		await cn.call("vm.subscribe", { since: 0 });
+		await ev.call("vm.subscribe", { since: 0 });
 		const r = await Promise.race([ready.then(() => "ready" as const), exited.then(() => "exited" as const)]);
 		if (r === "exited")
 			throw failed(`exited with status ${await exited} before the guest agent answered`, await exited);
-		return new SandboxVm(c, cn, socket, dir, exited, () => stderr, services);
+		ev.close();
+		events = undefined;
+		return new SandboxVm(c, conn, socket, dir, exited, () => stderr, services);
 	} catch (e) {
+		events?.close();
 		conn?.close();
 		if (child && child.exitCode === null && child.signalCode === null)
 			child.kill("SIGKILL");

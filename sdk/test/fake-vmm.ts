@@ -40,9 +40,34 @@ const files = new Map<string, Buffer>();
 let nextStream = 100;
 let flooded = 0;
 
+// Every connection so far, as test.connections tells them: the requests
+// it made, whether it subscribed, the vm.event notifications it got.
+interface Conn { requests: string[]; subscribed: boolean; events: number; open: boolean; event(params: object): void }
+const conns: Conn[] = [];
+let eventSeq = 0;
+
+// As the vmm posts a lifecycle event: to every subscriber.
+function postEvent(type: string, fields: object): void {
+	eventSeq++;
+	for (const c of conns)
+		if (c.open && c.subscribed)
+			c.event({ seq: eventSeq, time: Date.now(), type, ...fields });
+}
+
 const server = net.createServer((sock) => {
 	const d = new LineDecoder();
 	const send = (o: unknown): boolean => sock.write(JSON.stringify({ jsonrpc: "2.0", ...(o as object) }) + "\n");
+	const conn: Conn = {
+		requests: [], subscribed: false, events: 0, open: true,
+		event: (params) => {
+			conn.events++;
+			send({ method: "vm.event", params });
+		},
+	};
+	conns.push(conn);
+	sock.on("close", () => {
+		conn.open = false;
+	});
 	const ok = (id: number | undefined, result: unknown): void => {
 		send({ id, result });
 	};
@@ -55,10 +80,15 @@ const server = net.createServer((sock) => {
 
 	const handle = (r: Req): void => {
 		const p = r.params ?? {};
+		conn.requests.push(r.method);
 		switch (r.method) {
 		case "vm.subscribe":
+			conn.subscribed = true;
 			ok(r.id, { seq: 0 });
-			setTimeout(() => send({ method: "vm.event", params: { seq: 1, time: Date.now(), type: "agent-ready" } }), 30);
+			setTimeout(() => postEvent("agent-ready", {}), 30);
+			return;
+		case "test.connections":
+			ok(r.id, conns.map(({ requests, subscribed, events, open }) => ({ requests, subscribed, events, open })));
 			return;
 		case "vm.facts":
 			ok(r.id, { facts: [...configFacts, { source: "guest", topic: "kernel", relation: "is", value: "Linux" }] });
@@ -93,6 +123,8 @@ const server = net.createServer((sock) => {
 				return;
 			}
 			const out = Buffer.from(JSON.stringify({ argv, cwd: p["cwd"] ?? null, stdin: p["stdin"] ?? null, env: p["env"] ?? null, envMode: p["envMode"] ?? null })).toString("base64");
+			postEvent("exec-started", { kind: "exec", id: r.id, pid: 1 });
+			postEvent("exec-exited", { kind: "exec", id: r.id, pid: 1, exitCode: 3, timedOut: false });
 			ok(r.id, { exitCode: 3, timedOut: false, pid: 1, stdout: out, stderr: Buffer.from("warn\n").toString("base64") });
 			return;
 		}

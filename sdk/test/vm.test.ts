@@ -167,6 +167,27 @@ describe("vm.exec", () => {
 		assert.equal(r.exitCode, 124);
 		assert.equal(r.timedOut, true);
 	}));
+	test("an exec is one request on a connection that gets no events", () => withVm(async (vm) => {
+		await vm.exec("echo", ["one"]);
+		await vm.exec("echo", ["two"]);
+		type Seen = { requests: string[]; subscribed: boolean; events: number; open: boolean };
+		let seen: Seen[] = [];
+		// The fake learns of the boot's close when its loop gets to it.
+		for (let i = 0; i < 100; i++) {
+			seen = await callRaw(vm.controlSocket, "test.connections") as Seen[];
+			if (!seen.some((c) => c.subscribed && c.open))
+				break;
+			await new Promise((r) => setTimeout(r, 20));
+		}
+		assert.deepEqual(seen.filter((c) => c.requests.includes("exec")),
+			[{ requests: ["exec", "exec"], subscribed: false, events: 0, open: true }],
+			"the calls' connection is not subscribed: no exec-started, exec-exited");
+		// (Its close may reach the fake after the first exec: what it was
+		// sent then went nowhere.)
+		assert.deepEqual(seen.filter((c) => c.subscribed).map(({ requests, open }) => ({ requests, open })),
+			[{ requests: ["vm.subscribe"], open: false }],
+			"the boot's subscription had its own connection, closed at agent-ready");
+	}));
 	test("an abort rejects with AbortError and the VM stays usable", () => withVm(async (vm) => {
 		const ac = new AbortController();
 		const p = vm.exec("sleep", ["60"], { signal: ac.signal });
