@@ -141,6 +141,7 @@ core-obj-y += vmm/vm-state.o
 core-obj-y += vmm/virtio-slots.o
 core-obj-y += vmm/rootfs.o
 core-obj-y += vmm/rootfs-cmd.o
+core-obj-y += vmm/rootfs-flatten.o
 core-obj-y += vmm/mounts.o
 core-obj-y += vmm/api/server.o
 core-obj-y += vmm/api/client.o

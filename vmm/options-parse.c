@@ -318,8 +318,9 @@ static const char usage_head[] =
 	"       vmm snapshot pack [--level N] DIR FILE | unpack FILE DIR\n"
 	"       vmm rootfs describe FILE [--format raw|qcow2] [--name NAME]\n"
 	"       vmm rootfs bytes DESC [--chunk-size N]\n"
-	"       vmm rootfs flatten --base DESC [--overlay persistent:STATEFILE]\n"
-	"                  [--format qcow2|raw] [--cluster-size N] --out FILE\n"
+	"       vmm rootfs flatten --base DESC [--overlay persistent:STATEFILE |\n"
+	"                  --overlay store:SOCKET] [--format qcow2|raw]\n"
+	"                  [--cluster-size N] --out FILE|store:SOCKET\n"
 	"       vmm --help | --version\n"
 	"\n"
 	"Boots a Linux microVM on KVM, runs COMMAND in it and exits with its status.\n"
@@ -330,7 +331,8 @@ static const char usage_head[] =
 	"--restore (Documentation/snapshots.md, \"Archives\").\n"
 	"vmm rootfs describe prints a descriptor for an image file; bytes streams\n"
 	"an image to stdout, checked against its digest; flatten writes base +\n"
-	"state file as one standalone image (Documentation/rootfs.md).\n"
+	"state file or block store as one standalone image\n"
+	"(Documentation/rootfs.md).\n"
 	"\n";
 
 static const char usage_tail[] =

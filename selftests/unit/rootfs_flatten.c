@@ -6,18 +6,23 @@
  * zeros, the short last cluster), flattened to qcow2 with 4 KiB, 64 KiB
  * and 2 MiB clusters and checked by QEMU's own tools (qemu-img check,
  * compare against the composed raw, map: the all-zero region stays
- * unallocated), and to sparse raw; describe against sha256sum and
- * rootfs__load; bytes against the file; every refusal one line and 125,
- * with no half image left. No KVM needed.
+ * unallocated), and to sparse raw; a block store's blocks over the
+ * base (tools/kiln-store-mem), a qcow2 base made by qemu-img (compressed,
+ * with a state file of its own), the image written into a block store;
+ * describe against sha256sum and rootfs__load; bytes against the file;
+ * every refusal one line and 125, with no half image left. No KVM needed.
  */
 #include <fcntl.h>
 #include <jansson.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "devices/block/disk.h"
 #include "devices/block/qcow2-write.h"
+#include "devices/block/store.h"
 #include "lib/sha256.h"
 #include "selftests/kselftest.h"
 #include "selftests/spawn.h"
@@ -33,7 +38,7 @@
 FIXTURE(flatten)
 {
 	char dir[64];
-	char path[12][128];
+	char path[18][128];
 	uint8_t *base;	   /* BASE_SIZE bytes, as in base.raw */
 	uint8_t *composed; /* base + the overlay */
 	char digest[ROOTFS_DIGEST_LEN + 1];
@@ -52,6 +57,12 @@ enum {
 	P_BYTES,
 	P_MAP,
 	P_DESCRIBED,
+	P_SOCK,
+	P_QCOW2,
+	P_QCOW2_DESC,
+	P_QCOW2_STATE,
+	P_OUT_SOCK,
+	P_EXPECT,
 };
 
 static const char *const names[] = {
@@ -67,6 +78,12 @@ static const char *const names[] = {
 	[P_BYTES] = "bytes.out",
 	[P_MAP] = "map.json",
 	[P_DESCRIBED] = "described.json",
+	[P_SOCK] = "store.sock",
+	[P_QCOW2] = "base.qcow2",
+	[P_QCOW2_DESC] = "base-qcow2.json",
+	[P_QCOW2_STATE] = "state-qcow2.kiln",
+	[P_OUT_SOCK] = "out.sock",
+	[P_EXPECT] = "expect.raw",
 };
 
 static void write_file(const char *path, const void *buf, size_t len)
@@ -107,16 +124,22 @@ static void digest_of(const void *buf, size_t len, char *out)
 	snprintf(out, ROOTFS_DIGEST_LEN + 1, "sha256:%s", hex);
 }
 
-static void write_desc(const char *path, const char *image, const char *digest)
+static void write_desc_as(const char *path, const char *image,
+			  const char *format, const char *digest)
 {
 	char doc[512];
 
 	snprintf(doc, sizeof(doc),
 		 "{\"name\": \"flatten-test\", \"path\": \"%s\", "
-		 "\"format\": \"raw\", \"architecture\": \"x86_64\", "
+		 "\"format\": \"%s\", \"architecture\": \"x86_64\", "
 		 "\"digest\": \"%s\", \"sizeBytes\": %llu}",
-		 image, digest, (unsigned long long)BASE_SIZE);
+		 image, format, digest, (unsigned long long)BASE_SIZE);
 	write_file(path, doc, strlen(doc));
+}
+
+static void write_desc(const char *path, const char *image, const char *digest)
+{
+	write_desc_as(path, image, "raw", digest);
 }
 
 static void fill(uint8_t *p, uint64_t from, uint64_t to, uint8_t seed)
@@ -157,11 +180,12 @@ static void overlay_zero(struct disk *d, uint8_t *composed, uint64_t off,
 	memset(composed + off, 0, len);
 }
 
-static struct disk *open_state(const char *base, const char *digest,
-			       const char *state)
+static struct disk *open_state_as(const char *base, enum disk_format format,
+				  const char *digest, const char *state)
 {
 	struct disk_params p = {
 		.base_path = base,
+		.base_format = format,
 		.base_size = BASE_SIZE,
 		.base_digest = digest,
 		.mode = DISK_PERSISTENT,
@@ -172,6 +196,12 @@ static struct disk *open_state(const char *base, const char *digest,
 	if (disk__open(&d, &p))
 		abort();
 	return d;
+}
+
+static struct disk *open_state(const char *base, const char *digest,
+			       const char *state)
+{
+	return open_state_as(base, DISK_FORMAT_RAW, digest, state);
 }
 
 FIXTURE_SETUP(flatten)
@@ -380,6 +410,9 @@ static void check_qcow2(struct __test_metadata *_metadata,
 	EXPECT_EQ(104, be32_at(img + 100));
 	/* Exactly what holds data, plus the header and the tables. */
 	EXPECT_EQ(expected_size(self->composed, 1ULL << cluster_bits), len);
+	/* Whole clusters: stored as 4 KiB blocks with no padding. */
+	EXPECT_EQ(0, len % (1ULL << cluster_bits));
+	EXPECT_EQ(0, len % 4096);
 	free(img);
 	free(r);
 }
@@ -662,14 +695,24 @@ TEST_F(flatten, refusals)
 		 "--cluster-size", "64K", "--out", out),
 	    r);
 	EXPECT_BAD_INPUT(r, "only for --format qcow2");
+	/* No store on the socket: named, and why. */
 	vmm(ARGS("vmm", "rootfs", "flatten", "--base", desc, "--overlay",
-		 "store:/run/store.sock", "--out", out),
+		 "store:/nonexistent/store.sock", "--out", out),
 	    r);
-	EXPECT_BAD_INPUT(r, "not supported yet");
+	EXPECT_BAD_INPUT(r, "--overlay store:/nonexistent/store.sock: store "
+			    "socket \"/nonexistent/store.sock\": No such file");
 	vmm(ARGS("vmm", "rootfs", "flatten", "--base", desc, "--out",
-		 "store:/run/store.sock"),
+		 "store:/nonexistent/store.sock"),
 	    r);
-	EXPECT_BAD_INPUT(r, "not supported yet");
+	EXPECT_BAD_INPUT(r, "--out store:/nonexistent/store.sock: store "
+			    "socket \"/nonexistent/store.sock\": No such file");
+	vmm(ARGS("vmm", "rootfs", "flatten", "--base", desc, "--overlay",
+		 "store:", "--out", out),
+	    r);
+	EXPECT_BAD_INPUT(r, "must be persistent:STATEFILE or store:SOCKET");
+	vmm(ARGS("vmm", "rootfs", "flatten", "--base", desc, "--out", "store:"),
+	    r);
+	EXPECT_BAD_INPUT(r, "must be FILE or store:SOCKET");
 	vmm(ARGS("vmm", "rootfs", "flatten", "--base", desc, "--overlay",
 		 self->path[P_STATE], "--out", out),
 	    r);
@@ -686,12 +729,12 @@ TEST_F(flatten, refusals)
 	EXPECT_BAD_INPUT(r, "--format vmdk");
 	vmm(ARGS("vmm", "rootfs", "flatten", "--base", desc), r);
 	EXPECT_BAD_INPUT(r, "--out FILE are required");
-	/* A qcow2 base: not through the raw map. */
+	/* A "qcow2" base that is not one: the reader's refusal. */
 	write_file(self->path[P_OTHER_DESC], qcow2_desc, strlen(qcow2_desc));
 	vmm(ARGS("vmm", "rootfs", "flatten", "--base", self->path[P_OTHER_DESC],
 		 "--out", out),
 	    r);
-	EXPECT_BAD_INPUT(r, "format \"qcow2\"");
+	EXPECT_BAD_INPUT(r, "base.raw: bad magic");
 	vmm(ARGS("vmm", "rootfs", "flatten", "--bsae", desc), r);
 	EXPECT_BAD_INPUT(r, "did you mean --base?");
 	vmm(ARGS("vmm", "rootfs", "shrink"), r);
@@ -725,6 +768,334 @@ TEST_F(flatten, no_half_image)
 	    r);
 	EXPECT_BAD_INPUT(r, "File too large");
 	EXPECT_EQ(0, stray_files(self->dir));
+	free(r);
+}
+
+/* tools/kiln-store-mem on sock: its pid once the socket is there, or -1. */
+static pid_t store_start(const char *sock)
+{
+	pid_t pid = fork();
+
+	if (!pid) {
+		execl("/usr/bin/python3", "python3", "tools/kiln-store-mem",
+		      sock, (char *)NULL);
+		_exit(127);
+	}
+	for (int i = 0; i < 2000 && access(sock, F_OK); i++)
+		usleep(10000);
+	if (pid > 0 && access(sock, F_OK)) {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		return -1;
+	}
+	return pid;
+}
+
+static void store_stop(pid_t pid)
+{
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+}
+
+/* One block into the store (data NULL: a zero chunk), sending when full. */
+static int store_put_block(struct store *st, uint64_t block,
+			   const uint8_t *data, char *err, size_t len)
+{
+	int ret = store__write_add(st, block, data);
+
+	if (ret != -E2BIG)
+		return ret;
+	ret = store__write_send(st, err, len);
+	store__write_begin(st);
+	return ret ? ret : store__write_add(st, block, data);
+}
+
+/*
+ * The store's blocks, as a cow VM leaves them, into expect (the base's
+ * bytes before): one over base data, a zero chunk over base data, 300
+ * contiguous blocks in zeros (more than the 256 one read message
+ * carries), 300 scattered ones (many ranges in one message), the last
+ * block.
+ */
+static int store_fill(const char *sock, const char *digest, uint8_t *expect,
+		      char *err, size_t len)
+{
+	struct store_params sp = { .socket_path = sock,
+				   .base = digest,
+				   .nr_blocks = BASE_SIZE / 4096,
+				   .timeout_ms = 5000,
+				   .claim = true };
+	uint64_t blocks[1 + 300 + 300 + 1], b;
+	struct store *st;
+	unsigned int n = 0, i;
+	int ret;
+
+	blocks[n++] = 5;
+	for (i = 0; i < 300; i++)
+		blocks[n++] = 2 * MIB / 4096 + i;
+	for (i = 0; i < 300; i++)
+		blocks[n++] = 11 * MIB / 4096 + 2 * i;
+	blocks[n++] = BASE_SIZE / 4096 - 1;
+	ret = store__connect(&st, &sp, err, len);
+	if (ret)
+		return ret;
+	store__write_begin(st);
+	for (i = 0; i < n && !ret; i++) {
+		b = blocks[i];
+		fill(expect, b * 4096, (b + 1) * 4096, 77);
+		ret = store_put_block(st, b, expect + b * 4096, err, len);
+	}
+	/* Zeros over base data: stored as a zero chunk. */
+	memset(expect + 255 * 4096, 0, 4096);
+	if (!ret)
+		ret = store_put_block(st, 255, NULL, err, len);
+	if (!ret)
+		ret = store__write_send(st, err, len);
+	if (!ret)
+		ret = store__flush(st, err, len);
+	store__close(st);
+	return ret;
+}
+
+/*
+ * --overlay store:: the listed blocks from the store, every other from
+ * the base; qcow2 with 2 MiB clusters (512 blocks a read of the disk) and
+ * raw, both equal to the expected disk. A store bound to another base
+ * refuses the flatten, one line naming the socket.
+ */
+TEST_F(flatten, store_overlay)
+{
+	struct spawn_result *r = malloc(sizeof(*r));
+	uint8_t *expect = malloc(BASE_SIZE), *img;
+	const char *sock = self->path[P_SOCK];
+	char overlay[160], err[256], want[512];
+	size_t len;
+	pid_t pid;
+
+	ASSERT_TRUE(r != NULL && expect != NULL);
+	pid = store_start(sock);
+	ASSERT_LT(0, pid);
+	memcpy(expect, self->base, BASE_SIZE);
+	ASSERT_EQ(0, store_fill(sock, self->digest, expect, err, sizeof(err)))
+	TH_LOG("%s", err);
+	write_file(self->path[P_EXPECT], expect, BASE_SIZE);
+	snprintf(overlay, sizeof(overlay), "store:%s", sock);
+
+	vmm(ARGS("vmm", "rootfs", "flatten", "--base", self->path[P_DESC],
+		 "--overlay", overlay, "--cluster-size", "2M", "--out",
+		 self->path[P_OUT]),
+	    r);
+	ASSERT_EQ(0, r->status) TH_LOG("stderr: %s", r->err);
+	EXPECT_STREQ("", r->err);
+	run(ARGS("qemu-img", "check", "-f", "qcow2", self->path[P_OUT]), r);
+	EXPECT_EQ(0, r->status) TH_LOG("check: %s %s", r->out, r->err);
+	run(ARGS("qemu-img", "compare", "-f", "raw", "-F", "qcow2",
+		 self->path[P_EXPECT], self->path[P_OUT]),
+	    r);
+	EXPECT_EQ(0, r->status) TH_LOG("compare: %s %s", r->out, r->err);
+	img = read_file(self->path[P_OUT], &len);
+	ASSERT_TRUE(img != NULL);
+	EXPECT_EQ(0, len % (2 * MIB));
+	free(img);
+
+	ASSERT_EQ(0, unlink(self->path[P_OUT]));
+	vmm(ARGS("vmm", "rootfs", "flatten", "--base", self->path[P_DESC],
+		 "--overlay", overlay, "--format", "raw", "--out",
+		 self->path[P_OUT]),
+	    r);
+	ASSERT_EQ(0, r->status) TH_LOG("stderr: %s", r->err);
+	img = read_file(self->path[P_OUT], &len);
+	ASSERT_TRUE(img != NULL);
+	ASSERT_EQ(BASE_SIZE, len);
+	EXPECT_EQ(0, memcmp(img, expect, BASE_SIZE));
+	free(img);
+
+	/* The store holds changes to base.raw, not to other.raw. */
+	other_base(self);
+	ASSERT_EQ(0, unlink(self->path[P_OUT]));
+	vmm(ARGS("vmm", "rootfs", "flatten", "--base", self->path[P_OTHER_DESC],
+		 "--overlay", overlay, "--out", self->path[P_OUT]),
+	    r);
+	snprintf(want, sizeof(want),
+		 "--overlay %s: hello: store refused: "
+		 "this store holds changes to %s",
+		 overlay, self->digest);
+	EXPECT_BAD_INPUT(r, want);
+	EXPECT_NE(0, access(self->path[P_OUT], F_OK));
+	store_stop(pid);
+	free(expect);
+	free(r);
+}
+
+/*
+ * A qcow2 base made by qemu-img (compressed, 64 KiB clusters) with a
+ * state file of its own: flattened alone and with the state file, each
+ * equal to its raw disk; the output whole 4 KiB clusters.
+ */
+TEST_F(flatten, qcow2_base)
+{
+	struct spawn_result *r = malloc(sizeof(*r));
+	char digest[ROOTFS_DIGEST_LEN + 1], overlay[160];
+	uint8_t *expect = malloc(BASE_SIZE), *img;
+	struct disk *d;
+	size_t len;
+
+	ASSERT_TRUE(r != NULL && expect != NULL);
+	run(ARGS("qemu-img", "convert", "-q", "-c", "-f", "raw", "-O", "qcow2",
+		 "-o", "cluster_size=65536", self->path[P_BASE],
+		 self->path[P_QCOW2]),
+	    r);
+	ASSERT_EQ(0, r->status) TH_LOG("convert: %s", r->err);
+	img = read_file(self->path[P_QCOW2], &len);
+	ASSERT_TRUE(img != NULL);
+	digest_of(img, len, digest);
+	free(img);
+	write_desc_as(self->path[P_QCOW2_DESC], "base.qcow2", "qcow2", digest);
+
+	/* The base alone. */
+	vmm(ARGS("vmm", "rootfs", "flatten", "--base", self->path[P_QCOW2_DESC],
+		 "--cluster-size", "4K", "--out", self->path[P_OUT]),
+	    r);
+	ASSERT_EQ(0, r->status) TH_LOG("stderr: %s", r->err);
+	run(ARGS("qemu-img", "compare", "-f", "raw", "-F", "qcow2",
+		 self->path[P_BASE], self->path[P_OUT]),
+	    r);
+	EXPECT_EQ(0, r->status) TH_LOG("compare: %s %s", r->out, r->err);
+	ASSERT_EQ(0, unlink(self->path[P_OUT]));
+
+	/* With a persistent overlay written over the qcow2 base. */
+	memcpy(expect, self->base, BASE_SIZE);
+	d = open_state_as(self->path[P_QCOW2], DISK_FORMAT_QCOW2, digest,
+			  self->path[P_QCOW2_STATE]);
+	overlay_write(d, expect, 4096, 3 * 4096, 0x3c);
+	overlay_write(d, expect, 7 * MIB, 64 * 1024, 0x4d);
+	overlay_zero(d, expect, 6 * MIB, MIB);
+	overlay_write(d, expect, BASE_SIZE - 8192, 8192, 0x5e);
+	disk__close(d);
+	write_file(self->path[P_EXPECT], expect, BASE_SIZE);
+	snprintf(overlay, sizeof(overlay), "persistent:%s",
+		 self->path[P_QCOW2_STATE]);
+	vmm(ARGS("vmm", "rootfs", "flatten", "--base", self->path[P_QCOW2_DESC],
+		 "--overlay", overlay, "--cluster-size", "4K", "--out",
+		 self->path[P_OUT]),
+	    r);
+	ASSERT_EQ(0, r->status) TH_LOG("stderr: %s", r->err);
+	EXPECT_STREQ("", r->err);
+	run(ARGS("qemu-img", "check", "-f", "qcow2", self->path[P_OUT]), r);
+	EXPECT_EQ(0, r->status) TH_LOG("check: %s %s", r->out, r->err);
+	run(ARGS("qemu-img", "compare", "-f", "raw", "-F", "qcow2",
+		 self->path[P_EXPECT], self->path[P_OUT]),
+	    r);
+	EXPECT_EQ(0, r->status) TH_LOG("compare: %s %s", r->out, r->err);
+	img = read_file(self->path[P_OUT], &len);
+	ASSERT_TRUE(img != NULL);
+	EXPECT_EQ(0, len % 4096);
+	free(img);
+
+	/* The raw base's state file is not this base's. */
+	ASSERT_EQ(0, unlink(self->path[P_OUT]));
+	snprintf(overlay, sizeof(overlay), "persistent:%s",
+		 self->path[P_STATE]);
+	vmm(ARGS("vmm", "rootfs", "flatten", "--base", self->path[P_QCOW2_DESC],
+		 "--overlay", overlay, "--out", self->path[P_OUT]),
+	    r);
+	EXPECT_BAD_INPUT(r, "was made for base image");
+	free(expect);
+	free(r);
+}
+
+struct listed {
+	uint64_t n;
+	bool ascending;
+};
+
+static void count_listed(void *arg, uint64_t block)
+{
+	struct listed *l = arg;
+
+	l->ascending &= block == l->n;
+	l->n++;
+}
+
+/*
+ * --out store:: block i of the store is bytes [4096 i, 4096 (i + 1)) of
+ * the same flatten written to a file; the hello's base is that file's
+ * digest; stdout is the descriptor.
+ */
+TEST_F(flatten, out_store)
+{
+	struct spawn_result *r = malloc(sizeof(*r));
+	const char *sock = self->path[P_OUT_SOCK];
+	struct store_params sp = { .socket_path = sock, .timeout_ms = 5000 };
+	char digest[ROOTFS_DIGEST_LEN + 1], overlay[160], out[160], err[256];
+	struct listed l = { .ascending = true };
+	struct store_range range;
+	uint8_t *img, *got;
+	json_error_t jerr;
+	struct store *st;
+	size_t len, b;
+	json_t *d;
+	pid_t pid;
+
+	ASSERT_TRUE(r != NULL);
+	pid = store_start(sock);
+	ASSERT_LT(0, pid);
+	snprintf(overlay, sizeof(overlay), "persistent:%s",
+		 self->path[P_STATE]);
+	snprintf(out, sizeof(out), "store:%s", sock);
+	vmm(ARGS("vmm", "rootfs", "flatten", "--base", self->path[P_DESC],
+		 "--overlay", overlay, "--cluster-size", "4K", "--out", out),
+	    r);
+	ASSERT_EQ(0, r->status) TH_LOG("stderr: %s", r->err);
+	EXPECT_STREQ("", r->err);
+	d = json_loads(r->out, 0, &jerr);
+	ASSERT_TRUE(d != NULL) TH_LOG("%s: %s", jerr.text, r->out);
+	vmm(ARGS("vmm", "rootfs", "flatten", "--base", self->path[P_DESC],
+		 "--overlay", overlay, "--cluster-size", "4K", "--out",
+		 self->path[P_OUT]),
+	    r);
+	ASSERT_EQ(0, r->status) TH_LOG("stderr: %s", r->err);
+	img = read_file(self->path[P_OUT], &len);
+	ASSERT_TRUE(img != NULL);
+	ASSERT_EQ(0, len % 4096);
+	digest_of(img, len, digest);
+
+	EXPECT_STREQ(digest, json_string_value(json_object_get(d, "digest")));
+	EXPECT_STREQ("qcow2", json_string_value(json_object_get(d, "format")));
+	EXPECT_STREQ(sock, json_string_value(json_object_get(d, "store")));
+	EXPECT_EQ(BASE_SIZE,
+		  json_integer_value(json_object_get(d, "sizeBytes")));
+	EXPECT_EQ(len, json_integer_value(json_object_get(d, "fileBytes")));
+	EXPECT_TRUE(!strncmp(json_string_value(json_object_get(d, "name")),
+			     "flattened-", 10));
+	json_decref(d);
+
+	/* Every block of the file, as the next reader finds them. */
+	sp.base = digest;
+	sp.nr_blocks = len / 4096;
+	ASSERT_EQ(0, store__connect(&st, &sp, err, sizeof(err)))
+	TH_LOG("%s", err);
+	EXPECT_EQ(len / 4096, store__stored(st));
+	ASSERT_EQ(0, store__list(st, count_listed, &l, err, sizeof(err)))
+	TH_LOG("%s", err);
+	EXPECT_EQ(len / 4096, l.n);
+	EXPECT_TRUE(l.ascending);
+	got = malloc(len);
+	ASSERT_TRUE(got != NULL);
+	for (b = 0; b < len / 4096; b += range.count) {
+		range.first = b;
+		range.count = len / 4096 - b < STORE_IO_BLOCKS ?
+				      len / 4096 - b :
+				      STORE_IO_BLOCKS;
+		ASSERT_EQ(0, store__read(st, &range, 1, got + b * 4096, err,
+					 sizeof(err)))
+		TH_LOG("%s", err);
+	}
+	EXPECT_EQ(0, memcmp(img, got, len));
+	store__close(st);
+	store_stop(pid);
+	free(got);
+	free(img);
 	free(r);
 }
 
