@@ -928,6 +928,53 @@ TEST_F(flatten, store_overlay)
 }
 
 /*
+ * A store that lists block 0, then closes the connection on the read:
+ * one line naming the socket and why, 125, no image.
+ */
+static const char dying_store[] =
+	"import socket, struct, sys\n"
+	"s = socket.socket(socket.AF_UNIX)\n"
+	"s.bind(sys.argv[1]); s.listen(1)\n"
+	"c = s.accept()[0]\n"
+	"def rx():\n"
+	"    n = struct.unpack('<I', c.recv(4, socket.MSG_WAITALL))[0]\n"
+	"    return c.recv(n, socket.MSG_WAITALL)\n"
+	"def tx(t, p):\n"
+	"    c.sendall(struct.pack('<IB', len(p) + 1, t) + p)\n"
+	"rx(); tx(0x81, struct.pack('<IIQ', 1, 4096, 1))\n"
+	"rx(); tx(0x82, struct.pack('<QIQ', 2**64 - 1, 1, 0))\n"
+	"rx(); c.close()\n";
+
+TEST_F(flatten, store_dies)
+{
+	struct spawn_result *r = malloc(sizeof(*r));
+	const char *sock = self->path[P_SOCK];
+	char overlay[160], want[256];
+	pid_t pid;
+
+	ASSERT_TRUE(r != NULL);
+	pid = fork();
+	if (!pid) {
+		execl("/usr/bin/python3", "python3", "-c", dying_store, sock,
+		      (char *)NULL);
+		_exit(127);
+	}
+	for (int i = 0; i < 2000 && access(sock, F_OK); i++)
+		usleep(10000);
+	snprintf(overlay, sizeof(overlay), "store:%s", sock);
+	vmm(ARGS("vmm", "rootfs", "flatten", "--base", self->path[P_DESC],
+		 "--overlay", overlay, "--out", self->path[P_OUT]),
+	    r);
+	snprintf(want, sizeof(want),
+		 "--overlay %s: read: the store closed the connection",
+		 overlay);
+	EXPECT_BAD_INPUT(r, want);
+	EXPECT_NE(0, access(self->path[P_OUT], F_OK));
+	store_stop(pid);
+	free(r);
+}
+
+/*
  * A qcow2 base made by qemu-img (compressed, 64 KiB clusters) with a
  * state file of its own: flattened alone and with the state file, each
  * equal to its raw disk; the output whole 4 KiB clusters.
