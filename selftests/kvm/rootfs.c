@@ -302,6 +302,87 @@ TEST_TIMEOUT(cow_root_over_directory_store_keeps_changes, BOOT_TIMEOUT * 2)
 	scratch_fini(&s);
 }
 
+/*
+ * A configured machine as a portable image (Documentation/rootfs.md,
+ * "vmm rootfs flatten"): a file written in a persistent boot, the test
+ * image + that state file flattened to qcow2 and described, then the
+ * flattened image booted under vmm as a read-only base, and under QEMU
+ * microvm as its virtio-blk root (same kernel and initramfs, the command
+ * in an argv archive appended as tools/bench-blk does; snapshot=on keeps
+ * QEMU's writes off the image). Both read the file back.
+ */
+TEST_TIMEOUT(flattened_image_boots_under_vmm_and_qemu, BOOT_TIMEOUT * 3)
+{
+	char mode[160], flat[160], desc[160], initrd[160], append[300];
+	char drive[300], cmd[2048], before[128], after[128];
+	struct spawn_result r;
+	struct scratch s;
+	struct guest g;
+	FILE *f;
+
+	guest_paths(&g);
+	scratch_init(_metadata, &s, TEST_IMAGE);
+	snprintf(mode, sizeof(mode), "persistent:%s", s.state);
+	snprintf(flat, sizeof(flat), "%s/flat.qcow2", s.dir);
+	snprintf(desc, sizeof(desc), "%s/flat.json", s.dir);
+	BOOT(NULL, ARGS("--rootfs", s.rootfs, "--rootfs-mode", mode),
+	     ARGS("sh", "-c", "echo flattened > /root/note && sync"), NULL, &r);
+	ASSERT_EQ(0, r.status) TH_LOG("stderr: %s", r.err);
+
+	snprintf(cmd, sizeof(cmd),
+		 "'%s' rootfs flatten --base '%s' --overlay 'persistent:%s' "
+		 "--out '%s' && '%s' rootfs describe '%s' --name flat-1 >'%s' "
+		 "&& qemu-img check -q '%s'",
+		 g.vmm, s.rootfs, s.state, flat, g.vmm, flat, desc, flat);
+	ASSERT_EQ(0, system(cmd));
+	file_sha256(_metadata, flat, before, sizeof(before));
+
+	BOOT(NULL, ARGS("--rootfs", desc, "--rootfs-mode", "readonly"),
+	     ARGS("sh", "-c", "cat /root/note; grep ^ID= /etc/os-release"),
+	     NULL, &r);
+	EXPECT_EQ(0, r.status) TH_LOG("stderr: %s", r.err);
+	EXPECT_STREQ("flattened\nID=kiln-test\n", r.out);
+
+	/* QEMU: the initramfs with kiln/argv, its status (st << 1) | 1. */
+	snprintf(initrd, sizeof(initrd), "%s/initramfs+argv.cpio", s.dir);
+	snprintf(cmd, sizeof(cmd),
+		 "python3 -c 'import importlib.machinery as m, "
+		 "importlib.util as u, sys; "
+		 "l = m.SourceFileLoader(\"bench_blk\", \"tools/bench-blk\"); "
+		 "b = u.module_from_spec(u.spec_from_loader(l.name, l)); "
+		 "l.exec_module(b); "
+		 "b.qemu_initrd(sys.argv[1], sys.argv[3:], sys.argv[2]); "
+		 "print(b.bb.KILN_CMDLINE)' '%s' '%s' cat /root/note",
+		 g.initrd, initrd);
+	f = popen(cmd, "r");
+	ASSERT_NE(NULL, f);
+	ASSERT_NE(NULL, fgets(append, sizeof(append) - 64, f));
+	ASSERT_EQ(0, pclose(f));
+	append[strcspn(append, "\n")] = 0;
+	strcat(append, " kiln.console=raw kiln.root=vda kiln.rootflags=rw");
+	snprintf(drive, sizeof(drive),
+		 "file=%s,if=none,id=d0,format=qcow2,snapshot=on", flat);
+	ASSERT_EQ(
+		0,
+		spawn__run(
+			ARGS("qemu-system-x86_64", "-M",
+			     "microvm,x-option-roms=off,isa-serial=on,rtc=off,acpi=off",
+			     "-accel", "kvm", "-cpu", "host", "-smp", "1", "-m",
+			     "256", "-nodefaults", "-no-user-config",
+			     "-display", "none", "-serial", "stdio",
+			     "-no-reboot", "-kernel", g.vmlinux, "-initrd",
+			     initrd, "-append", append, "-drive", drive,
+			     "-device", "virtio-blk-device,drive=d0", "-device",
+			     "isa-debug-exit,iobase=0x501,iosize=4"),
+			NULL, &r));
+	EXPECT_EQ(1, r.status) TH_LOG("qemu: %s %s", r.out, r.err);
+	EXPECT_NE(NULL, strstr(r.out, "flattened")) TH_LOG("%s", r.out);
+
+	file_sha256(_metadata, flat, after, sizeof(after));
+	EXPECT_STREQ(before, after);
+	scratch_fini(&s);
+}
+
 TEST_TIMEOUT(readonly_root_refuses_writes, BOOT_TIMEOUT)
 {
 	struct spawn_result r;
