@@ -36,6 +36,13 @@ JOBS       ?= $(shell nproc 2>/dev/null || echo 1)
 
 include Kbuild.mk
 
+# Where `make install` puts Kiln (Documentation/install.md); the vmm has
+# the guest's directory under it compiled in (vmm/guest-default.c).
+PREFIX     ?= /usr/local
+# $(O)/include/kiln-paths.h and kiln-version.h, rewritten only when they
+# change (tools/kiln-build-info).
+$(shell tools/kiln-build-info $(O) $(PREFIX) $(STATIC_LIBS))
+
 # Objects that need no KVM: the vmm links them, and so do the unit tests.
 core-obj-y += lib/log.o
 core-obj-y += lib/worker.o
@@ -131,6 +138,7 @@ core-obj-y += snapshot/baseline.o
 core-obj-y += vmm/config.o
 core-obj-y += vmm/identity.o
 core-obj-y += vmm/facts.o
+core-obj-y += vmm/guest-default.o
 core-obj-y += vmm/console-log.o
 core-obj-y += vmm/metrics.o
 core-obj-y += vmm/options.o
@@ -173,6 +181,7 @@ obj-y += vmm/cpuid.o
 obj-y += vmm/seccomp.o
 obj-y += vmm/control.o
 obj-y += vmm/vm-metrics.o
+obj-y += vmm/version.o
 obj-y += devices/i8042.o
 obj-y += devices/exit-dev.o
 obj-y += devices/console.o

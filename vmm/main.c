@@ -22,12 +22,14 @@
 #include "snapshot/archive.h"
 #include "vmm/config.h"
 #include "vmm/facts.h"
+#include "vmm/guest-default.h"
 #include "vmm/jail.h"
 #include "vmm/options.h"
 #include "vmm/rootfs-cmd.h"
 #include "vmm/baseline-vm.h"
 #include "vmm/control.h"
 #include "vmm/snapshot.h"
+#include "vmm/version.h"
 #include "vmm/vm-pause.h"
 #include "vmm/vm-run.h"
 #include "vmm/vm.h"
@@ -230,7 +232,10 @@ static int cmd_run(int argc, char **argv, bool start)
 	}
 	if (ret || setup_log(&cfg))
 		goto out;
-	ret = config__validate(&cfg, err, sizeof(err));
+	/* No --kernel: the default guest, verified (guest-default.h). */
+	ret = guest_default__apply(&cfg, err, sizeof(err));
+	if (!ret)
+		ret = config__validate(&cfg, err, sizeof(err));
 	if (!ret && cfg.jail.dir)
 		ret = jail__check_root(&cfg.jail, err, sizeof(err));
 	if (!ret && cfg.jail.dir)
@@ -311,7 +316,9 @@ static int cmd_facts(int argc, char **argv)
 		ret = setup_log(&cfg);
 	if (ret) /* said already */
 		goto out;
-	ret = config__validate(&cfg, err, sizeof(err));
+	ret = guest_default__apply(&cfg, err, sizeof(err));
+	if (!ret)
+		ret = config__validate(&cfg, err, sizeof(err));
 	if (!ret)
 		ret = facts__config_offline(&cfg, &facts, err, sizeof(err));
 	if (!ret) {
@@ -400,7 +407,7 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (!strcmp(argv[1], "--version")) {
-		printf("vmm (Kiln) %s\n", KILN_VERSION);
+		version__print(stdout);
 		return 0;
 	}
 	if (!strcmp(argv[1], "run"))

@@ -305,7 +305,7 @@ static int store(struct vm_config *c, const struct option_desc *o,
 /* ---- the command line ------------------------------------------------ */
 
 static const char usage_head[] =
-	"usage: vmm run --kernel PATH [--initrd PATH] [--cmdline STR] [--cpus N]\n"
+	"usage: vmm run [--kernel PATH] [--initrd PATH] [--cmdline STR] [--cpus N]\n"
 	"               [--memory SIZE] [--rootfs DESC [--rootfs-mode M] ...]\n"
 	"               [--vsock-socket PATH [--vsock-cid N]] [--mount SPEC]...\n"
 	"               [--net auto|netns:PATH|tap-fd:N [--net-address A.B.C.D/N] ...]\n"

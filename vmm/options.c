@@ -402,7 +402,10 @@ const struct option_desc options__table[] = {
 		.flag = "kernel",
 		.arg = "PATH",
 		.key = "kernel",
-		.help = "ELF vmlinux or bzImage (x86-64, 64-bit boot protocol)",
+		.help = "ELF vmlinux or bzImage (x86-64, 64-bit boot protocol);\n"
+			"default: the default guest's vmlinux and initramfs,\n"
+			"checked against their pins (KILN_GUEST_DIR, else the\n"
+			"build tree's, else the installed one: vmm --version)",
 		STRING_FIELD(kernel_path),
 	},
 	{

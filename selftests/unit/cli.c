@@ -611,7 +611,10 @@ TEST(usage_errors)
 {
 	struct spawn_result r;
 
+	/* No kernel and no default guest (selftests/unit/guest_default.c). */
+	ASSERT_EQ(0, setenv("KILN_GUEST_DIR", "/nonexistent", 1));
 	run_vmm((const char *[]){ "", "run", NULL }, NULL, &r);
+	unsetenv("KILN_GUEST_DIR");
 	EXPECT_BAD_INPUT(&r, "no kernel given");
 	run_vmm((const char *[]){ "", "frobnicate", NULL }, NULL, &r);
 	EXPECT_BAD_INPUT(&r, "unknown command 'frobnicate'");
