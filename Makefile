@@ -8,6 +8,8 @@
 #   make image    build the debian-12-agent root image (cached outside the tree)
 #   make run      deps + build + guest, then boot a VM and run `uname -a` in it
 #   make test     deps + build + guest + image, then every selftest (unit + KVM)
+#   make install  vmm, vmmctl, the guest, man pages, bash completion into
+#                 DESTDIR/PREFIX (default /usr/local); make uninstall
 #   make format   clang-format 14 over every tracked .c and .h, in place; make
 #                 test fails while one is not formatted (tools/check-format)
 #   make bench    boot benchmark against QEMU microvm (PVH and qboot), 1 and 4 vCPUs
@@ -566,6 +568,44 @@ bench-snapshot: deps
 	$(Q)$(MAKE) -j$(JOBS) all
 	$(Q)$(MAKE) -f guest/guest.mk O=$(O)
 	$(Q)tools/bench-snapshot $(O)
+
+# make install and uninstall (Documentation/install.md): the files
+# tools/kiln-install lists, under DESTDIR and PREFIX; the man pages and
+# the bash completion are generated (tools/gen-docs, Debian's pandoc)
+# from the binaries' --help, which their option tables write, and from
+# Documentation/. The guest must have been built (make, or make guest).
+MAN_PAGES   := $(addprefix $(O)/man/,vmm.1 vmmctl.1 kiln-api.7)
+COMPLETIONS := $(addprefix $(O)/completion/,vmm vmmctl)
+
+.PHONY: install uninstall man completion
+man: $(MAN_PAGES)
+	@:
+
+completion: $(COMPLETIONS)
+	@:
+
+# The FILES section names PREFIX's guest directory: kiln-paths.h has it.
+$(MAN_PAGES) &: $(O)/vmm $(O)/vmmctl Documentation/cli.md Documentation/api.md \
+		tools/gen-docs VERSION $(O)/include/kiln-paths.h
+	$(quiet) GEN $(O)/man
+	$(Q)tools/gen-docs man $(O) $$(cat VERSION) $(PREFIX)
+
+$(COMPLETIONS) &: $(O)/vmm $(O)/vmmctl tools/gen-docs
+	$(quiet) GEN $(O)/completion
+	$(Q)tools/gen-docs completion $(O)
+
+install: all man completion
+	$(Q)tools/kiln-install install $(O) "$(DESTDIR)" $(PREFIX)
+
+uninstall:
+	$(Q)tools/kiln-install uninstall $(O) "$(DESTDIR)" $(PREFIX)
+
+# The install's file list against the docs', the man page against
+# --help, the completion against the option table (a host suite).
+$(O)/selftests/install_layout: selftests/unit/install_layout.sh
+	$(Q)install -D -m 0755 $< $@
+
+selftests: $(O)/selftests/install_layout $(MAN_PAGES) $(COMPLETIONS)
 
 # The TypeScript SDK (sdk/README.md): npm ci once per package-lock.json
 # (cached in $(KILN_CACHE)), tsc, and its unit tests as the host suite
