@@ -10,6 +10,7 @@
 #   make test     deps + build + guest + image, then every selftest (unit + KVM)
 #   make install  vmm, vmmctl, the guest, man pages, bash completion into
 #                 DESTDIR/PREFIX (default /usr/local); make uninstall
+#   make deb      kiln_VERSION_ARCH.deb here (Documentation/install.md)
 #   make format   clang-format 14 over every tracked .c and .h, in place; make
 #                 test fails while one is not formatted (tools/check-format)
 #   make bench    boot benchmark against QEMU microvm (PVH and qboot), 1 and 4 vCPUs
@@ -569,7 +570,7 @@ bench-snapshot: deps
 	$(Q)$(MAKE) -f guest/guest.mk O=$(O)
 	$(Q)tools/bench-snapshot $(O)
 
-# make install and uninstall (Documentation/install.md): the files
+# make install, uninstall and deb (Documentation/install.md): the files
 # tools/kiln-install lists, under DESTDIR and PREFIX; the man pages and
 # the bash completion are generated (tools/gen-docs, Debian's pandoc)
 # from the binaries' --help, which their option tables write, and from
@@ -577,7 +578,7 @@ bench-snapshot: deps
 MAN_PAGES   := $(addprefix $(O)/man/,vmm.1 vmmctl.1 kiln-api.7)
 COMPLETIONS := $(addprefix $(O)/completion/,vmm vmmctl)
 
-.PHONY: install uninstall man completion
+.PHONY: install uninstall man completion deb
 man: $(MAN_PAGES)
 	@:
 
@@ -599,6 +600,12 @@ install: all man completion
 
 uninstall:
 	$(Q)tools/kiln-install uninstall $(O) "$(DESTDIR)" $(PREFIX)
+
+# kiln_VERSION_ARCH.deb here, from dpkg-buildpackage on a copy of the
+# tracked files in $(O)/deb/kiln (debian/rules, tools/kiln-deb).
+deb:
+	$(Q)tools/install-deps deb
+	$(Q)tools/kiln-deb $(O)
 
 # The install's file list against the docs', the man page against
 # --help, the completion against the option table (a host suite).
