@@ -116,6 +116,7 @@ core-obj-y += net/netns.o
 core-obj-y += net/policy.o
 core-obj-y += net/policy-parse.o
 core-obj-y += net/bindings.o
+core-obj-y += net/synmap.o
 core-obj-y += net/dns-hook.o
 core-obj-y += net/dns-msg.o
 core-obj-y += net/dns-up.o
@@ -199,6 +200,7 @@ ebpf-obj-y += net/proxy-ns.o
 ebpf-obj-y += net/proxy-tcp.o
 ebpf-obj-y += net/proxy-udp.o
 ebpf-obj-y += net/status.o
+ebpf-obj-y += net/synmap-egress.o
 
 # vmmctl, the control socket's client: shares only the base64 code.
 vmmctl-obj-y += tools/vmmctl.o

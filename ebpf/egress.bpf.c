@@ -6,8 +6,11 @@
  * to the kernel of the VM netns, for one of its local sockets: ARP to the
  * gateway address, DNS (port 53) to any address, the rest steered with bpf_sk_assign() to a
  * socket of the vmm's (or to the socket of a flow the vmm accepted). It
- * never redirects, rewrites or forwards anything; everything else drops.
- * Documentation/network.md, "Design: default-deny egress".
+ * never forwards anything; everything else drops, except a SYN to a
+ * destination no grant can match (the syn_grants map, egress.h): that
+ * one is turned into an RST and sent back to the guest through the tap,
+ * so that its connect() is refused. Documentation/network.md, "Design:
+ * default-deny egress" and "What the guest sees of a denied TCP flow".
  *
  * Headers are copied out with bpf_skb_load_bytes(): the tap may leave them
  * outside the linear part (a guest's GSO frame says how much is linear),
@@ -42,6 +45,9 @@
 #define NET_MULTICAST	0xe0000000 /* 224.0.0.0/4 */
 #define NET_MASK_4	0xf0000000
 #define ADDR_BROADCAST	0xffffffff
+#define IPV4_DF		0x4000 /* frag_off: don't fragment */
+#define RST_TTL		64     /* RFC 1700's default */
+#define TCP_WORD	4      /* doff counts 32-bit words */
 
 /* An Ethernet/IPv4 ARP packet (RFC 826); the addresses are unaligned. */
 struct arp_ipv4 {
@@ -72,6 +78,21 @@ struct {
 	__type(value, __u64);
 } proxy_socks SEC(".maps");
 
+/*
+ * Nonzero: SYNs are checked against syn_grants. Written by the loader
+ * through the skeleton's mapping of .bss; read once per SYN.
+ */
+volatile __u32 syn_check;
+
+/* Destination prefixes a grant may allow, and their ports (egress.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, EGRESS_SYN_MAX_ENTRIES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct egress_syn_key);
+	__type(value, struct egress_syn_ports);
+} syn_grants SEC(".maps");
+
 /* Frames per enum egress_reason, per CPU; the loader sums them. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -80,7 +101,8 @@ struct {
 	__type(value, __u64);
 } verdicts SEC(".maps");
 
-static __always_inline int verdict(enum egress_reason reason)
+static __always_inline int verdict(struct __sk_buff *skb,
+				   enum egress_reason reason)
 {
 	__u32 key = reason;
 	__u64 *count = bpf_map_lookup_elem(&verdicts, &key);
@@ -88,6 +110,9 @@ static __always_inline int verdict(enum egress_reason reason)
 	/* Per CPU, and tc programs do not migrate: no atomic needed. */
 	if (count)
 		*count += 1;
+	/* The RST out of the tap (its egress): to the guest. */
+	if (reason == EGRESS_TCP_REFUSED)
+		return bpf_redirect(skb->ifindex, 0);
 	return reason <= EGRESS_LAST_PASS ? TC_ACT_OK : TC_ACT_SHOT;
 }
 
@@ -167,8 +192,132 @@ static __always_inline bool is_dns(__be16 dport)
 	return dport == bpf_htons(DNS_PORT);
 }
 
-static __always_inline enum egress_reason
-classify_tcp(struct __sk_buff *skb, const struct iphdr *ip, __u32 l4)
+/* Whether a grant may allow a TCP flow to daddr:dport (egress.h). */
+static __always_inline bool syn_may_be_granted(__be32 daddr, __be16 dport)
+{
+	struct egress_syn_key key = { .prefixlen = EGRESS_SYN_ADDR_BITS,
+				      .addr = daddr };
+	const struct egress_syn_ports *v;
+	__u16 port = bpf_ntohs(dport);
+
+	if (!syn_check)
+		return true;
+	v = bpf_map_lookup_elem(&syn_grants, &key);
+	if (!v)
+		return false;
+	for (__u32 i = 0; i < EGRESS_SYN_MAX_RANGES; i++) {
+		if (i >= v->nr)
+			break;
+		if (port >= v->range[i].lo && port <= v->range[i].hi)
+			return true;
+	}
+	return false;
+}
+
+/* The 32-bit one's complement sum folded to 16 bits (RFC 1071). */
+static __always_inline __u16 csum_fold(__s64 sum)
+{
+	__u32 s = (__u32)sum;
+
+	s = (s & 0xffff) + (s >> 16);
+	s = (s & 0xffff) + (s >> 16);
+	return (__u16)s;
+}
+
+/* The TCP pseudo-header (RFC 793, 3.1), summed, folded. */
+static __always_inline __u16 pseudo_sum(__be32 saddr, __be32 daddr,
+					__u16 tcp_len)
+{
+	struct {
+		__be32 saddr, daddr;
+		__u8 zero, proto;
+		__be16 len;
+	} ph = { .saddr = saddr,
+		 .daddr = daddr,
+		 .proto = IPPROTO_TCP,
+		 .len = bpf_htons(tcp_len) };
+
+	return csum_fold(bpf_csum_diff(NULL, 0, (__be32 *)&ph, sizeof(ph), 0));
+}
+
+/*
+ * The RST-ACK that answers the guest's SYN, as a closed port does (RFC
+ * 793, "Reset Generation": <SEQ=0><ACK=SEG.SEQ+SEG.LEN><CTL=RST,ACK>),
+ * from the destination it asked. pad puts the IP header on 4 bytes.
+ */
+struct rst_frame {
+	__u8 pad[2];
+	struct ethhdr eth;
+	struct iphdr ip;
+	struct tcphdr tcp;
+};
+
+#define RST_LEN \
+	(sizeof(struct ethhdr) + sizeof(struct iphdr) + sizeof(struct tcphdr))
+
+/*
+ * Turns the SYN in skb into the RST, in place: the frame cut to the
+ * three headers, then rewritten. The checksum is the full one, unless
+ * the SYN's own is a partial one (the guest left it to the tap,
+ * VIRTIO_NET_HDR_F_NEEDS_CSUM: the field holds the pseudo-header's sum);
+ * then the skb still says CHECKSUM_PARTIAL at the same offsets, and the
+ * RST's field gets its pseudo-header's sum for whoever completes it. A
+ * full SYN checksum that equals its pseudo-header's sum by chance (one
+ * in 65536) costs that SYN's RST; the guest's retransmission is
+ * answered.
+ */
+static __always_inline enum egress_reason refuse(struct __sk_buff *skb,
+						 const struct ethhdr *eth,
+						 const struct iphdr *ip,
+						 const struct tcphdr *syn)
+{
+	__u16 syn_len = bpf_ntohs(ip->tot_len) - sizeof(*ip);
+	__u32 data_len = syn_len - syn->doff * TCP_WORD;
+	bool partial = syn->check == pseudo_sum(ip->saddr, ip->daddr, syn_len);
+	struct rst_frame f = {};
+	__s64 sum;
+
+	if (syn->doff * TCP_WORD > syn_len)
+		return EGRESS_MALFORMED;
+	__builtin_memcpy(f.eth.h_dest, eth->h_source, ETH_ALEN);
+	__builtin_memcpy(f.eth.h_source, eth->h_dest, ETH_ALEN);
+	f.eth.h_proto = bpf_htons(ETH_P_IP);
+
+	f.ip.version = 4;
+	f.ip.ihl = IPV4_IHL_MIN;
+	f.ip.tot_len = bpf_htons(sizeof(f.ip) + sizeof(f.tcp));
+	f.ip.frag_off = bpf_htons(IPV4_DF);
+	f.ip.ttl = RST_TTL;
+	f.ip.protocol = IPPROTO_TCP;
+	f.ip.saddr = ip->daddr;
+	f.ip.daddr = ip->saddr;
+	sum = bpf_csum_diff(NULL, 0, (__be32 *)&f.ip, sizeof(f.ip), 0);
+	f.ip.check = (__u16)~csum_fold(sum);
+
+	f.tcp.source = syn->dest;
+	f.tcp.dest = syn->source;
+	/* SEG.LEN: the SYN counts one, then its data (TCP Fast Open). */
+	f.tcp.ack_seq = bpf_htonl(bpf_ntohl(syn->seq) + 1 + data_len);
+	f.tcp.doff = sizeof(f.tcp) / TCP_WORD;
+	f.tcp.rst = 1;
+	f.tcp.ack = 1;
+	/* The header summed with its check field still zero. */
+	sum = bpf_csum_diff(NULL, 0, (__be32 *)&f.tcp, sizeof(f.tcp),
+			    pseudo_sum(f.ip.saddr, f.ip.daddr, sizeof(f.tcp)));
+	f.tcp.check =
+		partial ? pseudo_sum(f.ip.saddr, f.ip.daddr, sizeof(f.tcp)) :
+			  (__u16)~csum_fold(sum);
+
+	if (bpf_skb_change_tail(skb, RST_LEN, 0) ||
+	    bpf_skb_store_bytes(skb, 0, &f.eth, RST_LEN, 0))
+		return EGRESS_MALFORMED;
+	return EGRESS_TCP_REFUSED;
+}
+
+static __always_inline enum egress_reason classify_tcp(struct __sk_buff *skb,
+						       const struct ethhdr *eth,
+						       const struct iphdr *ip,
+						       __u32 l4)
 {
 	struct bpf_sock_tuple tuple = {};
 	struct bpf_sock *sk;
@@ -199,6 +348,8 @@ classify_tcp(struct __sk_buff *skb, const struct iphdr *ip, __u32 l4)
 	}
 	if (!tcp.syn || tcp.ack)
 		return EGRESS_TCP_STRAY;
+	if (!syn_may_be_granted(ip->daddr, tcp.dest))
+		return refuse(skb, eth, ip, &tcp);
 	return assign_proxy(skb, EGRESS_SLOT_TCP, EGRESS_TCP_PROXY);
 }
 
@@ -232,7 +383,8 @@ static __always_inline bool is_bad_dest(__be32 daddr)
 	       (dst & NET_MASK_8) == NET_LOOPBACK || daddr == guest_ip;
 }
 
-static __always_inline enum egress_reason classify_ipv4(struct __sk_buff *skb)
+static __always_inline enum egress_reason
+classify_ipv4(struct __sk_buff *skb, const struct ethhdr *eth)
 {
 	__u32 l4 = ETH_HLEN + sizeof(struct iphdr);
 	struct iphdr ip;
@@ -262,7 +414,7 @@ static __always_inline enum egress_reason classify_ipv4(struct __sk_buff *skb)
 
 	switch (ip.protocol) {
 	case IPPROTO_TCP:
-		return classify_tcp(skb, &ip, l4);
+		return classify_tcp(skb, eth, &ip, l4);
 	case IPPROTO_UDP:
 		return classify_udp(skb, &ip, l4);
 	default:
@@ -283,7 +435,7 @@ static __always_inline enum egress_reason classify(struct __sk_buff *skb)
 	case ETH_P_ARP:
 		return classify_arp(skb);
 	case ETH_P_IP:
-		return classify_ipv4(skb);
+		return classify_ipv4(skb, &eth);
 	default:
 		return EGRESS_NOT_IPV4;
 	}
@@ -292,7 +444,7 @@ static __always_inline enum egress_reason classify(struct __sk_buff *skb)
 SEC("tc")
 int egress(struct __sk_buff *skb)
 {
-	return verdict(classify(skb));
+	return verdict(skb, classify(skb));
 }
 
 char LICENSE[] SEC("license") = "GPL";

@@ -57,6 +57,7 @@ static const char *const reason_names[EGRESS_NR_REASONS] = {
 	[EGRESS_TO_GATEWAY_OTHER] = "to_gateway_other",
 	[EGRESS_NOT_TCP_UDP] = "not_tcp_udp",
 	[EGRESS_TCP_STRAY] = "tcp_stray",
+	[EGRESS_TCP_REFUSED] = "tcp_refused",
 	[EGRESS_NO_PROXY] = "no_proxy",
 	[EGRESS_ASSIGN_FAILED] = "assign_failed",
 };
@@ -361,6 +362,64 @@ int egress__clear_proxy(struct egress *e, enum egress_slot slot, char *err,
 		return errf(err, errlen, ret, "egress: %s: map: %s",
 			    slot_names[slot], strerror(-ret));
 	return 0;
+}
+
+void egress__syn_check(struct egress *e, bool on)
+{
+	/*
+	 * .bss is mapped into this process: a store, no syscall. Release:
+	 * the trie's updates (syscalls) are done before the program can
+	 * see the check on.
+	 */
+	__atomic_store_n(&e->skel->bss->syn_check, on ? 1 : 0,
+			 __ATOMIC_RELEASE);
+}
+
+int egress__syn_clear(struct egress *e, char *err, size_t errlen)
+{
+	const struct bpf_map *map = e->skel->maps.syn_grants;
+	struct egress_syn_key key;
+	int ret;
+
+	egress__syn_check(e, false);
+	/* The first key each time: the one before it is gone. */
+	while (!(ret = bpf_map__get_next_key(map, NULL, &key, sizeof(key)))) {
+		ret = bpf_map__delete_elem(map, &key, sizeof(key), 0);
+		if (ret)
+			break;
+	}
+	if (ret != -ENOENT)
+		return errf(err, errlen, ret, "egress: SYN grants: clear: %s",
+			    strerror(-ret));
+	return 0;
+}
+
+int egress__syn_put(struct egress *e, const struct egress_syn_key *key,
+		    const struct egress_syn_ports *v, char *err, size_t errlen)
+{
+	int ret;
+
+	if (v->nr > EGRESS_SYN_MAX_RANGES ||
+	    key->prefixlen > EGRESS_SYN_ADDR_BITS)
+		return errf(err, errlen, -EINVAL,
+			    "egress: SYN grants: %u ranges at a /%u", v->nr,
+			    key->prefixlen);
+	ret = bpf_map__update_elem(e->skel->maps.syn_grants, key, sizeof(*key),
+				   v, sizeof(*v), BPF_ANY);
+	/* A full trie says -ENOSPC. */
+	if (ret)
+		return errf(err, errlen, ret, "egress: SYN grants: %s",
+			    strerror(-ret));
+	return 0;
+}
+
+int egress__syn_get(struct egress *e, uint32_t addr, struct egress_syn_ports *v)
+{
+	struct egress_syn_key key = { .prefixlen = EGRESS_SYN_ADDR_BITS,
+				      .addr = addr };
+
+	return bpf_map__lookup_elem(e->skel->maps.syn_grants, &key, sizeof(key),
+				    v, sizeof(*v), 0);
 }
 
 int egress__read_counters(struct egress *e, uint64_t counts[EGRESS_NR_REASONS],

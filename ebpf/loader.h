@@ -76,6 +76,29 @@ int __must_check egress__set_proxy(struct egress *e, enum egress_slot slot,
 int __must_check egress__clear_proxy(struct egress *e, enum egress_slot slot,
 				     char *err, size_t errlen);
 
+/*
+ * The SYN filter (egress.h; Documentation/network.md, "What the guest
+ * sees of a denied TCP flow"), off after create: every SYN goes to the
+ * proxy. To fill it: egress__syn_check(e, false), egress__syn_clear(),
+ * egress__syn_put() for each prefix, then egress__syn_check(e, true);
+ * from then on a SYN to a destination no prefix holds with its port is
+ * answered with an RST. -ENOSPC from egress__syn_put(): the trie holds
+ * EGRESS_SYN_MAX_ENTRIES prefixes already.
+ */
+void egress__syn_check(struct egress *e, bool on);
+int __must_check egress__syn_clear(struct egress *e, char *err, size_t errlen);
+/* Sets (or replaces) the ports of key's prefix; v->nr checked. */
+int __must_check egress__syn_put(struct egress *e,
+				 const struct egress_syn_key *key,
+				 const struct egress_syn_ports *v, char *err,
+				 size_t errlen);
+/*
+ * The ports of the longest prefix holding addr (network byte order), as
+ * the program sees them; -ENOENT when none does.
+ */
+int __must_check egress__syn_get(struct egress *e, uint32_t addr,
+				 struct egress_syn_ports *v);
+
 /* Frames per reason since create, summed over the CPUs. */
 int __must_check egress__read_counters(struct egress *e,
 				       uint64_t counts[EGRESS_NR_REASONS],

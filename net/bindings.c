@@ -267,6 +267,24 @@ unsigned int net_bindings__names(const struct net_bindings *b, uint32_t addr,
 	return n;
 }
 
+void net_bindings__for_each(const struct net_bindings *b,
+			    void (*fn)(void *arg, const char *name,
+				       uint32_t addr),
+			    void *arg)
+{
+	uint64_t t = now(b);
+	struct hlink *l, *n;
+	size_t i;
+
+	hashtable__for_each_safe(&b->index, i, l, n)
+	{
+		struct binding *e = hashtable__entry(l, struct binding, link);
+
+		if (t < e->expires)
+			fn(arg, e->name, e->addr);
+	}
+}
+
 size_t net_bindings__count(const struct net_bindings *b)
 {
 	return b->index.count;

@@ -55,6 +55,7 @@ static unsigned int bind_answer(struct dns *d, const struct query *q,
 				const uint8_t *m, size_t len)
 {
 	struct dns_a_record a[DNS_MAX_BINDINGS];
+	uint32_t addrs[DNS_MAX_BINDINGS];
 	char host[NET_HOSTNAME_MAX + 1];
 	unsigned int bound = 0;
 	int n;
@@ -73,8 +74,10 @@ static unsigned int bind_answer(struct dns *d, const struct query *q,
 	for (int i = 0; i < n; i++)
 		if (!net_bindings__insert(d->p.bindings, host, a[i].addr,
 					  a[i].ttl_s))
-			bound++;
+			addrs[bound++] = a[i].addr;
 	pthread_mutex_unlock(d->p.bindings_lock);
+	if (bound && d->p.bound)
+		d->p.bound(d->p.bound_opaque, host, addrs, bound);
 	return bound;
 }
 

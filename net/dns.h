@@ -47,6 +47,14 @@ struct dns_params {
 	/* Where answers become bindings; taken under bindings_lock. */
 	struct net_bindings *bindings;
 	pthread_mutex_t *bindings_lock;
+	/*
+	 * After an answer's bindings are made and before the guest gets
+	 * the answer: host (normalized) bound to addrs[n] (network byte
+	 * order), on the resolver's thread, no lock held. NULL: none.
+	 */
+	void (*bound)(void *opaque, const char *host, const uint32_t *addrs,
+		      unsigned int n);
+	void *bound_opaque;
 	/* 0: the defaults above (tests make them small). */
 	unsigned int timeout_ms, max_pending;
 	uint16_t port; /* 0: DNS_PORT */

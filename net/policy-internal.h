@@ -129,4 +129,13 @@ bool net_hostname__matches(const char *name, const char *host, bool wildcard);
 bool net_bindings__match(const struct net_bindings *b, const char *host,
 			 bool wildcard, uint32_t addr);
 
+/*
+ * fn(arg, name, addr) for each binding b holds now (name normalized,
+ * addr in network byte order), in no order; fn must not change b.
+ */
+void net_bindings__for_each(const struct net_bindings *b,
+			    void (*fn)(void *arg, const char *name,
+				       uint32_t addr),
+			    void *arg);
+
 #endif

@@ -247,6 +247,11 @@ int proxy__on_ns_thread(struct proxy *p, int (*fn)(void *arg), void *arg)
 	return ret;
 }
 
+struct egress *proxy__egress(struct proxy *p)
+{
+	return p->egress;
+}
+
 int proxy__egress_counters(struct proxy *p, uint64_t counts[EGRESS_NR_REASONS],
 			   char *err, size_t errlen)
 {

@@ -179,6 +179,12 @@ int __must_check proxy__egress_counters(struct proxy *p,
 int proxy__on_ns_thread(struct proxy *p, int (*fn)(void *arg), void *arg);
 
 /*
+ * The egress program, for a fn proxy__on_ns_thread() runs only (its maps
+ * take bpf(), which the netns thread may use: net/synmap.h).
+ */
+struct egress *proxy__egress(struct proxy *p);
+
+/*
  * The netns thread's seccomp program (lib/thread-filter.h), installed on
  * that thread for the rest of its life: once, after the jail's hand-over
  * and before the proxy's thread starts. NULL: none. 0 or -errno.

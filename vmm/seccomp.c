@@ -447,9 +447,10 @@ static const struct rule egress_flows[] = {
  * CAP_NET_RAW and CAP_BPF in a jail (vmm/vm-net.c): a UDP flow's reply
  * socket (IPv4 UDP, IP_TRANSPARENT, SO_REUSEADDR, bound to the flow's
  * destination, connected to the guest), the egress counters (a map
- * lookup, the one bpf() command), and the TLS set-ups the proxy thread
- * hands it (intercept.c: wolfSSL reads /dev/urandom, O_RDONLY, for
- * each new generator). No netlink (AF_NETLINK is EPERM: the egress
+ * lookup) and its SYN filter (net/synmap.h: lookups, updates, deletes
+ * and a walk of the keys: no other bpf() command), and the TLS set-ups
+ * the proxy thread hands it (intercept.c: wolfSSL reads /dev/urandom,
+ * O_RDONLY, for each new generator). No netlink (AF_NETLINK is EPERM: the egress
  * program's detach at exit fails, and the tap's removal takes it), no
  * other socket, no send, no exec. It replaces openat_refused.
  */
@@ -465,6 +466,9 @@ static const struct rule netns[] = {
 	ALLOW(bind),
 	ALLOW(connect),
 	ALLOW_IF(bpf, ARG_EQ(0, BPF_MAP_LOOKUP_ELEM)),
+	ALLOW_IF(bpf, ARG_EQ(0, BPF_MAP_UPDATE_ELEM)),
+	ALLOW_IF(bpf, ARG_EQ(0, BPF_MAP_DELETE_ELEM)),
+	ALLOW_IF(bpf, ARG_EQ(0, BPF_MAP_GET_NEXT_KEY)),
 	ALLOW_IF(openat, ARG_EQ(2, O_RDONLY)),
 	REFUSE_IF(openat, EACCES, ARG_NE(2, O_RDONLY)),
 };

@@ -20,6 +20,7 @@
 #include "net/netns.h"
 #include "net/policy.h"
 #include "net/proxy.h"
+#include "net/synmap.h"
 #include "net/tls.h"
 #include "vmm/jail.h"
 #include "vmm/seccomp.h"
@@ -132,6 +133,98 @@ static void decide_http_by_policy(void *opaque, const struct net_flow *f,
 }
 
 /*
+ * The egress program's SYN filter (net/synmap.h): a superset of what the
+ * policy and the resolver's bindings can grant, so that a SYN nothing can
+ * grant is refused with an RST. Built and written on the proxy's netns
+ * thread, which serves one call at a time: a refill and a new binding
+ * never interleave, and a binding made before a refill's build is in it.
+ * Under policy_lock, then bindings_lock, as the decisions take them.
+ */
+struct syn_call {
+	struct vm *vm;
+	const char *host; /* a binding: the name, normalized */
+	const uint32_t *addrs;
+	unsigned int n;
+	char err[CONFIG_ERR_LEN];
+};
+
+static int syn_refill_ns(void *arg)
+{
+	struct syn_call *c = arg;
+	struct vm *vm = c->vm;
+	struct net_synmap m;
+	int ret;
+
+	pthread_mutex_lock(&vm->net.policy_lock);
+	pthread_mutex_lock(&vm->net.bindings_lock);
+	ret = net_synmap__build(&m, vm->net.policy, vm->net.bindings);
+	pthread_mutex_unlock(&vm->net.bindings_lock);
+	pthread_mutex_unlock(&vm->net.policy_lock);
+	if (ret)
+		return errf(c->err, sizeof(c->err), ret, "%s", strerror(-ret));
+	ret = net_synmap__apply(&m, proxy__egress(vm->net.proxy), c->err,
+				sizeof(c->err));
+	net_synmap__release(&m);
+	return ret;
+}
+
+/*
+ * A filter that could not be written stays off: every SYN goes to the
+ * proxy, which still denies what the policy denies (reset after the
+ * handshake, as before the filter).
+ */
+static void syn_refill(struct vm *vm)
+{
+	struct syn_call c = { .vm = vm };
+	int ret;
+
+	ret = proxy__on_ns_thread(vm->net.proxy, syn_refill_ns, &c);
+	if (ret)
+		pr_warn("net %s: the SYN filter is off, denied TCP flows "
+			"are reset after the handshake: %s",
+			vm->net.tap.name, c.err);
+}
+
+static int syn_bind_ns(void *arg)
+{
+	struct syn_call *c = arg;
+	struct vm *vm = c->vm;
+	struct egress_syn_ports ports = { 0 };
+	int ret = 0;
+
+	pthread_mutex_lock(&vm->net.policy_lock);
+	net_synmap__host_ports(vm->net.policy, c->host, &ports);
+	pthread_mutex_unlock(&vm->net.policy_lock);
+	for (unsigned int i = 0; !ret && i < c->n; i++)
+		ret = net_synmap__bind(proxy__egress(vm->net.proxy),
+				       c->addrs[i], &ports, c->err,
+				       sizeof(c->err));
+	return ret;
+}
+
+/* The resolver's bindings, before its answer reaches the guest. */
+static void syn_bound(void *opaque, const char *host, const uint32_t *addrs,
+		      unsigned int n)
+{
+	char name[NET_HOSTNAME_MAX + 1];
+	struct vm *vm = opaque;
+	struct syn_call c = { .vm = vm, .host = name, .addrs = addrs, .n = n };
+	bool wildcard;
+	int ret;
+
+	if (net_hostname__normalize(host, name, false, &wildcard))
+		return; /* not bound either */
+	ret = proxy__on_ns_thread(vm->net.proxy, syn_bind_ns, &c);
+	if (ret && !vm->net.syn_warned) {
+		vm->net.syn_warned = true;
+		pr_warn("net %s: the SYN filter is off until the next "
+			"net.setPolicy, denied TCP flows are reset after the "
+			"handshake (said once): %s",
+			vm->net.tap.name, c.err);
+	}
+}
+
+/*
  * Parsed outside the lock (the proxy keeps deciding by the old one
  * meanwhile), swapped under it, the old one freed after it: no decision
  * can be using it then. The config's policy is the config's to free.
@@ -157,6 +250,8 @@ int vm_net__set_policy(struct vm *vm, json_t *obj, char *err, size_t len)
 		dns__set_resolvers(vm->net.dns, np);
 	pthread_mutex_unlock(&vm->net.policy_lock);
 	net_policy__free(old);
+	/* What the new policy grants connects once this returns. */
+	syn_refill(vm);
 	proxy__recheck(vm->net.proxy);
 	return 0;
 }
@@ -258,9 +353,12 @@ int vm_net__proxy_init(struct vm *vm)
 	 */
 	nofile__room(PROXY_MAX_FDS);
 	ret = proxy__create(&vm->net.proxy, &p, err, sizeof(err));
-	if (ret)
+	if (ret) {
 		pr_err("net %s: %s", vm->net.tap.name, err);
-	return ret;
+		return ret;
+	}
+	syn_refill(vm);
+	return 0;
 }
 
 /* The bindings and the TLS objects outlive the proxy's thread. */
@@ -342,6 +440,8 @@ int vm_net__dns_init(struct vm *vm)
 		.policy = n->policy,
 		.bindings = vm->net.bindings,
 		.bindings_lock = &vm->net.bindings_lock,
+		.bound = syn_bound,
+		.bound_opaque = vm,
 	};
 	char err[CONFIG_ERR_LEN];
 	int ret;

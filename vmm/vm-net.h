@@ -63,6 +63,11 @@ struct vm_net {
 	 * client NULL: the default bundle could not be read.
 	 */
 	struct intercept_tls http_tls;
+	/*
+	 * The SYN filter went off (a binding it could not hold): said
+	 * once per VM. The resolver's thread's only.
+	 */
+	bool syn_warned;
 };
 
 /* Before the first step and after the last undo (vm__create). */

@@ -5,7 +5,8 @@
  * Each test process unshares a network namespace of its own.
  *
  * - Verdicts that need no socket: hand-built frames through
- *   BPF_PROG_TEST_RUN, each checked for its verdict and its counter.
+ *   BPF_PROG_TEST_RUN, each checked for its verdict and its counter;
+ *   the SYN filter's, and the RST it sends back, byte by byte.
  *   The test run hands the frame to the program as if it came in on
  *   `lo`, whose MAC is all zeroes: unicast frames go to that MAC.
  * - The whole path with real kernel stacks: a veth pair stands in for
@@ -244,6 +245,9 @@ static void expect_verdict(struct __test_metadata *_metadata, struct egress *e,
 	uint64_t before[EGRESS_NR_REASONS], after[EGRESS_NR_REASONS];
 	int want = egress__reason_passes(reason) ? TC_ACT_OK : TC_ACT_SHOT;
 
+	if (reason == EGRESS_TCP_REFUSED)
+		want = TC_ACT_REDIRECT; /* the RST, back out of the tap */
+
 	read_counters(_metadata, e, before);
 	EXPECT_EQ(want, run(_metadata, e, f))
 	TH_LOG("line %d: verdict for %s", line, egress__reason_name(reason));
@@ -443,6 +447,237 @@ TEST_F(prog, addresses_checked)
 	EXPECT_VERDICT(self->e, &self->f, EGRESS_BAD_DEST);
 	tcp(&self->f, GUEST, GUEST, HTTPS_PORT, true, false);
 	EXPECT_VERDICT(self->e, &self->f, EGRESS_BAD_DEST);
+}
+
+/* ---- the SYN filter: refused with an RST ------------------------- */
+
+/* The one's complement sum of n bytes, folded, not inverted (RFC 1071). */
+static uint16_t sum16(const void *data, size_t n, uint32_t sum)
+{
+	const uint8_t *b = data;
+
+	for (size_t i = 0; i + 1 < n; i += 2)
+		sum += (uint32_t)b[i] << 8 | b[i + 1];
+	if (n & 1)
+		sum += (uint32_t)b[n - 1] << 8;
+	while (sum >> 16)
+		sum = (sum & 0xffff) + (sum >> 16);
+	return (uint16_t)sum;
+}
+
+/* The TCP pseudo-header's sum for ip's addresses and len bytes of TCP. */
+static uint16_t pseudo16(const struct iphdr *ip, uint16_t len)
+{
+	uint8_t ph[12] = { 0 };
+
+	memcpy(ph, &ip->saddr, 4);
+	memcpy(ph + 4, &ip->daddr, 4);
+	ph[9] = IPPROTO_TCP;
+	ph[10] = len >> 8;
+	ph[11] = len & 0xff;
+	return sum16(ph, sizeof(ph), 0);
+}
+
+/* A SYN with a sequence number, an option and a full checksum. */
+static struct iphdr *syn(struct frame *f, const char *dst, uint16_t dport)
+{
+	struct iphdr *ip = ipv4(f, lo_mac, GUEST, dst, IPPROTO_TCP,
+				sizeof(struct tcphdr) + 4);
+	struct tcphdr *t = (struct tcphdr *)(ip + 1);
+	uint8_t *mss = (uint8_t *)(t + 1);
+
+	t->source = htons(GUEST_PORT);
+	t->dest = htons(dport);
+	t->seq = htonl(0xfffffff0); /* its + 1 wraps nowhere near */
+	t->doff = (sizeof(*t) + 4) / 4;
+	t->syn = 1;
+	t->window = htons(1024);
+	mss[0] = 2; /* MSS, 4 bytes, 1460 */
+	mss[1] = 4;
+	mss[2] = 1460 >> 8;
+	mss[3] = 1460 & 0xff;
+	ip->check = htons(~sum16(ip, sizeof(*ip), 0) & 0xffff);
+	t->check =
+		htons(~sum16(t, sizeof(*t) + 4, pseudo16(ip, sizeof(*t) + 4)) &
+		      0xffff);
+	return ip;
+}
+
+/* The program's verdict on f, and the frame it leaves in *out. */
+static int run_out(struct __test_metadata *_metadata, struct egress *e,
+		   const struct frame *f, struct frame *out)
+{
+	LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = f->b,
+		    .data_size_in = f->len, .data_out = out->b,
+		    .data_size_out = sizeof(out->b), .repeat = 1);
+
+	memset(out, 0, sizeof(*out));
+	ASSERT_EQ(0, bpf_prog_test_run_opts(egress__prog_fd(e), &opts))
+	TH_LOG("BPF_PROG_TEST_RUN: %s", strerror(errno));
+	out->len = opts.data_size_out;
+	return opts.retval;
+}
+
+static void syn_put(struct __test_metadata *_metadata, struct egress *e,
+		    const char *addr, unsigned int prefix, uint16_t lo,
+		    uint16_t hi)
+{
+	struct egress_syn_key key = { .prefixlen = prefix, .addr = ip4(addr) };
+	struct egress_syn_ports v = { .nr = 1, .range[0] = { lo, hi } };
+	char err[256] = "";
+
+	ASSERT_EQ(0, egress__syn_put(e, &key, &v, err, sizeof(err)))
+	TH_LOG("%s", err);
+}
+
+/* Off (as loaded): every SYN goes on to the proxy, as before the filter. */
+TEST_F(prog, syn_filter_off_passes_every_syn)
+{
+	syn(&self->f, TEST_NET2, SSH_PORT);
+	EXPECT_VERDICT(self->e, &self->f, EGRESS_NO_PROXY);
+	syn_put(_metadata, self->e, TEST_NET2, 32, HTTPS_PORT, HTTPS_PORT);
+	syn(&self->f, TEST_NET2, SSH_PORT);
+	EXPECT_VERDICT(self->e, &self->f, EGRESS_NO_PROXY);
+}
+
+TEST_F(prog, syn_filter_decides_by_prefix_and_port)
+{
+	char err[256] = "";
+
+	syn_put(_metadata, self->e, TEST_NET2, 32, HTTPS_PORT, HTTPS_PORT);
+	syn_put(_metadata, self->e, "203.0.113.0", 24, 8000, 8100);
+	syn_put(_metadata, self->e, "0.0.0.0", 0, SSH_PORT, SSH_PORT);
+	egress__syn_check(self->e, true);
+
+	syn(&self->f, TEST_NET2, HTTPS_PORT);
+	EXPECT_VERDICT(self->e, &self->f, EGRESS_NO_PROXY);
+	/* The longest prefix alone decides: its ports, not the /0's. */
+	syn(&self->f, TEST_NET2, SSH_PORT);
+	EXPECT_VERDICT(self->e, &self->f, EGRESS_TCP_REFUSED);
+	syn(&self->f, TEST_NET3, 8000);
+	EXPECT_VERDICT(self->e, &self->f, EGRESS_NO_PROXY);
+	syn(&self->f, TEST_NET3, 8101);
+	EXPECT_VERDICT(self->e, &self->f, EGRESS_TCP_REFUSED);
+	syn(&self->f, TEST_NET1, SSH_PORT);
+	EXPECT_VERDICT(self->e, &self->f, EGRESS_NO_PROXY);
+	syn(&self->f, TEST_NET1, HTTPS_PORT);
+	EXPECT_VERDICT(self->e, &self->f, EGRESS_TCP_REFUSED);
+
+	/* Only a SYN is refused; the rest stays as it was. */
+	tcp(&self->f, GUEST, TEST_NET1, HTTPS_PORT, false, true);
+	EXPECT_VERDICT(self->e, &self->f, EGRESS_TCP_STRAY);
+	udp(&self->f, lo_mac, GUEST, TEST_NET1, UDP_TEST_PORT);
+	EXPECT_VERDICT(self->e, &self->f, EGRESS_NO_PROXY);
+	icmp_echo(&self->f, TEST_NET1);
+	EXPECT_VERDICT(self->e, &self->f, EGRESS_NOT_TCP_UDP);
+	syn(&self->f, TEST_NET1, DNS_PORT);
+	EXPECT_VERDICT(self->e, &self->f, EGRESS_DNS);
+	syn(&self->f, GATEWAY, SSH_PORT);
+	EXPECT_VERDICT(self->e, &self->f, EGRESS_TO_GATEWAY_OTHER);
+
+	/* Cleared: off again, and empty. */
+	ASSERT_EQ(0, egress__syn_clear(self->e, err, sizeof(err)))
+	TH_LOG("%s", err);
+	syn(&self->f, TEST_NET1, HTTPS_PORT);
+	EXPECT_VERDICT(self->e, &self->f, EGRESS_NO_PROXY);
+	egress__syn_check(self->e, true);
+	syn(&self->f, TEST_NET1, SSH_PORT);
+	EXPECT_VERDICT(self->e, &self->f, EGRESS_TCP_REFUSED);
+}
+
+TEST_F(prog, syn_filter_map_calls)
+{
+	struct egress_syn_key key = { .prefixlen = 24,
+				      .addr = ip4("203.0.113.0") };
+	struct egress_syn_ports v = { .nr = EGRESS_SYN_MAX_RANGES + 1 };
+	char err[256] = "";
+
+	EXPECT_EQ(-EINVAL,
+		  egress__syn_put(self->e, &key, &v, err, sizeof(err)));
+	v.nr = 1;
+	key.prefixlen = 33;
+	EXPECT_EQ(-EINVAL,
+		  egress__syn_put(self->e, &key, &v, err, sizeof(err)));
+	EXPECT_EQ(-ENOENT, egress__syn_get(self->e, ip4(TEST_NET3), &v));
+	syn_put(_metadata, self->e, "203.0.113.0", 24, 8000, 8100);
+	memset(&v, 0, sizeof(v));
+	ASSERT_EQ(0, egress__syn_get(self->e, ip4(TEST_NET3), &v));
+	EXPECT_EQ(1, v.nr);
+	EXPECT_EQ(8000, v.range[0].lo);
+	EXPECT_EQ(8100, v.range[0].hi);
+	EXPECT_EQ(-ENOENT, egress__syn_get(self->e, ip4(TEST_NET2), &v));
+}
+
+/* The RST: what a closed port would send, from where the guest asked. */
+TEST_F(prog, refused_syn_becomes_an_rst)
+{
+	struct {
+		struct iphdr ip;
+		struct tcphdr t;
+	} h; /* copied out: out.b has no room before it for the alignment */
+	const struct iphdr *ip = &h.ip, *sip;
+	const struct tcphdr *t = &h.t, *st;
+	const struct ethhdr *eth;
+	struct frame out;
+	struct iphdr *in;
+
+	egress__syn_check(self->e, true);
+	in = syn(&self->f, TEST_NET2, SSH_PORT);
+	sip = in;
+	st = (const struct tcphdr *)(sip + 1);
+	ASSERT_EQ(TC_ACT_REDIRECT, run_out(_metadata, self->e, &self->f, &out));
+	ASSERT_EQ(ETH_HLEN + sizeof(*ip) + sizeof(*t), out.len);
+	eth = (const struct ethhdr *)out.b;
+	EXPECT_EQ(0, memcmp(eth->h_dest, guest_mac, ETH_ALEN));
+	EXPECT_EQ(0, memcmp(eth->h_source, lo_mac, ETH_ALEN));
+	EXPECT_EQ(ETH_P_IP, ntohs(eth->h_proto));
+	memcpy(&h, out.b + ETH_HLEN, sizeof(h));
+	EXPECT_EQ(4, (int)ip->version);
+	EXPECT_EQ(5, (int)ip->ihl);
+	EXPECT_EQ(sizeof(h), ntohs(ip->tot_len));
+	EXPECT_EQ(IPPROTO_TCP, ip->protocol);
+	EXPECT_LT(0, ip->ttl);
+	EXPECT_EQ(ip4(TEST_NET2), ip->saddr);
+	EXPECT_EQ(ip4(GUEST), ip->daddr);
+	EXPECT_EQ(0xffff, sum16(ip, sizeof(*ip), 0)) TH_LOG("IP checksum");
+	EXPECT_EQ(st->dest, t->source);
+	EXPECT_EQ(st->source, t->dest);
+	EXPECT_EQ(0, t->seq);
+	EXPECT_EQ(ntohl(st->seq) + 1, ntohl(t->ack_seq));
+	EXPECT_EQ(5, (int)t->doff);
+	EXPECT_TRUE(t->rst);
+	EXPECT_TRUE(t->ack);
+	EXPECT_FALSE(t->syn);
+	EXPECT_FALSE(t->fin);
+	EXPECT_FALSE(t->psh);
+	EXPECT_EQ(0xffff, sum16(t, sizeof(*t), pseudo16(ip, sizeof(*t))))
+	TH_LOG("TCP checksum");
+
+	/*
+	 * A SYN whose checksum the guest left to the tap (its field holds
+	 * the pseudo-header's sum): the RST's holds its own, for whoever
+	 * completes it.
+	 */
+	in = syn(&self->f, TEST_NET2, SSH_PORT);
+	((struct tcphdr *)(in + 1))->check =
+		htons(pseudo16(in, sizeof(struct tcphdr) + 4));
+	ASSERT_EQ(TC_ACT_REDIRECT, run_out(_metadata, self->e, &self->f, &out));
+	memcpy(&h, out.b + ETH_HLEN, sizeof(h));
+	EXPECT_EQ(pseudo16(ip, sizeof(*t)), ntohs(t->check));
+	EXPECT_EQ(0xffff, sum16(ip, sizeof(*ip), 0));
+
+	/* A SYN with data (TCP Fast Open): the ACK covers it too. */
+	in = syn(&self->f, TEST_NET2, SSH_PORT);
+	in->tot_len = htons(ntohs(in->tot_len) + 3);
+	self->f.len += 3;
+	ASSERT_EQ(TC_ACT_REDIRECT, run_out(_metadata, self->e, &self->f, &out));
+	memcpy(&h, out.b + ETH_HLEN, sizeof(h));
+	EXPECT_EQ(0xfffffff0U + 1 + 3, ntohl(t->ack_seq));
+
+	/* A data offset past the segment: dropped, not answered. */
+	in = syn(&self->f, TEST_NET2, SSH_PORT);
+	((struct tcphdr *)(in + 1))->doff = 15;
+	EXPECT_VERDICT(self->e, &self->f, EGRESS_MALFORMED);
 }
 
 /* ---- the loader ---------------------------------------------------- */
@@ -899,6 +1134,55 @@ TEST_F_TIMEOUT(e2e, gateway_ssh_unreachable, 60)
 	EXPECT_FALSE(wait_for(self->ssh, POLLIN, 0));
 	EXPECT_LE(1, counter(_metadata, self->e, EGRESS_TO_GATEWAY_OTHER));
 	EXPECT_EQ(0, counter(_metadata, self->e, EGRESS_TCP_PROXY));
+	close(g);
+}
+
+/* The error a nonblocking connect ended with, once it ended. */
+static int connect_error(struct __test_metadata *_metadata, int fd)
+{
+	int soerr = -1;
+	socklen_t len = sizeof(soerr);
+
+	EXPECT_TRUE(wait_for(fd, POLLOUT, TIMEOUT_MS))
+	TH_LOG("the connect never ended");
+	EXPECT_EQ(0, getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len));
+	return soerr;
+}
+
+/*
+ * The guest's kernel takes the program's RST: its connect() is refused
+ * at once, and the proxy's listener never sees the flow; a destination
+ * the filter holds still connects.
+ */
+TEST_F_TIMEOUT(e2e, syn_nothing_grants_is_refused, 60)
+{
+	struct egress_syn_key key = { .prefixlen = 32, .addr = ip4(TEST_NET2) };
+	struct egress_syn_ports v = { .nr = 1,
+				      .range[0] = { HTTPS_PORT, HTTPS_PORT } };
+	char err[256] = "";
+	int g, conn;
+
+	ASSERT_EQ(0, egress__syn_put(self->e, &key, &v, err, sizeof(err)))
+	TH_LOG("%s", err);
+	egress__syn_check(self->e, true);
+
+	g = guest_connect(_metadata, self, TEST_NET2, SSH_PORT);
+	EXPECT_EQ(ECONNREFUSED, connect_error(_metadata, g));
+	close(g);
+	g = guest_connect(_metadata, self, TEST_NET1, HTTPS_PORT);
+	EXPECT_EQ(ECONNREFUSED, connect_error(_metadata, g));
+	close(g);
+	EXPECT_FALSE(wait_for(self->lsn, POLLIN, 0));
+	EXPECT_EQ(2, counter(_metadata, self->e, EGRESS_TCP_REFUSED));
+	EXPECT_EQ(0, counter(_metadata, self->e, EGRESS_TCP_PROXY));
+
+	g = guest_connect(_metadata, self, TEST_NET2, HTTPS_PORT);
+	ASSERT_TRUE(wait_for(self->lsn, POLLIN, TIMEOUT_MS));
+	conn = accept4(self->lsn, NULL, NULL, SOCK_CLOEXEC);
+	ASSERT_LE(0, conn);
+	EXPECT_EQ(0, connect_error(_metadata, g));
+	EXPECT_EQ(1, counter(_metadata, self->e, EGRESS_TCP_PROXY));
+	close(conn);
 	close(g);
 }
 
