@@ -67,37 +67,27 @@ static int wait_fd(struct store *s, short events, int64_t deadline)
 	}
 }
 
-static int send_all(struct store *s, const uint8_t *p, size_t len,
-		    int64_t deadline)
+/* One send (events POLLOUT) or receive (POLLIN) that never blocks. */
+static ssize_t stream_once(const struct store *s, short events, uint8_t *p,
+			   size_t len)
 {
-	while (len) {
-		ssize_t n = send(s->fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
-
-		if (n < 0) {
-			int ret = -errno;
-
-			if (ret == -EINTR)
-				continue;
-			if (ret != -EAGAIN)
-				return ret;
-			ret = wait_fd(s, POLLOUT, deadline);
-			if (ret)
-				return ret;
-			continue;
-		}
-		p += n;
-		len -= n;
-	}
-	return 0;
+	if (events == POLLOUT)
+		return send(s->fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+	return recv(s->fd, p, len, MSG_DONTWAIT);
 }
 
-/* 0, -ECONNRESET for the peer's end of stream, -ETIMEDOUT, -errno. */
-static int recv_all(struct store *s, uint8_t *p, size_t len, int64_t deadline)
+/*
+ * Moves len bytes through the socket by the deadline: sent when events is
+ * POLLOUT, received into p when it is POLLIN. 0, -ECONNRESET for the
+ * peer's end of stream (a receive of nothing), -ETIMEDOUT, -errno.
+ */
+static int stream_all(struct store *s, short events, uint8_t *p, size_t len,
+		      int64_t deadline)
 {
 	while (len) {
-		ssize_t n = recv(s->fd, p, len, MSG_DONTWAIT);
+		ssize_t n = stream_once(s, events, p, len);
 
-		if (!n)
+		if (!n && events == POLLIN)
 			return -ECONNRESET;
 		if (n < 0) {
 			int ret = -errno;
@@ -106,7 +96,7 @@ static int recv_all(struct store *s, uint8_t *p, size_t len, int64_t deadline)
 				continue;
 			if (ret != -EAGAIN)
 				return ret;
-			ret = wait_fd(s, POLLIN, deadline);
+			ret = wait_fd(s, events, deadline);
 			if (ret)
 				return ret;
 			continue;
@@ -149,9 +139,9 @@ static int exchange(struct store *s, uint8_t type, size_t len, const char *what,
 			 what);
 		return -EIO;
 	}
-	ret = send_all(s, s->buf, len, deadline);
+	ret = stream_all(s, POLLOUT, s->buf, len, deadline);
 	if (!ret)
-		ret = recv_all(s, s->buf, STORE_FRAME_HDR, deadline);
+		ret = stream_all(s, POLLIN, s->buf, STORE_FRAME_HDR, deadline);
 	if (ret)
 		return io_err(s, ret, what, err, elen);
 	ret = store_proto__frame_len(s->buf, &n, why, sizeof(why));
@@ -159,7 +149,7 @@ static int exchange(struct store *s, uint8_t type, size_t len, const char *what,
 		snprintf(err, elen, "%s: %s", what, why);
 		return broken(s, -EIO);
 	}
-	ret = recv_all(s, s->buf + STORE_FRAME_HDR, n, deadline);
+	ret = stream_all(s, POLLIN, s->buf + STORE_FRAME_HDR, n, deadline);
 	if (ret)
 		return io_err(s, ret, what, err, elen);
 	s->body_len = n;
