@@ -14,7 +14,7 @@
 #   make format   clang-format 14 over every tracked .c and .h, in place; make
 #                 test fails while one is not formatted (tools/check-format)
 #   make bench    boot benchmark against QEMU microvm (PVH and qboot), 1 and 4 vCPUs
-#   make bench-blk  block I/O benchmark (fio on the bench image) against QEMU microvm
+#   make bench-blk  block I/O benchmark (fio on the bench image) against QEMU microvm, then qcow2 vs raw vs QEMU and cow vs persistent
 #   make bench-fs   virtio-fs benchmark (metadata, sequential MB/s), vmm mapped and squash, against QEMU microvm + virtiofsd
 #   make bench-net  network benchmark (iperf3 both ways, TCP round trips, through a policy) against QEMU microvm, vhost off and on
 #   make bench-https  small HTTPS GETs through the vmm's interception against a plain granted TCP flow, same boot
@@ -515,6 +515,7 @@ bench-blk: deps
 	$(Q)$(MAKE) -f guest/guest.mk O=$(O)
 	$(Q)guest/images/build-debian.sh $(O) bench
 	$(Q)tools/bench-blk $(O)
+	$(Q)tools/bench-blk --set layers $(O)
 
 # virtio-fs: the guest program rides in an extra initramfs archive; QEMU's
 # side needs /usr/lib/qemu/virtiofsd (Debian's qemu-system-common). The
