@@ -61,8 +61,8 @@ static void shell(struct __test_metadata *_metadata, const char *fmt, ...)
 }
 
 /* A descriptor's field (the builders' python3 reads them too). */
-static void descriptor_path(struct __test_metadata *_metadata,
-			    const char *desc, char *out, size_t len)
+static void descriptor_path(struct __test_metadata *_metadata, const char *desc,
+			    char *out, size_t len)
 {
 	char cmd[512];
 	FILE *p;
@@ -148,10 +148,9 @@ static pid_t vmm_boot(struct crash *c, long start, int out_fd)
 		 start);
 	guest_paths(&g);
 	boot_argv(&g,
-		  &(struct boot_spec){
-			  .opts = ARGS("--rootfs", c->rootfs, "--rootfs-mode",
-				       mode),
-			  .cmd = ARGS("sh", "-c", script) },
+		  &(struct boot_spec){ .opts = ARGS("--rootfs", c->rootfs,
+						    "--rootfs-mode", mode),
+				       .cmd = ARGS("sh", "-c", script) },
 		  argv);
 	return spawn_tied(argv, out_fd, c->vmm_log, SIGKILL);
 }
@@ -296,8 +295,8 @@ static void check_image(struct __test_metadata *_metadata, struct crash *c,
 	      c->image, c->dir, k, c->dir);
 
 	/* Every line whole and in order, each acknowledged one there. */
-	snprintf(cmd, sizeof(cmd), "debugfs -R 'cat /root/log' '%s' 2>/dev/null",
-		 c->image);
+	snprintf(cmd, sizeof(cmd),
+		 "debugfs -R 'cat /root/log' '%s' 2>/dev/null", c->image);
 	p = popen(cmd, "r");
 	ASSERT_NE(NULL, p);
 	while (fgets(line, sizeof(line), p)) {
@@ -307,7 +306,8 @@ static void check_image(struct __test_metadata *_metadata, struct crash *c,
 			pclose(p);
 			ASSERT_TRUE(false)
 			TH_LOG("after kill %d, a broken line in /root/log: "
-			       "\"%.60s\"", k, line);
+			       "\"%.60s\"",
+			       k, line);
 		}
 		EXPECT_LT(seen, v)
 		TH_LOG("after kill %d: seq %ld after %ld", k, v, seen);
@@ -320,7 +320,8 @@ static void check_image(struct __test_metadata *_metadata, struct crash *c,
 	for (j = 0; j <= k; j++)
 		EXPECT_EQ(c->last[j] - c->first[j] + 1, found[j])
 	TH_LOG("after kill %d: boot %d acknowledged seq %ld to %ld, %ld of "
-	       "them in the log", k, j, c->first[j], c->last[j], found[j]);
+	       "them in the log",
+	       k, j, c->first[j], c->last[j], found[j]);
 }
 
 TEST_TIMEOUT(cow_root_survives_20_kills_of_the_vmm, BOOT_TIMEOUT * 6)
