@@ -167,6 +167,7 @@ lane_run() {
 kvm_suite_cost() {
 	case ${1##*/} in
 	kvm_bind_nofile) echo 120 ;;
+	kvm_rootfs_long) echo 440 ;;
 	sdk.sh) echo 100 ;;
 	kvm_control) echo 240 ;;
 	kvm_net) echo 280 ;;
