@@ -173,7 +173,7 @@ kvm_suite_cost() {
 	kvm_net) echo 280 ;;
 	kvm_net_hook) echo 35 ;;
 	kvm_virtiofs) echo 235 ;;
-	kvm_rootfs) echo 185 ;;
+	kvm_rootfs) echo 210 ;;
 	kvm_operator) echo 80 ;;
 	kvm_vmm_boot) echo 95 ;;
 	kvm_harness_watch) echo 90 ;;
