@@ -180,6 +180,8 @@ static void merge(struct builder *bd)
 {
 	unsigned int out = 0;
 
+	if (!bd->nr) /* bd->e is NULL: nothing was added */
+		return;
 	qsort(bd->e, bd->nr, sizeof(bd->e[0]), entry_cmp);
 	for (unsigned int i = 0; i < bd->nr; i++) {
 		if (out && !entry_cmp(&bd->e[out - 1], &bd->e[i])) {
