@@ -23,6 +23,17 @@ O=${1:-build}
 # O may be relative to the caller's directory; we run from the tree root.
 [ -d "$O" ] && O=$(cd "$O" && pwd)
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
+# The binaries under test are O's, whatever O is (make test SAN=1
+# O=build-san): the host suites default to build/'s, which may be stale.
+export KILN_VMM=${KILN_VMM:-$O/vmm}
+export KILN_VMMCTL=${KILN_VMMCTL:-$O/vmmctl}
+export KILN_AGENT_HOST=${KILN_AGENT_HOST:-$O/guest/kiln-agent-host}
+# The KVM suites read the guest and images from build/ unless told; the
+# vmm itself finds O's guest from where it runs (its build tree).
+if [ "$O" != "$PWD/build" ]; then
+	export KILN_GUEST_DIR=${KILN_GUEST_DIR:-$O/guest}
+	export KILN_IMAGES_DIR=${KILN_IMAGES_DIR:-$O/images}
+fi
 # shellcheck source=selftests/lib.sh
 . selftests/lib.sh
 
