@@ -416,6 +416,47 @@ int store_cow__finish(struct store_cow *c)
 	return ret ? -EIO : 0;
 }
 
+/* ---- a snapshot ------------------------------------------------------------ */
+
+int store_cow__settle(struct store_cow *c, struct store_token *t, char *err,
+		      size_t elen)
+{
+	enum job_kind kind;
+	int ret;
+
+	pthread_mutex_lock(&c->lock);
+	kind = c->kind;
+	pthread_mutex_unlock(&c->lock);
+	if (kind != JOB_NONE) {
+		snprintf(err, elen, "block store: a job is still in flight");
+		return -EBUSY;
+	}
+	if (!store__hello_token(c->store)->len) {
+		snprintf(err, elen,
+			 "block store: its hello gave no state token (a "
+			 "store without tokens cannot be snapshotted)");
+		return -EOPNOTSUPP;
+	}
+	/* The worker is idle (no job): its buffers are free to use here. */
+	take_dirty(c);
+	c->err[0] = '\0';
+	ret = run_flush(c);
+	if (ret) {
+		__atomic_add_fetch(&c->errors, 1, __ATOMIC_RELAXED);
+		untake_dirty(c);
+		snprintf(err, elen, "block store: flushing: %s",
+			 c->err[0] ? c->err : strerror(-ret));
+		return ret;
+	}
+	memset(c->flushing, 0, c->nr_blocks);
+	return store__state(c->store, t, err, elen);
+}
+
+const struct store_token *store_cow__hello_token(const struct store_cow *c)
+{
+	return store__hello_token(c->store);
+}
+
 /* ---- life ---------------------------------------------------------------- */
 
 static void mark_remote(void *arg, uint64_t block)

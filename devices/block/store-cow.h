@@ -95,6 +95,19 @@ int __must_check store_cow__flush(struct store_cow *c);
  */
 int store_cow__finish(struct store_cow *c);
 
+/*
+ * A snapshot's (Documentation/snapshots.md, "The root disk"), on the
+ * caller's thread, with the block device paused (so no job is in flight
+ * and the loop touches nothing): every dirty block sent and flushed as a
+ * guest FLUSH would be, then the store's state token into t. -EBUSY with
+ * a job in flight; -EOPNOTSUPP for a store whose hello gave no token; a
+ * failed flush leaves its blocks dirty. err says why.
+ */
+int __must_check store_cow__settle(struct store_cow *c, struct store_token *t,
+				   char *err, size_t elen);
+/* The state token the store's hello gave (len 0: none). */
+const struct store_token *store_cow__hello_token(const struct store_cow *c);
+
 /* From any thread: unflushed data bytes, and jobs the store failed. */
 uint64_t store_cow__dirty_bytes(const struct store_cow *c);
 uint64_t store_cow__errors(const struct store_cow *c);

@@ -17,6 +17,7 @@
 #define LIST_REPLY_FIXED (8 + 4)
 #define RANGE_LEN	 (8 + 4)
 #define ERROR_FIXED	 (4 + 2)
+#define TOKEN_FIXED	 2 /* u16 n before a token's bytes */
 
 static void put16(uint8_t *p, uint16_t v)
 {
@@ -132,6 +133,13 @@ int store_proto__read(uint8_t *buf, size_t cap, const struct store_range *r,
 int store_proto__flush(uint8_t *buf, size_t cap)
 {
 	if (!frame(buf, cap, STORE_FLUSH, 0))
+		return -E2BIG;
+	return STORE_FRAME_HDR + 1;
+}
+
+int store_proto__state(uint8_t *buf, size_t cap)
+{
+	if (!frame(buf, cap, STORE_STATE, 0))
 		return -E2BIG;
 	return STORE_FRAME_HDR + 1;
 }
@@ -256,18 +264,100 @@ int store_proto__check(uint8_t type, const uint8_t *body, size_t len, char *err,
 	return 0;
 }
 
+/* A token (u16 n, n bytes) that is exactly the len bytes at p. */
+static int parse_token(const uint8_t *p, size_t len, const char *what,
+		       struct store_token *t, char *err, size_t elen)
+{
+	uint16_t n;
+
+	if (len < TOKEN_FIXED)
+		return proto_err(err, elen,
+				 "a %s answer whose token is cut short (%zu "
+				 "bytes)",
+				 what, len);
+	n = get16(p);
+	if (!n || n > STORE_TOKEN_MAX || len != TOKEN_FIXED + (size_t)n)
+		return proto_err(err, elen,
+				 "a %s answer with a %u-byte token in %zu "
+				 "bytes (1 to %u)",
+				 what, n, len - TOKEN_FIXED, STORE_TOKEN_MAX);
+	t->len = (uint8_t)n;
+	memcpy(t->bytes, p + TOKEN_FIXED, n);
+	return 0;
+}
+
 int store_proto__parse_hello(const uint8_t *p, size_t len,
 			     struct store_hello_reply *r, char *err,
 			     size_t elen)
 {
-	if (len != HELLO_REPLY_LEN)
+	if (len < HELLO_REPLY_LEN)
 		return proto_err(err, elen,
-				 "a hello answer of %zu bytes (expected %d)",
+				 "a hello answer of %zu bytes (expected %d, "
+				 "or more with a state token)",
 				 len, HELLO_REPLY_LEN);
 	r->version = get32(p);
 	r->block_size = get32(p + 4);
 	r->stored = store_proto__u64(p + 8);
+	r->token.len = 0;
+	if (len == HELLO_REPLY_LEN)
+		return 0; /* a store that gives no token */
+	return parse_token(p + HELLO_REPLY_LEN, len - HELLO_REPLY_LEN, "hello",
+			   &r->token, err, elen);
+}
+
+int store_proto__parse_state(const uint8_t *p, size_t len,
+			     struct store_token *t, char *err, size_t elen)
+{
+	return parse_token(p, len, "state", t, err, elen);
+}
+
+void store_proto__token_hex(const struct store_token *t,
+			    char out[STORE_TOKEN_HEX])
+{
+	static const char digits[] = "0123456789abcdef";
+	unsigned int i;
+
+	if (!t->len) {
+		strcpy(out, "none");
+		return;
+	}
+	for (i = 0; i < t->len && i < STORE_TOKEN_MAX; i++) {
+		out[2 * i] = digits[t->bytes[i] >> 4];
+		out[2 * i + 1] = digits[t->bytes[i] & 0xf];
+	}
+	out[2 * i] = '\0';
+}
+
+static int hex_digit(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	return -1;
+}
+
+int store_proto__token_parse(const char *hex, struct store_token *t)
+{
+	size_t n = hex ? strlen(hex) : 0;
+
+	if (!n || n % 2 || n > 2 * STORE_TOKEN_MAX)
+		return -EINVAL;
+	for (size_t i = 0; i < n / 2; i++) {
+		int hi = hex_digit(hex[2 * i]), lo = hex_digit(hex[2 * i + 1]);
+
+		if (hi < 0 || lo < 0)
+			return -EINVAL;
+		t->bytes[i] = (uint8_t)(hi << 4 | lo);
+	}
+	t->len = (uint8_t)(n / 2);
 	return 0;
+}
+
+bool store_proto__token_equal(const struct store_token *a,
+			      const struct store_token *b)
+{
+	return a->len == b->len && !memcmp(a->bytes, b->bytes, a->len);
 }
 
 int store_proto__parse_list(const uint8_t *p, size_t len, uint64_t cursor,

@@ -30,6 +30,7 @@
 #define STORE_LIST_MAX	    65536U     /* block numbers in one list answer */
 #define STORE_BASE_MAX	    128U       /* bytes of the base's identity */
 #define STORE_ERRMSG_MAX    1024U      /* bytes of an error's text */
+#define STORE_TOKEN_MAX	    64U	       /* bytes of a state token */
 
 enum store_msg {
 	STORE_HELLO = 0x01,
@@ -37,6 +38,7 @@ enum store_msg {
 	STORE_READ = 0x03,
 	STORE_WRITE = 0x04,
 	STORE_FLUSH = 0x05,
+	STORE_STATE = 0x06, /* the store's state token now */
 	STORE_REPLY = 0x80, /* ORed into the request's type */
 	STORE_ERROR = 0xff,
 };
@@ -54,10 +56,31 @@ struct store_hello {
 	const char *base;   /* "sha256:<64 hex>", the descriptor's digest */
 };
 
+/*
+ * A state token (Documentation/rootfs.md, "State tokens"): opaque bytes
+ * that name what the store holds, changed by every write a flush made
+ * durable. len 0: the store gives none (a hello answer without one).
+ */
+struct store_token {
+	uint8_t len; /* 0, or 1 to STORE_TOKEN_MAX */
+	uint8_t bytes[STORE_TOKEN_MAX];
+};
+
+/* A token's bytes as hex ("none" for no token); out holds 2 * max + 1. */
+#define STORE_TOKEN_HEX (2 * STORE_TOKEN_MAX + 1)
+void store_proto__token_hex(const struct store_token *t,
+			    char out[STORE_TOKEN_HEX]);
+/* Hex back into a token: -EINVAL unless 2 to 2 * STORE_TOKEN_MAX digits. */
+int __must_check store_proto__token_parse(const char *hex,
+					  struct store_token *t);
+bool store_proto__token_equal(const struct store_token *a,
+			      const struct store_token *b);
+
 struct store_hello_reply {
 	uint32_t version;
 	uint32_t block_size;
-	uint64_t stored; /* blocks the store holds (list's total) */
+	uint64_t stored;	  /* blocks the store holds (list's total) */
+	struct store_token token; /* optional: len 0 when absent */
 };
 
 struct store_range {
@@ -78,6 +101,7 @@ int __must_check store_proto__read(uint8_t *buf, size_t cap,
 				   const struct store_range *r,
 				   unsigned int nr);
 int __must_check store_proto__flush(uint8_t *buf, size_t cap);
+int __must_check store_proto__state(uint8_t *buf, size_t cap);
 /*
  * A write is built in place: store_proto__write_start, then one
  * store_proto__write_add per block (data NULL: a zero block), then
@@ -112,10 +136,17 @@ int __must_check store_proto__frame_len(const uint8_t hdr[STORE_FRAME_HDR],
 int __must_check store_proto__check(uint8_t type, const uint8_t *body,
 				    size_t len, char *err, size_t elen);
 
-/* The payloads of checked answers (body + 1, len - 1); -EPROTO + err. */
+/*
+ * The payloads of checked answers (body + 1, len - 1); -EPROTO + err. A
+ * hello answer is its 16 fixed bytes, or those and a token (u16 n, then
+ * n bytes, 1 to STORE_TOKEN_MAX); a state answer is a token alone.
+ */
 int __must_check store_proto__parse_hello(const uint8_t *p, size_t len,
 					  struct store_hello_reply *r,
 					  char *err, size_t elen);
+int __must_check store_proto__parse_state(const uint8_t *p, size_t len,
+					  struct store_token *t, char *err,
+					  size_t elen);
 /*
  * A list answer for cursor: *next (UINT64_MAX: the end) and *n block
  * numbers at *blocks (little-endian u64s, read with store_proto__u64),

@@ -28,6 +28,7 @@ struct store {
 	unsigned int timeout_ms;
 	uint64_t nr_blocks;
 	uint64_t stored;
+	struct store_token token; /* the hello's; len 0: none given */
 	uint8_t *buf;	   /* STORE_BUF_BYTES: the request, then its answer */
 	uint32_t body_len; /* the last answer's, type byte included */
 	struct store_write_buf w;
@@ -224,6 +225,7 @@ static int hello(struct store *s, const struct store_params *p, char *err,
 		return bad_answer(s, "hello", why, err, elen);
 	}
 	s->stored = r.stored;
+	s->token = r.token;
 	s->claimed = p->claim;
 	return 0;
 }
@@ -311,6 +313,11 @@ void store__close(struct store *s)
 uint64_t store__stored(const struct store *s)
 {
 	return s->stored;
+}
+
+const struct store_token *store__hello_token(const struct store *s)
+{
+	return &s->token;
 }
 
 bool store__broken(const struct store *s)
@@ -432,4 +439,26 @@ int store__flush(struct store *s, char *err, size_t elen)
 	ret = store_proto__parse_empty(payload(s), s->body_len - 1, "flush",
 				       why, sizeof(why));
 	return ret ? bad_answer(s, "flush", why, err, elen) : 0;
+}
+
+int store__state(struct store *s, struct store_token *t, char *err, size_t elen)
+{
+	char why[256];
+	int len, ret;
+
+	if (!s->token.len) {
+		snprintf(err, elen,
+			 "state: the store gave no state token in its hello "
+			 "(it does not support snapshots)");
+		return -EOPNOTSUPP;
+	}
+	len = store_proto__state(s->buf, STORE_BUF_BYTES);
+	if (len < 0)
+		return len;
+	ret = exchange(s, STORE_STATE, len, "state", err, elen);
+	if (ret)
+		return ret;
+	ret = store_proto__parse_state(payload(s), s->body_len - 1, t, why,
+				       sizeof(why));
+	return ret ? bad_answer(s, "state", why, err, elen) : 0;
 }

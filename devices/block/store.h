@@ -43,6 +43,8 @@ void store__close(struct store *s); /* NULL is fine */
 
 /* The blocks the store's hello said it holds. */
 uint64_t store__stored(const struct store *s);
+/* The state token the hello gave (len 0: the store gives none). */
+const struct store_token *store__hello_token(const struct store *s);
 bool store__broken(const struct store *s);
 
 /* Every block the store holds, ascending, through fn, a page at a time. */
@@ -65,5 +67,11 @@ unsigned int store__write_count(const struct store *s);
 int __must_check store__write_send(struct store *s, char *err, size_t elen);
 /* Everything written so far is durable when this returns 0. */
 int __must_check store__flush(struct store *s, char *err, size_t elen);
+/*
+ * The store's state token now (after a flush: what it made durable);
+ * -EOPNOTSUPP, asking nothing, when the hello gave none.
+ */
+int __must_check store__state(struct store *s, struct store_token *t, char *err,
+			      size_t elen);
 
 #endif

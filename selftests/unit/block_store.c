@@ -208,6 +208,118 @@ TEST(write_is_bounded)
 	ASSERT_EQ(-EINVAL, store_proto__write_end(&w));
 }
 
+/* A hello answer's payload: 16 fixed bytes, then a token of n bytes. */
+static size_t hello_answer(uint8_t *p, uint16_t n, size_t token_bytes)
+{
+	le32(p, 1);
+	le32(p + 4, BS);
+	le64(p + 8, 3);
+	p[16] = n;
+	p[17] = n >> 8;
+	for (size_t i = 0; i < token_bytes; i++)
+		p[18 + i] = 0xa0 + i;
+	return 18 + token_bytes;
+}
+
+TEST(hello_answer_with_and_without_a_token)
+{
+	struct store_hello_reply r;
+	char hex[STORE_TOKEN_HEX];
+
+	/* The fixed 16 bytes alone: a store that gives no token. */
+	hello_answer(buf, 0, 0);
+	memset(&r, 0xff, sizeof(r));
+	ASSERT_EQ(0, store_proto__parse_hello(buf, 16, &r, err, sizeof(err)));
+	ASSERT_EQ(3, r.stored);
+	ASSERT_EQ(0, r.token.len);
+	store_proto__token_hex(&r.token, hex);
+	ASSERT_STREQ("none", hex);
+	/* A 3-byte token. */
+	ASSERT_EQ(0, store_proto__parse_hello(buf, hello_answer(buf, 3, 3), &r,
+					      err, sizeof(err)));
+	ASSERT_EQ(3, r.token.len);
+	store_proto__token_hex(&r.token, hex);
+	ASSERT_STREQ("a0a1a2", hex);
+	/* The largest token, and one byte more. */
+	ASSERT_EQ(0, store_proto__parse_hello(
+			     buf, hello_answer(buf, STORE_TOKEN_MAX, 64), &r,
+			     err, sizeof(err)));
+	ASSERT_EQ(STORE_TOKEN_MAX, r.token.len);
+	ASSERT_EQ(0xa0 + 63, r.token.bytes[63]);
+	ASSERT_EQ(-EPROTO,
+		  store_proto__parse_hello(buf, hello_answer(buf, 65, 65), &r,
+					   err, sizeof(err)));
+	ASSERT_NE(NULL, strstr(err, "a 65-byte token in 65 bytes (1 to 64)"));
+}
+
+TEST(hello_answer_malformed_lengths)
+{
+	struct store_hello_reply r;
+
+	/* Short of the fixed part. */
+	ASSERT_EQ(-EPROTO,
+		  store_proto__parse_hello(buf, 15, &r, err, sizeof(err)));
+	ASSERT_NE(NULL, strstr(err, "a hello answer of 15 bytes"));
+	/* One byte of the token's length. */
+	hello_answer(buf, 1, 1);
+	ASSERT_EQ(-EPROTO,
+		  store_proto__parse_hello(buf, 17, &r, err, sizeof(err)));
+	ASSERT_NE(NULL, strstr(err, "token is cut short"));
+	/* An empty token: not the way to say there is none. */
+	ASSERT_EQ(-EPROTO,
+		  store_proto__parse_hello(buf, hello_answer(buf, 0, 0), &r,
+					   err, sizeof(err)));
+	ASSERT_NE(NULL, strstr(err, "a 0-byte token"));
+	/* The length says more, and less, than the bytes there are. */
+	ASSERT_EQ(-EPROTO,
+		  store_proto__parse_hello(buf, hello_answer(buf, 5, 4), &r,
+					   err, sizeof(err)));
+	ASSERT_NE(NULL, strstr(err, "a 5-byte token in 4 bytes"));
+	ASSERT_EQ(-EPROTO,
+		  store_proto__parse_hello(buf, hello_answer(buf, 4, 5), &r,
+					   err, sizeof(err)));
+}
+
+TEST(state_request_and_answer)
+{
+	static const uint8_t want[] = { 1, 0, 0, 0, STORE_STATE };
+	struct store_token t, u;
+
+	ASSERT_EQ((int)sizeof(want), store_proto__state(buf, sizeof(buf)));
+	ASSERT_EQ(0, memcmp(want, buf, sizeof(want)));
+	ASSERT_EQ(-E2BIG, store_proto__state(buf, sizeof(want) - 1));
+	/* Its answer is a token alone: u16 n, n bytes. */
+	buf[0] = 2;
+	buf[1] = 0;
+	buf[2] = 0xbe;
+	buf[3] = 0xef;
+	ASSERT_EQ(0, store_proto__parse_state(buf, 4, &t, err, sizeof(err)));
+	ASSERT_EQ(2, t.len);
+	ASSERT_EQ(-EPROTO,
+		  store_proto__parse_state(buf, 3, &u, err, sizeof(err)));
+	ASSERT_EQ(-EPROTO,
+		  store_proto__parse_state(buf, 1, &u, err, sizeof(err)));
+	ASSERT_EQ(-EPROTO,
+		  store_proto__parse_state(buf, 0, &u, err, sizeof(err)));
+	/* Hex and back, as a snapshot's manifest keeps it. */
+	ASSERT_EQ(0, store_proto__token_parse("beef", &u));
+	ASSERT_TRUE(store_proto__token_equal(&t, &u));
+	ASSERT_EQ(0, store_proto__token_parse("beee", &u));
+	ASSERT_FALSE(store_proto__token_equal(&t, &u));
+	ASSERT_EQ(0, store_proto__token_parse("beefbe", &u));
+	ASSERT_FALSE(store_proto__token_equal(&t, &u)); /* a longer one */
+	ASSERT_EQ(-EINVAL, store_proto__token_parse("bee", &u));
+	ASSERT_EQ(-EINVAL, store_proto__token_parse("BEEF", &u));
+	ASSERT_EQ(-EINVAL, store_proto__token_parse("", &u));
+	ASSERT_EQ(-EINVAL, store_proto__token_parse(NULL, &u));
+	memset(buf, 'a', 2 * STORE_TOKEN_MAX + 2);
+	buf[2 * STORE_TOKEN_MAX + 2] = '\0';
+	ASSERT_EQ(-EINVAL, store_proto__token_parse((char *)buf, &u));
+	buf[2 * STORE_TOKEN_MAX] = '\0';
+	ASSERT_EQ(0, store_proto__token_parse((char *)buf, &u));
+	ASSERT_EQ(STORE_TOKEN_MAX, u.len);
+}
+
 /* ---- scripted stores --------------------------------------------------- */
 
 struct scripted {
@@ -671,6 +783,45 @@ TEST(cow_dirty_cap)
 	scripted_stop(&s);
 }
 
+static void serve_no_token(int fd)
+{
+	static uint8_t p[BUF_BYTES];
+	uint32_t len;
+
+	serve_hello(fd, BS, 0);
+	serve_list(fd, NULL, 0);
+	/* Nothing more is asked: the end of the stream, not a frame. */
+	_exit(next_frame(fd, p, &len) >= 0 ? 8 : 0);
+}
+
+TEST(cow_snapshot_needs_a_state_token)
+{
+	struct scripted s = { 0 };
+	struct layer l = { 0 };
+	struct store_token t;
+	int status;
+
+	scripted_start(_metadata, &s, serve_no_token);
+	layer_open(_metadata, &l, s.path, 2000, 0);
+	ASSERT_EQ(0, store_cow__hello_token(l.cow)->len);
+	ASSERT_EQ(0, guest_write(&l, 3, 0x33));
+	ASSERT_EQ(-EOPNOTSUPP, store_cow__settle(l.cow, &t, err, sizeof(err)));
+	ASSERT_NE(NULL, strstr(err, "gave no state token"));
+	/* Refused before anything was sent: the block is still dirty. */
+	ASSERT_EQ(BS, store_cow__dirty_bytes(l.cow));
+	ASSERT_EQ(0, store_cow__errors(l.cow));
+	store_cow__close(l.cow); /* no stop: nothing is flushed */
+	disk__close(l.disk);
+	unlink(l.base);
+	rmdir(l.dir);
+	/* The store saw the end of the stream, no other request. */
+	ASSERT_EQ(s.pid, waitpid(s.pid, &status, 0));
+	ASSERT_TRUE(WIFEXITED(status));
+	ASSERT_EQ(0, WEXITSTATUS(status));
+	s.pid = 0;
+	scripted_stop(&s);
+}
+
 /* ---- against the reference in-memory store ------------------------------ */
 
 struct mem_store {
@@ -844,6 +995,131 @@ TEST(directory_store_keeps_flushed_blocks)
 	other.socket_path = m.path;
 	ASSERT_EQ(-EINVAL, store__connect(&st, &other, err, sizeof(err)));
 	ASSERT_NE(NULL, strstr(err, "holds changes to " BASE));
+	mem_stop(&m);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", m.dir);
+	ASSERT_EQ(0, system(cmd));
+}
+
+/* ---- state tokens (snapshots of cow roots) ------------------------------ */
+
+/* A connection without the writer's claim: its hello's token into t. */
+static int token_of(const char *path, struct store_token *t)
+{
+	struct store_params p = { .socket_path = path,
+				  .base = BASE,
+				  .nr_blocks = NR_BLOCKS,
+				  .timeout_ms = 5000 };
+	struct store *st;
+	int ret = store__connect(&st, &p, err, sizeof(err));
+
+	if (ret)
+		return ret;
+	*t = *store__hello_token(st);
+	store__close(st);
+	return 0;
+}
+
+static int write_block(struct store *st, uint64_t n, uint8_t byte)
+{
+	static uint8_t data[BS];
+
+	memset(data, byte, sizeof(data));
+	store__write_begin(st);
+	if (store__write_add(st, n, data))
+		return -E2BIG;
+	return store__write_send(st, err, sizeof(err));
+}
+
+/*
+ * tools/kiln-store-mem: a token in every hello (the store's 16-byte
+ * identity and a u64 generation); a flush after a write moves it on, a
+ * write alone or a flush of nothing does not. A cow layer's settle (a
+ * snapshot's) flushes its dirty blocks and gets the token every new
+ * connection then sees.
+ */
+TEST(memory_store_token_moves_on_flush)
+{
+	struct store_token t0, t1, t2, t;
+	struct mem_store m = { 0 };
+	struct layer l = { 0 };
+	struct store *st;
+
+	mem_start(_metadata, &m);
+	ASSERT_EQ(0, connect_to(m.path, 5000, &st));
+	t0 = *store__hello_token(st);
+	ASSERT_EQ(24, t0.len);
+	ASSERT_EQ(0, store__state(st, &t, err, sizeof(err)));
+	ASSERT_TRUE(store_proto__token_equal(&t0, &t));
+	ASSERT_EQ(0, store__flush(st, err, sizeof(err)));
+	ASSERT_EQ(0, store__state(st, &t, err, sizeof(err)));
+	ASSERT_TRUE(store_proto__token_equal(&t0, &t));
+	ASSERT_EQ(0, write_block(st, 2, 0x22));
+	ASSERT_EQ(0, store__state(st, &t, err, sizeof(err)));
+	ASSERT_TRUE(store_proto__token_equal(&t0, &t));
+	ASSERT_EQ(0, store__flush(st, err, sizeof(err)));
+	ASSERT_EQ(0, store__state(st, &t1, err, sizeof(err)));
+	ASSERT_FALSE(store_proto__token_equal(&t0, &t1));
+	ASSERT_EQ(0, memcmp(t0.bytes, t1.bytes, 16)); /* the same store */
+	ASSERT_EQ(0, token_of(m.path, &t));
+	ASSERT_TRUE(store_proto__token_equal(&t1, &t));
+	store__close(st);
+
+	layer_open(_metadata, &l, m.path, 5000, 0);
+	ASSERT_TRUE(
+		store_proto__token_equal(&t1, store_cow__hello_token(l.cow)));
+	ASSERT_EQ(0, guest_write(&l, 5, 0x55));
+	ASSERT_EQ(0, store_cow__settle(l.cow, &t2, err, sizeof(err)));
+	ASSERT_EQ(0, store_cow__dirty_bytes(l.cow));
+	ASSERT_FALSE(store_proto__token_equal(&t1, &t2));
+	ASSERT_EQ(0, token_of(m.path, &t));
+	ASSERT_TRUE(store_proto__token_equal(&t2, &t));
+	/* Nothing dirty: the same token again. */
+	ASSERT_EQ(0, store_cow__settle(l.cow, &t, err, sizeof(err)));
+	ASSERT_TRUE(store_proto__token_equal(&t2, &t));
+	layer_close(&l); /* nothing to send at the stop */
+	ASSERT_EQ(0, token_of(m.path, &t));
+	ASSERT_TRUE(store_proto__token_equal(&t2, &t));
+	mem_stop(&m);
+
+	/* Another store's token, even at the same generation. */
+	mem_start(_metadata, &m);
+	ASSERT_EQ(0, token_of(m.path, &t));
+	ASSERT_FALSE(store_proto__token_equal(&t0, &t));
+	mem_stop(&m);
+}
+
+/*
+ * tools/kiln-store-dir keeps its token in DIR/state: a restart gives
+ * the token of the last flush, and a write it lost (never flushed)
+ * changed nothing.
+ */
+TEST(directory_store_token_survives_a_restart)
+{
+	struct store_token t0, t1, t;
+	struct mem_store m = { 0 };
+	char blocks[128], cmd[256];
+	struct store *st;
+
+	strcpy(m.dir, "/tmp/kiln-dir-XXXXXX");
+	ASSERT_NE(NULL, mkdtemp(m.dir));
+	snprintf(m.path, sizeof(m.path), "%s/sock", m.dir);
+	snprintf(blocks, sizeof(blocks), "%s/blocks", m.dir);
+	store_spawn(_metadata, &m, blocks);
+	ASSERT_EQ(0, connect_to(m.path, 5000, &st));
+	t0 = *store__hello_token(st);
+	ASSERT_EQ(24, t0.len);
+	ASSERT_EQ(0, write_block(st, 6, 0x66));
+	ASSERT_EQ(0, store__flush(st, err, sizeof(err)));
+	ASSERT_EQ(0, store__state(st, &t1, err, sizeof(err)));
+	ASSERT_FALSE(store_proto__token_equal(&t0, &t1));
+	ASSERT_EQ(0, write_block(st, 8, 0x88)); /* never flushed */
+	store__close(st);
+	kill(m.pid, SIGKILL);
+	waitpid(m.pid, NULL, 0);
+
+	store_spawn(_metadata, &m, blocks);
+	ASSERT_EQ(0, token_of(m.path, &t));
+	ASSERT_TRUE(store_proto__token_equal(&t1, &t));
 	mem_stop(&m);
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", m.dir);
 	ASSERT_EQ(0, system(cmd));
