@@ -40,11 +40,14 @@
  * ephemeral root's writable layer is the part SNAP_LAYER_FILE of kind
  * SNAP_LAYER_KIND; a persistent root's state file is referred to by the
  * manifest's SNAP_ROOT_STATE object {path, bytes, sha256: its pages
- * digest} as it was when the snapshot was taken.
+ * digest} as it was when the snapshot was taken; a cow root's block
+ * store by the manifest's SNAP_ROOT_STORE object {socket, base, token:
+ * the store's state token in hex} once the snapshot flushed to it.
  */
 #define SNAP_LAYER_FILE "disk.delta"
 #define SNAP_LAYER_KIND "disk"
 #define SNAP_ROOT_STATE "rootState"
+#define SNAP_ROOT_STORE "rootStore"
 
 /*
  * SNAP_DIGEST_FILE: SHA-256 of the file's bytes (sha256sum's).

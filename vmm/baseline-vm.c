@@ -27,6 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "devices/block/store-cow.h"
 #include "snapshot/baseline.h"
 #include "snapshot/load.h"
 #include "vmm/baseline-vm.h"
@@ -69,9 +70,14 @@ static const char *unsupported(const struct vm *vm)
 	if (c->rootfs.descriptor && c->rootfs.mode == ROOTFS_PERSISTENT)
 		return "a persistent root is one VM's own state, not a "
 		       "baseline's (--rootfs-mode ephemeral or readonly)";
-	if (c->rootfs.descriptor && c->rootfs.mode == ROOTFS_COW)
-		return "a cow root's changes are its block store's, not a "
-		       "baseline's (--rootfs-mode ephemeral or readonly)";
+	/*
+	 * A cow root's entry holds to its store's state token: only a start
+	 * on that store, unchanged since, restores from it (vmm/restore.c).
+	 */
+	if (c->rootfs.descriptor && c->rootfs.mode == ROOTFS_COW &&
+	    (!vm->store_cow || !store_cow__hello_token(vm->store_cow)->len))
+		return "a cow root's block store gives no state token, so a "
+		       "baseline could not tell its changes apart";
 	/*
 	 * The CA is made for each start, its key in that monitor only: a
 	 * clone would trust the capture's, not its own monitor's.

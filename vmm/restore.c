@@ -27,6 +27,7 @@
 #include <time.h>
 
 #include "devices/block/disk.h"
+#include "devices/block/store-cow.h"
 #include "devices/console.h"
 #include "devices/uart.h"
 #include "devices/virtio/device.h"
@@ -93,6 +94,48 @@ static int check_root_state(struct vm *vm)
 }
 
 /*
+ * A cow root: the block store the config names (connected by the disk
+ * step, its hello's state token kept) must hold what it held when the
+ * snapshot flushed to it, over the same base. A store that moved on
+ * since would mix the guest's page cache with other disk contents.
+ */
+static int check_root_store(struct vm *vm)
+{
+	const struct vm_config *cfg = vm->cfg;
+	const json_t *ref =
+		json_object_get(vm->restore->manifest, SNAP_ROOT_STORE);
+	const char *base = json_string_value(json_object_get(ref, "base"));
+	const char *hex = json_string_value(json_object_get(ref, "token"));
+	const struct store_token *now = store_cow__hello_token(vm->store_cow);
+	char now_hex[STORE_TOKEN_HEX];
+	struct store_token want;
+
+	if (!base || store_proto__token_parse(hex, &want)) {
+		pr_err("--restore %s: %s: no %s {socket, base, token}: the "
+		       "snapshot has no cow root's block store",
+		       cfg->restore_dir, SNAP_MANIFEST, SNAP_ROOT_STORE);
+		return -EINVAL;
+	}
+	if (strcmp(base, vm->rootfs.digest)) {
+		pr_err("--restore %s: the snapshot's cow root is over base "
+		       "%s, this one over %s",
+		       cfg->restore_dir, base, vm->rootfs.digest);
+		return -EINVAL;
+	}
+	store_proto__token_hex(now, now_hex);
+	if (!store_proto__token_equal(now, &want)) {
+		pr_err("--restore %s: block store %s: its state token is %s, "
+		       "the snapshot's %s: %s (a cow root restores only onto "
+		       "its store as the snapshot left it)",
+		       cfg->restore_dir, cfg->rootfs.store_socket, now_hex, hex,
+		       now->len ? "the store moved on since the snapshot" :
+				  "the store gives no state token");
+		return -EBADMSG;
+	}
+	return 0;
+}
+
+/*
  * The root disk's writable layer (Documentation/snapshots.md, "The root
  * disk"), the disk having been opened by the disk step: an ephemeral
  * one takes a copy of the snapshot's, a persistent one must be as the
@@ -106,6 +149,8 @@ static int restore_root(struct vm *vm)
 		return 0;
 	if (vm->cfg->rootfs.mode == ROOTFS_PERSISTENT)
 		return check_root_state(vm);
+	if (vm->cfg->rootfs.mode == ROOTFS_COW)
+		return check_root_store(vm);
 	snprintf(what, sizeof(what), "%s: %s", vm->restore_dir,
 		 SNAP_LAYER_FILE);
 	return disk__load_layer(vm->disk, vm->restore->layer_fd, what);

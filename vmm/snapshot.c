@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "devices/block/disk.h"
+#include "devices/block/store-cow.h"
 #include "devices/uart.h"
 #include "devices/virtio/device.h"
 #include "snapshot/file.h"
@@ -355,14 +356,54 @@ static int write_vcpus(struct vm *vm, struct snap_dir *d, char *err, size_t len)
 }
 
 /*
+ * A cow root (Documentation/snapshots.md, "The root disk"): its changes
+ * are its block store's, so the snapshot flushes every dirty block to it
+ * (as the guest's FLUSH would, waiting for the acknowledgement) and asks
+ * the store's state token, before anything is written. The paused block
+ * device has no job in flight. A store that gives no token refuses it.
+ */
+static int settle_root_store(struct vm *vm, struct store_token *t, char *err,
+			     size_t len)
+{
+	char why[512];
+	int ret;
+
+	t->len = 0;
+	if (!vm->store_cow || vm->cfg->rootfs.mode != ROOTFS_COW)
+		return 0;
+	ret = store_cow__settle(vm->store_cow, t, why, sizeof(why));
+	if (ret)
+		snprintf(err, len, "the cow root's store %s: %s",
+			 vm->cfg->rootfs.store_socket, why);
+	return ret;
+}
+
+/* The store a cow root's snapshot holds to: {socket, base, token}. */
+static int write_root_store(struct vm *vm, const struct store_token *t,
+			    json_t *fields)
+{
+	char hex[STORE_TOKEN_HEX];
+	json_t *ref;
+
+	store_proto__token_hex(t, hex);
+	ref = json_pack("{s:s, s:s, s:s}", "socket",
+			vm->cfg->rootfs.store_socket, "base", vm->rootfs.digest,
+			"token", hex);
+	if (!ref || json_object_set_new(fields, SNAP_ROOT_STORE, ref))
+		return -ENOMEM;
+	return 0;
+}
+
+/*
  * The root disk's writable layer (Documentation/snapshots.md, "The root
  * disk"), read while the VM is paused, so its block device has nothing
  * in flight. Ephemeral: a sparse copy of the memfd, a part. Persistent:
  * a reference to the state file, its pages digest now, into fields.
+ * Cow: a reference to its store and the token settle_root_store got.
  * Read-only, or no root disk: nothing.
  */
 static int write_root_layer(struct vm *vm, struct snap_dir *d, json_t *fields,
-			    char *err, size_t len)
+			    const struct store_token *t, char *err, size_t len)
 {
 	const struct rootfs_config *r = &vm->cfg->rootfs;
 	char hex[SNAP_SHA256_HEX + 1], digest[SNAP_SHA256_HEX + 8];
@@ -373,13 +414,9 @@ static int write_root_layer(struct vm *vm, struct snap_dir *d, json_t *fields,
 
 	if (fd < 0 || r->mode == ROOTFS_READONLY)
 		return 0;
-	/* Its layer is a cache of the store's: saved alone it would lie. */
-	if (r->mode == ROOTFS_COW) {
-		snprintf(err, len,
-			 "a cow root's snapshot is not supported yet (its "
-			 "changes are its block store's)");
-		return -EOPNOTSUPP;
-	}
+	/* Its layer is a cache of the store's: the store is what counts. */
+	if (r->mode == ROOTFS_COW)
+		return write_root_store(vm, t, fields);
 	if (r->mode == ROOTFS_EPHEMERAL)
 		return snap_dir__write_sparse(d, SNAP_LAYER_FILE,
 					      SNAP_LAYER_KIND, fd, bytes, err,
@@ -402,13 +439,16 @@ static int write_snapshot(struct vm *vm, const char *dir, json_t *devices,
 			  char *err, size_t len)
 {
 	const char *what = "saving";
+	struct store_token token;
 	struct snap_writer w;
 	struct snap_dir d;
 	json_t *fields = NULL;
 	char *text;
 	int ret;
 
-	ret = snap_dir__create(&d, dir, err, len);
+	ret = settle_root_store(vm, &token, err, len);
+	if (!ret)
+		ret = snap_dir__create(&d, dir, err, len);
 	if (ret)
 		return ret;
 	ret = write_vcpus(vm, &d, err, len);
@@ -439,7 +479,7 @@ static int write_snapshot(struct vm *vm, const char *dir, json_t *devices,
 			snprintf(err, len, "the manifest: %s", strerror(-ret));
 	}
 	if (!ret)
-		ret = write_root_layer(vm, &d, fields, err, len);
+		ret = write_root_layer(vm, &d, fields, &token, err, len);
 	if (!ret)
 		ret = snap_dir__finish(&d, fields, err, len);
 	json_decref(fields);

@@ -862,9 +862,15 @@ static int blk_save(struct virtio_device *dev, json_t *obj, char *err,
 		json_integer((json_int_t)disk__size(b->disk)));
 	ret |= json_object_set_new(obj, "readOnly",
 				   json_boolean(disk__read_only(b->disk)));
-	ret |= json_object_set_new(
-		obj, "dirtyBytes",
-		json_integer((json_int_t)disk__dirty_bytes(b->disk)));
+	/*
+	 * A cow root's local layer is a cache of its store's blocks: the
+	 * restore starts it empty, and the store's state token is what it
+	 * checks (vmm/restore.c).
+	 */
+	if (!b->cow)
+		ret |= json_object_set_new(
+			obj, "dirtyBytes",
+			json_integer((json_int_t)disk__dirty_bytes(b->disk)));
 	return ret ? -ENOMEM : 0;
 }
 

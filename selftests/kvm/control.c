@@ -2325,6 +2325,81 @@ TEST_TIMEOUT(snapshot_restore_keeps_a_counter, 2 * BOOT_TIMEOUT)
 	vm_cleanup(&c);
 }
 
+/*
+ * A cow root's snapshot (Documentation/snapshots.md, "The root disk"):
+ * a VM over tools/kiln-store-mem writes a file (no sync: its blocks are
+ * the guest's and the vmm's), is snapshotted paused (the vmm flushes to
+ * the store and records its state token) and stopped. A restore onto
+ * the same store has the file and goes on writing (a sync: the store
+ * moves on); restoring the snapshot again is then refused before KVM,
+ * naming both tokens.
+ */
+TEST_TIMEOUT(cow_root_snapshot_restores_onto_its_store, 2 * BOOT_TIMEOUT)
+{
+	const char *cow[] = { "--rootfs-mode", NULL, NULL };
+	const char *rest[] = { "--rootfs-mode", NULL, "--restore", NULL, NULL };
+	char dir[64], sock[128], slog[128], mode[160], snap[128];
+	char manifest[200], *text;
+	struct spawn_result r;
+	struct vmctl c, c2;
+	pid_t store;
+	int i;
+
+	if (access("/dev/kvm", R_OK | W_OK))
+		SKIP(return, "no usable /dev/kvm (run through tools/vmtest)");
+	test_tmp_name(dir, sizeof(dir), "kiln-cowsnap-XXXXXX");
+	ASSERT_NE(NULL, mkdtemp(dir));
+	snprintf(sock, sizeof(sock), "%s/store.sock", dir);
+	snprintf(slog, sizeof(slog), "%s/store.log", dir);
+	snprintf(mode, sizeof(mode), "cow:%s", sock);
+	snprintf(snap, sizeof(snap), "%s/snap", dir);
+	cow[1] = rest[1] = mode;
+	rest[3] = snap;
+	store = spawn_logged(
+		ARGS("/usr/bin/python3", "tools/kiln-store-mem", sock), slog);
+	ASSERT_LT(0, store);
+	for (i = 0; i < 300 && access(sock, F_OK); i++)
+		usleep(100000);
+	ASSERT_EQ(0, access(sock, F_OK)) TH_LOG("no store at %s", sock);
+
+	ASSERT_TRUE(vm_start_with(_metadata, &c, false, cow));
+	CTL(&c, &r, "exec", c.sock, "--", "sh", "-c", "echo kept > /root/note");
+	ASSERT_EQ(0, r.status);
+	CTL(&c, &r, "snapshot", c.sock, snap);
+	ASSERT_EQ(0, r.status) TH_LOG("%.500s", r.err);
+	snprintf(manifest, sizeof(manifest), "%s/manifest.json", snap);
+	text = log_text(manifest);
+	ASSERT_NE(NULL, text);
+	EXPECT_NE(NULL, strstr(text, "\"rootStore\"")) TH_LOG("%.2000s", text);
+	EXPECT_NE(NULL, strstr(text, sock));
+	free(text);
+	/* Paused: nothing new for the shutdown's flush to send. */
+	kill(c.vmm, SIGTERM);
+	EXPECT_EQ(128 + SIGTERM, wait_exit(c.vmm, 60));
+	c.vmm = 0;
+
+	ASSERT_TRUE(vm_start_with(_metadata, &c2, false, rest));
+	CTL(&c2, &r, "exec", c2.sock, "--", "sh", "-c",
+	    "cat /root/note && echo more > /root/more && sync && "
+	    "echo 3 > /proc/sys/vm/drop_caches && cat /root/note /root/more");
+	EXPECT_EQ(0, r.status) TH_LOG("%.500s", r.err);
+	EXPECT_STREQ("kept\nkept\nmore\n", r.out);
+	kill(c2.vmm, SIGTERM);
+	EXPECT_EQ(128 + SIGTERM, wait_exit(c2.vmm, 60));
+	c2.vmm = 0;
+	vm_cleanup(&c2);
+
+	/* The store moved on since the snapshot: refused, both tokens named. */
+	start_refused(_metadata, rest, "the store moved on since the snapshot");
+	start_refused(_metadata, rest, "its state token is ");
+
+	vm_cleanup(&c);
+	kill(store, SIGTERM);
+	EXPECT_EQ(0, wait_exit(store, 30));
+	snprintf(manifest, sizeof(manifest), "rm -rf '%s'", dir);
+	EXPECT_EQ(0, system(manifest));
+}
+
 /* ---- baselines (Documentation/snapshots.md, "Baselines") ----------- */
 
 /* The one entry in the cache (a 64-hex name) into path, or false. */
