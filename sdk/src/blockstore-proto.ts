@@ -19,6 +19,8 @@ export const STORE_LIST_MAX = 65536;
 export const STORE_BASE_MAX = 128;
 /** Bytes of an error answer's text (STORE_ERRMSG_MAX). */
 export const STORE_ERRMSG_MAX = 1024;
+/** Bytes of a state token (STORE_TOKEN_MAX): 1 to 64. */
+export const STORE_TOKEN_MAX = 64;
 /** list's "next cursor" at the end. */
 export const STORE_LIST_END = 0xffff_ffff_ffff_ffffn;
 
@@ -28,6 +30,7 @@ export const Msg = {
 	read: 0x03,
 	write: 0x04,
 	flush: 0x05,
+	state: 0x06,
 	reply: 0x80,
 	error: 0xff,
 } as const;
@@ -62,7 +65,8 @@ export type StoreRequest =
 	| { type: "list"; cursor: bigint; max: number }
 	| { type: "read"; ranges: { first: bigint; count: number }[] }
 	| { type: "write"; chunks: { index: bigint; bytes: Uint8Array | null }[] }
-	| { type: "flush" };
+	| { type: "flush" }
+	| { type: "state" };
 
 function refuse(why: string): never {
 	throw new StoreRefusal(Errno.EINVAL, why);
@@ -147,6 +151,10 @@ export function decodeRequest(type: number, p: Buffer): StoreRequest {
 		if (p.length !== 0)
 			refuse(`flush with a ${p.length}-byte payload (none)`);
 		return { type: "flush" };
+	case Msg.state:
+		if (p.length !== 0)
+			refuse(`state with a ${p.length}-byte payload (none)`);
+		return { type: "state" };
 	default:
 		return refuse(`unknown request type 0x${type.toString(16).padStart(2, "0")}`);
 	}
@@ -180,12 +188,26 @@ export function errorFrame(errno: number, text: string): Buffer {
 	return frame(Msg.error, p, t);
 }
 
-export function helloAnswer(blockSize: number, stored: bigint): Buffer {
+/** A state token on the wire: u16 n, then its n bytes (1 to 64). */
+export function tokenBytes(token: Uint8Array): Buffer {
+	if (token.length === 0 || token.length > STORE_TOKEN_MAX)
+		throw new RangeError(`a state token of ${token.length} bytes (1 to ${STORE_TOKEN_MAX})`);
+	const n = Buffer.alloc(2);
+	n.writeUInt16LE(token.length, 0);
+	return Buffer.concat([n, token]);
+}
+
+/** hello's answer: its 16 fixed bytes, then the store's state token. */
+export function helloAnswer(blockSize: number, stored: bigint, token: Uint8Array): Buffer {
 	const p = Buffer.alloc(16);
 	p.writeUInt32LE(STORE_VERSION, 0);
 	p.writeUInt32LE(blockSize, 4);
 	p.writeBigUInt64LE(stored, 8);
-	return frame(Msg.hello | Msg.reply, p);
+	return frame(Msg.hello | Msg.reply, p, tokenBytes(token));
+}
+
+export function stateAnswer(token: Uint8Array): Buffer {
+	return frame(Msg.state | Msg.reply, tokenBytes(token));
 }
 
 export function listAnswer(next: bigint, blocks: readonly bigint[]): Buffer {

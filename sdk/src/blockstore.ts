@@ -4,14 +4,15 @@
 // store method throws or rejects with becomes that request's ERROR answer
 // with its message; the host program never sees it.
 
+import { randomBytes } from "node:crypto";
 import { mkdtemp, rm } from "node:fs/promises";
 import { rmSync } from "node:fs";
 import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import {
-	Errno, Msg, STORE_BLOCK_SIZE, STORE_LIST_END, STORE_VERSION, StoreFramer, StoreRefusal, decodeRequest,
-	errnoOf, errorFrame, frame, helloAnswer, listAnswer, readAnswer,
+	Errno, Msg, STORE_BLOCK_SIZE, STORE_LIST_END, STORE_TOKEN_MAX, STORE_VERSION, StoreFramer, StoreRefusal,
+	decodeRequest, errnoOf, errorFrame, frame, helloAnswer, listAnswer, readAnswer, stateAnswer,
 } from "./blockstore-proto.js";
 import type { StoreRequest } from "./blockstore-proto.js";
 import { SandboxConfigError } from "./errors.js";
@@ -50,6 +51,38 @@ export function isClaimed(store: SandboxBlockStore): boolean {
 	return claims.has(store);
 }
 
+/**
+ * The state token of a store without its own `state` method: a random
+ * identity per store object and a generation that a flush after a write
+ * moves on, for every server of this process (rootfs.md, "State
+ * tokens"). Keyed weakly, as the claims are.
+ */
+interface OwnState { readonly id: Buffer; generation: bigint; written: boolean }
+const ownStates = new WeakMap<SandboxBlockStore, OwnState>();
+
+function ownState(store: SandboxBlockStore): OwnState {
+	let st = ownStates.get(store);
+	if (st === undefined) {
+		st = { id: randomBytes(16), generation: 0n, written: false };
+		ownStates.set(store, st);
+	}
+	return st;
+}
+
+/** The store's state token now: its own `state`, or the server's. */
+export async function storeToken(store: SandboxBlockStore, ctx: SandboxBlockStoreContext): Promise<Uint8Array> {
+	if (store.state === undefined) {
+		const st = ownState(store);
+		const g = Buffer.alloc(8);
+		g.writeBigUInt64LE(st.generation, 0);
+		return Buffer.concat([st.id, g]);
+	}
+	const t: unknown = await store.state(ctx);
+	if (!(t instanceof Uint8Array) || t.length === 0 || t.length > STORE_TOKEN_MAX)
+		throw new StoreRefusal(Errno.EIO, `store.state returned ${shown(t)}, not a Uint8Array of 1 to ${STORE_TOKEN_MAX} bytes`);
+	return t;
+}
+
 /** Is `v` a SandboxBlockStore this vmm can serve? (Throws naming it.) */
 export function checkBlockStore(what: string, v: unknown): SandboxBlockStore {
 	const o = v as Partial<Record<keyof SandboxBlockStore, unknown>> | null;
@@ -60,6 +93,8 @@ export function checkBlockStore(what: string, v: unknown): SandboxBlockStore {
 		throw new SandboxConfigError(`${what}: not a SandboxBlockStore: ${missing.join(", ")} must be methods`);
 	if (o.flush !== undefined && typeof o.flush !== "function")
 		throw new SandboxConfigError(`${what}: flush must be a method when given, got ${shown(o.flush)}`);
+	if (o.state !== undefined && typeof o.state !== "function")
+		throw new SandboxConfigError(`${what}: state must be a method when given, got ${shown(o.state)}`);
 	if (o.blockSize !== STORE_BLOCK_SIZE)
 		throw new SandboxConfigError(`${what}: blockSize ${shown(o.blockSize)}: Kiln's block stores keep ${STORE_BLOCK_SIZE}-byte blocks`);
 	return v as SandboxBlockStore;
@@ -263,15 +298,29 @@ class StoreConnection {
 				chunks.push(Object.freeze({ index: c.index, bytes: c.bytes ?? new Uint8Array(STORE_BLOCK_SIZE) }));
 			}
 			await this.#store.write(chunks, ctx);
+			ownState(this.#store).written = true;
 			return frame(Msg.write | Msg.reply);
 		}
 		case "flush": {
 			const ctx = this.#context();
 			this.#needClaim("flush");
-			if (this.#store.flush)
-				await this.#store.flush(ctx);
+			// What the writes before this flush are once it is done.
+			const st = ownState(this.#store);
+			const written = st.written;
+			st.written = false;
+			try {
+				if (this.#store.flush)
+					await this.#store.flush(ctx);
+			} catch (e) {
+				st.written ||= written;
+				throw e;
+			}
+			if (written)
+				st.generation++;
 			return frame(Msg.flush | Msg.reply);
 		}
+		case "state":
+			return stateAnswer(await storeToken(this.#store, this.#context()));
 		}
 	}
 
@@ -295,9 +344,10 @@ class StoreConnection {
 			// The count of blocks held is list's total (the vmm checks
 			// that list gives no more).
 			const stored = checkList(await this.#store.list(ctx), blocks).length;
+			const token = await storeToken(this.#store, ctx);
 			this.#ctx = ctx;
 			this.#blocks = blocks;
-			return helloAnswer(this.#store.blockSize, BigInt(stored));
+			return helloAnswer(this.#store.blockSize, BigInt(stored), token);
 		} catch (e) {
 			releaseStore(this.#store, this);
 			throw e;

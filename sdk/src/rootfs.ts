@@ -242,4 +242,14 @@ export interface SandboxBlockStore {
 	read(range: SandboxBlockRange, context: SandboxBlockStoreContext): Promise<readonly SandboxBlockChunk[]>;
 	write(chunks: readonly SandboxBlockChunk[], context: SandboxBlockStoreContext): Promise<void>;
 	flush?(context: SandboxBlockStoreContext): Promise<void>;
+	/**
+	 * Optional: 1 to 64 bytes naming what the store holds, which change
+	 * whenever a flushed write changes it (a generation counter with the
+	 * store's own identity, or a digest). A snapshot of a VM on the store
+	 * records it, and a restore refuses a store whose state differs.
+	 * Without it, the server gives a token of its own for this store
+	 * object, valid while this process serves it (Kiln's rootfs.md,
+	 * "State tokens").
+	 */
+	state?(context: SandboxBlockStoreContext): Promise<Uint8Array>;
 }

@@ -12,7 +12,7 @@ import path from "node:path";
 import { describe, test } from "./flat.js";
 import { SandboxConfigError, defineSandbox, rootfs } from "../src/index.js";
 import type { RootfsImageInput, SandboxBlockChunk, SandboxBlockRange, SandboxBlockStore, SandboxBlockStoreContext, SandboxImage } from "../src/index.js";
-import { BlockStoreServer } from "../src/blockstore.js";
+import { BlockStoreServer, checkBlockStore } from "../src/blockstore.js";
 import { Errno, STORE_MSG_MAX, StoreFramer, cutUtf8, decodeRequest, errorFrame } from "../src/blockstore-proto.js";
 import { vmmConfig } from "../src/config.js";
 import { materialise } from "../src/image-export.js";
@@ -203,7 +203,7 @@ describe("block store server", () => {
 		await withServer(store, async (socket) => {
 			const c = new Client(socket);
 			const p = await c.ok(hello({ claim: true }));
-			assert.equal(p.length, 16);
+			assert.equal(p.length, 16 + 2 + 24, "the fixed part, then a 24-byte state token");
 			assert.equal(p.readUInt32LE(0), 1);
 			assert.equal(p.readUInt32LE(4), 4096);
 			assert.equal(p.readBigUInt64LE(8), 2n);
@@ -330,6 +330,72 @@ describe("block store server", () => {
 			assert.match((await c.refused(cut)).text, /write cut short at byte 13/);
 			c.s.destroy();
 		});
+	});
+
+	test("state tokens: in hello and state; a flush after a write moves the server's own on", async () => {
+		const store = new MemStore();
+		let first: Buffer = Buffer.alloc(0);
+		const tokenOf = (p: Buffer, at: number): Buffer => {
+			const n = p.readUInt16LE(at);
+			assert.equal(p.length, at + 2 + n, "the token is the answer's last bytes");
+			return p.subarray(at + 2);
+		};
+		await withServer(store, async (socket) => {
+			const c = new Client(socket);
+			const t0 = tokenOf(await c.ok(hello({ claim: true })), 16);
+			assert.equal(t0.length, 24);
+			first = t0;
+			assert.deepEqual(tokenOf(await c.ok(frameOf(6)), 0), t0);
+			await c.ok(write([[5n, 0x55]]));
+			assert.deepEqual(tokenOf(await c.ok(frameOf(6)), 0), t0, "a write alone: not yet");
+			await c.ok(frameOf(5));
+			const t1 = tokenOf(await c.ok(frameOf(6)), 0);
+			assert.notDeepEqual(t1, t0);
+			assert.deepEqual(t1.subarray(0, 16), t0.subarray(0, 16), "the same store's identity");
+			await c.ok(frameOf(5));
+			assert.deepEqual(tokenOf(await c.ok(frameOf(6)), 0), t1, "a flush of nothing");
+			// A reader sees it too; a state with a payload is refused.
+			const r = new Client(socket);
+			assert.deepEqual(tokenOf(await r.ok(hello()), 16), t1);
+			assert.equal((await r.refused(frameOf(6, Buffer.alloc(1)))).text, "state with a 1-byte payload (none)");
+			r.s.destroy();
+			c.s.destroy();
+		});
+		// Another store object: another identity.
+		await withServer(new MemStore(), async (socket) => {
+			const c = new Client(socket);
+			const other = tokenOf(await c.ok(hello()), 16);
+			assert.notDeepEqual(other.subarray(0, 16), first.subarray(0, 16));
+			c.s.destroy();
+		});
+	});
+
+	test("a store's own state method gives the token; one that is not 1 to 64 bytes is an EIO answer", async () => {
+		const store = new MemStore();
+		let token: unknown = new Uint8Array([1, 2, 3]);
+		const own: SandboxBlockStore = {
+			blockSize: BS, list: (x) => store.list(x), read: (r, x) => store.read(r, x),
+			write: (w, x) => store.write(w, x), state: async () => token as Uint8Array,
+		};
+		await withServer(own, async (socket) => {
+			const c = new Client(socket);
+			const p = await c.ok(hello({ claim: true }));
+			assert.deepEqual([...p.subarray(16)], [3, 0, 1, 2, 3]);
+			token = new Uint8Array(64).fill(7);
+			const s = await c.ok(frameOf(6));
+			assert.equal(s.readUInt16LE(0), 64);
+			assert.ok(s.subarray(2).every((x) => x === 7));
+			token = new Uint8Array(65);
+			const big = await c.refused(frameOf(6));
+			assert.equal(big.errno, Errno.EIO);
+			assert.match(big.text, /store\.state returned .*not a Uint8Array of 1 to 64 bytes/);
+			token = new Uint8Array(0);
+			assert.equal((await c.refused(frameOf(6))).errno, Errno.EIO);
+			token = "abc";
+			assert.equal((await c.refused(frameOf(6))).errno, Errno.EIO);
+			c.s.destroy();
+		});
+		assert.throws(() => checkBlockStore("rootfs.cow: writable", { ...own, state: 5 }), /state must be a method when given, got 5/);
 	});
 
 	test("a store without flush still answers flush", async () => {
