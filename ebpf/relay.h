@@ -43,7 +43,7 @@ int __must_check relay_prog__create(struct relay_prog **out,
  * bytes held back until a is in too: it should be the one whose
  * receive window is open (the new upstream connection), as the kernel
  * hands bytes on regardless when a window is about to close. 0, or -errno with why
- * (-ENOSPC: the map is full); on failure neither is in the map.
+ * (-E2BIG: the map is full); on failure neither is in the map.
  */
 int __must_check relay_prog__pair(struct relay_prog *r, int a, int b, char *err,
 				  size_t errlen);

@@ -10,13 +10,11 @@
 #include <linux/sockios.h>
 #include <netinet/in.h>
 #include <linux/tcp.h>
-#include <string.h>
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #include "ebpf/relay.h"
-#include "lib/errf.h"
 #include "net/krelay.h"
 
 /*
@@ -55,8 +53,7 @@ static int queued(int fd, uint64_t *n)
 	return ret;
 }
 
-int krelay__start(struct krelay_flow *k, struct relay_prog *prog, int a, int b,
-		  char *err, size_t errlen)
+int krelay__start(struct krelay_flow *k, int a, int b)
 {
 	int ret = 0;
 
@@ -67,10 +64,7 @@ int krelay__start(struct krelay_flow *k, struct relay_prog *prog, int a, int b,
 		if (!ret)
 			ret = queued(k->fd[!s], &k->dir[s].sent_base);
 	}
-	if (ret)
-		return errf(err, errlen, ret, "relay: tcp_info: %s",
-			    strerror(-ret));
-	return relay_prog__pair(prog, a, b, err, errlen);
+	return ret;
 }
 
 void krelay__stop(struct krelay_flow *k, struct relay_prog *prog)
@@ -78,9 +72,14 @@ void krelay__stop(struct krelay_flow *k, struct relay_prog *prog)
 	relay_prog__unpair(prog, k->fd[KRELAY_A], k->fd[KRELAY_B]);
 }
 
+/*
+ * After the FIN, edge-triggered and nothing asked for: a hang-up (its
+ * writing shut too) would otherwise be reported on every wait while a
+ * FIN the other way waits for its bytes; a reset still wakes the owner.
+ */
 uint32_t krelay__interest(const struct krelay_flow *k, int s)
 {
-	return k->dir[s].eof ? 0 : EPOLLRDHUP;
+	return k->dir[s].eof ? EPOLLET : EPOLLRDHUP;
 }
 
 /* dir[s]'s FIN sent on, once the other side has every byte before it. */

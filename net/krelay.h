@@ -19,7 +19,8 @@ struct relay_prog; /* ebpf/relay.h */
  * gone out on the other side, shuts that side's writing. A reset on
  * either side is the owner's to pass on (close both with SO_LINGER 0).
  *
- *	ret = krelay__start(&k, prog, a, b, err, sizeof(err));
+ *	ret = krelay__start(&k, a, b);          nothing read from either yet
+ *	ret = relay_prog__pair(prog, a, b, err, sizeof(err));
  *	epoll a with krelay__interest(&k, KRELAY_A), b likewise;
  *	ret = krelay__event(&k, s, events);     on each event of side s
  *	if (krelay__pending(&k)) ret = krelay__retry(&k);  soon after
@@ -48,16 +49,18 @@ struct krelay_flow {
 };
 
 /*
- * a and b (connected TCP sockets, nothing read from either yet) paired
- * in prog (b first: relay_prog__pair()). 0, or -errno with why in err;
- * on failure neither is in the map and *k is unused.
+ * a and b (connected TCP sockets, nothing read from either yet) as they
+ * are before the pairing, which is the caller's next step (on whichever
+ * thread may use bpf()). 0 or -errno.
  */
-int __must_check krelay__start(struct krelay_flow *k, struct relay_prog *prog,
-			       int a, int b, char *err, size_t errlen);
+int __must_check krelay__start(struct krelay_flow *k, int a, int b);
 /* Both out of the map; the sockets stay open (the caller's). */
 void krelay__stop(struct krelay_flow *k, struct relay_prog *prog);
 
-/* What to wait for on side s: its peer's FIN until it came, then nothing. */
+/*
+ * What to wait for on side s (epoll's events): its peer's FIN until it
+ * came, then only a reset (edge-triggered).
+ */
 uint32_t krelay__interest(const struct krelay_flow *k, int s);
 
 /* Side s had events (epoll's): a FIN noted and, when it can, sent on. */

@@ -114,7 +114,8 @@ static void pair_start(struct __test_metadata *_metadata, struct pair *p,
 {
 	char err[256] = "";
 
-	ASSERT_EQ(0, krelay__start(&p->k, r, p->a, p->b, err, sizeof(err)))
+	ASSERT_EQ(0, krelay__start(&p->k, p->a, p->b));
+	ASSERT_EQ(0, relay_prog__pair(r, p->a, p->b, err, sizeof(err)))
 	TH_LOG("%s", err);
 	p->started = true;
 }
@@ -563,8 +564,7 @@ TEST(full_map_refuses)
 	pair_open(_metadata, &p[0], lsn, &at);
 	pair_open(_metadata, &p[1], lsn, &at);
 	pair_start(_metadata, &p[0], r);
-	EXPECT_EQ(-E2BIG,
-		  krelay__start(&p[1].k, r, p[1].a, p[1].b, err, sizeof(err)))
+	EXPECT_EQ(-E2BIG, relay_prog__pair(r, p[1].a, p[1].b, err, sizeof(err)))
 	TH_LOG("%s", err);
 	EXPECT_EQ(2U, relay_prog__nr_socks(r));
 	pair_close(&p[0], r);
