@@ -547,6 +547,25 @@ TEST_F(relay, close_leaves_the_map)
 	EXPECT_EQ(0U, relay_prog__nr_socks(self->r));
 }
 
+/*
+ * A flow whose guest sent its FIN before the pairing: the map takes
+ * established sockets only, refuses the pair and keeps neither (the
+ * proxy relays such a flow by splice).
+ */
+TEST_F(relay, half_closed_is_refused)
+{
+	struct pair *p = &self->p;
+	struct pollfd pfd = { .fd = p->a, .events = POLLRDHUP };
+	char err[256] = "";
+
+	ASSERT_EQ(0, shutdown(p->guest, SHUT_WR));
+	ASSERT_EQ(1, poll(&pfd, 1, TIMEOUT_MS));
+	ASSERT_EQ(0, krelay__start(&p->k, p->a, p->b));
+	EXPECT_GT(0, relay_prog__pair(self->r, p->a, p->b, err, sizeof(err)));
+	EXPECT_NE(0, err[0]);
+	EXPECT_EQ(0U, relay_prog__nr_socks(self->r));
+}
+
 /* A full map refuses the pair and leaves neither socket in it. */
 TEST(full_map_refuses)
 {
