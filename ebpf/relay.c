@@ -20,7 +20,6 @@
 struct relay_prog {
 	struct relay_bpf *skel;
 	int map_fd;
-	bool attached;
 };
 
 int relay_prog__create(struct relay_prog **out, unsigned int max_pairs,
@@ -60,7 +59,6 @@ int relay_prog__create(struct relay_prog **out, unsigned int max_pairs,
 			   strerror(errno));
 		goto out_destroy;
 	}
-	r->attached = true;
 	*out = r;
 	return 0;
 
@@ -150,13 +148,15 @@ unsigned int relay_prog__nr_socks(const struct relay_prog *r)
 	return n;
 }
 
+/*
+ * No detach: the map holds the program, and both go with their last
+ * descriptor. Called on the vmm's main thread at exit, whose seccomp
+ * filter has no bpf().
+ */
 void relay_prog__destroy(struct relay_prog *r)
 {
 	if (!r)
 		return;
-	if (r->attached)
-		bpf_prog_detach2(bpf_program__fd(r->skel->progs.relay_verdict),
-				 r->map_fd, BPF_SK_SKB_STREAM_VERDICT);
 	relay_bpf__destroy(r->skel);
 	free(r);
 }
