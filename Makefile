@@ -193,7 +193,9 @@ obj-y += devices/console.o
 # The egress program and its loader (ebpf/, Documentation/network.md):
 # linked, with libbpf, only into what uses them.
 ebpf-obj-y += ebpf/loader.o
+ebpf-obj-y += ebpf/relay.o
 bpf-prog-y += egress
+bpf-prog-y += relay
 # The vmm's egress proxy (net/proxy*.c): on the loader, so with it.
 ebpf-obj-y += net/proxy.o
 ebpf-obj-y += net/proxy-ns.o
@@ -201,6 +203,7 @@ ebpf-obj-y += net/proxy-tcp.o
 ebpf-obj-y += net/proxy-udp.o
 ebpf-obj-y += net/status.o
 ebpf-obj-y += net/synmap-egress.o
+ebpf-obj-y += net/krelay.o
 
 # vmmctl, the control socket's client: shares only the base64 code.
 vmmctl-obj-y += tools/vmmctl.o

@@ -36,6 +36,8 @@ const char *const netcfg__modes[] = {
 	NULL,
 };
 
+const char *const netcfg__relays[] = { "auto", "splice", "kernel", NULL };
+
 const char *netcfg__mode_name(enum net_mode mode)
 {
 	if ((size_t)mode < ARRAY_SIZE(netcfg__modes) - 1)

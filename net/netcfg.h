@@ -63,11 +63,18 @@ struct net_config {
 	 * interception CA whatever the boot's policy (netcfg__guest_ca).
 	 */
 	bool intercept_ca;
+	/*
+	 * --net-relay, "net.relay": how granted TCP flows are relayed, an
+	 * enum proxy_relay (net/proxy.h; netcfg__relays[] its names).
+	 */
+	unsigned int relay;
 };
 
 /* The modes' JSON names ("none", "auto", ...), NULL-terminated. */
 extern const char *const netcfg__modes[];
 const char *netcfg__mode_name(enum net_mode mode);
+/* "auto", "splice", "kernel": enum proxy_relay's order; NULL-terminated. */
+extern const char *const netcfg__relays[];
 
 void netcfg__free(struct net_config *n);
 

@@ -14,6 +14,7 @@
 #include "net/hook.h"
 #include "net/hostaddr.h"
 #include "net/intercept.h"
+#include "net/krelay.h"
 #include "net/nsthread.h"
 #include "net/proxy.h"
 
@@ -43,6 +44,11 @@
 #define PROXY_UDP_HELD	     4		  /* datagrams a held UDP flow keeps */
 #define PROXY_UDP_HELD_BYTES (16U * 1024) /* and their bytes at most */
 #define PROXY_NAME	     "egress proxy"
+/*
+ * A kernel-relayed flow's FIN waits for the bytes before it to leave the
+ * other side: looked at again this soon.
+ */
+#define PROXY_FIN_RETRY_MS 1
 
 /* What a struct net_endpoint of the proxy's epoll set is. */
 enum ep_kind {
@@ -62,6 +68,8 @@ enum { SIDE_GUEST, SIDE_UP, NR_SIDES };
 _Static_assert(SIDE_GUEST == (int)INTERCEPT_GUEST &&
 		       SIDE_UP == (int)INTERCEPT_UP,
 	       "an intercepted flow's sides are the proxy's");
+_Static_assert(SIDE_GUEST == (int)KRELAY_A && SIDE_UP == (int)KRELAY_B,
+	       "a kernel-relayed flow's sides are the proxy's");
 
 /*
  * One direction of a relayed flow: what was read from one side and not
@@ -92,6 +100,14 @@ struct tcp_flow {
 	uint64_t hook_id, hook_gen;
 	struct net_endpoint ep[NR_SIDES];
 	struct relay_dir dir[NR_SIDES]; /* dir[s]: read from side s */
+	/*
+	 * Relayed by the kernel (no dir[] then): from upstream's connect
+	 * on (kernel_on), its bytes so far counted in the stats.
+	 */
+	bool kernel, kernel_on;
+	bool splice_on; /* relayed through pipes or buffers: counted */
+	struct krelay_flow k;
+	uint64_t k_counted[NR_SIDES];
 	/* An http grant's flow: intercepted, not relayed (no dir[] then). */
 	struct intercept *ic;
 	bool tls;
@@ -157,6 +173,10 @@ struct proxy {
 	char *ns_err;
 	size_t ns_errlen;
 	struct egress *egress; /* the netns thread's */
+
+	struct relay_prog *relay; /* NULL: every flow through splice */
+	/* Kernel-relayed flows wait to send a FIN on (PROXY_FIN_RETRY_MS). */
+	bool fin_pending;
 
 	struct tcp_flow *tcp; /* max_tcp_flows */
 	struct udp_flow *udp; /* max_udp_flows */
@@ -244,6 +264,8 @@ void proxy_tcp__http_answered(void *opaque, void *cookie, uint64_t id,
 void proxy_tcp__answers_apply(struct proxy *p);
 void proxy_tcp__recheck(struct proxy *p, struct tcp_flow *t);
 void proxy_tcp__sweep(struct proxy *p, uint64_t now);
+/* The kernel-relayed flows' FINs that wait: sent on if they can be. */
+void proxy_tcp__fin_retry(struct proxy *p);
 void proxy_tcp__close(struct proxy *p, struct tcp_flow *t, bool reset);
 
 /* proxy-udp.c */

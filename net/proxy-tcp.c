@@ -2,9 +2,9 @@
 /*
  * The egress proxy's TCP flows (proxy-internal.h): the guest's connection
  * accepted from the transparent listener, decided, and either relayed to
- * its upstream connection (host netns) through a pipe each way (splice()),
- * held while the hook is asked, or, for an http grant, intercepted
- * (net/intercept.h) with the glue below.
+ * its upstream connection (host netns) by the kernel (net/krelay.h) or
+ * through a pipe each way (splice()), held while the hook is asked, or,
+ * for an http grant, intercepted (net/intercept.h) with the glue below.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "ebpf/relay.h"
 #include "lib/log.h"
 #include "net/proxy-internal.h"
 
@@ -26,10 +27,43 @@ static void close_reset(int fd)
 	close(fd);
 }
 
-/* A held flow's question is cancelled: it was never open. */
+/*
+ * A kernel-relayed flow's bytes since the last look, into the stats.
+ * A socket the kernel failed to say anything about keeps its count.
+ */
+static void kernel_count(struct proxy *p, struct tcp_flow *t)
+{
+	uint64_t now[NR_SIDES];
+
+	if (!t->kernel_on || krelay__bytes(&t->k, now))
+		return;
+	pthread_mutex_lock(&p->stats_lock);
+	p->stats.bytes_out += now[SIDE_GUEST] - t->k_counted[SIDE_GUEST];
+	p->stats.bytes_in += now[SIDE_UP] - t->k_counted[SIDE_UP];
+	pthread_mutex_unlock(&p->stats_lock);
+	memcpy(t->k_counted, now, sizeof(now));
+}
+
+/* One flow less relayed the way t was. */
+static void relay_count_sub(struct proxy *p, const struct tcp_flow *t)
+{
+	if (t->kernel_on)
+		count_sub(p, &p->stats.tcp_kernel);
+	else if (t->splice_on)
+		count_sub(p, &p->stats.tcp_splice);
+}
+
+/*
+ * A held flow's question is cancelled: it was never open. A kernel-
+ * relayed flow's sockets leave the map as they close.
+ */
 void proxy_tcp__close(struct proxy *p, struct tcp_flow *t, bool reset)
 {
 	bool was_open = !t->asking;
+
+	kernel_count(p, t);
+	relay_count_sub(p, t);
+	t->kernel = t->kernel_on = t->splice_on = false;
 
 	if (t->asking)
 		hook__cancel(p->hook, t->hook_id);
@@ -64,6 +98,9 @@ static uint32_t tcp_interest(const struct tcp_flow *t, int s)
 		return EPOLLOUT;
 	if (t->ic)
 		return intercept__interest(t->ic, s);
+	/* Nothing read before the kernel has it: the guest's bytes wait. */
+	if (t->kernel)
+		return t->kernel_on ? krelay__interest(&t->k, s) : 0;
 	if (!in->eof && in->len < PROXY_RELAY_BUF && !in->full)
 		ev |= EPOLLIN;
 	if (out->off < out->len)
@@ -169,6 +206,8 @@ static int upstream_connected(struct tcp_flow *t)
 
 static void icpt_event(struct proxy *p, struct tcp_flow *t, int s,
 		       uint32_t events);
+static void kernel_event(struct proxy *p, struct tcp_flow *t, int s,
+			 uint32_t events);
 
 void proxy_tcp__event(struct proxy *p, struct tcp_flow *t, int s,
 		      uint32_t events)
@@ -177,6 +216,10 @@ void proxy_tcp__event(struct proxy *p, struct tcp_flow *t, int s,
 
 	if (t->ic) {
 		icpt_event(p, t, s, events);
+		return;
+	}
+	if (t->kernel) {
+		kernel_event(p, t, s, events);
 		return;
 	}
 	if (s == SIDE_UP && t->connecting) {
@@ -256,18 +299,40 @@ static int relay_dir_init(struct relay_dir *d)
 	return d->buf ? 0 : -ENOMEM;
 }
 
-/* An allowed flow: its upstream connection, from the host netns. */
+/* The flow relayed through splice (or buffers) from now on. */
+static int splice_init(struct proxy *p, struct tcp_flow *t)
+{
+	int ret;
+
+	for (int s = 0; s < NR_SIDES; s++) {
+		ret = relay_dir_init(&t->dir[s]);
+		if (ret)
+			return ret;
+	}
+	t->splice_on = true;
+	count_add(p, &p->stats.tcp_splice, 1);
+	return 0;
+}
+
+/*
+ * An allowed flow: its upstream connection, from the host netns. With
+ * the kernel relay, nothing is read from the guest meanwhile: the
+ * kernel takes the flow from its first byte once upstream answers.
+ */
 static int tcp_open(struct proxy *p, struct tcp_flow *t, int guest_fd,
 		    const struct net_flow *f)
 {
 	int up, ret;
 
-	*t = (struct tcp_flow){ .used = true, .connecting = true, .flow = *f };
+	*t = (struct tcp_flow){ .used = true,
+				.connecting = true,
+				.flow = *f,
+				.kernel = p->relay != NULL };
 	t->ep[SIDE_GUEST].fd = guest_fd;
 	t->ep[SIDE_UP].fd = -1;
 	count_add(p, &p->stats.tcp_open, 1);
-	for (int s = 0; s < NR_SIDES; s++) {
-		ret = relay_dir_init(&t->dir[s]);
+	if (!t->kernel) {
+		ret = splice_init(p, t);
 		if (ret)
 			return ret;
 	}
@@ -281,6 +346,113 @@ static int tcp_open(struct proxy *p, struct tcp_flow *t, int guest_fd,
 		ret = net_endpoints__add(&p->eps, &t->ep[SIDE_UP], EP_TCP_UP,
 					 up, t, tcp_interest(t, SIDE_UP));
 	return ret;
+}
+
+/* ---- the kernel relay ------------------------------------------------------ */
+
+struct kernel_pair_call {
+	struct proxy *p;
+	struct tcp_flow *t;
+	char err[PROXY_RELAY_ERR_LEN];
+};
+
+/*
+ * On the netns thread: the one that may use bpf() in a jail (CAP_BPF;
+ * Debian's kernel refuses bpf() without it, on a map's fd too).
+ */
+static int kernel_pair_ns(void *arg)
+{
+	struct kernel_pair_call *c = arg;
+	struct tcp_flow *t = c->t;
+
+	return relay_prog__pair(c->p->relay, t->ep[SIDE_GUEST].fd,
+				t->ep[SIDE_UP].fd, c->err, sizeof(c->err));
+}
+
+/*
+ * Upstream connected: the flow to the kernel, or, when the pairing
+ * fails, to splice (nothing was read yet either way). 0 or -errno.
+ */
+static int kernel_start(struct proxy *p, struct tcp_flow *t)
+{
+	struct kernel_pair_call c = { .p = p, .t = t };
+	int ret;
+
+	ret = krelay__start(&t->k, t->ep[SIDE_GUEST].fd, t->ep[SIDE_UP].fd);
+	if (!ret)
+		ret = proxy__on_ns_thread(p, kernel_pair_ns, &c);
+	if (!ret) {
+		t->kernel_on = true;
+		count_add(p, &p->stats.tcp_kernel, 1);
+		return 0;
+	}
+	pr_debug("%s: tcp flow: the kernel relay: %s%s%s; splice instead",
+		 PROXY_NAME, strerror(-ret), c.err[0] ? ": " : "", c.err);
+	t->kernel = false;
+	return splice_init(p, t);
+}
+
+/* A kernel-relayed flow's outcome: open still, done, or reset. */
+static void kernel_settle(struct proxy *p, struct tcp_flow *t, int ret)
+{
+	if (ret == KRELAY_DONE) {
+		proxy_tcp__close(p, t, false);
+		return;
+	}
+	p->fin_pending |= !ret && krelay__pending(&t->k);
+	for (int i = 0; !ret && i < NR_SIDES; i++)
+		ret = net_endpoints__set(&p->eps, &t->ep[i],
+					 tcp_interest(t, i));
+	if (!ret)
+		return;
+	pr_debug("%s: kernel-relayed tcp flow: %s", PROXY_NAME, strerror(-ret));
+	proxy_tcp__close(p, t, true);
+}
+
+/*
+ * Before upstream answers, the guest's side is watched for nothing: an
+ * event there is its reset (or an error). Once it has, the flow is
+ * paired; from then on an event is a FIN or a reset.
+ */
+static void kernel_event(struct proxy *p, struct tcp_flow *t, int s,
+			 uint32_t events)
+{
+	int ret;
+
+	if (t->kernel_on) {
+		kernel_settle(p, t, krelay__event(&t->k, s, events));
+		return;
+	}
+	if (s == SIDE_GUEST) {
+		kernel_settle(p, t, -ECONNRESET);
+		return;
+	}
+	ret = upstream_connected(t);
+	if (ret) {
+		count_add(p, &p->stats.upstream_failed, 1);
+		kernel_settle(p, t, ret);
+		return;
+	}
+	ret = kernel_start(p, t);
+	if (!ret && !t->kernel) {
+		/* splice from here on, as if it had been so from the start */
+		proxy_tcp__event(p, t, s, 0);
+		return;
+	}
+	kernel_settle(p, t, ret);
+}
+
+void proxy_tcp__fin_retry(struct proxy *p)
+{
+	if (!p->fin_pending)
+		return;
+	p->fin_pending = false;
+	for (unsigned int i = 0; i < p->p.max_tcp_flows; i++) {
+		struct tcp_flow *t = &p->tcp[i];
+
+		if (t->used && t->kernel_on && krelay__pending(&t->k))
+			kernel_settle(p, t, krelay__retry(&t->k));
+	}
 }
 
 /* ---- HTTP interception ------------------------------------------------------ */
@@ -595,13 +767,16 @@ void proxy_tcp__accept(struct proxy *p)
 /*
  * Intercepted TLS flows whose setup (the ClientHello, upstream, the
  * guest's handshake) passed its deadline: reset, counted by the
- * interception. The others: their responses' deadlines.
+ * interception. The others: their responses' deadlines. Kernel-relayed
+ * flows: their bytes since the last sweep, counted.
  */
 void proxy_tcp__sweep(struct proxy *p, uint64_t now)
 {
 	for (unsigned int i = 0; i < p->p.max_tcp_flows; i++) {
 		struct tcp_flow *t = &p->tcp[i];
 
+		if (t->used && t->kernel_on)
+			kernel_count(p, t);
 		if (!t->used || !t->ic)
 			continue;
 		if (t->setup_deadline_ms && !intercept__setting_up(t->ic))

@@ -20,6 +20,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "ebpf/relay.h"
 #include "lib/errf.h"
 #include "lib/log.h"
 #include "lib/worker.h"
@@ -252,11 +253,16 @@ static void hook_answered(void *opaque, void *cookie,
 		proxy_udp__settled(p, cookie, &d, detail, gen);
 }
 
-/* Until the sweep, or sooner the hook's nearest deadline. */
+/*
+ * Until the sweep, or sooner the hook's nearest deadline, or a kernel-
+ * relayed flow's FIN that waits for its bytes.
+ */
 static int loop_timeout(struct proxy *p)
 {
 	int ms = hook__timeout(p->hook, now_ms());
 
+	if (p->fin_pending && (ms < 0 || ms > PROXY_FIN_RETRY_MS))
+		ms = PROXY_FIN_RETRY_MS;
 	return ms >= 0 && ms < PROXY_SWEEP_MS ? ms : PROXY_SWEEP_MS;
 }
 
@@ -378,6 +384,7 @@ static int proxy_loop(struct proxy *p)
 		if (hook_ready || !hook__timeout(p->hook, now))
 			hook__run(p->hook, now);
 		proxy_tcp__answers_apply(p);
+		proxy_tcp__fin_retry(p);
 		if (accept_ready)
 			proxy_tcp__accept(p);
 		if (udp_ready)
@@ -469,6 +476,29 @@ static int proxy_alloc(struct proxy *p, char *err, size_t errlen)
 	return 0;
 }
 
+/*
+ * The kernel relay, unless splice was asked for; when it cannot load,
+ * splice, saying why once (an error if the kernel relay was asked for).
+ */
+static int relay_load(struct proxy *p, char *err, size_t errlen)
+{
+	char why[PROXY_RELAY_ERR_LEN] = "";
+	int ret;
+
+	if (p->p.relay == PROXY_RELAY_SPLICE)
+		return 0;
+	ret = relay_prog__create(&p->relay, p->p.max_tcp_flows, why,
+				 sizeof(why));
+	if (ret && p->p.relay == PROXY_RELAY_KERNEL)
+		return errf(err, errlen, ret, "%s: %s", PROXY_NAME, why);
+	if (ret)
+		pr_warn("%s: %s; granted tcp flows relayed by splice",
+			PROXY_NAME, why);
+	p->stats.relay_kernel = !ret;
+	snprintf(p->stats.relay_error, sizeof(p->stats.relay_error), "%s", why);
+	return 0;
+}
+
 static void set_defaults(struct proxy_params *q)
 {
 	if (!q->max_tcp_flows)
@@ -512,6 +542,8 @@ int proxy__create(struct proxy **out, const struct proxy_params *params,
 	pthread_cond_init(&p->ns_cv, NULL);
 	pthread_mutex_init(&p->stats_lock, NULL);
 	ret = proxy_alloc(p, err, errlen);
+	if (!ret)
+		ret = relay_load(p, err, errlen);
 	if (ret)
 		goto out_destroy;
 
@@ -573,6 +605,7 @@ void proxy__destroy(struct proxy *p)
 	if (p->recheck_fd >= 0)
 		close(p->recheck_fd);
 	hook__destroy(p->hook); /* after close_all cancelled its questions */
+	relay_prog__destroy(p->relay); /* its sockets are closed */
 	net_host_addrs__destroy(p->host_addrs_owned); /* ep_hostaddr's fd */
 	free(p->tcp);
 	free(p->udp);
@@ -618,10 +651,13 @@ void proxy__report(struct proxy *p)
 		(unsigned long long)s.hook.failures,
 		(unsigned long long)s.hook.pending);
 	pr_info("%s: tcp intercepted %llu; http requests allowed %llu "
-		"refused %llu",
+		"refused %llu; relay %s, open tcp kernel %llu splice %llu",
 		PROXY_NAME, (unsigned long long)s.tcp_intercepted,
 		(unsigned long long)s.http_allowed,
-		(unsigned long long)s.http_refused);
+		(unsigned long long)s.http_refused,
+		s.relay_kernel ? "kernel" : "splice",
+		(unsigned long long)s.tcp_kernel,
+		(unsigned long long)s.tcp_splice);
 	for (unsigned int i = 0; i < s.nr_reasons; i++)
 		pr_info("%s: %s %s \"%s\": %llu flows", PROXY_NAME,
 			proto_name(s.reasons[i].proto),

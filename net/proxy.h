@@ -56,6 +56,21 @@ struct sock_fprog; /* lib/thread-filter.h */
 
 struct net_host_addrs; /* net/hostaddr.h */
 
+/*
+ * How a granted TCP flow that is not intercepted is relayed
+ * (Documentation/network.md, "The kernel relay"): by the kernel (a
+ * sockmap program: its bytes never wake the proxy) or by the proxy
+ * thread (splice() through a pipe each way). Auto: the kernel when its
+ * program loads, else splice, saying why.
+ */
+enum proxy_relay {
+	PROXY_RELAY_AUTO,
+	PROXY_RELAY_SPLICE,
+	PROXY_RELAY_KERNEL, /* proxy__create fails if it cannot load */
+};
+
+#define PROXY_RELAY_ERR_LEN 160U /* why the kernel relay is not loaded */
+
 struct proxy_params {
 	int netns_fd;	    /* the VM netns; borrowed */
 	const char *ifname; /* the tap, in that netns */
@@ -92,6 +107,7 @@ struct proxy_params {
 	 */
 	unsigned int http_response_ms;
 	uint16_t tcp_port, udp_port; /* 0: PROXY_TCP_PORT, PROXY_UDP_PORT */
+	enum proxy_relay relay;
 	/*
 	 * The host's own addresses (net/hostaddr.h), denied unless a grant
 	 * names one: NULL, read from the netns proxy__create runs in and
@@ -120,6 +136,13 @@ struct proxy_stats {
 	uint64_t http_allowed, http_refused; /* their requests */
 	struct hook_stats hook;		     /* the policy hook's questions */
 	bool running;			     /* the proxy thread's loop */
+	/*
+	 * The kernel relay loaded (else relay_error says why, "" when
+	 * splice was asked for), and the open relayed flows by relay.
+	 */
+	bool relay_kernel;
+	char relay_error[PROXY_RELAY_ERR_LEN];
+	uint64_t tcp_kernel, tcp_splice;
 	unsigned int nr_reasons;
 	struct proxy_reason_count reasons[PROXY_REASONS_MAX];
 	/* Requests by verdict (allowed, denied) and reason, the same way. */

@@ -73,6 +73,23 @@ static json_t *egress_json(const uint64_t egress[EGRESS_NR_REASONS])
 	return o;
 }
 
+/*
+ * How granted TCP flows are relayed: "kernel" or "splice" (new flows),
+ * the open ones by each, and why not the kernel when it could not load.
+ */
+static json_t *relay_json(const struct proxy_stats *s)
+{
+	json_t *o;
+
+	o = json_pack("{s:s, s:I, s:I}", "mode",
+		      s->relay_kernel ? "kernel" : "splice", "kernel",
+		      (json_int_t)s->tcp_kernel, "splice",
+		      (json_int_t)s->tcp_splice);
+	if (o && s->relay_error[0])
+		json_object_set_new(o, "error", json_string(s->relay_error));
+	return o;
+}
+
 json_t *net_status__none(void)
 {
 	return json_pack("{s:s}", "proxy", "none");
@@ -99,6 +116,7 @@ json_t *net_status__json(const struct proxy_stats *s,
 	if (!o)
 		return NULL;
 	json_object_set_new(o, "http", http_json(s));
+	json_object_set_new(o, "relay", relay_json(s));
 	if (egress)
 		json_object_set_new(o, "egress", egress_json(egress));
 	else

@@ -237,6 +237,13 @@ static int apply_net_mtu(struct vm_config *c, const union option_value *v,
 	return 0;
 }
 
+static int apply_net_relay(struct vm_config *c, const union option_value *v,
+			   char *err, size_t len)
+{
+	c->net.relay = v->choice;
+	return 0;
+}
+
 static int apply_net_mac(struct vm_config *c, const union option_value *v,
 			 char *err, size_t len)
 {
@@ -624,6 +631,18 @@ const struct option_desc options__table[] = {
 			"http grants' TLS flows must chain to (default\n"
 			"/etc/ssl/certs/ca-certificates.crt)",
 		STRING_FIELD(net.ca_bundle),
+	},
+	{
+		.flag = "net-relay",
+		.arg = "auto|splice|kernel",
+		.key = "net.relay",
+		.help = "how granted TCP flows the proxy does not intercept are\n"
+			"relayed: kernel (a BPF sockmap program), splice (the\n"
+			"proxy's thread) or auto (the kernel when its program\n"
+			"loads, else splice; the default)",
+		.kind = OPTION_CHOICE,
+		.choices = netcfg__relays,
+		.apply = apply_net_relay,
 	},
 	{
 		.flag = "net-intercept-ca",

@@ -11,6 +11,8 @@
 #include <linux/bpf.h>
 #include <linux/if_tun.h>
 #include <linux/io_uring.h>
+#include <linux/sockios.h> /* SIOCOUTQ */
+#include <linux/tcp.h>	   /* TCP_INFO */
 #include <netinet/in.h>
 #include <linux/kvm.h>
 #include <sched.h>
@@ -434,11 +436,14 @@ static const struct rule egress[] = {
  * The proxy's and the resolver's flows: SO_LINGER for the proxy's resets
  * (also when the main thread tears the proxy down with flows open),
  * SO_ERROR after a connect, getsockname for an accepted flow's original
- * destination.
+ * destination; a kernel-relayed flow's byte counts (TCP_INFO, and
+ * SIOCOUTQ for what its FIN waits for: net/krelay.c).
  */
 static const struct rule egress_flows[] = {
 	ALLOW_IF(setsockopt, ARG_EQ(1, SOL_SOCKET), ARG_EQ(2, SO_LINGER)),
 	ALLOW_IF(getsockopt, ARG_EQ(1, SOL_SOCKET), ARG_EQ(2, SO_ERROR)),
+	ALLOW_IF(getsockopt, ARG_EQ(1, IPPROTO_TCP), ARG_EQ(2, TCP_INFO)),
+	ALLOW_IOCTL(SIOCOUTQ),
 	ALLOW(getsockname),
 };
 
@@ -450,7 +455,9 @@ static const struct rule egress_flows[] = {
  * lookup) and its SYN filter (net/synmap.h: lookups, updates, deletes
  * and a walk of the keys: no other bpf() command), and the TLS set-ups
  * the proxy thread hands it (intercept.c: wolfSSL reads /dev/urandom,
- * O_RDONLY, for each new generator). No netlink (AF_NETLINK is EPERM: the egress
+ * O_RDONLY, for each new generator), and the kernel relay's pairings
+ * (ebpf/relay.c: each socket's SO_COOKIE, SO_RCVLOWAT, a map update or
+ * delete). No netlink (AF_NETLINK is EPERM: the egress
  * program's detach at exit fails, and the tap's removal takes it), no
  * other socket, no send, no exec. It replaces openat_refused.
  */
@@ -463,6 +470,8 @@ static const struct rule netns[] = {
 	REFUSE_IF(socket, EPERM, ARG_EQ(0, AF_NETLINK)),
 	ALLOW_IF(setsockopt, ARG_EQ(1, SOL_IP), ARG_EQ(2, IP_TRANSPARENT)),
 	ALLOW_IF(setsockopt, ARG_EQ(1, SOL_SOCKET), ARG_EQ(2, SO_REUSEADDR)),
+	ALLOW_IF(setsockopt, ARG_EQ(1, SOL_SOCKET), ARG_EQ(2, SO_RCVLOWAT)),
+	ALLOW_IF(getsockopt, ARG_EQ(1, SOL_SOCKET), ARG_EQ(2, SO_COOKIE)),
 	ALLOW(bind),
 	ALLOW(connect),
 	ALLOW_IF(bpf, ARG_EQ(0, BPF_MAP_LOOKUP_ELEM)),

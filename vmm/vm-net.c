@@ -329,6 +329,7 @@ int vm_net__proxy_init(struct vm *vm)
 		.decide = decide_by_policy,
 		.decide_http = decide_http_by_policy,
 		.decide_opaque = vm,
+		.relay = (enum proxy_relay)n->relay,
 	};
 	char err[CONFIG_ERR_LEN];
 	int ret;

@@ -1972,4 +1972,94 @@ TEST_TIMEOUT(https_h2_credentials_injected_on_the_host_only, BOOT_TIMEOUT)
 	remove_tree(_metadata, dir);
 }
 
+#define RELAY_PORT     8083
+#define STR_RELAY_PORT "8083"
+#define RELAY_BYTES    (1 << 20)
+
+/*
+ * A granted flow relayed by the kernel (--net-relay kernel: the vmm
+ * does not start without its program; network.md, "The kernel relay"):
+ * the guest's request and its FIN reach the test host, vm.status counts
+ * the open flow as the kernel's, and a MiB back and upstream's FIN reach
+ * the guest, every byte counted. The guest's FIN comes 2 s after its
+ * line: a flow half-closed before upstream answered would go to splice
+ * (the kernel's map takes established sockets only).
+ */
+TEST_TIMEOUT(granted_flow_relayed_by_the_kernel, BOOT_TIMEOUT)
+{
+	char dir[64], policy[128], nclog[128], seen[256], buf[8] = "";
+	const char *vmmctl = env_or("KILN_VMMCTL", "build/vmmctl");
+	static char mib[RELAY_BYTES];
+	struct spawn_result r;
+	struct test_host h;
+	struct pollfd pfd;
+	struct bg_vm v;
+	int lsn, conn;
+	size_t got = 0;
+	ssize_t n;
+	pid_t nc;
+
+	test_tmp_name(dir, sizeof(dir), "kiln-net-relay-XXXXXX");
+	if (!can_boot(_metadata))
+		return;
+	ASSERT_TRUE(mkdtemp(dir) != NULL);
+	ASSERT_TRUE(test_host_start(_metadata, &h));
+	lsn = tcp_listener(_metadata, TEST_HOST, RELAY_PORT);
+	policy_file(_metadata, policy, sizeof(policy), dir, "policy.json",
+		    "{\"tcp\": [{\"to\": \"" TEST_HOST
+		    "\", \"ports\": [" STR_RELAY_PORT "]}]}");
+	ASSERT_TRUE(bg_vm_start(_metadata, &v, dir, "vm",
+				ARGS("--net", "auto", "--net-policy", policy,
+				     "--net-relay", "kernel")));
+	snprintf(nclog, sizeof(nclog), "%s/nc.log", dir);
+	nc = spawn_logged(
+		ARGS(vmmctl, "exec", v.sock, "--", "sh", "-c",
+		     "(printf 'ping\\n'; sleep 2) | nc -w 60 " TEST_HOST
+		     " " STR_RELAY_PORT " | wc -c"),
+		nclog);
+	ASSERT_LT(0, nc);
+	pfd = (struct pollfd){ .fd = lsn, .events = POLLIN };
+	ASSERT_EQ(1, poll(&pfd, 1, 60000)) TH_LOG("the guest never connected");
+	conn = accept4(lsn, NULL, NULL, SOCK_CLOEXEC);
+	ASSERT_LE(0, conn);
+	/* The guest's line, then its FIN (nc's stdin ended), in the kernel. */
+	pfd = (struct pollfd){ .fd = conn, .events = POLLIN };
+	while (got < sizeof(buf) && poll(&pfd, 1, 30000) == 1) {
+		n = read(conn, buf + got, sizeof(buf) - got);
+		if (n <= 0)
+			break;
+		got += n;
+	}
+	EXPECT_EQ(5U, got);
+	EXPECT_EQ(0, memcmp(buf, "ping\n", 5));
+
+	ASSERT_EQ(0, spawn__run(ARGS(vmmctl, "status", v.sock), NULL, &r));
+	squeeze(r.out);
+	EXPECT_TRUE(strstr(r.out, "\"relay\":{\"mode\":\"kernel\",\"kernel\":1,"
+				  "\"splice\":0}") != NULL)
+	TH_LOG("%.2000s", r.out);
+
+	memset(mib, 'k', sizeof(mib));
+	EXPECT_EQ((ssize_t)sizeof(mib), write(conn, mib, sizeof(mib)));
+	close(conn);
+	EXPECT_EQ(0, wait_exit(nc, 120));
+	read_text(nclog, seen, sizeof(seen));
+	EXPECT_TRUE(strstr(seen, "1048576") != NULL) TH_LOG("guest: %s", seen);
+
+	ASSERT_EQ(0, spawn__run(ARGS(vmmctl, "status", v.sock), NULL, &r));
+	squeeze(r.out);
+	EXPECT_TRUE(strstr(r.out, "\"relay\":{\"mode\":\"kernel\",\"kernel\":0,"
+				  "\"splice\":0}") != NULL)
+	TH_LOG("%.2000s", r.out);
+	EXPECT_EQ(5, status_number(r.out, "bytesOut")) TH_LOG("%.2000s", r.out);
+	EXPECT_EQ(RELAY_BYTES, status_number(r.out, "bytesIn"));
+
+	bg_vm_stop(_metadata, &v);
+	close(lsn);
+	test_host_stop(&h);
+	unlink(nclog);
+	unlink(policy);
+	rmdir(dir);
+}
+
 TEST_HARNESS_MAIN

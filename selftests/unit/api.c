@@ -562,6 +562,35 @@ TEST(net_status_without_a_proxy_or_its_counters)
 	json_decref(o);
 }
 
+/* net.relay: which relay new flows get, the open flows of each, why not. */
+TEST(net_status_relay)
+{
+	struct proxy_stats s = test_stats;
+	json_t *o, *r;
+
+	s.relay_kernel = true;
+	s.tcp_kernel = 2;
+	s.tcp_splice = 1;
+	o = net_status__json(&s, NULL, "x");
+	r = json_object_get(o, "relay");
+	ASSERT_TRUE(json_is_object(r));
+	EXPECT_STREQ("kernel", json_string_value(json_object_get(r, "mode")));
+	EXPECT_EQ(2, json_integer_value(json_object_get(r, "kernel")));
+	EXPECT_EQ(1, json_integer_value(json_object_get(r, "splice")));
+	EXPECT_EQ(NULL, json_object_get(r, "error"));
+	json_decref(o);
+
+	s.relay_kernel = false;
+	snprintf(s.relay_error, sizeof(s.relay_error),
+		 "relay: load: Operation not permitted");
+	o = net_status__json(&s, NULL, "x");
+	r = json_object_get(o, "relay");
+	EXPECT_STREQ("splice", json_string_value(json_object_get(r, "mode")));
+	EXPECT_STREQ("relay: load: Operation not permitted",
+		     json_string_value(json_object_get(r, "error")));
+	json_decref(o);
+}
+
 TEST_F(srv, malformed_json)
 {
 	static const char *const bad[] = {

@@ -12,6 +12,7 @@
 
 #include "lib/compiler.h"
 #include "net/netcfg.h"
+#include "net/proxy.h"
 #include "selftests/kselftest.h"
 #include "selftests/options_argv.h"
 #include "vmm/config.h"
@@ -283,7 +284,42 @@ static const struct refused refused[] = {
 	  "net CA bundle: empty path" },
 	{ NULL, "{\"net\": {\"mode\": \"auto\", \"caBundle\": 5}}",
 	  "\"net.caBundle\" must be a string" },
+	{ ARGS("--net", "auto", "--net-relay", "sockmap"), NULL,
+	  "--net-relay sockmap: must be auto, splice or kernel" },
+	{ NULL, "{\"net\": {\"mode\": \"auto\", \"relay\": true}}",
+	  "\"net.relay\"" },
 };
+
+/* How granted TCP flows are relayed: auto by default, each name its own. */
+TEST(relay_forms)
+{
+	char err[CONFIG_ERR_LEN];
+	struct vm_config c;
+
+	ASSERT_EQ(0, parse(&c, ARGS("--net", "auto"), err, sizeof(err)));
+	EXPECT_STREQ("auto", netcfg__relays[c.net.relay]);
+	EXPECT_EQ(PROXY_RELAY_AUTO, c.net.relay);
+	config__free(&c);
+	ASSERT_EQ(0, parse(&c, ARGS("--net", "auto", "--net-relay", "splice"),
+			   err, sizeof(err)))
+	TH_LOG("%s", err);
+	EXPECT_STREQ("splice", netcfg__relays[c.net.relay]);
+	EXPECT_EQ(PROXY_RELAY_SPLICE, c.net.relay); /* vm-net.c's cast */
+	config__free(&c);
+	ASSERT_EQ(0, parse(&c, ARGS("--net", "auto", "--net-relay", "kernel"),
+			   err, sizeof(err)))
+	TH_LOG("%s", err);
+	EXPECT_STREQ("kernel", netcfg__relays[c.net.relay]);
+	EXPECT_EQ(PROXY_RELAY_KERNEL, c.net.relay);
+	config__free(&c);
+	ASSERT_EQ(0, parse_json(&c,
+				"{\"net\": {\"mode\": \"auto\", "
+				"\"relay\": \"splice\"}}",
+				NULL, err, sizeof(err)))
+	TH_LOG("%s", err);
+	EXPECT_STREQ("splice", netcfg__relays[c.net.relay]);
+	config__free(&c);
+}
 
 /* Where upstream TLS certificates must chain to: a path, kept as given. */
 TEST(ca_bundle_forms)

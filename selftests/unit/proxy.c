@@ -110,9 +110,13 @@ FIXTURE(px)
 	int up_tcp, denied_tcp, up_udp, denied_udp;
 };
 
-/* The fixture's proxy, made and started (filtered: under the vmm's filter). */
-static void px_proxy(struct __test_metadata *_metadata, FIXTURE_DATA(px) * self,
-		     bool filtered)
+/*
+ * The fixture's proxy, made and started (filtered: under the vmm's
+ * filter), its TCP flows relayed as relay says (the fixture's: auto).
+ */
+static void px_proxy_relay(struct __test_metadata *_metadata,
+			   FIXTURE_DATA(px) * self, bool filtered,
+			   enum proxy_relay relay)
 {
 	struct proxy_params p = {
 		.ifname = VMNET_VETH_VM,
@@ -120,6 +124,7 @@ static void px_proxy(struct __test_metadata *_metadata, FIXTURE_DATA(px) * self,
 		.decide = test_decide,
 		.max_tcp_flows = MAX_TCP,
 		.max_udp_flows = MAX_UDP,
+		.relay = relay,
 	};
 	char err[256] = "";
 
@@ -143,6 +148,12 @@ static void px_proxy(struct __test_metadata *_metadata, FIXTURE_DATA(px) * self,
 		ASSERT_EQ(0, proxyfix__start_filtered(self->proxy));
 	else
 		ASSERT_EQ(0, proxy__start(self->proxy, NULL));
+}
+
+static void px_proxy(struct __test_metadata *_metadata, FIXTURE_DATA(px) * self,
+		     bool filtered)
+{
+	px_proxy_relay(_metadata, self, filtered, PROXY_RELAY_AUTO);
 }
 
 FIXTURE_SETUP(px)
@@ -386,8 +397,8 @@ static bool bulk_one_way(int from, int to, uint8_t seed)
 /*
  * Megabytes each way through one relayed flow, under the vmm's seccomp
  * filter, with the receiver behind: every byte in order, the relay's
- * pipes (splice, no copy through the proxy) open while the flow is and
- * gone with it, the counters exact.
+ * pipes (splice forced, no copy through the proxy) open while the flow
+ * is and gone with it, the counters exact.
  */
 TEST_F_TIMEOUT(px, tcp_bulk_relay_through_pipes_under_the_filter, 120)
 {
@@ -397,7 +408,7 @@ TEST_F_TIMEOUT(px, tcp_bulk_relay_through_pipes_under_the_filter, 120)
 
 	proxy__destroy(self->proxy);
 	self->proxy = NULL;
-	px_proxy(_metadata, self, true);
+	px_proxy_relay(_metadata, self, true, PROXY_RELAY_SPLICE);
 
 	before = pipes_open();
 	g = proxyfix__guest_connect(_metadata, &self->net, ALLOWED, TCP_PORT);
@@ -418,6 +429,62 @@ TEST_F_TIMEOUT(px, tcp_bulk_relay_through_pipes_under_the_filter, 120)
 	EXPECT_EQ(BULK, s.bytes_out);
 	EXPECT_EQ(BULK, s.bytes_in);
 	EXPECT_EQ(before, pipes_open());
+	EXPECT_FALSE(s.relay_kernel);
+	EXPECT_STREQ("", s.relay_error);
+	EXPECT_EQ(0, s.tcp_splice);
+}
+
+static bool tcp_kernel_is(const struct proxy_stats *s, uint64_t n)
+{
+	return s->tcp_kernel == n;
+}
+
+static bool bytes_in_at_least(const struct proxy_stats *s, uint64_t n)
+{
+	return s->bytes_in >= n;
+}
+
+/*
+ * The same through the kernel relay (forced: the test fails if its
+ * program does not load), both threads under the vmm's filters: every
+ * byte in order, no pipe, the flow counted as the kernel's, its bytes
+ * counted while it is open (the sweep) and exact once it is closed.
+ */
+TEST_F_TIMEOUT(px, tcp_bulk_relay_in_the_kernel_under_the_filter, 120)
+{
+	unsigned int before;
+	struct proxy_stats s;
+	int g, conn;
+
+	proxy__destroy(self->proxy);
+	self->proxy = NULL;
+	px_proxy_relay(_metadata, self, true, PROXY_RELAY_KERNEL);
+
+	before = pipes_open();
+	g = proxyfix__guest_connect(_metadata, &self->net, ALLOWED, TCP_PORT);
+	conn = proxyfix__up_accept(_metadata, self->up_tcp);
+	ASSERT_TRUE(vmnet__wait_for(g, POLLOUT, TIMEOUT_MS));
+	ASSERT_EQ(0, so_error(g));
+	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, tcp_kernel_is, 1, &s));
+	EXPECT_TRUE(s.relay_kernel);
+	EXPECT_EQ(0, s.tcp_splice);
+	EXPECT_EQ(before, pipes_open());
+
+	EXPECT_TRUE(bulk_one_way(g, conn, 1)) TH_LOG("guest to upstream");
+	EXPECT_TRUE(bulk_one_way(conn, g, 2)) TH_LOG("upstream to guest");
+	/* Counted while open: the proxy's once-a-second look. */
+	ASSERT_TRUE(
+		proxyfix__wait_stats(self->proxy, bytes_in_at_least, BULK, &s));
+	EXPECT_EQ(BULK, s.bytes_out);
+	ASSERT_EQ(0, shutdown(g, SHUT_WR));
+	EXPECT_EQ(0, recv(conn, &(char){ 0 }, 1, 0)); /* its FIN */
+	close(conn);
+	close(g);
+	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, proxyfix__tcp_open_is, 0,
+					 &s));
+	EXPECT_EQ(BULK, s.bytes_out);
+	EXPECT_EQ(BULK, s.bytes_in);
+	EXPECT_EQ(0, s.tcp_kernel);
 }
 
 TEST_F_TIMEOUT(px, tcp_denied_is_reset, 60)
