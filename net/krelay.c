@@ -53,14 +53,47 @@ static int queued(int fd, uint64_t *n)
 	return ret;
 }
 
+/* Reads of a socket's counts that a segment's arrival may spoil. */
+#define CONSUMED_TRIES 8
+
+/*
+ * Bytes fd received that are no longer in its queue: what was read (by
+ * no one, before the pairing), so that bytes the guest sent while
+ * upstream connected are counted once the kernel relays them. The count
+ * and the queue are two calls: taken again when a segment came between.
+ */
+static int consumed(int fd, uint64_t *n)
+{
+	uint64_t before, after;
+	int inq, ret;
+
+	for (int i = 0; i < CONSUMED_TRIES; i++) {
+		ret = received(fd, &before);
+		if (!ret && ioctl(fd, SIOCINQ, &inq))
+			ret = -errno;
+		if (!ret)
+			ret = received(fd, &after);
+		if (ret)
+			return ret;
+		if (before == after && (uint64_t)inq <= before) {
+			*n = before - (uint64_t)inq;
+			return 0;
+		}
+	}
+	return -EAGAIN;
+}
+
 int krelay__start(struct krelay_flow *k, int a, int b)
 {
 	int ret = 0;
 
 	*k = (struct krelay_flow){ .fd = { a, b } };
-	/* Before the pairing: nothing is read or written by then. */
+	/*
+	 * Before the pairing: nothing is read or written by then, but the
+	 * guest may have sent bytes already; they are the flow's.
+	 */
 	for (int s = 0; !ret && s < KRELAY_SIDES; s++) {
-		ret = received(k->fd[s], &k->dir[s].recv_base);
+		ret = consumed(k->fd[s], &k->dir[s].recv_base);
 		if (!ret)
 			ret = queued(k->fd[!s], &k->dir[s].sent_base);
 	}

@@ -436,13 +436,15 @@ static const struct rule egress[] = {
  * The proxy's and the resolver's flows: SO_LINGER for the proxy's resets
  * (also when the main thread tears the proxy down with flows open),
  * SO_ERROR after a connect, getsockname for an accepted flow's original
- * destination; a kernel-relayed flow's byte counts (TCP_INFO, and
- * SIOCOUTQ for what its FIN waits for: net/krelay.c).
+ * destination; a kernel-relayed flow's byte counts (TCP_INFO, SIOCINQ
+ * for what it held unread when paired, and SIOCOUTQ for what its FIN
+ * waits for: net/krelay.c).
  */
 static const struct rule egress_flows[] = {
 	ALLOW_IF(setsockopt, ARG_EQ(1, SOL_SOCKET), ARG_EQ(2, SO_LINGER)),
 	ALLOW_IF(getsockopt, ARG_EQ(1, SOL_SOCKET), ARG_EQ(2, SO_ERROR)),
 	ALLOW_IF(getsockopt, ARG_EQ(1, IPPROTO_TCP), ARG_EQ(2, TCP_INFO)),
+	ALLOW_IOCTL(SIOCINQ),
 	ALLOW_IOCTL(SIOCOUTQ),
 	ALLOW(getsockname),
 };
