@@ -30,6 +30,7 @@
 #include "vmm/console-log.h"
 #include "vmm/control.h"
 #include "vmm/seccomp.h"
+#include "vmm/trace-startup.h"
 #include "vmm/vcpu.h"
 #include "vmm/vm-metrics.h"
 #include "vmm/vm-run.h"
@@ -594,12 +595,14 @@ int vm__run(struct vm *vm, const struct control_ops *ops, int parent_fd)
 	 * The vCPUs enter the guest: BOOTING until the guest agent answers,
 	 * if there is one. Stopping already: they leave without entering.
 	 */
+	startup_trace__mark(vm->trace, TRACE_RELEASED);
 	if (!vm_state__stopping(&vm->lc) &&
 	    vm_state__set(&vm->lc,
 			  vm->api ? VM_STATE_BOOTING : VM_STATE_RUNNING))
 		stop(vm, VM_STOP_ERROR, 0, "VM state");
 	if (!vm_state__stopping(&vm->lc))
 		main_loop(vm, l);
+	startup_trace__mark(vm->trace, TRACE_POWER_OFF);
 
 	/*
 	 * STOPPING woke every vCPU parked by vm.pause (they wait on the
