@@ -953,6 +953,8 @@ static int load_initrd(struct vm *vm)
 	uint64_t done = 0;
 	ssize_t n;
 
+	/* What pread and the memcpy below write, faulted in at once. */
+	boot__prefault(dst, vm->plan.initrd_size, true);
 	while (done < vm->initrd_file_size) {
 		n = pread(vm->initrd_fd, dst + done,
 			  vm->initrd_file_size - done, done);
