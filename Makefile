@@ -145,6 +145,7 @@ core-obj-y += vmm/facts.o
 core-obj-y += vmm/guest-default.o
 core-obj-y += vmm/console-log.o
 core-obj-y += vmm/metrics.o
+core-obj-y += vmm/trace-startup.o
 core-obj-y += vmm/options.o
 core-obj-y += vmm/options-parse.o
 core-obj-y += vmm/jail.o

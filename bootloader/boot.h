@@ -95,6 +95,17 @@ int __must_check boot__plan(struct boot_plan *p, const struct kernel_image *k,
 int __must_check kernel__load(const struct kernel_image *k,
 			      const struct boot_mem *m);
 
+/*
+ * len bytes at src into guest memory at m->ram + off, then zero more
+ * bytes after them: both sides' pages faulted in first, in one call each
+ * (fewer page faults, half the load's time; a kernel without
+ * MADV_POPULATE_* just copies). Bounds are the caller's.
+ */
+void boot__copy(const struct boot_mem *m, uint64_t off, const uint8_t *src,
+		size_t len, size_t zero);
+/* The pages of [p, p + len) faulted in, writable or readable: a hint. */
+void boot__prefault(void *p, size_t len, bool write);
+
 /* elf.c and bzimage.c: format back ends used by kernel__parse/load. */
 int __must_check elf__parse(struct kernel_image *k, const char **why);
 void elf__load(const struct kernel_image *k, const struct boot_mem *m);

@@ -117,6 +117,6 @@ void bzimage__load(const struct kernel_image *k, const struct boot_mem *m)
 		 1) *
 		BZ_SECTOR;
 
-	memcpy(m->ram + BOOT_HIMEM_START, k->data + setup_size,
-	       k->size - setup_size);
+	boot__copy(m, BOOT_HIMEM_START, k->data + setup_size,
+		   k->size - setup_size, 0);
 }

@@ -139,8 +139,7 @@ void elf__load(const struct kernel_image *k, const struct boot_mem *m)
 		phdr_read(k, &eh, i, &ph);
 		if (ph.p_type != PT_LOAD)
 			continue;
-		memcpy(m->ram + ph.p_paddr, k->data + ph.p_offset, ph.p_filesz);
-		memset(m->ram + ph.p_paddr + ph.p_filesz, 0,
-		       ph.p_memsz - ph.p_filesz);
+		boot__copy(m, ph.p_paddr, k->data + ph.p_offset, ph.p_filesz,
+			   ph.p_memsz - ph.p_filesz);
 	}
 }

@@ -83,6 +83,31 @@ static uint64_t align_down(uint64_t v, uint64_t a)
 	return v & ~(a - 1);
 }
 
+void boot__prefault(void *p, size_t len, bool write)
+{
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t lo = align_down((uintptr_t)p, page);
+	uintptr_t hi = align_down((uintptr_t)p + len + page - 1, page);
+
+	/*
+	 * Only pages the copy touches anyway (the first and last partly):
+	 * no more resident memory, just one fault-in for all of them.
+	 * Linux 5.14; failure (older kernels, a test's buffer) is harmless.
+	 */
+	if (len)
+		(void)madvise((void *)lo, hi - lo,
+			      write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ);
+}
+
+void boot__copy(const struct boot_mem *m, uint64_t off, const uint8_t *src,
+		size_t len, size_t zero)
+{
+	boot__prefault(m->ram + off, len + zero, true);
+	boot__prefault((void *)src, len, false);
+	memcpy(m->ram + off, src, len);
+	memset(m->ram + off + len, 0, zero);
+}
+
 int boot__plan(struct boot_plan *p, const struct kernel_image *k,
 	       uint64_t mem_bytes, uint64_t initrd_bytes, size_t cmdline_len,
 	       const char **why)

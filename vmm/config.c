@@ -64,6 +64,7 @@ void config__free(struct vm_config *c)
 	free(c->metrics_path);
 	free(c->log_path);
 	free(c->pid_file);
+	free(c->trace_startup_path);
 	jail__config_free(&c->jail);
 	free(c->restore_dir);
 	free(c->baseline.cache);
@@ -284,6 +285,8 @@ static int validate_metrics(const struct vm_config *c, char *err, size_t len)
 {
 	if (c->metrics_path && !c->metrics_path[0])
 		return errf(err, len, -EINVAL, "metrics: empty path");
+	if (c->trace_startup_path && !c->trace_startup_path[0])
+		return errf(err, len, -EINVAL, "trace-startup: empty path");
 	if (c->metrics_interval_ms < METRICS_MIN_INTERVAL_MS ||
 	    c->metrics_interval_ms > METRICS_MAX_INTERVAL_MS)
 		return errf(err, len, -EINVAL,

@@ -117,6 +117,8 @@ struct vm_config {
 	bool facts;	/* `vmm facts`: no VM; run's and start's options */
 	bool detach;	/* start: return once the guest agent is ready */
 	char *pid_file; /* start --detach: the VM's pid goes here */
+	/* --trace-startup FILE (vmm/trace-startup.h); NULL: none */
+	char *trace_startup_path;
 	/*
 	 * --die-with-parent: the process that ran the vmm exits, the VM is
 	 * shut down (vmm/vm-run.c, Documentation/cli.md).

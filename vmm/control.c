@@ -36,6 +36,7 @@
 #include "vmm/api.h"
 #include "vmm/baseline-vm.h"
 #include "vmm/control.h"
+#include "vmm/trace-startup.h"
 #include "vmm/facts.h"
 #include "vmm/mounts.h"
 #include "vmm/seccomp.h"
@@ -254,6 +255,7 @@ static void agent_ready_cb(void *opaque)
 	char agent = VM_AGENT_BYTE, ready = VM_READY_BYTE;
 
 	pr_debug("guest agent is ready");
+	startup_trace__mark(vm->trace, TRACE_AGENT_READY);
 	/* BOOTING -> RUNNING; too late when the VM stops (vm-run.c). */
 	if (vm_state__booted(&vm->lc))
 		return;

@@ -29,6 +29,7 @@
 #include "vmm/baseline-vm.h"
 #include "vmm/control.h"
 #include "vmm/snapshot.h"
+#include "vmm/trace-startup.h"
 #include "vmm/version.h"
 #include "vmm/vm-pause.h"
 #include "vmm/vm-run.h"
@@ -215,7 +216,40 @@ static const struct control_ops control_ops = {
 	.capture = vm__baseline_capture_detached,
 };
 
-static int cmd_run(int argc, char **argv, bool start)
+/*
+ * --trace-startup FILE: opened once the options are read (a bad path is
+ * said before anything is built, and before the jail or the filter
+ * could forbid it), written as the process leaves.
+ */
+static int trace_open(struct startup_trace *t, const struct vm_config *cfg)
+{
+	int ret;
+
+	if (!cfg->trace_startup_path)
+		return 0;
+	ret = startup_trace__open(t, cfg->trace_startup_path);
+	if (ret)
+		pr_err("--trace-startup %s: %s", cfg->trace_startup_path,
+		       strerror(-ret));
+	return ret;
+}
+
+static void trace_close(struct startup_trace *t, const struct vm_config *cfg)
+{
+	int ret;
+
+	startup_trace__mark(t, TRACE_EXIT);
+	if (t->fd >= 0) {
+		ret = startup_trace__write(t, t->fd);
+		if (ret)
+			pr_warn("--trace-startup %s: %s",
+				cfg->trace_startup_path, strerror(-ret));
+	}
+	startup_trace__exit(t);
+}
+
+static int cmd_run(int argc, char **argv, bool start,
+		   struct startup_trace *trace)
 {
 	char err[CONFIG_ERR_LEN];
 	struct vm_config cfg;
@@ -244,6 +278,9 @@ static int cmd_run(int argc, char **argv, bool start)
 		pr_err("%s", err);
 		goto out;
 	}
+	if (trace_open(trace, &cfg))
+		goto out;
+	startup_trace__mark(trace, TRACE_OPTIONS);
 	if (watch_parent(&cfg, &parent_fd))
 		goto out;
 	if (jail && jail__unshare_pid(jail))
@@ -255,14 +292,14 @@ static int cmd_run(int argc, char **argv, bool start)
 		goto out;
 	if (jail && jail__setup(jail))
 		goto out;
-	ret = vm__create(&vm, &cfg);
+	ret = vm__create(&vm, &cfg, trace);
 	/*
 	 * A restore from the baseline cache failed once KVM had it (its
 	 * line is logged): cold, once (Documentation/snapshots.md).
 	 */
 	if (ret == VM_BASELINE_COLD && !cfg.baseline.no_lookup) {
 		cfg.baseline.no_lookup = true;
-		ret = vm__create(&vm, &cfg);
+		ret = vm__create(&vm, &cfg, trace);
 	}
 	if (ret)
 		goto out;
@@ -275,9 +312,11 @@ static int cmd_run(int argc, char **argv, bool start)
 	vm->ready_fd = ready_fd;
 	ret = vm__run(vm, &control_ops, parent_fd);
 	vm__destroy(vm);
+	startup_trace__mark(trace, TRACE_DRAINED);
 	if (parent_fd >= 0)
 		close(parent_fd);
 	jail__destroy(jail);
+	trace_close(trace, &cfg);
 	log__close();
 	config__free(&cfg);
 	return ret;
@@ -287,6 +326,7 @@ out:
 	if (parent_fd >= 0)
 		close(parent_fd);
 	jail__destroy(jail);
+	trace_close(trace, &cfg);
 	log__close();
 	config__free(&cfg);
 	return VMM_EXIT_VMM_ERROR;
@@ -397,6 +437,9 @@ static int cmd_rootfs(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+	struct startup_trace trace;
+
+	startup_trace__init(&trace, NULL); /* first: the trace's origin */
 	nofile__raise(); /* before anything is sized from it */
 	if (argc < 2) {
 		options__usage(stderr);
@@ -411,9 +454,9 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (!strcmp(argv[1], "run"))
-		return cmd_run(argc - 1, argv + 1, false);
+		return cmd_run(argc - 1, argv + 1, false, &trace);
 	if (!strcmp(argv[1], "start"))
-		return cmd_run(argc - 1, argv + 1, true);
+		return cmd_run(argc - 1, argv + 1, true, &trace);
 	if (!strcmp(argv[1], "facts"))
 		return cmd_facts(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "snapshot"))

@@ -766,6 +766,13 @@ const struct option_desc options__table[] = {
 		STRING_FIELD(pid_file),
 	},
 	{
+		.flag = "trace-startup",
+		.arg = "FILE",
+		.help = "write the monitor's start-up and tear-down phases\n"
+			"there as it exits, one JSON line each",
+		STRING_FIELD(trace_startup_path),
+	},
+	{
 		.flag = "restore",
 		.arg = "DIR",
 		.key = "restore",

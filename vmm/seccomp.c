@@ -741,7 +741,8 @@ int seccomp__build(struct seccomp_filters **out,
 	if (!f)
 		return -ENOMEM;
 	for (unsigned int t = 0; !ret && t < SECCOMP_NR_THREADS; t++)
-		ret = build_one(&f->progs[t], t, needs);
+		if (!needs->threads || (needs->threads & BIT(t)))
+			ret = build_one(&f->progs[t], t, needs);
 	if (ret) {
 		seccomp__destroy(f);
 		return ret;

@@ -80,14 +80,23 @@ struct seccomp_needs {
 	 * layer.
 	 */
 	bool block_store;
+	/*
+	 * The thread types this VM runs, BIT(enum seccomp_thread) each: only
+	 * their filters are compiled (each costs libseccomp's work before
+	 * the first KVM_RUN). 0: every type. Another type's filter is an
+	 * empty program, which the kernel refuses: a thread of a type left
+	 * out fails to start, it never runs unfiltered.
+	 */
+	unsigned int threads;
 };
 
 /* The compiled programs, one per enum seccomp_thread. */
 struct seccomp_filters;
 
 /*
- * Compiles every thread type's filter for a VM with these needs (before
- * any thread starts: libseccomp allocates) and catches SIGSYS.
+ * Compiles the filter of every thread type in needs->threads for a VM
+ * with these needs (before any thread starts: libseccomp allocates) and
+ * catches SIGSYS.
  */
 int __must_check seccomp__build(struct seccomp_filters **out,
 				const struct seccomp_needs *needs);

@@ -25,6 +25,7 @@
 #include "vmm/cpuid.h"
 #include "vmm/metrics.h"
 #include "vmm/seccomp.h"
+#include "vmm/trace-startup.h"
 #include "vmm/vcpu-internal.h"
 #include "vmm/vm-state.h"
 #include "vmm/vm.h"
@@ -737,6 +738,9 @@ static void *vcpu_thread(void *arg)
 		pthread_cond_wait(&lc->cv, &lc->lock);
 	pthread_mutex_unlock(&lc->lock);
 
+	/* The first vCPU's first KVM_RUN: the others' marks are ignored. */
+	if (!vm_state__ending(lc))
+		startup_trace__mark(v->vm->trace, TRACE_FIRST_RUN);
 	while (!vm_state__ending(lc)) {
 		if (ioctl(v->fd, KVM_RUN, 0) < 0) {
 			if (errno == EINTR || errno == EAGAIN) {

@@ -15,6 +15,7 @@
 #include "devices/block/disk.h"
 #include "vmm/api.h"
 #include "vmm/metrics.h"
+#include "vmm/trace-startup.h"
 #include "vmm/vcpu.h"
 #include "vmm/vm-metrics.h"
 #include "vmm/vm.h"
@@ -74,6 +75,9 @@ void vm__metrics_fill(struct vm *vm, json_t *o)
 	json_object_set_new(o, "devices", virtio_slots__metrics(vm->virtio));
 	json_object_set_new(o, "rootfs", rootfs_json(vm));
 	json_object_set_new(o, "process", process_json(vm));
+	if (vm->trace)
+		json_object_set_new(o, "startup",
+				    startup_trace__json(vm->trace));
 	if (vm->metrics_file)
 		json_object_set_new(o, "metricsFile",
 				    json_pack("{s:I, s:I}", "lines",

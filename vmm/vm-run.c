@@ -30,6 +30,7 @@
 #include "vmm/console-log.h"
 #include "vmm/control.h"
 #include "vmm/seccomp.h"
+#include "vmm/trace-startup.h"
 #include "vmm/vcpu.h"
 #include "vmm/vm-metrics.h"
 #include "vmm/vm-run.h"
@@ -471,6 +472,27 @@ static int exit_code(const struct vm *vm)
 }
 
 /*
+ * The thread types this VM starts, so that only their filters are
+ * compiled: the main loop and the vCPUs; each attached virtio device's
+ * loop (its slot's type, virtio-fs backends' threads included); the
+ * control API's; the egress proxy's and the resolver's, and the proxy's
+ * netns thread. One missed fails closed (vmm/seccomp.h).
+ */
+static unsigned int thread_types(const struct vm *vm)
+{
+	unsigned int t = 1U << SECCOMP_THREAD_MAIN | 1U << SECCOMP_THREAD_VCPU;
+
+	for (unsigned int i = 0; i < VIRTIO_MMIO_SLOTS; i++)
+		if (vm->virtio[i].ops)
+			t |= 1U << vm->virtio[i].ops->thread;
+	if (vm->api)
+		t |= 1U << SECCOMP_THREAD_API;
+	if (vm->net.proxy || vm->net.dns)
+		t |= 1U << SECCOMP_THREAD_EGRESS | 1U << SECCOMP_THREAD_NETNS;
+	return t;
+}
+
+/*
  * Everything that needs syscalls the running monitor may not make, and
  * the seccomp filters each thread installs when it starts.
  */
@@ -499,6 +521,7 @@ static int prepare_run(struct vm *vm, int sig_fd, int parent_fd,
 	needs.snapshot = vm->api != NULL;
 	needs.baseline = vm__baseline_needs_publish(vm);
 	needs.block_store = vm->store_cow != NULL;
+	needs.threads = thread_types(vm);
 	ret = seccomp__build(&vm->seccomp, &needs);
 	if (ret)
 		pr_err("building the seccomp filters: %s", strerror(-ret));
@@ -594,12 +617,14 @@ int vm__run(struct vm *vm, const struct control_ops *ops, int parent_fd)
 	 * The vCPUs enter the guest: BOOTING until the guest agent answers,
 	 * if there is one. Stopping already: they leave without entering.
 	 */
+	startup_trace__mark(vm->trace, TRACE_RELEASED);
 	if (!vm_state__stopping(&vm->lc) &&
 	    vm_state__set(&vm->lc,
 			  vm->api ? VM_STATE_BOOTING : VM_STATE_RUNNING))
 		stop(vm, VM_STOP_ERROR, 0, "VM state");
 	if (!vm_state__stopping(&vm->lc))
 		main_loop(vm, l);
+	startup_trace__mark(vm->trace, TRACE_POWER_OFF);
 
 	/*
 	 * STOPPING woke every vCPU parked by vm.pause (they wait on the

@@ -39,6 +39,7 @@
 #include "vmm/restore.h"
 #include "vmm/seccomp.h"
 #include "vmm/snapshot.h"
+#include "vmm/trace-startup.h"
 #include "vmm/vcpu.h"
 #include "vmm/vm-metrics.h"
 #include "vmm/vm-state.h"
@@ -838,9 +839,17 @@ static int fs_init(struct vm *vm)
 	return 0;
 }
 
-static void console_log_byte(void *opaque, const uint8_t *buf, size_t n)
+/*
+ * Every byte the UART sends out, on the vCPU's thread: the start-up
+ * trace's first output, and --console-log's copy.
+ */
+static void console_out(void *opaque, const uint8_t *buf, size_t n)
 {
-	console_log__write(opaque, buf, n);
+	struct vm *vm = opaque;
+
+	startup_trace__mark(vm->trace, TRACE_FIRST_OUTPUT);
+	if (vm->console_log)
+		console_log__write(vm->console_log, buf, n);
 }
 
 /* --console-log: the UART's bytes go to the file as well as to stdout. */
@@ -850,6 +859,8 @@ static int console_log_init(struct vm *vm)
 	char err[CONFIG_ERR_LEN];
 	int ret;
 
+	uart__set_log(vm->uart,
+		      &(struct uart_log){ .write = console_out, .opaque = vm });
 	if (!cfg->console_log)
 		return 0;
 	ret = console_log__open(&vm->console_log, cfg->console_log,
@@ -859,9 +870,6 @@ static int console_log_init(struct vm *vm)
 		pr_err("%s", err);
 		return ret;
 	}
-	uart__set_log(vm->uart,
-		      &(struct uart_log){ .write = console_log_byte,
-					  .opaque = vm->console_log });
 	pr_debug("console log: %s", cfg->console_log);
 	return 0;
 }
@@ -945,6 +953,8 @@ static int load_initrd(struct vm *vm)
 	uint64_t done = 0;
 	ssize_t n;
 
+	/* What pread and the memcpy below write, faulted in at once. */
+	boot__prefault(dst, vm->plan.initrd_size, true);
 	while (done < vm->initrd_file_size) {
 		n = pread(vm->initrd_fd, dst + done,
 			  vm->initrd_file_size - done, done);
@@ -1028,10 +1038,12 @@ static void vcpus_exit(struct vm *vm)
 
 /* ---- the builder -------------------------------------------------------- */
 
+/* phase: the start-up trace's, reached once the step is done. */
 static const struct {
 	const char *name;
 	int (*init)(struct vm *vm);
 	void (*exit)(struct vm *vm);
+	enum trace_phase phase;
 } vm_steps[] = {
 	{ "slots", slots_init, vm__release_virtio },
 	{ "disk", disk_init, disk_exit },
@@ -1048,14 +1060,14 @@ static const struct {
 	/* start --restore: the snapshot checked and read before KVM. */
 	{ "restore-check", vm__restore_open, vm__restore_close },
 	{ "kvm", kvm_init, kvm_exit },
-	{ "memory", memory_init, memory_exit },
+	{ "memory", memory_init, memory_exit, TRACE_KVM },
 	{ "irqchip", irqchip_init, NULL }, /* goes with the VM fd */
-	{ "devices", devices_init, devices_exit },
+	{ "devices", devices_init, devices_exit, TRACE_DEVICES },
 	{ "metrics", vm_metrics__init, vm_metrics__exit },
 	{ "control", control__init, control__exit },
-	{ "boot", boot_init, NULL }, /* lives in guest memory */
+	{ "boot", boot_init, NULL, TRACE_LOADED }, /* lives in guest memory */
 	{ "vcpus", vcpus_init, vcpus_exit },
-	{ "restore", vm__restore_state, NULL }, /* lives in KVM */
+	{ "restore", vm__restore_state, NULL, TRACE_BUILT }, /* in KVM */
 };
 
 static void vm_unwind(struct vm *vm, unsigned int done)
@@ -1065,7 +1077,8 @@ static void vm_unwind(struct vm *vm, unsigned int done)
 			vm_steps[done].exit(vm);
 }
 
-int vm__create(struct vm **out, const struct vm_config *cfg)
+int vm__create(struct vm **out, const struct vm_config *cfg,
+	       struct startup_trace *trace)
 {
 	struct vm *vm = calloc(1, sizeof(*vm));
 	unsigned int i;
@@ -1080,6 +1093,7 @@ int vm__create(struct vm **out, const struct vm_config *cfg)
 		return ret;
 	}
 	vm->cfg = cfg;
+	vm->trace = trace;
 	vm->kvm_fd = vm->vm_fd = vm->initrd_fd = -1;
 	vm->snap_kernel_fd = vm->snap_initrd_fd = -1;
 	vm->event_fd = vm->space_fd = -1;
@@ -1105,6 +1119,7 @@ int vm__create(struct vm **out, const struct vm_config *cfg)
 			free(vm);
 			return ret;
 		}
+		startup_trace__mark(trace, vm_steps[i].phase);
 	}
 	*out = vm;
 	return 0;

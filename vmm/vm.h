@@ -52,9 +52,12 @@ struct vsock;
 struct fs_backend;
 struct metrics_file;
 struct control_ops;
+struct startup_trace;
 
 struct vm {
 	const struct vm_config *cfg;
+	/* The process's start-up trace, borrowed (vmm/trace-startup.h). */
+	struct startup_trace *trace;
 
 	int kvm_fd;
 	int vm_fd;
@@ -217,7 +220,9 @@ struct vm {
 };
 
 /* Builds everything; errors are reported here, with what failed. */
-int __must_check vm__create(struct vm **out, const struct vm_config *cfg);
+/* trace: the process's start-up trace, which outlives the VM. */
+int __must_check vm__create(struct vm **out, const struct vm_config *cfg,
+			    struct startup_trace *trace);
 void vm__destroy(struct vm *vm);
 void vm__irq_line(void *opaque, unsigned int gsi, int level);
 

@@ -745,6 +745,75 @@ static void free_lines(json_t **lines, size_t n)
 }
 
 /*
+ * The start-up phases of vm.metrics (vmm/trace-startup.h), every one a
+ * VM with an agent reaches, in their order; the first output, if the
+ * guest printed any, no earlier than the first KVM_RUN.
+ */
+static const char *const startup_order[] = {
+	"start", "options",  "kvm",	 "devices",    "loaded",
+	"built", "released", "firstRun", "agentReady",
+};
+
+static void check_startup(struct __test_metadata *_metadata, const json_t *m)
+{
+	const json_t *s = json_object_get(m, "startup");
+	json_int_t prev = 0, us;
+
+	ASSERT_TRUE(json_is_object(s));
+	for (size_t i = 0; i < ARRAY_SIZE(startup_order); i++) {
+		const char *p = startup_order[i];
+
+		ASSERT_TRUE(json_is_integer(json_object_get(s, p)))
+		TH_LOG("startup.%s missing", p);
+		us = jint(s, NULL, p);
+		EXPECT_LE(prev, us)
+		TH_LOG("startup.%s before the one before", p);
+		prev = us;
+	}
+	EXPECT_EQ(0, jint(s, NULL, "start"));
+	if (json_object_get(s, "firstOutput"))
+		EXPECT_LE(jint(s, NULL, "firstRun"),
+			  jint(s, NULL, "firstOutput"));
+	EXPECT_EQ(NULL, json_object_get(s, "powerOff"));
+}
+
+/*
+ * --trace-startup FILE once the vmm exited: one JSON line per phase, in
+ * order, start to exit, the tear-down's three last.
+ */
+static void check_trace_file(struct __test_metadata *_metadata,
+			     const char *file)
+{
+	json_t **lines;
+	json_int_t prev = -1;
+	const char *last = NULL;
+	bool off = false, drained = false;
+	size_t n;
+
+	lines = file_lines(file, 0, &n);
+	ASSERT_LE(ARRAY_SIZE(startup_order) + 3, n);
+	for (size_t i = 0; i < n; i++) {
+		ASSERT_NE(NULL, lines[i]) TH_LOG("trace line %zu", i);
+		last = json_string_value(json_object_get(lines[i], "phase"));
+		ASSERT_NE(NULL, last);
+		/* Written in phase order: the stamps too, but for output. */
+		if (strcmp(last, "firstOutput") && strcmp(last, "agentReady")) {
+			EXPECT_LE(prev, jint(lines[i], NULL, "us"))
+			TH_LOG("%s before the phase before it", last);
+			prev = jint(lines[i], NULL, "us");
+		}
+		off |= !strcmp(last, "powerOff");
+		drained |= !strcmp(last, "drained");
+	}
+	EXPECT_STREQ("start",
+		     json_string_value(json_object_get(lines[0], "phase")));
+	EXPECT_STREQ("exit", last);
+	EXPECT_TRUE(off);
+	EXPECT_TRUE(drained);
+	free_lines(lines, n);
+}
+
+/*
  * N execs make the agent's exec count exactly N higher; M bytes written
  * by dd to a bind mount add at least M to that device's bytes from the
  * guest, and to a memory mount at least M to its bytes in use; the vCPUs
@@ -754,7 +823,7 @@ static void free_lines(json_t **lines, size_t n)
  */
 TEST_TIMEOUT(metrics_move_with_a_known_workload, BOOT_TIMEOUT)
 {
-	char file[160], share[160], mount[200], dd[160];
+	char file[160], share[160], mount[200], dd[160], trace[160];
 	json_t *m0, *m1, **lines;
 	const json_t *d0, *d1;
 	long long before_size;
@@ -768,13 +837,15 @@ TEST_TIMEOUT(metrics_move_with_a_known_workload, BOOT_TIMEOUT)
 		return;
 	vm_paths(&v);
 	snprintf(file, sizeof(file), "%s/metrics.jsonl", v.dir);
+	snprintf(trace, sizeof(trace), "%s/trace.jsonl", v.dir);
 	snprintf(share, sizeof(share), "%s/share", v.dir);
 	ASSERT_EQ(0, mkdir(share, 0755));
 	snprintf(mount, sizeof(mount), "/mnt/share=bind:%s", share);
 	ASSERT_TRUE(vm_start(_metadata, &v,
 			     ARGS("--mount", mount, "--mount",
 				  "/mnt/mem=memory:8MiB", "--metrics", file,
-				  "--metrics-interval-ms", "100"),
+				  "--metrics-interval-ms", "100",
+				  "--trace-startup", trace),
 			     false));
 	/* A line exists before the workload (waited for). */
 	for (i = 0; i < 600 && file_size(file) <= 0; i++)
@@ -793,6 +864,7 @@ TEST_TIMEOUT(metrics_move_with_a_known_workload, BOOT_TIMEOUT)
 	m1 = metrics(_metadata, &v);
 	ASSERT_NE(NULL, m1);
 	EXPECT_EQ(execs0 + METRIC_EXECS, jint(m1, "agent", "spawns"));
+	check_startup(_metadata, m1);
 	EXPECT_EQ(jint(m0, "agent", "exits") + METRIC_EXECS,
 		  jint(m1, "agent", "exits"));
 	EXPECT_LE(jint(m0, "agent", "connections") + METRIC_EXECS,
@@ -840,6 +912,7 @@ TEST_TIMEOUT(metrics_move_with_a_known_workload, BOOT_TIMEOUT)
 	}
 	EXPECT_TRUE(seen);
 	EXPECT_EQ(0, vm_stop(&v));
+	check_trace_file(_metadata, trace);
 
 	/* Whole lines, never going back; the last has everything. */
 	lines = file_lines(file, 0, &n);

@@ -227,6 +227,43 @@ TEST(a_device_loop_thread_cannot_open_a_file)
 	EXPECT_EQ(FILTERED_EXIT, WEXITSTATUS(status));
 }
 
+static void *never_runs(void *arg)
+{
+	return arg;
+}
+
+/*
+ * Only the thread types a VM runs are compiled (vmm/vm-run.c): those
+ * have programs; a type left out has an empty one, which the kernel
+ * refuses, so a thread of it cannot start, filtered or not.
+ */
+TEST(a_type_not_built_fails_closed)
+{
+	const struct seccomp_needs needs = {
+		.threads =
+			1U << SECCOMP_THREAD_MAIN | 1U << SECCOMP_THREAD_VCPU,
+	};
+	const struct seccomp_needs all = { 0 };
+	struct seccomp_filters *f = NULL, *g = NULL;
+	pthread_t t;
+
+	ASSERT_EQ(0, seccomp__build(&f, &needs));
+	EXPECT_LT(0, seccomp__filter(f, SECCOMP_THREAD_MAIN)->len);
+	EXPECT_LT(0, seccomp__filter(f, SECCOMP_THREAD_VCPU)->len);
+	for (unsigned int type = SECCOMP_THREAD_DEVICE;
+	     type < SECCOMP_NR_THREADS; type++)
+		EXPECT_EQ(0, seccomp__filter(f, type)->len);
+	EXPECT_EQ(-EINVAL, thread_filter__spawn(
+				   &t, seccomp__filter(f, SECCOMP_THREAD_FS),
+				   never_runs, NULL));
+	/* 0: every type, as before. */
+	ASSERT_EQ(0, seccomp__build(&g, &all));
+	for (unsigned int type = 0; type < SECCOMP_NR_THREADS; type++)
+		EXPECT_LT(0, seccomp__filter(g, type)->len);
+	seccomp__destroy(f);
+	seccomp__destroy(g);
+}
+
 /* ---- the rings ------------------------------------------------------ */
 
 /* One submission on l's ring, its completion's result. */
