@@ -1664,9 +1664,12 @@ TEST_TIMEOUT(api_container, BOOT_TIMEOUT)
 	free(out);
 	json_decref(m);
 
-	/* A signal's exit: 128 + N and the signal. */
+	/*
+	 * A signal's exit: 128 + N and the signal. The stream is t2's; its
+	 * stream.exit comes after the kill's answer.
+	 */
 	json_decref(api_ok(
-		_metadata, &t, "spawn.kill",
+		_metadata, &t2, "spawn.kill",
 		json_pack("{s:I, s:s}", "stream", s2, "signal", "TERM")));
 	ex = stream_exit(_metadata, &t2, s2);
 	EXPECT_EQ(SIGTERM, json_integer_value(json_object_get(
