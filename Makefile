@@ -168,6 +168,7 @@ core-obj-y += vmm/api/proc.o
 core-obj-y += vmm/api/fs.o
 core-obj-y += vmm/api/vm.o
 core-obj-y += vmm/api/events.o
+core-obj-y += vmm/api/container.o
 
 # The rest of the vmm: KVM, the builder, the CLI, seccomp, the control socket.
 obj-y += vmm/main.o
@@ -385,6 +386,7 @@ agent-host-obj-y += guest/agent/fs.o
 agent-host-obj-y += guest/agent/facts.o
 agent-host-obj-y += guest/agent/reseed.o
 agent-host-obj-y += guest/agent/mounts.o
+agent-host-obj-y += guest/agent/container.o
 agent-host-obj-y += guest/init/net.o
 agent-host-obj-y += proto/tlv.o
 agent-host-obj-y += proto/reseed.o

@@ -32,6 +32,7 @@ init-obj-y += guest/agent/fs.o
 init-obj-y += guest/agent/facts.o
 init-obj-y += guest/agent/reseed.o
 init-obj-y += guest/agent/mounts.o
+init-obj-y += guest/agent/container.o
 init-obj-y += proto/tlv.o
 init-obj-y += proto/reseed.o
 init-obj-y += proto/mounts.o

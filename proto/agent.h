@@ -155,6 +155,35 @@ enum kiln_msg {
 	 */
 	KILN_MSG_MOUNTS_DETACH = 51,
 	KILN_MSG_MOUNTS_ATTACH = 52,
+
+	/*
+	 * Containers (host -> agent; only to an agent whose HELLO has
+	 * KILN_FEATURE_CONTAINER): a process tree with its own root inside
+	 * the guest (Documentation/api.md, "container.create").
+	 *  CONTAINER_CREATE T_CONTAINER (the id, 1..KILN_CONTAINER_ID_MAX
+	 *             of [A-Za-z0-9_.-]), T_PATH (its root, absolute),
+	 *             T_READ_ONLY, T_HOSTNAME, T_CMOUNT (repeated, in
+	 *             order; each a nested T_PATH (the destination),
+	 *             T_FSTYPE, T_SOURCE, T_OPTION repeated). The agent
+	 *             starts a holder process in new mount (and, where the
+	 *             kernel has them, UTS, IPC and PID) namespaces that
+	 *             mounts the defaults and T_CMOUNTs into the root and
+	 *             makes it its root. RESULT, or ERROR (EEXIST: the id is
+	 *             taken; the failing step's errno, the container and
+	 *             the path in T_MESSAGE).
+	 *  CONTAINER_DELETE T_CONTAINER: SIGKILLs the holder and every
+	 *             process of the container, waits for them to be gone,
+	 *             frees it. RESULT, or ERROR (ENOENT: no such id).
+	 *  CONTAINER_LIST: RESULT = T_CONTAINER_ENTRY (repeated; each a
+	 *             nested T_CONTAINER and T_PID repeated: the guest pids
+	 *             of its processes, the holder left out).
+	 * PROC_START with T_CONTAINER runs the command inside that
+	 * container: its namespaces, its root, its pid namespace's pid 1
+	 * when it is the first (ERROR ENOENT with T_CONTAINER: no such id).
+	 */
+	KILN_MSG_CONTAINER_CREATE = 53,
+	KILN_MSG_CONTAINER_DELETE = 54,
+	KILN_MSG_CONTAINER_LIST = 55,
 };
 
 /* HELLO's T_FEATURES bits; an agent without a bit lacks what it names. */
@@ -163,13 +192,21 @@ enum kiln_msg {
 #define KILN_FEATURE_NET_RENEW 0x4ULL  /* RESEED with T_NET_MAC, T_NET */
 #define KILN_FEATURE_ENV_MERGE 0x8ULL  /* PROC_START takes T_ENV_MERGE */
 #define KILN_FEATURE_USER      0x10ULL /* PROC_START takes T_USER */
+/* CONTAINER_*, and PROC_START's T_CONTAINER, T_UID, T_GID, T_GROUP,
+ * T_RLIMIT, T_NO_NEW_PRIVS */
+#define KILN_FEATURE_CONTAINER 0x20ULL
 
-#define KILN_RESEED_BYTES 64U /* what the vmm sends */
-#define KILN_RESEED_MIN	  32U /* T_SEED bytes the agent takes */
-#define KILN_RESEED_MAX	  512U
-#define KILN_NET_MAC_LEN  6U   /* ETH_ALEN */
-#define KILN_NET_MAX	  63U  /* T_NET bytes at most */
-#define KILN_USER_MAX	  256U /* T_USER bytes at most (a name or a uid) */
+#define KILN_RESEED_BYTES     64U /* what the vmm sends */
+#define KILN_RESEED_MIN	      32U /* T_SEED bytes the agent takes */
+#define KILN_RESEED_MAX	      512U
+#define KILN_NET_MAC_LEN      6U   /* ETH_ALEN */
+#define KILN_NET_MAX	      63U  /* T_NET bytes at most */
+#define KILN_USER_MAX	      256U /* T_USER bytes at most (a name or a uid) */
+#define KILN_CONTAINER_ID_MAX 64U  /* T_CONTAINER bytes at most */
+#define KILN_HOSTNAME_MAX     64U /* T_HOSTNAME bytes at most (HOST_NAME_MAX) */
+#define KILN_CMOUNTS_MAX      64U /* T_CMOUNT fields at most */
+#define KILN_GROUPS_MAX	      256U /* T_GROUP fields at most */
+#define KILN_FSTYPE_MAX	      16U  /* T_FSTYPE bytes at most */
 
 enum kiln_tag {
 	KILN_T_VERSION = 1,  /* u64 */
@@ -191,6 +228,27 @@ enum kiln_tag {
 	KILN_T_TIMED_OUT = 26,	/* u64: 0 or 1 */
 	KILN_T_ENV_MERGE = 27,	/* u64: 0 (T_ENV replaces) or 1 (adds) */
 	KILN_T_USER = 28,	/* string: a user name or a decimal uid */
+	/*
+	 * PROC_START, with KILN_FEATURE_CONTAINER: T_CONTAINER (the id),
+	 * T_UID and T_GID (numeric, instead of T_USER; T_GID alone is not
+	 * taken), T_GROUP (repeated: the supplementary gids; none: an
+	 * empty list), T_RLIMIT (repeated, nested T_RESOURCE (RLIMIT_*
+	 * number), T_SOFT, T_HARD; RLIM_INFINITY as all ones),
+	 * T_NO_NEW_PRIVS (1: PR_SET_NO_NEW_PRIVS before exec).
+	 */
+	KILN_T_CONTAINER = 29,	      /* string: a container id */
+	KILN_T_GROUP = 30,	      /* u64, repeated */
+	KILN_T_RLIMIT = 31,	      /* nested TLV list */
+	KILN_T_RESOURCE = 112,	      /* u64: RLIMIT_* */
+	KILN_T_SOFT = 113,	      /* u64 */
+	KILN_T_HARD = 114,	      /* u64 */
+	KILN_T_NO_NEW_PRIVS = 115,    /* u64: 0 or 1 */
+	KILN_T_HOSTNAME = 116,	      /* string */
+	KILN_T_CMOUNT = 117,	      /* nested TLV list: one container mount */
+	KILN_T_FSTYPE = 118,	      /* string: "bind", "tmpfs", "proc", ... */
+	KILN_T_SOURCE = 119,	      /* bytes */
+	KILN_T_OPTION = 120,	      /* string, repeated */
+	KILN_T_CONTAINER_ENTRY = 121, /* nested TLV list */
 
 	KILN_T_PATH = 32,	    /* path */
 	KILN_T_PATH2 = 33,	    /* path */

@@ -221,7 +221,8 @@ struct agent_exec_opts {
 	uint16_t rows, cols;
 	const void *in; /* stdin, sent in KILN_DATA_CHUNK frames, then EOF */
 	size_t in_len;
-	bool keep_stdin_open; /* send no stdin at all, not even EOF */
+	bool keep_stdin_open;	      /* send no stdin at all, not even EOF */
+	const struct kiln_buf *extra; /* more fields, appended as they are */
 };
 
 struct agent_exec_result {
@@ -273,6 +274,18 @@ static inline int agent_client__start(int fd, const struct agent_exec_opts *o)
 		ret = kiln_tlv__put_u64(&b, KILN_T_ROWS, o->rows);
 	if (!ret && o->cols)
 		ret = kiln_tlv__put_u64(&b, KILN_T_COLS, o->cols);
+	if (!ret && o->extra) {
+		/* As one field, then without that field's header. */
+		size_t at = b.len;
+
+		ret = kiln_tlv__put_bytes(&b, 0, o->extra->data, o->extra->len);
+		if (!ret) {
+			memmove(b.data + at,
+				b.data + at + sizeof(struct kiln_tlv),
+				o->extra->len);
+			b.len -= sizeof(struct kiln_tlv);
+		}
+	}
 	if (!ret)
 		ret = agent_client__send_buf(fd, KILN_MSG_PROC_START, &b);
 	kiln_buf__free(&b);

@@ -19,6 +19,7 @@
 
 #include "guest/agent/agent.h"
 #include "guest/agent/conn.h"
+#include "guest/agent/container.h"
 #include "guest/agent/facts.h"
 #include "guest/agent/fs.h"
 #include "guest/agent/proc.h"
@@ -70,7 +71,8 @@ static int send_hello(struct conn *c)
 			&b, KILN_T_FEATURES,
 			KILN_FEATURE_RESEED | KILN_FEATURE_MOUNTS |
 				KILN_FEATURE_NET_RENEW |
-				KILN_FEATURE_ENV_MERGE | KILN_FEATURE_USER);
+				KILN_FEATURE_ENV_MERGE | KILN_FEATURE_USER |
+				KILN_FEATURE_CONTAINER);
 	if (!ret)
 		ret = conn__send_buf(c, KILN_MSG_HELLO, &b);
 	kiln_buf__free(&b);
@@ -117,6 +119,11 @@ void agent__serve_connection(int fd, const struct agent_config *cfg)
 	else if (req.type == KILN_MSG_MOUNTS_DETACH ||
 		 req.type == KILN_MSG_MOUNTS_ATTACH)
 		mounts__handle(&c, &req);
+	else if (req.type == KILN_MSG_CONTAINER_CREATE ||
+		 req.type == KILN_MSG_CONTAINER_DELETE ||
+		 req.type == KILN_MSG_CONTAINER_LIST)
+		/* init's pid only in a VM: the host's cgroups are not ours. */
+		container__handle(&c, &req, cfg->poweroff_pid != 0);
 	else
 		conn__error(&c, EPROTO, "message type %u is not a request",
 			    req.type);

@@ -39,6 +39,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "guest/agent/container.h"
 #include "guest/agent/proc.h"
 #include "proto/env.h"
 
@@ -79,10 +80,18 @@ struct proc_req {
 	size_t ngroups;
 	char *user_env[4]; /* HOME=, USER=, LOGNAME=, NULL */
 	bool cwd_is_home;  /* cwd is the user's home: failing it is not fatal */
+	/* T_CONTAINER, T_UID, T_GID, T_GROUP, T_RLIMIT, T_NO_NEW_PRIVS */
+	struct container_exec cx;
 };
 
 /* What the child writes to the status pipe when it cannot exec. */
-enum exec_stage { STAGE_SETUP, STAGE_USER, STAGE_CWD, STAGE_EXEC };
+enum exec_stage {
+	STAGE_SETUP,
+	STAGE_CONTAINER,
+	STAGE_USER,
+	STAGE_CWD,
+	STAGE_EXEC
+};
 
 struct exec_failure {
 	int stage;
@@ -159,6 +168,7 @@ static void req_free(struct proc_req *r)
 	free(r->groups);
 	for (int i = 0; r->user_env[i]; i++)
 		free(r->user_env[i]);
+	container__exec_free(&r->cx);
 }
 
 /* A C string of wire bytes: -EINVAL if they hold a NUL. */
@@ -228,6 +238,7 @@ static int parse_req(const struct frame *f, struct proc_req *r,
 
 	*r = (struct proc_req){ .ws = { .ws_row = DEFAULT_ROWS,
 					.ws_col = DEFAULT_COLS } };
+	container__exec_init(&r->cx);
 	*why = "malformed PROC_START";
 	if (count_tags(f, KILN_T_ARG, &nargs) < 0 ||
 	    count_tags(f, KILN_T_ENV, &nenv) < 0)
@@ -291,10 +302,18 @@ static int parse_req(const struct frame *f, struct proc_req *r,
 			*why = "T_COLS is not a terminal size";
 			ret = parse_u16(val, len, &r->ws.ws_col);
 			break;
+		default:
+			ret = container__exec_field(&r->cx, tag, val, len, why);
+			if (ret > 0)
+				ret = 0;
+			break;
 		}
 		if (ret)
 			return ret;
 	}
+	*why = "T_USER and T_UID together";
+	if (r->user && r->cx.has_ids)
+		return -EINVAL;
 	*why = NULL;
 	return 0;
 }
@@ -538,7 +557,8 @@ exec_child(const struct proc_req *r, const int fds[3], const char *slave,
 		if (tty < 0 || ioctl(tty, TIOCSCTTY, 0))
 			goto fail;
 		/* The user's terminal: theirs to set modes on and reopen. */
-		if (r->user && fchown(tty, r->uid, NO_UID))
+		if ((r->user || r->cx.has_ids) &&
+		    fchown(tty, r->user ? r->uid : r->cx.uid, NO_UID))
 			goto fail;
 		tty_fds[0] = tty_fds[1] = tty_fds[2] = tty;
 		fds = tty_fds;
@@ -547,8 +567,11 @@ exec_child(const struct proc_req *r, const int fds[3], const char *slave,
 	for (i = 0; i < 3; i++)
 		if (dup2(fds[i], i) < 0)
 			goto fail;
+	fail.stage = STAGE_CONTAINER;
+	if (container__exec_enter(&r->cx))
+		goto fail;
 	fail.stage = STAGE_USER;
-	if (r->user && become_user(r))
+	if ((r->user && become_user(r)) || container__exec_identity(&r->cx))
 		goto fail;
 	/* A home that is gone or shut: "/", as login(1) does. */
 	fail.stage = STAGE_CWD;
@@ -636,6 +659,8 @@ static int open_pipes(struct stdio_pipes *sp)
 static const char *stage_what(int stage)
 {
 	switch (stage) {
+	case STAGE_CONTAINER:
+		return "cannot enter the container";
 	case STAGE_USER:
 		return "cannot run as user";
 	case STAGE_CWD:
@@ -660,9 +685,12 @@ static void exec_failed(struct conn *c, const struct proc_req *r,
 	int ret;
 
 	snprintf(msg, sizeof(msg), "%s %s: %s", stage_what(fail->stage),
-		 fail->stage == STAGE_CWD  ? r->cwd :
-		 fail->stage == STAGE_USER ? r->user :
-					     r->argv[0],
+		 fail->stage == STAGE_CWD		    ? r->cwd :
+		 fail->stage == STAGE_USER && r->user	    ? r->user :
+		 fail->stage == STAGE_USER		    ? "(uid, gid)" :
+		 fail->stage == STAGE_CONTAINER && r->cx.id ? r->cx.id :
+		 fail->stage == STAGE_CONTAINER		    ? "(rlimits)" :
+							      r->argv[0],
 		 strerror(fail->err));
 	kiln_buf__init(&b);
 	ret = conn__error_payload(&b, fail->err, msg);
@@ -1355,7 +1383,11 @@ void proc__start(struct conn *c, const struct frame *f, const char *default_cwd)
 		goto out;
 	if (!ret)
 		ret = merge_env(&r);
-	if (!ret && !r.cwd && default_cwd) {
+	if (!ret && !r.cwd && r.cx.id) {
+		/* Inside a container: its root, not the boot's cwd. */
+		r.cwd = strdup("/");
+		ret = r.cwd ? 0 : -ENOMEM;
+	} else if (!ret && !r.cwd && default_cwd) {
 		r.cwd = strdup(default_cwd);
 		ret = r.cwd ? 0 : -ENOMEM;
 	} else if (!ret && !r.cwd && r.user) {
@@ -1374,7 +1406,7 @@ void proc__start(struct conn *c, const struct frame *f, const char *default_cwd)
 		conn__error(c, ENOMEM, NULL);
 		goto out;
 	}
-	if (spawn(&p, &r))
+	if (container__exec_prepare(c, &r.cx) || spawn(&p, &r))
 		goto out;
 	if (r.timeout_ms)
 		p.deadline = now_ms() + (int64_t)(r.timeout_ms > INT32_MAX ?

@@ -1498,6 +1498,211 @@ static json_t *raw_call(struct __test_metadata *_metadata, struct tc *t,
  * (or nothing, for a notification); the connection, a new connection
  * and the guest go on serving.
  */
+#define CTR_ROOT "/tmp/kiln-ctr/c1" /* the container's root in the guest */
+
+/* exec of argv (NULL-terminated) in container c1: stdout, exit code. */
+static char *ctr_exec(struct __test_metadata *_metadata, struct tc *t,
+		      json_t *extra, int *code, const char *const *argv)
+{
+	json_t *params = extra ? extra : json_object(), *a = json_array();
+	json_t *m;
+	char *out;
+
+	for (; *argv; argv++)
+		json_array_append_new(a, json_string(*argv));
+	json_object_set_new(params, "argv", a);
+	json_object_set_new(params, "container", json_string("c1"));
+	m = api_ok(_metadata, t, "exec", params);
+	*code = res_int(m, "exitCode");
+	out = b64_str(result(m), "stdout", NULL);
+	json_decref(m);
+	return out ? out : strdup("");
+}
+
+#define CTR(t, extra, code, ...)            \
+	ctr_exec(_metadata, t, extra, code, \
+		 (const char *const[]){ __VA_ARGS__, NULL })
+
+/* The next stream.exit of stream on t (other messages dropped). */
+static json_t *stream_exit(struct __test_metadata *_metadata, struct tc *t,
+			   json_int_t stream)
+{
+	json_t *m, *p;
+
+	for (;;) {
+		m = tc_recv(t, API_WAIT_MS, NULL);
+		ASSERT_TRUE(m != NULL)
+		TH_LOG("no stream.exit of %lld", (long long)stream);
+		p = json_object_get(m, "params");
+		if (!strcmp(str_of(m, "method") ?: "", "stream.exit") &&
+		    json_integer_value(json_object_get(p, "stream")) == stream)
+			return m;
+		json_decref(m);
+	}
+}
+
+/*
+ * A container in the guest: its own root (a busybox copy, a read-only
+ * bind and a tmpfs of its own), hostname and, where the guest kernel
+ * has them, pid namespace; processes inside it with numeric ids and
+ * rlimits; container.list; a signal's exit status; container.delete
+ * killing what is left.
+ */
+TEST_TIMEOUT(api_container, BOOT_TIMEOUT)
+{
+	json_t *m, *list, *ex, *create, *pids;
+	json_int_t s1, s2;
+	int seen = 0;
+	char *out;
+	long pid1, pid2;
+	bool pid_ns;
+	struct vmctl c;
+	struct tc t, t2;
+	int code;
+
+	if (access("/dev/kvm", R_OK | W_OK))
+		SKIP(return, "no usable /dev/kvm (run through tools/vmtest)");
+	ASSERT_TRUE(vm_start(_metadata, &c, false));
+	api_open(_metadata, &c, &t);
+	api_open(_metadata, &c, &t2);
+
+	out = guest_out(_metadata, &t,
+			"set -e; r=" CTR_ROOT "; mkdir -p $r/bin "
+			"/tmp/kiln-ctr/share; echo shared > "
+			"/tmp/kiln-ctr/share/hello; cp /bin/busybox $r/bin/; "
+			"for a in sh hostname cat ls sleep id grep tr pwd "
+			"touch echo; do ln -s busybox $r/bin/$a; done; "
+			"if [ -e /proc/self/ns/pid ]; then echo pidns; fi");
+	pid_ns = strstr(out, "pidns") != NULL;
+	free(out);
+	if (!pid_ns)
+		TH_LOG("the guest kernel has no PID, UTS or IPC namespaces "
+		       "(CONFIG_NAMESPACES off): pid 1 is not checked");
+
+	create = json_pack(
+		"{s:s, s:s, s:b, s:s, s:[{s:s, s:s, s:s, s:[s, s]}, "
+		"{s:s, s:s, s:s}]}",
+		"id", "c1", "root", CTR_ROOT, "rootReadonly", 1, "hostname",
+		"kiln-c1", "mounts", "destination", "/data", "type", "bind",
+		"source", "/tmp/kiln-ctr/share", "options", "rbind", "ro",
+		"destination", "/tmp", "type", "tmpfs", "source", "tmpfs");
+	json_decref(api_ok(_metadata, &t, "container.create",
+			   json_deep_copy(create)));
+	REFUSED(&t, "container.create", create, EEXIST);
+	REFUSED(&t, "container.create",
+		json_pack("{s:s, s:s}", "id", "c2", "root", "/tmp/kiln-none"),
+		ENOENT);
+	REFUSED(&t, "exec",
+		json_pack("{s:[s], s:s}", "argv", "true", "container", "c3"),
+		ENOENT);
+
+	/* The first process: the pid namespace's pid 1 where there is one. */
+	m = api_ok(_metadata, &t2, "spawn",
+		   json_pack("{s:[s, s], s:s}", "argv", "sleep", "600",
+			     "container", "c1"));
+	s1 = res_int(m, "stream");
+	pid1 = res_int(m, "pid");
+	json_decref(m);
+	m = api_ok(_metadata, &t2, "spawn",
+		   json_pack("{s:[s, s], s:s}", "argv", "sleep", "601",
+			     "container", "c1"));
+	s2 = res_int(m, "stream");
+	pid2 = res_int(m, "pid");
+	json_decref(m);
+	ASSERT_LT(1, pid1);
+	ASSERT_LT(1, pid2);
+
+	out = CTR(&t, NULL, &code, "hostname");
+	EXPECT_STREQ("kiln-c1\n", out);
+	free(out);
+	/* Only the container's root: none of the guest's own / */
+	out = CTR(&t, NULL, &code, "ls", "/");
+	EXPECT_STREQ("bin\ndata\ndev\nproc\nsys\ntmp\n", out);
+	free(out);
+	out = CTR(&t, NULL, &code, "sh", "-c",
+		  "pwd; cat /data/hello; echo x > /dev/null && echo devnull; "
+		  "touch /x 2>/dev/null || echo root-ro; "
+		  "touch /data/x 2>/dev/null || echo data-ro; "
+		  "touch /tmp/x && echo tmp-rw");
+	EXPECT_STREQ("/\nshared\ndevnull\nroot-ro\ndata-ro\ntmp-rw\n", out);
+	free(out);
+	out = CTR(&t, NULL, &code, "sh", "-c", "tr '\\0' ' ' </proc/1/cmdline");
+	if (pid_ns)
+		EXPECT_STREQ("sleep 600 ", out);
+	free(out);
+
+	/* Numeric ids, groups, rlimits, no_new_privs. */
+	out = CTR(&t,
+		  json_pack("{s:i, s:i, s:[i], s:[{s:s, s:i, s:i}], s:b}",
+			    "uid", 1000, "gid", 1001, "additionalGids", 5,
+			    "rlimits", "type", "RLIMIT_NOFILE", "soft", 42,
+			    "hard", 42, "noNewPrivileges", 1),
+		  &code, "sh", "-c",
+		  "grep -E '^(Uid|Gid|Groups|NoNewPrivs)' /proc/self/status; "
+		  "ulimit -n");
+	EXPECT_STREQ("Uid:\t1000\t1000\t1000\t1000\n"
+		     "Gid:\t1001\t1001\t1001\t1001\n"
+		     "Groups:\t5 \n"
+		     "NoNewPrivs:\t1\n"
+		     "42\n",
+		     out);
+	free(out);
+
+	/* container.list: the two sleeps, as the guest sees them. */
+	m = api_ok(_metadata, &t, "container.list", json_object());
+	list = result(m);
+	ASSERT_TRUE(json_is_array(list)) TH_LOG("%s", dump(m));
+	ASSERT_EQ(1, json_array_size(list)) TH_LOG("%s", dump(m));
+	EXPECT_STREQ("c1", str_of(json_array_get(list, 0), "id"));
+	pids = json_object_get(json_array_get(list, 0), "pids");
+	out = dump(pids);
+	EXPECT_EQ(2, json_array_size(pids)) TH_LOG("pids %s", out);
+	for (size_t i = 0; i < json_array_size(pids); i++)
+		seen += json_integer_value(json_array_get(pids, i)) == pid1 ||
+			json_integer_value(json_array_get(pids, i)) == pid2;
+	EXPECT_EQ(2, seen) TH_LOG("pids %s, want %ld and %ld", out, pid1, pid2);
+	free(out);
+	json_decref(m);
+
+	/*
+	 * A signal's exit: 128 + N and the signal. The stream is t2's; its
+	 * stream.exit comes after the kill's answer.
+	 */
+	json_decref(api_ok(
+		_metadata, &t2, "spawn.kill",
+		json_pack("{s:I, s:s}", "stream", s2, "signal", "TERM")));
+	ex = stream_exit(_metadata, &t2, s2);
+	EXPECT_EQ(SIGTERM, json_integer_value(json_object_get(
+				   json_object_get(ex, "params"), "signal")))
+	TH_LOG("%s", dump(ex));
+	EXPECT_EQ(128 + SIGTERM,
+		  json_integer_value(json_object_get(
+			  json_object_get(ex, "params"), "exitCode")));
+	json_decref(ex);
+
+	/* container.delete: what is left is SIGKILLed and gone. */
+	json_decref(api_ok(_metadata, &t, "container.delete",
+			   json_pack("{s:s}", "id", "c1")));
+	ex = stream_exit(_metadata, &t2, s1);
+	EXPECT_EQ(SIGKILL, json_integer_value(json_object_get(
+				   json_object_get(ex, "params"), "signal")))
+	TH_LOG("%s", dump(ex));
+	json_decref(ex);
+	EXPECT_TRUE(guest_pid_dead(_metadata, &t, pid1));
+	m = api_ok(_metadata, &t, "container.list", json_object());
+	EXPECT_EQ(0, json_array_size(result(m))) TH_LOG("%s", dump(m));
+	json_decref(m);
+	REFUSED(&t, "container.delete", json_pack("{s:s}", "id", "c1"), ENOENT);
+	out = guest_out(_metadata, &t,
+			"ls /sys/fs/cgroup/kiln-containers; ps -o comm | "
+			"grep -c '^sleep' || true");
+	EXPECT_STREQ("0\n", out);
+	free(out);
+	tc_close(&t);
+	tc_close(&t2);
+	vm_shutdown(_metadata, &c);
+}
+
 TEST_TIMEOUT(api_bad_inputs, BOOT_TIMEOUT)
 {
 	static const char *const not_json[] = {

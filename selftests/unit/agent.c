@@ -15,6 +15,7 @@
 #include <limits.h>
 #include <pwd.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/utsname.h>
@@ -400,7 +401,7 @@ TEST_F(agent, hello)
 	EXPECT_TRUE(agent_msg__u64(&m, KILN_T_FEATURES, &v));
 	EXPECT_EQ(KILN_FEATURE_RESEED | KILN_FEATURE_MOUNTS |
 			  KILN_FEATURE_NET_RENEW | KILN_FEATURE_ENV_MERGE |
-			  KILN_FEATURE_USER,
+			  KILN_FEATURE_USER | KILN_FEATURE_CONTAINER,
 		  v);
 	agent_msg__free(&m);
 	close(fd);
@@ -1972,6 +1973,161 @@ TEST_F(agent, malformed_requests)
 	EXPECT_EQ(0, r.error);
 	EXPECT_EQ(0, r.exit_code);
 	agent_exec_result__free(&r);
+}
+
+/* A T_CMOUNT: destination, type, source (NULL: none), one option. */
+static void put_cmount(struct kiln_buf *b, const char *dst, const char *type,
+		       const char *src, const char *opt)
+{
+	size_t mark;
+
+	kiln_tlv__begin(b, KILN_T_CMOUNT, &mark);
+	kiln_tlv__put_str(b, KILN_T_PATH, dst);
+	kiln_tlv__put_str(b, KILN_T_FSTYPE, type);
+	if (src)
+		kiln_tlv__put_str(b, KILN_T_SOURCE, src);
+	if (opt)
+		kiln_tlv__put_str(b, KILN_T_OPTION, opt);
+	kiln_tlv__end(b, mark);
+}
+
+/*
+ * CONTAINER_*: the agent checks every field itself (the host may be
+ * anyone), EINVAL naming what is wrong; a good request is ENOTSUP off a
+ * VM (the host's cgroups are not the agent's), so nothing here touches
+ * the host.
+ */
+TEST_F(agent, container_requests_checked)
+{
+	static const struct {
+		const char *id, *root, *dst, *type, *src, *why;
+	} bad[] = {
+		{ NULL, "/r", NULL, NULL, NULL, "needs T_CONTAINER" },
+		{ "a/b", "/r", NULL, NULL, NULL, "container id" },
+		{ "..", "/r", NULL, NULL, NULL, "container id" },
+		{ "c1", NULL, NULL, NULL, NULL,
+		  "needs T_CONTAINER and T_PATH" },
+		{ "c1", "rel/root", NULL, NULL, NULL, "not an absolute path" },
+		{ "c1", "/r", "rel", "tmpfs", NULL, "destination" },
+		{ "c1", "/r", "/x", "overlay", NULL, "type" },
+		{ "c1", "/r", "/x", "bind", NULL, "absolute source" },
+		{ "c1", "/r", "/x", "bind", "rel", "absolute source" },
+	};
+	char msg[256];
+	struct kiln_buf b;
+
+	kiln_buf__init(&b);
+	for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
+		kiln_buf__reset(&b);
+		if (bad[i].id)
+			kiln_tlv__put_str(&b, KILN_T_CONTAINER, bad[i].id);
+		if (bad[i].root)
+			kiln_tlv__put_str(&b, KILN_T_PATH, bad[i].root);
+		if (bad[i].dst)
+			put_cmount(&b, bad[i].dst, bad[i].type, bad[i].src,
+				   NULL);
+		EXPECT_EQ(EINVAL, request(_metadata, self,
+					  KILN_MSG_CONTAINER_CREATE, &b))
+		TH_LOG("case %zu", i);
+		msg[0] = '\0';
+		agent_msg__str(&self->m, KILN_T_MESSAGE, msg, sizeof(msg));
+		EXPECT_TRUE(strstr(msg, bad[i].why) != NULL)
+		TH_LOG("case %zu: \"%s\"", i, msg);
+	}
+	kiln_buf__reset(&b);
+	kiln_tlv__put_str(&b, KILN_T_CONTAINER, "c1");
+	kiln_tlv__put_str(&b, KILN_T_PATH, "/r");
+	kiln_tlv__put_str(&b, KILN_T_HOSTNAME, "box");
+	put_cmount(&b, "/data", "bind", "/srv", "ro");
+	put_cmount(&b, "/tmp", "tmpfs", NULL, "mode=1777");
+	EXPECT_EQ(ENOTSUP,
+		  request(_metadata, self, KILN_MSG_CONTAINER_CREATE, &b));
+	EXPECT_EQ(ENOTSUP,
+		  request(_metadata, self, KILN_MSG_CONTAINER_DELETE, &b));
+	kiln_buf__reset(&b);
+	kiln_tlv__put_str(&b, KILN_T_CONTAINER, "bad id");
+	EXPECT_EQ(EINVAL,
+		  request(_metadata, self, KILN_MSG_CONTAINER_DELETE, &b));
+	kiln_buf__reset(&b);
+	EXPECT_EQ(EINVAL,
+		  request(_metadata, self, KILN_MSG_CONTAINER_DELETE, &b));
+	EXPECT_EQ(ENOTSUP,
+		  request(_metadata, self, KILN_MSG_CONTAINER_LIST, &b));
+	kiln_buf__free(&b);
+}
+
+/* A T_RLIMIT: RLIMIT_* number, soft, hard. */
+static void put_rlimit(struct kiln_buf *b, int res, uint64_t soft,
+		       uint64_t hard)
+{
+	size_t mark;
+
+	kiln_tlv__begin(b, KILN_T_RLIMIT, &mark);
+	kiln_tlv__put_u64(b, KILN_T_RESOURCE, res);
+	kiln_tlv__put_u64(b, KILN_T_SOFT, soft);
+	kiln_tlv__put_u64(b, KILN_T_HARD, hard);
+	kiln_tlv__end(b, mark);
+}
+
+/*
+ * PROC_START's container fields outside a container: rlimits and
+ * no_new_privs reach the command; bad ones and a container that does
+ * not exist are errors before anything runs.
+ */
+TEST_F(agent, exec_rlimits_and_no_new_privs)
+{
+	struct agent_exec_result r;
+	struct kiln_buf b;
+
+	kiln_buf__init(&b);
+	put_rlimit(&b, RLIMIT_NOFILE, 64, 64);
+	put_rlimit(&b, RLIMIT_CORE, 0, ~0ULL);
+	kiln_tlv__put_u64(&b, KILN_T_NO_NEW_PRIVS, 1);
+	run(_metadata, self,
+	    &(struct agent_exec_opts){
+		    .argv = ARGV("sh", "-c",
+				 "ulimit -n; ulimit -H -c; "
+				 "grep NoNewPrivs /proc/self/status"),
+		    .extra = &b },
+	    &r);
+	EXPECT_EQ(0, r.error) TH_LOG("%s", r.message);
+	EXPECT_STREQ("64\nunlimited\nNoNewPrivs:\t1\n", (char *)r.out);
+	agent_exec_result__free(&r);
+
+	kiln_buf__reset(&b);
+	put_rlimit(&b, RLIMIT_NOFILE, 65, 64);
+	run(_metadata, self,
+	    &(struct agent_exec_opts){ .argv = ARGV("true"), .extra = &b }, &r);
+	EXPECT_EQ(EINVAL, r.error);
+	EXPECT_TRUE(strstr(r.message, "T_RLIMIT") != NULL)
+	TH_LOG("%s", r.message);
+	agent_exec_result__free(&r);
+
+	kiln_buf__reset(&b);
+	put_rlimit(&b, 999, 1, 1);
+	run(_metadata, self,
+	    &(struct agent_exec_opts){ .argv = ARGV("true"), .extra = &b }, &r);
+	EXPECT_EQ(EINVAL, r.error);
+	agent_exec_result__free(&r);
+
+	kiln_buf__reset(&b);
+	kiln_tlv__put_u64(&b, KILN_T_UID, 0);
+	run(_metadata, self,
+	    &(struct agent_exec_opts){
+		    .argv = ARGV("true"), .user = "root", .extra = &b },
+	    &r);
+	EXPECT_EQ(EINVAL, r.error);
+	EXPECT_STREQ("T_USER and T_UID together", r.message);
+	agent_exec_result__free(&r);
+
+	kiln_buf__reset(&b);
+	kiln_tlv__put_str(&b, KILN_T_CONTAINER, "kiln-no-such-container");
+	run(_metadata, self,
+	    &(struct agent_exec_opts){ .argv = ARGV("true"), .extra = &b }, &r);
+	EXPECT_EQ(ENOENT, r.error);
+	EXPECT_STREQ("no container \"kiln-no-such-container\"", r.message);
+	agent_exec_result__free(&r);
+	kiln_buf__free(&b);
 }
 
 /* Over KILN_FRAME_MAX: closed without a word; the agent serves on. */

@@ -924,6 +924,175 @@ TEST_F(srv, exec_bad_user_refused)
 	}
 }
 
+/*
+ * container.create, container.delete and the container fields of exec,
+ * spawn and pty.open: every bad one refused before the guest with a
+ * message naming it.
+ */
+TEST_F(srv, container_bad_params_refused)
+{
+	static const struct {
+		const char *method, *params, *message;
+	} cases[] = {
+		{ "container.create", "{\"root\":\"/r\"}", "id: missing" },
+		{ "container.create", "{\"id\":\"a/b\",\"root\":\"/r\"}",
+		  "id: expected 1 to 64 characters of A-Z a-z 0-9 _ . - (not "
+		  "\".\" or \"..\")" },
+		{ "container.create", "{\"id\":\"..\",\"root\":\"/r\"}",
+		  "id: expected 1 to 64 characters of A-Z a-z 0-9 _ . - (not "
+		  "\".\" or \"..\")" },
+		{ "container.create",
+		  "{\"id\":\"x0123456789012345678901234567890123456789012345678"
+		  "901234567890123\",\"root\":\"/r\"}",
+		  "id: expected 1 to 64 characters of A-Z a-z 0-9 _ . - (not "
+		  "\".\" or \"..\")" },
+		{ "container.create", "{\"id\":\"c1\"}",
+		  "root: expected an absolute path" },
+		{ "container.create", "{\"id\":\"c1\",\"root\":\"rel\"}",
+		  "root: expected an absolute path" },
+		{ "container.create",
+		  "{\"id\":\"c1\",\"root\":\"/r\",\"rootReadonly\":1}",
+		  "rootReadonly: expected true or false" },
+		{ "container.create",
+		  "{\"id\":\"c1\",\"root\":\"/r\",\"hostname\":\"\"}",
+		  "hostname: expected 1 to 64 bytes" },
+		{ "container.create",
+		  "{\"id\":\"c1\",\"root\":\"/r\",\"mounts\":{}}",
+		  "mounts: expected an array of at most 64" },
+		{ "container.create",
+		  "{\"id\":\"c1\",\"root\":\"/r\",\"mounts\":[{\"destination\":"
+		  "\"rel\",\"type\":\"tmpfs\"}]}",
+		  "mounts[0].destination: expected an absolute path" },
+		{ "container.create",
+		  "{\"id\":\"c1\",\"root\":\"/r\",\"mounts\":[{\"destination\":"
+		  "\"/x\",\"type\":\"overlay\"}]}",
+		  "mounts[0].type: expected \"bind\", \"tmpfs\", \"proc\", "
+		  "\"sysfs\", \"devpts\", \"mqueue\" or \"cgroup2\"" },
+		{ "container.create",
+		  "{\"id\":\"c1\",\"root\":\"/r\",\"mounts\":[{\"destination\":"
+		  "\"/x\",\"type\":\"bind\",\"source\":\"rel\"}]}",
+		  "mounts[0].source: a bind mount needs an absolute guest "
+		  "path" },
+		{ "container.create",
+		  "{\"id\":\"c1\",\"root\":\"/r\",\"mounts\":[{\"destination\":"
+		  "\"/x\",\"type\":\"tmpfs\",\"options\":[\"\"]}]}",
+		  "mounts[0].options[0]: expected a non-empty string" },
+		{ "container.delete", "{}", "id: missing" },
+		{ "container.delete", "{\"id\":\"a b\"}",
+		  "id: expected 1 to 64 characters of A-Z a-z 0-9 _ . - (not "
+		  "\".\" or \"..\")" },
+		{ "exec", "{\"argv\":[\"true\"],\"container\":\"\"}",
+		  "container: expected 1 to 64 characters of A-Z a-z 0-9 _ . - "
+		  "(not \".\" or \"..\")" },
+		{ "exec",
+		  "{\"argv\":[\"true\"],\"container\":\"c1\",\"user\":\"root\"}",
+		  "user: not with container (give uid and gid: the "
+		  "container's /etc/passwd is not read)" },
+		{ "exec", "{\"argv\":[\"true\"],\"uid\":0,\"user\":\"root\"}",
+		  "user: not with uid, gid or additionalGids" },
+		{ "exec", "{\"argv\":[\"true\"],\"gid\":0}",
+		  "uid: missing (gid and additionalGids need it)" },
+		{ "exec", "{\"argv\":[\"true\"],\"uid\":-1}",
+		  "uid: expected an integer from 0 to 4294967294" },
+		{ "exec",
+		  "{\"argv\":[\"true\"],\"uid\":0,\"additionalGids\":"
+		  "[4294967295]}",
+		  "additionalGids[0]: a gid is from 0 to 4294967294" },
+		{ "exec",
+		  "{\"argv\":[\"true\"],\"rlimits\":[{\"type\":"
+		  "\"RLIMIT_BOGUS\",\"soft\":1,\"hard\":1}]}",
+		  "rlimits[0].type: expected a name such as "
+		  "\"RLIMIT_NOFILE\"" },
+		{ "exec",
+		  "{\"argv\":[\"true\"],\"rlimits\":[{\"type\":"
+		  "\"nofile\",\"soft\":1,\"hard\":1}]}",
+		  "rlimits[0].type: expected a name such as "
+		  "\"RLIMIT_NOFILE\"" },
+		{ "exec",
+		  "{\"argv\":[\"true\"],\"rlimits\":[{\"type\":"
+		  "\"RLIMIT_NOFILE\",\"soft\":2,\"hard\":1}]}",
+		  "rlimits[0]: soft and hard are integers (-1: unlimited), "
+		  "soft at most hard" },
+		{ "exec",
+		  "{\"argv\":[\"true\"],\"rlimits\":[{\"type\":"
+		  "\"RLIMIT_NOFILE\",\"soft\":-1,\"hard\":1}]}",
+		  "rlimits[0]: soft and hard are integers (-1: unlimited), "
+		  "soft at most hard" },
+		{ "exec", "{\"argv\":[\"true\"],\"noNewPrivileges\":\"yes\"}",
+		  "noNewPrivileges: expected true or false" },
+	};
+	json_error_t jerr;
+	json_t *m;
+
+	for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+		bool proc = !strcmp(cases[i].method, "exec");
+
+		/* The process fields: the same for spawn and pty.open. */
+		for (int j = 0; j < (proc ? 3 : 1); j++) {
+			const char *method = !j	    ? cases[i].method :
+					     j == 1 ? "spawn" :
+						      "pty.open";
+
+			m = tc_call(&self->t, 1, method,
+				    json_loads(cases[i].params, 0, &jerr));
+			ASSERT_TRUE(m != NULL);
+			EXPECT_EQ(API_E_INVALID_PARAMS, err_code(m))
+			TH_LOG("%s %s", method, cases[i].params);
+			EXPECT_STREQ(cases[i].message, err_message(m))
+			TH_LOG("%s %s", method, cases[i].params);
+			json_decref(m);
+		}
+	}
+}
+
+/*
+ * Good ones reach the agent: here the host build, which checks them too
+ * and answers ENOTSUP (containers only in a VM) or, for a process in a
+ * container that does not exist, ENOENT with "container" in the data;
+ * rlimits and noNewPrivileges reach the command.
+ */
+TEST_F(srv, container_requests_reach_the_agent)
+{
+	json_error_t jerr;
+	char *out;
+	json_t *m;
+
+	m = tc_call(&self->t, 1, "container.create",
+		    json_loads("{\"id\":\"c1\",\"root\":\"/r\",\"hostname\":"
+			       "\"box\",\"mounts\":[{\"destination\":\"/d\","
+			       "\"type\":\"bind\",\"source\":\"/srv\","
+			       "\"options\":[\"rbind\",\"ro\"]}]}",
+			       0, &jerr));
+	ASSERT_TRUE(m != NULL);
+	EXPECT_EQ(API_E_ERRNO, err_code(m));
+	EXPECT_STREQ("ENOTSUP", err_errno(m));
+	json_decref(m);
+	m = tc_call(&self->t, 2, "container.list", NULL);
+	ASSERT_TRUE(m != NULL);
+	EXPECT_STREQ("ENOTSUP", err_errno(m));
+	json_decref(m);
+	m = tc_call(&self->t, 3, "exec",
+		    json_pack("{s:[s], s:s}", "argv", "true", "container",
+			      "kiln-no-such"));
+	ASSERT_TRUE(m != NULL);
+	EXPECT_STREQ("ENOENT", err_errno(m));
+	EXPECT_STREQ("kiln-no-such", json_string_value(json_object_get(
+					     err_data(m), "container")));
+	json_decref(m);
+	m = tc_call(&self->t, 4, "exec",
+		    json_loads("{\"argv\":[\"sh\",\"-c\",\"ulimit -n; grep "
+			       "NoNewPrivs /proc/self/status\"],\"rlimits\":"
+			       "[{\"type\":\"RLIMIT_NOFILE\",\"soft\":32,"
+			       "\"hard\":32}],\"noNewPrivileges\":true}",
+			       0, &jerr));
+	ASSERT_TRUE(m != NULL);
+	ASSERT_TRUE(result(m) != NULL);
+	out = b64_str(result(m), "stdout", NULL);
+	EXPECT_STREQ("32\nNoNewPrivs:\t1\n", out);
+	free(out);
+	json_decref(m);
+}
+
 static json_t *agent_metrics(struct tc *t, json_int_t id)
 {
 	json_t *m = tc_call(t, id, "vm.metrics", NULL);

@@ -185,6 +185,8 @@ static void feature_missing(struct call *k, uint64_t features)
 	} needs[] = {
 		{ KILN_FEATURE_ENV_MERGE, "ENV_MERGE", "envMode \"merge\"" },
 		{ KILN_FEATURE_USER, "USER", "user" },
+		{ KILN_FEATURE_CONTAINER, "CONTAINER",
+		  "containers (and uid, gid, rlimits, noNewPrivileges)" },
 	};
 	uint64_t missing = k->need_features & ~features;
 	const char *name = "a feature", *what = "the request";
@@ -312,6 +314,9 @@ static void agent_input(struct call *k, uint64_t now)
 			facts_frame(k, type, flags, payload, len);
 		} else if (k->kind == CALL_POWEROFF) {
 			vm_poweroff_frame(k, type, flags, payload, len);
+		} else if (k->kind == CALL_CONTAINER ||
+			   k->kind == CALL_CONTAINER_LIST) {
+			container_frame(k, type, flags, payload, len);
 		} else {
 			fs_frame(k, type, flags, payload, len);
 		}

@@ -50,7 +50,9 @@ enum call_kind {
 	CALL_RENAME,
 	CALL_FACTS,
 	CALL_VM_FACTS,
-	CALL_POWEROFF, /* vm.shutdown's POWEROFF: no client, no answer */
+	CALL_POWEROFF,	     /* vm.shutdown's POWEROFF: no client, no answer */
+	CALL_CONTAINER,	     /* container.create, container.delete */
+	CALL_CONTAINER_LIST, /* container.list */
 };
 
 enum agent_state {
@@ -213,6 +215,7 @@ extern const struct api_method fs_methods[];
 extern const struct api_method vm_methods[];
 extern const struct api_method call_methods[];
 extern const struct api_method event_methods[];
+extern const struct api_method container_methods[];
 
 /* server.c */
 uint64_t api_now_ms(void);
@@ -334,6 +337,11 @@ int events_init(struct api_events *ev);
 void events_exit(struct api_events *ev);
 void events_pump(struct api *api);
 void events_flush(struct api *api);
+
+/* container.c: the agent's answers; exec's container fields into @b */
+void container_frame(struct call *k, uint16_t type, uint16_t flags,
+		     const uint8_t *p, size_t len);
+bool container_proc_params(struct rpc *r, struct kiln_buf *b, uint64_t *need);
 
 /* proc.c */
 void proc_kill(struct call *k, int sig, uint64_t now);

@@ -203,7 +203,7 @@ static void proc_exit(struct call *k, const uint8_t *p, size_t len)
  * was the working directory that failed (the agent's ERROR carries T_CWD
  * then), "cwd" in the data too, so that a client can tell a bad directory
  * from a missing command, both ENOENT; likewise "user" for no such user
- * (T_USER).
+ * (T_USER), and "container" for no such container (T_CONTAINER).
  */
 static void proc_error(struct call *k, const uint8_t *p, size_t len)
 {
@@ -220,6 +220,8 @@ static void proc_error(struct call *k, const uint8_t *p, size_t len)
 			api_json_guest_bytes(data, "cwd", val, vlen);
 		else if (tag == KILN_T_USER)
 			api_json_guest_bytes(data, "user", val, vlen);
+		else if (tag == KILN_T_CONTAINER)
+			api_json_guest_bytes(data, "container", val, vlen);
 	call_fail(k, API_E_ERRNO, data, msg);
 	call_done(k);
 }
@@ -449,7 +451,8 @@ static bool param_process(struct rpc *r, struct kiln_buf *b, bool argv_required,
 				   KILN_FRAME_MAX);
 	if (!param_env(r, b, need))
 		return false;
-	if (!param_user(r, b, need) || !param_str(r, "cwd", false, &cwd, &n))
+	if (!param_user(r, b, need) || !container_proc_params(r, b, need) ||
+	    !param_str(r, "cwd", false, &cwd, &n))
 		return false;
 	if (cwd)
 		ret = ret ?: kiln_tlv__put_bytes(b, KILN_T_CWD, cwd, n);
