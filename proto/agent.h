@@ -163,6 +163,16 @@ enum kiln_msg {
 #define KILN_FEATURE_NET_RENEW 0x4ULL  /* RESEED with T_NET_MAC, T_NET */
 #define KILN_FEATURE_ENV_MERGE 0x8ULL  /* PROC_START takes T_ENV_MERGE */
 #define KILN_FEATURE_USER      0x10ULL /* PROC_START takes T_USER */
+/*
+ * A request may carry T_AS_UID (any request: the connection's process
+ * becomes that uid, gid the same, no supplementary groups and no new
+ * privileges, before it serves it) and an FS_* request T_BENEATH and
+ * T_BENEATH2 (T_PATH, T_PATH2 resolved beneath that directory, no
+ * symlink or ".." leading out of it: EXDEV). The vmm's scoped sockets
+ * (Documentation/personas.md) need it: an agent without it would ignore
+ * the fields.
+ */
+#define KILN_FEATURE_CONFINE 0x20ULL
 
 #define KILN_RESEED_BYTES 64U /* what the vmm sends */
 #define KILN_RESEED_MIN	  32U /* T_SEED bytes the agent takes */
@@ -191,6 +201,7 @@ enum kiln_tag {
 	KILN_T_TIMED_OUT = 26,	/* u64: 0 or 1 */
 	KILN_T_ENV_MERGE = 27,	/* u64: 0 (T_ENV replaces) or 1 (adds) */
 	KILN_T_USER = 28,	/* string: a user name or a decimal uid */
+	KILN_T_AS_UID = 29,	/* u64: KILN_FEATURE_CONFINE's uid */
 
 	KILN_T_PATH = 32,	    /* path */
 	KILN_T_PATH2 = 33,	    /* path */
@@ -209,6 +220,8 @@ enum kiln_tag {
 	KILN_T_UID = 46,	    /* u64 */
 	KILN_T_GID = 47,	    /* u64 */
 	KILN_T_MORE = 48,	    /* u64: 1 = more RESULT frames follow */
+	KILN_T_BENEATH = 49,	    /* path: T_PATH stays beneath it */
+	KILN_T_BENEATH2 = 50,	    /* path: T_PATH2 stays beneath it */
 
 	KILN_T_FACT = 64,     /* nested TLV list */
 	KILN_T_TOPIC = 65,    /* string */
