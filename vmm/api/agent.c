@@ -185,6 +185,7 @@ static void feature_missing(struct call *k, uint64_t features)
 	} needs[] = {
 		{ KILN_FEATURE_ENV_MERGE, "ENV_MERGE", "envMode \"merge\"" },
 		{ KILN_FEATURE_USER, "USER", "user" },
+		{ KILN_FEATURE_CONFINE, "CONFINE", "a scoped socket" },
 	};
 	uint64_t missing = k->need_features & ~features;
 	const char *name = "a feature", *what = "the request";

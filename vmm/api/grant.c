@@ -105,14 +105,15 @@ static int only_keys(json_t *o, const char *where, const char *const *keys,
 		for (i = 0; keys[i] && strcmp(keys[i], key); i++)
 			;
 		if (!keys[i])
-			return spec_error(err, len, "%s%s: not a key of a grant",
-					  where, key);
+			return spec_error(err, len,
+					  "%s%s: not a key of a grant", where,
+					  key);
 	}
 	return 0;
 }
 
-static int parse_bool(json_t *o, const char *key, const char *where,
-		      bool *out, char *err, size_t len)
+static int parse_bool(json_t *o, const char *key, const char *where, bool *out,
+		      char *err, size_t len)
 {
 	json_t *v = json_object_get(o, key);
 
@@ -125,8 +126,7 @@ static int parse_bool(json_t *o, const char *key, const char *where,
 	return 0;
 }
 
-static int parse_fs(json_t *f, struct api_grant_spec *g, char *err,
-		    size_t len)
+static int parse_fs(json_t *f, struct api_grant_spec *g, char *err, size_t len)
 {
 	static const char *const keys[] = { "paths", "write", NULL };
 	json_t *paths = json_object_get(f, "paths"), *v;
@@ -140,8 +140,8 @@ static int parse_fs(json_t *f, struct api_grant_spec *g, char *err,
 				  "facets.filesystem: expected an object "
 				  "{paths, write}");
 	ret = only_keys(f, "facets.filesystem.", keys, err, len) ?:
-		      parse_bool(f, "write", "facets.filesystem.",
-				 &g->fs_write, err, len);
+		      parse_bool(f, "write", "facets.filesystem.", &g->fs_write,
+				 err, len);
 	if (ret)
 		return ret;
 	if (!json_is_array(paths) || !json_array_size(paths) ||
@@ -152,9 +152,8 @@ static int parse_fs(json_t *f, struct api_grant_spec *g, char *err,
 				  API_GRANT_PATHS_MAX);
 	json_array_foreach(paths, i, v)
 	{
-		char *p = json_is_string(v) &&
-					  strlen(json_string_value(v)) ==
-						  json_string_length(v) ?
+		char *p = json_is_string(v) && strlen(json_string_value(v)) ==
+						       json_string_length(v) ?
 				  normalize_path(json_string_value(v)) :
 				  NULL;
 
@@ -181,7 +180,7 @@ static int parse_facets(json_t *f, struct api_grant_spec *g, char *err,
 
 	if (!json_is_object(f))
 		return spec_error(err, len, "facets: expected an object");
-	ret = only_keys(f, "facets.", keys, err, len) ?:
+	ret = only_keys(f, "facets.", keys, err, len)			     ?:
 		      parse_bool(f, "shell", "facets.", &g->shell, err, len) ?:
 		      parse_fs(json_object_get(f, "filesystem"), g, err, len);
 	if (ret || !net || json_is_null(net) || json_is_false(net))
@@ -197,8 +196,8 @@ static int parse_facets(json_t *f, struct api_grant_spec *g, char *err,
 int api__grant_parse(json_t *params, struct api_grant_spec *g, char *err,
 		     size_t len)
 {
-	static const char *const keys[] = { "socket", "persona", "facets",
-					    "expiresMs", "uid", NULL };
+	static const char *const keys[] = { "socket",	 "persona", "facets",
+					    "expiresMs", "uid",	    NULL };
 	json_t *v;
 	int ret;
 
@@ -242,8 +241,8 @@ int api__grant_parse(json_t *params, struct api_grant_spec *g, char *err,
 
 /* ---- the method gate ----------------------------------------------------- */
 
-const char *api__grant_beneath(const struct api_grant_spec *g,
-			       const void *path, size_t n)
+const char *api__grant_beneath(const struct api_grant_spec *g, const void *path,
+			       size_t n)
 {
 	const char *p = path;
 	size_t gl;
@@ -267,16 +266,26 @@ static const struct {
 	const char *method;
 	enum facet facet;
 } method_facets[] = {
-	{ "exec", F_SHELL },	      { "spawn", F_SHELL },
-	{ "spawn.write", F_SHELL },   { "spawn.closeStdin", F_SHELL },
-	{ "spawn.kill", F_SHELL },    { "pty.open", F_SHELL },
-	{ "pty.write", F_SHELL },     { "pty.resize", F_SHELL },
-	{ "pty.kill", F_SHELL },      { "fs.stat", F_FS_READ },
-	{ "fs.readDir", F_FS_READ },  { "fs.readFile", F_FS_READ },
-	{ "fs.writeFile", F_FS_WRITE }, { "fs.write", F_FS_WRITE },
-	{ "fs.close", F_FS_WRITE },   { "fs.mkdir", F_FS_WRITE },
-	{ "fs.remove", F_FS_WRITE },  { "fs.rename", F_FS_WRITE },
-	{ "net.status", F_NET },      { "net.check", F_NET },
+	{ "exec", F_SHELL },
+	{ "spawn", F_SHELL },
+	{ "spawn.write", F_SHELL },
+	{ "spawn.closeStdin", F_SHELL },
+	{ "spawn.kill", F_SHELL },
+	{ "pty.open", F_SHELL },
+	{ "pty.write", F_SHELL },
+	{ "pty.resize", F_SHELL },
+	{ "pty.kill", F_SHELL },
+	{ "fs.stat", F_FS_READ },
+	{ "fs.readDir", F_FS_READ },
+	{ "fs.readFile", F_FS_READ },
+	{ "fs.writeFile", F_FS_WRITE },
+	{ "fs.write", F_FS_WRITE },
+	{ "fs.close", F_FS_WRITE },
+	{ "fs.mkdir", F_FS_WRITE },
+	{ "fs.remove", F_FS_WRITE },
+	{ "fs.rename", F_FS_WRITE },
+	{ "net.status", F_NET },
+	{ "net.check", F_NET },
 	/* the client's own requests only */
 	{ "cancel", F_ANY },
 };
@@ -433,8 +442,8 @@ bool grant_refuses(struct rpc *r, const char *method)
 			    sizeof(why)) == 0)
 		return false;
 	client_reply_error(r->c, r->id, API_E_DENIED,
-			   json_pack("{s:s}", "persona", g->spec.persona),
-			   "%s", why);
+			   json_pack("{s:s}", "persona", g->spec.persona), "%s",
+			   why);
 	return true;
 }
 
@@ -617,8 +626,9 @@ static void m_vm_grant(struct rpc *r)
 	if (!param_str(r, "socket", true, &path, &plen))
 		return;
 	if (path[0] != '/' || plen >= API_SOCKET_PATH_MAX) {
-		param_error(r, "socket: expected an absolute path under %u "
-			       "bytes",
+		param_error(r,
+			    "socket: expected an absolute path under %u "
+			    "bytes",
 			    API_SOCKET_PATH_MAX);
 		return;
 	}
@@ -676,9 +686,9 @@ static void m_vm_grant(struct rpc *r)
 	if (res)
 		json_object_set_new(
 			res, "expiresAt",
-			g->expires_at ? json_integer(wall_ms() +
-						     g->spec.expires_ms) :
-					json_null());
+			g->expires_at ?
+				json_integer(wall_ms() + g->spec.expires_ms) :
+				json_null());
 	client_reply(r->c, r->id, res);
 	api__event(api, "grant",
 		   json_pack("{s:s, s:s}", "socket", path, "persona",
@@ -705,9 +715,9 @@ static void m_vm_revoke(struct rpc *r)
 		return;
 	}
 	n = grant_close(r->api, g);
-	client_reply(r->c, r->id,
-		     json_pack("{s:b, s:I}", "revoked", 1, "closed",
-			       (json_int_t)n));
+	client_reply(
+		r->c, r->id,
+		json_pack("{s:b, s:I}", "revoked", 1, "closed", (json_int_t)n));
 	api__event(r->api, "grant-revoked",
 		   json_pack("{s:s, s:s}", "socket", g->socket, "persona",
 			     g->spec.persona));
