@@ -169,6 +169,7 @@ core-obj-y += vmm/api/fs.o
 core-obj-y += vmm/api/vm.o
 core-obj-y += vmm/api/events.o
 core-obj-y += vmm/api/container.o
+core-obj-y += vmm/api/grant.o
 
 # The rest of the vmm: KVM, the builder, the CLI, seccomp, the control socket.
 obj-y += vmm/main.o

@@ -350,6 +350,76 @@ void net_policy__decide(const struct net_policy *p, const struct net_flow *f,
 		ask_hook(p, f, b, d);
 }
 
+/* Whether r names host (normalized) and covers port. */
+static bool names_host(const struct rule *r, const char *host, uint16_t port)
+{
+	return r->kind == DEST_HOST && net_rule__port_matches(r, port) &&
+	       net_hostname__matches(host, r->host, r->wildcard);
+}
+
+/* The first http grant, then rule, that names host: d filled, true. */
+static bool check_name(const struct net_policy *p, int proto, const char *host,
+		       uint16_t port, struct net_decision *d)
+{
+	unsigned int i;
+
+	for (i = 0; p && proto == PROTO_TCP && i < p->nr_http; i++) {
+		if (names_host(&p->http[i].r, host, port)) {
+			d->verdict = NET_VERDICT_HTTP;
+			d->http_tls = http_port_tls(p, port);
+			snprintf(d->reason, sizeof(d->reason), "http grant %u",
+				 i);
+			return true;
+		}
+	}
+	for (i = 0; p && i < p->nr_rules[proto]; i++) {
+		if (names_host(&p->rules[proto][i], host, port)) {
+			d->verdict = NET_VERDICT_ALLOW;
+			snprintf(d->reason, sizeof(d->reason), "%s grant %u",
+				 net_policy__proto_key(proto), i);
+			return true;
+		}
+	}
+	return false;
+}
+
+int net_policy__check(const struct net_policy *p, uint8_t proto, uint32_t addr,
+		      uint16_t port, const char *hostname,
+		      const struct net_bindings *b, struct net_decision *d)
+{
+	struct net_flow f = { .proto = proto };
+	char host[NET_HOSTNAME_MAX + 1];
+	int pi = proto_index(proto);
+	bool wildcard;
+
+	memset(d, 0, sizeof(*d));
+	if (hostname &&
+	    net_hostname__normalize(hostname, host, false, &wildcard))
+		return -EINVAL;
+	if (addr || !hostname) {
+		f.dst.sin_family = AF_INET;
+		f.dst.sin_addr.s_addr = addr;
+		f.dst.sin_port = htons(port);
+		net_policy__decide(p, &f, b, d);
+		/* Granted, or denied whatever a name would say. */
+		if (!hostname || d->verdict == NET_VERDICT_ALLOW ||
+		    d->verdict == NET_VERDICT_HTTP || always_denied(p, &f))
+			return 0;
+	} else if (pi < 0 || !port) {
+		snprintf(d->reason, sizeof(d->reason), "%s",
+			 pi < 0 ? "not tcp or udp over ipv4" : "port 0");
+		return 0;
+	}
+	if (pi >= 0 && check_name(p, pi, host, port, d))
+		return 0;
+	if (!addr) {
+		d->verdict = p && p->hook_socket ? NET_VERDICT_ASK :
+						   NET_VERDICT_DENY;
+		snprintf(d->reason, sizeof(d->reason), "no grant names it");
+	}
+	return 0;
+}
+
 /*
  * Copies g's fields into d: the parser bounded them to its buffer. A
  * grant that asks the hook: NET_VERDICT_ASK, with where to ask.

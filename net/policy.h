@@ -117,6 +117,23 @@ void net_policy__decide(const struct net_policy *p, const struct net_flow *f,
 			const struct net_bindings *b, struct net_decision *d);
 
 /*
+ * net.check (Documentation/api.md): what net_policy__decide would answer
+ * for a new flow of proto (IPPROTO_TCP, IPPROTO_UDP) to addr:port
+ * (network byte order addr; port in host order), opening nothing. With
+ * hostname (NULL: none), the flow is also taken as going to that name,
+ * as if this VM's DNS had bound it to addr: a grant naming it allows it
+ * too. addr 0 (a name alone): only the grants that name it can allow it
+ * (address and class rules need the address), reason "no grant names
+ * it" otherwise. d as net_policy__decide fills it; -EINVAL when hostname
+ * is not a DNS name.
+ */
+int __must_check net_policy__check(const struct net_policy *p, uint8_t proto,
+				   uint32_t addr, uint16_t port,
+				   const char *hostname,
+				   const struct net_bindings *b,
+				   struct net_decision *d);
+
+/*
  * One request of a flow net_policy__decide() answered NET_VERDICT_HTTP
  * (net_decide_http_fn, flow.h): host must be a DNS name, bound to the
  * flow's destination by b unless verified, and granted on its port by

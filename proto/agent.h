@@ -195,6 +195,16 @@ enum kiln_msg {
 /* CONTAINER_*, and PROC_START's T_CONTAINER, T_UID, T_GID, T_GROUP,
  * T_RLIMIT, T_NO_NEW_PRIVS */
 #define KILN_FEATURE_CONTAINER 0x20ULL
+/*
+ * A request may carry T_AS_UID (any request: the connection's process
+ * becomes that uid, gid the same, no supplementary groups and no new
+ * privileges, before it serves it) and an FS_* request T_BENEATH and
+ * T_BENEATH2 (T_PATH, T_PATH2 resolved beneath that directory, no
+ * symlink or ".." leading out of it: EXDEV). The vmm's scoped sockets
+ * (Documentation/personas.md) need it: an agent without it would ignore
+ * the fields.
+ */
+#define KILN_FEATURE_CONFINE 0x40ULL
 
 #define KILN_RESEED_BYTES     64U /* what the vmm sends */
 #define KILN_RESEED_MIN	      32U /* T_SEED bytes the agent takes */
@@ -249,6 +259,7 @@ enum kiln_tag {
 	KILN_T_SOURCE = 119,	      /* bytes */
 	KILN_T_OPTION = 120,	      /* string, repeated */
 	KILN_T_CONTAINER_ENTRY = 121, /* nested TLV list */
+	KILN_T_AS_UID = 122,	      /* u64: KILN_FEATURE_CONFINE's uid */
 
 	KILN_T_PATH = 32,	    /* path */
 	KILN_T_PATH2 = 33,	    /* path */
@@ -267,6 +278,8 @@ enum kiln_tag {
 	KILN_T_UID = 46,	    /* u64 */
 	KILN_T_GID = 47,	    /* u64 */
 	KILN_T_MORE = 48,	    /* u64: 1 = more RESULT frames follow */
+	KILN_T_BENEATH = 49,	    /* path: T_PATH stays beneath it */
+	KILN_T_BENEATH2 = 50,	    /* path: T_PATH2 stays beneath it */
 
 	KILN_T_FACT = 64,     /* nested TLV list */
 	KILN_T_TOPIC = 65,    /* string */

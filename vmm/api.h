@@ -20,6 +20,7 @@
 #include "lib/compiler.h"
 #include "lib/fdbudget.h"
 #include "lib/log.h"
+#include "net/flow.h"
 
 struct sock_fprog; /* lib/thread-filter.h */
 
@@ -71,8 +72,78 @@ struct sock_fprog; /* lib/thread-filter.h */
 #define API_E_AGENT	      -32003 /* agent unreachable or lost */
 #define API_E_LIMIT	      -32004 /* a limit above was reached */
 #define API_E_VM	      -32005 /* the monitor refused or failed: data.errno */
+#define API_E_DENIED	      -32006 /* a scoped socket's grant does not allow it */
 
 #define API_VM_ERR_LEN 512 /* vm.pause, vm.resume, vm.snapshot: one line */
+
+/*
+ * Scoped control sockets (vm.grant, Documentation/personas.md): another
+ * socket whose connections may call only what a persona's grant allows.
+ * At most API_GRANTS_MAX at once, each with at most API_GRANT_PATHS_MAX
+ * filesystem paths; a persona without a "uid" runs as
+ * API_PERSONA_UID_BASE + n in the guest, n the order in which the VM
+ * first saw its name (at most API_PERSONAS_MAX names per VM).
+ */
+#define API_GRANTS_MAX	     16U
+#define API_GRANT_PATHS_MAX  16U
+#define API_PERSONA_MAX	     64U /* bytes of a persona's name */
+#define API_PERSONAS_MAX     64U
+#define API_PERSONA_UID_BASE 2000U  /* the first persona's guest uid */
+#define API_GRANT_UID_MAX    65534U /* a grant's "uid" at most (nobody) */
+/* "expiresMs" at most: a day; a longer grant is granted again. */
+#define API_GRANT_EXPIRES_MAX (24ULL * 3600 * 1000)
+
+/* What a grant allows: vm.grant's params less "socket" (grant.c). */
+struct api_grant_spec {
+	char persona[API_PERSONA_MAX + 1];
+	bool shell;
+	bool fs, fs_write;
+	unsigned int nr_paths;
+	char *paths[API_GRANT_PATHS_MAX]; /* absolute, normalized */
+	bool net_check;
+	uint64_t expires_ms; /* from the grant; 0: never */
+	int64_t uid;	     /* -1: the persona's own */
+};
+
+/*
+ * vm.grant's params into g: 0, or -EINVAL with one line naming the key
+ * in err (g then holds nothing). Release g with api__grant_release.
+ */
+int __must_check api__grant_parse(json_t *params, struct api_grant_spec *g,
+				  char *err, size_t len);
+void api__grant_release(struct api_grant_spec *g);
+/*
+ * The method gate of a scoped socket: may a connection under g (its
+ * guest uid: uid) call method with params? 0, or -EPERM with the
+ * refusal in why ("persona 'P': facet F ..."). Paths are checked as
+ * text here (the granted path or below it); the guest agent resolves
+ * them beneath it (KILN_T_BENEATH).
+ */
+int api__grant_gate(const struct api_grant_spec *g, uint32_t uid,
+		    const char *method, json_t *params, char *why, size_t len);
+/* The granted path that path (n bytes) falls under; NULL: none. */
+const char *api__grant_beneath(const struct api_grant_spec *g, const void *path,
+			       size_t n);
+
+/*
+ * net.check's flow (Documentation/api.md): proto "tcp" or "udp", the
+ * destination's address (network byte order; 0 with a hostname only)
+ * and port, and the hostname asked about ("": none).
+ */
+struct api_flow_check {
+	bool udp;
+	uint32_t addr;
+	uint16_t port;
+	char hostname[254];
+};
+
+/*
+ * net.check's answer for a decision of net_policy__check (net/policy.h):
+ * {"verdict": "allow" | "deny" | "ask", "reason", "rule": {"key",
+ * "index"} or null, "intercepted": true for an http grant's flow}. NULL
+ * on -ENOMEM.
+ */
+json_t *api__flow_verdict(const struct net_decision *d);
 
 struct api_params {
 	const char *socket_path; /* created here (an old socket replaced) */
@@ -116,6 +187,14 @@ struct api_params {
 	 * -errno (internal error). NULL: the method is not offered.
 	 */
 	int (*set_policy)(void *opaque, json_t *policy, char *err, size_t len);
+	/*
+	 * net.check: what the policy would decide for the flow, without
+	 * opening anything: an object {verdict, reason, rule} into *out
+	 * (0), or -EOPNOTSUPP with one line in err (no policy here). NULL:
+	 * not offered.
+	 */
+	int (*check_flow)(void *opaque, const struct api_flow_check *f,
+			  json_t **out, char *err, size_t len);
 	/*
 	 * vm.pause, vm.resume, vm.snapshot (Documentation/snapshots.md):
 	 * 0, or -errno with one line in err (answered as API_E_VM with the

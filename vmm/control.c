@@ -41,6 +41,7 @@
 #include "vmm/mounts.h"
 #include "vmm/seccomp.h"
 #include "vmm/vm-metrics.h"
+#include "vmm/vm-net.h"
 #include "vmm/vm-state.h"
 #include "vmm/vm.h"
 
@@ -206,6 +207,18 @@ static int set_policy_cb(void *opaque, json_t *policy, char *err, size_t len)
 	return ret;
 }
 
+static int check_flow_cb(void *opaque, const struct api_flow_check *f,
+			 json_t **out, char *err, size_t len)
+{
+	struct net_decision d;
+	int ret = vm_net__check(opaque, f, &d, err, len);
+
+	if (ret)
+		return ret;
+	*out = api__flow_verdict(&d);
+	return *out ? 0 : -ENOMEM;
+}
+
 /* vm.pause, vm.resume, vm.snapshot: through control_ops, logged here. */
 static int pause_cb(void *opaque, char *err, size_t len)
 {
@@ -325,6 +338,7 @@ int control__init(struct vm *vm)
 		.status = status_cb,
 		.metrics = metrics_cb,
 		.set_policy = set_policy_cb,
+		.check_flow = check_flow_cb,
 		.pause = pause_cb,
 		.resume = resume_cb,
 		.snapshot = snapshot_cb,

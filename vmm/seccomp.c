@@ -202,12 +202,14 @@ static const struct rule socket_unix[] = {
 
 /*
  * The control API's socket file removed at exit, and start --detach,
- * once the agent answers: the console to /dev/null.
+ * once the agent answers: the console to /dev/null. vm.grant's scoped
+ * sockets made (a stale one found and replaced, bound, mode 0600,
+ * listening) and removed.
  */
 static const struct rule api[] = {
-	ALLOW(unlink),
-	ALLOW(dup2),
-	ALLOW(dup3),
+	ALLOW(unlink), ALLOW(bind),	ALLOW(listen),
+	ALLOW(chmod),  ALLOW(fchmodat), ALLOW(newfstatat), /* lstat() */
+	ALLOW(dup2),   ALLOW(dup3),
 };
 
 /*

@@ -22,6 +22,7 @@
 #include "net/proxy.h"
 #include "net/synmap.h"
 #include "net/tls.h"
+#include "vmm/api.h"
 #include "vmm/jail.h"
 #include "vmm/seccomp.h"
 #include "vmm/vm-net.h"
@@ -222,6 +223,33 @@ static void syn_bound(void *opaque, const char *host, const uint32_t *addrs,
 			"handshake (said once): %s",
 			vm->net.tap.name, c.err);
 	}
+}
+
+/*
+ * net.check: the decision the proxy would take now (the same function,
+ * under the same locks in the same order), nothing opened.
+ */
+int vm_net__check(struct vm *vm, const struct api_flow_check *f,
+		  struct net_decision *d, char *err, size_t len)
+{
+	int ret;
+
+	if (!vm->net.proxy)
+		return errf(err, len, -EOPNOTSUPP,
+			    "this VM has no egress proxy (--net auto or "
+			    "netns:PATH)");
+	pthread_mutex_lock(&vm->net.policy_lock);
+	pthread_mutex_lock(&vm->net.bindings_lock);
+	ret = net_policy__check(vm->net.policy,
+				f->udp ? IPPROTO_UDP : IPPROTO_TCP, f->addr,
+				f->port, f->hostname[0] ? f->hostname : NULL,
+				vm->net.bindings, d);
+	pthread_mutex_unlock(&vm->net.bindings_lock);
+	pthread_mutex_unlock(&vm->net.policy_lock);
+	if (ret)
+		return errf(err, len, ret, "hostname: %s is not a DNS name",
+			    f->hostname);
+	return 0;
 }
 
 /*

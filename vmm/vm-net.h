@@ -18,6 +18,8 @@ struct dns;
 struct net_bindings;
 struct net_policy;
 struct sock_fprog;
+struct api_flow_check;
+struct net_decision;
 
 /*
  * The VM's network (--net), struct vm's net: vmm/vm-net.c is the only
@@ -118,6 +120,14 @@ void vm_net__report(struct vm *vm);
  */
 int __must_check vm_net__set_policy(struct vm *vm, json_t *obj, char *err,
 				    size_t len);
+
+/*
+ * net.check: what the VM's policy would decide now for the flow f
+ * (vmm/api.h), into d. -EOPNOTSUPP without a proxy, -EINVAL for a
+ * hostname that is not a DNS name, one line in err.
+ */
+int __must_check vm_net__check(struct vm *vm, const struct api_flow_check *f,
+			       struct net_decision *d, char *err, size_t len);
 
 /*
  * Around jail__drop (vmm/jail.h): the egress proxy's netns thread keeps

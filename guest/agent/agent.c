@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <grp.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -72,7 +74,8 @@ static int send_hello(struct conn *c)
 			KILN_FEATURE_RESEED | KILN_FEATURE_MOUNTS |
 				KILN_FEATURE_NET_RENEW |
 				KILN_FEATURE_ENV_MERGE | KILN_FEATURE_USER |
-				KILN_FEATURE_CONTAINER);
+				KILN_FEATURE_CONTAINER |
+				KILN_FEATURE_CONFINE);
 	if (!ret)
 		ret = conn__send_buf(c, KILN_MSG_HELLO, &b);
 	kiln_buf__free(&b);
@@ -91,8 +94,48 @@ static void poweroff(struct conn *c, pid_t pid)
 	kill(pid, SIGUSR2); /* init's (and busybox's) power off signal */
 }
 
+/*
+ * T_AS_UID (KILN_FEATURE_CONFINE): this connection's process becomes the
+ * uid, the gid the same, with no supplementary group and no way to gain
+ * privileges back (no_new_privs: a setuid binary runs as the caller), so
+ * the guest kernel enforces file access on everything it serves. 1: no
+ * T_AS_UID; 0: done; -errno: could not (answered by the caller). An
+ * agent that is not root (kiln-agent-host in the tests) can only be
+ * itself.
+ */
+static int confine(const struct frame *req, uid_t *uid)
+{
+	struct kiln_tlv_iter it;
+	const uint8_t *val;
+	uint64_t v = 0;
+	uint32_t vlen;
+	uint16_t tag;
+	bool found = false;
+
+	kiln_tlv__iter(&it, req->data, req->len);
+	while (kiln_tlv__next(&it, &tag, &val, &vlen) == 1) {
+		if (tag != KILN_T_AS_UID)
+			continue;
+		if (kiln_tlv__u64(val, vlen, &v) || !v || v >= (uid_t)-1)
+			return -EINVAL;
+		found = true;
+	}
+	if (!found)
+		return 1;
+	*uid = v;
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
+		return -errno;
+	if (geteuid() && geteuid() == *uid)
+		return 0;
+	if (setgroups(0, NULL) || setresgid(*uid, *uid, *uid) ||
+	    setresuid(*uid, *uid, *uid))
+		return -errno;
+	return 0;
+}
+
 void agent__serve_connection(int fd, const struct agent_config *cfg)
 {
+	uid_t uid = 0;
 	struct frame req;
 	struct conn c;
 	int ret;
@@ -105,6 +148,13 @@ void agent__serve_connection(int fd, const struct agent_config *cfg)
 	/* Over KILN_FRAME_MAX, or the host left: nothing to answer. */
 	if (ret)
 		goto out;
+	/* Only data frames follow the request: no TLV escapes the check. */
+	ret = confine(&req, &uid);
+	if (ret < 0) {
+		conn__error(&c, -ret, "cannot become uid %u",
+			    (unsigned int)uid);
+		goto out;
+	}
 	if (req.type == KILN_MSG_PROC_START)
 		proc__start(&c, &req, cfg->default_cwd);
 	else if (fs__is_request(req.type))

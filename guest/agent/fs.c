@@ -9,10 +9,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <linux/openat2.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "guest/agent/fs.h"
@@ -28,6 +30,9 @@ struct fs_req {
 	char path[PATH_MAX];
 	char path2[PATH_MAX];
 	bool has_path, has_path2;
+	/* T_BENEATH, T_BENEATH2: "" when not confined */
+	char beneath[PATH_MAX];
+	char beneath2[PATH_MAX];
 	uint64_t offset, length, mode;
 	bool has_length, has_mode;
 	bool recursive, force, create_parents;
@@ -91,6 +96,12 @@ static int parse_req(const struct frame *f, struct fs_req *r, const char **why)
 			ret = parse_path(val, len, r->path2, why);
 			r->has_path2 = true;
 			break;
+		case KILN_T_BENEATH:
+			ret = parse_path(val, len, r->beneath, why);
+			break;
+		case KILN_T_BENEATH2:
+			ret = parse_path(val, len, r->beneath2, why);
+			break;
 		case KILN_T_OFFSET:
 			ret = kiln_tlv__u64(val, len, &r->offset);
 			break;
@@ -129,12 +140,189 @@ static int parse_req(const struct frame *f, struct fs_req *r, const char **why)
 		*why = "no T_PATH2";
 		return -EPROTO;
 	}
+	/* Confined, both paths are, or neither. */
+	if ((r->beneath2[0] && !r->has_path2) ||
+	    (r->has_path2 && !r->beneath[0] != !r->beneath2[0])) {
+		*why = "T_BENEATH2 without T_PATH2 or T_BENEATH";
+		return -EPROTO;
+	}
 	if (r->offset > INT64_MAX) {
 		*why = "T_OFFSET out of range";
 		return -EINVAL;
 	}
 	*why = NULL;
 	return 0;
+}
+
+/* ---- where a path leads (T_BENEATH) -------------------------------- */
+
+/*
+ * A path as the operations see it: the file @name in the directory
+ * @dfd (the last component, never followed), and for the operations
+ * that follow it (read, readdir, write) @rel beneath @root. Unconfined:
+ * @dfd and @root are AT_FDCWD, @name and @rel the path itself.
+ * Confined (T_BENEATH): @root is the granted directory, @rel the path's
+ * part below it ("." for the directory itself), and @dfd its parent,
+ * resolved beneath @root: openat2(2) with RESOLVE_BENEATH refuses a
+ * "..", an absolute symlink or a magic link that leads out (EXDEV), at
+ * the time of the call, so no rename race can take it out either.
+ */
+struct where {
+	int root, dfd;
+	int dir_err; /* confined: why dfd could not be opened (-errno) */
+	const char *name, *rel;
+	char buf[PATH_MAX];
+};
+
+#define WHERE_INIT                    \
+	{                             \
+		.root = -1, .dfd = -1 \
+	}
+
+static void where_release(struct where *w)
+{
+	if (w->dfd >= 0 && w->dfd != w->root)
+		close(w->dfd);
+	if (w->root >= 0)
+		close(w->root);
+	w->root = w->dfd = -1;
+}
+
+static int at_root(const struct where *w)
+{
+	return w->root >= 0 ? w->root : AT_FDCWD;
+}
+
+static int at_dir(const struct where *w)
+{
+	return w->dfd >= 0 ? w->dfd : AT_FDCWD;
+}
+
+/* openat(2) of @rel beneath @dfd (AT_FDCWD: a plain open); fd or -errno. */
+static int open_beneath(int dfd, const char *rel, int flags, mode_t mode)
+{
+	struct open_how how = {
+		.flags = (uint64_t)flags | O_CLOEXEC,
+		.mode = flags & O_CREAT ? mode : 0,
+		.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS,
+	};
+	long fd;
+
+	if (dfd == AT_FDCWD)
+		fd = open(rel, flags | O_CLOEXEC, mode);
+	else
+		fd = syscall(SYS_openat2, dfd, rel, &how, sizeof(how));
+	return fd < 0 ? -errno : (int)fd;
+}
+
+static bool is_dots(const char *s)
+{
+	return !strcmp(s, ".") || !strcmp(s, "..");
+}
+
+static int locate(const char *path, const char *beneath, struct where *w)
+{
+	size_t n = strlen(beneath);
+	char *slash;
+	int fd;
+
+	if (!beneath[0]) {
+		w->name = w->rel = path;
+		return 0;
+	}
+	/* The vmm checked this too: the path is the directory or below. */
+	if (n > 1 && (strncmp(path, beneath, n) || (path[n] && path[n] != '/')))
+		return -EXDEV;
+	path += n;
+	while (*path == '/')
+		path++;
+	snprintf(w->buf, sizeof(w->buf), "%s", *path ? path : ".");
+	n = strlen(w->buf);
+	while (n > 1 && w->buf[n - 1] == '/')
+		w->buf[--n] = '\0';
+	w->rel = path[0] ? path : ".";
+	w->root = open(beneath, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (w->root < 0)
+		return -errno;
+	slash = strrchr(w->buf, '/');
+	w->name = slash ? slash + 1 : w->buf;
+	if (!strcmp(w->name, "..")) {
+		/* Its own directory, beneath: then "." in it. */
+		fd = open_beneath(w->root, w->buf, O_PATH | O_DIRECTORY, 0);
+		w->name = ".";
+	} else if (slash) {
+		*slash = '\0';
+		fd = open_beneath(w->root, w->buf, O_PATH | O_DIRECTORY, 0);
+	} else {
+		fd = w->root;
+	}
+	/* A missing parent is for the operation to report, or to make. */
+	if (fd < 0)
+		w->dir_err = fd;
+	else
+		w->dfd = fd;
+	return 0;
+}
+
+/* The operations on @w's last component: its directory is open. */
+static bool dir_ready(struct conn *c, const struct where *w)
+{
+	if (!w->dir_err)
+		return true;
+	conn__error(c, -w->dir_err, NULL);
+	return false;
+}
+
+/*
+ * mkdir -p beneath @w's root: each prefix of its path made in its
+ * parent (resolved beneath), then checked to be a directory there.
+ */
+static int mkdir_beneath(const struct where *w, const char *rel, mode_t mode)
+{
+	char buf[PATH_MAX], *s, *name;
+	int pfd, fd, ret;
+	bool last;
+
+	snprintf(buf, sizeof(buf), "%s", rel);
+	for (s = buf;; s++) {
+		last = *s == '\0';
+		if (*s != '/' && !last)
+			continue;
+		if (s == buf || s[-1] == '/') {
+			if (last)
+				return 0;
+			continue;
+		}
+		*s = '\0';
+		name = strrchr(buf, '/');
+		if (name) {
+			*name = '\0';
+			pfd = open_beneath(w->root, buf, O_PATH | O_DIRECTORY,
+					   0);
+			*name++ = '/';
+		} else {
+			name = buf;
+			pfd = open_beneath(w->root, ".", O_PATH | O_DIRECTORY,
+					   0);
+		}
+		if (pfd < 0)
+			return pfd;
+		ret = is_dots(name) ||
+				      !mkdirat(pfd, name,
+					       last ? mode : DEFAULT_DIR_MODE) ?
+			      0 :
+			      -errno;
+		close(pfd);
+		if (ret && ret != -EEXIST)
+			return ret;
+		fd = open_beneath(w->root, buf, O_PATH | O_DIRECTORY, 0);
+		if (fd < 0)
+			return fd == -ENOTDIR && last ? -EEXIST : fd;
+		close(fd);
+		if (last)
+			return 0;
+		*s = '/';
+	}
 }
 
 /* ---- stat ---------------------------------------------------------- */
@@ -196,17 +384,20 @@ static int put_stat(struct kiln_buf *b, const struct stat *st, int dirfd,
 	return ret;
 }
 
-static void fs_stat(struct conn *c, const struct fs_req *r)
+static void fs_stat(struct conn *c, const struct fs_req *r,
+		    const struct where *w)
 {
 	struct kiln_buf b;
 	struct stat st;
 
-	if (lstat(r->path, &st)) {
+	if (!dir_ready(c, w))
+		return;
+	if (fstatat(at_dir(w), w->name, &st, AT_SYMLINK_NOFOLLOW)) {
 		conn__error(c, errno, NULL);
 		return;
 	}
 	kiln_buf__init(&b);
-	if (put_stat(&b, &st, AT_FDCWD, r->path))
+	if (put_stat(&b, &st, at_dir(w), w->name))
 		conn__error(c, ENOMEM, NULL);
 	else
 		conn__send_buf(c, KILN_MSG_RESULT, &b);
@@ -233,16 +424,17 @@ static int build_entry(struct kiln_buf *e, int dirfd, const struct dirent *d)
 	return kiln_tlv__put_u64(e, KILN_T_TYPE, dirent_type(d->d_type));
 }
 
-static void fs_readdir(struct conn *c, const struct fs_req *r)
+static void fs_readdir(struct conn *c, const struct fs_req *r,
+		       const struct where *w)
 {
 	struct kiln_buf res, e;
 	struct dirent *d;
 	DIR *dir;
 	int fd, ret = 0;
 
-	fd = open(r->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	fd = open_beneath(at_root(w), w->rel, O_RDONLY | O_DIRECTORY, 0);
 	if (fd < 0) {
-		conn__error(c, errno, NULL);
+		conn__error(c, -fd, NULL);
 		return;
 	}
 	dir = fdopendir(fd);
@@ -293,7 +485,8 @@ out:
 
 /* ---- read ---------------------------------------------------------- */
 
-static void fs_read(struct conn *c, const struct fs_req *r)
+static void fs_read(struct conn *c, const struct fs_req *r,
+		    const struct where *w)
 {
 	uint64_t left = r->has_length ? r->length : UINT64_MAX, sent = 0;
 	struct kiln_buf b;
@@ -303,9 +496,10 @@ static void fs_read(struct conn *c, const struct fs_req *r)
 	int fd;
 
 	/* O_NONBLOCK: a FIFO without a writer must not hang the open. */
-	fd = open(r->path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	fd = open_beneath(at_root(w), w->rel, O_RDONLY | O_NOCTTY | O_NONBLOCK,
+			  0);
 	if (fd < 0) {
-		conn__error(c, errno, NULL);
+		conn__error(c, -fd, NULL);
 		return;
 	}
 	if (fstat(fd, &st) ||
@@ -404,14 +598,19 @@ static void parent_of(const char *path, char *out)
 	out[len] = '\0';
 }
 
-static void fs_mkdir(struct conn *c, const struct fs_req *r)
+static void fs_mkdir(struct conn *c, const struct fs_req *r,
+		     const struct where *w)
 {
 	mode_t mode = r->has_mode ? r->mode & 07777 : DEFAULT_DIR_MODE;
 	int ret = 0;
 
-	if (r->recursive)
+	if (!r->recursive && !dir_ready(c, w))
+		return;
+	if (r->recursive && w->root >= 0)
+		ret = mkdir_beneath(w, w->rel, mode);
+	else if (r->recursive)
 		ret = mkdir_p(r->path, mode);
-	else if (mkdir(r->path, mode))
+	else if (mkdirat(at_dir(w), w->name, mode))
 		ret = -errno;
 	if (ret)
 		conn__error(c, -ret, NULL);
@@ -485,24 +684,31 @@ static bool is_root(const struct stat *st)
 	       root.st_ino == st->st_ino;
 }
 
-static void fs_remove(struct conn *c, const struct fs_req *r)
+static void fs_remove(struct conn *c, const struct fs_req *r,
+		      const struct where *w)
 {
 	struct stat st;
 	int ret = 0;
 
-	if (lstat(r->path, &st)) {
+	if (w->root >= 0 && !strcmp(w->rel, ".")) {
+		conn__error(c, EBUSY, "will not remove the granted directory");
+		return;
+	}
+	if (!dir_ready(c, w))
+		return;
+	if (fstatat(at_dir(w), w->name, &st, AT_SYMLINK_NOFOLLOW)) {
 		ret = -errno;
 	} else if (S_ISDIR(st.st_mode) && is_root(&st)) {
 		conn__error(c, EBUSY, "will not remove the root directory");
 		return;
 	} else if (!S_ISDIR(st.st_mode)) {
-		if (unlink(r->path))
+		if (unlinkat(at_dir(w), w->name, 0))
 			ret = -errno;
 	} else if (!r->recursive) {
-		if (rmdir(r->path))
+		if (unlinkat(at_dir(w), w->name, AT_REMOVEDIR))
 			ret = -errno;
 	} else {
-		ret = remove_tree(AT_FDCWD, r->path, st.st_dev);
+		ret = remove_tree(at_dir(w), w->name, st.st_dev);
 	}
 	if (ret == -ENOENT && r->force)
 		ret = 0;
@@ -512,15 +718,40 @@ static void fs_remove(struct conn *c, const struct fs_req *r)
 		conn__ok(c);
 }
 
-static void fs_rename(struct conn *c, const struct fs_req *r)
+static void fs_rename(struct conn *c, const struct fs_req *r,
+		      const struct where *w)
 {
-	if (rename(r->path, r->path2))
-		conn__error(c, errno, NULL);
+	struct where w2 = WHERE_INIT;
+	int ret;
+
+	if (!dir_ready(c, w))
+		return;
+	ret = locate(r->path2, r->beneath2, &w2);
+	if (!ret && w2.dir_err)
+		ret = w2.dir_err;
+	if (!ret && renameat(at_dir(w), w->name, at_dir(&w2), w2.name))
+		ret = -errno;
+	where_release(&w2);
+	if (ret)
+		conn__error(c, -ret, NULL);
 	else
 		conn__ok(c);
 }
 
 /* ---- write --------------------------------------------------------- */
+
+/* The directory part of a relative @rel ("." for a name alone). */
+static void rel_parent_of(const char *rel, char *out)
+{
+	char *slash;
+
+	snprintf(out, PATH_MAX, "%s", rel);
+	slash = strrchr(out, '/');
+	if (slash)
+		*slash = '\0';
+	else
+		strcpy(out, ".");
+}
 
 static int write_all(int fd, const uint8_t *p, size_t len)
 {
@@ -552,7 +783,8 @@ static void drop_data(struct conn *c)
 		;
 }
 
-static void fs_write(struct conn *c, const struct fs_req *r)
+static void fs_write(struct conn *c, const struct fs_req *r,
+		     const struct where *w)
 {
 	mode_t mode = r->has_mode ? r->mode & 07777 : DEFAULT_FILE_MODE;
 	char parent[PATH_MAX];
@@ -562,8 +794,13 @@ static void fs_write(struct conn *c, const struct fs_req *r)
 	int fd, ret;
 
 	if (r->create_parents) {
-		parent_of(r->path, parent);
-		ret = mkdir_p(parent, DEFAULT_DIR_MODE);
+		if (w->root >= 0)
+			rel_parent_of(w->rel, parent);
+		else
+			parent_of(r->path, parent);
+		ret = w->root >= 0 ?
+			      mkdir_beneath(w, parent, DEFAULT_DIR_MODE) :
+			      mkdir_p(parent, DEFAULT_DIR_MODE);
 		if (ret) {
 			conn__error(c, -ret, "cannot create the parent %s",
 				    parent);
@@ -571,12 +808,11 @@ static void fs_write(struct conn *c, const struct fs_req *r)
 		}
 	}
 	/* O_NONBLOCK: a FIFO without a reader is ENXIO, not a hang. */
-	fd = open(r->path,
-		  O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOCTTY |
-			  O_NONBLOCK,
-		  mode);
+	fd = open_beneath(at_root(w), w->rel,
+			  O_WRONLY | O_CREAT | O_TRUNC | O_NOCTTY | O_NONBLOCK,
+			  mode);
 	if (fd < 0) {
-		conn__error(c, errno, NULL);
+		conn__error(c, -fd, NULL);
 		goto out_drop;
 	}
 	if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK)) {
@@ -629,6 +865,7 @@ out_close:
 
 void fs__handle(struct conn *c, const struct frame *req)
 {
+	struct where w = WHERE_INIT;
 	struct fs_req *r;
 	const char *why;
 	int ret;
@@ -646,31 +883,39 @@ void fs__handle(struct conn *c, const struct frame *req)
 			drop_data(c);
 		goto out;
 	}
+	ret = locate(r->path, r->beneath, &w);
+	if (ret) {
+		conn__error(c, -ret, NULL);
+		if (req->type == KILN_MSG_FS_WRITE)
+			drop_data(c);
+		goto out;
+	}
 	/* Modes are taken as given: this connection's process only. */
 	umask(0);
 	switch (req->type) {
 	case KILN_MSG_FS_STAT:
-		fs_stat(c, r);
+		fs_stat(c, r, &w);
 		break;
 	case KILN_MSG_FS_READDIR:
-		fs_readdir(c, r);
+		fs_readdir(c, r, &w);
 		break;
 	case KILN_MSG_FS_READ:
-		fs_read(c, r);
+		fs_read(c, r, &w);
 		break;
 	case KILN_MSG_FS_WRITE:
-		fs_write(c, r);
+		fs_write(c, r, &w);
 		break;
 	case KILN_MSG_FS_MKDIR:
-		fs_mkdir(c, r);
+		fs_mkdir(c, r, &w);
 		break;
 	case KILN_MSG_FS_REMOVE:
-		fs_remove(c, r);
+		fs_remove(c, r, &w);
 		break;
 	case KILN_MSG_FS_RENAME:
-		fs_rename(c, r);
+		fs_rename(c, r, &w);
 		break;
 	}
 out:
+	where_release(&w);
 	free(r);
 }

@@ -3345,4 +3345,132 @@ TEST_TIMEOUT(ten_clones_of_one_snapshot_run_independently, 4 * BOOT_TIMEOUT)
 	vm_cleanup(&c);
 }
 
+/* A scoped socket's answer to method(params): its error code. */
+static json_t *persona_call(struct tc *p, const char *method, json_t *params)
+{
+	return tc_call(p, ++last_id, method, params);
+}
+
+/*
+ * A persona's scoped socket (Documentation/personas.md) on the real
+ * guest: filesystem /workspace read-only, run as a guest uid of its own.
+ * The guest agent's openat2 keeps it beneath /workspace through ".." and
+ * through a symlink placed there; its shell is refused; the guest
+ * kernel refuses it a root-only file. And net.check on the full socket
+ * answers as the policy set with net.setPolicy.
+ */
+TEST_TIMEOUT(persona_scoped_socket, BOOT_TIMEOUT)
+{
+	static const char *const extra[] = { "--net", "auto", NULL };
+	static const struct {
+		const char *proto, *dst, *verdict, *reason;
+	} flows[] = {
+		{ "tcp", "192.0.2.10:8080", "allow", "tcp grant 0" },
+		{ "tcp", "192.0.2.10:8081", "deny", "no grant" },
+		{ "udp", "192.0.2.10:8080", "deny", "no grant" },
+		{ "tcp", "127.0.0.1:8080", "deny", "host loopback" },
+	};
+	char sock[200], *out;
+	struct vmctl c;
+	struct tc t, p;
+	json_t *m;
+	size_t i, n;
+
+	if (access("/dev/kvm", R_OK | W_OK))
+		SKIP(return, "no usable /dev/kvm (run through tools/vmtest)");
+	ASSERT_TRUE(vm_start_with(_metadata, &c, false, extra));
+	api_open(_metadata, &c, &t);
+	out = guest_out(_metadata, &t,
+			"mkdir -p /workspace && echo hi > /workspace/notes && "
+			"ln -s /etc /workspace/etc && "
+			"echo private > /workspace/private && "
+			"chmod 600 /workspace/private && "
+			"{ [ -e /etc/shadow ] || echo 'root:*:1::::::' > "
+			"/etc/shadow; } && chmod 640 /etc/shadow && echo ok");
+	EXPECT_STREQ("ok\n", out);
+	free(out);
+
+	snprintf(sock, sizeof(sock), "%s/reviewer.sock", c.dir);
+	m = api_ok(_metadata, &t, "vm.grant",
+		   json_pack("{s:s, s:s, s:{s:{s:[s]}}}", "socket", sock,
+			     "persona", "reviewer", "facets", "filesystem",
+			     "paths", "/workspace"));
+	EXPECT_EQ(API_PERSONA_UID_BASE, res_int(m, "uid"));
+	json_decref(m);
+	ASSERT_EQ(0, tc_open(&p, sock));
+
+	m = persona_call(&p, "fs.readFile",
+			 json_pack("{s:s}", "path", "/workspace/notes"));
+	ASSERT_TRUE(result(m) != NULL) TH_LOG("%s", dump(m));
+	out = b64_str(result(m), "data", &n);
+	EXPECT_STREQ("hi\n", out);
+	free(out);
+	json_decref(m);
+	/* /etc/shadow through "..", through the symlink: the agent's EXDEV. */
+	m = persona_call(
+		&p, "fs.readFile",
+		json_pack("{s:s}", "path", "/workspace/../etc/shadow"));
+	EXPECT_EQ(API_E_DENIED, err_code(m)) TH_LOG("%s", dump(m));
+	EXPECT_STREQ("EXDEV", err_errno(m));
+	json_decref(m);
+	m = persona_call(&p, "fs.readFile",
+			 json_pack("{s:s}", "path", "/workspace/etc/shadow"));
+	EXPECT_EQ(API_E_DENIED, err_code(m)) TH_LOG("%s", dump(m));
+	EXPECT_STREQ("EXDEV", err_errno(m));
+	json_decref(m);
+	m = persona_call(&p, "fs.readDir",
+			 json_pack("{s:s}", "path", "/workspace/etc"));
+	EXPECT_EQ(API_E_DENIED, err_code(m)) TH_LOG("%s", dump(m));
+	json_decref(m);
+	m = persona_call(&p, "fs.readFile",
+			 json_pack("{s:s}", "path", "/etc/shadow"));
+	EXPECT_EQ(API_E_DENIED, err_code(m)) TH_LOG("%s", dump(m));
+	json_decref(m);
+	/* Its uid: the guest kernel refuses it a root-only file. */
+	m = persona_call(&p, "fs.readFile",
+			 json_pack("{s:s}", "path", "/workspace/private"));
+	EXPECT_EQ(API_E_ERRNO, err_code(m)) TH_LOG("%s", dump(m));
+	EXPECT_STREQ("EACCES", err_errno(m));
+	json_decref(m);
+	m = persona_call(&p, "exec", json_pack("{s:[s]}", "argv", "id"));
+	EXPECT_EQ(API_E_DENIED, err_code(m)) TH_LOG("%s", dump(m));
+	json_decref(m);
+	m = persona_call(&p, "fs.writeFile",
+			 json_pack("{s:s, s:s}", "path", "/workspace/new",
+				   "data", "eA=="));
+	EXPECT_EQ(API_E_DENIED, err_code(m)) TH_LOG("%s", dump(m));
+	json_decref(m);
+	m = persona_call(&p, "vm.snapshot",
+			 json_pack("{s:s}", "dir", "/tmp/x"));
+	EXPECT_EQ(API_E_DENIED, err_code(m)) TH_LOG("%s", dump(m));
+	json_decref(m);
+	/* The full socket stays the operator's. */
+	json_decref(api_ok(_metadata, &t, "fs.readFile",
+			   json_pack("{s:s}", "path", "/etc/shadow")));
+
+	json_decref(api_ok(_metadata, &t, "net.setPolicy",
+			   json_pack("{s:{s:[{s:s, s:[i]}]}}", "policy", "tcp",
+				     "to", "192.0.2.10", "ports", 8080)));
+	for (i = 0; i < ARRAY_SIZE(flows); i++) {
+		m = api_ok(_metadata, &t, "net.check",
+			   json_pack("{s:s, s:s}", "proto", flows[i].proto,
+				     "dst", flows[i].dst));
+		EXPECT_STREQ(flows[i].verdict, str_of(result(m), "verdict"))
+		TH_LOG("%s %s", flows[i].proto, flows[i].dst);
+		EXPECT_STREQ(flows[i].reason, str_of(result(m), "reason"))
+		TH_LOG("%s %s", flows[i].proto, flows[i].dst);
+		json_decref(m);
+	}
+
+	m = api_ok(_metadata, &t, "vm.revoke",
+		   json_pack("{s:s}", "socket", sock));
+	EXPECT_EQ(1, res_int(m, "closed"));
+	json_decref(m);
+	EXPECT_EQ(-1, access(sock, F_OK));
+	tc_close(&p);
+	EXPECT_SERVING(c.sock);
+	tc_close(&t);
+	vm_shutdown(_metadata, &c);
+}
+
 TEST_HARNESS_MAIN

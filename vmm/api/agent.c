@@ -187,6 +187,7 @@ static void feature_missing(struct call *k, uint64_t features)
 		{ KILN_FEATURE_USER, "USER", "user" },
 		{ KILN_FEATURE_CONTAINER, "CONTAINER",
 		  "containers (and uid, gid, rlimits, noNewPrivileges)" },
+		{ KILN_FEATURE_CONFINE, "CONFINE", "a scoped socket" },
 	};
 	uint64_t missing = k->need_features & ~features;
 	const char *name = "a feature", *what = "the request";

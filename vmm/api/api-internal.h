@@ -18,6 +18,7 @@
  *   mounts.c  MOUNTS_DETACH and MOUNTS_ATTACH on the probe
  *   vm.c      facts, vm.* and net.setPolicy
  *   events.c  vm.subscribe, vm.event and api__event
+ *   grant.c   vm.grant, vm.revoke: scoped sockets and their method gate
  *
  * Everything runs on the API thread; nothing here locks but the event
  * ring (events.c), which other threads post to.
@@ -34,7 +35,9 @@
 #include "proto/tlv.h"
 #include "vmm/api.h"
 
-#define API_READ_CHUNK 65536 /* one read() from a socket */
+#define API_READ_CHUNK	    65536 /* one read() from a socket */
+#define API_GRANT_WHY_LEN   384	  /* a refusal: one line */
+#define API_SOCKET_PATH_MAX 108U  /* sockaddr_un's sun_path, its NUL in */
 
 enum call_kind {
 	CALL_PROBE,
@@ -63,8 +66,20 @@ enum agent_state {
 	AG_CLOSED,
 };
 
+/* A scoped socket (grant.c): what it allows, its listener. */
+struct api_grant {
+	struct api_grant_spec spec;
+	char *socket;
+	int listen_fd;
+	uint32_t uid;	     /* the persona's guest uid */
+	uint64_t expires_at; /* ms (api_now_ms); 0: never */
+	bool dead;	     /* closed: freed by grants_reap */
+	struct api_grant *next;
+};
+
 struct client {
 	struct api *api;
+	struct api_grant *grant; /* NULL: the full socket */
 	int fd;
 	struct bytequeue in, out;
 	size_t scanned; /* bytes of in already searched for '\n' */
@@ -97,6 +112,7 @@ struct call {
 	struct kiln_buf req;
 	uint16_t req_type;
 	uint64_t need_features; /* KILN_FEATURE_* the request needs */
+	char *denied;		/* a scoped fs call: its refusal when EXDEV */
 	uint64_t connect_deadline, retry_at, deadline; /* ms, 0: none */
 
 	/* streams: spawn, pty, fs.writeFile with stream */
@@ -129,7 +145,7 @@ struct call {
 	struct call *next;
 };
 
-enum ref_kind { REF_WAKE, REF_LISTEN, REF_CLIENT, REF_CALL };
+enum ref_kind { REF_WAKE, REF_LISTEN, REF_GRANT, REF_CLIENT, REF_CALL };
 
 struct pref {
 	enum ref_kind kind;
@@ -181,6 +197,11 @@ struct api {
 
 	struct client *clients;
 	unsigned int nr_clients;
+	struct api_grant *grants;
+	unsigned int nr_grants;
+	/* The personas' names in the order first granted: uid BASE + i. */
+	char *personas[API_PERSONAS_MAX];
+	unsigned int nr_personas;
 	uint64_t accept_at; /* ms: accept again from then (after EMFILE) */
 	bool accept_warned;
 	struct call *calls;
@@ -216,9 +237,12 @@ extern const struct api_method vm_methods[];
 extern const struct api_method call_methods[];
 extern const struct api_method event_methods[];
 extern const struct api_method container_methods[];
+extern const struct api_method grant_methods[];
 
 /* server.c */
 uint64_t api_now_ms(void);
+/* A listening socket at path, mode 0600 (a stale one replaced). */
+int api_listen_at(const char *path, int *fd);
 
 /* json.c: bytes from the guest, each invalid byte (and NUL) as U+FFFD */
 json_t *api_json_lossy(const uint8_t *p, size_t n);
@@ -240,7 +264,8 @@ bool client_wants_input(const struct client *c);
 void client_readable(struct client *c);
 void client_writable(struct client *c);
 void client_maybe_close(struct client *c);
-void client_accept(struct api *api);
+/* From the main socket (g NULL) or a grant's. */
+void client_accept(struct api *api, struct api_grant *g);
 /* The API thread: what api__shutdown asked for, once. */
 void client_shutdown_asked(struct api *api);
 
@@ -342,6 +367,15 @@ void events_flush(struct api *api);
 void container_frame(struct call *k, uint16_t type, uint16_t flags,
 		     const uint8_t *p, size_t len);
 bool container_proc_params(struct rpc *r, struct kiln_buf *b, uint64_t *need);
+/* grant.c */
+bool grant_refuses(struct rpc *r, const char *method);
+bool grant_put_beneath(struct rpc *r, struct kiln_buf *b, uint16_t tag,
+		       const void *path, size_t n);
+void grant_note_call(struct rpc *r, struct call *k);
+void grants_tick(struct api *api, uint64_t now);
+uint64_t grants_next_timer(const struct api *api);
+void grants_reap(struct api *api);
+void grants_exit(struct api *api);
 
 /* proc.c */
 void proc_kill(struct call *k, int sig, uint64_t now);

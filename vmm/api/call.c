@@ -74,6 +74,20 @@ void call_start(struct call *k, uint16_t type, struct kiln_buf *b)
 {
 	uint64_t now = api_now_ms();
 
+	/*
+	 * A scoped socket's request runs as its persona's uid in the guest,
+	 * whatever it is; an agent that could not do that never gets it.
+	 */
+	if (k->client && k->client->grant) {
+		if (kiln_tlv__put_u64(b, KILN_T_AS_UID,
+				      k->client->grant->uid)) {
+			kiln_buf__free(b);
+			call_fail(k, API_E_INTERNAL, NULL, "out of memory");
+			call_done(k);
+			return;
+		}
+		k->need_features |= KILN_FEATURE_CONFINE;
+	}
 	k->req = *b;
 	kiln_buf__init(b);
 	k->req_type = type;
@@ -521,6 +535,7 @@ void call_free(struct api *api, struct call *k)
 	json_decref(k->entries);
 	free(k->stdin_data);
 	free(k->upload);
+	free(k->denied);
 	free(k);
 }
 

@@ -86,6 +86,7 @@ void client_notify(struct client *c, const char *method, json_t *params)
 static const struct api_method *const method_groups[] = {
 	proc_methods, fs_methods,    vm_methods,
 	call_methods, event_methods, container_methods,
+	grant_methods,
 };
 
 static void handle_message(struct api *api, struct client *c, const char *line,
@@ -141,6 +142,9 @@ static void handle_message(struct api *api, struct client *c, const char *line,
 		goto out;
 	}
 	r.params = params ? params : (empty = json_object());
+	/* A scoped socket: only what its grant allows gets further. */
+	if (c->grant && grant_refuses(&r, method))
+		goto out;
 	for (i = 0; i < ARRAY_SIZE(method_groups); i++) {
 		for (m = method_groups[i]; m->name; m++) {
 			if (!strcmp(method, m->name)) {
@@ -330,7 +334,7 @@ static void turn_away(int fd, const char *line)
  * Up to 16 new clients a round; past API_MAX_CLIENTS or the descriptor
  * budget, turned away.
  */
-void client_accept(struct api *api)
+void client_accept(struct api *api, struct api_grant *g)
 {
 	static const char busy[] =
 		"{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32004,"
@@ -342,7 +346,7 @@ void client_accept(struct api *api)
 	int fd, i;
 
 	for (i = 0; i < 16; i++) {
-		fd = accept4(api->listen_fd, NULL, NULL,
+		fd = accept4(g ? g->listen_fd : api->listen_fd, NULL, NULL,
 			     SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0) {
 			accept_failed(api, errno);
@@ -361,6 +365,7 @@ void client_accept(struct api *api)
 			continue;
 		}
 		c->api = api;
+		c->grant = g;
 		c->fd = fd;
 		c->next = api->clients;
 		api->clients = c;

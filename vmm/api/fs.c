@@ -115,11 +115,31 @@ static void read_data(struct call *k, const uint8_t *p, size_t len)
 	k->bytes += len;
 }
 
+/*
+ * A scoped call's path led out of its granted directory in the guest (a
+ * symlink, a ".."): refused as the gate refuses, naming the facet.
+ */
+static bool denied_exdev(struct call *k, const uint8_t *p, size_t len)
+{
+	char msg[256];
+	json_t *data = call_errno_data(p, len, msg, sizeof(msg));
+
+	if (json_integer_value(json_object_get(data, "errnoValue")) != EXDEV) {
+		json_decref(data);
+		return false;
+	}
+	call_fail(k, API_E_DENIED, data, k->denied);
+	call_done(k);
+	return true;
+}
+
 void fs_frame(struct call *k, uint16_t type, uint16_t flags, const uint8_t *p,
 	      size_t len)
 {
 	json_t *res;
 
+	if (type == KILN_MSG_ERROR && k->denied && denied_exdev(k, p, len))
+		return;
 	if (type == KILN_MSG_ERROR) {
 		call_errno(k, p, len);
 		return;
@@ -166,7 +186,15 @@ void fs_frame(struct call *k, uint16_t type, uint16_t flags, const uint8_t *p,
 	call_done(k);
 }
 
-/* A guest path: key as a string or keyBytes in base64; absolute. */
+static uint16_t beneath_tag(uint16_t path_tag)
+{
+	return path_tag == KILN_T_PATH2 ? KILN_T_BENEATH2 : KILN_T_BENEATH;
+}
+
+/*
+ * A guest path: key as a string or keyBytes in base64; absolute. On a
+ * scoped socket, with the granted directory it stays beneath.
+ */
 static bool param_path(struct rpc *r, const char *key, struct kiln_buf *b,
 		       uint16_t tag)
 {
@@ -185,6 +213,7 @@ static bool param_path(struct rpc *r, const char *key, struct kiln_buf *b,
 			ok = !param_error(r, "%s: too long", bkey);
 		else if (!ok)
 			param_error(r, "%s: expected an absolute path", bkey);
+		ok = ok && grant_put_beneath(r, b, beneath_tag(tag), raw, n);
 		free(raw);
 		return ok;
 	}
@@ -194,7 +223,7 @@ static bool param_path(struct rpc *r, const char *key, struct kiln_buf *b,
 		return param_error(r, "%s: expected an absolute path", key);
 	if (kiln_tlv__put_bytes(b, tag, s, n))
 		return param_error(r, "%s: too long", key);
-	return true;
+	return grant_put_beneath(r, b, beneath_tag(tag), s, n);
 }
 
 /* A mode: an integer or an octal string such as "0755". */
@@ -256,6 +285,7 @@ static void fs_simple(struct rpc *r, enum call_kind kind, uint16_t type)
 	if (!k)
 		goto out;
 	k->streamed = streamed;
+	grant_note_call(r, k);
 	call_start(k, type, &b);
 out:
 	kiln_buf__free(&b);
@@ -291,8 +321,10 @@ static void m_fs_rename(struct rpc *r)
 	    !param_path(r, "to", &b, KILN_T_PATH2))
 		goto out;
 	k = call_new(r, CALL_RENAME, false);
-	if (k)
+	if (k) {
+		grant_note_call(r, k);
 		call_start(k, KILN_MSG_FS_RENAME, &b);
+	}
 out:
 	kiln_buf__free(&b);
 }
@@ -333,6 +365,7 @@ static void m_fs_readfile(struct rpc *r)
 		goto out;
 	k->streamed = streamed;
 	k->offset = offset;
+	grant_note_call(r, k);
 	call_start(k, KILN_MSG_FS_READ, &b);
 out:
 	kiln_buf__free(&b);
@@ -366,6 +399,7 @@ static void m_fs_writefile(struct rpc *r)
 	k->upload = data;
 	k->upload_len = len;
 	data = NULL;
+	grant_note_call(r, k);
 	call_start(k, KILN_MSG_FS_WRITE, &b);
 out:
 	free(data);

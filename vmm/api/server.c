@@ -80,6 +80,7 @@ static void reap(struct api *api)
 			cp = &c->next;
 		}
 	}
+	grants_reap(api); /* after the clients that pointed at them */
 }
 
 static int poll_add(struct api *api, size_t *n, int fd, short events,
@@ -109,6 +110,7 @@ static int poll_add(struct api *api, size_t *n, int fd, short events,
 
 static int poll_build(struct api *api, size_t *n, uint64_t now, int *timeout)
 {
+	struct api_grant *g;
 	uint64_t next = 0, t;
 	struct client *c;
 	struct call *k;
@@ -122,6 +124,12 @@ static int poll_build(struct api *api, size_t *n, uint64_t now, int *timeout)
 	if (!ev)
 		next = api->accept_at;
 	ret = ret ?: poll_add(api, n, api->listen_fd, ev, REF_LISTEN, NULL);
+	for (g = api->grants; !ret && g; g = g->next)
+		if (!g->dead)
+			ret = poll_add(api, n, g->listen_fd, ev, REF_GRANT, g);
+	t = grants_next_timer(api);
+	if (t && (!next || t < next))
+		next = t;
 	for (c = api->clients; !ret && c; c = c->next) {
 		if (c->dead)
 			continue;
@@ -167,7 +175,12 @@ static void poll_dispatch(struct api *api, size_t n, uint64_t now)
 			break;
 		case REF_LISTEN:
 			if (re & POLLIN)
-				client_accept(api);
+				client_accept(api, NULL);
+			break;
+		case REF_GRANT:
+			if ((re & POLLIN) &&
+			    !((struct api_grant *)ref->ptr)->dead)
+				client_accept(api, ref->ptr);
 			break;
 		case REF_CLIENT:
 			if (c->dead)
@@ -213,6 +226,7 @@ static void *api_thread(void *arg)
 			client_maybe_close(c);
 		}
 		client_shutdown_asked(api);
+		grants_tick(api, now);
 		events_pump(api);
 		reap(api);
 		if (poll_build(api, &n, now, &timeout)) {
@@ -253,30 +267,43 @@ static int take_path(const char *path)
 	return unlink(path) < 0 ? -errno : 0;
 }
 
-static int api_listen(struct api *api)
+int api_listen_at(const char *path, int *fd)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	int ret;
 
-	if (strlen(api->path) >= sizeof(sa.sun_path))
+	if (strlen(path) >= sizeof(sa.sun_path))
 		return -ENAMETOOLONG;
-	strcpy(sa.sun_path, api->path);
-	ret = take_path(api->path);
+	strcpy(sa.sun_path, path);
+	ret = take_path(path);
 	if (ret)
 		return ret;
-	api->listen_fd =
-		socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (api->listen_fd < 0)
+	*fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (*fd < 0)
 		return -errno;
-	if (bind(api->listen_fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
-		return -errno;
-	/* Whoever holds this socket commands the guest as root. */
-	if (chmod(api->path, 0600) < 0 || listen(api->listen_fd, 64) < 0) {
+	if (bind(*fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
 		ret = -errno;
-		unlink(api->path);
-		return ret;
+		goto out_close;
+	}
+	/*
+	 * Whoever holds the main socket commands the guest as root, a
+	 * grant's what its persona may: only the vmm's owner connects.
+	 */
+	if (chmod(path, 0600) < 0 || listen(*fd, 64) < 0) {
+		ret = -errno;
+		unlink(path);
+		goto out_close;
 	}
 	return 0;
+out_close:
+	close(*fd);
+	*fd = -1;
+	return ret;
+}
+
+static int api_listen(struct api *api)
+{
+	return api_listen_at(api->path, &api->listen_fd);
 }
 
 int api__create(struct api **out, const struct api_params *p)
@@ -406,6 +433,7 @@ void api__destroy(struct api *api)
 			client_kill(c);
 	for (k = api->calls; k; k = k->next)
 		call_done(k);
+	grants_exit(api);
 	reap(api);
 	close(api->listen_fd);
 	close(api->wake_fd);

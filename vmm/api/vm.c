@@ -3,8 +3,11 @@
  * Control API facts and the VM: facts, vm.facts, vm.status,
  * vm.shutdown, vm.pause, vm.resume, vm.snapshot, net.setPolicy.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "lib/counter.h"
@@ -232,6 +235,129 @@ static void m_net_set_policy(struct rpc *r)
 				   err[0] ? err : strerror(-ret));
 }
 
+/* vm.status's "net" object alone (the network facet's view). */
+static void m_net_status(struct rpc *r)
+{
+	json_t *st = json_object(), *net;
+
+	if (st && r->api->p.status)
+		r->api->p.status(r->api->p.opaque, st);
+	net = json_object_get(st, "net");
+	if (!net) {
+		json_decref(st);
+		client_reply_error(r->c, r->id, API_E_NO_METHOD, NULL,
+				   "net.status is not offered here");
+		return;
+	}
+	client_reply(r->c, r->id, json_incref(net));
+	json_decref(st);
+}
+
+/*
+ * net.check's "dst": "A.B.C.D:PORT" or "NAME:PORT" into f (a name into
+ * f->hostname); false once answered with the error.
+ */
+static bool param_dst(struct rpc *r, struct api_flow_check *f)
+{
+	const char *s, *colon;
+	char host[sizeof(f->hostname)];
+	struct in_addr a;
+	unsigned long port;
+	size_t n;
+	char *end;
+
+	if (!param_str(r, "dst", true, &s, &n))
+		return false;
+	colon = strrchr(s, ':');
+	if (!colon || colon == s || (size_t)(colon - s) >= sizeof(host))
+		return param_error(r, "dst: expected \"ADDRESS:PORT\" or "
+				      "\"HOSTNAME:PORT\"");
+	errno = 0;
+	port = strtoul(colon + 1, &end, 10);
+	if (!colon[1] || *end || errno || port < 1 || port > 65535)
+		return param_error(r, "dst: the port must be 1 to 65535");
+	memcpy(host, s, colon - s);
+	host[colon - s] = '\0';
+	f->port = port;
+	if (inet_pton(AF_INET, host, &a) == 1)
+		f->addr = a.s_addr;
+	else
+		snprintf(f->hostname, sizeof(f->hostname), "%s", host);
+	return true;
+}
+
+json_t *api__flow_verdict(const struct net_decision *d)
+{
+	static const char *const verdicts[] = {
+		[NET_VERDICT_DENY] = "deny",
+		[NET_VERDICT_ALLOW] = "allow",
+		[NET_VERDICT_ASK] = "ask",
+		[NET_VERDICT_HTTP] = "allow",
+	};
+	unsigned int index;
+	char key[8];
+	json_t *o, *rule = json_null();
+
+	/* The reasons a grant gives: "tcp grant N", "http grant N". */
+	if (d->verdict != NET_VERDICT_DENY && d->verdict != NET_VERDICT_ASK &&
+	    sscanf(d->reason, "%7[a-z] grant %u", key, &index) == 2)
+		rule = json_pack("{s:s, s:I}", "key", key, "index",
+				 (json_int_t)index);
+	o = json_pack("{s:s, s:s, s:o}", "verdict", verdicts[d->verdict],
+		      "reason", d->reason, "rule", rule);
+	if (o && d->verdict == NET_VERDICT_HTTP)
+		json_object_set_new(o, "intercepted", json_true());
+	return o;
+}
+
+/* {proto, dst, hostname}: what the policy would decide, nothing opened. */
+static void m_net_check(struct rpc *r)
+{
+	struct api_flow_check f = { 0 };
+	char err[API_POLICY_ERR_LEN] = "";
+	const char *proto, *name;
+	json_t *res = NULL;
+	size_t n;
+	int ret;
+
+	if (!r->api->p.check_flow) {
+		client_reply_error(r->c, r->id, API_E_NO_METHOD, NULL,
+				   "net.check is not offered here");
+		return;
+	}
+	if (!param_str(r, "proto", true, &proto, &n) ||
+	    !param_str(r, "hostname", false, &name, &n) || !param_dst(r, &f))
+		return;
+	if (strcmp(proto, "tcp") && strcmp(proto, "udp")) {
+		param_error(r, "proto: expected \"tcp\" or \"udp\"");
+		return;
+	}
+	f.udp = !strcmp(proto, "udp");
+	if (name && f.hostname[0] && strcasecmp(name, f.hostname)) {
+		param_error(r, "hostname: dst names another host");
+		return;
+	}
+	if (name && n >= sizeof(f.hostname)) {
+		param_error(r, "hostname: not a DNS name");
+		return;
+	}
+	if (name)
+		snprintf(f.hostname, sizeof(f.hostname), "%s", name);
+	ret = r->api->p.check_flow(r->api->p.opaque, &f, &res, err,
+				   sizeof(err));
+	if (!ret)
+		client_reply(r->c, r->id, res);
+	else if (ret == -EINVAL)
+		param_error(r, "%s", err);
+	else if (ret == -EOPNOTSUPP)
+		client_reply_error(r->c, r->id, API_E_NO_METHOD, NULL,
+				   "net.check: %s", err);
+	else
+		client_reply_error(r->c, r->id, API_E_INTERNAL, NULL,
+				   "net.check: %s",
+				   err[0] ? err : strerror(-ret));
+}
+
 /* The monitor said no: API_E_VM with its errno, and its line. */
 static void vm_error(struct rpc *r, const char *method, int ret,
 		     const char *err)
@@ -318,5 +444,7 @@ const struct api_method vm_methods[] = {
 	{ "vm.resume", m_vm_resume },
 	{ "vm.snapshot", m_vm_snapshot },
 	{ "net.setPolicy", m_net_set_policy },
+	{ "net.status", m_net_status },
+	{ "net.check", m_net_check },
 	{ NULL, NULL },
 };
