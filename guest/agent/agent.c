@@ -74,8 +74,7 @@ static int send_hello(struct conn *c)
 			KILN_FEATURE_RESEED | KILN_FEATURE_MOUNTS |
 				KILN_FEATURE_NET_RENEW |
 				KILN_FEATURE_ENV_MERGE | KILN_FEATURE_USER |
-				KILN_FEATURE_CONTAINER |
-				KILN_FEATURE_CONFINE);
+				KILN_FEATURE_CONTAINER | KILN_FEATURE_CONFINE);
 	if (!ret)
 		ret = conn__send_buf(c, KILN_MSG_HELLO, &b);
 	kiln_buf__free(&b);

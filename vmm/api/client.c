@@ -84,9 +84,8 @@ void client_notify(struct client *c, const char *method, json_t *params)
 
 /* Every method the API offers, group by group. */
 static const struct api_method *const method_groups[] = {
-	proc_methods, fs_methods,    vm_methods,
-	call_methods, event_methods, container_methods,
-	grant_methods,
+	proc_methods,  fs_methods,	  vm_methods,	 call_methods,
+	event_methods, container_methods, grant_methods,
 };
 
 static void handle_message(struct api *api, struct client *c, const char *line,

@@ -404,11 +404,18 @@ int api__grant_gate(const struct api_grant_spec *g, uint32_t uid,
 			 g->persona, facet_names[f], method);
 		return -EPERM;
 	}
-	if (f == F_SHELL && json_object_get(params, "user")) {
+	/* Who runs, and where, is the grant's: never the caller's. */
+	static const char *const as_whom[] = { "user",	    "uid",
+					       "gid",	    "additionalGids",
+					       "container", "noNewPrivileges",
+					       "rlimits" };
+	for (size_t w = 0; f == F_SHELL && w < ARRAY_SIZE(as_whom); w++) {
+		if (!json_object_get(params, as_whom[w]))
+			continue;
 		snprintf(why, len,
-			 "persona '%s': facet shell runs as uid %u; \"user\" "
+			 "persona '%s': facet shell runs as uid %u; \"%s\" "
 			 "is not allowed",
-			 g->persona, uid);
+			 g->persona, uid, as_whom[w]);
 		return -EPERM;
 	}
 	if (f != F_FS_READ && f != F_FS_WRITE)
