@@ -419,10 +419,10 @@ static void check_answer(const struct answer *a, const uint8_t *s, size_t len)
 	fuzz_check(le16(a->p + 4) == KILN_MSG_HELLO);
 	fuzz_check(!kiln_hello__decode(a->p + HDR, plen, &v, &features));
 	fuzz_check(v == KILN_AGENT_VERSION &&
-		   features ==
-			   (KILN_FEATURE_RESEED | KILN_FEATURE_MOUNTS |
-			    KILN_FEATURE_NET_RENEW | KILN_FEATURE_ENV_MERGE |
-			    KILN_FEATURE_USER | KILN_FEATURE_CONTAINER));
+		   features == (KILN_FEATURE_RESEED | KILN_FEATURE_MOUNTS |
+				KILN_FEATURE_NET_RENEW |
+				KILN_FEATURE_ENV_MERGE | KILN_FEATURE_USER |
+				KILN_FEATURE_CONTAINER | KILN_FEATURE_CONFINE));
 	has_req = stream_frame(s, len, 0, &plen) == 1;
 	if (has_req)
 		req = le16(s + 4);
