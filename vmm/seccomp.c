@@ -215,7 +215,8 @@ static const struct rule api[] = {
 /*
  * A vCPU's own: KVM_RUN, the halt probe (KVM_GET_MP_STATE, KVM_GET_REGS),
  * the registers --verbose reports on a triple fault and SIGUSR2's report
- * (KVM_GET_SREGS, KVM_TRANSLATE, read-only, to find the guest's stack).
+ * (KVM_GET_SREGS, KVM_TRANSLATE, read-only, to find the guest's stack;
+ * KVM_GET_LAPIC, KVM_GET_MSRS, read-only, its timer and pending vectors).
  */
 static const struct rule kvm_vcpu[] = {
 	ALLOW_IOCTL(KVM_RUN),
@@ -225,6 +226,8 @@ static const struct rule kvm_vcpu[] = {
 	/* the reports */
 	ALLOW_IOCTL(KVM_GET_SREGS),
 	ALLOW_IOCTL(KVM_TRANSLATE),
+	ALLOW_IOCTL(KVM_GET_LAPIC), /* the timer, pending vectors */
+	ALLOW_IOCTL(KVM_GET_MSRS),
 };
 
 /* An interrupt raised without an irqfd: the UART's, a device's. */

@@ -473,12 +473,85 @@ static size_t stack_text(struct vcpu *v, uint64_t rsp, char *buf, size_t len)
 	return at;
 }
 
+/*
+ * The local APIC's timer (SDM vol. 3, 11.5.4): LVT timer register, initial
+ * and current counts; its TSC-deadline MSR (vol. 4). A vCPU halted with
+ * its timer overdue and no vector pending was never woken for it.
+ */
+#define APIC_REG_LVTT	       0x320
+#define APIC_REG_TMICT	       0x380
+#define APIC_REG_TMCCT	       0x390
+#define APIC_REG_IRR	       0x200 /* 8 registers, 16 bytes apart */
+#define APIC_LVT_VECTOR	       0xffU
+#define APIC_LVT_MASKED	       (1U << 16)
+#define APIC_LVTT_MODE_SHIFT   17
+#define APIC_LVTT_MODE_MASK    3U
+#define APIC_LVTT_TSC_DEADLINE 2U
+#define MSR_IA32_TSC	       0x00000010
+#define MSR_IA32_TSC_DEADLINE  0x000006e0
+#define REPORT_TIMER_MSRS      2
+
+static uint32_t lapic_reg(const struct kvm_lapic_state *l, unsigned int reg)
+{
+	uint32_t v;
+
+	memcpy(&v, l->regs + reg, sizeof(v));
+	return v;
+}
+
+/* "timer <mode>[ masked] ..., irr <vectors>" for report(), or "". */
+static void timer_text(struct vcpu *v, char *buf, size_t len)
+{
+	static const char *const mode[] = { "one-shot", "periodic",
+					    "tsc-deadline", "?" };
+	struct {
+		struct kvm_msrs h;
+		struct kvm_msr_entry e[REPORT_TIMER_MSRS];
+	} m = { .h.nmsrs = REPORT_TIMER_MSRS,
+		.e = { { .index = MSR_IA32_TSC },
+		       { .index = MSR_IA32_TSC_DEADLINE } } };
+	struct kvm_lapic_state l;
+	uint32_t lvtt;
+	unsigned int md;
+	size_t at;
+
+	buf[0] = '\0';
+	if (ioctl(v->fd, KVM_GET_LAPIC, &l) < 0)
+		return;
+	lvtt = lapic_reg(&l, APIC_REG_LVTT);
+	md = (lvtt >> APIC_LVTT_MODE_SHIFT) & APIC_LVTT_MODE_MASK;
+	at = (size_t)snprintf(buf, len, "; timer %s vector %#x%s", mode[md],
+			      lvtt & APIC_LVT_VECTOR,
+			      lvtt & APIC_LVT_MASKED ? " masked" : "");
+	if (md == APIC_LVTT_TSC_DEADLINE &&
+	    ioctl(v->fd, KVM_GET_MSRS, &m) == REPORT_TIMER_MSRS)
+		at += (size_t)snprintf(
+			buf + at, len - at, " deadline %s%lld tsc",
+			m.e[1].data ? "in " : "none, ",
+			m.e[1].data ? (long long)(m.e[1].data - m.e[0].data) :
+				      0LL);
+	else if (md != APIC_LVTT_TSC_DEADLINE)
+		at += (size_t)snprintf(buf + at, len - at,
+				       " initial %u current %u",
+				       lapic_reg(&l, APIC_REG_TMICT),
+				       lapic_reg(&l, APIC_REG_TMCCT));
+	at += (size_t)snprintf(buf + at, len - at, "; irr");
+	for (unsigned int r = 0; r < 8 && at < len; r++) {
+		uint32_t irr = lapic_reg(&l, APIC_REG_IRR + 16 * r);
+
+		for (unsigned int b = 0; b < 32 && at < len; b++)
+			if (irr & (1U << b))
+				at += (size_t)snprintf(buf + at, len - at,
+						       " %#x", r * 32 + b);
+	}
+}
+
 static void report(struct vcpu *v)
 {
 	struct kvm_mp_state mp = { .mp_state = UINT32_MAX };
 	struct kvm_sregs sregs;
 	struct kvm_regs regs;
-	char stack[REPORT_STACK_SHOWN * 20 + 1];
+	char stack[REPORT_STACK_SHOWN * 20 + 1], timer[256];
 
 	if (ioctl(v->fd, KVM_GET_MP_STATE, &mp) < 0 ||
 	    ioctl(v->fd, KVM_GET_REGS, &regs) < 0 ||
@@ -488,11 +561,13 @@ static void report(struct vcpu *v)
 		return;
 	}
 	stack_text(v, regs.rsp, stack, sizeof(stack));
-	pr_info("vcpu%u: %s, rip %#llx rsp %#llx rflags %#llx cr3 %#llx; "
+	timer_text(v, timer, sizeof(timer));
+	pr_info("vcpu%u: %s, rip %#llx rsp %#llx rflags %#llx cr3 %#llx%s; "
 		"text on the stack:%s",
 		v->id, mp_state_name(mp.mp_state), (unsigned long long)regs.rip,
 		(unsigned long long)regs.rsp, (unsigned long long)regs.rflags,
-		(unsigned long long)sregs.cr3, stack[0] ? stack : " none");
+		(unsigned long long)sregs.cr3, timer,
+		stack[0] ? stack : " none");
 }
 
 /* The thread's CPU time in ns, or -1 (not started, or gone). */
