@@ -172,6 +172,12 @@ int jail__validate(const struct vm_config *c, char *err, size_t len)
 	if ((j->cpu_max || j->memory_max) && !j->cgroup)
 		return errf(err, len, -EINVAL,
 			    "--cpu-max and --memory-max need --cgroup PATH");
+	if (j->rlimit_as && KILN_ASAN)
+		return errf(err, len, -EINVAL,
+			    "--rlimit-as: this vmm is built with "
+			    "AddressSanitizer (SAN=1), whose shadow memory "
+			    "needs more address space than any limit allows; "
+			    "use a build without SAN=1");
 	if (j->cpu_max && !cpu_max_ok(j->cpu_max))
 		return errf(err, len, -EINVAL,
 			    "cpu max \"%s\": must be \"max\" or QUOTA, then "
