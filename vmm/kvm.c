@@ -85,11 +85,17 @@ static bool cpu_has_hw_virt(void)
 
 /*
  * kvm_pvm is a software KVM that emulates a Linux guest instruction by
- * instruction: it cannot run our guests usefully. Say so, once.
+ * instruction: it cannot run our guests usefully.
  */
+bool kvm__is_software(void)
+{
+	return !access("/sys/module/kvm_pvm", F_OK) && !cpu_has_hw_virt();
+}
+
+/* Says so, once, when the host's KVM is the software one. */
 void kvm__warn_if_software(void)
 {
-	if (access("/sys/module/kvm_pvm", F_OK) || cpu_has_hw_virt())
+	if (!kvm__is_software())
 		return;
 	pr_warn("/dev/kvm is the software PVM backend (kvm_pvm, no vmx/svm): "
 		"Linux guests will not run usefully here; use tools/vmtest");

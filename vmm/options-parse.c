@@ -321,6 +321,7 @@ static const char usage_head[] =
 	"       vmm rootfs flatten --base DESC [--overlay persistent:STATEFILE |\n"
 	"                  --overlay store:SOCKET] [--format qcow2|raw]\n"
 	"                  [--cluster-size N] --out FILE|store:SOCKET\n"
+	"       vmm probe-kvm\n"
 	"       vmm --help | --version\n"
 	"\n"
 	"Boots a Linux microVM on KVM, runs COMMAND in it and exits with its status.\n"
@@ -333,6 +334,8 @@ static const char usage_head[] =
 	"an image to stdout, checked against its digest; flatten writes base +\n"
 	"state file or block store as one standalone image\n"
 	"(Documentation/rootfs.md).\n"
+	"vmm probe-kvm says whether this host's KVM can run a guest (exit 0) or\n"
+	"not (exit 1), as one JSON line.\n"
 	"\n";
 
 static const char usage_tail[] =

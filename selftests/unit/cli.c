@@ -607,6 +607,45 @@ TEST_F(files, software_kvm_warning)
 	EXPECT_TRUE(strstr(w + 1, "software PVM backend") == NULL);
 }
 
+/*
+ * vmm probe-kvm: one JSON line, exit 0 (usable) or 1 (not, with the
+ * reason this host gives), never 125 without a bad argument.
+ */
+TEST(probe_kvm)
+{
+	struct spawn_result r;
+	int fd = open("/dev/kvm", O_RDWR | O_CLOEXEC);
+	int open_errno = errno;
+
+	run_vmm((const char *[]){ "", "probe-kvm", NULL }, NULL, &r);
+	EXPECT_EQ(1, spawn__count_lines(r.out)) TH_LOG("stdout: %s", r.out);
+	if (fd < 0) {
+		EXPECT_EQ(1, r.status);
+		EXPECT_TRUE(
+			strstr(r.out, "{\"usable\": false, \"reason\": \"") ==
+			r.out)
+		TH_LOG("stdout: %s", r.out);
+		EXPECT_TRUE(strstr(r.out, strerror(open_errno)) != NULL)
+		TH_LOG("want '%s' in: %s", strerror(open_errno), r.out);
+	} else if (!access("/sys/module/kvm_pvm", F_OK) &&
+		   !host_has_hw_virt()) {
+		EXPECT_EQ(1, r.status);
+		EXPECT_TRUE(strstr(r.out, "software PVM backend") != NULL)
+		TH_LOG("stdout: %s", r.out);
+	} else {
+		/* a real KVM: usable unless it lacks a capability */
+		EXPECT_TRUE(r.status == 0 ?
+				    !strcmp(r.out, "{\"usable\": true}\n") :
+				    strstr(r.out, "KVM lacks") != NULL)
+		TH_LOG("status %d, stdout: %s", r.status, r.out);
+	}
+	if (fd >= 0)
+		close(fd);
+	run_vmm((const char *[]){ "", "probe-kvm", "--verbose", NULL }, NULL,
+		&r);
+	EXPECT_BAD_INPUT(&r, "probe-kvm: takes no arguments");
+}
+
 TEST(usage_errors)
 {
 	struct spawn_result r;
