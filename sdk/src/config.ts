@@ -1,6 +1,7 @@
 // The vmm's JSON configuration for a sandbox definition and one boot
 // (Documentation/cli.md, "JSON configuration"), and the files it names.
 
+import type { McpServerSpec } from "./facets.js";
 import { writeFileSync } from "node:fs";
 import path from "node:path";
 import type { BindMount, SandboxMount } from "./fs.js";
@@ -24,6 +25,9 @@ export interface BootOptions {
 	mounts?: Readonly<Record<string, SandboxMount>>;
 	/** The default working directory of later process calls. */
 	cwd?: string;
+	/** MCP servers the guest offers, by name (vm.tools; the image's
+	 * `mcp-server` facts too). */
+	tools?: Readonly<Record<string, McpServerSpec>>;
 }
 
 /** The most mounts one VM takes (cli.md, "mounts"). */
@@ -39,7 +43,8 @@ export interface CheckedBoot {
 
 export function checkBoot(options: BootOptions | undefined): CheckedBoot {
 	const what = "sandbox.boot";
-	const o = record(what, options ?? {}, ["hostname", "mounts", "cwd"]);
+	// tools: checked by declaredTools (src/facets.ts); the vmm never sees them.
+	const o = record(what, options ?? {}, ["hostname", "mounts", "cwd", "tools"]);
 	let hostname: string | undefined;
 	if (o["hostname"] !== undefined) {
 		hostname = nonEmpty(`${what}: hostname`, o["hostname"]);

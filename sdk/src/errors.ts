@@ -63,6 +63,7 @@ export const RpcCode = {
 	agentUnreachable: -32003,
 	limit: -32004,
 	monitorRefused: -32005,
+	personaRefused: -32006,
 } as const;
 
 /** An error answer of the control API; `method` is the request's. */
@@ -110,6 +111,38 @@ export class CancelledError extends KilnRpcError {
 	override name = "CancelledError";
 }
 
+/** A persona's scoped socket refused the call: its grant does not allow
+ * it (-32006, Documentation/personas.md, "Refusals"). */
+export class PersonaRefusedError extends KilnRpcError {
+	override name = "PersonaRefusedError";
+	/** The persona the vmm named. */
+	readonly persona: string;
+
+	constructor(method: string, message: string, data: unknown) {
+		super(method, RpcCode.personaRefused, message, data);
+		const d = isRecord(data) ? data : {};
+		this.persona = typeof d["persona"] === "string" ? d["persona"] : "";
+	}
+}
+
+/** network.guardedFetch: net.check did not allow the URL's flow. */
+export class EgressDeniedError extends SandboxError {
+	override name = "EgressDeniedError";
+	readonly url: string;
+	readonly verdict: "deny" | "ask";
+	readonly reason: string;
+	readonly rule: { key: string; index: number } | null;
+
+	constructor(url: string, verdict: "deny" | "ask" | "allow", reason: string, rule: { key: string; index: number } | null) {
+		const v = verdict === "ask" ? "ask" : "deny";
+		super(`guardedFetch: ${url} is not allowed by the VM's policy: ${v === "ask" ? "no rule grants it (the hook would be asked)" : "denied"}, ${reason}, rule ${rule ? `${rule.key}[${rule.index}]` : "none"}`);
+		this.url = url;
+		this.verdict = v;
+		this.reason = reason;
+		this.rule = rule;
+	}
+}
+
 /** The control connection closed before the answer came. */
 export class ConnectionClosedError extends SandboxError {
 	override name = "ConnectionClosedError";
@@ -132,6 +165,8 @@ export function rpcError(method: string, code: number, message: string, data: un
 		return new LimitError(method, code, message, data);
 	case RpcCode.cancelled:
 		return new CancelledError(method, code, message, data);
+	case RpcCode.personaRefused:
+		return new PersonaRefusedError(method, message, data);
 	default:
 		return new KilnRpcError(method, code, message, data);
 	}

@@ -27,7 +27,15 @@ export type { ExecOptions, PtyOptions, SandboxExecResult, SpawnOptions, ProcessO
 export type { SandboxChildProcess, SandboxExit, SandboxPty, SandboxSignal } from "./process.js";
 export type { SandboxDirEntry, SandboxFileStat, SandboxFileType, SandboxVmFileSystem } from "./vmfs.js";
 export type { KilnOptions } from "./locate.js";
+export type {
+	FetchLike, FilesystemFacet, GuardedFetchOptions, McpServer, McpServerSpec, NetCheckRequest, NetCheckResult,
+	NetCheckVerdict, NetworkFacet, SandboxFacets, ShellFacet, ToolsFacet,
+} from "./facets.js";
+export type { GlobOptions } from "./glob.js";
+export type { SandboxService, ServiceProto, ServiceRegistry, ServiceSpec } from "./services.js";
+export { PersonaView } from "./persona.js";
+export type { PersonaGrant } from "./persona.js";
 export {
-	AgentUnreachableError, CancelledError, ConnectionClosedError, GuestError, KilnRpcError, LimitError,
-	NotSupportedError, PinMismatchError, SandboxConfigError, SandboxError, VmmError,
+	AgentUnreachableError, CancelledError, ConnectionClosedError, EgressDeniedError, GuestError, KilnRpcError,
+	LimitError, NotSupportedError, PersonaRefusedError, PinMismatchError, SandboxConfigError, SandboxError, VmmError,
 } from "./errors.js";

@@ -21,6 +21,10 @@ import { checkRootfs } from "./rootfs.js";
 import type { RootfsImageInput, SandboxRootfs } from "./rootfs.js";
 import { fail, record } from "./validate.js";
 import { SandboxVm, bootVm, configFacts } from "./vm.js";
+import type { BootPlan } from "./vm.js";
+import { declaredTools } from "./facets.js";
+import { ServiceTable } from "./services.js";
+import type { LaunchReport } from "./launcher/types.js";
 
 export interface SandboxOptions {
 	/** The machine the VM starts from (required): an image package's
@@ -37,6 +41,13 @@ export interface Sandbox {
 	environmentFacts(): SandboxEnvironmentFact[];
 	/** Boots one VM of this definition. */
 	boot(options?: BootOptions): Promise<SandboxVm>;
+}
+
+/** How a launcher boots a definition (src/launcher/builtin.ts): more
+ * `vmm start` arguments, and the report the VM carries. */
+export const launchWith = Symbol("kiln.launchWith");
+export interface LaunchableSandbox extends Sandbox {
+	[launchWith](boot: BootOptions | undefined, args: readonly string[], report: LaunchReport): Promise<SandboxVm>;
 }
 
 export function defineSandbox(options: SandboxOptions): Sandbox {
@@ -79,21 +90,35 @@ export function defineSandbox(options: SandboxOptions): Sandbox {
 			});
 		},
 
-		async boot(bootOptions?: BootOptions): Promise<SandboxVm> {
+		boot(bootOptions?: BootOptions): Promise<SandboxVm> {
+			return launch(bootOptions, [], undefined);
+		},
+
+		[launchWith](bootOptions: BootOptions | undefined, args: readonly string[], report: LaunchReport): Promise<SandboxVm> {
+			return launch(bootOptions, args, report);
+		},
+	});
+
+	async function launch(bootOptions: BootOptions | undefined, args: readonly string[], report: LaunchReport | undefined): Promise<SandboxVm> {
 			const boot = checkBoot(bootOptions);
+			const tools = declaredTools(baseOf(rootfs).facts, bootOptions?.tools);
+			const services = new ServiceTable();
 			const kiln = locateKiln(kilnOptions);
 			await verifyPins(kiln);
 			// An image rootfs.flatten wrote into a store boots from a
 			// local copy (Documentation/sdk.md, "Images out of a machine").
 			await materialise(baseOf(rootfs));
-			return bootVm({
+			const plan: BootPlan = {
 				vmm: kiln.vmm,
-				serve: (dir, log) => serve(dir, rootfs, boot.mounts, network, log),
+				serve: (dir, log) => serve(dir, rootfs, boot.mounts, network, services, log),
 				writeConfig: (dir, controlSocket, consoleLog, readyTimeoutMs, sockets) =>
 					writeConfig(kiln, dir, bootOptions, { controlSocket, consoleLog, readyTimeoutMs, sockets }),
-			});
-		},
-	});
+				args, tools, services,
+			};
+			if (report)
+				plan.launcher = report;
+			return bootVm(plan);
+	}
 }
 
 
@@ -109,7 +134,7 @@ function checkNetwork(v: unknown): NetworkPolicy | undefined {
 /** What this process serves for one VM: the policy hook and each virtual
  * mount, listening in its runtime directory before the vmm starts. */
 async function serve(dir: string, rootfs: SandboxRootfs, mounts: [string, SandboxMount][],
-	network: NetworkPolicy | undefined, log: (line: string) => void):
+	network: NetworkPolicy | undefined, services: ServiceTable, log: (line: string) => void):
 	Promise<{ sockets: ServedSockets; close(): Promise<void> }> {
 	const closers: (() => Promise<void>)[] = [];
 	const close = async (): Promise<void> => {
@@ -119,7 +144,9 @@ async function serve(dir: string, rootfs: SandboxRootfs, mounts: [string, Sandbo
 		const virtual = new Map<string, string>();
 		let hook: string | undefined;
 		if (network) {
-			const h = new HookServer(network.onConnectionRequest, network.timeoutMs, log);
+			// The registered services' DNS names first (src/services.ts).
+			const user = network.onConnectionRequest;
+			const h = new HookServer((conn) => (services.answerDns(conn) ? undefined : user(conn)), network.timeoutMs, log);
 			hook = path.join(dir, "hook.sock");
 			await h.listen(hook);
 			closers.push(() => h.close());

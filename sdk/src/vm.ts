@@ -18,6 +18,13 @@ import { integer, nonEmpty, record, shown, string } from "./validate.js";
 import { vmFileSystem } from "./vmfs.js";
 import type { SandboxVmFileSystem } from "./vmfs.js";
 import type { ServedSockets } from "./config.js";
+import { makeFacets } from "./facets.js";
+import type { FilesystemFacet, McpServer, NetworkFacet, SandboxFacets, ShellFacet, ToolsFacet } from "./facets.js";
+import { ServiceTable, serviceRegistry } from "./services.js";
+import type { ServiceRegistry } from "./services.js";
+import { PersonaView, checkGrant } from "./persona.js";
+import type { PersonaGrant } from "./persona.js";
+import type { LaunchReport } from "./launcher/types.js";
 
 export interface ProcessOptions {
 	/** Working directory; default: the boot's cwd. */
@@ -113,29 +120,118 @@ function processParams(what: string, command: unknown, args: unknown, options: P
 	return params;
 }
 
-/** A running VM. `await using vm = ...` (or `vm.close()`) shuts it down. */
-export class SandboxVm implements AsyncDisposable {
+/** Where a view's calls go: the VM's full control socket, or a persona's
+ * scoped one (src/persona.ts). `live` is the connection plain calls share,
+ * `connect` a new one for a streaming process. */
+export interface Endpoint {
+	live(what: string): RpcConnection;
+	connect(what: string): Promise<RpcConnection>;
+}
+
+/** vm.exec on an endpoint. */
+export async function execOn(ep: Endpoint, what: string, command: string, args: readonly string[],
+	options: ExecOptions): Promise<SandboxExecResult> {
+	record(`${what}: options`, options, ["cwd", "env", "timeoutMs", "signal", "stdin"]);
+	const params = processParams(what, command, args, options);
+	if (options.stdin !== undefined)
+		params["stdin"] = Buffer.from(typeof options.stdin === "string" ? Buffer.from(options.stdin) : options.stdin).toString("base64");
+	const signal = options.signal;
+	if (signal !== undefined && !(signal instanceof AbortSignal))
+		throw new SandboxConfigError(`${what}: signal must be an AbortSignal, got ${shown(signal)}`);
+	if (signal?.aborted)
+		throw abortError(signal);
+	const r = await ep.live(what).call("exec", params, { signal });
+	if (!isRecord(r) || typeof r["exitCode"] !== "number")
+		throw new SandboxConfigError(`exec: a malformed answer ${shown(r)}`);
+	const out: SandboxExecResult = {
+		exitCode: r["exitCode"],
+		stdout: Buffer.from(typeof r["stdout"] === "string" ? r["stdout"] : "", "base64").toString("utf8"),
+		stderr: Buffer.from(typeof r["stderr"] === "string" ? r["stderr"] : "", "base64").toString("utf8"),
+		timedOut: r["timedOut"] === true,
+	};
+	if (typeof r["signal"] === "number")
+		out.signal = r["signal"];
+	return out;
+}
+
+/** vm.spawn on an endpoint. */
+export function spawnOn(ep: Endpoint, what: string, command: string, args: readonly string[],
+	options: SpawnOptions): SandboxChildProcess {
+	record(`${what}: options`, options, ["cwd", "env", "timeoutMs", "signal"]);
+	const params = processParams(what, command, args, options);
+	return childProcess(new GuestProcess(() => ep.connect(what), { method: "spawn", params }, options.signal));
+}
+
+/** vm.pty on an endpoint. */
+export function ptyOn(ep: Endpoint, what: string, command: string, args: readonly string[],
+	options: PtyOptions): SandboxPty {
+	record(`${what}: options`, options, ["cwd", "env", "timeoutMs", "signal", "size"]);
+	const params = processParams(what, command, args, options);
+	if (options.size !== undefined) {
+		const s = record(`${what}: size`, options.size, ["rows", "cols"]);
+		params["rows"] = integer(`${what}: size.rows`, s["rows"], 1, 65535);
+		params["cols"] = integer(`${what}: size.cols`, s["cols"], 1, 65535);
+	}
+	return ptyHandle(new GuestProcess(() => ep.connect(what), { method: "pty.open", params }, options.signal));
+}
+
+/** What a boot adds to the VM beyond the vmm: the facets' data
+ * (src/facets.ts) and the launcher that started it. */
+export interface VmExtras {
+	tools: readonly McpServer[];
+	services: ServiceTable;
+	/** The vmm's policy as booted (its config's net.policy), or undefined
+	 * without a network. */
+	policy: Record<string, unknown> | undefined;
+	launcher?: LaunchReport;
+}
+
+/** A running VM. `await using vm = ...` (or `vm.close()`) shuts it down.
+ * Seed 000's Sandbox: its five facets, and forPersona. */
+export class SandboxVm implements AsyncDisposable, SandboxFacets {
 	readonly fs: SandboxVmFileSystem;
+	readonly shell: ShellFacet;
+	readonly filesystem: FilesystemFacet;
+	readonly network: NetworkFacet;
+	readonly tools: ToolsFacet;
+	readonly services: ServiceRegistry;
+	/** The launcher that started this VM (src/launcher/), if one did. */
+	readonly launcher: LaunchReport | undefined;
 	readonly #child: ChildProcess;
 	readonly #conn: RpcConnection;
 	readonly #socket: string;
 	readonly #dir: string;
 	readonly #exited: Promise<number | null>;
 	readonly #stderr: () => string;
-	readonly #services: Services;
+	readonly #served: Services;
+	readonly #endpoint: Endpoint;
+	readonly #personas = new Set<PersonaView>();
+	readonly #tools: readonly McpServer[];
+	readonly #registryOn: (setPolicy: (policy: Record<string, unknown>) => Promise<unknown>) => ServiceRegistry;
+	#personaSeq = 0;
 	#closing: Promise<void> | undefined;
 
 	/** @internal */
 	constructor(child: ChildProcess, conn: RpcConnection, socket: string, dir: string,
-		exited: Promise<number | null>, stderr: () => string, services: Services) {
-		this.#services = services;
+		exited: Promise<number | null>, stderr: () => string, services: Services, extras: VmExtras) {
+		this.#served = services;
 		this.#child = child;
 		this.#conn = conn;
 		this.#socket = socket;
 		this.#dir = dir;
 		this.#exited = exited;
 		this.#stderr = stderr;
+		this.#endpoint = { live: (what) => this.#live(what), connect: (what) => this.#connect(what) };
 		this.fs = vmFileSystem(() => this.#live("vm.fs"));
+		this.#tools = extras.tools;
+		const facets = makeFacets(this.#endpoint, "vm", extras.tools, this.fs);
+		this.shell = facets.shell;
+		this.filesystem = facets.filesystem;
+		this.network = facets.network;
+		this.tools = facets.tools;
+		this.#registryOn = (setPolicy) => serviceRegistry(extras.services, extras.policy, setPolicy);
+		this.services = this.#registryOn((policy) => this.#live("vm.services").call("net.setPolicy", { policy }));
+		this.launcher = extras.launcher;
 	}
 
 	/** The control socket's path (for vmmctl while debugging). */
@@ -155,50 +251,35 @@ export class SandboxVm implements AsyncDisposable {
 	}
 
 	/** Runs a command to completion and collects its output. */
-	async exec(command: string, args: readonly string[] = [], options: ExecOptions = {}): Promise<SandboxExecResult> {
-		const what = "vm.exec";
-		record(`${what}: options`, options, ["cwd", "env", "timeoutMs", "signal", "stdin"]);
-		const params = processParams(what, command, args, options);
-		if (options.stdin !== undefined)
-			params["stdin"] = Buffer.from(typeof options.stdin === "string" ? Buffer.from(options.stdin) : options.stdin).toString("base64");
-		const signal = options.signal;
-		if (signal !== undefined && !(signal instanceof AbortSignal))
-			throw new SandboxConfigError(`${what}: signal must be an AbortSignal, got ${shown(signal)}`);
-		if (signal?.aborted)
-			throw abortError(signal);
-		const r = await this.#live(what).call("exec", params, { signal });
-		if (!isRecord(r) || typeof r["exitCode"] !== "number")
-			throw new SandboxConfigError(`exec: a malformed answer ${shown(r)}`);
-		const out: SandboxExecResult = {
-			exitCode: r["exitCode"],
-			stdout: Buffer.from(typeof r["stdout"] === "string" ? r["stdout"] : "", "base64").toString("utf8"),
-			stderr: Buffer.from(typeof r["stderr"] === "string" ? r["stderr"] : "", "base64").toString("utf8"),
-			timedOut: r["timedOut"] === true,
-		};
-		if (typeof r["signal"] === "number")
-			out.signal = r["signal"];
-		return out;
+	exec(command: string, args: readonly string[] = [], options: ExecOptions = {}): Promise<SandboxExecResult> {
+		return execOn(this.#endpoint, "vm.exec", command, args, options);
 	}
 
 	/** Starts a command with streaming input and output. */
 	spawn(command: string, args: readonly string[] = [], options: SpawnOptions = {}): SandboxChildProcess {
-		const what = "vm.spawn";
-		record(`${what}: options`, options, ["cwd", "env", "timeoutMs", "signal"]);
-		const params = processParams(what, command, args, options);
-		return childProcess(new GuestProcess(() => this.#connect(what), { method: "spawn", params }, options.signal));
+		return spawnOn(this.#endpoint, "vm.spawn", command, args, options);
 	}
 
 	/** Starts a command on a guest terminal. */
 	pty(command: string, args: readonly string[] = [], options: PtyOptions = {}): SandboxPty {
-		const what = "vm.pty";
-		record(`${what}: options`, options, ["cwd", "env", "timeoutMs", "signal", "size"]);
-		const params = processParams(what, command, args, options);
-		if (options.size !== undefined) {
-			const s = record(`${what}: size`, options.size, ["rows", "cols"]);
-			params["rows"] = integer(`${what}: size.rows`, s["rows"], 1, 65535);
-			params["cols"] = integer(`${what}: size.cols`, s["cols"], 1, 65535);
-		}
-		return ptyHandle(new GuestProcess(() => this.#connect(what), { method: "pty.open", params }, options.signal));
+		return ptyOn(this.#endpoint, "vm.pty", command, args, options);
+	}
+
+	/** A view of this VM with only what `grant` allows, backed by a
+	 * scoped control socket (vm.grant, Documentation/personas.md): the
+	 * vmm refuses what the grant does not allow. Disposing it revokes. */
+	async forPersona(grant: PersonaGrant): Promise<PersonaView> {
+		const what = "vm.forPersona";
+		const params = checkGrant(what, grant);
+		const socket = path.join(this.#dir, `persona-${this.#personaSeq++}.sock`);
+		const r = await this.#live(what).call("vm.grant", { socket, ...params });
+		const view = await PersonaView.open(what, r, socket, params, this.#tools, this.#registryOn, {
+			revoke: (s) => this.#live(`${what}: revoke`).call("vm.revoke", { socket: s }),
+			closed: () => this.#closing !== undefined,
+			forget: (v) => this.#personas.delete(v),
+		});
+		this.#personas.add(view);
+		return view;
 	}
 
 	/** The VM's config facts followed by what the guest observes. */
@@ -243,8 +324,10 @@ export class SandboxVm implements AsyncDisposable {
 				await this.#exited;
 			}
 		}
+		for (const p of this.#personas)
+			p.dropped();
 		this.#conn.close();
-		await this.#services.close();
+		await this.#served.close();
 		rmSync(this.#dir, { recursive: true, force: true });
 	}
 
@@ -267,6 +350,12 @@ export interface BootPlan {
 	serve?(dir: string, log: (line: string) => void): Promise<Services>;
 	/** Writes the config file into DIR, naming DIR/control.sock. */
 	writeConfig(dir: string, socket: string, consoleLog: string, readyTimeoutMs: number, sockets: ServedSockets): string;
+	/** More arguments for `vmm start` after `--config FILE` (a launcher's
+	 * `--isolation namespace`). */
+	args?: readonly string[];
+	tools?: readonly McpServer[];
+	services?: ServiceTable;
+	launcher?: LaunchReport;
 }
 
 function runtimeDir(): string {
@@ -296,7 +385,8 @@ export async function bootVm(plan: BootPlan): Promise<SandboxVm> {
 		if (plan.serve)
 			services = await plan.serve(dir, (line) => process.emitWarning(line, "KilnSandboxWarning"));
 		const config = plan.writeConfig(dir, socket, consoleLog, READY_TIMEOUT_MS, services.sockets);
-		child = spawnChild(plan.vmm, ["start", "--config", config], { stdio: ["ignore", "ignore", "pipe"] });
+		const booted = JSON.parse(readFileSync(config, "utf8")) as { net?: { policy?: Record<string, unknown> } };
+		child = spawnChild(plan.vmm, ["start", "--config", config, ...(plan.args ?? [])], { stdio: ["ignore", "ignore", "pipe"] });
 		track(child);
 		let stderr = "";
 		child.stderr?.setEncoding("utf8");
@@ -357,7 +447,12 @@ export async function bootVm(plan: BootPlan): Promise<SandboxVm> {
 			throw failed(`exited with status ${await exited} before the guest agent answered`, await exited);
 		ev.close();
 		events = undefined;
-		return new SandboxVm(c, conn, socket, dir, exited, () => stderr, services);
+		const extras: VmExtras = {
+			tools: plan.tools ?? [], services: plan.services ?? new ServiceTable(), policy: booted.net?.policy,
+		};
+		if (plan.launcher)
+			extras.launcher = plan.launcher;
+		return new SandboxVm(c, conn, socket, dir, exited, () => stderr, services, extras);
 	} catch (e) {
 		events?.close();
 		conn?.close();

@@ -12,6 +12,21 @@ import * as fuse from "./fuse-msg.js";
 type Req = { id?: number; method: string; params?: Record<string, unknown> };
 
 const [cmd, flag, file] = process.argv.slice(2);
+// vmm probe-kvm (cli.md): FAKE_VMM_KVM is what it says ("usable",
+// "garbage", else the reason it is not); vmm --help mentions
+// --isolation when FAKE_VMM_ISOLATION is set.
+if (cmd === "probe-kvm") {
+	const kvm = process.env["FAKE_VMM_KVM"] ?? "No such file or directory";
+	if (kvm === "garbage")
+		process.stdout.write("not json\n");
+	else
+		process.stdout.write(kvm === "usable" ? "{\"usable\": true}\n" : `{"usable": false, "reason": "${kvm}"}\n`);
+	process.exit(kvm === "usable" ? 0 : 1);
+}
+if (cmd === "--help") {
+	process.stdout.write(`usage: vmm run ...\n${process.env["FAKE_VMM_ISOLATION"] ? "       vmm start --isolation namespace|vm ...\n" : ""}`);
+	process.exit(0);
+}
 if (flag !== "--config" || !file) {
 	process.stderr.write(`vmm: ${cmd ?? ""}: fake vmm wants --config FILE\n`);
 	process.exit(125);
@@ -42,7 +57,7 @@ let flooded = 0;
 
 // Every connection so far, as test.connections tells them: the requests
 // it made, whether it subscribed, the vm.event notifications it got.
-interface Conn { requests: string[]; subscribed: boolean; events: number; open: boolean; event(params: object): void }
+interface Conn { requests: string[]; subscribed: boolean; events: number; open: boolean; persona: string | null; event(params: object): void }
 const conns: Conn[] = [];
 let eventSeq = 0;
 
@@ -54,11 +69,55 @@ function postEvent(type: string, fields: object): void {
 			c.event({ seq: eventSeq, time: Date.now(), type, ...fields });
 }
 
-const server = net.createServer((sock) => {
+// The network policy as booted, then as net.setPolicy replaced it.
+let policy = (config["net"] as { policy?: Record<string, unknown> } | undefined)?.policy;
+const hasNet = config["net"] !== undefined;
+
+// Scoped sockets (vm.grant, Documentation/personas.md), enforced as the
+// vmm does in outline: the method's facet, the grant's paths, write.
+interface Scope { persona: string; facets: Record<string, unknown>; server: net.Server; socks: Set<net.Socket> }
+const grants = new Map<string, Scope>();
+let personaSeq = 0;
+
+const FACET_OF: [RegExp, string][] = [
+	[/^(exec|spawn|spawn\..*|pty\..*)$/, "shell"],
+	[/^fs\./, "filesystem"],
+	[/^net\.(status|check)$/, "network"],
+];
+const FS_WRITES = new Set(["fs.writeFile", "fs.write", "fs.close", "fs.mkdir", "fs.remove", "fs.rename"]);
+
+/** The vmm's refusal for `r` on scope `g`, or undefined if allowed. */
+function refusal(g: Scope, r: Req): string | undefined {
+	const who = `persona '${g.persona}'`;
+	if (r.method === "cancel")
+		return undefined;
+	const facet = FACET_OF.find(([re]) => re.test(r.method))?.[1];
+	if (!facet)
+		return `${who}: ${r.method} is in no facet (a scoped socket never offers it)`;
+	const f = g.facets[facet];
+	if (f === undefined || f === false || (facet === "network" && (f as { check?: boolean }).check !== true))
+		return `${who}: facet ${facet} is not granted (${r.method})`;
+	if (facet === "filesystem") {
+		const fs = f as { paths: string[]; write?: boolean };
+		const p = r.params ?? {};
+		for (const key of ["path", "from", "to"]) {
+			const v = p[key];
+			if (typeof v !== "string")
+				continue;
+			if (!fs.paths.some((root) => v === root || v.startsWith(root + "/")))
+				return `${who}: facet filesystem does not allow ${v}: outside its paths`;
+			if (FS_WRITES.has(r.method) && fs.write !== true)
+				return `${who}: facet filesystem does not allow write to ${v}`;
+		}
+	}
+	return undefined;
+}
+
+const serveConn = (sock: net.Socket, scope?: Scope): void => {
 	const d = new LineDecoder();
 	const send = (o: unknown): boolean => sock.write(JSON.stringify({ jsonrpc: "2.0", ...(o as object) }) + "\n");
 	const conn: Conn = {
-		requests: [], subscribed: false, events: 0, open: true,
+		requests: [], subscribed: false, events: 0, open: true, persona: scope?.persona ?? null,
 		event: (params) => {
 			conn.events++;
 			send({ method: "vm.event", params });
@@ -81,14 +140,109 @@ const server = net.createServer((sock) => {
 	const handle = (r: Req): void => {
 		const p = r.params ?? {};
 		conn.requests.push(r.method);
+		if (scope) {
+			const why = refusal(scope, r);
+			if (why) {
+				err(r.id, -32006, why, { persona: scope.persona });
+				return;
+			}
+		}
 		switch (r.method) {
+		case "test.argv":
+			ok(r.id, process.argv.slice(2));
+			return;
+		case "test.policy":
+			ok(r.id, policy ?? null);
+			return;
+		case "test.grants":
+			ok(r.id, [...grants.entries()].map(([socket, g]) => ({ socket, persona: g.persona, facets: g.facets })));
+			return;
+		case "vm.grant": {
+			const socket = String(p["socket"]);
+			const persona = String(p["persona"]);
+			if (!/^[A-Za-z0-9._-]{1,64}$/.test(persona)) {
+				err(r.id, -32602, `persona: ${JSON.stringify(persona)} is not 1 to 64 letters, digits, ., _, -`);
+				return;
+			}
+			const g: Scope = { persona, facets: p["facets"] as Record<string, unknown>, server: net.createServer((s) => {
+				g.socks.add(s);
+				s.on("close", () => g.socks.delete(s));
+				serveConn(s, g);
+			}), socks: new Set() };
+			g.server.listen(socket, () => {
+				grants.set(socket, g);
+				const expiresAt = typeof p["expiresMs"] === "number" ? Date.now() + p["expiresMs"] : null;
+				ok(r.id, { socket, uid: typeof p["uid"] === "number" ? p["uid"] : 2000 + personaSeq++, expiresAt });
+			});
+			return;
+		}
+		case "vm.revoke": {
+			const socket = String(p["socket"]);
+			const g = grants.get(socket);
+			if (!g) {
+				err(r.id, -32602, `socket: no grant listens on ${socket}`);
+				return;
+			}
+			grants.delete(socket);
+			const closed = g.socks.size;
+			for (const s of g.socks)
+				s.destroy();
+			g.server.close();
+			ok(r.id, { revoked: true, closed });
+			return;
+		}
+		case "net.status":
+			if (!hasNet) {
+				err(r.id, -32601, "net.status: no egress proxy");
+				return;
+			}
+			ok(r.id, { tcp: { allowed: 0, denied: 0, open: 0, cut: 0 } });
+			return;
+		case "net.setPolicy": {
+			const next = p["policy"] as Record<string, unknown>;
+			const bad = Object.keys(next).find((k) => !["dns", "tcp", "udp", "http", "hook"].includes(k));
+			if (bad) {
+				err(r.id, -32602, `policy: unknown key "${bad}"`);
+				return;
+			}
+			const refusedAt = ((next["tcp"] ?? []) as { to: string }[]).findIndex((g) => g.to.startsWith("refuse"));
+			if (refusedAt >= 0) {
+				err(r.id, -32602, `policy.tcp[${refusedAt}].to: refused by the fake`);
+				return;
+			}
+			policy = next;
+			ok(r.id, {});
+			return;
+		}
+		case "net.check": {
+			if (!hasNet) {
+				err(r.id, -32601, "net.check: no egress proxy");
+				return;
+			}
+			const dst = String(p["dst"]);
+			const proto = String(p["proto"]);
+			const i = dst.lastIndexOf(":");
+			const host = dst.slice(0, i);
+			const port = Number(dst.slice(i + 1));
+			if (host.startsWith("denied")) {
+				ok(r.id, { verdict: "deny", reason: "host address", rule: null });
+				return;
+			}
+			const rules = ((policy ?? {})[proto] ?? []) as { to: string; ports?: number[] }[];
+			const at = rules.findIndex((g) => g.to === host && (g.ports === undefined || g.ports.includes(port)));
+			if (at >= 0)
+				ok(r.id, { verdict: "allow", reason: `${proto} grant ${at}`, rule: { key: proto, index: at } });
+			else
+				ok(r.id, { verdict: policy?.["hook"] ? "ask" : "deny", reason: "no grant", rule: null });
+			return;
+		}
 		case "vm.subscribe":
 			conn.subscribed = true;
 			ok(r.id, { seq: 0 });
 			setTimeout(() => postEvent("agent-ready", {}), 30);
 			return;
 		case "test.connections":
-			ok(r.id, conns.map(({ requests, subscribed, events, open }) => ({ requests, subscribed, events, open })));
+			ok(r.id, conns.map(({ requests, subscribed, events, open, persona }) => ({ requests, subscribed, events, open, ...(persona ? { persona } : {}) })));
 			return;
 		case "vm.facts":
 			ok(r.id, { facts: [...configFacts, { source: "guest", topic: "kernel", relation: "is", value: "Linux" }] });
@@ -251,7 +405,8 @@ const server = net.createServer((sock) => {
 			handle(JSON.parse(line) as Req);
 	});
 	sock.on("error", () => undefined);
-});
+};
+const server = net.createServer((sock) => serveConn(sock));
 // As the vmm does while it builds the VM: connect to the hook and to each
 // virtual mount's server (Documentation/network.md, virtual-fs.md). The
 // hook gets FAKE_VMM_HOOK's questions (a JSON array); each virtual mount
