@@ -35,6 +35,7 @@ export type { GlobOptions } from "./glob.js";
 export type { SandboxService, ServiceProto, ServiceRegistry, ServiceSpec } from "./services.js";
 export { PersonaView } from "./persona.js";
 export type { PersonaGrant } from "./persona.js";
+export * from "./launcher/index.js";
 export {
 	AgentUnreachableError, CancelledError, ConnectionClosedError, EgressDeniedError, GuestError, KilnRpcError,
 	LimitError, NotSupportedError, PersonaRefusedError, PinMismatchError, SandboxConfigError, SandboxError, VmmError,
