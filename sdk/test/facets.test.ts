@@ -12,7 +12,8 @@ import {
 } from "../src/index.js";
 import type { SandboxConnection, SandboxVm } from "../src/index.js";
 import { globFiles } from "../src/glob.js";
-import { ServiceTable } from "../src/services.js";
+import { ServiceTable, serviceRegistry } from "../src/services.js";
+import { PersonaView } from "../src/persona.js";
 import { fakeKiln } from "./kiln-fixture.js";
 import type { FakeKiln } from "./kiln-fixture.js";
 
@@ -337,6 +338,19 @@ describe("personas", () => {
 			await vm.close();
 			await assert.rejects(kept.shell.exec("id"), /was revoked/);
 		}, { net: true });
+	});
+
+	test("a malformed vm.grant answer, or a socket that cannot be reached, revokes and fails naming it", async () => {
+		const revoked: string[] = [];
+		const owner = { revoke: async (s: string) => revoked.push(s), closed: () => false, forget: () => undefined };
+		const registryOn = () => serviceRegistry(new ServiceTable(), undefined, async () => undefined);
+		await assert.rejects(PersonaView.open("vm.forPersona", { socket: "/elsewhere.sock", uid: 2000 }, "/tmp/p.sock", { persona: "r" }, [], registryOn, owner),
+			/vm.grant: a malformed answer/);
+		await assert.rejects(PersonaView.open("vm.forPersona", { socket: "/tmp/p.sock" }, "/tmp/p.sock", { persona: "r" }, [], registryOn, owner),
+			/vm.grant: a malformed answer/);
+		await assert.rejects(PersonaView.open("vm.forPersona", { socket: "/nonexistent/p.sock", uid: 2000 }, "/nonexistent/p.sock", { persona: "r" }, [], registryOn, owner),
+			/vm.forPersona: \/nonexistent\/p.sock: .*ENOENT/);
+		assert.deepEqual(revoked, ["/tmp/p.sock", "/tmp/p.sock", "/nonexistent/p.sock"]);
 	});
 
 	test("grants: shape errors before any call, the vmm's refusals as they come", async () => {

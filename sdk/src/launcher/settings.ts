@@ -146,8 +146,7 @@ export function applySettings(what: string, d: LauncherDescriptor, stored: Reado
 				throw new SandboxConfigError(`${at}: required (${f.label})`);
 			continue;
 		}
-		if (f.type !== "secret" || value !== undefined)
-			next[f.id] = value;
+		next[f.id] = value;
 		resolved[f.id] = value;
 	}
 	return { stored: next, resolved: Object.freeze(resolved) };
