@@ -386,8 +386,14 @@ describe("built-in launchers", () => {
 			await withEnv({ FAKE_VMM_KVM: "garbage" }, async () => {
 				const r = await vm.isAvailable();
 				assert.equal(r.available, false);
-				assert.match(r.reason, /probe-kvm: exit 1.*too old/);
+				assert.match(r.reason, /probe-kvm: exit 1, not json: not a probe-kvm answer/);
 			});
+			// Exit 0 with nothing said (seen once in the harness) is no answer.
+			const silent = new VmLauncher({ kiln: { vmm: k.vmm, kernel: k.kernel, initrd: k.initrd }, run: async () => ({ code: 0, stdout: "", stderr: "" }) });
+			silent.configure({});
+			await silent.prepare();
+			assert.match((await silent.isAvailable()).reason, /probe-kvm: exit 0, nothing on stdout: not a probe-kvm answer/);
+			assert.equal((await silent.isAvailable()).available, false);
 			const unprepared = new VmLauncher({ kiln: { vmm: k.vmm, kernel: k.kernel, initrd: k.initrd } });
 			await assert.rejects(unprepared.isAvailable(), /not prepared/);
 			const missing = new VmLauncher({ kiln: { vmm: k.vmm, kernel: k.kernel + ".none", initrd: k.initrd } });

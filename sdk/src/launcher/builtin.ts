@@ -31,8 +31,17 @@ export interface BuiltinOptions {
 	readProc?: (path: string) => string | undefined;
 }
 
+/** How long a probe (`vmm probe-kvm`, `vmm --help`) may take: generous,
+ * for hosts that emulate. */
+const PROBE_TIMEOUT_MS = 30_000;
+
 const runFile: RunCommand = (file, args) => new Promise((resolve) => {
-	execFile(file, [...args], { timeout: 10_000, maxBuffer: 1 << 20 }, (err, stdout, stderr) => {
+	const child = execFile(file, [...args], { timeout: PROBE_TIMEOUT_MS, maxBuffer: 1 << 20 }, (err, stdout, stderr) => {
+		// A child the timeout killed may still exit 0: it is no answer.
+		if (child.killed) {
+			resolve({ code: -1, stdout: "", stderr: `no answer within ${PROBE_TIMEOUT_MS} ms` });
+			return;
+		}
 		const code = err === null ? 0 : typeof (err as { code?: unknown }).code === "number" ? (err as { code: number }).code : -1;
 		resolve({ code, stdout: String(stdout), stderr: err && code === -1 ? err.message : String(stderr) });
 	});
@@ -142,7 +151,7 @@ export class VmLauncher extends KilnLauncher {
 			v = undefined;
 		}
 		if (!isRecord(v) || typeof v["usable"] !== "boolean" || (r.code !== 0 && r.code !== 1))
-			this.#probe = { available: false, reason: `${vmm} probe-kvm: exit ${r.code}, ${(r.stderr || r.stdout).trim() || "no answer"} (a vmm without probe-kvm is too old)` };
+			this.#probe = { available: false, reason: `${vmm} probe-kvm: exit ${r.code}, ${(r.stderr || r.stdout).trim().split("\n")[0] || "nothing on stdout"}: not a probe-kvm answer (a vmm older than probe-kvm says "unknown command")` };
 		else if (v["usable"] && r.code === 0)
 			this.#probe = { available: true, reason: "KVM is usable (vmm probe-kvm)" };
 		else
