@@ -573,7 +573,9 @@ bench-sdk: deps
 	$(Q)tools/bench-sdk $(O)
 
 # Boots the kiln-test image read-only (what a snapshot restores) with and
-# without --baseline-cache (Documentation/benchmarks.md, "Snapshots").
+# without --baseline-cache, then restores an initramfs guest under vmm and
+# QEMU microvm side by side (Documentation/benchmarks.md, "Snapshot and
+# baseline benchmark").
 .PHONY: bench-snapshot
 bench-snapshot: deps
 	$(Q)$(MAKE) -j$(JOBS) all
