@@ -149,6 +149,8 @@ core-obj-y += vmm/trace-startup.o
 core-obj-y += vmm/options.o
 core-obj-y += vmm/options-parse.o
 core-obj-y += vmm/jail.o
+core-obj-y += vmm/isolate-ns.o
+core-obj-y += vmm/isolate-ns-root.o
 core-obj-y += vmm/bus.o
 core-obj-y += vmm/vm-state.o
 core-obj-y += vmm/virtio-slots.o
@@ -402,6 +404,20 @@ $(O)/guest/kiln-agent-host: $(AGENT_HOST_OBJS)
 
 selftests: $(O)/guest/kiln-agent-host
 -include $(AGENT_HOST_OBJS:.o=.d)
+
+# PID 1 of a namespace sandbox (vmm --isolation namespace, vmm/isolate-ns.c):
+# the agent's sources built static, like init (the image's libc is not
+# the host's), from the sources at once like hostile-agent.
+agent-ns-src-y := guest/agent/ns.c \
+	$(patsubst %.o,%.c,$(filter-out guest/agent/host.o,$(agent-host-obj-y)))
+$(O)/guest/kiln-agent-ns: $(agent-ns-src-y)
+	$(quiet) CC $@
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) -std=gnu11 $(WARNINGS) -Werror -O2 -D_GNU_SOURCE -I. -static \
+		-MMD -MP -MF $@.d -o $@ $(agent-ns-src-y)
+
+all: $(O)/guest/kiln-agent-ns
+-include $(O)/guest/kiln-agent-ns.d
 
 # Fuzzing (Documentation/fuzzing.md): each selftests/fuzz/NAME.c but the
 # replay driver is a libFuzzer target. `make fuzz` builds them with

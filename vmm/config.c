@@ -79,6 +79,12 @@ const char *const config__rootfs_modes[] = {
 	NULL,
 };
 
+const char *const config__isolations[] = {
+	[ISOLATION_VM] = "vm",
+	[ISOLATION_NAMESPACE] = "namespace",
+	NULL,
+};
+
 const char *config__rootfs_mode_name(enum rootfs_mode mode)
 {
 	if ((size_t)mode < ARRAY_SIZE(config__rootfs_modes) - 1)
@@ -367,7 +373,8 @@ int config__validate(struct vm_config *c, char *err, size_t len)
 
 	if (max_mib > CONFIG_MAX_MEM_MIB)
 		max_mib = CONFIG_MAX_MEM_MIB;
-	if (!c->kernel_path)
+	/* A namespace sandbox boots no kernel (vmm/isolate-ns.h). */
+	if (!c->kernel_path && c->isolation == ISOLATION_VM)
 		return errf(err, len, -EINVAL,
 			    "no kernel given (--kernel PATH or \"kernel\")");
 	ret = default_initrd(c);

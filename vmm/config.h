@@ -77,6 +77,16 @@ struct baseline_config {
 	bool no_lookup;
 };
 
+/*
+ * What isolates the guest (Documentation/design.md, "Namespace
+ * isolation"): a KVM microVM, or the same agent in Linux namespaces on
+ * the host's kernel (vmm/isolate-ns.h), for hosts without usable KVM.
+ */
+enum isolation {
+	ISOLATION_VM, /* default */
+	ISOLATION_NAMESPACE,
+};
+
 /* Everything `vmm run` needs, validated before anything is built. */
 struct vm_config {
 	char *kernel_path;
@@ -136,8 +146,9 @@ struct vm_config {
 	enum log_level log_level; /* with log_level_set */
 	bool log_level_set;
 	enum log_format log_format;
-	bool seccomp;		 /* filter the running monitor */
-	struct jail_config jail; /* --jail (vmm/jail.h); dir NULL: none */
+	bool seccomp;		  /* filter the running monitor */
+	struct jail_config jail;  /* --jail (vmm/jail.h); dir NULL: none */
+	enum isolation isolation; /* --isolation */
 };
 
 /* Room for a path, a field and two digests (rootfs verification). */
@@ -157,6 +168,8 @@ int __must_check config__validate(struct vm_config *c, char *err,
 				  size_t errlen);
 /* The modes' names ("ephemeral", ...) by enum rootfs_mode, NULL-terminated. */
 extern const char *const config__rootfs_modes[];
+/* --isolation's names ("vm", "namespace") by enum isolation. */
+extern const char *const config__isolations[];
 const char *config__rootfs_mode_name(enum rootfs_mode mode);
 
 #endif

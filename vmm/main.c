@@ -23,6 +23,7 @@
 #include "vmm/config.h"
 #include "vmm/facts.h"
 #include "vmm/guest-default.h"
+#include "vmm/isolate-ns.h"
 #include "vmm/jail.h"
 #include "vmm/kvm.h"
 #include "vmm/options.h"
@@ -267,10 +268,17 @@ static int cmd_run(int argc, char **argv, bool start,
 	}
 	if (ret || setup_log(&cfg))
 		goto out;
-	/* No --kernel: the default guest, verified (guest-default.h). */
-	ret = guest_default__apply(&cfg, err, sizeof(err));
+	/*
+	 * No --kernel: the default guest, verified (guest-default.h); a
+	 * namespace sandbox boots none (vmm/isolate-ns.h).
+	 */
+	ret = cfg.isolation == ISOLATION_VM ?
+		      guest_default__apply(&cfg, err, sizeof(err)) :
+		      0;
 	if (!ret)
 		ret = config__validate(&cfg, err, sizeof(err));
+	if (!ret && cfg.isolation == ISOLATION_NAMESPACE)
+		ret = isolate_ns__check(&cfg, err, sizeof(err));
 	if (!ret && cfg.jail.dir)
 		ret = jail__check_root(&cfg.jail, err, sizeof(err));
 	if (!ret && cfg.jail.dir)
@@ -289,6 +297,15 @@ static int cmd_run(int argc, char **argv, bool start,
 	/* In a jail, the fork makes its PID 1, which runs the VM. */
 	if (cfg.detach && detach(&cfg, &ready_fd))
 		goto out;
+	if (cfg.isolation == ISOLATION_NAMESPACE) {
+		ret = isolate_ns__run(&cfg, ready_fd, parent_fd);
+		if (parent_fd >= 0)
+			close(parent_fd);
+		trace_close(trace, &cfg);
+		log__close();
+		config__free(&cfg);
+		return ret;
+	}
 	if (jail && !cfg.detach && jail__fork(jail))
 		goto out;
 	if (jail && jail__setup(jail))

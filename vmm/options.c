@@ -361,6 +361,13 @@ static int apply_no_seccomp(struct vm_config *c, const union option_value *v,
 	return 0;
 }
 
+static int apply_isolation(struct vm_config *c, const union option_value *v,
+			   char *err, size_t len)
+{
+	c->isolation = v->choice; /* config__isolations is by enum isolation */
+	return 0;
+}
+
 static int apply_jail_uid(struct vm_config *c, const union option_value *v,
 			  char *err, size_t len)
 {
@@ -825,6 +832,18 @@ const struct option_desc options__table[] = {
 		.help = "do not filter the monitor's syscalls (debugging)",
 		.kind = OPTION_FLAG,
 		.apply = apply_no_seccomp,
+	},
+	{
+		.flag = "isolation",
+		.arg = "vm|namespace",
+		.key = "isolation",
+		.help = "vm (a KVM microVM, the default) or namespace: the same\n"
+			"agent and control API in Linux namespaces on the host's\n"
+			"kernel, for hosts without usable KVM; a weaker boundary\n"
+			"(Documentation/security.md)",
+		.kind = OPTION_CHOICE,
+		.choices = config__isolations,
+		.apply = apply_isolation,
 	},
 	{
 		.flag = "jail",

@@ -1,0 +1,58 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+#ifndef KILN_VMM_ISOLATE_NS_INTERNAL_H
+#define KILN_VMM_ISOLATE_NS_INTERNAL_H
+
+/*
+ * Between isolate-ns.c (the host side: what is made before the clone,
+ * the id maps, the control API, the wait, the clean-up) and
+ * isolate-ns-root.c (the sandbox's side, from the clone to the exec of
+ * its agent): callers see vmm/isolate-ns.h only.
+ */
+#include <limits.h>
+#include <stdatomic.h>
+#include <sys/types.h>
+
+#include "vmm/config.h"
+#include "vmm/isolate-ns.h"
+#include "vmm/mounts.h"
+#include "vmm/rootfs.h"
+
+/* The agent's listening socket, as fd 3 of kiln-agent-ns. */
+#define NS_AGENT_FD	3
+#define NS_AGENT_BIN	"kiln-agent-ns"
+#define NS_REPORT_MAX	512 /* the child's one line, when it fails */
+#define NS_CHILD_FAILED 125 /* the child's status then */
+
+struct ns_sandbox {
+	const struct vm_config *cfg;
+	struct rootfs_image img;
+	char dir[PATH_MAX - 64]; /* the run directory (mkdtemp); "": none */
+	char sock[PATH_MAX];	 /* dir/agent.sock: the agent's */
+	char stage[PATH_MAX];	 /* dir/stage: where the root is assembled */
+	char cgroup[PATH_MAX];	 /* the sandbox's cgroup v2; "": none */
+	char upper[PATH_MAX +
+		   8];		 /* persistent: state/upper; "": in the tmpfs */
+	char work[PATH_MAX + 8]; /* persistent: state/work */
+	int listen_fd;		 /* the agent's socket, listening */
+	int agent_fd;		 /* kiln-agent-ns, opened before the switch */
+	int root_fd;		 /* the image's ext4, a detached mount */
+	int bind_fd[MOUNTS_MAX]; /* --mount binds, detached clones; -1 */
+	int cg_fd;		 /* the cgroup's directory; -1: none */
+	int pidfd;		 /* the sandbox's PID 1; -1: none */
+	int go[2];		 /* host -> child: the id maps are written */
+	int report[2];		 /* child -> host: why it failed; EOF: exec */
+	pid_t pid;
+	struct api *api;
+	int ready_fd;			     /* start --detach; -1: none */
+	_Atomic long long shutdown_deadline; /* CLOCK_MONOTONIC s; 0: none */
+};
+
+/*
+ * In the child of the clone, as its PID 1: waits for the go byte, then
+ * assembles the root, switches to it, installs the filter and executes
+ * the agent. Never returns: a failure is one line on report[1] and
+ * status NS_CHILD_FAILED.
+ */
+void __attribute__((noreturn)) ns_child(struct ns_sandbox *sb);
+
+#endif

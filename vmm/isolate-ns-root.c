@@ -1,0 +1,434 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * --isolation namespace, the sandbox's side (vmm/isolate-ns.h): the
+ * child of the clone, PID 1 of its new namespaces, root in its user
+ * namespace once the host wrote its id maps. It assembles the root in a
+ * tmpfs of its own mount namespace (the image read-only as the lower
+ * layer of an overlay, whose upper is in that tmpfs, or the persistent
+ * directory), mounts the binds, /proc, /sys, a small /dev and devpts,
+ * switches to it (pivot_root, the old root detached), brings loopback
+ * up, installs its seccomp filter and executes the agent from the
+ * descriptor opened on the host. Each failure is one line to the host.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <net/if.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include "lib/compiler.h"
+#include "vmm/isolate-ns-internal.h"
+
+/* A path below the root, itself below the stage: room for both. */
+#define NS_PATH_MAX (2 * PATH_MAX + 128)
+#define NS_ARGV_MAX 4096 /* the agent's own arguments and the command's */
+
+static void __attribute__((noreturn, format(printf, 2, 3)))
+fail(struct ns_sandbox *sb, const char *fmt, ...)
+{
+	char line[NS_REPORT_MAX];
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	if (n > (int)sizeof(line) - 1)
+		n = sizeof(line) - 1;
+	if (write(sb->report[1], line, (size_t)n) < 0)
+		_exit(NS_CHILD_FAILED);
+	_exit(NS_CHILD_FAILED);
+}
+
+static void path(char *out, const char *a, const char *b)
+{
+	if (snprintf(out, NS_PATH_MAX, "%s%s", a, b) >= NS_PATH_MAX)
+		out[0] = '\0'; /* fails at its use, named */
+}
+
+/* mkdir -p of an absolute path below root (the overlay: ours to write). */
+static int mkdirs(const char *root, const char *sub)
+{
+	char p[NS_PATH_MAX];
+	size_t base = strlen(root);
+
+	path(p, root, sub);
+	for (char *s = p + base + 1; *s; s++) {
+		if (*s != '/')
+			continue;
+		*s = '\0';
+		if (mkdir(p, 0755) && errno != EEXIST)
+			return -errno;
+		*s = '/';
+	}
+	if (mkdir(p, 0755) && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+/* The overlay, its lower the image, its upper the tmpfs or the state. */
+static void mount_root(struct ns_sandbox *sb, char *root)
+{
+	const struct rootfs_config *rc = &sb->cfg->rootfs;
+	char lower[NS_PATH_MAX], upper[NS_PATH_MAX], work[NS_PATH_MAX];
+	char opts[3 * NS_PATH_MAX + 64], size[64] = "";
+
+	/* ephemeral: the changes' room is the mode's max dirty bytes. */
+	if (rc->mode == ROOTFS_EPHEMERAL && rc->max_dirty_bytes)
+		snprintf(size, sizeof(size), ",size=%llu",
+			 (unsigned long long)rc->max_dirty_bytes);
+	snprintf(opts, sizeof(opts), "mode=0700%s", size);
+	if (mount("tmpfs", sb->stage, "tmpfs", MS_NOSUID | MS_NODEV, opts))
+		fail(sb, "a tmpfs for its root: %s", strerror(errno));
+	path(lower, sb->stage, "/lower");
+	path(root, sb->stage, "/root");
+	if (sb->upper[0]) {
+		snprintf(upper, sizeof(upper), "%s", sb->upper);
+		snprintf(work, sizeof(work), "%s", sb->work);
+	} else {
+		path(upper, sb->stage, "/upper");
+		path(work, sb->stage, "/work");
+	}
+	if (mkdir(lower, 0755) || mkdir(root, 0755) ||
+	    (!sb->upper[0] && (mkdir(upper, 0755) || mkdir(work, 0700))))
+		fail(sb, "its stage: %s", strerror(errno));
+	if (move_mount(sb->root_fd, "", AT_FDCWD, lower,
+		       MOVE_MOUNT_F_EMPTY_PATH))
+		fail(sb, "the image's mount: %s", strerror(errno));
+	/*
+	 * userxattr: overlayfs keeps its own attributes in user.* in a
+	 * user namespace (trusted.* is the host root's).
+	 */
+	snprintf(opts, sizeof(opts),
+		 "lowerdir=%s,upperdir=%s,workdir=%s,userxattr", lower, upper,
+		 work);
+	if (mount("overlay", root, "overlay", MS_NOSUID | MS_NODEV, opts))
+		fail(sb,
+		     "no overlayfs over the image: %s (the kernel needs "
+		     "overlayfs with user namespace mounts, Linux 5.11 or "
+		     "later)",
+		     strerror(errno));
+}
+
+/* A host device node, bound onto an empty file of the sandbox's /dev. */
+static void bind_dev(struct ns_sandbox *sb, const char *root, const char *name)
+{
+	char src[64], dst[NS_PATH_MAX];
+	int fd;
+
+	snprintf(src, sizeof(src), "/dev/%s", name);
+	if (snprintf(dst, sizeof(dst), "%s/dev/%s", root, name) >=
+	    (int)sizeof(dst))
+		fail(sb, "its /dev/%s: %s", name, strerror(ENAMETOOLONG));
+	fd = open(dst, O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
+	if (fd < 0 || close(fd) || mount(src, dst, NULL, MS_BIND, NULL))
+		fail(sb, "its /dev/%s: %s", name, strerror(errno));
+}
+
+/* /proc of its PID namespace, /sys read-only, a /dev of its own. */
+static void mount_system(struct ns_sandbox *sb, const char *root)
+{
+	static const char *const devs[] = { "null",   "zero",	 "full",
+					    "random", "urandom", "tty" };
+	static const char *const links[][2] = {
+		{ "pts/ptmx", "ptmx" },
+		{ "/proc/self/fd", "fd" },
+		{ "/proc/self/fd/0", "stdin" },
+		{ "/proc/self/fd/1", "stdout" },
+		{ "/proc/self/fd/2", "stderr" },
+	};
+	char p[NS_PATH_MAX], l[NS_PATH_MAX];
+	const unsigned long nsd = MS_NOSUID | MS_NODEV | MS_NOEXEC;
+
+	if (mkdirs(root, "/proc") || mkdirs(root, "/sys") ||
+	    mkdirs(root, "/dev"))
+		fail(sb, "its /proc, /sys or /dev: %s", strerror(errno));
+	path(p, root, "/proc");
+	if (mount("proc", p, "proc", nsd, NULL))
+		fail(sb, "its /proc: %s", strerror(errno));
+	path(p, root, "/sys");
+	if (mount("sysfs", p, "sysfs", nsd | MS_RDONLY, NULL))
+		fail(sb, "its /sys: %s", strerror(errno));
+	path(p, root, "/dev");
+	if (mount("tmpfs", p, "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755"))
+		fail(sb, "its /dev: %s", strerror(errno));
+	for (size_t i = 0; i < ARRAY_SIZE(devs); i++)
+		bind_dev(sb, root, devs[i]);
+	path(p, root, "/dev/pts");
+	if (mkdir(p, 0755) ||
+	    mount("devpts", p, "devpts", MS_NOSUID | MS_NOEXEC,
+		  "newinstance,ptmxmode=0666,mode=0620"))
+		fail(sb, "its /dev/pts: %s", strerror(errno));
+	path(p, root, "/dev/shm");
+	if (mkdir(p, 01777) || mount("tmpfs", p, "tmpfs", nsd, "mode=1777"))
+		fail(sb, "its /dev/shm: %s", strerror(errno));
+	for (size_t i = 0; i < ARRAY_SIZE(links); i++) {
+		if (snprintf(l, sizeof(l), "%s/dev/%s", root, links[i][1]) >=
+			    (int)sizeof(l) ||
+		    symlink(links[i][0], l))
+			fail(sb, "its /dev/%s: %s", links[i][1],
+			     strerror(errno));
+	}
+}
+
+/* --mount: binds (cloned and id-mapped by the host) and memory tmpfs. */
+static void mount_user(struct ns_sandbox *sb, const char *root)
+{
+	const struct mounts_config *mc = &sb->cfg->mounts;
+	char p[NS_PATH_MAX], opts[64] = "mode=0755";
+
+	for (unsigned int i = 0; i < mc->nr; i++) {
+		const struct mount_config *m = &mc->m[i];
+
+		if (mkdirs(root, m->guest_path))
+			fail(sb, "--mount %s: its mount point: %s",
+			     m->guest_path, strerror(errno));
+		path(p, root, m->guest_path);
+		if (m->type == MOUNT_BIND) {
+			if (move_mount(sb->bind_fd[i], "", AT_FDCWD, p,
+				       MOVE_MOUNT_F_EMPTY_PATH))
+				fail(sb, "--mount %s: %s", m->guest_path,
+				     strerror(errno));
+			continue;
+		}
+		if (m->max_bytes)
+			snprintf(opts, sizeof(opts), "mode=0755,size=%llu",
+				 (unsigned long long)m->max_bytes);
+		if (mount("tmpfs", p, "tmpfs", MS_NOSUID | MS_NODEV, opts))
+			fail(sb, "--mount %s: %s", m->guest_path,
+			     strerror(errno));
+	}
+}
+
+/* pivot_root onto itself, the old root then detached from under it. */
+static void switch_root(struct ns_sandbox *sb, const char *root)
+{
+	if (chdir(root) || syscall(SYS_pivot_root, ".", ".") ||
+	    umount2(".", MNT_DETACH) || chdir("/"))
+		fail(sb, "switching to its root: %s", strerror(errno));
+	/* readonly: the whole root, its mount points made already. */
+	if (sb->cfg->rootfs.mode == ROOTFS_READONLY &&
+	    mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY, NULL))
+		fail(sb, "making its root read-only: %s", strerror(errno));
+}
+
+static void loopback_up(struct ns_sandbox *sb)
+{
+	struct ifreq ifr = { .ifr_name = "lo" };
+	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+
+	if (fd < 0 || ioctl(fd, SIOCGIFFLAGS, &ifr))
+		fail(sb, "its loopback: %s", strerror(errno));
+	ifr.ifr_flags |= IFF_UP;
+	if (ioctl(fd, SIOCSIFFLAGS, &ifr))
+		fail(sb, "its loopback: %s", strerror(errno));
+	close(fd);
+}
+
+/*
+ * The filter: what a sandbox on the host's kernel has no business
+ * calling, each failing with EPERM (a program probing for them goes on);
+ * everything else allowed, so the image's programs run as they would in
+ * a VM. The kernel-wide state (modules, kexec, the clock, swap, keys,
+ * accounting), the kernel's larger attack surface reachable from a user
+ * namespace (BPF, perf, userfaultfd, io_uring, open_by_handle_at),
+ * and the terminal injection ioctls on the vmm's terminal (TIOCSTI,
+ * TIOCLINUX). Another architecture's calls (x32, i386) are refused.
+ */
+static const unsigned int denied[] = {
+	SYS_init_module,
+	SYS_finit_module,
+	SYS_delete_module,
+	SYS_kexec_load,
+	SYS_kexec_file_load,
+	SYS_reboot,
+	SYS_swapon,
+	SYS_swapoff,
+	SYS_settimeofday,
+	SYS_clock_settime,
+	SYS_clock_adjtime,
+	SYS_adjtimex,
+	SYS_acct,
+	SYS_add_key,
+	SYS_request_key,
+	SYS_keyctl,
+	SYS_bpf,
+	SYS_perf_event_open,
+	SYS_userfaultfd,
+	SYS_io_uring_setup,
+	SYS_io_uring_enter,
+	SYS_io_uring_register,
+	SYS_open_by_handle_at,
+	SYS_lookup_dcookie,
+	SYS_iopl,
+	SYS_ioperm,
+	SYS_syslog,
+	SYS_quotactl,
+	SYS_nfsservctl,
+	SYS_fanotify_init,
+};
+
+#define NS_FILTER_MAX 64
+#define NS_X32_BIT    0x40000000U
+
+static void install_filter(struct ns_sandbox *sb)
+{
+	struct sock_filter f[NS_FILTER_MAX];
+	struct sock_fprog prog = { .filter = f };
+	const unsigned int n = ARRAY_SIZE(denied);
+	unsigned int k = 0, i;
+
+	_Static_assert(ARRAY_SIZE(denied) + 16 <= NS_FILTER_MAX,
+		       "the filter's program fits");
+	/* Another architecture: refused outright. */
+	f[k++] = (struct sock_filter)BPF_STMT(
+		BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch));
+	f[k++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K,
+					      AUDIT_ARCH_X86_64, 1, 0);
+	f[k++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K,
+					      SECCOMP_RET_KILL_PROCESS);
+	f[k++] = (struct sock_filter)BPF_STMT(
+		BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr));
+	f[k++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K,
+					      NS_X32_BIT, n + 6, 0);
+	/* Each denied call jumps to the EPERM at the end. */
+	for (i = 0; i < n; i++)
+		f[k++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K,
+						      denied[i], n - i + 5, 0);
+	/* ioctl(fd, TIOCSTI or TIOCLINUX, ...) */
+	f[k++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K,
+					      SYS_ioctl, 1, 0);
+	f[k++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K,
+					      SECCOMP_RET_ALLOW);
+	f[k++] = (struct sock_filter)BPF_STMT(
+		BPF_LD | BPF_W | BPF_ABS,
+		offsetof(struct seccomp_data, args[1]));
+	f[k++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K,
+					      TIOCSTI, 2, 0);
+	f[k++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K,
+					      TIOCLINUX, 1, 0);
+	f[k++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K,
+					      SECCOMP_RET_ALLOW);
+	f[k++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K,
+					      SECCOMP_RET_ERRNO | EPERM);
+	prog.len = (unsigned short)k;
+	/*
+	 * No no_new_privs: root in the sandbox's user namespace may install
+	 * it without, and a setuid program of the image (sudo) still works
+	 * inside, within the namespace's ids.
+	 */
+	if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog))
+		fail(sb, "its seccomp filter: %s", strerror(errno));
+}
+
+/* kiln-agent-ns --listen-fd 3 [--cwd DIR] [-- COMMAND...], from its fd. */
+static void exec_agent(struct ns_sandbox *sb)
+{
+	static const char *const envp[] = {
+		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:"
+		"/sbin:/bin",
+		"HOME=/root",
+		"TERM=xterm-256color",
+		NULL,
+	};
+	const struct vm_config *c = sb->cfg;
+	const char *argv[NS_ARGV_MAX];
+	char fd[16];
+	size_t n = 0;
+
+	snprintf(fd, sizeof(fd), "%d", NS_AGENT_FD);
+	argv[n++] = NS_AGENT_BIN;
+	argv[n++] = "--listen-fd";
+	argv[n++] = fd;
+	if (c->cwd) {
+		argv[n++] = "--cwd";
+		argv[n++] = c->cwd;
+	}
+	if (c->argv) {
+		argv[n++] = "--";
+		for (size_t i = 0; c->argv[i] && n < NS_ARGV_MAX - 1; i++)
+			argv[n++] = c->argv[i];
+	}
+	argv[n] = NULL;
+	/* Every other descriptor of the host's closes on the exec. */
+	if (dup2(sb->listen_fd, NS_AGENT_FD) != NS_AGENT_FD ||
+	    syscall(SYS_close_range, NS_AGENT_FD + 1, ~0U, CLOSE_RANGE_CLOEXEC))
+		fail(sb, "its descriptors: %s", strerror(errno));
+	install_filter(sb);
+	syscall(SYS_execveat, sb->agent_fd, "", argv, envp, AT_EMPTY_PATH);
+	fail(sb, "executing its agent: %s", strerror(errno));
+}
+
+/* The descriptors the child needs, moved above NS_AGENT_FD. */
+static void lift_fds(struct ns_sandbox *sb)
+{
+	int *fds[] = { &sb->listen_fd, &sb->agent_fd, &sb->root_fd,
+		       &sb->report[1], &sb->go[0] };
+	int fd;
+
+	for (size_t i = 0; i < ARRAY_SIZE(fds); i++) {
+		if (*fds[i] > NS_AGENT_FD)
+			continue;
+		fd = fcntl(*fds[i], F_DUPFD_CLOEXEC, NS_AGENT_FD + 1);
+		if (fd < 0)
+			_exit(NS_CHILD_FAILED);
+		*fds[i] = fd;
+	}
+	for (unsigned int i = 0; i < MOUNTS_MAX; i++) {
+		if (sb->bind_fd[i] < 0 || sb->bind_fd[i] > NS_AGENT_FD)
+			continue;
+		fd = fcntl(sb->bind_fd[i], F_DUPFD_CLOEXEC, NS_AGENT_FD + 1);
+		if (fd < 0)
+			_exit(NS_CHILD_FAILED);
+		sb->bind_fd[i] = fd;
+	}
+}
+
+void ns_child(struct ns_sandbox *sb)
+{
+	char root[NS_PATH_MAX], go;
+
+	close(sb->go[1]);
+	close(sb->report[0]);
+	lift_fds(sb);
+	/* The host's end gone (it failed): nothing to wait for. */
+	if (read(sb->go[0], &go, 1) != 1)
+		_exit(NS_CHILD_FAILED);
+	close(sb->go[0]);
+	if (setgroups(0, NULL) || setresgid(0, 0, 0) || setresuid(0, 0, 0))
+		fail(sb, "becoming root of its user namespace: %s",
+		     strerror(errno));
+	if (sethostname(sb->cfg->hostname, strlen(sb->cfg->hostname)))
+		fail(sb, "its hostname: %s", strerror(errno));
+	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL))
+		fail(sb, "its mount namespace: %s", strerror(errno));
+	mount_root(sb, root);
+	mount_system(sb, root);
+	mount_user(sb, root);
+	switch_root(sb, root);
+	loopback_up(sb);
+	/* start: no command, no terminal input for anyone inside. */
+	if (!sb->cfg->argv) {
+		int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+
+		if (fd >= 0 && dup2(fd, STDIN_FILENO) == STDIN_FILENO)
+			close(fd);
+	}
+	exec_agent(sb);
+	_exit(NS_CHILD_FAILED); /* not reached: exec_agent fails or execs */
+}

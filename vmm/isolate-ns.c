@@ -1,0 +1,791 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * --isolation namespace, the host's side (vmm/isolate-ns.h): what the
+ * sandbox needs made by the host's root before the clone (the image
+ * verified and mounted read-only through a loop device, detached; the
+ * --mount binds cloned, detached; the agent's binary opened; its
+ * listening socket; a cgroup), the clone into new namespaces, the id
+ * maps and id-mapped mounts the child waits for, then the control API
+ * in front of the agent's socket and the wait for the sandbox's end.
+ * Everything made is undone by ns_destroy, whatever the step reached.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/loop.h>
+#include <linux/sched.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kiln-paths.h"
+#include "lib/errf.h"
+#include "lib/log.h"
+#include "vmm/api.h"
+#include "vmm/control.h"
+#include "vmm/guest-default.h"
+#include "vmm/isolate-ns-internal.h"
+#include "vmm/vm.h"
+
+#define NS_LOOP_TRIES	      8	   /* a free loop device taken meanwhile */
+#define NS_SHUTDOWN_GRACE_S   30   /* vm.shutdown: as a VM's guest has */
+#define NS_PARENT_GRACE_S     5	   /* --die-with-parent: as vm-run.c's */
+#define NS_CGROUP_RMDIR_TRIES 100  /* 10 ms apart: its last exits */
+#define NS_ERR_LEN	      1024 /* one line: what failed and why */
+
+/* ---- checks ------------------------------------------------------------- */
+
+int isolate_ns__check(const struct vm_config *c, char *err, size_t len)
+{
+	const struct mount_config *m;
+	const char *what = NULL;
+
+	if (!c->rootfs.descriptor)
+		return errf(err, len, -EINVAL,
+			    "--isolation namespace needs --rootfs DESCRIPTOR: "
+			    "the sandbox's root is an image (there is no "
+			    "initramfs to run in)");
+	if (c->rootfs.mode == ROOTFS_COW)
+		what = "--rootfs-mode cow";
+	else if (c->net.mode != NET_NONE)
+		what = "--net (the sandbox has loopback only, for now)";
+	else if (c->restore_dir)
+		what = "--restore";
+	else if (c->baseline.cache)
+		what = "--baseline-cache";
+	else if (c->jail.dir)
+		what = "--jail (the sandbox is its own jail)";
+	else if (c->vsock.socket_path)
+		what = "--vsock";
+	if (what)
+		return errf(err, len, -EINVAL,
+			    "--isolation namespace: %s is not supported", what);
+	for (unsigned int i = 0; i < c->mounts.nr; i++) {
+		m = &c->mounts.m[i];
+		if (m->type == MOUNT_VIRTUAL)
+			what = "a virtual mount";
+		else if (m->type == MOUNT_BIND && m->nr_mask_paths)
+			what = "masked paths";
+		else if (m->type == MOUNT_MEMORY && m->nr_files)
+			what = "seeded files";
+		if (what)
+			return errf(err, len, -EINVAL,
+				    "--isolation namespace: --mount %s: %s is "
+				    "not supported",
+				    m->guest_path, what);
+	}
+	return 0;
+}
+
+/* ---- what the host makes ------------------------------------------------ */
+
+static int image_open(struct ns_sandbox *sb, char *err, size_t len)
+{
+	const struct vm_config *c = sb->cfg;
+	int ret;
+
+	ret = rootfs__load(&sb->img, c->rootfs.descriptor, err, len);
+	if (ret)
+		return ret;
+	if (sb->img.qcow2)
+		return errf(err, len, -EINVAL,
+			    "%s: --isolation namespace mounts raw ext4 images "
+			    "only, and this one is qcow2",
+			    c->rootfs.descriptor);
+	if (c->rootfs.verify_full)
+		return rootfs__verify_full(&sb->img, err, len);
+	return rootfs__verify(&sb->img, err, len);
+}
+
+/* kiln-agent-ns beside the default guest (vmm/guest-default.h). */
+static int agent_open(struct ns_sandbox *sb, char *err, size_t len)
+{
+	char exe[PATH_MAX], path[PATH_MAX + sizeof(NS_AGENT_BIN) + 1];
+	struct guest_default g;
+	int ret;
+
+	ret = guest_default__find(
+		&g, getenv("KILN_GUEST_DIR"),
+		guest_default__exe_dir(exe, sizeof(exe)) ? exe : NULL,
+		guest_default__install_dir(), err, len);
+	/* No pins.json: still the same directory to look in. */
+	if (ret && ret != -ENOENT)
+		return ret;
+	snprintf(path, sizeof(path), "%s/%s", g.dir, NS_AGENT_BIN);
+	sb->agent_fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (sb->agent_fd < 0)
+		return errf(err, len, -errno,
+			    "the sandbox's agent %s: %s (make builds it)", path,
+			    strerror(errno));
+	return 0;
+}
+
+/* A loop device reading the image, detached when its mount goes. */
+static int loop_attach(int file_fd, char *dev, size_t devlen)
+{
+	struct loop_config lc = {
+		.fd = (unsigned int)file_fd,
+		.info.lo_flags = LO_FLAGS_READ_ONLY | LO_FLAGS_AUTOCLEAR,
+	};
+	int ctl, fd = -1, n, err = EBUSY;
+
+	ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
+	if (ctl < 0)
+		return -errno;
+	for (int i = 0; i < NS_LOOP_TRIES && err == EBUSY; i++) {
+		n = ioctl(ctl, LOOP_CTL_GET_FREE);
+		if (n < 0) {
+			err = errno;
+			break;
+		}
+		snprintf(dev, devlen, "/dev/loop%d", n);
+		fd = open(dev, O_RDONLY | O_CLOEXEC);
+		if (fd < 0) {
+			err = errno;
+			break;
+		}
+		if (!ioctl(fd, LOOP_CONFIGURE, &lc)) {
+			close(ctl);
+			return fd;
+		}
+		err = errno;
+		close(fd);
+		fd = -1;
+	}
+	close(ctl);
+	return -err;
+}
+
+/*
+ * The image's ext4, read-only (its journal left alone: the loop device
+ * is read-only too), as a detached mount: nothing appears in the host's
+ * mount table, and the child attaches it in its own namespace.
+ */
+static int image_mount(struct ns_sandbox *sb, char *err, size_t len)
+{
+	char dev[32];
+	int file, loop, fs, ret = 0;
+
+	file = open(sb->img.path, O_RDONLY | O_CLOEXEC);
+	if (file < 0)
+		return errf(err, len, -errno, "%s: %s", sb->img.path,
+			    strerror(errno));
+	loop = loop_attach(file, dev, sizeof(dev));
+	close(file);
+	if (loop < 0)
+		return errf(err, len, loop,
+			    "%s: no loop device for it: %s (the namespace "
+			    "isolation mounts the image through one: root "
+			    "and the loop module are needed)",
+			    sb->img.path, strerror(-loop));
+	fs = fsopen("ext4", FSOPEN_CLOEXEC);
+	if (fs < 0)
+		ret = errf(err, len, -errno, "ext4: %s", strerror(errno));
+	else if (fsconfig(fs, FSCONFIG_SET_STRING, "source", dev, 0) ||
+		 fsconfig(fs, FSCONFIG_SET_FLAG, "ro", NULL, 0) ||
+		 fsconfig(fs, FSCONFIG_SET_FLAG, "norecovery", NULL, 0) ||
+		 fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0))
+		ret = errf(err, len, -errno,
+			   "%s: cannot mount it as ext4: %s (is it a raw ext4 "
+			   "image?)",
+			   sb->img.path, strerror(errno));
+	else if ((sb->root_fd = fsmount(fs, FSMOUNT_CLOEXEC,
+					MOUNT_ATTR_RDONLY | MOUNT_ATTR_NODEV)) <
+		 0)
+		ret = errf(err, len, -errno, "%s: fsmount: %s", sb->img.path,
+			   strerror(errno));
+	if (fs >= 0)
+		close(fs);
+	/* The mount holds the device now; autoclear frees it after. */
+	close(loop);
+	return ret;
+}
+
+/* Each bind's source, cloned and detached; the child attaches them. */
+static int binds_open(struct ns_sandbox *sb, char *err, size_t len)
+{
+	const struct mount_config *m;
+
+	for (unsigned int i = 0; i < sb->cfg->mounts.nr; i++) {
+		m = &sb->cfg->mounts.m[i];
+		if (m->type != MOUNT_BIND)
+			continue;
+		sb->bind_fd[i] = open_tree(AT_FDCWD, m->source,
+					   OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+		if (sb->bind_fd[i] < 0)
+			return errf(err, len, -errno, "--mount %s: %s: %s",
+				    m->guest_path, m->source, strerror(errno));
+	}
+	return 0;
+}
+
+/* A directory the sandbox's root owns (persistent: the overlay's). */
+static int owned_dir(const char *path, mode_t mode)
+{
+	if (mkdir(path, mode) && errno != EEXIST)
+		return -errno;
+	if (chown(path, NS_ID_BASE, NS_ID_BASE))
+		return -errno;
+	return 0;
+}
+
+/*
+ * persistent:DIR: DIR/upper holds the changes across runs, DIR/work is
+ * overlayfs's; both the sandbox's root's. DIR itself stays the host's.
+ */
+static int persistent_dirs(struct ns_sandbox *sb, char *err, size_t len)
+{
+	const char *dir = sb->cfg->rootfs.state_path;
+	int ret;
+
+	if (sb->cfg->rootfs.mode != ROOTFS_PERSISTENT)
+		return 0;
+	if (mkdir(dir, 0711) && errno != EEXIST)
+		return errf(err, len, -errno, "--rootfs-mode persistent:%s: %s",
+			    dir, strerror(errno));
+	snprintf(sb->upper, sizeof(sb->upper), "%s/upper", dir);
+	snprintf(sb->work, sizeof(sb->work), "%s/work", dir);
+	ret = owned_dir(sb->upper, 0755);
+	if (!ret)
+		ret = owned_dir(sb->work, 0700);
+	if (ret)
+		return errf(err, len, ret,
+			    "--rootfs-mode persistent:%s: its upper and work "
+			    "directories: %s",
+			    dir, strerror(-ret));
+	return 0;
+}
+
+/*
+ * The run directory: the agent's socket (the host's side of the
+ * transport: the control API connects to it) and the stage, where the
+ * child assembles the root in a tmpfs of its own mount namespace.
+ */
+static int run_dir(struct ns_sandbox *sb, char *err, size_t len)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	const char *tmp = getenv("TMPDIR");
+	int ret;
+
+	snprintf(sb->dir, sizeof(sb->dir), "%s/kiln-ns-XXXXXX",
+		 tmp && *tmp ? tmp : "/tmp");
+	if (!mkdtemp(sb->dir)) {
+		ret = -errno;
+		errf(err, len, ret, "%s: %s", sb->dir, strerror(errno));
+		sb->dir[0] = '\0';
+		return ret;
+	}
+	/* The sandbox's root goes through it to the stage, and no further. */
+	if (chmod(sb->dir, 0711))
+		return errf(err, len, -errno, "%s: %s", sb->dir,
+			    strerror(errno));
+	snprintf(sb->stage, sizeof(sb->stage), "%s/stage", sb->dir);
+	ret = owned_dir(sb->stage, 0700);
+	if (ret)
+		return errf(err, len, ret, "%s: %s", sb->stage, strerror(-ret));
+	if ((size_t)snprintf(sb->sock, sizeof(sb->sock), "%s/agent.sock",
+			     sb->dir) >= sizeof(a.sun_path))
+		return errf(err, len, -ENAMETOOLONG,
+			    "%s/agent.sock: longer than a socket's path may be "
+			    "(set TMPDIR shorter)",
+			    sb->dir);
+	strcpy(a.sun_path, sb->sock);
+	sb->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (sb->listen_fd < 0 ||
+	    bind(sb->listen_fd, (struct sockaddr *)&a, sizeof(a)) ||
+	    listen(sb->listen_fd, SOMAXCONN))
+		return errf(err, len, -errno, "%s: %s", sb->sock,
+			    strerror(errno));
+	return 0;
+}
+
+/* The cgroup v2 hierarchy's mount point, from /proc/self/mountinfo. */
+static bool cgroup2_root(char *out, size_t len)
+{
+	char line[1024], mnt[PATH_MAX], *sep;
+	bool found = false;
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+
+	if (!f)
+		return false;
+	while (!found && fgets(line, sizeof(line), f)) {
+		sep = strstr(line, " - cgroup2 ");
+		if (!sep || sscanf(line, "%*s %*s %*s %*s %4095s", mnt) != 1)
+			continue;
+		found = (size_t)snprintf(out, len, "%s", mnt) < len;
+	}
+	fclose(f);
+	return found;
+}
+
+/*
+ * A cgroup of its own under the v2 hierarchy's root, the clone put in it
+ * at once (CLONE_INTO_CGROUP), killed as a whole at the end. None
+ * writable here: said once, and the sandbox runs without (its PID
+ * namespace still ends every process with PID 1).
+ */
+static void cgroup_make(struct ns_sandbox *sb)
+{
+	static unsigned int seq;
+	char root[PATH_MAX - 64];
+
+	if (!cgroup2_root(root, sizeof(root))) {
+		pr_warn("namespace sandbox: no cgroup v2 hierarchy mounted; "
+			"it runs without a cgroup");
+		return;
+	}
+	snprintf(sb->cgroup, sizeof(sb->cgroup), "%s/kiln-ns-%d-%u", root,
+		 (int)getpid(), seq++);
+	if (mkdir(sb->cgroup, 0755) ||
+	    (sb->cg_fd = open(sb->cgroup, O_DIRECTORY | O_CLOEXEC)) < 0) {
+		pr_warn("namespace sandbox: cgroup %s: %s; it runs without a "
+			"cgroup",
+			sb->cgroup, strerror(errno));
+		rmdir(sb->cgroup);
+		sb->cgroup[0] = '\0';
+	}
+}
+
+/* The end: every process in the cgroup killed, then the cgroup removed. */
+static void cgroup_remove(struct ns_sandbox *sb)
+{
+	char path[PATH_MAX + 16];
+	int fd;
+
+	if (sb->cg_fd >= 0)
+		close(sb->cg_fd);
+	sb->cg_fd = -1;
+	if (!sb->cgroup[0])
+		return;
+	snprintf(path, sizeof(path), "%s/cgroup.kill", sb->cgroup);
+	fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		if (write(fd, "1", 1) != 1)
+			pr_debug("%s: %s", path, strerror(errno));
+		close(fd);
+	}
+	for (int i = 0; i < NS_CGROUP_RMDIR_TRIES; i++) {
+		if (!rmdir(sb->cgroup) || errno != EBUSY)
+			break;
+		usleep(10000);
+	}
+	sb->cgroup[0] = '\0';
+}
+
+/* ---- the clone ---------------------------------------------------------- */
+
+static int write_file(pid_t pid, const char *name, const char *text)
+{
+	char path[64];
+	int fd, ret = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, name);
+	fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (write(fd, text, strlen(text)) != (ssize_t)strlen(text))
+		ret = -errno;
+	close(fd);
+	return ret;
+}
+
+/*
+ * The child's ids (its root is NS_ID_BASE here), then the image and the
+ * binds id-mapped through its user namespace, so that their root's files
+ * are its root's, then the go byte.
+ */
+static int child_ids(struct ns_sandbox *sb, char *err, size_t len)
+{
+	struct mount_attr attr = { .attr_set = MOUNT_ATTR_IDMAP };
+	char map[64], path[64];
+	int user, ret = 0;
+
+	snprintf(map, sizeof(map), "0 %u %u\n", NS_ID_BASE, NS_ID_COUNT);
+	ret = write_file(sb->pid, "uid_map", map);
+	if (!ret)
+		ret = write_file(sb->pid, "gid_map", map);
+	if (ret)
+		return errf(err, len, ret,
+			    "namespace sandbox: its id maps: %s (user "
+			    "namespaces not available?)",
+			    strerror(-ret));
+	snprintf(path, sizeof(path), "/proc/%d/ns/user", (int)sb->pid);
+	user = open(path, O_RDONLY | O_CLOEXEC);
+	if (user < 0)
+		return errf(err, len, -errno, "%s: %s", path, strerror(errno));
+	attr.userns_fd = (unsigned int)user;
+	if (mount_setattr(sb->root_fd, "", AT_EMPTY_PATH, &attr, sizeof(attr)))
+		ret = errf(err, len, -errno,
+			   "%s: cannot id-map its mount for the sandbox: %s",
+			   sb->img.path, strerror(errno));
+	for (unsigned int i = 0; !ret && i < sb->cfg->mounts.nr; i++) {
+		const struct mount_config *m = &sb->cfg->mounts.m[i];
+
+		if (sb->bind_fd[i] < 0)
+			continue;
+		attr.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_NOSUID |
+				MOUNT_ATTR_NODEV |
+				(m->read_only ? MOUNT_ATTR_RDONLY : 0);
+		if (mount_setattr(sb->bind_fd[i], "", AT_EMPTY_PATH, &attr,
+				  sizeof(attr)))
+			ret = errf(err, len, -errno,
+				   "--mount %s: %s: cannot id-map it for the "
+				   "sandbox: %s (its file system must support "
+				   "id-mapped mounts)",
+				   m->guest_path, m->source, strerror(errno));
+	}
+	close(user);
+	return ret;
+}
+
+/*
+ * The clone, into every new namespace at once and straight into the
+ * cgroup; the child waits for child_ids, then reports one line if its
+ * set-up fails, or nothing (the report pipe closes on its exec).
+ */
+static int spawn(struct ns_sandbox *sb, char *err, size_t len)
+{
+	struct clone_args args = {
+		.flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID |
+			 CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS |
+			 CLONE_NEWCGROUP | CLONE_PIDFD,
+		.pidfd = (uint64_t)(uintptr_t)&sb->pidfd,
+		.exit_signal = SIGCHLD,
+	};
+	char report[NS_REPORT_MAX];
+	ssize_t n;
+	long pid;
+	int ret;
+
+	if (pipe2(sb->go, O_CLOEXEC) || pipe2(sb->report, O_CLOEXEC))
+		return errf(err, len, -errno, "pipe: %s", strerror(errno));
+	if (sb->cg_fd >= 0) {
+		args.flags |= CLONE_INTO_CGROUP;
+		args.cgroup = (uint64_t)sb->cg_fd;
+	}
+	pid = syscall(SYS_clone3, &args, sizeof(args));
+	if (pid < 0)
+		return errf(err, len, -errno,
+			    "namespace sandbox: cannot create its user, mount, "
+			    "pid, net, ipc and uts namespaces: %s (user "
+			    "namespaces disabled? see "
+			    "/proc/sys/user/max_user_namespaces)",
+			    strerror(errno));
+	if (pid == 0)
+		ns_child(sb);
+	sb->pid = (pid_t)pid;
+	close(sb->go[0]);
+	close(sb->report[1]);
+	sb->go[0] = sb->report[1] = -1;
+	ret = child_ids(sb, err, len);
+	if (ret)
+		return ret;
+	if (write(sb->go[1], "g", 1) != 1)
+		return errf(err, len, -errno, "namespace sandbox: go: %s",
+			    strerror(errno));
+	do
+		n = read(sb->report[0], report, sizeof(report) - 1);
+	while (n < 0 && errno == EINTR);
+	if (n > 0) {
+		report[n] = '\0';
+		return errf(err, len, -EIO, "namespace sandbox: %s", report);
+	}
+	return 0;
+}
+
+/* ---- the control API ---------------------------------------------------- */
+
+static int open_agent(void *opaque)
+{
+	struct ns_sandbox *sb = opaque;
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	int fd;
+
+	strcpy(a.sun_path, sb->sock);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, (struct sockaddr *)&a, sizeof(a))) {
+		int ret = -errno;
+
+		close(fd);
+		return ret;
+	}
+	return fd;
+}
+
+static long long now_s(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec;
+}
+
+static void shutdown_cb(void *opaque)
+{
+	struct ns_sandbox *sb = opaque;
+
+	atomic_store(&sb->shutdown_deadline, now_s() + NS_SHUTDOWN_GRACE_S);
+}
+
+static void shutdown_failed_cb(void *opaque, const char *why)
+{
+	struct ns_sandbox *sb = opaque;
+
+	pr_warn("vm.shutdown: the agent did not take the power off request "
+		"(%s); killing the sandbox",
+		why);
+	atomic_store(&sb->shutdown_deadline, 1);
+	/* The wait loop's poll sees the pidfd once it is dead. */
+	syscall(SYS_pidfd_send_signal, sb->pidfd, SIGKILL, NULL, 0);
+}
+
+static void status_cb(void *opaque, json_t *status)
+{
+	struct ns_sandbox *sb = opaque;
+
+	json_object_set_new(status, "isolation", json_string("namespace"));
+	json_object_set_new(status, "pid", json_integer(getpid()));
+	json_object_set_new(status, "sandboxPid", json_integer(sb->pid));
+	json_object_set_new(
+		status, "rootfsMode",
+		json_string(config__rootfs_mode_name(sb->cfg->rootfs.mode)));
+	json_object_set_new(status, "rootfsImage", json_string(sb->img.name));
+	json_object_set_new(status, "net", json_pack("{s:s}", "mode", "none"));
+}
+
+static void agent_ready_cb(void *opaque)
+{
+	struct ns_sandbox *sb = opaque;
+	char bytes[2] = { VM_AGENT_BYTE, VM_READY_BYTE };
+
+	pr_debug("the sandbox's agent is ready");
+	if (sb->ready_fd < 0)
+		return;
+	if (write(sb->ready_fd, bytes, sizeof(bytes)) != sizeof(bytes))
+		pr_debug("ready pipe: %s", strerror(errno));
+	close(sb->ready_fd);
+	sb->ready_fd = -1;
+}
+
+static int api_open(struct ns_sandbox *sb)
+{
+	struct api_params p = {
+		.socket_path = sb->cfg->control_socket,
+		.open_agent = open_agent,
+		.shutdown = shutdown_cb,
+		.shutdown_failed = shutdown_failed_cb,
+		.status = status_cb,
+		.agent_ready = agent_ready_cb,
+		.agent_timeout_ms = (unsigned int)sb->cfg->agent_timeout_ms,
+		.opaque = sb,
+	};
+	int ret;
+
+	if (!sb->cfg->control_socket)
+		return 0;
+	ret = api__create(&sb->api, &p);
+	if (!ret)
+		ret = api__start(sb->api, NULL);
+	if (ret)
+		pr_err("control socket %s: %s", sb->cfg->control_socket,
+		       strerror(-ret));
+	return ret;
+}
+
+/* ---- the wait ----------------------------------------------------------- */
+
+static int child_status(struct ns_sandbox *sb)
+{
+	siginfo_t info = { 0 };
+
+	if (waitid((idtype_t)P_PIDFD, (id_t)sb->pidfd, &info, WEXITED)) {
+		pr_err("namespace sandbox: waiting for it: %s",
+		       strerror(errno));
+		return VMM_EXIT_VMM_ERROR;
+	}
+	sb->pid = 0;
+	if (info.si_code == CLD_EXITED)
+		return info.si_status;
+	return 128 + info.si_status;
+}
+
+static void kill_sandbox(struct ns_sandbox *sb)
+{
+	if (syscall(SYS_pidfd_send_signal, sb->pidfd, SIGKILL, NULL, 0))
+		pr_debug("namespace sandbox: kill: %s", strerror(errno));
+}
+
+/*
+ * Until PID 1 of the sandbox ends: a signal to the vmm kills it (status
+ * 128 + N, as a VM's), a vm.shutdown not done within its grace kills it,
+ * and so does --die-with-parent's parent's end after its own.
+ */
+static int wait_sandbox(struct ns_sandbox *sb, int sig_fd, int parent_fd)
+{
+	struct pollfd p[3] = {
+		{ .fd = sb->pidfd, .events = POLLIN },
+		{ .fd = sig_fd, .events = POLLIN },
+		{ .fd = parent_fd, .events = POLLIN },
+	};
+	struct signalfd_siginfo si;
+	int signo = 0, status;
+	long long deadline;
+
+	for (;;) {
+		if (poll(p, 3, 1000) < 0 && errno != EINTR) {
+			pr_err("namespace sandbox: poll: %s", strerror(errno));
+			kill_sandbox(sb);
+			child_status(sb);
+			return VMM_EXIT_VMM_ERROR;
+		}
+		if (p[0].revents)
+			break;
+		if (p[1].revents && read(sig_fd, &si, sizeof(si)) > 0 &&
+		    !signo) {
+			signo = (int)si.ssi_signo;
+			pr_info("namespace sandbox: signal %d (%s): killing it",
+				signo, strsignal(signo));
+			kill_sandbox(sb);
+		}
+		if (p[2].fd >= 0 && p[2].revents) {
+			p[2].fd = -1;
+			pr_info("the parent process exited (--die-with-parent): "
+				"shutting the sandbox down");
+			atomic_store(&sb->shutdown_deadline,
+				     now_s() + NS_PARENT_GRACE_S);
+			if (sb->api)
+				api__shutdown(sb->api);
+			else
+				kill_sandbox(sb);
+		}
+		deadline = atomic_load(&sb->shutdown_deadline);
+		if (deadline && now_s() >= deadline)
+			kill_sandbox(sb);
+	}
+	status = child_status(sb);
+	return signo ? 128 + signo : status;
+}
+
+/* ---- the whole ---------------------------------------------------------- */
+
+static void ns_init(struct ns_sandbox *sb, const struct vm_config *c,
+		    int ready_fd)
+{
+	memset(sb, 0, sizeof(*sb));
+	sb->cfg = c;
+	sb->listen_fd = sb->agent_fd = sb->root_fd = -1;
+	sb->cg_fd = sb->pidfd = -1;
+	sb->go[0] = sb->go[1] = sb->report[0] = sb->report[1] = -1;
+	sb->ready_fd = ready_fd;
+	for (unsigned int i = 0; i < MOUNTS_MAX; i++)
+		sb->bind_fd[i] = -1;
+}
+
+static void close_fd(int *fd)
+{
+	if (*fd >= 0)
+		close(*fd);
+	*fd = -1;
+}
+
+static void ns_destroy(struct ns_sandbox *sb)
+{
+	api__destroy(sb->api);
+	sb->api = NULL;
+	if (sb->pid > 0) {
+		kill_sandbox(sb);
+		child_status(sb);
+	}
+	cgroup_remove(sb);
+	close_fd(&sb->pidfd);
+	close_fd(&sb->listen_fd);
+	close_fd(&sb->agent_fd);
+	close_fd(&sb->root_fd);
+	for (unsigned int i = 0; i < MOUNTS_MAX; i++)
+		close_fd(&sb->bind_fd[i]);
+	for (int i = 0; i < 2; i++) {
+		close_fd(&sb->go[i]);
+		close_fd(&sb->report[i]);
+	}
+	close_fd(&sb->ready_fd);
+	if (sb->dir[0]) {
+		unlink(sb->sock);
+		rmdir(sb->stage);
+		rmdir(sb->dir);
+	}
+	rootfs__free(&sb->img);
+}
+
+int isolate_ns__run(const struct vm_config *c, int ready_fd, int parent_fd)
+{
+	char err[NS_ERR_LEN] = "";
+	struct ns_sandbox sb;
+	int ret, sig_fd = -1, status = VMM_EXIT_VMM_ERROR;
+	sigset_t sigs;
+
+	ns_init(&sb, c, ready_fd);
+	ret = isolate_ns__check(c, err, sizeof(err));
+	if (!ret)
+		ret = image_open(&sb, err, sizeof(err));
+	if (!ret)
+		ret = agent_open(&sb, err, sizeof(err));
+	if (!ret)
+		ret = image_mount(&sb, err, sizeof(err));
+	if (!ret)
+		ret = binds_open(&sb, err, sizeof(err));
+	if (!ret)
+		ret = persistent_dirs(&sb, err, sizeof(err));
+	if (!ret)
+		ret = run_dir(&sb, err, sizeof(err));
+	if (ret) {
+		pr_err("%s", err);
+		goto out;
+	}
+	cgroup_make(&sb);
+	/* Blocked before any thread: the API's inherits the mask. */
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGHUP);
+	sigprocmask(SIG_BLOCK, &sigs, NULL);
+	sig_fd = signalfd(-1, &sigs, SFD_CLOEXEC);
+	if (sig_fd < 0) {
+		pr_err("signalfd: %s", strerror(errno));
+		goto out;
+	}
+	ret = spawn(&sb, err, sizeof(err));
+	if (ret) {
+		pr_err("%s", err);
+		goto out;
+	}
+	/* The child holds its own: the host's copies go. */
+	close_fd(&sb.root_fd);
+	close_fd(&sb.agent_fd);
+	for (unsigned int i = 0; i < MOUNTS_MAX; i++)
+		close_fd(&sb.bind_fd[i]);
+	if (api_open(&sb))
+		goto out;
+	status = wait_sandbox(&sb, sig_fd, parent_fd);
+	if (sb.api)
+		api__event(sb.api, "shutdown",
+			   json_pack("{s:s, s:i}", "reason", "guest-exit",
+				     "exitCode", status));
+out:
+	if (sig_fd >= 0)
+		close(sig_fd);
+	ns_destroy(&sb);
+	return status;
+}
