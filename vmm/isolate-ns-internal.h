@@ -37,10 +37,18 @@ struct ns_sandbox {
 	int agent_fd;		 /* kiln-agent-ns, opened before the switch */
 	int root_fd;		 /* the image's ext4, a detached mount */
 	int bind_fd[MOUNTS_MAX]; /* --mount binds, detached clones; -1 */
-	int cg_fd;		 /* the cgroup's directory; -1: none */
-	int pidfd;		 /* the sandbox's PID 1; -1: none */
-	int go[2];		 /* host -> child: the id maps are written */
-	int report[2];		 /* child -> host: why it failed; EOF: exec */
+	/*
+	 * persistent: the state directory, a detached clone (id-mapped as
+	 * the binds are), holding upper/ and work/; -1: in the tmpfs. A
+	 * clone of its own, as overlayfs will not take a layer from the
+	 * host's mounts seen from a user namespace (their children are
+	 * locked).
+	 */
+	int state_fd;
+	int cg_fd;     /* the cgroup's directory; -1: none */
+	int pidfd;     /* the sandbox's PID 1; -1: none */
+	int go[2];     /* host -> child: the id maps are written */
+	int report[2]; /* child -> host: why it failed; EOF: exec */
 	pid_t pid;
 	struct api *api;
 	int ready_fd;			     /* start --detach; -1: none */

@@ -86,6 +86,7 @@ static void mount_root(struct ns_sandbox *sb, char *root)
 {
 	const struct rootfs_config *rc = &sb->cfg->rootfs;
 	char lower[NS_PATH_MAX], upper[NS_PATH_MAX], work[NS_PATH_MAX];
+	char p[NS_PATH_MAX];
 	char opts[3 * NS_PATH_MAX + 64], size[64] = "";
 
 	/* ephemeral: the changes' room is the mode's max dirty bytes. */
@@ -97,15 +98,23 @@ static void mount_root(struct ns_sandbox *sb, char *root)
 		fail(sb, "a tmpfs for its root: %s", strerror(errno));
 	path(lower, sb->stage, "/lower");
 	path(root, sb->stage, "/root");
-	if (sb->upper[0]) {
-		snprintf(upper, sizeof(upper), "%s", sb->upper);
-		snprintf(work, sizeof(work), "%s", sb->work);
+	if (sb->state_fd >= 0) {
+		path(p, sb->stage, "/state");
+		if (mkdir(p, 0700) || move_mount(sb->state_fd, "", AT_FDCWD, p,
+						 MOVE_MOUNT_F_EMPTY_PATH))
+			fail(sb, "its persistent state: %s", strerror(errno));
+		path(upper, p, "/upper");
+		path(work, p, "/work");
+		if ((mkdir(upper, 0755) && errno != EEXIST) ||
+		    (mkdir(work, 0700) && errno != EEXIST))
+			fail(sb, "its persistent state: %s", strerror(errno));
 	} else {
 		path(upper, sb->stage, "/upper");
 		path(work, sb->stage, "/work");
+		if (mkdir(upper, 0755) || mkdir(work, 0700))
+			fail(sb, "its stage: %s", strerror(errno));
 	}
-	if (mkdir(lower, 0755) || mkdir(root, 0755) ||
-	    (!sb->upper[0] && (mkdir(upper, 0755) || mkdir(work, 0700))))
+	if (mkdir(lower, 0755) || mkdir(root, 0755))
 		fail(sb, "its stage: %s", strerror(errno));
 	if (move_mount(sb->root_fd, "", AT_FDCWD, lower,
 		       MOVE_MOUNT_F_EMPTY_PATH))
@@ -378,11 +387,11 @@ static void exec_agent(struct ns_sandbox *sb)
 static void lift_fds(struct ns_sandbox *sb)
 {
 	int *fds[] = { &sb->listen_fd, &sb->agent_fd, &sb->root_fd,
-		       &sb->report[1], &sb->go[0] };
+		       &sb->report[1], &sb->go[0],    &sb->state_fd };
 	int fd;
 
 	for (size_t i = 0; i < ARRAY_SIZE(fds); i++) {
-		if (*fds[i] > NS_AGENT_FD)
+		if (*fds[i] < 0 || *fds[i] > NS_AGENT_FD)
 			continue;
 		fd = fcntl(*fds[i], F_DUPFD_CLOEXEC, NS_AGENT_FD + 1);
 		if (fd < 0)

@@ -230,40 +230,25 @@ static int binds_open(struct ns_sandbox *sb, char *err, size_t len)
 	return 0;
 }
 
-/* A directory the sandbox's root owns (persistent: the overlay's). */
-static int owned_dir(const char *path, mode_t mode)
-{
-	if (mkdir(path, mode) && errno != EEXIST)
-		return -errno;
-	if (chown(path, NS_ID_BASE, NS_ID_BASE))
-		return -errno;
-	return 0;
-}
-
 /*
  * persistent:DIR: DIR/upper holds the changes across runs, DIR/work is
- * overlayfs's; both the sandbox's root's. DIR itself stays the host's.
+ * overlayfs's; DIR is cloned as a bind is, and id-mapped with them, so
+ * that the files the sandbox's root makes there are the host root's.
  */
-static int persistent_dirs(struct ns_sandbox *sb, char *err, size_t len)
+static int persistent_dir(struct ns_sandbox *sb, char *err, size_t len)
 {
 	const char *dir = sb->cfg->rootfs.state_path;
-	int ret;
 
 	if (sb->cfg->rootfs.mode != ROOTFS_PERSISTENT)
 		return 0;
-	if (mkdir(dir, 0711) && errno != EEXIST)
+	if (mkdir(dir, 0700) && errno != EEXIST)
 		return errf(err, len, -errno, "--rootfs-mode persistent:%s: %s",
 			    dir, strerror(errno));
-	snprintf(sb->upper, sizeof(sb->upper), "%s/upper", dir);
-	snprintf(sb->work, sizeof(sb->work), "%s/work", dir);
-	ret = owned_dir(sb->upper, 0755);
-	if (!ret)
-		ret = owned_dir(sb->work, 0700);
-	if (ret)
-		return errf(err, len, ret,
-			    "--rootfs-mode persistent:%s: its upper and work "
-			    "directories: %s",
-			    dir, strerror(-ret));
+	sb->state_fd =
+		open_tree(AT_FDCWD, dir, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+	if (sb->state_fd < 0)
+		return errf(err, len, -errno, "--rootfs-mode persistent:%s: %s",
+			    dir, strerror(errno));
 	return 0;
 }
 
@@ -291,9 +276,9 @@ static int run_dir(struct ns_sandbox *sb, char *err, size_t len)
 		return errf(err, len, -errno, "%s: %s", sb->dir,
 			    strerror(errno));
 	snprintf(sb->stage, sizeof(sb->stage), "%s/stage", sb->dir);
-	ret = owned_dir(sb->stage, 0700);
-	if (ret)
-		return errf(err, len, ret, "%s: %s", sb->stage, strerror(-ret));
+	if (mkdir(sb->stage, 0700) || chown(sb->stage, NS_ID_BASE, NS_ID_BASE))
+		return errf(err, len, -errno, "%s: %s", sb->stage,
+			    strerror(errno));
 	if ((size_t)snprintf(sb->sock, sizeof(sb->sock), "%s/agent.sock",
 			     sb->dir) >= sizeof(a.sun_path))
 		return errf(err, len, -ENAMETOOLONG,
@@ -429,6 +414,14 @@ static int child_ids(struct ns_sandbox *sb, char *err, size_t len)
 		ret = errf(err, len, -errno,
 			   "%s: cannot id-map its mount for the sandbox: %s",
 			   sb->img.path, strerror(errno));
+	attr.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+	if (!ret && sb->state_fd >= 0 &&
+	    mount_setattr(sb->state_fd, "", AT_EMPTY_PATH, &attr, sizeof(attr)))
+		ret = errf(err, len, -errno,
+			   "--rootfs-mode persistent:%s: cannot id-map it for "
+			   "the sandbox: %s (its file system must support "
+			   "id-mapped mounts)",
+			   sb->cfg->rootfs.state_path, strerror(errno));
 	for (unsigned int i = 0; !ret && i < sb->cfg->mounts.nr; i++) {
 		const struct mount_config *m = &sb->cfg->mounts.m[i];
 
@@ -687,7 +680,7 @@ static void ns_init(struct ns_sandbox *sb, const struct vm_config *c,
 	memset(sb, 0, sizeof(*sb));
 	sb->cfg = c;
 	sb->listen_fd = sb->agent_fd = sb->root_fd = -1;
-	sb->cg_fd = sb->pidfd = -1;
+	sb->cg_fd = sb->pidfd = sb->state_fd = -1;
 	sb->go[0] = sb->go[1] = sb->report[0] = sb->report[1] = -1;
 	sb->ready_fd = ready_fd;
 	for (unsigned int i = 0; i < MOUNTS_MAX; i++)
@@ -714,6 +707,7 @@ static void ns_destroy(struct ns_sandbox *sb)
 	close_fd(&sb->listen_fd);
 	close_fd(&sb->agent_fd);
 	close_fd(&sb->root_fd);
+	close_fd(&sb->state_fd);
 	for (unsigned int i = 0; i < MOUNTS_MAX; i++)
 		close_fd(&sb->bind_fd[i]);
 	for (int i = 0; i < 2; i++) {
@@ -747,7 +741,7 @@ int isolate_ns__run(const struct vm_config *c, int ready_fd, int parent_fd)
 	if (!ret)
 		ret = binds_open(&sb, err, sizeof(err));
 	if (!ret)
-		ret = persistent_dirs(&sb, err, sizeof(err));
+		ret = persistent_dir(&sb, err, sizeof(err));
 	if (!ret)
 		ret = run_dir(&sb, err, sizeof(err));
 	if (ret) {
@@ -774,6 +768,7 @@ int isolate_ns__run(const struct vm_config *c, int ready_fd, int parent_fd)
 	/* The child holds its own: the host's copies go. */
 	close_fd(&sb.root_fd);
 	close_fd(&sb.agent_fd);
+	close_fd(&sb.state_fd);
 	for (unsigned int i = 0; i < MOUNTS_MAX; i++)
 		close_fd(&sb.bind_fd[i]);
 	if (api_open(&sb))

@@ -1,0 +1,482 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * vmm --isolation namespace (vmm/isolate-ns.c, Documentation/design.md
+ * "Namespace isolation"), booted on this host: no KVM, the real vmm and
+ * kiln-agent-ns on a small ext4 image made here (busybox, mkfs.ext4 -d).
+ * The control API's exec, fs.writeFile and fs.readFile, spawn's stdout;
+ * the sandbox's own PID, network, UTS, user and cgroup namespaces, its
+ * seccomp filter; the image never written, the overlay gone with the
+ * sandbox (or kept, persistent), a read-only root, binds read-write and
+ * read-only; and bad input refused in one line. Needs root (a loop
+ * device), mkfs.ext4 and a static busybox: skipped, saying which,
+ * without them.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "selftests/jsonrpc_client.h"
+#include "selftests/kselftest.h"
+#include "selftests/spawn.h"
+#include "vmm/isolate-ns.h"
+
+#define BUSYBOX	   "/bin/busybox"
+#define IMAGE_MIB  "8M"
+#define VMM_ERROR  125
+#define START_WAIT 10000 /* ms for the control socket to answer */
+
+static const char *const applets[] = { "sh",   "cat",	   "ls",    "echo",
+				       "id",   "touch",	   "test",  "readlink",
+				       "grep", "hostname", "sleep", "tr" };
+
+/* A shell command; its exit status, or -1. */
+static int shell(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int shell(const char *fmt, ...)
+{
+	char cmd[4096];
+	va_list ap;
+	int st;
+
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	st = system(cmd);
+	return st < 0 || !WIFEXITED(st) ? -1 : WEXITSTATUS(st);
+}
+
+FIXTURE(ns)
+{
+	char why[128]; /* set: the host lacks something, skipped */
+	char dir[64];
+	char desc[128], image[128], copy[128], sock[128];
+	pid_t vmm;
+	struct tc t;
+};
+
+/* The image: busybox and its applets, /etc/motd; a copy to compare. */
+static int make_image(FIXTURE_DATA(ns) * self)
+{
+	char sum[65] = "", cmd[256];
+	FILE *f;
+	int ret;
+
+	ret = shell("set -e; cd %s; mkdir -p root/bin root/etc root/tmp "
+		    "root/root; cp " BUSYBOX " root/bin/; chmod 1777 root/tmp; "
+		    "echo image > root/etc/motd",
+		    self->dir);
+	for (size_t i = 0; !ret && i < ARRAY_SIZE(applets); i++)
+		ret = shell("ln -s busybox %s/root/bin/%s", self->dir,
+			    applets[i]);
+	if (!ret)
+		ret = shell("mkfs.ext4 -q -F -b 4096 -d %s/root %s " IMAGE_MIB
+			    " >/dev/null 2>&1 && cp %s %s",
+			    self->dir, self->image, self->image, self->copy);
+	if (ret)
+		return -1;
+	snprintf(cmd, sizeof(cmd), "sha256sum %s", self->image);
+	f = popen(cmd, "r");
+	if (!f || fscanf(f, "%64s", sum) != 1) {
+		if (f)
+			pclose(f);
+		return -1;
+	}
+	pclose(f);
+	f = fopen(self->desc, "w");
+	if (!f)
+		return -1;
+	fprintf(f,
+		"{\"name\": \"ns-test\", \"path\": \"image.ext4\", \"format\": "
+		"\"raw\", \"architecture\": \"x86_64\", \"digest\": "
+		"\"sha256:%s\", \"sizeBytes\": %d}\n",
+		sum, 8 << 20);
+	return fclose(f) ? -1 : 0;
+}
+
+FIXTURE_SETUP(ns)
+{
+	self->vmm = -1;
+	self->t.fd = -1;
+	if (geteuid()) {
+		snprintf(self->why, sizeof(self->why),
+			 "not root: the image needs a loop device");
+		return;
+	}
+	if (access(BUSYBOX, X_OK) || shell("command -v mkfs.ext4 >/dev/null")) {
+		snprintf(self->why, sizeof(self->why),
+			 "no " BUSYBOX " or no mkfs.ext4 for the test image");
+		return;
+	}
+	snprintf(self->dir, sizeof(self->dir), "/tmp/kiln-nstest-XXXXXX");
+	ASSERT_NE(NULL, mkdtemp(self->dir));
+	snprintf(self->desc, sizeof(self->desc), "%s/image.json", self->dir);
+	snprintf(self->image, sizeof(self->image), "%s/image.ext4", self->dir);
+	snprintf(self->copy, sizeof(self->copy), "%s/copy.ext4", self->dir);
+	snprintf(self->sock, sizeof(self->sock), "%s/c.sock", self->dir);
+	ASSERT_EQ(0, make_image(self));
+}
+
+FIXTURE_TEARDOWN(ns)
+{
+	int st;
+
+	tc_close(&self->t);
+	if (self->vmm > 0) {
+		kill(self->vmm, SIGKILL);
+		waitpid(self->vmm, &st, 0);
+	}
+	if (self->dir[0])
+		shell("rm -rf %s", self->dir);
+}
+
+/* vmm start --isolation namespace ... extra, its API connected. */
+static int start(FIXTURE_DATA(ns) * self, const char *const extra[])
+{
+	const char *argv[32] = { spawn__vmm_path(),  "start",
+				 "--isolation",	     "namespace",
+				 "--rootfs",	     self->desc,
+				 "--control-socket", self->sock,
+				 "--hostname",	     "nstest" };
+	size_t n = 10;
+	uint64_t end = ms_now() + START_WAIT;
+	json_t *m;
+
+	for (size_t i = 0; extra && extra[i]; i++)
+		argv[n++] = extra[i];
+	argv[n] = NULL;
+	self->vmm = fork();
+	if (self->vmm == 0) {
+		execv(argv[0], (char *const *)argv);
+		_exit(127);
+	}
+	while (ms_now() < end) {
+		if (!tc_open(&self->t, self->sock)) {
+			m = tc_call(&self->t, 1, "vm.status", NULL);
+			if (m) {
+				json_decref(m);
+				return 0;
+			}
+			tc_close(&self->t);
+		}
+		sleep_ms(20);
+	}
+	return -ETIMEDOUT;
+}
+
+/* exec of sh -c script: its stdout (malloc'ed) and exit code. */
+static char *run_sh(struct tc *t, const char *script, json_int_t *code)
+{
+	json_t *m =
+		tc_call(t, 2, "exec",
+			json_pack("{s:[s, s, s]}", "argv", "sh", "-c", script));
+	char *out = NULL;
+
+	*code = -1;
+	if (m && result(m)) {
+		out = b64_str(result(m), "stdout", NULL);
+		*code = res_int(m, "exitCode");
+	}
+	json_decref(m);
+	return out;
+}
+
+/* vmm run --isolation namespace ... -- sh -c script. */
+static int run(FIXTURE_DATA(ns) * self, const char *const extra[],
+	       const char *script, struct spawn_result *r)
+{
+	const char *argv[32] = { spawn__vmm_path(), "run",	"--isolation",
+				 "namespace",	    "--rootfs", self->desc };
+	size_t n = 6;
+
+	for (size_t i = 0; extra && extra[i]; i++)
+		argv[n++] = extra[i];
+	argv[n++] = "--";
+	argv[n++] = "/bin/sh";
+	argv[n++] = "-c";
+	argv[n++] = script;
+	argv[n] = NULL;
+	return spawn__run(argv, NULL, r);
+}
+
+/* vm.shutdown: the vmm ends with 0 and leaves nothing behind. */
+static int shutdown_vmm(FIXTURE_DATA(ns) * self)
+{
+	json_t *m = tc_call(&self->t, 99, "vm.shutdown", NULL);
+	int st = -1;
+
+	json_decref(m);
+	if (waitpid(self->vmm, &st, 0) != self->vmm)
+		return -1;
+	self->vmm = -1;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+TEST_F(ns, exec_files_spawn)
+{
+	char out[256], *s;
+	json_int_t code, stream;
+	json_t *m, *ex;
+	size_t n;
+
+	if (self->why[0])
+		SKIP(return, "%s", self->why);
+	ASSERT_EQ(0, start(self, NULL));
+	s = run_sh(&self->t, "cat /etc/motd; exit 3", &code);
+	EXPECT_STREQ("image\n", s);
+	EXPECT_EQ(3, code);
+	free(s);
+
+	m = tc_call(&self->t, 3, "fs.writeFile",
+		    json_pack("{s:s, s:o, s:b}", "path", "/root/new/f", "data",
+			      b64_json("hello", 5), "createParents", 1));
+	ASSERT_TRUE(m && result(m)) TH_LOG("error %lld", err_code(m));
+	json_decref(m);
+	m = fs_call(&self->t, 4, "fs.readFile", "/root/new/f");
+	ASSERT_TRUE(m && result(m));
+	s = b64_str(result(m), "data", &n);
+	EXPECT_STREQ("hello", s);
+	free(s);
+	json_decref(m);
+	/* The guest's own errno, as a VM's agent answers it. */
+	m = fs_call(&self->t, 5, "fs.readFile", "/no/such");
+	EXPECT_STREQ("ENOENT", err_errno(m));
+	json_decref(m);
+
+	m = tc_call(&self->t, 6, "spawn",
+		    json_pack("{s:[s, s, s]}", "argv", "sh", "-c",
+			      "echo one; sleep 0.1; echo two"));
+	ASSERT_TRUE(m && result(m));
+	stream = res_int(m, "stream");
+	json_decref(m);
+	ex = collect_stream(&self->t, stream, out, sizeof(out), NULL);
+	ASSERT_TRUE(ex != NULL);
+	EXPECT_STREQ("one\ntwo\n", out);
+	EXPECT_EQ(0, json_integer_value(json_object_get(ex, "exitCode")));
+	json_decref(ex);
+
+	m = tc_call(&self->t, 8, "vm.status", NULL);
+	EXPECT_STREQ("namespace", json_string_value(json_object_get(
+					  result(m), "isolation")));
+	json_decref(m);
+	EXPECT_EQ(0, shutdown_vmm(self));
+	/* Its run directory and socket went with it. */
+	EXPECT_NE(0, access(self->sock, F_OK));
+}
+
+/* Its own PID, network, UTS, user, cgroup namespaces; its filter. */
+TEST_F(ns, namespaces)
+{
+	static const char *const kinds[] = { "pid",  "net", "uts",
+					     "user", "ipc", "mnt" };
+	char script[512], host[64], *s, *line;
+	json_int_t code;
+	ssize_t k;
+
+	if (self->why[0])
+		SKIP(return, "%s", self->why);
+	ASSERT_EQ(0, start(self, NULL));
+	s = run_sh(&self->t,
+		   "cat /proc/1/cmdline | tr '\\0' ' ' 2>/dev/null || "
+		   "cat /proc/1/comm; echo; hostname; ls /sys/class/net; "
+		   "grep -c . /proc/net/dev; cat /proc/self/uid_map; "
+		   "grep '^Seccomp:' /proc/self/status; cat /proc/self/cgroup",
+		   &code);
+	ASSERT_TRUE(s != NULL);
+	EXPECT_EQ(0, code);
+	/* PID 1 is its agent; the hostname its own; lo its one device. */
+	EXPECT_TRUE(strstr(s, "kiln-agent-ns") != NULL) TH_LOG("%s", s);
+	EXPECT_TRUE(strstr(s, "\nnstest\nlo\n3\n") != NULL) TH_LOG("%s", s);
+	EXPECT_TRUE(strstr(s, "0     100000      65536") != NULL)
+	TH_LOG("%s", s);
+	EXPECT_TRUE(strstr(s, "Seccomp:\t2") != NULL) TH_LOG("%s", s);
+	EXPECT_TRUE(strstr(s, "0::/\n") != NULL) TH_LOG("%s", s);
+	free(s);
+	/* Each namespace other than this process's. */
+	for (size_t i = 0; i < ARRAY_SIZE(kinds); i++) {
+		snprintf(script, sizeof(script), "/proc/self/ns/%s", kinds[i]);
+		k = readlink(script, host, sizeof(host) - 1);
+		ASSERT_LT(0, k);
+		host[k] = '\0';
+		snprintf(script, sizeof(script), "readlink /proc/self/ns/%s",
+			 kinds[i]);
+		s = run_sh(&self->t, script, &code);
+		ASSERT_TRUE(s != NULL);
+		line = strtok(s, "\n");
+		ASSERT_TRUE(line != NULL);
+		EXPECT_STRNE(host, line) TH_LOG("%s", kinds[i]);
+		free(s);
+	}
+	EXPECT_EQ(0, shutdown_vmm(self));
+}
+
+/*
+ * The image is never written: a change lands in the overlay, which goes
+ * with the sandbox; readonly refuses it; persistent keeps it.
+ */
+TEST_F(ns, root_and_overlay)
+{
+	char state[160], mode[200];
+	struct spawn_result r;
+
+	if (self->why[0])
+		SKIP(return, "%s", self->why);
+	ASSERT_EQ(0, run(self, NULL,
+			 "echo changed > /etc/motd && cat /etc/motd && "
+			 "touch /written && exit 7",
+			 &r));
+	EXPECT_EQ(7, r.status) TH_LOG("%s", r.err);
+	EXPECT_STREQ("changed\n", r.out);
+	EXPECT_EQ(0, shell("cmp -s %s %s", self->image, self->copy));
+	ASSERT_EQ(0,
+		  run(self, NULL, "test ! -e /written && cat /etc/motd", &r));
+	EXPECT_EQ(0, r.status) TH_LOG("%s", r.err);
+	EXPECT_STREQ("image\n", r.out);
+
+	ASSERT_EQ(0,
+		  run(self, ARGS("--rootfs-mode", "readonly"), "touch /x", &r));
+	EXPECT_NE(0, r.status);
+	EXPECT_TRUE(strstr(r.err, "Read-only file system") != NULL)
+	TH_LOG("%s", r.err);
+
+	snprintf(state, sizeof(state), "%s/state", self->dir);
+	snprintf(mode, sizeof(mode), "persistent:%s", state);
+	ASSERT_EQ(0, run(self, ARGS("--rootfs-mode", mode),
+			 "echo kept > /root/kept", &r));
+	EXPECT_EQ(0, r.status) TH_LOG("%s", r.err);
+	ASSERT_EQ(0,
+		  run(self, ARGS("--rootfs-mode", mode), "cat /root/kept", &r));
+	EXPECT_STREQ("kept\n", r.out) TH_LOG("%s", r.err);
+	EXPECT_EQ(0, shell("cmp -s %s %s", self->image, self->copy));
+}
+
+/* --mount binds, id-mapped: the sandbox's root writes as the host's. */
+TEST_F(ns, binds)
+{
+	char rw[128], ro[128], a[200], b[200], path[160];
+	struct spawn_result r;
+	struct stat st;
+
+	if (self->why[0])
+		SKIP(return, "%s", self->why);
+	snprintf(rw, sizeof(rw), "%s/rw", self->dir);
+	snprintf(ro, sizeof(ro), "%s/ro", self->dir);
+	ASSERT_EQ(0, shell("mkdir %s %s && echo host > %s/f", rw, ro, ro));
+	snprintf(a, sizeof(a), "/data=bind:%s:rw", rw);
+	snprintf(b, sizeof(b), "/in/ro=bind:%s:ro", ro);
+	ASSERT_EQ(0, run(self, ARGS("--mount", a, "--mount", b),
+			 "echo inside > /data/g && cat /in/ro/f && "
+			 "! touch /in/ro/h 2>/dev/null",
+			 &r));
+	EXPECT_EQ(0, r.status) TH_LOG("%s", r.err);
+	EXPECT_STREQ("host\n", r.out);
+	snprintf(path, sizeof(path), "%s/g", rw);
+	ASSERT_EQ(0, stat(path, &st));
+	EXPECT_EQ(0, st.st_uid);
+	snprintf(path, sizeof(path), "%s/h", ro);
+	EXPECT_NE(0, access(path, F_OK));
+}
+
+/* stderr holds exactly one line, with want in it. */
+static bool one_line(const struct spawn_result *r, const char *want)
+{
+	const char *nl = strchr(r->err, '\n');
+
+	return nl && !nl[1] && strstr(r->err, want);
+}
+
+/* Bad input and a host without user namespaces: one line, status 125. */
+TEST_F(ns, bad_input)
+{
+	char missing[160];
+	struct spawn_result r;
+
+	if (self->why[0])
+		SKIP(return, "%s", self->why);
+	snprintf(missing, sizeof(missing), "%s/none.json", self->dir);
+	ASSERT_EQ(0, spawn__run(ARGS(spawn__vmm_path(), "run", "--isolation",
+				     "namespace", "--rootfs", missing, "--",
+				     "true"),
+				NULL, &r));
+	EXPECT_EQ(VMM_ERROR, r.status);
+	EXPECT_TRUE(one_line(&r, missing)) TH_LOG("%s", r.err);
+
+	ASSERT_EQ(0, spawn__run(ARGS(spawn__vmm_path(), "run", "--isolation",
+				     "namespace", "--", "true"),
+				NULL, &r));
+	EXPECT_EQ(VMM_ERROR, r.status);
+	EXPECT_TRUE(one_line(&r, "needs --rootfs")) TH_LOG("%s", r.err);
+
+	ASSERT_EQ(0, spawn__run(ARGS(spawn__vmm_path(), "run", "--isolation",
+				     "namespace", "--rootfs", self->desc,
+				     "--mount", "/v=virtual:/tmp/none.sock",
+				     "--", "true"),
+				NULL, &r));
+	EXPECT_EQ(VMM_ERROR, r.status);
+	EXPECT_TRUE(one_line(&r, "virtual mount")) TH_LOG("%s", r.err);
+
+	ASSERT_EQ(0, spawn__run(ARGS(spawn__vmm_path(), "run", "--isolation",
+				     "jail", "--", "true"),
+				NULL, &r));
+	EXPECT_EQ(VMM_ERROR, r.status);
+	EXPECT_TRUE(one_line(&r, "isolation")) TH_LOG("%s", r.err);
+}
+
+/*
+ * No user namespaces: clone3 refused (EPERM) by a filter on the vmm, as
+ * a host with them disabled refuses it.
+ */
+TEST_F(ns, no_user_namespaces)
+{
+	struct sock_filter f[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
+			 offsetof(struct seccomp_data, nr)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone3, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+	};
+	struct sock_fprog prog = { .len = ARRAY_SIZE(f), .filter = f };
+	int err[2], st;
+	char buf[1024] = "";
+	ssize_t n;
+	pid_t pid;
+
+	if (self->why[0])
+		SKIP(return, "%s", self->why);
+	ASSERT_EQ(0, pipe(err));
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (pid == 0) {
+		dup2(err[1], 2);
+		if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog))
+			_exit(99);
+		execl(spawn__vmm_path(), "vmm", "run", "--isolation",
+		      "namespace", "--rootfs", self->desc, "--", "true",
+		      (char *)NULL);
+		_exit(98);
+	}
+	close(err[1]);
+	n = read(err[0], buf, sizeof(buf) - 1);
+	close(err[0]);
+	ASSERT_EQ(pid, waitpid(pid, &st, 0));
+	ASSERT_TRUE(WIFEXITED(st));
+	EXPECT_EQ(VMM_ERROR, WEXITSTATUS(st));
+	ASSERT_LT(0, n);
+	buf[n] = '\0';
+	EXPECT_TRUE(strstr(buf, "user, mount, pid, net, ipc and uts "
+				"namespaces: Operation not permitted") != NULL)
+	TH_LOG("%s", buf);
+	EXPECT_TRUE(strchr(buf, '\n') == buf + n - 1) TH_LOG("%s", buf);
+}
+
+TEST_HARNESS_MAIN
