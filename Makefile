@@ -151,6 +151,7 @@ core-obj-y += vmm/options-parse.o
 core-obj-y += vmm/jail.o
 core-obj-y += vmm/isolate-ns.o
 core-obj-y += vmm/isolate-ns-root.o
+core-obj-y += vmm/isolate-ns-fuse.o
 core-obj-y += vmm/bus.o
 core-obj-y += vmm/vm-state.o
 core-obj-y += vmm/virtio-slots.o

@@ -185,7 +185,11 @@ json_t *facts__config(const struct vm_config *c, const struct rootfs_image *img)
 
 	if (!facts)
 		return NULL;
-	ret = add(facts, "kernel-path", "is", c->kernel_path);
+	/* A namespace sandbox (vmm/isolate-ns.h) may have no kernel. */
+	ret = c->kernel_path ? add(facts, "kernel-path", "is", c->kernel_path) :
+			       0;
+	if (!ret && c->isolation == ISOLATION_NAMESPACE)
+		ret = add(facts, "isolation", "is", "namespace");
 	if (!ret)
 		ret = add_u64(facts, "cpu-count", c->nr_cpus);
 	if (!ret)

@@ -37,6 +37,8 @@ struct ns_sandbox {
 	int agent_fd;		 /* kiln-agent-ns, opened before the switch */
 	int root_fd;		 /* the image's ext4, a detached mount */
 	int bind_fd[MOUNTS_MAX]; /* --mount binds, detached clones; -1 */
+	struct ns_fuse *fuse[MOUNTS_MAX]; /* FUSE-served mounts; NULL */
+	int fuse_dev[MOUNTS_MAX]; /* the child's /dev/fuse for each; -1 */
 	/*
 	 * persistent: the state directory, a detached clone (id-mapped as
 	 * the binds are), holding upper/ and work/; -1: in the tmpfs. A
@@ -54,6 +56,23 @@ struct ns_sandbox {
 	int ready_fd;			     /* start --detach; -1: none */
 	_Atomic long long shutdown_deadline; /* CLOCK_MONOTONIC s; 0: none */
 };
+
+/*
+ * isolate-ns-fuse.c: a mount the kernel cannot make itself (virtual,
+ * memory with seeded files, a bind with masked paths), served over
+ * /dev/fuse by devices/fs/'s server and backend. Create before the
+ * clone (the backend opens its host side; err gets one line, or stays
+ * empty when the backend said why itself); start with the sandbox's
+ * /dev/fuse descriptor (taken over); destroy after the sandbox ended
+ * (NULL ok).
+ */
+struct ns_fuse;
+bool ns_fuse__wanted(const struct mount_config *m);
+int __must_check ns_fuse__create(struct ns_fuse **out,
+				 const struct mount_config *m,
+				 unsigned int index, char *err, size_t len);
+int __must_check ns_fuse__start(struct ns_fuse *f, int fuse_fd);
+void ns_fuse__destroy(struct ns_fuse *f);
 
 /*
  * In the child of the clone, as its PID 1: waits for the go byte, then

@@ -183,6 +183,15 @@ static void mount_system(struct ns_sandbox *sb, const char *root)
 	    mount("devpts", p, "devpts", MS_NOSUID | MS_NOEXEC,
 		  "newinstance,ptmxmode=0666,mode=0620"))
 		fail(sb, "its /dev/pts: %s", strerror(errno));
+	/* As the VM's init makes them (guest/init/init.c). */
+	path(p, root, "/tmp");
+	if (mkdirs(root, "/tmp") ||
+	    mount("tmpfs", p, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777"))
+		fail(sb, "its /tmp: %s", strerror(errno));
+	path(p, root, "/run");
+	if (mkdirs(root, "/run") ||
+	    mount("tmpfs", p, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755"))
+		fail(sb, "its /run: %s", strerror(errno));
 	path(p, root, "/dev/shm");
 	if (mkdir(p, 01777) || mount("tmpfs", p, "tmpfs", nsd, "mode=1777"))
 		fail(sb, "its /dev/shm: %s", strerror(errno));
@@ -195,7 +204,58 @@ static void mount_system(struct ns_sandbox *sb, const char *root)
 	}
 }
 
-/* --mount: binds (cloned and id-mapped by the host) and memory tmpfs. */
+/*
+ * A FUSE-served mount: its /dev/fuse (open_fuse) mounted and passed to
+ * the host, whose server answers from then on.
+ */
+static void mount_fuse(struct ns_sandbox *sb, unsigned int i, const char *at)
+{
+	char opts[128], cbuf[CMSG_SPACE(sizeof(int))] = { 0 };
+	char msg[2] = { 'F', (char)i };
+	struct iovec iov = { msg, sizeof(msg) };
+	struct msghdr mh = { .msg_iov = &iov,
+			     .msg_iovlen = 1,
+			     .msg_control = cbuf,
+			     .msg_controllen = sizeof(cbuf) };
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+	int fd = sb->fuse_dev[i];
+
+	snprintf(opts, sizeof(opts),
+		 "fd=%d,rootmode=40000,user_id=0,group_id=0,allow_other", fd);
+	if (mount("kiln", at, "fuse", MS_NOSUID | MS_NODEV, opts))
+		fail(sb, "--mount %s: a FUSE mount: %s",
+		     sb->cfg->mounts.m[i].guest_path, strerror(errno));
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+	if (sendmsg(sb->report[1], &mh, 0) != sizeof(msg))
+		fail(sb, "--mount %s: passing its FUSE descriptor: %s",
+		     sb->cfg->mounts.m[i].guest_path, strerror(errno));
+	close(fd);
+	sb->fuse_dev[i] = -1;
+}
+
+/*
+ * /dev/fuse for each FUSE-served mount, opened in the sandbox's user
+ * namespace (the kernel mounts a FUSE descriptor only in its opener's)
+ * but before the switch to its root's ids: the device may be the host
+ * root's alone (0600), and until then this process acts as the host's
+ * root on files.
+ */
+static void open_fuse(struct ns_sandbox *sb)
+{
+	for (unsigned int i = 0; i < sb->cfg->mounts.nr; i++) {
+		if (!ns_fuse__wanted(&sb->cfg->mounts.m[i]))
+			continue;
+		sb->fuse_dev[i] = open("/dev/fuse", O_RDWR | O_CLOEXEC);
+		if (sb->fuse_dev[i] < 0)
+			fail(sb, "--mount %s: /dev/fuse: %s",
+			     sb->cfg->mounts.m[i].guest_path, strerror(errno));
+	}
+}
+
+/* --mount: binds (cloned and id-mapped by the host), memory, FUSE. */
 static void mount_user(struct ns_sandbox *sb, const char *root)
 {
 	const struct mounts_config *mc = &sb->cfg->mounts;
@@ -208,6 +268,10 @@ static void mount_user(struct ns_sandbox *sb, const char *root)
 			fail(sb, "--mount %s: its mount point: %s",
 			     m->guest_path, strerror(errno));
 		path(p, root, m->guest_path);
+		if (ns_fuse__wanted(m)) {
+			mount_fuse(sb, i, p);
+			continue;
+		}
 		if (m->type == MOUNT_BIND) {
 			if (move_mount(sb->bind_fd[i], "", AT_FDCWD, p,
 				       MOVE_MOUNT_F_EMPTY_PATH))
@@ -419,6 +483,7 @@ void ns_child(struct ns_sandbox *sb)
 	if (read(sb->go[0], &go, 1) != 1)
 		_exit(NS_CHILD_FAILED);
 	close(sb->go[0]);
+	open_fuse(sb);
 	if (setgroups(0, NULL) || setresgid(0, 0, 0) || setresuid(0, 0, 0))
 		fail(sb, "becoming root of its user namespace: %s",
 		     strerror(errno));

@@ -34,6 +34,7 @@
 #include "lib/log.h"
 #include "vmm/api.h"
 #include "vmm/control.h"
+#include "vmm/facts.h"
 #include "vmm/guest-default.h"
 #include "vmm/isolate-ns-internal.h"
 #include "vmm/vm.h"
@@ -48,7 +49,6 @@
 
 int isolate_ns__check(const struct vm_config *c, char *err, size_t len)
 {
-	const struct mount_config *m;
 	const char *what = NULL;
 
 	if (!c->rootfs.descriptor)
@@ -71,20 +71,6 @@ int isolate_ns__check(const struct vm_config *c, char *err, size_t len)
 	if (what)
 		return errf(err, len, -EINVAL,
 			    "--isolation namespace: %s is not supported", what);
-	for (unsigned int i = 0; i < c->mounts.nr; i++) {
-		m = &c->mounts.m[i];
-		if (m->type == MOUNT_VIRTUAL)
-			what = "a virtual mount";
-		else if (m->type == MOUNT_BIND && m->nr_mask_paths)
-			what = "masked paths";
-		else if (m->type == MOUNT_MEMORY && m->nr_files)
-			what = "seeded files";
-		if (what)
-			return errf(err, len, -EINVAL,
-				    "--isolation namespace: --mount %s: %s is "
-				    "not supported",
-				    m->guest_path, what);
-	}
 	return 0;
 }
 
@@ -212,13 +198,23 @@ static int image_mount(struct ns_sandbox *sb, char *err, size_t len)
 	return ret;
 }
 
-/* Each bind's source, cloned and detached; the child attaches them. */
+/*
+ * Each bind's source, cloned and detached; the child attaches them. Each
+ * FUSE-served mount's backend and server, waiting for its /dev/fuse.
+ */
 static int binds_open(struct ns_sandbox *sb, char *err, size_t len)
 {
 	const struct mount_config *m;
 
 	for (unsigned int i = 0; i < sb->cfg->mounts.nr; i++) {
 		m = &sb->cfg->mounts.m[i];
+		if (ns_fuse__wanted(m)) {
+			int ret = ns_fuse__create(&sb->fuse[i], m, i, err, len);
+
+			if (ret)
+				return ret;
+			continue;
+		}
 		if (m->type != MOUNT_BIND)
 			continue;
 		sb->bind_fd[i] = open_tree(AT_FDCWD, m->source,
@@ -443,9 +439,63 @@ static int child_ids(struct ns_sandbox *sb, char *err, size_t len)
 }
 
 /*
+ * What the child says until its exec closes the socket: a /dev/fuse
+ * descriptor for a FUSE-served mount, whose server starts at once (the
+ * child's next steps may need its answers), or why it failed.
+ */
+static int child_reports(struct ns_sandbox *sb, char *err, size_t len)
+{
+	char msg[NS_REPORT_MAX], cbuf[CMSG_SPACE(sizeof(int))];
+	struct iovec iov = { msg, sizeof(msg) - 1 };
+	struct msghdr mh;
+	struct cmsghdr *cm;
+	unsigned int i;
+	ssize_t n;
+	int fd, ret;
+
+	for (;;) {
+		mh = (struct msghdr){ .msg_iov = &iov,
+				      .msg_iovlen = 1,
+				      .msg_control = cbuf,
+				      .msg_controllen = sizeof(cbuf) };
+		n = recvmsg(sb->report[0], &mh, MSG_CMSG_CLOEXEC);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return 0; /* closed on the exec */
+		cm = CMSG_FIRSTHDR(&mh);
+		fd = -1;
+		if (cm && cm->cmsg_level == SOL_SOCKET &&
+		    cm->cmsg_type == SCM_RIGHTS &&
+		    cm->cmsg_len == CMSG_LEN(sizeof(int)))
+			memcpy(&fd, CMSG_DATA(cm), sizeof(int));
+		if (fd < 0) {
+			msg[n] = '\0';
+			return errf(err, len, -EIO, "namespace sandbox: %s",
+				    msg);
+		}
+		i = n == 2 && msg[0] == 'F' ? (unsigned char)msg[1] :
+					      MOUNTS_MAX;
+		if (i >= MOUNTS_MAX || !sb->fuse[i]) {
+			close(fd);
+			return errf(err, len, -EPROTO,
+				    "namespace sandbox: a /dev/fuse for no "
+				    "mount of its own");
+		}
+		ret = ns_fuse__start(sb->fuse[i], fd);
+		if (ret) {
+			close(fd);
+			return errf(err, len, ret,
+				    "--mount %s: its FUSE thread: %s",
+				    sb->cfg->mounts.m[i].guest_path,
+				    strerror(-ret));
+		}
+	}
+}
+
+/*
  * The clone, into every new namespace at once and straight into the
- * cgroup; the child waits for child_ids, then reports one line if its
- * set-up fails, or nothing (the report pipe closes on its exec).
+ * cgroup; the child waits for child_ids, then reports (child_reports).
  */
 static int spawn(struct ns_sandbox *sb, char *err, size_t len)
 {
@@ -456,12 +506,11 @@ static int spawn(struct ns_sandbox *sb, char *err, size_t len)
 		.pidfd = (uint64_t)(uintptr_t)&sb->pidfd,
 		.exit_signal = SIGCHLD,
 	};
-	char report[NS_REPORT_MAX];
-	ssize_t n;
 	long pid;
 	int ret;
 
-	if (pipe2(sb->go, O_CLOEXEC) || pipe2(sb->report, O_CLOEXEC))
+	if (pipe2(sb->go, O_CLOEXEC) ||
+	    socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sb->report))
 		return errf(err, len, -errno, "pipe: %s", strerror(errno));
 	if (sb->cg_fd >= 0) {
 		args.flags |= CLONE_INTO_CGROUP;
@@ -487,14 +536,7 @@ static int spawn(struct ns_sandbox *sb, char *err, size_t len)
 	if (write(sb->go[1], "g", 1) != 1)
 		return errf(err, len, -errno, "namespace sandbox: go: %s",
 			    strerror(errno));
-	do
-		n = read(sb->report[0], report, sizeof(report) - 1);
-	while (n < 0 && errno == EINTR);
-	if (n > 0) {
-		report[n] = '\0';
-		return errf(err, len, -EIO, "namespace sandbox: %s", report);
-	}
-	return 0;
+	return child_reports(sb, err, len);
 }
 
 /* ---- the control API ---------------------------------------------------- */
@@ -589,7 +631,10 @@ static int api_open(struct ns_sandbox *sb)
 
 	if (!sb->cfg->control_socket)
 		return 0;
+	/* vm.facts: what `vmm facts` gives for the same options. */
+	p.config_facts = facts__config(sb->cfg, &sb->img);
 	ret = api__create(&sb->api, &p);
+	json_decref((json_t *)p.config_facts);
 	if (!ret)
 		ret = api__start(sb->api, NULL);
 	if (ret)
@@ -684,7 +729,7 @@ static void ns_init(struct ns_sandbox *sb, const struct vm_config *c,
 	sb->go[0] = sb->go[1] = sb->report[0] = sb->report[1] = -1;
 	sb->ready_fd = ready_fd;
 	for (unsigned int i = 0; i < MOUNTS_MAX; i++)
-		sb->bind_fd[i] = -1;
+		sb->bind_fd[i] = sb->fuse_dev[i] = -1;
 }
 
 static void close_fd(int *fd)
@@ -703,6 +748,10 @@ static void ns_destroy(struct ns_sandbox *sb)
 		child_status(sb);
 	}
 	cgroup_remove(sb);
+	for (unsigned int i = 0; i < MOUNTS_MAX; i++) {
+		ns_fuse__destroy(sb->fuse[i]);
+		sb->fuse[i] = NULL;
+	}
 	close_fd(&sb->pidfd);
 	close_fd(&sb->listen_fd);
 	close_fd(&sb->agent_fd);
@@ -745,7 +794,8 @@ int isolate_ns__run(const struct vm_config *c, int ready_fd, int parent_fd)
 	if (!ret)
 		ret = run_dir(&sb, err, sizeof(err));
 	if (ret) {
-		pr_err("%s", err);
+		if (err[0]) /* else said where it failed */
+			pr_err("%s", err);
 		goto out;
 	}
 	cgroup_make(&sb);
