@@ -643,6 +643,13 @@ $(O)/selftests/install_layout: selftests/unit/install_layout.sh
 
 selftests: $(O)/selftests/install_layout $(MAN_PAGES) $(COMPLETIONS)
 
+# The SDK's scenarios under --isolation namespace, on the host (a host
+# suite; skipped without root, Node.js, the built SDK or the image).
+$(O)/selftests/sdk_ns: selftests/unit/sdk_ns.sh
+	$(Q)install -D -m 0755 $< $@
+
+selftests: $(O)/selftests/sdk_ns
+
 # The TypeScript SDK (sdk/README.md): npm ci once per package-lock.json
 # (cached in $(KILN_CACHE)), tsc, and its unit tests as the host suite
 # $(O)/selftests/sdk_unit. Needs Node.js 20 or later.

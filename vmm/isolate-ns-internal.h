@@ -34,8 +34,9 @@ struct ns_sandbox {
 		   8];		 /* persistent: state/upper; "": in the tmpfs */
 	char work[PATH_MAX + 8]; /* persistent: state/work */
 	int listen_fd;		 /* the agent's socket, listening */
-	int agent_fd;		 /* kiln-agent-ns, opened before the switch */
-	int root_fd;		 /* the image's ext4, a detached mount */
+	int stage_fd; /* the child's: the stage, O_PATH, in its namespace */
+	int agent_fd; /* kiln-agent-ns, opened before the switch */
+	int root_fd;  /* the image's ext4, a detached mount */
 	int bind_fd[MOUNTS_MAX]; /* --mount binds, detached clones; -1 */
 	struct ns_fuse *fuse[MOUNTS_MAX]; /* FUSE-served mounts; NULL */
 	int fuse_dev[MOUNTS_MAX]; /* the child's /dev/fuse for each; -1 */

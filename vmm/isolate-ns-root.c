@@ -81,25 +81,46 @@ static int mkdirs(const char *root, const char *sub)
 	return 0;
 }
 
+/*
+ * The stage's tmpfs (size: bytes, "" for tmpfs's default), attached to
+ * the stage through the host's descriptor of it and entered: every path
+ * from here on is relative, so the run directory's ancestors, which may
+ * be the host root's alone (a TMPDIR of mode 0700), need not be crossed.
+ */
+static void stage_tmpfs(struct ns_sandbox *sb, const char *size)
+{
+	int fs = fsopen("tmpfs", FSOPEN_CLOEXEC), mnt = -1;
+
+	if (fs < 0 || fsconfig(fs, FSCONFIG_SET_STRING, "mode", "0700", 0) ||
+	    (size[0] && fsconfig(fs, FSCONFIG_SET_STRING, "size", size, 0)) ||
+	    fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) ||
+	    (mnt = fsmount(fs, FSMOUNT_CLOEXEC,
+			   MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)) < 0 ||
+	    move_mount(mnt, "", sb->stage_fd, "",
+		       MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) ||
+	    fchdir(mnt))
+		fail(sb, "a tmpfs for its root: %s", strerror(errno));
+	close(mnt);
+	close(fs);
+}
+
 /* The overlay, its lower the image, its upper the tmpfs or the state. */
 static void mount_root(struct ns_sandbox *sb, char *root)
 {
 	const struct rootfs_config *rc = &sb->cfg->rootfs;
 	char lower[NS_PATH_MAX], upper[NS_PATH_MAX], work[NS_PATH_MAX];
 	char p[NS_PATH_MAX];
-	char opts[3 * NS_PATH_MAX + 64], size[64] = "";
+	char opts[3 * NS_PATH_MAX + 64], size[32] = "";
 
 	/* ephemeral: the changes' room is the mode's max dirty bytes. */
 	if (rc->mode == ROOTFS_EPHEMERAL && rc->max_dirty_bytes)
-		snprintf(size, sizeof(size), ",size=%llu",
+		snprintf(size, sizeof(size), "%llu",
 			 (unsigned long long)rc->max_dirty_bytes);
-	snprintf(opts, sizeof(opts), "mode=0700%s", size);
-	if (mount("tmpfs", sb->stage, "tmpfs", MS_NOSUID | MS_NODEV, opts))
-		fail(sb, "a tmpfs for its root: %s", strerror(errno));
-	path(lower, sb->stage, "/lower");
-	path(root, sb->stage, "/root");
+	stage_tmpfs(sb, size);
+	path(lower, ".", "/lower");
+	path(root, ".", "/root");
 	if (sb->state_fd >= 0) {
-		path(p, sb->stage, "/state");
+		path(p, ".", "/state");
 		if (mkdir(p, 0700) || move_mount(sb->state_fd, "", AT_FDCWD, p,
 						 MOVE_MOUNT_F_EMPTY_PATH))
 			fail(sb, "its persistent state: %s", strerror(errno));
@@ -109,8 +130,8 @@ static void mount_root(struct ns_sandbox *sb, char *root)
 		    (mkdir(work, 0700) && errno != EEXIST))
 			fail(sb, "its persistent state: %s", strerror(errno));
 	} else {
-		path(upper, sb->stage, "/upper");
-		path(work, sb->stage, "/work");
+		path(upper, ".", "/upper");
+		path(work, ".", "/work");
 		if (mkdir(upper, 0755) || mkdir(work, 0700))
 			fail(sb, "its stage: %s", strerror(errno));
 	}
@@ -237,14 +258,22 @@ static void mount_fuse(struct ns_sandbox *sb, unsigned int i, const char *at)
 }
 
 /*
- * /dev/fuse for each FUSE-served mount, opened in the sandbox's user
- * namespace (the kernel mounts a FUSE descriptor only in its opener's)
- * but before the switch to its root's ids: the device may be the host
- * root's alone (0600), and until then this process acts as the host's
- * root on files.
+ * What the child opens in its namespaces but before the switch to its
+ * root's ids, while it still acts as the host's root on files: the
+ * stage, and /dev/fuse for each FUSE-served mount (the kernel mounts a
+ * FUSE descriptor only in its opener's user namespace; the device may be
+ * the host root's alone, 0600).
  */
-static void open_fuse(struct ns_sandbox *sb)
+static void open_host_files(struct ns_sandbox *sb)
 {
+	/*
+	 * The stage, in this mount namespace (the host's descriptor would
+	 * name the host's mount); its ancestors may be the host root's
+	 * alone (a TMPDIR of mode 0700).
+	 */
+	sb->stage_fd = open(sb->stage, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (sb->stage_fd < 0)
+		fail(sb, "%s: %s", sb->stage, strerror(errno));
 	for (unsigned int i = 0; i < sb->cfg->mounts.nr; i++) {
 		if (!ns_fuse__wanted(&sb->cfg->mounts.m[i]))
 			continue;
@@ -483,7 +512,7 @@ void ns_child(struct ns_sandbox *sb)
 	if (read(sb->go[0], &go, 1) != 1)
 		_exit(NS_CHILD_FAILED);
 	close(sb->go[0]);
-	open_fuse(sb);
+	open_host_files(sb);
 	if (setgroups(0, NULL) || setresgid(0, 0, 0) || setresuid(0, 0, 0))
 		fail(sb, "becoming root of its user namespace: %s",
 		     strerror(errno));
@@ -496,12 +525,21 @@ void ns_child(struct ns_sandbox *sb)
 	mount_user(sb, root);
 	switch_root(sb, root);
 	loopback_up(sb);
-	/* start: no command, no terminal input for anyone inside. */
+	/*
+	 * start: no command, no terminal input for anyone inside; detached,
+	 * no terminal at all (the vmm gives its own up once ready).
+	 */
 	if (!sb->cfg->argv) {
-		int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		int fd = open("/dev/null", O_RDWR | O_CLOEXEC);
 
-		if (fd >= 0 && dup2(fd, STDIN_FILENO) == STDIN_FILENO)
+		if (fd >= 0) {
+			dup2(fd, STDIN_FILENO);
+			if (sb->cfg->detach) {
+				dup2(fd, STDOUT_FILENO);
+				dup2(fd, STDERR_FILENO);
+			}
 			close(fd);
+		}
 	}
 	exec_agent(sb);
 	_exit(NS_CHILD_FAILED); /* not reached: exec_agent fails or execs */

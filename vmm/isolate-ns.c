@@ -267,10 +267,6 @@ static int run_dir(struct ns_sandbox *sb, char *err, size_t len)
 		sb->dir[0] = '\0';
 		return ret;
 	}
-	/* The sandbox's root goes through it to the stage, and no further. */
-	if (chmod(sb->dir, 0711))
-		return errf(err, len, -errno, "%s: %s", sb->dir,
-			    strerror(errno));
 	snprintf(sb->stage, sizeof(sb->stage), "%s/stage", sb->dir);
 	if (mkdir(sb->stage, 0700) || chown(sb->stage, NS_ID_BASE, NS_ID_BASE))
 		return errf(err, len, -errno, "%s: %s", sb->stage,
@@ -605,6 +601,7 @@ static void agent_ready_cb(void *opaque)
 {
 	struct ns_sandbox *sb = opaque;
 	char bytes[2] = { VM_AGENT_BYTE, VM_READY_BYTE };
+	int null;
 
 	pr_debug("the sandbox's agent is ready");
 	if (sb->ready_fd < 0)
@@ -613,6 +610,13 @@ static void agent_ready_cb(void *opaque)
 		pr_debug("ready pipe: %s", strerror(errno));
 	close(sb->ready_fd);
 	sb->ready_fd = -1;
+	/* Detached: the terminal is no longer the vmm's (as a VM's). */
+	null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+	if (null >= 0) {
+		dup2(null, STDOUT_FILENO);
+		dup2(null, STDERR_FILENO);
+		close(null);
+	}
 }
 
 static int api_open(struct ns_sandbox *sb)
@@ -724,7 +728,7 @@ static void ns_init(struct ns_sandbox *sb, const struct vm_config *c,
 {
 	memset(sb, 0, sizeof(*sb));
 	sb->cfg = c;
-	sb->listen_fd = sb->agent_fd = sb->root_fd = -1;
+	sb->listen_fd = sb->agent_fd = sb->root_fd = sb->stage_fd = -1;
 	sb->cg_fd = sb->pidfd = sb->state_fd = -1;
 	sb->go[0] = sb->go[1] = sb->report[0] = sb->report[1] = -1;
 	sb->ready_fd = ready_fd;
@@ -754,6 +758,7 @@ static void ns_destroy(struct ns_sandbox *sb)
 	}
 	close_fd(&sb->pidfd);
 	close_fd(&sb->listen_fd);
+	close_fd(&sb->stage_fd);
 	close_fd(&sb->agent_fd);
 	close_fd(&sb->root_fd);
 	close_fd(&sb->state_fd);

@@ -332,6 +332,8 @@ TEST_F(ns, root_and_overlay)
 
 	if (self->why[0])
 		SKIP(return, "%s", self->why);
+	/* A run directory below one the sandbox's root may not cross. */
+	ASSERT_EQ(0, setenv("TMPDIR", self->dir, 1));
 	ASSERT_EQ(0, run(self, NULL,
 			 "echo changed > /etc/motd && cat /etc/motd && "
 			 "touch /written && exit 7",
