@@ -14,6 +14,7 @@
  */
 #include <errno.h>
 #include <poll.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,10 +49,12 @@ struct ns_fuse_slot {
 	bool parked; /* forwarded: done() frees it, on whatever thread */
 };
 
+/* req is a slot's first member (asserted): the slot is where req is. */
 static struct ns_fuse_slot *slot_of(struct fuse_req *req)
 {
-	return (struct ns_fuse_slot *)((char *)req -
-				       offsetof(struct ns_fuse_slot, req));
+	_Static_assert(offsetof(struct ns_fuse_slot, req) == 0,
+		       "req first in struct ns_fuse_slot");
+	return (void *)req;
 }
 
 static void slot_free(struct ns_fuse_slot *s)
