@@ -73,7 +73,7 @@ struct net_config {
 /* The modes' JSON names ("none", "auto", ...), NULL-terminated. */
 extern const char *const netcfg__modes[];
 const char *netcfg__mode_name(enum net_mode mode);
-/* "auto", "splice", "kernel": enum proxy_relay's order; NULL-terminated. */
+/* "splice", "auto", "kernel": enum proxy_relay's order; NULL-terminated. */
 extern const char *const netcfg__relays[];
 
 void netcfg__free(struct net_config *n);

@@ -58,14 +58,16 @@ struct net_host_addrs; /* net/hostaddr.h */
 
 /*
  * How a granted TCP flow that is not intercepted is relayed
- * (Documentation/network.md, "The kernel relay"): by the kernel (a
- * sockmap program: its bytes never wake the proxy) or by the proxy
- * thread (splice() through a pipe each way). Auto: the kernel when its
- * program loads, else splice, saying why.
+ * (Documentation/network.md, "The kernel relay"): by the proxy thread
+ * (splice() through a pipe each way; the default: on Debian 12's Linux
+ * 6.1 it moves many times the kernel relay's bytes, Documentation/
+ * benchmarks.md) or by the kernel (a sockmap program: its bytes never
+ * wake the proxy). Auto: the kernel when its program loads, else
+ * splice, saying why.
  */
 enum proxy_relay {
-	PROXY_RELAY_AUTO,
 	PROXY_RELAY_SPLICE,
+	PROXY_RELAY_AUTO,
 	PROXY_RELAY_KERNEL, /* proxy__create fails if it cannot load */
 };
 

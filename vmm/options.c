@@ -641,12 +641,12 @@ const struct option_desc options__table[] = {
 	},
 	{
 		.flag = "net-relay",
-		.arg = "auto|splice|kernel",
+		.arg = "splice|auto|kernel",
 		.key = "net.relay",
 		.help = "how granted TCP flows the proxy does not intercept are\n"
-			"relayed: kernel (a BPF sockmap program), splice (the\n"
-			"proxy's thread) or auto (the kernel when its program\n"
-			"loads, else splice; the default)",
+			"relayed: splice (the proxy's thread; the default),\n"
+			"kernel (a BPF sockmap program) or auto (the kernel\n"
+			"when its program loads, else splice)",
 		.kind = OPTION_CHOICE,
 		.choices = netcfg__relays,
 		.apply = apply_net_relay,

@@ -1380,10 +1380,43 @@ TEST_TIMEOUT(two_vms_and_the_host_stay_apart, BOOT_TIMEOUT * 2)
 	rmdir(dir);
 }
 
+/* How long the kernel relay may take to pair a flow just accepted. */
+#define PAIR_SECS 30
+
 /*
- * The vmm killed outright with a relayed flow open: the test host's end
- * of it closes (nothing the vmm held outlives it), and the VM's
- * namespace, tap and program go with the process.
+ * Whether vm.status of VM v counts one flow in the kernel relay within
+ * PAIR_SECS (the proxy pairs the two sockets just after upstream's
+ * connect returned, which is when the test host accepted).
+ */
+static bool relayed_by_the_kernel(struct __test_metadata *_metadata,
+				  const struct bg_vm *v)
+{
+	const char *vmmctl = env_or("KILN_VMMCTL", "build/vmmctl");
+	struct spawn_result r;
+
+	for (int i = 0; i < PAIR_SECS * 10; i++) {
+		if (spawn__run(ARGS(vmmctl, "status", v->sock), NULL, &r) ||
+		    r.status)
+			return false;
+		squeeze(r.out);
+		if (strstr(r.out, "\"relay\":{\"mode\":\"kernel\","
+				  "\"kernel\":1,\"splice\":0}"))
+			return true;
+		usleep(100 * 1000);
+	}
+	TH_LOG("not in the kernel relay: %.2000s", r.out);
+	return false;
+}
+
+/*
+ * The vmm killed outright with a flow open in the kernel relay
+ * (--net-relay kernel, checked in vm.status): the test host's end sees
+ * the flow end (EOF or a reset) within CUT_SECS, and a byte it then
+ * sends is answered by a reset: the vmm's socket is gone, not merely
+ * shut, so no map or work queue keeps relaying for it. The guest and
+ * its end of the flow (a socket of the VM's namespace) die with the
+ * process; what is left to see is upstream's. The VM's namespace, tap
+ * and programs go with the process.
  */
 TEST_TIMEOUT(a_killed_vmm_leaves_no_flow_open, BOOT_TIMEOUT)
 {
@@ -1391,7 +1424,8 @@ TEST_TIMEOUT(a_killed_vmm_leaves_no_flow_open, BOOT_TIMEOUT)
 	struct test_host h;
 	struct pollfd pfd;
 	struct bg_vm v;
-	int lsn, conn;
+	socklen_t errlen = sizeof(int);
+	int lsn, conn, err = 0;
 	pid_t nc;
 	char c;
 
@@ -1405,9 +1439,11 @@ TEST_TIMEOUT(a_killed_vmm_leaves_no_flow_open, BOOT_TIMEOUT)
 		    "{\"tcp\": [{\"to\": \"" TEST_HOST
 		    "\", \"ports\": [8081]}]}");
 	ASSERT_TRUE(bg_vm_start(_metadata, &v, dir, "vm",
-				ARGS("--net", "auto", "--net-policy", policy)));
+				ARGS("--net", "auto", "--net-policy", policy,
+				     "--net-relay", "kernel")));
 	snprintf(nclog, sizeof(nclog), "%s/nc.log", dir);
 	conn = hold_flow(_metadata, &v, lsn, nclog, &nc);
+	ASSERT_TRUE(relayed_by_the_kernel(_metadata, &v));
 	pfd = (struct pollfd){ .fd = conn, .events = POLLIN };
 
 	ASSERT_EQ(0, kill(v.pid, SIGKILL));
@@ -1415,6 +1451,27 @@ TEST_TIMEOUT(a_killed_vmm_leaves_no_flow_open, BOOT_TIMEOUT)
 	ASSERT_EQ(1, poll(&pfd, 1, CUT_SECS * 1000))
 	TH_LOG("the flow outlived the vmm by %d s", CUT_SECS);
 	EXPECT_GE(0, read(conn, &c, 1));
+	/*
+	 * Sent to a socket that no longer exists: its reset comes back.
+	 * After a FIN, reads say EOF and poll says readable from the start:
+	 * the reset shows as POLLERR and SO_ERROR (EPIPE: TCP's name for a
+	 * reset in CLOSE_WAIT), or the send fails.
+	 */
+	c = 'x';
+	if (send(conn, &c, 1, MSG_NOSIGNAL) < 0) {
+		err = errno;
+	} else {
+		for (int i = 0; i < CUT_SECS * 10; i++) {
+			pfd = (struct pollfd){ .fd = conn, .events = POLLIN };
+			if (poll(&pfd, 1, 0) == 1 && (pfd.revents & POLLERR))
+				break;
+			usleep(100 * 1000);
+		}
+		ASSERT_EQ(0, getsockopt(conn, SOL_SOCKET, SO_ERROR, &err,
+					&errlen));
+	}
+	EXPECT_TRUE(err == ECONNRESET || err == EPIPE)
+	TH_LOG("a byte sent after the vmm died: %s", strerror(err));
 	kill(nc, SIGKILL);
 	wait_exit(nc, 30);
 	close(conn);

@@ -19,12 +19,14 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "ebpf/relay.h"
@@ -590,6 +592,104 @@ TEST(full_map_refuses)
 	pair_close(&p[1], NULL);
 	close(lsn);
 	relay_prog__destroy(r);
+}
+
+/* Whether fd's flow ended (a FIN or a reset) within ms, nothing before. */
+static bool ends(int fd, int ms)
+{
+	struct pollfd pfd = { .fd = fd, .events = POLLIN };
+	char c;
+	ssize_t n;
+
+	if (poll(&pfd, 1, ms) != 1)
+		return false;
+	n = recv(fd, &c, 1, MSG_DONTWAIT);
+	return !n || (n < 0 && errno == ECONNRESET);
+}
+
+/*
+ * Whether a byte sent on fd, whose flow ended, is answered by a reset
+ * within ms: its peer socket is closed, not merely shut for writing.
+ * The FIN came first, so reads say EOF and poll says readable from the
+ * start: the reset shows as POLLERR and SO_ERROR (EPIPE: TCP's name for
+ * a reset in CLOSE_WAIT).
+ */
+static bool answered_by_reset(int fd, int ms)
+{
+	struct pollfd pfd = { .fd = fd, .events = POLLIN };
+	socklen_t len = sizeof(int);
+	char c = 'x';
+	int err = 0;
+
+	if (send(fd, &c, 1, MSG_NOSIGNAL) < 0)
+		return errno == EPIPE || errno == ECONNRESET;
+	for (int i = 0; i < ms / 10; i++) {
+		if (poll(&pfd, 1, 0) == 1 && (pfd.revents & POLLERR))
+			break;
+		usleep(10 * 1000);
+	}
+	return !getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) &&
+	       (err == ECONNRESET || err == EPIPE);
+}
+
+/*
+ * The owner of a relayed pair (the vmm: the program, its map and the
+ * relay's two sockets, a child process here) killed outright: both
+ * ends of the flow see it end within TIMEOUT_MS, and a byte either
+ * then sends is answered by a reset; none reaches the other side.
+ * Nothing of the relay outlives the process that held it.
+ */
+TEST(killed_owner_ends_the_flow)
+{
+	struct sockaddr_in at;
+	int lsn, ready[2], status;
+	char buf[2], c = 0;
+	struct pair p;
+	pid_t pid;
+
+	if (!be_root(_metadata))
+		return;
+	vmnet__new_netns(_metadata);
+	lsn = listener(_metadata, &at);
+	pair_open(_metadata, &p, lsn, &at);
+	ASSERT_EQ(0, pipe2(ready, O_CLOEXEC));
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (!pid) {
+		struct relay_prog *r = NULL;
+		char err[256];
+
+		if (relay_prog__create(&r, 1, err, sizeof(err)) ||
+		    krelay__start(&p.k, p.a, p.b) ||
+		    relay_prog__pair(r, p.a, p.b, err, sizeof(err)))
+			_exit(1);
+		c = 'r';
+		if (write(ready[1], &c, 1) != 1)
+			_exit(1);
+		for (;;)
+			pause(); /* until SIGKILL */
+	}
+	close(ready[1]);
+	/* The relay's ends are the owner's alone. */
+	close(p.a);
+	close(p.b);
+	p.a = p.b = -1;
+	ASSERT_EQ(1, read(ready[0], &c, 1)) TH_LOG("the owner could not pair");
+	close(ready[0]);
+	send_all(_metadata, p.guest, "hi", 2);
+	ASSERT_EQ(2U, read_all(p.up, buf, 2, TIMEOUT_MS));
+	send_all(_metadata, p.up, "yo", 2);
+	ASSERT_EQ(2U, read_all(p.guest, buf, 2, TIMEOUT_MS));
+
+	ASSERT_EQ(0, kill(pid, SIGKILL));
+	ASSERT_EQ(pid, waitpid(pid, &status, 0));
+	EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+	EXPECT_TRUE(ends(p.guest, TIMEOUT_MS));
+	EXPECT_TRUE(ends(p.up, TIMEOUT_MS));
+	EXPECT_TRUE(answered_by_reset(p.guest, TIMEOUT_MS));
+	EXPECT_TRUE(answered_by_reset(p.up, TIMEOUT_MS));
+	pair_close(&p, NULL);
+	close(lsn);
 }
 
 /* A thousand flows at once, each its own bytes each way, then FINs. */

@@ -285,20 +285,26 @@ static const struct refused refused[] = {
 	{ NULL, "{\"net\": {\"mode\": \"auto\", \"caBundle\": 5}}",
 	  "\"net.caBundle\" must be a string" },
 	{ ARGS("--net", "auto", "--net-relay", "sockmap"), NULL,
-	  "--net-relay sockmap: must be auto, splice or kernel" },
+	  "--net-relay sockmap: must be splice, auto or kernel" },
 	{ NULL, "{\"net\": {\"mode\": \"auto\", \"relay\": true}}",
 	  "\"net.relay\"" },
 };
 
-/* How granted TCP flows are relayed: auto by default, each name its own. */
+/* How granted TCP flows are relayed: splice by default, each name its own. */
 TEST(relay_forms)
 {
 	char err[CONFIG_ERR_LEN];
 	struct vm_config c;
 
 	ASSERT_EQ(0, parse(&c, ARGS("--net", "auto"), err, sizeof(err)));
+	EXPECT_STREQ("splice", netcfg__relays[c.net.relay]);
+	EXPECT_EQ(PROXY_RELAY_SPLICE, c.net.relay);
+	config__free(&c);
+	ASSERT_EQ(0, parse(&c, ARGS("--net", "auto", "--net-relay", "auto"),
+			   err, sizeof(err)))
+	TH_LOG("%s", err);
 	EXPECT_STREQ("auto", netcfg__relays[c.net.relay]);
-	EXPECT_EQ(PROXY_RELAY_AUTO, c.net.relay);
+	EXPECT_EQ(PROXY_RELAY_AUTO, c.net.relay); /* vm-net.c's cast */
 	config__free(&c);
 	ASSERT_EQ(0, parse(&c, ARGS("--net", "auto", "--net-relay", "splice"),
 			   err, sizeof(err)))
