@@ -326,8 +326,13 @@ static json_t *call(struct conn *c, const char *what, const char *method,
 	json_t *msg = conn_wait(c, conn_send(c, method, params), NULL, NULL);
 	json_t *res;
 
-	if (error_text(msg))
-		die(error_status(msg), "%s: %s", what, error_text(msg));
+	if (error_text(msg)) {
+		const char *text = error_text(msg); /* static: outlives msg */
+		int status = error_status(msg);
+
+		json_decref(msg); /* before the exit (SAN=1's leak check) */
+		die(status, "%s: %s", what, text);
+	}
 	res = json_incref(json_object_get(msg, "result"));
 	json_decref(msg);
 	return res;
@@ -572,17 +577,25 @@ static void start_failed(json_t *msg, const char *cmd)
 {
 	json_t *data = json_object_get(json_object_get(msg, "error"), "data");
 	const char *en = error_errno(msg);
+	const char *text = error_text(msg); /* a static buffer: outlives msg */
+	bool named = false;
 	int status = EXIT_VMMCTL;
 
-	if (json_object_get(data, "cwd"))
-		die(EXIT_CWD, "%s", error_text(msg));
-	if (json_object_get(data, "user"))
-		die(EXIT_USER, "%s", error_text(msg));
-	if (en && !strcmp(en, "ENOENT"))
+	if (json_object_get(data, "cwd")) {
+		status = EXIT_CWD;
+		named = true;
+	} else if (json_object_get(data, "user")) {
+		status = EXIT_USER;
+		named = true;
+	} else if (en && !strcmp(en, "ENOENT"))
 		status = 127;
 	else if (en && (!strcmp(en, "EACCES") || !strcmp(en, "ENOEXEC")))
 		status = 126;
-	die(status, "%s: %s", cmd, error_text(msg));
+	/* The answer goes before the exit (SAN=1's leak check). */
+	json_decref(msg);
+	if (named || !strncmp(text, cmd, strlen(cmd)))
+		die(status, "%s", text);
+	die(status, "%s: %s", cmd, text);
 }
 
 static int start_session(struct conn *c, const char *method, json_t *params,
@@ -1270,9 +1283,13 @@ static int cmd_events(int argc, char **argv)
 	id = conn_send(&c, "vm.subscribe", params);
 	for (;;) {
 		while ((msg = conn_next(&c))) {
-			if (is_response(msg, id) && error_text(msg))
-				die(error_status(msg), "vm.subscribe: %s",
-				    error_text(msg));
+			if (is_response(msg, id) && error_text(msg)) {
+				const char *text = error_text(msg);
+				int status = error_status(msg);
+
+				json_decref(msg);
+				die(status, "vm.subscribe: %s", text);
+			}
 			ended |= print_event(msg);
 			json_decref(msg);
 		}

@@ -23,6 +23,7 @@
 #include "lib/compiler.h"
 #include "selftests/jsonrpc_client.h"
 #include "selftests/kselftest.h"
+#include "selftests/kvm/test_host.h"
 #include "selftests/kvm/vmm_util.h"
 #include "vmm/api.h"
 
@@ -3425,6 +3426,158 @@ static json_t *persona_call(struct tc *p, const char *method, json_t *params)
  * kernel refuses it a root-only file. And net.check on the full socket
  * answers as the policy set with net.setPolicy.
  */
+/*
+ * The rename race (issue 38): while the guest moves /workspace/a/b out to
+ * /x/b and back as fast as it can, the persona reads
+ * /workspace/a/b/../../notes. Resolved beneath /workspace it is
+ * /workspace/notes ("hi"), or fails while b is away; if b's ".." were
+ * walked while b sat in /x, it would be /notes, a world-readable canary
+ * outside the grant: never given. Some reads must fail (the race ran).
+ */
+#define RACE_READS 150
+
+static void persona_rename_race(struct __test_metadata *_metadata, struct tc *t,
+				struct tc *p)
+{
+	unsigned int inside = 0, failed = 0;
+	char *out;
+	size_t n;
+	json_t *m;
+
+	out = guest_out(
+		_metadata, t,
+		"mkdir -p /workspace/a/b /x && echo escaped > /notes && "
+		"chmod 644 /notes && rm -f /tmp/race-stop && "
+		"{ setsid sh -c 'while [ ! -e /tmp/race-stop ]; do "
+		"mv /workspace/a/b /x/b; mv /x/b /workspace/a/b; "
+		"done' </dev/null >/dev/null 2>&1 & } && echo ok");
+	EXPECT_STREQ("ok\n", out);
+	free(out);
+	for (int i = 0; i < RACE_READS; i++) {
+		m = persona_call(p, "fs.readFile",
+				 json_pack("{s:s}", "path",
+					   "/workspace/a/b/../../notes"));
+		if (result(m)) {
+			out = b64_str(result(m), "data", &n);
+			EXPECT_STREQ("hi\n", out);
+			inside += out && !strcmp(out, "hi\n");
+			free(out);
+		} else {
+			failed++;
+		}
+		json_decref(m);
+	}
+	out = guest_out(_metadata, t, "touch /tmp/race-stop && echo ok");
+	free(out);
+	TH_LOG("rename race: %u reads inside, %u failed", inside, failed);
+	EXPECT_LT(0u, failed) TH_LOG("the race never showed");
+	EXPECT_EQ(RACE_READS, inside + failed);
+}
+
+/*
+ * net.check against real connections (issue 38): FLOW_HOSTS hosts in the
+ * test's own namespace, each serving TEST_REPLY on FLOW_PORTS ports from
+ * FLOW_PORT_BASE; a policy granting three of those eight; RANDOM_FLOWS picks
+ * (the seed is logged), each asked of net.check on the persona's socket,
+ * then tried from the guest: "allow" exactly when the reply came back.
+ */
+#define RANDOM_FLOWS   20
+#define FLOW_HOSTS     2
+#define FLOW_PORTS     4
+#define FLOW_PORT_BASE 8080
+#define FLOW_HOST2     "192.0.2.11" /* TEST-NET-1, beside TEST_HOST */
+#define FLOW_POLICY                                                 \
+	"{\"tcp\": [{\"to\": \"" TEST_HOST "\", \"ports\": [8080, " \
+	"8082]}, {\"to\": \"" FLOW_HOST2 "\", \"ports\": [8083]}]}"
+
+struct flow_servers {
+	struct test_host h[FLOW_HOSTS * FLOW_PORTS - 1];
+	unsigned int n;
+};
+
+static void flow_servers_start(struct __test_metadata *_metadata,
+			       struct flow_servers *f)
+{
+	static const char *const hosts[FLOW_HOSTS] = { TEST_HOST, FLOW_HOST2 };
+	int one = 1;
+
+	ASSERT_TRUE(test_host_alias(_metadata, "lo:2", FLOW_HOST2));
+	/* The first, TEST_HOST:TEST_PORT, is the test host's own. */
+	for (unsigned int i = 1; i < FLOW_HOSTS * FLOW_PORTS; i++) {
+		struct sockaddr_in sin = {
+			.sin_family = AF_INET,
+			.sin_port = htons(FLOW_PORT_BASE + i % FLOW_PORTS),
+		};
+		struct test_host *h = &f->h[f->n];
+
+		inet_pton(AF_INET, hosts[i / FLOW_PORTS], &sin.sin_addr);
+		h->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		ASSERT_LE(0, h->listen_fd);
+		setsockopt(h->listen_fd, SOL_SOCKET, SO_REUSEADDR, &one,
+			   sizeof(one));
+		ASSERT_EQ(0, bind(h->listen_fd, (struct sockaddr *)&sin,
+				  sizeof(sin)));
+		ASSERT_EQ(0, listen(h->listen_fd, 8));
+		ASSERT_EQ(0,
+			  pthread_create(&h->thread, NULL, test_host_serve, h));
+		f->n++;
+	}
+}
+
+static void flow_servers_stop(struct flow_servers *f)
+{
+	for (unsigned int i = 0; i < f->n; i++)
+		test_host_stop(&f->h[i]);
+}
+
+static void net_check_matches_real_flows(struct __test_metadata *_metadata,
+					 struct tc *t, struct tc *p)
+{
+	static const char *const hosts[FLOW_HOSTS] = { TEST_HOST, FLOW_HOST2 };
+	char script[RANDOM_FLOWS * 140], dst[RANDOM_FLOWS][32];
+	const char *verdict[RANDOM_FLOWS];
+	char *ln, *save = NULL;
+	unsigned int seed = (unsigned int)time(NULL) ^ (unsigned int)getpid();
+	size_t at = 0;
+	char *out;
+	json_t *m[RANDOM_FLOWS];
+
+	TH_LOG("random flows: seed %u", seed);
+	srand(seed);
+	json_decref(api_ok(_metadata, t, "net.setPolicy",
+			   json_pack("{s:o}", "policy",
+				     json_loads(FLOW_POLICY, 0, NULL))));
+	for (int i = 0; i < RANDOM_FLOWS; i++) {
+		int k = rand() % (FLOW_HOSTS * FLOW_PORTS);
+
+		snprintf(dst[i], sizeof(dst[i]), "%s:%d", hosts[k / FLOW_PORTS],
+			 FLOW_PORT_BASE + k % FLOW_PORTS);
+		m[i] = persona_call(
+			p, "net.check",
+			json_pack("{s:s, s:s}", "proto", "tcp", "dst", dst[i]));
+		verdict[i] = str_of(result(m[i]), "verdict");
+		EXPECT_TRUE(verdict[i] != NULL) TH_LOG("%s", dump(m[i]));
+		at += (size_t)snprintf(
+			script + at, sizeof(script) - at,
+			"printf 'GET / HTTP/1.0\\r\\n\\r\\n' | "
+			"nc -w 10 %.*s %s 2>/dev/null | grep -q " TEST_REPLY
+			" && echo allow || echo deny; ",
+			(int)(strchr(dst[i], ':') - dst[i]), dst[i],
+			strchr(dst[i], ':') + 1);
+	}
+	out = guest_out(_metadata, t, script);
+	ASSERT_NE(NULL, out);
+	ln = strtok_r(out, "\n", &save);
+	for (int i = 0; i < RANDOM_FLOWS; i++) {
+		EXPECT_STREQ(verdict[i] ? verdict[i] : "?", ln ? ln : "none")
+		TH_LOG("tcp %s: net.check said %s, the connection %s", dst[i],
+		       verdict[i] ? verdict[i] : "nothing", ln ? ln : "none");
+		json_decref(m[i]);
+		ln = strtok_r(NULL, "\n", &save);
+	}
+	free(out);
+}
+
 TEST_TIMEOUT(persona_scoped_socket, BOOT_TIMEOUT)
 {
 	static const char *const extra[] = { "--net", "auto", NULL };
@@ -3436,7 +3589,9 @@ TEST_TIMEOUT(persona_scoped_socket, BOOT_TIMEOUT)
 		{ "udp", "192.0.2.10:8080", "deny", "no grant" },
 		{ "tcp", "127.0.0.1:8080", "deny", "host loopback" },
 	};
+	struct flow_servers fs = { .n = 0 };
 	char sock[200], *out;
+	struct test_host h;
 	struct vmctl c;
 	struct tc t, p;
 	json_t *m;
@@ -3444,6 +3599,9 @@ TEST_TIMEOUT(persona_scoped_socket, BOOT_TIMEOUT)
 
 	if (access("/dev/kvm", R_OK | W_OK))
 		SKIP(return, "no usable /dev/kvm (run through tools/vmtest)");
+	/* The test's own namespace (the vmm's too), its hosts serving. */
+	ASSERT_TRUE(test_host_start(_metadata, &h));
+	flow_servers_start(_metadata, &fs);
 	ASSERT_TRUE(vm_start_with(_metadata, &c, false, extra));
 	api_open(_metadata, &c, &t);
 	out = guest_out(_metadata, &t,
@@ -3458,9 +3616,10 @@ TEST_TIMEOUT(persona_scoped_socket, BOOT_TIMEOUT)
 
 	snprintf(sock, sizeof(sock), "%s/reviewer.sock", c.dir);
 	m = api_ok(_metadata, &t, "vm.grant",
-		   json_pack("{s:s, s:s, s:{s:{s:[s]}}}", "socket", sock,
-			     "persona", "reviewer", "facets", "filesystem",
-			     "paths", "/workspace"));
+		   json_pack("{s:s, s:s, s:{s:{s:[s]}, s:{s:b}}}", "socket",
+			     sock, "persona", "reviewer", "facets",
+			     "filesystem", "paths", "/workspace", "network",
+			     "check", 1));
 	EXPECT_EQ(API_PERSONA_UID_BASE, res_int(m, "uid"));
 	json_decref(m);
 	ASSERT_EQ(0, tc_open(&p, sock));
@@ -3492,6 +3651,7 @@ TEST_TIMEOUT(persona_scoped_socket, BOOT_TIMEOUT)
 			 json_pack("{s:s}", "path", "/etc/shadow"));
 	EXPECT_EQ(API_E_DENIED, err_code(m)) TH_LOG("%s", dump(m));
 	json_decref(m);
+	persona_rename_race(_metadata, &t, &p);
 	/* Its uid: the guest kernel refuses it a root-only file. */
 	m = persona_call(&p, "fs.readFile",
 			 json_pack("{s:s}", "path", "/workspace/private"));
@@ -3527,6 +3687,7 @@ TEST_TIMEOUT(persona_scoped_socket, BOOT_TIMEOUT)
 		TH_LOG("%s %s", flows[i].proto, flows[i].dst);
 		json_decref(m);
 	}
+	net_check_matches_real_flows(_metadata, &t, &p);
 
 	m = api_ok(_metadata, &t, "vm.revoke",
 		   json_pack("{s:s}", "socket", sock));
@@ -3537,6 +3698,8 @@ TEST_TIMEOUT(persona_scoped_socket, BOOT_TIMEOUT)
 	EXPECT_SERVING(c.sock);
 	tc_close(&t);
 	vm_shutdown(_metadata, &c);
+	flow_servers_stop(&fs);
+	test_host_stop(&h);
 }
 
 TEST_HARNESS_MAIN
