@@ -21,6 +21,7 @@
 
 #include "kiln-version.h"
 #include "vmm/guest-default.h"
+#include "lib/compiler.h"
 #include "vmm/version.h"
 
 static void print_file(FILE *f, const struct guest_default *g, const char *what,
@@ -86,4 +87,8 @@ void version__print(FILE *f)
 		sv->minor, sv->micro, wolfSSL_lib_version(), nv->version_str,
 		(hp >> 16) & 255, (hp >> 8) & 255, hp & 255, zlibVersion(),
 		ZSTD_versionString());
+	/* A test build (SAN=1): what it refuses (--rlimit-as) follows. */
+	if (KILN_ASAN)
+		fprintf(f, "sanitizers: AddressSanitizer, "
+			   "UndefinedBehaviorSanitizer (SAN=1)\n");
 }
