@@ -103,11 +103,18 @@ static void start_agent(struct __test_metadata *_metadata,
 	close(fd);
 }
 
+/*
+ * The socket's name goes with the agent: a connection child it forked
+ * holds the listener until it closes its copy, and a connect() to the
+ * name meanwhile would queue behind a listener nobody accepts on (reset
+ * once the child closes it), not reach the next agent.
+ */
 static void stop_agent(FIXTURE_DATA(agent) * self)
 {
 	if (self->pid > 0) {
 		kill(self->pid, SIGTERM);
 		waitpid(self->pid, NULL, 0);
+		unlink(self->sock);
 	}
 	self->pid = 0;
 }
