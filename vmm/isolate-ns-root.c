@@ -41,6 +41,9 @@
 #define NS_PATH_MAX (2 * PATH_MAX + 128)
 #define NS_ARGV_MAX 4096 /* the agent's own arguments and the command's */
 #define NS_RUN_KILN "/run/kiln" /* as the VM's init keeps its files */
+/* The root's trust store, and its size at most (as guest/init/trust.h). */
+#define NS_TRUST_BUNDLE	    "/etc/ssl/certs/ca-certificates.crt"
+#define NS_TRUST_BUNDLE_MAX (8U << 20)
 
 static void __attribute__((noreturn, format(printf, 2, 3)))
 fail(struct ns_sandbox *sb, const char *fmt, ...)
@@ -430,6 +433,79 @@ static void resolv_conf(struct ns_sandbox *sb, const char *root)
 		fail(sb, "its /etc/resolv.conf: %s", strerror(errno));
 }
 
+/* All of a file of the root's, at most max bytes: malloc'ed, or NULL. */
+static char *read_all(const char *file, size_t max, size_t *len)
+{
+	char *buf = NULL;
+	struct stat st;
+	ssize_t n;
+	int fd = open(file, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return NULL;
+	if (!fstat(fd, &st) && S_ISREG(st.st_mode) && (size_t)st.st_size <= max)
+		buf = malloc((size_t)st.st_size + 1);
+	*len = 0;
+	while (buf && *len < (size_t)st.st_size) {
+		n = read(fd, buf + *len, (size_t)st.st_size - *len);
+		if (n <= 0) {
+			free(buf);
+			buf = NULL;
+			break;
+		}
+		*len += (size_t)n;
+	}
+	close(fd);
+	return buf;
+}
+
+/*
+ * --net with interception: the host's CA in the root's trust store as a
+ * VM's init puts it there (guest/init/trust.c): a copy of the root's
+ * bundle with the CA appended, in /run/kiln, bound over the bundle; the
+ * image is not written. Not OpenSSL's hashed directory (-CApath): the
+ * bundle is what curl, Python and Debian's tools read by default. A
+ * root without a bundle fails the sandbox when the policy intercepts
+ * from the start, and is said once otherwise.
+ */
+static void trust_ca(struct ns_sandbox *sb, const char *root)
+{
+	char src[NS_PATH_MAX], dst[NS_PATH_MAX], *bundle;
+	const char *pem;
+	size_t len, pem_len;
+	bool required;
+	int fd;
+
+	if (vm_net__sandbox_ca(&sb->net, &pem, &pem_len, &required))
+		return;
+	path(dst, root, NS_TRUST_BUNDLE);
+	bundle = read_all(dst, NS_TRUST_BUNDLE_MAX, &len);
+	if (!bundle && required)
+		fail(sb,
+		     "%s: %s: the root has no trust store for the interception "
+		     "CA its policy needs",
+		     NS_TRUST_BUNDLE, strerror(errno ? errno : EINVAL));
+	if (!bundle) {
+		dprintf(STDERR_FILENO,
+			"vmm: warning: namespace sandbox: no %s in its root: "
+			"it does not trust the interception CA\n",
+			NS_TRUST_BUNDLE);
+		return;
+	}
+	path(src, root, NS_RUN_KILN "/ca-certificates.crt");
+	if (mkdirs(root, NS_RUN_KILN))
+		fail(sb, "its %s: %s", NS_RUN_KILN, strerror(errno));
+	fd = open(src, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0 || write(fd, bundle, len) != (ssize_t)len ||
+	    (len && bundle[len - 1] != '\n' && write(fd, "\n", 1) != 1) ||
+	    write(fd, pem, pem_len) != (ssize_t)pem_len || close(fd))
+		fail(sb, "its trust store: %s", strerror(errno));
+	free(bundle);
+	if (mount(src, dst, NULL, MS_BIND, NULL))
+		fail(sb, "its trust store %s: %s", NS_TRUST_BUNDLE,
+		     strerror(errno));
+}
+
 /*
  * The filter: what a sandbox on the host's kernel has no business
  * calling, each failing with EPERM (a program probing for them goes on);
@@ -612,6 +688,7 @@ void ns_child(struct ns_sandbox *sb)
 	mount_system(sb, root);
 	mount_user(sb, root);
 	resolv_conf(sb, root);
+	trust_ca(sb, root);
 	switch_root(sb, root);
 	loopback_up(sb);
 	eth_up(sb);

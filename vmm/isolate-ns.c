@@ -859,6 +859,9 @@ int isolate_ns__run(const struct vm_config *c, int ready_fd, int parent_fd)
 			pr_err("%s", err);
 		goto out;
 	}
+	if (c->net.mode != NET_NONE &&
+	    vm_net__sandbox_prepare(&sb.net, &c->net))
+		goto out;
 	cgroup_make(&sb);
 	/* Blocked before any thread: the API's inherits the mask. */
 	sigemptyset(&sigs);

@@ -370,7 +370,8 @@ static int proxy_init(struct vm_net *n)
 		       strerror(ENOMEM));
 		return -ENOMEM;
 	}
-	ret = http_tls_init(n);
+	/* The namespace launcher made it before its clone. */
+	ret = n->http_tls.ca ? 0 : http_tls_init(n);
 	if (ret)
 		return ret;
 	p.tls = n->http_tls;
@@ -531,6 +532,21 @@ void vm_net__dns_exit(struct vm *vm)
 
 /* ---- the namespace launcher's link -------------------------------------- */
 
+int vm_net__sandbox_prepare(struct vm_net *n, const struct net_config *c)
+{
+	n->cfg = c;
+	return http_tls_init(n);
+}
+
+int vm_net__sandbox_ca(const struct vm_net *n, const char **pem, size_t *len,
+		       bool *required)
+{
+	if (!n->cfg || !netcfg__guest_ca(n->cfg, n->cfg->policy))
+		return -ENOENT;
+	*required = netcfg__guest_ca_required(n->cfg, n->cfg->policy);
+	return http_ca_pem(n, pem, len);
+}
+
 int vm_net__sandbox_init(struct vm_net *n, const struct net_config *c,
 			 int sandbox_ns_fd, const char *peer_name)
 {
@@ -583,8 +599,10 @@ int vm_net__sandbox_start(struct vm_net *n)
 
 void vm_net__sandbox_exit(struct vm_net *n)
 {
-	if (n->netns_fd < 0)
+	if (n->netns_fd < 0) {
+		http_tls_exit(n); /* prepared, or nothing */
 		return;
+	}
 	dns_exit(n);
 	proxy_exit(n);
 	close(n->netns_fd);

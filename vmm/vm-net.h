@@ -146,10 +146,23 @@ json_t *vm_net__status(struct vm_net *n);
  * resolver and egress program as a VM's, on the near end of a veth
  * pair (net/netns.h, netns__create_veth) instead of a tap, its far end
  * peer_name in the sandbox's network namespace (sandbox_ns_fd,
- * borrowed). n was prepared (vm_net__prepare); c outlives it. init
- * reports its failure; exit undoes whatever init reached, after the
- * sandbox ended; start runs the proxy's and the resolver's threads.
+ * borrowed). n was prepared (vm_net__prepare); c outlives it. Before the
+ * clone, sandbox_prepare makes the interception CA (so that the child
+ * has its certificate); after it, sandbox_init the veth, the proxy and
+ * the resolver. Each reports its failure; exit undoes whatever they
+ * reached, after the sandbox ended; start runs the proxy's and the
+ * resolver's threads.
  */
+int __must_check vm_net__sandbox_prepare(struct vm_net *n,
+					 const struct net_config *c);
+/*
+ * The interception CA for the sandbox's trust store (Documentation/
+ * network.md, "The CA in the guest"), once prepared: 0 with its PEM
+ * (valid while n is) and whether a root without a trust store must be
+ * refused, when the config and its policy call for it; -ENOENT if not.
+ */
+int __must_check vm_net__sandbox_ca(const struct vm_net *n, const char **pem,
+				    size_t *len, bool *required);
 int __must_check vm_net__sandbox_init(struct vm_net *n,
 				      const struct net_config *c,
 				      int sandbox_ns_fd, const char *peer_name);
