@@ -1,7 +1,7 @@
 #!/bin/bash
 # selftests/unit/sdk_ns.sh - issue 38's conformance subset
-# (selftests/conformance.list: the SDK's scenarios 1, both 3s, 4, 5 and
-# 6) through the SDK's NamespaceLauncher (`--isolation namespace`,
+# (selftests/conformance.list: the SDK's scenarios 1, both 3s, 4, 5, 6,
+# 7 and personas.ts) through the SDK's NamespaceLauncher (`--isolation namespace`,
 # Documentation/design.md "Namespace isolation"), on the host: no KVM.
 # selftests/conformance.sh runs it, as it runs the same list through the
 # VmLauncher in the harness (selftests/kvm/conformance.sh), the
