@@ -106,9 +106,13 @@ static int agent_open(struct ns_sandbox *sb, char *err, size_t len)
 		&g, getenv("KILN_GUEST_DIR"),
 		guest_default__exe_dir(exe, sizeof(exe)) ? exe : NULL,
 		guest_default__install_dir(), err, len);
-	/* No pins.json: still the same directory to look in. */
+	/*
+	 * No pins.json: still the same directory to look in; its line is
+	 * no error here (a later failure reported elsewhere would print it).
+	 */
 	if (ret && ret != -ENOENT)
 		return ret;
+	err[0] = '\0';
 	snprintf(path, sizeof(path), "%s/%s", g.dir, NS_AGENT_BIN);
 	sb->agent_fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (sb->agent_fd < 0)
