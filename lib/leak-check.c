@@ -5,6 +5,9 @@
 
 #include "lib/compiler.h"
 #include "lib/leak-check.h"
+#if KILN_ASAN
+#include <sanitizer/lsan_interface.h> /* __lsan_is_turned_off's prototype */
+#endif
 
 /*
  * Facts of the calling thread and of the process, read by the sanitizer
