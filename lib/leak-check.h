@@ -11,11 +11,13 @@
  * - a thread under a seccomp filter (lib/thread-filter.c) is killed by
  *   SIGSYS for the clone, so the process ends 125 instead of with its
  *   own status: the check is skipped when such a thread calls exit();
- * - a jailed vmm (vmm/jail.c: its own PID namespace, no capabilities,
- *   another uid, not dumpable) cannot ptrace its own threads: the
- *   tracer waits for them for ever and the main thread spins in exit()
- *   with no guest time. The check is skipped for the whole process once
- *   the jail has dropped its privileges.
+ * - a jailed vmm (vmm/jail.c) cannot: the relay left outside exits
+ *   after the jail's PID 1 has, and its tracer starts in that PID
+ *   namespace, whose init is gone (the tracer died a zombie and the
+ *   relay spun in exit() for ever: kvm_jail timed out under SAN=1);
+ *   PID 1 itself runs as another uid with no capabilities. The check is
+ *   skipped for the whole process from the PID namespace on (both
+ *   sides of the fork inherit it).
  *
  * Each is a no-op in a build without the sanitizers; a vmm run with
  * --no-seccomp and no jail, and every unit test, keeps the check.

@@ -506,6 +506,14 @@ int jail__check_root(const struct jail_config *c, char *err, size_t len)
 
 int jail__unshare_pid(struct jail *j)
 {
+	/*
+	 * From here on neither this process (whose children, the leak
+	 * check's tracer among them, start in a PID namespace whose init
+	 * may already be gone when the relay exits) nor the jail's PID 1
+	 * (another uid, no capabilities) can have the sanitizers stop its
+	 * threads (leak-check.h).
+	 */
+	leak_check__skip_process();
 	if (unshare(CLONE_NEWPID)) {
 		pr_err("jail: a PID namespace: %s", strerror(errno));
 		return -errno;
@@ -947,8 +955,6 @@ int jail__drop(struct jail *j)
 	const char *step;
 	int ret = 0;
 
-	/* From here on the sanitizers cannot stop this process's threads. */
-	leak_check__skip_process();
 	step = "the bounding set";
 	ret = drop_bounding();
 	if (!ret) {
