@@ -14,6 +14,7 @@
 #include <limits.h>
 #include <linux/capability.h>
 #include <linux/magic.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -546,10 +547,20 @@ int jail__fork(struct jail *j)
 {
 	static const int relayed[] = { SIGINT,	SIGTERM, SIGHUP,
 				       SIGQUIT, SIGUSR2, SIGCHLD };
+	struct pollfd gone = { .events = POLLIN };
 	sigset_t set, old;
 	unsigned int i;
-	pid_t pid, parent = getpid();
+	pid_t pid;
 
+	/*
+	 * The relay, watched from PID 1 by a pidfd: getppid() cannot tell,
+	 * as it is 0 for a parent outside the PID namespace, alive or not.
+	 */
+	gone.fd = syscall(SYS_pidfd_open, getpid(), 0);
+	if (gone.fd < 0) {
+		pr_err("jail: pidfd_open: %s", strerror(errno));
+		return -errno;
+	}
 	sigemptyset(&set);
 	for (i = 0; i < ARRAY_SIZE(relayed); i++)
 		sigaddset(&set, relayed[i]);
@@ -559,14 +570,19 @@ int jail__fork(struct jail *j)
 	if (pid < 0) {
 		pr_err("jail: fork: %s", strerror(errno));
 		sigprocmask(SIG_SETMASK, &old, NULL);
+		close(gone.fd);
 		return -errno;
 	}
 	if (pid > 0)
 		relay(pid, &set);
 	sigprocmask(SIG_SETMASK, &old, NULL);
-	/* The relay gone (SIGKILL), the VM goes too. */
-	if (prctl(PR_SET_PDEATHSIG, SIGKILL) || getppid() != parent)
+	/*
+	 * The relay gone (SIGKILL), the VM goes too; gone before the death
+	 * signal was asked for: readable pidfd, end here.
+	 */
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) || poll(&gone, 1, 0) != 0)
 		_exit(VMM_EXIT_VMM_ERROR);
+	close(gone.fd);
 	return 0;
 }
 

@@ -417,6 +417,40 @@ TEST_TIMEOUT(jailed_vmm_relays_a_granted_flow, BOOT_TIMEOUT)
 }
 
 /* Without root: one line saying so, exit 125, nothing made. */
+/*
+ * `vmm run --jail` in the foreground: the jail's PID 1 runs the VM and
+ * the relay left outside ends with the command's status. Until
+ * 2026-12-07 PID 1 took its parent outside the namespace (getppid() 0)
+ * for a dead one and ended 125 before it booted anything.
+ */
+TEST_TIMEOUT(run_jailed_ends_with_the_commands_status, BOOT_TIMEOUT)
+{
+	struct spawn_result r;
+	struct guest g;
+	char dir[64], root[96];
+	char cmd[128];
+
+	test_tmp_name(dir, sizeof(dir), "kiln-jail-XXXXXX");
+	if (!can_jail(_metadata))
+		return;
+	guest_paths(&g);
+	ASSERT_NE(NULL, mkdtemp(dir));
+	snprintf(root, sizeof(root), "%s/root", dir);
+	ASSERT_EQ(0, mkdir(root, 0755));
+	ASSERT_EQ(0, spawn__run(ARGS(g.vmm, "run", "--kernel", g.vmlinux,
+				     "--initrd", g.initrd, "--jail", root,
+				     "--uid", NOBODY, "--gid", NOBODY, "--",
+				     "sh", "-c", "echo jailed-run; exit 7"),
+				NULL, &r));
+	TH_LOG("exit %d, err %.300s", r.status, r.err);
+	check_harness_flake(&r);
+	EXPECT_EQ(7, r.status);
+	EXPECT_NE(NULL, strstr(r.out, "jailed-run"));
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	if (system(cmd))
+		fprintf(stderr, "# cannot remove %s\n", dir);
+}
+
 TEST_TIMEOUT(jail_refused_without_root, BOOT_TIMEOUT)
 {
 	struct spawn_result r;
