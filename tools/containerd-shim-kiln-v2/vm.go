@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/containerd/containerd/sys/reaper"
 	"golang.org/x/sys/unix"
 )
 
@@ -75,8 +76,16 @@ func vmStart(dir string, c *vmConfig) (*vm, error) {
 	cmd := exec.Command(vmmPath(), vmmArgs(c, v.share, v.sock, v.pidFile, policy)...)
 	cmd.Stderr = &stderr
 	cmd.Stdout = &stderr
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("vmm start: %v: %s", err, strings.TrimSpace(stderr.String()))
+	// The shim library reaps every child (it is a subreaper: the VM
+	// process `vmm start --detach` leaves becomes its child too), so the
+	// status comes from its reaper, not from cmd.Wait.
+	ec, err := reaper.Default.Start(cmd)
+	if err != nil {
+		return nil, fmt.Errorf("vmm start: %w", err)
+	}
+	status, err := reaper.Default.Wait(cmd, ec)
+	if err != nil || status != 0 {
+		return nil, fmt.Errorf("vmm start: exit status %d: %s", status, strings.TrimSpace(stderr.String()))
 	}
 	b, err := os.ReadFile(v.pidFile)
 	if err != nil {
