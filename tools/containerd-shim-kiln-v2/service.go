@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sync"
 	"syscall"
@@ -137,6 +138,8 @@ func (s *service) StartShim(ctx context.Context, opts shim.StartOpts) (string, e
 		}
 	}
 	f, err := socket.File()
+	// the daemon serves the socket: closing the start's copy must leave it
+	socket.SetUnlinkOnClose(false)
 	socket.Close()
 	if err != nil {
 		_ = shim.RemoveSocket(address)
@@ -151,18 +154,18 @@ func (s *service) StartShim(ctx context.Context, opts shim.StartOpts) (string, e
 	if opts.Debug {
 		args = append(args, "-debug")
 	}
-	cwd, _ := os.Getwd()
-	proc, err := os.StartProcess(self, append([]string{self}, args...), &os.ProcAttr{
-		Dir:   cwd,
-		Env:   os.Environ(),
-		Files: []*os.File{nil, nil, nil, f},
-		Sys:   &syscall.SysProcAttr{Setpgid: true},
-	})
-	if err != nil {
+	// stdin, stdout and stderr /dev/null, the socket as fd 3 (what the
+	// shim library's daemon serves)
+	cmd := exec.Command(self, args...)
+	cmd.Dir, _ = os.Getwd()
+	cmd.Env = os.Environ()
+	cmd.ExtraFiles = []*os.File{f}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
 		_ = shim.RemoveSocket(address)
 		return "", err
 	}
-	_ = proc.Release()
+	go cmd.Wait()
 	if err := shim.WriteAddress("address", address); err != nil {
 		return "", err
 	}
