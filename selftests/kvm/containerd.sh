@@ -74,6 +74,7 @@ mkdir -p "$T/www" "$T/root" "$T/state"
 SOCK=$T/containerd.sock
 RT=io.containerd.kiln.v2
 IMG=kiln.test/busybox:1
+# (No process substitution anywhere: the harness VM has no /dev/fd.)
 # Each ctr call is bounded: a hang fails a test, not the run.
 ctr_() { timeout 180 ctr -a "$SOCK" -n kiln "$@"; }
 
@@ -112,18 +113,18 @@ blob() { # blob FILE: moved into the layout; prints "DIGEST SIZE"
 }
 tar --numeric-owner --owner=0 --group=0 -C "$rootfs" -cf "$T/layer.tar" . ||
 	fail_all "tar of the layer"
-read -r ld ls < <(blob "$T/layer.tar")
+read -r ld ls <<<"$(blob "$T/layer.tar")"
 cat >"$T/config.json" <<EOF
 {"architecture":"amd64","os":"linux","config":{"Env":["PATH=/bin"],"Cmd":["sh"]},
  "rootfs":{"type":"layers","diff_ids":["sha256:$ld"]}}
 EOF
-read -r cd cs < <(blob "$T/config.json")
+read -r cd cs <<<"$(blob "$T/config.json")"
 cat >"$T/manifest.json" <<EOF
 {"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json",
  "config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"sha256:$cd","size":$cs},
  "layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar","digest":"sha256:$ld","size":$ls}]}
 EOF
-read -r md ms < <(blob "$T/manifest.json")
+read -r md ms <<<"$(blob "$T/manifest.json")"
 cat >"$lay/index.json" <<EOF
 {"schemaVersion":2,"manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json",
  "digest":"sha256:$md","size":$ms,"platform":{"architecture":"amd64","os":"linux"},
@@ -177,20 +178,25 @@ stats() { # stats NAME VALUES...: "NAME: median M ms (min A, max B, n N)"
 	local name=$1
 	shift
 	printf '%s\n' "$@" | sort -n | awk -v name="$name" '
-		{ v[NR] = $1 } END {
-			if (NR == 0) { print "# " name ": no samples"; exit }
-			m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
-			printf "# %s: median %d ms (min %d, max %d, n %d)\n", name, m, v[1], v[NR], NR }'
+		NF { v[++k] = $1 } END {
+			if (k == 0) { print "# " name ": no samples"; exit }
+			m = (k % 2) ? v[(k + 1) / 2] : (v[k / 2] + v[k / 2 + 1]) / 2
+			printf "# %s: median %d ms (min %d, max %d, n %d)\n", name, m, v[1], v[k], k }'
 }
 bench() { # bench RUNTIME LABEL
 	local rt=$1 label=$2 i t0 t1 t2 line first=() total=() execs=()
 	ctr_ images import "$T/image.tar" >/dev/null 2>&1
 	for i in $(seq "$KILN_CONTAINERD_BENCH"); do
 		t0=$(now_ms)
-		t1=
-		while IFS= read -r line; do
-			[ -z "$t1" ] && [ "$line" = first ] && t1=$(now_ms)
-		done < <(ctr_ run --rm --runtime "$rt" $IMG "b-$label-$i" sh -c 'echo first' 2>&1)
+		# (no process substitution: the harness VM has no /dev/fd)
+		t1=$(ctr_ run --rm --runtime "$rt" $IMG "b-$label-$i" sh -c 'echo first' 2>&1 |
+			{
+				t=
+				while IFS= read -r line; do
+					[ -z "$t" ] && [ "$line" = first ] && t=$(now_ms)
+				done
+				echo "$t"
+			})
 		t2=$(now_ms)
 		[ -n "$t1" ] && first+=($((t1 - t0)))
 		total+=($((t2 - t0)))
@@ -232,7 +238,7 @@ check "the CRI plugin loads with the kiln runtime handler" \
 out=$(ctr_ images import "$T/image.tar" 2>&1)
 echo "$out" | comment
 check "ctr images import of a locally written OCI layout" \
-	grep -qx "$IMG" < <(ctr_ images ls -q)
+	grep -qx "$IMG" <<<"$(ctr_ images ls -q)"
 
 # 2. run: output and exit status
 out=$(ctr_ run --rm --runtime $RT $IMG t-run sh -c 'echo hello from kiln; exit 7' 2>&1)
