@@ -713,8 +713,10 @@ static void report_ready(int status_fd)
 
 /*
  * /proc/1/cmdline and comm inside the container: its init, not a copy
- * of the agent (the guest's own init, whose memory it shares). Only a
- * name for whoever reads them, so a kernel that refuses is let be.
+ * of the agent (the guest's own init, whose memory it shares). The
+ * cmdline takes CAP_SYS_RESOURCE, which the agent has in a VM; it is
+ * only a name for whoever reads it, so where it is refused (the agent
+ * in a user namespace) the agent's own stays.
  */
 static void name_init(void)
 {
