@@ -289,6 +289,12 @@ $(ebpf-tests): TEST_LDLIBS = $(BPF_LDLIBS)
 $(O)/selftests/intercept $(O)/selftests/proxy $(O)/selftests/seccomp: $(O)/obj/vmm/seccomp.o
 $(O)/selftests/intercept $(O)/selftests/proxy $(O)/selftests/seccomp: TEST_OBJS += $(O)/obj/vmm/seccomp.o
 
+# The agent's container code, linked into its host test as the guest
+# links it into init.
+AGENT_CONTAINER_OBJS := $(O)/obj/guest/agent/container.o $(O)/obj/guest/agent/conn.o
+$(O)/selftests/agent_container: $(AGENT_CONTAINER_OBJS)
+$(O)/selftests/agent_container: TEST_OBJS = $(AGENT_CONTAINER_OBJS)
+
 # Test binaries are compiled and linked in one step; -MMD still gives each
 # its header list ($@.d), so touching a header rebuilds the tests using it.
 $(O)/selftests/%: selftests/unit/%.c $(UNIT_OBJS) $(KILN_FLAGS_FILE) | pkg-check
