@@ -123,3 +123,5 @@ func TestRPCStreamsAndErrors(t *testing.T) {
 		t.Fatalf("after the close: %v", err)
 	}
 }
+
+func unixListen(path string) (net.Listener, error) { return net.Listen("unix", path) }
