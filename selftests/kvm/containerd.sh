@@ -25,7 +25,7 @@ set -u
 O=${1:-build}
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
 O=$(cd "$O" && pwd) || exit 1
-TESTS=19
+TESTS=21
 
 fail_all() {
 	echo "TAP version 13"
@@ -390,6 +390,27 @@ ctr_ c rm t-crash 2>&1 | comment
 left=$(grep -c ' /run/kiln-containerd/' /proc/mounts)
 check "SIGKILL to the shim: the VM goes within 15 s ($gone), delete leaves no mount ($left)" \
 	test "$gone" = yes -a "$left" -eq 0
+
+# 16a. a pod: containers with one sandbox id share one VM, each its own root
+pod=(--runtime $RT --annotation io.kubernetes.cri.sandbox-id=pod1)
+ctr_ run -d "${pod[@]}" --annotation io.kubernetes.cri.container-type=sandbox \
+	$IMG pod1 sleep 600 2>&1 | comment
+ctr_ run -d "${pod[@]}" --annotation io.kubernetes.cri.container-type=container \
+	$IMG pod1-app sh -c 'echo app >/tmp/who; sleep 600' 2>&1 | comment
+sleep 1
+app=$(ctr_ task exec --exec-id w pod1-app cat /tmp/who 2>&1)
+sandbox=$(ctr_ task exec --exec-id w pod1 sh -c 'cat /tmp/who 2>/dev/null || echo none' 2>&1)
+podvms=$(vms | wc -l)
+echo "app: $app; sandbox: $sandbox; VMs: $podvms" | comment
+for c in pod1-app pod1; do
+	ctr_ task kill -s SIGKILL $c >/dev/null 2>&1
+	sleep 1
+	ctr_ task rm -f $c >/dev/null 2>&1
+	ctr_ c rm $c >/dev/null 2>&1
+done
+check "a pod (one sandbox id): one VM for its two containers, each its own root" \
+	test "$podvms" -eq 1 -a "$app" = app -a "$sandbox" = none
+check "the pod's VM goes with its last container" no_vm_within 15
 
 # 16. ten at once, each with its own VM and root
 for i in $(seq 0 9); do
