@@ -72,10 +72,17 @@ func vmStart(dir string, c *vmConfig) (*vm, error) {
 			return nil, fmt.Errorf("policy file %s: %w", policy, err)
 		}
 	}
-	var stderr bytes.Buffer
+	// A file, not a pipe: the VM process `vmm start --detach` leaves
+	// behind must not hold up the wait for the pipe's end.
+	logPath := filepath.Join(dir, "vmm-start.log")
+	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", logPath, err)
+	}
+	defer log.Close()
 	cmd := exec.Command(vmmPath(), vmmArgs(c, v.share, v.sock, v.pidFile, policy)...)
-	cmd.Stderr = &stderr
-	cmd.Stdout = &stderr
+	cmd.Stderr = log
+	cmd.Stdout = log
 	// The shim library reaps every child (it is a subreaper: the VM
 	// process `vmm start --detach` leaves becomes its child too), so the
 	// status comes from its reaper, not from cmd.Wait.
@@ -85,7 +92,8 @@ func vmStart(dir string, c *vmConfig) (*vm, error) {
 	}
 	status, err := reaper.Default.Wait(cmd, ec)
 	if err != nil || status != 0 {
-		return nil, fmt.Errorf("vmm start: exit status %d: %s", status, strings.TrimSpace(stderr.String()))
+		msg, _ := os.ReadFile(logPath)
+		return nil, fmt.Errorf("vmm start: exit status %d: %s", status, strings.TrimSpace(string(msg)))
 	}
 	b, err := os.ReadFile(v.pidFile)
 	if err != nil {
