@@ -25,8 +25,10 @@ const (
 	stateRoot = "/run/kiln-containerd"
 	// the bundle file naming the pod's state directory, for `delete`
 	bundleVMFile = "kiln-vm"
-	// how long a shut-down VM gets before the shim kills its vmm
-	vmStopWait = 10 * time.Second
+	// How long a shut-down VM gets to power off before the shim kills its
+	// vmm: containerd gives Shutdown 3 s (io.containerd.timeout.shim.shutdown),
+	// and the VM's disk is ephemeral, so a forced stop loses nothing.
+	vmStopWait = 2 * time.Second
 )
 
 type vm struct {
