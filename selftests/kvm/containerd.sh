@@ -345,12 +345,14 @@ check "ctr task kill -s SIGKILL: ctr run's status is 128+9 (got $rc)" test "$rc"
 echo granted-body >"$T/www/hello"
 busybox httpd -f -p 192.0.2.10:8080 -h "$T/www" &
 pids_to_stop+=($!)
-fetch='wget -q -T 5 -O- http://192.0.2.10:8080/hello'
+# (busybox's nc: Debian's static busybox wget segfaults in a root without
+# glibc's NSS files, on the host as in a VM)
+fetch='printf "GET /hello HTTP/1.0\r\n\r\n" | nc -w 5 192.0.2.10 8080'
 out=$(ctr_ run --rm --runtime $RT --annotation 'io.kiln.net.policy={"tcp":[]}' \
 	$IMG t-deny sh -c "$fetch; echo fetch-status=\$?" 2>&1)
 rc=$?
 echo "$out" | comment
-check "io.kiln.net.policy denying: the container runs, its flow fails" \
+check "io.kiln.net.policy denying: the container runs, its flow gets nothing" \
 	test "$rc" -eq 0 -a -z "$(echo "$out" | grep granted-body)" \
 	-a -n "$(echo "$out" | grep '^fetch-status=[1-9]')"
 out=$(ctr_ run --rm --runtime $RT \
@@ -359,7 +361,8 @@ out=$(ctr_ run --rm --runtime $RT \
 rc=$?
 echo "$out" | comment
 check "io.kiln.net.policy granting: the upstream's body (status $rc)" \
-	test "$rc" -eq 0 -a "$out" = granted-body
+	test "$rc" -eq 0 -a -n "$(echo "$out" | grep -x 'granted-body.\{0,1\}')" \
+	-a -n "$(echo "$out" | grep '^HTTP/1.[01] 200')"
 
 # 14. an unknown io.kiln.* annotation
 out=$(ctr_ run --rm --runtime $RT --annotation io.kiln.bogus=1 $IMG t-bogus true 2>&1)
