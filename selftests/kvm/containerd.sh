@@ -277,9 +277,19 @@ echo "$out" | comment
 check "ctr task exec: stdin to the process, its end closes it" \
 	test "$rc" -eq 0 -a "$out" = "$(printf 'piped\nin')"
 
-out=$(script -qec "timeout 120 ctr -a $SOCK -n kiln task exec -t --exec-id e3 t-pod sh -c 'tty; exit 5'" /dev/null 2>&1)
+out=$(script -qec "timeout 60 ctr -a $SOCK -n kiln task exec -t --exec-id e3 t-pod sh -c 'tty; exit 5'" /dev/null 2>&1)
 rc=$?
 echo "$out" | comment
+if [ "$rc" -ne 5 ]; then
+	# what the shim said, and the control API asked directly
+	grep -a 'e3\|pty' "$T/containerd.log" | tail -n 20 | comment
+	for s in /run/kiln-containerd/*/vm.sock; do
+		timeout 20 "$O/vmmctl" call "$s" container.list 2>&1 | comment
+		timeout 20 "$O/vmmctl" call "$s" pty.open \
+			'{"argv":["sh","-c","tty"],"container":"t-pod","uid":0,"gid":0}' 2>&1 | comment
+		echo "pty.open direct: status $?" | comment
+	done
+fi
 check "ctr task exec -t: a terminal (/dev/pts/N) and the exit status (5, got $rc)" \
 	test "$rc" -eq 5 -a -n "$(echo "$out" | grep '^/dev/pts/[0-9]')"
 
@@ -450,9 +460,13 @@ done
 # 17. nothing left behind
 no_vm_within 15
 sleep 1
+left_vms=$(vms) left_shims=$(pgrep -f containerd-shim-kiln-v2)
+left_mounts=$(grep ' /run/kiln-containerd/' /proc/mounts)
+echo "left: VMs [$left_vms] shims [$left_shims] mounts [$left_mounts]" | comment
+[ -z "$left_shims" ] || ps -o pid,args -p "$(echo $left_shims | tr ' ' ,)" | comment
+ctr_ task ls 2>&1 | comment
 check "no VM, shim or mount left" \
-	test -z "$(vms)" -a -z "$(pgrep -f containerd-shim-kiln-v2)" \
-	-a "$(grep -c ' /run/kiln-containerd/' /proc/mounts)" -eq 0
+	test -z "$left_vms" -a -z "$left_shims" -a -z "$left_mounts"
 
 if [ "$failed" -gt 0 ]; then
 	echo "# containerd's log:"

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"time"
 )
 
 type rpcError struct {
@@ -174,6 +175,19 @@ func (c *rpcClient) attach(s int, h streamHandler) {
 	}
 }
 
+// A request the VM has not answered in this long has failed: the task
+// API's caller gets an error naming it rather than a hang. A stream's
+// input waits for the guest to read it (the API's backpressure), so
+// spawn.write has no bound.
+const rpcTimeout = 60 * time.Second
+
+func callTimeout(method string) time.Duration {
+	if method == "spawn.write" {
+		return 1<<63 - 1
+	}
+	return rpcTimeout
+}
+
 // call sends one request and waits for its answer; result (if not nil)
 // gets the result.
 func (c *rpcClient) call(method string, params interface{}, result interface{}) error {
@@ -202,7 +216,16 @@ func (c *rpcClient) call(method string, params interface{}, result interface{}) 
 	if err != nil {
 		return fmt.Errorf("%s: %w", method, err)
 	}
-	m, ok := <-ch
+	var m *rpcMsg
+	var ok bool
+	select {
+	case m, ok = <-ch:
+	case <-time.After(callTimeout(method)):
+		c.mu.Lock()
+		delete(c.calls, id)
+		c.mu.Unlock()
+		return fmt.Errorf("%s: no answer from the VM within %v", method, callTimeout(method))
+	}
 	if !ok {
 		return errVMGone
 	}

@@ -17,6 +17,7 @@ import (
 	eventstypes "github.com/containerd/containerd/api/events"
 	"github.com/containerd/containerd/api/types/task"
 	"github.com/containerd/containerd/errdefs"
+	"github.com/containerd/containerd/log"
 	"github.com/containerd/containerd/mount"
 	"github.com/containerd/containerd/namespaces"
 	"github.com/containerd/containerd/runtime"
@@ -351,6 +352,8 @@ func (p *process) exited(e *streamExit) {
 	p.exitStatus = exitStatus(e)
 	p.exitedAt = time.Now()
 	p.mu.Unlock()
+	log.L.WithField("id", p.c.id).WithField("exec", p.execID).
+		Infof("stream %d ended: status %d", p.stream, p.exitStatus)
 	for _, w := range []io.WriteCloser{p.stdout, p.stderr} {
 		if w != nil {
 			w.Close()
@@ -410,6 +413,8 @@ func (s *service) startProcess(p *process) error {
 		}
 		return fmt.Errorf("%s: %w", method, err)
 	}
+	log.L.WithField("id", p.c.id).WithField("exec", p.execID).
+		Infof("%s: stream %d, guest pid %d", method, res.Stream, res.Pid)
 	p.mu.Lock()
 	p.stream, p.pid, p.status = res.Stream, res.Pid, task.StatusRunning
 	p.mu.Unlock()
@@ -636,7 +641,8 @@ func (s *service) ResizePty(ctx context.Context, r *taskAPI.ResizePtyRequest) (*
 	}
 	if err := s.vm.rpc.call("pty.resize", map[string]interface{}{"stream": stream,
 		"rows": r.Height, "cols": r.Width}, nil); err != nil {
-		return nil, fmt.Errorf("pty.resize: %w", err)
+		// a resize lost is no reason to fail the terminal
+		log.L.WithError(err).WithField("id", r.ID).Warn("pty.resize")
 	}
 	return &ptypes.Empty{}, nil
 }
