@@ -459,7 +459,10 @@ done
 
 # 17. nothing left behind
 no_vm_within 15
-sleep 1
+for _ in $(seq 100); do
+	[ -z "$(pgrep -f containerd-shim-kiln-v2)" ] && break
+	sleep 0.1
+done
 left_vms=$(vms) left_shims=$(pgrep -f containerd-shim-kiln-v2)
 left_mounts=$(grep ' /run/kiln-containerd/' /proc/mounts)
 echo "left: VMs [$left_vms] shims [$left_shims] mounts [$left_mounts]" | comment

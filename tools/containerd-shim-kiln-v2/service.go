@@ -479,6 +479,7 @@ func (s *service) Delete(ctx context.Context, r *taskAPI.DeleteRequest) (*taskAP
 	p.mu.Lock()
 	st := p.status
 	p.mu.Unlock()
+	log.L.WithField("id", r.ID).WithField("exec", r.ExecID).Infof("delete: status %v", st)
 	if st == task.StatusRunning {
 		return nil, fmt.Errorf("process %s is running: %w", r.ID, errdefs.ErrFailedPrecondition)
 	}
@@ -688,6 +689,7 @@ func (s *service) Connect(ctx context.Context, r *taskAPI.ConnectRequest) (*task
 // and the shim exits.
 func (s *service) Shutdown(ctx context.Context, r *taskAPI.ShutdownRequest) (*ptypes.Empty, error) {
 	s.mu.Lock()
+	log.L.Infof("shutdown: %d containers left", len(s.containers))
 	if len(s.containers) > 0 {
 		s.mu.Unlock()
 		return &ptypes.Empty{}, nil
@@ -701,6 +703,9 @@ func (s *service) Shutdown(ctx context.Context, r *taskAPI.ShutdownRequest) (*pt
 	if address, err := shim.ReadAddress("address"); err == nil {
 		_ = shim.RemoveSocket(address)
 	}
+	// Every event went out synchronously: the library waits for the
+	// publisher's close (5 s, then exits with an error) before the shim ends.
+	_ = s.publisher.Close()
 	s.shutdown()
 	return &ptypes.Empty{}, nil
 }
