@@ -252,6 +252,23 @@ $(O)/vmmctl: $(VMMCTL_OBJS)
 	$(quiet) LD $@
 	$(Q)$(CC) $(HARDEN_LD) -o $@ $^ $(shell pkg-config --libs jansson)
 
+# containerd's runtime v2 shim (Documentation/containerd.md), in Go on
+# Debian's containerd shim library: go-build compiles it and its unit
+# tests offline from /usr/share/gocode, Go's cache in $(KILN_CACHE). Go
+# decides what to recompile; make only asks it when a source changed.
+SHIM_SRCS := $(wildcard tools/containerd-shim-kiln-v2/*.go) tools/containerd-shim-kiln-v2/go-build
+$(O)/containerd-shim-kiln-v2 $(O)/obj/containerd-shim-kiln-v2.test &: $(SHIM_SRCS)
+	$(quiet) GO $(O)/containerd-shim-kiln-v2
+	$(Q)tools/containerd-shim-kiln-v2/go-build $(O)
+
+all: $(O)/containerd-shim-kiln-v2
+
+# Its unit tests as a host suite (TAP, one test per Go test).
+$(O)/selftests/containerd_shim: selftests/unit/containerd_shim.sh $(O)/obj/containerd-shim-kiln-v2.test
+	$(Q)install -D -m 0755 $< $@
+
+selftests: $(O)/selftests/containerd_shim
+
 # The example server for virtual mounts (Documentation/virtual-fs.md),
 # which selftests/unit/fs_virtual.c runs.
 $(O)/tools/fs-example-server: tools/fs-example-server.c $(KILN_FLAGS_FILE) | pkg-check
@@ -273,6 +290,12 @@ $(ebpf-tests): TEST_LDLIBS = $(BPF_LDLIBS)
 # the filter's own test runs calls under it.
 $(O)/selftests/intercept $(O)/selftests/proxy $(O)/selftests/seccomp: $(O)/obj/vmm/seccomp.o
 $(O)/selftests/intercept $(O)/selftests/proxy $(O)/selftests/seccomp: TEST_OBJS += $(O)/obj/vmm/seccomp.o
+
+# The agent's container code, linked into its host test as the guest
+# links it into init.
+AGENT_CONTAINER_OBJS := $(O)/obj/guest/agent/container.o $(O)/obj/guest/agent/conn.o
+$(O)/selftests/agent_container: $(AGENT_CONTAINER_OBJS)
+$(O)/selftests/agent_container: TEST_OBJS = $(AGENT_CONTAINER_OBJS)
 
 # Test binaries are compiled and linked in one step; -MMD still gives each
 # its header list ($@.d), so touching a header rebuilds the tests using it.

@@ -4,26 +4,38 @@
  *
  * CONTAINER_CREATE forks the holder. It joins CONTAINER_CGROUP/<id>/
  * holder, unshares its mount namespace (and the UTS, IPC and PID ones
- * where the kernel has them), binds the root onto itself, makes it its
- * root (pivot_root; on the initramfs, whose rootfs pivot_root cannot
- * move, the root is moved over / and chrooted into, as switch_root
- * does), mounts the defaults and the request's mounts there, sets the
- * hostname, reports over a pipe and then only waits. A mount namespace
- * keeps the root it was set up with: a process that joins it with
- * setns() lands in the container's root (the kernel follows the mounts
- * on top of the namespace's root), so nothing else needs the holder.
+ * where the kernel has them), binds the root onto itself and makes it
+ * its root (pivot_root; on the initramfs, whose rootfs pivot_root
+ * cannot move, the root is moved over / and chrooted into, as
+ * switch_root does).
  *
- * CONTAINER_DELETE writes cgroup.kill, which SIGKILLs the holder and
- * every process of the container, new ones included, and waits for the
- * cgroup to empty; the namespaces and their mounts go with their last
- * process. The processes are reaped by their parents: the connections
- * that ran them, or init.
+ * With a PID namespace the holder then forks the container's init, the
+ * namespace's pid 1 (a pause container's process): it mounts the
+ * defaults and the request's mounts (a proc shows the pid namespace of
+ * whoever mounts it, so only a process inside may), sets the hostname,
+ * reports over a pipe and then only reaps the orphans the kernel hands
+ * it. The namespace lives as long as its pid 1, so every process run in
+ * the container is an ordinary one (pid > 1), however many come and go.
+ * The holder is the init's parent: it reaps it and ends with it, so a
+ * container whose init died has no holder, which is what a process
+ * started in it is told. Without a PID namespace the holder does the
+ * mounts itself, reports and waits. A mount namespace keeps the root it
+ * was set up with: a process that joins it with setns() lands in the
+ * container's root (the kernel follows the mounts on top of the
+ * namespace's root).
+ *
+ * CONTAINER_DELETE writes cgroup.kill, which SIGKILLs the holder, the
+ * init and every process of the container, new ones included, and waits
+ * for the cgroup to empty; the namespaces and their mounts go with their
+ * last process. The processes are reaped by their parents: the
+ * connections that ran them, the holder (the init), or init.
  */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/magic.h>
+#include <linux/openat2.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -54,6 +66,9 @@
 #define HOLDER_MSG_MAX 240
 /* RLIM_INFINITY as the wire carries it. */
 #define WIRE_RLIM_INF (~0ULL)
+/* The container init's name: /proc/1/cmdline and comm inside. */
+#define CINIT_NAME "kiln-container-init"
+#define CINIT_COMM "kiln-cinit"
 
 struct cmount {
 	char *dst, *type, *src;
@@ -437,7 +452,7 @@ struct mount_spec {
 };
 
 /* One mount inside the root (already /); @tree: a bind's open_tree fd. */
-static int do_mount(const struct mount_spec *m, int tree, bool pid_ns,
+static int do_mount(const struct mount_spec *m, int tree,
 		    struct holder_status *st)
 {
 	unsigned long flags = 0;
@@ -446,12 +461,6 @@ static int do_mount(const struct mount_spec *m, int tree, bool pid_ns,
 	int ret;
 
 	split_options(m->opts, &flags, data, sizeof(data));
-	if (!strcmp(m->type, "proc") && pid_ns) {
-		/* Mounted by the pid namespace's first process: a proc
-		 * shows the pid namespace of whoever mounts it. */
-		ret = make_point(m->dst, false);
-		goto out;
-	}
 	ret = make_point(m->dst, tree >= 0 && !fstat(tree, &sb) &&
 					 !S_ISDIR(sb.st_mode));
 	if (ret)
@@ -592,10 +601,23 @@ static int enter_root(const char *root, struct holder_status *st)
 	return 0;
 }
 
-/* Everything the holder does before it waits; the failure in *st. */
-static int holder_setup(const struct create_req *q, struct holder_status *st)
+/* The bind sources' open_tree() fds, -1 where a mount is no bind. */
+static void close_trees(int *trees, size_t n)
 {
-	int ns = other_namespaces(), *trees, ret = -1;
+	for (size_t i = 0; i < n; i++)
+		if (trees[i] >= 0)
+			close(trees[i]);
+	free(trees);
+}
+
+/*
+ * The holder's part, the failure in *st: the namespaces (@ns besides the
+ * mount one), the bind sources opened into @trees (guest paths, so
+ * before the root changes), the root.
+ */
+static int holder_setup(const struct create_req *q, int ns, int *trees,
+			struct holder_status *st)
+{
 	char procs[PATH_MAX];
 	size_t i;
 
@@ -606,17 +628,10 @@ static int holder_setup(const struct create_req *q, struct holder_status *st)
 		status_set(st, errno, "make the namespaces");
 		return -1;
 	}
-	trees = calloc(q->nmounts + 1, sizeof(*trees));
-	if (!trees) {
-		status_set(st, ENOMEM, "the holder");
-		return -1;
-	}
-	/* Bind sources are guest paths: opened before the root changes. */
 	for (i = 0; i < q->nmounts; i++) {
 		const struct cmount *m = &q->mounts[i];
 		bool rec = false;
 
-		trees[i] = -1;
 		if (strcmp(m->type, "bind"))
 			continue;
 		for (size_t j = 0; j < m->nopts; j++)
@@ -627,63 +642,64 @@ static int holder_setup(const struct create_req *q, struct holder_status *st)
 		if (trees[i] < 0) {
 			status_set(st, errno, "bind %s from %s", m->dst,
 				   m->src);
-			goto out;
+			return -1;
 		}
 	}
-	if (enter_root(q->root, st))
-		goto out;
+	return enter_root(q->root, st);
+}
+
+/*
+ * Inside the root, by the pid namespace's pid 1 where there is one: the
+ * mounts, /dev's entries, the read-only root, the hostname.
+ */
+static int container_setup(const struct create_req *q, const int *trees,
+			   struct holder_status *st)
+{
+	size_t i;
+
 	for (i = 0; i < ARRAY_SIZE(default_mounts); i++)
 		if (!requested(q, default_mounts[i].dst) &&
-		    do_mount(&default_mounts[i], -1, ns & CLONE_NEWPID, st))
-			goto out;
+		    do_mount(&default_mounts[i], -1, st))
+			return -1;
 	for (i = 0; i < q->nmounts; i++) {
 		const struct mount_spec m = {
 			q->mounts[i].dst, q->mounts[i].type,
 			(const char *const *)q->mounts[i].opts
 		};
 
-		if (do_mount(&m, trees[i], ns & CLONE_NEWPID, st))
-			goto out;
+		if (do_mount(&m, trees[i], st))
+			return -1;
 	}
 	if (dev_entries(st))
-		goto out;
+		return -1;
 	if (q->read_only &&
 	    mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY, NULL)) {
 		status_set(st, errno, "make the root read-only");
-		goto out;
+		return -1;
 	}
 	/* Without a UTS namespace this is the guest's own name. */
 	if (q->hostname && sethostname(q->hostname, strlen(q->hostname))) {
 		status_set(st, errno, "set the hostname %s", q->hostname);
-		goto out;
+		return -1;
 	}
-	ret = 0;
-out:
-	for (i = 0; i < q->nmounts; i++)
-		if (trees[i] >= 0)
-			close(trees[i]);
-	free(trees);
-	return ret;
+	return 0;
 }
 
-/* The holder: set up, report on @status_fd, then wait to be killed. */
+/* A failed setup: the step on @status_fd, for create() to report. */
 static void __attribute__((noreturn))
-holder_main(const struct create_req *q, int status_fd)
+setup_failed(const struct holder_status *st, int status_fd)
+{
+	if (write(status_fd, st, sizeof(*st)) < 0)
+		_exit(126);
+	_exit(127);
+}
+
+/* Ready: nothing of the agent's stays open, success on @status_fd. */
+static void report_ready(int status_fd)
 {
 	struct holder_status st = { 0 };
-	sigset_t all;
 	int fd;
 
-	/* Only cgroup.kill's SIGKILL ends it. */
-	sigfillset(&all);
-	sigprocmask(SIG_SETMASK, &all, NULL);
-	setsid();
-	if (holder_setup(q, &st)) {
-		if (write(status_fd, &st, sizeof(st)) < 0)
-			_exit(126);
-		_exit(127);
-	}
-	/* Nothing of the agent's stays open in the container. */
 	fd = open("/dev/null", O_RDWR | O_CLOEXEC);
 	for (int i = 0; i < 3; i++)
 		if (fd < 0 || dup2(fd, i) < 0)
@@ -693,8 +709,99 @@ holder_main(const struct create_req *q, int status_fd)
 	if (write(status_fd, &st, sizeof(st)) < 0)
 		_exit(126);
 	syscall(SYS_close_range, 3U, ~0U, 0);
+}
+
+/*
+ * /proc/1/cmdline and comm inside the container: its init, not a copy
+ * of the agent (the guest's own init, whose memory it shares). The
+ * cmdline takes CAP_SYS_RESOURCE, which the agent has in a VM; it is
+ * only a name for whoever reads it, so where it is refused (the agent
+ * in a user namespace) the agent's own stays.
+ */
+static void name_init(void)
+{
+	static char name[] = CINIT_NAME;
+
+	prctl(PR_SET_NAME, CINIT_COMM, 0, 0, 0);
+	/* The new start is below the old end: set first, then the end. */
+	if (!prctl(PR_SET_MM, PR_SET_MM_ARG_START, (unsigned long)name, 0, 0))
+		prctl(PR_SET_MM, PR_SET_MM_ARG_END,
+		      (unsigned long)name + sizeof(name), 0, 0);
+}
+
+/*
+ * The container's init, pid 1 of its pid namespace: sets the container
+ * up, reports on @status_fd, then reaps whatever is orphaned inside (the
+ * kernel reparents it here) until a SIGKILL from outside ends it, and
+ * the namespace with it. All signals stay blocked (the holder's mask):
+ * SIGCHLD is taken with sigwaitinfo(), and a pid 1 gets no other signal
+ * from inside its namespace that it has no handler for.
+ */
+static void __attribute__((noreturn))
+cinit_main(const struct create_req *q, int *trees, int status_fd)
+{
+	struct holder_status st = { 0 };
+	sigset_t chld;
+
+	if (container_setup(q, trees, &st))
+		setup_failed(&st, status_fd);
+	name_init();
+	report_ready(status_fd);
+	sigemptyset(&chld);
+	sigaddset(&chld, SIGCHLD);
 	for (;;)
-		sigsuspend(&all);
+		if (waitpid(-1, NULL, 0) < 0 && errno == ECHILD)
+			sigwaitinfo(&chld, NULL);
+}
+
+/*
+ * The holder: set up, then either fork the init and live as long as it
+ * does, or (no PID namespace) report on @status_fd and wait to be
+ * killed.
+ */
+static void __attribute__((noreturn))
+holder_main(const struct create_req *q, int status_fd)
+{
+	struct holder_status st = { 0 };
+	int ns = other_namespaces(), *trees;
+	sigset_t all;
+	pid_t init;
+	size_t i;
+
+	/* Only cgroup.kill's SIGKILL ends it. */
+	sigfillset(&all);
+	sigprocmask(SIG_SETMASK, &all, NULL);
+	setsid();
+	trees = malloc((q->nmounts + 1) * sizeof(*trees));
+	if (!trees) {
+		status_set(&st, ENOMEM, "the holder");
+		setup_failed(&st, status_fd);
+	}
+	for (i = 0; i < q->nmounts; i++)
+		trees[i] = -1;
+	if (holder_setup(q, ns, trees, &st))
+		setup_failed(&st, status_fd);
+	if (!(ns & CLONE_NEWPID)) {
+		if (container_setup(q, trees, &st))
+			setup_failed(&st, status_fd);
+		close_trees(trees, q->nmounts);
+		report_ready(status_fd);
+		for (;;)
+			sigsuspend(&all);
+	}
+	init = fork();
+	if (init == 0)
+		cinit_main(q, trees, status_fd);
+	if (init < 0) {
+		status_set(&st, errno, "fork the init");
+		setup_failed(&st, status_fd);
+	}
+	/* The init reports; the status pipe ends with it. */
+	syscall(SYS_close_range, 0U, ~0U, 0);
+	free(trees);
+	while (waitpid(init, NULL, 0) < 0 && errno == EINTR)
+		;
+	_exit(0);
 }
 
 /* ---- the requests --------------------------------------------------- */
@@ -905,7 +1012,11 @@ out:
 void container__exec_init(struct container_exec *x)
 {
 	*x = (struct container_exec){
-		.mnt_fd = -1, .uts_fd = -1, .ipc_fd = -1, .procs_fd = -1
+		.mnt_fd = -1,
+		.uts_fd = -1,
+		.ipc_fd = -1,
+		.root_fd = -1,
+		.procs_fd = -1,
 	};
 }
 
@@ -1045,21 +1156,41 @@ int container__exec_prepare(struct conn *c, struct container_exec *x)
 	x->mnt_fd = open_ns(holder, "mnt", "mnt");
 	x->uts_fd = open_ns(holder, "uts", "uts");
 	x->ipc_fd = open_ns(holder, "ipc", "ipc");
+	snprintf(path, sizeof(path), "/proc/%d/root", holder);
+	x->root_fd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	pid_fd = open_ns(holder, "pid_for_children", "pid");
-	ret = x->procs_fd < 0 || x->mnt_fd < 0 ? -errno : 0;
-	/* The connection forks nothing else: its children are the
-	 * container's from here on. */
-	if (!ret && pid_fd >= 0) {
-		if (setns(pid_fd, CLONE_NEWPID))
-			ret = -errno;
-		x->new_pid_ns = true;
-	}
+	ret = x->procs_fd < 0 || x->mnt_fd < 0 || x->root_fd < 0 ? -errno : 0;
+	/*
+	 * The connection forks nothing else: its children are the
+	 * container's from here on, each an ordinary process under the
+	 * container's init.
+	 */
+	if (!ret && pid_fd >= 0 && setns(pid_fd, CLONE_NEWPID))
+		ret = -errno;
 	if (pid_fd >= 0)
 		close(pid_fd);
 	if (ret)
 		conn__error(c, -ret, "container %s: cannot join it: %s", x->id,
 			    strerror(-ret));
 	return ret;
+}
+
+int container__open_ptmx(const struct container_exec *x)
+{
+	struct open_how how = {
+		.flags = O_RDWR | O_NOCTTY | O_CLOEXEC,
+		/* The container's /dev/ptmx (a link into its /dev/pts) and
+		 * its links resolve in its root, not the guest's. */
+		.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS,
+	};
+	int fd;
+
+	if (!x->id)
+		fd = posix_openpt(how.flags);
+	else
+		fd = syscall(SYS_openat2, x->root_fd, "/dev/ptmx", &how,
+			     sizeof(how));
+	return fd < 0 ? -errno : fd;
 }
 
 int container__exec_enter(const struct container_exec *x)
@@ -1073,10 +1204,6 @@ int container__exec_enter(const struct container_exec *x)
 		    (x->uts_fd >= 0 && setns(x->uts_fd, CLONE_NEWUTS)) ||
 		    (x->ipc_fd >= 0 && setns(x->ipc_fd, CLONE_NEWIPC)) ||
 		    setns(x->mnt_fd, CLONE_NEWNS) || chdir("/"))
-			return -1;
-		if (x->new_pid_ns && getpid() == 1 &&
-		    mount("proc", "/proc", "proc",
-			  MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL))
 			return -1;
 	}
 	for (i = 0; i < x->nrlimits; i++)

@@ -6,10 +6,11 @@
  * Containers in the guest (proto/agent.h, CONTAINER_*): a process tree
  * with its own root and namespaces. Each container is a cgroup v2
  * directory, CONTAINER_CGROUP/<id>, with two leaves: "holder" (the
- * holder process, which made the namespaces and the root and then only
- * waits) and "procs" (every process run in the container). The
- * directories are the registry the agent's connections share; the
- * holder's /proc/<pid>/ns/ are what a process joins.
+ * holder process, which made the namespaces and the root, and the
+ * container's init, pid 1 of its PID namespace, which the holder forked
+ * and then only waits for) and "procs" (every process run in the
+ * container). The directories are the registry the agent's connections
+ * share; the holder's /proc/<pid>/ns/ and root are what a process joins.
  */
 #include <stdbool.h>
 #include <stddef.h>
@@ -37,8 +38,7 @@ struct container_exec {
 	size_t nrlimits;
 	bool no_new_privs;
 	/* container__exec_prepare(): what the child joins; -1: nothing */
-	int mnt_fd, uts_fd, ipc_fd, procs_fd;
-	bool new_pid_ns; /* the child is in the container's pid namespace */
+	int mnt_fd, uts_fd, ipc_fd, root_fd, procs_fd;
 };
 
 void container__exec_init(struct container_exec *x);
@@ -57,9 +57,14 @@ int container__exec_field(struct container_exec *x, uint16_t tag,
  */
 int container__exec_prepare(struct conn *c, struct container_exec *x);
 /*
+ * A pty master from the devpts of the process's world: the container's
+ * own instance (its /dev/ptmx) after container__exec_prepare(), else the
+ * guest's. The fd (O_CLOEXEC) or a negative errno.
+ */
+int container__open_ptmx(const struct container_exec *x);
+/*
  * In the child after the fork: the container (cgroup, namespaces, its
- * root as / and cwd, /proc when it is the pid namespace's first), then
- * the rlimits. -1 with errno set.
+ * root as / and cwd), then the rlimits. -1 with errno set.
  */
 int container__exec_enter(const struct container_exec *x);
 /* In the child, last before exec: uid, gid, groups, no_new_privs. */

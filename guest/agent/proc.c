@@ -537,7 +537,7 @@ static int become_user(const struct proc_req *r)
  * directory, default signal handling. A failure goes up the status pipe.
  */
 static void __attribute__((noreturn))
-exec_child(const struct proc_req *r, const int fds[3], const char *slave,
+exec_child(const struct proc_req *r, const int fds[3], int master,
 	   int status_fd)
 {
 	struct exec_failure fail = { .stage = STAGE_SETUP };
@@ -552,8 +552,10 @@ exec_child(const struct proc_req *r, const int fds[3], const char *slave,
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	if (setsid() < 0)
 		goto fail;
-	if (slave) {
-		tty = open(slave, O_RDWR | O_NOCTTY | O_CLOEXEC);
+	if (master >= 0) {
+		/* The master's own peer: no path, so no lookup can land in
+		 * another devpts instance (a container has its own). */
+		tty = ioctl(master, TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC);
 		if (tty < 0 || ioctl(tty, TIOCSCTTY, 0))
 			goto fail;
 		/* The user's terminal: theirs to set modes on and reopen. */
@@ -612,18 +614,20 @@ static void close_fd(int *fd)
 	*fd = -1;
 }
 
-/* A pseudo terminal: the master in @master, the slave's name in @name. */
-static int open_pty(const struct proc_req *r, int *master, char *name,
-		    size_t size, uint8_t *veof)
+/*
+ * A pseudo terminal, the master in @master: from the container's devpts
+ * in a container (its /dev/pts/N is the process's terminal), else from
+ * the guest's. The child opens the slave from the master.
+ */
+static int open_pty(const struct proc_req *r, int *master, uint8_t *veof)
 {
 	struct termios t;
 	int fd, err;
 
-	fd = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+	fd = container__open_ptmx(&r->cx);
 	if (fd < 0)
-		return -errno;
-	if (grantpt(fd) || unlockpt(fd) || ptsname_r(fd, name, size) ||
-	    ioctl(fd, TIOCSWINSZ, &r->ws)) {
+		return fd;
+	if (unlockpt(fd) || ioctl(fd, TIOCSWINSZ, &r->ws)) {
 		err = errno;
 		close(fd);
 		return -err;
@@ -710,12 +714,10 @@ static int spawn(struct proc *p, const struct proc_req *r)
 	struct stdio_pipes sp = { { -1, -1 }, { -1, -1 }, { -1, -1 } };
 	int status[2] = { -1, -1 }, master = -1, fds[3], err;
 	struct exec_failure fail;
-	char slave[64];
 	ssize_t n;
 	pid_t pid;
 
-	err = r->pty ? open_pty(r, &master, slave, sizeof(slave), &p->veof) :
-		       open_pipes(&sp);
+	err = r->pty ? open_pty(r, &master, &p->veof) : open_pipes(&sp);
 	if (err) {
 		conn__error(p->c, -err, "cannot create the %s: %s",
 			    r->pty ? "terminal" : "pipes", strerror(-err));
@@ -732,7 +734,7 @@ static int spawn(struct proc *p, const struct proc_req *r)
 	fds[2] = sp.err[1];
 	pid = fork();
 	if (pid == 0)
-		exec_child(r, fds, r->pty ? slave : NULL, status[1]);
+		exec_child(r, fds, master, status[1]);
 	if (pid < 0) {
 		err = -errno;
 		conn__error(p->c, -err, "cannot fork: %s", strerror(-err));
