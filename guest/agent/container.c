@@ -43,6 +43,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -714,19 +715,30 @@ static void report_ready(int status_fd)
 /*
  * /proc/1/cmdline and comm inside the container: its init, not a copy
  * of the agent (the guest's own init, whose memory it shares). The
- * cmdline takes CAP_SYS_RESOURCE, which the agent has in a VM; it is
- * only a name for whoever reads it, so where it is refused (the agent
- * in a user namespace) the agent's own stays.
+ * kernel reads a cmdline from anonymous memory only (not the binary's
+ * .data), hence a page of its own. The cmdline takes CAP_SYS_RESOURCE,
+ * which the agent has in a VM; it is only a name for whoever reads it,
+ * so where it is refused (the agent in a user namespace) the agent's
+ * own stays.
  */
 static void name_init(void)
 {
-	static char name[] = CINIT_NAME;
+	static const char name[] = CINIT_NAME;
+	char *page;
 
 	prctl(PR_SET_NAME, CINIT_COMM, 0, 0, 0);
-	/* The new start is below the old end: set first, then the end. */
-	if (!prctl(PR_SET_MM, PR_SET_MM_ARG_START, (unsigned long)name, 0, 0))
-		prctl(PR_SET_MM, PR_SET_MM_ARG_END,
-		      (unsigned long)name + sizeof(name), 0, 0);
+	page = mmap(NULL, sizeof(name), PROT_READ | PROT_WRITE,
+		    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (page == MAP_FAILED)
+		return;
+	memcpy(page, name, sizeof(name));
+	/* The new start is below the old end (the stack): start first. */
+	if (prctl(PR_SET_MM, PR_SET_MM_ARG_START, (unsigned long)page, 0, 0)) {
+		munmap(page, sizeof(name));
+		return;
+	}
+	prctl(PR_SET_MM, PR_SET_MM_ARG_END, (unsigned long)page + sizeof(name),
+	      0, 0);
 }
 
 /*

@@ -1551,20 +1551,28 @@ static json_t *stream_exit(struct __test_metadata *_metadata, struct tc *t,
 	}
 }
 
+/* The first line of out (malloc'ed), "" when there is none. */
+static char *first_line(const char *out)
+{
+	return strndup(out, strcspn(out, "\n"));
+}
+
 /*
  * A container in the guest: its own root (a busybox copy, a read-only
- * bind and a tmpfs of its own), hostname and, where the guest kernel
- * has them, pid namespace; processes inside it with numeric ids and
- * rlimits; container.list; a signal's exit status; container.delete
- * killing what is left.
+ * bind and a tmpfs of its own), hostname, pid namespace (with an init
+ * of its own that outlives every exec and reaps orphans), IPC namespace
+ * and terminals; processes inside it with numeric ids and rlimits;
+ * container.list; a signal's exit status; container.delete killing
+ * what is left, its init included.
  */
 TEST_TIMEOUT(api_container, BOOT_TIMEOUT)
 {
 	json_t *m, *list, *ex, *create, *pids;
-	json_int_t s1, s2;
+	char *out, *guest_ns, *ns = NULL, *line;
+	char script[256], pty[4096];
+	json_int_t s1, s2, stream;
 	int seen = 0;
-	char *out;
-	long pid1, pid2;
+	long pid1, pid2, orphan;
 	bool pid_ns;
 	struct vmctl c;
 	struct tc t, t2;
@@ -1581,21 +1589,24 @@ TEST_TIMEOUT(api_container, BOOT_TIMEOUT)
 			"/tmp/kiln-ctr/share; echo shared > "
 			"/tmp/kiln-ctr/share/hello; cp /bin/busybox $r/bin/; "
 			"for a in sh hostname cat ls sleep id grep tr pwd "
-			"touch echo; do ln -s busybox $r/bin/$a; done; "
+			"touch echo readlink tty cut; do "
+			"ln -s busybox $r/bin/$a; done; "
 			"if [ -e /proc/self/ns/pid ]; then echo pidns; fi");
 	pid_ns = strstr(out, "pidns") != NULL;
 	free(out);
-	if (!pid_ns)
-		TH_LOG("the guest kernel has no PID, UTS or IPC namespaces "
-		       "(CONFIG_NAMESPACES off): pid 1 is not checked");
+	ASSERT_TRUE(pid_ns)
+	TH_LOG("the guest kernel has no PID namespaces (guest/kernel.config)");
+	guest_ns = guest_out(_metadata, &t, "readlink /proc/self/ns/pid");
 
-	create = json_pack(
-		"{s:s, s:s, s:b, s:s, s:[{s:s, s:s, s:s, s:[s, s]}, "
-		"{s:s, s:s, s:s}]}",
-		"id", "c1", "root", CTR_ROOT, "rootReadonly", 1, "hostname",
-		"kiln-c1", "mounts", "destination", "/data", "type", "bind",
-		"source", "/tmp/kiln-ctr/share", "options", "rbind", "ro",
-		"destination", "/tmp", "type", "tmpfs", "source", "tmpfs");
+	create = json_pack("{s:s, s:s, s:b, s:s, s:[{s:s, s:s, s:s, s:[s, s]}, "
+			   "{s:s, s:s, s:s}, {s:s, s:s, s:s}]}",
+			   "id", "c1", "root", CTR_ROOT, "rootReadonly", 1,
+			   "hostname", "kiln-c1", "mounts", "destination",
+			   "/data", "type", "bind", "source",
+			   "/tmp/kiln-ctr/share", "options", "rbind", "ro",
+			   "destination", "/tmp", "type", "tmpfs", "source",
+			   "tmpfs", "destination", "/dev/mqueue", "type",
+			   "mqueue", "source", "mqueue");
 	json_decref(api_ok(_metadata, &t, "container.create",
 			   json_deep_copy(create)));
 	REFUSED(&t, "container.create", create, EEXIST);
@@ -1606,7 +1617,80 @@ TEST_TIMEOUT(api_container, BOOT_TIMEOUT)
 		json_pack("{s:[s], s:s}", "argv", "true", "container", "c3"),
 		ENOENT);
 
-	/* The first process: the pid namespace's pid 1 where there is one. */
+	/*
+	 * Three execs one after the other, each ended before the next:
+	 * the same pid namespace (not the guest's), an ordinary pid in it,
+	 * and pid 1 the container's init, not the guest's.
+	 */
+	for (int i = 0; i < 3; i++) {
+		out = CTR(&t, NULL, &code, "sh", "-c",
+			  "readlink /proc/self/ns/pid; echo $$; "
+			  "tr '\\0' ' ' </proc/1/cmdline; echo");
+		EXPECT_EQ(0, code) TH_LOG("exec %d: %s", i, out);
+		line = first_line(out);
+		EXPECT_STRNE(guest_ns, line) TH_LOG("exec %d: %s", i, out);
+		if (!ns)
+			ns = strdup(line);
+		EXPECT_STREQ(ns, line) TH_LOG("exec %d: %s", i, out);
+		free(line);
+		line = strchr(out, '\n');
+		EXPECT_LT(1, line ? atol(line + 1) : 0)
+		TH_LOG("exec %d: %s", i, out);
+		EXPECT_TRUE(strstr(out, "\nkiln-container-init \n") != NULL)
+		TH_LOG("exec %d: %s", i, out);
+		free(out);
+	}
+	free(ns);
+	free(guest_ns);
+
+	/* An orphan goes to the container's init, which reaps it. */
+	out = CTR(&t, NULL, &code, "sh", "-c",
+		  "sleep 8 >/dev/null 2>&1 & echo $!");
+	orphan = atol(out);
+	free(out);
+	ASSERT_LT(1, orphan);
+	snprintf(script, sizeof(script), "cut -d' ' -f4 /proc/%ld/stat",
+		 orphan);
+	out = CTR(&t, NULL, &code, "sh", "-c", script);
+	EXPECT_STREQ("1\n", out) TH_LOG("the orphan's parent");
+	free(out);
+	snprintf(script, sizeof(script),
+		 "i=0; while [ -e /proc/%ld ]; do i=$((i+1)); "
+		 "[ $i -gt 200 ] && exit 1; sleep 0.1; done",
+		 orphan);
+	free(CTR(&t, NULL, &code, "sh", "-c", script));
+	EXPECT_EQ(0, code) TH_LOG("orphan %ld not reaped", orphan);
+
+	/* Its own hostname, and its own IPC objects (a POSIX queue). */
+	out = guest_out(_metadata, &t, "hostname");
+	EXPECT_STRNE("kiln-c1\n", out);
+	free(out);
+	out = CTR(&t, NULL, &code, "sh", "-c",
+		  "touch /dev/mqueue/kiln-q && ls /dev/mqueue");
+	EXPECT_STREQ("kiln-q\n", out);
+	free(out);
+	out = guest_out(_metadata, &t,
+			"set -e; mkdir -p /tmp/kiln-mq; "
+			"mount -t mqueue mqueue /tmp/kiln-mq; "
+			"ls /tmp/kiln-mq; umount /tmp/kiln-mq; echo end");
+	EXPECT_STREQ("end\n", out) TH_LOG("the guest sees the queue");
+	free(out);
+
+	/* A terminal from the container's own devpts: its /dev/pts/0. */
+	m = api_ok(_metadata, &t, "pty.open",
+		   json_pack("{s:[s, s, s], s:s}", "argv", "sh", "-c",
+			     "tty; echo pts: $(ls /dev/pts)", "container",
+			     "c1"));
+	stream = res_int(m, "stream");
+	json_decref(m);
+	ex = collect_stream(&t, stream, pty, sizeof(pty), NULL);
+	ASSERT_TRUE(ex != NULL) TH_LOG("no stream.exit; output %s", pty);
+	EXPECT_EQ(0, json_integer_value(json_object_get(ex, "exitCode")))
+	TH_LOG("%s", pty);
+	EXPECT_TRUE(strstr(pty, "/dev/pts/0\r\npts: 0 ptmx\r\n") != NULL)
+	TH_LOG("%s", pty);
+	json_decref(ex);
+
 	m = api_ok(_metadata, &t2, "spawn",
 		   json_pack("{s:[s, s], s:s}", "argv", "sleep", "600",
 			     "container", "c1"));
@@ -1636,9 +1720,8 @@ TEST_TIMEOUT(api_container, BOOT_TIMEOUT)
 		  "touch /tmp/x && echo tmp-rw");
 	EXPECT_STREQ("/\nshared\ndevnull\nroot-ro\ndata-ro\ntmp-rw\n", out);
 	free(out);
-	out = CTR(&t, NULL, &code, "sh", "-c", "tr '\\0' ' ' </proc/1/cmdline");
-	if (pid_ns)
-		EXPECT_STREQ("sleep 600 ", out);
+	out = guest_out(_metadata, &t, "ps -o comm | grep -c '^kiln-cinit'");
+	EXPECT_STREQ("1\n", out) TH_LOG("the container's init in the guest");
 	free(out);
 
 	/* Numeric ids, groups, rlimits, no_new_privs. */
@@ -1703,10 +1786,13 @@ TEST_TIMEOUT(api_container, BOOT_TIMEOUT)
 	EXPECT_EQ(0, json_array_size(result(m))) TH_LOG("%s", dump(m));
 	json_decref(m);
 	REFUSED(&t, "container.delete", json_pack("{s:s}", "id", "c1"), ENOENT);
+	/* Killed is gone; a zombie waits (up to 5 s) for init to reap it. */
 	out = guest_out(_metadata, &t,
 			"ls -d /sys/fs/cgroup/kiln-containers/*/ 2>/dev/null; "
-			"ps -o comm | "
-			"grep -c '^sleep' || true");
+			"left() { ps -o comm | "
+			"grep -c -e '^sleep' -e '^kiln-cinit'; }; i=0; "
+			"while [ $(left) != 0 ] && [ $i -lt 50 ]; do "
+			"i=$((i+1)); sleep 0.1; done; left || true");
 	EXPECT_STREQ("0\n", out);
 	free(out);
 	tc_close(&t);
