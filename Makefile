@@ -529,7 +529,7 @@ test: deps
 bench: deps
 	$(Q)$(MAKE) -j$(JOBS) all
 	$(Q)$(MAKE) -f guest/guest.mk O=$(O)
-	$(Q)tools/bench-boot --cpus 1,4 $(O)
+	$(Q)tools/bench-boot --cpus 1,4 --devices $(O)
 
 # The bench image (debian-12-bench: the agent image plus fio) is cached
 # outside the tree like the agent image; the script prints its own line.
