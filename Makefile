@@ -192,6 +192,7 @@ obj-y += vmm/seccomp.o
 obj-y += vmm/control.o
 obj-y += vmm/vm-metrics.o
 obj-y += vmm/version.o
+obj-y += vmm/static-libc.o
 obj-y += devices/i8042.o
 obj-y += devices/exit-dev.o
 obj-y += devices/console.o
@@ -244,7 +245,7 @@ $(EBPF_OBJS): $(BPF_SKELS)
 
 $(O)/vmm: $(VMM_OBJS)
 	$(quiet) LD $@
-	$(Q)$(CC) $(HARDEN_LD) -o $@ $^ $(VMM_LDLIBS)
+	$(Q)$(CC) $(VMM_LD) -o $@ $^ $(VMM_LDLIBS)
 
 $(O)/vmmctl: $(VMMCTL_OBJS)
 	$(quiet) LD $@
