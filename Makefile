@@ -50,6 +50,7 @@ $(shell tools/kiln-build-info $(O) $(PREFIX) $(STATIC_LIBS))
 core-obj-y += lib/log.o
 core-obj-y += lib/worker.o
 core-obj-y += lib/thread-filter.o
+core-obj-y += lib/resident.o
 core-obj-y += lib/base64.o
 core-obj-y += lib/errf.o
 core-obj-y += lib/bytequeue.o
