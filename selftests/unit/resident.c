@@ -55,9 +55,8 @@ static void *trim_thread(void *arg)
 	s->resident_before = resident(zeros, sizeof(zeros), &s->pages);
 	resident__trim_tls();
 	s->resident_after = resident(zeros, sizeof(zeros), NULL);
-	s->marked_resident =
-		resident((void *)((uintptr_t)m & ~(uintptr_t)4095), 4096,
-			 NULL) == 1;
+	s->marked_resident = resident((void *)((uintptr_t)m & ~(uintptr_t)4095),
+				      4096, NULL) == 1;
 	s->marked_value = *m;
 	zeros[sizeof(zeros) / 2] = 7;
 	s->written_back = zeros[sizeof(zeros) / 2];
@@ -124,9 +123,8 @@ static long rss_kib_of(const void *addr)
 
 /* Read-only data of the program (a file page each), none of it zero. */
 #define TABLE_BYTES (256 << 10)
-static const unsigned char table[TABLE_BYTES] = {
-	[0 ... TABLE_BYTES - 1] = 0xa5
-};
+static const unsigned char table[TABLE_BYTES] = { [0 ... TABLE_BYTES - 1] =
+							  0xa5 };
 
 static unsigned long table_sum(void)
 {
@@ -149,7 +147,8 @@ TEST(dropped_text_leaves_rss_and_reads_the_same)
 	resident__drop_text();
 	after = rss_kib_of(table);
 	/* Not all: reading smaps faults some back (and their neighbours). */
-	ASSERT_GT(before - 64, after) TH_LOG("Rss %ld -> %ld KiB", before, after);
+	ASSERT_GT(before - 64, after)
+	TH_LOG("Rss %ld -> %ld KiB", before, after);
 	/* The pages come back as they were, and the code runs on. */
 	ASSERT_EQ(want, table_sum());
 	ASSERT_LE(TABLE_BYTES / 1024, rss_kib_of(table));
