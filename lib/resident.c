@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /* The zero pages of a thread's TLS, given back (resident.h). */
 #include <link.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -97,4 +98,9 @@ void resident__drop_text(void)
 
 	if (page > 0)
 		dl_iterate_phdr(drop_object, &page);
+}
+
+void resident__trim_heap(void)
+{
+	malloc_trim(0);
 }

@@ -32,4 +32,13 @@ void resident__trim_tls(void);
  */
 void resident__drop_text(void);
 
+/*
+ * Give back the free pages inside malloc's heaps (malloc_trim): what
+ * start-up allocated and freed (the filters' compilation, the BPF
+ * objects' loading, configuration parsing) stays resident in the middle
+ * of the heap otherwise, as glibc returns only a free top on its own.
+ * For the main thread once the VM runs.
+ */
+void resident__trim_heap(void);
+
 #endif

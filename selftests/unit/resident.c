@@ -97,28 +97,42 @@ TEST(spawned_threads_start_trimmed)
 	ASSERT_EQ(0, n);
 }
 
-/* Rss of the mapping holding addr, in KiB, from /proc/self/smaps. */
-static long rss_kib_of(const void *addr)
+/*
+ * Rss of the mappings overlapping [lo, hi], in KiB, from
+ * /proc/self/smaps (a heap may be more than one mapping).
+ */
+static long rss_kib_range(const void *lo, const void *hi)
 {
-	unsigned long s, e, a = (unsigned long)addr;
+	unsigned long s, e, a = (unsigned long)lo, b = (unsigned long)hi, t;
 	char line[512];
 	bool in = false;
-	long kib = -1;
+	long kib, sum = 0;
 	FILE *f = fopen("/proc/self/smaps", "r");
 
 	if (!f)
 		return -1;
+	if (a > b) {
+		t = a;
+		a = b;
+		b = t;
+	}
 	while (fgets(line, sizeof(line), f)) {
 		if (sscanf(line, "%lx-%lx ", &s, &e) == 2 &&
 		    strchr(line, '-') < strchr(line, ' ')) {
-			in = a >= s && a < e;
+			in = b >= s && a < e;
 			continue;
 		}
 		if (in && sscanf(line, "Rss: %ld kB", &kib) == 1)
-			break;
+			sum += kib;
 	}
 	fclose(f);
-	return kib;
+	return sum;
+}
+
+/* Rss of the mapping holding addr, in KiB. */
+static long rss_kib_of(const void *addr)
+{
+	return rss_kib_range(addr, addr);
 }
 
 /* Read-only data of the program (a file page each), none of it zero. */
@@ -152,6 +166,45 @@ TEST(dropped_text_leaves_rss_and_reads_the_same)
 	/* The pages come back as they were, and the code runs on. */
 	ASSERT_EQ(want, table_sum());
 	ASSERT_LE(TABLE_BYTES / 1024, rss_kib_of(table));
+}
+
+#define CHUNKS	    128
+#define CHUNK_BYTES (16 << 10)
+
+TEST(trimmed_heap_gives_back_freed_pages)
+{
+	char *chunk[CHUNKS], *last;
+	const void *heap;
+	long before, after;
+	unsigned int i;
+
+	/* Below the mmap threshold: from the heap, each page written. */
+	for (i = 0; i < CHUNKS; i++) {
+		chunk[i] = malloc(CHUNK_BYTES);
+		ASSERT_TRUE(chunk[i] != NULL);
+		memset(chunk[i], 0x5a, CHUNK_BYTES);
+		/* Seen: not a dead store the compiler may drop before free. */
+		__asm__ volatile("" : : "r"(chunk[i]) : "memory");
+	}
+	/*
+	 * Kept above the freed ones (as large: no earlier free chunk fits),
+	 * so that the heap's top cannot shrink past them.
+	 */
+	last = malloc(CHUNK_BYTES);
+	ASSERT_TRUE(last != NULL);
+	strcpy(last, "kept");
+	/* The heap they are in: [heap], or this thread's arena. */
+	heap = chunk[0];
+	for (i = 0; i < CHUNKS; i++)
+		free(chunk[i]);
+	before = rss_kib_range(heap, last);
+	resident__trim_heap();
+	after = rss_kib_range(heap, last);
+	ASSERT_LT(0, before);
+	ASSERT_GT(before - CHUNKS * CHUNK_BYTES / 1024 / 2, after)
+	TH_LOG("heap Rss %ld -> %ld KiB", before, after);
+	EXPECT_STREQ("kept", last);
+	free(last);
 }
 
 TEST_HARNESS_MAIN
