@@ -8,17 +8,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "lib/thread-filter.h"
+#include "lib/leak-check.h"
 #include "lib/resident.h"
-#if KILN_ASAN
-#include <sanitizer/lsan_interface.h>
-#endif
-
-/*
- * Whether this thread installed a filter: a fact of the calling thread,
- * as the filter is, kept for the sanitizers' exit (below) alone.
- */
-static __thread bool thread_filtered;
+#include "lib/thread-filter.h"
 
 int thread_filter__install(const struct sock_fprog *prog)
 {
@@ -30,24 +22,10 @@ int thread_filter__install(const struct sock_fprog *prog)
 	/* flags 0: this thread only, never TSYNC. */
 	if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, prog) < 0)
 		return -errno;
-	thread_filtered = true;
+	/* The sanitizers' exit check would be killed by it (leak-check.h). */
+	leak_check__skip_thread();
 	return 0;
 }
-
-#if KILN_ASAN
-/*
- * SAN=1 only (Documentation/fuzzing.md): LeakSanitizer's check at exit
- * runs on the thread that calls exit() and stops the world from a
- * process it clones (no CLONE_THREAD) that ptraces every thread, which
- * no filter of vmm/seccomp.c allows: the process ended by SIGSYS (125)
- * instead of its own status. A filtered thread's exit skips the check;
- * a vmm run with --no-seccomp, and every unit test, still has it.
- */
-__attribute__((used)) int __lsan_is_turned_off(void)
-{
-	return thread_filtered;
-}
-#endif
 
 struct spawn {
 	const struct sock_fprog *prog;

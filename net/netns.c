@@ -6,12 +6,15 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/fib_rules.h>
+#include <linux/if_link.h>
 #include <linux/netlink.h>
+#include <linux/veth.h>
 #include <linux/nsfs.h>
 #include <linux/rtnetlink.h>
 #include <net/if.h>
 #include <limits.h>
 #include <sched.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -47,13 +50,41 @@ static void nl_init(struct nl_request *r, uint16_t type, uint16_t flags,
 static void nl_attr(struct nl_request *r, uint16_t type, const void *data,
 		    size_t len)
 {
-	struct rtattr *a = (struct rtattr *)((uint8_t *)&r->h +
-					     NLMSG_ALIGN(r->h.nlmsg_len));
+	struct rtattr *a =
+		(struct rtattr *)((uint8_t *)r + NLMSG_ALIGN(r->h.nlmsg_len));
 
 	a->rta_type = type;
 	a->rta_len = RTA_LENGTH(len);
 	memcpy(RTA_DATA(a), data, len);
 	r->h.nlmsg_len = NLMSG_ALIGN(r->h.nlmsg_len) + RTA_ALIGN(a->rta_len);
+}
+
+/*
+ * A nested attribute opened: its length is fixed by nl_nest_end once
+ * everything in it was added.
+ */
+static struct rtattr *nl_nest(struct nl_request *r, uint16_t type)
+{
+	struct rtattr *a =
+		(struct rtattr *)((uint8_t *)r + NLMSG_ALIGN(r->h.nlmsg_len));
+
+	a->rta_type = type;
+	a->rta_len = RTA_LENGTH(0);
+	r->h.nlmsg_len = NLMSG_ALIGN(r->h.nlmsg_len) + RTA_ALIGN(a->rta_len);
+	return a;
+}
+
+static void nl_nest_end(struct nl_request *r, struct rtattr *a)
+{
+	a->rta_len =
+		(unsigned short)((uint8_t *)r + r->h.nlmsg_len - (uint8_t *)a);
+}
+
+/* Raw bytes inside a nested attribute (veth's peer ifinfomsg). */
+static void nl_raw(struct nl_request *r, const void *data, size_t len)
+{
+	memcpy((uint8_t *)r + NLMSG_ALIGN(r->h.nlmsg_len), data, len);
+	r->h.nlmsg_len = NLMSG_ALIGN(r->h.nlmsg_len) + NLMSG_ALIGN(len);
 }
 
 /* Sends the request and reads its acknowledgement: 0 or -errno. */
@@ -152,8 +183,11 @@ static int add_steer_rule(int sock, const char *tap)
 
 struct netns_job {
 	const struct netns_params *p;
+	const struct netns_veth *veth; /* NULL: a tap */
 	int ns_fd;
 	struct tap tap;
+	const char *ifname; /* the tap's, or the veth's near end */
+	bool veth_made;	    /* undone on a later failure */
 	char *err;
 	size_t errlen;
 };
@@ -186,11 +220,11 @@ static int configure(struct netns_job *j)
 	int sock, ret;
 
 	lo = if_nametoindex("lo");
-	tap = if_nametoindex(j->tap.name);
+	tap = if_nametoindex(j->ifname);
 	if (!lo || !tap)
 		return errf(j->err, j->errlen, -ENODEV,
 			    "net: %s: no such interface",
-			    lo ? j->tap.name : "lo");
+			    lo ? j->ifname : "lo");
 	sock = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
 	if (sock < 0)
 		return errf(j->err, j->errlen, -errno, "net: rtnetlink: %s",
@@ -207,12 +241,12 @@ static int configure(struct netns_job *j)
 	}
 	if (!ret) {
 		what = "the rule iif <tap> lookup 100";
-		ret = add_steer_rule(sock, j->tap.name);
+		ret = add_steer_rule(sock, j->ifname);
 	}
 	close(sock);
 	if (ret)
-		return errf(j->err, j->errlen, ret, "net %s: %s: %s",
-			    j->tap.name, what, strerror(-ret));
+		return errf(j->err, j->errlen, ret, "net %s: %s: %s", j->ifname,
+			    what, strerror(-ret));
 	return 0;
 }
 
@@ -234,9 +268,135 @@ static int in_netns(void *arg)
 				    strerror(errno));
 	}
 	ret = tap__open(&j->tap, &tp, j->err, j->errlen);
+	j->ifname = j->tap.name;
 	if (!ret)
 		ret = configure(j);
 	return ret;
+}
+
+/*
+ * ip link add NAME mtu MTU type veth peer name PEER address MAC mtu MTU
+ * netns PEER_NS: the far end made straight in the sandbox's namespace.
+ */
+static int veth_add(int sock, const struct netns_params *p,
+		    const struct netns_veth *v)
+{
+	struct ifinfomsg ifi = { .ifi_family = AF_UNSPEC };
+	struct rtattr *info, *data, *peer;
+	uint32_t mtu = p->mtu, ns = (uint32_t)v->peer_ns_fd;
+	struct nl_request r;
+
+	nl_init(&r, RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL, &ifi, sizeof(ifi));
+	nl_attr(&r, IFLA_IFNAME, p->tap_name, strlen(p->tap_name) + 1);
+	if (mtu)
+		nl_attr(&r, IFLA_MTU, &mtu, sizeof(mtu));
+	info = nl_nest(&r, IFLA_LINKINFO);
+	nl_attr(&r, IFLA_INFO_KIND, "veth", sizeof("veth"));
+	data = nl_nest(&r, IFLA_INFO_DATA);
+	peer = nl_nest(&r, VETH_INFO_PEER);
+	nl_raw(&r, &ifi, sizeof(ifi));
+	nl_attr(&r, IFLA_IFNAME, v->peer_name, strlen(v->peer_name) + 1);
+	nl_attr(&r, IFLA_NET_NS_FD, &ns, sizeof(ns));
+	nl_attr(&r, IFLA_ADDRESS, v->peer_mac, NETNS_MAC_LEN);
+	if (mtu)
+		nl_attr(&r, IFLA_MTU, &mtu, sizeof(mtu));
+	nl_nest_end(&r, peer);
+	nl_nest_end(&r, data);
+	nl_nest_end(&r, info);
+	return nl_talk(sock, &r);
+}
+
+static int veth_del(int sock, unsigned int ifindex)
+{
+	struct ifinfomsg ifi = { .ifi_family = AF_UNSPEC,
+				 .ifi_index = (int)ifindex };
+	struct nl_request r;
+
+	nl_init(&r, RTM_DELLINK, 0, &ifi, sizeof(ifi));
+	return nl_talk(sock, &r);
+}
+
+/*
+ * The veth's near end, up, then configured as the tap would be; on a
+ * failure after its creation the pair goes again (a given namespace
+ * would keep it).
+ */
+static int in_netns_veth(void *arg)
+{
+	struct netns_job *j = arg;
+	unsigned int ifindex = 0;
+	int sock, ret;
+
+	if (j->ns_fd < 0) {
+		j->ns_fd = open(THREAD_NS_PATH, O_RDONLY | O_CLOEXEC);
+		if (j->ns_fd < 0)
+			return errf(j->err, j->errlen, -errno,
+				    "net namespace %s: %s", THREAD_NS_PATH,
+				    strerror(errno));
+	}
+	j->ifname = j->p->tap_name;
+	sock = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+	if (sock < 0)
+		return errf(j->err, j->errlen, -errno, "net: rtnetlink: %s",
+			    strerror(errno));
+	ret = veth_add(sock, j->p, j->veth);
+	if (ret) {
+		close(sock);
+		return errf(j->err, j->errlen, ret,
+			    "net %s: a veth pair to the sandbox's %s: %s%s",
+			    j->ifname, j->veth->peer_name, strerror(-ret),
+			    ret == -EOPNOTSUPP ? " (no veth module?)" : "");
+	}
+	ifindex = if_nametoindex(j->ifname);
+	ret = ifindex ? link_up(sock, ifindex) : -ENODEV;
+	if (ret)
+		errf(j->err, j->errlen, ret, "net %s: link up: %s", j->ifname,
+		     strerror(-ret));
+	else
+		ret = configure(j);
+	if (ret && ifindex)
+		veth_del(sock, ifindex);
+	close(sock);
+	return ret;
+}
+
+/* The namespace (given or new) entered on a thread running fn. */
+static int run_job(struct netns_job *j, int (*fn)(void *))
+{
+	const struct netns_params *p = j->p;
+	char name[sizeof("net namespace ") + PATH_MAX];
+	int ret = 0;
+
+	snprintf(name, sizeof(name), "%s%s", p->path ? "net namespace " : "net",
+		 p->path ? p->path : "");
+	if (p->path)
+		ret = open_given(j);
+	if (!ret)
+		ret = nsthread__run(p->path ? j->ns_fd : NSTHREAD_NEW, name, fn,
+				    j, j->err, j->errlen);
+	return ret;
+}
+
+int netns__create_veth(const struct netns_params *p, const struct netns_veth *v,
+		       int *ns_fd, char *err, size_t errlen)
+{
+	struct netns_job j = {
+		.p = p,
+		.veth = v,
+		.ns_fd = -1,
+		.tap = { .fd = -1 },
+		.err = err,
+		.errlen = errlen,
+	};
+	int ret = run_job(&j, in_netns_veth);
+
+	if (ret) {
+		if (j.ns_fd >= 0)
+			close(j.ns_fd);
+		return ret;
+	}
+	*ns_fd = j.ns_fd;
+	return 0;
 }
 
 int netns__create_tap(const struct netns_params *p, int *ns_fd, struct tap *tap,
@@ -249,16 +409,8 @@ int netns__create_tap(const struct netns_params *p, int *ns_fd, struct tap *tap,
 		.err = err,
 		.errlen = errlen,
 	};
-	char name[sizeof("net namespace ") + PATH_MAX];
-	int ret = 0;
+	int ret = run_job(&j, in_netns);
 
-	snprintf(name, sizeof(name), "%s%s", p->path ? "net namespace " : "net",
-		 p->path ? p->path : "");
-	if (p->path)
-		ret = open_given(&j);
-	if (!ret)
-		ret = nsthread__run(p->path ? j.ns_fd : NSTHREAD_NEW, name,
-				    in_netns, &j, err, errlen);
 	if (ret) {
 		tap__close(&j.tap);
 		if (j.ns_fd >= 0)

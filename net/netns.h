@@ -38,7 +38,7 @@
 
 struct netns_params {
 	const char *path;     /* a namespace file; NULL: a new namespace */
-	const char *tap_name; /* NET_TAP_NAME */
+	const char *tap_name; /* NET_TAP_NAME (the tap, or the veth's end) */
 	unsigned int mtu;     /* bytes; 0: the kernel's default */
 	uint32_t host_addr;   /* the tap's address, network byte order */
 	unsigned int prefix;  /* its prefix length, bits */
@@ -50,5 +50,28 @@ struct netns_params {
  */
 int __must_check netns__create_tap(const struct netns_params *p, int *ns_fd,
 				   struct tap *tap, char *err, size_t errlen);
+
+/*
+ * The namespace launcher's link (vmm --isolation namespace): instead of
+ * a tap, a veth pair whose near end (tap_name) is configured in the
+ * namespace exactly as the tap would be (the gateway's address, lo up,
+ * the steering route and rule, so the egress program attaches to it as
+ * to a tap), and whose far end is made directly in the sandbox's own
+ * network namespace (peer_ns_fd, borrowed) as peer_name with the
+ * guest's MAC and the MTU, down and without an address: the sandbox
+ * configures it as a guest configures eth0. The pair goes when either
+ * namespace goes. 0 with *ns_fd (O_CLOEXEC), or -errno with "what: why"
+ * in err; nothing is left on failure.
+ */
+#define NETNS_MAC_LEN 6U
+struct netns_veth {
+	int peer_ns_fd;
+	const char *peer_name;
+	const uint8_t *peer_mac; /* NETNS_MAC_LEN bytes */
+};
+
+int __must_check netns__create_veth(const struct netns_params *p,
+				    const struct netns_veth *v, int *ns_fd,
+				    char *err, size_t errlen);
 
 #endif

@@ -180,6 +180,7 @@ kvm_suite_cost() {
 	kvm_bind_nofile) echo 120 ;;
 	kvm_rootfs_long) echo 440 ;;
 	sdk.sh) echo 100 ;;
+	conformance.sh) echo 110 ;;
 	kvm_control) echo 310 ;;
 	kvm_net) echo 290 ;;
 	kvm_net_hook) echo 35 ;;

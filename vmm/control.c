@@ -141,21 +141,6 @@ static int mounts_plan(struct vm *vm, struct kiln_buf *b, struct api_params *p)
 	return 0;
 }
 
-/* The proxy's counters and the egress program's (net/status.h). */
-static json_t *net_status(struct vm *vm)
-{
-	uint64_t egress[EGRESS_NR_REASONS];
-	char err[CONTROL_ERR_LEN] = "";
-	struct proxy_stats s;
-	int ret;
-
-	if (!vm->net.proxy)
-		return net_status__none();
-	proxy__stats(vm->net.proxy, &s);
-	ret = proxy__egress_counters(vm->net.proxy, egress, err, sizeof(err));
-	return net_status__json(&s, ret ? NULL : egress, err);
-}
-
 static void status_cb(void *opaque, json_t *status)
 {
 	struct vm *vm = opaque;
@@ -185,7 +170,7 @@ static void status_cb(void *opaque, json_t *status)
 				  "dirtyBytes",
 				  (json_int_t)store_cow__dirty_bytes(
 					  vm->store_cow)));
-	json_object_set_new(status, "net", net_status(vm));
+	json_object_set_new(status, "net", vm_net__status(&vm->net));
 	if (vm->baseline)
 		json_object_set_new(status, "baseline",
 				    vm__baseline_status(vm));
@@ -211,7 +196,8 @@ static int check_flow_cb(void *opaque, const struct api_flow_check *f,
 			 json_t **out, char *err, size_t len)
 {
 	struct net_decision d;
-	int ret = vm_net__check(opaque, f, &d, err, len);
+	struct vm *vm = opaque;
+	int ret = vm_net__flow_check(&vm->net, f, &d, err, len);
 
 	if (ret)
 		return ret;

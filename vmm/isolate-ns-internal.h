@@ -16,12 +16,14 @@
 #include "vmm/isolate-ns.h"
 #include "vmm/mounts.h"
 #include "vmm/rootfs.h"
+#include "vmm/vm-net.h"
 
 /* The agent's listening socket, as fd 3 of kiln-agent-ns. */
 #define NS_AGENT_FD	3
 #define NS_AGENT_BIN	"kiln-agent-ns"
-#define NS_REPORT_MAX	512 /* the child's one line, when it fails */
-#define NS_CHILD_FAILED 125 /* the child's status then */
+#define NS_REPORT_MAX	512    /* the child's one line, when it fails */
+#define NS_CHILD_FAILED 125    /* the child's status then */
+#define NS_NET_IFNAME	"eth0" /* the veth's far end, as a VM's NIC */
 
 struct ns_sandbox {
 	const struct vm_config *cfg;
@@ -54,6 +56,11 @@ struct ns_sandbox {
 	int report[2]; /* child -> host: why it failed; EOF: exec */
 	pid_t pid;
 	struct api *api;
+	/*
+	 * --net auto or netns:PATH: the VM's proxy, policy and resolver on
+	 * a veth whose far end is the sandbox's eth0 (vmm/vm-net.h).
+	 */
+	struct vm_net net;
 	int ready_fd;			     /* start --detach; -1: none */
 	_Atomic long long shutdown_deadline; /* CLOCK_MONOTONIC s; 0: none */
 };

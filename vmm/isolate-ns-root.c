@@ -17,6 +17,9 @@
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <net/if.h>
+#include <net/route.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -37,6 +40,10 @@
 /* A path below the root, itself below the stage: room for both. */
 #define NS_PATH_MAX (2 * PATH_MAX + 128)
 #define NS_ARGV_MAX 4096 /* the agent's own arguments and the command's */
+#define NS_RUN_KILN "/run/kiln" /* as the VM's init keeps its files */
+/* The root's trust store, and its size at most (as guest/init/trust.h). */
+#define NS_TRUST_BUNDLE	    "/etc/ssl/certs/ca-certificates.crt"
+#define NS_TRUST_BUNDLE_MAX (8U << 20)
 
 static void __attribute__((noreturn, format(printf, 2, 3)))
 fail(struct ns_sandbox *sb, const char *fmt, ...)
@@ -343,6 +350,163 @@ static void loopback_up(struct ns_sandbox *sb)
 }
 
 /*
+ * --net: eth0 (the veth's far end, made here by the host before the go
+ * byte, with the guest's MAC and MTU) as a VM's init configures its NIC
+ * (guest/init/net.c): the guest's address and prefix, up, the default
+ * route via the gateway. Its packets go to the host's egress program.
+ */
+static void eth_up(struct ns_sandbox *sb)
+{
+	const struct net_config *n = &sb->cfg->net;
+	struct ifreq ifr = { .ifr_name = NS_NET_IFNAME };
+	struct sockaddr_in *sin = (struct sockaddr_in *)&ifr.ifr_addr;
+	struct rtentry rt = { .rt_flags = RTF_UP | RTF_GATEWAY,
+			      .rt_dev = (char *)NS_NET_IFNAME };
+	const char *what = "its address";
+	int fd;
+
+	if (n->mode == NET_NONE)
+		return;
+	fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		fail(sb, "its %s: %s", NS_NET_IFNAME, strerror(errno));
+	sin->sin_family = AF_INET;
+	sin->sin_addr.s_addr = n->address;
+	if (ioctl(fd, SIOCSIFADDR, &ifr))
+		goto fail;
+	what = "its netmask";
+	sin->sin_addr.s_addr = htonl(~0U << (32 - n->prefix));
+	if (ioctl(fd, SIOCSIFNETMASK, &ifr))
+		goto fail;
+	what = "its link";
+	if (ioctl(fd, SIOCGIFFLAGS, &ifr))
+		goto fail;
+	ifr.ifr_flags |= IFF_UP;
+	if (ioctl(fd, SIOCSIFFLAGS, &ifr))
+		goto fail;
+	what = "the default route";
+	sin = (struct sockaddr_in *)&rt.rt_gateway;
+	sin->sin_family = AF_INET;
+	sin->sin_addr.s_addr = n->gateway;
+	((struct sockaddr_in *)&rt.rt_dst)->sin_family = AF_INET;
+	((struct sockaddr_in *)&rt.rt_genmask)->sin_family = AF_INET;
+	if (ioctl(fd, SIOCADDRT, &rt))
+		goto fail;
+	close(fd);
+	return;
+fail:
+	fail(sb, "%s %s: %s", NS_NET_IFNAME, what, strerror(errno));
+}
+
+/*
+ * --net: "nameserver DNS" as the root's /etc/resolv.conf, as a VM's
+ * init writes it: a file in /run/kiln bound over the root's own (a
+ * read-only or persistent root is not changed), or over a new empty one
+ * when the root has none (or a symlink, systemd-resolved's, in its
+ * place: replaced in the overlay's upper).
+ */
+static void resolv_conf(struct ns_sandbox *sb, const char *root)
+{
+	const struct net_config *n = &sb->cfg->net;
+	char src[NS_PATH_MAX], dst[NS_PATH_MAX], line[64];
+	struct in_addr dns = { .s_addr = n->dns };
+	struct stat st;
+	int fd, len;
+
+	if (n->mode == NET_NONE)
+		return;
+	if (mkdirs(root, NS_RUN_KILN))
+		fail(sb, "its %s: %s", NS_RUN_KILN, strerror(errno));
+	path(src, root, NS_RUN_KILN "/resolv.conf");
+	path(dst, root, "/etc/resolv.conf");
+	len = snprintf(line, sizeof(line), "nameserver %s\n", inet_ntoa(dns));
+	fd = open(src, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0 || write(fd, line, (size_t)len) != len || close(fd))
+		fail(sb, "its resolv.conf: %s", strerror(errno));
+	if (lstat(dst, &st) || !S_ISREG(st.st_mode)) {
+		unlink(dst);
+		fd = open(dst, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+		if (fd < 0 || close(fd))
+			fail(sb, "its /etc/resolv.conf: %s", strerror(errno));
+	}
+	if (mount(src, dst, NULL, MS_BIND, NULL))
+		fail(sb, "its /etc/resolv.conf: %s", strerror(errno));
+}
+
+/* All of a file of the root's, at most max bytes: malloc'ed, or NULL. */
+static char *read_all(const char *file, size_t max, size_t *len)
+{
+	char *buf = NULL;
+	struct stat st;
+	ssize_t n;
+	int fd = open(file, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return NULL;
+	if (!fstat(fd, &st) && S_ISREG(st.st_mode) && (size_t)st.st_size <= max)
+		buf = malloc((size_t)st.st_size + 1);
+	*len = 0;
+	while (buf && *len < (size_t)st.st_size) {
+		n = read(fd, buf + *len, (size_t)st.st_size - *len);
+		if (n <= 0) {
+			free(buf);
+			buf = NULL;
+			break;
+		}
+		*len += (size_t)n;
+	}
+	close(fd);
+	return buf;
+}
+
+/*
+ * --net with interception: the host's CA in the root's trust store as a
+ * VM's init puts it there (guest/init/trust.c): a copy of the root's
+ * bundle with the CA appended, in /run/kiln, bound over the bundle; the
+ * image is not written. Not OpenSSL's hashed directory (-CApath): the
+ * bundle is what curl, Python and Debian's tools read by default. A
+ * root without a bundle fails the sandbox when the policy intercepts
+ * from the start, and is said once otherwise.
+ */
+static void trust_ca(struct ns_sandbox *sb, const char *root)
+{
+	char src[NS_PATH_MAX], dst[NS_PATH_MAX], *bundle;
+	const char *pem;
+	size_t len, pem_len;
+	bool required;
+	int fd;
+
+	if (vm_net__sandbox_ca(&sb->net, &pem, &pem_len, &required))
+		return;
+	path(dst, root, NS_TRUST_BUNDLE);
+	bundle = read_all(dst, NS_TRUST_BUNDLE_MAX, &len);
+	if (!bundle && required)
+		fail(sb,
+		     "%s: %s: the root has no trust store for the interception "
+		     "CA its policy needs",
+		     NS_TRUST_BUNDLE, strerror(errno ? errno : EINVAL));
+	if (!bundle) {
+		dprintf(STDERR_FILENO,
+			"vmm: warning: namespace sandbox: no %s in its root: "
+			"it does not trust the interception CA\n",
+			NS_TRUST_BUNDLE);
+		return;
+	}
+	path(src, root, NS_RUN_KILN "/ca-certificates.crt");
+	if (mkdirs(root, NS_RUN_KILN))
+		fail(sb, "its %s: %s", NS_RUN_KILN, strerror(errno));
+	fd = open(src, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0 || write(fd, bundle, len) != (ssize_t)len ||
+	    (len && bundle[len - 1] != '\n' && write(fd, "\n", 1) != 1) ||
+	    write(fd, pem, pem_len) != (ssize_t)pem_len || close(fd))
+		fail(sb, "its trust store: %s", strerror(errno));
+	free(bundle);
+	if (mount(src, dst, NULL, MS_BIND, NULL))
+		fail(sb, "its trust store %s: %s", NS_TRUST_BUNDLE,
+		     strerror(errno));
+}
+
+/*
  * The filter: what a sandbox on the host's kernel has no business
  * calling, each failing with EPERM (a program probing for them goes on);
  * everything else allowed, so the image's programs run as they would in
@@ -523,8 +687,11 @@ void ns_child(struct ns_sandbox *sb)
 	mount_root(sb, root);
 	mount_system(sb, root);
 	mount_user(sb, root);
+	resolv_conf(sb, root);
+	trust_ca(sb, root);
 	switch_root(sb, root);
 	loopback_up(sb);
+	eth_up(sb);
 	/*
 	 * start: no command, no terminal input for anyone inside; detached,
 	 * no terminal at all (the vmm gives its own up once ready).

@@ -31,6 +31,7 @@
 
 #include "lib/compiler.h"
 #include "lib/errf.h"
+#include "lib/leak-check.h"
 #include "lib/log.h"
 #include "net/tls.h"
 #include "vmm/config.h"
@@ -946,6 +947,8 @@ int jail__drop(struct jail *j)
 	const char *step;
 	int ret = 0;
 
+	/* From here on the sanitizers cannot stop this process's threads. */
+	leak_check__skip_process();
 	step = "the bounding set";
 	ret = drop_bounding();
 	if (!ret) {

@@ -20,6 +20,7 @@
 #include "net/netns.h"
 #include "net/policy.h"
 #include "net/proxy.h"
+#include "net/status.h"
 #include "net/synmap.h"
 #include "net/tls.h"
 #include "vmm/api.h"
@@ -58,6 +59,7 @@ int vm_net__init(struct vm *vm)
 	char err[CONFIG_ERR_LEN];
 	int ret;
 
+	vm->net.cfg = n;
 	switch (n->mode) {
 	case NET_NONE:
 		return 0;
@@ -104,13 +106,13 @@ void vm_net__exit(struct vm *vm)
 static void decide_by_policy(void *opaque, const struct net_flow *f,
 			     struct net_decision *d)
 {
-	struct vm *vm = opaque;
+	struct vm_net *n = opaque;
 
-	pthread_mutex_lock(&vm->net.policy_lock);
-	pthread_mutex_lock(&vm->net.bindings_lock);
-	net_policy__decide(vm->net.policy, f, vm->net.bindings, d);
-	pthread_mutex_unlock(&vm->net.bindings_lock);
-	pthread_mutex_unlock(&vm->net.policy_lock);
+	pthread_mutex_lock(&n->policy_lock);
+	pthread_mutex_lock(&n->bindings_lock);
+	net_policy__decide(n->policy, f, n->bindings, d);
+	pthread_mutex_unlock(&n->bindings_lock);
+	pthread_mutex_unlock(&n->policy_lock);
 }
 
 /*
@@ -123,14 +125,13 @@ static void decide_http_by_policy(void *opaque, const struct net_flow *f,
 				  const char *host, bool verified,
 				  struct net_http_decision *d)
 {
-	struct vm *vm = opaque;
+	struct vm_net *n = opaque;
 
-	pthread_mutex_lock(&vm->net.policy_lock);
-	pthread_mutex_lock(&vm->net.bindings_lock);
-	net_policy__decide_http(vm->net.policy, f, host, verified,
-				vm->net.bindings, d);
-	pthread_mutex_unlock(&vm->net.bindings_lock);
-	pthread_mutex_unlock(&vm->net.policy_lock);
+	pthread_mutex_lock(&n->policy_lock);
+	pthread_mutex_lock(&n->bindings_lock);
+	net_policy__decide_http(n->policy, f, host, verified, n->bindings, d);
+	pthread_mutex_unlock(&n->bindings_lock);
+	pthread_mutex_unlock(&n->policy_lock);
 }
 
 /*
@@ -142,28 +143,28 @@ static void decide_http_by_policy(void *opaque, const struct net_flow *f,
  * Under policy_lock, then bindings_lock, as the decisions take them.
  */
 struct syn_call {
-	struct vm *vm;
+	struct vm_net *n;
 	const char *host; /* a binding: the name, normalized */
 	const uint32_t *addrs;
-	unsigned int n;
+	unsigned int nr;
 	char err[CONFIG_ERR_LEN];
 };
 
 static int syn_refill_ns(void *arg)
 {
 	struct syn_call *c = arg;
-	struct vm *vm = c->vm;
+	struct vm_net *n = c->n;
 	struct net_synmap m;
 	int ret;
 
-	pthread_mutex_lock(&vm->net.policy_lock);
-	pthread_mutex_lock(&vm->net.bindings_lock);
-	ret = net_synmap__build(&m, vm->net.policy, vm->net.bindings);
-	pthread_mutex_unlock(&vm->net.bindings_lock);
-	pthread_mutex_unlock(&vm->net.policy_lock);
+	pthread_mutex_lock(&n->policy_lock);
+	pthread_mutex_lock(&n->bindings_lock);
+	ret = net_synmap__build(&m, n->policy, n->bindings);
+	pthread_mutex_unlock(&n->bindings_lock);
+	pthread_mutex_unlock(&n->policy_lock);
 	if (ret)
 		return errf(c->err, sizeof(c->err), ret, "%s", strerror(-ret));
-	ret = net_synmap__apply(&m, proxy__egress(vm->net.proxy), c->err,
+	ret = net_synmap__apply(&m, proxy__egress(n->proxy), c->err,
 				sizeof(c->err));
 	net_synmap__release(&m);
 	return ret;
@@ -174,54 +175,53 @@ static int syn_refill_ns(void *arg)
  * proxy, which still denies what the policy denies (reset after the
  * handshake, as before the filter).
  */
-static void syn_refill(struct vm *vm)
+static void syn_refill(struct vm_net *n)
 {
-	struct syn_call c = { .vm = vm };
+	struct syn_call c = { .n = n };
 	int ret;
 
-	ret = proxy__on_ns_thread(vm->net.proxy, syn_refill_ns, &c);
+	ret = proxy__on_ns_thread(n->proxy, syn_refill_ns, &c);
 	if (ret)
 		pr_warn("net %s: the SYN filter is off, denied TCP flows "
 			"are reset after the handshake: %s",
-			vm->net.tap.name, c.err);
+			n->tap.name, c.err);
 }
 
 static int syn_bind_ns(void *arg)
 {
 	struct syn_call *c = arg;
-	struct vm *vm = c->vm;
+	struct vm_net *n = c->n;
 	struct egress_syn_ports ports = { 0 };
 	int ret = 0;
 
-	pthread_mutex_lock(&vm->net.policy_lock);
-	net_synmap__host_ports(vm->net.policy, c->host, &ports);
-	pthread_mutex_unlock(&vm->net.policy_lock);
-	for (unsigned int i = 0; !ret && i < c->n; i++)
-		ret = net_synmap__bind(proxy__egress(vm->net.proxy),
-				       c->addrs[i], &ports, c->err,
-				       sizeof(c->err));
+	pthread_mutex_lock(&n->policy_lock);
+	net_synmap__host_ports(n->policy, c->host, &ports);
+	pthread_mutex_unlock(&n->policy_lock);
+	for (unsigned int i = 0; !ret && i < c->nr; i++)
+		ret = net_synmap__bind(proxy__egress(n->proxy), c->addrs[i],
+				       &ports, c->err, sizeof(c->err));
 	return ret;
 }
 
 /* The resolver's bindings, before its answer reaches the guest. */
 static void syn_bound(void *opaque, const char *host, const uint32_t *addrs,
-		      unsigned int n)
+		      unsigned int nr)
 {
 	char name[NET_HOSTNAME_MAX + 1];
-	struct vm *vm = opaque;
-	struct syn_call c = { .vm = vm, .host = name, .addrs = addrs, .n = n };
+	struct vm_net *n = opaque;
+	struct syn_call c = { .n = n, .host = name, .addrs = addrs, .nr = nr };
 	bool wildcard;
 	int ret;
 
 	if (net_hostname__normalize(host, name, false, &wildcard))
 		return; /* not bound either */
-	ret = proxy__on_ns_thread(vm->net.proxy, syn_bind_ns, &c);
-	if (ret && !vm->net.syn_warned) {
-		vm->net.syn_warned = true;
+	ret = proxy__on_ns_thread(n->proxy, syn_bind_ns, &c);
+	if (ret && !n->syn_warned) {
+		n->syn_warned = true;
 		pr_warn("net %s: the SYN filter is off until the next "
 			"net.setPolicy, denied TCP flows are reset after the "
 			"handshake (said once): %s",
-			vm->net.tap.name, c.err);
+			n->tap.name, c.err);
 	}
 }
 
@@ -229,23 +229,22 @@ static void syn_bound(void *opaque, const char *host, const uint32_t *addrs,
  * net.check: the decision the proxy would take now (the same function,
  * under the same locks in the same order), nothing opened.
  */
-int vm_net__check(struct vm *vm, const struct api_flow_check *f,
-		  struct net_decision *d, char *err, size_t len)
+int vm_net__flow_check(struct vm_net *n, const struct api_flow_check *f,
+		       struct net_decision *d, char *err, size_t len)
 {
 	int ret;
 
-	if (!vm->net.proxy)
+	if (!n->proxy)
 		return errf(err, len, -EOPNOTSUPP,
 			    "this VM has no egress proxy (--net auto or "
 			    "netns:PATH)");
-	pthread_mutex_lock(&vm->net.policy_lock);
-	pthread_mutex_lock(&vm->net.bindings_lock);
-	ret = net_policy__check(vm->net.policy,
-				f->udp ? IPPROTO_UDP : IPPROTO_TCP, f->addr,
-				f->port, f->hostname[0] ? f->hostname : NULL,
-				vm->net.bindings, d);
-	pthread_mutex_unlock(&vm->net.bindings_lock);
-	pthread_mutex_unlock(&vm->net.policy_lock);
+	pthread_mutex_lock(&n->policy_lock);
+	pthread_mutex_lock(&n->bindings_lock);
+	ret = net_policy__check(
+		n->policy, f->udp ? IPPROTO_UDP : IPPROTO_TCP, f->addr, f->port,
+		f->hostname[0] ? f->hostname : NULL, n->bindings, d);
+	pthread_mutex_unlock(&n->bindings_lock);
+	pthread_mutex_unlock(&n->policy_lock);
 	if (ret)
 		return errf(err, len, ret, "hostname: %s is not a DNS name",
 			    f->hostname);
@@ -257,12 +256,12 @@ int vm_net__check(struct vm *vm, const struct api_flow_check *f,
  * meanwhile), swapped under it, the old one freed after it: no decision
  * can be using it then. The config's policy is the config's to free.
  */
-int vm_net__set_policy(struct vm *vm, json_t *obj, char *err, size_t len)
+int vm_net__policy_replace(struct vm_net *n, json_t *obj, char *err, size_t len)
 {
 	struct net_policy *np, *old;
 	int ret;
 
-	if (!vm->net.proxy)
+	if (!n->proxy)
 		return errf(err, len, -EOPNOTSUPP,
 			    "this VM has no egress proxy (--net auto or "
 			    "netns:PATH)");
@@ -270,17 +269,17 @@ int vm_net__set_policy(struct vm *vm, json_t *obj, char *err, size_t len)
 	if (ret)
 		return ret;
 	/* The tap's host side stays denied, whatever the new one grants. */
-	net_policy__set_gateway(np, vm->cfg->net.gateway);
-	pthread_mutex_lock(&vm->net.policy_lock);
-	old = vm->net.policy_owned;
-	vm->net.policy = vm->net.policy_owned = np;
-	if (vm->net.dns)
-		dns__set_resolvers(vm->net.dns, np);
-	pthread_mutex_unlock(&vm->net.policy_lock);
+	net_policy__set_gateway(np, n->cfg->gateway);
+	pthread_mutex_lock(&n->policy_lock);
+	old = n->policy_owned;
+	n->policy = n->policy_owned = np;
+	if (n->dns)
+		dns__set_resolvers(n->dns, np);
+	pthread_mutex_unlock(&n->policy_lock);
 	net_policy__free(old);
 	/* What the new policy grants connects once this returns. */
-	syn_refill(vm);
-	proxy__recheck(vm->net.proxy);
+	syn_refill(n);
+	proxy__recheck(n->proxy);
 	return 0;
 }
 
@@ -294,10 +293,10 @@ int vm_net__set_policy(struct vm *vm, json_t *obj, char *err, size_t len)
  * stops the VM; the default one missing costs the grants' TLS flows only
  * (denied, "http tls unavailable"), with a warning.
  */
-static int http_tls_init(struct vm *vm)
+static int http_tls_init(struct vm_net *n)
 {
-	const char *bundle = vm->cfg->net.ca_bundle;
-	struct intercept_tls *t = &vm->net.http_tls;
+	const char *bundle = n->cfg->ca_bundle;
+	struct intercept_tls *t = &n->http_tls;
 	struct tls_client_params cp = { .ca_bundle = bundle };
 	struct tls_ca_params cap = { 0 };
 	char err[CONFIG_ERR_LEN];
@@ -307,25 +306,24 @@ static int http_tls_init(struct vm *vm)
 	if (!ret)
 		ret = tls_server__create(&t->server, t->ca, err, sizeof(err));
 	if (ret) {
-		pr_err("net %s: the interception CA: %s", vm->net.tap.name,
-		       err);
+		pr_err("net %s: the interception CA: %s", n->tap.name, err);
 		return ret;
 	}
 	ret = tls_client__create(&t->client, &cp, err, sizeof(err));
 	if (ret && bundle) {
-		pr_err("net %s: --net-ca-bundle: %s", vm->net.tap.name, err);
+		pr_err("net %s: --net-ca-bundle: %s", n->tap.name, err);
 		return ret;
 	}
 	if (ret)
 		pr_warn("net %s: %s: the http grants' TLS flows will be "
 			"denied",
-			vm->net.tap.name, err);
+			n->tap.name, err);
 	return 0;
 }
 
-static void http_tls_exit(struct vm *vm)
+static void http_tls_exit(struct vm_net *n)
 {
-	struct intercept_tls *t = &vm->net.http_tls;
+	struct intercept_tls *t = &n->http_tls;
 
 	tls_client__destroy(t->client);
 	tls_server__destroy(t->server);
@@ -333,11 +331,11 @@ static void http_tls_exit(struct vm *vm)
 	*t = (struct intercept_tls){ 0 };
 }
 
-static int http_ca_pem(const struct vm *vm, const char **pem, size_t *len)
+static int http_ca_pem(const struct vm_net *n, const char **pem, size_t *len)
 {
-	if (!vm->net.http_tls.ca)
+	if (!n->http_tls.ca)
 		return -ENOENT;
-	tls_ca__cert_pem(vm->net.http_tls.ca, pem, len);
+	tls_ca__cert_pem(n->http_tls.ca, pem, len);
 	return 0;
 }
 
@@ -346,63 +344,94 @@ static int http_ca_pem(const struct vm *vm, const char **pem, size_t *len)
  * before KVM is touched and before the seccomp filter (bpf(), setns()).
  * Its thread starts with the devices'. Undone after the device is gone.
  */
-int vm_net__proxy_init(struct vm *vm)
+static int proxy_init(struct vm_net *n)
 {
-	const struct net_config *n = &vm->cfg->net;
+	const struct net_config *c = n->cfg;
 	struct proxy_params p = {
-		.netns_fd = vm->net.netns_fd,
-		.ifname = vm->net.tap.name,
-		.egress = { .gateway.s_addr = n->gateway,
-			    .guest.s_addr = n->address,
-			    .prefix_len = n->prefix },
+		.netns_fd = n->netns_fd,
+		.ifname = n->tap.name,
+		.egress = { .gateway.s_addr = c->gateway,
+			    .guest.s_addr = c->address,
+			    .prefix_len = c->prefix },
 		.decide = decide_by_policy,
 		.decide_http = decide_http_by_policy,
-		.decide_opaque = vm,
-		.relay = (enum proxy_relay)n->relay,
+		.decide_opaque = n,
+		.relay = (enum proxy_relay)c->relay,
 	};
 	char err[CONFIG_ERR_LEN];
 	int ret;
 
-	pthread_mutex_init(&vm->net.policy_lock, NULL);
-	vm->net.policy = n->policy;
-	if (vm->net.netns_fd < 0)
+	pthread_mutex_init(&n->policy_lock, NULL);
+	n->policy = c->policy;
+	if (n->netns_fd < 0)
 		return 0; /* no network, or the orchestrator's tap */
-	vm->net.bindings = net_bindings__create(NULL, NULL);
-	if (!vm->net.bindings) {
-		pr_err("net %s: the DNS bindings: %s", vm->net.tap.name,
+	n->bindings = net_bindings__create(NULL, NULL);
+	if (!n->bindings) {
+		pr_err("net %s: the DNS bindings: %s", n->tap.name,
 		       strerror(ENOMEM));
 		return -ENOMEM;
 	}
-	ret = http_tls_init(vm);
+	/* The namespace launcher made it before its clone. */
+	ret = n->http_tls.ca ? 0 : http_tls_init(n);
 	if (ret)
 		return ret;
-	p.tls = vm->net.http_tls;
+	p.tls = n->http_tls;
 	/*
 	 * What the proxy may hold at most (PROXY_MAX_FDS: sockets, relay
 	 * pipes, the hook's connection).
 	 */
 	nofile__room(PROXY_MAX_FDS);
-	ret = proxy__create(&vm->net.proxy, &p, err, sizeof(err));
+	ret = proxy__create(&n->proxy, &p, err, sizeof(err));
 	if (ret) {
-		pr_err("net %s: %s", vm->net.tap.name, err);
+		pr_err("net %s: %s", n->tap.name, err);
 		return ret;
 	}
-	syn_refill(vm);
+	syn_refill(n);
 	return 0;
 }
 
 /* The bindings and the TLS objects outlive the proxy's thread. */
+static void proxy_exit(struct vm_net *n)
+{
+	proxy__destroy(n->proxy);
+	n->proxy = NULL;
+	http_tls_exit(n);
+	net_policy__free(n->policy_owned);
+	n->policy_owned = NULL;
+	n->policy = NULL;
+	pthread_mutex_destroy(&n->policy_lock);
+	net_bindings__destroy(n->bindings);
+	n->bindings = NULL;
+}
+
+int vm_net__proxy_init(struct vm *vm)
+{
+	return proxy_init(&vm->net);
+}
+
 void vm_net__proxy_exit(struct vm *vm)
 {
-	proxy__destroy(vm->net.proxy);
-	vm->net.proxy = NULL;
-	http_tls_exit(vm);
-	net_policy__free(vm->net.policy_owned);
-	vm->net.policy_owned = NULL;
-	vm->net.policy = NULL;
-	pthread_mutex_destroy(&vm->net.policy_lock);
-	net_bindings__destroy(vm->net.bindings);
-	vm->net.bindings = NULL;
+	proxy_exit(&vm->net);
+}
+
+int vm_net__set_policy(struct vm *vm, json_t *obj, char *err, size_t len)
+{
+	return vm_net__policy_replace(&vm->net, obj, err, len);
+}
+
+/* The proxy's counters and the egress program's (net/status.h). */
+json_t *vm_net__status(struct vm_net *n)
+{
+	uint64_t egress[EGRESS_NR_REASONS];
+	char err[CONFIG_ERR_LEN] = "";
+	struct proxy_stats s;
+	int ret;
+
+	if (!n->proxy)
+		return net_status__none();
+	proxy__stats(n->proxy, &s);
+	ret = proxy__egress_counters(n->proxy, egress, err, sizeof(err));
+	return net_status__json(&s, ret ? NULL : egress, err);
 }
 
 /*
@@ -461,35 +490,124 @@ int vm_net__jail_raise_caps(struct vm *vm)
  * upstream resolvers from the policy; before the seccomp filter (setns).
  * Its thread starts with the proxy's; undone before the proxy step.
  */
-int vm_net__dns_init(struct vm *vm)
+static int dns_init(struct vm_net *n)
 {
-	const struct net_config *n = &vm->cfg->net;
+	const struct net_config *c = n->cfg;
 	struct dns_params p = {
-		.netns_fd = vm->net.netns_fd,
-		.gateway.s_addr = n->gateway,
-		.policy = n->policy,
-		.bindings = vm->net.bindings,
-		.bindings_lock = &vm->net.bindings_lock,
+		.netns_fd = n->netns_fd,
+		.gateway.s_addr = c->gateway,
+		.policy = c->policy,
+		.bindings = n->bindings,
+		.bindings_lock = &n->bindings_lock,
 		.bound = syn_bound,
-		.bound_opaque = vm,
+		.bound_opaque = n,
 	};
 	char err[CONFIG_ERR_LEN];
 	int ret;
 
-	if (!vm->net.proxy)
+	if (!n->proxy)
 		return 0;
 	/* A socket per query upstream, and per guest connection. */
 	nofile__room(DNS_MAX_PENDING + DNS_MAX_TCP_CONNS);
-	ret = dns__create(&vm->net.dns, &p, err, sizeof(err));
+	ret = dns__create(&n->dns, &p, err, sizeof(err));
 	if (ret)
-		pr_err("net %s: %s", vm->net.tap.name, err);
+		pr_err("net %s: %s", n->tap.name, err);
 	return ret;
+}
+
+static void dns_exit(struct vm_net *n)
+{
+	dns__destroy(n->dns);
+	n->dns = NULL;
+}
+
+int vm_net__dns_init(struct vm *vm)
+{
+	return dns_init(&vm->net);
 }
 
 void vm_net__dns_exit(struct vm *vm)
 {
-	dns__destroy(vm->net.dns);
-	vm->net.dns = NULL;
+	dns_exit(&vm->net);
+}
+
+/* ---- the namespace launcher's link -------------------------------------- */
+
+int vm_net__sandbox_prepare(struct vm_net *n, const struct net_config *c)
+{
+	n->cfg = c;
+	return http_tls_init(n);
+}
+
+int vm_net__sandbox_ca(const struct vm_net *n, const char **pem, size_t *len,
+		       bool *required)
+{
+	if (!n->cfg || !netcfg__guest_ca(n->cfg, n->cfg->policy))
+		return -ENOENT;
+	*required = netcfg__guest_ca_required(n->cfg, n->cfg->policy);
+	return http_ca_pem(n, pem, len);
+}
+
+int vm_net__sandbox_init(struct vm_net *n, const struct net_config *c,
+			 int sandbox_ns_fd, const char *peer_name)
+{
+	struct netns_params p = {
+		.path = c->netns_path, /* NULL for auto: a new one */
+		.tap_name = NET_TAP_NAME,
+		.mtu = (unsigned int)c->mtu,
+		.host_addr = c->gateway,
+		.prefix = c->prefix,
+	};
+	struct netns_veth v = {
+		.peer_ns_fd = sandbox_ns_fd,
+		.peer_name = peer_name,
+		.peer_mac = c->mac,
+	};
+	char err[CONFIG_ERR_LEN];
+	int ret;
+
+	_Static_assert(sizeof(c->mac) == NETNS_MAC_LEN, "MAC");
+	n->cfg = c;
+	ret = netns__create_veth(&p, &v, &n->netns_fd, err, sizeof(err));
+	if (ret) {
+		pr_err("%s", err);
+		return ret;
+	}
+	snprintf(n->tap.name, sizeof(n->tap.name), "%s", NET_TAP_NAME);
+	ret = proxy_init(n);
+	if (!ret)
+		ret = dns_init(n);
+	return ret;
+}
+
+/*
+ * No seccomp filter: the namespace launcher's vmm runs without one
+ * (Documentation/security.md, "Namespace isolation").
+ */
+int vm_net__sandbox_start(struct vm_net *n)
+{
+	int ret = proxy__start(n->proxy, NULL);
+
+	if (ret) {
+		pr_err("egress proxy: starting its thread: %s", strerror(-ret));
+		return ret;
+	}
+	ret = dns__start(n->dns, NULL);
+	if (ret)
+		pr_err("dns: starting its thread: %s", strerror(-ret));
+	return ret;
+}
+
+void vm_net__sandbox_exit(struct vm_net *n)
+{
+	if (n->netns_fd < 0) {
+		http_tls_exit(n); /* prepared, or nothing */
+		return;
+	}
+	dns_exit(n);
+	proxy_exit(n);
+	close(n->netns_fd);
+	n->netns_fd = -1;
 }
 
 /* ---- the virtio-net device (step devices) -------------------------------- */
@@ -591,7 +709,7 @@ int vm_net__guest_ca(const struct vm *vm, const char **pem, size_t *len,
 
 	if (!netcfg__guest_ca(&vm->cfg->net, vm->net.policy))
 		return -ENOENT;
-	ret = http_ca_pem(vm, pem, len);
+	ret = http_ca_pem(&vm->net, pem, len);
 	if (ret)
 		return ret;
 	hash[0] = '\0';

@@ -33,6 +33,8 @@ struct vm_net {
 	 */
 	struct tap tap;
 	int netns_fd; /* -1: tap-fd mode, or no network */
+	/* The config's --net settings (vm_net__init, vm_net__sandbox_init). */
+	const struct net_config *cfg;
 	/*
 	 * The egress proxy and its program on the tap (net/proxy.h), in
 	 * auto and netns modes; with tap-fd the host side is the
@@ -121,13 +123,51 @@ void vm_net__report(struct vm *vm);
 int __must_check vm_net__set_policy(struct vm *vm, json_t *obj, char *err,
 				    size_t len);
 
+/* The same on the network alone (the namespace launcher has no VM). */
+int __must_check vm_net__policy_replace(struct vm_net *n, json_t *obj,
+					char *err, size_t len);
+
 /*
- * net.check: what the VM's policy would decide now for the flow f
+ * net.check: what the policy would decide now for the flow f
  * (vmm/api.h), into d. -EOPNOTSUPP without a proxy, -EINVAL for a
  * hostname that is not a DNS name, one line in err.
  */
-int __must_check vm_net__check(struct vm *vm, const struct api_flow_check *f,
-			       struct net_decision *d, char *err, size_t len);
+int __must_check vm_net__flow_check(struct vm_net *n,
+				    const struct api_flow_check *f,
+				    struct net_decision *d, char *err,
+				    size_t len);
+
+/* vm.status's "net": the proxy's and its program's counters (net/status.h). */
+json_t *vm_net__status(struct vm_net *n);
+
+/*
+ * The namespace launcher's network (vmm/isolate-ns.c; Documentation/
+ * network.md, "The namespace launcher"): the same proxy, policy,
+ * resolver and egress program as a VM's, on the near end of a veth
+ * pair (net/netns.h, netns__create_veth) instead of a tap, its far end
+ * peer_name in the sandbox's network namespace (sandbox_ns_fd,
+ * borrowed). n was prepared (vm_net__prepare); c outlives it. Before the
+ * clone, sandbox_prepare makes the interception CA (so that the child
+ * has its certificate); after it, sandbox_init the veth, the proxy and
+ * the resolver. Each reports its failure; exit undoes whatever they
+ * reached, after the sandbox ended; start runs the proxy's and the
+ * resolver's threads.
+ */
+int __must_check vm_net__sandbox_prepare(struct vm_net *n,
+					 const struct net_config *c);
+/*
+ * The interception CA for the sandbox's trust store (Documentation/
+ * network.md, "The CA in the guest"), once prepared: 0 with its PEM
+ * (valid while n is) and whether a root without a trust store must be
+ * refused, when the config and its policy call for it; -ENOENT if not.
+ */
+int __must_check vm_net__sandbox_ca(const struct vm_net *n, const char **pem,
+				    size_t *len, bool *required);
+int __must_check vm_net__sandbox_init(struct vm_net *n,
+				      const struct net_config *c,
+				      int sandbox_ns_fd, const char *peer_name);
+int __must_check vm_net__sandbox_start(struct vm_net *n);
+void vm_net__sandbox_exit(struct vm_net *n);
 
 /*
  * Around jail__drop (vmm/jail.h): the egress proxy's netns thread keeps

@@ -10,6 +10,10 @@
  * nobody has is delivered to a socket of the namespace, while the
  * namespace's own datagram to it finds no route. Root only (a skip
  * otherwise); every namespace is the test's own, nothing leaves them.
+ * The namespace launcher's veth (netns__create_veth): its near end
+ * configured as the tap is, its far end made in another namespace with
+ * the guest's MAC and MTU, and a datagram from there to nobody's address
+ * delivered in the near end's namespace, as from the tap.
  * And the thread all of net/ enters a namespace with (net/nsthread.c):
  * its function runs there, its caller stays, a bad fd is an error.
  */
@@ -24,6 +28,7 @@
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
 #include <net/if.h>
+#include <net/route.h>
 #include <poll.h>
 #include <sched.h>
 #include <stdio.h>
@@ -369,6 +374,117 @@ TEST(netns_path_refused)
 }
 
 /* tap-fd:N: a tap of the right kind is taken, anything else refused. */
+/* ip addr add GUEST/PREFIX dev eth0; ip link set eth0 up; default via GW */
+static int far_end_up(int sock)
+{
+	struct ifreq ifr = { .ifr_name = "eth0" };
+	struct sockaddr_in *sin = (struct sockaddr_in *)&ifr.ifr_addr;
+	struct rtentry rt = { .rt_flags = RTF_UP | RTF_GATEWAY,
+			      .rt_dev = (char *)"eth0" };
+
+	sin->sin_family = AF_INET;
+	inet_pton(AF_INET, GUEST, &sin->sin_addr);
+	if (ioctl(sock, SIOCSIFADDR, &ifr))
+		return -errno;
+	inet_pton(AF_INET, "255.255.255.0", &sin->sin_addr);
+	if (ioctl(sock, SIOCSIFNETMASK, &ifr) ||
+	    ioctl(sock, SIOCGIFFLAGS, &ifr))
+		return -errno;
+	ifr.ifr_flags |= IFF_UP;
+	if (ioctl(sock, SIOCSIFFLAGS, &ifr))
+		return -errno;
+	sin = (struct sockaddr_in *)&rt.rt_gateway;
+	sin->sin_family = AF_INET;
+	inet_pton(AF_INET, GATEWAY, &sin->sin_addr);
+	((struct sockaddr_in *)&rt.rt_dst)->sin_family = AF_INET;
+	((struct sockaddr_in *)&rt.rt_genmask)->sin_family = AF_INET;
+	return ioctl(sock, SIOCADDRT, &rt) ? -errno : 0;
+}
+
+TEST(veth_far_end_in_the_sandbox_namespace)
+{
+	static const uint8_t mac[NETNS_MAC_LEN] = { 0x02, 0x4b, 0x4c, 1, 2, 3 };
+	struct netns_veth v = { .peer_name = "eth0", .peer_mac = mac };
+	struct sockaddr_in to = { .sin_family = AF_INET,
+				  .sin_port = htons(TEST_PORT) };
+	struct ifreq ifr = { .ifr_name = "eth0" };
+	char err[ERR_LEN] = "", buf[8] = "", a[INET_ADDRSTRLEN], path[64];
+	int orig, sandbox, ns_fd = -1, second = -1, sock, rx;
+	struct pollfd p;
+
+	if (!can_unshare(_metadata))
+		return;
+	orig = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+	ASSERT_LE(0, orig);
+	ASSERT_EQ(0, unshare(CLONE_NEWNET));
+	sandbox = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+	ASSERT_LE(0, sandbox);
+	ASSERT_EQ(0, setns(orig, CLONE_NEWNET));
+	v.peer_ns_fd = sandbox;
+
+	ASSERT_EQ(0, netns__create_veth(params(NULL), &v, &ns_fd, err,
+					sizeof(err)))
+	TH_LOG("%s", err);
+	EXPECT_EQ(ns_inode(orig), my_ns());
+	EXPECT_EQ(0, if_nametoindex(NET_TAP_NAME));
+	/* A second pair in the same namespace: kiln0 is taken, one line. */
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", ns_fd);
+	EXPECT_EQ(-EEXIST, netns__create_veth(params(path), &v, &second, err,
+					      sizeof(err)));
+	EXPECT_STREQ(
+		"net kiln0: a veth pair to the sandbox's eth0: File exists",
+		err);
+	EXPECT_EQ(-1, second);
+
+	/* The far end: in the sandbox's namespace, down, MAC and MTU set. */
+	ASSERT_EQ(0, setns(sandbox, CLONE_NEWNET));
+	sock = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	ASSERT_LE(0, sock);
+	EXPECT_FALSE(if_flags(sock, "eth0") & IFF_UP);
+	ASSERT_EQ(0, ioctl(sock, SIOCGIFMTU, &ifr));
+	EXPECT_EQ(TEST_MTU, ifr.ifr_mtu);
+	ASSERT_EQ(0, ioctl(sock, SIOCGIFHWADDR, &ifr));
+	EXPECT_EQ(0, memcmp(mac, ifr.ifr_hwaddr.sa_data, sizeof(mac)));
+	ASSERT_EQ(0, far_end_up(sock)) TH_LOG("%s", strerror(errno));
+	close(sock);
+
+	/* The near end: configured as the tap; what comes from it is local. */
+	ASSERT_EQ(0, setns(ns_fd, CLONE_NEWNET));
+	sock = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	ASSERT_LE(0, sock);
+	EXPECT_TRUE(if_flags(sock, NET_TAP_NAME) & IFF_UP);
+	snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), NET_TAP_NAME);
+	ASSERT_EQ(0, ioctl(sock, SIOCGIFADDR, &ifr));
+	inet_ntop(AF_INET, &((struct sockaddr_in *)&ifr.ifr_addr)->sin_addr, a,
+		  sizeof(a));
+	EXPECT_STREQ(GATEWAY, a);
+	close(sock);
+	EXPECT_TRUE(has_local_default(if_nametoindex("lo")));
+	EXPECT_TRUE(has_steer_rule(NET_TAP_NAME));
+	rx = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	ASSERT_LE(0, rx);
+	to.sin_addr.s_addr = htonl(INADDR_ANY);
+	ASSERT_EQ(0, bind(rx, (struct sockaddr *)&to, sizeof(to)));
+
+	ASSERT_EQ(0, setns(sandbox, CLONE_NEWNET));
+	sock = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	ASSERT_LE(0, sock);
+	inet_pton(AF_INET, NOBODY_ADDR, &to.sin_addr);
+	EXPECT_EQ(4, sendto(sock, "ping", 4, 0, (struct sockaddr *)&to,
+			    sizeof(to)))
+	TH_LOG("%s", strerror(errno));
+	close(sock);
+	p = (struct pollfd){ .fd = rx, .events = POLLIN };
+	ASSERT_EQ(1, poll(&p, 1, POLL_MS));
+	EXPECT_EQ(4, recv(rx, buf, sizeof(buf), 0));
+	EXPECT_STREQ("ping", buf);
+	close(rx);
+	ASSERT_EQ(0, setns(orig, CLONE_NEWNET));
+	close(ns_fd);
+	close(sandbox);
+	close(orig);
+}
+
 TEST(tap_fd_adopted_or_refused)
 {
 	char err[ERR_LEN] = "";
