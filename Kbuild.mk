@@ -45,17 +45,35 @@ KILN_LDLIBS := $(if $(PKG_MISSING),,$(shell pkg-config --libs $(PKGS))) \
 	$(HDR_LDLIBS) -lpthread
 BPF_LDLIBS  := $(if $(PKG_MISSING),,$(shell pkg-config --libs $(BPF_PKGS)))
 # The vmm links its libraries' archives (the same Debian -dev packages
-# ship them; libc and libm stay shared): every start then maps one file,
+# ship them): every start then maps one file,
 # not twelve, and binds no symbols at load. In the harness that took
 # ~65 ms off each start of the vmm (170 to 105 ms for `vmm --version`,
 # /bin/true 80 ms; Documentation/benchmarks.md, "Snapshot"), which a
 # restore pays as much as a cold boot. A library's security update
 # needs a rebuild of the vmm. STATIC_LIBS=0 links them shared.
+#
+# libc and libm too, as a static PIE (still placed at a random address):
+# no dynamic loader, and only the parts of libc the vmm calls are mapped,
+# not all of libc.so.6 and libm.so.6; its relative relocations packed
+# (DT_RELR, glibc 2.36), 1 KiB read at start instead of 112. That is most
+# of what the monitor's RSS lost (benchmarks.md, "RSS by mapping").
+# getaddrinfo is bound to vmm/static-libc.c (no NSS in the binary). A
+# SAN=1 build keeps libc shared: ASan's runtime needs the loader.
 STATIC_LIBS ?= 1
+VMM_LD      := $(HARDEN_LD)
 ifeq ($(STATIC_LIBS),1)
+ifeq ($(SAN),1)
 VMM_LDLIBS  := -Wl,-Bstatic \
 	$(if $(PKG_MISSING),,$(shell pkg-config --libs --static $(PKGS) $(BPF_PKGS))) \
 	$(HDR_LDLIBS) -Wl,-Bdynamic -lm -lpthread
+else
+VMM_LD      := $(filter-out -pie,$(HARDEN_LD)) -static-pie \
+	-Wl,-z,pack-relative-relocs
+VMM_LDLIBS  := \
+	$(if $(PKG_MISSING),,$(shell pkg-config --libs --static $(PKGS) $(BPF_PKGS))) \
+	$(HDR_LDLIBS) -lm -lpthread \
+	-Wl,--wrap=getaddrinfo,--wrap=freeaddrinfo
+endif
 else
 VMM_LDLIBS  := $(KILN_LDLIBS) $(BPF_LDLIBS)
 endif
@@ -95,7 +113,7 @@ endif
 # built without, is rebuilt. The file is rewritten only when they differ.
 # The vmm's libraries are in it too, so STATIC_LIBS relinks it.
 KILN_FLAGS_FILE := $(O)/.cflags
-kiln_flags := $(CC) $(KILN_CFLAGS) $(CFLAGS) $(HARDEN_LD) $(VMM_LDLIBS)
+kiln_flags := $(CC) $(KILN_CFLAGS) $(CFLAGS) $(HARDEN_LD) $(VMM_LD) $(VMM_LDLIBS)
 ifneq ($(kiln_flags),$(shell cat $(KILN_FLAGS_FILE) 2>/dev/null))
 $(shell mkdir -p $(O) && printf '%s\n' '$(kiln_flags)' >$(KILN_FLAGS_FILE))
 endif

@@ -50,6 +50,7 @@ $(shell tools/kiln-build-info $(O) $(PREFIX) $(STATIC_LIBS))
 core-obj-y += lib/log.o
 core-obj-y += lib/worker.o
 core-obj-y += lib/thread-filter.o
+core-obj-y += lib/resident.o
 core-obj-y += lib/leak-check.o
 core-obj-y += lib/base64.o
 core-obj-y += lib/errf.o
@@ -194,6 +195,7 @@ obj-y += vmm/seccomp.o
 obj-y += vmm/control.o
 obj-y += vmm/vm-metrics.o
 obj-y += vmm/version.o
+obj-y += vmm/static-libc.o
 obj-y += devices/i8042.o
 obj-y += devices/exit-dev.o
 obj-y += devices/console.o
@@ -246,7 +248,7 @@ $(EBPF_OBJS): $(BPF_SKELS)
 
 $(O)/vmm: $(VMM_OBJS)
 	$(quiet) LD $@
-	$(Q)$(CC) $(HARDEN_LD) -o $@ $^ $(VMM_LDLIBS)
+	$(Q)$(CC) $(VMM_LD) -o $@ $^ $(VMM_LDLIBS)
 
 $(O)/vmmctl: $(VMMCTL_OBJS)
 	$(quiet) LD $@
@@ -554,7 +556,7 @@ test: deps
 bench: deps
 	$(Q)$(MAKE) -j$(JOBS) all
 	$(Q)$(MAKE) -f guest/guest.mk O=$(O)
-	$(Q)tools/bench-boot --cpus 1,4 $(O)
+	$(Q)tools/bench-boot --cpus 1,4 --devices $(O)
 
 # The bench image (debian-12-bench: the agent image plus fio) is cached
 # outside the tree like the agent image; the script prints its own line.

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "lib/leak-check.h"
+#include "lib/resident.h"
 #include "lib/thread-filter.h"
 
 int thread_filter__install(const struct sock_fprog *prog)
@@ -39,7 +40,10 @@ static void *filtered_start(void *arg)
 	struct spawn *s = arg;
 	void *(*fn)(void *) = s->fn;
 	void *fn_arg = s->arg;
-	int ret = thread_filter__install(s->prog);
+	int ret;
+
+	resident__trim_tls();
+	ret = thread_filter__install(s->prog);
 
 	s->ret = ret;
 	/* s lives on the spawner's stack: not touched after the post. */
@@ -55,8 +59,7 @@ int thread_filter__spawn(pthread_t *thread, const struct sock_fprog *prog,
 	struct spawn s = { .prog = prog, .fn = fn, .arg = arg };
 	int ret;
 
-	if (!prog)
-		return -pthread_create(thread, NULL, fn, arg);
+	/* Without a program too: the start trims the thread's TLS. */
 	if (sem_init(&s.installed, 0, 0))
 		return -errno;
 	ret = -pthread_create(thread, NULL, filtered_start, &s);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "lib/errf.h"
+#include "lib/resident.h"
 #include "net/nsthread.h"
 
 static int enter(struct nsthread *t)
@@ -32,6 +33,7 @@ static void *nsthread_main(void *arg)
 	struct nsthread *t = arg;
 	int ret;
 
+	resident__trim_tls();
 	ret = enter(t);
 	if (!ret)
 		ret = t->p.setup(t->p.arg);

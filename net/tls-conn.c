@@ -15,6 +15,9 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <fcntl.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <wolfssl/options.h>
@@ -40,6 +43,16 @@ struct tls_server {
 struct tls_client {
 	bool lib;
 	WOLFSSL_CTX *ctx;
+	/*
+	 * The CA bundle, opened by tls_client__create and parsed into ctx
+	 * at the first connection (load_bundle): its certificate store
+	 * (~330 KiB of heap for Debian's bundle) is held only by a VM
+	 * whose guest made a TLS flow through an http grant.
+	 */
+	pthread_mutex_t lock;
+	int bundle_fd;	    /* -1 once parsed or failed */
+	size_t bundle_size; /* bytes, at create */
+	int loaded;	    /* 0: not yet, 1: parsed, -errno: failed */
 };
 
 struct tls_conn {
@@ -267,6 +280,7 @@ int tls_client__create(struct tls_client **out,
 	const char *bundle =
 		p->ca_bundle ? p->ca_bundle : TLS_DEFAULT_CA_BUNDLE;
 	struct tls_client *c;
+	struct stat st;
 	int ret;
 
 	*out = NULL;
@@ -274,27 +288,76 @@ int tls_client__create(struct tls_client **out,
 	if (!c)
 		return errf(err, len, -ENOMEM, "TLS client: %s",
 			    strerror(ENOMEM));
+	c->bundle_fd = -1;
+	pthread_mutex_init(&c->lock, NULL);
 	ret = ctx_open(&c->ctx, &c->lib, false, err, len);
 	if (ret)
 		goto out_destroy;
 	wolfSSL_CTX_set_verify(c->ctx, WOLFSSL_VERIFY_PEER, NULL);
-	if (access(bundle, R_OK)) {
+	/* Opened now, before any seccomp filter; parsed when first used. */
+	c->bundle_fd = open(bundle, O_RDONLY | O_CLOEXEC);
+	if (c->bundle_fd < 0 || fstat(c->bundle_fd, &st)) {
 		ret = errf(err, len, -errno, "TLS client: CA bundle %s: %s",
 			   bundle, strerror(errno));
 		goto out_destroy;
 	}
-	if (wolfSSL_CTX_load_verify_locations(c->ctx, bundle, NULL) !=
-	    WOLFSSL_SUCCESS) {
+	if (!S_ISREG(st.st_mode) || !st.st_size) {
 		ret = errf(err, len, -EINVAL,
-			   "TLS client: CA bundle %s: no PEM certificates "
-			   "wolfSSL can load",
+			   "TLS client: CA bundle %s: not a file with PEM "
+			   "certificates",
 			   bundle);
 		goto out_destroy;
 	}
+	c->bundle_size = st.st_size;
 	*out = c;
 	return 0;
 out_destroy:
 	tls_client__destroy(c);
+	return ret;
+}
+
+/*
+ * The bundle into the context, once, at the first connection (under the
+ * lock: connections may come from several threads). Only pread and
+ * close, which every thread's filter allows. 0, or the failure again at
+ * every later connection: -EIO (unreadable), -ENOKEY (no certificate
+ * wolfSSL can load); -ENOMEM is tried again.
+ */
+static int load_bundle(struct tls_client *c)
+{
+	size_t got = 0;
+	ssize_t n;
+	char *buf;
+	int ret;
+
+	pthread_mutex_lock(&c->lock);
+	if (c->loaded) {
+		ret = c->loaded < 0 ? c->loaded : 0;
+		goto out_unlock;
+	}
+	buf = malloc(c->bundle_size);
+	ret = buf ? 0 : -ENOMEM;
+	while (!ret && got < c->bundle_size) {
+		n = pread(c->bundle_fd, buf + got, c->bundle_size - got, got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			ret = -EIO;
+		else
+			got += n;
+	}
+	if (!ret && wolfSSL_CTX_load_verify_buffer(
+			    c->ctx, (const unsigned char *)buf, (long)got,
+			    WOLFSSL_FILETYPE_PEM) != WOLFSSL_SUCCESS)
+		ret = -ENOKEY;
+	free(buf);
+	if (ret == -ENOMEM)
+		goto out_unlock; /* the next connection tries again */
+	c->loaded = ret ? ret : 1;
+	close(c->bundle_fd);
+	c->bundle_fd = -1;
+out_unlock:
+	pthread_mutex_unlock(&c->lock);
 	return ret;
 }
 
@@ -303,6 +366,9 @@ void tls_client__destroy(struct tls_client *c)
 	if (!c)
 		return;
 	ctx_close(c->ctx, c->lib);
+	if (c->bundle_fd >= 0)
+		close(c->bundle_fd);
+	pthread_mutex_destroy(&c->lock);
 	free(c);
 }
 
@@ -404,6 +470,9 @@ int tls_conn__connect(struct tls_conn **out, struct tls_client *cl, int fd,
 		return -EINVAL;
 	if (p->alpn && alpn_copy(p->alpn, alpn, sizeof(alpn), false))
 		return -EINVAL;
+	ret = load_bundle(cl);
+	if (ret)
+		return ret;
 	ret = conn_new(&c, cl->ctx, fd, false);
 	if (ret)
 		return ret;

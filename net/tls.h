@@ -121,7 +121,12 @@ struct tls_client_params {
 	const char *ca_bundle;
 };
 
-/* Toward upstream: TLS 1.2 and 1.3, the peer verified against the bundle. */
+/*
+ * Toward upstream: TLS 1.2 and 1.3, the peer verified against the bundle.
+ * The bundle is opened here (a file that cannot be, or is empty, is the
+ * error) and parsed at the first tls_conn__connect(): its certificate
+ * store costs memory only once a connection needs it.
+ */
 int __must_check tls_client__create(struct tls_client **out,
 				    const struct tls_client_params *p,
 				    char *err, size_t len);
@@ -170,7 +175,9 @@ struct tls_connect_params {
 
 /*
  * An upstream connection on fd (nonblocking, connected, borrowed); errors
- * as tls_conn__accept()'s.
+ * as tls_conn__accept()'s, and the CA bundle's, parsed at the first
+ * connection of c: -EIO (unreadable), -ENOKEY (no certificate wolfSSL
+ * can load).
  */
 int __must_check tls_conn__connect(struct tls_conn **out, struct tls_client *c,
 				   int fd, const struct tls_connect_params *p);

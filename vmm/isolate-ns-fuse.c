@@ -24,6 +24,7 @@
 
 #include "devices/fs/fuse.h"
 #include "lib/log.h"
+#include "lib/resident.h"
 #include "vmm/isolate-ns-internal.h"
 
 /* A request: the largest WRITE and its headers; a reply: the largest READ. */
@@ -120,6 +121,7 @@ static void *serve(void *arg)
 	struct ns_fuse_slot *s = NULL;
 	ssize_t n;
 
+	resident__trim_tls();
 	for (;;) {
 		if (!s && !(s = slot_alloc(f))) {
 			pr_err("%s: out of memory for a request", f->name);

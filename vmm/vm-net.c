@@ -286,7 +286,8 @@ int vm_net__policy_replace(struct vm_net *n, json_t *obj, char *err, size_t len)
 /*
  * The http grants' TLS interception: the VM's CA (fresh, its key in
  * memory only), a server minting on it, a client trusting the CA bundle
- * (read now, before the seccomp filter). Made whenever the proxy is,
+ * (opened now, before the seccomp filter; parsed at the first upstream
+ * TLS connection, net/tls.h). Made whenever the proxy is,
  * whatever the policy: net.setPolicy may add http grants later, and the
  * guest trusts the CA from boot. A --net-ca-bundle that cannot be read
  * stops the VM; the default one missing costs the grants' TLS flows only

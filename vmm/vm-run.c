@@ -24,6 +24,7 @@
 #include "devices/virtio/device.h"
 #include "lib/compiler.h"
 #include "lib/evloop.h"
+#include "lib/resident.h"
 #include "lib/thread-filter.h"
 #include "vmm/api.h"
 #include "vmm/baseline-vm.h"
@@ -618,6 +619,9 @@ int vm__run(struct vm *vm, const struct control_ops *ops, int parent_fd)
 	 * if there is one. Stopping already: they leave without entering.
 	 */
 	startup_trace__mark(vm->trace, TRACE_RELEASED);
+	/* What start-up alone touched or freed leaves the RSS (resident.h). */
+	resident__drop_text();
+	resident__trim_heap();
 	if (!vm_state__stopping(&vm->lc) &&
 	    vm_state__set(&vm->lc,
 			  vm->api ? VM_STATE_BOOTING : VM_STATE_RUNNING))

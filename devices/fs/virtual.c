@@ -53,6 +53,7 @@
 #include "lib/compiler.h"
 #include "devices/fs/virtual-internal.h"
 #include "lib/list.h"
+#include "lib/resident.h"
 #include "lib/warn.h"
 #include "lib/worker.h"
 
@@ -265,6 +266,7 @@ static void *relay_thread(void *arg)
 	struct pollfd pfd[2];
 	uint64_t count;
 
+	resident__trim_tls();
 	worker__block_signals();
 
 	for (;;) {

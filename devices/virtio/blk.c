@@ -96,9 +96,10 @@ struct blk_queue {
 	struct ev_source kick;
 	uint64_t kick_buf;
 	struct blk_req *reqs; /* BLK_QUEUE_SIZE slots */
-	struct blk_req *free;
-	bool starved; /* stopped popping for want of a slot */
-	bool pushed;  /* used buffers since the last notification */
+	struct blk_req *free; /* freed after use */
+	unsigned int fresh;   /* reqs[fresh..] never used, never touched */
+	bool starved;	      /* stopped popping for want of a slot */
+	bool pushed;	      /* used buffers since the last notification */
 };
 
 struct virtio_blk {
@@ -189,11 +190,24 @@ static struct blk_op *new_op(struct blk_req *req, enum op_kind kind, int fd,
 /* ---- requests ---------------------------------------------------------- */
 
 /* Called with the device lock held, like everything below. */
+static bool req_available(const struct blk_queue *q)
+{
+	return q->free || q->fresh < BLK_QUEUE_SIZE;
+}
+
+/*
+ * A freed slot first, else the next one never used: the pool's pages
+ * (~4.6 KiB a slot) become resident only as deep as the guest's queue
+ * ever went, not all 128 slots at start.
+ */
 static struct blk_req *req_alloc(struct blk_queue *q)
 {
 	struct blk_req *req = q->free;
 
-	q->free = req->next_free;
+	if (req)
+		q->free = req->next_free;
+	else
+		req = &q->reqs[q->fresh++];
 	q->b->busy++;
 	return req;
 }
@@ -697,7 +711,7 @@ static void process_queue(struct blk_queue *q)
 		return;
 	virtqueue__drain_start(&d, vq);
 	for (;;) {
-		if (!q->free) {
+		if (!req_available(q)) {
 			/* A completion frees a slot and comes back here. */
 			if (!q->starved)
 				virtio_device__count_queue_full(&b->vdev);
@@ -784,7 +798,7 @@ static bool loop_end(void *arg)
 	for (unsigned int i = 0; i < b->nr_queues; i++) {
 		struct blk_queue *q = &b->queues[i];
 
-		if (q->starved && q->free) {
+		if (q->starved && req_available(q)) {
 			q->starved = false;
 			process_queue(q);
 		}
@@ -1036,10 +1050,6 @@ int virtio_blk__create(struct virtio_blk **out,
 		if (!q->reqs) {
 			ret = -ENOMEM;
 			goto out_destroy;
-		}
-		for (unsigned int j = BLK_QUEUE_SIZE; j--;) {
-			q->reqs[j].next_free = q->free;
-			q->free = &q->reqs[j];
 		}
 	}
 	lp.cq_entries = cq_entries(b->nr_queues);

@@ -84,9 +84,10 @@ struct fs_queue {
 	struct ev_source kick;
 	uint64_t kick_buf;
 	struct fs_slot *slots; /* FS_QUEUE_SLOTS */
-	struct fs_slot *free;
-	bool starved; /* stopped popping for want of a slot */
-	bool pushed;  /* used buffers since the last notification */
+	struct fs_slot *free;  /* freed after use */
+	unsigned int fresh;    /* slots[fresh..] never used, never touched */
+	bool starved;	       /* stopped popping for want of a slot */
+	bool pushed;	       /* used buffers since the last notification */
 };
 
 struct virtio_fs {
@@ -122,11 +123,25 @@ static struct fs_slot *to_slot(struct fuse_req *req)
 
 /* ---- slots (device lock held) ------------------------------------------- */
 
+static bool slot_available(const struct fs_queue *q)
+{
+	return q->free || q->fresh < FS_QUEUE_SLOTS;
+}
+
+/*
+ * A freed slot first, else the next one never used: the pool's pages
+ * become resident only as deep as the guest's queue ever went.
+ */
 static struct fs_slot *slot_alloc(struct fs_queue *q)
 {
 	struct fs_slot *slot = q->free;
 
-	q->free = slot->next_free;
+	if (slot) {
+		q->free = slot->next_free;
+	} else {
+		slot = &q->slots[q->fresh++];
+		slot->q = q;
+	}
 	slot->in_use = true;
 	slot->parked = false;
 	q->f->busy++;
@@ -247,7 +262,7 @@ static void process_queue(struct fs_queue *q)
 	for (;;) {
 		struct fs_slot *slot;
 
-		if (!q->free) {
+		if (!slot_available(q)) {
 			/* A completion frees a slot and comes back here. */
 			if (!q->starved)
 				virtio_device__count_queue_full(&f->vdev);
@@ -329,7 +344,7 @@ static bool service_queues(void *arg)
 		bool run;
 
 		virtio_device__lock(&f->vdev);
-		run = q->starved && q->free;
+		run = q->starved && slot_available(q);
 		if (run)
 			q->starved = false;
 		virtio_device__unlock(&f->vdev);
@@ -344,7 +359,7 @@ static bool service_queues(void *arg)
 			q->pushed = false;
 			virtio_device__notify_queue(&f->vdev, i);
 		}
-		if (q->starved && q->free)
+		if (q->starved && slot_available(q))
 			more = true;
 	}
 	virtio_device__unlock(&f->vdev);
@@ -394,7 +409,7 @@ static int fs_describe(struct virtio_device *dev, bool locked, char *buf,
 	at = (size_t)snprintf(buf, len, "gen %u busy %u", f->gen, f->busy);
 	for (unsigned int i = 0; i < f->nr_vqs && at < len; i++) {
 		const struct fs_queue *q = &f->queues[i];
-		unsigned int nfree = 0;
+		unsigned int nfree = FS_QUEUE_SLOTS - q->fresh;
 
 		for (const struct fs_slot *s = q->free;
 		     s && nfree < FS_QUEUE_SLOTS; s = s->next_free)
@@ -439,7 +454,7 @@ static unsigned int parked(const struct virtio_fs *f)
 	unsigned int n = 0;
 
 	for (unsigned int i = 0; i < f->nr_vqs; i++)
-		for (unsigned int j = 0; j < FS_QUEUE_SLOTS; j++)
+		for (unsigned int j = 0; j < f->queues[i].fresh; j++)
 			n += f->queues[i].slots[j].in_use &&
 			     f->queues[i].slots[j].parked;
 	return n;
@@ -605,11 +620,6 @@ int virtio_fs__create(struct virtio_fs **out, const struct virtio_fs_params *p)
 			ret = -ENOMEM;
 			goto out_destroy;
 		}
-		for (unsigned int j = FS_QUEUE_SLOTS; j--;) {
-			q->slots[j].q = q;
-			q->slots[j].next_free = q->free;
-			q->free = &q->slots[j];
-		}
 	}
 	f->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (f->wake_fd < 0) {
@@ -674,7 +684,7 @@ void virtio_fs__destroy(struct virtio_fs *f)
 	for (unsigned int i = 0; i < f->nr_vqs; i++) {
 		struct fs_queue *q = &f->queues[i];
 
-		for (unsigned int j = 0; q->slots && j < FS_QUEUE_SLOTS; j++)
+		for (unsigned int j = 0; q->slots && j < q->fresh; j++)
 			if (q->slots[j].in_use && q->slots[j].parked)
 				fuse_server__abandon(f->server,
 						     &q->slots[j].req);

@@ -1348,6 +1348,84 @@ TEST_F(srv, spawn_streams)
 	json_decref(m);
 }
 
+/*
+ * A stream's stdout and stderr bytes, counted and kept (up to cap each)
+ * until its stream.exit, whose params are returned (NULL: timed out).
+ */
+static json_t *collect_both(struct tc *t, json_int_t stream, uint8_t *out,
+			    size_t *out_len, uint8_t *err, size_t *err_len,
+			    size_t cap)
+{
+	uint64_t end = ms_now() + t->wait_ms;
+	const char *method;
+	json_t *m, *p;
+	size_t n, *len;
+	uint8_t *to;
+	char *d;
+
+	*out_len = *err_len = 0;
+	while (ms_now() < end) {
+		m = tc_recv(t, end - ms_now(), NULL);
+		if (!m)
+			return NULL;
+		method = json_string_value(json_object_get(m, "method"));
+		p = json_object_get(m, "params");
+		if (!method || json_integer_value(json_object_get(
+				       p, "stream")) != stream) {
+			json_decref(m);
+			continue;
+		}
+		if (!strcmp(method, "stream.exit")) {
+			json_incref(p);
+			json_decref(m);
+			return p;
+		}
+		to = strcmp(method, "stream.stderr") ? out : err;
+		len = to == out ? out_len : err_len;
+		d = b64_str(p, "data", &n);
+		if (d && *len + n <= cap)
+			memcpy(to + *len, d, n);
+		*len += d ? n : 0;
+		free(d);
+		json_decref(m);
+	}
+	return NULL;
+}
+
+/* Every byte value, and more than one notification's worth, exactly. */
+TEST_F(srv, spawn_streams_bytes_exactly)
+{
+	static const uint8_t want[] = { 'a', 0xff, 0x01, 0x00, '"', '\\', 'b' };
+	size_t cap = 1 << 20, out_len, err_len;
+	uint8_t *out = malloc(cap), *err = malloc(cap);
+	json_int_t stream;
+	json_t *m, *ex;
+	size_t i;
+
+	ASSERT_TRUE(out && err);
+	m = tc_call(&self->t, 1, "spawn",
+		    json_pack("{s:[s, s, s]}", "argv", "sh", "-c",
+			      "printf 'a\\377\\001\\000\\042\\134b'; "
+			      "printf 'to stderr' >&2; "
+			      "head -c 300000 /dev/zero"));
+	ASSERT_TRUE(m != NULL);
+	stream = res_int(m, "stream");
+	json_decref(m);
+	ex = collect_both(&self->t, stream, out, &out_len, err, &err_len, cap);
+	ASSERT_TRUE(ex != NULL);
+	EXPECT_EQ(0, json_integer_value(json_object_get(ex, "exitCode")));
+	json_decref(ex);
+	ASSERT_EQ(sizeof(want) + 300000, out_len);
+	EXPECT_EQ(0, memcmp(want, out, sizeof(want)));
+	for (i = sizeof(want); i < out_len && !out[i]; i++)
+		;
+	EXPECT_EQ(out_len, i);
+	ASSERT_EQ(9, err_len);
+	EXPECT_EQ(0, memcmp("to stderr", err, 9));
+	free(out);
+	free(err);
+}
+
 TEST_F(srv, pty_resize)
 {
 	char out[4096];

@@ -1393,6 +1393,42 @@ TEST(alpn_h2_refused_by_an_http11_server)
 	alpn_case(_metadata, "http/1.1", "h2", -EPROTO, NULL);
 }
 
+/*
+ * The bundle is opened at create and parsed at the first connection: an
+ * empty one is refused at create; one with no certificate in it fails
+ * every connection (-ENOKEY), and nothing is parsed before.
+ */
+TEST(ca_bundle_parsed_at_the_first_connection)
+{
+	static const char junk[] = "not a certificate\n";
+	struct tls_connect_params cp = { .host = HOST };
+	struct tls_client_params clp = { 0 };
+	char dir[PATH_LEN], bundle[PATH_LEN], err[ERR_LEN];
+	struct tls_client *cli;
+	struct tls_conn *c = NULL;
+	int sv[2];
+
+	ASSERT_EQ(0, temp_dir(dir, sizeof(dir)));
+	ASSERT_LT(0, snprintf(bundle, sizeof(bundle), "%s/b.pem", dir));
+	clp.ca_bundle = bundle;
+	ASSERT_EQ(0, write_file(bundle, "", 0, 0644));
+	EXPECT_EQ(-EINVAL, tls_client__create(&cli, &clp, err, sizeof(err)));
+	EXPECT_NE(NULL, strstr(err, bundle)) TH_LOG("%s", err);
+	ASSERT_EQ(0, write_file(bundle, junk, sizeof(junk) - 1, 0644));
+	ASSERT_EQ(0, tls_client__create(&cli, &clp, err, sizeof(err)))
+	TH_LOG("%s", err);
+	/* Opened at create: gone from its path, it still loads (or not). */
+	unlink(bundle);
+	ASSERT_EQ(0, nonblocking_pair(sv));
+	EXPECT_EQ(-ENOKEY, tls_conn__connect(&c, cli, sv[1], &cp));
+	EXPECT_TRUE(c == NULL);
+	EXPECT_EQ(-ENOKEY, tls_conn__connect(&c, cli, sv[1], &cp));
+	close(sv[0]);
+	close(sv[1]);
+	tls_client__destroy(cli);
+	rmdir(dir);
+}
+
 TEST(bad_params_refused)
 {
 	struct tls_accept_params ap = { .sni_ok = allow_all };

@@ -258,6 +258,8 @@ void client_reply_error(struct client *c, json_t *id, int code, json_t *data,
 			const char *fmt, ...)
 	__attribute__((format(printf, 5, 6)));
 void client_notify(struct client *c, const char *method, json_t *params);
+void client_notify_data(struct client *c, const char *method, uint64_t stream,
+			const void *p, size_t len);
 void client_kill(struct client *c);
 void client_pump(struct api *api, struct client *c);
 bool client_wants_input(const struct client *c);

@@ -162,9 +162,8 @@ static void proc_output(struct call *k, bool err, const uint8_t *p, size_t len)
 	}
 	if (!len)
 		return;
-	client_notify(k->client, err ? "stream.stderr" : "stream.stdout",
-		      json_pack("{s:I, s:o}", "stream", (json_int_t)k->stream,
-				"data", api_json_base64(p, len)));
+	client_notify_data(k->client, err ? "stream.stderr" : "stream.stdout",
+			   k->stream, p, len);
 }
 
 static void proc_exit(struct call *k, const uint8_t *p, size_t len)

@@ -1,0 +1,44 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+#ifndef KILN_LIB_RESIDENT_H
+#define KILN_LIB_RESIDENT_H
+
+/*
+ * Memory the vmm holds but does not use, given back to the kernel
+ * without changing what any thread reads (benchmarks.md, "RSS by
+ * mapping").
+ */
+
+/*
+ * Give back the pages of the calling thread's static TLS that hold only
+ * zeros. glibc writes every new thread's TLS block in full (the .tdata
+ * image, then zeros over .tbss), which makes each of its pages resident;
+ * the vmm's block is ~48 KiB, almost all of it wolfSSL's per-thread ECC
+ * cache (fp_cache), which no thread but the proxy's ever uses. A page of
+ * anonymous memory that reads as zeros reads the same after
+ * MADV_DONTNEED, so dropping one changes nothing the thread can see; it
+ * comes back on the first write. Call it first thing in a new thread:
+ * only the thread itself writes its TLS, so nothing races the check.
+ */
+void resident__trim_tls(void);
+
+/*
+ * Unmap the program's and its libraries' read-only file pages (code,
+ * read-only data; never a writable segment, where RELRO's relocated
+ * pages are) from this process. They stay in the page cache; a page
+ * still in use is mapped again at its next touch (a minor fault), so
+ * what stays resident is what the running VM uses, not what start-up
+ * did (option parsing, loading, filter compilation). For the main
+ * thread once the VM runs.
+ */
+void resident__drop_text(void);
+
+/*
+ * Give back the free pages inside malloc's heaps (malloc_trim): what
+ * start-up allocated and freed (the filters' compilation, the BPF
+ * objects' loading, configuration parsing) stays resident in the middle
+ * of the heap otherwise, as glibc returns only a free top on its own.
+ * For the main thread once the VM runs.
+ */
+void resident__trim_heap(void);
+
+#endif
