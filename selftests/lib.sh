@@ -35,17 +35,18 @@ kvm_suites() {
 	# for a test of run_all.sh itself on a fake tree.
 	# kvm_*_long: make test-long's (kvm_long_suites), not make test's.
 	for t in "$1"/selftests/kvm_* ${KILN_KVM_SCRIPTS-selftests/kvm}/*.sh; do
-		case $t in *_long) continue ;; esac
+		case $t in *_long | *_long.sh) continue ;; esac
 		[ -f "$t" ] && [ -x "$t" ] && echo "$t"
 	done
 	return 0
 }
 
-# kvm_long_suites O: the suites only make test-long runs (kvm_*_long).
+# kvm_long_suites O: the suites only make test-long runs (kvm_*_long and
+# the script suites *_long.sh).
 kvm_long_suites() {
 	local t
 
-	for t in "$1"/selftests/kvm_*_long; do
+	for t in "$1"/selftests/kvm_*_long ${KILN_KVM_SCRIPTS-selftests/kvm}/*_long.sh; do
 		[ -f "$t" ] && [ -x "$t" ] && echo "$t"
 	done
 	return 0

@@ -1,5 +1,5 @@
 #!/bin/bash
-# selftests/kvm/containerd.sh O - containerd runs Kiln VMs through
+# selftests/kvm/containerd_long.sh O - containerd runs Kiln VMs through
 # containerd-shim-kiln-v2 (Documentation/containerd.md).
 #
 # Starts Debian's containerd with a root, state and sockets of its own,
@@ -43,6 +43,9 @@ if [ -z "${KILN_CONTAINERD_INNER:-}" ]; then
 	for f in "$O/vmm" "$O/containerd-shim-kiln-v2"; do
 		[ -x "$f" ] || fail_all "no $f (make all)"
 	done
+	# containerd's overlayfs snapshotter: a harness VM loads nothing
+	# by itself (best effort: a kernel may have it built in).
+	modprobe -q overlay 2>/dev/null || true
 	exec unshare --mount --propagation private --net \
 		env KILN_CONTAINERD_INNER=1 bash "$0" "$O"
 fi
