@@ -25,11 +25,10 @@
 #include <unistd.h>
 
 #include "guest/agent/agent.h"
+#include "guest/agent/proc.h"
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
-/* Status when this program, not the command, failed (as init's). */
-#define STATUS_INIT_FAILED 125
 /* A dying agent is restarted at most once per this long (as init). */
 #define AGENT_RESTART_MS 200
 
@@ -56,7 +55,7 @@ static void __attribute__((noreturn)) usage(void)
 {
 	fprintf(stderr, "usage: kiln-agent-ns --listen-fd N [--cwd DIR] "
 			"[-- COMMAND [ARG...]]\n");
-	exit(STATUS_INIT_FAILED);
+	exit(PROC_STATUS_INIT_FAILED);
 }
 
 static void reset_signals(void)
@@ -124,21 +123,12 @@ command_child(char **argv, const char *cwd)
 	if (cwd && chdir(cwd)) {
 		fprintf(stderr, "kiln-agent-ns: cannot change to %s: %s\n", cwd,
 			strerror(errno));
-		_exit(STATUS_INIT_FAILED);
+		_exit(PROC_STATUS_INIT_FAILED);
 	}
 	execvp(argv[0], argv);
 	fprintf(stderr, "kiln-agent-ns: cannot execute %s: %s\n", argv[0],
 		strerror(errno));
 	_exit(errno == ENOENT ? 127 : 126);
-}
-
-static int wait_status(int st)
-{
-	if (WIFEXITED(st))
-		return WEXITSTATUS(st);
-	if (WIFSIGNALED(st))
-		return 128 + WTERMSIG(st);
-	return STATUS_INIT_FAILED;
 }
 
 /*
@@ -160,14 +150,14 @@ static int serve(struct ns_agent *a, pid_t child)
 		agent_start(a);
 		while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
 			if (pid == child)
-				return wait_status(st);
+				return proc__exit_code(st);
 			if (pid == a->pid)
 				a->pid = 0;
 		}
 		if (pid < 0 && errno != ECHILD) {
 			fprintf(stderr, "kiln-agent-ns: wait: %s\n",
 				strerror(errno));
-			return STATUS_INIT_FAILED;
+			return PROC_STATUS_INIT_FAILED;
 		}
 		if (!a->pid)
 			continue;
@@ -219,7 +209,7 @@ int main(int argc, char **argv)
 		if (child < 0) {
 			fprintf(stderr, "kiln-agent-ns: fork for %s: %s\n",
 				cmd[0], strerror(errno));
-			return STATUS_INIT_FAILED;
+			return PROC_STATUS_INIT_FAILED;
 		}
 	}
 	status = serve(&a, child);

@@ -1355,7 +1355,7 @@ static int exit_payload(const struct proc *p, struct kiln_buf *b)
 {
 	int st = p->status, code, ret;
 
-	code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+	code = proc__exit_code(st);
 	if (p->timed_out)
 		code = 124;
 	ret = kiln_tlv__put_u64(b, KILN_T_EXIT_CODE, code);

@@ -38,6 +38,7 @@
 #include <linux/vm_sockets.h>
 
 #include "guest/agent/agent.h"
+#include "guest/agent/proc.h"
 #include "proto/agent.h"
 #include "guest/init/env.h"
 #include "guest/init/mounts.h"
@@ -66,8 +67,6 @@
 #define DEFAULT_HOSTNAME   "sandbox" /* without the file: as the host's */
 #define HOSTNAME_MAX	   64	     /* HOST_NAME_MAX */
 
-/* Status when init itself, not the command, failed (as env(1) does). */
-#define STATUS_INIT_FAILED 125
 /* The guest asked to power off, halt or reboot: a clean end. */
 #define STATUS_SHUTDOWN 0
 
@@ -547,21 +546,12 @@ exec_command(char **argv, const struct kiln_params *p, const char *cwd)
 	if (cwd && chdir(cwd)) {
 		fprintf(stderr, "kiln-init: cannot change to %s: %s\n", cwd,
 			strerror(errno));
-		_exit(STATUS_INIT_FAILED);
+		_exit(PROC_STATUS_INIT_FAILED);
 	}
 	execvp(argv[0], argv);
 	fprintf(stderr, "kiln-init: cannot execute %s: %s\n", argv[0],
 		strerror(errno));
 	_exit(errno == ENOENT ? 127 : 126);
-}
-
-static int wait_status(int st)
-{
-	if (WIFEXITED(st))
-		return WEXITSTATUS(st);
-	if (WIFSIGNALED(st))
-		return 128 + WTERMSIG(st);
-	return STATUS_INIT_FAILED;
 }
 
 /* PID 1 inherits every orphan: reap them all while waiting for @child. */
@@ -694,7 +684,7 @@ static int wait_command(pid_t child, struct agent_server *agent)
 		agent_start(agent);
 		while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
 			if (pid == child) {
-				status = wait_status(st);
+				status = proc__exit_code(st);
 				goto out;
 			}
 			if (pid == agent->pid)
@@ -703,7 +693,7 @@ static int wait_command(pid_t child, struct agent_server *agent)
 		/* ECHILD: no command, and the agent is between two lives. */
 		if (pid < 0 && (errno != ECHILD || child > 0)) {
 			warn_errno("cannot wait for", "command", errno);
-			status = STATUS_INIT_FAILED;
+			status = PROC_STATUS_INIT_FAILED;
 			break;
 		}
 		if (!agent->pid && agent->listen_fd >= 0)
@@ -955,7 +945,7 @@ static const char *switch_root(void)
 
 /*
  * kiln.root=NAME: mount /dev/NAME (ext4) and make it the root. A root that
- * cannot be had ends the VM with STATUS_INIT_FAILED: running the command
+ * cannot be had ends the VM with PROC_STATUS_INIT_FAILED: running the command
  * in the initramfs instead would only fail later, less clearly. A
  * read-only one gets the directories its mounts lack from an overlay
  * (init_mounts__make_points); one that cannot have them ends the VM too.
@@ -970,16 +960,16 @@ static void enter_root(const struct kiln_params *p, struct init_mounts *fs)
 	if (why) {
 		fprintf(stderr, "kiln-init: cannot mount root %s: %s\n", dev,
 			why);
-		end_vm(STATUS_INIT_FAILED);
+		end_vm(PROC_STATUS_INIT_FAILED);
 	}
 	if (!strcmp(p->rootflags, "ro") &&
 	    init_mounts__make_points(fs, NEWROOT))
-		end_vm(STATUS_INIT_FAILED);
+		end_vm(PROC_STATUS_INIT_FAILED);
 	why = switch_root();
 	if (why) {
 		fprintf(stderr, "kiln-init: cannot switch to root %s: %s\n",
 			dev, why);
-		end_vm(STATUS_INIT_FAILED);
+		end_vm(PROC_STATUS_INIT_FAILED);
 	}
 	/* Whatever did not move: e.g. /run, if the image has no such dir. */
 	mount_all();
@@ -998,12 +988,12 @@ static void check_cwd(const struct identity *id)
 	if (stat(id->cwd, &st)) {
 		fprintf(stderr, "kiln-init: cwd %s: %s\n", id->cwd,
 			strerror(errno));
-		end_vm(STATUS_INIT_FAILED);
+		end_vm(PROC_STATUS_INIT_FAILED);
 	}
 	if (!S_ISDIR(st.st_mode)) {
 		fprintf(stderr, "kiln-init: cwd %s: not a directory\n",
 			id->cwd);
-		end_vm(STATUS_INIT_FAILED);
+		end_vm(PROC_STATUS_INIT_FAILED);
 	}
 }
 
@@ -1032,10 +1022,10 @@ static void setup_network(const struct kiln_params *p)
 	if (p->net_bad) {
 		fprintf(stderr, "kiln-init: kiln.net: expected "
 				"ADDRESS/PREFIX,GATEWAY,MTU,DNS\n");
-		end_vm(STATUS_INIT_FAILED);
+		end_vm(PROC_STATUS_INIT_FAILED);
 	}
 	if (init_net__configure(&p->net_cfg))
-		end_vm(STATUS_INIT_FAILED);
+		end_vm(PROC_STATUS_INIT_FAILED);
 	/* Without a resolver only names fail: the command still runs. */
 	init_net__resolv_conf(&p->net_cfg);
 }
@@ -1062,13 +1052,13 @@ int main(int argc, char **argv)
 	cmd = command_argv(argc, argv);
 	fs_mounts = init_mounts__load();
 	if (init_trust__load(&trust, INIT_TRUST_CA_FILE, INIT_TRUST_HASH_FILE))
-		end_vm(STATUS_INIT_FAILED);
+		end_vm(PROC_STATUS_INIT_FAILED);
 	trust.optional = !access(INIT_TRUST_OPTIONAL_FILE, F_OK);
 	if (root_wanted(&params))
 		enter_root(&params, fs_mounts);
 	/* In the final root, before anything runs that may use them. */
 	if (init_mounts__mount(fs_mounts))
-		end_vm(STATUS_INIT_FAILED);
+		end_vm(PROC_STATUS_INIT_FAILED);
 	check_cwd(&id);
 	agent.cwd = id.cwd;
 	agent.made_points = init_mounts__made(fs_mounts);
@@ -1078,7 +1068,7 @@ int main(int argc, char **argv)
 	init_net__hostname_files(id.hostname);
 	/* The host's CA, if it intercepts HTTPS, before anything runs. */
 	if (init_trust__install(&trust, INIT_TRUST_BUNDLE, INIT_TRUST_RUN))
-		end_vm(STATUS_INIT_FAILED);
+		end_vm(PROC_STATUS_INIT_FAILED);
 	init_trust__free(&trust);
 	take_console();
 	/*
@@ -1087,7 +1077,7 @@ int main(int argc, char **argv)
 	 * none to run either, there is nothing to do.
 	 */
 	if (params.agent && !agent_setup(&agent) && !cmd)
-		end_vm(STATUS_INIT_FAILED);
+		end_vm(PROC_STATUS_INIT_FAILED);
 	if (!cmd && !params.agent)
 		cmd = default_shell();
 
@@ -1104,7 +1094,7 @@ int main(int argc, char **argv)
 		setpgid(pid, pid); /* either side may win the race */
 	if (pid < 0) {
 		warn_errno("cannot fork for", cmd[0], errno);
-		status = STATUS_INIT_FAILED;
+		status = PROC_STATUS_INIT_FAILED;
 	} else {
 		status = wait_command(pid, &agent);
 	}
