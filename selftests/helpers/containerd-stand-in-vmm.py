@@ -22,7 +22,7 @@ srv = socket.socket(socket.AF_UNIX); srv.bind(sock); srv.listen(8)
 open(pidf, 'w').write(str(os.getpid()))
 os.write(w, b'x')
 null = os.open('/dev/null', os.O_RDWR); os.dup2(null, 0); os.dup2(null, 1)
-os.dup2(os.open('os.environ.get("KILN_STAND_IN_LOG", "/dev/null")', os.O_WRONLY|os.O_CREAT|os.O_APPEND), 2)
+os.dup2(os.open(os.environ.get('KILN_STAND_IN_LOG', '/dev/null'), os.O_WRONLY|os.O_CREAT|os.O_APPEND), 2)
 containers = {}
 def log(*x): print(*x, file=sys.stderr, flush=True)
 def serve(c):

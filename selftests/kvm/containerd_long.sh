@@ -80,7 +80,8 @@ mount -t tmpfs -o mode=0755 tmpfs /run || fail_all "tmpfs on /run"
 ip link set lo up && ip addr add 192.0.2.10/32 dev lo ||
 	fail_all "the upstream's address on lo"
 T=/run/kiln-containerd-test
-# KILN_CONTAINERD_LOG=FILE: containerd's whole log (the shims' included) copied there at the end
+# KILN_CONTAINERD_LOG=FILE: containerd's whole log (the shims' included,
+# at debug level) copied there at the end
 
 mkdir -p "$T/www" "$T/root" "$T/state"
 SOCK=$T/containerd.sock
@@ -146,6 +147,8 @@ echo '{"imageLayoutVersion":"1.0.0"}' >"$lay/oci-layout"
 tar -C "$lay" -cf "$T/image.tar" . || fail_all "tar of the layout"
 
 # --- containerd, all its own ---
+loglevel=info
+[ -z "${KILN_CONTAINERD_LOG:-}" ] || loglevel=debug
 cat >"$T/config.toml" <<EOF
 version = 2
 root = "$T/root"
@@ -154,6 +157,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs",
   "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper",
   "io.containerd.snapshotter.v1.aufs", "io.containerd.internal.v1.opt",
   "io.containerd.tracing.processor.v1.otlp"]
+[debug]
+  level = "$loglevel"
 [grpc]
   address = "$SOCK"
 [ttrpc]
@@ -280,7 +285,12 @@ echo "$out" | comment
 check "ctr task exec: stdin to the process, its end closes it" \
 	test "$rc" -eq 0 -a "$out" = "$(printf 'piped\nin')"
 
-out=$(script -qec "timeout 60 ctr -a $SOCK -n kiln task exec -t --exec-id e3 t-pod sh -c 'tty; exit 5'" /dev/null 2>&1)
+# The bound goes around script(1), not inside: a timeout(1) under
+# script's shell makes a process group of its own, in the background of
+# script's terminal, where ctr's tcsetattr (raw mode) stops it with
+# SIGTTOU before it asks for the exec (whenever that shell forks for the
+# command: dash, the harness's /bin/sh with no SHELL set, does).
+out=$(timeout 120 script -qec "exec ctr -a $SOCK -n kiln task exec -t --exec-id e3 t-pod sh -c 'tty; exit 5'" /dev/null 2>&1)
 rc=$?
 echo "$out" | comment
 if [ "$rc" -ne 5 ]; then
