@@ -6,26 +6,31 @@
 # imports an OCI image this script writes (a layout with one layer: the
 # static busybox of busybox-static), and drives it with ctr: `ctr run
 # --runtime io.containerd.kiln.v2` with the command's exit status, `ctr
-# task exec` without and with a terminal and with stdin, ps and metrics,
-# `ctr task kill` with signals (the init and an exec), the io.kiln.net.policy
-# annotation denying and granting a flow to an upstream on this test's
-# own loopback, an unknown io.kiln.* annotation refused, the shim killed
-# by SIGKILL (its VM must go too, and containerd's delete clean up), and
-# ten containers at once, each in its own VM with its own root.
+# task exec` without and with a terminal and with stdin, ps and
+# metrics, `ctr task kill` with signals (the init and an exec), the
+# io.kiln.net.policy annotation denying and granting a flow to an
+# upstream on this test's own loopback, the VM in the pod's network
+# namespace (ctr run --with-ns network:PATH) reaching an upstream only
+# there, an unknown io.kiln.* annotation refused, the shim killed by
+# SIGKILL (its VM must go too, and containerd's delete clean up), a pod
+# (two containers with one sandbox id: one VM), and ten containers at
+# once, each in its own VM with its own root.
 #
 # Needs root, KVM (run_kvm.sh runs it in the harness), containerd and ctr
 # (tools/install-deps), the guest (make guest), O/vmm and
 # O/containerd-shim-kiln-v2 (make all). Everything runs in a mount and
 # network namespace of its own: a tmpfs on /run holds containerd's state,
 # the shims' sockets and the VMs' state (the harness's /run is the host's,
-# over virtio-fs), and the upstream listens on 192.0.2.10 (TEST-NET-1) on
-# that namespace's loopback, where the VMs' proxies connect.
+# over virtio-fs), the upstream listens on 192.0.2.10 (TEST-NET-1) on
+# that namespace's loopback, where the VMs' proxies connect, and the pod's
+# upstream on 198.51.100.10 (TEST-NET-2) in a namespace made beneath it
+# (ip netns add kiln-pod, on that /run).
 set -u
 
 O=${1:-build}
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
 O=$(cd "$O" && pwd) || exit 1
-TESTS=21
+TESTS=22
 
 fail_all() {
 	echo "TAP version 13"
@@ -386,6 +391,26 @@ echo "$out" | comment
 check "io.kiln.net.policy granting: the upstream's body (status $rc)" \
 	test "$rc" -eq 0 -a -n "$(echo "$out" | grep -x 'granted-body.\{0,1\}')" \
 	-a -n "$(echo "$out" | grep '^HTTP/1.[01] 200')"
+
+# 13b. the pod's network namespace (linux.namespaces' network path, as the
+# CRI plugin gives a sandbox after CNI): the vmm runs in it, so a granted
+# flow leaves from there, to an upstream only that namespace reaches
+ip netns add kiln-pod && ip -n kiln-pod link set lo up &&
+	ip -n kiln-pod addr add 198.51.100.10/32 dev lo || fail_all "the netns kiln-pod"
+mkdir -p "$T/www-pod"
+echo pod-body >"$T/www-pod/hello"
+ip netns exec kiln-pod busybox httpd -f -p 198.51.100.10:8080 -h "$T/www-pod" &
+pids_to_stop+=($!)
+# from the test's own namespace there is no way there
+printf 'GET /hello HTTP/1.0\r\n\r\n' | busybox nc -w 5 198.51.100.10 8080 >/dev/null 2>&1
+direct=$?
+out=$(ctr_ run --rm --runtime $RT --with-ns network:/run/netns/kiln-pod \
+	--annotation 'io.kiln.net.policy={"tcp":[{"to":"198.51.100.10","ports":[8080]}]}' \
+	$IMG t-netns sh -c "${fetch//192.0.2.10/198.51.100.10}" 2>&1)
+rc=$?
+echo "$out" | comment
+check "the pod's network namespace: the VM's flow reaches its upstream (status $rc; from outside: $direct)" \
+	test "$rc" -eq 0 -a "$direct" -ne 0 -a -n "$(echo "$out" | grep -x 'pod-body.\{0,1\}')"
 
 # 14. an unknown io.kiln.* annotation
 out=$(ctr_ run --rm --runtime $RT --annotation io.kiln.bogus=1 $IMG t-bogus true 2>&1)

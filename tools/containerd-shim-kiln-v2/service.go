@@ -249,6 +249,9 @@ func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (_ *
 	if err != nil {
 		return nil, fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument)
 	}
+	if cfg.Netns, err = podNetns(spec); err != nil {
+		return nil, fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument)
+	}
 	if spec.Process != nil {
 		if _, err := processSpawn(r.ID, spec.Process, false); err != nil {
 			return nil, fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument)

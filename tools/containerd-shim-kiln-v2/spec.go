@@ -61,6 +61,9 @@ type vmConfig struct {
 	NetPolicy json.RawMessage
 	CPUs      int
 	MemoryMiB int64
+	// Netns: the pod's network namespace (a host path), where the vmm
+	// runs; empty: the shim's own.
+	Netns string
 }
 
 // parseAnnotations checks every io.kiln.* key (an unknown one is an
@@ -157,6 +160,26 @@ func sizeVM(c *vmConfig, r *specs.LinuxResources) {
 		}
 		c.MemoryMiB = m
 	}
+}
+
+// podNetns is the network namespace the spec names by path (what the CRI
+// plugin gives a pod's sandbox after CNI, or `ctr run --with-ns
+// network:PATH`): "" when it names none, or a new one (no path), which
+// leaves the vmm in the shim's namespace.
+func podNetns(s *specs.Spec) (string, error) {
+	if s.Linux == nil {
+		return "", nil
+	}
+	for _, ns := range s.Linux.Namespaces {
+		if ns.Type != specs.NetworkNamespace || ns.Path == "" {
+			continue
+		}
+		if !filepath.IsAbs(ns.Path) {
+			return "", fmt.Errorf("linux.namespaces: the network namespace's path %q: expected an absolute host path", ns.Path)
+		}
+		return ns.Path, nil
+	}
+	return "", nil
 }
 
 // vmmArgs is the vmm's command line for a pod whose host directory share

@@ -241,3 +241,28 @@ func TestCgroupMetrics(t *testing.T) {
 		t.Fatalf("got %+v", got)
 	}
 }
+
+func TestPodNetns(t *testing.T) {
+	for _, tc := range []struct {
+		ns   []specs.LinuxNamespace
+		want string
+		err  string
+	}{
+		{nil, "", ""},
+		// ctr run's default: a new one, which the VM's own network is
+		{[]specs.LinuxNamespace{{Type: specs.PIDNamespace}, {Type: specs.NetworkNamespace}}, "", ""},
+		{[]specs.LinuxNamespace{{Type: specs.IPCNamespace, Path: "/proc/1/ns/ipc"},
+			{Type: specs.NetworkNamespace, Path: "/var/run/netns/cni-1"}}, "/var/run/netns/cni-1", ""},
+		{[]specs.LinuxNamespace{{Type: specs.NetworkNamespace, Path: "netns/x"}}, "",
+			`the network namespace's path "netns/x": expected an absolute host path`},
+	} {
+		got, err := podNetns(&specs.Spec{Linux: &specs.Linux{Namespaces: tc.ns}})
+		if got != tc.want || (err == nil) != (tc.err == "") ||
+			(err != nil && !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("%+v: got %q, %v", tc.ns, got, err)
+		}
+	}
+	if got, err := podNetns(&specs.Spec{}); got != "" || err != nil {
+		t.Errorf("no linux: got %q, %v", got, err)
+	}
+}
