@@ -13,8 +13,9 @@
 # namespace (ctr run --with-ns network:PATH) reaching an upstream only
 # there, an unknown io.kiln.* annotation refused, the shim killed by
 # SIGKILL (its VM must go too, and containerd's delete clean up), a pod
-# (two containers with one sandbox id: one VM), and ten containers at
-# once, each in its own VM with its own root.
+# (two containers with one sandbox id: one VM, sized by the CRI's
+# sandbox sizing annotations), and ten containers at once, each in its
+# own VM with its own root.
 #
 # Needs root, KVM (run_kvm.sh runs it in the harness), containerd and ctr
 # (tools/install-deps), the guest (make guest), O/vmm and
@@ -30,7 +31,7 @@ set -u
 O=${1:-build}
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
 O=$(cd "$O" && pwd) || exit 1
-TESTS=22
+TESTS=23
 
 fail_all() {
 	echo "TAP version 13"
@@ -443,8 +444,13 @@ check "SIGKILL to the shim: the VM goes within 15 s ($gone), delete leaves no mo
 	test "$gone" = yes -a "$left" -eq 0
 
 # 16a. a pod: containers with one sandbox id share one VM, each its own root
+# The sandbox carries the pod's resources as the CRI plugin gives them
+# (2 CPUs, 384 MiB: the VM gets 2 vCPUs and 384 + 64 MiB).
 pod=(--runtime $RT --annotation io.kubernetes.cri.sandbox-id=pod1)
 ctr_ run -d "${pod[@]}" --annotation io.kubernetes.cri.container-type=sandbox \
+	--annotation io.kubernetes.cri.sandbox-cpu-quota=200000 \
+	--annotation io.kubernetes.cri.sandbox-cpu-period=100000 \
+	--annotation io.kubernetes.cri.sandbox-memory=$((384 << 20)) \
 	$IMG pod1 sleep 600 2>&1 | comment
 ctr_ run -d "${pod[@]}" --annotation io.kubernetes.cri.container-type=container \
 	$IMG pod1-app sh -c 'echo app >/tmp/who; sleep 600' 2>&1 | comment
@@ -452,7 +458,9 @@ sleep 1
 app=$(ctr_ task exec --exec-id w pod1-app cat /tmp/who 2>&1)
 sandbox=$(ctr_ task exec --exec-id w pod1 sh -c 'cat /tmp/who 2>/dev/null || echo none' 2>&1)
 podvms=$(vms | wc -l)
-echo "app: $app; sandbox: $sandbox; VMs: $podvms" | comment
+size=$(ctr_ task exec --exec-id s pod1-app sh -c 'echo $(nproc) $(grep MemTotal /proc/meminfo)' 2>&1)
+read -r cpus _ memkb _ <<<"$size"
+echo "app: $app; sandbox: $sandbox; VMs: $podvms; size: $size" | comment
 for c in pod1-app pod1; do
 	ctr_ task kill -s SIGKILL $c >/dev/null 2>&1
 	sleep 1
@@ -461,6 +469,8 @@ for c in pod1-app pod1; do
 done
 check "a pod (one sandbox id): one VM for its two containers, each its own root" \
 	test "$podvms" -eq 1 -a "$app" = app -a "$sandbox" = none
+check "the pod's VM sized from the sandbox's CRI sizing: 2 vCPUs ($cpus), 384 to 448 MiB (${memkb:-?} kB)" \
+	test "${cpus:-0}" = 2 -a "${memkb:-0}" -gt $((384 << 10)) -a "${memkb:-0}" -le $((448 << 10))
 check "the pod's VM goes with its last container" no_vm_within 15
 
 # 16. ten at once, each with its own VM and root

@@ -264,10 +264,8 @@ func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (_ *
 		return nil, fmt.Errorf("container %s: %w", r.ID, errdefs.ErrAlreadyExists)
 	}
 	if s.vm == nil {
-		if spec.Linux != nil {
-			sizeVM(&cfg, spec.Linux.Resources)
-		} else {
-			sizeVM(&cfg, nil)
+		if err := sizeVM(&cfg, spec); err != nil {
+			return nil, fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument)
 		}
 		dir := vmDirFor(namespaceOf(ctx), group(r.ID, spec))
 		v, err := vmStart(dir, &cfg)
