@@ -295,9 +295,15 @@ check "ctr task exec: stdin to the process, its end closes it" \
 # script's shell makes a process group of its own, in the background of
 # script's terminal, where ctr's tcsetattr (raw mode) stops it with
 # SIGTTOU before it asks for the exec (whenever that shell forks for the
-# command: dash, the harness's /bin/sh with no SHELL set, does).
-out=$(timeout 120 script -qec "exec ctr -a $SOCK -n kiln task exec -t --exec-id e3 t-pod sh -c 'tty; exit 5'" /dev/null 2>&1)
+# command: dash, the harness's /bin/sh with no SHELL set, does). script's
+# input is a FIFO held open here, never at its end: at an end of input
+# script types ^D into the terminal, and typed before ctr makes it raw,
+# the line discipline keeps it as a NUL, which ctr then forwards and the
+# guest's terminal echoes (^@ before the tty's name).
+mkfifo "$T/tty-in" && exec 7<>"$T/tty-in"
+out=$(timeout 120 script -qec "exec ctr -a $SOCK -n kiln task exec -t --exec-id e3 t-pod sh -c 'tty; exit 5'" /dev/null <&7 2>&1)
 rc=$?
+exec 7<&-
 echo "$out" | comment
 if [ "$rc" -ne 5 ]; then
 	# what the shim said, and the control API asked directly
