@@ -5,7 +5,7 @@
 # pty.open, spawn.write/closeStdin/kill, pty.resize, container.list/delete,
 # vm.metrics, vm.shutdown) with chrooted host processes, no isolation and
 # no network. Use: KILN_VMM=selftests/helpers/containerd-stand-in-vmm.py
-# selftests/kvm/containerd_long.sh build (as root; the network, terminal and
+# selftests/kvm/containerd.sh build (as root; the network, terminal and
 # one kill case fail by design: no devpts in the chroot, no --net).
 import sys, os, json, socket, subprocess, threading, base64, pty, signal, select, time, fcntl, termios, struct
 a = sys.argv[1:]

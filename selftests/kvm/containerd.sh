@@ -1,5 +1,5 @@
 #!/bin/bash
-# selftests/kvm/containerd_long.sh O - containerd runs Kiln VMs through
+# selftests/kvm/containerd.sh O - containerd runs Kiln VMs through
 # containerd-shim-kiln-v2 (Documentation/containerd.md).
 #
 # Starts Debian's containerd with a root, state and sockets of its own,
