@@ -199,7 +199,7 @@ kvm_suite_cost() {
 	kvm_net_dns_hook) echo 5 ;;
 	kvm_mailbox) echo 5 ;;
 	docs.sh) echo 120 ;;
-	containerd_long.sh) echo 480 ;;
+	containerd.sh) echo 480 ;;
 	*) echo 60 ;;
 	esac
 }

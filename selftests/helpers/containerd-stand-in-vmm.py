@@ -5,7 +5,7 @@
 # pty.open, spawn.write/closeStdin/kill, pty.resize, container.list/delete,
 # vm.metrics, vm.shutdown) with chrooted host processes, no isolation and
 # no network. Use: KILN_VMM=selftests/helpers/containerd-stand-in-vmm.py
-# selftests/kvm/containerd_long.sh build (as root; the network, terminal and
+# selftests/kvm/containerd.sh build (as root; the network, terminal and
 # one kill case fail by design: no devpts in the chroot, no --net).
 import sys, os, json, socket, subprocess, threading, base64, pty, signal, select, time, fcntl, termios, struct
 a = sys.argv[1:]
@@ -22,7 +22,7 @@ srv = socket.socket(socket.AF_UNIX); srv.bind(sock); srv.listen(8)
 open(pidf, 'w').write(str(os.getpid()))
 os.write(w, b'x')
 null = os.open('/dev/null', os.O_RDWR); os.dup2(null, 0); os.dup2(null, 1)
-os.dup2(os.open('os.environ.get("KILN_STAND_IN_LOG", "/dev/null")', os.O_WRONLY|os.O_CREAT|os.O_APPEND), 2)
+os.dup2(os.open(os.environ.get('KILN_STAND_IN_LOG', '/dev/null'), os.O_WRONLY|os.O_CREAT|os.O_APPEND), 2)
 containers = {}
 def log(*x): print(*x, file=sys.stderr, flush=True)
 def serve(c):

@@ -249,6 +249,9 @@ func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (_ *
 	if err != nil {
 		return nil, fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument)
 	}
+	if cfg.Netns, err = podNetns(spec); err != nil {
+		return nil, fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument)
+	}
 	if spec.Process != nil {
 		if _, err := processSpawn(r.ID, spec.Process, false); err != nil {
 			return nil, fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument)
@@ -261,10 +264,8 @@ func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (_ *
 		return nil, fmt.Errorf("container %s: %w", r.ID, errdefs.ErrAlreadyExists)
 	}
 	if s.vm == nil {
-		if spec.Linux != nil {
-			sizeVM(&cfg, spec.Linux.Resources)
-		} else {
-			sizeVM(&cfg, nil)
+		if err := sizeVM(&cfg, spec); err != nil {
+			return nil, fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument)
 		}
 		dir := vmDirFor(namespaceOf(ctx), group(r.ID, spec))
 		v, err := vmStart(dir, &cfg)
@@ -449,6 +450,7 @@ func copyStdin(rpc *rpcClient, stream int, in io.Reader) {
 }
 
 func (s *service) Start(ctx context.Context, r *taskAPI.StartRequest) (*taskAPI.StartResponse, error) {
+	log.G(ctx).WithField("id", r.ID).WithField("exec", r.ExecID).Debug("start")
 	c, p, err := s.get(r.ID, r.ExecID)
 	if err != nil {
 		return nil, err
@@ -460,6 +462,7 @@ func (s *service) Start(ctx context.Context, r *taskAPI.StartRequest) (*taskAPI.
 		return nil, fmt.Errorf("process already started: %w", errdefs.ErrFailedPrecondition)
 	}
 	if err := s.startProcess(p); err != nil {
+		log.G(ctx).WithError(err).WithField("id", r.ID).WithField("exec", r.ExecID).Warn("start")
 		return nil, err
 	}
 	if r.ExecID == "" {
@@ -505,6 +508,8 @@ func (s *service) Delete(ctx context.Context, r *taskAPI.DeleteRequest) (*taskAP
 }
 
 func (s *service) Exec(ctx context.Context, r *taskAPI.ExecProcessRequest) (*ptypes.Empty, error) {
+	log.G(ctx).WithField("id", r.ID).WithField("exec", r.ExecID).
+		Debugf("exec: terminal %v, stdin %q", r.Terminal, r.Stdin)
 	c, _, err := s.get(r.ID, "")
 	if err != nil {
 		return nil, err
@@ -617,6 +622,7 @@ func (s *service) Pids(ctx context.Context, r *taskAPI.PidsRequest) (*taskAPI.Pi
 }
 
 func (s *service) Wait(ctx context.Context, r *taskAPI.WaitRequest) (*taskAPI.WaitResponse, error) {
+	log.G(ctx).WithField("id", r.ID).WithField("exec", r.ExecID).Debug("wait")
 	_, p, err := s.get(r.ID, r.ExecID)
 	if err != nil {
 		return nil, err
@@ -630,9 +636,17 @@ func (s *service) Wait(ctx context.Context, r *taskAPI.WaitRequest) (*taskAPI.Wa
 }
 
 func (s *service) ResizePty(ctx context.Context, r *taskAPI.ResizePtyRequest) (*ptypes.Empty, error) {
+	log.G(ctx).WithField("id", r.ID).WithField("exec", r.ExecID).
+		Debugf("resizePty: %dx%d", r.Width, r.Height)
 	_, p, err := s.get(r.ID, r.ExecID)
 	if err != nil {
 		return nil, err
+	}
+	// A client's terminal that has no size yet (ctr's under script(1)
+	// with no terminal of its own says 0x0): the guest's pty keeps the
+	// size it has (the API takes 1 to 65535).
+	if r.Width == 0 || r.Height == 0 {
+		return &ptypes.Empty{}, nil
 	}
 	p.mu.Lock()
 	st, stream, term := p.status, p.stream, p.terminal
@@ -649,6 +663,7 @@ func (s *service) ResizePty(ctx context.Context, r *taskAPI.ResizePtyRequest) (*
 }
 
 func (s *service) CloseIO(ctx context.Context, r *taskAPI.CloseIORequest) (*ptypes.Empty, error) {
+	log.G(ctx).WithField("id", r.ID).WithField("exec", r.ExecID).Debugf("closeIO: stdin %v", r.Stdin)
 	_, p, err := s.get(r.ID, r.ExecID)
 	if err != nil {
 		return nil, err

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	v2 "github.com/containerd/cgroups/v2/stats"
+	"github.com/containerd/containerd/api/types/task"
 	"github.com/containerd/containerd/events"
 	"github.com/containerd/containerd/namespaces"
 	taskAPI "github.com/containerd/containerd/runtime/v2/task"
@@ -240,5 +241,51 @@ func TestServiceCreateRefusesUnknownAnnotation(t *testing.T) {
 	}
 	if s.vm != nil {
 		t.Fatal("a VM was started for a refused container")
+	}
+}
+
+// ResizePty: a terminal's size reaches the guest's pty as rows and
+// columns; a client terminal with no size yet (0x0, ctr's under script(1))
+// sends nothing, since the API refuses 0 and the pty keeps 24x80.
+func TestServiceResizePty(t *testing.T) {
+	dir := t.TempDir()
+	g := &guestAPI{params: map[string]json.RawMessage{}}
+	sock := filepath.Join(dir, "vm.sock")
+	g.serve(t, sock)
+	rpc, err := rpcDial(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rpc.close()
+	s := &service{ctx: context.Background(), publisher: &topics{}, containers: map[string]*container{},
+		vm: &vm{dir: dir, sock: sock, rpc: rpc}}
+	c := &container{id: "c1", execs: map[string]*process{}}
+	p := newProcess(c, "e3", &specs.Process{Args: []string{"sh"}, Terminal: true}, "", "", "", true)
+	p.status, p.stream = task.StatusRunning, 5
+	c.execs["e3"] = p
+	s.containers["c1"] = c
+	ctx := context.Background()
+
+	if _, err := s.ResizePty(ctx, &taskAPI.ResizePtyRequest{ID: "c1", ExecID: "e3"}); err != nil {
+		t.Fatal(err)
+	}
+	// a call answered after it shows that the 0x0 one sent nothing
+	if err := rpc.call("container.list", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := g.got("pty.resize"); got != nil {
+		t.Fatalf("0x0 sent pty.resize %s", got)
+	}
+	if _, err := s.ResizePty(ctx, &taskAPI.ResizePtyRequest{ID: "c1", ExecID: "e3", Width: 100, Height: 30}); err != nil {
+		t.Fatal(err)
+	}
+	var r struct{ Stream, Rows, Cols int }
+	json.Unmarshal(g.got("pty.resize"), &r)
+	if r.Stream != 5 || r.Rows != 30 || r.Cols != 100 {
+		t.Fatalf("pty.resize %s", g.got("pty.resize"))
+	}
+	if _, err := s.ResizePty(ctx, &taskAPI.ResizePtyRequest{ID: "c1", ExecID: "nope", Width: 1, Height: 1}); err == nil ||
+		!strings.Contains(err.Error(), "not found") {
+		t.Fatalf("resize of an unknown exec: %v", err)
 	}
 }

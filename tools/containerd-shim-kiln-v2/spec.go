@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -30,7 +31,12 @@ const (
 	// containerd's CRI plugin marks the containers of a pod with these.
 	annoCRIType      = "io.kubernetes.cri.container-type"
 	annoCRISandboxID = "io.kubernetes.cri.sandbox-id"
-	criTypeSandbox   = "sandbox"
+	// ...and a sandbox with the pod's resources, the sum of its
+	// containers' (the kubelet's, 1.23 and later; pkg/cri/annotations)
+	annoCRISandboxCPUQuota  = "io.kubernetes.cri.sandbox-cpu-quota"
+	annoCRISandboxCPUPeriod = "io.kubernetes.cri.sandbox-cpu-period"
+	annoCRISandboxMemory    = "io.kubernetes.cri.sandbox-memory"
+	criTypeSandbox          = "sandbox"
 )
 
 var knownAnnotations = []string{annoBaseline, annoConsoleLog, annoImage,
@@ -61,6 +67,9 @@ type vmConfig struct {
 	NetPolicy json.RawMessage
 	CPUs      int
 	MemoryMiB int64
+	// Netns: the pod's network namespace (a host path), where the vmm
+	// runs; empty: the shim's own.
+	Netns string
 }
 
 // parseAnnotations checks every io.kiln.* key (an unknown one is an
@@ -133,30 +142,90 @@ func parsePolicy(v string) (json.RawMessage, error) {
 	return json.RawMessage(raw), nil
 }
 
-// sizeVM maps linux.resources to the VM: vCPUs from the CPU quota
-// (rounded up), memory from the limit plus the guest's own overhead.
-func sizeVM(c *vmConfig, r *specs.LinuxResources) {
+// sizeVM sizes the VM from the spec of the container that makes it:
+// vCPUs from a CPU quota (quota / period rounded up, at most maxCPUs),
+// memory from a limit plus the guest's own overhead (at least
+// minMemoryMiB). The quota and the limit are the pod's when the spec
+// carries containerd's sandbox sizing annotations (the CRI plugin sets
+// them on a sandbox from the kubelet's pod resources: the sum of its
+// containers' limits), else the spec's own linux.resources; either
+// missing, or not positive, leaves that part at the vmm's default.
+func sizeVM(c *vmConfig, s *specs.Spec) error {
 	c.CPUs = 1
 	c.MemoryMiB = defaultMemoryMiB
-	if r == nil {
-		return
+	var quota, limit int64
+	var period uint64
+	if s.Linux != nil && s.Linux.Resources != nil {
+		r := s.Linux.Resources
+		if r.CPU != nil && r.CPU.Quota != nil && r.CPU.Period != nil {
+			quota, period = *r.CPU.Quota, *r.CPU.Period
+		}
+		if r.Memory != nil && r.Memory.Limit != nil {
+			limit = *r.Memory.Limit
+		}
 	}
-	if r.CPU != nil && r.CPU.Quota != nil && *r.CPU.Quota > 0 &&
-		r.CPU.Period != nil && *r.CPU.Period > 0 {
-		q, p := uint64(*r.CPU.Quota), *r.CPU.Period
-		n := int((q + p - 1) / p)
+	var pq, pl int64
+	var pp uint64
+	for _, a := range []struct {
+		key string
+		v   interface{}
+	}{{annoCRISandboxCPUQuota, &pq}, {annoCRISandboxCPUPeriod, &pp}, {annoCRISandboxMemory, &pl}} {
+		v, ok := s.Annotations[a.key]
+		if !ok {
+			continue
+		}
+		var err error
+		switch p := a.v.(type) {
+		case *int64:
+			*p, err = strconv.ParseInt(v, 10, 64)
+		case *uint64:
+			*p, err = strconv.ParseUint(v, 10, 64)
+		}
+		if err != nil {
+			return fmt.Errorf("annotation %s: expected an integer, got %q", a.key, v)
+		}
+	}
+	if pq > 0 && pp > 0 {
+		quota, period = pq, pp
+	}
+	if pl > 0 {
+		limit = pl
+	}
+	if quota > 0 && period > 0 {
+		n := (uint64(quota) + period - 1) / period
 		if n > maxCPUs {
 			n = maxCPUs
 		}
-		c.CPUs = n
+		c.CPUs = int(n)
 	}
-	if r.Memory != nil && r.Memory.Limit != nil && *r.Memory.Limit > 0 {
-		m := (*r.Memory.Limit+mib-1)/mib + guestOverheadMiB
+	if limit > 0 {
+		m := (limit+mib-1)/mib + guestOverheadMiB
 		if m < minMemoryMiB {
 			m = minMemoryMiB
 		}
 		c.MemoryMiB = m
 	}
+	return nil
+}
+
+// podNetns is the network namespace the spec names by path (what the CRI
+// plugin gives a pod's sandbox after CNI, or `ctr run --with-ns
+// network:PATH`): "" when it names none, or a new one (no path), which
+// leaves the vmm in the shim's namespace.
+func podNetns(s *specs.Spec) (string, error) {
+	if s.Linux == nil {
+		return "", nil
+	}
+	for _, ns := range s.Linux.Namespaces {
+		if ns.Type != specs.NetworkNamespace || ns.Path == "" {
+			continue
+		}
+		if !filepath.IsAbs(ns.Path) {
+			return "", fmt.Errorf("linux.namespaces: the network namespace's path %q: expected an absolute host path", ns.Path)
+		}
+		return ns.Path, nil
+	}
+	return "", nil
 }
 
 // vmmArgs is the vmm's command line for a pod whose host directory share

@@ -91,24 +91,42 @@ func i64(v int64) *int64   { return &v }
 func u64(v uint64) *uint64 { return &v }
 
 func TestSizeVM(t *testing.T) {
+	res := func(q int64, p uint64, m int64) *specs.Spec {
+		return &specs.Spec{Linux: &specs.Linux{Resources: &specs.LinuxResources{
+			CPU:    &specs.LinuxCPU{Quota: i64(q), Period: u64(p)},
+			Memory: &specs.LinuxMemory{Limit: i64(m)}}}}
+	}
+	pod := func(s *specs.Spec, q, p, m string) *specs.Spec {
+		s.Annotations = map[string]string{annoCRISandboxCPUQuota: q,
+			annoCRISandboxCPUPeriod: p, annoCRISandboxMemory: m, annoCRIType: criTypeSandbox}
+		return s
+	}
+	for _, tc := range []struct {
+		what      string
+		spec      *specs.Spec
+		cpus      int
+		memoryMiB int64
+	}{
+		{"no resources", &specs.Spec{}, 1, defaultMemoryMiB},
+		{"1.5 CPUs, 512 MiB", res(150000, 100000, 512<<20), 2, 512 + guestOverheadMiB},
+		{"clamped", res(1000*100000, 100000, 1<<20), maxCPUs, minMemoryMiB},
+		{"no quota (-1), no limit (0)", res(-1, 100000, 0), 1, defaultMemoryMiB},
+		// the pod's sum over the sandbox's own (the pause container's)
+		{"the pod's 2.2 CPUs and 1 GiB", pod(res(50000, 100000, 64<<20), "220000", "100000", "1073741824"),
+			3, 1024 + guestOverheadMiB},
+		// a pod without limits: the kubelet's zeros leave the sandbox's own
+		{"the pod's zeros", pod(res(150000, 100000, 512<<20), "0", "0", "0"), 2, 512 + guestOverheadMiB},
+		{"the pod's memory only", pod(&specs.Spec{}, "0", "100000", "300000000"), 1, 287 + guestOverheadMiB},
+	} {
+		var c vmConfig
+		if err := sizeVM(&c, tc.spec); err != nil || c.CPUs != tc.cpus || c.MemoryMiB != tc.memoryMiB {
+			t.Errorf("%s: %+v, %v; want %d CPUs, %d MiB", tc.what, c, err, tc.cpus, tc.memoryMiB)
+		}
+	}
 	var c vmConfig
-	sizeVM(&c, nil)
-	if c.CPUs != 1 || c.MemoryMiB != defaultMemoryMiB {
-		t.Fatalf("defaults: %+v", c)
-	}
-	sizeVM(&c, &specs.LinuxResources{
-		CPU:    &specs.LinuxCPU{Quota: i64(150000), Period: u64(100000)},
-		Memory: &specs.LinuxMemory{Limit: i64(512 << 20)},
-	})
-	if c.CPUs != 2 || c.MemoryMiB != 512+guestOverheadMiB {
-		t.Fatalf("1.5 CPUs, 512 MiB: %+v", c)
-	}
-	sizeVM(&c, &specs.LinuxResources{
-		CPU:    &specs.LinuxCPU{Quota: i64(1000 * 100000), Period: u64(100000)},
-		Memory: &specs.LinuxMemory{Limit: i64(1 << 20)},
-	})
-	if c.CPUs != maxCPUs || c.MemoryMiB != minMemoryMiB {
-		t.Fatalf("clamped: %+v", c)
+	err := sizeVM(&c, pod(&specs.Spec{}, "lots", "100000", "0"))
+	if err == nil || err.Error() != `annotation io.kubernetes.cri.sandbox-cpu-quota: expected an integer, got "lots"` {
+		t.Errorf("a bad annotation: %v", err)
 	}
 }
 
@@ -239,5 +257,30 @@ func TestCgroupMetrics(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %+v", got)
+	}
+}
+
+func TestPodNetns(t *testing.T) {
+	for _, tc := range []struct {
+		ns   []specs.LinuxNamespace
+		want string
+		err  string
+	}{
+		{nil, "", ""},
+		// ctr run's default: a new one, which the VM's own network is
+		{[]specs.LinuxNamespace{{Type: specs.PIDNamespace}, {Type: specs.NetworkNamespace}}, "", ""},
+		{[]specs.LinuxNamespace{{Type: specs.IPCNamespace, Path: "/proc/1/ns/ipc"},
+			{Type: specs.NetworkNamespace, Path: "/var/run/netns/cni-1"}}, "/var/run/netns/cni-1", ""},
+		{[]specs.LinuxNamespace{{Type: specs.NetworkNamespace, Path: "netns/x"}}, "",
+			`the network namespace's path "netns/x": expected an absolute host path`},
+	} {
+		got, err := podNetns(&specs.Spec{Linux: &specs.Linux{Namespaces: tc.ns}})
+		if got != tc.want || (err == nil) != (tc.err == "") ||
+			(err != nil && !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("%+v: got %q, %v", tc.ns, got, err)
+		}
+	}
+	if got, err := podNetns(&specs.Spec{}); got != "" || err != nil {
+		t.Errorf("no linux: got %q, %v", got, err)
 	}
 }

@@ -10,12 +10,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/containerd/containerd/sys/reaper"
+	runc "github.com/containerd/go-runc"
 	"golang.org/x/sys/unix"
 )
 
@@ -88,7 +90,11 @@ func vmStart(dir string, c *vmConfig) (*vm, error) {
 	// The shim library reaps every child (it is a subreaper: the VM
 	// process `vmm start --detach` leaves becomes its child too), so the
 	// status comes from its reaper, not from cmd.Wait.
-	ec, err := reaper.Default.Start(cmd)
+	var ec chan runc.Exit
+	err = startInNetns(c.Netns, func() (err error) {
+		ec, err = reaper.Default.Start(cmd)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("vmm start: %w", err)
 	}
@@ -111,6 +117,50 @@ func vmStart(dir string, c *vmConfig) (*vm, error) {
 		return nil, fmt.Errorf("control socket %s: %w", v.sock, err)
 	}
 	return v, nil
+}
+
+// startInNetns runs start, which starts a process, on a thread of its own
+// that first joins the network namespace at path (none: as it is): the
+// process is forked from that thread, so it starts in the namespace. The
+// thread goes back to the shim's namespace before it is given back to
+// the Go runtime; if it cannot, it ends with its goroutine (locked), so
+// no other goroutine ever runs in the pod's namespace.
+func startInNetns(path string, start func() error) error {
+	if path == "" {
+		return start()
+	}
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		own, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			errc <- fmt.Errorf("the shim's network namespace: %w", err)
+			return
+		}
+		defer own.Close()
+		f, err := os.Open(path)
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("the pod's network namespace: %w", err)
+			return
+		}
+		defer f.Close()
+		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
+			if err == unix.EINVAL {
+				errc <- fmt.Errorf("the pod's network namespace %s: not a network namespace", path)
+			} else {
+				errc <- fmt.Errorf("the pod's network namespace %s: setns: %w", path, err)
+			}
+			return
+		}
+		err = start()
+		if unix.Setns(int(own.Fd()), unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
+		}
+		errc <- err
+	}()
+	return <-errc
 }
 
 func pidAlive(pid int) bool {

@@ -1,31 +1,37 @@
 #!/bin/bash
-# selftests/kvm/containerd_long.sh O - containerd runs Kiln VMs through
+# selftests/kvm/containerd.sh O - containerd runs Kiln VMs through
 # containerd-shim-kiln-v2 (Documentation/containerd.md).
 #
 # Starts Debian's containerd with a root, state and sockets of its own,
 # imports an OCI image this script writes (a layout with one layer: the
 # static busybox of busybox-static), and drives it with ctr: `ctr run
 # --runtime io.containerd.kiln.v2` with the command's exit status, `ctr
-# task exec` without and with a terminal and with stdin, ps and metrics,
-# `ctr task kill` with signals (the init and an exec), the io.kiln.net.policy
-# annotation denying and granting a flow to an upstream on this test's
-# own loopback, an unknown io.kiln.* annotation refused, the shim killed
-# by SIGKILL (its VM must go too, and containerd's delete clean up), and
-# ten containers at once, each in its own VM with its own root.
+# task exec` without and with a terminal and with stdin, ps and
+# metrics, `ctr task kill` with signals (the init and an exec), the
+# io.kiln.net.policy annotation denying and granting a flow to an
+# upstream on this test's own loopback, the VM in the pod's network
+# namespace (ctr run --with-ns network:PATH) reaching an upstream only
+# there, an unknown io.kiln.* annotation refused, the shim killed by
+# SIGKILL (its VM must go too, and containerd's delete clean up), a pod
+# (two containers with one sandbox id: one VM, sized by the CRI's
+# sandbox sizing annotations), and ten containers at once, each in its
+# own VM with its own root.
 #
 # Needs root, KVM (run_kvm.sh runs it in the harness), containerd and ctr
 # (tools/install-deps), the guest (make guest), O/vmm and
 # O/containerd-shim-kiln-v2 (make all). Everything runs in a mount and
 # network namespace of its own: a tmpfs on /run holds containerd's state,
 # the shims' sockets and the VMs' state (the harness's /run is the host's,
-# over virtio-fs), and the upstream listens on 192.0.2.10 (TEST-NET-1) on
-# that namespace's loopback, where the VMs' proxies connect.
+# over virtio-fs), the upstream listens on 192.0.2.10 (TEST-NET-1) on
+# that namespace's loopback, where the VMs' proxies connect, and the pod's
+# upstream on 198.51.100.10 (TEST-NET-2) in a namespace made beneath it
+# (ip netns add kiln-pod, on that /run).
 set -u
 
 O=${1:-build}
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
 O=$(cd "$O" && pwd) || exit 1
-TESTS=21
+TESTS=23
 
 fail_all() {
 	echo "TAP version 13"
@@ -80,7 +86,8 @@ mount -t tmpfs -o mode=0755 tmpfs /run || fail_all "tmpfs on /run"
 ip link set lo up && ip addr add 192.0.2.10/32 dev lo ||
 	fail_all "the upstream's address on lo"
 T=/run/kiln-containerd-test
-# KILN_CONTAINERD_LOG=FILE: containerd's whole log (the shims' included) copied there at the end
+# KILN_CONTAINERD_LOG=FILE: containerd's whole log (the shims' included,
+# at debug level) copied there at the end
 
 mkdir -p "$T/www" "$T/root" "$T/state"
 SOCK=$T/containerd.sock
@@ -146,6 +153,8 @@ echo '{"imageLayoutVersion":"1.0.0"}' >"$lay/oci-layout"
 tar -C "$lay" -cf "$T/image.tar" . || fail_all "tar of the layout"
 
 # --- containerd, all its own ---
+loglevel=info
+[ -z "${KILN_CONTAINERD_LOG:-}" ] || loglevel=debug
 cat >"$T/config.toml" <<EOF
 version = 2
 root = "$T/root"
@@ -154,6 +163,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs",
   "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper",
   "io.containerd.snapshotter.v1.aufs", "io.containerd.internal.v1.opt",
   "io.containerd.tracing.processor.v1.otlp"]
+[debug]
+  level = "$loglevel"
 [grpc]
   address = "$SOCK"
 [ttrpc]
@@ -280,8 +291,19 @@ echo "$out" | comment
 check "ctr task exec: stdin to the process, its end closes it" \
 	test "$rc" -eq 0 -a "$out" = "$(printf 'piped\nin')"
 
-out=$(script -qec "timeout 60 ctr -a $SOCK -n kiln task exec -t --exec-id e3 t-pod sh -c 'tty; exit 5'" /dev/null 2>&1)
+# The bound goes around script(1), not inside: a timeout(1) under
+# script's shell makes a process group of its own, in the background of
+# script's terminal, where ctr's tcsetattr (raw mode) stops it with
+# SIGTTOU before it asks for the exec (whenever that shell forks for the
+# command: dash, the harness's /bin/sh with no SHELL set, does). script's
+# input is a FIFO held open here, never at its end: at an end of input
+# script types ^D into the terminal, and typed before ctr makes it raw,
+# the line discipline keeps it as a NUL, which ctr then forwards and the
+# guest's terminal echoes (^@ before the tty's name).
+mkfifo "$T/tty-in" && exec 7<>"$T/tty-in"
+out=$(timeout 120 script -qec "exec ctr -a $SOCK -n kiln task exec -t --exec-id e3 t-pod sh -c 'tty; exit 5'" /dev/null <&7 2>&1)
 rc=$?
+exec 7<&-
 echo "$out" | comment
 if [ "$rc" -ne 5 ]; then
 	# what the shim said, and the control API asked directly
@@ -377,6 +399,26 @@ check "io.kiln.net.policy granting: the upstream's body (status $rc)" \
 	test "$rc" -eq 0 -a -n "$(echo "$out" | grep -x 'granted-body.\{0,1\}')" \
 	-a -n "$(echo "$out" | grep '^HTTP/1.[01] 200')"
 
+# 13b. the pod's network namespace (linux.namespaces' network path, as the
+# CRI plugin gives a sandbox after CNI): the vmm runs in it, so a granted
+# flow leaves from there, to an upstream only that namespace reaches
+ip netns add kiln-pod && ip -n kiln-pod link set lo up &&
+	ip -n kiln-pod addr add 198.51.100.10/32 dev lo || fail_all "the netns kiln-pod"
+mkdir -p "$T/www-pod"
+echo pod-body >"$T/www-pod/hello"
+ip netns exec kiln-pod busybox httpd -f -p 198.51.100.10:8080 -h "$T/www-pod" &
+pids_to_stop+=($!)
+# from the test's own namespace there is no way there
+printf 'GET /hello HTTP/1.0\r\n\r\n' | busybox nc -w 5 198.51.100.10 8080 >/dev/null 2>&1
+direct=$?
+out=$(ctr_ run --rm --runtime $RT --with-ns network:/run/netns/kiln-pod \
+	--annotation 'io.kiln.net.policy={"tcp":[{"to":"198.51.100.10","ports":[8080]}]}' \
+	$IMG t-netns sh -c "${fetch//192.0.2.10/198.51.100.10}" 2>&1)
+rc=$?
+echo "$out" | comment
+check "the pod's network namespace: the VM's flow reaches its upstream (status $rc; from outside: $direct)" \
+	test "$rc" -eq 0 -a "$direct" -ne 0 -a -n "$(echo "$out" | grep -x 'pod-body.\{0,1\}')"
+
 # 14. an unknown io.kiln.* annotation
 out=$(ctr_ run --rm --runtime $RT --annotation io.kiln.bogus=1 $IMG t-bogus true 2>&1)
 rc=$?
@@ -408,8 +450,13 @@ check "SIGKILL to the shim: the VM goes within 15 s ($gone), delete leaves no mo
 	test "$gone" = yes -a "$left" -eq 0
 
 # 16a. a pod: containers with one sandbox id share one VM, each its own root
+# The sandbox carries the pod's resources as the CRI plugin gives them
+# (2 CPUs, 384 MiB: the VM gets 2 vCPUs and 384 + 64 MiB).
 pod=(--runtime $RT --annotation io.kubernetes.cri.sandbox-id=pod1)
 ctr_ run -d "${pod[@]}" --annotation io.kubernetes.cri.container-type=sandbox \
+	--annotation io.kubernetes.cri.sandbox-cpu-quota=200000 \
+	--annotation io.kubernetes.cri.sandbox-cpu-period=100000 \
+	--annotation io.kubernetes.cri.sandbox-memory=$((384 << 20)) \
 	$IMG pod1 sleep 600 2>&1 | comment
 ctr_ run -d "${pod[@]}" --annotation io.kubernetes.cri.container-type=container \
 	$IMG pod1-app sh -c 'echo app >/tmp/who; sleep 600' 2>&1 | comment
@@ -417,7 +464,9 @@ sleep 1
 app=$(ctr_ task exec --exec-id w pod1-app cat /tmp/who 2>&1)
 sandbox=$(ctr_ task exec --exec-id w pod1 sh -c 'cat /tmp/who 2>/dev/null || echo none' 2>&1)
 podvms=$(vms | wc -l)
-echo "app: $app; sandbox: $sandbox; VMs: $podvms" | comment
+size=$(ctr_ task exec --exec-id s pod1-app sh -c 'echo $(nproc) $(grep MemTotal /proc/meminfo)' 2>&1)
+read -r cpus _ memkb _ <<<"$size"
+echo "app: $app; sandbox: $sandbox; VMs: $podvms; size: $size" | comment
 for c in pod1-app pod1; do
 	ctr_ task kill -s SIGKILL $c >/dev/null 2>&1
 	sleep 1
@@ -426,6 +475,8 @@ for c in pod1-app pod1; do
 done
 check "a pod (one sandbox id): one VM for its two containers, each its own root" \
 	test "$podvms" -eq 1 -a "$app" = app -a "$sandbox" = none
+check "the pod's VM sized from the sandbox's CRI sizing: 2 vCPUs ($cpus), 384 to 448 MiB (${memkb:-?} kB)" \
+	test "${cpus:-0}" = 2 -a "${memkb:-0}" -gt $((384 << 10)) -a "${memkb:-0}" -le $((448 << 10))
 check "the pod's VM goes with its last container" no_vm_within 15
 
 # 16. ten at once, each with its own VM and root
