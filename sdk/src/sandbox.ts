@@ -9,8 +9,8 @@ import type { SandboxEnvironmentFact } from "./facts.js";
 import { baseOf, checkBoot, checkResources, vmmConfig, writeImage } from "./config.js";
 import type { BootOptions, SandboxResources } from "./config.js";
 import type { SandboxMount } from "./fs.js";
-import { locateKiln, verifyPins } from "./locate.js";
-import type { KilnOptions, KilnPaths } from "./locate.js";
+import { locateKiln, locateVmm, verifyPins } from "./locate.js";
+import type { KilnOptions, VmmPaths } from "./locate.js";
 import type { NetworkPolicy } from "./network/index.js";
 import { HookServer } from "./network/hook.js";
 import { VirtualFsServer } from "./vfs/server.js";
@@ -62,7 +62,7 @@ export function defineSandbox(options: SandboxOptions): Sandbox {
 	// Checked now, so a bad option is said at definition time.
 	record(`${what}: kiln`, kilnOptions, ["vmm", "kernel", "initrd", "pins"]);
 
-	const writeConfig = (kiln: KilnPaths, dir: string, boot: BootOptions | undefined, extra: {
+	const writeConfig = (kiln: VmmPaths, dir: string, boot: BootOptions | undefined, extra: {
 		controlSocket?: string; consoleLog?: string; readyTimeoutMs?: number; sockets?: ServedSockets;
 	}): string => {
 		const descriptor = writeImage(dir, baseOf(rootfs));
@@ -103,8 +103,16 @@ export function defineSandbox(options: SandboxOptions): Sandbox {
 			const boot = checkBoot(bootOptions);
 			const tools = declaredTools(baseOf(rootfs).facts, bootOptions?.tools);
 			const services = new ServiceTable();
-			const kiln = locateKiln(kilnOptions);
-			await verifyPins(kiln);
+			// The namespace launcher boots no kernel: the vmm alone, no
+			// pins (its vmm finds the sandbox's agent itself).
+			let kiln: VmmPaths;
+			if (report?.isolation === "namespace") {
+				kiln = { vmm: locateVmm(kilnOptions) };
+			} else {
+				const paths = locateKiln(kilnOptions);
+				await verifyPins(paths);
+				kiln = paths;
+			}
 			// An image rootfs.flatten wrote into a store boots from a
 			// local copy (Documentation/sdk.md, "Images out of a machine").
 			await materialise(baseOf(rootfs));

@@ -151,6 +151,9 @@ const serveConn = (sock: net.Socket, scope?: Scope): void => {
 		case "test.argv":
 			ok(r.id, process.argv.slice(2));
 			return;
+		case "test.config":
+			ok(r.id, config);
+			return;
 		case "test.policy":
 			ok(r.id, policy ?? null);
 			return;
