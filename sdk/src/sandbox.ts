@@ -46,8 +46,12 @@ export interface Sandbox {
 /** How a launcher boots a definition (src/launcher/builtin.ts): more
  * `vmm start` arguments, and the report the VM carries. */
 export const launchWith = Symbol("kiln.launchWith");
+export const factsWith = Symbol("kiln.factsWith");
 export interface LaunchableSandbox extends Sandbox {
 	[launchWith](boot: BootOptions | undefined, args: readonly string[], report: LaunchReport): Promise<SandboxVm>;
+	/** environmentFacts as a launcher starts it: its `vmm` arguments;
+	 * bootsGuest false (the namespace launcher): no kernel looked for. */
+	[factsWith](args: readonly string[], bootsGuest: boolean): SandboxEnvironmentFact[];
 }
 
 export function defineSandbox(options: SandboxOptions): Sandbox {
@@ -74,20 +78,11 @@ export function defineSandbox(options: SandboxOptions): Sandbox {
 
 	return Object.freeze({
 		environmentFacts(): SandboxEnvironmentFact[] {
-			const kiln = locateKiln(kilnOptions);
-			// vmm facts connects to nothing: the sockets are only named.
-			const named = (dir: string): ServedSockets => ({
-				hook: path.join(dir, "hook.sock"), virtual: new Map(), store: path.join(dir, "store.sock"),
-			});
-			return configFacts(kiln.vmm, (dir) => writeConfig(kiln, dir, undefined, { sockets: named(dir) }), (file, args) => {
-				try {
-					return execFileSync(file, args, { encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] });
-				} catch (e) {
-					const err = e as { status?: number | null; stderr?: unknown };
-					throw new VmmError(`${file} facts`, err.status ?? null,
-						typeof err.stderr === "string" ? err.stderr : "");
-				}
-			});
+			return facts([], true);
+		},
+
+		[factsWith](args: readonly string[], bootsGuest: boolean): SandboxEnvironmentFact[] {
+			return facts(args, bootsGuest);
 		},
 
 		boot(bootOptions?: BootOptions): Promise<SandboxVm> {
@@ -98,6 +93,23 @@ export function defineSandbox(options: SandboxOptions): Sandbox {
 			return launch(bootOptions, args, report);
 		},
 	});
+
+	function facts(extraArgs: readonly string[], bootsGuest: boolean): SandboxEnvironmentFact[] {
+		const kiln: VmmPaths = bootsGuest ? locateKiln(kilnOptions) : { vmm: locateVmm(kilnOptions) };
+		// vmm facts connects to nothing: the sockets are only named.
+		const named = (dir: string): ServedSockets => ({
+			hook: path.join(dir, "hook.sock"), virtual: new Map(), store: path.join(dir, "store.sock"),
+		});
+		return configFacts(kiln.vmm, (dir) => writeConfig(kiln, dir, undefined, { sockets: named(dir) }), (file, args) => {
+			try {
+				return execFileSync(file, [...args, ...extraArgs], { encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] });
+			} catch (e) {
+				const err = e as { status?: number | null; stderr?: unknown };
+				throw new VmmError(`${file} facts`, err.status ?? null,
+					typeof err.stderr === "string" ? err.stderr : "");
+			}
+		});
+	}
 
 	async function launch(bootOptions: BootOptions | undefined, args: readonly string[], report: LaunchReport | undefined): Promise<SandboxVm> {
 			const boot = checkBoot(bootOptions);

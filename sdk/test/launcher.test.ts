@@ -486,6 +486,12 @@ describe("built-in launchers", () => {
 					assert.equal(config["kernel"], undefined);
 					assert.equal(config["initrd"], undefined);
 					assert.ok(config["rootfs"]);
+					// Its facts as it starts it: `vmm facts ... --isolation namespace`, no kernel.
+					const facts = ns.environmentFacts({ rootfs: k.image });
+					assert.ok(facts.some((f) => f.topic === "kernel-path" && f.value === "undefined"), JSON.stringify(facts));
+					assert.ok(facts.some((f) => f.topic === "isolation" && f.value === "namespace"), JSON.stringify(facts));
+					assert.ok(facts.some((f) => f.topic === "os" && f.value === "testix"));
+					await assert.rejects(Promise.resolve().then(() => vm.environmentFacts({ rootfs: k.image })), /not prepared/);
 				} finally {
 					await sandbox.close();
 				}

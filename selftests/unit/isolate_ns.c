@@ -478,6 +478,16 @@ TEST_F(ns, bad_input)
 	EXPECT_EQ(VMM_ERROR, r.status);
 	EXPECT_TRUE(one_line(&r, "--net tap-fd:N")) TH_LOG("%s", r.err);
 
+	/* vmm facts for a sandbox: no kernel looked for (none here). */
+	ASSERT_EQ(0, setenv("KILN_GUEST_DIR", self->dir, 1));
+	ASSERT_EQ(0, spawn__run(ARGS(spawn__vmm_path(), "facts", "--isolation",
+				     "namespace", "--rootfs", self->desc),
+				NULL, &r));
+	unsetenv("KILN_GUEST_DIR");
+	EXPECT_EQ(0, r.status) TH_LOG("%s", r.err);
+	EXPECT_TRUE(strstr(r.out, "\"namespace\"") != NULL) TH_LOG("%s", r.out);
+	EXPECT_EQ(NULL, strstr(r.out, "kernel-path"));
+
 	/* No VM state: no restore, no baseline, each said so. */
 	ASSERT_EQ(0, spawn__run(ARGS(spawn__vmm_path(), "start", "--isolation",
 				     "namespace", "--rootfs", self->desc,

@@ -12,8 +12,9 @@ import { readFileSync } from "node:fs";
 import { PinMismatchError, SandboxConfigError, isRecord } from "../errors.js";
 import { locateKiln, locateVmm, verifyPins } from "../locate.js";
 import type { KilnOptions, VmmPaths } from "../locate.js";
-import { defineSandbox, launchWith } from "../sandbox.js";
+import { defineSandbox, factsWith, launchWith } from "../sandbox.js";
 import type { LaunchableSandbox, SandboxOptions } from "../sandbox.js";
+import type { SandboxEnvironmentFact } from "../facts.js";
 import type { SandboxVm } from "../vm.js";
 import type {
 	LaunchRequest, LauncherAvailability, LauncherDescriptor, LauncherSelection, ResolvedSettings, SandboxLauncher,
@@ -112,16 +113,26 @@ abstract class KilnLauncher implements SandboxLauncher {
 
 	abstract selection(): LauncherSelection;
 
-	async spawn(request: LaunchRequest): Promise<SandboxVm> {
+	/** The definition with this launcher's Kiln and sizing. */
+	#define(r: LaunchRequest["sandbox"]): LaunchableSandbox {
 		const kiln = this.kiln;
-		const r = request.sandbox;
 		const options: SandboxOptions = {
 			...r,
 			resources: r.resources ?? { cpus: Number(this.#settings["cpus"] ?? 1), memoryMiB: Number(this.#settings["memoryMiB"] ?? 256) },
 			kiln: kiln.kernel === undefined || kiln.initrd === undefined ? { vmm: kiln.vmm } :
 				{ vmm: kiln.vmm, kernel: kiln.kernel, initrd: kiln.initrd },
 		};
-		const sandbox = defineSandbox(options) as LaunchableSandbox;
+		return defineSandbox(options) as LaunchableSandbox;
+	}
+
+	/** A definition's facts as this launcher would start it (`vmm facts`
+	 * with its arguments), without starting anything. */
+	environmentFacts(sandbox: LaunchRequest["sandbox"]): SandboxEnvironmentFact[] {
+		return this.#define(sandbox)[factsWith](this.isolationArgs, this.bootsGuest);
+	}
+
+	async spawn(request: LaunchRequest): Promise<SandboxVm> {
+		const sandbox = this.#define(request.sandbox);
 		const sel = this.selection();
 		const by = this.chosenBy;
 		return sandbox[launchWith](request.boot, this.isolationArgs, {
@@ -301,6 +312,13 @@ export class AutoLauncher implements SandboxLauncher {
 
 	selection(): LauncherSelection {
 		return this.#chosen?.selection ?? { kind: "none", isolation: "none", reason: this.#why };
+	}
+
+	/** The chosen launcher's (KilnLauncher.environmentFacts). */
+	environmentFacts(sandbox: LaunchRequest["sandbox"]): SandboxEnvironmentFact[] {
+		if (!this.#chosen)
+			throw new SandboxConfigError(`launcher auto: nothing to run on (${this.#why})`);
+		return this.#chosen.launcher.environmentFacts(sandbox);
 	}
 
 	spawn(request: LaunchRequest): Promise<SandboxVm> {
