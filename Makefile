@@ -151,6 +151,8 @@ core-obj-y += vmm/trace-startup.o
 core-obj-y += vmm/options.o
 core-obj-y += vmm/options-parse.o
 core-obj-y += vmm/jail.o
+# --isolation namespace's cgroup: its limits and freezer, unit-tested.
+core-obj-y += vmm/isolate-ns-cgroup.o
 core-obj-y += vmm/bus.o
 core-obj-y += vmm/vm-state.o
 core-obj-y += vmm/virtio-slots.o

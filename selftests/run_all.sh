@@ -181,6 +181,7 @@ kvm_suite_cost() {
 	kvm_rootfs_long) echo 440 ;;
 	sdk.sh) echo 100 ;;
 	conformance.sh) echo 110 ;;
+	ns_cgroup.sh) echo 15 ;;
 	kvm_control) echo 310 ;;
 	kvm_net) echo 290 ;;
 	kvm_net_hook) echo 35 ;;

@@ -13,6 +13,7 @@
 #include <sys/types.h>
 
 #include "vmm/config.h"
+#include "vmm/isolate-ns-cgroup.h"
 #include "vmm/isolate-ns.h"
 #include "vmm/mounts.h"
 #include "vmm/rootfs.h"
@@ -31,7 +32,6 @@ struct ns_sandbox {
 	char dir[PATH_MAX - 64]; /* the run directory (mkdtemp); "": none */
 	char sock[PATH_MAX];	 /* dir/agent.sock: the agent's */
 	char stage[PATH_MAX];	 /* dir/stage: where the root is assembled */
-	char cgroup[PATH_MAX];	 /* the sandbox's cgroup v2; "": none */
 	char upper[PATH_MAX +
 		   8];		 /* persistent: state/upper; "": in the tmpfs */
 	char work[PATH_MAX + 8]; /* persistent: state/work */
@@ -50,10 +50,10 @@ struct ns_sandbox {
 	 * locked).
 	 */
 	int state_fd;
-	int cg_fd;     /* the cgroup's directory; -1: none */
-	int pidfd;     /* the sandbox's PID 1; -1: none */
-	int go[2];     /* host -> child: the id maps are written */
-	int report[2]; /* child -> host: why it failed; EOF: exec */
+	struct ns_cgroup cg; /* its cgroup v2: path "" when none */
+	int pidfd;	     /* the sandbox's PID 1; -1: none */
+	int go[2];	     /* host -> child: the id maps are written */
+	int report[2];	     /* child -> host: why it failed; EOF: exec */
 	pid_t pid;
 	struct api *api;
 	/*

@@ -39,11 +39,10 @@
 #include "vmm/isolate-ns-internal.h"
 #include "vmm/vm.h"
 
-#define NS_LOOP_TRIES	      8	   /* a free loop device taken meanwhile */
-#define NS_SHUTDOWN_GRACE_S   30   /* vm.shutdown: as a VM's guest has */
-#define NS_PARENT_GRACE_S     5	   /* --die-with-parent: as vm-run.c's */
-#define NS_CGROUP_RMDIR_TRIES 100  /* 10 ms apart: its last exits */
-#define NS_ERR_LEN	      1024 /* one line: what failed and why */
+#define NS_LOOP_TRIES	    8	 /* a free loop device taken meanwhile */
+#define NS_SHUTDOWN_GRACE_S 30	 /* vm.shutdown: as a VM's guest has */
+#define NS_PARENT_GRACE_S   5	 /* --die-with-parent: as vm-run.c's */
+#define NS_ERR_LEN	    1024 /* one line: what failed and why */
 
 /* ---- checks ------------------------------------------------------------- */
 
@@ -62,9 +61,11 @@ int isolate_ns__check(const struct vm_config *c, char *err, size_t len)
 		what = "--net tap-fd:N (its link is a veth the vmm makes; "
 		       "--net auto or netns:PATH)";
 	else if (c->restore_dir)
-		what = "--restore";
+		what = "--restore (the namespace launcher has no VM state to "
+		       "snapshot or restore: --isolation vm)";
 	else if (c->baseline.cache)
-		what = "--baseline-cache";
+		what = "--baseline-cache (the namespace launcher has no VM "
+		       "state to capture a baseline of: --isolation vm)";
 	else if (c->jail.dir)
 		what = "--jail (the sandbox is its own jail)";
 	else if (c->vsock.socket_path)
@@ -292,79 +293,6 @@ static int run_dir(struct ns_sandbox *sb, char *err, size_t len)
 	return 0;
 }
 
-/* The cgroup v2 hierarchy's mount point, from /proc/self/mountinfo. */
-static bool cgroup2_root(char *out, size_t len)
-{
-	char line[1024], mnt[PATH_MAX], *sep;
-	bool found = false;
-	FILE *f = fopen("/proc/self/mountinfo", "re");
-
-	if (!f)
-		return false;
-	while (!found && fgets(line, sizeof(line), f)) {
-		sep = strstr(line, " - cgroup2 ");
-		if (!sep || sscanf(line, "%*s %*s %*s %*s %4095s", mnt) != 1)
-			continue;
-		found = (size_t)snprintf(out, len, "%s", mnt) < len;
-	}
-	fclose(f);
-	return found;
-}
-
-/*
- * A cgroup of its own under the v2 hierarchy's root, the clone put in it
- * at once (CLONE_INTO_CGROUP), killed as a whole at the end. None
- * writable here: said once, and the sandbox runs without (its PID
- * namespace still ends every process with PID 1).
- */
-static void cgroup_make(struct ns_sandbox *sb)
-{
-	static unsigned int seq;
-	char root[PATH_MAX - 64];
-
-	if (!cgroup2_root(root, sizeof(root))) {
-		pr_warn("namespace sandbox: no cgroup v2 hierarchy mounted; "
-			"it runs without a cgroup");
-		return;
-	}
-	snprintf(sb->cgroup, sizeof(sb->cgroup), "%s/kiln-ns-%d-%u", root,
-		 (int)getpid(), seq++);
-	if (mkdir(sb->cgroup, 0755) ||
-	    (sb->cg_fd = open(sb->cgroup, O_DIRECTORY | O_CLOEXEC)) < 0) {
-		pr_warn("namespace sandbox: cgroup %s: %s; it runs without a "
-			"cgroup",
-			sb->cgroup, strerror(errno));
-		rmdir(sb->cgroup);
-		sb->cgroup[0] = '\0';
-	}
-}
-
-/* The end: every process in the cgroup killed, then the cgroup removed. */
-static void cgroup_remove(struct ns_sandbox *sb)
-{
-	char path[PATH_MAX + 16];
-	int fd;
-
-	if (sb->cg_fd >= 0)
-		close(sb->cg_fd);
-	sb->cg_fd = -1;
-	if (!sb->cgroup[0])
-		return;
-	snprintf(path, sizeof(path), "%s/cgroup.kill", sb->cgroup);
-	fd = open(path, O_WRONLY | O_CLOEXEC);
-	if (fd >= 0) {
-		if (write(fd, "1", 1) != 1)
-			pr_debug("%s: %s", path, strerror(errno));
-		close(fd);
-	}
-	for (int i = 0; i < NS_CGROUP_RMDIR_TRIES; i++) {
-		if (!rmdir(sb->cgroup) || errno != EBUSY)
-			break;
-		usleep(10000);
-	}
-	sb->cgroup[0] = '\0';
-}
-
 /* ---- the clone ---------------------------------------------------------- */
 
 static int write_file(pid_t pid, const char *name, const char *text)
@@ -537,9 +465,9 @@ static int spawn(struct ns_sandbox *sb, char *err, size_t len)
 	if (pipe2(sb->go, O_CLOEXEC) ||
 	    socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sb->report))
 		return errf(err, len, -errno, "pipe: %s", strerror(errno));
-	if (sb->cg_fd >= 0) {
+	if (sb->cg.fd >= 0) {
 		args.flags |= CLONE_INTO_CGROUP;
-		args.cgroup = (uint64_t)sb->cg_fd;
+		args.cgroup = (uint64_t)sb->cg.fd;
 	}
 	pid = syscall(SYS_clone3, &args, sizeof(args));
 	if (pid < 0)
@@ -598,7 +526,12 @@ static long long now_s(void)
 static void shutdown_cb(void *opaque)
 {
 	struct ns_sandbox *sb = opaque;
+	char err[API_VM_ERR_LEN];
 
+	/* A paused sandbox is thawed first: its agent powers it off. */
+	if (sb->cg.frozen &&
+	    ns_cgroup__freeze(&sb->cg, false, err, sizeof(err)))
+		pr_debug("vm.shutdown: %s", err);
 	atomic_store(&sb->shutdown_deadline, now_s() + NS_SHUTDOWN_GRACE_S);
 }
 
@@ -621,11 +554,62 @@ static void status_cb(void *opaque, json_t *status)
 	json_object_set_new(status, "isolation", json_string("namespace"));
 	json_object_set_new(status, "pid", json_integer(getpid()));
 	json_object_set_new(status, "sandboxPid", json_integer(sb->pid));
+	json_object_set_new(status, "cpus", json_integer(sb->cfg->nr_cpus));
+	json_object_set_new(status, "memoryMiB",
+			    json_integer((json_int_t)sb->cfg->mem_mib));
 	json_object_set_new(
 		status, "rootfsMode",
 		json_string(config__rootfs_mode_name(sb->cfg->rootfs.mode)));
 	json_object_set_new(status, "rootfsImage", json_string(sb->img.name));
 	json_object_set_new(status, "net", vm_net__status(&sb->net));
+	json_object_set_new(status, "cgroup",
+			    sb->cg.path[0] ? json_string(sb->cg.path) :
+					     json_null());
+}
+
+/*
+ * vm.pause and vm.resume: the sandbox's cgroup frozen and thawed (its
+ * agent with it: requests wait, as for a paused VM).
+ */
+static int pause_cb(void *opaque, char *err, size_t len)
+{
+	struct ns_sandbox *sb = opaque;
+	int ret = ns_cgroup__freeze(&sb->cg, true, err, len);
+
+	if (!ret)
+		api__event(sb->api, "paused", NULL);
+	return ret;
+}
+
+static int resume_cb(void *opaque, char *err, size_t len)
+{
+	struct ns_sandbox *sb = opaque;
+	int ret = ns_cgroup__freeze(&sb->cg, false, err, len);
+
+	if (!ret)
+		api__event(sb->api, "resumed", NULL);
+	return ret;
+}
+
+static bool is_paused_cb(void *opaque)
+{
+	struct ns_sandbox *sb = opaque;
+
+	return sb->cg.frozen;
+}
+
+/* vm.snapshot: refused, saying why (no VM state to write). */
+static int snapshot_cb(void *opaque, const char *dir, bool resume, char *err,
+		       size_t len)
+{
+	(void)opaque;
+	(void)dir;
+	(void)resume;
+	return errf(err, len, -EOPNOTSUPP,
+		    "the namespace launcher (--isolation namespace) cannot "
+		    "snapshot: its sandbox is processes on the host's kernel, "
+		    "not a VM's memory and devices (snapshots need "
+		    "--isolation vm)");
 }
 
 static int set_policy_cb(void *opaque, json_t *policy, char *err, size_t len)
@@ -683,6 +667,10 @@ static int api_open(struct ns_sandbox *sb)
 		.status = status_cb,
 		.set_policy = set_policy_cb,
 		.check_flow = check_flow_cb,
+		.pause = pause_cb,
+		.resume = resume_cb,
+		.snapshot = snapshot_cb,
+		.is_paused = is_paused_cb,
 		.agent_ready = agent_ready_cb,
 		.agent_timeout_ms = (unsigned int)sb->cfg->agent_timeout_ms,
 		.opaque = sb,
@@ -785,7 +773,8 @@ static void ns_init(struct ns_sandbox *sb, const struct vm_config *c,
 	memset(sb, 0, sizeof(*sb));
 	sb->cfg = c;
 	sb->listen_fd = sb->agent_fd = sb->root_fd = sb->stage_fd = -1;
-	sb->cg_fd = sb->pidfd = sb->state_fd = -1;
+	sb->pidfd = sb->state_fd = -1;
+	ns_cgroup__init(&sb->cg);
 	sb->go[0] = sb->go[1] = sb->report[0] = sb->report[1] = -1;
 	sb->ready_fd = ready_fd;
 	for (unsigned int i = 0; i < MOUNTS_MAX; i++)
@@ -808,7 +797,7 @@ static void ns_destroy(struct ns_sandbox *sb)
 		kill_sandbox(sb);
 		child_status(sb);
 	}
-	cgroup_remove(sb);
+	ns_cgroup__remove(&sb->cg);
 	/* The sandbox is gone: its end of the veth with it. */
 	vm_net__sandbox_exit(&sb->net);
 	vm_net__release(&sb->net);
@@ -866,7 +855,7 @@ int isolate_ns__run(const struct vm_config *c, int ready_fd, int parent_fd)
 	if (c->net.mode != NET_NONE &&
 	    vm_net__sandbox_prepare(&sb.net, &c->net))
 		goto out;
-	cgroup_make(&sb);
+	ns_cgroup__make(&sb.cg, c);
 	/* Blocked before any thread: the API's inherits the mask. */
 	sigemptyset(&sigs);
 	sigaddset(&sigs, SIGINT);

@@ -7,7 +7,8 @@
  * "Namespace isolation"; its boundary: Documentation/security.md): the
  * guest agent (kiln-agent-ns, guest/agent/ns.c) as PID 1 of new user,
  * mount, PID, network, IPC, UTS and cgroup namespaces on the host's
- * kernel, under a seccomp filter and a cgroup v2 when one is writable,
+ * kernel, under a seccomp filter and a cgroup v2 when one is writable
+ * (sized from --memory and --cpus: vmm/isolate-ns-cgroup.h),
  * its root the image's ext4 read-only (a loop device) under an overlay,
  * serving the same protocol on a Unix socket, and the same control API
  * (vmm/api.h) in front of it. For hosts without usable KVM.

@@ -3,8 +3,12 @@
 // and a builder that may only run commands, each on a scoped control
 // socket the vmm enforces. Asserts what it shows, against the real vmm:
 // run it where the VM can boot (the harness, or a host with KVM):
-// `tools/sdk-build && node sdk/dist/examples/personas.js`. Not one of the
-// seed's numbered scenarios, so selftests/kvm/sdk.sh does not run it.
+// `tools/sdk-build && node sdk/dist/examples/personas.js` (in the harness,
+// 2026-12-07: every refusal from the vmm, exit 0). Not one of the seed's
+// numbered scenarios, so selftests/kvm/sdk.sh does not run it; the
+// conformance subset (selftests/conformance.list) runs it unchanged
+// through both built-in launchers: the VM's in the harness, the
+// namespace sandbox's on the host.
 
 import assert from "node:assert/strict";
 import { existsSync } from "node:fs";

@@ -5,7 +5,7 @@ import type { McpServerSpec } from "./facets.js";
 import { writeFileSync } from "node:fs";
 import path from "node:path";
 import type { BindMount, SandboxMount } from "./fs.js";
-import type { KilnPaths } from "./locate.js";
+import type { VmmPaths } from "./locate.js";
 import type { SandboxImage, SandboxRootfs } from "./rootfs.js";
 import type { NetworkPolicy } from "./network/index.js";
 import { HOOK_SLACK_MS } from "./network/index.js";
@@ -129,7 +129,7 @@ export interface ServedSockets {
 }
 
 export interface VmmConfigInput {
-	kiln: KilnPaths;
+	kiln: VmmPaths;
 	network?: NetworkPolicy | undefined;
 	sockets?: ServedSockets;
 	rootfs: SandboxRootfs;
@@ -163,7 +163,13 @@ export function vmmConfig(i: VmmConfigInput): Record<string, unknown> {
 		rootfs["maxDirtyBytes"] = i.rootfs.maxDirtyBytes;
 		break;
 	}
-	const c: Record<string, unknown> = { kernel: i.kiln.kernel, initrd: i.kiln.initrd, rootfs };
+	// No kernel for the namespace launcher: its vmm boots none.
+	const c: Record<string, unknown> = {};
+	if (i.kiln.kernel !== undefined)
+		c["kernel"] = i.kiln.kernel;
+	if (i.kiln.initrd !== undefined)
+		c["initrd"] = i.kiln.initrd;
+	c["rootfs"] = rootfs;
 	if (i.resources) {
 		c["cpus"] = i.resources.cpus;
 		c["memoryMiB"] = i.resources.memoryMiB;

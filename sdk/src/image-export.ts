@@ -14,7 +14,7 @@ import path from "node:path";
 import { STORE_BLOCK_SIZE, STORE_IO_BLOCKS } from "./blockstore-proto.js";
 import { checkBlockStore, checkRead, claimStore, isClaimed, releaseStore, serveBlockStore } from "./blockstore.js";
 import { SandboxConfigError, SandboxError, VmmError, isRecord } from "./errors.js";
-import { cachedSha256, locateKiln } from "./locate.js";
+import { cachedSha256, locateVmm } from "./locate.js";
 import type { KilnOptions } from "./locate.js";
 import { baseImage, composedSource } from "./rootfs.js";
 import type {
@@ -168,7 +168,8 @@ async function copyToStore(file: string, dest: SandboxBlockStore, ctx: SandboxBl
  */
 export async function flatten(options: RootfsFlattenOptions): Promise<SandboxImage> {
 	const { base, overlay, dest, cluster, kiln } = checkFlatten(options);
-	const vmm = locateKiln(kiln).vmm;
+	// The vmm alone: flattening boots nothing.
+	const vmm = locateVmm(kiln);
 	const owner = {};
 	if (!claimStore(dest, owner))
 		throw new SandboxConfigError("rootfs.flatten: dest is the writable store of a running VM (or of another flatten)");

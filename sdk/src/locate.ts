@@ -1,7 +1,8 @@
 // Finding Kiln: the vmm binary, the guest kernel and its initramfs, and
 // the sha256 pins `make guest` wrote for the latter two
 // (<guest dir>/pins.json). Each comes from, in order: an option, an
-// environment variable, the build tree this SDK sits in (../build).
+// environment variable, the build tree this SDK sits in (../build). The
+// namespace launcher needs the vmm only (locateVmm).
 
 import { createHash } from "node:crypto";
 import { createReadStream, existsSync, readFileSync, statSync } from "node:fs";
@@ -55,6 +56,48 @@ function onPath(name: string, env: Environment): string | undefined {
 	return undefined;
 }
 
+/** What the vmm is started with: a microVM's kernel and initramfs, or
+ * neither (the namespace launcher boots no kernel: its vmm finds the
+ * sandbox's agent beside the default guest itself). */
+export interface VmmPaths {
+	readonly vmm: string;
+	readonly kernel?: string | undefined;
+	readonly initrd?: string | undefined;
+}
+
+/** One path from, in order: the option, the environment, the build tree,
+ * the fallback; or a throw saying where it looked. */
+function pick(what: string, option: unknown, fromEnv: string | undefined, envName: string,
+	fromTree: string | undefined, fallback?: string): string {
+	if (option !== undefined) {
+		const p = path.resolve(absoluteOrRelative(`kiln.${what}`, option));
+		if (!isFile(p))
+			throw new SandboxConfigError(`kiln.${what}: ${shown(p)} is not a file`);
+		return p;
+	}
+	if (fromEnv) {
+		const p = path.resolve(fromEnv);
+		if (!isFile(p))
+			throw new SandboxConfigError(`${envName}: ${shown(p)} is not a file`);
+		return p;
+	}
+	if (fromTree && isFile(fromTree))
+		return fromTree;
+	if (fallback)
+		return fallback;
+	throw new SandboxConfigError(`cannot find Kiln's ${what}: pass defineSandbox({kiln: {${what}}}), set ${envName}, ` +
+		(fromTree ? `or build it (${fromTree} is missing: make${what === "vmm" ? "" : " guest"})` : "or run the SDK from a built Kiln tree"));
+}
+
+/** The vmm alone (the namespace launcher's): no kernel, initramfs or pins
+ * looked for. */
+export function locateVmm(options: KilnOptions = {}, env: Environment = process.env,
+	root: string | null = treeRoot() ?? null): string {
+	const o = record("kiln", options, ["vmm", "kernel", "initrd", "pins"]);
+	const build = root ? path.join(root, "build") : undefined;
+	return pick("vmm", o["vmm"], env["KILN_VMM"], "KILN_VMM", build && path.join(build, "vmm"), onPath("vmm", env));
+}
+
 /** Resolves every path, or throws saying where it looked. */
 export function locateKiln(options: KilnOptions = {}, env: Environment = process.env,
 	root: string | null = treeRoot() ?? null): KilnPaths {
@@ -62,29 +105,7 @@ export function locateKiln(options: KilnOptions = {}, env: Environment = process
 	const build = root ? path.join(root, "build") : undefined;
 	const guestDir = env["KILN_GUEST_DIR"];
 
-	const pick = (what: string, option: unknown, fromEnv: string | undefined, envName: string,
-		fromTree: string | undefined, fallback?: string): string => {
-		if (option !== undefined) {
-			const p = path.resolve(absoluteOrRelative(`kiln.${what}`, option));
-			if (!isFile(p))
-				throw new SandboxConfigError(`kiln.${what}: ${shown(p)} is not a file`);
-			return p;
-		}
-		if (fromEnv) {
-			const p = path.resolve(fromEnv);
-			if (!isFile(p))
-				throw new SandboxConfigError(`${envName}: ${shown(p)} is not a file`);
-			return p;
-		}
-		if (fromTree && isFile(fromTree))
-			return fromTree;
-		if (fallback)
-			return fallback;
-		throw new SandboxConfigError(`cannot find Kiln's ${what}: pass defineSandbox({kiln: {${what}}}), set ${envName}, ` +
-			(fromTree ? `or build it (${fromTree} is missing: make${what === "vmm" ? "" : " guest"})` : "or run the SDK from a built Kiln tree"));
-	};
-
-	const vmm = pick("vmm", o["vmm"], env["KILN_VMM"], "KILN_VMM", build && path.join(build, "vmm"), onPath("vmm", env));
+	const vmm = locateVmm(options, env, root);
 	const kernel = pick("kernel", o["kernel"], guestDir && path.join(guestDir, "vmlinux"), "KILN_GUEST_DIR",
 		build && path.join(build, "guest", "vmlinux"));
 	const initrd = pick("initrd", o["initrd"], guestDir && path.join(guestDir, "initramfs.cpio"), "KILN_GUEST_DIR",

@@ -9,8 +9,8 @@ import type { SandboxEnvironmentFact } from "./facts.js";
 import { baseOf, checkBoot, checkResources, vmmConfig, writeImage } from "./config.js";
 import type { BootOptions, SandboxResources } from "./config.js";
 import type { SandboxMount } from "./fs.js";
-import { locateKiln, verifyPins } from "./locate.js";
-import type { KilnOptions, KilnPaths } from "./locate.js";
+import { locateKiln, locateVmm, verifyPins } from "./locate.js";
+import type { KilnOptions, VmmPaths } from "./locate.js";
 import type { NetworkPolicy } from "./network/index.js";
 import { HookServer } from "./network/hook.js";
 import { VirtualFsServer } from "./vfs/server.js";
@@ -46,8 +46,12 @@ export interface Sandbox {
 /** How a launcher boots a definition (src/launcher/builtin.ts): more
  * `vmm start` arguments, and the report the VM carries. */
 export const launchWith = Symbol("kiln.launchWith");
+export const factsWith = Symbol("kiln.factsWith");
 export interface LaunchableSandbox extends Sandbox {
 	[launchWith](boot: BootOptions | undefined, args: readonly string[], report: LaunchReport): Promise<SandboxVm>;
+	/** environmentFacts as a launcher starts it: its `vmm` arguments;
+	 * bootsGuest false (the namespace launcher): no kernel looked for. */
+	[factsWith](args: readonly string[], bootsGuest: boolean): SandboxEnvironmentFact[];
 }
 
 export function defineSandbox(options: SandboxOptions): Sandbox {
@@ -62,7 +66,7 @@ export function defineSandbox(options: SandboxOptions): Sandbox {
 	// Checked now, so a bad option is said at definition time.
 	record(`${what}: kiln`, kilnOptions, ["vmm", "kernel", "initrd", "pins"]);
 
-	const writeConfig = (kiln: KilnPaths, dir: string, boot: BootOptions | undefined, extra: {
+	const writeConfig = (kiln: VmmPaths, dir: string, boot: BootOptions | undefined, extra: {
 		controlSocket?: string; consoleLog?: string; readyTimeoutMs?: number; sockets?: ServedSockets;
 	}): string => {
 		const descriptor = writeImage(dir, baseOf(rootfs));
@@ -74,20 +78,11 @@ export function defineSandbox(options: SandboxOptions): Sandbox {
 
 	return Object.freeze({
 		environmentFacts(): SandboxEnvironmentFact[] {
-			const kiln = locateKiln(kilnOptions);
-			// vmm facts connects to nothing: the sockets are only named.
-			const named = (dir: string): ServedSockets => ({
-				hook: path.join(dir, "hook.sock"), virtual: new Map(), store: path.join(dir, "store.sock"),
-			});
-			return configFacts(kiln.vmm, (dir) => writeConfig(kiln, dir, undefined, { sockets: named(dir) }), (file, args) => {
-				try {
-					return execFileSync(file, args, { encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] });
-				} catch (e) {
-					const err = e as { status?: number | null; stderr?: unknown };
-					throw new VmmError(`${file} facts`, err.status ?? null,
-						typeof err.stderr === "string" ? err.stderr : "");
-				}
-			});
+			return facts([], true);
+		},
+
+		[factsWith](args: readonly string[], bootsGuest: boolean): SandboxEnvironmentFact[] {
+			return facts(args, bootsGuest);
 		},
 
 		boot(bootOptions?: BootOptions): Promise<SandboxVm> {
@@ -99,12 +94,37 @@ export function defineSandbox(options: SandboxOptions): Sandbox {
 		},
 	});
 
+	function facts(extraArgs: readonly string[], bootsGuest: boolean): SandboxEnvironmentFact[] {
+		const kiln: VmmPaths = bootsGuest ? locateKiln(kilnOptions) : { vmm: locateVmm(kilnOptions) };
+		// vmm facts connects to nothing: the sockets are only named.
+		const named = (dir: string): ServedSockets => ({
+			hook: path.join(dir, "hook.sock"), virtual: new Map(), store: path.join(dir, "store.sock"),
+		});
+		return configFacts(kiln.vmm, (dir) => writeConfig(kiln, dir, undefined, { sockets: named(dir) }), (file, args) => {
+			try {
+				return execFileSync(file, [...args, ...extraArgs], { encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] });
+			} catch (e) {
+				const err = e as { status?: number | null; stderr?: unknown };
+				throw new VmmError(`${file} facts`, err.status ?? null,
+					typeof err.stderr === "string" ? err.stderr : "");
+			}
+		});
+	}
+
 	async function launch(bootOptions: BootOptions | undefined, args: readonly string[], report: LaunchReport | undefined): Promise<SandboxVm> {
 			const boot = checkBoot(bootOptions);
 			const tools = declaredTools(baseOf(rootfs).facts, bootOptions?.tools);
 			const services = new ServiceTable();
-			const kiln = locateKiln(kilnOptions);
-			await verifyPins(kiln);
+			// The namespace launcher boots no kernel: the vmm alone, no
+			// pins (its vmm finds the sandbox's agent itself).
+			let kiln: VmmPaths;
+			if (report?.isolation === "namespace") {
+				kiln = { vmm: locateVmm(kilnOptions) };
+			} else {
+				const paths = locateKiln(kilnOptions);
+				await verifyPins(paths);
+				kiln = paths;
+			}
 			// An image rootfs.flatten wrote into a store boots from a
 			// local copy (Documentation/sdk.md, "Images out of a machine").
 			await materialise(baseOf(rootfs));

@@ -38,6 +38,9 @@ const configFacts = [
 	{ source: "config", topic: "kernel-path", relation: "is", value: String(config["kernel"]) },
 	{ source: "config", topic: "hostname", relation: "is", value: String(config["hostname"] ?? "sandbox") },
 	{ source: "config", topic: "rootfs-write-mode", relation: "is", value: rootfs.mode },
+	// As the real vmm says it (vmm/facts.c).
+	...(process.argv.includes("--isolation") ?
+		[{ source: "config", topic: "isolation", relation: "is", value: String(process.argv[process.argv.indexOf("--isolation") + 1]) }] : []),
 	...imageFacts,
 ];
 
@@ -150,6 +153,9 @@ const serveConn = (sock: net.Socket, scope?: Scope): void => {
 		switch (r.method) {
 		case "test.argv":
 			ok(r.id, process.argv.slice(2));
+			return;
+		case "test.config":
+			ok(r.id, config);
 			return;
 		case "test.policy":
 			ok(r.id, policy ?? null);

@@ -6,7 +6,9 @@
 // defineSandbox, at definition time, as the scenario expects.
 
 import * as sdk from "../src/index.js";
-import type { BootOptions, Sandbox, SandboxLauncher, SandboxOptions, SandboxVm } from "../src/index.js";
+import type {
+	BootOptions, Sandbox, SandboxEnvironmentFact, SandboxLauncher, SandboxOptions, SandboxVm,
+} from "../src/index.js";
 
 export * from "../src/index.js";
 
@@ -19,7 +21,12 @@ export function defineSandbox(options: SandboxOptions): Sandbox {
 	if (!launcher)
 		throw new Error("launched-sandbox: no launcher (conformance.js sets it)");
 	return Object.freeze({
-		environmentFacts: () => checked.environmentFacts(),
+		// As the launcher would start it (a built-in's: `vmm facts` with
+		// its arguments; the namespace launcher's needs no kernel).
+		environmentFacts: () => {
+			const own = (launcher as { environmentFacts?: (s: typeof sandbox) => SandboxEnvironmentFact[] }).environmentFacts;
+			return own ? own.call(launcher, sandbox) : checked.environmentFacts();
+		},
 		async boot(boot?: BootOptions): Promise<SandboxVm> {
 			const vm = await launcher.spawn(boot === undefined ? { sandbox } : { sandbox, boot });
 			if (vm.launcher?.kind !== launcher.kind)

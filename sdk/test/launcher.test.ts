@@ -3,11 +3,12 @@
 // vm, namespace and auto launchers against the fake vmm.
 
 import assert from "node:assert/strict";
+import { rmSync, writeFileSync } from "node:fs";
 import net from "node:net";
 import { describe, test } from "./flat.js";
 import {
-	ActivationError, AutoLauncher, LauncherHost, NamespaceLauncher, SandboxConfigError, VmLauncher, builtinLaunchers,
-	memorySettingsStore,
+	ActivationError, AutoLauncher, LauncherHost, NamespaceLauncher, PinMismatchError, SandboxConfigError, VmLauncher,
+	builtinLaunchers, memorySettingsStore,
 } from "../src/index.js";
 import type {
 	LaunchRequest, LauncherDescriptor, ResolvedSettings, SandboxBackendRef, SandboxLauncher, SandboxVm, SettingsSnapshot,
@@ -456,6 +457,72 @@ describe("built-in launchers", () => {
 				await assert.rejects(h.activate(AUTO, { allowNamespace: false }),
 					(e: unknown) => e instanceof ActivationError && e.step === "availability" && /the namespace fallback is off/.test(e.message));
 				assert.equal(h.active?.selection.kind, "namespace", "the previous activation stands");
+			});
+		} finally {
+			k.remove();
+		}
+	});
+
+	test("namespace: needs no kernel, initramfs or pins; its vmm is given none", async () => {
+		const k = fakeKiln();
+		try {
+			// No guest at all: KILN_GUEST_DIR names a directory without one.
+			for (const f of [k.kernel, k.initrd, k.pins])
+				rmSync(f);
+			await withEnv({ FAKE_VMM_ISOLATION: "1", KILN_GUEST_DIR: k.dir }, async () => {
+				const vm = new VmLauncher({ kiln: { vmm: k.vmm } });
+				vm.configure({});
+				await assert.rejects(vm.prepare(), /KILN_GUEST_DIR: .*vmlinux.* is not a file/);
+				const ns = new NamespaceLauncher({ kiln: { vmm: k.vmm }, readProc: () => "1" });
+				ns.configure({});
+				await ns.prepare();
+				assert.equal((await ns.isAvailable()).available, true);
+				const sandbox = await ns.spawn(request(k));
+				try {
+					assert.equal(sandbox.launcher?.isolation, "namespace");
+					const argv = await callRaw(sandbox.controlSocket, "test.argv") as string[];
+					assert.deepEqual(argv.slice(-2), ["--isolation", "namespace"]);
+					const config = await callRaw(sandbox.controlSocket, "test.config") as Record<string, unknown>;
+					assert.equal(config["kernel"], undefined);
+					assert.equal(config["initrd"], undefined);
+					assert.ok(config["rootfs"]);
+					// Its facts as it starts it: `vmm facts ... --isolation namespace`, no kernel.
+					const facts = ns.environmentFacts({ rootfs: k.image });
+					assert.ok(facts.some((f) => f.topic === "kernel-path" && f.value === "undefined"), JSON.stringify(facts));
+					assert.ok(facts.some((f) => f.topic === "isolation" && f.value === "namespace"), JSON.stringify(facts));
+					assert.ok(facts.some((f) => f.topic === "os" && f.value === "testix"));
+					await assert.rejects(Promise.resolve().then(() => vm.environmentFacts({ rootfs: k.image })), /not prepared/);
+				} finally {
+					await sandbox.close();
+				}
+			});
+		} finally {
+			k.remove();
+		}
+	});
+
+	test("auto: a microVM without its guest is unavailable, said, and the namespace sandbox is chosen; a pin mismatch is refused", async () => {
+		const k = fakeKiln();
+		const warnings: string[] = [];
+		try {
+			rmSync(k.kernel);
+			const auto = new AutoLauncher({ kiln: { vmm: k.vmm, initrd: k.initrd }, warn: (m) => warnings.push(m), readProc: () => "1" });
+			const h = await LauncherHost.open<SandboxVm>({ store: memorySettingsStore(), warn: (m) => warnings.push(m) });
+			h.register(auto);
+			await withEnv({ FAKE_VMM_KVM: "usable", FAKE_VMM_ISOLATION: "1", KILN_GUEST_DIR: k.dir }, async () => {
+				const r = await h.activate(AUTO);
+				assert.equal(r.selection.kind, "namespace");
+				assert.match(r.selection.reason, /^the microVM cannot be prepared: KILN_GUEST_DIR: .*vmlinux.* is not a file: the namespace sandbox, a weaker boundary/);
+				assert.equal(warnings.length, 1);
+				const { sandbox: vm } = await h.spawn(request(k));
+				await vm.close();
+			});
+			// A kernel whose pin does not match: refused, no fallback.
+			writeFileSync(k.kernel, "another kernel\n");
+			const pinned = new AutoLauncher({ kiln: { vmm: k.vmm, kernel: k.kernel, initrd: k.initrd }, warn: () => undefined, readProc: () => "1" });
+			pinned.configure({});
+			await withEnv({ FAKE_VMM_KVM: "usable", FAKE_VMM_ISOLATION: "1" }, async () => {
+				await assert.rejects(pinned.prepare(), (e: unknown) => e instanceof PinMismatchError);
 			});
 		} finally {
 			k.remove();

@@ -6,7 +6,7 @@ import { mkdirSync, utimesSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { describe, test } from "./flat.js";
 import { PinMismatchError, SandboxConfigError } from "../src/errors.js";
-import { cachedSha256, locateKiln, readPin, treeRoot, verifyPins } from "../src/locate.js";
+import { cachedSha256, locateKiln, locateVmm, readPin, treeRoot, verifyPins } from "../src/locate.js";
 import { fakeKiln, sha } from "./kiln-fixture.js";
 
 describe("locateKiln", () => {
@@ -43,6 +43,19 @@ describe("locateKiln", () => {
 		assert.throws(() => locateKiln({ vmm: "/bin/sh" }, { PATH: "" }, "/nonexistent-tree"),
 			/cannot find Kiln's kernel: .*\/nonexistent-tree\/build\/guest\/vmlinux is missing: make guest/);
 		assert.throws(() => locateKiln({ vmmm: "x" } as never), /kiln: unknown option "vmmm"/);
+	});
+	test("locateVmm: the vmm alone, a guest neither looked for nor needed", () => {
+		const k = fakeKiln();
+		try {
+			// A KILN_GUEST_DIR without a guest, a tree without one: no matter.
+			assert.equal(locateVmm({}, { PATH: "", KILN_VMM: k.vmm, KILN_GUEST_DIR: "/nonexistent" }, "/nonexistent-tree"), k.vmm);
+			assert.equal(locateVmm({ vmm: k.vmm, kernel: "/nonexistent/vmlinux" }, { PATH: "" }, null), k.vmm);
+			assert.equal(locateVmm({}, { PATH: k.dir }, null), k.vmm);
+			assert.throws(() => locateVmm({}, { PATH: "" }, null), /cannot find Kiln's vmm/);
+			assert.throws(() => locateVmm({ vmm: "/nonexistent/vmm" }, { PATH: "" }, null), /kiln.vmm: "\/nonexistent\/vmm" is not a file/);
+		} finally {
+			k.remove();
+		}
 	});
 	test("the SDK knows its own tree", () => {
 		// dist/test/locate.test.js sits where dist/src/locate.js does.

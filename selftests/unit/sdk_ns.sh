@@ -35,7 +35,13 @@ images=${KILN_IMAGES:-$O/images}
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/kiln-sdk-ns-XXXXXX") || exit 1
 trap 'rm -rf "$scratch"' EXIT
 export KILN_VMM=$vmm KILN_IMAGES=$images
-export KILN_GUEST_DIR=${KILN_GUEST_DIR:-$O/guest}
+# The namespace launcher needs no kernel, initramfs or pins.json (issue
+# 38): the guest directory it is given holds kiln-agent-ns alone, which
+# its vmm finds there.
+guest=${KILN_GUEST_DIR:-$O/guest}
+mkdir "$scratch/guest" && ln -s "$guest/kiln-agent-ns" "$scratch/guest/" ||
+	exit 1
+export KILN_GUEST_DIR=$scratch/guest
 export KILN_SDK_EXAMPLE_TIMEOUT=${KILN_SDK_EXAMPLE_TIMEOUT:-120}
 export TMPDIR=$scratch
 # No exec: the trap removes the scratch directory after.

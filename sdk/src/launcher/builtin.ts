@@ -9,11 +9,12 @@
 
 import { execFile } from "node:child_process";
 import { readFileSync } from "node:fs";
-import { SandboxConfigError, isRecord } from "../errors.js";
-import { locateKiln, verifyPins } from "../locate.js";
-import type { KilnOptions, KilnPaths } from "../locate.js";
-import { defineSandbox, launchWith } from "../sandbox.js";
+import { PinMismatchError, SandboxConfigError, isRecord } from "../errors.js";
+import { locateKiln, locateVmm, verifyPins } from "../locate.js";
+import type { KilnOptions, VmmPaths } from "../locate.js";
+import { defineSandbox, factsWith, launchWith } from "../sandbox.js";
 import type { LaunchableSandbox, SandboxOptions } from "../sandbox.js";
+import type { SandboxEnvironmentFact } from "../facts.js";
 import type { SandboxVm } from "../vm.js";
 import type {
 	LaunchRequest, LauncherAvailability, LauncherDescriptor, LauncherSelection, ResolvedSettings, SandboxLauncher,
@@ -68,10 +69,12 @@ abstract class KilnLauncher implements SandboxLauncher {
 	abstract readonly kind: string;
 	abstract readonly descriptor: LauncherDescriptor;
 	protected abstract readonly isolationArgs: readonly string[];
+	/** Does it boot Kiln's guest kernel (and so need it, and its pins)? */
+	protected abstract readonly bootsGuest: boolean;
 	protected readonly options: BuiltinOptions;
 	protected readonly run: RunCommand;
 	#settings: ResolvedSettings = {};
-	#kiln: KilnPaths | undefined;
+	#kiln: VmmPaths | undefined;
 	/** When auto spawns through this one. */
 	chosenBy: { kind: string; reason: string } | undefined;
 
@@ -86,15 +89,21 @@ abstract class KilnLauncher implements SandboxLauncher {
 		this.#settings = settings;
 	}
 
-	/** Finds the vmm, the kernel and the initramfs and checks their pins. */
+	/** Finds the vmm and, for a launcher that boots the guest, the
+	 * kernel and the initramfs, and checks their pins. */
 	async prepare(): Promise<void> {
 		const vmm = this.#settings["vmm"];
-		const kiln = locateKiln({ ...(this.options.kiln ?? {}), ...(typeof vmm === "string" && vmm !== "" ? { vmm } : {}) });
+		const options = { ...(this.options.kiln ?? {}), ...(typeof vmm === "string" && vmm !== "" ? { vmm } : {}) };
+		if (!this.bootsGuest) {
+			this.#kiln = { vmm: locateVmm(options) };
+			return;
+		}
+		const kiln = locateKiln(options);
 		await verifyPins(kiln);
 		this.#kiln = kiln;
 	}
 
-	protected get kiln(): KilnPaths {
+	protected get kiln(): VmmPaths {
 		if (!this.#kiln)
 			throw new SandboxConfigError(`launcher ${this.kind}: not prepared`);
 		return this.#kiln;
@@ -104,15 +113,26 @@ abstract class KilnLauncher implements SandboxLauncher {
 
 	abstract selection(): LauncherSelection;
 
-	async spawn(request: LaunchRequest): Promise<SandboxVm> {
+	/** The definition with this launcher's Kiln and sizing. */
+	#define(r: LaunchRequest["sandbox"]): LaunchableSandbox {
 		const kiln = this.kiln;
-		const r = request.sandbox;
 		const options: SandboxOptions = {
 			...r,
 			resources: r.resources ?? { cpus: Number(this.#settings["cpus"] ?? 1), memoryMiB: Number(this.#settings["memoryMiB"] ?? 256) },
-			kiln: { vmm: kiln.vmm, kernel: kiln.kernel, initrd: kiln.initrd },
+			kiln: kiln.kernel === undefined || kiln.initrd === undefined ? { vmm: kiln.vmm } :
+				{ vmm: kiln.vmm, kernel: kiln.kernel, initrd: kiln.initrd },
 		};
-		const sandbox = defineSandbox(options) as LaunchableSandbox;
+		return defineSandbox(options) as LaunchableSandbox;
+	}
+
+	/** A definition's facts as this launcher would start it (`vmm facts`
+	 * with its arguments), without starting anything. */
+	environmentFacts(sandbox: LaunchRequest["sandbox"]): SandboxEnvironmentFact[] {
+		return this.#define(sandbox)[factsWith](this.isolationArgs, this.bootsGuest);
+	}
+
+	async spawn(request: LaunchRequest): Promise<SandboxVm> {
+		const sandbox = this.#define(request.sandbox);
 		const sel = this.selection();
 		const by = this.chosenBy;
 		return sandbox[launchWith](request.boot, this.isolationArgs, {
@@ -134,6 +154,7 @@ export class VmLauncher extends KilnLauncher {
 		settings: resourceFields,
 	};
 	protected readonly isolationArgs: readonly string[] = [];
+	protected readonly bootsGuest = true;
 	#probe: LauncherAvailability | undefined;
 
 	override configure(settings: ResolvedSettings): void {
@@ -178,6 +199,9 @@ export class NamespaceLauncher extends KilnLauncher {
 		settings: resourceFields,
 	};
 	protected readonly isolationArgs: readonly string[] = ["--isolation", "namespace"];
+	/** No kernel, no pins: its vmm finds kiln-agent-ns beside the default
+	 * guest itself (KILN_GUEST_DIR, the build tree, the install). */
+	protected readonly bootsGuest = false;
 	#probe: LauncherAvailability | undefined;
 
 	async isAvailable(): Promise<LauncherAvailability> {
@@ -251,8 +275,19 @@ export class AutoLauncher implements SandboxLauncher {
 	}
 
 	async #choose(): Promise<{ launcher: KilnLauncher; selection: LauncherSelection } | undefined> {
-		await this.#vm.prepare();
-		const vm = await this.#vm.isAvailable();
+		// A microVM that cannot be prepared for want of a guest (no
+		// kernel built or installed: a host for the namespace sandbox
+		// only) is unavailable for that reason, said below; a kernel that
+		// does not match its pin is no reason to fall back: refused.
+		let vm: LauncherAvailability;
+		try {
+			await this.#vm.prepare();
+			vm = await this.#vm.isAvailable();
+		} catch (e) {
+			if (e instanceof PinMismatchError)
+				throw e;
+			vm = { available: false, reason: `the microVM cannot be prepared: ${e instanceof Error ? e.message : String(e)}` };
+		}
 		if (vm.available)
 			return { launcher: this.#vm, selection: { ...this.#vm.selection(), reason: `${vm.reason}: the microVM` } };
 		if (this.#settings["allowNamespace"] === false) {
@@ -277,6 +312,13 @@ export class AutoLauncher implements SandboxLauncher {
 
 	selection(): LauncherSelection {
 		return this.#chosen?.selection ?? { kind: "none", isolation: "none", reason: this.#why };
+	}
+
+	/** The chosen launcher's (KilnLauncher.environmentFacts). */
+	environmentFacts(sandbox: LaunchRequest["sandbox"]): SandboxEnvironmentFact[] {
+		if (!this.#chosen)
+			throw new SandboxConfigError(`launcher auto: nothing to run on (${this.#why})`);
+		return this.#chosen.launcher.environmentFacts(sandbox);
 	}
 
 	spawn(request: LaunchRequest): Promise<SandboxVm> {
