@@ -926,10 +926,13 @@ static int dns_alloc(struct dns *d, char *err, size_t errlen)
 {
 	int ret;
 
-	/* Untouched until questions use them: query_slot. */
+	/*
+	 * Untouched until questions use them (query_slot) and answers are
+	 * parsed (rrs).
+	 */
 	d->queries = resident__table(d->p.max_pending, sizeof(*d->queries));
 	d->buf = malloc(DNS_EDNS_MAX);
-	d->rrs = calloc(DNS_MAX_ANSWER_RRS, sizeof(*d->rrs));
+	d->rrs = resident__table(DNS_MAX_ANSWER_RRS, sizeof(*d->rrs));
 	d->cache = dns_hook_cache__create(0);
 	if (!d->queries || !d->buf || !d->rrs || !d->cache)
 		return errf(err, errlen, -ENOMEM, "%s: out of memory",
@@ -1054,7 +1057,7 @@ void dns__destroy(struct dns *d)
 	dns_hook_cache__destroy(d->cache);
 	resident__free_table(d->queries, d->p.max_pending, sizeof(*d->queries));
 	free(d->buf);
-	free(d->rrs);
+	resident__free_table(d->rrs, DNS_MAX_ANSWER_RRS, sizeof(*d->rrs));
 	net_dns_names__free(d->rules.names);
 	net_dns_names__free(d->next.names);
 	pthread_mutex_destroy(&d->stats_lock);

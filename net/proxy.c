@@ -469,10 +469,13 @@ static int proxy_alloc(struct proxy *p, char *err, size_t errlen)
 {
 	int ret;
 
-	/* Untouched until flows use them: proxy__tcp_fresh, udp_fresh. */
+	/*
+	 * Untouched until flows use them (proxy__tcp_fresh, udp_fresh) and
+	 * the first datagram comes.
+	 */
 	p->tcp = resident__table(p->p.max_tcp_flows, sizeof(*p->tcp));
 	p->udp = resident__table(p->p.max_udp_flows, sizeof(*p->udp));
-	p->dgram = malloc(PROXY_DGRAM_MAX);
+	p->dgram = resident__table(1, PROXY_DGRAM_MAX);
 	if (!p->tcp || !p->udp || !p->dgram)
 		return errf(err, errlen, -ENOMEM, "%s: out of memory",
 			    PROXY_NAME);
@@ -637,7 +640,7 @@ void proxy__destroy(struct proxy *p)
 	net_host_addrs__destroy(p->host_addrs_owned); /* ep_hostaddr's fd */
 	resident__free_table(p->tcp, p->p.max_tcp_flows, sizeof(*p->tcp));
 	resident__free_table(p->udp, p->p.max_udp_flows, sizeof(*p->udp));
-	free(p->dgram);
+	resident__free_table(p->dgram, 1, PROXY_DGRAM_MAX);
 	pthread_cond_destroy(&p->ns_cv);
 	pthread_mutex_destroy(&p->ns_lock);
 	pthread_mutex_destroy(&p->ns_ask_lock);
