@@ -4,7 +4,8 @@
 microvm's vhost-vsock, in one run (issue 37 item 3).
 
 Usage: bench-agent-wire.py [--rounds N] [--execs N] [--mib N]
-                           [--qemu BIN] [--cid N] [--json FILE] [O]
+                           [--qemu BIN] [--cid N] [--vmm BIN]
+                           [--json FILE] [O]
 
 The same guest under both: O/guest/vmlinux (QEMU: through PVH) and its
 initramfs, 1 vCPU, 256 MiB, kiln.agent=on, `-- sleep`. The agent listens
@@ -359,12 +360,13 @@ def main():
                    default="microvm,x-option-roms=off,isa-serial=on,"
                            "rtc=off,acpi=off,auto-kernel-cmdline=off")
     p.add_argument("--image", default="kiln-test")
+    p.add_argument("--vmm", help="another vmm binary than O/vmm")
     p.add_argument("--json")
     a = p.parse_args()
     if a.rounds < 1 or a.execs < 1 or a.mib < 1:
         die("--rounds, --execs and --mib want 1 or more", 2)
     O = a.O
-    a.vmm = os.path.join(O, "vmm")
+    a.vmm = a.vmm or os.path.join(O, "vmm")
     a.kernel = os.path.join(O, "guest", "vmlinux")
     a.initrd = os.path.join(O, "guest", "initramfs.cpio")
     a.rootfs = os.path.join(O, "images", a.image + ".json")
@@ -483,6 +485,7 @@ def report(a, res, nbytes):
           + datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M UTC"))
     print(f"guest:   1 vCPU, {a.memory} MiB, {a.kernel} (QEMU: "
           f"{a.qemu_kernel}), {a.initrd}, kiln.agent=on")
+    print(f"vmm:     {a.vmm}")
     print(f"qemu:    {ver}; -M {a.qemu_machine}; vhost-vsock-device")
     print(f"method:  {a.rounds} rounds, all three VMs running, order "
           f"rotating; {a.execs} exec of true per round (p50/p99 over all "
