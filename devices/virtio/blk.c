@@ -1008,7 +1008,8 @@ int virtio_blk__create(struct virtio_blk **out,
 
 	if (!p->disk || !p->nr_queues || p->nr_queues > VIRTIO_BLK_MAX_QUEUES)
 		return -EINVAL;
-	b = calloc(1, sizeof(*b));
+	/* Its scratch buffers are backed only when used (resident.h). */
+	b = resident__table(1, sizeof(*b));
 	if (!b)
 		return -ENOMEM;
 	b->disk = p->disk;
@@ -1102,5 +1103,5 @@ void virtio_blk__destroy(struct virtio_blk *b)
 		virtio_device__exit(&b->vdev);
 	if (b->idle_ok)
 		pthread_cond_destroy(&b->idle);
-	free(b);
+	resident__free_table(b, 1, sizeof(*b));
 }

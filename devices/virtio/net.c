@@ -470,7 +470,8 @@ int virtio_net__create(struct virtio_net **out,
 	ret = tap_check(p->tap_fd);
 	if (ret)
 		return ret;
-	n = calloc(1, sizeof(*n));
+	/* Its scratch buffers are backed only when used (resident.h). */
+	n = resident__table(1, sizeof(*n));
 	if (!n)
 		return -ENOMEM;
 	n->tap_fd = p->tap_fd;
@@ -557,5 +558,5 @@ void virtio_net__destroy(struct virtio_net *n)
 	resident__free_table(n->held, RX_HELD_MAX, sizeof(*n->held));
 	if (n->idle_ok)
 		pthread_cond_destroy(&n->idle);
-	free(n);
+	resident__free_table(n, 1, sizeof(*n));
 }
