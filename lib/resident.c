@@ -1,15 +1,17 @@
 // SPDX-License-Identifier: GPL-2.0
-/* The zero pages of a thread's TLS, given back (resident.h). */
+/* Memory the vmm holds but does not use, given back (resident.h). */
 #include <link.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <sys/auxv.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "lib/compiler.h"
 #include "lib/resident.h"
 
 static bool page_is_zero(const unsigned long *w, size_t words)
@@ -103,4 +105,40 @@ void resident__drop_text(void)
 void resident__trim_heap(void)
 {
 	malloc_trim(0);
+}
+
+/* The table's bytes, rounded up to whole pages; 0 on overflow. */
+static size_t table_len(size_t n, size_t size)
+{
+	long page = sysconf(_SC_PAGESIZE);
+	size_t len;
+
+	if (page <= 0 || __builtin_mul_overflow(n, size, &len) ||
+	    len > SIZE_MAX - (size_t)page)
+		return 0;
+	return (len + (size_t)page - 1) & ~((size_t)page - 1);
+}
+
+void *resident__table(size_t n, size_t size)
+{
+	size_t len = table_len(n, size);
+	void *t;
+
+	if (!len)
+		return NULL;
+	if (KILN_ASAN)
+		return calloc(n, size);
+	t = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+		 -1, 0);
+	return t == MAP_FAILED ? NULL : t;
+}
+
+void resident__free_table(void *t, size_t n, size_t size)
+{
+	if (!t)
+		return;
+	if (KILN_ASAN)
+		free(t);
+	else
+		munmap(t, table_len(n, size));
 }

@@ -2,6 +2,8 @@
 #ifndef KILN_LIB_RESIDENT_H
 #define KILN_LIB_RESIDENT_H
 
+#include <stddef.h>
+
 /*
  * Memory the vmm holds but does not use, given back to the kernel
  * without changing what any thread reads (benchmarks.md, "RSS by
@@ -40,5 +42,21 @@ void resident__drop_text(void);
  * For the main thread once the VM runs.
  */
 void resident__trim_heap(void);
+
+/*
+ * A zeroed table of n entries of size bytes whose pages become resident
+ * only as entries are first written: an anonymous mapping of its own,
+ * never written here. calloc gives that only while malloc happens to
+ * serve the size by mmap (its threshold moves as large blocks are
+ * freed); below it, or from memory freed before, calloc writes the
+ * zeros through every page. For tables a VM fills from the front, as
+ * deep as it ever needs (the proxy's flows, the resolver's queries).
+ * NULL when n * size overflows or there is no memory. Under the
+ * sanitizers it is calloc, so that LeakSanitizer sees what the table
+ * points to.
+ */
+void *resident__table(size_t n, size_t size);
+/* The table back; NULL is fine. n and size as it was made with. */
+void resident__free_table(void *t, size_t n, size_t size);
 
 #endif

@@ -15,6 +15,7 @@
 
 #include "lib/compiler.h"
 #include "lib/log.h"
+#include "lib/resident.h"
 #include "net/dns-internal.h"
 #include "net/policy.h"
 
@@ -271,7 +272,8 @@ struct dns_hook_cache *dns_hook_cache__create(unsigned int max)
 	if (!c)
 		return NULL;
 	c->max = max ? max : DNS_HOOK_CACHE_MAX;
-	c->g = calloc(c->max, sizeof(*c->g));
+	/* Untouched until grants are kept (resident__table). */
+	c->g = resident__table(c->max, sizeof(*c->g));
 	if (!c->g) {
 		free(c);
 		return NULL;
@@ -283,7 +285,7 @@ void dns_hook_cache__destroy(struct dns_hook_cache *c)
 {
 	if (!c)
 		return;
-	free(c->g);
+	resident__free_table(c->g, c->max, sizeof(*c->g));
 	free(c);
 }
 
@@ -352,9 +354,12 @@ void dns_hook_cache__insert(struct dns_hook_cache *c,
 	memcpy(g->res, res, nr * sizeof(*res));
 }
 
+/* Only the entries in use are written: the others may be untouched. */
 void dns_hook_cache__flush(struct dns_hook_cache *c)
 {
-	memset(c->g, 0, c->max * sizeof(*c->g));
+	for (unsigned int i = 0; i < c->max; i++)
+		if (c->g[i].used)
+			c->g[i] = (struct grant){ .used = false };
 }
 
 unsigned int dns_hook_cache__count(const struct dns_hook_cache *c)

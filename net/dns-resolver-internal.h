@@ -124,7 +124,13 @@ struct dns {
 	struct net_endpoints eps; /* the resolver thread's */
 	struct net_endpoint ep_udp, ep_lsn;
 
+	/*
+	 * resident__table: queries[fresh_queries..] were never used, never
+	 * touched, so the pages are resident only as deep as the guest's
+	 * questions in flight ever went; every walk stops there.
+	 */
 	struct query *queries; /* max_pending */
+	unsigned int fresh_queries;
 	struct tcp_conn conns[DNS_MAX_TCP_CONNS];
 	uint64_t seq;
 	uint8_t id_key[SIPHASH__KEY_LEN];

@@ -194,7 +194,7 @@ static void up_room(struct dns *d, struct query *q)
 {
 	if (d->nr_up < d->p.max_pending)
 		return;
-	for (unsigned int i = 0; i < d->p.max_pending; i++)
+	for (unsigned int i = 0; i < d->fresh_queries; i++)
 		if (d->queries[i].used && tries_open(&d->queries[i]) >= 2) {
 			close_oldest_try(d, &d->queries[i]);
 			return;

@@ -41,6 +41,7 @@
 
 #include "lib/errf.h"
 #include "lib/log.h"
+#include "lib/resident.h"
 #include "lib/siphash.h"
 #include "lib/worker.h"
 #include "net/dns-resolver-internal.h"
@@ -176,18 +177,30 @@ void dns_query__release(struct dns *d, struct query *q)
 	query_clear(q);
 }
 
-/* A free slot, or the oldest query's, dropped (its guest gets nothing). */
+/*
+ * A free slot (one used before first, else the next never used), or the
+ * oldest query's, dropped (its guest gets nothing).
+ */
 static struct query *query_slot(struct dns *d)
 {
 	struct query *oldest = NULL;
 
-	for (unsigned int i = 0; i < d->p.max_pending; i++) {
+	for (unsigned int i = 0; i < d->fresh_queries; i++) {
 		struct query *q = &d->queries[i];
 
 		if (!q->used)
 			return q;
 		if (!oldest || q->seq < oldest->seq)
 			oldest = q;
+	}
+	if (d->fresh_queries < d->p.max_pending) {
+		struct query *q = &d->queries[d->fresh_queries++];
+
+		query_clear(q);
+		pthread_mutex_lock(&d->stats_lock);
+		d->stats.query_slots = d->fresh_queries;
+		pthread_mutex_unlock(&d->stats_lock);
+		return q;
 	}
 	dns_count(d, &d->stats.dropped, 1);
 	/* A TCP guest waits on its connection: closing it says so. */
@@ -648,7 +661,7 @@ static int loop_timeout(struct dns *d, uint64_t now)
 	if (hook_ms >= 0 && now + (uint64_t)hook_ms < next)
 		next = now + (uint64_t)hook_ms;
 
-	for (unsigned int i = 0; i < d->p.max_pending; i++) {
+	for (unsigned int i = 0; i < d->fresh_queries; i++) {
 		struct query *q = &d->queries[i];
 
 		if (q->used && q->deadline_ms < next)
@@ -721,7 +734,7 @@ static void resolvers_take(struct dns *d, uint64_t now)
 		return;
 	/* The old policy's hook granted them: the new one decides anew. */
 	dns_hook_cache__flush(d->cache);
-	for (unsigned int i = 0; i < d->p.max_pending; i++) {
+	for (unsigned int i = 0; i < d->fresh_queries; i++) {
 		struct query *q = &d->queries[i];
 		struct tcp_conn *c = q->conn;
 
@@ -794,7 +807,7 @@ static int dns_loop(struct dns *d)
 		resolvers_take(d, now);
 		/* Answers (or deadlines) of the hook: grants start below. */
 		hook__run(d->hook, now);
-		for (unsigned int i = 0; i < d->p.max_pending; i++) {
+		for (unsigned int i = 0; i < d->fresh_queries; i++) {
 			struct query *q = &d->queries[i];
 
 			if (q->used && !q->due && q->deadline_ms <= now)
@@ -813,7 +826,7 @@ static void close_all(struct dns *d)
 	for (unsigned int i = 0; i < DNS_MAX_TCP_CONNS; i++)
 		if (d->conns[i].used)
 			conn_close(d, &d->conns[i]);
-	for (unsigned int i = 0; d->queries && i < d->p.max_pending; i++)
+	for (unsigned int i = 0; i < d->fresh_queries; i++)
 		if (d->queries[i].used)
 			dns_query__release(d, &d->queries[i]);
 	if (d->udp_fd >= 0)
@@ -913,15 +926,17 @@ static int dns_alloc(struct dns *d, char *err, size_t errlen)
 {
 	int ret;
 
-	d->queries = calloc(d->p.max_pending, sizeof(*d->queries));
+	/*
+	 * Untouched until questions use them (query_slot) and answers are
+	 * parsed (rrs).
+	 */
+	d->queries = resident__table(d->p.max_pending, sizeof(*d->queries));
 	d->buf = malloc(DNS_EDNS_MAX);
-	d->rrs = calloc(DNS_MAX_ANSWER_RRS, sizeof(*d->rrs));
+	d->rrs = resident__table(DNS_MAX_ANSWER_RRS, sizeof(*d->rrs));
 	d->cache = dns_hook_cache__create(0);
 	if (!d->queries || !d->buf || !d->rrs || !d->cache)
 		return errf(err, errlen, -ENOMEM, "%s: out of memory",
 			    DNS_NAME);
-	for (unsigned int i = 0; i < d->p.max_pending; i++)
-		query_clear(&d->queries[i]);
 	for (unsigned int i = 0; i < DNS_MAX_TCP_CONNS; i++)
 		d->conns[i].ep.fd = -1;
 	if (getrandom(d->id_key, sizeof(d->id_key), 0) !=
@@ -1040,9 +1055,9 @@ void dns__destroy(struct dns *d)
 	/* ep_hook's fd is the hook's, closed with it. */
 	hook__destroy(d->hook);
 	dns_hook_cache__destroy(d->cache);
-	free(d->queries);
+	resident__free_table(d->queries, d->p.max_pending, sizeof(*d->queries));
 	free(d->buf);
-	free(d->rrs);
+	resident__free_table(d->rrs, DNS_MAX_ANSWER_RRS, sizeof(*d->rrs));
 	net_dns_names__free(d->rules.names);
 	net_dns_names__free(d->next.names);
 	pthread_mutex_destroy(&d->stats_lock);

@@ -74,6 +74,11 @@ struct dns_stats {
 	uint64_t bad_answers;  /* upstream messages ignored (wrong ID, ...) */
 	uint64_t bindings; /* hostname -> address bindings made or renewed */
 	uint64_t errors;   /* socket errors on either side */
+	/*
+	 * Entries of the query table ever used: its pages are resident this
+	 * deep, no deeper (at most max_pending).
+	 */
+	unsigned int query_slots;
 	/* DNS through the hook (Documentation/network.md). */
 	uint64_t hook_asked;   /* questions put to the hook */
 	uint64_t hook_granted; /* grant-dns answers: forwarded */

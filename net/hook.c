@@ -20,6 +20,7 @@
 
 #include "lib/bytequeue.h"
 #include "lib/compiler.h"
+#include "lib/resident.h"
 #include "net/hook-internal.h"
 #include "net/hook.h"
 
@@ -68,7 +69,8 @@ int hook__create(struct hook **out, const struct hook_params *p)
 	int ret;
 
 	*out = NULL;
-	h = calloc(1, sizeof(*h));
+	/* Its scratch buffers are backed only when used (resident.h). */
+	h = resident__table(1, sizeof(*h));
 	if (!h)
 		return -ENOMEM;
 	h->p = *p;
@@ -114,7 +116,7 @@ void hook__destroy(struct hook *h)
 	bytequeue__free(&h->out);
 	explicit_bzero(h->in, sizeof(h->in));
 	free(h->q);
-	free(h);
+	resident__free_table(h, 1, sizeof(*h));
 }
 
 int hook__fd(const struct hook *h)

@@ -178,9 +178,16 @@ struct proxy {
 	/* Kernel-relayed flows wait to send a FIN on (PROXY_FIN_RETRY_MS). */
 	bool fin_pending;
 
+	/*
+	 * The flow tables (resident__table): entries from tcp_fresh and
+	 * udp_fresh on were never used, never touched, so the pages are
+	 * resident only as deep as the guest's flows ever went; every walk
+	 * stops there.
+	 */
 	struct tcp_flow *tcp; /* max_tcp_flows */
 	struct udp_flow *udp; /* max_udp_flows */
-	uint8_t *dgram;	      /* PROXY_DGRAM_MAX */
+	unsigned int tcp_fresh, udp_fresh;
+	uint8_t *dgram; /* PROXY_DGRAM_MAX */
 
 	uint64_t log_window_ms;
 	unsigned int log_lines;
@@ -249,6 +256,13 @@ bool proxy__hook_ask(struct proxy *p, const struct net_flow *f,
 bool proxy__hook_still_grants(struct proxy *p, uint64_t gen,
 			      const struct net_decision *d, const char **why);
 bool proxy__recheck_held(struct proxy *p, uint64_t id, struct net_decision *d);
+
+/*
+ * The next never-used entry of a flow table, made like a closed one (its
+ * sockets -1), the counters told; NULL: the table is full.
+ */
+struct tcp_flow *proxy__tcp_fresh(struct proxy *p);
+struct udp_flow *proxy__udp_fresh(struct proxy *p);
 
 /* proxy-tcp.c */
 void proxy_tcp__init_intercept(struct proxy *p);

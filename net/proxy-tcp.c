@@ -256,10 +256,10 @@ fail:
 
 static struct tcp_flow *tcp_slot(struct proxy *p)
 {
-	for (unsigned int i = 0; i < p->p.max_tcp_flows; i++)
+	for (unsigned int i = 0; i < p->tcp_fresh; i++)
 		if (!p->tcp[i].used)
 			return &p->tcp[i];
-	return NULL;
+	return proxy__tcp_fresh(p);
 }
 
 /* A connection to dst from the host netns, under way: its fd, or -errno. */
@@ -447,7 +447,7 @@ void proxy_tcp__fin_retry(struct proxy *p)
 	if (!p->fin_pending)
 		return;
 	p->fin_pending = false;
-	for (unsigned int i = 0; i < p->p.max_tcp_flows; i++) {
+	for (unsigned int i = 0; i < p->tcp_fresh; i++) {
 		struct tcp_flow *t = &p->tcp[i];
 
 		if (t->used && t->kernel_on && krelay__pending(&t->k))
@@ -772,7 +772,7 @@ void proxy_tcp__accept(struct proxy *p)
  */
 void proxy_tcp__sweep(struct proxy *p, uint64_t now)
 {
-	for (unsigned int i = 0; i < p->p.max_tcp_flows; i++) {
+	for (unsigned int i = 0; i < p->tcp_fresh; i++) {
 		struct tcp_flow *t = &p->tcp[i];
 
 		if (t->used && t->kernel_on)
@@ -826,7 +826,7 @@ void proxy_tcp__answers_apply(struct proxy *p)
 	if (!p->icpt_answers)
 		return;
 	p->icpt_answers = false;
-	for (unsigned int i = 0; i < p->p.max_tcp_flows; i++) {
+	for (unsigned int i = 0; i < p->tcp_fresh; i++) {
 		struct tcp_flow *t = &p->tcp[i];
 
 		if (t->used && t->ic && intercept__has_answers(t->ic))

@@ -47,7 +47,7 @@ static bool same_addr(const struct sockaddr_in *a, const struct sockaddr_in *b)
 static struct udp_flow *udp_find(struct proxy *p, const struct sockaddr_in *src,
 				 const struct sockaddr_in *dst)
 {
-	for (unsigned int i = 0; i < p->p.max_udp_flows; i++) {
+	for (unsigned int i = 0; i < p->udp_fresh; i++) {
 		struct udp_flow *u = &p->udp[i];
 
 		if (u->used && same_addr(&u->src, src) &&
@@ -62,7 +62,7 @@ static struct udp_flow *udp_slot(struct proxy *p)
 {
 	struct udp_flow *lru = NULL;
 
-	for (unsigned int i = 0; i < p->p.max_udp_flows; i++) {
+	for (unsigned int i = 0; i < p->udp_fresh; i++) {
 		struct udp_flow *u = &p->udp[i];
 
 		if (!u->used)
@@ -70,6 +70,8 @@ static struct udp_flow *udp_slot(struct proxy *p)
 		if (!lru || u->last_ms < lru->last_ms)
 			lru = u;
 	}
+	if (p->udp_fresh < p->p.max_udp_flows)
+		return proxy__udp_fresh(p);
 	proxy_udp__close(p, lru);
 	return lru;
 }
@@ -268,7 +270,7 @@ void proxy_udp__from_upstream(struct proxy *p, struct udp_flow *u, uint64_t now)
 
 void proxy_udp__sweep(struct proxy *p, uint64_t now)
 {
-	for (unsigned int i = 0; i < p->p.max_udp_flows; i++) {
+	for (unsigned int i = 0; i < p->udp_fresh; i++) {
 		struct udp_flow *u = &p->udp[i];
 
 		if (u->used && now - u->last_ms >= p->p.udp_idle_ms)

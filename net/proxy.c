@@ -23,6 +23,7 @@
 #include "ebpf/relay.h"
 #include "lib/errf.h"
 #include "lib/log.h"
+#include "lib/resident.h"
 #include "lib/worker.h"
 #include "net/proxy-internal.h"
 
@@ -266,6 +267,37 @@ static int loop_timeout(struct proxy *p)
 	return ms >= 0 && ms < PROXY_SWEEP_MS ? ms : PROXY_SWEEP_MS;
 }
 
+/* ---- the flow tables ------------------------------------------------------ */
+
+struct tcp_flow *proxy__tcp_fresh(struct proxy *p)
+{
+	struct tcp_flow *t;
+
+	if (p->tcp_fresh == p->p.max_tcp_flows)
+		return NULL;
+	t = &p->tcp[p->tcp_fresh++];
+	for (int s = 0; s < NR_SIDES; s++)
+		t->ep[s].fd = -1;
+	pthread_mutex_lock(&p->stats_lock);
+	p->stats.tcp_slots = p->tcp_fresh;
+	pthread_mutex_unlock(&p->stats_lock);
+	return t;
+}
+
+struct udp_flow *proxy__udp_fresh(struct proxy *p)
+{
+	struct udp_flow *u;
+
+	if (p->udp_fresh == p->p.max_udp_flows)
+		return NULL;
+	u = &p->udp[p->udp_fresh++];
+	*u = (struct udp_flow){ .up.fd = -1, .reply_fd = -1 };
+	pthread_mutex_lock(&p->stats_lock);
+	p->stats.udp_slots = p->udp_fresh;
+	pthread_mutex_unlock(&p->stats_lock);
+	return u;
+}
+
 /* ---- recheck --------------------------------------------------------------- */
 
 /*
@@ -292,10 +324,10 @@ static void recheck_all(struct proxy *p)
 	if (read(p->recheck_fd, &n, sizeof(n)) < 0 && errno != EAGAIN)
 		pr_debug("%s: recheck eventfd: %s", PROXY_NAME,
 			 strerror(errno));
-	for (unsigned int i = 0; i < p->p.max_tcp_flows; i++)
+	for (unsigned int i = 0; i < p->tcp_fresh; i++)
 		if (p->tcp[i].used)
 			proxy_tcp__recheck(p, &p->tcp[i]);
-	for (unsigned int i = 0; i < p->p.max_udp_flows; i++)
+	for (unsigned int i = 0; i < p->udp_fresh; i++)
 		if (p->udp[i].used)
 			proxy_udp__recheck(p, &p->udp[i]);
 }
@@ -401,10 +433,10 @@ static int proxy_loop(struct proxy *p)
 /* Fail closed: the sockets go, and with them the program's slots. */
 static void close_all(struct proxy *p)
 {
-	for (unsigned int i = 0; p->tcp && i < p->p.max_tcp_flows; i++)
+	for (unsigned int i = 0; i < p->tcp_fresh; i++)
 		if (p->tcp[i].used)
 			proxy_tcp__close(p, &p->tcp[i], true);
-	for (unsigned int i = 0; p->udp && i < p->p.max_udp_flows; i++)
+	for (unsigned int i = 0; i < p->udp_fresh; i++)
 		if (p->udp[i].used)
 			proxy_udp__close(p, &p->udp[i]);
 	if (p->lsn_fd >= 0)
@@ -437,17 +469,16 @@ static int proxy_alloc(struct proxy *p, char *err, size_t errlen)
 {
 	int ret;
 
-	p->tcp = calloc(p->p.max_tcp_flows, sizeof(*p->tcp));
-	p->udp = calloc(p->p.max_udp_flows, sizeof(*p->udp));
-	p->dgram = malloc(PROXY_DGRAM_MAX);
+	/*
+	 * Untouched until flows use them (proxy__tcp_fresh, udp_fresh) and
+	 * the first datagram comes.
+	 */
+	p->tcp = resident__table(p->p.max_tcp_flows, sizeof(*p->tcp));
+	p->udp = resident__table(p->p.max_udp_flows, sizeof(*p->udp));
+	p->dgram = resident__table(1, PROXY_DGRAM_MAX);
 	if (!p->tcp || !p->udp || !p->dgram)
 		return errf(err, errlen, -ENOMEM, "%s: out of memory",
 			    PROXY_NAME);
-	for (unsigned int i = 0; i < p->p.max_tcp_flows; i++)
-		for (int s = 0; s < NR_SIDES; s++)
-			p->tcp[i].ep[s].fd = -1;
-	for (unsigned int i = 0; i < p->p.max_udp_flows; i++)
-		p->udp[i] = (struct udp_flow){ .up.fd = -1, .reply_fd = -1 };
 	ret = hook__create(
 		&p->hook,
 		&(struct hook_params){ .answer = hook_answered,
@@ -607,9 +638,9 @@ void proxy__destroy(struct proxy *p)
 	hook__destroy(p->hook); /* after close_all cancelled its questions */
 	relay_prog__destroy(p->relay); /* its sockets are closed */
 	net_host_addrs__destroy(p->host_addrs_owned); /* ep_hostaddr's fd */
-	free(p->tcp);
-	free(p->udp);
-	free(p->dgram);
+	resident__free_table(p->tcp, p->p.max_tcp_flows, sizeof(*p->tcp));
+	resident__free_table(p->udp, p->p.max_udp_flows, sizeof(*p->udp));
+	resident__free_table(p->dgram, 1, PROXY_DGRAM_MAX);
 	pthread_cond_destroy(&p->ns_cv);
 	pthread_mutex_destroy(&p->ns_lock);
 	pthread_mutex_destroy(&p->ns_ask_lock);

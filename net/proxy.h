@@ -129,7 +129,12 @@ struct proxy_reason_count {
 struct proxy_stats {
 	uint64_t tcp_allowed, tcp_denied; /* flows, since create */
 	uint64_t udp_allowed, udp_denied;
-	uint64_t tcp_open, udp_open;  /* flows now */
+	uint64_t tcp_open, udp_open; /* flows now */
+	/*
+	 * Entries of the flow tables ever used: the tables' pages are
+	 * resident this deep, no deeper (at most max_tcp_flows, udp).
+	 */
+	unsigned int tcp_slots, udp_slots;
 	uint64_t bytes_out, bytes_in; /* guest to upstream, and back */
 	uint64_t upstream_failed;     /* allowed, but the connect failed */
 	uint64_t udp_dropped;	      /* datagrams not sent (full, errors) */

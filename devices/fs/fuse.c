@@ -26,6 +26,7 @@
 #include "lib/compiler.h"
 #include "devices/fs/fuse-internal.h"
 #include "lib/iovec.h"
+#include "lib/resident.h"
 
 #define NS_PER_MS 1000000U
 #define MS_PER_S  1000U
@@ -494,7 +495,8 @@ int fuse_server__create(struct fuse_server **out,
 
 	if (!p->backend || !p->backend->ops || p->io_tag >= 8)
 		return -EINVAL;
-	s = calloc(1, sizeof(*s));
+	/* Its scratch buffers are backed only when used (resident.h). */
+	s = resident__table(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
 	s->name = p->name ? p->name : "virtio-fs";
@@ -509,5 +511,5 @@ int fuse_server__create(struct fuse_server **out,
 
 void fuse_server__destroy(struct fuse_server *s)
 {
-	free(s);
+	resident__free_table(s, 1, sizeof(*s));
 }

@@ -36,6 +36,7 @@
 #include "lib/compiler.h"
 #include "devices/virtio/blk.h"
 #include "lib/iovec.h"
+#include "lib/resident.h"
 #include "lib/warn.h"
 #include "lib/evloop.h"
 
@@ -1007,7 +1008,8 @@ int virtio_blk__create(struct virtio_blk **out,
 
 	if (!p->disk || !p->nr_queues || p->nr_queues > VIRTIO_BLK_MAX_QUEUES)
 		return -EINVAL;
-	b = calloc(1, sizeof(*b));
+	/* Its scratch buffers are backed only when used (resident.h). */
+	b = resident__table(1, sizeof(*b));
 	if (!b)
 		return -ENOMEM;
 	b->disk = p->disk;
@@ -1046,7 +1048,7 @@ int virtio_blk__create(struct virtio_blk **out,
 		q->index = i;
 		q->kick = (struct ev_source){ .fn = kick_done, .arg = q };
 		/* Slots are touched only when used: a lazily backed pool. */
-		q->reqs = calloc(BLK_QUEUE_SIZE, sizeof(*q->reqs));
+		q->reqs = resident__table(BLK_QUEUE_SIZE, sizeof(*q->reqs));
 		if (!q->reqs) {
 			ret = -ENOMEM;
 			goto out_destroy;
@@ -1095,10 +1097,11 @@ void virtio_blk__destroy(struct virtio_blk *b)
 	/* The changes since the guest's last flush go to the store. */
 	store_cow__stop(b->cow);
 	for (unsigned int i = 0; i < b->nr_queues; i++)
-		free(b->queues[i].reqs);
+		resident__free_table(b->queues[i].reqs, BLK_QUEUE_SIZE,
+				     sizeof(*b->queues[i].reqs));
 	if (b->vdev_ok)
 		virtio_device__exit(&b->vdev);
 	if (b->idle_ok)
 		pthread_cond_destroy(&b->idle);
-	free(b);
+	resident__free_table(b, 1, sizeof(*b));
 }

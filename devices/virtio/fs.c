@@ -53,6 +53,7 @@
 #include "devices/fs/fuse.h"
 #include "devices/virtio/fs.h"
 #include "lib/iovec.h"
+#include "lib/resident.h"
 #include "lib/evloop.h"
 
 #define FS_QUEUE_SIZE  128U /* entries per queue */
@@ -615,7 +616,7 @@ int virtio_fs__create(struct virtio_fs **out, const struct virtio_fs_params *p)
 		q->index = i;
 		q->kick = (struct ev_source){ .fn = kick_done, .arg = q };
 		/* Slots are touched only when used: a lazily backed pool. */
-		q->slots = calloc(FS_QUEUE_SLOTS, sizeof(*q->slots));
+		q->slots = resident__table(FS_QUEUE_SLOTS, sizeof(*q->slots));
 		if (!q->slots) {
 			ret = -ENOMEM;
 			goto out_destroy;
@@ -688,7 +689,8 @@ void virtio_fs__destroy(struct virtio_fs *f)
 			if (q->slots[j].in_use && q->slots[j].parked)
 				fuse_server__abandon(f->server,
 						     &q->slots[j].req);
-		free(q->slots);
+		resident__free_table(q->slots, FS_QUEUE_SLOTS,
+				     sizeof(*q->slots));
 	}
 	fuse_server__destroy(f->server);
 	if (f->wake_fd >= 0)

@@ -128,11 +128,12 @@ struct virtio_net {
 	uint8_t *rx_tail; /* RX_FRAME_MAX: what the buffers did not take */
 
 	/* Transmit. */
-	bool tx_pending;       /* kicked, or stopped early: pop again */
-	bool tx_pushed;	       /* filled, not yet flushed */
-	struct tx_slot *slots; /* TX_SLOTS */
-	struct tx_slot *free_slots;
-	struct vq_chain chain; /* pop scratch, both queues */
+	bool tx_pending;	    /* kicked, or stopped early: pop again */
+	bool tx_pushed;		    /* filled, not yet flushed */
+	struct tx_slot *slots;	    /* TX_SLOTS */
+	struct tx_slot *free_slots; /* freed after use */
+	unsigned int fresh_slots;   /* slots[fresh_slots..] never touched */
+	struct vq_chain chain;	    /* pop scratch, both queues */
 
 	struct net_stats stats;
 };
@@ -166,5 +167,7 @@ uint16_t virtio_net__held_head(struct virtio_net *n, unsigned int i);
 void virtio_net__drop_buffers(struct virtio_net *n);
 /* At create: every slot free. */
 void virtio_net__init_slots(struct virtio_net *n);
+/* A TX slot free: one freed after use, or one never used. */
+bool virtio_net__slot_available(const struct virtio_net *n);
 
 #endif

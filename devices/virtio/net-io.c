@@ -412,13 +412,30 @@ void virtio_net__drop_buffers(struct virtio_net *n)
 
 /* ---- transmit ----------------------------------------------------------- */
 
+/*
+ * A freed slot first, else the next one never used: the slots' pages
+ * become resident only as deep as the guest's writes in flight ever went.
+ */
 void virtio_net__init_slots(struct virtio_net *n)
 {
 	n->free_slots = NULL;
-	for (unsigned int i = TX_SLOTS; i--;) {
-		n->slots[i].next_free = n->free_slots;
-		n->free_slots = &n->slots[i];
-	}
+	n->fresh_slots = 0;
+}
+
+bool virtio_net__slot_available(const struct virtio_net *n)
+{
+	return n->free_slots || n->fresh_slots < TX_SLOTS;
+}
+
+static struct tx_slot *slot_take(struct virtio_net *n)
+{
+	struct tx_slot *s = n->free_slots;
+
+	if (s)
+		n->free_slots = s->next_free;
+	else
+		s = &n->slots[n->fresh_slots++];
+	return s;
 }
 
 static void slot_free(struct virtio_net *n, struct tx_slot *s)
@@ -491,7 +508,7 @@ static const char *tx_check_chain(const struct vq_chain *c)
 
 static void tx_start(struct virtio_net *n, const struct vq_chain *c)
 {
-	struct tx_slot *s = n->free_slots;
+	struct tx_slot *s;
 	struct io_uring_sqe *sqe;
 	const char *why;
 	int cnt;
@@ -501,15 +518,18 @@ static void tx_start(struct virtio_net *n, const struct vq_chain *c)
 		tx_refuse(n, c, why);
 		return;
 	}
+	s = slot_take(n);
 	iov__to_buf(c->iov, c->nr_out, 0, &s->hdr, HDR_LEN);
 	why = tx_check_header(n, &s->hdr, c->out_len - HDR_LEN);
 	if (why) {
+		slot_free(n, s);
 		tx_refuse(n, c, why);
 		return;
 	}
 	cnt = iov__sub(c->iov, c->nr_out, HDR_LEN, c->out_len - HDR_LEN,
 		       s->iov + 1, SEG_MAX);
 	if (cnt < 0) {
+		slot_free(n, s);
 		tx_refuse(n, c, "too many segments");
 		return;
 	}
@@ -519,7 +539,6 @@ static void tx_start(struct virtio_net *n, const struct vq_chain *c)
 	s->head = c->head;
 	s->gen = n->gen;
 	s->len = (uint32_t)c->out_len;
-	n->free_slots = s->next_free;
 	n->busy++;
 	sqe = evloop__get_sqe(&n->loop);
 	io_uring_prep_writev(sqe, n->tap_fd, s->iov, s->nr_iov, 0);
@@ -543,7 +562,7 @@ void virtio_net__tx_pump(struct virtio_net *n)
 			return;
 		}
 		/* A completion frees a slot; tx_pending brings us back. */
-		if (!n->free_slots)
+		if (!virtio_net__slot_available(n))
 			return;
 		ret = virtqueue__pop_or_rearm(&d, &n->chain);
 		if (ret != 1)

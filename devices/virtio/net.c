@@ -29,6 +29,7 @@
 #include <time.h>
 
 #include "devices/virtio/net-internal.h"
+#include "lib/resident.h"
 #include "lib/timespec.h"
 
 /* A snapshot waits this long for the parked read to be taken back. */
@@ -469,7 +470,8 @@ int virtio_net__create(struct virtio_net **out,
 	ret = tap_check(p->tap_fd);
 	if (ret)
 		return ret;
-	n = calloc(1, sizeof(*n));
+	/* Its scratch buffers are backed only when used (resident.h). */
+	n = resident__table(1, sizeof(*n));
 	if (!n)
 		return -ENOMEM;
 	n->tap_fd = p->tap_fd;
@@ -481,10 +483,10 @@ int virtio_net__create(struct virtio_net **out,
 	if (ret)
 		goto out_destroy;
 	n->idle_ok = true;
-	/* Touched only when used: a lazily backed pool. */
-	n->held = calloc(RX_HELD_MAX, sizeof(*n->held));
-	n->slots = calloc(TX_SLOTS, sizeof(*n->slots));
-	n->rx_tail = malloc(RX_FRAME_MAX);
+	/* Touched only when used: lazily backed (resident__table). */
+	n->held = resident__table(RX_HELD_MAX, sizeof(*n->held));
+	n->slots = resident__table(TX_SLOTS, sizeof(*n->slots));
+	n->rx_tail = resident__table(1, RX_FRAME_MAX);
 	if (!n->held || !n->slots || !n->rx_tail) {
 		ret = -ENOMEM;
 		goto out_destroy;
@@ -551,10 +553,10 @@ void virtio_net__destroy(struct virtio_net *n)
 		evloop__exit(&n->loop);
 	if (n->vdev_ok)
 		virtio_device__exit(&n->vdev);
-	free(n->rx_tail);
-	free(n->slots);
-	free(n->held);
+	resident__free_table(n->rx_tail, 1, RX_FRAME_MAX);
+	resident__free_table(n->slots, TX_SLOTS, sizeof(*n->slots));
+	resident__free_table(n->held, RX_HELD_MAX, sizeof(*n->held));
 	if (n->idle_ok)
 		pthread_cond_destroy(&n->idle);
-	free(n);
+	resident__free_table(n, 1, sizeof(*n));
 }

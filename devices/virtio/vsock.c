@@ -50,6 +50,7 @@
 
 #include "devices/virtio/vsock-internal.h"
 #include "lib/iovec.h"
+#include "lib/resident.h"
 
 static struct vsock *to_vsock(struct virtio_device *dev)
 {
@@ -494,7 +495,8 @@ int vsock__create(struct vsock **out, const struct vsock_params *p)
 	    (!*p->uds_path ||
 	     strlen(p->uds_path) + sizeof("_4294967295") > sizeof(v->uds_path)))
 		return p->uds_path[0] ? -ENAMETOOLONG : -EINVAL;
-	v = calloc(1, sizeof(*v));
+	/* Its scratch buffers are backed only when used (resident.h). */
+	v = resident__table(1, sizeof(*v));
 	if (!v)
 		return -ENOMEM;
 	v->listen_fd = v->ep_fd = v->wake_fd = -1;
@@ -628,5 +630,5 @@ void vsock__destroy(struct vsock *v)
 	close_fd(v->wake_fd);
 	if (v->vdev_ok)
 		virtio_device__exit(&v->vdev);
-	free(v);
+	resident__free_table(v, 1, sizeof(*v));
 }

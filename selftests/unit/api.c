@@ -1706,6 +1706,7 @@ TEST_F_TIMEOUT(srv, big_file_bounded_memory, 120)
 		p = json_object_get(m, "params");
 		ASSERT_STREQ("fs.chunk",
 			     json_string_value(json_object_get(m, "method")));
+		ASSERT_EQ(4, json_integer_value(json_object_get(p, "id")));
 		off = json_integer_value(json_object_get(p, "offset"));
 		ASSERT_EQ(got, off);
 		data = b64_str(p, "data", &n);

@@ -1097,11 +1097,63 @@ TEST_F_TIMEOUT(dns, pending_bounded_oldest_dropped, 60)
 	}
 	ASSERT_TRUE(wait_stats(self->dns, dropped_at_least, 2, &s));
 	EXPECT_EQ(2, s.dropped);
+	/* The table grew to its limit, one entry at a time, no further. */
+	EXPECT_EQ(MAX_PENDING, s.query_slots);
 	/* The newest is still pending: its answer gets through. */
 	an = build_answer(a, m, mn, DNS_RCODE_NOERROR, good, 1);
 	up_answer(_metadata, &self->up[0], a, an, &from[MAX_PENDING + 1]);
 	ASSERT_EQ(an, guest_recv(_metadata, g, r, sizeof(r)));
 	EXPECT_EQ(0x100 + MAX_PENDING + 1, dns_get16(r));
+	close(g);
+}
+
+static bool queries_at_least(const struct dns_stats *s, uint64_t n)
+{
+	return s->queries >= n;
+}
+
+/*
+ * The query table is touched only as deep as questions in flight went:
+ * answered one after the other they reuse its first entry; in flight
+ * together they take one entry each.
+ */
+TEST_F_TIMEOUT(dns, query_table_as_deep_as_questions_in_flight, 60)
+{
+	static uint8_t q[512], m[512], a[1024], r[1024];
+	const struct rec good[] = {
+		{ NULL, DNS_TYPE_A, TTL_LONG, "192.0.2.10" },
+	};
+	struct sockaddr_in from;
+	struct dns_stats s;
+	size_t qn, mn, an;
+	int g;
+
+	start(_metadata, self, POLICY_ONE, MAX_PENDING, WAIT_MS);
+	dns__stats(self->dns, &s);
+	EXPECT_EQ(0, s.query_slots);
+	g = guest_udp(_metadata, self);
+	for (int i = 0; i < 3; i++) {
+		qn = build_query(q, (uint16_t)(0x200 + i), "api.example.com",
+				 DNS_TYPE_A);
+		guest_send(_metadata, g, q, qn);
+		mn = up_recv(_metadata, &self->up[0], m, sizeof(m), &from);
+		an = build_answer(a, m, mn, DNS_RCODE_NOERROR, good, 1);
+		up_answer(_metadata, &self->up[0], a, an, &from);
+		ASSERT_EQ(an, guest_recv(_metadata, g, r, sizeof(r)));
+	}
+	dns__stats(self->dns, &s);
+	EXPECT_EQ(3, s.answered);
+	EXPECT_EQ(1, s.query_slots);
+	for (int i = 0; i < MAX_PENDING - 1; i++) {
+		qn = build_query(q, (uint16_t)(0x300 + i), "api.example.com",
+				 DNS_TYPE_A);
+		guest_send(_metadata, g, q, qn);
+		up_recv(_metadata, &self->up[0], m, sizeof(m), &from);
+	}
+	ASSERT_TRUE(wait_stats(self->dns, queries_at_least, 3 + MAX_PENDING - 1,
+			       &s));
+	EXPECT_EQ(MAX_PENDING - 1, s.query_slots);
+	EXPECT_EQ(0, s.dropped);
 	close(g);
 }
 

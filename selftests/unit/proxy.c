@@ -615,6 +615,7 @@ TEST_F_TIMEOUT(px, flows_past_the_limit_are_refused, 120)
 	EXPECT_EQ(MAX_TCP, s.tcp_open);
 	EXPECT_EQ(MAX_TCP, s.tcp_allowed);
 	EXPECT_EQ(OVER_LIMIT, reason_flows(&s, IPPROTO_TCP, "flow limit"));
+	EXPECT_EQ(MAX_TCP, s.tcp_slots); /* grown to its limit, no further */
 	EXPECT_FALSE(vmnet__wait_for(self->up_tcp, POLLIN, 0));
 
 	/* A flow that ends makes room again. */
@@ -625,12 +626,53 @@ TEST_F_TIMEOUT(px, flows_past_the_limit_are_refused, 120)
 	kept[0] = proxyfix__guest_connect(_metadata, &self->net, ALLOWED,
 					  TCP_PORT);
 	up[0] = proxyfix__up_accept(_metadata, self->up_tcp);
+	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, proxyfix__tcp_open_is,
+					 MAX_TCP, &s));
+	EXPECT_EQ(MAX_TCP, s.tcp_slots);
 	for (int i = 0; i < MAX_TCP; i++) {
 		close(up[i]);
 		close(kept[i]);
 	}
 	for (int i = 0; i < OVER_LIMIT; i++)
 		close(extra[i]);
+}
+
+/*
+ * The flow table is touched only as deep as the flows open at once went:
+ * flows one after the other reuse its first entry, two at once take two.
+ */
+TEST_F_TIMEOUT(px, tcp_table_as_deep_as_flows_open_at_once, 60)
+{
+	struct proxy_stats s;
+	int g[2], up[2];
+
+	proxy__stats(self->proxy, &s);
+	EXPECT_EQ(0, s.tcp_slots);
+	for (int i = 0; i < 3; i++) {
+		g[0] = proxyfix__guest_connect(_metadata, &self->net, ALLOWED,
+					       TCP_PORT);
+		up[0] = proxyfix__up_accept(_metadata, self->up_tcp);
+		ASSERT_TRUE(proxyfix__wait_stats(self->proxy,
+						 proxyfix__tcp_open_is, 1, &s));
+		close(up[0]);
+		close(g[0]);
+		ASSERT_TRUE(proxyfix__wait_stats(self->proxy,
+						 proxyfix__tcp_open_is, 0, &s));
+	}
+	EXPECT_EQ(3, s.tcp_allowed);
+	EXPECT_EQ(1, s.tcp_slots);
+	for (int i = 0; i < 2; i++) {
+		g[i] = proxyfix__guest_connect(_metadata, &self->net, ALLOWED,
+					       TCP_PORT);
+		up[i] = proxyfix__up_accept(_metadata, self->up_tcp);
+	}
+	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, proxyfix__tcp_open_is, 2,
+					 &s));
+	EXPECT_EQ(2, s.tcp_slots);
+	for (int i = 0; i < 2; i++) {
+		close(up[i]);
+		close(g[i]);
+	}
 }
 
 TEST_F_TIMEOUT(px, upstream_refused_resets_the_guest, 60)
@@ -673,12 +715,14 @@ TEST_F_TIMEOUT(px, udp_flows_bounded_lru, 60)
 	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, udp_allowed_table_full,
 					 ARRAY_SIZE(g), &s));
 	EXPECT_EQ(MAX_UDP, s.udp_open);
+	EXPECT_EQ(MAX_UDP, s.udp_slots); /* grown to its limit, no further */
 	/* The first flow was the least recently used: evicted, decided anew. */
 	ASSERT_EQ(4, sendto(g[0], "ping", 4, 0, (struct sockaddr *)&dst,
 			    sizeof(dst)));
 	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, udp_allowed_table_full,
 					 ARRAY_SIZE(g) + 1, &s));
 	EXPECT_EQ(MAX_UDP, s.udp_open);
+	EXPECT_EQ(MAX_UDP, s.udp_slots);
 	for (unsigned int i = 0; i < ARRAY_SIZE(g); i++)
 		close(g[i]);
 }

@@ -4,15 +4,16 @@
  * given back, pages with data stay (and keep it), and a dropped page
  * works as before; thread_filter__spawn's threads start trimmed; the
  * program's code pages, dropped, leave the process's RSS and the
- * program runs on.
+ * program runs on; a table's pages are resident only once written.
  */
 #include <pthread.h>
 #include <stdint.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "lib/thread-filter.h"
+#include "lib/compiler.h"
 #include "lib/resident.h"
+#include "lib/thread-filter.h"
 #include "selftests/kselftest.h"
 
 #define ZERO_PAGES 16
@@ -205,6 +206,49 @@ TEST(trimmed_heap_gives_back_freed_pages)
 	TH_LOG("heap Rss %ld -> %ld KiB", before, after);
 	EXPECT_STREQ("kept", last);
 	free(last);
+}
+
+/* Like the proxy's flow table: 1024 entries of 312 bytes. */
+struct entry {
+	int fd[2];
+	unsigned char rest[304];
+};
+
+#define ENTRIES 1024U
+
+TEST(table_resident_only_where_written)
+{
+	struct entry *t = resident__table(ENTRIES, sizeof(*t));
+	unsigned long sum = 0;
+	long kib;
+
+	ASSERT_TRUE(t != NULL);
+	/* Under the sanitizers it is calloc, which writes it. */
+	if (!KILN_ASAN) {
+		EXPECT_EQ(0, rss_kib_of(t));
+	}
+	for (unsigned int i = 0; i < ENTRIES; i++)
+		sum += (unsigned long)t[i].fd[0] + t[i].rest[303];
+	EXPECT_EQ(0, sum); /* zeros, read without being backed */
+	t[700].fd[0] = -1;
+	t[700].rest[303] = 9;
+	kib = rss_kib_of(t);
+	/* The one or two pages entry 700 spans. */
+	if (!KILN_ASAN) {
+		EXPECT_TRUE(kib >= 4 && kib <= 8)
+		TH_LOG("Rss %ld KiB", kib);
+	}
+	EXPECT_EQ(-1, t[700].fd[0]);
+	EXPECT_EQ(0, t[699].fd[0]);
+	EXPECT_EQ(0, t[701].fd[1]);
+	resident__free_table(t, ENTRIES, sizeof(*t));
+	resident__free_table(NULL, ENTRIES, sizeof(*t));
+}
+
+TEST(table_size_overflow_refused)
+{
+	EXPECT_TRUE(resident__table(SIZE_MAX / 2, 3) == NULL);
+	EXPECT_TRUE(resident__table(1, SIZE_MAX) == NULL);
 }
 
 TEST_HARNESS_MAIN

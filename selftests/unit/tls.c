@@ -13,6 +13,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <poll.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -271,6 +272,29 @@ TEST(two_generated_cas_differ)
 	EXPECT_STRNE(pa, pb);
 	tls_ca__destroy(a);
 	tls_ca__destroy(b);
+}
+
+/*
+ * Heap a CA holds, wolfSSL's own start-up included: the CA, its leaf
+ * key, the PEM, the RNG (a few KiB), far less than the ~810 KiB of
+ * precomputed points generating the keys left in the thread's fixed-point
+ * cache (FP_ECC) before tls_ca__create freed it.
+ */
+#define CA_HEAP_MAX (128U << 10)
+
+TEST(generated_ca_leaves_no_ecc_cache_behind)
+{
+	size_t before = mallinfo2().uordblks, after;
+	struct tls_ca *ca = new_ca();
+
+	ASSERT_NE(NULL, ca);
+	after = mallinfo2().uordblks;
+	TH_LOG("heap in use %zu -> %zu bytes", before, after);
+	/* The sanitizers' allocator is not malloc's: nothing to compare. */
+	if (!KILN_ASAN) {
+		EXPECT_GT(before + CA_HEAP_MAX, after);
+	}
+	tls_ca__destroy(ca);
 }
 
 TEST(cert_out_is_the_pem_0644_and_no_key_is_written)

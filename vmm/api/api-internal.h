@@ -260,6 +260,15 @@ void client_reply_error(struct client *c, json_t *id, int code, json_t *data,
 void client_notify(struct client *c, const char *method, json_t *params);
 void client_notify_data(struct client *c, const char *method, uint64_t stream,
 			const void *p, size_t len);
+/*
+ * The same for any notification whose params are fields (JSON members,
+ * written as given, at most API_NOTIFY_FIELDS_MAX bytes) and then
+ * "data", base64 of p: written without jansson. False, nothing sent,
+ * when the fields are too long (the caller sends it through jansson).
+ */
+#define API_NOTIFY_FIELDS_MAX 192U
+bool client_notify_bytes(struct client *c, const char *method,
+			 const char *fields, const void *p, size_t len);
 void client_kill(struct client *c);
 void client_pump(struct api *api, struct client *c);
 bool client_wants_input(const struct client *c);

@@ -95,31 +95,41 @@ void client_notify(struct client *c, const char *method, json_t *params)
 void client_notify_data(struct client *c, const char *method, uint64_t stream,
 			const void *p, size_t len)
 {
+	char fields[API_NOTIFY_FIELDS_MAX];
+
+	snprintf(fields, sizeof(fields), "\"stream\":%" PRIu64, stream);
+	client_notify_bytes(c, method, fields, p, len);
+}
+
+bool client_notify_bytes(struct client *c, const char *method,
+			 const char *fields, const void *p, size_t len)
+{
 	static const char tail[] = "\"}}\n";
-	char head[128];
+	char head[API_NOTIFY_FIELDS_MAX + 64];
 	size_t need;
 	uint8_t *at;
 	int n;
 
 	if (!c || c->dead)
-		return;
+		return true;
 	n = snprintf(head, sizeof(head),
 		     "{\"jsonrpc\":\"2.0\",\"method\":\"%s\","
-		     "\"params\":{\"stream\":%" PRIu64 ",\"data\":\"",
-		     method, stream);
+		     "\"params\":{%s,\"data\":\"",
+		     method, fields);
 	if (n < 0 || (size_t)n >= sizeof(head))
-		return;
+		return false;
 	need = n + base64__encoded_len(len) + sizeof(tail) - 1;
 	if (bytequeue__reserve(&c->out, need)) {
 		pr_err("api: client %d: out of memory, dropping it", c->fd);
 		client_kill(c);
-		return;
+		return true;
 	}
 	at = bytequeue__space(&c->out);
 	memcpy(at, head, n);
 	base64__encode(p, len, (char *)at + n);
 	memcpy(at + n + base64__encoded_len(len), tail, sizeof(tail) - 1);
 	bytequeue__commit(&c->out, need);
+	return true;
 }
 
 /* Every method the API offers, group by group. */
