@@ -6,8 +6,9 @@
  *
  *	vsock-peer echo PORT [COUNT]	accept COUNT (1) connections on PORT,
  *					one after the other, echo each
- *					until its EOF, then wait for the
- *					host to close it
+ *					until its EOF, then close it,
+ *					lingering until the vmm has
+ *					handed every byte to the host
  *	vsock-peer send PORT BYTES	connect to the host (CID 2) on PORT,
  *					send BYTES of the test pattern while
  *					reading them back, check the echo
@@ -45,26 +46,23 @@ static int fail(const char *what)
 
 /*
  * The echo's last bytes may still be on their way when its write()s
- * return (in this kernel's socket, waiting for the host's credit), and
- * Linux does not linger on close: a guest that closed and powered off
- * then would lose them (Documentation/cli.md, "At exit"). So: our EOF,
- * then the host's close, which comes once it has read everything;
- * ECHO_CLOSE_MS at most.
+ * return (in the vmm's buffer toward a host socket that is full), and a
+ * guest that closed and powered off then would lose them
+ * (Documentation/cli.md, "At exit"). Waiting for the host's EOF cannot
+ * tell: it came before ours. So the close lingers: Linux's virtio
+ * transport sends its SHUTDOWN behind the data and waits for the
+ * device's RST, which the vmm sends once its buffer is in the host's
+ * socket; ECHO_CLOSE_S at most.
  */
-#define ECHO_CLOSE_MS 30000
+#define ECHO_CLOSE_S 30
 
-static void wait_for_close(int fd)
+static void close_lingering(int fd)
 {
-	struct pollfd p = { .fd = fd, .events = POLLIN };
-	char c;
+	struct linger l = { .l_onoff = 1, .l_linger = ECHO_CLOSE_S };
 
-	shutdown(fd, SHUT_WR);
-	while (poll(&p, 1, ECHO_CLOSE_MS) > 0) {
-		ssize_t n = read(fd, &c, 1);
-
-		if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN))
-			return;
-	}
+	if (setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l)))
+		fail("SO_LINGER");
+	close(fd);
 }
 
 static int echo(unsigned int port, unsigned int count)
@@ -106,8 +104,7 @@ static int echo(unsigned int port, unsigned int count)
 			}
 			total += n;
 		}
-		wait_for_close(fd);
-		close(fd);
+		close_lingering(fd);
 	}
 	close(lfd);
 	printf("echoed %llu bytes\n", total);
