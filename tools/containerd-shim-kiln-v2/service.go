@@ -27,6 +27,7 @@ import (
 	"github.com/containerd/typeurl"
 	ptypes "github.com/gogo/protobuf/types"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 )
 
 const shimVersion = "kiln-v2"
@@ -669,10 +670,34 @@ func (s *service) CloseIO(ctx context.Context, r *taskAPI.CloseIORequest) (*ptyp
 		return nil, err
 	}
 	if r.Stdin && p.stdin != nil {
-		// the copy sees the end and sends spawn.closeStdin
+		// ctr asks as soon as its own stdin ends, with what it read
+		// last maybe still in the FIFO: the copy takes that first,
+		// then sees the end and sends spawn.closeStdin
+		drainFifo(p.stdinPath, stdinDrainMax)
 		p.stdin.Close()
 	}
 	return &ptypes.Empty{}, nil
+}
+
+// stdinDrainMax bounds CloseIO's wait for the stdin copy to take what
+// the client wrote before it asked (a copy stuck on a guest that reads
+// nothing must not hold the call).
+const stdinDrainMax = 5 * time.Second
+
+// drainFifo waits until the FIFO at path holds no unread bytes, at most
+// max: it asks the kernel (TIOCINQ, FIONREAD's name on Linux) through a
+// reader of its own that never reads.
+func drainFifo(path string, max time.Duration) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	defer unix.Close(fd)
+	for t0 := time.Now(); time.Since(t0) < max; time.Sleep(2 * time.Millisecond) {
+		if n, err := unix.IoctlGetInt(fd, unix.TIOCINQ); err != nil || n == 0 {
+			return
+		}
+	}
 }
 
 func (s *service) Stats(ctx context.Context, r *taskAPI.StatsRequest) (*taskAPI.StatsResponse, error) {

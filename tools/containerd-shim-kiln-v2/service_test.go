@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -287,5 +288,48 @@ func TestServiceResizePty(t *testing.T) {
 	if _, err := s.ResizePty(ctx, &taskAPI.ResizePtyRequest{ID: "c1", ExecID: "nope", Width: 1, Height: 1}); err == nil ||
 		!strings.Contains(err.Error(), "not found") {
 		t.Fatalf("resize of an unknown exec: %v", err)
+	}
+}
+
+// CloseIO must not lose what the client wrote just before it asked:
+// drainFifo returns once a reader has taken the FIFO's bytes, and no
+// later than its bound when nobody reads.
+func TestDrainFifo(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "stdin")
+	if err := unix.Mkfifo(path, 0600); err != nil {
+		t.Fatal(err)
+	}
+	r, err := os.OpenFile(path, os.O_RDONLY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	w, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if _, err := w.Write([]byte("piped\nin\n")); err != nil {
+		t.Fatal(err)
+	}
+
+	// nobody reads: bounded
+	t0 := time.Now()
+	drainFifo(path, 50*time.Millisecond)
+	if time.Since(t0) < 50*time.Millisecond {
+		t.Fatalf("drainFifo returned with 9 bytes unread")
+	}
+
+	// a slow reader: drainFifo waits for it
+	var got atomic.Int32
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		buf := make([]byte, 64)
+		n, _ := r.Read(buf)
+		got.Store(int32(n))
+	}()
+	drainFifo(path, 10*time.Second)
+	if n := got.Load(); n != 9 {
+		t.Fatalf("drainFifo returned before the reader took the bytes (it had %d)", n)
 	}
 }
