@@ -83,16 +83,20 @@ static int consumed(int fd, uint64_t *n)
 	return -EAGAIN;
 }
 
-int krelay__start(struct krelay_flow *k, int a, int b)
+int krelay__start(struct krelay_flow *k, int a, int b, enum relay_ways ways)
 {
 	int ret = 0;
 
 	*k = (struct krelay_flow){ .fd = { a, b } };
+	for (int s = 0; s < KRELAY_SIDES; s++)
+		k->dir[s].kernel = ways & (s ? RELAY_B_TO_A : RELAY_A_TO_B);
 	/*
 	 * Before the pairing: nothing is read or written by then, but the
 	 * guest may have sent bytes already; they are the flow's.
 	 */
 	for (int s = 0; !ret && s < KRELAY_SIDES; s++) {
+		if (!k->dir[s].kernel)
+			continue;
 		ret = consumed(k->fd[s], &k->dir[s].recv_base);
 		if (!ret)
 			ret = queued(k->fd[!s], &k->dir[s].sent_base);
@@ -112,6 +116,8 @@ void krelay__stop(struct krelay_flow *k, struct relay_prog *prog)
  */
 uint32_t krelay__interest(const struct krelay_flow *k, int s)
 {
+	if (!k->dir[s].kernel)
+		return 0;
 	return k->dir[s].eof ? EPOLLET : EPOLLRDHUP;
 }
 
@@ -122,7 +128,7 @@ static int send_fin(struct krelay_flow *k, int s)
 	uint64_t in, out;
 	int ret;
 
-	if (!d->eof || d->shut)
+	if (!d->kernel || !d->eof || d->shut)
 		return 0;
 	ret = received(k->fd[s], &in);
 	if (!ret)
@@ -149,7 +155,10 @@ static int settle(struct krelay_flow *k)
 		ret = send_fin(k, s);
 	if (ret)
 		return ret;
-	return k->dir[KRELAY_A].shut && k->dir[KRELAY_B].shut ? KRELAY_DONE : 0;
+	for (int s = 0; s < KRELAY_SIDES; s++)
+		if (k->dir[s].kernel && !k->dir[s].shut)
+			return 0;
+	return KRELAY_DONE;
 }
 
 int krelay__event(struct krelay_flow *k, int s, uint32_t events)
@@ -163,7 +172,7 @@ int krelay__event(struct krelay_flow *k, int s, uint32_t events)
 		return soerr ? -soerr : -ECONNRESET;
 	}
 	/* Hung up: its FIN came and its writing is shut, or it is closed. */
-	if (events & (EPOLLRDHUP | EPOLLHUP))
+	if (k->dir[s].kernel && (events & (EPOLLRDHUP | EPOLLHUP)))
 		k->dir[s].eof = true;
 	return settle(k);
 }
@@ -187,6 +196,9 @@ int krelay__bytes(const struct krelay_flow *k, uint64_t bytes[KRELAY_SIDES])
 	int ret;
 
 	for (int s = 0; s < KRELAY_SIDES; s++) {
+		bytes[s] = 0;
+		if (!k->dir[s].kernel)
+			continue;
 		ret = received(k->fd[s], &in);
 		if (ret)
 			return ret;

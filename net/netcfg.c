@@ -36,7 +36,8 @@ const char *const netcfg__modes[] = {
 	NULL,
 };
 
-const char *const netcfg__relays[] = { "splice", "auto", "kernel", NULL };
+const char *const netcfg__relays[] = { "splice", "auto", "kernel", "split",
+				       NULL };
 
 const char *netcfg__mode_name(enum net_mode mode)
 {

@@ -175,6 +175,8 @@ struct proxy {
 	struct egress *egress; /* the netns thread's */
 
 	struct relay_prog *relay; /* NULL: every flow through splice */
+	/* The ways it relays: RELAY_A_TO_B (split) is the guest's only. */
+	enum relay_ways relay_ways;
 	/* Kernel-relayed flows wait to send a FIN on (PROXY_FIN_RETRY_MS). */
 	bool fin_pending;
 

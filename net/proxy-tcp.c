@@ -17,6 +17,15 @@
 #include "lib/log.h"
 #include "net/proxy-internal.h"
 
+/*
+ * Split (--net-relay split): the guest's bytes relayed by the kernel,
+ * upstream's through the pipe of dir[SIDE_UP].
+ */
+static bool split(const struct tcp_flow *t)
+{
+	return t->kernel_on && !t->k.dir[SIDE_UP].kernel;
+}
+
 /* Closes with an RST rather than a FIN: the peer learns it failed. */
 static void close_reset(int fd)
 {
@@ -99,12 +108,26 @@ static uint32_t tcp_interest(const struct tcp_flow *t, int s)
 	if (t->ic)
 		return intercept__interest(t->ic, s);
 	/* Nothing read before the kernel has it: the guest's bytes wait. */
-	if (t->kernel)
-		return t->kernel_on ? krelay__interest(&t->k, s) : 0;
+	if (t->kernel && !t->kernel_on)
+		return 0;
+	if (t->kernel) {
+		ev = krelay__interest(&t->k, s);
+		if (!split(t))
+			return ev;
+		/* The guest's side: the kernel reads it, the pipe writes it. */
+		if (s == SIDE_GUEST)
+			return ev | (out->off < out->len ? EPOLLOUT : 0);
+	}
 	if (!in->eof && in->len < PROXY_RELAY_BUF && !in->full)
 		ev |= EPOLLIN;
 	if (out->off < out->len)
 		ev |= EPOLLOUT;
+	/*
+	 * Its FIN read: a hang-up (both ways shut) would wake the proxy on
+	 * every wait while the other way's bytes wait for room.
+	 */
+	if (in->eof)
+		ev |= EPOLLET;
 	return ev;
 }
 
@@ -305,6 +328,8 @@ static int splice_init(struct proxy *p, struct tcp_flow *t)
 	int ret;
 
 	for (int s = 0; s < NR_SIDES; s++) {
+		if (t->dir[s].piped || t->dir[s].buf)
+			continue; /* split's, before its pairing failed */
 		ret = relay_dir_init(&t->dir[s]);
 		if (ret)
 			return ret;
@@ -366,19 +391,24 @@ static int kernel_pair_ns(void *arg)
 	struct tcp_flow *t = c->t;
 
 	return relay_prog__pair(c->p->relay, t->ep[SIDE_GUEST].fd,
-				t->ep[SIDE_UP].fd, c->err, sizeof(c->err));
+				t->ep[SIDE_UP].fd, c->p->relay_ways, c->err,
+				sizeof(c->err));
 }
 
 /*
- * Upstream connected: the flow to the kernel, or, when the pairing
- * fails, to splice (nothing was read yet either way). 0 or -errno.
+ * Upstream connected: the flow to the kernel (split: upstream's way
+ * through a pipe), or, when the pairing fails, to splice (nothing was
+ * read yet either way). 0 or -errno.
  */
 static int kernel_start(struct proxy *p, struct tcp_flow *t)
 {
 	struct kernel_pair_call c = { .p = p, .t = t };
 	int ret;
 
-	ret = krelay__start(&t->k, t->ep[SIDE_GUEST].fd, t->ep[SIDE_UP].fd);
+	ret = krelay__start(&t->k, t->ep[SIDE_GUEST].fd, t->ep[SIDE_UP].fd,
+			    p->relay_ways);
+	if (!ret && !(p->relay_ways & RELAY_B_TO_A))
+		ret = relay_dir_init(&t->dir[SIDE_UP]);
 	if (!ret)
 		ret = proxy__on_ns_thread(p, kernel_pair_ns, &c);
 	if (!ret) {
@@ -392,9 +422,17 @@ static int kernel_start(struct proxy *p, struct tcp_flow *t)
 	return splice_init(p, t);
 }
 
-/* A kernel-relayed flow's outcome: open still, done, or reset. */
+/*
+ * A kernel-relayed flow's outcome: open still, done (split: upstream's
+ * way shut too), or reset.
+ */
 static void kernel_settle(struct proxy *p, struct tcp_flow *t, int ret)
 {
+	if (ret == KRELAY_DONE && split(t) && !t->dir[SIDE_UP].shut)
+		ret = 0;
+	if (!ret && split(t) && t->dir[SIDE_UP].shut &&
+	    t->k.dir[SIDE_GUEST].shut)
+		ret = KRELAY_DONE;
 	if (ret == KRELAY_DONE) {
 		proxy_tcp__close(p, t, false);
 		return;
@@ -410,6 +448,33 @@ static void kernel_settle(struct proxy *p, struct tcp_flow *t, int ret)
 }
 
 /*
+ * A split flow's event. The guest's side: its FIN or reset (krelay's),
+ * or room for upstream's bytes in the pipe. Upstream's side: its bytes
+ * into the pipe and on to the guest, its FIN after them, or its reset.
+ */
+static void split_event(struct proxy *p, struct tcp_flow *t, int s,
+			uint32_t events)
+{
+	int ret = 0, w;
+
+	if (s == SIDE_GUEST) {
+		if (events & (EPOLLERR | EPOLLRDHUP | EPOLLHUP))
+			ret = krelay__event(&t->k, s, events);
+		if (ret >= 0 && (events & EPOLLOUT)) {
+			w = relay_write(t, SIDE_GUEST);
+			ret = w ? w : ret;
+		}
+	} else if (events & EPOLLERR) {
+		ret = krelay__event(&t->k, s, EPOLLERR);
+	} else {
+		ret = relay_read(p, t, SIDE_UP);
+		if (!ret)
+			ret = relay_write(t, SIDE_GUEST);
+	}
+	kernel_settle(p, t, ret);
+}
+
+/*
  * Before upstream answers, the guest's side is watched for nothing: an
  * event there is its reset (or an error). Once it has, the flow is
  * paired; from then on an event is a FIN or a reset.
@@ -419,6 +484,10 @@ static void kernel_event(struct proxy *p, struct tcp_flow *t, int s,
 {
 	int ret;
 
+	if (split(t)) {
+		split_event(p, t, s, events);
+		return;
+	}
 	if (t->kernel_on) {
 		kernel_settle(p, t, krelay__event(&t->k, s, events));
 		return;

@@ -507,26 +507,49 @@ static int proxy_alloc(struct proxy *p, char *err, size_t errlen)
 	return 0;
 }
 
+const char *proxy__relay_name(enum proxy_relay r)
+{
+	switch (r) {
+	case PROXY_RELAY_SPLICE:
+		return "splice";
+	case PROXY_RELAY_AUTO:
+		return "auto";
+	case PROXY_RELAY_KERNEL:
+		return "kernel";
+	case PROXY_RELAY_SPLIT:
+		return "split";
+	}
+	return "?";
+}
+
 /*
- * The kernel relay, unless splice was asked for; when it cannot load,
- * splice, saying why once (an error if the kernel relay was asked for).
+ * The kernel relay's program, unless splice was asked for; when it
+ * cannot load, splice, saying why once (an error if the kernel or split
+ * relay was asked for by name). Auto is split.
  */
 static int relay_load(struct proxy *p, char *err, size_t errlen)
 {
 	char why[PROXY_RELAY_ERR_LEN] = "";
+	enum proxy_relay want = p->p.relay;
 	int ret;
 
-	if (p->p.relay == PROXY_RELAY_SPLICE)
+	p->stats.relay_mode = PROXY_RELAY_SPLICE;
+	if (want == PROXY_RELAY_SPLICE)
 		return 0;
 	ret = relay_prog__create(&p->relay, p->p.max_tcp_flows, why,
 				 sizeof(why));
-	if (ret && p->p.relay == PROXY_RELAY_KERNEL)
+	if (ret && want != PROXY_RELAY_AUTO)
 		return errf(err, errlen, ret, "%s: %s", PROXY_NAME, why);
-	if (ret)
+	if (ret) {
 		pr_warn("%s: %s; granted tcp flows relayed by splice",
 			PROXY_NAME, why);
-	p->stats.relay_kernel = !ret;
-	snprintf(p->stats.relay_error, sizeof(p->stats.relay_error), "%s", why);
+		snprintf(p->stats.relay_error, sizeof(p->stats.relay_error),
+			 "%s", why);
+		return 0;
+	}
+	p->stats.relay_mode = want == PROXY_RELAY_KERNEL ? PROXY_RELAY_KERNEL :
+							   PROXY_RELAY_SPLIT;
+	p->relay_ways = want == PROXY_RELAY_KERNEL ? RELAY_BOTH : RELAY_A_TO_B;
 	return 0;
 }
 
@@ -686,7 +709,7 @@ void proxy__report(struct proxy *p)
 		PROXY_NAME, (unsigned long long)s.tcp_intercepted,
 		(unsigned long long)s.http_allowed,
 		(unsigned long long)s.http_refused,
-		s.relay_kernel ? "kernel" : "splice",
+		proxy__relay_name(s.relay_mode),
 		(unsigned long long)s.tcp_kernel,
 		(unsigned long long)s.tcp_splice);
 	for (unsigned int i = 0; i < s.nr_reasons; i++)

@@ -59,16 +59,17 @@ struct net_host_addrs; /* net/hostaddr.h */
 /*
  * How a granted TCP flow that is not intercepted is relayed
  * (Documentation/network.md, "The kernel relay"): by the proxy thread
- * (splice() through a pipe each way; the default: on Debian 12's Linux
- * 6.1 it moves many times the kernel relay's bytes, Documentation/
- * benchmarks.md) or by the kernel (a sockmap program: its bytes never
- * wake the proxy). Auto: the kernel when its program loads, else
- * splice, saying why.
+ * (splice() through a pipe each way), by the kernel (a sockmap program:
+ * its bytes never wake the proxy), or split: the guest's bytes by the
+ * kernel, upstream's by splice (each direction by the one that moves it
+ * faster in the one-CPU harness, Documentation/benchmarks.md). Auto:
+ * split when the program loads, else splice, saying why.
  */
 enum proxy_relay {
 	PROXY_RELAY_SPLICE,
 	PROXY_RELAY_AUTO,
 	PROXY_RELAY_KERNEL, /* proxy__create fails if it cannot load */
+	PROXY_RELAY_SPLIT,  /* likewise */
 };
 
 #define PROXY_RELAY_ERR_LEN 160U /* why the kernel relay is not loaded */
@@ -144,10 +145,12 @@ struct proxy_stats {
 	struct hook_stats hook;		     /* the policy hook's questions */
 	bool running;			     /* the proxy thread's loop */
 	/*
-	 * The kernel relay loaded (else relay_error says why, "" when
-	 * splice was asked for), and the open relayed flows by relay.
+	 * How new flows are relayed: splice, kernel or split, never auto
+	 * (splice: relay_error says why the program did not load, "" when
+	 * splice was asked for), and the open relayed flows by relay (a
+	 * split flow is the kernel's).
 	 */
-	bool relay_kernel;
+	enum proxy_relay relay_mode;
 	char relay_error[PROXY_RELAY_ERR_LEN];
 	uint64_t tcp_kernel, tcp_splice;
 	unsigned int nr_reasons;
@@ -224,6 +227,8 @@ int __must_check proxy__filter_ns_thread(struct proxy *p,
 
 /* "allowed", "intercepted" (NET_VERDICT_HTTP) or "denied". */
 const char *proxy__verdict_name(enum net_verdict v);
+/* "splice", "auto", "kernel", "split" (netcfg__relays' names). */
+const char *proxy__relay_name(enum proxy_relay r);
 
 /* One line for the SIGUSR2 report. */
 void proxy__report(struct proxy *p);

@@ -74,7 +74,7 @@ static json_t *egress_json(const uint64_t egress[EGRESS_NR_REASONS])
 }
 
 /*
- * How granted TCP flows are relayed: "kernel" or "splice" (new flows),
+ * How granted TCP flows are relayed: "kernel", "split" or "splice" (new flows),
  * the open ones by each, and why not the kernel when it could not load.
  */
 static json_t *relay_json(const struct proxy_stats *s)
@@ -82,7 +82,7 @@ static json_t *relay_json(const struct proxy_stats *s)
 	json_t *o;
 
 	o = json_pack("{s:s, s:I, s:I}", "mode",
-		      s->relay_kernel ? "kernel" : "splice", "kernel",
+		      proxy__relay_name(s->relay_mode), "kernel",
 		      (json_int_t)s->tcp_kernel, "splice",
 		      (json_int_t)s->tcp_splice);
 	if (o && s->relay_error[0])

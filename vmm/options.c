@@ -641,12 +641,13 @@ const struct option_desc options__table[] = {
 	},
 	{
 		.flag = "net-relay",
-		.arg = "splice|auto|kernel",
+		.arg = "splice|auto|kernel|split",
 		.key = "net.relay",
 		.help = "how granted TCP flows the proxy does not intercept are\n"
 			"relayed: splice (the proxy's thread; the default),\n"
-			"kernel (a BPF sockmap program) or auto (the kernel\n"
-			"when its program loads, else splice)",
+			"kernel (a BPF sockmap program), split (the guest's\n"
+			"bytes by the kernel, upstream's by splice) or auto\n"
+			"(split when the program loads, else splice)",
 		.kind = OPTION_CHOICE,
 		.choices = netcfg__relays,
 		.apply = apply_net_relay,

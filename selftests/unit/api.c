@@ -568,7 +568,7 @@ TEST(net_status_relay)
 	struct proxy_stats s = test_stats;
 	json_t *o, *r;
 
-	s.relay_kernel = true;
+	s.relay_mode = PROXY_RELAY_KERNEL;
 	s.tcp_kernel = 2;
 	s.tcp_splice = 1;
 	o = net_status__json(&s, NULL, "x");
@@ -580,7 +580,7 @@ TEST(net_status_relay)
 	EXPECT_EQ(NULL, json_object_get(r, "error"));
 	json_decref(o);
 
-	s.relay_kernel = false;
+	s.relay_mode = PROXY_RELAY_SPLICE;
 	snprintf(s.relay_error, sizeof(s.relay_error),
 		 "relay: load: Operation not permitted");
 	o = net_status__json(&s, NULL, "x");

@@ -111,15 +111,21 @@ static void pair_open(struct __test_metadata *_metadata, struct pair *p,
 	ASSERT_EQ(0, fcntl(p->b, F_SETFL, O_NONBLOCK));
 }
 
-static void pair_start(struct __test_metadata *_metadata, struct pair *p,
-		       struct relay_prog *r)
+static void pair_start_ways(struct __test_metadata *_metadata, struct pair *p,
+			    struct relay_prog *r, enum relay_ways ways)
 {
 	char err[256] = "";
 
-	ASSERT_EQ(0, krelay__start(&p->k, p->a, p->b));
-	ASSERT_EQ(0, relay_prog__pair(r, p->a, p->b, err, sizeof(err)))
+	ASSERT_EQ(0, krelay__start(&p->k, p->a, p->b, ways));
+	ASSERT_EQ(0, relay_prog__pair(r, p->a, p->b, ways, err, sizeof(err)))
 	TH_LOG("%s", err);
 	p->started = true;
+}
+
+static void pair_start(struct __test_metadata *_metadata, struct pair *p,
+		       struct relay_prog *r)
+{
+	pair_start_ways(_metadata, p, r, RELAY_BOTH);
 }
 
 static void pair_close(struct pair *p, struct relay_prog *r)
@@ -304,6 +310,7 @@ TEST_F(relay, bytes_both_ways)
 
 	pair_start(_metadata, p, self->r);
 	EXPECT_EQ(2U, relay_prog__nr_socks(self->r));
+	EXPECT_EQ(2U, relay_prog__nr_ways(self->r));
 	send_all(_metadata, p->guest, "GET / HTTP/1.0\r\n\r\n", 18);
 	ASSERT_EQ(18U, read_all(p->up, buf, 18, TIMEOUT_MS));
 	EXPECT_EQ(0, memcmp(buf, "GET / HTTP/1.0\r\n\r\n", 18));
@@ -526,6 +533,7 @@ TEST_F(relay, stop_relays_nothing_more)
 	krelay__stop(&p->k, self->r);
 	p->started = false;
 	EXPECT_EQ(0U, relay_prog__nr_socks(self->r));
+	EXPECT_EQ(0U, relay_prog__nr_ways(self->r));
 	send_all(_metadata, p->guest, "two", 3);
 	send_all(_metadata, p->up, "back", 4);
 	EXPECT_TRUE(quiet(p->up));
@@ -547,6 +555,92 @@ TEST_F(relay, close_leaves_the_map)
 	close(p->b);
 	p->a = p->b = -1;
 	EXPECT_EQ(0U, relay_prog__nr_socks(self->r));
+	EXPECT_EQ(0U, relay_prog__nr_ways(self->r));
+}
+
+/*
+ * One way (split): the guest's bytes, including what it sent before
+ * the pairing, reach upstream by the kernel; upstream's stay in the
+ * relay's own end for its owner, who writes the guest's end itself;
+ * krelay neither watches nor counts upstream's side.
+ */
+TEST_F(relay, one_way_leaves_the_other_to_the_owner)
+{
+	struct pair *p = &self->p;
+	uint64_t bytes[KRELAY_SIDES];
+	char buf[16] = "";
+
+	send_all(_metadata, p->guest, "early", 5);
+	usleep(50 * 1000);
+	pair_start_ways(_metadata, p, self->r, RELAY_A_TO_B);
+	EXPECT_EQ(1U, relay_prog__nr_socks(self->r));
+	EXPECT_EQ(1U, relay_prog__nr_ways(self->r));
+	EXPECT_EQ(0U, krelay__interest(&p->k, KRELAY_B));
+	EXPECT_NE(0U, krelay__interest(&p->k, KRELAY_A));
+	ASSERT_EQ(5U, read_all(p->up, buf, 5, TIMEOUT_MS));
+	EXPECT_EQ(0, memcmp(buf, "early", 5));
+	send_all(_metadata, p->up, "reply", 5);
+	EXPECT_TRUE(quiet(p->guest));
+	ASSERT_EQ(5U, read_all(p->b, buf, 5, TIMEOUT_MS));
+	EXPECT_EQ(0, memcmp(buf, "reply", 5));
+	send_all(_metadata, p->a, "owner", 5);
+	ASSERT_EQ(5U, read_all(p->guest, buf, 5, TIMEOUT_MS));
+	EXPECT_EQ(0, memcmp(buf, "owner", 5));
+	/* The kernel's end read by nobody else. */
+	EXPECT_EQ(-1, recv(p->a, buf, sizeof(buf), MSG_DONTWAIT));
+	ASSERT_EQ(0, krelay__bytes(&p->k, bytes));
+	EXPECT_EQ(5U, bytes[KRELAY_A]);
+	EXPECT_EQ(0U, bytes[KRELAY_B]);
+}
+
+/*
+ * One way, megabytes, then the guest's FIN: krelay sends it on after
+ * the last byte and is done (its one way shut), while upstream's side
+ * still carries bytes for the owner.
+ */
+TEST_F(relay, one_way_big_then_fin)
+{
+	struct pair *p = &self->p;
+	struct sender out = { .fd = p->guest, .len = BIG_BYTES };
+	char *got = malloc(BIG_BYTES), buf[8] = "";
+	uint64_t bytes[KRELAY_SIDES];
+	pthread_t t;
+
+	ASSERT_NE(NULL, got);
+	pair_start_ways(_metadata, p, self->r, RELAY_A_TO_B);
+	ASSERT_EQ(0, pthread_create(&t, NULL, send_big, &out));
+	ASSERT_EQ(BIG_BYTES, read_all(p->up, got, BIG_BYTES, TIMEOUT_MS));
+	pthread_join(t, NULL);
+	ASSERT_EQ(0, out.err);
+	for (size_t i = 0; i < BIG_BYTES; i++) {
+		ASSERT_EQ((char)(i * 7 + i / 4096), got[i])
+		TH_LOG("byte %zu", i);
+	}
+	ASSERT_EQ(0, shutdown(p->guest, SHUT_WR));
+	pump(_metadata, p, 1, TIMEOUT_MS);
+	EXPECT_TRUE(p->done);
+	EXPECT_EQ(0, p->err);
+	EXPECT_TRUE(reads_eof(p->up, TIMEOUT_MS));
+	send_all(_metadata, p->up, "late", 4);
+	ASSERT_EQ(4U, read_all(p->b, buf, 4, TIMEOUT_MS));
+	EXPECT_EQ(0, memcmp(buf, "late", 4));
+	ASSERT_EQ(0, krelay__bytes(&p->k, bytes));
+	EXPECT_EQ(BIG_BYTES, bytes[KRELAY_A]);
+	free(got);
+}
+
+/* No way asked is refused, and nothing goes in the maps. */
+TEST_F(relay, no_way_is_refused)
+{
+	struct pair *p = &self->p;
+	char err[256] = "";
+
+	EXPECT_EQ(-EINVAL,
+		  relay_prog__pair(self->r, p->a, p->b, (enum relay_ways)0, err,
+				   sizeof(err)));
+	EXPECT_STRNE("", err);
+	EXPECT_EQ(0U, relay_prog__nr_socks(self->r));
+	EXPECT_EQ(0U, relay_prog__nr_ways(self->r));
 }
 
 /*
@@ -562,8 +656,9 @@ TEST_F(relay, half_closed_is_refused)
 
 	ASSERT_EQ(0, shutdown(p->guest, SHUT_WR));
 	ASSERT_EQ(1, poll(&pfd, 1, TIMEOUT_MS));
-	ASSERT_EQ(0, krelay__start(&p->k, p->a, p->b));
-	EXPECT_GT(0, relay_prog__pair(self->r, p->a, p->b, err, sizeof(err)));
+	ASSERT_EQ(0, krelay__start(&p->k, p->a, p->b, RELAY_BOTH));
+	EXPECT_GT(0, relay_prog__pair(self->r, p->a, p->b, RELAY_BOTH, err,
+				      sizeof(err)));
 	EXPECT_NE(0, err[0]);
 	EXPECT_EQ(0U, relay_prog__nr_socks(self->r));
 }
@@ -585,7 +680,8 @@ TEST(full_map_refuses)
 	pair_open(_metadata, &p[0], lsn, &at);
 	pair_open(_metadata, &p[1], lsn, &at);
 	pair_start(_metadata, &p[0], r);
-	EXPECT_EQ(-E2BIG, relay_prog__pair(r, p[1].a, p[1].b, err, sizeof(err)))
+	EXPECT_EQ(-E2BIG, relay_prog__pair(r, p[1].a, p[1].b, RELAY_BOTH, err,
+					   sizeof(err)))
 	TH_LOG("%s", err);
 	EXPECT_EQ(2U, relay_prog__nr_socks(r));
 	pair_close(&p[0], r);
@@ -660,8 +756,8 @@ TEST(killed_owner_ends_the_flow)
 		char err[256];
 
 		if (relay_prog__create(&r, 1, err, sizeof(err)) ||
-		    krelay__start(&p.k, p.a, p.b) ||
-		    relay_prog__pair(r, p.a, p.b, err, sizeof(err)))
+		    krelay__start(&p.k, p.a, p.b, RELAY_BOTH) ||
+		    relay_prog__pair(r, p.a, p.b, RELAY_BOTH, err, sizeof(err)))
 			_exit(1);
 		c = 'r';
 		if (write(ready[1], &c, 1) != 1)

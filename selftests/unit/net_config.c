@@ -318,6 +318,12 @@ TEST(relay_forms)
 	EXPECT_STREQ("kernel", netcfg__relays[c.net.relay]);
 	EXPECT_EQ(PROXY_RELAY_KERNEL, c.net.relay);
 	config__free(&c);
+	ASSERT_EQ(0, parse(&c, ARGS("--net", "auto", "--net-relay", "split"),
+			   err, sizeof(err)))
+	TH_LOG("%s", err);
+	EXPECT_STREQ("split", netcfg__relays[c.net.relay]);
+	EXPECT_EQ(PROXY_RELAY_SPLIT, c.net.relay);
+	config__free(&c);
 	ASSERT_EQ(0, parse_json(&c,
 				"{\"net\": {\"mode\": \"auto\", "
 				"\"relay\": \"splice\"}}",

@@ -429,7 +429,7 @@ TEST_F_TIMEOUT(px, tcp_bulk_relay_through_pipes_under_the_filter, 120)
 	EXPECT_EQ(BULK, s.bytes_out);
 	EXPECT_EQ(BULK, s.bytes_in);
 	EXPECT_EQ(before, pipes_open());
-	EXPECT_FALSE(s.relay_kernel);
+	EXPECT_EQ(PROXY_RELAY_SPLICE, s.relay_mode);
 	EXPECT_STREQ("", s.relay_error);
 	EXPECT_EQ(0, s.tcp_splice);
 }
@@ -466,7 +466,7 @@ TEST_F_TIMEOUT(px, tcp_bulk_relay_in_the_kernel_under_the_filter, 120)
 	ASSERT_TRUE(vmnet__wait_for(g, POLLOUT, TIMEOUT_MS));
 	ASSERT_EQ(0, so_error(g));
 	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, tcp_kernel_is, 1, &s));
-	EXPECT_TRUE(s.relay_kernel);
+	EXPECT_EQ(PROXY_RELAY_KERNEL, s.relay_mode);
 	EXPECT_EQ(0, s.tcp_splice);
 	EXPECT_EQ(before, pipes_open());
 
@@ -485,6 +485,50 @@ TEST_F_TIMEOUT(px, tcp_bulk_relay_in_the_kernel_under_the_filter, 120)
 	EXPECT_EQ(BULK, s.bytes_out);
 	EXPECT_EQ(BULK, s.bytes_in);
 	EXPECT_EQ(0, s.tcp_kernel);
+}
+
+/*
+ * The same split (the guest's bytes by the kernel, upstream's through
+ * one pipe): every byte in order both ways, one pipe, the flow counted
+ * as the kernel's, upstream's FIN after its bytes and the guest's after
+ * its own, counters exact.
+ */
+TEST_F_TIMEOUT(px, tcp_bulk_relay_split_under_the_filter, 120)
+{
+	unsigned int before;
+	struct proxy_stats s;
+	int g, conn;
+
+	proxy__destroy(self->proxy);
+	self->proxy = NULL;
+	px_proxy_relay(_metadata, self, true, PROXY_RELAY_SPLIT);
+
+	before = pipes_open();
+	g = proxyfix__guest_connect(_metadata, &self->net, ALLOWED, TCP_PORT);
+	conn = proxyfix__up_accept(_metadata, self->up_tcp);
+	ASSERT_TRUE(vmnet__wait_for(g, POLLOUT, TIMEOUT_MS));
+	ASSERT_EQ(0, so_error(g));
+	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, tcp_kernel_is, 1, &s));
+	EXPECT_EQ(PROXY_RELAY_SPLIT, s.relay_mode);
+	EXPECT_EQ(0, s.tcp_splice);
+	/* Upstream's way: two descriptors. */
+	EXPECT_EQ(before + 2, pipes_open());
+
+	EXPECT_TRUE(bulk_one_way(g, conn, 1)) TH_LOG("guest to upstream");
+	EXPECT_TRUE(bulk_one_way(conn, g, 2)) TH_LOG("upstream to guest");
+	ASSERT_EQ(0, shutdown(conn, SHUT_WR));
+	ASSERT_TRUE(vmnet__wait_for(g, POLLIN, TIMEOUT_MS));
+	EXPECT_EQ(0, recv(g, &(char){ 0 }, 1, 0)); /* upstream's FIN */
+	ASSERT_EQ(0, shutdown(g, SHUT_WR));
+	EXPECT_EQ(0, recv(conn, &(char){ 0 }, 1, 0)); /* the guest's */
+	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, proxyfix__tcp_open_is, 0,
+					 &s));
+	EXPECT_EQ(BULK, s.bytes_out);
+	EXPECT_EQ(BULK, s.bytes_in);
+	EXPECT_EQ(0, s.tcp_kernel);
+	EXPECT_EQ(before, pipes_open());
+	close(conn);
+	close(g);
 }
 
 TEST_F_TIMEOUT(px, tcp_denied_is_reset, 60)
