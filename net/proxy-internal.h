@@ -32,7 +32,8 @@
 
 #define PROXY_BACKLOG	     4096	  /* SYN cookies drop: keep them rare */
 #define PROXY_RELAY_BUF	     (64U * 1024) /* bytes, per direction of a flow */
-#define PROXY_DGRAM_MAX	     65535U	  /* one UDP datagram */
+#define PROXY_RELAY_PIPE_MAX (256U * 1024) /* a bulk flow's pipe grows to */
+#define PROXY_DGRAM_MAX	     65535U	   /* one UDP datagram */
 #define PROXY_UDP_IDLE_MS    60000U
 #define PROXY_TLS_SETUP_MS   10000U /* an intercepted TLS flow's setup */
 #define PROXY_EPOLL_EVENTS   64
@@ -77,11 +78,20 @@ _Static_assert(SIDE_GUEST == (int)KRELAY_A && SIDE_UP == (int)KRELAY_B,
  * (splice(): the bytes stay in the kernel, no copy through user space),
  * else through buf.
  */
+/*
+ * A bulk flow's relay pipe grows to PROXY_RELAY_PIPE_MAX once
+ * (F_SETPIPE_SZ): a bulk flow then moves four times as much per wake-up
+ * of the proxy thread (benchmarks.md, "Network benchmark", the eighth
+ * run), while other flows keep PROXY_RELAY_BUF and the user's pipe
+ * pages (pipe-user-pages-soft) go to the flows that use them.
+ */
 struct relay_dir {
 	bool piped;   /* pipe[] holds len bytes (off unused), else buf */
 	int pipe[2];  /* piped: read end, write end */
 	bool full;    /* piped: the last splice in found no room */
+	bool grown;   /* piped: cap is as large as it gets */
 	uint8_t *buf; /* PROXY_RELAY_BUF */
+	size_t cap;   /* what pipe[] or buf holds at most */
 	size_t off, len;
 	bool eof;  /* the reading side said FIN */
 	bool shut; /* and the other side was told (SHUT_WR) */

@@ -118,7 +118,7 @@ static uint32_t tcp_interest(const struct tcp_flow *t, int s)
 		if (s == SIDE_GUEST)
 			return ev | (out->off < out->len ? EPOLLOUT : 0);
 	}
-	if (!in->eof && in->len < PROXY_RELAY_BUF && !in->full)
+	if (!in->eof && in->len < in->cap && !in->full)
 		ev |= EPOLLIN;
 	if (out->off < out->len)
 		ev |= EPOLLOUT;
@@ -132,6 +132,27 @@ static uint32_t tcp_interest(const struct tcp_flow *t, int s)
 }
 
 /*
+ * A pipe a bulk flow uses grows, once, to PROXY_RELAY_PIPE_MAX; where it
+ * cannot (over the user's pipe-user-pages-soft without CAP_SYS_RESOURCE)
+ * it stays as it is. Bulk: one read filled half of it or more, or found
+ * it full (its bytes, or its slots: a page each, whatever a segment's
+ * fragment holds, so that a 64 KiB segment can take all 16).
+ */
+static void relay_pipe_grow(struct relay_dir *d)
+{
+	int size;
+
+	d->grown = true;
+	size = fcntl(d->pipe[1], F_SETPIPE_SZ, PROXY_RELAY_PIPE_MAX);
+	if (size < 0) {
+		pr_debug("%s: a relay pipe's size: %s", PROXY_NAME,
+			 strerror(errno));
+		return;
+	}
+	d->cap = (size_t)size;
+}
+
+/*
  * Into the pipe, as far as it has room. EAGAIN with bytes in it: taken
  * as no room (the socket may have been empty instead; either way the
  * next write to the other side clears it and reading goes on).
@@ -141,10 +162,14 @@ static ssize_t relay_splice_in(struct tcp_flow *t, int s)
 	struct relay_dir *d = &t->dir[s];
 	ssize_t n;
 
-	n = splice(t->ep[s].fd, NULL, d->pipe[1], NULL,
-		   PROXY_RELAY_BUF - d->len, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+	n = splice(t->ep[s].fd, NULL, d->pipe[1], NULL, d->cap - d->len,
+		   SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
 	if (n < 0 && errno == EAGAIN && d->len)
 		d->full = true;
+	if (!d->grown && (d->full || (n > 0 && (size_t)n >= d->cap / 2))) {
+		relay_pipe_grow(d);
+		d->full = false; /* room now, if it grew */
+	}
 	return n;
 }
 
@@ -157,7 +182,7 @@ static int relay_read(struct proxy *p, struct tcp_flow *t, int s)
 	if (d->eof)
 		return 0;
 	if (d->piped) {
-		if (d->len == PROXY_RELAY_BUF || d->full)
+		if (d->len == d->cap || d->full)
 			return 0;
 		n = relay_splice_in(t, s);
 		goto count;
@@ -167,10 +192,9 @@ static int relay_read(struct proxy *p, struct tcp_flow *t, int s)
 		d->len -= d->off;
 		d->off = 0;
 	}
-	if (d->len == PROXY_RELAY_BUF)
+	if (d->len == d->cap)
 		return 0; /* back-pressure: the other side drains first */
-	n = recv(t->ep[s].fd, d->buf + d->len, PROXY_RELAY_BUF - d->len,
-		 MSG_DONTWAIT);
+	n = recv(t->ep[s].fd, d->buf + d->len, d->cap - d->len, MSG_DONTWAIT);
 count:
 	if (n < 0)
 		return errno == EAGAIN || errno == EINTR ? 0 : -errno;
@@ -304,21 +328,29 @@ static int upstream_socket(const struct sockaddr_in *dst)
 
 /*
  * A pipe for the direction (PROXY_RELAY_BUF of room: the default size
- * on Linux, set in case it is not); out of descriptors or pipe memory,
- * a buffer instead. 0 or -ENOMEM.
+ * on Linux, set in case it is not; less when the user is over its pipe
+ * pages, as the kernel then makes it); out of descriptors or pipe
+ * memory, a buffer instead. 0 or -ENOMEM.
  */
 static int relay_dir_init(struct relay_dir *d)
 {
+	int size;
+
 	if (!pipe2(d->pipe, O_NONBLOCK | O_CLOEXEC)) {
 		d->piped = true;
-		if (fcntl(d->pipe[1], F_SETPIPE_SZ, PROXY_RELAY_BUF) < 0)
+		size = fcntl(d->pipe[1], F_SETPIPE_SZ, PROXY_RELAY_BUF);
+		if (size < 0) {
 			pr_debug("%s: a relay pipe's size: %s", PROXY_NAME,
 				 strerror(errno));
+			size = fcntl(d->pipe[1], F_GETPIPE_SZ);
+		}
+		d->cap = size > 0 ? (size_t)size : PROXY_RELAY_BUF;
 		return 0;
 	}
 	pr_debug("%s: a relay pipe: %s: relayed through a buffer", PROXY_NAME,
 		 strerror(errno));
 	d->buf = malloc(PROXY_RELAY_BUF);
+	d->cap = PROXY_RELAY_BUF;
 	return d->buf ? 0 : -ENOMEM;
 }
 

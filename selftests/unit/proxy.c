@@ -43,6 +43,7 @@
 #include "lib/compiler.h"
 #include "net/policy.h"
 #include "net/hostaddr.h"
+#include "net/proxy-internal.h" /* PROXY_RELAY_PIPE_MAX */
 #include "net/proxy.h"
 #include "selftests/fakehook.h"
 #include "selftests/kselftest.h"
@@ -342,6 +343,28 @@ static unsigned int pipes_open(void)
 	return n;
 }
 
+/* This process's pipe descriptors of size bytes (F_GETPIPE_SZ). */
+static unsigned int pipes_of_size(int size)
+{
+	char link[64], path[300];
+	unsigned int n = 0;
+	struct dirent *e;
+	DIR *d = opendir("/proc/self/fd");
+	ssize_t len;
+
+	if (!d)
+		return 0;
+	while ((e = readdir(d))) {
+		snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+		len = readlink(path, link, sizeof(link) - 1);
+		if (len > 0 && !strncmp(link, "pipe:", 5) &&
+		    fcntl(atoi(e->d_name), F_GETPIPE_SZ) == size)
+			n++;
+	}
+	closedir(d);
+	return n;
+}
+
 static uint8_t bulk_byte(size_t i, uint8_t seed)
 {
 	return (uint8_t)(i * 131 + (i >> 12) + seed);
@@ -422,6 +445,8 @@ TEST_F_TIMEOUT(px, tcp_bulk_relay_through_pipes_under_the_filter, 120)
 
 	EXPECT_TRUE(bulk_one_way(g, conn, 1)) TH_LOG("guest to upstream");
 	EXPECT_TRUE(bulk_one_way(conn, g, 2)) TH_LOG("upstream to guest");
+	/* Each way's pipe was found full: both grew, and only once. */
+	EXPECT_EQ(4U, pipes_of_size(PROXY_RELAY_PIPE_MAX));
 	close(conn);
 	close(g);
 	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, proxyfix__tcp_open_is, 0,
