@@ -645,7 +645,7 @@ static int flatten_to_store(struct source *s, const struct flatten_opts *o,
 		.claim = true,
 	};
 	struct store *st = NULL;
-	uint64_t file_bytes;
+	uint64_t file_bytes = 0;
 	char *tmp;
 	int fd, ret;
 
