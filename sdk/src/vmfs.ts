@@ -7,6 +7,7 @@
 
 import { SandboxConfigError, isRecord } from "./errors.js";
 import type { RpcConnection } from "./rpc/client.js";
+import { MAX_BODY_BYTES } from "./rpc/codec.js";
 import { absolutePath, integer, optionalBoolean, record, shown } from "./validate.js";
 
 export type SandboxFileType = "file" | "directory" | "symlink" | "other";
@@ -43,9 +44,10 @@ export interface SandboxVmFileSystem {
  * one round trip instead of three; past it the vmm's JSON parse of the
  * string costs more than the round trips). */
 export const INLINE_WRITE_BYTES = 64 * 1024;
-/** Body of one fs.write of a streamed upload (at most MAX_BODY_BYTES), and
- * how many are in flight at once. */
-export const WRITE_CHUNK = 256 * 1024;
+/** Body of one fs.write of a streamed upload (the most the vmm takes), and
+ * how many are in flight at once (Documentation/benchmarks.md, "The API's
+ * file write in raw bodies"). */
+export const WRITE_CHUNK = MAX_BODY_BYTES;
 export const WRITES_IN_FLIGHT = 4;
 
 function toStat(method: string, v: unknown): SandboxFileStat {
