@@ -207,6 +207,37 @@ static inline int tc_send(struct tc *t, json_t *msg)
 	return ret;
 }
 
+/*
+ * A request line (params stolen; NULL: {}) with n raw bytes after it, as
+ * fs.write {stream, size: n} sends its body, appended to *buf (*len
+ * bytes so far, realloc'ed): several go out in one send (tc_send_raw).
+ */
+static inline int tc_frame_body(char **buf, size_t *len, json_int_t id,
+				const char *method, json_t *params,
+				const void *body, size_t n)
+{
+	json_t *msg = json_pack("{s:s, s:I, s:s, s:o}", "jsonrpc", "2.0", "id",
+				id, "method", method, "params",
+				params ? params : json_object());
+	char *s = msg ? json_dumps(msg, JSON_COMPACT) : NULL;
+	size_t sl = s ? strlen(s) : 0;
+	char *nb = s ? realloc(*buf, *len + sl + 1 + n) : NULL;
+
+	json_decref(msg);
+	if (!nb) {
+		free(s);
+		return -ENOMEM;
+	}
+	memcpy(nb + *len, s, sl);
+	nb[*len + sl] = '\n';
+	if (n)
+		memcpy(nb + *len + sl + 1, body, n);
+	*buf = nb;
+	*len += sl + 1 + n;
+	free(s);
+	return 0;
+}
+
 /* params is stolen; NULL: {}. */
 static inline int tc_request(struct tc *t, json_int_t id, const char *method,
 			     json_t *params)

@@ -72,6 +72,17 @@ class Rpc:
                        + b"\n")
         return self.next_id
 
+    def send_body(self, method, params, body):
+        """A request whose raw body follows its line (fs.write with
+        size: Documentation/api.md)."""
+        self.next_id += 1
+        msg = {"jsonrpc": "2.0", "id": self.next_id, "method": method,
+               "params": dict(params, size=len(body))}
+        self.s.sendall(json.dumps(msg, separators=(",", ":")).encode()
+                       + b"\n")
+        self.s.sendall(body)
+        return self.next_id
+
     def recv(self):
         """The next message, as a dict."""
         while True:

@@ -20,8 +20,12 @@ request as the protocol has it:
   kiln-api   vmm start (the same initramfs, the kiln-test image on
              virtio-blk) and its JSON-RPC control socket, which the vmm
              serves by speaking the same frames to the agent: exec,
-             spawn's stream.stdout, fs.writeFile with stream (fs.write
-             of 48 KiB base64 chunks, 4 in flight, as vmmctl cp does)
+             spawn's stream.stdout, fs.writeFile with stream, then
+             fs.write three ways: 48 KiB base64 chunks, 4 in flight (what
+             vmmctl cp did), the same as raw bodies (fs.write {stream,
+             size} and the bytes after the line), 256 KiB raw
+             bodies, 4 in flight, and 1 MiB bodies (the largest), 4 in
+             flight (what vmmctl cp and the SDK send now);
              and fs.readFile with stream (fs.chunk notifications).
 
 All three VMs run at once; each round runs every workload on each, the
@@ -64,8 +68,14 @@ FS_READ, FS_WRITE, FS_DATA = 34, 35, 39
 T_ERRNO, T_MESSAGE, T_ARG, T_EXIT_CODE = 3, 5, 16, 24
 T_PATH, T_CREATE_PARENTS, T_SIZE = 32, 38, 41
 DATA_CHUNK = 64 * 1024          # KILN_DATA_CHUNK
-API_CHUNK = 48 * 1024           # vmmctl cp's fs.write chunks
+API_CHUNK = 48 * 1024           # vmmctl cp's fs.write chunks (base64)
+API_BODY_CHUNK = 256 * 1024     # a raw body of a quarter of the most
 API_IN_FLIGHT = 4
+# The API's file write: (result key, row label, chunk, raw body or base64)
+API_WRITES = (("write", "base64 48 KiB x4", API_CHUNK, False),
+              ("write_body48", "raw body 48 KiB x4", API_CHUNK, True),
+              ("write_body", "raw body 256 KiB x4", API_BODY_CHUNK, True),
+              ("write_body1m", "raw body 1 MiB x4", MIB, True))
 FILE = "/tmp/bench-agent-wire.bin"
 # Where QEMU microvm puts the one virtio-mmio device (QEMU 7.2).
 QEMU_VIRTIO_MMIO = "virtio_mmio.device=512@0xfeb00e00:12"
@@ -266,20 +276,25 @@ def api_stream(rpc, nbytes):
     return client.stream(rpc, nbytes)["seconds"]
 
 
-def api_write(rpc, nbytes):
-    data = base64.b64encode(bytes(API_CHUNK)).decode()
+def api_write(rpc, nbytes, chunk, raw):
+    full = bytes(chunk) if raw else base64.b64encode(bytes(chunk)).decode()
     t = now()
     sid = rpc.call("fs.writeFile", {"path": FILE, "stream": True,
                                     "createParents": True})["stream"]
     sent = acked = 0
     inflight = set()
-    while acked < sent or sent * API_CHUNK < nbytes:
+    while acked < sent or sent * chunk < nbytes:
         while (len(inflight) < API_IN_FLIGHT and
-               sent * API_CHUNK < nbytes):
-            n = min(API_CHUNK, nbytes - sent * API_CHUNK)
-            d = data if n == API_CHUNK else base64.b64encode(
-                bytes(n)).decode()
-            inflight.add(rpc.send("fs.write", {"stream": sid, "data": d}))
+               sent * chunk < nbytes):
+            n = min(chunk, nbytes - sent * chunk)
+            if raw:
+                d = full if n == chunk else bytes(n)
+                inflight.add(rpc.send_body("fs.write", {"stream": sid}, d))
+            else:
+                d = full if n == chunk else base64.b64encode(
+                    bytes(n)).decode()
+                inflight.add(rpc.send("fs.write",
+                                      {"stream": sid, "data": d}))
             sent += 1
         m = rpc.recv()
         if m.get("id") in inflight:
@@ -420,6 +435,8 @@ def main():
         names = ["kiln-wire", "qemu-wire", "kiln-api"]
         res = {n: {"exec": [], "stream": [], "write": [], "read": []}
                for n in names}
+        for key, _, _, _ in API_WRITES:
+            res["kiln-api"][key] = []
         for r in range(a.rounds):
             order = names[r % 3:] + names[:r % 3]
             print(f"bench-agent-wire: round {r + 1}/{a.rounds}: "
@@ -429,7 +446,8 @@ def main():
                 if n == "kiln-api":
                     x["exec"] += [api_exec(rpc) for _ in range(a.execs)]
                     x["stream"].append(api_stream(rpc, nbytes))
-                    x["write"].append(api_write(rpc, nbytes))
+                    for key, _, chunk, raw in API_WRITES:
+                        x[key].append(api_write(rpc, nbytes, chunk, raw))
                     x["read"].append(api_read(rpc, nbytes))
                     continue
                 w = sides[n][0]
@@ -490,7 +508,8 @@ def report(a, res, nbytes):
     print(f"method:  {a.rounds} rounds, all three VMs running, order "
           f"rotating; {a.execs} exec of true per round (p50/p99 over all "
           f"{a.rounds * a.execs}); {a.mib} MiB stdout, file write, read "
-          f"per round (median [min-max] of the rounds)")
+          f"per round (median [min-max] of the rounds); kiln-api's file "
+          f"write row: fs.write in base64 (all its forms below)")
     w = 22
     print(f"{'metric':34}" + "".join(f"{n:>{w}}" for n in names) +
           f"{'kiln/qemu wire':>16}")
@@ -509,6 +528,14 @@ def report(a, res, nbytes):
         row(label, [rng(rate[n][k]) for n in names],
             statistics.median(rate["kiln-wire"][k]) /
             statistics.median(rate["qemu-wire"][k]))
+    # The API's file write each way, beside the frames' (the ratio).
+    wire = statistics.median(rate["kiln-wire"]["write"])
+    print(f"kiln-api file write {a.mib} MiB by fs.write form (MB/s; "
+          f"last column: / kiln-wire's)")
+    for key, label, _, _ in API_WRITES:
+        v = [nbytes / MB / t for t in res["kiln-api"][key]]
+        print(f"  {label:32}" + f"{'':>{w * 2}}" + f"{rng(v):>{w}}" +
+              f"{statistics.median(v) / wire:>16.2f}")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"date": datetime.datetime.utcnow().isoformat(),

@@ -25,6 +25,7 @@
 struct sock_fprog; /* lib/thread-filter.h */
 
 #define API_MAX_MESSAGE	    (1U << 20)	 /* bytes in one request line */
+#define API_MAX_BODY	    (1U << 20)	 /* fs.write's raw body after it */
 #define API_MAX_CLIENTS	    64U		 /* connected clients */
 #define API_MAX_CALLS	    256U	 /* agent connections, all clients */
 #define API_MAX_STREAMS	    64U		 /* spawn, pty and upload streams */

@@ -1,11 +1,13 @@
 // vm.fs: the running guest's file system through the control API
 // (Documentation/api.md, "fs.*"). Reads and listings always stream, so a
 // file or directory of any size comes in chunks (64 KiB each) instead of
-// one capped answer; writes over one request's worth stream with a few
-// chunks in flight.
+// one capped answer; writes over a small request's worth stream as raw
+// bodies (fs.write {stream, size}, the bytes after the line: no base64,
+// no JSON string for the vmm to parse) with a few in flight.
 
 import { SandboxConfigError, isRecord } from "./errors.js";
 import type { RpcConnection } from "./rpc/client.js";
+import { MAX_BODY_BYTES } from "./rpc/codec.js";
 import { absolutePath, integer, optionalBoolean, record, shown } from "./validate.js";
 
 export type SandboxFileType = "file" | "directory" | "symlink" | "other";
@@ -38,10 +40,14 @@ export interface SandboxVmFileSystem {
 	rename(from: string, to: string): Promise<void>;
 }
 
-/** Contents up to this size go in the fs.writeFile request itself. */
-export const INLINE_WRITE_BYTES = 512 * 1024;
-/** Chunk of a streamed upload, and how many are in flight at once. */
-export const WRITE_CHUNK = 192 * 1024;
+/** Contents up to this size go in the fs.writeFile request itself (base64:
+ * one round trip instead of three; past it the vmm's JSON parse of the
+ * string costs more than the round trips). */
+export const INLINE_WRITE_BYTES = 64 * 1024;
+/** Body of one fs.write of a streamed upload (the most the vmm takes), and
+ * how many are in flight at once (Documentation/benchmarks.md, "The API's
+ * file write in raw bodies"). */
+export const WRITE_CHUNK = MAX_BODY_BYTES;
 export const WRITES_IN_FLIGHT = 4;
 
 function toStat(method: string, v: unknown): SandboxFileStat {
@@ -164,7 +170,7 @@ export function vmFileSystem(conn: () => RpcConnection): SandboxVmFileSystem {
 			const inFlight = new Set<Promise<unknown>>();
 			try {
 				for (let off = 0; off < data.length; off += WRITE_CHUNK) {
-					const w = c.call("fs.write", { stream, data: data.subarray(off, off + WRITE_CHUNK).toString("base64") });
+					const w = c.callWithBody("fs.write", { stream }, data.subarray(off, off + WRITE_CHUNK));
 					inFlight.add(w);
 					void w.finally(() => inFlight.delete(w)).catch(() => undefined);
 					if (inFlight.size >= WRITES_IN_FLIGHT)

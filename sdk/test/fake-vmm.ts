@@ -7,6 +7,7 @@ import { readFileSync, rmSync } from "node:fs";
 import net from "node:net";
 import path from "node:path";
 import { LineDecoder } from "../src/rpc/codec.js";
+import { RequestDecoder } from "./request-decoder.js";
 import * as fuse from "./fuse-msg.js";
 
 type Req = { id?: number; method: string; params?: Record<string, unknown> };
@@ -117,7 +118,7 @@ function refusal(g: Scope, r: Req): string | undefined {
 }
 
 const serveConn = (sock: net.Socket, scope?: Scope): void => {
-	const d = new LineDecoder();
+	const d = new RequestDecoder();
 	const send = (o: unknown): boolean => sock.write(JSON.stringify({ jsonrpc: "2.0", ...(o as object) }) + "\n");
 	const conn: Conn = {
 		requests: [], subscribed: false, events: 0, open: true, persona: scope?.persona ?? null,
@@ -140,7 +141,7 @@ const serveConn = (sock: net.Socket, scope?: Scope): void => {
 	const streams = new Map<number, { input: Buffer[]; argv: string[] }>();
 	const uploads = new Map<number, { path: string; parts: Buffer[] }>();
 
-	const handle = (r: Req): void => {
+	const handle = (r: Req, body?: Buffer): void => {
 		const p = r.params ?? {};
 		conn.requests.push(r.method);
 		if (scope) {
@@ -365,7 +366,7 @@ const serveConn = (sock: net.Socket, scope?: Scope): void => {
 			return;
 		}
 		case "fs.write":
-			uploads.get(p["stream"] as number)?.parts.push(Buffer.from(String(p["data"]), "base64"));
+			uploads.get(p["stream"] as number)?.parts.push(body ?? Buffer.from(String(p["data"]), "base64"));
 			ok(r.id, {});
 			return;
 		case "fs.close": {
@@ -407,8 +408,8 @@ const serveConn = (sock: net.Socket, scope?: Scope): void => {
 		}
 	};
 	sock.on("data", (c) => {
-		for (const line of d.push(c))
-			handle(JSON.parse(line) as Req);
+		for (const { req, body } of d.push(c))
+			handle(req, body);
 	});
 	sock.on("error", () => undefined);
 };

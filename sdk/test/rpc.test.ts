@@ -9,8 +9,11 @@ import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { describe, test } from "./flat.js";
-import { LineDecoder, encodeRequest, parseMessage } from "../src/rpc/codec.js";
+import { LineDecoder, MAX_BODY_BYTES, encodeBodyRequest, encodeRequest, parseMessage } from "../src/rpc/codec.js";
+import { RequestDecoder } from "./request-decoder.js";
+import type { Decoded } from "./request-decoder.js";
 import { RpcConnection } from "../src/rpc/client.js";
+import { INLINE_WRITE_BYTES, WRITE_CHUNK, vmFileSystem } from "../src/vmfs.js";
 import { AgentUnreachableError, ConnectionClosedError, GuestError, KilnRpcError, LimitError } from "../src/errors.js";
 
 describe("LineDecoder", () => {
@@ -73,20 +76,102 @@ describe("parseMessage", () => {
 	});
 });
 
+describe("request bodies (fs.write {stream, size})", () => {
+	// Bytes that a line reader would cut or take for a request.
+	const tricky = Buffer.concat([Buffer.from('{"jsonrpc":"2.0","id":9,"method":"vm.shutdown"}\n\n'), Buffer.from([0, 0xff, 0x0a, 0x0d])]);
+	test("the line says the size, the bytes follow it raw", () => {
+		const out = encodeBodyRequest(3, "fs.write", { stream: 7 }, tricky);
+		const nl = out.indexOf(0x0a);
+		assert.deepEqual(JSON.parse(out.subarray(0, nl).toString()), { jsonrpc: "2.0", id: 3, method: "fs.write", params: { stream: 7, size: tricky.length } });
+		assert.ok(out.subarray(nl + 1).equals(tricky));
+		assert.equal(out.length, nl + 1 + tricky.length);
+		assert.throws(() => encodeBodyRequest(1, "exec", {}, tricky), /exec: takes no body/);
+	});
+	test("decoded whatever way the stream is cut, the next line at once after a body", () => {
+		const all = Buffer.concat([
+			encodeBodyRequest(1, "fs.write", { stream: 1 }, tricky),
+			encodeBodyRequest(2, "fs.write", { stream: 1 }, Buffer.alloc(0)),
+			Buffer.from(encodeRequest(3, "vm.status", { size: 4 })),
+			Buffer.from(encodeRequest(4, "fs.close", { stream: 1 })),
+		]);
+		for (const cut of [1, 5, all.length]) {
+			const d = new RequestDecoder();
+			const got: Decoded[] = [];
+			for (let at = 0; at < all.length; at += cut)
+				got.push(...d.push(all.subarray(at, at + cut)));
+			assert.deepEqual(got.map((g) => g.req.id), [1, 2, 3, 4]);
+			assert.ok(got[0]?.body?.equals(tricky));
+			assert.equal(got[1]?.body?.length, 0);
+			assert.equal(got[2]?.body, undefined, "size on a method without a body: no body");
+		}
+	});
+	test("callWithBody: bodies in flight together reach the server exact", async () => {
+		const srv = await fakeServer((req, send) => send({ jsonrpc: "2.0", id: req.id, result: {} }));
+		const c = await RpcConnection.connect(srv.path);
+		try {
+			const big = Buffer.from(new Uint8Array(MAX_BODY_BYTES).map((_, i) => (i * 31 + (i >> 8)) & 0xff));
+			await Promise.all([
+				c.callWithBody("fs.write", { stream: 5 }, big),
+				c.callWithBody("fs.write", { stream: 5 }, tricky),
+				c.call("vm.status"),
+			]);
+			assert.deepEqual(srv.requests.map((r) => [r.method, r.params["size"]]), [["fs.write", big.length], ["fs.write", tricky.length], ["vm.status", undefined]]);
+			assert.ok(srv.requests[0]?.body?.equals(big));
+			assert.ok(srv.requests[1]?.body?.equals(tricky));
+		} finally {
+			c.close();
+			srv.close();
+		}
+	});
+	test("vm.fs.writeFile: small inline, large as raw bodies, in order", async () => {
+		const srv = await fakeServer((req, send) => send({ jsonrpc: "2.0", id: req.id, result: req.method === "fs.writeFile" && req.params["stream"] === true ? { stream: 3 } : {} }));
+		const c = await RpcConnection.connect(srv.path);
+		try {
+			const fs = vmFileSystem(() => c);
+			await fs.writeFile("/small", "hi");
+			const big = Buffer.from(new Uint8Array(2 * WRITE_CHUNK + 5).map((_, i) => (i * 7 + (i >> 9)) & 0xff));
+			await fs.writeFile("/big", big, { mode: 0o600 });
+			assert.deepEqual(srv.requests.map((r) => r.method), ["fs.writeFile", "fs.writeFile", "fs.write", "fs.write", "fs.write", "fs.close"]);
+			assert.equal(srv.requests[0]?.params["data"], Buffer.from("hi").toString("base64"));
+			const writes = srv.requests.filter((r) => r.method === "fs.write");
+			assert.ok(writes.every((w) => w.params["data"] === undefined && w.params["stream"] === 3 && w.params["size"] === w.body?.length));
+			assert.deepEqual(writes.map((w) => w.body?.length), [WRITE_CHUNK, WRITE_CHUNK, 5]);
+			assert.ok(Buffer.concat(writes.map((w) => w.body ?? Buffer.alloc(0))).equals(big));
+			assert.ok(big.length > INLINE_WRITE_BYTES);
+		} finally {
+			c.close();
+			srv.close();
+		}
+	});
+	test("a body over the limit is refused before sending", async () => {
+		const srv = await fakeServer(() => undefined);
+		const c = await RpcConnection.connect(srv.path);
+		try {
+			await assert.rejects(c.callWithBody("fs.write", { stream: 1 }, Buffer.alloc(MAX_BODY_BYTES + 1)),
+				/fs.write: a body of 1048577 bytes is over the control socket's 1048576-byte limit/);
+			await assert.rejects(c.callWithBody("exec", {}, Buffer.alloc(1)), /exec: takes no body/);
+			assert.equal(srv.requests.length, 0);
+		} finally {
+			c.close();
+			srv.close();
+		}
+	});
+});
+
 type Handler = (req: { id: number; method: string; params: Record<string, unknown> }, send: (o: unknown) => void, sock: net.Socket) => void;
 
-async function fakeServer(handler: Handler): Promise<{ path: string; close: () => void; requests: { method: string; params: Record<string, unknown> }[] }> {
+async function fakeServer(handler: Handler): Promise<{ path: string; close: () => void; requests: { method: string; params: Record<string, unknown>; body?: Buffer }[] }> {
 	const dir = mkdtempSync(path.join(os.tmpdir(), "kiln-sdk-rpc-"));
 	const p = path.join(dir, "s.sock");
-	const requests: { method: string; params: Record<string, unknown> }[] = [];
+	const requests: { method: string; params: Record<string, unknown>; body?: Buffer }[] = [];
 	const sockets: net.Socket[] = [];
 	const server = net.createServer((sock) => {
 		sockets.push(sock);
-		const d = new LineDecoder();
+		const d = new RequestDecoder();
 		sock.on("data", (c) => {
-			for (const line of d.push(c)) {
-				const req = JSON.parse(line) as { id: number; method: string; params: Record<string, unknown> };
-				requests.push({ method: req.method, params: req.params ?? {} });
+			for (const { req: r, body } of d.push(c)) {
+				const req = { id: r.id, method: r.method, params: r.params ?? {} };
+				requests.push({ method: req.method, params: req.params, ...(body ? { body } : {}) });
 				handler(req, (o) => sock.write(JSON.stringify(o) + "\n"), sock);
 			}
 		});

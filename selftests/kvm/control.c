@@ -729,6 +729,61 @@ static size_t read_streamed(struct __test_metadata *_metadata, struct tc *t,
 	return got;
 }
 
+/* fs.write with raw bodies (api.md, fs.write), read back exactly. */
+static void upload_bodies(struct __test_metadata *_metadata, struct tc *t)
+{
+	const size_t sizes[] = { API_MAX_BODY, 70001, 0 };
+	size_t total = 0, len = 0, got, i, at = 0;
+	char *buf = NULL, *want, *back;
+	json_int_t stream, size, first;
+	json_t *m;
+
+	for (i = 0; i < ARRAY_SIZE(sizes); i++)
+		total += sizes[i];
+	want = malloc(total);
+	back = malloc(total);
+	ASSERT_TRUE(want && back);
+	for (i = 0; i < total; i++)
+		want[i] = (char)(i * 31 + (i >> 8)); /* '\n's and all */
+	m = api_ok(
+		_metadata, t, "fs.writeFile",
+		json_pack("{s:s, s:b}", "path", GDIR "/bodies", "stream", 1));
+	stream = res_int(m, "stream");
+	json_decref(m);
+	first = last_id + 1;
+	for (i = 0; i < ARRAY_SIZE(sizes); i++) {
+		ASSERT_EQ(0, tc_frame_body(&buf, &len, ++last_id, "fs.write",
+					   json_pack("{s:I, s:I}", "stream",
+						     stream, "size",
+						     (json_int_t)sizes[i]),
+					   want + at, sizes[i]));
+		at += sizes[i];
+	}
+	ASSERT_EQ(0, tc_send_raw(t, buf, len));
+	free(buf);
+	for (i = 0; i < ARRAY_SIZE(sizes); i++) {
+		m = tc_recv(t, API_WAIT_MS, NULL);
+		ASSERT_TRUE(m != NULL) TH_LOG("fs.write %zu: no answer", i);
+		EXPECT_TRUE(msg_has_id(m, first + (json_int_t)i));
+		EXPECT_TRUE(result(m) != NULL)
+		TH_LOG("fs.write %zu: error %lld", i, err_code(m));
+		json_decref(m);
+	}
+	m = api_ok(_metadata, t, "fs.close",
+		   json_pack("{s:I}", "stream", stream));
+	EXPECT_EQ((json_int_t)total, res_int(m, "size"));
+	json_decref(m);
+	got = read_streamed(_metadata, t, GDIR "/bodies", 0, -1, back, total,
+			    &size);
+	EXPECT_EQ(total, got);
+	EXPECT_EQ((json_int_t)total, size);
+	EXPECT_EQ(0, memcmp(want, back, got < total ? got : total));
+	json_decref(api_ok(_metadata, t, "fs.remove",
+			   json_pack("{s:s}", "path", GDIR "/bodies")));
+	free(want);
+	free(back);
+}
+
 static void vm_shutdown(struct __test_metadata *_metadata, struct vmctl *c)
 {
 	struct spawn_result r;
@@ -1069,6 +1124,13 @@ TEST_TIMEOUT(api_fs, BOOT_TIMEOUT)
 		EXPECT_STREQ("ENOENT", err_errno(m));
 	json_decref(m);
 	REFUSED(&t, "fs.close", json_pack("{s:I}", "stream", size), ENOENT);
+
+	/*
+	 * An upload in raw bodies (fs.write {stream, size}, the bytes after
+	 * the line): the largest body, one more, an empty one, in one send;
+	 * read back byte for byte.
+	 */
+	upload_bodies(_metadata, &t);
 
 	/* fs.rename, and its refusals. */
 	json_decref(api_ok(

@@ -1638,6 +1638,295 @@ TEST_F(srv, upload_errors_and_cancel)
 	json_decref(m);
 }
 
+/* ---- fs.write with a raw body (client.c, "Bodies") ----------------------- */
+
+/* fs.writeFile {path, stream}: the upload's stream id. */
+static json_int_t upload_open(struct __test_metadata *_metadata, struct tc *t,
+			      json_int_t id, const char *path)
+{
+	json_t *m = tc_call(t, id, "fs.writeFile",
+			    json_pack("{s:s, s:b}", "path", path, "stream", 1));
+	json_int_t stream;
+
+	ASSERT_TRUE(m != NULL);
+	stream = res_int(m, "stream");
+	json_decref(m);
+	ASSERT_LT(0, stream);
+	return stream;
+}
+
+/* fs.write {stream, size: n} and its n bytes, appended to *buf. */
+static void body_write(struct __test_metadata *_metadata, char **buf,
+		       size_t *len, json_int_t id, json_int_t stream,
+		       const void *p, size_t n)
+{
+	ASSERT_EQ(0, tc_frame_body(buf, len, id, "fs.write",
+				   json_pack("{s:I, s:I}", "stream", stream,
+					     "size", (json_int_t)n),
+				   p, n));
+}
+
+/* The file at path holds exactly want (n bytes). */
+static void expect_file(struct __test_metadata *_metadata, const char *path,
+			const void *want, size_t n)
+{
+	uint8_t *got = malloc(n + 1);
+	FILE *f = fopen(path, "rb");
+	size_t r = 0;
+
+	ASSERT_TRUE(got != NULL);
+	ASSERT_TRUE(f != NULL) TH_LOG("%s: %s", path, strerror(errno));
+	r = fread(got, 1, n + 1, f);
+	fclose(f);
+	EXPECT_EQ(n, r);
+	EXPECT_EQ(0, memcmp(got, want, r < n ? r : n));
+	free(got);
+}
+
+/*
+ * Bodies that hold newlines and a whole request line of their own, one
+ * split across two reads, two followed at once by the next request in
+ * the same send: every byte lands in order, none is read as a request.
+ */
+TEST_F(srv, write_body_framing)
+{
+	static const char req_like[] =
+		"{\"jsonrpc\":\"2.0\",\"id\":77,\"method\":\"vm.shutdown\"}\n";
+	size_t half = 100000, big = 200003, len = 0, total, i;
+	uint8_t *want = malloc(big + 2 * sizeof(req_like));
+	char path[160], *buf = NULL;
+	json_int_t stream;
+	json_t *m;
+
+	ASSERT_TRUE(want != NULL);
+	for (i = 0; i < big; i++)
+		want[i] = (uint8_t)(i * 31 + (i >> 8)); /* '\n's too */
+	memcpy(want + big, req_like, sizeof(req_like) - 1);
+	total = big + sizeof(req_like) - 1;
+	snprintf(path, sizeof(path), "%s/body", self->s.dir);
+	stream = upload_open(_metadata, &self->t, 1, path);
+
+	/* One body in two sends, the second after the server read the first. */
+	body_write(_metadata, &buf, &len, 2, stream, want, big);
+	ASSERT_EQ(0, tc_send_raw(&self->t, buf, len - (big - half)));
+	sleep_ms(100);
+	ASSERT_EQ(0,
+		  tc_send_raw(&self->t, buf + len - (big - half), big - half));
+	m = tc_wait(&self->t, 2);
+	ASSERT_TRUE(m != NULL);
+	EXPECT_TRUE(result(m) != NULL) TH_LOG("error %lld", err_code(m));
+	json_decref(m);
+
+	/* A body that is a request line, an empty one, then fs.close: one send. */
+	len = 0;
+	body_write(_metadata, &buf, &len, 3, stream, req_like,
+		   sizeof(req_like) - 1);
+	body_write(_metadata, &buf, &len, 4, stream, NULL, 0);
+	ASSERT_EQ(0,
+		  tc_frame_body(&buf, &len, 5, "fs.close",
+				json_pack("{s:I}", "stream", stream), NULL, 0));
+	ASSERT_EQ(0, tc_send_raw(&self->t, buf, len));
+	for (i = 3; i <= 5; i++) {
+		m = tc_recv(&self->t, WAIT_MS, NULL);
+		ASSERT_TRUE(m != NULL);
+		EXPECT_TRUE(msg_has_id(m, i)) TH_LOG("answers out of order");
+		EXPECT_TRUE(result(m) != NULL)
+		TH_LOG("error %lld", err_code(m));
+		if (i == 5)
+			EXPECT_EQ(total, res_int(m, "size"));
+		json_decref(m);
+	}
+	expect_file(_metadata, path, want, total);
+	EXPECT_EQ(0, atomic_load(&self->s.shutdowns));
+
+	/*
+	 * A body whose request is refused (no such stream; data and size
+	 * together) is still taken: the request line after it is read.
+	 */
+	len = 0;
+	body_write(_metadata, &buf, &len, 6, 99999, req_like,
+		   sizeof(req_like) - 1);
+	ASSERT_EQ(0, tc_frame_body(&buf, &len, 7, "vm.status", NULL, NULL, 0));
+	ASSERT_EQ(0, tc_send_raw(&self->t, buf, len));
+	m = tc_recv(&self->t, WAIT_MS, NULL);
+	ASSERT_TRUE(m != NULL);
+	EXPECT_TRUE(msg_has_id(m, 6));
+	EXPECT_EQ(API_E_INVALID_PARAMS, err_code(m));
+	json_decref(m);
+	m = tc_recv(&self->t, WAIT_MS, NULL);
+	ASSERT_TRUE(m != NULL);
+	EXPECT_TRUE(msg_has_id(m, 7));
+	EXPECT_TRUE(result(m) != NULL);
+	json_decref(m);
+	stream = upload_open(_metadata, &self->t, 8, path);
+	len = 0;
+	ASSERT_EQ(0, tc_frame_body(&buf, &len, 9, "fs.write",
+				   json_pack("{s:I, s:I, s:s}", "stream",
+					     stream, "size", 3, "data", "eHl6"),
+				   "abc", 3));
+	ASSERT_EQ(0,
+		  tc_frame_body(&buf, &len, 10, "fs.close",
+				json_pack("{s:I}", "stream", stream), NULL, 0));
+	ASSERT_EQ(0, tc_send_raw(&self->t, buf, len));
+	m = tc_wait(&self->t, 9);
+	ASSERT_TRUE(m != NULL);
+	EXPECT_EQ(API_E_INVALID_PARAMS, err_code(m));
+	json_decref(m);
+	m = tc_wait(&self->t, 10);
+	ASSERT_TRUE(m != NULL);
+	EXPECT_EQ(0, res_int(m, "size")) TH_LOG("error %lld", err_code(m));
+	json_decref(m);
+
+	/* size on a method without a body: nothing after the line is taken. */
+	len = 0;
+	ASSERT_EQ(0, tc_frame_body(&buf, &len, 11, "vm.status",
+				   json_pack("{s:i}", "size", 5), NULL, 0));
+	ASSERT_EQ(0, tc_frame_body(&buf, &len, 12, "vm.status", NULL, NULL, 0));
+	ASSERT_EQ(0, tc_send_raw(&self->t, buf, len));
+	for (i = 11; i <= 12; i++) {
+		m = tc_recv(&self->t, WAIT_MS, NULL);
+		ASSERT_TRUE(m != NULL);
+		EXPECT_TRUE(msg_has_id(m, i));
+		EXPECT_TRUE(result(m) != NULL);
+		json_decref(m);
+	}
+	free(buf);
+	free(want);
+}
+
+/* A size past API_MAX_BODY, or no size at all: refused, naming it, closed. */
+TEST_F(srv, write_body_bad_size_closes)
+{
+	static const char *const sizes[] = { "1048577", "-1", "\"12\"" };
+	char line[256], path[160];
+	json_int_t stream;
+	bool eof = false;
+	json_t *m;
+	size_t i;
+
+	snprintf(path, sizeof(path), "%s/big", self->s.dir);
+	for (i = 0; i < ARRAY_SIZE(sizes); i++) {
+		if (i) {
+			tc_close(&self->t);
+			ASSERT_EQ(0, tc_open(&self->t, self->s.api_sock));
+		}
+		stream = upload_open(_metadata, &self->t, 1, path);
+		snprintf(
+			line, sizeof(line),
+			"{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"fs.write\","
+			"\"params\":{\"stream\":%lld,\"size\":%s}}\nxyz",
+			(long long)stream, sizes[i]);
+		ASSERT_EQ(0, tc_send_raw(&self->t, line, strlen(line)));
+		m = tc_recv(&self->t, WAIT_MS, NULL);
+		ASSERT_TRUE(m != NULL);
+		EXPECT_TRUE(msg_has_id(m, 2));
+		if (!i) {
+			const char *msg = json_string_value(json_object_get(
+				json_object_get(m, "error"), "message"));
+
+			EXPECT_EQ(API_E_LIMIT, err_code(m));
+			EXPECT_EQ(API_MAX_BODY,
+				  json_integer_value(json_object_get(
+					  err_data(m), "limit")));
+			ASSERT_TRUE(msg != NULL);
+			EXPECT_TRUE(strstr(msg, "1048577") &&
+				    strstr(msg, "1048576"))
+			TH_LOG("%s", msg);
+		} else {
+			EXPECT_EQ(API_E_INVALID_PARAMS, err_code(m));
+		}
+		json_decref(m);
+		m = tc_recv(&self->t, WAIT_MS, &eof);
+		EXPECT_TRUE(m == NULL);
+		EXPECT_TRUE(eof) TH_LOG("size %s: still open", sizes[i]);
+		json_decref(m);
+	}
+	EXPECT_SERVING(self->s.api_sock);
+}
+
+/* vm.status's streams from a connection of its own, once it is want. */
+static bool streams_become(const char *sock, json_int_t want)
+{
+	uint64_t end = ms_now() + WAIT_MS;
+	json_int_t n = -1;
+	struct tc t;
+	json_t *m;
+
+	while (n != want && ms_now() < end) {
+		if (tc_open(&t, sock))
+			return false;
+		m = tc_call(&t, 1, "vm.status", NULL);
+		n = m ? res_int(m, "streams") : -1;
+		json_decref(m);
+		tc_close(&t);
+		if (n != want)
+			sleep_ms(20);
+	}
+	return n == want;
+}
+
+/*
+ * The connection ends inside a body: half-closed, the write is answered
+ * with the error (what came, what was announced) and the upload is gone;
+ * closed, the upload is gone too. The vmm waits for neither.
+ */
+TEST_F(srv, write_body_cut_by_the_connection)
+{
+	static const uint8_t part[] = "only these";
+	char path[160], *buf = NULL;
+	struct stat st;
+	json_int_t stream;
+	size_t len = 0;
+	bool eof = false;
+	json_t *m;
+
+	snprintf(path, sizeof(path), "%s/cut", self->s.dir);
+	stream = upload_open(_metadata, &self->t, 1, path);
+	body_write(_metadata, &buf, &len, 2, stream, "whole", 5);
+	ASSERT_EQ(0, tc_frame_body(&buf, &len, 3, "fs.write",
+				   json_pack("{s:I, s:i}", "stream", stream,
+					     "size", 1000),
+				   part, sizeof(part) - 1));
+	ASSERT_EQ(0, tc_send_raw(&self->t, buf, len));
+	m = tc_wait(&self->t, 2);
+	ASSERT_TRUE(m != NULL);
+	EXPECT_TRUE(result(m) != NULL);
+	json_decref(m);
+	EXPECT_TRUE(streams_become(self->s.api_sock, 1));
+	ASSERT_EQ(0, shutdown(self->t.fd, SHUT_WR));
+	m = tc_wait(&self->t, 3);
+	ASSERT_TRUE(m != NULL) TH_LOG("no answer to the cut write");
+	EXPECT_EQ(API_E_INVALID_REQUEST, err_code(m));
+	EXPECT_EQ(sizeof(part) - 1,
+		  json_integer_value(json_object_get(err_data(m), "received")));
+	EXPECT_EQ(1000,
+		  json_integer_value(json_object_get(err_data(m), "size")));
+	json_decref(m);
+	m = tc_recv(&self->t, WAIT_MS, &eof);
+	EXPECT_TRUE(m == NULL);
+	EXPECT_TRUE(eof) TH_LOG("the connection should close");
+	json_decref(m);
+	EXPECT_TRUE(streams_become(self->s.api_sock, 0));
+	/* What was cut off never reached the file. */
+	ASSERT_EQ(0, stat(path, &st));
+	EXPECT_GE(5, st.st_size);
+
+	/* Closed outright, right after the line. */
+	tc_close(&self->t);
+	ASSERT_EQ(0, tc_open(&self->t, self->s.api_sock));
+	stream = upload_open(_metadata, &self->t, 4, path);
+	len = 0;
+	ASSERT_EQ(0, tc_frame_body(&buf, &len, 5, "fs.write",
+				   json_pack("{s:I, s:i}", "stream", stream,
+					     "size", 64),
+				   NULL, 0));
+	ASSERT_EQ(0, tc_send_raw(&self->t, buf, len));
+	tc_close(&self->t);
+	EXPECT_TRUE(streams_become(self->s.api_sock, 0));
+	free(buf);
+	EXPECT_SERVING(self->s.api_sock);
+}
+
 /* The content of the big file: byte at pos, random-access. */
 static uint8_t big_byte(uint64_t pos)
 {

@@ -449,6 +449,40 @@ static json_t *read_file(struct tc *t, json_int_t id, const char *path)
 	return tc_call(t, id, "fs.readFile", json_pack("{s:s}", "path", path));
 }
 
+/*
+ * A refused fs.write with a raw body: the body is taken all the same (it
+ * is a request line itself), the line after it answered.
+ */
+static void refused_body_is_taken(struct __test_metadata *_metadata,
+				  struct tc *p, const char *ws)
+{
+	static const char body[] =
+		"{\"jsonrpc\":\"2.0\",\"id\":99,\"method\":"
+		"\"fs.readFile\",\"params\":{\"path\":\"/\"}}\n";
+	size_t len = 0;
+	char *buf = NULL;
+	json_t *m;
+
+	ASSERT_EQ(0, tc_frame_body(&buf, &len, 15, "fs.write",
+				   json_pack("{s:i, s:i}", "stream", 1, "size",
+					     (int)sizeof(body) - 1),
+				   body, sizeof(body) - 1));
+	ASSERT_EQ(0, tc_frame_body(&buf, &len, 16, "fs.stat",
+				   json_pack("{s:s}", "path", ws), NULL, 0));
+	ASSERT_EQ(0, tc_send_raw(p, buf, len));
+	free(buf);
+	m = tc_recv(p, TC_WAIT_MS, NULL);
+	ASSERT_TRUE(m != NULL);
+	EXPECT_TRUE(msg_has_id(m, 15));
+	EXPECT_EQ(API_E_DENIED, err_code(m));
+	json_decref(m);
+	m = tc_recv(p, TC_WAIT_MS, NULL);
+	ASSERT_TRUE(m != NULL);
+	EXPECT_TRUE(msg_has_id(m, 16)) TH_LOG("the body was read as a request");
+	EXPECT_TRUE(result(m) != NULL);
+	json_decref(m);
+}
+
 TEST_F(grant, read_only_workspace_cannot_leave_or_exec)
 {
 	char facets[256], path[256], *data;
@@ -526,6 +560,7 @@ TEST_F(grant, read_only_workspace_cannot_leave_or_exec)
 	EXPECT_EQ(API_E_DENIED, err_code(m));
 	json_decref(m);
 	EXPECT_EQ(-1, access(path, F_OK));
+	refused_body_is_taken(_metadata, &self->p, self->s.ws);
 	m = tc_call(&self->p, 12, "vm.grant",
 		    json_pack("{s:s+, s:s, s:{}}", "socket", self->s.dir,
 			      "/more.sock", "persona", "x", "facets"));

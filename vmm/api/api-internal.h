@@ -83,6 +83,13 @@ struct client {
 	int fd;
 	struct bytequeue in, out;
 	size_t scanned; /* bytes of in already searched for '\n' */
+	/*
+	 * A request with a body (client.c, "Bodies"): its parsed line and
+	 * method, waiting for body_len raw bytes at the front of in.
+	 */
+	json_t *body_msg;
+	const struct api_method *body_method;
+	size_t body_len;
 	unsigned int nr_calls;
 	size_t held;	     /* bytes its calls hold for answers: call_hold() */
 	bool read_eof;	     /* half-closed: answer, then close */
@@ -222,12 +229,25 @@ struct rpc {
 	struct client *c;
 	json_t *id; /* NULL: a notification */
 	json_t *params;
+	/*
+	 * A method that takes a body, called with params.size: the raw
+	 * bytes that followed the line (has_body), all of them unless the
+	 * connection ended first (body_cut: body_len of params.size).
+	 */
+	bool has_body, body_cut;
+	const uint8_t *body;
+	size_t body_len;
 };
 
-/* One method: its name in the request and its handler. */
+/*
+ * One method: its name in the request and its handler; body: with
+ * params.size, that many raw bytes follow the request's line and are
+ * its body (only fs.write).
+ */
 struct api_method {
 	const char *name;
 	void (*fn)(struct rpc *r);
+	bool body;
 };
 
 /* Each group's methods, ended by an empty entry; client.c dispatches. */

@@ -138,74 +138,180 @@ static const struct api_method *const method_groups[] = {
 	event_methods, container_methods, grant_methods,
 };
 
-static void handle_message(struct api *api, struct client *c, const char *line,
-			   size_t len)
+static const struct api_method *method_find(const char *name)
 {
-	json_t *msg, *id, *v, *params, *empty = NULL;
-	struct rpc r = { .api = api, .c = c };
-	json_error_t jerr;
 	const struct api_method *m;
-	const char *method;
 	size_t i;
+
+	for (i = 0; i < ARRAY_SIZE(method_groups); i++)
+		for (m = method_groups[i]; m->name; m++)
+			if (!strcmp(name, m->name))
+				return m;
+	return NULL;
+}
+
+/*
+ * A request line as a JSON-RPC request (a new reference), its method in
+ * *method (NULL: no such method, for request_run to say); NULL when it
+ * was no request, answered here.
+ */
+static json_t *request_parse(struct client *c, const char *line, size_t len,
+			     const struct api_method **method)
+{
+	json_t *msg, *id, *v, *params;
+	json_error_t jerr;
 
 	msg = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY,
 			 &jerr);
 	if (!msg) {
 		client_reply_error(c, NULL, API_E_PARSE, NULL,
 				   "parse error: %s", jerr.text);
-		return;
+		return NULL;
 	}
 	if (!json_is_object(msg)) {
 		client_reply_error(c, NULL, API_E_INVALID_REQUEST, NULL,
 				   json_is_array(msg) ?
 					   "batches are not supported" :
 					   "a request is a JSON object");
-		goto out;
+		goto bad;
 	}
 	id = json_object_get(msg, "id");
 	if (id && !json_is_string(id) && !json_is_integer(id) &&
 	    !json_is_null(id)) {
 		client_reply_error(c, NULL, API_E_INVALID_REQUEST, NULL,
 				   "id: expected a string, an integer or null");
-		goto out;
+		goto bad;
 	}
-	r.id = id;
 	v = json_object_get(msg, "jsonrpc");
 	if (!json_is_string(v) || strcmp(json_string_value(v), "2.0")) {
 		client_reply_error(c, id ? id : NULL, API_E_INVALID_REQUEST,
 				   NULL, "jsonrpc: expected \"2.0\"");
-		goto out;
+		goto bad;
 	}
 	v = json_object_get(msg, "method");
 	if (!json_is_string(v)) {
 		client_reply_error(c, id, API_E_INVALID_REQUEST, NULL,
 				   "method: expected a string");
-		goto out;
+		goto bad;
 	}
-	method = json_string_value(v);
 	params = json_object_get(msg, "params");
 	if (params && !json_is_object(params)) {
 		client_reply_error(
 			c, id, API_E_INVALID_PARAMS, NULL,
 			"params: expected an object (named parameters)");
-		goto out;
+		goto bad;
 	}
-	r.params = params ? params : (empty = json_object());
+	*method = method_find(json_string_value(v));
+	return msg;
+bad:
+	json_decref(msg);
+	return NULL;
+}
+
+/* A parsed request (msg, borrowed) to its method; body as in struct rpc. */
+static void request_run(struct api *api, struct client *c, json_t *msg,
+			const struct api_method *m, const struct rpc *body)
+{
+	struct rpc r = { .api = api, .c = c };
+	const char *method = json_string_value(json_object_get(msg, "method"));
+	json_t *empty = NULL;
+
+	if (body) {
+		r = *body;
+		r.api = api;
+		r.c = c;
+	}
+	r.id = json_object_get(msg, "id");
+	r.params = json_object_get(msg, "params");
+	if (!r.params)
+		r.params = empty = json_object();
 	/* A scoped socket: only what its grant allows gets further. */
 	if (c->grant && grant_refuses(&r, method))
 		goto out;
-	for (i = 0; i < ARRAY_SIZE(method_groups); i++) {
-		for (m = method_groups[i]; m->name; m++) {
-			if (!strcmp(method, m->name)) {
-				m->fn(&r);
-				goto out;
-			}
-		}
-	}
-	client_reply_error(c, id, API_E_NO_METHOD, NULL, "%s: no such method",
-			   method);
+	if (m)
+		m->fn(&r);
+	else
+		client_reply_error(c, r.id, API_E_NO_METHOD, NULL,
+				   "%s: no such method", method);
 out:
 	json_decref(empty);
+}
+
+/*
+ * Bodies. A method that takes one (struct api_method's body: fs.write),
+ * called with params.size = N, is followed on the connection by exactly
+ * N raw bytes, read as its body before the next line; then the method
+ * runs, once, with all of them. Nothing else is ever read as a body, and
+ * the body is taken whatever the method then makes of the request (a
+ * grant's refusal, no such stream), so the line after it is a line.
+ * A size that is no byte count, or over API_MAX_BODY, leaves the
+ * connection without a way to find the next line: refused, naming it,
+ * and closed. A connection that ends inside a body runs the method with
+ * what came (body_cut), for it to fail the call.
+ *
+ * True when the request (msg, stolen) waits for its body.
+ */
+static bool body_expect(struct client *c, json_t *msg,
+			const struct api_method *m)
+{
+	json_t *id = json_object_get(msg, "id");
+	json_t *v = json_object_get(json_object_get(msg, "params"), "size");
+	json_int_t n;
+
+	if (!m || !m->body || !v)
+		return false;
+	n = json_is_integer(v) ? json_integer_value(v) : -1;
+	if (n < 0) {
+		client_reply_error(
+			c, id, API_E_INVALID_PARAMS, NULL,
+			"size: expected the byte count of the body "
+			"after the request (0 to %u); the connection "
+			"closes",
+			API_MAX_BODY);
+	} else if ((uint64_t)n > API_MAX_BODY) {
+		client_reply_error(
+			c, id, API_E_LIMIT,
+			json_pack("{s:I, s:I}", "size", n, "limit",
+				  (json_int_t)API_MAX_BODY),
+			"size %lld: larger than a body's limit of %u "
+			"bytes; the connection closes",
+			(long long)n, API_MAX_BODY);
+	} else {
+		c->body_msg = msg;
+		c->body_method = m;
+		c->body_len = n;
+		return true;
+	}
+	c->closing = true;
+	json_decref(msg);
+	return true;
+}
+
+/* The waiting request's body is in (or the connection ended): run it. */
+static void body_run(struct api *api, struct client *c)
+{
+	struct rpc r = { .has_body = true };
+	json_t *msg = c->body_msg;
+
+	r.body_len = c->in.len < c->body_len ? c->in.len : c->body_len;
+	r.body_cut = r.body_len < c->body_len;
+	r.body = r.body_len ? bytequeue__peek(&c->in) : NULL;
+	c->body_msg = NULL;
+	request_run(api, c, msg, c->body_method, &r);
+	json_decref(msg);
+	if (!c->dead)
+		bytequeue__consume(&c->in, r.body_len);
+}
+
+static void handle_message(struct api *api, struct client *c, const char *line,
+			   size_t len)
+{
+	const struct api_method *m = NULL;
+	json_t *msg = request_parse(c, line, len, &m);
+
+	if (!msg || body_expect(c, msg, m))
+		return;
+	request_run(api, c, msg, m, NULL);
 	json_decref(msg);
 }
 
@@ -272,13 +378,20 @@ static bool client_throttled(const struct client *c)
 	return false;
 }
 
-/* Handle the whole lines received, as long as the client keeps up. */
+/* Handle the whole lines (and bodies) received, while the client keeps up. */
 void client_pump(struct api *api, struct client *c)
 {
 	uint8_t *p, *nl;
 	size_t len;
 
-	while (!c->dead && !c->closing && c->in.len && !client_throttled(c)) {
+	while (!c->dead && !c->closing && (c->in.len || c->body_msg) &&
+	       !client_throttled(c)) {
+		if (c->body_msg) {
+			if (c->in.len < c->body_len && !c->read_eof)
+				return;
+			body_run(api, c);
+			continue;
+		}
 		p = bytequeue__peek(&c->in);
 		nl = memchr(p + c->scanned, '\n', c->in.len - c->scanned);
 		len = nl ? (size_t)(nl - p) : c->in.len;
@@ -303,11 +416,17 @@ void client_pump(struct api *api, struct client *c)
 	}
 }
 
-/* Read while it is open, every line so far is handled, not throttled. */
+/*
+ * Read while it is open, every line so far is handled (a body: not all
+ * of it is in), not throttled.
+ */
 bool client_wants_input(const struct client *c)
 {
-	return !c->read_eof && !c->closing && c->in.len <= API_MAX_MESSAGE &&
-	       c->scanned == c->in.len && !client_throttled(c);
+	if (c->read_eof || c->closing || client_throttled(c))
+		return false;
+	if (c->body_msg)
+		return c->in.len < c->body_len;
+	return c->in.len <= API_MAX_MESSAGE && c->scanned == c->in.len;
 }
 
 void client_readable(struct client *c)
@@ -351,7 +470,8 @@ void client_maybe_close(struct client *c)
 {
 	if (c->dead || c->out.len)
 		return;
-	if (c->closing || (c->read_eof && !c->in.len && !c->nr_calls))
+	if (c->closing ||
+	    (c->read_eof && !c->in.len && !c->body_msg && !c->nr_calls))
 		client_kill(c);
 }
 

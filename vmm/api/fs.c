@@ -446,20 +446,61 @@ static bool upload_failed(struct rpc *r, struct call *k)
 	return true;
 }
 
+/*
+ * A body that the connection cut short: this write, and the upload with
+ * it, end with the error (the guest keeps what it wrote before; the
+ * partial body is not written).
+ */
+static void write_cut(struct rpc *r, struct call *k)
+{
+	json_int_t size =
+		json_integer_value(json_object_get(r->params, "size"));
+
+	client_reply_error(r->c, r->id, API_E_INVALID_REQUEST,
+			   json_pack("{s:I, s:I}", "received",
+				     (json_int_t)r->body_len, "size", size),
+			   "the connection ended %zu bytes into a body of "
+			   "%lld; the upload is abandoned",
+			   r->body_len, (long long)size);
+	call_abort(k, false);
+}
+
+/*
+ * fs.write {stream, data}: the bytes in base64; {stream, size}: the
+ * size raw bytes after the request's line (client.c, "Bodies").
+ */
 static void m_fs_write(struct rpc *r)
 {
 	struct call *k = call_find_stream(r, KINDS_UPLOAD);
-	uint8_t *data;
+	const uint8_t *p;
+	uint8_t *data = NULL;
 	size_t len;
 
-	if (!k || upload_failed(r, k) || !param_b64(r, "data", &data, &len))
+	if (k && r->body_cut) {
+		write_cut(r, k);
 		return;
+	}
+	if (!k || upload_failed(r, k))
+		return;
+	if (r->has_body && json_object_get(r->params, "data")) {
+		param_error(r, "data and size: one or the other (size: the "
+			       "raw body after the line)");
+		return;
+	}
+	if (r->has_body) {
+		p = r->body;
+		len = r->body_len;
+	} else if (param_b64(r, "data", &data, &len)) {
+		p = data;
+	} else {
+		return;
+	}
 	if (k->stdin_closed) {
 		param_error(r, "stream %llu: already closed",
 			    (unsigned long long)k->stream);
 	} else {
 		if (len)
-			agent_send_data(k, KILN_MSG_FS_DATA, data, len, false);
+			agent_send_data(k, KILN_MSG_FS_DATA, p, len, false);
 		k->bytes += len;
 		call_write_done(k, r->id);
 	}
@@ -491,7 +532,7 @@ static void m_fs_close(struct rpc *r)
 const struct api_method fs_methods[] = {
 	{ "fs.stat", m_fs_stat },	  { "fs.readDir", m_fs_readdir },
 	{ "fs.readFile", m_fs_readfile }, { "fs.writeFile", m_fs_writefile },
-	{ "fs.write", m_fs_write },	  { "fs.close", m_fs_close },
+	{ "fs.write", m_fs_write, true }, { "fs.close", m_fs_close },
 	{ "fs.mkdir", m_fs_mkdir },	  { "fs.remove", m_fs_remove },
 	{ "fs.rename", m_fs_rename },	  { NULL, NULL },
 };

@@ -74,6 +74,7 @@ static void reap(struct api *api)
 			*cp = c->next;
 			bytequeue__free(&c->in);
 			bytequeue__free(&c->out);
+			json_decref(c->body_msg);
 			api->nr_clients--;
 			free(c);
 		} else {

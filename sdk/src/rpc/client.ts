@@ -4,7 +4,7 @@
 
 import net from "node:net";
 import { ConnectionClosedError, SandboxError, abortError, rpcError } from "../errors.js";
-import { LineDecoder, MAX_REQUEST_BYTES, encodeRequest, parseMessage } from "./codec.js";
+import { LineDecoder, MAX_BODY_BYTES, MAX_REQUEST_BYTES, encodeBodyRequest, encodeRequest, parseMessage } from "./codec.js";
 import type { RpcId } from "./codec.js";
 
 export type Params = Record<string, unknown>;
@@ -85,31 +85,53 @@ export class RpcConnection {
 		};
 	}
 
-	/** Sends a request; `id` is known at once, the answer comes in `result`. */
-	request(method: string, params?: Params): { id: RpcId; result: Promise<unknown> } {
+	/** Sends a request; `id` is known at once, the answer comes in `result`.
+	 * With `body` (fs.write only), its bytes follow the line raw and
+	 * params.size says how many (api.md, fs.write). */
+	request(method: string, params?: Params, body?: Uint8Array): { id: RpcId; result: Promise<unknown> } {
 		const id = this.#nextId++;
 		const result = new Promise<unknown>((resolve, reject) => {
 			if (this.#closedWith) {
 				reject(new ConnectionClosedError(method, this.#closedWith.message));
 				return;
 			}
-			const line = encodeRequest(id, method, params);
-			if (Buffer.byteLength(line) > MAX_REQUEST_BYTES) {
+			if (body !== undefined && body.byteLength > MAX_BODY_BYTES) {
+				reject(new SandboxError(`${method}: a body of ${body.byteLength} bytes is over the control socket's ${MAX_BODY_BYTES}-byte limit`));
+				return;
+			}
+			let out: string | Buffer;
+			try {
+				out = body === undefined ? encodeRequest(id, method, params) : encodeBodyRequest(id, method, params ?? {}, body);
+			} catch (e) {
+				reject(e as Error);
+				return;
+			}
+			const lineBytes = typeof out === "string" ? Buffer.byteLength(out) : out.length - (body?.byteLength ?? 0);
+			if (lineBytes > MAX_REQUEST_BYTES) {
 				reject(new SandboxError(`${method}: the request is over the control socket's ${MAX_REQUEST_BYTES}-byte line limit`));
 				return;
 			}
 			this.#pending.set(id, { method, resolve, reject });
-			this.#sock.write(line);
+			this.#sock.write(out);
 		});
 		return { id, result };
 	}
 
 	/** A request whose answer is awaited; an aborted signal cancels it. */
 	async call(method: string, params?: Params, options: CallOptions = {}): Promise<unknown> {
+		return this.#await(method, params, undefined, options);
+	}
+
+	/** The same with a raw body after the line (fs.write {stream, size}). */
+	async callWithBody(method: string, params: Params, body: Uint8Array, options: CallOptions = {}): Promise<unknown> {
+		return this.#await(method, params, body, options);
+	}
+
+	async #await(method: string, params: Params | undefined, body: Uint8Array | undefined, options: CallOptions): Promise<unknown> {
 		const { signal } = options;
 		if (signal?.aborted)
 			throw abortError(signal);
-		const { id, result } = this.request(method, params);
+		const { id, result } = this.request(method, params, body);
 		if (!signal)
 			return result;
 		const onAbort = (): void => {

@@ -11,6 +11,12 @@ export const MAX_LINE_BYTES = 128 * 1024 * 1024;
 /** Longest request line the vmm reads (api.md, "Limits": 1 MiB). */
 export const MAX_REQUEST_BYTES = 1024 * 1024;
 
+/** Largest raw body after a request line (api.md, fs.write: 1 MiB). */
+export const MAX_BODY_BYTES = 1024 * 1024;
+
+/** Methods the vmm reads a raw body for, when their params have `size`. */
+export const BODY_METHODS: ReadonlySet<string> = new Set(["fs.write"]);
+
 /** Splits a byte stream into lines, whatever way the stream cut it:
  * a message over several chunks, several messages in one chunk. */
 export class LineDecoder {
@@ -112,6 +118,15 @@ export function encodeRequest(id: RpcId, method: string, params: Record<string, 
 	if (params !== undefined)
 		msg["params"] = params;
 	return JSON.stringify(msg, (_k, value: unknown) => (typeof value === "bigint" ? Number(value) : value)) + "\n";
+}
+
+/** A request with a raw body (api.md, fs.write): its line, with params.size
+ * set to the body's length, then the body's bytes. */
+export function encodeBodyRequest(id: RpcId, method: string, params: Record<string, unknown>, body: Uint8Array): Buffer {
+	if (!BODY_METHODS.has(method))
+		throw new SandboxError(`${method}: takes no body (only ${[...BODY_METHODS].join(", ")})`);
+	const line = Buffer.from(encodeRequest(id, method, { ...params, size: body.byteLength }), "utf8");
+	return Buffer.concat([line, body]);
 }
 
 function preview(line: string): string {
