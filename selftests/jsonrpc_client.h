@@ -289,6 +289,43 @@ static inline json_t *tc_recv(struct tc *t, int timeout_ms, bool *eof)
 	}
 }
 
+/*
+ * Exactly n raw bytes after the last line tc_recv returned (a
+ * notification's body: fs.chunk with size), waiting at most timeout_ms
+ * in all; -ETIMEDOUT, or -EPIPE at EOF before all of them.
+ */
+static inline int tc_recv_body(struct tc *t, int timeout_ms, void *out,
+			       size_t n)
+{
+	uint64_t end = ms_now() + timeout_ms;
+	uint8_t *o = out;
+	size_t take;
+
+	for (;;) {
+		struct pollfd p = { .fd = t->fd, .events = POLLIN };
+		int64_t left = (int64_t)(end - ms_now());
+		ssize_t got;
+
+		take = t->len < n ? t->len : n;
+		memcpy(o, t->buf, take);
+		t->len -= take;
+		memmove(t->buf, t->buf + take, t->len);
+		o += take;
+		n -= take;
+		if (!n)
+			return 0;
+		if (left <= 0 || poll(&p, 1, left) <= 0)
+			return -ETIMEDOUT;
+		got = recv(t->fd, o, n, 0);
+		if (got <= 0)
+			return -EPIPE;
+		o += got;
+		n -= got;
+		if (!n)
+			return 0;
+	}
+}
+
 static inline bool msg_has_id(json_t *msg, json_int_t id)
 {
 	json_t *v = json_object_get(msg, "id");

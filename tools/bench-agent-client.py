@@ -99,6 +99,18 @@ class Rpc:
                 raise BenchError("the control socket closed")
             self.buf += chunk
 
+    def recv_body(self, n):
+        """The n raw bytes after the last line recv returned (fs.chunk
+        with size: fs.readFile with raw, Documentation/api.md)."""
+        while len(self.buf) - self.pos < n:
+            chunk = self.s.recv(1 << 20)
+            if not chunk:
+                raise BenchError("the control socket closed in a body")
+            self.buf += chunk
+        body = bytes(self.buf[self.pos:self.pos + n])
+        self.pos += n
+        return body
+
     def call(self, method, params=None):
         """The result of one request; notifications in between are
         dropped; an error answer raises."""

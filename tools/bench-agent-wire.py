@@ -26,7 +26,9 @@ request as the protocol has it:
              size} and the bytes after the line), 256 KiB raw
              bodies, 4 in flight, and 1 MiB bodies (the largest), 4 in
              flight (what vmmctl cp and the SDK send now);
-             and fs.readFile with stream (fs.chunk notifications).
+             and fs.readFile with stream two ways: fs.chunk notifications
+             with base64 data, and with raw (each chunk's line says its
+             size, its bytes follow: what vmmctl cp and the SDK ask for).
 
 All three VMs run at once; each round runs every workload on each, the
 order rotating: N exec calls of `true` (each a new connection; the
@@ -76,6 +78,9 @@ API_WRITES = (("write", "base64 48 KiB x4", API_CHUNK, False),
               ("write_body48", "raw body 48 KiB x4", API_CHUNK, True),
               ("write_body", "raw body 256 KiB x4", API_BODY_CHUNK, True),
               ("write_body1m", "raw body 1 MiB x4", MIB, True))
+# The API's file read: (result key, row label, raw chunks or base64)
+API_READS = (("read", "base64 fs.chunk", False),
+             ("read_raw", "raw fs.chunk bodies", True))
 FILE = "/tmp/bench-agent-wire.bin"
 # Where QEMU microvm puts the one virtio-mmio device (QEMU 7.2).
 QEMU_VIRTIO_MMIO = "virtio_mmio.device=512@0xfeb00e00:12"
@@ -309,13 +314,18 @@ def api_write(rpc, nbytes, chunk, raw):
     return dt
 
 
-def api_read(rpc, nbytes):
+def api_read(rpc, nbytes, raw):
     t = now()
-    rid = rpc.send("fs.readFile", {"path": FILE, "stream": True})
+    rid = rpc.send("fs.readFile", {"path": FILE, "stream": True,
+                                   "raw": raw})
     got = 0
     while True:
         m = rpc.recv()
-        if m.get("method") == "fs.chunk" and \
+        if m.get("method") == "fs.chunk" and "size" in m.get("params", {}):
+            body = rpc.recv_body(m["params"]["size"])
+            if m["params"].get("id") == rid:
+                got += len(body)
+        elif m.get("method") == "fs.chunk" and \
                 m.get("params", {}).get("id") == rid:
             got += len(base64.b64decode(m["params"]["data"]))
         elif m.get("id") == rid:
@@ -437,6 +447,8 @@ def main():
                for n in names}
         for key, _, _, _ in API_WRITES:
             res["kiln-api"][key] = []
+        for key, _, _ in API_READS:
+            res["kiln-api"][key] = []
         for r in range(a.rounds):
             order = names[r % 3:] + names[:r % 3]
             print(f"bench-agent-wire: round {r + 1}/{a.rounds}: "
@@ -448,7 +460,8 @@ def main():
                     x["stream"].append(api_stream(rpc, nbytes))
                     for key, _, chunk, raw in API_WRITES:
                         x[key].append(api_write(rpc, nbytes, chunk, raw))
-                    x["read"].append(api_read(rpc, nbytes))
+                    for key, _, raw in API_READS:
+                        x[key].append(api_read(rpc, nbytes, raw))
                     continue
                 w = sides[n][0]
                 x["exec"] += [wire_exec(w, ["true"])[0]
@@ -509,7 +522,8 @@ def report(a, res, nbytes):
           f"rotating; {a.execs} exec of true per round (p50/p99 over all "
           f"{a.rounds * a.execs}); {a.mib} MiB stdout, file write, read "
           f"per round (median [min-max] of the rounds); kiln-api's file "
-          f"write row: fs.write in base64 (all its forms below)")
+          f"write row: fs.write in base64, its file read row: base64 "
+          f"fs.chunk (all their forms below)")
     w = 22
     print(f"{'metric':34}" + "".join(f"{n:>{w}}" for n in names) +
           f"{'kiln/qemu wire':>16}")
@@ -533,6 +547,13 @@ def report(a, res, nbytes):
     print(f"kiln-api file write {a.mib} MiB by fs.write form (MB/s; "
           f"last column: / kiln-wire's)")
     for key, label, _, _ in API_WRITES:
+        v = [nbytes / MB / t for t in res["kiln-api"][key]]
+        print(f"  {label:32}" + f"{'':>{w * 2}}" + f"{rng(v):>{w}}" +
+              f"{statistics.median(v) / wire:>16.2f}")
+    wire = statistics.median(rate["kiln-wire"]["read"])
+    print(f"kiln-api file read {a.mib} MiB by fs.chunk form (MB/s; "
+          f"last column: / kiln-wire's)")
+    for key, label, _ in API_READS:
         v = [nbytes / MB / t for t in res["kiln-api"][key]]
         print(f"  {label:32}" + f"{'':>{w * 2}}" + f"{rng(v):>{w}}" +
               f"{statistics.median(v) / wire:>16.2f}")

@@ -135,6 +135,7 @@ struct conn {
 	char *out;
 	size_t out_off, out_len, out_cap;
 	json_int_t next_id;
+	size_t body_len; /* the front of in: the last message's body */
 };
 
 static void conn_open(struct conn *c, const char *path)
@@ -218,25 +219,67 @@ static json_int_t conn_send(struct conn *c, const char *method, json_t *params)
 	return conn_send_body(c, method, params, NULL, 0);
 }
 
-/* The next whole message received, or NULL. */
+/*
+ * The raw bytes after a notification's line: an fs.chunk with size
+ * (fs.readFile with raw, Documentation/api.md) is followed by that many;
+ * nothing else is. -1: none, or not all of them received yet.
+ */
+static json_int_t body_size(json_t *msg, size_t have)
+{
+	json_t *v = json_object_get(json_object_get(msg, "params"), "size");
+	const char *m = json_string_value(json_object_get(msg, "method"));
+	json_int_t n;
+
+	if (!m || strcmp(m, "fs.chunk") || !v || json_object_get(msg, "id"))
+		return 0;
+	n = json_is_integer(v) ? json_integer_value(v) : -1;
+	if (n < 0 || n > MSG_MAX)
+		die(EXIT_VMMCTL, "bad message from the server: fs.chunk size");
+	return (size_t)n > have ? -1 : n;
+}
+
+/*
+ * The next whole message received (with its body: conn_body), or NULL.
+ * The last one's body goes first.
+ */
 static json_t *conn_next(struct conn *c)
 {
-	/* Nothing received yet: no buffer either (memchr wants one). */
-	char *nl = c->in_len ? memchr(c->in, '\n', c->in_len) : NULL;
 	json_error_t err;
+	json_int_t body;
 	json_t *msg;
 	size_t len;
+	char *nl;
 
+	if (c->body_len) {
+		memmove(c->in, c->in + c->body_len, c->in_len - c->body_len);
+		c->in_len -= c->body_len;
+		c->body_len = 0;
+	}
+	/* Nothing received yet: no buffer either (memchr wants one). */
+	nl = c->in_len ? memchr(c->in, '\n', c->in_len) : NULL;
 	if (!nl)
 		return NULL;
 	len = nl - c->in;
 	msg = json_loadb(c->in, len, 0, &err);
-	memmove(c->in, nl + 1, c->in_len - len - 1);
-	c->in_len -= len + 1;
 	if (!msg || !json_is_object(msg))
 		die(EXIT_VMMCTL, "bad message from the server: %s",
 		    msg ? "not an object" : err.text);
+	body = body_size(msg, c->in_len - len - 1);
+	if (body < 0) { /* read again once the rest of the body is in */
+		json_decref(msg);
+		return NULL;
+	}
+	memmove(c->in, nl + 1, c->in_len - len - 1);
+	c->in_len -= len + 1;
+	c->body_len = body;
 	return msg;
+}
+
+/* The body of the message conn_next last returned (len 0: none). */
+static const uint8_t *conn_body(const struct conn *c, size_t *len)
+{
+	*len = c->body_len;
+	return (const uint8_t *)c->in;
 }
 
 /*
@@ -759,6 +802,7 @@ static int cmd_shell(int argc, char **argv)
 /* ---- files --------------------------------------------------------------- */
 
 struct download {
+	struct conn *c;
 	json_int_t id;
 	int fd;
 	uint64_t bytes;
@@ -767,27 +811,28 @@ struct download {
 static void download_notify(void *ctx, const char *method, json_t *params)
 {
 	struct download *d = ctx;
-	uint8_t *data;
+	const uint8_t *body;
 	size_t len;
 
 	if (strcmp(method, "fs.chunk") ||
 	    json_integer_value(json_object_get(params, "id")) != d->id)
 		return;
-	data = b64_field(params, "data", &len);
-	write_all(d->fd, data, len);
+	body = conn_body(d->c, &len);
+	write_all(d->fd, body, len);
 	d->bytes += len;
-	free(data);
 }
 
 /* Guest file to fd, chunk by chunk; 0 or the status to exit with. */
 static int download(struct conn *c, const char *path, int fd, const char **why)
 {
-	struct download d = { .fd = fd };
+	struct download d = { .c = c, .fd = fd };
 	json_t *msg;
 	int status = 0;
 
+	/* raw: each chunk's bytes after its line, not base64 in it. */
 	d.id = conn_send(c, "fs.readFile",
-			 json_pack("{s:s, s:b}", "path", path, "stream", 1));
+			 json_pack("{s:s, s:b, s:b}", "path", path, "stream", 1,
+				   "raw", 1));
 	msg = conn_wait(c, d.id, download_notify, &d);
 	if (error_text(msg)) {
 		*why = error_text(msg);

@@ -5,7 +5,7 @@
 // bodies (fs.write {stream, size}, the bytes after the line: no base64,
 // no JSON string for the vmm to parse) with a few in flight.
 
-import { SandboxConfigError, isRecord } from "./errors.js";
+import { SandboxConfigError, SandboxError, isRecord } from "./errors.js";
 import type { RpcConnection } from "./rpc/client.js";
 import { MAX_BODY_BYTES } from "./rpc/codec.js";
 import { absolutePath, integer, optionalBoolean, record, shown } from "./validate.js";
@@ -69,21 +69,21 @@ function toStat(method: string, v: unknown): SandboxFileStat {
 /** Collects a streamed request's notifications `method` (matched by the
  * request id) until its answer. */
 async function collect(conn: RpcConnection, method: string, params: Record<string, unknown>,
-	notification: string, each: (p: Record<string, unknown>) => void): Promise<unknown> {
+	notification: string, each: (p: Record<string, unknown>, body?: Uint8Array) => void): Promise<unknown> {
 	let id = -1;
-	const early: Record<string, unknown>[] = [];
-	const off = conn.on(notification, (p) => {
+	const early: { p: Record<string, unknown>; body: Uint8Array | undefined }[] = [];
+	const off = conn.on(notification, (p, body) => {
 		if (id < 0)
-			early.push(p);
+			early.push({ p, body });
 		else if (p["id"] === id)
-			each(p);
+			each(p, body);
 	});
 	try {
 		const req = conn.request(method, params);
 		id = req.id;
-		for (const p of early)
-			if (p["id"] === id)
-				each(p);
+		for (const e of early)
+			if (e.p["id"] === id)
+				each(e.p, e.body);
 		return await req.result;
 	} finally {
 		off();
@@ -120,7 +120,8 @@ export function vmFileSystem(conn: () => RpcConnection): SandboxVmFileSystem {
 			const what = "vm.fs.readFile";
 			const path = absolutePath(`${what}: path`, p);
 			const o = record(`${what}: options`, options, ["range"]);
-			const params: Record<string, unknown> = { path, stream: true };
+			// raw: each chunk's bytes follow its line, not base64 in it.
+			const params: Record<string, unknown> = { path, stream: true, raw: true };
 			if (o["range"] !== undefined) {
 				const r = record(`${what}: range`, o["range"], ["offset", "length"]);
 				if (r["offset"] === undefined || r["length"] === undefined)
@@ -130,13 +131,17 @@ export function vmFileSystem(conn: () => RpcConnection): SandboxVmFileSystem {
 			}
 			const chunks: Buffer[] = [];
 			let total = 0;
-			await collect(conn(), "fs.readFile", params, "fs.chunk", (n) => {
-				if (typeof n["data"] === "string") {
-					const b = Buffer.from(n["data"], "base64");
-					chunks.push(b);
-					total += b.length;
+			let unframed = false;
+			await collect(conn(), "fs.readFile", params, "fs.chunk", (_n, body) => {
+				if (body === undefined) {
+					unframed = true;
+					return;
 				}
+				chunks.push(Buffer.from(body.buffer, body.byteOffset, body.byteLength));
+				total += body.byteLength;
 			});
+			if (unframed)
+				throw new SandboxError(`${what}: ${path}: fs.chunk came without raw bytes (a vmm that ignores fs.readFile's raw)`);
 			const out = new Uint8Array(total);
 			let at = 0;
 			for (const c of chunks) {

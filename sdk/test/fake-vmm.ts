@@ -384,8 +384,15 @@ const serveConn = (sock: net.Socket, scope?: Scope): void => {
 			}
 			const off = typeof p["offset"] === "number" ? p["offset"] : 0;
 			const end = typeof p["length"] === "number" ? Math.min(f.length, off + p["length"]) : f.length;
-			for (let at = off; at < end; at += 65536)
-				send({ method: "fs.chunk", params: { id: r.id, offset: at, data: f.subarray(at, Math.min(end, at + 65536)).toString("base64") } });
+			for (let at = off; at < end; at += 65536) {
+				const piece = f.subarray(at, Math.min(end, at + 65536));
+				if (p["raw"] === true) { // the line, then its bytes raw
+					send({ method: "fs.chunk", params: { id: r.id, offset: at, size: piece.length } });
+					sock.write(piece);
+				} else {
+					send({ method: "fs.chunk", params: { id: r.id, offset: at, data: piece.toString("base64") } });
+				}
+			}
 			ok(r.id, { size: Math.max(0, end - off) });
 			return;
 		}

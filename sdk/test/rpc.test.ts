@@ -9,7 +9,8 @@ import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { describe, test } from "./flat.js";
-import { LineDecoder, MAX_BODY_BYTES, encodeBodyRequest, encodeRequest, parseMessage } from "../src/rpc/codec.js";
+import { LineDecoder, MAX_BODY_BYTES, MessageDecoder, encodeBodyRequest, encodeRequest, parseMessage } from "../src/rpc/codec.js";
+import type { Frame } from "../src/rpc/codec.js";
 import { RequestDecoder } from "./request-decoder.js";
 import type { Decoded } from "./request-decoder.js";
 import { RpcConnection } from "../src/rpc/client.js";
@@ -151,6 +152,102 @@ describe("request bodies (fs.write {stream, size})", () => {
 				/fs.write: a body of 1048577 bytes is over the control socket's 1048576-byte limit/);
 			await assert.rejects(c.callWithBody("exec", {}, Buffer.alloc(1)), /exec: takes no body/);
 			assert.equal(srv.requests.length, 0);
+		} finally {
+			c.close();
+			srv.close();
+		}
+	});
+});
+
+/** An fs.chunk notification with a raw body (fs.readFile raw): line, bytes. */
+function rawChunk(id: number, offset: number, body: Buffer): Buffer {
+	const line = JSON.stringify({ jsonrpc: "2.0", method: "fs.chunk", params: { id, offset, size: body.length } }) + "\n";
+	return Buffer.concat([Buffer.from(line), body]);
+}
+
+describe("notification bodies (fs.chunk {id, offset, size})", () => {
+	const lineLike = Buffer.from('{"jsonrpc":"2.0","id":9,"result":{"size":1}}\n');
+	const answer = Buffer.from('{"jsonrpc":"2.0","id":9,"result":{"size":2}}\n');
+	const decodeAll = (pieces: Buffer[]): Frame[] => {
+		const d = new MessageDecoder();
+		const out: Frame[] = [];
+		for (const p of pieces)
+			d.push(p, (f) => out.push(f));
+		assert.equal(d.cutShort(), undefined);
+		return out;
+	};
+	test("a chunk split across reads, at every byte", () => {
+		const body = Buffer.from(Array.from({ length: 300 }, (_v, i) => (i * 31) & 0xff));
+		const wire = Buffer.concat([rawChunk(9, 0, body), answer]);
+		for (let cut = 1; cut < wire.length; cut++) {
+			const f = decodeAll([wire.subarray(0, cut), wire.subarray(cut)]);
+			assert.equal(f.length, 2, `cut at ${cut}`);
+			assert.deepEqual(f[0]?.body, body);
+			assert.deepEqual(f[1]?.msg, { kind: "result", id: 9, result: { size: 2 } });
+		}
+		const bytes = decodeAll([...wire].map((b) => Buffer.from([b])));
+		assert.deepEqual(bytes.map((f) => f.body), [body, undefined]);
+	});
+	test("a chunk followed at once by the next line, and one that looks like a JSON line", () => {
+		const wire = Buffer.concat([rawChunk(9, 0, lineLike), rawChunk(9, lineLike.length, Buffer.alloc(0)), rawChunk(9, lineLike.length, Buffer.from("\n\n")), answer]);
+		const f = decodeAll([wire]);
+		assert.equal(f.length, 4);
+		assert.deepEqual(f[0]?.body, lineLike);
+		assert.deepEqual(f[1]?.body, Buffer.alloc(0));
+		assert.deepEqual(f[2]?.body, Buffer.from("\n\n"));
+		assert.equal(f[3]?.msg.kind, "result");
+		assert.equal(f[3]?.body, undefined);
+	});
+	test("the caller's buffer may be reused; base64 chunks and other size keys have no body", () => {
+		const d = new MessageDecoder();
+		const out: Frame[] = [];
+		const buf = rawChunk(1, 0, Buffer.from("abc"));
+		d.push(buf.subarray(0, buf.length - 1), (f) => out.push(f));
+		buf.fill(0x78);
+		d.push(Buffer.from("c"), (f) => out.push(f));
+		assert.deepEqual(out[0]?.body, Buffer.from("abc"));
+		d.push(Buffer.from('{"jsonrpc":"2.0","method":"fs.chunk","params":{"id":1,"offset":0,"data":"YQ=="}}\n{"jsonrpc":"2.0","id":1,"result":{"size":1}}\n'), (f) => out.push(f));
+		assert.equal(out.length, 3);
+		assert.equal(out[1]?.body, undefined);
+		assert.throws(() => new MessageDecoder().push(Buffer.from('{"jsonrpc":"2.0","method":"fs.chunk","params":{"id":1,"size":-1}}\n'), () => undefined),
+			/fs.chunk size -1: expected 0 to/);
+	});
+	test("a connection cut mid-chunk says so, naming the stream", () => {
+		const d = new MessageDecoder();
+		const wire = rawChunk(7, 65536, Buffer.alloc(100, 1));
+		const out: Frame[] = [];
+		d.push(wire.subarray(0, wire.length - 40), (f) => out.push(f));
+		assert.equal(out.length, 0);
+		assert.equal(d.cutShort(), "the connection ended 60 bytes into a fs.chunk of 100 (stream of request 7)");
+	});
+	test("vm.fs.readFile asks for raw and gets the bytes exactly; a cut fails it naming the stream", async () => {
+		const file = Buffer.from(Array.from({ length: 200003 }, (_v, i) => (i * 7 + (i >> 8)) & 0xff));
+		lineLike.copy(file, 65536);
+		const srv = await fakeServer((req, _send, sock) => {
+			const parts: Buffer[] = [];
+			for (let at = 0; at < file.length; at += 65536)
+				parts.push(rawChunk(req.id, at, file.subarray(at, at + 65536)));
+			const wire = Buffer.concat(parts);
+			if (req.params["path"] === "/cut") {
+				sock.end(wire.subarray(0, 70000));
+				return;
+			}
+			// Cut at odd places, the answer merged with the last chunk.
+			const all = Buffer.concat([wire, Buffer.from(JSON.stringify({ jsonrpc: "2.0", id: req.id, result: { size: file.length } }) + "\n")]);
+			for (let at = 0; at < all.length; at += 40009)
+				sock.write(all.subarray(at, at + 40009));
+		});
+		const c = await RpcConnection.connect(srv.path);
+		try {
+			const fs = vmFileSystem(() => c);
+			const got = await fs.readFile("/f");
+			assert.deepEqual(Buffer.from(got), file);
+			assert.deepEqual(srv.requests[0]?.params, { path: "/f", stream: true, raw: true });
+			await assert.rejects(fs.readFile("/cut"), (e: Error) => {
+				assert.ok(e instanceof ConnectionClosedError, e.message);
+				assert.match(e.message, /the connection ended \d+ bytes into a fs.chunk of 65536 \(stream of request 2\)/);
+				return true;
+			});
 		} finally {
 			c.close();
 			srv.close();

@@ -2027,6 +2027,88 @@ TEST_F_TIMEOUT(srv, big_file_bounded_memory, 120)
 	free(buf);
 }
 
+/*
+ * fs.readFile {stream, raw}: each fs.chunk line says its size, no data,
+ * and exactly that many raw bytes follow it (some of them a JSON line,
+ * '\n's among them); the answer comes after the last. raw that is no
+ * boolean, or without stream, is refused naming it.
+ */
+TEST_F(srv, readfile_raw_chunks)
+{
+	static const char req_like[] =
+		"{\"jsonrpc\":\"2.0\",\"id\":77,\"method\":\"vm.shutdown\"}\n";
+	size_t size = 200003, got = 0, n, i, chunks = 0;
+	uint8_t *want = malloc(size), *back = malloc(size);
+	char path[160];
+	json_t *m, *p;
+	FILE *f;
+
+	ASSERT_TRUE(want != NULL && back != NULL);
+	for (i = 0; i < size; i++)
+		want[i] = (uint8_t)(i * 31 + (i >> 8));
+	memcpy(want, req_like, sizeof(req_like) - 1);
+	memcpy(want + 65536, req_like, sizeof(req_like) - 1);
+	snprintf(path, sizeof(path), "%s/rawread", self->s.dir);
+	f = fopen(path, "w");
+	ASSERT_TRUE(f != NULL);
+	ASSERT_EQ(size, fwrite(want, 1, size, f));
+	ASSERT_EQ(0, fclose(f));
+
+	ASSERT_EQ(0, tc_request(&self->t, 1, "fs.readFile",
+				json_pack("{s:s, s:b, s:b}", "path", path,
+					  "stream", 1, "raw", 1)));
+	for (;;) {
+		m = tc_recv(&self->t, WAIT_MS, NULL);
+		ASSERT_TRUE(m != NULL) TH_LOG("no line at byte %zu", got);
+		if (msg_has_id(m, 1))
+			break;
+		p = json_object_get(m, "params");
+		ASSERT_STREQ("fs.chunk",
+			     json_string_value(json_object_get(m, "method")));
+		ASSERT_EQ(1, json_integer_value(json_object_get(p, "id")));
+		ASSERT_EQ(got,
+			  json_integer_value(json_object_get(p, "offset")));
+		ASSERT_TRUE(json_object_get(p, "data") == NULL);
+		ASSERT_TRUE(json_is_integer(json_object_get(p, "size")));
+		n = json_integer_value(json_object_get(p, "size"));
+		ASSERT_GE(size - got, n);
+		ASSERT_EQ(0, tc_recv_body(&self->t, WAIT_MS, back + got, n));
+		got += n;
+		chunks++;
+		json_decref(m);
+	}
+	ASSERT_TRUE(result(m) != NULL) TH_LOG("error %lld", err_code(m));
+	EXPECT_EQ(size, res_int(m, "size"));
+	json_decref(m);
+	ASSERT_EQ(size, got);
+	EXPECT_LT(1, chunks);
+	EXPECT_EQ(0, memcmp(want, back, size));
+	EXPECT_EQ(0, atomic_load(&self->s.shutdowns));
+
+	/* The next answer is a line again. */
+	m = tc_call(&self->t, 2, "vm.status", NULL);
+	ASSERT_TRUE(m != NULL);
+	EXPECT_TRUE(result(m) != NULL);
+	json_decref(m);
+
+	m = tc_call(&self->t, 3, "fs.readFile",
+		    json_pack("{s:s, s:b, s:s}", "path", path, "stream", 1,
+			      "raw", "yes"));
+	ASSERT_TRUE(m != NULL);
+	EXPECT_EQ(API_E_INVALID_PARAMS, err_code(m));
+	EXPECT_TRUE(strstr(json_string_value(json_object_get(
+				   json_object_get(m, "error"), "message")),
+			   "raw") != NULL);
+	json_decref(m);
+	m = tc_call(&self->t, 4, "fs.readFile",
+		    json_pack("{s:s, s:b}", "path", path, "raw", 1));
+	ASSERT_TRUE(m != NULL);
+	EXPECT_EQ(API_E_INVALID_PARAMS, err_code(m));
+	json_decref(m);
+	free(want);
+	free(back);
+}
+
 TEST_F(srv, client_disconnect_mid_stream)
 {
 	char pidfile[128], pidfile2[128], *script;

@@ -142,6 +142,7 @@ struct call {
 
 	/* files */
 	bool streamed;	 /* fs.readFile, fs.readDir: as notifications */
+	bool raw;	 /* fs.readFile stream: chunks with raw bodies */
 	uint64_t offset; /* fs.readFile: where the data starts */
 	uint64_t bytes;	 /* data bytes seen; fs.readDir stream: entries */
 	size_t held;	 /* bytes held for the answer: call_hold() */
@@ -289,6 +290,8 @@ void client_notify_data(struct client *c, const char *method, uint64_t stream,
 #define API_NOTIFY_FIELDS_MAX 192U
 bool client_notify_bytes(struct client *c, const char *method,
 			 const char *fields, const void *p, size_t len);
+void client_notify_body(struct client *c, const char *method, json_t *params,
+			const void *p, size_t len);
 void client_kill(struct client *c);
 void client_pump(struct api *api, struct client *c);
 bool client_wants_input(const struct client *c);

@@ -132,6 +132,27 @@ bool client_notify_bytes(struct client *c, const char *method,
 	return true;
 }
 
+/*
+ * A notification with a body (the mirror of a request's, "Bodies"
+ * below): the line client_notify(c, method, params + {"size": len})
+ * would queue, then exactly len raw bytes. params (stolen) is small
+ * (no data in it), so jansson's dump of it costs little.
+ */
+void client_notify_body(struct client *c, const char *method, json_t *params,
+			const void *p, size_t len)
+{
+	if (!c || c->dead || !params) {
+		json_decref(params);
+		return;
+	}
+	json_object_set_new(params, "size", json_integer((json_int_t)len));
+	client_notify(c, method, params);
+	if (!c->dead && len && bytequeue__append(&c->out, p, len)) {
+		pr_err("api: client %d: out of memory, dropping it", c->fd);
+		client_kill(c);
+	}
+}
+
 /* Every method the API offers, group by group. */
 static const struct api_method *const method_groups[] = {
 	proc_methods,  fs_methods,	  vm_methods,	 call_methods,

@@ -92,15 +92,24 @@ static uint64_t result_size(const uint8_t *p, size_t len, uint64_t dflt)
  * One fs.chunk: written by hand like a stream's stdout (client.c,
  * client_notify_data), jansson's dump of the base64 string being most of
  * what a chunk cost; through jansson only for a request id too long for
- * that (an id is whatever JSON the client chose).
+ * that (an id is whatever JSON the client chose). With raw, the line
+ * says the size and the bytes follow it (client_notify_body).
  */
 static void chunk_notify(struct call *k, const uint8_t *p, size_t len)
 {
-	char *id = json_dumps(k->id, JSON_ENCODE_ANY | JSON_COMPACT);
 	uint64_t off = k->offset + k->bytes;
 	char fields[API_NOTIFY_FIELDS_MAX];
+	char *id;
 	int n = -1;
 
+	if (k->raw) {
+		client_notify_body(k->client, "fs.chunk",
+				   json_pack("{s:O, s:I}", "id", k->id,
+					     "offset", (json_int_t)off),
+				   p, len);
+		return;
+	}
+	id = json_dumps(k->id, JSON_ENCODE_ANY | JSON_COMPACT);
 	if (id)
 		n = snprintf(fields, sizeof(fields),
 			     "\"id\":%s,\"offset\":%" PRIu64, id, off);
@@ -356,7 +365,7 @@ out:
 static void m_fs_readfile(struct rpc *r)
 {
 	uint64_t offset = 0, length = UINT64_MAX;
-	bool streamed = false;
+	bool streamed = false, raw = false;
 	struct kiln_buf b;
 	struct call *k;
 	int ret = 0;
@@ -365,10 +374,14 @@ static void m_fs_readfile(struct rpc *r)
 	if (!param_path(r, "path", &b, KILN_T_PATH) ||
 	    !param_uint(r, "offset", INT64_MAX, &offset) ||
 	    !param_uint(r, "length", INT64_MAX, &length) ||
-	    !param_bool(r, "stream", &streamed))
+	    !param_bool(r, "stream", &streamed) || !param_bool(r, "raw", &raw))
 		goto out;
 	if (streamed && !r->id) {
 		param_error(r, "stream: needs a request id");
+		goto out;
+	}
+	if (raw && !streamed) {
+		param_error(r, "raw: only with stream (the chunks' bodies)");
 		goto out;
 	}
 	if (!streamed && length != UINT64_MAX && length > API_READ_INLINE_MAX) {
@@ -388,6 +401,7 @@ static void m_fs_readfile(struct rpc *r)
 	if (!k)
 		goto out;
 	k->streamed = streamed;
+	k->raw = raw;
 	k->offset = offset;
 	grant_note_call(r, k);
 	call_start(k, KILN_MSG_FS_READ, &b);

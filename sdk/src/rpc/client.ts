@@ -4,11 +4,12 @@
 
 import net from "node:net";
 import { ConnectionClosedError, SandboxError, abortError, rpcError } from "../errors.js";
-import { LineDecoder, MAX_BODY_BYTES, MAX_REQUEST_BYTES, encodeBodyRequest, encodeRequest, parseMessage } from "./codec.js";
-import type { RpcId } from "./codec.js";
+import { MAX_BODY_BYTES, MAX_REQUEST_BYTES, MessageDecoder, encodeBodyRequest, encodeRequest } from "./codec.js";
+import type { Frame, RpcId } from "./codec.js";
 
 export type Params = Record<string, unknown>;
-export type NotificationHandler = (params: Params) => void;
+/** `body`: the raw bytes after the notification's line (fs.chunk with size). */
+export type NotificationHandler = (params: Params, body?: Uint8Array) => void;
 
 interface Pending {
 	method: string;
@@ -24,7 +25,7 @@ export interface CallOptions {
 /** One connection to a control socket. */
 export class RpcConnection {
 	readonly #sock: net.Socket;
-	readonly #decoder = new LineDecoder();
+	readonly #decoder = new MessageDecoder();
 	readonly #pending = new Map<RpcId, Pending>();
 	readonly #handlers = new Map<string, Set<NotificationHandler>>();
 	#nextId = 1;
@@ -38,8 +39,8 @@ export class RpcConnection {
 			this.#onClosed = resolve;
 		});
 		sock.on("data", (chunk: Buffer) => this.#receive(chunk));
-		sock.on("error", (e) => this.#fail(e.message));
-		sock.on("close", () => this.#fail("closed by the vmm"));
+		sock.on("error", (e) => this.#fail(this.#ended(e.message)));
+		sock.on("close", () => this.#fail(this.#ended("closed by the vmm")));
 	}
 
 	/** Connects to the Unix socket at `path`. */
@@ -165,35 +166,30 @@ export class RpcConnection {
 		this.#fail("closed by the client");
 	}
 
+	/** Why the connection ended, with what it cut short. */
+	#ended(why: string): string {
+		const cut = this.#decoder.cutShort();
+		return cut === undefined ? why : `${why}: ${cut}`;
+	}
+
 	#receive(chunk: Buffer): void {
-		let lines: string[];
+		if (this.#closedWith)
+			return;
 		try {
-			lines = this.#decoder.push(chunk);
+			this.#decoder.push(chunk, (f) => this.#dispatch(f));
 		} catch (e) {
 			this.#sock.destroy();
 			this.#fail((e as Error).message);
-			return;
-		}
-		for (const line of lines) {
-			if (line.length === 0)
-				continue;
-			try {
-				this.#dispatch(line);
-			} catch (e) {
-				this.#sock.destroy();
-				this.#fail((e as Error).message);
-				return;
-			}
 		}
 	}
 
-	#dispatch(line: string): void {
-		const msg = parseMessage(line);
+	#dispatch(f: Frame): void {
+		const { msg } = f;
 		if (msg.kind === "notification") {
 			const set = this.#handlers.get(msg.method);
 			if (set)
 				for (const h of [...set])
-					h(msg.params);
+					h(msg.params, f.body);
 			return;
 		}
 		if (msg.id === null) {

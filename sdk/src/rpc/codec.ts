@@ -64,6 +64,98 @@ export class LineDecoder {
 
 export type RpcId = number;
 
+/** Largest raw body after a notification's line (fs.chunk with size;
+ * the vmm's chunks are at most 64 KiB). */
+export const MAX_CHUNK_BODY_BYTES = 1024 * 1024;
+
+/** Notifications the vmm sends a raw body after, when their params have
+ * `size` (api.md, fs.readFile with raw). */
+export const BODY_NOTIFICATIONS: ReadonlySet<string> = new Set(["fs.chunk"]);
+
+/** A message from the vmm, and the raw bytes that followed its line when
+ * it has them (fs.chunk with size). */
+export interface Frame {
+	msg: RpcMessage;
+	body?: Buffer;
+}
+
+interface BodyWait {
+	msg: RpcMessage & { kind: "notification" };
+	size: number;
+	parts: Buffer[];
+	held: number;
+}
+
+/** Messages, and their bodies, from a byte stream however it was cut: the
+ * mirror of how the vmm reads fs.write's body (client.c, "Bodies"). After
+ * a line that is a notification in BODY_NOTIFICATIONS with params.size = N,
+ * exactly the next N bytes are its body, whatever they look like; the
+ * next line starts after them. Nothing else has a body. */
+export class MessageDecoder {
+	readonly #lines: LineDecoder;
+	#body: BodyWait | undefined;
+
+	constructor(maxLineBytes: number = MAX_LINE_BYTES) {
+		this.#lines = new LineDecoder(maxLineBytes);
+	}
+
+	/** Calls `each` for every message `chunk` completes, in order; throws
+	 * naming what is wrong on a bad line or size (the messages before it
+	 * have been handed over). */
+	push(chunk: Buffer, each: (f: Frame) => void): void {
+		let at = 0;
+		while (at < chunk.length) {
+			const b = this.#body;
+			if (b) {
+				const take = Math.min(b.size - b.held, chunk.length - at);
+				// Copy: the caller may reuse its buffer.
+				b.parts.push(Buffer.from(chunk.subarray(at, at + take)));
+				b.held += take;
+				at += take;
+				if (b.held === b.size) {
+					this.#body = undefined;
+					each({ msg: b.msg, body: Buffer.concat(b.parts, b.size) });
+				}
+				continue;
+			}
+			const nl = chunk.indexOf(0x0a, at);
+			const end = nl < 0 ? chunk.length : nl + 1;
+			const lines = this.#lines.push(chunk.subarray(at, end));
+			at = end;
+			for (const line of lines)
+				if (line.length !== 0)
+					this.#line(line, each);
+		}
+	}
+
+	#line(line: string, each: (f: Frame) => void): void {
+		const msg = parseMessage(line);
+		if (msg.kind !== "notification" || !BODY_NOTIFICATIONS.has(msg.method) || !("size" in msg.params)) {
+			each({ msg });
+			return;
+		}
+		const size = msg.params["size"];
+		if (typeof size !== "number" || !Number.isInteger(size) || size < 0 || size > MAX_CHUNK_BODY_BYTES)
+			throw new SandboxError(`control socket: ${msg.method} size ${JSON.stringify(size)}: expected 0 to ${MAX_CHUNK_BODY_BYTES} bytes`);
+		if (size === 0) {
+			each({ msg, body: Buffer.alloc(0) });
+			return;
+		}
+		this.#body = { msg, size, parts: [], held: 0 };
+	}
+
+	/** When the stream ends here: what it cut short (a body: naming its
+	 * stream, the request id), or undefined. */
+	cutShort(): string | undefined {
+		const b = this.#body;
+		if (b)
+			return `the connection ended ${b.held} bytes into a ${b.msg.method} of ${b.size} (stream of request ${JSON.stringify(b.msg.params["id"])})`;
+		if (this.#lines.pending > 0)
+			return `the connection ended inside a line (${this.#lines.pending} bytes)`;
+		return undefined;
+	}
+}
+
 export interface RpcErrorObject {
 	code: number;
 	message: string;
