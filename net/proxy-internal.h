@@ -33,6 +33,8 @@
 #define PROXY_BACKLOG	     4096	  /* SYN cookies drop: keep them rare */
 #define PROXY_RELAY_BUF	     (64U * 1024) /* bytes, per direction of a flow */
 #define PROXY_RELAY_PIPE_MAX (256U * 1024) /* a bulk flow's pipe grows to */
+#define PROXY_RELAY_LOWAT    (64U * 1024)  /* a fast guest's bytes wake it at */
+#define PROXY_RELAY_BATCH_MS 5		   /* and after this at the latest */
 #define PROXY_DGRAM_MAX	     65535U	   /* one UDP datagram */
 #define PROXY_UDP_IDLE_MS    60000U
 #define PROXY_TLS_SETUP_MS   10000U /* an intercepted TLS flow's setup */
@@ -85,6 +87,21 @@ _Static_assert(SIDE_GUEST == (int)KRELAY_A && SIDE_UP == (int)KRELAY_B,
  * run), while other flows keep PROXY_RELAY_BUF and the user's pipe
  * pages (pipe-user-pages-soft) go to the flows that use them.
  */
+/*
+ * The guest's direction reads in batches when it is fast: one that read
+ * PROXY_RELAY_LOWAT bytes or more within PROXY_RELAY_BATCH_MS gets
+ * SO_RCVLOWAT at PROXY_RELAY_LOWAT, so the proxy thread wakes for that
+ * much rather than for every segment the guest sends (a 64 KiB segment
+ * still wakes it; so do a FIN, an error and a receive window about to
+ * close: tcp_poll()). Bytes under the mark are read PROXY_RELAY_BATCH_MS
+ * after the last read at the latest: the direction then goes back to
+ * waking for every byte (SO_RCVLOWAT 1, which wakes the reader for what
+ * waits), until it is fast again. So a request-response flow is never
+ * batched, and a bulk flow's last bytes wait at most
+ * PROXY_RELAY_BATCH_MS more. Upstream's direction is not batched: its
+ * segments come from the host's stack already 64 KiB large, and batching
+ * it measured slower (Documentation/network.md, "Batched reads").
+ */
 struct relay_dir {
 	bool piped;   /* pipe[] holds len bytes (off unused), else buf */
 	int pipe[2];  /* piped: read end, write end */
@@ -93,8 +110,12 @@ struct relay_dir {
 	uint8_t *buf; /* PROXY_RELAY_BUF */
 	size_t cap;   /* what pipe[] or buf holds at most */
 	size_t off, len;
-	bool eof;  /* the reading side said FIN */
-	bool shut; /* and the other side was told (SHUT_WR) */
+	bool eof;	    /* the reading side said FIN */
+	bool shut;	    /* and the other side was told (SHUT_WR) */
+	bool batched;	    /* piped: SO_RCVLOWAT is PROXY_RELAY_LOWAT */
+	uint64_t window_ms; /* piped: when win_bytes started counting */
+	size_t win_bytes;   /* read since window_ms */
+	uint64_t read_ms;   /* batched: the last read */
 };
 
 /*
@@ -189,6 +210,12 @@ struct proxy {
 	enum relay_ways relay_ways;
 	/* Kernel-relayed flows wait to send a FIN on (PROXY_FIN_RETRY_MS). */
 	bool fin_pending;
+	/*
+	 * Relay directions reading in batches, and the earliest time one of
+	 * them may be due (its last read + PROXY_RELAY_BATCH_MS, or before).
+	 */
+	unsigned int nr_batched;
+	uint64_t batch_due_ms;
 
 	/*
 	 * The flow tables (resident__table): entries from tcp_fresh and
@@ -292,6 +319,12 @@ void proxy_tcp__recheck(struct proxy *p, struct tcp_flow *t);
 void proxy_tcp__sweep(struct proxy *p, uint64_t now);
 /* The kernel-relayed flows' FINs that wait: sent on if they can be. */
 void proxy_tcp__fin_retry(struct proxy *p);
+/*
+ * The batched relay directions whose last read was PROXY_RELAY_BATCH_MS
+ * ago or more: back to waking for every byte (what they hold is read on
+ * the next wait).
+ */
+void proxy_tcp__batch_due(struct proxy *p, uint64_t now);
 void proxy_tcp__close(struct proxy *p, struct tcp_flow *t, bool reset);
 
 /* proxy-udp.c */

@@ -86,6 +86,12 @@ void proxy_tcp__close(struct proxy *p, struct tcp_flow *t, bool reset)
 			t->ep[s].fd = -1;
 		}
 		net_endpoint__close(&t->ep[s]);
+		if (t->dir[s].batched) {
+			p->nr_batched--;
+			pthread_mutex_lock(&p->stats_lock);
+			p->stats.relay_batched = p->nr_batched;
+			pthread_mutex_unlock(&p->stats_lock);
+		}
 		if (t->dir[s].piped) {
 			close(t->dir[s].pipe[0]);
 			close(t->dir[s].pipe[1]);
@@ -173,6 +179,82 @@ static ssize_t relay_splice_in(struct tcp_flow *t, int s)
 	return n;
 }
 
+/*
+ * Direction s to waking for PROXY_RELAY_LOWAT bytes (batched), or back
+ * to every byte. A socket that refuses stays as it is.
+ */
+static void relay_batch(struct proxy *p, struct tcp_flow *t, int s, bool on)
+{
+	struct relay_dir *d = &t->dir[s];
+	int lowat = on ? (int)PROXY_RELAY_LOWAT : 1;
+
+	if (setsockopt(t->ep[s].fd, SOL_SOCKET, SO_RCVLOWAT, &lowat,
+		       sizeof(lowat))) {
+		pr_debug("%s: SO_RCVLOWAT: %s", PROXY_NAME, strerror(errno));
+		return;
+	}
+	d->batched = on;
+	if (on)
+		p->nr_batched++;
+	else
+		p->nr_batched--;
+	pthread_mutex_lock(&p->stats_lock);
+	p->stats.relay_batched = p->nr_batched;
+	p->stats.relay_batches += on;
+	pthread_mutex_unlock(&p->stats_lock);
+}
+
+/* n bytes read through a pipe: fast enough to read in batches? */
+static void relay_rate(struct proxy *p, struct tcp_flow *t, int s, size_t n)
+{
+	struct relay_dir *d = &t->dir[s];
+	uint64_t now = now_ms();
+
+	if (d->batched) {
+		d->read_ms = now;
+		return;
+	}
+	if (now - d->window_ms > PROXY_RELAY_BATCH_MS) {
+		d->window_ms = now;
+		d->win_bytes = 0;
+	}
+	d->win_bytes += n;
+	if (d->win_bytes < PROXY_RELAY_LOWAT)
+		return;
+	relay_batch(p, t, s, true);
+	if (!d->batched)
+		return;
+	d->read_ms = now;
+	if (p->nr_batched == 1 || now + PROXY_RELAY_BATCH_MS < p->batch_due_ms)
+		p->batch_due_ms = now + PROXY_RELAY_BATCH_MS;
+}
+
+void proxy_tcp__batch_due(struct proxy *p, uint64_t now)
+{
+	uint64_t due = UINT64_MAX;
+
+	if (!p->nr_batched || now < p->batch_due_ms)
+		return;
+	for (unsigned int i = 0; i < p->tcp_fresh && p->nr_batched; i++) {
+		struct tcp_flow *t = &p->tcp[i];
+
+		for (int s = 0; t->used && s < NR_SIDES; s++) {
+			struct relay_dir *d = &t->dir[s];
+
+			if (!d->batched)
+				continue;
+			if (now - d->read_ms >= PROXY_RELAY_BATCH_MS) {
+				relay_batch(p, t, s, false);
+				d->read_ms = now; /* refused: again later */
+			}
+			if (d->batched &&
+			    d->read_ms + PROXY_RELAY_BATCH_MS < due)
+				due = d->read_ms + PROXY_RELAY_BATCH_MS;
+		}
+	}
+	p->batch_due_ms = due;
+}
+
 /* Reads what side s has, as far as its buffer has room. */
 static int relay_read(struct proxy *p, struct tcp_flow *t, int s)
 {
@@ -185,6 +267,8 @@ static int relay_read(struct proxy *p, struct tcp_flow *t, int s)
 		if (d->len == d->cap || d->full)
 			return 0;
 		n = relay_splice_in(t, s);
+		if (n > 0 && s == SIDE_GUEST)
+			relay_rate(p, t, s, (size_t)n);
 		goto count;
 	}
 	if (d->off) {

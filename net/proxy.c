@@ -264,6 +264,14 @@ static int loop_timeout(struct proxy *p)
 
 	if (p->fin_pending && (ms < 0 || ms > PROXY_FIN_RETRY_MS))
 		ms = PROXY_FIN_RETRY_MS;
+	if (p->nr_batched) {
+		uint64_t now = now_ms();
+		int due = p->batch_due_ms > now ? (int)(p->batch_due_ms - now) :
+						  0;
+
+		if (ms < 0 || ms > due)
+			ms = due;
+	}
 	return ms >= 0 && ms < PROXY_SWEEP_MS ? ms : PROXY_SWEEP_MS;
 }
 
@@ -417,6 +425,7 @@ static int proxy_loop(struct proxy *p)
 			hook__run(p->hook, now);
 		proxy_tcp__answers_apply(p);
 		proxy_tcp__fin_retry(p);
+		proxy_tcp__batch_due(p, now);
 		if (accept_ready)
 			proxy_tcp__accept(p);
 		if (udp_ready)
@@ -705,13 +714,16 @@ void proxy__report(struct proxy *p)
 		(unsigned long long)s.hook.failures,
 		(unsigned long long)s.hook.pending);
 	pr_info("%s: tcp intercepted %llu; http requests allowed %llu "
-		"refused %llu; relay %s, open tcp kernel %llu splice %llu",
+		"refused %llu; relay %s, open tcp kernel %llu splice %llu "
+		"(directions batched %llu, %llu times)",
 		PROXY_NAME, (unsigned long long)s.tcp_intercepted,
 		(unsigned long long)s.http_allowed,
 		(unsigned long long)s.http_refused,
 		proxy__relay_name(s.relay_mode),
 		(unsigned long long)s.tcp_kernel,
-		(unsigned long long)s.tcp_splice);
+		(unsigned long long)s.tcp_splice,
+		(unsigned long long)s.relay_batched,
+		(unsigned long long)s.relay_batches);
 	for (unsigned int i = 0; i < s.nr_reasons; i++)
 		pr_info("%s: %s %s \"%s\": %llu flows", PROXY_NAME,
 			proto_name(s.reasons[i].proto),

@@ -153,6 +153,12 @@ struct proxy_stats {
 	enum proxy_relay relay_mode;
 	char relay_error[PROXY_RELAY_ERR_LEN];
 	uint64_t tcp_kernel, tcp_splice;
+	/*
+	 * Of tcp_splice's flows, those whose guest's direction reads in
+	 * batches now, and how many times one began to (proxy-internal.h,
+	 * struct relay_dir).
+	 */
+	uint64_t relay_batched, relay_batches;
 	unsigned int nr_reasons;
 	struct proxy_reason_count reasons[PROXY_REASONS_MAX];
 	/* Requests by verdict (allowed, denied) and reason, the same way. */

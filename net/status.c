@@ -75,16 +75,18 @@ static json_t *egress_json(const uint64_t egress[EGRESS_NR_REASONS])
 
 /*
  * How granted TCP flows are relayed: "kernel", "split" or "splice" (new flows),
- * the open ones by each, and why not the kernel when it could not load.
+ * the open ones by each, the spliced directions reading in batches now,
+ * and why not the kernel when it could not load.
  */
 static json_t *relay_json(const struct proxy_stats *s)
 {
 	json_t *o;
 
-	o = json_pack("{s:s, s:I, s:I}", "mode",
+	o = json_pack("{s:s, s:I, s:I, s:I}", "mode",
 		      proxy__relay_name(s->relay_mode), "kernel",
 		      (json_int_t)s->tcp_kernel, "splice",
-		      (json_int_t)s->tcp_splice);
+		      (json_int_t)s->tcp_splice, "batched",
+		      (json_int_t)s->relay_batched);
 	if (o && s->relay_error[0])
 		json_object_set_new(o, "error", json_string(s->relay_error));
 	return o;

@@ -440,6 +440,7 @@ static const struct rule egress[] = {
 /*
  * The proxy's and the resolver's flows: SO_LINGER for the proxy's resets
  * (also when the main thread tears the proxy down with flows open),
+ * SO_RCVLOWAT for a fast direction's batched reads (net/proxy-internal.h),
  * SO_ERROR after a connect, getsockname for an accepted flow's original
  * destination; a kernel-relayed flow's byte counts (TCP_INFO, SIOCINQ
  * for what it held unread when paired, and SIOCOUTQ for what its FIN
@@ -447,6 +448,7 @@ static const struct rule egress[] = {
  */
 static const struct rule egress_flows[] = {
 	ALLOW_IF(setsockopt, ARG_EQ(1, SOL_SOCKET), ARG_EQ(2, SO_LINGER)),
+	ALLOW_IF(setsockopt, ARG_EQ(1, SOL_SOCKET), ARG_EQ(2, SO_RCVLOWAT)),
 	ALLOW_IF(getsockopt, ARG_EQ(1, SOL_SOCKET), ARG_EQ(2, SO_ERROR)),
 	ALLOW_IF(getsockopt, ARG_EQ(1, IPPROTO_TCP), ARG_EQ(2, TCP_INFO)),
 	ALLOW_IOCTL(SIOCINQ),

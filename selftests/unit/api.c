@@ -562,7 +562,10 @@ TEST(net_status_without_a_proxy_or_its_counters)
 	json_decref(o);
 }
 
-/* net.relay: which relay new flows get, the open flows of each, why not. */
+/*
+ * net.relay: which relay new flows get, the open flows of each, the
+ * directions batched now, why not the kernel.
+ */
 TEST(net_status_relay)
 {
 	struct proxy_stats s = test_stats;
@@ -571,12 +574,16 @@ TEST(net_status_relay)
 	s.relay_mode = PROXY_RELAY_KERNEL;
 	s.tcp_kernel = 2;
 	s.tcp_splice = 1;
+	s.relay_batched = 3;
+	s.relay_batches = 7; /* the SIGUSR2 report's, not the API's */
 	o = net_status__json(&s, NULL, "x");
 	r = json_object_get(o, "relay");
 	ASSERT_TRUE(json_is_object(r));
 	EXPECT_STREQ("kernel", json_string_value(json_object_get(r, "mode")));
 	EXPECT_EQ(2, json_integer_value(json_object_get(r, "kernel")));
 	EXPECT_EQ(1, json_integer_value(json_object_get(r, "splice")));
+	EXPECT_EQ(3, json_integer_value(json_object_get(r, "batched")));
+	EXPECT_EQ(4U, json_object_size(r));
 	EXPECT_EQ(NULL, json_object_get(r, "error"));
 	json_decref(o);
 

@@ -319,6 +319,8 @@ TEST_F_TIMEOUT(px, tcp_allowed_relays_both_ways_and_half_close, 60)
 	EXPECT_EQ(5, s.bytes_out);
 	EXPECT_EQ(9, s.bytes_in);
 	EXPECT_EQ(1, reason_flows(&s, IPPROTO_TCP, "test grant"));
+	/* A few bytes at a time: never read in batches. */
+	EXPECT_EQ(0, s.relay_batches);
 	close(g);
 }
 
@@ -457,6 +459,69 @@ TEST_F_TIMEOUT(px, tcp_bulk_relay_through_pipes_under_the_filter, 120)
 	EXPECT_EQ(PROXY_RELAY_SPLICE, s.relay_mode);
 	EXPECT_STREQ("", s.relay_error);
 	EXPECT_EQ(0, s.tcp_splice);
+}
+
+static bool relay_batched_is(const struct proxy_stats *s, uint64_t n)
+{
+	return s->relay_batched == n;
+}
+
+static void tcp_pair(struct __test_metadata *_metadata, FIXTURE_DATA(px) * self,
+		     int *g, int *conn);
+
+/* A line from `from` to `to`, the flow open: true when it came whole. */
+static bool line_one_way(int from, int to, const char *line)
+{
+	size_t len = strlen(line);
+	char buf[64];
+
+	return send(from, line, len, 0) == (ssize_t)len &&
+	       read_some(to, buf, sizeof(buf)) == (ssize_t)len &&
+	       !memcmp(buf, line, len);
+}
+
+/*
+ * A fast guest's bytes are read in batches (SO_RCVLOWAT, under the vmm's
+ * filter): megabytes in order, followed at once by a few bytes, fewer
+ * than PROXY_RELAY_LOWAT, that still come with the flow open and nothing
+ * after them. Quiet, the direction goes back to waking for every byte
+ * (PROXY_RELAY_BATCH_MS after its last read). Upstream's megabytes are
+ * never batched, nor is a request-response exchange; every byte counted.
+ */
+TEST_F_TIMEOUT(px, tcp_fast_guest_read_in_batches, 120)
+{
+	struct proxy_stats s;
+	uint64_t batches;
+	int g, conn;
+
+	proxy__destroy(self->proxy);
+	self->proxy = NULL;
+	px_proxy_relay(_metadata, self, true, PROXY_RELAY_SPLICE);
+	tcp_pair(_metadata, self, &g, &conn);
+
+	EXPECT_TRUE(bulk_one_way(g, conn, 1)) TH_LOG("guest to upstream");
+	EXPECT_TRUE(line_one_way(g, conn, "tail\n")) TH_LOG("after the bulk");
+	proxy__stats(self->proxy, &s);
+	EXPECT_LE(1, s.relay_batches);
+	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, relay_batched_is, 0, &s))
+	TH_LOG("still batched: %llu", (unsigned long long)s.relay_batched);
+	batches = s.relay_batches;
+
+	EXPECT_TRUE(bulk_one_way(conn, g, 2)) TH_LOG("upstream to guest");
+	EXPECT_TRUE(line_one_way(conn, g, "tail\n")) TH_LOG("after the bulk");
+	for (int i = 0; i < 20; i++) {
+		ASSERT_TRUE(line_one_way(g, conn, "ping\n"));
+		ASSERT_TRUE(line_one_way(conn, g, "pong\n"));
+	}
+	proxy__stats(self->proxy, &s);
+	EXPECT_EQ(batches, s.relay_batches);
+	close(conn);
+	close(g);
+	ASSERT_TRUE(proxyfix__wait_stats(self->proxy, proxyfix__tcp_open_is, 0,
+					 &s));
+	EXPECT_EQ(2 + BULK + 5 + 20 * 5, s.bytes_out);
+	EXPECT_EQ(BULK + 5 + 20 * 5, s.bytes_in);
+	EXPECT_EQ(0, s.relay_batched);
 }
 
 static bool tcp_kernel_is(const struct proxy_stats *s, uint64_t n)
