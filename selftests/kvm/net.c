@@ -962,9 +962,9 @@ TEST_TIMEOUT(baseline_not_used_when_the_guest_trusts_its_own_ca, BOOT_TIMEOUT)
  * For a test on the Debian image: its descriptor in image, the test's
  * scratch directory dir made, the test host and its resolver up.
  */
-static bool debian_world(struct __test_metadata *_metadata, char *image,
-			 size_t len, char *dir, struct test_host *h,
-			 struct udp_server *d)
+/* The Debian agent image's descriptor, there to boot. */
+static bool agent_image(struct __test_metadata *_metadata, char *image,
+			size_t len)
 {
 	struct guest g;
 
@@ -972,6 +972,14 @@ static bool debian_world(struct __test_metadata *_metadata, char *image,
 	snprintf(image, len, "%s/debian-12-agent.json", g.images);
 	ASSERT_EQ(0, access(image, R_OK))
 	TH_LOG("%s missing: make image", image);
+	return true;
+}
+
+static bool debian_world(struct __test_metadata *_metadata, char *image,
+			 size_t len, char *dir, struct test_host *h,
+			 struct udp_server *d)
+{
+	ASSERT_TRUE(agent_image(_metadata, image, len));
 	ASSERT_TRUE(mkdtemp(dir) != NULL);
 	ASSERT_TRUE(test_host_start(_metadata, h));
 	ASSERT_TRUE(test_dns_start(_metadata, d));
@@ -1069,16 +1077,12 @@ TEST_TIMEOUT(first_lookups_succeed_with_a_slow_upstream, BOOT_TIMEOUT * 4)
 	struct spawn_result r;
 	struct test_host h;
 	struct udp_server d;
-	struct guest g;
 	int boots = atoi(env_or("KILN_FIRST_LOOKUP_BOOTS", FIRST_LOOKUP_BOOTS));
 
 	test_tmp_name(dir, sizeof(dir), "kiln-net-first-XXXXXX");
 	if (!can_boot(_metadata))
 		return;
-	guest_paths(&g);
-	snprintf(image, sizeof(image), "%s/debian-12-agent.json", g.images);
-	ASSERT_EQ(0, access(image, R_OK))
-	TH_LOG("%s missing: make image", image);
+	ASSERT_TRUE(agent_image(_metadata, image, sizeof(image)));
 	ASSERT_TRUE(mkdtemp(dir) != NULL);
 	ASSERT_TRUE(test_host_start(_metadata, &h));
 	ASSERT_TRUE(test_host_alias(_metadata, "lo:2", TEST_DNS));
@@ -2205,7 +2209,6 @@ TEST_TIMEOUT(granted_flow_bursts_and_their_last_bytes, BOOT_TIMEOUT)
 	static char buf[BATCH_BYTES];
 	struct test_host h;
 	struct pollfd pfd;
-	struct guest g;
 	struct bg_vm v;
 	int lsn, conn;
 	size_t got = 0;
@@ -2215,10 +2218,7 @@ TEST_TIMEOUT(granted_flow_bursts_and_their_last_bytes, BOOT_TIMEOUT)
 	test_tmp_name(dir, sizeof(dir), "kiln-net-batch-XXXXXX");
 	if (!can_boot(_metadata))
 		return;
-	guest_paths(&g);
-	snprintf(image, sizeof(image), "%s/debian-12-agent.json", g.images);
-	ASSERT_EQ(0, access(image, R_OK))
-	TH_LOG("%s missing: make image", image);
+	ASSERT_TRUE(agent_image(_metadata, image, sizeof(image)));
 	ASSERT_TRUE(mkdtemp(dir) != NULL);
 	ASSERT_TRUE(test_host_start(_metadata, &h));
 	lsn = tcp_listener(_metadata, TEST_HOST, BATCH_PORT);
