@@ -243,7 +243,8 @@ void proxy_tcp__batch_due(struct proxy *p, uint64_t now)
 
 			if (!d->batched)
 				continue;
-			if (now - d->read_ms >= PROXY_RELAY_BATCH_MS) {
+			/* read_ms may be after now: read in this round */
+			if (d->read_ms + PROXY_RELAY_BATCH_MS <= now) {
 				relay_batch(p, t, s, false);
 				d->read_ms = now; /* refused: again later */
 			}
