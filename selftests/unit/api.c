@@ -2763,7 +2763,8 @@ TEST_F(vsock, connect_handshake)
 		    json_pack("{s:[s, s, s]}", "argv", "sh", "-c",
 			      "echo through-vsock"));
 	ASSERT_TRUE(m != NULL);
-	ASSERT_TRUE(result(m) != NULL) TH_LOG("error %lld", err_code(m));
+	ASSERT_TRUE(result(m) != NULL)
+	TH_LOG("error %lld: %s", err_code(m), err_message(m));
 	out = b64_str(result(m), "stdout", NULL);
 	EXPECT_STREQ("through-vsock\n", out);
 	free(out);
